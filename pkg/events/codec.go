@@ -1,0 +1,291 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
+)
+
+// Content types.
+const (
+	ContentTypeStructured = "application/cloudevents+json"
+	ContentTypeJSON       = "application/json"
+)
+
+// Event is a CloudEvents 1.0 event (an alias of the sdk's type, so values
+// flow freely between flyball and CloudEvents tooling).
+type Event = event.Event
+
+// New builds an event with JSON data. An empty id gets a random UUID; pass a
+// deterministic id when the event must deduplicate.
+func New(typ, source, subject string, data any, at time.Time, id string) (Event, error) {
+	if id == "" {
+		id = uuid.NewString()
+	}
+	e := event.New(event.CloudEventsVersionV1)
+	e.SetID(id)
+	e.SetType(typ)
+	e.SetSource(source)
+	e.SetSubject(subject)
+	e.SetTime(at)
+	if err := e.SetData(ContentTypeJSON, data); err != nil {
+		return Event{}, fmt.Errorf("encode %s data: %w", typ, err)
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, fmt.Errorf("build %s: %w", typ, err)
+	}
+	return e, nil
+}
+
+// Encode renders the event in structured mode.
+func Encode(e Event) ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %s: %w", e.ID(), err)
+	}
+	return b, nil
+}
+
+// Marshal builds and encodes an event in one step.
+func Marshal(typ, source, subject string, data any, at time.Time, id string) ([]byte, error) {
+	e, err := New(typ, source, subject, data, at, id)
+	if err != nil {
+		return nil, err
+	}
+	return Encode(e)
+}
+
+// Decode reads an event in structured mode (a JSON body with
+// "specversion", content type application/cloudevents+json or none) or in
+// binary mode (ce-* headers, the body is the data). header may be nil.
+// Errors wrap ErrMalformed.
+func Decode(header map[string][]string, body []byte) (Event, error) {
+	if headerValue(header, "ce-specversion") != "" {
+		return decodeBinary(header, body)
+	}
+	ct := headerValue(header, "content-type")
+	if ct != "" && !strings.HasPrefix(ct, ContentTypeStructured) && !strings.HasPrefix(ct, ContentTypeJSON) {
+		return Event{}, malformed("", fmt.Sprintf("content type %q is neither %s nor binary mode (ce-* headers)", truncate(ct, 64), ContentTypeStructured))
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return Event{}, malformed("", "empty message: want a CloudEvents JSON object")
+	}
+	if !json.Valid(trimmed) {
+		return Event{}, malformed("", "not valid JSON: want a CloudEvents JSON object")
+	}
+	if trimmed[0] != '{' {
+		return Event{}, malformed("", fmt.Sprintf("want a CloudEvents JSON object, got %s", jsonKind(trimmed)))
+	}
+	var probe struct {
+		SpecVersion *string `json:"specversion"`
+	}
+	if err := json.Unmarshal(trimmed, &probe); err != nil || probe.SpecVersion == nil {
+		return Event{}, malformed("specversion", "is required (structured mode) or send ce-* headers (binary mode)")
+	}
+	if *probe.SpecVersion != event.CloudEventsVersionV1 {
+		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(*probe.SpecVersion, 16)))
+	}
+	var e Event
+	if err := unmarshalEvent(trimmed, &e); err != nil {
+		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
+	}
+	return e, validate(e)
+}
+
+// unmarshalEvent runs the sdk's structured-mode decoder, turning a panic into
+// an error: the sdk slices a non-string data_base64 that precedes
+// specversion without checking it (`{"data_base64":1,"specversion":"1.0"}`),
+// and one hostile message must not take a consumer down.
+func unmarshalEvent(b []byte, e *Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	return json.Unmarshal(b, e)
+}
+
+func decodeBinary(header map[string][]string, body []byte) (Event, error) {
+	if v := headerValue(header, "ce-specversion"); v != event.CloudEventsVersionV1 {
+		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(v, 16)))
+	}
+	e := event.New(event.CloudEventsVersionV1)
+	e.SetID(headerValue(header, "ce-id"))
+	e.SetType(headerValue(header, "ce-type"))
+	e.SetSource(headerValue(header, "ce-source"))
+	if s := headerValue(header, "ce-subject"); s != "" {
+		e.SetSubject(s)
+	}
+	if s := headerValue(header, "ce-time"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return Event{}, malformed("time", fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40)))
+		}
+		e.SetTime(t)
+	}
+	ct := headerValue(header, "content-type")
+	if ct == "" {
+		ct = ContentTypeJSON
+	}
+	e.SetDataContentType(ct)
+	// An empty body is an event without data. A JSON body must be JSON:
+	// structured mode embeds it verbatim, so Encode could not re-render it.
+	if len(body) > 0 {
+		if isJSONMediaType(ct) && !json.Valid(body) {
+			return Event{}, malformed("data", fmt.Sprintf("not valid JSON for content type %q", truncate(ct, 64)))
+		}
+		e.DataEncoded = body
+	}
+	return e, validate(e)
+}
+
+// isJSONMediaType reports whether ct is JSON, as the sdk decides it when it
+// renders structured mode (case-insensitive, parameters ignored), plus any
+// +json suffix.
+func isJSONMediaType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == ContentTypeJSON || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}
+
+func validate(e Event) error {
+	if err := e.Validate(); err != nil {
+		// The sdk reports "attr: REQUIRED" lines; keep them as field errors.
+		var c collector
+		for line := range strings.SplitSeq(strings.TrimSpace(err.Error()), "\n") {
+			field, rule, ok := strings.Cut(line, ":")
+			if !ok {
+				c.add("", strings.TrimSpace(line))
+				continue
+			}
+			rule = strings.ToLower(strings.TrimSpace(rule))
+			if rule == "required" {
+				rule = "is required"
+			}
+			c.add(strings.TrimSpace(field), rule)
+		}
+		// The sdk builds its message from a map: sort for stable reasons.
+		slices.SortFunc(c.errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+		return c.err()
+	}
+	if !strings.HasPrefix(e.Type(), TypePrefix) {
+		return malformed("type", fmt.Sprintf("must start with %q, got %q", TypePrefix, truncate(e.Type(), 64)))
+	}
+	return nil
+}
+
+// DecodeData decodes the event's JSON data into v, refusing unknown fields
+// and wrongly typed values. Errors are *ValidationError (wrapping
+// ErrMalformed) naming the field.
+func DecodeData(e Event, v any) error {
+	if ct := e.DataContentType(); ct != "" && !strings.HasPrefix(ct, ContentTypeJSON) && !strings.HasSuffix(strings.SplitN(ct, ";", 2)[0], "+json") {
+		return malformed("datacontenttype", fmt.Sprintf("must be %s, got %q", ContentTypeJSON, truncate(ct, 64)))
+	}
+	data := e.Data()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return malformed("data", "is required")
+	}
+	return decodeStrict(data, v)
+}
+
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return dataError(err)
+	}
+	// Not dec.More(): it reports false for a stray '}' or ']'.
+	if len(bytes.TrimSpace(data[dec.InputOffset():])) > 0 {
+		return malformed("data", "has trailing content after the JSON value")
+	}
+	return nil
+}
+
+func dataError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return malformed("data", fmt.Sprintf("must be a JSON object, got %s", te.Value))
+		}
+		return malformed(field, fmt.Sprintf("wrong type: got %s, want %s", te.Value, typeName(te)))
+	case errors.As(err, &se):
+		return malformed("data", "not valid JSON: "+se.Error())
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return malformed(name, "unknown field")
+	default:
+		return malformed("data", err.Error())
+	}
+}
+
+func typeName(te *json.UnmarshalTypeError) string {
+	switch te.Type.Name() {
+	case "Duration":
+		return `a duration string such as "30s"`
+	case "Time":
+		return "an RFC 3339 time string"
+	}
+	switch te.Type.Kind().String() {
+	case "string":
+		return "string"
+	case "int", "int64", "int32", "uint64", "uint32", "uint":
+		return "integer"
+	case "float64", "float32":
+		return "number"
+	case "bool":
+		return "boolean"
+	case "slice":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	}
+	return te.Type.String()
+}
+
+func malformed(field, rule string) error {
+	return &ValidationError{Errors: []FieldError{{Field: field, Rule: rule}}}
+}
+
+func headerValue(h map[string][]string, key string) string {
+	if h == nil {
+		return ""
+	}
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// DecodeTaskSpec decodes and validates the spec carried by a task.created or
+// task.updated event, and checks that the event's subject (when set) names
+// the same task. The spec is returned normalized.
+func DecodeTaskSpec(e Event) (TaskSpec, error) {
+	var s TaskSpec
+	if err := DecodeData(e, &s); err != nil {
+		return TaskSpec{}, err
+	}
+	if err := s.Validate(); err != nil {
+		return TaskSpec{}, err
+	}
+	if subj := e.Subject(); subj != "" && subj != s.ID {
+		return TaskSpec{}, malformed("subject", fmt.Sprintf("must equal data.id %q, got %q", s.ID, truncate(subj, 64)))
+	}
+	s.Normalize()
+	return s, nil
+}

@@ -1,0 +1,199 @@
+package events
+
+import (
+	"strconv"
+	"time"
+)
+
+// TaskRef is the data of commands that only name a task: task.deleted and
+// task.resumed.
+type TaskRef struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// TaskPause is the data of task.paused. A nil Until pauses indefinitely.
+type TaskPause struct {
+	ID     string     `json:"id"`
+	Until  *time.Time `json:"until,omitempty"`
+	Reason string     `json:"reason,omitempty"`
+}
+
+// TaskHint is the data of task.hinted: an interval hint, a one-shot hint
+// (At), or both, valid for TTL.
+type TaskHint struct {
+	ID       string     `json:"id"`
+	Interval Duration   `json:"interval,omitempty"`
+	At       *time.Time `json:"at,omitempty"`
+	// TTL defaults to 60m for interval hints and 30m for one-shot hints.
+	TTL    Duration `json:"ttl,omitempty"`
+	Reason string   `json:"reason,omitempty"`
+}
+
+// TaskRequeue is the data of task.requeued: run a dead-lettered task again.
+type TaskRequeue struct {
+	ID string `json:"id"`
+	// DeadLetterSeq is the DEADLETTER stream sequence being retried, if any.
+	DeadLetterSeq uint64 `json:"deadLetterSeq,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+}
+
+// TaskAccepted is the governor's answer to an accepted command.
+type TaskAccepted struct {
+	ID string `json:"id"`
+	// Command is the type of the event that was accepted.
+	Command string `json:"command"`
+	// CommandID is the CloudEvents id of the accepted command.
+	CommandID string     `json:"commandId"`
+	NextRunAt *time.Time `json:"nextRunAt,omitempty"`
+	Source    string     `json:"source,omitempty"`
+	Trail     []string   `json:"trail,omitempty"`
+	// SpecRevision is the KV revision of the stored spec.
+	SpecRevision uint64 `json:"specRevision,omitempty"`
+}
+
+// TaskRejected is the governor's answer to a command it refused. Every
+// reason names a field.
+type TaskRejected struct {
+	ID        string       `json:"id,omitempty"`
+	Command   string       `json:"command,omitempty"`
+	CommandID string       `json:"commandId,omitempty"`
+	Subject   string       `json:"subject,omitempty"`
+	Reasons   []FieldError `json:"reasons"`
+}
+
+// Dispatch is a due run: the data of run.due on DISPATCH. It also travels
+// embedded in final run.failed events and dead-letter entries, because a
+// terminated work-queue message is deleted.
+type Dispatch struct {
+	// DispatchID is "<taskID>:<scheduledAt unix ms>", also the Nats-Msg-Id
+	// and the Idempotency-Key sent to targets.
+	DispatchID string `json:"dispatchId"`
+	TaskID     string `json:"taskId"`
+	// ScheduledAt is the nextRunAt that fell due.
+	ScheduledAt time.Time `json:"scheduledAt"`
+	// FiredAt is when the timer published it.
+	FiredAt time.Time `json:"firedAt"`
+	// Source is the governor source that chose ScheduledAt.
+	Source string `json:"source,omitempty"`
+	// Reason says why a dispatch was made outside the normal cycle:
+	// "requeue", "zombie".
+	Reason string `json:"reason,omitempty"`
+}
+
+// DispatchID builds the ID of the run of task id due at t.
+func DispatchID(id string, t time.Time) string {
+	return id + ":" + strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// RequestRecord is what a run sent, with secret headers redacted.
+type RequestRecord struct {
+	Method  string            `json:"method,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Subject string            `json:"subject,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Error kinds on failed runs.
+const (
+	ErrorTransient = "transient"
+	ErrorPermanent = "permanent"
+)
+
+// Run is the data of every run.* event on RUNS.
+type Run struct {
+	DispatchID  string    `json:"dispatchId"`
+	TaskID      string    `json:"taskId"`
+	ScheduledAt time.Time `json:"scheduledAt"`
+	// Attempt counts calls of this dispatch, from 1.
+	Attempt    int       `json:"attempt,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitzero"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	Duration   Duration  `json:"duration,omitempty"`
+	// Status is the HTTP status, when there was a response.
+	Status int `json:"status,omitempty"`
+	// Body is the response body, cut at maxResponseBytes.
+	Body          string `json:"body,omitempty"`
+	BodyTruncated bool   `json:"bodyTruncated,omitempty"`
+	// Fingerprint is a hash of the full response body, for change detection.
+	Fingerprint string         `json:"fingerprint,omitempty"`
+	Request     *RequestRecord `json:"request,omitempty"`
+	Error       string         `json:"error,omitempty"`
+	ErrorKind   string         `json:"errorKind,omitempty"`
+	// Final marks the last word on a dispatch: no retry follows.
+	Final bool `json:"final,omitempty"`
+	// RetryIn is the delay before the next attempt of a non-final failure.
+	RetryIn Duration `json:"retryIn,omitempty"`
+	// Reason explains a skip.
+	Reason string `json:"reason,omitempty"`
+	// Dispatch is embedded on final failures.
+	Dispatch *Dispatch `json:"dispatch,omitempty"`
+}
+
+// Dead-letter reasons.
+const (
+	DeadLetterPermanent     = "permanent"
+	DeadLetterMaxAttempts   = "max-attempts"
+	DeadLetterMaxDeliveries = "max-deliveries"
+)
+
+// AttemptError is one failed attempt of a dead-lettered run.
+type AttemptError struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Status  int       `json:"status,omitempty"`
+	Error   string    `json:"error"`
+}
+
+// DeadLetter is the data of io.flyball.deadlettered on DEADLETTER.
+type DeadLetter struct {
+	TaskID         string         `json:"taskId"`
+	Reason         string         `json:"reason"`
+	Dispatch       Dispatch       `json:"dispatch"`
+	Attempts       int            `json:"attempts"`
+	Errors         []AttemptError `json:"errors"`
+	FirstFailedAt  time.Time      `json:"firstFailedAt,omitzero"`
+	LastFailedAt   time.Time      `json:"lastFailedAt,omitzero"`
+	DeadLetteredAt time.Time      `json:"deadLetteredAt"`
+}
+
+// BreakerTransition is the data of io.flyball.breaker.* on HEALTH.
+type BreakerTransition struct {
+	Key      string       `json:"key"`
+	TaskID   string       `json:"taskId,omitempty"`
+	From     BreakerState `json:"from"`
+	To       BreakerState `json:"to"`
+	Failures int          `json:"failures"`
+	// RetryAt is when an open breaker lets the next probe through.
+	RetryAt   *time.Time `json:"retryAt,omitempty"`
+	OpenDelay Duration   `json:"openDelay,omitempty"`
+	At        time.Time  `json:"at"`
+	Reason    string     `json:"reason,omitempty"`
+}
+
+// Heartbeat is a service instance's entry in KV flyball-runtime and the data
+// of io.flyball.runtime.* on HEALTH.
+type Heartbeat struct {
+	Kind      string        `json:"kind"`
+	Name      string        `json:"name"`
+	PID       int           `json:"pid"`
+	Host      string        `json:"host"`
+	Version   string        `json:"version"`
+	Capacity  int           `json:"capacity,omitempty"`
+	Status    RuntimeStatus `json:"status"`
+	StartedAt time.Time     `json:"startedAt"`
+	LastBeat  time.Time     `json:"lastBeat"`
+	Interval  Duration      `json:"interval"`
+}
+
+// GetID returns the task ID named in the command data.
+func (r *TaskRef) GetID() string { return r.ID }
+
+// GetID returns the task ID named in the command data.
+func (p *TaskPause) GetID() string { return p.ID }
+
+// GetID returns the task ID named in the command data.
+func (h *TaskHint) GetID() string { return h.ID }
+
+// GetID returns the task ID named in the command data.
+func (r *TaskRequeue) GetID() string { return r.ID }

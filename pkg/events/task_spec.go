@@ -1,0 +1,595 @@
+package events
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/cron"
+)
+
+// TaskSpec is a recurring task: what to call and on which baseline cadence,
+// plus the policies the governor and executor apply. It is the data of
+// task.created and task.updated events and the value stored in KV
+// flyball-tasks after acceptance. Field names are camelCase; durations are
+// Go duration strings. The smallest valid spec is
+//
+//	{"id": "x", "target": {"http": {"url": "https://…"}}, "schedule": {"interval": "30s"}}
+//
+// Absent fields take the defaults documented on each field and filled in by
+// [TaskSpec.Normalize].
+type TaskSpec struct {
+	// ID is the task's identity and subject token: 1-128 of [A-Za-z0-9_-].
+	ID string `json:"id"`
+	// Job groups related tasks; free text, at most 128 bytes.
+	Job string `json:"job,omitempty"`
+	// Labels are free key/value pairs for filtering; at most 32 entries.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Target is what a run calls. Exactly one of HTTP or NATS is set.
+	Target Target `json:"target"`
+	// Schedule is the baseline cadence.
+	Schedule Schedule `json:"schedule"`
+	// StartAt, if set, is the first run time; it overrides the first-run rule
+	// (interval tasks run at once, cron tasks at their next occurrence).
+	StartAt *time.Time `json:"startAt,omitempty"`
+	// Jitter spreads runs by up to this fraction of the interval, in [0, 0.5].
+	// Defaults to 0 (no jitter).
+	Jitter float64 `json:"jitter,omitempty"`
+	// Bounds clamps every computed interval.
+	Bounds *Bounds `json:"bounds,omitempty"`
+	// Adaptive opts the task into adaptive cadence.
+	Adaptive *Adaptive `json:"adaptive,omitempty"`
+	// Activity scales the cadence by how recently the task saw activity.
+	Activity *Activity `json:"activity,omitempty"`
+	// QuietHours is a daily local-time window with its own interval.
+	QuietHours *QuietHours `json:"quietHours,omitempty"`
+	// Budget caps calls per rolling day.
+	Budget *Budget `json:"budget,omitempty"`
+	// Retry governs attempts of one run. Defaults to 5 attempts, 5s ×2 up to 5m, ±20 %.
+	Retry *Retry `json:"retry,omitempty"`
+	// Breaker governs the task's circuit breaker. Defaults to 3 failures, 5s ×2 up to 5m.
+	Breaker *BreakerPolicy `json:"breaker,omitempty"`
+	// CatchUp is what happens to slots missed while flyball was down: "skip"
+	// (run once now, then resume), "none" (wait for the next slot) or "all"
+	// (backfill, capped by CatchUpMax). Defaults to "skip".
+	CatchUp string `json:"catchUp,omitempty"`
+	// CatchUpMax caps backfilled runs with CatchUp "all". Defaults to 100.
+	CatchUpMax int `json:"catchUpMax,omitempty"`
+	// DeadLetter governs what happens after a run is dead-lettered.
+	DeadLetter *DeadLetterPolicy `json:"deadLetter,omitempty"`
+}
+
+// Target is what a run calls. Exactly one field is set.
+type Target struct {
+	HTTP *HTTPTarget `json:"http,omitempty"`
+	NATS *NATSTarget `json:"nats,omitempty"`
+}
+
+// HTTPTarget is an HTTP call.
+type HTTPTarget struct {
+	// Method defaults to GET.
+	Method string `json:"method,omitempty"`
+	// URL is absolute, http or https.
+	URL string `json:"url"`
+	// Headers are sent with every call. Authorization-like headers are
+	// redacted in run records.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is sent as the request body.
+	Body string `json:"body,omitempty"`
+	// Timeout bounds one call, in (0, 30m]. Defaults to 30s.
+	Timeout Duration `json:"timeout,omitempty"`
+	// MaxResponseBytes bounds the body kept in run records, in [0, 10 MiB].
+	// Longer bodies are truncated and flagged. Defaults to 102400.
+	MaxResponseBytes int64 `json:"maxResponseBytes,omitempty"`
+	// ExpectStatus lists the statuses that count as success: codes ("204")
+	// or classes ("2xx"). Defaults to ["2xx"].
+	ExpectStatus []string `json:"expectStatus,omitempty"`
+}
+
+// NATSTarget is a NATS request/reply call.
+type NATSTarget struct {
+	// Subject is a concrete subject (no wildcards).
+	Subject string `json:"subject"`
+	// Payload is the request body.
+	Payload string `json:"payload,omitempty"`
+	// Timeout bounds one request, in (0, 30m]. Defaults to 5s.
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Schedule is the baseline cadence: exactly one of Interval or Cron.
+type Schedule struct {
+	// Interval is a fixed period, at least 1s.
+	Interval Duration `json:"interval,omitempty"`
+	// Cron is a 5-field, 6-field (with seconds) or @shortcut expression.
+	Cron string `json:"cron,omitempty"`
+	// Timezone is the IANA zone the cron expression is evaluated in.
+	// Defaults to UTC.
+	Timezone string `json:"timezone,omitempty"`
+}
+
+// Bounds are hard limits on the interval between runs.
+type Bounds struct {
+	Min Duration `json:"min,omitempty"`
+	Max Duration `json:"max,omitempty"`
+}
+
+// Adaptive cadence modes.
+const (
+	AdaptiveChange    = "change"
+	AdaptiveStaleness = "staleness"
+)
+
+// Adaptive tunes the cadence from results.
+type Adaptive struct {
+	// Mode is "change" (tighten on changed responses or errors, relax after
+	// unchanged runs) or "staleness" (tighten as the last success ages
+	// toward Target).
+	Mode string `json:"mode"`
+	// UnchangedRuns is how many unchanged runs in a row relax the cadence.
+	// Defaults to 3.
+	UnchangedRuns int `json:"unchangedRuns,omitempty"`
+	// Target is the staleness goal for mode "staleness". Defaults to the
+	// baseline interval × 3.
+	Target Duration `json:"target,omitempty"`
+	// Smoothing is the EMA weight of a new observation, in (0, 1]. Defaults to 0.5.
+	Smoothing float64 `json:"smoothing,omitempty"`
+}
+
+// Activity scales the cadence by the time since the last activity signal
+// (a changed response or a hint).
+type Activity struct {
+	// IdleAfter switches to the idle multiplier. Defaults to 1h.
+	IdleAfter Duration `json:"idleAfter,omitempty"`
+	// DormantAfter switches to the dormant multiplier. Defaults to 24h.
+	DormantAfter Duration `json:"dormantAfter,omitempty"`
+	// IdleMultiplier stretches the interval when idle, >= 1. Defaults to 2.
+	IdleMultiplier float64 `json:"idleMultiplier,omitempty"`
+	// DormantMultiplier stretches the interval when dormant, >= 1. Defaults to 6.
+	DormantMultiplier float64 `json:"dormantMultiplier,omitempty"`
+}
+
+// QuietHours is a daily window, in local time, with its own interval.
+type QuietHours struct {
+	Start    string   `json:"start"`
+	End      string   `json:"end"`
+	Timezone string   `json:"timezone,omitempty"`
+	Interval Duration `json:"interval"`
+}
+
+// Budget caps calls per rolling 24 hours.
+type Budget struct {
+	MaxRunsPerDay int `json:"maxRunsPerDay"`
+}
+
+// Retry governs the attempts of one run.
+type Retry struct {
+	// MaxAttempts is the number of calls per run, in [1, 100]. Defaults to 5.
+	MaxAttempts int `json:"maxAttempts,omitempty"`
+	// InitialDelay is the first backoff, >= 100ms. Defaults to 5s.
+	InitialDelay Duration `json:"initialDelay,omitempty"`
+	// Multiplier grows the backoff per attempt, in [1, 10]. Defaults to 2.
+	Multiplier float64 `json:"multiplier,omitempty"`
+	// MaxDelay caps the backoff, >= InitialDelay. Defaults to 5m.
+	MaxDelay Duration `json:"maxDelay,omitempty"`
+	// Jitter is the ± fraction applied to each delay, in [0, 1). Defaults to 0.2.
+	Jitter *float64 `json:"jitter,omitempty"`
+}
+
+// BreakerPolicy governs the task's circuit breaker.
+type BreakerPolicy struct {
+	// FailureThreshold is the consecutive failed attempts that open the
+	// breaker, in [1, 1000]. Defaults to 3.
+	FailureThreshold int `json:"failureThreshold,omitempty"`
+	// OpenDelay is the first open period, >= 100ms. Defaults to 5s.
+	OpenDelay Duration `json:"openDelay,omitempty"`
+	// MaxOpenDelay caps the doubling open period. Defaults to 5m.
+	MaxOpenDelay Duration `json:"maxOpenDelay,omitempty"`
+	// Scope is "task" (one breaker per task) or "host" (shared by every
+	// task calling the same host). Defaults to "task".
+	Scope string `json:"scope,omitempty"`
+}
+
+// DeadLetterPolicy governs dead-lettered tasks.
+type DeadLetterPolicy struct {
+	// RecheckAfter is when the governor schedules a recheck run after a
+	// dead-letter, >= 1s. Defaults to 30m.
+	RecheckAfter Duration `json:"recheckAfter,omitempty"`
+}
+
+// Catch-up policies.
+const (
+	CatchUpSkip = "skip"
+	CatchUpNone = "none"
+	CatchUpAll  = "all"
+)
+
+// Limits and defaults of the spec.
+const (
+	MinInterval             = time.Second
+	MaxInterval             = 366 * 24 * time.Hour
+	DefaultHTTPTimeout      = 30 * time.Second
+	DefaultNATSTimeout      = 5 * time.Second
+	MaxTargetTimeout        = 30 * time.Minute
+	DefaultMaxResponseBytes = 100 * 1024
+	MaxMaxResponseBytes     = 10 << 20
+	DefaultMaxAttempts      = 5
+	DefaultRetryDelay       = 5 * time.Second
+	DefaultRetryMultiplier  = 2.0
+	DefaultRetryMaxDelay    = 5 * time.Minute
+	DefaultRetryJitter      = 0.2
+	DefaultFailureThreshold = 3
+	DefaultOpenDelay        = 5 * time.Second
+	DefaultMaxOpenDelay     = 5 * time.Minute
+	DefaultRecheckAfter     = 30 * time.Minute
+	DefaultCatchUpMax       = 100
+	DefaultUnchangedRuns    = 3
+	DefaultSmoothing        = 0.5
+)
+
+var (
+	httpMethods  = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+	statusRe     = regexp.MustCompile(`^([1-5][0-9][0-9]|[1-5]xx)$`)
+	clockRe      = regexp.MustCompile(`^([01][0-9]|2[0-3]):[0-5][0-9]$`)
+	natsSubjToks = regexp.MustCompile(`^[^\s.*>]+$`)
+)
+
+// Validate checks every field and returns a *ValidationError listing every
+// problem, or nil. Each message names the field and the rule, for example
+// "schedule.interval: must be >= 1s, got 200ms".
+func (s *TaskSpec) Validate() error {
+	var c collector
+	if !ValidToken(s.ID) {
+		c.add("id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", MaxIDLength, truncate(s.ID, 64)))
+	}
+	if len(s.Job) > MaxIDLength {
+		c.add("job", fmt.Sprintf("must be at most %d bytes, got %d", MaxIDLength, len(s.Job)))
+	}
+	if len(s.Labels) > 32 {
+		c.add("labels", fmt.Sprintf("must have at most 32 entries, got %d", len(s.Labels)))
+	}
+	for k, v := range s.Labels {
+		if k == "" || len(k) > 63 || len(v) > 256 {
+			c.add("labels."+truncate(k, 64), "keys must be 1-63 bytes and values at most 256 bytes")
+		}
+	}
+	s.validateTarget(&c)
+	s.validateSchedule(&c)
+	if s.Jitter < 0 || s.Jitter > 0.5 || s.Jitter != s.Jitter {
+		c.add("jitter", fmt.Sprintf("must be in [0, 0.5], got %g", s.Jitter))
+	}
+	if b := s.Bounds; b != nil {
+		if b.Min != 0 && b.Min.D() < MinInterval {
+			c.add("bounds.min", fmt.Sprintf("must be >= %s, got %s", MinInterval, b.Min))
+		}
+		if b.Max != 0 && b.Max.D() < MinInterval {
+			c.add("bounds.max", fmt.Sprintf("must be >= %s, got %s", MinInterval, b.Max))
+		}
+		if b.Min != 0 && b.Max != 0 && b.Max < b.Min {
+			c.add("bounds.max", fmt.Sprintf("must be >= bounds.min (%s), got %s", b.Min, b.Max))
+		}
+	}
+	s.validatePolicies(&c)
+	return c.err()
+}
+
+func (s *TaskSpec) validateTarget(c *collector) {
+	h, n := s.Target.HTTP, s.Target.NATS
+	switch {
+	case h == nil && n == nil:
+		c.add("target", "must set exactly one of http or nats, got neither")
+	case h != nil && n != nil:
+		c.add("target", "must set exactly one of http or nats, got both")
+	}
+	if h != nil {
+		if h.Method != "" && !slices.Contains(httpMethods, h.Method) {
+			c.add("target.http.method", fmt.Sprintf("must be one of %s, got %q", strings.Join(httpMethods, ", "), truncate(h.Method, 32)))
+		}
+		u, err := url.Parse(h.URL)
+		switch {
+		case h.URL == "":
+			c.add("target.http.url", "is required")
+		case err != nil:
+			c.add("target.http.url", fmt.Sprintf("must be a valid URL: %v", err))
+		case u.Scheme != "http" && u.Scheme != "https":
+			c.add("target.http.url", fmt.Sprintf("scheme must be http or https, got %q", truncate(u.Scheme, 32)))
+		case u.Host == "":
+			c.add("target.http.url", "must have a host")
+		case u.User != nil:
+			c.add("target.http.url", "must not embed credentials; use target.http.headers")
+		}
+		for k := range h.Headers {
+			if k == "" || strings.ContainsAny(k, " \t\r\n:") {
+				c.add("target.http.headers", fmt.Sprintf("invalid header name %q", truncate(k, 64)))
+			}
+		}
+		checkTimeout(c, "target.http.timeout", h.Timeout)
+		if h.MaxResponseBytes < 0 || h.MaxResponseBytes > MaxMaxResponseBytes {
+			c.add("target.http.maxResponseBytes", fmt.Sprintf("must be in [0, %d], got %d", MaxMaxResponseBytes, h.MaxResponseBytes))
+		}
+		for i, st := range h.ExpectStatus {
+			if !statusRe.MatchString(st) {
+				c.add(fmt.Sprintf("target.http.expectStatus[%d]", i), fmt.Sprintf("must be a status code like \"204\" or a class like \"2xx\", got %q", truncate(st, 32)))
+			}
+		}
+	}
+	if n != nil {
+		if !validNATSSubject(n.Subject) {
+			c.add("target.nats.subject", fmt.Sprintf("must be a concrete NATS subject without wildcards, got %q", truncate(n.Subject, 64)))
+		}
+		checkTimeout(c, "target.nats.timeout", n.Timeout)
+	}
+}
+
+func checkTimeout(c *collector, field string, d Duration) {
+	if d < 0 || d.D() > MaxTargetTimeout {
+		c.add(field, fmt.Sprintf("must be in (0, %s], got %s", MaxTargetTimeout, d))
+	}
+}
+
+func validNATSSubject(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if !natsSubjToks.MatchString(tok) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *TaskSpec) validateSchedule(c *collector) {
+	sc := s.Schedule
+	switch {
+	case sc.Interval == 0 && sc.Cron == "":
+		c.add("schedule", "must set exactly one of interval or cron, got neither")
+	case sc.Interval != 0 && sc.Cron != "":
+		c.add("schedule", "must set exactly one of interval or cron, got both")
+	}
+	if sc.Interval != 0 {
+		switch {
+		case sc.Interval.D() < MinInterval:
+			c.add("schedule.interval", fmt.Sprintf("must be >= %s, got %s", MinInterval, sc.Interval))
+		case sc.Interval.D() > MaxInterval:
+			c.add("schedule.interval", fmt.Sprintf("must be <= %s, got %s", MaxInterval, sc.Interval))
+		}
+	}
+	if sc.Cron != "" {
+		if _, err := cron.Parse(sc.Cron); err != nil {
+			c.add("schedule.cron", err.Error())
+		}
+	}
+	if sc.Timezone != "" {
+		if _, err := LoadLocation(sc.Timezone); err != nil {
+			c.add("schedule.timezone", err.Error())
+		}
+	}
+}
+
+func (s *TaskSpec) validatePolicies(c *collector) {
+	if a := s.Adaptive; a != nil {
+		if a.Mode != AdaptiveChange && a.Mode != AdaptiveStaleness {
+			c.add("adaptive.mode", fmt.Sprintf("must be %q or %q, got %q", AdaptiveChange, AdaptiveStaleness, truncate(a.Mode, 32)))
+		}
+		if a.UnchangedRuns < 0 || a.UnchangedRuns > 1000 {
+			c.add("adaptive.unchangedRuns", fmt.Sprintf("must be in [1, 1000], got %d", a.UnchangedRuns))
+		}
+		if a.Target < 0 {
+			c.add("adaptive.target", fmt.Sprintf("must be positive, got %s", a.Target))
+		}
+		if a.Smoothing < 0 || a.Smoothing > 1 || a.Smoothing != a.Smoothing {
+			c.add("adaptive.smoothing", fmt.Sprintf("must be in (0, 1], got %g", a.Smoothing))
+		}
+	}
+	if a := s.Activity; a != nil {
+		if a.IdleAfter < 0 || a.DormantAfter < 0 || (a.IdleAfter != 0 && a.DormantAfter != 0 && a.DormantAfter < a.IdleAfter) {
+			c.add("activity.dormantAfter", "must be >= activity.idleAfter, and both positive")
+		}
+		if (a.IdleMultiplier != 0 && a.IdleMultiplier < 1) || a.IdleMultiplier > 1000 {
+			c.add("activity.idleMultiplier", fmt.Sprintf("must be in [1, 1000], got %g", a.IdleMultiplier))
+		}
+		if (a.DormantMultiplier != 0 && a.DormantMultiplier < 1) || a.DormantMultiplier > 1000 {
+			c.add("activity.dormantMultiplier", fmt.Sprintf("must be in [1, 1000], got %g", a.DormantMultiplier))
+		}
+	}
+	if q := s.QuietHours; q != nil {
+		if !clockRe.MatchString(q.Start) {
+			c.add("quietHours.start", fmt.Sprintf("must be HH:MM (24h), got %q", truncate(q.Start, 16)))
+		}
+		if !clockRe.MatchString(q.End) {
+			c.add("quietHours.end", fmt.Sprintf("must be HH:MM (24h), got %q", truncate(q.End, 16)))
+		}
+		if q.Timezone != "" {
+			if _, err := LoadLocation(q.Timezone); err != nil {
+				c.add("quietHours.timezone", err.Error())
+			}
+		}
+		if q.Interval.D() < MinInterval || q.Interval.D() > MaxInterval {
+			c.add("quietHours.interval", fmt.Sprintf("must be in [%s, %s], got %s", MinInterval, MaxInterval, q.Interval))
+		}
+	}
+	if b := s.Budget; b != nil && (b.MaxRunsPerDay < 1 || b.MaxRunsPerDay > 86400) {
+		c.add("budget.maxRunsPerDay", fmt.Sprintf("must be in [1, 86400], got %d", b.MaxRunsPerDay))
+	}
+	if r := s.Retry; r != nil {
+		if r.MaxAttempts < 0 || r.MaxAttempts > 100 {
+			c.add("retry.maxAttempts", fmt.Sprintf("must be in [1, 100], got %d", r.MaxAttempts))
+		}
+		if r.InitialDelay != 0 && r.InitialDelay.D() < 100*time.Millisecond {
+			c.add("retry.initialDelay", fmt.Sprintf("must be >= 100ms, got %s", r.InitialDelay))
+		}
+		if r.Multiplier != 0 && (r.Multiplier < 1 || r.Multiplier > 10) {
+			c.add("retry.multiplier", fmt.Sprintf("must be in [1, 10], got %g", r.Multiplier))
+		}
+		if r.MaxDelay < 0 || (r.MaxDelay != 0 && r.MaxDelay < r.InitialDelay) || r.MaxDelay.D() > 24*time.Hour {
+			c.add("retry.maxDelay", fmt.Sprintf("must be in [retry.initialDelay, 24h], got %s", r.MaxDelay))
+		}
+		if r.Jitter != nil && (*r.Jitter < 0 || *r.Jitter >= 1 || *r.Jitter != *r.Jitter) {
+			c.add("retry.jitter", fmt.Sprintf("must be in [0, 1), got %g", *r.Jitter))
+		}
+	}
+	if b := s.Breaker; b != nil {
+		if b.FailureThreshold < 0 || b.FailureThreshold > 1000 {
+			c.add("breaker.failureThreshold", fmt.Sprintf("must be in [1, 1000], got %d", b.FailureThreshold))
+		}
+		if b.OpenDelay != 0 && b.OpenDelay.D() < 100*time.Millisecond {
+			c.add("breaker.openDelay", fmt.Sprintf("must be >= 100ms, got %s", b.OpenDelay))
+		}
+		if b.MaxOpenDelay < 0 || (b.MaxOpenDelay != 0 && b.MaxOpenDelay < b.OpenDelay) || b.MaxOpenDelay.D() > 24*time.Hour {
+			c.add("breaker.maxOpenDelay", fmt.Sprintf("must be in [breaker.openDelay, 24h], got %s", b.MaxOpenDelay))
+		}
+		if b.Scope != "" && b.Scope != "task" && b.Scope != "host" {
+			c.add("breaker.scope", fmt.Sprintf("must be \"task\" or \"host\", got %q", truncate(b.Scope, 32)))
+		}
+	}
+	switch s.CatchUp {
+	case "", CatchUpSkip, CatchUpNone, CatchUpAll:
+	default:
+		c.add("catchUp", fmt.Sprintf("must be %q, %q or %q, got %q", CatchUpSkip, CatchUpNone, CatchUpAll, truncate(s.CatchUp, 32)))
+	}
+	if s.CatchUpMax < 0 || s.CatchUpMax > 10000 {
+		c.add("catchUpMax", fmt.Sprintf("must be in [1, 10000], got %d", s.CatchUpMax))
+	}
+	if d := s.DeadLetter; d != nil && d.RecheckAfter != 0 && d.RecheckAfter.D() < time.Second {
+		c.add("deadLetter.recheckAfter", fmt.Sprintf("must be >= 1s, got %s", d.RecheckAfter))
+	}
+}
+
+// Normalize fills every absent field with its default, so the stored spec
+// shows the values actually in force. Call it on a spec that validated.
+func (s *TaskSpec) Normalize() {
+	if h := s.Target.HTTP; h != nil {
+		if h.Method == "" {
+			h.Method = "GET"
+		}
+		if h.Timeout == 0 {
+			h.Timeout = Duration(DefaultHTTPTimeout)
+		}
+		if h.MaxResponseBytes == 0 {
+			h.MaxResponseBytes = DefaultMaxResponseBytes
+		}
+		if len(h.ExpectStatus) == 0 {
+			h.ExpectStatus = []string{"2xx"}
+		}
+	}
+	if n := s.Target.NATS; n != nil && n.Timeout == 0 {
+		n.Timeout = Duration(DefaultNATSTimeout)
+	}
+	if s.Schedule.Cron != "" && s.Schedule.Timezone == "" {
+		s.Schedule.Timezone = "UTC"
+	}
+	if s.Retry == nil {
+		s.Retry = &Retry{}
+	}
+	r := s.Retry
+	if r.MaxAttempts == 0 {
+		r.MaxAttempts = DefaultMaxAttempts
+	}
+	if r.InitialDelay == 0 {
+		r.InitialDelay = Duration(DefaultRetryDelay)
+	}
+	if r.Multiplier == 0 {
+		r.Multiplier = DefaultRetryMultiplier
+	}
+	if r.MaxDelay == 0 {
+		r.MaxDelay = max(Duration(DefaultRetryMaxDelay), r.InitialDelay)
+	}
+	if r.Jitter == nil {
+		j := DefaultRetryJitter
+		r.Jitter = &j
+	}
+	if s.Breaker == nil {
+		s.Breaker = &BreakerPolicy{}
+	}
+	b := s.Breaker
+	if b.FailureThreshold == 0 {
+		b.FailureThreshold = DefaultFailureThreshold
+	}
+	if b.OpenDelay == 0 {
+		b.OpenDelay = Duration(DefaultOpenDelay)
+	}
+	if b.MaxOpenDelay == 0 {
+		b.MaxOpenDelay = max(Duration(DefaultMaxOpenDelay), b.OpenDelay)
+	}
+	if b.Scope == "" {
+		b.Scope = "task"
+	}
+	if s.CatchUp == "" {
+		s.CatchUp = CatchUpSkip
+	}
+	if s.CatchUpMax == 0 {
+		s.CatchUpMax = DefaultCatchUpMax
+	}
+	if s.DeadLetter == nil {
+		s.DeadLetter = &DeadLetterPolicy{}
+	}
+	if s.DeadLetter.RecheckAfter == 0 {
+		s.DeadLetter.RecheckAfter = Duration(DefaultRecheckAfter)
+	}
+	if a := s.Adaptive; a != nil {
+		if a.UnchangedRuns == 0 {
+			a.UnchangedRuns = DefaultUnchangedRuns
+		}
+		if a.Smoothing == 0 {
+			a.Smoothing = DefaultSmoothing
+		}
+	}
+	if a := s.Activity; a != nil {
+		if a.IdleAfter == 0 {
+			a.IdleAfter = Duration(time.Hour)
+		}
+		if a.DormantAfter == 0 {
+			a.DormantAfter = max(Duration(24*time.Hour), a.IdleAfter)
+		}
+		if a.IdleMultiplier == 0 {
+			a.IdleMultiplier = 2
+		}
+		if a.DormantMultiplier == 0 {
+			a.DormantMultiplier = 6
+		}
+	}
+	if q := s.QuietHours; q != nil && q.Timezone == "" {
+		q.Timezone = "UTC"
+	}
+}
+
+// StatusExpected reports whether an HTTP status counts as success under the
+// target's ExpectStatus list (default 2xx).
+func (h *HTTPTarget) StatusExpected(code int) bool {
+	if len(h.ExpectStatus) == 0 {
+		return code >= 200 && code < 300
+	}
+	cs := strconv.Itoa(code)
+	for _, p := range h.ExpectStatus {
+		if p == cs || (len(p) == 3 && p[1:] == "xx" && len(cs) == 3 && p[0] == cs[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// locations caches loaded zones: time.LoadLocation reads and parses a file
+// on every call, and the governor evaluates cron schedules on a hot path.
+var locations sync.Map
+
+// LoadLocation loads an IANA time zone, refusing the empty name and "Local"
+// (which would make schedules depend on the host's configuration).
+func LoadLocation(name string) (*time.Location, error) {
+	if name == "" || name == "Local" {
+		return nil, fmt.Errorf("must be an IANA time zone such as \"Europe/Berlin\", got %q", name)
+	}
+	if loc, ok := locations.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown IANA time zone %q", truncate(name, 64))
+	}
+	locations.Store(name, loc)
+	return loc, nil
+}

@@ -1,0 +1,186 @@
+// Package breaker is the circuit-breaker service. It consumes every attempt
+// outcome on RUNS and keeps a closed → open → half-open → closed state
+// machine per task (or per target host) in KV flyball-breakers, written
+// only here, with compare-and-set. Each transition is published on
+// flyball.breaker.<state>.<key> in the HEALTH stream.
+//
+// Rules (defaults from the task's breaker policy):
+//   - closed: count consecutive failed attempts; at failureThreshold, open
+//     with retryAt = now + openDelay;
+//   - open: the executor defers deliveries until retryAt; the first call
+//     after it is the half-open probe;
+//   - a probe's success closes the breaker and resets the delay; its
+//     failure re-opens it with the delay doubled, up to maxOpenDelay.
+package breaker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Config configures the breaker service.
+type Config struct {
+	svcconf.Common
+}
+
+// Service is the breaker service.
+type Service struct {
+	lifecycle.Base
+	cfg      Config
+	source   string
+	tasks    jetstream.KeyValue
+	breakers jetstream.KeyValue
+}
+
+// New validates cfg.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.SetDefaults("breaker"); err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, source: jsutil.Source("breaker", cfg.Instance)}, nil
+}
+
+// Start binds KV and consumes RUNS.
+func (s *Service) Start(ctx context.Context) error {
+	runCtx, err := s.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
+	if s.tasks, err = s.cfg.JS.KeyValue(ctx, streams.BucketTasks); err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
+	if s.breakers, err = s.cfg.JS.KeyValue(ctx, streams.BucketBreakers); err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
+	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerBreaker, s.cfg.Logger,
+		func(m jetstream.Msg) { s.handle(runCtx, m) })
+	if err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
+	s.Track(cc)
+	return nil
+}
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	subj, err := events.ParseSubject(m.Subject())
+	if err != nil || subj.Family != events.FamilyRun {
+		jsutil.Terminate(m, "bad subject: "+m.Subject(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	e, err := events.Decode(m.Headers(), m.Data())
+	if err != nil {
+		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	var run events.Run
+	if err := events.DecodeData(e, &run); err != nil {
+		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	ok := events.Outcome(subj.Action) == events.OutcomeSucceeded
+	if !ok && run.ErrorKind == events.ErrorPermanent && run.Status == 0 {
+		// A blocked or invalid target is a configuration problem, not an
+		// unhealthy endpoint: it is dead-lettered, not breaker material.
+		_ = m.Ack()
+		return
+	}
+	spec := &events.TaskSpec{ID: run.TaskID}
+	if ent, err := s.tasks.Get(ctx, run.TaskID); err == nil {
+		_ = json.Unmarshal(ent.Value(), spec)
+	}
+	spec.Normalize()
+	if err := s.apply(ctx, spec, &run, ok); err != nil {
+		s.cfg.Logger.Warn("breaker update failed; retrying", "task", run.TaskID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+// apply moves the breaker for one attempt outcome and publishes a
+// transition if the state changed.
+func (s *Service) apply(ctx context.Context, spec *events.TaskSpec, run *events.Run, ok bool) error {
+	key := executor.BreakerKey(spec)
+	pol := spec.Breaker
+	now := s.cfg.Now().UTC()
+	var from, to executor.BreakerRecord
+	_, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
+		from = executor.BreakerRecord{Key: key, State: events.BreakerClosed}
+		if cur != nil {
+			_ = json.Unmarshal(cur, &from)
+		}
+		to = Next(from, pol, ok, now)
+		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) {
+			return nil, jsutil.ErrNoChange
+		}
+		return json.Marshal(to)
+	})
+	if errors.Is(err, jsutil.ErrNoChange) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if to.State == from.State && to.State != events.BreakerOpen {
+		return nil
+	}
+	if to.State == from.State && to.RetryAt.Equal(from.RetryAt) {
+		return nil
+	}
+	s.cfg.Metrics.BreakerTransitions.WithLabelValues(string(to.State)).Inc()
+	tr := events.BreakerTransition{
+		Key: key, TaskID: spec.ID, From: from.State, To: to.State, Failures: to.Failures,
+		OpenDelay: to.OpenDelay, At: now, Reason: run.Error,
+	}
+	if to.State == events.BreakerOpen {
+		r := to.RetryAt
+		tr.RetryAt = &r
+	}
+	id := fmt.Sprintf("breaker:%s:%s:%s", key, to.State, run.DispatchID)
+	if run.Attempt > 0 {
+		id = fmt.Sprintf("%s:%d", id, run.Attempt)
+	}
+	s.cfg.Logger.Info("breaker transition", "key", key, "from", from.State, "to", to.State, "failures", to.Failures)
+	return jsutil.PublishEvent(ctx, s.cfg.JS, events.BreakerSubject(to.State, key), id, to.State.Type(), s.source, spec.ID, tr, now)
+}
+
+// Next is the breaker state machine: the record after one attempt outcome.
+// An open breaker whose retryAt passed is treated as half-open: the attempt
+// that reached the target was the probe.
+func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, now time.Time) executor.BreakerRecord {
+	b.UpdatedAt = now
+	if ok {
+		return executor.BreakerRecord{Key: b.Key, State: events.BreakerClosed, UpdatedAt: now}
+	}
+	b.Failures++
+	switch b.State {
+	case events.BreakerOpen, events.BreakerHalfOpen:
+		if b.State == events.BreakerOpen && now.Before(b.RetryAt) {
+			// A failure reported while open (an attempt already in flight
+			// when it opened) does not extend the delay.
+			return b
+		}
+		d := min(b.OpenDelay*2, pol.MaxOpenDelay)
+		if d <= 0 {
+			d = pol.OpenDelay
+		}
+		b.State, b.OpenDelay, b.RetryAt = events.BreakerOpen, d, now.Add(d.D())
+	default:
+		if b.Failures >= pol.FailureThreshold {
+			b.State, b.OpenDelay, b.RetryAt = events.BreakerOpen, pol.OpenDelay, now.Add(pol.OpenDelay.D())
+		}
+	}
+	return b
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+)
+
+// runFlags are shared by dev and serve.
+type runFlags struct {
+	logLevel      string
+	logFormat     string
+	apiAddr       string
+	apiTokens     []string
+	apiTokenFile  string
+	metricsAddr   string
+	allowLoopback bool
+	allowCIDRs    []string
+	denyCIDRs     []string
+	concurrency   int
+}
+
+func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
+	fs.StringVar(&f.logLevel, "log-level", envOr("FLYBALL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYBALL_LOG_LEVEL)")
+	fs.StringVar(&f.logFormat, "log-format", envOr("FLYBALL_LOG_FORMAT", "text"), "log format: text or json (env FLYBALL_LOG_FORMAT)")
+	defAPI := ":8080"
+	if dev {
+		defAPI = "127.0.0.1:8080"
+	}
+	fs.StringVar(&f.apiAddr, "api-addr", envOr("FLYBALL_API_ADDR", defAPI), "HTTP API listen address (env FLYBALL_API_ADDR)")
+	fs.StringSliceVar(&f.apiTokens, "api-token", splitEnv("FLYBALL_API_TOKENS"), "accepted API bearer token, repeatable (env FLYBALL_API_TOKENS, comma-separated)")
+	fs.StringVar(&f.apiTokenFile, "api-token-file", os.Getenv("FLYBALL_API_TOKEN_FILE"), "file with one API bearer token per line (env FLYBALL_API_TOKEN_FILE)")
+	defMetrics := ":9090"
+	if dev {
+		defMetrics = "127.0.0.1:9090"
+	}
+	fs.StringVar(&f.metricsAddr, "metrics-addr", envOr("FLYBALL_METRICS_ADDR", defMetrics), "address serving /metrics and /healthz; empty disables (env FLYBALL_METRICS_ADDR)")
+	fs.BoolVar(&f.allowLoopback, "allow-loopback", dev, "let tasks call loopback addresses (SSRF guard)")
+	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable (env FLYBALL_ALLOW_CIDRS)")
+	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable (env FLYBALL_DENY_CIDRS)")
+	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitEnv(k string) []string {
+	v := os.Getenv(k)
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+func (f *runFlags) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: want debug, info, warn or error, got %q", f.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch f.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.logFormat)
+}
+
+func (f *runFlags) guard() (executor.Guard, error) {
+	g := executor.Guard{AllowLoopback: f.allowLoopback}
+	for _, flag := range []struct {
+		name string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"--allow-cidr", f.allowCIDRs, &g.Allow}, {"--deny-cidr", f.denyCIDRs, &g.Deny}} {
+		for _, s := range flag.in {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				return g, fmt.Errorf("%s: want a CIDR prefix like 10.0.0.0/8, got %q", flag.name, s)
+			}
+			*flag.out = append(*flag.out, p)
+		}
+	}
+	return g, nil
+}
+
+// tokens collects API tokens from flags and the token file. generate makes
+// a random one when none is configured (dev only).
+func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
+	toks := append([]string(nil), f.apiTokens...)
+	if f.apiTokenFile != "" {
+		b, err := os.ReadFile(f.apiTokenFile)
+		if err != nil {
+			return nil, false, fmt.Errorf("--api-token-file: %w", err)
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				toks = append(toks, line)
+			}
+		}
+	}
+	if len(toks) > 0 || !generate {
+		return toks, false, nil
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return nil, false, err
+	}
+	return []string{hex.EncodeToString(b)}, true, nil
+}
+
+// serveMetrics serves /metrics and /healthz until ctx ends.
+func serveMetrics(ctx context.Context, addr string, m *metrics.Set, log *slog.Logger) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(c)
+	}, nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/services/embedded"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+func newDevCmd() *cobra.Command {
+	var (
+		rf      runFlags
+		listen  string
+		dataDir string
+		debug   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run every service and an embedded NATS server in this process",
+		Long: `dev starts an embedded nats-server with JetStream (file store under --data-dir),
+creates flyball's streams, consumers and KV buckets, and runs every service
+in-process. The NATS port stays open so the nats CLI can publish tasks and
+watch runs. Ctrl-C stops everything in order.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := rf.logger()
+			if err != nil {
+				return err
+			}
+			guard, err := rf.guard()
+			if err != nil {
+				return err
+			}
+			host, portS, err := net.SplitHostPort(listen)
+			if err != nil {
+				return fmt.Errorf("--listen: want host:port, got %q", listen)
+			}
+			port, err := strconv.Atoi(portS)
+			if err != nil {
+				return fmt.Errorf("--listen: bad port %q", portS)
+			}
+			tokens, generated, err := rf.tokens(true)
+			if err != nil {
+				return err
+			}
+			storeDir, err := filepath.Abs(filepath.Join(dataDir, "jetstream"))
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: storeDir, Debug: debug})
+			if err != nil {
+				return err
+			}
+			defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+			nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("flyball-dev"))
+			if err != nil {
+				return fmt.Errorf("connect to embedded server: %w", err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			ensureCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = streams.Ensure(ensureCtx, js)
+			cancel()
+			if err != nil {
+				return err
+			}
+			m := metrics.New()
+			st, err := stack.Start(ctx, stack.Config{
+				JS: js, Version: version, Logger: log, Metrics: m, Guard: guard,
+				Concurrency: rf.concurrency, APIAddr: rf.apiAddr, APITokens: tokens,
+			})
+			if err != nil {
+				return err
+			}
+			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, log)
+			if err != nil {
+				st.Stop()
+				return err
+			}
+			printDevBanner(cmd, listen, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
+			<-ctx.Done()
+			log.Info("shutting down: api and timer first, then in-flight runs, then result consumers")
+			stopMetrics()
+			st.Stop()
+			if err := nc.Drain(); err != nil {
+				log.Warn("drain", "err", err)
+			}
+			log.Info("stopped")
+			return nil
+		},
+	}
+	rf.register(cmd.Flags(), true)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "embedded NATS listen address")
+	cmd.Flags().StringVar(&dataDir, "data-dir", ".flyball", "directory for the JetStream file store")
+	cmd.Flags().BoolVar(&debug, "nats-debug", false, "log the embedded nats-server's own messages")
+	return cmd
+}
+
+func printDevBanner(cmd *cobra.Command, natsAddr, apiAddr, metricsAddr, storeDir, token string, generated bool) {
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, `
+flyball dev is running.
+  NATS (JetStream)  nats://%s   store %s
+  HTTP API          http://%s   (bearer token below)
+  Metrics           http://%s/metrics
+`, natsAddr, storeDir, apiAddr, metricsAddr)
+	if generated {
+		fmt.Fprintf(w, "  API token         %s   (generated; set FLYBALL_API_TOKENS to fix one)\n", token)
+	}
+	fmt.Fprintf(w, `
+Create a task that GETs a URL every 10s:
+  nats --server nats://%[1]s pub flyball.task.created.hello \
+    '{"specversion":"1.0","type":"io.flyball.task.created","source":"cli/me","id":"hello-1","subject":"hello","datacontenttype":"application/json","data":{"id":"hello","target":{"http":{"url":"http://127.0.0.1:9090/healthz"}},"schedule":{"interval":"10s"}}}'
+Watch runs and dead letters:
+  nats --server nats://%[1]s sub 'flyball.run.>'
+  nats --server nats://%[1]s sub 'flyball.deadletter.>'
+Press Ctrl-C to stop.
+`, natsAddr)
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// natsFlags are the connection flags every NATS-speaking command takes.
+type natsFlags struct {
+	url      string
+	creds    string
+	nkey     string
+	tlsCA    string
+	tlsCert  string
+	tlsKey   string
+	name     string
+	replicas int
+}
+
+func (f *natsFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.url, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
+	fs.StringVar(&f.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
+	fs.StringVar(&f.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS nkey seed file (env NATS_NKEY)")
+	fs.StringVar(&f.tlsCA, "tls-ca", os.Getenv("NATS_CA"), "CA certificate for NATS TLS (env NATS_CA)")
+	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("NATS_CERT"), "client certificate for NATS TLS (env NATS_CERT)")
+	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("NATS_KEY"), "client key for NATS TLS (env NATS_KEY)")
+}
+
+func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond)}
+	if u, p := os.Getenv("NATS_USER"), os.Getenv("NATS_PASSWORD"); u != "" {
+		opts = append(opts, nats.UserInfo(u, p))
+	}
+	if f.creds != "" {
+		opts = append(opts, nats.UserCredentials(f.creds))
+	}
+	if f.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(f.nkey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if f.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(f.tlsCA))
+	}
+	if f.tlsCert != "" || f.tlsKey != "" {
+		opts = append(opts, nats.ClientCert(f.tlsCert, f.tlsKey))
+	}
+	nc, err := nats.Connect(f.url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", f.url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func newServeCmd() *cobra.Command {
+	var (
+		rf       runFlags
+		nf       natsFlags
+		ensure   bool
+		instance string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve <service>...",
+		Short: "Run chosen services against a NATS cluster",
+		Long: "serve runs one or more of: " + strings.Join(stack.All, ", ") + `.
+Each service may run in as many replicas as you like: durable consumers share
+the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
+		Args:      cobra.MinimumNArgs(1),
+		ValidArgs: stack.All,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := stack.Validate(args); err != nil {
+				return err
+			}
+			log, err := rf.logger()
+			if err != nil {
+				return err
+			}
+			guard, err := rf.guard()
+			if err != nil {
+				return err
+			}
+			tokens, _, err := rf.tokens(false)
+			if err != nil {
+				return err
+			}
+			for _, a := range args {
+				if a == "api" && len(tokens) == 0 {
+					return fmt.Errorf("api needs at least one token: --api-token, FLYBALL_API_TOKENS or --api-token-file")
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			nf.name = "flyball-" + strings.Join(args, "-")
+			nc, js, err := nf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if ensure {
+				ectx, cancel := context.WithTimeout(ctx, time.Minute)
+				err := streams.Ensure(ectx, js, streams.WithReplicas(nf.replicas))
+				cancel()
+				if err != nil {
+					return err
+				}
+			}
+			m := metrics.New()
+			st, err := stack.Start(ctx, stack.Config{
+				JS: js, Services: args, Instance: instance, Version: version, Logger: log, Metrics: m,
+				Guard: guard, Concurrency: rf.concurrency, APIAddr: rf.apiAddr, APITokens: tokens,
+			})
+			if err != nil {
+				return err
+			}
+			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, log)
+			if err != nil {
+				st.Stop()
+				return err
+			}
+			log.Info("serving", "services", st.Names(), "nats", nf.url)
+			<-ctx.Done()
+			log.Info("shutting down")
+			stopMetrics()
+			st.Stop()
+			if err := nc.Drain(); err != nil {
+				log.Warn("drain", "err", err)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd.Flags(), false)
+	nf.register(cmd)
+	cmd.Flags().BoolVar(&ensure, "ensure-streams", true, "create or update streams, consumers and KV buckets at start")
+	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas when ensuring (3 on a 3-node cluster)")
+	cmd.Flags().StringVar(&instance, "instance", envOr("FLYBALL_INSTANCE", ""), "this replica's name in heartbeats and event sources; defaults to host-pid (env FLYBALL_INSTANCE)")
+	return cmd
+}

@@ -1,0 +1,156 @@
+// Package deadletter is the single writer of the DEADLETTER stream. It
+// consumes final run.failed events and writes one entry per failed dispatch
+// to flyball.deadletter.<id>, carrying the original dispatch, every
+// attempt's error (read back from RUNS), the attempt count, the reason and
+// timestamps. The entry's Nats-Msg-Id is derived from the dispatch ID, so the
+// same failure dead-lettered twice yields one entry.
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Config configures the dead-letter service.
+type Config struct {
+	svcconf.Common
+}
+
+// Service is the dead-letter service.
+type Service struct {
+	lifecycle.Base
+	cfg    Config
+	source string
+}
+
+// New validates cfg.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.SetDefaults("deadletter"); err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, source: jsutil.Source("deadletter", cfg.Instance)}, nil
+}
+
+// Start consumes final failures from RUNS.
+func (s *Service) Start(ctx context.Context) error {
+	runCtx, err := s.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerDeadLetter, s.cfg.Logger,
+		func(m jetstream.Msg) { s.handle(runCtx, m) })
+	if err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	s.Track(cc)
+	return nil
+}
+
+// EntryID is the Nats-Msg-Id (and event id) of a dispatch's dead-letter entry.
+func EntryID(dispatchID string) string { return "deadletter:" + dispatchID }
+
+func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	e, err := events.Decode(m.Headers(), m.Data())
+	if err != nil {
+		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	var run events.Run
+	if err := events.DecodeData(e, &run); err != nil {
+		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	if !run.Final {
+		_ = m.Ack()
+		return
+	}
+	if run.Dispatch == nil || !events.ValidToken(run.TaskID) {
+		jsutil.Terminate(m, "malformed run: final failure without its dispatch", s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	reason := events.DeadLetterMaxAttempts
+	if run.ErrorKind == events.ErrorPermanent {
+		reason = events.DeadLetterPermanent
+	}
+	entry := events.DeadLetter{
+		TaskID: run.TaskID, Reason: reason, Dispatch: *run.Dispatch, Attempts: run.Attempt,
+		DeadLetteredAt: s.cfg.Now().UTC(),
+	}
+	entry.Errors, err = s.attemptErrors(ctx, &run)
+	if err != nil {
+		s.cfg.Logger.Warn("reading attempt history failed; retrying", "task", run.TaskID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if len(entry.Errors) > 0 {
+		entry.FirstFailedAt = entry.Errors[0].At
+		entry.LastFailedAt = entry.Errors[len(entry.Errors)-1].At
+	}
+	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DeadLetterSubject(run.TaskID), EntryID(run.DispatchID),
+		events.TypeDeadLettered, s.source, run.TaskID, entry, entry.DeadLetteredAt); err != nil {
+		s.cfg.Logger.Warn("dead-letter publish failed; retrying", "task", run.TaskID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	s.cfg.Metrics.DeadLetterTotal.WithLabelValues(reason).Inc()
+	s.cfg.Logger.Warn("run dead-lettered", "task", run.TaskID, "dispatch", run.DispatchID, "reason", reason, "attempts", run.Attempt)
+	_ = m.Ack()
+}
+
+// attemptErrors reads every failed attempt of the dispatch back from RUNS,
+// so the entry is complete even if this service restarted in between.
+func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]events.AttemptError, error) {
+	start := final.ScheduledAt.Add(-time.Second)
+	cons, err := s.cfg.JS.OrderedConsumer(ctx, streams.StreamRuns, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.RunSubject(events.OutcomeFailed, final.TaskID)},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []events.AttemptError
+	seen := map[int]bool{}
+	for {
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			e, err := events.Decode(m.Headers(), m.Data())
+			if err != nil {
+				continue
+			}
+			var r events.Run
+			if events.DecodeData(e, &r) != nil || r.DispatchID != final.DispatchID || seen[r.Attempt] {
+				continue
+			}
+			seen[r.Attempt] = true
+			out = append(out, events.AttemptError{Attempt: r.Attempt, At: r.FinishedAt, Status: r.Status, Error: r.Error})
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if !seen[final.Attempt] {
+		out = append(out, events.AttemptError{Attempt: final.Attempt, At: final.FinishedAt, Status: final.Status, Error: final.Error})
+	}
+	slices.SortFunc(out, func(a, b events.AttemptError) int { return a.Attempt - b.Attempt })
+	return out, nil
+}

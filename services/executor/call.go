@@ -1,0 +1,168 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// result is the classified outcome of one call.
+type result struct {
+	status      int
+	body        string
+	truncated   bool
+	fingerprint string
+	err         error
+	// permanent marks failures that retrying cannot fix.
+	permanent bool
+	// retryAfter is the target's own Retry-After, if it sent one.
+	retryAfter time.Duration
+	request    *events.RequestRecord
+}
+
+func (r *result) ok() bool { return r.err == nil }
+
+func newHTTPClient(g *Guard) *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: g.control}
+	tr := &http.Transport{
+		Proxy:                 nil, // a proxy would bypass the SSRF guard
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64,
+		MaxConnsPerHost:       0,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: 0, // bounded by the per-call context
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(_ *http.Request, via []*http.Request) error {
+			if len(via) >= 5 {
+				return errors.New("stopped after 5 redirects")
+			}
+			return nil
+		},
+	}
+}
+
+// callHTTP performs one HTTP attempt.
+func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, d *events.Dispatch, attempt int) *result {
+	res := &result{request: &events.RequestRecord{Method: t.Method, URL: t.URL, Headers: redactHeaders(t.Headers, s.cfg.RedactHeaders)}}
+	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
+	defer cancel()
+	var body io.Reader
+	if t.Body != "" {
+		body = strings.NewReader(t.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, t.Method, t.URL, body)
+	if err != nil {
+		res.err, res.permanent = fmt.Errorf("invalid request: %w", err), true
+		return res
+	}
+	for k, v := range t.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Idempotency-Key", d.DispatchID)
+	req.Header.Set("User-Agent", "flyball/"+s.cfg.Version)
+	req.Header.Set("Flyball-Task", d.TaskID)
+	req.Header.Set("Flyball-Scheduled-At", d.ScheduledAt.UTC().Format(time.RFC3339Nano))
+	req.Header.Set("Flyball-Attempt", strconv.Itoa(attempt))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		res.err = err
+		res.permanent = errors.Is(err, ErrBlocked)
+		if ctx.Err() != nil && !res.permanent {
+			res.err = fmt.Errorf("timed out after %s: %w", t.Timeout, err)
+		}
+		return res
+	}
+	defer resp.Body.Close()
+	res.status = resp.StatusCode
+	h := sha256.New()
+	limit := t.MaxResponseBytes
+	buf, rerr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if int64(len(buf)) > limit {
+		buf, res.truncated = buf[:limit], true
+	}
+	h.Write(buf)
+	res.body = string(buf)
+	res.fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
+	// Drain a little more so the connection can be reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 256<<10)
+	switch {
+	case t.StatusExpected(resp.StatusCode):
+		if rerr != nil {
+			res.err = fmt.Errorf("reading body: %w", rerr)
+		}
+	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		res.err = fmt.Errorf("HTTP %d", resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			res.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		}
+	default:
+		res.err, res.permanent = fmt.Errorf("HTTP %d is not an expected status (%s)", resp.StatusCode, strings.Join(t.ExpectStatus, ", ")), true
+	}
+	return res
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP date; zero means absent.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// callNATS performs one NATS request/reply attempt.
+func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, d *events.Dispatch, attempt int) *result {
+	res := &result{request: &events.RequestRecord{Subject: t.Subject}}
+	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
+	defer cancel()
+	m := &nats.Msg{Subject: t.Subject, Data: []byte(t.Payload), Header: nats.Header{}}
+	m.Header.Set("Idempotency-Key", d.DispatchID)
+	m.Header.Set("Flyball-Task", d.TaskID)
+	m.Header.Set("Flyball-Scheduled-At", d.ScheduledAt.UTC().Format(time.RFC3339Nano))
+	m.Header.Set("Flyball-Attempt", strconv.Itoa(attempt))
+	reply, err := s.cfg.JS.Conn().RequestMsgWithContext(ctx, m)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no reply within %s: %w", t.Timeout, err)
+		}
+		res.err = err
+		return res
+	}
+	buf := reply.Data
+	if int64(len(buf)) > events.DefaultMaxResponseBytes {
+		buf, res.truncated = buf[:events.DefaultMaxResponseBytes], true
+	}
+	res.body = string(buf)
+	sum := sha256.Sum256(reply.Data)
+	res.fingerprint = hex.EncodeToString(sum[:16])
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		n, _ := strconv.Atoi(code)
+		res.status = n
+		res.err = fmt.Errorf("service error %s: %s", code, reply.Header.Get("Nats-Service-Error"))
+		res.permanent = n >= 400 && n < 500 && n != 408 && n != 429
+	}
+	return res
+}

@@ -1,0 +1,66 @@
+package executor
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/metrics"
+)
+
+// Config configures the executor.
+type Config struct {
+	// JS is the JetStream context. Required.
+	JS jetstream.JetStream
+	// Instance names this replica in event sources. Defaults to "executor".
+	Instance string
+	// Version is sent in the User-Agent. Defaults to "dev".
+	Version string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to a private set.
+	Metrics *metrics.Set
+	// Concurrency bounds calls in flight. Defaults to 64.
+	Concurrency int
+	// PerHost bounds calls in flight to one host. Defaults to 16.
+	PerHost int
+	// Guard is the SSRF guard. The zero value blocks loopback, link-local
+	// and metadata addresses.
+	Guard Guard
+	// RedactHeaders adds header names to redact in run records.
+	RedactHeaders []string
+	// AckWait is the DISPATCH consumer's ack wait; calls longer than half
+	// of it send InProgress. Defaults to 60s (the value in streams).
+	AckWait time.Duration
+	// EmitStarted publishes run.started before each call. It costs one
+	// more persisted message per run. Defaults to false.
+	EmitStarted bool
+}
+
+func (c *Config) setDefaults() error {
+	if c.JS == nil {
+		return errors.New("executor: Config.JS is required")
+	}
+	if c.Instance == "" {
+		c.Instance = "executor"
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Metrics = metrics.OrNew(c.Metrics)
+	if c.Concurrency <= 0 {
+		c.Concurrency = 64
+	}
+	if c.PerHost <= 0 {
+		c.PerHost = 16
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 60 * time.Second
+	}
+	return nil
+}

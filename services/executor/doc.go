@@ -1,0 +1,22 @@
+// Package executor runs due work. It consumes DISPATCH through the durable
+// pull consumer "executor" with bounded concurrency (a global limit and a
+// per-host limit), calls each task's target with the dispatch ID as its
+// idempotency key, and reports every attempt on RUNS.
+//
+// Outcomes:
+//   - success: publish run.succeeded, then ack;
+//   - transient failure (5xx, 408, 429, timeouts, connection errors):
+//     publish run.failed (final=false), then NakWithDelay with exponential
+//     backoff and jitter; Retry-After is honoured within the task's bounds;
+//   - permanent failure (other 4xx, a blocked or invalid target) or the last
+//     attempt: publish run.failed with final=true and the dispatch embedded,
+//     then TermWithReason (which deletes the work-queue message, so the
+//     event must carry it);
+//   - deleted or paused task: publish run.skipped, then ack;
+//   - open breaker: NakWithDelay until the breaker's retryAt, without
+//     calling the target and without counting an attempt.
+//
+// Outbound calls pass an SSRF guard that refuses loopback, link-local and
+// cloud-metadata addresses unless explicitly allowed, checked on the
+// resolved address at dial time so DNS tricks cannot bypass it.
+package executor

@@ -1,0 +1,107 @@
+// Package control publishes control-plane commands (task.created, paused,
+// hinted, …) the way every flyball client does, and waits for the
+// governor's task.accepted or task.rejected answer. The HTTP API and the CLI
+// both use it, so they behave identically.
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+)
+
+// ErrTimeout is returned when no answer arrives in time. The command was
+// stored and will still be applied.
+var ErrTimeout = errors.New("no answer from the governor in time (is the governor running?)")
+
+// Answer is the governor's reply to a command.
+type Answer struct {
+	Accepted *events.TaskAccepted `json:"accepted,omitempty"`
+	Rejected *events.TaskRejected `json:"rejected,omitempty"`
+}
+
+// Client sends commands.
+type Client struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Source string
+}
+
+// Send publishes a command for task id and waits up to wait for the answer.
+// wait <= 0 returns right after the command is stored. It returns the
+// command's event id.
+func (c *Client) Send(ctx context.Context, verb events.Verb, id string, data any, wait time.Duration) (string, *Answer, error) {
+	if !events.ValidToken(id) {
+		return "", nil, &events.FieldError{Field: "id", Rule: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", events.MaxIDLength, id)}
+	}
+	cmdID := uuid.NewString()
+	var sub *nats.Subscription
+	answers := make(chan *nats.Msg, 16)
+	if wait > 0 {
+		var err error
+		// Answers for this task travel on flyball.task.{accepted,rejected}.<id>;
+		// they are also stored in TASKS, but a core subscription made before
+		// publishing sees them with no consumer to clean up.
+		sub, err = c.NC.ChanSubscribe("flyball.task.*."+id, answers)
+		if err != nil {
+			return "", nil, fmt.Errorf("subscribe for the answer: %w", err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	src := c.Source
+	if src == "" {
+		src = "flyball/cli"
+	}
+	if err := jsutil.PublishEvent(ctx, c.JS, events.TaskSubject(verb, id), cmdID, verb.Type(), src, id, data, time.Now().UTC()); err != nil {
+		return "", nil, err
+	}
+	if wait <= 0 {
+		return cmdID, nil, nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return cmdID, nil, ctx.Err()
+		case <-timer.C:
+			return cmdID, nil, ErrTimeout
+		case m := <-answers:
+			if a := match(m, cmdID); a != nil {
+				return cmdID, a, nil
+			}
+		}
+	}
+}
+
+func match(m *nats.Msg, cmdID string) *Answer {
+	if !strings.HasPrefix(m.Subject, "flyball.task.accepted.") && !strings.HasPrefix(m.Subject, "flyball.task.rejected.") {
+		return nil
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		return nil
+	}
+	switch e.Type() {
+	case events.TypeTaskAccepted:
+		var a events.TaskAccepted
+		if events.DecodeData(e, &a) == nil && a.CommandID == cmdID {
+			return &Answer{Accepted: &a}
+		}
+	case events.TypeTaskRejected:
+		var r events.TaskRejected
+		if events.DecodeData(e, &r) == nil && r.CommandID == cmdID {
+			return &Answer{Rejected: &r}
+		}
+	}
+	return nil
+}

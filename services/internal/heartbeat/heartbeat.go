@@ -1,0 +1,138 @@
+// Package heartbeat registers a service instance in KV flyball-runtime and
+// keeps its entry fresh. The sweeper marks entries whose last beat is too
+// old as offline. A failed beat is logged, counted and retried on the next
+// tick; it never stops the service.
+package heartbeat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// DefaultInterval is how often an instance beats.
+const DefaultInterval = 15 * time.Second
+
+// Config describes the instance.
+type Config struct {
+	JS       jetstream.JetStream
+	Kind     string
+	Name     string
+	Version  string
+	Capacity int
+	// Interval defaults to 15s.
+	Interval time.Duration
+	Logger   *slog.Logger
+	Metrics  *metrics.Set
+}
+
+// Key is the KV key of an instance: <kind>.<name>.
+func Key(kind, name string) string { return kind + "." + name }
+
+// Beater keeps one instance's registration alive.
+type Beater struct {
+	cfg    Config
+	kv     jetstream.KeyValue
+	hb     events.Heartbeat
+	source string
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// Start registers the instance (announcing runtime.online) and beats until
+// Stop. Registration failure is not fatal: the next beat retries it.
+func Start(ctx context.Context, cfg Config) (*Beater, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	cfg.Name = events.SanitizeToken(cfg.Name)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Metrics = metrics.OrNew(cfg.Metrics)
+	kv, err := cfg.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	now := time.Now().UTC()
+	b := &Beater{
+		cfg: cfg, kv: kv, source: jsutil.Source(cfg.Kind, cfg.Name),
+		hb: events.Heartbeat{
+			Kind: cfg.Kind, Name: cfg.Name, PID: os.Getpid(), Host: host, Version: cfg.Version,
+			Capacity: cfg.Capacity, Status: events.RuntimeOnline, StartedAt: now, Interval: events.Duration(cfg.Interval),
+		},
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	b.beat(ctx)
+	b.announce(ctx, events.RuntimeOnline, "started")
+	go b.loop()
+	return b, nil
+}
+
+func (b *Beater) loop() {
+	defer close(b.done)
+	t := time.NewTicker(b.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
+			b.beat(ctx)
+			cancel()
+		}
+	}
+}
+
+func (b *Beater) beat(ctx context.Context) {
+	b.hb.LastBeat = time.Now().UTC()
+	body, err := json.Marshal(b.hb)
+	if err == nil {
+		_, err = b.kv.Put(ctx, Key(b.cfg.Kind, b.cfg.Name), body)
+	}
+	if err != nil {
+		b.cfg.Metrics.HeartbeatFailures.Inc()
+		b.cfg.Logger.Warn("heartbeat failed; retrying next tick", "kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
+	}
+}
+
+func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason string) {
+	hb := b.hb
+	hb.Status = st
+	id := b.source + ":" + string(st) + ":" + hb.StartedAt.Format(time.RFC3339Nano)
+	err := jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(st, b.cfg.Kind, b.cfg.Name), id,
+		st.Type(), b.source, b.cfg.Name, hb, time.Now().UTC())
+	if err != nil {
+		b.cfg.Logger.Warn("runtime event not published", "status", st, "reason", reason, "err", err)
+	}
+}
+
+// Stop deregisters the instance: it deletes the KV entry and announces
+// runtime.offline. Idempotent.
+func (b *Beater) Stop() {
+	select {
+	case <-b.stop:
+		return
+	default:
+	}
+	close(b.stop)
+	<-b.done
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := b.kv.Delete(ctx, Key(b.cfg.Kind, b.cfg.Name)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		b.cfg.Logger.Warn("deregister failed", "err", err)
+	}
+	b.announce(ctx, events.RuntimeOffline, "stopped")
+}

@@ -1,0 +1,153 @@
+// Package jsutil holds the JetStream plumbing every flyball service shares:
+// publishing CloudEvents with a dedup ID, consuming a durable, terminating
+// bad messages with a reason, and CAS retry on KV.
+package jsutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+)
+
+// Source builds the CloudEvents source of a service instance.
+func Source(service, instance string) string { return "flyball/" + service + "/" + instance }
+
+// Publish publishes body to subject with the given Nats-Msg-Id (if not
+// empty) and waits for the PubAck.
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, body []byte) (*jetstream.PubAck, error) {
+	m := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+	m.Header.Set("Content-Type", events.ContentTypeStructured)
+	if msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return ack, nil
+}
+
+// PublishEvent builds a structured CloudEvent and publishes it. The msgID is
+// both the event id and the Nats-Msg-Id, so a retried publish deduplicates.
+func PublishEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, typ, source, taskID string, data any, at time.Time) error {
+	body, err := events.Marshal(typ, source, taskID, data, at, msgID)
+	if err != nil {
+		return err
+	}
+	_, err = Publish(ctx, js, subject, msgID, body)
+	return err
+}
+
+// IsSubjectFull reports whether a publish failed because the subject already
+// holds its one permitted message (JetStream error 10077): on DISPATCH this
+// means the run is already pending.
+func IsSubjectFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077
+}
+
+// IsCASConflict reports whether a KV write lost a compare-and-set race.
+func IsCASConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Terminate ends a message that can never be processed, with a reason that
+// reaches the MSG_TERMINATED advisory, and counts it.
+func Terminate(msg jetstream.Msg, reason string, m *metrics.Set, log *slog.Logger) {
+	m.RejectedEvents.WithLabelValues(reasonLabel(reason)).Inc()
+	log.Warn("terminating malformed message", "subject", msg.Subject(), "reason", reason)
+	if err := msg.TermWithReason(truncate(reason, 200)); err != nil {
+		log.Warn("term failed", "subject", msg.Subject(), "err", err)
+	}
+}
+
+// reasonLabel keeps the rejected-events label bounded: the first words of a
+// reason name its class, the rest (values, IDs) is dropped.
+func reasonLabel(reason string) string {
+	for i, c := range reason {
+		if c == ':' {
+			return reason[:i]
+		}
+		if i >= 40 {
+			return reason[:i]
+		}
+	}
+	return reason
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Consume starts consuming the durable and returns its context. The handler
+// runs serially; handlers that need concurrency dispatch to a pool.
+func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+	cons, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s/%s: %w (did streams.Ensure run?)", stream, durable, err)
+	}
+	opts = append(opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
+			log.Debug("consume", "stream", stream, "durable", durable, "err", err)
+			return
+		}
+		log.Warn("consume", "stream", stream, "durable", durable, "err", err)
+	}))
+	cc, err := cons.Consume(h, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consume %s/%s: %w", stream, durable, err)
+	}
+	return cc, nil
+}
+
+// UpdateFunc computes the new value of a KV entry from the current one
+// (nil when absent). Returning nil value with nil error means "no change".
+type UpdateFunc func(current []byte) ([]byte, error)
+
+// ErrNoChange can be returned by an UpdateFunc to skip the write.
+var ErrNoChange = errors.New("no change")
+
+// CAS reads key, applies fn and writes the result with compare-and-set,
+// retrying on conflicts up to attempts times. It returns the written revision.
+func CAS(ctx context.Context, kv jetstream.KeyValue, key string, attempts int, fn UpdateFunc) (uint64, error) {
+	for range attempts {
+		var cur []byte
+		var rev uint64
+		e, err := kv.Get(ctx, key)
+		switch {
+		case err == nil:
+			cur, rev = e.Value(), e.Revision()
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		default:
+			return 0, fmt.Errorf("get %s: %w", key, err)
+		}
+		next, err := fn(cur)
+		if err != nil {
+			return rev, err
+		}
+		var wrote uint64
+		if rev == 0 {
+			wrote, err = kv.Create(ctx, key, next)
+		} else {
+			wrote, err = kv.Update(ctx, key, next, rev)
+		}
+		if err == nil {
+			return wrote, nil
+		}
+		if !IsCASConflict(err) {
+			return 0, fmt.Errorf("write %s: %w", key, err)
+		}
+	}
+	return 0, fmt.Errorf("write %s: %d CAS conflicts in a row: %w", key, attempts, jetstream.ErrKeyRevisionMismatch)
+}

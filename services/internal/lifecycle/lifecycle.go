@@ -1,0 +1,109 @@
+// Package lifecycle gives every flyball service the same Start/Stop shape:
+// Start once, an idempotent Stop that first drains consumers (stop taking
+// new work, finish what is buffered), then cancels and waits for every
+// goroutine, and a Stopped channel.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
+)
+
+// ErrStarted is returned by a second Start.
+var ErrStarted = errors.New("already started")
+
+// DrainTimeout bounds how long Stop waits for consumers to drain.
+const DrainTimeout = 10 * time.Second
+
+// Base is embedded by services.
+type Base struct {
+	mu       sync.Mutex
+	started  bool
+	cancel   context.CancelFunc
+	wg       conc.WaitGroup
+	consumes []jetstream.ConsumeContext
+	onStop   []func()
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+// Begin marks the service started and returns its run context, cancelled
+// by Stop.
+func (b *Base) Begin(ctx context.Context) (context.Context, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return nil, ErrStarted
+	}
+	b.started = true
+	b.stopped = make(chan struct{})
+	ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return ctx, nil
+}
+
+// Go runs fn in a goroutine that Stop waits for.
+func (b *Base) Go(fn func()) { b.wg.Go(fn) }
+
+// Track registers a consume context to drain on Stop.
+func (b *Base) Track(cc jetstream.ConsumeContext) {
+	b.mu.Lock()
+	b.consumes = append(b.consumes, cc)
+	b.mu.Unlock()
+}
+
+// OnStop registers fn to run after consumers drained and goroutines ended,
+// in reverse registration order.
+func (b *Base) OnStop(fn func()) {
+	b.mu.Lock()
+	b.onStop = append(b.onStop, fn)
+	b.mu.Unlock()
+}
+
+// Stop drains consumers, cancels the run context, waits for goroutines and
+// runs the OnStop hooks. It is idempotent and safe before Start.
+func (b *Base) Stop() {
+	b.mu.Lock()
+	started := b.started
+	b.mu.Unlock()
+	if !started {
+		return
+	}
+	b.stopOnce.Do(func() {
+		b.mu.Lock()
+		consumes := b.consumes
+		b.mu.Unlock()
+		for _, cc := range consumes {
+			cc.Drain()
+		}
+		deadline := time.NewTimer(DrainTimeout)
+		for _, cc := range consumes {
+			select {
+			case <-cc.Closed():
+			case <-deadline.C:
+				cc.Stop()
+			}
+		}
+		deadline.Stop()
+		b.cancel()
+		b.wg.Wait()
+		b.mu.Lock()
+		hooks := b.onStop
+		b.mu.Unlock()
+		for i := len(hooks) - 1; i >= 0; i-- {
+			hooks[i]()
+		}
+		close(b.stopped)
+	})
+}
+
+// Stopped is closed when Stop has finished. It is nil before Start.
+func (b *Base) Stopped() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopped
+}

@@ -1,0 +1,106 @@
+// Package metrics defines every Prometheus metric flyball exports. One Set
+// is created per process and shared by the services running in it, so
+// `flyball dev` serves one combined /metrics.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Set holds the process's metrics and the registry they are registered in.
+// Labels are bounded: no metric here has a per-task label.
+type Set struct {
+	Registry *prometheus.Registry
+
+	RunsTotal          *prometheus.CounterVec
+	RunDuration        prometheus.Histogram
+	DispatchLateness   prometheus.Histogram
+	DispatchTotal      *prometheus.CounterVec
+	DispatchPending    prometheus.Gauge
+	Inflight           prometheus.Gauge
+	RetriesTotal       prometheus.Counter
+	BreakerTransitions *prometheus.CounterVec
+	BreakersOpen       prometheus.Gauge
+	DeadLetterTotal    *prometheus.CounterVec
+	Decisions          *prometheus.CounterVec
+	RejectedEvents     *prometheus.CounterVec
+	RuntimeInstances   *prometheus.GaugeVec
+	StalenessMax       prometheus.Gauge
+	HeartbeatFailures  prometheus.Counter
+}
+
+// New creates a Set with its own registry, including Go and process
+// collectors.
+func New() *Set {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	latencyBuckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	s := &Set{
+		Registry: r,
+		RunsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_runs_total", Help: "Run attempts by result (succeeded, failed, skipped, deferred).",
+		}, []string{"result"}),
+		RunDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "flyball_run_duration_seconds", Help: "Duration of target calls.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		DispatchLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "flyball_dispatch_lateness_seconds", Help: "Dispatch time minus the scheduled nextRunAt.",
+			Buckets: latencyBuckets,
+		}),
+		DispatchTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_dispatch_total", Help: "Timer dispatch publishes by result (new, duplicate, pending, error).",
+		}, []string{"result"}),
+		DispatchPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_dispatch_pending", Help: "Schedules held by this timer that are waiting to fall due.",
+		}),
+		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_inflight", Help: "Runs being executed by this process.",
+		}),
+		RetriesTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_retries_total", Help: "Failed attempts that were scheduled for retry.",
+		}),
+		BreakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_breaker_transitions_total", Help: "Breaker transitions by target state.",
+		}, []string{"to"}),
+		BreakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_breakers_open", Help: "Breakers this process last saw open or half-open.",
+		}),
+		DeadLetterTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_deadletter_total", Help: "Dead-letter entries written, by reason.",
+		}, []string{"reason"}),
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_governor_decisions_total", Help: "Governor decisions by source.",
+		}, []string{"source"}),
+		RejectedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_rejected_events_total", Help: "Malformed or refused events, by reason.",
+		}, []string{"reason"}),
+		RuntimeInstances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_runtime_instances", Help: "Service instances in the runtime registry, by status.",
+		}, []string{"status"}),
+		StalenessMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_staleness_score", Help: "Highest per-task staleness score in [0,1].",
+		}),
+		HeartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_heartbeat_failures_total", Help: "Heartbeat writes that failed and will be retried.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{
+		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.Inflight,
+		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
+		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures,
+	} {
+		f(c)
+	}
+	return s
+}
+
+// OrNew returns s, or a fresh Set when s is nil.
+func OrNew(s *Set) *Set {
+	if s != nil {
+		return s
+	}
+	return New()
+}

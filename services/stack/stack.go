@@ -1,0 +1,187 @@
+// Package stack starts a chosen set of flyball services in one process,
+// in dependency order, and stops them in reverse. `flyball dev`, `flyball
+// serve`, the end-to-end tests and the load test all use it, so they run
+// exactly the same code.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/api"
+	"github.com/flyballhq/flyball/services/breaker"
+	"github.com/flyballhq/flyball/services/deadletter"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/governor"
+	"github.com/flyballhq/flyball/services/internal/heartbeat"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/services/sweeper"
+	"github.com/flyballhq/flyball/services/timer"
+)
+
+// All lists the service names in start order. Consumers of results start before their
+// producers, so nothing waits on a service that is not up yet.
+var All = []string{"governor", "breaker", "deadletter", "sweeper", "executor", "timer", "api"}
+
+// Config configures a stack.
+type Config struct {
+	// JS is the JetStream context. Required.
+	JS jetstream.JetStream
+	// Services to run. Defaults to All.
+	Services []string
+	// Instance names this process's replicas. Defaults to host-pid.
+	Instance string
+	// Version is reported in heartbeats and User-Agent. Defaults to "dev".
+	Version string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to a new set shared by every service.
+	Metrics *metrics.Set
+	// Guard is the executor's SSRF guard.
+	Guard executor.Guard
+	// Concurrency is the executor's global limit. Defaults to 64.
+	Concurrency int
+	// APIAddr and APITokens configure the API (required when it runs).
+	APIAddr   string
+	APITokens []string
+	// HeartbeatInterval defaults to 15s; OfflineAfter to 45s; SweepInterval to 15s.
+	HeartbeatInterval time.Duration
+	OfflineAfter      time.Duration
+	SweepInterval     time.Duration
+}
+
+type service interface {
+	Start(ctx context.Context) error
+	Stop()
+}
+
+// Stack is a running set of services.
+type Stack struct {
+	cfg     Config
+	started []service
+	names   []string
+	beaters []*heartbeat.Beater
+	// API is the running API server, if any.
+	API *api.Service
+	// Timer is the running timer, if any.
+	Timer *timer.Service
+	// Sweeper is the running sweeper, if any.
+	Sweeper *sweeper.Service
+}
+
+// Validate checks service names.
+func Validate(names []string) error {
+	for _, n := range names {
+		if !slices.Contains(All, n) {
+			return fmt.Errorf("unknown service %q: want one of %s", n, strings.Join(All, ", "))
+		}
+	}
+	return nil
+}
+
+// Start starts the configured services. On error, whatever started is stopped.
+func Start(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.JS == nil {
+		return nil, errors.New("stack: Config.JS is required")
+	}
+	if len(cfg.Services) == 0 {
+		cfg.Services = All
+	}
+	if err := Validate(cfg.Services); err != nil {
+		return nil, err
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = governor.DefaultInstance()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Metrics = metrics.OrNew(cfg.Metrics)
+	st := &Stack{cfg: cfg}
+	for _, name := range All {
+		if !slices.Contains(cfg.Services, name) {
+			continue
+		}
+		svc, err := st.build(name)
+		if err == nil {
+			err = svc.Start(ctx)
+		}
+		if err != nil {
+			st.Stop()
+			return nil, fmt.Errorf("start %s: %w", name, err)
+		}
+		st.started = append(st.started, svc)
+		st.names = append(st.names, name)
+		b, err := heartbeat.Start(ctx, heartbeat.Config{
+			JS: cfg.JS, Kind: name, Name: cfg.Instance, Version: cfg.Version,
+			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		})
+		if err != nil {
+			cfg.Logger.Warn("heartbeat not started", "service", name, "err", err)
+		} else {
+			st.beaters = append(st.beaters, b)
+		}
+	}
+	return st, nil
+}
+
+func (st *Stack) common() svcconf.Common {
+	return svcconf.Common{JS: st.cfg.JS, Instance: st.cfg.Instance, Logger: st.cfg.Logger, Metrics: st.cfg.Metrics}
+}
+
+func (st *Stack) build(name string) (service, error) {
+	c := st.common()
+	switch name {
+	case "governor":
+		return governor.New(governor.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics})
+	case "breaker":
+		return breaker.New(breaker.Config{Common: c})
+	case "deadletter":
+		return deadletter.New(deadletter.Config{Common: c})
+	case "sweeper":
+		s, err := sweeper.New(sweeper.Config{Common: c, Interval: st.cfg.SweepInterval, OfflineAfter: st.cfg.OfflineAfter})
+		st.Sweeper = s
+		return s, err
+	case "executor":
+		return executor.New(executor.Config{
+			JS: c.JS, Instance: c.Instance, Version: st.cfg.Version, Logger: c.Logger, Metrics: c.Metrics,
+			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency,
+		})
+	case "timer":
+		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics})
+		st.Timer = t
+		return t, err
+	case "api":
+		a, err := api.New(api.Config{Common: c, Addr: st.cfg.APIAddr, Tokens: st.cfg.APITokens})
+		st.API = a
+		return a, err
+	}
+	return nil, fmt.Errorf("unknown service %q", name)
+}
+
+// Names lists the running services in start order.
+func (st *Stack) Names() []string { return st.names }
+
+// Metrics is the shared metric set.
+func (st *Stack) Metrics() *metrics.Set { return st.cfg.Metrics }
+
+// Stop stops services in reverse start order: the API and timer stop
+// first so no new work enters, then the executor drains in-flight calls,
+// then the consumers of results. Heartbeats deregister last.
+func (st *Stack) Stop() {
+	for i := len(st.started) - 1; i >= 0; i-- {
+		st.started[i].Stop()
+	}
+	for _, b := range st.beaters {
+		b.Stop()
+	}
+	st.started, st.beaters = nil, nil
+}

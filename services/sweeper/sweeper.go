@@ -1,0 +1,141 @@
+// Package sweeper keeps the runtime registry honest. Every service instance
+// heartbeats into KV flyball-runtime; the sweeper marks an instance offline
+// once its last beat is older than OfflineAfter and announces
+// runtime.offline, and announces runtime.online again when a marked
+// instance beats anew. It also exports the registry as
+// flyball_runtime_instances{status}.
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Config configures the sweeper.
+type Config struct {
+	svcconf.Common
+	// Interval between sweeps. Defaults to 15s.
+	Interval time.Duration
+	// OfflineAfter is the heartbeat age that marks an instance offline.
+	// Defaults to 45s.
+	OfflineAfter time.Duration
+}
+
+// Service is the sweeper service.
+type Service struct {
+	lifecycle.Base
+	cfg     Config
+	source  string
+	runtime jetstream.KeyValue
+	swept   chan struct{}
+}
+
+// New validates cfg.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.SetDefaults("sweeper"); err != nil {
+		return nil, err
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 15 * time.Second
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = 45 * time.Second
+	}
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1)}, nil
+}
+
+// Start binds KV and sweeps every Interval.
+func (s *Service) Start(ctx context.Context) error {
+	runCtx, err := s.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	if s.runtime, err = s.cfg.JS.KeyValue(ctx, streams.BucketRuntime); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	s.Go(func() {
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		for {
+			if err := s.Sweep(runCtx); err != nil && runCtx.Err() == nil {
+				s.cfg.Logger.Warn("sweep failed; retrying next interval", "err", err)
+			}
+			select {
+			case s.swept <- struct{}{}:
+			default:
+			}
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return nil
+}
+
+// Swept receives a value after each sweep; tests use it instead of sleeping.
+func (s *Service) Swept() <-chan struct{} { return s.swept }
+
+// Sweep runs one pass over the runtime registry.
+func (s *Service) Sweep(ctx context.Context) error {
+	lister, err := s.runtime.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now().UTC()
+	counts := map[events.RuntimeStatus]int{}
+	for key := range lister.Keys() {
+		st, err := s.sweepOne(ctx, key, now)
+		if err != nil {
+			s.cfg.Logger.Warn("sweeping instance failed", "key", key, "err", err)
+			continue
+		}
+		counts[st]++
+	}
+	// The lister stops itself after the last key; no Stop needed.
+	for _, st := range []events.RuntimeStatus{events.RuntimeOnline, events.RuntimeOffline} {
+		s.cfg.Metrics.RuntimeInstances.WithLabelValues(string(st)).Set(float64(counts[st]))
+	}
+	return nil
+}
+
+func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (events.RuntimeStatus, error) {
+	ent, err := s.runtime.Get(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	var hb events.Heartbeat
+	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+		return "", fmt.Errorf("unreadable heartbeat: %w", err)
+	}
+	if hb.Status == events.RuntimeOffline || now.Sub(hb.LastBeat) <= s.cfg.OfflineAfter {
+		return hb.Status, nil
+	}
+	hb.Status = events.RuntimeOffline
+	body, err := json.Marshal(hb)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.runtime.Update(ctx, key, body, ent.Revision()); err != nil {
+		if jsutil.IsCASConflict(err) {
+			return events.RuntimeOnline, nil // it just beat
+		}
+		return "", err
+	}
+	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
+	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
+	err = jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
+		events.TypeRuntimeOffline, s.source, hb.Name, hb, now)
+	return events.RuntimeOffline, err
+}

@@ -1,0 +1,13 @@
+// Package timer turns schedules into dispatches. It watches KV
+// flyball-schedules, keeps every task's nextRunAt in one in-memory min-heap
+// driven by a single time.Timer, and when an entry falls due publishes a
+// run.due event to flyball.dispatch.<id> with Nats-Msg-Id
+// "<id>:<nextRunAt unix ms>".
+//
+// Several timer replicas may run at once: they all fire, JetStream keeps one
+// message per Nats-Msg-Id, and DISPATCH holds at most one pending run per
+// task. A duplicate PubAck or error 10077 (the subject already holds a
+// pending run) therefore means the run is already dispatched: success, not
+// failure. Any other publish error is retried with a short backoff; a run is
+// never silently dropped.
+package timer

@@ -1,0 +1,45 @@
+package timer
+
+// item is one task's pending due time. Times are Unix nanoseconds to keep
+// the item small: the timer holds one per task.
+type item struct {
+	id     string
+	at     int64 // when to fire (the heap key)
+	due    int64 // the scheduled nextRunAt; differs from at only on retry
+	fired  int64 // the due time last dispatched, to ignore re-puts of it
+	source string
+	index  int // position in the heap, -1 when not queued
+}
+
+// dueHeap is a min-heap of items by due time.
+type dueHeap []*item
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].id < h[j].id
+}
+
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+
+func (h *dueHeap) Push(x any) {
+	it := x.(*item)
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+
+func (h *dueHeap) Pop() any {
+	old := *h
+	n := len(old)
+	it := old[n-1]
+	old[n-1] = nil
+	it.index = -1
+	*h = old[:n-1]
+	return it
+}
