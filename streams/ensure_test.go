@@ -124,7 +124,7 @@ func TestDefinitionsDecodeIntoServerTypes(t *testing.T) {
 			t.Fatalf("walk %s: %v", dir, err)
 		}
 	}
-	want := map[string]int{dirStreams: 6, dirKV: 4, dirConsumers: 7}
+	want := map[string]int{dirStreams: 6, dirKV: 5, dirConsumers: 8}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("file counts %v, want %v", counts, want)
 	}
@@ -142,7 +142,7 @@ func TestConfigsParse(t *testing.T) {
 	}
 	wantNames := []string{
 		StreamAdvisories, StreamDeadLetter, StreamDispatch, StreamHealth,
-		"KV_" + BucketBreakers, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
+		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
 		StreamRuns, StreamTasks,
 	}
 	if !slices.Equal(names, wantNames) {
@@ -165,6 +165,7 @@ func TestConfigsParse(t *testing.T) {
 		StreamHealth:     {ConsumerGovernor},
 		StreamDispatch:   {ConsumerExecutor},
 		StreamAdvisories: {ConsumerDeadLetter},
+		StreamDeadLetter: {ConsumerGovernor},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("consumers %v, want %v", got, want)
@@ -196,6 +197,7 @@ var wantStreams = map[string]streamWant{
 	"KV_" + BucketSchedules: {[]string{"$KV." + BucketSchedules + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketBreakers:  {[]string{"$KV." + BucketBreakers + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketRuntime:   {[]string{"$KV." + BucketRuntime + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
+	"KV_" + BucketAttempts:  {[]string{"$KV." + BucketAttempts + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, day},
 }
 
 type consumerWant struct {
@@ -216,6 +218,7 @@ var wantConsumers = map[string]consumerWant{
 	StreamHealth + "." + ConsumerGovernor:       {[]string{"flyball.breaker.>"}, 30 * time.Second, -1, 1000},
 	StreamDispatch + "." + ConsumerExecutor:     {[]string{"flyball.dispatch.*"}, 60 * time.Second, 20, 20000},
 	StreamAdvisories + "." + ConsumerDeadLetter: {nil, 30 * time.Second, -1, 1000},
+	StreamDeadLetter + "." + ConsumerGovernor:   {[]string{"flyball.deadletter.*"}, 30 * time.Second, -1, 1000},
 }
 
 type snapshot struct {
@@ -398,13 +401,14 @@ func TestKVBucketsUsable(t *testing.T) {
 
 	// The files hold exactly what CreateKeyValue produces: creating the
 	// bucket again with the same settings is accepted and changes nothing.
-	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketRuntime: 1} {
+	ttls := map[string]time.Duration{BucketAttempts: day}
+	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketRuntime: 1, BucketAttempts: 1} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatalf("stream KV_%s: %v", bucket, err)
 		}
 		before := s.CachedInfo().Config
-		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history)})
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history), TTL: ttls[bucket]})
 		if err != nil {
 			t.Errorf("CreateKeyValue(%s) over Ensure'd stream: %v", bucket, err)
 			continue

@@ -31,6 +31,10 @@ const (
 	BucketSchedules = "flyball-schedules"
 	BucketBreakers  = "flyball-breakers"
 	BucketRuntime   = "flyball-runtime"
+	// BucketAttempts counts the attempts of each dispatch (key
+	// "<task>.<scheduled unix ms>"), so breaker deferrals and crash
+	// redeliveries do not burn attempts. Entries expire after 24h.
+	BucketAttempts = "flyball-attempts"
 )
 
 // Durable consumer names. A durable name is unique per stream, not

@@ -16,6 +16,9 @@ type State struct {
 	Trail  []string `json:"trail,omitempty"`
 	// DecidedAt is the `now` of the decision that produced this state.
 	DecidedAt time.Time `json:"decidedAt,omitzero"`
+	// CreatedAt is when the task was accepted; staleness of a task that
+	// never succeeded is measured from it.
+	CreatedAt time.Time `json:"createdAt,omitzero"`
 	// Input names the input kind that produced this state.
 	Input Kind `json:"input,omitempty"`
 

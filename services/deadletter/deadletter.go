@@ -30,8 +30,10 @@ type Config struct {
 // Service is the dead-letter service.
 type Service struct {
 	lifecycle.Base
-	cfg    Config
-	source string
+	cfg      Config
+	source   string
+	dispatch jetstream.Stream
+	attempts jetstream.KeyValue
 }
 
 // New validates cfg.
@@ -48,8 +50,20 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
+	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	if s.attempts, err = s.cfg.JS.KeyValue(ctx, streams.BucketAttempts); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
 	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerDeadLetter, s.cfg.Logger,
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
+	if err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	s.Track(cc)
+	cc, err = jsutil.Consume(ctx, s.cfg.JS, streams.StreamAdvisories, streams.ConsumerDeadLetter, s.cfg.Logger,
+		func(m jetstream.Msg) { s.handleAdvisory(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
@@ -83,29 +97,37 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	if run.ErrorKind == events.ErrorPermanent {
 		reason = events.DeadLetterPermanent
 	}
-	entry := events.DeadLetter{
-		TaskID: run.TaskID, Reason: reason, Dispatch: *run.Dispatch, Attempts: run.Attempt,
-		DeadLetteredAt: s.cfg.Now().UTC(),
-	}
-	entry.Errors, err = s.attemptErrors(ctx, &run)
-	if err != nil {
-		s.cfg.Logger.Warn("reading attempt history failed; retrying", "task", run.TaskID, "err", err)
+	if err := s.write(ctx, &run, *run.Dispatch, reason); err != nil {
+		s.cfg.Logger.Warn("dead-letter failed; retrying", "task", run.TaskID, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
+	}
+	_ = m.Ack()
+}
+
+// write publishes the dead-letter entry for a dispatch whose last word is
+// final. Its Nats-Msg-Id makes a second write of the same failure a no-op.
+func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatch, reason string) error {
+	entry := events.DeadLetter{
+		TaskID: final.TaskID, Reason: reason, Dispatch: d, Attempts: final.Attempt,
+		DeadLetteredAt: s.cfg.Now().UTC(),
+	}
+	var err error
+	if entry.Errors, err = s.attemptErrors(ctx, final); err != nil {
+		return fmt.Errorf("read attempt history: %w", err)
 	}
 	if len(entry.Errors) > 0 {
 		entry.FirstFailedAt = entry.Errors[0].At
 		entry.LastFailedAt = entry.Errors[len(entry.Errors)-1].At
+		entry.Attempts = max(entry.Attempts, entry.Errors[len(entry.Errors)-1].Attempt)
 	}
-	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DeadLetterSubject(run.TaskID), EntryID(run.DispatchID),
-		events.TypeDeadLettered, s.source, run.TaskID, entry, entry.DeadLetteredAt); err != nil {
-		s.cfg.Logger.Warn("dead-letter publish failed; retrying", "task", run.TaskID, "err", err)
-		_ = m.NakWithDelay(time.Second)
-		return
+	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DeadLetterSubject(final.TaskID), EntryID(final.DispatchID),
+		events.TypeDeadLettered, s.source, final.TaskID, entry, entry.DeadLetteredAt); err != nil {
+		return err
 	}
 	s.cfg.Metrics.DeadLetterTotal.WithLabelValues(reason).Inc()
-	s.cfg.Logger.Warn("run dead-lettered", "task", run.TaskID, "dispatch", run.DispatchID, "reason", reason, "attempts", run.Attempt)
-	_ = m.Ack()
+	s.cfg.Logger.Warn("run dead-lettered", "task", final.TaskID, "dispatch", final.DispatchID, "reason", reason, "attempts", entry.Attempts)
+	return nil
 }
 
 // attemptErrors reads every failed attempt of the dispatch back from RUNS,
@@ -148,7 +170,7 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 			break
 		}
 	}
-	if !seen[final.Attempt] {
+	if final.Attempt > 0 && !seen[final.Attempt] {
 		out = append(out, events.AttemptError{Attempt: final.Attempt, At: final.FinishedAt, Status: final.Status, Error: final.Error})
 	}
 	slices.SortFunc(out, func(a, b events.AttemptError) int { return a.Attempt - b.Attempt })

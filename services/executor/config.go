@@ -34,6 +34,9 @@ type Config struct {
 	// AckWait is the DISPATCH consumer's ack wait; calls longer than half
 	// of it send InProgress. Defaults to 60s (the value in streams).
 	AckWait time.Duration
+	// ShutdownGrace is how long Stop lets in-flight calls finish before
+	// cancelling them. Defaults to 10s.
+	ShutdownGrace time.Duration
 	// EmitStarted publishes run.started before each call. It costs one
 	// more persisted message per run. Defaults to false.
 	EmitStarted bool
@@ -58,6 +61,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.PerHost <= 0 {
 		c.PerHost = 16
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 60 * time.Second

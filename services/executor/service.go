@@ -33,7 +33,12 @@ type Service struct {
 	tasks     jetstream.KeyValue
 	schedules jetstream.KeyValue
 	breakers  jetstream.KeyValue
+	attempts  jetstream.KeyValue
 	work      *pool.Pool
+	workDone  chan struct{} // closed once the pool's single Wait returns
+	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
+	// last possible delivery is final, because no redelivery can follow.
+	maxDeliver int
 
 	hostMu sync.Mutex
 	hosts  map[string]chan struct{}
@@ -62,10 +67,23 @@ func (s *Service) Start(ctx context.Context) error {
 	for _, b := range []struct {
 		name string
 		kv   *jetstream.KeyValue
-	}{{streams.BucketTasks, &s.tasks}, {streams.BucketSchedules, &s.schedules}, {streams.BucketBreakers, &s.breakers}} {
+	}{
+		{streams.BucketTasks, &s.tasks},
+		{streams.BucketSchedules, &s.schedules},
+		{streams.BucketBreakers, &s.breakers},
+		{streams.BucketAttempts, &s.attempts},
+	} {
 		if *b.kv, err = s.cfg.JS.KeyValue(ctx, b.name); err != nil {
 			return fmt.Errorf("executor: bind %s: %w", b.name, err)
 		}
+	}
+	cons, err := s.cfg.JS.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
+	if err != nil {
+		return fmt.Errorf("executor: consumer %s/%s: %w", streams.StreamDispatch, streams.ConsumerExecutor, err)
+	}
+	s.maxDeliver = cons.CachedInfo().Config.MaxDeliver
+	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
+		s.cfg.AckWait = ackWait
 	}
 	s.work = pool.New().WithMaxGoroutines(s.cfg.Concurrency)
 	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
@@ -75,11 +93,26 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	s.Track(cc)
+	s.OnDrained(s.waitInflight)
+	s.workDone = make(chan struct{})
 	s.OnStop(func() {
-		s.work.Wait()
+		<-s.workDone
 		s.client.CloseIdleConnections()
 	})
 	return nil
+}
+
+// waitInflight gives in-flight calls up to ShutdownGrace to finish before
+// Stop cancels them.
+func (s *Service) waitInflight() {
+	go func() { s.work.Wait(); close(s.workDone) }() // conc pools allow one Wait
+	t := time.NewTimer(s.cfg.ShutdownGrace)
+	defer t.Stop()
+	select {
+	case <-s.workDone:
+	case <-t.C:
+		s.log.Warn("shutdown grace expired; cancelling in-flight calls (they will be redelivered)", "grace", s.cfg.ShutdownGrace)
+	}
 }
 
 // handle processes one dispatch delivery.
@@ -188,7 +221,11 @@ func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch,
 
 // execute performs one attempt and settles the message.
 func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, spec *events.TaskSpec, d *events.Dispatch) {
-	attempt := int(md.NumDelivered)
+	attempt, err := s.attemptNumber(ctx, md, d)
+	if err != nil {
+		s.nak(m, time.Second, err)
+		return
+	}
 	release := s.acquireHost(ctx, spec)
 	defer release()
 	stopProgress := s.keepAlive(m, spec)
@@ -205,8 +242,12 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	stopProgress()
 	s.cfg.Metrics.RunDuration.Observe(finish.Sub(start).Seconds())
 	if ctx.Err() != nil {
-		// Shutting down mid-call: leave the message unacked so another
-		// executor gets it after AckWait. Nothing is lost.
+		// Cancelled mid-call by shutdown: hand the dispatch straight back so
+		// another executor runs it, without counting the attempt. Had this
+		// process died instead, JetStream would redeliver after AckWait.
+		if err := m.Nak(); err != nil {
+			s.log.Warn("nak on shutdown failed; redelivery after AckWait", "task", d.TaskID, "err", err)
+		}
 		return
 	}
 	run := events.Run{
@@ -223,6 +264,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
 		s.ack(m)
+		s.forgetAttempts(ctx, d, attempt)
 		return
 	}
 	retry := spec.Retry
@@ -231,7 +273,8 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.permanent {
 		run.ErrorKind = events.ErrorPermanent
 	}
-	if res.permanent || attempt >= retry.MaxAttempts {
+	lastDelivery := s.maxDeliver > 0 && int(md.NumDelivered) >= s.maxDeliver
+	if res.permanent || attempt >= retry.MaxAttempts || lastDelivery {
 		run.Final = true
 		run.Dispatch = d
 		if err := s.publishRun(ctx, events.OutcomeFailed, &run, msgID+":failed"); err != nil {
@@ -242,6 +285,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		if err := m.TermWithReason(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))); err != nil {
 			s.log.Warn("term failed", "task", d.TaskID, "err", err)
 		}
+		s.forgetAttempts(ctx, d, attempt)
 		return
 	}
 	delay := Backoff(retry, attempt, d.DispatchID)
@@ -249,6 +293,12 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		delay = min(max(res.retryAfter, delay), retry.MaxDelay.D())
 	}
 	run.RetryIn = events.Duration(delay)
+	if err := s.recordAttempt(ctx, d, attempt); err != nil {
+		// Without the record the retry would repeat this attempt number:
+		// better to retry the bookkeeping than to overrun maxAttempts.
+		s.nak(m, time.Second, err)
+		return
+	}
 	if err := s.publishRun(ctx, events.OutcomeFailed, &run, msgID+":failed"); err != nil {
 		s.nak(m, time.Second, err)
 		return

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,15 +30,22 @@ type Config struct {
 	// OfflineAfter is the heartbeat age that marks an instance offline.
 	// Defaults to 45s.
 	OfflineAfter time.Duration
+	// ZombieAfter is how long past its nextRunAt a run may stay without
+	// dispatch or outcome before it is re-dispatched. Defaults to 5m.
+	ZombieAfter time.Duration
 }
 
 // Service is the sweeper service.
 type Service struct {
 	lifecycle.Base
-	cfg     Config
-	source  string
-	runtime jetstream.KeyValue
-	swept   chan struct{}
+	cfg      Config
+	source   string
+	runtime  jetstream.KeyValue
+	dispatch jetstream.Stream
+	runs     jetstream.Stream
+	view     *view
+	scores   atomic.Pointer[map[string]float64]
+	swept    chan struct{}
 }
 
 // New validates cfg.
@@ -51,7 +59,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 45 * time.Second
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1)}, nil
+	if cfg.ZombieAfter <= 0 {
+		cfg.ZombieAfter = 5 * time.Minute
+	}
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView()}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -63,7 +74,17 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.runtime, err = s.cfg.JS.KeyValue(ctx, streams.BucketRuntime); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
+	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	if err := s.watchAll(runCtx); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
 	s.Go(func() {
+		s.view.ready.Wait() // sweep only a complete picture: no false orphans
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
 		for {
@@ -87,8 +108,14 @@ func (s *Service) Start(ctx context.Context) error {
 // Swept receives a value after each sweep; tests use it instead of sleeping.
 func (s *Service) Swept() <-chan struct{} { return s.swept }
 
-// Sweep runs one pass over the runtime registry.
+// Sweep runs one pass: the runtime registry, then zombies, staleness and
+// orphans.
 func (s *Service) Sweep(ctx context.Context) error {
+	s.sweepTasks(ctx, s.cfg.Now().UTC())
+	return s.sweepRuntime(ctx)
+}
+
+func (s *Service) sweepRuntime(ctx context.Context) error {
 	lister, err := s.runtime.ListKeys(ctx)
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ type Base struct {
 	wg       conc.WaitGroup
 	consumes []jetstream.ConsumeContext
 	onStop   []func()
+	drained  []func()
 	stopOnce sync.Once
 	stopped  chan struct{}
 }
@@ -56,6 +57,14 @@ func (b *Base) Track(cc jetstream.ConsumeContext) {
 	b.mu.Unlock()
 }
 
+// OnDrained registers fn to run once consumers have drained and before the
+// run context is cancelled: the place to give in-flight work a soft timeout.
+func (b *Base) OnDrained(fn func()) {
+	b.mu.Lock()
+	b.drained = append(b.drained, fn)
+	b.mu.Unlock()
+}
+
 // OnStop registers fn to run after consumers drained and goroutines ended,
 // in reverse registration order.
 func (b *Base) OnStop(fn func()) {
@@ -64,8 +73,8 @@ func (b *Base) OnStop(fn func()) {
 	b.mu.Unlock()
 }
 
-// Stop drains consumers, cancels the run context, waits for goroutines and
-// runs the OnStop hooks. It is idempotent and safe before Start.
+// Stop drains consumers, runs the OnDrained hooks, cancels the run context,
+// waits for goroutines and runs the OnStop hooks. It is idempotent and safe before Start.
 func (b *Base) Stop() {
 	b.mu.Lock()
 	started := b.started
@@ -89,6 +98,12 @@ func (b *Base) Stop() {
 			}
 		}
 		deadline.Stop()
+		b.mu.Lock()
+		drained := b.drained
+		b.mu.Unlock()
+		for _, fn := range drained {
+			fn()
+		}
 		b.cancel()
 		b.wg.Wait()
 		b.mu.Lock()

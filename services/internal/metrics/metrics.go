@@ -28,6 +28,8 @@ type Set struct {
 	RuntimeInstances   *prometheus.GaugeVec
 	StalenessMax       prometheus.Gauge
 	HeartbeatFailures  prometheus.Counter
+	ZombiesRenudged    prometheus.Counter
+	OrphansRemoved     *prometheus.CounterVec
 }
 
 // New creates a Set with its own registry, including Go and process
@@ -86,11 +88,17 @@ func New() *Set {
 		HeartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_heartbeat_failures_total", Help: "Heartbeat writes that failed and will be retried.",
 		}),
+		ZombiesRenudged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_zombies_renudged_total", Help: "Runs re-dispatched because they fell due long ago and never completed.",
+		}),
+		OrphansRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_orphans_removed_total", Help: "State of deleted tasks removed by the sweeper, by bucket.",
+		}, []string{"bucket"}),
 	}
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
-		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures,
+		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
 	} {
 		f(c)
 	}

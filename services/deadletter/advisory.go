@@ -1,0 +1,113 @@
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Advisory subjects captured in the ADVISORIES stream.
+const (
+	advisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."
+	advisoryTerminated    = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED."
+)
+
+// maxDeliveriesAdvisory is the part of JetStream's max_deliver advisory
+// that matters here.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// handleAdvisory dead-letters a dispatch that exhausted MaxDeliver: the
+// executor crashed or timed out on its last delivery, so no final run.failed
+// was ever published. The original stays in DISPATCH (holding the task's
+// one-pending slot) until it is deleted here.
+func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
+	switch {
+	case strings.HasPrefix(m.Subject(), advisoryTerminated):
+		// Terminations are the executor's own final failures (already on
+		// RUNS) or malformed dispatches (already counted where terminated).
+		_ = m.Ack()
+		return
+	case !strings.HasPrefix(m.Subject(), advisoryMaxDeliveries):
+		jsutil.Terminate(m, "unexpected advisory subject", s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(m.Data(), &adv); err != nil || adv.StreamSeq == 0 {
+		jsutil.Terminate(m, "malformed max_deliver advisory", s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	if adv.Stream != streams.StreamDispatch {
+		_ = m.Ack()
+		return
+	}
+	if err := s.deadLetterBySeq(ctx, adv); err != nil {
+		s.cfg.Logger.Warn("max-deliveries dead-letter failed; retrying", "seq", adv.StreamSeq, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+func (s *Service) deadLetterBySeq(ctx context.Context, adv maxDeliveriesAdvisory) error {
+	raw, err := s.dispatch.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // another replica, or an operator, already removed it
+	}
+	if err != nil {
+		return err
+	}
+	e, derr := events.Decode(raw.Header, raw.Data)
+	var d events.Dispatch
+	if derr == nil {
+		derr = events.DecodeData(e, &d)
+	}
+	if derr != nil || !events.ValidToken(d.TaskID) {
+		// Unreadable: free the slot anyway, and count it.
+		s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed dispatch").Inc()
+		s.cfg.Logger.Error("deleting unreadable dispatch that exhausted its deliveries", "seq", adv.StreamSeq, "subject", raw.Subject)
+		return s.deleteDispatch(ctx, adv.StreamSeq)
+	}
+	attempts := s.attemptCount(ctx, &d)
+	final := &events.Run{
+		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempts,
+		FinishedAt: s.cfg.Now().UTC(),
+		Error:      "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)",
+	}
+	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); err != nil {
+		return err
+	}
+	return s.deleteDispatch(ctx, adv.StreamSeq)
+}
+
+func (s *Service) deleteDispatch(ctx context.Context, seq uint64) error {
+	if err := s.dispatch.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return err
+	}
+	return nil
+}
+
+// attemptCount reads the executor's attempt record for d; zero if none.
+func (s *Service) attemptCount(ctx context.Context, d *events.Dispatch) int {
+	e, err := s.attempts.Get(ctx, strings.Replace(d.DispatchID, ":", ".", 1))
+	if err != nil {
+		return 0
+	}
+	var r struct {
+		Attempts int `json:"attempts"`
+	}
+	_ = json.Unmarshal(e.Value(), &r)
+	return r.Attempts
+}

@@ -1,0 +1,447 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// scripted is a target that answers with a scripted sequence of statuses
+// (the last one repeats) and records every call.
+type scripted struct {
+	mu      sync.Mutex
+	script  []int
+	calls   []call
+	hang    chan struct{} // when non-nil, calls block until it is closed
+	srv     *httptest.Server
+	arrived chan struct{}
+}
+
+type call struct {
+	at  time.Time
+	key string
+}
+
+func newScripted(t *testing.T, statuses ...int) *scripted {
+	s := &scripted{script: statuses, arrived: make(chan struct{}, 100)}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		n := len(s.calls)
+		s.calls = append(s.calls, call{at: time.Now(), key: r.Header.Get("Idempotency-Key")})
+		status := s.script[min(n, len(s.script)-1)]
+		hang := s.hang
+		s.mu.Unlock()
+		s.arrived <- struct{}{}
+		if hang != nil {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.WriteHeader(status)
+		_, _ = fmt.Fprintf(w, "status %d", status)
+	}))
+	t.Cleanup(func() {
+		s.mu.Lock()
+		if s.hang != nil {
+			select {
+			case <-s.hang:
+			default:
+				close(s.hang)
+			}
+		}
+		s.mu.Unlock()
+		s.srv.Close()
+	})
+	return s
+}
+
+func (s *scripted) Calls() []call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]call(nil), s.calls...)
+}
+
+// env is one test's embedded JetStream plus a subscription log.
+type env struct {
+	t   *testing.T
+	srv *natstest.Server
+	st  *stack.Stack
+}
+
+func newEnv(t *testing.T, services ...string) *env {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	e := &env{t: t, srv: srv}
+	if len(services) > 0 || services == nil {
+		e.st = e.start(services...)
+	}
+	return e
+}
+
+func (e *env) start(services ...string) *stack.Stack {
+	e.t.Helper()
+	_, js := e.srv.Connect(e.t)
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Services: services, Guard: executor.Guard{AllowLoopback: true},
+		APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"},
+		HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 400 * time.Millisecond, SweepInterval: 100 * time.Millisecond,
+	})
+	if err != nil {
+		e.t.Fatalf("start stack: %v", err)
+	}
+	e.t.Cleanup(st.Stop)
+	return st
+}
+
+func (e *env) create(id, data string) {
+	e.t.Helper()
+	if err := e.srv.NC.Publish("flyball.task.created."+id, createdEvent(id, data)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// collect subscribes to subject and returns a function listing the decoded
+// events seen so far.
+func (e *env) collect(subject string) func() []events.Event {
+	e.t.Helper()
+	var mu sync.Mutex
+	var got []events.Event
+	sub, err := e.srv.NC.Subscribe(subject, func(m *nats.Msg) {
+		ev, err := events.Decode(m.Header, m.Data)
+		if err != nil {
+			e.t.Errorf("undecodable event on %s: %v", m.Subject, err)
+			return
+		}
+		mu.Lock()
+		got = append(got, ev)
+		mu.Unlock()
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []events.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]events.Event(nil), got...)
+	}
+}
+
+func deadLetters(t *testing.T, evs []events.Event) []events.DeadLetter {
+	t.Helper()
+	var out []events.DeadLetter
+	for _, ev := range evs {
+		var dl events.DeadLetter
+		if err := events.DecodeData(ev, &dl); err != nil {
+			t.Fatalf("dead-letter entry does not decode: %v", err)
+		}
+		out = append(out, dl)
+	}
+	return out
+}
+
+func counterSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// spec builds a task spec with fast retry and breaker settings.
+func spec(id, url string, threshold int, openDelay string) string {
+	return fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1h"},
+		"retry":{"maxAttempts":5,"initialDelay":"200ms","multiplier":2,"maxDelay":"5s","jitter":0},
+		"breaker":{"failureThreshold":%d,"openDelay":%q,"maxOpenDelay":"10s"}}`, id, url, threshold, openDelay)
+}
+
+func within(t *testing.T, what string, got, want, tol time.Duration) {
+	t.Helper()
+	if got < want-tol || got > want+tol {
+		t.Errorf("%s = %s, want %s ± %s", what, got, want, tol)
+	}
+}
+
+func TestTransientFailuresThenSuccessFollowBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 500, 500, 500, 200)
+	succeeded := e.collect("flyball.run.succeeded.>")
+	dls := e.collect("flyball.deadletter.>")
+	e.create("flaky", spec("flaky", tg.srv.URL, 10, "5s")) // breaker threshold above 3
+	natstest.Eventually(t, 15*time.Second, "a run.succeeded after three 500s", func() bool { return len(succeeded()) == 1 })
+	calls := tg.Calls()
+	if len(calls) != 4 {
+		t.Fatalf("target got %d calls, want exactly 4", len(calls))
+	}
+	within(t, "gap 1→2", calls[1].at.Sub(calls[0].at), 200*time.Millisecond, 150*time.Millisecond)
+	within(t, "gap 2→3", calls[2].at.Sub(calls[1].at), 400*time.Millisecond, 150*time.Millisecond)
+	within(t, "gap 3→4", calls[3].at.Sub(calls[2].at), 800*time.Millisecond, 150*time.Millisecond)
+	for _, c := range calls {
+		if c.key != calls[0].key {
+			t.Fatalf("Idempotency-Key changed across attempts: %q vs %q", c.key, calls[0].key)
+		}
+	}
+	var r events.Run
+	if err := events.DecodeData(succeeded()[0], &r); err != nil || r.Attempt != 4 {
+		t.Fatalf("run.succeeded attempt = %d (%v), want 4", r.Attempt, err)
+	}
+	if n := len(dls()); n != 0 {
+		t.Fatalf("%d dead-letter entries, want none", n)
+	}
+}
+
+func TestBreakerProbeAtRetryAt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 500, 500, 500, 200)
+	succeeded := e.collect("flyball.run.succeeded.>")
+	breakers := e.collect("flyball.breaker.>")
+	// Default threshold 3; the open delay (1.5s) outlasts the 3rd backoff
+	// (800ms), so the 4th call waits for the breaker: it is the probe.
+	e.create("probe", spec("probe", tg.srv.URL, 3, "1500ms"))
+	natstest.Eventually(t, 15*time.Second, "run.succeeded after the probe", func() bool { return len(succeeded()) == 1 })
+	calls := tg.Calls()
+	if len(calls) != 4 {
+		t.Fatalf("target got %d calls, want exactly 4", len(calls))
+	}
+	within(t, "gap 3→4 (open delay)", calls[3].at.Sub(calls[2].at), 1500*time.Millisecond, 200*time.Millisecond)
+	natstest.Eventually(t, 5*time.Second, "breaker open then closed", func() bool {
+		var types []string
+		for _, ev := range breakers() {
+			types = append(types, ev.Type())
+		}
+		return strings.Join(types, ",") == events.TypeBreakerOpen+","+events.TypeBreakerClosed
+	})
+	if d := counterSum(t, e.st.Metrics().Registry, "flyball_runs_total"); d < 5 {
+		t.Fatalf("flyball_runs_total = %v, want >= 5 (4 calls and at least one deferral)", d)
+	}
+}
+
+func TestAlwaysFailingTargetIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 500)
+	dls := e.collect("flyball.deadletter.>")
+	breakers := e.collect("flyball.breaker.open.>")
+	e.create("down", spec("down", tg.srv.URL, 3, "300ms"))
+	natstest.Eventually(t, 20*time.Second, "a dead-letter entry", func() bool { return len(dls()) == 1 })
+	if n := len(tg.Calls()); n != 5 {
+		t.Fatalf("target got %d calls, want exactly maxAttempts = 5", n)
+	}
+	dl := deadLetters(t, dls())[0]
+	if dl.Reason != events.DeadLetterMaxAttempts || dl.Attempts != 5 || len(dl.Errors) != 5 {
+		t.Fatalf("entry reason %q attempts %d errors %d, want max-attempts/5/5", dl.Reason, dl.Attempts, len(dl.Errors))
+	}
+	for i, ae := range dl.Errors {
+		if ae.Attempt != i+1 || ae.Status != 500 || !strings.Contains(ae.Error, "HTTP 500") {
+			t.Fatalf("error %d = %+v, want attempt %d with HTTP 500", i, ae, i+1)
+		}
+	}
+	if dl.Dispatch.TaskID != "down" || dl.Dispatch.DispatchID == "" {
+		t.Fatalf("entry does not carry the original dispatch: %+v", dl.Dispatch)
+	}
+	if len(breakers()) == 0 {
+		t.Fatal("the breaker never opened")
+	}
+	// Once open, calls wait for the breaker: the gap after the 3rd failure
+	// is at least the open delay.
+	calls := tg.Calls()
+	if gap := calls[3].at.Sub(calls[2].at); gap < 300*time.Millisecond {
+		t.Fatalf("call 4 came %s after call 3, before the breaker's retryAt", gap)
+	}
+}
+
+func TestPermanentFailureDeadLettersAfterOneCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 404)
+	dls := e.collect("flyball.deadletter.>")
+	e.create("gone", spec("gone", tg.srv.URL, 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "a dead-letter entry", func() bool { return len(dls()) == 1 })
+	if n := len(tg.Calls()); n != 1 {
+		t.Fatalf("target got %d calls, want 1", n)
+	}
+	if dl := deadLetters(t, dls())[0]; dl.Reason != events.DeadLetterPermanent || dl.Attempts != 1 {
+		t.Fatalf("entry = %+v, want reason permanent after 1 attempt", dl)
+	}
+}
+
+// shortenDispatch makes crash tests fast: a 1s AckWait and the given
+// MaxDeliver on the executor's consumer.
+func shortenDispatch(t *testing.T, js jetstream.JetStream, maxDeliver int) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CachedInfo().Config
+	cfg.AckWait, cfg.MaxDeliver = time.Second, maxDeliver
+	if _, err := js.UpdateConsumer(ctx, streams.StreamDispatch, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashableExecutor runs an executor on its own connection; closing the
+// connection is a crash: no ack, no nak, nothing.
+func crashableExecutor(t *testing.T, srv *natstest.Server) (crash func()) {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(srv.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ex, err := executor.New(executor.Config{JS: js, Guard: executor.Guard{AllowLoopback: true}, ShutdownGrace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	crash = func() { once.Do(func() { nc.Close(); ex.Stop() }) }
+	t.Cleanup(crash)
+	return crash
+}
+
+func TestExecutorCrashMidCallIsRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "governor", "breaker", "deadletter", "timer")
+	shortenDispatch(t, e.srv.JS, 20)
+	tg := newScripted(t, 200)
+	tg.hang = make(chan struct{})
+	succeeded := e.collect("flyball.run.succeeded.>")
+	crash := crashableExecutor(t, e.srv)
+	e.create("crash", spec("crash", tg.srv.URL, 3, "5s"))
+	<-tg.arrived // the first executor is mid-call
+	crash()
+	tg.mu.Lock()
+	close(tg.hang)
+	tg.hang = nil
+	tg.mu.Unlock()
+	e.start("executor") // a healthy executor takes over after AckWait
+	natstest.Eventually(t, 10*time.Second, "the run completes on the second executor", func() bool { return len(succeeded()) == 1 })
+	calls := tg.Calls()
+	if len(calls) != 2 || calls[0].key != calls[1].key {
+		t.Fatalf("calls %+v: want 2 calls of the same dispatch (same Idempotency-Key)", calls)
+	}
+}
+
+func TestExecutorDeathOnLastDeliveryIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "governor", "breaker", "deadletter", "timer")
+	shortenDispatch(t, e.srv.JS, 1)
+	tg := newScripted(t, 200)
+	tg.hang = make(chan struct{})
+	dls := e.collect("flyball.deadletter.>")
+	crash := crashableExecutor(t, e.srv)
+	e.create("lastgasp", spec("lastgasp", tg.srv.URL, 3, "5s"))
+	<-tg.arrived
+	crash() // died on its only permitted delivery
+	// A consumer with a pending pull makes JetStream notice MaxDeliver.
+	e.start("executor")
+	natstest.Eventually(t, 15*time.Second, "a max-deliveries dead-letter entry", func() bool { return len(dls()) == 1 })
+	if dl := deadLetters(t, dls())[0]; dl.Reason != events.DeadLetterMaxDeliveries || dl.TaskID != "lastgasp" {
+		t.Fatalf("entry = %+v, want reason max-deliveries for lastgasp", dl)
+	}
+	dispatch, err := e.srv.JS.Stream(context.Background(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the task's dispatch slot is freed", func() bool {
+		_, err := dispatch.GetLastMsgForSubject(context.Background(), events.DispatchSubject("lastgasp"))
+		return err != nil
+	})
+}
+
+func TestRequeueRunsTheTaskAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 404, 200)
+	dls := e.collect("flyball.deadletter.>")
+	succeeded := e.collect("flyball.run.succeeded.>")
+	e.create("again", spec("again", tg.srv.URL, 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return len(dls()) == 1 })
+	body := `{"specversion":"1.0","type":"io.flyball.task.requeued","source":"test","id":"rq-1","subject":"again","datacontenttype":"application/json","data":{"id":"again","deadLetterSeq":1}}`
+	if err := e.srv.NC.Publish("flyball.task.requeued.again", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the requeued task runs and succeeds", func() bool { return len(succeeded()) == 1 })
+	if n := len(tg.Calls()); n != 2 {
+		t.Fatalf("target got %d calls, want 2 (the failure, then the requeued run)", n)
+	}
+}
+
+func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	var reasons []string
+	sub, err := e.srv.NC.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>", func(m *nats.Msg) {
+		var adv struct {
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(m.Data, &adv)
+		mu.Lock()
+		reasons = append(reasons, adv.Reason)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx := context.Background()
+	for _, subj := range []string{"flyball.dispatch.junk", "flyball.run.succeeded.junk", "flyball.run.failed.junk"} {
+		if _, err := e.srv.JS.Publish(ctx, subj, []byte("definitely not a cloudevent")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// executor (DISPATCH), governor + breaker (succeeded and failed) and
+	// deadletter (failed): 6 terminations.
+	natstest.Eventually(t, 10*time.Second, "6 terminations", func() bool {
+		return counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total") >= 6
+	})
+	natstest.Eventually(t, 5*time.Second, "6 MSG_TERMINATED advisories, each with a reason", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		withReason := 0
+		for _, r := range reasons {
+			if strings.HasPrefix(r, "malformed event") {
+				withReason++
+			}
+		}
+		return withReason >= 6
+	})
+	// Nothing crashed: a real task still runs.
+	tg := newScripted(t, 200)
+	e.create("alive", spec("alive", tg.srv.URL, 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "a task runs after the junk", func() bool { return len(tg.Calls()) == 1 })
+}

@@ -1,0 +1,234 @@
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/cron"
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// view is the sweeper's in-memory picture of every task, kept current by
+// KV watches so a sweep costs no KV reads.
+type view struct {
+	mu        sync.Mutex
+	specs     map[string]time.Duration // task → expected interval
+	schedules map[string]gov.State
+	breakers  map[string]events.BreakerState
+	ready     sync.WaitGroup
+}
+
+func newView() *view {
+	v := &view{specs: map[string]time.Duration{}, schedules: map[string]gov.State{}, breakers: map[string]events.BreakerState{}}
+	v.ready.Add(3)
+	return v
+}
+
+// watch keeps one bucket mirrored into the view until ctx ends.
+func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry)) error {
+	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	s.Go(func() {
+		defer func() { _ = w.Stop() }()
+		once := sync.Once{}
+		defer once.Do(s.view.ready.Done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					once.Do(s.view.ready.Done)
+					continue
+				}
+				s.view.mu.Lock()
+				apply(e)
+				s.view.mu.Unlock()
+			}
+		}
+	})
+	return nil
+}
+
+func (s *Service) watchAll(ctx context.Context) error {
+	v := s.view
+	if err := s.watch(ctx, streams.BucketTasks, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(v.specs, e.Key())
+			return
+		}
+		var spec events.TaskSpec
+		if json.Unmarshal(e.Value(), &spec) == nil {
+			v.specs[e.Key()] = expectedInterval(&spec)
+		}
+	}); err != nil {
+		return err
+	}
+	if err := s.watch(ctx, streams.BucketSchedules, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(v.schedules, e.Key())
+			return
+		}
+		var st gov.State
+		if json.Unmarshal(e.Value(), &st) == nil {
+			v.schedules[e.Key()] = st
+		}
+	}); err != nil {
+		return err
+	}
+	return s.watch(ctx, streams.BucketBreakers, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(v.breakers, e.Key())
+			return
+		}
+		var b struct {
+			State events.BreakerState `json:"state"`
+		}
+		if json.Unmarshal(e.Value(), &b) == nil {
+			v.breakers[e.Key()] = b.State
+		}
+	})
+}
+
+// expectedInterval is the cadence a task is expected to keep: its interval,
+// or the gap between two occurrences of its cron expression.
+func expectedInterval(spec *events.TaskSpec) time.Duration {
+	if spec.Schedule.Interval > 0 {
+		return spec.Schedule.Interval.D()
+	}
+	sched, err := cron.Parse(spec.Schedule.Cron)
+	if err != nil {
+		return 0
+	}
+	loc, err := events.LoadLocation(spec.Schedule.Timezone)
+	if err != nil {
+		loc = time.UTC
+	}
+	a := sched.Next(time.Now(), loc)
+	b := sched.Next(a, loc)
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a)
+}
+
+// sweepTasks handles zombies, staleness, orphans and the breaker gauge.
+func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
+	v := s.view
+	v.mu.Lock()
+	var zombies []gov.State
+	var orphanSchedules, orphanBreakers []string
+	maxScore, open := 0.0, 0
+	scores := make(map[string]float64, len(v.schedules))
+	for id, st := range v.schedules {
+		expected, ok := v.specs[id]
+		if !ok {
+			orphanSchedules = append(orphanSchedules, id)
+			continue
+		}
+		score := gov.Staleness(now, st.LastSuccessAt, st.CreatedAt, expected)
+		scores[id] = score
+		maxScore = max(maxScore, score)
+		if !st.NextRunAt.IsZero() && !st.Paused && now.Sub(st.NextRunAt) > s.cfg.ZombieAfter && st.LastScheduledAt.Before(st.NextRunAt) {
+			zombies = append(zombies, st)
+		}
+	}
+	for key, state := range v.breakers {
+		if state != events.BreakerClosed {
+			open++
+		}
+		if _, ok := v.specs[key]; !ok && !strings.HasPrefix(key, "host_") {
+			orphanBreakers = append(orphanBreakers, key)
+		}
+	}
+	v.mu.Unlock()
+
+	s.scores.Store(&scores)
+	s.cfg.Metrics.StalenessMax.Set(maxScore)
+	s.cfg.Metrics.BreakersOpen.Set(float64(open))
+	for _, st := range zombies {
+		s.renudge(ctx, st, now)
+	}
+	s.removeOrphans(ctx, streams.BucketSchedules, orphanSchedules)
+	s.removeOrphans(ctx, streams.BucketBreakers, orphanBreakers)
+}
+
+// Scores returns the staleness score of every task at the last sweep.
+func (s *Service) Scores() map[string]float64 {
+	if p := s.scores.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// renudge re-dispatches a run that fell due long ago and never completed,
+// unless a dispatch is still pending or an outcome is on RUNS (then the
+// governor is just behind).
+func (s *Service) renudge(ctx context.Context, st gov.State, now time.Time) {
+	id := st.TaskID
+	if _, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id)); err == nil {
+		return // still pending: the executor has it
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
+		return
+	}
+	for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped} {
+		raw, err := s.runs.GetLastMsgForSubject(ctx, events.RunSubject(o, id))
+		if err != nil {
+			continue
+		}
+		if e, err := events.Decode(raw.Header, raw.Data); err == nil {
+			var r events.Run
+			if events.DecodeData(e, &r) == nil && !r.ScheduledAt.Before(st.NextRunAt) {
+				return // the outcome exists; the governor has not applied it yet
+			}
+		}
+	}
+	d := events.Dispatch{
+		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
+		FiredAt: now, Source: string(st.Source), Reason: "zombie",
+	}
+	err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
+	if err != nil && !jsutil.IsSubjectFull(err) {
+		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
+		return
+	}
+	s.cfg.Metrics.ZombiesRenudged.Inc()
+	s.cfg.Logger.Warn("zombie run re-nudged: due long ago, never dispatched or never finished", "task", id, "due", st.NextRunAt)
+}
+
+func (s *Service) removeOrphans(ctx context.Context, bucket string, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		return
+	}
+	for _, k := range keys {
+		if err := kv.Purge(ctx, k); err != nil {
+			s.cfg.Logger.Warn("orphan not removed", "bucket", bucket, "key", k, "err", err)
+			continue
+		}
+		s.cfg.Metrics.OrphansRemoved.WithLabelValues(bucket).Inc()
+		s.cfg.Logger.Info("removed state of a deleted task", "bucket", bucket, "key", k)
+	}
+}
