@@ -26,6 +26,9 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON decodes a duration string. Errors are
 // *json.UnmarshalTypeError so that encoding/json adds the field path.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as for every other type: null leaves the value unset
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[Duration]()}

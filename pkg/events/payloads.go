@@ -126,6 +126,10 @@ type Run struct {
 	RetryIn Duration `json:"retryIn,omitempty"`
 	// Reason explains a skip.
 	Reason string `json:"reason,omitempty"`
+	// Source and Trail explain why the run was scheduled when it was: the
+	// governor decision that chose ScheduledAt.
+	Source string   `json:"source,omitempty"`
+	Trail  []string `json:"trail,omitempty"`
 	// Dispatch is embedded on final failures.
 	Dispatch *Dispatch `json:"dispatch,omitempty"`
 }

@@ -387,7 +387,13 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 		}
 	}
 	if a := s.Activity; a != nil {
-		if a.IdleAfter < 0 || a.DormantAfter < 0 || (a.IdleAfter != 0 && a.DormantAfter != 0 && a.DormantAfter < a.IdleAfter) {
+		// Compare with the idleAfter in force after Normalize, so a spec
+		// that validates still validates once normalized.
+		idle := a.IdleAfter
+		if idle == 0 {
+			idle = Duration(time.Hour)
+		}
+		if a.IdleAfter < 0 || a.DormantAfter < 0 || (a.DormantAfter != 0 && a.DormantAfter < idle) {
 			c.add("activity.dormantAfter", "must be >= activity.idleAfter, and both positive")
 		}
 		if (a.IdleMultiplier != 0 && a.IdleMultiplier < 1) || a.IdleMultiplier > 1000 {
@@ -420,13 +426,22 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 		if r.MaxAttempts < 0 || r.MaxAttempts > 100 {
 			c.add("retry.maxAttempts", fmt.Sprintf("must be in [1, 100], got %d", r.MaxAttempts))
 		}
-		if r.InitialDelay != 0 && r.InitialDelay.D() < 100*time.Millisecond {
+		// initial is the delay in force after Normalize; maxDelay (explicit,
+		// or defaulted to max(5m, initialDelay)) must stay in [initial, 24h].
+		initial := r.InitialDelay
+		if initial == 0 {
+			initial = Duration(DefaultRetryDelay)
+		}
+		switch {
+		case r.InitialDelay != 0 && r.InitialDelay.D() < 100*time.Millisecond:
 			c.add("retry.initialDelay", fmt.Sprintf("must be >= 100ms, got %s", r.InitialDelay))
+		case r.InitialDelay.D() > 24*time.Hour:
+			c.add("retry.initialDelay", fmt.Sprintf("must be <= 24h, got %s", r.InitialDelay))
 		}
 		if r.Multiplier != 0 && (r.Multiplier < 1 || r.Multiplier > 10) {
 			c.add("retry.multiplier", fmt.Sprintf("must be in [1, 10], got %g", r.Multiplier))
 		}
-		if r.MaxDelay < 0 || (r.MaxDelay != 0 && r.MaxDelay < r.InitialDelay) || r.MaxDelay.D() > 24*time.Hour {
+		if r.MaxDelay < 0 || (r.MaxDelay != 0 && r.MaxDelay < initial) || r.MaxDelay.D() > 24*time.Hour {
 			c.add("retry.maxDelay", fmt.Sprintf("must be in [retry.initialDelay, 24h], got %s", r.MaxDelay))
 		}
 		if r.Jitter != nil && (*r.Jitter < 0 || *r.Jitter >= 1 || *r.Jitter != *r.Jitter) {
@@ -437,10 +452,18 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 		if b.FailureThreshold < 0 || b.FailureThreshold > 1000 {
 			c.add("breaker.failureThreshold", fmt.Sprintf("must be in [1, 1000], got %d", b.FailureThreshold))
 		}
-		if b.OpenDelay != 0 && b.OpenDelay.D() < 100*time.Millisecond {
-			c.add("breaker.openDelay", fmt.Sprintf("must be >= 100ms, got %s", b.OpenDelay))
+		// As for retry: compare with the openDelay in force after Normalize.
+		open := b.OpenDelay
+		if open == 0 {
+			open = Duration(DefaultOpenDelay)
 		}
-		if b.MaxOpenDelay < 0 || (b.MaxOpenDelay != 0 && b.MaxOpenDelay < b.OpenDelay) || b.MaxOpenDelay.D() > 24*time.Hour {
+		switch {
+		case b.OpenDelay != 0 && b.OpenDelay.D() < 100*time.Millisecond:
+			c.add("breaker.openDelay", fmt.Sprintf("must be >= 100ms, got %s", b.OpenDelay))
+		case b.OpenDelay.D() > 24*time.Hour:
+			c.add("breaker.openDelay", fmt.Sprintf("must be <= 24h, got %s", b.OpenDelay))
+		}
+		if b.MaxOpenDelay < 0 || (b.MaxOpenDelay != 0 && b.MaxOpenDelay < open) || b.MaxOpenDelay.D() > 24*time.Hour {
 			c.add("breaker.maxOpenDelay", fmt.Sprintf("must be in [breaker.openDelay, 24h], got %s", b.MaxOpenDelay))
 		}
 		if b.Scope != "" && b.Scope != "task" && b.Scope != "host" {

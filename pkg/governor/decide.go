@@ -2,6 +2,7 @@ package governor
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -139,6 +140,7 @@ func (p *planner) plan() {
 		}
 		if p.s.PausedUntil.After(p.now) {
 			p.choose(p.s.PausedUntil, SourcePaused, "paused until %s", fmtTime(p.s.PausedUntil))
+			p.floor() // a pause end at or before the last slot must not repeat it
 			return
 		}
 		p.note("pause ended at %s", fmtTime(p.s.PausedUntil))
@@ -179,21 +181,34 @@ func (p *planner) baseline() {
 	if h := p.s.IntervalHint; h != nil {
 		step, src = h.Interval, SourceHintInterval
 	}
+	if step <= 0 {
+		// Only a hand-edited spec or state gets here; dividing by it below
+		// would panic.
+		p.choose(time.Time{}, src, "interval %s is not positive: nothing scheduled", step)
+		return
+	}
 	if anchor.IsZero() {
 		p.choose(p.now, src, "first run of a %s interval task runs at once", step)
 		return
 	}
 	if f := p.s.Failures; f > 0 {
 		exp := min(f, maxBackoffExponent)
-		step *= time.Duration(1) << exp
+		// Saturate: interval hints are not bounded, and a wrapped (zero or
+		// negative) step would panic or schedule in the past.
+		if step > math.MaxInt64>>exp {
+			step = math.MaxInt64
+		} else {
+			step <<= exp
+		}
 		src = SourceBackoff
 		p.note("%d consecutive failures: interval ×%d = %s", f, 1<<exp, step)
 	}
 	next := anchor.Add(step)
 	if !next.After(p.now) {
-		// Keep the cadence: the first grid slot strictly after now.
-		k := p.now.Sub(anchor)/step + 1
-		next = anchor.Add(k * step)
+		// Keep the cadence: the first grid slot strictly after now. The
+		// multiple of step is at most now-anchor, so it cannot overflow
+		// (Sub saturates for anchors ~292 years back; floor then applies).
+		next = anchor.Add(p.now.Sub(anchor) / step * step).Add(step)
 		p.note("slot %s already passed: skipped to the next slot on the grid", fmtTime(anchor.Add(step)))
 	}
 	p.choose(next, src, "%s after the slot of %s", step, fmtTime(anchor))

@@ -19,6 +19,14 @@ const (
 	KindResumed Kind = "resumed"
 	KindHinted  Kind = "hinted"
 	KindDeleted Kind = "deleted"
+	// KindBreaker is a breaker transition of the task's breaker.
+	KindBreaker Kind = "breaker"
+	// KindDeadLettered is a dead-letter entry written for one of the task's
+	// runs: the governor schedules the recheck.
+	KindDeadLettered Kind = "deadlettered"
+	// KindRequeued is an operator's request to run a dead-lettered task
+	// again now.
+	KindRequeued Kind = "requeued"
 )
 
 // Input is one event applied to a task's state.
@@ -30,6 +38,25 @@ type Input struct {
 	Pause *Pause
 	// Hint is set for KindHinted.
 	Hint *Hint
+	// Breaker is set for KindBreaker.
+	Breaker *BreakerSignal
+	// DeadLetter is set for KindDeadLettered.
+	DeadLetter *DeadLetterSignal
+}
+
+// BreakerSignal is a transition of the task's circuit breaker.
+type BreakerSignal struct {
+	// State is "closed", "open" or "half-open".
+	State string
+	// RetryAt is when an open breaker lets the next probe through.
+	RetryAt time.Time
+}
+
+// DeadLetterSignal is a dead-letter entry for one of the task's runs.
+type DeadLetterSignal struct {
+	DispatchID string
+	Reason     string
+	At         time.Time
 }
 
 // Outcome is the final result of one run.

@@ -1,0 +1,467 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+var at = time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+
+func newEvent(t testing.TB, typ, subject string, data any) events.Event {
+	t.Helper()
+	e, err := events.New(typ, "flyball/test", subject, data, at, "ev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// structured is a valid structured-mode task.created message; mutate it
+// through a map to build broken variants.
+func structuredMap(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	b, err := events.Marshal(events.TypeTaskCreated, "flyball/test", "x", json.RawMessage(minimal), at, "ev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func binaryHeader() map[string][]string {
+	return map[string][]string{
+		"ce-specversion": {"1.0"},
+		"ce-id":          {"ev-1"},
+		"ce-type":        {events.TypeTaskCreated},
+		"ce-source":      {"flyball/test"},
+		"ce-subject":     {"x"},
+		"ce-time":        {at.Format(time.RFC3339Nano)},
+		"content-type":   {events.ContentTypeJSON},
+	}
+}
+
+func TestStructuredRoundTrip(t *testing.T) {
+	spec := minimalSpec(t)
+	e := newEvent(t, events.TypeTaskCreated, spec.ID, spec)
+	b, err := events.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hdr := range []map[string][]string{
+		nil,
+		{"Content-Type": {events.ContentTypeStructured + "; charset=utf-8"}},
+		{"content-type": {events.ContentTypeJSON}},
+	} {
+		got, err := events.Decode(hdr, b)
+		if err != nil {
+			t.Fatalf("Decode(%v) = %v", hdr, err)
+		}
+		checkSameEvent(t, got, e)
+		decoded, err := events.DecodeTaskSpec(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := spec
+		want.Normalize()
+		if !reflect.DeepEqual(decoded, want) {
+			t.Errorf("DecodeTaskSpec = %+v, want %+v", decoded, want)
+		}
+	}
+}
+
+func checkSameEvent(t *testing.T, got, want events.Event) {
+	t.Helper()
+	if got.SpecVersion() != "1.0" || got.ID() != want.ID() || got.Type() != want.Type() || got.Source() != want.Source() ||
+		got.Subject() != want.Subject() || !got.Time().Equal(want.Time()) {
+		t.Errorf("decoded event %s/%s/%s/%s/%s, want %s/%s/%s/%s/%s",
+			got.ID(), got.Type(), got.Source(), got.Subject(), got.Time(),
+			want.ID(), want.Type(), want.Source(), want.Subject(), want.Time())
+	}
+	if !jsonEqual(got.Data(), want.Data()) {
+		t.Errorf("data = %s, want %s", got.Data(), want.Data())
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func TestBinaryMode(t *testing.T) {
+	want := newEvent(t, events.TypeTaskCreated, "x", json.RawMessage(minimal))
+	got, err := events.Decode(binaryHeader(), []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSameEvent(t, got, want)
+	if got.DataContentType() != events.ContentTypeJSON {
+		t.Errorf("datacontenttype = %q", got.DataContentType())
+	}
+	if _, err := events.DecodeTaskSpec(got); err != nil {
+		t.Errorf("DecodeTaskSpec = %v", err)
+	}
+
+	// A binary event re-encodes in structured mode and decodes the same.
+	b, err := events.Encode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := events.Decode(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSameEvent(t, again, want)
+}
+
+func TestBinaryModeHeaderKeysAreCaseInsensitive(t *testing.T) {
+	hdr := map[string][]string{}
+	for k, v := range binaryHeader() {
+		// Ce-Specversion, Ce-Id, ... as net/http and nats.Header canonicalize.
+		parts := strings.Split(k, "-")
+		for i, p := range parts {
+			parts[i] = strings.ToUpper(p[:1]) + p[1:]
+		}
+		hdr[strings.Join(parts, "-")] = v
+	}
+	hdr["CE-ID"], hdr["Ce-Id"] = hdr["Ce-Id"], nil
+	got, err := events.Decode(hdr, []byte(minimal))
+	if err != nil {
+		t.Fatalf("Decode(%v) = %v", hdr, err)
+	}
+	checkSameEvent(t, got, newEvent(t, events.TypeTaskCreated, "x", json.RawMessage(minimal)))
+}
+
+func TestBinaryModeWithoutData(t *testing.T) {
+	hdr := binaryHeader()
+	hdr["ce-type"] = []string{events.TypeTaskResumed}
+	for _, body := range [][]byte{nil, {}} {
+		e, err := events.Decode(hdr, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(e.Data()) != 0 {
+			t.Errorf("Data() = %q, want none", e.Data())
+		}
+		b, err := events.Encode(e)
+		if err != nil {
+			t.Fatalf("Encode of a data-less binary event: %v", err)
+		}
+		if _, err := events.Decode(nil, b); err != nil {
+			t.Errorf("re-decode: %v", err)
+		}
+	}
+}
+
+func TestBinaryModeDefaultsAndOtherContentTypes(t *testing.T) {
+	hdr := binaryHeader()
+	delete(hdr, "content-type")
+	delete(hdr, "ce-subject")
+	delete(hdr, "ce-time")
+	e, err := events.Decode(hdr, []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.DataContentType() != events.ContentTypeJSON || e.Subject() != "" || !e.Time().IsZero() {
+		t.Errorf("got content type %q, subject %q, time %v", e.DataContentType(), e.Subject(), e.Time())
+	}
+
+	// Non-JSON payloads travel untouched, and survive re-encoding.
+	hdr["content-type"] = []string{"text/plain"}
+	e, err = events.Decode(hdr, []byte("{not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := events.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := events.Decode(nil, b)
+	if err != nil || string(again.Data()) != "{not json" {
+		t.Errorf("re-decoded data %q, %v", again.Data(), err)
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	withHeader := func(mut func(h map[string][]string)) map[string][]string {
+		h := binaryHeader()
+		mut(h)
+		return h
+	}
+	structured := func(mut func(m map[string]any)) []byte {
+		m := structuredMap(t)
+		mut(m)
+		return mustJSON(t, m)
+	}
+	tests := []struct {
+		name   string
+		header map[string][]string
+		body   []byte
+		want   wantErr
+	}{
+		{"not JSON", nil, []byte("{nope"), wantErr{"", []string{"not valid JSON"}}},
+		{"empty", nil, []byte("  \n"), wantErr{"", []string{"empty message"}}},
+		{"JSON array", nil, []byte(`[{"specversion":"1.0"}]`), wantErr{"", []string{"JSON object", "got array"}}},
+		{"JSON string", nil, []byte(`"hello"`), wantErr{"", []string{"got string"}}},
+		{"trailing JSON", nil, append(mustJSON(t, structuredMap(t)), "{}"...), wantErr{"", []string{"not valid JSON"}}},
+		{"missing specversion", nil, structured(func(m map[string]any) { delete(m, "specversion") }), wantErr{"specversion", []string{"is required"}}},
+		{"numeric specversion", nil, structured(func(m map[string]any) { m["specversion"] = 1 }), wantErr{"specversion", []string{"is required"}}},
+		{"specversion 0.3", nil, structured(func(m map[string]any) { m["specversion"] = "0.3" }), wantErr{"specversion", []string{`must be "1.0"`, `"0.3"`}}},
+		{"missing id", nil, structured(func(m map[string]any) { delete(m, "id") }), wantErr{"id", []string{"non-empty"}}},
+		{"missing source", nil, structured(func(m map[string]any) { delete(m, "source") }), wantErr{"source", []string{"required"}}},
+		{"missing type", nil, structured(func(m map[string]any) { delete(m, "type") }), wantErr{"type", []string{"non-empty"}}},
+		{"foreign type", nil, structured(func(m map[string]any) { m["type"] = "com.example.created" }), wantErr{"type", []string{`must start with "io.flyball."`, "com.example.created"}}},
+		{"bad time", nil, structured(func(m map[string]any) { m["time"] = "yesterday" }), wantErr{"", []string{"invalid CloudEvent"}}},
+		{"numeric id", nil, structured(func(m map[string]any) { m["id"] = 5 }), wantErr{"", []string{"invalid CloudEvent"}}},
+		{"foreign content type", map[string][]string{"Content-Type": {"text/plain"}}, mustJSON(t, structuredMap(t)), wantErr{"", []string{"content type", "text/plain", "binary mode"}}},
+		// The sdk slices a non-string data_base64 seen before specversion
+		// without checking it; Decode must not panic on it.
+		{"data_base64 number first", nil, []byte(`{"data_base64":1,"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x"}`), wantErr{"", []string{"invalid CloudEvent"}}},
+		{"data not a string for text/plain", nil, structured(func(m map[string]any) { m["datacontenttype"] = "text/plain" }), wantErr{"", []string{"invalid CloudEvent"}}},
+
+		{"binary specversion 0.3", withHeader(func(h map[string][]string) { h["ce-specversion"] = []string{"0.3"} }), []byte(minimal), wantErr{"specversion", []string{`must be "1.0"`, `"0.3"`}}},
+		{"binary missing id", withHeader(func(h map[string][]string) { delete(h, "ce-id") }), []byte(minimal), wantErr{"id", []string{"non-empty"}}},
+		{"binary missing source", withHeader(func(h map[string][]string) { delete(h, "ce-source") }), []byte(minimal), wantErr{"source", []string{"required"}}},
+		{"binary missing type", withHeader(func(h map[string][]string) { delete(h, "ce-type") }), []byte(minimal), wantErr{"type", []string{"non-empty"}}},
+		{"binary foreign type", withHeader(func(h map[string][]string) { h["ce-type"] = []string{"task.created"} }), []byte(minimal), wantErr{"type", []string{"io.flyball."}}},
+		{"binary bad ce-time", withHeader(func(h map[string][]string) { h["ce-time"] = []string{"2026-03-01 12:00"} }), []byte(minimal), wantErr{"time", []string{"must be RFC 3339", "2026-03-01 12:00"}}},
+		{"binary JSON body not JSON", binaryHeader(), []byte("{nope"), wantErr{"data", []string{"not valid JSON", "application/json"}}},
+		{"binary +json body not JSON", withHeader(func(h map[string][]string) {
+			h["content-type"] = []string{"Application/Vnd.Flyball+JSON; charset=utf-8"}
+		}), []byte("nope"), wantErr{"data", []string{"not valid JSON"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := events.Decode(tt.header, tt.body)
+			if err == nil {
+				t.Fatalf("Decode(%s) = nil error", tt.body)
+			}
+			if !errors.Is(err, events.ErrMalformed) {
+				t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
+			}
+			reasons := events.Reasons(err)
+			if len(reasons) != 1 {
+				t.Fatalf("Reasons = %+v, want 1", reasons)
+			}
+			assertFieldError(t, reasons[0], tt.want)
+		})
+	}
+}
+
+func TestDecodeReportsMissingAttributesInOrder(t *testing.T) {
+	m := structuredMap(t)
+	delete(m, "id")
+	delete(m, "source")
+	delete(m, "type")
+	for range 20 { // the sdk's message comes from a map: check the order is stable
+		_, err := events.Decode(nil, mustJSON(t, m))
+		var fields []string
+		for _, r := range events.Reasons(err) {
+			fields = append(fields, r.Field)
+		}
+		if want := []string{"id", "source", "type"}; !slices.Equal(fields, want) {
+			t.Fatalf("fields = %q, want %q (%v)", fields, want, err)
+		}
+	}
+}
+
+func dataEvent(t testing.TB, contentType, data string) events.Event {
+	t.Helper()
+	e := newEvent(t, events.TypeTaskCreated, "", nil)
+	e.SetDataContentType(contentType)
+	e.DataEncoded = []byte(data)
+	return e
+}
+
+func TestDecodeData(t *testing.T) {
+	tests := []struct {
+		name        string
+		contentType string
+		data        string
+		want        wantErr
+	}{
+		{"unknown field", events.ContentTypeJSON, `{"id":"x","foo":1}`, wantErr{"foo", []string{"unknown field"}}},
+		{"interval as number", events.ContentTypeJSON, `{"schedule":{"interval":5}}`, wantErr{"schedule.interval", []string{"wrong type", "number", `duration string such as "30s"`}}},
+		{"id as number", events.ContentTypeJSON, `{"id":5}`, wantErr{"id", []string{"wrong type: got number, want string"}}},
+		{"bad duration string", events.ContentTypeJSON, `{"schedule":{"interval":"5 parsecs"}}`, wantErr{"schedule.interval", []string{`"5 parsecs"`, "duration string"}}},
+		{"timeout as object", events.ContentTypeJSON, `{"target":{"http":{"timeout":{}}}}`, wantErr{"target.http.timeout", []string{"got object", "duration"}}},
+		{"label as number", events.ContentTypeJSON, `{"labels":{"a":1}}`, wantErr{"labels", []string{"want string"}}},
+		{"jitter as string", events.ContentTypeJSON, `{"jitter":"0.1"}`, wantErr{"jitter", []string{"got string, want number"}}},
+		{"catchUpMax as float", events.ContentTypeJSON, `{"catchUpMax":1.5}`, wantErr{"catchUpMax", []string{"want integer"}}},
+		{"target as array", events.ContentTypeJSON, `{"target":[]}`, wantErr{"target", []string{"got array, want object"}}},
+		{"expectStatus as string", events.ContentTypeJSON, `{"target":{"http":{"expectStatus":"2xx"}}}`, wantErr{"target.http.expectStatus", []string{"want array"}}},
+		{"trailing value", events.ContentTypeJSON, `{"id":"x"} {"id":"y"}`, wantErr{"data", []string{"trailing content"}}},
+		{"trailing brace", events.ContentTypeJSON, `{"id":"x"}}`, wantErr{"data", []string{"trailing content"}}},
+		{"trailing bracket", events.ContentTypeJSON, `{"id":"x"}]`, wantErr{"data", []string{"trailing content"}}},
+		{"not an object", events.ContentTypeJSON, `[1]`, wantErr{"data", []string{"must be a JSON object", "array"}}},
+		{"syntax error", events.ContentTypeJSON, `{"id":}`, wantErr{"data", []string{"not valid JSON"}}},
+		{"truncated", events.ContentTypeJSON, `{"id":"x"`, wantErr{"data", []string{"unexpected EOF"}}},
+		{"empty", events.ContentTypeJSON, ``, wantErr{"data", []string{"is required"}}},
+		{"blank", events.ContentTypeJSON, " \n", wantErr{"data", []string{"is required"}}},
+		{"text content type", "text/plain", `{"id":"x"}`, wantErr{"datacontenttype", []string{"must be application/json", "text/plain"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s events.TaskSpec
+			err := events.DecodeData(dataEvent(t, tt.contentType, tt.data), &s)
+			if err == nil {
+				t.Fatalf("DecodeData(%s) = nil error", tt.data)
+			}
+			if !errors.Is(err, events.ErrMalformed) {
+				t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
+			}
+			reasons := events.Reasons(err)
+			if len(reasons) != 1 {
+				t.Fatalf("Reasons = %+v, want 1", reasons)
+			}
+			assertFieldError(t, reasons[0], tt.want)
+		})
+	}
+}
+
+func TestDecodeDataAccepts(t *testing.T) {
+	for _, ct := range []string{"", events.ContentTypeJSON, events.ContentTypeJSON + "; charset=utf-8", "application/vnd.flyball.task+json"} {
+		var s events.TaskSpec
+		if err := events.DecodeData(dataEvent(t, ct, minimal+"\n"), &s); err != nil {
+			t.Errorf("DecodeData with content type %q = %v", ct, err)
+		}
+		if s.ID != "x" || s.Schedule.Interval.D() != 30*time.Second {
+			t.Errorf("decoded %+v", s)
+		}
+	}
+	// null leaves optional values unset, durations included.
+	var s events.TaskSpec
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"id":"x","job":null,"startAt":null,"target":{"http":{"url":"https://e.com","timeout":null}},"schedule":{"interval":"30s"}}`), &s); err != nil {
+		t.Errorf("DecodeData with nulls = %v", err)
+	}
+}
+
+func TestDecodeTaskSpec(t *testing.T) {
+	t.Run("subject must name the task", func(t *testing.T) {
+		e := newEvent(t, events.TypeTaskCreated, "other", json.RawMessage(minimal))
+		_, err := events.DecodeTaskSpec(e)
+		if !errors.Is(err, events.ErrMalformed) {
+			t.Fatalf("DecodeTaskSpec = %v, want ErrMalformed", err)
+		}
+		r := events.Reasons(err)
+		if len(r) != 1 {
+			t.Fatalf("Reasons = %+v", r)
+		}
+		assertFieldError(t, r[0], wantErr{"subject", []string{`must equal data.id "x"`, `"other"`}})
+	})
+	t.Run("no subject is fine", func(t *testing.T) {
+		s, err := events.DecodeTaskSpec(newEvent(t, events.TypeTaskCreated, "", json.RawMessage(minimal)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Retry == nil || s.Target.HTTP.Method != "GET" {
+			t.Errorf("spec not normalized: %+v", s)
+		}
+	})
+	t.Run("invalid spec reports every error", func(t *testing.T) {
+		e := newEvent(t, events.TypeTaskCreated, "x", json.RawMessage(`{"id":"x","target":{},"schedule":{"interval":"200ms"}}`))
+		_, err := events.DecodeTaskSpec(e)
+		var fields []string
+		for _, r := range events.Reasons(err) {
+			fields = append(fields, r.Field)
+		}
+		if want := []string{"target", "schedule.interval"}; !slices.Equal(fields, want) {
+			t.Errorf("fields = %q, want %q", fields, want)
+		}
+	})
+	t.Run("undecodable data", func(t *testing.T) {
+		_, err := events.DecodeTaskSpec(newEvent(t, events.TypeTaskCreated, "x", json.RawMessage(`{"id":"x","nope":1}`)))
+		if r := events.Reasons(err); len(r) != 1 || r[0].Field != "nope" {
+			t.Errorf("Reasons = %+v", r)
+		}
+	})
+}
+
+func TestNewAndMarshal(t *testing.T) {
+	a, err := events.New(events.TypeTaskDeleted, "src", "x", events.TaskRef{ID: "x"}, at, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := events.New(events.TypeTaskDeleted, "src", "x", events.TaskRef{ID: "x"}, at, "")
+	if a.ID() == "" || a.ID() == b.ID() {
+		t.Errorf("empty ids must become distinct random ids, got %q and %q", a.ID(), b.ID())
+	}
+
+	e := newEvent(t, events.TypeRunSucceeded, "x", events.Run{DispatchID: events.DispatchID("x", at), TaskID: "x"})
+	want, _ := events.Encode(e)
+	got, err := events.Marshal(events.TypeRunSucceeded, "flyball/test", "x", events.Run{DispatchID: events.DispatchID("x", at), TaskID: "x"}, at, "ev-1")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("Marshal = %s, %v; want %s", got, err, want)
+	}
+
+	if _, err := events.New("", "src", "", nil, at, "id"); err == nil {
+		t.Error("New with an empty type: want an error")
+	}
+	if _, err := events.New(events.TypeTaskCreated, "src", "", func() {}, at, "id"); err == nil {
+		t.Error("New with unencodable data: want an error")
+	}
+	if _, err := events.Marshal("", "src", "", nil, at, "id"); err == nil {
+		t.Error("Marshal with an empty type: want an error")
+	}
+}
+
+func TestDispatchID(t *testing.T) {
+	if got := events.DispatchID("poll", time.UnixMilli(1767225600123)); got != "poll:1767225600123" {
+		t.Errorf("DispatchID = %q", got)
+	}
+}
+
+func TestReasons(t *testing.T) {
+	if events.Reasons(nil) != nil {
+		t.Error("Reasons(nil) != nil")
+	}
+	fe := &events.FieldError{Field: "id", Rule: "is required"}
+	if got := events.Reasons(fe); len(got) != 1 || got[0] != *fe {
+		t.Errorf("Reasons(FieldError) = %+v", got)
+	}
+	wrapped := errors.Join(errors.New("context"), fe)
+	if got := events.Reasons(wrapped); len(got) != 1 || got[0] != *fe {
+		t.Errorf("Reasons(wrapped FieldError) = %+v", got)
+	}
+	if got := events.Reasons(errors.New("boom")); len(got) != 1 || got[0] != (events.FieldError{Rule: "boom"}) {
+		t.Errorf("Reasons(plain) = %+v", got)
+	}
+	ve := &events.ValidationError{Errors: []events.FieldError{{Field: "a", Rule: "x"}, {Rule: "whole"}}}
+	got := events.Reasons(ve)
+	got[0].Rule = "changed"
+	if ve.Errors[0].Rule != "x" {
+		t.Error("Reasons must return a copy")
+	}
+	if ve.Error() != "a: x; whole" {
+		t.Errorf("Error() = %q", ve.Error())
+	}
+	if !errors.Is(ve, events.ErrMalformed) {
+		t.Error("ValidationError must match ErrMalformed")
+	}
+	b, _ := json.Marshal(events.FieldError{Field: "id", Rule: "r"})
+	if string(b) != `{"field":"id","reason":"r"}` {
+		t.Errorf("FieldError JSON = %s", b)
+	}
+}
