@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -376,7 +377,7 @@ func TestDecodeTaskSpec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Retry == nil || s.Target.HTTP.Method != "GET" {
+		if s.Retry == nil || s.Target.HTTP.Method != http.MethodGet {
 			t.Errorf("spec not normalized: %+v", s)
 		}
 	})

@@ -149,13 +149,29 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		s.skip(ctx, m, &d, "task paused")
 		return
 	}
+	why := explain(&d, &st)
 	if wait := s.breakerWait(ctx, spec); wait > 0 {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 		s.log.Debug("breaker open: deferring", "task", d.TaskID, "wait", wait)
 		s.nak(m, wait, nil)
 		return
 	}
-	s.execute(ctx, m, md, spec, &d)
+	s.execute(ctx, m, md, spec, &d, why)
+}
+
+// decisionRef is the governor decision behind a dispatch.
+type decisionRef struct {
+	source string
+	trail  []string
+}
+
+// explain returns the decision that scheduled d: the stored trail when the
+// schedule still names d's slot, else just the source the timer recorded.
+func explain(d *events.Dispatch, st *gov.State) decisionRef {
+	if st.NextRunAt.Equal(d.ScheduledAt) {
+		return decisionRef{source: string(st.Source), trail: st.Trail}
+	}
+	return decisionRef{source: d.Source}
 }
 
 func (s *Service) lookup(ctx context.Context, id string) (*events.TaskSpec, gov.State, error) {
@@ -220,7 +236,7 @@ func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch,
 }
 
 // execute performs one attempt and settles the message.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, spec *events.TaskSpec, d *events.Dispatch) {
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, spec *events.TaskSpec, d *events.Dispatch, why decisionRef) {
 	attempt, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
 		s.nak(m, time.Second, err)
@@ -254,7 +270,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
 		StartedAt: start.UTC(), FinishedAt: finish.UTC(), Duration: events.Duration(finish.Sub(start)),
 		Status: res.status, Body: res.body, BodyTruncated: res.truncated, Fingerprint: res.fingerprint,
-		Request: res.request,
+		Request: res.request, Source: why.source, Trail: why.trail,
 	}
 	msgID := fmt.Sprintf("%s:%d", d.DispatchID, attempt)
 	if res.ok() {

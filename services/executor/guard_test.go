@@ -1,0 +1,106 @@
+package executor
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+func TestGuardCheck(t *testing.T) {
+	t.Parallel()
+	p := netip.MustParsePrefix
+	cases := []struct {
+		name  string
+		guard Guard
+		addr  string
+		block bool
+	}{
+		{"public v4", Guard{}, "93.184.216.34", false},
+		{"private v4 allowed by default", Guard{}, "10.1.2.3", false},
+		{"loopback v4", Guard{}, "127.0.0.1", true},
+		{"loopback v6", Guard{}, "::1", true},
+		{"loopback allowed", Guard{AllowLoopback: true}, "127.0.0.1", false},
+		{"v4-mapped loopback", Guard{}, "::ffff:127.0.0.1", true},
+		{"aws/gcp/azure metadata", Guard{}, "169.254.169.254", true},
+		{"link-local v4", Guard{}, "169.254.10.10", true},
+		{"link-local v6", Guard{}, "fe80::1", true},
+		{"aws imds v6", Guard{}, "fd00:ec2::254", true},
+		{"alibaba metadata", Guard{}, "100.100.100.200", true},
+		{"unspecified", Guard{}, "0.0.0.0", true},
+		{"multicast", Guard{}, "224.0.0.1", true},
+		{"allow-list opens metadata", Guard{Allow: []netip.Prefix{p("169.254.169.254/32")}}, "169.254.169.254", false},
+		{"deny-list", Guard{Deny: []netip.Prefix{p("10.0.0.0/8")}}, "10.9.9.9", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			err := c.guard.Check(netip.MustParseAddr(c.addr))
+			if got := err != nil; got != c.block {
+				t.Fatalf("Check(%s) = %v, want blocked=%v", c.addr, err, c.block)
+			}
+			if err != nil && !errors.Is(err, ErrBlocked) {
+				t.Fatalf("error %v does not wrap ErrBlocked", err)
+			}
+		})
+	}
+}
+
+func TestRedactHeaders(t *testing.T) {
+	t.Parallel()
+	got := redactHeaders(map[string]string{
+		"Authorization": "Bearer s3cret", "X-Api-Key": "k", "X-Session-Token": "t", "Cookie": "c",
+		"Accept": "application/json", "X-Custom": "v",
+	}, []string{"X-Custom"})
+	for _, k := range []string{"Authorization", "X-Api-Key", "X-Session-Token", "Cookie", "X-Custom"} {
+		if got[k] != Redacted {
+			t.Errorf("%s = %q, want redacted", k, got[k])
+		}
+	}
+	if got["Accept"] != "application/json" {
+		t.Errorf("Accept = %q, want kept", got["Accept"])
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	zero := 0.0
+	r := &events.Retry{InitialDelay: events.Duration(5 * time.Second), Multiplier: 2, MaxDelay: events.Duration(5 * time.Minute), Jitter: &zero}
+	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}
+	for i, w := range want {
+		if got := Backoff(r, i+1, "t:1"); got != w {
+			t.Errorf("attempt %d: %s, want %s", i+1, got, w)
+		}
+	}
+	j := 0.2
+	r.Jitter = &j
+	seen := map[time.Duration]bool{}
+	for i := range 50 {
+		d := Backoff(r, 1, "t:"+string(rune('a'+i)))
+		if d < 4*time.Second || d > 6*time.Second {
+			t.Fatalf("jittered delay %s outside 5s ± 20%%", d)
+		}
+		seen[d] = true
+		if d != Backoff(r, 1, "t:"+string(rune('a'+i))) {
+			t.Fatal("jitter is not deterministic for the same dispatch and attempt")
+		}
+	}
+	if len(seen) < 10 {
+		t.Fatalf("jitter spread only %d distinct delays over 50 dispatches", len(seen))
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Duration{
+		"": 0, "7": 7 * time.Second, " 3 ": 3 * time.Second, "-1": 0, "soon": 0,
+		"Thu, 01 Jan 2026 00:00:30 GMT": 30 * time.Second, "Wed, 31 Dec 2025 00:00:00 GMT": 0,
+	} {
+		if got := parseRetryAfter(in, now); got != want {
+			t.Errorf("parseRetryAfter(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

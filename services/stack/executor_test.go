@@ -1,0 +1,155 @@
+package stack_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/stack"
+)
+
+func runsOf(t *testing.T, evs []events.Event) []events.Run {
+	t.Helper()
+	out := make([]events.Run, 0, len(evs))
+	for _, ev := range evs {
+		var r events.Run
+		if err := events.DecodeData(ev, &r); err != nil {
+			t.Fatalf("run event does not decode: %v", err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestNATSRequestReplyTarget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	keys := make(chan string, 4)
+	sub, err := e.srv.NC.Subscribe("orders.health", func(m *nats.Msg) {
+		keys <- m.Header.Get("Idempotency-Key")
+		_ = m.Respond([]byte("healthy: " + string(m.Data)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	succeeded := e.collect("flyball.run.succeeded.natsy")
+	e.create("natsy", `{"id":"natsy","target":{"nats":{"subject":"orders.health","payload":"ping","timeout":"2s"}},"schedule":{"interval":"1h"}}`)
+	natstest.Eventually(t, 10*time.Second, "a NATS request/reply run succeeds", func() bool { return len(succeeded()) == 1 })
+	r := runsOf(t, succeeded())[0]
+	if r.Body != "healthy: ping" || r.Request == nil || r.Request.Subject != "orders.health" {
+		t.Fatalf("run = %+v, want the reply body and the request subject", r)
+	}
+	if k := <-keys; k != r.DispatchID {
+		t.Fatalf("Idempotency-Key header = %q, want the dispatch ID %q", k, r.DispatchID)
+	}
+}
+
+func TestSSRFGuardBlocksLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }) // production default
+	tg := newScripted(t, 200)
+	failed := e.collect("flyball.run.failed.ssrf")
+	dls := e.collect("flyball.deadletter.ssrf")
+	e.create("ssrf", spec("ssrf", tg.srv.URL, 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "a final run.failed", func() bool { return len(failed()) == 1 })
+	r := runsOf(t, failed())[0]
+	if !r.Final || r.ErrorKind != events.ErrorPermanent || !strings.Contains(r.Error, "blocked by SSRF guard") || !strings.Contains(r.Error, "loopback") {
+		t.Fatalf("run = final %v kind %q error %q; want a permanent failure naming the SSRF guard and loopback", r.Final, r.ErrorKind, r.Error)
+	}
+	if n := len(tg.Calls()); n != 0 {
+		t.Fatalf("the blocked target was called %d times", n)
+	}
+	natstest.Eventually(t, 5*time.Second, "the blocked run is dead-lettered as permanent", func() bool {
+		d := dls()
+		return len(d) == 1 && deadLetters(t, d)[0].Reason == events.DeadLetterPermanent
+	})
+}
+
+func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	var gotAuth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		gotAuth = r.Header.Get("Authorization")
+		mu.Unlock()
+		_, _ = w.Write([]byte(strings.Repeat("x", 5000)))
+	}))
+	t.Cleanup(srv.Close)
+	succeeded := e.collect("flyball.run.succeeded.secret")
+	e.create("secret", fmt.Sprintf(`{"id":"secret","target":{"http":{"url":%q,"maxResponseBytes":100,
+		"headers":{"Authorization":"Bearer hunter2-hunter2","X-Trace":"abc"}}},"schedule":{"interval":"1h"}}`, srv.URL))
+	natstest.Eventually(t, 10*time.Second, "a run", func() bool { return len(succeeded()) == 1 })
+	r := runsOf(t, succeeded())[0]
+	mu.Lock()
+	defer mu.Unlock()
+	if gotAuth != "Bearer hunter2-hunter2" {
+		t.Fatalf("target got Authorization %q, want the real header", gotAuth)
+	}
+	if r.Request.Headers["Authorization"] != executor.Redacted || r.Request.Headers["X-Trace"] != "abc" {
+		t.Fatalf("recorded headers %v: want Authorization redacted, X-Trace kept", r.Request.Headers)
+	}
+	raw, _ := events.Encode(succeeded()[0])
+	if strings.Contains(string(raw), "hunter2") {
+		t.Fatal("the secret reached the RUNS stream")
+	}
+	if len(r.Body) != 100 || !r.BodyTruncated || r.Fingerprint == "" {
+		t.Fatalf("body %d bytes truncated=%v fingerprint=%q; want 100, true, set", len(r.Body), r.BodyTruncated, r.Fingerprint)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	var calls []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		calls = append(calls, time.Now())
+		n := len(calls)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	succeeded := e.collect("flyball.run.succeeded.polite")
+	e.create("polite", spec("polite", srv.URL, 3, "5s")) // backoff alone would retry after 200ms
+	natstest.Eventually(t, 10*time.Second, "the retry succeeds", func() bool { return len(succeeded()) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := calls[1].Sub(calls[0]); gap < 2*time.Second {
+		t.Fatalf("retried after %s, before the target's Retry-After of 2s", gap)
+	}
+}
+
+func TestDeadLetterCatchesUpAfterDowntime(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.start("governor", "breaker", "executor", "timer") // no dead-letter service
+	tg := newScripted(t, 404)
+	failed := e.collect("flyball.run.failed.late")
+	dls := e.collect("flyball.deadletter.late")
+	e.create("late", spec("late", tg.srv.URL, 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "the final failure", func() bool { return len(failed()) == 1 })
+	if len(dls()) != 0 {
+		t.Fatal("dead-lettered with no dead-letter service running")
+	}
+	e.start("deadletter") // comes back and reads what it missed
+	natstest.Eventually(t, 10*time.Second, "the missed failure is dead-lettered", func() bool { return len(dls()) == 1 })
+}
