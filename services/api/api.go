@@ -1,30 +1,27 @@
 // Package api is flyball's HTTP API. Every route but /healthz needs a
-// bearer token. Writes go through the same control-plane events as the CLI
-// (task.created and friends on TASKS) and answer with the governor's
-// verdict; reads come from the KV buckets.
+// bearer token. Writes publish the same control-plane events as the CLI
+// (task.created and friends on TASKS, through internal/control) and answer
+// with the governor's verdict; reads go through internal/query, which the
+// CLI uses too. The routes are listed once, in routes(), and documented in
+// openapi.json (served at /api/v1/openapi.json); a test keeps the two equal.
 package api
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/flyballhq/flyball/pkg/events"
-	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // Config configures the API server.
@@ -32,9 +29,11 @@ type Config struct {
 	svcconf.Common
 	// Addr is the listen address. Defaults to 127.0.0.1:8080.
 	Addr string
-	// Tokens are the accepted bearer tokens. At least one is required.
+	// Tokens are the accepted bearer tokens, each at least 16 characters.
+	// At least one is required.
 	Tokens []string
-	// AnswerTimeout bounds the wait for the governor's verdict. Defaults to 5s.
+	// AnswerTimeout bounds the wait for the governor's verdict on a
+	// command. Defaults to 5s.
 	AnswerTimeout time.Duration
 	// MaxBodyBytes caps request bodies. Defaults to 1 MiB.
 	MaxBodyBytes int64
@@ -43,12 +42,12 @@ type Config struct {
 // Service is the API server.
 type Service struct {
 	lifecycle.Base
-	cfg       Config
-	ctl       *control.Client
-	tasks     jetstream.KeyValue
-	schedules jetstream.KeyValue
-	srv       *http.Server
-	ln        net.Listener
+	cfg    Config
+	tokens [][sha256.Size]byte
+	ctl    *control.Client
+	q      *query.Reader
+	srv    *http.Server
+	ln     net.Listener
 }
 
 // New validates cfg.
@@ -59,10 +58,12 @@ func New(cfg Config) (*Service, error) {
 	if len(cfg.Tokens) == 0 {
 		return nil, errors.New("api: Config.Tokens: at least one bearer token is required")
 	}
+	s := &Service{}
 	for i, t := range cfg.Tokens {
 		if len(t) < 16 {
 			return nil, fmt.Errorf("api: Config.Tokens[%d]: must be at least 16 characters", i)
 		}
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:8080"
@@ -73,46 +74,96 @@ func New(cfg Config) (*Service, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	return &Service{cfg: cfg}, nil
+	s.cfg = cfg
+	return s, nil
 }
 
 // Addr is the bound address, available after Start.
 func (s *Service) Addr() string { return s.ln.Addr().String() }
 
-// Handler returns the routes (for tests and embedding).
+// route is one entry of the API's route table.
+type route struct {
+	method  string
+	path    string
+	handler http.HandlerFunc
+	// public routes need no token.
+	public bool
+}
+
+// routes is the API, in one table: Handler registers it and the OpenAPI
+// test compares it with openapi.json.
+func (s *Service) routes() []route {
+	metrics := promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{})
+	return []route{
+		{method: http.MethodGet, path: "/healthz", handler: s.healthz, public: true},
+		{method: http.MethodGet, path: "/metrics", handler: metrics.ServeHTTP},
+		{method: http.MethodGet, path: "/api/v1/openapi.json", handler: serveOpenAPI},
+		{method: http.MethodPost, path: "/api/v1/tasks", handler: s.createTask},
+		{method: http.MethodGet, path: "/api/v1/tasks", handler: s.listTasks},
+		{method: http.MethodGet, path: "/api/v1/tasks/{id}", handler: s.getTask},
+		{method: http.MethodPut, path: "/api/v1/tasks/{id}", handler: s.updateTask},
+		{method: http.MethodDelete, path: "/api/v1/tasks/{id}", handler: s.deleteTask},
+		{method: http.MethodPost, path: "/api/v1/tasks/{id}/pause", handler: s.pauseTask},
+		{method: http.MethodPost, path: "/api/v1/tasks/{id}/resume", handler: s.resumeTask},
+		{method: http.MethodPost, path: "/api/v1/tasks/{id}/hint", handler: s.hintTask},
+		{method: http.MethodPost, path: "/api/v1/tasks/{id}/run-now", handler: s.runNow},
+		{method: http.MethodGet, path: "/api/v1/tasks/{id}/runs", handler: s.listRuns},
+		{method: http.MethodGet, path: "/api/v1/deadletter", handler: s.listDeadLetters},
+		{method: http.MethodGet, path: "/api/v1/deadletter/{seq}", handler: s.getDeadLetter},
+		{method: http.MethodPost, path: "/api/v1/deadletter/{seq}/retry", handler: s.retryDeadLetter},
+		{method: http.MethodGet, path: "/api/v1/runtime", handler: s.runtime},
+		{method: http.MethodGet, path: "/api/v1/scheduler/health", handler: s.health},
+	}
+}
+
+// Handler returns the routes. It needs a started service (Start binds
+// the KV buckets the handlers read).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{})))
-	mux.Handle("POST /api/v1/tasks", s.auth(http.HandlerFunc(s.createTask)))
-	mux.Handle("GET /api/v1/tasks", s.auth(http.HandlerFunc(s.listTasks)))
-	mux.Handle("GET /api/v1/tasks/{id}", s.auth(http.HandlerFunc(s.getTask)))
+	// paths answers "does this path exist with another method?" for 405s.
+	paths := http.NewServeMux()
+	seen := map[string]bool{}
+	for _, rt := range s.routes() {
+		h := http.Handler(rt.handler)
+		if !rt.public {
+			h = s.auth(h)
+		}
+		mux.Handle(rt.method+" "+rt.path, h)
+		if !seen[rt.path] {
+			seen[rt.path] = true
+			paths.Handle(rt.path, http.NotFoundHandler())
+		}
+	}
 	mux.Handle("/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "", "no route "+r.Method+" "+r.URL.Path)
+		if _, pattern := paths.Handler(r); pattern != "" {
+			writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s; see /api/v1/openapi.json", r.Method, r.URL.Path))
+			return
+		}
+		writeError(w, http.StatusNotFound, "", "no route "+r.Method+" "+r.URL.Path+"; see /api/v1/openapi.json")
 	})))
 	return mux
 }
 
-// Start binds KV and starts listening.
+// Start binds the readers and starts listening.
 func (s *Service) Start(ctx context.Context) error {
 	if _, err := s.Begin(ctx); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
 	var err error
-	if s.tasks, err = s.cfg.JS.KeyValue(ctx, streams.BucketTasks); err != nil {
+	if s.q, err = query.NewReader(ctx, s.cfg.JS); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	if s.schedules, err = s.cfg.JS.KeyValue(ctx, streams.BucketSchedules); err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
+	s.q.Now = s.cfg.Now
 	s.ctl = &control.Client{NC: s.cfg.JS.Conn(), JS: s.cfg.JS, Source: "flyball/api/" + s.cfg.Instance}
 	s.ln, err = net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("api: listen %s: %w", s.cfg.Addr, err)
 	}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)}
+	s.srv = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
 	s.Go(func() {
 		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.cfg.Logger.Error("api server stopped", "err", err)
@@ -131,135 +182,6 @@ func (s *Service) Stop() {
 	s.Base.Stop()
 }
 
-func (s *Service) auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		if h == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="flyball"`)
-			writeError(w, http.StatusUnauthorized, "Authorization", "missing bearer token: send 'Authorization: Bearer <token>'")
-			return
-		}
-		tok, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || !s.validToken(tok) {
-			writeError(w, http.StatusForbidden, "Authorization", "token not accepted")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func (s *Service) validToken(tok string) bool {
-	ok := false
-	for _, t := range s.cfg.Tokens {
-		if subtle.ConstantTimeCompare([]byte(tok), []byte(t)) == 1 {
-			ok = true
-		}
-	}
-	return ok
-}
-
-type apiError struct {
-	Error  string              `json:"error"`
-	Field  string              `json:"field,omitempty"`
-	Detail string              `json:"detail"`
-	Errors []events.FieldError `json:"errors,omitempty"`
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, field, detail string) {
-	writeJSON(w, code, apiError{Error: http.StatusText(code), Field: field, Detail: detail})
-}
-
-func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
-	var spec events.TaskSpec
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body exceeds %d bytes", s.cfg.MaxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "", "invalid JSON task spec: "+err.Error())
-		return
-	}
-	if err := spec.Validate(); err != nil {
-		reasons := events.Reasons(err)
-		writeJSON(w, http.StatusBadRequest, apiError{Error: "Bad Request", Field: reasons[0].Field, Detail: err.Error(), Errors: reasons})
-		return
-	}
-	cmdID, ans, err := s.ctl.Send(r.Context(), events.VerbCreated, spec.ID, spec, s.cfg.AnswerTimeout)
-	switch {
-	case errors.Is(err, control.ErrTimeout):
-		writeJSON(w, http.StatusAccepted, map[string]any{"commandId": cmdID, "status": "pending", "detail": err.Error()})
-	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-	case ans.Rejected != nil:
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"commandId": cmdID, "status": "rejected", "rejected": ans.Rejected})
-	default:
-		writeJSON(w, http.StatusAccepted, map[string]any{"commandId": cmdID, "status": "accepted", "accepted": ans.Accepted})
-	}
-}
-
-// TaskView is a task as the API shows it.
-type TaskView struct {
-	Spec     events.TaskSpec `json:"spec"`
-	Schedule *gov.State      `json:"schedule,omitempty"`
-}
-
-func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !events.ValidToken(id) {
-		writeError(w, http.StatusBadRequest, "id", "must be 1-128 characters of [A-Za-z0-9_-]")
-		return
-	}
-	v, err := s.view(r.Context(), id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		writeError(w, http.StatusNotFound, "id", "no task "+id)
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
-}
-
-func (s *Service) view(ctx context.Context, id string) (*TaskView, error) {
-	ent, err := s.tasks.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	var v TaskView
-	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
-		return nil, err
-	}
-	if se, err := s.schedules.Get(ctx, id); err == nil {
-		var st gov.State
-		if json.Unmarshal(se.Value(), &st) == nil {
-			v.Schedule = &st
-		}
-	}
-	return &v, nil
-}
-
-func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
-	keys, err := s.tasks.ListKeys(r.Context())
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-		return
-	}
-	out := []TaskView{}
-	for k := range keys.Keys() {
-		if v, err := s.view(r.Context(), k); err == nil {
-			out = append(out, *v)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
+func (s *Service) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -7,8 +7,10 @@
 // Rules (defaults from the task's breaker policy):
 //   - closed: count consecutive failed attempts; at failureThreshold, open
 //     with retryAt = now + openDelay;
-//   - open: the executor defers deliveries until retryAt; the first call
-//     after it is the half-open probe;
+//   - open: the executor defers deliveries until retryAt; at retryAt this
+//     service moves the breaker to half-open, and the next call is the probe
+//     (the executor also lets a call through an open breaker past retryAt,
+//     so a lagging breaker service never blocks the probe);
 //   - a probe's success closes the breaker and resets the delay; its
 //     failure re-opens it with the delay doubled, up to maxOpenDelay.
 package breaker
@@ -62,6 +64,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("breaker: %w", err)
 	}
 	if s.breakers, err = s.cfg.JS.KeyValue(ctx, streams.BucketBreakers); err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
+	if err := s.watchOpen(runCtx); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
 	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerBreaker, s.cfg.Logger,

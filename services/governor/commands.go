@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
@@ -201,7 +201,6 @@ func (s *Service) applyControl(ctx context.Context, id string, verb events.Verb,
 	if err != nil {
 		return nil, err
 	}
-	now := s.cfg.Now().UTC()
 	var in gov.Input
 	switch verb {
 	case events.VerbPaused:
@@ -224,8 +223,8 @@ func (s *Service) applyControl(ctx context.Context, id string, verb events.Verb,
 		if err := decodeOptional(e, &h, id); err != nil {
 			return nil, err
 		}
-		if err := validateHint(&h); err != nil {
-			return nil, err
+		if err := control.ValidateHint(&h); err != nil {
+			return nil, rejectErr(err)
 		}
 		in = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{Interval: h.Interval.D(), TTL: h.TTL.D(), Reason: h.Reason}}
 		if h.At != nil {
@@ -236,7 +235,9 @@ func (s *Service) applyControl(ctx context.Context, id string, verb events.Verb,
 		if err := decodeOptional(e, &r, id); err != nil {
 			return nil, err
 		}
-		in = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: now, Reason: "requeue"}}
+		// TODO(issue 3): switch to gov.KindRequeued once Decide handles it
+		// (clears dead-letter state and failures).
+		in = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: s.cfg.Now().UTC(), Reason: "requeue"}}
 	}
 	dec, err := s.decide(ctx, spec, in, e.ID())
 	if err != nil {
@@ -255,18 +256,6 @@ func decodeOptional(e events.Event, v interface{ GetID() string }, id string) er
 	}
 	if got := v.GetID(); got != "" && got != id {
 		return reject("id", fmt.Sprintf("must equal the task id in the subject %q, got %q", id, got))
-	}
-	return nil
-}
-
-func validateHint(h *events.TaskHint) error {
-	switch {
-	case h.Interval == 0 && h.At == nil:
-		return reject("interval", "a hint needs interval, at, or both")
-	case h.Interval != 0 && h.Interval.D() < events.MinInterval:
-		return reject("interval", fmt.Sprintf("must be >= %s, got %s", events.MinInterval, h.Interval))
-	case h.TTL < 0 || h.TTL.D() > 7*24*time.Hour:
-		return reject("ttl", fmt.Sprintf("must be in (0, 168h], got %s", h.TTL))
 	}
 	return nil
 }

@@ -105,12 +105,21 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("governor: %w", err)
 	}
 	s.Track(cc)
-	cc, err = jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerGovernor, s.log,
-		func(m jetstream.Msg) { s.handleOutcome(runCtx, m) })
-	if err != nil {
-		return fmt.Errorf("governor: %w", err)
+	for _, c := range []struct {
+		stream string
+		h      func(context.Context, jetstream.Msg)
+	}{
+		{streams.StreamRuns, s.handleOutcome},
+		{streams.StreamHealth, s.handleBreaker},
+		{streams.StreamDeadLetter, s.handleDeadLetter},
+	} {
+		cc, err = jsutil.Consume(ctx, s.cfg.JS, c.stream, streams.ConsumerGovernor, s.log,
+			func(m jetstream.Msg) { c.h(runCtx, m) })
+		if err != nil {
+			return fmt.Errorf("governor: %w", err)
+		}
+		s.Track(cc)
 	}
-	s.Track(cc)
 	return nil
 }
 

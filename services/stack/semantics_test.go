@@ -243,12 +243,12 @@ func TestBreakerProbeAtRetryAt(t *testing.T) {
 		t.Fatalf("target got %d calls, want exactly 4", len(calls))
 	}
 	within(t, "gap 3→4 (open delay)", calls[3].at.Sub(calls[2].at), 1500*time.Millisecond, 200*time.Millisecond)
-	natstest.Eventually(t, 5*time.Second, "breaker open then closed", func() bool {
+	natstest.Eventually(t, 5*time.Second, "breaker open, half-open, then closed", func() bool {
 		var types []string
 		for _, ev := range breakers() {
 			types = append(types, ev.Type())
 		}
-		return strings.Join(types, ",") == events.TypeBreakerOpen+","+events.TypeBreakerClosed
+		return strings.Join(types, ",") == events.TypeBreakerOpen+","+events.TypeBreakerHalfOpen+","+events.TypeBreakerClosed
 	})
 	if d := counterSum(t, e.st.Metrics().Registry, "flyball_runs_total"); d < 5 {
 		t.Fatalf("flyball_runs_total = %v, want >= 5 (4 calls and at least one deferral)", d)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flyballhq/flyball/pkg/cron"
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -77,7 +77,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		}
 		var spec events.TaskSpec
 		if json.Unmarshal(e.Value(), &spec) == nil {
-			v.specs[e.Key()] = expectedInterval(&spec)
+			v.specs[e.Key()] = query.ExpectedInterval(&spec, time.Now())
 		}
 	}); err != nil {
 		return err
@@ -106,28 +106,6 @@ func (s *Service) watchAll(ctx context.Context) error {
 			v.breakers[e.Key()] = b.State
 		}
 	})
-}
-
-// expectedInterval is the cadence a task is expected to keep: its interval,
-// or the gap between two occurrences of its cron expression.
-func expectedInterval(spec *events.TaskSpec) time.Duration {
-	if spec.Schedule.Interval > 0 {
-		return spec.Schedule.Interval.D()
-	}
-	sched, err := cron.Parse(spec.Schedule.Cron)
-	if err != nil {
-		return 0
-	}
-	loc, err := events.LoadLocation(spec.Schedule.Timezone)
-	if err != nil {
-		loc = time.UTC
-	}
-	a := sched.Next(time.Now(), loc)
-	b := sched.Next(a, loc)
-	if a.IsZero() || b.IsZero() {
-		return 0
-	}
-	return b.Sub(a)
 }
 
 // sweepTasks handles zombies, staleness, orphans and the breaker gauge.

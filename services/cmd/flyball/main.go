@@ -30,5 +30,7 @@ func newRoot() *cobra.Command {
 		Version:       version,
 	}
 	root.AddCommand(newDevCmd(), newServeCmd())
+	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
+	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd())
 	return root
 }

@@ -26,13 +26,27 @@ type Server struct {
 // and connects to it in-process. Everything is shut down in t.Cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		DontListen: true,
-		NoSigs:     true,
-		NoLog:      true,
-	})
+	return start(t, &server.Options{DontListen: true})
+}
+
+// StartListening starts a server like StartWithStreams (every flyball
+// stream, consumer and KV bucket exists) that also listens on a random
+// 127.0.0.1 port, for tests that run a separate process (the CLI binary)
+// against it. It returns the server and its client URL (nats://127.0.0.1:<port>).
+func StartListening(t testing.TB) (*Server, string) {
+	t.Helper()
+	srv := start(t, &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT})
+	ensure(t, srv)
+	return srv, srv.Server.ClientURL()
+}
+
+func start(t testing.TB, opts *server.Options) *Server {
+	t.Helper()
+	opts.JetStream = true
+	opts.StoreDir = t.TempDir()
+	opts.NoSigs = true
+	opts.NoLog = true
+	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatalf("natstest: new server: %v", err)
 	}
@@ -61,12 +75,17 @@ func Start(t testing.TB) *Server {
 func StartWithStreams(t testing.TB) *Server {
 	t.Helper()
 	srv := Start(t)
+	ensure(t, srv)
+	return srv
+}
+
+func ensure(t testing.TB, srv *Server) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := streams.Ensure(ctx, srv.JS); err != nil {
 		t.Fatalf("natstest: ensure streams: %v", err)
 	}
-	return srv
 }
 
 // Connect opens an extra in-process client connection, closed in t.Cleanup.

@@ -1,0 +1,38 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// auth requires a bearer token: 401 when none is sent (or not as a bearer
+// token), 403 when it is not one of the configured tokens.
+func (s *Service) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		scheme, tok, _ := strings.Cut(h, " ")
+		if h == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="flyball"`)
+			writeError(w, http.StatusUnauthorized, "Authorization", "missing bearer token: send 'Authorization: Bearer <token>'")
+			return
+		}
+		if !s.validToken(strings.TrimSpace(tok)) {
+			writeError(w, http.StatusForbidden, "Authorization", "token not accepted")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// validToken compares digests in constant time, so neither the content nor
+// the length of a configured token leaks through timing.
+func (s *Service) validToken(tok string) bool {
+	sum := sha256.Sum256([]byte(tok))
+	ok := 0
+	for i := range s.tokens {
+		ok |= subtle.ConstantTimeCompare(sum[:], s.tokens[i][:])
+	}
+	return ok == 1
+}

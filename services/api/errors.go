@@ -1,0 +1,103 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/control"
+)
+
+// apiError is every error body: error is the HTTP status text, field names
+// the offending input (a JSON path, a query or path parameter), detail
+// says what is wrong. Validation failures list every problem in errors;
+// command rejections also carry the command's id and status "rejected".
+type apiError struct {
+	Error     string               `json:"error"`
+	Field     string               `json:"field,omitempty"`
+	Detail    string               `json:"detail"`
+	Errors    []events.FieldError  `json:"errors,omitempty"`
+	CommandID string               `json:"commandId,omitempty"`
+	Status    string               `json:"status,omitempty"`
+	Rejected  *events.TaskRejected `json:"rejected,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, field, detail string) {
+	writeJSON(w, code, apiError{Error: http.StatusText(code), Field: field, Detail: detail})
+}
+
+// writeInvalid answers 400 with every reason of a validation error.
+func writeInvalid(w http.ResponseWriter, err error) {
+	reasons := events.Reasons(err)
+	writeJSON(w, http.StatusBadRequest, apiError{
+		Error: http.StatusText(http.StatusBadRequest), Field: reasons[0].Field, Detail: err.Error(), Errors: reasons,
+	})
+}
+
+// readBody reads the capped request body. It answers 413 itself and
+// returns false when the body is too large.
+func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body exceeds %d bytes", s.cfg.MaxBodyBytes))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "", "reading the body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// decodeBody strictly decodes the JSON body into v, answering 400 (naming
+// the field) or 413 itself. An empty body leaves v alone when optional.
+func (s *Service) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return false
+	}
+	if optional && len(body) == 0 {
+		return true
+	}
+	if err := control.DecodeJSON(body, v); err != nil {
+		writeInvalid(w, err)
+		return false
+	}
+	return true
+}
+
+// pathID returns the {id} path value, answering 400 if it is not a task ID.
+func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !events.ValidToken(id) {
+		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", events.MaxIDLength, id))
+		return "", false
+	}
+	return id, true
+}
+
+// intParam parses an optional integer query parameter in [lo, hi].
+func intParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi int) (int, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		writeError(w, http.StatusBadRequest, name, fmt.Sprintf("must be an integer in [%d, %d], got %q", lo, hi, v))
+		return 0, false
+	}
+	return n, true
+}

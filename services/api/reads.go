@@ -1,0 +1,113 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+// List limits of the read routes.
+const (
+	defaultLimit = 50
+	maxLimit     = 1000
+)
+
+func (s *Service) listRuns(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	limit, ok := intParam(w, r, "limit", defaultLimit, 1, maxLimit)
+	if !ok {
+		return
+	}
+	runs, err := s.q.Runs(r.Context(), id, limit)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"taskId": id, "runs": runs})
+}
+
+func (s *Service) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	task := r.URL.Query().Get("task")
+	if task != "" && !events.ValidToken(task) {
+		writeError(w, http.StatusBadRequest, "task", fmt.Sprintf("must be a task id (1-%d characters of [A-Za-z0-9_-]), got %q", events.MaxIDLength, task))
+		return
+	}
+	limit, ok := intParam(w, r, "limit", defaultLimit, 1, maxLimit)
+	if !ok {
+		return
+	}
+	list, err := s.q.DeadLetters(r.Context(), task, limit)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deadLetters": list})
+}
+
+// deadLetter loads the {seq} entry, answering 400 or 404 itself.
+func (s *Service) deadLetter(w http.ResponseWriter, r *http.Request) (*query.DeadLetterRecord, bool) {
+	raw := r.PathValue("seq")
+	seq, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil || seq == 0 {
+		writeError(w, http.StatusBadRequest, "seq", fmt.Sprintf("must be a DEADLETTER stream sequence (a positive integer), got %q", raw))
+		return nil, false
+	}
+	rec, err := s.q.DeadLetter(r.Context(), seq)
+	switch {
+	case errors.Is(err, query.ErrNotFound):
+		writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("no dead letter at sequence %d", seq))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return nil, false
+	}
+	return rec, true
+}
+
+func (s *Service) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+	if rec, ok := s.deadLetter(w, r); ok {
+		writeJSON(w, http.StatusOK, rec)
+	}
+}
+
+func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
+	var req ReasonRequest
+	if !s.decodeBody(w, r, &req, true) {
+		return
+	}
+	rec, ok := s.deadLetter(w, r)
+	if !ok {
+		return
+	}
+	id := rec.Entry.TaskID
+	if !events.ValidToken(id) {
+		writeError(w, http.StatusUnprocessableEntity, "seq", fmt.Sprintf("dead letter %d names no valid task (%s)", rec.Seq, rec.Error))
+		return
+	}
+	s.send(w, r, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: req.Reason})
+}
+
+func (s *Service) runtime(w http.ResponseWriter, r *http.Request) {
+	list, err := s.q.Runtime(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"instances": list})
+}
+
+func (s *Service) health(w http.ResponseWriter, r *http.Request) {
+	h, err := s.q.Health(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}

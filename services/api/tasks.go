@@ -1,0 +1,246 @@
+package api
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/control"
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+// CommandResult is the answer to a command the governor accepted (status
+// "accepted"), or that was stored but not answered in time (status
+// "pending": it will still be applied).
+type CommandResult struct {
+	CommandID string               `json:"commandId"`
+	Status    string               `json:"status"`
+	Detail    string               `json:"detail,omitempty"`
+	Accepted  *events.TaskAccepted `json:"accepted,omitempty"`
+}
+
+// send publishes a command and answers with the governor's verdict: 202
+// accepted or pending, 422 rejected (naming the fields), 503 when NATS
+// refused the command.
+func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, data any) {
+	cmdID, ans, err := s.ctl.Send(r.Context(), verb, id, data, s.cfg.AnswerTimeout)
+	switch {
+	case errors.Is(err, control.ErrTimeout):
+		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error()})
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "", "command not stored: "+err.Error())
+	case ans.Rejected != nil:
+		rej := ans.Rejected
+		ve := &events.ValidationError{Errors: rej.Reasons}
+		body := apiError{
+			Error: http.StatusText(http.StatusUnprocessableEntity), Detail: ve.Error(), Errors: rej.Reasons,
+			CommandID: cmdID, Status: "rejected", Rejected: rej,
+		}
+		if len(rej.Reasons) > 0 {
+			body.Field = rej.Reasons[0].Field
+		}
+		writeJSON(w, http.StatusUnprocessableEntity, body)
+	default:
+		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "accepted", Accepted: ans.Accepted})
+	}
+}
+
+// existing answers 404 and returns false unless task id exists. Commands
+// on a missing task would be rejected by the governor too; checking first
+// gives the caller the right status code.
+func (s *Service) existing(w http.ResponseWriter, r *http.Request, id string) bool {
+	_, err := s.q.Task(r.Context(), id)
+	switch {
+	case errors.Is(err, query.ErrNotFound):
+		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
+		return false
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return false
+	}
+	return true
+}
+
+func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	spec, err := control.DecodeSpec(body)
+	if err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/tasks/"+spec.ID)
+	s.send(w, r, events.VerbCreated, spec.ID, spec)
+}
+
+func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var spec events.TaskSpec
+	if !s.decodeBody(w, r, &spec, false) {
+		return
+	}
+	spec.ID = cmp.Or(spec.ID, id)
+	if spec.ID != id {
+		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("must equal the task id in the path %q, got %q", id, spec.ID))
+		return
+	}
+	if err := spec.Validate(); err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	if s.existing(w, r, id) {
+		s.send(w, r, events.VerbUpdated, id, spec)
+	}
+}
+
+func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if ok && s.existing(w, r, id) {
+		s.send(w, r, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: r.URL.Query().Get("reason")})
+	}
+}
+
+// PauseRequest is the body of POST /api/v1/tasks/{id}/pause. Without until
+// or for, the pause lasts until a resume.
+type PauseRequest struct {
+	Until  *time.Time      `json:"until,omitempty"`
+	For    events.Duration `json:"for,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+}
+
+func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var req PauseRequest
+	if !s.decodeBody(w, r, &req, true) {
+		return
+	}
+	now := s.cfg.Now().UTC()
+	switch {
+	case req.Until != nil && req.For != 0:
+		writeError(w, http.StatusBadRequest, "for", "give until or for, not both")
+		return
+	case req.For < 0:
+		writeError(w, http.StatusBadRequest, "for", fmt.Sprintf("must be positive, got %s", req.For))
+		return
+	case req.Until != nil && !req.Until.After(now):
+		writeError(w, http.StatusBadRequest, "until", fmt.Sprintf("must be in the future, got %s", req.Until.Format(time.RFC3339)))
+		return
+	}
+	p := events.TaskPause{ID: id, Until: req.Until, Reason: req.Reason}
+	if req.For > 0 {
+		t := now.Add(req.For.D())
+		p.Until = &t
+	}
+	if s.existing(w, r, id) {
+		s.send(w, r, events.VerbPaused, id, p)
+	}
+}
+
+// ReasonRequest is the optional body of resume and dead-letter retry.
+type ReasonRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Service) resumeTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var req ReasonRequest
+	if s.decodeBody(w, r, &req, true) && s.existing(w, r, id) {
+		s.send(w, r, events.VerbResumed, id, events.TaskRef{ID: id, Reason: req.Reason})
+	}
+}
+
+// HintRequest is the body of POST /api/v1/tasks/{id}/hint.
+type HintRequest struct {
+	Interval events.Duration `json:"interval,omitempty"`
+	At       *time.Time      `json:"at,omitempty"`
+	TTL      events.Duration `json:"ttl,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+}
+
+func (s *Service) hintTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var req HintRequest
+	if !s.decodeBody(w, r, &req, false) {
+		return
+	}
+	h := events.TaskHint{ID: id, Interval: req.Interval, At: req.At, TTL: req.TTL, Reason: req.Reason}
+	if err := control.ValidateHint(&h); err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	if s.existing(w, r, id) {
+		s.send(w, r, events.VerbHinted, id, h)
+	}
+}
+
+// RunNowRequest is the optional body of POST /api/v1/tasks/{id}/run-now.
+type RunNowRequest struct {
+	TTL    events.Duration `json:"ttl,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+}
+
+func (s *Service) runNow(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var req RunNowRequest
+	if !s.decodeBody(w, r, &req, true) {
+		return
+	}
+	h := control.RunNow(id, s.cfg.Now(), req.TTL.D(), req.Reason)
+	if err := control.ValidateHint(&h); err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	if s.existing(w, r, id) {
+		s.send(w, r, events.VerbHinted, id, h)
+	}
+}
+
+func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	v, err := s.q.Task(r.Context(), id)
+	switch {
+	case errors.Is(err, query.ErrNotFound):
+		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
+	labels, err := query.ParseLabels(r.URL.Query()["label"])
+	if err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	tasks, err := s.q.Tasks(r.Context(), query.TaskFilter{Job: r.URL.Query().Get("job"), Labels: labels})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks})
+}

@@ -1,0 +1,562 @@
+package main
+
+// These tests build the real flyball binary once and run it, as an
+// operator would, against an embedded NATS server (listening on a random
+// localhost port) with every service running.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/services/stack"
+)
+
+// cliBinary is the flyball binary built by TestMain.
+var cliBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "flyball-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	cliBinary = filepath.Join(dir, "flyball")
+	build := exec.Command("go", "build", "-o", cliBinary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the flyball binary:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// cliEnv is one embedded NATS server with every service, and a way to run
+// the binary against it.
+type cliEnv struct {
+	url string
+	srv *natstest.Server
+	dir string
+}
+
+func newCLIEnv(t *testing.T) *cliEnv {
+	t.Helper()
+	srv, url := natstest.StartListening(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Guard: executor.Guard{AllowLoopback: true},
+		APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	return &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+}
+
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+func (e *cliEnv) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, cliBinary, args...)
+	cmd.Env = append(os.Environ(), "NATS_URL="+e.url)
+	cmd.Dir = e.dir
+	return cmd
+}
+
+func (e *cliEnv) run(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := e.command(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("flyball %s: %v", strings.Join(args, " "), err)
+	}
+	return cliResult{stdout: out.String(), stderr: errOut.String(), code: code}
+}
+
+// ok runs the binary and fails the test unless it exits 0.
+func (e *cliEnv) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := e.run(t, args...)
+	if r.code != 0 {
+		t.Fatalf("flyball %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// fails runs the binary and fails the test unless it exits 1 with an
+// error that starts with "flyball: " and contains every want.
+func (e *cliEnv) fails(t *testing.T, args []string, want ...string) cliResult {
+	t.Helper()
+	r := e.run(t, args...)
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") {
+		t.Fatalf("flyball %s: exit %d, stderr %q; want exit 1 and a 'flyball: ' error", strings.Join(args, " "), r.code, r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Fatalf("flyball %s: stderr %q does not contain %q", strings.Join(args, " "), r.stderr, w)
+		}
+	}
+	return r
+}
+
+func (e *cliEnv) file(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(e.dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// cliTarget is an HTTP endpoint tasks call, answering with status.
+type cliTarget struct {
+	url   string
+	calls atomic.Int64
+}
+
+func newCLITarget(t *testing.T, status int) *cliTarget {
+	t.Helper()
+	tg := &cliTarget{}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		tg.calls.Add(1)
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"ok":true,"note":"hello from the target"}`))
+	}))
+	t.Cleanup(s.Close)
+	tg.url = s.URL
+	return tg
+}
+
+func taskYAML(id, url, interval string) string {
+	return fmt.Sprintf(`# a task as an operator writes it
+id: %s
+job: web
+labels:
+  team: ops
+target:
+  http:
+    url: %s
+    timeout: 5s
+schedule:
+  interval: %s
+`, id, url, interval)
+}
+
+var acceptedLine = regexp.MustCompile(`^accepted web: next run \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(baseline-interval\)\n$`)
+
+func TestCLITaskCommands(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusOK)
+	spec := e.file(t, "web.yaml", taskYAML("web", tg.url, "1h"))
+	bad := e.file(t, "bad.yaml", "id: bad.id\ntarget:\n  http:\n    url: ftp://example.test\nschedule:\n  interval: 100ms\n")
+	unknown := e.file(t, "unknown.json", fmt.Sprintf(`{"id":"web","colour":"red","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, tg.url))
+
+	// Dry runs validate locally and publish nothing.
+	if out := e.ok(t, "task", "create", "-f", spec, "--dry-run"); out != "valid\n" {
+		t.Fatalf("dry run of a valid spec printed %q, want \"valid\"", out)
+	}
+	for _, args := range [][]string{{"task", "create", "-f", bad, "--dry-run"}, {"task", "create", "-f", bad}} {
+		r := e.fails(t, args,
+			"id: must be 1-128 characters",
+			"target.http.url: scheme must be http or https",
+			"schedule.interval: must be >= 1s, got 100ms")
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if len(lines) != 4 || lines[0] != "flyball: "+bad+": invalid task spec (3 reasons):" {
+			t.Fatalf("want a summary line and one line per reason, got %q", r.stderr)
+		}
+	}
+	e.fails(t, []string{"task", "create", "-f", unknown}, "colour: unknown field")
+	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
+
+	// Create, and create again (the governor rejects the duplicate).
+	if out := e.ok(t, "task", "create", "-f", spec); !acceptedLine.MatchString(out) {
+		t.Fatalf("create printed %q, want %s", out, acceptedLine)
+	}
+	e.fails(t, []string{"task", "create", "-f", spec}, `task.created for "web" rejected by the governor (1 reason):`, `id: task "web" already exists`)
+	natstest.Eventually(t, 10*time.Second, "the first run of web", func() bool { return tg.calls.Load() >= 1 })
+
+	view := func() query.TaskView {
+		t.Helper()
+		var v query.TaskView
+		if err := json.Unmarshal([]byte(e.ok(t, "task", "get", "web", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := view(); v.Spec.ID != "web" || v.Spec.Labels["team"] != "ops" || v.Schedule == nil {
+		t.Fatalf("task get: %+v", v)
+	}
+	if out := e.ok(t, "task", "get", "web", "-o", "table"); !strings.Contains(out, "every 1h0m0s") || !strings.Contains(out, "GET "+tg.url) {
+		t.Fatalf("task get -o table:\n%s", out)
+	}
+	if out := e.ok(t, "task", "list", "--label", "team=ops"); !strings.Contains(out, "web ") {
+		t.Fatalf("task list --label team=ops:\n%s", out)
+	}
+	if out := e.ok(t, "task", "list", "--job", "nope"); strings.Contains(out, "web ") {
+		t.Fatalf("task list --job nope lists web:\n%s", out)
+	}
+
+	// Pause and resume.
+	if out := e.ok(t, "task", "pause", "web", "--until", "2h", "--reason", "deploy"); !strings.HasPrefix(out, "paused web: next run ") || !strings.HasSuffix(out, "(paused)\n") {
+		t.Fatalf("pause printed %q", out)
+	}
+	if v := view(); !v.Schedule.Paused || v.Schedule.PauseReason != "deploy" || time.Until(v.Schedule.PausedUntil) < 110*time.Minute {
+		t.Fatalf("after pause: %+v", v.Schedule)
+	}
+	e.fails(t, []string{"task", "pause", "web", "--until", "yesterday"}, "--until: want an RFC 3339 time")
+	e.fails(t, []string{"task", "pause", "nope"}, `task.paused for "nope" rejected by the governor`, `id: no task "nope"`)
+	if out := e.ok(t, "task", "resume", "web"); !strings.HasPrefix(out, "resumed web: next run ") {
+		t.Fatalf("resume printed %q", out)
+	}
+	if v := view(); v.Schedule.Paused {
+		t.Fatalf("still paused after resume: %+v", v.Schedule)
+	}
+
+	// Hints.
+	if out := e.ok(t, "task", "hint", "web", "--interval", "30m", "--ttl", "15m", "--reason", "incident"); !strings.HasSuffix(out, "(hint-interval)\n") {
+		t.Fatalf("hint printed %q", out)
+	}
+	if h := view().Schedule.IntervalHint; h == nil || h.Interval != 30*time.Minute || h.Reason != "incident" {
+		t.Fatalf("interval hint after hint: %+v", h)
+	}
+	e.fails(t, []string{"task", "hint", "web"}, "give --interval, --at, or both")
+	e.fails(t, []string{"task", "hint", "web", "--interval", "10ms"}, "--interval: must be in [1s")
+
+	// Run now: a one-shot hint that runs the task.
+	before := tg.calls.Load()
+	if out := e.ok(t, "task", "run-now", "web"); !strings.HasPrefix(out, "run-now web: next run ") || !strings.HasSuffix(out, "(hint-oneshot)\n") {
+		t.Fatalf("run-now printed %q", out)
+	}
+	natstest.Eventually(t, 10*time.Second, "run-now calls the target", func() bool { return tg.calls.Load() > before })
+
+	// Run history.
+	natstest.Eventually(t, 10*time.Second, "two succeeded runs listed", func() bool {
+		return strings.Count(e.ok(t, "runs", "web"), " succeeded ") >= 2
+	})
+	out := e.ok(t, "runs", "web")
+	if !strings.HasPrefix(out, "TIME ") || !strings.Contains(out, " 200 ") || !strings.Contains(out, `{"ok":true,"note":"hello from the target"}`) {
+		t.Fatalf("runs table:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(e.ok(t, "runs", "web", "--limit", "1", "-o", "json")), "\n")
+	var last query.RunRecord
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &last) != nil || last.Run.TaskID != "web" || last.Run.Status != 200 {
+		t.Fatalf("runs --limit 1 -o json: %q", lines)
+	}
+
+	// Update and delete.
+	updated := e.file(t, "web2.yaml", taskYAML("web", tg.url, "2h"))
+	if out := e.ok(t, "task", "update", "-f", updated); !strings.HasPrefix(out, "updated web: next run ") {
+		t.Fatalf("update printed %q", out)
+	}
+	if v := view(); v.Spec.Schedule.Interval.D() != 2*time.Hour {
+		t.Fatalf("after update: %+v", v.Spec.Schedule)
+	}
+	if out := e.ok(t, "task", "delete", "web"); out != "deleted web\n" {
+		t.Fatalf("delete printed %q", out)
+	}
+	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
+}
+
+// startCLI starts a long-running command and returns its stdout lines.
+// It waits until stderr shows ready.
+func (e *cliEnv) startCLI(t *testing.T, ready string, args ...string) (<-chan string, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cmd := e.command(ctx, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	readyc := make(chan string, 2)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() {
+		defer readers.Done()
+		sc := bufio.NewScanner(stderr)
+		var all strings.Builder
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), ready) {
+				readyc <- ""
+			}
+		}
+		readyc <- all.String()
+	}()
+	go func() {
+		defer readers.Done()
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	select {
+	case msg := <-readyc:
+		if msg != "" {
+			t.Fatalf("flyball %s ended before %q: %s", strings.Join(args, " "), ready, msg)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("flyball %s: no %q on stderr", strings.Join(args, " "), ready)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		readers.Wait() // Wait closes the pipes: read them to the end first
+		errc <- cmd.Wait()
+	}()
+	return lines, errc
+}
+
+func nextLine(t *testing.T, lines <-chan string, what string) string {
+	t.Helper()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatalf("%s: output ended", what)
+		}
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: no line within 20s", what)
+	}
+	return ""
+}
+
+func TestCLIDeadLetters(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusNotFound) // a 404 is permanent: dead-lettered at once
+
+	table, tableDone := e.startCLI(t, "listening on", "dlq", "tail", "--count", "1")
+	jsonl, jsonDone := e.startCLI(t, "listening on", "dlq", "tail", "--task", "gone", "-o", "json", "--count", "1")
+	e.ok(t, "task", "create", "-f", e.file(t, "gone.yaml", strings.ReplaceAll(taskYAML("gone", tg.url, "1h"), "job: web", "job: broken")))
+
+	if h := nextLine(t, table, "tail header"); !strings.HasPrefix(h, "SEQ ") {
+		t.Fatalf("tail header %q", h)
+	}
+	row := nextLine(t, table, "tail row")
+	for _, want := range []string{" gone ", " permanent ", "HTTP 404"} {
+		if !strings.Contains(row, want) {
+			t.Fatalf("tail row %q does not contain %q", row, want)
+		}
+	}
+	var rec query.DeadLetterRecord
+	if err := json.Unmarshal([]byte(nextLine(t, jsonl, "tail -o json")), &rec); err != nil || rec.Entry.TaskID != "gone" || rec.Entry.Errors[0].Status != 404 {
+		t.Fatalf("tail -o json: %+v, %v", rec, err)
+	}
+	for _, done := range []<-chan error{tableDone, jsonDone} {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("tail --count 1 exited with %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("tail --count 1 did not exit after one entry")
+		}
+	}
+
+	// List and show.
+	var list []query.DeadLetterRecord
+	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "list", "-o", "json")), &list); err != nil || len(list) != 1 {
+		t.Fatalf("dlq list -o json: %v, %v", list, err)
+	}
+	seq := fmt.Sprint(list[0].Seq)
+	if out := e.ok(t, "dlq", "list", "--task", "gone"); !strings.Contains(out, "\n"+seq+" ") {
+		t.Fatalf("dlq list:\n%s", out)
+	}
+	var shown struct {
+		Seq   uint64 `json:"seq"`
+		Event struct {
+			Type string `json:"type"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "show", seq)), &shown); err != nil || shown.Event.Type != "io.flyball.deadlettered" {
+		t.Fatalf("dlq show: %+v, %v", shown, err)
+	}
+	e.fails(t, []string{"dlq", "show", "999"}, "no dead letter at sequence 999")
+
+	// Retry publishes task.requeued naming the entry.
+	if out := e.ok(t, "dlq", "retry", seq); !strings.HasPrefix(out, "requeued gone (dead letter "+seq+"): next run ") {
+		t.Fatalf("dlq retry printed %q", out)
+	}
+	replayed := e.ok(t, "replay", "--stream", "TASKS", "--subject", "flyball.task.requeued.gone", "-o", "json")
+	if !strings.Contains(replayed, `"deadLetterSeq":`+seq) {
+		t.Fatalf("no task.requeued with deadLetterSeq %s on TASKS:\n%s", seq, replayed)
+	}
+	e.fails(t, []string{"dlq", "retry", "--all"}, "--all needs --task")
+	if out := e.ok(t, "dlq", "retry", "--all", "--task", "gone"); strings.Count(out, "requeued gone") != 1 {
+		t.Fatalf("dlq retry --all printed %q", out)
+	}
+
+	// Purge refuses without --yes and shows what it would delete.
+	r := e.fails(t, []string{"dlq", "purge", "--task", "gone"}, "refusing to purge 1 dead letter(s) without --yes")
+	if !strings.Contains(r.stdout, "would purge 1 dead letter(s)") {
+		t.Fatalf("purge without --yes printed %q", r.stdout)
+	}
+	if out := e.ok(t, "dlq", "purge", "--task", "gone", "--yes"); out != "purged 1 dead letter(s) of task \"gone\"\n" {
+		t.Fatalf("purge printed %q", out)
+	}
+	if out := e.ok(t, "dlq", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("after purge: %s", out)
+	}
+}
+
+func TestCLIReplayStatusRuntime(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusOK)
+	e.ok(t, "task", "create", "-f", e.file(t, "tick.yaml", taskYAML("tick", tg.url, "1s")))
+	natstest.Eventually(t, 15*time.Second, "two runs of tick", func() bool { return tg.calls.Load() >= 2 })
+
+	// Replay RUNS from a time, as JSON lines.
+	var lines []replayed
+	natstest.Eventually(t, 10*time.Second, "two run.succeeded replayed", func() bool {
+		lines = lines[:0]
+		for _, l := range strings.Split(strings.TrimSpace(e.ok(t, "replay", "--stream", "RUNS", "--since", "1h", "-o", "json")), "\n") {
+			var r replayed
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("replay line %q: %v", l, err)
+			}
+			if r.Subject == "flyball.run.succeeded.tick" && r.Stream == "RUNS" && r.Seq > 0 && len(r.Event) > 0 {
+				lines = append(lines, r)
+			}
+		}
+		return len(lines) >= 2
+	})
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	if r := e.run(t, "replay", "--stream", "RUNS", "--from-time", future); r.code != 0 || !strings.Contains(r.stderr, "0 message(s) from RUNS") {
+		t.Fatalf("replay from the future: %+v", r)
+	}
+	if out := e.ok(t, "replay", "--stream", "runs", "--from-seq", fmt.Sprint(lines[1].Seq), "--subject", "flyball.run.*.tick"); strings.Contains(out, fmt.Sprintf("\n%d ", lines[0].Seq)) {
+		t.Fatalf("replay --from-seq %d printed an earlier message:\n%s", lines[1].Seq, out)
+	}
+	if out := e.ok(t, "replay", "--stream", "DISPATCH"); !strings.HasPrefix(out, "SEQ ") {
+		t.Fatalf("replay DISPATCH:\n%s", out)
+	}
+	e.fails(t, []string{"replay", "--stream", "NOPE"}, "--stream: want one of")
+	e.fails(t, []string{"replay", "--stream", "RUNS", "--since", "1h", "--from-seq", "3"}, "none of the others can be")
+
+	// Republishing: a dry run sends nothing, a real one copies each message.
+	copies := make(chan *nats.Msg, 64)
+	sub, err := e.srv.NC.ChanSubscribe("debug.tasks", copies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := e.srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dry := e.run(t, "replay", "--stream", "TASKS", "--subject", "flyball.task.*.tick", "--to", "debug.tasks", "--dry-run")
+	if dry.code != 0 || !strings.Contains(dry.stderr, "dry run: would republish 2 message(s) from TASKS to debug.tasks") {
+		t.Fatalf("dry run: %+v", dry)
+	}
+	sent := e.run(t, "replay", "--stream", "TASKS", "--subject", "flyball.task.*.tick", "--to", "debug.tasks")
+	if sent.code != 0 || !strings.Contains(sent.stderr, "warning: republishing") || !strings.Contains(sent.stderr, "republished 2 message(s)") {
+		t.Fatalf("republish: %+v", sent)
+	}
+	for i := range 2 {
+		select {
+		case m := <-copies:
+			if !strings.HasPrefix(m.Header.Get("Flyball-Replayed-From"), "TASKS:") || m.Header.Get("Nats-Msg-Id") != "" {
+				t.Fatalf("copy %d headers: %v", i, m.Header)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got %d copies on debug.tasks, want 2 (and none from the dry run)", i)
+		}
+	}
+	select {
+	case m := <-copies:
+		t.Fatalf("an extra copy arrived: %s", m.Data)
+	default:
+	}
+	e.fails(t, []string{"replay", "--stream", "RUNS", "--to", "flyball.dispatch.tick"}, "add --force")
+
+	// Status, as JSON and as a table.
+	var h query.Health
+	if err := json.Unmarshal([]byte(e.ok(t, "status", "--json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Enabled || h.Queue.Depth != 1 || h.Queue.PerType["web"] != 1 || len(h.Staleness) != 1 || h.Staleness[0].TaskID != "tick" {
+		t.Fatalf("status --json: %+v", h)
+	}
+	if out := e.ok(t, "status"); !strings.Contains(out, "queue         1 scheduled") || !strings.Contains(out, "tick") {
+		t.Fatalf("status:\n%s", out)
+	}
+
+	// Runtime: every service registered itself.
+	out := e.ok(t, "runtime")
+	for _, kind := range stack.All {
+		if !regexp.MustCompile(`(?m)^` + kind + `\s.*\sonline\s`).MatchString(out) {
+			t.Errorf("runtime lists no online %s:\n%s", kind, out)
+		}
+	}
+	var instances []query.Instance
+	if err := json.Unmarshal([]byte(e.ok(t, "runtime", "-o", "json")), &instances); err != nil || len(instances) != len(stack.All) {
+		t.Fatalf("runtime -o json: %d instances, %v", len(instances), err)
+	}
+}
+
+func TestCLIErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+	for _, args := range [][]string{
+		{"task", "list"},
+		{"status"},
+		{"task", "get", "bad.id"},
+		{"runs", "x", "--limit", "-1"},
+		{"dlq", "show", "abc"},
+		{"task", "create"},
+	} {
+		r := e.run(t, args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one 'flyball: ' line", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
+		t.Errorf("unreachable NATS: %q", r.stderr)
+	}
+}

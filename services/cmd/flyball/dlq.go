@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+func newDLQCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Watch, inspect, retry and purge dead-lettered runs (the DEADLETTER stream)",
+		Long: `A run is dead-lettered when it failed permanently (a 4xx other than 408/429,
+an invalid or blocked target) or exhausted its attempts. Each entry is a
+CloudEvent on flyball.deadletter.<id> in the DEADLETTER stream, carrying the
+original dispatch and every attempt's error. Entries are addressed by their
+stream sequence (the SEQ column).`,
+	}
+	cmd.AddCommand(newDLQTailCmd(), newDLQListCmd(), newDLQShowCmd(), newDLQRetryCmd(), newDLQPurgeCmd())
+	return cmd
+}
+
+const dlqHeader = "SEQ     TIME                      TASK                      REASON          ATTEMPTS  LAST ERROR"
+
+// printDeadLetter writes one entry as a fixed-width row or a JSON line.
+func printDeadLetter(w io.Writer, out output, rec *query.DeadLetterRecord) error {
+	if out == outJSON {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	seq := "-"
+	if rec.Seq > 0 {
+		seq = strconv.FormatUint(rec.Seq, 10)
+	}
+	_, err := fmt.Fprintf(w, "%-7s %-25s %-25s %-15s %8d  %s\n", seq, fmtTime(rec.Time), rec.Entry.TaskID,
+		orDash(rec.Entry.Reason), rec.Entry.Attempts, preview(rec.LastError(), 80))
+	return err
+}
+
+func taskFilterFlag(cmd *cobra.Command, task *string) {
+	cmd.Flags().StringVar(task, "task", "", "only this task's dead letters")
+}
+
+func checkTaskFilter(task string) error {
+	if task == "" {
+		return nil
+	}
+	if err := validID(task); err != nil {
+		return fmt.Errorf("--task: %w", err)
+	}
+	return nil
+}
+
+func newDLQTailCmd() *cobra.Command {
+	var (
+		cf    clientFlags
+		out   output
+		task  string
+		count int
+	)
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Print dead letters as they happen (subscribes to flyball.deadletter.>)",
+		Long: `tail subscribes to flyball.deadletter.> (or flyball.deadletter.<task>) and
+prints one line per new entry: time, task, reason, attempts and the last
+error; with -o json, the whole entry as one JSON line. Every line is flushed
+at once, so tail can be piped into grep. It runs until Ctrl-C (or --count
+entries). Entries stored before tail started are shown by 'dlq list'.`,
+		Example: "  flyball dlq tail\n  flyball dlq tail --task orders-health -o json | jq .entry.errors",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTaskFilter(task); err != nil {
+				return err
+			}
+			return cf.run(cmd, false, func(ctx context.Context, s *session) error {
+				subject := events.DeadLetterSubject("*")
+				if task != "" {
+					subject = events.DeadLetterSubject(task)
+				}
+				msgs := make(chan *nats.Msg, 256)
+				sub, err := s.nc.ChanSubscribe(subject, msgs)
+				if err != nil {
+					return fmt.Errorf("subscribe %s: %w", subject, err)
+				}
+				defer func() { _ = sub.Unsubscribe() }()
+				if err := s.nc.FlushTimeout(s.timeout); err != nil {
+					return fmt.Errorf("subscribe %s: %w", subject, err)
+				}
+				fmt.Fprintf(s.errOut, "listening on %s (Ctrl-C to stop)\n", subject)
+				if out == outTable {
+					fmt.Fprintln(s.out, dlqHeader)
+				}
+				for seen := 0; count == 0 || seen < count; seen++ {
+					select {
+					case <-ctx.Done():
+						return nil
+					case m := <-msgs:
+						var seq uint64
+						if md, err := m.Metadata(); err == nil {
+							seq = md.Sequence.Stream
+						}
+						rec := query.DecodeDeadLetter(seq, msgTime(m), m.Subject, m.Header, m.Data)
+						if err := printDeadLetter(s.out, out, &rec); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	out.register(cmd, outTable)
+	taskFilterFlag(cmd, &task)
+	cmd.Flags().IntVar(&count, "count", 0, "exit after this many entries (0: run until Ctrl-C)")
+	return cmd
+}
+
+// msgTime is when a message was stored, if it came through JetStream.
+func msgTime(m *nats.Msg) (t0 time.Time) {
+	if md, err := m.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return t0
+}
+
+func newDLQListCmd() *cobra.Command {
+	var (
+		cf    clientFlags
+		out   output
+		task  string
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List stored dead letters, newest last",
+		Example: "  flyball dlq list\n  flyball dlq list --task orders-health --limit 5 -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTaskFilter(task); err != nil {
+				return err
+			}
+			if limit < 0 {
+				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				list, err := s.q.DeadLetters(ctx, task, limit)
+				if err != nil {
+					return err
+				}
+				if out == outJSON {
+					return printJSON(s.out, list)
+				}
+				fmt.Fprintln(s.out, dlqHeader)
+				for i := range list {
+					if err := printDeadLetter(s.out, out, &list[i]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	out.register(cmd, outTable)
+	taskFilterFlag(cmd, &task)
+	cmd.Flags().IntVarP(&limit, "limit", "n", 50, "show the newest N entries (0: all)")
+	return cmd
+}
+
+func parseSeq(s string) (uint64, error) {
+	seq, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, fmt.Errorf("want a DEADLETTER sequence (the SEQ column of 'flyball dlq list'), got %q", s)
+	}
+	return seq, nil
+}
+
+func newDLQShowCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "show <seq>",
+		Short: "Print one dead letter in full: the stored CloudEvent with every attempt's error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			seq, err := parseSeq(args[0])
+			if err != nil {
+				return err
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				rec, err := s.q.DeadLetter(ctx, seq)
+				if errors.Is(err, query.ErrNotFound) {
+					return fmt.Errorf("no dead letter at sequence %d (flyball dlq list shows them)", seq)
+				}
+				if err != nil {
+					return err
+				}
+				var ev any = string(rec.Raw)
+				if json.Valid(rec.Raw) {
+					ev = json.RawMessage(rec.Raw)
+				}
+				return printJSON(s.out, struct {
+					Seq     uint64    `json:"seq"`
+					Time    time.Time `json:"time"`
+					Subject string    `json:"subject"`
+					Event   any       `json:"event"`
+				}{rec.Seq, rec.Time, rec.Subject, ev})
+			})
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newDLQRetryCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		all    bool
+		task   string
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   "retry (<seq> | --all --task <id>)",
+		Short: "Run dead-lettered tasks again (publishes task.requeued)",
+		Long: `retry publishes task.requeued for the entry's task, carrying the entry's
+sequence (deadLetterSeq); the governor schedules a run now. The entry stays
+in DEADLETTER as a record: purge it once the task is healthy again. --all
+retries every stored entry of --task.`,
+		Example: "  flyball dlq retry 42\n  flyball dlq retry --all --task orders-health --reason 'fixed the endpoint'",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return errors.New("give a sequence or --all --task <id>, not both")
+			case all && task == "":
+				return errors.New("--all needs --task <id>: retrying every task's dead letters at once is refused")
+			case !all && len(args) == 0:
+				return errors.New("give a sequence (the SEQ column of 'flyball dlq list') or --all --task <id>")
+			case !all && task != "":
+				return errors.New("--task goes with --all")
+			}
+			if err := checkTaskFilter(task); err != nil {
+				return err
+			}
+			var seq uint64
+			if !all {
+				var err error
+				if seq, err = parseSeq(args[0]); err != nil {
+					return err
+				}
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				var recs []query.DeadLetterRecord
+				if all {
+					var err error
+					if recs, err = s.q.DeadLetters(ctx, task, 0); err != nil {
+						return err
+					}
+					if len(recs) == 0 {
+						fmt.Fprintf(s.out, "no dead letters of %q to retry\n", task)
+						return nil
+					}
+				} else {
+					rec, err := s.q.DeadLetter(ctx, seq)
+					if errors.Is(err, query.ErrNotFound) {
+						return fmt.Errorf("no dead letter at sequence %d (flyball dlq list shows them)", seq)
+					}
+					if err != nil {
+						return err
+					}
+					recs = []query.DeadLetterRecord{*rec}
+				}
+				for i := range recs {
+					rec := &recs[i]
+					id := rec.Entry.TaskID
+					if err := validID(id); err != nil {
+						return fmt.Errorf("dead letter %d: %w", rec.Seq, err)
+					}
+					acc, err := s.command(ctx, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: reason})
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(s.out, "requeued %s (dead letter %d): %s\n", id, rec.Seq, nextRun(acc))
+				}
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "retry every stored dead letter of --task")
+	taskFilterFlag(cmd, &task)
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
+	return cmd
+}
+
+func newDLQPurgeCmd() *cobra.Command {
+	var (
+		cf   clientFlags
+		task string
+		yes  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge [--task <id>] --yes",
+		Short: "Delete stored dead letters (all, or one task's); refuses without --yes",
+		Long: `purge deletes entries from the DEADLETTER stream: every entry, or with
+--task that task's. It changes no task and no schedule: it only forgets the
+record. Without --yes it prints what it would delete and exits 1.`,
+		Example: "  flyball dlq purge --task orders-health          # shows what would go\n  flyball dlq purge --task orders-health --yes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTaskFilter(task); err != nil {
+				return err
+			}
+			what := "every task"
+			if task != "" {
+				what = fmt.Sprintf("task %q", task)
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				if !yes {
+					n, err := s.q.CountDeadLetters(ctx, task)
+					if err != nil {
+						return err
+					}
+					if n == 0 {
+						fmt.Fprintf(s.out, "no dead letters of %s: nothing to purge\n", what)
+						return nil
+					}
+					list, err := s.q.DeadLetters(ctx, task, 20)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(s.out, "would purge %d dead letter(s) of %s from DEADLETTER; the newest:\n", n, what)
+					fmt.Fprintln(s.out, dlqHeader)
+					for i := range list {
+						_ = printDeadLetter(s.out, outTable, &list[i])
+					}
+					return fmt.Errorf("refusing to purge %d dead letter(s) without --yes", n)
+				}
+				n, err := s.q.PurgeDeadLetters(ctx, task)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(s.out, "purged %d dead letter(s) of %s\n", n, what)
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	taskFilterFlag(cmd, &task)
+	cmd.Flags().BoolVar(&yes, "yes", false, "really delete")
+	return cmd
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// replayStreams are the streams replay reads.
+var replayStreams = []string{streams.StreamTasks, streams.StreamRuns, streams.StreamDeadLetter, streams.StreamDispatch, streams.StreamHealth}
+
+// replayHeader marks a republished message with where it came from.
+const replayHeader = "Flyball-Replayed-From"
+
+type replayFlags struct {
+	stream, subject          string
+	since, fromTime, until   string
+	fromSeq                  uint64
+	to                       string
+	dryRun, force            bool
+	startTime, untilTime     time.Time
+	subjects                 []string
+	republish, toHasStream   bool
+	replayed, wouldRepublish int
+}
+
+func newReplayCmd() *cobra.Command {
+	var (
+		cf  clientFlags
+		out output
+		f   replayFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "replay --stream TASKS|RUNS|DEADLETTER|DISPATCH|HEALTH",
+		Short: "Print (or republish) a stream's stored events, from a time or a sequence",
+		Long: `replay reads a stream with an ephemeral ordered consumer (DISPATCH, a work
+queue, is read message by message with direct gets) and prints the stored
+events: sequence, time, subject, CloudEvents type and a preview of the data,
+or with -o json one JSON object per line. It never changes the source
+stream, and it stops at the last message stored when it started.
+
+--to republishes every replayed message's payload and headers (but not
+Nats-Msg-Id) to another subject, adding a Flyball-Replayed-From header. Use
+--dry-run to see what would be sent first. Republishing into
+flyball.dispatch.* would run tasks and is refused without --force.`,
+		Example: `  flyball replay --stream RUNS --since 1h
+  flyball replay --stream TASKS --subject 'flyball.task.*.orders-health' -o json
+  flyball replay --stream DEADLETTER --from-seq 40 --until 2026-03-01T08:00:00Z
+  flyball replay --stream RUNS --subject 'flyball.run.failed.>' --since 30m --to debug.failed --dry-run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(time.Now()); err != nil {
+				return err
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				return f.replay(ctx, s, out)
+			})
+		},
+	}
+	cf.register(cmd)
+	out.register(cmd, outTable)
+	fl := cmd.Flags()
+	fl.StringVar(&f.stream, "stream", "", "stream to read: "+strings.Join(replayStreams, ", "))
+	fl.StringVar(&f.subject, "subject", "", "only subjects matching this filter (wildcards allowed)")
+	fl.StringVar(&f.since, "since", "", "start this long ago (1h, 30m)")
+	fl.Uint64Var(&f.fromSeq, "from-seq", 0, "start at this stream sequence")
+	fl.StringVar(&f.fromTime, "from-time", "", "start at this RFC 3339 time")
+	fl.StringVar(&f.until, "until", "", "stop after this time: RFC 3339 or a duration ago (10m)")
+	fl.StringVar(&f.to, "to", "", "republish each message to this subject")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "with --to: print what would be republished, publish nothing")
+	fl.BoolVar(&f.force, "force", false, "with --to: allow republishing into flyball.dispatch.* (runs tasks!)")
+	_ = cmd.MarkFlagRequired("stream")
+	cmd.MarkFlagsMutuallyExclusive("since", "from-seq", "from-time")
+	return cmd
+}
+
+// check validates the flags before connecting.
+func (f *replayFlags) check(now time.Time) error {
+	f.stream = strings.ToUpper(f.stream)
+	if !slices.Contains(replayStreams, f.stream) {
+		return fmt.Errorf("--stream: want one of %s, got %q", strings.Join(replayStreams, ", "), f.stream)
+	}
+	if f.subject != "" {
+		f.subjects = []string{f.subject}
+	}
+	var err error
+	switch {
+	case f.since != "":
+		d, perr := time.ParseDuration(f.since)
+		if perr != nil || d <= 0 {
+			return fmt.Errorf("--since: want a positive duration such as 1h or 30m, got %q", f.since)
+		}
+		f.startTime = now.Add(-d).UTC()
+	case f.fromTime != "":
+		if f.startTime, err = time.Parse(time.RFC3339Nano, f.fromTime); err != nil {
+			return fmt.Errorf("--from-time: want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", f.fromTime)
+		}
+	}
+	if f.until != "" {
+		if f.untilTime, err = parseWhen("until", f.until, now, false); err != nil {
+			return err
+		}
+	}
+	if f.dryRun && f.to == "" {
+		return errors.New("--dry-run goes with --to")
+	}
+	if f.force && f.to == "" {
+		return errors.New("--force goes with --to")
+	}
+	if f.to != "" {
+		if strings.ContainsAny(f.to, "*> \t") || strings.HasPrefix(f.to, ".") || strings.HasSuffix(f.to, ".") || strings.Contains(f.to, "..") {
+			return fmt.Errorf("--to: want one concrete subject (no wildcards or spaces), got %q", f.to)
+		}
+		if strings.HasPrefix(f.to, "flyball.dispatch.") && !f.force {
+			return fmt.Errorf("--to %s: republishing into flyball.dispatch.* makes the executor run tasks; add --force if you really mean it", f.to)
+		}
+		f.republish = !f.dryRun
+	}
+	return nil
+}
+
+func (f *replayFlags) replay(ctx context.Context, s *session, out output) error {
+	if f.republish {
+		_, err := s.js.StreamNameBySubject(ctx, f.to)
+		switch {
+		case err == nil:
+			f.toHasStream = true
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return fmt.Errorf("--to %s: %w", f.to, err)
+		}
+		fmt.Fprintf(s.errOut, "warning: republishing every replayed message to %s (not a dry run)\n", f.to)
+	}
+	if out == outTable {
+		fmt.Fprintln(s.out, replayTableHeader)
+	}
+	err := query.Scan(ctx, s.js, query.ScanOptions{
+		Stream: f.stream, Subjects: f.subjects, StartSeq: f.fromSeq, StartTime: f.startTime, Until: f.untilTime,
+	}, func(m query.Message) error {
+		f.replayed++
+		if err := printReplayed(s.out, out, &m); err != nil {
+			return err
+		}
+		switch {
+		case f.to == "":
+		case f.dryRun:
+			f.wouldRepublish++
+		default:
+			if err := f.publish(ctx, s, &m); err != nil {
+				return fmt.Errorf("republish seq %d to %s: %w", m.Seq, f.to, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if f.republish {
+		if err := s.nc.FlushWithContext(ctx); err != nil {
+			return err
+		}
+	}
+	switch {
+	case f.to != "" && f.dryRun:
+		fmt.Fprintf(s.errOut, "dry run: would republish %d message(s) from %s to %s\n", f.wouldRepublish, f.stream, f.to)
+	case f.to != "":
+		fmt.Fprintf(s.errOut, "republished %d message(s) from %s to %s\n", f.replayed, f.stream, f.to)
+	default:
+		fmt.Fprintf(s.errOut, "%d message(s) from %s\n", f.replayed, f.stream)
+	}
+	return nil
+}
+
+// publish sends a copy of m to --to: through JetStream (waiting for the
+// ack) if a stream captures the subject, as a core message otherwise.
+func (f *replayFlags) publish(ctx context.Context, s *session, m *query.Message) error {
+	msg := &nats.Msg{Subject: f.to, Data: m.Data, Header: nats.Header{}}
+	for k, v := range m.Header {
+		if k == jetstream.MsgIDHeader || strings.HasPrefix(k, "Nats-Expected-") {
+			continue
+		}
+		msg.Header[k] = v
+	}
+	msg.Header.Set(replayHeader, fmt.Sprintf("%s:%d", m.Stream, m.Seq))
+	if f.toHasStream {
+		_, err := s.js.PublishMsg(ctx, msg)
+		return err
+	}
+	return s.nc.PublishMsg(msg)
+}
+
+const replayTableHeader = "SEQ       TIME                      SUBJECT                                   TYPE                         DATA"
+
+// replayed is the JSON form of one replayed message.
+type replayed struct {
+	Stream  string          `json:"stream"`
+	Seq     uint64          `json:"seq"`
+	Time    time.Time       `json:"time"`
+	Subject string          `json:"subject"`
+	Headers nats.Header     `json:"headers,omitempty"`
+	Event   json.RawMessage `json:"event,omitempty"`
+	Data    string          `json:"data,omitempty"`
+}
+
+func printReplayed(w io.Writer, out output, m *query.Message) error {
+	if out == outJSON {
+		r := replayed{Stream: m.Stream, Seq: m.Seq, Time: m.Time, Subject: m.Subject, Headers: m.Header}
+		if json.Valid(m.Data) {
+			r.Event = m.Data
+		} else {
+			r.Data = string(m.Data)
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	typ, data := "-", string(m.Data)
+	if e, err := events.Decode(m.Header, m.Data); err == nil {
+		typ, data = e.Type(), string(e.Data())
+	}
+	_, err := fmt.Fprintf(w, "%-9d %-25s %-41s %-28s %s\n", m.Seq, fmtTime(m.Time), m.Subject, typ, preview(data, 80))
+	return err
+}

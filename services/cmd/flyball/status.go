@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+func newStatusCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Scheduler health: queue, dead letters, open breakers, staleness",
+		Long: `status prints the scheduler-health summary, the same data as
+GET /api/v1/scheduler/health: scheduled tasks (and how many are due within
+12s, by job), stored dead letters (the 25 newest), breakers that are not
+closed, and each task's staleness score:
+
+  score = min(1, max(0, (age - expected) / (4 × expected)))
+
+where age is the time since the task's last success (or since it was
+created) and expected its baseline interval (for cron, the gap between the
+next two occurrences): 0 while the last success is at most one interval
+old, 1 at five intervals.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				h, err := s.q.Health(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(s.out, h)
+				}
+				printHealth(s.out, h)
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the summary as JSON (the API's shape)")
+	return cmd
+}
+
+func printHealth(w io.Writer, h *query.Health) {
+	fmt.Fprintf(w, "scheduler health at %s\n\n", fmtTime(h.UpdatedAt))
+	jobs := make([]string, 0, len(h.Queue.PerType))
+	for j, n := range h.Queue.PerType {
+		jobs = append(jobs, fmt.Sprintf("%s=%d", j, n))
+	}
+	slices.Sort(jobs)
+	fmt.Fprintf(w, "queue         %d scheduled, %d due within %s", h.Queue.Depth, h.Queue.DueWithinSeconds, query.DueWindow)
+	if len(jobs) > 0 {
+		fmt.Fprintf(w, "  (by job: %s)", strings.Join(jobs, " "))
+	}
+	fmt.Fprintf(w, "\ndead letters  %d stored\n", h.DeadLetter.Count)
+	if len(h.DeadLetter.Tasks) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SEQ\tDEAD-LETTERED\tTASK\tREASON\tATTEMPTS\tLAST ERROR")
+		for _, d := range h.DeadLetter.Tasks {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\n", d.Seq, fmtTime(d.DeadLetteredAt), d.TaskID, d.Reason, d.Attempts, preview(d.LastError, 60))
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintf(w, "breakers      %d not closed\n", len(h.Breakers))
+	if len(h.Breakers) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KEY\tSTATE\tFAILURES\tRETRY AT")
+		for _, b := range h.Breakers {
+			retry := "-"
+			if b.RetryAt != nil {
+				retry = fmtTime(*b.RetryAt)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", b.Key, b.State, b.Failures, retry)
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintf(w, "staleness     %d task(s), stalest first\n", len(h.Staleness))
+	if len(h.Staleness) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TASK\tSCORE\tLAST SUCCESS\tEXPECTED\tPAUSED")
+		for _, e := range h.Staleness {
+			last := "never"
+			if e.LastSuccess != nil {
+				last = fmtTime(*e.LastSuccess)
+			}
+			paused := ""
+			if e.Paused {
+				paused = "yes"
+			}
+			fmt.Fprintf(tw, "  %s\t%.2f\t%s\t%s\t%s\n", e.TaskID, e.Score, last, e.Expected.D().Round(time.Second), paused)
+		}
+		_ = tw.Flush()
+	}
+}

@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/control"
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+func newTaskCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Create, change, inspect and steer tasks",
+		Long: `task publishes control-plane CloudEvents (task.created, task.paused, …) on
+the TASKS stream, exactly like the HTTP API and 'nats pub', and waits for the
+governor's task.accepted or task.rejected answer. Reads come from the KV
+buckets flyball-tasks and flyball-schedules.`,
+	}
+	cmd.AddCommand(
+		newTaskSpecCmd(events.VerbCreated), newTaskSpecCmd(events.VerbUpdated),
+		newTaskDeleteCmd(), newTaskGetCmd(), newTaskListCmd(),
+		newTaskPauseCmd(), newTaskResumeCmd(), newTaskHintCmd(), newTaskRunNowCmd(),
+	)
+	return cmd
+}
+
+// newTaskSpecCmd is task create and task update: both read a spec file.
+func newTaskSpecCmd(verb events.Verb) *cobra.Command {
+	var (
+		cf     clientFlags
+		file   string
+		dryRun bool
+	)
+	name, done := "create", "accepted"
+	if verb == events.VerbUpdated {
+		name, done = "update", "updated"
+	}
+	cmd := &cobra.Command{
+		Use:   name + " -f task.yaml|task.json",
+		Short: fmt.Sprintf("%s a task from a YAML or JSON spec (publishes task.%s)", strings.ToUpper(name[:1])+name[1:], verb),
+		Long: fmt.Sprintf(`%s reads a task spec (YAML or JSON; '-' reads stdin), decodes it strictly
+(unknown fields are errors, naming the field) and validates it locally. With
+--dry-run it stops there: it prints "valid", or every reason and exits 1.
+Otherwise it publishes task.%s and waits for the governor's answer: it prints
+"%s <id>: next run <time> (<source>)", or every rejection reason and exits 1.`, name, verb, done),
+		Example: "  flyball task " + name + " -f orders-health.yaml\n  flyball task " + name + " -f task.json --dry-run",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := readSpec(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				fmt.Fprintln(cmd.OutOrStdout(), "valid")
+				return nil
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				acc, err := s.command(ctx, verb, spec.ID, spec)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(s.out, "%s %s: %s\n", done, spec.ID, nextRun(acc))
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "", "task spec file, YAML or JSON ('-' for stdin)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate locally and print \"valid\"; publish nothing")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// readSpec reads, strictly decodes and validates a task spec file.
+func readSpec(path string, stdin io.Reader) (events.TaskSpec, error) {
+	var (
+		b   []byte
+		err error
+	)
+	if path == "-" {
+		path = "stdin"
+		b, err = io.ReadAll(io.LimitReader(stdin, 4<<20))
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return events.TaskSpec{}, fmt.Errorf("read task spec: %w", err)
+	}
+	doc := bytes.TrimSpace(b)
+	if len(doc) > 0 && doc[0] != '{' {
+		// YAML (JSON is YAML too, but its own errors read better). Strict:
+		// a key given twice is an error, not a silent override.
+		if doc, err = yaml.YAMLToJSONStrict(b); err != nil {
+			return events.TaskSpec{}, fmt.Errorf("%s: not valid YAML: %w", path, err)
+		}
+	}
+	spec, err := control.DecodeSpec(doc)
+	if err != nil {
+		return events.TaskSpec{}, newReasonsError(path+": invalid task spec", events.Reasons(err))
+	}
+	return spec, nil
+}
+
+func newTaskDeleteCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   "delete <id>",
+		Short: "Delete a task (publishes task.deleted); its history stays in RUNS and DEADLETTER",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := validID(id); err != nil {
+				return err
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				if _, err := s.command(ctx, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason}); err != nil {
+					return err
+				}
+				fmt.Fprintf(s.out, "deleted %s\n", id)
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
+	return cmd
+}
+
+func newTaskGetCmd() *cobra.Command {
+	var (
+		cf  clientFlags
+		out output
+	)
+	cmd := &cobra.Command{
+		Use:   "get <id>",
+		Short: "Show a task's spec and schedule state (KV flyball-tasks and flyball-schedules)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := validID(args[0]); err != nil {
+				return err
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				v, err := s.q.Task(ctx, args[0])
+				if errors.Is(err, query.ErrNotFound) {
+					return fmt.Errorf("no task %q (flyball task list shows the tasks)", args[0])
+				}
+				if err != nil {
+					return err
+				}
+				if out == outJSON {
+					return printJSON(s.out, v)
+				}
+				printTask(s.out, v, time.Now())
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	out.register(cmd, outJSON)
+	return cmd
+}
+
+func describeSchedule(sc events.Schedule) string {
+	if sc.Cron != "" {
+		tz := sc.Timezone
+		if tz == "" {
+			tz = "UTC"
+		}
+		return fmt.Sprintf("cron %q (%s)", sc.Cron, tz)
+	}
+	return "every " + sc.Interval.String()
+}
+
+func describeTarget(t events.Target) string {
+	switch {
+	case t.HTTP != nil:
+		m := t.HTTP.Method
+		if m == "" {
+			m = "GET"
+		}
+		return m + " " + t.HTTP.URL
+	case t.NATS != nil:
+		return "nats request " + t.NATS.Subject
+	}
+	return "-"
+}
+
+func describeState(st *gov.State) string {
+	switch {
+	case st == nil:
+		return "no schedule yet"
+	case st.Paused && st.PausedUntil.IsZero():
+		return "paused " + reasonSuffix(st.PauseReason)
+	case st.Paused:
+		return "paused until " + fmtTime(st.PausedUntil) + " " + reasonSuffix(st.PauseReason)
+	}
+	return "active"
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return "(" + r + ")"
+}
+
+func printTask(w io.Writer, v *query.TaskView, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	sp := v.Spec
+	row("id", sp.ID)
+	row("job", orDash(sp.Job))
+	row("labels", orDash(formatLabels(sp.Labels)))
+	row("target", describeTarget(sp.Target))
+	row("schedule", describeSchedule(sp.Schedule))
+	st := v.Schedule
+	row("state", describeState(st))
+	if st != nil {
+		next := "none"
+		if !st.NextRunAt.IsZero() {
+			next = fmt.Sprintf("%s (in %s)", fmtTime(st.NextRunAt), st.NextRunAt.Sub(now).Round(time.Second))
+		}
+		row("next run", fmt.Sprintf("%s, source %s", next, orDash(string(st.Source))))
+		row("last outcome", orDash(st.LastOutcome))
+		row("last success", fmtTime(st.LastSuccessAt))
+		row("last failure", fmtTime(st.LastFailureAt))
+		row("failures", fmt.Sprint(st.Failures))
+		if h := st.IntervalHint; h != nil {
+			row("interval hint", fmt.Sprintf("%s until %s %s", h.Interval, fmtTime(h.ExpiresAt), reasonSuffix(h.Reason)))
+		}
+		if h := st.OneShotHint; h != nil {
+			row("one-shot hint", fmt.Sprintf("at %s (expires %s) %s", fmtTime(h.At), fmtTime(h.ExpiresAt), reasonSuffix(h.Reason)))
+		}
+		for i, t := range st.Trail {
+			k := ""
+			if i == 0 {
+				k = "trail"
+			}
+			row(k, t)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func formatLabels(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + l[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func newTaskListCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		out    output
+		labels []string
+		job    string
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List tasks, optionally by job or label",
+		Example: "  flyball task list --label team=payments\n  flyball task list --job orders -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sel, err := query.ParseLabels(labels)
+			if err != nil {
+				return fmt.Errorf("--label: %w", err)
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				tasks, err := s.q.Tasks(ctx, query.TaskFilter{Job: job, Labels: sel})
+				if err != nil {
+					return err
+				}
+				if out == outJSON {
+					return printJSON(s.out, tasks)
+				}
+				tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tJOB\tSCHEDULE\tNEXT RUN\tSOURCE\tSTATE\tLAST OUTCOME")
+				for i := range tasks {
+					v := &tasks[i]
+					next, src, last := "-", "-", "-"
+					if st := v.Schedule; st != nil {
+						next, src, last = fmtTime(st.NextRunAt), orDash(string(st.Source)), orDash(st.LastOutcome)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), describeSchedule(v.Spec.Schedule),
+						next, src, describeState(v.Schedule), last)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cf.register(cmd)
+	out.register(cmd, outTable)
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "only tasks with this label, key=value (repeatable: all must match)")
+	cmd.Flags().StringVar(&job, "job", "", "only tasks of this job")
+	return cmd
+}
+
+// newControlCmd builds a command that names one task and sends one command.
+func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.Command), data func(id string, now time.Time) (any, error)) *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := validID(id); err != nil {
+				return err
+			}
+			d, err := data(id, time.Now())
+			if err != nil {
+				return err
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				acc, err := s.command(ctx, verb, id, d)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(s.out, "%s %s: %s\n", done, id, nextRun(acc))
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	if setup != nil {
+		setup(cmd)
+	}
+	return cmd
+}
+
+func newTaskPauseCmd() *cobra.Command {
+	var until, reason string
+	cmd := newControlCmd("pause <id>", "Pause a task (publishes task.paused); pending runs are skipped", "paused", events.VerbPaused,
+		func(cmd *cobra.Command) {
+			cmd.Flags().StringVar(&until, "until", "", "end of the pause: RFC 3339 time or a duration from now (2h); default: until resumed")
+			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event and in the schedule")
+		},
+		func(id string, now time.Time) (any, error) {
+			p := events.TaskPause{ID: id, Reason: reason}
+			if until != "" {
+				t, err := parseWhen("until", until, now, true)
+				if err != nil {
+					return nil, err
+				}
+				if !t.After(now) {
+					return nil, fmt.Errorf("--until: must be in the future, got %s", t.Format(time.RFC3339))
+				}
+				p.Until = &t
+			}
+			return p, nil
+		})
+	cmd.Example = "  flyball task pause orders-health --until 2h --reason 'deploy'\n  flyball task pause orders-health --until 2026-03-01T08:00:00Z"
+	return cmd
+}
+
+func newTaskResumeCmd() *cobra.Command {
+	var reason string
+	return newControlCmd("resume <id>", "Resume a paused task (publishes task.resumed)", "resumed", events.VerbResumed,
+		func(cmd *cobra.Command) {
+			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
+		},
+		func(id string, _ time.Time) (any, error) { return events.TaskRef{ID: id, Reason: reason}, nil })
+}
+
+// hintFlagError turns a hint validation error into one line naming flags.
+func hintFlagError(err error) error {
+	reasons := events.Reasons(err)
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = "--" + r.Field + ": " + r.Rule
+	}
+	return errors.New(strings.Join(parts, "; "))
+}
+
+func newTaskHintCmd() *cobra.Command {
+	var (
+		interval, ttl time.Duration
+		at, reason    string
+	)
+	cmd := newControlCmd("hint <id> (--interval 30s | --at T)", "Hint a cadence or a one-shot run (publishes task.hinted)", "hinted", events.VerbHinted,
+		func(cmd *cobra.Command) {
+			cmd.Flags().DurationVar(&interval, "interval", 0, "run at this interval instead of the baseline while the hint lives (>= 1s)")
+			cmd.Flags().StringVar(&at, "at", "", "run once at this time: RFC 3339, a duration from now, or 'now'")
+			cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the hint lives (default 60m for --interval, 30m for --at; at most 168h)")
+			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event and in the schedule")
+		},
+		func(id string, now time.Time) (any, error) {
+			if interval == 0 && at == "" {
+				return nil, errors.New("give --interval, --at, or both")
+			}
+			h := events.TaskHint{ID: id, Interval: events.Duration(interval), TTL: events.Duration(ttl), Reason: reason}
+			if at != "" {
+				t, err := parseWhen("at", at, now, true)
+				if err != nil {
+					return nil, err
+				}
+				h.At = &t
+			}
+			if err := control.ValidateHint(&h); err != nil {
+				return nil, hintFlagError(err)
+			}
+			return h, nil
+		})
+	cmd.Example = "  flyball task hint orders-health --interval 30s --ttl 15m --reason 'incident 4711'\n  flyball task hint orders-health --at 10m"
+	return cmd
+}
+
+func newTaskRunNowCmd() *cobra.Command {
+	var reason string
+	return newControlCmd("run-now <id>", "Run a task now: a one-shot hint at the current time", "run-now", events.VerbHinted,
+		func(cmd *cobra.Command) {
+			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event (default \"run-now\")")
+		},
+		func(id string, now time.Time) (any, error) { return control.RunNow(id, now, 0, reason), nil })
+}

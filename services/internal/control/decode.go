@@ -1,0 +1,97 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// DecodeJSON decodes one JSON document strictly into v, the way the
+// governor decodes command data: unknown fields and wrongly typed values
+// are refused, and errors are *events.ValidationError naming the field
+// ("schedule.interval: wrong type: got number, want a duration string").
+// The HTTP API decodes request bodies and the CLI decodes task files with
+// it, so a file that passes here is not rejected later for its shape.
+func DecodeJSON(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &events.ValidationError{Errors: []events.FieldError{{Rule: "empty document: want a JSON object"}}}
+	}
+	if !json.Valid(data) {
+		var probe any
+		err := json.Unmarshal(data, &probe)
+		return &events.ValidationError{Errors: []events.FieldError{{Rule: "not valid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}}}
+	}
+	e := event.New()
+	e.SetDataContentType(events.ContentTypeJSON)
+	e.DataEncoded = data
+	err := events.DecodeData(e, v)
+	if err == nil {
+		return nil
+	}
+	// DecodeData names the whole document "data"; here it is the document.
+	reasons := events.Reasons(err)
+	for i := range reasons {
+		if reasons[i].Field == "data" {
+			reasons[i].Field = ""
+		}
+	}
+	return &events.ValidationError{Errors: reasons}
+}
+
+// DecodeSpec decodes and validates a task spec, returning every problem at
+// once as an *events.ValidationError. The spec is not normalized: the
+// governor stores the defaults in force.
+func DecodeSpec(data []byte) (events.TaskSpec, error) {
+	var spec events.TaskSpec
+	if err := DecodeJSON(data, &spec); err != nil {
+		return events.TaskSpec{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return events.TaskSpec{}, err
+	}
+	return spec, nil
+}
+
+// MaxHintTTL bounds a hint's lifetime.
+const MaxHintTTL = 7 * 24 * time.Hour
+
+// ValidateHint checks a task.hinted command before it is sent, with the
+// governor's rules: an interval, a one-shot time, or both; an interval of
+// at least 1s; a TTL in [0, 168h] (0 takes the default).
+func ValidateHint(h *events.TaskHint) error {
+	var errs []events.FieldError
+	add := func(field, rule string) { errs = append(errs, events.FieldError{Field: field, Rule: rule}) }
+	if h.Interval == 0 && h.At == nil {
+		add("interval", "a hint needs interval, at, or both")
+	}
+	if h.Interval != 0 && (h.Interval.D() < events.MinInterval || h.Interval.D() > events.MaxInterval) {
+		add("interval", fmt.Sprintf("must be in [%s, %s], got %s", events.MinInterval, events.MaxInterval, h.Interval))
+	}
+	if h.TTL < 0 || h.TTL.D() > MaxHintTTL {
+		add("ttl", fmt.Sprintf("must be in (0, %s], got %s", MaxHintTTL, h.TTL))
+	}
+	if h.ID != "" && !events.ValidToken(h.ID) {
+		add("id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-]", events.MaxIDLength))
+	}
+	if len(errs) > 0 {
+		return &events.ValidationError{Errors: errs}
+	}
+	return nil
+}
+
+// RunNow is the task.hinted data of "run now": a one-shot hint at now,
+// valid for ttl (0 takes the governor's default), with reason "run-now"
+// unless one is given.
+func RunNow(id string, now time.Time, ttl time.Duration, reason string) events.TaskHint {
+	at := now.UTC()
+	if reason == "" {
+		reason = "run-now"
+	}
+	return events.TaskHint{ID: id, At: &at, TTL: events.Duration(ttl), Reason: reason}
+}

@@ -1,0 +1,87 @@
+package control_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/control"
+)
+
+func TestDecodeSpecNamesEveryField(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		given string
+		want  []string // "field: rule fragment"
+	}{
+		{"valid", `{"id":"a","target":{"http":{"url":"http://x"}},"schedule":{"interval":"5s"}}`, nil},
+		{"empty", ` `, []string{": empty document"}},
+		{"not JSON", `{`, []string{": not valid JSON"}},
+		{"unknown field", `{"id":"a","colour":"red"}`, []string{"colour: unknown field"}},
+		{"wrong type", `{"id":"a","schedule":{"interval":5}}`, []string{"schedule.interval: wrong type"}},
+		{
+			"every reason", `{"id":"a.b","target":{"http":{"url":"ftp://x"}},"schedule":{"interval":"10ms"}}`,
+			[]string{"id: must be 1-128", "target.http.url: scheme", "schedule.interval: must be >= 1s"},
+		},
+	}
+	for _, c := range cases {
+		_, err := control.DecodeSpec([]byte(c.given))
+		reasons := events.Reasons(err)
+		if len(c.want) == 0 {
+			if err != nil {
+				t.Errorf("%s: %v, want nil", c.name, err)
+			}
+			continue
+		}
+		if len(reasons) != len(c.want) {
+			t.Errorf("%s: reasons %+v, want %d", c.name, reasons, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			field, rule, _ := strings.Cut(w, ": ")
+			if reasons[i].Field != field || !strings.Contains(reasons[i].Rule, rule) {
+				t.Errorf("%s: reason %d = %+v, want field %q with %q", c.name, i, reasons[i], field, rule)
+			}
+		}
+	}
+}
+
+func TestValidateHint(t *testing.T) {
+	t.Parallel()
+	at := time.Now()
+	cases := []struct {
+		name      string
+		given     events.TaskHint
+		wantField string
+	}{
+		{"interval", events.TaskHint{Interval: events.Duration(30 * time.Second)}, ""},
+		{"one-shot", events.TaskHint{At: &at, TTL: events.Duration(time.Hour)}, ""},
+		{"neither", events.TaskHint{}, "interval"},
+		{"too fast", events.TaskHint{Interval: events.Duration(time.Millisecond)}, "interval"},
+		{"ttl too long", events.TaskHint{At: &at, TTL: events.Duration(200 * time.Hour)}, "ttl"},
+		{"bad id", events.TaskHint{ID: "a b", At: &at}, "id"},
+	}
+	for _, c := range cases {
+		err := control.ValidateHint(&c.given)
+		switch {
+		case c.wantField == "" && err != nil:
+			t.Errorf("%s: %v, want nil", c.name, err)
+		case c.wantField != "" && (err == nil || events.Reasons(err)[0].Field != c.wantField):
+			t.Errorf("%s: %v, want a reason naming %q", c.name, err, c.wantField)
+		}
+	}
+}
+
+func TestRunNowIsAOneShotHintAtNow(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.FixedZone("x", 3600))
+	h := control.RunNow("a", now, 0, "")
+	if h.ID != "a" || h.At == nil || !h.At.Equal(now) || h.At.Location() != time.UTC || h.Reason != "run-now" || h.Interval != 0 {
+		t.Fatalf("RunNow = %+v", h)
+	}
+	if err := control.ValidateHint(&h); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,152 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// DeadLetterRecord is one entry of the DEADLETTER stream.
+type DeadLetterRecord struct {
+	Seq uint64 `json:"seq"`
+	// Time is when DEADLETTER stored the entry.
+	Time    time.Time `json:"time"`
+	Subject string    `json:"subject"`
+	// EventID is the CloudEvents id of the entry.
+	EventID string            `json:"eventId,omitempty"`
+	Entry   events.DeadLetter `json:"entry"`
+	// Error is set when the stored event does not decode.
+	Error string `json:"error,omitempty"`
+	// Raw is the stored message, a structured CloudEvent.
+	Raw []byte `json:"-"`
+}
+
+// LastError is the error of the entry's last failed attempt.
+func (d *DeadLetterRecord) LastError() string {
+	if n := len(d.Entry.Errors); n > 0 {
+		return d.Entry.Errors[n-1].Error
+	}
+	return d.Error
+}
+
+// DecodeDeadLetter decodes a DEADLETTER message (from the stream or from a
+// core subscription to flyball.deadletter.>). seq and at may be zero.
+func DecodeDeadLetter(seq uint64, at time.Time, subject string, header nats.Header, data []byte) DeadLetterRecord {
+	rec := DeadLetterRecord{Seq: seq, Time: at, Subject: subject, Raw: data}
+	e, err := events.Decode(header, data)
+	if err == nil {
+		rec.EventID = e.ID()
+		err = events.DecodeData(e, &rec.Entry)
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		if s, perr := events.ParseSubject(subject); perr == nil {
+			rec.Entry.TaskID = s.ID
+		}
+	}
+	if rec.Time.IsZero() {
+		rec.Time = rec.Entry.DeadLetteredAt
+	}
+	return rec
+}
+
+func deadLetterFilter(taskID string) string {
+	if taskID == "" {
+		return events.DeadLetterSubject("*")
+	}
+	return events.DeadLetterSubject(taskID)
+}
+
+// DeadLetters returns the newest limit entries (every one when limit <= 0),
+// of one task or, with taskID "", of all tasks, oldest first.
+func (r *Reader) DeadLetters(ctx context.Context, taskID string, limit int) ([]DeadLetterRecord, error) {
+	opts := ScanOptions{Stream: streams.StreamDeadLetter, Subjects: []string{deadLetterFilter(taskID)}}
+	if taskID == "" && limit > 0 {
+		// Unfiltered, the newest entries are the last sequences: start
+		// there instead of reading the whole stream.
+		st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+		}
+		if last := st.CachedInfo().State.LastSeq; last >= uint64(limit) {
+			opts.StartSeq = last - uint64(limit) + 1
+		}
+	}
+	keep := lastN[DeadLetterRecord]{n: limit}
+	err := Scan(ctx, r.js, opts, func(m Message) error {
+		keep.push(DecodeDeadLetter(m.Seq, m.Time, m.Subject, m.Header, m.Data))
+		return nil
+	})
+	out := keep.values()
+	if out == nil {
+		out = []DeadLetterRecord{}
+	}
+	return out, err
+}
+
+// DeadLetter returns the entry stored at seq, or an error wrapping ErrNotFound.
+func (r *Reader) DeadLetter(ctx context.Context, seq uint64) (*DeadLetterRecord, error) {
+	st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+	}
+	raw, err := st.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("dead letter %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read dead letter %d: %w", seq, err)
+	}
+	rec := DecodeDeadLetter(raw.Sequence, raw.Time, raw.Subject, raw.Header, raw.Data)
+	return &rec, nil
+}
+
+// CountDeadLetters counts the stored entries of one task, or of all tasks
+// with taskID "".
+func (r *Reader) CountDeadLetters(ctx context.Context, taskID string) (uint64, error) {
+	st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+	}
+	if taskID == "" {
+		return st.CachedInfo().State.Msgs, nil
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(deadLetterFilter(taskID)))
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
+}
+
+// PurgeDeadLetters deletes the stored entries of one task, or of all tasks
+// with taskID "", and returns how many there were. Runs are not affected:
+// a purge only forgets the record.
+func (r *Reader) PurgeDeadLetters(ctx context.Context, taskID string) (uint64, error) {
+	n, err := r.CountDeadLetters(ctx, taskID)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+	}
+	var opts []jetstream.StreamPurgeOpt
+	if taskID != "" {
+		opts = append(opts, jetstream.WithPurgeSubject(deadLetterFilter(taskID)))
+	}
+	if err := st.Purge(ctx, opts...); err != nil {
+		return 0, fmt.Errorf("purge %s: %w", streams.StreamDeadLetter, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,200 @@
+package query
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/cron"
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/executor"
+)
+
+// Health summary constants.
+const (
+	// DueWindow is the horizon of Health.Queue.DueWithinSeconds.
+	DueWindow = 12 * time.Second
+	// HealthDeadLetters is how many recent dead letters Health lists.
+	HealthDeadLetters = 25
+	// DefaultJob is the perType key of tasks without a job.
+	DefaultJob = "default"
+)
+
+// Health is the scheduler-health summary: the shape of Pulse's
+// GET /api/monitoring/scheduler/health, with flyball's names.
+type Health struct {
+	UpdatedAt  time.Time        `json:"updatedAt"`
+	Enabled    bool             `json:"enabled"`
+	Queue      QueueHealth      `json:"queue"`
+	DeadLetter DeadLetterHealth `json:"deadLetter"`
+	// Breakers lists breakers that are not closed.
+	Breakers []BreakerHealth `json:"breakers"`
+	// Staleness scores every task, stalest first.
+	Staleness []StalenessEntry `json:"staleness"`
+}
+
+// QueueHealth describes the scheduled runs.
+type QueueHealth struct {
+	// Depth counts tasks with a next run scheduled.
+	Depth int `json:"depth"`
+	// DueWithinSeconds counts those due within DueWindow (12s), overdue included.
+	DueWithinSeconds int `json:"dueWithinSeconds"`
+	// PerType counts scheduled tasks by job ("default" for tasks without one).
+	PerType map[string]int `json:"perType"`
+}
+
+// DeadLetterHealth describes the DEADLETTER stream.
+type DeadLetterHealth struct {
+	// Count is the number of stored dead-letter entries.
+	Count uint64 `json:"count"`
+	// Tasks are the most recent entries (at most 25), newest first.
+	Tasks []DeadLetterSummary `json:"tasks"`
+}
+
+// DeadLetterSummary is one dead-letter entry in the health summary.
+type DeadLetterSummary struct {
+	Seq            uint64    `json:"seq"`
+	TaskID         string    `json:"taskId"`
+	Reason         string    `json:"reason"`
+	Attempts       int       `json:"attempts"`
+	LastError      string    `json:"lastError,omitempty"`
+	DeadLetteredAt time.Time `json:"deadLetteredAt"`
+}
+
+// BreakerHealth is one breaker that is open or half-open.
+type BreakerHealth struct {
+	Key string `json:"key"`
+	// TaskID is set for task-scoped breakers (host-scoped keys start with "host_").
+	TaskID   string              `json:"taskId,omitempty"`
+	State    events.BreakerState `json:"state"`
+	Failures int                 `json:"failures"`
+	RetryAt  *time.Time          `json:"retryAt,omitempty"`
+}
+
+// StalenessEntry scores how overdue a task's last success is.
+type StalenessEntry struct {
+	TaskID string `json:"taskId"`
+	// Score is min(1, max(0, (age - expected) / (4 × expected))), where age
+	// is the time since the last success (or since the task was created if
+	// it never succeeded) and expected the task's interval: an active
+	// interval hint's, else the baseline (for cron, the gap between its next
+	// two occurrences). 0 while the last success is at most one interval
+	// old, 1 at five intervals.
+	Score       float64         `json:"score"`
+	LastSuccess *time.Time      `json:"lastSuccess"`
+	Expected    events.Duration `json:"expectedInterval"`
+	Paused      bool            `json:"paused,omitempty"`
+}
+
+// Health computes the scheduler-health summary.
+func (r *Reader) Health(ctx context.Context) (*Health, error) {
+	now := r.now()
+	specs, specEntries, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
+	if err != nil {
+		return nil, err
+	}
+	states, _, err := decodeEntries[gov.State](ctx, r.schedules)
+	if err != nil {
+		return nil, err
+	}
+	breakers, _, err := decodeEntries[executor.BreakerRecord](ctx, r.breakers)
+	if err != nil {
+		return nil, err
+	}
+	h := &Health{
+		UpdatedAt: now, Enabled: true,
+		Queue:    QueueHealth{PerType: map[string]int{}},
+		Breakers: []BreakerHealth{}, Staleness: []StalenessEntry{},
+	}
+	for id, st := range states {
+		spec, ok := specs[id]
+		if !ok || st.Deleted {
+			continue // orphaned state of a deleted task
+		}
+		if !st.NextRunAt.IsZero() {
+			h.Queue.Depth++
+			if !st.NextRunAt.After(now.Add(DueWindow)) {
+				h.Queue.DueWithinSeconds++
+			}
+			h.Queue.PerType[cmp.Or(spec.Job, DefaultJob)]++
+		}
+		expected := ExpectedInterval(&spec, now)
+		if hint := st.IntervalHint; hint != nil && hint.ExpiresAt.After(now) {
+			expected = hint.Interval // the cadence the operator asked for
+		}
+		since := st.CreatedAt
+		if since.IsZero() {
+			since = specEntries[id].Created()
+		}
+		e := StalenessEntry{
+			TaskID: id, Score: gov.Staleness(now, st.LastSuccessAt, since, expected),
+			Expected: events.Duration(expected), Paused: st.Paused,
+		}
+		if !st.LastSuccessAt.IsZero() {
+			t := st.LastSuccessAt
+			e.LastSuccess = &t
+		}
+		h.Staleness = append(h.Staleness, e)
+	}
+	slices.SortFunc(h.Staleness, func(a, b StalenessEntry) int {
+		return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.TaskID, b.TaskID))
+	})
+	for key, b := range breakers {
+		if b.State == events.BreakerClosed || b.State == "" {
+			continue
+		}
+		bh := BreakerHealth{Key: key, State: b.State, Failures: b.Failures}
+		if !strings.HasPrefix(key, "host_") {
+			bh.TaskID = key
+		}
+		if !b.RetryAt.IsZero() {
+			t := b.RetryAt
+			bh.RetryAt = &t
+		}
+		h.Breakers = append(h.Breakers, bh)
+	}
+	slices.SortFunc(h.Breakers, func(a, b BreakerHealth) int { return strings.Compare(a.Key, b.Key) })
+
+	if h.DeadLetter.Count, err = r.CountDeadLetters(ctx, ""); err != nil {
+		return nil, err
+	}
+	recent, err := r.DeadLetters(ctx, "", HealthDeadLetters)
+	if err != nil {
+		return nil, err
+	}
+	h.DeadLetter.Tasks = make([]DeadLetterSummary, 0, len(recent))
+	for i := len(recent) - 1; i >= 0; i-- {
+		d := &recent[i]
+		h.DeadLetter.Tasks = append(h.DeadLetter.Tasks, DeadLetterSummary{
+			Seq: d.Seq, TaskID: d.Entry.TaskID, Reason: d.Entry.Reason, Attempts: d.Entry.Attempts,
+			LastError: d.LastError(), DeadLetteredAt: d.Entry.DeadLetteredAt,
+		})
+	}
+	return h, nil
+}
+
+// ExpectedInterval is the cadence a task is expected to keep: its
+// interval, or for a cron task the gap between its next two occurrences
+// after now. Zero if the schedule cannot be evaluated.
+func ExpectedInterval(spec *events.TaskSpec, now time.Time) time.Duration {
+	if spec.Schedule.Interval > 0 {
+		return spec.Schedule.Interval.D()
+	}
+	sched, err := cron.Parse(spec.Schedule.Cron)
+	if err != nil {
+		return 0
+	}
+	loc, err := events.LoadLocation(cmp.Or(spec.Schedule.Timezone, "UTC"))
+	if err != nil {
+		return 0
+	}
+	a := sched.Next(now, loc)
+	b := sched.Next(a, loc)
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a)
+}

@@ -1,0 +1,406 @@
+package query_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
+)
+
+type bundle struct {
+	srv *natstest.Server
+	r   *query.Reader
+	ctx context.Context
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	r, err := query.NewReader(ctx, srv.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{srv: srv, r: r, ctx: ctx}
+}
+
+func (b *bundle) publish(t *testing.T, subject, typ, id string, data any) {
+	t.Helper()
+	if err := jsutil.PublishEvent(b.ctx, b.srv.JS, subject, "", typ, "test", id, data, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bundle) put(t *testing.T, bucket, key string, v any) {
+	t.Helper()
+	kv, err := b.srv.JS.KeyValue(b.ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(b.ctx, key, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bundle) run(t *testing.T, o events.Outcome, id string, attempt int) {
+	t.Helper()
+	b.publish(t, events.RunSubject(o, id), o.Type(), id, events.Run{DispatchID: fmt.Sprintf("%s:%d", id, attempt), TaskID: id, Attempt: attempt, Status: 200})
+}
+
+func TestScanReadsWithoutConsumingAndStopsAtTheEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 5; i++ {
+		b.run(t, events.OutcomeSucceeded, "a", i)
+		b.run(t, events.OutcomeFailed, "b", i)
+	}
+	cases := []struct {
+		name  string
+		given query.ScanOptions
+		want  []uint64
+	}{
+		{"everything", query.ScanOptions{}, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}},
+		{"one subject", query.ScanOptions{Subjects: []string{"flyball.run.*.b"}}, []uint64{2, 4, 6, 8, 10}},
+		{"from a sequence", query.ScanOptions{StartSeq: 8}, []uint64{8, 9, 10}},
+		{"from the future", query.ScanOptions{StartTime: time.Now().Add(time.Hour)}, nil},
+		{"until the past", query.ScanOptions{Until: time.Now().Add(-time.Hour)}, nil},
+		{"no match", query.ScanOptions{Subjects: []string{"flyball.run.*.nobody"}}, nil},
+	}
+	for _, c := range cases {
+		opts := c.given
+		opts.Stream = streams.StreamRuns
+		var got []uint64
+		caughtUp := 0
+		opts.CaughtUp = func() error { caughtUp++; return nil }
+		if err := query.Scan(b.ctx, b.srv.JS, opts, func(m query.Message) error {
+			got = append(got, m.Seq)
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !slices.Equal(got, c.want) || caughtUp != 1 {
+			t.Errorf("%s: got %v (caught up %d times), want %v once", c.name, got, caughtUp, c.want)
+		}
+	}
+	info, err := b.srv.JS.Stream(b.ctx, streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 10 {
+		t.Fatalf("RUNS holds %d messages after the scans, want 10", n)
+	}
+}
+
+func TestScanStopsWhenAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 5; i++ {
+		b.run(t, events.OutcomeSucceeded, "a", i)
+	}
+	n := 0
+	err := query.Scan(b.ctx, b.srv.JS, query.ScanOptions{Stream: streams.StreamRuns}, func(query.Message) error {
+		n++
+		if n == 2 {
+			return query.ErrStop
+		}
+		return nil
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("scan = %v after %d messages, want nil after 2", err, n)
+	}
+}
+
+func TestScanFollowDeliversNewMessages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.run(t, events.OutcomeSucceeded, "a", 1)
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	got := make(chan uint64, 16)
+	caughtUp := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- query.Scan(ctx, b.srv.JS, query.ScanOptions{
+			Stream: streams.StreamRuns, Follow: true,
+			CaughtUp: func() error { close(caughtUp); return nil },
+		}, func(m query.Message) error {
+			got <- m.Seq
+			return nil
+		})
+	}()
+	if seq := <-got; seq != 1 {
+		t.Fatalf("first message seq %d, want 1", seq)
+	}
+	<-caughtUp
+	b.run(t, events.OutcomeSucceeded, "a", 2)
+	select {
+	case seq := <-got:
+		if seq != 2 {
+			t.Fatalf("followed message seq %d, want 2", seq)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a message published after catching up was not delivered")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("follow ended with %v, want nil on cancel", err)
+	}
+}
+
+func TestScanReadsTheWorkQueueWithoutRemovingIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		b.publish(t, events.DispatchSubject(id), events.TypeRunDue, id, events.Dispatch{DispatchID: id + ":1", TaskID: id})
+	}
+	var got []string
+	err := query.Scan(b.ctx, b.srv.JS, query.ScanOptions{Stream: streams.StreamDispatch, Subjects: []string{"flyball.dispatch.b"}}, func(m query.Message) error {
+		got = append(got, m.Subject)
+		return nil
+	})
+	if err != nil || !slices.Equal(got, []string{"flyball.dispatch.b"}) {
+		t.Fatalf("scan DISPATCH = %v, %v; want [flyball.dispatch.b]", got, err)
+	}
+	st, err := b.srv.JS.Stream(b.ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 3 {
+		t.Fatalf("DISPATCH holds %d messages after the scan, want 3", n)
+	}
+	err = query.Scan(b.ctx, b.srv.JS, query.ScanOptions{Stream: streams.StreamDispatch, Follow: true}, func(query.Message) error { return nil })
+	if err == nil {
+		t.Fatal("following a work queue must be refused")
+	}
+}
+
+func TestRunsReturnsTheNewestOldestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 7; i++ {
+		b.run(t, events.OutcomeSucceeded, "a", i)
+		b.run(t, events.OutcomeFailed, "other", i)
+	}
+	runs, err := b.r.Runs(b.ctx, "a", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts []int
+	for _, r := range runs {
+		if r.Outcome != events.OutcomeSucceeded || r.Run.TaskID != "a" {
+			t.Fatalf("unexpected run %+v", r)
+		}
+		attempts = append(attempts, r.Run.Attempt)
+	}
+	if !slices.Equal(attempts, []int{5, 6, 7}) {
+		t.Fatalf("attempts %v, want [5 6 7]", attempts)
+	}
+	all, err := b.r.Runs(b.ctx, "a", 0)
+	if err != nil || len(all) != 7 {
+		t.Fatalf("all runs: %d, %v; want 7", len(all), err)
+	}
+	none, err := b.r.Runs(b.ctx, "nobody", 5)
+	if err != nil || none == nil || len(none) != 0 {
+		t.Fatalf("runs of an unknown task = %v, %v; want an empty list", none, err)
+	}
+}
+
+func deadLetter(id string, n int) events.DeadLetter {
+	return events.DeadLetter{
+		TaskID: id, Reason: events.DeadLetterPermanent, Attempts: n,
+		Dispatch:       events.Dispatch{DispatchID: fmt.Sprintf("%s:%d", id, n), TaskID: id},
+		Errors:         []events.AttemptError{{Attempt: n, Status: 404, Error: fmt.Sprintf("HTTP 404 #%d", n)}},
+		DeadLetteredAt: time.Now().UTC(),
+	}
+}
+
+func TestDeadLettersListShowCountPurge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 4; i++ {
+		b.publish(t, events.DeadLetterSubject("a"), events.TypeDeadLettered, "a", deadLetter("a", i))
+		b.publish(t, events.DeadLetterSubject("b"), events.TypeDeadLettered, "b", deadLetter("b", i))
+	}
+	last2, err := b.r.DeadLetters(b.ctx, "", 2)
+	if err != nil || len(last2) != 2 || last2[0].Seq != 7 || last2[1].Seq != 8 {
+		t.Fatalf("newest 2 = %+v, %v; want seqs 7, 8", last2, err)
+	}
+	onlyA, err := b.r.DeadLetters(b.ctx, "a", 3)
+	if err != nil || len(onlyA) != 3 {
+		t.Fatalf("newest 3 of a = %d, %v", len(onlyA), err)
+	}
+	for i, d := range onlyA {
+		if d.Entry.TaskID != "a" || d.Entry.Attempts != i+2 || d.LastError() != fmt.Sprintf("HTTP 404 #%d", i+2) {
+			t.Fatalf("entry %d = %+v", i, d)
+		}
+	}
+	one, err := b.r.DeadLetter(b.ctx, 3)
+	if err != nil || one.Entry.TaskID != "a" || one.Seq != 3 || !json.Valid(one.Raw) {
+		t.Fatalf("dead letter 3 = %+v, %v", one, err)
+	}
+	if _, err := b.r.DeadLetter(b.ctx, 99); !errors.Is(err, query.ErrNotFound) {
+		t.Fatalf("dead letter 99: %v, want ErrNotFound", err)
+	}
+	if n, err := b.r.CountDeadLetters(b.ctx, "b"); err != nil || n != 4 {
+		t.Fatalf("count b = %d, %v; want 4", n, err)
+	}
+	if n, err := b.r.PurgeDeadLetters(b.ctx, "b"); err != nil || n != 4 {
+		t.Fatalf("purge b = %d, %v; want 4", n, err)
+	}
+	if n, err := b.r.CountDeadLetters(b.ctx, ""); err != nil || n != 4 {
+		t.Fatalf("count after purging b = %d, %v; want the 4 of a", n, err)
+	}
+}
+
+func spec(id, job, interval string) events.TaskSpec {
+	d, _ := time.ParseDuration(interval)
+	return events.TaskSpec{
+		ID: id, Job: job, Labels: map[string]string{"team": job},
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: "http://example.test/" + id}},
+		Schedule: events.Schedule{Interval: events.Duration(d)},
+	}
+}
+
+func TestHealthSummarises(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.r.Now = func() time.Time { return now }
+
+	b.put(t, streams.BucketTasks, "due", spec("due", "", "10s"))
+	b.put(t, streams.BucketSchedules, "due", gov.State{TaskID: "due", NextRunAt: now.Add(5 * time.Second), LastSuccessAt: now.Add(-10 * time.Second)})
+	b.put(t, streams.BucketTasks, "later", spec("later", "orders", "1m"))
+	// Last success 3 intervals ago: (180s - 60s) / 240s = 0.5.
+	b.put(t, streams.BucketSchedules, "later", gov.State{TaskID: "later", NextRunAt: now.Add(time.Minute), LastSuccessAt: now.Add(-3 * time.Minute)})
+	b.put(t, streams.BucketTasks, "paused", spec("paused", "orders", "1m"))
+	b.put(t, streams.BucketSchedules, "paused", gov.State{TaskID: "paused", Paused: true, LastSuccessAt: now.Add(-time.Hour)})
+	b.put(t, streams.BucketSchedules, "orphan", gov.State{TaskID: "orphan", NextRunAt: now})
+	retry := now.Add(30 * time.Second)
+	b.put(t, streams.BucketBreakers, "later", executor.BreakerRecord{Key: "later", State: events.BreakerOpen, Failures: 3, RetryAt: retry})
+	b.put(t, streams.BucketBreakers, "host_example_test", executor.BreakerRecord{Key: "host_example_test", State: events.BreakerHalfOpen, Failures: 4})
+	b.put(t, streams.BucketBreakers, "due", executor.BreakerRecord{Key: "due", State: events.BreakerClosed})
+	for i := 1; i <= 30; i++ {
+		b.publish(t, events.DeadLetterSubject("later"), events.TypeDeadLettered, "later", deadLetter("later", i))
+	}
+
+	h, err := b.r.Health(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Enabled || !h.UpdatedAt.Equal(now) {
+		t.Errorf("enabled %v updatedAt %v", h.Enabled, h.UpdatedAt)
+	}
+	if q := h.Queue; q.Depth != 2 || q.DueWithinSeconds != 1 || q.PerType["default"] != 1 || q.PerType["orders"] != 1 || len(q.PerType) != 2 {
+		t.Errorf("queue = %+v, want depth 2, 1 due, default=1 orders=1", q)
+	}
+	if d := h.DeadLetter; d.Count != 30 || len(d.Tasks) != 25 || d.Tasks[0].Attempts != 30 || d.Tasks[24].Attempts != 6 || d.Tasks[0].LastError != "HTTP 404 #30" {
+		t.Errorf("dead letters: count %d, %d listed, first %+v", d.Count, len(d.Tasks), d.Tasks[0])
+	}
+	if len(h.Breakers) != 2 || h.Breakers[0].Key != "host_example_test" || h.Breakers[0].TaskID != "" ||
+		h.Breakers[1].TaskID != "later" || h.Breakers[1].RetryAt == nil || !h.Breakers[1].RetryAt.Equal(retry) {
+		t.Errorf("breakers = %+v", h.Breakers)
+	}
+	scores := map[string]float64{}
+	for _, s := range h.Staleness {
+		scores[s.TaskID] = s.Score
+	}
+	want := map[string]float64{"paused": 1, "later": 0.5, "due": 0}
+	if len(scores) != 3 || scores["paused"] != want["paused"] || scores["later"] != want["later"] || scores["due"] != want["due"] {
+		t.Errorf("staleness = %v, want %v", scores, want)
+	}
+	if h.Staleness[0].TaskID != "paused" || !h.Staleness[0].Paused {
+		t.Errorf("stalest first: %+v", h.Staleness)
+	}
+}
+
+func TestTasksFilterByJobAndLabel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.put(t, streams.BucketTasks, "b", spec("b", "orders", "10s"))
+	b.put(t, streams.BucketTasks, "a", spec("a", "orders", "10s"))
+	b.put(t, streams.BucketTasks, "c", spec("c", "billing", "10s"))
+	b.put(t, streams.BucketSchedules, "a", gov.State{TaskID: "a", Source: gov.SourceBaselineInterval})
+	ids := func(f query.TaskFilter) []string {
+		tasks, err := b.r.Tasks(b.ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range tasks {
+			out = append(out, v.Spec.ID)
+		}
+		return out
+	}
+	if got := ids(query.TaskFilter{}); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("all = %v", got)
+	}
+	if got := ids(query.TaskFilter{Job: "orders"}); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("job orders = %v", got)
+	}
+	if got := ids(query.TaskFilter{Labels: map[string]string{"team": "billing"}}); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("label team=billing = %v", got)
+	}
+	v, err := b.r.Task(b.ctx, "a")
+	if err != nil || v.Schedule == nil || v.Schedule.Source != gov.SourceBaselineInterval {
+		t.Fatalf("task a = %+v, %v", v, err)
+	}
+	if _, err := b.r.Task(b.ctx, "zzz"); !errors.Is(err, query.ErrNotFound) {
+		t.Fatalf("missing task: %v, want ErrNotFound", err)
+	}
+	if _, err := query.ParseLabels([]string{"novalue"}); err == nil {
+		t.Fatal("a selector without = must be refused")
+	}
+}
+
+func TestRuntimeListsInstancesWithAge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now().UTC()
+	b.r.Now = func() time.Time { return now }
+	b.put(t, streams.BucketRuntime, "timer.x", events.Heartbeat{Kind: "timer", Name: "x", Status: events.RuntimeOnline, LastBeat: now.Add(-5 * time.Second)})
+	b.put(t, streams.BucketRuntime, "api.y", events.Heartbeat{Kind: "api", Name: "y", Status: events.RuntimeOffline, LastBeat: now.Add(-time.Minute)})
+	list, err := b.r.Runtime(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Key != "api.y" || list[0].Status != events.RuntimeOffline || list[0].LastBeatAge.D() != time.Minute ||
+		list[1].Kind != "timer" || list[1].LastBeatAge.D() != 5*time.Second {
+		t.Fatalf("runtime = %+v", list)
+	}
+}
+
+func TestExpectedInterval(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name  string
+		given events.Schedule
+		want  time.Duration
+	}{
+		{"interval", events.Schedule{Interval: events.Duration(30 * time.Second)}, 30 * time.Second},
+		{"cron every 5 minutes", events.Schedule{Cron: "*/5 * * * *", Timezone: "Europe/Berlin"}, 5 * time.Minute},
+		{"bad cron", events.Schedule{Cron: "nope"}, 0},
+	}
+	for _, c := range cases {
+		s := events.TaskSpec{Schedule: c.given}
+		if got := query.ExpectedInterval(&s, now); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/streams"
+)
+
+// ErrNotFound is returned when a task or a dead-letter entry does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Reader reads flyball's state. Create it once per process (the API) or per
+// command (the CLI): NewReader binds the KV buckets.
+type Reader struct {
+	js        jetstream.JetStream
+	tasks     jetstream.KeyValue
+	schedules jetstream.KeyValue
+	breakers  jetstream.KeyValue
+	runtime   jetstream.KeyValue
+	// Now is the clock used for ages, due counts and staleness. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// NewReader binds every KV bucket the reads need.
+func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
+	r := &Reader{js: js, Now: time.Now}
+	for _, b := range []struct {
+		name string
+		kv   *jetstream.KeyValue
+	}{
+		{streams.BucketTasks, &r.tasks},
+		{streams.BucketSchedules, &r.schedules},
+		{streams.BucketBreakers, &r.breakers},
+		{streams.BucketRuntime, &r.runtime},
+	} {
+		kv, err := js.KeyValue(ctx, b.name)
+		if err != nil {
+			return nil, fmt.Errorf("bind KV %s: %w (did streams.Ensure run?)", b.name, err)
+		}
+		*b.kv = kv
+	}
+	return r, nil
+}
+
+func (r *Reader) now() time.Time {
+	if r.Now == nil {
+		return time.Now().UTC()
+	}
+	return r.Now().UTC()
+}
+
+// entries reads every live key of a bucket with one watch, which costs one
+// subscription instead of a request per key.
+func entries(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.KeyValueEntry, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read KV %s: %w", kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]jetstream.KeyValueEntry{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read KV %s: %w", kv.Bucket(), ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read KV %s: watch closed", kv.Bucket())
+			}
+			if e == nil { // every stored value has been delivered
+				return out, nil
+			}
+			out[e.Key()] = e
+		}
+	}
+}
+
+// decodeEntries decodes every value of a bucket into T, skipping values
+// that do not decode (a reader must not fail on one bad entry).
+func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue) (map[string]T, map[string]jetstream.KeyValueEntry, error) {
+	raw, err := entries(ctx, kv)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(map[string]T, len(raw))
+	for k, e := range raw {
+		var v T
+		if json.Unmarshal(e.Value(), &v) == nil {
+			out[k] = v
+		}
+	}
+	return out, raw, nil
+}
+
+func isMissing(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}
+
+// lastN keeps the newest n values pushed (all of them when n <= 0).
+type lastN[T any] struct {
+	n     int
+	items []T
+}
+
+func (l *lastN[T]) push(v T) {
+	l.items = append(l.items, v)
+	if l.n > 0 && len(l.items) > 2*l.n {
+		l.items = append(l.items[:0], l.items[len(l.items)-l.n:]...)
+	}
+}
+
+func (l *lastN[T]) values() []T {
+	if l.n > 0 && len(l.items) > l.n {
+		return l.items[len(l.items)-l.n:]
+	}
+	return l.items
+}
+
+// drain returns the kept values and forgets them.
+func (l *lastN[T]) drain() []T {
+	v := l.values()
+	l.items = nil
+	return v
+}

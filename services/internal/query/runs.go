@@ -1,0 +1,78 @@
+package query
+
+import (
+	"context"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// RunRecord is one run event of a task's history on RUNS.
+type RunRecord struct {
+	Seq uint64 `json:"seq"`
+	// Time is when RUNS stored the event.
+	Time    time.Time      `json:"time"`
+	Outcome events.Outcome `json:"outcome"`
+	Run     events.Run     `json:"run"`
+	// Error is set when the stored event does not decode; Run is then empty.
+	Error string `json:"error,omitempty"`
+}
+
+// runRecord decodes one RUNS message.
+func runRecord(m Message) RunRecord {
+	rec := RunRecord{Seq: m.Seq, Time: m.Time}
+	if s, err := events.ParseSubject(m.Subject); err == nil {
+		rec.Outcome = events.Outcome(s.Action)
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err == nil {
+		err = events.DecodeData(e, &rec.Run)
+	}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	return rec
+}
+
+// Runs returns the newest limit run events of task id (every one when
+// limit <= 0), oldest first.
+func (r *Reader) Runs(ctx context.Context, id string, limit int) ([]RunRecord, error) {
+	var out []RunRecord
+	err := r.FollowRuns(ctx, id, limit, false, func(rec RunRecord) error {
+		out = append(out, rec)
+		return nil
+	})
+	if out == nil {
+		out = []RunRecord{}
+	}
+	return out, err
+}
+
+// FollowRuns calls fn with the newest limit run events of task id, oldest
+// first, and then, if follow, with every new one until ctx ends.
+func (r *Reader) FollowRuns(ctx context.Context, id string, limit int, follow bool, fn func(RunRecord) error) error {
+	keep := lastN[RunRecord]{n: limit}
+	live := false
+	return Scan(ctx, r.js, ScanOptions{
+		Stream:   streams.StreamRuns,
+		Subjects: []string{events.RunSubject("*", id)},
+		Follow:   follow,
+		CaughtUp: func() error {
+			live = true
+			for _, rec := range keep.drain() {
+				if err := fn(rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}, func(m Message) error {
+		rec := runRecord(m)
+		if live {
+			return fn(rec)
+		}
+		keep.push(rec)
+		return nil
+	})
+}

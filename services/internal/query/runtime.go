@@ -1,0 +1,39 @@
+package query
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// Instance is one service instance in the runtime registry (KV
+// flyball-runtime).
+type Instance struct {
+	// Key is the KV key, <kind>.<name>.
+	Key string `json:"key"`
+	events.Heartbeat
+	// LastBeatAge is how long ago the instance last beat.
+	LastBeatAge events.Duration `json:"lastBeatAge"`
+}
+
+// Runtime lists the registered service instances, by kind then name.
+// Instances that stopped cleanly deregistered themselves; the sweeper marks
+// those that stopped beating offline.
+func (r *Reader) Runtime(ctx context.Context) ([]Instance, error) {
+	beats, _, err := decodeEntries[events.Heartbeat](ctx, r.runtime)
+	if err != nil {
+		return nil, err
+	}
+	now := r.now()
+	out := make([]Instance, 0, len(beats))
+	for key, hb := range beats {
+		out = append(out, Instance{Key: key, Heartbeat: hb, LastBeatAge: events.Duration(now.Sub(hb.LastBeat))})
+	}
+	slices.SortFunc(out, func(a, b Instance) int {
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}

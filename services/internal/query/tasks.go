@@ -1,0 +1,107 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+)
+
+// TaskView is a task as operators see it: the accepted spec (KV
+// flyball-tasks) and the governor's schedule state (KV flyball-schedules),
+// if any.
+type TaskView struct {
+	Spec     events.TaskSpec `json:"spec"`
+	Schedule *gov.State      `json:"schedule,omitempty"`
+}
+
+// TaskFilter selects tasks. The zero value selects every task.
+type TaskFilter struct {
+	// Job, if set, keeps tasks of this job only.
+	Job string
+	// Labels keeps tasks that carry every one of these labels.
+	Labels map[string]string
+}
+
+func (f *TaskFilter) match(s *events.TaskSpec) bool {
+	if f.Job != "" && s.Job != f.Job {
+		return false
+	}
+	for k, v := range f.Labels {
+		if got, ok := s.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseLabels parses label selectors of the form key=value.
+func ParseLabels(selectors []string) (map[string]string, error) {
+	if len(selectors) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(selectors))
+	for _, s := range selectors {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, &events.FieldError{Field: "label", Rule: fmt.Sprintf("want key=value, got %q", s)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// Task returns one task, or an error wrapping ErrNotFound.
+func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
+	ent, err := r.tasks.Get(ctx, id)
+	if isMissing(err) {
+		return nil, fmt.Errorf("task %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read task %q: %w", id, err)
+	}
+	var v TaskView
+	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
+		return nil, fmt.Errorf("stored spec of task %q does not decode: %w", id, err)
+	}
+	se, err := r.schedules.Get(ctx, id)
+	switch {
+	case err == nil:
+		var st gov.State
+		if json.Unmarshal(se.Value(), &st) == nil {
+			v.Schedule = &st
+		}
+	case !isMissing(err):
+		return nil, fmt.Errorf("read schedule of task %q: %w", id, err)
+	}
+	return &v, nil
+}
+
+// Tasks lists the tasks that match f, sorted by ID.
+func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
+	specs, _, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
+	if err != nil {
+		return nil, err
+	}
+	states, _, err := decodeEntries[gov.State](ctx, r.schedules)
+	if err != nil {
+		return nil, err
+	}
+	out := []TaskView{}
+	for id, spec := range specs {
+		if !f.match(&spec) {
+			continue
+		}
+		v := TaskView{Spec: spec}
+		if st, ok := states[id]; ok {
+			v.Schedule = &st
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b TaskView) int { return strings.Compare(a.Spec.ID, b.Spec.ID) })
+	return out, nil
+}
