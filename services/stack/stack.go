@@ -56,6 +56,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
 	SweepInterval     time.Duration
+	// PerTaskMetrics enables per-task metric series (at most 1000 tasks).
+	PerTaskMetrics bool
 }
 
 type service interface {
@@ -147,7 +149,9 @@ func (st *Stack) build(name string) (service, error) {
 	case "deadletter":
 		return deadletter.New(deadletter.Config{Common: c})
 	case "sweeper":
-		s, err := sweeper.New(sweeper.Config{Common: c, Interval: st.cfg.SweepInterval, OfflineAfter: st.cfg.OfflineAfter})
+		s, err := sweeper.New(sweeper.Config{
+			Common: c, Interval: st.cfg.SweepInterval, OfflineAfter: st.cfg.OfflineAfter, PerTaskMetrics: st.cfg.PerTaskMetrics,
+		})
 		st.Sweeper = s
 		return s, err
 	case "executor":

@@ -33,6 +33,12 @@ type Config struct {
 	// ZombieAfter is how long past its nextRunAt a run may stay without
 	// dispatch or outcome before it is re-dispatched. Defaults to 5m.
 	ZombieAfter time.Duration
+	// PerTaskMetrics exports flyball_task_staleness_score{task}. Per-task
+	// labels make one series per task, so they switch off by themselves
+	// above PerTaskLimit tasks. Defaults to false.
+	PerTaskMetrics bool
+	// PerTaskLimit caps per-task series. Defaults to 1000.
+	PerTaskLimit int
 }
 
 // Service is the sweeper service.
@@ -45,7 +51,10 @@ type Service struct {
 	runs     jetstream.Stream
 	view     *view
 	scores   atomic.Pointer[map[string]float64]
-	swept    chan struct{}
+	// perTaskOff records that per-task series were dropped for size; only
+	// the sweep goroutine touches it.
+	perTaskOff bool
+	swept      chan struct{}
 }
 
 // New validates cfg.
@@ -61,6 +70,14 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ZombieAfter <= 0 {
 		cfg.ZombieAfter = 5 * time.Minute
+	}
+	if cfg.PerTaskLimit <= 0 {
+		cfg.PerTaskLimit = 1000
+	}
+	if cfg.PerTaskMetrics {
+		if err := cfg.Metrics.Registry.Register(cfg.Metrics.TaskStaleness); err != nil {
+			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
+		}
 	}
 	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView()}, nil
 }

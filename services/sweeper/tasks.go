@@ -140,6 +140,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	v.mu.Unlock()
 
 	s.scores.Store(&scores)
+	s.exportPerTask(scores)
 	s.cfg.Metrics.StalenessMax.Set(maxScore)
 	s.cfg.Metrics.BreakersOpen.Set(float64(open))
 	for _, st := range zombies {
@@ -208,5 +209,27 @@ func (s *Service) removeOrphans(ctx context.Context, bucket string, keys []strin
 		}
 		s.cfg.Metrics.OrphansRemoved.WithLabelValues(bucket).Inc()
 		s.cfg.Logger.Info("removed state of a deleted task", "bucket", bucket, "key", k)
+	}
+}
+
+// exportPerTask publishes per-task staleness when enabled and within the
+// series limit; past the limit it drops every per-task series once.
+func (s *Service) exportPerTask(scores map[string]float64) {
+	if !s.cfg.PerTaskMetrics {
+		return
+	}
+	g := s.cfg.Metrics.TaskStaleness
+	if len(scores) > s.cfg.PerTaskLimit {
+		if !s.perTaskOff {
+			s.cfg.Logger.Warn("per-task metrics switched off: too many tasks", "tasks", len(scores), "limit", s.cfg.PerTaskLimit)
+			g.Reset()
+			s.perTaskOff = true
+		}
+		return
+	}
+	s.perTaskOff = false
+	g.Reset()
+	for id, score := range scores {
+		g.WithLabelValues(id).Set(score)
 	}
 }

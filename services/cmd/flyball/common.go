@@ -33,6 +33,7 @@ type runFlags struct {
 	allowCIDRs    []string
 	denyCIDRs     []string
 	concurrency   int
+	perTask       bool
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
@@ -54,6 +55,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable (env FLYBALL_ALLOW_CIDRS)")
 	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable (env FLYBALL_DENY_CIDRS)")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
+	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
 }
 
 func envOr(k, def string) string {

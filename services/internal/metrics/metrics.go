@@ -30,6 +30,9 @@ type Set struct {
 	HeartbeatFailures  prometheus.Counter
 	ZombiesRenudged    prometheus.Counter
 	OrphansRemoved     *prometheus.CounterVec
+	// TaskStaleness is the only per-task series. It is registered only
+	// when per-task metrics are enabled (see sweeper.Config.PerTaskMetrics).
+	TaskStaleness *prometheus.GaugeVec
 }
 
 // New creates a Set with its own registry, including Go and process
@@ -95,6 +98,9 @@ func New() *Set {
 			Name: "flyball_orphans_removed_total", Help: "State of deleted tasks removed by the sweeper, by bucket.",
 		}, []string{"bucket"}),
 	}
+	s.TaskStaleness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
+	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,

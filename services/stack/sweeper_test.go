@@ -1,0 +1,92 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+func putJSON(t *testing.T, js jetstream.JetStream, bucket, key string, v any) {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	if _, err := kv.Put(context.Background(), key, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func keyExists(js jetstream.JetStream, bucket, key string) bool {
+	kv, err := js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		return false
+	}
+	_, err = kv.Get(context.Background(), key)
+	return err == nil
+}
+
+func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	now := time.Now().UTC()
+	// "zombie" fell due 10 minutes ago and nothing ever happened.
+	putJSON(t, srv.JS, streams.BucketTasks, "zombie", events.TaskSpec{ID: "zombie", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	putJSON(t, srv.JS, streams.BucketSchedules, "zombie", gov.State{
+		TaskID: "zombie", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
+		LastScheduledAt: now.Add(-11 * time.Minute), LastSuccessAt: now.Add(-11 * time.Minute),
+	})
+	// "orphan" has schedule and breaker state but no spec: it was deleted.
+	putJSON(t, srv.JS, streams.BucketSchedules, "orphan", gov.State{TaskID: "orphan", NextRunAt: now.Add(time.Hour)})
+	putJSON(t, srv.JS, streams.BucketBreakers, "orphan", map[string]any{"key": "orphan", "state": "open"})
+
+	dispatches := make(chan *nats.Msg, 4)
+	sub, err := srv.NC.ChanSubscribe("flyball.dispatch.zombie", dispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	e := &env{t: t, srv: srv}
+	e.st = e.startWith(func(c *stack.Config) { c.PerTaskMetrics = true }, "sweeper")
+
+	select {
+	case m := <-dispatches:
+		ev, err := events.Decode(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d events.Dispatch
+		if err := events.DecodeData(ev, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason != "zombie" || !d.ScheduledAt.Equal(now.Add(-10*time.Minute).Truncate(time.Nanosecond)) {
+			t.Fatalf("re-nudged dispatch = %+v, want reason zombie for the missed slot", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the zombie run was not re-dispatched")
+	}
+	natstest.Eventually(t, 5*time.Second, "orphaned schedule and breaker removed", func() bool {
+		return !keyExists(srv.JS, streams.BucketSchedules, "orphan") && !keyExists(srv.JS, streams.BucketBreakers, "orphan")
+	})
+	m := e.st.Metrics()
+	natstest.Eventually(t, 5*time.Second, "staleness exported", func() bool {
+		// 11 minutes since the last success of a 1m task: fully stale.
+		return testutil.ToFloat64(m.StalenessMax) == 1 && testutil.ToFloat64(m.TaskStaleness.WithLabelValues("zombie")) == 1
+	})
+	if got := testutil.ToFloat64(m.ZombiesRenudged); got < 1 {
+		t.Fatalf("flyball_zombies_renudged_total = %v", got)
+	}
+}
