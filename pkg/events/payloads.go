@@ -115,7 +115,8 @@ type Run struct {
 	// Body is the response body, cut at maxResponseBytes.
 	Body          string `json:"body,omitempty"`
 	BodyTruncated bool   `json:"bodyTruncated,omitempty"`
-	// Fingerprint is a hash of the full response body, for change detection.
+	// Fingerprint is a hash of the response body for change detection: of
+	// the kept (possibly truncated) body for HTTP, of the whole reply for NATS.
 	Fingerprint string         `json:"fingerprint,omitempty"`
 	Request     *RequestRecord `json:"request,omitempty"`
 	Error       string         `json:"error,omitempty"`

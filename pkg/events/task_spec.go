@@ -168,7 +168,9 @@ type Budget struct {
 
 // Retry governs the attempts of one run.
 type Retry struct {
-	// MaxAttempts is the number of calls per run, in [1, 100]. Defaults to 5.
+	// MaxAttempts is the number of calls per run, in [1, 20]. Defaults to 5.
+	// (The DISPATCH consumer's MaxDeliver of 50 leaves room for breaker
+	// deferrals and crash redeliveries on top.)
 	MaxAttempts int `json:"maxAttempts,omitempty"`
 	// InitialDelay is the first backoff, >= 100ms. Defaults to 5s.
 	InitialDelay Duration `json:"initialDelay,omitempty"`
@@ -218,6 +220,7 @@ const (
 	DefaultMaxResponseBytes = 100 * 1024
 	MaxMaxResponseBytes     = 10 << 20
 	DefaultMaxAttempts      = 5
+	MaxAttempts             = 20
 	DefaultRetryDelay       = 5 * time.Second
 	DefaultRetryMultiplier  = 2.0
 	DefaultRetryMaxDelay    = 5 * time.Minute
@@ -423,8 +426,8 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 		c.add("budget.maxRunsPerDay", fmt.Sprintf("must be in [1, 86400], got %d", b.MaxRunsPerDay))
 	}
 	if r := s.Retry; r != nil {
-		if r.MaxAttempts < 0 || r.MaxAttempts > 100 {
-			c.add("retry.maxAttempts", fmt.Sprintf("must be in [1, 100], got %d", r.MaxAttempts))
+		if r.MaxAttempts < 0 || r.MaxAttempts > MaxAttempts {
+			c.add("retry.maxAttempts", fmt.Sprintf("must be in [1, %d], got %d", MaxAttempts, r.MaxAttempts))
 		}
 		// initial is the delay in force after Normalize; maxDelay (explicit,
 		// or defaulted to max(5m, initialDelay)) must stay in [initial, 24h].

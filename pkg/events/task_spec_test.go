@@ -141,7 +141,7 @@ func TestValidateRules(t *testing.T) {
 		{"budget zero", func(s *events.TaskSpec) { s.Budget = &events.Budget{} }, wantErr{"budget.maxRunsPerDay", []string{"[1, 86400]", "got 0"}}},
 		{"budget too big", func(s *events.TaskSpec) { s.Budget = &events.Budget{MaxRunsPerDay: 86401} }, wantErr{"budget.maxRunsPerDay", []string{"86401"}}},
 
-		{"retry maxAttempts negative", func(s *events.TaskSpec) { s.Retry = &events.Retry{MaxAttempts: -1} }, wantErr{"retry.maxAttempts", []string{"[1, 100]", "-1"}}},
+		{"retry maxAttempts negative", func(s *events.TaskSpec) { s.Retry = &events.Retry{MaxAttempts: -1} }, wantErr{"retry.maxAttempts", []string{"[1, 20]", "-1"}}},
 		{"retry maxAttempts too big", func(s *events.TaskSpec) { s.Retry = &events.Retry{MaxAttempts: 101} }, wantErr{"retry.maxAttempts", []string{"101"}}},
 		{"retry initialDelay too short", func(s *events.TaskSpec) { s.Retry = &events.Retry{InitialDelay: dur(50 * time.Millisecond)} }, wantErr{"retry.initialDelay", []string{"must be >= 100ms", "50ms"}}},
 		{"retry initialDelay too long", func(s *events.TaskSpec) { s.Retry = &events.Retry{InitialDelay: dur(25 * time.Hour)} }, wantErr{"retry.initialDelay", []string{"must be <= 24h", "25h0m0s"}}},
@@ -260,7 +260,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"quiet hours", func(s *events.TaskSpec) { s.QuietHours = quiet("23:59", "00:00", "Asia/Tokyo", time.Second) }},
 		{"budget limits", func(s *events.TaskSpec) { s.Budget = &events.Budget{MaxRunsPerDay: 86400} }},
 		{"retry limits", func(s *events.TaskSpec) {
-			s.Retry = &events.Retry{MaxAttempts: 100, InitialDelay: dur(100 * time.Millisecond), Multiplier: 10, MaxDelay: dur(24 * time.Hour), Jitter: ptr(0.0)}
+			s.Retry = &events.Retry{MaxAttempts: 20, InitialDelay: dur(100 * time.Millisecond), Multiplier: 10, MaxDelay: dur(24 * time.Hour), Jitter: ptr(0.0)}
 		}},
 		{"retry maxDelay equal to default initialDelay", func(s *events.TaskSpec) { s.Retry = &events.Retry{MaxDelay: dur(events.DefaultRetryDelay)} }},
 		{"retry initialDelay of 24h", func(s *events.TaskSpec) { s.Retry = &events.Retry{InitialDelay: dur(24 * time.Hour)} }},

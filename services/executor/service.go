@@ -145,7 +145,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		s.nak(m, time.Second, err)
 		return
 	}
-	if st.Paused {
+	if st.Paused && (st.PausedUntil.IsZero() || st.PausedUntil.After(d.ScheduledAt)) {
 		s.skip(ctx, m, &d, "task paused")
 		return
 	}
@@ -245,6 +245,15 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	release := s.acquireHost(ctx, spec)
 	defer release()
 	stopProgress := s.keepAlive(m, spec)
+	if s.cfg.EmitStarted {
+		started := events.Run{
+			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
+			StartedAt: time.Now().UTC(), Source: why.source,
+		}
+		if err := s.publishRun(ctx, events.OutcomeStarted, &started, fmt.Sprintf("%s:%d:started", d.DispatchID, attempt)); err != nil {
+			s.log.Warn("run.started not published", "task", d.TaskID, "err", err)
+		}
+	}
 	s.cfg.Metrics.Inflight.Inc()
 	start := time.Now()
 	var res *result

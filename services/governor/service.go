@@ -109,9 +109,9 @@ func (s *Service) Start(ctx context.Context) error {
 		stream string
 		h      func(context.Context, jetstream.Msg)
 	}{
-		{streams.StreamRuns, s.handleOutcome},
-		{streams.StreamHealth, s.handleBreaker},
-		{streams.StreamDeadLetter, s.handleDeadLetter},
+		{streams.StreamRuns, s.handleSignal},
+		{streams.StreamHealth, s.handleSignal},
+		{streams.StreamDeadLetter, s.handleSignal},
 	} {
 		cc, err = jsutil.Consume(ctx, s.cfg.JS, c.stream, streams.ConsumerGovernor, s.log,
 			func(m jetstream.Msg) { c.h(runCtx, m) })
@@ -155,10 +155,9 @@ func isMissing(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
 }
 
-// decide applies in to the task's stored state with compare-and-set and
-// returns the decision that was stored. skip lets the caller veto the write
-// after seeing the current state (for idempotency checks).
-func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, in gov.Input, commandID string) (gov.Decision, error) {
+// decide applies step to the task's stored state with compare-and-set and
+// returns the decision that was stored.
+func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) (gov.Decision, error) {
 	var dec gov.Decision
 	_, err := jsutil.CAS(ctx, s.schedules, spec.ID, s.cfg.CASAttempts, func(cur []byte) ([]byte, error) {
 		var st gov.State
@@ -168,16 +167,9 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, in gov.Inpu
 				st = gov.State{TaskID: spec.ID}
 			}
 		}
-		if commandID != "" && st.LastCommandID == commandID {
-			dec = gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}
-			return nil, jsutil.ErrNoChange
-		}
-		dec = gov.Decide(s.cfg.Now().UTC(), spec, st, in)
+		dec = Apply(spec, st, step)
 		if dec.Ignored {
 			return nil, jsutil.ErrNoChange
-		}
-		if commandID != "" {
-			dec.State.LastCommandID = commandID
 		}
 		return json.Marshal(dec.State)
 	})
@@ -188,6 +180,6 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, in gov.Inpu
 		return dec, err
 	}
 	s.cfg.Metrics.Decisions.WithLabelValues(string(dec.Source)).Inc()
-	s.log.Debug("decision", "task", spec.ID, "input", in.Kind, "nextRunAt", dec.NextRunAt, "source", dec.Source)
+	s.log.Debug("decision", "task", spec.ID, "input", step.Input.Kind, "nextRunAt", dec.NextRunAt, "source", dec.Source)
 	return dec, nil
 }

@@ -463,3 +463,22 @@ func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
 	e.create("alive", spec("alive", tg.srv.URL, 3, "5s"))
 	natstest.Eventually(t, 10*time.Second, "a task runs after the junk", func() bool { return len(tg.Calls()) == 1 })
 }
+
+func TestTimedPauseResumesAtItsEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 200)
+	skipped := e.collect("flyball.run.skipped.nap")
+	e.create("nap", fmt.Sprintf(`{"id":"nap","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, tg.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the first run", func() bool { return len(tg.Calls()) == 1 })
+	until := time.Now().Add(1500 * time.Millisecond).UTC()
+	body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.paused","source":"test","id":"p-1","subject":"nap","datacontenttype":"application/json","data":{"id":"nap","until":%q}}`, until.Format(time.RFC3339Nano))
+	if err := e.srv.NC.Publish("flyball.task.paused.nap", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "a run when the pause ends", func() bool { return len(tg.Calls()) == 2 })
+	within(t, "resumed run vs pause end", tg.Calls()[1].at.Sub(until), 0, 250*time.Millisecond)
+	if n := len(skipped()); n != 0 {
+		t.Fatalf("%d run.skipped: the run at the end of the pause must not be skipped", n)
+	}
+}

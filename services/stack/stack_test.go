@@ -151,6 +151,7 @@ func TestMalformedCommandsAreRejected(t *testing.T) {
 		{"interval below 1s", "flyball.task.created.fast", createdEvent("fast", fmt.Sprintf(`{"id":"fast","target":{"http":{"url":%q}},"schedule":{"interval":"200ms"}}`, url)), "schedule.interval", "must be >= 1s, got 200ms"},
 		{"id not a subject token", "flyball.task.created.badid", []byte(fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.created","source":"t","id":"cmd-badid","datacontenttype":"application/json","data":{"id":"bad.id*","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}}`, url)), "id", "[A-Za-z0-9_-]"},
 		{"wrong field type", "flyball.task.created.wrongtype", createdEvent("wrongtype", fmt.Sprintf(`{"id":"wrongtype","target":{"http":{"url":%q}},"schedule":{"interval":5}}`, url)), "schedule.interval", "duration string"},
+		{"unknown verb", "flyball.task.frobbed.verb", createdEvent("verb", fmt.Sprintf(`{"id":"verb","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}`, url)), "subject", "unknown task action"},
 		{"unknown field", "flyball.task.created.unknown", createdEvent("unknown", fmt.Sprintf(`{"id":"unknown","target":{"http":{"url":%q}},"schedule":{"interval":"5s"},"colour":"red"}`, url)), "colour", "unknown field"},
 	}
 	for _, c := range cases {

@@ -54,7 +54,10 @@ type Service struct {
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
-	swept      chan struct{}
+	// marked holds the instances this sweeper marked offline; only the
+	// sweep goroutine touches it.
+	marked map[string]bool
+	swept  chan struct{}
 }
 
 // New validates cfg.
@@ -79,7 +82,7 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView()}, nil
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), marked: map[string]bool{}}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -164,6 +167,16 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		return "", fmt.Errorf("unreadable heartbeat: %w", err)
 	}
 	if hb.Status == events.RuntimeOffline || now.Sub(hb.LastBeat) <= s.cfg.OfflineAfter {
+		if hb.Status == events.RuntimeOnline && s.marked[key] {
+			// It was marked offline and beats again (a pause, a partition):
+			// announce its return.
+			delete(s.marked, key)
+			id := fmt.Sprintf("sweeper:online:%s:%d", key, hb.LastBeat.UnixNano())
+			if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, hb.Kind, hb.Name), id,
+				events.TypeRuntimeOnline, s.source, hb.Name, hb, now); err != nil {
+				return hb.Status, err
+			}
+		}
 		return hb.Status, nil
 	}
 	hb.Status = events.RuntimeOffline
@@ -177,6 +190,7 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		}
 		return "", err
 	}
+	s.marked[key] = true
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
 	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
 	err = jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,

@@ -202,7 +202,17 @@ func (s *Service) removeOrphans(ctx context.Context, bucket string, keys []strin
 	if err != nil {
 		return
 	}
+	specs, err := s.cfg.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		return
+	}
 	for _, k := range keys {
+		// The watches of the two buckets are independent: a sweep can see
+		// a new task's schedule before its spec. Ask KV before purging.
+		_, err := specs.Get(ctx, k)
+		if gone := errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted); !gone {
+			continue
+		}
 		if err := kv.Purge(ctx, k); err != nil {
 			s.cfg.Logger.Warn("orphan not removed", "bucket", bucket, "key", k, "err", err)
 			continue

@@ -146,16 +146,18 @@ func (e *cliEnv) file(t *testing.T, name, content string) string {
 
 // cliTarget is an HTTP endpoint tasks call, answering with status.
 type cliTarget struct {
-	url   string
-	calls atomic.Int64
+	url    string
+	calls  atomic.Int64
+	status atomic.Int64
 }
 
 func newCLITarget(t *testing.T, status int) *cliTarget {
 	t.Helper()
 	tg := &cliTarget{}
+	tg.status.Store(int64(status))
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		tg.calls.Add(1)
-		w.WriteHeader(status)
+		w.WriteHeader(int(tg.status.Load()))
 		_, _ = w.Write([]byte(`{"ok":true,"note":"hello from the target"}`))
 	}))
 	t.Cleanup(s.Close)
@@ -419,6 +421,9 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 	e.fails(t, []string{"dlq", "show", "999"}, "no dead letter at sequence 999")
 
+	// The endpoint is fixed: requeued runs now succeed, so no new dead
+	// letters appear while the retries below are checked.
+	tg.status.Store(http.StatusOK)
 	// Retry publishes task.requeued naming the entry.
 	if out := e.ok(t, "dlq", "retry", seq); !strings.HasPrefix(out, "requeued gone (dead letter "+seq+"): next run ") {
 		t.Fatalf("dlq retry printed %q", out)

@@ -31,6 +31,6 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newDevCmd(), newServeCmd())
 	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
-	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd())
+	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd(), newExplainCmd())
 	return root
 }

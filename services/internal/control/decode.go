@@ -74,7 +74,7 @@ func ValidateHint(h *events.TaskHint) error {
 		add("interval", fmt.Sprintf("must be in [%s, %s], got %s", events.MinInterval, events.MaxInterval, h.Interval))
 	}
 	if h.TTL < 0 || h.TTL.D() > MaxHintTTL {
-		add("ttl", fmt.Sprintf("must be in (0, %s], got %s", MaxHintTTL, h.TTL))
+		add("ttl", fmt.Sprintf("must be in [0, %s] (0 takes the default), got %s", MaxHintTTL, h.TTL))
 	}
 	if h.ID != "" && !events.ValidToken(h.ID) {
 		add("id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-]", events.MaxIDLength))

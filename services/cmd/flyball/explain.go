@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+func newExplainCmd() *cobra.Command {
+	var (
+		cf    clientFlags
+		since string
+		out   output
+	)
+	cmd := &cobra.Command{
+		Use:   "explain <id>",
+		Short: "Why a task runs when it does: its decision timeline, replayed from the streams",
+		Long: `explain reads every input of the task from TASKS (accepted commands),
+RUNS (final outcomes), HEALTH (breaker transitions) and DEADLETTER, replays
+them through the governor's pure decision function with the clocks the
+governor itself used (each message's stored time), and prints one line per
+decision: when, what came in, the next run it chose, the rule (source) and
+its trail. It ends by comparing the replay with the schedule stored in
+KV flyball-schedules; a mismatch is reported, never hidden.
+
+--since hides older lines; the replay itself always starts at the task's
+creation, so the decisions shown are the ones actually taken.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := validID(args[0]); err != nil {
+				return err
+			}
+			var from time.Time
+			if since != "" {
+				t, err := parseWhen("--since", since, time.Now(), false)
+				if err != nil {
+					return err
+				}
+				from = t
+			}
+			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				ex, err := s.q.Explain(ctx, args[0], from)
+				if err != nil {
+					return err
+				}
+				if out == outJSON {
+					return printJSON(s.out, ex)
+				}
+				printExplanation(s.out, ex)
+				if !ex.Agrees {
+					return fmt.Errorf("the replay does not match the stored schedule of %s (see above)", args[0])
+				}
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	out.register(cmd, outTable)
+	cmd.Flags().StringVar(&since, "since", "", "show decisions from this long ago (1h) or this time (RFC 3339)")
+	return cmd
+}
+
+func printExplanation(w io.Writer, ex *query.Explanation) {
+	if len(ex.Timeline) == 0 {
+		fmt.Fprintf(w, "no decisions recorded for %s\n", ex.TaskID)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tINPUT\tNEXT RUN\tSOURCE\tWHY")
+	for _, st := range ex.Timeline {
+		next := "-"
+		if !st.NextRunAt.IsZero() {
+			next = fmtTime(st.NextRunAt)
+		}
+		why := ""
+		if n := len(st.Trail); n > 0 {
+			why = st.Trail[n-1]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(st.At), st.Input, next, st.Source, why)
+	}
+	_ = tw.Flush()
+	for _, wn := range ex.Warnings {
+		fmt.Fprintln(w, "warning: "+wn)
+	}
+	switch {
+	case ex.Stored == nil && ex.Replayed == nil:
+		fmt.Fprintln(w, "stored: no schedule (the task does not exist or was deleted); the replay agrees")
+	case ex.Agrees:
+		fmt.Fprintf(w, "stored: next run %s (%s); the replay agrees\n", fmtTime(ex.Stored.NextRunAt), ex.Stored.Source)
+	default:
+		parts := []string{}
+		if ex.Stored != nil {
+			parts = append(parts, fmt.Sprintf("stored next run %s (%s)", fmtTime(ex.Stored.NextRunAt), ex.Stored.Source))
+		} else {
+			parts = append(parts, "nothing stored")
+		}
+		if ex.Replayed != nil {
+			parts = append(parts, fmt.Sprintf("replayed %s (%s)", fmtTime(ex.Replayed.NextRunAt), ex.Replayed.Source))
+		} else {
+			parts = append(parts, "replay ends with no schedule")
+		}
+		fmt.Fprintln(w, "MISMATCH: "+strings.Join(parts, ", "))
+	}
+}

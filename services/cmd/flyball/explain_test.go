@@ -1,0 +1,74 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
+)
+
+// TestCLIExplain drives one task through baseline, a clamp, failure
+// backoff, an interval hint and a pause, then checks that explain names
+// every source in order and that its replay agrees with the stored
+// schedule.
+func TestCLIExplain(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusOK)
+	task := `id: story
+target:
+  http:
+    url: ` + tg.url + `
+schedule:
+  interval: 1s
+bounds:
+  min: 2s
+  max: 5s
+retry:
+  maxAttempts: 1
+`
+	e.ok(t, "task", "create", "-f", e.file(t, "story.yaml", task))
+	natstest.Eventually(t, 15*time.Second, "two successful runs", func() bool { return tg.calls.Load() >= 2 })
+	tg.status.Store(http.StatusInternalServerError)
+	failedAt := tg.calls.Load()
+	natstest.Eventually(t, 15*time.Second, "a failed run", func() bool { return tg.calls.Load() > failedAt })
+	natstest.Eventually(t, 10*time.Second, "the failure is applied", func() bool {
+		return strings.Contains(e.ok(t, "task", "get", "story", "-o", "json"), `"failures": 1`)
+	})
+	tg.status.Store(http.StatusOK)
+	recovered := tg.calls.Load()
+	natstest.Eventually(t, 15*time.Second, "a successful run resets the failures", func() bool {
+		return tg.calls.Load() > recovered && !strings.Contains(e.ok(t, "task", "get", "story", "-o", "json"), `"failures": 1`)
+	})
+	e.ok(t, "task", "hint", "story", "--interval", "4s", "--reason", "busy period")
+	e.ok(t, "task", "pause", "story", "--until", "1h", "--reason", "maintenance")
+
+	out := e.ok(t, "explain", "story")
+	order := []string{"baseline-interval", "clamped-min", "failure-backoff", "hint-interval", "paused"}
+	rest := out
+	for _, src := range order {
+		i := strings.Index(rest, " "+src+" ")
+		if i < 0 {
+			t.Fatalf("explain output lacks %s after the earlier sources:\n%s", src, out)
+		}
+		rest = rest[i+len(src):]
+	}
+	if !strings.Contains(out, "the replay agrees") {
+		t.Fatalf("explain does not agree with the stored schedule:\n%s", out)
+	}
+	var ex query.Explanation
+	if err := json.Unmarshal([]byte(e.ok(t, "explain", "story", "-o", "json")), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if !ex.Agrees || ex.Stored == nil || ex.Replayed == nil || !ex.Stored.NextRunAt.Equal(ex.Replayed.NextRunAt) {
+		t.Fatalf("explain -o json: agrees=%v stored=%+v replayed=%+v", ex.Agrees, ex.Stored, ex.Replayed)
+	}
+	if last := ex.Timeline[len(ex.Timeline)-1]; last.Source != "paused" || last.Stream != "TASKS" {
+		t.Fatalf("last decision = %+v, want the pause from TASKS", last)
+	}
+	e.fails(t, []string{"explain", "bad.id"}, "id")
+}

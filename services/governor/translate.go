@@ -1,0 +1,253 @@
+package governor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/control"
+)
+
+// ErrNoEffect marks a message that does not change any schedule: a
+// run.started, a non-final run.failed, a host-scoped breaker transition,
+// or the governor's own task.accepted / task.rejected answers.
+var ErrNoEffect = errors.New("no effect on the schedule")
+
+// Step is one stored message translated into what it means for a task's
+// schedule. The governor service and `flyball explain` both build steps
+// with Translate and apply them with Apply, so a replay of the streams
+// reproduces exactly the decisions that were stored.
+type Step struct {
+	TaskID string
+	// At is the message's stored timestamp (assigned by the JetStream
+	// server). It is the `now` of the decision: replaying the stream gives
+	// the same clock readings the governor had.
+	At      time.Time
+	Subject string
+	Input   gov.Input
+	// Spec is the new spec of a created or updated command.
+	Spec *events.TaskSpec
+	// CommandID and CommandType identify a control command.
+	CommandID   string
+	CommandType string
+	// Summary is a one-line description for timelines.
+	Summary string
+}
+
+// Translate decodes one stored message. Commands that break a rule return
+// a *rejection (its reasons name fields); other malformed messages return an
+// error wrapping events.ErrMalformed; messages that change nothing return
+// ErrNoEffect.
+func Translate(subject string, header map[string][]string, data []byte, at time.Time) (Step, error) {
+	subj, err := events.ParseSubject(subject)
+	if err != nil {
+		if len(subject) > len("flyball.task.") && subject[:len("flyball.task.")] == "flyball.task." {
+			return Step{}, reject("subject", err.Error())
+		}
+		return Step{}, fmt.Errorf("%w: %w", events.ErrMalformed, err)
+	}
+	e, err := events.Decode(header, data)
+	if err != nil {
+		if subj.Family == events.FamilyTask {
+			return Step{}, rejectErr(err)
+		}
+		return Step{}, err
+	}
+	step := Step{TaskID: subj.ID, At: at.UTC(), Subject: subject}
+	switch subj.Family {
+	case events.FamilyTask:
+		return translateCommand(step, events.Verb(subj.Action), e)
+	case events.FamilyRun:
+		return translateRun(step, events.Outcome(subj.Action), e)
+	case events.FamilyBreaker:
+		var tr events.BreakerTransition
+		if err := events.DecodeData(e, &tr); err != nil {
+			return Step{}, err
+		}
+		if tr.TaskID == "" || !events.ValidToken(tr.TaskID) {
+			return Step{}, ErrNoEffect
+		}
+		sig := &gov.BreakerSignal{State: string(tr.To)}
+		if tr.RetryAt != nil {
+			sig.RetryAt = *tr.RetryAt
+		}
+		step.TaskID = tr.TaskID
+		step.Input = gov.Input{Kind: gov.KindBreaker, Breaker: sig}
+		step.Summary = fmt.Sprintf("breaker %s → %s", tr.From, tr.To)
+		return step, nil
+	case events.FamilyDeadLetter:
+		var dl events.DeadLetter
+		if err := events.DecodeData(e, &dl); err != nil {
+			return Step{}, err
+		}
+		if dl.TaskID != subj.ID {
+			return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, dl.TaskID)
+		}
+		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
+			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt,
+		}}
+		step.Summary = fmt.Sprintf("dead-lettered (%s, %d attempts)", dl.Reason, dl.Attempts)
+		return step, nil
+	}
+	return Step{}, ErrNoEffect
+}
+
+func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, error) {
+	var run events.Run
+	if err := events.DecodeData(e, &run); err != nil {
+		return Step{}, err
+	}
+	if run.TaskID != step.TaskID {
+		return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, run.TaskID)
+	}
+	if outcome == events.OutcomeStarted || (outcome == events.OutcomeFailed && !run.Final) {
+		return Step{}, ErrNoEffect
+	}
+	step.Input = gov.Input{Kind: gov.KindOutcome, Outcome: &gov.Outcome{
+		DispatchID:  run.DispatchID,
+		ScheduledAt: run.ScheduledAt,
+		Result:      string(outcome),
+		FinishedAt:  run.FinishedAt,
+		Fingerprint: run.Fingerprint,
+	}}
+	step.Summary = fmt.Sprintf("run %s (slot %s, attempt %d)", outcome, run.ScheduledAt.UTC().Format(time.RFC3339Nano), run.Attempt)
+	return step, nil
+}
+
+func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error) {
+	id := step.TaskID
+	if verb == events.VerbAccepted || verb == events.VerbRejected {
+		return Step{}, ErrNoEffect
+	}
+	if e.Type() != verb.Type() {
+		return Step{}, reject("type", fmt.Sprintf("must be %q on subject %s, got %q", verb.Type(), events.TaskSubject(verb, id), e.Type()))
+	}
+	if e.Subject() != "" && e.Subject() != id {
+		return Step{}, reject("subject", fmt.Sprintf("CloudEvents subject %q must equal the task id in the NATS subject, %q", e.Subject(), id))
+	}
+	step.CommandID, step.CommandType = e.ID(), e.Type()
+	step.Summary = "task." + string(verb)
+	switch verb {
+	case events.VerbCreated, events.VerbUpdated:
+		spec, err := events.DecodeTaskSpec(e)
+		if err != nil {
+			return Step{}, rejectErr(err)
+		}
+		if spec.ID != id {
+			return Step{}, reject("id", fmt.Sprintf("must equal the task id in the subject %q, got %q", id, spec.ID))
+		}
+		step.Spec = &spec
+		step.Input = gov.Input{Kind: gov.KindAccepted}
+		if verb == events.VerbUpdated {
+			step.Input.Kind = gov.KindUpdated
+		}
+	case events.VerbDeleted:
+		var ref events.TaskRef
+		if err := decodeOptional(e, &ref, id); err != nil {
+			return Step{}, err
+		}
+		step.Input = gov.Input{Kind: gov.KindDeleted}
+	case events.VerbPaused:
+		var p events.TaskPause
+		if err := decodeOptional(e, &p, id); err != nil {
+			return Step{}, err
+		}
+		step.Input = gov.Input{Kind: gov.KindPaused, Pause: &gov.Pause{Reason: p.Reason}}
+		if p.Until != nil {
+			step.Input.Pause.Until = *p.Until
+			step.Summary += " until " + p.Until.UTC().Format(time.RFC3339)
+		}
+	case events.VerbResumed:
+		var r events.TaskRef
+		if err := decodeOptional(e, &r, id); err != nil {
+			return Step{}, err
+		}
+		step.Input = gov.Input{Kind: gov.KindResumed}
+	case events.VerbHinted:
+		var h events.TaskHint
+		if err := decodeOptional(e, &h, id); err != nil {
+			return Step{}, err
+		}
+		if err := control.ValidateHint(&h); err != nil {
+			return Step{}, rejectErr(err)
+		}
+		step.Input = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{Interval: h.Interval.D(), TTL: h.TTL.D(), Reason: h.Reason}}
+		if h.At != nil {
+			step.Input.Hint.At = *h.At
+		}
+		if h.Interval > 0 {
+			step.Summary += " interval " + h.Interval.String()
+		}
+		if h.At != nil {
+			step.Summary += " at " + h.At.UTC().Format(time.RFC3339)
+		}
+	case events.VerbRequeued:
+		var r events.TaskRequeue
+		if err := decodeOptional(e, &r, id); err != nil {
+			return Step{}, err
+		}
+		// TODO(issue 3): switch to gov.KindRequeued once Decide handles it
+		// (clears dead-letter state and failures).
+		step.Input = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: step.At, Reason: "requeue"}}
+	default:
+		return Step{}, reject("type", fmt.Sprintf("%q is not a command", e.Type()))
+	}
+	return step, nil
+}
+
+// Apply applies one step to a task's state: the decision the service stores
+// and the one explain replays. A command already applied (redelivered) is
+// ignored.
+func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
+	if step.CommandID != "" && st.LastCommandID == step.CommandID {
+		return gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}
+	}
+	dec := gov.Decide(step.At, spec, st, step.Input)
+	if !dec.Ignored && step.CommandID != "" {
+		dec.State.LastCommandID = step.CommandID
+	}
+	return dec
+}
+
+// Entry is one line of a replayed timeline.
+type Entry struct {
+	// Index is the step's position in the slice given to Replay.
+	Index    int
+	Step     Step
+	Decision gov.Decision
+}
+
+// Replay applies steps (in stored order) to an empty state and returns the
+// timeline. applied reports whether the governor accepted a command (its
+// task.accepted answer exists); rejected commands are skipped, exactly as
+// the service skipped them.
+func Replay(steps []Step, applied func(commandID string) bool) []Entry {
+	var spec *events.TaskSpec
+	var st gov.State
+	var out []Entry
+	for i, step := range steps {
+		if step.CommandID != "" && !applied(step.CommandID) {
+			continue
+		}
+		if step.Spec != nil {
+			spec = step.Spec
+		}
+		if spec == nil {
+			continue // before the task existed, or after it was deleted
+		}
+		if step.Input.Kind == gov.KindDeleted {
+			out = append(out, Entry{Index: i, Step: step, Decision: gov.Decision{Source: gov.SourceDeleted, Trail: []string{"task deleted: nothing scheduled"}}})
+			spec, st = nil, gov.State{}
+			continue
+		}
+		dec := Apply(spec, st, step)
+		if dec.Ignored {
+			continue
+		}
+		st = dec.State
+		out = append(out, Entry{Index: i, Step: step, Decision: dec})
+	}
+	return out
+}

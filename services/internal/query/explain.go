@@ -1,0 +1,127 @@
+package query
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/governor"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Explanation is a task's decision timeline rebuilt from the streams.
+type Explanation struct {
+	TaskID string `json:"taskId"`
+	// Timeline lists every input that changed the schedule, in order.
+	Timeline []ExplainedStep `json:"timeline"`
+	// Replayed is the state the replay ends with; Stored is what KV
+	// flyball-schedules holds. Agrees reports whether their next run and
+	// source match.
+	Replayed *gov.State `json:"replayed,omitempty"`
+	Stored   *gov.State `json:"stored,omitempty"`
+	Agrees   bool       `json:"agrees"`
+	// Warnings note what limits the replay, such as expired history.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// ExplainedStep is one input and the decision it produced.
+type ExplainedStep struct {
+	At        time.Time `json:"at"`
+	Stream    string    `json:"stream"`
+	Seq       uint64    `json:"seq"`
+	Input     string    `json:"input"`
+	NextRunAt time.Time `json:"nextRunAt,omitzero"`
+	Source    string    `json:"source"`
+	Trail     []string  `json:"trail,omitempty"`
+}
+
+// Explain replays task id's inputs from TASKS, RUNS, HEALTH and DEADLETTER
+// through the governor, exactly as the governor service applied them, and
+// compares the result with the stored schedule. Steps before since are
+// replayed but not listed.
+func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Explanation, error) {
+	if !events.ValidToken(id) {
+		return nil, &events.FieldError{Field: "id", Rule: "must be 1-128 characters of [A-Za-z0-9_-]"}
+	}
+	type item struct {
+		msg  Message
+		step governor.Step
+	}
+	var items []item
+	applied := map[string]bool{}
+	for _, src := range []struct{ stream, subject string }{
+		{streams.StreamTasks, "flyball.task.*." + id},
+		{streams.StreamRuns, "flyball.run.*." + id},
+		{streams.StreamHealth, "flyball.breaker.*." + id},
+		{streams.StreamDeadLetter, events.DeadLetterSubject(id)},
+	} {
+		err := Scan(ctx, r.js, ScanOptions{Stream: src.stream, Subjects: []string{src.subject}}, func(m Message) error {
+			if m.Subject == events.TaskSubject(events.VerbAccepted, id) {
+				if e, err := events.Decode(m.Header, m.Data); err == nil {
+					var acc events.TaskAccepted
+					if events.DecodeData(e, &acc) == nil {
+						applied[acc.CommandID] = true
+					}
+				}
+				return nil
+			}
+			step, err := governor.Translate(m.Subject, m.Header, m.Data, m.Time)
+			if err != nil {
+				return nil //nolint:nilerr // rejected or malformed inputs never changed the schedule
+			}
+			items = append(items, item{msg: m, step: step})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// The governor applies inputs as they are stored; across streams the
+	// stored time orders them.
+	slices.SortStableFunc(items, func(a, b item) int {
+		return cmp.Or(a.msg.Time.Compare(b.msg.Time), cmp.Compare(a.msg.Seq, b.msg.Seq))
+	})
+	steps := make([]governor.Step, len(items))
+	for i := range items {
+		steps[i] = items[i].step
+	}
+	entries := governor.Replay(steps, func(cmdID string) bool { return applied[cmdID] })
+
+	ex := &Explanation{TaskID: id}
+	for _, en := range entries {
+		m := items[en.Index].msg
+		if !since.IsZero() && en.Step.At.Before(since) {
+			continue
+		}
+		ex.Timeline = append(ex.Timeline, ExplainedStep{
+			At: en.Step.At, Stream: m.Stream, Seq: m.Seq, Input: en.Step.Summary,
+			NextRunAt: en.Decision.NextRunAt, Source: string(en.Decision.Source), Trail: en.Decision.Trail,
+		})
+	}
+	if n := len(entries); n > 0 && entries[n-1].Step.Input.Kind != gov.KindDeleted {
+		st := entries[n-1].Decision.State
+		ex.Replayed = &st
+	}
+	if ent, err := r.schedules.Get(ctx, id); err == nil {
+		var st gov.State
+		if json.Unmarshal(ent.Value(), &st) == nil {
+			ex.Stored = &st
+		}
+	} else if !isMissing(err) {
+		return nil, err
+	}
+	switch {
+	case ex.Replayed == nil && ex.Stored == nil:
+		ex.Agrees = true
+	case ex.Replayed != nil && ex.Stored != nil:
+		ex.Agrees = ex.Replayed.NextRunAt.Equal(ex.Stored.NextRunAt) && ex.Replayed.Source == ex.Stored.Source
+	}
+	if len(entries) > 0 && entries[0].Step.Input.Kind != gov.KindAccepted {
+		ex.Warnings = append(ex.Warnings, "the task's creation is no longer in TASKS: the replay starts mid-history and may differ from what was stored")
+	}
+	return ex, nil
+}
