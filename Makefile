@@ -96,19 +96,23 @@ fuzz: ## Run every Fuzz target in every module for FUZZTIME each (default 10s)
 	done
 
 .PHONY: bench
-bench: ## Run all benchmarks in every module (extra flags via BENCH_ARGS)
+bench: ## Run Go benchmarks in every module (BENCH_ARGS), then the load test: every tier, or BENCH_TIERS=w1a,w1c; extra BENCH_FLAGS
 	$(require-modules)
 	@for mod in $(MODULES); do \
 	  echo "==> bench $(modname)"; \
 	  (cd "$$mod" && $(GO) test -run='^$$' -bench=. -benchmem $(BENCH_ARGS) ./...) || exit 1; \
 	done
+	@echo "==> bench loadtest: flyball-bench --tiers $${BENCH_TIERS:-all} $${BENCH_FLAGS:-}"
+	@cd loadtest && $(GO) run ./cmd/flyball-bench --tiers "$${BENCH_TIERS:-all}" $${BENCH_FLAGS:-}
 
 .PHONY: bench-smoke
-bench-smoke: ## Run pkg benchmarks 100x each (quick CI smoke check)
+bench-smoke: ## Run pkg benchmarks 100x each, then the load test's ~30s smoke variant (CI: fails if the instrument breaks, never on timings)
 	@echo "==> bench-smoke pkg"
 	@out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	(cd pkg && $(GO) test -run='^$$' -bench=. -benchtime=100x -benchmem ./...) 2>&1 | tee "$$out"; \
 	if ! grep -q '^Benchmark' "$$out"; then echo "warning: bench-smoke ran no benchmarks (pkg has no Benchmark functions yet)"; fi
+	@echo "==> bench-smoke loadtest: flyball-bench --smoke --check"
+	@cd loadtest && $(GO) run ./cmd/flyball-bench --smoke --check
 
 # ---------------------------------------------------------------------------
 # Lint / verify
@@ -170,3 +174,84 @@ tidy: ## Run go mod tidy in every module (GOWORK=off, uses the replace directive
 .PHONY: clean
 clean: ## Remove build outputs and local dev state (bin/, .flyball/)
 	rm -rf bin .flyball
+
+# ---------------------------------------------------------------------------
+# Docker compose (deploy/compose): images, up, down, logs, e2e
+# ---------------------------------------------------------------------------
+# docker-compose (v1) if installed, else the v2 plugin (`docker compose`).
+COMPOSE         ?= $(if $(shell command -v docker-compose 2>/dev/null),docker-compose,docker compose)
+COMPOSE_DIR     := deploy/compose
+# Compose files, relative to deploy/compose. One NATS node instead of three:
+# make up COMPOSE_FILES=docker-compose.single.yml
+COMPOSE_FILES   ?= docker-compose.yml
+COMPOSE_PROJECT ?= flyball
+# Extra compose profiles for `make up`, e.g. PROFILES=observability (pulls images).
+PROFILES        ?=
+IMAGE_TAG       ?= dev
+FLYBALL_IMAGE   ?= flyball:$(IMAGE_TAG)
+NATS_IMAGE      ?= flyball-nats:$(IMAGE_TAG)
+# Seconds `make up` waits for every container to turn healthy.
+UP_TIMEOUT      ?= 240
+# make down KEEP_VOLUMES=1 keeps the JetStream data volumes.
+KEEP_VOLUMES    ?=
+# Arguments for `make logs`, e.g. LOGS_ARGS='--tail=50 executor1'.
+LOGS_ARGS       ?= -f --tail=200
+
+compose = env FLYBALL_IMAGE=$(FLYBALL_IMAGE) FLYBALL_NATS_IMAGE=$(NATS_IMAGE) \
+  $(COMPOSE) -p $(COMPOSE_PROJECT) $(foreach f,$(COMPOSE_FILES),-f $(COMPOSE_DIR)/$(f))
+
+.PHONY: images
+images: build build-nats ## Build bin/flyball, bin/nats-server and the FROM-scratch images flyball:dev, flyball-nats:dev
+	@command -v docker >/dev/null || { echo "images: docker not found"; exit 1; }
+	@ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
+	mkdir -p "$$ctx/flyball" "$$ctx/nats/data"; \
+	cp bin/flyball $(COMPOSE_DIR)/flyball.Dockerfile "$$ctx/flyball/"; \
+	cp -R $(COMPOSE_DIR)/examples "$$ctx/flyball/examples"; \
+	if [[ -s /etc/ssl/certs/ca-certificates.crt ]]; then \
+	  cp /etc/ssl/certs/ca-certificates.crt "$$ctx/flyball/"; \
+	else \
+	  echo "warning: no /etc/ssl/certs/ca-certificates.crt on this host: HTTPS targets will fail certificate checks"; \
+	  : > "$$ctx/flyball/ca-certificates.crt"; \
+	fi; \
+	cp bin/nats-server bin/flyball $(COMPOSE_DIR)/nats.Dockerfile "$$ctx/nats/"; \
+	cp -R $(COMPOSE_DIR)/nats "$$ctx/nats/nats"; \
+	echo "==> docker build $(FLYBALL_IMAGE)"; \
+	DOCKER_BUILDKIT=0 docker build -q -f "$$ctx/flyball/flyball.Dockerfile" -t $(FLYBALL_IMAGE) \
+	  --label org.opencontainers.image.version=$(VERSION) "$$ctx/flyball"; \
+	echo "==> docker build $(NATS_IMAGE)"; \
+	DOCKER_BUILDKIT=0 docker build -q -f "$$ctx/nats/nats.Dockerfile" -t $(NATS_IMAGE) \
+	  --label org.opencontainers.image.version=$(VERSION) "$$ctx/nats"; \
+	docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E '^($(FLYBALL_IMAGE)|$(NATS_IMAGE)) '
+
+.PHONY: up
+up: images ## Start the compose stack (3-node NATS, every service, demo target) and wait until all are healthy
+	$(compose) $(foreach p,$(PROFILES),--profile $(p)) up -d --remove-orphans
+	@$(COMPOSE_DIR)/wait-healthy.sh $(UP_TIMEOUT) $(compose)
+	@api="http://127.0.0.1:$${FLYBALL_API_PORT:-8080}"; tok="$${FLYBALL_API_TOKEN:-flyball-dev-token}"; \
+	echo; \
+	echo "flyball is up ($(COMPOSE_PROJECT)):"; \
+	echo "  HTTP API     $$api   (token: $$tok)"; \
+	echo "  demo target  http://127.0.0.1:$${FLYBALL_TARGET_PORT:-8000}   (http://target:8000 inside the stack)"; \
+	echo "  NATS         nats://127.0.0.1:$${FLYBALL_NATS_PORT:-4222}   monitoring http://127.0.0.1:$${FLYBALL_NATS_MONITOR_PORT:-8222}"; \
+	echo; \
+	echo "Quickstart: a task that calls the demo target every 5s (the CLI connects as NATS user cli):"; \
+	echo "  export NATS_URL=nats://127.0.0.1:$${FLYBALL_NATS_PORT:-4222} NATS_USER=cli NATS_PASSWORD=$${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}"; \
+	echo "  bin/flyball task create -f $(COMPOSE_DIR)/examples/demo-task.json"; \
+	echo "  bin/flyball runs demo"; \
+	echo "  curl -s 'http://127.0.0.1:$${FLYBALL_TARGET_PORT:-8000}/requests?task=demo'"; \
+	echo "The same through the HTTP API, or with the CLI inside the compose network:"; \
+	echo "  curl -s -H 'Authorization: Bearer $$tok' $$api/api/v1/tasks -d @$(COMPOSE_DIR)/examples/demo-task.json"; \
+	echo "  $(COMPOSE) -p $(COMPOSE_PROJECT) $(foreach f,$(COMPOSE_FILES),-f $(COMPOSE_DIR)/$(f)) run --rm cli runs demo"; \
+	echo "Logs: make logs    Stop and remove everything (volumes too): make down"
+
+.PHONY: down
+down: ## Stop the compose stack and remove its containers, network and volumes (KEEP_VOLUMES=1 keeps data)
+	$(compose) --profile tools --profile observability down --remove-orphans $(if $(KEEP_VOLUMES),,-v)
+
+.PHONY: logs
+logs: ## Follow the compose stack's logs (LOGS_ARGS='--tail=50 executor1' narrows)
+	$(compose) logs $(LOGS_ARGS)
+
+.PHONY: e2e
+e2e: ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, breaker, DLQ, down
+	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" bash $(COMPOSE_DIR)/e2e.sh

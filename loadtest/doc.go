@@ -1,6 +1,11 @@
-// Package loadtest holds the flyball load-test harness and its benchmarks.
+// Package loadtest is the root of flyball's load-test module. The work is
+// done by its subpackages:
 //
-// It is a placeholder until the harness lands; it exists so the module is
-// not empty and workspace-wide tooling (go test, go vet, golangci-lint) has
-// a package to operate on.
+//   - bench: tiers, systems (flyball, the plain-timer floor, nats-server's
+//     message scheduler), the JetStream ceiling, the scale load, reports;
+//   - stats: lateness percentiles and missed/duplicate detection against
+//     the expected grid;
+//   - target: the HTTP target that records every call;
+//   - procstat: CPU time and RSS from /proc;
+//   - cmd/flyball-bench: the command `make bench` runs.
 package loadtest

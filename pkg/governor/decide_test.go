@@ -41,6 +41,12 @@ func withBounds(s *events.TaskSpec, lo, hi time.Duration) *events.TaskSpec {
 	return s
 }
 
+func withCatchUp(s *events.TaskSpec, policy string, limit int) *events.TaskSpec {
+	s.CatchUp, s.CatchUpMax = policy, limit
+	s.Normalize()
+	return s
+}
+
 func withStartAt(s *events.TaskSpec, at time.Time) *events.TaskSpec {
 	s.StartAt = &at
 	return s
@@ -143,59 +149,117 @@ func cloneState(s governor.State) governor.State {
 		h := *s.OneShotHint
 		c.OneShotHint = &h
 	}
+	if s.DeadLetter != nil {
+		h := *s.DeadLetter
+		c.DeadLetter = &h
+	}
 	return c
 }
 
 func TestDecideBaselineInterval(t *testing.T) {
 	runDecideCases(t, []decideCase{
-		{"first run at once", given{intervalSpec(time.Minute), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+		{
+			"first run at once",
+			given{intervalSpec(time.Minute), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
 			want{next: t0, source: governor.SourceBaselineInterval, trail: "runs at once", check: func(t *testing.T, d governor.Decision) {
 				if d.State.TaskID != "t" || !d.State.LastScheduledAt.IsZero() {
 					t.Errorf("state %+v", d.State)
 				}
-			}}},
-		{"accepted resets a previous state", given{intervalSpec(time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 3, Paused: true}, t0.Add(time.Hour), governor.Input{Kind: governor.KindAccepted}},
+			}},
+		},
+		{
+			"accepted resets a previous state",
+			given{intervalSpec(time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 3, Paused: true}, t0.Add(time.Hour), governor.Input{Kind: governor.KindAccepted}},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.Failures != 0 || d.State.Paused || !d.State.LastScheduledAt.IsZero() {
 					t.Errorf("state not reset: %+v", d.State)
 				}
-			}}},
-		{"after a success: one interval after the slot", given{intervalSpec(time.Minute), ran(t0.Add(-time.Minute)), t0.Add(5 * time.Second), outcome("succeeded", t0)},
+			}},
+		},
+		{
+			"after a success: one interval after the slot",
+			given{intervalSpec(time.Minute), ran(t0.Add(-time.Minute)), t0.Add(5 * time.Second), outcome("succeeded", t0)},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				s := d.State
 				if s.Runs != 2 || s.Failures != 0 || !s.LastScheduledAt.Equal(t0) || s.LastOutcome != "succeeded" ||
 					s.LastDispatchID != events.DispatchID("t", t0) || !s.LastSuccessAt.Equal(t0.Add(2*time.Second)) {
 					t.Errorf("state %+v", s)
 				}
-			}}},
-		{"a late outcome of an older slot keeps the newer anchor", given{intervalSpec(time.Minute), ran(t0), t0.Add(5 * time.Second), outcome("succeeded", t0.Add(-time.Minute))},
-			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval}},
-		{"skipped run advances the grid without counting", given{intervalSpec(time.Minute), ran(t0.Add(-time.Minute)), t0.Add(time.Second), outcome("skipped", t0)},
+			}},
+		},
+		{
+			"a late outcome of an older slot keeps the newer anchor",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(5 * time.Second), outcome("succeeded", t0.Add(-time.Minute))},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"skipped run advances the grid without counting",
+			given{intervalSpec(time.Minute), ran(t0.Add(-time.Minute)), t0.Add(time.Second), outcome("skipped", t0)},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.Runs != 1 || d.State.LastOutcome != "skipped" {
 					t.Errorf("state %+v", d.State)
 				}
-			}}},
-		{"update keeps the grid", given{intervalSpec(10 * time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Runs: 7}, t0.Add(time.Minute), updated},
+			}},
+		},
+		{
+			"update keeps the grid",
+			given{intervalSpec(10 * time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Runs: 7}, t0.Add(time.Minute), updated},
 			want{next: t0.Add(10 * time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.Runs != 7 || !d.State.LastScheduledAt.Equal(t0) {
 					t.Errorf("update lost state: %+v", d.State)
 				}
-			}}},
-		{"slot passed: next grid slot after now", given{intervalSpec(time.Minute), ran(t0), t0.Add(3*time.Minute + 30*time.Second), updated},
-			want{next: t0.Add(4 * time.Minute), source: governor.SourceBaselineInterval, trail: "already passed"}},
-		{"slot passed exactly on the grid: strictly after now", given{intervalSpec(time.Minute), ran(t0), t0.Add(3 * time.Minute), updated},
-			want{next: t0.Add(4 * time.Minute), source: governor.SourceBaselineInterval, trail: "already passed"}},
-		{"slot due exactly now: next one", given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Minute), updated},
-			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval}},
-		{"slot passed long ago keeps the grid", given{intervalSpec(7 * time.Second), ran(t0), t0.Add(500000*7*time.Second + 5*time.Second), updated},
-			want{next: t0.Add(500001 * 7 * time.Second), source: governor.SourceBaselineInterval}},
-		{"366-day interval", given{intervalSpec(events.MaxInterval), ran(t0), t0.Add(time.Second), updated},
-			want{next: t0.Add(events.MaxInterval), source: governor.SourceBaselineInterval}},
-		{"anchor far in the past: floored to now", given{intervalSpec(time.Second), ran(time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC)), t0, updated},
-			want{next: t0, source: governor.SourceBaselineInterval, trail: "floored to now"}},
-		{"anchor in the future (clock skew)", given{intervalSpec(time.Minute), governor.State{TaskID: "t"}, t0, outcome("succeeded", t0.Add(time.Second))},
-			want{next: t0.Add(time.Minute + time.Second), source: governor.SourceBaselineInterval}},
+			}},
+		},
+		{
+			"one slot passed (a late decision): next grid slot after now",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Minute + 30*time.Second), updated},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, trail: "already passed"},
+		},
+		{
+			"slots passed, catch-up none: next grid slot after now",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpNone, 0), ran(t0), t0.Add(3*time.Minute + 30*time.Second), updated},
+			want{next: t0.Add(4 * time.Minute), source: governor.SourceBaselineInterval, trail: "catch-up none: 3 slots missed"},
+		},
+		{
+			"slot passed exactly on the grid: strictly after now",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpNone, 0), ran(t0), t0.Add(3 * time.Minute), updated},
+			want{next: t0.Add(4 * time.Minute), source: governor.SourceBaselineInterval, trail: "already passed"},
+		},
+		{
+			"slots passed, catch-up skip (default): once now",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(3*time.Minute + 30*time.Second), updated},
+			want{next: t0.Add(3*time.Minute + 30*time.Second), source: governor.SourceCatchUp, trail: "3 slots missed since 2026-03-02T10:00:00.000Z (catchUp skip): run once now"},
+		},
+		{
+			"slot due exactly now: next one",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Minute), updated},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"slot passed long ago keeps the grid",
+			given{withCatchUp(intervalSpec(7*time.Second), events.CatchUpNone, 0), ran(t0), t0.Add(500000*7*time.Second + 5*time.Second), updated},
+			want{next: t0.Add(500001 * 7 * time.Second), source: governor.SourceBaselineInterval},
+		},
+		{
+			"366-day interval",
+			given{intervalSpec(events.MaxInterval), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(events.MaxInterval), source: governor.SourceBaselineInterval},
+		},
+		{
+			"anchor far in the past: caught up now",
+			given{intervalSpec(time.Second), ran(time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC)), t0, updated},
+			want{next: t0, source: governor.SourceCatchUp},
+		},
+		{
+			"anchor far in the past, catch-up none: floored to now",
+			given{withCatchUp(intervalSpec(time.Second), events.CatchUpNone, 0), ran(time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC)), t0, updated},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "floored to now"},
+		},
+		{
+			"anchor in the future (clock skew)",
+			given{intervalSpec(time.Minute), governor.State{TaskID: "t"}, t0, outcome("succeeded", t0.Add(time.Second))},
+			want{next: t0.Add(time.Minute + time.Second), source: governor.SourceBaselineInterval},
+		},
 	})
 }
 
@@ -211,35 +275,52 @@ func TestDecideFailureBackoff(t *testing.T) {
 		tests = append(tests, decideCase{
 			fmt.Sprintf("failure %d", tc.failuresBefore+1),
 			given{intervalSpec(time.Minute), st, t0.Add(5 * time.Second), outcome("failed", t0)},
-			want{next: t0.Add(tc.factor * time.Minute), source: governor.SourceBackoff, trail: fmt.Sprintf("interval ×%d", tc.factor),
+			want{
+				next: t0.Add(tc.factor * time.Minute), source: governor.SourceBackoff, trail: fmt.Sprintf("interval ×%d", tc.factor),
 				check: func(t *testing.T, d governor.Decision) {
 					if d.State.Failures != wantFailures || !d.State.LastFailureAt.Equal(t0.Add(2*time.Second)) || d.State.LastOutcome != "failed" {
 						t.Errorf("Failures = %d, LastFailureAt = %s; want %d", d.State.Failures, d.State.LastFailureAt, wantFailures)
 					}
-				}},
+				},
+			},
 		})
 	}
 	failing := ran(t0.Add(-time.Minute))
 	failing.Failures = 4
 	tests = append(tests,
-		decideCase{"a success resets the count", given{intervalSpec(time.Minute), failing, t0.Add(5 * time.Second), outcome("succeeded", t0)},
+		decideCase{
+			"a success resets the count",
+			given{intervalSpec(time.Minute), failing, t0.Add(5 * time.Second), outcome("succeeded", t0)},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.Failures != 0 {
 					t.Errorf("Failures = %d, want 0", d.State.Failures)
 				}
-			}}},
-		decideCase{"a skip keeps the count", given{intervalSpec(time.Minute), failing, t0.Add(5 * time.Second), outcome("skipped", t0)},
-			want{next: t0.Add(16 * time.Minute), source: governor.SourceBackoff}},
-		decideCase{"backoff keeps its own grid when its slot passed", given{intervalSpec(time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 2}, t0.Add(9 * time.Minute), updated},
-			want{next: t0.Add(12 * time.Minute), source: governor.SourceBackoff, trail: "already passed"}},
-		decideCase{"backoff of a 366-day interval does not overflow", given{intervalSpec(events.MaxInterval), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 1 << 20}, t0, updated},
-			want{next: t0.Add(32 * events.MaxInterval), source: governor.SourceBackoff}},
-		decideCase{"cron tasks do not back off", given{cronSpec("0 * * * *", ""), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 3}, t0.Add(time.Second), outcome("failed", t0)},
+			}},
+		},
+		decideCase{
+			"a skip keeps the count",
+			given{intervalSpec(time.Minute), failing, t0.Add(5 * time.Second), outcome("skipped", t0)},
+			want{next: t0.Add(16 * time.Minute), source: governor.SourceBackoff},
+		},
+		decideCase{
+			"backoff keeps its own grid when its slot passed",
+			given{intervalSpec(time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 2}, t0.Add(9 * time.Minute), updated},
+			want{next: t0.Add(12 * time.Minute), source: governor.SourceBackoff, trail: "already passed"},
+		},
+		decideCase{
+			"backoff of a 366-day interval does not overflow",
+			given{intervalSpec(events.MaxInterval), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 1 << 20}, t0, updated},
+			want{next: t0.Add(32 * events.MaxInterval), source: governor.SourceBackoff},
+		},
+		decideCase{
+			"cron tasks do not back off",
+			given{cronSpec("0 * * * *", ""), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 3}, t0.Add(time.Second), outcome("failed", t0)},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron, check: func(t *testing.T, d governor.Decision) {
 				if d.State.Failures != 4 {
 					t.Errorf("Failures = %d, want 4 (counted, not applied)", d.State.Failures)
 				}
-			}}},
+			}},
+		},
 	)
 	runDecideCases(t, tests)
 }
@@ -249,44 +330,99 @@ func TestDecideBaselineCron(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(y int, m time.Month, d, h, min int) time.Time { return time.Date(y, m, d, h, min, 0, 0, berlin) }
+	at := func(y int, m time.Month, d, h, mi int) time.Time { return time.Date(y, m, d, h, mi, 0, 0, berlin) }
 	nineBerlin := cronSpec("0 0 9 * * *", "Europe/Berlin")
 	runDecideCases(t, []decideCase{
-		{"first run waits for the next occurrence", given{nineBerlin, governor.State{}, at(2026, 3, 2, 11, 0), governor.Input{Kind: governor.KindAccepted}},
-			want{next: at(2026, 3, 3, 9, 0), source: governor.SourceBaselineCron, trail: `"0 0 9 * * *" in Europe/Berlin`}},
-		{"before today's occurrence", given{nineBerlin, governor.State{}, at(2026, 3, 2, 8, 59), governor.Input{Kind: governor.KindAccepted}},
-			want{next: at(2026, 3, 2, 9, 0), source: governor.SourceBaselineCron}},
-		{"at the occurrence: the next one", given{nineBerlin, ran(at(2026, 3, 2, 9, 0)), at(2026, 3, 2, 9, 0).Add(3 * time.Second), outcome("succeeded", at(2026, 3, 2, 9, 0))},
-			want{next: at(2026, 3, 3, 9, 0), source: governor.SourceBaselineCron}},
-		{"across the spring-forward night", given{nineBerlin, governor.State{}, at(2026, 3, 28, 10, 0), governor.Input{Kind: governor.KindAccepted}},
-			want{next: time.Date(2026, 3, 29, 7, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron}},
-		{"missed occurrences are not replayed", given{nineBerlin, ran(at(2026, 3, 2, 9, 0)), at(2026, 3, 10, 12, 0), updated},
-			want{next: at(2026, 3, 11, 9, 0), source: governor.SourceBaselineCron}},
-		{"anchor after now (clock skew) does not repeat it", given{cronSpec("*/10 * * * * *", ""), ran(t0.Add(10 * time.Second)), t0, updated},
-			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineCron}},
-		{"empty timezone means UTC", given{cronSpec("@daily", ""), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{next: time.Date(2026, 3, 3, 0, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron}},
-		{"interval hints do not apply to cron tasks", given{cronSpec("@hourly", ""), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: time.Second})},
-			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron}},
-		{"no occurrence within 5 years", given{cronSpec("0 0 30 2 *", ""), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{source: governor.SourceBaselineCron, trail: "no occurrence"}},
-		{"stored spec with a broken expression", given{&events.TaskSpec{ID: "t", Schedule: events.Schedule{Cron: "61 * * * *"}}, governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{source: governor.SourceBaselineCron, trail: "cannot evaluate cron"}},
-		{"stored spec with a broken zone", given{&events.TaskSpec{ID: "t", Schedule: events.Schedule{Cron: "@daily", Timezone: "Mars/Olympus"}}, governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{source: governor.SourceBaselineCron, trail: "cannot evaluate cron"}},
+		{
+			"first run waits for the next occurrence",
+			given{nineBerlin, governor.State{}, at(2026, 3, 2, 11, 0), governor.Input{Kind: governor.KindAccepted}},
+			want{next: at(2026, 3, 3, 9, 0), source: governor.SourceBaselineCron, trail: `"0 0 9 * * *" in Europe/Berlin`},
+		},
+		{
+			"before today's occurrence",
+			given{nineBerlin, governor.State{}, at(2026, 3, 2, 8, 59), governor.Input{Kind: governor.KindAccepted}},
+			want{next: at(2026, 3, 2, 9, 0), source: governor.SourceBaselineCron},
+		},
+		{
+			"at the occurrence: the next one",
+			given{nineBerlin, ran(at(2026, 3, 2, 9, 0)), at(2026, 3, 2, 9, 0).Add(3 * time.Second), outcome("succeeded", at(2026, 3, 2, 9, 0))},
+			want{next: at(2026, 3, 3, 9, 0), source: governor.SourceBaselineCron},
+		},
+		{
+			"across the spring-forward night",
+			given{nineBerlin, governor.State{}, at(2026, 3, 28, 10, 0), governor.Input{Kind: governor.KindAccepted}},
+			want{next: time.Date(2026, 3, 29, 7, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron},
+		},
+		{
+			"one missed occurrence (a late decision): the next one",
+			given{nineBerlin, ran(at(2026, 3, 2, 9, 0)), at(2026, 3, 3, 12, 0), updated},
+			want{next: at(2026, 3, 4, 9, 0), source: governor.SourceBaselineCron, trail: "already passed: next occurrence"},
+		},
+		{
+			"missed occurrences, catch-up none: not replayed",
+			given{withCatchUp(cronSpec("0 0 9 * * *", "Europe/Berlin"), events.CatchUpNone, 0), ran(at(2026, 3, 2, 9, 0)), at(2026, 3, 10, 12, 0), updated},
+			want{next: at(2026, 3, 11, 9, 0), source: governor.SourceBaselineCron, trail: "catch-up none: 8 slots missed"},
+		},
+		{
+			"missed occurrences, catch-up skip: once now",
+			given{nineBerlin, ran(at(2026, 3, 2, 9, 0)), at(2026, 3, 10, 12, 0), updated},
+			want{next: at(2026, 3, 10, 12, 0), source: governor.SourceCatchUp, trail: "8 slots missed"},
+		},
+		{
+			"anchor after now (clock skew) does not repeat it",
+			given{cronSpec("*/10 * * * * *", ""), ran(t0.Add(10 * time.Second)), t0, updated},
+			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineCron},
+		},
+		{
+			"empty timezone means UTC",
+			given{cronSpec("@daily", ""), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{next: time.Date(2026, 3, 3, 0, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron},
+		},
+		{
+			"interval hints do not apply to cron tasks",
+			given{cronSpec("@hourly", ""), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: time.Second})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron},
+		},
+		{
+			"no occurrence within 5 years",
+			given{cronSpec("0 0 30 2 *", ""), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{source: governor.SourceBaselineCron, trail: "no occurrence"},
+		},
+		{
+			"stored spec with a broken expression",
+			given{&events.TaskSpec{ID: "t", Schedule: events.Schedule{Cron: "61 * * * *"}}, governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{source: governor.SourceBaselineCron, trail: "cannot evaluate cron"},
+		},
+		{
+			"stored spec with a broken zone",
+			given{&events.TaskSpec{ID: "t", Schedule: events.Schedule{Cron: "@daily", Timezone: "Mars/Olympus"}}, governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{source: governor.SourceBaselineCron, trail: "cannot evaluate cron"},
+		},
 	})
 }
 
 func TestDecideStartAt(t *testing.T) {
 	runDecideCases(t, []decideCase{
-		{"future startAt", given{withStartAt(intervalSpec(time.Minute), t0.Add(time.Hour)), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{next: t0.Add(time.Hour), source: governor.SourceStartAt, trail: "startAt"}},
-		{"startAt overrides cron", given{withStartAt(cronSpec("@daily", ""), t0.Add(time.Hour)), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{next: t0.Add(time.Hour), source: governor.SourceStartAt}},
-		{"past startAt is floored to now", given{withStartAt(intervalSpec(time.Minute), t0.Add(-time.Hour)), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{next: t0, source: governor.SourceStartAt, trail: "floored to now"}},
-		{"startAt is only the first run", given{withStartAt(intervalSpec(time.Minute), t0.Add(time.Hour)), ran(t0), t0.Add(time.Second), updated},
-			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval}},
+		{
+			"future startAt",
+			given{withStartAt(intervalSpec(time.Minute), t0.Add(time.Hour)), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{next: t0.Add(time.Hour), source: governor.SourceStartAt, trail: "startAt"},
+		},
+		{
+			"startAt overrides cron",
+			given{withStartAt(cronSpec("@daily", ""), t0.Add(time.Hour)), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{next: t0.Add(time.Hour), source: governor.SourceStartAt},
+		},
+		{
+			"past startAt is floored to now",
+			given{withStartAt(intervalSpec(time.Minute), t0.Add(-time.Hour)), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{next: t0, source: governor.SourceStartAt, trail: "floored to now"},
+		},
+		{
+			"startAt is only the first run",
+			given{withStartAt(intervalSpec(time.Minute), t0.Add(time.Hour)), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
 	})
 }
 
@@ -297,53 +433,86 @@ func TestDecidePause(t *testing.T) {
 		return s
 	}
 	runDecideCases(t, []decideCase{
-		{"paused until T", given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour), Reason: "maintenance"}}},
+		{
+			"paused until T",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour), Reason: "maintenance"}}},
 			want{next: t0.Add(time.Hour), source: governor.SourcePaused, trail: "paused until", check: func(t *testing.T, d governor.Decision) {
 				if !d.State.Paused || !d.State.PausedUntil.Equal(t0.Add(time.Hour)) || d.State.PauseReason != "maintenance" {
 					t.Errorf("state %+v", d.State)
 				}
-			}}},
-		{"paused indefinitely", given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{}}},
+			}},
+		},
+		{
+			"paused indefinitely",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{}}},
 			want{source: governor.SourcePaused, trail: "paused indefinitely", check: func(t *testing.T, d governor.Decision) {
 				if !d.State.Paused || !d.State.PausedUntil.IsZero() {
 					t.Errorf("state %+v", d.State)
 				}
-			}}},
-		{"pause without data is indefinite", given{intervalSpec(time.Minute), paused(t0.Add(time.Hour)), t0, governor.Input{Kind: governor.KindPaused}},
+			}},
+		},
+		{
+			"pause without data is indefinite",
+			given{intervalSpec(time.Minute), paused(t0.Add(time.Hour)), t0, governor.Input{Kind: governor.KindPaused}},
 			want{source: governor.SourcePaused, check: func(t *testing.T, d governor.Decision) {
 				if d.State.PauseReason != "" || !d.State.PausedUntil.IsZero() {
 					t.Errorf("old pause kept: %+v", d.State)
 				}
-			}}},
+			}},
+		},
 		{"pause wins over a one-shot hint", given{intervalSpec(time.Minute), func() governor.State {
 			s := paused(time.Time{})
 			s.OneShotHint = &governor.OneShotHint{At: t0.Add(time.Second), ExpiresAt: t0.Add(time.Hour)}
 			return s
 		}(), t0, updated}, want{source: governor.SourcePaused}},
-		{"outcome while paused stays paused", given{intervalSpec(time.Minute), paused(t0.Add(time.Hour)), t0.Add(time.Minute), outcome("succeeded", t0.Add(30*time.Second))},
-			want{next: t0.Add(time.Hour), source: governor.SourcePaused}},
-		{"pause that has ended is cleared", given{intervalSpec(time.Minute), paused(t0.Add(30 * time.Second)), t0.Add(30 * time.Second), updated},
+		{
+			"outcome while paused stays paused",
+			given{intervalSpec(time.Minute), paused(t0.Add(time.Hour)), t0.Add(time.Minute), outcome("succeeded", t0.Add(30*time.Second))},
+			want{next: t0.Add(time.Hour), source: governor.SourcePaused},
+		},
+		{
+			"pause that has ended is cleared",
+			given{intervalSpec(time.Minute), paused(t0.Add(30 * time.Second)), t0.Add(30 * time.Second), updated},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended", check: func(t *testing.T, d governor.Decision) {
 				if d.State.Paused || !d.State.PausedUntil.IsZero() || d.State.PauseReason != "" {
 					t.Errorf("pause not cleared: %+v", d.State)
 				}
-			}}},
-		{"pause until the past is cleared at once", given{intervalSpec(time.Minute), ran(t0), t0.Add(2 * time.Minute), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0}}},
-			want{next: t0.Add(3 * time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"}},
-		{"pause ending before a future last slot does not repeat it", given{intervalSpec(time.Minute), ran(t0.Add(10 * time.Second)), t0, governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(5 * time.Second)}}},
-			want{next: t0.Add(10*time.Second + time.Millisecond), source: governor.SourcePaused, trail: "repeats the last slot"}},
-		{"resumed: the baseline applies", given{intervalSpec(time.Minute), paused(time.Time{}), t0.Add(10 * time.Second), governor.Input{Kind: governor.KindResumed}},
+			}},
+		},
+		{
+			"pause until the past is cleared at once",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(2 * time.Minute), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0}}},
+			want{next: t0.Add(3 * time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"},
+		},
+		{
+			"pause ending before a future last slot does not repeat it",
+			given{intervalSpec(time.Minute), ran(t0.Add(10 * time.Second)), t0, governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(5 * time.Second)}}},
+			want{next: t0.Add(11 * time.Second), source: governor.SourcePaused, trail: "less than 1s after the last slot"},
+		},
+		{
+			"resumed: the baseline applies",
+			given{intervalSpec(time.Minute), paused(time.Time{}), t0.Add(10 * time.Second), governor.Input{Kind: governor.KindResumed}},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.Paused || !d.State.PausedUntil.IsZero() || d.State.PauseReason != "" {
 					t.Errorf("still paused: %+v", d.State)
 				}
-			}}},
-		{"resumed after a long pause: next grid slot", given{intervalSpec(time.Minute), paused(time.Time{}), t0.Add(90 * time.Minute), governor.Input{Kind: governor.KindResumed}},
-			want{next: t0.Add(91 * time.Minute), source: governor.SourceBaselineInterval}},
-		{"resumed cron task", given{cronSpec("@hourly", ""), paused(time.Time{}), t0.Add(10 * time.Second), governor.Input{Kind: governor.KindResumed}},
-			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron}},
-		{"resuming an active task changes nothing", given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindResumed}},
-			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval}},
+			}},
+		},
+		{
+			"resumed after a long pause: next grid slot",
+			given{intervalSpec(time.Minute), paused(time.Time{}), t0.Add(90 * time.Minute), governor.Input{Kind: governor.KindResumed}},
+			want{next: t0.Add(91 * time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"resumed cron task",
+			given{cronSpec("@hourly", ""), paused(time.Time{}), t0.Add(10 * time.Second), governor.Input{Kind: governor.KindResumed}},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron},
+		},
+		{
+			"resuming an active task changes nothing",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindResumed}},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
 	})
 }
 
@@ -357,111 +526,192 @@ func TestDecideHints(t *testing.T) {
 		return s
 	}
 	runDecideCases(t, []decideCase{
-		{"interval hint overrides the baseline", given{intervalSpec(time.Hour), ran(t0), t0.Add(2 * time.Second), hinted(governor.Hint{Interval: 10 * time.Second, Reason: "busy"})},
+		{
+			"interval hint overrides the baseline",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(2 * time.Second), hinted(governor.Hint{Interval: 10 * time.Second, Reason: "busy"})},
 			want{next: t0.Add(10 * time.Second), source: governor.SourceHintInterval, check: func(t *testing.T, d governor.Decision) {
 				h := d.State.IntervalHint
 				if h == nil || h.Interval != 10*time.Second || !h.ExpiresAt.Equal(t0.Add(2*time.Second+governor.DefaultIntervalHintTTL)) || h.Reason != "busy" {
 					t.Errorf("IntervalHint = %+v", h)
 				}
-			}}},
-		{"interval hint with its own TTL", given{intervalSpec(time.Hour), ran(t0), t0, hinted(governor.Hint{Interval: 10 * time.Second, TTL: 5 * time.Minute})},
+			}},
+		},
+		{
+			"interval hint with its own TTL",
+			given{intervalSpec(time.Hour), ran(t0), t0, hinted(governor.Hint{Interval: 10 * time.Second, TTL: 5 * time.Minute})},
 			want{next: t0.Add(10 * time.Second), source: governor.SourceHintInterval, check: func(t *testing.T, d governor.Decision) {
 				if h := d.State.IntervalHint; h == nil || !h.ExpiresAt.Equal(t0.Add(5*time.Minute)) {
 					t.Errorf("IntervalHint = %+v", h)
 				}
-			}}},
-		{"interval hint on the first run runs at once", given{intervalSpec(time.Hour), governor.State{TaskID: "t"}, t0, hinted(governor.Hint{Interval: 10 * time.Second})},
-			want{next: t0, source: governor.SourceHintInterval}},
-		{"interval hint holds until its TTL", given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(12 * time.Second), outcome("succeeded", t0.Add(10*time.Second))},
-			want{next: t0.Add(20 * time.Second), source: governor.SourceHintInterval}},
-		{"interval hint backs off too", given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(12 * time.Second), outcome("failed", t0.Add(10*time.Second))},
-			want{next: t0.Add(30 * time.Second), source: governor.SourceBackoff}},
-		{"expired interval hint is cleared", given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(time.Minute), updated},
+			}},
+		},
+		{
+			"interval hint on the first run runs at once",
+			given{intervalSpec(time.Hour), governor.State{TaskID: "t"}, t0, hinted(governor.Hint{Interval: 10 * time.Second})},
+			want{next: t0, source: governor.SourceHintInterval},
+		},
+		{
+			"interval hint holds until its TTL",
+			given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(12 * time.Second), outcome("succeeded", t0.Add(10*time.Second))},
+			want{next: t0.Add(20 * time.Second), source: governor.SourceHintInterval},
+		},
+		{
+			"interval hint backs off too",
+			given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(12 * time.Second), outcome("failed", t0.Add(10*time.Second))},
+			want{next: t0.Add(30 * time.Second), source: governor.SourceBackoff},
+		},
+		{
+			"expired interval hint is cleared",
+			given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(time.Minute), updated},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "interval hint 10s expired", check: func(t *testing.T, d governor.Decision) {
 				if d.State.IntervalHint != nil {
 					t.Errorf("IntervalHint = %+v, want cleared", d.State.IntervalHint)
 				}
-			}}},
-		{"a new interval hint replaces the old", given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(time.Second), hinted(governor.Hint{Interval: 30 * time.Second})},
-			want{next: t0.Add(30 * time.Second), source: governor.SourceHintInterval}},
-		{"earlier one-shot wins", given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(5 * time.Minute), Reason: "webhook"})},
+			}},
+		},
+		{
+			"a new interval hint replaces the old",
+			given{intervalSpec(time.Hour), withInterval(ran(t0), 10*time.Second, t0.Add(time.Minute)), t0.Add(time.Second), hinted(governor.Hint{Interval: 30 * time.Second})},
+			want{next: t0.Add(30 * time.Second), source: governor.SourceHintInterval},
+		},
+		{
+			"earlier one-shot wins",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(5 * time.Minute), Reason: "webhook"})},
 			want{next: t0.Add(5 * time.Minute), source: governor.SourceHintOneShot, trail: "is earlier", check: func(t *testing.T, d governor.Decision) {
 				h := d.State.OneShotHint
 				if h == nil || !h.At.Equal(t0.Add(5*time.Minute)) || !h.ExpiresAt.Equal(t0.Add(time.Minute+governor.DefaultOneShotHintTTL)) || h.Reason != "webhook" {
 					t.Errorf("OneShotHint = %+v", h)
 				}
-			}}},
-		{"later one-shot waits behind the baseline", given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(2 * time.Hour), TTL: 3 * time.Hour})},
+			}},
+		},
+		{
+			"later one-shot waits behind the baseline",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(2 * time.Hour), TTL: 3 * time.Hour})},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.OneShotHint == nil {
 					t.Error("one-shot hint dropped")
 				}
-			}}},
-		{"past one-shot is floored to now", given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0})},
-			want{next: t0.Add(time.Minute), source: governor.SourceHintOneShot}},
-		{"one-shot beats a cron occurrence", given{cronSpec("@daily", ""), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(2 * time.Minute)})},
-			want{next: t0.Add(2 * time.Minute), source: governor.SourceHintOneShot}},
-		{"one-shot beats startAt", given{withStartAt(intervalSpec(time.Hour), t0.Add(time.Hour)), governor.State{TaskID: "t"}, t0, hinted(governor.Hint{At: t0.Add(time.Minute)})},
-			want{next: t0.Add(time.Minute), source: governor.SourceHintOneShot}},
-		{"interval and one-shot at once", given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Minute, At: t0.Add(time.Minute)})},
+			}},
+		},
+		{
+			"past one-shot is floored to now",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0})},
+			want{next: t0.Add(time.Minute), source: governor.SourceHintOneShot},
+		},
+		{
+			"one-shot beats a cron occurrence",
+			given{cronSpec("@daily", ""), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(2 * time.Minute)})},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceHintOneShot},
+		},
+		{
+			"one-shot beats startAt",
+			given{withStartAt(intervalSpec(time.Hour), t0.Add(time.Hour)), governor.State{TaskID: "t"}, t0, hinted(governor.Hint{At: t0.Add(time.Minute)})},
+			want{next: t0.Add(time.Minute), source: governor.SourceHintOneShot},
+		},
+		{
+			"interval and one-shot at once",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Minute, At: t0.Add(time.Minute)})},
 			want{next: t0.Add(time.Minute), source: governor.SourceHintOneShot, check: func(t *testing.T, d governor.Decision) {
 				if d.State.IntervalHint == nil || d.State.OneShotHint == nil {
 					t.Errorf("hints %+v %+v", d.State.IntervalHint, d.State.OneShotHint)
 				}
-			}}},
-		{"one-shot consumed by the run at its time", given{intervalSpec(time.Hour), withOneShot(ran(t0), t0.Add(5*time.Minute), t0.Add(time.Hour)), t0.Add(5*time.Minute + 3*time.Second), outcome("succeeded", t0.Add(5*time.Minute))},
+			}},
+		},
+		{
+			"one-shot consumed by the run at its time",
+			given{intervalSpec(time.Hour), withOneShot(ran(t0), t0.Add(5*time.Minute), t0.Add(time.Hour)), t0.Add(5*time.Minute + 3*time.Second), outcome("succeeded", t0.Add(5*time.Minute))},
 			want{next: t0.Add(65 * time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.OneShotHint != nil {
 					t.Errorf("OneShotHint = %+v, want consumed", d.State.OneShotHint)
 				}
-			}}},
-		{"one-shot consumed by a later run", given{intervalSpec(time.Hour), withOneShot(ran(t0), t0.Add(5*time.Minute), t0.Add(time.Hour)), t0.Add(6 * time.Minute), outcome("failed", t0.Add(6*time.Minute))},
+			}},
+		},
+		{
+			"one-shot consumed by a later run",
+			given{intervalSpec(time.Hour), withOneShot(ran(t0), t0.Add(5*time.Minute), t0.Add(time.Hour)), t0.Add(6 * time.Minute), outcome("failed", t0.Add(6*time.Minute))},
 			want{next: t0.Add(126 * time.Minute), source: governor.SourceBackoff, check: func(t *testing.T, d governor.Decision) {
 				if d.State.OneShotHint != nil {
 					t.Errorf("OneShotHint = %+v, want consumed", d.State.OneShotHint)
 				}
-			}}},
-		{"one-shot survives an earlier run", given{intervalSpec(time.Minute), withOneShot(ran(t0), t0.Add(5*time.Minute+30*time.Second), t0.Add(time.Hour)), t0.Add(time.Minute + time.Second), outcome("succeeded", t0.Add(time.Minute))},
+			}},
+		},
+		{
+			"one-shot survives an earlier run",
+			given{intervalSpec(time.Minute), withOneShot(ran(t0), t0.Add(5*time.Minute+30*time.Second), t0.Add(time.Hour)), t0.Add(time.Minute + time.Second), outcome("succeeded", t0.Add(time.Minute))},
 			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
 				if d.State.OneShotHint == nil {
 					t.Error("one-shot hint consumed by an earlier run")
 				}
-			}}},
-		{"expired one-shot is cleared", given{intervalSpec(time.Hour), withOneShot(ran(t0), t0.Add(5*time.Minute), t0.Add(time.Minute)), t0.Add(2 * time.Minute), updated},
+			}},
+		},
+		{
+			"expired one-shot is cleared",
+			given{intervalSpec(time.Hour), withOneShot(ran(t0), t0.Add(5*time.Minute), t0.Add(time.Minute)), t0.Add(2 * time.Minute), updated},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "expired", check: func(t *testing.T, d governor.Decision) {
 				if d.State.OneShotHint != nil {
 					t.Errorf("OneShotHint = %+v, want cleared", d.State.OneShotHint)
 				}
-			}}},
-		{"empty hint changes nothing", given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{})},
-			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval}},
-		{"nil hint changes nothing", given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindHinted}},
-			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval}},
+			}},
+		},
+		{
+			"empty hint changes nothing",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval},
+		},
+		{
+			"nil hint changes nothing",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindHinted}},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval},
+		},
 	})
 }
 
 func TestDecideBounds(t *testing.T) {
 	runDecideCases(t, []decideCase{
-		{"hint below bounds.min", given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Second})},
-			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin, trail: "raised to bounds.min 5m0s"}},
-		{"one-shot below bounds.min", given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), ran(t0), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
-			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin}},
-		{"backoff above bounds.max", given{withBounds(intervalSpec(time.Minute), 0, 10*time.Minute), func() governor.State {
-			s := ran(t0.Add(-time.Minute))
-			s.Failures = 4
-			return s
-		}(), t0.Add(5 * time.Second), outcome("failed", t0)},
-			want{next: t0.Add(10 * time.Minute), source: governor.SourceClampedMax, trail: "lowered to bounds.max 10m0s"}},
-		{"cron above bounds.max", given{withBounds(cronSpec("@daily", ""), time.Minute, time.Hour), ran(t0), t0.Add(time.Second), updated},
-			want{next: t0.Add(time.Hour), source: governor.SourceClampedMax}},
-		{"within bounds", given{withBounds(intervalSpec(time.Minute), time.Second, time.Hour), ran(t0), t0.Add(time.Second), updated},
-			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval}},
-		{"bounds do not apply to the first run", given{withBounds(intervalSpec(time.Minute), 5*time.Minute, time.Hour), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{next: t0, source: governor.SourceBaselineInterval}},
-		{"clamped slot in the past is floored", given{withBounds(intervalSpec(time.Hour), 0, 10*time.Minute), ran(t0), t0.Add(20 * time.Minute), updated},
-			want{next: t0.Add(20 * time.Minute), source: governor.SourceClampedMax, trail: "floored to now"}},
-		{"bounds do not apply while paused", given{withBounds(intervalSpec(time.Minute), 0, 10*time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour)}}},
-			want{next: t0.Add(time.Hour), source: governor.SourcePaused}},
+		{
+			"hint below bounds.min",
+			given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Second})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin, trail: "raised to bounds.min 5m0s"},
+		},
+		{
+			"one-shot below bounds.min",
+			given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), ran(t0), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
+		},
+		{
+			"backoff above bounds.max",
+			given{withBounds(intervalSpec(time.Minute), 0, 10*time.Minute), func() governor.State {
+				s := ran(t0.Add(-time.Minute))
+				s.Failures = 4
+				return s
+			}(), t0.Add(5 * time.Second), outcome("failed", t0)},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceClampedMax, trail: "lowered to bounds.max 10m0s"},
+		},
+		{
+			"cron above bounds.max",
+			given{withBounds(cronSpec("@daily", ""), time.Minute, time.Hour), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Hour), source: governor.SourceClampedMax},
+		},
+		{
+			"within bounds",
+			given{withBounds(intervalSpec(time.Minute), time.Second, time.Hour), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"bounds do not apply to the first run",
+			given{withBounds(intervalSpec(time.Minute), 5*time.Minute, time.Hour), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
+			want{next: t0, source: governor.SourceBaselineInterval},
+		},
+		{
+			"clamped slot in the past is floored",
+			given{withBounds(intervalSpec(time.Hour), 0, 10*time.Minute), ran(t0), t0.Add(20 * time.Minute), updated},
+			want{next: t0.Add(20 * time.Minute), source: governor.SourceClampedMax, trail: "floored to now"},
+		},
+		{
+			"bounds do not apply while paused",
+			given{withBounds(intervalSpec(time.Minute), 0, 10*time.Minute), ran(t0), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour)}}},
+			want{next: t0.Add(time.Hour), source: governor.SourcePaused},
+		},
 	})
 }
 
@@ -469,12 +719,15 @@ func TestDecideDeleted(t *testing.T) {
 	st := ran(t0)
 	st.NextRunAt, st.Source = t0.Add(time.Minute), governor.SourceBaselineInterval
 	runDecideCases(t, []decideCase{
-		{"deleted", given{intervalSpec(time.Minute), st, t0.Add(time.Second), governor.Input{Kind: governor.KindDeleted}},
+		{
+			"deleted",
+			given{intervalSpec(time.Minute), st, t0.Add(time.Second), governor.Input{Kind: governor.KindDeleted}},
 			want{source: governor.SourceDeleted, trail: "deleted", check: func(t *testing.T, d governor.Decision) {
 				if !d.State.Deleted || !d.State.NextRunAt.IsZero() || d.State.Source != governor.SourceDeleted {
 					t.Errorf("state %+v", d.State)
 				}
-			}}},
+			}},
+		},
 	})
 }
 
@@ -532,18 +785,36 @@ func TestDecideHostileState(t *testing.T) {
 	maxHint.Failures = 1
 	maxHint.IntervalHint = &governor.IntervalHint{Interval: 1<<63 - 1, ExpiresAt: t0.Add(time.Hour)}
 	runDecideCases(t, []decideCase{
-		{"zero interval hint", given{intervalSpec(time.Minute), zeroHint, t0.Add(time.Hour - time.Second), updated},
-			want{source: governor.SourceHintInterval, trail: "not positive"}},
-		{"negative interval hint", given{intervalSpec(time.Minute), negHint, t0.Add(time.Hour - time.Second), updated},
-			want{source: governor.SourceHintInterval, trail: "not positive"}},
-		{"zero interval spec", given{&events.TaskSpec{ID: "t"}, ran(t0), t0.Add(time.Hour), updated},
-			want{source: governor.SourceBaselineInterval, trail: "not positive"}},
-		{"backoff of a huge hint saturates", given{intervalSpec(time.Minute), huge, t0.Add(time.Second), updated},
-			want{next: t0.Add(1<<63 - 1), source: governor.SourceBackoff}},
-		{"backoff of the largest hint saturates", given{intervalSpec(time.Minute), maxHint, t0.Add(time.Second), updated},
-			want{next: t0.Add(1<<63 - 1), source: governor.SourceBackoff}},
-		{"huge hint on the first run", given{intervalSpec(time.Minute), hugeNoAnchor, t0, updated},
-			want{next: t0, source: governor.SourceHintInterval}},
+		{
+			"zero interval hint",
+			given{intervalSpec(time.Minute), zeroHint, t0.Add(time.Hour - time.Second), updated},
+			want{source: governor.SourceHintInterval, trail: "not positive"},
+		},
+		{
+			"negative interval hint",
+			given{intervalSpec(time.Minute), negHint, t0.Add(time.Hour - time.Second), updated},
+			want{source: governor.SourceHintInterval, trail: "not positive"},
+		},
+		{
+			"zero interval spec",
+			given{&events.TaskSpec{ID: "t"}, ran(t0), t0.Add(time.Hour), updated},
+			want{source: governor.SourceBaselineInterval, trail: "not positive"},
+		},
+		{
+			"backoff of a huge hint saturates",
+			given{intervalSpec(time.Minute), huge, t0.Add(time.Second), updated},
+			want{next: t0.Add(1<<63 - 1), source: governor.SourceBackoff},
+		},
+		{
+			"backoff of the largest hint saturates",
+			given{intervalSpec(time.Minute), maxHint, t0.Add(time.Second), updated},
+			want{next: t0.Add(1<<63 - 1), source: governor.SourceBackoff},
+		},
+		{
+			"huge hint on the first run",
+			given{intervalSpec(time.Minute), hugeNoAnchor, t0, updated},
+			want{next: t0, source: governor.SourceHintInterval},
+		},
 	})
 }
 
@@ -566,9 +837,11 @@ func BenchmarkDecideInterval(b *testing.B) {
 	now := t0.Add(time.Minute + 2*time.Second)
 	in := outcome("succeeded", t0.Add(time.Minute))
 	b.ReportAllocs()
+	cpu := processCPU()
 	for b.Loop() {
 		governor.Decide(now, spec, st, in)
 	}
+	reportCPU(b, cpu)
 }
 
 func BenchmarkDecideCron(b *testing.B) {
@@ -577,7 +850,27 @@ func BenchmarkDecideCron(b *testing.B) {
 	now := t0.Add(5*time.Minute + 2*time.Second)
 	in := outcome("succeeded", t0.Add(5*time.Minute))
 	b.ReportAllocs()
+	cpu := processCPU()
 	for b.Loop() {
 		governor.Decide(now, spec, st, in)
 	}
+	reportCPU(b, cpu)
+}
+
+// BenchmarkDecideAllRules decides for an interval task with every optional
+// rule configured: adaptive cadence, activity modes, quiet hours in a DST
+// zone, a budget, jitter and bounds.
+func BenchmarkDecideAllRules(b *testing.B) {
+	spec := withBudget(withJitter(withQuiet(withActivity(withAdaptive(intervalSpec(time.Minute), events.AdaptiveChange, 0, 0, 0)),
+		"00:00", "07:00", "Europe/Berlin", 5*time.Minute), 0.1), 10000)
+	spec.Bounds = &events.Bounds{Min: events.Duration(5 * time.Second), Max: events.Duration(time.Hour)}
+	st := stateWith(ran(t0), fingerprint("a"), lastActivity(t0))
+	now := t0.Add(time.Minute + 2*time.Second)
+	in := outcomeFP("succeeded", t0.Add(time.Minute), "b")
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		governor.Decide(now, spec, st, in)
+	}
+	reportCPU(b, cpu)
 }

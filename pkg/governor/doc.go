@@ -6,25 +6,135 @@
 // [Source]) and a short trail of the rules that were considered. It reads no
 // clock, does no I/O and uses no randomness it was not given, so replaying
 // the same events through it always gives the same schedule: this is what
-// `flyball explain` relies on.
+// `flyball explain` relies on. Floating-point steps (multipliers, smoothing,
+// jitter) round explicitly, so every platform computes the same instants.
 //
-// # Rules
+// # Precedence
 //
-// The baseline is the spec's interval or cron expression. An interval task
-// runs once as soon as it is accepted and then every interval on the grid
-// anchored at its first run; a cron task waits for its next occurrence; an
-// explicit startAt overrides both.
+// Decide runs a pipeline of rules from the lowest precedence to the
+// highest; each rule may replace the candidate the earlier ones chose, and
+// the decision's source names the last rule that moved it:
 //
-// After a failed run, an interval task backs off: the next slot is
-// interval × 2^min(failures, 5) after the failed slot. A success resets the
-// count. Cron tasks do not back off: their next occurrence is their next
-// occurrence.
+//		pause > clamps > dead-letter / requeue > breaker > budget / quiet hours > hints > adaptive / activity > baseline
 //
-// A candidate in the past is moved forward: an interval keeps its cadence
-// (the first grid slot after now), a cron expression takes its next
-// occurrence after now, and a one-shot hint is floored to now. A decision is
-// never earlier than now and never repeats the slot that just ran.
+//	 1. Baseline (baseline-interval, baseline-cron, failure-backoff, start-at,
+//	    catch-up). The spec's interval or cron expression. An interval task
+//	    runs once as soon as it is accepted and then every interval on the
+//	    grid anchored at its last run's slot; a cron task waits for its next
+//	    occurrence; an explicit startAt overrides both for the first run.
+//	 2. Adaptive cadence and activity modes (adaptive-tighten, adaptive-relax,
+//	    activity-idle, activity-dormant) replace or stretch the interval of
+//	    an interval task.
+//	 3. Hints (hint-interval, hint-oneshot). An interval hint replaces the
+//	    interval; a one-shot hint competes and the earliest candidate wins,
+//	    so with both hints the earlier of the two is taken.
+//	 4. Quiet hours and the budget (quiet-hours, budget) only ever delay a
+//	    run, except that quiet hours may set a shorter interval for an
+//	    interval task if configured so.
+//	 5. An open breaker (breaker-open) holds the run back until its retryAt.
+//	 6. A dead-lettered task runs next at its recheck time
+//	    (deadletter-recheck); a requeued one runs now (requeue).
+//	 7. Clamps (clamped-min, clamped-max) keep the gap after the last run
+//	    within bounds.min and bounds.max, whatever chose the time.
+//	 8. Pause (paused) wins over everything.
 //
-// Pause wins over everything: a paused task's next run is its pause end, or
-// none at all for an indefinite pause.
+// Two guarantees hold after every rule, pause included: a run is never
+// scheduled before now, and never less than [MinGap] (1s) after the last
+// run's slot, so it never repeats a slot and never loops tightly, even
+// when every run fails at once.
+//
+// # Baseline, backoff and past slots
+//
+// After a failed run an interval cadence backs off: the next slot is
+// interval × 2^min(failures, 5) after the failed slot, and a success resets
+// the count. Backoff applies to the interval in force (an interval hint,
+// the adaptive or the quiet-hours interval too). Cron tasks do not back
+// off: a cron expression is a calendar, and its next occurrence is its next
+// occurrence. A failed cron task is protected by its breaker and
+// dead-letter rules instead.
+//
+// Cron expressions are evaluated in their time zone with the DST rule of
+// package cron: a wall time that does not exist (spring forward) runs once
+// at the end of the gap, and a wall time that repeats (fall back) runs
+// once, at its first instance.
+//
+// A slot that already passed is moved forward: an interval keeps its
+// cadence (the first grid slot after now), a cron expression takes its next
+// occurrence after now, and a one-shot hint is floored to now.
+//
+// # Catch-up after downtime
+//
+// When two or more slots passed since the last run (one is mere lateness:
+// a run that outlasted its interval), flyball was down or behind, and the
+// spec's catchUp policy applies: "skip" (the default) runs once now and
+// then resumes the cadence from that run; "none" waits for the next slot;
+// "all" backfills the missed slots one by one, at most catchUpMax (100),
+// each run scheduled as soon as the previous one succeeded. Slots that fell
+// in a pause are not caught up, and a failing task keeps its backoff grid
+// (a backlog waits for the next success).
+//
+// # Adaptive cadence and activity
+//
+// Adaptive cadence (interval tasks only) keeps a smoothed interval in the
+// state, moved by an exponential moving average (adaptive.smoothing, 0.5 by
+// default) once per run outcome, within [bounds.min or baseline/4 (at least
+// 1s), bounds.max or baseline×4]. Mode "change" tightens toward the lower
+// end when the response fingerprint changes or a run fails, and relaxes
+// toward the upper end once adaptive.unchangedRuns runs in a row returned
+// the same fingerprint. Mode "staleness" tightens as the time since the
+// last success grows from one baseline interval to adaptive.target (three
+// intervals by default). Failure backoff still multiplies the adaptive
+// interval: a failing target is watched closely once it answers again, not
+// hammered while it fails.
+//
+// Activity modes stretch the interval by activity.idleMultiplier once no
+// activity signal (acceptance, a hint, or a changed fingerprint) was seen
+// for activity.idleAfter, and by activity.dormantMultiplier after
+// activity.dormantAfter.
+//
+// # Quiet hours and budget
+//
+// Quiet hours are a daily window of local time in their own zone (it may
+// wrap midnight; start == end is an empty window). Its edges follow the
+// cron DST rule, so the window opens and closes once a day. Inside it the
+// interval of an interval task becomes quietHours.interval (backoff and
+// jitter still apply), never starting before the window opens nor holding
+// a run past its end; a cron task only has its occurrences thinned, and
+// exact-time candidates (one-shots, catch-up runs) are kept at least the
+// quiet interval after the last run.
+//
+// The budget keeps runs at least 24h/maxRunsPerDay apart, and when the runs
+// counted in the current UTC hour and the 23 before it reach the budget,
+// the next run waits for the hour at which the window frees one. The
+// counts live in a fixed 24-slot ring in the state.
+//
+// # Breaker, dead-letter and requeue
+//
+// While the task's breaker is open, no run is scheduled before its retryAt;
+// a later candidate stays, and becomes the probe. A dead-letter entry
+// schedules a recheck at its time + deadLetter.recheckAfter (30m by
+// default), kept until a run succeeds or the task is requeued; a requeue
+// clears the dead-letter and the failure count and runs the task now.
+// Clamps rank above both: a bounds.max shorter than the breaker's delay
+// dispatches the run earlier, and the executor then defers it to retryAt
+// itself; "within the clamps" therefore holds for every decision but a
+// pause and the two floors above.
+//
+// # Jitter
+//
+// A spec's jitter fraction f spreads an interval cadence by a factor in
+// [1-f, 1+f), and delays a cron occurrence by up to f of the gap to the
+// occurrence after it. The draw is a hash of the task ID and the run count,
+// so it is random across tasks and runs but the same on every replay.
+// Exact times (startAt, one-shots, now, retryAt, rechecks) are not
+// jittered. Jitter is applied before the budget and the clamps, which
+// therefore still hold.
+//
+// # Hints
+//
+// Hints expire after their TTL (60 min for interval hints, 30 min for
+// one-shots by default). An expired hint is ignored, removed from the
+// state, and reported by [Decision.ClearedHints] and the trail. A hint
+// moves the next run earlier at once (nudging); a hint that would only
+// delay the run already planned takes effect from the run after it.
 package governor

@@ -3,6 +3,7 @@ package governor_test
 import (
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,32 +31,52 @@ func mod(x, n int64) int64 { return (x%n + n) % n }
 // signed maps x into [-n, n].
 func signed(x, n int64) int64 { return mod(x, 2*n+1) - n }
 
+// fuzzZones are quiet-hours zones with DST, half-hour DST (Lord Howe) or an
+// odd offset (Kathmandu).
+var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu"}
+
 // FuzzDecide checks the invariants of Decide over random tasks, states and
 // inputs:
 //   - NextRunAt is zero only for an indefinitely paused or deleted task;
-//   - otherwise it is never before now and always after the last slot;
+//   - otherwise it is never before now, and at least MinGap after the last
+//     slot (so never the same slot twice);
 //   - with bounds, unless paused or floored to now, the gap from the last
-//     slot is within [min, max];
+//     slot is within [min, max] (clamps beat every rule but pause, the
+//     breaker's retryAt and the dead-letter recheck included);
+//   - with a budget, a run chosen by a rule the budget outranks is at least
+//     24h/maxRunsPerDay after the last slot;
+//   - the source is a documented one, and the trail is not empty;
 //   - Decide is deterministic, does not mutate its input, and its Decision
 //     mirrors the State it returns;
-//   - nothing panics or overflows, whatever the failure count or durations.
+//   - nothing panics or overflows, whatever the failure count, durations,
+//     multipliers or ledger contents.
+//
+// feat switches on spec features and state (adaptive cadence, activity
+// modes, quiet hours, budget, jitter, catch-up, breaker, dead-letter,
+// requeue, backlog); extra sizes them.
 func FuzzDecide(f *testing.F) {
 	hour := int64(time.Hour / time.Millisecond)
-	f.Add(int64(1_772_445_600_000), int64(60), 0, uint8(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(0), uint8(0))
-	f.Add(int64(1_772_445_600_000), int64(60), 3, uint8(1), int64(5000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(3), uint8(1))
-	f.Add(int64(1_772_445_600_000), int64(86399), 1<<20, uint8(2), int64(1<<40), uint8(1), int64(1<<62), int64(0), int64(hour), uint8(0), int64(0), int64(30), int64(600), uint8(1), uint8(0))
-	f.Add(int64(1_772_445_600_000), int64(0), math.MaxInt, uint8(4), int64(math.MaxInt64), uint8(31), int64(math.MaxInt64), int64(-hour), int64(0), uint8(2), int64(hour), int64(1), int64(2), uint8(7), uint8(4))
-	f.Add(int64(-1), int64(-1), -1, uint8(3), int64(hour), uint8(2), int64(1), int64(hour), int64(-1), uint8(2), int64(-hour), int64(-1), int64(-1), uint8(5), uint8(6))
-	f.Add(int64(4_000_000_000_000), int64(7), 5, uint8(3), int64(10_000), uint8(6), int64(1000), int64(1), int64(1), uint8(3), int64(5000), int64(3), int64(3), uint8(5), uint8(46))
-	f.Add(int64(1_000_000_000_000), int64(1), 2, uint8(1), int64(1), uint8(20), int64(0), int64(-5), int64(0), uint8(1), int64(0), int64(60), int64(0), uint8(2), uint8(70))
+	f.Add(int64(1_772_445_600_000), int64(60), 0, uint8(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(0), uint8(0), uint64(0), int64(0))
+	f.Add(int64(1_772_445_600_000), int64(60), 3, uint8(1), int64(5000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(3), uint8(1), uint64(0), int64(0))
+	f.Add(int64(1_772_445_600_000), int64(86399), 1<<20, uint8(2), int64(1<<40), uint8(1), int64(1<<62), int64(0), int64(hour), uint8(0), int64(0), int64(30), int64(600), uint8(1), uint8(0), uint64(0), int64(0))
+	f.Add(int64(1_772_445_600_000), int64(0), math.MaxInt, uint8(4), int64(math.MaxInt64), uint8(31), int64(math.MaxInt64), int64(-hour), int64(0), uint8(2), int64(hour), int64(1), int64(2), uint8(7), uint8(4), uint64(0), int64(0))
+	f.Add(int64(-1), int64(-1), -1, uint8(3), int64(hour), uint8(2), int64(1), int64(hour), int64(-1), uint8(2), int64(-hour), int64(-1), int64(-1), uint8(5), uint8(6), uint64(0), int64(0))
+	f.Add(int64(4_000_000_000_000), int64(7), 5, uint8(3), int64(10_000), uint8(6), int64(1000), int64(1), int64(1), uint8(3), int64(5000), int64(3), int64(3), uint8(5), uint8(46), uint64(0), int64(0))
+	f.Add(int64(1_000_000_000_000), int64(1), 2, uint8(1), int64(1), uint8(20), int64(0), int64(-5), int64(0), uint8(1), int64(0), int64(60), int64(0), uint8(2), uint8(70), uint64(0), int64(0))
+	// Every feature on, with breaker, dead-letter and requeue inputs.
+	f.Add(int64(1_774_747_800_000), int64(30), 0, uint8(1), int64(60_000), uint8(3), int64(5000), int64(60_000), int64(hour), uint8(0), int64(0), int64(30), int64(600), uint8(9), uint8(1), uint64(math.MaxUint64), int64(1234567))
+	f.Add(int64(1_774_747_800_000), int64(300), 1, uint8(2), int64(3*hour), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(10), uint8(6), uint64(0x5555_5555_5555_5555), int64(-99))
+	f.Add(int64(1_761_350_400_000), int64(60), 0, uint8(1), int64(1000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(11), uint8(2), uint64(0xAAAA_AAAA_AAAA_AAAA), int64(7*hour))
 
 	f.Fuzz(func(t *testing.T, nowMs, intervalSec int64, failures int, lastMode uint8, lastOff int64,
 		hintMode uint8, hintIv, hintAt, hintTTL int64, pauseMode uint8, pauseOff int64,
-		minSec, maxSec int64, kind, sched uint8,
+		minSec, maxSec int64, kind, sched uint8, feat uint64, extra int64,
 	) {
 		// now: 1970 to 2200, millisecond precision.
 		now := fuzzEpoch.Add(time.Duration(mod(nowMs, 230*365*24*hour)) * time.Millisecond)
 		ms := func(x int64) time.Duration { return time.Duration(x) * time.Millisecond }
+		bit := func(i uint) bool { return feat>>i&1 != 0 }
+		bits := func(i, n uint) int64 { return int64(feat >> i & (1<<n - 1)) }
 
 		spec := &events.TaskSpec{ID: "t", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
 		switch m := sched % 8; {
@@ -85,6 +106,45 @@ func FuzzDecide(f *testing.F) {
 		}
 		if lo != 0 || hi != 0 {
 			spec.Bounds = &events.Bounds{Min: events.Duration(lo), Max: events.Duration(hi)}
+		}
+		if bit(0) {
+			spec.Adaptive = &events.Adaptive{
+				Mode:          []string{events.AdaptiveChange, events.AdaptiveStaleness}[bits(1, 1)],
+				UnchangedRuns: int(bits(2, 4)), Smoothing: float64(bits(6, 4)) / 15, Target: events.Duration(ms(mod(extra, 48*hour))),
+			}
+		}
+		if bit(10) {
+			idle := ms(mod(extra, 4*hour))
+			spec.Activity = &events.Activity{
+				IdleAfter: events.Duration(idle), DormantAfter: events.Duration(idle * time.Duration(1+bits(11, 3))),
+				IdleMultiplier: float64(bits(14, 6)), DormantMultiplier: float64(bits(14, 10) % 1001),
+			}
+			if spec.Activity.IdleMultiplier < 1 {
+				spec.Activity.IdleMultiplier = 0
+			}
+			if spec.Activity.DormantMultiplier < 1 {
+				spec.Activity.DormantMultiplier = 0
+			}
+		}
+		if bit(24) {
+			clock := func(i uint) string {
+				return time.Date(2000, 1, 1, int(bits(i, 5)%24), int(bits(i+5, 2)*15), 0, 0, time.UTC).Format("15:04")
+			}
+			spec.QuietHours = &events.QuietHours{
+				Start: clock(25), End: clock(32), Timezone: fuzzZones[bits(39, 3)%int64(len(fuzzZones))],
+				Interval: events.Duration(time.Second + ms(mod(extra, 6*hour))),
+			}
+		}
+		if bit(42) {
+			spec.Budget = &events.Budget{MaxRunsPerDay: 1 + int(mod(extra, 86400))}
+		}
+		if bit(43) {
+			spec.Jitter = float64(bits(44, 3)) / 14
+		}
+		spec.CatchUp = []string{"", events.CatchUpSkip, events.CatchUpNone, events.CatchUpAll}[bits(47, 2)]
+		spec.CatchUpMax = int(bits(49, 4))
+		if bit(53) {
+			spec.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: events.Duration(time.Second + ms(mod(extra, 2*hour)))}
 		}
 		if err := spec.Validate(); err != nil {
 			t.Fatalf("generated an invalid spec: %v", err)
@@ -116,9 +176,42 @@ func FuzzDecide(f *testing.F) {
 			st.Paused, st.PausedUntil = true, now.Add(ms(signed(pauseOff, 48*hour)))
 		}
 		st.NextRunAt = now.Add(ms(signed(pauseOff, hour)))
+		// Feature state, each possibly hostile (huge, negative, stale).
+		if bit(54) {
+			st.AdaptiveInterval = time.Duration(extra) * time.Duration(1+bits(55, 20))
+			st.UnchangedRuns = int(bits(55, 10))
+			st.LastFingerprint = []string{"", "a", "b"}[bits(56, 2)%3]
+		}
+		if bit(57) {
+			st.LastActivityAt = now.Add(-ms(mod(extra, 72*hour)))
+			st.CreatedAt = st.LastActivityAt.Add(-ms(mod(lastOff, 72*hour)))
+		}
+		if bit(58) {
+			st.BreakerOpenUntil = now.Add(ms(signed(extra, 2*hour)))
+		}
+		if bit(59) {
+			at := now.Add(-ms(mod(extra, 2*hour)))
+			st.DeadLetter = &governor.DeadLetterHold{DispatchID: "t:dead", Reason: "permanent", At: at, RecheckAt: at.Add(ms(mod(hintAt, 2*hour)))}
+		}
+		if bit(60) {
+			st.RequeuedAt = now.Add(-ms(mod(extra, hour)))
+		}
+		if bit(61) {
+			st.CatchUpPending = int(mod(extra, 200))
+		}
+		if bit(62) {
+			h := now.Unix()/3600 - mod(extra, 30)
+			st.Budget = governor.RunLedger{Hour: h}
+			for i := range st.Budget.Counts {
+				st.Budget.Counts[i] = uint32(feat >> (i % 60))
+			}
+		}
+		if bit(63) {
+			st.LastSuccessAt = now.Add(-ms(mod(extra, 10*hour)))
+		}
 
 		var in governor.Input
-		switch kind % 9 {
+		switch kind % 12 {
 		case 0:
 			in.Kind = governor.KindAccepted
 		case 1:
@@ -126,11 +219,12 @@ func FuzzDecide(f *testing.F) {
 		case 2, 3, 4:
 			slot := now.Add(ms(signed(pauseOff, 2*hour)))
 			id := events.DispatchID("t", slot)
-			if (kind/9)%4 == 0 {
+			if (kind/12)%4 == 0 {
 				id = st.LastDispatchID // a redelivery
 			}
 			in = governor.Input{Kind: governor.KindOutcome, Outcome: &governor.Outcome{
-				DispatchID: id, ScheduledAt: slot, Result: []string{"succeeded", "failed", "skipped"}[kind%9-2], FinishedAt: now,
+				DispatchID: id, ScheduledAt: slot, Result: []string{"succeeded", "failed", "skipped"}[kind%12-2], FinishedAt: now,
+				Fingerprint: []string{"", "a", "b", "c"}[(kind/48)%4],
 			}}
 		case 5:
 			in = governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{}}
@@ -150,6 +244,18 @@ func FuzzDecide(f *testing.F) {
 			in = governor.Input{Kind: governor.KindHinted, Hint: &h}
 		case 8:
 			in.Kind = governor.KindDeleted
+		case 9:
+			sig := &governor.BreakerSignal{State: []string{"open", "closed", "half-open", "?"}[(kind/12)%4]}
+			if pauseMode&8 != 0 {
+				sig.RetryAt = now.Add(ms(signed(pauseOff, 2*hour)))
+			}
+			in = governor.Input{Kind: governor.KindBreaker, Breaker: sig}
+		case 10:
+			in = governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{
+				DispatchID: []string{"t:dead", "t:new"}[(kind/12)%2], Reason: "max-attempts", At: now.Add(-ms(mod(pauseOff, hour))),
+			}}
+		case 11:
+			in.Kind = governor.KindRequeued
 		}
 
 		before := cloneState(st)
@@ -161,8 +267,13 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("Decide is not deterministic:\n%+v\n%+v", d, again)
 		}
 		if d.Ignored {
-			if in.Kind != governor.KindOutcome || !reflect.DeepEqual(d.State, st) {
-				t.Fatalf("ignored %s input, or changed the state while ignoring it", in.Kind)
+			switch in.Kind {
+			case governor.KindOutcome, governor.KindDeadLettered, governor.KindBreaker:
+			default:
+				t.Fatalf("ignored a %s input", in.Kind)
+			}
+			if !reflect.DeepEqual(d.State, st) {
+				t.Fatalf("changed the state while ignoring a %s input", in.Kind)
 			}
 			return
 		}
@@ -170,27 +281,52 @@ func FuzzDecide(f *testing.F) {
 		if !s.NextRunAt.Equal(d.NextRunAt) || s.Source != d.Source || !reflect.DeepEqual(s.Trail, d.Trail) {
 			t.Fatalf("State does not mirror the Decision: %+v", d)
 		}
+		if !slices.Contains(governor.AllSources(), d.Source) || len(d.Trail) == 0 {
+			t.Fatalf("source %q, trail %q", d.Source, d.Trail)
+		}
+		if in.Kind == governor.KindAccepted && !s.CreatedAt.Equal(now) {
+			t.Fatalf("CreatedAt %s on accept", fmtT(s.CreatedAt))
+		}
 		explain := func() string {
 			return "\nnow:   " + fmtT(now) + "\nlast:  " + fmtT(s.LastScheduledAt) + "\nnext:  " + fmtT(d.NextRunAt) +
 				"\nsource: " + string(d.Source) + "\ntrail:\n" + fmtTrail(d.Trail)
 		}
 		if d.NextRunAt.IsZero() {
-			if !(s.Paused && s.PausedUntil.IsZero()) && d.Source != governor.SourceDeleted {
+			if (!s.Paused || !s.PausedUntil.IsZero()) && d.Source != governor.SourceDeleted {
 				t.Fatalf("nothing scheduled for a task neither paused indefinitely nor deleted%s", explain())
 			}
 			return
+		}
+		if d.NextRunAt.Location() != time.UTC {
+			t.Fatalf("NextRunAt in %s", d.NextRunAt.Location())
 		}
 		if d.NextRunAt.Before(now) {
 			t.Fatalf("NextRunAt before now%s", explain())
 		}
 		last := s.LastScheduledAt
-		if !last.IsZero() && !d.NextRunAt.After(last) {
-			t.Fatalf("NextRunAt does not come after the last slot%s", explain())
+		if !last.IsZero() && d.NextRunAt.Before(last.Add(governor.MinGap)) {
+			t.Fatalf("NextRunAt less than %s after the last slot%s", governor.MinGap, explain())
 		}
-		if spec.Bounds != nil && !s.Paused && !last.IsZero() && !d.NextRunAt.Equal(now) {
-			gap := d.NextRunAt.Sub(last)
+		if last.IsZero() || s.Paused {
+			return
+		}
+		gap := d.NextRunAt.Sub(last)
+		if spec.Bounds != nil && !d.NextRunAt.Equal(now) {
 			if (lo != 0 && gap < lo) || (hi != 0 && gap > hi) {
 				t.Fatalf("gap %s outside bounds [%s, %s]%s", gap, lo, hi, explain())
+			}
+		}
+		// Requeues and dead-letter rechecks outrank the budget (then the
+		// clamps may move them), and bounds.max does too.
+		outranked := !s.RequeuedAt.IsZero() || (s.DeadLetter != nil && s.DeadLetter.RecheckAt.After(last)) ||
+			d.Source == governor.SourceClampedMax
+		if b := spec.Budget; b != nil && !outranked {
+			switch d.Source {
+			case governor.SourceRequeue, governor.SourceDeadLetterRecheck:
+			default:
+				if spacing := 24 * time.Hour / time.Duration(b.MaxRunsPerDay); gap < spacing {
+					t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
+				}
 			}
 		}
 	})

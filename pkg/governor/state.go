@@ -4,7 +4,9 @@ import "time"
 
 // State is everything the governor remembers about one task between
 // decisions. It is the value stored under the task's key in KV
-// flyball-schedules, so its JSON shape is part of the contract.
+// flyball-schedules, so its JSON shape is part of the contract. Every field
+// is optional: a state written by an older flyball decodes into a valid
+// State.
 type State struct {
 	// TaskID is the task this state belongs to.
 	TaskID string `json:"taskId"`
@@ -41,7 +43,8 @@ type State struct {
 	PausedUntil time.Time `json:"pausedUntil,omitzero"`
 	PauseReason string    `json:"pauseReason,omitempty"`
 
-	// IntervalHint and OneShotHint are the active hints, if any.
+	// IntervalHint and OneShotHint are the active hints, if any. Expired
+	// hints are removed by the next decision.
 	IntervalHint *IntervalHint `json:"intervalHint,omitempty"`
 	OneShotHint  *OneShotHint  `json:"oneShotHint,omitempty"`
 
@@ -51,6 +54,40 @@ type State struct {
 
 	// Deleted marks a task whose delete was applied; NextRunAt is zero.
 	Deleted bool `json:"deleted,omitempty"`
+
+	// LastActivityAt is the last activity signal: acceptance, a hint, or a
+	// response whose fingerprint changed. Activity modes measure idleness
+	// from it.
+	LastActivityAt time.Time `json:"lastActivityAt,omitzero"`
+	// LastFingerprint is the fingerprint of the last successful response
+	// that had one (kept when the spec uses adaptive cadence or activity
+	// modes).
+	LastFingerprint string `json:"lastFingerprint,omitempty"`
+	// UnchangedRuns counts successful runs in a row whose fingerprint did
+	// not change (adaptive mode "change").
+	UnchangedRuns int `json:"unchangedRuns,omitempty"`
+	// AdaptiveInterval is the smoothed (EMA) adaptive interval; zero means
+	// the baseline interval. It is stored in nanoseconds, like
+	// IntervalHint.Interval.
+	AdaptiveInterval time.Duration `json:"adaptiveInterval,omitempty"`
+
+	// BreakerOpenUntil is the retryAt of the task's open breaker; zero
+	// while the breaker is closed or half-open.
+	BreakerOpenUntil time.Time `json:"breakerOpenUntil,omitzero"`
+	// DeadLetter is set from a dead-letter entry until a run succeeds or
+	// the task is requeued.
+	DeadLetter *DeadLetterHold `json:"deadLetter,omitempty"`
+	// RequeuedAt is when an operator requeued the task; it is cleared by
+	// the outcome of a run scheduled at or after it.
+	RequeuedAt time.Time `json:"requeuedAt,omitzero"`
+
+	// CatchUpPending is the number of backfill runs still owed after a
+	// downtime (catchUp "all"), including the one scheduled next.
+	CatchUpPending int `json:"catchUpPending,omitempty"`
+
+	// Budget counts recent runs for the daily budget (only kept while the
+	// spec has a budget).
+	Budget RunLedger `json:"budget,omitzero"`
 }
 
 // IntervalHint overrides the baseline interval until ExpiresAt.
@@ -65,4 +102,25 @@ type OneShotHint struct {
 	At        time.Time `json:"at"`
 	ExpiresAt time.Time `json:"expiresAt"`
 	Reason    string    `json:"reason,omitempty"`
+}
+
+// DeadLetterHold is a dead-lettered run and the recheck it schedules.
+type DeadLetterHold struct {
+	DispatchID string    `json:"dispatchId,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	At         time.Time `json:"at"`
+	// RecheckAt is At + deadLetter.recheckAfter: the task's next run, until
+	// a run at or after it completes.
+	RecheckAt time.Time `json:"recheckAt"`
+}
+
+// RunLedger counts runs (succeeded or failed; skips make no call) per UTC
+// hour, for the 24 hours up to Hour. It is a fixed-size ring, so a state
+// never grows with the number of runs.
+type RunLedger struct {
+	// Hour is the newest hour counted, in hours since the Unix epoch.
+	Hour int64 `json:"hour,omitempty"`
+	// Counts[h mod 24] is the number of runs scheduled in hour h, for h in
+	// (Hour-24, Hour].
+	Counts [24]uint32 `json:"counts"`
 }

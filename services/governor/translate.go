@@ -188,9 +188,7 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		if err := decodeOptional(e, &r, id); err != nil {
 			return Step{}, err
 		}
-		// TODO(issue 3): switch to gov.KindRequeued once Decide handles it
-		// (clears dead-letter state and failures).
-		step.Input = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: step.At, Reason: "requeue"}}
+		step.Input = gov.Input{Kind: gov.KindRequeued}
 	default:
 		return Step{}, reject("type", fmt.Sprintf("%q is not a command", e.Type()))
 	}

@@ -45,6 +45,12 @@ retry:
 		return tg.calls.Load() > recovered && !strings.Contains(e.ok(t, "task", "get", "story", "-o", "json"), `"failures": 1`)
 	})
 	e.ok(t, "task", "hint", "story", "--interval", "4s", "--reason", "busy period")
+	// A later hint applies from the next run: let one run happen under it.
+	hinted := tg.calls.Load()
+	natstest.Eventually(t, 15*time.Second, "a run after the hint", func() bool { return tg.calls.Load() > hinted })
+	natstest.Eventually(t, 10*time.Second, "the hint chooses the next run", func() bool {
+		return strings.Contains(e.ok(t, "task", "get", "story", "-o", "json"), `"source": "hint-interval"`)
+	})
 	e.ok(t, "task", "pause", "story", "--until", "1h", "--reason", "maintenance")
 
 	out := e.ok(t, "explain", "story")

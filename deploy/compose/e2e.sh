@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# End-to-end test of the compose stack (make e2e). Budget: under 10 minutes
+# on a 2-core machine.
+#
+#   1. make up (own project and host ports, so a `make up` stack can keep running)
+#   2. create tasks (the CLI on the compose network, and the HTTP API) that
+#      call the demo target every second; check that runs arrive
+#   3. kill one NATS node (a stream leader) under load; check that calls and
+#      run outcomes keep flowing within seconds; start it again
+#   4. kill an executor mid-call; once redeliveries are due, pause the tasks
+#      and reconcile: every dispatch stored in DISPATCH ended (succeeded,
+#      skipped, or failed finally), every call the target saw belongs to a
+#      finished run, and every recorded attempt was seen by the target
+#   5. switch the target to 500; check that the breaker opens (API scheduler
+#      health) and that `flyball dlq tail` shows the dead-letter entry
+#   6. make down (volumes too)
+# On failure it prints `docker-compose logs` and the test's own evidence.
+#
+# Needs: docker, docker-compose (or the compose v2 plugin), curl, jq.
+# Without a reachable Docker daemon it prints "SKIPPED: no docker daemon"
+# and exits 0; .ci/run only calls it when `docker info` succeeds.
+#
+# Environment:
+#   COMPOSE            compose command (default: docker-compose, else "docker compose")
+#   MAKE               make command (default: make)
+#   E2E_PROJECT        compose project name (default: flyball-e2e)
+#   E2E_PORT_BASE      host ports BASE+80 (API), +0 (target), +22 (NATS), +82 (monitor); default 18000
+#   E2E_KEEP=1         leave the stack up after a failure, for debugging
+#   E2E_ACK_WAIT       the DISPATCH consumer's ack_wait in seconds (default 60)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+
+if ! docker info >/dev/null 2>&1; then
+	echo "SKIPPED: no docker daemon (docker info failed); the compose e2e test did not run"
+	exit 0
+fi
+for tool in curl jq; do
+	command -v "$tool" >/dev/null || { echo "e2e: $tool is required (apt-get install $tool)" >&2; exit 1; }
+done
+if [[ -z ${COMPOSE:-} ]]; then
+	if command -v docker-compose >/dev/null; then COMPOSE=docker-compose; else COMPOSE="docker compose"; fi
+fi
+MAKE=${MAKE:-make}
+read -r -a compose_cmd <<<"$COMPOSE"
+"${compose_cmd[@]}" version >/dev/null 2>&1 || { echo "e2e: '$COMPOSE' does not work (install docker-compose or the compose plugin)" >&2; exit 1; }
+
+project=${E2E_PROJECT:-flyball-e2e}
+base=${E2E_PORT_BASE:-18000}
+export COMPOSE_PROJECT=$project
+export FLYBALL_API_PORT=$((base + 80)) FLYBALL_TARGET_PORT=$base
+export FLYBALL_NATS_PORT=$((base + 22)) FLYBALL_NATS_MONITOR_PORT=$((base + 82))
+export FLYBALL_API_TOKEN=${FLYBALL_API_TOKEN:-flyball-e2e-token-0123456789}
+ack_wait=${E2E_ACK_WAIT:-60}
+api_url=http://127.0.0.1:$FLYBALL_API_PORT
+target_url=http://127.0.0.1:$FLYBALL_TARGET_PORT
+monitor_url=http://127.0.0.1:$FLYBALL_NATS_MONITOR_PORT
+compose_file=deploy/compose/docker-compose.yml
+dc=("${compose_cmd[@]}" -p "$project" -f "$compose_file")
+export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:dev} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-flyball-nats:dev}
+
+work=$(mktemp -d)
+start=$SECONDS
+step_name="setup"
+step_start=$SECONDS
+timings=()
+passed=false
+
+log() { printf '%s [e2e %4ds] %s\n' "$(date -u +%H:%M:%S)" "$((SECONDS - start))" "$*"; }
+fail() {
+	log "FAIL ($step_name): $*"
+	exit 1
+}
+step() {
+	if [[ $step_name != setup ]]; then timings+=("$step_name: $((SECONDS - step_start))s"); fi
+	step_name=$1
+	step_start=$SECONDS
+	printf '\n==== e2e %s ====\n' "$1"
+}
+
+cleanup() {
+	local rc=$?
+	set +e
+	if [[ $passed != true ]]; then
+		echo
+		echo "==================== e2e FAILED: docker-compose logs ===================="
+		"${dc[@]}" logs --no-color --timestamps 2>&1 | tail -n 3000
+		echo "==================== e2e FAILED: evidence ===================="
+		for f in "$work"/*; do
+			[[ -s $f ]] || continue
+			echo "---- $(basename "$f") (last 40 lines)"
+			tail -n 40 "$f"
+		done
+		echo "e2e FAILED in step '$step_name' after $((SECONDS - start))s"
+		if [[ ${E2E_KEEP:-} == 1 ]]; then
+			echo "E2E_KEEP=1: the stack is still up (project $project); remove it with: $MAKE down COMPOSE_PROJECT=$project"
+			rm -rf "$work"
+			exit "$((rc == 0 ? 1 : rc))"
+		fi
+	fi
+	"${dc[@]}" --profile tools down --remove-orphans -v >/dev/null 2>&1
+	rm -rf "$work"
+	if [[ $passed != true ]]; then exit "$((rc == 0 ? 1 : rc))"; fi
+}
+trap cleanup EXIT
+
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every second.
+wait_for() {
+	local timeout=$1 what=$2
+	shift 2
+	local deadline=$((SECONDS + timeout))
+	until "$@"; do
+		((SECONDS < deadline)) || fail "timed out after ${timeout}s waiting for: $what"
+		sleep 1
+	done
+}
+
+# cli ARGS...: the flyball CLI in a one-off container on the compose network,
+# as the least-privileged `cli` NATS user. Stdout is the command's output.
+cli() { "${dc[@]}" run --rm -T cli "$@" 2> >(grep -v -E '^(Creating|Starting) .*_run' >&2); }
+
+api() {
+	local path=$1
+	shift
+	curl -fsS --max-time 15 -H "Authorization: Bearer $FLYBALL_API_TOKEN" -H 'Content-Type: application/json' "$@" "$api_url$path"
+}
+target_ctl() { curl -fsS --max-time 5 "$target_url/control" -d "$1" >/dev/null; }
+target_log() { curl -fsS --max-time 5 "$target_url/requests"; }
+# stream_state NAME: {"messages":N,"last_seq":N} of a stream in account FLYBALL, from nats1's monitoring port.
+stream_state() {
+	curl -fsS --max-time 5 "$monitor_url/jsz?accounts=true&streams=true&config=false" |
+		jq -c --arg s "$1" '[.account_details[]? | select(.name == "FLYBALL") | .stream_detail[]? | select(.name == $s)][0] | {messages: .state.messages, last_seq: .state.last_seq, leader: .cluster.leader}'
+}
+# jq: .time of a request-log entry as fractional Unix seconds.
+jq_ts='def ts: (.time | capture("^(?<s>[^.Z]+)(\\.(?<f>[0-9]+))?Z$")) as $c | ($c.s + "Z" | fromdateiso8601) + (if $c.f then ("0." + $c.f | tonumber) else 0 end);'
+# calls_since TASK_PREFIX SINCE_EPOCH: calls of matching tasks the target saw since then.
+calls_since() {
+	target_log | jq --arg p "$1" --argjson since "$2" "$jq_ts"'
+		[.[] | select((.task // "") | startswith($p)) | select(ts >= $since)] | length'
+}
+# max_gap TASK_PREFIX FROM TO: the longest pause between consecutive calls in [FROM, TO], in seconds.
+max_gap() {
+	target_log | jq --arg p "$1" --argjson from "$2" --argjson to "$3" "$jq_ts"'
+		[.[] | select((.task // "") | startswith($p)) | ts | select(. >= $from and . <= $to)] | sort
+		| [range(1; length) as $i | .[$i] - .[$i - 1]] | max // 0 | . * 10 | round / 10'
+}
+now() { date +%s; }
+nowf() { date +%s.%N; }
+
+load_tasks=(e2e-load-1 e2e-load-2 e2e-load-3 e2e-load-4)
+all_tasks=(e2e-tick "${load_tasks[@]}")
+
+# task_json ID PATH: a task calling the demo target every second. Failures
+# are retried twice 500ms apart and then dead-lettered; 3 failures in a row
+# open the breaker for 2s.
+task_json() {
+	jq -nc --arg id "$1" --arg url "http://target:8000$2" '{
+		id: $id, labels: {suite: "e2e"},
+		target: {http: {method: "GET", url: $url, timeout: "5s"}},
+		schedule: {interval: "1s"},
+		retry: {maxAttempts: 3, initialDelay: "500ms", multiplier: 1, maxDelay: "500ms", jitter: 0},
+		breaker: {failureThreshold: 3, openDelay: "2s", maxOpenDelay: "4s"}
+	}'
+}
+
+# ---------------------------------------------------------------------------
+step "1 make up"
+"${dc[@]}" --profile tools down --remove-orphans -v >/dev/null 2>&1 || true
+t0=$SECONDS
+"$MAKE" --no-print-directory up COMPOSE_PROJECT="$project" COMPOSE="$COMPOSE"
+up_secs=$((SECONDS - t0))
+log "make up: stack healthy in ${up_secs}s (images included)"
+
+# ---------------------------------------------------------------------------
+step "2 create tasks, runs arrive"
+# Load tasks take 700ms per call, so executors always have calls in flight.
+target_ctl '{"path":"/load","latency":"700ms"}'
+task_json e2e-tick /tick >"$work/e2e-tick.json"
+cli task create -f - <"$work/e2e-tick.json" | tee "$work/task-create.out" ||
+	fail "flyball task create -f failed"
+for id in "${load_tasks[@]}"; do
+	task_json "$id" /load | api /api/v1/tasks -d @- >"$work/api-create-$id.json" ||
+		fail "POST /api/v1/tasks $id failed: $(cat "$work/api-create-$id.json")"
+	jq -e '.status == "accepted"' "$work/api-create-$id.json" >/dev/null ||
+		fail "task $id not accepted: $(cat "$work/api-create-$id.json")"
+done
+created=$(now)
+has_calls() { (($(calls_since e2e-tick "$created") >= 3)); }
+wait_for 30 "3 calls of e2e-tick at the target" has_calls
+succeeded_runs() {
+	cli runs "$1" --limit 0 -o json >"$work/runs-$1.jsonl" 2>"$work/runs-$1.err" || return 1
+	jq -s --argjson since "${2:-0}" '[.[] | select(.outcome == "succeeded") | select((.run.finishedAt | sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) >= $since)] | length' "$work/runs-$1.jsonl"
+}
+n=$(succeeded_runs e2e-tick) || fail "flyball runs e2e-tick failed: $(cat "$work/runs-e2e-tick.err")"
+((n >= 3)) || fail "flyball runs e2e-tick shows $n succeeded runs, want >= 3"
+log "runs arrive: the target saw $(calls_since e2e- "$created") calls, flyball runs e2e-tick lists $n succeeded"
+
+# ---------------------------------------------------------------------------
+step "3 kill a NATS node under load"
+# Kill the DISPATCH leader if it is nats2 or nats3 (nats1 carries the
+# published monitoring port this test reads), else the RUNS leader, else nats2.
+victim=nats2
+for s in DISPATCH RUNS; do
+	l=$(stream_state "$s" | jq -r '.leader // empty')
+	if [[ $l == nats2 || $l == nats3 ]]; then
+		victim=$l
+		log "$s leader is $l"
+		break
+	fi
+done
+killed=$(nowf)
+"${dc[@]}" kill "$victim" >/dev/null 2>&1
+log "killed $victim"
+flowing() { (($(calls_since e2e- "$killed") >= 10)); }
+wait_for 20 "calls to keep flowing after killing $victim" flowing
+recorded() { local n; n=$(succeeded_runs e2e-tick "${killed%.*}") && ((n >= 2)); }
+wait_for 30 "succeeded runs of e2e-tick recorded on RUNS after killing $victim" recorded
+gap=$(max_gap e2e- "$(jq -n "$killed - 5")" "$(nowf)")
+log "with $victim down: calls keep flowing (longest pause between calls around the kill: ${gap}s) and run outcomes are stored"
+jq -e -n --argjson g "$gap" '$g <= 10' >/dev/null || fail "calls stalled for ${gap}s after killing $victim"
+"${dc[@]}" start "$victim" >/dev/null 2>&1
+deploy/compose/wait-healthy.sh 90 "${dc[@]}" || fail "$victim did not become healthy again"
+log "$victim is back and healthy; tasks called in the last 3s: $(target_log | jq -c --argjson since "$(($(now) - 3))" "$jq_ts"'[.[] | select((.task // "") | startswith("e2e-")) | select(ts >= $since) | .task] | unique')"
+
+# ---------------------------------------------------------------------------
+step "4 kill an executor mid-call, reconcile"
+# A run whose outcome publish or nak fell into a leader election of step 3
+# is redelivered only after the ack wait: its task may pause that long.
+busy() { (($(calls_since e2e-load "$(($(now) - 2))") >= 2)); }
+wait_for "$((ack_wait + 30))" "load calls in flight" busy
+"${dc[@]}" kill executor1 >/dev/null 2>&1
+exec_killed=$(now)
+log "killed executor1; runs it held are redelivered after the ${ack_wait}s ack wait"
+sleep "$((ack_wait + 8))"
+flowing2() { (($(calls_since e2e- "$(($(now) - 5))") >= 5)); }
+wait_for 20 "calls flowing on executor2 alone" flowing2
+for id in "${all_tasks[@]}"; do
+	api "/api/v1/tasks/$id/pause" -d '{"reason":"e2e reconcile"}' >"$work/pause-$id.json" ||
+		fail "pausing $id failed: $(cat "$work/pause-$id.json")"
+done
+paused=$(now)
+log "paused every e2e task; waiting for DISPATCH to drain"
+drained() {
+	local st
+	st=$(stream_state DISPATCH) || return 1
+	[[ $(jq -r .messages <<<"$st") == 0 ]] && (($(calls_since e2e- "$(($(now) - 3))") == 0))
+}
+wait_for "$((ack_wait + 30))" "DISPATCH to drain after pausing" drained
+dispatch=$(stream_state DISPATCH)
+target_log >"$work/target-requests.json"
+pids=()
+for id in "${all_tasks[@]}"; do
+	cli runs "$id" --limit 0 -o json >"$work/runs-$id.jsonl" 2>"$work/runs-$id.err" &
+	pids+=($!)
+done
+for i in "${!pids[@]}"; do
+	wait "${pids[$i]}" || fail "flyball runs ${all_tasks[$i]} failed: $(cat "$work/runs-${all_tasks[$i]}.err")"
+done
+cat "$work"/runs-e2e-*.jsonl >"$work/runs-all.jsonl"
+jq -n --argjson dispatch "$dispatch" --slurpfile target "$work/target-requests.json" \
+	--slurpfile runs "$work/runs-all.jsonl" '
+	($target[0] | map(select((.task // "") | startswith("e2e-")))) as $calls |
+	[$runs[] | select(.error == null or .error == "")] as $runs |
+	[$runs[] | select(.outcome == "succeeded" or .outcome == "skipped" or (.outcome == "failed" and .run.final == true)) | .run.dispatchId] as $terminal_all |
+	($terminal_all | unique) as $terminal |
+	[$runs[] | select(.outcome == "succeeded" or .outcome == "failed") | {key: .run.dispatchId, attempt: .run.attempt}] as $attempts |
+	($calls | map({key: .idempotencyKey, attempt: .attempt}) | unique) as $seen |
+	{
+		dispatched: $dispatch.last_seq,
+		pending: $dispatch.messages,
+		finished: ($terminal | length),
+		outcomes: ($runs | group_by(.outcome) | map({(.[0].outcome): length}) | add),
+		calls: ($calls | length),
+		redelivered_calls: ($calls | group_by([.idempotencyKey, .attempt]) | map(select(length > 1)) | length),
+		duplicate_outcomes: (($terminal_all | length) - ($terminal | length)),
+		calls_without_outcome: ([$calls[].idempotencyKey] | unique - $terminal),
+		attempts_not_seen_by_target: ($attempts - $seen)
+	}' >"$work/reconcile.json"
+jq -c . "$work/reconcile.json"
+jq -e '.pending == 0' "$work/reconcile.json" >/dev/null || fail "DISPATCH still holds runs after the drain"
+jq -e '.dispatched == .finished' "$work/reconcile.json" >/dev/null ||
+	fail "runs lost: DISPATCH stored $(jq .dispatched "$work/reconcile.json") dispatches, $(jq .finished "$work/reconcile.json") ended (succeeded, skipped or final failure)"
+jq -e '.calls_without_outcome == []' "$work/reconcile.json" >/dev/null ||
+	fail "the target saw calls of runs that never ended: $(jq -c .calls_without_outcome "$work/reconcile.json")"
+jq -e '.attempts_not_seen_by_target == []' "$work/reconcile.json" >/dev/null ||
+	fail "RUNS records attempts the target never saw: $(jq -c .attempts_not_seen_by_target "$work/reconcile.json")"
+jq -e '.dispatched > 20' "$work/reconcile.json" >/dev/null || fail "too few runs to mean anything"
+log "no run lost: $(jq -r '"\(.dispatched) dispatched = \(.finished) ended; \(.calls) calls at the target, \(.redelivered_calls) repeated after the executor kill"' "$work/reconcile.json")"
+"${dc[@]}" start executor1 >/dev/null 2>&1
+
+# ---------------------------------------------------------------------------
+step "5 target fails: breaker opens, dead letter"
+# Listen first (dlq tail shows entries stored after it subscribed), then break
+# the target and let e2e-tick run again.
+timeout 150 "${dc[@]}" run --rm -T cli dlq tail --task e2e-tick --count 1 -o json \
+	>"$work/dlq-tail.jsonl" 2>"$work/dlq-tail.err" &
+tail_pid=$!
+listening() { grep -q 'listening on' "$work/dlq-tail.err"; }
+wait_for 60 "flyball dlq tail to subscribe" listening
+target_ctl '{"path":"/tick","status":500,"body":"{\"error\":\"e2e says no\"}"}'
+failing_since=$(now)
+api /api/v1/tasks/e2e-tick/resume -d '{"reason":"e2e breaker"}' >"$work/resume.json" ||
+	fail "resuming e2e-tick failed: $(cat "$work/resume.json")"
+breaker_open() {
+	api /api/v1/scheduler/health >"$work/health.json" 2>/dev/null &&
+		jq -e '[.breakers[]? | select(.taskId == "e2e-tick" or .key == "e2e-tick") | select(.state == "open" or .state == "half-open")] | length > 0' "$work/health.json" >/dev/null
+}
+wait_for 60 "the breaker of e2e-tick to open (GET /api/v1/scheduler/health)" breaker_open
+log "breaker open after $(($(now) - failing_since))s: $(jq -c '.breakers[] | select(.taskId == "e2e-tick" or .key == "e2e-tick")' "$work/health.json")"
+wait "$tail_pid" || fail "flyball dlq tail exited with an error: $(cat "$work/dlq-tail.err")"
+jq -e -s 'length == 1 and (.[0] | tostring | test("e2e-tick"))' "$work/dlq-tail.jsonl" >/dev/null ||
+	fail "flyball dlq tail printed no entry of e2e-tick: $(cat "$work/dlq-tail.jsonl")"
+log "flyball dlq tail: $(head -c 400 "$work/dlq-tail.jsonl")"
+dead=$(jq -r -s '.[0] | (.entry.dispatch.dispatchId // .entry.dispatchId // .dispatchId // empty)' "$work/dlq-tail.jsonl")
+if [[ -n $dead ]]; then
+	n=$(target_log | jq --arg k "$dead" '[.[] | select(.idempotencyKey == $k)] | length')
+	((n == 3)) || fail "dead-lettered run $dead: the target saw $n calls, want maxAttempts = 3"
+	log "the dead-lettered run $dead called the target 3 times (maxAttempts)"
+fi
+
+# ---------------------------------------------------------------------------
+# Least privilege must not have cost anything: no NATS permission violation
+# in the whole run, and no service restarted behind our back.
+# nats-server logs "Publish Violation" / "Subscription Violation" /
+# "Authorization Violation"; clients see "Permissions Violation".
+"${dc[@]}" logs --no-color 2>&1 | grep -E 'Violation' >"$work/violations.log" || true
+if [[ -s $work/violations.log ]]; then
+	fail "NATS permission violations (a service needs a permission docs/security.md does not grant): $(sort -u "$work/violations.log" | head -n 20)"
+fi
+restarts=$(docker inspect --format '{{.Name}} {{.RestartCount}}' $("${dc[@]}" ps -q) | awk '$2 > 0')
+[[ -z $restarts ]] || fail "containers restarted (crashed) during the test: $restarts"
+log "no NATS permission violations, no container restarts"
+
+# ---------------------------------------------------------------------------
+step "6 make down"
+"$MAKE" --no-print-directory down COMPOSE_PROJECT="$project" COMPOSE="$COMPOSE"
+step done
+passed=true
+echo
+echo "e2e PASSED in $((SECONDS - start))s (make up ${up_secs}s)"
+printf '  %s\n' "${timings[@]}"

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/flyballhq/flyball/loadtest/procstat"
+	"github.com/flyballhq/flyball/loadtest/stats"
+)
+
+// window places the measurement window on a tier's grid. Slot 0 (the first
+// run, cold connections and all) and at least Warmup worth of slots are
+// warm-up; then come max(1, round(Duration/interval)) measured slots. The
+// window is offset by half an interval so each measured slot, and the work
+// it causes, sits in the middle of its share of the window.
+func (r *runner) window(first time.Time, interval time.Duration) stats.Window {
+	iv := int64(interval)
+	warm := max(1, (int64(r.cfg.Warmup)+iv-1)/iv)
+	n := max(1, (int64(r.cfg.Duration)+iv/2)/iv)
+	from := first.UnixNano() + warm*iv - iv/2
+	return stats.Window{From: from, To: from + n*iv}
+}
+
+// uniformGrid anchors every task at first.
+func uniformGrid(ids []string, first time.Time, interval time.Duration) stats.Grid {
+	g := stats.Grid{Interval: interval, Anchors: make(map[string]int64, len(ids))}
+	for _, id := range ids {
+		g.Anchors[id] = first.UnixNano()
+	}
+	return g
+}
+
+// measurement is one system's measured phase.
+type measurement struct {
+	sys  *SystemResult
+	grid stats.Grid
+	// pids are processes charged besides this one (the stack's).
+	pids []int
+	// profile is a CPU profile file for the window, or "".
+	profile string
+	// onOpen and onClose, if set, run just outside the CPU samples at the
+	// window's edges.
+	onOpen, onClose func(context.Context)
+}
+
+// measure waits for the window, samples CPU and memory at its edges,
+// collects the arrivals after the grace period and analyzes them.
+func (r *runner) measure(ctx context.Context, m measurement) error {
+	w := m.sys.Window
+	if err := waitUntil(ctx, time.Unix(0, w.From)); err != nil {
+		return err
+	}
+	// Warm-up arrivals belong to slots before the window.
+	warm, err := r.target.Drain(ctx)
+	if err != nil {
+		return err
+	}
+	m.sys.WarmupArrivals = len(warm)
+	charged := append([]int{procstat.Self}, m.pids...)
+	sampled := charged
+	if tp := r.target.PID(); tp != 0 {
+		sampled = append(sampled, tp)
+	}
+	for _, p := range charged {
+		_ = procstat.ResetPeak(p)
+	}
+	if m.onOpen != nil {
+		m.onOpen(ctx)
+	}
+	before := procstat.Take(sampled...)
+	stopProfile, err := startProfile(m.profile)
+	if err != nil {
+		return err
+	}
+	werr := waitUntil(ctx, time.Unix(0, w.To))
+	after := procstat.Take(sampled...)
+	stopProfile()
+	if werr != nil {
+		return werr
+	}
+	if m.onClose != nil {
+		m.onClose(ctx)
+	}
+	used := after.Since(before)
+	for _, p := range charged {
+		m.sys.CPUSeconds += used[p].Seconds()
+		if mem, err := procstat.ReadMemory(p); err == nil {
+			m.sys.PeakRSSBytes += mem.Peak
+		}
+	}
+	if tp := r.target.PID(); tp != 0 {
+		m.sys.TargetCPUSeconds = used[tp].Seconds()
+	}
+	if err := waitUntil(ctx, time.Unix(0, w.To).Add(r.cfg.Grace)); err != nil {
+		return err
+	}
+	arrivals, err := r.target.Drain(ctx)
+	if err != nil {
+		return err
+	}
+	m.sys.Stats = stats.Analyze(arrivals, m.grid, w)
+	// Throughput and cost count the calls made while the CPU was counted,
+	// whatever slot they were for: under overload they serve old slots.
+	for _, a := range arrivals {
+		if a.At >= w.From && a.At < w.To {
+			m.sys.WindowArrivals++
+		}
+	}
+	m.sys.RunsPerSec = float64(m.sys.WindowArrivals) / w.Duration().Seconds()
+	if m.sys.WindowArrivals > 0 {
+		m.sys.CPUPer1kRuns = m.sys.CPUSeconds / float64(m.sys.WindowArrivals) * 1000
+	}
+	return nil
+}
+
+// startProfile starts a CPU profile into path; "" does nothing.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}

@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// The issue's targets.
+const (
+	w1Slack          = 5 * time.Millisecond
+	stressSlack      = 25 * time.Millisecond
+	maxCPUPer1kRuns  = 0.15
+	minCeilingRatio  = 0.2
+	maxScaleLoad     = 10 * time.Second
+	maxHeapPerTask   = 300
+	scaleTargetTasks = 1_000_000
+)
+
+// evaluate marks each of the issue's targets met or not, with the reason.
+func evaluate(res *Result) []Verdict {
+	var out []Verdict
+	add := func(v Verdict) { out = append(out, v) }
+	bestRatio, bestRatioTier := 0.0, ""
+	peakSeen := false
+	for _, tr := range res.Tiers {
+		name := tr.Tier.Name
+		if tr.Tier.Kind == KindScale {
+			if sc := tr.Scale; sc != nil && tr.Error == "" {
+				out = append(out, scaleVerdicts(sc)...)
+			} else {
+				add(Verdict{Target: "Scale: 1M schedules loaded in ≤ 10 s at ≤ 300 B/task", Tier: name, Reason: "not measured: " + tr.Error})
+			}
+			continue
+		}
+		if name == TierSmoke {
+			continue // the CI check: the issue sets no target for it
+		}
+		fly := tr.system(SystemFlyball)
+		if fly == nil {
+			reason := "flyball not measured"
+			for _, s := range tr.Systems {
+				if s.System == SystemFlyball && s.Error != "" {
+					reason += ": " + s.Error
+				}
+			}
+			add(Verdict{Target: "flyball runs", Tier: name, Reason: reason})
+			continue
+		}
+		floor := tr.system(SystemFloor)
+		switch name {
+		case TierW1a, TierW1b, TierW1c, TierW1d:
+			add(missedVerdict("W1: 0 missed", name, fly))
+			add(dupVerdict("W1: 0 duplicates", name, fly))
+			add(latenessVerdict("W1: lateness p99 ≤ floor p99 + 5 ms", name, fly, floor, w1Slack))
+		case TierStress:
+			add(missedVerdict("Stress: 0 missed", name, fly))
+			add(latenessVerdict("Stress: lateness p99 ≤ floor p99 + 25 ms", name, fly, floor, stressSlack))
+		}
+		if fly.Stats.Completed > 0 {
+			add(Verdict{
+				Target: "CPU ≤ 0.15 s per 1,000 runs", Tier: name,
+				Met:      fly.CPUPer1kRuns <= maxCPUPer1kRuns,
+				Measured: fmt.Sprintf("%.3f s", fly.CPUPer1kRuns),
+				Reason:   cpuReason(res, fly),
+			})
+		}
+		if fly.CeilingRatio > bestRatio {
+			bestRatio, bestRatioTier = fly.CeilingRatio, name
+		}
+		if tr.Tier.Kind == KindPeak {
+			peakSeen = true
+			add(Verdict{
+				Target: "completed runs/s ÷ raw publish msg/s ≥ 0.2", Tier: name,
+				Met:      fly.CeilingRatio >= minCeilingRatio,
+				Measured: fmt.Sprintf("%.3f (%.0f runs/s ÷ %.0f msg/s)", fly.CeilingRatio, fly.RunsPerSec, rawRate(res)),
+				Reason:   peakReason(fly),
+			})
+		}
+	}
+	if !peakSeen && bestRatioTier != "" {
+		add(Verdict{
+			Target: "completed runs/s ÷ raw publish msg/s ≥ 0.2", Tier: bestRatioTier,
+			Met:      bestRatio >= minCeilingRatio,
+			Measured: fmt.Sprintf("%.3f", bestRatio),
+			Reason:   "the peak tier did not run: the offered load of the tiers that did caps the ratio",
+		})
+	}
+	return out
+}
+
+func rawRate(res *Result) float64 {
+	if res.Ceiling == nil {
+		return 0
+	}
+	return res.Ceiling.MsgsPerSec
+}
+
+func missedVerdict(target, tier string, s *SystemResult) Verdict {
+	st := s.Stats
+	v := Verdict{
+		Target: target, Tier: tier,
+		Met:      st.Missed == 0 && st.GridMissed == 0 && st.Expected > 0,
+		Measured: fmt.Sprintf("%d of %d missed (grid check: %d)", st.Missed, st.Expected, st.GridMissed),
+	}
+	switch {
+	case st.Expected == 0:
+		v.Reason = "no slot in the window"
+	case st.Missed > 0 && s.OffStart > 0:
+		v.Reason = fmt.Sprintf("%d tasks were accepted after their first slot (setup, not steady state)", s.OffStart)
+	case st.Missed > 0 && st.OffGrid > 0:
+		v.Reason = fmt.Sprintf("%d runs were dispatched off the grid (a slot was skipped and the next one shifted)", st.OffGrid)
+	case st.Missed > 0:
+		v.Reason = "runs did not arrive within the window plus the grace period"
+	case st.GridMissed > 0:
+		v.Reason = "every slot was called, but some more than 90% of an interval late"
+	}
+	return v
+}
+
+func dupVerdict(target, tier string, s *SystemResult) Verdict {
+	st := s.Stats
+	v := Verdict{
+		Target: target, Tier: tier,
+		Met:      st.Duplicates == 0 && st.Expected > 0,
+		Measured: fmt.Sprintf("%d (same key: %d; grid check: %d)", st.Duplicates, st.KeyDuplicates, st.GridDuplicates),
+	}
+	if st.Duplicates > 0 {
+		v.Reason = "a slot was called more than once"
+	}
+	return v
+}
+
+func latenessVerdict(target, tier string, fly, floor *SystemResult, slack time.Duration) Verdict {
+	v := Verdict{Target: target, Tier: tier}
+	if floor == nil {
+		v.Measured = "p99 " + fmtDur(fly.Stats.Lateness.P99)
+		v.Reason = "the floor was not measured in this run"
+		return v
+	}
+	p, f := fly.Stats.Lateness.P99, floor.Stats.Lateness.P99
+	v.Met = fly.Stats.Lateness.Count > 0 && p <= f+slack
+	v.Measured = fmt.Sprintf("p99 %s vs floor %s (+%s)", fmtDur(p), fmtDur(f), fmtDur(p-f))
+	if !v.Met {
+		v.Reason = fmt.Sprintf("%s over the allowance", fmtDur(p-f-slack))
+	}
+	return v
+}
+
+func cpuReason(res *Result, fly *SystemResult) string {
+	var parts []string
+	if res.Settings.Target == TargetInProcess {
+		parts = append(parts, "includes the in-process target's CPU")
+	}
+	if fly.Stats.Missed > 0 {
+		parts = append(parts, "per completed run; missed runs cost CPU too")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func peakReason(fly *SystemResult) string {
+	if fly.CeilingRatio >= minCeilingRatio {
+		return ""
+	}
+	return fmt.Sprintf("flyball completed %.0f of %d offered runs/s", fly.RunsPerSec, fly.Tasks)
+}
+
+func scaleVerdicts(sc *ScaleResult) []Verdict {
+	note := ""
+	if sc.Tasks != scaleTargetTasks {
+		note = fmt.Sprintf("measured with %d tasks, not 1,000,000", sc.Tasks)
+	}
+	load := Verdict{
+		Target: "Scale: 1M schedules loaded in ≤ 10 s", Tier: TierScale,
+		Met:      sc.LoadSeconds > 0 && sc.LoadSeconds <= maxScaleLoad.Seconds() && sc.Tasks >= scaleTargetTasks,
+		Measured: fmt.Sprintf("%.2f s (ready after %.2f s)", sc.LoadSeconds, sc.ReadySeconds),
+		Reason:   note,
+	}
+	heap := Verdict{
+		Target: "Scale: ≤ 300 B of timer heap per scheduled task", Tier: TierScale,
+		Met:      sc.HeapReleasedPerTask > 0 && sc.HeapReleasedPerTask <= maxHeapPerTask && sc.Tasks >= scaleTargetTasks,
+		Measured: fmt.Sprintf("%.0f B held by the timer (%.0f B heap growth while loading)", sc.HeapReleasedPerTask, sc.HeapDeltaPerTask),
+		Reason:   note,
+	}
+	return []Verdict{load, heap}
+}
+
+// RenderMarkdown writes the result as markdown tables.
+func RenderMarkdown(w io.Writer, res *Result) error {
+	var b strings.Builder
+	m := res.Machine
+	fmt.Fprintf(&b, "## flyball benchmark, %s\n\n", res.StartedAt.Format(time.RFC3339))
+	fmt.Fprintf(&b, "- Machine: %d × %s, %.1f GiB RAM, Linux %s, %s, nats-server %s, nats.go %s\n",
+		m.NProc, m.CPUModel, float64(m.MemTotalBytes)/(1<<30), m.Kernel, m.GoVersion, m.NATSServer, m.NATSGo)
+	fmt.Fprintf(&b, "- Load average (1 min): %.2f at start, %.2f at end", m.LoadAvgAtStart, m.LoadAvgAtEnd)
+	if res.Conditions != "" {
+		fmt.Fprintf(&b, "; conditions: %s", res.Conditions)
+	}
+	b.WriteString("\n")
+	if res.Command != "" {
+		fmt.Fprintf(&b, "- Command: `%s`\n", res.Command)
+	}
+	s := res.Settings
+	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d\n\n",
+		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency)
+
+	if c := res.Ceiling; c != nil {
+		if c.Error != "" {
+			fmt.Fprintf(&b, "Ceiling: failed: %s\n\n", c.Error)
+		} else {
+			fmt.Fprintf(&b, "Ceiling: raw JetStream async publish of %d × %d B messages: %.0f msg/s (%.2f s, %.2f CPU-s).\n\n",
+				c.Msgs, c.Size, c.MsgsPerSec, c.Seconds, c.CPUSeconds)
+		}
+	}
+
+	var notes []string
+	runs := false
+	for _, tr := range res.Tiers {
+		if len(tr.Systems) > 0 {
+			runs = true
+		}
+	}
+	if runs {
+		b.WriteString("| tier | system | expected | completed | missed | dup | grid miss/dup | p50 | p99 | p99.9 | max | runs/s | CPU-s/1k runs | peak RSS | runs/s ÷ raw msg/s |\n")
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, tr := range res.Tiers {
+			if tr.Error != "" && tr.Tier.Kind != KindScale {
+				notes = append(notes, fmt.Sprintf("%s: %s", tr.Tier.Name, tr.Error))
+			}
+			for _, sr := range tr.Systems {
+				if sr.Breakdown != nil {
+					notes = append(notes, fmt.Sprintf("%s/%s breakdown: %s", tr.Tier.Name, sr.System, sr.Breakdown))
+				}
+				for _, n := range sr.Notes {
+					notes = append(notes, fmt.Sprintf("%s/%s: %s", tr.Tier.Name, sr.System, n))
+				}
+				if sr.Error != "" {
+					fmt.Fprintf(&b, "| %s | %s | failed: %s |||||||||||||\n", tr.Tier.Title, sr.System, oneLine(sr.Error))
+					continue
+				}
+				st := sr.Stats
+				l := st.Lateness
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d/%d | %s | %s | %s | %s | %.0f | %.3f | %s | %.4f |\n",
+					tr.Tier.Title, sr.System, st.Expected, st.Completed, st.Missed, st.Duplicates,
+					st.GridMissed, st.GridDuplicates, fmtDur(l.P50), fmtDur(l.P99), fmtDur(l.P999), fmtDur(l.Max),
+					sr.RunsPerSec, sr.CPUPer1kRuns, fmtBytes(sr.PeakRSSBytes), sr.CeilingRatio)
+			}
+		}
+		b.WriteString("\n")
+	}
+
+	for _, tr := range res.Tiers {
+		if tr.Tier.Kind != KindScale {
+			continue
+		}
+		if tr.Error != "" {
+			fmt.Fprintf(&b, "Scale (%d tasks): failed: %s\n\n", tr.Tier.Tasks, oneLine(tr.Error))
+			continue
+		}
+		sc := tr.Scale
+		b.WriteString("| scale | seed | seed time | timer ready | all loaded | timer heap/task | heap growth/task | peak RSS | CPU-s |\n")
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+		fmt.Fprintf(&b, "| %d tasks @%s | %s | %.1f s | %.2f s | %.2f s | %.0f B | %.0f B | %s | %.2f |\n\n",
+			sc.Tasks, tr.Tier.Interval, sc.Seed, sc.SeedSeconds, sc.ReadySeconds, sc.LoadSeconds,
+			sc.HeapReleasedPerTask, sc.HeapDeltaPerTask, fmtBytes(sc.PeakRSSBytes), sc.CPUSeconds)
+		for _, n := range sc.Notes {
+			notes = append(notes, "scale: "+n)
+		}
+	}
+
+	if len(res.Targets) > 0 {
+		b.WriteString("| target | tier | measured | met | reason |\n|---|---|---|---|---|\n")
+		for _, v := range res.Targets {
+			met := "not met"
+			if v.Met {
+				met = "met"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", v.Target, v.Tier, v.Measured, met, oneLine(v.Reason))
+		}
+		b.WriteString("\n")
+	}
+	if len(notes) > 0 {
+		b.WriteString("Notes:\n\n")
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fmtDur prints a duration in milliseconds with one decimal.
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+func fmtBytes(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
+}
+
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "|", "/")
+}

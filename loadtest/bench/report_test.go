@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/loadtest/stats"
+)
+
+func TestWindow(t *testing.T) {
+	t.Parallel()
+	first := time.Unix(1_000_000, 0)
+	s := int64(time.Second)
+	tests := []struct {
+		name             string
+		warmup, duration time.Duration
+		interval         time.Duration
+		wantFrom, wantTo int64 // seconds after first, ×2 to keep halves exact
+		wantSlots        int
+	}{
+		{name: "1s grid, 10s warm-up, 60s window", warmup: 10 * time.Second, duration: time.Minute, interval: time.Second, wantFrom: 19, wantTo: 139, wantSlots: 60},
+		{name: "10s grid, 10s warm-up, 60s window", warmup: 10 * time.Second, duration: time.Minute, interval: 10 * time.Second, wantFrom: 10, wantTo: 130, wantSlots: 6},
+		{name: "60s grid keeps one slot in a short window", warmup: 10 * time.Second, duration: 20 * time.Second, interval: time.Minute, wantFrom: 60, wantTo: 180, wantSlots: 1},
+		{name: "no warm-up still skips slot 0", warmup: 0, duration: 3 * time.Second, interval: time.Second, wantFrom: 1, wantTo: 7, wantSlots: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := &runner{cfg: Config{Warmup: tt.warmup, Duration: tt.duration}}
+			w := r.window(first, tt.interval)
+			if got := (w.From - first.UnixNano()) * 2 / s; got != tt.wantFrom {
+				t.Errorf("from = first + %.1fs, want + %.1fs", float64(got)/2, float64(tt.wantFrom)/2)
+			}
+			if got := (w.To - first.UnixNano()) * 2 / s; got != tt.wantTo {
+				t.Errorf("to = first + %.1fs, want + %.1fs", float64(got)/2, float64(tt.wantTo)/2)
+			}
+			if n := stats.ExpectedSlots(first.UnixNano(), tt.interval, w); n != tt.wantSlots {
+				t.Errorf("slots in the window = %d, want %d", n, tt.wantSlots)
+			}
+		})
+	}
+}
+
+func runResult(system string, p99 time.Duration, missed, dups int) *SystemResult {
+	return &SystemResult{
+		System: system, Tasks: 100, Interval: time.Second,
+		Stats: stats.Report{
+			Expected: 1000, Completed: 1000 - missed, Missed: missed, GridMissed: missed,
+			Duplicates: dups, Lateness: stats.Summary{Count: 1000, P99: p99},
+		},
+		RunsPerSec: 100, CPUPer1kRuns: 0.1,
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	res := &Result{
+		Ceiling: &Ceiling{MsgsPerSec: 1000},
+		Tiers: []*TierResult{
+			{Tier: Tier{Name: TierW1a, Title: "W1a", Kind: KindRuns}, Systems: []*SystemResult{
+				runResult(SystemFlyball, 10*ms, 0, 0), runResult(SystemFloor, 6*ms, 0, 0),
+			}},
+			{Tier: Tier{Name: TierW1c, Title: "W1c", Kind: KindRuns}, Systems: []*SystemResult{
+				runResult(SystemFlyball, 60*ms, 3, 1), runResult(SystemFloor, 40*ms, 0, 0),
+			}},
+			{Tier: Tier{Name: TierPeak, Kind: KindPeak}, Systems: []*SystemResult{
+				func() *SystemResult { s := runResult(SystemFlyball, 0, 0, 0); s.CeilingRatio = 0.25; return s }(),
+			}},
+			{Tier: Tier{Name: TierScale, Kind: KindScale}, Scale: &ScaleResult{
+				Tasks: 1_000_000, LoadSeconds: 12, HeapReleasedPerTask: 200,
+			}},
+		},
+	}
+	got := map[string]bool{}
+	for _, v := range evaluate(res) {
+		got[v.Tier+" "+v.Target] = v.Met
+	}
+	want := map[string]bool{
+		"w1a W1: 0 missed":                                      true,
+		"w1a W1: 0 duplicates":                                  true,
+		"w1a W1: lateness p99 ≤ floor p99 + 5 ms":               true,
+		"w1a CPU ≤ 0.15 s per 1,000 runs":                       true,
+		"w1c W1: 0 missed":                                      false,
+		"w1c W1: 0 duplicates":                                  false,
+		"w1c W1: lateness p99 ≤ floor p99 + 5 ms":               false,
+		"w1c CPU ≤ 0.15 s per 1,000 runs":                       true,
+		"peak completed runs/s ÷ raw publish msg/s ≥ 0.2":       true,
+		"peak CPU ≤ 0.15 s per 1,000 runs":                      true,
+		"scale Scale: 1M schedules loaded in ≤ 10 s":            false,
+		"scale Scale: ≤ 300 B of timer heap per scheduled task": true,
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("no verdict %q", k)
+			continue
+		}
+		if g != w {
+			t.Errorf("%q met = %v, want %v", k, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("verdicts = %v, want exactly %d", got, len(want))
+	}
+
+	var md bytes.Buffer
+	res.Targets = evaluate(res)
+	if err := RenderMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"| W1a | flyball |", "| W1c | floor |", "60.0 ms", "| not met |", "| scale |"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md.String())
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"time"
+
+	"github.com/flyballhq/flyball/loadtest/stats"
+)
+
+// Result is everything one benchmark run measured. It is written as JSON
+// and rendered as markdown.
+type Result struct {
+	StartedAt  time.Time     `json:"startedAt"`
+	FinishedAt time.Time     `json:"finishedAt"`
+	Command    string        `json:"command,omitempty"`
+	Conditions string        `json:"conditions,omitempty"`
+	Machine    Machine       `json:"machine"`
+	Settings   Settings      `json:"settings"`
+	Ceiling    *Ceiling      `json:"ceiling,omitempty"`
+	Tiers      []*TierResult `json:"tiers"`
+	Targets    []Verdict     `json:"targets"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	NProc          int     `json:"nproc"`
+	CPUModel       string  `json:"cpuModel"`
+	MemTotalBytes  int64   `json:"memTotalBytes"`
+	Kernel         string  `json:"kernel,omitempty"`
+	GoVersion      string  `json:"goVersion"`
+	NATSServer     string  `json:"natsServer"`
+	NATSGo         string  `json:"natsGo,omitempty"`
+	LoadAvgAtStart float64 `json:"loadAvgAtStart"`
+	LoadAvgAtEnd   float64 `json:"loadAvgAtEnd"`
+}
+
+// Settings are the knobs that shape the figures.
+type Settings struct {
+	Warmup      time.Duration `json:"warmup"`
+	Duration    time.Duration `json:"duration"`
+	Grace       time.Duration `json:"grace"`
+	Stack       string        `json:"stack"`
+	Target      string        `json:"target"`
+	TargetHosts int           `json:"targetHosts"`
+	Concurrency int           `json:"concurrency"`
+}
+
+// Ceiling is the raw JetStream async-publish throughput on the server the
+// stack uses (a fresh embedded server with the same options, or the
+// external one).
+type Ceiling struct {
+	Msgs       int     `json:"msgs"`
+	Size       int     `json:"size"`
+	Seconds    float64 `json:"seconds"`
+	MsgsPerSec float64 `json:"msgsPerSec"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// TierResult is one tier.
+type TierResult struct {
+	Tier    Tier            `json:"tier"`
+	Systems []*SystemResult `json:"systems,omitempty"`
+	Scale   *ScaleResult    `json:"scale,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// system returns the named system's result, or nil.
+func (t *TierResult) system(name string) *SystemResult {
+	for _, s := range t.Systems {
+		if s.System == name && s.Error == "" {
+			return s
+		}
+	}
+	return nil
+}
+
+// SystemResult is one system on one tier.
+type SystemResult struct {
+	System   string        `json:"system"`
+	Tasks    int           `json:"tasks"`
+	Interval time.Duration `json:"interval"`
+	// Window is the measurement window of slot times.
+	Window stats.Window `json:"window"`
+	// SetupSeconds is the time to create the tasks (for flyball: until the
+	// governor had accepted every one).
+	SetupSeconds float64 `json:"setupSeconds"`
+	// AcceptRate is tasks accepted per second by the governor.
+	AcceptRate float64 `json:"acceptRate,omitempty"`
+	// OffStart counts tasks whose first slot is not the requested one
+	// (created too late for their startAt).
+	OffStart int          `json:"offStart,omitempty"`
+	Stats    stats.Report `json:"stats"`
+	// WarmupArrivals counts the calls before the window (discarded).
+	WarmupArrivals int `json:"warmupArrivals"`
+	// WindowArrivals counts the calls the target received during the
+	// window, for any slot.
+	WindowArrivals int `json:"windowArrivals"`
+	// RunsPerSec is WindowArrivals per second of window: completed runs/s.
+	RunsPerSec float64 `json:"runsPerSec"`
+	// CPUSeconds is the CPU used during the window by this process plus
+	// every stack process (StackPIDs), not the target's.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// CPUPer1kRuns is CPUSeconds per 1,000 WindowArrivals.
+	CPUPer1kRuns float64 `json:"cpuPer1kRuns"`
+	// TargetCPUSeconds is the target's CPU during the window (a child
+	// process; zero for an in-process target, whose CPU is then inside
+	// CPUSeconds).
+	TargetCPUSeconds float64 `json:"targetCpuSeconds"`
+	// PeakRSSBytes is the largest RSS during the window, summed over this
+	// process and the stack processes.
+	PeakRSSBytes int64 `json:"peakRssBytes"`
+	// CeilingRatio is RunsPerSec ÷ raw publish msg/s.
+	CeilingRatio float64 `json:"ceilingRatio,omitempty"`
+	// Breakdown splits flyball's lateness and cost by stage.
+	Breakdown *Breakdown `json:"breakdown,omitempty"`
+	Notes     []string   `json:"notes,omitempty"`
+	Error     string     `json:"error,omitempty"`
+}
+
+// ScaleResult is the Scale tier: how long the timer takes to load every
+// schedule and how much heap it holds for them.
+type ScaleResult struct {
+	Tasks       int     `json:"tasks"`
+	Seed        string  `json:"seed"`
+	SeedSeconds float64 `json:"seedSeconds"`
+	// ReadySeconds is from starting the timer to Ready() (the end of the
+	// initial KV snapshot).
+	ReadySeconds float64 `json:"readySeconds"`
+	// LoadSeconds is from starting the timer until flyball_dispatch_pending
+	// equals Tasks.
+	LoadSeconds float64 `json:"loadSeconds"`
+	// HeapDeltaBytes is HeapAlloc after loading minus before (GC forced
+	// both times). It includes whatever the in-process nats-server still
+	// caches for the watch, so it is an upper bound.
+	HeapDeltaBytes   int64   `json:"heapDeltaBytes"`
+	HeapDeltaPerTask float64 `json:"heapDeltaPerTask"`
+	// HeapReleasedBytes is HeapAlloc after loading minus after stopping the
+	// timer (GC forced): the heap the timer itself held.
+	HeapReleasedBytes   int64    `json:"heapReleasedBytes"`
+	HeapReleasedPerTask float64  `json:"heapReleasedPerTask"`
+	PeakRSSBytes        int64    `json:"peakRssBytes"`
+	CPUSeconds          float64  `json:"cpuSeconds"`
+	Notes               []string `json:"notes,omitempty"`
+}
+
+// Verdict is one of the issue's targets, met or not.
+type Verdict struct {
+	Target   string `json:"target"`
+	Tier     string `json:"tier,omitempty"`
+	Met      bool   `json:"met"`
+	Measured string `json:"measured"`
+	Reason   string `json:"reason,omitempty"`
+}

@@ -1,0 +1,79 @@
+package bench_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/loadtest/bench"
+)
+
+// TestSmoke runs the smoke tier end to end on every system, with a small
+// ceiling and scale load: it must measure something everywhere. Timings are
+// not asserted; the machine may be busy.
+func TestSmoke(t *testing.T) {
+	t.Parallel()
+	cfg := bench.SmokeConfig()
+	cfg.Target = bench.TargetInProcess
+	cfg.Duration = 2 * time.Second
+	cfg.Grace = 500 * time.Millisecond
+	cfg.Lead = time.Second
+	cfg.Concurrency = 16
+	cfg.RawMsgs = 5000
+	cfg.ScaleTasks = 2000
+	cfg.Out = filepath.Join(t.TempDir(), "result.json")
+	var md bytes.Buffer
+	cfg.Stdout = &md
+
+	res, err := bench.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := res.Problems(); len(p) > 0 {
+		t.Fatalf("the instrument is broken:\n%s\n\n%s", strings.Join(p, "\n"), md.String())
+	}
+	if len(res.Tiers) != 2 {
+		t.Fatalf("tiers = %d, want smoke and scale", len(res.Tiers))
+	}
+	smoke := res.Tiers[0]
+	if len(smoke.Systems) != len(bench.AllSystems) {
+		t.Fatalf("smoke ran %d systems, want %d", len(smoke.Systems), len(bench.AllSystems))
+	}
+	for _, s := range smoke.Systems {
+		// 20 tasks × 2 slots.
+		if s.Stats.Expected != 40 {
+			t.Errorf("%s: expected %d runs in the window, want 40", s.System, s.Stats.Expected)
+		}
+		if s.Stats.Completed == 0 || s.Stats.Lateness.Count == 0 {
+			t.Errorf("%s: no completed runs: %+v", s.System, s.Stats)
+		}
+		// CPU is counted in 10ms ticks: the floor's 40 calls may not reach one.
+		if s.CPUSeconds < 0 || s.PeakRSSBytes <= 0 {
+			t.Errorf("%s: CPU %.3fs, peak RSS %d: want CPU >= 0 and RSS > 0", s.System, s.CPUSeconds, s.PeakRSSBytes)
+		}
+	}
+	sc := res.Tiers[1].Scale
+	if sc == nil || sc.Tasks != 2000 || sc.LoadSeconds <= 0 || sc.HeapReleasedBytes <= 0 {
+		t.Errorf("scale = %+v, want 2000 tasks loaded and heap held", sc)
+	}
+	for _, want := range []string{"| Smoke 20 tasks @1s | flyball |", "| Smoke 20 tasks @1s | floor |", "| Smoke 20 tasks @1s | nats-scheduler |", "| scale |", "| target |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	b, err := os.ReadFile(cfg.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back bench.Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("result JSON: %v", err)
+	}
+	if back.Ceiling == nil || back.Ceiling.MsgsPerSec <= 0 {
+		t.Errorf("JSON ceiling = %+v, want a throughput", back.Ceiling)
+	}
+}

@@ -1,0 +1,196 @@
+// Command flyball-bench measures flyball's dispatch precision, throughput
+// and cost against the JetStream ceiling, a plain-timer floor and
+// nats-server's own message scheduler, all in one run.
+//
+//	flyball-bench                        # every tier but smoke (make bench)
+//	flyball-bench --smoke --check        # the CI-safe variant (make bench-smoke)
+//	flyball-bench --tiers w1a,w1c --duration 20s --cpuprofile /tmp/cpu.pprof
+//	flyball-bench --nats-url nats://127.0.0.1:4222 --stack-pid 1234
+//
+// It prints a markdown report on stdout and writes the full result as JSON
+// (by default to loadtest/results/<timestamp>.json).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flyballhq/flyball/loadtest/bench"
+	"github.com/flyballhq/flyball/loadtest/target"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "flyball-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "target" {
+		return runTarget(ctx, args[1:])
+	}
+	smoke := false
+	for _, a := range args {
+		if a == "--smoke" || a == "-smoke" || a == "--smoke=true" || a == "-smoke=true" {
+			smoke = true
+		}
+	}
+	cfg := bench.DefaultConfig()
+	if smoke {
+		cfg = bench.SmokeConfig()
+	}
+	fs := flag.NewFlagSet("flyball-bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: flyball-bench [flags]\n       flyball-bench target [--hosts N]\n\nTiers: %s (default: %s)\n\nFlags:\n",
+			strings.Join(bench.TierNames(), ", "), strings.Join(bench.DefaultTiers(), ","))
+		fs.PrintDefaults()
+	}
+	var (
+		tiers, systems, stackPIDs, out, markdown, level string
+		check                                           bool
+	)
+	fs.Bool("smoke", false, "the CI-safe variant: a 20-task tier for 5s on every system, a 10k-message ceiling, a 10k-task scale load")
+	fs.BoolVar(&check, "check", false, "exit non-zero if the instrument broke (a failed tier, zero runs observed, no ceiling); timings are not checked")
+	fs.StringVar(&tiers, "tiers", strings.Join(cfg.Tiers, ","), "comma-separated tiers to run, or \"all\" (every tier but smoke)")
+	fs.StringVar(&systems, "systems", strings.Join(bench.AllSystems, ","), "comma-separated systems to drive in each run tier")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measurement window, rounded to whole intervals (at least one)")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up after the first slot, rounded up to whole intervals (at least one)")
+	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "how long to wait for late arrivals after the window")
+	fs.DurationVar(&cfg.Lead, "lead", cfg.Lead, "time from creating tasks to their first slot (0: 2s + tasks/create-rate)")
+	fs.Float64Var(&cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
+	fs.StringVar(&cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one in-process")
+	fs.StringVar(&stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "executor concurrency, and concurrent calls of the floor and the nats-server baseline")
+	fs.StringVar(&cfg.Target, "target", cfg.Target, "where the HTTP target runs: process (a child, so its CPU is not charged) or inproc")
+	fs.IntVar(&cfg.TargetHosts, "target-hosts", cfg.TargetHosts, "loopback addresses the target listens on (tasks are spread over them)")
+	fs.IntVar(&cfg.RawMsgs, "raw-msgs", cfg.RawMsgs, "messages published to measure the raw JetStream ceiling")
+	fs.IntVar(&cfg.RawSize, "raw-size", cfg.RawSize, "payload bytes of each ceiling message")
+	fs.IntVar(&cfg.ScaleTasks, "scale-tasks", cfg.ScaleTasks, "override the scale tier's task count (0: 1,000,000)")
+	fs.StringVar(&cfg.ScaleSeed, "scale-seed", cfg.ScaleSeed, "how the scale tier creates schedules: kv (direct, as the governor would store them) or governor")
+	fs.IntVar(&cfg.PeakTasks, "peak-tasks", cfg.PeakTasks, "override the peak tier's task count (0: raw msg/s ÷ 3)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each flyball measurement window and of the scale load (tier name added with several tiers)")
+	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile once the scale tier's timer has loaded every schedule")
+	fs.StringVar(&out, "out", "", "JSON result file (default loadtest/results/<timestamp>.json; \"-\" for none)")
+	fs.StringVar(&markdown, "markdown", "", "also write the markdown report to this file (default: next to the JSON, .md; \"-\" for none)")
+	fs.StringVar(&cfg.Conditions, "conditions", "", "free text describing the machine's state, recorded in the report")
+	fs.StringVar(&level, "log-level", "info", "progress log level on stderr: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if tiers == "all" {
+		cfg.Tiers = bench.DefaultTiers()
+	} else {
+		cfg.Tiers = splitList(tiers)
+	}
+	cfg.Systems = splitList(systems)
+	for _, p := range splitList(stackPIDs) {
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 {
+			return fmt.Errorf("--stack-pid: bad PID %q", p)
+		}
+		cfg.StackPIDs = append(cfg.StackPIDs, pid)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg.Executable = exe
+	cfg.Out = resultPath(out)
+	switch {
+	case markdown == "-":
+		markdown = ""
+	case markdown == "" && cfg.Out != "":
+		markdown = strings.TrimSuffix(cfg.Out, filepath.Ext(cfg.Out)) + ".md"
+	}
+	cfg.Command = "flyball-bench " + strings.Join(args, " ")
+	cfg.Stdout = os.Stdout
+
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if markdown != "" {
+		f, err := os.Create(markdown)
+		if err != nil {
+			return err
+		}
+		if err := bench.RenderMarkdown(f, res); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if cfg.Out != "" {
+		fmt.Fprintln(os.Stderr, "result written to", cfg.Out, markdown)
+	}
+	if check {
+		if probs := res.Problems(); len(probs) > 0 {
+			return fmt.Errorf("the instrument is broken:\n  %s", strings.Join(probs, "\n  "))
+		}
+		fmt.Fprintln(os.Stderr, "check: every tier and system measured something")
+	}
+	return nil
+}
+
+func runTarget(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("flyball-bench target", flag.ContinueOnError)
+	hosts := fs.Int("hosts", 1, "loopback addresses to listen on")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return target.Main(ctx, *hosts, os.Stdin, os.Stdout)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// resultPath resolves --out: "-" means none; empty means
+// results/<timestamp>.json inside the loadtest module, wherever we run from.
+func resultPath(out string) string {
+	switch out {
+	case "-":
+		return ""
+	case "":
+	default:
+		return out
+	}
+	dir := "results"
+	if st, err := os.Stat(filepath.Join("loadtest", "go.mod")); err == nil && !st.IsDir() {
+		dir = filepath.Join("loadtest", "results")
+	}
+	return filepath.Join(dir, time.Now().UTC().Format("20060102T150405Z")+".json")
+}

@@ -1,0 +1,102 @@
+package governor
+
+import (
+	"math"
+	"time"
+)
+
+// budget keeps a task under budget.maxRunsPerDay. Two rules, both
+// deterministic:
+//   - pacing: runs are at least 24h/maxRunsPerDay apart, so the steady rate
+//     never exceeds the budget; a shorter interval is stretched, and a cron
+//     task skips to the first occurrence far enough out;
+//   - exhaustion: when the runs counted in the current UTC hour and the 23
+//     before it reach the budget (bursts from requeues, dead-letter
+//     rechecks or a backlog), the next run waits for the hour at which the
+//     oldest counted hour leaves the window.
+func (p *planner) budget() {
+	b := p.spec.Budget
+	if b == nil || b.MaxRunsPerDay <= 0 || p.next.IsZero() {
+		return
+	}
+	limit := b.MaxRunsPerDay
+	spacing := budgetSpacing(limit)
+	if last := p.s.LastScheduledAt; !last.IsZero() {
+		if least := last.Add(spacing); p.next.Before(least) {
+			p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
+		}
+	}
+	hour := hourOf(p.now)
+	used := p.s.Budget.count(hour-23, hour)
+	if used < int64(limit) {
+		return
+	}
+	free := time.Unix(p.s.Budget.freeHour(hour, int64(limit))*3600, 0).UTC()
+	if p.next.Before(free) {
+		p.choosef(p.onOrAfter(free), SourceBudget, "budget used up: %d runs in the last 24 hours (limit %d): waits until %s",
+			used, limit, stamp(free))
+	}
+}
+
+// budgetSpacing is 24h / runsPerDay, rounded up to the nanosecond.
+func budgetSpacing(runsPerDay int) time.Duration {
+	n := time.Duration(runsPerDay)
+	return (24*time.Hour + n - 1) / n
+}
+
+// onOrAfter is t, or for a cron candidate the first occurrence at or
+// after t.
+func (p *planner) onOrAfter(t time.Time) time.Time {
+	if p.cadence && p.sched != nil {
+		if o := p.sched.Next(t.Add(-time.Nanosecond), p.loc); !o.IsZero() {
+			return o
+		}
+	}
+	return t
+}
+
+func ledgerSlot(h int64) int { return int((h%24 + 24) % 24) }
+
+// add counts one run scheduled in hour h.
+func (l *RunLedger) add(h int64) {
+	if *l == (RunLedger{}) {
+		l.Hour = h
+	}
+	switch {
+	case h > l.Hour:
+		if h-l.Hour >= 24 {
+			l.Counts = [24]uint32{}
+		} else {
+			for x := l.Hour + 1; x <= h; x++ {
+				l.Counts[ledgerSlot(x)] = 0
+			}
+		}
+		l.Hour = h
+	case h <= l.Hour-24:
+		return // older than the ledger covers
+	}
+	if c := &l.Counts[ledgerSlot(h)]; *c < math.MaxUint32 {
+		*c++
+	}
+}
+
+// count sums the runs of hours from..to (inclusive) that the ledger holds.
+func (l *RunLedger) count(from, to int64) int64 {
+	from, to = max(from, l.Hour-23), min(to, l.Hour)
+	var n int64
+	for x := from; x <= to; x++ {
+		n += int64(l.Counts[ledgerSlot(x)])
+	}
+	return n
+}
+
+// freeHour is the first hour after now at which the runs counted in it and
+// the 23 hours before it fall below limit.
+func (l *RunLedger) freeHour(now, limit int64) int64 {
+	for h := now + 1; h < now+24; h++ {
+		if l.count(h-23, now) < limit {
+			return h
+		}
+	}
+	return now + 24
+}

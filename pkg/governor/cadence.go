@@ -1,0 +1,296 @@
+package governor
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// cadenceStep is the interval of an interval task before backoff and
+// jitter: the baseline, replaced by the adaptive interval, stretched by the
+// activity multiplier, or replaced by an interval hint (which wins over
+// both).
+func (p *planner) cadenceStep() (time.Duration, Source) {
+	if h := p.s.IntervalHint; h != nil {
+		if p.spec.Adaptive != nil || p.spec.Activity != nil {
+			p.tr.str("interval hint ").dur(h.Interval).str(" replaces the adaptive cadence").end()
+		}
+		return h.Interval, SourceHintInterval
+	}
+	base := p.spec.Schedule.Interval.D()
+	step, src := base, SourceBaselineInterval
+	if base <= 0 {
+		return step, src
+	}
+	if a := p.spec.Adaptive; a != nil && p.s.AdaptiveInterval > 0 {
+		lo, hi := adaptiveRange(p.spec)
+		step = clampDur(p.s.AdaptiveInterval, lo, hi)
+		switch {
+		case step < base:
+			src = SourceAdaptiveTighten
+		case step > base:
+			src = SourceAdaptiveRelax
+		}
+		if step != base {
+			p.tr.linef("adaptive (%s): interval %s instead of the baseline %s (range %s to %s)",
+				modeName(a), step, base, lo, hi)
+		}
+	}
+	if act := p.spec.Activity; act != nil {
+		if mult, asrc, idle := p.activity(act); asrc != "" {
+			stretched := scale(step, mult).Truncate(time.Millisecond)
+			p.tr.linef("activity: no activity for %s (since %s): %s, interval ×%g = %s",
+				idle.Truncate(time.Second), stamp(p.lastActivity()), asrc, mult, stretched)
+			step, src = stretched, asrc
+		}
+	}
+	return step, src
+}
+
+// lastActivity is the last activity signal, or the creation time.
+func (p *planner) lastActivity() time.Time {
+	if !p.s.LastActivityAt.IsZero() {
+		return p.s.LastActivityAt
+	}
+	return p.s.CreatedAt
+}
+
+// activity returns the multiplier of the current activity mode, with its
+// source ("" while active).
+func (p *planner) activity(act *events.Activity) (float64, Source, time.Duration) {
+	ref := p.lastActivity()
+	if ref.IsZero() {
+		return 1, "", 0
+	}
+	idle := p.now.Sub(ref)
+	idleAfter, dormantAfter := act.IdleAfter.D(), act.DormantAfter.D()
+	if idleAfter <= 0 {
+		idleAfter = time.Hour
+	}
+	if dormantAfter <= 0 {
+		dormantAfter = max(24*time.Hour, idleAfter)
+	}
+	idleMult, dormantMult := act.IdleMultiplier, act.DormantMultiplier
+	if idleMult == 0 {
+		idleMult = 2
+	}
+	if dormantMult == 0 {
+		dormantMult = 6
+	}
+	switch {
+	case idle >= dormantAfter && dormantMult > 1:
+		return dormantMult, SourceActivityDormant, idle
+	case idle >= idleAfter && idleMult > 1:
+		return idleMult, SourceActivityIdle, idle
+	}
+	return 1, "", idle
+}
+
+// stretch applies failure backoff (2^exp) and jitter to an interval.
+func (p *planner) stretch(step time.Duration, exp int, note bool) time.Duration {
+	if exp > 0 {
+		// Saturate: interval hints are not bounded, and a wrapped (zero or
+		// negative) step would panic or schedule in the past.
+		if step > math.MaxInt64>>exp {
+			step = math.MaxInt64
+		} else {
+			step <<= exp
+		}
+		if note {
+			p.tr.num(int64(p.s.Failures)).str(" consecutive failures: interval ×").num(1 << exp).str(" = ").dur(step).end()
+		}
+	}
+	if j := p.spec.Jitter; j > 0 {
+		u := jitterUnit(p.spec.ID, p.s.Runs)
+		f := float64(j * float64(2*u-1))
+		step = addSat(step, scale(step, f).Truncate(time.Millisecond))
+		if note {
+			p.tr.linef("jitter %+.1f%% (run %d): interval %s", 100*f, p.s.Runs, step)
+		}
+	}
+	return step
+}
+
+// observe feeds one run's outcome to change detection and the adaptive
+// cadence. Only outcomes update the EMA: re-deciding (a hint, a breaker
+// signal) never moves it.
+func (p *planner) observe(o *Outcome) {
+	s := &p.s
+	a := p.spec.Adaptive
+	changed, known := false, false
+	if o.Result == "succeeded" && o.Fingerprint != "" && (a != nil || p.spec.Activity != nil) {
+		known = s.LastFingerprint != ""
+		changed = known && o.Fingerprint != s.LastFingerprint
+		s.LastFingerprint = o.Fingerprint
+		if changed {
+			s.LastActivityAt = p.now.UTC()
+		}
+	}
+	base := p.spec.Schedule.Interval.D()
+	if a == nil || base <= 0 {
+		return
+	}
+	lo, hi := adaptiveRange(p.spec)
+	cur := s.AdaptiveInterval
+	if cur <= 0 {
+		cur = base
+	}
+	cur = clampDur(cur, lo, hi)
+	var target time.Duration
+	var why string
+	if a.Mode == events.AdaptiveStaleness {
+		goal := a.Target.D()
+		if goal <= 0 {
+			goal = satMul(base, 3)
+		}
+		ref := s.LastSuccessAt
+		if ref.IsZero() {
+			ref = s.CreatedAt
+		}
+		if ref.IsZero() {
+			return
+		}
+		age := p.now.Sub(ref)
+		frac := staleFraction(age, base, goal)
+		target = clampDur(base-scale(base-lo, frac), lo, hi)
+		why = "last success " + age.Truncate(time.Second).String() + " ago, target " + goal.String()
+	} else {
+		n := a.UnchangedRuns
+		if n <= 0 {
+			n = events.DefaultUnchangedRuns
+		}
+		switch {
+		case o.Result == "failed":
+			target, why = lo, "run failed"
+			s.UnchangedRuns = 0
+		case o.Fingerprint == "":
+			p.tr.str("adaptive (change): no fingerprint: cadence held").end()
+			return
+		case !known:
+			p.tr.str("adaptive (change): first fingerprint recorded").end()
+			return
+		case changed:
+			target, why = lo, "response changed"
+			s.UnchangedRuns = 0
+		default:
+			if s.UnchangedRuns < maxFailures {
+				s.UnchangedRuns++
+			}
+			if s.UnchangedRuns < n {
+				p.tr.linef("adaptive (change): response unchanged (%d of %d runs): cadence held", s.UnchangedRuns, n)
+				return
+			}
+			target, why = hi, "response unchanged "+strconv.Itoa(s.UnchangedRuns)+" runs in a row"
+		}
+	}
+	alpha := a.Smoothing
+	if !(alpha > 0 && alpha <= 1) {
+		alpha = events.DefaultSmoothing
+	}
+	next := ema(cur, target, alpha)
+	s.AdaptiveInterval = next
+	p.tr.linef("adaptive (%s): %s: interval %s → %s (toward %s, smoothing %g)", modeName(a), why, cur, next, target, alpha)
+}
+
+func modeName(a *events.Adaptive) string {
+	if a.Mode == "" {
+		return events.AdaptiveChange
+	}
+	return a.Mode
+}
+
+// adaptiveRange is the interval range adaptive cadence moves in:
+// bounds.min (or a quarter of the baseline, at least 1s) to bounds.max (or
+// four times the baseline).
+func adaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
+	base := spec.Schedule.Interval.D()
+	lo, hi = max(base/4, events.MinInterval), satMul(base, 4)
+	if b := spec.Bounds; b != nil {
+		if b.Min > 0 {
+			lo = b.Min.D()
+		}
+		if b.Max > 0 {
+			hi = b.Max.D()
+		}
+	}
+	return lo, max(hi, lo)
+}
+
+// staleFraction is 0 while age is within one baseline interval, rising
+// linearly to 1 when age reaches the staleness target.
+func staleFraction(age, base, goal time.Duration) float64 {
+	switch {
+	case age <= base:
+		return 0
+	case goal <= base || age >= goal:
+		return 1
+	}
+	return float64(age-base) / float64(goal-base)
+}
+
+// ema moves cur toward target by the fraction alpha, in whole
+// milliseconds, never past target.
+func ema(cur, target time.Duration, alpha float64) time.Duration {
+	next := cur + time.Duration(float64(float64(target-cur)*alpha))
+	next = next.Round(time.Millisecond)
+	lo, hi := min(cur, target), max(cur, target)
+	return clampDur(next, lo, hi)
+}
+
+// jitterUnit is a number in [0, 1) drawn from the task ID and the run
+// number: FNV-1a, then the splitmix64 finalizer.
+func jitterUnit(id string, run uint64) float64 {
+	h := uint64(14695981039346656037)
+	for i := range len(id) {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h ^= run
+	h *= 1099511628211
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return float64(h>>11) * 0x1p-53
+}
+
+// scale multiplies d by f, saturating. The explicit float64 conversion
+// keeps the product from being fused with other operations, so every
+// platform rounds alike.
+func scale(d time.Duration, f float64) time.Duration {
+	x := float64(float64(d) * f)
+	switch {
+	case x != x:
+		return 0
+	case x >= 0x1p63:
+		return math.MaxInt64
+	case x <= -0x1p63:
+		return math.MinInt64
+	}
+	return time.Duration(x)
+}
+
+func satMul(d time.Duration, n int64) time.Duration {
+	if d > 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
+}
+
+func addSat(a, b time.Duration) time.Duration {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
+}
+
+func clampDur(d, lo, hi time.Duration) time.Duration {
+	return min(max(d, lo), hi)
+}

@@ -1,0 +1,462 @@
+package governor
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/cron"
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// planner runs the decision pipeline for one Decide call. Stages run from
+// the lowest precedence to the highest, each one free to replace what the
+// earlier ones chose; see the package documentation.
+type planner struct {
+	now  time.Time
+	spec *events.TaskSpec
+	in   Kind
+	s    State // the state being built
+
+	// prevNext and prevSource are the input state's decision.
+	prevNext   time.Time
+	prevSource Source
+
+	next   time.Time
+	source Source
+	tr     trail
+
+	// cadence is set while next comes from the interval grid or a cron
+	// occurrence (not an exact time such as a one-shot or "now").
+	cadence bool
+	// sched and loc are the parsed cron baseline, if any.
+	sched *cron.Schedule
+	loc   *time.Location
+	// leftPause is set when this decision ends a pause: slots that fell in
+	// the pause are not caught up.
+	leftPause bool
+	cleared   bool
+}
+
+// choose sets the candidate and starts a trail line naming its source; the
+// caller finishes the line.
+func (p *planner) choose(t time.Time, src Source) *trail {
+	p.setNext(t, src)
+	return p.tr.str(string(src)).str(": ")
+}
+
+// choosef sets the candidate with a whole trail line formatted by fmt.
+func (p *planner) choosef(t time.Time, src Source, format string, args ...any) {
+	p.setNext(t, src)
+	p.tr.linef(string(src)+": "+format, args...)
+}
+
+func (p *planner) setNext(t time.Time, src Source) {
+	p.next, p.source = time.Time{}, src
+	if !t.IsZero() {
+		p.next = t.UTC()
+	}
+}
+
+func (p *planner) plan() {
+	p.expireHints()
+	if p.pause() {
+		return
+	}
+	p.baseline()
+	p.oneShot()
+	p.quietSpacing()
+	p.budget()
+	p.breaker()
+	p.deadLetter()
+	p.clamp()
+	p.floor()
+	p.nudge()
+}
+
+func (p *planner) expireHints() {
+	if h := p.s.IntervalHint; h != nil && !h.ExpiresAt.After(p.now) {
+		p.tr.str("interval hint ").dur(h.Interval).str(" expired at ").at(h.ExpiresAt).str(": cleared").end()
+		p.s.IntervalHint = nil
+		p.cleared = true
+	}
+	if h := p.s.OneShotHint; h != nil && !h.ExpiresAt.After(p.now) {
+		p.tr.str("one-shot hint for ").at(h.At).str(" expired at ").at(h.ExpiresAt).str(": cleared").end()
+		p.s.OneShotHint = nil
+		p.cleared = true
+	}
+}
+
+// pause applies a pause and reports whether it decided.
+func (p *planner) pause() bool {
+	s := &p.s
+	if !s.Paused {
+		return false
+	}
+	if s.PausedUntil.IsZero() {
+		p.choose(time.Time{}, SourcePaused).str("paused indefinitely").end()
+		return true
+	}
+	if s.PausedUntil.After(p.now) {
+		p.choose(s.PausedUntil, SourcePaused).str("paused until ").at(s.PausedUntil).end()
+		p.floor() // a pause end too close to the last slot must not repeat it
+		return true
+	}
+	p.tr.str("pause ended at ").at(s.PausedUntil).end()
+	s.Paused, s.PausedUntil, s.PauseReason = false, time.Time{}, ""
+	p.leftPause = true
+	return false
+}
+
+// baseline picks the candidate from the spec's interval (shaped by
+// adaptive cadence, activity modes, interval hints, backoff and jitter) or
+// its cron expression, the first-run rule and the catch-up policy.
+func (p *planner) baseline() {
+	anchor := p.s.LastScheduledAt
+	if anchor.IsZero() && p.spec.StartAt != nil {
+		p.choose(*p.spec.StartAt, SourceStartAt).str("first run at startAt ").at(*p.spec.StartAt).end()
+		return
+	}
+	if p.spec.Schedule.Cron != "" {
+		p.cronBaseline(anchor)
+		return
+	}
+	p.intervalBaseline(anchor)
+}
+
+func (p *planner) intervalBaseline(anchor time.Time) {
+	step, src := p.cadenceStep()
+	if step <= 0 {
+		// Only a hand-edited spec or state gets here; dividing by it below
+		// would panic.
+		p.choose(time.Time{}, src).str("interval ").dur(step).str(" is not positive: nothing scheduled").end()
+		return
+	}
+	if anchor.IsZero() {
+		p.choose(p.now, src).str("first run of a ").dur(step).str(" interval task runs at once").end()
+		return
+	}
+	if p.backfill() {
+		return
+	}
+	exp := min(p.s.Failures, maxBackoffExponent)
+	if exp > 0 {
+		src = SourceBackoff
+	}
+	full := p.stretch(step, exp, true)
+	next, missed := grid(anchor, full, p.now)
+	if missed >= 2 && p.catchUp(anchor, missed) {
+		return
+	}
+	if missed > 0 {
+		p.tr.str("slot ").at(anchor.Add(full)).str(" already passed: skipped to the next slot on the grid").end()
+	}
+	p.choose(next, src).dur(full).str(" after the slot of ").at(anchor).end()
+	p.cadence = true
+	p.quietCadence(anchor, exp, next)
+}
+
+// grid returns the first slot anchor + k×step strictly after now, and how
+// many slots (k-1) lie at or before now.
+func grid(anchor time.Time, step time.Duration, now time.Time) (time.Time, int64) {
+	next := anchor.Add(step)
+	if next.After(now) {
+		return next, 0
+	}
+	// Keep the cadence: the first grid slot strictly after now. The
+	// multiple of step is at most now-anchor, so it cannot overflow (Sub
+	// saturates for anchors ~292 years back; the floor then applies).
+	k := now.Sub(anchor) / step
+	return anchor.Add(k * step).Add(step), int64(k)
+}
+
+// backfill continues a catch-up backlog; it reports whether it decided.
+func (p *planner) backfill() bool {
+	n := p.s.CatchUpPending
+	if n <= 0 {
+		return false
+	}
+	if p.s.Failures > 0 {
+		p.tr.linef("catch-up: %d backfill runs wait for a successful run", n)
+		return false
+	}
+	p.choosef(p.now, SourceCatchUp, "backfilling missed slots: %d still to run, the next one now", n)
+	return true
+}
+
+// catchUp applies the catch-up policy after downtime: missed (≥ 2) slots
+// passed since the anchor. It reports whether it decided.
+func (p *planner) catchUp(anchor time.Time, missed int64) bool {
+	policy := p.spec.CatchUp
+	switch {
+	case p.leftPause:
+		p.tr.linef("%s slots fell in the pause: not caught up", countText(missed))
+		return false
+	case p.s.Failures > 0:
+		p.tr.linef("%s slots missed since %s while failing: not caught up", countText(missed), stamp(anchor))
+		return false
+	case policy == events.CatchUpNone:
+		p.tr.linef("catch-up none: %s slots missed since %s are dropped", countText(missed), stamp(anchor))
+		return false
+	case policy == events.CatchUpAll:
+		limit := p.spec.CatchUpMax
+		if limit <= 0 {
+			limit = events.DefaultCatchUpMax
+		}
+		n := limit
+		if missed >= 0 && missed < int64(limit) {
+			n = int(missed)
+		}
+		p.s.CatchUpPending = n
+		p.choosef(p.now, SourceCatchUp, "%s slots missed since %s (catchUp all, at most %d): backfilling %d, one now",
+			countText(missed), stamp(anchor), limit, n)
+	default:
+		p.choosef(p.now, SourceCatchUp, "%s slots missed since %s (catchUp skip): run once now, then resume the cadence",
+			countText(missed), stamp(anchor))
+	}
+	return true
+}
+
+// countText writes a count of missed slots; a negative n means "more than
+// -n" (cron counting stops at a cap).
+func countText(n int64) string {
+	if n < 0 {
+		return "more than " + strconv.FormatInt(-n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (p *planner) cronBaseline(anchor time.Time) {
+	sched, loc, err := cronSchedule(p.spec.Schedule.Cron, p.spec.Schedule.Timezone)
+	if err != nil {
+		// Validation refuses such specs; a stored one means a bug or a
+		// hand-edited KV entry. Keep the task visible rather than spinning.
+		p.choosef(time.Time{}, SourceBaselineCron, "cannot evaluate cron %q: %v", p.spec.Schedule.Cron, err)
+		return
+	}
+	p.sched, p.loc = sched, loc
+	if p.spec.Adaptive != nil || p.spec.Activity != nil {
+		p.tr.str("adaptive cadence and activity modes apply to interval schedules only").end()
+	}
+	if !anchor.IsZero() && p.backfill() {
+		return
+	}
+	var next time.Time
+	switch {
+	case anchor.IsZero() || !anchor.Before(p.now):
+		next = sched.Next(maxTime(anchor, p.now), loc)
+	default:
+		first := sched.Next(anchor, loc)
+		if first.IsZero() {
+			// An anchor outside cron's range (a hand-edited state): start
+			// afresh from now.
+			next = sched.Next(p.now, loc)
+			break
+		}
+		if first.After(p.now) {
+			next = first
+			break
+		}
+		second := sched.Next(first, loc)
+		if second.IsZero() || second.After(p.now) {
+			p.tr.str("occurrence ").at(first).str(" already passed: next occurrence").end()
+			next = second
+			break
+		}
+		if p.catchUp(anchor, p.countMissed(second)) {
+			return
+		}
+		next = sched.Next(p.now, loc)
+	}
+	if next.IsZero() {
+		p.choose(time.Time{}, SourceBaselineCron).str("cron ").quote(p.spec.Schedule.Cron).str(" has no occurrence within 5 years").end()
+		return
+	}
+	if j := p.spec.Jitter; j > 0 {
+		if after := sched.Next(next, loc); !after.IsZero() {
+			u := jitterUnit(p.s.TaskID, p.s.Runs)
+			delay := scale(after.Sub(next), j*u).Truncate(time.Millisecond)
+			p.tr.linef("jitter: occurrence %s delayed by %s (%.1f%% of the gap to the next one, run %d)",
+				stamp(next), delay, 100*j*u, p.s.Runs)
+			next = next.Add(delay)
+		}
+	}
+	p.choose(next, SourceBaselineCron).str("next occurrence of ").quote(p.spec.Schedule.Cron).str(" in ").str(loc.String()).end()
+	p.cadence = true
+	p.quietCron(anchor)
+}
+
+// countMissed counts the cron occurrences in (anchor, now], given the
+// second one (at or before now). It stops counting past the catch-up cap
+// (100 for policies other than "all") and then returns -cap.
+func (p *planner) countMissed(second time.Time) int64 {
+	limit := int64(events.DefaultCatchUpMax)
+	if p.spec.CatchUp == events.CatchUpAll && p.spec.CatchUpMax > 0 {
+		limit = int64(p.spec.CatchUpMax)
+	}
+	n := int64(2)
+	for t := second; ; n++ {
+		t = p.sched.Next(t, p.loc)
+		if t.IsZero() || t.After(p.now) {
+			return n
+		}
+		if n >= limit {
+			return -limit
+		}
+	}
+}
+
+// oneShot lets a one-shot hint compete: the earliest candidate wins. With
+// an interval hint too, this takes the earlier of the two hints.
+func (p *planner) oneShot() {
+	h := p.s.OneShotHint
+	if h == nil {
+		return
+	}
+	at := h.At
+	if at.Before(p.now) {
+		at = p.now
+	}
+	if p.next.IsZero() || at.Before(p.next) {
+		p.choose(at, SourceHintOneShot).str("one-shot hint for ").at(h.At).str(" is earlier").end()
+		p.cadence = false
+	}
+}
+
+// breaker holds runs back until an open breaker's retryAt. It never brings
+// a run forward: a later candidate stays, and is the probe.
+func (p *planner) breaker() {
+	s := &p.s
+	until := s.BreakerOpenUntil
+	if until.IsZero() {
+		return
+	}
+	if !until.After(p.now) {
+		p.tr.str("breaker retry time ").at(until).str(" passed: the next run is the probe").end()
+		s.BreakerOpenUntil = time.Time{}
+		return
+	}
+	switch {
+	case p.next.IsZero():
+	case p.next.Before(until):
+		p.choose(until, SourceBreakerOpen).str("breaker open: the next run waits for retryAt ").at(until).end()
+		p.cadence = false
+	default:
+		p.tr.str("breaker open until ").at(until).str(": the next run is already later").end()
+	}
+}
+
+// deadLetter schedules a requeued task now, or a dead-lettered one at its
+// recheck time.
+func (p *planner) deadLetter() {
+	s := &p.s
+	if !s.RequeuedAt.IsZero() {
+		p.choose(p.now, SourceRequeue).str("requeued at ").at(s.RequeuedAt).str(": runs now").end()
+		p.cadence = false
+		return
+	}
+	dl := s.DeadLetter
+	if dl == nil {
+		return
+	}
+	if dl.RecheckAt.After(s.LastScheduledAt) {
+		p.choosef(dl.RecheckAt, SourceDeadLetterRecheck, "run %s dead-lettered (%s) at %s: recheck at %s",
+			orDash(dl.DispatchID), orDash(dl.Reason), stamp(dl.At), stamp(dl.RecheckAt))
+		p.cadence = false
+		return
+	}
+	p.tr.linef("dead-lettered at %s (%s); its recheck ran: the task stays marked until a run succeeds", stamp(dl.At), orDash(dl.Reason))
+}
+
+// clamp applies bounds.min and bounds.max to the gap after the last run.
+func (p *planner) clamp() {
+	b := p.spec.Bounds
+	ref := p.s.LastScheduledAt
+	if b == nil || ref.IsZero() || p.next.IsZero() {
+		return
+	}
+	gap := p.next.Sub(ref)
+	if b.Min != 0 && gap < b.Min.D() {
+		p.choose(ref.Add(b.Min.D()), SourceClampedMin).str("gap ").dur(gap).str(" raised to bounds.min ").dur(b.Min.D()).end()
+	} else if b.Max != 0 && gap > b.Max.D() {
+		p.choose(ref.Add(b.Max.D()), SourceClampedMax).str("gap ").dur(gap).str(" lowered to bounds.max ").dur(b.Max.D()).end()
+	}
+}
+
+// floor guarantees a decision is never in the past and comes at least
+// MinGap after the last slot (so it never repeats it).
+func (p *planner) floor() {
+	if p.next.IsZero() {
+		return
+	}
+	if p.next.Before(p.now) {
+		p.tr.str("candidate ").at(p.next).str(" is in the past: floored to now").end()
+		p.next = p.now.UTC()
+	}
+	if last := p.s.LastScheduledAt; !last.IsZero() && p.next.Before(last.Add(MinGap)) {
+		p.next = last.Add(MinGap).UTC()
+		p.tr.str("candidate is less than ").dur(MinGap).str(" after the last slot: moved to ").at(p.next).end()
+	}
+}
+
+// nudge keeps a run already planned when a hint would only delay it: a
+// hint moves the next run earlier at once, and later only from the next
+// run on.
+func (p *planner) nudge() {
+	if p.in != KindHinted || p.next.IsZero() {
+		return
+	}
+	prev := p.prevNext
+	if prev.IsZero() || !prev.Before(p.next) {
+		if p.next.Before(prev) {
+			p.tr.str("nudged: earlier than the run planned at ").at(prev).end()
+		}
+		return
+	}
+	if !p.admissible(prev) {
+		return
+	}
+	p.tr.str("nudge: the hint does not delay the run planned at ").at(prev).
+		str("; it applies from the next run").end()
+	p.next, p.source = prev.UTC(), p.prevSource
+}
+
+// admissible reports whether a run planned by an earlier decision still
+// satisfies the hard rules: planned by a schedule rule, not in the past, at least MinGap after the last
+// run, within the clamps and the budget's pacing, not held by the breaker,
+// and no dead-letter or requeue to serve instead.
+func (p *planner) admissible(t time.Time) bool {
+	s := &p.s
+	last := s.LastScheduledAt
+	switch {
+	case p.prevSource == "", p.prevSource == SourcePaused, p.prevSource == SourceDeleted:
+		return false // nothing planned by a rule still in force
+	case t.Before(p.now), s.DeadLetter != nil, !s.RequeuedAt.IsZero(), t.Before(s.BreakerOpenUntil):
+		return false
+	case last.IsZero():
+		return true
+	case t.Before(last.Add(MinGap)):
+		return false
+	}
+	gap := t.Sub(last)
+	if b := p.spec.Bounds; b != nil && ((b.Min > 0 && gap < b.Min.D()) || (b.Max > 0 && gap > b.Max.D())) {
+		return false
+	}
+	if b := p.spec.Budget; b != nil && b.MaxRunsPerDay > 0 && gap < budgetSpacing(b.MaxRunsPerDay) {
+		return false
+	}
+	return true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,966 @@
+package governor_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
+)
+
+func changeSpec() *events.TaskSpec {
+	return withAdaptive(intervalSpec(time.Minute), events.AdaptiveChange, 0, 0, 0)
+}
+
+func TestDecideAdaptiveChange(t *testing.T) {
+	slot := t0.Add(time.Minute)
+	now := slot.Add(2 * time.Second)
+	interval := func(want time.Duration) func(*testing.T, governor.Decision) {
+		return func(t *testing.T, d governor.Decision) {
+			t.Helper()
+			if d.State.AdaptiveInterval != want {
+				t.Errorf("AdaptiveInterval = %s, want %s", d.State.AdaptiveInterval, want)
+			}
+		}
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"first fingerprint is recorded, cadence held",
+			given{changeSpec(), ran(t0), now, outcomeFP("succeeded", slot, "a")},
+			want{
+				next: slot.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "first fingerprint recorded",
+				check: func(t *testing.T, d governor.Decision) {
+					if d.State.LastFingerprint != "a" || d.State.AdaptiveInterval != 0 {
+						t.Errorf("state %+v", d.State)
+					}
+				},
+			},
+		},
+		{
+			"a changed response tightens halfway to the floor (baseline/4)",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a")), now, outcomeFP("succeeded", slot, "b")},
+			want{
+				next: slot.Add(37500 * time.Millisecond), source: governor.SourceAdaptiveTighten, trail: "response changed: interval 1m0s → 37.5s (toward 15s",
+				check: func(t *testing.T, d governor.Decision) {
+					if d.State.AdaptiveInterval != 37500*time.Millisecond || d.State.LastFingerprint != "b" || !d.State.LastActivityAt.Equal(now) {
+						t.Errorf("state %+v", d.State)
+					}
+				},
+			},
+		},
+		{
+			"a failed run tightens too, and backoff still applies",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a")), now, outcome("failed", slot)},
+			want{next: slot.Add(75 * time.Second), source: governor.SourceBackoff, trail: "run failed: interval 1m0s → 37.5s", check: interval(37500 * time.Millisecond)},
+		},
+		{
+			"unchanged runs below unchangedRuns hold the cadence",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a"), adaptiveInterval(30*time.Second)), now, outcomeFP("succeeded", slot, "a")},
+			want{next: slot.Add(30 * time.Second), source: governor.SourceAdaptiveTighten, trail: "unchanged (1 of 3 runs): cadence held", check: func(t *testing.T, d governor.Decision) {
+				if d.State.UnchangedRuns != 1 || d.State.AdaptiveInterval != 30*time.Second {
+					t.Errorf("state %+v", d.State)
+				}
+			}},
+		},
+		{
+			"unchangedRuns unchanged runs relax halfway to the ceiling (baseline×4)",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a"), unchangedRuns(2)), now, outcomeFP("succeeded", slot, "a")},
+			want{next: slot.Add(150 * time.Second), source: governor.SourceAdaptiveRelax, trail: "unchanged 3 runs in a row: interval 1m0s → 2m30s (toward 4m0s", check: interval(150 * time.Second)},
+		},
+		{
+			"a change resets the unchanged count",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a"), unchangedRuns(7), adaptiveInterval(4*time.Minute)), now, outcomeFP("succeeded", slot, "b")},
+			want{next: slot.Add(2*time.Minute + 7500*time.Millisecond), source: governor.SourceAdaptiveRelax, check: func(t *testing.T, d governor.Decision) {
+				if d.State.UnchangedRuns != 0 || d.State.AdaptiveInterval != 2*time.Minute+7500*time.Millisecond {
+					t.Errorf("state %+v", d.State)
+				}
+			}},
+		},
+		{
+			"bounds set the range",
+			given{withBounds(changeSpec(), 40*time.Second, 2*time.Minute), stateWith(ran(t0), fingerprint("a")), now, outcomeFP("succeeded", slot, "b")},
+			want{next: slot.Add(50 * time.Second), source: governor.SourceAdaptiveTighten, check: interval(50 * time.Second)},
+		},
+		{
+			"bounds.max is the ceiling",
+			given{withBounds(changeSpec(), 0, 2*time.Minute), stateWith(ran(t0), fingerprint("a"), unchangedRuns(5)), now, outcomeFP("succeeded", slot, "a")},
+			want{next: slot.Add(90 * time.Second), source: governor.SourceAdaptiveRelax, check: interval(90 * time.Second)},
+		},
+		{
+			"smoothing 1 jumps to the target",
+			given{withAdaptive(intervalSpec(time.Minute), events.AdaptiveChange, 0, 1, 0), stateWith(ran(t0), fingerprint("a")), now, outcomeFP("succeeded", slot, "b")},
+			want{next: slot.Add(15 * time.Second), source: governor.SourceAdaptiveTighten, check: interval(15 * time.Second)},
+		},
+		{
+			"floor of a 2s baseline is 1s, not 500ms",
+			given{withAdaptive(intervalSpec(2*time.Second), events.AdaptiveChange, 0, 1, 0), stateWith(ran(t0), fingerprint("a")), t0.Add(2*time.Second + 100*time.Millisecond), outcomeFP("succeeded", t0.Add(2*time.Second), "b")},
+			want{next: t0.Add(3 * time.Second), source: governor.SourceAdaptiveTighten, check: interval(time.Second)},
+		},
+		{
+			"no fingerprint holds the cadence",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a"), adaptiveInterval(30*time.Second)), now, outcome("succeeded", slot)},
+			want{next: slot.Add(30 * time.Second), source: governor.SourceAdaptiveTighten, trail: "no fingerprint", check: interval(30 * time.Second)},
+		},
+		{
+			"a skipped run is no observation",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a"), adaptiveInterval(30*time.Second)), now, outcomeFP("skipped", slot, "b")},
+			want{next: slot.Add(30 * time.Second), source: governor.SourceAdaptiveTighten, check: interval(30 * time.Second)},
+		},
+		{
+			"re-deciding does not move the average",
+			given{changeSpec(), stateWith(ran(t0), adaptiveInterval(30*time.Second)), t0.Add(time.Second), updated},
+			want{next: t0.Add(30 * time.Second), source: governor.SourceAdaptiveTighten, trail: "interval 30s instead of the baseline 1m0s", check: interval(30 * time.Second)},
+		},
+		{
+			"a stored interval outside new bounds is clamped into them",
+			given{withBounds(changeSpec(), 45*time.Second, 0), stateWith(ran(t0), adaptiveInterval(20*time.Second)), t0.Add(time.Second), updated},
+			want{next: t0.Add(45 * time.Second), source: governor.SourceAdaptiveTighten},
+		},
+		{
+			"an interval hint replaces the adaptive interval",
+			given{changeSpec(), stateWith(ran(t0), adaptiveInterval(30*time.Second)), t0.Add(time.Second), hinted(governor.Hint{Interval: 5 * time.Minute})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceHintInterval, trail: "replaces the adaptive cadence"},
+		},
+		{
+			"cron schedules are not adapted",
+			given{withAdaptive(cronSpec("@hourly", ""), events.AdaptiveChange, 0, 0, 0), stateWith(ran(t0), fingerprint("a")), t0.Add(time.Second), outcomeFP("succeeded", t0, "b")},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron, trail: "apply to interval schedules only", check: interval(0)},
+		},
+	})
+}
+
+func TestDecideAdaptiveStaleness(t *testing.T) {
+	spec := func() *events.TaskSpec {
+		return withAdaptive(intervalSpec(time.Minute), events.AdaptiveStaleness, 0, 0, 0)
+	}
+	slot := t0.Add(time.Minute)
+	now := slot.Add(2 * time.Second)
+	fresh := stateWith(ran(t0), func(s *governor.State) { s.LastSuccessAt = t0 })
+	stale := func(age time.Duration) governor.State {
+		return stateWith(ran(t0), func(s *governor.State) { s.LastSuccessAt = now.Add(-age) })
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"a fresh success keeps the baseline",
+			given{spec(), fresh, now, outcome("succeeded", slot)},
+			want{next: slot.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if d.State.AdaptiveInterval != time.Minute {
+					t.Errorf("AdaptiveInterval = %s", d.State.AdaptiveInterval)
+				}
+			}},
+		},
+		{
+			"halfway between one interval and the target: target interval halfway to the floor",
+			given{spec(), stale(2 * time.Minute), now, outcome("failed", slot)},
+			// staleness (2m-1m)/(3m-1m) = 0.5: target 60s - 45s×0.5 = 37.5s;
+			// EMA 0.5 from 60s: 48.75s; one failure doubles it.
+			want{next: slot.Add(97500 * time.Millisecond), source: governor.SourceBackoff, trail: "last success 2m0s ago, target 3m0s: interval 1m0s → 48.75s (toward 37.5s", check: func(t *testing.T, d governor.Decision) {
+				if d.State.AdaptiveInterval != 48750*time.Millisecond {
+					t.Errorf("AdaptiveInterval = %s", d.State.AdaptiveInterval)
+				}
+			}},
+		},
+		{
+			"at the target: toward the floor",
+			given{withAdaptive(intervalSpec(time.Minute), events.AdaptiveStaleness, 0, 1, 10*time.Minute), stale(10 * time.Minute), now, outcome("skipped", slot)},
+			// a skip is no observation: the stored average applies.
+			want{next: slot.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"custom target",
+			given{withAdaptive(intervalSpec(time.Minute), events.AdaptiveStaleness, 0, 1, 10*time.Minute), stale(10 * time.Minute), now, outcome("failed", slot)},
+			want{next: slot.Add(30 * time.Second), source: governor.SourceBackoff, trail: "toward 15s"},
+		},
+		{
+			"after a success the interval relaxes back toward the baseline",
+			given{spec(), stateWith(fresh, adaptiveInterval(30*time.Second)), now, outcome("succeeded", slot)},
+			want{next: slot.Add(45 * time.Second), source: governor.SourceAdaptiveTighten, trail: "interval 30s → 45s (toward 1m0s"},
+		},
+		{
+			"a task that never succeeded is measured from its creation",
+			given{spec(), stateWith(ran(t0), func(s *governor.State) { s.CreatedAt = now.Add(-3 * time.Minute) }), now, outcome("failed", slot)},
+			want{next: slot.Add(75 * time.Second), source: governor.SourceBackoff, trail: "toward 15s"},
+		},
+	})
+}
+
+func TestDecideActivity(t *testing.T) {
+	spec := func() *events.TaskSpec { return withActivity(intervalSpec(time.Minute)) }
+	now := t0.Add(time.Second)
+	runDecideCases(t, []decideCase{
+		{
+			"active: baseline",
+			given{spec(), stateWith(ran(t0), lastActivity(now.Add(-30*time.Minute))), now, updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"idle after 1h: ×2",
+			given{spec(), stateWith(ran(t0), lastActivity(now.Add(-2*time.Hour))), now, updated},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceActivityIdle, trail: "no activity for 2h0m0s"},
+		},
+		{
+			"dormant after 24h: ×6",
+			given{spec(), stateWith(ran(t0), lastActivity(now.Add(-25*time.Hour))), now, updated},
+			want{next: t0.Add(6 * time.Minute), source: governor.SourceActivityDormant, trail: "interval ×6 = 6m0s"},
+		},
+		{
+			"custom thresholds and multipliers",
+			given{func() *events.TaskSpec {
+				s := intervalSpec(time.Minute)
+				s.Activity = &events.Activity{IdleAfter: events.Duration(time.Minute), DormantAfter: events.Duration(time.Hour), IdleMultiplier: 1.5, DormantMultiplier: 10}
+				return mustValid(t, s)
+			}(), stateWith(ran(t0), lastActivity(now.Add(-5*time.Minute))), now, updated},
+			want{next: t0.Add(90 * time.Second), source: governor.SourceActivityIdle},
+		},
+		{
+			"no activity yet: measured from creation",
+			given{spec(), stateWith(ran(t0), func(s *governor.State) { s.CreatedAt = now.Add(-3 * time.Hour) }), now, updated},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceActivityIdle},
+		},
+		{
+			"a hint is activity",
+			given{spec(), stateWith(ran(t0), lastActivity(now.Add(-25*time.Hour))), now, hinted(governor.Hint{At: t0.Add(time.Hour), TTL: 2 * time.Hour})},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if !d.State.LastActivityAt.Equal(now) {
+					t.Errorf("LastActivityAt = %s", fmtT(d.State.LastActivityAt))
+				}
+			}},
+		},
+		{
+			"a changed response is activity",
+			given{spec(), stateWith(ran(t0.Add(-time.Minute)), lastActivity(now.Add(-25*time.Hour)), fingerprint("a")), now, outcomeFP("succeeded", t0, "b")},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"an unchanged response is not",
+			given{spec(), stateWith(ran(t0.Add(-time.Minute)), lastActivity(now.Add(-25*time.Hour)), fingerprint("a")), now, outcomeFP("succeeded", t0, "a")},
+			want{next: t0.Add(6 * time.Minute), source: governor.SourceActivityDormant},
+		},
+		{
+			"activity stretches the adaptive interval",
+			given{withAdaptive(spec(), events.AdaptiveChange, 0, 0, 0), stateWith(ran(t0), lastActivity(now.Add(-2*time.Hour)), adaptiveInterval(30*time.Second)), now, updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceActivityIdle},
+		},
+		{
+			"accepted: created and active now",
+			given{spec(), governor.State{}, now, accepted},
+			want{next: now, source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if !d.State.CreatedAt.Equal(now) || !d.State.LastActivityAt.Equal(now) {
+					t.Errorf("state %+v", d.State)
+				}
+			}},
+		},
+	})
+}
+
+func TestDecideCreatedAt(t *testing.T) {
+	d := governor.Decide(t0, intervalSpec(time.Minute), governor.State{}, accepted)
+	if !d.State.CreatedAt.Equal(t0) {
+		t.Fatalf("CreatedAt = %s, want %s", fmtT(d.State.CreatedAt), fmtT(t0))
+	}
+	for _, in := range []governor.Input{updated, outcome("succeeded", t0), hinted(governor.Hint{Interval: time.Minute}), {Kind: governor.KindResumed}} {
+		if d2 := governor.Decide(t0.Add(time.Hour), intervalSpec(time.Minute), d.State, in); !d2.State.CreatedAt.Equal(t0) {
+			t.Errorf("%s changed CreatedAt to %s", in.Kind, fmtT(d2.State.CreatedAt))
+		}
+	}
+}
+
+// Quiet hours use January dates, when Europe/London is on UTC.
+func TestDecideQuietHours(t *testing.T) {
+	day := func(h, m, s int) time.Time { return time.Date(2026, 1, 15, h, m, s, 0, time.UTC) }
+	night := func(every, quiet time.Duration) *events.TaskSpec {
+		return withQuiet(intervalSpec(every), "00:00", "07:00", "Europe/London", quiet)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"before the window",
+			given{night(time.Minute, 30*time.Minute), ran(day(23, 58, 0)), day(23, 58, 2), updated},
+			want{next: day(23, 59, 0), source: governor.SourceBaselineInterval},
+		},
+		{
+			"a slot in the window takes the quiet interval",
+			given{night(time.Minute, 30*time.Minute), ran(day(23, 59, 30)), day(23, 59, 32), updated},
+			want{next: day(24, 29, 30), source: governor.SourceQuietHours, trail: "quiet hours 00:00-07:00 Europe/London: interval 30m0s"},
+		},
+		{
+			"never held past the end of the window",
+			given{night(time.Minute, 30*time.Minute), ran(day(6, 50, 0)), day(6, 50, 2), updated},
+			want{next: day(7, 0, 0), source: governor.SourceQuietHours, trail: "runs when it ends"},
+		},
+		{
+			"the end is exclusive",
+			given{night(time.Minute, 30*time.Minute), ran(day(6, 59, 0)), day(6, 59, 2), updated},
+			want{next: day(7, 0, 0), source: governor.SourceBaselineInterval},
+		},
+		{
+			"a shorter quiet interval starts when the window opens",
+			given{night(time.Hour, 5*time.Minute), ran(day(23, 30, 0)), day(23, 30, 2), updated},
+			want{next: day(24, 0, 0), source: governor.SourceQuietHours},
+		},
+		{
+			"inside the window, a shorter quiet interval applies",
+			given{night(time.Hour, 5*time.Minute), ran(day(3, 0, 0)), day(3, 0, 2), updated},
+			want{next: day(3, 5, 0), source: governor.SourceQuietHours},
+		},
+		{
+			"backoff multiplies the quiet interval",
+			given{night(time.Minute, 30*time.Minute), stateWith(ran(day(0, 10, 0)), failures(1)), day(0, 10, 2), updated},
+			want{next: day(1, 10, 0), source: governor.SourceQuietHours},
+		},
+		{
+			"a window wrapping midnight",
+			given{withQuiet(intervalSpec(time.Minute), "22:00", "06:00", "UTC", 30*time.Minute), ran(day(21, 59, 30)), day(21, 59, 32), updated},
+			want{next: day(22, 29, 30), source: governor.SourceQuietHours},
+		},
+		{
+			"... still quiet after midnight",
+			given{withQuiet(intervalSpec(time.Minute), "22:00", "06:00", "UTC", 30*time.Minute), ran(day(5, 0, 0)), day(5, 0, 2), updated},
+			want{next: day(5, 30, 0), source: governor.SourceQuietHours},
+		},
+		{
+			"... and not at noon",
+			given{withQuiet(intervalSpec(time.Minute), "22:00", "06:00", "UTC", 30*time.Minute), ran(day(12, 0, 0)), day(12, 0, 2), updated},
+			want{next: day(12, 1, 0), source: governor.SourceBaselineInterval},
+		},
+		{
+			"start == end is an empty window",
+			given{withQuiet(intervalSpec(time.Minute), "03:00", "03:00", "UTC", 30*time.Minute), ran(day(3, 0, 0)), day(3, 0, 2), updated},
+			want{next: day(3, 1, 0), source: governor.SourceBaselineInterval},
+		},
+		{
+			"a cron task's occurrences are thinned",
+			given{withQuiet(cronSpec("*/5 * * * *", "UTC"), "00:00", "07:00", "UTC", 30*time.Minute), ran(day(1, 0, 0)), day(1, 0, 2), updated},
+			want{next: day(1, 30, 0), source: governor.SourceQuietHours, trail: "occurrences less than 30m0s after the last run are skipped"},
+		},
+		{
+			"... up to the end of the window",
+			given{withQuiet(cronSpec("*/5 * * * *", "UTC"), "00:00", "07:00", "UTC", 30*time.Minute), ran(day(6, 50, 0)), day(6, 50, 2), updated},
+			want{next: day(7, 0, 0), source: governor.SourceQuietHours},
+		},
+		{
+			"... and never gain runs",
+			given{withQuiet(cronSpec("0 */2 * * *", "UTC"), "00:00", "07:00", "UTC", 30*time.Minute), ran(day(2, 0, 0)), day(2, 0, 2), updated},
+			want{next: day(4, 0, 0), source: governor.SourceBaselineCron},
+		},
+		{
+			"a one-shot in quiet hours waits for the quiet interval",
+			given{withQuiet(intervalSpec(time.Hour), "00:00", "07:00", "UTC", 30*time.Minute), ran(day(1, 0, 0)), day(1, 0, 2), hinted(governor.Hint{At: day(1, 10, 0)})},
+			want{next: day(1, 30, 0), source: governor.SourceQuietHours, trail: "at most one run per 30m0s"},
+		},
+		{
+			"spring forward: 01:00-03:00 Berlin lasts one real hour",
+			given{
+				withQuiet(intervalSpec(time.Minute), "01:00", "03:00", "Europe/Berlin", 2*time.Hour),
+				ran(time.Date(2026, 3, 29, 0, 30, 0, 0, time.UTC)), time.Date(2026, 3, 29, 0, 30, 2, 0, time.UTC), updated,
+			},
+			want{next: time.Date(2026, 3, 29, 3, 0, 0, 0, berlin), source: governor.SourceQuietHours, check: func(t *testing.T, d governor.Decision) {
+				if !d.NextRunAt.Equal(time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)) {
+					t.Errorf("window end %s, want 01:00Z", fmtT(d.NextRunAt))
+				}
+			}},
+		},
+		{
+			"spring forward: a window inside the gap is empty",
+			given{
+				withQuiet(intervalSpec(time.Minute), "02:00", "02:45", "Europe/Berlin", 2*time.Hour),
+				ran(time.Date(2026, 3, 29, 0, 59, 30, 0, time.UTC)), time.Date(2026, 3, 29, 0, 59, 32, 0, time.UTC), updated,
+			},
+			want{next: time.Date(2026, 3, 29, 1, 0, 30, 0, time.UTC), source: governor.SourceBaselineInterval},
+		},
+		{
+			"fall back: the window closes at the first 02:30",
+			given{
+				withQuiet(intervalSpec(time.Minute), "01:00", "02:30", "Europe/Berlin", 2*time.Hour),
+				ran(time.Date(2026, 10, 25, 0, 20, 0, 0, time.UTC)), time.Date(2026, 10, 25, 0, 20, 2, 0, time.UTC), updated,
+			},
+			want{next: time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC), source: governor.SourceQuietHours},
+		},
+		{
+			"fall back: the repeated 02:00-02:30 is not quiet again",
+			given{
+				withQuiet(intervalSpec(time.Minute), "01:00", "02:30", "Europe/Berlin", 2*time.Hour),
+				ran(time.Date(2026, 10, 25, 1, 10, 0, 0, time.UTC)), time.Date(2026, 10, 25, 1, 10, 2, 0, time.UTC), updated,
+			},
+			want{next: time.Date(2026, 10, 25, 1, 11, 0, 0, time.UTC), source: governor.SourceBaselineInterval},
+		},
+	})
+}
+
+func TestDecideBudget(t *testing.T) {
+	runDecideCases(t, []decideCase{
+		{
+			"pacing stretches the interval: 3600 runs a day are 24s apart",
+			given{withBudget(intervalSpec(time.Second), 3600), ran(t0), t0.Add(500 * time.Millisecond), updated},
+			want{next: t0.Add(24 * time.Second), source: governor.SourceBudget, trail: "budget of 3600 runs a day: runs at least 24s apart"},
+		},
+		{
+			"a longer interval is left alone",
+			given{withBudget(intervalSpec(time.Minute), 3600), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"an uneven budget rounds the spacing up",
+			given{withBudget(intervalSpec(time.Second), 7), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(24 * time.Hour / 7).Add(1), source: governor.SourceBudget},
+		},
+		{
+			"the first run is not paced",
+			given{withBudget(intervalSpec(time.Second), 1), governor.State{}, t0, accepted},
+			want{next: t0, source: governor.SourceBaselineInterval},
+		},
+		{
+			"used up: waits for the hour at which the window frees a run",
+			given{withBudget(intervalSpec(3*time.Hour), 10), func() governor.State {
+				s := ran(t0.Add(-30 * time.Minute))
+				h := t0.Unix() / 3600 // 10:00
+				s.Budget.Hour = h
+				s.Budget.Counts[(h-20)%24] = 4 // 14:00 yesterday
+				s.Budget.Counts[(h-2)%24] = 6  // 08:00 today
+				return s
+			}(), t0.Add(30 * time.Minute), updated},
+			// 10 runs counted; the 4 of 14:00 yesterday leave the window at 14:00.
+			want{next: t0.Add(4 * time.Hour), source: governor.SourceBudget, trail: "budget used up: 10 runs in the last 24 hours (limit 10): waits until 2026-03-02T14:00:00.000Z"},
+		},
+		{
+			"a cron task skips to the first occurrence far enough out",
+			given{withBudget(cronSpec("* * * * *", ""), 360), ran(t0), t0.Add(time.Second), updated},
+			want{next: t0.Add(4 * time.Minute), source: governor.SourceBudget},
+		},
+		{
+			"a cron task skips to the first occurrence after the budget frees",
+			given{withBudget(withCatchUp(cronSpec("7 * * * *", ""), events.CatchUpNone, 0), 1), func() governor.State {
+				s := ran(t0.Add(-23 * time.Hour))
+				s.Budget.Hour = t0.Unix() / 3600
+				s.Budget.Counts[(t0.Unix()/3600-23)%24] = 1
+				return s
+			}(), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Hour + 7*time.Minute), source: governor.SourceBudget},
+		},
+	})
+}
+
+// The ledger counts what ran, in the hour of its slot, and forgets what is
+// more than a day old; the budget then holds over any 24 hours.
+func TestBudgetLedgerAndRollingDay(t *testing.T) {
+	spec := withBudget(intervalSpec(time.Minute), 100)
+	st := ran(t0)
+	for i, in := range []governor.Input{
+		outcome("succeeded", t0.Add(time.Minute)),
+		outcome("failed", t0.Add(2*time.Minute)),
+		outcome("skipped", t0.Add(3*time.Minute)),
+		outcome("succeeded", t0.Add(time.Hour)),
+		outcome("succeeded", t0.Add(-30*time.Hour)), // older than the ledger: ignored
+	} {
+		st = governor.Decide(t0.Add(time.Duration(i)*time.Second), spec, st, in).State
+	}
+	h := t0.Unix() / 3600
+	if st.Budget.Hour != h+1 || st.Budget.Counts[h%24] != 2 || st.Budget.Counts[(h+1)%24] != 1 {
+		t.Fatalf("ledger %+v", st.Budget)
+	}
+	if d := governor.Decide(t0, intervalSpec(time.Minute), st, updated); d.State.Budget != (governor.RunLedger{}) {
+		t.Errorf("ledger kept after the budget was removed: %+v", d.State.Budget)
+	}
+
+	// Hints asking for a run every second cannot break a budget of 100/day.
+	spec = withBudget(intervalSpec(time.Second), 100)
+	d := governor.Decide(t0, spec, governor.State{}, accepted)
+	var slots []time.Time
+	for len(slots) < 400 {
+		slot := d.NextRunAt
+		slots = append(slots, slot)
+		d = governor.Decide(slot.Add(time.Second), spec, d.State, outcome("succeeded", slot))
+		d = governor.Decide(slot.Add(2*time.Second), spec, d.State, hinted(governor.Hint{At: slot.Add(2 * time.Second)}))
+	}
+	for i := range slots {
+		n := 0
+		for j := i; j < len(slots) && slots[j].Before(slots[i].Add(24*time.Hour)); j++ {
+			n++
+		}
+		if n > 100 {
+			t.Fatalf("%d runs in the 24h from %s", n, fmtT(slots[i]))
+		}
+	}
+}
+
+func TestDecideBreaker(t *testing.T) {
+	runDecideCases(t, []decideCase{
+		{
+			"open: the next run waits for retryAt",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(2 * time.Second), breakerInput("open", t0.Add(5*time.Minute))},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceBreakerOpen, trail: "waits for retryAt 2026-03-02T10:05:00.000Z", check: func(t *testing.T, d governor.Decision) {
+				if !d.State.BreakerOpenUntil.Equal(t0.Add(5 * time.Minute)) {
+					t.Errorf("BreakerOpenUntil = %s", fmtT(d.State.BreakerOpenUntil))
+				}
+			}},
+		},
+		{
+			"open: a later candidate is kept (and is the probe)",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(2 * time.Second), breakerInput("open", t0.Add(30*time.Second))},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "already later"},
+		},
+		{
+			"the hold outlives other inputs",
+			given{intervalSpec(time.Minute), stateWith(ran(t0.Add(-time.Minute)), breakerOpenUntil(t0.Add(5*time.Minute))), t0.Add(2 * time.Second), outcome("failed", t0)},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceBreakerOpen},
+		},
+		{
+			"closed clears it",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), breakerOpenUntil(t0.Add(5*time.Minute))), t0.Add(2 * time.Second), breakerInput("closed", time.Time{})},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "breaker closed", check: func(t *testing.T, d governor.Decision) {
+				if !d.State.BreakerOpenUntil.IsZero() {
+					t.Error("hold kept")
+				}
+			}},
+		},
+		{
+			"half-open clears it: the next run is the probe",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), breakerOpenUntil(t0.Add(5*time.Minute))), t0.Add(2 * time.Second), breakerInput("half-open", time.Time{})},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"a retryAt that passed is cleared",
+			given{intervalSpec(time.Minute), stateWith(ran(t0.Add(4*time.Minute+30*time.Second)), breakerOpenUntil(t0.Add(5*time.Minute))), t0.Add(5 * time.Minute), updated},
+			want{next: t0.Add(5*time.Minute + 30*time.Second), source: governor.SourceBaselineInterval, trail: "passed: the next run is the probe", check: func(t *testing.T, d governor.Decision) {
+				if !d.State.BreakerOpenUntil.IsZero() {
+					t.Error("hold kept")
+				}
+			}},
+		},
+		{
+			"open without retryAt: the open delay",
+			given{intervalSpec(time.Second), ran(t0), t0.Add(500 * time.Millisecond), breakerInput("open", time.Time{})},
+			want{next: t0.Add(5500 * time.Millisecond), source: governor.SourceBreakerOpen, trail: "assuming 5s"},
+		},
+		{
+			"cron waits too",
+			given{cronSpec("*/10 * * * * *", ""), ran(t0), t0.Add(time.Second), breakerInput("open", t0.Add(25*time.Second))},
+			want{next: t0.Add(25 * time.Second), source: governor.SourceBreakerOpen},
+		},
+		{
+			"unknown state: ignored",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), breakerOpenUntil(t0.Add(5*time.Minute))), t0.Add(2 * time.Second), breakerInput("sideways", time.Time{})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceBreakerOpen, trail: "unknown breaker state"},
+		},
+	})
+	if d := governor.Decide(t0, intervalSpec(time.Minute), ran(t0), governor.Input{Kind: governor.KindBreaker}); !d.Ignored {
+		t.Error("breaker input without a signal not ignored")
+	}
+}
+
+func TestDecideDeadLetter(t *testing.T) {
+	at := t0.Add(10 * time.Second)
+	runDecideCases(t, []decideCase{
+		{
+			"rechecked after 30m by default",
+			given{intervalSpec(time.Minute), ran(t0), at, deadLetterInput("t:1", at)},
+			want{
+				next: at.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck, trail: "run t:1 dead-lettered (permanent) at 2026-03-02T10:00:10.000Z: recheck at 2026-03-02T10:30:10.000Z",
+				check: func(t *testing.T, d governor.Decision) {
+					dl := d.State.DeadLetter
+					if dl == nil || dl.DispatchID != "t:1" || dl.Reason != "permanent" || !dl.At.Equal(at) || !dl.RecheckAt.Equal(at.Add(30*time.Minute)) {
+						t.Errorf("DeadLetter = %+v", dl)
+					}
+				},
+			},
+		},
+		{
+			"deadLetter.recheckAfter",
+			given{withRecheck(intervalSpec(time.Minute), 5*time.Minute), ran(t0), at, deadLetterInput("t:1", at)},
+			want{next: at.Add(5 * time.Minute), source: governor.SourceDeadLetterRecheck},
+		},
+		{
+			"an entry without a time counts from now",
+			given{intervalSpec(time.Minute), ran(t0), at, deadLetterInput("t:1", time.Time{})},
+			want{next: at.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},
+		},
+		{
+			"the recheck replaces a later cadence",
+			given{intervalSpec(24 * time.Hour), ran(t0), at, deadLetterInput("t:1", at)},
+			want{next: at.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},
+		},
+		{
+			"held across the dead-lettered run's outcome",
+			given{intervalSpec(time.Minute), stateWith(ran(t0.Add(-time.Minute)), deadLettered(at, at.Add(30*time.Minute))), at, outcome("failed", t0)},
+			want{next: at.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},
+		},
+		{
+			"a success clears it",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), deadLettered(at, at.Add(30*time.Minute))), at.Add(30*time.Minute + 2*time.Second), outcome("succeeded", at.Add(30*time.Minute))},
+			want{next: at.Add(31 * time.Minute), source: governor.SourceBaselineInterval, trail: "dead-letter of 2026-03-02T10:00:10.000Z cleared", check: func(t *testing.T, d governor.Decision) {
+				if d.State.DeadLetter != nil {
+					t.Error("dead-letter kept")
+				}
+			}},
+		},
+		{
+			"a failed recheck keeps the mark but not the hold",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), deadLettered(at, at.Add(30*time.Minute)), failures(5)), at.Add(30*time.Minute + 2*time.Second), outcome("failed", at.Add(30*time.Minute))},
+			want{next: at.Add(62 * time.Minute), source: governor.SourceBackoff, trail: "its recheck ran", check: func(t *testing.T, d governor.Decision) {
+				if d.State.DeadLetter == nil {
+					t.Error("dead-letter dropped")
+				}
+			}},
+		},
+		{
+			"cron tasks are rechecked too",
+			given{cronSpec("@daily", ""), ran(t0), at, deadLetterInput("t:1", at)},
+			want{next: at.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},
+		},
+	})
+	for name, tc := range map[string]struct {
+		st governor.State
+		in governor.Input
+	}{
+		"redelivered entry":         {stateWith(ran(t0), deadLettered(at, at.Add(time.Hour))), deadLetterInput("t:dead", at)},
+		"entry older than requeue":  {stateWith(ran(t0), func(s *governor.State) { s.RequeuedAt = at.Add(time.Second) }), deadLetterInput("t:1", at)},
+		"entry older than success":  {stateWith(ran(t0), func(s *governor.State) { s.LastSuccessAt = at.Add(time.Second) }), deadLetterInput("t:1", at)},
+		"dead-letter without entry": {ran(t0), governor.Input{Kind: governor.KindDeadLettered}},
+	} {
+		if d := governor.Decide(at.Add(time.Minute), intervalSpec(time.Minute), tc.st, tc.in); !d.Ignored {
+			t.Errorf("%s: not ignored: %s %s", name, d.Source, d.Trail)
+		}
+	}
+}
+
+func TestDecideRequeue(t *testing.T) {
+	at := t0.Add(10 * time.Second)
+	runDecideCases(t, []decideCase{
+		{
+			"runs now, clears the dead-letter and the failures",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), deadLettered(at, at.Add(30*time.Minute)), failures(5)), t0.Add(time.Hour), requeued},
+			want{next: t0.Add(time.Hour), source: governor.SourceRequeue, trail: "requeued: dead-letter cleared, failures reset", check: func(t *testing.T, d governor.Decision) {
+				s := d.State
+				if s.DeadLetter != nil || s.Failures != 0 || !s.RequeuedAt.Equal(t0.Add(time.Hour)) {
+					t.Errorf("state %+v", s)
+				}
+			}},
+		},
+		{
+			"at least 1s after the last run",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(300 * time.Millisecond), requeued},
+			want{next: t0.Add(time.Second), source: governor.SourceRequeue, trail: "less than 1s after the last slot"},
+		},
+		{
+			"pending until a run at or after it completes",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), func(s *governor.State) { s.RequeuedAt = t0.Add(time.Minute) }), t0.Add(90 * time.Second), hinted(governor.Hint{Interval: 2 * time.Hour})},
+			want{next: t0.Add(90 * time.Second), source: governor.SourceRequeue},
+		},
+		{
+			"consumed by its run",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), func(s *governor.State) { s.RequeuedAt = t0.Add(time.Minute) }), t0.Add(time.Minute + 2*time.Second), outcome("failed", t0.Add(time.Minute))},
+			want{next: t0.Add(time.Minute + 2*time.Hour), source: governor.SourceBackoff, check: func(t *testing.T, d governor.Decision) {
+				if !d.State.RequeuedAt.IsZero() {
+					t.Error("requeue kept")
+				}
+			}},
+		},
+		{
+			"a new dead-letter supersedes it",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), func(s *governor.State) { s.RequeuedAt = t0.Add(time.Minute) }), t0.Add(2 * time.Minute), deadLetterInput("t:2", t0.Add(2*time.Minute))},
+			want{next: t0.Add(32 * time.Minute), source: governor.SourceDeadLetterRecheck, check: func(t *testing.T, d governor.Decision) {
+				if !d.State.RequeuedAt.IsZero() {
+					t.Error("requeue kept")
+				}
+			}},
+		},
+	})
+}
+
+func TestDecideJitter(t *testing.T) {
+	spec := withJitter(intervalSpec(time.Minute), 0.1)
+	seen := map[time.Duration]bool{}
+	var sum time.Duration
+	const n = 2000
+	for run := range uint64(n) {
+		st := ran(t0)
+		st.Runs = run
+		d := governor.Decide(t0.Add(time.Second), spec, st, updated)
+		if again := governor.Decide(t0.Add(time.Second), spec, st, updated); !again.NextRunAt.Equal(d.NextRunAt) {
+			t.Fatal("jitter is not deterministic")
+		}
+		gap := d.NextRunAt.Sub(t0)
+		if gap < 54*time.Second || gap >= 66*time.Second {
+			t.Fatalf("run %d: gap %s outside [54s, 66s)", run, gap)
+		}
+		if gap%time.Millisecond != 0 {
+			t.Fatalf("gap %s is not whole milliseconds", gap)
+		}
+		seen[gap] = true
+		sum += gap
+	}
+	if len(seen) < n/2 {
+		t.Errorf("only %d distinct gaps in %d runs", len(seen), n)
+	}
+	if mean := sum / n; mean < 59*time.Second || mean > 61*time.Second {
+		t.Errorf("mean gap %s, want about 1m", mean)
+	}
+	// Another task draws differently.
+	other := withJitter(intervalSpec(time.Minute), 0.1)
+	other.ID = "u"
+	same := 0
+	for run := range uint64(100) {
+		a, b := ran(t0), ran(t0)
+		a.Runs, b.Runs = run, run
+		b.TaskID = "u"
+		if governor.Decide(t0, spec, a, updated).NextRunAt.Equal(governor.Decide(t0, other, b, updated).NextRunAt) {
+			same++
+		}
+	}
+	if same > 5 {
+		t.Errorf("two tasks drew the same jitter %d times in 100", same)
+	}
+
+	runDecideCases(t, []decideCase{
+		{
+			"the trail shows it",
+			given{spec, ran(t0), t0.Add(time.Second), updated},
+			want{source: governor.SourceBaselineInterval, trail: "jitter", next: governor.Decide(t0.Add(time.Second), spec, ran(t0), updated).NextRunAt},
+		},
+		{
+			"not on the first run",
+			given{spec, governor.State{}, t0, accepted},
+			want{next: t0, source: governor.SourceBaselineInterval},
+		},
+		{
+			"not on a one-shot",
+			given{spec, ran(t0), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(10 * time.Second)})},
+			want{next: t0.Add(10 * time.Second), source: governor.SourceHintOneShot},
+		},
+		{
+			"applied before the clamps",
+			given{withBounds(withJitter(intervalSpec(time.Minute), 0.5), 0, time.Minute), stateWith(ran(t0), func(s *governor.State) { s.Runs = 3 }), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceClampedMax},
+		},
+	})
+	// Cron: delayed by up to 10 % of the gap to the next occurrence.
+	cspec := withJitter(cronSpec("0 * * * *", ""), 0.1)
+	for run := range uint64(200) {
+		st := ran(t0)
+		st.Runs = run
+		d := governor.Decide(t0.Add(time.Second), cspec, st, updated)
+		if delay := d.NextRunAt.Sub(t0.Add(time.Hour)); delay < 0 || delay >= 6*time.Minute {
+			t.Fatalf("cron jitter %s outside [0, 6m)", delay)
+		}
+	}
+}
+
+func TestDecideCatchUp(t *testing.T) {
+	all := func(limit int) *events.TaskSpec {
+		return withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, limit)
+	}
+	down := t0.Add(5*time.Minute + 30*time.Second) // slots t0+1m … t0+5m missed
+	runDecideCases(t, []decideCase{
+		{
+			"all: backfill every missed slot, one now",
+			given{all(0), ran(t0), down, updated},
+			want{
+				next: down, source: governor.SourceCatchUp, trail: "5 slots missed since 2026-03-02T10:00:00.000Z (catchUp all, at most 100): backfilling 5, one now",
+				check: func(t *testing.T, d governor.Decision) {
+					if d.State.CatchUpPending != 5 {
+						t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+					}
+				},
+			},
+		},
+		{
+			"all: capped by catchUpMax",
+			given{all(3), ran(t0), down, updated},
+			want{next: down, source: governor.SourceCatchUp, trail: "backfilling 3", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 3 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"all: the next backfill run follows a success",
+			given{all(0), stateWith(ran(down), pending(3)), down.Add(200 * time.Millisecond), outcome("succeeded", down.Add(100*time.Millisecond))},
+			want{next: down.Add(1100 * time.Millisecond), source: governor.SourceCatchUp, trail: "2 still to run", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 2 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"all: the last one resumes the cadence",
+			given{all(0), stateWith(ran(down), pending(1)), down.Add(3 * time.Second), outcome("succeeded", down.Add(2*time.Second))},
+			want{next: down.Add(62 * time.Second), source: governor.SourceBaselineInterval},
+		},
+		{
+			"all: a failure holds the backlog behind backoff",
+			given{all(0), stateWith(ran(down), pending(3)), down.Add(3 * time.Second), outcome("failed", down.Add(2*time.Second))},
+			want{next: down.Add(122 * time.Second), source: governor.SourceBackoff, trail: "3 backfill runs wait for a successful run", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 3 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"a policy change drops the backlog",
+			given{intervalSpec(time.Minute), stateWith(ran(down), pending(3)), down.Add(time.Second), updated},
+			want{next: down.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 0 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"a failing task keeps its backoff grid",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), failures(1)), t0.Add(7 * time.Minute), updated},
+			want{next: t0.Add(8 * time.Minute), source: governor.SourceBackoff, trail: "while failing: not caught up"},
+		},
+		{
+			"slots in a pause are not caught up",
+			given{all(0), stateWith(ran(t0), pausedUntil(t0.Add(time.Hour))), t0.Add(time.Hour), updated},
+			want{next: t0.Add(61 * time.Minute), source: governor.SourceBaselineInterval, trail: "fell in the pause"},
+		},
+		{
+			"cron, all: counted occurrence by occurrence",
+			given{withCatchUp(cronSpec("*/10 * * * *", ""), events.CatchUpAll, 0), ran(t0), t0.Add(35 * time.Minute), updated},
+			want{next: t0.Add(35 * time.Minute), source: governor.SourceCatchUp, trail: "3 slots missed"},
+		},
+		{
+			"cron, all: capped",
+			given{withCatchUp(cronSpec("* * * * * *", ""), events.CatchUpAll, 10), ran(t0), t0.Add(time.Hour), updated},
+			want{next: t0.Add(time.Hour), source: governor.SourceCatchUp, trail: "more than 10 slots missed", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 10 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"cron, skip: counting stops at 100",
+			given{cronSpec("* * * * * *", ""), ran(t0), t0.Add(time.Hour), updated},
+			want{next: t0.Add(time.Hour), source: governor.SourceCatchUp, trail: "more than 100 slots missed"},
+		},
+	})
+
+	// A backlog replays one run per second at most, then the cadence
+	// resumes from the last backfill run.
+	spec := withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0)
+	d := governor.Decide(t0.Add(10*time.Minute+500*time.Millisecond), spec, ran(t0), updated)
+	var runs []time.Time
+	for range 20 {
+		slot := d.NextRunAt
+		runs = append(runs, slot)
+		d = governor.Decide(slot.Add(10*time.Millisecond), spec, d.State, outcome("succeeded", slot))
+	}
+	backfill := 0
+	for i, r := range runs {
+		if i > 0 && r.Sub(runs[i-1]) < governor.MinGap {
+			t.Fatalf("runs %d and %d only %s apart", i-1, i, r.Sub(runs[i-1]))
+		}
+		if r.Before(t0.Add(11 * time.Minute)) {
+			backfill++
+		}
+	}
+	if backfill != 10 {
+		t.Errorf("%d backfill runs, want 10: %v", backfill, runs)
+	}
+	if gap := runs[11].Sub(runs[10]); gap != time.Minute {
+		t.Errorf("cadence after the backlog %s, want 1m", gap)
+	}
+}
+
+func TestDecideHintNudging(t *testing.T) {
+	runDecideCases(t, []decideCase{
+		{
+			"an earlier hint moves the planned run at once",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineInterval)), t0.Add(time.Minute), hinted(governor.Hint{At: t0.Add(5 * time.Minute)})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceHintOneShot, trail: "nudged: earlier than the run planned at 2026-03-02T11:00:00.000Z"},
+		},
+		{
+			"an earlier interval hint too",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineInterval)), t0.Add(time.Minute), hinted(governor.Hint{Interval: 10 * time.Minute})},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval, trail: "nudged"},
+		},
+		{
+			"a hint never delays the planned run",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval)), t0.Add(10 * time.Second), hinted(governor.Hint{Interval: 10 * time.Minute})},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "does not delay the run planned at 2026-03-02T10:01:00.000Z", check: func(t *testing.T, d governor.Decision) {
+				if d.State.IntervalHint == nil {
+					t.Error("hint not stored")
+				}
+			}},
+		},
+		{
+			"... it applies from the next run",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), intervalHint(10*time.Minute, t0.Add(time.Hour))), t0.Add(time.Minute + time.Second), outcome("succeeded", t0.Add(time.Minute))},
+			want{next: t0.Add(11 * time.Minute), source: governor.SourceHintInterval},
+		},
+		{
+			"a planned run in the past is not kept",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval)), t0.Add(90 * time.Second), hinted(governor.Hint{At: t0.Add(10 * time.Minute)})},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"both hints: the earlier one (one-shot)",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Second, At: t0.Add(5 * time.Second)})},
+			want{next: t0.Add(5 * time.Second), source: governor.SourceHintOneShot},
+		},
+		{
+			"both hints: the earlier one (interval)",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Second, At: t0.Add(20 * time.Second)})},
+			want{next: t0.Add(10 * time.Second), source: governor.SourceHintInterval},
+		},
+		{
+			"expired hints are reported as cleared",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), intervalHint(time.Minute, t0.Add(time.Minute)), oneShotHint(t0.Add(2*time.Hour), t0.Add(time.Minute))), t0.Add(2 * time.Minute), updated},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "one-shot hint for 2026-03-02T12:00:00.000Z expired at 2026-03-02T10:01:00.000Z: cleared", check: func(t *testing.T, d governor.Decision) {
+				if !d.ClearedHints || d.State.IntervalHint != nil || d.State.OneShotHint != nil {
+					t.Errorf("ClearedHints = %v, hints %+v %+v", d.ClearedHints, d.State.IntervalHint, d.State.OneShotHint)
+				}
+			}},
+		},
+		{
+			"live hints are not",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), intervalHint(time.Minute, t0.Add(time.Hour))), t0.Add(2 * time.Second), updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceHintInterval, check: func(t *testing.T, d governor.Decision) {
+				if d.ClearedHints {
+					t.Error("ClearedHints set")
+				}
+			}},
+		},
+		{
+			"a one-shot right after a run still waits 1s",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(200 * time.Millisecond), hinted(governor.Hint{At: t0})},
+			want{next: t0.Add(time.Second), source: governor.SourceHintOneShot, trail: "less than 1s after the last slot"},
+		},
+	})
+}
+
+// Every run failing at once must not loop: interval tasks back off, and
+// nothing runs more often than once a second.
+func TestDecideNoTightLoop(t *testing.T) {
+	for _, spec := range []*events.TaskSpec{
+		intervalSpec(time.Second),
+		cronSpec("* * * * * *", ""),
+		withAdaptive(intervalSpec(time.Second), events.AdaptiveChange, 0, 1, 0),
+		withCatchUp(intervalSpec(time.Second), events.CatchUpAll, 0),
+	} {
+		slots, _ := simulate(t, spec, t0, t0.Add(time.Hour), time.Millisecond, func(int, time.Time) (string, string) { return "failed", "" })
+		if len(slots) > 3600 {
+			t.Errorf("%s/%s: %d runs in an hour", spec.Schedule.Interval, spec.Schedule.Cron, len(slots))
+		}
+	}
+}
+
+func TestDecideOverflow(t *testing.T) {
+	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	spec := withBudget(withJitter(withActivity(withAdaptive(intervalSpec(events.MaxInterval), events.AdaptiveChange, 0, 0, 0)), 0.5), 1)
+	st := stateWith(ran(t0), failures(math.MaxInt), adaptiveInterval(math.MaxInt64), func(s *governor.State) {
+		s.Runs = math.MaxUint64
+		s.LastActivityAt = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+		s.IntervalHint = &governor.IntervalHint{Interval: math.MaxInt64, ExpiresAt: far}
+	})
+	for _, now := range []time.Time{t0, far} {
+		d := governor.Decide(now, spec, st, updated)
+		if d.NextRunAt.Before(now) {
+			t.Errorf("NextRunAt %s before now %s", fmtT(d.NextRunAt), fmtT(now))
+		}
+	}
+}
