@@ -287,6 +287,10 @@ func (s *Service) confirm(ctx context.Context) {
 				}
 				s.cfg.Metrics.DispatchTotal.WithLabelValues(result).Inc()
 			case err := <-p.future.Err():
+				if jsutil.IsDuplicateInProcess(err) {
+					s.cfg.Metrics.DispatchTotal.WithLabelValues("duplicate").Inc()
+					continue
+				}
 				if jsutil.IsSubjectFull(err) {
 					s.cfg.Metrics.DispatchTotal.WithLabelValues("pending").Inc()
 					continue

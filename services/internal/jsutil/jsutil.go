@@ -28,7 +28,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 	if msgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	ack, err := js.PublishMsg(ctx, m)
+	// Retry "no responders" for a few seconds: an R3 stream electing a
+	// new leader answers nobody for a moment, and giving up there turns a
+	// finished run into a redelivery after AckWait.
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
@@ -52,6 +55,14 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, t
 func IsSubjectFull(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077
+}
+
+// IsDuplicateInProcess reports JetStream error 10158: a message with the
+// same Nats-Msg-Id is being stored right now (another timer replica won the
+// race). It is a duplicate, not a failure.
+func IsDuplicateInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
 }
 
 // IsCASConflict reports whether a KV write lost a compare-and-set race.
