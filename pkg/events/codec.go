@@ -53,13 +53,10 @@ func Encode(e Event) ([]byte, error) {
 	return b, nil
 }
 
-// Marshal builds and encodes an event in one step.
+// Marshal builds and encodes an event in one step: the bytes are those of
+// Encode(New(...)), rendered directly (see marshal.go).
 func Marshal(typ, source, subject string, data any, at time.Time, id string) ([]byte, error) {
-	e, err := New(typ, source, subject, data, at, id)
-	if err != nil {
-		return nil, err
-	}
-	return Encode(e)
+	return marshalStructured(typ, source, subject, data, at, id)
 }
 
 // Decode reads an event in structured mode (a JSON body with
@@ -75,6 +72,20 @@ func Decode(header map[string][]string, body []byte) (Event, error) {
 		return Event{}, malformed("", fmt.Sprintf("content type %q is neither %s nor binary mode (ce-* headers)", truncate(ct, 64), ContentTypeStructured))
 	}
 	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		if a, ok := scanStructured(trimmed); ok {
+			if e, ok := a.event(); ok {
+				return e, validate(e)
+			}
+		}
+	}
+	return decodeStructuredSDK(trimmed)
+}
+
+// decodeStructuredSDK decodes a trimmed structured-mode body with the sdk:
+// the reference path, for every message the fast path (structured.go) does
+// not take. It produces every structured-mode error message.
+func decodeStructuredSDK(trimmed []byte) (Event, error) {
 	if len(trimmed) == 0 {
 		return Event{}, malformed("", "empty message: want a CloudEvents JSON object")
 	}
@@ -157,7 +168,7 @@ func isJSONMediaType(ct string) bool {
 }
 
 func validate(e Event) error {
-	if err := e.Validate(); err != nil {
+	if err := sdkValidate(e); err != nil {
 		// The sdk reports "attr: REQUIRED" lines; keep them as field errors.
 		var c collector
 		for line := range strings.SplitSeq(strings.TrimSpace(err.Error()), "\n") {
@@ -182,11 +193,41 @@ func validate(e Event) error {
 	return nil
 }
 
+// sdkValidate is e.Validate(), skipped when the event plainly passes it:
+// the sdk builds a map, renders the source URL and parses the media type
+// on every call, which shows in the decode profile.
+func sdkValidate(e Event) error {
+	if plainlyValid(e) {
+		return nil
+	}
+	return e.Validate()
+}
+
+// plainlyValid reports whether e.Validate() surely passes, checking the
+// same rules (eventcontext_v1.go, Validate) on the common shapes only. false
+// means "ask the sdk", not "invalid".
+func plainlyValid(e Event) bool {
+	ctx, ok := e.Context.(*event.EventContextV1)
+	if !ok || e.FieldErrors != nil {
+		return false
+	}
+	// A parsed source with a scheme, host or path renders to a string with
+	// a non-space byte (url.URL.String escapes spaces and non-ASCII bytes);
+	// the sdk requires exactly that.
+	sourceOK := ctx.Source.Scheme != "" || ctx.Source.Host != "" || ctx.Source.Path != ""
+	return strings.TrimSpace(ctx.ID) != "" &&
+		strings.TrimSpace(ctx.Type) != "" &&
+		sourceOK &&
+		(ctx.DataContentType == nil || *ctx.DataContentType == ContentTypeJSON) &&
+		ctx.DataSchema == nil &&
+		(ctx.Subject == nil || strings.TrimSpace(*ctx.Subject) != "")
+}
+
 // DecodeData decodes the event's JSON data into v, refusing unknown fields
 // and wrongly typed values. Errors are *ValidationError (wrapping
 // ErrMalformed) naming the field.
 func DecodeData(e Event, v any) error {
-	if ct := e.DataContentType(); ct != "" && !strings.HasPrefix(ct, ContentTypeJSON) && !strings.HasSuffix(strings.SplitN(ct, ";", 2)[0], "+json") {
+	if ct := e.DataContentType(); ct != "" && !strings.HasPrefix(ct, ContentTypeJSON) && !hasJSONSuffix(ct) {
 		return malformed("datacontenttype", fmt.Sprintf("must be %s, got %q", ContentTypeJSON, truncate(ct, 64)))
 	}
 	data := e.Data()
@@ -194,6 +235,13 @@ func DecodeData(e Event, v any) error {
 		return malformed("data", "is required")
 	}
 	return decodeStrict(data, v)
+}
+
+// hasJSONSuffix reports a +json media type ("application/vnd.x+json;
+// charset=utf-8"), case-sensitively as DecodeData always has.
+func hasJSONSuffix(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.HasSuffix(mt, "+json")
 }
 
 func decodeStrict(data []byte, v any) error {

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -18,9 +19,14 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // String formats the duration the way time.Duration does.
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// MarshalJSON encodes the duration as a string.
+// MarshalJSON encodes the duration as a string. A duration's text is
+// digits, letters, '.', '-' and 'µ', none of which JSON escapes.
 func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
+	s := time.Duration(d).String()
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), nil
 }
 
 // UnmarshalJSON decodes a duration string. Errors are
@@ -29,10 +35,19 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil // as for every other type: null leaves the value unset
 	}
+	// Fast path: a plain quoted string, which is every duration flyball
+	// writes. Anything with escapes goes through encoding/json.
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && !bytes.ContainsAny(b[1:len(b)-1], "\\\"") {
+		return d.parse(string(b[1 : len(b)-1]))
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[Duration]()}
 	}
+	return d.parse(s)
+}
+
+func (d *Duration) parse(s string) error {
 	v, err := time.ParseDuration(s)
 	if err != nil {
 		return &json.UnmarshalTypeError{Value: fmt.Sprintf("string %q", truncate(s, 64)), Type: reflect.TypeFor[Duration]()}

@@ -127,10 +127,15 @@ type Run struct {
 	RetryIn Duration `json:"retryIn,omitempty"`
 	// Reason explains a skip.
 	Reason string `json:"reason,omitempty"`
-	// Source and Trail explain why the run was scheduled when it was: the
-	// governor decision that chose ScheduledAt.
-	Source string   `json:"source,omitempty"`
-	Trail  []string `json:"trail,omitempty"`
+	// Source names the governor rule that chose ScheduledAt (the whole
+	// decision trail is in KV flyball-schedules and `flyball explain`).
+	Source string `json:"source,omitempty"`
+	// Trail was the decision trail. Executors no longer send it (it made
+	// every run event ~0.5 KB larger); it stays so older events decode.
+	Trail []string `json:"trail,omitempty"`
+	// BreakerKey is the flyball-breakers key of the task's breaker, so the
+	// breaker service needs no spec read per outcome.
+	BreakerKey string `json:"breakerKey,omitempty"`
 	// Dispatch is embedded on final failures.
 	Dispatch *Dispatch `json:"dispatch,omitempty"`
 }

@@ -40,6 +40,11 @@ func tokenError(field, s string) error {
 	return &FieldError{Field: field, Rule: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", MaxIDLength, truncate(s, 64))}
 }
 
+// HeaderBreakerKey is a NATS header on run.succeeded and run.failed
+// messages carrying data.breakerKey, so the breaker service can settle the
+// common case (a success for a closed breaker) without decoding the event.
+const HeaderBreakerKey = "Flyball-Breaker-Key"
+
 // TaskSubject is the subject of a control-plane event: flyball.task.<verb>.<id>.
 func TaskSubject(verb Verb, id string) string { return "flyball.task." + string(verb) + "." + id }
 

@@ -1,0 +1,105 @@
+package events
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func dispatchEvent(t testing.TB, data []byte) Event {
+	t.Helper()
+	e, err := Decode(nil, []byte(`{"specversion":"1.0","id":"x","source":"flyball/timer/t","type":"io.flyball.run.due","datacontenttype":"application/json","data":`+string(data)+`}`))
+	if err != nil {
+		t.Skip("not an event body") // the fuzzer's data may break the envelope
+	}
+	return e
+}
+
+// compareDispatch checks DecodeDispatch against DecodeData on one input.
+func compareDispatch(t *testing.T, data []byte) {
+	e := dispatchEvent(t, data)
+	var got, want Dispatch
+	gotErr := DecodeDispatch(e, &got)
+	wantErr := DecodeData(e, &want)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("data %s: DecodeDispatch err %v, DecodeData err %v", data, gotErr, wantErr)
+	}
+	if gotErr != nil {
+		if gotErr.Error() != wantErr.Error() || !errors.Is(gotErr, ErrMalformed) {
+			t.Fatalf("data %s: errors differ: %q vs %q", data, gotErr, wantErr)
+		}
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("data %s:\n fast %#v\n want %#v", data, got, want)
+	}
+}
+
+var dispatchSeeds = []string{
+	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:15:00.001234Z","source":"baseline-interval"}`,
+	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00+01:00","firedAt":"2026-03-03T10:15:00Z","reason":"zombie"}`,
+	` { "taskId" : "a" , "dispatchId":"a:1" } `,
+	`{"taskId":"a","taskId":"b"}`,
+	`{"TaskId":"a"}`,
+	`{"taskId":"a","extra":1}`,
+	`{"taskId":"\u0061"}`,
+	`{"taskId":"é"}`,
+	`{"scheduledAt":"2026-13-03T10:15:00Z"}`,
+	`{"scheduledAt":"2026-03-03 10:15:00Z"}`,
+	`{"scheduledAt":null}`,
+	`{"taskId":1}`,
+	`{}`,
+	`[]`,
+	`{"taskId":"a"}x`,
+	`{"taskId":"a",}`,
+}
+
+func TestDecodeDispatchMatchesDecodeData(t *testing.T) {
+	for _, s := range dispatchSeeds {
+		t.Run(s, func(t *testing.T) { compareDispatch(t, []byte(s)) })
+	}
+	// What the timer writes takes the fast path.
+	d := Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Unix(1772532900, 0).UTC(), FiredAt: time.Now().UTC(), Source: "baseline-interval"}
+	body, err := Marshal(TypeRunDue, "flyball/timer/t", "t", d, time.Now(), d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Decode(nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Dispatch
+	if !fastDispatch(e.Data(), &got) || !reflect.DeepEqual(got, d) {
+		t.Fatalf("the timer's dispatch did not take the fast path: %#v", got)
+	}
+}
+
+func FuzzDecodeDispatchMatchesDecodeData(f *testing.F) {
+	for _, s := range dispatchSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { compareDispatch(t, data) })
+}
+
+func BenchmarkDecodeDispatch(b *testing.B) {
+	e := dispatchEvent(b, []byte(dispatchSeeds[0]))
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var d Dispatch
+			if err := DecodeDispatch(e, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeData", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var d Dispatch
+			if err := DecodeData(e, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
