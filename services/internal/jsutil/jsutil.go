@@ -21,13 +21,9 @@ import (
 func Source(service, instance string) string { return "flyball/" + service + "/" + instance }
 
 // Publish publishes body to subject with the given Nats-Msg-Id (if not
-// empty) and waits for the PubAck.
-func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, body []byte) (*jetstream.PubAck, error) {
-	m := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
-	m.Header.Set("Content-Type", events.ContentTypeStructured)
-	if msgID != "" {
-		m.Header.Set(jetstream.MsgIDHeader, msgID)
-	}
+// empty) and waits for the PubAck. extra holds more header name/value pairs.
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, body []byte, extra ...string) (*jetstream.PubAck, error) {
+	m := EventMsg(subject, msgID, body, extra...)
 	// Retry "no responders" for a few seconds: an R3 stream electing a
 	// new leader answers nobody for a moment, and giving up there turns a
 	// finished run into a redelivery after AckWait.
@@ -36,6 +32,20 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
 	return ack, nil
+}
+
+// EventMsg is a structured-mode CloudEvent message with its Nats-Msg-Id
+// (if not empty) and extra header name/value pairs.
+func EventMsg(subject, msgID string, body []byte, extra ...string) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: body, Header: make(nats.Header, 2+len(extra)/2)}
+	m.Header.Set("Content-Type", events.ContentTypeStructured)
+	if msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m.Header.Set(extra[i], extra[i+1])
+	}
+	return m
 }
 
 // PublishEvent builds a structured CloudEvent and publishes it. The msgID is

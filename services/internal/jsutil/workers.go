@@ -1,0 +1,218 @@
+package jsutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Workers configures ConsumeWorkers.
+type Workers struct {
+	// N is the number of messages handled at once. Defaults to 1.
+	N int
+	// Key, when set, shards messages: messages with the same key are
+	// handled by the same worker, in delivery order (a task's outcomes are
+	// applied in order). Without it any free worker takes the next message.
+	Key func(jetstream.Msg) string
+	// Buffer is each shard's queue length. Defaults to 64.
+	Buffer int
+	// MaxWait is how long one pull waits for messages. Defaults to 5s.
+	MaxWait time.Duration
+}
+
+// ConsumeWorkers consumes the durable with w.N concurrent handlers, pulling
+// with Fetch: each pull asks the server for at most as many messages as
+// there is room for, so a message is never buffered where it cannot be
+// handled. Both alternatives fail when every worker is busy for a while:
+// a Consume callback that blocks can stall the pull until it expires
+// (docs/benchmarks.md finding 8), and the Messages iterator delivers into a
+// fixed channel whose overflow the client drops as a slow consumer, which
+// leaves the message to be redelivered only after AckWait.
+//
+// The result drains like Consume's ConsumeContext: Drain (or Stop) ends
+// the pull in progress and hands what arrived to the workers; Closed() is
+// closed once no more messages will reach a worker, and Done() once every
+// handler has returned as well. A message the server sends in the very
+// instant the pull is cancelled is redelivered after AckWait.
+func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, w Workers, h jetstream.MessageHandler) (*WorkerConsume, error) {
+	w.N = max(w.N, 1)
+	if w.Buffer <= 0 {
+		w.Buffer = 64
+	}
+	if w.MaxWait <= 0 {
+		w.MaxWait = 5 * time.Second
+	}
+	cons, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s/%s: %w (did streams.Ensure run?)", stream, durable, err)
+	}
+	pullCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c := &WorkerConsume{
+		cons: cons, w: w, log: log.With("stream", stream, "durable", durable),
+		ctx: pullCtx, cancel: cancel,
+		closed: make(chan struct{}), done: make(chan struct{}),
+	}
+	if w.Key != nil {
+		c.shards = make([]chan jetstream.Msg, w.N)
+		c.seed = maphash.MakeSeed()
+		for i := range c.shards {
+			q := make(chan jetstream.Msg, w.Buffer)
+			c.shards[i] = q
+			c.wg.Go(func() {
+				for m := range q {
+					h(m)
+				}
+			})
+		}
+	} else {
+		// Long-lived workers rather than a goroutine per message: a handler
+		// making an HTTP call grows its stack, and a fresh goroutine would
+		// grow it again for every message.
+		c.slots = make(chan struct{}, w.N)
+		c.work = make(chan jetstream.Msg)
+		for range w.N {
+			c.slots <- struct{}{}
+			c.wg.Go(func() {
+				for m := range c.work {
+					h(m)
+					c.slots <- struct{}{}
+				}
+			})
+		}
+	}
+	go c.run()
+	return c, nil
+}
+
+// WorkerConsume is a running ConsumeWorkers. It implements
+// jetstream.ConsumeContext, so lifecycle.Base drains it like any consumer.
+type WorkerConsume struct {
+	cons   jetstream.Consumer
+	w      Workers
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	shards []chan jetstream.Msg // sharded mode: one queue per worker
+	seed   maphash.Seed
+	slots  chan struct{} // unsharded mode: a token per idle worker
+	work   chan jetstream.Msg
+	wg     sync.WaitGroup
+
+	closed chan struct{}
+	done   chan struct{}
+}
+
+// Stop ends pulling; what already arrived is still handled.
+func (c *WorkerConsume) Stop() { c.cancel() }
+
+// Drain ends pulling; what already arrived is still handled.
+func (c *WorkerConsume) Drain() { c.cancel() }
+
+// Closed is closed once no more messages will reach a worker.
+func (c *WorkerConsume) Closed() <-chan struct{} { return c.closed }
+
+// Done is closed once, after Closed, every handler has returned.
+func (c *WorkerConsume) Done() <-chan struct{} { return c.done }
+
+func (c *WorkerConsume) run() {
+	defer func() {
+		for _, q := range c.shards {
+			close(q)
+		}
+		if c.work != nil {
+			close(c.work)
+		}
+		close(c.closed)
+		c.wg.Wait()
+		close(c.done)
+	}()
+	backoff := 100 * time.Millisecond
+	for c.ctx.Err() == nil {
+		n := c.room()
+		if n == 0 {
+			return // cancelled while waiting for a free worker
+		}
+		err := c.pull(n)
+		switch {
+		case err == nil || c.ctx.Err() != nil:
+			backoff = 100 * time.Millisecond
+			continue
+		case errors.Is(err, nats.ErrConnectionClosed):
+			c.log.Debug("pull", "err", err)
+		default:
+			c.log.Warn("pull failed; retrying", "err", err, "in", backoff)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-c.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// room blocks until a worker is free and returns how many messages the
+// next pull may ask for: the idle workers (their slots are taken now), or
+// in sharded mode twice the worker count (the shard queues absorb it).
+func (c *WorkerConsume) room() int {
+	if c.slots == nil {
+		return 2 * c.w.N
+	}
+	select {
+	case <-c.slots:
+	case <-c.ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < c.w.N {
+		select {
+		case <-c.slots:
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	return n
+}
+
+// pull fetches up to n messages and hands each to a worker as it arrives.
+func (c *WorkerConsume) pull(n int) error {
+	ctx, cancel := context.WithTimeout(c.ctx, c.w.MaxWait)
+	defer cancel()
+	batch, err := c.cons.Fetch(n, jetstream.FetchContext(ctx))
+	got := 0
+	if err == nil {
+		for m := range batch.Messages() {
+			got++
+			c.dispatch(m)
+		}
+		err = batch.Error()
+	}
+	for range n - got { // give back the slots no message used
+		if c.slots != nil {
+			c.slots <- struct{}{}
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout) {
+		return nil // an idle pull expiring, or Drain
+	}
+	return err
+}
+
+func (c *WorkerConsume) dispatch(m jetstream.Msg) {
+	if c.shards != nil {
+		c.shards[maphash.String(c.seed, c.w.Key(m))%uint64(len(c.shards))] <- m
+		return
+	}
+	c.work <- m // a worker is free: pull reserved its slot
+}

@@ -1,0 +1,219 @@
+package jsutil
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// workStream makes a work-queue stream on work.> with a durable pull
+// consumer "w" and returns a JetStream context.
+func workStream(t *testing.T, ackWait time.Duration) jetstream.JetStream {
+	t.Helper()
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"work.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.JS.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	return srv.JS
+}
+
+func publish(t *testing.T, js jetstream.JetStream, subject string, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := js.PublishAsync(subject, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish acks did not arrive")
+	}
+}
+
+func lastToken(m jetstream.Msg) string {
+	s := m.Subject()
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			return s[i+1:]
+		}
+	}
+	return s
+}
+
+// TestShardedWorkersKeepPerKeyOrder: every message of a key is handled by
+// one worker in stream order, and all of them are handled.
+func TestShardedWorkersKeepPerKeyOrder(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	const keys, per = 20, 50
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	total := 0
+	all := make(chan struct{})
+	cc, err := ConsumeWorkers(t.Context(), js, "W", "w", slog.Default(), Workers{N: 4, Key: lastToken}, func(m jetstream.Msg) {
+		n, _ := strconv.Atoi(string(m.Data()))
+		mu.Lock()
+		seen[lastToken(m)] = append(seen[lastToken(m)], n)
+		total++
+		if total == keys*per {
+			close(all)
+		}
+		mu.Unlock()
+		_ = m.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	for i := range per {
+		for k := range keys {
+			if _, err := js.PublishAsync("work.k"+strconv.Itoa(k), []byte(strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-all:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("handled %d of %d", total, keys*per)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, got := range seen {
+		for i, n := range got {
+			if n != i {
+				t.Fatalf("key %s: message %d handled at position %d (order %v)", k, n, i, got)
+			}
+		}
+	}
+}
+
+// TestSaturatedWorkersKeepPulling is docs/benchmarks.md finding 8: with
+// every worker blocked far longer than a pull's heartbeat, the consumer
+// must resume delivering as soon as they free up, with no stall until a
+// pull expires.
+func TestSaturatedWorkersKeepPulling(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	const n, workers = 2000, 8
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	handled := 0
+	blocked := make(chan struct{}, workers)
+	all := make(chan struct{})
+	cc, err := ConsumeWorkers(t.Context(), js, "W", "w", slog.Default(), Workers{N: workers, MaxWait: time.Second}, func(m jetstream.Msg) {
+		select {
+		case blocked <- struct{}{}:
+			<-gate // the first `workers` messages hold every worker
+		default:
+		}
+		_ = m.Ack()
+		mu.Lock()
+		handled++
+		if handled == n {
+			close(all)
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	publish(t, js, "work.x", n)
+	for range workers {
+		<-blocked
+	}
+	// Hold the workers for several heartbeat periods, with the client's
+	// buffer full and the server holding the rest.
+	hold := time.NewTimer(3 * time.Second)
+	<-hold.C
+	start := time.Now()
+	close(gate)
+	select {
+	case <-all:
+	case <-time.After(15 * time.Second):
+		mu.Lock()
+		t.Fatalf("stalled: %d of %d handled 15s after the workers freed up", handled, n)
+	}
+	t.Logf("drained %d messages in %s after the workers freed up", n, time.Since(start))
+}
+
+// TestDrainFinishesHandlers: Drain lets the handlers in flight finish
+// (Done closes after them), and messages never handed out stay in the
+// stream for the next consumer.
+func TestDrainFinishesHandlers(t *testing.T) {
+	js := workStream(t, 2*time.Second)
+	publish(t, js, "work.x", 50)
+	inFlight := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	acked := 0
+	cc, err := ConsumeWorkers(t.Context(), js, "W", "w", slog.Default(), Workers{N: 1}, func(m jetstream.Msg) {
+		once.Do(func() { close(inFlight); <-release })
+		if m.Ack() == nil {
+			mu.Lock()
+			acked++
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight
+	cc.Drain()
+	select {
+	case <-cc.Done():
+		t.Fatal("Done closed while a handler was still running")
+	default:
+	}
+	close(release)
+	select {
+	case <-cc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the handler returned")
+	}
+	<-cc.Closed()
+	mu.Lock()
+	got := acked
+	mu.Unlock()
+	if got == 0 || got > 50 {
+		t.Fatalf("acked %d during drain", got)
+	}
+	// Whatever was not handed out is still there for the next consumer.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, "W", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := 0
+	for rest < 50-got {
+		batch, err := cons.Fetch(50, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for m := range batch.Messages() {
+			_ = m.Ack()
+			k++
+		}
+		if k == 0 {
+			break
+		}
+		rest += k
+	}
+	if got+rest != 50 {
+		t.Fatalf("acked %d while draining + %d afterwards = %d, want 50", got, rest, got+rest)
+	}
+}

@@ -1,0 +1,240 @@
+// Package kvcache keeps an in-memory, watch-fed view of a JetStream KV
+// bucket, so a hot path reads rarely-changing values (task specs, breaker
+// records) without a server round trip per message.
+//
+// The view is eventually consistent: it lags the bucket by the watch's
+// delivery delay (sub-millisecond on a local server). Callers that need
+// read-your-writes record their own writes with Put/Delete, which take the
+// written revision so a late watch delivery never rolls a value back.
+// Until the initial snapshot is loaded, and while the watch is down, Lookup
+// answers "unknown" and the caller reads the bucket itself.
+package kvcache
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Decode turns a stored value into the cached form. It runs lazily, on the
+// first Lookup of each revision, never on the watch goroutine, so loading a
+// bucket of a million keys costs a map insert per key, not a decode.
+type Decode[T any] func(key string, value []byte) (T, error)
+
+// Cache is a watch-fed view of one bucket.
+type Cache[T any] struct {
+	kv     jetstream.KeyValue
+	decode Decode[T]
+	log    *slog.Logger
+	sparse func(T) bool
+
+	mu      sync.RWMutex
+	entries map[string]*entry[T]
+	live    atomic.Bool // the initial snapshot is loaded and the watch is up
+	ready   chan struct{}
+	once    sync.Once
+}
+
+type entry[T any] struct {
+	rev     uint64
+	deleted bool
+	raw     []byte
+	once    sync.Once
+	val     T
+	err     error
+}
+
+func (e *entry[T]) value(key string, decode Decode[T]) (T, error) {
+	e.once.Do(func() {
+		e.val, e.err = decode(key, e.raw)
+		e.raw = nil
+	})
+	return e.val, e.err
+}
+
+// New returns a cache of kv. Call Run to fill it.
+func New[T any](kv jetstream.KeyValue, decode Decode[T], log *slog.Logger) *Cache[T] {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Cache[T]{kv: kv, decode: decode, log: log, entries: map[string]*entry[T]{}, ready: make(chan struct{})}
+}
+
+// Sparse makes the view hold only values for which keep is true: each watch
+// delivery is decoded at once (on the watch goroutine, so decode must be
+// cheap) and other keys are dropped, reading as not found. Use it for a
+// view of a rare property of a large, busy bucket, such as paused tasks
+// among every schedule, and do not Put into it. Call before Run.
+func (c *Cache[T]) Sparse(keep func(T) bool) *Cache[T] {
+	c.sparse = keep
+	return c
+}
+
+// Ready is closed once the first snapshot of the bucket is loaded.
+func (c *Cache[T]) Ready() <-chan struct{} { return c.ready }
+
+// Run watches the bucket until ctx ends, re-establishing the watch (and
+// answering "unknown" meanwhile) if it ever closes. Run it in a goroutine.
+func (c *Cache[T]) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := c.watch(ctx)
+		c.live.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("kv cache watch ended; reading the bucket directly until it is back", "bucket", c.kv.Bucket(), "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+var errWatchClosed = errors.New("watch channel closed")
+
+func (c *Cache[T]) watch(ctx context.Context) error {
+	w, err := c.kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	// A re-established watch replays every key: start from an empty view
+	// so keys deleted (and purged) while it was down do not linger.
+	c.mu.Lock()
+	c.entries = map[string]*entry[T]{}
+	c.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errWatchClosed
+			}
+			if e == nil { // end of the initial snapshot
+				c.live.Store(true)
+				c.once.Do(func() { close(c.ready) })
+				continue
+			}
+			if c.sparse != nil {
+				c.storeSparse(e)
+				continue
+			}
+			_ = c.store(strings.Clone(e.Key()), e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value())
+		}
+	}
+}
+
+// store records key at rev unless a newer revision is already known, and
+// returns the entry now held.
+func (c *Cache[T]) store(key string, rev uint64, deleted bool, raw []byte) *entry[T] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.entries[key]; ok && cur.rev >= rev {
+		return cur
+	}
+	e := &entry[T]{rev: rev, deleted: deleted, raw: raw}
+	c.entries[key] = e
+	return e
+}
+
+// storeSparse keeps e only if it decodes to a value worth keeping.
+func (c *Cache[T]) storeSparse(e jetstream.KeyValueEntry) {
+	if e.Operation() == jetstream.KeyValuePut {
+		if v, err := c.decode(e.Key(), e.Value()); err == nil && c.sparse(v) {
+			en := &entry[T]{rev: e.Revision(), val: v}
+			en.once.Do(func() {}) // decoded already
+			c.mu.Lock()
+			c.entries[strings.Clone(e.Key())] = en
+			c.mu.Unlock()
+			return
+		}
+	}
+	c.mu.Lock()
+	delete(c.entries, e.Key())
+	c.mu.Unlock()
+}
+
+// Put records a value this process wrote at rev (read-your-writes).
+func (c *Cache[T]) Put(key string, rev uint64, raw []byte) { _ = c.store(key, rev, false, raw) }
+
+// Delete records a deletion this process made at rev (0 if unknown, which
+// drops the entry so the next Lookup reads the bucket).
+func (c *Cache[T]) Delete(key string, rev uint64) {
+	if rev == 0 {
+		c.mu.Lock()
+		delete(c.entries, key)
+		c.mu.Unlock()
+		return
+	}
+	_ = c.store(key, rev, true, nil)
+}
+
+// Result is the answer to a Lookup.
+type Result[T any] struct {
+	// Known is false when the cache cannot answer (not loaded yet, watch
+	// down): read the bucket.
+	Known bool
+	// Found is false for a key the cache has no value for: deleted, or
+	// never seen. A key written an instant ago may not have arrived yet,
+	// so callers that must not miss a fresh key read the bucket then.
+	Found    bool
+	Value    T
+	Revision uint64
+	// Err is the decode error of a stored value that could not be decoded.
+	Err error
+}
+
+// Lookup returns the cached value of key.
+func (c *Cache[T]) Lookup(key string) Result[T] {
+	if !c.live.Load() {
+		return Result[T]{}
+	}
+	c.mu.RLock()
+	e, ok := c.entries[key]
+	c.mu.RUnlock()
+	if !ok || e.deleted {
+		return Result[T]{Known: true}
+	}
+	v, err := e.value(key, c.decode)
+	return Result[T]{Known: true, Found: true, Value: v, Revision: e.rev, Err: err}
+}
+
+// Get returns the value of key from the cache, or from the bucket when the
+// cache cannot answer or has no value (which also covers a key written an
+// instant ago). A value read from the bucket is cached. Missing keys return
+// jetstream.ErrKeyNotFound.
+func (c *Cache[T]) Get(ctx context.Context, key string) (T, uint64, error) {
+	if r := c.Lookup(key); r.Found {
+		return r.Value, r.Revision, r.Err
+	}
+	var zero T
+	ent, err := c.kv.Get(ctx, key)
+	if err != nil {
+		return zero, 0, err
+	}
+	e := c.store(key, ent.Revision(), false, ent.Value())
+	if e.deleted { // a deletion newer than what the bucket just returned
+		return zero, 0, jetstream.ErrKeyDeleted
+	}
+	v, err := e.value(key, c.decode)
+	return v, e.rev, err
+}
+
+// Len is the number of cached keys, deletions included.
+func (c *Cache[T]) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.entries)
+}

@@ -1,0 +1,189 @@
+package kvcache
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+func newBucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	srv := natstest.Start(t)
+	kv, err := srv.JS.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "cache-test", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// decodeInt counts its calls so the tests can check decoding is lazy.
+func decodeInt(calls *atomic.Int64) Decode[int] {
+	return func(_ string, raw []byte) (int, error) {
+		calls.Add(1)
+		return strconv.Atoi(string(raw))
+	}
+}
+
+func run(t *testing.T, c *Cache[int]) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-c.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("cache not ready")
+	}
+}
+
+func TestCacheFollowsTheBucket(t *testing.T) {
+	kv := newBucket(t)
+	ctx := t.Context()
+	for i := range 100 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil)
+	if r := c.Lookup("k1"); r.Known {
+		t.Fatalf("before the snapshot the cache must answer unknown, got %+v", r)
+	}
+	run(t, c)
+	if got := c.Len(); got != 100 {
+		t.Fatalf("Len after snapshot = %d, want 100", got)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("loading decoded %d values; decoding must wait for a lookup", n)
+	}
+	for range 3 {
+		if r := c.Lookup("k7"); !r.Known || !r.Found || r.Value != 7 || r.Err != nil {
+			t.Fatalf("Lookup(k7) = %+v", r)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("three lookups of one revision decoded %d times, want 1", n)
+	}
+	if r := c.Lookup("nope"); !r.Known || r.Found {
+		t.Fatalf("Lookup of an absent key = %+v, want known and not found", r)
+	}
+
+	if _, err := kv.Put(ctx, "k7", []byte("70")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "update reaches the cache", func() bool { return c.Lookup("k7").Value == 70 })
+	if err := kv.Delete(ctx, "k7"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "delete reaches the cache", func() bool { return !c.Lookup("k7").Found })
+
+	if _, err := kv.Put(ctx, "bad", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "bad value reaches the cache", func() bool { return c.Lookup("bad").Found })
+	if r := c.Lookup("bad"); r.Err == nil {
+		t.Fatalf("an undecodable value must report its decode error, got %+v", r)
+	}
+}
+
+func TestGetFallsBackToTheBucket(t *testing.T) {
+	kv := newBucket(t)
+	ctx := t.Context()
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil) // never Run: every Get reads KV
+	if _, _, err := c.Get(ctx, "k"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("Get of a missing key: err = %v, want ErrKeyNotFound", err)
+	}
+	rev, err := kv.Put(ctx, "k", []byte("5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, gotRev, err := c.Get(ctx, "k")
+	if err != nil || v != 5 || gotRev != rev {
+		t.Fatalf("Get = %d, %d, %v; want 5, %d, nil", v, gotRev, err, rev)
+	}
+	// A deletion this process recorded, newer than the bucket's value,
+	// wins over the bucket (it is still being applied there).
+	c.Delete("k", rev+1)
+	if _, _, err := c.Get(ctx, "k"); !errors.Is(err, jetstream.ErrKeyDeleted) {
+		t.Fatalf("Get after a newer local delete: err = %v, want ErrKeyDeleted", err)
+	}
+}
+
+func TestOwnWritesAreNotRolledBack(t *testing.T) {
+	kv := newBucket(t)
+	ctx := t.Context()
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil)
+	run(t, c)
+	rev1, err := kv.Put(ctx, "k", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2, err := kv.Update(ctx, "k", []byte("2"), rev1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer records its write before the watch delivers either revision.
+	c.Put("k", rev2, []byte("2"))
+	natstest.Eventually(t, 5*time.Second, "watch catches up", func() bool {
+		r := c.Lookup("k")
+		return r.Revision == rev2
+	})
+	// An out-of-order delivery of the older revision is ignored.
+	c.store("k", rev1, false, []byte("1"))
+	if r := c.Lookup("k"); r.Value != 2 || r.Revision != rev2 {
+		t.Fatalf("older revision rolled the value back: %+v", r)
+	}
+	// Delete with an unknown revision drops the entry: the next Get reads KV.
+	c.Delete("k", 0)
+	if r := c.Lookup("k"); r.Found {
+		t.Fatalf("Delete(k, 0) left %+v", r)
+	}
+	if v, _, err := c.Get(ctx, "k"); err != nil || v != 2 {
+		t.Fatalf("Get after Delete(k, 0) = %d, %v; want the bucket's 2", v, err)
+	}
+}
+
+// TestSparseKeepsOnlyWhatMatters: a sparse view holds only kept values, and
+// a key that stops qualifying disappears from it.
+func TestSparseKeepsOnlyWhatMatters(t *testing.T) {
+	kv := newBucket(t)
+	ctx := t.Context()
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil).Sparse(func(v int) bool { return v < 0 })
+	for i := range 10 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "neg", []byte("-1")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	if got := c.Len(); got != 1 {
+		t.Fatalf("sparse view holds %d keys, want only the negative one", got)
+	}
+	if r := c.Lookup("neg"); !r.Found || r.Value != -1 {
+		t.Fatalf("Lookup(neg) = %+v", r)
+	}
+	if r := c.Lookup("k3"); !r.Known || r.Found {
+		t.Fatalf("Lookup(k3) = %+v, want known and not found", r)
+	}
+	if _, err := kv.Put(ctx, "neg", []byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "a value that stops qualifying leaves the view", func() bool { return !c.Lookup("neg").Found })
+	if _, err := kv.Put(ctx, "k3", []byte("-3")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "a value that starts qualifying joins the view", func() bool { return c.Lookup("k3").Value == -3 })
+}

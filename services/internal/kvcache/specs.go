@@ -1,0 +1,27 @@
+package kvcache
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// DecodeSpec decodes a flyball-tasks value into a normalized spec. Cached
+// specs are shared between goroutines: treat them as read-only.
+func DecodeSpec(id string, raw []byte) (*events.TaskSpec, error) {
+	var spec events.TaskSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, fmt.Errorf("stored spec %s: %w", id, err)
+	}
+	spec.Normalize()
+	return &spec, nil
+}
+
+// Specs is a cache of the flyball-tasks bucket.
+func Specs(tasks jetstream.KeyValue, log *slog.Logger) *Cache[*events.TaskSpec] {
+	return New(tasks, DecodeSpec, log)
+}
