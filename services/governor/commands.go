@@ -152,6 +152,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		if rev, err = s.tasks.Put(ctx, id, body); err != nil {
 			return nil, fmt.Errorf("store spec %s: %w", id, err)
 		}
+		s.specs.Put(id, rev, body)
 		spec = step.Spec
 	}
 	dec, err := s.decide(ctx, spec, step)
@@ -185,11 +186,13 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 	// Schedules first: the timer stops dispatching before the spec goes, so
 	// the executor never meets a dispatch for a half-deleted task it could
 	// not report on.
+	s.states.drop(step.TaskID)
 	for _, kv := range []jetstream.KeyValue{s.schedules, s.tasks} {
 		if err := kv.Delete(ctx, step.TaskID); err != nil && !isMissing(err) {
 			return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, kv.Bucket(), err)
 		}
 	}
+	s.specs.Delete(step.TaskID, 0)
 	return &events.TaskAccepted{ID: step.TaskID, Command: events.TypeTaskDeleted, CommandID: step.CommandID, Source: string(gov.SourceDeleted)}, nil
 }
 
@@ -205,7 +208,7 @@ func (s *Service) handleSignal(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
-	spec, err := s.loadSpec(ctx, step.TaskID)
+	spec, _, err := s.specs.Get(ctx, step.TaskID)
 	if isMissing(err) {
 		s.ack(m) // the task was deleted; nothing to schedule
 		return
@@ -214,7 +217,10 @@ func (s *Service) handleSignal(ctx context.Context, m jetstream.Msg) {
 		s.retry(m, err)
 		return
 	}
-	if _, err := s.decide(ctx, spec, step); err != nil {
+	if _, err := s.decide(ctx, spec, step); isMissing(err) {
+		s.ack(m) // deleted a moment ago (decide checked the bucket)
+		return
+	} else if err != nil {
 		s.retry(m, err)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,6 +16,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/streams"
@@ -34,6 +36,13 @@ type Config struct {
 	Now func() time.Time
 	// CASAttempts bounds compare-and-set retries per decision. Defaults to 10.
 	CASAttempts int
+	// Workers is the number of messages handled at once per consumed
+	// stream, sharded by task so each task's messages stay in order.
+	// Defaults to 16.
+	Workers int
+	// StateCacheSize bounds the schedule states kept in memory to skip a
+	// KV read per decision. Defaults to 100,000 (about 40 MB).
+	StateCacheSize int
 }
 
 func (c *Config) setDefaults() error {
@@ -52,6 +61,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CASAttempts <= 0 {
 		c.CASAttempts = 10
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.StateCacheSize <= 0 {
+		c.StateCacheSize = 100_000
 	}
 	return nil
 }
@@ -73,6 +88,10 @@ type Service struct {
 	source    string
 	tasks     jetstream.KeyValue
 	schedules jetstream.KeyValue
+	// specs is a watch-fed view of flyball-tasks for the outcome path;
+	// commands read the bucket itself, as they decide whether a task exists.
+	specs  *kvcache.Cache[*events.TaskSpec]
+	states *stateCache
 }
 
 // New validates cfg and returns a service ready to Start.
@@ -84,6 +103,7 @@ func New(cfg Config) (*Service, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With("service", "governor"),
 		source: jsutil.Source("governor", cfg.Instance),
+		states: newStateCache(cfg.StateCacheSize),
 	}, nil
 }
 
@@ -99,28 +119,42 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.schedules, err = s.cfg.JS.KeyValue(ctx, streams.BucketSchedules); err != nil {
 		return fmt.Errorf("governor: bind %s: %w", streams.BucketSchedules, err)
 	}
-	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamTasks, streams.ConsumerGovernor, s.log,
-		func(m jetstream.Msg) { s.handleCommand(runCtx, m) })
-	if err != nil {
-		return fmt.Errorf("governor: %w", err)
-	}
-	s.Track(cc)
+	s.specs = kvcache.Specs(s.tasks, s.log)
+	s.Go(func() { s.specs.Run(runCtx) })
+	workers := jsutil.Workers{N: s.cfg.Workers, Key: taskKey}
+	var consumers []*jsutil.WorkerConsume
 	for _, c := range []struct {
 		stream string
 		h      func(context.Context, jetstream.Msg)
 	}{
+		{streams.StreamTasks, s.handleCommand},
 		{streams.StreamRuns, s.handleSignal},
 		{streams.StreamHealth, s.handleSignal},
 		{streams.StreamDeadLetter, s.handleSignal},
 	} {
-		cc, err = jsutil.Consume(ctx, s.cfg.JS, c.stream, streams.ConsumerGovernor, s.log,
+		cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, c.stream, streams.ConsumerGovernor, s.log, workers,
 			func(m jetstream.Msg) { c.h(runCtx, m) })
 		if err != nil {
 			return fmt.Errorf("governor: %w", err)
 		}
 		s.Track(cc)
+		consumers = append(consumers, cc)
 	}
+	// Let decisions in flight finish before Stop cancels their context:
+	// a cancelled one is only redelivered, but there is no need for that.
+	s.OnDrained(func() {
+		for _, cc := range consumers {
+			<-cc.Done()
+		}
+	})
 	return nil
+}
+
+// taskKey shards messages by their subject's last token: the task ID for
+// commands, outcomes and dead letters, the breaker key for transitions.
+func taskKey(m jetstream.Msg) string {
+	subj := m.Subject()
+	return subj[strings.LastIndexByte(subj, '.')+1:]
 }
 
 // ack acknowledges m, logging (not failing) on error: an unacked message is
@@ -139,6 +173,8 @@ func (s *Service) retry(m jetstream.Msg, err error) {
 	}
 }
 
+// loadSpec reads a spec from the bucket (commands: they decide whether a
+// task exists, so they must not see a lagging view).
 func (s *Service) loadSpec(ctx context.Context, id string) (*events.TaskSpec, error) {
 	e, err := s.tasks.Get(ctx, id)
 	if err != nil {
@@ -156,30 +192,71 @@ func isMissing(err error) bool {
 }
 
 // decide applies step to the task's stored state with compare-and-set and
-// returns the decision that was stored.
+// returns the decision that was stored. It starts from the state this
+// replica last wrote when it has one (one Update, no Get) and re-reads KV
+// only after a revision mismatch.
 func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) (gov.Decision, error) {
-	var dec gov.Decision
-	_, err := jsutil.CAS(ctx, s.schedules, spec.ID, s.cfg.CASAttempts, func(cur []byte) ([]byte, error) {
-		var st gov.State
-		if cur != nil {
-			if err := json.Unmarshal(cur, &st); err != nil {
-				s.log.Error("stored schedule is corrupt; rebuilding it", "task", spec.ID, "err", err)
-				st = gov.State{TaskID: spec.ID}
+	id := spec.ID
+	for attempt := range s.cfg.CASAttempts {
+		st, rev, ok := s.states.get(id)
+		if !ok || attempt > 0 {
+			var err error
+			if st, rev, err = s.readState(ctx, id); err != nil {
+				return gov.Decision{}, err
 			}
 		}
-		dec = Apply(spec, st, step)
-		if dec.Ignored {
-			return nil, jsutil.ErrNoChange
+		if rev == 0 && step.CommandID == "" {
+			// An outcome never creates a schedule for a task whose spec is
+			// gone: the spec view may lag a deletion by a moment, and a
+			// recreated schedule would keep dispatching a deleted task.
+			if _, err := s.loadSpec(ctx, id); err != nil {
+				return gov.Decision{}, err
+			}
 		}
-		return json.Marshal(dec.State)
-	})
-	if errors.Is(err, jsutil.ErrNoChange) {
+		dec := Apply(spec, st, step)
+		if dec.Ignored {
+			return dec, nil
+		}
+		body, err := json.Marshal(dec.State)
+		if err != nil {
+			return dec, fmt.Errorf("encode schedule %s: %w", id, err)
+		}
+		var wrote uint64
+		if rev == 0 {
+			wrote, err = s.schedules.Create(ctx, id, body)
+		} else {
+			wrote, err = s.schedules.Update(ctx, id, body, rev)
+		}
+		if jsutil.IsCASConflict(err) {
+			s.states.drop(id)
+			continue
+		}
+		if err != nil {
+			s.states.drop(id)
+			return dec, fmt.Errorf("write schedule %s: %w", id, err)
+		}
+		s.states.put(id, dec.State, wrote)
+		s.cfg.Metrics.Decisions.WithLabelValues(string(dec.Source)).Inc()
+		s.log.Debug("decision", "task", id, "input", step.Input.Kind, "nextRunAt", dec.NextRunAt, "source", dec.Source)
 		return dec, nil
 	}
-	if err != nil {
-		return dec, err
+	return gov.Decision{}, fmt.Errorf("write schedule %s: %d CAS conflicts in a row: %w", id, s.cfg.CASAttempts, jetstream.ErrKeyRevisionMismatch)
+}
+
+// readState reads a task's schedule state and revision from KV; a missing
+// key is the zero state at revision 0 (the write will be a Create).
+func (s *Service) readState(ctx context.Context, id string) (gov.State, uint64, error) {
+	ent, err := s.schedules.Get(ctx, id)
+	if isMissing(err) {
+		return gov.State{}, 0, nil
 	}
-	s.cfg.Metrics.Decisions.WithLabelValues(string(dec.Source)).Inc()
-	s.log.Debug("decision", "task", spec.ID, "input", step.Input.Kind, "nextRunAt", dec.NextRunAt, "source", dec.Source)
-	return dec, nil
+	if err != nil {
+		return gov.State{}, 0, fmt.Errorf("get schedule %s: %w", id, err)
+	}
+	var st gov.State
+	if err := json.Unmarshal(ent.Value(), &st); err != nil {
+		s.log.Error("stored schedule is corrupt; rebuilding it", "task", id, "err", err)
+		st = gov.State{TaskID: id}
+	}
+	return st, ent.Revision(), nil
 }

@@ -22,13 +22,26 @@ import (
 type view struct {
 	mu        sync.Mutex
 	specs     map[string]time.Duration // task → expected interval
-	schedules map[string]gov.State
+	schedules map[string]schedule
 	breakers  map[string]events.BreakerState
 	ready     sync.WaitGroup
 }
 
+// schedule is the part of a stored gov.State a sweep reads. Every run
+// rewrites its task's schedule, so the watch decodes one per run: skipping
+// the trail and hints keeps that cheap, and the view small.
+type schedule struct {
+	TaskID          string     `json:"taskId"`
+	NextRunAt       time.Time  `json:"nextRunAt"`
+	Source          gov.Source `json:"source"`
+	Paused          bool       `json:"paused"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	LastScheduledAt time.Time  `json:"lastScheduledAt"`
+	LastSuccessAt   time.Time  `json:"lastSuccessAt"`
+}
+
 func newView() *view {
-	v := &view{specs: map[string]time.Duration{}, schedules: map[string]gov.State{}, breakers: map[string]events.BreakerState{}}
+	v := &view{specs: map[string]time.Duration{}, schedules: map[string]schedule{}, breakers: map[string]events.BreakerState{}}
 	v.ready.Add(3)
 	return v
 }
@@ -87,9 +100,9 @@ func (s *Service) watchAll(ctx context.Context) error {
 			delete(v.schedules, e.Key())
 			return
 		}
-		var st gov.State
+		var st schedule
 		if json.Unmarshal(e.Value(), &st) == nil {
-			v.schedules[e.Key()] = st
+			v.schedules[strings.Clone(e.Key())] = st
 		}
 	}); err != nil {
 		return err
@@ -112,7 +125,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	v := s.view
 	v.mu.Lock()
-	var zombies []gov.State
+	var zombies []schedule
 	var orphanSchedules, orphanBreakers []string
 	maxScore, open := 0.0, 0
 	scores := make(map[string]float64, len(v.schedules))
@@ -161,7 +174,7 @@ func (s *Service) Scores() map[string]float64 {
 // renudge re-dispatches a run that fell due long ago and never completed,
 // unless a dispatch is still pending or an outcome is on RUNS (then the
 // governor is just behind).
-func (s *Service) renudge(ctx context.Context, st gov.State, now time.Time) {
+func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	id := st.TaskID
 	if _, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id)); err == nil {
 		return // still pending: the executor has it
