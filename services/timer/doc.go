@@ -6,8 +6,14 @@
 //
 // Several timer replicas may run at once: they all fire, JetStream keeps one
 // message per Nats-Msg-Id, and DISPATCH holds at most one pending run per
-// task. A duplicate PubAck or error 10077 (the subject already holds a
+// task. A duplicate PubAck, error 10158 (the same Nats-Msg-Id is being
+// stored by another replica) or error 10077 (the subject already holds a
 // pending run) therefore means the run is already dispatched: success, not
 // failure. Any other publish error is retried with a short backoff; a run is
 // never silently dropped.
+//
+// Due runs leave in batches: up to 1,024 are taken off the heap in one lock
+// hold and published asynchronously, then their acks are collected; an ack
+// that does not come within 10 s counts as an error. Loading the bucket
+// reads only nextRunAt and source from each stored state (decodeSchedule).
 package timer

@@ -3,15 +3,17 @@ package timer
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
@@ -33,28 +35,73 @@ type Config struct {
 	// RetryDelay is the wait before re-publishing a dispatch whose publish
 	// failed. Defaults to 250ms.
 	RetryDelay time.Duration
+	// Lead publishes each dispatch this long before its slot. The executor
+	// holds a dispatch until its scheduledAt, so the publish, the store and
+	// the delivery of a burst happen before the slot instead of delaying
+	// its calls. Defaults to DefaultLead; a negative value publishes at the
+	// slot itself.
+	Lead time.Duration
 }
+
+// DefaultLead is the default Config.Lead: longer than the dispatch path of
+// a burst of a few thousand runs, far shorter than the shortest interval.
+const DefaultLead = 250 * time.Millisecond
 
 // Service is the timer service.
 type Service struct {
 	lifecycle.Base
-	cfg    Config
-	log    *slog.Logger
-	source string
+	cfg Config
+	log *slog.Logger
+	enc runDueEncoder
+
+	// Dispatch results, resolved once: WithLabelValues hashes its labels
+	// on every call, and a burst counts thousands of results.
+	resultNew, resultDuplicate, resultPending, resultError prometheus.Counter
+
+	// sources interns schedule sources, so a million items share a handful
+	// of strings. Only the watch goroutine (apply) uses it.
+	sources map[string]string
+
+	// batch bounds the dispatches taken and published at once, and
+	// ackTimeout the wait for their acks (defaultBatch, defaultAckTimeout;
+	// tests lower them).
+	batch      int
+	ackTimeout time.Duration
 
 	mu    sync.Mutex
 	items map[string]*item
 	queue dueHeap
 	wake  chan struct{}
 	ready chan struct{}
-	acks  chan pending
 }
 
-type pending struct {
+// dueRun is one dispatch of a batch: the slot taken off the heap and its
+// publish.
+type dueRun struct {
 	it     *item
-	at     int64
+	id     string
+	source string
+	at     int64 // the slot: nextRunAt, Unix nanoseconds
 	future jetstream.PubAckFuture
 }
+
+const (
+	// defaultBatch is the most dispatches taken off the heap and published
+	// at once. Two batches in flight stay well under nats.go's async
+	// publish window (4,000 by default, per JetStream context, which the
+	// services of one process share), so a burst never stalls on its own
+	// publishes.
+	defaultBatch = 1024
+	// defaultAckTimeout bounds the wait for a batch's acks. A reply can be
+	// lost (a stream leader that fails after storing, say), and nats.go
+	// has no ack timeout by default, so without one the dispatcher would
+	// wait forever. The dispatch is published again with the same
+	// Nats-Msg-Id, which JetStream deduplicates if the first was stored.
+	defaultAckTimeout = 10 * time.Second
+	// maxSources bounds the intern table; the governor writes about twenty
+	// distinct sources, so only junk values could pass it.
+	maxSources = 256
+)
 
 // New validates cfg and returns a timer ready to Start.
 func New(cfg Config) (*Service, error) {
@@ -71,14 +118,27 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RetryDelay <= 0 {
 		cfg.RetryDelay = 250 * time.Millisecond
 	}
+	switch {
+	case cfg.Lead == 0:
+		cfg.Lead = DefaultLead
+	case cfg.Lead < 0:
+		cfg.Lead = 0
+	}
+	total := cfg.Metrics.DispatchTotal
 	return &Service{
-		cfg:    cfg,
-		log:    cfg.Logger.With("service", "timer"),
-		source: jsutil.Source("timer", cfg.Instance),
-		items:  make(map[string]*item),
-		wake:   make(chan struct{}, 1),
-		ready:  make(chan struct{}),
-		acks:   make(chan pending, 4096),
+		cfg:             cfg,
+		log:             cfg.Logger.With("service", "timer"),
+		enc:             newRunDueEncoder(jsutil.Source("timer", cfg.Instance)),
+		resultNew:       total.WithLabelValues(resultNew),
+		resultDuplicate: total.WithLabelValues(resultDuplicate),
+		resultPending:   total.WithLabelValues(resultPending),
+		resultError:     total.WithLabelValues(resultError),
+		sources:         make(map[string]string),
+		batch:           defaultBatch,
+		ackTimeout:      defaultAckTimeout,
+		items:           make(map[string]*item),
+		wake:            make(chan struct{}, 1),
+		ready:           make(chan struct{}),
 	}, nil
 }
 
@@ -95,14 +155,44 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("timer: bind %s: %w", streams.BucketSchedules, err)
 	}
+	s.presize(ctx, kv)
 	w, err := kv.WatchAll(runCtx)
 	if err != nil {
 		return fmt.Errorf("timer: watch %s: %w", streams.BucketSchedules, err)
 	}
 	s.Go(func() { s.watch(runCtx, w) })
 	s.Go(func() { s.fire(runCtx) })
-	s.Go(func() { s.confirm(runCtx) })
 	return nil
+}
+
+// presize sizes the item map and the heap for the bucket's keys before the
+// watch delivers them: growing a map of a million entries step by step
+// rehashes and copies it over and over, and leaves it and the heap's
+// backing array up to twice the size they need.
+func (s *Service) presize(ctx context.Context, kv jetstream.KeyValue) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		s.log.Debug("bucket status unavailable; not pre-sizing", "err", err)
+		return
+	}
+	// Keys, deleted ones included; Values() would also count history.
+	n := st.Values()
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		n = bs.StreamInfo().State.NumSubjects
+	}
+	if n <= math.MaxInt32 {
+		s.reserve(int(n))
+	}
+}
+
+// reserve sizes the empty item map and heap for n items.
+func (s *Service) reserve(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.items) == 0 && n > 0 {
+		s.items = make(map[string]*item, n)
+		s.queue = make(dueHeap, 0, n)
+	}
 }
 
 // watch applies schedule changes to the heap.
@@ -126,29 +216,36 @@ func (s *Service) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	}
 }
 
-// scheduled is the part of a stored schedule the timer needs.
-type scheduled struct {
-	NextRunAt time.Time `json:"nextRunAt"`
-	Source    string    `json:"source"`
-}
-
 func (s *Service) apply(e jetstream.KeyValueEntry) {
 	id := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		s.remove(id)
 		return
 	}
-	var sc scheduled
-	if err := json.Unmarshal(e.Value(), &sc); err != nil {
+	next, source, err := decodeSchedule(e.Value())
+	if err != nil {
 		s.log.Error("unreadable schedule; task not scheduled until it is rewritten", "task", id, "err", err)
 		s.remove(id)
 		return
 	}
-	if sc.NextRunAt.IsZero() {
+	if next.IsZero() {
 		s.remove(id)
 		return
 	}
-	s.upsert(id, sc.NextRunAt.UnixNano(), intern(sc.Source))
+	s.upsert(id, next.UnixNano(), s.intern(source))
+}
+
+// intern returns the canonical copy of a source; the lookup does not
+// allocate.
+func (s *Service) intern(b []byte) string {
+	if v, ok := s.sources[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	if len(s.sources) < maxSources {
+		s.sources[v] = v
+	}
+	return v
 }
 
 func (s *Service) upsert(id string, at int64, source string) {
@@ -156,8 +253,11 @@ func (s *Service) upsert(id string, at int64, source string) {
 	defer s.mu.Unlock()
 	it, ok := s.items[id]
 	if !ok {
-		it = &item{id: id, index: -1}
-		s.items[id] = it
+		// The watcher's key is a substring of the message subject
+		// ("$KV.flyball-schedules.<id>"): keeping it would pin the whole
+		// subject for as long as the task lives.
+		it = &item{id: strings.Clone(id), index: -1}
+		s.items[it.id] = it
 	}
 	it.source = source
 	if at == it.fired {
@@ -165,6 +265,7 @@ func (s *Service) upsert(id string, at int64, source string) {
 		// state but not the time): dispatching it again would be a duplicate.
 		if it.index >= 0 {
 			heap.Remove(&s.queue, it.index)
+			s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
 		}
 		return
 	}
@@ -175,7 +276,7 @@ func (s *Service) upsert(id string, at int64, source string) {
 		heap.Push(&s.queue, it)
 	}
 	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
-	s.poke()
+	s.pokeIfFirst(it)
 }
 
 func (s *Service) remove(id string) {
@@ -199,6 +300,17 @@ func (s *Service) poke() {
 	}
 }
 
+// pokeIfFirst wakes the dispatcher if it is now at the top of the heap:
+// only then can the dispatcher have to fire earlier than it planned. Any
+// other change at most makes its timer fire early, and it recomputes then.
+// Loading a bucket thus does not wake the dispatcher once per schedule.
+// The caller holds s.mu.
+func (s *Service) pokeIfFirst(it *item) {
+	if it.index == 0 {
+		s.poke()
+	}
+}
+
 // fire waits for the earliest due time and dispatches everything due.
 func (s *Service) fire(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
@@ -215,94 +327,215 @@ func (s *Service) fire(ctx context.Context) {
 	}
 }
 
-// dispatchDue publishes every due item and returns how long to wait for
-// the next one.
+// dispatchDue publishes every due item, a batch at a time, and returns how
+// long to wait for the next one. Batches are pipelined: the next batch is
+// published before the acks of the previous one are collected, so the
+// server always has work queued while the timer waits, and at most two
+// batches are in flight.
 func (s *Service) dispatchDue(ctx context.Context) time.Duration {
-	for {
-		now := time.Now()
-		s.mu.Lock()
-		if len(s.queue) == 0 {
-			s.mu.Unlock()
-			return time.Hour
-		}
-		it := s.queue[0]
-		if wait := time.Duration(it.at - now.UnixNano()); wait > 0 {
-			s.mu.Unlock()
+	var flight []dueRun // published, acks not collected yet
+	for ctx.Err() == nil {
+		next, wait := s.takeDue()
+		s.publishAll(next)
+		if flight != nil {
+			s.collect(ctx, flight)
+		} else if next == nil {
 			return wait
+		}
+		flight = next
+	}
+	return time.Hour
+}
+
+// takeDue takes up to s.batch due items off the heap, in one lock hold.
+// With none due it returns nil and how long to wait for the next one.
+func (s *Service) takeDue() ([]dueRun, time.Duration) {
+	now := time.Now().Add(s.cfg.Lead).UnixNano() // due = within Lead of its slot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var runs []dueRun
+	for len(runs) < s.batch && len(s.queue) > 0 {
+		it := s.queue[0]
+		if wait := time.Duration(it.at - now); wait > 0 {
+			if runs == nil {
+				return nil, wait
+			}
+			break
+		}
+		if runs == nil {
+			runs = make([]dueRun, 0, min(len(s.queue), s.batch))
 		}
 		heap.Pop(&s.queue)
 		it.fired = it.due
-		at, id, source := it.due, it.id, it.source
-		s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
-		s.mu.Unlock()
+		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due})
+	}
+	if runs == nil {
+		return nil, time.Hour
+	}
+	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
+	return runs, 0
+}
 
-		f, err := s.publish(id, at, source, now)
+// publishAll publishes a batch of due runs without waiting for their acks.
+// A run that cannot even be sent is counted and re-queued at once.
+func (s *Service) publishAll(runs []dueRun) {
+	// One log line per batch and kind of failure, not one per run: when
+	// the server is away, every run of every batch fails.
+	var unsent failures
+	for i := range runs {
+		r := &runs[i]
+		f, err := s.publish(r.id, r.at, r.source, time.Now())
 		if err != nil {
-			s.log.Warn("dispatch publish failed; retrying", "task", id, "err", err)
-			s.cfg.Metrics.DispatchTotal.WithLabelValues("error").Inc()
-			s.retryLater(it, at)
+			// Connection closed, too many pending acks, a body that
+			// cannot be encoded.
+			s.resultError.Inc()
+			unsent.add(r.id, err)
+			s.retryLater(r.it, r.at)
 			continue
 		}
-		select {
-		case s.acks <- pending{it: it, at: at, future: f}:
-		case <-ctx.Done():
-			return time.Hour
+		r.future = f
+	}
+	unsent.log(s.log, "dispatch publish failed; retrying", len(runs))
+}
+
+// collect waits for the acks of a published batch. Every run ends
+// acknowledged (new, duplicate, or already pending) or re-queued by
+// retryLater: none is lost.
+func (s *Service) collect(ctx context.Context, runs []dueRun) {
+	var unstored failures
+	defer unstored.log(s.log, "dispatch not stored; retrying", len(runs))
+	deadline := time.NewTimer(s.ackTimeout)
+	defer deadline.Stop()
+	expired := false
+	for i := range runs {
+		r := &runs[i]
+		if r.future == nil {
+			continue
+		}
+		ack, err := await(ctx, r.future, deadline.C, expired)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errAckTimeout) {
+			expired = true
+		}
+		if !s.settle(r, ack, err) {
+			unstored.add(r.id, err)
 		}
 	}
+}
+
+// errAckTimeout is the error of a dispatch whose ack did not arrive in
+// time.
+var errAckTimeout = errors.New("no publish ack within the ack timeout")
+
+// await waits for f to resolve. It returns errAckTimeout once the batch
+// deadline has passed (expired: then it only takes what has already
+// arrived), and ctx's error when ctx ends first.
+func await(ctx context.Context, f jetstream.PubAckFuture, deadline <-chan time.Time, expired bool) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	default:
+	}
+	if expired {
+		return nil, errAckTimeout
+	}
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-deadline:
+		return nil, errAckTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// failures summarises the failed runs of a batch for the log.
+type failures struct {
+	n     int
+	first string
+	err   error
+}
+
+func (f *failures) add(id string, err error) {
+	if f.n == 0 {
+		f.first, f.err = id, err
+	}
+	f.n++
+}
+
+func (f *failures) log(logger *slog.Logger, msg string, batch int) {
+	if f.n > 0 {
+		logger.Warn(msg, "task", f.first, "err", f.err, "failed", f.n, "batch", batch)
+	}
+}
+
+// Dispatch results, the values of flyball_dispatch_total's result label.
+const (
+	resultNew       = "new"
+	resultDuplicate = "duplicate"
+	resultPending   = "pending"
+	resultError     = "error"
+)
+
+// classify names the result of a dispatch publish. Only resultError needs
+// a retry: a duplicate PubAck or error 10158 (the same Nats-Msg-Id is being
+// stored right now, by another replica) means the run is stored, and error
+// 10077 (the subject already holds its one message) means a run of the
+// task is already pending.
+func classify(ack *jetstream.PubAck, err error) string {
+	switch {
+	case err == nil && ack != nil && ack.Duplicate:
+		return resultDuplicate
+	case err == nil:
+		return resultNew
+	case jsutil.IsDuplicateInProcess(err):
+		return resultDuplicate
+	case jsutil.IsSubjectFull(err):
+		return resultPending
+	default:
+		return resultError
+	}
+}
+
+// settle counts a dispatch's result and re-queues it if it was not
+// stored, reporting false then.
+func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
+	switch classify(ack, err) {
+	case resultNew:
+		s.resultNew.Inc()
+	case resultDuplicate:
+		s.resultDuplicate.Inc()
+	case resultPending:
+		s.resultPending.Inc()
+	default:
+		s.resultError.Inc()
+		s.retryLater(r.it, r.at)
+		return false
+	}
+	return true
 }
 
 func (s *Service) publish(id string, at int64, source string, now time.Time) (jetstream.PubAckFuture, error) {
 	scheduledAt := time.Unix(0, at).UTC()
-	d := events.Dispatch{
-		DispatchID:  events.DispatchID(id, scheduledAt),
-		TaskID:      id,
-		ScheduledAt: scheduledAt,
-		FiredAt:     now.UTC(),
-		Source:      source,
-	}
-	body, err := events.Marshal(events.TypeRunDue, s.source, id, d, now.UTC(), d.DispatchID)
+	body, err := s.enc.encode(id, scheduledAt, now.UTC(), source)
 	if err != nil {
 		return nil, err
 	}
-	m := &nats.Msg{Subject: events.DispatchSubject(id), Data: body, Header: nats.Header{}}
-	m.Header.Set(jetstream.MsgIDHeader, d.DispatchID)
-	m.Header.Set("Content-Type", events.ContentTypeStructured)
-	s.cfg.Metrics.DispatchLateness.Observe(now.Sub(scheduledAt).Seconds())
+	m := &nats.Msg{Subject: events.DispatchSubject(id), Data: body, Header: nats.Header{
+		// Set directly: both keys are already in canonical form, which is
+		// what Header.Set would produce.
+		jetstream.MsgIDHeader: {events.DispatchID(id, scheduledAt)},
+		"Content-Type":        {events.ContentTypeStructured},
+	}}
+	// Lateness against when the timer meant to publish: Lead before the slot.
+	s.cfg.Metrics.DispatchLateness.Observe(max(now.Sub(scheduledAt.Add(-s.cfg.Lead)), 0).Seconds())
 	return s.cfg.JS.PublishMsgAsync(m)
-}
-
-// confirm checks publish acks: a duplicate or a full subject means the run
-// is already pending; any other error re-queues the dispatch.
-func (s *Service) confirm(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case p := <-s.acks:
-			select {
-			case ack := <-p.future.Ok():
-				result := "new"
-				if ack.Duplicate {
-					result = "duplicate"
-				}
-				s.cfg.Metrics.DispatchTotal.WithLabelValues(result).Inc()
-			case err := <-p.future.Err():
-				if jsutil.IsDuplicateInProcess(err) {
-					s.cfg.Metrics.DispatchTotal.WithLabelValues("duplicate").Inc()
-					continue
-				}
-				if jsutil.IsSubjectFull(err) {
-					s.cfg.Metrics.DispatchTotal.WithLabelValues("pending").Inc()
-					continue
-				}
-				s.cfg.Metrics.DispatchTotal.WithLabelValues("error").Inc()
-				s.log.Warn("dispatch not stored; retrying", "task", p.it.id, "err", err)
-				s.retryLater(p.it, p.at)
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
 }
 
 // retryLater re-queues a failed dispatch unless the schedule moved on.
@@ -316,17 +549,6 @@ func (s *Service) retryLater(it *item, at int64) {
 	it.due = at
 	it.at = max(at, time.Now().Add(s.cfg.RetryDelay).UnixNano())
 	heap.Push(&s.queue, it)
-	s.poke()
-}
-
-var sources sync.Map
-
-// intern returns a canonical copy of a source string, so a million items
-// share a handful of strings.
-func intern(s string) string {
-	if v, ok := sources.Load(s); ok {
-		return v.(string)
-	}
-	v, _ := sources.LoadOrStore(s, s)
-	return v.(string)
+	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
+	s.pokeIfFirst(it)
 }

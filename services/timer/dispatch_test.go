@@ -1,0 +1,353 @@
+package timer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+const within = 30 * time.Second
+
+// startTimer starts a timer on js after tune has adjusted it, and waits
+// until it has loaded the schedules bucket.
+func startTimer(t *testing.T, js jetstream.JetStream, tune func(*Service)) *Service {
+	t.Helper()
+	s, err := New(Config{JS: js, Instance: "test", Metrics: metrics.New(), RetryDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(s)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	select {
+	case <-s.Ready():
+	case <-time.After(within):
+		t.Fatal("timer not ready")
+	}
+	return s
+}
+
+// putSchedule stores the schedule of id the way the governor does.
+func putSchedule(t *testing.T, js jetstream.JetStream, id string, at time.Time, source gov.Source) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(gov.State{TaskID: id, NextRunAt: at, Source: source, Trail: []string{"rule: " + string(source)}, DecidedAt: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, id, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// results reads flyball_dispatch_total by result.
+func results(s *Service) map[string]int {
+	m := map[string]int{}
+	for _, l := range []string{resultNew, resultDuplicate, resultPending, resultError} {
+		m[l] = int(counterValue(s.cfg.Metrics.DispatchTotal, l))
+	}
+	return m
+}
+
+func queued(s *Service) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// storedDispatch reads the run.due pending for id on DISPATCH.
+func storedDispatch(t *testing.T, js jetstream.JetStream, id string) (msgID string, d events.Dispatch) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, events.DispatchSubject(id))
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.DecodeData(e, &d); err != nil {
+		t.Fatal(err)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader), d
+}
+
+// TestDispatchBatches loads more due schedules than fit in one batch and
+// checks every one is stored once, with its dedup ID and slot.
+func TestDispatchBatches(t *testing.T) {
+	const n = 1000
+	srv := natstest.StartWithStreams(t)
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC()
+	sources := gov.AllSources()
+	for i := range n {
+		putSchedule(t, srv.JS, fmt.Sprintf("task-%04d", i), at.Add(time.Duration(i)*time.Millisecond), sources[i%len(sources)])
+	}
+	s := startTimer(t, srv.JS, func(s *Service) { s.batch = 64 })
+	s.mu.Lock()
+	presized := cap(s.queue)
+	s.mu.Unlock()
+	if presized < n {
+		t.Errorf("heap capacity %d after loading %d schedules: not pre-sized", presized, n)
+	}
+	natstest.Eventually(t, within, "every dispatch acknowledged", func() bool { return results(s)[resultNew] >= n })
+	if got := results(s); got[resultNew] != n || got[resultDuplicate]+got[resultPending]+got[resultError] != 0 {
+		t.Fatalf("results %v, want %d new and nothing else", got, n)
+	}
+	if q := queued(s); q != 0 {
+		t.Fatalf("%d items still queued", q)
+	}
+	info, err := srv.JS.Stream(context.Background(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs := info.CachedInfo().State.Msgs; msgs != n {
+		t.Fatalf("DISPATCH holds %d messages, want %d", msgs, n)
+	}
+	for i := 0; i < n; i += 97 {
+		id := fmt.Sprintf("task-%04d", i)
+		slot := at.Add(time.Duration(i) * time.Millisecond)
+		msgID, d := storedDispatch(t, srv.JS, id)
+		if msgID != events.DispatchID(id, slot) || d.DispatchID != msgID || d.TaskID != id || !d.ScheduledAt.Equal(slot) || d.Source != string(sources[i%len(sources)]) {
+			t.Fatalf("%s: Nats-Msg-Id %q, data %+v; want slot %v", id, msgID, d, slot)
+		}
+	}
+}
+
+// TestDispatchDuplicateAndPending: a dispatch JetStream already holds
+// (same Nats-Msg-Id) and one refused because the task already has a
+// pending run (10077) both count as dispatched and are not retried.
+func TestDispatchDuplicateAndPending(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := context.Background()
+	at := time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC()
+	// "dup" was dispatched by another replica; "busy" still has an older
+	// run pending.
+	if _, err := jsutil.Publish(ctx, srv.JS, events.DispatchSubject("dup"), events.DispatchID("dup", at), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	older := events.DispatchID("busy", at.Add(-time.Minute))
+	if _, err := jsutil.Publish(ctx, srv.JS, events.DispatchSubject("busy"), older, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"dup", "busy", "fresh"} {
+		putSchedule(t, srv.JS, id, at, gov.SourceBaselineInterval)
+	}
+	s := startTimer(t, srv.JS, nil)
+	natstest.Eventually(t, within, "three results", func() bool {
+		r := results(s)
+		return r[resultNew]+r[resultDuplicate]+r[resultPending] >= 3
+	})
+	if got := results(s); got[resultNew] != 1 || got[resultDuplicate] != 1 || got[resultPending] != 1 || got[resultError] != 0 {
+		t.Fatalf("results %v, want one each of new, duplicate and pending", got)
+	}
+	if q := queued(s); q != 0 {
+		t.Fatalf("%d items re-queued, want none", q)
+	}
+	if msgID, _ := storedDispatchRaw(t, srv.JS, "busy"); msgID != older {
+		t.Fatalf("busy: pending run %q replaced, want %q kept", msgID, older)
+	}
+}
+
+func storedDispatchRaw(t *testing.T, js jetstream.JetStream, id string) (string, []byte) {
+	t.Helper()
+	st, err := js.Stream(context.Background(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(context.Background(), events.DispatchSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader), m.Data
+}
+
+// TestDispatchRetriesUntilStored: a dispatch the server refuses is counted
+// as an error and re-published, with the same dedup ID, until it is
+// stored.
+func TestDispatchRetriesUntilStored(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := context.Background()
+	st, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	refusing := cfg
+	refusing.MaxMsgSize = 16 // every run.due is larger
+	if _, err := srv.JS.UpdateStream(ctx, refusing); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC()
+	putSchedule(t, srv.JS, "task", at, gov.SourceBaselineInterval)
+	s := startTimer(t, srv.JS, nil)
+	natstest.Eventually(t, within, "refused twice (so retried)", func() bool { return results(s)[resultError] >= 2 })
+	if results(s)[resultNew] != 0 {
+		t.Fatal("stored despite the size limit")
+	}
+	if _, err := srv.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, within, "stored once the server accepts it", func() bool { return results(s)[resultNew] == 1 })
+	msgID, d := storedDispatch(t, srv.JS, "task")
+	if msgID != events.DispatchID("task", at) || !d.ScheduledAt.Equal(at) {
+		t.Fatalf("stored Nats-Msg-Id %q scheduledAt %v, want the original slot %v", msgID, d.ScheduledAt, at)
+	}
+	if q := queued(s); q != 0 {
+		t.Fatalf("%d items still queued after success", q)
+	}
+}
+
+// TestDispatchLostAckRetries: when no ack ever comes (here: the stream is
+// gone and a plain subscriber swallows the publish), the batch stops
+// waiting after the ack timeout and the run is published again.
+func TestDispatchLostAckRetries(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := context.Background()
+	if err := srv.JS.DeleteStream(ctx, streams.StreamDispatch); err != nil {
+		t.Fatal(err)
+	}
+	var swallowed atomic.Int64
+	sub, err := srv.NC.Subscribe("flyball.dispatch.>", func(*nats.Msg) { swallowed.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC()
+	putSchedule(t, srv.JS, "task", at, gov.SourceBaselineInterval)
+	_, js := srv.Connect(t)
+	s := startTimer(t, js, func(s *Service) { s.ackTimeout = 50 * time.Millisecond })
+	natstest.Eventually(t, within, "published again after a lost ack", func() bool {
+		return swallowed.Load() >= 2 && results(s)[resultError] >= 1
+	})
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, srv.JS); err != nil {
+		t.Fatal(err)
+	}
+	// An abandoned publish that nats.go itself retried after "no
+	// responders" may store the run first; ours is then a duplicate.
+	natstest.Eventually(t, within, "stored once acks come back", func() bool {
+		r := results(s)
+		return r[resultNew]+r[resultDuplicate] >= 1
+	})
+	if msgID, _ := storedDispatch(t, srv.JS, "task"); msgID != events.DispatchID("task", at) {
+		t.Fatalf("stored Nats-Msg-Id %q, want %q", msgID, events.DispatchID("task", at))
+	}
+}
+
+// TestDispatchPublishErrorRequeues: a publish that cannot even be sent
+// (the connection is closed) is counted and re-queued, never dropped.
+func TestDispatchPublishErrorRequeues(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	nc, js := srv.Connect(t)
+	s := startTimer(t, js, nil)
+	nc.Close()
+	at := time.Now().Add(-time.Second).Truncate(time.Millisecond).UnixNano()
+	s.upsert("task", at, "baseline-interval")
+	natstest.Eventually(t, within, "failed and retried", func() bool { return results(s)[resultError] >= 3 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items["task"]
+	if it == nil || it.due != at {
+		t.Fatalf("item %+v, want it held with its slot %d", it, at)
+	}
+}
+
+// TestRetryLater covers the re-queue rules without a server round trip.
+func TestRetryLater(t *testing.T) {
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, RetryDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now().Add(-time.Minute).UnixNano()
+	t2 := t1 + int64(time.Second)
+	take := func() dueRun {
+		t.Helper()
+		runs, _ := s.takeDue()
+		if len(runs) != 1 {
+			t.Fatalf("took %d runs, want 1", len(runs))
+		}
+		return runs[0]
+	}
+
+	s.upsert("a", t1, "x")
+	r := take()
+	s.retryLater(r.it, r.at)
+	if it := s.items["a"]; it.index != 0 || it.due != t1 || it.at < time.Now().Add(time.Hour-time.Minute).UnixNano() || it.fired != 0 {
+		t.Fatalf("retry: %+v, want slot %d re-queued a RetryDelay out", it, t1)
+	}
+
+	s.upsert("a", t1, "x") // the schedule still says t1: due again now
+	r = take()
+	s.upsert("a", t2, "x") // the governor moved on meanwhile
+	s.retryLater(r.it, r.at)
+	if it := s.items["a"]; len(s.queue) != 1 || it.due != t2 {
+		t.Fatalf("after a newer schedule: queue %d, item %+v; want only the newer slot", len(s.queue), it)
+	}
+
+	r = take()
+	s.upsert("a", t2, "x") // a re-put of the dispatched slot is not a new run
+	if len(s.queue) != 0 {
+		t.Fatal("a re-put of the dispatched slot was queued again")
+	}
+	s.remove("a")
+	s.retryLater(r.it, r.at)
+	if len(s.queue) != 0 || len(s.items) != 0 {
+		t.Fatal("a deleted task was re-queued")
+	}
+}
+
+func TestClassify(t *testing.T) {
+	apiErr := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("wrapped: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "x"})
+	}
+	for _, c := range []struct {
+		ack  *jetstream.PubAck
+		err  error
+		want string
+	}{
+		{&jetstream.PubAck{Stream: "DISPATCH", Sequence: 1}, nil, resultNew},
+		{&jetstream.PubAck{Stream: "DISPATCH", Sequence: 1, Duplicate: true}, nil, resultDuplicate},
+		{nil, apiErr(10158), resultDuplicate},
+		{nil, apiErr(10077), resultPending},
+		{nil, apiErr(10054), resultError},
+		{nil, nats.ErrDisconnected, resultError},
+		{nil, errAckTimeout, resultError},
+		{nil, errors.New("boom"), resultError},
+	} {
+		if got := classify(c.ack, c.err); got != c.want {
+			t.Errorf("classify(%+v, %v) = %s, want %s", c.ack, c.err, got, c.want)
+		}
+	}
+}
