@@ -60,6 +60,10 @@ func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...strin
 		Logger:      r.cfg.StackLogger,
 		Guard:       executor.Guard{AllowLoopback: true},
 		Concurrency: r.cfg.Concurrency,
+		// The benchmark's target is one host (or a few): a per-host limit
+		// below the concurrency would cap flyball where the floor and the
+		// nats-server baseline have no such cap.
+		PerHost: r.cfg.Concurrency,
 	})
 	if err != nil {
 		nc.Close()

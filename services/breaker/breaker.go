@@ -27,6 +27,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 	"github.com/flyballhq/flyball/streams"
@@ -42,8 +43,11 @@ type Service struct {
 	lifecycle.Base
 	cfg      Config
 	source   string
-	tasks    jetstream.KeyValue
 	breakers jetstream.KeyValue
+	// Watch-fed views: a success for a breaker that is closed with no
+	// failures counted (nearly every outcome) needs no KV access at all.
+	specs   *kvcache.Cache[*events.TaskSpec]
+	records *kvcache.Cache[executor.BreakerRecord]
 }
 
 // New validates cfg.
@@ -60,12 +64,17 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
-	if s.tasks, err = s.cfg.JS.KeyValue(ctx, streams.BucketTasks); err != nil {
+	tasks, err := s.cfg.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
 	if s.breakers, err = s.cfg.JS.KeyValue(ctx, streams.BucketBreakers); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
+	s.specs = kvcache.Specs(tasks, s.cfg.Logger)
+	s.records = kvcache.New(s.breakers, executor.DecodeBreaker, s.cfg.Logger)
+	s.Go(func() { s.specs.Run(runCtx) })
+	s.Go(func() { s.records.Run(runCtx) })
 	if err := s.watchOpen(runCtx); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
@@ -84,6 +93,15 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "bad subject: "+m.Subject(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
+	// Nearly every outcome is a success for a settled breaker: the
+	// executor's header names the key, so it needs no decode at all. (A
+	// malformed body is still terminated and counted by the governor.)
+	if events.Outcome(subj.Action) == events.OutcomeSucceeded {
+		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key) {
+			_ = m.Ack()
+			return
+		}
+	}
 	e, err := events.Decode(m.Headers(), m.Data())
 	if err != nil {
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
@@ -101,12 +119,21 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	spec := &events.TaskSpec{ID: run.TaskID}
-	if ent, err := s.tasks.Get(ctx, run.TaskID); err == nil {
-		_ = json.Unmarshal(ent.Value(), spec)
+	key := run.BreakerKey
+	if ok && key != "" && s.settled(key) {
+		_ = m.Ack()
+		return
 	}
-	spec.Normalize()
-	if err := s.apply(ctx, spec, &run, ok); err != nil {
+	spec, _, err := s.specs.Get(ctx, run.TaskID)
+	if err != nil || spec == nil {
+		// A deleted task still settles its breaker, with default policy.
+		spec = &events.TaskSpec{ID: run.TaskID}
+		spec.Normalize()
+	}
+	if key == "" { // an event from an executor that predates breakerKey
+		key = executor.BreakerKey(spec)
+	}
+	if err := s.apply(ctx, key, spec, &run, ok); err != nil {
 		s.cfg.Logger.Warn("breaker update failed; retrying", "task", run.TaskID, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -114,14 +141,26 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
+// settled reports whether a success needs no write: the breaker for key
+// is known to be closed with no failures counted. Records this service
+// writes reach the view at once (read-your-writes); another replica's
+// writes arrive through the watch a moment later.
+func (s *Service) settled(key string) bool {
+	r := s.records.Lookup(key)
+	if !r.Known {
+		return false
+	}
+	return !r.Found || (r.Err == nil && r.Value.State == events.BreakerClosed && r.Value.Failures == 0)
+}
+
 // apply moves the breaker for one attempt outcome and publishes a
 // transition if the state changed.
-func (s *Service) apply(ctx context.Context, spec *events.TaskSpec, run *events.Run, ok bool) error {
-	key := executor.BreakerKey(spec)
+func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, run *events.Run, ok bool) error {
 	pol := spec.Breaker
 	now := s.cfg.Now().UTC()
 	var from, to executor.BreakerRecord
-	_, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
+	var written []byte
+	rev, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
 		from = executor.BreakerRecord{Key: key, State: events.BreakerClosed}
 		if cur != nil {
 			_ = json.Unmarshal(cur, &from)
@@ -130,7 +169,9 @@ func (s *Service) apply(ctx context.Context, spec *events.TaskSpec, run *events.
 		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) {
 			return nil, jsutil.ErrNoChange
 		}
-		return json.Marshal(to)
+		var err error
+		written, err = json.Marshal(to)
+		return written, err
 	})
 	if errors.Is(err, jsutil.ErrNoChange) {
 		return nil
@@ -138,6 +179,7 @@ func (s *Service) apply(ctx context.Context, spec *events.TaskSpec, run *events.
 	if err != nil {
 		return err
 	}
+	s.records.Put(key, rev, written)
 	if to.State == from.State && to.State != events.BreakerOpen {
 		return nil
 	}

@@ -58,11 +58,18 @@ func (s *Service) recordAttempt(ctx context.Context, d *events.Dispatch, n int) 
 
 // forgetAttempts drops the count once a dispatch is settled. Failure only
 // leaves the entry to expire with the bucket's 24h TTL.
-func (s *Service) forgetAttempts(ctx context.Context, d *events.Dispatch, n int) {
+// It runs in the background: it is called from the outbox, which must not
+// wait on a round trip per settled run.
+func (s *Service) forgetAttempts(d *events.Dispatch, n int) {
 	if n <= 1 {
 		return
 	}
-	if err := s.attempts.Purge(ctx, attemptKey(d)); err != nil {
-		s.log.Debug("attempt count not purged; it expires in 24h", "dispatch", d.DispatchID, "err", err)
-	}
+	key := attemptKey(d)
+	s.purges.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.attempts.Purge(ctx, key); err != nil {
+			s.log.Debug("attempt count not purged; it expires in 24h", "dispatch", d.DispatchID, "err", err)
+		}
+	})
 }

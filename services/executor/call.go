@@ -34,13 +34,16 @@ type result struct {
 
 func (r *result) ok() bool { return r.err == nil }
 
-func newHTTPClient(g *Guard) *http.Client {
+// newHTTPClient keeps up to perHost idle connections per host: calls in
+// flight to one host never exceed perHost, so a burst reuses connections
+// instead of dialing (and later closing) the excess.
+func newHTTPClient(g *Guard, perHost, concurrency int) *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: g.control}
 	tr := &http.Transport{
 		Proxy:                 nil, // a proxy would bypass the SSRF guard
 		DialContext:           dialer.DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
+		MaxIdleConns:          max(1024, concurrency),
+		MaxIdleConnsPerHost:   perHost,
 		MaxConnsPerHost:       0,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,12 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/sourcegraph/conc/pool"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -30,12 +31,21 @@ type Service struct {
 	log       *slog.Logger
 	source    string
 	client    *http.Client
-	tasks     jetstream.KeyValue
 	schedules jetstream.KeyValue
-	breakers  jetstream.KeyValue
+	breakerKV jetstream.KeyValue
 	attempts  jetstream.KeyValue
-	work      *pool.Pool
-	workDone  chan struct{} // closed once the pool's single Wait returns
+	// Watch-fed views, so a run costs no KV read in the common case.
+	specs     *kvcache.Cache[*task]
+	pauses    *kvcache.Cache[pause]
+	breakers  *kvcache.Cache[BreakerRecord]
+	work      *jsutil.WorkerConsume
+	out       *outbox       // run events on their way to RUNS
+	calls     chan struct{} // a slot per call in flight (Concurrency)
+	heldMu    sync.Mutex
+	held      map[*held]struct{} // dispatches waiting for their slot
+	releasing bool               // shutdown: hand new arrivals back at once
+	firing    sync.WaitGroup     // held dispatches not yet settled
+	purges    sync.WaitGroup     // attempt records being purged
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
@@ -53,7 +63,7 @@ func New(cfg Config) (*Service, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With("service", "executor"),
 		source: jsutil.Source("executor", cfg.Instance),
-		client: newHTTPClient(&cfg.Guard),
+		client: newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
 		hosts:  make(map[string]chan struct{}),
 	}, nil
 }
@@ -64,19 +74,27 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
+	var tasks jetstream.KeyValue
 	for _, b := range []struct {
 		name string
 		kv   *jetstream.KeyValue
 	}{
-		{streams.BucketTasks, &s.tasks},
+		{streams.BucketTasks, &tasks},
 		{streams.BucketSchedules, &s.schedules},
-		{streams.BucketBreakers, &s.breakers},
+		{streams.BucketBreakers, &s.breakerKV},
 		{streams.BucketAttempts, &s.attempts},
 	} {
 		if *b.kv, err = s.cfg.JS.KeyValue(ctx, b.name); err != nil {
 			return fmt.Errorf("executor: bind %s: %w", b.name, err)
 		}
 	}
+	s.specs = kvcache.New(tasks, decodeTask, s.log)
+	// Every run rewrites its schedule; the view keeps paused tasks only.
+	s.pauses = kvcache.New(s.schedules, decodePause, s.log).Sparse(func(p pause) bool { return p.Paused })
+	s.breakers = kvcache.New(s.breakerKV, DecodeBreaker, s.log)
+	s.Go(func() { s.specs.Run(runCtx) })
+	s.Go(func() { s.pauses.Run(runCtx) })
+	s.Go(func() { s.breakers.Run(runCtx) })
 	cons, err := s.cfg.JS.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
 	if err != nil {
 		return fmt.Errorf("executor: consumer %s/%s: %w", streams.StreamDispatch, streams.ConsumerExecutor, err)
@@ -85,18 +103,22 @@ func (s *Service) Start(ctx context.Context) error {
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
-	s.work = pool.New().WithMaxGoroutines(s.cfg.Concurrency)
-	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
-		func(m jetstream.Msg) { s.work.Go(func() { s.handle(runCtx, m) }) },
-		jetstream.PullMaxMessages(s.cfg.Concurrency))
+	s.out = newOutbox(s.cfg.JS, 4*s.cfg.Concurrency)
+	s.calls = make(chan struct{}, s.cfg.Concurrency)
+	s.held = make(map[*held]struct{})
+	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
+		jsutil.Workers{N: s.cfg.Concurrency}, func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
+	s.work = cc
 	s.Track(cc)
 	s.OnDrained(s.waitInflight)
-	s.workDone = make(chan struct{})
 	s.OnStop(func() {
-		<-s.workDone
+		<-cc.Done() // no handler will queue another event
+		s.firing.Wait()
+		s.out.close() // store the queued events and settle their dispatches
+		s.purges.Wait()
 		s.client.CloseIdleConnections()
 	})
 	return nil
@@ -105,11 +127,13 @@ func (s *Service) Start(ctx context.Context) error {
 // waitInflight gives in-flight calls up to ShutdownGrace to finish before
 // Stop cancels them.
 func (s *Service) waitInflight() {
-	go func() { s.work.Wait(); close(s.workDone) }() // conc pools allow one Wait
+	s.releaseHeld()
+	done := make(chan struct{})
+	go func() { <-s.work.Done(); s.firing.Wait(); close(done) }()
 	t := time.NewTimer(s.cfg.ShutdownGrace)
 	defer t.Stop()
 	select {
-	case <-s.workDone:
+	case <-done:
 	case <-t.C:
 		s.log.Warn("shutdown grace expired; cancelling in-flight calls (they will be redelivered)", "grace", s.cfg.ShutdownGrace)
 	}
@@ -123,7 +147,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	var d events.Dispatch
-	if err := events.DecodeData(e, &d); err != nil {
+	if err := events.DecodeDispatch(e, &d); err != nil {
 		jsutil.Terminate(m, "malformed dispatch: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
@@ -136,58 +160,165 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "not a JetStream message: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
-	spec, st, err := s.lookup(ctx, d.TaskID)
+	if wait := time.Until(d.ScheduledAt); wait > 0 {
+		s.hold(ctx, m, md, &d, wait)
+		return
+	}
+	if !s.acquireCall(ctx, m) {
+		return
+	}
+	defer s.releaseCall()
+	s.run(ctx, m, md, &d)
+}
+
+// run checks the task's spec, pause and breaker at the moment of the call,
+// then calls it.
+func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch) {
+	t, _, err := s.specs.Get(ctx, d.TaskID)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		s.skip(ctx, m, &d, "task deleted")
+		s.skip(m, d, "task deleted")
 		return
 	case err != nil:
 		s.nak(m, time.Second, err)
 		return
 	}
-	if st.Paused && (st.PausedUntil.IsZero() || st.PausedUntil.After(d.ScheduledAt)) {
-		s.skip(ctx, m, &d, "task paused")
+	if p := s.pauseOf(ctx, d.TaskID); p.Paused && (p.PausedUntil.IsZero() || p.PausedUntil.After(d.ScheduledAt)) {
+		s.skip(m, d, "task paused")
 		return
 	}
-	why := explain(&d, &st)
-	if wait := s.breakerWait(ctx, spec); wait > 0 {
+	if wait := s.breakerWait(ctx, t.breakerKey); wait > 0 {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 		s.log.Debug("breaker open: deferring", "task", d.TaskID, "wait", wait)
 		s.nak(m, wait, nil)
 		return
 	}
-	s.execute(ctx, m, md, spec, &d, why)
+	s.execute(ctx, m, md, t, d)
 }
 
-// decisionRef is the governor decision behind a dispatch.
-type decisionRef struct {
-	source string
-	trail  []string
-}
-
-// explain returns the decision that scheduled d: the stored trail when the
-// schedule still names d's slot, else just the source the timer recorded.
-func explain(d *events.Dispatch, st *gov.State) decisionRef {
-	if st.NextRunAt.Equal(d.ScheduledAt) {
-		return decisionRef{source: string(st.Source), trail: st.Trail}
+// hold keeps a dispatch that arrived ahead of its slot (the timer publishes
+// Lead early) until its scheduledAt, without occupying a worker, then runs
+// it under the same call limit. One due further ahead than half the
+// AckWait goes back to the stream until then.
+func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, wait time.Duration) {
+	if wait > s.cfg.AckWait/2 {
+		s.nak(m, wait, nil)
+		return
 	}
-	return decisionRef{source: d.Source}
+	h := &held{m: m}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if s.releasing {
+		s.nak(m, 0, nil)
+		return
+	}
+	s.held[h] = struct{}{}
+	s.firing.Add(1)
+	h.t = time.AfterFunc(wait, func() {
+		defer s.firing.Done()
+		s.heldMu.Lock()
+		_, ok := s.held[h]
+		delete(s.held, h)
+		s.heldMu.Unlock()
+		if !ok || !s.acquireCall(ctx, m) {
+			return // handed back at shutdown
+		}
+		defer s.releaseCall()
+		s.run(ctx, m, md, d)
+	})
 }
 
-func (s *Service) lookup(ctx context.Context, id string) (*events.TaskSpec, gov.State, error) {
-	var spec events.TaskSpec
-	var st gov.State
-	ent, err := s.tasks.Get(ctx, id)
+// held is a dispatch waiting for its slot.
+type held struct {
+	m jetstream.Msg
+	t *time.Timer
+}
+
+// releaseHeld hands every dispatch still waiting for its slot back to the
+// stream at shutdown, so another executor runs it on time.
+func (s *Service) releaseHeld() {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	s.releasing = true
+	for h := range s.held {
+		if h.t.Stop() {
+			delete(s.held, h)
+			s.firing.Done()
+			s.nak(h.m, 0, nil)
+		}
+	}
+}
+
+// acquireCall takes one of the Concurrency call slots, or naks m if the
+// service stops first.
+func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg) bool {
+	select {
+	case s.calls <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		s.nak(m, 0, nil)
+		return false
+	}
+}
+
+func (s *Service) releaseCall() { <-s.calls }
+
+// task is a stored spec with what the executor derives from it once per
+// spec revision rather than once per run.
+type task struct {
+	spec       *events.TaskSpec
+	breakerKey string
+	host       string // the HTTP target's host, for the per-host limit
+}
+
+func decodeTask(id string, raw []byte) (*task, error) {
+	spec, err := kvcache.DecodeSpec(id, raw)
 	if err != nil {
-		return nil, st, err
+		return nil, err
 	}
-	if err := json.Unmarshal(ent.Value(), &spec); err != nil {
-		return nil, st, fmt.Errorf("stored spec %s: %w", id, err)
+	t := &task{spec: spec, breakerKey: BreakerKey(spec)}
+	if spec.Target.HTTP != nil {
+		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil {
+			t.host = u.Host
+		}
 	}
-	if ent, err := s.schedules.Get(ctx, id); err == nil {
-		_ = json.Unmarshal(ent.Value(), &st)
+	return t, nil
+}
+
+// pause is the part of a stored schedule the executor needs.
+type pause struct {
+	Paused      bool      `json:"paused"`
+	PausedUntil time.Time `json:"pausedUntil"`
+}
+
+// pausedKey is how a paused schedule's JSON starts its pause fields
+// ("paused" is omitted when false). Most schedules lack it, and skipping
+// their decode matters: the schedule of every task changes on every run.
+var pausedKey = []byte(`"paused"`)
+
+func decodePause(_ string, raw []byte) (pause, error) {
+	var p pause
+	if !bytes.Contains(raw, pausedKey) {
+		return p, nil
 	}
-	return &spec, st, nil
+	// An unreadable schedule is not a pause: the governor rebuilds it.
+	_ = json.Unmarshal(raw, &p)
+	return p, nil
+}
+
+// pauseOf reports the task's pause from the watch-fed view of
+// flyball-schedules, or from the bucket while the view cannot answer. A
+// task with no schedule is not paused (deletion is checked on the spec).
+func (s *Service) pauseOf(ctx context.Context, id string) pause {
+	if r := s.pauses.Lookup(id); r.Known {
+		return r.Value
+	}
+	ent, err := s.schedules.Get(ctx, id)
+	if err != nil {
+		return pause{}
+	}
+	p, _ := decodePause(id, ent.Value())
+	return p
 }
 
 // BreakerKey is the flyball-breakers key for a task: its ID, or with scope
@@ -211,44 +342,65 @@ type BreakerRecord struct {
 	UpdatedAt time.Time           `json:"updatedAt"`
 }
 
+// DecodeBreaker decodes a flyball-breakers value. An unreadable record
+// reads as closed: the breaker service rewrites it on the next outcome.
+func DecodeBreaker(key string, raw []byte) (BreakerRecord, error) {
+	b := BreakerRecord{Key: key, State: events.BreakerClosed}
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return BreakerRecord{Key: key, State: events.BreakerClosed}, fmt.Errorf("breaker record %s: %w", key, err)
+	}
+	return b, nil
+}
+
 // breakerWait returns how long to defer while the breaker is open; zero
 // means call the target (closed, half-open, or open past retryAt: the probe).
-func (s *Service) breakerWait(ctx context.Context, spec *events.TaskSpec) time.Duration {
-	ent, err := s.breakers.Get(ctx, BreakerKey(spec))
-	if err != nil {
-		return 0
-	}
+// It reads the watch-fed view of flyball-breakers, where a key without a
+// record is a closed breaker.
+func (s *Service) breakerWait(ctx context.Context, key string) time.Duration {
 	var b BreakerRecord
-	if json.Unmarshal(ent.Value(), &b) != nil || b.State != events.BreakerOpen {
+	if r := s.breakers.Lookup(key); r.Known {
+		if !r.Found || r.Err != nil {
+			return 0
+		}
+		b = r.Value
+	} else {
+		ent, err := s.breakerKV.Get(ctx, key)
+		if err != nil {
+			return 0
+		}
+		if b, err = DecodeBreaker(key, ent.Value()); err != nil {
+			return 0
+		}
+	}
+	if b.State != events.BreakerOpen {
 		return 0
 	}
 	return time.Until(b.RetryAt)
 }
 
-func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch, reason string) {
+func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 	run := events.Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Reason: reason, FinishedAt: time.Now().UTC()}
-	if err := s.publishRun(ctx, events.OutcomeSkipped, &run, d.DispatchID+":skipped"); err != nil {
-		s.nak(m, time.Second, err)
-		return
-	}
-	s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
-	s.ack(m)
+	s.settleAfter(m, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
+		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
+		s.ack(m)
+	})
 }
 
 // execute performs one attempt and settles the message.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, spec *events.TaskSpec, d *events.Dispatch, why decisionRef) {
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch) {
+	spec := t.spec
 	attempt, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
 		s.nak(m, time.Second, err)
 		return
 	}
-	release := s.acquireHost(ctx, spec)
+	release := s.acquireHost(ctx, t.host)
 	defer release()
 	stopProgress := s.keepAlive(m, spec)
 	if s.cfg.EmitStarted {
 		started := events.Run{
 			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
-			StartedAt: time.Now().UTC(), Source: why.source,
+			StartedAt: time.Now().UTC(), Source: d.Source,
 		}
 		if err := s.publishRun(ctx, events.OutcomeStarted, &started, fmt.Sprintf("%s:%d:started", d.DispatchID, attempt)); err != nil {
 			s.log.Warn("run.started not published", "task", d.TaskID, "err", err)
@@ -279,17 +431,15 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
 		StartedAt: start.UTC(), FinishedAt: finish.UTC(), Duration: events.Duration(finish.Sub(start)),
 		Status: res.status, Body: res.body, BodyTruncated: res.truncated, Fingerprint: res.fingerprint,
-		Request: res.request, Source: why.source, Trail: why.trail,
+		Request: res.request, Source: d.Source, BreakerKey: t.breakerKey,
 	}
 	msgID := fmt.Sprintf("%s:%d", d.DispatchID, attempt)
 	if res.ok() {
-		if err := s.publishRun(ctx, events.OutcomeSucceeded, &run, msgID+":succeeded"); err != nil {
-			s.nak(m, time.Second, err)
-			return
-		}
-		s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
-		s.ack(m)
-		s.forgetAttempts(ctx, d, attempt)
+		s.settleAfter(m, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
+			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
+			s.ack(m)
+			s.forgetAttempts(d, attempt)
+		})
 		return
 	}
 	retry := spec.Retry
@@ -302,15 +452,13 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.permanent || attempt >= retry.MaxAttempts || lastDelivery {
 		run.Final = true
 		run.Dispatch = d
-		if err := s.publishRun(ctx, events.OutcomeFailed, &run, msgID+":failed"); err != nil {
-			s.nak(m, time.Second, err)
-			return
-		}
-		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
-		if err := m.TermWithReason(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))); err != nil {
-			s.log.Warn("term failed", "task", d.TaskID, "err", err)
-		}
-		s.forgetAttempts(ctx, d, attempt)
+		s.settleAfter(m, events.OutcomeFailed, &run, msgID+":failed", func() {
+			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
+			if err := m.TermWithReason(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))); err != nil {
+				s.log.Warn("term failed", "task", d.TaskID, "err", err)
+			}
+			s.forgetAttempts(d, attempt)
+		})
 		return
 	}
 	delay := Backoff(retry, attempt, d.DispatchID)
@@ -324,13 +472,11 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.nak(m, time.Second, err)
 		return
 	}
-	if err := s.publishRun(ctx, events.OutcomeFailed, &run, msgID+":failed"); err != nil {
-		s.nak(m, time.Second, err)
-		return
-	}
-	s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
-	s.cfg.Metrics.RetriesTotal.Inc()
-	s.nak(m, delay, nil)
+	s.settleAfter(m, events.OutcomeFailed, &run, msgID+":failed", func() {
+		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
+		s.cfg.Metrics.RetriesTotal.Inc()
+		s.nak(m, delay, nil)
+	})
 }
 
 // Backoff is the delay before attempt+1: initialDelay × multiplier^(attempt-1),
@@ -352,8 +498,45 @@ func Backoff(r *events.Retry, attempt int, dispatchID string) time.Duration {
 	return time.Duration(math.Max(base, float64(100*time.Millisecond)))
 }
 
+// runMsg encodes a run event; msgID is its id and Nats-Msg-Id.
+func (s *Service) runMsg(o events.Outcome, run *events.Run, msgID string) (*nats.Msg, error) {
+	body, err := events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID)
+	if err != nil {
+		return nil, err
+	}
+	if run.BreakerKey == "" {
+		return jsutil.EventMsg(events.RunSubject(o, run.TaskID), msgID, body), nil
+	}
+	return jsutil.EventMsg(events.RunSubject(o, run.TaskID), msgID, body, events.HeaderBreakerKey, run.BreakerKey), nil
+}
+
+// publishRun publishes a run event and waits for it to be stored.
 func (s *Service) publishRun(ctx context.Context, o events.Outcome, run *events.Run, msgID string) error {
-	return jsutil.PublishEvent(ctx, s.cfg.JS, events.RunSubject(o, run.TaskID), msgID, o.Type(), s.source, run.TaskID, run, time.Now().UTC())
+	msg, err := s.runMsg(o, run, msgID)
+	if err != nil {
+		return err
+	}
+	_, err = s.cfg.JS.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
+	return err
+}
+
+// settleAfter hands the run event to the outbox and returns at once; once
+// the event is stored, settled runs (it acks, naks or terms m). If the
+// event cannot be stored, m is nak'ed for a retry in a second, exactly as
+// if the call had not happened.
+func (s *Service) settleAfter(m jetstream.Msg, o events.Outcome, run *events.Run, msgID string, settled func()) {
+	msg, err := s.runMsg(o, run, msgID)
+	if err != nil {
+		s.nak(m, time.Second, err)
+		return
+	}
+	s.out.publish(msg, func(err error) {
+		if err != nil {
+			s.nak(m, time.Second, err)
+			return
+		}
+		settled()
+	})
 }
 
 func (s *Service) ack(m jetstream.Msg) {
@@ -372,7 +555,8 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 }
 
 // keepAlive sends InProgress every AckWait/2 while a call that may outlast
-// half the AckWait is running.
+// half the AckWait is running. It arms a timer rather than starting a
+// goroutine: most calls end long before it fires.
 func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec) func() {
 	timeout := events.DefaultNATSTimeout
 	if spec.Target.HTTP != nil {
@@ -383,30 +567,30 @@ func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec) func() {
 	if timeout < s.cfg.AckWait/2 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(s.cfg.AckWait / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
+	every := s.cfg.AckWait / 2
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock() // the callback reads t: publish it under the lock
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
+		_ = m.InProgress()
+		t.Reset(every)
 	})
-	return func() { close(done); wg.Wait() }
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		t.Stop()
+	}
 }
 
-func (s *Service) acquireHost(ctx context.Context, spec *events.TaskSpec) func() {
-	host := ""
-	if spec.Target.HTTP != nil {
-		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil {
-			host = u.Host
-		}
-	}
+func (s *Service) acquireHost(ctx context.Context, host string) func() {
 	if host == "" {
 		return func() {}
 	}

@@ -482,3 +482,98 @@ func TestTimedPauseResumesAtItsEnd(t *testing.T) {
 		t.Fatalf("%d run.skipped: the run at the end of the pause must not be skipped", n)
 	}
 }
+
+// TestLongCallIsKeptAlive: a call that outlasts the consumer's AckWait is
+// not redelivered, because the executor sends InProgress every AckWait/2.
+func TestLongCallIsKeptAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "governor", "breaker", "deadletter", "timer")
+	shortenDispatch(t, e.srv.JS, 20) // AckWait 1s
+	var mu sync.Mutex
+	calls := 0
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		select { // a slow endpoint: 2.5 AckWaits
+		case <-time.After(2500 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(slow.Close)
+	e.start("executor") // reads the 1s AckWait at start
+	succeeded := e.collect("flyball.run.succeeded.>")
+	e.create("slow", fmt.Sprintf(`{"id":"slow","target":{"http":{"url":%q,"timeout":"5s"}},"schedule":{"interval":"1h"}}`, slow.URL))
+	natstest.Eventually(t, 15*time.Second, "the slow run succeeds", func() bool { return len(succeeded()) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("the target got %d calls: the dispatch was redelivered mid-call", calls)
+	}
+}
+
+// earlyDispatch starts an executor alone, stores task "early" calling a
+// scripted target, and publishes its dispatch ahead by ahead, as a timer
+// with that lead would. It returns the slot.
+func earlyDispatch(t *testing.T, ahead time.Duration) (*env, *scripted, time.Time) {
+	t.Helper()
+	e := newEnv(t, "executor")
+	tg := newScripted(t, 200)
+	putJSON(t, e.srv.JS, streams.BucketTasks, "early", events.TaskSpec{ID: "early", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	slot := time.Now().Add(ahead).UTC()
+	dispatchAt(t, e.srv.JS, "early", slot)
+	return e, tg, slot
+}
+
+// dispatchAt publishes a run.due for task id with the given slot.
+func dispatchAt(t *testing.T, js jetstream.JetStream, id string, slot time.Time) {
+	t.Helper()
+	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: time.Now().UTC(), Source: "test"}
+	body, err := events.Marshal(events.TypeRunDue, "test", id, d, time.Now(), d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEarlyDispatchIsHeldUntilItsSlot: a dispatch published ahead of its
+// slot is called at the slot, not on arrival.
+func TestEarlyDispatchIsHeldUntilItsSlot(t *testing.T) {
+	t.Parallel()
+	_, tg, slot := earlyDispatch(t, 700*time.Millisecond)
+	natstest.Eventually(t, 10*time.Second, "the held dispatch is called", func() bool { return len(tg.Calls()) == 1 })
+	at := tg.Calls()[0].at
+	if at.Before(slot) {
+		t.Fatalf("called %s before its slot", slot.Sub(at))
+	}
+	within(t, "call after the slot", at.Sub(slot), 50*time.Millisecond, 50*time.Millisecond)
+}
+
+// TestHeldDispatchesAreHandedBackAtShutdown: stopping an executor returns
+// the dispatches it holds for later slots to the stream at once, so
+// another executor runs them on time instead of after AckWait.
+func TestHeldDispatchesAreHandedBackAtShutdown(t *testing.T) {
+	t.Parallel()
+	e, tg, slot := earlyDispatch(t, 3*time.Second)
+	cons, err := e.srv.JS.Consumer(context.Background(), streams.StreamDispatch, streams.ConsumerExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the first executor holds the dispatch", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 1
+	})
+	e.st.Stop()
+	if stopped := time.Now(); !stopped.Before(slot) || len(tg.Calls()) != 0 {
+		t.Fatalf("the stopping executor kept the dispatch: stopped %s before the slot, %d calls", slot.Sub(stopped), len(tg.Calls()))
+	}
+	e.start("executor")
+	natstest.Eventually(t, 10*time.Second, "the second executor calls it", func() bool { return len(tg.Calls()) == 1 })
+	at := tg.Calls()[0].at
+	if at.Before(slot) || at.Sub(slot) > time.Second {
+		t.Fatalf("called %s after its slot, want at the slot (not after AckWait)", at.Sub(slot))
+	}
+}

@@ -49,6 +49,13 @@ type Config struct {
 	Guard executor.Guard
 	// Concurrency is the executor's global limit. Defaults to 64.
 	Concurrency int
+	// PerHost is the executor's limit per target host. Defaults to 16.
+	PerHost int
+	// GovernorWorkers is the governor's parallelism per stream. Defaults to 16.
+	GovernorWorkers int
+	// TimerLead is timer.Config.Lead: 0 for timer.DefaultLead, negative
+	// for none.
+	TimerLead time.Duration
 	// APIAddr and APITokens configure the API (required when it runs).
 	APIAddr   string
 	APITokens []string
@@ -143,7 +150,7 @@ func (st *Stack) build(name string) (service, error) {
 	c := st.common()
 	switch name {
 	case "governor":
-		return governor.New(governor.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics})
+		return governor.New(governor.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Workers: st.cfg.GovernorWorkers})
 	case "breaker":
 		return breaker.New(breaker.Config{Common: c})
 	case "deadletter":
@@ -157,10 +164,10 @@ func (st *Stack) build(name string) (service, error) {
 	case "executor":
 		return executor.New(executor.Config{
 			JS: c.JS, Instance: c.Instance, Version: st.cfg.Version, Logger: c.Logger, Metrics: c.Metrics,
-			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency,
+			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency, PerHost: st.cfg.PerHost,
 		})
 	case "timer":
-		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics})
+		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Lead: st.cfg.TimerLead})
 		st.Timer = t
 		return t, err
 	case "api":

@@ -555,11 +555,16 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"runs", "x", "--limit", "-1"},
 		{"dlq", "show", "abc"},
 		{"task", "create"},
+		{"serve", "executor", "--concurrency", "0"},
+		{"dev", "--per-host", "-3"},
 	} {
 		r := e.run(t, args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one 'flyball: ' line", strings.Join(args, " "), r.code, r.stderr)
 		}
+	}
+	if r := e.run(t, "serve", "executor", "--concurrency", "0"); !strings.Contains(r.stderr, "--concurrency: want a number from 1") {
+		t.Errorf("bad --concurrency: %q", r.stderr)
 	}
 	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
 		t.Errorf("unreachable NATS: %q", r.stderr)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/timer"
 )
 
 // runFlags are shared by dev and serve.
@@ -33,6 +34,9 @@ type runFlags struct {
 	allowCIDRs    []string
 	denyCIDRs     []string
 	concurrency   int
+	perHost       int
+	govWorkers    int
+	timerLead     time.Duration
 	perTask       bool
 }
 
@@ -55,7 +59,19 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable (env FLYBALL_ALLOW_CIDRS)")
 	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable (env FLYBALL_DENY_CIDRS)")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
+	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")
+	fs.IntVar(&f.govWorkers, "governor-workers", 16, "governor: messages decided at once per stream (sharded by task)")
+	fs.DurationVar(&f.timerLead, "timer-lead", timer.DefaultLead, "timer: publish dispatches this long before their slot; the executor holds them until the slot (0: at the slot)")
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
+}
+
+// lead maps --timer-lead to timer.Config.Lead, where 0 means the default
+// and a negative value means none.
+func (f *runFlags) lead() time.Duration {
+	if f.timerLead == 0 {
+		return -1
+	}
+	return f.timerLead
 }
 
 func envOr(k, def string) string {
@@ -90,6 +106,19 @@ func (f *runFlags) logger() (*slog.Logger, error) {
 
 func (f *runFlags) guard() (executor.Guard, error) {
 	g := executor.Guard{AllowLoopback: f.allowLoopback}
+	// The limits are checked here too: guard() is the one flag check both
+	// dev and serve run before starting anything.
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--concurrency", f.concurrency}, {"--per-host", f.perHost}, {"--governor-workers", f.govWorkers}} {
+		if n.v < 1 || n.v > 100_000 {
+			return g, fmt.Errorf("%s: want a number from 1 to 100000, got %d", n.name, n.v)
+		}
+	}
+	if f.timerLead < 0 || f.timerLead > 10*time.Second {
+		return g, fmt.Errorf("--timer-lead: want a duration from 0 to 10s, got %s", f.timerLead)
+	}
 	for _, flag := range []struct {
 		name string
 		in   []string

@@ -1,0 +1,150 @@
+package breaker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/breaker"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+type harness struct {
+	t        *testing.T
+	js       jetstream.JetStream
+	breakers jetstream.KeyValue
+	n        int
+	lastSeq  uint64
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	if _, err := breaker.New(breaker.Config{}); err == nil {
+		t.Fatal("breaker.New without JS must fail")
+	}
+	cfg := breaker.Config{}
+	cfg.JS = srv.JS
+	svc, err := breaker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	kv, err := srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, js: srv.JS, breakers: kv}
+}
+
+// outcome publishes a run outcome for task "t1" and waits until the breaker
+// service has acked it.
+func (h *harness) outcome(o events.Outcome, breakerKey string) {
+	h.t.Helper()
+	h.n++
+	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: "t1", ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey}
+	if o == events.OutcomeFailed {
+		run.Status, run.Error, run.ErrorKind = 500, "status 500", events.ErrorTransient
+	} else {
+		run.Status = 200
+	}
+	body, err := events.Marshal(o.Type(), "test", "t1", run, time.Now(), "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	msg := nats.NewMsg(events.RunSubject(o, "t1"))
+	msg.Data = body
+	if breakerKey != "" { // as the executor sends it
+		msg.Header.Set(events.HeaderBreakerKey, breakerKey)
+	}
+	ack, err := h.js.PublishMsg(h.t.Context(), msg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.lastSeq = ack.Sequence
+	cons, err := h.js.Consumer(h.t.Context(), streams.StreamRuns, streams.ConsumerBreaker)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	natstest.Eventually(h.t, 10*time.Second, "breaker acks the outcome", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.AckFloor.Stream >= h.lastSeq
+	})
+}
+
+func (h *harness) record(key string) (executor.BreakerRecord, uint64, bool) {
+	h.t.Helper()
+	ent, err := h.breakers.Get(h.t.Context(), key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return executor.BreakerRecord{}, 0, false
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var b executor.BreakerRecord
+	if err := json.Unmarshal(ent.Value(), &b); err != nil {
+		h.t.Fatal(err)
+	}
+	return b, ent.Revision(), true
+}
+
+// TestSuccessResetsCountedFailures: a success right after a failure must
+// reset the count even though the success path skips KV for settled
+// breakers (the service sees its own write at once), and a success for a
+// settled breaker writes nothing.
+func TestSuccessResetsCountedFailures(t *testing.T) {
+	h := newHarness(t)
+	h.outcome(events.OutcomeSucceeded, "t1")
+	if _, _, ok := h.record("t1"); ok {
+		t.Fatal("a success for a breaker with no record must not create one")
+	}
+	h.outcome(events.OutcomeFailed, "t1")
+	b, _, ok := h.record("t1")
+	if !ok || b.Failures != 1 || b.State != events.BreakerClosed {
+		t.Fatalf("after one failure: %+v (present %v), want closed with 1 failure", b, ok)
+	}
+	h.outcome(events.OutcomeSucceeded, "t1")
+	b, rev, _ := h.record("t1")
+	if b.Failures != 0 || b.State != events.BreakerClosed {
+		t.Fatalf("after failure then success: %+v, want closed with 0 failures", b)
+	}
+	for range 3 {
+		h.outcome(events.OutcomeSucceeded, "t1")
+	}
+	if _, rev2, _ := h.record("t1"); rev2 != rev {
+		t.Fatalf("successes on a settled breaker rewrote it (revision %d → %d)", rev, rev2)
+	}
+	// Events from executors that predate breakerKey still count, keyed by
+	// the task ID.
+	h.outcome(events.OutcomeFailed, "")
+	if b, _, _ := h.record("t1"); b.Failures != 1 {
+		t.Fatalf("failure without breakerKey: %+v, want 1 failure on key t1", b)
+	}
+}
+
+// TestThresholdOpensTheBreaker: consecutive failures reach the default
+// threshold and open the breaker with a retryAt in the future.
+func TestThresholdOpensTheBreaker(t *testing.T) {
+	h := newHarness(t)
+	spec := events.TaskSpec{ID: "t1"}
+	spec.Normalize()
+	for range spec.Breaker.FailureThreshold {
+		h.outcome(events.OutcomeFailed, "t1")
+	}
+	b, _, _ := h.record("t1")
+	if b.State != events.BreakerOpen || !b.RetryAt.After(b.UpdatedAt) {
+		t.Fatalf("after %d failures: %+v, want open with retryAt ahead", spec.Breaker.FailureThreshold, b)
+	}
+}
