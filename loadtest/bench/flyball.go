@@ -42,7 +42,7 @@ func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...strin
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := stack.NewJetStream(nc)
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -46,6 +46,8 @@ type Service struct {
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	purges    sync.WaitGroup     // attempt records being purged
+	acks      sync.WaitGroup     // acks waiting for the server's confirmation
+	ackStop   chan struct{}      // closed at shutdown: acks stop retrying
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
@@ -60,11 +62,12 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		cfg:    cfg,
-		log:    cfg.Logger.With("service", "executor"),
-		source: jsutil.Source("executor", cfg.Instance),
-		client: newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
-		hosts:  make(map[string]chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With("service", "executor"),
+		source:  jsutil.Source("executor", cfg.Instance),
+		client:  newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
+		hosts:   make(map[string]chan struct{}),
+		ackStop: make(chan struct{}),
 	}, nil
 }
 
@@ -118,6 +121,8 @@ func (s *Service) Start(ctx context.Context) error {
 		<-cc.Done() // no handler will queue another event
 		s.firing.Wait()
 		s.out.close() // store the queued events and settle their dispatches
+		close(s.ackStop)
+		s.acks.Wait()
 		s.purges.Wait()
 		s.client.CloseIdleConnections()
 	})
@@ -537,12 +542,6 @@ func (s *Service) settleAfter(m jetstream.Msg, o events.Outcome, run *events.Run
 		}
 		settled()
 	})
-}
-
-func (s *Service) ack(m jetstream.Msg) {
-	if err := m.Ack(); err != nil {
-		s.log.Warn("ack failed; the run may be redelivered", "subject", m.Subject(), "err", err)
-	}
 }
 
 func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {

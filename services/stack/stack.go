@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/api"
@@ -21,6 +22,7 @@ import (
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/governor"
 	"github.com/flyballhq/flyball/services/internal/heartbeat"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 	"github.com/flyballhq/flyball/services/sweeper"
@@ -85,6 +87,11 @@ type Stack struct {
 	// Sweeper is the running sweeper, if any.
 	Sweeper *sweeper.Service
 }
+
+// NewJetStream is jetstream.New with the options flyball's services rely
+// on (an async publish ack timeout): use it for the JetStream a Config
+// carries.
+func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) { return jsutil.New(nc) }
 
 // Validate checks service names.
 func Validate(names []string) error {

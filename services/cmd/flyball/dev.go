@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/flyballhq/flyball/services/embedded"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -74,7 +74,7 @@ watch runs. Ctrl-C stops everything in order.`,
 				return fmt.Errorf("connect to embedded server: %w", err)
 			}
 			defer nc.Close()
-			js, err := jetstream.New(nc)
+			js, err := jsutil.New(nc)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -65,7 +66,7 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", f.url, err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jsutil.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

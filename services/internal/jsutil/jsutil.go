@@ -17,6 +17,19 @@ import (
 	"github.com/flyballhq/flyball/services/internal/metrics"
 )
 
+// PublishAsyncTimeout is how long nats.go keeps an async publish waiting
+// for its ack. Without it, an ack lost with a stream leader stays pending
+// forever and holds one of the context's 4,000 async publish slots: enough
+// leader elections under load and every async publish stalls. The timer
+// and the executor outbox give up on a batch after 10s and retry it, so
+// this only clears what they have already given up on.
+const PublishAsyncTimeout = 15 * time.Second
+
+// New is jetstream.New with the options every flyball service needs.
+func New(nc *nats.Conn, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	return jetstream.New(nc, append([]jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(PublishAsyncTimeout)}, opts...)...)
+}
+
 // Source builds the CloudEvents source of a service instance.
 func Source(service, instance string) string { return "flyball/" + service + "/" + instance }
 

@@ -189,7 +189,13 @@ func (c *WorkerConsume) room() int {
 func (c *WorkerConsume) pull(n int) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.w.MaxWait)
 	defer cancel()
-	batch, err := c.cons.Fetch(n, jetstream.FetchContext(ctx))
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
+	if hb := c.w.MaxWait / 4; hb >= 500*time.Millisecond {
+		// A pull sent to a consumer leader that then dies is lost; the
+		// missing heartbeats end it after 2×hb instead of at MaxWait.
+		opts = append(opts, jetstream.FetchHeartbeat(hb))
+	}
+	batch, err := c.cons.Fetch(n, opts...)
 	got := 0
 	if err == nil {
 		for m := range batch.Messages() {
