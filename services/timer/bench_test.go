@@ -180,7 +180,7 @@ func queueDue(s *Service, ids []string, at int64, source string) {
 		}
 		it.source, it.at, it.due = source, at, at
 		if it.index >= 0 {
-			heap.Fix(&s.queue, it.index)
+			heap.Fix(&s.queue, int(it.index))
 		} else {
 			heap.Push(&s.queue, it)
 		}

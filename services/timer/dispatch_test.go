@@ -141,8 +141,10 @@ func TestDispatchBatches(t *testing.T) {
 }
 
 // TestDispatchDuplicateAndPending: a dispatch JetStream already holds
-// (same Nats-Msg-Id) and one refused because the task already has a
-// pending run (10077) both count as dispatched and are not retried.
+// (same Nats-Msg-Id) counts as dispatched. A slot refused with 10077
+// because an earlier slot is still pending is kept and retried until the
+// subject frees up: the earlier run may have finished with its ack still on
+// the way, and dropping the new slot would end the task's chain of runs.
 func TestDispatchDuplicateAndPending(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := context.Background()
@@ -153,25 +155,68 @@ func TestDispatchDuplicateAndPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	older := events.DispatchID("busy", at.Add(-time.Minute))
-	if _, err := jsutil.Publish(ctx, srv.JS, events.DispatchSubject("busy"), older, []byte(`{}`)); err != nil {
+	busy, err := jsutil.Publish(ctx, srv.JS, events.DispatchSubject("busy"), older, []byte(`{}`))
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"dup", "busy", "fresh"} {
 		putSchedule(t, srv.JS, id, at, gov.SourceBaselineInterval)
 	}
 	s := startTimer(t, srv.JS, nil)
-	natstest.Eventually(t, within, "three results", func() bool {
+	natstest.Eventually(t, within, "busy refused twice and waiting for a retry", func() bool {
 		r := results(s)
-		return r[resultNew]+r[resultDuplicate]+r[resultPending] >= 3
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return r[resultNew] >= 1 && r[resultDuplicate] >= 1 && s.items["busy"].waits >= 2 && s.items["busy"].index >= 0
 	})
-	if got := results(s); got[resultNew] != 1 || got[resultDuplicate] != 1 || got[resultPending] != 1 || got[resultError] != 0 {
-		t.Fatalf("results %v, want one each of new, duplicate and pending", got)
-	}
-	if q := queued(s); q != 0 {
-		t.Fatalf("%d items re-queued, want none", q)
+	if got := results(s); got[resultNew] != 1 || got[resultDuplicate] != 1 || got[resultError] != 0 {
+		t.Fatalf("results %v, want one new, one duplicate and no errors", got)
 	}
 	if msgID, _ := storedDispatchRaw(t, srv.JS, "busy"); msgID != older {
 		t.Fatalf("busy: pending run %q replaced, want %q kept", msgID, older)
+	}
+	// The older run is acked: the retry stores the new slot.
+	st, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, busy.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, within, "busy's slot stored once the older run is gone", func() bool {
+		m, err := st.GetLastMsgForSubject(ctx, events.DispatchSubject("busy"))
+		return err == nil && m.Header.Get(jetstream.MsgIDHeader) == events.DispatchID("busy", at)
+	})
+	if got := results(s); got[resultNew] != 2 || got[resultError] != 0 {
+		t.Fatalf("results %v, want busy's slot stored as new", got)
+	}
+}
+
+// TestPendingSlotTellsTheSameSlotFromAnEarlierOne: a 10077 caused by the
+// slot itself (published again after the duplicate window, by a timer that
+// restarted during a long run) must not be retried, or the slot would run
+// twice.
+func TestPendingSlotTellsTheSameSlotFromAnEarlierOne(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := context.Background()
+	at := time.Now().Truncate(time.Millisecond).UTC()
+	if _, err := jsutil.Publish(ctx, srv.JS, events.DispatchSubject("a"), events.DispatchID("a", at), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	s := startTimer(t, srv.JS, nil)
+	for _, c := range []struct {
+		id   string
+		at   time.Time
+		want bool
+	}{
+		{"a", at, true},                   // DISPATCH holds this slot
+		{"a", at.Add(time.Second), false}, // an earlier slot is pending
+		{"b", at, false},                  // nothing pending: publish now
+	} {
+		got, err := s.pendingSlot(c.id, c.at.UnixNano())
+		if err != nil || got != c.want {
+			t.Errorf("pendingSlot(%s, %v) = %v, %v; want %v", c.id, c.at, got, err, c.want)
+		}
 	}
 }
 

@@ -9,11 +9,13 @@
 // task. A duplicate PubAck, error 10158 (the same Nats-Msg-Id is being
 // stored by another replica) or error 10077 (the subject already holds a
 // pending run) therefore means the run is already dispatched: success, not
-// failure. Any other publish error is retried with a short backoff; a run is
+// failure. For 10077 that holds only if the pending run is this slot; an
+// earlier slot still pending (its ack not yet processed) makes the timer
+// retry the new slot with a backoff until it is stored or superseded. Any other publish error is retried with a short backoff; a run is
 // never silently dropped.
 //
 // Due runs leave in batches: up to 1,024 are taken off the heap in one lock
 // hold and published asynchronously, then their acks are collected; an ack
-// that does not come within 10 s counts as an error. Loading the bucket
+// that does not come within 3 s counts as an error and is published again. Loading the bucket
 // reads only nextRunAt and source from each stored state (decodeSchedule).
 package timer

@@ -8,7 +8,11 @@ type item struct {
 	due    int64 // the scheduled nextRunAt; differs from at only on retry
 	fired  int64 // the due time last dispatched, to ignore re-puts of it
 	source string
-	index  int // position in the heap, -1 when not queued
+	index  int32 // position in the heap, -1 when not queued
+	// waits counts the tries of this slot refused because an earlier
+	// dispatch of the task was still in DISPATCH (10077); it sets the
+	// backoff. int32 with index, so the item stays 64 bytes.
+	waits int32
 }
 
 // dueHeap is a min-heap of items by due time.
@@ -24,13 +28,13 @@ func (h dueHeap) Less(i, j int) bool {
 
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	h[i].index = int32(i)
+	h[j].index = int32(j)
 }
 
 func (h *dueHeap) Push(x any) {
 	it := x.(*item)
-	it.index = len(*h)
+	it.index = int32(len(*h))
 	*h = append(*h, it)
 }
 

@@ -68,6 +68,12 @@ type Service struct {
 	batch      int
 	ackTimeout time.Duration
 
+	// dispatch reads the run DISPATCH holds for a task (pendingSlot); it
+	// is bound on first use.
+	dispatchMu sync.Mutex
+	dispatch   jetstream.Stream
+	runCtx     context.Context
+
 	mu    sync.Mutex
 	items map[string]*item
 	queue dueHeap
@@ -97,7 +103,11 @@ const (
 	// has no ack timeout by default, so without one the dispatcher would
 	// wait forever. The dispatch is published again with the same
 	// Nats-Msg-Id, which JetStream deduplicates if the first was stored.
-	defaultAckTimeout = 10 * time.Second
+	// The dispatcher waits this long before its next batch, so it is
+	// short: a healthy server acks a 1,024-dispatch batch in well under a
+	// second, and a publish lost in a leader election is the case to
+	// recover from quickly.
+	defaultAckTimeout = 3 * time.Second
 	// maxSources bounds the intern table; the governor writes about twenty
 	// distinct sources, so only junk values could pass it.
 	maxSources = 256
@@ -155,6 +165,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("timer: bind %s: %w", streams.BucketSchedules, err)
 	}
+	s.runCtx = runCtx
 	s.presize(ctx, kv)
 	w, err := kv.WatchAll(runCtx)
 	if err != nil {
@@ -264,14 +275,14 @@ func (s *Service) upsert(id string, at int64, source string) {
 		// A re-put of a slot already dispatched (another input changed the
 		// state but not the time): dispatching it again would be a duplicate.
 		if it.index >= 0 {
-			heap.Remove(&s.queue, it.index)
+			heap.Remove(&s.queue, int(it.index))
 			s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
 		}
 		return
 	}
-	it.at, it.due = at, at
+	it.at, it.due, it.waits = at, at, 0
 	if it.index >= 0 {
-		heap.Fix(&s.queue, it.index)
+		heap.Fix(&s.queue, int(it.index))
 	} else {
 		heap.Push(&s.queue, it)
 	}
@@ -287,7 +298,7 @@ func (s *Service) remove(id string) {
 		return
 	}
 	if it.index >= 0 {
-		heap.Remove(&s.queue, it.index)
+		heap.Remove(&s.queue, int(it.index))
 	}
 	delete(s.items, id)
 	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
@@ -512,7 +523,30 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 	case resultDuplicate:
 		s.resultDuplicate.Inc()
 	case resultPending:
+		// The subject still holds an earlier dispatch of the task. Either
+		// its run is still going (a re-plan while it retries) or it has
+		// finished and its ack is on the way: the governor decides the
+		// next slot once the outcome is stored, which can beat the ack,
+		// and an ack lost in a leader election is retried for seconds.
+		// Counting this slot as dispatched would then lose it and, with
+		// it, every later run of the task. So try again, backing off:
+		// the slot is stored once the subject frees up, unless a newer
+		// schedule supersedes it first.
+		//
+		// The one case to tell apart is the pending dispatch being this
+		// very slot (a timer that restarted during a run longer than the
+		// 2-minute duplicate window publishes it again): retrying that
+		// would run the slot twice. One read tells.
 		s.resultPending.Inc()
+		it, id, at := r.it, r.id, r.at
+		s.Go(func() {
+			if same, err := s.pendingSlot(id, at); err == nil && same {
+				return
+			} else if err != nil {
+				s.log.Debug("pending dispatch unreadable; retrying the slot", "task", id, "err", err)
+			}
+			s.retryPending(it, at)
+		})
 	default:
 		s.resultError.Inc()
 		s.retryLater(r.it, r.at)
@@ -539,15 +573,55 @@ func (s *Service) publish(id string, at int64, source string, now time.Time) (je
 }
 
 // retryLater re-queues a failed dispatch unless the schedule moved on.
-func (s *Service) retryLater(it *item, at int64) {
+func (s *Service) retryLater(it *item, at int64) { s.requeue(it, at, s.cfg.RetryDelay, false) }
+
+// maxPendingWait caps the backoff of a slot refused with 10077.
+const maxPendingWait = 4 * time.Second
+
+// retryPending re-queues a slot refused because an earlier dispatch of the
+// task is still pending: RetryDelay, doubling per refusal up to
+// maxPendingWait.
+func (s *Service) retryPending(it *item, at int64) { s.requeue(it, at, s.cfg.RetryDelay, true) }
+
+// pendingSlot reports whether the dispatch DISPATCH holds for task id is
+// the slot at itself.
+func (s *Service) pendingSlot(id string, at int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
+	defer cancel()
+	s.dispatchMu.Lock()
+	st := s.dispatch
+	if st == nil {
+		var err error
+		if st, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
+			s.dispatchMu.Unlock()
+			return false, err
+		}
+		s.dispatch = st
+	}
+	s.dispatchMu.Unlock()
+	m, err := st.GetLastMsgForSubject(ctx, events.DispatchSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil // gone since: publish the slot now
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.Header.Get(jetstream.MsgIDHeader) == events.DispatchID(id, time.Unix(0, at).UTC()), nil
+}
+
+func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur, ok := s.items[it.id]; !ok || cur != it || it.index >= 0 || it.fired != at {
 		return
 	}
+	if pending {
+		delay = min(delay<<min(it.waits, 8), maxPendingWait)
+		it.waits++
+	}
 	it.fired = 0
 	it.due = at
-	it.at = max(at, time.Now().Add(s.cfg.RetryDelay).UnixNano())
+	it.at = max(at, time.Now().Add(delay).UnixNano())
 	heap.Push(&s.queue, it)
 	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
 	s.pokeIfFirst(it)
