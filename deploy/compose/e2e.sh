@@ -132,6 +132,11 @@ stream_state() {
 	curl -fsS --max-time 5 "$monitor_url/jsz?accounts=true&streams=true&config=false" |
 		jq -c --arg s "$1" '[.account_details[]? | select(.name == "FLYBALL") | .stream_detail[]? | select(.name == $s)][0] | {messages: .state.messages, last_seq: .state.last_seq, leader: .cluster.leader}'
 }
+# consumer_leader STREAM CONSUMER: the server leading the consumer.
+consumer_leader() {
+	curl -fsS --max-time 5 "$monitor_url/jsz?accounts=true&consumers=true&config=false" |
+		jq -r --arg s "$1" --arg c "$2" '[.account_details[]? | select(.name == "FLYBALL") | .stream_detail[]? | select(.name == $s) | .consumer_detail[]? | select(.name == $c)][0].cluster.leader // empty'
+}
 # jq: .time of a request-log entry as fractional Unix seconds.
 jq_ts='def ts: (.time | capture("^(?<s>[^.Z]+)(\\.(?<f>[0-9]+))?Z$")) as $c | ($c.s + "Z" | fromdateiso8601) + (if $c.f then ("0." + $c.f | tonumber) else 0 end);'
 # calls_since TASK_PREFIX SINCE_EPOCH: calls of matching tasks the target saw since then.
@@ -198,14 +203,17 @@ log "runs arrive: the target saw $(calls_since e2e- "$created") calls, flyball r
 
 # ---------------------------------------------------------------------------
 step "3 kill a NATS node under load"
-# Kill the DISPATCH leader if it is nats2 or nats3 (nats1 carries the
-# published monitoring port this test reads), else the RUNS leader, else nats2.
+# Kill the leader of the DISPATCH executor consumer if it is nats2 or nats3
+# (nats1 carries the published monitoring port this test reads): acks sent
+# while it is re-elected are lost unless the executor confirms them. Else
+# the DISPATCH stream leader, else the RUNS leader, else nats2.
 victim=nats2
-for s in DISPATCH RUNS; do
-	l=$(stream_state "$s" | jq -r '.leader // empty')
+for what in "consumer DISPATCH executor" "stream DISPATCH" "stream RUNS"; do
+	read -r kind s c <<<"$what"
+	if [[ $kind == consumer ]]; then l=$(consumer_leader "$s" "$c"); else l=$(stream_state "$s" | jq -r '.leader // empty'); fi
 	if [[ $l == nats2 || $l == nats3 ]]; then
 		victim=$l
-		log "$s leader is $l"
+		log "$what leader is $l"
 		break
 	fi
 done
