@@ -29,8 +29,6 @@ const (
 	// StackInProcess runs an embedded nats-server and every service in the
 	// benchmark process (a fresh server and store for every run).
 	StackInProcess = "inproc"
-	// StackProcess runs `flyball dev` as a child process for every run.
-	StackProcess = "process"
 	// StackExternal uses the flyball stack behind Config.NATSURL as is.
 	StackExternal = "external"
 )
@@ -78,18 +76,19 @@ type Config struct {
 	// CreateRate is the governor acceptance rate (tasks/s) assumed when
 	// Lead is zero. Defaults to 1000.
 	CreateRate float64
-	// Stack says where flyball runs: StackInProcess (default),
-	// StackProcess or StackExternal (set by NATSURL).
+	// Stack says where flyball runs: StackInProcess (default) or
+	// StackExternal (set by NATSURL). To measure flyball in its own
+	// process, start `flyball dev` and pass its URL and PID.
 	Stack string
 	// NATSURL points at an existing flyball stack (StackExternal).
 	NATSURL string
-	// FlyballBin is the flyball binary for StackProcess. Defaults to
-	// bin/flyball.
-	FlyballBin string
 	// StackPIDs are processes whose CPU and memory are charged to flyball
 	// (and to the nats-server baseline) with StackExternal: the nats-server
 	// and flyball processes of the stack behind NATSURL.
 	StackPIDs []int
+	// TimerLead is the in-process stack's timer lead (stack.Config.TimerLead):
+	// 0 for the default, negative for none.
+	TimerLead time.Duration
 	// Concurrency is the executor's Concurrency and the number of calls
 	// the floor and the nats-server baseline make at once. Defaults to 256.
 	Concurrency int
@@ -146,7 +145,6 @@ func DefaultConfig() Config {
 		Grace:       3 * time.Second,
 		CreateRate:  1000,
 		Stack:       StackInProcess,
-		FlyballBin:  "bin/flyball",
 		Concurrency: 256,
 		Target:      TargetProcess,
 		TargetHosts: 1,
@@ -210,13 +208,19 @@ func (c *Config) validate() error {
 		c.Stack = StackExternal
 	}
 	switch c.Stack {
-	case StackInProcess, StackProcess:
+	case StackInProcess:
 	case StackExternal:
 		if c.NATSURL == "" {
 			add("stack: %q needs a NATS URL", StackExternal)
 		}
 	default:
-		add("stack: want %s, %s or %s, got %q", StackInProcess, StackProcess, StackExternal, c.Stack)
+		add("stack: want %s or %s, got %q", StackInProcess, StackExternal, c.Stack)
+	}
+	if c.TimerLead > 10*time.Second {
+		add("timer-lead: must be at most 10s, got %s", c.TimerLead)
+	}
+	if c.TimerLead != 0 && c.Stack == StackExternal {
+		add("timer-lead: applies to the in-process stack only; set --timer-lead on the stack behind --nats-url")
 	}
 	if c.Concurrency < 1 || c.Concurrency > 100_000 {
 		add("concurrency: must be in [1, 100000], got %d", c.Concurrency)

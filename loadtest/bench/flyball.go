@@ -63,7 +63,8 @@ func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...strin
 		// The benchmark's target is one host (or a few): a per-host limit
 		// below the concurrency would cap flyball where the floor and the
 		// nats-server baseline have no such cap.
-		PerHost: r.cfg.Concurrency,
+		PerHost:   r.cfg.Concurrency,
+		TimerLead: r.cfg.TimerLead,
 	})
 	if err != nil {
 		nc.Close()

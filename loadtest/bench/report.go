@@ -202,8 +202,15 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 		fmt.Fprintf(&b, "- Command: `%s`\n", res.Command)
 	}
 	s := res.Settings
-	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d\n\n",
-		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency)
+	lead := "default"
+	switch {
+	case s.TimerLead > 0:
+		lead = s.TimerLead.String()
+	case s.TimerLead < 0:
+		lead = "none"
+	}
+	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d, timer lead %s\n\n",
+		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency, lead)
 
 	if c := res.Ceiling; c != nil {
 		if c.Error != "" {

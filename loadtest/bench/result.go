@@ -42,6 +42,8 @@ type Settings struct {
 	Target      string        `json:"target"`
 	TargetHosts int           `json:"targetHosts"`
 	Concurrency int           `json:"concurrency"`
+	// TimerLead is the stack's timer lead; 0 is the default.
+	TimerLead time.Duration `json:"timerLead,omitempty"`
 }
 
 // Ceiling is the raw JetStream async-publish throughput on the server the

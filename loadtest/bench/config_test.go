@@ -1,0 +1,62 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigValidateNamesTheField checks that each bad setting is refused
+// with an error naming its flag, and that the defaults pass.
+func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
+	if err := func() error { c := validConfig(); return c.validate() }(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"unknown tier", func(c *Config) { c.Tiers = []string{"w9"} }, `tiers: unknown tier "w9"`},
+		{"unknown system", func(c *Config) { c.Systems = []string{"cron"} }, `systems: unknown system "cron"`},
+		{"zero duration", func(c *Config) { c.Duration = 0 }, "duration: must be > 0"},
+		{"concurrency", func(c *Config) { c.Concurrency = 0 }, "concurrency: must be in [1, 100000]"},
+		{"stack", func(c *Config) { c.Stack = "process" }, `stack: want inproc or external, got "process"`},
+		{"external without URL", func(c *Config) { c.Stack = StackExternal }, "stack: \"external\" needs a NATS URL"},
+		{"timer lead too long", func(c *Config) { c.TimerLead = 11 * time.Second }, "timer-lead: must be at most 10s"},
+		{"timer lead on an external stack", func(c *Config) {
+			c.NATSURL = "nats://127.0.0.1:4222"
+			c.TimerLead = time.Second
+		}, "timer-lead: applies to the in-process stack only"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mutate(&c)
+			err := c.validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigValidateAcceptsTimerLead(t *testing.T) {
+	t.Parallel()
+	for _, lead := range []time.Duration{-1, 0, time.Second, 10 * time.Second} {
+		c := validConfig()
+		c.TimerLead = lead
+		if err := c.validate(); err != nil {
+			t.Errorf("TimerLead %s: %v", lead, err)
+		}
+	}
+}
+
+// validConfig is DefaultConfig with what the command sets (the executable
+// that serves the target process).
+func validConfig() Config {
+	c := DefaultConfig()
+	c.Executable = "/proc/self/exe"
+	return c
+}
