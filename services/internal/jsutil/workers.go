@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -108,6 +109,9 @@ type WorkerConsume struct {
 
 	closed chan struct{}
 	done   chan struct{}
+
+	// pullFailures counts pulls that failed (tests read it).
+	pullFailures atomic.Int64
 }
 
 // Stop ends pulling; what already arrived is still handled.
@@ -122,6 +126,18 @@ func (c *WorkerConsume) Closed() <-chan struct{} { return c.closed }
 // Done is closed once, after Closed, every handler has returned.
 func (c *WorkerConsume) Done() <-chan struct{} { return c.done }
 
+// Pull retry policy. While a consumer has no leader (its node died and
+// the raft group has not elected another, 4 to 9 s in nats-server) every
+// pull fails at once with "no responders". Retrying quickly costs one tiny
+// request per retry; a retry that has backed off to many seconds adds that
+// much to every failover, so the wait is capped at pullRetryCap.
+const (
+	pullRetryFirst = 100 * time.Millisecond
+	pullRetryCap   = time.Second
+	// pullWarnEvery repeats the warning while pulls keep failing.
+	pullWarnEvery = 30 * time.Second
+)
+
 func (c *WorkerConsume) run() {
 	defer func() {
 		for _, q := range c.shards {
@@ -134,30 +150,64 @@ func (c *WorkerConsume) run() {
 		c.wg.Wait()
 		close(c.done)
 	}()
-	backoff := 100 * time.Millisecond
+	var streak pullStreak
 	for c.ctx.Err() == nil {
 		n := c.room()
 		if n == 0 {
 			return // cancelled while waiting for a free worker
 		}
 		err := c.pull(n)
-		switch {
-		case err == nil || c.ctx.Err() != nil:
-			backoff = 100 * time.Millisecond
+		if err == nil || c.ctx.Err() != nil {
+			streak.recovered(c.log)
 			continue
-		case errors.Is(err, nats.ErrConnectionClosed):
-			c.log.Debug("pull", "err", err)
-		default:
-			c.log.Warn("pull failed; retrying", "err", err, "in", backoff)
 		}
-		t := time.NewTimer(backoff)
+		c.pullFailures.Add(1)
+		wait := streak.failed(c.log, err, time.Now())
+		t := time.NewTimer(wait)
 		select {
 		case <-c.ctx.Done():
 		case <-t.C:
 		}
 		t.Stop()
-		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// pullStreak tracks consecutive failed pulls: the retry wait, and one
+// warning when the streak starts (and every pullWarnEvery while it lasts)
+// rather than one per retry.
+type pullStreak struct {
+	failures int
+	since    time.Time
+	warned   time.Time
+	wait     time.Duration
+}
+
+// failed records a failed pull and returns how long to wait before the
+// next one: pullRetryFirst, doubling up to pullRetryCap.
+func (s *pullStreak) failed(log *slog.Logger, err error, now time.Time) time.Duration {
+	if s.failures == 0 {
+		s.since, s.wait = now, pullRetryFirst
+	} else {
+		s.wait = min(2*s.wait, pullRetryCap)
+	}
+	s.failures++
+	switch {
+	case errors.Is(err, nats.ErrConnectionClosed):
+		log.Debug("pull", "err", err)
+	case s.failures == 1 || now.Sub(s.warned) >= pullWarnEvery:
+		s.warned = now
+		log.Warn("pull failed; retrying", "err", err, "failures", s.failures, "since", s.since, "retry_every", pullRetryCap)
+	}
+	return s.wait
+}
+
+// recovered ends a streak of failures, logging how long it lasted.
+func (s *pullStreak) recovered(log *slog.Logger) {
+	if s.failures == 0 {
+		return
+	}
+	log.Info("pulling again", "failed_pulls", s.failures, "after", time.Since(s.since).Round(time.Millisecond))
+	*s = pullStreak{}
 }
 
 // room blocks until a worker is free and returns how many messages the

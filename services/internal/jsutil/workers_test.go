@@ -217,3 +217,59 @@ func TestDrainFinishesHandlers(t *testing.T) {
 		t.Fatalf("acked %d while draining + %d afterwards = %d, want 50", got, rest, got+rest)
 	}
 }
+
+// TestPullsResumeSoonAfterConsumerReturns: while the consumer has no
+// leader every pull fails at once ("no responders"), as in a failover.
+// The retry wait is capped at pullRetryCap, so once the consumer is back
+// the next pull follows within about a second however long it was gone;
+// an uncapped backoff added up to 5 s to every failover (the compose e2e
+// test saw an 11.8 s pause after killing the consumer's leader).
+func TestPullsResumeSoonAfterConsumerReturns(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	ctx := t.Context()
+	got := make(chan string, 1)
+	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2, MaxWait: 2 * time.Second}, func(m jetstream.Msg) {
+		_ = m.Ack()
+		got <- string(m.Data())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	if err := js.DeleteConsumer(ctx, "W", "w"); err != nil {
+		t.Fatal(err)
+	}
+	// Seven failures in a row: an uncapped doubling from 100 ms would wait
+	// 6.4 s before the next pull; the capped policy waits at most 1 s.
+	natstest.Eventually(t, 20*time.Second, "seven failed pulls", func() bool { return cc.pullFailures.Load() >= 7 })
+	if _, err := js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "work.x", 1)
+	select {
+	case v := <-got:
+		if v != "0" {
+			t.Fatalf("handled %q, want the message published after the consumer returned", v)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("no message 3s after the consumer returned (%d failed pulls so far)", cc.pullFailures.Load())
+	}
+}
+
+// TestPullStreakBacksOffToTheCap: 100 ms, doubling, never above
+// pullRetryCap, and a success starts the next streak from the minimum.
+func TestPullStreakBacksOffToTheCap(t *testing.T) {
+	var s pullStreak
+	log := slog.New(slog.DiscardHandler)
+	now := time.Now()
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second, time.Second}
+	for i, w := range want {
+		if got := s.failed(log, context.DeadlineExceeded, now); got != w {
+			t.Fatalf("failure %d: wait %s, want %s", i+1, got, w)
+		}
+	}
+	s.recovered(log)
+	if got := s.failed(log, context.DeadlineExceeded, now); got != pullRetryFirst {
+		t.Fatalf("after recovery: wait %s, want %s", got, pullRetryFirst)
+	}
+}

@@ -5,6 +5,11 @@ package natstest
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,4 +124,203 @@ func Eventually(t testing.TB, within time.Duration, msg string, cond func() bool
 		}
 		<-tick.C
 	}
+}
+
+// Cluster is n embedded JetStream servers joined by routes, each listening
+// on random 127.0.0.1 client and cluster ports. Every route runs through a
+// proxy of the test's own, so Kill can cut a server off without warning.
+type Cluster struct {
+	Servers []*server.Server
+	links   []*link
+}
+
+// StartCluster starts an n-node JetStream cluster (named n1, n2, …) and
+// waits until its meta leader sees every peer. Each server has its own
+// store in a per-test temporary directory; all are shut down in t.Cleanup.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	// A clustered JetStream server starts its route listener only once it
+	// is otherwise up, so the route ports are picked beforehand.
+	ports := make([]int, n)
+	for i := range n {
+		ports[i] = freePort(t)
+	}
+	c := &Cluster{}
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		var routes []*url.URL
+		for j := range n {
+			if j == i {
+				continue
+			}
+			l := startLink(t, name, fmt.Sprintf("n%d", j+1), fmt.Sprintf("127.0.0.1:%d", ports[j]))
+			c.links = append(c.links, l)
+			routes = append(routes, &url.URL{Scheme: "nats", Host: l.ln.Addr().String()})
+		}
+		opts := &server.Options{
+			ServerName: name,
+			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+			// NoAdvertise: peers must not learn the real route ports and
+			// connect around the proxies.
+			Cluster: server.ClusterOpts{Name: "flyball-test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
+			Routes:  routes,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("natstest: new server: %v", err)
+		}
+		go s.Start()
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		c.Servers = append(c.Servers, s)
+	}
+	for _, s := range c.Servers {
+		if !s.ReadyForConnections(20 * time.Second) {
+			t.Fatalf("natstest: cluster server %s not ready within 20s", s.Name())
+		}
+	}
+	// Ready for placement: a meta leader that sees every peer online, and
+	// every server current with it.
+	Eventually(t, 30*time.Second, fmt.Sprintf("a JetStream meta leader with %d peers online", n), func() bool {
+		leader := false
+		for _, s := range c.Servers {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == n {
+				leader = true
+			}
+			if !s.JetStreamIsCurrent() {
+				return false
+			}
+		}
+		return leader
+	})
+	return c
+}
+
+// Server returns the server named name, or nil.
+func (c *Cluster) Server(name string) *server.Server {
+	for _, s := range c.Servers {
+		if s.Name() == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// Kill cuts every route of the server named name at once, as a crash or a
+// network partition does (no leadership is handed over: its peers learn
+// of the loss only when its raft heartbeats stop), then shuts it down.
+func (c *Cluster) Kill(t testing.TB, name string) {
+	t.Helper()
+	s := c.Server(name)
+	if s == nil {
+		t.Fatalf("natstest: no server %q", name)
+	}
+	for _, l := range c.links {
+		if l.from == name || l.to == name {
+			l.cut()
+		}
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+// ConnectTo opens a TCP client connection to the server named name, closed
+// in t.Cleanup.
+func (c *Cluster) ConnectTo(t testing.TB, name string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s := c.Server(name)
+	if s == nil {
+		t.Fatalf("natstest: no server %q", name)
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("natstest: connect to %s: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// link is a TCP proxy carrying the routes one server dials to another.
+type link struct {
+	from, to string
+	target   string
+	ln       net.Listener
+	mu       sync.Mutex
+	conns    []net.Conn
+	down     bool
+}
+
+func startLink(t testing.TB, from, to, target string) *link {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: route proxy: %v", err)
+	}
+	l := &link{from: from, to: to, target: target, ln: ln}
+	go l.serve()
+	t.Cleanup(l.cut)
+	return l
+}
+
+func (l *link) serve() {
+	for {
+		in, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", l.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		l.mu.Lock()
+		if l.down {
+			l.mu.Unlock()
+			in.Close()
+			out.Close()
+			return
+		}
+		l.conns = append(l.conns, in, out)
+		l.mu.Unlock()
+		go pipe(in, out)
+		go pipe(out, in)
+	}
+}
+
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// cut closes the listener and every connection through it.
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.down {
+		return
+	}
+	l.down = true
+	l.ln.Close()
+	for _, c := range l.conns {
+		c.Close()
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
