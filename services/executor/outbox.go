@@ -2,10 +2,15 @@ package executor
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // outbox publishes run events in batches with PublishMsgAsync and settles
@@ -18,10 +23,14 @@ import (
 // dispatch (a second call, with the same Idempotency-Key), never loses the
 // outcome.
 type outbox struct {
-	js      jetstream.JetStream
-	linger  time.Duration // how long the first event of a batch waits for company
-	max     int           // batch size bound
-	ackWait time.Duration // bound on one batch's acks (retries included)
+	js     jetstream.JetStream
+	log    *slog.Logger
+	linger time.Duration // how long the first event of a batch waits for company
+	max    int           // batch size bound
+	round  time.Duration // wait for one round's acks (outboxRound)
+	budget time.Duration // bound on a batch's rounds (outboxBudget)
+
+	republished atomic.Int64 // events published again (tests read it)
 
 	in     chan *outItem
 	slots  chan struct{} // bounds events waiting in the outbox
@@ -42,9 +51,9 @@ type outItem struct {
 	settle func(error)
 }
 
-func newOutbox(js jetstream.JetStream, capacity int) *outbox {
+func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int) *outbox {
 	o := &outbox{
-		js: js, linger: outboxLinger, max: 512, ackWait: 10 * time.Second,
+		js: js, log: log, linger: outboxLinger, max: 512, round: outboxRound, budget: outboxBudget,
 		in: make(chan *outItem, capacity), slots: make(chan struct{}, capacity), closed: make(chan struct{}),
 	}
 	go o.run()
@@ -94,49 +103,109 @@ func (o *outbox) run() {
 	}
 }
 
-// flush publishes a batch and settles every item.
+// Outbox publish rounds. A round publishes what is not yet stored and
+// waits up to outboxRound for the acks; what is left (an ack lost with a
+// RUNS leader that died, "no responders" while the new one is elected) is
+// published again, with the same Nats-Msg-Id so a stored event is not
+// stored twice, until outboxBudget has passed since the batch's first
+// round. Only then is the dispatch nakked, and its target called again.
+// The budget outlasts a raft election (4-9 s in nats-server); the round is
+// short because every task whose outcome waits here is held back from its
+// next run (the dispatch stays pending), and a healthy server acks a
+// 512-event batch in well under a second.
+const (
+	outboxRound  = 2 * time.Second
+	outboxBudget = 15 * time.Second
+)
+
+// flush publishes a batch and settles every item: stored, failed for good
+// (an error no retry fixes), or still unstored when the budget is spent.
 func (o *outbox) flush(batch []*outItem) {
+	deadline := time.Now().Add(o.budget)
 	futures := make([]jetstream.PubAckFuture, len(batch))
-	for i, it := range batch {
-		// The retries ride out a stream leader election ("no responders"),
-		// as the synchronous publish did.
-		f, err := o.js.PublishMsgAsync(it.msg, jetstream.WithStallWait(o.ackWait),
-			jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
-		if err != nil {
-			o.done(it, err)
-			continue
-		}
-		futures[i] = f
-	}
-	timeout := time.NewTimer(o.ackWait)
-	defer timeout.Stop()
-	expired := false
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		if !expired {
-			select {
-			case <-f.Ok():
-				o.done(batch[i], nil)
-				continue
-			case err := <-f.Err():
-				o.done(batch[i], err)
-				continue
-			case <-timeout.C:
-				expired = true
+	for round := 1; ; round++ {
+		for i, it := range batch {
+			// nats.go retries "no responders" a few times within the
+			// round; later rounds retry it again.
+			f, err := o.js.PublishMsgAsync(it.msg, jetstream.WithStallWait(o.round),
+				jetstream.WithRetryAttempts(4), jetstream.WithRetryWait(250*time.Millisecond))
+			futures[i] = f
+			if err != nil && !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				o.done(it, err)
+				batch[i] = nil
 			}
 		}
-		// Past the deadline: take what has arrived, time out the rest.
-		select {
-		case <-f.Ok():
-			o.done(batch[i], nil)
-		case err := <-f.Err():
-			o.done(batch[i], err)
-		default:
-			o.done(batch[i], errors.New("no publish ack within "+o.ackWait.String()))
+		wait := min(o.round, time.Until(deadline))
+		timeout := time.NewTimer(max(wait, 0))
+		expired := false
+		var lastErr error
+		again := batch[:0]
+		for i, f := range futures {
+			it := batch[i]
+			if it == nil {
+				continue
+			}
+			err := errNoAck
+			if f != nil {
+				if !expired {
+					select {
+					case <-f.Ok():
+						err = nil
+					case err = <-f.Err():
+					case <-timeout.C:
+						expired = true
+					}
+				}
+				if expired { // past the round: take what has arrived
+					select {
+					case <-f.Ok():
+						err = nil
+					case err = <-f.Err():
+					default:
+					}
+				}
+			}
+			switch {
+			case err == nil:
+				o.done(it, nil)
+			case retryable(err):
+				lastErr = err
+				again = append(again, it)
+			default:
+				o.done(it, err)
+			}
+		}
+		timeout.Stop()
+		batch = again
+		if len(batch) == 0 {
+			return
+		}
+		o.republished.Add(int64(len(batch)))
+		if time.Now().After(deadline) {
+			for _, it := range batch {
+				o.done(it, fmt.Errorf("run event not stored within %s (%d rounds): %w", o.budget, round, lastErr))
+			}
+			return
+		}
+		futures = futures[:len(batch)]
+		if o.log != nil {
+			o.log.Warn("run events not stored yet; publishing them again", "events", len(batch), "round", round, "err", lastErr)
 		}
 	}
+}
+
+// errNoAck is a publish whose ack did not arrive within its round.
+var errNoAck = errors.New("no publish ack within the round")
+
+// retryable reports whether publishing again (same Nats-Msg-Id) may store
+// an event that failed with err.
+func retryable(err error) bool {
+	return errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, jetstream.ErrTooManyStalledMsgs) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		// 10158: the same event is being stored right now (an earlier
+		// round's publish); the next round gets its duplicate ack.
+		jsutil.IsDuplicateInProcess(err)
 }
 
 // done settles it and frees its place.

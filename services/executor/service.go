@@ -106,7 +106,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
-	s.out = newOutbox(s.cfg.JS, 4*s.cfg.Concurrency)
+	s.out = newOutbox(s.cfg.JS, s.log, 4*s.cfg.Concurrency)
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.held = make(map[*held]struct{})
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,

@@ -21,8 +21,9 @@ import (
 // for its ack. Without it, an ack lost with a stream leader stays pending
 // forever and holds one of the context's 4,000 async publish slots: enough
 // leader elections under load and every async publish stalls. The timer
-// and the executor outbox give up on a batch after 10s and retry it, so
-// this only clears what they have already given up on.
+// (after 3 s) and the executor outbox (after a 2 s round) stop waiting for
+// such an ack and publish again, so this only clears what they have
+// already given up on.
 const PublishAsyncTimeout = 15 * time.Second
 
 // New is jetstream.New with the options every flyball service needs.

@@ -1,0 +1,105 @@
+package executor
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+func testOutbox(t *testing.T, js jetstream.JetStream, round, budget time.Duration) *outbox {
+	t.Helper()
+	o := newOutbox(js, slog.New(slog.DiscardHandler), 16)
+	o.round, o.budget = round, budget
+	t.Cleanup(o.close)
+	return o
+}
+
+func outMsg(id string) *nats.Msg {
+	m := nats.NewMsg("out.x")
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Data = []byte(id)
+	return m
+}
+
+// TestOutboxRidesOutAMissingStream: while no stream takes the subject
+// (a RUNS leader being elected answers "no responders" the same way),
+// the outbox keeps publishing the event in rounds, past nats.go's own
+// retries, and settles it stored once the stream is there.
+func TestOutboxRidesOutAMissingStream(t *testing.T) {
+	srv := natstest.Start(t)
+	o := testOutbox(t, srv.JS, 300*time.Millisecond, time.Minute)
+	settled := make(chan error, 1)
+	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
+	natstest.Eventually(t, 20*time.Second, "two rounds that stored nothing", func() bool { return o.republished.Load() >= 2 })
+	select {
+	case err := <-settled:
+		t.Fatalf("settled before the stream existed: %v", err)
+	default:
+	}
+	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Fatalf("settled with %v, want stored", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not settled 10s after the stream appeared")
+	}
+	st, err := srv.JS.Stream(t.Context(), "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 1 {
+		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+}
+
+// TestOutboxGivesUpAfterTheBudget: an event that cannot be stored settles
+// with an error once the budget is spent, so its dispatch is nakked.
+func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
+	srv := natstest.Start(t)
+	o := testOutbox(t, srv.JS, 200*time.Millisecond, time.Second)
+	settled := make(chan error, 1)
+	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
+	select {
+	case err := <-settled:
+		if err == nil || !strings.Contains(err.Error(), "not stored within 1s") {
+			t.Fatalf("settled with %v, want a not-stored error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("not settled 20s into a 1s budget")
+	}
+}
+
+// TestOutboxSettlesPermanentErrorsAtOnce: an error no retry fixes (the
+// event exceeds the stream's message size) settles in the first round.
+func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
+	srv := natstest.Start(t)
+	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, MaxMsgSize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	o := testOutbox(t, srv.JS, 200*time.Millisecond, time.Minute)
+	settled := make(chan error, 1)
+	o.publish(outMsg("too-long"), func(err error) { settled <- err })
+	select {
+	case err := <-settled:
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) {
+			t.Fatalf("settled with %v, want the stream's API error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not settled")
+	}
+	if n := o.republished.Load(); n != 0 {
+		t.Fatalf("published %d events again, want none", n)
+	}
+}
