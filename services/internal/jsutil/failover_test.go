@@ -113,33 +113,30 @@ func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
 	}
 }
 
-// consumerDelivered is how many messages the durable has had acked.
-func consumerDelivered(t *testing.T, js jetstream.JetStream, durable string) uint64 {
+// consumerInfo is the durable's info, or a zero one while the request
+// fails (during an election).
+func consumerInfo(t *testing.T, js jetstream.JetStream, durable string) *jetstream.ConsumerInfo {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
 	defer cancel()
 	c, err := js.Consumer(ctx, "W", durable)
 	if err != nil {
-		return 0
+		return &jetstream.ConsumerInfo{}
 	}
-	return c.CachedInfo().AckFloor.Consumer
+	return c.CachedInfo()
 }
 
-// consumerLeader names the durable's leader, or "" while it has none or
-// the request fails (during an election).
+// consumerDelivered is how many messages the durable has had acked.
+func consumerDelivered(t *testing.T, js jetstream.JetStream, durable string) uint64 {
+	return consumerInfo(t, js, durable).AckFloor.Consumer
+}
+
+// consumerLeader names the durable's leader, or "" while it has none.
 func consumerLeader(t *testing.T, js jetstream.JetStream, durable string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
-	defer cancel()
-	c, err := js.Consumer(ctx, "W", durable)
-	if err != nil {
-		return ""
+	if ci := consumerInfo(t, js, durable); ci.Cluster != nil {
+		return ci.Cluster.Leader
 	}
-	ci := c.CachedInfo()
-	if ci.Cluster == nil {
-		return ""
-	}
-	return ci.Cluster.Leader
+	return ""
 }
 
 // publishRetry publishes data to work.x until the stream stores it (its
