@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,61 +123,37 @@ const (
 // (an error no retry fixes), or still unstored when the budget is spent.
 func (o *outbox) flush(batch []*outItem) {
 	deadline := time.Now().Add(o.budget)
-	futures := make([]jetstream.PubAckFuture, len(batch))
+	sent := make([]sentItem, 0, len(batch))
 	for round := 1; ; round++ {
-		for i, it := range batch {
+		sent = sent[:0]
+		for _, it := range batch {
 			// nats.go retries "no responders" a few times within the
 			// round; later rounds retry it again.
 			f, err := o.js.PublishMsgAsync(it.msg, jetstream.WithStallWait(o.round),
 				jetstream.WithRetryAttempts(4), jetstream.WithRetryWait(250*time.Millisecond))
-			futures[i] = f
-			if err != nil && !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				o.done(it, err)
-				batch[i] = nil
-			}
+			sent = append(sent, sentItem{it, f, err})
 		}
-		wait := min(o.round, time.Until(deadline))
-		timeout := time.NewTimer(max(wait, 0))
+		end := time.NewTimer(max(min(o.round, time.Until(deadline)), 0))
 		expired := false
 		var lastErr error
-		again := batch[:0]
-		for i, f := range futures {
-			it := batch[i]
-			if it == nil {
-				continue
-			}
-			err := errNoAck
-			if f != nil {
-				if !expired {
-					select {
-					case <-f.Ok():
-						err = nil
-					case err = <-f.Err():
-					case <-timeout.C:
-						expired = true
-					}
-				}
-				if expired { // past the round: take what has arrived
-					select {
-					case <-f.Ok():
-						err = nil
-					case err = <-f.Err():
-					default:
-					}
-				}
+		batch = batch[:0] // what is left for the next round
+		for _, p := range sent {
+			err := p.err
+			if err == nil {
+				_, err = jsutil.AwaitAck(context.Background(), p.f, end.C, expired)
+				expired = expired || errors.Is(err, jsutil.ErrAckTimeout)
 			}
 			switch {
 			case err == nil:
-				o.done(it, nil)
+				o.done(p.it, nil)
 			case retryable(err):
 				lastErr = err
-				again = append(again, it)
+				batch = append(batch, p.it)
 			default:
-				o.done(it, err)
+				o.done(p.it, err)
 			}
 		}
-		timeout.Stop()
-		batch = again
+		end.Stop()
 		if len(batch) == 0 {
 			return
 		}
@@ -187,22 +164,23 @@ func (o *outbox) flush(batch []*outItem) {
 			}
 			return
 		}
-		futures = futures[:len(batch)]
-		if o.log != nil {
-			o.log.Warn("run events not stored yet; publishing them again", "events", len(batch), "round", round, "err", lastErr)
-		}
+		o.log.Warn("run events not stored yet; publishing them again", "events", len(batch), "round", round, "err", lastErr)
 	}
 }
 
-// errNoAck is a publish whose ack did not arrive within its round.
-var errNoAck = errors.New("no publish ack within the round")
+// sentItem is an event published in the current round.
+type sentItem struct {
+	it  *outItem
+	f   jetstream.PubAckFuture
+	err error // PublishMsgAsync's own error; f is nil then
+}
 
 // retryable reports whether publishing again (same Nats-Msg-Id) may store
-// an event that failed with err.
+// an event that failed with err: its ack is late or lost, the stream has
+// no leader, or too many acks are pending.
 func retryable(err error) bool {
-	return errors.Is(err, errNoAck) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+	return errors.Is(err, jsutil.ErrAckTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, jetstream.ErrTooManyStalledMsgs) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
 		// 10158: the same event is being stored right now (an earlier
 		// round's publish); the next round gets its duplicate ack.
 		jsutil.IsDuplicateInProcess(err)

@@ -388,7 +388,7 @@ func TestClassify(t *testing.T) {
 		{nil, apiErr(10077), resultPending},
 		{nil, apiErr(10054), resultError},
 		{nil, nats.ErrDisconnected, resultError},
-		{nil, errAckTimeout, resultError},
+		{nil, jsutil.ErrAckTimeout, resultError},
 		{nil, errors.New("boom"), resultError},
 	} {
 		if got := classify(c.ack, c.err); got != c.want {

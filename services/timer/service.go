@@ -423,46 +423,16 @@ func (s *Service) collect(ctx context.Context, runs []dueRun) {
 		if r.future == nil {
 			continue
 		}
-		ack, err := await(ctx, r.future, deadline.C, expired)
+		ack, err := jsutil.AwaitAck(ctx, r.future, deadline.C, expired)
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, errAckTimeout) {
+		if errors.Is(err, jsutil.ErrAckTimeout) {
 			expired = true
 		}
 		if !s.settle(r, ack, err) {
 			unstored.add(r.id, err)
 		}
-	}
-}
-
-// errAckTimeout is the error of a dispatch whose ack did not arrive in
-// time.
-var errAckTimeout = errors.New("no publish ack within the ack timeout")
-
-// await waits for f to resolve. It returns errAckTimeout once the batch
-// deadline has passed (expired: then it only takes what has already
-// arrived), and ctx's error when ctx ends first.
-func await(ctx context.Context, f jetstream.PubAckFuture, deadline <-chan time.Time, expired bool) (*jetstream.PubAck, error) {
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
-	default:
-	}
-	if expired {
-		return nil, errAckTimeout
-	}
-	select {
-	case ack := <-f.Ok():
-		return ack, nil
-	case err := <-f.Err():
-		return nil, err
-	case <-deadline:
-		return nil, errAckTimeout
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 

@@ -26,6 +26,38 @@ import (
 // already given up on.
 const PublishAsyncTimeout = 15 * time.Second
 
+// ErrAckTimeout is the error of an async publish whose ack did not arrive
+// by the caller's deadline. The ack may yet come, or be lost with a stream
+// leader: publishing again with the same Nats-Msg-Id settles it either way.
+var ErrAckTimeout = errors.New("no publish ack within the ack timeout")
+
+// AwaitAck waits for f to resolve. It returns ErrAckTimeout once deadline
+// fires, or at once when expired (the caller's deadline fired on an earlier
+// future of the batch: only what has already arrived is taken), and ctx's
+// error when ctx ends first.
+func AwaitAck(ctx context.Context, f jetstream.PubAckFuture, deadline <-chan time.Time, expired bool) (*jetstream.PubAck, error) {
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	default:
+	}
+	if expired {
+		return nil, ErrAckTimeout
+	}
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-deadline:
+		return nil, ErrAckTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // New is jetstream.New with the options every flyball service needs.
 func New(nc *nats.Conn, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
 	return jetstream.New(nc, append([]jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(PublishAsyncTimeout)}, opts...)...)
