@@ -48,13 +48,7 @@ func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
 		}
 		natstest.Eventually(t, 20*time.Second, "consumer c to move to "+victim, func() bool { return consumerLeader(t, js, "c") == victim })
 	}
-	// The consumers' client is on a surviving server: what is measured is
-	// the consumer failover, not the client's reconnect.
-	survivor := "n1"
-	if victim == "n1" {
-		survivor = "n2"
-	}
-	_, js = cl.ConnectTo(t, survivor)
+	_, js = cl.ConnectTo(t, cl.Other(victim))
 
 	got := map[string]chan time.Time{"w": make(chan time.Time, 8), "c": make(chan time.Time, 8)}
 	handler := func(d string) jetstream.MessageHandler {

@@ -47,6 +47,18 @@ func StartListening(t testing.TB) (*Server, string) {
 
 func start(t testing.TB, opts *server.Options) *Server {
 	t.Helper()
+	s := launch(t, opts)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("natstest: server not ready within 10s")
+	}
+	nc, js := connect(t, "", nats.InProcessServer(s))
+	return &Server{Server: s, NC: nc, JS: js}
+}
+
+// launch starts a JetStream server with a store in a per-test temporary
+// directory, shut down in t.Cleanup. It does not wait for it to be ready.
+func launch(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
 	opts.JetStream = true
 	opts.StoreDir = t.TempDir()
 	opts.NoSigs = true
@@ -56,23 +68,11 @@ func start(t testing.TB, opts *server.Options) *Server {
 		t.Fatalf("natstest: new server: %v", err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("natstest: server not ready within 10s")
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		t.Fatalf("natstest: connect: %v", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("natstest: jetstream: %v", err)
-	}
 	t.Cleanup(func() {
-		nc.Close()
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return &Server{Server: s, NC: nc, JS: js}
+	return s
 }
 
 // StartWithStreams starts a server and creates every flyball stream,
@@ -96,7 +96,15 @@ func ensure(t testing.TB, srv *Server) {
 // Connect opens an extra in-process client connection, closed in t.Cleanup.
 func (s *Server) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(s.Server))
+	return connect(t, "", nats.InProcessServer(s.Server))
+}
+
+// connect opens a client connection and its JetStream context; the
+// connection is closed in t.Cleanup (before a server started earlier in
+// the test shuts down).
+func connect(t testing.TB, addr string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(addr, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
 	}
@@ -157,23 +165,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			c.links = append(c.links, l)
 			routes = append(routes, &url.URL{Scheme: "nats", Host: l.ln.Addr().String()})
 		}
-		opts := &server.Options{
+		s := launch(t, &server.Options{
 			ServerName: name,
 			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
 			// NoAdvertise: peers must not learn the real route ports and
 			// connect around the proxies.
 			Cluster: server.ClusterOpts{Name: "flyball-test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
 			Routes:  routes,
-		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatalf("natstest: new server: %v", err)
-		}
-		go s.Start()
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
 		})
 		c.Servers = append(c.Servers, s)
 	}
@@ -209,6 +207,18 @@ func (c *Cluster) Server(name string) *server.Server {
 	return nil
 }
 
+// Other names a server of the cluster other than name: where a test's
+// client connects so that killing name measures the failover, not the
+// client's reconnect.
+func (c *Cluster) Other(name string) string {
+	for _, s := range c.Servers {
+		if s.Name() != name {
+			return s.Name()
+		}
+	}
+	return ""
+}
+
 // Kill cuts every route of the server named name at once, as a crash or a
 // network partition does (no leadership is handed over: its peers learn
 // of the loss only when its raft heartbeats stop), then shuts it down.
@@ -235,16 +245,7 @@ func (c *Cluster) ConnectTo(t testing.TB, name string) (*nats.Conn, jetstream.Je
 	if s == nil {
 		t.Fatalf("natstest: no server %q", name)
 	}
-	nc, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
-	if err != nil {
-		t.Fatalf("natstest: connect to %s: %v", name, err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("natstest: jetstream: %v", err)
-	}
-	return nc, js
+	return connect(t, s.ClientURL(), nats.NoReconnect())
 }
 
 // link is a TCP proxy carrying the routes one server dials to another.
