@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -102,4 +103,51 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 	if n := o.republished.Load(); n != 0 {
 		t.Fatalf("published %d events again, want none", n)
 	}
+}
+
+// TestOutboxRidesOutALeaderElection cuts off, without warning, the leader
+// of an R3 stream on a 3-node cluster and hands the outbox events at once:
+// until the raft election ends (4-9 s) every publish gets "no responders"
+// or no ack. Every event must still settle stored, each exactly once, so
+// no dispatch is nakked and no target is called twice. nats.go's own
+// retries alone give up after about a second.
+func TestOutboxRidesOutALeaderElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a raft election takes 4-9 s")
+	}
+	cl := natstest.StartCluster(t, 3)
+	_, admin := cl.ConnectTo(t, "n1")
+	ctx := t.Context()
+	st, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := st.CachedInfo().Cluster.Leader
+	_, js := cl.ConnectTo(t, cl.Other(victim))
+	o := testOutbox(t, js, outboxRound, outboxBudget)
+
+	cl.Kill(t, victim)
+	const n = 20
+	settled := make(chan error, n)
+	for i := range n {
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) { settled <- err })
+	}
+	for range n {
+		select {
+		case err := <-settled:
+			if err != nil {
+				t.Fatalf("an event settled with %v, want stored", err)
+			}
+		case <-time.After(outboxBudget + 10*time.Second):
+			t.Fatal("events not settled within the budget")
+		}
+	}
+	st, err = js.Stream(ctx, "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != n {
+		t.Fatalf("stream holds %d events, want %d", got, n)
+	}
+	t.Logf("%d events stored once each; %d published again while %s's successor was elected", n, o.republished.Load(), victim)
 }
