@@ -147,6 +147,11 @@ func (e *env) collect(subject string) func() []events.Event {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// The server must have the interest before anything the test starts
+	// next publishes on another connection, or the first events are lost.
+	if err := e.srv.NC.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
 	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return func() []events.Event {
 		mu.Lock()
