@@ -10,7 +10,8 @@ import (
 // with an error naming its flag, and that the defaults pass.
 func TestConfigValidateNamesTheField(t *testing.T) {
 	t.Parallel()
-	if err := func() error { c := validConfig(); return c.validate() }(); err != nil {
+	defaults := validConfig()
+	if err := defaults.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	cases := []struct {
