@@ -108,7 +108,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	var run events.Run
-	if err := events.DecodeData(e, &run); err != nil {
+	if err := events.DecodeRun(e, &run); err != nil {
 		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}

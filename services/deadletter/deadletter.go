@@ -81,7 +81,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	var run events.Run
-	if err := events.DecodeData(e, &run); err != nil {
+	if err := events.DecodeRun(e, &run); err != nil {
 		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
@@ -157,7 +157,7 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 				continue
 			}
 			var r events.Run
-			if events.DecodeData(e, &r) != nil || r.DispatchID != final.DispatchID || seen[r.Attempt] {
+			if events.DecodeRun(e, &r) != nil || r.DispatchID != final.DispatchID || seen[r.Attempt] {
 				continue
 			}
 			seen[r.Attempt] = true

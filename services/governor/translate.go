@@ -96,7 +96,7 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 
 func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, error) {
 	var run events.Run
-	if err := events.DecodeData(e, &run); err != nil {
+	if err := events.DecodeRun(e, &run); err != nil {
 		return Step{}, err
 	}
 	if run.TaskID != step.TaskID {

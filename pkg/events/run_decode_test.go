@@ -1,0 +1,136 @@
+package events
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func runEvent(t testing.TB, data []byte) Event {
+	t.Helper()
+	e, err := Decode(nil, []byte(`{"specversion":"1.0","id":"x","source":"flyball/executor/x","type":"io.flyball.run.succeeded","datacontenttype":"application/json","data":`+string(data)+`}`))
+	if err != nil {
+		t.Skip("not an event body") // the fuzzer's data may break the envelope
+	}
+	return e
+}
+
+// compareRun checks DecodeRun against DecodeData on one input.
+func compareRun(t *testing.T, data []byte) {
+	e := runEvent(t, data)
+	var got, want Run
+	gotErr := DecodeRun(e, &got)
+	wantErr := DecodeData(e, &want)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("data %s: DecodeRun err %v, DecodeData err %v", data, gotErr, wantErr)
+	}
+	if gotErr != nil {
+		if gotErr.Error() != wantErr.Error() || !errors.Is(gotErr, ErrMalformed) {
+			t.Fatalf("data %s: errors differ: %q vs %q", data, gotErr, wantErr)
+		}
+		return
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("data %s:\n fast %#v\n want %#v", data, got, want)
+	}
+}
+
+var runSeeds = []string{
+	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":1,"startedAt":"2026-03-03T10:15:00.0012Z","finishedAt":"2026-03-03T10:15:00.0042Z","duration":"3.0001ms","status":200,"body":"{\"ok\":true}","fingerprint":"sha256:ab","request":{"method":"GET","url":"http://127.0.0.1:8080/x","headers":{"Authorization":"[REDACTED]"}},"source":"baseline-interval","breakerKey":"t1"}`,
+	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":3,"error":"dial tcp: refused","errorKind":"transient","final":true,"dispatch":{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:15:00Z"}}`,
+	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":1,"error":"503","retryIn":"1.5s","duration":"812µs"}`,
+	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","reason":"task paused","trail":["a","b"],"bodyTruncated":false}`,
+	`{"taskId":"a","dispatch":{"taskId":"é","taskId":"b"}}`,
+	`{"taskId":"a","request":{"headers":{"a":"1","a":"2"}}}`,
+	`{"taskId":"a","request":{"method":"GET","extra":1}}`,
+	`{"taskId":"a","request":null}`,
+	`{"taskId":"a","request":{}}`,
+	`{"taskId":"a","request":{"headers":{}}}`,
+	`{"taskId":"a","request":{"headers":null}}`,
+	`{"taskId":"a","request":{"headers":{"a":null}}}`,
+	`{"taskId":"a","request":{"headers":{"a\u0062":"1","ab":"2"}}}`,
+	`{"taskId":"a","request":{"method":"GET","method":"PUT"}}`,
+	`{"taskId":"a","request":{"Method":"GET"}}`,
+	`{"taskId":"a","request":{"headers":{"a":"1"},"headers":{"b":"2"}}}`,
+	`{"taskId":"a","trail":null}`,
+	`{"taskId":null}`,
+	`{"attempt":1.0}`,
+	`{"attempt":1e2}`,
+	`{"attempt":-0}`,
+	`{"attempt":99999999999999999999}`,
+	`{"status":"200"}`,
+	`{"final":1}`,
+	`{"duration":"1x"}`,
+	`{"duration":"\u0031s"}`,
+	`{"body":"caf\u00e9 \ud83d"}`,
+	"{\"body\":\"\xff\xfe\"}",
+	`{"body":"é"}`,
+	`{"taskId":"a","taskId":"b"}`,
+	`{"TaskId":"a"}`,
+	`{"taskId":"a","extra":1}`,
+	`{"scheduledAt":"2026-13-03T10:15:00Z"}`,
+	`{"scheduledAt":null}`,
+	`{}`,
+	`[]`,
+	`{"taskId":"a"}x`,
+	`{"taskId":"a",}`,
+}
+
+func TestDecodeRunMatchesDecodeData(t *testing.T) {
+	for _, s := range runSeeds {
+		t.Run(s, func(t *testing.T) { compareRun(t, []byte(s)) })
+	}
+	// What the executor writes takes the fast path.
+	now := time.Now().UTC()
+	r := Run{
+		DispatchID: "t:1", TaskID: "t", ScheduledAt: now.Truncate(time.Second), Attempt: 1,
+		StartedAt: now, FinishedAt: now.Add(time.Millisecond), Duration: Duration(time.Millisecond + 7),
+		Status: 200, Body: `{"n":1}`, Fingerprint: "f",
+		Request: &RequestRecord{Method: "GET", URL: "http://h/x", Headers: map[string]string{"Authorization": "[REDACTED]"}},
+		Source:  "baseline-interval", BreakerKey: "t",
+		Dispatch: &Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: now, FiredAt: now},
+		RetryIn:  Duration(time.Second), Final: true, Error: "x", ErrorKind: ErrorTransient,
+	}
+	body, err := Marshal(TypeRunSucceeded, "flyball/executor/x", "t", r, now, "t:1:1:succeeded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Decode(nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Run
+	if !fastRun(e.Data(), &got) || !reflect.DeepEqual(got, r) {
+		t.Fatalf("the executor's run did not take the fast path:\n got %#v\nwant %#v", got, r)
+	}
+}
+
+func FuzzDecodeRunMatchesDecodeData(f *testing.F) {
+	for _, s := range runSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { compareRun(t, data) })
+}
+
+func BenchmarkDecodeRunData(b *testing.B) {
+	e := runEvent(b, []byte(runSeeds[0]))
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r Run
+			if err := DecodeRun(e, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeData", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r Run
+			if err := DecodeData(e, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
