@@ -23,9 +23,20 @@ type view struct {
 	mu        sync.Mutex
 	specs     map[string]time.Duration // task → expected interval
 	schedules map[string]schedule
-	breakers  map[string]events.BreakerState
-	ready     sync.WaitGroup
+	// stale holds schedules written since the last sweep, undecoded. Every
+	// run rewrites its task's schedule, and a sweep reads each task once,
+	// so decoding at the sweep costs one decode per task per sweep instead
+	// of one per run (1,000 tasks at 1s: 15 times fewer at the default
+	// interval). Its size is capped by maxStale.
+	stale    map[string][]byte
+	caughtUp bool // the schedules watch has delivered every stored value
+	breakers map[string]events.BreakerState
+	ready    sync.WaitGroup
 }
+
+// maxStale bounds the undecoded schedules the view holds between sweeps
+// (about 1 KiB each); past it they are decoded at once.
+const maxStale = 1 << 16
 
 // schedule is the part of a stored gov.State a sweep reads. Every run
 // rewrites its task's schedule, so the watch decodes one per run: skipping
@@ -41,13 +52,16 @@ type schedule struct {
 }
 
 func newView() *view {
-	v := &view{specs: map[string]time.Duration{}, schedules: map[string]schedule{}, breakers: map[string]events.BreakerState{}}
+	v := &view{
+		specs: map[string]time.Duration{}, schedules: map[string]schedule{},
+		stale: map[string][]byte{}, breakers: map[string]events.BreakerState{},
+	}
 	v.ready.Add(3)
 	return v
 }
 
 // watch keeps one bucket mirrored into the view until ctx ends.
-func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry)) error {
+func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry), caughtUp func()) error {
 	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
 	if err != nil {
 		return err
@@ -69,6 +83,11 @@ func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream
 					return
 				}
 				if e == nil {
+					if caughtUp != nil {
+						s.view.mu.Lock()
+						caughtUp()
+						s.view.mu.Unlock()
+					}
 					once.Do(s.view.ready.Done)
 					continue
 				}
@@ -92,19 +111,16 @@ func (s *Service) watchAll(ctx context.Context) error {
 		if json.Unmarshal(e.Value(), &spec) == nil {
 			v.specs[e.Key()] = query.ExpectedInterval(&spec, time.Now())
 		}
-	}); err != nil {
+	}, nil); err != nil {
 		return err
 	}
 	if err := s.watch(ctx, streams.BucketSchedules, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
-			delete(v.schedules, e.Key())
+			v.deleteSchedule(e.Key())
 			return
 		}
-		var st schedule
-		if json.Unmarshal(e.Value(), &st) == nil {
-			v.schedules[strings.Clone(e.Key())] = st
-		}
-	}); err != nil {
+		v.putSchedule(e.Key(), e.Value())
+	}, func() { v.caughtUp = true }); err != nil {
 		return err
 	}
 	return s.watch(ctx, streams.BucketBreakers, func(e jetstream.KeyValueEntry) {
@@ -118,13 +134,52 @@ func (s *Service) watchAll(ctx context.Context) error {
 		if json.Unmarshal(e.Value(), &b) == nil {
 			v.breakers[e.Key()] = b.State
 		}
-	})
+	}, nil)
+}
+
+// putSchedule records a written schedule. Callers hold v.mu.
+func (v *view) putSchedule(key string, raw []byte) {
+	if !v.caughtUp {
+		// The initial load: every key arrives once, so decoding now costs
+		// the same and holds no undecoded copies.
+		v.decode(strings.Clone(key), raw)
+		return
+	}
+	v.stale[strings.Clone(key)] = raw
+	if len(v.stale) >= maxStale {
+		v.decodeStale()
+	}
+}
+
+// deleteSchedule forgets a deleted or purged schedule. Callers hold v.mu.
+func (v *view) deleteSchedule(key string) {
+	delete(v.schedules, key)
+	delete(v.stale, key)
+}
+
+// decode stores one schedule. An unreadable value keeps the previous one.
+// Callers hold v.mu.
+func (v *view) decode(key string, raw []byte) {
+	var st schedule
+	if json.Unmarshal(raw, &st) == nil {
+		v.schedules[key] = st
+	}
+}
+
+// decodeStale decodes the schedules written since the last call. Callers
+// hold v.mu.
+func (v *view) decodeStale() {
+	for key, raw := range v.stale {
+		v.decode(key, raw)
+	}
+	clear(v.stale)
 }
 
 // sweepTasks handles zombies, staleness, orphans and the breaker gauge.
 func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	v := s.view
 	v.mu.Lock()
+	v.decodeStale()
 	var zombies []schedule
 	var orphanSchedules, orphanBreakers []string
 	maxScore, open := 0.0, 0
@@ -189,7 +244,7 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 		}
 		if e, err := events.Decode(raw.Header, raw.Data); err == nil {
 			var r events.Run
-			if events.DecodeData(e, &r) == nil && !r.ScheduledAt.Before(st.NextRunAt) {
+			if events.DecodeRun(e, &r) == nil && !r.ScheduledAt.Before(st.NextRunAt) {
 				return // the outcome exists; the governor has not applied it yet
 			}
 		}

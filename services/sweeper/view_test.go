@@ -1,0 +1,64 @@
+package sweeper
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func scheduleJSON(id string, next time.Time) []byte {
+	return fmt.Appendf(nil, `{"taskId":%q,"nextRunAt":%q,"source":"baseline-interval"}`, id, next.Format(time.RFC3339Nano))
+}
+
+func TestViewDecodesSchedulesAtTheSweep(t *testing.T) {
+	v := newView()
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+	// The initial load decodes at once.
+	v.putSchedule("a", scheduleJSON("a", t0))
+	if got := v.schedules["a"].NextRunAt; !got.Equal(t0) || len(v.stale) != 0 {
+		t.Fatalf("initial load: nextRunAt %v, %d stale", got, len(v.stale))
+	}
+	v.caughtUp = true
+
+	// Later writes wait for the sweep; the last one wins.
+	for i := 1; i <= 3; i++ {
+		v.putSchedule("a", scheduleJSON("a", t0.Add(time.Duration(i)*time.Second)))
+	}
+	v.putSchedule("b", scheduleJSON("b", t0))
+	if got := v.schedules["a"].NextRunAt; !got.Equal(t0) || len(v.stale) != 2 {
+		t.Fatalf("before the sweep: nextRunAt %v, %d stale", got, len(v.stale))
+	}
+	v.decodeStale()
+	if got := v.schedules["a"].NextRunAt; !got.Equal(t0.Add(3*time.Second)) || v.schedules["b"].TaskID != "b" || len(v.stale) != 0 {
+		t.Fatalf("after the sweep: a.nextRunAt %v, b %+v, %d stale", got, v.schedules["b"], len(v.stale))
+	}
+
+	// A delete drops the decoded and the undecoded value.
+	v.putSchedule("a", scheduleJSON("a", t0.Add(time.Hour)))
+	v.deleteSchedule("a")
+	v.decodeStale()
+	if _, ok := v.schedules["a"]; ok {
+		t.Fatalf("deleted schedule still in the view: %+v", v.schedules["a"])
+	}
+
+	// An unreadable value keeps the previous schedule.
+	v.putSchedule("b", []byte(`{"taskId":`))
+	v.decodeStale()
+	if v.schedules["b"].TaskID != "b" {
+		t.Fatalf("unreadable write replaced the schedule: %+v", v.schedules["b"])
+	}
+}
+
+func TestViewDecodesAtTheCap(t *testing.T) {
+	v := newView()
+	v.caughtUp = true
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for i := range maxStale {
+		id := fmt.Sprintf("t%d", i)
+		v.putSchedule(id, scheduleJSON(id, t0))
+	}
+	if len(v.stale) != 0 || len(v.schedules) != maxStale {
+		t.Fatalf("at the cap: %d stale, %d decoded; want 0 and %d", len(v.stale), len(v.schedules), maxStale)
+	}
+}
