@@ -217,7 +217,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		if dec.Ignored {
 			return dec, nil
 		}
-		body, err := json.Marshal(dec.State)
+		body, err := dec.State.AppendJSON(make([]byte, 0, 512))
 		if err != nil {
 			return dec, fmt.Errorf("encode schedule %s: %w", id, err)
 		}
