@@ -113,7 +113,19 @@ func marshalData(data any) (payload []byte, isBase64 bool, err error) {
 		return nil, false, nil
 	case []byte:
 		return d, true, nil
+	case *Run:
+		if d == nil {
+			break // json.Marshal writes null
+		}
+		if payload, err = d.AppendJSON(nil); err == nil {
+			return payload, false, nil
+		}
+	case Run:
+		if payload, err = d.AppendJSON(nil); err == nil {
+			return payload, false, nil
+		}
 	}
+	// The reference encoding, and its error for a Run that fails above.
 	payload, err = json.Marshal(data)
 	return payload, false, err
 }

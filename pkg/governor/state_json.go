@@ -1,9 +1,9 @@
 package governor
 
 import (
-	"encoding/json"
 	"strconv"
-	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
 )
 
 // AppendJSON appends the JSON encoding of s to b: byte for byte what
@@ -11,165 +11,98 @@ import (
 // outside years 0-9999). The governor stores one state per decision, and
 // json.Marshal's reflection was a third of a decision's CPU.
 func (s *State) AppendJSON(b []byte) ([]byte, error) {
-	w := jsonWriter{b: b}
-	w.b = append(w.b, `{"taskId":`...)
-	w.str(s.TaskID)
-	w.timeOmitZero(`,"nextRunAt":`, s.NextRunAt)
-	w.strOmitEmpty(`,"source":`, string(s.Source))
+	w := events.JSONWriter{B: b}
+	w.Raw(`{"taskId":`)
+	w.String(s.TaskID)
+	w.TimeOmitZero(`,"nextRunAt":`, s.NextRunAt)
+	w.Str(`,"source":`, string(s.Source))
 	if len(s.Trail) > 0 {
-		w.b = append(w.b, `,"trail":[`...)
+		w.Raw(`,"trail":[`)
 		for i, t := range s.Trail {
 			if i > 0 {
-				w.b = append(w.b, ',')
+				w.Raw(",")
 			}
-			w.str(t)
+			w.String(t)
 		}
-		w.b = append(w.b, ']')
+		w.Raw("]")
 	}
-	w.timeOmitZero(`,"decidedAt":`, s.DecidedAt)
-	w.timeOmitZero(`,"createdAt":`, s.CreatedAt)
-	w.strOmitEmpty(`,"input":`, string(s.Input))
-	w.intOmitEmpty(`,"failures":`, int64(s.Failures))
+	w.TimeOmitZero(`,"decidedAt":`, s.DecidedAt)
+	w.TimeOmitZero(`,"createdAt":`, s.CreatedAt)
+	w.Str(`,"input":`, string(s.Input))
+	w.Int(`,"failures":`, int64(s.Failures))
 	if s.Runs != 0 {
-		w.b = append(w.b, `,"runs":`...)
-		w.b = strconv.AppendUint(w.b, s.Runs, 10)
+		w.Raw(`,"runs":`)
+		w.B = strconv.AppendUint(w.B, s.Runs, 10)
 	}
-	w.timeOmitZero(`,"lastScheduledAt":`, s.LastScheduledAt)
-	w.strOmitEmpty(`,"lastDispatchId":`, s.LastDispatchID)
-	w.strOmitEmpty(`,"lastOutcome":`, s.LastOutcome)
-	w.timeOmitZero(`,"lastSuccessAt":`, s.LastSuccessAt)
-	w.timeOmitZero(`,"lastFailureAt":`, s.LastFailureAt)
-	if s.Paused {
-		w.b = append(w.b, `,"paused":true`...)
-	}
-	w.timeOmitZero(`,"pausedUntil":`, s.PausedUntil)
-	w.strOmitEmpty(`,"pauseReason":`, s.PauseReason)
+	w.TimeOmitZero(`,"lastScheduledAt":`, s.LastScheduledAt)
+	w.Str(`,"lastDispatchId":`, s.LastDispatchID)
+	w.Str(`,"lastOutcome":`, s.LastOutcome)
+	w.TimeOmitZero(`,"lastSuccessAt":`, s.LastSuccessAt)
+	w.TimeOmitZero(`,"lastFailureAt":`, s.LastFailureAt)
+	w.Bool(`,"paused":`, s.Paused)
+	w.TimeOmitZero(`,"pausedUntil":`, s.PausedUntil)
+	w.Str(`,"pauseReason":`, s.PauseReason)
 	if h := s.IntervalHint; h != nil {
-		w.b = append(w.b, `,"intervalHint":{"interval":`...)
-		w.b = strconv.AppendInt(w.b, int64(h.Interval), 10)
-		w.b = append(w.b, `,"expiresAt":`...)
-		w.time(h.ExpiresAt)
-		w.strOmitEmpty(`,"reason":`, h.Reason)
-		w.b = append(w.b, '}')
+		w.Raw(`,"intervalHint":{"interval":`)
+		w.B = strconv.AppendInt(w.B, int64(h.Interval), 10)
+		w.Raw(`,"expiresAt":`)
+		w.Time(h.ExpiresAt)
+		w.Str(`,"reason":`, h.Reason)
+		w.Raw("}")
 	}
 	if h := s.OneShotHint; h != nil {
-		w.b = append(w.b, `,"oneShotHint":{"at":`...)
-		w.time(h.At)
-		w.b = append(w.b, `,"expiresAt":`...)
-		w.time(h.ExpiresAt)
-		w.strOmitEmpty(`,"reason":`, h.Reason)
-		w.b = append(w.b, '}')
+		w.Raw(`,"oneShotHint":{"at":`)
+		w.Time(h.At)
+		w.Raw(`,"expiresAt":`)
+		w.Time(h.ExpiresAt)
+		w.Str(`,"reason":`, h.Reason)
+		w.Raw("}")
 	}
-	w.strOmitEmpty(`,"lastCommandId":`, s.LastCommandID)
-	if s.Deleted {
-		w.b = append(w.b, `,"deleted":true`...)
-	}
-	w.timeOmitZero(`,"lastActivityAt":`, s.LastActivityAt)
-	w.strOmitEmpty(`,"lastFingerprint":`, s.LastFingerprint)
-	w.intOmitEmpty(`,"unchangedRuns":`, int64(s.UnchangedRuns))
-	w.intOmitEmpty(`,"adaptiveInterval":`, int64(s.AdaptiveInterval))
-	w.timeOmitZero(`,"breakerOpenUntil":`, s.BreakerOpenUntil)
+	w.Str(`,"lastCommandId":`, s.LastCommandID)
+	w.Bool(`,"deleted":`, s.Deleted)
+	w.TimeOmitZero(`,"lastActivityAt":`, s.LastActivityAt)
+	w.Str(`,"lastFingerprint":`, s.LastFingerprint)
+	w.Int(`,"unchangedRuns":`, int64(s.UnchangedRuns))
+	w.Int(`,"adaptiveInterval":`, int64(s.AdaptiveInterval))
+	w.TimeOmitZero(`,"breakerOpenUntil":`, s.BreakerOpenUntil)
 	if d := s.DeadLetter; d != nil {
-		w.b = append(w.b, `,"deadLetter":{`...)
-		comma := false
+		// Every member but the last two is optional: write each with a
+		// trailing comma instead.
+		w.Raw(`,"deadLetter":{`)
 		if d.DispatchID != "" {
-			w.b = append(w.b, `"dispatchId":`...)
-			w.str(d.DispatchID)
-			comma = true
+			w.Raw(`"dispatchId":`)
+			w.String(d.DispatchID)
+			w.Raw(",")
 		}
 		if d.Reason != "" {
-			if comma {
-				w.b = append(w.b, ',')
-			}
-			w.b = append(w.b, `"reason":`...)
-			w.str(d.Reason)
-			comma = true
+			w.Raw(`"reason":`)
+			w.String(d.Reason)
+			w.Raw(",")
 		}
-		if comma {
-			w.b = append(w.b, ',')
-		}
-		w.b = append(w.b, `"at":`...)
-		w.time(d.At)
-		w.b = append(w.b, `,"recheckAt":`...)
-		w.time(d.RecheckAt)
-		w.b = append(w.b, '}')
+		w.Raw(`"at":`)
+		w.Time(d.At)
+		w.Raw(`,"recheckAt":`)
+		w.Time(d.RecheckAt)
+		w.Raw("}")
 	}
-	w.timeOmitZero(`,"requeuedAt":`, s.RequeuedAt)
-	w.intOmitEmpty(`,"catchUpPending":`, int64(s.CatchUpPending))
+	w.TimeOmitZero(`,"requeuedAt":`, s.RequeuedAt)
+	w.Int(`,"catchUpPending":`, int64(s.CatchUpPending))
 	if s.Budget != (RunLedger{}) {
-		w.b = append(w.b, `,"budget":{`...)
+		w.Raw(`,"budget":{`)
 		if s.Budget.Hour != 0 {
-			w.b = append(w.b, `"hour":`...)
-			w.b = strconv.AppendInt(w.b, s.Budget.Hour, 10)
-			w.b = append(w.b, ',')
+			w.Raw(`"hour":`)
+			w.B = strconv.AppendInt(w.B, s.Budget.Hour, 10)
+			w.Raw(",")
 		}
-		w.b = append(w.b, `"counts":[`...)
+		w.Raw(`"counts":[`)
 		for i, c := range s.Budget.Counts {
 			if i > 0 {
-				w.b = append(w.b, ',')
+				w.Raw(",")
 			}
-			w.b = strconv.AppendUint(w.b, uint64(c), 10)
+			w.B = strconv.AppendUint(w.B, uint64(c), 10)
 		}
-		w.b = append(w.b, "]}"...)
+		w.Raw("]}")
 	}
-	w.b = append(w.b, '}')
-	return w.b, w.err
-}
-
-// jsonWriter appends JSON values, keeping the first error.
-type jsonWriter struct {
-	b   []byte
-	err error
-}
-
-// str appends s as a JSON string. Printable ASCII that encoding/json
-// writes as it stands is copied; anything else (quotes, backslashes,
-// control characters, <, > and &, which it escapes for HTML, and non-ASCII
-// text) is left to encoding/json.
-func (w *jsonWriter) str(s string) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			w.b = append(w.b, q...)
-			return
-		}
-	}
-	w.b = append(w.b, '"')
-	w.b = append(w.b, s...)
-	w.b = append(w.b, '"')
-}
-
-func (w *jsonWriter) strOmitEmpty(key, s string) {
-	if s != "" {
-		w.b = append(w.b, key...)
-		w.str(s)
-	}
-}
-
-func (w *jsonWriter) intOmitEmpty(key string, n int64) {
-	if n != 0 {
-		w.b = append(w.b, key...)
-		w.b = strconv.AppendInt(w.b, n, 10)
-	}
-}
-
-// time appends t as time.Time.MarshalJSON does (RFC 3339 with nanoseconds,
-// and an error outside years 0-9999).
-func (w *jsonWriter) time(t time.Time) {
-	w.b = append(w.b, '"')
-	b, err := t.AppendText(w.b)
-	if err != nil {
-		if w.err == nil {
-			w.err = err
-		}
-		return
-	}
-	w.b = append(b, '"')
-}
-
-func (w *jsonWriter) timeOmitZero(key string, t time.Time) {
-	if !t.IsZero() {
-		w.b = append(w.b, key...)
-		w.time(t)
-	}
+	w.Raw("}")
+	return w.B, w.Err
 }
