@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/metrics"
 )
 
 // outbox publishes run events in batches with PublishMsgAsync and settles
@@ -31,7 +31,7 @@ type outbox struct {
 	round  time.Duration // wait for one round's acks (outboxRound)
 	budget time.Duration // bound on a batch's rounds (outboxBudget)
 
-	republished atomic.Int64 // events published again (tests read it)
+	m *metrics.Set // OutboxRepublished, OutboxAbandoned
 
 	in     chan *outItem
 	slots  chan struct{} // bounds events waiting in the outbox
@@ -52,9 +52,9 @@ type outItem struct {
 	settle func(error)
 }
 
-func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int) *outbox {
+func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metrics.Set) *outbox {
 	o := &outbox{
-		js: js, log: log, linger: outboxLinger, max: 512, round: outboxRound, budget: outboxBudget,
+		js: js, log: log, m: m, linger: outboxLinger, max: 512, round: outboxRound, budget: outboxBudget,
 		in: make(chan *outItem, capacity), slots: make(chan struct{}, capacity), closed: make(chan struct{}),
 	}
 	go o.run()
@@ -157,13 +157,14 @@ func (o *outbox) flush(batch []*outItem) {
 		if len(batch) == 0 {
 			return
 		}
-		o.republished.Add(int64(len(batch)))
 		if time.Now().After(deadline) {
+			o.m.OutboxAbandoned.Add(float64(len(batch)))
 			for _, it := range batch {
 				o.done(it, fmt.Errorf("run event not stored within %s (%d rounds): %w", o.budget, round, lastErr))
 			}
 			return
 		}
+		o.m.OutboxRepublished.Add(float64(len(batch)))
 		o.log.Warn("run events not stored yet; publishing them again", "events", len(batch), "round", round, "err", lastErr)
 	}
 }

@@ -10,17 +10,22 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 func testOutbox(t *testing.T, js jetstream.JetStream, round, budget time.Duration) *outbox {
 	t.Helper()
-	o := newOutbox(js, slog.New(slog.DiscardHandler), 16)
+	o := newOutbox(js, slog.New(slog.DiscardHandler), 16, metrics.New())
 	o.round, o.budget = round, budget
 	t.Cleanup(o.close)
 	return o
 }
+
+// republished reads flyball_outbox_republished_total.
+func republished(o *outbox) float64 { return testutil.ToFloat64(o.m.OutboxRepublished) }
 
 func outMsg(id string) *nats.Msg {
 	m := nats.NewMsg("out.x")
@@ -38,7 +43,7 @@ func TestOutboxRidesOutAMissingStream(t *testing.T) {
 	o := testOutbox(t, srv.JS, 300*time.Millisecond, time.Minute)
 	settled := make(chan error, 1)
 	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
-	natstest.Eventually(t, 20*time.Second, "two rounds that stored nothing", func() bool { return o.republished.Load() >= 2 })
+	natstest.Eventually(t, 20*time.Second, "two rounds that stored nothing", func() bool { return republished(o) >= 2 })
 	select {
 	case err := <-settled:
 		t.Fatalf("settled before the stream existed: %v", err)
@@ -76,6 +81,9 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not stored within 1s") {
 			t.Fatalf("settled with %v, want a not-stored error", err)
 		}
+		if n := testutil.ToFloat64(o.m.OutboxAbandoned); n != 1 {
+			t.Fatalf("flyball_outbox_abandoned_total = %v, want 1", n)
+		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("not settled 20s into a 1s budget")
 	}
@@ -100,8 +108,8 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not settled")
 	}
-	if n := o.republished.Load(); n != 0 {
-		t.Fatalf("published %d events again, want none", n)
+	if n := republished(o); n != 0 {
+		t.Fatalf("published %v events again, want none", n)
 	}
 }
 
@@ -149,5 +157,5 @@ func TestOutboxRidesOutALeaderElection(t *testing.T) {
 	if got := st.CachedInfo().State.Msgs; got != n {
 		t.Fatalf("stream holds %d events, want %d", got, n)
 	}
-	t.Logf("%d events stored once each; %d published again while %s's successor was elected", n, o.republished.Load(), victim)
+	t.Logf("%d events stored once each; %v published again while %s's successor was elected", n, republished(o), victim)
 }

@@ -106,11 +106,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
-	s.out = newOutbox(s.cfg.JS, s.log, 4*s.cfg.Concurrency)
+	s.out = newOutbox(s.cfg.JS, s.log, 4*s.cfg.Concurrency, s.cfg.Metrics)
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.held = make(map[*held]struct{})
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
-		jsutil.Workers{N: s.cfg.Concurrency}, func(m jetstream.Msg) { s.handle(runCtx, m) })
+		jsutil.Workers{N: s.cfg.Concurrency, PullFailures: s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamDispatch)},
+		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}

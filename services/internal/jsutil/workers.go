@@ -7,11 +7,11 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Workers configures ConsumeWorkers.
@@ -26,6 +26,8 @@ type Workers struct {
 	Buffer int
 	// MaxWait is how long one pull waits for messages. Defaults to 5s.
 	MaxWait time.Duration
+	// PullFailures, when set, counts failed pulls.
+	PullFailures prometheus.Counter
 }
 
 // ConsumeWorkers consumes the durable with w.N concurrent handlers, pulling
@@ -109,9 +111,6 @@ type WorkerConsume struct {
 
 	closed chan struct{}
 	done   chan struct{}
-
-	// pullFailures counts pulls that failed (tests read it).
-	pullFailures atomic.Int64
 }
 
 // Stop ends pulling; what already arrived is still handled.
@@ -161,7 +160,9 @@ func (c *WorkerConsume) run() {
 			streak.recovered(c.log)
 			continue
 		}
-		c.pullFailures.Add(1)
+		if c.w.PullFailures != nil {
+			c.w.PullFailures.Inc()
+		}
 		wait := streak.failed(c.log, err, time.Now())
 		t := time.NewTimer(wait)
 		select {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
@@ -228,7 +230,9 @@ func TestPullsResumeSoonAfterConsumerReturns(t *testing.T) {
 	js := workStream(t, 30*time.Second)
 	ctx := t.Context()
 	got := make(chan string, 1)
-	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2, MaxWait: 2 * time.Second}, func(m jetstream.Msg) {
+	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "pull_failures"})
+	failed := func() float64 { return testutil.ToFloat64(failures) }
+	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2, MaxWait: 2 * time.Second, PullFailures: failures}, func(m jetstream.Msg) {
 		_ = m.Ack()
 		got <- string(m.Data())
 	})
@@ -241,7 +245,7 @@ func TestPullsResumeSoonAfterConsumerReturns(t *testing.T) {
 	}
 	// Seven failures in a row: an uncapped doubling from 100 ms would wait
 	// 6.4 s before the next pull; the capped policy waits at most 1 s.
-	natstest.Eventually(t, 20*time.Second, "seven failed pulls", func() bool { return cc.pullFailures.Load() >= 7 })
+	natstest.Eventually(t, 20*time.Second, "seven failed pulls", func() bool { return failed() >= 7 })
 	if _, err := js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +256,7 @@ func TestPullsResumeSoonAfterConsumerReturns(t *testing.T) {
 			t.Fatalf("handled %q, want the message published after the consumer returned", v)
 		}
 	case <-time.After(3 * time.Second):
-		t.Fatalf("no message 3s after the consumer returned (%d failed pulls so far)", cc.pullFailures.Load())
+		t.Fatalf("no message 3s after the consumer returned (%v failed pulls so far)", failed())
 	}
 }
 

@@ -30,6 +30,9 @@ type Set struct {
 	HeartbeatFailures  prometheus.Counter
 	ZombiesRenudged    prometheus.Counter
 	OrphansRemoved     *prometheus.CounterVec
+	PullFailures       *prometheus.CounterVec
+	OutboxRepublished  prometheus.Counter
+	OutboxAbandoned    prometheus.Counter
 	// TaskStaleness is the only per-task series. It is registered only
 	// when per-task metrics are enabled (see sweeper.Config.PerTaskMetrics).
 	TaskStaleness *prometheus.GaugeVec
@@ -97,6 +100,18 @@ func New() *Set {
 		OrphansRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_orphans_removed_total", Help: "State of deleted tasks removed by the sweeper, by bucket.",
 		}, []string{"bucket"}),
+		PullFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_pull_failures_total",
+			Help: "Failed pulls from a durable consumer, by stream (no leader during an election, NATS unreachable); each is retried within 1s.",
+		}, []string{"stream"}),
+		OutboxRepublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_outbox_republished_total",
+			Help: "Run events the executor published again because RUNS did not confirm them within a round (2s).",
+		}),
+		OutboxAbandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_outbox_abandoned_total",
+			Help: "Run events never confirmed within the outbox budget (15s); their dispatches were nakked and will be called again.",
+		}),
 	}
 	s.TaskStaleness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
@@ -105,6 +120,7 @@ func New() *Set {
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
+		s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned,
 	} {
 		f(c)
 	}
