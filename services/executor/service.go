@@ -428,9 +428,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// Cancelled mid-call by shutdown: hand the dispatch straight back so
 		// another executor runs it, without counting the attempt. Had this
 		// process died instead, JetStream would redeliver after AckWait.
-		if err := m.Nak(); err != nil {
-			s.log.Warn("nak on shutdown failed; redelivery after AckWait", "task", d.TaskID, "err", err)
-		}
+		s.settle(m, "nak", 0, "")
 		return
 	}
 	run := events.Run{
@@ -460,9 +458,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		run.Dispatch = d
 		s.settleAfter(m, events.OutcomeFailed, &run, msgID+":failed", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
-			if err := m.TermWithReason(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))); err != nil {
-				s.log.Warn("term failed", "task", d.TaskID, "err", err)
-			}
+			s.settle(m, "term", 0, fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150)))
 			s.forgetAttempts(d, attempt)
 		})
 		return
@@ -549,9 +545,7 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 	if cause != nil {
 		s.log.Warn("transient failure; redelivering", "subject", m.Subject(), "delay", delay, "err", cause)
 	}
-	if err := m.NakWithDelay(delay); err != nil {
-		s.log.Warn("nak failed", "subject", m.Subject(), "err", err)
-	}
+	s.settle(m, "nak", delay, "")
 }
 
 // keepAlive sends InProgress every AckWait/2 while a call that may outlast
