@@ -3,86 +3,51 @@ package events
 // DecodeDispatch decodes the data of a run.due event. It accepts exactly
 // what DecodeData accepts, with the same result and errors, but takes a
 // fast path for what the timer writes: one flat object of the Dispatch
-// fields, each a plain ASCII string without escapes. The executor decodes
+// fields. The executor decodes
 // one dispatch per run, and encoding/json's strict decoder (reflection,
 // a Decoder per call, time.Time through its Unmarshaler) was most of that.
 func DecodeDispatch(e Event, d *Dispatch) error {
-	if ct := e.DataContentType(); (ct == "" || ct == ContentTypeJSON) && fastDispatch(e.Data(), d) {
+	if fastPathApplies(e) && fastDispatch(e.Data(), d) {
 		return nil
 	}
 	return DecodeData(e, d)
 }
 
-// fastDispatch decodes b into d when b is a flat object whose keys are
-// Dispatch field names (exact case, each once) with plain string values.
-// It reports false, leaving d alone, for anything else.
+// fastDispatch is the fast path of DecodeDispatch (see fastRun).
 func fastDispatch(b []byte, d *Dispatch) bool {
-	s := jsonScanner{b: b}
-	s.ws()
-	if !s.consume('{') {
-		return false
-	}
 	var out Dispatch
-	var seen uint8
-	for {
-		s.ws()
-		key, ok := s.plainString()
-		if !ok {
+	var seen uint32
+	m := members{s: jsonScanner{b: b}}
+	for m.next() {
+		bit, ok := out.setField(string(m.key), m.raw)
+		if !once(&seen, bit, ok) {
 			return false
 		}
-		s.ws()
-		if !s.consume(':') {
-			return false
-		}
-		s.ws()
-		start := s.i
-		val, ok := s.plainString()
-		if !ok {
-			return false
-		}
-		quoted := b[start:s.i]
-		var bit uint8
-		switch string(key) {
-		case "dispatchId":
-			bit, out.DispatchID = 1, string(val)
-		case "taskId":
-			bit, out.TaskID = 2, string(val)
-		case "scheduledAt":
-			bit = 4
-			if out.ScheduledAt.UnmarshalJSON(quoted) != nil {
-				return false
-			}
-		case "firedAt":
-			bit = 8
-			if out.FiredAt.UnmarshalJSON(quoted) != nil {
-				return false
-			}
-		case "source":
-			bit, out.Source = 16, string(val)
-		case "reason":
-			bit, out.Reason = 32, string(val)
-		default:
-			return false
-		}
-		if seen&bit != 0 {
-			return false // a repeated key: encoding/json's rules decide
-		}
-		seen |= bit
-		s.ws()
-		if s.consume(',') {
-			continue
-		}
-		if !s.consume('}') {
-			return false
-		}
-		break
 	}
-	s.ws()
-	if s.i != len(b) {
+	if !m.complete() {
 		return false
 	}
 	*d = out
 	return true
+}
+
+// setField sets one Dispatch field (see fastRun).
+func (d *Dispatch) setField(key string, raw []byte) (bit uint32, ok bool) {
+	switch key {
+	case "dispatchId":
+		return 1, setString(raw, &d.DispatchID)
+	case "taskId":
+		return 2, setString(raw, &d.TaskID)
+	case "scheduledAt":
+		return 4, isQuoted(raw) && d.ScheduledAt.UnmarshalJSON(raw) == nil
+	case "firedAt":
+		return 8, isQuoted(raw) && d.FiredAt.UnmarshalJSON(raw) == nil
+	case "source":
+		return 16, setString(raw, &d.Source)
+	case "reason":
+		return 32, setString(raw, &d.Reason)
+	}
+	return 0, false
 }
 
 // plainString reads the string at s.i and returns its content when it is
@@ -92,15 +57,12 @@ func (s *jsonScanner) plainString() ([]byte, bool) {
 		return nil, false
 	}
 	start := s.i
-	for s.i < len(s.b) {
-		switch c := s.b[s.i]; {
-		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], true
-		case c < 0x20 || c >= 0x80 || c == '\\':
-			return nil, false
-		}
+	for s.i < len(s.b) && s.b[s.i] < 0x80 && strPlain[s.b[s.i]] {
 		s.i++
+	}
+	if s.i < len(s.b) && s.b[s.i] == '"' {
+		s.i++
+		return s.b[start : s.i-1], true
 	}
 	return nil, false
 }

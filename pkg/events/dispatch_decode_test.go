@@ -7,23 +7,26 @@ import (
 	"time"
 )
 
-func dispatchEvent(t testing.TB, data []byte) Event {
+// dataEvent is a structured event of type typ carrying data. The fuzzer's
+// data may break the envelope; the test is then skipped.
+func dataEvent(t testing.TB, typ string, data []byte) Event {
 	t.Helper()
-	e, err := Decode(nil, []byte(`{"specversion":"1.0","id":"x","source":"flyball/timer/t","type":"io.flyball.run.due","datacontenttype":"application/json","data":`+string(data)+`}`))
+	e, err := Decode(nil, []byte(`{"specversion":"1.0","id":"x","source":"flyball/test","type":"`+typ+`","datacontenttype":"application/json","data":`+string(data)+`}`))
 	if err != nil {
-		t.Skip("not an event body") // the fuzzer's data may break the envelope
+		t.Skip("not an event body")
 	}
 	return e
 }
 
-// compareDispatch checks DecodeDispatch against DecodeData on one input.
-func compareDispatch(t *testing.T, data []byte) {
-	e := dispatchEvent(t, data)
-	var got, want Dispatch
-	gotErr := DecodeDispatch(e, &got)
+// compareFast checks a fast-path decoder against DecodeData on one input:
+// both fail with the same error, or both give the same value.
+func compareFast[T any](t *testing.T, data []byte, typ string, fast func(Event, *T) error) {
+	e := dataEvent(t, typ, data)
+	var got, want T
+	gotErr := fast(e, &got)
 	wantErr := DecodeData(e, &want)
 	if (gotErr == nil) != (wantErr == nil) {
-		t.Fatalf("data %s: DecodeDispatch err %v, DecodeData err %v", data, gotErr, wantErr)
+		t.Fatalf("data %s: fast path err %v, DecodeData err %v", data, gotErr, wantErr)
 	}
 	if gotErr != nil {
 		if gotErr.Error() != wantErr.Error() || !errors.Is(gotErr, ErrMalformed) {
@@ -35,6 +38,8 @@ func compareDispatch(t *testing.T, data []byte) {
 		t.Fatalf("data %s:\n fast %#v\n want %#v", data, got, want)
 	}
 }
+
+func compareDispatch(t *testing.T, data []byte) { compareFast(t, data, TypeRunDue, DecodeDispatch) }
 
 var dispatchSeeds = []string{
 	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:15:00.001234Z","source":"baseline-interval"}`,
@@ -83,7 +88,7 @@ func FuzzDecodeDispatchMatchesDecodeData(f *testing.F) {
 }
 
 func BenchmarkDecodeDispatch(b *testing.B) {
-	e := dispatchEvent(b, []byte(dispatchSeeds[0]))
+	e := dataEvent(b, TypeRunDue, []byte(dispatchSeeds[0]))
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

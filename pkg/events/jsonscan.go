@@ -76,6 +76,12 @@ func (s *jsonScanner) value(depth int) bool {
 func (s *jsonScanner) str() (escaped, ok bool) {
 	s.i++
 	for s.i < len(s.b) {
+		for s.i < len(s.b) && strPlain[s.b[s.i]] {
+			s.i++ // the common bytes, one table lookup each
+		}
+		if s.i == len(s.b) {
+			break
+		}
 		switch c := s.b[s.i]; {
 		case c == '"':
 			s.i++
@@ -93,6 +99,15 @@ func (s *jsonScanner) str() (escaped, ok bool) {
 	}
 	return false, false
 }
+
+// strPlain marks the bytes a JSON string holds as they stand: everything
+// but control characters, the quote and the backslash.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // escape checks the escape sequence at s.i (the backslash).
 func (s *jsonScanner) escape() bool {
@@ -229,6 +244,92 @@ func (s *jsonScanner) array(depth int) bool {
 		}
 	}
 }
+
+// members iterates over the members of the JSON object that is all of b,
+// whose keys must be plain strings (printable ASCII, no escapes):
+//
+//	m := members{s: jsonScanner{b: b}}
+//	for m.next() {
+//		use(m.key, m.raw) // raw: the value's JSON text, already checked
+//	}
+//	if !m.complete() { ... } // malformed, or a key that is not plain
+//
+// It takes no callback, so what the loop fills stays on the stack.
+type members struct {
+	s        jsonScanner
+	key, raw []byte
+	state    uint8
+}
+
+const (
+	membersStart uint8 = iota
+	membersIn
+	membersDone
+	membersBad
+)
+
+// next moves to the next member and reports whether there is one.
+func (m *members) next() bool {
+	s := &m.s
+	switch m.state {
+	case membersStart:
+		s.ws()
+		if !s.consume('{') {
+			m.state = membersBad
+			return false
+		}
+		s.ws()
+		if s.consume('}') {
+			m.finish()
+			return false
+		}
+	case membersIn:
+		s.ws()
+		if !s.consume(',') {
+			if s.consume('}') {
+				m.finish()
+			} else {
+				m.state = membersBad
+			}
+			return false
+		}
+	default:
+		return false
+	}
+	s.ws()
+	key, ok := s.plainString()
+	if !ok {
+		m.state = membersBad
+		return false
+	}
+	s.ws()
+	if !s.consume(':') {
+		m.state = membersBad
+		return false
+	}
+	s.ws()
+	start := s.i
+	if !s.value(0) {
+		m.state = membersBad
+		return false
+	}
+	m.key, m.raw, m.state = key, s.b[start:s.i], membersIn
+	return true
+}
+
+// finish checks that nothing but whitespace follows the closing brace.
+func (m *members) finish() {
+	m.s.ws()
+	if m.s.i == len(m.s.b) {
+		m.state = membersDone
+	} else {
+		m.state = membersBad
+	}
+}
+
+// complete reports, once next has returned false, that the whole input
+// was one well-formed object with plain keys.
+func (m *members) complete() bool { return m.state == membersDone }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 

@@ -13,44 +13,67 @@ import (
 // run per completed run, and encoding/json's strict decoder was half of
 // its CPU per outcome.
 func DecodeRun(e Event, r *Run) error {
-	if ct := e.DataContentType(); (ct == "" || ct == ContentTypeJSON) && fastRun(e.Data(), r) {
+	if fastPathApplies(e) && fastRun(e.Data(), r) {
 		return nil
 	}
 	return DecodeData(e, r)
 }
 
-// fastRun decodes b into r when b is an object whose keys are Run field
-// names (exact case, each once) and whose values have the field's JSON
-// type. Scalars are converted here; the nested values (request, dispatch,
-// trail) and strings with escapes go to encoding/json one value at a time,
-// which keeps its exact rules for them. It reports false, leaving r alone,
-// for anything else, and the caller then takes the reference path.
+// fastPathApplies reports data the fast paths may read: JSON, stated or
+// implied. Anything else goes to DecodeData, which has the exact rules.
+func fastPathApplies(e Event) bool {
+	ct := e.DataContentType()
+	return ct == "" || ct == ContentTypeJSON
+}
+
+// Each fast path below decodes one payload type when its data is an object
+// whose keys are the type's field names (exact case, each once) and whose
+// values setField accepts; it reports false, leaving the destination
+// alone, for anything else, and the caller then takes the reference path.
+// setField sets the field named key from its raw JSON value and returns
+// the field's bit, with ok false for an unknown key or a value that is not
+// the field's JSON type (null included: encoding/json's handling of it
+// varies). The loops are written out per type: a generic one calls
+// setField through a dictionary, which moves the result to the heap.
+
+// fastRun is the fast path of DecodeRun. Scalars are converted here; the
+// nested values (request, dispatch, trail) and strings with escapes go to
+// encoding/json one value at a time, which keeps its exact rules for them.
 func fastRun(b []byte, r *Run) bool {
 	var out Run
 	var seen uint32
-	ok := eachMember(b, func(key, raw []byte) bool {
-		bit, ok := out.setField(string(key), raw)
-		if !ok || seen&bit != 0 {
-			return false // a repeated key: encoding/json's rules decide
+	m := members{s: jsonScanner{b: b}}
+	for m.next() {
+		bit, ok := out.setField(string(m.key), m.raw)
+		if !once(&seen, bit, ok) {
+			return false
 		}
-		seen |= bit
-		return true
-	})
-	if ok {
-		*r = out
 	}
-	return ok
+	if !m.complete() {
+		return false
+	}
+	*r = out
+	return true
 }
 
-// setField sets the field named key from its raw JSON value and returns the
-// field's bit. ok is false for an unknown key or a value that is not the
-// field's type (null included: encoding/json's handling of it varies).
+// once records a field's bit in seen. It reports false for a value
+// setField refused, and for a repeated key, whose handling is left to
+// encoding/json's rules.
+func once(seen *uint32, bit uint32, ok bool) bool {
+	if !ok || *seen&bit != 0 {
+		return false
+	}
+	*seen |= bit
+	return true
+}
+
+// setField sets one Run field.
 func (r *Run) setField(key string, raw []byte) (bit uint32, ok bool) {
 	switch key {
 	case "dispatchId":
-		return 1 << 0, rawString(raw, &r.DispatchID)
+		return 1 << 0, setString(raw, &r.DispatchID)
 	case "taskId":
-		return 1 << 1, rawString(raw, &r.TaskID)
+		return 1 << 1, setString(raw, &r.TaskID)
 	case "scheduledAt":
 		return 1 << 2, isQuoted(raw) && r.ScheduledAt.UnmarshalJSON(raw) == nil
 	case "attempt":
@@ -64,11 +87,11 @@ func (r *Run) setField(key string, raw []byte) (bit uint32, ok bool) {
 	case "status":
 		return 1 << 7, rawInt(raw, &r.Status)
 	case "body":
-		return 1 << 8, rawString(raw, &r.Body)
+		return 1 << 8, setString(raw, &r.Body)
 	case "bodyTruncated":
 		return 1 << 9, rawBool(raw, &r.BodyTruncated)
 	case "fingerprint":
-		return 1 << 10, rawString(raw, &r.Fingerprint)
+		return 1 << 10, setString(raw, &r.Fingerprint)
 	case "request":
 		if raw[0] != '{' {
 			return 1 << 11, false
@@ -80,21 +103,26 @@ func (r *Run) setField(key string, raw []byte) (bit uint32, ok bool) {
 		r.Request = &rec
 		return 1 << 11, true
 	case "error":
-		return 1 << 12, rawString(raw, &r.Error)
+		return 1 << 12, setString(raw, &r.Error)
 	case "errorKind":
-		return 1 << 13, rawString(raw, &r.ErrorKind)
+		return 1 << 13, setString(raw, &r.ErrorKind)
 	case "final":
 		return 1 << 14, rawBool(raw, &r.Final)
 	case "retryIn":
 		return 1 << 15, isQuoted(raw) && r.RetryIn.UnmarshalJSON(raw) == nil
 	case "reason":
-		return 1 << 16, rawString(raw, &r.Reason)
+		return 1 << 16, setString(raw, &r.Reason)
 	case "source":
-		return 1 << 17, rawString(raw, &r.Source)
+		return 1 << 17, setString(raw, &r.Source)
 	case "trail":
-		return 1 << 18, raw[0] == '[' && decodeStrict(raw, &r.Trail) == nil
+		var trail []string // apart: decodeStrict's argument escapes
+		if raw[0] != '[' || decodeStrict(raw, &trail) != nil {
+			return 1 << 18, false
+		}
+		r.Trail = trail
+		return 1 << 18, true
 	case "breakerKey":
-		return 1 << 19, rawString(raw, &r.BreakerKey)
+		return 1 << 19, setString(raw, &r.BreakerKey)
 	case "dispatch":
 		if raw[0] != '{' {
 			return 1 << 20, false
@@ -109,105 +137,89 @@ func (r *Run) setField(key string, raw []byte) (bit uint32, ok bool) {
 	return 0, false
 }
 
-// fastRequest decodes a RequestRecord object whose values are strings
-// (headers: an object of strings), as the executor writes it. A repeated
-// header name keeps its last value, as encoding/json does for maps.
-func fastRequest(b []byte, rec *RequestRecord) bool {
+// fastRequest decodes a request record.
+func fastRequest(b []byte, q *RequestRecord) bool {
 	var out RequestRecord
-	var seen uint8
-	ok := eachMember(b, func(key, raw []byte) bool {
-		var bit uint8
-		var ok bool
-		switch string(key) {
-		case "method":
-			bit, ok = 1, rawString(raw, &out.Method)
-		case "url":
-			bit, ok = 2, rawString(raw, &out.URL)
-		case "subject":
-			bit, ok = 4, rawString(raw, &out.Subject)
-		case "headers":
-			bit = 8
-			if raw[0] != '{' {
-				return false
-			}
-			out.Headers = map[string]string{}
-			ok = eachMember(raw, func(name, v []byte) bool {
-				var val string
-				if !rawString(v, &val) {
-					return false
-				}
-				out.Headers[string(name)] = val
-				return true
-			})
-		}
-		if !ok || seen&bit != 0 {
+	var seen uint32
+	m := members{s: jsonScanner{b: b}}
+	for m.next() {
+		bit, ok := out.setField(string(m.key), m.raw)
+		if !once(&seen, bit, ok) {
 			return false
 		}
-		seen |= bit
-		return true
-	})
-	if ok {
-		*rec = out
 	}
-	return ok
-}
-
-// eachMember calls f with every key (plain: no escapes, ASCII) and raw
-// value of the JSON object that is all of b. It reports false as soon as
-// f does, or when b is not such an object.
-func eachMember(b []byte, f func(key, raw []byte) bool) bool {
-	s := jsonScanner{b: b}
-	s.ws()
-	if !s.consume('{') {
+	if !m.complete() {
 		return false
 	}
-	s.ws()
-	if s.consume('}') {
-		s.ws()
-		return s.i == len(b)
+	*q = out
+	return true
+}
+
+// setField sets one RequestRecord field.
+func (q *RequestRecord) setField(key string, raw []byte) (bit uint32, ok bool) {
+	switch key {
+	case "method":
+		return 1, setString(raw, &q.Method)
+	case "url":
+		return 2, setString(raw, &q.URL)
+	case "subject":
+		return 4, setString(raw, &q.Subject)
+	case "headers":
+		return 8, raw[0] == '{' && fastHeaders(raw, &q.Headers)
 	}
-	for {
-		s.ws()
-		key, ok := s.plainString()
-		if !ok {
+	return 0, false
+}
+
+// fastHeaders decodes an object of strings. A repeated name keeps its last
+// value, as encoding/json does for maps.
+func fastHeaders(b []byte, dst *map[string]string) bool {
+	h := map[string]string{}
+	m := members{s: jsonScanner{b: b}}
+	for m.next() {
+		var v string
+		if !setString(m.raw, &v) {
 			return false
 		}
-		s.ws()
-		if !s.consume(':') {
-			return false
-		}
-		s.ws()
-		start := s.i
-		if !s.value(0) || !f(key, b[start:s.i]) {
-			return false
-		}
-		s.ws()
-		if s.consume(',') {
-			continue
-		}
-		if !s.consume('}') {
-			return false
-		}
-		s.ws()
-		return s.i == len(b)
+		h[string(m.key)] = v
 	}
+	if !m.complete() {
+		return false
+	}
+	*dst = h
+	return true
 }
 
 // isQuoted reports a JSON string value (already checked by the scanner).
 func isQuoted(raw []byte) bool { return raw[0] == '"' }
 
-// rawString sets *dst from a JSON string value. A string without escapes
-// whose bytes are valid UTF-8 is its own content; anything else is left to
-// encoding/json (which replaces invalid UTF-8, for one).
-func rawString(raw []byte, dst *string) bool {
+// rawString returns the content of a JSON string value. A string without
+// escapes whose bytes are valid UTF-8 is its own content; anything else is
+// left to encoding/json (which replaces invalid UTF-8, for one).
+func rawString(raw []byte) (string, bool) {
 	if !isQuoted(raw) {
-		return false
+		return "", false
 	}
 	if body := raw[1 : len(raw)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		*dst = string(body)
-		return true
+		return string(body), true
 	}
-	return json.Unmarshal(raw, dst) == nil
+	return unquote(raw)
+}
+
+// unquote is rawString's slow path, apart so that only it allocates the
+// string encoding/json decodes into.
+func unquote(raw []byte) (string, bool) {
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err == nil
+}
+
+// setString sets *dst from a JSON string value.
+func setString(raw []byte, dst *string) bool {
+	s, ok := rawString(raw)
+	if ok {
+		*dst = s
+	}
+	return ok
 }
 
 // rawInt sets *dst from a JSON number the way encoding/json fills an int:

@@ -1,40 +1,12 @@
 package events
 
 import (
-	"errors"
 	"reflect"
 	"testing"
 	"time"
 )
 
-func runEvent(t testing.TB, data []byte) Event {
-	t.Helper()
-	e, err := Decode(nil, []byte(`{"specversion":"1.0","id":"x","source":"flyball/executor/x","type":"io.flyball.run.succeeded","datacontenttype":"application/json","data":`+string(data)+`}`))
-	if err != nil {
-		t.Skip("not an event body") // the fuzzer's data may break the envelope
-	}
-	return e
-}
-
-// compareRun checks DecodeRun against DecodeData on one input.
-func compareRun(t *testing.T, data []byte) {
-	e := runEvent(t, data)
-	var got, want Run
-	gotErr := DecodeRun(e, &got)
-	wantErr := DecodeData(e, &want)
-	if (gotErr == nil) != (wantErr == nil) {
-		t.Fatalf("data %s: DecodeRun err %v, DecodeData err %v", data, gotErr, wantErr)
-	}
-	if gotErr != nil {
-		if gotErr.Error() != wantErr.Error() || !errors.Is(gotErr, ErrMalformed) {
-			t.Fatalf("data %s: errors differ: %q vs %q", data, gotErr, wantErr)
-		}
-		return
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("data %s:\n fast %#v\n want %#v", data, got, want)
-	}
-}
+func compareRun(t *testing.T, data []byte) { compareFast(t, data, TypeRunSucceeded, DecodeRun) }
 
 var runSeeds = []string{
 	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":1,"startedAt":"2026-03-03T10:15:00.0012Z","finishedAt":"2026-03-03T10:15:00.0042Z","duration":"3.0001ms","status":200,"body":"{\"ok\":true}","fingerprint":"sha256:ab","request":{"method":"GET","url":"http://127.0.0.1:8080/x","headers":{"Authorization":"[REDACTED]"}},"source":"baseline-interval","breakerKey":"t1"}`,
@@ -114,7 +86,7 @@ func FuzzDecodeRunMatchesDecodeData(f *testing.F) {
 }
 
 func BenchmarkDecodeRunData(b *testing.B) {
-	e := runEvent(b, []byte(runSeeds[0]))
+	e := dataEvent(b, TypeRunSucceeded, []byte(runSeeds[0]))
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -58,16 +58,7 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 	w.Duration(`,"retryIn":`, r.RetryIn)
 	w.Str(`,"reason":`, r.Reason)
 	w.Str(`,"source":`, r.Source)
-	if len(r.Trail) > 0 {
-		w.Raw(`,"trail":[`)
-		for i, t := range r.Trail {
-			if i > 0 {
-				w.Raw(",")
-			}
-			w.String(t)
-		}
-		w.Raw("]")
-	}
+	w.Strings(`,"trail":`, r.Trail)
 	w.Str(`,"breakerKey":`, r.BreakerKey)
 	if d := r.Dispatch; d != nil {
 		w.Raw(`,"dispatch":{"dispatchId":`)
@@ -107,6 +98,23 @@ func (w *JSONWriter) Str(key, s string) {
 		w.B = append(w.B, key...)
 		w.B = AppendJSONString(w.B, s)
 	}
+}
+
+// Strings appends an omitempty array-of-strings member.
+func (w *JSONWriter) Strings(key string, v []string) {
+	if len(v) == 0 {
+		return
+	}
+	w.B = append(w.B, key...)
+	for i, s := range v {
+		if i == 0 {
+			w.B = append(w.B, '[')
+		} else {
+			w.B = append(w.B, ',')
+		}
+		w.B = AppendJSONString(w.B, s)
+	}
+	w.B = append(w.B, ']')
 }
 
 // Int appends an omitempty integer member.
@@ -165,7 +173,9 @@ func AppendJSONTime(dst []byte, t time.Time) ([]byte, error) {
 // AppendJSONString appends s as a JSON string exactly as encoding/json
 // writes it by default: ", \ and control characters escaped (\b \f \n \r
 // \t short), <, > and & as \u003c \u003e \u0026, U+2028 and U+2029
-// escaped, and each byte of invalid UTF-8 as \ufffd.
+// escaped, and each byte of invalid UTF-8 as \ufffd. (The envelope's
+// appendJSONString follows the sdk's jsoniter rules instead, which differ
+// for \b, \f and invalid UTF-8.)
 func AppendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')

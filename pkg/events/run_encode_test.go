@@ -62,7 +62,7 @@ func FuzzAppendJSONString(f *testing.F) {
 }
 
 func BenchmarkRunJSON(b *testing.B) {
-	e := runEvent(b, []byte(runSeeds[0]))
+	e := dataEvent(b, TypeRunSucceeded, []byte(runSeeds[0]))
 	var r Run
 	if err := DecodeRun(e, &r); err != nil {
 		b.Fatal(err)

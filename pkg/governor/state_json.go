@@ -16,16 +16,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 	w.String(s.TaskID)
 	w.TimeOmitZero(`,"nextRunAt":`, s.NextRunAt)
 	w.Str(`,"source":`, string(s.Source))
-	if len(s.Trail) > 0 {
-		w.Raw(`,"trail":[`)
-		for i, t := range s.Trail {
-			if i > 0 {
-				w.Raw(",")
-			}
-			w.String(t)
-		}
-		w.Raw("]")
-	}
+	w.Strings(`,"trail":`, s.Trail)
 	w.TimeOmitZero(`,"decidedAt":`, s.DecidedAt)
 	w.TimeOmitZero(`,"createdAt":`, s.CreatedAt)
 	w.Str(`,"input":`, string(s.Input))
