@@ -41,11 +41,19 @@ type outbox struct {
 // outboxLinger is how long the first run event of a batch waits for more.
 // Besides batching, it moves the work each outcome causes downstream (the
 // governor's decision, the breaker, the KV watchers) out of the burst of
-// calls it came from. In one 20 s load-test run each (docs/benchmarks.md),
-// the p99 lateness of 100- and 1,000-call bursts was 1-3 ms over the
-// no-scheduler floor with 20 ms, and 8-11 ms over with 2 ms. An outcome is
-// stored at most this much later.
-const outboxLinger = 20 * time.Millisecond
+// calls it came from, which on a small machine competes with the calls of
+// that same burst for the CPU. A 1,000-call burst on 2 cores takes about
+// 100 ms to start (docs/benchmarks.md, finding 13): W1c's p99 was 9-13 ms
+// over the no-scheduler floor with 100 ms against 37-44 ms with 20 ms,
+// and 1-3 ms against 8-11 ms with 2 ms in an earlier run. An outcome is
+// stored, and its dispatch acked, at most this much later; the governor
+// still decides a 1 s task's next slot long before the timer needs it.
+const outboxLinger = 100 * time.Millisecond
+
+// outboxMaxBatch bounds a batch. A batch also never holds more events than
+// the outbox itself (capacity): a full outbox blocks the calls that finish,
+// and the batch then goes out at once rather than after the linger.
+const outboxMaxBatch = 512
 
 type outItem struct {
 	msg    *nats.Msg
@@ -54,7 +62,7 @@ type outItem struct {
 
 func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metrics.Set) *outbox {
 	o := &outbox{
-		js: js, log: log, m: m, linger: outboxLinger, max: 512, round: outboxRound, budget: outboxBudget,
+		js: js, log: log, m: m, linger: outboxLinger, max: min(outboxMaxBatch, capacity), round: outboxRound, budget: outboxBudget,
 		in: make(chan *outItem, capacity), slots: make(chan struct{}, capacity), closed: make(chan struct{}),
 	}
 	go o.run()

@@ -159,3 +159,30 @@ func TestOutboxRidesOutALeaderElection(t *testing.T) {
 	}
 	t.Logf("%d events stored once each; %v published again while %s's successor was elected", n, republished(o), victim)
 }
+
+// TestOutboxFlushesAFullOutboxAtOnce: when the outbox holds all it can, the
+// calls behind it are blocked, so the batch goes out without waiting for
+// the linger.
+func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
+	srv := natstest.Start(t)
+	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 4, metrics.New())
+	o.linger = time.Hour // only a full batch can go out
+	t.Cleanup(o.close)
+	settled := make(chan error, 4)
+	for i := range 4 {
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) { settled <- err })
+	}
+	for range 4 {
+		select {
+		case err := <-settled:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a full outbox waited for the linger")
+		}
+	}
+}
