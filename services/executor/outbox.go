@@ -41,14 +41,13 @@ type outbox struct {
 // outboxLinger is how long the first run event of a batch waits for more.
 // Besides batching, it moves the work each outcome causes downstream (the
 // governor's decision, the breaker, the KV watchers) out of the burst of
-// calls it came from, which on a small machine competes with the calls of
-// that same burst for the CPU. A 1,000-call burst on 2 cores takes about
-// 100 ms to start (docs/benchmarks.md, finding 13): W1c's p99 was 9-13 ms
-// over the no-scheduler floor with 100 ms against 37-44 ms with 20 ms,
-// and 1-3 ms against 8-11 ms with 2 ms in an earlier run. An outcome is
-// stored, and its dispatch acked, at most this much later; the governor
-// still decides a 1 s task's next slot long before the timer needs it.
-const outboxLinger = 100 * time.Millisecond
+// calls it came from. In one 20 s load-test run each (docs/benchmarks.md),
+// the p99 lateness of 100- and 1,000-call bursts was 1-3 ms over the
+// no-scheduler floor with 20 ms, and 8-11 ms over with 2 ms. 100 ms did
+// better still at W1c (finding 13) but moved outcomes late enough to
+// expose a governor race, so it waits for that fix. An outcome is stored
+// at most this much later.
+const outboxLinger = 20 * time.Millisecond
 
 // outboxMaxBatch bounds a batch. A batch also never holds more events than
 // the outbox itself (capacity): a full outbox blocks the calls that finish,
