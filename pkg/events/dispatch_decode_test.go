@@ -88,23 +88,26 @@ func FuzzDecodeDispatchMatchesDecodeData(f *testing.F) {
 }
 
 func BenchmarkDecodeDispatch(b *testing.B) {
-	e := dataEvent(b, TypeRunDue, []byte(dispatchSeeds[0]))
-	b.Run("fast", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var d Dispatch
-			if err := DecodeDispatch(e, &d); err != nil {
-				b.Fatal(err)
+	benchFast(b, dataEvent(b, TypeRunDue, []byte(dispatchSeeds[0])), DecodeDispatch)
+}
+
+// benchFast measures a fast-path decoder against DecodeData on e.
+func benchFast[T any](b *testing.B, e Event, fast func(Event, *T) error) {
+	for _, c := range []struct {
+		name   string
+		decode func(Event, *T) error
+	}{
+		{"fast", fast},
+		{"DecodeData", func(e Event, v *T) error { return DecodeData(e, v) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var v T
+				if err := c.decode(e, &v); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("DecodeData", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var d Dispatch
-			if err := DecodeData(e, &d); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 }

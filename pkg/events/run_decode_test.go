@@ -86,23 +86,5 @@ func FuzzDecodeRunMatchesDecodeData(f *testing.F) {
 }
 
 func BenchmarkDecodeRunData(b *testing.B) {
-	e := dataEvent(b, TypeRunSucceeded, []byte(runSeeds[0]))
-	b.Run("fast", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var r Run
-			if err := DecodeRun(e, &r); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("DecodeData", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var r Run
-			if err := DecodeData(e, &r); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchFast(b, dataEvent(b, TypeRunSucceeded, []byte(runSeeds[0])), DecodeRun)
 }
