@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,32 +15,21 @@ import (
 // default) and redelivers a run that already happened, and because
 // DISPATCH keeps one message per task, the task's next run cannot be
 // dispatched until then: a node loss would hold back every task whose run
-// finished during the election. So the executor acks with DoubleAck, which
-// waits for the consumer leader's reply, and retries until the reply comes.
+// finished during the election. A nak or a term is lost the same way, with
+// worse effects: a lost NakWithDelay turns a retry due in a second into one
+// after AckWait, and a lost term redelivers a run that already failed for
+// good after AckWait, so its target is called again.
 //
-// A nak or a term is lost the same way, with worse effects: a lost
-// NakWithDelay turns a retry due in a second into one after AckWait, and
-// a lost term redelivers a run that already failed for good after
-// AckWait, so its target is called again. nats.go has no double nak or
-// term, but the server confirms any ack kind sent with a reply subject,
-// so the executor sends them as requests and retries them the same way.
+// The server confirms any ack kind sent with a reply subject (DoubleAck is
+// that request for +ACK; nats.go has no such call for naks and terms). So
+// the executor sends every ack, nak and term as a request, and retries it
+// until the consumer leader's reply comes.
 
-// ackTry bounds one DoubleAck round trip.
+// ackTry bounds one confirmed round trip.
 const ackTry = 2 * time.Second
 
 // ackRetry is the first pause between tries; it doubles up to ackTry.
 var ackRetry = 250 * time.Millisecond
-
-// confirmAck acks m and retries until the server confirms it (see
-// confirmSettle).
-func confirmAck(stop <-chan struct{}, m jetstream.Msg, deadline time.Time, log *slog.Logger) error {
-	return confirmSettle(stop, m.Subject(), "ack", deadline, log, func(ctx context.Context) error {
-		if err := m.DoubleAck(ctx); !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			return err
-		}
-		return nil
-	})
-}
 
 // confirmSettle calls try (one confirmed ack, nak or term) until it
 // succeeds, stop ends (after one more try), or giving up is moot: past
@@ -73,26 +61,33 @@ func confirmSettle(stop <-chan struct{}, subject, kind string, deadline time.Tim
 	}
 }
 
-// settleBody is what a nak or term sends to a message's reply subject, in
-// nats.go's format: "-NAK", `-NAK {"delay": <ns>}`, "+TERM <reason>".
-func settleBody(kind string, delay time.Duration, reason string) []byte {
-	switch {
-	case kind == "nak" && delay > 0:
+// Ack bodies, in nats.go's wire format.
+var ackBody = []byte("+ACK")
+
+// nakBody asks for a redelivery after delay (at once when it is 0).
+func nakBody(delay time.Duration) []byte {
+	if delay > 0 {
 		return fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds())
-	case kind == "nak":
-		return []byte("-NAK")
-	case reason != "":
-		return []byte("+TERM " + reason)
-	default:
-		return []byte("+TERM")
 	}
+	return []byte("-NAK")
 }
 
-// settle naks (kind "nak", after delay) or terminates (kind "term", with
-// reason) m in the background, as a request the server confirms, retried
-// like an ack.
-func (s *Service) settle(m jetstream.Msg, kind string, delay time.Duration, reason string) {
-	body := settleBody(kind, delay, reason)
+// termBody ends the delivery for good, with a reason for the advisory.
+func termBody(reason string) []byte {
+	if reason == "" {
+		return []byte("+TERM")
+	}
+	return []byte("+TERM " + reason)
+}
+
+// ack acknowledges a settled dispatch (see settle).
+func (s *Service) ack(m jetstream.Msg) { s.settle(m, "ack", ackBody) }
+
+// settle sends body (an ack, nak or term) to m's reply subject in the
+// background, as a request the server confirms, and retries it until the
+// confirmation comes (confirmSettle). It is called from the outbox, which
+// must not wait on a round trip.
+func (s *Service) settle(m jetstream.Msg, kind string, body []byte) {
 	nc, reply := s.cfg.JS.Conn(), m.Reply()
 	deadline := time.Now().Add(s.cfg.AckWait)
 	s.acks.Go(func() {
@@ -102,17 +97,6 @@ func (s *Service) settle(m jetstream.Msg, kind string, delay time.Duration, reas
 		})
 		if err != nil {
 			s.log.Warn(kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", m.Subject(), "err", err)
-		}
-	})
-}
-
-// ack acknowledges a settled dispatch in the background (see confirmAck).
-// It is called from the outbox, which must not wait on a round trip.
-func (s *Service) ack(m jetstream.Msg) {
-	deadline := time.Now().Add(s.cfg.AckWait)
-	s.acks.Go(func() {
-		if err := confirmAck(s.ackStop, m, deadline, s.log); err != nil {
-			s.log.Warn("ack not confirmed; the run may be redelivered", "subject", m.Subject(), "err", err)
 		}
 	})
 }

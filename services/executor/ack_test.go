@@ -15,88 +15,67 @@ import (
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
-// flakyAck is a delivered message whose first fails DoubleAcks fail the
-// way an ack does while the consumer has no leader.
-type flakyAck struct {
-	jetstream.Msg
-	fails, tries int
-}
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func (m *flakyAck) Subject() string { return "flyball.dispatch.t" }
+// flaky is a confirmation whose first fails tries fail the way a request
+// does while the consumer has no leader.
+type flaky struct{ fails, tries int }
 
-func (m *flakyAck) DoubleAck(context.Context) error {
-	m.tries++
-	if m.tries <= m.fails {
+func (f *flaky) try(context.Context) error {
+	f.tries++
+	if f.tries <= f.fails {
 		return nats.ErrNoResponders
 	}
 	return nil
 }
 
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func TestConfirmAckRetriesUntilTheServerReplies(t *testing.T) {
+func TestConfirmSettleRetriesUntilTheServerReplies(t *testing.T) {
 	defer func(d time.Duration) { ackRetry = d }(ackRetry)
 	ackRetry = time.Millisecond
-	m := &flakyAck{fails: 3}
-	if err := confirmAck(make(chan struct{}), m, time.Now().Add(time.Minute), quietLog()); err != nil {
-		t.Fatalf("confirmAck: %v", err)
+	f := &flaky{fails: 3}
+	if err := confirmSettle(make(chan struct{}), "d.t", "ack", time.Now().Add(time.Minute), quietLog(), f.try); err != nil {
+		t.Fatalf("confirmSettle: %v", err)
 	}
-	if m.tries != 4 {
-		t.Fatalf("DoubleAck tried %d times, want 4 (3 failures, then the reply)", m.tries)
+	if f.tries != 4 {
+		t.Fatalf("tried %d times, want 4 (3 failures, then the reply)", f.tries)
 	}
 }
 
-func TestConfirmAckGivesUpAtTheDeadline(t *testing.T) {
+func TestConfirmSettleGivesUpAtTheDeadline(t *testing.T) {
 	defer func(d time.Duration) { ackRetry = d }(ackRetry)
 	ackRetry = time.Millisecond
-	m := &flakyAck{fails: 1 << 30}
-	err := confirmAck(make(chan struct{}), m, time.Now().Add(20*time.Millisecond), quietLog())
+	f := &flaky{fails: 1 << 30}
+	err := confirmSettle(make(chan struct{}), "d.t", "ack", time.Now().Add(20*time.Millisecond), quietLog(), f.try)
 	if !errors.Is(err, nats.ErrNoResponders) {
-		t.Fatalf("confirmAck = %v, want the last DoubleAck error", err)
+		t.Fatalf("confirmSettle = %v, want the last try's error", err)
 	}
-	if m.tries < 2 {
-		t.Fatalf("DoubleAck tried %d times before the deadline, want a retry", m.tries)
+	if f.tries < 2 {
+		t.Fatalf("tried %d times before the deadline, want a retry", f.tries)
 	}
 }
 
-func TestConfirmAckStopsRetryingAtShutdown(t *testing.T) {
+func TestConfirmSettleStopsRetryingAtShutdown(t *testing.T) {
 	defer func(d time.Duration) { ackRetry = d }(ackRetry)
 	ackRetry = time.Hour // only stop can end the wait
 	stop := make(chan struct{})
 	close(stop)
-	m := &flakyAck{fails: 1 << 30}
-	err := confirmAck(stop, m, time.Now().Add(24*time.Hour), quietLog())
-	if err == nil || m.tries != 2 {
-		t.Fatalf("confirmAck = %v after %d tries, want an error after one last try (2)", err, m.tries)
+	f := &flaky{fails: 1 << 30}
+	err := confirmSettle(stop, "d.t", "ack", time.Now().Add(24*time.Hour), quietLog(), f.try)
+	if err == nil || f.tries != 2 {
+		t.Fatalf("confirmSettle = %v after %d tries, want an error after one last try (2)", err, f.tries)
 	}
 }
 
-func TestConfirmAckAcceptsAnAlreadyAckedMessage(t *testing.T) {
-	m := &alreadyAcked{}
-	if err := confirmAck(make(chan struct{}), m, time.Now().Add(time.Minute), quietLog()); err != nil {
-		t.Fatalf("confirmAck = %v, want nil: the message is acked", err)
-	}
-}
-
-type alreadyAcked struct{ jetstream.Msg }
-
-func (alreadyAcked) Subject() string                 { return "flyball.dispatch.t" }
-func (alreadyAcked) DoubleAck(context.Context) error { return jetstream.ErrMsgAlreadyAckd }
-
-func TestSettleBodyMatchesNATSGo(t *testing.T) {
-	for _, c := range []struct {
-		kind   string
-		delay  time.Duration
-		reason string
-		want   string
-	}{
-		{"nak", 0, "", "-NAK"},
-		{"nak", 1500 * time.Millisecond, "", `-NAK {"delay": 1500000000}`},
-		{"term", 0, "", "+TERM"},
-		{"term", 0, "final failure", "+TERM final failure"},
+func TestSettleBodiesMatchNATSGo(t *testing.T) {
+	for got, want := range map[string]string{
+		string(ackBody):                          "+ACK",
+		string(nakBody(0)):                       "-NAK",
+		string(nakBody(1500 * time.Millisecond)): `-NAK {"delay": 1500000000}`,
+		string(termBody("")):                     "+TERM",
+		string(termBody("final failure")):        "+TERM final failure",
 	} {
-		if got := string(settleBody(c.kind, c.delay, c.reason)); got != c.want {
-			t.Errorf("settleBody(%q, %v, %q) = %q, want %q", c.kind, c.delay, c.reason, got, c.want)
+		if got != want {
+			t.Errorf("body %q, want %q", got, want)
 		}
 	}
 }
@@ -140,7 +119,7 @@ func fetchOne(t *testing.T, cons jetstream.Consumer, wait time.Duration) jetstre
 
 func TestSettleNakRedeliversAfterTheDelay(t *testing.T) {
 	s, cons, m := settleFixture(t)
-	s.settle(m, "nak", 100*time.Millisecond, "")
+	s.settle(m, "nak", nakBody(100*time.Millisecond))
 	s.acks.Wait()
 	again := fetchOne(t, cons, 10*time.Second)
 	if again == nil {
@@ -153,7 +132,7 @@ func TestSettleNakRedeliversAfterTheDelay(t *testing.T) {
 
 func TestSettleTermRemovesTheMessage(t *testing.T) {
 	s, cons, m := settleFixture(t)
-	s.settle(m, "term", 0, "final failure after 3 attempt(s)")
+	s.settle(m, "term", termBody("final failure after 3 attempt(s)"))
 	s.acks.Wait()
 	info, err := cons.Info(t.Context())
 	if err != nil {
@@ -161,6 +140,19 @@ func TestSettleTermRemovesTheMessage(t *testing.T) {
 	}
 	if info.NumAckPending != 0 || info.NumRedelivered != 0 || info.NumPending != 0 {
 		t.Fatalf("consumer after term: %d ack pending, %d redelivered, %d pending; want none", info.NumAckPending, info.NumRedelivered, info.NumPending)
+	}
+}
+
+func TestSettleAckRemovesTheMessage(t *testing.T) {
+	s, cons, m := settleFixture(t)
+	s.ack(m)
+	s.acks.Wait()
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.AckFloor.Stream != 1 {
+		t.Fatalf("consumer after ack: %d ack pending, ack floor %d; want 0 and 1", info.NumAckPending, info.AckFloor.Stream)
 	}
 }
 

@@ -428,7 +428,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// Cancelled mid-call by shutdown: hand the dispatch straight back so
 		// another executor runs it, without counting the attempt. Had this
 		// process died instead, JetStream would redeliver after AckWait.
-		s.settle(m, "nak", 0, "")
+		s.settle(m, "nak", nakBody(0))
 		return
 	}
 	run := events.Run{
@@ -458,7 +458,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		run.Dispatch = d
 		s.settleAfter(m, events.OutcomeFailed, &run, msgID+":failed", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
-			s.settle(m, "term", 0, fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150)))
+			s.settle(m, "term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))))
 			s.forgetAttempts(d, attempt)
 		})
 		return
@@ -545,7 +545,7 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 	if cause != nil {
 		s.log.Warn("transient failure; redelivering", "subject", m.Subject(), "delay", delay, "err", cause)
 	}
-	s.settle(m, "nak", delay, "")
+	s.settle(m, "nak", nakBody(delay))
 }
 
 // keepAlive sends InProgress every AckWait/2 while a call that may outlast
