@@ -21,12 +21,13 @@ func (d Duration) String() string { return time.Duration(d).String() }
 
 // MarshalJSON encodes the duration as a string. A duration's text is
 // digits, letters, '.', '-' and 'µ', none of which JSON escapes.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	s := time.Duration(d).String()
-	b := make([]byte, 0, len(s)+2)
+func (d Duration) MarshalJSON() ([]byte, error) { return d.appendJSON(nil), nil }
+
+// appendJSON appends the quoted duration text to b.
+func (d Duration) appendJSON(b []byte) []byte {
 	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"'), nil
+	b = append(b, time.Duration(d).String()...)
+	return append(b, '"')
 }
 
 // UnmarshalJSON decodes a duration string. Errors are

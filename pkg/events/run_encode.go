@@ -137,9 +137,7 @@ func (w *JSONWriter) Bool(key string, v bool) {
 func (w *JSONWriter) Duration(key string, d Duration) {
 	if d != 0 {
 		w.B = append(w.B, key...)
-		w.B = append(w.B, '"')
-		w.B = append(w.B, time.Duration(d).String()...)
-		w.B = append(w.B, '"')
+		w.B = d.appendJSON(w.B)
 	}
 }
 

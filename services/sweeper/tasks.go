@@ -38,9 +38,8 @@ type view struct {
 // (about 1 KiB each); past it they are decoded at once.
 const maxStale = 1 << 16
 
-// schedule is the part of a stored gov.State a sweep reads. Every run
-// rewrites its task's schedule, so the watch decodes one per run: skipping
-// the trail and hints keeps that cheap, and the view small.
+// schedule is the part of a stored gov.State a sweep reads: skipping the
+// trail and hints keeps the decode cheap and the view small.
 type schedule struct {
 	TaskID          string     `json:"taskId"`
 	NextRunAt       time.Time  `json:"nextRunAt"`

@@ -4,10 +4,18 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	gov "github.com/flyballhq/flyball/pkg/governor"
 )
 
+// scheduleJSON is a schedule as the governor stores it.
 func scheduleJSON(id string, next time.Time) []byte {
-	return fmt.Appendf(nil, `{"taskId":%q,"nextRunAt":%q,"source":"baseline-interval"}`, id, next.Format(time.RFC3339Nano))
+	st := gov.State{TaskID: id, NextRunAt: next, Source: gov.SourceBaselineInterval}
+	b, err := st.AppendJSON(nil)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 func TestViewDecodesSchedulesAtTheSweep(t *testing.T) {
