@@ -141,14 +141,13 @@ func (o *outbox) flush(batch []*outItem) {
 			sent = append(sent, sentItem{it, f, err})
 		}
 		end := time.NewTimer(max(min(o.round, time.Until(deadline)), 0))
-		expired := false
+		acks := jsutil.NewAckDeadline(end.C)
 		var lastErr error
 		batch = batch[:0] // what is left for the next round
 		for _, p := range sent {
 			err := p.err
 			if err == nil {
-				_, err = jsutil.AwaitAck(context.Background(), p.f, end.C, expired)
-				expired = expired || errors.Is(err, jsutil.ErrAckTimeout)
+				_, err = acks.Await(context.Background(), p.f)
 			}
 			switch {
 			case err == nil:

@@ -415,20 +415,17 @@ func (s *Service) publishAll(runs []dueRun) {
 func (s *Service) collect(ctx context.Context, runs []dueRun) {
 	var unstored failures
 	defer unstored.log(s.log, "dispatch not stored; retrying", len(runs))
-	deadline := time.NewTimer(s.ackTimeout)
-	defer deadline.Stop()
-	expired := false
+	timer := time.NewTimer(s.ackTimeout)
+	defer timer.Stop()
+	deadline := jsutil.NewAckDeadline(timer.C)
 	for i := range runs {
 		r := &runs[i]
 		if r.future == nil {
 			continue
 		}
-		ack, err := jsutil.AwaitAck(ctx, r.future, deadline.C, expired)
+		ack, err := deadline.Await(ctx, r.future)
 		if ctx.Err() != nil {
 			return
-		}
-		if errors.Is(err, jsutil.ErrAckTimeout) {
-			expired = true
 		}
 		if !s.settle(r, ack, err) {
 			unstored.add(r.id, err)

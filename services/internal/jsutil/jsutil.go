@@ -31,11 +31,20 @@ const PublishAsyncTimeout = 15 * time.Second
 // leader: publishing again with the same Nats-Msg-Id settles it either way.
 var ErrAckTimeout = errors.New("no publish ack within the ack timeout")
 
-// AwaitAck waits for f to resolve. It returns ErrAckTimeout once deadline
-// fires, or at once when expired (the caller's deadline fired on an earlier
-// future of the batch: only what has already arrived is taken), and ctx's
-// error when ctx ends first.
-func AwaitAck(ctx context.Context, f jetstream.PubAckFuture, deadline <-chan time.Time, expired bool) (*jetstream.PubAck, error) {
+// AckDeadline waits for the acks of a batch of async publishes against one
+// deadline. Once the deadline has fired, Await takes only acks that have
+// already arrived, so the rest of the batch is settled at once.
+type AckDeadline struct {
+	fired   <-chan time.Time
+	expired bool
+}
+
+// NewAckDeadline waits until fired delivers (a timer's channel).
+func NewAckDeadline(fired <-chan time.Time) *AckDeadline { return &AckDeadline{fired: fired} }
+
+// Await waits for f to resolve. It returns ErrAckTimeout once the deadline
+// has fired, and ctx's error when ctx ends first.
+func (d *AckDeadline) Await(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	select {
 	case ack := <-f.Ok():
 		return ack, nil
@@ -43,7 +52,7 @@ func AwaitAck(ctx context.Context, f jetstream.PubAckFuture, deadline <-chan tim
 		return nil, err
 	default:
 	}
-	if expired {
+	if d.expired {
 		return nil, ErrAckTimeout
 	}
 	select {
@@ -51,7 +60,8 @@ func AwaitAck(ctx context.Context, f jetstream.PubAckFuture, deadline <-chan tim
 		return ack, nil
 	case err := <-f.Err():
 		return nil, err
-	case <-deadline:
+	case <-d.fired:
+		d.expired = true
 		return nil, ErrAckTimeout
 	case <-ctx.Done():
 		return nil, ctx.Err()
