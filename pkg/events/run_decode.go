@@ -33,8 +33,10 @@ func fastPathApplies(e Event) bool {
 // setField sets the field named key from its raw JSON value and returns
 // the field's bit, with ok false for an unknown key or a value that is not
 // the field's JSON type (null included: encoding/json's handling of it
-// varies). The loops are written out per type: a generic one calls
-// setField through a dictionary, which moves the result to the heap.
+// varies). The loops are written out per type: a generic loop calls
+// setField through a dictionary and a loop taking setField as a func value
+// is not inlined; either way every key string and the result go to the
+// heap (31 allocations per run instead of 18).
 
 // fastRun is the fast path of DecodeRun. Scalars are converted here; the
 // nested values (request, dispatch, trail) and strings with escapes go to

@@ -3,6 +3,7 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,30 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 	})
 	if got := testutil.ToFloat64(m.ZombiesRenudged); got < 1 {
 		t.Fatalf("flyball_zombies_renudged_total = %v", got)
+	}
+
+	// A schedule written once the sweeper has caught up is kept undecoded
+	// until the next sweep, which must still see it.
+	late := make(chan *nats.Msg, 4)
+	lateSub, err := srv.NC.ChanSubscribe("flyball.dispatch.late", late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lateSub.Unsubscribe() }()
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	putJSON(t, srv.JS, streams.BucketTasks, "late", events.TaskSpec{ID: "late", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	putJSON(t, srv.JS, streams.BucketSchedules, "late", gov.State{
+		TaskID: "late", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
+		LastScheduledAt: now.Add(-11 * time.Minute),
+	})
+	select {
+	case m := <-late:
+		if !strings.Contains(string(m.Data), `"reason":"zombie"`) {
+			t.Fatalf("re-nudged dispatch of the late schedule: %s", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a zombie schedule written after the sweeper caught up was not re-dispatched")
 	}
 }
