@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	gov "github.com/flyballhq/flyball/pkg/governor"
 )
 
 // Systems the benchmark can drive.
@@ -216,8 +218,8 @@ func (c *Config) validate() error {
 	default:
 		add("stack: want %s or %s, got %q", StackInProcess, StackExternal, c.Stack)
 	}
-	if c.TimerLead > 10*time.Second {
-		add("timer-lead: must be at most 10s, got %s", c.TimerLead)
+	if c.TimerLead > gov.InFlightWindow {
+		add("timer-lead: must be at most %s, got %s", gov.InFlightWindow, c.TimerLead)
 	}
 	if c.TimerLead != 0 && c.Stack == StackExternal {
 		add("timer-lead: applies to the in-process stack only; set --timer-lead on the stack behind --nats-url")

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gov "github.com/flyballhq/flyball/pkg/governor"
 )
 
 // TestConfigValidateNamesTheField checks that each bad setting is refused
@@ -25,7 +27,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"concurrency", func(c *Config) { c.Concurrency = 0 }, "concurrency: must be in [1, 100000]"},
 		{"stack", func(c *Config) { c.Stack = "process" }, `stack: want inproc or external, got "process"`},
 		{"external without URL", func(c *Config) { c.Stack = StackExternal }, "stack: \"external\" needs a NATS URL"},
-		{"timer lead too long", func(c *Config) { c.TimerLead = 11 * time.Second }, "timer-lead: must be at most 10s"},
+		{"timer lead too long", func(c *Config) { c.TimerLead = 1001 * time.Millisecond }, "timer-lead: must be at most 1s"},
 		{"timer lead on an external stack", func(c *Config) {
 			c.NATSURL = "nats://127.0.0.1:4222"
 			c.TimerLead = time.Second
@@ -45,7 +47,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 
 func TestConfigValidateAcceptsTimerLead(t *testing.T) {
 	t.Parallel()
-	for _, lead := range []time.Duration{-1, 0, time.Second, 10 * time.Second} {
+	for _, lead := range []time.Duration{-1, 0, 250 * time.Millisecond, gov.InFlightWindow} {
 		c := validConfig()
 		c.TimerLead = lead
 		if err := c.validate(); err != nil {

@@ -38,6 +38,11 @@ const (
 	MinGap = time.Second
 )
 
+// InFlightWindow is how far ahead of now a planned slot counts as
+// dispatched: the timer publishes each dispatch up to its lead (250 ms by
+// default, --timer-lead, at most this) before the slot.
+const InFlightWindow = time.Second
+
 // trailCap is the trail text reserved up front: enough for the usual
 // decision, so the builder allocates once.
 const trailCap = 128
@@ -105,7 +110,11 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	}
 	s.Input = in.Kind
 	s.DecidedAt = now
-	p.plan()
+	if p.inFlight() {
+		p.keep()
+	} else {
+		p.plan()
+	}
 	s.NextRunAt, s.Source, s.Trail = p.next, p.source, p.tr.lines()
 	return Decision{NextRunAt: s.NextRunAt, Source: s.Source, Trail: s.Trail, State: *s, ClearedHints: p.cleared}
 }

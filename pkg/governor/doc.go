@@ -43,6 +43,23 @@
 // run's slot, so it never repeats a slot and never loops tightly, even
 // when every run fails at once.
 //
+// # A slot in flight
+//
+// The rules above plan the slot after the last completed one. While the
+// planned slot itself is running or retrying (it is due, or within
+// [InFlightWindow] of now, and its outcome has not been applied), a breaker
+// transition or a spec update does not run them: the decision keeps that
+// slot, its source and time, and says so in the trail. A new slot planned
+// then would be dispatched the moment the running one ends, before its
+// outcome (a final failure, a dead-letter) could cancel it: one call more
+// than the task's policy allows. The kept slot honours the input anyway,
+// since the executor reads the spec and the breaker at every call and
+// defers calls while the breaker is open; the slot after it is planned
+// from its outcome. This is the one case where a decision's NextRunAt may
+// be before now; the timer does not dispatch a slot twice. Every other
+// input re-plans: a pause, a delete or a dead-letter stops the task, and
+// a hint, a resume or a requeue asks for a run.
+//
 // # Baseline, backoff and past slots
 //
 // After a failed run an interval cadence backs off: the next slot is

@@ -81,6 +81,12 @@ func ExampleDecide_breakerAndDeadLetter() {
 	d := governor.Decide(now, spec, governor.State{}, governor.Input{Kind: governor.KindAccepted})
 	show := func(what string) { fmt.Printf("%-13s %-18s %s\n", what, d.Source, d.NextRunAt.Format("15:04:05")) }
 
+	// The first run fails for good; then its breaker opens.
+	d = governor.Decide(now.Add(time.Second), spec, d.State, governor.Input{
+		Kind:    governor.KindOutcome,
+		Outcome: &governor.Outcome{DispatchID: "billing-sync:1", ScheduledAt: now, Result: "failed"},
+	})
+	show("failed")
 	now = now.Add(2 * time.Second)
 	d = governor.Decide(now, spec, d.State, governor.Input{
 		Kind:    governor.KindBreaker,
@@ -96,6 +102,7 @@ func ExampleDecide_breakerAndDeadLetter() {
 	d = governor.Decide(now, spec, d.State, governor.Input{Kind: governor.KindRequeued})
 	show("requeued")
 	// Output:
+	// failed        failure-backoff    12:00:20
 	// breaker open  breaker-open       12:01:02
 	// dead-letter   deadletter-recheck 12:30:02
 	// requeued      requeue            12:05:02

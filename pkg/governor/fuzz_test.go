@@ -4,6 +4,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 // FuzzDecide checks the invariants of Decide over random tasks, states and
 // inputs:
 //   - NextRunAt is zero only for an indefinitely paused or deleted task;
+//   - a breaker transition or a spec update keeps a slot still in flight
+//     (due, its outcome not in yet), whatever else holds;
 //   - otherwise it is never before now, and at least MinGap after the last
 //     slot (so never the same slot twice);
 //   - with bounds, unless paused or floored to now, the gap from the last
@@ -176,6 +179,9 @@ func FuzzDecide(f *testing.F) {
 			st.Paused, st.PausedUntil = true, now.Add(ms(signed(pauseOff, 48*hour)))
 		}
 		st.NextRunAt = now.Add(ms(signed(pauseOff, hour)))
+		// The rule that planned it, or none (a state older than sources).
+		sources := append(governor.AllSources(), "")
+		st.Source = sources[mod(hintAt^lastOff, int64(len(sources)))]
 		// Feature state, each possibly hostile (huge, negative, stale).
 		if bit(54) {
 			st.AdaptiveInterval = time.Duration(extra) * time.Duration(1+bits(55, 20))
@@ -281,6 +287,12 @@ func FuzzDecide(f *testing.F) {
 		if !s.NextRunAt.Equal(d.NextRunAt) || s.Source != d.Source || !reflect.DeepEqual(s.Trail, d.Trail) {
 			t.Fatalf("State does not mirror the Decision: %+v", d)
 		}
+		if inFlight(now, st, in) {
+			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "in flight") {
+				t.Fatalf("a %s input moved the slot in flight, %s (%s), to %s (%s)", in.Kind, fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source)
+			}
+			return // the rest holds for the decision that planned it
+		}
 		if !slices.Contains(governor.AllSources(), d.Source) || len(d.Trail) == 0 {
 			t.Fatalf("source %q, trail %q", d.Source, d.Trail)
 		}
@@ -330,6 +342,19 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// inFlight is the fuzz oracle of the in-flight rule: a breaker transition
+// or a spec update arriving while a slot planned by a schedule rule is due
+// (or within InFlightWindow) and its outcome is not in yet.
+func inFlight(now time.Time, st governor.State, in governor.Input) bool {
+	switch {
+	case in.Kind != governor.KindBreaker && in.Kind != governor.KindUpdated,
+		st.Source == "", st.Source == governor.SourcePaused, st.Source == governor.SourceDeleted,
+		st.Paused, st.Deleted, st.NextRunAt.IsZero():
+		return false
+	}
+	return st.NextRunAt.After(st.LastScheduledAt) && !st.NextRunAt.After(now.Add(governor.InFlightWindow))
 }
 
 func fmtTrail(trail []string) string {

@@ -73,6 +73,45 @@ func (p *planner) plan() {
 	p.nudge()
 }
 
+// inFlight reports whether this decision must keep the input state's slot:
+// the input is a breaker transition or a spec update, and the slot is
+// planned by a schedule rule, due (or within InFlightWindow, so the timer
+// may have dispatched it already), and its outcome is not applied yet (it
+// is after the last completed slot).
+//
+// Such a slot is running, waiting for a retry, or about to run. Planning
+// another slot now would put a second dispatch behind it, which the timer
+// publishes the moment the first one ends: before the governor has applied
+// that outcome, so a final failure or a dead-letter hold could not stop
+// it, and the task would make one call more than its policy allows. The
+// kept slot already honours the input: the executor reads the spec and the
+// breaker at every call, and defers a call while the breaker is open. The
+// slot after it is planned from its outcome, under the new spec and
+// breaker state.
+//
+// Other inputs re-plan as before: a pause, delete or dead-letter hold
+// stops the task, and a hint, resume or requeue asks for a run.
+func (p *planner) inFlight() bool {
+	if p.in != KindBreaker && p.in != KindUpdated {
+		return false
+	}
+	switch p.prevSource {
+	case "", SourcePaused, SourceDeleted:
+		return false
+	}
+	s, prev := &p.s, p.prevNext
+	return !prev.IsZero() && !s.Paused && !s.Deleted &&
+		prev.After(s.LastScheduledAt) && !prev.After(p.now.Add(InFlightWindow))
+}
+
+// keep leaves the slot in flight where it is (see inFlight). Expired hints
+// are still cleared.
+func (p *planner) keep() {
+	p.expireHints()
+	p.setNext(p.prevNext, p.prevSource)
+	p.tr.str("slot ").at(p.prevNext).str(" is in flight (its outcome is not in yet): kept; the slot after it is planned from that outcome").end()
+}
+
 func (p *planner) expireHints() {
 	if h := p.s.IntervalHint; h != nil && !h.ExpiresAt.After(p.now) {
 		p.tr.str("interval hint ").dur(h.Interval).str(" expired at ").at(h.ExpiresAt).str(": cleared").end()

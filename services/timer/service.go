@@ -39,7 +39,10 @@ type Config struct {
 	// holds a dispatch until its scheduledAt, so the publish, the store and
 	// the delivery of a burst happen before the slot instead of delaying
 	// its calls. Defaults to DefaultLead; a negative value publishes at the
-	// slot itself.
+	// slot itself. Keep it within governor.InFlightWindow (1s): the
+	// governor counts a slot due that soon as possibly dispatched, and
+	// keeps it when a breaker or spec change arrives (flyball's flags
+	// refuse more).
 	Lead time.Duration
 }
 

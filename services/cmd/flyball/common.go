@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 
+	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/timer"
@@ -116,8 +117,9 @@ func (f *runFlags) guard() (executor.Guard, error) {
 			return g, fmt.Errorf("%s: want a number from 1 to 100000, got %d", n.name, n.v)
 		}
 	}
-	if f.timerLead < 0 || f.timerLead > 10*time.Second {
-		return g, fmt.Errorf("--timer-lead: want a duration from 0 to 10s, got %s", f.timerLead)
+	// The governor treats a slot due within InFlightWindow as dispatched.
+	if f.timerLead < 0 || f.timerLead > governor.InFlightWindow {
+		return g, fmt.Errorf("--timer-lead: want a duration from 0 to %s, got %s", governor.InFlightWindow, f.timerLead)
 	}
 	for _, flag := range []struct {
 		name string
