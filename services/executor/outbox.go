@@ -33,21 +33,27 @@ type outbox struct {
 
 	m *metrics.Set // OutboxRepublished, OutboxAbandoned
 
+	// busy reports whether calls are still in flight; idle is signalled
+	// (wake) when the last one ends. A batch goes out at once when the
+	// executor is idle, and lingers only while its burst is still running.
+	busy func() bool
+	idle chan struct{}
+
 	in     chan *outItem
 	slots  chan struct{} // bounds events waiting in the outbox
 	closed chan struct{}
 }
 
-// outboxLinger is how long the first run event of a batch waits for more.
-// Besides batching, it moves the work each outcome causes downstream (the
-// governor's decision, the breaker, the KV watchers) out of the burst of
-// calls it came from. In one 20 s load-test run each (docs/benchmarks.md),
-// the p99 lateness of 100- and 1,000-call bursts was 1-3 ms over the
-// no-scheduler floor with 20 ms, and 8-11 ms over with 2 ms. 100 ms did
-// better still at W1c (finding 13) but moved outcomes late enough to
-// expose a governor race, so it waits for that fix. An outcome is stored
-// at most this much later.
-const outboxLinger = 20 * time.Millisecond
+// outboxLinger is how long the first run event of a batch waits for more
+// while other calls are still in flight; once none is, the batch goes out
+// at once. Besides batching, the linger moves the work each outcome causes
+// downstream (the governor's decision, the breaker, the KV watchers) out
+// of the burst of calls it came from, which on a small machine competes
+// with the calls of that same burst for the CPU: a 1,000-call burst on 2
+// cores takes about 100 ms to start (docs/benchmarks.md, findings 13 and
+// 14). An outcome is stored, and its dispatch acked, at most this much
+// later; a lone call's outcome is not held at all.
+const outboxLinger = 100 * time.Millisecond
 
 // outboxMaxBatch bounds a batch. A batch also never holds more events than
 // the outbox itself (capacity): a full outbox blocks the calls that finish,
@@ -59,9 +65,16 @@ type outItem struct {
 	settle func(error)
 }
 
-func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metrics.Set) *outbox {
+// newOutbox starts an outbox holding up to capacity events. busy reports
+// whether calls are in flight (nil: never), and the caller calls wake when
+// the last one ends.
+func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metrics.Set, busy func() bool) *outbox {
+	if busy == nil {
+		busy = func() bool { return false }
+	}
 	o := &outbox{
 		js: js, log: log, m: m, linger: outboxLinger, max: min(outboxMaxBatch, capacity), round: outboxRound, budget: outboxBudget,
+		busy: busy, idle: make(chan struct{}, 1),
 		in: make(chan *outItem, capacity), slots: make(chan struct{}, capacity), closed: make(chan struct{}),
 	}
 	go o.run()
@@ -73,6 +86,15 @@ func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metric
 func (o *outbox) publish(msg *nats.Msg, settle func(error)) {
 	o.slots <- struct{}{}
 	o.in <- &outItem{msg: msg, settle: settle}
+}
+
+// wake tells the outbox that the last call in flight ended: a lingering
+// batch goes out now. It never blocks.
+func (o *outbox) wake() {
+	select {
+	case o.idle <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 }
 
 // close publishes and settles everything queued, then returns. No publish
@@ -95,19 +117,37 @@ func (o *outbox) run() {
 		batch = append(batch[:0], first)
 		linger.Reset(o.linger)
 	collect:
-		for len(batch) < o.max {
+		for len(batch) < o.max && o.busy() {
 			select {
 			case it, ok := <-o.in:
 				if !ok {
 					break collect
 				}
 				batch = append(batch, it)
+			case <-o.idle: // the loop condition checks again
 			case <-linger.C:
 				break collect
 			}
 		}
 		linger.Stop()
+		o.collectQueued(&batch)
 		o.flush(batch)
+	}
+}
+
+// collectQueued adds the events already queued, up to the batch bound,
+// without waiting: an idle executor's last events go out with the batch.
+func (o *outbox) collectQueued(batch *[]*outItem) {
+	for len(*batch) < o.max {
+		select {
+		case it, ok := <-o.in:
+			if !ok {
+				return
+			}
+			*batch = append(*batch, it)
+		default:
+			return
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 
 func testOutbox(t *testing.T, js jetstream.JetStream, round, budget time.Duration) *outbox {
 	t.Helper()
-	o := newOutbox(js, slog.New(slog.DiscardHandler), 16, metrics.New())
+	o := newOutbox(js, slog.New(slog.DiscardHandler), 16, metrics.New(), nil)
 	o.round, o.budget = round, budget
 	t.Cleanup(o.close)
 	return o
@@ -168,7 +169,8 @@ func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
 	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 4, metrics.New())
+	always := func() bool { return true } // calls in flight throughout
+	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 4, metrics.New(), always)
 	o.linger = time.Hour // only a full batch can go out
 	t.Cleanup(o.close)
 	settled := make(chan error, 4)
@@ -183,6 +185,70 @@ func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("a full outbox waited for the linger")
+		}
+	}
+}
+
+// outStream starts a server with a stream for outMsg's subject.
+func outStream(t *testing.T) *natstest.Server {
+	t.Helper()
+	srv := natstest.Start(t)
+	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// TestOutboxSendsAtOnceWhenIdle: with no call in flight there is nothing to
+// batch with, so an event goes out without the linger (here an hour).
+func TestOutboxSendsAtOnceWhenIdle(t *testing.T) {
+	srv := outStream(t)
+	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 16, metrics.New(), func() bool { return false })
+	o.linger = time.Hour
+	t.Cleanup(o.close)
+	settled := make(chan error, 1)
+	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle executor's event waited for the linger")
+	}
+}
+
+// TestOutboxLingersUntilTheLastCallEnds: while calls are in flight the
+// events wait for company; the wake-up when the last call ends sends them
+// all in one batch, without the linger (here an hour).
+func TestOutboxLingersUntilTheLastCallEnds(t *testing.T) {
+	srv := outStream(t)
+	var busy atomic.Bool
+	busy.Store(true)
+	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 16, metrics.New(), busy.Load)
+	o.linger = time.Hour
+	t.Cleanup(o.close)
+	settled := make(chan bool, 3) // whether calls were still in flight
+	for i := range 3 {
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			settled <- busy.Load()
+		})
+	}
+	o.wake() // a stale wake-up while calls are in flight changes nothing
+	natstest.Eventually(t, 10*time.Second, "the outbox took every event", func() bool { return len(o.in) == 0 })
+	busy.Store(false)
+	o.wake()
+	for range 3 {
+		select {
+		case whileBusy := <-settled:
+			if whileBusy {
+				t.Fatal("an event went out while calls were in flight")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the last call's wake-up did not send the batch")
 		}
 	}
 }

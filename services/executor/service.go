@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,7 @@ type Service struct {
 	work      *jsutil.WorkerConsume
 	out       *outbox       // run events on their way to RUNS
 	calls     chan struct{} // a slot per call in flight (Concurrency)
+	active    atomic.Int64  // calls in flight: len(calls), readable without a race
 	heldMu    sync.Mutex
 	held      map[*held]struct{} // dispatches waiting for their slot
 	releasing bool               // shutdown: hand new arrivals back at once
@@ -106,7 +108,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
-	s.out = newOutbox(s.cfg.JS, s.log, 4*s.cfg.Concurrency, s.cfg.Metrics)
+	s.out = newOutbox(s.cfg.JS, s.log, 4*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return s.active.Load() > 0 })
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.held = make(map[*held]struct{})
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
@@ -260,6 +262,7 @@ func (s *Service) releaseHeld() {
 func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg) bool {
 	select {
 	case s.calls <- struct{}{}:
+		s.active.Add(1)
 		return true
 	case <-ctx.Done():
 		s.nak(m, 0, nil)
@@ -267,7 +270,14 @@ func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg) bool {
 	}
 }
 
-func (s *Service) releaseCall() { <-s.calls }
+// releaseCall frees a call slot; the last call to end wakes the outbox,
+// so its run events go out without the linger.
+func (s *Service) releaseCall() {
+	<-s.calls
+	if s.active.Add(-1) == 0 {
+		s.out.wake()
+	}
+}
 
 // task is a stored spec with what the executor derives from it once per
 // spec revision rather than once per run.
