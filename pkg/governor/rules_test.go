@@ -562,39 +562,69 @@ func TestDecideKeepsTheSlotInFlight(t *testing.T) {
 	due := t0.Add(time.Minute + 20*time.Second)                               // its attempts are retrying
 	kept := want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "10:01:00.000Z is in flight"}
 	runDecideCases(t, []decideCase{
-		{"breaker opens during the retries", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, breakerInput("open", due.Add(5*time.Second))},
+		{
+			"breaker opens during the retries",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, breakerInput("open", due.Add(5*time.Second))},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "is in flight", check: func(t *testing.T, d governor.Decision) {
 				if !d.State.BreakerOpenUntil.Equal(due.Add(5 * time.Second)) {
 					t.Errorf("BreakerOpenUntil = %s: the hold must still be recorded", fmtT(d.State.BreakerOpenUntil))
 				}
-			}}},
+			}},
+		},
 		{"breaker half-open", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight, breakerOpenUntil(due.Add(-time.Second))), due, breakerInput("half-open", time.Time{})}, kept},
 		{"breaker closed", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, breakerInput("closed", time.Time{})}, kept},
 		{"spec updated", given{intervalSpec(10 * time.Second), stateWith(ran(t0), inFlight), due, updated}, kept},
-		{"the slot is about to be dispatched (within the window)", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), t0.Add(time.Minute - governor.InFlightWindow), breakerInput("open", due)},
-			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "is in flight"}},
-		{"the first run of a new task", given{intervalSpec(time.Minute), stateWith(governor.State{TaskID: "t"}, planned(t0, governor.SourceBaselineInterval)), t0.Add(2 * time.Second), breakerInput("open", t0.Add(time.Minute))},
-			want{next: t0, source: governor.SourceBaselineInterval, trail: "is in flight"}},
-		{"a probe slot in flight", given{intervalSpec(time.Minute), stateWith(ran(t0), planned(t0.Add(30*time.Second), governor.SourceBreakerOpen)), t0.Add(31 * time.Second), breakerInput("half-open", time.Time{})},
-			want{next: t0.Add(30 * time.Second), source: governor.SourceBreakerOpen, trail: "is in flight"}},
-		{"expired hints are still cleared", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight, intervalHint(10*time.Second, due.Add(-time.Second))), due, updated},
+		{
+			"the slot is about to be dispatched (within the window)",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), t0.Add(time.Minute - governor.InFlightWindow), breakerInput("open", due)},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "is in flight"},
+		},
+		{
+			"the first run of a new task",
+			given{intervalSpec(time.Minute), stateWith(governor.State{TaskID: "t"}, planned(t0, governor.SourceBaselineInterval)), t0.Add(2 * time.Second), breakerInput("open", t0.Add(time.Minute))},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "is in flight"},
+		},
+		{
+			"a probe slot in flight",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), planned(t0.Add(30*time.Second), governor.SourceBreakerOpen)), t0.Add(31 * time.Second), breakerInput("half-open", time.Time{})},
+			want{next: t0.Add(30 * time.Second), source: governor.SourceBreakerOpen, trail: "is in flight"},
+		},
+		{
+			"expired hints are still cleared",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight, intervalHint(10*time.Second, due.Add(-time.Second))), due, updated},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "expired", check: func(t *testing.T, d governor.Decision) {
 				if !d.ClearedHints || d.State.IntervalHint != nil {
 					t.Errorf("expired hint kept: %+v", d.State.IntervalHint)
 				}
-			}}},
+			}},
+		},
 
 		// Not in flight: the input re-plans.
-		{"further ahead than the window", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), t0.Add(time.Minute - governor.InFlightWindow - time.Millisecond), breakerInput("open", due)},
-			want{next: due, source: governor.SourceBreakerOpen}},
-		{"its outcome is in (the slot is the last one)", given{intervalSpec(time.Minute), stateWith(ran(t0.Add(time.Minute)), inFlight), due, breakerInput("open", due.Add(time.Minute))},
-			want{next: due.Add(time.Minute), source: governor.SourceBreakerOpen}},
-		{"the slot a pause ended on", given{intervalSpec(time.Minute), stateWith(ran(t0), pausedUntil(t0.Add(time.Minute)), planned(t0.Add(time.Minute), governor.SourcePaused)), due, updated},
-			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"}},
-		{"a hint asks for a run", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, hinted(governor.Hint{At: due})},
-			want{next: due, source: governor.SourceHintOneShot}},
-		{"a dead-letter holds the task", given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{DispatchID: "t:dead", At: due}}},
-			want{next: due.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck}},
+		{
+			"further ahead than the window",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), t0.Add(time.Minute - governor.InFlightWindow - time.Millisecond), breakerInput("open", due)},
+			want{next: due, source: governor.SourceBreakerOpen},
+		},
+		{
+			"its outcome is in (the slot is the last one)",
+			given{intervalSpec(time.Minute), stateWith(ran(t0.Add(time.Minute)), inFlight), due, breakerInput("open", due.Add(time.Minute))},
+			want{next: due.Add(time.Minute), source: governor.SourceBreakerOpen},
+		},
+		{
+			"the slot a pause ended on",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), pausedUntil(t0.Add(time.Minute)), planned(t0.Add(time.Minute), governor.SourcePaused)), due, updated},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"},
+		},
+		{
+			"a hint asks for a run",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, hinted(governor.Hint{At: due})},
+			want{next: due, source: governor.SourceHintOneShot},
+		},
+		{
+			"a dead-letter holds the task",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight), due, governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{DispatchID: "t:dead", At: due}}},
+			want{next: due.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},
+		},
 	})
 }
 
