@@ -18,6 +18,7 @@ type Set struct {
 	DispatchLateness   prometheus.Histogram
 	DispatchTotal      *prometheus.CounterVec
 	DispatchPending    prometheus.Gauge
+	DispatchHeld       prometheus.Gauge
 	Inflight           prometheus.Gauge
 	RetriesTotal       prometheus.Counter
 	BreakerTransitions *prometheus.CounterVec
@@ -63,6 +64,9 @@ func New() *Set {
 		}, []string{"result"}),
 		DispatchPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_pending", Help: "Schedules held by this timer that are waiting to fall due.",
+		}),
+		DispatchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_dispatch_held", Help: "Dispatches this executor holds until their slot (the timer publishes them --timer-lead early).",
 		}),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_inflight", Help: "Runs being executed by this process.",
@@ -117,7 +121,7 @@ func New() *Set {
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
-		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.Inflight,
+		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
 		s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned,
