@@ -50,17 +50,8 @@ func TestOutboxRidesOutAMissingStream(t *testing.T) {
 		t.Fatalf("settled before the stream existed: %v", err)
 	default:
 	}
-	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-settled:
-		if err != nil {
-			t.Fatalf("settled with %v, want stored", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("not settled 10s after the stream appeared")
-	}
+	createOut(t, srv.JS)
+	awaitStored(t, settled, 1, "the event, once the stream appeared")
 	st, err := srv.JS.Stream(t.Context(), "OUT")
 	if err != nil {
 		t.Fatal(err)
@@ -161,94 +152,82 @@ func TestOutboxRidesOutALeaderElection(t *testing.T) {
 	t.Logf("%d events stored once each; %v published again while %s's successor was elected", n, republished(o), victim)
 }
 
+// createOut creates the stream outMsg publishes to.
+func createOut(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lingering starts an outbox on a fresh server with a stream, whose
+// linger is an hour: a batch can only go out because it is full or the
+// executor is idle. busy says whether calls are in flight.
+func lingering(t *testing.T, capacity int, busy func() bool) *outbox {
+	t.Helper()
+	srv := natstest.Start(t)
+	createOut(t, srv.JS)
+	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), capacity, metrics.New(), busy)
+	o.linger = time.Hour
+	t.Cleanup(o.close)
+	return o
+}
+
+// awaitStored waits up to 10 s for n settlements, each a stored event.
+func awaitStored(t *testing.T, settled <-chan error, n int, what string) {
+	t.Helper()
+	for range n {
+		select {
+		case err := <-settled:
+			if err != nil {
+				t.Fatalf("%s: settled with %v, want stored", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not stored within 10s", what)
+		}
+	}
+}
+
 // TestOutboxFlushesAFullOutboxAtOnce: when the outbox holds all it can, the
 // calls behind it are blocked, so the batch goes out without waiting for
 // the linger.
 func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
-	srv := natstest.Start(t)
-	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	always := func() bool { return true } // calls in flight throughout
-	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 4, metrics.New(), always)
-	o.linger = time.Hour // only a full batch can go out
-	t.Cleanup(o.close)
+	o := lingering(t, 4, func() bool { return true }) // calls in flight throughout
 	settled := make(chan error, 4)
 	for i := range 4 {
 		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) { settled <- err })
 	}
-	for range 4 {
-		select {
-		case err := <-settled:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a full outbox waited for the linger")
-		}
-	}
-}
-
-// outStream starts a server with a stream for outMsg's subject.
-func outStream(t *testing.T) *natstest.Server {
-	t.Helper()
-	srv := natstest.Start(t)
-	if _, err := srv.JS.CreateStream(t.Context(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	awaitStored(t, settled, 4, "a full outbox")
 }
 
 // TestOutboxSendsAtOnceWhenIdle: with no call in flight there is nothing to
-// batch with, so an event goes out without the linger (here an hour).
+// batch with, so an event goes out without the linger.
 func TestOutboxSendsAtOnceWhenIdle(t *testing.T) {
-	srv := outStream(t)
-	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 16, metrics.New(), func() bool { return false })
-	o.linger = time.Hour
-	t.Cleanup(o.close)
+	o := lingering(t, 16, func() bool { return false })
 	settled := make(chan error, 1)
 	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
-	select {
-	case err := <-settled:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("an idle executor's event waited for the linger")
-	}
+	awaitStored(t, settled, 1, "an idle executor's event")
 }
 
 // TestOutboxLingersUntilTheLastCallEnds: while calls are in flight the
 // events wait for company; the wake-up when the last call ends sends them
-// all in one batch, without the linger (here an hour).
+// all in one batch, without the linger.
 func TestOutboxLingersUntilTheLastCallEnds(t *testing.T) {
-	srv := outStream(t)
 	var busy atomic.Bool
 	busy.Store(true)
-	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), 16, metrics.New(), busy.Load)
-	o.linger = time.Hour
-	t.Cleanup(o.close)
-	settled := make(chan bool, 3) // whether calls were still in flight
+	o := lingering(t, 16, busy.Load)
+	settled := make(chan error, 3)
 	for i := range 3 {
 		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) {
-			if err != nil {
-				t.Error(err)
+			if busy.Load() {
+				err = errors.Join(err, errors.New("sent while calls were in flight"))
 			}
-			settled <- busy.Load()
+			settled <- err
 		})
 	}
 	o.wake() // a stale wake-up while calls are in flight changes nothing
 	natstest.Eventually(t, 10*time.Second, "the outbox took every event", func() bool { return len(o.in) == 0 })
 	busy.Store(false)
 	o.wake()
-	for range 3 {
-		select {
-		case whileBusy := <-settled:
-			if whileBusy {
-				t.Fatal("an event went out while calls were in flight")
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the last call's wake-up did not send the batch")
-		}
-	}
+	awaitStored(t, settled, 3, "the batch after the last call's wake-up")
 }
