@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
@@ -131,6 +133,38 @@ func (e *env) create(id, data string) {
 
 // collect subscribes to subject and returns a function listing the decoded
 // events seen so far.
+// watchSchedule records every schedule the governor writes for task id.
+func (e *env) watchSchedule(id string) func() []gov.State {
+	e.t.Helper()
+	var mu sync.Mutex
+	var got []gov.State
+	sub, err := e.srv.NC.Subscribe("$KV."+streams.BucketSchedules+"."+id, func(m *nats.Msg) {
+		var st gov.State
+		if len(m.Data) == 0 {
+			return // a delete or purge marker
+		}
+		if err := json.Unmarshal(m.Data, &st); err != nil {
+			e.t.Errorf("unreadable schedule: %v", err)
+			return
+		}
+		mu.Lock()
+		got = append(got, st)
+		mu.Unlock()
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.srv.NC.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []gov.State {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
 func (e *env) collect(subject string) func() []events.Event {
 	e.t.Helper()
 	var mu sync.Mutex
@@ -267,10 +301,28 @@ func TestAlwaysFailingTargetIsDeadLettered(t *testing.T) {
 	tg := newScripted(t, 500)
 	dls := e.collect("flyball.deadletter.>")
 	breakers := e.collect("flyball.breaker.open.>")
+	schedules := e.watchSchedule("down")
 	e.create("down", spec("down", tg.srv.URL, 3, "300ms"))
 	natstest.Eventually(t, 20*time.Second, "a dead-letter entry", func() bool { return len(dls()) == 1 })
 	if n := len(tg.Calls()); n != 5 {
 		t.Fatalf("target got %d calls, want exactly maxAttempts = 5", n)
+	}
+	// The breaker opened during the first run's retries: the governor kept
+	// that slot rather than planning a new one behind it (which the timer
+	// would have dispatched the moment the run ended: a 6th call).
+	slot := deadLetters(t, dls())[0].Dispatch.ScheduledAt
+	kept := 0
+	for _, st := range schedules() {
+		if st.Input != gov.KindBreaker || !st.LastScheduledAt.IsZero() {
+			continue
+		}
+		if !st.NextRunAt.Equal(slot) || !strings.Contains(strings.Join(st.Trail, "\n"), "in flight") {
+			t.Fatalf("a breaker decision during the retries moved the slot to %s (%s): %q", st.NextRunAt, st.Source, st.Trail)
+		}
+		kept++
+	}
+	if kept == 0 {
+		t.Fatal("no breaker decision while the first run was retrying")
 	}
 	dl := deadLetters(t, dls())[0]
 	if dl.Reason != events.DeadLetterMaxAttempts || dl.Attempts != 5 || len(dl.Errors) != 5 {

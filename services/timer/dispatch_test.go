@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -394,5 +395,20 @@ func TestClassify(t *testing.T) {
 		if got := classify(c.ack, c.err); got != c.want {
 			t.Errorf("classify(%+v, %v) = %s, want %s", c.ack, c.err, got, c.want)
 		}
+	}
+}
+
+// TestNewRefusesALeadPastTheInFlightWindow: the governor keeps a slot due
+// within governor.InFlightWindow when a breaker or spec change arrives,
+// because the timer may have dispatched it; a longer lead would break that.
+func TestNewRefusesALeadPastTheInFlightWindow(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	if _, err := New(Config{JS: srv.JS, Lead: gov.InFlightWindow}); err != nil {
+		t.Fatalf("lead of exactly the window: %v", err)
+	}
+	_, err := New(Config{JS: srv.JS, Lead: gov.InFlightWindow + time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "Config.Lead") {
+		t.Fatalf("lead past the window: err %v, want one naming Config.Lead", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
@@ -39,10 +40,9 @@ type Config struct {
 	// holds a dispatch until its scheduledAt, so the publish, the store and
 	// the delivery of a burst happen before the slot instead of delaying
 	// its calls. Defaults to DefaultLead; a negative value publishes at the
-	// slot itself. Keep it within governor.InFlightWindow (1s): the
-	// governor counts a slot due that soon as possibly dispatched, and
-	// keeps it when a breaker or spec change arrives (flyball's flags
-	// refuse more).
+	// slot itself. At most governor.InFlightWindow (1s): the governor
+	// counts a slot due that soon as possibly dispatched, and keeps it when
+	// a breaker or spec change arrives. New refuses more.
 	Lead time.Duration
 }
 
@@ -132,6 +132,9 @@ func New(cfg Config) (*Service, error) {
 		cfg.RetryDelay = 250 * time.Millisecond
 	}
 	switch {
+	case cfg.Lead > gov.InFlightWindow:
+		// The governor counts a slot due that soon as possibly dispatched.
+		return nil, fmt.Errorf("timer: Config.Lead %s is longer than governor.InFlightWindow (%s)", cfg.Lead, gov.InFlightWindow)
 	case cfg.Lead == 0:
 		cfg.Lead = DefaultLead
 	case cfg.Lead < 0:
