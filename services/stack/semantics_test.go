@@ -136,62 +136,57 @@ func (e *env) create(id, data string) {
 // watchSchedule records every schedule the governor writes for task id.
 func (e *env) watchSchedule(id string) func() []gov.State {
 	e.t.Helper()
-	var mu sync.Mutex
-	var got []gov.State
-	sub, err := e.srv.NC.Subscribe("$KV."+streams.BucketSchedules+"."+id, func(m *nats.Msg) {
+	return record(e.t, e.srv.NC, "$KV."+streams.BucketSchedules+"."+id, func(m *nats.Msg) (gov.State, bool) {
 		var st gov.State
 		if len(m.Data) == 0 {
-			return // a delete or purge marker
+			return st, false // a delete or purge marker
 		}
 		if err := json.Unmarshal(m.Data, &st); err != nil {
 			e.t.Errorf("unreadable schedule: %v", err)
-			return
+			return st, false
 		}
-		mu.Lock()
-		got = append(got, st)
-		mu.Unlock()
+		return st, true
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := e.srv.NC.Flush(); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return func() []gov.State {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(got)
-	}
 }
 
+// collect records every event published on subject.
 func (e *env) collect(subject string) func() []events.Event {
 	e.t.Helper()
-	var mu sync.Mutex
-	var got []events.Event
-	sub, err := e.srv.NC.Subscribe(subject, func(m *nats.Msg) {
+	return record(e.t, e.srv.NC, subject, func(m *nats.Msg) (events.Event, bool) {
 		ev, err := events.Decode(m.Header, m.Data)
 		if err != nil {
 			e.t.Errorf("undecodable event on %s: %v", m.Subject, err)
-			return
 		}
-		mu.Lock()
-		got = append(got, ev)
-		mu.Unlock()
+		return ev, err == nil
+	})
+}
+
+// record subscribes to subject and keeps what decode accepts; the result
+// returns a copy of what arrived so far.
+func record[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nats.Msg) (T, bool)) func() []T {
+	t.Helper()
+	var mu sync.Mutex
+	var got []T
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		if v, ok := decode(m); ok {
+			mu.Lock()
+			got = append(got, v)
+			mu.Unlock()
+		}
 	})
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	// The server must have the interest before anything the test starts
-	// next publishes on another connection, or the first events are lost.
-	if err := e.srv.NC.Flush(); err != nil {
-		e.t.Fatal(err)
+	// next publishes on another connection, or the first messages are lost.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return func() []events.Event {
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []T {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]events.Event(nil), got...)
+		return slices.Clone(got)
 	}
 }
 
