@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -40,6 +42,20 @@ type Breakdown struct {
 	// Counters are flyball's own counters over the window (in-process
 	// stack only): dispatches and runs by result, retries, zombie re-nudges.
 	Counters map[string]float64 `json:"counters,omitempty"`
+	// Work per run, counted rather than timed, so that two builds compare
+	// on a noisy machine where CPU seconds move ±10% between runs
+	// (in-process stack only; per call the target received in the window):
+	//   - ServerInPerRun and ServerOutPerRun: messages the embedded server
+	//     received (publishes, acks, requests) and sent (deliveries,
+	//     replies, publish acks);
+	//   - AllocsPerRun and AllocBytesPerRun: heap allocations of this
+	//     process (every service, the server, the idle load generator);
+	//   - GCPerKRuns: garbage collections per 1,000 runs.
+	ServerInPerRun   float64 `json:"serverInPerRun,omitempty"`
+	ServerOutPerRun  float64 `json:"serverOutPerRun,omitempty"`
+	AllocsPerRun     float64 `json:"allocsPerRun,omitempty"`
+	AllocBytesPerRun float64 `json:"allocBytesPerRun,omitempty"`
+	GCPerKRuns       float64 `json:"gcPerKRuns,omitempty"`
 }
 
 // countersOfInterest are the flyball metrics Breakdown.Counters reports.
@@ -195,10 +211,35 @@ type breakdownProbe struct {
 	histogram prometheus.Histogram // nil with an external stack
 	gatherer  prometheus.Gatherer  // nil with an external stack
 
+	srv *server.Server // nil with an external stack
+
 	seqs0, seqs1     map[string]uint64
 	ctr0, ctr1       map[string]float64
 	bounds           []float64
 	counts0, counts1 []uint64
+	work0, work1     workCount
+}
+
+// workCount is what Breakdown counts rather than times.
+type workCount struct {
+	in, out                uint64 // server messages
+	allocs, bytes, gcCount uint64
+}
+
+// workMetrics are the runtime/metrics samples behind workCount.
+var workMetrics = []string{"/gc/heap/allocs:objects", "/gc/heap/allocs:bytes", "/gc/cycles/total:gc-cycles"}
+
+func takeWork(srv *server.Server) workCount {
+	samples := make([]metrics.Sample, len(workMetrics))
+	for i, name := range workMetrics {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	w := workCount{allocs: samples[0].Value.Uint64(), bytes: samples[1].Value.Uint64(), gcCount: samples[2].Value.Uint64()}
+	if v, err := srv.Varz(nil); err == nil {
+		w.in, w.out = uint64(v.InMsgs), uint64(v.OutMsgs)
+	}
+	return w
 }
 
 // open samples at the window's start.
@@ -210,6 +251,9 @@ func (p *breakdownProbe) open(ctx context.Context) {
 	if p.gatherer != nil {
 		p.ctr0 = readCounters(p.gatherer)
 	}
+	if p.srv != nil {
+		p.work0 = takeWork(p.srv)
+	}
 }
 
 // close samples at the window's end.
@@ -220,6 +264,9 @@ func (p *breakdownProbe) close(ctx context.Context) {
 	}
 	if p.gatherer != nil {
 		p.ctr1 = readCounters(p.gatherer)
+	}
+	if p.srv != nil {
+		p.work1 = takeWork(p.srv)
 	}
 }
 
@@ -240,6 +287,16 @@ func (p *breakdownProbe) finish(ctx context.Context, sr *SystemResult) *Breakdow
 			}
 		}
 		b.StoredTotalPerRun = math.Round(b.StoredTotalPerRun*1000) / 1000
+	}
+	if completed := float64(sr.WindowArrivals); completed > 0 && p.srv != nil {
+		per := func(a, b uint64, scale float64) float64 {
+			return math.Round(float64(b-a)/completed*scale*100) / 100
+		}
+		b.ServerInPerRun = per(p.work0.in, p.work1.in, 1)
+		b.ServerOutPerRun = per(p.work0.out, p.work1.out, 1)
+		b.AllocsPerRun = per(p.work0.allocs, p.work1.allocs, 1)
+		b.AllocBytesPerRun = per(p.work0.bytes, p.work1.bytes, 1)
+		b.GCPerKRuns = per(p.work0.gcCount, p.work1.gcCount, 1000)
 	}
 	if p.ctr1 != nil {
 		b.Counters = map[string]float64{}
@@ -271,6 +328,12 @@ func (b *Breakdown) String() string {
 			parts[i] = fmt.Sprintf("%s %.2f", n, b.StoredPerRun[n])
 		}
 		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	if b.ServerOutPerRun > 0 {
+		s += fmt.Sprintf("; server messages in %.2f, out %.2f per run", b.ServerInPerRun, b.ServerOutPerRun)
+	}
+	if b.AllocsPerRun > 0 {
+		s += fmt.Sprintf("; %.0f allocations (%.0f B), %.2f GCs per 1,000 runs", b.AllocsPerRun, b.AllocBytesPerRun, b.GCPerKRuns)
 	}
 	if b.RunEventBytes > 0 {
 		s += fmt.Sprintf("; run.succeeded is %.0f B", b.RunEventBytes)

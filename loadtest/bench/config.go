@@ -123,6 +123,13 @@ type Config struct {
 	// MemProfile, if set, receives a heap profile taken after the Scale
 	// tier's timer has loaded every schedule.
 	MemProfile string
+	// AllocProfile, if set, receives two heap profiles of this process
+	// around each flyball measurement window: <AllocProfile> at its end
+	// and the same name with ".start" before the extension at its start.
+	// Their difference (go tool pprof -sample_index=alloc_space -base
+	// START END) is what the window allocated, by call site. The tier name
+	// is added with several tiers, as for CPUProfile.
+	AllocProfile string
 	// Out is the JSON result file. Empty writes none.
 	Out string
 	// Command is the command line recorded in the result.

@@ -93,6 +93,7 @@ func (r *runner) runFlyball(ctx context.Context, tier Tier, sr *SystemResult) er
 		defer st.stop()
 		probe.histogram = st.st.Metrics().DispatchLateness
 		probe.gatherer = st.st.Metrics().Registry
+		probe.srv = env.srv
 	}
 	ids := r.taskIDs(tier, SystemFlyball, tier.Tasks)
 	begin := time.Now()
@@ -121,7 +122,8 @@ func (r *runner) runFlyball(ctx context.Context, tier Tier, sr *SystemResult) er
 		sys:     sr,
 		grid:    uniformGrid(ids, first, tier.Interval),
 		pids:    r.cfg.StackPIDs,
-		profile: r.profilePath(tier),
+		profile: r.profilePath(r.cfg.CPUProfile, tier),
+		heap:    r.profilePath(r.cfg.AllocProfile, tier),
 		onOpen:  probe.open,
 		onClose: probe.close,
 	})

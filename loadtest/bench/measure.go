@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/flyballhq/flyball/loadtest/procstat"
@@ -41,6 +43,9 @@ type measurement struct {
 	pids []int
 	// profile is a CPU profile file for the window, or "".
 	profile string
+	// heap, if set, receives heap profiles at the window's end and (with
+	// ".start" before the extension) at its start.
+	heap string
 	// onOpen and onClose, if set, run just outside the CPU samples at the
 	// window's edges.
 	onOpen, onClose func(context.Context)
@@ -70,6 +75,9 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	if m.onOpen != nil {
 		m.onOpen(ctx)
 	}
+	if err := writeHeapProfile(startName(m.heap)); err != nil {
+		return err
+	}
 	before := procstat.Take(sampled...)
 	stopProfile, err := startProfile(m.profile)
 	if err != nil {
@@ -83,6 +91,9 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	}
 	if m.onClose != nil {
 		m.onClose(ctx)
+	}
+	if err := writeHeapProfile(m.heap); err != nil {
+		return err
 	}
 	used := after.Since(before)
 	for _, p := range charged {
@@ -114,6 +125,15 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 		m.sys.CPUPer1kRuns = m.sys.CPUSeconds / float64(m.sys.WindowArrivals) * 1000
 	}
 	return nil
+}
+
+// startName is path with ".start" before its extension ("" stays "").
+func startName(path string) string {
+	if path == "" {
+		return ""
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + ".start" + ext
 }
 
 // startProfile starts a CPU profile into path; "" does nothing.

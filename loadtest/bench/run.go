@@ -190,9 +190,9 @@ func (r *runner) lead(tasks int) time.Duration {
 	return 2*time.Second + time.Duration(float64(tasks)/r.cfg.CreateRate*float64(time.Second))
 }
 
-// profilePath is where the CPU profile of a tier's flyball window goes.
-func (r *runner) profilePath(tier Tier) string {
-	p := r.cfg.CPUProfile
+// profilePath is where the CPU (or heap) profile of a tier's flyball
+// window goes.
+func (r *runner) profilePath(p string, tier Tier) string {
 	if p == "" || len(r.cfg.Tiers) == 1 {
 		return p
 	}

@@ -46,7 +46,7 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 	var before, loaded, stopped runtime.MemStats
 	gcStats(&before)
 	_ = procstat.ResetPeak(procstat.Self)
-	stopProfile, err := startProfile(r.profilePath(tier))
+	stopProfile, err := startProfile(r.profilePath(r.cfg.CPUProfile, tier))
 	if err != nil {
 		return sc, err
 	}

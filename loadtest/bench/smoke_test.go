@@ -25,7 +25,9 @@ func TestSmoke(t *testing.T) {
 	cfg.Concurrency = 16
 	cfg.RawMsgs = 5000
 	cfg.ScaleTasks = 2000
-	cfg.Out = filepath.Join(t.TempDir(), "result.json")
+	dir := t.TempDir()
+	cfg.Out = filepath.Join(dir, "result.json")
+	cfg.AllocProfile = filepath.Join(dir, "heap.pprof")
 	var md bytes.Buffer
 	cfg.Stdout = &md
 
@@ -54,6 +56,20 @@ func TestSmoke(t *testing.T) {
 		// CPU is counted in 10ms ticks: the floor's 40 calls may not reach one.
 		if s.CPUSeconds < 0 || s.PeakRSSBytes <= 0 {
 			t.Errorf("%s: CPU %.3fs, peak RSS %d: want CPU >= 0 and RSS > 0", s.System, s.CPUSeconds, s.PeakRSSBytes)
+		}
+		if s.System != bench.SystemFlyball {
+			continue
+		}
+		// A run publishes at least its dispatch, its run event and its
+		// schedule, and each is delivered at least once.
+		if b := s.Breakdown; b == nil || b.ServerInPerRun < 3 || b.ServerOutPerRun < 3 || b.AllocsPerRun <= 0 || b.AllocBytesPerRun <= 0 {
+			t.Errorf("flyball breakdown = %+v, want >= 3 server messages in and out per run and allocations counted", b)
+		}
+	}
+	// Two tiers: the smoke window's profiles carry its name.
+	for _, p := range []string{"heap.smoke.start.pprof", "heap.smoke.pprof"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("alloc profile: %v", err)
 		}
 	}
 	sc := res.Tiers[1].Scale

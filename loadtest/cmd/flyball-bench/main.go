@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.ScaleSeed, "scale-seed", cfg.ScaleSeed, "how the scale tier creates schedules: kv (direct, as the governor would store them) or governor")
 	fs.IntVar(&cfg.PeakTasks, "peak-tasks", cfg.PeakTasks, "override the peak tier's task count (0: raw msg/s ÷ 3)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each flyball measurement window and of the scale load (tier name added with several tiers)")
+	fs.StringVar(&cfg.AllocProfile, "allocprofile", "", "write heap profiles at the start (name.start.ext) and end of each flyball measurement window; diff them with go tool pprof -base")
 	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile once the scale tier's timer has loaded every schedule")
 	fs.StringVar(&out, "out", "", "JSON result file (default loadtest/results/<timestamp>.json; \"-\" for none)")
 	fs.StringVar(&markdown, "markdown", "", "also write the markdown report to this file (default: next to the JSON, .md; \"-\" for none)")
