@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,44 +27,67 @@ import (
 type outbox struct {
 	js     jetstream.JetStream
 	log    *slog.Logger
-	linger time.Duration // how long the first event of a batch waits for company
-	max    int           // batch size bound
+	max    int           // events per publish round (outboxMaxBatch)
 	round  time.Duration // wait for one round's acks (outboxRound)
 	budget time.Duration // bound on a batch's rounds (outboxBudget)
 
-	m *metrics.Set // OutboxRepublished, OutboxAbandoned
+	m *metrics.Set // OutboxRepublished, OutboxAbandoned, OutboxEvents
 
 	// busy reports whether calls are still in flight; idle is signalled
-	// (wake) when the last one ends. A batch goes out at once when the
-	// executor is idle, and lingers only while its burst is still running.
+	// (wake) when the last one ends, or when a publish waits for room. A
+	// batch goes out at once when the executor is idle, and lingers only
+	// while its burst is still running.
 	busy func() bool
 	idle chan struct{}
 
 	in     chan *outItem
-	slots  chan struct{} // bounds events waiting in the outbox
+	room   *room // bounds the events, and their bytes, waiting in the outbox
 	closed chan struct{}
 }
 
-// outboxLinger is how long the first run event of a batch waits for more
-// while other calls are still in flight; once none is, the batch goes out
-// at once. Besides batching, the linger moves the work each outcome causes
+// outboxLinger is the shortest time a run event waits for company while
+// other calls are still in flight; once none is, the batch goes out at
+// once. Each event brings its own hold (settleHold: from outboxLinger up
+// to outboxMaxHold, an eighth of the shortest interval its task can run
+// at), and a batch goes out when its earliest hold ends.
+//
+// Besides batching, the linger moves the work each outcome causes
 // downstream (the governor's decision, the breaker, the KV watchers) out
 // of the burst of calls it came from, which on a small machine competes
 // with the calls of that same burst for the CPU: a 1,000-call burst on 2
-// cores takes about 100 ms to start (docs/benchmarks.md, findings 13 and
-// 14). An outcome is stored, and its dispatch acked, at most this much
-// later; a lone call's outcome is not held at all.
-const outboxLinger = 100 * time.Millisecond
+// cores takes about 100 ms to start, a 10,000-call one over a second
+// (docs/benchmarks.md, findings 13, 14 and 16). An outcome is stored, and
+// its dispatch acked, at most its hold later (plus the publish); a lone
+// call's outcome is not held at all.
+const (
+	outboxLinger  = 100 * time.Millisecond
+	outboxMaxHold = time.Second
+)
 
-// outboxMaxBatch bounds a batch. A batch also never holds more events than
-// the outbox itself (capacity): a full outbox blocks the calls that finish,
-// and the batch then goes out at once rather than after the linger.
+// outboxMaxBatch bounds the events of one publish round; a batch that
+// lingered past it goes out in rounds of this many.
 const outboxMaxBatch = 512
+
+// outboxPerCall is the outbox's event capacity per call slot
+// (Config.Concurrency): enough for a burst of thousands of calls to finish
+// while its outcomes linger, at a few KB per event.
+const outboxPerCall = 64
+
+// outboxMaxBytes bounds the bytes of the run events the outbox holds (one
+// event is always let in, however large). With the event count bound
+// (capacity) it keeps a burst of large response bodies from piling up in
+// memory: a full outbox blocks the calls that finish, and the batch then
+// goes out at once rather than after its hold.
+const outboxMaxBytes = 32 << 20
 
 type outItem struct {
 	msg    *nats.Msg
+	hold   time.Duration
 	settle func(error)
 }
+
+// size is what the item counts against outboxMaxBytes.
+func (it *outItem) size() int { return len(it.msg.Data) }
 
 // newOutbox starts an outbox holding up to capacity events. busy reports
 // whether calls are in flight (nil: never), and the caller calls wake when
@@ -73,19 +97,24 @@ func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metric
 		busy = func() bool { return false }
 	}
 	o := &outbox{
-		js: js, log: log, m: m, linger: outboxLinger, max: min(outboxMaxBatch, capacity), round: outboxRound, budget: outboxBudget,
+		js: js, log: log, m: m, max: outboxMaxBatch, round: outboxRound, budget: outboxBudget,
 		busy: busy, idle: make(chan struct{}, 1),
-		in: make(chan *outItem, capacity), slots: make(chan struct{}, capacity), closed: make(chan struct{}),
+		in: make(chan *outItem, capacity), closed: make(chan struct{}),
 	}
+	o.room = newRoom(capacity, outboxMaxBytes, o.wake)
 	go o.run()
 	return o
 }
 
-// publish queues msg; settle is called with the publish result, on the
-// outbox goroutine (keep it short). It blocks while the outbox is full.
-func (o *outbox) publish(msg *nats.Msg, settle func(error)) {
-	o.slots <- struct{}{}
-	o.in <- &outItem{msg: msg, settle: settle}
+// publish queues msg, to be published within hold while calls are in
+// flight (at once when none is); settle is called with the publish
+// result, on the outbox goroutine (keep it short). It blocks while the
+// outbox is full.
+func (o *outbox) publish(msg *nats.Msg, hold time.Duration, settle func(error)) {
+	it := &outItem{msg: msg, hold: hold, settle: settle}
+	o.room.take(it.size())
+	o.m.OutboxEvents.Inc()
+	o.in <- it
 }
 
 // wake tells the outbox that the last call in flight ended: a lingering
@@ -106,7 +135,7 @@ func (o *outbox) close() {
 
 func (o *outbox) run() {
 	defer close(o.closed)
-	batch := make([]*outItem, 0, o.max)
+	var buf []*outItem
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
@@ -114,39 +143,51 @@ func (o *outbox) run() {
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], first)
-		linger.Reset(o.linger)
+		batch := buf[:0]
+		batch = append(batch, first)
+		due := time.Now().Add(first.hold)
+		linger.Reset(first.hold)
 	collect:
-		for len(batch) < o.max && o.busy() {
+		for o.busy() && !o.room.full() {
 			select {
 			case it, ok := <-o.in:
 				if !ok {
 					break collect
 				}
 				batch = append(batch, it)
+				if d := time.Now().Add(it.hold); d.Before(due) {
+					due = d
+					linger.Reset(it.hold)
+				}
 			case <-o.idle: // the loop condition checks again
 			case <-linger.C:
 				break collect
 			}
 		}
 		linger.Stop()
-		o.collectQueued(&batch)
-		o.flush(batch)
+		batch = o.collectQueued(batch)
+		buf = batch
+		for len(batch) > 0 {
+			n := min(len(batch), o.max)
+			o.flush(batch[:n:n])
+			batch = batch[n:]
+		}
+		clear(buf) // let the settled events go
 	}
 }
 
-// collectQueued adds the events already queued, up to the batch bound,
-// without waiting: an idle executor's last events go out with the batch.
-func (o *outbox) collectQueued(batch *[]*outItem) {
-	for len(*batch) < o.max {
+// collectQueued adds the events already queued, without waiting: an idle
+// executor's last events go out with the batch.
+func (o *outbox) collectQueued(batch []*outItem) []*outItem {
+	for {
 		select {
 		case it, ok := <-o.in:
 			if !ok {
-				return
+				return batch
 			}
-			*batch = append(*batch, it)
+			batch = append(batch, it)
 		default:
-			return
+			return batch
 		}
 	}
 }
@@ -235,6 +276,56 @@ func retryable(err error) bool {
 
 // done settles it and frees its place.
 func (o *outbox) done(it *outItem, err error) {
-	<-o.slots
+	o.room.give(it.size())
+	o.m.OutboxEvents.Dec()
 	it.settle(err)
+}
+
+// room bounds what the outbox holds: at most maxN events and maxBytes
+// bytes, though one event is always let in.
+type room struct {
+	mu       sync.Mutex
+	freed    sync.Cond
+	n, bytes int
+	waiting  int // publishes blocked in take
+	maxN     int
+	maxBytes int
+	blocked  func() // called when a take starts to wait (it must not block)
+}
+
+func newRoom(maxN, maxBytes int, blocked func()) *room {
+	r := &room{maxN: maxN, maxBytes: maxBytes, blocked: blocked}
+	r.freed.L = &r.mu
+	return r
+}
+
+// take waits until an event of size bytes fits, and counts it in.
+func (r *room) take(size int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.n > 0 && (r.n >= r.maxN || r.bytes+size > r.maxBytes) {
+		r.waiting++
+		r.blocked()
+		r.freed.Wait()
+		r.waiting--
+	}
+	r.n++
+	r.bytes += size
+}
+
+// give counts out an event taken with size bytes.
+func (r *room) give(size int) {
+	r.mu.Lock()
+	r.n--
+	r.bytes -= size
+	r.mu.Unlock()
+	r.freed.Broadcast()
+}
+
+// full reports whether no more events can come in until some go out: the
+// count bound is reached or a publish is waiting for room.
+func (r *room) full() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n >= r.maxN || r.waiting > 0
 }

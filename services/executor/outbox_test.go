@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
@@ -43,7 +45,7 @@ func TestOutboxRidesOutAMissingStream(t *testing.T) {
 	srv := natstest.Start(t)
 	o := testOutbox(t, srv.JS, 300*time.Millisecond, time.Minute)
 	settled := make(chan error, 1)
-	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
+	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
 	natstest.Eventually(t, 20*time.Second, "two rounds that stored nothing", func() bool { return republished(o) >= 2 })
 	select {
 	case err := <-settled:
@@ -67,7 +69,7 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 	srv := natstest.Start(t)
 	o := testOutbox(t, srv.JS, 200*time.Millisecond, time.Second)
 	settled := make(chan error, 1)
-	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
+	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
 	select {
 	case err := <-settled:
 		if err == nil || !strings.Contains(err.Error(), "not stored within 1s") {
@@ -90,7 +92,7 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 	}
 	o := testOutbox(t, srv.JS, 200*time.Millisecond, time.Minute)
 	settled := make(chan error, 1)
-	o.publish(outMsg("too-long"), func(err error) { settled <- err })
+	o.publish(outMsg("too-long"), outboxLinger, func(err error) { settled <- err })
 	select {
 	case err := <-settled:
 		var apiErr *jetstream.APIError
@@ -130,7 +132,7 @@ func TestOutboxRidesOutALeaderElection(t *testing.T) {
 	const n = 20
 	settled := make(chan error, n)
 	for i := range n {
-		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) { settled <- err })
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), outboxLinger, func(err error) { settled <- err })
 	}
 	for range n {
 		select {
@@ -160,15 +162,14 @@ func createOut(t *testing.T, js jetstream.JetStream) {
 	}
 }
 
-// lingering starts an outbox on a fresh server with a stream, whose
-// linger is an hour: a batch can only go out because it is full or the
-// executor is idle. busy says whether calls are in flight.
+// lingering starts an outbox on a fresh server with a stream. Events
+// published with an hour's hold can only go out because the outbox is
+// full or the executor is idle. busy says whether calls are in flight.
 func lingering(t *testing.T, capacity int, busy func() bool) *outbox {
 	t.Helper()
 	srv := natstest.Start(t)
 	createOut(t, srv.JS)
 	o := newOutbox(srv.JS, slog.New(slog.DiscardHandler), capacity, metrics.New(), busy)
-	o.linger = time.Hour
 	t.Cleanup(o.close)
 	return o
 }
@@ -195,7 +196,7 @@ func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
 	o := lingering(t, 4, func() bool { return true }) // calls in flight throughout
 	settled := make(chan error, 4)
 	for i := range 4 {
-		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) { settled <- err })
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), time.Hour, func(err error) { settled <- err })
 	}
 	awaitStored(t, settled, 4, "a full outbox")
 }
@@ -205,7 +206,7 @@ func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
 func TestOutboxSendsAtOnceWhenIdle(t *testing.T) {
 	o := lingering(t, 16, func() bool { return false })
 	settled := make(chan error, 1)
-	o.publish(outMsg("ev-1"), func(err error) { settled <- err })
+	o.publish(outMsg("ev-1"), time.Hour, func(err error) { settled <- err })
 	awaitStored(t, settled, 1, "an idle executor's event")
 }
 
@@ -218,7 +219,7 @@ func TestOutboxLingersUntilTheLastCallEnds(t *testing.T) {
 	o := lingering(t, 16, busy.Load)
 	settled := make(chan error, 3)
 	for i := range 3 {
-		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), func(err error) {
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), time.Hour, func(err error) {
 			if busy.Load() {
 				err = errors.Join(err, errors.New("sent while calls were in flight"))
 			}
@@ -230,4 +231,146 @@ func TestOutboxLingersUntilTheLastCallEnds(t *testing.T) {
 	busy.Store(false)
 	o.wake()
 	awaitStored(t, settled, 3, "the batch after the last call's wake-up")
+}
+
+// TestOutboxLingersPastABatch: while calls are in flight, events keep
+// lingering past a publish round's worth; the batch then goes out in
+// rounds, every event stored.
+func TestOutboxLingersPastABatch(t *testing.T) {
+	var busy atomic.Bool
+	busy.Store(true)
+	o := lingering(t, 16, busy.Load)
+	o.max = 4
+	const n = 10
+	settled := make(chan error, n)
+	for i := range n {
+		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), time.Hour, func(err error) { settled <- err })
+	}
+	natstest.Eventually(t, 10*time.Second, "the outbox took every event", func() bool { return len(o.in) == 0 })
+	if len(settled) != 0 {
+		t.Fatalf("%d events settled while calls were in flight and their hold is an hour", len(settled))
+	}
+	if got := testutil.ToFloat64(o.m.OutboxEvents); got != n {
+		t.Fatalf("flyball_outbox_events = %v while %d linger, want %d", got, n, n)
+	}
+	busy.Store(false)
+	o.wake()
+	awaitStored(t, settled, n, "three rounds after the last call's wake-up")
+	if got := testutil.ToFloat64(o.m.OutboxEvents); got != 0 {
+		t.Fatalf("flyball_outbox_events = %v once every event is stored, want 0", got)
+	}
+	st, err := o.js.Stream(t.Context(), "OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().State.Msgs; got != n {
+		t.Fatalf("stream holds %d events, want %d", got, n)
+	}
+}
+
+// TestOutboxFlushesAtTheEarliestHold: a batch goes out when the shortest
+// hold among its events ends, though calls are still in flight.
+func TestOutboxFlushesAtTheEarliestHold(t *testing.T) {
+	o := lingering(t, 16, func() bool { return true })
+	settled := make(chan error, 2)
+	o.publish(outMsg("ev-long"), time.Hour, func(err error) { settled <- err })
+	o.publish(outMsg("ev-short"), 50*time.Millisecond, func(err error) { settled <- err })
+	awaitStored(t, settled, 2, "both events, at the short hold")
+}
+
+// TestOutboxFlushesWhenItsBytesAreFull: a publish that would take the
+// outbox past its byte bound waits, and the batch goes out at once rather
+// than after its hold.
+func TestOutboxFlushesWhenItsBytesAreFull(t *testing.T) {
+	o := lingering(t, 16, func() bool { return true })
+	o.room.maxBytes = 8 // two of the 4-byte events below
+	settled := make(chan error, 3)
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for i := range 3 {
+			o.publish(outMsg(fmt.Sprintf("ev-%d", i)), time.Hour, func(err error) { settled <- err })
+		}
+	}()
+	awaitStored(t, settled, 2, "the events that filled the outbox's bytes")
+	<-published // the third got in once the first two were stored
+}
+
+// TestRoomBoundsEventsAndBytes: take waits while the count or the byte
+// bound would be passed, says so (blocked, full), and goes on when give
+// frees room; an event larger than the byte bound gets in alone.
+func TestRoomBoundsEventsAndBytes(t *testing.T) {
+	blocked := make(chan struct{}, 4)
+	r := newRoom(2, 100, func() { blocked <- struct{}{} })
+	r.take(500) // larger than the bound, but the room is empty
+	if r.n != 1 || r.full() {
+		t.Fatalf("after one take: %d events held, full %v; want 1, not full", r.n, r.full())
+	}
+	took := make(chan struct{})
+	go func() {
+		r.take(10)
+		close(took)
+	}()
+	<-blocked
+	if !r.full() {
+		t.Fatal("not full while a take waits")
+	}
+	r.give(500)
+	<-took
+	r.take(80)
+	if !r.full() {
+		t.Fatal("not full at the event bound")
+	}
+	r.give(80)
+	if r.full() {
+		t.Fatal("full with one 10-byte event of 2 and 100 bytes")
+	}
+	go func() { r.take(95) }()
+	<-blocked // 10 + 95 > 100
+	r.give(10)
+	natstest.Eventually(t, 10*time.Second, "the 95-byte event got in", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.n == 1 && r.bytes == 95
+	})
+}
+
+// TestSettleHold: an eighth of the tightest interval the cadence can
+// take, between outboxLinger and outboxMaxHold; and only on slots of the
+// interval cadence.
+func TestSettleHold(t *testing.T) {
+	every := func(iv time.Duration, minGap time.Duration) *events.TaskSpec {
+		s := &events.TaskSpec{Schedule: events.Schedule{Interval: events.Duration(iv)}}
+		if minGap > 0 {
+			s.Bounds = &events.Bounds{Min: events.Duration(minGap)}
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		spec *events.TaskSpec
+		want time.Duration
+	}{
+		{"1s", every(time.Second, 0), 125 * time.Millisecond},
+		{"10s", every(10*time.Second, 0), 312500 * time.Microsecond},
+		{"60s", every(time.Minute, 0), time.Second},
+		{"1h", every(time.Hour, 0), time.Second},
+		{"60s, bounds.min 2s", every(time.Minute, 2*time.Second), 250 * time.Millisecond},
+		{"60s, bounds.min 1m", every(time.Minute, time.Minute), time.Second},
+		{"cron", &events.TaskSpec{Schedule: events.Schedule{Cron: "* * * * * *"}}, outboxLinger},
+	} {
+		if got := settleHold(c.spec); got != c.want {
+			t.Errorf("%s: settleHold = %s, want %s", c.name, got, c.want)
+		}
+	}
+	tk := &task{hold: time.Second}
+	for src, want := range map[governor.Source]time.Duration{
+		governor.SourceBaselineInterval: time.Second, governor.SourceAdaptiveTighten: time.Second,
+		governor.SourceHintInterval: outboxLinger, governor.SourceHintOneShot: outboxLinger,
+		governor.SourceCatchUp: outboxLinger, governor.SourceRequeue: outboxLinger, "": outboxLinger,
+	} {
+		if got := holdOf(tk, &events.Dispatch{Source: string(src)}); got != want {
+			t.Errorf("source %q: holdOf = %s, want %s", src, got, want)
+		}
+	}
 }

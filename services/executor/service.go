@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
@@ -107,7 +108,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
-	s.out = newOutbox(s.cfg.JS, s.log, 4*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
+	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.held = make(map[*held]struct{})
 	s.fire = make(chan *held)
@@ -321,7 +322,8 @@ func (s *Service) releaseCall() {
 type task struct {
 	spec       *events.TaskSpec
 	breakerKey string
-	host       string // the HTTP target's host, for the per-host limit
+	host       string        // the HTTP target's host, for the per-host limit
+	hold       time.Duration // how long its run events may wait in the outbox (settleHold)
 }
 
 func decodeTask(id string, raw []byte) (*task, error) {
@@ -329,13 +331,50 @@ func decodeTask(id string, raw []byte) (*task, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &task{spec: spec, breakerKey: BreakerKey(spec)}
+	t := &task{spec: spec, breakerKey: BreakerKey(spec), hold: settleHold(spec)}
 	if spec.Target.HTTP != nil {
 		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil {
 			t.host = u.Host
 		}
 	}
 	return t, nil
+}
+
+// settleHold is how long a task's run event may wait in the outbox for
+// company while other calls are in flight: an eighth of the shortest
+// interval its cadence can take (bounds.min, or the quarter of the
+// baseline adaptive cadence may tighten it to, at least 1s),
+// between outboxLinger and outboxMaxHold. The dispatch stays pending, and
+// DISPATCH holds one pending run per task, so the hold must stay well
+// inside the gap to the next run: a 1s task holds 125ms, a 10s one 312ms,
+// a 60s one a second. A cron task, whose next occurrence may be a second
+// away, holds outboxLinger.
+func settleHold(spec *events.TaskSpec) time.Duration {
+	iv := spec.Schedule.Interval.D()
+	if iv <= 0 {
+		return outboxLinger
+	}
+	lo := max(iv/4, events.MinInterval)
+	if b := spec.Bounds; b != nil && b.Min > 0 {
+		lo = min(lo, b.Min.D())
+	}
+	return min(max(lo/8, outboxLinger), outboxMaxHold)
+}
+
+// holdOf is how long the run event of d may wait in the outbox: its
+// task's settleHold when d is a slot of the task's interval cadence, and
+// outboxLinger when a hint, a catch-up, a retry, a requeue or a cron
+// expression chose it, as the next run may then follow closely. (The
+// first run after an interval hint that tightens the cadence can still
+// find its predecessor's dispatch pending for up to the old hold: the
+// timer retries it until it is stored, so that run is late, never lost.)
+func holdOf(t *task, d *events.Dispatch) time.Duration {
+	switch governor.Source(d.Source) {
+	case governor.SourceBaselineInterval, governor.SourceAdaptiveTighten, governor.SourceAdaptiveRelax,
+		governor.SourceActivityIdle, governor.SourceActivityDormant, governor.SourceClampedMin, governor.SourceClampedMax:
+		return t.hold
+	}
+	return outboxLinger
 }
 
 // pause is the part of a stored schedule the executor needs.
@@ -433,7 +472,7 @@ func (s *Service) breakerWait(ctx context.Context, key string) time.Duration {
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 	run := events.Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Reason: reason, FinishedAt: time.Now().UTC()}
-	s.settleAfter(m, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
+	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.ack(m)
 	})
@@ -485,8 +524,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		Request: res.request, Source: d.Source, BreakerKey: t.breakerKey,
 	}
 	msgID := fmt.Sprintf("%s:%d", d.DispatchID, attempt)
+	hold := holdOf(t, d)
 	if res.ok() {
-		s.settleAfter(m, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
+		s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
 			s.ack(m)
 			s.forgetAttempts(d, attempt)
@@ -503,7 +543,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.permanent || attempt >= retry.MaxAttempts || lastDelivery {
 		run.Final = true
 		run.Dispatch = d
-		s.settleAfter(m, events.OutcomeFailed, &run, msgID+":failed", func() {
+		s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 			s.settle(m, "term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))))
 			s.forgetAttempts(d, attempt)
@@ -521,7 +561,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.nak(m, time.Second, err)
 		return
 	}
-	s.settleAfter(m, events.OutcomeFailed, &run, msgID+":failed", func() {
+	s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
 		s.nak(m, delay, nil)
@@ -569,17 +609,18 @@ func (s *Service) publishRun(ctx context.Context, o events.Outcome, run *events.
 	return err
 }
 
-// settleAfter hands the run event to the outbox and returns at once; once
+// settleAfter hands the run event to the outbox, to be published within
+// hold (settleHold) while calls are in flight, and returns at once; once
 // the event is stored, settled runs (it acks, naks or terms m). If the
 // event cannot be stored, m is nak'ed for a retry in a second, exactly as
 // if the call had not happened.
-func (s *Service) settleAfter(m jetstream.Msg, o events.Outcome, run *events.Run, msgID string, settled func()) {
+func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func()) {
 	msg, err := s.runMsg(o, run, msgID)
 	if err != nil {
 		s.nak(m, time.Second, err)
 		return
 	}
-	s.out.publish(msg, func(err error) {
+	s.out.publish(msg, hold, func(err error) {
 		if err != nil {
 			s.nak(m, time.Second, err)
 			return

@@ -34,6 +34,7 @@ type Set struct {
 	PullFailures       *prometheus.CounterVec
 	OutboxRepublished  prometheus.Counter
 	OutboxAbandoned    prometheus.Counter
+	OutboxEvents       prometheus.Gauge
 	// TaskStaleness is the only per-task series. It is registered only
 	// when per-task metrics are enabled (see sweeper.Config.PerTaskMetrics).
 	TaskStaleness *prometheus.GaugeVec
@@ -116,6 +117,10 @@ func New() *Set {
 			Name: "flyball_outbox_abandoned_total",
 			Help: "Run events never confirmed within the outbox budget (15s); their dispatches were nakked and will be called again.",
 		}),
+		OutboxEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_outbox_events",
+			Help: "Run events in the executor's outbox, not yet confirmed stored; their dispatches are acked once they are.",
+		}),
 	}
 	s.TaskStaleness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
@@ -124,7 +129,7 @@ func New() *Set {
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
-		s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned,
+		s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
 	} {
 		f(c)
 	}
