@@ -25,7 +25,7 @@ func (p *planner) cadenceStep() (time.Duration, Source) {
 		return step, src
 	}
 	if a := p.spec.Adaptive; a != nil && p.s.AdaptiveInterval > 0 {
-		lo, hi := adaptiveRange(p.spec)
+		lo, hi := AdaptiveRange(p.spec)
 		step = clampDur(p.s.AdaptiveInterval, lo, hi)
 		switch {
 		case step < base:
@@ -132,7 +132,7 @@ func (p *planner) observe(o *Outcome) {
 	if a == nil || base <= 0 {
 		return
 	}
-	lo, hi := adaptiveRange(p.spec)
+	lo, hi := AdaptiveRange(p.spec)
 	cur := s.AdaptiveInterval
 	if cur <= 0 {
 		cur = base
@@ -201,10 +201,11 @@ func modeName(a *events.Adaptive) string {
 	return a.Mode
 }
 
-// adaptiveRange is the interval range adaptive cadence moves in:
+// AdaptiveRange is the interval range adaptive cadence moves in:
 // bounds.min (or a quarter of the baseline, at least 1s) to bounds.max (or
-// four times the baseline).
-func adaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
+// four times the baseline). lo, less the jitter, is also the tightest gap
+// the task's own cadence (a Source whose Cadence is true) can take.
+func AdaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
 	base := spec.Schedule.Interval.D()
 	lo, hi = max(base/4, events.MinInterval), satMul(base, 4)
 	if b := spec.Bounds; b != nil {

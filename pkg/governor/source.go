@@ -58,6 +58,8 @@ const (
 
 // AllSources lists every source Decide can produce, highest precedence
 // first (sources of equal rank are adjacent).
+//
+// See also [Source.Cadence].
 func AllSources() []Source {
 	return []Source{
 		SourcePaused, SourceDeleted,
@@ -69,4 +71,19 @@ func AllSources() []Source {
 		SourceActivityDormant, SourceActivityIdle, SourceAdaptiveTighten, SourceAdaptiveRelax,
 		SourceCatchUp, SourceBackoff, SourceStartAt, SourceBaselineCron, SourceBaselineInterval,
 	}
+}
+
+// Cadence reports whether s is a slot of the task's own interval cadence:
+// the baseline grid, shaped by adaptive cadence or activity modes, or
+// clamped to bounds. Such a slot's gap to the last is at least the low
+// end of [AdaptiveRange], less the spec's jitter (at most half). A slot a
+// hint, a catch-up, a retry backoff, a requeue, a cron expression or the
+// startAt asked for may be followed by the next one at any distance.
+func (s Source) Cadence() bool {
+	switch s {
+	case SourceBaselineInterval, SourceAdaptiveTighten, SourceAdaptiveRelax,
+		SourceActivityIdle, SourceActivityDormant, SourceClampedMin, SourceClampedMax:
+		return true
+	}
+	return false
 }

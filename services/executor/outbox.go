@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
@@ -101,7 +102,7 @@ func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metric
 		busy: busy, idle: make(chan struct{}, 1),
 		in: make(chan *outItem, capacity), closed: make(chan struct{}),
 	}
-	o.room = newRoom(capacity, outboxMaxBytes, o.wake)
+	o.room = newRoom(capacity, outboxMaxBytes, o.wake, m.OutboxEvents)
 	go o.run()
 	return o
 }
@@ -113,7 +114,6 @@ func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metric
 func (o *outbox) publish(msg *nats.Msg, hold time.Duration, settle func(error)) {
 	it := &outItem{msg: msg, hold: hold, settle: settle}
 	o.room.take(it.size())
-	o.m.OutboxEvents.Inc()
 	o.in <- it
 }
 
@@ -277,7 +277,6 @@ func retryable(err error) bool {
 // done settles it and frees its place.
 func (o *outbox) done(it *outItem, err error) {
 	o.room.give(it.size())
-	o.m.OutboxEvents.Dec()
 	it.settle(err)
 }
 
@@ -290,11 +289,12 @@ type room struct {
 	waiting  int // publishes blocked in take
 	maxN     int
 	maxBytes int
-	blocked  func() // called when a take starts to wait (it must not block)
+	blocked  func()           // called when a take starts to wait (it must not block)
+	held     prometheus.Gauge // n, as flyball_outbox_events
 }
 
-func newRoom(maxN, maxBytes int, blocked func()) *room {
-	r := &room{maxN: maxN, maxBytes: maxBytes, blocked: blocked}
+func newRoom(maxN, maxBytes int, blocked func(), held prometheus.Gauge) *room {
+	r := &room{maxN: maxN, maxBytes: maxBytes, blocked: blocked, held: held}
 	r.freed.L = &r.mu
 	return r
 }
@@ -311,6 +311,7 @@ func (r *room) take(size int) {
 	}
 	r.n++
 	r.bytes += size
+	r.held.Set(float64(r.n))
 }
 
 // give counts out an event taken with size bytes.
@@ -318,6 +319,7 @@ func (r *room) give(size int) {
 	r.mu.Lock()
 	r.n--
 	r.bytes -= size
+	r.held.Set(float64(r.n))
 	r.mu.Unlock()
 	r.freed.Broadcast()
 }

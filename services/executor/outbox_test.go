@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -301,7 +302,7 @@ func TestOutboxFlushesWhenItsBytesAreFull(t *testing.T) {
 // frees room; an event larger than the byte bound gets in alone.
 func TestRoomBoundsEventsAndBytes(t *testing.T) {
 	blocked := make(chan struct{}, 4)
-	r := newRoom(2, 100, func() { blocked <- struct{}{} })
+	r := newRoom(2, 100, func() { blocked <- struct{}{} }, prometheus.NewGauge(prometheus.GaugeOpts{Name: "held"}))
 	r.take(500) // larger than the bound, but the room is empty
 	if r.n != 1 || r.full() {
 		t.Fatalf("after one take: %d events held, full %v; want 1, not full", r.n, r.full())
@@ -337,7 +338,7 @@ func TestRoomBoundsEventsAndBytes(t *testing.T) {
 
 // TestSettleHold: an eighth of the tightest interval the cadence can
 // take, between outboxLinger and outboxMaxHold; and only on slots of the
-// interval cadence.
+// task's cadence (which sources those are: governor's TestSourceCadence).
 func TestSettleHold(t *testing.T) {
 	every := func(iv time.Duration, minGap time.Duration) *events.TaskSpec {
 		s := &events.TaskSpec{Schedule: events.Schedule{Interval: events.Duration(iv)}}
@@ -357,6 +358,7 @@ func TestSettleHold(t *testing.T) {
 		{"1h", every(time.Hour, 0), time.Second},
 		{"60s, bounds.min 2s", every(time.Minute, 2*time.Second), 250 * time.Millisecond},
 		{"60s, bounds.min 1m", every(time.Minute, time.Minute), time.Second},
+		{"1s, bounds.min 4s (every gap clamped up)", every(time.Second, 4*time.Second), 500 * time.Millisecond},
 		{"cron", &events.TaskSpec{Schedule: events.Schedule{Cron: "* * * * * *"}}, outboxLinger},
 	} {
 		if got := settleHold(c.spec); got != c.want {
@@ -364,13 +366,10 @@ func TestSettleHold(t *testing.T) {
 		}
 	}
 	tk := &task{hold: time.Second}
-	for src, want := range map[governor.Source]time.Duration{
-		governor.SourceBaselineInterval: time.Second, governor.SourceAdaptiveTighten: time.Second,
-		governor.SourceHintInterval: outboxLinger, governor.SourceHintOneShot: outboxLinger,
-		governor.SourceCatchUp: outboxLinger, governor.SourceRequeue: outboxLinger, "": outboxLinger,
-	} {
-		if got := holdOf(tk, &events.Dispatch{Source: string(src)}); got != want {
-			t.Errorf("source %q: holdOf = %s, want %s", src, got, want)
-		}
+	if got := holdOf(tk, &events.Dispatch{Source: string(governor.SourceBaselineInterval)}); got != time.Second {
+		t.Errorf("a cadence slot: holdOf = %s, want the task's hold", got)
+	}
+	if got := holdOf(tk, &events.Dispatch{Source: string(governor.SourceHintOneShot)}); got != outboxLinger {
+		t.Errorf("a hinted slot: holdOf = %s, want outboxLinger", got)
 	}
 }

@@ -341,37 +341,31 @@ func decodeTask(id string, raw []byte) (*task, error) {
 }
 
 // settleHold is how long a task's run event may wait in the outbox for
-// company while other calls are in flight: an eighth of the shortest
-// interval its cadence can take (bounds.min, or the quarter of the
-// baseline adaptive cadence may tighten it to, at least 1s),
-// between outboxLinger and outboxMaxHold. The dispatch stays pending, and
+// company while other calls are in flight: an eighth of the tightest gap
+// its own cadence can take (the low end of governor.AdaptiveRange:
+// bounds.min, or a quarter of the baseline, at least 1s), between
+// outboxLinger and outboxMaxHold. The dispatch stays pending, and
 // DISPATCH holds one pending run per task, so the hold must stay well
 // inside the gap to the next run: a 1s task holds 125ms, a 10s one 312ms,
-// a 60s one a second. A cron task, whose next occurrence may be a second
-// away, holds outboxLinger.
+// a 60s one a second. A cron task holds outboxLinger.
 func settleHold(spec *events.TaskSpec) time.Duration {
-	iv := spec.Schedule.Interval.D()
-	if iv <= 0 {
+	if spec.Schedule.Interval <= 0 {
 		return outboxLinger
 	}
-	lo := max(iv/4, events.MinInterval)
-	if b := spec.Bounds; b != nil && b.Min > 0 {
-		lo = min(lo, b.Min.D())
-	}
+	lo, _ := governor.AdaptiveRange(spec)
 	return min(max(lo/8, outboxLinger), outboxMaxHold)
 }
 
 // holdOf is how long the run event of d may wait in the outbox: its
-// task's settleHold when d is a slot of the task's interval cadence, and
-// outboxLinger when a hint, a catch-up, a retry, a requeue or a cron
-// expression chose it, as the next run may then follow closely. (The
-// first run after an interval hint that tightens the cadence can still
-// find its predecessor's dispatch pending for up to the old hold: the
-// timer retries it until it is stored, so that run is late, never lost.)
+// task's settleHold when d is a slot of the task's own cadence
+// (governor.Source.Cadence), and outboxLinger when a hint, a catch-up, a
+// retry, a requeue or a cron expression chose it, as the next run may then
+// follow closely. (The first run after an interval hint that tightens the
+// cadence can still find its predecessor's dispatch pending for up to the
+// old hold: the timer retries it until it is stored, so that run is late,
+// never lost.)
 func holdOf(t *task, d *events.Dispatch) time.Duration {
-	switch governor.Source(d.Source) {
-	case governor.SourceBaselineInterval, governor.SourceAdaptiveTighten, governor.SourceAdaptiveRelax,
-		governor.SourceActivityIdle, governor.SourceActivityDormant, governor.SourceClampedMin, governor.SourceClampedMax:
+	if governor.Source(d.Source).Cadence() {
 		return t.hold
 	}
 	return outboxLinger

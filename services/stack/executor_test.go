@@ -153,3 +153,48 @@ func TestDeadLetterCatchesUpAfterDowntime(t *testing.T) {
 	e.start("deadletter") // comes back and reads what it missed
 	natstest.Eventually(t, 10*time.Second, "the missed failure is dead-lettered", func() bool { return len(dls()) == 1 })
 }
+
+// TestRunEventWaitsForItsHoldWhileOtherCallsRun: with another call in
+// flight, a run event of a 1h task waits in the executor's outbox for its
+// task's hold (1s: an eighth of the tightest gap its cadence can take,
+// capped), not the 100ms linger, and then goes out although that other
+// call is still running.
+func TestRunEventWaitsForItsHoldWhileOtherCallsRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	slow := newScripted(t, 200)
+	slow.hang = make(chan struct{}) // released at cleanup
+	fast := newScripted(t, 200)
+	type seen struct {
+		at  time.Time
+		run events.Run
+	}
+	succeeded := record(t, e.srv.NC, "flyball.run.succeeded.fast", func(m *nats.Msg) (seen, bool) {
+		ev, err := events.Decode(m.Header, m.Data)
+		if err != nil {
+			t.Errorf("undecodable run event: %v", err)
+			return seen{}, false
+		}
+		return seen{time.Now(), runsOf(t, []events.Event{ev})[0]}, true
+	})
+	e.create("slow", fmt.Sprintf(`{"id":"slow","target":{"http":{"url":%q,"timeout":"1m"}},"schedule":{"interval":"1h"}}`, slow.srv.URL))
+	select {
+	case <-slow.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow target was not called")
+	}
+	e.create("fast", fmt.Sprintf(`{"id":"fast","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, fast.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "fast's run.succeeded", func() bool { return len(succeeded()) == 1 })
+	s := succeeded()[0]
+	if s.run.Source != "baseline-interval" {
+		t.Fatalf("fast's first run has source %q, want baseline-interval (a cadence slot)", s.run.Source)
+	}
+	// The event is published at FinishedAt + the hold; allow the linger's
+	// 100 ms to be told apart with room for a slow machine.
+	if waited := s.at.Sub(s.run.FinishedAt); waited < 900*time.Millisecond || waited > 5*time.Second {
+		t.Fatalf("run.succeeded arrived %s after its call finished; want its 1s hold while the slow call runs", waited)
+	}
+	if n := len(slow.Calls()); n != 1 {
+		t.Fatalf("slow target called %d times, want 1 call still in flight", n)
+	}
+}
