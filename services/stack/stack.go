@@ -55,8 +55,8 @@ type Config struct {
 	PerHost int
 	// GovernorWorkers is the governor's parallelism per stream. Defaults to 16.
 	GovernorWorkers int
-	// TimerLead is timer.Config.Lead: 0 for timer.DefaultLead, negative
-	// for none.
+	// TimerLead is timer.Config.Lead, the longest a dispatch is published
+	// before its slot: 0 for timer.DefaultLead, negative for none.
 	TimerLead time.Duration
 	// APIAddr and APITokens configure the API (required when it runs).
 	APIAddr   string

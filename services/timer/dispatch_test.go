@@ -412,3 +412,73 @@ func TestNewRefusesALeadPastTheInFlightWindow(t *testing.T) {
 		t.Fatalf("lead past the window: err %v, want one naming Config.Lead", err)
 	}
 }
+
+// TestLeadFollowsTheTimeSinceThePreviousSlot covers each slot's lead: a
+// quarter of the time since the task's previous dispatched slot, at most
+// Config.Lead, and at most FirstLead with no previous slot.
+func TestLeadFollowsTheTimeSinceThePreviousSlot(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	const ms = int64(time.Millisecond)
+	for _, c := range []struct {
+		name      string
+		lead      time.Duration // Config.Lead
+		gap       time.Duration // since the previous slot; 0 for none
+		wantAhead time.Duration
+	}{
+		{"first slot", 0, 0, FirstLead},
+		{"1s task", 0, time.Second, 250 * time.Millisecond},
+		{"2s task", 0, 2 * time.Second, 500 * time.Millisecond},
+		{"10s task", 0, 10 * time.Second, time.Second},
+		{"tightened to 400ms", 0, 400 * time.Millisecond, 100 * time.Millisecond},
+		{"Lead caps a 10s task", 300 * time.Millisecond, 10 * time.Second, 300 * time.Millisecond},
+		{"Lead below FirstLead", 100 * time.Millisecond, 0, 100 * time.Millisecond},
+		{"no lead", -1, 10 * time.Second, 0},
+	} {
+		s, err := New(Config{JS: srv.JS, Lead: c.lead, RetryDelay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := time.Now().Add(-time.Minute).UnixNano()
+		if c.gap > 0 {
+			s.upsert("a", prev, "x")
+			if runs, _ := s.takeDue(); len(runs) != 1 {
+				t.Fatalf("%s: took %d runs, want the previous slot", c.name, len(runs))
+			}
+		}
+		at := prev + int64(c.gap) // with no previous slot, any slot
+		s.upsert("a", at, "x")
+		it := s.items["a"]
+		if got := time.Duration(it.due - it.at); it.due != at || got != c.wantAhead {
+			t.Errorf("%s: slot %d planned %v ahead (due %d), want %v", c.name, at/ms, got, it.due/ms, c.wantAhead)
+		}
+	}
+}
+
+// TestDispatchIsPublishedItsLeadEarly: on a real server, a slot 4s after
+// the task's previous one is published its 1s lead early, not FirstLead,
+// and never before that.
+func TestDispatchIsPublishedItsLeadEarly(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	s := startTimer(t, srv.JS, nil)
+	ctx := context.Background()
+	prev := time.Now().Add(-2500 * time.Millisecond).Truncate(time.Millisecond).UTC()
+	putSchedule(t, srv.JS, "task", prev, gov.SourceBaselineInterval)
+	natstest.Eventually(t, within, "previous slot stored", func() bool { return results(s)[resultNew] == 1 })
+	st, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil { // its run is over
+		t.Fatal(err)
+	}
+	slot := prev.Add(4 * time.Second)
+	putSchedule(t, srv.JS, "task", slot, gov.SourceBaselineInterval)
+	natstest.Eventually(t, within, "next slot stored", func() bool { return results(s)[resultNew] == 2 })
+	_, d := storedDispatch(t, srv.JS, "task")
+	ahead := slot.Sub(d.FiredAt)
+	if !d.ScheduledAt.Equal(slot) || ahead > time.Second || ahead < 2*FirstLead {
+		t.Fatalf("slot %v published at %v, %v ahead; want between %v and 1s ahead", d.ScheduledAt, d.FiredAt, ahead, 2*FirstLead)
+	}
+}

@@ -14,6 +14,10 @@
 // retry the new slot with a backoff until it is stored or superseded. Any other publish error is retried with a short backoff; a run is
 // never silently dropped.
 //
+// Each slot is published its lead early (the executor holds it until the
+// slot): a quarter of the time since the task's previous slot, at most
+// Config.Lead (1 s by default). The heap is ordered by that publish time.
+//
 // Due runs leave in batches: up to 1,024 are taken off the heap in one lock
 // hold and published asynchronously, then their acks are collected; an ack
 // that does not come within 3 s counts as an error and is published again. Loading the bucket

@@ -4,8 +4,8 @@ package timer
 // the item small: the timer holds one per task.
 type item struct {
 	id     string
-	at     int64 // when to fire (the heap key)
-	due    int64 // the scheduled nextRunAt; differs from at only on retry
+	at     int64 // when to publish (the heap key): due minus its lead, or a retry's time
+	due    int64 // the scheduled nextRunAt
 	fired  int64 // the due time last dispatched, to ignore re-puts of it
 	source string
 	index  int32 // position in the heap, -1 when not queued
@@ -15,7 +15,7 @@ type item struct {
 	waits int32
 }
 
-// dueHeap is a min-heap of items by due time.
+// dueHeap is a min-heap of items by publish time (item.at).
 type dueHeap []*item
 
 func (h dueHeap) Len() int { return len(h) }

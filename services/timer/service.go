@@ -36,19 +36,38 @@ type Config struct {
 	// RetryDelay is the wait before re-publishing a dispatch whose publish
 	// failed. Defaults to 250ms.
 	RetryDelay time.Duration
-	// Lead publishes each dispatch this long before its slot. The executor
-	// holds a dispatch until its scheduledAt, so the publish, the store and
-	// the delivery of a burst happen before the slot instead of delaying
-	// its calls. Defaults to DefaultLead; a negative value publishes at the
-	// slot itself. At most governor.InFlightWindow (1s): the governor
-	// counts a slot due that soon as possibly dispatched, and keeps it when
-	// a breaker or spec change arrives. New refuses more.
+	// Lead is the longest a dispatch is published before its slot. The
+	// executor holds a dispatch until its scheduledAt, so the publish, the
+	// store and the delivery of a burst happen before the slot instead of
+	// delaying its calls.
+	//
+	// Each slot gets its own lead: a quarter of the time since the task's
+	// previous slot, at most Lead. The previous run has to finish, and
+	// DISPATCH to drop its dispatch, before the next can be stored (the
+	// subject holds one; a second is refused and retried), so a 1s task
+	// is published 250ms early and a 10s one 1s early. A slot whose task
+	// has no previous slot this timer dispatched (a new task, the first
+	// slot after a restart, a retried slot) gets at most FirstLead.
+	//
+	// Defaults to DefaultLead; a negative value publishes at the slot
+	// itself. At most governor.InFlightWindow (1s): the governor counts a
+	// slot due that soon as possibly dispatched, and keeps it when a
+	// breaker or spec change arrives. New refuses more.
 	Lead time.Duration
 }
 
-// DefaultLead is the default Config.Lead: longer than the dispatch path of
-// a burst of a few thousand runs, far shorter than the shortest interval.
-const DefaultLead = 250 * time.Millisecond
+const (
+	// DefaultLead is the default Config.Lead, governor.InFlightWindow: a
+	// burst of ten thousand runs is stored and delivered in under a
+	// second on two cores, and a task has to run every 4s to get all of it.
+	DefaultLead = gov.InFlightWindow
+	// FirstLead caps the lead of a slot with no previous slot to measure
+	// from: short enough for a task that runs every second.
+	FirstLead = 250 * time.Millisecond
+	// leadShare is the part of the time since the previous slot a slot's
+	// lead may take (1/leadShare).
+	leadShare = 4
+)
 
 // Service is the timer service.
 type Service struct {
@@ -91,7 +110,10 @@ type dueRun struct {
 	id     string
 	source string
 	at     int64 // the slot: nextRunAt, Unix nanoseconds
-	future jetstream.PubAckFuture
+	// planned is when the timer meant to publish it: its lead before the
+	// slot, or a retry's time.
+	planned int64
+	future  jetstream.PubAckFuture
 }
 
 const (
@@ -252,6 +274,16 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 	s.upsert(id, next.UnixNano(), s.intern(source))
 }
 
+// lead returns how long before slot at to publish it, given prev, the
+// task's previous slot this timer dispatched (0 when none): see
+// Config.Lead.
+func (s *Service) lead(at, prev int64) int64 {
+	if prev <= 0 || at <= prev {
+		return int64(min(s.cfg.Lead, FirstLead))
+	}
+	return int64(min(s.cfg.Lead, time.Duration(at-prev)/leadShare))
+}
+
 // intern returns the canonical copy of a source; the lookup does not
 // allocate.
 func (s *Service) intern(b []byte) string {
@@ -286,7 +318,7 @@ func (s *Service) upsert(id string, at int64, source string) {
 		}
 		return
 	}
-	it.at, it.due, it.waits = at, at, 0
+	it.at, it.due, it.waits = at-s.lead(at, it.fired), at, 0
 	if it.index >= 0 {
 		heap.Fix(&s.queue, int(it.index))
 	} else {
@@ -367,7 +399,7 @@ func (s *Service) dispatchDue(ctx context.Context) time.Duration {
 // takeDue takes up to s.batch due items off the heap, in one lock hold.
 // With none due it returns nil and how long to wait for the next one.
 func (s *Service) takeDue() ([]dueRun, time.Duration) {
-	now := time.Now().Add(s.cfg.Lead).UnixNano() // due = within Lead of its slot
+	now := time.Now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var runs []dueRun
@@ -384,7 +416,7 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 		}
 		heap.Pop(&s.queue)
 		it.fired = it.due
-		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due})
+		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, planned: it.at})
 	}
 	if runs == nil {
 		return nil, time.Hour
@@ -401,7 +433,7 @@ func (s *Service) publishAll(runs []dueRun) {
 	var unsent failures
 	for i := range runs {
 		r := &runs[i]
-		f, err := s.publish(r.id, r.at, r.source, time.Now())
+		f, err := s.publish(r, time.Now())
 		if err != nil {
 			// Connection closed, too many pending acks, a body that
 			// cannot be encoded.
@@ -528,9 +560,10 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 	return true
 }
 
-func (s *Service) publish(id string, at int64, source string, now time.Time) (jetstream.PubAckFuture, error) {
-	scheduledAt := time.Unix(0, at).UTC()
-	body, err := s.enc.encode(id, scheduledAt, now.UTC(), source)
+func (s *Service) publish(r *dueRun, now time.Time) (jetstream.PubAckFuture, error) {
+	id := r.id
+	scheduledAt := time.Unix(0, r.at).UTC()
+	body, err := s.enc.encode(id, scheduledAt, now.UTC(), r.source)
 	if err != nil {
 		return nil, err
 	}
@@ -540,8 +573,7 @@ func (s *Service) publish(id string, at int64, source string, now time.Time) (je
 		jetstream.MsgIDHeader: {events.DispatchID(id, scheduledAt)},
 		"Content-Type":        {events.ContentTypeStructured},
 	}}
-	// Lateness against when the timer meant to publish: Lead before the slot.
-	s.cfg.Metrics.DispatchLateness.Observe(max(now.Sub(scheduledAt.Add(-s.cfg.Lead)), 0).Seconds())
+	s.cfg.Metrics.DispatchLateness.Observe(max(now.Sub(time.Unix(0, r.planned)), 0).Seconds())
 	return s.cfg.JS.PublishMsgAsync(m)
 }
 
@@ -594,7 +626,7 @@ func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool)
 	}
 	it.fired = 0
 	it.due = at
-	it.at = max(at, time.Now().Add(delay).UnixNano())
+	it.at = max(at-s.lead(at, 0), time.Now().Add(delay).UnixNano())
 	heap.Push(&s.queue, it)
 	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
 	s.pokeIfFirst(it)

@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one in-process")
 	fs.StringVar(&stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "executor concurrency, and concurrent calls of the floor and the nats-server baseline")
-	fs.DurationVar(&cfg.TimerLead, "timer-lead", cfg.TimerLead, "in-process stack: how early the timer publishes dispatches (0: flyball's default, negative: at the slot)")
+	fs.DurationVar(&cfg.TimerLead, "timer-lead", cfg.TimerLead, "in-process stack: the longest the timer publishes a dispatch before its slot (0: flyball's default, negative: at the slot)")
 	fs.StringVar(&cfg.Target, "target", cfg.Target, "where the HTTP target runs: process (a child, so its CPU is not charged) or inproc")
 	fs.IntVar(&cfg.TargetHosts, "target-hosts", cfg.TargetHosts, "loopback addresses the target listens on (tasks are spread over them)")
 	fs.IntVar(&cfg.RawMsgs, "raw-msgs", cfg.RawMsgs, "messages published to measure the raw JetStream ceiling")

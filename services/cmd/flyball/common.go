@@ -62,7 +62,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
 	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")
 	fs.IntVar(&f.govWorkers, "governor-workers", 16, "governor: messages decided at once per stream (sharded by task)")
-	fs.DurationVar(&f.timerLead, "timer-lead", timer.DefaultLead, "timer: publish dispatches this long before their slot; the executor holds them until the slot (0: at the slot)")
+	fs.DurationVar(&f.timerLead, "timer-lead", timer.DefaultLead, "timer: the longest a dispatch is published before its slot (each gets a quarter of the time since its task's previous slot, at most this); the executor holds it until the slot (0: at the slot)")
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
 }
 

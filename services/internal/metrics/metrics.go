@@ -57,7 +57,7 @@ func New() *Set {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 		DispatchLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flyball_dispatch_lateness_seconds", Help: "Dispatch time minus the scheduled nextRunAt.",
+			Name: "flyball_dispatch_lateness_seconds", Help: "Dispatch publish time minus when the timer planned it: its lead before nextRunAt, or a retry's time.",
 			Buckets: latencyBuckets,
 		}),
 		DispatchTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -67,7 +67,7 @@ func New() *Set {
 			Name: "flyball_dispatch_pending", Help: "Schedules held by this timer that are waiting to fall due.",
 		}),
 		DispatchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flyball_dispatch_held", Help: "Dispatches this executor holds until their slot (the timer publishes them --timer-lead early).",
+			Name: "flyball_dispatch_held", Help: "Dispatches this executor holds until their slot (the timer publishes them up to --timer-lead early).",
 		}),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_inflight", Help: "Runs being executed by this process.",
