@@ -482,3 +482,35 @@ func TestDispatchIsPublishedItsLeadEarly(t *testing.T) {
 		t.Fatalf("slot %v published at %v, %v ahead; want between %v and 1s ahead", d.ScheduledAt, d.FiredAt, ahead, 2*FirstLead)
 	}
 }
+
+// TestRetriedDispatchLatenessCountsFromItsSlot: a retried dispatch is
+// planned against its slot, not against the retry, so the time a NATS
+// outage costs shows in flyball_dispatch_lateness_seconds.
+func TestRetriedDispatchLatenessCountsFromItsSlot(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, RetryDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().Add(-time.Minute).UnixNano()
+	want := slot - int64(FirstLead)
+	s.upsert("a", slot, "x")
+	runs, _ := s.takeDue()
+	if len(runs) != 1 || runs[0].planned != want {
+		t.Fatalf("first try: %+v, want one run planned at %d", runs, want)
+	}
+	s.retryLater(runs[0].it, runs[0].at)
+	natstest.Eventually(t, within, "the retry due", func() bool {
+		runs, _ = s.takeDue()
+		return len(runs) == 1
+	})
+	if got := runs[0].planned; got != want {
+		t.Fatalf("retry planned at %d (%v after the slot's plan), want %d", got, time.Duration(got-want), want)
+	}
+	// The next slot's plan is its own lead before it again.
+	s.upsert("a", slot+int64(10*time.Second), "x")
+	if runs, _ = s.takeDue(); len(runs) != 1 || runs[0].planned != slot+int64(9*time.Second) {
+		t.Fatalf("next slot: %+v, want one run planned 1s before it", runs)
+	}
+}

@@ -110,8 +110,8 @@ type dueRun struct {
 	id     string
 	source string
 	at     int64 // the slot: nextRunAt, Unix nanoseconds
-	// planned is when the timer meant to publish it: its lead before the
-	// slot, or a retry's time.
+	// planned is when the timer first meant to publish it: its lead before
+	// the slot (for a retried slot, at most FirstLead before it).
 	planned int64
 	future  jetstream.PubAckFuture
 }
@@ -415,8 +415,14 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 			runs = make([]dueRun, 0, min(len(s.queue), s.batch))
 		}
 		heap.Pop(&s.queue)
+		planned := it.at
+		if it.fired == 0 {
+			// A first slot, or a retry: a retry's lateness counts from the
+			// slot's first plan, so a NATS outage shows in the metric.
+			planned = min(planned, it.due-s.lead(it.due, 0))
+		}
 		it.fired = it.due
-		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, planned: it.at})
+		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, planned: planned})
 	}
 	if runs == nil {
 		return nil, time.Hour
