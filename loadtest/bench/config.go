@@ -225,8 +225,8 @@ func (c *Config) validate() error {
 	default:
 		add("stack: want %s or %s, got %q", StackInProcess, StackExternal, c.Stack)
 	}
-	if c.TimerLead > gov.InFlightWindow {
-		add("timer-lead: must be at most %s, got %s", gov.InFlightWindow, c.TimerLead)
+	if c.TimerLead > gov.MaxLead {
+		add("timer-lead: must be at most %s, got %s", gov.MaxLead, c.TimerLead)
 	}
 	if c.TimerLead != 0 && c.Stack == StackExternal {
 		add("timer-lead: applies to the in-process stack only; set --timer-lead on the stack behind --nats-url")

@@ -47,7 +47,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 
 func TestConfigValidateAcceptsTimerLead(t *testing.T) {
 	t.Parallel()
-	for _, lead := range []time.Duration{-1, 0, 250 * time.Millisecond, gov.InFlightWindow} {
+	for _, lead := range []time.Duration{-1, 0, 250 * time.Millisecond, gov.MaxLead} {
 		c := validConfig()
 		c.TimerLead = lead
 		if err := c.validate(); err != nil {

@@ -39,9 +39,16 @@ const (
 )
 
 // InFlightWindow is how far ahead of now a planned slot counts as
-// dispatched: the timer publishes each dispatch up to its lead (250 ms by
-// default, --timer-lead, at most this) before the slot.
-const InFlightWindow = time.Second
+// dispatched: the timer publishes each dispatch up to its lead (at most
+// MaxLead) before the slot.
+const InFlightWindow = 2 * time.Second
+
+// MaxLead is the longest the timer may publish a dispatch before its slot:
+// half of InFlightWindow. The other half covers the time between an input
+// being stored (the decision's clock) and its decision being written: a
+// breaker or spec change stored just before the timer publishes must
+// still see the slot as in flight, or it plans a second slot behind it.
+const MaxLead = InFlightWindow / 2
 
 // trailCap is the trail text reserved up front: enough for the usual
 // decision, so the builder allocates once.

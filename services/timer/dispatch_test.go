@@ -398,16 +398,17 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// TestNewRefusesALeadPastTheInFlightWindow: the governor keeps a slot due
-// within governor.InFlightWindow when a breaker or spec change arrives,
-// because the timer may have dispatched it; a longer lead would break that.
-func TestNewRefusesALeadPastTheInFlightWindow(t *testing.T) {
+// TestNewRefusesALeadPastMaxLead: the governor keeps a slot due within
+// governor.InFlightWindow when a breaker or spec change arrives, because
+// the timer may have dispatched it; a lead past half of that would leave
+// no margin for the governor's own delay.
+func TestNewRefusesALeadPastMaxLead(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	if _, err := New(Config{JS: srv.JS, Lead: gov.InFlightWindow}); err != nil {
+	if _, err := New(Config{JS: srv.JS, Lead: gov.MaxLead}); err != nil {
 		t.Fatalf("lead of exactly the window: %v", err)
 	}
-	_, err := New(Config{JS: srv.JS, Lead: gov.InFlightWindow + time.Millisecond})
+	_, err := New(Config{JS: srv.JS, Lead: gov.MaxLead + time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "Config.Lead") {
 		t.Fatalf("lead past the window: err %v, want one naming Config.Lead", err)
 	}

@@ -50,17 +50,19 @@ type Config struct {
 	// slot after a restart, a retried slot) gets at most FirstLead.
 	//
 	// Defaults to DefaultLead; a negative value publishes at the slot
-	// itself. At most governor.InFlightWindow (1s): the governor counts a
-	// slot due that soon as possibly dispatched, and keeps it when a
-	// breaker or spec change arrives. New refuses more.
+	// itself. At most governor.MaxLead (1s, half of InFlightWindow): the
+	// governor counts a slot due within InFlightWindow as possibly
+	// dispatched, and keeps it when a breaker or spec change arrives; the
+	// other half is the margin for the governor's own delay. New refuses
+	// more.
 	Lead time.Duration
 }
 
 const (
-	// DefaultLead is the default Config.Lead, governor.InFlightWindow: a
+	// DefaultLead is the default Config.Lead, governor.MaxLead: a
 	// burst of ten thousand runs is stored and delivered in under a
 	// second on two cores, and a task has to run every 4s to get all of it.
-	DefaultLead = gov.InFlightWindow
+	DefaultLead = gov.MaxLead
 	// FirstLead caps the lead of a slot with no previous slot to measure
 	// from: short enough for a task that runs every second.
 	FirstLead = 250 * time.Millisecond
@@ -154,9 +156,10 @@ func New(cfg Config) (*Service, error) {
 		cfg.RetryDelay = 250 * time.Millisecond
 	}
 	switch {
-	case cfg.Lead > gov.InFlightWindow:
-		// The governor counts a slot due that soon as possibly dispatched.
-		return nil, fmt.Errorf("timer: Config.Lead %s is longer than governor.InFlightWindow (%s)", cfg.Lead, gov.InFlightWindow)
+	case cfg.Lead > gov.MaxLead:
+		// The governor counts a slot due within twice that as possibly
+		// dispatched.
+		return nil, fmt.Errorf("timer: Config.Lead %s is longer than governor.MaxLead (%s)", cfg.Lead, gov.MaxLead)
 	case cfg.Lead == 0:
 		cfg.Lead = DefaultLead
 	case cfg.Lead < 0:

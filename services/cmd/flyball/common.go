@@ -118,8 +118,8 @@ func (f *runFlags) guard() (executor.Guard, error) {
 		}
 	}
 	// The governor treats a slot due within InFlightWindow as dispatched.
-	if f.timerLead < 0 || f.timerLead > governor.InFlightWindow {
-		return g, fmt.Errorf("--timer-lead: want a duration from 0 to %s, got %s", governor.InFlightWindow, f.timerLead)
+	if f.timerLead < 0 || f.timerLead > governor.MaxLead {
+		return g, fmt.Errorf("--timer-lead: want a duration from 0 to %s, got %s", governor.MaxLead, f.timerLead)
 	}
 	for _, flag := range []struct {
 		name string
