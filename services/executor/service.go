@@ -346,8 +346,9 @@ func decodeTask(id string, raw []byte) (*task, error) {
 // bounds.min, or a quarter of the baseline, at least 1s), between
 // outboxLinger and outboxMaxHold. The dispatch stays pending, and
 // DISPATCH holds one pending run per task, so the hold must stay well
-// inside the gap to the next run: a 1s task holds 125ms, a 10s one 312ms,
-// a 60s one a second. A cron task holds outboxLinger.
+// inside the gap to the next run, which the timer publishes up to a
+// quarter of that gap early (timer.Config.Lead): a 1s task holds 125ms, a
+// 10s one 312ms, a 60s one a second. A cron task holds outboxLinger.
 func settleHold(spec *events.TaskSpec) time.Duration {
 	if spec.Schedule.Interval <= 0 {
 		return outboxLinger

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -257,10 +258,19 @@ func TestDispatchRetriesUntilStored(t *testing.T) {
 	if results(s)[resultNew] != 0 {
 		t.Fatal("stored despite the size limit")
 	}
+	if n, _ := lateness(t, s); n != 0 {
+		t.Fatalf("lateness observed %d times before anything was stored, want 0", n)
+	}
+	accepted := time.Now()
 	if _, err := srv.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, within, "stored once the server accepts it", func() bool { return results(s)[resultNew] == 1 })
+	// One observation, for the try that was stored, and it shows the
+	// refusals: at least from the slot's plan to when the server accepted.
+	if n, sum := lateness(t, s); n != 1 || sum < accepted.Sub(at.Add(-FirstLead)) {
+		t.Fatalf("lateness: %d observations summing to %v; want 1 of at least %v", n, sum, accepted.Sub(at.Add(-FirstLead)))
+	}
 	msgID, d := storedDispatch(t, srv.JS, "task")
 	if msgID != events.DispatchID("task", at) || !d.ScheduledAt.Equal(at) {
 		t.Fatalf("stored Nats-Msg-Id %q scheduledAt %v, want the original slot %v", msgID, d.ScheduledAt, at)
@@ -514,4 +524,16 @@ func TestRetriedDispatchLatenessCountsFromItsSlot(t *testing.T) {
 	if runs, _ = s.takeDue(); len(runs) != 1 || runs[0].planned != slot+int64(9*time.Second) {
 		t.Fatalf("next slot: %+v, want one run planned 1s before it", runs)
 	}
+}
+
+// lateness reads flyball_dispatch_lateness_seconds: its sample count and
+// sum.
+func lateness(t *testing.T, s *Service) (uint64, time.Duration) {
+	t.Helper()
+	var m dto.Metric
+	if err := s.cfg.Metrics.DispatchLateness.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	return h.GetSampleCount(), time.Duration(h.GetSampleSum() * float64(time.Second))
 }

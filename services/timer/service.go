@@ -45,7 +45,9 @@ type Config struct {
 	// previous slot, at most Lead. The previous run has to finish, and
 	// DISPATCH to drop its dispatch, before the next can be stored (the
 	// subject holds one; a second is refused and retried), so a 1s task
-	// is published 250ms early and a 10s one 1s early. A slot whose task
+	// is published 250ms early and a 10s one 1s early. That quarter and
+	// the executor's outbox hold (at most an eighth of the interval, see
+	// executor.settleHold) leave the call more than half the interval. A slot whose task
 	// has no previous slot this timer dispatched (a new task, the first
 	// slot after a restart, a retried slot) gets at most FirstLead.
 	//
@@ -113,9 +115,10 @@ type dueRun struct {
 	source string
 	at     int64 // the slot: nextRunAt, Unix nanoseconds
 	// planned is when the timer first meant to publish it: its lead before
-	// the slot (for a retried slot, at most FirstLead before it).
-	planned int64
-	future  jetstream.PubAckFuture
+	// the slot (for a retried slot, firstPlan); sent is when this try was
+	// published. Both Unix nanoseconds.
+	planned, sent int64
+	future        jetstream.PubAckFuture
 }
 
 const (
@@ -287,6 +290,10 @@ func (s *Service) lead(at, prev int64) int64 {
 	return int64(min(s.cfg.Lead, time.Duration(at-prev)/leadShare))
 }
 
+// firstPlan is when to publish slot at with no previous slot to measure
+// from: a new task's first slot, or a retried one.
+func (s *Service) firstPlan(at int64) int64 { return at - s.lead(at, 0) }
+
 // intern returns the canonical copy of a source; the lookup does not
 // allocate.
 func (s *Service) intern(b []byte) string {
@@ -422,7 +429,7 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 		if it.fired == 0 {
 			// A first slot, or a retry: a retry's lateness counts from the
 			// slot's first plan, so a NATS outage shows in the metric.
-			planned = min(planned, it.due-s.lead(it.due, 0))
+			planned = min(planned, s.firstPlan(it.due))
 		}
 		it.fired = it.due
 		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, planned: planned})
@@ -442,7 +449,9 @@ func (s *Service) publishAll(runs []dueRun) {
 	var unsent failures
 	for i := range runs {
 		r := &runs[i]
-		f, err := s.publish(r, time.Now())
+		now := time.Now()
+		r.sent = now.UnixNano()
+		f, err := s.publish(r, now)
 		if err != nil {
 			// Connection closed, too many pending acks, a body that
 			// cannot be encoded.
@@ -531,7 +540,13 @@ func classify(ack *jetstream.PubAck, err error) string {
 // settle counts a dispatch's result and re-queues it if it was not
 // stored, reporting false then.
 func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
-	switch classify(ack, err) {
+	result := classify(ack, err)
+	if result == resultNew || result == resultDuplicate {
+		// Once per dispatch, for the try that was stored: tries that were
+		// not are counted in flyball_dispatch_total, and retried.
+		s.cfg.Metrics.DispatchLateness.Observe(time.Duration(max(r.sent-r.planned, 0)).Seconds())
+	}
+	switch result {
 	case resultNew:
 		s.resultNew.Inc()
 	case resultDuplicate:
@@ -582,7 +597,6 @@ func (s *Service) publish(r *dueRun, now time.Time) (jetstream.PubAckFuture, err
 		jetstream.MsgIDHeader: {events.DispatchID(id, scheduledAt)},
 		"Content-Type":        {events.ContentTypeStructured},
 	}}
-	s.cfg.Metrics.DispatchLateness.Observe(max(now.Sub(time.Unix(0, r.planned)), 0).Seconds())
 	return s.cfg.JS.PublishMsgAsync(m)
 }
 
@@ -635,7 +649,7 @@ func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool)
 	}
 	it.fired = 0
 	it.due = at
-	it.at = max(at-s.lead(at, 0), time.Now().Add(delay).UnixNano())
+	it.at = max(s.firstPlan(at), time.Now().Add(delay).UnixNano())
 	heap.Push(&s.queue, it)
 	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
 	s.pokeIfFirst(it)
