@@ -124,7 +124,7 @@ func TestDefinitionsDecodeIntoServerTypes(t *testing.T) {
 			t.Fatalf("walk %s: %v", dir, err)
 		}
 	}
-	want := map[string]int{dirStreams: 6, dirKV: 5, dirConsumers: 8}
+	want := map[string]int{dirStreams: 6, dirKV: 6, dirConsumers: 8}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("file counts %v, want %v", counts, want)
 	}
@@ -142,7 +142,7 @@ func TestConfigsParse(t *testing.T) {
 	}
 	wantNames := []string{
 		StreamAdvisories, StreamDeadLetter, StreamDispatch, StreamHealth,
-		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
+		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketPauses, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
 		StreamRuns, StreamTasks,
 	}
 	if !slices.Equal(names, wantNames) {
@@ -196,6 +196,7 @@ var wantStreams = map[string]streamWant{
 	"KV_" + BucketTasks:     {[]string{"$KV." + BucketTasks + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 5, false, 2 * time.Minute, 0},
 	"KV_" + BucketSchedules: {[]string{"$KV." + BucketSchedules + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketBreakers:  {[]string{"$KV." + BucketBreakers + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
+	"KV_" + BucketPauses:    {[]string{"$KV." + BucketPauses + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketRuntime:   {[]string{"$KV." + BucketRuntime + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketAttempts:  {[]string{"$KV." + BucketAttempts + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, day},
 }
@@ -404,7 +405,7 @@ func TestKVBucketsUsable(t *testing.T) {
 	// The files hold exactly what CreateKeyValue produces: creating the
 	// bucket again with the same settings is accepted and changes nothing.
 	ttls := map[string]time.Duration{BucketAttempts: day}
-	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketRuntime: 1, BucketAttempts: 1} {
+	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketAttempts: 1} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatalf("stream KV_%s: %v", bucket, err)

@@ -35,6 +35,11 @@ const (
 	// "<task>.<scheduled unix ms>"), so breaker deferrals and crash
 	// redeliveries do not burn attempts. Entries expire after 24h.
 	BucketAttempts = "flyball-attempts"
+	// BucketPauses holds a key for every paused task (the governor is its
+	// only writer), so the executor can watch for pauses without
+	// receiving the schedule every run rewrites. An entry is a hint: the
+	// task's schedule in BucketSchedules is the truth.
+	BucketPauses = "flyball-pauses"
 )
 
 // Durable consumer names. A durable name is unique per stream, not

@@ -12,7 +12,8 @@
 //     attempt: publish run.failed with final=true and the dispatch embedded,
 //     then TermWithReason (which deletes the work-queue message, so the
 //     event must carry it);
-//   - deleted or paused task: publish run.skipped, then ack;
+//   - deleted or paused task: publish run.skipped, then ack (a task is
+//     paused when it has a key in flyball-pauses and its schedule says so);
 //   - open breaker: NakWithDelay until the breaker's retryAt, without
 //     calling the target and without counting an attempt.
 //

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,7 +36,7 @@ type Service struct {
 	attempts  jetstream.KeyValue
 	// Watch-fed views, so a run costs no KV read in the common case.
 	specs     *kvcache.Cache[*task]
-	pauses    *kvcache.Cache[pause]
+	pauses    *kvcache.Cache[struct{}] // which tasks may be paused (flyball-pauses)
 	breakers  *kvcache.Cache[BreakerRecord]
 	work      *jsutil.WorkerConsume
 	out       *outbox       // run events on their way to RUNS
@@ -79,13 +78,14 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	var tasks jetstream.KeyValue
+	var tasks, pauses jetstream.KeyValue
 	for _, b := range []struct {
 		name string
 		kv   *jetstream.KeyValue
 	}{
 		{streams.BucketTasks, &tasks},
 		{streams.BucketSchedules, &s.schedules},
+		{streams.BucketPauses, &pauses},
 		{streams.BucketBreakers, &s.breakerKV},
 		{streams.BucketAttempts, &s.attempts},
 	} {
@@ -94,8 +94,9 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	s.specs = kvcache.New(tasks, decodeTask, s.log)
-	// Every run rewrites its schedule; the view keeps paused tasks only.
-	s.pauses = kvcache.New(s.schedules, decodePause, s.log).Sparse(func(p pause) bool { return p.Paused })
+	// Not a view of flyball-schedules: every run rewrites its schedule,
+	// and only a paused task's matters here.
+	s.pauses = kvcache.Keys(pauses, s.log)
 	s.breakers = kvcache.New(s.breakerKV, DecodeBreaker, s.log)
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.pauses.Run(runCtx) })
@@ -378,33 +379,22 @@ type pause struct {
 	PausedUntil time.Time `json:"pausedUntil"`
 }
 
-// pausedKey is how a paused schedule's JSON starts its pause fields
-// ("paused" is omitted when false). Most schedules lack it, and skipping
-// their decode matters: the schedule of every task changes on every run.
-var pausedKey = []byte(`"paused"`)
-
-func decodePause(_ string, raw []byte) (pause, error) {
-	var p pause
-	if !bytes.Contains(raw, pausedKey) {
-		return p, nil
-	}
-	// An unreadable schedule is not a pause: the governor rebuilds it.
-	_ = json.Unmarshal(raw, &p)
-	return p, nil
-}
-
-// pauseOf reports the task's pause from the watch-fed view of
-// flyball-schedules, or from the bucket while the view cannot answer. A
-// task with no schedule is not paused (deletion is checked on the spec).
+// pauseOf reports the task's pause. Only a task with a key in
+// flyball-pauses can be paused (the governor writes it before the paused
+// schedule), and for such a task, or while that view is loading, the
+// schedule decides: a hint alone never skips a run. A task with no
+// schedule, or an unreadable one, is not paused (deletion is checked on
+// the spec; the governor rebuilds a corrupt schedule).
 func (s *Service) pauseOf(ctx context.Context, id string) pause {
-	if r := s.pauses.Lookup(id); r.Known {
-		return r.Value
+	if r := s.pauses.Lookup(id); r.Known && !r.Found {
+		return pause{}
 	}
 	ent, err := s.schedules.Get(ctx, id)
 	if err != nil {
 		return pause{}
 	}
-	p, _ := decodePause(id, ent.Value())
+	var p pause
+	_ = json.Unmarshal(ent.Value(), &p)
 	return p
 }
 

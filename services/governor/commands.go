@@ -187,10 +187,18 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 	// the executor never meets a dispatch for a half-deleted task it could
 	// not report on.
 	s.states.drop(step.TaskID)
-	for _, kv := range []jetstream.KeyValue{s.schedules, s.tasks} {
-		if err := kv.Delete(ctx, step.TaskID); err != nil && !isMissing(err) {
-			return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, kv.Bucket(), err)
+	if err := s.schedules.Delete(ctx, step.TaskID); err != nil && !isMissing(err) {
+		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.schedules.Bucket(), err)
+	}
+	// A task deleted while paused leaves no hint behind (unknown view: it
+	// may have one).
+	if r := s.pauseHints.Lookup(step.TaskID); !r.Known || r.Found {
+		if err := s.deletePauseHint(ctx, step.TaskID); err != nil {
+			return nil, err
 		}
+	}
+	if err := s.tasks.Delete(ctx, step.TaskID); err != nil && !isMissing(err) {
+		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.tasks.Bucket(), err)
 	}
 	s.specs.Delete(step.TaskID, 0)
 	return &events.TaskAccepted{ID: step.TaskID, Command: events.TypeTaskDeleted, CommandID: step.CommandID, Source: string(gov.SourceDeleted)}, nil

@@ -2,8 +2,9 @@
 // consumes control commands from TASKS and final run outcomes from RUNS,
 // applies each through the pure pkg/governor Decide function, and writes the
 // result to KV flyball-schedules with compare-and-set. It is the only writer
-// of flyball-tasks and flyball-schedules, and the only publisher of
-// task.accepted and task.rejected.
+// of flyball-tasks, flyball-schedules and flyball-pauses (a key per paused
+// task, see pauses.go), and the only publisher of task.accepted and
+// task.rejected.
 //
 // A malformed command never crashes the service and is never dropped: it is
 // answered with a task.rejected event whose reasons name the offending

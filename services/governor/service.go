@@ -92,6 +92,10 @@ type Service struct {
 	// commands read the bucket itself, as they decide whether a task exists.
 	specs  *kvcache.Cache[*events.TaskSpec]
 	states *stateCache
+	// pauses holds a key per paused task (pauses.go); pauseHints is this
+	// replica's view of it.
+	pauses     jetstream.KeyValue
+	pauseHints *kvcache.Cache[struct{}]
 }
 
 // New validates cfg and returns a service ready to Start.
@@ -119,8 +123,13 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.schedules, err = s.cfg.JS.KeyValue(ctx, streams.BucketSchedules); err != nil {
 		return fmt.Errorf("governor: bind %s: %w", streams.BucketSchedules, err)
 	}
+	if s.pauses, err = s.cfg.JS.KeyValue(ctx, streams.BucketPauses); err != nil {
+		return fmt.Errorf("governor: bind %s: %w", streams.BucketPauses, err)
+	}
 	s.specs = kvcache.Specs(s.tasks, s.log)
+	s.pauseHints = kvcache.Keys(s.pauses, s.log)
 	s.Go(func() { s.specs.Run(runCtx) })
+	s.Go(func() { s.pauseHints.Run(runCtx) })
 	workers := jsutil.Workers{N: s.cfg.Workers, Key: taskKey}
 	var consumers []*jsutil.WorkerConsume
 	for _, c := range []struct {
@@ -216,7 +225,15 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		}
 		dec := Apply(spec, st, step)
 		if dec.Ignored {
-			return dec, nil
+			// A redelivered input: its decision is stored, but a crash may
+			// have come between that write and the pause hint's.
+			if err := s.hintPause(ctx, id, st, dec.State); err != nil {
+				return dec, err
+			}
+			return dec, s.unhintPause(ctx, id, st, dec.State)
+		}
+		if err := s.hintPause(ctx, id, st, dec.State); err != nil {
+			return dec, err
 		}
 		body, err := dec.State.AppendJSON(make([]byte, 0, 512))
 		if err != nil {
@@ -237,6 +254,11 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			return dec, fmt.Errorf("write schedule %s: %w", id, err)
 		}
 		s.states.put(id, dec.State, wrote)
+		if err := s.unhintPause(ctx, id, st, dec.State); err != nil {
+			// The decision is stored; a hint left behind costs the executor
+			// a schedule read per run until the task's next decision.
+			s.log.Warn("pause hint not deleted; the next decision retries", "task", id, "err", err)
+		}
 		s.cfg.Metrics.Decisions.WithLabelValues(string(dec.Source)).Inc()
 		s.log.Debug("decision", "task", id, "input", step.Input.Kind, "nextRunAt", dec.NextRunAt, "source", dec.Source)
 		return dec, nil

@@ -125,3 +125,116 @@ func TestDecisionsUseTheRememberedRevision(t *testing.T) {
 		t.Fatalf("remembered revision %d, stored %d", rev, ent.Revision())
 	}
 }
+
+// command publishes a task command with the given CloudEvents id and waits
+// until the governor has acked it.
+func command(t *testing.T, js jetstream.JetStream, verb events.Verb, typ, id, eventID string, data any) {
+	t.Helper()
+	body, err := events.Marshal(typ, "test", id, data, time.Now(), eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), events.TaskSubject(verb, id), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(t.Context(), streams.StreamTasks, streams.ConsumerGovernor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "governor acks "+typ, func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.AckFloor.Stream >= ack.Sequence
+	})
+}
+
+// hint returns the task's flyball-pauses entry, or nil when it has none.
+func hint(t *testing.T, s *Service, id string) *pauseHint {
+	t.Helper()
+	ent, err := s.pauses.Get(t.Context(), id)
+	if isMissing(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h pauseHint
+	if err := json.Unmarshal(ent.Value(), &h); err != nil {
+		t.Fatalf("pause hint %s: %v (%s)", id, err, ent.Value())
+	}
+	return &h
+}
+
+// TestPauseHintFollowsThePause: flyball-pauses holds a key exactly while a
+// task's schedule is paused: written on pause (with its end and reason),
+// rewritten when the pause changes, deleted on resume and on deletion, and
+// a hint left by a crash is mended by the task's next decision.
+func TestPauseHintFollowsThePause(t *testing.T) {
+	s, js := startGovernor(t)
+	<-s.pauseHints.Ready()
+	create := func(id string) {
+		spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+		command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-"+id, spec)
+	}
+	paused := func(id string) bool {
+		st, _, err := s.readState(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Paused
+	}
+	create("p")
+	if h := hint(t, s, "p"); h != nil {
+		t.Fatalf("a new task has a pause hint: %+v", h)
+	}
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	command(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-1", events.TaskPause{ID: "p", Until: &until, Reason: "deploy"})
+	if h := hint(t, s, "p"); !paused("p") || h == nil || h.TaskID != "p" || !h.PausedUntil.Equal(until) || h.Reason != "deploy" {
+		t.Fatalf("after pause: paused=%v, hint %+v", paused("p"), h)
+	}
+	command(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-2", events.TaskPause{ID: "p", Reason: "indefinitely"})
+	if h := hint(t, s, "p"); h == nil || !h.PausedUntil.IsZero() || h.Reason != "indefinitely" {
+		t.Fatalf("after a second pause: hint %+v", h)
+	}
+	command(t, js, events.VerbResumed, events.TypeTaskResumed, "p", "resume-1", events.TaskRef{ID: "p"})
+	if h := hint(t, s, "p"); paused("p") || h != nil {
+		t.Fatalf("after resume: paused=%v, hint %+v", paused("p"), h)
+	}
+
+	// A crash after the unpaused schedule was written left the hint: the
+	// next decision for the task deletes it.
+	if _, err := s.pauses.Put(t.Context(), "p", []byte(`{"taskId":"p"}`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the governor's view sees the stale hint", func() bool { return s.pauseHints.Lookup("p").Found })
+	command(t, js, events.VerbHinted, events.TypeTaskHinted, "p", "hint-1", events.TaskHint{ID: "p", Interval: events.Duration(30 * time.Minute)})
+	if h := hint(t, s, "p"); h != nil {
+		t.Fatalf("a stale hint survived the next decision: %+v", h)
+	}
+
+	// The paused schedule is stored but its hint is gone (deleted by hand
+	// here). The command redelivered (same id, so its decision is ignored)
+	// writes the hint again.
+	command(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-3", events.TaskPause{ID: "p"})
+	if err := s.pauses.Delete(t.Context(), "p"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the governor's view sees the hint gone", func() bool { return !s.pauseHints.Lookup("p").Found })
+	command(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-3", events.TaskPause{ID: "p"})
+	if h := hint(t, s, "p"); h == nil {
+		t.Fatal("the redelivered pause did not restore its hint")
+	}
+
+	// Deleting a paused task deletes its hint.
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "p", "delete-1", events.TaskRef{ID: "p"})
+	if h := hint(t, s, "p"); h != nil {
+		t.Fatalf("a deleted task kept its pause hint: %+v", h)
+	}
+	// A task never paused gets no delete marker in flyball-pauses.
+	create("q")
+	command(t, js, events.VerbResumed, events.TypeTaskResumed, "q", "resume-q", events.TaskRef{ID: "q"})
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "q", "delete-q", events.TaskRef{ID: "q"})
+	if _, err := s.pauses.Get(t.Context(), "q"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("flyball-pauses has an entry for a task never paused: err = %v", err)
+	}
+}

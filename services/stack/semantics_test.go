@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -533,6 +534,53 @@ func TestTimedPauseResumesAtItsEnd(t *testing.T) {
 	within(t, "resumed run vs pause end", tg.Calls()[1].at.Sub(until), 0, 250*time.Millisecond)
 	if n := len(skipped()); n != 0 {
 		t.Fatalf("%d run.skipped: the run at the end of the pause must not be skipped", n)
+	}
+}
+
+// TestExecutorSkipsATaskOnlyWhenItsScheduleIsPaused: the executor learns
+// of pauses from flyball-pauses, but a hint alone never skips a run: the
+// paused schedule does. A dispatch of a paused task becomes run.skipped
+// ("task paused") without a call; a stale hint (schedule not paused) and a
+// pause that ends at or before the slot both let the call through.
+func TestExecutorSkipsATaskOnlyWhenItsScheduleIsPaused(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	tg := newScripted(t, 200)
+	skipped := e.collect("flyball.run.skipped.>")
+	succeeded := e.collect("flyball.run.succeeded.>")
+	slot := time.Now().UTC().Truncate(time.Millisecond)
+	for id, st := range map[string]gov.State{
+		"napping": {TaskID: "napping", Paused: true, PauseReason: "deploy"},
+		"stale":   {TaskID: "stale", NextRunAt: slot},
+		"ended":   {TaskID: "ended", Paused: true, PausedUntil: slot},
+	} {
+		putJSON(t, e.srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		putJSON(t, e.srv.JS, streams.BucketSchedules, id, st)
+		putJSON(t, e.srv.JS, streams.BucketPauses, id, map[string]string{"taskId": id})
+		dispatchAt(t, e.srv.JS, id, slot)
+	}
+	// Started after the writes, so its views load them (a hint written
+	// while a dispatch is in flight races it, as a pause does).
+	e.start("executor")
+	natstest.Eventually(t, 10*time.Second, "three outcomes", func() bool { return len(skipped())+len(succeeded()) == 3 })
+	got := map[string]string{}
+	for _, ev := range append(skipped(), succeeded()...) {
+		var r events.Run
+		if err := events.DecodeRun(ev, &r); err != nil {
+			t.Fatal(err)
+		}
+		got[r.TaskID] = ev.Type() + " " + r.Reason
+	}
+	want := map[string]string{
+		"napping": events.OutcomeSkipped.Type() + " task paused",
+		"stale":   events.OutcomeSucceeded.Type() + " ",
+		"ended":   events.OutcomeSucceeded.Type() + " ",
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("outcomes %q, want %q", got, want)
+	}
+	if n := len(tg.Calls()); n != 2 {
+		t.Fatalf("the target got %d calls, want 2 (the paused task is not called)", n)
 	}
 }
 

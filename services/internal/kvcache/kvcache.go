@@ -32,7 +32,6 @@ type Cache[T any] struct {
 	kv     jetstream.KeyValue
 	decode Decode[T]
 	log    *slog.Logger
-	sparse func(T) bool
 
 	mu      sync.RWMutex
 	entries map[string]*entry[T]
@@ -66,14 +65,10 @@ func New[T any](kv jetstream.KeyValue, decode Decode[T], log *slog.Logger) *Cach
 	return &Cache[T]{kv: kv, decode: decode, log: log, entries: map[string]*entry[T]{}, ready: make(chan struct{})}
 }
 
-// Sparse makes the view hold only values for which keep is true: each watch
-// delivery is decoded at once (on the watch goroutine, so decode must be
-// cheap) and other keys are dropped, reading as not found. Use it for a
-// view of a rare property of a large, busy bucket, such as paused tasks
-// among every schedule, and do not Put into it. Call before Run.
-func (c *Cache[T]) Sparse(keep func(T) bool) *Cache[T] {
-	c.sparse = keep
-	return c
+// Keys returns a view of which keys kv holds, for a bucket where a key's
+// presence is the information (flyball-pauses). Values are not decoded.
+func Keys(kv jetstream.KeyValue, log *slog.Logger) *Cache[struct{}] {
+	return New(kv, func(string, []byte) (struct{}, error) { return struct{}{}, nil }, log)
 }
 
 // Ready is closed once the first snapshot of the bucket is loaded.
@@ -127,10 +122,6 @@ func (c *Cache[T]) watch(ctx context.Context) error {
 				c.once.Do(func() { close(c.ready) })
 				continue
 			}
-			if c.sparse != nil {
-				c.storeSparse(e)
-				continue
-			}
 			_ = c.store(strings.Clone(e.Key()), e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value())
 		}
 	}
@@ -147,23 +138,6 @@ func (c *Cache[T]) store(key string, rev uint64, deleted bool, raw []byte) *entr
 	e := &entry[T]{rev: rev, deleted: deleted, raw: raw}
 	c.entries[key] = e
 	return e
-}
-
-// storeSparse keeps e only if it decodes to a value worth keeping.
-func (c *Cache[T]) storeSparse(e jetstream.KeyValueEntry) {
-	if e.Operation() == jetstream.KeyValuePut {
-		if v, err := c.decode(e.Key(), e.Value()); err == nil && c.sparse(v) {
-			en := &entry[T]{rev: e.Revision(), val: v}
-			en.once.Do(func() {}) // decoded already
-			c.mu.Lock()
-			c.entries[strings.Clone(e.Key())] = en
-			c.mu.Unlock()
-			return
-		}
-	}
-	c.mu.Lock()
-	delete(c.entries, e.Key())
-	c.mu.Unlock()
 }
 
 // Put records a value this process wrote at rev (read-your-writes).

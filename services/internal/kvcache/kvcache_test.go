@@ -31,7 +31,7 @@ func decodeInt(calls *atomic.Int64) Decode[int] {
 	}
 }
 
-func run(t *testing.T, c *Cache[int]) {
+func run[T any](t *testing.T, c *Cache[T]) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -153,37 +153,44 @@ func TestOwnWritesAreNotRolledBack(t *testing.T) {
 	}
 }
 
-// TestSparseKeepsOnlyWhatMatters: a sparse view holds only kept values, and
-// a key that stops qualifying disappears from it.
-func TestSparseKeepsOnlyWhatMatters(t *testing.T) {
+// TestKeysTellsWhichKeysExist: a Keys view answers presence: a key put
+// before or after the load is found, a deleted or purged one is known and
+// not found, and its own deletion (revision unknown) reads as absent at
+// once.
+func TestKeysTellsWhichKeysExist(t *testing.T) {
 	kv := newBucket(t)
 	ctx := t.Context()
-	var calls atomic.Int64
-	c := New(kv, decodeInt(&calls), nil).Sparse(func(v int) bool { return v < 0 })
-	for i := range 10 {
-		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte(strconv.Itoa(i))); err != nil {
+	for _, k := range []string{"a", "b"} {
+		if _, err := kv.Put(ctx, k, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := kv.Put(ctx, "neg", []byte("-1")); err != nil {
+	if err := kv.Delete(ctx, "b"); err != nil {
 		t.Fatal(err)
+	}
+	c := Keys(kv, nil)
+	if r := c.Lookup("a"); r.Known {
+		t.Fatalf("Lookup before the load = %+v, want unknown", r)
 	}
 	run(t, c)
-	if got := c.Len(); got != 1 {
-		t.Fatalf("sparse view holds %d keys, want only the negative one", got)
+	if r := c.Lookup("a"); !r.Known || !r.Found {
+		t.Fatalf("Lookup(a) = %+v, want found", r)
 	}
-	if r := c.Lookup("neg"); !r.Found || r.Value != -1 {
-		t.Fatalf("Lookup(neg) = %+v", r)
+	for _, k := range []string{"b", "never"} {
+		if r := c.Lookup(k); !r.Known || r.Found {
+			t.Fatalf("Lookup(%s) = %+v, want known and not found", k, r)
+		}
 	}
-	if r := c.Lookup("k3"); !r.Known || r.Found {
-		t.Fatalf("Lookup(k3) = %+v, want known and not found", r)
-	}
-	if _, err := kv.Put(ctx, "neg", []byte("5")); err != nil {
+	if _, err := kv.Put(ctx, "c", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, "a value that stops qualifying leaves the view", func() bool { return !c.Lookup("neg").Found })
-	if _, err := kv.Put(ctx, "k3", []byte("-3")); err != nil {
+	natstest.Eventually(t, 5*time.Second, "a key put after the load is found", func() bool { return c.Lookup("c").Found })
+	if err := kv.Purge(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, "a value that starts qualifying joins the view", func() bool { return c.Lookup("k3").Value == -3 })
+	natstest.Eventually(t, 5*time.Second, "a purged key is gone", func() bool { return !c.Lookup("c").Found })
+	c.Delete("a", 0)
+	if r := c.Lookup("a"); !r.Known || r.Found {
+		t.Fatalf("Lookup(a) after Delete(a, 0) = %+v, want known and not found", r)
+	}
 }
