@@ -4,6 +4,12 @@
 // runtime.offline, and announces runtime.online again when a marked
 // instance beats anew. It also exports the registry as
 // flyball_runtime_instances{status}.
+//
+// Each sweep also goes over every task: it re-dispatches zombie runs,
+// scores staleness and removes the state of deleted tasks, from an
+// in-memory view of flyball-tasks, flyball-schedules and flyball-breakers.
+// The schedules are watched, or read whole at each sweep while they change
+// faster than sweeps (source.go).
 package sweeper
 
 import (
@@ -51,6 +57,14 @@ type Service struct {
 	runs     jetstream.Stream
 	view     *view
 	scores   atomic.Pointer[map[string]float64]
+	// The schedule source (source.go); only Start and the sweep goroutine
+	// touch these.
+	schedules   jetstream.KeyValue
+	schedStream jetstream.Stream   // KV_flyball-schedules, for its write rate
+	stopWatch   context.CancelFunc // ends the schedules watch; nil while scanning
+	scanning    bool               // reading every schedule at each sweep
+	lastSeq     uint64             // the bucket's last sequence at the previous sweep
+	seqKnown    bool               // lastSeq was read (0 is an empty bucket's)
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
@@ -100,6 +114,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
+	if s.schedules, err = s.cfg.JS.KeyValue(ctx, streams.BucketSchedules); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	if s.schedStream, err = s.cfg.JS.Stream(ctx, "KV_"+streams.BucketSchedules); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
 	if err := s.watchAll(runCtx); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
@@ -131,6 +151,12 @@ func (s *Service) Swept() <-chan struct{} { return s.swept }
 // Sweep runs one pass: the runtime registry, then zombies, staleness and
 // orphans.
 func (s *Service) Sweep(ctx context.Context) error {
+	s.pickScheduleSource(ctx)
+	if s.scanning {
+		if err := s.scanSchedules(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("schedule scan failed; sweeping the previous one", "err", err)
+		}
+	}
 	s.sweepTasks(ctx, s.cfg.Now().UTC())
 	return s.sweepRuntime(ctx)
 }

@@ -59,8 +59,9 @@ func newView() *view {
 	return v
 }
 
-// watch keeps one bucket mirrored into the view until ctx ends.
-func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry), caughtUp func()) error {
+// watch keeps one bucket mirrored into the view until ctx ends. loaded runs
+// once, when the initial load is done or the watch ends before it.
+func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry), caughtUp, loaded func()) error {
 	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
 	if err != nil {
 		return err
@@ -72,7 +73,7 @@ func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream
 	s.Go(func() {
 		defer func() { _ = w.Stop() }()
 		once := sync.Once{}
-		defer once.Do(s.view.ready.Done)
+		defer once.Do(loaded)
 		for {
 			select {
 			case <-ctx.Done():
@@ -87,7 +88,7 @@ func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream
 						caughtUp()
 						s.view.mu.Unlock()
 					}
-					once.Do(s.view.ready.Done)
+					once.Do(loaded)
 					continue
 				}
 				s.view.mu.Lock()
@@ -110,18 +111,16 @@ func (s *Service) watchAll(ctx context.Context) error {
 		if json.Unmarshal(e.Value(), &spec) == nil {
 			v.specs[e.Key()] = query.ExpectedInterval(&spec, time.Now())
 		}
-	}, nil); err != nil {
+	}, nil, v.ready.Done); err != nil {
 		return err
 	}
-	if err := s.watch(ctx, streams.BucketSchedules, func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			v.deleteSchedule(e.Key())
-			return
-		}
-		v.putSchedule(e.Key(), e.Value())
-	}, func() { v.caughtUp = true }); err != nil {
+	// Schedules start watched; pickScheduleSource may switch to scans.
+	watchCtx, stop := context.WithCancel(ctx)
+	if err := s.watchSchedules(watchCtx, v.ready.Done); err != nil {
+		stop()
 		return err
 	}
+	s.stopWatch = stop
 	return s.watch(ctx, streams.BucketBreakers, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.breakers, e.Key())
@@ -133,7 +132,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		if json.Unmarshal(e.Value(), &b) == nil {
 			v.breakers[e.Key()] = b.State
 		}
-	}, nil)
+	}, nil, v.ready.Done)
 }
 
 // putSchedule records a written schedule. Callers hold v.mu.

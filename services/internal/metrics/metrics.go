@@ -31,6 +31,7 @@ type Set struct {
 	HeartbeatFailures  prometheus.Counter
 	ZombiesRenudged    prometheus.Counter
 	OrphansRemoved     *prometheus.CounterVec
+	SweeperScanning    prometheus.Gauge
 	PullFailures       *prometheus.CounterVec
 	OutboxRepublished  prometheus.Counter
 	OutboxAbandoned    prometheus.Counter
@@ -105,6 +106,10 @@ func New() *Set {
 		OrphansRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_orphans_removed_total", Help: "State of deleted tasks removed by the sweeper, by bucket.",
 		}, []string{"bucket"}),
+		SweeperScanning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_sweeper_scanning",
+			Help: "1 while the sweeper reads every schedule at each sweep (schedules change faster than sweeps), 0 while it watches every schedule write.",
+		}),
 		PullFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_pull_failures_total",
 			Help: "Failed pulls from a durable consumer, by stream (no leader during an election, NATS unreachable); each is retried within 1s.",
@@ -129,7 +134,7 @@ func New() *Set {
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
-		s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
+		s.SweeperScanning, s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
 	} {
 		f(c)
 	}

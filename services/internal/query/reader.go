@@ -55,9 +55,10 @@ func (r *Reader) now() time.Time {
 	return r.Now().UTC()
 }
 
-// entries reads every live key of a bucket with one watch, which costs one
-// subscription instead of a request per key.
-func entries(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.KeyValueEntry, error) {
+// Entries reads every live key of a bucket with one watch, which costs one
+// subscription instead of a request per key, and stops the watch once the
+// stored values are delivered.
+func Entries(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.KeyValueEntry, error) {
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("read KV %s: %w", kv.Bucket(), err)
@@ -83,7 +84,7 @@ func entries(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.K
 // decodeEntries decodes every value of a bucket into T, skipping values
 // that do not decode (a reader must not fail on one bad entry).
 func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue) (map[string]T, map[string]jetstream.KeyValueEntry, error) {
-	raw, err := entries(ctx, kv)
+	raw, err := Entries(ctx, kv)
 	if err != nil {
 		return nil, nil, err
 	}

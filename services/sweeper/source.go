@@ -1,0 +1,112 @@
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Where a sweep gets the schedules from. Every run rewrites its task's
+// schedule, so watching flyball-schedules costs one delivery per run, for
+// a view that is read once per sweep. Reading every schedule at the sweep
+// (a scan) costs one delivery per task per sweep instead. Which is cheaper
+// depends on the load: 1,000 tasks at 1s write 15,000 schedules per 15 s
+// sweep, 10,000 tasks at 1h write about 42. Before each sweep the sweeper
+// compares the bucket's writes since the previous sweep with its number of
+// keys, and scans while the writes are more than twice the keys; it goes
+// back to watching once they fall under half (the gap keeps a load near
+// the line from switching every sweep). Both give a sweep the same view:
+// the latest schedule of every task.
+
+// pickScheduleSource switches between watching and scanning by the
+// bucket's write rate. Only the sweep goroutine calls it.
+func (s *Service) pickScheduleSource(ctx context.Context) {
+	info, err := s.schedStream.Info(ctx)
+	if err != nil {
+		s.cfg.Logger.Warn("schedule bucket info failed; keeping the schedule source", "err", err)
+		return
+	}
+	seq, keys := info.State.LastSeq, info.State.Msgs
+	prev, known := s.lastSeq, s.seqKnown
+	s.lastSeq, s.seqKnown = seq, true
+	if !known || seq < prev {
+		return // the first sweep, or the bucket was re-created
+	}
+	writes := seq - prev
+	switch {
+	case !s.scanning && writes > 2*keys:
+		s.stopWatch()
+		s.stopWatch = nil
+		s.scanning = true
+		s.cfg.Logger.Info("schedules change faster than sweeps: reading them at each sweep instead of watching every write",
+			"writes", writes, "keys", keys)
+	case s.scanning && 2*writes < keys:
+		s.view.mu.Lock()
+		s.view.caughtUp = false // the watch's initial load decodes at once
+		s.view.mu.Unlock()
+		watchCtx, stop := context.WithCancel(ctx)
+		if err := s.watchSchedules(watchCtx, func() {}); err != nil {
+			stop()
+			s.cfg.Logger.Warn("schedule watch failed; scanning again at the next sweep", "err", err)
+			return
+		}
+		s.stopWatch = stop
+		s.scanning = false
+		s.cfg.Logger.Info("schedules change slower than sweeps: watching them again", "writes", writes, "keys", keys)
+	}
+	scanning := 0.0
+	if s.scanning {
+		scanning = 1
+	}
+	s.cfg.Metrics.SweeperScanning.Set(scanning)
+}
+
+// scanSchedules replaces the view's schedules with every schedule stored
+// now. A value that cannot be decoded keeps the previous one, as in the
+// watch. On error the view keeps the previous scan.
+func (s *Service) scanSchedules(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
+	raw, err := query.Entries(ctx, s.schedules)
+	if err != nil {
+		return err
+	}
+	fresh := make(map[string]schedule, len(raw))
+	var unreadable []string
+	for k, e := range raw {
+		var st schedule
+		if json.Unmarshal(e.Value(), &st) != nil {
+			unreadable = append(unreadable, k)
+			continue
+		}
+		fresh[k] = st
+	}
+	v := s.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, k := range unreadable {
+		if st, ok := v.schedules[k]; ok {
+			fresh[k] = st
+		}
+	}
+	v.schedules = fresh
+	clear(v.stale)
+	return nil
+}
+
+// watchSchedules mirrors flyball-schedules into the view until ctx ends;
+// loaded runs once its initial load is done (or the watch ends first).
+func (s *Service) watchSchedules(ctx context.Context, loaded func()) error {
+	v := s.view
+	return s.watch(ctx, streams.BucketSchedules, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			v.deleteSchedule(e.Key())
+			return
+		}
+		v.putSchedule(e.Key(), e.Value())
+	}, func() { v.caughtUp = true }, loaded)
+}

@@ -1,0 +1,161 @@
+package sweeper
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestScheduleSourceFollowsTheWriteRate: with many more schedule writes
+// than keys between sweeps, the sweeper stops watching flyball-schedules
+// and reads every schedule at each sweep, seeing new, changed and deleted
+// schedules as the watch would (a zombie written meanwhile is re-nudged);
+// once writes are rare it watches again.
+func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	put := func(id string, st gov.State) {
+		t.Helper()
+		spec, _ := json.Marshal(events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+		if _, err := tasks.Put(ctx, id, spec); err != nil {
+			t.Fatal(err)
+		}
+		st.TaskID = id
+		if _, err := schedules.Put(ctx, id, scheduleBody(t, st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy := func(rounds int) time.Time {
+		t.Helper()
+		var next time.Time
+		for i := range rounds {
+			next = now.Add(time.Hour + time.Duration(i)*time.Second)
+			for _, id := range []string{"a", "b", "c"} {
+				if _, err := schedules.Put(ctx, id, scheduleBody(t, gov.State{TaskID: id, NextRunAt: next})); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return next
+	}
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept() // the first sweep, at start, of an empty bucket; the next would be in an hour
+	if s.scanning {
+		t.Fatal("scanning from the start: nothing is known of the write rate yet")
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		put(id, gov.State{NextRunAt: now.Add(time.Hour)})
+	}
+	gauge := func() float64 { return testutil.ToFloat64(s.cfg.Metrics.SweeperScanning) }
+	view := func(id string) (schedule, bool) {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		s.view.decodeStale()
+		st, ok := s.view.schedules[id]
+		return st, ok
+	}
+
+	// Busy: 33 writes to 3 keys since the last sweep (which saw none).
+	last := busy(10)
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !s.scanning || s.stopWatch != nil || gauge() != 1 {
+		t.Fatalf("after 33 writes to 3 keys: scanning=%v, watch stopped=%v, gauge %v; want a scan", s.scanning, s.stopWatch == nil, gauge())
+	}
+	if st, _ := view("a"); !st.NextRunAt.Equal(last) {
+		t.Fatalf("scanned a.nextRunAt = %v, want the last write %v", st.NextRunAt, last)
+	}
+
+	// Still busy, and meanwhile a zombie appears and c is deleted.
+	dispatches := make(chan *nats.Msg, 4)
+	sub, err := srv.NC.ChanSubscribe(events.DispatchSubject("zombie"), dispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	busy(10)
+	put("zombie", gov.State{NextRunAt: now.Add(-10 * time.Minute), LastScheduledAt: now.Add(-11 * time.Minute), Source: gov.SourceBaselineInterval})
+	if err := schedules.Delete(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !s.scanning {
+		t.Fatal("stopped scanning while writes still outnumber keys")
+	}
+	if _, ok := view("c"); ok {
+		t.Fatal("a deleted schedule is still in the scanned view")
+	}
+	select {
+	case m := <-dispatches:
+		var d events.Dispatch
+		ev, err := events.Decode(m.Header, m.Data)
+		if err == nil {
+			err = events.DecodeData(ev, &d)
+		}
+		if err != nil || d.Reason != "zombie" {
+			t.Fatalf("dispatch for the zombie = %+v (%v), want reason zombie", d, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a zombie written while scanning was not re-nudged")
+	}
+
+	// Quiet: no writes since the last sweep, so the watch comes back and
+	// keeps the view current between sweeps again.
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.scanning || s.stopWatch == nil || gauge() != 0 {
+		t.Fatalf("after a quiet interval: scanning=%v, watching=%v, gauge %v; want the watch back", s.scanning, s.stopWatch != nil, gauge())
+	}
+	moved := now.Add(2 * time.Hour)
+	if _, err := schedules.Put(ctx, "b", scheduleBody(t, gov.State{TaskID: "b", NextRunAt: moved})); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the watch delivers a write after the switch back", func() bool {
+		st, _ := view("b")
+		return st.NextRunAt.Equal(moved)
+	})
+	if _, ok := view("c"); ok {
+		t.Fatal("the restarted watch brought back a deleted schedule")
+	}
+}
+
+func scheduleBody(t *testing.T, st gov.State) []byte {
+	t.Helper()
+	b, err := st.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
