@@ -148,3 +148,29 @@ func TestThresholdOpensTheBreaker(t *testing.T) {
 		t.Fatalf("after %d failures: %+v, want open with retryAt ahead", spec.Breaker.FailureThreshold, b)
 	}
 }
+
+// TestOpenBreakerTurnsHalfOpenAtItsRetryAt: an open breaker moves to
+// half-open once its retryAt passes, and one due later stays open.
+func TestOpenBreakerTurnsHalfOpenAtItsRetryAt(t *testing.T) {
+	h := newHarness(t)
+	now := time.Now().UTC()
+	for key, retryAt := range map[string]time.Time{"soon": now.Add(200 * time.Millisecond), "later": now.Add(time.Hour)} {
+		b, err := json.Marshal(executor.BreakerRecord{Key: key, State: events.BreakerOpen, Failures: 5, OpenDelay: events.Duration(time.Minute), RetryAt: retryAt, UpdatedAt: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.breakers.Put(t.Context(), key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, "the due breaker turns half-open", func() bool {
+		b, _, ok := h.record("soon")
+		return ok && b.State == events.BreakerHalfOpen
+	})
+	if b, _, _ := h.record("soon"); b.Failures != 5 || b.UpdatedAt.Before(now.Add(200*time.Millisecond)) {
+		t.Fatalf("half-open record %+v: failures must stay, updatedAt must be past retryAt", b)
+	}
+	if b, _, _ := h.record("later"); b.State != events.BreakerOpen {
+		t.Fatalf("breaker due in an hour is %s, want open", b.State)
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,62 +15,94 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 )
 
 // watchOpen moves each open breaker to half-open when its retryAt passes,
 // so the state is visible (KV, HEALTH) while the probe is in flight. It
-// watches the bucket it writes; several breaker replicas race on CAS and
-// only one transition wins (the event also deduplicates by Nats-Msg-Id).
+// watches the bucket it writes (kvcache.Follower, which watches again if
+// a watch ends); several breaker replicas race on CAS and only one
+// transition wins (the event also deduplicates by Nats-Msg-Id).
 func (s *Service) watchOpen(ctx context.Context) error {
-	w, err := s.breakers.WatchAll(ctx)
+	o := &openBreakers{due: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	follow, err := kvcache.Follower{KV: s.breakers, Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}.Start(ctx)
 	if err != nil {
 		return err
 	}
-	s.Go(func() {
-		defer func() { _ = w.Stop() }()
-		due := map[string]time.Time{}
-		timer := time.NewTimer(time.Hour)
-		defer timer.Stop()
-		for {
-			next := time.Time{}
-			for _, at := range due {
-				if next.IsZero() || at.Before(next) {
-					next = at
-				}
-			}
-			if !next.IsZero() {
-				timer.Reset(max(time.Until(next), 0))
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					continue
-				}
-				var b executor.BreakerRecord
-				if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) == nil && b.State == events.BreakerOpen {
-					due[e.Key()] = b.RetryAt
-				} else {
-					delete(due, e.Key())
-				}
-			case <-timer.C:
-				now := time.Now()
-				for key, at := range due {
-					if !at.After(now) {
-						delete(due, key)
-						if err := s.halfOpen(ctx, key); err != nil && ctx.Err() == nil {
-							s.cfg.Logger.Warn("half-open transition failed; the executor still lets the probe through", "key", key, "err", err)
-						}
-					}
-				}
+	s.Go(follow)
+	s.Go(func() { s.halfOpenDue(ctx, o) })
+	return nil
+}
+
+// openBreakers is when each open breaker falls due for half-open.
+type openBreakers struct {
+	mu   sync.Mutex
+	due  map[string]time.Time // key → retryAt
+	wake chan struct{}        // a change that may move the earliest retryAt
+}
+
+func (o *openBreakers) apply(e jetstream.KeyValueEntry) {
+	var b executor.BreakerRecord
+	open := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) == nil && b.State == events.BreakerOpen
+	o.mu.Lock()
+	if open {
+		o.due[strings.Clone(e.Key())] = b.RetryAt
+	} else {
+		delete(o.due, e.Key())
+	}
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (o *openBreakers) prune(keep func(string) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	maps.DeleteFunc(o.due, func(k string, _ time.Time) bool { return !keep(k) })
+}
+
+// take removes and returns the breakers due at now, and returns when the
+// next one falls due (zero with none left).
+func (o *openBreakers) take(now time.Time) (keys []string, next time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for key, at := range o.due {
+		switch {
+		case !at.After(now):
+			keys = append(keys, key)
+			delete(o.due, key)
+		case next.IsZero() || at.Before(next):
+			next = at
+		}
+	}
+	return keys, next
+}
+
+// halfOpenDue moves breakers to half-open as they fall due, until ctx ends.
+func (s *Service) halfOpenDue(ctx context.Context, o *openBreakers) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		keys, next := o.take(time.Now())
+		for _, key := range keys {
+			if err := s.halfOpen(ctx, key); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("half-open transition failed; the executor still lets the probe through", "key", key, "err", err)
 			}
 		}
-	})
-	return nil
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.wake:
+		case <-timer.C:
+		}
+	}
 }
 
 // halfOpen performs open → half-open for key if it is still open and due.

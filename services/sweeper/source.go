@@ -108,5 +108,5 @@ func (s *Service) watchSchedules(ctx context.Context, loaded func()) error {
 			return
 		}
 		v.putSchedule(e.Key(), e.Value())
-	}, func() { v.caughtUp = true }, loaded)
+	}, v.pruneSchedules, func() { v.caughtUp = true }, loaded)
 }

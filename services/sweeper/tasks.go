@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -59,45 +61,53 @@ func newView() *view {
 	return v
 }
 
-// watch keeps one bucket mirrored into the view until ctx ends. loaded runs
-// once, when the initial load is done or the watch ends before it.
-func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry), caughtUp, loaded func()) error {
+// watch keeps one bucket mirrored into the view until ctx ends, watching
+// again if a watch ends (kvcache.Follower); prune forgets the keys a
+// replay no longer holds. loaded runs once, when the first load is done or
+// the watch gives up before it.
+func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry), prune func(keep func(string) bool), caughtUp, loaded func()) error {
 	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
 	if err != nil {
 		return err
 	}
-	w, err := kv.WatchAll(ctx)
+	v := s.view
+	var once sync.Once
+	follow, err := kvcache.Follower{
+		KV: kv, Log: s.cfg.Logger,
+		Apply: func(e jetstream.KeyValueEntry) {
+			v.mu.Lock()
+			apply(e)
+			v.mu.Unlock()
+		},
+		Prune: func(keep func(string) bool) {
+			v.mu.Lock()
+			prune(keep)
+			v.mu.Unlock()
+		},
+		Loaded: func() {
+			if caughtUp != nil {
+				v.mu.Lock()
+				caughtUp()
+				v.mu.Unlock()
+			}
+			once.Do(loaded)
+		},
+	}.Start(ctx)
 	if err != nil {
 		return err
 	}
 	s.Go(func() {
-		defer func() { _ = w.Stop() }()
-		once := sync.Once{}
 		defer once.Do(loaded)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					if caughtUp != nil {
-						s.view.mu.Lock()
-						caughtUp()
-						s.view.mu.Unlock()
-					}
-					once.Do(loaded)
-					continue
-				}
-				s.view.mu.Lock()
-				apply(e)
-				s.view.mu.Unlock()
-			}
-		}
+		follow()
 	})
 	return nil
+}
+
+// forget returns a prune for m: it deletes the keys keep refuses.
+func forget[V any](m map[string]V) func(keep func(string) bool) {
+	return func(keep func(string) bool) {
+		maps.DeleteFunc(m, func(k string, _ V) bool { return !keep(k) })
+	}
 }
 
 func (s *Service) watchAll(ctx context.Context) error {
@@ -111,7 +121,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		if json.Unmarshal(e.Value(), &spec) == nil {
 			v.specs[e.Key()] = query.ExpectedInterval(&spec, time.Now())
 		}
-	}, nil, v.ready.Done); err != nil {
+	}, forget(v.specs), nil, v.ready.Done); err != nil {
 		return err
 	}
 	// Schedules start watched; pickScheduleSource may switch to scans.
@@ -132,7 +142,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		if json.Unmarshal(e.Value(), &b) == nil {
 			v.breakers[e.Key()] = b.State
 		}
-	}, nil, v.ready.Done)
+	}, forget(v.breakers), nil, v.ready.Done)
 }
 
 // putSchedule records a written schedule. Callers hold v.mu.
@@ -147,6 +157,13 @@ func (v *view) putSchedule(key string, raw []byte) {
 	if len(v.stale) >= maxStale {
 		v.decodeStale()
 	}
+}
+
+// pruneSchedules forgets the schedules a replayed watch no longer holds.
+// Callers hold v.mu.
+func (v *view) pruneSchedules(keep func(string) bool) {
+	forget(v.schedules)(keep)
+	forget(v.stale)(keep)
 }
 
 // deleteSchedule forgets a deleted or purged schedule. Callers hold v.mu.

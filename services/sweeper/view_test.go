@@ -70,3 +70,22 @@ func TestViewDecodesAtTheCap(t *testing.T) {
 		t.Fatalf("at the cap: %d stale, %d decoded; want 0 and %d", len(v.stale), len(v.schedules), maxStale)
 	}
 }
+
+// TestViewPrunesWhatAReplayNoLongerHolds: after a watch of
+// flyball-schedules ends and is established again, schedules purged
+// meanwhile leave the view, decoded or not, and the rest stay.
+func TestViewPrunesWhatAReplayNoLongerHolds(t *testing.T) {
+	v := newView()
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	for _, id := range []string{"a", "b", "c"} {
+		v.putSchedule(id, scheduleJSON(id, t0))
+	}
+	v.caughtUp = true
+	v.putSchedule("b", scheduleJSON("b", t0.Add(time.Second))) // undecoded until the sweep
+	v.putSchedule("d", scheduleJSON("d", t0))
+	v.pruneSchedules(func(id string) bool { return id == "a" || id == "d" })
+	v.decodeStale()
+	if len(v.schedules) != 2 || v.schedules["a"].TaskID != "a" || v.schedules["d"].TaskID != "d" {
+		t.Fatalf("after the prune the view holds %v, want a and d", v.schedules)
+	}
+}

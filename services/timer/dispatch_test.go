@@ -17,6 +17,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -536,4 +537,66 @@ func lateness(t *testing.T, s *Service) (uint64, time.Duration) {
 	}
 	h := m.GetHistogram()
 	return h.GetSampleCount(), time.Duration(h.GetSampleSum() * float64(time.Second))
+}
+
+// TestTimerWatchesAgainWhenTheWatchEnds ends the timer's watch of
+// flyball-schedules the way nats.go does when it cannot re-create the
+// watch's consumer, and changes the bucket while no watch is up: the slot
+// written meanwhile is dispatched, and the task purged meanwhile is
+// forgotten instead of firing for a schedule that no longer exists.
+func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := context.Background()
+	kv, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
+	putSchedule(t, srv.JS, "gone", later, gov.SourceBaselineInterval)
+	putSchedule(t, srv.JS, "kept", later, gov.SourceBaselineInterval)
+	watchers := make(chan jetstream.KeyWatcher, 4)
+	replays := make(chan struct{}, 4)
+	slot := time.Now().Add(500 * time.Millisecond).Truncate(time.Millisecond).UTC()
+	s := startTimer(t, srv.JS, func(s *Service) {
+		s.tuneFollow = func(f *kvcache.Follower) {
+			f.Watching = func(w jetstream.KeyWatcher) { watchers <- w }
+			loaded := f.Loaded
+			f.Loaded = func() { loaded(); replays <- struct{}{} }
+			f.Ended = func(error) {
+				if err := kv.Purge(ctx, "gone"); err != nil {
+					t.Error(err)
+				}
+				if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+					t.Error(err)
+				}
+				putSchedule(t, srv.JS, "fresh", slot, gov.SourceBaselineInterval)
+			}
+		}
+	})
+	<-replays // the first load
+	if n := queued(s); n != 2 {
+		t.Fatalf("%d slots queued after the load, want 2", n)
+	}
+	if err := (<-watchers).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-replays:
+	case <-time.After(within):
+		t.Fatal("the watch was not established again")
+	}
+	natstest.Eventually(t, within, "the slot written while the watch was down is dispatched", func() bool {
+		return results(s)[resultNew] == 1
+	})
+	if _, d := storedDispatch(t, srv.JS, "fresh"); !d.ScheduledAt.Equal(slot) {
+		t.Fatalf("dispatched slot %v, want %v", d.ScheduledAt, slot)
+	}
+	s.mu.Lock()
+	_, gone := s.items["gone"]
+	_, kept := s.items["kept"]
+	s.mu.Unlock()
+	if gone || !kept {
+		t.Fatalf("after the replay: purged task still scheduled %v, kept task scheduled %v", gone, kept)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/streams"
@@ -99,6 +100,10 @@ type Service struct {
 	dispatchMu sync.Mutex
 	dispatch   jetstream.Stream
 	runCtx     context.Context
+
+	// tuneFollow, when set, adjusts the watch of flyball-schedules before
+	// it starts (tests end the watch and observe its replays).
+	tuneFollow func(*kvcache.Follower)
 
 	mu    sync.Mutex
 	items map[string]*item
@@ -201,11 +206,19 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.runCtx = runCtx
 	s.presize(ctx, kv)
-	w, err := kv.WatchAll(runCtx)
+	var once sync.Once
+	f := kvcache.Follower{
+		KV: kv, Log: s.log, Apply: s.apply, Prune: s.prune,
+		Loaded: func() { once.Do(func() { close(s.ready) }) },
+	}
+	if s.tuneFollow != nil {
+		s.tuneFollow(&f)
+	}
+	follow, err := f.Start(runCtx)
 	if err != nil {
 		return fmt.Errorf("timer: watch %s: %w", streams.BucketSchedules, err)
 	}
-	s.Go(func() { s.watch(runCtx, w) })
+	s.Go(follow)
 	s.Go(func() { s.fire(runCtx) })
 	return nil
 }
@@ -240,23 +253,14 @@ func (s *Service) reserve(n int) {
 	}
 }
 
-// watch applies schedule changes to the heap.
-func (s *Service) watch(ctx context.Context, w jetstream.KeyWatcher) {
-	defer func() { _ = w.Stop() }()
-	var once sync.Once
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				once.Do(func() { close(s.ready) })
-				continue
-			}
-			s.apply(e)
+// prune forgets the tasks a replayed watch no longer holds (purged while
+// the watch was down; see kvcache.Follower).
+func (s *Service) prune(keep func(id string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.items {
+		if !keep(id) {
+			s.removeLocked(id)
 		}
 	}
 }
@@ -341,6 +345,11 @@ func (s *Service) upsert(id string, at int64, source string) {
 func (s *Service) remove(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.removeLocked(id)
+}
+
+// removeLocked is remove with s.mu held.
+func (s *Service) removeLocked(id string) {
 	it, ok := s.items[id]
 	if !ok {
 		return

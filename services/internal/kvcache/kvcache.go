@@ -12,12 +12,10 @@ package kvcache
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -77,54 +75,27 @@ func (c *Cache[T]) Ready() <-chan struct{} { return c.ready }
 // Run watches the bucket until ctx ends, re-establishing the watch (and
 // answering "unknown" meanwhile) if it ever closes. Run it in a goroutine.
 func (c *Cache[T]) Run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := c.watch(ctx)
-		c.live.Store(false)
-		if ctx.Err() != nil {
-			return
-		}
-		c.log.Warn("kv cache watch ended; reading the bucket directly until it is back", "bucket", c.kv.Bucket(), "err", err)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-var errWatchClosed = errors.New("watch channel closed")
-
-func (c *Cache[T]) watch(ctx context.Context) error {
-	w, err := c.kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	// A re-established watch replays every key: start from an empty view
-	// so keys deleted (and purged) while it was down do not linger.
-	c.mu.Lock()
-	c.entries = map[string]*entry[T]{}
-	c.mu.Unlock()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errWatchClosed
-			}
-			if e == nil { // end of the initial snapshot
-				c.live.Store(true)
-				c.once.Do(func() { close(c.ready) })
-				continue
-			}
+	Follower{
+		KV: c.kv, Log: c.log,
+		Apply: func(e jetstream.KeyValueEntry) {
 			_ = c.store(strings.Clone(e.Key()), e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value())
-		}
-	}
+		},
+		Loaded: func() {
+			c.live.Store(true)
+			c.once.Do(func() { close(c.ready) })
+		},
+		// Until the replay is loaded, Lookup answers "unknown" and callers
+		// read the bucket. The replay starts from an empty view, so keys
+		// deleted (and purged) meanwhile do not linger, and a bucket
+		// re-created meanwhile (revisions start over) is not hidden behind
+		// the old revisions.
+		Ended: func(error) {
+			c.live.Store(false)
+			c.mu.Lock()
+			c.entries = map[string]*entry[T]{}
+			c.mu.Unlock()
+		},
+	}.Run(ctx)
 }
 
 // store records key at rev unless a newer revision is already known, and

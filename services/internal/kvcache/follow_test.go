@@ -1,0 +1,142 @@
+package kvcache
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// TestFollowerWatchesAgainWhenAWatchEnds ends a watch the way nats.go does
+// when it cannot re-create the watch's consumer (its Updates channel
+// closes), changes the bucket while no watch is up, and checks that the
+// follower replays it: changed keys are applied, a key purged without a
+// trace is pruned, and writes after the replay keep arriving.
+func TestFollowerWatchesAgainWhenAWatchEnds(t *testing.T) {
+	kv := newBucket(t)
+	ctx := t.Context()
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := kv.Put(ctx, k, []byte(k+"1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	view := map[string]string{}
+	applied := make(chan string, 16)
+	loads := make(chan map[string]string, 4)
+	watchers := make(chan jetstream.KeyWatcher, 4)
+	ended := make(chan error, 4)
+	f := Follower{
+		KV: kv,
+		Apply: func(e jetstream.KeyValueEntry) {
+			mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				view[e.Key()] = string(e.Value())
+			} else {
+				delete(view, e.Key())
+			}
+			mu.Unlock()
+			applied <- e.Key()
+		},
+		Loaded: func() {
+			mu.Lock()
+			loads <- maps.Clone(view)
+			mu.Unlock()
+		},
+		Prune: func(keep func(string) bool) {
+			mu.Lock()
+			maps.DeleteFunc(view, func(k, _ string) bool { return !keep(k) })
+			mu.Unlock()
+		},
+		// The bucket changes while no watch is up: b is purged with its
+		// marker, c rewritten, d created.
+		Ended: func(err error) {
+			if err := kv.Purge(ctx, "b"); err != nil {
+				t.Error(err)
+			}
+			if err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+				t.Error(err)
+			}
+			if _, err := kv.Put(ctx, "c", []byte("c2")); err != nil {
+				t.Error(err)
+			}
+			if _, err := kv.Put(ctx, "d", []byte("d1")); err != nil {
+				t.Error(err)
+			}
+			ended <- err
+		},
+		Watching: func(w jetstream.KeyWatcher) { watchers <- w },
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	loop, err := f.Start(runCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); loop() }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	want := map[string]string{"a": "a1", "b": "b1", "c": "c1"}
+	if got := recv(t, loads, "first snapshot"); !maps.Equal(got, want) {
+		t.Fatalf("first snapshot = %v, want %v", got, want)
+	}
+	drain(applied)
+	if err := recv(t, watchers, "first watcher").Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, ended, "end of the first watch"); err == nil {
+		t.Fatal("Ended got no reason")
+	}
+	recv(t, watchers, "second watcher")
+	want = map[string]string{"a": "a1", "c": "c2", "d": "d1"}
+	if got := recv(t, loads, "replay"); !maps.Equal(got, want) {
+		t.Fatalf("after the replay the view is %v, want %v (b purged while no watch was up must be pruned)", got, want)
+	}
+	drain(applied)
+	if _, err := kv.Put(ctx, "e", []byte("e1")); err != nil {
+		t.Fatal(err)
+	}
+	if k := recv(t, applied, "a write after the replay"); k != "e" {
+		t.Fatalf("applied %q after the replay, want e", k)
+	}
+}
+
+func TestFollowerStartFailsOnAMissingBucket(t *testing.T) {
+	srv := natstest.Start(t)
+	kv, err := srv.JS.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.JS.DeleteKeyValue(t.Context(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (Follower{KV: kv, Apply: func(jetstream.KeyValueEntry) {}}).Start(t.Context()); err == nil {
+		t.Fatal("Start on a deleted bucket succeeded")
+	}
+}
+
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for the %s", what)
+		panic("unreachable")
+	}
+}
+
+func drain[T any](ch <-chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
