@@ -154,6 +154,7 @@ func (s *Service) waitInflight() {
 
 // handle processes one dispatch delivery.
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	arrived := time.Now() // the delivery's AckWait runs from here
 	e, err := events.Decode(m.Headers(), m.Data())
 	if err != nil {
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.log)
@@ -174,19 +175,19 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if wait := time.Until(d.ScheduledAt); wait > 0 {
-		s.hold(ctx, m, md, &d, wait)
+		s.hold(ctx, m, md, &d, arrived, wait)
 		return
 	}
 	if !s.acquireCall(ctx, m) {
 		return
 	}
 	defer s.releaseCall()
-	s.run(ctx, m, md, &d)
+	s.run(ctx, m, md, &d, arrived)
 }
 
 // run checks the task's spec, pause and breaker at the moment of the call,
-// then calls it.
-func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch) {
+// then calls it. arrived is when the delivery reached this executor.
+func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time) {
 	t, _, err := s.specs.Get(ctx, d.TaskID)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
@@ -206,19 +207,19 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.nak(m, wait, nil)
 		return
 	}
-	s.execute(ctx, m, md, t, d)
+	s.execute(ctx, m, md, t, d, arrived)
 }
 
 // hold keeps a dispatch that arrived ahead of its slot (the timer publishes
 // Lead early) until its scheduledAt, without occupying a worker, then runs
 // it under the same call limit. One due further ahead than half the
 // AckWait goes back to the stream until then.
-func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, wait time.Duration) {
+func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, wait time.Duration) {
 	if wait > s.cfg.AckWait/2 {
 		s.nak(m, wait, nil)
 		return
 	}
-	h := &held{m: m, md: md, d: d}
+	h := &held{m: m, md: md, d: d, arrived: arrived}
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if s.releasing {
@@ -233,10 +234,11 @@ func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 
 // held is a dispatch waiting for its slot.
 type held struct {
-	m  jetstream.Msg
-	md *jetstream.MsgMetadata
-	d  *events.Dispatch
-	t  *time.Timer
+	m       jetstream.Msg
+	md      *jetstream.MsgMetadata
+	d       *events.Dispatch
+	arrived time.Time
+	t       *time.Timer
 }
 
 // fireHeld hands a held dispatch whose slot has come to one of the
@@ -277,7 +279,7 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
-	s.run(ctx, h.m, h.md, h.d)
+	s.run(ctx, h.m, h.md, h.d, h.arrived)
 }
 
 // releaseHeld hands every dispatch still waiting for its slot back to the
@@ -464,16 +466,15 @@ func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 }
 
 // execute performs one attempt and settles the message.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch) {
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time) {
 	spec := t.spec
 	attempt, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
 		s.nak(m, time.Second, err)
 		return
 	}
-	release := s.acquireHost(ctx, t.host)
-	defer release()
-	stopProgress := s.keepAlive(m, spec)
+	defer releaseHost(s.acquireHost(ctx, t.host))
+	stopProgress := s.keepAlive(m, spec, arrived)
 	if s.cfg.EmitStarted {
 		started := events.Run{
 			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
@@ -621,33 +622,43 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 	s.settle(m, "nak", nakBody(delay))
 }
 
-// keepAlive sends InProgress every AckWait/2 while a call that may outlast
-// half the AckWait is running. It arms a timer rather than starting a
-// goroutine: most calls end long before it fires.
-func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec) func() {
+// settleMargin is the part of the AckWait a call must leave for what
+// follows it: storing the run event (up to outboxBudget) and the
+// confirmed ack. At most half the AckWait.
+const settleMargin = outboxBudget + 5*time.Second
+
+// keepAlive sends InProgress while a call runs that could otherwise end
+// too late to settle its dispatch within the AckWait, which runs from the
+// delivery (arrived): a call that may end with less than settleMargin of
+// it left. The first goes out half an AckWait after the delivery (at once
+// if that has passed), then every half AckWait. Under the defaults (60s
+// AckWait, 30s timeout) a call needs none unless its dispatch waited more
+// than 10s for a free caller; most calls arm nothing.
+func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time.Time) func() {
 	timeout := events.DefaultNATSTimeout
 	if spec.Target.HTTP != nil {
 		timeout = spec.Target.HTTP.Timeout.D()
 	} else if spec.Target.NATS != nil {
 		timeout = spec.Target.NATS.Timeout.D()
 	}
-	if timeout < s.cfg.AckWait/2 {
+	first, ok := progressDue(time.Now(), arrived, timeout, s.cfg.AckWait)
+	if !ok {
 		return func() {}
 	}
-	every := s.cfg.AckWait / 2
+	half := s.cfg.AckWait / 2
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
 	mu.Lock() // the callback reads t: publish it under the lock
 	defer mu.Unlock()
-	t = time.AfterFunc(every, func() {
+	t = time.AfterFunc(first, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
 			return
 		}
 		_ = m.InProgress()
-		t.Reset(every)
+		t.Reset(half)
 	})
 	return func() {
 		mu.Lock()
@@ -657,9 +668,22 @@ func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec) func() {
 	}
 }
 
-func (s *Service) acquireHost(ctx context.Context, host string) func() {
+// progressDue reports whether a call starting at now, bounded by
+// timeout, of a delivery that arrived under ackWait needs InProgress
+// (keepAlive), and how long until the first is due.
+func progressDue(now, arrived time.Time, timeout, ackWait time.Duration) (time.Duration, bool) {
+	half := ackWait / 2
+	if now.Add(timeout).Before(arrived.Add(ackWait - min(settleMargin, half))) {
+		return 0, false
+	}
+	return max(arrived.Add(half).Sub(now), 0), true
+}
+
+// acquireHost takes one of host's PerHost call slots and returns it for
+// releaseHost; nil (no host, or ctx ended) holds nothing.
+func (s *Service) acquireHost(ctx context.Context, host string) chan struct{} {
 	if host == "" {
-		return func() {}
+		return nil
 	}
 	s.hostMu.Lock()
 	sem, ok := s.hosts[host]
@@ -670,9 +694,16 @@ func (s *Service) acquireHost(ctx context.Context, host string) func() {
 	s.hostMu.Unlock()
 	select {
 	case sem <- struct{}{}:
-		return func() { <-sem }
+		return sem
 	case <-ctx.Done():
-		return func() {}
+		return nil
+	}
+}
+
+// releaseHost frees a slot acquireHost took.
+func releaseHost(sem chan struct{}) {
+	if sem != nil {
+		<-sem
 	}
 }
 
