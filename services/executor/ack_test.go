@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -17,54 +16,149 @@ import (
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// flaky is a confirmation whose first fails tries fail the way a request
-// does while the consumer has no leader.
-type flaky struct{ fails, tries int }
+// lowerSettleTimes makes the settler's waits short for one test.
+func lowerSettleTimes(t *testing.T, try, retry time.Duration) {
+	t.Helper()
+	prev := [3]time.Duration{ackTry, ackRetry, settleTick}
+	ackTry, ackRetry, settleTick = try, retry, time.Millisecond
+	t.Cleanup(func() { ackTry, ackRetry, settleTick = prev[0], prev[1], prev[2] })
+}
 
-func (f *flaky) try(context.Context) error {
-	f.tries++
-	if f.tries <= f.fails {
-		return nats.ErrNoResponders
+func newTestSettler(t *testing.T) (*settler, *nats.Conn) {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc, _ := srv.Connect(t)
+	st, err := newSettler(nc, quietLog())
+	if err != nil {
+		t.Fatal(err)
 	}
+	return st, nc
+}
+
+// tries is how many tries the only pending settle has made (0 if none is
+// pending).
+func (st *settler) triesOfPending() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, p := range st.pending {
+		return p.tries
+	}
+	return 0
+}
+
+// settled waits until no settle is pending.
+func settled(t *testing.T, st *settler, within time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { st.idle.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(within):
+		t.Fatalf("still pending after %v: %d tries", within, st.triesOfPending())
+	}
+}
+
+// TestSettlerRetriesUntilAnswered: while nobody answers (the consumer has
+// no leader, and the server says "no responders") a settle is retried, and
+// it is confirmed once a responder appears.
+func TestSettlerRetriesUntilAnswered(t *testing.T) {
+	lowerSettleTimes(t, time.Second, 5*time.Millisecond)
+	st, nc := newTestSettler(t)
+	st.settle("ack.reply", "d.t", "nak", []byte("-NAK"), time.Now().Add(time.Minute))
+	natstest.Eventually(t, 10*time.Second, "three unanswered tries", func() bool { return st.triesOfPending() >= 3 })
+	var answered atomic.Int32
+	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) { answered.Add(1); _ = m.Respond(nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	settled(t, st, 10*time.Second)
+	if answered.Load() == 0 {
+		t.Fatal("settled without an answer")
+	}
+}
+
+// TestSettlerRetriesAnUnansweredTry: a try whose answer never comes (lost
+// in a leader change) is tried again after ackTry.
+func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
+	lowerSettleTimes(t, 50*time.Millisecond, time.Millisecond)
+	st, nc := newTestSettler(t)
+	var got atomic.Int32
+	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) {
+		if got.Add(1) == 3 { // the first two are swallowed
+			_ = m.Respond(nil)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(time.Minute))
+	settled(t, st, 10*time.Second)
+	if n := got.Load(); n != 3 {
+		t.Fatalf("%d tries reached the server, want 3", n)
+	}
+}
+
+func TestSettlerGivesUpAtTheDeadline(t *testing.T) {
+	lowerSettleTimes(t, time.Second, time.Millisecond)
+	st, _ := newTestSettler(t)
+	var logged atomic.Int32
+	st.log = slog.New(countingHandler{&logged})
+	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(50*time.Millisecond))
+	settled(t, st, 10*time.Second)
+	if logged.Load() != 1 {
+		t.Fatalf("%d warnings, want the one saying the dispatch is redelivered after AckWait", logged.Load())
+	}
+}
+
+// TestSettlerStopGivesOneLastTry: at shutdown a settle waiting to retry is
+// tried once more at once, and given up if that fails too.
+func TestSettlerStopGivesOneLastTry(t *testing.T) {
+	lowerSettleTimes(t, time.Second, time.Hour) // only stop can end the wait
+	st, _ := newTestSettler(t)
+	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(24*time.Hour))
+	natstest.Eventually(t, 10*time.Second, "the first try fails", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		for _, p := range st.pending {
+			return !p.sent
+		}
+		return false
+	})
+	var p *pendingSettle
+	st.mu.Lock()
+	for _, q := range st.pending {
+		p = q
+	}
+	st.mu.Unlock()
+	done := make(chan struct{})
+	go func() { st.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stop did not return: the settle was not given up after its last try")
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if p.tries != 2 || len(st.pending) != 0 {
+		t.Fatalf("after stop: %d tries, %d pending; want 2 tries (one last at stop) and none pending", p.tries, len(st.pending))
+	}
+}
+
+// countingHandler counts warnings.
+type countingHandler struct{ n *atomic.Int32 }
+
+func (h countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h countingHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
 	return nil
 }
-
-func TestConfirmSettleRetriesUntilTheServerReplies(t *testing.T) {
-	defer func(d time.Duration) { ackRetry = d }(ackRetry)
-	ackRetry = time.Millisecond
-	f := &flaky{fails: 3}
-	if err := confirmSettle(make(chan struct{}), "d.t", "ack", time.Now().Add(time.Minute), quietLog(), f.try); err != nil {
-		t.Fatalf("confirmSettle: %v", err)
-	}
-	if f.tries != 4 {
-		t.Fatalf("tried %d times, want 4 (3 failures, then the reply)", f.tries)
-	}
-}
-
-func TestConfirmSettleGivesUpAtTheDeadline(t *testing.T) {
-	defer func(d time.Duration) { ackRetry = d }(ackRetry)
-	ackRetry = time.Millisecond
-	f := &flaky{fails: 1 << 30}
-	err := confirmSettle(make(chan struct{}), "d.t", "ack", time.Now().Add(20*time.Millisecond), quietLog(), f.try)
-	if !errors.Is(err, nats.ErrNoResponders) {
-		t.Fatalf("confirmSettle = %v, want the last try's error", err)
-	}
-	if f.tries < 2 {
-		t.Fatalf("tried %d times before the deadline, want a retry", f.tries)
-	}
-}
-
-func TestConfirmSettleStopsRetryingAtShutdown(t *testing.T) {
-	defer func(d time.Duration) { ackRetry = d }(ackRetry)
-	ackRetry = time.Hour // only stop can end the wait
-	stop := make(chan struct{})
-	close(stop)
-	f := &flaky{fails: 1 << 30}
-	err := confirmSettle(stop, "d.t", "ack", time.Now().Add(24*time.Hour), quietLog(), f.try)
-	if err == nil || f.tries != 2 {
-		t.Fatalf("confirmSettle = %v after %d tries, want an error after one last try (2)", err, f.tries)
-	}
-}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
 func TestSettleBodiesMatchNATSGo(t *testing.T) {
 	for got, want := range map[string]string{
@@ -101,7 +195,11 @@ func settleFixture(t *testing.T) (*Service, jetstream.Consumer, jetstream.Msg) {
 	if m == nil {
 		t.Fatal("the message was not delivered")
 	}
-	s := &Service{cfg: Config{JS: srv.JS, AckWait: time.Minute}, log: quietLog(), ackStop: make(chan struct{})}
+	st, err := newSettler(srv.JS.Conn(), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{cfg: Config{JS: srv.JS, AckWait: time.Minute}, log: quietLog(), settles: st}
 	return s, cons, m
 }
 
@@ -120,7 +218,7 @@ func fetchOne(t *testing.T, cons jetstream.Consumer, wait time.Duration) jetstre
 func TestSettleNakRedeliversAfterTheDelay(t *testing.T) {
 	s, cons, m := settleFixture(t)
 	s.settle(m, "nak", nakBody(100*time.Millisecond))
-	s.acks.Wait()
+	settled(t, s.settles, 10*time.Second)
 	again := fetchOne(t, cons, 10*time.Second)
 	if again == nil {
 		t.Fatal("not redelivered 10s after a 100ms nak (AckWait is 1m)")
@@ -133,7 +231,7 @@ func TestSettleNakRedeliversAfterTheDelay(t *testing.T) {
 func TestSettleTermRemovesTheMessage(t *testing.T) {
 	s, cons, m := settleFixture(t)
 	s.settle(m, "term", termBody("final failure after 3 attempt(s)"))
-	s.acks.Wait()
+	settled(t, s.settles, 10*time.Second)
 	info, err := cons.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -146,51 +244,12 @@ func TestSettleTermRemovesTheMessage(t *testing.T) {
 func TestSettleAckRemovesTheMessage(t *testing.T) {
 	s, cons, m := settleFixture(t)
 	s.ack(m)
-	s.acks.Wait()
+	settled(t, s.settles, 10*time.Second)
 	info, err := cons.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.NumAckPending != 0 || info.AckFloor.Stream != 1 {
 		t.Fatalf("consumer after ack: %d ack pending, ack floor %d; want 0 and 1", info.NumAckPending, info.AckFloor.Stream)
-	}
-}
-
-// TestConfirmSettleRetriesUntilAnswered: a request nobody answers (the
-// consumer has no leader) is retried until a responder appears.
-func TestConfirmSettleRetriesUntilAnswered(t *testing.T) {
-	defer func(d time.Duration) { ackRetry = d }(ackRetry)
-	ackRetry = 10 * time.Millisecond
-	srv := natstest.Start(t)
-	nc, _ := srv.Connect(t)
-	var failed atomic.Int32
-	done := make(chan error, 1)
-	go func() {
-		done <- confirmSettle(make(chan struct{}), "d.t", "nak", time.Now().Add(time.Minute), quietLog(), func(ctx context.Context) error {
-			_, err := nc.RequestWithContext(ctx, "ack.reply", []byte("-NAK"))
-			if err != nil {
-				failed.Add(1)
-			}
-			return err
-		})
-	}()
-	natstest.Eventually(t, 10*time.Second, "three unanswered tries", func() bool { return failed.Load() >= 3 })
-	select {
-	case err := <-done:
-		t.Fatalf("returned while nobody answered: %v", err)
-	default:
-	}
-	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) { _ = m.Respond(nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("confirmSettle = %v after the responder appeared", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("not confirmed 10s after a responder appeared")
 	}
 }

@@ -47,8 +47,7 @@ type Service struct {
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
 	purges    sync.WaitGroup     // attempt records being purged
-	acks      sync.WaitGroup     // acks waiting for the server's confirmation
-	ackStop   chan struct{}      // closed at shutdown: acks stop retrying
+	settles   *settler           // acks, naks and terms until the server confirms them
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
@@ -63,12 +62,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		cfg:     cfg,
-		log:     cfg.Logger.With("service", "executor"),
-		source:  jsutil.Source("executor", cfg.Instance),
-		client:  newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
-		hosts:   make(map[string]chan struct{}),
-		ackStop: make(chan struct{}),
+		cfg:    cfg,
+		log:    cfg.Logger.With("service", "executor"),
+		source: jsutil.Source("executor", cfg.Instance),
+		client: newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
+		hosts:  make(map[string]chan struct{}),
 	}, nil
 }
 
@@ -116,10 +114,14 @@ func (s *Service) Start(ctx context.Context) error {
 	for range s.cfg.Concurrency {
 		s.Go(func() { s.caller(runCtx) })
 	}
+	if s.settles, err = newSettler(s.cfg.JS.Conn(), s.log); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
 		jsutil.Workers{N: s.cfg.Concurrency, PullFailures: s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamDispatch)},
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
+		s.settles.stop()
 		return fmt.Errorf("executor: %w", err)
 	}
 	s.work = cc
@@ -129,8 +131,7 @@ func (s *Service) Start(ctx context.Context) error {
 		<-cc.Done() // no handler will queue another event
 		s.firing.Wait()
 		s.out.close() // store the queued events and settle their dispatches
-		close(s.ackStop)
-		s.acks.Wait()
+		s.settles.stop()
 		s.purges.Wait()
 		s.client.CloseIdleConnections()
 	})
