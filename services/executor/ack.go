@@ -32,7 +32,7 @@ import (
 // goroutine with its own request, context and timer (3.7% of the CPU of a
 // W1c profile went to those).
 
-var (
+const (
 	// ackTry is how long a try waits for its confirmation.
 	ackTry = 2 * time.Second
 	// ackRetry is the first pause after a failed try; it doubles up to
@@ -51,6 +51,9 @@ type settler struct {
 	log    *slog.Logger
 	prefix string // reply subjects are prefix + an ID
 	sub    *nats.Subscription
+	// try, retry and tick are ackTry, ackRetry and settleTick (tests
+	// shorten them).
+	try, retry, tick time.Duration
 
 	mu       sync.Mutex
 	pending  map[uint64]*pendingSettle
@@ -73,7 +76,10 @@ type pendingSettle struct {
 }
 
 func newSettler(nc *nats.Conn, log *slog.Logger) (*settler, error) {
-	st := &settler{nc: nc, log: log, prefix: nc.NewInbox() + ".", pending: map[uint64]*pendingSettle{}}
+	st := &settler{
+		nc: nc, log: log, prefix: nc.NewInbox() + ".", pending: map[uint64]*pendingSettle{},
+		try: ackTry, retry: ackRetry, tick: settleTick,
+	}
 	sub, err := nc.Subscribe(st.prefix+"*", st.reply)
 	if err != nil {
 		return nil, fmt.Errorf("settle replies: %w", err)
@@ -86,7 +92,7 @@ func newSettler(nc *nats.Conn, log *slog.Logger) (*settler, error) {
 // settles the delivery of subject, and keeps trying until it is confirmed
 // or deadline. It never waits for the round trip.
 func (st *settler) settle(to, subject, kind string, body []byte, deadline time.Time) {
-	p := &pendingSettle{to: to, subject: subject, kind: kind, body: body, deadline: deadline, wait: ackRetry}
+	p := &pendingSettle{to: to, subject: subject, kind: kind, body: body, deadline: deadline, wait: st.retry}
 	st.mu.Lock()
 	if st.stopping {
 		p.deadline = time.Now() // one try
@@ -102,14 +108,14 @@ func (st *settler) settle(to, subject, kind string, body []byte, deadline time.T
 // send makes one try. The caller holds st.mu.
 func (st *settler) send(id uint64, p *pendingSettle, now time.Time) {
 	p.tries++
-	p.sent, p.at = true, now.Add(ackTry)
+	p.sent, p.at = true, now.Add(st.try)
 	if err := st.nc.PublishRequest(p.to, st.prefix+strconv.FormatUint(id, 10), p.body); err != nil {
 		st.failed(id, p, err, now)
 		return
 	}
 	if !st.ticking {
 		st.ticking = true
-		go st.tick()
+		go st.ticks()
 	}
 }
 
@@ -125,10 +131,10 @@ func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time)
 	}
 	st.log.Debug(p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
 	p.sent, p.at = false, now.Add(p.wait)
-	p.wait = min(2*p.wait, ackTry)
+	p.wait = min(2*p.wait, st.try)
 	if !st.ticking {
 		st.ticking = true
-		go st.tick()
+		go st.ticks()
 	}
 }
 
@@ -161,10 +167,10 @@ func (st *settler) reply(m *nats.Msg) {
 	}
 }
 
-// tick fails unanswered tries and sends due retries, while any settle is
+// ticks fails unanswered tries and sends due retries, while any settle is
 // pending.
-func (st *settler) tick() {
-	t := time.NewTicker(settleTick)
+func (st *settler) ticks() {
+	t := time.NewTicker(st.tick)
 	defer t.Stop()
 	for range t.C {
 		st.mu.Lock()

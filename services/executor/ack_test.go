@@ -16,15 +16,9 @@ import (
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// lowerSettleTimes makes the settler's waits short for one test.
-func lowerSettleTimes(t *testing.T, try, retry time.Duration) {
-	t.Helper()
-	prev := [3]time.Duration{ackTry, ackRetry, settleTick}
-	ackTry, ackRetry, settleTick = try, retry, time.Millisecond
-	t.Cleanup(func() { ackTry, ackRetry, settleTick = prev[0], prev[1], prev[2] })
-}
-
-func newTestSettler(t *testing.T) (*settler, *nats.Conn) {
+// newTestSettler returns a settler whose tries wait try for an answer
+// and retry after retry.
+func newTestSettler(t *testing.T, try, retry time.Duration) (*settler, *nats.Conn) {
 	t.Helper()
 	srv := natstest.Start(t)
 	nc, _ := srv.Connect(t)
@@ -32,6 +26,7 @@ func newTestSettler(t *testing.T) (*settler, *nats.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.try, st.retry, st.tick = try, retry, time.Millisecond
 	return st, nc
 }
 
@@ -62,8 +57,7 @@ func settled(t *testing.T, st *settler, within time.Duration) {
 // no leader, and the server says "no responders") a settle is retried, and
 // it is confirmed once a responder appears.
 func TestSettlerRetriesUntilAnswered(t *testing.T) {
-	lowerSettleTimes(t, time.Second, 5*time.Millisecond)
-	st, nc := newTestSettler(t)
+	st, nc := newTestSettler(t, time.Second, 5*time.Millisecond)
 	st.settle("ack.reply", "d.t", "nak", []byte("-NAK"), time.Now().Add(time.Minute))
 	natstest.Eventually(t, 10*time.Second, "three unanswered tries", func() bool { return st.triesOfPending() >= 3 })
 	var answered atomic.Int32
@@ -81,8 +75,7 @@ func TestSettlerRetriesUntilAnswered(t *testing.T) {
 // TestSettlerRetriesAnUnansweredTry: a try whose answer never comes (lost
 // in a leader change) is tried again after ackTry.
 func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
-	lowerSettleTimes(t, 50*time.Millisecond, time.Millisecond)
-	st, nc := newTestSettler(t)
+	st, nc := newTestSettler(t, 50*time.Millisecond, time.Millisecond)
 	var got atomic.Int32
 	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) {
 		if got.Add(1) == 3 { // the first two are swallowed
@@ -104,8 +97,7 @@ func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
 }
 
 func TestSettlerGivesUpAtTheDeadline(t *testing.T) {
-	lowerSettleTimes(t, time.Second, time.Millisecond)
-	st, _ := newTestSettler(t)
+	st, _ := newTestSettler(t, time.Second, time.Millisecond)
 	var logged atomic.Int32
 	st.log = slog.New(countingHandler{&logged})
 	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(50*time.Millisecond))
@@ -118,8 +110,7 @@ func TestSettlerGivesUpAtTheDeadline(t *testing.T) {
 // TestSettlerStopGivesOneLastTry: at shutdown a settle waiting to retry is
 // tried once more at once, and given up if that fails too.
 func TestSettlerStopGivesOneLastTry(t *testing.T) {
-	lowerSettleTimes(t, time.Second, time.Hour) // only stop can end the wait
-	st, _ := newTestSettler(t)
+	st, _ := newTestSettler(t, time.Second, time.Hour) // only stop can end the wait
 	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(24*time.Hour))
 	natstest.Eventually(t, 10*time.Second, "the first try fails", func() bool {
 		st.mu.Lock()
@@ -152,13 +143,18 @@ func TestSettlerStopGivesOneLastTry(t *testing.T) {
 // countingHandler counts warnings.
 type countingHandler struct{ n *atomic.Int32 }
 
-func (h countingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h countingHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn
+}
+
 func (h countingHandler) Handle(context.Context, slog.Record) error {
 	h.n.Add(1)
 	return nil
 }
+
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h countingHandler) WithGroup(string) slog.Handler { return h }
 
 func TestSettleBodiesMatchNATSGo(t *testing.T) {
 	for got, want := range map[string]string{
