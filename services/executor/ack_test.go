@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -248,4 +249,62 @@ func TestSettleAckRemovesTheMessage(t *testing.T) {
 	if info.NumAckPending != 0 || info.AckFloor.Stream != 1 {
 		t.Fatalf("consumer after ack: %d ack pending, ack floor %d; want 0 and 1", info.NumAckPending, info.AckFloor.Stream)
 	}
+}
+
+// TestSettlerRidesOutAConsumerLeaderElection cuts off, without warning,
+// the leader of an R3 work-queue consumer on a 3-node cluster and acks
+// ten deliveries at once: until the raft election ends (4-9 s) every ack
+// is answered "no responders" or not at all. Each must be confirmed by
+// the new leader with the default timings, so none is redelivered after
+// AckWait (finding 11).
+func TestSettlerRidesOutAConsumerLeaderElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a raft election takes 4-9 s")
+	}
+	cl := natstest.StartCluster(t, 3)
+	_, admin := cl.ConnectTo(t, "n1")
+	ctx := t.Context()
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "D", Subjects: []string{"d.>"}, Retention: jetstream.WorkQueuePolicy, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := admin.CreateOrUpdateConsumer(ctx, "D", jetstream.ConsumerConfig{Durable: "x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := range n {
+		if _, err := admin.Publish(ctx, fmt.Sprintf("d.t%d", i), []byte("run")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := cons.CachedInfo().Cluster.Leader
+	nc, js := cl.ConnectTo(t, cl.Other(victim))
+	c, err := js.Consumer(ctx, "D", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for m := range b.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != n {
+		t.Fatalf("fetched %d of %d", len(msgs), n)
+	}
+	st, err := newSettler(nc, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Kill(t, victim)
+	for _, m := range msgs {
+		st.settle(m.Reply(), m.Subject(), "ack", ackBody, time.Now().Add(time.Minute))
+	}
+	settled(t, st, 45*time.Second)
+	natstest.Eventually(t, 10*time.Second, "the new leader reports every delivery acked", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.AckFloor.Stream == n
+	})
 }
