@@ -283,16 +283,22 @@ func TestSettlerRidesOutAConsumerLeaderElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A fetch can end early while the new R3 consumer settles in.
 	var msgs []jetstream.Msg
-	for m := range b.Messages() {
-		msgs = append(msgs, m)
+	var fetchErr error
+	for deadline := time.Now().Add(20 * time.Second); len(msgs) < n && time.Now().Before(deadline); {
+		b, err := c.Fetch(n-len(msgs), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			fetchErr = err
+			continue
+		}
+		for m := range b.Messages() {
+			msgs = append(msgs, m)
+		}
+		fetchErr = b.Error()
 	}
 	if len(msgs) != n {
-		t.Fatalf("fetched %d of %d", len(msgs), n)
+		t.Fatalf("fetched %d of %d (last error: %v)", len(msgs), n, fetchErr)
 	}
 	st, err := newSettler(nc, quietLog())
 	if err != nil {
