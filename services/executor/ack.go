@@ -124,9 +124,9 @@ func (st *settler) send(id uint64, p *pendingSettle, now time.Time) {
 func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time) {
 	p.err = err
 	if !now.Add(p.wait).Before(p.deadline) {
+		st.log.Warn(p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
 		delete(st.pending, id)
 		st.idle.Done()
-		st.log.Warn(p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
 		return
 	}
 	st.log.Debug(p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
@@ -160,11 +160,11 @@ func (st *settler) reply(m *nats.Msg) {
 	}
 	// A confirmation of any try settles it, even one already counted as
 	// unanswered.
-	delete(st.pending, id)
-	st.idle.Done()
 	if p.tries > 1 {
 		st.log.Info(p.kind+" confirmed after retries", "subject", p.subject, "tries", p.tries)
 	}
+	delete(st.pending, id)
+	st.idle.Done()
 }
 
 // ticks fails unanswered tries and sends due retries, while any settle is
