@@ -258,11 +258,7 @@ func TestSettleAckRemovesTheMessage(t *testing.T) {
 // the new leader with the default timings, so none is redelivered after
 // AckWait (finding 11).
 func TestSettlerRidesOutAConsumerLeaderElection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a raft election takes 4-9 s")
-	}
-	cl := natstest.StartCluster(t, 3)
-	_, admin := cl.ConnectTo(t, "n1")
+	cl, _, admin := natstest.ElectionCluster(t)
 	ctx := t.Context()
 	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "D", Subjects: []string{"d.>"}, Retention: jetstream.WorkQueuePolicy, Replicas: 3}); err != nil {
 		t.Fatal(err)

@@ -115,11 +115,7 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 // no dispatch is nakked and no target is called twice. nats.go's own
 // retries alone give up after about a second.
 func TestOutboxRidesOutALeaderElection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a raft election takes 4-9 s")
-	}
-	cl := natstest.StartCluster(t, 3)
-	_, admin := cl.ConnectTo(t, "n1")
+	cl, _, admin := natstest.ElectionCluster(t)
 	ctx := t.Context()
 	st, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Replicas: 3})
 	if err != nil {

@@ -24,11 +24,7 @@ import (
 // the new leader answers its replicated pull request with "409 Leadership
 // Change" at once.
 func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a raft election takes 4-9 s")
-	}
-	cl := natstest.StartCluster(t, 3)
-	admin, js := cl.ConnectTo(t, "n1")
+	cl, admin, js := natstest.ElectionCluster(t)
 	ctx := t.Context()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"work.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)

@@ -142,6 +142,19 @@ type Cluster struct {
 	links   []*link
 }
 
+// ElectionCluster starts a 3-node cluster for a test that kills a leader
+// and waits out the raft election, and connects to n1. Under -short it
+// skips the test: an election takes 4-9 s.
+func ElectionCluster(t *testing.T) (*Cluster, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a raft election takes 4-9 s")
+	}
+	cl := StartCluster(t, 3)
+	nc, js := cl.ConnectTo(t, "n1")
+	return cl, nc, js
+}
+
 // StartCluster starts an n-node JetStream cluster (named n1, n2, …) and
 // waits until its meta leader sees every peer. Each server has its own
 // store in a per-test temporary directory; all are shut down in t.Cleanup.
