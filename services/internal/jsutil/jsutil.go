@@ -167,13 +167,23 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// consumeExpiry is how long each of Consume's pulls waits on the server
+// (nats.go's default is 30 s). A pull answered "no responders" (its
+// consumer had no leader: an election, a step-down) leaves nats.go
+// counting it as pending until two heartbeats are missed, half an expiry
+// each, so the expiry bounds how long a consumer stalls after an
+// election: 5 s here, against 30 s by default.
+const consumeExpiry = 5 * time.Second
+
 // Consume starts consuming the durable and returns its context. The handler
-// runs serially; handlers that need concurrency dispatch to a pool.
+// runs serially; handlers that need concurrency dispatch to a pool. opts
+// may override the pull expiry (consumeExpiry).
 func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
 	cons, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s/%s: %w (did streams.Ensure run?)", stream, durable, err)
 	}
+	opts = append([]jetstream.PullConsumeOpt{jetstream.PullExpiry(consumeExpiry)}, opts...)
 	opts = append(opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
 			log.Debug("consume", "stream", stream, "durable", durable, "err", err)
