@@ -72,7 +72,6 @@ type pendingSettle struct {
 	sent              bool
 	wait              time.Duration // the pause after the next failed try
 	tries             int
-	err               error // the last try's failure
 }
 
 func newSettler(nc *nats.Conn, log *slog.Logger) (*settler, error) {
@@ -101,6 +100,10 @@ func (st *settler) settle(to, subject, kind string, body []byte, deadline time.T
 	st.next++
 	st.pending[id] = p
 	st.idle.Add(1)
+	if !st.ticking { // it runs while any settle is pending
+		st.ticking = true
+		go st.ticks()
+	}
 	st.send(id, p, time.Now())
 	st.mu.Unlock()
 }
@@ -111,31 +114,27 @@ func (st *settler) send(id uint64, p *pendingSettle, now time.Time) {
 	p.sent, p.at = true, now.Add(st.try)
 	if err := st.nc.PublishRequest(p.to, st.prefix+strconv.FormatUint(id, 10), p.body); err != nil {
 		st.failed(id, p, err, now)
-		return
-	}
-	if !st.ticking {
-		st.ticking = true
-		go st.ticks()
 	}
 }
 
 // failed records a failed try: it is retried after its wait, unless that
 // would pass its deadline. The caller holds st.mu.
 func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time) {
-	p.err = err
 	if !now.Add(p.wait).Before(p.deadline) {
 		st.log.Warn(p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
-		delete(st.pending, id)
-		st.idle.Done()
+		st.forget(id)
 		return
 	}
 	st.log.Debug(p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
 	p.sent, p.at = false, now.Add(p.wait)
 	p.wait = min(2*p.wait, st.try)
-	if !st.ticking {
-		st.ticking = true
-		go st.ticks()
-	}
+}
+
+// forget ends a settle, confirmed or given up (after its log line, so a
+// waiter sees it). The caller holds st.mu.
+func (st *settler) forget(id uint64) {
+	delete(st.pending, id)
+	st.idle.Done()
 }
 
 // reply handles a confirmation, or the server's "no responders" status
@@ -163,8 +162,7 @@ func (st *settler) reply(m *nats.Msg) {
 	if p.tries > 1 {
 		st.log.Info(p.kind+" confirmed after retries", "subject", p.subject, "tries", p.tries)
 	}
-	delete(st.pending, id)
-	st.idle.Done()
+	st.forget(id)
 }
 
 // ticks fails unanswered tries and sends due retries, while any settle is
