@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/query"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // Where a sweep gets the schedules from. Every run rewrites its task's
@@ -38,13 +37,12 @@ func (s *Service) pickScheduleSource(ctx context.Context) {
 	}
 	writes := seq - prev
 	switch {
-	case !s.scanning && writes > 2*keys:
+	case !s.scanning() && writes > 2*keys:
 		s.stopWatch()
 		s.stopWatch = nil
-		s.scanning = true
 		s.cfg.Logger.Info("schedules change faster than sweeps: reading them at each sweep instead of watching every write",
 			"writes", writes, "keys", keys)
-	case s.scanning && 2*writes < keys:
+	case s.scanning() && 2*writes < keys:
 		s.view.mu.Lock()
 		s.view.caughtUp = false // the watch's initial load decodes at once
 		s.view.mu.Unlock()
@@ -55,15 +53,18 @@ func (s *Service) pickScheduleSource(ctx context.Context) {
 			return
 		}
 		s.stopWatch = stop
-		s.scanning = false
 		s.cfg.Logger.Info("schedules change slower than sweeps: watching them again", "writes", writes, "keys", keys)
 	}
 	scanning := 0.0
-	if s.scanning {
+	if s.scanning() {
 		scanning = 1
 	}
 	s.cfg.Metrics.SweeperScanning.Set(scanning)
 }
+
+// scanning reports whether the sweeper reads every schedule at each sweep:
+// it does whenever it has no schedules watch.
+func (s *Service) scanning() bool { return s.stopWatch == nil }
 
 // scanSchedules replaces the view's schedules with every schedule stored
 // now. A value that cannot be decoded keeps the previous one, as in the
@@ -102,7 +103,7 @@ func (s *Service) scanSchedules(ctx context.Context) error {
 // loaded runs once its initial load is done (or the watch ends first).
 func (s *Service) watchSchedules(ctx context.Context, loaded func()) error {
 	v := s.view
-	return s.watch(ctx, streams.BucketSchedules, func(e jetstream.KeyValueEntry) {
+	return s.watch(ctx, s.schedules, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			v.deleteSchedule(e.Key())
 			return

@@ -39,7 +39,7 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.TaskID = id
-		if _, err := schedules.Put(ctx, id, scheduleBody(t, st)); err != nil {
+		if _, err := schedules.Put(ctx, id, stateJSON(st)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 		for i := range rounds {
 			next = now.Add(time.Hour + time.Duration(i)*time.Second)
 			for _, id := range []string{"a", "b", "c"} {
-				if _, err := schedules.Put(ctx, id, scheduleBody(t, gov.State{TaskID: id, NextRunAt: next})); err != nil {
+				if _, err := schedules.Put(ctx, id, scheduleJSON(id, next)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -65,7 +65,7 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	}
 	t.Cleanup(s.Stop)
 	<-s.Swept() // the first sweep, at start, of an empty bucket; the next would be in an hour
-	if s.scanning {
+	if s.scanning() {
 		t.Fatal("scanning from the start: nothing is known of the write rate yet")
 	}
 	for _, id := range []string{"a", "b", "c"} {
@@ -85,8 +85,8 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	if err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !s.scanning || s.stopWatch != nil || gauge() != 1 {
-		t.Fatalf("after 33 writes to 3 keys: scanning=%v, watch stopped=%v, gauge %v; want a scan", s.scanning, s.stopWatch == nil, gauge())
+	if !s.scanning() || gauge() != 1 {
+		t.Fatalf("after 33 writes to 3 keys: scanning=%v, gauge %v; want a scan", s.scanning(), gauge())
 	}
 	if st, _ := view("a"); !st.NextRunAt.Equal(last) {
 		t.Fatalf("scanned a.nextRunAt = %v, want the last write %v", st.NextRunAt, last)
@@ -110,7 +110,7 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	if err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !s.scanning {
+	if !s.scanning() {
 		t.Fatal("stopped scanning while writes still outnumber keys")
 	}
 	if _, ok := view("c"); ok {
@@ -135,11 +135,11 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	if err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s.scanning || s.stopWatch == nil || gauge() != 0 {
-		t.Fatalf("after a quiet interval: scanning=%v, watching=%v, gauge %v; want the watch back", s.scanning, s.stopWatch != nil, gauge())
+	if s.scanning() || gauge() != 0 {
+		t.Fatalf("after a quiet interval: scanning=%v, gauge %v; want the watch back", s.scanning(), gauge())
 	}
 	moved := now.Add(2 * time.Hour)
-	if _, err := schedules.Put(ctx, "b", scheduleBody(t, gov.State{TaskID: "b", NextRunAt: moved})); err != nil {
+	if _, err := schedules.Put(ctx, "b", scheduleJSON("b", moved)); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 5*time.Second, "the watch delivers a write after the switch back", func() bool {
@@ -149,13 +149,4 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	if _, ok := view("c"); ok {
 		t.Fatal("the restarted watch brought back a deleted schedule")
 	}
-}
-
-func scheduleBody(t *testing.T, st gov.State) []byte {
-	t.Helper()
-	b, err := st.AppendJSON(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -57,12 +57,12 @@ type Service struct {
 	runs     jetstream.Stream
 	view     *view
 	scores   atomic.Pointer[map[string]float64]
+	// The buckets the view mirrors, bound once at Start.
+	tasks, schedules, breakers jetstream.KeyValue
 	// The schedule source (source.go); only Start and the sweep goroutine
 	// touch these.
-	schedules   jetstream.KeyValue
 	schedStream jetstream.Stream   // KV_flyball-schedules, for its write rate
 	stopWatch   context.CancelFunc // ends the schedules watch; nil while scanning
-	scanning    bool               // reading every schedule at each sweep
 	lastSeq     uint64             // the bucket's last sequence at the previous sweep
 	seqKnown    bool               // lastSeq was read (0 is an empty bucket's)
 	// perTaskOff records that per-task series were dropped for size; only
@@ -114,8 +114,13 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
-	if s.schedules, err = s.cfg.JS.KeyValue(ctx, streams.BucketSchedules); err != nil {
-		return fmt.Errorf("sweeper: %w", err)
+	for _, b := range []struct {
+		name string
+		kv   *jetstream.KeyValue
+	}{{streams.BucketTasks, &s.tasks}, {streams.BucketSchedules, &s.schedules}, {streams.BucketBreakers, &s.breakers}} {
+		if *b.kv, err = s.cfg.JS.KeyValue(ctx, b.name); err != nil {
+			return fmt.Errorf("sweeper: %w", err)
+		}
 	}
 	if s.schedStream, err = s.cfg.JS.Stream(ctx, "KV_"+streams.BucketSchedules); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
@@ -152,7 +157,7 @@ func (s *Service) Swept() <-chan struct{} { return s.swept }
 // orphans.
 func (s *Service) Sweep(ctx context.Context) error {
 	s.pickScheduleSource(ctx)
-	if s.scanning {
+	if s.scanning() {
 		if err := s.scanSchedules(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("schedule scan failed; sweeping the previous one", "err", err)
 		}

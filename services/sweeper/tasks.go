@@ -16,7 +16,6 @@ import (
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // view is the sweeper's in-memory picture of every task, kept current by
@@ -65,11 +64,7 @@ func newView() *view {
 // again if a watch ends (kvcache.Follower); prune forgets the keys a
 // replay no longer holds. loaded runs once, when the first load is done or
 // the watch gives up before it.
-func (s *Service) watch(ctx context.Context, bucket string, apply func(jetstream.KeyValueEntry), prune func(keep func(string) bool), caughtUp, loaded func()) error {
-	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
-	if err != nil {
-		return err
-	}
+func (s *Service) watch(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), prune func(keep func(string) bool), caughtUp, loaded func()) error {
 	v := s.view
 	var once sync.Once
 	follow, err := kvcache.Follower{
@@ -112,7 +107,7 @@ func forget[V any](m map[string]V) func(keep func(string) bool) {
 
 func (s *Service) watchAll(ctx context.Context) error {
 	v := s.view
-	if err := s.watch(ctx, streams.BucketTasks, func(e jetstream.KeyValueEntry) {
+	if err := s.watch(ctx, s.tasks, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.specs, e.Key())
 			return
@@ -131,7 +126,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		return err
 	}
 	s.stopWatch = stop
-	return s.watch(ctx, streams.BucketBreakers, func(e jetstream.KeyValueEntry) {
+	return s.watch(ctx, s.breakers, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.breakers, e.Key())
 			return
@@ -229,8 +224,8 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	for _, st := range zombies {
 		s.renudge(ctx, st, now)
 	}
-	s.removeOrphans(ctx, streams.BucketSchedules, orphanSchedules)
-	s.removeOrphans(ctx, streams.BucketBreakers, orphanBreakers)
+	s.removeOrphans(ctx, s.schedules, orphanSchedules)
+	s.removeOrphans(ctx, s.breakers, orphanBreakers)
 }
 
 // Scores returns the staleness score of every task at the last sweep.
@@ -277,22 +272,12 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	s.cfg.Logger.Warn("zombie run re-nudged: due long ago, never dispatched or never finished", "task", id, "due", st.NextRunAt)
 }
 
-func (s *Service) removeOrphans(ctx context.Context, bucket string, keys []string) {
-	if len(keys) == 0 {
-		return
-	}
-	kv, err := s.cfg.JS.KeyValue(ctx, bucket)
-	if err != nil {
-		return
-	}
-	specs, err := s.cfg.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		return
-	}
+func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string) {
+	bucket := kv.Bucket()
 	for _, k := range keys {
 		// The watches of the two buckets are independent: a sweep can see
 		// a new task's schedule before its spec. Ask KV before purging.
-		_, err := specs.Get(ctx, k)
+		_, err := s.tasks.Get(ctx, k)
 		if gone := errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted); !gone {
 			continue
 		}

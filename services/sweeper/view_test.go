@@ -10,7 +10,11 @@ import (
 
 // scheduleJSON is a schedule as the governor stores it.
 func scheduleJSON(id string, next time.Time) []byte {
-	st := gov.State{TaskID: id, NextRunAt: next, Source: gov.SourceBaselineInterval}
+	return stateJSON(gov.State{TaskID: id, NextRunAt: next, Source: gov.SourceBaselineInterval})
+}
+
+// stateJSON encodes st as the governor stores it.
+func stateJSON(st gov.State) []byte {
 	b, err := st.AppendJSON(nil)
 	if err != nil {
 		panic(err)
