@@ -1,7 +1,6 @@
 package breaker_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,14 +73,7 @@ func (h *harness) outcome(o events.Outcome, breakerKey string) {
 		h.t.Fatal(err)
 	}
 	h.lastSeq = ack.Sequence
-	cons, err := h.js.Consumer(h.t.Context(), streams.StreamRuns, streams.ConsumerBreaker)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	natstest.Eventually(h.t, 10*time.Second, "breaker acks the outcome", func() bool {
-		info, err := cons.Info(context.Background())
-		return err == nil && info.AckFloor.Stream >= h.lastSeq
-	})
+	natstest.AwaitAcked(h.t, h.js, streams.StreamRuns, streams.ConsumerBreaker, ack.Sequence)
 }
 
 func (h *harness) record(key string) (executor.BreakerRecord, uint64, bool) {

@@ -1,7 +1,6 @@
 package governor
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -43,14 +42,7 @@ func succeeded(t *testing.T, js jetstream.JetStream, id string, slot time.Time) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.Consumer(t.Context(), streams.StreamRuns, streams.ConsumerGovernor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "governor acks the outcome", func() bool {
-		info, err := cons.Info(context.Background())
-		return err == nil && info.AckFloor.Stream >= ack.Sequence
-	})
+	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, ack.Sequence)
 }
 
 // TestStaleSpecViewDoesNotResurrectADeletedTask: the spec view can lag a
@@ -138,14 +130,7 @@ func command(t *testing.T, js jetstream.JetStream, verb events.Verb, typ, id, ev
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.Consumer(t.Context(), streams.StreamTasks, streams.ConsumerGovernor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "governor acks "+typ, func() bool {
-		info, err := cons.Info(context.Background())
-		return err == nil && info.AckFloor.Stream >= ack.Sequence
-	})
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, ack.Sequence)
 }
 
 // hint returns the task's flyball-pauses entry, or nil when it has none.

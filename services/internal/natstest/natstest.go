@@ -142,6 +142,21 @@ type Cluster struct {
 	links   []*link
 }
 
+// AwaitAcked waits up to 10 s until the durable has acked stream
+// sequence seq (its ack floor reaches it): the service consuming it has
+// handled the message.
+func AwaitAcked(t testing.TB, js jetstream.JetStream, stream, durable string, seq uint64) {
+	t.Helper()
+	cons, err := js.Consumer(context.Background(), stream, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, fmt.Sprintf("%s/%s acks sequence %d", stream, durable, seq), func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.AckFloor.Stream >= seq
+	})
+}
+
 // ElectionCluster starts a 3-node cluster for a test that kills a leader
 // and waits out the raft election, and connects to n1. Under -short it
 // skips the test: an election takes 4-9 s.
