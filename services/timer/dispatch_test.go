@@ -542,8 +542,9 @@ func lateness(t *testing.T, s *Service) (uint64, time.Duration) {
 // TestTimerWatchesAgainWhenTheWatchEnds ends the timer's watch of
 // flyball-schedules the way nats.go does when it cannot re-create the
 // watch's consumer, and changes the bucket while no watch is up: the slot
-// written meanwhile is dispatched, and the task purged meanwhile is
-// forgotten instead of firing for a schedule that no longer exists.
+// written meanwhile is dispatched, the task purged meanwhile is forgotten
+// instead of firing for a schedule that no longer exists, and a slot
+// dispatched before the watch ended is not dispatched again by the replay.
 func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -557,7 +558,7 @@ func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
 	putSchedule(t, srv.JS, "kept", later, gov.SourceBaselineInterval)
 	watchers := make(chan jetstream.KeyWatcher, 4)
 	replays := make(chan struct{}, 4)
-	slot := time.Now().Add(500 * time.Millisecond).Truncate(time.Millisecond).UTC()
+	slot := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond).UTC()
 	s := startTimer(t, srv.JS, func(s *Service) {
 		s.tuneFollow = func(f *kvcache.Follower) {
 			f.Watching = func(w jetstream.KeyWatcher) { watchers <- w }
@@ -578,6 +579,9 @@ func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
 	if n := queued(s); n != 2 {
 		t.Fatalf("%d slots queued after the load, want 2", n)
 	}
+	done := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond).UTC()
+	putSchedule(t, srv.JS, "done", done, gov.SourceBaselineInterval)
+	natstest.Eventually(t, within, "a slot dispatched before the watch ends", func() bool { return results(s)[resultNew] == 1 })
 	if err := (<-watchers).Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -587,8 +591,11 @@ func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
 		t.Fatal("the watch was not established again")
 	}
 	natstest.Eventually(t, within, "the slot written while the watch was down is dispatched", func() bool {
-		return results(s)[resultNew] == 1
+		return results(s)[resultNew] == 2
 	})
+	if r := results(s); r[resultDuplicate] != 0 || r[resultPending] != 0 {
+		t.Fatalf("results %v: the replay dispatched the slot dispatched before it again", r)
+	}
 	if _, d := storedDispatch(t, srv.JS, "fresh"); !d.ScheduledAt.Equal(slot) {
 		t.Fatalf("dispatched slot %v, want %v", d.ScheduledAt, slot)
 	}
