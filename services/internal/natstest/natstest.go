@@ -103,13 +103,17 @@ func (s *Server) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 // connection is closed in t.Cleanup (before a server started earlier in
 // the test shuts down).
 func connect(t testing.TB, addr string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	return connectJS(t, addr, nil, opts...)
+}
+
+func connectJS(t testing.TB, addr string, jsOpts []jetstream.JetStreamOpt, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(addr, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jsOpts...)
 	if err != nil {
 		t.Fatalf("natstest: jetstream: %v", err)
 	}
@@ -265,15 +269,23 @@ func (c *Cluster) Kill(t testing.TB, name string) {
 	s.WaitForShutdown()
 }
 
+// clusterAPITimeout bounds a cluster client's JetStream API requests that
+// carry no deadline of their own. Creating an R3 stream or consumer waits
+// for its raft group to elect a leader, which on a loaded 2-core CI runner
+// (the test packages run side by side) took longer than nats.go's default
+// 5 s and failed the test before it measured anything.
+const clusterAPITimeout = 30 * time.Second
+
 // ConnectTo opens a TCP client connection to the server named name, closed
-// in t.Cleanup.
+// in t.Cleanup. Its JetStream API requests time out after
+// clusterAPITimeout unless their context has a deadline.
 func (c *Cluster) ConnectTo(t testing.TB, name string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	s := c.Server(name)
 	if s == nil {
 		t.Fatalf("natstest: no server %q", name)
 	}
-	return connect(t, s.ClientURL(), nats.NoReconnect())
+	return connectJS(t, s.ClientURL(), []jetstream.JetStreamOpt{jetstream.WithDefaultTimeout(clusterAPITimeout)}, nats.NoReconnect())
 }
 
 // link is a TCP proxy carrying the routes one server dials to another.
