@@ -62,6 +62,28 @@ func newHTTPClient(g *Guard, perHost, concurrency int) *http.Client {
 	}
 }
 
+// callHeader is an attempt's request header: the task's headers, then
+// flyball's own, which a task cannot override. It is built in one sized
+// map with the five values in one backing array (a Set per header cost
+// a slice each and grew the map).
+func callHeader(task map[string]string, userAgent string, d *events.Dispatch, attempt int) http.Header {
+	h := make(http.Header, len(task)+5)
+	for k, v := range task {
+		h.Set(k, v)
+	}
+	v := [...]string{d.DispatchID, userAgent, d.TaskID, d.ScheduledAt.UTC().Format(time.RFC3339Nano), strconv.Itoa(attempt)}
+	vals := v[:]
+	// The keys are in canonical form, as Set would write them. Each value
+	// slice is capped so that an append by the transport cannot run into
+	// the next.
+	h["Idempotency-Key"] = vals[0:1:1]
+	h["User-Agent"] = vals[1:2:2]
+	h["Flyball-Task"] = vals[2:3:3]
+	h["Flyball-Scheduled-At"] = vals[3:4:4]
+	h["Flyball-Attempt"] = vals[4:5:5]
+	return h
+}
+
 // callHTTP performs one HTTP attempt.
 func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, d *events.Dispatch, attempt int) *result {
 	res := &result{request: &events.RequestRecord{Method: t.Method, URL: t.URL, Headers: redactHeaders(t.Headers, s.cfg.RedactHeaders)}}
@@ -76,14 +98,7 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, d *events.
 		res.err, res.permanent = fmt.Errorf("invalid request: %w", err), true
 		return res
 	}
-	for k, v := range t.Headers {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Idempotency-Key", d.DispatchID)
-	req.Header.Set("User-Agent", "flyball/"+s.cfg.Version)
-	req.Header.Set("Flyball-Task", d.TaskID)
-	req.Header.Set("Flyball-Scheduled-At", d.ScheduledAt.UTC().Format(time.RFC3339Nano))
-	req.Header.Set("Flyball-Attempt", strconv.Itoa(attempt))
+	req.Header = callHeader(t.Headers, s.userAgent, d, attempt)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		res.err = err

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type Service struct {
 	cfg       Config
 	log       *slog.Logger
 	source    string
+	userAgent string // "flyball/" + Config.Version
 	client    *http.Client
 	schedules jetstream.KeyValue
 	breakerKV jetstream.KeyValue
@@ -62,11 +64,12 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		cfg:    cfg,
-		log:    cfg.Logger.With("service", "executor"),
-		source: jsutil.Source("executor", cfg.Instance),
-		client: newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
-		hosts:  make(map[string]chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger.With("service", "executor"),
+		source:    jsutil.Source("executor", cfg.Instance),
+		userAgent: "flyball/" + cfg.Version,
+		client:    newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
+		hosts:     make(map[string]chan struct{}),
 	}, nil
 }
 
@@ -510,7 +513,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		Status: res.status, Body: res.body, BodyTruncated: res.truncated, Fingerprint: res.fingerprint,
 		Request: res.request, Source: d.Source, BreakerKey: t.breakerKey,
 	}
-	msgID := fmt.Sprintf("%s:%d", d.DispatchID, attempt)
+	msgID := d.DispatchID + ":" + strconv.Itoa(attempt)
 	hold := holdOf(t, d)
 	if res.ok() {
 		s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
