@@ -212,13 +212,15 @@ const (
 func (o *outbox) flush(batch []*outItem) {
 	deadline := time.Now().Add(o.budget)
 	sent := make([]sentItem, 0, len(batch))
+	// nats.go retries "no responders" a few times within the round; later
+	// rounds retry it again. The options are built once per batch (each is
+	// an allocation).
+	opts := []jetstream.PublishOpt{jetstream.WithStallWait(o.round),
+		jetstream.WithRetryAttempts(4), jetstream.WithRetryWait(250 * time.Millisecond)}
 	for round := 1; ; round++ {
 		sent = sent[:0]
 		for _, it := range batch {
-			// nats.go retries "no responders" a few times within the
-			// round; later rounds retry it again.
-			f, err := o.js.PublishMsgAsync(it.msg, jetstream.WithStallWait(o.round),
-				jetstream.WithRetryAttempts(4), jetstream.WithRetryWait(250*time.Millisecond))
+			f, err := o.js.PublishMsgAsync(it.msg, opts...)
 			sent = append(sent, sentItem{it, f, err})
 		}
 		end := time.NewTimer(max(min(o.round, time.Until(deadline)), 0))
