@@ -3,7 +3,9 @@ package kvcache
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -113,9 +115,9 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 	if f.Watching != nil {
 		f.Watching(w)
 	}
-	var seen map[string]struct{}
+	var seen *keySet
 	if replay && f.Prune != nil {
-		seen = map[string]struct{}{}
+		seen = newKeySet()
 	}
 	loaded := false
 	for {
@@ -128,7 +130,7 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 			}
 			if e == nil { // the snapshot is delivered
 				if seen != nil {
-					f.Prune(func(key string) bool { _, ok := seen[key]; return ok })
+					f.Prune(seen.has)
 					seen = nil
 				}
 				loaded = true
@@ -138,11 +140,43 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 				continue
 			}
 			if seen != nil {
-				seen[e.Key()] = struct{}{}
+				seen.add(e.Key())
 			}
 			f.Apply(e)
 		}
 	}
+}
+
+// keySet is the set of keys a replay's snapshot holds, kept as sorted
+// 64-bit hashes: 8 bytes a key where a map of the key strings took about
+// 70 (a million 13-byte keys: 8.4 MB against 72 MB, held for the seconds
+// a replay takes, next to the caller's own view). Two keys share a hash
+// with a chance of at most n²/2⁶⁵ for n keys, 3·10⁻⁸ at a million. The
+// cost of a shared hash is small: a key purged while the watch was down
+// that shares one with a key still there stays in the caller's view, as
+// if it had not been purged, until the key is written again.
+type keySet struct {
+	seed   maphash.Seed
+	hashes []uint64
+	sorted bool
+}
+
+func newKeySet() *keySet { return &keySet{seed: maphash.MakeSeed()} }
+
+func (k *keySet) add(key string) {
+	k.hashes = append(k.hashes, maphash.String(k.seed, key))
+	k.sorted = false
+}
+
+// has reports whether key was added. The first call after an add sorts
+// the hashes; Prune calls it once per key the caller holds.
+func (k *keySet) has(key string) bool {
+	if !k.sorted {
+		slices.Sort(k.hashes)
+		k.sorted = true
+	}
+	_, found := slices.BinarySearch(k.hashes, maphash.String(k.seed, key))
+	return found
 }
 
 // sleep waits d or until ctx ends, and reports whether d passed.

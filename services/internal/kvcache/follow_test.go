@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"testing"
@@ -138,5 +139,36 @@ func drain[T any](ch <-chan T) {
 		default:
 			return
 		}
+	}
+}
+
+// TestKeySetHasExactlyTheAddedKeys checks the replay's key set, which
+// keeps hashes instead of the keys: every added key is found, before and
+// after more adds, and keys never added are not.
+func TestKeySetHasExactlyTheAddedKeys(t *testing.T) {
+	t.Parallel()
+	k := newKeySet()
+	const n = 10000
+	for i := range n / 2 {
+		k.add(fmt.Sprintf("task-%d", i))
+	}
+	if !k.has("task-0") || k.has("task-x") {
+		t.Fatal("after the first adds: want task-0 found and task-x not")
+	}
+	for i := n / 2; i < n; i++ { // adds after a lookup are found too
+		k.add(fmt.Sprintf("task-%d", i))
+	}
+	for i := range n {
+		if !k.has(fmt.Sprintf("task-%d", i)) {
+			t.Fatalf("task-%d added but not found", i)
+		}
+	}
+	for i := n; i < 2*n; i++ {
+		if k.has(fmt.Sprintf("task-%d", i)) {
+			t.Fatalf("task-%d found but never added", i)
+		}
+	}
+	if newKeySet().has("task-0") {
+		t.Fatal("an empty set has task-0")
 	}
 }
