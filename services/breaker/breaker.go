@@ -48,6 +48,9 @@ type Service struct {
 	// failures counted (nearly every outcome) needs no KV access at all.
 	specs   *kvcache.Cache[*events.TaskSpec]
 	records *kvcache.Cache[executor.BreakerRecord]
+	// tuneFollow, when set, adjusts the half-open loop's watch of
+	// flyball-breakers before it starts (tests end the watch).
+	tuneFollow func(*kvcache.Follower)
 }
 
 // New validates cfg.

@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -25,7 +27,9 @@ type harness struct {
 	lastSeq  uint64
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness starts a breaker service on its own embedded server; each
+// tune runs before Start.
+func newHarness(t *testing.T, tune ...func(*breaker.Service)) *harness {
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	if _, err := breaker.New(breaker.Config{}); err == nil {
@@ -36,6 +40,9 @@ func newHarness(t *testing.T) *harness {
 	svc, err := breaker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range tune {
+		f(svc)
 	}
 	if err := svc.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -141,19 +148,25 @@ func TestThresholdOpensTheBreaker(t *testing.T) {
 	}
 }
 
+// putOpen stores an open breaker record for key that falls due at retryAt.
+func (h *harness) putOpen(key string, retryAt time.Time) {
+	h.t.Helper()
+	b, err := json.Marshal(executor.BreakerRecord{Key: key, State: events.BreakerOpen, Failures: 5, OpenDelay: events.Duration(time.Minute), RetryAt: retryAt, UpdatedAt: time.Now().UTC()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.breakers.Put(context.Background(), key, b); err != nil {
+		h.t.Error(err) // may run on the follower's goroutine
+	}
+}
+
 // TestOpenBreakerTurnsHalfOpenAtItsRetryAt: an open breaker moves to
 // half-open once its retryAt passes, and one due later stays open.
 func TestOpenBreakerTurnsHalfOpenAtItsRetryAt(t *testing.T) {
 	h := newHarness(t)
 	now := time.Now().UTC()
 	for key, retryAt := range map[string]time.Time{"soon": now.Add(200 * time.Millisecond), "later": now.Add(time.Hour)} {
-		b, err := json.Marshal(executor.BreakerRecord{Key: key, State: events.BreakerOpen, Failures: 5, OpenDelay: events.Duration(time.Minute), RetryAt: retryAt, UpdatedAt: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.breakers.Put(t.Context(), key, b); err != nil {
-			t.Fatal(err)
-		}
+		h.putOpen(key, retryAt)
 	}
 	natstest.Eventually(t, 10*time.Second, "the due breaker turns half-open", func() bool {
 		b, _, ok := h.record("soon")
@@ -165,4 +178,36 @@ func TestOpenBreakerTurnsHalfOpenAtItsRetryAt(t *testing.T) {
 	if b, _, _ := h.record("later"); b.State != events.BreakerOpen {
 		t.Fatalf("breaker due in an hour is %s, want open", b.State)
 	}
+}
+
+// TestHalfOpenLoopWatchesAgainWhenTheWatchEnds ends the half-open loop's
+// watch of flyball-breakers the way nats.go does when it cannot re-create
+// the watch's consumer, and opens a breaker while no watch is up: the
+// loop must watch again, replay the bucket and still move that breaker to
+// half-open at its retryAt. A watch that stayed ended would leave it open
+// until its next failure.
+func TestHalfOpenLoopWatchesAgainWhenTheWatchEnds(t *testing.T) {
+	watchers := make(chan jetstream.KeyWatcher, 4)
+	loads := make(chan struct{}, 4)
+	var h *harness
+	h = newHarness(t, func(s *breaker.Service) {
+		s.TuneFollow(func(f *kvcache.Follower) {
+			f.Watching = func(w jetstream.KeyWatcher) { watchers <- w }
+			f.Loaded = func() { loads <- struct{}{} }
+			f.Ended = func(error) { h.putOpen("during", time.Now().Add(300*time.Millisecond).UTC()) }
+		})
+	})
+	<-loads // the first snapshot
+	if err := (<-watchers).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-loads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not established again")
+	}
+	natstest.Eventually(t, 10*time.Second, "the breaker opened while the watch was down turns half-open", func() bool {
+		b, _, ok := h.record("during")
+		return ok && b.State == events.BreakerHalfOpen
+	})
 }

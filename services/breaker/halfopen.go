@@ -25,7 +25,11 @@ import (
 // transition wins (the event also deduplicates by Nats-Msg-Id).
 func (s *Service) watchOpen(ctx context.Context) error {
 	o := &openBreakers{due: map[string]time.Time{}, wake: make(chan struct{}, 1)}
-	follow, err := kvcache.Follower{KV: s.breakers, Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}.Start(ctx)
+	f := kvcache.Follower{KV: s.breakers, Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}
+	if s.tuneFollow != nil {
+		s.tuneFollow(&f)
+	}
+	follow, err := f.Start(ctx)
 	if err != nil {
 		return err
 	}

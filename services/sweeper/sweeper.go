@@ -23,6 +23,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 	"github.com/flyballhq/flyball/streams"
@@ -72,6 +73,9 @@ type Service struct {
 	// sweep goroutine touches it.
 	marked map[string]bool
 	swept  chan struct{}
+	// tuneFollow, when set, adjusts each bucket's watch before it starts
+	// (tests end a watch).
+	tuneFollow func(bucket string, f *kvcache.Follower)
 }
 
 // New validates cfg.

@@ -67,7 +67,7 @@ func newView() *view {
 func (s *Service) watch(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), prune func(keep func(string) bool), caughtUp, loaded func()) error {
 	v := s.view
 	var once sync.Once
-	follow, err := kvcache.Follower{
+	f := kvcache.Follower{
 		KV: kv, Log: s.cfg.Logger,
 		Apply: func(e jetstream.KeyValueEntry) {
 			v.mu.Lock()
@@ -87,7 +87,11 @@ func (s *Service) watch(ctx context.Context, kv jetstream.KeyValue, apply func(j
 			}
 			once.Do(loaded)
 		},
-	}.Start(ctx)
+	}
+	if s.tuneFollow != nil {
+		s.tuneFollow(kv.Bucket(), &f)
+	}
+	follow, err := f.Start(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,22 @@
 package sweeper
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // scheduleJSON is a schedule as the governor stores it.
@@ -91,5 +102,75 @@ func TestViewPrunesWhatAReplayNoLongerHolds(t *testing.T) {
 	v.decodeStale()
 	if len(v.schedules) != 2 || v.schedules["a"].TaskID != "a" || v.schedules["d"].TaskID != "d" {
 		t.Fatalf("after the prune the view holds %v, want a and d", v.schedules)
+	}
+}
+
+// TestViewWatchesAgainWhenAWatchEnds ends the sweeper's watch of
+// flyball-tasks the way nats.go does when it cannot re-create the watch's
+// consumer, and changes the bucket while no watch is up: after the
+// replay the view holds the spec written meanwhile, keeps the one left
+// alone, and has forgotten the one purged without a trace. A watch that
+// stayed ended would leave the view as it was.
+func TestViewWatchesAgainWhenAWatchEnds(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(id string) {
+		spec, _ := json.Marshal(events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+		if _, err := tasks.Put(context.Background(), id, spec); err != nil {
+			t.Error(err) // may run on the follower's goroutine
+		}
+	}
+	put("kept")
+	put("gone")
+	watchers := make(chan jetstream.KeyWatcher, 4)
+	loads := make(chan struct{}, 4)
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.tuneFollow = func(bucket string, f *kvcache.Follower) {
+		if bucket != streams.BucketTasks {
+			return
+		}
+		f.Watching = func(w jetstream.KeyWatcher) { watchers <- w }
+		loaded := f.Loaded
+		f.Loaded = func() { loaded(); loads <- struct{}{} }
+		f.Ended = func(error) {
+			put("during")
+			if err := tasks.Purge(context.Background(), "gone"); err != nil {
+				t.Error(err)
+			}
+			if err := tasks.PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	specs := func() []string {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		return slices.Sorted(maps.Keys(s.view.specs))
+	}
+	<-loads // the first snapshot
+	if got := specs(); !slices.Equal(got, []string{"gone", "kept"}) {
+		t.Fatalf("after the first load the view holds %v", got)
+	}
+	if err := (<-watchers).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-loads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not established again")
+	}
+	if got := specs(); !slices.Equal(got, []string{"during", "kept"}) {
+		t.Fatalf("after the replay the view holds %v, want [during kept]", got)
 	}
 }

@@ -1,0 +1,6 @@
+package breaker
+
+import "github.com/flyballhq/flyball/services/internal/kvcache"
+
+// TuneFollow sets the test hook that adjusts the half-open loop's watch.
+func (s *Service) TuneFollow(f func(*kvcache.Follower)) { s.tuneFollow = f }
