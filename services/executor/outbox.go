@@ -215,8 +215,11 @@ func (o *outbox) flush(batch []*outItem) {
 	// nats.go retries "no responders" a few times within the round; later
 	// rounds retry it again. The options are built once per batch (each is
 	// an allocation).
-	opts := []jetstream.PublishOpt{jetstream.WithStallWait(o.round),
-		jetstream.WithRetryAttempts(4), jetstream.WithRetryWait(250 * time.Millisecond)}
+	opts := []jetstream.PublishOpt{
+		jetstream.WithStallWait(o.round),
+		jetstream.WithRetryAttempts(4),
+		jetstream.WithRetryWait(250 * time.Millisecond),
+	}
 	for round := 1; ; round++ {
 		sent = sent[:0]
 		for _, it := range batch {
