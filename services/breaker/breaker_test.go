@@ -198,14 +198,7 @@ func TestHalfOpenLoopWatchesAgainWhenTheWatchEnds(t *testing.T) {
 		})
 	})
 	<-loads // the first snapshot
-	if err := (<-watchers).Stop(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-loads:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch was not established again")
-	}
+	natstest.EndWatch(t, watchers, loads)
 	natstest.Eventually(t, 10*time.Second, "the breaker opened while the watch was down turns half-open", func() bool {
 		b, _, ok := h.record("during")
 		return ok && b.State == events.BreakerHalfOpen

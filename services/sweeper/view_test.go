@@ -162,14 +162,7 @@ func TestViewWatchesAgainWhenAWatchEnds(t *testing.T) {
 	if got := specs(); !slices.Equal(got, []string{"gone", "kept"}) {
 		t.Fatalf("after the first load the view holds %v", got)
 	}
-	if err := (<-watchers).Stop(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-loads:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch was not established again")
-	}
+	natstest.EndWatch(t, watchers, loads)
 	if got := specs(); !slices.Equal(got, []string{"during", "kept"}) {
 		t.Fatalf("after the replay the view holds %v, want [during kept]", got)
 	}

@@ -582,14 +582,7 @@ func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
 	done := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond).UTC()
 	putSchedule(t, srv.JS, "done", done, gov.SourceBaselineInterval)
 	natstest.Eventually(t, within, "a slot dispatched before the watch ends", func() bool { return results(s)[resultNew] == 1 })
-	if err := (<-watchers).Stop(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-replays:
-	case <-time.After(within):
-		t.Fatal("the watch was not established again")
-	}
+	natstest.EndWatch(t, watchers, replays)
 	natstest.Eventually(t, within, "the slot written while the watch was down is dispatched", func() bool {
 		return results(s)[resultNew] == 2
 	})

@@ -365,3 +365,19 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// EndWatch ends a KV watch the way nats.go does when it cannot re-create
+// the watch's ordered consumer: it stops the next watcher from watchers,
+// which closes its Updates channel. It then waits up to 10 s for the
+// follower to load the bucket again (a receive from loads).
+func EndWatch(t testing.TB, watchers <-chan jetstream.KeyWatcher, loads <-chan struct{}) {
+	t.Helper()
+	if err := (<-watchers).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-loads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not established again")
+	}
+}
