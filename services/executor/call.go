@@ -72,15 +72,14 @@ func callHeader(task map[string]string, userAgent string, d *events.Dispatch, at
 		h.Set(k, v)
 	}
 	v := [...]string{d.DispatchID, userAgent, d.TaskID, d.ScheduledAt.UTC().Format(time.RFC3339Nano), strconv.Itoa(attempt)}
-	vals := v[:]
 	// The keys are in canonical form, as Set would write them. Each value
 	// slice is capped so that an append by the transport cannot run into
 	// the next.
-	h["Idempotency-Key"] = vals[0:1:1]
-	h["User-Agent"] = vals[1:2:2]
-	h["Flyball-Task"] = vals[2:3:3]
-	h["Flyball-Scheduled-At"] = vals[3:4:4]
-	h["Flyball-Attempt"] = vals[4:5:5]
+	h["Idempotency-Key"] = v[0:1:1]
+	h["User-Agent"] = v[1:2:2]
+	h["Flyball-Task"] = v[2:3:3]
+	h["Flyball-Scheduled-At"] = v[3:4:4]
+	h["Flyball-Attempt"] = v[4:5:5]
 	return h
 }
 
