@@ -67,11 +67,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
-	tasks, err := s.cfg.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		return fmt.Errorf("breaker: %w", err)
-	}
-	if s.breakers, err = s.cfg.JS.KeyValue(ctx, streams.BucketBreakers); err != nil {
+	var tasks jetstream.KeyValue
+	if err := jsutil.BindBuckets(ctx, s.cfg.JS,
+		jsutil.Bucket{Name: streams.BucketTasks, KV: &tasks},
+		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
+	); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
 	s.specs = kvcache.Specs(tasks, s.cfg.Logger)

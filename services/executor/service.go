@@ -80,19 +80,14 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	var tasks, pauses jetstream.KeyValue
-	for _, b := range []struct {
-		name string
-		kv   *jetstream.KeyValue
-	}{
-		{streams.BucketTasks, &tasks},
-		{streams.BucketSchedules, &s.schedules},
-		{streams.BucketPauses, &pauses},
-		{streams.BucketBreakers, &s.breakerKV},
-		{streams.BucketAttempts, &s.attempts},
-	} {
-		if *b.kv, err = s.cfg.JS.KeyValue(ctx, b.name); err != nil {
-			return fmt.Errorf("executor: bind %s: %w", b.name, err)
-		}
+	if err := jsutil.BindBuckets(ctx, s.cfg.JS,
+		jsutil.Bucket{Name: streams.BucketTasks, KV: &tasks},
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
+		jsutil.Bucket{Name: streams.BucketPauses, KV: &pauses},
+		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakerKV},
+		jsutil.Bucket{Name: streams.BucketAttempts, KV: &s.attempts},
+	); err != nil {
+		return fmt.Errorf("executor: %w", err)
 	}
 	s.specs = kvcache.New(tasks, decodeTask, s.log)
 	// Not a view of flyball-schedules: every run rewrites its schedule,

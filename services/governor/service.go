@@ -117,14 +117,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("governor: %w", err)
 	}
-	if s.tasks, err = s.cfg.JS.KeyValue(ctx, streams.BucketTasks); err != nil {
-		return fmt.Errorf("governor: bind %s: %w", streams.BucketTasks, err)
-	}
-	if s.schedules, err = s.cfg.JS.KeyValue(ctx, streams.BucketSchedules); err != nil {
-		return fmt.Errorf("governor: bind %s: %w", streams.BucketSchedules, err)
-	}
-	if s.pauses, err = s.cfg.JS.KeyValue(ctx, streams.BucketPauses); err != nil {
-		return fmt.Errorf("governor: bind %s: %w", streams.BucketPauses, err)
+	if err := jsutil.BindBuckets(ctx, s.cfg.JS,
+		jsutil.Bucket{Name: streams.BucketTasks, KV: &s.tasks},
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
+		jsutil.Bucket{Name: streams.BucketPauses, KV: &s.pauses},
+	); err != nil {
+		return fmt.Errorf("governor: %w", err)
 	}
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)

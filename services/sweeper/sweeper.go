@@ -109,7 +109,12 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
-	if s.runtime, err = s.cfg.JS.KeyValue(ctx, streams.BucketRuntime); err != nil {
+	if err := jsutil.BindBuckets(ctx, s.cfg.JS,
+		jsutil.Bucket{Name: streams.BucketRuntime, KV: &s.runtime},
+		jsutil.Bucket{Name: streams.BucketTasks, KV: &s.tasks},
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
+		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
+	); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
 	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
@@ -117,14 +122,6 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
-	}
-	for _, b := range []struct {
-		name string
-		kv   *jetstream.KeyValue
-	}{{streams.BucketTasks, &s.tasks}, {streams.BucketSchedules, &s.schedules}, {streams.BucketBreakers, &s.breakers}} {
-		if *b.kv, err = s.cfg.JS.KeyValue(ctx, b.name); err != nil {
-			return fmt.Errorf("sweeper: %w", err)
-		}
 	}
 	if s.schedStream, err = s.cfg.JS.Stream(ctx, "KV_"+streams.BucketSchedules); err != nil {
 		return fmt.Errorf("sweeper: %w", err)

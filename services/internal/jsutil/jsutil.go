@@ -238,3 +238,22 @@ func CAS(ctx context.Context, kv jetstream.KeyValue, key string, attempts int, f
 	}
 	return 0, fmt.Errorf("write %s: %d CAS conflicts in a row: %w", key, attempts, jetstream.ErrKeyRevisionMismatch)
 }
+
+// Bucket names a KV bucket and the handle BindBuckets sets.
+type Bucket struct {
+	Name string
+	KV   *jetstream.KeyValue
+}
+
+// BindBuckets binds each bucket into its handle, in order, and fails on
+// the first one that cannot be bound (missing, or not permitted).
+func BindBuckets(ctx context.Context, js jetstream.JetStream, buckets ...Bucket) error {
+	for _, b := range buckets {
+		kv, err := js.KeyValue(ctx, b.Name)
+		if err != nil {
+			return fmt.Errorf("bind KV %s: %w (did streams.Ensure run?)", b.Name, err)
+		}
+		*b.KV = kv
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -30,20 +31,13 @@ type Reader struct {
 // NewReader binds every KV bucket the reads need.
 func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
 	r := &Reader{js: js, Now: time.Now}
-	for _, b := range []struct {
-		name string
-		kv   *jetstream.KeyValue
-	}{
-		{streams.BucketTasks, &r.tasks},
-		{streams.BucketSchedules, &r.schedules},
-		{streams.BucketBreakers, &r.breakers},
-		{streams.BucketRuntime, &r.runtime},
-	} {
-		kv, err := js.KeyValue(ctx, b.name)
-		if err != nil {
-			return nil, fmt.Errorf("bind KV %s: %w (did streams.Ensure run?)", b.name, err)
-		}
-		*b.kv = kv
+	if err := jsutil.BindBuckets(ctx, js,
+		jsutil.Bucket{Name: streams.BucketTasks, KV: &r.tasks},
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &r.schedules},
+		jsutil.Bucket{Name: streams.BucketBreakers, KV: &r.breakers},
+		jsutil.Bucket{Name: streams.BucketRuntime, KV: &r.runtime},
+	); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
