@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/http"
 	"runtime/metrics"
 	"slices"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/flyballhq/flyball/loadtest/stats"
 	"github.com/flyballhq/flyball/pkg/events"
@@ -25,8 +28,8 @@ import (
 type Breakdown struct {
 	// DispatchP50 and DispatchP99 bound the timer's publish lateness
 	// (flyball_dispatch_lateness_seconds over the window; the value is the
-	// upper bound of the histogram bucket holding the quantile). In-process
-	// stack only.
+	// upper bound of the histogram bucket holding the quantile). Not with
+	// an external stack.
 	DispatchP50 time.Duration `json:"dispatchP50,omitempty"`
 	DispatchP99 time.Duration `json:"dispatchP99,omitempty"`
 	// StartLateness is startedAt - scheduledAt of the run.succeeded events
@@ -39,17 +42,20 @@ type Breakdown struct {
 	StoredPerRun map[string]float64 `json:"storedPerRun"`
 	// StoredTotalPerRun sums StoredPerRun.
 	StoredTotalPerRun float64 `json:"storedTotalPerRun"`
-	// Counters are flyball's own counters over the window (in-process
-	// stack only): dispatches and runs by result, retries, zombie re-nudges.
+	// Counters are flyball's own counters over the window (not with an
+	// external stack): dispatches and runs by result, retries, zombie
+	// re-nudges.
 	Counters map[string]float64 `json:"counters,omitempty"`
 	// Work per run, counted rather than timed, so that two builds compare
 	// on a noisy machine where CPU seconds move ±10% between runs
-	// (in-process stack only; per call the target received in the window):
+	// (not with an external stack; per call the target received in the
+	// window):
 	//   - ServerInPerRun and ServerOutPerRun: messages the embedded server
 	//     received (publishes, acks, requests) and sent (deliveries,
-	//     replies, publish acks);
-	//   - AllocsPerRun and AllocBytesPerRun: heap allocations of this
-	//     process (every service, the server, the idle load generator);
+	//     replies, publish acks); in-process stack only;
+	//   - AllocsPerRun and AllocBytesPerRun: heap allocations of the
+	//     stack's process (every service and the server; in process, the
+	//     idle load generator too);
 	//   - GCPerKRuns: garbage collections per 1,000 runs.
 	ServerInPerRun   float64 `json:"serverInPerRun,omitempty"`
 	ServerOutPerRun  float64 `json:"serverOutPerRun,omitempty"`
@@ -64,12 +70,8 @@ var countersOfInterest = []string{
 }
 
 // readCounters flattens the counters of interest to "name{k=v}" → value.
-func readCounters(g prometheus.Gatherer) map[string]float64 {
+func readCounters(mfs []*dto.MetricFamily) map[string]float64 {
 	out := map[string]float64{}
-	mfs, err := g.Gather()
-	if err != nil {
-		return out
-	}
 	for _, mf := range mfs {
 		if !slices.Contains(countersOfInterest, mf.GetName()) {
 			continue
@@ -89,6 +91,32 @@ func readCounters(g prometheus.Gatherer) map[string]float64 {
 	return out
 }
 
+// scrape is a Gatherer that reads a flyball process's /metrics
+// (StackProcess).
+func scrape(url string) prometheus.Gatherer {
+	client := &http.Client{Timeout: 5 * time.Second}
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		byName, err := parser.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", url, err)
+		}
+		out := make([]*dto.MetricFamily, 0, len(byName))
+		for _, name := range slices.Sorted(maps.Keys(byName)) {
+			out = append(out, byName[name])
+		}
+		return out, nil
+	})
+}
+
 // streamSeqs reads every stream's last sequence.
 func streamSeqs(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
 	out := map[string]uint64{}
@@ -99,10 +127,14 @@ func streamSeqs(ctx context.Context, js jetstream.JetStream) (map[string]uint64,
 	return out, l.Err()
 }
 
-// histogramSnapshot reads a histogram's cumulative bucket counts.
-func histogramSnapshot(h prometheus.Histogram) (bounds []float64, counts []uint64) {
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
+// dispatchLateness is the timer's publish lateness histogram.
+const dispatchLateness = "flyball_dispatch_lateness_seconds"
+
+// histogramSnapshot reads the cumulative bucket counts of the histogram
+// named name (its first series).
+func histogramSnapshot(mfs []*dto.MetricFamily, name string) (bounds []float64, counts []uint64) {
+	m := firstMetric(mfs, name)
+	if m == nil || m.GetHistogram() == nil {
 		return nil, nil
 	}
 	for _, b := range m.GetHistogram().GetBucket() {
@@ -112,6 +144,16 @@ func histogramSnapshot(h prometheus.Histogram) (bounds []float64, counts []uint6
 	bounds = append(bounds, math.Inf(1))
 	counts = append(counts, m.GetHistogram().GetSampleCount())
 	return bounds, counts
+}
+
+// firstMetric is the first series of the family named name, or nil.
+func firstMetric(mfs []*dto.MetricFamily, name string) *dto.Metric {
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0]
+		}
+	}
+	return nil
 }
 
 // histogramQuantile is the upper bound of the bucket holding quantile q of
@@ -207,17 +249,25 @@ func headerSize(m jetstream.Msg) int {
 
 // breakdownProbe samples what Breakdown needs at the window's edges.
 type breakdownProbe struct {
-	js        jetstream.JetStream
-	histogram prometheus.Histogram // nil with an external stack
-	gatherer  prometheus.Gatherer  // nil with an external stack
+	js jetstream.JetStream
+	// gatherer is the stack's metrics: its registry in process, its
+	// /metrics with StackProcess, nil with an external stack.
+	gatherer prometheus.Gatherer
+	// srv is the embedded server (in-process stack only).
+	srv *server.Server
 
-	srv *server.Server // nil with an external stack
+	at0, at1 probeSample
+}
 
-	seqs0, seqs1     map[string]uint64
-	ctr0, ctr1       map[string]float64
-	bounds           []float64
-	counts0, counts1 []uint64
-	work0, work1     workCount
+// probeSample is what the probe reads at one edge of the window.
+type probeSample struct {
+	seqs     map[string]uint64
+	counters map[string]float64
+	bounds   []float64
+	counts   []uint64
+	// work is counted when hasWork; its server counts only in process.
+	work    workCount
+	hasWork bool
 }
 
 // workCount is what Breakdown counts rather than times.
@@ -242,45 +292,60 @@ func takeWork(srv *server.Server) workCount {
 	return w
 }
 
-// open samples at the window's start.
-func (p *breakdownProbe) open(ctx context.Context) {
-	p.seqs0, _ = streamSeqs(ctx, p.js)
-	if p.histogram != nil {
-		p.bounds, p.counts0 = histogramSnapshot(p.histogram)
+// processWork reads the allocation and GC counts of a flyball process
+// from its Go collector's series; the server's message counts are not
+// among them.
+func processWork(mfs []*dto.MetricFamily) (workCount, bool) {
+	allocs := firstMetric(mfs, "go_memstats_mallocs_total")
+	bytes := firstMetric(mfs, "go_memstats_alloc_bytes_total")
+	gc := firstMetric(mfs, "go_gc_duration_seconds")
+	if allocs == nil || bytes == nil || gc == nil {
+		return workCount{}, false
 	}
-	if p.gatherer != nil {
-		p.ctr0 = readCounters(p.gatherer)
-	}
-	if p.srv != nil {
-		p.work0 = takeWork(p.srv)
-	}
+	return workCount{
+		allocs:  uint64(allocs.GetCounter().GetValue()),
+		bytes:   uint64(bytes.GetCounter().GetValue()),
+		gcCount: gc.GetSummary().GetSampleCount(),
+	}, true
 }
 
-// close samples at the window's end.
-func (p *breakdownProbe) close(ctx context.Context) {
-	p.seqs1, _ = streamSeqs(ctx, p.js)
-	if p.histogram != nil {
-		_, p.counts1 = histogramSnapshot(p.histogram)
-	}
+// sample reads every source the probe has.
+func (p *breakdownProbe) sample(ctx context.Context) probeSample {
+	var s probeSample
+	s.seqs, _ = streamSeqs(ctx, p.js)
 	if p.gatherer != nil {
-		p.ctr1 = readCounters(p.gatherer)
+		if mfs, err := p.gatherer.Gather(); err == nil {
+			s.counters = readCounters(mfs)
+			s.bounds, s.counts = histogramSnapshot(mfs, dispatchLateness)
+			if p.srv == nil {
+				s.work, s.hasWork = processWork(mfs)
+			}
+		}
 	}
 	if p.srv != nil {
-		p.work1 = takeWork(p.srv)
+		s.work, s.hasWork = takeWork(p.srv), true
 	}
+	return s
 }
+
+// open samples at the window's start.
+func (p *breakdownProbe) open(ctx context.Context) { p.at0 = p.sample(ctx) }
+
+// close samples at the window's end.
+func (p *breakdownProbe) close(ctx context.Context) { p.at1 = p.sample(ctx) }
 
 // finish computes the breakdown once the window's runs are counted.
 func (p *breakdownProbe) finish(ctx context.Context, sr *SystemResult) *Breakdown {
 	b := &Breakdown{}
-	if p.histogram != nil {
-		b.DispatchP50 = histogramQuantile(p.bounds, p.counts0, p.counts1, 0.50)
-		b.DispatchP99 = histogramQuantile(p.bounds, p.counts0, p.counts1, 0.99)
+	a0, a1 := &p.at0, &p.at1
+	if slices.Equal(a0.bounds, a1.bounds) {
+		b.DispatchP50 = histogramQuantile(a1.bounds, a0.counts, a1.counts, 0.50)
+		b.DispatchP99 = histogramQuantile(a1.bounds, a0.counts, a1.counts, 0.99)
 	}
-	if completed := sr.WindowArrivals; completed > 0 && p.seqs0 != nil && p.seqs1 != nil {
+	if completed := sr.WindowArrivals; completed > 0 && a0.seqs != nil && a1.seqs != nil {
 		b.StoredPerRun = map[string]float64{}
-		for name, seq := range p.seqs1 {
-			if prev := p.seqs0[name]; seq > prev {
+		for name, seq := range a1.seqs {
+			if prev := a0.seqs[name]; seq > prev {
 				per := float64(seq-prev) / float64(completed)
 				b.StoredPerRun[name] = math.Round(per*1000) / 1000
 				b.StoredTotalPerRun += per
@@ -288,20 +353,20 @@ func (p *breakdownProbe) finish(ctx context.Context, sr *SystemResult) *Breakdow
 		}
 		b.StoredTotalPerRun = math.Round(b.StoredTotalPerRun*1000) / 1000
 	}
-	if completed := float64(sr.WindowArrivals); completed > 0 && p.srv != nil {
+	if completed := float64(sr.WindowArrivals); completed > 0 && a0.hasWork && a1.hasWork {
 		per := func(a, b uint64, scale float64) float64 {
 			return math.Round(float64(b-a)/completed*scale*100) / 100
 		}
-		b.ServerInPerRun = per(p.work0.in, p.work1.in, 1)
-		b.ServerOutPerRun = per(p.work0.out, p.work1.out, 1)
-		b.AllocsPerRun = per(p.work0.allocs, p.work1.allocs, 1)
-		b.AllocBytesPerRun = per(p.work0.bytes, p.work1.bytes, 1)
-		b.GCPerKRuns = per(p.work0.gcCount, p.work1.gcCount, 1000)
+		b.ServerInPerRun = per(a0.work.in, a1.work.in, 1)
+		b.ServerOutPerRun = per(a0.work.out, a1.work.out, 1)
+		b.AllocsPerRun = per(a0.work.allocs, a1.work.allocs, 1)
+		b.AllocBytesPerRun = per(a0.work.bytes, a1.work.bytes, 1)
+		b.GCPerKRuns = per(a0.work.gcCount, a1.work.gcCount, 1000)
 	}
-	if p.ctr1 != nil {
+	if a1.counters != nil {
 		b.Counters = map[string]float64{}
-		for k, v := range p.ctr1 {
-			if d := v - p.ctr0[k]; d != 0 {
+		for k, v := range a1.counters {
+			if d := v - a0.counters[k]; d != 0 {
 				b.Counters[k] = d
 			}
 		}

@@ -23,7 +23,7 @@ func (r *runner) ceiling(ctx context.Context) *Ceiling {
 }
 
 func (r *runner) measureCeiling(ctx context.Context, c *Ceiling) error {
-	env, err := r.startNATS()
+	env, err := r.startNATS(ctx)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (r *runner) measureCeiling(ctx context.Context, c *Ceiling) error {
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
 	}
-	pids := append([]int{procstat.Self}, r.cfg.StackPIDs...)
+	pids := append([]int{procstat.Self}, env.pids(r.cfg.StackPIDs)...)
 	before := procstat.Take(pids...)
 	start := time.Now()
 	for range c.Msgs {

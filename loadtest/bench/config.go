@@ -31,6 +31,12 @@ const (
 	// StackInProcess runs an embedded nats-server and every service in the
 	// benchmark process (a fresh server and store for every run).
 	StackInProcess = "inproc"
+	// StackProcess runs `flyball dev` (Config.FlyballBin) in a child
+	// process for each flyball run, and a bare nats-server in a child
+	// process (Config.Executable nats-server) for the ceiling and the
+	// nats-server baseline: each system's stack in a process of its own,
+	// the load generator outside it.
+	StackProcess = "process"
 	// StackExternal uses the flyball stack behind Config.NATSURL as is.
 	StackExternal = "external"
 )
@@ -78,10 +84,11 @@ type Config struct {
 	// CreateRate is the governor acceptance rate (tasks/s) assumed when
 	// Lead is zero. Defaults to 1000.
 	CreateRate float64
-	// Stack says where flyball runs: StackInProcess (default) or
-	// StackExternal (set by NATSURL). To measure flyball in its own
-	// process, start `flyball dev` and pass its URL and PID.
+	// Stack says where flyball runs: StackInProcess (default),
+	// StackProcess, or StackExternal (set by NATSURL).
 	Stack string
+	// FlyballBin is the flyball binary StackProcess runs as `flyball dev`.
+	FlyballBin string
 	// NATSURL points at an existing flyball stack (StackExternal).
 	NATSURL string
 	// StackPIDs are processes whose CPU and memory are charged to flyball
@@ -101,7 +108,8 @@ type Config struct {
 	// tasks are spread over them round-robin. Defaults to 1.
 	TargetHosts int
 	// Executable is the binary spawned for TargetProcess with the argument
-	// "target". Required for TargetProcess.
+	// "target", and for StackProcess with "nats-server" (ServeNATS).
+	// Required for both.
 	Executable string
 	// RawMsgs is how many messages the ceiling publishes. Defaults to
 	// 500,000.
@@ -218,12 +226,26 @@ func (c *Config) validate() error {
 	}
 	switch c.Stack {
 	case StackInProcess:
+	case StackProcess:
+		if c.FlyballBin == "" {
+			add("flyball-bin: stack %q needs the flyball binary to run as `flyball dev`", StackProcess)
+		}
+		if c.Executable == "" {
+			add("stack: %q needs Config.Executable (it serves the baseline's nats-server)", StackProcess)
+		}
+		// The profiles are of this process, where flyball does not run.
+		if c.CPUProfile != "" || c.AllocProfile != "" {
+			add("cpuprofile, allocprofile: they profile this process, and with stack %q flyball runs in another; use stack %s", StackProcess, StackInProcess)
+		}
 	case StackExternal:
 		if c.NATSURL == "" {
 			add("stack: %q needs a NATS URL", StackExternal)
 		}
 	default:
-		add("stack: want %s or %s, got %q", StackInProcess, StackExternal, c.Stack)
+		add("stack: want %s, %s or %s, got %q", StackInProcess, StackProcess, StackExternal, c.Stack)
+	}
+	if len(c.StackPIDs) > 0 && c.Stack != StackExternal {
+		add("stack-pid: applies to a stack behind --nats-url only")
 	}
 	if c.TimerLead > gov.MaxLead {
 		add("timer-lead: must be at most %s, got %s", gov.MaxLead, c.TimerLead)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -16,11 +20,17 @@ import (
 )
 
 // natsEnv is the NATS side of one system run: a fresh embedded server with
-// its own file store (StackInProcess), or the external server.
+// its own file store (StackInProcess), a child process serving a fresh one
+// (StackProcess: `flyball dev` for flyball, a bare server otherwise), or
+// the external server.
 type natsEnv struct {
-	srv *server.Server
-	dir string
-	url string
+	srv   *server.Server
+	dir   string
+	url   string
+	child *child
+	// metricsURL is flyball dev's /metrics (StackProcess, flyball only).
+	metricsURL string
+	log        *slog.Logger
 	// nc and js are the load generator's own connection.
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -30,11 +40,12 @@ type natsEnv struct {
 	lastPubErr atomic.Value
 }
 
-// startNATS starts a fresh embedded server (or connects to the external
-// one) and connects the load generator.
-func (r *runner) startNATS() (*natsEnv, error) {
-	e := &natsEnv{url: r.cfg.NATSURL}
-	if r.cfg.Stack == StackInProcess {
+// startNATS starts a fresh server (embedded, or a child process serving
+// one) or connects to the external one, and connects the load generator.
+func (r *runner) startNATS(ctx context.Context) (*natsEnv, error) {
+	e := &natsEnv{url: r.cfg.NATSURL, log: r.log}
+	switch r.cfg.Stack {
+	case StackInProcess:
 		dir, err := os.MkdirTemp("", "flyball-bench-")
 		if err != nil {
 			return nil, err
@@ -46,11 +57,96 @@ func (r *runner) startNATS() (*natsEnv, error) {
 			return nil, err
 		}
 		e.srv = srv
+	case StackProcess:
+		if err := e.spawn(ctx, "nats-server", r.cfg.Executable, func(dir, natsAddr string) []string {
+			return []string{"nats-server", "--listen", natsAddr, "--store", filepath.Join(dir, "jetstream")}
+		}, nil); err != nil {
+			return nil, err
+		}
 	}
+	return e, e.connectGenerator()
+}
+
+// startDev starts `flyball dev` (Config.FlyballBin) in a child process on
+// a fresh store, waits until it serves /healthz (its services have
+// started), and connects the load generator to its NATS server.
+func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
+	e := &natsEnv{log: r.log}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := func(dir, natsAddr string) []string {
+		a := []string{
+			"dev", "--listen", natsAddr, "--data-dir", dir, "--metrics-addr", metricsAddr,
+			"--api-addr", "127.0.0.1:0", "--api-token", "bench-" + r.tag + "-" + strconv.Itoa(os.Getpid()) + "-token",
+			"--concurrency", strconv.Itoa(r.cfg.Concurrency), "--per-host", strconv.Itoa(r.cfg.Concurrency),
+			"--log-level", "warn",
+		}
+		switch {
+		case r.cfg.TimerLead > 0:
+			a = append(a, "--timer-lead", r.cfg.TimerLead.String())
+		case r.cfg.TimerLead < 0:
+			a = append(a, "--timer-lead", "0") // dev's 0 is "at the slot"
+		}
+		return a
+	}
+	healthz := &http.Client{Timeout: time.Second}
+	ready := func() bool {
+		resp, err := healthz.Get("http://" + metricsAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	if err := e.spawn(ctx, "flyball-dev", r.cfg.FlyballBin, args, ready); err != nil {
+		return nil, err
+	}
+	e.metricsURL = "http://" + metricsAddr + "/metrics"
+	return e, e.connectGenerator()
+}
+
+// spawn starts a child serving NATS on a free loopback port, with a fresh
+// scratch directory, and waits until ready (by default: a NATS connection
+// succeeds).
+func (e *natsEnv) spawn(ctx context.Context, name, exe string, args func(dir, natsAddr string) []string, ready func() bool) error {
+	natsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "flyball-bench-"+name+"-")
+	if err != nil {
+		return err
+	}
+	c, err := startChild(name, dir, exe, args(dir, natsAddr)...)
+	if err != nil {
+		return err
+	}
+	e.child, e.url = c, "nats://"+natsAddr
+	if ready == nil {
+		ready = func() bool {
+			nc, err := nats.Connect(e.url, nats.Timeout(time.Second))
+			if err != nil {
+				return false
+			}
+			nc.Close()
+			return true
+		}
+	}
+	if err := c.waitReady(ctx, time.Minute, ready); err != nil {
+		e.close()
+		return err
+	}
+	return nil
+}
+
+// connectGenerator connects the load generator's own connection.
+func (e *natsEnv) connectGenerator() error {
 	nc, err := e.connect("flyball-bench")
 	if err != nil {
 		e.close()
-		return nil, err
+		return err
 	}
 	e.nc = nc
 	e.js, err = jetstream.New(nc,
@@ -61,9 +157,18 @@ func (r *runner) startNATS() (*natsEnv, error) {
 		}))
 	if err != nil {
 		e.close()
-		return nil, err
+		return err
 	}
-	return e, nil
+	return nil
+}
+
+// pids are the processes charged besides this one: the child's, or
+// those given with --stack-pid.
+func (e *natsEnv) pids(stackPIDs []int) []int {
+	if e.child != nil {
+		return []int{e.child.pid()}
+	}
+	return stackPIDs
 }
 
 // connect opens a new connection to the server.
@@ -101,6 +206,11 @@ func (e *natsEnv) close() {
 	}
 	if e.dir != "" {
 		_ = os.RemoveAll(e.dir)
+	}
+	if e.child != nil {
+		if err := e.child.stop(); err != nil {
+			e.log.Error("stack process", "err", err)
+		}
 	}
 }
 

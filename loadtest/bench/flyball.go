@@ -79,21 +79,27 @@ func (s *inprocStack) stop() {
 }
 
 func (r *runner) runFlyball(ctx context.Context, tier Tier, sr *SystemResult) error {
-	env, err := r.startNATS()
+	start := r.startNATS
+	if r.cfg.Stack == StackProcess {
+		start = r.startDev
+	}
+	env, err := start(ctx)
 	if err != nil {
 		return err
 	}
 	defer env.close()
 	probe := &breakdownProbe{js: env.js}
-	if r.cfg.Stack == StackInProcess {
+	switch r.cfg.Stack {
+	case StackInProcess:
 		st, err := r.startStack(ctx, env)
 		if err != nil {
 			return err
 		}
 		defer st.stop()
-		probe.histogram = st.st.Metrics().DispatchLateness
 		probe.gatherer = st.st.Metrics().Registry
 		probe.srv = env.srv
+	case StackProcess:
+		probe.gatherer = scrape(env.metricsURL)
 	}
 	ids := r.taskIDs(tier, SystemFlyball, tier.Tasks)
 	begin := time.Now()
@@ -121,7 +127,8 @@ func (r *runner) runFlyball(ctx context.Context, tier Tier, sr *SystemResult) er
 	err = r.measure(ctx, measurement{
 		sys:     sr,
 		grid:    uniformGrid(ids, first, tier.Interval),
-		pids:    r.cfg.StackPIDs,
+		pids:    env.pids(r.cfg.StackPIDs),
+		notSelf: env.child != nil,
 		profile: r.profilePath(r.cfg.CPUProfile, tier),
 		heap:    r.profilePath(r.cfg.AllocProfile, tier),
 		onOpen:  probe.open,

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,9 @@ type measurement struct {
 	grid stats.Grid
 	// pids are processes charged besides this one (the stack's).
 	pids []int
+	// notSelf charges pids only: the system runs wholly in them (flyball
+	// with StackProcess) and this process only generates load.
+	notSelf bool
 	// profile is a CPU profile file for the window, or "".
 	profile string
 	// heap, if set, receives heap profiles at the window's end and (with
@@ -65,6 +69,9 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	}
 	m.sys.WarmupArrivals = len(warm)
 	charged := append([]int{procstat.Self}, m.pids...)
+	if m.notSelf {
+		charged = slices.Clone(m.pids)
+	}
 	sampled := charged
 	if tp := r.target.PID(); tp != 0 {
 		sampled = append(sampled, tp)

@@ -36,7 +36,7 @@ const (
 // to the second (server/scheduler.go: parseMsgSchedule), so the schedules
 // are published at a whole second P and first fire at P + interval.
 func (r *runner) runNATSScheduler(ctx context.Context, tier Tier, sr *SystemResult) error {
-	env, err := r.startNATS()
+	env, err := r.startNATS(ctx)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (r *runner) runNATSScheduler(ctx context.Context, tier Tier, sr *SystemResu
 			shifted, publishAt.Format(time.RFC3339)))
 	}
 	sr.Window = r.window(first, tier.Interval)
-	err = r.measure(ctx, measurement{sys: sr, grid: grid, pids: r.cfg.StackPIDs})
+	err = r.measure(ctx, measurement{sys: sr, grid: grid, pids: env.pids(r.cfg.StackPIDs)})
 	sr.Notes = append(sr.Notes, fmt.Sprintf("consumer received %d fired messages (%d redeliveries, %d fetch errors); %d calls made",
 		w.received.Load(), w.redelivered.Load(), w.fetchErrors.Load(), w.calls.Load()))
 	if n := w.failures.Load(); n > 0 {

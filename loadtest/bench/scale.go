@@ -24,11 +24,11 @@ import (
 // it holds. No run is due during the measurement: the first slots are 30
 // to 60 minutes away.
 func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
-	if r.cfg.Stack != StackInProcess {
-		return nil, errors.New("the scale tier needs the in-process stack: it reads the timer's Ready() and heap")
+	if r.cfg.Stack == StackExternal {
+		return nil, errors.New("the scale tier needs a stack of its own: it reads the timer's Ready() and heap")
 	}
 	sc := &ScaleResult{Tasks: tier.Tasks, Seed: r.cfg.ScaleSeed}
-	env, err := r.startNATS()
+	env, err := r.startNATS(ctx)
 	if err != nil {
 		return sc, err
 	}

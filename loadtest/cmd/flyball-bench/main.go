@@ -5,6 +5,7 @@
 //	flyball-bench                        # every tier but smoke (make bench)
 //	flyball-bench --smoke --check        # the CI-safe variant (make bench-smoke)
 //	flyball-bench --tiers w1a,w1c --duration 20s --cpuprofile /tmp/cpu.pprof
+//	flyball-bench --stack process --tiers w1c  # flyball dev in a child process
 //	flyball-bench --nats-url nats://127.0.0.1:4222 --stack-pid 1234
 //
 // It prints a markdown report on stdout and writes the full result as JSON
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -40,8 +42,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
-	if len(args) > 0 && args[0] == "target" {
-		return runTarget(ctx, args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "target":
+			return runTarget(ctx, args[1:])
+		case "nats-server":
+			return bench.ServeNATS(ctx, args[1:])
+		}
 	}
 	smoke := false
 	for _, a := range args {
@@ -55,7 +62,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("flyball-bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: flyball-bench [flags]\n       flyball-bench target [--hosts N]\n\nTiers: %s (default: %s)\n\nFlags:\n",
+		fmt.Fprintf(fs.Output(), "Usage: flyball-bench [flags]\n       flyball-bench target [--hosts N]\n       flyball-bench nats-server --listen host:port --store dir\n\nTiers: %s (default: %s)\n\nFlags:\n",
 			strings.Join(bench.TierNames(), ", "), strings.Join(bench.DefaultTiers(), ","))
 		fs.PrintDefaults()
 	}
@@ -72,10 +79,12 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "how long to wait for late arrivals after the window")
 	fs.DurationVar(&cfg.Lead, "lead", cfg.Lead, "time from creating tasks to their first slot (0: 2s + tasks/create-rate)")
 	fs.Float64Var(&cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
-	fs.StringVar(&cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one in-process")
+	fs.StringVar(&cfg.Stack, "stack", cfg.Stack, "where flyball runs: inproc (every service and its nats-server in this process) or process (`flyball dev` in a child process, and the baseline's nats-server in another)")
+	fs.StringVar(&cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
+	fs.StringVar(&cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
 	fs.StringVar(&stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "executor concurrency, and concurrent calls of the floor and the nats-server baseline")
-	fs.DurationVar(&cfg.TimerLead, "timer-lead", cfg.TimerLead, "in-process stack: the longest the timer publishes a dispatch before its slot (0: flyball's default, negative: at the slot)")
+	fs.DurationVar(&cfg.TimerLead, "timer-lead", cfg.TimerLead, "stack inproc or process: the longest the timer publishes a dispatch before its slot (0: flyball's default, negative: at the slot)")
 	fs.StringVar(&cfg.Target, "target", cfg.Target, "where the HTTP target runs: process (a child, so its CPU is not charged) or inproc")
 	fs.IntVar(&cfg.TargetHosts, "target-hosts", cfg.TargetHosts, "loopback addresses the target listens on (tasks are spread over them)")
 	fs.IntVar(&cfg.RawMsgs, "raw-msgs", cfg.RawMsgs, "messages published to measure the raw JetStream ceiling")
@@ -122,6 +131,14 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Executable = exe
+	if cfg.Stack == bench.StackProcess && cfg.FlyballBin == "" && cfg.NATSURL == "" {
+		bin, cleanup, err := buildFlyball(ctx, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		cfg.FlyballBin = bin
+	}
 	cfg.Out = resultPath(out)
 	switch {
 	case markdown == "-":
@@ -196,3 +213,26 @@ func resultPath(out string) string {
 	}
 	return filepath.Join(dir, time.Now().UTC().Format("20060102T150405Z")+".json")
 }
+
+// buildFlyball builds the flyball binary from the workspace this command
+// runs in, for --stack process without --flyball-bin.
+func buildFlyball(ctx context.Context, log *slog.Logger) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "flyball-bench-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	bin := filepath.Join(dir, "flyball")
+	log.Info("building flyball for --stack process", "pkg", flyballPkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, flyballPkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("--stack process: go build %s: %w (build it with make build and pass --flyball-bin): %s",
+			flyballPkg, err, strings.Join(strings.Fields(string(out)), " "))
+	}
+	return bin, cleanup, nil
+}
+
+// flyballPkg is the flyball command's package.
+const flyballPkg = "github.com/flyballhq/flyball/services/cmd/flyball"

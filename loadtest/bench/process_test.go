@@ -1,0 +1,94 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/loadtest/bench"
+)
+
+// TestMain lets this test binary serve as the benchmark's nats-server
+// child (Config.Executable nats-server …), as flyball-bench itself does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "nats-server" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := bench.ServeNATS(ctx, os.Args[2:])
+		stop()
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmokeProcessStack runs the smoke tier with StackProcess: flyball as
+// a real `flyball dev` child built from this workspace, the baseline on a
+// nats-server child. Each must run every slot, be charged for its own
+// process, and the flyball breakdown must come from the child's /metrics.
+func TestSmokeProcessStack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "flyball")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/flyballhq/flyball/services/cmd/flyball")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build flyball: %v\n%s", err, out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := bench.SmokeConfig()
+	cfg.Tiers = []string{bench.TierSmoke}
+	cfg.Stack, cfg.FlyballBin, cfg.Executable = bench.StackProcess, bin, exe
+	cfg.Target = bench.TargetInProcess
+	cfg.Duration = 2 * time.Second
+	cfg.Grace = 500 * time.Millisecond
+	cfg.Lead = 2 * time.Second // the child starts before the tasks are created
+	cfg.Concurrency = 16
+	cfg.RawMsgs = 2000
+	var md bytes.Buffer
+	cfg.Stdout = &md
+
+	res, err := bench.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := res.Problems(); len(p) > 0 {
+		t.Fatalf("the instrument is broken:\n%s\n\n%s", strings.Join(p, "\n"), md.String())
+	}
+	if c := res.Ceiling; c == nil || c.MsgsPerSec <= 0 || c.CPUSeconds <= 0 {
+		t.Errorf("ceiling = %+v, want a throughput and the child's CPU", c)
+	}
+	for _, s := range res.Tiers[0].Systems {
+		if s.Stats.Expected != 40 || s.Stats.Completed != 40 || s.Stats.Missed != 0 {
+			t.Errorf("%s: expected %d, completed %d, missed %d; want 40, 40, 0", s.System, s.Stats.Expected, s.Stats.Completed, s.Stats.Missed)
+		}
+		if s.PeakRSSBytes <= 0 {
+			t.Errorf("%s: peak RSS %d, want the stack's", s.System, s.PeakRSSBytes)
+		}
+		if s.System != bench.SystemFlyball {
+			continue
+		}
+		b := s.Breakdown
+		if b == nil || b.AllocsPerRun <= 0 || b.StoredTotalPerRun < 3 {
+			t.Fatalf("flyball breakdown = %+v, want allocations from the child's /metrics and 3 stored messages per run", b)
+		}
+		if got := b.Counters["flyball_runs_total{result=succeeded}"]; got < 40 {
+			t.Errorf("child's runs_total{result=succeeded} over the window = %v, want >= 40 (counters %v)", got, b.Counters)
+		}
+	}
+	if !strings.Contains(md.String(), "stack process") {
+		t.Errorf("report does not say the stack ran in a process:\n%s", md.String())
+	}
+}
