@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"strings"
@@ -39,6 +40,7 @@ type runFlags struct {
 	govWorkers    int
 	timerLead     time.Duration
 	perTask       bool
+	pprof         bool
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
@@ -64,6 +66,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.IntVar(&f.govWorkers, "governor-workers", 16, "governor: messages decided at once per stream (sharded by task)")
 	fs.DurationVar(&f.timerLead, "timer-lead", timer.DefaultLead, "timer: the longest a dispatch is published before its slot (each gets a quarter of the time since its task's previous slot, at most this); the executor holds it until the slot (0: at the slot)")
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
+	fs.BoolVar(&f.pprof, "pprof", os.Getenv("FLYBALL_PPROF") == "true", "serve Go profiles under /debug/pprof/ on --metrics-addr, which has no auth: keep it private (env FLYBALL_PPROF=true)")
 }
 
 // lead maps --timer-lead to timer.Config.Lead, where 0 means the default
@@ -162,8 +165,9 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 	return []string{hex.EncodeToString(b)}, true, nil
 }
 
-// serveMetrics serves /metrics and /healthz until ctx ends.
-func serveMetrics(ctx context.Context, addr string, m *metrics.Set, log *slog.Logger) (func(), error) {
+// serveMetrics serves /metrics and /healthz until ctx ends, and with
+// withPprof the Go profiles under /debug/pprof/ (net/http/pprof).
+func serveMetrics(ctx context.Context, addr string, m *metrics.Set, withPprof bool, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -177,6 +181,14 @@ func serveMetrics(ctx context.Context, addr string, m *metrics.Set, log *slog.Lo
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	if withPprof {
+		// Index serves the named profiles (heap, allocs, goroutine, …). The
+		// command line is left out: it may carry --api-token.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

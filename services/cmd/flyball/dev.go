@@ -92,7 +92,7 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return err
 			}
-			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, log)
+			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, rf.pprof, log)
 			if err != nil {
 				st.Stop()
 				return err

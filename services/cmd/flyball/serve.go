@@ -134,7 +134,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if err != nil {
 				return err
 			}
-			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, log)
+			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, rf.pprof, log)
 			if err != nil {
 				st.Stop()
 				return err

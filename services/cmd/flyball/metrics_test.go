@@ -1,0 +1,68 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/flyballhq/flyball/services/internal/metrics"
+)
+
+// TestServeMetricsProfilesOnlyWhenAsked checks that /debug/pprof/ is
+// served on the metrics listener with --pprof and is absent without it
+// (and the command line never), while /metrics and /healthz are served
+// either way.
+func TestServeMetricsProfilesOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	for _, withPprof := range []bool{false, true} {
+		addr := freeLoopback(t)
+		stop, err := serveMetrics(t.Context(), addr, metrics.New(), withPprof, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(path string) (int, string) {
+			t.Helper()
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "go_memstats_mallocs_total") {
+			t.Errorf("pprof=%v: /metrics = %d, want 200 with the Go collector's series", withPprof, code)
+		}
+		if code, _ := get("/healthz"); code != http.StatusOK {
+			t.Errorf("pprof=%v: /healthz = %d, want 200", withPprof, code)
+		}
+		code, body := get("/debug/pprof/heap?debug=1")
+		switch {
+		case withPprof && (code != http.StatusOK || !strings.Contains(body, "heap profile")):
+			t.Errorf("--pprof: /debug/pprof/heap = %d, want 200 and a heap profile", code)
+		case !withPprof && code != http.StatusNotFound:
+			t.Errorf("without --pprof: /debug/pprof/heap = %d, want 404", code)
+		}
+		// The command line may carry --api-token: never served.
+		if code, body := get("/debug/pprof/cmdline"); code == http.StatusOK {
+			t.Errorf("pprof=%v: /debug/pprof/cmdline = 200 %q, want it refused", withPprof, body)
+		}
+		stop()
+	}
+}
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
