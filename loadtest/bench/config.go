@@ -123,16 +123,17 @@ type Config struct {
 	// PeakTasks overrides the Peak tier's task count, which is otherwise
 	// raw publish msg/s ÷ 3 (the offered load that reaches the hard limit).
 	PeakTasks int
-	// CPUProfile, if set, receives a CPU profile of this process over each
-	// flyball measurement window (with StackInProcess that is the whole
-	// stack) and over the scale tier's load. With several tiers the tier
+	// CPUProfile, if set, receives a CPU profile of the stack over each
+	// flyball measurement window (with StackInProcess, of this process; with
+	// StackProcess, of the flyball dev child through its /debug/pprof/) and
+	// over the scale tier's load (this process). With several tiers the tier
 	// name is added before the extension.
 	CPUProfile string
 	// MemProfile, if set, receives a heap profile taken after the Scale
 	// tier's timer has loaded every schedule.
 	MemProfile string
-	// AllocProfile, if set, receives two heap profiles of this process
-	// around each flyball measurement window: <AllocProfile> at its end
+	// AllocProfile, if set, receives two heap profiles of the stack (as
+	// for CPUProfile) around each flyball measurement window: <AllocProfile> at its end
 	// and the same name with ".start" before the extension at its start.
 	// Their difference (go tool pprof -sample_index=alloc_space -base
 	// START END) is what the window allocated, by call site. The tier name
@@ -232,10 +233,6 @@ func (c *Config) validate() error {
 		}
 		if c.Executable == "" {
 			add("stack: %q needs Config.Executable (it serves the baseline's nats-server)", StackProcess)
-		}
-		// The profiles are of this process, where flyball does not run.
-		if c.CPUProfile != "" || c.AllocProfile != "" {
-			add("cpuprofile, allocprofile: they profile this process, and with stack %q flyball runs in another; use stack %s", StackProcess, StackInProcess)
 		}
 	case StackExternal:
 		if c.NATSURL == "" {

@@ -27,9 +27,6 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"concurrency", func(c *Config) { c.Concurrency = 0 }, "concurrency: must be in [1, 100000]"},
 		{"stack", func(c *Config) { c.Stack = "bogus" }, `stack: want inproc, process or external, got "bogus"`},
 		{"process without the flyball binary", func(c *Config) { c.Stack = StackProcess }, "flyball-bin: stack \"process\" needs the flyball binary"},
-		{"cpu profile of a process stack", func(c *Config) {
-			c.Stack, c.FlyballBin, c.CPUProfile = StackProcess, "/bin/flyball", "cpu.pprof"
-		}, "cpuprofile, allocprofile: they profile this process"},
 		{"external without URL", func(c *Config) { c.Stack = StackExternal }, "stack: \"external\" needs a NATS URL"},
 		{"timer lead too long", func(c *Config) { c.TimerLead = 1001 * time.Millisecond }, "timer-lead: must be at most 1s"},
 		{"timer lead on an external stack", func(c *Config) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -81,7 +82,7 @@ func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
 			"dev", "--listen", natsAddr, "--data-dir", dir, "--metrics-addr", metricsAddr,
 			"--api-addr", "127.0.0.1:0", "--api-token", "bench-" + r.tag + "-" + strconv.Itoa(os.Getpid()) + "-token",
 			"--concurrency", strconv.Itoa(r.cfg.Concurrency), "--per-host", strconv.Itoa(r.cfg.Concurrency),
-			"--log-level", "warn",
+			"--log-level", "warn", "--pprof",
 		}
 		switch {
 		case r.cfg.TimerLead > 0:
@@ -160,6 +161,15 @@ func (e *natsEnv) connectGenerator() error {
 		return err
 	}
 	return nil
+}
+
+// profiler profiles the stack: flyball dev's /debug/pprof/ with
+// StackProcess, this process otherwise.
+func (e *natsEnv) profiler(ctx context.Context) profiler {
+	if e.metricsURL != "" {
+		return pprofClient{ctx: ctx, base: strings.TrimSuffix(e.metricsURL, "/metrics")}
+	}
+	return selfProfiler{}
 }
 
 // pids are the processes charged besides this one: the child's, or

@@ -129,6 +129,7 @@ func (r *runner) runFlyball(ctx context.Context, tier Tier, sr *SystemResult) er
 		grid:    uniformGrid(ids, first, tier.Interval),
 		pids:    env.pids(r.cfg.StackPIDs),
 		notSelf: env.child != nil,
+		prof:    env.profiler(ctx),
 		profile: r.profilePath(r.cfg.CPUProfile, tier),
 		heap:    r.profilePath(r.cfg.AllocProfile, tier),
 		onOpen:  probe.open,

@@ -50,6 +50,8 @@ type measurement struct {
 	// heap, if set, receives heap profiles at the window's end and (with
 	// ".start" before the extension) at its start.
 	heap string
+	// prof takes the profiles; nil profiles this process.
+	prof profiler
 	// onOpen and onClose, if set, run just outside the CPU samples at the
 	// window's edges.
 	onOpen, onClose func(context.Context)
@@ -82,24 +84,31 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	if m.onOpen != nil {
 		m.onOpen(ctx)
 	}
-	if err := writeHeapProfile(startName(m.heap)); err != nil {
+	prof := m.prof
+	if prof == nil {
+		prof = selfProfiler{}
+	}
+	if err := prof.writeHeap(startName(m.heap)); err != nil {
 		return err
 	}
 	before := procstat.Take(sampled...)
-	stopProfile, err := startProfile(m.profile)
+	stopProfile, err := prof.startCPU(m.profile, time.Until(time.Unix(0, w.To)))
 	if err != nil {
 		return err
 	}
 	werr := waitUntil(ctx, time.Unix(0, w.To))
 	after := procstat.Take(sampled...)
-	stopProfile()
+	perr := stopProfile()
 	if werr != nil {
 		return werr
+	}
+	if perr != nil {
+		return perr
 	}
 	if m.onClose != nil {
 		m.onClose(ctx)
 	}
-	if err := writeHeapProfile(m.heap); err != nil {
+	if err := prof.writeHeap(m.heap); err != nil {
 		return err
 	}
 	used := after.Since(before)

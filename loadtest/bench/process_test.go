@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 // TestSmokeProcessStack runs the smoke tier with StackProcess: flyball as
 // a real `flyball dev` child built from this workspace, the baseline on a
 // nats-server child. Each must run every slot, be charged for its own
-// process, and the flyball breakdown must come from the child's /metrics.
+// process, and the flyball breakdown and profiles must come from the
+// child's /metrics and /debug/pprof/.
 func TestSmokeProcessStack(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -57,6 +58,8 @@ func TestSmokeProcessStack(t *testing.T) {
 	cfg.Lead = 2 * time.Second // the child starts before the tasks are created
 	cfg.Concurrency = 16
 	cfg.RawMsgs = 2000
+	cfg.CPUProfile = filepath.Join(dir, "cpu.pprof")
+	cfg.AllocProfile = filepath.Join(dir, "heap.pprof")
 	var md bytes.Buffer
 	cfg.Stdout = &md
 
@@ -86,6 +89,12 @@ func TestSmokeProcessStack(t *testing.T) {
 		}
 		if got := b.Counters["flyball_runs_total{result=succeeded}"]; got < 40 {
 			t.Errorf("child's runs_total{result=succeeded} over the window = %v, want >= 40 (counters %v)", got, b.Counters)
+		}
+	}
+	// The child's own profiles, through its --pprof endpoint.
+	for _, p := range []string{"cpu.pprof", "heap.start.pprof", "heap.pprof"} {
+		if st, err := os.Stat(filepath.Join(dir, p)); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s of the flyball dev child: %v, want a non-empty file", p, err)
 		}
 	}
 	if !strings.Contains(md.String(), "stack process") {
