@@ -293,19 +293,20 @@ func takeWork(srv *server.Server) workCount {
 }
 
 // processWork reads the allocation and GC counts of a flyball process
-// from its Go collector's series; the server's message counts are not
-// among them.
+// from the runtime/metrics series its Go collector exports (the same
+// counts takeWork reads in process; go_memstats_mallocs_total would add
+// tiny objects). The server's message counts are not among them.
 func processWork(mfs []*dto.MetricFamily) (workCount, bool) {
-	allocs := firstMetric(mfs, "go_memstats_mallocs_total")
-	bytes := firstMetric(mfs, "go_memstats_alloc_bytes_total")
-	gc := firstMetric(mfs, "go_gc_duration_seconds")
+	allocs := firstMetric(mfs, "go_gc_heap_allocs_objects_total")
+	bytes := firstMetric(mfs, "go_gc_heap_allocs_bytes_total")
+	gc := firstMetric(mfs, "go_gc_cycles_total_gc_cycles_total")
 	if allocs == nil || bytes == nil || gc == nil {
 		return workCount{}, false
 	}
 	return workCount{
 		allocs:  uint64(allocs.GetCounter().GetValue()),
 		bytes:   uint64(bytes.GetCounter().GetValue()),
-		gcCount: gc.GetSummary().GetSampleCount(),
+		gcCount: uint64(gc.GetCounter().GetValue()),
 	}, true
 }
 

@@ -33,8 +33,8 @@ func TestServeMetricsProfilesOnlyWhenAsked(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return resp.StatusCode, string(b)
 		}
-		if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "go_memstats_mallocs_total") {
-			t.Errorf("pprof=%v: /metrics = %d, want 200 with the Go collector's series", withPprof, code)
+		if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "go_gc_heap_allocs_objects_total") {
+			t.Errorf("pprof=%v: /metrics = %d, want 200 with the allocation counters", withPprof, code)
 		}
 		if code, _ := get("/healthz"); code != http.StatusOK {
 			t.Errorf("pprof=%v: /healthz = %d, want 200", withPprof, code)

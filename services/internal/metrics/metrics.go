@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -41,11 +43,24 @@ type Set struct {
 	TaskStaleness *prometheus.GaugeVec
 }
 
+// allocationRule adds three runtime/metrics counters to the Go collector's
+// defaults: go_gc_heap_allocs_objects_total, go_gc_heap_allocs_bytes_total
+// and go_gc_cycles_total_gc_cycles_total. Divided by flyball_runs_total
+// they give the allocations and collections per run, which compare two
+// builds without the noise of CPU time (the load test reads them).
+// go_memstats_mallocs_total is not the same count: it adds tiny objects.
+var allocationRule = collectors.GoRuntimeMetricsRule{
+	Matcher: regexp.MustCompile(`^/gc/(heap/allocs:(objects|bytes)|cycles/total:gc-cycles)$`),
+}
+
 // New creates a Set with its own registry, including Go and process
 // collectors.
 func New() *Set {
 	r := prometheus.NewRegistry()
-	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(allocationRule)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
 	f := func(c prometheus.Collector) { r.MustRegister(c) }
 	latencyBuckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	s := &Set{
