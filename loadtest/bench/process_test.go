@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -49,27 +48,14 @@ func TestSmokeProcessStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := bench.SmokeConfig()
+	cfg := testSmokeConfig()
 	cfg.Tiers = []string{bench.TierSmoke}
 	cfg.Stack, cfg.FlyballBin, cfg.Executable = bench.StackProcess, bin, exe
-	cfg.Target = bench.TargetInProcess
-	cfg.Duration = 2 * time.Second
-	cfg.Grace = 500 * time.Millisecond
 	cfg.Lead = 2 * time.Second // the child starts before the tasks are created
-	cfg.Concurrency = 16
 	cfg.RawMsgs = 2000
 	cfg.CPUProfile = filepath.Join(dir, "cpu.pprof")
 	cfg.AllocProfile = filepath.Join(dir, "heap.pprof")
-	var md bytes.Buffer
-	cfg.Stdout = &md
-
-	res, err := bench.Run(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := res.Problems(); len(p) > 0 {
-		t.Fatalf("the instrument is broken:\n%s\n\n%s", strings.Join(p, "\n"), md.String())
-	}
+	res, md := runSmoke(t, cfg)
 	if c := res.Ceiling; c == nil || c.MsgsPerSec <= 0 || c.CPUSeconds <= 0 {
 		t.Errorf("ceiling = %+v, want a throughput and the child's CPU", c)
 	}
@@ -97,7 +83,7 @@ func TestSmokeProcessStack(t *testing.T) {
 			t.Errorf("profile %s of the flyball dev child: %v, want a non-empty file", p, err)
 		}
 	}
-	if !strings.Contains(md.String(), "stack process") {
-		t.Errorf("report does not say the stack ran in a process:\n%s", md.String())
+	if !strings.Contains(md, "stack process") {
+		t.Errorf("report does not say the stack ran in a process:\n%s", md)
 	}
 }

@@ -17,27 +17,14 @@ import (
 // not asserted; the machine may be busy.
 func TestSmoke(t *testing.T) {
 	t.Parallel()
-	cfg := bench.SmokeConfig()
-	cfg.Target = bench.TargetInProcess
-	cfg.Duration = 2 * time.Second
-	cfg.Grace = 500 * time.Millisecond
+	cfg := testSmokeConfig()
 	cfg.Lead = time.Second
-	cfg.Concurrency = 16
 	cfg.RawMsgs = 5000
 	cfg.ScaleTasks = 2000
 	dir := t.TempDir()
 	cfg.Out = filepath.Join(dir, "result.json")
 	cfg.AllocProfile = filepath.Join(dir, "heap.pprof")
-	var md bytes.Buffer
-	cfg.Stdout = &md
-
-	res, err := bench.Run(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := res.Problems(); len(p) > 0 {
-		t.Fatalf("the instrument is broken:\n%s\n\n%s", strings.Join(p, "\n"), md.String())
-	}
+	res, md := runSmoke(t, cfg)
 	if len(res.Tiers) != 2 {
 		t.Fatalf("tiers = %d, want smoke and scale", len(res.Tiers))
 	}
@@ -77,8 +64,8 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("scale = %+v, want 2000 tasks loaded and heap held", sc)
 	}
 	for _, want := range []string{"| Smoke 20 tasks @1s | flyball |", "| Smoke 20 tasks @1s | floor |", "| Smoke 20 tasks @1s | nats-scheduler |", "| scale |", "| target |"} {
-		if !strings.Contains(md.String(), want) {
-			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
 	b, err := os.ReadFile(cfg.Out)
@@ -92,4 +79,31 @@ func TestSmoke(t *testing.T) {
 	if back.Ceiling == nil || back.Ceiling.MsgsPerSec <= 0 {
 		t.Errorf("JSON ceiling = %+v, want a throughput", back.Ceiling)
 	}
+}
+
+// testSmokeConfig is the smoke variant, shortened for a test: a 2 s
+// window, the target in process, 16 calls at once.
+func testSmokeConfig() bench.Config {
+	cfg := bench.SmokeConfig()
+	cfg.Target = bench.TargetInProcess
+	cfg.Duration = 2 * time.Second
+	cfg.Grace = 500 * time.Millisecond
+	cfg.Concurrency = 16
+	return cfg
+}
+
+// runSmoke runs cfg and fails the test if the instrument broke; it
+// returns the result and the markdown report.
+func runSmoke(t *testing.T, cfg bench.Config) (*bench.Result, string) {
+	t.Helper()
+	var md bytes.Buffer
+	cfg.Stdout = &md
+	res, err := bench.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := res.Problems(); len(p) > 0 {
+		t.Fatalf("the instrument is broken:\n%s\n\n%s", strings.Join(p, "\n"), md.String())
+	}
+	return res, md.String()
 }
