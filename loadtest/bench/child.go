@@ -44,6 +44,7 @@ func startChild(name, dir, exe string, args ...string) (*child, error) {
 	}
 	c.cmd = exec.Command(exe, args...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = childAttrs()
 	err = c.cmd.Start()
 	_ = logf.Close() // the child holds its own descriptor
 	if err != nil {

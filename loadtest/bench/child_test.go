@@ -1,8 +1,13 @@
 package bench
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -80,4 +85,58 @@ func TestServeNATSRefusesBadArguments(t *testing.T) {
 			t.Errorf("ServeNATS(%q) = %v, want a usage error", args, err)
 		}
 	}
+}
+
+// TestChildDiesWithTheBenchmark checks that a stack process does not
+// outlive a benchmark that is killed: the kernel sends it SIGTERM.
+func TestChildDiesWithTheBenchmark(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig is Linux-only; elsewhere a killed benchmark leaves its stack process running")
+	}
+	// This test binary plays the benchmark (TestMain's "child-parent"):
+	// it starts a child with startChild, prints its PID and is killed.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := exec.Command(exe, "child-parent", t.TempDir())
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	pid := 0
+	for sc.Scan() {
+		if n, ok := strings.CutPrefix(sc.Text(), "child pid "); ok {
+			pid, _ = strconv.Atoi(n)
+			break
+		}
+	}
+	if pid == 0 {
+		_ = parent.Process.Kill()
+		t.Fatal("the parent did not report its child")
+	}
+	_ = parent.Process.Kill()
+	_ = parent.Wait()
+	if err := poll(t.Context(), 30*time.Second, 20*time.Millisecond, func() bool { return !running(pid) }); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("child %d still runs after its parent was killed: %v", pid, err)
+	}
+}
+
+// running reports whether pid is a live process (a zombie nobody has
+// reaped yet counts as ended).
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }

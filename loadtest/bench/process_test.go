@@ -15,8 +15,14 @@ import (
 )
 
 // TestMain lets this test binary serve as the benchmark's nats-server
-// child (Config.Executable nats-server …), as flyball-bench itself does.
+// child (Config.Executable nats-server …), as flyball-bench itself does,
+// and as the killed parent of TestChildDiesWithTheBenchmark.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "child-parent" {
+		err := bench.ChildParent(os.Args[2]) // returns only on failure
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "nats-server" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := bench.ServeNATS(ctx, os.Args[2:])
