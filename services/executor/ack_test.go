@@ -260,13 +260,12 @@ func TestSettleAckRemovesTheMessage(t *testing.T) {
 func TestSettlerRidesOutAConsumerLeaderElection(t *testing.T) {
 	cl, _, admin := natstest.ElectionCluster(t)
 	ctx := t.Context()
-	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "D", Subjects: []string{"d.>"}, Retention: jetstream.WorkQueuePolicy, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := admin.CreateOrUpdateConsumer(ctx, "D", jetstream.ConsumerConfig{Durable: "x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	natstest.Settle(t, time.Minute, "create stream D", func(ctx context.Context) (jetstream.Stream, error) {
+		return admin.CreateStream(ctx, jetstream.StreamConfig{Name: "D", Subjects: []string{"d.>"}, Retention: jetstream.WorkQueuePolicy, Replicas: 3})
+	})
+	cons := natstest.Settle(t, time.Minute, "create consumer x", func(ctx context.Context) (jetstream.Consumer, error) {
+		return admin.CreateOrUpdateConsumer(ctx, "D", jetstream.ConsumerConfig{Durable: "x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, Replicas: 3})
+	})
 	const n = 10
 	for i := range n {
 		if _, err := admin.Publish(ctx, fmt.Sprintf("d.t%d", i), []byte("run")); err != nil {

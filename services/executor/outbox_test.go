@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,10 +118,9 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 func TestOutboxRidesOutALeaderElection(t *testing.T) {
 	cl, _, admin := natstest.ElectionCluster(t)
 	ctx := t.Context()
-	st, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := natstest.Settle(t, time.Minute, "create stream OUT", func(ctx context.Context) (jetstream.Stream, error) {
+		return admin.CreateStream(ctx, jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Replicas: 3})
+	})
 	victim := st.CachedInfo().Cluster.Leader
 	_, js := cl.ConnectTo(t, cl.Other(victim))
 	o := testOutbox(t, js, outboxRound, outboxBudget)
@@ -141,7 +141,7 @@ func TestOutboxRidesOutALeaderElection(t *testing.T) {
 			t.Fatal("events not settled within the budget")
 		}
 	}
-	st, err = js.Stream(ctx, "OUT")
+	st, err := js.Stream(ctx, "OUT")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,13 +26,13 @@ import (
 func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
 	cl, admin, js := natstest.ElectionCluster(t)
 	ctx := t.Context()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"work.>"}, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Settle(t, time.Minute, "create stream W", func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"work.>"}, Replicas: 3})
+	})
 	for _, d := range []string{"w", "c"} {
-		if _, err := js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: d, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, Replicas: 3}); err != nil {
-			t.Fatal(err)
-		}
+		natstest.Settle(t, time.Minute, "create consumer "+d, func(ctx context.Context) (jetstream.Consumer, error) {
+			return js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: d, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, Replicas: 3})
+		})
 	}
 	// Put both consumer leaders on one server, the victim.
 	var victim string

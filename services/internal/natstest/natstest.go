@@ -269,6 +269,38 @@ func (c *Cluster) Kill(t testing.TB, name string) {
 	s.WaitForShutdown()
 }
 
+// Settle runs op, an idempotent JetStream API call on a cluster that may
+// still be settling (creating a replicated stream or consumer), until it
+// succeeds or within has passed, giving each try its own settleTry
+// deadline. One request whose reply is lost while a raft group elects its
+// leader would otherwise wait out its whole timeout and fail the test
+// before it measured anything (TestConsumersResumeAfterLeaderLoss did, on
+// a loaded CI runner, after 30 s).
+func Settle[T any](t testing.TB, within time.Duration, what string, op func(ctx context.Context) (T, error)) T {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(t.Context(), settleTry)
+		v, err := op(ctx)
+		cancel()
+		if err == nil {
+			return v
+		}
+		if time.Now().After(deadline) || t.Context().Err() != nil {
+			t.Fatalf("%s: not within %s (%d tries): %v", what, within, try, err)
+		}
+		pause := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-pause.C:
+		case <-t.Context().Done():
+			pause.Stop()
+		}
+	}
+}
+
+// settleTry is how long one Settle try waits for its reply.
+const settleTry = 10 * time.Second
+
 // clusterAPITimeout bounds a cluster client's JetStream API requests that
 // carry no deadline of their own. Creating an R3 stream or consumer waits
 // for its raft group to elect a leader, which on a loaded 2-core CI runner
