@@ -27,6 +27,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"concurrency", func(c *Config) { c.Concurrency = 0 }, "concurrency: must be in [1, 100000]"},
 		{"stack", func(c *Config) { c.Stack = "bogus" }, `stack: want inproc, process or external, got "bogus"`},
 		{"process without the flyball binary", func(c *Config) { c.Stack = StackProcess }, "flyball-bin: stack \"process\" needs the flyball binary"},
+		{"stack pid without an external stack", func(c *Config) { c.StackPIDs = []int{1234} }, "stack-pid: applies to a stack behind --nats-url only"},
 		{"external without URL", func(c *Config) { c.Stack = StackExternal }, "stack: \"external\" needs a NATS URL"},
 		{"timer lead too long", func(c *Config) { c.TimerLead = 1001 * time.Millisecond }, "timer-lead: must be at most 1s"},
 		{"timer lead on an external stack", func(c *Config) {
