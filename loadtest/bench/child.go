@@ -3,13 +3,13 @@ package bench
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -149,29 +149,21 @@ func freeAddr() (string, error) {
 // ceiling and the nats-server baseline, so that they run in a process of
 // their own as flyball does.
 func ServeNATS(ctx context.Context, args []string) error {
-	var listen, store string
-	for i := 0; i+1 < len(args); i += 2 {
-		switch args[i] {
-		case "--listen":
-			listen = args[i+1]
-		case "--store":
-			store = args[i+1]
-		default:
-			return fmt.Errorf("nats-server: unknown flag %q (want --listen host:port --store dir)", args[i])
-		}
+	fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	listen := fs.String("listen", "", "host:port to listen on")
+	store := fs.String("store", "", "JetStream store directory")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("nats-server: %w", err)
 	}
-	if len(args)%2 != 0 || listen == "" || store == "" {
+	if *listen == "" || *store == "" || fs.NArg() > 0 {
 		return errors.New("nats-server: want --listen host:port --store dir")
 	}
-	host, portS, err := net.SplitHostPort(listen)
+	host, port, err := embedded.ParseListen(*listen)
 	if err != nil {
 		return fmt.Errorf("nats-server: --listen: %w", err)
 	}
-	port, err := strconv.Atoi(portS)
-	if err != nil {
-		return fmt.Errorf("nats-server: --listen: bad port %q", portS)
-	}
-	srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: store})
+	srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: *store})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -22,6 +24,20 @@ type Config struct {
 	StoreDir string
 	// Debug enables the server's own logging.
 	Debug bool
+}
+
+// ParseListen splits a --listen address ("127.0.0.1:4222") into the Host
+// and Port of a Config.
+func ParseListen(addr string) (host string, port int, err error) {
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("want host:port, got %q", addr)
+	}
+	port, err = strconv.Atoi(portS)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q in %q", portS, addr)
+	}
+	return host, port, nil
 }
 
 // Start starts the server and waits until it accepts connections.

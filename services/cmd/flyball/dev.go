@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -45,13 +43,9 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return err
 			}
-			host, portS, err := net.SplitHostPort(listen)
+			host, port, err := embedded.ParseListen(listen)
 			if err != nil {
-				return fmt.Errorf("--listen: want host:port, got %q", listen)
-			}
-			port, err := strconv.Atoi(portS)
-			if err != nil {
-				return fmt.Errorf("--listen: bad port %q", portS)
+				return fmt.Errorf("--listen: %w", err)
 			}
 			tokens, generated, err := rf.tokens(true)
 			if err != nil {
