@@ -83,9 +83,10 @@ func callHeader(task map[string]string, userAgent string, d *events.Dispatch, at
 	return h
 }
 
-// callHTTP performs one HTTP attempt.
-func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, d *events.Dispatch, attempt int) *result {
-	res := &result{request: &events.RequestRecord{Method: t.Method, URL: t.URL, Headers: redactHeaders(t.Headers, s.cfg.RedactHeaders)}}
+// callHTTP performs one HTTP attempt; rec is the task's redacted request
+// record, shared by its runs. Errors name the URL as rec does.
+func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *events.RequestRecord, d *events.Dispatch, attempt int) *result {
+	res := &result{request: rec}
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
 	var body io.Reader
@@ -94,12 +95,13 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, d *events.
 	}
 	req, err := http.NewRequestWithContext(ctx, t.Method, t.URL, body)
 	if err != nil {
-		res.err, res.permanent = fmt.Errorf("invalid request: %w", err), true
+		res.err, res.permanent = fmt.Errorf("invalid request: %w", redactError(err, s.cfg.RedactHeaders)), true
 		return res
 	}
 	req.Header = callHeader(t.Headers, s.userAgent, d, attempt)
 	resp, err := s.client.Do(req)
 	if err != nil {
+		err = redactError(err, s.cfg.RedactHeaders)
 		res.err = err
 		res.permanent = errors.Is(err, ErrBlocked)
 		if ctx.Err() != nil && !res.permanent {

@@ -89,7 +89,7 @@ func (s *Service) Start(ctx context.Context) error {
 	); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	s.specs = kvcache.New(tasks, decodeTask, s.log)
+	s.specs = kvcache.New(tasks, s.decodeTask, s.log)
 	// Not a view of flyball-schedules: every run rewrites its schedule,
 	// and only a paused task's matters here.
 	s.pauses = kvcache.Keys(pauses, s.log)
@@ -326,17 +326,23 @@ type task struct {
 	breakerKey string
 	host       string        // the HTTP target's host, for the per-host limit
 	hold       time.Duration // how long its run events may wait in the outbox (settleHold)
+	// record is what every run record of an HTTP task says was sent, its
+	// secrets redacted; runs of one spec revision share it, read-only.
+	record *events.RequestRecord
 }
 
-func decodeTask(id string, raw []byte) (*task, error) {
+func (s *Service) decodeTask(id string, raw []byte) (*task, error) {
 	spec, err := kvcache.DecodeSpec(id, raw)
 	if err != nil {
 		return nil, err
 	}
 	t := &task{spec: spec, breakerKey: BreakerKey(spec), hold: settleHold(spec)}
-	if spec.Target.HTTP != nil {
-		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil {
+	if h := spec.Target.HTTP; h != nil {
+		if u, err := url.Parse(h.URL); err == nil {
 			t.host = u.Host
+		}
+		t.record = &events.RequestRecord{
+			Method: h.Method, URL: redactURL(h.URL, s.cfg.RedactHeaders), Headers: redactHeaders(h.Headers, s.cfg.RedactHeaders),
 		}
 	}
 	return t, nil
@@ -487,7 +493,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	start := time.Now()
 	var res *result
 	if spec.Target.HTTP != nil {
-		res = s.callHTTP(ctx, spec.Target.HTTP, d, attempt)
+		res = s.callHTTP(ctx, spec.Target.HTTP, t.record, d, attempt)
 	} else {
 		res = s.callNATS(ctx, spec.Target.NATS, d, attempt)
 	}

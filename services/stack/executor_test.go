@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -80,17 +81,18 @@ func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	var mu sync.Mutex
-	var gotAuth string
+	var gotAuth, gotQuery string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		gotAuth = r.Header.Get("Authorization")
+		gotAuth, gotQuery = r.Header.Get("Authorization"), r.URL.RawQuery
 		mu.Unlock()
 		_, _ = w.Write([]byte(strings.Repeat("x", 5000)))
 	}))
 	t.Cleanup(srv.Close)
 	succeeded := e.collect("flyball.run.succeeded.secret")
 	e.create("secret", fmt.Sprintf(`{"id":"secret","target":{"http":{"url":%q,"maxResponseBytes":100,
-		"headers":{"Authorization":"Bearer hunter2-hunter2","X-Trace":"abc"}}},"schedule":{"interval":"1h"}}`, srv.URL))
+		"headers":{"Authorization":"Bearer hunter2-hunter2","X-Trace":"abc"}}},"schedule":{"interval":"1h"}}`,
+		srv.URL+"/hook?page=2&access_token=hunter2-query"))
 	natstest.Eventually(t, 10*time.Second, "a run", func() bool { return len(succeeded()) == 1 })
 	r := runsOf(t, succeeded())[0]
 	mu.Lock()
@@ -98,8 +100,14 @@ func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	if gotAuth != "Bearer hunter2-hunter2" {
 		t.Fatalf("target got Authorization %q, want the real header", gotAuth)
 	}
+	if gotQuery != "page=2&access_token=hunter2-query" {
+		t.Fatalf("target got query %q, want the real one", gotQuery)
+	}
 	if r.Request.Headers["Authorization"] != executor.Redacted || r.Request.Headers["X-Trace"] != "abc" {
 		t.Fatalf("recorded headers %v: want Authorization redacted, X-Trace kept", r.Request.Headers)
+	}
+	if want := srv.URL + "/hook?page=2&access_token=" + executor.Redacted; r.Request.URL != want {
+		t.Fatalf("recorded URL %q, want %q", r.Request.URL, want)
 	}
 	raw, _ := events.Encode(succeeded()[0])
 	if strings.Contains(string(raw), "hunter2") {
@@ -107,6 +115,31 @@ func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	}
 	if len(r.Body) != 100 || !r.BodyTruncated || r.Fingerprint == "" {
 		t.Fatalf("body %d bytes truncated=%v fingerprint=%q; want 100, true, set", len(r.Body), r.BodyTruncated, r.Fingerprint)
+	}
+}
+
+// A call that fails before any response reports net/http's error, which
+// quotes the URL: its secret query parameter is redacted there too.
+func TestFailedRunErrorRedactsTheURL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: the call is refused
+	failed := e.collect("flyball.run.failed.refused")
+	e.create("refused", fmt.Sprintf(`{"id":"refused","target":{"http":{"url":"http://%s/hook?token=hunter2-err&page=1"}},
+		"retry":{"maxAttempts":1},"schedule":{"interval":"1h"}}`, closed))
+	natstest.Eventually(t, 10*time.Second, "a failed run", func() bool { return len(failed()) == 1 })
+	r := runsOf(t, failed())[0]
+	if !strings.Contains(r.Error, "token="+executor.Redacted+"&page=1") {
+		t.Fatalf("run error %q: want the URL with its token redacted", r.Error)
+	}
+	raw, _ := events.Encode(failed()[0])
+	if strings.Contains(string(raw), "hunter2") {
+		t.Fatalf("the secret reached the RUNS stream: %s", raw)
 	}
 }
 

@@ -1,0 +1,97 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"https://api.example.com/v1/items", "https://api.example.com/v1/items"},
+		{"https://api.example.com/v1?page=2&limit=10", "https://api.example.com/v1?page=2&limit=10"},
+		{"https://h/p?api_key=abc&page=2", "https://h/p?api_key=[REDACTED]&page=2"},
+		{"https://h/p?page=2&access_token=abc", "https://h/p?page=2&access_token=[REDACTED]"},
+		{"https://h/p?Session=abc#top", "https://h/p?Session=[REDACTED]#top"},
+		{"https://h/p?sv=2024&sig=abc%2Fdef&se=x", "https://h/p?sv=2024&sig=[REDACTED]&se=x"},
+		{"https://h/p?X-Amz-Credential=a&X-Amz-Signature=b&X-Amz-Expires=60", "https://h/p?X-Amz-Credential=[REDACTED]&X-Amz-Signature=[REDACTED]&X-Amz-Expires=60"},
+		{"https://h/p?my%5Ftoken=abc", "https://h/p?my%5Ftoken=[REDACTED]"}, // an escaped name is still recognised
+		{"https://h/p?signal=on&token", "https://h/p?signal=on&token"},      // a bare name has no value to hide
+		{"https://h/p?tenant=acme", "https://h/p?tenant=acme"},
+		{"https://h/p?partner=x&X-Custom=abc", "https://h/p?partner=x&X-Custom=[REDACTED]"}, // the extra list
+	} {
+		if got := redactURL(c.in, []string{"x-custom"}); got != c.want {
+			t.Errorf("redactURL(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestRedactErrorRewritesTheURLAndKeepsTheCause(t *testing.T) {
+	t.Parallel()
+	cause := io.ErrUnexpectedEOF
+	orig := &url.Error{Op: "Get", URL: "https://h/p?token=hunter2&page=1", Err: cause}
+	got := redactError(orig, nil)
+	if strings.Contains(got.Error(), "hunter2") || !strings.Contains(got.Error(), "token=[REDACTED]&page=1") {
+		t.Fatalf("redactError = %q, want the token redacted and the rest kept", got)
+	}
+	if !errors.Is(got, cause) {
+		t.Fatalf("redactError lost the cause: %v", got)
+	}
+	if !strings.Contains(orig.Error(), "hunter2") {
+		t.Fatal("redactError changed the original error in place")
+	}
+	plain := fmt.Errorf("no URL here: %w", cause)
+	if redactError(plain, nil) != plain { //nolint:errorlint // the very same error value is wanted back
+		t.Fatal("an error that is not a *url.Error must come back unchanged")
+	}
+}
+
+// FuzzRedactURL: redaction never panics, is idempotent, keeps a URL
+// without secret parameters byte for byte, and never lets the value of a
+// secret parameter through.
+func FuzzRedactURL(f *testing.F) {
+	for _, s := range []string{"https://h/p?api_key=abc&page=2", "http://h/?a=1&token=%zz#f", "?", "?&&=", "https://h/p?sig=1&sig=2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got := redactURL(raw, nil)
+		if again := redactURL(got, nil); again != got {
+			t.Fatalf("not idempotent: %q → %q → %q", raw, got, again)
+		}
+		q := strings.IndexByte(raw, '?')
+		if q < 0 {
+			if got != raw {
+				t.Fatalf("no query, but %q became %q", raw, got)
+			}
+			return
+		}
+		query, _, _ := strings.Cut(raw[q+1:], "#")
+		secret := false
+		for p := range strings.SplitSeq(query, "&") {
+			name, _, hasValue := strings.Cut(p, "=")
+			if n, err := url.QueryUnescape(name); err == nil {
+				name = n
+			}
+			if hasValue && isSecretName(name, nil) {
+				secret = true
+			}
+		}
+		if !secret && got != raw {
+			t.Fatalf("nothing secret in %q, but it became %q", raw, got)
+		}
+		gotQuery, _, _ := strings.Cut(got[strings.IndexByte(got, '?')+1:], "#")
+		for p := range strings.SplitSeq(gotQuery, "&") {
+			name, value, hasValue := strings.Cut(p, "=")
+			if n, err := url.QueryUnescape(name); err == nil {
+				name = n
+			}
+			if hasValue && isSecretName(name, nil) && value != Redacted {
+				t.Fatalf("%q kept the secret parameter %q", got, p)
+			}
+		}
+	})
+}
