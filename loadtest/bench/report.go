@@ -141,7 +141,7 @@ func latenessVerdict(target, tier string, fly, floor *SystemResult, slack time.D
 	}
 	p, f := fly.Stats.Lateness.P99, floor.Stats.Lateness.P99
 	v.Met = fly.Stats.Lateness.Count > 0 && p <= f+slack
-	v.Measured = fmt.Sprintf("p99 %s vs floor %s (+%s)", fmtDur(p), fmtDur(f), fmtDur(p-f))
+	v.Measured = fmt.Sprintf("p99 %s vs floor %s (%s)", fmtDur(p), fmtDur(f), fmtDelta(p-f))
 	if !v.Met {
 		v.Reason = fmt.Sprintf("%s over the allowance", fmtDur(p-f-slack))
 	}
@@ -301,6 +301,11 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 // fmtDur prints a duration in milliseconds with one decimal.
 func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+// fmtDelta is a signed difference: "+13.0 ms", "-0.1 ms".
+func fmtDelta(d time.Duration) string {
+	return fmt.Sprintf("%+.1f ms", float64(d)/float64(time.Millisecond))
 }
 
 func fmtBytes(n int64) string {

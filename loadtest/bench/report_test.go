@@ -106,12 +106,19 @@ func TestEvaluate(t *testing.T) {
 		t.Errorf("verdicts = %v, want exactly %d", got, len(want))
 	}
 
+	if got := fmtDelta(-100 * time.Microsecond); got != "-0.1 ms" {
+		t.Errorf("fmtDelta(-0.1 ms) = %q, want a plain minus", got)
+	}
+
 	var md bytes.Buffer
 	res.Targets = evaluate(res)
 	if err := RenderMarkdown(&md, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"| W1a | flyball |", "| W1c | floor |", "60.0 ms", "| not met |", "| scale |"} {
+	for _, s := range []string{
+		"| W1a | flyball |", "| W1c | floor |", "60.0 ms", "| not met |", "| scale |",
+		"p99 10.0 ms vs floor 6.0 ms (+4.0 ms)", "p99 60.0 ms vs floor 40.0 ms (+20.0 ms)",
+	} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md.String())
 		}
