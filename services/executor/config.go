@@ -29,7 +29,8 @@ type Config struct {
 	// Guard is the SSRF guard. The zero value blocks loopback, link-local
 	// and metadata addresses.
 	Guard Guard
-	// RedactHeaders adds header names to redact in run records.
+	// RedactHeaders adds names (case-insensitive) of headers and query
+	// parameters whose values run records redact.
 	RedactHeaders []string
 	// AckWait is the DISPATCH consumer's ack wait; calls longer than half
 	// of it send InProgress. Defaults to 60s (the value in streams).

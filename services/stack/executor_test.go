@@ -79,7 +79,9 @@ func TestSSRFGuardBlocksLoopbackByDefault(t *testing.T) {
 
 func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	// The operator's extra names (--redact-header), in any case.
+	e.st = e.startWith(func(c *stack.Config) { c.RedactHeaders = []string{"x-tenant", "Account"} })
 	var mu sync.Mutex
 	var gotAuth, gotQuery string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -91,8 +93,8 @@ func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	t.Cleanup(srv.Close)
 	succeeded := e.collect("flyball.run.succeeded.secret")
 	e.create("secret", fmt.Sprintf(`{"id":"secret","target":{"http":{"url":%q,"maxResponseBytes":100,
-		"headers":{"Authorization":"Bearer hunter2-hunter2","X-Trace":"abc"}}},"schedule":{"interval":"1h"}}`,
-		srv.URL+"/hook?page=2&access_token=hunter2-query"))
+		"headers":{"Authorization":"Bearer hunter2-hunter2","X-Trace":"abc","X-Tenant":"hunter2-tenant"}}},"schedule":{"interval":"1h"}}`,
+		srv.URL+"/hook?page=2&access_token=hunter2-query&account=hunter2-account"))
 	natstest.Eventually(t, 10*time.Second, "a run", func() bool { return len(succeeded()) == 1 })
 	r := runsOf(t, succeeded())[0]
 	mu.Lock()
@@ -100,13 +102,13 @@ func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	if gotAuth != "Bearer hunter2-hunter2" {
 		t.Fatalf("target got Authorization %q, want the real header", gotAuth)
 	}
-	if gotQuery != "page=2&access_token=hunter2-query" {
+	if gotQuery != "page=2&access_token=hunter2-query&account=hunter2-account" {
 		t.Fatalf("target got query %q, want the real one", gotQuery)
 	}
-	if r.Request.Headers["Authorization"] != executor.Redacted || r.Request.Headers["X-Trace"] != "abc" {
-		t.Fatalf("recorded headers %v: want Authorization redacted, X-Trace kept", r.Request.Headers)
+	if h := r.Request.Headers; h["Authorization"] != executor.Redacted || h["X-Tenant"] != executor.Redacted || h["X-Trace"] != "abc" {
+		t.Fatalf("recorded headers %v: want Authorization and X-Tenant redacted, X-Trace kept", h)
 	}
-	if want := srv.URL + "/hook?page=2&access_token=" + executor.Redacted; r.Request.URL != want {
+	if want := srv.URL + "/hook?page=2&access_token=" + executor.Redacted + "&account=" + executor.Redacted; r.Request.URL != want {
 		t.Fatalf("recorded URL %q, want %q", r.Request.URL, want)
 	}
 	raw, _ := events.Encode(succeeded()[0])

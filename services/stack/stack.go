@@ -53,6 +53,9 @@ type Config struct {
 	Concurrency int
 	// PerHost is the executor's limit per target host. Defaults to 16.
 	PerHost int
+	// RedactHeaders are the executor's extra names to redact in run
+	// records (executor.Config.RedactHeaders).
+	RedactHeaders []string
 	// GovernorWorkers is the governor's parallelism per stream. Defaults to 16.
 	GovernorWorkers int
 	// TimerLead is timer.Config.Lead, the longest a dispatch is published
@@ -171,7 +174,7 @@ func (st *Stack) build(name string) (service, error) {
 	case "executor":
 		return executor.New(executor.Config{
 			JS: c.JS, Instance: c.Instance, Version: st.cfg.Version, Logger: c.Logger, Metrics: c.Metrics,
-			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency, PerHost: st.cfg.PerHost,
+			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency, PerHost: st.cfg.PerHost, RedactHeaders: st.cfg.RedactHeaders,
 		})
 	case "timer":
 		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Lead: st.cfg.TimerLead})

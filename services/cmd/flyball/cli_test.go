@@ -557,6 +557,7 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"task", "create"},
 		{"serve", "executor", "--concurrency", "0"},
 		{"dev", "--per-host", "-3"},
+		{"serve", "executor", "--redact-header", "X-Bad Name"},
 	} {
 		r := e.run(t, args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
@@ -565,6 +566,9 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "serve", "executor", "--concurrency", "0"); !strings.Contains(r.stderr, "--concurrency: want a number from 1") {
 		t.Errorf("bad --concurrency: %q", r.stderr)
+	}
+	if r := e.run(t, "serve", "executor", "--redact-header", "X-Bad Name"); !strings.Contains(r.stderr, `--redact-header: want a header or query parameter name, got "X-Bad Name"`) {
+		t.Errorf("bad --redact-header: %q", r.stderr)
 	}
 	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
 		t.Errorf("unreachable NATS: %q", r.stderr)

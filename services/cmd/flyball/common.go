@@ -35,6 +35,7 @@ type runFlags struct {
 	allowLoopback bool
 	allowCIDRs    []string
 	denyCIDRs     []string
+	redact        []string
 	concurrency   int
 	perHost       int
 	govWorkers    int
@@ -61,6 +62,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.BoolVar(&f.allowLoopback, "allow-loopback", dev, "let tasks call loopback addresses (SSRF guard)")
 	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable (env FLYBALL_ALLOW_CIDRS)")
 	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable (env FLYBALL_DENY_CIDRS)")
+	fs.StringSliceVar(&f.redact, "redact-header", splitEnv("FLYBALL_REDACT_HEADERS"), "executor: a header or query parameter name whose value run records replace with [REDACTED], besides the built-in secret-looking names; repeatable (env FLYBALL_REDACT_HEADERS)")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
 	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")
 	fs.IntVar(&f.govWorkers, "governor-workers", 16, "governor: messages decided at once per stream (sharded by task)")
@@ -118,6 +120,11 @@ func (f *runFlags) guard() (executor.Guard, error) {
 	}{{"--concurrency", f.concurrency}, {"--per-host", f.perHost}, {"--governor-workers", f.govWorkers}} {
 		if n.v < 1 || n.v > 100_000 {
 			return g, fmt.Errorf("%s: want a number from 1 to 100000, got %d", n.name, n.v)
+		}
+	}
+	for _, h := range f.redact {
+		if h == "" || strings.ContainsAny(h, " \t\r\n:=&?") {
+			return g, fmt.Errorf("--redact-header: want a header or query parameter name, got %q", h)
 		}
 	}
 	// The governor treats a slot due within InFlightWindow as dispatched.

@@ -81,7 +81,7 @@ watch runs. Ctrl-C stops everything in order.`,
 			m := metrics.New()
 			st, err := stack.Start(ctx, stack.Config{
 				JS: js, Version: version, Logger: log, Metrics: m, Guard: guard,
-				Concurrency: rf.concurrency, PerHost: rf.perHost, GovernorWorkers: rf.govWorkers, TimerLead: rf.lead(), APIAddr: rf.apiAddr, APITokens: tokens, PerTaskMetrics: rf.perTask,
+				Concurrency: rf.concurrency, PerHost: rf.perHost, RedactHeaders: rf.redact, GovernorWorkers: rf.govWorkers, TimerLead: rf.lead(), APIAddr: rf.apiAddr, APITokens: tokens, PerTaskMetrics: rf.perTask,
 			})
 			if err != nil {
 				return err

@@ -129,7 +129,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			m := metrics.New()
 			st, err := stack.Start(ctx, stack.Config{
 				JS: js, Services: args, Instance: instance, Version: version, Logger: log, Metrics: m,
-				Guard: guard, Concurrency: rf.concurrency, PerHost: rf.perHost, GovernorWorkers: rf.govWorkers, TimerLead: rf.lead(), APIAddr: rf.apiAddr, APITokens: tokens, PerTaskMetrics: rf.perTask,
+				Guard: guard, Concurrency: rf.concurrency, PerHost: rf.perHost, RedactHeaders: rf.redact, GovernorWorkers: rf.govWorkers, TimerLead: rf.lead(), APIAddr: rf.apiAddr, APITokens: tokens, PerTaskMetrics: rf.perTask,
 			})
 			if err != nil {
 				return err
