@@ -152,9 +152,10 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// callNATS performs one NATS request/reply attempt.
-func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, d *events.Dispatch, attempt int) *result {
-	res := &result{request: &events.RequestRecord{Subject: t.Subject}}
+// callNATS performs one NATS request/reply attempt; rec is the task's
+// request record, shared by its runs.
+func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *events.RequestRecord, d *events.Dispatch, attempt int) *result {
+	res := &result{request: rec}
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
 	m := &nats.Msg{Subject: t.Subject, Data: []byte(t.Payload), Header: nats.Header{}}

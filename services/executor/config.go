@@ -3,6 +3,8 @@ package executor
 import (
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,6 +70,11 @@ func (c *Config) setDefaults() error {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 60 * time.Second
+	}
+	// Lower-cased once here: isSecretName compares lower-cased names.
+	c.RedactHeaders = slices.Clone(c.RedactHeaders)
+	for i, h := range c.RedactHeaders {
+		c.RedactHeaders[i] = strings.ToLower(h)
 	}
 	return nil
 }

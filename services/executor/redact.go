@@ -2,6 +2,7 @@ package executor
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -33,6 +34,9 @@ func redactHeaders(h map[string]string, extra []string) map[string]string {
 	return out
 }
 
+// isSecretName reports whether a header or query parameter name is
+// secret-looking; extra holds the operator's names, lower-cased
+// (Config.setDefaults does that).
 func isSecretName(name string, extra []string) bool {
 	n := strings.ToLower(name)
 	if n == "sig" {
@@ -43,10 +47,8 @@ func isSecretName(name string, extra []string) bool {
 			return true
 		}
 	}
-	for _, s := range extra {
-		if n == strings.ToLower(s) {
-			return true
-		}
+	if slices.Contains(extra, n) {
+		return true
 	}
 	for _, frag := range secretFragments {
 		if strings.Contains(n, frag) {

@@ -326,7 +326,7 @@ type task struct {
 	breakerKey string
 	host       string        // the HTTP target's host, for the per-host limit
 	hold       time.Duration // how long its run events may wait in the outbox (settleHold)
-	// record is what every run record of an HTTP task says was sent, its
+	// record is what every run record of the task says was sent, its
 	// secrets redacted; runs of one spec revision share it, read-only.
 	record *events.RequestRecord
 }
@@ -344,6 +344,9 @@ func (s *Service) decodeTask(id string, raw []byte) (*task, error) {
 		t.record = &events.RequestRecord{
 			Method: h.Method, URL: redactURL(h.URL, s.cfg.RedactHeaders), Headers: redactHeaders(h.Headers, s.cfg.RedactHeaders),
 		}
+	}
+	if n := spec.Target.NATS; n != nil {
+		t.record = &events.RequestRecord{Subject: n.Subject}
 	}
 	return t, nil
 }
@@ -495,7 +498,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if spec.Target.HTTP != nil {
 		res = s.callHTTP(ctx, spec.Target.HTTP, t.record, d, attempt)
 	} else {
-		res = s.callNATS(ctx, spec.Target.NATS, d, attempt)
+		res = s.callNATS(ctx, spec.Target.NATS, t.record, d, attempt)
 	}
 	finish := time.Now()
 	s.cfg.Metrics.Inflight.Dec()

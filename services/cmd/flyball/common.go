@@ -15,12 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 
 	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/services/timer"
 )
 
@@ -69,6 +71,18 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.DurationVar(&f.timerLead, "timer-lead", timer.DefaultLead, "timer: the longest a dispatch is published before its slot (each gets a quarter of the time since its task's previous slot, at most this); the executor holds it until the slot (0: at the slot)")
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
 	fs.BoolVar(&f.pprof, "pprof", os.Getenv("FLYBALL_PPROF") == "true", "serve Go profiles under /debug/pprof/ on --metrics-addr, which has no auth: keep it private (env FLYBALL_PPROF=true)")
+}
+
+// stackConfig is the stack.Config that dev and serve share: what the run
+// flags set, plus the connection, logger, metrics, checked guard and API
+// tokens each has resolved. Each adds its own fields (services, instance,
+// version) to the result.
+func (f *runFlags) stackConfig(js jetstream.JetStream, log *slog.Logger, m *metrics.Set, guard executor.Guard, tokens []string) stack.Config {
+	return stack.Config{
+		JS: js, Logger: log, Metrics: m, Guard: guard,
+		Concurrency: f.concurrency, PerHost: f.perHost, RedactHeaders: f.redact, GovernorWorkers: f.govWorkers,
+		TimerLead: f.lead(), APIAddr: f.apiAddr, APITokens: tokens, PerTaskMetrics: f.perTask,
+	}
 }
 
 // lead maps --timer-lead to timer.Config.Lead, where 0 means the default

@@ -79,10 +79,9 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			m := metrics.New()
-			st, err := stack.Start(ctx, stack.Config{
-				JS: js, Version: version, Logger: log, Metrics: m, Guard: guard,
-				Concurrency: rf.concurrency, PerHost: rf.perHost, RedactHeaders: rf.redact, GovernorWorkers: rf.govWorkers, TimerLead: rf.lead(), APIAddr: rf.apiAddr, APITokens: tokens, PerTaskMetrics: rf.perTask,
-			})
+			cfg := rf.stackConfig(js, log, m, guard, tokens)
+			cfg.Version = version
+			st, err := stack.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}

@@ -127,10 +127,9 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				}
 			}
 			m := metrics.New()
-			st, err := stack.Start(ctx, stack.Config{
-				JS: js, Services: args, Instance: instance, Version: version, Logger: log, Metrics: m,
-				Guard: guard, Concurrency: rf.concurrency, PerHost: rf.perHost, RedactHeaders: rf.redact, GovernorWorkers: rf.govWorkers, TimerLead: rf.lead(), APIAddr: rf.apiAddr, APITokens: tokens, PerTaskMetrics: rf.perTask,
-			})
+			cfg := rf.stackConfig(js, log, m, guard, tokens)
+			cfg.Services, cfg.Instance, cfg.Version = args, instance, version
+			st, err := stack.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
