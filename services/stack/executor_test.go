@@ -132,6 +132,7 @@ func TestFailedRunErrorRedactsTheURL(t *testing.T) {
 	closed := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now: the call is refused
 	failed := e.collect("flyball.run.failed.refused")
+	dls := e.collect("flyball.deadletter.refused")
 	e.create("refused", fmt.Sprintf(`{"id":"refused","target":{"http":{"url":"http://%s/hook?token=hunter2-err&page=1"}},
 		"retry":{"maxAttempts":1},"schedule":{"interval":"1h"}}`, closed))
 	natstest.Eventually(t, 10*time.Second, "a failed run", func() bool { return len(failed()) == 1 })
@@ -142,6 +143,15 @@ func TestFailedRunErrorRedactsTheURL(t *testing.T) {
 	raw, _ := events.Encode(failed()[0])
 	if strings.Contains(string(raw), "hunter2") {
 		t.Fatalf("the secret reached the RUNS stream: %s", raw)
+	}
+	// The final failure is dead-lettered with its attempts' errors.
+	natstest.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(dls()) == 1 })
+	dl := deadLetters(t, dls())[0]
+	if len(dl.Errors) != 1 || !strings.Contains(dl.Errors[0].Error, "token="+executor.Redacted) {
+		t.Fatalf("dead letter errors %+v: want the one attempt with its token redacted", dl.Errors)
+	}
+	if raw, _ := events.Encode(dls()[0]); strings.Contains(string(raw), "hunter2") {
+		t.Fatalf("the secret reached the DEADLETTER stream: %s", raw)
 	}
 }
 
