@@ -42,6 +42,54 @@ func (g *Guard) Check(addr netip.Addr) error {
 			return nil
 		}
 	}
+	if v4, how, ok := embeddedIPv4(addr); ok {
+		// An IPv6 address that a NAT64 gateway, a 6to4 relay or the host
+		// itself may turn into an IPv4 one is judged by that IPv4 address
+		// as well: 64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64
+		// network.
+		for _, p := range g.Allow {
+			if p.Contains(v4) {
+				return nil
+			}
+		}
+		if err := g.check(v4); err != nil {
+			return fmt.Errorf("%w (%s embeds %s)", err, how, v4)
+		}
+	}
+	return g.check(addr)
+}
+
+// IPv6 ranges that carry an IPv4 address in their low or middle bits.
+var (
+	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052 well-known prefix
+	translatedPrefix = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765 IPv4-translated
+	compatPrefix     = netip.MustParsePrefix("::/96")           // deprecated IPv4-compatible
+	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")       // RFC 3056 6to4
+)
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address embeds, and the
+// kind of address it is, for the ranges where the network may deliver the
+// packet to that IPv4 address.
+func embeddedIPv4(addr netip.Addr) (netip.Addr, string, bool) {
+	if !addr.Is6() {
+		return netip.Addr{}, "", false
+	}
+	b := addr.As16()
+	switch {
+	case nat64Prefix.Contains(addr):
+		return netip.AddrFrom4([4]byte(b[12:16])), "NAT64 address " + addr.String(), true
+	case translatedPrefix.Contains(addr):
+		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-translated address " + addr.String(), true
+	case compatPrefix.Contains(addr) && !addr.IsLoopback() && !addr.IsUnspecified():
+		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-compatible address " + addr.String(), true
+	case sixToFourPrefix.Contains(addr):
+		return netip.AddrFrom4([4]byte(b[2:6])), "6to4 address " + addr.String(), true
+	}
+	return netip.Addr{}, "", false
+}
+
+// check applies the blocking rules to one address.
+func (g *Guard) check(addr netip.Addr) error {
 	switch {
 	case addr.IsLoopback():
 		if g.AllowLoopback {

@@ -33,6 +33,16 @@ func TestGuardCheck(t *testing.T) {
 		{"multicast", Guard{}, "224.0.0.1", true},
 		{"allow-list opens metadata", Guard{Allow: []netip.Prefix{p("169.254.169.254/32")}}, "169.254.169.254", false},
 		{"deny-list", Guard{Deny: []netip.Prefix{p("10.0.0.0/8")}}, "10.9.9.9", true},
+		{"nat64 metadata", Guard{}, "64:ff9b::a9fe:a9fe", true},
+		{"nat64 loopback", Guard{}, "64:ff9b::127.0.0.1", true},
+		{"nat64 public", Guard{}, "64:ff9b::93.184.216.34", false},
+		{"nat64 deny-listed v4", Guard{Deny: []netip.Prefix{p("10.0.0.0/8")}}, "64:ff9b::10.1.1.1", true},
+		{"nat64 allow-listed v4", Guard{Allow: []netip.Prefix{p("169.254.169.254/32")}}, "64:ff9b::a9fe:a9fe", false},
+		{"6to4 metadata", Guard{}, "2002:a9fe:a9fe::1", true},
+		{"6to4 public", Guard{}, "2002:5db8:d822::1", false},
+		{"v4-translated metadata", Guard{}, "::ffff:0:169.254.169.254", true},
+		{"v4-compatible loopback", Guard{}, "::127.0.0.1", true},
+		{"public v6", Guard{}, "2606:2800:220:1:248:1893:25c8:1946", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
