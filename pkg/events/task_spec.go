@@ -141,7 +141,7 @@ type Adaptive struct {
 }
 
 // Activity scales the cadence by the time since the last activity signal
-// (a changed response or a hint).
+// (the task's creation, a hint or a changed response).
 type Activity struct {
 	// IdleAfter switches to the idle multiplier. Defaults to 1h.
 	IdleAfter Duration `json:"idleAfter,omitempty"`

@@ -12,8 +12,9 @@ import (
 )
 
 // ErrNoEffect marks a message that does not change any schedule: a
-// run.started, a non-final run.failed, a host-scoped breaker transition,
-// or the governor's own task.accepted / task.rejected answers.
+// run.started, a non-final run.failed, a breaker transition that names no
+// task (a host breaker's half-open), or the governor's own task.accepted /
+// task.rejected answers.
 var ErrNoEffect = errors.New("no effect on the schedule")
 
 // Step is one stored message translated into what it means for a task's

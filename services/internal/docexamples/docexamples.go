@@ -1,0 +1,224 @@
+// Package docexamples reads the examples in flyball's markdown docs, so
+// tests can hold each one to the code that reads it: a JSON example
+// preceded by a marker such as <!-- check:TaskSpec --> is decoded with the
+// decoder of that kind, and every `nats pub` command is run through the
+// governor's translation. The tests fail when the docs and the code drift.
+package docexamples
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Block is one fenced code block.
+type Block struct {
+	File string // path relative to the repository root
+	Line int    // 1-based line of the opening fence
+	Lang string // the fence's info string: json, sh, ...
+	// Kind is the marker's kind from a <!-- check:Kind --> line right
+	// before the fence; empty without a marker.
+	Kind string
+	Body string
+}
+
+// Where names the block for test messages.
+func (b Block) Where() string { return fmt.Sprintf("%s:%d", b.File, b.Line) }
+
+var markerRE = regexp.MustCompile(`^<!-- check:([A-Za-z]+) -->$`)
+
+// Root returns the repository root: the nearest directory at or above the
+// working directory that holds go.work.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.work above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Blocks returns the fenced code blocks of the markdown file at rel, a
+// path relative to root.
+func Blocks(root, rel string) ([]Block, error) {
+	f, err := os.Open(filepath.Join(root, rel))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var (
+		out    []Block
+		cur    *Block
+		body   strings.Builder
+		marker string
+		line   int
+	)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		switch {
+		case cur != nil && strings.TrimSpace(text) == "```":
+			cur.Body = body.String()
+			out = append(out, *cur)
+			cur, marker = nil, ""
+		case cur != nil:
+			body.WriteString(text)
+			body.WriteByte('\n')
+		case strings.HasPrefix(text, "```"):
+			cur = &Block{File: rel, Line: line, Lang: strings.TrimSpace(text[3:]), Kind: marker}
+			body.Reset()
+		default:
+			marker = ""
+			if m := markerRE.FindStringSubmatch(strings.TrimSpace(text)); m != nil {
+				marker = m[1]
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("%s: unterminated code block", cur.Where())
+	}
+	return out, nil
+}
+
+// Pub is one `nats pub` command from a shell block.
+type Pub struct {
+	Block   Block
+	Subject string
+	Header  map[string][]string // from -H 'Name:value'
+	Body    []byte
+}
+
+// Pubs returns every `nats pub` command in the shell blocks of blocks. It
+// understands what the docs use: single-quoted words (which may span
+// lines), a backslash at the end of a line, -H 'Name:value' headers and
+// comments. A command it cannot read is an error, so an example cannot
+// escape the check by being malformed.
+func Pubs(blocks []Block) ([]Pub, error) {
+	var out []Pub
+	for _, b := range blocks {
+		if b.Lang != "sh" && b.Lang != "bash" && b.Lang != "console" {
+			continue
+		}
+		rest := b.Body
+		for {
+			i := strings.Index(rest, "nats pub ")
+			if i < 0 {
+				break
+			}
+			if i > 0 && rest[i-1] != '\n' && rest[i-1] != ' ' {
+				rest = rest[i+len("nats pub "):]
+				continue
+			}
+			words, n, err := shellWords(rest[i+len("nats pub "):])
+			if err != nil {
+				return nil, fmt.Errorf("%s: nats pub: %w", b.Where(), err)
+			}
+			rest = rest[i+len("nats pub ")+n:]
+			p, err := parsePub(words)
+			if err != nil {
+				return nil, fmt.Errorf("%s: nats pub: %w", b.Where(), err)
+			}
+			p.Block = b
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func parsePub(words []string) (Pub, error) {
+	p := Pub{Header: map[string][]string{}}
+	var args []string
+	for i := 0; i < len(words); i++ {
+		switch w := words[i]; {
+		case w == "-H" || w == "--header":
+			if i+1 == len(words) {
+				return Pub{}, errors.New("-H without a value")
+			}
+			i++
+			name, value, ok := strings.Cut(words[i], ":")
+			if !ok {
+				return Pub{}, fmt.Errorf("header %q is not Name:value", words[i])
+			}
+			p.Header[name] = append(p.Header[name], value)
+		case strings.HasPrefix(w, "-"):
+			return Pub{}, fmt.Errorf("option %s is not understood by this check", w)
+		default:
+			args = append(args, w)
+		}
+	}
+	if len(args) != 2 {
+		return Pub{}, fmt.Errorf("want a subject and a body, got %d arguments", len(args))
+	}
+	p.Subject, p.Body = args[0], []byte(args[1])
+	return p, nil
+}
+
+// shellWords splits one command line off s and returns its words and the
+// bytes it consumed. The command ends at an unquoted newline (not escaped
+// by a backslash) or at an unquoted '#' that starts a word.
+func shellWords(s string) ([]string, int, error) {
+	var (
+		words []string
+		word  strings.Builder
+		inW   bool
+	)
+	flush := func() {
+		if inW {
+			words = append(words, word.String())
+			word.Reset()
+			inW = false
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'':
+			end := strings.IndexByte(s[i+1:], '\'')
+			if end < 0 {
+				return nil, 0, errors.New("unterminated single quote")
+			}
+			word.WriteString(s[i+1 : i+1+end])
+			inW = true
+			i += end + 1
+		case c == '"' || c == '$' || c == '`':
+			return nil, 0, fmt.Errorf("%q quoting is not understood by this check; use single quotes", c)
+		case c == '\\' && i+1 < len(s) && s[i+1] == '\n':
+			flush()
+			i++
+		case c == '\n':
+			flush()
+			return words, i + 1, nil
+		case c == '#' && !inW:
+			flush()
+			end := strings.IndexByte(s[i:], '\n')
+			if end < 0 {
+				return words, len(s), nil
+			}
+			return words, i + end + 1, nil
+		case c == ' ' || c == '\t':
+			flush()
+		default:
+			word.WriteByte(c)
+			inW = true
+		}
+	}
+	flush()
+	return words, len(s), nil
+}

@@ -1,0 +1,95 @@
+package docexamples
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestBlocksAndPubs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	md := strings.Join([]string{
+		"# doc",
+		"<!-- check:TaskSpec -->",
+		"```json",
+		`{"id": "a"}`,
+		"```",
+		"text",
+		"```json",
+		`{"unmarked": true}`,
+		"```",
+		"```sh",
+		"nats sub 'flyball.>'   # not a pub",
+		"nats pub flyball.task.paused.a \\",
+		"  -H 'ce-id:1' -H 'Nats-Msg-Id:1' \\",
+		`  '{"until":`,
+		`    "2026-03-02T11:00:00Z"}'  # a comment`,
+		"nats pub flyball.task.resumed.a '{}'",
+		"```",
+	}, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "doc.md"), []byte(md), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := Blocks(dir, "doc.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 3 {
+		t.Fatalf("got %d blocks, want 3: %+v", len(blocks), blocks)
+	}
+	if b := blocks[0]; b.Kind != "TaskSpec" || b.Lang != "json" || b.Line != 3 || b.Body != "{\"id\": \"a\"}\n" {
+		t.Errorf("block 0 = %+v", b)
+	}
+	if b := blocks[1]; b.Kind != "" || b.Where() != "doc.md:7" {
+		t.Errorf("block 1 = %+v, want no marker (text came between)", b)
+	}
+	pubs, err := Pubs(blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pubs) != 2 {
+		t.Fatalf("got %d pubs, want 2: %+v", len(pubs), pubs)
+	}
+	p := pubs[0]
+	if p.Subject != "flyball.task.paused.a" || string(p.Body) != "{\"until\":\n    \"2026-03-02T11:00:00Z\"}" {
+		t.Errorf("pub 0 = %q %q", p.Subject, p.Body)
+	}
+	if want := map[string][]string{"ce-id": {"1"}, "Nats-Msg-Id": {"1"}}; !reflect.DeepEqual(p.Header, want) {
+		t.Errorf("pub 0 header = %v, want %v", p.Header, want)
+	}
+	if pubs[1].Subject != "flyball.task.resumed.a" || string(pubs[1].Body) != "{}" {
+		t.Errorf("pub 1 = %q %q", pubs[1].Subject, pubs[1].Body)
+	}
+}
+
+// TestPubsRefusesWhatItCannotRead: an example the check cannot parse fails
+// it rather than being skipped.
+func TestPubsRefusesWhatItCannotRead(t *testing.T) {
+	t.Parallel()
+	for name, cmd := range map[string]string{
+		"double quotes":   `nats pub flyball.task.created.a "{}"`,
+		"unterminated":    `nats pub flyball.task.created.a '{`,
+		"unknown option":  `nats pub --count 3 flyball.task.created.a '{}'`,
+		"missing body":    `nats pub flyball.task.created.a`,
+		"header no colon": `nats pub -H 'x' flyball.task.created.a '{}'`,
+	} {
+		_, err := Pubs([]Block{{File: "x.md", Line: 1, Lang: "sh", Body: cmd + "\n"}})
+		if err == nil {
+			t.Errorf("%s: %s parsed", name, cmd)
+		}
+	}
+}
+
+func TestRootFindsTheWorkspace(t *testing.T) {
+	t.Parallel()
+	root, err := Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "docs", "events.md")); err != nil {
+		t.Fatalf("root %s: %v", root, err)
+	}
+}
