@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -97,6 +98,45 @@ func Blocks(root, rel string) ([]Block, error) {
 	return out, nil
 }
 
+// Command is one command line from a shell block.
+type Command struct {
+	Block Block
+	Words []string
+}
+
+// Commands returns the command lines of the shell blocks that start with
+// one of names (after an optional "$ " prompt). It understands what the
+// docs use: single- and double-quoted words (which may span lines), a
+// backslash at the end of a line, and a comment, pipe, redirection, "&",
+// "&&" or ";" ending the command. A line it cannot read (a "$" expansion,
+// a backquote, an unterminated quote) is an error, so an example cannot
+// escape its check by being malformed.
+func Commands(blocks []Block, names ...string) ([]Command, error) {
+	var out []Command
+	for _, b := range blocks {
+		if b.Lang != "sh" && b.Lang != "bash" && b.Lang != "console" {
+			continue
+		}
+		rest := b.Body
+		for rest != "" {
+			line := strings.TrimLeft(rest, " \t")
+			line = strings.TrimPrefix(line, "$ ")
+			first, _, _ := strings.Cut(line, " ")
+			if !slices.Contains(names, first) {
+				_, rest, _ = strings.Cut(rest, "\n")
+				continue
+			}
+			words, n, err := shellWords(line)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", b.Where(), first, err)
+			}
+			out = append(out, Command{Block: b, Words: words})
+			rest = line[n:]
+		}
+	}
+	return out, nil
+}
+
 // Pub is one `nats pub` command from a shell block.
 type Pub struct {
 	Block   Block
@@ -105,39 +145,23 @@ type Pub struct {
 	Body    []byte
 }
 
-// Pubs returns every `nats pub` command in the shell blocks of blocks. It
-// understands what the docs use: single-quoted words (which may span
-// lines), a backslash at the end of a line, -H 'Name:value' headers and
-// comments. A command it cannot read is an error, so an example cannot
-// escape the check by being malformed.
+// Pubs returns every `nats pub` command in the shell blocks of blocks.
 func Pubs(blocks []Block) ([]Pub, error) {
+	cmds, err := Commands(blocks, "nats")
+	if err != nil {
+		return nil, err
+	}
 	var out []Pub
-	for _, b := range blocks {
-		if b.Lang != "sh" && b.Lang != "bash" && b.Lang != "console" {
+	for _, c := range cmds {
+		if len(c.Words) < 2 || c.Words[1] != "pub" {
 			continue
 		}
-		rest := b.Body
-		for {
-			i := strings.Index(rest, "nats pub ")
-			if i < 0 {
-				break
-			}
-			if i > 0 && rest[i-1] != '\n' && rest[i-1] != ' ' {
-				rest = rest[i+len("nats pub "):]
-				continue
-			}
-			words, n, err := shellWords(rest[i+len("nats pub "):])
-			if err != nil {
-				return nil, fmt.Errorf("%s: nats pub: %w", b.Where(), err)
-			}
-			rest = rest[i+len("nats pub ")+n:]
-			p, err := parsePub(words)
-			if err != nil {
-				return nil, fmt.Errorf("%s: nats pub: %w", b.Where(), err)
-			}
-			p.Block = b
-			out = append(out, p)
+		p, err := parsePub(c.Words[2:])
+		if err != nil {
+			return nil, fmt.Errorf("%s: nats pub: %w", c.Block.Where(), err)
 		}
+		p.Block = c.Block
+		out = append(out, p)
 	}
 	return out, nil
 }
@@ -170,14 +194,14 @@ func parsePub(words []string) (Pub, error) {
 	return p, nil
 }
 
-// shellWords splits one command line off s and returns its words and the
-// bytes it consumed. The command ends at an unquoted newline (not escaped
-// by a backslash) or at an unquoted '#' that starts a word.
+// shellWords splits one command off s and returns its words and the bytes
+// it consumed (through the end of its line).
 func shellWords(s string) ([]string, int, error) {
 	var (
 		words []string
 		word  strings.Builder
 		inW   bool
+		done  bool // the command ended; skip to the end of the line
 	)
 	flush := func() {
 		if inW {
@@ -188,6 +212,12 @@ func shellWords(s string) ([]string, int, error) {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if done {
+			if c == '\n' {
+				return words, i + 1, nil
+			}
+			continue
+		}
 		switch {
 		case c == '\'':
 			end := strings.IndexByte(s[i+1:], '\'')
@@ -197,21 +227,29 @@ func shellWords(s string) ([]string, int, error) {
 			word.WriteString(s[i+1 : i+1+end])
 			inW = true
 			i += end + 1
-		case c == '"' || c == '$' || c == '`':
-			return nil, 0, fmt.Errorf("%q quoting is not understood by this check; use single quotes", c)
+		case c == '"':
+			end := strings.IndexByte(s[i+1:], '"')
+			if end < 0 {
+				return nil, 0, errors.New("unterminated double quote")
+			}
+			q := s[i+1 : i+1+end]
+			if strings.ContainsAny(q, "$`\\") {
+				return nil, 0, fmt.Errorf("double-quoted %q: expansions and escapes are not understood by this check", q)
+			}
+			word.WriteString(q)
+			inW = true
+			i += end + 1
+		case c == '$' || c == '`':
+			return nil, 0, fmt.Errorf("%q: expansions are not understood by this check", c)
 		case c == '\\' && i+1 < len(s) && s[i+1] == '\n':
 			flush()
 			i++
 		case c == '\n':
 			flush()
 			return words, i + 1, nil
-		case c == '#' && !inW:
+		case (c == '#' && !inW) || c == '|' || c == '&' || c == ';' || c == '>' || c == '<':
 			flush()
-			end := strings.IndexByte(s[i:], '\n')
-			if end < 0 {
-				return words, len(s), nil
-			}
-			return words, i + end + 1, nil
+			done = true
 		case c == ' ' || c == '\t':
 			flush()
 		default:

@@ -70,7 +70,8 @@ func TestBlocksAndPubs(t *testing.T) {
 func TestPubsRefusesWhatItCannotRead(t *testing.T) {
 	t.Parallel()
 	for name, cmd := range map[string]string{
-		"double quotes":   `nats pub flyball.task.created.a "{}"`,
+		"expansion":       `nats pub flyball.task.created.a "$BODY"`,
+		"command subst":   "nats pub flyball.task.created.a `cat x`",
 		"unterminated":    `nats pub flyball.task.created.a '{`,
 		"unknown option":  `nats pub --count 3 flyball.task.created.a '{}'`,
 		"missing body":    `nats pub flyball.task.created.a`,
@@ -91,5 +92,33 @@ func TestRootFindsTheWorkspace(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "docs", "events.md")); err != nil {
 		t.Fatalf("root %s: %v", root, err)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	body := strings.Join([]string{
+		"export TOKEN=$(cat token)   # not ours: never parsed",
+		"$ flyball task list --label \"team=payments\" | jq .   # a prompt, a pipe",
+		"  bin/flyball dlq retry --all \\",
+		"    --reason 'endpoint fixed' && echo done",
+		"flyball status>/tmp/x",
+		"docker compose ps",
+	}, "\n") + "\n"
+	cmds, err := Commands([]Block{{File: "x.md", Line: 1, Lang: "sh", Body: body}}, "flyball", "bin/flyball")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, c := range cmds {
+		got = append(got, c.Words)
+	}
+	want := [][]string{
+		{"flyball", "task", "list", "--label", "team=payments"},
+		{"bin/flyball", "dlq", "retry", "--all", "--reason", "endpoint fixed"},
+		{"flyball", "status"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Commands = %q, want %q", got, want)
 	}
 }

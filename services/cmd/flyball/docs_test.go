@@ -1,0 +1,159 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flyballhq/flyball/services/internal/docexamples"
+)
+
+// docFiles are the markdown files whose shell examples name flyball
+// commands.
+func docFiles(t *testing.T, root string) []string {
+	t.Helper()
+	files := []string{"README.md"}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		rel, err := filepath.Rel(root, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, rel)
+	}
+	return files
+}
+
+// TestDocsCommandLinesParse: every flyball command line in the README and
+// docs/ names a real subcommand, with flags it has and values of the right
+// type, and the positional arguments it accepts. Running it is left to the
+// CLI tests; this catches a renamed flag or command the docs still use.
+func TestDocsCommandLinesParse(t *testing.T) {
+	t.Parallel()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []docexamples.Block
+	for _, f := range docFiles(t, root) {
+		b, err := docexamples.Blocks(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b...)
+	}
+	cmds, err := docexamples.Commands(blocks, "flyball", "bin/flyball", "docker-compose")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, c := range cmds {
+		args := c.Words[1:]
+		if c.Words[0] == "docker-compose" {
+			// docker-compose … run --rm cli <flyball arguments>
+			i := slices.Index(c.Words, "cli")
+			if !slices.Contains(c.Words, "run") || i < 0 {
+				continue
+			}
+			args = c.Words[i+1:]
+		}
+		if err := parseCommandLine(args); err != nil {
+			t.Errorf("%s: flyball %s: %v", c.Block.Where(), strings.Join(args, " "), err)
+		}
+		checked++
+	}
+	if checked < 40 {
+		t.Fatalf("checked %d flyball command lines, want at least 40: is the parser still finding them?", checked)
+	}
+}
+
+// parseCommandLine resolves args to a subcommand and parses its flags and
+// positional arguments, without running it.
+func parseCommandLine(args []string) error {
+	root := newRoot()
+	cmd, rest, err := root.Find(args)
+	if err != nil {
+		return err
+	}
+	if cmd == root && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return errUnknownCommand(args[0])
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		return err
+	}
+	pos := cmd.Flags().Args()
+	if err := cmd.ValidateArgs(pos); err != nil {
+		return err
+	}
+	if len(cmd.ValidArgs) > 0 {
+		for _, a := range pos {
+			if !slices.Contains(cmd.ValidArgs, a) {
+				return errInvalidArg{a, cmd.ValidArgs}
+			}
+		}
+	}
+	return nil
+}
+
+type errUnknownCommand string
+
+func (e errUnknownCommand) Error() string { return "unknown command " + string(e) }
+
+type errInvalidArg struct {
+	arg   string
+	valid []string
+}
+
+func (e errInvalidArg) Error() string {
+	return "argument " + e.arg + " is not one of " + strings.Join(e.valid, ", ")
+}
+
+// TestDocsTaskFilesAreValid: the task files the docs show (a YAML block
+// whose first line names a .yaml or .json file) and the compose examples
+// are read by `flyball task create -f` without a complaint.
+func TestDocsTaskFilesAreValid(t *testing.T) {
+	t.Parallel()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range docFiles(t, root) {
+		blocks, err := docexamples.Blocks(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range blocks {
+			first, _, _ := strings.Cut(b.Body, "\n")
+			if b.Lang != "yaml" || !strings.HasPrefix(first, "# ") || !strings.HasSuffix(first, ".yaml") {
+				continue
+			}
+			if _, err := readSpec("-", strings.NewReader(b.Body)); err != nil {
+				t.Errorf("%s: %s: %v", b.Where(), strings.TrimPrefix(first, "# "), err)
+			}
+			checked++
+		}
+	}
+	examples, err := filepath.Glob(filepath.Join(root, "deploy", "compose", "examples", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range examples {
+		b, err := os.ReadFile(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readSpec("-", strings.NewReader(string(b))); err != nil {
+			t.Errorf("%s: %v", e, err)
+		}
+		checked++
+	}
+	if checked < 2 {
+		t.Fatalf("checked %d task files, want at least 2 (docs/operations.md's and the compose demo)", checked)
+	}
+}
