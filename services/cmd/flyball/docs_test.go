@@ -3,9 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/flyballhq/flyball/services/internal/docexamples"
 )
@@ -155,5 +159,46 @@ func TestDocsTaskFilesAreValid(t *testing.T) {
 	}
 	if checked < 2 {
 		t.Fatalf("checked %d task files, want at least 2 (docs/operations.md's and the compose demo)", checked)
+	}
+}
+
+// TestDocsFlagsExist: every `--flag` the README and docs/ name (outside
+// docs/benchmarks.md, which documents flyball-bench) is a flag of some
+// flyball command.
+func TestDocsFlagsExist(t *testing.T) {
+	t.Parallel()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { flags[f.Name] = true })
+		c.PersistentFlags().VisitAll(func(f *pflag.Flag) { flags[f.Name] = true })
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+	flagRE := regexp.MustCompile("`--([a-z][a-z0-9-]*)")
+	seen := 0
+	for _, f := range docFiles(t, root) {
+		if f == filepath.Join("docs", "benchmarks.md") {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range flagRE.FindAllStringSubmatch(string(raw), -1) {
+			seen++
+			if !flags[m[1]] {
+				t.Errorf("%s names --%s, which no flyball command has", f, m[1])
+			}
+		}
+	}
+	if seen < 20 {
+		t.Fatalf("found %d flag mentions, want at least 20", seen)
 	}
 }
