@@ -213,7 +213,7 @@ func TestDecideBaselineInterval(t *testing.T) {
 		{
 			"one slot passed (a late decision): next grid slot after now",
 			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Minute + 30*time.Second), updated},
-			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, trail: "already passed"},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, trail: "already passed: skipped to the next slot on the grid\nbaseline-interval: 2 × 1m0s after the slot of "},
 		},
 		{
 			"slots passed, catch-up none: next grid slot after now",
@@ -305,7 +305,7 @@ func TestDecideFailureBackoff(t *testing.T) {
 		decideCase{
 			"backoff keeps its own grid when its slot passed",
 			given{intervalSpec(time.Minute), governor.State{TaskID: "t", LastScheduledAt: t0, Failures: 2}, t0.Add(9 * time.Minute), updated},
-			want{next: t0.Add(12 * time.Minute), source: governor.SourceBackoff, trail: "already passed"},
+			want{next: t0.Add(12 * time.Minute), source: governor.SourceBackoff, trail: "already passed: skipped to the next slot on the grid\nfailure-backoff: 3 × 4m0s after the slot of "},
 		},
 		decideCase{
 			"backoff of a 366-day interval does not overflow",

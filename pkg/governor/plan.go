@@ -188,8 +188,10 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	}
 	if missed > 0 {
 		p.tr.str("slot ").at(anchor.Add(full)).str(" already passed: skipped to the next slot on the grid").end()
+		p.choose(next, src).num(missed + 1).str(" × ").dur(full).str(" after the slot of ").at(anchor).end()
+	} else {
+		p.choose(next, src).dur(full).str(" after the slot of ").at(anchor).end()
 	}
-	p.choose(next, src).dur(full).str(" after the slot of ").at(anchor).end()
 	p.cadence = true
 	p.quietCadence(anchor, exp, next)
 }
