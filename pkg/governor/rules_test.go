@@ -717,6 +717,11 @@ func TestDecideRequeue(t *testing.T) {
 			}},
 		},
 		{
+			"bounds.min still keeps its gap after the last run",
+			given{withBounds(intervalSpec(time.Minute), 10*time.Minute, 0), ran(t0), t0.Add(2 * time.Minute), requeued},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceClampedMin, trail: "requeued: dead-letter cleared, failures reset"},
+		},
+		{
 			"at least 1s after the last run",
 			given{intervalSpec(time.Minute), ran(t0), t0.Add(300 * time.Millisecond), requeued},
 			want{next: t0.Add(time.Second), source: governor.SourceRequeue, trail: "less than 1s after the last slot"},
