@@ -98,6 +98,35 @@ func Blocks(root, rel string) ([]Block, error) {
 	return out, nil
 }
 
+// Table returns the body rows of the markdown table in the file at rel
+// whose header line starts with header, each row split into trimmed cells.
+func Table(root, rel, header string) ([][]string, error) {
+	raw, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(string(raw), "\n")
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, header) })
+	if i < 0 {
+		return nil, fmt.Errorf("%s has no table starting %q", rel, header)
+	}
+	var rows [][]string
+	for _, l := range lines[min(i+2, len(lines)):] { // after the header and the separator
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		for j := range cells {
+			cells[j] = strings.TrimSpace(cells[j])
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("%s: table %q has no rows", rel, header)
+	}
+	return rows, nil
+}
+
 // Command is one command line from a shell block.
 type Command struct {
 	Block Block

@@ -122,3 +122,25 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("Commands = %q, want %q", got, want)
 	}
 }
+
+func TestTable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	md := "# t\n\n| a | b |\n|---|---|\n| `x` | 1 |\n|y|2|\n\nafter\n| c |\n|---|\n"
+	if err := os.WriteFile(filepath.Join(dir, "t.md"), []byte(md), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := Table(dir, "t.md", "| a |")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]string{{"`x`", "1"}, {"y", "2"}}; !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows = %q, want %q", rows, want)
+	}
+	if _, err := Table(dir, "t.md", "| z |"); err == nil {
+		t.Error("a missing table is not an error")
+	}
+	if _, err := Table(dir, "t.md", "| c |"); err == nil {
+		t.Error("a table without rows is not an error")
+	}
+}

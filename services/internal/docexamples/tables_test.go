@@ -1,8 +1,7 @@
-package streams
+package docexamples_test
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -11,6 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/docexamples"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // The stream, consumer and bucket tables of docs/architecture.md are what
@@ -20,28 +23,13 @@ import (
 
 func architectureTable(t *testing.T, header string) [][]string {
 	t.Helper()
-	raw, err := os.ReadFile("../docs/architecture.md")
+	root, err := docexamples.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(string(raw), "\n")
-	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, header) })
-	if i < 0 {
-		t.Fatalf("docs/architecture.md has no table starting %q", header)
-	}
-	var rows [][]string
-	for _, l := range lines[i+2:] { // skip the header and the separator
-		if !strings.HasPrefix(l, "|") {
-			break
-		}
-		cells := strings.Split(strings.Trim(l, "|"), "|")
-		for j := range cells {
-			cells[j] = strings.TrimSpace(cells[j])
-		}
-		rows = append(rows, cells)
-	}
-	if len(rows) == 0 {
-		t.Fatalf("table %q has no rows", header)
+	rows, err := docexamples.Table(root, "docs/architecture.md", header)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return rows
 }
@@ -104,7 +92,7 @@ var (
 
 func TestArchitectureStreamTable(t *testing.T) {
 	t.Parallel()
-	cfgs, err := StreamConfigs()
+	cfgs, err := streams.StreamConfigs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +143,7 @@ func TestArchitectureStreamTable(t *testing.T) {
 		if c.Storage != jetstream.FileStorage || c.Replicas != 1 {
 			t.Errorf("%s: storage %s, %d replicas; the docs say file storage and 1 replica", name, c.Storage, c.Replicas)
 		}
-		if wantDiscard := map[bool]jetstream.DiscardPolicy{true: jetstream.DiscardNew, false: jetstream.DiscardOld}[name == StreamDispatch]; c.Discard != wantDiscard {
+		if wantDiscard := map[bool]jetstream.DiscardPolicy{true: jetstream.DiscardNew, false: jetstream.DiscardOld}[name == streams.StreamDispatch]; c.Discard != wantDiscard {
 			t.Errorf("%s discard %s; the docs say only DISPATCH discards new messages", name, c.Discard)
 		}
 	}
@@ -171,7 +159,7 @@ func TestArchitectureStreamTable(t *testing.T) {
 
 func TestArchitectureConsumerTable(t *testing.T) {
 	t.Parallel()
-	all, err := ConsumerConfigs()
+	all, err := streams.ConsumerConfigs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +217,7 @@ func TestArchitectureConsumerTable(t *testing.T) {
 
 func TestArchitectureBucketTable(t *testing.T) {
 	t.Parallel()
-	cfgs, err := StreamConfigs()
+	cfgs, err := streams.StreamConfigs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +250,86 @@ func TestArchitectureBucketTable(t *testing.T) {
 			t.Errorf("bucket %s is defined but not in the docs' table", strings.TrimPrefix(c.Name, "KV_"))
 		}
 	}
+}
+
+// TestEventCatalogTable: the catalog of docs/events.md lists every event
+// type, each on the subject flyball's builder makes for it, in the stream
+// whose subjects take that subject.
+func TestEventCatalogTable(t *testing.T) {
+	t.Parallel()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := docexamples.Table(root, "docs/events.md", "| type | subject | stream |")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{ // type → subject, with <placeholders>
+		events.TypeRunDue:       events.DispatchSubject("<id>"),
+		events.TypeDeadLettered: events.DeadLetterSubject("<id>"),
+	}
+	for _, v := range []events.Verb{events.VerbCreated, events.VerbUpdated, events.VerbDeleted, events.VerbPaused, events.VerbResumed, events.VerbHinted, events.VerbRequeued, events.VerbAccepted, events.VerbRejected} {
+		want[v.Type()] = events.TaskSubject(v, "<id>")
+	}
+	for _, o := range []events.Outcome{events.OutcomeStarted, events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped} {
+		want[o.Type()] = events.RunSubject(o, "<id>")
+	}
+	for _, s := range []events.BreakerState{events.BreakerOpen, events.BreakerHalfOpen, events.BreakerClosed} {
+		want[s.Type()] = events.BreakerSubject(s, "<key>")
+	}
+	for _, s := range []events.RuntimeStatus{events.RuntimeOnline, events.RuntimeOffline} {
+		want[s.Type()] = events.RuntimeSubject(s, "<kind>", "<name>")
+	}
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		typ := strings.Trim(r[0], "`")
+		subject, ok := want[typ]
+		if !ok {
+			t.Errorf("docs/events.md lists %s, which is not an event type flyball has", typ)
+			continue
+		}
+		seen[typ] = true
+		subjects := codes(r[1])
+		if !slices.Contains(subjects, subject) {
+			t.Errorf("%s: docs say %q, the builder makes %s", typ, r[1], subject)
+		}
+		i := slices.IndexFunc(cfgs, func(c jetstream.StreamConfig) bool { return c.Name == r[2] })
+		if i < 0 {
+			t.Errorf("%s: stream %q is not defined", typ, r[2])
+			continue
+		}
+		for _, s := range subjects {
+			sample := regexp.MustCompile(`<[a-z]+>`).ReplaceAllString(s, "x")
+			if !slices.ContainsFunc(cfgs[i].Subjects, func(f string) bool { return subjectMatches(f, sample) }) {
+				t.Errorf("%s: subject %s is not taken by stream %s (%q)", typ, s, r[2], cfgs[i].Subjects)
+			}
+		}
+	}
+	for typ := range want {
+		if !seen[typ] {
+			t.Errorf("event type %s is not in the catalog of docs/events.md", typ)
+		}
+	}
+}
+
+// subjectMatches reports whether a NATS subject filter (with * and >)
+// matches a literal subject.
+func subjectMatches(filter, subject string) bool {
+	f, s := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, tok := range f {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(f) == len(s)
 }
