@@ -396,8 +396,13 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 		if idle == 0 {
 			idle = Duration(time.Hour)
 		}
-		if a.IdleAfter < 0 || a.DormantAfter < 0 || (a.DormantAfter != 0 && a.DormantAfter < idle) {
-			c.add("activity.dormantAfter", "must be >= activity.idleAfter, and both positive")
+		switch {
+		case a.IdleAfter < 0:
+			c.add("activity.idleAfter", fmt.Sprintf("must not be negative, got %s", a.IdleAfter))
+		case a.DormantAfter < 0:
+			c.add("activity.dormantAfter", fmt.Sprintf("must not be negative, got %s", a.DormantAfter))
+		case a.DormantAfter != 0 && a.DormantAfter < idle:
+			c.add("activity.dormantAfter", fmt.Sprintf("must be >= activity.idleAfter (%s), got %s", idle, a.DormantAfter))
 		}
 		if (a.IdleMultiplier != 0 && a.IdleMultiplier < 1) || a.IdleMultiplier > 1000 {
 			c.add("activity.idleMultiplier", fmt.Sprintf("must be in [1, 1000], got %g", a.IdleMultiplier))

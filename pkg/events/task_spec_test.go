@@ -121,8 +121,8 @@ func TestValidateRules(t *testing.T) {
 		{"adaptive smoothing too big", func(s *events.TaskSpec) { s.Adaptive = &events.Adaptive{Mode: "change", Smoothing: 1.5} }, wantErr{"adaptive.smoothing", []string{"(0, 1]", "1.5"}}},
 		{"adaptive smoothing negative", func(s *events.TaskSpec) { s.Adaptive = &events.Adaptive{Mode: "change", Smoothing: -0.5} }, wantErr{"adaptive.smoothing", []string{"(0, 1]"}}},
 
-		{"activity idleAfter negative", func(s *events.TaskSpec) { s.Activity = &events.Activity{IdleAfter: dur(-time.Hour)} }, wantErr{"activity.dormantAfter", []string{">= activity.idleAfter", "positive"}}},
-		{"activity dormantAfter negative", func(s *events.TaskSpec) { s.Activity = &events.Activity{DormantAfter: dur(-time.Hour)} }, wantErr{"activity.dormantAfter", []string{"positive"}}},
+		{"activity idleAfter negative", func(s *events.TaskSpec) { s.Activity = &events.Activity{IdleAfter: dur(-time.Hour)} }, wantErr{"activity.idleAfter", []string{"must not be negative, got -1h0m0s"}}},
+		{"activity dormantAfter negative", func(s *events.TaskSpec) { s.Activity = &events.Activity{DormantAfter: dur(-time.Hour)} }, wantErr{"activity.dormantAfter", []string{"must not be negative"}}},
 		{"activity dormant before idle", func(s *events.TaskSpec) {
 			s.Activity = &events.Activity{IdleAfter: dur(2 * time.Hour), DormantAfter: dur(time.Hour)}
 		}, wantErr{"activity.dormantAfter", []string{">= activity.idleAfter"}}},
