@@ -98,33 +98,64 @@ func Blocks(root, rel string) ([]Block, error) {
 	return out, nil
 }
 
-// Table returns the body rows of the markdown table in the file at rel
-// whose header line starts with header, each row split into trimmed cells.
-func Table(root, rel, header string) ([][]string, error) {
+// MDTable is one markdown table.
+type MDTable struct {
+	Heading string     // the nearest heading above it, without the #s
+	Header  string     // its header line
+	Rows    [][]string // body rows, split into trimmed cells
+}
+
+// Tables returns every table of the markdown file at rel.
+func Tables(root, rel string) ([]MDTable, error) {
 	raw, err := os.ReadFile(filepath.Join(root, rel))
 	if err != nil {
 		return nil, err
 	}
-	lines := strings.Split(string(raw), "\n")
-	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, header) })
-	if i < 0 {
-		return nil, fmt.Errorf("%s has no table starting %q", rel, header)
-	}
-	var rows [][]string
-	for _, l := range lines[min(i+2, len(lines)):] { // after the header and the separator
-		if !strings.HasPrefix(l, "|") {
-			break
+	var (
+		out     []MDTable
+		heading string
+		cur     *MDTable
+		skip    int // the separator line after a header
+	)
+	for _, l := range strings.Split(string(raw), "\n") {
+		switch {
+		case cur != nil && skip > 0:
+			skip--
+		case cur != nil && strings.HasPrefix(l, "|"):
+			cells := strings.Split(strings.Trim(l, "|"), "|")
+			for j := range cells {
+				cells[j] = strings.TrimSpace(cells[j])
+			}
+			cur.Rows = append(cur.Rows, cells)
+		case strings.HasPrefix(l, "|"):
+			out = append(out, MDTable{Heading: heading, Header: l})
+			cur, skip = &out[len(out)-1], 1
+		default:
+			cur = nil
+			if strings.HasPrefix(l, "#") {
+				heading = strings.TrimSpace(strings.TrimLeft(l, "#"))
+			}
 		}
-		cells := strings.Split(strings.Trim(l, "|"), "|")
-		for j := range cells {
-			cells[j] = strings.TrimSpace(cells[j])
+	}
+	return out, nil
+}
+
+// Table returns the body rows of the first table in the file at rel whose
+// header line starts with header.
+func Table(root, rel, header string) ([][]string, error) {
+	tables, err := Tables(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		if strings.HasPrefix(t.Header, header) {
+			if len(t.Rows) == 0 {
+				return nil, fmt.Errorf("%s: table %q has no rows", rel, header)
+			}
+			return t.Rows, nil
 		}
-		rows = append(rows, cells)
 	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("%s: table %q has no rows", rel, header)
-	}
-	return rows, nil
+	return nil, fmt.Errorf("%s has no table starting %q", rel, header)
 }
 
 // Command is one command line from a shell block.
