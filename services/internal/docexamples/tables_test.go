@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/docexamples"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -332,4 +333,55 @@ func subjectMatches(filter, subject string) bool {
 		}
 	}
 	return len(f) == len(s)
+}
+
+// TestDecisionSourceTables: docs/governor.md lists every decision source,
+// in precedence order (governor.AllSources), and the catalog's table in
+// docs/events.md lists each as produced; only `unchanged` is reserved.
+func TestDecisionSourceTables(t *testing.T) {
+	t.Parallel()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, s := range gov.AllSources() {
+		want = append(want, string(s))
+	}
+	rows, err := docexamples.Table(root, "docs/governor.md", "| source | rule |")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, strings.Trim(r[0], "`"))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/governor.md sources, in order:\n got  %q\n want %q (governor.AllSources)", got, want)
+	}
+	rows, err = docexamples.Table(root, "docs/events.md", "| source | meaning |")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, r := range rows {
+		listed[strings.Trim(r[0], "`")] = r[2]
+	}
+	for _, s := range want {
+		produced, ok := listed[s]
+		switch {
+		case !ok:
+			t.Errorf("docs/events.md does not list source %s", s)
+		case s == string(gov.SourceDeleted):
+			// only in the task.accepted answer to a delete
+		case produced != "yes":
+			t.Errorf("docs/events.md says source %s is produced %q", s, produced)
+		}
+		delete(listed, s)
+	}
+	for s, produced := range listed {
+		if s != "unchanged" || produced != "no" {
+			t.Errorf("docs/events.md lists source %s (produced %q), which the governor does not have", s, produced)
+		}
+	}
 }
