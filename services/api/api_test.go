@@ -74,6 +74,16 @@ func (r *reply) str(path ...string) string {
 
 func (b *bundle) do(t *testing.T, method, path, auth, body string) *reply {
 	t.Helper()
+	h := http.Header{}
+	if auth != "" {
+		h.Set("Authorization", auth)
+	}
+	return b.send(t, method, path, h, body)
+}
+
+// send makes one request with the headers h.
+func (b *bundle) send(t *testing.T, method, path string, h http.Header, body string) *reply {
+	t.Helper()
 	var rd io.Reader = http.NoBody
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -82,9 +92,7 @@ func (b *bundle) do(t *testing.T, method, path, auth, body string) *reply {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
+	req.Header = h
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
