@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/docexamples"
 )
 
@@ -180,16 +181,16 @@ func jsonValue(typ string, v float64) any {
 	return v
 }
 
-// TestTaskSpecTableRules probes every literal range of the task spec
-// tables ("in [1, 20]", "in (0, 30m]", "at least 1s", "not negative"):
-// each end inside the range is accepted, and the value just outside it is
-// refused with an error naming the field. A zero just below a range is
-// not probed: JSON 0 is the same as an absent field, which takes the
-// default.
-func TestTaskSpecTableRules(t *testing.T) {
-	t.Parallel()
+// probeRules probes every literal range of fields' rules ("in [1, 20]",
+// "in (0, 30m]", "at least 1s", "not negative"): each end inside the range
+// must be accepted, and the value just outside it refused. named reports
+// whether the value v of field f is refused with an error naming f. A zero
+// just below a range is not probed: JSON 0 is the same as an absent field,
+// which takes the default. It returns the number of probes.
+func probeRules(t *testing.T, fields []specField, named func(f specField, v any) bool) int {
+	t.Helper()
 	probed := 0
-	for _, f := range specFields(t) {
+	for _, f := range fields {
 		var lo, hi *bound // every rule has a lower end
 		if m := rangeRE.FindStringSubmatch(f.rule); m != nil {
 			l, err1 := parseValue(f.typ, m[2])
@@ -222,13 +223,9 @@ func TestTaskSpecTableRules(t *testing.T) {
 			if v == 0 && !accept {
 				return
 			}
-			_, named, err := decodeWith(f.path, jsonValue(f.typ, v))
-			if err != nil {
-				t.Fatalf("%s: %v", f.path, err)
-			}
-			if named[f.path] == accept {
-				t.Errorf("%s = %v: the docs say %q, Validate %s", f.path, jsonValue(f.typ, v), f.rule,
-					map[bool]string{true: "refuses it", false: "accepts it"}[named[f.path]])
+			if refused := named(f, jsonValue(f.typ, v)); refused == accept {
+				t.Errorf("%s = %v: the docs say %q, the code %s", f.path, jsonValue(f.typ, v), f.rule,
+					map[bool]string{true: "refuses it", false: "accepts it"}[refused])
 			}
 			probed++
 		}
@@ -249,9 +246,66 @@ func TestTaskSpecTableRules(t *testing.T) {
 			}
 		}
 	}
+	return probed
+}
+
+// TestTaskSpecTableRules: the ranges of the task spec tables are what
+// Validate enforces, each refusal naming the field.
+func TestTaskSpecTableRules(t *testing.T) {
+	t.Parallel()
+	probed := probeRules(t, specFields(t), func(f specField, v any) bool {
+		_, named, err := decodeWith(f.path, v)
+		if err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+		return named[f.path]
+	})
 	t.Logf("probed %d values", probed)
 	if probed < 40 {
 		t.Fatalf("probed %d values, want at least 40: is the parser still finding the ranges?", probed)
+	}
+}
+
+// TestTaskHintTableRules: the ranges of the TaskHint table are what the
+// governor, the CLI and the HTTP API enforce (control.ValidateHint).
+func TestTaskHintTableRules(t *testing.T) {
+	t.Parallel()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := docexamples.Tables(root, "docs/events.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields []specField
+	for _, tb := range tables {
+		if tb.Heading == "TaskHint" && strings.HasPrefix(tb.Header, "| field | type | default | rule |") {
+			for _, r := range tb.Rows {
+				fields = append(fields, specField{path: strings.Trim(r[0], "`"), typ: r[1], def: r[2], rule: r[3]})
+			}
+		}
+	}
+	probed := probeRules(t, fields, func(f specField, v any) bool {
+		// A hint needs interval or at: give it the other one.
+		h := map[string]any{"at": "2030-01-01T00:00:00Z", f.path: v}
+		raw, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hint events.TaskHint
+		if err := json.Unmarshal(raw, &hint); err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+		for _, r := range events.Reasons(control.ValidateHint(&hint)) {
+			if r.Field == f.path {
+				return true
+			}
+		}
+		return false
+	})
+	if probed < 6 {
+		t.Fatalf("probed %d TaskHint values, want at least 6 (interval and ttl)", probed)
 	}
 }
 
