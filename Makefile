@@ -23,9 +23,12 @@ BENCH_ARGS       ?=
 # Extra arguments for `make run` (passed to `flyball dev`).
 ARGS             ?=
 GOLANGCI_VERSION := v2.15.0
+# The nats CLI that `make test` runs the docs' `nats pub` examples with.
+NATSCLI_VERSION  := v0.5.0
 
 BIN           := $(CURDIR)/bin
 GOLANGCI_LINT := $(BIN)/golangci-lint
+NATS_CLI      := $(BIN)/nats
 
 # Absolute directories of the workspace modules (from go.work).
 MODULES := $(shell $(GO) list -m -f '{{.Dir}}' 2>/dev/null)
@@ -50,7 +53,7 @@ help: ## Show this help
 	  }' $(MAKEFILE_LIST)
 	@echo
 	@echo "Variables: VERSION=$(VERSION) TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME)"
-	@echo "           GOLANGCI_VERSION=$(GOLANGCI_VERSION) BENCH_ARGS='$(BENCH_ARGS)' ARGS='$(ARGS)'"
+	@echo "           GOLANGCI_VERSION=$(GOLANGCI_VERSION) NATSCLI_VERSION=$(NATSCLI_VERSION) BENCH_ARGS='$(BENCH_ARGS)' ARGS='$(ARGS)'"
 
 # ---------------------------------------------------------------------------
 # Build / run
@@ -72,12 +75,20 @@ run: build ## Build and run `flyball dev` (embedded NATS + every service); pass 
 # Tests
 # ---------------------------------------------------------------------------
 .PHONY: test
-test: ## Run all tests with -race -shuffle=on in every module (TEST_TIMEOUT=10m)
+test: natscli-install ## Run all tests with -race -shuffle=on in every module (TEST_TIMEOUT=10m)
 	$(require-modules)
 	@for mod in $(MODULES); do \
 	  echo "==> test $(modname)"; \
-	  (cd "$$mod" && $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -count=1 ./...) || exit 1; \
+	  (cd "$$mod" && FLYBALL_NATS_CLI=$(NATS_CLI) $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -count=1 ./...) || exit 1; \
 	done
+
+.PHONY: natscli-install
+natscli-install: ## Install the nats CLI (NATSCLI_VERSION) into bin/ if missing or outdated; the tests run the docs' nats pub examples with it
+	@have=$$($(NATS_CLI) --version 2>/dev/null || true); \
+	if [[ "$$have" != "$(NATSCLI_VERSION)" ]]; then \
+	  echo "==> installing the nats CLI $(NATSCLI_VERSION) into bin/ (have: $${have:-none})"; \
+	  GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION); \
+	fi
 
 .PHONY: fuzz
 fuzz: ## Run every Fuzz target in every module for FUZZTIME each (default 10s)

@@ -200,6 +200,7 @@ func Commands(blocks []Block, names ...string) ([]Command, error) {
 // Pub is one `nats pub` command from a shell block.
 type Pub struct {
 	Block   Block
+	Words   []string // the command's words after "nats"
 	Subject string
 	Header  map[string][]string // from -H 'Name:value'
 	Body    []byte
@@ -220,7 +221,7 @@ func Pubs(blocks []Block) ([]Pub, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: nats pub: %w", c.Block.Where(), err)
 		}
-		p.Block = c.Block
+		p.Block, p.Words = c.Block, c.Words[1:]
 		out = append(out, p)
 	}
 	return out, nil

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/docexamples"
+)
+
+// TestDocsNatsPubWithTheNatsCLI runs every `nats pub` command of the
+// README and docs/ with the real nats CLI (the user's way in: no flyball
+// binary, no client library) against a running stack, file by file and
+// each on a fresh stack, deletes last, and requires the governor's
+// task.accepted for each. `make test` installs the CLI into bin/ and
+// passes it in FLYBALL_NATS_CLI.
+func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
+	t.Parallel()
+	natsCLI := os.Getenv("FLYBALL_NATS_CLI")
+	if natsCLI == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("FLYBALL_NATS_CLI is not set; make test installs the nats CLI into bin/ and sets it")
+		}
+		t.Skip("FLYBALL_NATS_CLI is not set; run make test, which installs the nats CLI and sets it")
+	}
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for _, f := range docFiles(t, root) {
+		blocks, err := docexamples.Blocks(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs, err := docexamples.Pubs(blocks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pubs) == 0 {
+			continue
+		}
+		files++
+		slices.SortStableFunc(pubs, func(a, b docexamples.Pub) int {
+			return boolInt(strings.HasPrefix(a.Subject, "flyball.task.deleted.")) - boolInt(strings.HasPrefix(b.Subject, "flyball.task.deleted."))
+		})
+		t.Run(f, func(t *testing.T) {
+			t.Parallel()
+			runPubsWithNatsCLI(t, natsCLI, pubs)
+		})
+	}
+	if files < 3 {
+		t.Fatalf("found nats pub commands in %d files, want at least 3 (README, events, operations)", files)
+	}
+}
+
+func runPubsWithNatsCLI(t *testing.T, natsCLI string, pubs []docexamples.Pub) {
+	e := newCLIEnv(t)
+	nc, _ := e.srv.Connect(t)
+	answers := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe("flyball.task.*.*", answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pubs {
+		id := commandID(p)
+		if id == "" {
+			t.Fatalf("%s: nats pub %s: the event has no id", p.Block.Where(), p.Subject)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, natsCLI, p.Words...)
+		cmd.Env = append(os.Environ(), "NATS_URL="+e.url)
+		cmd.Dir = e.dir
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: nats %s: %v\n%s", p.Block.Where(), p.Subject, err, out)
+		}
+		if err := awaitAnswer(answers, id); err != nil {
+			t.Errorf("%s: nats pub %s (id %s): %v", p.Block.Where(), p.Subject, id, err)
+		}
+	}
+}
+
+// commandID is the CloudEvents id of a pub: the body's, or ce-id in
+// binary mode.
+func commandID(p docexamples.Pub) string {
+	if ids := p.Header["ce-id"]; len(ids) > 0 {
+		return ids[0]
+	}
+	var ev struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(p.Body, &ev)
+	return ev.ID
+}
+
+// awaitAnswer waits for the governor's answer to the command id: nil for
+// task.accepted, an error carrying the reasons of a task.rejected.
+func awaitAnswer(answers <-chan *nats.Msg, id string) error {
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case m := <-answers:
+			ev, err := events.Decode(m.Header, m.Data)
+			if err != nil {
+				continue // a command (ours), or not an event
+			}
+			switch ev.Type() {
+			case events.TypeTaskAccepted:
+				var a events.TaskAccepted
+				if events.DecodeData(ev, &a) == nil && a.CommandID == id {
+					return nil
+				}
+			case events.TypeTaskRejected:
+				var r events.TaskRejected
+				if events.DecodeData(ev, &r) == nil && r.CommandID == id {
+					b, _ := json.Marshal(r.Reasons)
+					return fmt.Errorf("rejected: %s", b)
+				}
+			}
+		case <-timeout:
+			return errors.New("no answer from the governor within 15s (a command it cannot read is answered without its id)")
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
