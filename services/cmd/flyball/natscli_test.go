@@ -145,3 +145,67 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// TestDocsNatsCommandsParse: every other nats command line of the README
+// and docs/ (sub, kv, stream, consumer …) names a command the nats CLI
+// has, with flags it has. It asks the CLI for that command's help, so
+// nothing needs to be running.
+func TestDocsNatsCommandsParse(t *testing.T) {
+	t.Parallel()
+	natsCLI := os.Getenv("FLYBALL_NATS_CLI")
+	if natsCLI == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("FLYBALL_NATS_CLI is not set; make test installs the nats CLI into bin/ and sets it")
+		}
+		t.Skip("FLYBALL_NATS_CLI is not set; run make test, which installs the nats CLI and sets it")
+	}
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []docexamples.Block
+	for _, f := range docFiles(t, root) {
+		b, err := docexamples.Blocks(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b...)
+	}
+	cmds, err := docexamples.Commands(blocks, "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, c := range cmds {
+		args := c.Words[1:]
+		if len(args) > 0 && args[0] == "pub" {
+			continue // TestDocsNatsPubWithTheNatsCLI runs them
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, natsCLI, append(slices.Clone(args), "--help")...).CombinedOutput()
+		cancel()
+		help := string(out)
+		if err != nil || strings.Contains(help, "error:") {
+			t.Errorf("%s: nats %s: %v\n%s", c.Block.Where(), strings.Join(args, " "), err, firstLine(help))
+			continue
+		}
+		for _, a := range args {
+			name, _, _ := strings.Cut(a, "=")
+			if !strings.HasPrefix(name, "--") {
+				continue
+			}
+			if !strings.Contains(help, name+"=") && !strings.Contains(help, name+" ") && !strings.Contains(help, "--[no-]"+name[2:]) {
+				t.Errorf("%s: nats %s: the nats CLI has no flag %s here", c.Block.Where(), strings.Join(args, " "), name)
+			}
+		}
+		checked++
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d nats command lines, want at least 20", checked)
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
