@@ -34,13 +34,9 @@ func docBlocks(t *testing.T, files []string) []docexamples.Block {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all []docexamples.Block
-	for _, f := range files {
-		b, err := docexamples.Blocks(root, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, b...)
+	all, err := docexamples.BlocksOf(root, files...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return all
 }

@@ -33,24 +33,28 @@ func docFiles(t *testing.T, root string) []string {
 	return files
 }
 
+// docBlocks returns the repository root and the code blocks of the README
+// and docs/*.md.
+func docBlocks(t *testing.T) (string, []docexamples.Block) {
+	t.Helper()
+	root, err := docexamples.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := docexamples.BlocksOf(root, docFiles(t, root)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, blocks
+}
+
 // TestDocsCommandLinesParse: every flyball command line in the README and
 // docs/ names a real subcommand, with flags it has and values of the right
 // type, and the positional arguments it accepts. Running it is left to the
 // CLI tests; this catches a renamed flag or command the docs still use.
 func TestDocsCommandLinesParse(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []docexamples.Block
-	for _, f := range docFiles(t, root) {
-		b, err := docexamples.Blocks(root, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		blocks = append(blocks, b...)
-	}
+	_, blocks := docBlocks(t)
 	cmds, err := docexamples.Commands(blocks, "flyball", "bin/flyball", "docker-compose")
 	if err != nil {
 		t.Fatal(err)
@@ -122,26 +126,17 @@ func (e errInvalidArg) Error() string {
 // are read by `flyball task create -f` without a complaint.
 func TestDocsTaskFilesAreValid(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, blocks := docBlocks(t)
 	checked := 0
-	for _, f := range docFiles(t, root) {
-		blocks, err := docexamples.Blocks(root, f)
-		if err != nil {
-			t.Fatal(err)
+	for _, b := range blocks {
+		first, _, _ := strings.Cut(b.Body, "\n")
+		if b.Lang != "yaml" || !strings.HasPrefix(first, "# ") || !strings.HasSuffix(first, ".yaml") {
+			continue
 		}
-		for _, b := range blocks {
-			first, _, _ := strings.Cut(b.Body, "\n")
-			if b.Lang != "yaml" || !strings.HasPrefix(first, "# ") || !strings.HasSuffix(first, ".yaml") {
-				continue
-			}
-			if _, err := readSpec("-", strings.NewReader(b.Body)); err != nil {
-				t.Errorf("%s: %s: %v", b.Where(), strings.TrimPrefix(first, "# "), err)
-			}
-			checked++
+		if _, err := readSpec("-", strings.NewReader(b.Body)); err != nil {
+			t.Errorf("%s: %s: %v", b.Where(), strings.TrimPrefix(first, "# "), err)
 		}
+		checked++
 	}
 	examples, err := filepath.Glob(filepath.Join(root, "deploy", "compose", "examples", "*.json"))
 	if err != nil {

@@ -26,24 +26,19 @@ import (
 // passes it in FLYBALL_NATS_CLI.
 func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
-	natsCLI := os.Getenv("FLYBALL_NATS_CLI")
-	if natsCLI == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("FLYBALL_NATS_CLI is not set; make test installs the nats CLI into bin/ and sets it")
+	natsCLI := natsCLIPath(t)
+	_, blocks := docBlocks(t)
+	byFile := map[string][]docexamples.Block{}
+	var order []string
+	for _, b := range blocks {
+		if byFile[b.File] == nil {
+			order = append(order, b.File)
 		}
-		t.Skip("FLYBALL_NATS_CLI is not set; run make test, which installs the nats CLI and sets it")
-	}
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
+		byFile[b.File] = append(byFile[b.File], b)
 	}
 	files := 0
-	for _, f := range docFiles(t, root) {
-		blocks, err := docexamples.Blocks(root, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pubs, err := docexamples.Pubs(blocks)
+	for _, f := range order {
+		pubs, err := docexamples.Pubs(byFile[f])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,6 +57,20 @@ func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
 	if files < 3 {
 		t.Fatalf("found nats pub commands in %d files, want at least 3 (README, events, operations)", files)
 	}
+}
+
+// natsCLIPath is the nats CLI make test installs. Without it the test is
+// skipped, except in CI, where that is a failure.
+func natsCLIPath(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("FLYBALL_NATS_CLI")
+	if p == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("FLYBALL_NATS_CLI is not set; make test installs the nats CLI into bin/ and sets it")
+		}
+		t.Skip("FLYBALL_NATS_CLI is not set; run make test, which installs the nats CLI and sets it")
+	}
+	return p
 }
 
 func runPubsWithNatsCLI(t *testing.T, natsCLI string, pubs []docexamples.Pub) {
@@ -152,25 +161,8 @@ func boolInt(b bool) int {
 // nothing needs to be running.
 func TestDocsNatsCommandsParse(t *testing.T) {
 	t.Parallel()
-	natsCLI := os.Getenv("FLYBALL_NATS_CLI")
-	if natsCLI == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("FLYBALL_NATS_CLI is not set; make test installs the nats CLI into bin/ and sets it")
-		}
-		t.Skip("FLYBALL_NATS_CLI is not set; run make test, which installs the nats CLI and sets it")
-	}
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []docexamples.Block
-	for _, f := range docFiles(t, root) {
-		b, err := docexamples.Blocks(root, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		blocks = append(blocks, b...)
-	}
+	natsCLI := natsCLIPath(t)
+	_, blocks := docBlocks(t)
 	cmds, err := docexamples.Commands(blocks, "nats")
 	if err != nil {
 		t.Fatal(err)

@@ -197,6 +197,19 @@ func Commands(blocks []Block, names ...string) ([]Command, error) {
 	return out, nil
 }
 
+// BlocksOf returns the fenced code blocks of each markdown file, in order.
+func BlocksOf(root string, files ...string) ([]Block, error) {
+	var all []Block
+	for _, f := range files {
+		b, err := Blocks(root, f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, b...)
+	}
+	return all, nil
+}
+
 // Pub is one `nats pub` command from a shell block.
 type Pub struct {
 	Block   Block

@@ -27,7 +27,10 @@ type specField struct {
 	path, typ, def, rule string
 }
 
-func specFields(t *testing.T) []specField {
+// fieldTables returns the rows of docs/events.md's field tables under the
+// headings of sections, each path prefixed with its section's path. Every
+// section must have its table.
+func fieldTables(t *testing.T, sections map[string]string) []specField {
 	t.Helper()
 	root, err := docexamples.Root()
 	if err != nil {
@@ -38,13 +41,13 @@ func specFields(t *testing.T) []specField {
 		t.Fatal(err)
 	}
 	var out []specField
-	sections := map[string]bool{}
+	found := map[string]bool{}
 	for _, tb := range tables {
-		prefix, ok := specSections[tb.Heading]
+		prefix, ok := sections[tb.Heading]
 		if !ok || !strings.HasPrefix(tb.Header, "| field | type |") {
 			continue
 		}
-		sections[tb.Heading] = true
+		found[tb.Heading] = true
 		withDefault := strings.HasPrefix(tb.Header, "| field | type | default |")
 		for _, r := range tb.Rows {
 			f := specField{path: strings.Trim(r[0], "`"), typ: r[1], rule: r[len(r)-1]}
@@ -57,11 +60,13 @@ func specFields(t *testing.T) []specField {
 			out = append(out, f)
 		}
 	}
-	if len(sections) != len(specSections) {
-		t.Fatalf("found the tables of %d spec sections, want %d: %v", len(sections), len(specSections), sections)
+	if len(found) != len(sections) {
+		t.Fatalf("found the tables of %d sections, want %d: %v", len(found), len(sections), found)
 	}
 	return out
 }
+
+func specFields(t *testing.T) []specField { return fieldTables(t, specSections) }
 
 // required holds the fields an object cannot go without, so that a probe
 // of one of its other fields starts from a valid object.
@@ -270,22 +275,7 @@ func TestTaskSpecTableRules(t *testing.T) {
 // governor, the CLI and the HTTP API enforce (control.ValidateHint).
 func TestTaskHintTableRules(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := docexamples.Tables(root, "docs/events.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fields []specField
-	for _, tb := range tables {
-		if tb.Heading == "TaskHint" && strings.HasPrefix(tb.Header, "| field | type | default | rule |") {
-			for _, r := range tb.Rows {
-				fields = append(fields, specField{path: strings.Trim(r[0], "`"), typ: r[1], def: r[2], rule: r[3]})
-			}
-		}
-	}
+	fields := fieldTables(t, map[string]string{"TaskHint": ""})
 	probed := probeRules(t, fields, func(f specField, v any) bool {
 		// A hint needs interval or at: give it the other one.
 		h := map[string]any{"at": "2030-01-01T00:00:00Z", f.path: v}
