@@ -79,7 +79,7 @@ test: natscli-install ## Run all tests with -race -shuffle=on in every module (T
 	$(require-modules)
 	@for mod in $(MODULES); do \
 	  echo "==> test $(modname)"; \
-	  (cd "$$mod" && FLYBALL_NATS_CLI=$(NATS_CLI) $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -count=1 ./...) || exit 1; \
+	  (cd "$$mod" && FLYBALL_TEST_NATSCLI=$(NATS_CLI) $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -count=1 ./...) || exit 1; \
 	done
 
 .PHONY: natscli-install
@@ -264,5 +264,5 @@ logs: ## Follow the compose stack's logs (LOGS_ARGS='--tail=50 executor1' narrow
 	$(compose) logs $(LOGS_ARGS)
 
 .PHONY: e2e
-e2e: ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, breaker, DLQ, down
-	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" bash $(COMPOSE_DIR)/e2e.sh
+e2e: natscli-install ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, breaker, DLQ, down
+	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" NATS_CLI="$(NATS_CLI)" bash $(COMPOSE_DIR)/e2e.sh

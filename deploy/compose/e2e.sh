@@ -12,17 +12,21 @@
 #      skipped, or failed finally), every call the target saw belongs to a
 #      finished run, and every recorded attempt was seen by the target
 #   5. switch the target to 500; check that the breaker opens (API scheduler
-#      health) and that `flyball dlq tail` shows the dead-letter entry
+#      health), that `flyball dlq tail` and `nats sub 'flyball.deadletter.>'`
+#      (the nats CLI as the cli user) show the dead-letter entry, and that
+#      `nats sub --stream RUNS --all` replays the run's failed attempts
 #   6. make down (volumes too)
 # On failure it prints `docker-compose logs` and the test's own evidence.
 #
-# Needs: docker, docker-compose (or the compose v2 plugin), curl, jq.
+# Needs: docker, docker-compose (or the compose v2 plugin), curl, jq, and the
+# nats CLI (make e2e installs it into bin/).
 # Without a reachable Docker daemon it prints "SKIPPED: no docker daemon"
 # and exits 0; .ci/run only calls it when `docker info` succeeds.
 #
 # Environment:
 #   COMPOSE            compose command (default: docker-compose, else "docker compose")
 #   MAKE               make command (default: make)
+#   NATS_CLI           the nats CLI (default: bin/nats)
 #   E2E_PROJECT        compose project name (default: flyball-e2e)
 #   E2E_PORT_BASE      host ports BASE+80 (API), +0 (target), +22 (NATS), +82 (monitor); default 18000
 #   E2E_KEEP=1         leave the stack up after a failure, for debugging
@@ -43,6 +47,9 @@ if [[ -z ${COMPOSE:-} ]]; then
 	if command -v docker-compose >/dev/null; then COMPOSE=docker-compose; else COMPOSE="docker compose"; fi
 fi
 MAKE=${MAKE:-make}
+# The nats CLI, for the flows users run with it (make e2e installs it).
+nats_cli=${NATS_CLI:-$root/bin/nats}
+[[ -x $nats_cli ]] || { echo "e2e: the nats CLI is required at $nats_cli (make natscli-install)" >&2; exit 1; }
 read -r -a compose_cmd <<<"$COMPOSE"
 "${compose_cmd[@]}" version >/dev/null 2>&1 || { echo "e2e: '$COMPOSE' does not work (install docker-compose or the compose plugin)" >&2; exit 1; }
 
@@ -125,6 +132,8 @@ api() {
 	shift
 	curl -fsS --max-time 15 -H "Authorization: Bearer $FLYBALL_API_TOKEN" -H 'Content-Type: application/json' "$@" "$api_url$path"
 }
+# natsc runs the nats CLI as the cli user, as docs/security.md tells users to.
+natsc() { "$nats_cli" --server "nats://127.0.0.1:$FLYBALL_NATS_PORT" --user cli --password "${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}" "$@" </dev/null; }
 target_ctl() { curl -fsS --max-time 5 "$target_url/control" -d "$1" >/dev/null; }
 target_log() { curl -fsS --max-time 5 "$target_url/requests"; }
 # stream_state NAME: {"messages":N,"last_seq":N} of a stream in account FLYBALL, from nats1's monitoring port.
@@ -317,6 +326,12 @@ timeout 150 "${dc[@]}" run --rm -T cli dlq tail --task e2e-tick --count 1 -o jso
 tail_pid=$!
 listening() { grep -q 'listening on' "$work/dlq-tail.err"; }
 wait_for 60 "flyball dlq tail to subscribe" listening
+# The same with the plain nats CLI, as the least-privileged cli user.
+timeout 150 "$nats_cli" --server "nats://127.0.0.1:$FLYBALL_NATS_PORT" --user cli --password "${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}" \
+	sub 'flyball.deadletter.>' --count 1 </dev/null >"$work/nats-sub-deadletter.out" 2>&1 &
+nats_sub_pid=$!
+nats_listening() { grep -q 'Subscribing on' "$work/nats-sub-deadletter.out"; }
+wait_for 30 "nats sub 'flyball.deadletter.>' to subscribe" nats_listening
 target_ctl '{"path":"/tick","status":500,"body":"{\"error\":\"e2e says no\"}"}'
 failing_since=$(now)
 api /api/v1/tasks/e2e-tick/resume -d '{"reason":"e2e breaker"}' >"$work/resume.json" ||
@@ -331,6 +346,16 @@ wait "$tail_pid" || fail "flyball dlq tail exited with an error: $(cat "$work/dl
 jq -e -s 'length == 1 and (.[0] | tostring | test("e2e-tick"))' "$work/dlq-tail.jsonl" >/dev/null ||
 	fail "flyball dlq tail printed no entry of e2e-tick: $(cat "$work/dlq-tail.jsonl")"
 log "flyball dlq tail: $(head -c 400 "$work/dlq-tail.jsonl")"
+wait "$nats_sub_pid" || fail "nats sub 'flyball.deadletter.>' (user cli) failed: $(cat "$work/nats-sub-deadletter.out")"
+grep -q 'flyball.deadletter.e2e-tick' "$work/nats-sub-deadletter.out" ||
+	fail "nats sub 'flyball.deadletter.>' received no dead letter of e2e-tick: $(head -c 600 "$work/nats-sub-deadletter.out")"
+log "nats sub 'flyball.deadletter.>' (user cli): $(grep -m1 -o 'Received on "[^"]*"' "$work/nats-sub-deadletter.out")"
+# Replay the failed attempts from RUNS, as docs/operations.md shows for scripts.
+natsc sub 'flyball.run.failed.e2e-tick' --stream RUNS --all --count 3 >"$work/nats-replay.out" 2>&1 ||
+	fail "replaying RUNS with nats sub (user cli) failed: $(tail -n 5 "$work/nats-replay.out")"
+n=$(grep -c 'Received JetStream message' "$work/nats-replay.out" || true)
+((n >= 3)) || fail "replaying flyball.run.failed.e2e-tick from RUNS gave $n messages, want >= 3: $(head -c 600 "$work/nats-replay.out")"
+log "nats sub --stream RUNS --all (user cli) replayed $n failed attempts of e2e-tick"
 dead=$(jq -r -s '.[0] | (.entry.dispatch.dispatchId // .entry.dispatchId // .dispatchId // empty)' "$work/dlq-tail.jsonl")
 if [[ -n $dead ]]; then
 	n=$(target_log | jq --arg k "$dead" '[.[] | select(.idempotencyKey == $k)] | length')

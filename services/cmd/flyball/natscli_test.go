@@ -23,7 +23,7 @@ import (
 // binary, no client library) against a running stack, file by file and
 // each on a fresh stack, deletes last, and requires the governor's
 // task.accepted for each. `make test` installs the CLI into bin/ and
-// passes it in FLYBALL_NATS_CLI.
+// passes it in FLYBALL_TEST_NATSCLI.
 func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLIPath(t)
@@ -63,12 +63,12 @@ func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
 // skipped, except in CI, where that is a failure.
 func natsCLIPath(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("FLYBALL_NATS_CLI")
+	p := os.Getenv("FLYBALL_TEST_NATSCLI")
 	if p == "" {
 		if os.Getenv("CI") != "" {
-			t.Fatal("FLYBALL_NATS_CLI is not set; make test installs the nats CLI into bin/ and sets it")
+			t.Fatal("FLYBALL_TEST_NATSCLI is not set; make test installs the nats CLI into bin/ and sets it")
 		}
-		t.Skip("FLYBALL_NATS_CLI is not set; run make test, which installs the nats CLI and sets it")
+		t.Skip("FLYBALL_TEST_NATSCLI is not set; run make test, which installs the nats CLI and sets it")
 	}
 	return p
 }
