@@ -108,6 +108,17 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 	if err := unmarshalEvent(trimmed, &e); err != nil {
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
+	// The sdk reads a JSON media type case-sensitively but renders it
+	// case-insensitively: with "Application/JSON" it takes data as a string,
+	// which Encode would then embed as JSON. Hold such data to the rule
+	// binary mode applies (null is no data).
+	if isJSONMediaType(e.DataContentType()) && e.DataEncoded != nil && !e.DataBase64 {
+		if len(e.DataEncoded) == 0 {
+			e.DataEncoded = nil
+		} else if !json.Valid(e.DataEncoded) {
+			return Event{}, malformed("data", fmt.Sprintf("not valid JSON for content type %q", truncate(e.DataContentType(), 64)))
+		}
+	}
 	return e, validate(e)
 }
 
@@ -303,6 +314,27 @@ func typeName(te *json.UnmarshalTypeError) string {
 
 func malformed(field, rule string) error {
 	return &ValidationError{Errors: []FieldError{{Field: field, Rule: rule}}}
+}
+
+// PeekAttributes reads the type and id of a message that does not decode as
+// a CloudEvent (an unsupported specversion, a missing source), so that an
+// answer can name what it answers: the ce-type and ce-id headers in binary
+// mode, else the "type" and "id" strings of a JSON body. Each is cut to 256
+// bytes (and marked with …); what cannot be read stays empty.
+func PeekAttributes(header map[string][]string, body []byte) (typ, id string) {
+	if headerValue(header, "ce-specversion") != "" {
+		typ, id = headerValue(header, "ce-type"), headerValue(header, "ce-id")
+	} else {
+		var attrs struct {
+			Type any `json:"type"`
+			ID   any `json:"id"`
+		}
+		if json.Unmarshal(body, &attrs) == nil {
+			typ, _ = attrs.Type.(string)
+			id, _ = attrs.ID.(string)
+		}
+	}
+	return truncate(typ, 256), truncate(id, 256)
 }
 
 func headerValue(h map[string][]string, key string) string {

@@ -466,3 +466,26 @@ func TestReasons(t *testing.T) {
 		t.Errorf("FieldError JSON = %s", b)
 	}
 }
+
+func TestPeekAttributes(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 300)
+	cases := []struct {
+		name    string
+		header  map[string][]string
+		body    string
+		typ, id string
+	}{
+		{"structured, old specversion", nil, `{"specversion":"0.3","type":"io.flyball.task.created","id":"c-1"}`, "io.flyball.task.created", "c-1"},
+		{"binary, no source", map[string][]string{"Ce-Specversion": {"1.0"}, "Ce-Type": {"io.flyball.task.paused"}, "Ce-Id": {"c-2"}}, `{}`, "io.flyball.task.paused", "c-2"},
+		{"id not a string", nil, `{"type":"t","id":42}`, "t", ""},
+		{"not JSON", nil, `{nope`, "", ""},
+		{"long id", nil, `{"id":"` + long + `"}`, "", long[:256] + "…"},
+	}
+	for _, c := range cases {
+		typ, id := events.PeekAttributes(c.header, []byte(c.body))
+		if typ != c.typ || id != c.id {
+			t.Errorf("%s: got (%q, %q), want (%q, %q)", c.name, typ, id, c.typ, c.id)
+		}
+	}
+}

@@ -89,6 +89,10 @@ func FuzzDecode(f *testing.F) {
 		e, err := events.Decode(hdr, body)
 		if err != nil {
 			checkMalformed(t, "Decode", err)
+			// What an answer to the broken message can still name.
+			if typ, id := events.PeekAttributes(hdr, body); len(typ) > 256+len("…") || len(id) > 256+len("…") {
+				t.Fatalf("PeekAttributes returned %d and %d bytes, want at most 256 each (plus …)", len(typ), len(id))
+			}
 			return
 		}
 		var spec events.TaskSpec

@@ -84,9 +84,13 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 		id = ""
 	}
 	// The command may be too broken to read its id and type; take what
-	// can be had.
+	// can be had, so the sender can match the answer to what it sent.
 	e, _ := events.Decode(m.Headers(), m.Data())
-	body := events.TaskRejected{ID: id, Command: e.Type(), CommandID: e.ID(), Subject: m.Subject(), Reasons: r.reasons}
+	cmdType, cmdID := e.Type(), e.ID()
+	if cmdID == "" {
+		cmdType, cmdID = events.PeekAttributes(m.Headers(), m.Data())
+	}
+	body := events.TaskRejected{ID: id, Command: cmdType, CommandID: cmdID, Subject: m.Subject(), Reasons: r.reasons}
 	token := id
 	if token == "" {
 		token = "_invalid"
