@@ -50,82 +50,14 @@ func run(ctx context.Context, args []string) error {
 			return bench.ServeNATS(ctx, args[1:])
 		}
 	}
-	smoke := false
-	for _, a := range args {
-		if a == "--smoke" || a == "-smoke" || a == "--smoke=true" || a == "-smoke=true" {
-			smoke = true
-		}
+	o, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
 	}
-	cfg := bench.DefaultConfig()
-	if smoke {
-		cfg = bench.SmokeConfig()
-	}
-	fs := flag.NewFlagSet("flyball-bench", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: flyball-bench [flags]\n       flyball-bench target [--hosts N]\n       flyball-bench nats-server --listen host:port --store dir\n\nTiers: %s (default: %s)\n\nFlags:\n",
-			strings.Join(bench.TierNames(), ", "), strings.Join(bench.DefaultTiers(), ","))
-		fs.PrintDefaults()
-	}
-	var (
-		tiers, systems, stackPIDs, out, markdown, level string
-		check                                           bool
-	)
-	fs.Bool("smoke", false, "the CI-safe variant: a 20-task tier for 5s on every system, a 10k-message ceiling, a 10k-task scale load")
-	fs.BoolVar(&check, "check", false, "exit non-zero if the instrument broke (a failed tier, zero runs observed, no ceiling); timings are not checked")
-	fs.StringVar(&tiers, "tiers", strings.Join(cfg.Tiers, ","), "comma-separated tiers to run, or \"all\" (every tier but smoke)")
-	fs.StringVar(&systems, "systems", strings.Join(bench.AllSystems, ","), "comma-separated systems to drive in each run tier")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measurement window, rounded to whole intervals (at least one)")
-	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up after the first slot, rounded up to whole intervals (at least one)")
-	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "how long to wait for late arrivals after the window")
-	fs.DurationVar(&cfg.Lead, "lead", cfg.Lead, "time from creating tasks to their first slot (0: 2s + tasks/create-rate)")
-	fs.Float64Var(&cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
-	fs.StringVar(&cfg.Stack, "stack", cfg.Stack, "where flyball runs: inproc (every service and its nats-server in this process) or process (`flyball dev` in a child process, and the baseline's nats-server in another)")
-	fs.StringVar(&cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
-	fs.StringVar(&cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
-	fs.StringVar(&stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
-	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "executor concurrency, and concurrent calls of the floor and the nats-server baseline")
-	fs.DurationVar(&cfg.TimerLead, "timer-lead", cfg.TimerLead, "stack inproc or process: the longest the timer publishes a dispatch before its slot (0: flyball's default, negative: at the slot)")
-	fs.StringVar(&cfg.Target, "target", cfg.Target, "where the HTTP target runs: process (a child, so its CPU is not charged) or inproc")
-	fs.IntVar(&cfg.TargetHosts, "target-hosts", cfg.TargetHosts, "loopback addresses the target listens on (tasks are spread over them)")
-	fs.IntVar(&cfg.RawMsgs, "raw-msgs", cfg.RawMsgs, "messages published to measure the raw JetStream ceiling")
-	fs.IntVar(&cfg.RawSize, "raw-size", cfg.RawSize, "payload bytes of each ceiling message")
-	fs.IntVar(&cfg.ScaleTasks, "scale-tasks", cfg.ScaleTasks, "override the scale tier's task count (0: 1,000,000)")
-	fs.StringVar(&cfg.ScaleSeed, "scale-seed", cfg.ScaleSeed, "how the scale tier creates schedules: kv (direct, as the governor would store them) or governor")
-	fs.IntVar(&cfg.PeakTasks, "peak-tasks", cfg.PeakTasks, "override the peak tier's task count (0: raw msg/s ÷ 3)")
-	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each flyball measurement window and of the scale load (tier name added with several tiers)")
-	fs.StringVar(&cfg.AllocProfile, "allocprofile", "", "write heap profiles at the start (name.start.ext) and end of each flyball measurement window; diff them with go tool pprof -base")
-	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile once the scale tier's timer has loaded every schedule")
-	fs.StringVar(&out, "out", "", "JSON result file (default loadtest/results/<timestamp>.json; \"-\" for none)")
-	fs.StringVar(&markdown, "markdown", "", "also write the markdown report to this file (default: next to the JSON, .md; \"-\" for none)")
-	fs.StringVar(&cfg.Conditions, "conditions", "", "free text describing the machine's state, recorded in the report")
-	fs.StringVar(&level, "log-level", "info", "progress log level on stderr: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	if tiers == "all" {
-		cfg.Tiers = bench.DefaultTiers()
-	} else {
-		cfg.Tiers = splitList(tiers)
-	}
-	cfg.Systems = splitList(systems)
-	for _, p := range splitList(stackPIDs) {
-		pid, err := strconv.Atoi(p)
-		if err != nil || pid <= 0 {
-			return fmt.Errorf("--stack-pid: bad PID %q", p)
-		}
-		cfg.StackPIDs = append(cfg.StackPIDs, pid)
-	}
+	cfg, out, markdown, check := o.cfg, o.out, o.markdown, o.check
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -236,3 +168,86 @@ func buildFlyball(ctx context.Context, log *slog.Logger) (string, func(), error)
 
 // flyballPkg is the flyball command's package.
 const flyballPkg = "github.com/flyballhq/flyball/services/cmd/flyball"
+
+// options is flyball-bench's command line: the run's configuration and the
+// flags main interprets itself.
+type options struct {
+	cfg                                             bench.Config
+	tiers, systems, stackPIDs, out, markdown, level string
+	check                                           bool
+}
+
+// parseFlags reads the command line (flag.ErrHelp for -h).
+func parseFlags(args []string) (*options, error) {
+	smoke := false
+	for _, a := range args {
+		if a == "--smoke" || a == "-smoke" || a == "--smoke=true" || a == "-smoke=true" {
+			smoke = true
+		}
+	}
+	cfg := bench.DefaultConfig()
+	if smoke {
+		cfg = bench.SmokeConfig()
+	}
+	o := &options{cfg: cfg}
+	fs := flag.NewFlagSet("flyball-bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: flyball-bench [flags]\n       flyball-bench target [--hosts N]\n       flyball-bench nats-server --listen host:port --store dir\n\nTiers: %s (default: %s)\n\nFlags:\n",
+			strings.Join(bench.TierNames(), ", "), strings.Join(bench.DefaultTiers(), ","))
+		fs.PrintDefaults()
+	}
+	fs.Bool("smoke", false, "the CI-safe variant: a 20-task tier for 5s on every system, a 10k-message ceiling, a 10k-task scale load")
+	fs.BoolVar(&o.check, "check", false, "exit non-zero if the instrument broke (a failed tier, zero runs observed, no ceiling); timings are not checked")
+	fs.StringVar(&o.tiers, "tiers", strings.Join(cfg.Tiers, ","), "comma-separated tiers to run, or \"all\" (every tier but smoke)")
+	fs.StringVar(&o.systems, "systems", strings.Join(bench.AllSystems, ","), "comma-separated systems to drive in each run tier")
+	fs.DurationVar(&o.cfg.Duration, "duration", cfg.Duration, "measurement window, rounded to whole intervals (at least one)")
+	fs.DurationVar(&o.cfg.Warmup, "warmup", cfg.Warmup, "warm-up after the first slot, rounded up to whole intervals (at least one)")
+	fs.DurationVar(&o.cfg.Grace, "grace", cfg.Grace, "how long to wait for late arrivals after the window")
+	fs.DurationVar(&o.cfg.Lead, "lead", cfg.Lead, "time from creating tasks to their first slot (0: 2s + tasks/create-rate)")
+	fs.Float64Var(&o.cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
+	fs.StringVar(&o.cfg.Stack, "stack", cfg.Stack, "where flyball runs: inproc (every service and its nats-server in this process) or process (`flyball dev` in a child process, and the baseline's nats-server in another)")
+	fs.StringVar(&o.cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
+	fs.StringVar(&o.cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
+	fs.StringVar(&o.stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
+	fs.IntVar(&o.cfg.Concurrency, "concurrency", cfg.Concurrency, "executor concurrency, and concurrent calls of the floor and the nats-server baseline")
+	fs.DurationVar(&o.cfg.TimerLead, "timer-lead", cfg.TimerLead, "stack inproc or process: the longest the timer publishes a dispatch before its slot (0: flyball's default, negative: at the slot)")
+	fs.StringVar(&o.cfg.Target, "target", cfg.Target, "where the HTTP target runs: process (a child, so its CPU is not charged) or inproc")
+	fs.IntVar(&o.cfg.TargetHosts, "target-hosts", cfg.TargetHosts, "loopback addresses the target listens on (tasks are spread over them)")
+	fs.IntVar(&o.cfg.RawMsgs, "raw-msgs", cfg.RawMsgs, "messages published to measure the raw JetStream ceiling")
+	fs.IntVar(&o.cfg.RawSize, "raw-size", cfg.RawSize, "payload bytes of each ceiling message")
+	fs.IntVar(&o.cfg.ScaleTasks, "scale-tasks", cfg.ScaleTasks, "override the scale tier's task count (0: 1,000,000)")
+	fs.StringVar(&o.cfg.ScaleSeed, "scale-seed", cfg.ScaleSeed, "how the scale tier creates schedules: kv (direct, as the governor would store them) or governor")
+	fs.IntVar(&o.cfg.PeakTasks, "peak-tasks", cfg.PeakTasks, "override the peak tier's task count (0: raw msg/s ÷ 3)")
+	fs.StringVar(&o.cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each flyball measurement window and of the scale load (tier name added with several tiers)")
+	fs.StringVar(&o.cfg.AllocProfile, "allocprofile", "", "write heap profiles at the start (name.start.ext) and end of each flyball measurement window; diff them with go tool pprof -base")
+	fs.StringVar(&o.cfg.MemProfile, "memprofile", "", "write a heap profile once the scale tier's timer has loaded every schedule")
+	fs.StringVar(&o.out, "out", "", "JSON result file (default loadtest/results/<timestamp>.json; \"-\" for none)")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the markdown report to this file (default: next to the JSON, .md; \"-\" for none)")
+	fs.StringVar(&o.cfg.Conditions, "conditions", "", "free text describing the machine's state, recorded in the report")
+	fs.StringVar(&o.level, "log-level", "info", "progress log level on stderr: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	o.cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if o.tiers == "all" {
+		o.cfg.Tiers = bench.DefaultTiers()
+	} else {
+		o.cfg.Tiers = splitList(o.tiers)
+	}
+	o.cfg.Systems = splitList(o.systems)
+	for _, p := range splitList(o.stackPIDs) {
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("--stack-pid: bad PID %q", p)
+		}
+		o.cfg.StackPIDs = append(o.cfg.StackPIDs, pid)
+	}
+	return o, nil
+}

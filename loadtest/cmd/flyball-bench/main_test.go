@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flyballhq/flyball/loadtest/bench"
+)
+
+// TestBenchmarksDocCommandsParse: every flyball-bench command that
+// docs/benchmarks.md shows (in a shell block or inline, where the reader
+// copies the exact measurement from) parses with today's flags, and names
+// tiers and systems that exist. Commands with a placeholder (… or <…>) are
+// checked up to it.
+func TestBenchmarksDocCommandsParse(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := regexp.MustCompile("`([^`]*flyball-bench [^`]*)`").FindAllStringSubmatch(string(raw), -1)
+	var cmds []string
+	for _, m := range spans {
+		cmds = append(cmds, m[1])
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, "go run ./cmd/flyball-bench ") {
+			cmds = append(cmds, line)
+		}
+	}
+	checked := 0
+	for _, c := range cmds {
+		_, rest, _ := strings.Cut(c, "flyball-bench ")
+		rest, _, _ = strings.Cut(rest, "|")
+		words := strings.Fields(rest)
+		if len(words) > 0 && (words[0] == "target" || words[0] == "nats-server") {
+			continue
+		}
+		if i := slices.IndexFunc(words, func(w string) bool { return strings.ContainsAny(w, "…<") }); i >= 0 {
+			words = words[:i]
+			if len(words) > 0 && strings.HasPrefix(words[len(words)-1], "-") {
+				words = words[:len(words)-1] // the flag whose value is the placeholder
+			}
+		}
+		if len(words) == 0 {
+			continue
+		}
+		o, err := parseFlags(words)
+		if err != nil {
+			t.Errorf("flyball-bench %s: %v", strings.Join(words, " "), err)
+			continue
+		}
+		for _, tier := range o.cfg.Tiers {
+			if !slices.Contains(bench.TierNames(), tier) {
+				t.Errorf("flyball-bench %s: unknown tier %q", strings.Join(words, " "), tier)
+			}
+		}
+		for _, s := range o.cfg.Systems {
+			if !slices.Contains(bench.AllSystems, s) {
+				t.Errorf("flyball-bench %s: unknown system %q", strings.Join(words, " "), s)
+			}
+		}
+		checked++
+	}
+	if checked < 15 {
+		t.Fatalf("checked %d flyball-bench commands, want at least 15", checked)
+	}
+}
