@@ -77,6 +77,23 @@ func TestSSRFGuardBlocksLoopbackByDefault(t *testing.T) {
 	})
 }
 
+// TestSSRFGuardBlocksMetadataBehindNAT64: an IPv6 address that a NAT64
+// gateway turns into 169.254.169.254 is refused at dial time, like the
+// IPv4 address itself, and the run fails for good naming both.
+func TestSSRFGuardBlocksMetadataBehindNAT64(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }) // production default
+	failed := e.collect("flyball.run.failed.nat64")
+	e.create("nat64", spec("nat64", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/", 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "a final run.failed", func() bool { return len(failed()) == 1 })
+	r := runsOf(t, failed())[0]
+	if !r.Final || r.ErrorKind != events.ErrorPermanent || !strings.Contains(r.Error, "169.254.169.254 is link-local or a cloud metadata address") ||
+		!strings.Contains(r.Error, "NAT64 address 64:ff9b::a9fe:a9fe") {
+		t.Fatalf("run = final %v kind %q error %q; want a permanent failure naming the metadata address and the NAT64 address", r.Final, r.ErrorKind, r.Error)
+	}
+}
+
 func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	t.Parallel()
 	e := &env{t: t, srv: natstest.StartWithStreams(t)}
