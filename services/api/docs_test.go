@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 
@@ -34,10 +33,7 @@ var docFiles = map[string]string{
 func TestDocsAPIRequestsWork(t *testing.T) {
 	t.Parallel()
 	b := setup(t, http.StatusOK)
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	vars := strings.NewReplacer("$FLYBALL_API", b.base, "$TOKEN", token, "http://127.0.0.1:8080", b.base)
 	var reqs []docRequest
 	for _, f := range []string{"README.md", "docs/operations.md"} {
@@ -63,9 +59,7 @@ func TestDocsAPIRequestsWork(t *testing.T) {
 		}
 	}
 	// Deletes last, so every other call finds its task.
-	slices.SortStableFunc(reqs, func(x, y docRequest) int {
-		return boolInt(x.method == http.MethodDelete) - boolInt(y.method == http.MethodDelete)
-	})
+	reqs = docexamples.MoveLast(reqs, func(r docRequest) bool { return r.method == http.MethodDelete })
 	if len(reqs) < 15 {
 		t.Fatalf("found %d API calls in the docs, want at least 15: is the parser still finding them?", len(reqs))
 	}
@@ -79,13 +73,6 @@ func TestDocsAPIRequestsWork(t *testing.T) {
 			t.Errorf("%s: %s %s: status %d: %s", r.where, r.method, r.path, got.status, got.raw)
 		}
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // parseCurl reads a curl command (or the docs' api() shorthand, which adds

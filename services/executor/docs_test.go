@@ -1,8 +1,6 @@
 package executor
 
 import (
-	"bytes"
-	"encoding/json"
 	"testing"
 
 	"github.com/flyballhq/flyball/services/internal/docexamples"
@@ -13,10 +11,7 @@ import (
 // the executor's own types. The governor's docs test checks the rest.
 func TestDocsKVExamplesDecode(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	blocks, err := docexamples.Blocks(root, "docs/events.md")
 	if err != nil {
 		t.Fatal(err)
@@ -32,9 +27,7 @@ func TestDocsKVExamplesDecode(t *testing.T) {
 			continue
 		}
 		seen[b.Kind]++
-		dec := json.NewDecoder(bytes.NewReader([]byte(b.Body)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(newV()); err != nil {
+		if err := docexamples.DecodeStrict([]byte(b.Body), newV()); err != nil {
 			t.Errorf("%s: %s example: %v", b.Where(), b.Kind, err)
 		}
 	}

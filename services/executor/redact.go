@@ -42,12 +42,7 @@ func isSecretName(name string, extra []string) bool {
 	if n == "sig" {
 		return true
 	}
-	for _, s := range DefaultRedactHeaders {
-		if n == s {
-			return true
-		}
-	}
-	if slices.Contains(extra, n) {
+	if slices.Contains(DefaultRedactHeaders, n) || slices.Contains(extra, n) {
 		return true
 	}
 	for _, frag := range secretFragments {

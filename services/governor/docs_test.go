@@ -1,7 +1,6 @@
 package governor
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -30,10 +29,7 @@ var kindsCheckedElsewhere = map[string]string{
 
 func docBlocks(t *testing.T, files []string) []docexamples.Block {
 	t.Helper()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	all, err := docexamples.BlocksOf(root, files...)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +109,7 @@ var exampleChecks = map[string]func([]byte) error{
 	"TaskHint":    func(b []byte) error { return checkCommandData(events.VerbHinted, b) },
 	"TaskRequeue": func(b []byte) error { return checkCommandData(events.VerbRequeued, b) },
 	"TaskRejected": func(b []byte) error {
-		return strictDecode(b, &events.TaskRejected{})
+		return docexamples.DecodeStrict(b, &events.TaskRejected{})
 	},
 	"Run": func(b []byte) error {
 		e, err := envelope(events.OutcomeFailed.Type(), "", b)
@@ -124,7 +120,7 @@ var exampleChecks = map[string]func([]byte) error{
 		return events.DecodeRun(e, &r)
 	},
 	"State": checkState,
-	"Pause": func(b []byte) error { return strictDecode(b, &pauseHint{}) },
+	"Pause": func(b []byte) error { return docexamples.DecodeStrict(b, &pauseHint{}) },
 }
 
 // checkEvent decodes a whole CloudEvent with the decoder of its type, and
@@ -198,7 +194,7 @@ func checkCommandData(verb events.Verb, b []byte) error {
 // the governor's own encoder writes it back with nothing lost.
 func checkState(b []byte) error {
 	var s gov.State
-	if err := strictDecode(b, &s); err != nil {
+	if err := docexamples.DecodeStrict(b, &s); err != nil {
 		return err
 	}
 	out, err := s.AppendJSON(nil)
@@ -206,7 +202,7 @@ func checkState(b []byte) error {
 		return err
 	}
 	var again gov.State
-	if err := strictDecode(out, &again); err != nil {
+	if err := docexamples.DecodeStrict(out, &again); err != nil {
 		return err
 	}
 	if !reflect.DeepEqual(s, again) {
@@ -221,16 +217,4 @@ func envelope(typ, subject string, data []byte) (events.Event, error) {
 		return events.Event{}, err
 	}
 	return events.Decode(nil, msg)
-}
-
-func strictDecode(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing content after the JSON value")
-	}
-	return nil
 }

@@ -37,10 +37,7 @@ func docFiles(t *testing.T, root string) []string {
 // and docs/*.md.
 func docBlocks(t *testing.T) (string, []docexamples.Block) {
 	t.Helper()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	blocks, err := docexamples.BlocksOf(root, docFiles(t, root)...)
 	if err != nil {
 		t.Fatal(err)
@@ -162,10 +159,7 @@ func TestDocsTaskFilesAreValid(t *testing.T) {
 // flyball command.
 func TestDocsFlagsExist(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	flags := map[string]bool{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

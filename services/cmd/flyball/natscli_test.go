@@ -27,18 +27,14 @@ import (
 func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLIPath(t)
-	_, blocks := docBlocks(t)
-	byFile := map[string][]docexamples.Block{}
-	var order []string
-	for _, b := range blocks {
-		if byFile[b.File] == nil {
-			order = append(order, b.File)
-		}
-		byFile[b.File] = append(byFile[b.File], b)
-	}
+	root := docexamples.Root(t)
 	files := 0
-	for _, f := range order {
-		pubs, err := docexamples.Pubs(byFile[f])
+	for _, f := range docFiles(t, root) {
+		blocks, err := docexamples.Blocks(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs, err := docexamples.Pubs(blocks)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,9 +42,7 @@ func TestDocsNatsPubWithTheNatsCLI(t *testing.T) {
 			continue
 		}
 		files++
-		slices.SortStableFunc(pubs, func(a, b docexamples.Pub) int {
-			return boolInt(strings.HasPrefix(a.Subject, "flyball.task.deleted.")) - boolInt(strings.HasPrefix(b.Subject, "flyball.task.deleted."))
-		})
+		pubs = docexamples.MoveLast(pubs, func(p docexamples.Pub) bool { return strings.HasPrefix(p.Subject, "flyball.task.deleted.") })
 		t.Run(f, func(t *testing.T) {
 			t.Parallel()
 			runPubsWithNatsCLI(t, natsCLI, pubs)
@@ -146,13 +140,6 @@ func awaitAnswer(answers <-chan *nats.Msg, id string) error {
 			return errors.New("no answer from the governor within 15s (a command it cannot read is answered without its id)")
 		}
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // TestDocsNatsCommandsParse: every other nats command line of the README

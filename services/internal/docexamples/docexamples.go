@@ -7,6 +7,8 @@ package docexamples
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // Block is one fenced code block.
@@ -33,22 +36,53 @@ func (b Block) Where() string { return fmt.Sprintf("%s:%d", b.File, b.Line) }
 var markerRE = regexp.MustCompile(`^<!-- check:([A-Za-z]+) -->$`)
 
 // Root returns the repository root: the nearest directory at or above the
-// working directory that holds go.work.
-func Root() (string, error) {
+// working directory that holds go.work. It fails t without one.
+func Root(t testing.TB) string {
+	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.work above the working directory")
+			t.Fatal("no go.work above the working directory")
 		}
 		dir = parent
 	}
+}
+
+// DecodeStrict decodes one JSON value into v as flyball's decoders do:
+// unknown fields and trailing content are errors.
+func DecodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing content after the JSON value")
+	}
+	return nil
+}
+
+// MoveLast returns xs with the elements last reports true for moved to the
+// end, each group in its original order (the docs' delete commands, run
+// after everything that needs the task).
+func MoveLast[T any](xs []T, last func(T) bool) []T {
+	out := make([]T, 0, len(xs))
+	var tail []T
+	for _, x := range xs {
+		if last(x) {
+			tail = append(tail, x)
+		} else {
+			out = append(out, x)
+		}
+	}
+	return append(out, tail...)
 }
 
 // Blocks returns the fenced code blocks of the markdown file at rel, a

@@ -86,10 +86,7 @@ func TestPubsRefusesWhatItCannotRead(t *testing.T) {
 
 func TestRootFindsTheWorkspace(t *testing.T) {
 	t.Parallel()
-	root, err := Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := Root(t)
 	if _, err := os.Stat(filepath.Join(root, "docs", "events.md")); err != nil {
 		t.Fatalf("root %s: %v", root, err)
 	}
@@ -142,5 +139,22 @@ func TestTable(t *testing.T) {
 	}
 	if _, err := Table(dir, "t.md", "| c |"); err == nil {
 		t.Error("a table without rows is not an error")
+	}
+}
+
+func TestMoveLastAndDecodeStrict(t *testing.T) {
+	t.Parallel()
+	got := MoveLast([]string{"create", "delete-1", "pause", "delete-2", "resume"}, func(s string) bool { return strings.HasPrefix(s, "delete") })
+	if want := []string{"create", "pause", "resume", "delete-1", "delete-2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("MoveLast = %q, want %q", got, want)
+	}
+	var v struct{ A int }
+	if err := DecodeStrict([]byte(`{"A":1}`), &v); err != nil || v.A != 1 {
+		t.Errorf("DecodeStrict of a valid value: %v, %+v", err, v)
+	}
+	for _, bad := range []string{`{"A":1,"B":2}`, `{"A":1} {}`, `{"A":"x"}`} {
+		if err := DecodeStrict([]byte(bad), &v); err == nil {
+			t.Errorf("DecodeStrict(%s) accepted it", bad)
+		}
 	}
 }

@@ -32,10 +32,7 @@ type specField struct {
 // section must have its table.
 func fieldTables(t *testing.T, sections map[string]string) []specField {
 	t.Helper()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	tables, err := docexamples.Tables(root, "docs/events.md")
 	if err != nil {
 		t.Fatal(err)

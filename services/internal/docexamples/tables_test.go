@@ -24,10 +24,7 @@ import (
 
 func architectureTable(t *testing.T, header string) [][]string {
 	t.Helper()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	rows, err := docexamples.Table(root, "docs/architecture.md", header)
 	if err != nil {
 		t.Fatal(err)
@@ -258,10 +255,7 @@ func TestArchitectureBucketTable(t *testing.T) {
 // whose subjects take that subject.
 func TestEventCatalogTable(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	rows, err := docexamples.Table(root, "docs/events.md", "| type | subject | stream |")
 	if err != nil {
 		t.Fatal(err)
@@ -340,10 +334,7 @@ func subjectMatches(filter, subject string) bool {
 // docs/events.md lists each as produced; only `unchanged` is reserved.
 func TestDecisionSourceTables(t *testing.T) {
 	t.Parallel()
-	root, err := docexamples.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := docexamples.Root(t)
 	var want []string
 	for _, s := range gov.AllSources() {
 		want = append(want, string(s))
