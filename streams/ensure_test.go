@@ -367,6 +367,10 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	if got.AckWait != want.ackWait || !slices.Equal(filters, want.filters) {
 		t.Errorf("TASKS.governor ack_wait %v filters %q, want %v %q", got.AckWait, filters, want.ackWait, want.filters)
 	}
+	// A durable made before governors were pinned is upgraded in place.
+	if got.PriorityPolicy != jetstream.PriorityPolicyPinned || !slices.Equal(got.PriorityGroups, []string{"governor"}) || got.PinnedTTL != 15*time.Second {
+		t.Errorf("TASKS.governor priority %v groups %q timeout %v, want pinned_client [governor] 15s", got.PriorityPolicy, got.PriorityGroups, got.PinnedTTL)
+	}
 }
 
 func TestEnsureOptions(t *testing.T) {

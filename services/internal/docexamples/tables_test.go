@@ -85,6 +85,7 @@ var (
 	maxAgeRE     = regexp.MustCompile(`max age (\d+ \w+)`)
 	perSubjectRE = regexp.MustCompile(`(\d+) messages? per subject`)
 	leadingIntRE = regexp.MustCompile(`^\**(\d+)\**`)
+	pinnedRE     = regexp.MustCompile("^pinned client, group `([^`]+)`, (\\d+ \\w+) timeout$")
 	maxWaitingRE = regexp.MustCompile(`max waiting (\d+)`)
 )
 
@@ -198,6 +199,26 @@ func TestArchitectureConsumerTable(t *testing.T) {
 		}
 		if m := maxWaitingRE.FindStringSubmatch(r[4]); m != nil && m[1] != strconv.Itoa(c.MaxWaiting) || m == nil && c.MaxWaiting != 0 {
 			t.Errorf("%s max waiting: docs %q, definition %d", r[0], r[4], c.MaxWaiting)
+		}
+		priority := ""
+		if len(r) > 6 {
+			priority = r[6]
+		}
+		switch m := pinnedRE.FindStringSubmatch(priority); c.PriorityPolicy {
+		case jetstream.PriorityPolicyNone:
+			if priority != "—" {
+				t.Errorf("%s priority: docs %q, definition none", r[0], priority)
+			}
+		case jetstream.PriorityPolicyPinned:
+			ttl, err := time.Duration(0), error(nil)
+			if m != nil {
+				ttl, err = docDuration(m[2])
+			}
+			if m == nil || err != nil || !slices.Equal(c.PriorityGroups, []string{m[1]}) || ttl != c.PinnedTTL {
+				t.Errorf("%s priority: docs %q, definition pinned client, groups %q, timeout %s", r[0], priority, c.PriorityGroups, c.PinnedTTL)
+			}
+		default:
+			t.Errorf("%s: priority policy %v is not described in the docs", r[0], c.PriorityPolicy)
 		}
 		// The prose above the table.
 		if c.AckPolicy != jetstream.AckExplicitPolicy || c.DeliverPolicy != jetstream.DeliverAllPolicy {

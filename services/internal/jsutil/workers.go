@@ -30,6 +30,9 @@ type Workers struct {
 	PullFailures prometheus.Counter
 }
 
+// pinHeader names the pin a message was delivered under (see pinned).
+const pinHeader = "Nats-Pin-Id"
+
 // ConsumeWorkers consumes the durable with w.N concurrent handlers, pulling
 // with Fetch: each pull asks the server for at most as many messages as
 // there is room for, so a message is never buffered where it cannot be
@@ -44,6 +47,13 @@ type Workers struct {
 // closed once no more messages will reach a worker, and Done() once every
 // handler has returned as well. A message the server sends in the very
 // instant the pull is cancelled is redelivered after AckWait.
+//
+// A durable with the pinned_client priority policy (streams/defs) is read
+// by one client at a time: every pull names the durable's first priority
+// group, the server pins the first puller and holds the other pulls until
+// that client stops pulling for the durable's priority_timeout, and a
+// drained reader hands the pin on at once when it still holds it. That
+// keeps the stream's order for a durable shared by replicas.
 func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, w Workers, h jetstream.MessageHandler) (*WorkerConsume, error) {
 	w.N = max(w.N, 1)
 	if w.Buffer <= 0 {
@@ -61,6 +71,9 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 		cons: cons, w: w, log: log.With("stream", stream, "durable", durable),
 		ctx: pullCtx, cancel: cancel,
 		closed: make(chan struct{}), done: make(chan struct{}),
+	}
+	if cfg := cons.CachedInfo().Config; cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && len(cfg.PriorityGroups) > 0 {
+		c.pin = &pinned{js: js, stream: stream, durable: durable, group: cfg.PriorityGroups[0]}
 	}
 	if w.Key != nil {
 		c.shards = make([]chan jetstream.Msg, w.N)
@@ -111,6 +124,62 @@ type WorkerConsume struct {
 
 	closed chan struct{}
 	done   chan struct{}
+
+	pin *pinned // nil unless the durable pins one client
+}
+
+// pinned is the state of a pinned_client durable's reader.
+type pinned struct {
+	js                     jetstream.JetStream
+	stream, durable, group string
+	mu                     sync.Mutex
+	id                     string // the pin of the last message delivered here
+}
+
+func (p *pinned) seen(m jetstream.Msg) {
+	id := m.Headers().Get(pinHeader)
+	if id == "" {
+		return
+	}
+	p.mu.Lock()
+	p.id = id
+	p.mu.Unlock()
+}
+
+// release unpins the durable if this client still holds its pin, so
+// another replica takes over now rather than after priority_timeout. The
+// check and the unpin are two requests: a pin that moved in between is
+// taken back, and its holder's next pull is pinned afresh.
+func (p *pinned) release(ctx context.Context, log *slog.Logger) {
+	p.mu.Lock()
+	id := p.id
+	p.mu.Unlock()
+	if id == "" {
+		return
+	}
+	err := func() error {
+		str, err := p.js.Stream(ctx, p.stream)
+		if err != nil {
+			return err
+		}
+		cons, err := str.Consumer(ctx, p.durable)
+		if err != nil {
+			return err
+		}
+		for _, g := range cons.CachedInfo().PriorityGroups {
+			if g.Group == p.group && g.PinnedClientID == id {
+				return str.UnpinConsumer(ctx, p.durable, p.group)
+			}
+		}
+		return nil
+	}()
+	switch {
+	case err == nil:
+	case errors.Is(err, nats.ErrConnectionClosed):
+		log.Debug("pin not released", "err", err)
+	default:
+		log.Warn("pin not released; another reader takes over after the durable's priority timeout", "err", err)
+	}
 }
 
 // Stop ends pulling; what already arrived is still handled.
@@ -147,6 +216,11 @@ func (c *WorkerConsume) run() {
 		}
 		close(c.closed)
 		c.wg.Wait()
+		if c.pin != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			c.pin.release(ctx, c.log)
+			cancel()
+		}
 		close(c.done)
 	}()
 	var streak pullStreak
@@ -246,6 +320,9 @@ func (c *WorkerConsume) pull(n int) error {
 		// missing heartbeats end it after 2×hb instead of at MaxWait.
 		opts = append(opts, jetstream.FetchHeartbeat(hb))
 	}
+	if c.pin != nil {
+		opts = append(opts, jetstream.FetchPriorityGroup(c.pin.group))
+	}
 	batch, err := c.cons.Fetch(n, opts...)
 	got := 0
 	if err == nil {
@@ -260,13 +337,23 @@ func (c *WorkerConsume) pull(n int) error {
 			c.slots <- struct{}{}
 		}
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout):
 		return nil // an idle pull expiring, or Drain
+	case errors.Is(err, jetstream.ErrPinIDMismatch):
+		// The pin moved to another client (this one stopped pulling for
+		// the priority timeout, or a new consumer leader); nats.go has
+		// forgotten the old pin, and the next pull waits its turn.
+		c.log.Info("pin moved to another reader; waiting for it")
+		return nil
 	}
 	return err
 }
 
 func (c *WorkerConsume) dispatch(m jetstream.Msg) {
+	if c.pin != nil {
+		c.pin.seen(m)
+	}
 	if c.shards != nil {
 		c.shards[maphash.String(c.seed, c.w.Key(m))%uint64(len(c.shards))] <- m
 		return

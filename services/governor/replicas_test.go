@@ -1,0 +1,128 @@
+package governor
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// answers reads every task.accepted for task id on TASKS, in stream order:
+// the answering instance (the CloudEvents source) and the command id.
+func answers(t *testing.T, js jetstream.JetStream, id string) (sources, commands []string) {
+	t.Helper()
+	cons, err := js.OrderedConsumer(t.Context(), streams.StreamTasks, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.TaskSubject(events.VerbAccepted, id)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := cons.CachedInfo().NumPending
+	for uint64(len(sources)) < pending {
+		batch, err := cons.Fetch(int(pending)-len(sources), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			e, err := events.Decode(m.Headers(), m.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var acc events.TaskAccepted
+			if err := events.DecodeData(e, &acc); err != nil {
+				t.Fatal(err)
+			}
+			sources, commands = append(sources, e.Source()), append(commands, acc.CommandID)
+		}
+		if n == 0 {
+			t.Fatalf("read %d of %d task.accepted answers", len(sources), pending)
+		}
+	}
+	return sources, commands
+}
+
+// TestReplicasApplyCommandsInOrder: two governor replicas share
+// TASKS/governor, whose pinned_client policy lets one of them read it at a
+// time. A burst of pause and resume commands for one task is applied by
+// that replica in the order published, so the task ends as the last
+// command left it (two replicas each taking half would race). When that
+// replica stops it hands the pin on, and the other answers the next
+// command at once.
+func TestReplicasApplyCommandsInOrder(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	replicas := map[string]*Service{}
+	for _, name := range []string{"g1", "g2"} {
+		s, err := New(Config{JS: srv.JS, Instance: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		replicas[s.source] = s
+	}
+	const id = "ordered"
+	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", spec)
+
+	const n = 60
+	want := []string{"create"}
+	var last uint64
+	for i := range n {
+		verb, typ, eid := events.VerbPaused, events.TypeTaskPaused, fmt.Sprint("pause-", i)
+		var data any = events.TaskPause{ID: id}
+		if i%2 == 1 {
+			verb, typ, eid, data = events.VerbResumed, events.TypeTaskResumed, fmt.Sprint("resume-", i), events.TaskRef{ID: id}
+		}
+		body, err := events.Marshal(typ, "test", id, data, time.Now(), eid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := srv.JS.Publish(t.Context(), events.TaskSubject(verb, id), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+		want = append(want, eid)
+	}
+	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
+
+	sources, commands := answers(t, srv.JS, id)
+	if fmt.Sprint(commands) != fmt.Sprint(want) {
+		t.Fatalf("commands answered in the order\n%v\nwant the order published\n%v", commands, want)
+	}
+	pinned := sources[0]
+	for i, src := range sources {
+		if src != pinned {
+			t.Fatalf("answer %d (%s) came from %s, answer 0 from %s: two replicas read TASKS/governor at once", i, commands[i], src, pinned)
+		}
+	}
+	st, _, err := replicas[pinned].readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantPaused := (n-1)%2 == 0; st.Paused != wantPaused {
+		t.Fatalf("paused = %v after %d alternating pause/resume commands starting with pause, want %v", st.Paused, n, wantPaused)
+	}
+
+	// The pinned replica stops; the other takes the next command well
+	// inside TASKS/governor's 15 s priority timeout.
+	replicas[pinned].Stop()
+	start := time.Now()
+	command(t, srv.JS, events.VerbResumed, events.TypeTaskResumed, id, "resume-after", events.TaskRef{ID: id})
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the other replica answered after %s: the pin was not handed on", took)
+	}
+	sources, commands = answers(t, srv.JS, id)
+	if got := sources[len(sources)-1]; got == pinned || commands[len(commands)-1] != "resume-after" {
+		t.Fatalf("last answer %s came from %s, want the other replica", commands[len(commands)-1], got)
+	}
+}
