@@ -36,7 +36,10 @@ var metadataPrefixes = []netip.Prefix{
 // Check returns nil if addr may be dialled, or an error wrapping ErrBlocked
 // that says why not.
 func (g *Guard) Check(addr netip.Addr) error {
-	addr = addr.Unmap()
+	// A zone ("fe80::1%eth0", from a URL like http://[fe80::1%25eth0]/)
+	// names an interface, not another address; netip.Prefix.Contains is
+	// false for every zoned address, so it must go before any rule.
+	addr = addr.Unmap().WithZone("")
 	for _, p := range g.Allow {
 		if p.Contains(addr) {
 			return nil

@@ -114,3 +114,29 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardBlocksZonedAddresses: an IPv6 literal with a zone
+// ("http://[fe80::1%25eth0]/", RFC 6874, which url.Parse and the task
+// spec accept) reaches the dial hook as "fe80::1%eth0". Every rule judges
+// the address without its zone (netip.Prefix.Contains is false for any
+// zoned address), so link-local, metadata, NAT64 and deny-list addresses
+// stay blocked, and an allowed prefix still allows.
+func TestGuardBlocksZonedAddresses(t *testing.T) {
+	t.Parallel()
+	g := Guard{Deny: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}
+	for _, addr := range []string{
+		"[fe80::1%1]:80",            // IPv6 link-local, zone by index
+		"[fe80::a9fe:a9fe%eth0]:80", // IPv6 link-local, zone by name
+		"[64:ff9b::a9fe:a9fe%1]:80", // 169.254.169.254 behind NAT64
+		"[fd00:ec2::254%1]:80",      // AWS IMDS over IPv6
+		"[2001:db8::1%1]:80",        // the operator's deny list
+	} {
+		if err := g.control("tcp6", addr, nil); !errors.Is(err, ErrBlocked) {
+			t.Errorf("control(%s) = %v, want ErrBlocked", addr, err)
+		}
+	}
+	allow := Guard{Allow: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}
+	if err := allow.control("tcp6", "[fe80::1%eth0]:80", nil); err != nil {
+		t.Errorf("an allowed link-local prefix refused a zoned address: %v", err)
+	}
+}

@@ -94,6 +94,23 @@ func TestSSRFGuardBlocksMetadataBehindNAT64(t *testing.T) {
 	}
 }
 
+// TestSSRFGuardBlocksZonedLinkLocal: a URL with a zoned IPv6 literal
+// (http://[fe80::a9fe:a9fe%251]/) fails for good at dial time, naming the
+// guard, on a real stack with the production guard; the zone used to hide
+// the address from every rule, and the dial was attempted.
+func TestSSRFGuardBlocksZonedLinkLocal(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }) // production default
+	failed := e.collect("flyball.run.failed.zoned")
+	e.create("zoned", spec("zoned", "http://[fe80::a9fe:a9fe%251]:9/latest/meta-data/", 3, "5s"))
+	natstest.Eventually(t, 10*time.Second, "a run.failed", func() bool { return len(failed()) >= 1 })
+	r := runsOf(t, failed())[0]
+	if !r.Final || r.ErrorKind != events.ErrorPermanent || !strings.Contains(r.Error, "blocked by SSRF guard") {
+		t.Fatalf("run = final %v kind %q error %q; want a permanent failure naming the SSRF guard", r.Final, r.ErrorKind, r.Error)
+	}
+}
+
 func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	t.Parallel()
 	e := &env{t: t, srv: natstest.StartWithStreams(t)}
