@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -64,7 +65,7 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	}
 	nc, err := nats.Connect(f.url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", f.url, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(f.url), err)
 	}
 	js, err := jsutil.New(nc)
 	if err != nil {
@@ -72,6 +73,29 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// redactURLs hides the credentials a NATS URL list may carry
+// (nats://user:password@host, or nats://token@host) before it is logged
+// or printed: the password or the token becomes "REDACTED", the rest stays.
+func redactURLs(list string) string {
+	urls := strings.Split(list, ",")
+	for i, raw := range urls {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.User == nil {
+			if err != nil && strings.Contains(raw, "@") {
+				urls[i] = "(unparsable URL with credentials)"
+			}
+			continue
+		}
+		if _, hasPassword := u.User.Password(); hasPassword {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		} else {
+			u.User = url.User("REDACTED")
+		}
+		urls[i] = u.String()
+	}
+	return strings.Join(urls, ",")
 }
 
 func newServeCmd() *cobra.Command {
@@ -138,7 +162,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				st.Stop()
 				return err
 			}
-			log.Info("serving", "services", st.Names(), "nats", nf.url)
+			log.Info("serving", "services", st.Names(), "nats", redactURLs(nf.url))
 			<-ctx.Done()
 			log.Info("shutting down")
 			stopMetrics()
