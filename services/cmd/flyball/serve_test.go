@@ -11,11 +11,11 @@ import (
 func TestNATSURLCredentialsAreNotShown(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"nats://127.0.0.1:4222":                             "nats://127.0.0.1:4222",
-		"nats://governor:hunter2@nats-1:4222":               "nats://governor:REDACTED@nats-1:4222",
-		"nats://s3cr3t-token@nats-1:4222":                   "nats://REDACTED@nats-1:4222",
+		"nats://127.0.0.1:4222":                              "nats://127.0.0.1:4222",
+		"nats://governor:hunter2@nats-1:4222":                "nats://governor:REDACTED@nats-1:4222",
+		"nats://s3cr3t-token@nats-1:4222":                    "nats://REDACTED@nats-1:4222",
 		"nats://a:hunter2@n1:4222, nats://a:hunter2@n2:4222": "nats://a:REDACTED@n1:4222,nats://a:REDACTED@n2:4222",
-		"tls://n1:4222,nats://n2":                           "tls://n1:4222,nats://n2",
+		"tls://n1:4222,nats://n2":                            "tls://n1:4222,nats://n2",
 	} {
 		if got := redactURLs(in); got != want {
 			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
