@@ -8,8 +8,9 @@ import (
 // scheduled is the part of a stored schedule (a JSON-encoded gov.State)
 // the timer needs. Paused states need nothing more: the governor stores an
 // indefinite pause (and a deletion) with no nextRunAt, and a timed pause
-// with nextRunAt at its end, which the timer dispatches like any slot (the
-// executor skips it and the governor then clears the pause).
+// with nextRunAt at its end, which the timer dispatches like any slot: the
+// executor runs it, since the pause ends at or before that slot
+// (TestTimedPauseResumesAtItsEnd), and its outcome clears the pause.
 type scheduled struct {
 	NextRunAt time.Time `json:"nextRunAt"`
 	Source    string    `json:"source"`
