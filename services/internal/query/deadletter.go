@@ -67,20 +67,11 @@ func deadLetterFilter(taskID string) string {
 // DeadLetters returns the newest limit entries (every one when limit <= 0),
 // of one task or, with taskID "", of all tasks, oldest first.
 func (r *Reader) DeadLetters(ctx context.Context, taskID string, limit int) ([]DeadLetterRecord, error) {
-	opts := ScanOptions{Stream: streams.StreamDeadLetter, Subjects: []string{deadLetterFilter(taskID)}}
 	if taskID == "" && limit > 0 {
-		// Unfiltered, the newest entries are the last sequences: start
-		// there instead of reading the whole stream.
-		st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
-		}
-		if last := st.CachedInfo().State.LastSeq; last >= uint64(limit) {
-			opts.StartSeq = last - uint64(limit) + 1
-		}
+		return r.newestDeadLetters(ctx, limit)
 	}
 	keep := lastN[DeadLetterRecord]{n: limit}
-	err := Scan(ctx, r.js, opts, func(m Message) error {
+	err := Scan(ctx, r.js, ScanOptions{Stream: streams.StreamDeadLetter, Subjects: []string{deadLetterFilter(taskID)}}, func(m Message) error {
 		keep.push(DecodeDeadLetter(m.Seq, m.Time, m.Subject, m.Header, m.Data))
 		return nil
 	})
@@ -89,6 +80,55 @@ func (r *Reader) DeadLetters(ctx context.Context, taskID string, limit int) ([]D
 		out = []DeadLetterRecord{}
 	}
 	return out, err
+}
+
+// newestDeadLetters returns the newest limit (> 0) entries of all tasks,
+// oldest first, without reading the whole stream. DEADLETTER holds only
+// entries, so they are its last sequences, except for the gaps a purge of
+// one task's entries (flyball dlq purge --task) or a deleted entry leaves.
+// It reads back from the last sequence in windows, each twice as long as
+// the one before, until it holds limit entries or reaches the first
+// sequence. With no gaps that is one read of limit sequences. At most
+// State.NumDeleted sequences between the first and the last are missing,
+// so the reads never go back further than limit + NumDeleted sequences.
+func (r *Reader) newestDeadLetters(ctx context.Context, limit int) ([]DeadLetterRecord, error) {
+	out := []DeadLetterRecord{}
+	st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
+	if err != nil {
+		return out, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+	}
+	state := st.CachedInfo().State
+	if state.Msgs == 0 || state.LastSeq == 0 {
+		return out, nil
+	}
+	first := max(state.FirstSeq, 1)
+	floor := first
+	if span := uint64(limit) + uint64(max(state.NumDeleted, 0)); state.LastSeq-first >= span {
+		floor = state.LastSeq - span + 1
+	}
+	hi, window := state.LastSeq, uint64(limit)
+	for {
+		lo := floor
+		if hi-floor >= window {
+			lo = hi - window + 1
+		}
+		var got []DeadLetterRecord
+		err := Scan(ctx, r.js, ScanOptions{
+			Stream: streams.StreamDeadLetter, Subjects: []string{deadLetterFilter("")},
+			StartSeq: lo, EndSeq: hi,
+		}, func(m Message) error {
+			got = append(got, DecodeDeadLetter(m.Seq, m.Time, m.Subject, m.Header, m.Data))
+			return nil
+		})
+		out = append(got, out...)
+		if err != nil || len(out) >= limit || lo == floor {
+			if len(out) > limit {
+				out = out[len(out)-limit:]
+			}
+			return out, err
+		}
+		hi, window = lo-1, 2*window
+	}
 }
 
 // DeadLetter returns the entry stored at seq, or an error wrapping ErrNotFound.

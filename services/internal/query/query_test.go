@@ -78,6 +78,9 @@ func TestScanReadsWithoutConsumingAndStopsAtTheEnd(t *testing.T) {
 		{"everything", query.ScanOptions{}, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}},
 		{"one subject", query.ScanOptions{Subjects: []string{"flyball.run.*.b"}}, []uint64{2, 4, 6, 8, 10}},
 		{"from a sequence", query.ScanOptions{StartSeq: 8}, []uint64{8, 9, 10}},
+		{"to a sequence", query.ScanOptions{StartSeq: 3, EndSeq: 5}, []uint64{3, 4, 5}},
+		{"one subject to a sequence", query.ScanOptions{Subjects: []string{"flyball.run.*.b"}, EndSeq: 5}, []uint64{2, 4}},
+		{"none in the range", query.ScanOptions{Subjects: []string{"flyball.run.*.b"}, StartSeq: 5, EndSeq: 5}, nil},
 		{"from the future", query.ScanOptions{StartTime: time.Now().Add(time.Hour)}, nil},
 		{"until the past", query.ScanOptions{Until: time.Now().Add(-time.Hour)}, nil},
 		{"no match", query.ScanOptions{Subjects: []string{"flyball.run.*.nobody"}}, nil},
@@ -265,6 +268,58 @@ func TestDeadLettersListShowCountPurge(t *testing.T) {
 	}
 	if n, err := b.r.CountDeadLetters(b.ctx, ""); err != nil || n != 4 {
 		t.Fatalf("count after purging b = %d, %v; want the 4 of a", n, err)
+	}
+}
+
+// TestDeadLettersNewestAcrossPurgeGaps: purging one task's entries leaves
+// gaps in DEADLETTER's sequences, and the unfiltered list still returns
+// the newest limit entries that remain, whether the gaps are spread out or
+// one long run, and whatever the limit.
+func TestDeadLettersNewestAcrossPurgeGaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// seqs 1-5 a, 6-35 b, 36-40 a, then 41-60 alternating c (odd) and b
+	var want []uint64
+	put := func(id string, n int) {
+		b.publish(t, events.DeadLetterSubject(id), events.TypeDeadLettered, id, deadLetter(id, n))
+	}
+	seq := uint64(0)
+	for i := range 5 {
+		put("a", i)
+		seq++
+		want = append(want, seq)
+	}
+	for i := range 30 {
+		put("b", i)
+		seq++
+	}
+	for i := range 5 {
+		put("a", 5+i)
+		seq++
+		want = append(want, seq)
+	}
+	for i := range 10 {
+		put("c", i)
+		seq++
+		want = append(want, seq)
+		put("b", 30+i)
+		seq++
+	}
+	if n, err := b.r.PurgeDeadLetters(b.ctx, "b"); err != nil || n != 40 {
+		t.Fatalf("purge b = %d, %v; want 40", n, err)
+	}
+	for _, limit := range []int{1, 3, 10, 12, 15, 19, 20, 21, 100} {
+		got, err := b.r.DeadLetters(b.ctx, "", limit)
+		if err != nil {
+			t.Fatalf("newest %d: %v", limit, err)
+		}
+		seqs := make([]uint64, len(got))
+		for i, d := range got {
+			seqs[i] = d.Seq
+		}
+		if w := want[max(len(want)-limit, 0):]; !slices.Equal(seqs, w) {
+			t.Errorf("newest %d after purging b = seqs %v, want %v", limit, seqs, w)
+		}
 	}
 }
 

@@ -36,6 +36,9 @@ type ScanOptions struct {
 	StartSeq uint64
 	// StartTime starts at the first message stored at or after it.
 	StartTime time.Time
+	// EndSeq stops after this stream sequence. Zero: at the last message
+	// stored when the scan began. Not with Follow.
+	EndSeq uint64
 	// Until stops at the first message stored after it. Zero: no limit.
 	Until time.Time
 	// Follow keeps delivering messages stored after the scan began, until
@@ -55,11 +58,17 @@ func Scan(ctx context.Context, js jetstream.JetStream, opts ScanOptions, fn func
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", opts.Stream, err)
 	}
-	info := st.CachedInfo()
-	if info.Config.Retention == jetstream.WorkQueuePolicy {
-		return scanByGet(ctx, st, info, opts, fn)
+	if opts.Follow && opts.EndSeq > 0 {
+		return fmt.Errorf("stream %s: a scan that follows the stream cannot end at a sequence", opts.Stream)
 	}
+	info := st.CachedInfo()
 	upper := info.State.LastSeq
+	if opts.EndSeq > 0 {
+		upper = min(upper, opts.EndSeq)
+	}
+	if info.Config.Retention == jetstream.WorkQueuePolicy {
+		return scanByGet(ctx, st, upper, info.State.FirstSeq, opts, fn)
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Subjects, InactiveThreshold: 30 * time.Second}
 	switch {
 	case opts.StartSeq > 0:
@@ -92,7 +101,7 @@ func Scan(ctx context.Context, js jetstream.JetStream, opts ScanOptions, fn func
 		}
 		return !opts.Follow, nil
 	}
-	if ci := cons.CachedInfo(); upper == 0 || (ci != nil && ci.NumPending == 0) {
+	if ci := cons.CachedInfo(); upper == 0 || upper < opts.StartSeq || (ci != nil && ci.NumPending == 0) {
 		if done, err := catchUp(); done || err != nil {
 			return stopped(err)
 		}
@@ -140,7 +149,7 @@ func stopped(err error) error {
 // scanByGet reads a work-queue stream message by message with "next by
 // subject" gets: JetStream refuses consumers without explicit acks on work
 // queues, and an acking consumer would remove the messages.
-func scanByGet(ctx context.Context, st jetstream.Stream, info *jetstream.StreamInfo, opts ScanOptions, fn func(Message) error) error {
+func scanByGet(ctx context.Context, st jetstream.Stream, upper, first uint64, opts ScanOptions, fn func(Message) error) error {
 	if opts.Follow {
 		return fmt.Errorf("stream %s is a work queue: it cannot be followed, only read", opts.Stream)
 	}
@@ -151,8 +160,7 @@ func scanByGet(ctx context.Context, st jetstream.Stream, info *jetstream.StreamI
 	if len(opts.Subjects) == 1 {
 		filter = opts.Subjects[0]
 	}
-	upper := info.State.LastSeq
-	seq := max(opts.StartSeq, info.State.FirstSeq, 1)
+	seq := max(opts.StartSeq, first, 1)
 	for seq <= upper {
 		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -1,0 +1,83 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// deadLetterAPI starts NATS and only the API service, so the test's dead
+// letters are the only ones.
+func deadLetterAPI(t *testing.T) (*bundle, jetstream.JetStream) {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Services: []string{"api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	return &bundle{base: "http://" + st.API.Addr()}, js
+}
+
+func putDeadLetter(t *testing.T, js jetstream.JetStream, task string, n int) {
+	t.Helper()
+	now := time.Now().UTC()
+	d := events.DeadLetter{
+		TaskID: task, Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: now,
+		Dispatch: events.Dispatch{DispatchID: fmt.Sprintf("%s:%d", task, n), TaskID: task, ScheduledAt: now},
+	}
+	if err := jsutil.PublishEvent(context.Background(), js, events.DeadLetterSubject(task), fmt.Sprintf("dl-%s-%d", task, n),
+		events.TypeDeadLettered, "test", task, d, now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeadLetterListAfterTaskPurge: after one task's dead letters are
+// purged (flyball dlq purge --task), the unfiltered list and the health
+// summary still return the newest remaining entries, not the few (or none)
+// left in the last `limit` sequences.
+func TestDeadLetterListAfterTaskPurge(t *testing.T) {
+	b, js := deadLetterAPI(t)
+	for i := range 3 {
+		putDeadLetter(t, js, "keep", i)
+	}
+	for i := range 3 {
+		putDeadLetter(t, js, "gone", i)
+	}
+	st, err := js.Stream(context.Background(), streams.StreamDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(context.Background(), jetstream.WithPurgeSubject(events.DeadLetterSubject("gone"))); err != nil {
+		t.Fatal(err)
+	}
+	l := b.call(t, http.MethodGet, "/api/v1/deadletter?limit=3", "")
+	list, _ := l.body["deadLetters"].([]any)
+	if l.status != http.StatusOK || len(list) != 3 {
+		t.Fatalf("GET /api/v1/deadletter?limit=3 after purging another task: %d entries, want 3 (3 of task keep remain): %s", len(list), l.raw)
+	}
+	for i, e := range list {
+		if task, _ := e.(map[string]any)["entry"].(map[string]any)["taskId"].(string); task != "keep" {
+			t.Errorf("entry %d is of task %q, want keep: %s", i, task, l.raw)
+		}
+	}
+	h := b.call(t, http.MethodGet, "/api/v1/scheduler/health", "")
+	dl, _ := h.body["deadLetter"].(map[string]any)
+	tasks, _ := dl["tasks"].([]any)
+	if dl["count"] != float64(3) || len(tasks) != 3 {
+		t.Fatalf("health deadLetter: count %v, %d newest listed, want 3 and 3: %s", dl["count"], len(tasks), h.raw)
+	}
+}
