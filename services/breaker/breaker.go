@@ -157,25 +157,43 @@ func (s *Service) settled(key string) bool {
 }
 
 // apply moves the breaker for one attempt outcome and publishes a
-// transition if the state changed.
+// transition if the state changed. It is idempotent: the record names the
+// outcomes it applied, so an outcome redelivered after a failed publish
+// (or a lost ack) is not counted again, and the transition it made, kept
+// in the record, is published again (Nats-Msg-Id drops a second copy).
 func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, run *events.Run, ok bool) error {
 	pol := spec.Breaker
 	now := s.cfg.Now().UTC()
-	var from, to executor.BreakerRecord
+	outcome := outcomeID(run)
+	var from, to record
 	var written []byte
 	rev, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
-		from = executor.BreakerRecord{Key: key, State: events.BreakerClosed}
-		if cur != nil {
-			_ = json.Unmarshal(cur, &from)
+		from = decodeRecord(key, cur)
+		if from.applied(outcome) {
+			return nil, errApplied
 		}
-		to = Next(from, pol, ok, now)
+		to = from
+		to.BreakerRecord = Next(from.BreakerRecord, pol, ok, now)
 		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) {
 			return nil, jsutil.ErrNoChange
+		}
+		to.remember(outcome)
+		to.Transition = from.Transition
+		if moved(from.BreakerRecord, to.BreakerRecord) {
+			to.Transition = transitionOf(key, spec.ID, from.State, to.BreakerRecord, run, outcome, now)
 		}
 		var err error
 		written, err = json.Marshal(to)
 		return written, err
 	})
+	if errors.Is(err, errApplied) {
+		// A redelivery of an outcome already applied: publish its
+		// transition again, in case that publish is what failed.
+		if t := from.Transition; t != nil && t.Outcome == outcome {
+			return s.publish(ctx, t)
+		}
+		return nil
+	}
 	if errors.Is(err, jsutil.ErrNoChange) {
 		return nil
 	}
@@ -183,27 +201,40 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 		return err
 	}
 	s.records.Put(key, rev, written)
-	if to.State == from.State && to.State != events.BreakerOpen {
-		return nil
-	}
-	if to.State == from.State && to.RetryAt.Equal(from.RetryAt) {
+	if !moved(from.BreakerRecord, to.BreakerRecord) {
 		return nil
 	}
 	s.cfg.Metrics.BreakerTransitions.WithLabelValues(string(to.State)).Inc()
+	s.cfg.Logger.Info("breaker transition", "key", key, "from", from.State, "to", to.State, "failures", to.Failures)
+	return s.publish(ctx, to.Transition)
+}
+
+// errApplied ends apply's CAS for an outcome the record already applied.
+var errApplied = errors.New("outcome already applied")
+
+// moved reports whether from → to is a transition to publish: a change of
+// state, or an open breaker re-opened with a new retryAt.
+func moved(from, to executor.BreakerRecord) bool {
+	if to.State == from.State {
+		return to.State == events.BreakerOpen && !to.RetryAt.Equal(from.RetryAt)
+	}
+	return true
+}
+
+// transitionOf is the event for the transition an outcome made. Its id is
+// deterministic: the key, the new state and the outcome.
+func transitionOf(key, taskID string, from events.BreakerState, to executor.BreakerRecord, run *events.Run, outcome string, now time.Time) *storedTransition {
 	tr := events.BreakerTransition{
-		Key: key, TaskID: spec.ID, From: from.State, To: to.State, Failures: to.Failures,
+		Key: key, TaskID: taskID, From: from, To: to.State, Failures: to.Failures,
 		OpenDelay: to.OpenDelay, At: now, Reason: run.Error,
 	}
 	if to.State == events.BreakerOpen {
 		r := to.RetryAt
 		tr.RetryAt = &r
 	}
-	id := fmt.Sprintf("breaker:%s:%s:%s", key, to.State, run.DispatchID)
-	if run.Attempt > 0 {
-		id = fmt.Sprintf("%s:%d", id, run.Attempt)
+	return &storedTransition{
+		EventID: fmt.Sprintf("breaker:%s:%s:%s", key, to.State, outcome), Outcome: outcome, BreakerTransition: tr,
 	}
-	s.cfg.Logger.Info("breaker transition", "key", key, "from", from.State, "to", to.State, "failures", to.Failures)
-	return jsutil.PublishEvent(ctx, s.cfg.JS, events.BreakerSubject(to.State, key), id, to.State.Type(), s.source, spec.ID, tr, now)
 }
 
 // Next is the breaker state machine: the record after one attempt outcome.

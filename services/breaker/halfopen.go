@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,14 +86,37 @@ func (o *openBreakers) take(now time.Time) (keys []string, next time.Time) {
 }
 
 // halfOpenDue moves breakers to half-open as they fall due, until ctx ends.
+// A breaker whose transition failed (KV or HEALTH unavailable) is tried
+// again after halfOpenRetry, doubling up to halfOpenRetryMax, until it is
+// written and published or the record moves on.
 func (s *Service) halfOpenDue(ctx context.Context, o *openBreakers) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	retry := map[string]halfOpenRetryState{}
 	for {
-		keys, next := o.take(time.Now())
+		now := time.Now()
+		keys, next := o.take(now)
+		for key, r := range retry {
+			if !r.at.After(now) && !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
 		for _, key := range keys {
-			if err := s.halfOpen(ctx, key); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("half-open transition failed; the executor still lets the probe through", "key", key, "err", err)
+			err := s.halfOpen(ctx, key)
+			if err == nil || ctx.Err() != nil {
+				delete(retry, key)
+				continue
+			}
+			r := retry[key]
+			r.wait = min(max(2*r.wait, halfOpenRetry), halfOpenRetryMax)
+			r.at = time.Now().Add(r.wait)
+			retry[key] = r
+			s.cfg.Logger.Warn("half-open transition failed; retrying (the executor still lets the probe through)",
+				"key", key, "retryIn", r.wait, "err", err)
+		}
+		for _, r := range retry {
+			if next.IsZero() || r.at.Before(next) {
+				next = r.at
 			}
 		}
 		wait := time.Hour
@@ -109,34 +133,60 @@ func (s *Service) halfOpenDue(ctx context.Context, o *openBreakers) {
 	}
 }
 
+// The half-open loop's retry delays.
+const (
+	halfOpenRetry    = time.Second
+	halfOpenRetryMax = 30 * time.Second
+)
+
+type halfOpenRetryState struct {
+	at   time.Time
+	wait time.Duration
+}
+
 // halfOpen performs open → half-open for key if it is still open and due.
+// The transition is stored with the record; when the record is already
+// half-open with that transition (its publish failed, and the loop
+// retries, or another replica won the race), it publishes it again, and
+// Nats-Msg-Id drops a copy already stored.
 func (s *Service) halfOpen(ctx context.Context, key string) error {
 	now := s.cfg.Now().UTC()
-	var rec executor.BreakerRecord
+	var rec record
 	_, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
-		if cur == nil || json.Unmarshal(cur, &rec) != nil || rec.State != events.BreakerOpen || rec.RetryAt.After(now) {
+		rec = record{}
+		if cur == nil || json.Unmarshal(cur, &rec) != nil {
 			return nil, jsutil.ErrNoChange
+		}
+		if rec.State == events.BreakerHalfOpen && rec.Transition != nil && rec.Transition.To == events.BreakerHalfOpen {
+			return nil, errApplied
+		}
+		if rec.State != events.BreakerOpen || rec.RetryAt.After(now) {
+			return nil, jsutil.ErrNoChange
+		}
+		tr := events.BreakerTransition{
+			Key: key, From: events.BreakerOpen, To: events.BreakerHalfOpen, Failures: rec.Failures,
+			OpenDelay: rec.OpenDelay, At: now, Reason: "open delay elapsed: the next call is the probe",
+		}
+		if events.ValidToken(key) && !isHostKey(key) {
+			tr.TaskID = key
+		}
+		rec.Transition = &storedTransition{
+			EventID:           fmt.Sprintf("breaker:%s:half-open:%d", key, rec.RetryAt.UnixMilli()),
+			BreakerTransition: tr,
 		}
 		rec.State, rec.UpdatedAt = events.BreakerHalfOpen, now
 		return json.Marshal(rec)
 	})
-	if errors.Is(err, jsutil.ErrNoChange) {
+	switch {
+	case errors.Is(err, errApplied):
+		return s.publish(ctx, rec.Transition)
+	case errors.Is(err, jsutil.ErrNoChange):
 		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return err
 	}
 	s.cfg.Metrics.BreakerTransitions.WithLabelValues(string(events.BreakerHalfOpen)).Inc()
-	tr := events.BreakerTransition{
-		Key: key, From: events.BreakerOpen, To: events.BreakerHalfOpen, Failures: rec.Failures,
-		OpenDelay: rec.OpenDelay, At: now, Reason: "open delay elapsed: the next call is the probe",
-	}
-	if events.ValidToken(key) && !isHostKey(key) {
-		tr.TaskID = key
-	}
-	id := fmt.Sprintf("breaker:%s:half-open:%d", key, rec.RetryAt.UnixMilli())
-	return jsutil.PublishEvent(ctx, s.cfg.JS, events.BreakerSubject(events.BreakerHalfOpen, key), id,
-		events.TypeBreakerHalfOpen, s.source, tr.TaskID, tr, now)
+	return s.publish(ctx, rec.Transition)
 }
 
 func isHostKey(key string) bool { return len(key) > 5 && key[:5] == "host_" }
