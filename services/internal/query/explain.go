@@ -9,6 +9,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/governor"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -42,7 +43,10 @@ type ExplainedStep struct {
 // Explain replays task id's inputs from TASKS, RUNS, HEALTH and DEADLETTER
 // through the governor, exactly as the governor service applied them, and
 // compares the result with the stored schedule. Steps before since are
-// replayed but not listed.
+// replayed but not listed. From HEALTH it reads the transitions of the
+// task's own breaker and of every host breaker its calls used (the host
+// keys of its specs and the breakerKey of its runs), and keeps those whose
+// taskId names the task, as the governor does.
 func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Explanation, error) {
 	if !events.ValidToken(id) {
 		return nil, &events.FieldError{Field: "id", Rule: "must be 1-128 characters of [A-Za-z0-9_-]"}
@@ -53,13 +57,42 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	}
 	var items []item
 	applied := map[string]bool{}
-	for _, src := range []struct{ stream, subject string }{
-		{streams.StreamTasks, "flyball.task.*." + id},
-		{streams.StreamRuns, "flyball.run.*." + id},
-		{streams.StreamHealth, "flyball.breaker.*." + id},
-		{streams.StreamDeadLetter, events.DeadLetterSubject(id)},
+	// keys are the breaker keys the task's calls may have used: its id,
+	// and the host key of every spec it had with breaker.scope host.
+	keys := map[string]bool{id: true}
+	addKey := func(spec *events.TaskSpec) {
+		if spec != nil && spec.ID == id {
+			keys[executor.BreakerKey(spec)] = true
+		}
+	}
+	if ent, err := r.tasks.Get(ctx, id); err == nil {
+		var spec events.TaskSpec
+		if json.Unmarshal(ent.Value(), &spec) == nil {
+			addKey(&spec)
+		}
+	} else if !isMissing(err) {
+		return nil, err
+	}
+	for _, src := range []struct {
+		stream   string
+		subjects func() []string
+	}{
+		{streams.StreamTasks, func() []string { return []string{"flyball.task.*." + id} }},
+		{streams.StreamRuns, func() []string { return []string{"flyball.run.*." + id} }},
+		// The governor applies a breaker transition to the task its
+		// taskId names, whatever the key: a host breaker's transitions
+		// are on its host key's subjects.
+		{streams.StreamHealth, func() []string {
+			subjects := make([]string, 0, len(keys))
+			for k := range keys {
+				subjects = append(subjects, events.BreakerSubject("*", k))
+			}
+			slices.Sort(subjects)
+			return subjects
+		}},
+		{streams.StreamDeadLetter, func() []string { return []string{events.DeadLetterSubject(id)} }},
 	} {
-		err := Scan(ctx, r.js, ScanOptions{Stream: src.stream, Subjects: []string{src.subject}}, func(m Message) error {
+		err := Scan(ctx, r.js, ScanOptions{Stream: src.stream, Subjects: src.subjects()}, func(m Message) error {
 			if m.Subject == events.TaskSubject(events.VerbAccepted, id) {
 				if e, err := events.Decode(m.Header, m.Data); err == nil {
 					var acc events.TaskAccepted
@@ -69,10 +102,14 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 				}
 				return nil
 			}
-			step, err := governor.Translate(m.Subject, m.Header, m.Data, m.Time)
-			if err != nil {
-				return nil //nolint:nilerr // rejected or malformed inputs never changed the schedule
+			if k := m.Header.Get(events.HeaderBreakerKey); k != "" && events.ValidToken(k) {
+				keys[k] = true // the key the executor used for this call
 			}
+			step, err := governor.Translate(m.Subject, m.Header, m.Data, m.Time)
+			if err != nil || step.TaskID != id {
+				return nil //nolint:nilerr // rejected or malformed inputs, or another task's, never changed this schedule
+			}
+			addKey(step.Spec)
 			items = append(items, item{msg: m, step: step})
 			return nil
 		})
