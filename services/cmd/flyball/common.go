@@ -101,12 +101,16 @@ func envOr(k, def string) string {
 	return def
 }
 
+// splitEnv splits a comma-separated environment variable, trimming the
+// spaces around each element and dropping empty ones: "a, b," is a and b.
 func splitEnv(k string) []string {
-	v := os.Getenv(k)
-	if v == "" {
-		return nil
+	var out []string
+	for v := range strings.SplitSeq(os.Getenv(k), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
 	}
-	return strings.Split(v, ",")
+	return out
 }
 
 func (f *runFlags) logger() (*slog.Logger, error) {
@@ -164,7 +168,14 @@ func (f *runFlags) guard() (executor.Guard, error) {
 // tokens collects API tokens from flags and the token file. generate makes
 // a random one when none is configured (dev only).
 func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
-	toks := append([]string(nil), f.apiTokens...)
+	// The API trims the token it is sent, so a configured token is
+	// trimmed too ("--api-token 'a, b'" is a and b).
+	var toks []string
+	for _, t := range f.apiTokens {
+		if t = strings.TrimSpace(t); t != "" {
+			toks = append(toks, t)
+		}
+	}
 	if f.apiTokenFile != "" {
 		b, err := os.ReadFile(f.apiTokenFile)
 		if err != nil {

@@ -44,3 +44,45 @@ func TestStackConfigCarriesTheRunFlags(t *testing.T) {
 		t.Errorf("metrics not passed through, or serve's guard allows loopback: %+v", cfg.Guard)
 	}
 }
+
+// TestListEnvAndTokensAreTrimmed: the comma-separated environment lists
+// are written as people write lists, "a, b": each element is trimmed and
+// empty ones are dropped, or the token " b" could never match (the API
+// trims the token it is sent), " 10.0.0.0/8" and " X-Tenant" would be
+// refused. --api-token values are trimmed the same way.
+func TestListEnvAndTokensAreTrimmed(t *testing.T) {
+	t.Setenv("FLYBALL_API_TOKENS", "tok-aaaaaaaaaaaaaaaa, tok-bbbbbbbbbbbbbbbb,")
+	t.Setenv("FLYBALL_ALLOW_CIDRS", "10.0.0.0/8, 192.168.0.0/16")
+	t.Setenv("FLYBALL_DENY_CIDRS", " 203.0.113.0/24 ,")
+	t.Setenv("FLYBALL_REDACT_HEADERS", "X-Tenant, account")
+	var rf runFlags
+	rf.register(pflag.NewFlagSet("x", pflag.ContinueOnError), false)
+	toks, _, err := rf.tokens(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"tok-aaaaaaaaaaaaaaaa", "tok-bbbbbbbbbbbbbbbb"}; !slices.Equal(toks, want) {
+		t.Errorf("FLYBALL_API_TOKENS: tokens %q, want %q", toks, want)
+	}
+	guard, err := rf.guard()
+	if err != nil {
+		t.Fatalf("the lists with spaces are refused: %v", err)
+	}
+	if len(guard.Allow) != 2 || len(guard.Deny) != 1 || guard.Deny[0].String() != "203.0.113.0/24" {
+		t.Errorf("allow %v deny %v, want 2 and 203.0.113.0/24", guard.Allow, guard.Deny)
+	}
+	if want := []string{"X-Tenant", "account"}; !slices.Equal(rf.redact, want) {
+		t.Errorf("FLYBALL_REDACT_HEADERS: %q, want %q", rf.redact, want)
+	}
+
+	var flags runFlags
+	fs := pflag.NewFlagSet("y", pflag.ContinueOnError)
+	t.Setenv("FLYBALL_API_TOKENS", "")
+	flags.register(fs, false)
+	if err := fs.Parse([]string{"--api-token", "tok-cccccccccccccccc, tok-dddddddddddddddd", "--api-token", " "}); err != nil {
+		t.Fatal(err)
+	}
+	if toks, _, _ := flags.tokens(false); !slices.Equal(toks, []string{"tok-cccccccccccccccc", "tok-dddddddddddddddd"}) {
+		t.Errorf("--api-token 'c, d' --api-token ' ': tokens %q, want the two, trimmed", toks)
+	}
+}
