@@ -385,4 +385,9 @@ func TestDeadLetterRuntimeAndHealthRoutes(t *testing.T) {
 			t.Errorf("runtime: no online %s instance in %s", k, rt.raw)
 		}
 	}
+
+	// Once the task is deleted, a retry is "no such task" (404, as the
+	// docs promise), not the governor's rejection of the requeue (422).
+	expect(t, "delete the dead-lettered task", b.call(t, http.MethodDelete, "/api/v1/tasks/gone", ""), http.StatusAccepted, "")
+	expect(t, "retry after the task was deleted", b.call(t, http.MethodPost, fmt.Sprintf("/api/v1/deadletter/%d/retry", seq), ""), http.StatusNotFound, "seq")
 }

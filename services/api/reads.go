@@ -91,6 +91,16 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "seq", fmt.Sprintf("dead letter %d names no valid task (%s)", rec.Seq, rec.Error))
 		return
 	}
+	// A task deleted since is "no such task" (404), as for every task
+	// route, rather than the governor's rejection of the requeue (422).
+	switch _, err := s.q.Task(r.Context(), id); {
+	case errors.Is(err, query.ErrNotFound):
+		writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("dead letter %d is of task %q, which no longer exists", rec.Seq, id))
+		return
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
 	s.send(w, r, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: req.Reason})
 }
 
