@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/flyballhq/flyball/services/internal/metrics"
@@ -84,5 +87,23 @@ func TestListEnvAndTokensAreTrimmed(t *testing.T) {
 	}
 	if toks, _, _ := flags.tokens(false); !slices.Equal(toks, []string{"tok-cccccccccccccccc", "tok-dddddddddddddddd"}) {
 		t.Errorf("--api-token 'c, d' --api-token ' ': tokens %q, want the two, trimmed", toks)
+	}
+}
+
+// TestDevBannerSaysWhenMetricsAreOff: with --metrics-addr "" nothing serves
+// /metrics, and the banner says so instead of printing http:///metrics.
+func TestDevBannerSaysWhenMetricsAreOff(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:9090": "Metrics           http://127.0.0.1:9090/metrics\n",
+		"":               "Metrics           off (--metrics-addr is empty)\n",
+	} {
+		var out bytes.Buffer
+		cmd := &cobra.Command{}
+		cmd.SetOut(&out)
+		printDevBanner(cmd, "127.0.0.1:4222", "127.0.0.1:8080", addr, ".flyball", "tok", false)
+		if !strings.Contains(out.String(), want) || strings.Contains(out.String(), "http:///") {
+			t.Errorf("--metrics-addr %q: banner\n%s\nwant the line %q", addr, out.String(), want)
+		}
 	}
 }

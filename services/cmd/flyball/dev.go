@@ -111,12 +111,16 @@ watch runs. Ctrl-C stops everything in order.`,
 
 func printDevBanner(cmd *cobra.Command, natsAddr, apiAddr, metricsAddr, storeDir, token string, generated bool) {
 	w := cmd.OutOrStdout()
+	metricsAt := "off (--metrics-addr is empty)"
+	if metricsAddr != "" {
+		metricsAt = "http://" + metricsAddr + "/metrics"
+	}
 	fmt.Fprintf(w, `
 flyball dev is running.
   NATS (JetStream)  nats://%s   store %s
   HTTP API          http://%s   (bearer token below)
-  Metrics           http://%s/metrics
-`, natsAddr, storeDir, apiAddr, metricsAddr)
+  Metrics           %s
+`, natsAddr, storeDir, apiAddr, metricsAt)
 	if generated {
 		fmt.Fprintf(w, "  API token         %s   (generated; set FLYBALL_API_TOKENS to fix one)\n", token)
 	}
