@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -581,16 +582,53 @@ func Backoff(r *events.Retry, attempt int, dispatchID string) time.Duration {
 	return time.Duration(math.Max(base, float64(100*time.Millisecond)))
 }
 
-// runMsg encodes a run event; msgID is its id and Nats-Msg-Id.
+// runEventHeadroom is the part of the server's max_payload left for a run
+// event's headers (Content-Type, Nats-Msg-Id, Flyball-Breaker-Key: a few
+// hundred bytes at most) when fitRunBody sizes its data.
+const runEventHeadroom = 4 << 10
+
+// runMsg encodes a run event; msgID is its id and Nats-Msg-Id. A body
+// that would make the event larger than the connection's max_payload is
+// cut to fit (fitRunBody), so the event can always be stored.
 func (s *Service) runMsg(o events.Outcome, run *events.Run, msgID string) (*nats.Msg, error) {
 	body, err := events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID)
 	if err != nil {
 		return nil, err
 	}
+	if limit := s.cfg.JS.Conn().MaxPayload() - runEventHeadroom; limit > 0 && int64(len(body)) > limit && run.Body != "" {
+		if body, err = s.fitRunBody(o, run, msgID, body, limit); err != nil {
+			return nil, err
+		}
+	}
 	if run.BreakerKey == "" {
 		return jsutil.EventMsg(events.RunSubject(o, run.TaskID), msgID, body), nil
 	}
 	return jsutil.EventMsg(events.RunSubject(o, run.TaskID), msgID, body, events.HeaderBreakerKey, run.BreakerKey), nil
+}
+
+// fitRunBody cuts run.Body until the encoded event (body, as encoded
+// now) is at most limit bytes, and sets BodyTruncated. maxResponseBytes
+// may be up to 10 MiB while NATS refuses a message over its max_payload
+// (1 MiB by default): such an event could never be stored, and the
+// dispatch would be nakked and its target called again until MaxDeliver.
+// Each round drops from the end of the body as many bytes as the event is
+// over: every body byte takes at least one byte of JSON, so one round
+// nearly always suffices (the event's time, encoded again, may take a few
+// bytes more), and each round shortens the body, so the loop ends. The cut
+// falls on a UTF-8 boundary, so it adds no replacement characters.
+func (s *Service) fitRunBody(o events.Outcome, run *events.Run, msgID string, body []byte, limit int64) ([]byte, error) {
+	for int64(len(body)) > limit && run.Body != "" {
+		keep := max(len(run.Body)-int(int64(len(body))-limit), 0)
+		for keep > 0 && !utf8.RuneStart(run.Body[keep]) {
+			keep--
+		}
+		run.Body, run.BodyTruncated = run.Body[:keep], true
+		var err error
+		if body, err = events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
 }
 
 // publishRun publishes a run event and waits for it to be stored.

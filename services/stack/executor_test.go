@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
 )
 
 func runsOf(t *testing.T, evs []events.Event) []events.Run {
@@ -275,5 +277,42 @@ func TestRunEventWaitsForItsHoldWhileOtherCallsRun(t *testing.T) {
 	}
 	if n := len(slow.Calls()); n != 1 {
 		t.Fatalf("slow target called %d times, want 1 call still in flight", n)
+	}
+}
+
+// TestLargeBodyWithinMaxResponseBytesRunsOnce: a response body under the
+// task's maxResponseBytes (which may be up to 10 MiB) but over the NATS
+// server's max_payload (1 MiB by default) is cut to fit: the target is
+// called once and its run.succeeded is stored with bodyTruncated set.
+// Before the cut, the run event could never be stored, so the dispatch was
+// nakked and the target called again every second, up to MaxDeliver.
+func TestLargeBodyWithinMaxResponseBytesRunsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "executor")
+	var calls atomic.Int32
+	big := strings.Repeat("a", 2<<20) // 2 MiB: under maxResponseBytes, over max_payload
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		_, _ = w.Write([]byte(big))
+	}))
+	t.Cleanup(tg.Close)
+	succeeded := e.collect("flyball.run.succeeded.bigbody")
+	putJSON(t, e.srv.JS, streams.BucketTasks, "bigbody", events.TaskSpec{
+		ID:       "bigbody",
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: tg.URL, MaxResponseBytes: 4 << 20}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+	})
+	dispatchAt(t, e.srv.JS, "bigbody", time.Now().UTC())
+	// An outcome, or a second call (the dispatch nakked for a retry).
+	natstest.Eventually(t, 10*time.Second, "a run.succeeded or a second call", func() bool {
+		return len(succeeded()) > 0 || calls.Load() >= 2
+	})
+	if n := calls.Load(); n != 1 || len(succeeded()) == 0 {
+		t.Fatalf("target called %d times and %d run.succeeded stored for one dispatch of a healthy target; want 1 call and its outcome", n, len(succeeded()))
+	}
+	r := runsOf(t, succeeded())[0]
+	limit := int(e.srv.NC.MaxPayload())
+	if !r.BodyTruncated || len(r.Body) < limit/2 || len(r.Body) >= limit || strings.Trim(r.Body, "a") != "" {
+		t.Fatalf("stored body: %d bytes, truncated=%v; want as much of the response as fits in max_payload (%d bytes), truncated", len(r.Body), r.BodyTruncated, limit)
 	}
 }
