@@ -165,8 +165,15 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "malformed dispatch: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
-	if !events.ValidToken(d.TaskID) || events.DispatchSubject(d.TaskID) != m.Subject() || d.DispatchID == "" {
-		jsutil.Terminate(m, "malformed dispatch: taskId/dispatchId do not match the subject", s.cfg.Metrics, s.log)
+	if !events.ValidToken(d.TaskID) || events.DispatchSubject(d.TaskID) != m.Subject() {
+		jsutil.Terminate(m, "malformed dispatch: taskId does not match the subject", s.cfg.Metrics, s.log)
+		return
+	}
+	// The dispatch ID is the Idempotency-Key targets see and keys the
+	// attempt count in flyball-attempts: one that is not this task's and
+	// slot's would pass another dispatch's identity to the target.
+	if want := events.DispatchID(d.TaskID, d.ScheduledAt); d.DispatchID != want {
+		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", truncate(d.DispatchID, 80), want), s.cfg.Metrics, s.log)
 		return
 	}
 	md, err := m.Metadata()
