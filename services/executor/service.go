@@ -152,6 +152,12 @@ func (s *Service) waitInflight() {
 	}
 }
 
+// MaxDispatchAhead is how far ahead of its scheduledAt a dispatch may
+// arrive. The timer publishes at most governor.MaxLead (1s) early, so this
+// leaves ample room for clock skew between hosts; the executor terminates
+// a dispatch due further ahead as malformed.
+const MaxDispatchAhead = 5 * time.Minute
+
 // handle processes one dispatch delivery.
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	arrived := time.Now() // the delivery's AckWait runs from here
@@ -174,6 +180,13 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// slot's would pass another dispatch's identity to the target.
 	if want := events.DispatchID(d.TaskID, d.ScheduledAt); d.DispatchID != want {
 		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", truncate(d.DispatchID, 80), want), s.cfg.Metrics, s.log)
+		return
+	}
+	// A dispatch due far ahead would be nakked until its slot and, kept in
+	// the work queue, hold the task's one DISPATCH slot: every later
+	// dispatch of the task would be refused (10077) until then.
+	if ahead := time.Until(d.ScheduledAt); ahead > MaxDispatchAhead {
+		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead), s.cfg.Metrics, s.log)
 		return
 	}
 	md, err := m.Metadata()

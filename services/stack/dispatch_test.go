@@ -81,3 +81,47 @@ func TestDispatchWithAnotherTasksIDIsTerminated(t *testing.T) {
 		t.Fatalf("flyball_rejected_events_total = %v, want 1", n)
 	}
 }
+
+// TestFarFutureDispatchIsTerminated: a run.due whose scheduledAt is more
+// than executor.MaxDispatchAhead ahead (no timer publishes one; it can
+// only be a malformed publish) is terminated with a reason and counted,
+// so the task's next dispatch can be stored. Before, it was nakked with
+// that delay and kept, holding the task's one DISPATCH slot: every later
+// dispatch of the task was refused (10077) and the task stopped running.
+func TestFarFutureDispatchIsTerminated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "executor")
+	tg := newScripted(t, 200)
+	reasons := terminations(t, e.srv.NC)
+	putJSON(t, e.srv.JS, streams.BucketTasks, "future", events.TaskSpec{ID: "future", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+	dispatchAt(t, e.srv.JS, "future", time.Now().AddDate(100, 0, 0).UTC())
+	natstest.Eventually(t, 10*time.Second, "the executor has seen the dispatch", func() bool {
+		c, err := e.srv.JS.Consumer(context.Background(), streams.StreamDispatch, streams.ConsumerExecutor)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.Delivered.Consumer >= 1
+	})
+	slot := time.Now().UTC()
+	d := events.Dispatch{DispatchID: events.DispatchID("future", slot), TaskID: "future", ScheduledAt: slot, FiredAt: slot}
+	body, err := events.Marshal(events.TypeRunDue, "test", "future", d, slot, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	natstest.Eventually(t, 5*time.Second, "the task's next dispatch is stored", func() bool {
+		_, lastErr = e.srv.JS.Publish(context.Background(), events.DispatchSubject("future"), body)
+		return lastErr == nil
+	})
+	natstest.Eventually(t, 10*time.Second, "the next dispatch runs", func() bool { return len(tg.Calls()) == 1 })
+	if k := tg.Calls()[0].key; k != d.DispatchID {
+		t.Fatalf("the target was called with Idempotency-Key %q, want the next dispatch %q", k, d.DispatchID)
+	}
+	if r := reasons(); len(r) != 1 || !strings.Contains(r[0], "scheduledAt") {
+		t.Fatalf("terminations %q, want one naming scheduledAt", r)
+	}
+	if n := counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total"); n != 1 {
+		t.Fatalf("flyball_rejected_events_total = %v, want 1", n)
+	}
+}
