@@ -213,6 +213,17 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 		s.skip(m, d, "task deleted")
 		return
+	case errors.Is(err, errInvalidSpec):
+		// Skipped, not terminated or retried: a retry reads the same
+		// revision, and a term leaves only an advisory while the sweeper
+		// re-dispatches the slot that never completed. run.skipped, with
+		// the validation error as its reason, is in the task's run
+		// history, counted in flyball_runs_total{result="skipped"}, and
+		// lets the governor schedule the next slot, which runs once the
+		// spec is fixed.
+		s.log.Warn("stored spec does not validate: skipping the run", "task", d.TaskID, "err", err)
+		s.skip(m, d, truncate(err.Error(), 1000))
+		return
 	case err != nil:
 		s.nak(m, time.Second, err)
 		return
@@ -352,12 +363,25 @@ type task struct {
 	record *events.RequestRecord
 }
 
-func (s *Service) decodeTask(id string, raw []byte) (*task, error) {
-	spec, err := kvcache.DecodeSpec(id, raw)
-	if err != nil {
-		return nil, err
+// errInvalidSpec marks a stored spec the executor cannot run: it does not
+// decode, or does not validate. Decoding is per spec revision, so this is
+// permanent until the spec is rewritten.
+var errInvalidSpec = errors.New("invalid stored spec")
+
+// decodeTask decodes and validates a flyball-tasks value. The governor
+// validates every spec it stores, but a value written by hand or by an
+// older or newer governor may not pass, and the call path relies on it
+// (a spec without a target would dereference nil).
+func (s *Service) decodeTask(_ string, raw []byte) (*task, error) {
+	var spec events.TaskSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, fmt.Errorf("%w: %w", errInvalidSpec, err)
 	}
-	t := &task{spec: spec, breakerKey: BreakerKey(spec), hold: settleHold(spec)}
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errInvalidSpec, err)
+	}
+	spec.Normalize() // as kvcache.DecodeSpec: cached, shared, read-only
+	t := &task{spec: &spec, breakerKey: BreakerKey(&spec), hold: settleHold(&spec)}
 	if h := spec.Target.HTTP; h != nil {
 		if u, err := url.Parse(h.URL); err == nil {
 			t.host = u.Host

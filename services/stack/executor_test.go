@@ -316,3 +316,31 @@ func TestLargeBodyWithinMaxResponseBytesRunsOnce(t *testing.T) {
 		t.Fatalf("stored body: %d bytes, truncated=%v; want as much of the response as fits in max_payload (%d bytes), truncated", len(r.Body), r.BodyTruncated, limit)
 	}
 }
+
+// TestInvalidStoredSpecIsSkippedWithItsReason: a flyball-tasks value that
+// does not validate (here: no target; written by hand, or by an older or
+// newer governor) is never called. Its dispatch is reported as run.skipped
+// with the validation error as the reason and counted, and the executor
+// goes on running other tasks. Before, the executor dereferenced the
+// missing target and panicked, and every replica crashed in turn on the
+// redelivery.
+func TestInvalidStoredSpecIsSkippedWithItsReason(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "executor")
+	putJSON(t, e.srv.JS, streams.BucketTasks, "notarget", map[string]any{"id": "notarget", "schedule": map[string]string{"interval": "1h"}})
+	skipped := e.collect("flyball.run.skipped.notarget")
+	dispatchAt(t, e.srv.JS, "notarget", time.Now().UTC())
+	natstest.Eventually(t, 10*time.Second, "a run.skipped for the targetless task", func() bool { return len(skipped()) > 0 })
+	r := runsOf(t, skipped())[0]
+	if !strings.HasPrefix(r.Reason, "invalid stored spec: ") || !strings.Contains(r.Reason, "target: must set exactly one of http or nats") {
+		t.Fatalf("run.skipped reason %q, want the validation error of the stored spec", r.Reason)
+	}
+	if n := counterSum(t, e.st.Metrics().Registry, "flyball_runs_total"); n != 1 {
+		t.Fatalf("flyball_runs_total = %v, want 1 (the skip)", n)
+	}
+	// The executor is still up: a valid task runs.
+	tg := newScripted(t, 200)
+	putJSON(t, e.srv.JS, streams.BucketTasks, "valid", events.TaskSpec{ID: "valid", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+	dispatchAt(t, e.srv.JS, "valid", time.Now().UTC())
+	natstest.Eventually(t, 10*time.Second, "the valid task is called", func() bool { return len(tg.Calls()) == 1 })
+}
