@@ -198,7 +198,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		s.hold(ctx, m, md, &d, arrived, wait)
 		return
 	}
-	if !s.acquireCall(ctx, m) {
+	if !s.acquireCall(ctx, m, arrived) {
 		return
 	}
 	defer s.releaseCall()
@@ -285,6 +285,14 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	s.heldMu.Unlock()
 	select {
 	case s.fire <- h:
+		return
+	default:
+	}
+	// Every caller is busy with a call: as long as the wait for a call
+	// slot, so h is kept alive meanwhile.
+	defer s.waitAlive(h.m, h.arrived)()
+	select {
+	case s.fire <- h:
 	case <-ctx.Done():
 		s.nak(h.m, 0, nil) // handed back at shutdown
 		s.firing.Done()
@@ -306,7 +314,7 @@ func (s *Service) caller(ctx context.Context) {
 
 func (s *Service) callHeld(ctx context.Context, h *held) {
 	defer s.firing.Done()
-	if !s.acquireCall(ctx, h.m) {
+	if !s.acquireCall(ctx, h.m, h.arrived) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
@@ -330,8 +338,14 @@ func (s *Service) releaseHeld() {
 }
 
 // acquireCall takes one of the Concurrency call slots, or naks m if the
-// service stops first.
-func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg) bool {
+// service stops first. While it waits, m is kept alive (waitAlive).
+func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, arrived time.Time) bool {
+	select {
+	case s.calls <- struct{}{}:
+		return true
+	default:
+	}
+	defer s.waitAlive(m, arrived)()
 	select {
 	case s.calls <- struct{}{}:
 		return true
@@ -526,7 +540,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.nak(m, time.Second, err)
 		return
 	}
-	defer releaseHost(s.acquireHost(ctx, t.host))
+	defer releaseHost(s.acquireHost(ctx, m, arrived, t.host))
 	stopProgress := s.keepAlive(m, spec, arrived)
 	if s.cfg.EmitStarted {
 		started := events.Run{
@@ -735,6 +749,23 @@ func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time
 	if !ok {
 		return func() {}
 	}
+	return s.progress(m, first)
+}
+
+// waitAlive keeps m alive while its dispatch waits for a call slot
+// (acquireCall) or a host slot (acquireHost), a wait with no bound: it
+// sends InProgress at keepAlive's cadence, half an AckWait after the
+// delivery (at once if that has passed), then every half AckWait, until
+// the returned stop is called. Without it, a wait past the AckWait made
+// JetStream redeliver the dispatch, and both copies called the target.
+// Callers arm it only once a slot is not free at once.
+func (s *Service) waitAlive(m jetstream.Msg, arrived time.Time) (stop func()) {
+	return s.progress(m, max(time.Until(arrived.Add(s.cfg.AckWait/2)), 0))
+}
+
+// progress sends InProgress for m after first, then every half AckWait,
+// until the returned stop is called.
+func (s *Service) progress(m jetstream.Msg, first time.Duration) (stop func()) {
 	half := s.cfg.AckWait / 2
 	var mu sync.Mutex
 	stopped := false
@@ -770,8 +801,9 @@ func progressDue(now, arrived time.Time, timeout, ackWait time.Duration) (time.D
 }
 
 // acquireHost takes one of host's PerHost call slots and returns it for
-// releaseHost; nil (no host, or ctx ended) holds nothing.
-func (s *Service) acquireHost(ctx context.Context, host string) chan struct{} {
+// releaseHost; nil (no host, or ctx ended) holds nothing. While it waits,
+// m is kept alive (waitAlive).
+func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time.Time, host string) chan struct{} {
 	if host == "" {
 		return nil
 	}
@@ -782,6 +814,12 @@ func (s *Service) acquireHost(ctx context.Context, host string) chan struct{} {
 		s.hosts[host] = sem
 	}
 	s.hostMu.Unlock()
+	select {
+	case sem <- struct{}{}:
+		return sem
+	default:
+	}
+	defer s.waitAlive(m, arrived)()
 	select {
 	case sem <- struct{}{}:
 		return sem

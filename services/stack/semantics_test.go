@@ -614,6 +614,146 @@ func TestLongCallIsKeptAlive(t *testing.T) {
 	}
 }
 
+// keyCounter is a target that counts calls per Idempotency-Key (that is,
+// per dispatch); calls to /slow take 2.5 s (2.5 AckWaits under
+// shortenDispatch).
+type keyCounter struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	keys     map[string]int
+	inFlight int
+}
+
+func newKeyCounter(t *testing.T) *keyCounter {
+	t.Helper()
+	k := &keyCounter{keys: map[string]int{}}
+	k.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k.mu.Lock()
+		k.keys[r.Header.Get("Idempotency-Key")]++
+		k.inFlight++
+		k.mu.Unlock()
+		if r.URL.Path == "/slow" {
+			select {
+			case <-time.After(2500 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+		}
+		k.mu.Lock()
+		k.inFlight--
+		k.mu.Unlock()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(k.srv.Close)
+	return k
+}
+
+func (k *keyCounter) calling() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.inFlight
+}
+
+// putTask stores a valid spec for id calling url with a 5s timeout.
+func putTask(t *testing.T, e *env, id, url string) {
+	t.Helper()
+	putJSON(t, e.srv.JS, streams.BucketTasks, id, events.TaskSpec{
+		ID:       id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: url, Timeout: events.Duration(5 * time.Second)}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+	})
+}
+
+// checkOneCallEach waits for the DISPATCH consumer to have nothing
+// pending (a redelivered copy has made its call by then), and checks
+// that every dispatch called the target once.
+func (k *keyCounter) checkOneCallEach(t *testing.T, e *env) {
+	t.Helper()
+	natstest.Eventually(t, 10*time.Second, "DISPATCH empty", func() bool {
+		c, err := e.srv.JS.Consumer(context.Background(), streams.StreamDispatch, streams.ConsumerExecutor)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key, n := range k.keys {
+		if n != 1 {
+			t.Errorf("dispatch %s called %d times with no failure, want 1", key, n)
+		}
+	}
+}
+
+// TestWaitForAHostSlotIsKeptAlive: a dispatch waiting longer than the
+// AckWait for its host's PerHost slot sends InProgress meanwhile, so
+// JetStream does not redeliver it and the target is called once per
+// dispatch. Before, keepAlive started only once the slot was taken: the
+// redelivered copy waited too, and both copies called the target.
+func TestWaitForAHostSlotIsKeptAlive(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	shortenDispatch(t, e.srv.JS, 20) // AckWait 1s
+	tg := newKeyCounter(t)
+	e.st = e.startWith(func(c *stack.Config) { c.Concurrency, c.PerHost = 4, 1 }, "executor")
+	succeeded := e.collect("flyball.run.succeeded.>")
+	putTask(t, e, "hosta", tg.srv.URL+"/slow") // holds the host's one slot for 2.5 AckWaits
+	putTask(t, e, "hostb", tg.srv.URL+"/fast")
+	now := time.Now().UTC()
+	dispatchAt(t, e.srv.JS, "hosta", now)
+	natstest.Eventually(t, 5*time.Second, "the slow call is in flight", func() bool { return tg.calling() == 1 })
+	dispatchAt(t, e.srv.JS, "hostb", now)
+	natstest.Eventually(t, 15*time.Second, "both runs succeed", func() bool { return len(succeeded()) >= 2 })
+	tg.checkOneCallEach(t, e)
+}
+
+// TestWaitForACallSlotIsKeptAlive: a dispatch waiting longer than the
+// AckWait for one of the executor's Concurrency call slots sends
+// InProgress meanwhile, so it is not redelivered and called twice. Here
+// two held dispatches take both slots with slow calls as they fire, and a
+// third dispatch, due at once, waits for a slot in its handler while the
+// other worker stays free to pull a redelivered copy.
+func TestWaitForACallSlotIsKeptAlive(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	shortenDispatch(t, e.srv.JS, 20) // AckWait 1s
+	tg := newKeyCounter(t)
+	e.st = e.startWith(func(c *stack.Config) { c.Concurrency, c.PerHost = 2, 4 }, "executor")
+	succeeded := e.collect("flyball.run.succeeded.>")
+	putTask(t, e, "slow1", tg.srv.URL+"/slow")
+	putTask(t, e, "slow2", tg.srv.URL+"/slow")
+	putTask(t, e, "waits", tg.srv.URL+"/fast")
+	// Held (due within half the AckWait), they leave both workers free.
+	slot := time.Now().Add(300 * time.Millisecond).UTC()
+	dispatchAt(t, e.srv.JS, "slow1", slot)
+	dispatchAt(t, e.srv.JS, "slow2", slot)
+	natstest.Eventually(t, 5*time.Second, "both slow calls are in flight", func() bool { return tg.calling() == 2 })
+	dispatchAt(t, e.srv.JS, "waits", time.Now().UTC())
+	natstest.Eventually(t, 15*time.Second, "all three runs succeed", func() bool { return len(succeeded()) >= 3 })
+	tg.checkOneCallEach(t, e)
+}
+
+// TestHeldDispatchWaitingForACallerIsKeptAlive: a held dispatch whose
+// slot comes while every caller is busy (Concurrency 1, a slow held call
+// in flight) waits for a caller, longer than the AckWait: it sends
+// InProgress meanwhile, so the free worker does not pull a redelivered
+// copy that calls the target a second time.
+func TestHeldDispatchWaitingForACallerIsKeptAlive(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	shortenDispatch(t, e.srv.JS, 20) // AckWait 1s
+	tg := newKeyCounter(t)
+	e.st = e.startWith(func(c *stack.Config) { c.Concurrency, c.PerHost = 1, 4 }, "executor")
+	succeeded := e.collect("flyball.run.succeeded.>")
+	putTask(t, e, "slow", tg.srv.URL+"/slow")
+	putTask(t, e, "waits", tg.srv.URL+"/fast")
+	dispatchAt(t, e.srv.JS, "slow", time.Now().Add(200*time.Millisecond).UTC())
+	natstest.Eventually(t, 5*time.Second, "the slow held call is in flight", func() bool { return tg.calling() == 1 })
+	dispatchAt(t, e.srv.JS, "waits", time.Now().Add(200*time.Millisecond).UTC())
+	natstest.Eventually(t, 15*time.Second, "both runs succeed", func() bool { return len(succeeded()) >= 2 })
+	tg.checkOneCallEach(t, e)
+}
+
 // earlyDispatch starts an executor alone, stores task "early" calling a
 // scripted target, and publishes its dispatch ahead by ahead, as a timer
 // with that lead would. It returns the slot.
