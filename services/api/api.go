@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -120,23 +121,26 @@ func (s *Service) routes() []route {
 // the KV buckets the handlers read).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	// paths answers "does this path exist with another method?" for 405s.
+	// paths answers "does this path exist with another method?" for 405s,
+	// and allowed lists the methods it has (the Allow header of a 405).
 	paths := http.NewServeMux()
-	seen := map[string]bool{}
+	allowed := map[string][]string{}
 	for _, rt := range s.routes() {
 		h := http.Handler(rt.handler)
 		if !rt.public {
 			h = s.auth(h)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
-		if !seen[rt.path] {
-			seen[rt.path] = true
+		if allowed[rt.path] == nil {
 			paths.Handle(rt.path, http.NotFoundHandler())
 		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
 	}
 	mux.Handle("/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := paths.Handler(r); pattern != "" {
-			writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s; see /api/v1/openapi.json", r.Method, r.URL.Path))
+			methods := allowed[pattern]
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			writeError(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s (allowed: %s); see /api/v1/openapi.json", r.Method, r.URL.Path, strings.Join(methods, ", ")))
 			return
 		}
 		writeError(w, http.StatusNotFound, "", "no route "+r.Method+" "+r.URL.Path+"; see /api/v1/openapi.json")

@@ -176,7 +176,11 @@ func TestAuthOnEveryRoute(t *testing.T) {
 	}
 	expect(t, "unknown route", b.call(t, http.MethodGet, "/api/v1/nothing", ""), http.StatusNotFound, "")
 	expect(t, "unknown route without a token", b.do(t, http.MethodGet, "/api/v1/nothing", "", ""), http.StatusUnauthorized, "Authorization")
-	expect(t, "wrong method", b.call(t, http.MethodPatch, "/api/v1/tasks/x", ""), http.StatusMethodNotAllowed, "")
+	wrong := b.call(t, http.MethodPatch, "/api/v1/tasks/x", "")
+	expect(t, "wrong method", wrong, http.StatusMethodNotAllowed, "")
+	if got := wrong.header.Get("Allow"); got != "GET, PUT, DELETE" {
+		t.Errorf("405 Allow: %q, want the path's methods %q", got, "GET, PUT, DELETE")
+	}
 	spec := b.call(t, http.MethodGet, "/api/v1/openapi.json", "")
 	if spec.status != http.StatusOK || !bytes.Equal(spec.raw, api.OpenAPI) {
 		t.Fatalf("openapi.json: %d", spec.status)
