@@ -232,9 +232,11 @@ func staleFraction(age, base, goal time.Duration) float64 {
 }
 
 // ema moves cur toward target by the fraction alpha, in whole
-// milliseconds, never past target.
+// milliseconds, never past target. The step saturates: with a huge
+// bounds.max, float64(target-cur) rounds up to 2^63, which converted back
+// to a Duration wraps negative and (clamped to cur) held the cadence.
 func ema(cur, target time.Duration, alpha float64) time.Duration {
-	next := cur + time.Duration(float64(float64(target-cur)*alpha))
+	next := addSat(cur, scale(subSat(target, cur), alpha))
 	next = next.Round(time.Millisecond)
 	lo, hi := min(cur, target), max(cur, target)
 	return clampDur(next, lo, hi)
@@ -290,6 +292,14 @@ func addSat(a, b time.Duration) time.Duration {
 		return math.MinInt64
 	}
 	return s
+}
+
+// subSat is a - b, saturating.
+func subSat(a, b time.Duration) time.Duration {
+	if b == math.MinInt64 {
+		return addSat(addSat(a, math.MaxInt64), 1)
+	}
+	return addSat(a, -b)
 }
 
 func clampDur(d, lo, hi time.Duration) time.Duration {

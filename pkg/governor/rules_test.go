@@ -1045,3 +1045,23 @@ func TestDecideOverflow(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideAdaptiveRelaxesToAHugeBoundsMax: bounds.max has no upper limit,
+// so adaptive "change" may relax toward the largest Duration. With
+// smoothing 1 the EMA step float64(target-cur) rounds up to 2^63; converted
+// back it wrapped negative, was clamped to the current interval, and the
+// cadence never relaxed. The step now saturates.
+func TestDecideAdaptiveRelaxesToAHugeBoundsMax(t *testing.T) {
+	s := withBounds(intervalSpec(time.Minute), 0, time.Duration(math.MaxInt64))
+	s = withAdaptive(s, events.AdaptiveChange, 1, 1, 0)
+	mustValid(t, s)
+	slot := t0.Add(time.Minute)
+	d := governor.Decide(slot.Add(time.Second), s, stateWith(ran(t0), fingerprint("a")), outcomeFP("succeeded", slot, "a"))
+	if d.State.AdaptiveInterval != math.MaxInt64 || d.Source != governor.SourceAdaptiveRelax {
+		t.Fatalf("unchanged response with smoothing 1: adaptive interval %s, source %s; want bounds.max, adaptive-relax\ntrail %q",
+			d.State.AdaptiveInterval, d.Source, d.Trail)
+	}
+	if _, err := d.State.AppendJSON(nil); err != nil {
+		t.Fatalf("decision cannot be stored: %v", err)
+	}
+}
