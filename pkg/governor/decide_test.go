@@ -1,6 +1,7 @@
 package governor_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -424,6 +425,24 @@ func TestDecideStartAt(t *testing.T) {
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
 		},
 	})
+}
+
+// TestDecideStartAtZeroTimeRunsAtOnce: a Go client that marshals an unset
+// time.Time sends startAt "0001-01-01T00:00:00Z". The docs say "a time in
+// the past means at once"; the first decision took the zero time for
+// "nothing scheduled" and the task never ran.
+func TestDecideStartAtZeroTimeRunsAtOnce(t *testing.T) {
+	var spec events.TaskSpec
+	body := `{"id":"t","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"startAt":"0001-01-01T00:00:00Z"}`
+	if err := json.Unmarshal([]byte(body), &spec); err != nil {
+		t.Fatal(err)
+	}
+	mustValid(t, &spec)
+	spec.Normalize()
+	d := governor.Decide(t0, &spec, governor.State{}, accepted)
+	if !d.NextRunAt.Equal(t0) || d.Source != governor.SourceStartAt {
+		t.Fatalf("startAt 0001-01-01 (a past time): NextRunAt = %s, source %s, want %s (at once), start-at\ntrail %q", fmtT(d.NextRunAt), d.Source, fmtT(t0), d.Trail)
+	}
 }
 
 func TestDecidePause(t *testing.T) {

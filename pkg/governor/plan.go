@@ -152,7 +152,15 @@ func (p *planner) pause() bool {
 func (p *planner) baseline() {
 	anchor := p.s.LastScheduledAt
 	if anchor.IsZero() && p.spec.StartAt != nil {
-		p.choose(*p.spec.StartAt, SourceStartAt).str("first run at startAt ").at(*p.spec.StartAt).end()
+		start := *p.spec.StartAt
+		if start.IsZero() {
+			// 0001-01-01T00:00:00Z, what Go marshals for an unset
+			// time.Time, is a time in the past like any other: at once
+			// (choose would take a zero time for "nothing scheduled").
+			p.choose(p.now, SourceStartAt).str("startAt ").at(start).str(" is in the past: first run at once").end()
+			return
+		}
+		p.choose(start, SourceStartAt).str("first run at startAt ").at(start).end()
 		return
 	}
 	if p.spec.Schedule.Cron != "" {

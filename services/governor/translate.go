@@ -164,7 +164,7 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		}
 		step.Input = gov.Input{Kind: gov.KindPaused, Pause: &gov.Pause{Reason: p.Reason}}
 		if p.Until != nil {
-			step.Input.Pause.Until = *p.Until
+			step.Input.Pause.Until = pastIsNow(*p.Until, step.At)
 			step.Summary += " until " + p.Until.UTC().Format(time.RFC3339)
 		}
 	case events.VerbResumed:
@@ -183,7 +183,7 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		}
 		step.Input = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{Interval: h.Interval.D(), TTL: h.TTL.D(), Reason: h.Reason}}
 		if h.At != nil {
-			step.Input.Hint.At = *h.At
+			step.Input.Hint.At = pastIsNow(*h.At, step.At)
 		}
 		if h.Interval > 0 {
 			step.Summary += " interval " + h.Interval.String()
@@ -201,6 +201,18 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		return Step{}, reject("type", fmt.Sprintf("%q is not a command", e.Type()))
 	}
 	return step, nil
+}
+
+// pastIsNow maps the zero time given explicitly (0001-01-01T00:00:00Z,
+// what Go marshals for an unset time.Time) to now: it is a time in the
+// past, which ends a pause at once and makes a one-shot hint run now,
+// whereas the governor reads a zero Pause.Until as "indefinitely" and a
+// zero Hint.At as "no one-shot".
+func pastIsNow(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
 }
 
 // Apply applies one step to a task's state: the decision the service stores

@@ -37,3 +37,60 @@ func TestTranslateRun(t *testing.T) {
 		t.Fatalf("task %q at %v", step.TaskID, step.At)
 	}
 }
+
+// minuteSpec is a normalized 1-minute interval task.
+func minuteSpec(id string) *events.TaskSpec {
+	s := &events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	s.Normalize()
+	return s
+}
+
+// ranAt is the state of a 1-minute task whose last slot was last.
+func ranAt(last time.Time) gov.State {
+	return gov.State{TaskID: "t", LastScheduledAt: last, Runs: 1, NextRunAt: last.Add(time.Minute), Source: gov.SourceBaselineInterval}
+}
+
+// TestTranslatePauseUntilZeroTimeEndsAtOnce: docs/events.md, TaskPause.until:
+// "A time in the past ends the pause at once." 0001-01-01T00:00:00Z is what
+// a Go client sends for an unset time.Time; it used to reach the governor
+// as a zero Pause.Until, which means "indefinitely".
+func TestTranslatePauseUntilZeroTimeEndsAtOnce(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 30, 0, time.UTC)
+	var zero time.Time
+	body, err := events.Marshal(events.TypeTaskPaused, "test", "t", events.TaskPause{ID: "t", Until: &zero}, now, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, err := Translate(events.TaskSubject(events.VerbPaused, "t"), nil, body, now)
+	if err != nil {
+		t.Fatalf("rejected: %v", err)
+	}
+	d := Apply(minuteSpec("t"), ranAt(now.Add(-30*time.Second)), step)
+	if d.State.Paused || d.NextRunAt.IsZero() {
+		t.Fatalf("pause until 0001-01-01 (past): paused=%v next=%v source=%s; want the pause ended at once\ntrail %q", d.State.Paused, d.NextRunAt, d.Source, d.Trail)
+	}
+}
+
+// TestTranslateHintAtZeroTimeRunsNow: docs/events.md, TaskHint.at: "A time
+// in the past means now." An at of 0001-01-01T00:00:00Z was accepted but
+// reached the governor as "no one-shot", so nothing ran.
+func TestTranslateHintAtZeroTimeRunsNow(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 30, 0, time.UTC)
+	var zero time.Time
+	body, err := events.Marshal(events.TypeTaskHinted, "test", "t", events.TaskHint{ID: "t", At: &zero}, now, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, err := Translate(events.TaskSubject(events.VerbHinted, "t"), nil, body, now)
+	if err != nil {
+		t.Fatalf("rejected: %v", err)
+	}
+	spec := minuteSpec("t")
+	spec.Schedule.Interval = events.Duration(time.Hour)
+	st := ranAt(now.Add(-30 * time.Second))
+	st.NextRunAt = st.LastScheduledAt.Add(time.Hour)
+	d := Apply(spec, st, step)
+	if !d.NextRunAt.Equal(now) || d.Source != gov.SourceHintOneShot {
+		t.Fatalf("hint at 0001-01-01 (past): next=%v source=%s, want %v hint-oneshot\ntrail %q", d.NextRunAt, d.Source, now, d.Trail)
+	}
+}
