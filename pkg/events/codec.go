@@ -255,7 +255,13 @@ func hasJSONSuffix(ct string) bool {
 	return strings.HasSuffix(mt, "+json")
 }
 
+// decodeStrict decodes data into v with the strict rules of DecodeData:
+// keys exactly as documented, each once (strictShape), no unknown fields,
+// no trailing content.
 func decodeStrict(data []byte, v any) error {
+	if err := strictShape(data, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

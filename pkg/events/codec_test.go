@@ -342,6 +342,56 @@ func TestDecodeData(t *testing.T) {
 	}
 }
 
+// TestDecodeDataRefusesCaseVariantsAndDuplicates: docs/events.md says field
+// names are camelCase and unknown fields are refused, and the CLI refuses
+// a YAML key given twice. encoding/json matches keys case-insensitively
+// and lets the last of two equal keys win, so "Schedule"/"INTERVAL" were
+// taken as schedule.interval, a trailing "ID" changed which task was
+// created, and a second "schedule" replaced the first. Each is now refused,
+// naming the path.
+func TestDecodeDataRefusesCaseVariantsAndDuplicates(t *testing.T) {
+	const base = `"id":"orders-health","target":{"http":{"url":"https://orders.example/healthz"}}`
+	tests := []struct {
+		name string
+		data string
+		want wantErr
+	}{
+		{"wrong-case object", `{` + base + `,"Schedule":{"INTERVAL":"30s"}}`, wantErr{"Schedule", []string{"unknown field", `did you mean "schedule"?`}}},
+		{"wrong-case nested key", `{` + base + `,"schedule":{"INTERVAL":"30s"}}`, wantErr{"schedule.INTERVAL", []string{"unknown field", `"interval"`}}},
+		{"trailing ID", `{` + base + `,"schedule":{"interval":"30s"},"ID":"other"}`, wantErr{"ID", []string{"unknown field", `"id"`}}},
+		{"duplicate object", `{` + base + `,"schedule":{"interval":"1h"},"schedule":{"interval":"1m"}}`, wantErr{"schedule", []string{"given twice"}}},
+		{"duplicate scalar", `{"id":"a","id":"b"}`, wantErr{"id", []string{"given twice"}}},
+		{"duplicate label", `{` + base + `,"labels":{"team":"a","team":"b"}}`, wantErr{"labels.team", []string{"given twice"}}},
+		{"duplicate header", `{"id":"a","target":{"http":{"url":"https://e.com","headers":{"X-A":"1","X-A":"2"}}}}`, wantErr{"target.http.headers.X-A", []string{"given twice"}}},
+		{"wrong case in an array element", `{"target":{"http":{"url":"https://e.com","expectStatus":["2xx"]}},"quietHours":{"Start":"22:00"}}`, wantErr{"quietHours.Start", []string{"unknown field"}}},
+		{"unknown field in a later object", `{"id":"a","bounds":{"min":"1s","mAx":"2s"}}`, wantErr{"bounds.mAx", []string{"unknown field"}}},
+		{"syntax error still wins", `{"Schedule":1,"id":}`, wantErr{"data", []string{"not valid JSON"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s events.TaskSpec
+			err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, tt.data), &s)
+			if err == nil {
+				t.Fatalf("DecodeData(%s) = nil error, decoded %+v", tt.data, s)
+			}
+			if !errors.Is(err, events.ErrMalformed) {
+				t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
+			}
+			reasons := events.Reasons(err)
+			if len(reasons) != 1 {
+				t.Fatalf("Reasons = %+v, want 1", reasons)
+			}
+			assertFieldError(t, reasons[0], tt.want)
+		})
+	}
+	// Arrays of objects name the element.
+	var dl events.DeadLetter
+	err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"taskId":"a","errors":[{"attempt":1,"error":"x"},{"attempt":2,"Error":"y"}]}`), &dl)
+	if rs := events.Reasons(err); len(rs) != 1 || rs[0].Field != "errors[1].Error" {
+		t.Fatalf("dead letter with errors[1].Error: %v, want errors[1].Error: unknown field", err)
+	}
+}
+
 func TestDecodeDataAccepts(t *testing.T) {
 	for _, ct := range []string{"", events.ContentTypeJSON, events.ContentTypeJSON + "; charset=utf-8", "application/vnd.flyball.task+json"} {
 		var s events.TaskSpec
@@ -351,6 +401,12 @@ func TestDecodeDataAccepts(t *testing.T) {
 		if s.ID != "x" || s.Schedule.Interval.D() != 30*time.Second {
 			t.Errorf("decoded %+v", s)
 		}
+	}
+	// Map keys are data: keys differing in case are distinct; an escaped
+	// key is the key it spells.
+	var l events.TaskSpec
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"\u0069d":"x","labels":{"env":"a","Env":"b"},"target":{"http":{"url":"https://e.com"}},"schedule":{"interval":"30s"}}`), &l); err != nil || l.ID != "x" || len(l.Labels) != 2 {
+		t.Errorf("DecodeData with labels env/Env = %v, decoded %+v", err, l)
 	}
 	// null leaves optional values unset, durations included.
 	var s events.TaskSpec

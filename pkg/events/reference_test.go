@@ -153,6 +153,9 @@ func refDecodeData(e Event, v any) error {
 }
 
 func refDecodeStrict(data []byte, v any) error {
+	if err := strictShape(data, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -172,10 +172,11 @@ func (q *RequestRecord) setField(key string, raw []byte) (bit uint32, ok bool) {
 	return 0, false
 }
 
-// fastHeaders decodes an object of strings. A repeated name keeps its last
-// value, as encoding/json does for maps.
+// fastHeaders decodes an object of strings. A repeated name is left to
+// DecodeData, which refuses it.
 func fastHeaders(b []byte, dst *map[string]string) bool {
 	h := map[string]string{}
+	n := 0
 	m := members{s: jsonScanner{b: b}}
 	for m.next() {
 		var v string
@@ -183,8 +184,9 @@ func fastHeaders(b []byte, dst *map[string]string) bool {
 			return false
 		}
 		h[string(m.key)] = v
+		n++
 	}
-	if !m.complete() {
+	if !m.complete() || len(h) != n {
 		return false
 	}
 	*dst = h

@@ -1,0 +1,218 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// strictShape checks what encoding/json lets through even with
+// DisallowUnknownFields: it matches keys to struct fields
+// case-insensitively ("Schedule", "INTERVAL" and a trailing "ID" are taken
+// as the documented fields) and lets the last of two equal keys win. It
+// walks the first JSON value of data against the type of v and refuses
+//
+//   - an object key that is not exactly the json name of a field of the
+//     target struct: "schedule.INTERVAL: unknown field";
+//   - a key given twice in one object: "schedule: given twice in one
+//     object". (Map keys are data: "env" and "Env" are two labels.)
+//
+// Input that is not valid JSON, and values of the wrong JSON type, are
+// left to encoding/json, whose errors come first as before. This runs on
+// the command path (DecodeData) and on the rare fallbacks of the per-run
+// fast paths (DecodeRun, DecodeDispatch), never on the fast paths
+// themselves; they refuse unknown and repeated keys on their own.
+func strictShape(data []byte, v any) error {
+	w := shapeWalker{dec: json.NewDecoder(bytes.NewReader(data))}
+	problem := w.value(reflect.TypeOf(v), "")
+	if problem == nil || w.broken {
+		return nil
+	}
+	// A problem found before a syntax error further on: the decoder's
+	// syntax error stays the answer, as before.
+	var raw json.RawMessage
+	if json.NewDecoder(bytes.NewReader(data)).Decode(&raw) != nil {
+		return nil
+	}
+	return problem
+}
+
+type shapeWalker struct {
+	dec *json.Decoder
+	// broken is set when the input is not valid JSON: the walk stops and
+	// reports nothing.
+	broken bool
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// value walks the next value, destined for a value of type t (nil: any).
+func (w *shapeWalker) value(t reflect.Type, path string) error {
+	tok, err := w.dec.Token()
+	if err != nil {
+		w.broken = true
+		return nil
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return nil // a scalar: encoding/json checks its type
+	}
+	if t != nil && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(unmarshalerType) {
+		return w.skip() // the type reads its own JSON
+	}
+	switch d {
+	case '{':
+		switch {
+		case t == nil || t.Kind() == reflect.Interface:
+			return w.object(nil, nil, path)
+		case t.Kind() == reflect.Struct:
+			return w.object(structFields(t), nil, path)
+		case t.Kind() == reflect.Map:
+			return w.object(nil, t.Elem(), path)
+		}
+	case '[':
+		switch {
+		case t == nil || t.Kind() == reflect.Interface:
+			return w.array(nil, path)
+		case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+			return w.array(t.Elem(), path)
+		}
+	}
+	// The wrong JSON type for t: encoding/json reports it.
+	return w.skip()
+}
+
+// object walks the members of an object whose '{' was read: fields names
+// the members of a struct, elem is the value type of a map, and both nil
+// stand for an untyped object.
+func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, path string) error {
+	var seen []string
+	for w.dec.More() {
+		tok, err := w.dec.Token()
+		if err != nil {
+			w.broken = true
+			return nil
+		}
+		key, _ := tok.(string)
+		sub := key
+		if path != "" {
+			sub = path + "." + key
+		}
+		t := elem
+		if fields != nil {
+			var ok bool
+			if t, ok = fields[key]; !ok {
+				return malformed(sub, unknownField(fields, key))
+			}
+		}
+		for _, k := range seen {
+			if k == key {
+				return malformed(sub, "given twice in one object")
+			}
+		}
+		seen = append(seen, key)
+		if err := w.value(t, sub); err != nil || w.broken {
+			return err
+		}
+	}
+	return w.end()
+}
+
+// unknownField is the rule for an unknown key, naming the field it
+// differs from only in case.
+func unknownField(fields map[string]reflect.Type, key string) string {
+	for name := range fields {
+		if strings.EqualFold(name, key) {
+			return "unknown field (field names are case-sensitive: did you mean " + strconv.Quote(name) + "?)"
+		}
+	}
+	return "unknown field"
+}
+
+// array walks the elements of an array whose '[' was read.
+func (w *shapeWalker) array(elem reflect.Type, path string) error {
+	for i := 0; w.dec.More(); i++ {
+		if err := w.value(elem, path+"["+strconv.Itoa(i)+"]"); err != nil || w.broken {
+			return err
+		}
+	}
+	return w.end()
+}
+
+// end reads the closing delimiter of the current object or array.
+func (w *shapeWalker) end() error {
+	if _, err := w.dec.Token(); err != nil {
+		w.broken = true
+	}
+	return nil
+}
+
+// skip moves past the rest of a value whose opening delimiter was read.
+func (w *shapeWalker) skip() error {
+	for depth := 1; depth > 0; {
+		tok, err := w.dec.Token()
+		if err != nil {
+			w.broken = true
+			return nil
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+	}
+	return nil
+}
+
+// fieldCache maps a struct type to its fields by json name.
+var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+
+// structFields returns the fields encoding/json decodes into a value of
+// struct type t, by their exact json names (embedded structs promoted).
+func structFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	addFields(m, t, 0)
+	fieldCache.Store(t, m)
+	return m
+}
+
+func addFields(m map[string]reflect.Type, t reflect.Type, depth int) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && depth < 8 {
+				addFields(m, ft, depth+1)
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if _, ok := m[name]; !ok || depth == 0 {
+			m[name] = f.Type
+		}
+	}
+}
