@@ -392,6 +392,37 @@ func TestDecodeDataRefusesCaseVariantsAndDuplicates(t *testing.T) {
 	}
 }
 
+// TestDecodeDataNamesTheTimeField: a malformed time used to be reported
+// against "data" (time.ParseError carries no JSON path), so a pause until
+// "tomorrow" or a startAt of "noon" named no field.
+func TestDecodeDataNamesTheTimeField(t *testing.T) {
+	tests := []struct {
+		name string
+		v    any
+		data string
+		want wantErr
+	}{
+		{"startAt", new(events.TaskSpec), `{"id":"x","startAt":"noon"}`, wantErr{"startAt", []string{"RFC 3339", `got "noon"`}}},
+		{"startAt without zone", new(events.TaskSpec), `{"startAt":"2026-03-02T10:00:00"}`, wantErr{"startAt", []string{"RFC 3339"}}},
+		{"startAt as number", new(events.TaskSpec), `{"startAt":1772445600}`, wantErr{"startAt", []string{"wrong type: got number", "RFC 3339"}}},
+		{"startAt as object", new(events.TaskSpec), `{"startAt":{"t":1}}`, wantErr{"startAt", []string{"wrong type: got object"}}},
+		{"until", new(events.TaskPause), `{"until":"tomorrow"}`, wantErr{"until", []string{"RFC 3339", `got "tomorrow"`}}},
+		{"at", new(events.TaskHint), `{"at":"soon"}`, wantErr{"at", []string{"RFC 3339"}}},
+		{"nested", new(events.DeadLetter), `{"errors":[{"at":"2026-03-02 10:00"}]}`, wantErr{"errors[0].at", []string{"RFC 3339"}}},
+		{"breaker retryAt", new(events.BreakerTransition), `{"retryAt":true}`, wantErr{"retryAt", []string{"wrong type: got bool"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, tt.data), tt.v)
+			reasons := events.Reasons(err)
+			if !errors.Is(err, events.ErrMalformed) || len(reasons) != 1 {
+				t.Fatalf("DecodeData(%s) = %v, want one malformed reason", tt.data, err)
+			}
+			assertFieldError(t, reasons[0], tt.want)
+		})
+	}
+}
+
 func TestDecodeDataAccepts(t *testing.T) {
 	for _, ct := range []string{"", events.ContentTypeJSON, events.ContentTypeJSON + "; charset=utf-8", "application/vnd.flyball.task+json"} {
 		var s events.TaskSpec

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // strictShape checks what encoding/json lets through even with
@@ -19,6 +20,8 @@ import (
 //     target struct: "schedule.INTERVAL: unknown field";
 //   - a key given twice in one object: "schedule: given twice in one
 //     object". (Map keys are data: "env" and "Env" are two labels.)
+//   - a time that is not an RFC 3339 string: encoding/json reports it
+//     without the field's path.
 //
 // Input that is not valid JSON, and values of the wrong JSON type, are
 // left to encoding/json, whose errors come first as before. This runs on
@@ -59,12 +62,16 @@ func (w *shapeWalker) value(t reflect.Type, path string) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == timeType {
+		return w.time(tok, path)
+	}
 	d, ok := tok.(json.Delim)
 	if !ok {
 		return nil // a scalar: encoding/json checks its type
 	}
 	if t != nil && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(unmarshalerType) {
-		return w.skip() // the type reads its own JSON
+		w.skip() // the type reads its own JSON
+		return nil
 	}
 	switch d {
 	case '{':
@@ -85,7 +92,36 @@ func (w *shapeWalker) value(t reflect.Type, path string) error {
 		}
 	}
 	// The wrong JSON type for t: encoding/json reports it.
-	return w.skip()
+	w.skip()
+	return nil
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// time checks a time value, whose errors encoding/json reports without
+// the field's path (time.ParseError is no *json.UnmarshalTypeError): a
+// malformed pause until, hint at or startAt named no field.
+func (w *shapeWalker) time(tok json.Token, path string) error {
+	const want = `an RFC 3339 time such as "2026-03-02T11:00:00Z"`
+	switch v := tok.(type) {
+	case nil:
+		return nil // null: absent
+	case string:
+		var t time.Time
+		if t.UnmarshalText([]byte(v)) != nil { // what UnmarshalJSON parses
+			return malformed(path, "must be "+want+", got "+strconv.Quote(truncate(v, 40)))
+		}
+		return nil
+	case json.Delim:
+		w.skip()
+		if v == '[' {
+			return malformed(path, "wrong type: got array, want "+want)
+		}
+		return malformed(path, "wrong type: got object, want "+want)
+	case bool:
+		return malformed(path, "wrong type: got bool, want "+want)
+	}
+	return malformed(path, "wrong type: got number, want "+want)
 }
 
 // object walks the members of an object whose '{' was read: fields names
@@ -154,12 +190,12 @@ func (w *shapeWalker) end() error {
 }
 
 // skip moves past the rest of a value whose opening delimiter was read.
-func (w *shapeWalker) skip() error {
+func (w *shapeWalker) skip() {
 	for depth := 1; depth > 0; {
 		tok, err := w.dec.Token()
 		if err != nil {
 			w.broken = true
-			return nil
+			return
 		}
 		if d, ok := tok.(json.Delim); ok {
 			if d == '{' || d == '[' {
@@ -169,7 +205,6 @@ func (w *shapeWalker) skip() error {
 			}
 		}
 	}
-	return nil
 }
 
 // fieldCache maps a struct type to its fields by json name.

@@ -42,3 +42,18 @@ func TestStrictDecodingRefusesCaseVariantsAndDuplicates(t *testing.T) {
 	r := b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"reason":"a","reason":"b"}`)
 	expect(t, "pause with reason twice", r, http.StatusBadRequest, "reason")
 }
+
+// TestBadTimeNamesTheField: a malformed time names its field, like every
+// other bad input (docs/operations.md: "400: invalid input; field names it"). It
+// used to come back without a field: time.ParseError carries no JSON path.
+func TestBadTimeNamesTheField(t *testing.T) {
+	b := apiWithoutGovernor(t)
+	for _, c := range []struct{ path, body, field string }{
+		{"/api/v1/tasks/web/pause", `{"until":"tomorrow"}`, "until"},
+		{"/api/v1/tasks/web/hint", `{"at":"soon"}`, "at"},
+		{"/api/v1/tasks", `{"id":"web","target":{"http":{"url":"http://example.com"}},"schedule":{"interval":"1h"},"startAt":"noon"}`, "startAt"},
+	} {
+		r := b.call(t, http.MethodPost, c.path, c.body)
+		expect(t, "POST "+c.path+" "+c.body, r, http.StatusBadRequest, c.field)
+	}
+}
