@@ -505,8 +505,11 @@ func FuzzMarshalMatchesSDK(f *testing.F) {
 // FuzzDecodeDataMatchesReference compares DecodeData with the reference on
 // arbitrary data and content types.
 func FuzzDecodeDataMatchesReference(f *testing.F) {
-	for _, s := range []string{diffSpec, `{"id":5}`, `{"nope":1}`, `[1]`, `{"id":"x"}}`, ` `, `{"schedule":{"interval":5}}`,
-		`{"Schedule":{"INTERVAL":"30s"}}`, `{"id":"a","ID":"b"}`, `{"schedule":{},"schedule":{}}`, `{"labels":{"a":"1","a":"2"}}`, `{"x":[{"a":1,"a":2}]}`} {
+	for _, s := range []string{
+		diffSpec, `{"id":5}`, `{"nope":1}`, `[1]`, `{"id":"x"}}`, ` `, `{"schedule":{"interval":5}}`,
+		`{"Schedule":{"INTERVAL":"30s"}}`, `{"id":"a","ID":"b"}`, `{"schedule":{},"schedule":{}}`, `{"labels":{"a":"1","a":"2"}}`, `{"x":[{"a":1,"a":2}]}`,
+		`{"startAt":"noon"}`, `{"startAt":"9999-12-31T23:30:00-01:00"}`, `{"startAt":5}`,
+	} {
 		f.Add([]byte(s), ContentTypeJSON)
 	}
 	f.Add([]byte(diffSpec), "application/vnd.x+json;a=b")

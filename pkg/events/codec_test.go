@@ -423,6 +423,55 @@ func TestDecodeDataNamesTheTimeField(t *testing.T) {
 	}
 }
 
+// TestDecodersRefuseTimesOutsideYears1To9999: "9999-12-31T23:30:00-01:00"
+// is valid RFC 3339 but 10000-01-01T00:30:00Z in UTC, which json.Marshal
+// cannot write. Such times were accepted, and every decision holding one
+// failed to encode; each decoder now refuses them, naming the field.
+func TestDecodersRefuseTimesOutsideYears1To9999(t *testing.T) {
+	const late, early = `"9999-12-31T23:30:00-01:00"`, `"0001-01-01T00:30:00+01:00"`
+	for _, c := range []struct {
+		v     any
+		data  string
+		field string
+	}{
+		{new(events.TaskSpec), `{"startAt":` + late + `}`, "startAt"},
+		{new(events.TaskSpec), `{"startAt":` + early + `}`, "startAt"},
+		{new(events.TaskPause), `{"until":` + late + `}`, "until"},
+		{new(events.TaskHint), `{"at":` + late + `}`, "at"},
+		{new(events.BreakerTransition), `{"retryAt":` + late + `}`, "retryAt"},
+		{new(events.DeadLetter), `{"deadLetteredAt":` + late + `}`, "deadLetteredAt"},
+	} {
+		err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, c.data), c.v)
+		if rs := events.Reasons(err); !errors.Is(err, events.ErrMalformed) || len(rs) != 1 || rs[0].Field != c.field || !strings.Contains(rs[0].Rule, "9999-12-31T23:59:59Z") {
+			t.Errorf("DecodeData(%s) into %T = %v, want one reason naming %s", c.data, c.v, err, c.field)
+		}
+	}
+	// The per-run decoders (fast paths included) refuse them too.
+	run := `{"dispatchId":"r:1","taskId":"r","scheduledAt":` + late + `,"attempt":1}`
+	var r events.Run
+	if err := events.DecodeRun(dataEvent(t, events.ContentTypeJSON, run), &r); !errors.Is(err, events.ErrMalformed) || events.Reasons(err)[0].Field != "scheduledAt" {
+		t.Errorf("DecodeRun(%s) = %v, want scheduledAt refused", run, err)
+	}
+	dispatch := `{"dispatchId":"r:1","taskId":"r","scheduledAt":"2026-03-02T10:00:00Z","firedAt":` + early + `}`
+	var d events.Dispatch
+	if err := events.DecodeDispatch(dataEvent(t, events.ContentTypeJSON, dispatch), &d); !errors.Is(err, events.ErrMalformed) || events.Reasons(err)[0].Field != "firedAt" {
+		t.Errorf("DecodeDispatch(%s) = %v, want firedAt refused", dispatch, err)
+	}
+	// The bounds themselves, and the zero time, are in range.
+	for _, ok := range []string{`"0001-01-01T00:00:00Z"`, `"9999-12-31T23:59:59.999999999Z"`, `"9999-12-31T23:59:59-00:00"`} {
+		var p events.TaskPause
+		if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"until":`+ok+`}`), &p); err != nil {
+			t.Errorf("until %s: %v, want accepted", ok, err)
+		}
+	}
+	// Validate holds a spec built in Go to the same range.
+	start := time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600))
+	spec := events.TaskSpec{ID: "x", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://e.com"}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, StartAt: &start}
+	if rs := events.Reasons(spec.Validate()); len(rs) != 1 || rs[0].Field != "startAt" {
+		t.Errorf("Validate with startAt %s = %+v, want startAt refused", start.Format(time.RFC3339), rs)
+	}
+}
+
 func TestDecodeDataAccepts(t *testing.T) {
 	for _, ct := range []string{"", events.ContentTypeJSON, events.ContentTypeJSON + "; charset=utf-8", "application/vnd.flyball.task+json"} {
 		var s events.TaskSpec

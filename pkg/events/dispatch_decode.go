@@ -39,9 +39,9 @@ func (d *Dispatch) setField(key string, raw []byte) (bit uint32, ok bool) {
 	case "taskId":
 		return 2, setString(raw, &d.TaskID)
 	case "scheduledAt":
-		return 4, isQuoted(raw) && d.ScheduledAt.UnmarshalJSON(raw) == nil
+		return 4, setTime(raw, &d.ScheduledAt)
 	case "firedAt":
-		return 8, isQuoted(raw) && d.FiredAt.UnmarshalJSON(raw) == nil
+		return 8, setTime(raw, &d.FiredAt)
 	case "source":
 		return 16, setString(raw, &d.Source)
 	case "reason":

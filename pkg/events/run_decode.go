@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -77,13 +78,13 @@ func (r *Run) setField(key string, raw []byte) (bit uint32, ok bool) {
 	case "taskId":
 		return 1 << 1, setString(raw, &r.TaskID)
 	case "scheduledAt":
-		return 1 << 2, isQuoted(raw) && r.ScheduledAt.UnmarshalJSON(raw) == nil
+		return 1 << 2, setTime(raw, &r.ScheduledAt)
 	case "attempt":
 		return 1 << 3, rawInt(raw, &r.Attempt)
 	case "startedAt":
-		return 1 << 4, isQuoted(raw) && r.StartedAt.UnmarshalJSON(raw) == nil
+		return 1 << 4, setTime(raw, &r.StartedAt)
 	case "finishedAt":
-		return 1 << 5, isQuoted(raw) && r.FinishedAt.UnmarshalJSON(raw) == nil
+		return 1 << 5, setTime(raw, &r.FinishedAt)
 	case "duration":
 		return 1 << 6, isQuoted(raw) && r.Duration.UnmarshalJSON(raw) == nil
 	case "status":
@@ -224,6 +225,12 @@ func setString(raw []byte, dst *string) bool {
 		*dst = s
 	}
 	return ok
+}
+
+// setTime sets *dst from a JSON time string in range (TimeInRange);
+// anything else is left to DecodeData, which names the problem.
+func setTime(raw []byte, dst *time.Time) bool {
+	return isQuoted(raw) && dst.UnmarshalJSON(raw) == nil && TimeInRange(*dst)
 }
 
 // rawInt sets *dst from a JSON number the way encoding/json fills an int:

@@ -20,8 +20,9 @@ import (
 //     target struct: "schedule.INTERVAL: unknown field";
 //   - a key given twice in one object: "schedule: given twice in one
 //     object". (Map keys are data: "env" and "Env" are two labels.)
-//   - a time that is not an RFC 3339 string: encoding/json reports it
-//     without the field's path.
+//   - a time that is not an RFC 3339 string (encoding/json reports it
+//     without the field's path), or one outside years 1-9999 in UTC
+//     (see TimeInRange).
 //
 // Input that is not valid JSON, and values of the wrong JSON type, are
 // left to encoding/json, whose errors come first as before. This runs on
@@ -36,11 +37,26 @@ func strictShape(data []byte, v any) error {
 	}
 	// A problem found before a syntax error further on: the decoder's
 	// syntax error stays the answer, as before.
-	var raw json.RawMessage
-	if json.NewDecoder(bytes.NewReader(data)).Decode(&raw) != nil {
+	if !firstValueValid(data) {
 		return nil
 	}
 	return problem
+}
+
+// firstValueValid reports whether data starts with one valid JSON value.
+func firstValueValid(data []byte) bool {
+	var raw json.RawMessage
+	return json.NewDecoder(bytes.NewReader(data)).Decode(&raw) == nil
+}
+
+// token reads the next token; false (with broken set) for invalid JSON.
+func (w *shapeWalker) token() (json.Token, bool) {
+	tok, err := w.dec.Token()
+	if err != nil {
+		w.broken = true
+		return nil, false
+	}
+	return tok, true
 }
 
 type shapeWalker struct {
@@ -54,9 +70,8 @@ var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
 // value walks the next value, destined for a value of type t (nil: any).
 func (w *shapeWalker) value(t reflect.Type, path string) error {
-	tok, err := w.dec.Token()
-	if err != nil {
-		w.broken = true
+	tok, ok := w.token()
+	if !ok {
 		return nil
 	}
 	for t != nil && t.Kind() == reflect.Pointer {
@@ -111,6 +126,9 @@ func (w *shapeWalker) time(tok json.Token, path string) error {
 		if t.UnmarshalText([]byte(v)) != nil { // what UnmarshalJSON parses
 			return malformed(path, "must be "+want+", got "+strconv.Quote(truncate(v, 40)))
 		}
+		if !TimeInRange(t) {
+			return malformed(path, timeRangeRule(v))
+		}
 		return nil
 	case json.Delim:
 		w.skip()
@@ -130,9 +148,8 @@ func (w *shapeWalker) time(tok json.Token, path string) error {
 func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, path string) error {
 	var seen []string
 	for w.dec.More() {
-		tok, err := w.dec.Token()
-		if err != nil {
-			w.broken = true
+		tok, ok := w.token()
+		if !ok {
 			return nil
 		}
 		key, _ := tok.(string)
@@ -183,18 +200,15 @@ func (w *shapeWalker) array(elem reflect.Type, path string) error {
 
 // end reads the closing delimiter of the current object or array.
 func (w *shapeWalker) end() error {
-	if _, err := w.dec.Token(); err != nil {
-		w.broken = true
-	}
+	w.token()
 	return nil
 }
 
 // skip moves past the rest of a value whose opening delimiter was read.
 func (w *shapeWalker) skip() {
 	for depth := 1; depth > 0; {
-		tok, err := w.dec.Token()
-		if err != nil {
-			w.broken = true
+		tok, ok := w.token()
+		if !ok {
 			return
 		}
 		if d, ok := tok.(json.Delim); ok {
@@ -250,4 +264,23 @@ func addFields(m map[string]reflect.Type, t reflect.Type, depth int) {
 			m[name] = f.Type
 		}
 	}
+}
+
+// MinTime and MaxTime bound the times flyball accepts: years 1 to 9999 in
+// UTC. MinTime is the zero time, which Go writes for an unset time.Time.
+var (
+	MinTime = time.Time{}
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC)
+)
+
+// TimeInRange reports whether t lies in [MinTime, MaxTime]. A valid RFC
+// 3339 time with an offset can fall outside ("9999-12-31T23:30:00-01:00"
+// is 10000-01-01T00:30:00Z): a decision holding it could not be encoded
+// (json.Marshal fails past year 9999), so decoders refuse it.
+func TimeInRange(t time.Time) bool {
+	return !t.Before(MinTime) && !t.After(MaxTime)
+}
+
+func timeRangeRule(v string) string {
+	return "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got " + strconv.Quote(truncate(v, 40))
 }

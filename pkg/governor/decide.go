@@ -57,6 +57,7 @@ const trailCap = 128
 // Decide applies in to st and decides when the task runs next. It is pure:
 // the same arguments always give the same Decision. It never modifies st.
 func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
+	in = storableInput(in)
 	p := planner{now: now, spec: spec, in: in.Kind, s: st, prevNext: st.NextRunAt, prevSource: st.Source}
 	s := &p.s
 	s.Trail = nil
@@ -123,6 +124,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		p.plan()
 	}
 	s.NextRunAt, s.Source, s.Trail = p.next, p.source, p.tr.lines()
+	s.keepStorable()
 	return Decision{NextRunAt: s.NextRunAt, Source: s.Source, Trail: s.Trail, State: *s, ClearedHints: p.cleared}
 }
 

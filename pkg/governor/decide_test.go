@@ -445,6 +445,47 @@ func TestDecideStartAtZeroTimeRunsAtOnce(t *testing.T) {
 	}
 }
 
+// TestDecideKeepsEveryStateStorable: the service writes each decision with
+// State.AppendJSON, which fails (like json.Marshal) for times past year
+// 9999. A pause until "9999-12-31T23:30:00-01:00" (valid RFC 3339,
+// 10000-01-01T00:30:00Z in UTC) made a decision that could not be
+// stored. Whatever the input, the decision's times are now clamped into
+// the storable range.
+func TestDecideKeepsEveryStateStorable(t *testing.T) {
+	var p events.TaskPause
+	if err := json.Unmarshal([]byte(`{"until":"9999-12-31T23:30:00-01:00"}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	late := *p.Until
+	early := time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)
+	spec := intervalSpec(time.Minute)
+	start := withStartAt(intervalSpec(time.Minute), late)
+	now := t0.Add(time.Second)
+	for _, c := range []struct {
+		name string
+		spec *events.TaskSpec
+		st   governor.State
+		in   governor.Input
+	}{
+		{"pause until past 9999", spec, ran(t0), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: late}}},
+		{"hint at past 9999", spec, ran(t0), governor.Input{Kind: governor.KindHinted, Hint: &governor.Hint{At: late}}},
+		{"hint at before year 0", spec, ran(t0), governor.Input{Kind: governor.KindHinted, Hint: &governor.Hint{At: early}}},
+		{"breaker retryAt past 9999", spec, ran(t0), governor.Input{Kind: governor.KindBreaker, Breaker: &governor.BreakerSignal{State: "open", RetryAt: late}}},
+		{"dead letter at the end of 9999", spec, ran(t0), governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{DispatchID: "x:1", At: events.MaxTime}}},
+		{"outcome past 9999", spec, ran(t0), outcome("succeeded", late)},
+		{"startAt past 9999", start, governor.State{}, accepted},
+	} {
+		d := governor.Decide(now, c.spec, c.st, c.in)
+		if _, err := d.State.AppendJSON(nil); err != nil {
+			t.Errorf("%s: decision cannot be stored: %v (next %s, source %s)", c.name, err, fmtT(d.NextRunAt), d.Source)
+		}
+	}
+	d := governor.Decide(now, spec, ran(t0), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: late}})
+	if !d.State.Paused || !d.State.PausedUntil.Equal(events.MaxTime) {
+		t.Errorf("pause until %s: paused %v until %s, want paused until %s", late.Format(time.RFC3339), d.State.Paused, fmtT(d.State.PausedUntil), fmtT(events.MaxTime))
+	}
+}
+
 func TestDecidePause(t *testing.T) {
 	paused := func(until time.Time) governor.State {
 		s := ran(t0)

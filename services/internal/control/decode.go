@@ -63,7 +63,8 @@ const MaxHintTTL = 7 * 24 * time.Hour
 
 // ValidateHint checks a task.hinted command before it is sent, with the
 // governor's rules: an interval, a one-shot time, or both; an interval of
-// at least 1s; a TTL in [0, 168h] (0 takes the default).
+// at least 1s; a one-shot time in years 1-9999 (UTC); a TTL in [0, 168h]
+// (0 takes the default).
 func ValidateHint(h *events.TaskHint) error {
 	var errs []events.FieldError
 	add := func(field, rule string) { errs = append(errs, events.FieldError{Field: field, Rule: rule}) }
@@ -72,6 +73,9 @@ func ValidateHint(h *events.TaskHint) error {
 	}
 	if h.Interval != 0 && (h.Interval.D() < events.MinInterval || h.Interval.D() > events.MaxInterval) {
 		add("interval", fmt.Sprintf("must be in [%s, %s], got %s", events.MinInterval, events.MaxInterval, h.Interval))
+	}
+	if h.At != nil && !events.TimeInRange(*h.At) {
+		add("at", fmt.Sprintf("must be between %s and %s, got %s", events.MinTime.Format(time.RFC3339), events.MaxTime.Format(time.RFC3339), h.At.Format(time.RFC3339)))
 	}
 	if h.TTL < 0 || h.TTL.D() > MaxHintTTL {
 		add("ttl", fmt.Sprintf("must be in [0, %s] (0 takes the default), got %s", MaxHintTTL, h.TTL))

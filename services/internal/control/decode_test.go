@@ -62,6 +62,8 @@ func TestValidateHint(t *testing.T) {
 		{"too fast", events.TaskHint{Interval: events.Duration(time.Millisecond)}, "interval"},
 		{"ttl too long", events.TaskHint{At: &at, TTL: events.Duration(200 * time.Hour)}, "ttl"},
 		{"bad id", events.TaskHint{ID: "a b", At: &at}, "id"},
+		// 10000-01-01T00:30:00Z in UTC: a decision holding it cannot be stored.
+		{"at past year 9999", events.TaskHint{At: new(time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600)))}, "at"},
 	}
 	for _, c := range cases {
 		err := control.ValidateHint(&c.given)
