@@ -12,6 +12,11 @@ type TaskRef struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// MaxReasonBytes bounds the free-text reason of a pause or a hint. The
+// governor keeps it in the task's schedule (a hint with interval and at
+// keeps it twice), which must fit in one KV value.
+const MaxReasonBytes = 1024
+
 // TaskPause is the data of task.paused. A nil Until pauses indefinitely.
 type TaskPause struct {
 	ID     string     `json:"id"`

@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 )
@@ -55,5 +57,21 @@ func TestBadTimeNamesTheField(t *testing.T) {
 	} {
 		r := b.call(t, http.MethodPost, c.path, c.body)
 		expect(t, "POST "+c.path+" "+c.body, r, http.StatusBadRequest, c.field)
+	}
+}
+
+// TestReasonIsBounded: the reason of a pause or a hint is kept in the
+// task's schedule, so it is at most events.MaxReasonBytes; a longer one is
+// a 400 naming reason (it used to be sent, and a long enough one made the
+// governor retry the command forever).
+func TestReasonIsBounded(t *testing.T) {
+	b := apiWithoutGovernor(t)
+	long := strings.Repeat("x", events.MaxReasonBytes+1)
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/tasks/web/pause", `{"reason":"` + long + `"}`},
+		{"/api/v1/tasks/web/hint", `{"interval":"10s","reason":"` + long + `"}`},
+		{"/api/v1/tasks/web/run-now", `{"reason":"` + long + `"}`},
+	} {
+		expect(t, "POST "+c.path+" with a long reason", b.call(t, http.MethodPost, c.path, c.body), http.StatusBadRequest, "reason")
 	}
 }

@@ -142,6 +142,10 @@ func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 		t := now.Add(req.For.D())
 		p.Until = &t
 	}
+	if err := control.ValidatePause(&p); err != nil {
+		writeInvalid(w, err)
+		return
+	}
 	if s.existing(w, r, id) {
 		s.send(w, r, events.VerbPaused, id, p)
 	}

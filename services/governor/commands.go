@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -34,6 +35,48 @@ func reject(field, rule string) error {
 
 func rejectErr(err error) error { return &rejection{reasons: events.Reasons(err)} }
 
+// permanentError is a failure that no redelivery mends: a value that
+// cannot be encoded, or a KV write too large for the server. Commands
+// fail with max_deliver -1, so taking it for a transient failure meant a
+// command redelivered every second forever, never answered. A command
+// failing so is rejected; a signal is terminated and counted.
+type permanentError struct {
+	// field names the input the failure is down to, when known.
+	field string
+	err   error
+}
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// permanent marks err as permanent (naming field when known) when it is an
+// encoding failure (pass encoding true) or a write the server refuses for
+// its size; other errors are returned as they are.
+func permanent(field string, err error, encoding bool) error {
+	if err == nil {
+		return nil
+	}
+	if encoding || tooLarge(err) {
+		return &permanentError{field: field, err: err}
+	}
+	return err
+}
+
+// tooLarge reports a publish refused for its size: by the client (over
+// the server's max_payload) or by the stream (over its max_msg_size).
+func tooLarge(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
+}
+
+// asRejection turns a permanent failure into the command's answer.
+func asRejection(p *permanentError) *rejection {
+	rule := "cannot be applied: " + p.err.Error()
+	if tooLarge(p.err) {
+		rule = "cannot be stored, it is too large for the NATS server (" + p.err.Error() + ")"
+	}
+	return &rejection{reasons: []events.FieldError{{Field: p.field, Rule: rule}}}
+}
+
 // decodeOptional decodes command data when present and checks its id.
 func decodeOptional(e events.Event, v interface{ GetID() string }, id string) error {
 	if len(e.Data()) == 0 {
@@ -59,11 +102,15 @@ func (s *Service) handleCommand(ctx context.Context, m jetstream.Msg) {
 		acc, err = s.applyCommand(ctx, step)
 	}
 	var rej *rejection
+	var perm *permanentError
 	switch {
 	case errors.Is(err, ErrNoEffect):
 		s.ack(m)
 	case errors.As(err, &rej):
 		s.answerRejected(ctx, m, rej, at)
+	case errors.As(err, &perm):
+		s.log.Warn("command cannot be applied; rejecting it", "subject", m.Subject(), "err", err)
+		s.answerRejected(ctx, m, asRejection(perm), at)
 	case err != nil:
 		s.retry(m, err)
 	default:
@@ -151,10 +198,10 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	if step.Spec != nil {
 		body, err := json.Marshal(step.Spec)
 		if err != nil {
-			return nil, fmt.Errorf("encode spec: %w", err)
+			return nil, permanent("", fmt.Errorf("encode spec: %w", err), true)
 		}
 		if rev, err = s.tasks.Put(ctx, id, body); err != nil {
-			return nil, fmt.Errorf("store spec %s: %w", id, err)
+			return nil, permanent("", fmt.Errorf("store spec %s (%d bytes with its defaults): %w", id, len(body), err), false)
 		}
 		s.specs.Put(id, rev, body)
 		spec = step.Spec
@@ -229,8 +276,12 @@ func (s *Service) handleSignal(ctx context.Context, m jetstream.Msg) {
 		s.retry(m, err)
 		return
 	}
+	var perm *permanentError
 	if _, err := s.decide(ctx, spec, step); isMissing(err) {
 		s.ack(m) // deleted a moment ago (decide checked the bucket)
+		return
+	} else if errors.As(err, &perm) {
+		jsutil.Terminate(m, "cannot be applied: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	} else if err != nil {
 		s.retry(m, err)

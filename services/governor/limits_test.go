@@ -1,6 +1,8 @@
 package governor
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +84,82 @@ func TestRunBeyondYear9999IsTerminated(t *testing.T) {
 	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, publishRaw(t, js, events.RunSubject(events.OutcomeSucceeded, "r"), body))
 	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
 		t.Fatalf("run with scheduledAt %s: %v messages terminated as malformed, want 1", slot.Format(time.RFC3339), n)
+	}
+}
+
+// TestHugeHintReasonIsRejected: a hint's reason was free text without a
+// limit. With interval and at the schedule keeps it twice, so a ~600 KB
+// reason (the command itself fits in NATS's 1 MB payload) made the
+// schedule write fail, which was taken for a transient failure: the
+// command was redelivered forever instead of being answered. A reason is
+// now at most events.MaxReasonBytes, and the command is rejected naming it.
+func TestHugeHintReasonIsRejected(t *testing.T) {
+	_, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "h", "create-h", *minuteSpec("h"))
+	at := time.Now().Add(time.Hour).UTC()
+	reason := strings.Repeat("x", 600<<10)
+	body, err := events.Marshal(events.TypeTaskHinted, "test", "h", events.TaskHint{ID: "h", Interval: events.Duration(time.Minute), At: &at, Reason: reason}, time.Now(), "hint-h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbHinted, "h"), body))
+	if rs := lastRejection(t, js, "h"); len(rs) != 1 || rs[0].Field != "reason" {
+		t.Fatalf("hint with a %d-byte reason: reasons %+v, want one naming reason", len(reason), rs)
+	}
+}
+
+// TestSpecTooLargeToStoreIsRejected: a command whose write the server
+// refuses for its size can never succeed. A task.created just under the
+// server's max_payload grows past it once its defaults are filled in;
+// storing the spec failed with "maximum payload exceeded", which was
+// retried every second forever. The command is now rejected, saying why.
+func TestSpecTooLargeToStoreIsRejected(t *testing.T) {
+	_, js := startGovernor(t)
+	limit := int(js.Conn().MaxPayload())
+	spec := events.TaskSpec{ID: "big", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/", Method: "POST"}}}
+	size := func() int {
+		b, err := events.Marshal(events.TypeTaskCreated, "test", "big", spec, time.Now(), "create-big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
+	spec.Target.HTTP.Body = strings.Repeat("x", limit-size()-16) // the command fits, with 16 bytes to spare
+	stored := spec
+	h := *spec.Target.HTTP
+	stored.Target.HTTP = &h
+	stored.Normalize()
+	if b, _ := json.Marshal(stored); len(b) <= limit {
+		t.Fatalf("normalized spec is %d bytes, want more than max_payload %d: the test needs a larger spec", len(b), limit)
+	}
+	body, err := events.Marshal(events.TypeTaskCreated, "test", "big", spec, time.Now(), "create-big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "big"), body))
+	if rs := lastRejection(t, js, "big"); len(rs) != 1 || !strings.Contains(rs[0].Rule, "too large") {
+		t.Fatalf("spec of %d bytes: reasons %+v, want one saying it is too large to store", len(body), rs)
+	}
+}
+
+// TestDeadLetterTooLargeToStoreIsTerminated: the same on the signal path.
+// A dead-letter entry's reason is kept in the schedule and in its trail;
+// with a ~600 KB reason the schedule write fails for its size, and the
+// entry was nak'd forever. It is now terminated with a reason and counted.
+func TestDeadLetterTooLargeToStoreIsTerminated(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "d", "create-d", *minuteSpec("d"))
+	now := time.Now().UTC()
+	dl := events.DeadLetter{
+		TaskID: "d", Reason: strings.Repeat("r", 600<<10), Attempts: 1, DeadLetteredAt: now,
+		Dispatch: events.Dispatch{DispatchID: events.DispatchID("d", now), TaskID: "d", ScheduledAt: now},
+	}
+	body, err := events.Marshal(events.TypeDeadLettered, "test", "d", dl, now, "dl-d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamDeadLetter, streams.ConsumerGovernor, publishRaw(t, js, events.DeadLetterSubject("d"), body))
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be applied")); n != 1 {
+		t.Fatalf("dead letter with a %d-byte reason: %v messages terminated as unappliable, want 1", len(dl.Reason), n)
 	}
 }

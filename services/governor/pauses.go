@@ -50,11 +50,11 @@ func (s *Service) hintPause(ctx context.Context, id string, prev, next gov.State
 	}
 	body, err := json.Marshal(pauseHint{TaskID: id, PausedUntil: next.PausedUntil, Reason: next.PauseReason})
 	if err != nil {
-		return fmt.Errorf("encode pause hint %s: %w", id, err)
+		return permanent("", fmt.Errorf("encode pause hint %s: %w", id, err), true)
 	}
 	rev, err := s.pauses.Put(ctx, id, body)
 	if err != nil {
-		return fmt.Errorf("write pause hint %s: %w", id, err)
+		return permanent("", fmt.Errorf("write pause hint %s: %w", id, err), false)
 	}
 	s.pauseHints.Put(id, rev, body)
 	return nil

@@ -235,7 +235,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		}
 		body, err := dec.State.AppendJSON(make([]byte, 0, 512))
 		if err != nil {
-			return dec, fmt.Errorf("encode schedule %s: %w", id, err)
+			return dec, permanent("", fmt.Errorf("encode schedule %s: %w", id, err), true)
 		}
 		var wrote uint64
 		if rev == 0 {
@@ -249,7 +249,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		}
 		if err != nil {
 			s.states.drop(id)
-			return dec, fmt.Errorf("write schedule %s: %w", id, err)
+			return dec, permanent("", fmt.Errorf("write schedule %s (%d bytes): %w", id, len(body), err), false)
 		}
 		s.states.put(id, dec.State, wrote)
 		if err := s.unhintPause(ctx, id, st, dec.State); err != nil {

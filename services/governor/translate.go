@@ -162,6 +162,9 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		if err := decodeOptional(e, &p, id); err != nil {
 			return Step{}, err
 		}
+		if err := control.ValidatePause(&p); err != nil {
+			return Step{}, rejectErr(err)
+		}
 		step.Input = gov.Input{Kind: gov.KindPaused, Pause: &gov.Pause{Reason: p.Reason}}
 		if p.Until != nil {
 			step.Input.Pause.Until = pastIsNow(*p.Until, step.At)

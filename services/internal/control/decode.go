@@ -64,7 +64,7 @@ const MaxHintTTL = 7 * 24 * time.Hour
 // ValidateHint checks a task.hinted command before it is sent, with the
 // governor's rules: an interval, a one-shot time, or both; an interval of
 // at least 1s; a one-shot time in years 1-9999 (UTC); a TTL in [0, 168h]
-// (0 takes the default).
+// (0 takes the default); a reason of at most events.MaxReasonBytes.
 func ValidateHint(h *events.TaskHint) error {
 	var errs []events.FieldError
 	add := func(field, rule string) { errs = append(errs, events.FieldError{Field: field, Rule: rule}) }
@@ -83,10 +83,36 @@ func ValidateHint(h *events.TaskHint) error {
 	if h.ID != "" && !events.ValidToken(h.ID) {
 		add("id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-]", events.MaxIDLength))
 	}
+	if len(h.Reason) > events.MaxReasonBytes {
+		add("reason", reasonRule(h.Reason))
+	}
 	if len(errs) > 0 {
 		return &events.ValidationError{Errors: errs}
 	}
 	return nil
+}
+
+// ValidatePause checks a task.paused command with the governor's rules: a
+// reason of at most events.MaxReasonBytes and an until in years 1-9999
+// (UTC). Whether until lies in the future is the sender's business: the
+// governor ends a pause whose until has passed at once.
+func ValidatePause(p *events.TaskPause) error {
+	var errs []events.FieldError
+	if p.Until != nil && !events.TimeInRange(*p.Until) {
+		errs = append(errs, events.FieldError{Field: "until", Rule: fmt.Sprintf("must be between %s and %s, got %s",
+			events.MinTime.Format(time.RFC3339), events.MaxTime.Format(time.RFC3339), p.Until.Format(time.RFC3339))})
+	}
+	if len(p.Reason) > events.MaxReasonBytes {
+		errs = append(errs, events.FieldError{Field: "reason", Rule: reasonRule(p.Reason)})
+	}
+	if len(errs) > 0 {
+		return &events.ValidationError{Errors: errs}
+	}
+	return nil
+}
+
+func reasonRule(reason string) string {
+	return fmt.Sprintf("must be at most %d bytes, got %d", events.MaxReasonBytes, len(reason))
 }
 
 // RunNow is the task.hinted data of "run now": a one-shot hint at now,

@@ -63,10 +63,41 @@ func TestValidateHint(t *testing.T) {
 		{"ttl too long", events.TaskHint{At: &at, TTL: events.Duration(200 * time.Hour)}, "ttl"},
 		{"bad id", events.TaskHint{ID: "a b", At: &at}, "id"},
 		// 10000-01-01T00:30:00Z in UTC: a decision holding it cannot be stored.
+		{"reason too long", events.TaskHint{At: &at, Reason: strings.Repeat("x", events.MaxReasonBytes+1)}, "reason"},
+		{"reason at the limit", events.TaskHint{At: &at, Reason: strings.Repeat("x", events.MaxReasonBytes)}, ""},
 		{"at past year 9999", events.TaskHint{At: new(time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600)))}, "at"},
 	}
 	for _, c := range cases {
 		err := control.ValidateHint(&c.given)
+		switch {
+		case c.wantField == "" && err != nil:
+			t.Errorf("%s: %v, want nil", c.name, err)
+		case c.wantField != "" && (err == nil || events.Reasons(err)[0].Field != c.wantField):
+			t.Errorf("%s: %v, want a reason naming %q", c.name, err, c.wantField)
+		}
+	}
+}
+
+// TestValidatePause: a pause's reason is kept in the schedule and the
+// pause hint, so it is bounded like a hint's; an until past year 9999 (in
+// UTC) could not be stored.
+func TestValidatePause(t *testing.T) {
+	t.Parallel()
+	past := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	late := time.Date(9999, 12, 31, 23, 30, 0, 0, time.FixedZone("", -3600))
+	cases := []struct {
+		name      string
+		given     events.TaskPause
+		wantField string
+	}{
+		{"indefinite", events.TaskPause{Reason: "deploy"}, ""},
+		{"until in the past ends at once", events.TaskPause{Until: &past}, ""},
+		{"reason at the limit", events.TaskPause{Reason: strings.Repeat("x", events.MaxReasonBytes)}, ""},
+		{"reason too long", events.TaskPause{Reason: strings.Repeat("x", events.MaxReasonBytes+1)}, "reason"},
+		{"until past year 9999", events.TaskPause{Until: &late}, "until"},
+	}
+	for _, c := range cases {
+		err := control.ValidatePause(&c.given)
 		switch {
 		case c.wantField == "" && err != nil:
 			t.Errorf("%s: %v, want nil", c.name, err)

@@ -179,12 +179,18 @@ func jsonValue(typ string, v float64) any {
 		return time.Duration(v).String()
 	case "integer":
 		return int64(v)
+	case "string": // a length in bytes
+		return strings.Repeat("x", int(v))
 	}
 	return v
 }
 
+// atMostBytesRE is the rule of a bounded string: "at most 1024 bytes".
+var atMostBytesRE = regexp.MustCompile(`(?i)^at most ([0-9]+) bytes`)
+
 // probeRules probes every literal range of fields' rules ("in [1, 20]",
-// "in (0, 30m]", "at least 1s", "not negative"): each end inside the range
+// "in (0, 30m]", "at least 1s", "not negative", and for strings "at most
+// 1024 bytes", a length): each end inside the range
 // must be accepted, and the value just outside it refused. named reports
 // whether the value v of field f is refused with an error naming f. A zero
 // just below a range is not probed: JSON 0 is the same as an absent field,
@@ -193,8 +199,15 @@ func probeRules(t *testing.T, fields []specField, named func(f specField, v any)
 	t.Helper()
 	probed := 0
 	for _, f := range fields {
-		var lo, hi *bound // every rule has a lower end
-		if m := rangeRE.FindStringSubmatch(f.rule); m != nil {
+		var lo, hi *bound // every rule but a string's length has a lower end
+		if m := atMostBytesRE.FindStringSubmatch(f.rule); m != nil && f.typ == "string" {
+			h, err := strconv.ParseFloat(m[1], 64)
+			if err != nil {
+				t.Errorf("%s: %q does not parse", f.path, m[0])
+				continue
+			}
+			hi = &bound{h, false}
+		} else if m := rangeRE.FindStringSubmatch(f.rule); m != nil {
 			l, err1 := parseValue(f.typ, m[2])
 			h, err2 := parseValue(f.typ, m[3])
 			if err1 != nil || err2 != nil {
@@ -231,10 +244,12 @@ func probeRules(t *testing.T, fields []specField, named func(f specField, v any)
 			}
 			probed++
 		}
-		if lo.open {
+		switch {
+		case lo == nil:
+		case lo.open:
 			probe(lo.v, false)
 			probe(lo.v+step, true)
-		} else {
+		default:
 			probe(lo.v, true)
 			probe(lo.v-step, false)
 		}
@@ -291,8 +306,34 @@ func TestTaskHintTableRules(t *testing.T) {
 		}
 		return false
 	})
-	if probed < 6 {
-		t.Fatalf("probed %d TaskHint values, want at least 6 (interval and ttl)", probed)
+	if probed < 8 {
+		t.Fatalf("probed %d TaskHint values, want at least 8 (interval, ttl and reason)", probed)
+	}
+}
+
+// TestTaskPauseTableRules: the limits of the TaskPause table are what the
+// governor and the HTTP API enforce (control.ValidatePause).
+func TestTaskPauseTableRules(t *testing.T) {
+	t.Parallel()
+	fields := fieldTables(t, map[string]string{"TaskPause": ""})
+	probed := probeRules(t, fields, func(f specField, v any) bool {
+		raw, err := json.Marshal(map[string]any{f.path: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p events.TaskPause
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+		for _, r := range events.Reasons(control.ValidatePause(&p)) {
+			if r.Field == f.path {
+				return true
+			}
+		}
+		return false
+	})
+	if probed < 2 {
+		t.Fatalf("probed %d TaskPause values, want at least 2 (reason)", probed)
 	}
 }
 
