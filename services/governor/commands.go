@@ -14,6 +14,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 )
 
 // rejection is a refused command; it becomes a task.rejected event.
@@ -168,10 +169,17 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
 	id := step.TaskID
 	existing, err := s.loadSpec(ctx, id)
-	if err != nil && !isMissing(err) {
+	unreadable := errors.Is(err, kvcache.ErrUnreadable)
+	if err != nil && !isMissing(err) && !unreadable {
 		return nil, err
 	}
-	exists := err == nil
+	exists := err == nil || unreadable
+	if unreadable && step.Input.Kind != gov.KindUpdated && step.Input.Kind != gov.KindDeleted && step.Input.Kind != gov.KindAccepted {
+		// Written by hand or by another version: nothing can be decided
+		// from it, and no retry will change that. An update replaces it
+		// and a delete removes it.
+		return nil, reject("id", fmt.Sprintf("%v; publish task.updated to replace it, or task.deleted", err))
+	}
 	switch step.Input.Kind {
 	case gov.KindAccepted:
 		// A spec with no schedule is a creation interrupted between its two
@@ -270,6 +278,12 @@ func (s *Service) handleSignal(ctx context.Context, m jetstream.Msg) {
 	spec, _, err := s.specs.Get(ctx, step.TaskID)
 	if isMissing(err) {
 		s.ack(m) // the task was deleted; nothing to schedule
+		return
+	}
+	if errors.Is(err, kvcache.ErrUnreadable) {
+		// No retry can mend the stored spec; task.updated replaces it
+		// and decides afresh.
+		jsutil.Terminate(m, "cannot be applied: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
 	if err != nil {

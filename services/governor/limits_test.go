@@ -163,3 +163,37 @@ func TestDeadLetterTooLargeToStoreIsTerminated(t *testing.T) {
 		t.Fatalf("dead letter with a %d-byte reason: %v messages terminated as unappliable, want 1", len(dl.Reason), n)
 	}
 }
+
+// TestUnreadableStoredSpecIsNotRetriedForever: a flyball-tasks value that
+// does not decode (written by hand, or by another version) cannot be
+// mended by a retry. An outcome for the task is terminated and counted
+// (it was nakked every second forever), a pause is rejected naming the
+// way out, and task.updated, which used to be retried forever too,
+// replaces the value and schedules the task again.
+func TestUnreadableStoredSpecIsNotRetriedForever(t *testing.T) {
+	s, js := startGovernor(t)
+	if _, err := s.tasks.Put(t.Context(), "garbled", []byte(`{"id":"garbled","schedule":`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the spec view sees the garbled value", func() bool { return s.specs.Lookup("garbled").Found })
+
+	succeeded(t, js, "garbled", time.Now().UTC().Truncate(time.Second))
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be applied")); n != 1 {
+		t.Fatalf("outcome of a task with an unreadable spec: %v messages terminated, want 1", n)
+	}
+
+	command(t, js, events.VerbPaused, events.TypeTaskPaused, "garbled", "pause-garbled", events.TaskPause{ID: "garbled"})
+	reasons := lastRejection(t, js, "garbled")
+	if len(reasons) != 1 || reasons[0].Field != "id" || !strings.Contains(reasons[0].Rule, "unreadable") || !strings.Contains(reasons[0].Rule, "task.updated") {
+		t.Fatalf("pause of a task with an unreadable spec: rejected with %+v, want field id naming the spec and task.updated", reasons)
+	}
+
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "garbled", "update-garbled", *minuteSpec("garbled"))
+	st, _, err := s.readState(t.Context(), "garbled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NextRunAt.IsZero() || st.LastCommandID != "update-garbled" {
+		t.Fatalf("after task.updated: state %+v, want the update applied and a next run", st)
+	}
+}

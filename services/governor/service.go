@@ -190,7 +190,7 @@ func (s *Service) loadSpec(ctx context.Context, id string) (*events.TaskSpec, er
 	}
 	var spec events.TaskSpec
 	if err := json.Unmarshal(e.Value(), &spec); err != nil {
-		return nil, fmt.Errorf("stored spec %s: %w", id, err)
+		return nil, fmt.Errorf("stored spec %s is %w: %w", id, kvcache.ErrUnreadable, err)
 	}
 	return &spec, nil
 }
