@@ -19,6 +19,11 @@ const (
 // MaxIDLength bounds task IDs, breaker keys and runtime names.
 const MaxIDLength = 128
 
+// HostKeyPrefix starts the flyball-breakers key of a host-scoped breaker
+// (host_ plus the sanitized host and port). No task ID may start with it,
+// so a task's own breaker key never names a host's.
+const HostKeyPrefix = "host_"
+
 // ValidToken reports whether s can be used as a task ID or any other single
 // subject token: 1 to 128 characters from [A-Za-z0-9_-].
 func ValidToken(s string) bool {

@@ -248,6 +248,8 @@ func (s *TaskSpec) Validate() error {
 	var c collector
 	if !ValidToken(s.ID) {
 		c.add("id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", MaxIDLength, truncate(s.ID, 64)))
+	} else if strings.HasPrefix(s.ID, HostKeyPrefix) {
+		c.add("id", fmt.Sprintf("must not start with %q, which names host-scoped breakers, got %q", HostKeyPrefix, truncate(s.ID, 64)))
 	}
 	if len(s.Job) > MaxIDLength {
 		c.add("job", fmt.Sprintf("must be at most %d bytes, got %d", MaxIDLength, len(s.Job)))

@@ -54,6 +54,7 @@ func TestValidateRules(t *testing.T) {
 		{"id too long", func(s *events.TaskSpec) { s.ID = long }, wantErr{"id", []string{"1-128"}}},
 		{"id with a dot", func(s *events.TaskSpec) { s.ID = "a.b" }, wantErr{"id", []string{`"a.b"`}}},
 		{"id with a wildcard", func(s *events.TaskSpec) { s.ID = "a*" }, wantErr{"id", []string{"characters"}}},
+		{"id naming a host breaker", func(s *events.TaskSpec) { s.ID = "host_orders_example_8443" }, wantErr{"id", []string{`must not start with "host_"`, "host-scoped breakers"}}},
 		{"job too long", func(s *events.TaskSpec) { s.Job = long }, wantErr{"job", []string{"at most 128 bytes", "129"}}},
 		{"too many labels", func(s *events.TaskSpec) {
 			s.Labels = map[string]string{}

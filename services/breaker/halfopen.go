@@ -189,4 +189,6 @@ func (s *Service) halfOpen(ctx context.Context, key string) error {
 	return s.publish(ctx, rec.Transition)
 }
 
-func isHostKey(key string) bool { return len(key) > 5 && key[:5] == "host_" }
+func isHostKey(key string) bool {
+	return len(key) > len(events.HostKeyPrefix) && strings.HasPrefix(key, events.HostKeyPrefix)
+}

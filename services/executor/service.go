@@ -472,7 +472,7 @@ func (s *Service) pauseOf(ctx context.Context, id string) pause {
 func BreakerKey(spec *events.TaskSpec) string {
 	if spec.Breaker != nil && spec.Breaker.Scope == "host" && spec.Target.HTTP != nil {
 		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil && u.Host != "" {
-			return "host_" + events.SanitizeToken(u.Host)
+			return events.HostKeyPrefix + events.SanitizeToken(u.Host)
 		}
 	}
 	return spec.ID

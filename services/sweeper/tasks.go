@@ -215,7 +215,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 		if state != events.BreakerClosed {
 			open++
 		}
-		if _, ok := v.specs[key]; !ok && !strings.HasPrefix(key, "host_") {
+		if _, ok := v.specs[key]; !ok && !strings.HasPrefix(key, events.HostKeyPrefix) {
 			orphanBreakers = append(orphanBreakers, key)
 		}
 	}

@@ -147,7 +147,7 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 			continue
 		}
 		bh := BreakerHealth{Key: key, State: b.State, Failures: b.Failures}
-		if !strings.HasPrefix(key, "host_") {
+		if !strings.HasPrefix(key, events.HostKeyPrefix) {
 			bh.TaskID = key
 		}
 		if !b.RetryAt.IsZero() {
