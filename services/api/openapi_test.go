@@ -2,11 +2,17 @@ package api
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 )
 
@@ -82,4 +88,263 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 	if len(served) == 0 || len(served) != len(documented) {
 		t.Errorf("%d routes served, %d documented", len(served), len(documented))
 	}
+}
+
+// jsonSchema is the part of an OpenAPI 3.1 schema object that
+// TestOpenAPISchemasMatchTheTypes compares with the Go types.
+type jsonSchema struct {
+	Ref                  string                 `json:"$ref"`
+	Type                 json.RawMessage        `json:"type"` // a string, or an array of them
+	Format               string                 `json:"format"`
+	Required             []string               `json:"required"`
+	Properties           map[string]*jsonSchema `json:"properties"`
+	AdditionalProperties json.RawMessage        `json:"additionalProperties"`
+	Items                *jsonSchema            `json:"items"`
+	AllOf                []*jsonSchema          `json:"allOf"`
+}
+
+// types returns the schema's JSON types: ["string"], ["string", "null"], ….
+func (s *jsonSchema) types() []string {
+	var one string
+	if json.Unmarshal(s.Type, &one) == nil {
+		return []string{one}
+	}
+	var many []string
+	_ = json.Unmarshal(s.Type, &many)
+	return many
+}
+
+// schemaTypes pairs every component schema with the Go type whose JSON
+// encoding it documents.
+var schemaTypes = map[string]reflect.Type{
+	"Error":                reflect.TypeFor[apiError](),
+	"CommandRejectedError": reflect.TypeFor[apiError](),
+	"FieldError":           reflect.TypeFor[events.FieldError](),
+	"CommandResult":        reflect.TypeFor[CommandResult](),
+	"TaskAccepted":         reflect.TypeFor[events.TaskAccepted](),
+	"TaskRejected":         reflect.TypeFor[events.TaskRejected](),
+	"TaskSpec":             reflect.TypeFor[events.TaskSpec](),
+	"ScheduleState":        reflect.TypeFor[gov.State](),
+	"TaskView":             reflect.TypeFor[query.TaskView](),
+	"PauseRequest":         reflect.TypeFor[PauseRequest](),
+	"ReasonRequest":        reflect.TypeFor[ReasonRequest](),
+	"HintRequest":          reflect.TypeFor[HintRequest](),
+	"RunNowRequest":        reflect.TypeFor[RunNowRequest](),
+	"Run":                  reflect.TypeFor[events.Run](),
+	"Dispatch":             reflect.TypeFor[events.Dispatch](),
+	"RunRecord":            reflect.TypeFor[query.RunRecord](),
+	"DeadLetter":           reflect.TypeFor[events.DeadLetter](),
+	"DeadLetterRecord":     reflect.TypeFor[query.DeadLetterRecord](),
+	"Instance":             reflect.TypeFor[query.Instance](),
+	"Health":               reflect.TypeFor[query.Health](),
+}
+
+// documentedElsewhere lists, per schema, the Go fields that a schema
+// composing it documents instead: Error's command-rejection fields are in
+// CommandRejectedError's own allOf part.
+var documentedElsewhere = map[string][]string{
+	"Error": {"commandId", "status", "rejected"},
+}
+
+// TestOpenAPISchemasMatchTheTypes fails when a component schema of
+// openapi.json and the Go type it documents disagree: a JSON field the type
+// encodes that the schema lacks, a property the type does not have, a
+// property of the wrong JSON type, or a $ref to a schema of another type.
+// Nested objects are compared too, whether inline or by $ref.
+func TestOpenAPISchemasMatchTheTypes(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]*jsonSchema `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	c := &schemaChecker{t: t, schemas: doc.Components.Schemas}
+	for name := range doc.Components.Schemas {
+		if _, ok := schemaTypes[name]; !ok {
+			t.Errorf("schema %s: no Go type to check it against; add it to schemaTypes", name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(schemaTypes)) {
+		s, ok := doc.Components.Schemas[name]
+		if !ok {
+			t.Errorf("schema %s (%s) is missing from openapi.json", name, schemaTypes[name])
+			continue
+		}
+		c.object(name, s, schemaTypes[name], documentedElsewhere[name])
+	}
+}
+
+type schemaChecker struct {
+	t       *testing.T
+	schemas map[string]*jsonSchema
+}
+
+// resolve follows a $ref to a component schema.
+func (c *schemaChecker) resolve(path string, s *jsonSchema) *jsonSchema {
+	if s.Ref == "" {
+		return s
+	}
+	name, ok := strings.CutPrefix(s.Ref, "#/components/schemas/")
+	if r := c.schemas[name]; ok && r != nil {
+		return r
+	}
+	c.t.Errorf("%s: $ref %q does not resolve", path, s.Ref)
+	return &jsonSchema{}
+}
+
+// properties returns the properties and required names of an object
+// schema, merging the parts of an allOf.
+func (c *schemaChecker) properties(path string, s *jsonSchema) (map[string]*jsonSchema, []string) {
+	s = c.resolve(path, s)
+	props := map[string]*jsonSchema{}
+	required := slices.Clone(s.Required)
+	maps.Copy(props, s.Properties)
+	for _, part := range s.AllOf {
+		pp, req := c.properties(path, part)
+		maps.Copy(props, pp)
+		required = append(required, req...)
+	}
+	return props, required
+}
+
+// object compares an object schema's properties with the JSON fields of
+// struct type typ. Fields named in elsewhere may be absent from the schema.
+func (c *schemaChecker) object(path string, s *jsonSchema, typ reflect.Type, elsewhere []string) {
+	props, required := c.properties(path, s)
+	fields := jsonFields(typ)
+	var names []string
+	for _, f := range fields {
+		names = append(names, f.name)
+		p, ok := props[f.name]
+		switch {
+		case ok:
+			c.value(path+"."+f.name, p, f.typ)
+		case !slices.Contains(elsewhere, f.name):
+			c.t.Errorf("%s: property %q is missing: %s encodes it (field %s)", path, f.name, typ, f.goName)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(props)) {
+		if !slices.Contains(names, name) {
+			c.t.Errorf("%s: property %q is documented, but %s has no such JSON field", path, name, typ)
+		}
+	}
+	for _, name := range required {
+		if _, ok := props[name]; !ok {
+			c.t.Errorf("%s: required property %q is not among the properties", path, name)
+		}
+	}
+}
+
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[events.Duration]()
+)
+
+// value checks that schema s describes a value of Go type typ, and
+// recurses into structs, slices and maps.
+func (c *schemaChecker) value(path string, s *jsonSchema, typ reflect.Type) {
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	if s.Ref != "" {
+		name := strings.TrimPrefix(s.Ref, "#/components/schemas/")
+		if want, ok := schemaTypes[name]; ok && want != typ {
+			c.t.Errorf("%s: refers to %s, which documents %s, but the field is a %s", path, name, want, typ)
+		}
+		return // the component is checked on its own
+	}
+	if len(s.AllOf) > 0 {
+		c.object(path, s, typ, nil)
+		return
+	}
+	want, format := "", ""
+	switch {
+	case typ == timeType:
+		want, format = "string", "date-time"
+	case typ == durationType:
+		want = "string"
+	case typ.Implements(reflect.TypeFor[json.Marshaler]()):
+		return // a custom encoding this test cannot know
+	default:
+		switch typ.Kind() {
+		case reflect.String:
+			want = "string"
+		case reflect.Bool:
+			want = "boolean"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			want = "integer"
+		case reflect.Float32, reflect.Float64:
+			want = "number"
+		case reflect.Slice, reflect.Array:
+			want = "array"
+		case reflect.Map, reflect.Struct:
+			want = "object"
+		default:
+			c.t.Errorf("%s: unexpected Go kind %s", path, typ)
+			return
+		}
+	}
+	if types := s.types(); !slices.Contains(types, want) {
+		c.t.Errorf("%s: type %v, but %s encodes as a JSON %s", path, types, typ, want)
+	}
+	if format != "" && s.Format != format {
+		c.t.Errorf("%s: format %q, want %q for %s", path, s.Format, format, typ)
+	}
+	switch {
+	case want == "string": // time.Time, events.Duration, strings
+	case typ.Kind() == reflect.Struct:
+		c.object(path, s, typ, nil)
+	case typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array:
+		if s.Items == nil {
+			c.t.Errorf("%s: an array without items", path)
+			return
+		}
+		c.value(path+"[]", s.Items, typ.Elem())
+	case typ.Kind() == reflect.Map:
+		var add jsonSchema
+		if json.Unmarshal(s.AdditionalProperties, &add) != nil {
+			c.t.Errorf("%s: a map without an additionalProperties schema", path)
+			return
+		}
+		c.value(path+".*", &add, typ.Elem())
+	}
+}
+
+type jsonField struct {
+	name, goName string
+	typ          reflect.Type
+}
+
+// jsonFields lists the JSON fields encoding/json writes for struct type
+// typ, in order: exported fields by their json name, "-" skipped,
+// untagged embedded structs flattened.
+func jsonFields(typ reflect.Type) []jsonField {
+	var out []jsonField
+	for f := range typ.Fields() {
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
+			out = append(out, jsonFields(ft)...)
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, jsonField{name: name, goName: f.Name, typ: f.Type})
+	}
+	return out
 }
