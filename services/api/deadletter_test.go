@@ -16,9 +16,10 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-// deadLetterAPI starts NATS and only the API service, so the test's dead
-// letters are the only ones.
-func deadLetterAPI(t *testing.T) (*bundle, jetstream.JetStream) {
+// apiOnly starts NATS and only the API service: enough for requests
+// refused before anything is published, and for reads of what the test
+// itself stored (its dead letters are the only ones).
+func apiOnly(t *testing.T) (*bundle, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	_, js := srv.Connect(t)
@@ -50,7 +51,7 @@ func putDeadLetter(t *testing.T, js jetstream.JetStream, task string, n int) {
 // summary still return the newest remaining entries, not the few (or none)
 // left in the last `limit` sequences.
 func TestDeadLetterListAfterTaskPurge(t *testing.T) {
-	b, js := deadLetterAPI(t)
+	b, js := apiOnly(t)
 	for i := range 3 {
 		putDeadLetter(t, js, "keep", i)
 	}

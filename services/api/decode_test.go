@@ -1,38 +1,19 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/services/stack"
 )
-
-// apiWithoutGovernor starts NATS and only the API service: enough for the
-// requests refused before anything is published.
-func apiWithoutGovernor(t *testing.T) *bundle {
-	t.Helper()
-	srv := natstest.StartWithStreams(t)
-	_, js := srv.Connect(t)
-	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Services: []string{"api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
-	return &bundle{base: "http://" + st.API.Addr()}
-}
 
 // TestStrictDecodingRefusesCaseVariantsAndDuplicates: a key that is not the
 // documented camelCase name is an unknown field, and a key given twice is
 // refused (as the CLI does for YAML). A trailing "ID" used to create task
 // "other" and a second "schedule" silently replaced the first.
 func TestStrictDecodingRefusesCaseVariantsAndDuplicates(t *testing.T) {
-	b := apiWithoutGovernor(t)
+	b, _ := apiOnly(t)
 	for _, c := range []struct{ body, field string }{
 		{`{"id":"web","target":{"http":{"url":"http://example.com"}},"schedule":{"interval":"1h"},"ID":"other"}`, "ID"},
 		{`{"id":"web","target":{"http":{"url":"http://example.com"}},"schedule":{"interval":"1h"},"schedule":{"interval":"1m"}}`, "schedule"},
@@ -49,7 +30,7 @@ func TestStrictDecodingRefusesCaseVariantsAndDuplicates(t *testing.T) {
 // other bad input (docs/operations.md: "400: invalid input; field names it"). It
 // used to come back without a field: time.ParseError carries no JSON path.
 func TestBadTimeNamesTheField(t *testing.T) {
-	b := apiWithoutGovernor(t)
+	b, _ := apiOnly(t)
 	for _, c := range []struct{ path, body, field string }{
 		{"/api/v1/tasks/web/pause", `{"until":"tomorrow"}`, "until"},
 		{"/api/v1/tasks/web/hint", `{"at":"soon"}`, "at"},
@@ -65,7 +46,7 @@ func TestBadTimeNamesTheField(t *testing.T) {
 // a 400 naming reason (it used to be sent, and a long enough one made the
 // governor retry the command forever).
 func TestReasonIsBounded(t *testing.T) {
-	b := apiWithoutGovernor(t)
+	b, _ := apiOnly(t)
 	long := strings.Repeat("x", events.MaxReasonBytes+1)
 	for _, c := range []struct{ path, body string }{
 		{"/api/v1/tasks/web/pause", `{"reason":"` + long + `"}`},
