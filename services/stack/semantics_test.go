@@ -475,21 +475,7 @@ func TestRequeueRunsTheTaskAgain(t *testing.T) {
 func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var mu sync.Mutex
-	var reasons []string
-	sub, err := e.srv.NC.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>", func(m *nats.Msg) {
-		var adv struct {
-			Reason string `json:"reason"`
-		}
-		_ = json.Unmarshal(m.Data, &adv)
-		mu.Lock()
-		reasons = append(reasons, adv.Reason)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	reasons := terminations(t, e.srv.NC)
 	ctx := context.Background()
 	for _, subj := range []string{"flyball.dispatch.junk", "flyball.run.succeeded.junk", "flyball.run.failed.junk"} {
 		if _, err := e.srv.JS.Publish(ctx, subj, []byte("definitely not a cloudevent")); err != nil {
@@ -502,10 +488,8 @@ func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
 		return counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total") >= 6
 	})
 	natstest.Eventually(t, 5*time.Second, "6 MSG_TERMINATED advisories, each with a reason", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
 		withReason := 0
-		for _, r := range reasons {
+		for _, r := range reasons() {
 			if strings.HasPrefix(r, "malformed event") {
 				withReason++
 			}
