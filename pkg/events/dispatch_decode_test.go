@@ -42,10 +42,10 @@ func compareFast[T any](t *testing.T, data []byte, typ string, fast func(Event, 
 func compareDispatch(t *testing.T, data []byte) { compareFast(t, data, TypeRunDue, DecodeDispatch) }
 
 var dispatchSeeds = []string{
-	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"9999-12-31T23:30:00-01:00"}`,
-	`{"dispatchId":"r:1","taskId":"r","firedAt":"0001-01-01T00:00:00Z"}`,
 	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:15:00.001234Z","source":"baseline-interval"}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00+01:00","firedAt":"2026-03-03T10:15:00Z","reason":"zombie"}`,
+	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"9999-12-31T23:30:00-01:00"}`,
+	`{"dispatchId":"r:1","taskId":"r","firedAt":"0001-01-01T00:00:00Z"}`,
 	` { "taskId" : "a" , "dispatchId":"a:1" } `,
 	`{"taskId":"a","taskId":"b"}`,
 	`{"TaskId":"a"}`,

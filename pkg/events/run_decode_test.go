@@ -9,10 +9,10 @@ import (
 func compareRun(t *testing.T, data []byte) { compareFast(t, data, TypeRunSucceeded, DecodeRun) }
 
 var runSeeds = []string{
-	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"9999-12-31T23:30:00-01:00","attempt":1}`,
-	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"2026-03-02T10:00:00Z","finishedAt":"0001-01-01T00:30:00+01:00"}`,
 	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":1,"startedAt":"2026-03-03T10:15:00.0012Z","finishedAt":"2026-03-03T10:15:00.0042Z","duration":"3.0001ms","status":200,"body":"{\"ok\":true}","fingerprint":"sha256:ab","request":{"method":"GET","url":"http://127.0.0.1:8080/x","headers":{"Authorization":"[REDACTED]"}},"source":"baseline-interval","breakerKey":"t1"}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":3,"error":"dial tcp: refused","errorKind":"transient","final":true,"dispatch":{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:15:00Z"}}`,
+	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"9999-12-31T23:30:00-01:00","attempt":1}`,
+	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"2026-03-02T10:00:00Z","finishedAt":"0001-01-01T00:30:00+01:00"}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":1,"error":"503","retryIn":"1.5s","duration":"812µs"}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","reason":"task paused","trail":["a","b"],"bodyTruncated":false}`,
 	`{"taskId":"a","dispatch":{"taskId":"é","taskId":"b"}}`,
