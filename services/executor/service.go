@@ -57,6 +57,12 @@ type Service struct {
 
 	hostMu sync.Mutex
 	hosts  map[string]chan struct{}
+
+	// waiting holds the dispatches waiting for a call, a caller or a host
+	// slot, each with when its next InProgress is due; keepWaitersAlive
+	// sends them.
+	waitMu  sync.Mutex
+	waiting map[jetstream.Msg]time.Time
 }
 
 // New validates cfg and returns an executor ready to Start.
@@ -110,6 +116,8 @@ func (s *Service) Start(ctx context.Context) error {
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.held = make(map[*held]struct{})
 	s.fire = make(chan *held)
+	s.waiting = make(map[jetstream.Msg]time.Time)
+	s.Go(func() { s.keepWaitersAlive(runCtx) })
 	for range s.cfg.Concurrency {
 		s.Go(func() { s.caller(runCtx) })
 	}
@@ -290,7 +298,8 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	}
 	// Every caller is busy with a call: as long as the wait for a call
 	// slot, so h is kept alive meanwhile.
-	defer s.waitAlive(h.m, h.arrived)()
+	s.waitBegin(h.m, h.arrived)
+	defer s.waitEnd(h.m)
 	select {
 	case s.fire <- h:
 	case <-ctx.Done():
@@ -338,14 +347,15 @@ func (s *Service) releaseHeld() {
 }
 
 // acquireCall takes one of the Concurrency call slots, or naks m if the
-// service stops first. While it waits, m is kept alive (waitAlive).
+// service stops first. While it waits, m is kept alive (waitBegin).
 func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, arrived time.Time) bool {
 	select {
 	case s.calls <- struct{}{}:
 		return true
 	default:
 	}
-	defer s.waitAlive(m, arrived)()
+	s.waitBegin(m, arrived)
+	defer s.waitEnd(m)
 	select {
 	case s.calls <- struct{}{}:
 		return true
@@ -752,15 +762,53 @@ func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time
 	return s.progress(m, first)
 }
 
-// waitAlive keeps m alive while its dispatch waits for a call slot
-// (acquireCall) or a host slot (acquireHost), a wait with no bound: it
-// sends InProgress at keepAlive's cadence, half an AckWait after the
-// delivery (at once if that has passed), then every half AckWait, until
-// the returned stop is called. Without it, a wait past the AckWait made
-// JetStream redeliver the dispatch, and both copies called the target.
-// Callers arm it only once a slot is not free at once.
-func (s *Service) waitAlive(m jetstream.Msg, arrived time.Time) (stop func()) {
-	return s.progress(m, max(time.Until(arrived.Add(s.cfg.AckWait/2)), 0))
+// waitBegin keeps m alive while its dispatch waits for a call slot
+// (acquireCall), a caller (fireHeld) or a host slot (acquireHost), a wait
+// with no bound, until waitEnd: keepWaitersAlive sends InProgress half an
+// AckWait after the delivery (at once if that has passed), then every half
+// AckWait. Without it, a wait past the AckWait made JetStream redeliver
+// the dispatch, and both copies called the target. Callers register only
+// once a slot is not free at once. A burst waits here by the thousand, so
+// one ticker serves every waiter rather than a timer each.
+func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
+	s.waitMu.Lock()
+	s.waiting[m] = arrived.Add(s.cfg.AckWait / 2)
+	s.waitMu.Unlock()
+}
+
+// waitEnd ends waitBegin's keep-alive.
+func (s *Service) waitEnd(m jetstream.Msg) {
+	s.waitMu.Lock()
+	delete(s.waiting, m)
+	s.waitMu.Unlock()
+}
+
+// keepWaitersAlive sends InProgress for every waiter whose turn is due,
+// checking every quarter AckWait: a waiter is kept alive at most three
+// quarters of an AckWait after its delivery or its last InProgress.
+func (s *Service) keepWaitersAlive(ctx context.Context) {
+	t := time.NewTicker(max(s.cfg.AckWait/4, time.Millisecond))
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			due = due[:0]
+			s.waitMu.Lock()
+			for m, at := range s.waiting {
+				if !now.Before(at) {
+					due = append(due, m)
+					s.waiting[m] = now.Add(s.cfg.AckWait / 2)
+				}
+			}
+			s.waitMu.Unlock()
+			for _, m := range due {
+				_ = m.InProgress()
+			}
+		}
+	}
 }
 
 // progress sends InProgress for m after first, then every half AckWait,
@@ -802,7 +850,7 @@ func progressDue(now, arrived time.Time, timeout, ackWait time.Duration) (time.D
 
 // acquireHost takes one of host's PerHost call slots and returns it for
 // releaseHost; nil (no host, or ctx ended) holds nothing. While it waits,
-// m is kept alive (waitAlive).
+// m is kept alive (waitBegin).
 func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time.Time, host string) chan struct{} {
 	if host == "" {
 		return nil
@@ -819,7 +867,8 @@ func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time
 		return sem
 	default:
 	}
-	defer s.waitAlive(m, arrived)()
+	s.waitBegin(m, arrived)
+	defer s.waitEnd(m)
 	select {
 	case sem <- struct{}{}:
 		return sem
