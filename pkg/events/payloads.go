@@ -91,6 +91,16 @@ func DispatchID(id string, t time.Time) string {
 	return id + ":" + strconv.FormatInt(t.UnixMilli(), 10)
 }
 
+// IsDispatchID reports whether did is DispatchID(id, t), without building
+// it (the executor checks every dispatch).
+func IsDispatchID(did, id string, t time.Time) bool {
+	if len(did) <= len(id) || did[:len(id)] != id || did[len(id)] != ':' {
+		return false
+	}
+	var buf [20]byte
+	return did[len(id)+1:] == string(strconv.AppendInt(buf[:0], t.UnixMilli(), 10))
+}
+
 // RequestRecord is what a run sent, with secret headers redacted.
 type RequestRecord struct {
 	Method  string            `json:"method,omitempty"`

@@ -186,7 +186,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// The dispatch ID is the Idempotency-Key targets see and keys the
 	// attempt count in flyball-attempts: one that is not this task's and
 	// slot's would pass another dispatch's identity to the target.
-	if want := events.DispatchID(d.TaskID, d.ScheduledAt); d.DispatchID != want {
+	if !events.IsDispatchID(d.DispatchID, d.TaskID, d.ScheduledAt) {
+		want := events.DispatchID(d.TaskID, d.ScheduledAt)
 		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", truncate(d.DispatchID, 80), want), s.cfg.Metrics, s.log)
 		return
 	}
