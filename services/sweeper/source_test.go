@@ -104,6 +104,15 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	}
 	busy(10)
 	put("zombie", gov.State{NextRunAt: now.Add(-10 * time.Minute), LastScheduledAt: now.Add(-11 * time.Minute), Source: gov.SourceBaselineInterval})
+	// The spec view is watch-fed: a sweep that does not know the spec yet
+	// takes the schedule for an orphan (and leaves it, the bucket has the
+	// spec) rather than a zombie, and only the next sweep would re-nudge.
+	natstest.Eventually(t, 10*time.Second, "the sweeper's spec view knows the zombie", func() bool {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		_, ok := s.view.specs["zombie"]
+		return ok
+	})
 	if err := schedules.Delete(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
