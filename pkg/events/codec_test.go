@@ -259,14 +259,7 @@ func TestDecodeMalformed(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Decode(%s) = nil error", tt.body)
 			}
-			if !errors.Is(err, events.ErrMalformed) {
-				t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
-			}
-			reasons := events.Reasons(err)
-			if len(reasons) != 1 {
-				t.Fatalf("Reasons = %+v, want 1", reasons)
-			}
-			assertFieldError(t, reasons[0], tt.want)
+			assertOneMalformed(t, err, tt.want)
 		})
 	}
 }
@@ -330,14 +323,7 @@ func TestDecodeData(t *testing.T) {
 			if err == nil {
 				t.Fatalf("DecodeData(%s) = nil error", tt.data)
 			}
-			if !errors.Is(err, events.ErrMalformed) {
-				t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
-			}
-			reasons := events.Reasons(err)
-			if len(reasons) != 1 {
-				t.Fatalf("Reasons = %+v, want 1", reasons)
-			}
-			assertFieldError(t, reasons[0], tt.want)
+			assertOneMalformed(t, err, tt.want)
 		})
 	}
 }
@@ -374,14 +360,7 @@ func TestDecodeDataRefusesCaseVariantsAndDuplicates(t *testing.T) {
 			if err == nil {
 				t.Fatalf("DecodeData(%s) = nil error, decoded %+v", tt.data, s)
 			}
-			if !errors.Is(err, events.ErrMalformed) {
-				t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
-			}
-			reasons := events.Reasons(err)
-			if len(reasons) != 1 {
-				t.Fatalf("Reasons = %+v, want 1", reasons)
-			}
-			assertFieldError(t, reasons[0], tt.want)
+			assertOneMalformed(t, err, tt.want)
 		})
 	}
 	// Arrays of objects name the element.

@@ -204,6 +204,20 @@ func quiet(start, end, tz string, every time.Duration) *events.QuietHours {
 	return &events.QuietHours{Start: start, End: end, Timezone: tz, Interval: dur(every)}
 }
 
+// assertOneMalformed checks that err is ErrMalformed with exactly one
+// reason, and that the reason is want.
+func assertOneMalformed(t *testing.T, err error, want wantErr) {
+	t.Helper()
+	if !errors.Is(err, events.ErrMalformed) {
+		t.Errorf("errors.Is(%v, ErrMalformed) = false", err)
+	}
+	reasons := events.Reasons(err)
+	if len(reasons) != 1 {
+		t.Fatalf("Reasons = %+v, want 1", reasons)
+	}
+	assertFieldError(t, reasons[0], want)
+}
+
 func assertFieldError(t *testing.T, got events.FieldError, want wantErr) {
 	t.Helper()
 	if got.Field != want.field {
