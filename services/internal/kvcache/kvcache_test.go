@@ -144,6 +144,12 @@ func TestOwnWritesAreNotRolledBack(t *testing.T) {
 		t.Fatalf("older revision rolled the value back: %+v", r)
 	}
 	// Delete with an unknown revision drops the entry: the next Get reads KV.
+	// First let the watch deliver both revisions of k (it is ordered: a
+	// later key seen means k's are in), or a late one would re-add it.
+	if _, err := kv.Put(ctx, "fence", []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the watch delivers the fence", func() bool { return c.Lookup("fence").Found })
 	c.Delete("k", 0)
 	if r := c.Lookup("k"); r.Found {
 		t.Fatalf("Delete(k, 0) left %+v", r)
