@@ -552,7 +552,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		return
 	}
 	defer releaseHost(s.acquireHost(ctx, m, arrived, t.host))
-	stopProgress := s.keepAlive(m, spec, arrived)
+	kept := s.keepAlive(m, spec, arrived)
 	if s.cfg.EmitStarted {
 		started := events.Run{
 			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
@@ -572,7 +572,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	}
 	finish := time.Now()
 	s.cfg.Metrics.Inflight.Dec()
-	stopProgress()
+	if kept {
+		s.waitEnd(m)
+	}
 	s.cfg.Metrics.RunDuration.Observe(finish.Sub(start).Seconds())
 	if ctx.Err() != nil {
 		// Cancelled mid-call by shutdown: hand the dispatch straight back so
@@ -742,35 +744,36 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 // confirmed ack. At most half the AckWait.
 const settleMargin = outboxBudget + 5*time.Second
 
-// keepAlive sends InProgress while a call runs that could otherwise end
-// too late to settle its dispatch within the AckWait, which runs from the
-// delivery (arrived): a call that may end with less than settleMargin of
-// it left. The first goes out half an AckWait after the delivery (at once
-// if that has passed), then every half AckWait. Under the defaults (60s
-// AckWait, 30s timeout) a call needs none unless its dispatch waited more
-// than 10s for a free caller; most calls arm nothing.
-func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time.Time) func() {
+// keepAlive keeps m alive (waitBegin) while a call runs that could
+// otherwise end too late to settle its dispatch within the AckWait, which
+// runs from the delivery (arrived): a call that may end with less than
+// settleMargin of it left. It reports whether it did; the caller ends it
+// with waitEnd. Under the defaults (60s AckWait, 30s timeout) a call needs
+// none unless its dispatch waited more than 10s for a free caller; most
+// calls register nothing.
+func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time.Time) bool {
 	timeout := events.DefaultNATSTimeout
 	if spec.Target.HTTP != nil {
 		timeout = spec.Target.HTTP.Timeout.D()
 	} else if spec.Target.NATS != nil {
 		timeout = spec.Target.NATS.Timeout.D()
 	}
-	first, ok := progressDue(time.Now(), arrived, timeout, s.cfg.AckWait)
-	if !ok {
-		return func() {}
+	if _, ok := progressDue(time.Now(), arrived, timeout, s.cfg.AckWait); !ok {
+		return false
 	}
-	return s.progress(m, first)
+	s.waitBegin(m, arrived)
+	return true
 }
 
-// waitBegin keeps m alive while its dispatch waits for a call slot
-// (acquireCall), a caller (fireHeld) or a host slot (acquireHost), a wait
-// with no bound, until waitEnd: keepWaitersAlive sends InProgress half an
-// AckWait after the delivery (at once if that has passed), then every half
-// AckWait. Without it, a wait past the AckWait made JetStream redeliver
-// the dispatch, and both copies called the target. Callers register only
-// once a slot is not free at once. A burst waits here by the thousand, so
-// one ticker serves every waiter rather than a timer each.
+// waitBegin keeps m alive until waitEnd: while its dispatch waits for a
+// call slot (acquireCall), a caller (fireHeld) or a host slot
+// (acquireHost), waits with no bound, and while a long call runs
+// (keepAlive). keepWaitersAlive sends InProgress from half an AckWait
+// after the delivery, then every half AckWait, each within a quarter
+// AckWait of its time. Without it, a wait past the AckWait made JetStream
+// redeliver the dispatch, and both copies called the target. Waiters
+// register only once a slot is not free at once. A burst waits here by
+// the thousand, so one ticker serves every waiter rather than a timer each.
 func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
 	s.waitMu.Lock()
 	s.waiting[m] = arrived.Add(s.cfg.AckWait / 2)
@@ -809,32 +812,6 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 				_ = m.InProgress()
 			}
 		}
-	}
-}
-
-// progress sends InProgress for m after first, then every half AckWait,
-// until the returned stop is called.
-func (s *Service) progress(m jetstream.Msg, first time.Duration) (stop func()) {
-	half := s.cfg.AckWait / 2
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	mu.Lock() // the callback reads t: publish it under the lock
-	defer mu.Unlock()
-	t = time.AfterFunc(first, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		_ = m.InProgress()
-		t.Reset(half)
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		t.Stop()
 	}
 }
 
