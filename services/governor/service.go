@@ -188,11 +188,7 @@ func (s *Service) loadSpec(ctx context.Context, id string) (*events.TaskSpec, er
 	if err != nil {
 		return nil, err
 	}
-	var spec events.TaskSpec
-	if err := json.Unmarshal(e.Value(), &spec); err != nil {
-		return nil, fmt.Errorf("stored spec %s is %w: %w", id, kvcache.ErrUnreadable, err)
-	}
-	return &spec, nil
+	return kvcache.DecodeSpec(id, e.Value())
 }
 
 func isMissing(err error) bool {
