@@ -281,6 +281,10 @@ func TimeInRange(t time.Time) bool {
 	return !t.Before(MinTime) && !t.After(MaxTime)
 }
 
+// TimeRangeRule is the rule a time outside TimeInRange breaks, for a
+// FieldError.
+func TimeRangeRule(t time.Time) string { return timeRangeRule(t.Format(time.RFC3339)) }
+
 func timeRangeRule(v string) string {
 	return "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got " + strconv.Quote(truncate(v, 40))
 }

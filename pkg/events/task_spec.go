@@ -265,7 +265,7 @@ func (s *TaskSpec) Validate() error {
 	s.validateTarget(&c)
 	s.validateSchedule(&c)
 	if s.StartAt != nil && !TimeInRange(*s.StartAt) {
-		c.add("startAt", timeRangeRule(s.StartAt.Format(time.RFC3339)))
+		c.add("startAt", TimeRangeRule(*s.StartAt))
 	}
 	if s.Jitter < 0 || s.Jitter > 0.5 || s.Jitter != s.Jitter {
 		c.add("jitter", fmt.Sprintf("must be in [0, 0.5], got %g", s.Jitter))

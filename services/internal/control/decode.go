@@ -75,7 +75,7 @@ func ValidateHint(h *events.TaskHint) error {
 		add("interval", fmt.Sprintf("must be in [%s, %s], got %s", events.MinInterval, events.MaxInterval, h.Interval))
 	}
 	if h.At != nil && !events.TimeInRange(*h.At) {
-		add("at", fmt.Sprintf("must be between %s and %s, got %s", events.MinTime.Format(time.RFC3339), events.MaxTime.Format(time.RFC3339), h.At.Format(time.RFC3339)))
+		add("at", events.TimeRangeRule(*h.At))
 	}
 	if h.TTL < 0 || h.TTL.D() > MaxHintTTL {
 		add("ttl", fmt.Sprintf("must be in [0, %s] (0 takes the default), got %s", MaxHintTTL, h.TTL))
@@ -99,8 +99,7 @@ func ValidateHint(h *events.TaskHint) error {
 func ValidatePause(p *events.TaskPause) error {
 	var errs []events.FieldError
 	if p.Until != nil && !events.TimeInRange(*p.Until) {
-		errs = append(errs, events.FieldError{Field: "until", Rule: fmt.Sprintf("must be between %s and %s, got %s",
-			events.MinTime.Format(time.RFC3339), events.MaxTime.Format(time.RFC3339), p.Until.Format(time.RFC3339))})
+		errs = append(errs, events.FieldError{Field: "until", Rule: events.TimeRangeRule(*p.Until)})
 	}
 	if len(p.Reason) > events.MaxReasonBytes {
 		errs = append(errs, events.FieldError{Field: "reason", Rule: reasonRule(p.Reason)})
