@@ -364,6 +364,23 @@ if [[ -n $dead ]]; then
 fi
 
 # ---------------------------------------------------------------------------
+step "6 restart the governor: its pin moves on"
+# TASKS/governor is a pinned_client durable: the governor that stops hands
+# its pin on (an unpin, which its NATS user must be allowed), so the one
+# that starts answers commands at once rather than after the 15 s timeout.
+restarted=$(now)
+"${dc[@]}" restart -t 30 governor >/dev/null 2>&1 || fail "docker-compose restart governor failed"
+answered() {
+	api /api/v1/tasks/e2e-load-1/pause -d '{"reason":"e2e governor restart"}' >"$work/pause-restart.json" 2>/dev/null &&
+		jq -e '.status == "accepted"' "$work/pause-restart.json" >/dev/null
+}
+wait_for 60 "the restarted governor to answer a command" answered
+log "the restarted governor answered a command $(($(now) - restarted))s after the restart began"
+if "${dc[@]}" logs --no-color governor 2>&1 | grep -E 'pin not released' >"$work/pin.log"; then
+	fail "the stopping governor did not hand its pin on: $(head -n 3 "$work/pin.log")"
+fi
+
+# ---------------------------------------------------------------------------
 # Least privilege must not have cost anything: no NATS permission violation
 # in the whole run, and no service restarted behind our back.
 # nats-server logs "Publish Violation" / "Subscription Violation" /
@@ -377,7 +394,7 @@ restarts=$(docker inspect --format '{{.Name}} {{.RestartCount}}' $("${dc[@]}" ps
 log "no NATS permission violations, no container restarts"
 
 # ---------------------------------------------------------------------------
-step "6 make down"
+step "7 make down"
 "$MAKE" --no-print-directory down COMPOSE_PROJECT="$project" COMPOSE="$COMPOSE"
 step done
 passed=true
