@@ -142,7 +142,7 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 	if err != nil {
 		return nil, err
 	}
-	var out []events.AttemptError
+	out := []events.AttemptError{} // an array even when empty (a crash on the first attempt records none), never null
 	seen := map[int]bool{}
 	for {
 		batch, err := cons.FetchNoWait(256)

@@ -437,6 +437,16 @@ func TestExecutorDeathOnLastDeliveryIsDeadLettered(t *testing.T) {
 	if dl.Reason != events.DeadLetterMaxDeliveries || dl.TaskID != "lastgasp" {
 		t.Fatalf("entry = %+v, want reason max-deliveries for lastgasp", dl)
 	}
+	// No attempt was recorded (the executor died on the first), and the
+	// entry still says so with an empty list: `errors` is documented as an
+	// array, and a consumer iterating it must not meet null.
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(dls()[0].Data(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(raw["errors"]); got != "[]" {
+		t.Fatalf("errors = %s, want [] for an entry without a recorded attempt", got)
+	}
 	dispatch, err := e.srv.JS.Stream(context.Background(), streams.StreamDispatch)
 	if err != nil {
 		t.Fatal(err)
