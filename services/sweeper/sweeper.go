@@ -2,7 +2,8 @@
 // heartbeats into KV flyball-runtime; the sweeper marks an instance offline
 // once its last beat is older than OfflineAfter and announces
 // runtime.offline, and announces runtime.online again when a marked
-// instance beats anew. It also exports the registry as
+// instance beats anew (the instance announces its return too, with the
+// same event ID, so a return is announced across a sweeper restart). It also exports the registry as
 // flyball_runtime_instances{status}.
 //
 // Each sweep also goes over every task: it re-dispatches zombie runs,
@@ -22,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/heartbeat"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
@@ -69,9 +71,10 @@ type Service struct {
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
-	// marked holds the instances this sweeper marked offline; only the
-	// sweep goroutine touches it.
-	marked map[string]bool
+	// marked holds the instances this sweeper marked offline, with the
+	// stale beat it found (for heartbeat.ReturnID); only the sweep
+	// goroutine touches it.
+	marked map[string]time.Time
 	swept  chan struct{}
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
@@ -100,7 +103,7 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), marked: map[string]bool{}}, nil
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), marked: map[string]time.Time{}}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -199,13 +202,14 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		return "", fmt.Errorf("unreadable heartbeat: %w", err)
 	}
 	if hb.Status == events.RuntimeOffline || now.Sub(hb.LastBeat) <= s.cfg.OfflineAfter {
-		if hb.Status == events.RuntimeOnline && s.marked[key] {
+		if stale, ok := s.marked[key]; ok && hb.Status == events.RuntimeOnline {
 			// It was marked offline and beats again (a pause, a partition):
-			// announce its return.
+			// announce its return. The instance announces it too, with the
+			// same ID (heartbeat.Beater.write), which also covers a return
+			// this sweeper did not see marked (it restarted since).
 			delete(s.marked, key)
-			id := fmt.Sprintf("sweeper:online:%s:%d", key, hb.LastBeat.UnixNano())
-			if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, hb.Kind, hb.Name), id,
-				events.TypeRuntimeOnline, s.source, hb.Name, hb, now); err != nil {
+			if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, hb.Kind, hb.Name),
+				heartbeat.ReturnID(key, stale), events.TypeRuntimeOnline, s.source, hb.Name, hb, now); err != nil {
 				return hb.Status, err
 			}
 		}
@@ -222,7 +226,7 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		}
 		return "", err
 	}
-	s.marked[key] = true
+	s.marked[key] = hb.LastBeat
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
 	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
 	err = jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +40,16 @@ type Config struct {
 // Key is the KV key of an instance: <kind>.<name>.
 func Key(kind, name string) string { return kind + "." + name }
 
+// ReturnID is the event ID of the runtime.online that announces the
+// return of the instance under key after the sweeper marked it offline;
+// staleBeat is the last beat the sweeper found too old (the offline
+// record's lastBeat). The instance and the sweeper both announce a return,
+// with this one ID, so HEALTH stores it once (the instance's copy survives
+// a sweeper restart, the sweeper's a beater that cannot read its key).
+func ReturnID(key string, staleBeat time.Time) string {
+	return "runtime:online:" + key + ":" + strconv.FormatInt(staleBeat.UnixNano(), 10)
+}
+
 // Beater keeps one instance's registration alive.
 type Beater struct {
 	cfg    Config
@@ -47,6 +58,13 @@ type Beater struct {
 	source string
 	stop   chan struct{}
 	done   chan struct{}
+	// rev is the revision of the beater's last write (0 before it): each
+	// later beat is a compare-and-set on it, so a write by anyone else in
+	// between (the sweeper marking the instance offline) is noticed.
+	rev uint64
+	// back is the offline record the instance returned from, while its
+	// runtime.online is not yet published (retried every beat).
+	back *events.Heartbeat
 }
 
 // Start registers the instance (announcing runtime.online) and beats until
@@ -100,12 +118,69 @@ func (b *Beater) beat(ctx context.Context) {
 	b.hb.LastBeat = time.Now().UTC()
 	body, err := json.Marshal(b.hb)
 	if err == nil {
-		_, err = b.kv.Put(ctx, Key(b.cfg.Kind, b.cfg.Name), body)
+		err = b.write(ctx, body)
 	}
 	if err != nil {
 		b.cfg.Metrics.HeartbeatFailures.Inc()
 		b.cfg.Logger.Warn("heartbeat failed; retrying next tick", "kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
+		return
 	}
+	if b.back != nil && b.announceReturn(ctx) {
+		b.back = nil
+	}
+}
+
+// write stores body as the instance's entry. The first beat puts it; each
+// later one updates the revision of the beat before, and a conflict means
+// someone else wrote the key since. If that was the sweeper marking this
+// instance offline (it was silent too long: a pause, a partition), the
+// beat puts it back online and the return is announced (back). Anything
+// else (a second instance under the same kind and name, a deleted key) is
+// overwritten, as a plain put would.
+func (b *Beater) write(ctx context.Context, body []byte) error {
+	key := Key(b.cfg.Kind, b.cfg.Name)
+	if b.rev != 0 {
+		rev, err := b.kv.Update(ctx, key, body, b.rev)
+		if err == nil {
+			b.rev = rev
+			return nil
+		}
+		if !jsutil.IsCASConflict(err) {
+			return err
+		}
+		ent, err := b.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		case err != nil:
+			return err
+		default:
+			var prev events.Heartbeat
+			if json.Unmarshal(ent.Value(), &prev) == nil && prev.Status == events.RuntimeOffline {
+				b.back = &prev
+			} else {
+				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
+			}
+		}
+	}
+	rev, err := b.kv.Put(ctx, key, body)
+	if err != nil {
+		return err
+	}
+	b.rev = rev
+	return nil
+}
+
+// announceReturn publishes runtime.online for an instance back from an
+// offline mark (b.back), and reports whether it was stored.
+func (b *Beater) announceReturn(ctx context.Context) bool {
+	err := jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, b.cfg.Kind, b.cfg.Name),
+		ReturnID(Key(b.cfg.Kind, b.cfg.Name), b.back.LastBeat), events.TypeRuntimeOnline, b.source, b.cfg.Name, b.hb, time.Now().UTC())
+	if err != nil {
+		b.cfg.Logger.Warn("runtime.online (back from offline) not published; retrying next beat", "err", err)
+		return false
+	}
+	b.cfg.Logger.Info("back online after being marked offline", "kind", b.cfg.Kind, "name", b.cfg.Name, "silentSince", b.back.LastBeat)
+	return true
 }
 
 func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason string) {

@@ -1,0 +1,183 @@
+package heartbeat_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/heartbeat"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/services/sweeper"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// The instance and the sweeper run under their compose users
+// (natstest.StartCompose), so a rule missing from accounts.conf fails
+// these tests as a permission violation.
+
+// services are the compose users that heartbeat, each under its own kind.
+var services = []string{"governor", "timer", "executor", "breaker", "deadletter", "sweeper", "api"}
+
+func onlineSubject(kind string) string {
+	return events.RuntimeSubject(events.RuntimeOnline, kind, "ghost")
+}
+
+func offlineSubject(kind string) string {
+	return events.RuntimeSubject(events.RuntimeOffline, kind, "ghost")
+}
+
+// stored counts the events HEALTH holds on subject (duplicates of one
+// event ID are stored once).
+func stored(t *testing.T, srv *natstest.Compose, subject string) uint64 {
+	t.Helper()
+	st, err := srv.JS.Stream(context.Background(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subject]
+}
+
+// startGhost starts an instance named ghost of kind, under its compose user.
+func startGhost(t *testing.T, srv *natstest.Compose, kind string) *heartbeat.Beater {
+	t.Helper()
+	_, js := srv.Connect(t, kind)
+	// An hour between beats: the test beats with BeatNow.
+	b, err := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: kind, Name: "ghost", Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// startSweeper runs a sweeper whose clock is offset ahead of the real one.
+func startSweeper(t *testing.T, srv *natstest.Compose, offset *atomic.Int64) *sweeper.Service {
+	t.Helper()
+	_, js := srv.Connect(t, "sweeper")
+	sw, err := sweeper.New(sweeper.Config{
+		Common:   svcconf.Common{JS: js, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }},
+		Interval: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sw.Stop)
+	return sw
+}
+
+func sweeps(sw *sweeper.Service, n int) {
+	for range n {
+		<-sw.Swept()
+	}
+}
+
+// status is the ghost's status in the registry ("" without an entry).
+func status(t *testing.T, srv *natstest.Compose, kind string) events.RuntimeStatus {
+	t.Helper()
+	kv, err := srv.JS.KeyValue(context.Background(), streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(context.Background(), heartbeat.Key(kind, "ghost"))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb events.Heartbeat
+	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+		t.Fatal(err)
+	}
+	return hb.Status
+}
+
+// markOffline runs a sweeper an hour ahead until it marks the ghost
+// offline, and returns it with its clock offset.
+func markOffline(t *testing.T, srv *natstest.Compose, kind string) (*sweeper.Service, *atomic.Int64) {
+	t.Helper()
+	var ahead atomic.Int64
+	ahead.Store(int64(time.Hour))
+	sw := startSweeper(t, srv, &ahead)
+	natstest.Eventually(t, 5*time.Second, "runtime.offline stored", func() bool { return stored(t, srv, offlineSubject(kind)) == 1 })
+	if got := status(t, srv, kind); got != events.RuntimeOffline {
+		t.Fatalf("status %s after the mark, want offline", got)
+	}
+	return sw, &ahead
+}
+
+// A sweeper that restarts forgets which instances it marked offline; the
+// instance itself notices the mark on its next beat, puts its entry back
+// online and announces runtime.online. Every service does this under its
+// compose user, and deregisters at its stop.
+func TestReturnIsAnnouncedAcrossASweeperRestart(t *testing.T) {
+	t.Parallel()
+	for _, kind := range services {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.StartCompose(t)
+			b := startGhost(t, srv, kind)
+			if n := stored(t, srv, onlineSubject(kind)); n != 1 {
+				t.Fatalf("%d runtime.online at start, want 1", n)
+			}
+			sw1, _ := markOffline(t, srv, kind)
+			sw1.Stop()
+
+			var now atomic.Int64
+			sw2 := startSweeper(t, srv, &now) // remembers no mark
+			sweeps(sw2, 2)
+			b.BeatNow(context.Background())
+			if got := status(t, srv, kind); got != events.RuntimeOnline {
+				t.Fatalf("status %q after the beat, want online", got)
+			}
+			if n := stored(t, srv, onlineSubject(kind)); n != 2 {
+				t.Fatalf("%d runtime.online stored, want 2 (start, and the return from offline)", n)
+			}
+			sweeps(sw2, 2)
+			b.BeatNow(context.Background()) // a plain beat announces nothing
+			if n := stored(t, srv, onlineSubject(kind)); n != 2 {
+				t.Fatalf("%d runtime.online stored after a plain beat, want 2", n)
+			}
+
+			b.Stop()
+			if got := status(t, srv, kind); got != "" {
+				t.Fatalf("status %q after Stop, want no entry", got)
+			}
+			if n := stored(t, srv, offlineSubject(kind)); n != 2 {
+				t.Fatalf("%d runtime.offline stored, want 2 (the sweeper's mark, and the stop)", n)
+			}
+		})
+	}
+}
+
+// When the sweeper that marked the instance sees it back, both announce
+// the return, with one event ID: HEALTH stores it once.
+func TestReturnIsStoredOnceWhenBothAnnounceIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	b := startGhost(t, srv, "executor")
+	sw, ahead := markOffline(t, srv, "executor")
+	b.BeatNow(context.Background())
+	if n := stored(t, srv, onlineSubject("executor")); n != 2 {
+		t.Fatalf("%d runtime.online stored, want 2 (start, and the instance's return)", n)
+	}
+	ahead.Store(0) // the sweeper's clock is back: the beat is fresh
+	sweeps(sw, 3)  // the first may have begun before the clock changed
+	if n := stored(t, srv, onlineSubject("executor")); n != 2 {
+		t.Fatalf("%d runtime.online stored after the sweeper saw the return too, want 2", n)
+	}
+}
