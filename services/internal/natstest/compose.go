@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,14 +68,39 @@ func StartCompose(t testing.TB) *Compose {
 }
 
 // Connect connects as a compose user (admin, governor, timer, executor,
-// breaker, deadletter, sweeper, api, cli). Every permission violation the
-// server reports on the connection fails the test.
+// breaker, deadletter, sweeper, api, cli). A permission violation the
+// server reports on the connection fails the test: violations are
+// collected while the test and its cleanups run (a service stopping in
+// cleanup may still touch a subject), and reported just before the
+// connection closes.
 func (c *Compose) Connect(t testing.TB, user string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	return connect(t, "", nats.InProcessServer(c.Server.Server), nats.UserInfo(user, user),
+	var (
+		mu         sync.Mutex
+		violations []string
+		reported   bool
+	)
+	nc, js := connect(t, "", nats.InProcessServer(c.Server.Server), nats.UserInfo(user, user),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-				t.Errorf("natstest: user %s: %v", user, err)
+			if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !reported {
+				violations = append(violations, err.Error())
 			}
 		}))
+	// Registered after connect's Close, so it runs before it (and after
+	// the cleanups of whatever the test starts on the connection later).
+	t.Cleanup(func() {
+		_ = nc.Flush() // the server's answer to the last publish, if any
+		mu.Lock()
+		defer mu.Unlock()
+		reported = true
+		for _, v := range violations {
+			t.Errorf("natstest: user %s: %s", user, v)
+		}
+	})
+	return nc, js
 }

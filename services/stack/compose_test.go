@@ -1,0 +1,137 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/control"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestServicesRunUnderTheirComposeUsers runs every service as compose does
+// (one `flyball serve <service>` each, under its own least-privileged user
+// of deploy/compose/nats/accounts.conf) and takes tasks through what
+// operators do: create, runs, failures, a breaker that opens and turns
+// half-open, a dead letter and its retry, update, pause, hint, resume,
+// run-now, every read of the API, a command from the CLI's user, delete
+// (the sweeper purges what the task left) and a clean stop. A permission
+// missing from accounts.conf, for any of it, fails the test
+// (natstest.Compose.Connect).
+func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	const token = "compose-test-token-0123"
+	var api *stack.Stack
+	for _, name := range stack.All {
+		_, js := srv.Connect(t, name)
+		st, err := stack.Start(context.Background(), stack.Config{
+			JS: js, Services: []string{name}, Instance: name + "1", Guard: executor.Guard{AllowLoopback: true},
+			APIAddr: "127.0.0.1:0", APITokens: []string{token},
+			HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 10 * time.Second, SweepInterval: 100 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatalf("start %s as its compose user: %v", name, err)
+		}
+		t.Cleanup(st.Stop)
+		if name == "api" {
+			api = st
+		}
+	}
+	base := "http://" + api.API.Addr()
+	call := func(method, path, body string, want int) []byte {
+		t.Helper()
+		req, err := http.NewRequestWithContext(context.Background(), method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, out, want)
+		}
+		return out
+	}
+
+	succeeded := record(t, srv.NC, "flyball.run.succeeded.ok", func(m *nats.Msg) (string, bool) { return m.Subject, true })
+	breakers := record(t, srv.NC, "flyball.breaker.*.bad", func(m *nats.Msg) (string, bool) { return m.Subject, true })
+	dead := record(t, srv.NC, "flyball.deadletter.bad", func(m *nats.Msg) (string, bool) { return m.Subject, true })
+
+	good, bad := newScripted(t, 200), newScripted(t, 500)
+	call("POST", "/api/v1/tasks", fmt.Sprintf(`{"id":"ok","target":{"http":{"url":%q,"headers":{"Authorization":"Bearer s3cret"}}},"schedule":{"interval":"1s"}}`, good.srv.URL), http.StatusAccepted)
+	call("POST", "/api/v1/tasks", fmt.Sprintf(`{"id":"bad","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
+		"retry":{"maxAttempts":2,"initialDelay":"100ms","multiplier":1,"maxDelay":"100ms","jitter":0},
+		"breaker":{"failureThreshold":2,"openDelay":"1s","maxOpenDelay":"2s"}}`, bad.srv.URL), http.StatusAccepted)
+	natstest.Eventually(t, 10*time.Second, "runs of ok", func() bool { return len(succeeded()) >= 2 })
+	natstest.Eventually(t, 10*time.Second, "bad dead-lettered", func() bool { return len(dead()) >= 1 })
+	natstest.Eventually(t, 10*time.Second, "bad's breaker open, then half-open", func() bool {
+		b := strings.Join(breakers(), " ")
+		return strings.Contains(b, "breaker.open.bad") && strings.Contains(b, "breaker.half-open.bad")
+	})
+
+	// Every read.
+	for _, path := range []string{
+		"/api/v1/tasks", "/api/v1/tasks/ok", "/api/v1/tasks/ok/runs", "/api/v1/tasks/bad/runs",
+		"/api/v1/runtime", "/api/v1/scheduler/health", "/api/v1/openapi.json", "/metrics",
+	} {
+		call("GET", path, "", http.StatusOK)
+	}
+	var list struct {
+		DeadLetters []struct {
+			Seq uint64 `json:"seq"`
+		} `json:"deadLetters"`
+	}
+	if err := json.Unmarshal(call("GET", "/api/v1/deadletter", "", http.StatusOK), &list); err != nil || len(list.DeadLetters) == 0 {
+		t.Fatalf("dead-letter list: %+v (%v)", list, err)
+	}
+	seq := fmt.Sprint(list.DeadLetters[0].Seq)
+	call("GET", "/api/v1/deadletter/"+seq, "", http.StatusOK)
+	call("POST", "/api/v1/deadletter/"+seq+"/retry", "", http.StatusAccepted)
+
+	// Every command through the API, answered by the governor.
+	call("PUT", "/api/v1/tasks/ok", fmt.Sprintf(`{"id":"ok","target":{"http":{"url":%q}},"schedule":{"interval":"2s"}}`, good.srv.URL), http.StatusAccepted)
+	call("POST", "/api/v1/tasks/ok/pause", `{"reason":"maintenance"}`, http.StatusAccepted)
+	call("POST", "/api/v1/tasks/ok/hint", `{"interval":"1s","ttl":"1m"}`, http.StatusAccepted)
+	call("POST", "/api/v1/tasks/ok/resume", ``, http.StatusAccepted)
+	call("POST", "/api/v1/tasks/ok/run-now", ``, http.StatusAccepted)
+
+	// A command from the CLI's user, as `flyball task pause` sends it.
+	cliNC, cliJS := srv.Connect(t, "cli")
+	cli := control.Client{NC: cliNC, JS: cliJS, Source: "flyball/cli"}
+	if _, ans, err := cli.Send(context.Background(), events.VerbPaused, "ok", events.TaskPause{ID: "ok"}, 5*time.Second); err != nil || ans.Accepted == nil {
+		t.Fatalf("pause from the cli user: %+v, %v", ans, err)
+	}
+
+	// Delete bad: the sweeper purges its breaker record.
+	kv, err := srv.JS.KeyValue(context.Background(), streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(context.Background(), "bad"); err != nil {
+		t.Fatalf("bad's breaker record before the delete: %v", err)
+	}
+	call("DELETE", "/api/v1/tasks/bad", "", http.StatusAccepted)
+	natstest.Eventually(t, 10*time.Second, "the sweeper purges the deleted task's breaker", func() bool {
+		_, err := kv.Get(context.Background(), "bad")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+}
