@@ -25,8 +25,9 @@ import (
 // TestServicesRunUnderTheirComposeUsers runs every service as compose does
 // (one `flyball serve <service>` each, under its own least-privileged user
 // of deploy/compose/nats/accounts.conf) and takes tasks through what
-// operators do: create, runs, failures, a breaker that opens and turns
-// half-open, a dead letter and its retry, update, pause, hint, resume,
+// operators do: create, runs of HTTP and NATS targets, failures, a task
+// and a host breaker that open, one turning half-open, a dead letter and
+// its retry, update, pause, hint, resume,
 // run-now, every read of the API, a command from the CLI's user, delete
 // (the sweeper purges what the task left) and a clean stop. A permission
 // missing from accounts.conf, for any of it, fails the test
@@ -81,7 +82,22 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 	call("POST", "/api/v1/tasks", fmt.Sprintf(`{"id":"bad","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
 		"retry":{"maxAttempts":2,"initialDelay":"100ms","multiplier":1,"maxDelay":"100ms","jitter":0},
 		"breaker":{"failureThreshold":2,"openDelay":"1s","maxOpenDelay":"2s"}}`, bad.srv.URL), http.StatusAccepted)
+	// A NATS target (targets.>), answered on the admin connection.
+	echo, err := srv.NC.Subscribe("targets.echo", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = echo.Unsubscribe() })
+	echoed := record(t, srv.NC, "flyball.run.succeeded.echo", func(m *nats.Msg) (string, bool) { return m.Subject, true })
+	call("POST", "/api/v1/tasks", `{"id":"echo","target":{"nats":{"subject":"targets.echo","payload":"ping"}},"schedule":{"interval":"1s"}}`, http.StatusAccepted)
+	// A host-scoped breaker (a host_ key) on the failing target.
+	hostOpen := record(t, srv.NC, "flyball.breaker.open.>", func(m *nats.Msg) (string, bool) { return m.Subject, strings.Contains(m.Subject, ".host_") })
+	call("POST", "/api/v1/tasks", fmt.Sprintf(`{"id":"hostbad","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
+		"retry":{"maxAttempts":1},"breaker":{"scope":"host","failureThreshold":1,"openDelay":"1s"}}`, bad.srv.URL), http.StatusAccepted)
+
 	natstest.Eventually(t, 10*time.Second, "runs of ok", func() bool { return len(succeeded()) >= 2 })
+	natstest.Eventually(t, 10*time.Second, "runs of echo", func() bool { return len(echoed()) >= 1 })
+	natstest.Eventually(t, 10*time.Second, "a host breaker opens", func() bool { return len(hostOpen()) >= 1 })
 	natstest.Eventually(t, 10*time.Second, "bad dead-lettered", func() bool { return len(dead()) >= 1 })
 	natstest.Eventually(t, 10*time.Second, "bad's breaker open, then half-open", func() bool {
 		b := strings.Join(breakers(), " ")
