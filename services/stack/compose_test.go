@@ -37,8 +37,7 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 	srv := natstest.StartCompose(t)
 	const token = "compose-test-token-0123"
 	var api *stack.Stack
-	for _, name := range stack.All {
-		_, js := srv.Connect(t, name)
+	srv.Each(t, stack.All, func(name string, js jetstream.JetStream) {
 		st, err := stack.Start(context.Background(), stack.Config{
 			JS: js, Services: []string{name}, Instance: name + "1", Guard: executor.Guard{AllowLoopback: true},
 			APIAddr: "127.0.0.1:0", APITokens: []string{token},
@@ -51,7 +50,7 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		if name == "api" {
 			api = st
 		}
-	}
+	})
 	base := "http://" + api.API.Addr()
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()

@@ -2,6 +2,8 @@ package natstest
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,7 +22,9 @@ import (
 
 // Compose is a server running the compose stack's accounts, users and
 // permissions (deploy/compose/nats/accounts.conf), so a test can run a
-// service under the least-privileged user it has in compose.
+// service, or the CLI binary, under the least-privileged user it has in
+// compose. Every permission violation the server logs, from any client,
+// fails the test.
 type Compose struct {
 	*Server // connected as admin (everything inside FLYBALL)
 }
@@ -29,8 +33,9 @@ type Compose struct {
 var passwordVar = regexp.MustCompile(`\$FLYBALL_NATS_([A-Z]+)_PASSWORD`)
 
 // StartCompose starts a server with deploy/compose/nats/accounts.conf,
-// each user's password being its name, and creates every flyball stream,
-// consumer and KV bucket as admin (as the governor does in compose).
+// each user's password being its name, listening on a random 127.0.0.1
+// port, and creates every flyball stream, consumer and KV bucket as admin
+// (as the governor does in compose).
 func StartCompose(t testing.TB) *Compose {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
@@ -52,8 +57,18 @@ func StartCompose(t testing.TB) *Compose {
 	if err != nil {
 		t.Fatalf("natstest: accounts.conf: %v", err)
 	}
-	opts.DontListen = true
+	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
 	s := launch(t, opts)
+	log := &violationLog{}
+	s.SetLoggerV2(log, false, false, false)
+	// Registered after the server's shutdown, so it runs before it, and
+	// after the cleanups of everything the test starts later (a service
+	// stopping may still touch a subject).
+	t.Cleanup(func() {
+		for _, v := range log.take() {
+			t.Errorf("natstest: permission violation: %s", v)
+		}
+	})
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("natstest: server not ready within 10s")
 	}
@@ -67,40 +82,64 @@ func StartCompose(t testing.TB) *Compose {
 	return c
 }
 
-// Connect connects as a compose user (admin, governor, timer, executor,
-// breaker, deadletter, sweeper, api, cli). A permission violation the
-// server reports on the connection fails the test: violations are
-// collected while the test and its cleanups run (a service stopping in
-// cleanup may still touch a subject), and reported just before the
-// connection closes.
+// Connect connects in-process as a compose user (admin, governor, timer,
+// executor, breaker, deadletter, sweeper, api, cli).
 func (c *Compose) Connect(t testing.TB, user string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	var (
-		mu         sync.Mutex
-		violations []string
-		reported   bool
-	)
-	nc, js := connect(t, "", nats.InProcessServer(c.Server.Server), nats.UserInfo(user, user),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !reported {
-				violations = append(violations, err.Error())
-			}
-		}))
-	// Registered after connect's Close, so it runs before it (and after
-	// the cleanups of whatever the test starts on the connection later).
-	t.Cleanup(func() {
-		_ = nc.Flush() // the server's answer to the last publish, if any
-		mu.Lock()
-		defer mu.Unlock()
-		reported = true
-		for _, v := range violations {
-			t.Errorf("natstest: user %s: %s", user, v)
-		}
-	})
-	return nc, js
+	return connect(t, "", nats.InProcessServer(c.Server.Server), nats.UserInfo(user, user), nats.Name(user))
 }
+
+// Each connects as each of users in turn (a service's user is its name)
+// and calls start with the connection, as compose runs one process per
+// service.
+func (c *Compose) Each(t testing.TB, users []string, start func(user string, js jetstream.JetStream)) {
+	t.Helper()
+	for _, u := range users {
+		_, js := c.Connect(t, u)
+		start(u, js)
+	}
+}
+
+// URL is the client URL of the server with user's credentials in it, for a
+// process of its own (the CLI binary).
+func (c *Compose) URL(user string) string {
+	u, err := url.Parse(c.Server.Server.ClientURL())
+	if err != nil {
+		panic(err) // the server's own URL
+	}
+	u.User = url.UserPassword(user, user)
+	return u.String()
+}
+
+// violationLog is the server's logger: it keeps the permission
+// violations it logs and drops everything else.
+type violationLog struct {
+	mu   sync.Mutex
+	seen []string
+	done bool
+}
+
+func (l *violationLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done = true
+	return l.seen
+}
+
+func (l *violationLog) Errorf(format string, v ...any) {
+	line := fmt.Sprintf(format, v...)
+	if !strings.Contains(line, "Violation") {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.seen = append(l.seen, line)
+	}
+}
+
+func (*violationLog) Noticef(string, ...any) {}
+func (*violationLog) Warnf(string, ...any)   {}
+func (*violationLog) Fatalf(string, ...any)  {}
+func (*violationLog) Debugf(string, ...any)  {}
+func (*violationLog) Tracef(string, ...any)  {}

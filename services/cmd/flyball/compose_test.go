@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/services/stack"
+)
+
+// TestCLIUnderItsComposeUser runs every command an operator runs with the
+// CLI as the compose stack's `cli` user (NATS_URL with its credentials),
+// against every service running under its own user, as in
+// deploy/compose. Each command must succeed, and a permission violation
+// anywhere (the CLI, or a service it sets to work) fails the test
+// (natstest.StartCompose).
+func TestCLIUnderItsComposeUser(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	srv.Each(t, stack.All, func(name string, js jetstream.JetStream) {
+		st, err := stack.Start(context.Background(), stack.Config{
+			JS: js, Services: []string{name}, Instance: name + "1", Guard: executor.Guard{AllowLoopback: true},
+			APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"},
+		})
+		if err != nil {
+			t.Fatalf("start %s as its compose user: %v", name, err)
+		}
+		t.Cleanup(st.Stop)
+	})
+	e := &cliEnv{url: srv.URL("cli"), srv: srv.Server, dir: t.TempDir()}
+	web, broken := newCLITarget(t, http.StatusOK), newCLITarget(t, http.StatusNotFound)
+	ran := make(chan *nats.Msg, 64)
+	sub, err := srv.NC.ChanSubscribe("flyball.run.succeeded.web1", ran)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	tail, tailDone := e.startCLI(t, "listening on", "dlq", "tail", "--count", "1")
+	spec := e.file(t, "web1.yaml", taskYAML("web1", web.url, "1s"))
+	e.ok(t, "task", "create", "-f", spec)
+	e.ok(t, "task", "create", "-f", e.file(t, "gone.yaml", taskYAML("gone", broken.url, "1h")))
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no run of web1 within 10s")
+	}
+	nextLine(t, tail, "dlq tail header")
+	if row := nextLine(t, tail, "dlq tail row"); !strings.Contains(row, " gone ") {
+		t.Fatalf("dlq tail row %q, want task gone", row)
+	}
+	if err := <-tailDone; err != nil {
+		t.Fatalf("dlq tail: %v", err)
+	}
+
+	for _, args := range [][]string{
+		{"task", "get", "web1"},
+		{"task", "list"},
+		{"task", "update", "-f", e.file(t, "web1b.yaml", taskYAML("web1", web.url, "2s"))},
+		{"task", "pause", "web1", "--reason", "maintenance"},
+		{"task", "resume", "web1"},
+		{"task", "hint", "web1", "--interval", "2s", "--ttl", "1m"},
+		{"task", "run-now", "web1"},
+		{"runs", "web1"},
+		{"explain", "web1"},
+		{"status"},
+		{"runtime"},
+		{"replay", "--stream", "TASKS"},
+		{"replay", "--stream", "RUNS", "--since", "1h"},
+		{"replay", "--stream", "DISPATCH"},
+		{"replay", "--stream", "HEALTH"},
+		{"replay", "--stream", "DEADLETTER"},
+	} {
+		e.ok(t, args...)
+	}
+
+	var list []query.DeadLetterRecord
+	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "list", "-o", "json")), &list); err != nil || len(list) != 1 {
+		t.Fatalf("dlq list: %+v, %v", list, err)
+	}
+	seq := fmt.Sprint(list[0].Seq)
+	e.ok(t, "dlq", "show", seq)
+	e.ok(t, "dlq", "retry", seq)
+	e.ok(t, "dlq", "purge", "--task", "gone", "--yes")
+	e.ok(t, "task", "delete", "gone")
+}
