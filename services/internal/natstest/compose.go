@@ -34,8 +34,8 @@ var passwordVar = regexp.MustCompile(`\$FLYBALL_NATS_([A-Z]+)_PASSWORD`)
 
 // StartCompose starts a server with deploy/compose/nats/accounts.conf,
 // each user's password being its name, listening on a random 127.0.0.1
-// port, and creates every flyball stream, consumer and KV bucket as admin
-// (as the governor does in compose).
+// port, and creates every flyball stream, consumer and KV bucket as the
+// governor's user, as compose does.
 func StartCompose(t testing.TB) *Compose {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
@@ -74,10 +74,13 @@ func StartCompose(t testing.TB) *Compose {
 	}
 	c := &Compose{Server: &Server{Server: s}}
 	c.NC, c.JS = c.Connect(t, "admin")
+	// The governor provisions in compose (serve governor --ensure-streams),
+	// under its own user.
+	_, gov := c.Connect(t, "governor")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(ctx, c.JS); err != nil {
-		t.Fatalf("natstest: ensure streams as admin: %v", err)
+	if err := streams.Ensure(ctx, gov); err != nil {
+		t.Fatalf("natstest: ensure streams as the governor: %v", err)
 	}
 	return c
 }
