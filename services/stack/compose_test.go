@@ -150,3 +150,43 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 }
+
+// TestCrashDeadLetterUnderComposeUsers takes the dead-letter service's
+// other path under the compose users: an executor dies on a dispatch's
+// last permitted delivery, JetStream's MAX_DELIVERIES advisory reaches the
+// dead-letter service, which reads the dispatch from DISPATCH, writes the
+// entry and deletes the dispatch.
+func TestCrashDeadLetterUnderComposeUsers(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	shortenDispatch(t, srv.JS, 1)
+	srv.Each(t, []string{"governor", "breaker", "deadletter", "sweeper", "timer"}, func(name string, js jetstream.JetStream) {
+		st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: []string{name}, Instance: name + "1"})
+		if err != nil {
+			t.Fatalf("start %s as its compose user: %v", name, err)
+		}
+		t.Cleanup(st.Stop)
+	})
+	tg := newScripted(t, 200)
+	tg.hang = make(chan struct{})
+	dls := record(t, srv.NC, "flyball.deadletter.>", func(m *nats.Msg) (string, bool) { return string(m.Data), true })
+	crashNC, err := nats.Connect(srv.URL("executor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash := crashableExecutorOn(t, crashNC)
+	if err := srv.NC.Publish("flyball.task.created.lastgasp", createdEvent("lastgasp", spec("lastgasp", tg.srv.URL, 3, "5s"))); err != nil {
+		t.Fatal(err)
+	}
+	<-tg.arrived
+	crash() // died on its only permitted delivery
+	_, js := srv.Connect(t, "executor")
+	ex, err := stack.Start(context.Background(), stack.Config{JS: js, Services: []string{"executor"}, Instance: "executor2", Guard: executor.Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ex.Stop)
+	natstest.Eventually(t, 15*time.Second, "a max-deliveries dead-letter entry", func() bool {
+		return len(dls()) == 1 && strings.Contains(dls()[0], events.DeadLetterMaxDeliveries)
+	})
+}

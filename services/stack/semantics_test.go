@@ -382,6 +382,12 @@ func crashableExecutor(t *testing.T, srv *natstest.Server) (crash func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return crashableExecutorOn(t, nc)
+}
+
+// crashableExecutorOn runs an executor on nc, which it owns.
+func crashableExecutorOn(t *testing.T, nc *nats.Conn) (crash func()) {
+	t.Helper()
 	js, _ := jetstream.New(nc)
 	ex, err := executor.New(executor.Config{JS: js, Guard: executor.Guard{AllowLoopback: true}, ShutdownGrace: time.Millisecond})
 	if err != nil {
