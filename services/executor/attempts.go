@@ -24,10 +24,12 @@ type attemptRecord struct {
 func attemptKey(d *events.Dispatch) string { return strings.Replace(d.DispatchID, ":", ".", 1) }
 
 // attemptNumber is the number of the call about to be made. The first
-// delivery is always attempt 1 and costs no KV read; a redelivery reads the
-// count recorded after the last failed call. A delivery whose predecessor
-// crashed mid-call repeats that attempt number: the crash is not the
-// target's failure.
+// delivery is always attempt 1 and costs no KV read; a redelivery reads
+// the count recorded after the last failed call whose run event was
+// stored. A delivery whose predecessor crashed mid-call, or whose run
+// event could not be stored, repeats that attempt number: the crash is
+// not the target's failure, and a call without an event is one nobody
+// can see.
 func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, d *events.Dispatch) (int, error) {
 	if md.NumDelivered <= 1 {
 		return 1, nil
@@ -46,14 +48,39 @@ func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, 
 	return r.Attempts + 1, nil
 }
 
-// recordAttempt stores that attempt n of d failed and will be retried.
-func (s *Service) recordAttempt(ctx context.Context, d *events.Dispatch, n int) error {
-	b, err := json.Marshal(attemptRecord{Attempts: n, UpdatedAt: time.Now().UTC()})
-	if err != nil {
-		return err
-	}
-	_, err = s.attempts.Put(ctx, attemptKey(d), b)
-	return err
+// The count of a failed attempt is written only once its run event is
+// stored, and before its dispatch is nakked (recordThenSettle), because
+// that order is safe. Written before (as it once was), a run event the
+// outbox could not store, or a crash between the two, left an attempt
+// counted with no event on RUNS: the redelivery became the next attempt,
+// the failed call was invisible, and maxAttempts came a call early. In
+// this order, a crash between the event and the count only makes the
+// redelivery repeat the attempt number (with the same Idempotency-Key),
+// as a crash mid-call does: calls are at least once, and the count never
+// runs ahead of the events.
+
+// attemptRecordTimeout bounds the write of an attempt record.
+const attemptRecordTimeout = 5 * time.Second
+
+// recordThenSettle stores that attempt n of d failed, then settles m
+// (kind and body: a nak). The outbox calls it once the run event of
+// attempt n is stored; it works in the background, as the outbox must not
+// wait on a round trip. If the count cannot be written, m is settled
+// anyway and a warning logged: the redelivery then repeats attempt n
+// rather than the dispatch waiting on the bookkeeping.
+func (s *Service) recordThenSettle(m jetstream.Msg, d *events.Dispatch, n int, kind string, body []byte) {
+	s.records.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), attemptRecordTimeout)
+		defer cancel()
+		b, err := json.Marshal(attemptRecord{Attempts: n, UpdatedAt: time.Now().UTC()})
+		if err == nil {
+			_, err = s.attempts.Put(ctx, attemptKey(d), b)
+		}
+		if err != nil {
+			s.log.Warn("attempt count not written; the redelivery repeats this attempt", "dispatch", d.DispatchID, "attempt", n, "err", err)
+		}
+		s.settle(m, kind, body)
+	})
 }
 
 // forgetAttempts drops the count once a dispatch is settled. Failure only
@@ -65,7 +92,7 @@ func (s *Service) forgetAttempts(d *events.Dispatch, n int) {
 		return
 	}
 	key := attemptKey(d)
-	s.purges.Go(func() {
+	s.records.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.attempts.Purge(ctx, key); err != nil {

@@ -49,7 +49,7 @@ type Service struct {
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
-	purges    sync.WaitGroup     // attempt records being purged
+	records   sync.WaitGroup     // attempt records being written or purged
 	settles   *settler           // acks, naks and terms until the server confirms them
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
@@ -137,9 +137,9 @@ func (s *Service) Start(ctx context.Context) error {
 	s.OnStop(func() {
 		<-cc.Done() // no handler will queue another event
 		s.firing.Wait()
-		s.out.close() // store the queued events and settle their dispatches
+		s.out.close()    // store the queued events and settle their dispatches
+		s.records.Wait() // their attempt records, each before its settle
 		s.settles.stop()
-		s.purges.Wait()
 		s.client.CloseIdleConnections()
 	})
 	return nil
@@ -621,16 +621,12 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		delay = min(max(res.retryAfter, delay), retry.MaxDelay.D())
 	}
 	run.RetryIn = events.Duration(delay)
-	if err := s.recordAttempt(ctx, d, attempt); err != nil {
-		// Without the record the retry would repeat this attempt number:
-		// better to retry the bookkeeping than to overrun maxAttempts.
-		s.nak(m, time.Second, err)
-		return
-	}
+	// The attempt is counted only once its event is stored: one the outbox
+	// cannot store is nakked uncounted, and the redelivery repeats it.
 	s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
-		s.nak(m, delay, nil)
+		s.recordThenSettle(m, d, attempt, "nak", nakBody(delay))
 	})
 }
 
@@ -716,7 +712,8 @@ func (s *Service) publishRun(ctx context.Context, o events.Outcome, run *events.
 // hold (settleHold) while calls are in flight, and returns at once; once
 // the event is stored, settled runs (it acks, naks or terms m). If the
 // event cannot be stored, m is nak'ed for a retry in a second, exactly as
-// if the call had not happened.
+// if the call had not happened: the attempt is not counted either, as
+// counts are written only after the event (recordThenSettle).
 func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func()) {
 	msg, err := s.runMsg(o, run, msgID)
 	if err != nil {

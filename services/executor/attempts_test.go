@@ -1,0 +1,237 @@
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// attemptTarget answers with a scripted sequence of statuses (the last
+// repeats) and records the Flyball-Attempt of every call. While gate is
+// set, the call after gateAfter calls waits for it to be closed.
+type attemptTarget struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	script []int
+	calls  []int // Flyball-Attempt of each call
+	gate   chan struct{}
+	// gateAfter: the gate holds the call made after this many.
+	gateAfter int
+}
+
+func newAttemptTarget(t *testing.T, statuses ...int) *attemptTarget {
+	t.Helper()
+	a := &attemptTarget{script: statuses}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.Header.Get("Flyball-Attempt"))
+		a.mu.Lock()
+		i := len(a.calls)
+		a.calls = append(a.calls, n)
+		status := a.script[min(i, len(a.script)-1)]
+		var gate chan struct{}
+		if i == a.gateAfter {
+			gate = a.gate
+		}
+		a.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// attempts returns the Flyball-Attempt of every call so far.
+func (a *attemptTarget) attempts() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]int(nil), a.calls...)
+}
+
+// attemptsFixture is a server with every flyball stream and bucket, an
+// executor on its own connection, and task id calling target with
+// maxAttempts attempts 100ms apart.
+type attemptsFixture struct {
+	srv *natstest.Server
+	ex  *Service
+	id  string
+}
+
+// newAttemptsFixture starts it. ackWait and maxDeliver, when set, replace
+// the DISPATCH consumer's (before the executor reads them).
+func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ackWait time.Duration, maxDeliver int) *attemptsFixture {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	if ackWait > 0 {
+		c, err := srv.JS.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := c.CachedInfo().Config
+		cfg.AckWait, cfg.MaxDeliver = ackWait, maxDeliver
+		if _, err := srv.JS.UpdateConsumer(ctx, streams.StreamDispatch, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &attemptsFixture{srv: srv, id: "flaky"}
+	jitter := 0.0
+	spec, err := json.Marshal(events.TaskSpec{
+		ID:       f.id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL, Timeout: events.Duration(5 * time.Second)}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+		Retry: &events.Retry{
+			MaxAttempts: maxAttempts, InitialDelay: events.Duration(100 * time.Millisecond),
+			Multiplier: 1, MaxDelay: events.Duration(100 * time.Millisecond), Jitter: &jitter,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tasks.Put(ctx, f.id, spec); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := srv.Connect(t)
+	js, err := jsutil.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ex, err = New(Config{JS: js, Guard: Guard{AllowLoopback: true}, Logger: quietLog(), ShutdownGrace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ex.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.ex.Stop)
+	return f
+}
+
+// dispatch publishes the task's run.due for a slot a moment ago.
+func (f *attemptsFixture) dispatch(t *testing.T) {
+	t.Helper()
+	slot := time.Now().Add(-time.Millisecond).UTC()
+	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: slot, Source: "test"}
+	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, slot, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storedRun is a run event as stored on RUNS.
+type storedRun struct {
+	outcome string // the subject's outcome token
+	run     events.Run
+}
+
+func (r storedRun) String() string {
+	return fmt.Sprintf("%s(attempt %d, final %v)", r.outcome, r.run.Attempt, r.run.Final)
+}
+
+// stored reads the task's run events stored on RUNS, in order.
+func (f *attemptsFixture) stored(t *testing.T) []storedRun {
+	t.Helper()
+	ctx := t.Context()
+	st, err := f.srv.JS.Stream(ctx, streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []storedRun
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		raw, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(raw.Subject, "."+f.id) {
+			continue
+		}
+		ev, err := events.Decode(raw.Header, raw.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r events.Run
+		if err := events.DecodeData(ev, &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, storedRun{outcome: strings.Split(raw.Subject, ".")[2], run: r})
+	}
+	return out
+}
+
+// TestUnstoredRunEventDoesNotCountTheAttempt: while RUNS refuses the run
+// events (here: a message size limit no event fits), a failed call's
+// event is not stored and the dispatch is nakked; the redelivery must
+// repeat the same attempt number, since no one can see that call. Once
+// RUNS takes events again, attempts 1, 2 and 3 each have their run.failed
+// and the third is final. Before, the attempt was recorded before its
+// event was handed to the outbox, so the redelivery became attempt 2,
+// attempt 1 had no event at all, and maxAttempts came one call early.
+func TestUnstoredRunEventDoesNotCountTheAttempt(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusInternalServerError)
+	target.gate, target.gateAfter = make(chan struct{}), 1 // hold the second call
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	ctx := t.Context()
+	runs, err := f.srv.JS.Stream(ctx, streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := runs.CachedInfo().Config
+	refusing := cfg
+	refusing.MaxMsgSize = 16
+	if _, err := f.srv.JS.UpdateStream(ctx, refusing); err != nil {
+		t.Fatal(err)
+	}
+	f.dispatch(t)
+	// The second call comes once the first one's event was refused and
+	// its dispatch nakked; it waits at the gate while RUNS is restored.
+	natstest.Eventually(t, 20*time.Second, "a second call", func() bool { return len(target.attempts()) == 2 })
+	if _, err := f.srv.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	close(target.gate)
+	natstest.Eventually(t, 20*time.Second, "a final run.failed on RUNS", func() bool {
+		got := f.stored(t)
+		return len(got) > 0 && got[len(got)-1].run.Final
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[1 1 2 3]" {
+		t.Fatalf("target called with attempts %v, want [1 1 2 3]: the call whose event was refused is repeated as attempt 1", got)
+	}
+	got := f.stored(t)
+	if fmt.Sprint(got) != "[failed(attempt 1, final false) failed(attempt 2, final false) failed(attempt 3, final true)]" {
+		t.Fatalf("RUNS holds %v, want run.failed for attempts 1, 2 and 3, the last final", got)
+	}
+}
