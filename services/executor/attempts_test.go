@@ -1,9 +1,11 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -67,13 +70,48 @@ func (a *attemptTarget) attempts() []int {
 	return append([]int(nil), a.calls...)
 }
 
+// logLines records the messages an executor logs at Warn and above.
+type logLines struct {
+	mu   *sync.Mutex
+	msgs *[]string
+}
+
+func newLogLines() logLines { return logLines{mu: &sync.Mutex{}, msgs: new([]string)} }
+
+func (l logLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+
+func (l logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	*l.msgs = append(*l.msgs, r.Message)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+
+func (l logLines) WithGroup(string) slog.Handler { return l }
+
+// count is how many logged messages are msg.
+func (l logLines) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range *l.msgs {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+
 // attemptsFixture is a server with every flyball stream and bucket, an
 // executor on its own connection, and task id calling target with
 // maxAttempts attempts 100ms apart.
 type attemptsFixture struct {
-	srv *natstest.Server
-	ex  *Service
-	id  string
+	srv  *natstest.Server
+	ex   *Service
+	logs logLines
+	id   string
 }
 
 // newAttemptsFixture starts it. ackWait and maxDeliver, when set, replace
@@ -93,7 +131,7 @@ func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ac
 			t.Fatal(err)
 		}
 	}
-	f := &attemptsFixture{srv: srv, id: "flaky"}
+	f := &attemptsFixture{srv: srv, logs: newLogLines(), id: "flaky"}
 	jitter := 0.0
 	spec, err := json.Marshal(events.TaskSpec{
 		ID:       f.id,
@@ -119,7 +157,7 @@ func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ac
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.ex, err = New(Config{JS: js, Guard: Guard{AllowLoopback: true}, Logger: quietLog(), ShutdownGrace: time.Millisecond})
+	f.ex, err = New(Config{JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(f.logs), ShutdownGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +227,103 @@ func (f *attemptsFixture) stored(t *testing.T) []storedRun {
 		out = append(out, storedRun{outcome: strings.Split(raw.Subject, ".")[2], run: r})
 	}
 	return out
+}
+
+// loseSettles points the executor's settler at another server, where no
+// DISPATCH consumer answers: from now on no ack, nak or term reaches the
+// real consumer, none is confirmed, and each is given up at its deadline,
+// like one sent into a consumer-leader election longer than the AckWait.
+// JetStream then redelivers after every AckWait.
+func (f *attemptsFixture) loseSettles(t *testing.T, elsewhere *natstest.Server) {
+	t.Helper()
+	st := f.ex.settles
+	st.mu.Lock()
+	st.nc, st.try = elsewhere.NC, 100*time.Millisecond
+	st.mu.Unlock()
+}
+
+// deliveriesExhausted returns a channel closed when JetStream reports
+// that the dispatch used up MaxDeliver (the MAX_DELIVERIES advisory): by
+// then every delivery was made and the last one's AckWait has passed.
+func (f *attemptsFixture) deliveriesExhausted(t *testing.T) <-chan struct{} {
+	t.Helper()
+	done := make(chan struct{})
+	var once sync.Once
+	sub, err := f.srv.NC.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+streams.StreamDispatch+"."+streams.ConsumerExecutor, func(*nats.Msg) {
+		once.Do(func() { close(done) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return done
+}
+
+func awaitClosed(t *testing.T, c <-chan struct{}, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(within):
+		t.Fatalf("%s: not within %s", what, within)
+	}
+}
+
+// TestLostFinalTermDoesNotCallAgain: a final failure whose term is never
+// confirmed (every try lost, as in a consumer-leader election longer than
+// the AckWait) is redelivered by JetStream until MaxDeliver. Each
+// redelivery must only send the term again: the target was called once,
+// and RUNS holds its one final run.failed. Before, the term's callback
+// purged the attempt record at once, so each redelivery started again at
+// attempt 1 and called the target.
+func TestLostFinalTermDoesNotCallAgain(t *testing.T) {
+	t.Parallel()
+	elsewhere := natstest.Start(t)
+	target := newAttemptTarget(t, http.StatusNotFound) // permanent: final at attempt 1
+	f := newAttemptsFixture(t, target, 3, time.Second, 3)
+	exhausted := f.deliveriesExhausted(t)
+	f.loseSettles(t, elsewhere)
+	f.dispatch(t)
+	awaitClosed(t, exhausted, 30*time.Second, "3 deliveries")
+	if got := target.attempts(); len(got) != 1 {
+		t.Fatalf("target called with attempts %v over 3 deliveries, want one call", got)
+	}
+	if got := f.stored(t); len(got) != 1 || got[0].outcome != "failed" || !got[0].run.Final || got[0].run.Attempt != 1 {
+		t.Fatalf("RUNS holds %v, want one final run.failed of attempt 1", got)
+	}
+	// Every delivery sent a term (and lost it): the redeliveries were
+	// terminated again, not nakked or dropped.
+	natstest.Eventually(t, 10*time.Second, "3 terms given up", func() bool {
+		return f.logs.count("term not confirmed; the dispatch is redelivered after AckWait") == 3
+	})
+}
+
+// TestLostAckAfterRetriesDoesNotCallAgain: a run that succeeded at
+// attempt 2, whose ack is never confirmed, is redelivered until
+// MaxDeliver; each redelivery is only acked again. Before, the ack's
+// callback purged the attempt record, so the next redelivery called the
+// target again as attempt 1.
+func TestLostAckAfterRetriesDoesNotCallAgain(t *testing.T) {
+	t.Parallel()
+	elsewhere := natstest.Start(t)
+	target := newAttemptTarget(t, http.StatusInternalServerError, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, time.Second, 4)
+	exhausted := f.deliveriesExhausted(t)
+	f.loseSettles(t, elsewhere) // the nak is lost too: attempt 2 comes after the AckWait
+	f.dispatch(t)
+	awaitClosed(t, exhausted, 30*time.Second, "4 deliveries")
+	if got := target.attempts(); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("target called with attempts %v over 4 deliveries, want [1 2]", got)
+	}
+	got := f.stored(t)
+	if len(got) != 2 || got[0].outcome != "failed" || got[0].run.Attempt != 1 || got[1].outcome != "succeeded" || got[1].run.Attempt != 2 {
+		t.Fatalf("RUNS holds %v, want failed(attempt 1) then succeeded(attempt 2)", got)
+	}
+	natstest.Eventually(t, 10*time.Second, "3 acks given up", func() bool {
+		return f.logs.count("ack not confirmed; the dispatch is redelivered after AckWait") == 3
+	})
 }
 
 // TestUnstoredRunEventDoesNotCountTheAttempt: while RUNS refuses the run

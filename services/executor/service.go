@@ -49,7 +49,7 @@ type Service struct {
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
-	records   sync.WaitGroup     // attempt records being written or purged
+	records   sync.WaitGroup     // attempt records being written
 	settles   *settler           // acks, naks and terms until the server confirms them
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
@@ -546,9 +546,13 @@ func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 // execute performs one attempt and settles the message.
 func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time) {
 	spec := t.spec
-	attempt, err := s.attemptNumber(ctx, md, d)
+	attempt, prior, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
 		s.nak(m, time.Second, err)
+		return
+	}
+	if prior.Outcome != "" { // done: only its ack or term was lost
+		s.settleAgain(m, d, prior)
 		return
 	}
 	defer releaseHost(s.acquireHost(ctx, m, arrived, t.host))
@@ -594,8 +598,11 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.ok() {
 		s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
-			s.ack(m)
-			s.forgetAttempts(d, attempt)
+			if attempt == 1 { // no record to write: the common case costs no KV round trip
+				s.ack(m)
+				return
+			}
+			s.recordThenSettle(m, d, attemptRecord{Attempts: attempt, Outcome: events.OutcomeSucceeded}, "ack", ackBody)
 		})
 		return
 	}
@@ -611,8 +618,10 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		run.Dispatch = d
 		s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
-			s.settle(m, "term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))))
-			s.forgetAttempts(d, attempt)
+			// Recorded as done before the term is sent, so a redelivery
+			// after a lost term terminates it again without a call.
+			s.recordThenSettle(m, d, attemptRecord{Attempts: attempt, Outcome: events.OutcomeFailed},
+				"term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))))
 		})
 		return
 	}
@@ -626,7 +635,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
-		s.recordThenSettle(m, d, attempt, "nak", nakBody(delay))
+		s.recordThenSettle(m, d, attemptRecord{Attempts: attempt}, "nak", nakBody(delay))
 	})
 }
 
