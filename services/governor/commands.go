@@ -96,6 +96,13 @@ func decodeOptional(e events.Event, v interface{ GetID() string }, id string) er
 // task.accepted or task.rejected. Only a transient NATS/KV failure leads to
 // redelivery; everything else is answered and acked.
 func (s *Service) handleCommand(ctx context.Context, m jetstream.Msg) {
+	s.untilSettled(ctx, m, func() error { return s.command(ctx, m) })
+}
+
+// command applies one command and settles it (ack, or an answered
+// rejection). A transient error (NATS or KV trouble) leaves it unsettled,
+// for untilSettled to try again.
+func (s *Service) command(ctx context.Context, m jetstream.Msg) error {
 	at := storedAt(m)
 	step, err := Translate(m.Subject(), m.Headers(), m.Data(), at)
 	var acc *events.TaskAccepted
@@ -108,24 +115,26 @@ func (s *Service) handleCommand(ctx context.Context, m jetstream.Msg) {
 	case errors.Is(err, ErrNoEffect):
 		s.ack(m)
 	case errors.As(err, &rej):
-		s.answerRejected(ctx, m, rej, at)
+		return s.answerRejected(ctx, m, rej, at)
 	case errors.As(err, &perm):
 		s.log.Warn("command cannot be applied; rejecting it", "subject", m.Subject(), "err", err)
-		s.answerRejected(ctx, m, asRejection(perm), at)
+		return s.answerRejected(ctx, m, asRejection(perm), at)
 	case err != nil:
-		s.retry(m, err)
+		return err
 	default:
 		id := "accepted:" + step.CommandID
 		if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbAccepted, acc.ID), id,
 			events.TypeTaskAccepted, s.source, acc.ID, acc, at); err != nil {
-			s.retry(m, err)
-			return
+			return err
 		}
 		s.ack(m)
 	}
+	return nil
 }
 
-func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *rejection, at time.Time) {
+// answerRejected publishes task.rejected for m and acks it; an error
+// leaves m unsettled (the answer was not stored).
+func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *rejection, at time.Time) error {
 	subj, subjErr := events.ParseSubject(m.Subject())
 	id := subj.ID
 	if subjErr != nil {
@@ -153,20 +162,25 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	if len(r.reasons) > 0 && r.reasons[0].Field != "" {
 		label = "field:" + strings.SplitN(r.reasons[0].Field, "[", 2)[0]
 	}
-	s.cfg.Metrics.RejectedEvents.WithLabelValues(label).Inc()
-	s.log.Info("command rejected", "subject", m.Subject(), "reasons", r.Error())
 	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbRejected, token), answerID,
 		events.TypeTaskRejected, s.source, id, body, at); err != nil {
-		s.retry(m, err)
-		return
+		return err
 	}
+	s.cfg.Metrics.RejectedEvents.WithLabelValues(label).Inc()
+	s.log.Info("command rejected", "subject", m.Subject(), "reasons", r.Error())
 	s.ack(m)
+	return nil
 }
 
 // applyCommand checks a translated command against the stored task and
 // applies it. It returns a *rejection for commands that cannot apply and
 // any other error for transient failures.
 func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
+	if s.fault != nil {
+		if err := s.fault(step); err != nil {
+			return nil, err
+		}
+	}
 	id := step.TaskID
 	existing, err := s.loadSpec(ctx, id)
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
@@ -266,42 +280,47 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 // handleSignal applies a run outcome, a breaker transition or a dead-letter
 // entry. Malformed messages are terminated with a reason and counted.
 func (s *Service) handleSignal(ctx context.Context, m jetstream.Msg) {
+	s.untilSettled(ctx, m, func() error { return s.signal(ctx, m) })
+}
+
+// signal applies one signal and settles it; a transient error leaves it
+// unsettled, for untilSettled to try again.
+func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 	step, err := Translate(m.Subject(), m.Headers(), m.Data(), storedAt(m))
 	switch {
 	case errors.Is(err, ErrNoEffect):
 		s.ack(m)
-		return
+		return nil
 	case err != nil:
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.log)
-		return
+		return nil
 	}
 	spec, _, err := s.specs.Get(ctx, step.TaskID)
 	if isMissing(err) {
 		s.ack(m) // the task was deleted; nothing to schedule
-		return
+		return nil
 	}
 	if errors.Is(err, kvcache.ErrUnreadable) {
 		// No retry can mend the stored spec; task.updated replaces it
 		// and decides afresh.
 		jsutil.Terminate(m, "cannot be applied: "+err.Error(), s.cfg.Metrics, s.log)
-		return
+		return nil
 	}
 	if err != nil {
-		s.retry(m, err)
-		return
+		return err
 	}
 	var perm *permanentError
 	if _, err := s.decide(ctx, spec, step); isMissing(err) {
 		s.ack(m) // deleted a moment ago (decide checked the bucket)
-		return
+		return nil
 	} else if errors.As(err, &perm) {
 		jsutil.Terminate(m, "cannot be applied: "+err.Error(), s.cfg.Metrics, s.log)
-		return
+		return nil
 	} else if err != nil {
-		s.retry(m, err)
-		return
+		return err
 	}
 	s.ack(m)
+	return nil
 }
 
 // storedAt is the message's JetStream timestamp: the decision's clock.

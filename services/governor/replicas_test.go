@@ -1,13 +1,17 @@
 package governor
 
 import (
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -124,5 +128,69 @@ func TestReplicasApplyCommandsInOrder(t *testing.T) {
 	sources, commands = answers(t, srv.JS, id)
 	if got := sources[len(sources)-1]; got == pinned || commands[len(commands)-1] != "resume-after" {
 		t.Fatalf("last answer %s came from %s, want the other replica", commands[len(commands)-1], got)
+	}
+}
+
+// TestTransientFailureKeepsCommandOrder: a command that meets a transient
+// failure (NATS or KV trouble) is tried again before the commands behind
+// it. Nakked instead, it came back after them: a pause that failed twice
+// was applied after the resume published behind it, and the task ended
+// paused.
+func TestTransientFailureKeepsCommandOrder(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	m := metrics.New()
+	s, err := New(Config{JS: srv.JS, Instance: "g1", Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failures atomic.Int32
+	s.fault = func(step Step) error {
+		if step.CommandID == "pause-1" && failures.Add(1) <= 2 {
+			return errors.New("injected: nats: no responders available for request")
+		}
+		return nil
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	const id = "steady"
+	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", spec)
+
+	var last uint64
+	for _, c := range []struct {
+		verb     events.Verb
+		typ, eid string
+		data     any
+	}{
+		{events.VerbPaused, events.TypeTaskPaused, "pause-1", events.TaskPause{ID: id}},
+		{events.VerbResumed, events.TypeTaskResumed, "resume-2", events.TaskRef{ID: id}},
+	} {
+		body, err := events.Marshal(c.typ, "test", id, c.data, time.Now(), c.eid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := srv.JS.Publish(t.Context(), events.TaskSubject(c.verb, id), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+	}
+	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
+
+	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
+		t.Fatalf("commands answered in the order %v, want [create pause-1 resume-2]", commands)
+	}
+	st, _, err := s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Paused {
+		t.Fatal("the task is paused after pause then resume: the pause was applied last")
+	}
+	if got := testutil.ToFloat64(m.GovernorRetries.WithLabelValues(streams.StreamTasks)); got != 2 {
+		t.Fatalf("flyball_governor_retries_total{stream=TASKS} = %v, want 2", got)
 	}
 }

@@ -96,6 +96,9 @@ type Service struct {
 	// replica's view of it.
 	pauses     jetstream.KeyValue
 	pauseHints *kvcache.Cache[struct{}]
+	// fault, when set (tests), is a transient failure to meet before a
+	// command is applied.
+	fault func(Step) error
 }
 
 // New validates cfg and returns a service ready to Start.
@@ -173,12 +176,60 @@ func (s *Service) ack(m jetstream.Msg) {
 	}
 }
 
-// retry asks for redelivery after a transient failure (NATS or KV trouble).
-func (s *Service) retry(m jetstream.Msg, err error) {
-	s.log.Warn("transient failure; will retry", "subject", m.Subject(), "err", err)
-	if nerr := m.NakWithDelay(time.Second); nerr != nil {
-		s.log.Warn("nak failed", "subject", m.Subject(), "err", nerr)
+// Pauses between tries of a message that met a transient failure: from
+// retryFirst, doubling up to retryMax.
+const (
+	retryFirst = 250 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
+
+// untilSettled runs apply, which settles m or returns a transient error
+// (NATS or KV trouble), until it settles m. It tries again here, on the
+// same worker, rather than nakking m: a nakked message is redelivered
+// after the ones behind it, and the worker handles one task's messages
+// (key) in stream order, so a command or breaker transition applied late
+// would undo the ones published after it (a pause retried after the
+// resume that followed it leaves the task paused). Between tries it marks
+// m in progress, so it is not redelivered to another replica. Only when
+// the service stops does it give m back (nak), for whichever replica
+// reads the durable next.
+func (s *Service) untilSettled(ctx context.Context, m jetstream.Msg, apply func() error) {
+	wait := retryFirst
+	for try := 1; ; try++ {
+		err := apply()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			s.log.Warn("transient failure while stopping; handing the message back", "subject", m.Subject(), "err", err)
+			if nerr := m.NakWithDelay(time.Second); nerr != nil {
+				s.log.Warn("nak failed", "subject", m.Subject(), "err", nerr)
+			}
+			return
+		}
+		if stream := streamOf(m); stream != "" {
+			s.cfg.Metrics.GovernorRetries.WithLabelValues(stream).Inc()
+		}
+		s.log.Warn("transient failure; trying again before the messages behind it", "subject", m.Subject(), "try", try, "in", wait, "err", err)
+		if ierr := m.InProgress(); ierr != nil {
+			s.log.Debug("in-progress not sent", "subject", m.Subject(), "err", ierr)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait = min(2*wait, retryMax)
 	}
+}
+
+// streamOf is the stream m was stored in ("" if its metadata is unreadable).
+func streamOf(m jetstream.Msg) string {
+	if md, err := m.Metadata(); err == nil {
+		return md.Stream
+	}
+	return ""
 }
 
 // loadSpec reads a spec from the bucket (commands: they decide whether a

@@ -35,6 +35,7 @@ type Set struct {
 	OrphansRemoved     *prometheus.CounterVec
 	SweeperScanning    prometheus.Gauge
 	PullFailures       *prometheus.CounterVec
+	GovernorRetries    *prometheus.CounterVec
 	OutboxRepublished  prometheus.Counter
 	OutboxAbandoned    prometheus.Counter
 	OutboxEvents       prometheus.Gauge
@@ -129,6 +130,10 @@ func New() *Set {
 			Name: "flyball_pull_failures_total",
 			Help: "Failed pulls from a durable consumer, by stream (no leader during an election, NATS unreachable); each is retried within 1s.",
 		}, []string{"stream"}),
+		GovernorRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_governor_retries_total",
+			Help: "Messages the governor tried again after a transient failure (NATS or KV trouble), by stream; each is retried in place, ahead of the messages behind it.",
+		}, []string{"stream"}),
 		OutboxRepublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_outbox_republished_total",
 			Help: "Run events the executor published again because RUNS did not confirm them within a round (2s).",
@@ -149,7 +154,7 @@ func New() *Set {
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
-		s.SweeperScanning, s.PullFailures, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
+		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
 	} {
 		f(c)
 	}
