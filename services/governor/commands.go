@@ -293,7 +293,7 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 		return nil
 	case err != nil:
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.log)
-		return nil
+		return nil //nolint:nilerr // settled: terminated, with the reason
 	}
 	spec, _, err := s.specs.Get(ctx, step.TaskID)
 	if isMissing(err) {
