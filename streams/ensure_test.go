@@ -124,7 +124,7 @@ func TestDefinitionsDecodeIntoServerTypes(t *testing.T) {
 			t.Fatalf("walk %s: %v", dir, err)
 		}
 	}
-	want := map[string]int{dirStreams: 6, dirKV: 6, dirConsumers: 8}
+	want := map[string]int{dirStreams: 6, dirKV: 7, dirConsumers: 8}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("file counts %v, want %v", counts, want)
 	}
@@ -142,7 +142,7 @@ func TestConfigsParse(t *testing.T) {
 	}
 	wantNames := []string{
 		StreamAdvisories, StreamDeadLetter, StreamDispatch, StreamHealth,
-		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketPauses, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
+		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketPauses, "KV_" + BucketProbes, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
 		StreamRuns, StreamTasks,
 	}
 	if !slices.Equal(names, wantNames) {
@@ -199,6 +199,7 @@ var wantStreams = map[string]streamWant{
 	"KV_" + BucketPauses:    {[]string{"$KV." + BucketPauses + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketRuntime:   {[]string{"$KV." + BucketRuntime + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketAttempts:  {[]string{"$KV." + BucketAttempts + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, day},
+	"KV_" + BucketProbes:    {[]string{"$KV." + BucketProbes + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, time.Hour},
 }
 
 type consumerWant struct {
@@ -408,14 +409,16 @@ func TestKVBucketsUsable(t *testing.T) {
 
 	// The files hold exactly what CreateKeyValue produces: creating the
 	// bucket again with the same settings is accepted and changes nothing.
-	ttls := map[string]time.Duration{BucketAttempts: day}
-	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketAttempts: 1} {
+	ttls := map[string]time.Duration{BucketAttempts: day, BucketProbes: time.Hour}
+	// Per-key TTLs (jetstream.KeyTTL) need limit markers on the bucket.
+	markers := map[string]time.Duration{BucketProbes: time.Minute}
+	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketAttempts: 1, BucketProbes: 1} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatalf("stream KV_%s: %v", bucket, err)
 		}
 		before := s.CachedInfo().Config
-		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history), TTL: ttls[bucket]})
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history), TTL: ttls[bucket], LimitMarkerTTL: markers[bucket]})
 		if err != nil {
 			t.Errorf("CreateKeyValue(%s) over Ensure'd stream: %v", bucket, err)
 			continue
@@ -482,6 +485,44 @@ func TestKVBucketsUsable(t *testing.T) {
 		if e == nil || e.Key() != "sched.t1" || string(e.Value()) != want.val || e.Revision() != want.rev {
 			t.Fatalf("watch: got %v, want sched.t1=%s rev %d", e, want.val, want.rev)
 		}
+	}
+}
+
+// TestProbeClaimsExpireWithTheirTTL: flyball-probes takes per-key TTLs,
+// so only one Create of a key wins until the claim expires on its own,
+// and then a new Create wins (the executor's probe claim).
+func TestProbeClaimsExpireWithTheirTTL(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	mustEnsure(t, ctx, js)
+	kv, err := js.KeyValue(ctx, BucketProbes)
+	if err != nil {
+		t.Fatalf("KeyValue: %v", err)
+	}
+	const key = "host_example_com.1772442019981"
+	if _, err := kv.Create(ctx, key, []byte("a"), jetstream.KeyTTL(time.Second)); err != nil {
+		t.Fatalf("first Create: %v", err)
+	}
+	if _, err := kv.Create(ctx, key, []byte("b"), jetstream.KeyTTL(time.Second)); !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Fatalf("second Create while the claim lives: err %v, want ErrKeyExists", err)
+	}
+	for {
+		_, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the claim did not expire")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := kv.Create(ctx, key, []byte("c"), jetstream.KeyTTL(time.Second)); err != nil {
+		t.Fatalf("Create after the claim expired: %v", err)
 	}
 }
 

@@ -40,6 +40,13 @@ const (
 	// receiving the schedule every run rewrites. An entry is a hint: the
 	// task's schedule in BucketSchedules is the truth.
 	BucketPauses = "flyball-pauses"
+	// BucketProbes holds the probe claims of half-open breakers (key
+	// "<breaker key>.<retryAt unix ms>"): an executor calls a target whose
+	// breaker is half-open only after it creates the claim, so one call
+	// per breaker and half-open period probes the target. Each claim
+	// expires with its own TTL (the call's timeout plus the time to
+	// report it); the bucket's 1h max age is a backstop.
+	BucketProbes = "flyball-probes"
 )
 
 // Durable consumer names. A durable name is unique per stream, not
