@@ -15,7 +15,12 @@
 //   - deleted or paused task: publish run.skipped, then ack (a task is
 //     paused when it has a key in flyball-pauses and its schedule says so);
 //   - open breaker: NakWithDelay until the breaker's retryAt, without
-//     calling the target and without counting an attempt.
+//     calling the target and without counting an attempt;
+//   - half-open breaker (or open past retryAt): one call per breaker key
+//     and half-open period, across every executor, is the probe: the one
+//     whose Create of the claim in KV flyball-probes wins. Every other
+//     call is deferred with NakWithDelay and checks again until the
+//     probe's outcome closes or re-opens the breaker, or the claim expires.
 //
 // Outbound calls pass an SSRF guard that refuses loopback, link-local and
 // cloud-metadata addresses unless explicitly allowed, checked on the

@@ -7,8 +7,9 @@ import (
 )
 
 // TestDocsKVExamplesDecode: the event catalog's examples of the values the
-// executor reads (flyball-breakers, flyball-attempts) decode strictly into
-// the executor's own types. The governor's docs test checks the rest.
+// executor reads (flyball-breakers, flyball-attempts, flyball-probes)
+// decode strictly into the executor's own types. The governor's docs test
+// checks the rest.
 func TestDocsKVExamplesDecode(t *testing.T) {
 	t.Parallel()
 	root := docexamples.Root(t)
@@ -19,6 +20,7 @@ func TestDocsKVExamplesDecode(t *testing.T) {
 	types := map[string]func() any{
 		"BreakerRecord": func() any { return &BreakerRecord{} },
 		"Attempt":       func() any { return &attemptRecord{} },
+		"ProbeClaim":    func() any { return &probeClaim{} },
 	}
 	seen := map[string]int{}
 	for _, b := range blocks {

@@ -37,6 +37,10 @@ type Service struct {
 	schedules jetstream.KeyValue
 	breakerKV jetstream.KeyValue
 	attempts  jetstream.KeyValue
+	probes    jetstream.KeyValue // probe claims of half-open breakers (probe.go)
+	// probeMargin is how much longer than its call a probe claim lives
+	// (probeTTL): settleMargin; tests shorten it.
+	probeMargin time.Duration
 	// Watch-fed views, so a run costs no KV read in the common case.
 	specs     *kvcache.Cache[*task]
 	pauses    *kvcache.Cache[struct{}] // which tasks may be paused (flyball-pauses)
@@ -71,12 +75,13 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		cfg:       cfg,
-		log:       cfg.Logger.With("service", "executor"),
-		source:    jsutil.Source("executor", cfg.Instance),
-		userAgent: "flyball/" + cfg.Version,
-		client:    newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
-		hosts:     make(map[string]chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger.With("service", "executor"),
+		source:      jsutil.Source("executor", cfg.Instance),
+		userAgent:   "flyball/" + cfg.Version,
+		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
+		hosts:       make(map[string]chan struct{}),
+		probeMargin: settleMargin,
 	}, nil
 }
 
@@ -93,6 +98,7 @@ func (s *Service) Start(ctx context.Context) error {
 		jsutil.Bucket{Name: streams.BucketPauses, KV: &pauses},
 		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakerKV},
 		jsutil.Bucket{Name: streams.BucketAttempts, KV: &s.attempts},
+		jsutil.Bucket{Name: streams.BucketProbes, KV: &s.probes},
 	); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -241,13 +247,14 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.skip(m, d, "task paused")
 		return
 	}
-	if wait := s.breakerWait(ctx, t.breakerKey); wait > 0 {
+	g := s.breakerGate(ctx, t.breakerKey)
+	if g.wait > 0 {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
-		s.log.Debug("breaker open: deferring", "task", d.TaskID, "wait", wait)
-		s.nak(m, wait, nil)
+		s.log.Debug("breaker open: deferring", "task", d.TaskID, "wait", g.wait)
+		s.nak(m, g.wait, nil)
 		return
 	}
-	s.execute(ctx, m, md, t, d, arrived)
+	s.execute(ctx, m, md, t, d, arrived, g)
 }
 
 // hold keeps a dispatch that arrived ahead of its slot (the timer publishes
@@ -509,30 +516,39 @@ func DecodeBreaker(key string, raw []byte) (BreakerRecord, error) {
 	return b, nil
 }
 
-// breakerWait returns how long to defer while the breaker is open; zero
-// means call the target (closed, half-open, or open past retryAt: the probe).
-// It reads the watch-fed view of flyball-breakers, where a key without a
-// record is a closed breaker.
-func (s *Service) breakerWait(ctx context.Context, key string) time.Duration {
+// breakerGate reports whether to defer a call while the breaker is open
+// (until retryAt), or whether the call would be the probe of a half-open
+// breaker (half-open, or open past retryAt: a lagging breaker service
+// never blocks the probe), which execute must claim first (claimProbe). A
+// closed breaker returns the zero gate at no KV cost: it reads the
+// watch-fed view of flyball-breakers, where a key without a record is a
+// closed breaker.
+func (s *Service) breakerGate(ctx context.Context, key string) gate {
 	var b BreakerRecord
 	if r := s.breakers.Lookup(key); r.Known {
 		if !r.Found || r.Err != nil {
-			return 0
+			return gate{}
 		}
 		b = r.Value
 	} else {
 		ent, err := s.breakerKV.Get(ctx, key)
 		if err != nil {
-			return 0
+			return gate{}
 		}
 		if b, err = DecodeBreaker(key, ent.Value()); err != nil {
-			return 0
+			return gate{}
 		}
 	}
-	if b.State != events.BreakerOpen {
-		return 0
+	switch b.State {
+	case events.BreakerOpen:
+		if wait := time.Until(b.RetryAt); wait > 0 {
+			return gate{wait: wait}
+		}
+	case events.BreakerHalfOpen:
+	default:
+		return gate{}
 	}
-	return time.Until(b.RetryAt)
+	return gate{probe: true, retryAt: b.RetryAt}
 }
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
@@ -543,8 +559,11 @@ func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 	})
 }
 
-// execute performs one attempt and settles the message.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time) {
+// execute performs one attempt and settles the message. With g.probe, the
+// call goes ahead only if it wins the breaker's probe claim, taken just
+// before the call (after the wait for a host slot), so the claim's TTL
+// need only outlast the call itself.
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate) {
 	spec := t.spec
 	attempt, prior, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
@@ -556,6 +575,27 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		return
 	}
 	defer releaseHost(s.acquireHost(ctx, m, arrived, t.host))
+	var claim string
+	var claimRev uint64
+	if g.probe {
+		if ctx.Err() != nil {
+			s.settle(m, "nak", nakBody(0)) // handed back at shutdown
+			return
+		}
+		var wait time.Duration
+		if claim, claimRev, wait, err = s.claimProbe(ctx, t, d, g.retryAt); err != nil {
+			s.nak(m, time.Second, err)
+			return
+		}
+		if wait > 0 {
+			s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
+			s.cfg.Metrics.ProbeDeferred.Inc()
+			s.log.Debug("breaker half-open and another call is its probe: deferring", "task", d.TaskID, "claim", claim, "wait", wait)
+			s.nak(m, wait, nil)
+			return
+		}
+		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)
+	}
 	kept := s.keepAlive(m, spec, arrived)
 	if s.cfg.EmitStarted {
 		started := events.Run{
@@ -584,6 +624,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// Cancelled mid-call by shutdown: hand the dispatch straight back so
 		// another executor runs it, without counting the attempt. Had this
 		// process died instead, JetStream would redeliver after AckWait.
+		if claimRev != 0 {
+			s.releaseProbe(claim, claimRev) // no outcome: let another executor probe now
+		}
 		s.settle(m, "nak", nakBody(0))
 		return
 	}
@@ -758,17 +801,22 @@ const settleMargin = outboxBudget + 5*time.Second
 // none unless its dispatch waited more than 10s for a free caller; most
 // calls register nothing.
 func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time.Time) bool {
-	timeout := events.DefaultNATSTimeout
-	if spec.Target.HTTP != nil {
-		timeout = spec.Target.HTTP.Timeout.D()
-	} else if spec.Target.NATS != nil {
-		timeout = spec.Target.NATS.Timeout.D()
-	}
-	if _, ok := progressDue(time.Now(), arrived, timeout, s.cfg.AckWait); !ok {
+	if _, ok := progressDue(time.Now(), arrived, callTimeout(spec), s.cfg.AckWait); !ok {
 		return false
 	}
 	s.waitBegin(m, arrived)
 	return true
+}
+
+// callTimeout is the longest one call of spec's target can take.
+func callTimeout(spec *events.TaskSpec) time.Duration {
+	switch {
+	case spec.Target.HTTP != nil:
+		return spec.Target.HTTP.Timeout.D()
+	case spec.Target.NATS != nil:
+		return spec.Target.NATS.Timeout.D()
+	}
+	return events.DefaultNATSTimeout
 }
 
 // waitBegin keeps m alive until waitEnd: while its dispatch waits for a

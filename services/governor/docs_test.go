@@ -25,6 +25,7 @@ var (
 var kindsCheckedElsewhere = map[string]string{
 	"BreakerRecord": "services/executor",
 	"Attempt":       "services/executor",
+	"ProbeClaim":    "services/executor",
 }
 
 func docBlocks(t *testing.T, files []string) []docexamples.Block {

@@ -25,6 +25,7 @@ type Set struct {
 	RetriesTotal       prometheus.Counter
 	BreakerTransitions *prometheus.CounterVec
 	BreakersOpen       prometheus.Gauge
+	ProbeDeferred      prometheus.Counter
 	DeadLetterTotal    *prometheus.CounterVec
 	Decisions          *prometheus.CounterVec
 	RejectedEvents     *prometheus.CounterVec
@@ -98,6 +99,10 @@ func New() *Set {
 		BreakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_breakers_open", Help: "Breakers this process last saw open or half-open.",
 		}),
+		ProbeDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_breaker_probe_deferred_total",
+			Help: "Dispatches the executor deferred because their breaker is half-open and another call holds its probe claim (KV flyball-probes).",
+		}),
 		DeadLetterTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_deadletter_total", Help: "Dead-letter entries written, by reason.",
 		}, []string{"reason"}),
@@ -152,7 +157,7 @@ func New() *Set {
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.Inflight,
-		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.DeadLetterTotal, s.Decisions,
+		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
 	} {
