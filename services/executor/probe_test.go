@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -139,6 +140,52 @@ func TestDeadProbersClaimExpiresAndAnotherExecutorProbes(t *testing.T) {
 		var c probeClaim
 		return err == nil && json.Unmarshal(ent.Value(), &c) == nil && c.Executor == "flyball/executor/b"
 	})
+}
+
+// TestCancelledProbesClaimIsReleased: an executor whose shutdown cancels
+// its probe mid-call deletes its claim, so another executor may probe at
+// once rather than when the claim expires.
+func TestCancelledProbesClaimIsReleased(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := context.Background()
+	arrived := make(chan struct{}, 1)
+	target := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // hangs until the executor gives up
+	}))
+	t.Cleanup(target.Close)
+	spec := events.TaskSpec{
+		ID:       "cancelled",
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL, Timeout: events.Duration(30 * time.Second)}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+	}
+	spec.Normalize()
+	putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
+	retryAt := time.Now().Add(-time.Second).UTC()
+	putKV(t, srv.JS, streams.BucketBreakers, spec.ID, BreakerRecord{
+		Key: spec.ID, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
+	})
+	probes, err := srv.JS.KeyValue(ctx, streams.BucketProbes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := probeKey(spec.ID, retryAt)
+	nc, _ := srv.Connect(t)
+	s := startProbeExecutor(t, nc, "a")
+	dispatchNow(t, srv.JS, spec.ID)
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe never reached the target")
+	}
+	if _, err := probes.Get(ctx, key); err != nil {
+		t.Fatalf("claim %s while the probe runs: %v", key, err)
+	}
+	s.Stop() // the 1 ms shutdown grace cancels the call
+	if _, err := probes.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+		t.Fatalf("claim %s after the cancelled probe: err %v, want it deleted", key, err)
+	}
 }
 
 // startProbeExecutor starts an executor named instance on nc whose probe
