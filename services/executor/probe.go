@@ -111,7 +111,7 @@ func probeDeferral(age, left time.Duration) time.Duration {
 // executor probes at once rather than when the claim expires. It runs in
 // the background; a failure leaves the claim to expire.
 func (s *Service) releaseProbe(key string, rev uint64) {
-	s.purges.Go(func() {
+	s.records.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.probes.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {

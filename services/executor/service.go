@@ -53,7 +53,7 @@ type Service struct {
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
-	records   sync.WaitGroup     // attempt records being written
+	records   sync.WaitGroup     // background KV writes: attempt records, released probe claims
 	settles   *settler           // acks, naks and terms until the server confirms them
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
@@ -144,7 +144,7 @@ func (s *Service) Start(ctx context.Context) error {
 		<-cc.Done() // no handler will queue another event
 		s.firing.Wait()
 		s.out.close()    // store the queued events and settle their dispatches
-		s.records.Wait() // their attempt records, each before its settle
+		s.records.Wait() // their attempt records (each before its settle), released probe claims
 		s.settles.stop()
 		s.client.CloseIdleConnections()
 	})
