@@ -72,7 +72,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		s.TaskID = spec.ID
 	case KindOutcome:
 		o := in.Outcome
-		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) {
+		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) {
 			return ignored()
 		}
 		p.applyOutcome(o)
@@ -126,6 +126,21 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	s.NextRunAt, s.Source, s.Trail = p.next, p.source, p.tr.lines()
 	s.keepStorable()
 	return Decision{NextRunAt: s.NextRunAt, Source: s.Source, Trail: s.Trail, State: *s, ClearedHints: p.cleared}
+}
+
+// outdated reports an outcome of a run that ended before the slot of the
+// last outcome applied: a redelivery of an outcome already applied (its
+// ack was lost, or its replica died before the ack, and the redelivery
+// came an AckWait later, after the outcomes of the runs behind it). A
+// later slot is planned only once the run before it has ended, at or
+// after the decision that applied its outcome, so a run ending before
+// that slot had its outcome applied already. Applying it again counted
+// the run twice (runs, budget) and replaced the newer run's result (a
+// failure redelivered after a success put the task back into backoff).
+// A run planned before a slot in flight (a run-now hint while the slot
+// was held) runs after that slot, so it ends after it and still counts.
+func outdated(o *Outcome, st State) bool {
+	return !o.FinishedAt.IsZero() && o.FinishedAt.Before(st.LastScheduledAt)
 }
 
 // applyOutcome records the final outcome of a run.

@@ -189,9 +189,28 @@ func TestDecideBaselineInterval(t *testing.T) {
 			}},
 		},
 		{
-			"a late outcome of an older slot keeps the newer anchor",
-			given{intervalSpec(time.Minute), ran(t0), t0.Add(5 * time.Second), outcome("succeeded", t0.Add(-time.Minute))},
-			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval},
+			// It ended before the newer slot began: a redelivery of an
+			// outcome applied before that slot was planned.
+			"a late outcome of an older slot is ignored and keeps the newer anchor",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval)), t0.Add(5 * time.Second), outcome("succeeded", t0.Add(-time.Minute))},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if !d.Ignored || !d.State.LastScheduledAt.Equal(t0) || d.State.Runs != 1 {
+					t.Errorf("ignored %v, state %+v", d.Ignored, d.State)
+				}
+			}},
+		},
+		{
+			"a late outcome of a run that ended after the newer slot began counts, and keeps the newer anchor",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(5 * time.Second), func() governor.Input {
+				in := outcome("succeeded", t0.Add(-time.Second))
+				in.Outcome.FinishedAt = t0.Add(time.Second)
+				return in
+			}()},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if d.Ignored || !d.State.LastScheduledAt.Equal(t0) || d.State.Runs != 2 {
+					t.Errorf("ignored %v, state %+v", d.Ignored, d.State)
+				}
+			}},
 		},
 		{
 			"skipped run advances the grid without counting",
@@ -933,4 +952,39 @@ func BenchmarkDecideAllRules(b *testing.B) {
 		governor.Decide(now, spec, st, in)
 	}
 	reportCPU(b, cpu)
+}
+
+// An outcome redelivered after a later run's outcome was applied (its ack
+// was lost, or its replica died before the ack: the redelivery comes an
+// AckWait later, after the runs of a fast task) is a duplicate too, though
+// it is no longer the last dispatch applied. Applied again, it counted the
+// run twice (runs, budget) and replaced the newer run's result: a failure
+// redelivered after a success put the task back into backoff.
+func TestDecideRedeliveredOlderOutcomeIsIgnored(t *testing.T) {
+	spec := withBudget(intervalSpec(time.Minute), 10000)
+	a := outcome("failed", t0)
+	st := governor.Decide(t0.Add(3*time.Second), spec, ran(t0.Add(-time.Minute)), a).State
+	b := outcome("succeeded", t0.Add(time.Minute))
+	st = governor.Decide(t0.Add(time.Minute+2*time.Second), spec, st, b).State
+	if st.Failures != 0 || st.LastOutcome != "succeeded" {
+		t.Fatalf("after the later success: failures %d, last outcome %q", st.Failures, st.LastOutcome)
+	}
+	before := cloneState(st)
+	d := governor.Decide(t0.Add(time.Minute+30*time.Second), spec, st, a) // a again, an AckWait later
+	if !d.Ignored {
+		t.Errorf("redelivered older outcome applied again: failures %d, runs %d → %d, budget %v → %v, next %s (%s)",
+			d.State.Failures, before.Runs, d.State.Runs, before.Budget.Counts[10], d.State.Budget.Counts[10], fmtT(d.NextRunAt), d.Source)
+	}
+	if !reflect.DeepEqual(d.State, before) {
+		t.Errorf("state changed:\n got %+v\nwant %+v", d.State, before)
+	}
+
+	// A run planned before a slot already in flight (a run-now hint while
+	// the slot was held) runs after it, so its outcome comes after that
+	// slot's: it ended after the last slot applied began, and counts.
+	y := outcome("failed", t0.Add(time.Minute-500*time.Millisecond))
+	y.Outcome.FinishedAt = t0.Add(time.Minute + 300*time.Millisecond)
+	if d := governor.Decide(t0.Add(time.Minute+time.Second), spec, before, y); d.Ignored || d.State.Failures != 1 || d.State.Runs != before.Runs+1 {
+		t.Errorf("outcome of a run that ended after the last slot: ignored %v, failures %d, runs %d", d.Ignored, d.State.Failures, d.State.Runs)
+	}
 }
