@@ -81,6 +81,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.watchOpen(runCtx); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
+	if err := s.watchDeletes(runCtx, tasks); err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
 	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerBreaker, s.cfg.Logger,
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {

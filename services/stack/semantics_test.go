@@ -820,3 +820,34 @@ func TestHeldDispatchesAreHandedBackAtShutdown(t *testing.T) {
 		t.Fatalf("called %s after its slot, want at the slot (not after AckWait)", at.Sub(slot))
 	}
 }
+
+// TestRecreatedTaskStartsWithAClosedBreaker: a task deleted while its
+// breaker is open, and created again under the same ID before any sweep,
+// starts with a closed breaker. It inherited the open one before (the
+// sweeper's orphan purge comes only at a sweep that finds the task gone),
+// and its calls were deferred until the old retryAt.
+func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "governor", "breaker", "executor", "timer") // no sweeper
+	failing, healthy := newScripted(t, 500), newScripted(t, 200)
+	opened := e.collect("flyball.breaker.open.again")
+	accepted := e.collect("flyball.task.accepted.again")
+	succeeded := e.collect("flyball.run.succeeded.again")
+	e.create("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
+		"retry":{"maxAttempts":1},"breaker":{"failureThreshold":1,"openDelay":"1h","maxOpenDelay":"1h"}}`, failing.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the breaker opens", func() bool { return len(opened()) == 1 })
+
+	deleted, err := events.Marshal(events.TypeTaskDeleted, "test/user", "again", events.TaskRef{ID: "again"}, time.Now(), "cmd-delete-again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.NC.Publish("flyball.task.deleted.again", deleted); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the delete is applied", func() bool { return len(accepted()) == 2 })
+	e.create("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, healthy.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the re-created task runs", func() bool { return len(succeeded()) >= 1 })
+	if n := len(failing.Calls()); n != 1 {
+		t.Fatalf("the old target got %d calls, want 1 (the failure that opened the breaker)", n)
+	}
+}
