@@ -29,7 +29,8 @@ import (
 // and a host breaker that open, one turning half-open, a dead letter and
 // its retry, update, pause, hint, resume,
 // run-now, every read of the API, a command from the CLI's user, delete
-// (the sweeper purges what the task left) and a clean stop. A permission
+// (the breaker removes the task's record), an orphan the sweeper purges,
+// and a clean stop. A permission
 // missing from accounts.conf, for any of it, fails the test
 // (natstest.Compose.Connect).
 func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
@@ -136,7 +137,7 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		t.Fatalf("pause from the cli user: %+v, %v", ans, err)
 	}
 
-	// Delete bad: the sweeper purges its breaker record.
+	// Delete bad: the breaker removes its record.
 	kv, err := srv.JS.KeyValue(context.Background(), streams.BucketBreakers)
 	if err != nil {
 		t.Fatal(err)
@@ -145,8 +146,17 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		t.Fatalf("bad's breaker record before the delete: %v", err)
 	}
 	call("DELETE", "/api/v1/tasks/bad", "", http.StatusAccepted)
-	natstest.Eventually(t, 10*time.Second, "the sweeper purges the deleted task's breaker", func() bool {
+	natstest.Eventually(t, 10*time.Second, "the breaker removes the deleted task's record", func() bool {
 		_, err := kv.Get(context.Background(), "bad")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	// An orphan (a record whose task is gone, written here by admin): the
+	// sweeper confirms the task is gone with a get, then purges it.
+	if _, err := kv.Put(context.Background(), "orphan", []byte(`{"key":"orphan","state":"open","failures":3}`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the sweeper purges an orphaned breaker record", func() bool {
+		_, err := kv.Get(context.Background(), "orphan")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 }
