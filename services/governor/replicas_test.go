@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -194,3 +195,93 @@ func TestTransientFailureKeepsCommandOrder(t *testing.T) {
 		t.Fatalf("flyball_governor_retries_total{stream=TASKS} = %v, want 2", got)
 	}
 }
+
+// TestStopHandsBackAMessageThatKeepsFailing: Stop lets the messages in
+// hand finish, but one that keeps meeting a transient failure (KV down)
+// would be tried again for as long as it lasts: Stop waited on it and
+// never returned. Stopping, the governor hands it back (nak) after one
+// more try, and the messages of the same task behind it too, unapplied,
+// so they do not overtake it; the next replica applies them in order.
+func TestStopHandsBackAMessageThatKeepsFailing(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	m := metrics.New()
+	s, err := New(Config{JS: srv.JS, Instance: "g1", Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.fault = func(step Step) error {
+		if step.CommandID == "pause-1" {
+			return errors.New("injected: nats: no responders available for request")
+		}
+		return nil
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// No t.Cleanup(s.Stop): a second Stop waits for the first, and the
+	// test is about whether the first returns.
+	const id = "stuck"
+	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", spec)
+
+	var last uint64
+	for _, c := range []struct {
+		verb     events.Verb
+		typ, eid string
+		data     any
+	}{
+		{events.VerbPaused, events.TypeTaskPaused, "pause-1", events.TaskPause{ID: id}},
+		{events.VerbResumed, events.TypeTaskResumed, "resume-2", events.TaskRef{ID: id}},
+	} {
+		body, err := events.Marshal(c.typ, "test", id, c.data, time.Now(), c.eid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := srv.JS.Publish(t.Context(), events.TaskSubject(c.verb, id), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+	}
+	natstest.Eventually(t, 5*time.Second, "pause-1 tried again", func() bool {
+		return testutil.ToFloat64(m.GovernorRetries.WithLabelValues(streams.StreamTasks)) >= 2
+	})
+
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	bound := time.NewTimer(lifecycleBound)
+	defer bound.Stop()
+	select {
+	case <-stopped:
+	case <-bound.C:
+		t.Fatalf("Stop has not returned after %s: it waits on a message that keeps failing", lifecycleBound)
+	}
+	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create]" {
+		t.Fatalf("commands answered before the stop %v, want [create] (resume-2 must not overtake pause-1)", commands)
+	}
+
+	g2, err := New(Config{JS: srv.JS, Instance: "g2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g2.Stop)
+	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
+	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
+		t.Fatalf("commands answered in the order %v, want [create pause-1 resume-2]", commands)
+	}
+	st, _, err := g2.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Paused {
+		t.Fatal("the task is paused after pause then resume: the pause was applied last")
+	}
+}
+
+// lifecycleBound is how long a Stop may take when NATS or KV is down: the
+// drain timeout, a try in hand and a pause between tries, with room.
+const lifecycleBound = lifecycle.DrainTimeout + 2*retryMax

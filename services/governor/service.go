@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,6 +100,14 @@ type Service struct {
 	// fault, when set (tests), is a transient failure to meet before a
 	// command is applied.
 	fault func(Step) error
+	// stopping is closed when Stop has drained the consumers: untilSettled
+	// hands back a message that still fails rather than keep Stop waiting.
+	stopping chan struct{}
+	// handedBack holds the keys (stream and taskKey) of messages handed
+	// back while stopping: the messages behind them with the same key are
+	// handed back unapplied, so they do not overtake them.
+	handedMu   sync.Mutex
+	handedBack map[string]bool
 }
 
 // New validates cfg and returns a service ready to Start.
@@ -111,6 +120,9 @@ func New(cfg Config) (*Service, error) {
 		log:    cfg.Logger.With("service", "governor"),
 		source: jsutil.Source("governor", cfg.Instance),
 		states: newStateCache(cfg.StateCacheSize),
+
+		stopping:   make(chan struct{}),
+		handedBack: map[string]bool{},
 	}, nil
 }
 
@@ -153,6 +165,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// Let decisions in flight finish before Stop cancels their context:
 	// a cancelled one is only redelivered, but there is no need for that.
+	// One that meets a transient failure is handed back rather than tried
+	// again (untilSettled), or Stop would wait as long as NATS or KV is down.
+	s.OnDrained(func() { close(s.stopping) })
 	s.OnDrained(func() {
 		for _, cc := range consumers {
 			<-cc.Done()
@@ -192,19 +207,23 @@ const (
 // resume that followed it leaves the task paused). Between tries it marks
 // m in progress, so it is not redelivered to another replica. Only when
 // the service stops does it give m back (nak), for whichever replica
-// reads the durable next.
+// reads the durable next, after at most one more try: Stop waits for the
+// messages in hand, and would wait as long as the failure lasts. The
+// messages of the same task behind it are then handed back unapplied.
 func (s *Service) untilSettled(ctx context.Context, m jetstream.Msg, apply func() error) {
+	key := streamOf(m) + " " + taskKey(m)
+	if s.wasHandedBack(key) {
+		s.handBack(m, key, errors.New("a message of the same task ahead of it was handed back"))
+		return
+	}
 	wait := retryFirst
 	for try := 1; ; try++ {
 		err := apply()
 		if err == nil {
 			return
 		}
-		if ctx.Err() != nil {
-			s.log.Warn("transient failure while stopping; handing the message back", "subject", m.Subject(), "err", err)
-			if nerr := m.NakWithDelay(time.Second); nerr != nil {
-				s.log.Warn("nak failed", "subject", m.Subject(), "err", nerr)
-			}
+		if ctx.Err() != nil || s.isStopping() {
+			s.handBack(m, key, err)
 			return
 		}
 		if stream := streamOf(m); stream != "" {
@@ -218,10 +237,41 @@ func (s *Service) untilSettled(ctx context.Context, m jetstream.Msg, apply func(
 		select {
 		case <-ctx.Done():
 			t.Stop()
+		case <-s.stopping:
+			t.Stop()
 		case <-t.C:
 		}
 		wait = min(2*wait, retryMax)
 	}
+}
+
+// isStopping reports whether Stop has drained the consumers.
+func (s *Service) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// handBack naks m while stopping, and records its key so the messages
+// behind it with the same key are handed back too (untilSettled).
+func (s *Service) handBack(m jetstream.Msg, key string, err error) {
+	s.handedMu.Lock()
+	s.handedBack[key] = true
+	s.handedMu.Unlock()
+	s.log.Warn("transient failure while stopping; handing the message back", "subject", m.Subject(), "err", err)
+	if nerr := m.NakWithDelay(time.Second); nerr != nil {
+		s.log.Warn("nak failed", "subject", m.Subject(), "err", nerr)
+	}
+}
+
+// wasHandedBack reports whether a message with key was handed back.
+func (s *Service) wasHandedBack(key string) bool {
+	s.handedMu.Lock()
+	defer s.handedMu.Unlock()
+	return s.handedBack[key]
 }
 
 // streamOf is the stream m was stored in ("" if its metadata is unreadable).
