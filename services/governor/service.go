@@ -256,7 +256,9 @@ func (s *Service) isStopping() bool {
 }
 
 // handBack naks m while stopping, and records its key so the messages
-// behind it with the same key are handed back too (untilSettled).
+// behind it with the same key are handed back too (untilSettled). A
+// message published since may still reach the next replica before them
+// (docs/architecture.md, known gaps).
 func (s *Service) handBack(m jetstream.Msg, key string, err error) {
 	s.handedMu.Lock()
 	s.handedBack[key] = true
