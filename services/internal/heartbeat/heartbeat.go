@@ -135,8 +135,9 @@ func (b *Beater) beat(ctx context.Context) {
 // someone else wrote the key since. If that was the sweeper marking this
 // instance offline (it was silent too long: a pause, a partition), the
 // beat puts it back online and the return is announced (back). Anything
-// else (a second instance under the same kind and name, a deleted key) is
-// overwritten, as a plain put would.
+// else (a second instance under the same kind and name, a deleted key, a
+// beat of its own whose Update reply was lost) is overwritten, as a plain
+// put would.
 func (b *Beater) write(ctx context.Context, body []byte) error {
 	key := Key(b.cfg.Kind, b.cfg.Name)
 	if b.rev != 0 {
@@ -155,11 +156,16 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 			return err
 		default:
 			var prev events.Heartbeat
-			if json.Unmarshal(ent.Value(), &prev) == nil && prev.Status == events.RuntimeOffline {
+			switch {
+			case json.Unmarshal(ent.Value(), &prev) != nil:
+				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
+			case prev.Status == events.RuntimeOffline:
 				b.back = &prev
-			} else {
+			case !b.own(&prev):
 				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
 			}
+			// Otherwise it is this instance's own beat, stored although its
+			// Update failed (the reply was lost): nothing to report.
 		}
 	}
 	rev, err := b.kv.Put(ctx, key, body)
@@ -168,6 +174,13 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 	}
 	b.rev = rev
 	return nil
+}
+
+// own reports whether hb was written by this beater: an Update that
+// failed without a conflict (a timeout, a request flushed after a
+// reconnect) may have been stored all the same.
+func (b *Beater) own(hb *events.Heartbeat) bool {
+	return hb.PID == b.hb.PID && hb.Host == b.hb.Host && hb.StartedAt.Equal(b.hb.StartedAt)
 }
 
 // announceReturn publishes runtime.online for an instance back from an

@@ -1,9 +1,13 @@
 package heartbeat_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,5 +183,82 @@ func TestReturnIsStoredOnceWhenBothAnnounceIt(t *testing.T) {
 	sweeps(sw, 3)  // the first may have begun before the clock changed
 	if n := stored(t, srv, onlineSubject("executor")); n != 2 {
 		t.Fatalf("%d runtime.online stored after the sweeper saw the return too, want 2", n)
+	}
+}
+
+// lockedBuffer is a log sink the beater and the test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A beat whose Update failed without a CAS conflict (its reply lost: a
+// timeout, a reconnect that flushed the buffered request later) may have
+// been stored all the same. The next beat's CAS then conflicts with the
+// instance's own entry: that is no second instance under its name, and
+// is not logged as one.
+func TestOwnUnconfirmedBeatIsNotAnotherInstance(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	var logs lockedBuffer
+	_, js := srv.Connect(t, "executor")
+	b, err := heartbeat.Start(context.Background(), heartbeat.Config{
+		JS: js, Kind: "executor", Name: "ghost", Interval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	// The beat whose reply was lost, stored as the beater would have.
+	hb := b.Entry()
+	hb.LastBeat = time.Now().UTC()
+	body, err := json.Marshal(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.KeyValue(context.Background(), streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), heartbeat.Key("executor", "ghost"), body); err != nil {
+		t.Fatal(err)
+	}
+	b.BeatNow(context.Background())
+	if got := status(t, srv, "executor"); got != events.RuntimeOnline {
+		t.Fatalf("status %q after the beat, want online", got)
+	}
+	if strings.Contains(logs.String(), "another instance") {
+		t.Fatalf("the instance's own entry was taken for another instance's:\n%s", logs.String())
+	}
+	if n := stored(t, srv, onlineSubject("executor")); n != 1 {
+		t.Fatalf("%d runtime.online stored, want 1 (the start)", n)
+	}
+
+	// A second instance under the same kind and name is still noticed.
+	other := b.Entry()
+	other.PID++
+	other.LastBeat = time.Now().UTC()
+	if body, err = json.Marshal(other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), heartbeat.Key("executor", "ghost"), body); err != nil {
+		t.Fatal(err)
+	}
+	b.BeatNow(context.Background())
+	if !strings.Contains(logs.String(), "another instance beats under this kind and name") {
+		t.Fatalf("a second instance under the same name was not logged:\n%s", logs.String())
 	}
 }
