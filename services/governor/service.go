@@ -211,9 +211,8 @@ const (
 // messages in hand, and would wait as long as the failure lasts. The
 // messages of the same task behind it are then handed back unapplied.
 func (s *Service) untilSettled(ctx context.Context, m jetstream.Msg, apply func() error) {
-	key := streamOf(m) + " " + taskKey(m)
-	if s.wasHandedBack(key) {
-		s.handBack(m, key, errors.New("a message of the same task ahead of it was handed back"))
+	if s.isStopping() && s.wasHandedBack(handKey(m)) {
+		s.handBack(m, errors.New("a message of the same task ahead of it was handed back"))
 		return
 	}
 	wait := retryFirst
@@ -223,7 +222,7 @@ func (s *Service) untilSettled(ctx context.Context, m jetstream.Msg, apply func(
 			return
 		}
 		if ctx.Err() != nil || s.isStopping() {
-			s.handBack(m, key, err)
+			s.handBack(m, err)
 			return
 		}
 		if stream := streamOf(m); stream != "" {
@@ -259,15 +258,19 @@ func (s *Service) isStopping() bool {
 // behind it with the same key are handed back too (untilSettled). A
 // message published since may still reach the next replica before them
 // (docs/architecture.md, known gaps).
-func (s *Service) handBack(m jetstream.Msg, key string, err error) {
+func (s *Service) handBack(m jetstream.Msg, err error) {
 	s.handedMu.Lock()
-	s.handedBack[key] = true
+	s.handedBack[handKey(m)] = true
 	s.handedMu.Unlock()
 	s.log.Warn("transient failure while stopping; handing the message back", "subject", m.Subject(), "err", err)
 	if nerr := m.NakWithDelay(time.Second); nerr != nil {
 		s.log.Warn("nak failed", "subject", m.Subject(), "err", nerr)
 	}
 }
+
+// handKey is the key of m in handedBack: its stream and task (taskKey).
+// It is built only while stopping, off the path of every message.
+func handKey(m jetstream.Msg) string { return streamOf(m) + " " + taskKey(m) }
 
 // wasHandedBack reports whether a message with key was handed back.
 func (s *Service) wasHandedBack(key string) bool {
