@@ -53,6 +53,34 @@ func answers(t *testing.T, js jetstream.JetStream, id string) (sources, commands
 	return sources, commands
 }
 
+// hourly is a task spec that runs every hour.
+func hourly(id string) events.TaskSpec {
+	return events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+}
+
+// publish stores a command on TASKS without waiting for the governor, and
+// returns its stream sequence.
+func publish(t *testing.T, js jetstream.JetStream, verb events.Verb, typ, id, eventID string, data any) uint64 {
+	t.Helper()
+	body, err := events.Marshal(typ, "test", id, data, time.Now(), eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), events.TaskSubject(verb, id), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// pauseThenResume publishes pause-1 then resume-2 for task id, back to
+// back, and returns the second's stream sequence.
+func pauseThenResume(t *testing.T, js jetstream.JetStream, id string) uint64 {
+	t.Helper()
+	publish(t, js, events.VerbPaused, events.TypeTaskPaused, id, "pause-1", events.TaskPause{ID: id})
+	return publish(t, js, events.VerbResumed, events.TypeTaskResumed, id, "resume-2", events.TaskRef{ID: id})
+}
+
 // TestReplicasApplyCommandsInOrder: two governor replicas share
 // TASKS/governor, whose pinned_client policy lets one of them read it at a
 // time. A burst of pause and resume commands for one task is applied by
@@ -75,8 +103,7 @@ func TestReplicasApplyCommandsInOrder(t *testing.T) {
 		replicas[s.source] = s
 	}
 	const id = "ordered"
-	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", spec)
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
 
 	const n = 60
 	want := []string{"create"}
@@ -87,15 +114,7 @@ func TestReplicasApplyCommandsInOrder(t *testing.T) {
 		if i%2 == 1 {
 			verb, typ, eid, data = events.VerbResumed, events.TypeTaskResumed, fmt.Sprint("resume-", i), events.TaskRef{ID: id}
 		}
-		body, err := events.Marshal(typ, "test", id, data, time.Now(), eid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ack, err := srv.JS.Publish(t.Context(), events.TaskSubject(verb, id), body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = ack.Sequence
+		last = publish(t, srv.JS, verb, typ, id, eid, data)
 		want = append(want, eid)
 	}
 	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
@@ -157,28 +176,9 @@ func TestTransientFailureKeepsCommandOrder(t *testing.T) {
 	}
 	t.Cleanup(s.Stop)
 	const id = "steady"
-	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", spec)
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
 
-	var last uint64
-	for _, c := range []struct {
-		verb     events.Verb
-		typ, eid string
-		data     any
-	}{
-		{events.VerbPaused, events.TypeTaskPaused, "pause-1", events.TaskPause{ID: id}},
-		{events.VerbResumed, events.TypeTaskResumed, "resume-2", events.TaskRef{ID: id}},
-	} {
-		body, err := events.Marshal(c.typ, "test", id, c.data, time.Now(), c.eid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ack, err := srv.JS.Publish(t.Context(), events.TaskSubject(c.verb, id), body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = ack.Sequence
-	}
+	last := pauseThenResume(t, srv.JS, id)
 	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
 
 	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
@@ -222,28 +222,9 @@ func TestStopHandsBackAMessageThatKeepsFailing(t *testing.T) {
 	// No t.Cleanup(s.Stop): a second Stop waits for the first, and the
 	// test is about whether the first returns.
 	const id = "stuck"
-	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", spec)
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
 
-	var last uint64
-	for _, c := range []struct {
-		verb     events.Verb
-		typ, eid string
-		data     any
-	}{
-		{events.VerbPaused, events.TypeTaskPaused, "pause-1", events.TaskPause{ID: id}},
-		{events.VerbResumed, events.TypeTaskResumed, "resume-2", events.TaskRef{ID: id}},
-	} {
-		body, err := events.Marshal(c.typ, "test", id, c.data, time.Now(), c.eid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ack, err := srv.JS.Publish(t.Context(), events.TaskSubject(c.verb, id), body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = ack.Sequence
-	}
+	last := pauseThenResume(t, srv.JS, id)
 	natstest.Eventually(t, 5*time.Second, "pause-1 tried again", func() bool {
 		return testutil.ToFloat64(m.GovernorRetries.WithLabelValues(streams.StreamTasks)) >= 2
 	})
