@@ -83,22 +83,7 @@ func TestDeadProbersClaimExpiresAndAnotherExecutorProbes(t *testing.T) {
 	t.Cleanup(func() { close(hang); target.Close() })
 	nCalls := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
 
-	spec := events.TaskSpec{
-		ID:       "probed",
-		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL, Timeout: events.Duration(2 * time.Second)}},
-		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
-	}
-	spec.Normalize()
-	putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
-	retryAt := time.Now().Add(-time.Second).UTC()
-	putKV(t, srv.JS, streams.BucketBreakers, spec.ID, BreakerRecord{
-		Key: spec.ID, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
-	})
-	probes, err := srv.JS.KeyValue(ctx, streams.BucketProbes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := probeKey(spec.ID, retryAt)
+	spec, probes, key := halfOpenTask(t, srv, "probed", target.URL, 2*time.Second)
 
 	// Executor a claims the probe, calls, and dies mid-call.
 	nc, err := nats.Connect("", nats.InProcessServer(srv.Server))
@@ -155,22 +140,7 @@ func TestCancelledProbesClaimIsReleased(t *testing.T) {
 		<-r.Context().Done() // hangs until the executor gives up
 	}))
 	t.Cleanup(target.Close)
-	spec := events.TaskSpec{
-		ID:       "cancelled",
-		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL, Timeout: events.Duration(30 * time.Second)}},
-		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
-	}
-	spec.Normalize()
-	putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
-	retryAt := time.Now().Add(-time.Second).UTC()
-	putKV(t, srv.JS, streams.BucketBreakers, spec.ID, BreakerRecord{
-		Key: spec.ID, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
-	})
-	probes, err := srv.JS.KeyValue(ctx, streams.BucketProbes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := probeKey(spec.ID, retryAt)
+	spec, probes, key := halfOpenTask(t, srv, "cancelled", target.URL, 30*time.Second)
 	nc, _ := srv.Connect(t)
 	s := startProbeExecutor(t, nc, "a")
 	dispatchNow(t, srv.JS, spec.ID)
@@ -249,4 +219,27 @@ func dispatchNow(t *testing.T, js jetstream.JetStream, id string) {
 	if _, err := js.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// halfOpenTask stores a task calling url with timeout, whose breaker is
+// half-open since a second ago, and returns it with the probe bucket and
+// the key of its probe claim.
+func halfOpenTask(t *testing.T, srv *natstest.Server, id, url string, timeout time.Duration) (events.TaskSpec, jetstream.KeyValue, string) {
+	t.Helper()
+	spec := events.TaskSpec{
+		ID:       id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: url, Timeout: events.Duration(timeout)}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+	}
+	spec.Normalize()
+	putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
+	retryAt := time.Now().Add(-time.Second).UTC()
+	putKV(t, srv.JS, streams.BucketBreakers, spec.ID, BreakerRecord{
+		Key: spec.ID, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
+	})
+	probes, err := srv.JS.KeyValue(t.Context(), streams.BucketProbes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, probes, probeKey(spec.ID, retryAt)
 }
