@@ -122,15 +122,7 @@ func TestDecisionsUseTheRememberedRevision(t *testing.T) {
 // until the governor has acked it.
 func command(t *testing.T, js jetstream.JetStream, verb events.Verb, typ, id, eventID string, data any) {
 	t.Helper()
-	body, err := events.Marshal(typ, "test", id, data, time.Now(), eventID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.Publish(t.Context(), events.TaskSubject(verb, id), body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, ack.Sequence)
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publish(t, js, verb, typ, id, eventID, data))
 }
 
 // hint returns the task's flyball-pauses entry, or nil when it has none.
