@@ -73,6 +73,23 @@ func publish(t *testing.T, js jetstream.JetStream, verb events.Verb, typ, id, ev
 	return ack.Sequence
 }
 
+// appliedInOrder checks that g applied pauseThenResume's commands for id
+// in the order published: answered in that order, and the task not
+// paused.
+func appliedInOrder(t *testing.T, js jetstream.JetStream, g *Service, id string) {
+	t.Helper()
+	if _, commands := answers(t, js, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
+		t.Fatalf("commands answered in the order %v, want [create pause-1 resume-2]", commands)
+	}
+	st, _, err := g.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Paused {
+		t.Fatal("the task is paused after pause then resume: the pause was applied last")
+	}
+}
+
 // pauseThenResume publishes pause-1 then resume-2 for task id, back to
 // back, and returns the second's stream sequence.
 func pauseThenResume(t *testing.T, js jetstream.JetStream, id string) uint64 {
@@ -181,16 +198,7 @@ func TestTransientFailureKeepsCommandOrder(t *testing.T) {
 	last := pauseThenResume(t, srv.JS, id)
 	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
 
-	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
-		t.Fatalf("commands answered in the order %v, want [create pause-1 resume-2]", commands)
-	}
-	st, _, err := s.readState(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Paused {
-		t.Fatal("the task is paused after pause then resume: the pause was applied last")
-	}
+	appliedInOrder(t, srv.JS, s, id)
 	if got := testutil.ToFloat64(m.GovernorRetries.WithLabelValues(streams.StreamTasks)); got != 2 {
 		t.Fatalf("flyball_governor_retries_total{stream=TASKS} = %v, want 2", got)
 	}
@@ -251,16 +259,7 @@ func TestStopHandsBackAMessageThatKeepsFailing(t *testing.T) {
 	}
 	t.Cleanup(g2.Stop)
 	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
-	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
-		t.Fatalf("commands answered in the order %v, want [create pause-1 resume-2]", commands)
-	}
-	st, _, err := g2.readState(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Paused {
-		t.Fatal("the task is paused after pause then resume: the pause was applied last")
-	}
+	appliedInOrder(t, srv.JS, g2, id)
 }
 
 // lifecycleBound is how long a Stop may take when NATS or KV is down: the
