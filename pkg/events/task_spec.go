@@ -93,7 +93,8 @@ type HTTPTarget struct {
 
 // NATSTarget is a NATS request/reply call.
 type NATSTarget struct {
-	// Subject is a concrete subject (no wildcards).
+	// Subject is a concrete subject (no wildcards) outside the reserved
+	// namespaces (ReservedNATSSubject).
 	Subject string `json:"subject"`
 	// Payload is the request body.
 	Payload string `json:"payload,omitempty"`
@@ -326,8 +327,11 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		}
 	}
 	if n != nil {
-		if !validNATSSubject(n.Subject) {
+		switch {
+		case !validNATSSubject(n.Subject):
 			c.add("target.nats.subject", fmt.Sprintf("must be a concrete NATS subject without wildcards, got %q", truncate(n.Subject, 64)))
+		case ReservedNATSSubject(n.Subject):
+			c.add("target.nats.subject", fmt.Sprintf("must not be a flyball subject (flyball.>), a system subject ($JS.>, $KV.>, any first token starting with $) or a reply subject (_INBOX…, _R_.>, _GR_.>), got %q", truncate(n.Subject, 64)))
 		}
 		checkTimeout(c, "target.nats.timeout", n.Timeout)
 	}
@@ -337,6 +341,20 @@ func checkTimeout(c *collector, field string, d Duration) {
 	if d < 0 || d.D() > MaxTargetTimeout {
 		c.add(field, fmt.Sprintf("must be in (0, %s], got %s", MaxTargetTimeout, d))
 	}
+}
+
+// ReservedNATSSubject reports whether a NATS target may not use subject:
+// flyball's own subjects (flyball.>), the server's ($JS.>, $KV.>, $SYS.>
+// and every other first token starting with $), and reply subjects
+// (_INBOX…, _R_.>, _GR_.>). The executor sends a target's request on its
+// own connection, which must be allowed to publish run events, write its
+// KV buckets and ack dispatches: a target there would let a task forge a
+// run of another task, write flyball's KV buckets, call the JetStream API
+// (purge or delete a stream) or answer another request.
+func ReservedNATSSubject(subject string) bool {
+	first, _, _ := strings.Cut(subject, ".")
+	return first == SubjectRoot || strings.HasPrefix(first, "$") ||
+		strings.HasPrefix(first, "_INBOX") || first == "_R_" || first == "_GR_"
 }
 
 func validNATSSubject(s string) bool {

@@ -90,6 +90,21 @@ func TestValidateRules(t *testing.T) {
 		{"nats subject gt", func(s *events.TaskSpec) { s.Target = events.Target{NATS: &events.NATSTarget{Subject: "a.>"}} }, wantErr{"target.nats.subject", []string{"without wildcards"}}},
 		{"nats subject empty token", func(s *events.TaskSpec) { s.Target = events.Target{NATS: &events.NATSTarget{Subject: "a..b"}} }, wantErr{"target.nats.subject", []string{"concrete"}}},
 		{"nats subject space", func(s *events.TaskSpec) { s.Target = events.Target{NATS: &events.NATSTarget{Subject: "a b"}} }, wantErr{"target.nats.subject", []string{"concrete"}}},
+		{"nats subject flyball", func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "flyball.run.succeeded.other"}}
+		}, wantErr{"target.nats.subject", []string{"must not be a flyball subject", `"flyball.run.succeeded.other"`}}},
+		{"nats subject flyball root", func(s *events.TaskSpec) { s.Target = events.Target{NATS: &events.NATSTarget{Subject: "flyball"}} }, wantErr{"target.nats.subject", []string{"must not be a flyball subject"}}},
+		{"nats subject JS API", func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "$JS.API.STREAM.DELETE.RUNS"}}
+		}, wantErr{"target.nats.subject", []string{"system subject"}}},
+		{"nats subject KV", func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "$KV.flyball-attempts.x"}}
+		}, wantErr{"target.nats.subject", []string{"system subject"}}},
+		{"nats subject SYS", func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "$SYS.REQ.SERVER.PING"}}
+		}, wantErr{"target.nats.subject", []string{"system subject"}}},
+		{"nats subject inbox", func(s *events.TaskSpec) { s.Target = events.Target{NATS: &events.NATSTarget{Subject: "_INBOX.abc.1"}} }, wantErr{"target.nats.subject", []string{"reply subject"}}},
+		{"nats subject service import reply", func(s *events.TaskSpec) { s.Target = events.Target{NATS: &events.NATSTarget{Subject: "_R_.abc"}} }, wantErr{"target.nats.subject", []string{"reply subject"}}},
 		{"nats subject too long", func(s *events.TaskSpec) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: strings.Repeat("a", 256)}}
 		}, wantErr{"target.nats.subject", []string{"concrete"}}},
@@ -255,6 +270,12 @@ func TestValidateAccepts(t *testing.T) {
 		{"interval with UTC zone", func(s *events.TaskSpec) { s.Schedule.Timezone = "UTC" }},
 		{"nats target", func(s *events.TaskSpec) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "svc.prices.refresh", Timeout: dur(events.MaxTargetTimeout)}}
+		}},
+		{"nats target named like a reserved namespace", func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "flyballs.run.x"}} // only the token flyball is reserved
+		}},
+		{"nats target with a reserved token further in", func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "svc.flyball.$JS._INBOX"}}
 		}},
 		{"full http target", func(s *events.TaskSpec) {
 			s.Target.HTTP = &events.HTTPTarget{
