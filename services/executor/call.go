@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -36,8 +37,9 @@ func (r *result) ok() bool { return r.err == nil }
 
 // newHTTPClient keeps up to perHost idle connections per host: calls in
 // flight to one host never exceed perHost, so a burst reuses connections
-// instead of dialing (and later closing) the excess.
-func newHTTPClient(g *Guard, perHost, concurrency int) *http.Client {
+// instead of dialing (and later closing) the excess. redact holds the
+// operator's secret header names, lower-cased (Config.RedactHeaders).
+func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: g.control}
 	tr := &http.Transport{
 		Proxy:                 nil, // a proxy would bypass the SSRF guard
@@ -53,13 +55,38 @@ func newHTTPClient(g *Guard, perHost, concurrency int) *http.Client {
 	}
 	return &http.Client{
 		Transport: tr,
-		CheckRedirect: func(_ *http.Request, via []*http.Request) error {
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 {
 				return errors.New("stopped after 5 redirects")
+			}
+			// net/http drops Authorization and Cookie (and their
+			// like) on a redirect to another host, but sends every
+			// other header on: a task's X-Api-Key or session token
+			// would go to whatever host the Location names. Flyball's
+			// own Idempotency-Key, named like a secret, is not one. The
+			// Referer net/http adds is the previous URL, query (and its
+			// ?api_key=) included; a task's own Referer is kept.
+			if !sameHostOrSubdomain(req.URL, via[0].URL) {
+				for k := range req.Header {
+					if k != "Idempotency-Key" && isSecretName(k, redact) {
+						delete(req.Header, k)
+					}
+				}
+				if via[0].Header.Get("Referer") == "" {
+					req.Header.Del("Referer")
+				}
 			}
 			return nil
 		},
 	}
+}
+
+// sameHostOrSubdomain reports whether dest's host is initial's or a
+// subdomain of it, where net/http keeps sending Authorization on a
+// redirect (an IP address matches only itself).
+func sameHostOrSubdomain(dest, initial *url.URL) bool {
+	d, i := strings.ToLower(dest.Hostname()), strings.ToLower(initial.Hostname())
+	return d == i || (!strings.ContainsAny(d, ":%") && strings.HasSuffix(d, "."+i))
 }
 
 // callHeader is an attempt's request header: the task's headers, then

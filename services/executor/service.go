@@ -79,7 +79,7 @@ func New(cfg Config) (*Service, error) {
 		log:         cfg.Logger.With("service", "executor"),
 		source:      jsutil.Source("executor", cfg.Instance),
 		userAgent:   "flyball/" + cfg.Version,
-		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency),
+		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency, cfg.RedactHeaders),
 		hosts:       make(map[string]chan struct{}),
 		probeMargin: settleMargin,
 	}, nil

@@ -1,0 +1,129 @@
+package executor
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// headerSink records the request headers it receives.
+type headerSink struct {
+	mu  sync.Mutex
+	got []http.Header
+}
+
+func (h *headerSink) ServeHTTP(_ http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.got = append(h.got, r.Header.Clone())
+	h.mu.Unlock()
+}
+
+func (h *headerSink) last(t *testing.T) http.Header {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.got) == 0 {
+		t.Fatal("the redirect target was not called")
+	}
+	return h.got[len(h.got)-1]
+}
+
+// TestRedirectToAnotherHostDropsSecretHeaders: net/http drops only
+// Authorization, Cookie and their like when a redirect leaves the
+// original host. A task's other secret headers (X-Api-Key, a
+// session token, a name the operator added), which run records redact,
+// were sent on to whatever host the target (or an open redirect on it)
+// named, and net/http's Referer carried the task URL, secret query
+// parameters included. They go only to the original host and its
+// subdomains now; every other header still follows.
+func TestRedirectToAnotherHostDropsSecretHeaders(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}, RedactHeaders: []string{"X-Tenant"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &headerSink{}
+	other := httptest.NewServer(sink)
+	t.Cleanup(other.Close)
+	ou, err := url.Parse(other.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same server under another name: "localhost" is not 127.0.0.1.
+	elsewhere := "http://localhost:" + ou.Port() + "/landing"
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/same" {
+			sink.ServeHTTP(w, r)
+			return
+		}
+		to := elsewhere
+		if r.URL.Query().Get("to") == "same" {
+			to = "/same"
+		}
+		http.Redirect(w, r, to, http.StatusFound)
+	}))
+	t.Cleanup(first.Close)
+	headers := map[string]string{
+		"Authorization": "Bearer a", "X-Api-Key": "k", "X-Session-Token": "s", "X-Tenant": "acme", "X-Custom": "kept",
+	}
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	call := func(u string) {
+		t.Helper()
+		tg := &events.HTTPTarget{Method: "GET", URL: u, Headers: headers, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}
+		if res := s.callHTTP(t.Context(), tg, nil, d, 1); !res.ok() {
+			t.Fatalf("call to %s: %v", u, res.err)
+		}
+	}
+	call(first.URL + "?api_key=hunter2")
+	got := sink.last(t)
+	if ref := got.Get("Referer"); strings.Contains(ref, "hunter2") {
+		t.Errorf("a redirect to another host received the task URL's secret query in Referer: %q", ref)
+	}
+	for _, k := range []string{"Authorization", "X-Api-Key", "X-Session-Token", "X-Tenant"} {
+		if v := got.Get(k); v != "" {
+			t.Errorf("a redirect to another host received the secret header %s: %q", k, v)
+		}
+	}
+	if got.Get("X-Custom") != "kept" || got.Get("Idempotency-Key") != "x:1" {
+		t.Errorf("a redirect to another host lost a header that is not secret: %v", got)
+	}
+	call(first.URL + "?to=same")
+	got = sink.last(t)
+	for k, v := range headers {
+		if got.Get(k) != v {
+			t.Errorf("a redirect on the same host lost %s (got %q)", k, got.Get(k))
+		}
+	}
+}
+
+func TestSameHostOrSubdomain(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		dest, initial string
+		want          bool
+	}{
+		{"https://example.com/a", "https://example.com/", true},
+		{"http://EXAMPLE.com:8080/", "https://example.com/", true}, // as net/http: the port and scheme do not count
+		{"https://api.example.com/", "https://example.com/", true},
+		{"https://evilexample.com/", "https://example.com/", false},
+		{"https://example.com.evil.io/", "https://example.com/", false},
+		{"https://example.com/", "https://api.example.com/", false},
+		{"http://10.0.0.1/", "http://10.0.0.1:81/", true},
+		{"http://10.0.0.2/", "http://10.0.0.1/", false},
+		{"http://[::1]/", "http://1/", false},
+	} {
+		d, _ := url.Parse(c.dest)
+		i, _ := url.Parse(c.initial)
+		if got := sameHostOrSubdomain(d, i); got != c.want {
+			t.Errorf("sameHostOrSubdomain(%s, %s) = %v, want %v", c.dest, c.initial, got, c.want)
+		}
+	}
+}
