@@ -311,9 +311,13 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		case u.User != nil:
 			c.add("target.http.url", "must not embed credentials; use target.http.headers")
 		}
-		for k := range h.Headers {
-			if k == "" || strings.ContainsAny(k, " \t\r\n:") {
-				c.add("target.http.headers", fmt.Sprintf("invalid header name %q", truncate(k, 64)))
+		// net/http refuses to send what these reject, on every attempt.
+		for k, v := range h.Headers {
+			switch {
+			case !validHeaderName(k):
+				c.add("target.http.headers", fmt.Sprintf("invalid header name %q: must be letters, digits and !#$%%&'*+-.^_`|~", truncate(k, 64)))
+			case !validHeaderValue(v):
+				c.add("target.http.headers", fmt.Sprintf("invalid value of header %q: must not hold a control character other than tab (CR, LF, NUL, DEL)", truncate(k, 64)))
 			}
 		}
 		checkTimeout(c, "target.http.timeout", h.Timeout)
@@ -335,6 +339,35 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		}
 		checkTimeout(c, "target.nats.timeout", n.Timeout)
 	}
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110 tchar),
+// as net/http requires of a header name it sends.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether net/http sends v as a header value: no
+// control character but tab (a CR or LF would end the header).
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func checkTimeout(c *collector, field string, d Duration) {

@@ -79,6 +79,15 @@ func TestValidateRules(t *testing.T) {
 		{"http header empty", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
 		{"http header with space", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X Key": "v"} }, wantErr{"target.http.headers", []string{"invalid header name", `"X Key"`}}},
 		{"http header with colon", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-Key:": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
+		// net/http refuses to send these, on every attempt: each run would
+		// fail as transient, be retried and dead-lettered.
+		{"http header with parenthesis", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X(Key)": "v"} }, wantErr{"target.http.headers", []string{"invalid header name", `"X(Key)"`}}},
+		{"http header not ASCII", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-Schlüssel": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
+		{"http header value with CRLF", func(s *events.TaskSpec) {
+			s.Target.HTTP.Headers = map[string]string{"X-A": "a\r\nX-Injected: 1"}
+		}, wantErr{"target.http.headers", []string{"invalid value of header \"X-A\"", "control character"}}},
+		{"http header value with NUL", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-A": "a\x00"} }, wantErr{"target.http.headers", []string{"invalid value"}}},
+		{"http header value with DEL", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-A": "a\x7f"} }, wantErr{"target.http.headers", []string{"invalid value"}}},
 		{"http timeout negative", func(s *events.TaskSpec) { s.Target.HTTP.Timeout = dur(-time.Second) }, wantErr{"target.http.timeout", []string{"must be in (0, 30m0s]", "-1s"}}},
 		{"http timeout too long", func(s *events.TaskSpec) { s.Target.HTTP.Timeout = dur(31 * time.Minute) }, wantErr{"target.http.timeout", []string{"30m0s", "31m0s"}}},
 		{"http maxResponseBytes negative", func(s *events.TaskSpec) { s.Target.HTTP.MaxResponseBytes = -1 }, wantErr{"target.http.maxResponseBytes", []string{"must be in [0, 10485760]", "-1"}}},
@@ -270,6 +279,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"interval with UTC zone", func(s *events.TaskSpec) { s.Schedule.Timezone = "UTC" }},
 		{"nats target", func(s *events.TaskSpec) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "svc.prices.refresh", Timeout: dur(events.MaxTargetTimeout)}}
+		}},
+		{"http headers net/http sends", func(s *events.TaskSpec) {
+			s.Target.HTTP.Headers = map[string]string{"X-Odd!#$%&'*+.^_`|~1": "tab\tand spaces, UTF-8 é, quotes \"\" ()<>"}
 		}},
 		{"nats target named like a reserved namespace", func(s *events.TaskSpec) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "flyballs.run.x"}} // only the token flyball is reserved
