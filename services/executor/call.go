@@ -165,16 +165,22 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	return res
 }
 
-// parseRetryAfter reads delta-seconds or an HTTP date; zero means absent.
+// maxRetryAfter caps a Retry-After: retry.maxDelay, at most 24h, caps the
+// delay anyway, and more seconds than that could overflow a Duration.
+const maxRetryAfter = 24 * time.Hour
+
+// parseRetryAfter reads delta-seconds or an HTTP date, capped at
+// maxRetryAfter; zero means absent.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second
+	// A number too large for int64 is ErrRange with n at the bound.
+	if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && n >= 0 {
+		return time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), maxRetryAfter)
 	}
 	return 0
 }

@@ -108,6 +108,11 @@ func TestParseRetryAfter(t *testing.T) {
 	for in, want := range map[string]time.Duration{
 		"": 0, "7": 7 * time.Second, " 3 ": 3 * time.Second, "-1": 0, "soon": 0,
 		"Thu, 01 Jan 2026 00:00:30 GMT": 30 * time.Second, "Wed, 31 Dec 2025 00:00:00 GMT": 0,
+		// Longer than any retry.maxDelay: the cap, never an overflow
+		// (9223372037 s is past time.Duration's range) or "absent".
+		"86400": maxRetryAfter, "86401": maxRetryAfter, "9223372037": maxRetryAfter,
+		"99999999999999999999": maxRetryAfter, "-99999999999999999999": 0,
+		"Fri, 01 Jan 2300 00:00:00 GMT": maxRetryAfter,
 	} {
 		if got := parseRetryAfter(in, now); got != want {
 			t.Errorf("parseRetryAfter(%q) = %s, want %s", in, got, want)
