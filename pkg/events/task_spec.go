@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -303,6 +304,13 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		case h.URL == "":
 			c.add("target.http.url", "is required")
 		case err != nil:
+			// Only the cause: url.Parse's error quotes the whole URL,
+			// user:password@ and ?token= included, and this message goes
+			// into task.rejected and run.skipped events.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
 			c.add("target.http.url", fmt.Sprintf("must be a valid URL: %v", err))
 		case u.Scheme != "http" && u.Scheme != "https":
 			c.add("target.http.url", fmt.Sprintf("scheme must be http or https, got %q", truncate(u.Scheme, 32)))

@@ -75,6 +75,7 @@ func TestValidateRules(t *testing.T) {
 		{"http url scheme", func(s *events.TaskSpec) { s.Target.HTTP.URL = "ftp://example.com/" }, wantErr{"target.http.url", []string{"scheme must be http or https", `"ftp"`}}},
 		{"http url relative", func(s *events.TaskSpec) { s.Target.HTTP.URL = "/path" }, wantErr{"target.http.url", []string{"scheme", `""`}}},
 		{"http url without host", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https:///path" }, wantErr{"target.http.url", []string{"must have a host"}}},
+		{"http url invalid", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com/%zz" }, wantErr{"target.http.url", []string{"must be a valid URL", `invalid URL escape "%zz"`}}},
 		{"http url with credentials", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://user:pw@example.com/" }, wantErr{"target.http.url", []string{"must not embed credentials", "headers"}}},
 		{"http header empty", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
 		{"http header with space", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X Key": "v"} }, wantErr{"target.http.headers", []string{"invalid header name", `"X Key"`}}},
@@ -529,5 +530,20 @@ func TestDurationJSON(t *testing.T) {
 	d = dur(time.Second)
 	if err := json.Unmarshal([]byte(`null`), &d); err != nil || d.D() != time.Second {
 		t.Errorf("Unmarshal(null) = %v, %v; want 1s, nil", d, err)
+	}
+}
+
+// TestValidateKeepsURLSecretsOutOfTheError: the error of a URL that does
+// not parse names the cause, not the URL: url.Parse quotes it whole, and
+// the message goes into task.rejected and run.skipped events.
+func TestValidateKeepsURLSecretsOutOfTheError(t *testing.T) {
+	s := minimalSpec(t)
+	s.Target.HTTP.URL = "https://user:hunter2@example.com/%zz?token=hunter3"
+	err := s.Validate()
+	if err == nil || !strings.Contains(err.Error(), "target.http.url") {
+		t.Fatalf("Validate = %v, want a target.http.url error", err)
+	}
+	if strings.Contains(err.Error(), "hunter") {
+		t.Fatalf("Validate's error carries the URL's secrets: %v", err)
 	}
 }

@@ -1,0 +1,64 @@
+package executor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason: a stored spec
+// whose URL does not parse is skipped with the validation error as the
+// run.skipped reason. url.Parse's error quotes the whole URL, user
+// password and ?token= included, and so did the reason, on RUNS and in
+// flyball runs and explain.
+func TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	const id = "badurl"
+	startExecutor(t, srv, newLogLines(), events.TaskSpec{
+		ID:       id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: "https://user:hunter2@example.com/%zz?token=hunter3"}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+	})
+	slot := time.Now().Add(-time.Millisecond).UTC()
+	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: slot, Source: "test"}
+	body, err := events.Marshal(events.TypeRunDue, "test", id, d, slot, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.JS.Publish(ctx, events.DispatchSubject(id), body); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := srv.JS.Stream(ctx, streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := events.RunSubject(events.OutcomeSkipped, id)
+	natstest.Eventually(t, 20*time.Second, "a run.skipped", func() bool {
+		_, err := runs.GetLastMsgForSubject(ctx, subj)
+		return err == nil
+	})
+	msg, err := runs.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(msg.Header, msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run events.Run
+	if err := events.DecodeData(e, &run); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(run.Reason, "target.http.url") {
+		t.Fatalf("reason %q does not name the field", run.Reason)
+	}
+	if strings.Contains(run.Reason, "hunter") {
+		t.Fatalf("the run.skipped reason carries the URL's secrets: %q", run.Reason)
+	}
+}
