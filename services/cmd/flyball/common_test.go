@@ -90,6 +90,29 @@ func TestListEnvAndTokensAreTrimmed(t *testing.T) {
 	}
 }
 
+// TestDevBannerTaskCallsThisStack: the banner's example task GETs the
+// /healthz of this dev stack's API (which needs no token and is always
+// on), at the address it listens on, whatever --metrics-addr and
+// --api-addr say; an unspecified listen host is called on 127.0.0.1.
+func TestDevBannerTaskCallsThisStack(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ api, metrics, want string }{
+		{"127.0.0.1:38080", "127.0.0.1:39090", `"url":"http://127.0.0.1:38080/healthz"`},
+		{"127.0.0.1:8080", "", `"url":"http://127.0.0.1:8080/healthz"`},
+		{"[::]:8081", "127.0.0.1:9090", `"url":"http://127.0.0.1:8081/healthz"`},
+		{"0.0.0.0:8082", "127.0.0.1:9090", `"url":"http://127.0.0.1:8082/healthz"`},
+		{"[::1]:8083", "127.0.0.1:9090", `"url":"http://[::1]:8083/healthz"`},
+	} {
+		var out bytes.Buffer
+		cmd := &cobra.Command{}
+		cmd.SetOut(&out)
+		printDevBanner(cmd, "127.0.0.1:4222", c.api, c.metrics, ".flyball", "tok", false)
+		if !strings.Contains(out.String(), c.want) {
+			t.Errorf("API on %q, metrics on %q: banner\n%s\nwant the example task to contain %s", c.api, c.metrics, out.String(), c.want)
+		}
+	}
+}
+
 // TestDevBannerSaysWhenMetricsAreOff: with --metrics-addr "" nothing serves
 // /metrics, and the banner says so instead of printing http:///metrics.
 func TestDevBannerSaysWhenMetricsAreOff(t *testing.T) {

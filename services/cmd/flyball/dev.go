@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -125,12 +126,25 @@ flyball dev is running.
 		fmt.Fprintf(w, "  API token         %s   (generated; set FLYBALL_API_TOKENS to fix one)\n", token)
 	}
 	fmt.Fprintf(w, `
-Create a task that GETs a URL every 10s:
+Create a task that GETs the API's /healthz every 10s:
   nats --server nats://%[1]s pub flyball.task.created.hello \
-    '{"specversion":"1.0","type":"io.flyball.task.created","source":"cli/me","id":"hello-1","subject":"hello","datacontenttype":"application/json","data":{"id":"hello","target":{"http":{"url":"http://127.0.0.1:9090/healthz"}},"schedule":{"interval":"10s"}}}'
+    '{"specversion":"1.0","type":"io.flyball.task.created","source":"cli/me","id":"hello-1","subject":"hello","datacontenttype":"application/json","data":{"id":"hello","target":{"http":{"url":"http://%[2]s/healthz"}},"schedule":{"interval":"10s"}}}'
 Watch runs and dead letters:
   nats --server nats://%[1]s sub 'flyball.run.>'
   nats --server nats://%[1]s sub 'flyball.deadletter.>'
 Press Ctrl-C to stop.
-`, natsAddr)
+`, natsAddr, dialable(apiAddr))
+}
+
+// dialable is a listen address as a client calls it: an unspecified host
+// ("", 0.0.0.0, ::) becomes 127.0.0.1.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
