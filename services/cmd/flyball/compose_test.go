@@ -97,3 +97,24 @@ func TestCLIUnderItsComposeUser(t *testing.T) {
 	e.ok(t, "dlq", "purge", "--task", "gone", "--yes")
 	e.ok(t, "task", "delete", "gone")
 }
+
+// TestReplayToARefusedSubjectFails: the server refuses the compose cli
+// user's publishes to a --to subject (only admin may republish). Core
+// publishes are not acknowledged, so replay must notice the permission
+// violation the server reports and fail, rather than print "republished
+// N message(s)" and exit 0 having sent nothing.
+func TestReplayToARefusedSubjectFails(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	srv.ExpectViolation("debug.refused")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := srv.JS.Publish(ctx, "flyball.task.created.refused", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	e := &cliEnv{url: srv.URL("cli"), srv: srv.Server, dir: t.TempDir()}
+	r := e.run(t, "replay", "--stream", "TASKS", "--to", "debug.refused")
+	if r.code != 1 || !strings.Contains(r.stderr, "flyball: --to debug.refused: ") || !strings.Contains(r.stderr, "permissions violation") || strings.Contains(r.stderr, "republished ") {
+		t.Fatalf("replay --to a refused subject: exit %d, stderr:\n%s\nwant exit 1 and a 'flyball: --to debug.refused: ' error naming the permissions violation", r.code, r.stderr)
+	}
+}

@@ -171,6 +171,12 @@ func (f *replayFlags) replay(ctx context.Context, s *session, out output) error 
 		if err := s.nc.FlushWithContext(ctx); err != nil {
 			return err
 		}
+		// Core publishes are not acknowledged: a subject this user may not
+		// publish to shows only as the connection's last error, which the
+		// server reports before it answers the flush.
+		if err := s.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Publish to "`+f.to+`"`) {
+			return fmt.Errorf("--to %s: nothing was republished: %w; use a NATS user that may publish there", f.to, err)
+		}
 	}
 	switch {
 	case f.to != "" && f.dryRun:

@@ -27,6 +27,7 @@ import (
 // fails the test.
 type Compose struct {
 	*Server // connected as admin (everything inside FLYBALL)
+	log     *violationLog
 }
 
 // passwordVar matches the password variables of accounts.conf.
@@ -72,7 +73,7 @@ func StartCompose(t testing.TB) *Compose {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("natstest: server not ready within 10s")
 	}
-	c := &Compose{Server: &Server{Server: s}}
+	c := &Compose{Server: &Server{Server: s}, log: log}
 	c.NC, c.JS = c.Connect(t, "admin")
 	// The governor provisions in compose (serve governor --ensure-streams),
 	// under its own user.
@@ -83,6 +84,15 @@ func StartCompose(t testing.TB) *Compose {
 		t.Fatalf("natstest: ensure streams as the governor: %v", err)
 	}
 	return c
+}
+
+// ExpectViolation lets the test provoke a permission violation on
+// purpose: logged violations whose line contains subject (quoted, as the
+// server logs it) no longer fail the test.
+func (c *Compose) ExpectViolation(subject string) {
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	c.log.expected = append(c.log.expected, `"`+subject+`"`)
 }
 
 // Connect connects in-process as a compose user (admin, governor, timer,
@@ -117,9 +127,10 @@ func (c *Compose) URL(user string) string {
 // violationLog is the server's logger: it keeps the permission
 // violations it logs and drops everything else.
 type violationLog struct {
-	mu   sync.Mutex
-	seen []string
-	done bool
+	mu       sync.Mutex
+	seen     []string
+	expected []string // quoted subjects whose violations are provoked on purpose
+	done     bool
 }
 
 func (l *violationLog) take() []string {
@@ -136,6 +147,11 @@ func (l *violationLog) Errorf(format string, v ...any) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, e := range l.expected {
+		if strings.Contains(line, e) {
+			return
+		}
+	}
 	if !l.done {
 		l.seen = append(l.seen, line)
 	}
