@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 )
 
@@ -31,6 +32,25 @@ var metadataPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS IMDS over IPv6
 	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud metadata
 	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata
+}
+
+// ParsePrefix parses an allow- or deny-list prefix (a CIDR such as
+// 10.0.0.0/8 or fd00::/8). An IPv4-mapped IPv6 prefix such as
+// ::ffff:10.0.0.0/104 is turned into the IPv4 prefix it means
+// (10.0.0.0/8): the guard judges every mapped address as IPv4, so the
+// mapped form would never match anything.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if p.Addr().Is4In6() {
+		if p.Bits() < 96 {
+			return netip.Prefix{}, fmt.Errorf("%s mixes IPv4-mapped and other IPv6 addresses: write the IPv4 prefix", s)
+		}
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
 }
 
 // Check returns nil if addr may be dialled, or an error wrapping ErrBlocked
