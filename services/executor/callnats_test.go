@@ -89,15 +89,7 @@ func TestNATSTargetCannotReachFlyballsOwnSubjects(t *testing.T) {
 	}
 	startExecutor(t, srv, newLogLines(), specs...)
 	for id := range subjects {
-		slot := time.Now().Add(-time.Millisecond).UTC()
-		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: slot, Source: "test"}
-		body, err := events.Marshal(events.TypeRunDue, "test", id, d, slot, d.DispatchID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.JS.Publish(ctx, events.DispatchSubject(id), body); err != nil {
-			t.Fatal(err)
-		}
+		dispatchNow(t, srv.JS, id)
 	}
 	runs, err := srv.JS.Stream(ctx, streams.StreamRuns)
 	if err != nil {

@@ -25,15 +25,7 @@ func TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason(t *testing.T) {
 		Target:   events.Target{HTTP: &events.HTTPTarget{URL: "https://user:hunter2@example.com/%zz?token=hunter3"}},
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
 	})
-	slot := time.Now().Add(-time.Millisecond).UTC()
-	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: slot, Source: "test"}
-	body, err := events.Marshal(events.TypeRunDue, "test", id, d, slot, d.DispatchID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.JS.Publish(ctx, events.DispatchSubject(id), body); err != nil {
-		t.Fatal(err)
-	}
+	dispatchNow(t, srv.JS, id)
 	runs, err := srv.JS.Stream(ctx, streams.StreamRuns)
 	if err != nil {
 		t.Fatal(err)
