@@ -54,7 +54,7 @@ func (s *Service) forget(ctx context.Context, key string) {
 	ctx, cancel := context.WithTimeout(ctx, forgetTimeout)
 	defer cancel()
 	ent, err := s.breakers.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	if jsutil.IsKeyMissing(err) {
 		return
 	}
 	if err == nil {

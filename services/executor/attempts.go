@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // attemptRecord is the value stored in KV flyball-attempts: how many calls
@@ -43,7 +43,7 @@ func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, 
 		return 1, attemptRecord{}, nil
 	}
 	e, err := s.attempts.Get(ctx, attemptKey(d))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	if jsutil.IsKeyMissing(err) {
 		return 1, attemptRecord{}, nil
 	}
 	if err != nil {

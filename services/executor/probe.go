@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // A half-open breaker lets one call through: the probe. Every executor
@@ -86,7 +87,7 @@ func (s *Service) claimProbe(ctx context.Context, t *task, d *events.Dispatch, r
 		return key, 0, 0, err
 	}
 	ent, err := s.probes.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	if jsutil.IsKeyMissing(err) {
 		return key, 0, probeRecheckFloor, nil // expired or released since the Create: try again soon
 	}
 	if err != nil {

@@ -225,7 +225,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time) {
 	t, _, err := s.specs.Get(ctx, d.TaskID)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+	case jsutil.IsKeyMissing(err):
 		s.skip(m, d, "task deleted")
 		return
 	case errors.Is(err, errInvalidSpec):

@@ -184,7 +184,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	id := step.TaskID
 	existing, err := s.loadSpec(ctx, id)
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
-	if err != nil && !isMissing(err) && !unreadable {
+	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
 		return nil, err
 	}
 	exists := err == nil || unreadable
@@ -260,7 +260,7 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 	// the executor never meets a dispatch for a half-deleted task it could
 	// not report on.
 	s.states.drop(step.TaskID)
-	if err := s.schedules.Delete(ctx, step.TaskID); err != nil && !isMissing(err) {
+	if err := s.schedules.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.schedules.Bucket(), err)
 	}
 	// A task deleted while paused leaves no hint behind (unknown view: it
@@ -270,7 +270,7 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 			return nil, err
 		}
 	}
-	if err := s.tasks.Delete(ctx, step.TaskID); err != nil && !isMissing(err) {
+	if err := s.tasks.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.tasks.Bucket(), err)
 	}
 	s.specs.Delete(step.TaskID, 0)
@@ -296,7 +296,7 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 		return nil //nolint:nilerr // settled: terminated, with the reason
 	}
 	spec, _, err := s.specs.Get(ctx, step.TaskID)
-	if isMissing(err) {
+	if jsutil.IsKeyMissing(err) {
 		s.ack(m) // the task was deleted; nothing to schedule
 		return nil
 	}
@@ -310,7 +310,7 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	var perm *permanentError
-	if _, err := s.decide(ctx, spec, step); isMissing(err) {
+	if _, err := s.decide(ctx, spec, step); jsutil.IsKeyMissing(err) {
 		s.ack(m) // deleted a moment ago (decide checked the bucket)
 		return nil
 	} else if errors.As(err, &perm) {

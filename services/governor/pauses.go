@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // Pause hints. Every run rewrites its task's schedule, so a view of
@@ -76,7 +77,7 @@ func (s *Service) unhintPause(ctx context.Context, id string, prev, next gov.Sta
 }
 
 func (s *Service) deletePauseHint(ctx context.Context, id string) error {
-	if err := s.pauses.Delete(ctx, id); err != nil && !isMissing(err) {
+	if err := s.pauses.Delete(ctx, id); err != nil && !jsutil.IsKeyMissing(err) {
 		return fmt.Errorf("delete pause hint %s: %w", id, err)
 	}
 	s.pauseHints.Delete(id, 0)

@@ -297,10 +297,6 @@ func (s *Service) loadSpec(ctx context.Context, id string) (*events.TaskSpec, er
 	return kvcache.DecodeSpec(id, e.Value())
 }
 
-func isMissing(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
-}
-
 // decide applies step to the task's stored state with compare-and-set and
 // returns the decision that was stored. It starts from the state this
 // replica last wrote when it has one (one Update, no Get) and re-reads KV
@@ -374,7 +370,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 // key is the zero state at revision 0 (the write will be a Create).
 func (s *Service) readState(ctx context.Context, id string) (gov.State, uint64, error) {
 	ent, err := s.schedules.Get(ctx, id)
-	if isMissing(err) {
+	if jsutil.IsKeyMissing(err) {
 		return gov.State{}, 0, nil
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -129,7 +130,7 @@ func command(t *testing.T, js jetstream.JetStream, verb events.Verb, typ, id, ev
 func hint(t *testing.T, s *Service, id string) *pauseHint {
 	t.Helper()
 	ent, err := s.pauses.Get(t.Context(), id)
-	if isMissing(err) {
+	if jsutil.IsKeyMissing(err) {
 		return nil
 	}
 	if err != nil {

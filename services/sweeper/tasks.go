@@ -282,7 +282,7 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		// The watches of the two buckets are independent: a sweep can see
 		// a new task's schedule before its spec. Ask KV before purging.
 		_, err := s.tasks.Get(ctx, k)
-		if gone := errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted); !gone {
+		if gone := jsutil.IsKeyMissing(err); !gone {
 			continue
 		}
 		if err := kv.Purge(ctx, k); err != nil {

@@ -151,7 +151,7 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 		}
 		ent, err := b.kv.Get(ctx, key)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		case jsutil.IsKeyMissing(err):
 		case err != nil:
 			return err
 		default:

@@ -131,6 +131,12 @@ func IsDuplicateInProcess(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
 }
 
+// IsKeyMissing reports whether a KV read found no value: the key was
+// never written, or was deleted or purged.
+func IsKeyMissing(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}
+
 // IsCASConflict reports whether a KV write lost a compare-and-set race.
 func IsCASConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
@@ -215,7 +221,7 @@ func CAS(ctx context.Context, kv jetstream.KeyValue, key string, attempts int, f
 		switch {
 		case err == nil:
 			cur, rev = e.Value(), e.Revision()
-		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		case IsKeyMissing(err):
 		default:
 			return 0, fmt.Errorf("get %s: %w", key, err)
 		}

@@ -11,6 +11,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -70,7 +71,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		if json.Unmarshal(ent.Value(), &spec) == nil {
 			addKey(&spec)
 		}
-	} else if !isMissing(err) {
+	} else if !jsutil.IsKeyMissing(err) {
 		return nil, err
 	}
 	for _, src := range []struct {
@@ -148,7 +149,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		if json.Unmarshal(ent.Value(), &st) == nil {
 			ex.Stored = &st
 		}
-	} else if !isMissing(err) {
+	} else if !jsutil.IsKeyMissing(err) {
 		return nil, err
 	}
 	switch {

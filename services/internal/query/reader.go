@@ -92,10 +92,6 @@ func decodeEntries[T any](ctx context.Context, kv jetstream.KeyValue) (map[strin
 	return out, raw, nil
 }
 
-func isMissing(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
-}
-
 // lastN keeps the newest n values pushed (all of them when n <= 0).
 type lastN[T any] struct {
 	n     int

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // TaskView is a task as operators see it: the accepted spec (KV
@@ -58,7 +59,7 @@ func ParseLabels(selectors []string) (map[string]string, error) {
 // Task returns one task, or an error wrapping ErrNotFound.
 func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 	ent, err := r.tasks.Get(ctx, id)
-	if isMissing(err) {
+	if jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("task %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
@@ -75,7 +76,7 @@ func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 		if json.Unmarshal(se.Value(), &st) == nil {
 			v.Schedule = &st
 		}
-	case !isMissing(err):
+	case !jsutil.IsKeyMissing(err):
 		return nil, fmt.Errorf("read schedule of task %q: %w", id, err)
 	}
 	return &v, nil
