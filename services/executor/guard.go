@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"syscall"
 )
 
@@ -34,23 +33,11 @@ var metadataPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata
 }
 
-// ParsePrefix parses an allow- or deny-list prefix (a CIDR such as
-// 10.0.0.0/8 or fd00::/8). An IPv4-mapped IPv6 prefix such as
-// ::ffff:10.0.0.0/104 is turned into the IPv4 prefix it means
-// (10.0.0.0/8): the guard judges every mapped address as IPv4, so the
-// mapped form would never match anything.
-func ParsePrefix(s string) (netip.Prefix, error) {
-	p, err := netip.ParsePrefix(strings.TrimSpace(s))
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	if p.Addr().Is4In6() {
-		if p.Bits() < 96 {
-			return netip.Prefix{}, fmt.Errorf("%s mixes IPv4-mapped and other IPv6 addresses: write the IPv4 prefix", s)
-		}
-		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-	}
-	return p.Masked(), nil
+// contains reports whether p holds addr, an unmapped address (Check
+// unmaps every address): a prefix written in the IPv4-mapped IPv6 form
+// (::ffff:10.0.0.0/104) holds the IPv4 addresses it maps.
+func contains(p netip.Prefix, addr netip.Addr) bool {
+	return p.Contains(addr) || (addr.Is4() && p.Addr().Is4In6() && p.Contains(netip.AddrFrom16(addr.As16())))
 }
 
 // Check returns nil if addr may be dialled, or an error wrapping ErrBlocked
@@ -61,7 +48,7 @@ func (g *Guard) Check(addr netip.Addr) error {
 	// false for every zoned address, so it must go before any rule.
 	addr = addr.Unmap().WithZone("")
 	for _, p := range g.Allow {
-		if p.Contains(addr) {
+		if contains(p, addr) {
 			return nil
 		}
 	}
@@ -71,7 +58,7 @@ func (g *Guard) Check(addr netip.Addr) error {
 		// as well: 64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64
 		// network.
 		for _, p := range g.Allow {
-			if p.Contains(v4) {
+			if contains(p, v4) {
 				return nil
 			}
 		}
@@ -130,7 +117,7 @@ func (g *Guard) check(addr netip.Addr) error {
 		}
 	}
 	for _, p := range g.Deny {
-		if p.Contains(addr) {
+		if contains(p, addr) {
 			return fmt.Errorf("%w: %s is in the deny-list prefix %s", ErrBlocked, addr, p)
 		}
 	}

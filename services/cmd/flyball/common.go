@@ -155,9 +155,9 @@ func (f *runFlags) guard() (executor.Guard, error) {
 		out  *[]netip.Prefix
 	}{{"--allow-cidr", f.allowCIDRs, &g.Allow}, {"--deny-cidr", f.denyCIDRs, &g.Deny}} {
 		for _, s := range flag.in {
-			p, err := executor.ParsePrefix(s)
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
 			if err != nil {
-				return g, fmt.Errorf("%s: want a CIDR prefix like 10.0.0.0/8, got %q: %w", flag.name, s, err)
+				return g, fmt.Errorf("%s: want a CIDR prefix like 10.0.0.0/8, got %q", flag.name, s)
 			}
 			*flag.out = append(*flag.out, p)
 		}
