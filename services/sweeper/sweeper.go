@@ -1,9 +1,8 @@
 // Package sweeper keeps the runtime registry honest. Every service instance
 // heartbeats into KV flyball-runtime; the sweeper marks an instance offline
 // once its last beat is older than OfflineAfter and announces
-// runtime.offline, and announces runtime.online again when a marked
-// instance beats anew (the instance announces its return too, with the
-// same event ID, so a return is announced across a sweeper restart). It also exports the registry as
+// runtime.offline (a marked instance that beats again announces its
+// return itself: package heartbeat). It also exports the registry as
 // flyball_runtime_instances{status}.
 //
 // Each sweep also goes over every task: it re-dispatches zombie runs,
@@ -23,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/internal/heartbeat"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
@@ -71,11 +69,7 @@ type Service struct {
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
-	// marked holds the instances this sweeper marked offline, with the
-	// stale beat it found (for heartbeat.ReturnID); only the sweep
-	// goroutine touches it.
-	marked map[string]time.Time
-	swept  chan struct{}
+	swept      chan struct{}
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
 	tuneFollow func(bucket string, f *kvcache.Follower)
@@ -103,7 +97,7 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), marked: map[string]time.Time{}}, nil
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView()}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -202,18 +196,7 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		return "", fmt.Errorf("unreadable heartbeat: %w", err)
 	}
 	if hb.Status == events.RuntimeOffline || now.Sub(hb.LastBeat) <= s.cfg.OfflineAfter {
-		if stale, ok := s.marked[key]; ok && hb.Status == events.RuntimeOnline {
-			// It was marked offline and beats again (a pause, a partition):
-			// announce its return. The instance announces it too, with the
-			// same ID (heartbeat.Beater.write), which also covers a return
-			// this sweeper did not see marked (it restarted since).
-			delete(s.marked, key)
-			if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, hb.Kind, hb.Name),
-				heartbeat.ReturnID(key, stale), events.TypeRuntimeOnline, s.source, hb.Name, hb, now); err != nil {
-				return hb.Status, err
-			}
-		}
-		return hb.Status, nil
+		return hb.Status, nil // an instance back from a mark announces its return itself (heartbeat)
 	}
 	hb.Status = events.RuntimeOffline
 	body, err := json.Marshal(hb)
@@ -226,7 +209,6 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		}
 		return "", err
 	}
-	s.marked[key] = hb.LastBeat
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
 	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
 	err = jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,

@@ -40,13 +40,13 @@ type Config struct {
 // Key is the KV key of an instance: <kind>.<name>.
 func Key(kind, name string) string { return kind + "." + name }
 
-// ReturnID is the event ID of the runtime.online that announces the
+// returnID is the event ID of the runtime.online that announces the
 // return of the instance under key after the sweeper marked it offline;
 // staleBeat is the last beat the sweeper found too old (the offline
-// record's lastBeat). The instance and the sweeper both announce a return,
-// with this one ID, so HEALTH stores it once (the instance's copy survives
-// a sweeper restart, the sweeper's a beater that cannot read its key).
-func ReturnID(key string, staleBeat time.Time) string {
+// record's lastBeat), so a retried announcement is stored once. Only the
+// instance announces a return: it alone knows it was marked, across any
+// sweeper restart.
+func returnID(key string, staleBeat time.Time) string {
 	return "runtime:online:" + key + ":" + strconv.FormatInt(staleBeat.UnixNano(), 10)
 }
 
@@ -187,7 +187,7 @@ func (b *Beater) own(hb *events.Heartbeat) bool {
 // offline mark (b.back), and reports whether it was stored.
 func (b *Beater) announceReturn(ctx context.Context) bool {
 	err := jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, b.cfg.Kind, b.cfg.Name),
-		ReturnID(Key(b.cfg.Kind, b.cfg.Name), b.back.LastBeat), events.TypeRuntimeOnline, b.source, b.cfg.Name, b.hb, time.Now().UTC())
+		returnID(Key(b.cfg.Kind, b.cfg.Name), b.back.LastBeat), events.TypeRuntimeOnline, b.source, b.cfg.Name, b.hb, time.Now().UTC())
 	if err != nil {
 		b.cfg.Logger.Warn("runtime.online (back from offline) not published; retrying next beat", "err", err)
 		return false

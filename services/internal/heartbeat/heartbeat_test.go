@@ -168,9 +168,9 @@ func TestReturnIsAnnouncedAcrossASweeperRestart(t *testing.T) {
 	}
 }
 
-// When the sweeper that marked the instance sees it back, both announce
-// the return, with one event ID: HEALTH stores it once.
-func TestReturnIsStoredOnceWhenBothAnnounceIt(t *testing.T) {
+// The sweeper that marked the instance, seeing it back, adds nothing: the
+// return is announced once, by the instance.
+func TestReturnIsAnnouncedOnce(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartCompose(t)
 	b := startGhost(t, srv, "executor")
