@@ -249,9 +249,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 	}
 	g := s.breakerGate(ctx, t.breakerKey)
 	if g.wait > 0 {
-		s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
-		s.log.Debug("breaker open: deferring", "task", d.TaskID, "wait", g.wait)
-		s.nak(m, g.wait, nil)
+		s.deferCall(m, d, g.wait, "breaker open")
 		return
 	}
 	s.execute(ctx, m, md, t, d, arrived, g)
@@ -551,6 +549,14 @@ func (s *Service) breakerGate(ctx context.Context, key string) gate {
 	return gate{probe: true, retryAt: b.RetryAt}
 }
 
+// deferCall hands d back for wait without calling its target (why says
+// what the breaker said), and counts it as deferred.
+func (s *Service) deferCall(m jetstream.Msg, d *events.Dispatch, wait time.Duration, why string) {
+	s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
+	s.log.Debug(why+": deferring", "task", d.TaskID, "wait", wait)
+	s.nak(m, wait, nil)
+}
+
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 	run := events.Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Reason: reason, FinishedAt: time.Now().UTC()}
 	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
@@ -588,10 +594,8 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			return
 		}
 		if wait > 0 {
-			s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 			s.cfg.Metrics.ProbeDeferred.Inc()
-			s.log.Debug("breaker half-open and another call is its probe: deferring", "task", d.TaskID, "claim", claim, "wait", wait)
-			s.nak(m, wait, nil)
+			s.deferCall(m, d, wait, "breaker half-open and another call is its probe ("+claim+")")
 			return
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)

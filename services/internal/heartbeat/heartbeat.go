@@ -155,17 +155,16 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 		case err != nil:
 			return err
 		default:
+			// Not reported: this instance's own beat, stored although its
+			// Update failed (the reply was lost).
 			var prev events.Heartbeat
+			readable := json.Unmarshal(ent.Value(), &prev) == nil
 			switch {
-			case json.Unmarshal(ent.Value(), &prev) != nil:
-				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
-			case prev.Status == events.RuntimeOffline:
+			case readable && prev.Status == events.RuntimeOffline:
 				b.back = &prev
-			case !b.own(&prev):
+			case !readable || !b.own(&prev):
 				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
 			}
-			// Otherwise it is this instance's own beat, stored although its
-			// Update failed (the reply was lost): nothing to report.
 		}
 	}
 	rev, err := b.kv.Put(ctx, key, body)
