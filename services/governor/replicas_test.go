@@ -265,3 +265,54 @@ func TestStopHandsBackAMessageThatKeepsFailing(t *testing.T) {
 // lifecycleBound is how long a Stop may take when NATS or KV is down: the
 // drain timeout, a try in hand and a pause between tries, with room.
 const lifecycleBound = lifecycle.DrainTimeout + 2*retryMax
+
+// TestCommandRidesOutAFullBucket: a real KV refusal, not an injected one.
+// flyball-pauses refuses every write (its stream is full: max_bytes 1,
+// discard new), so the pause fails at the server; the governor takes it
+// for transient and tries it again in place, and once the bucket takes
+// writes again the pause is applied and answered, in order.
+func TestCommandRidesOutAFullBucket(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	m := metrics.New()
+	s, err := New(Config{JS: srv.JS, Instance: "g1", Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	const id = "full"
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
+
+	stream, err := srv.JS.Stream(t.Context(), "KV_"+streams.BucketPauses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setMaxBytes := func(n int64) {
+		t.Helper()
+		cfg := stream.CachedInfo().Config
+		cfg.MaxBytes = n
+		if _, err := srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMaxBytes(1)
+	last := publish(t, srv.JS, events.VerbPaused, events.TypeTaskPaused, id, "pause-1", events.TaskPause{ID: id})
+	natstest.Eventually(t, 10*time.Second, "the pause tried again after the bucket refused it", func() bool {
+		return testutil.ToFloat64(m.GovernorRetries.WithLabelValues(streams.StreamTasks)) >= 2
+	})
+	setMaxBytes(-1)
+	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last)
+	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1]" {
+		t.Fatalf("answers %v, want [create pause-1]: the refused pause must be applied, not rejected", commands)
+	}
+	st, _, err := s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Paused {
+		t.Fatal("the task is not paused once the bucket took writes again")
+	}
+}
