@@ -351,7 +351,11 @@ grep -q 'flyball.deadletter.e2e-tick' "$work/nats-sub-deadletter.out" ||
 	fail "nats sub 'flyball.deadletter.>' received no dead letter of e2e-tick: $(head -c 600 "$work/nats-sub-deadletter.out")"
 log "nats sub 'flyball.deadletter.>' (user cli): $(grep -m1 -o 'Received on "[^"]*"' "$work/nats-sub-deadletter.out")"
 # Replay the failed attempts from RUNS, as docs/operations.md shows for scripts.
-natsc sub 'flyball.run.failed.e2e-tick' --stream RUNS --all --count 3 >"$work/nats-replay.out" 2>&1 ||
+# Bounded, and tried twice: with nats2 still down after step 3, the nats
+# CLI's ordered consumer was once never created and the sub waited forever.
+replay_runs() { timeout 30 "$nats_cli" --server "nats://127.0.0.1:$FLYBALL_NATS_PORT" --user cli --password "${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}" \
+	sub 'flyball.run.failed.e2e-tick' --stream RUNS --all --count 3 </dev/null >"$work/nats-replay.out" 2>&1; }
+replay_runs || { log "nats sub --stream RUNS did not finish in 30 s; trying once more"; replay_runs; } ||
 	fail "replaying RUNS with nats sub (user cli) failed: $(tail -n 5 "$work/nats-replay.out")"
 n=$(grep -c 'Received JetStream message' "$work/nats-replay.out" || true)
 ((n >= 3)) || fail "replaying flyball.run.failed.e2e-tick from RUNS gave $n messages, want >= 3: $(head -c 600 "$work/nats-replay.out")"
