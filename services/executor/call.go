@@ -62,13 +62,12 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			// net/http drops Authorization and Cookie (and their
 			// like) on a redirect to another host, but sends every
 			// other header on: a task's X-Api-Key or session token
-			// would go to whatever host the Location names. Flyball's
-			// own Idempotency-Key, named like a secret, is not one. The
+			// would go to whatever host the Location names. The
 			// Referer net/http adds is the previous URL, query (and its
 			// ?api_key=) included; a task's own Referer is kept.
 			if !sameHostOrSubdomain(req.URL, via[0].URL) {
 				for k := range req.Header {
-					if k != "Idempotency-Key" && isSecretName(k, redact) {
+					if isSecretHeader(k, redact) {
 						delete(req.Header, k)
 					}
 				}
@@ -76,9 +75,31 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 					req.Header.Del("Referer")
 				}
 			}
+			// And it follows https to http on the same host with every
+			// header: a bearer token or API key would cross the network
+			// unencrypted.
+			if via[len(via)-1].URL.Scheme == "https" && req.URL.Scheme == "http" {
+				for k := range req.Header {
+					if isSecretHeader(k, redact) {
+						return fmt.Errorf("%w (%s would be sent unencrypted to %s)", ErrInsecureRedirect, k, req.URL.Host)
+					}
+				}
+			}
 			return nil
 		},
 	}
+}
+
+// ErrInsecureRedirect is the permanent error of a call whose target
+// redirected from https to http while the request carried a secret
+// header (Authorization, Cookie, an API key, a name in --redact-header).
+var ErrInsecureRedirect = errors.New("refused a redirect from https to http")
+
+// isSecretHeader reports whether a request header is a secret that must
+// not follow a redirect to another host or to plain http. flyball's own
+// Idempotency-Key, named like a secret, is not one.
+func isSecretHeader(k string, redact []string) bool {
+	return k != "Idempotency-Key" && isSecretName(k, redact)
 }
 
 // sameHostOrSubdomain reports whether dest's host is initial's or a
@@ -130,7 +151,7 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	if err != nil {
 		err = redactError(err, s.cfg.RedactHeaders)
 		res.err = err
-		res.permanent = errors.Is(err, ErrBlocked)
+		res.permanent = errors.Is(err, ErrBlocked) || errors.Is(err, ErrInsecureRedirect)
 		if ctx.Err() != nil && !res.permanent {
 			res.err = fmt.Errorf("timed out after %s: %w", t.Timeout, err)
 		}

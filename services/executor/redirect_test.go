@@ -127,3 +127,48 @@ func TestSameHostOrSubdomain(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectFromHTTPSToHTTPKeepsSecretsEncrypted: net/http follows a
+// redirect from https to http on the same host with Authorization and
+// every other header, so a task's bearer token or API key crossed the
+// network in clear text. Such a redirect is refused now, permanently and
+// with the reason, before anything is sent; one that carries no secret
+// is followed.
+func TestRedirectFromHTTPSToHTTPKeepsSecretsEncrypted(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &headerSink{}
+	plain := httptest.NewServer(sink)
+	t.Cleanup(plain.Close)
+	secure := httptest.NewTLSServer(http.RedirectHandler(plain.URL+"/landing", http.StatusFound))
+	t.Cleanup(secure.Close)
+	s.client.Transport.(*http.Transport).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	call := func(headers map[string]string) *result {
+		tg := &events.HTTPTarget{Method: "GET", URL: secure.URL, Headers: headers, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}
+		return s.callHTTP(t.Context(), tg, nil, d, 1)
+	}
+	for _, h := range []map[string]string{{"Authorization": "Bearer a"}, {"X-Api-Key": "k"}, {"Cookie": "session=s"}} {
+		res := call(h)
+		if res.ok() || !res.permanent || !strings.Contains(res.err.Error(), "https to http") {
+			t.Errorf("headers %v: a redirect from https to http gave ok=%v permanent=%v err=%v, want a permanent refusal naming https to http", h, res.ok(), res.permanent, res.err)
+		}
+	}
+	sink.mu.Lock()
+	leaked := len(sink.got)
+	sink.mu.Unlock()
+	if leaked != 0 {
+		t.Fatalf("the plain-http target was called %d time(s) with secret headers", leaked)
+	}
+	if res := call(map[string]string{"X-Custom": "fine"}); !res.ok() {
+		t.Fatalf("a redirect from https to http with no secret header was refused: %v", res.err)
+	}
+	if got := sink.last(t); got.Get("X-Custom") != "fine" {
+		t.Errorf("the followed redirect lost its header: %v", got)
+	}
+}
