@@ -131,8 +131,18 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	spec, _, err := s.specs.Get(ctx, run.TaskID)
+	if jsutil.IsKeyMissing(err) && (key == "" || key == run.TaskID) {
+		// The task was deleted while this attempt was in flight. A record
+		// under its own key would outlive it (watchDeletes has already
+		// removed the old one), and a task created again under the same
+		// ID would inherit it.
+		_ = m.Ack()
+		return
+	}
 	if err != nil || spec == nil {
-		// A deleted task still settles its breaker, with default policy.
+		// A deleted task's outcome still counts for a host-scoped
+		// breaker, with the default policy: it is evidence about the
+		// host. So does any outcome while the spec cannot be read.
 		spec = &events.TaskSpec{ID: run.TaskID}
 		spec.Normalize()
 	}
