@@ -116,3 +116,34 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 		t.Fatal("a zombie schedule written after the sweeper caught up was not re-dispatched")
 	}
 }
+
+// TestPausedTaskDoesNotRaiseTheStalenessGauge: a paused task grows stale
+// on purpose, and flyball_staleness_score, the highest score, counted it:
+// one task paused for a week held the gauge (and the FlyballTaskStale
+// alert built on it) at 1 and hid every task that really stopped
+// succeeding. The gauge covers tasks that are not paused now; the API,
+// `flyball status` and the per-task series still show the paused one.
+func TestPausedTaskDoesNotRaiseTheStalenessGauge(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	now := time.Now().UTC()
+	putJSON(t, srv.JS, streams.BucketTasks, "resting", events.TaskSpec{ID: "resting", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	putJSON(t, srv.JS, streams.BucketSchedules, "resting", gov.State{
+		TaskID: "resting", Paused: true, Source: gov.SourcePaused,
+		LastScheduledAt: now.Add(-time.Hour), LastSuccessAt: now.Add(-time.Hour),
+	})
+	putJSON(t, srv.JS, streams.BucketTasks, "busy", events.TaskSpec{ID: "busy", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	putJSON(t, srv.JS, streams.BucketSchedules, "busy", gov.State{
+		TaskID: "busy", NextRunAt: now.Add(30 * time.Second), Source: gov.SourceBaselineInterval,
+		LastScheduledAt: now.Add(-30 * time.Second), LastSuccessAt: now.Add(-30 * time.Second),
+	})
+	e := &env{t: t, srv: srv}
+	e.st = e.startWith(func(c *stack.Config) { c.PerTaskMetrics = true }, "sweeper")
+	m := e.st.Metrics()
+	natstest.Eventually(t, 10*time.Second, "the paused task scored", func() bool {
+		return testutil.ToFloat64(m.TaskStaleness.WithLabelValues("resting")) == 1
+	})
+	if got := testutil.ToFloat64(m.StalenessMax); got != 0 {
+		t.Fatalf("flyball_staleness_score = %v with one paused stale task and one fresh task, want 0", got)
+	}
+}

@@ -206,7 +206,9 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 		}
 		score := gov.Staleness(now, st.LastSuccessAt, st.CreatedAt, expected)
 		scores[id] = score
-		maxScore = max(maxScore, score)
+		if !st.Paused { // a paused task grows stale on purpose
+			maxScore = max(maxScore, score)
+		}
 		if !st.NextRunAt.IsZero() && !st.Paused && now.Sub(st.NextRunAt) > s.cfg.ZombieAfter && st.LastScheduledAt.Before(st.NextRunAt) {
 			zombies = append(zombies, st)
 		}

@@ -116,7 +116,7 @@ func New() *Set {
 			Name: "flyball_runtime_instances", Help: "Service instances in the runtime registry, by status.",
 		}, []string{"status"}),
 		StalenessMax: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flyball_staleness_score", Help: "Highest per-task staleness score in [0,1].",
+			Name: "flyball_staleness_score", Help: "Highest staleness score in [0,1] of the tasks not paused.",
 		}),
 		HeartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_heartbeat_failures_total", Help: "Heartbeat writes that failed and will be retried.",
