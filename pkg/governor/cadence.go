@@ -19,6 +19,13 @@ func (p *planner) cadenceStep() (time.Duration, Source) {
 		}
 		return h.Interval, SourceHintInterval
 	}
+	return p.specStep()
+}
+
+// specStep is the task's own interval, without an interval hint: the
+// baseline, replaced by the adaptive interval and stretched by the
+// activity multiplier.
+func (p *planner) specStep() (time.Duration, Source) {
 	base := p.spec.Schedule.Interval.D()
 	step, src := base, SourceBaselineInterval
 	if base <= 0 {

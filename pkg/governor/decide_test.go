@@ -745,6 +745,55 @@ func TestDecideHints(t *testing.T) {
 	})
 }
 
+// A hint holds only until its TTL: a one-shot whose time comes after it
+// expires never runs, and an interval hint longer than its TTL gives way
+// to the cadence after it at the TTL.
+func TestDecideHintsEndAtTheirTTL(t *testing.T) {
+	hourly := stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineInterval))
+	runDecideCases(t, []decideCase{
+		{
+			"a one-shot after its TTL expires unused",
+			given{intervalSpec(time.Hour), hourly, t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(45 * time.Minute)})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "one-shot hint for 2026-03-02T10:45:00.000Z comes at or after it expires at 2026-03-02T10:30:01.000Z: not planned"},
+		},
+		{
+			"a one-shot exactly at its expiry too",
+			given{intervalSpec(time.Hour), hourly, t0, hinted(governor.Hint{At: t0.Add(30 * time.Minute)})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "not planned"},
+		},
+		{
+			"a one-shot with a TTL that outlasts it runs",
+			given{intervalSpec(time.Hour), hourly, t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(45 * time.Minute), TTL: 50 * time.Minute})},
+			want{next: t0.Add(45 * time.Minute), source: governor.SourceHintOneShot},
+		},
+		{
+			"an interval hint longer than its TTL: the baseline grid after the TTL",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 6 * time.Hour, TTL: 15 * time.Minute})},
+			want{next: t0.Add(16 * time.Minute), source: governor.SourceBaselineInterval, trail: "interval hint 6h0m0s expires at 2026-03-02T10:15:01.000Z before its slot 2026-03-02T16:00:00.000Z: the cadence after it applies"},
+		},
+		{
+			"... and the runs under it",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), intervalHint(6*time.Hour, t0.Add(15*time.Minute))), t0.Add(time.Minute + time.Second), outcome("succeeded", t0.Add(time.Minute))},
+			want{next: t0.Add(15 * time.Minute), source: governor.SourceBaselineInterval},
+		},
+		{
+			"... an hourly baseline waits for its own slot",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 6 * time.Hour, TTL: 15 * time.Minute})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval},
+		},
+		{
+			"... backoff applies to the cadence after it",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), failures(1), intervalHint(6*time.Hour, t0.Add(15*time.Minute))), t0.Add(time.Second), updated},
+			want{next: t0.Add(16 * time.Minute), source: governor.SourceBackoff},
+		},
+		{
+			"an interval hint within its TTL holds",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Minute, TTL: 15 * time.Minute})},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval},
+		},
+	})
+}
+
 func TestDecideBounds(t *testing.T) {
 	runDecideCases(t, []decideCase{
 		{
@@ -857,12 +906,13 @@ func TestDecideHostileState(t *testing.T) {
 	negHint.IntervalHint = &governor.IntervalHint{Interval: -time.Second, ExpiresAt: t0.Add(time.Hour)}
 	huge := ran(t0)
 	huge.Failures = 3
-	huge.IntervalHint = &governor.IntervalHint{Interval: 1 << 62, ExpiresAt: t0.Add(time.Hour)} // ×8 wraps to 0
+	// The hints outlast their slots (a hint ends at its TTL).
+	huge.IntervalHint = &governor.IntervalHint{Interval: 1 << 62, ExpiresAt: events.MaxTime} // ×8 wraps to 0
 	hugeNoAnchor := huge
 	hugeNoAnchor.LastScheduledAt = time.Time{}
 	maxHint := ran(t0)
 	maxHint.Failures = 1
-	maxHint.IntervalHint = &governor.IntervalHint{Interval: 1<<63 - 1, ExpiresAt: t0.Add(time.Hour)}
+	maxHint.IntervalHint = &governor.IntervalHint{Interval: 1<<63 - 1, ExpiresAt: events.MaxTime}
 	runDecideCases(t, []decideCase{
 		{
 			"zero interval hint",

@@ -191,6 +191,9 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	}
 	full := p.stretch(step, exp, true)
 	next, missed := grid(anchor, full, p.now)
+	if h := p.s.IntervalHint; h != nil && next.After(h.ExpiresAt) {
+		next, src = p.afterHint(h, anchor, exp, next, src)
+	}
 	if missed >= 2 && p.catchUp(anchor, missed) {
 		return
 	}
@@ -202,6 +205,27 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	}
 	p.cadence = true
 	p.quietCadence(anchor, exp, next)
+}
+
+// afterHint bounds an interval hint by its TTL: when the hint's slot comes
+// after the hint expires, the task's own cadence takes over at the TTL,
+// with its first grid slot at or after it, if that is earlier. Without
+// this, a hint longer than its TTL (6h for 15m) held the task past it.
+func (p *planner) afterHint(h *IntervalHint, anchor time.Time, exp int, next time.Time, src Source) (time.Time, Source) {
+	step, own := p.specStep()
+	if step <= 0 {
+		return next, src
+	}
+	if exp > 0 {
+		own = SourceBackoff
+	}
+	after, _ := grid(anchor, p.stretch(step, exp, false), h.ExpiresAt.Add(-time.Nanosecond))
+	if !after.Before(next) {
+		return next, src
+	}
+	p.tr.str("interval hint ").dur(h.Interval).str(" expires at ").at(h.ExpiresAt).str(" before its slot ").at(next).
+		str(": the cadence after it applies").end()
+	return after, own
 }
 
 // grid returns the first slot anchor + k×step strictly after now, and how
@@ -355,7 +379,9 @@ func (p *planner) countMissed(second time.Time) int64 {
 }
 
 // oneShot lets a one-shot hint compete: the earliest candidate wins. With
-// an interval hint too, this takes the earlier of the two hints.
+// an interval hint too, this takes the earlier of the two hints. A one-shot
+// whose time comes at or after its expiry is not planned: it expires
+// unused.
 func (p *planner) oneShot() {
 	h := p.s.OneShotHint
 	if h == nil {
@@ -364,6 +390,13 @@ func (p *planner) oneShot() {
 	at := h.At
 	if at.Before(p.now) {
 		at = p.now
+	}
+	if !at.Before(h.ExpiresAt) {
+		// At its time the hint has expired: it would run as a hint that no
+		// longer holds (the TTL counts from receipt, so a far-off one-shot
+		// needs a TTL that outlasts it).
+		p.tr.str("one-shot hint for ").at(h.At).str(" comes at or after it expires at ").at(h.ExpiresAt).str(": not planned").end()
+		return
 	}
 	if p.next.IsZero() || at.Before(p.next) {
 		p.choose(at, SourceHintOneShot).str("one-shot hint for ").at(h.At).str(" is earlier").end()
