@@ -87,8 +87,10 @@
 // then resumes the cadence from that run; "none" waits for the next slot;
 // "all" backfills the missed slots one by one, at most catchUpMax (100),
 // each run scheduled as soon as the previous one succeeded. Slots that fell
-// in a pause are not caught up, and a failing task keeps its backoff grid
-// (a backlog waits for the next success).
+// in a pause are not caught up, nor slots that were never due (the run
+// planned before the decision is still ahead, and a spec update or an
+// interval hint shortened the cadence), and a failing task keeps its
+// backoff grid (a backlog waits for the next success).
 //
 // # Adaptive cadence and activity
 //

@@ -46,6 +46,8 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //   - with bounds, unless paused or floored to now, the gap from the last
 //     slot is within [min, max] (clamps beat every rule but pause, the
 //     breaker's retryAt and the dead-letter recheck included);
+//   - while the run planned before is still ahead, no slot counts as
+//     missed: nothing is caught up;
 //   - with a budget, a run chosen by a rule the budget outranks is at least
 //     24h/maxRunsPerDay after the last slot;
 //   - the source is a documented one, and the trail is not empty;
@@ -302,6 +304,10 @@ func FuzzDecide(f *testing.F) {
 		explain := func() string {
 			return "\nnow:   " + fmtT(now) + "\nlast:  " + fmtT(s.LastScheduledAt) + "\nnext:  " + fmtT(d.NextRunAt) +
 				"\nsource: " + string(d.Source) + "\ntrail:\n" + fmtTrail(d.Trail)
+		}
+		kept := d.NextRunAt.Equal(st.NextRunAt) && d.Source == st.Source // nudging keeps the planned run
+		if st.NextRunAt.After(now) && st.CatchUpPending == 0 && (s.CatchUpPending > 0 || (d.Source == governor.SourceCatchUp && !kept)) {
+			t.Fatalf("caught up slots that were never due (the run planned was at %s), pending %d%s", fmtT(st.NextRunAt), s.CatchUpPending, explain())
 		}
 		if d.NextRunAt.IsZero() {
 			if (!s.Paused || !s.PausedUntil.IsZero()) && d.Source != governor.SourceDeleted {

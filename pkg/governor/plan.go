@@ -257,12 +257,21 @@ func (p *planner) backfill() bool {
 }
 
 // catchUp applies the catch-up policy after downtime: missed (≥ 2) slots
-// passed since the anchor. It reports whether it decided.
+// passed since the anchor. Slots count as missed only if the task was due:
+// not when they fell in a pause, nor when the run planned before this
+// decision is still ahead. It reports whether it decided.
 func (p *planner) catchUp(anchor time.Time, missed int64) bool {
 	policy := p.spec.CatchUp
 	switch {
 	case p.leftPause:
 		p.tr.linef("%s slots fell in the pause: not caught up", countText(missed))
+		return false
+	case p.prevNext.After(p.now):
+		// The run planned before this decision is still ahead: nothing was
+		// due, so these slots exist only on a cadence this input just
+		// shortened (a spec update, an interval hint).
+		p.tr.linef("%s slots since %s were never due (the run planned was at %s): not caught up",
+			countText(missed), stamp(anchor), stamp(p.prevNext))
 		return false
 	case p.s.Failures > 0:
 		p.tr.linef("%s slots missed since %s while failing: not caught up", countText(missed), stamp(anchor))

@@ -947,6 +947,51 @@ func TestDecideCatchUp(t *testing.T) {
 	}
 }
 
+// Catch-up is for slots that were due and did not run. A spec update or
+// an interval hint that shortens the cadence while the planned run is
+// still ahead puts grid slots in the past that were never due: they are
+// not caught up (with catchUp all they were backfilled in a burst).
+func TestDecideCatchUpOnlyForSlotsThatWereDue(t *testing.T) {
+	hourAhead := stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineInterval))
+	noBacklog := func(t *testing.T, d governor.Decision) {
+		if d.State.CatchUpPending != 0 {
+			t.Errorf("CatchUpPending = %d, want 0", d.State.CatchUpPending)
+		}
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"interval shortened from 1h to 1m at 10:30: next 1m slot, no backlog",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), hourAhead, t0.Add(30 * time.Minute), updated},
+			want{next: t0.Add(31 * time.Minute), source: governor.SourceBaselineInterval, trail: "30 slots since 2026-03-02T10:00:00.000Z were never due (the run planned was at 2026-03-02T11:00:00.000Z): not caught up", check: noBacklog},
+		},
+		{
+			"... with catchUp skip too",
+			given{intervalSpec(time.Minute), hourAhead, t0.Add(30 * time.Minute), updated},
+			want{next: t0.Add(31 * time.Minute), source: governor.SourceBaselineInterval, check: noBacklog},
+		},
+		{
+			"an interval hint 1m on an hourly task",
+			given{withCatchUp(intervalSpec(time.Hour), events.CatchUpAll, 0), hourAhead, t0.Add(30 * time.Minute), hinted(governor.Hint{Interval: time.Minute})},
+			want{next: t0.Add(31 * time.Minute), source: governor.SourceHintInterval, trail: "never due", check: noBacklog},
+		},
+		{
+			"a cron expression changed from hourly to every 10 minutes",
+			given{withCatchUp(cronSpec("*/10 * * * *", ""), events.CatchUpAll, 0), stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineCron)), t0.Add(35 * time.Minute), updated},
+			want{next: t0.Add(40 * time.Minute), source: governor.SourceBaselineCron, trail: "never due", check: noBacklog},
+		},
+		{
+			"slots missed in a downtime are still caught up (the planned run is past)",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval)),
+				t0.Add(5*time.Minute + 30*time.Second), outcome("succeeded", t0.Add(time.Minute))},
+			want{next: t0.Add(5*time.Minute + 30*time.Second), source: governor.SourceCatchUp, trail: "backfilling 4", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 4 {
+					t.Errorf("CatchUpPending = %d, want 4", d.State.CatchUpPending)
+				}
+			}},
+		},
+	})
+}
+
 func TestDecideHintNudging(t *testing.T) {
 	runDecideCases(t, []decideCase{
 		{
