@@ -43,7 +43,7 @@ func TestDecidePrecedence(t *testing.T) {
 	}
 	for _, step := range steps {
 		step.remove(spec, &st)
-		d := governor.Decide(now, spec, st, updated)
+		d := governor.Decide(now, spec, st, hinted(governor.Hint{})) // re-decide (an update restarts adaptive cadence)
 		if !d.NextRunAt.Equal(step.next) || d.Source != step.source {
 			t.Fatalf("got %s %s, want %s %s\ntrail: %q", d.Source, fmtT(d.NextRunAt), step.source, fmtT(step.next), d.Trail)
 		}

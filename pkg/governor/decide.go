@@ -70,6 +70,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		*s = State{TaskID: spec.ID, CreatedAt: now.UTC(), LastActivityAt: now.UTC()}
 	case KindUpdated:
 		s.TaskID = spec.ID
+		p.restartAdaptive()
 	case KindOutcome:
 		o := in.Outcome
 		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) {
@@ -189,6 +190,22 @@ func (p *planner) applyOutcome(o *Outcome) {
 	if ran {
 		p.observe(o)
 	}
+}
+
+// restartAdaptive drops the adaptive interval on a spec update. It is a
+// duration smoothed for the old baseline and bounds; clamped into the new
+// range it could mean the opposite (relaxed to 4m on a 1m baseline is the
+// floor of a 1h one). The runs after the update move it from the new
+// baseline.
+func (p *planner) restartAdaptive() {
+	s := &p.s
+	if s.AdaptiveInterval == 0 {
+		return
+	}
+	if base := p.spec.Schedule.Interval.D(); p.spec.Adaptive != nil && base > 0 {
+		p.tr.str("spec updated: adaptive interval ").dur(s.AdaptiveInterval).str(" restarts from the baseline ").dur(base).end()
+	}
+	s.AdaptiveInterval = 0
 }
 
 func (p *planner) applyHint(h *Hint) {

@@ -97,7 +97,8 @@
 // Adaptive cadence (interval tasks only) keeps a smoothed interval in the
 // state, moved by an exponential moving average (adaptive.smoothing, 0.5 by
 // default) once per run outcome, within [bounds.min or baseline/4 (at least
-// 1s), bounds.max or baseline×4]. Mode "change" tightens toward the lower
+// 1s), bounds.max or baseline×4]; a spec update restarts it from the new
+// baseline. Mode "change" tightens toward the lower
 // end when the response fingerprint changes or a run fails, and relaxes
 // toward the upper end once adaptive.unchangedRuns runs in a row returned
 // the same fingerprint. Mode "staleness" tightens as the time since the

@@ -108,13 +108,13 @@ func TestDecideAdaptiveChange(t *testing.T) {
 			want{next: slot.Add(30 * time.Second), source: governor.SourceAdaptiveTighten, check: interval(30 * time.Second)},
 		},
 		{
-			"re-deciding does not move the average",
-			given{changeSpec(), stateWith(ran(t0), adaptiveInterval(30*time.Second)), t0.Add(time.Second), updated},
+			"re-deciding (an empty hint) does not move the average",
+			given{changeSpec(), stateWith(ran(t0), adaptiveInterval(30*time.Second)), t0.Add(time.Second), hinted(governor.Hint{})},
 			want{next: t0.Add(30 * time.Second), source: governor.SourceAdaptiveTighten, trail: "interval 30s instead of the baseline 1m0s", check: interval(30 * time.Second)},
 		},
 		{
-			"a stored interval outside new bounds is clamped into them",
-			given{withBounds(changeSpec(), 45*time.Second, 0), stateWith(ran(t0), adaptiveInterval(20*time.Second)), t0.Add(time.Second), updated},
+			"a stored interval outside the bounds is clamped into them",
+			given{withBounds(changeSpec(), 45*time.Second, 0), stateWith(ran(t0), adaptiveInterval(20*time.Second)), t0.Add(time.Second), hinted(governor.Hint{})},
 			want{next: t0.Add(45 * time.Second), source: governor.SourceAdaptiveTighten},
 		},
 		{
@@ -126,6 +126,42 @@ func TestDecideAdaptiveChange(t *testing.T) {
 			"cron schedules are not adapted",
 			given{withAdaptive(cronSpec("@hourly", ""), events.AdaptiveChange, 0, 0, 0), stateWith(ran(t0), fingerprint("a")), t0.Add(time.Second), outcomeFP("succeeded", t0, "b")},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron, trail: "apply to interval schedules only", check: interval(0)},
+		},
+	})
+}
+
+// The adaptive interval is an absolute duration smoothed for one baseline.
+// A spec update may change the baseline, and clamping the old value into
+// the new range turned its meaning around: a task relaxed to the ceiling
+// of a 1m baseline (4m, responses unchanged) ran every 15m as
+// "adaptive-tighten" once the baseline became 1h. An update restarts the
+// adaptive cadence from the new baseline.
+func TestDecideAdaptiveRestartsOnUpdate(t *testing.T) {
+	hourly := withAdaptive(intervalSpec(time.Hour), events.AdaptiveChange, 0, 0, 0)
+	restarted := func(t *testing.T, d governor.Decision) {
+		if d.State.AdaptiveInterval != 0 {
+			t.Errorf("AdaptiveInterval = %s, want 0 (the baseline)", d.State.AdaptiveInterval)
+		}
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"relaxed at the ceiling of 1m, baseline now 1h: the new baseline, not its floor",
+			given{hourly, stateWith(ran(t0), fingerprint("a"), unchangedRuns(9), adaptiveInterval(4*time.Minute)), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "spec updated: adaptive interval 4m0s restarts from the baseline 1h0m0s", check: restarted},
+		},
+		{
+			"tightened to the floor of 1h, baseline now 1m: the new baseline, not its ceiling",
+			given{changeSpec(), stateWith(ran(t0), fingerprint("a"), adaptiveInterval(15*time.Minute)), t0.Add(time.Second), updated},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, check: restarted},
+		},
+		{
+			"other inputs keep it",
+			given{hourly, stateWith(ran(t0), adaptiveInterval(30*time.Minute)), t0.Add(time.Second), hinted(governor.Hint{})},
+			want{next: t0.Add(30 * time.Minute), source: governor.SourceAdaptiveTighten, check: func(t *testing.T, d governor.Decision) {
+				if d.State.AdaptiveInterval != 30*time.Minute {
+					t.Errorf("AdaptiveInterval = %s, want 30m", d.State.AdaptiveInterval)
+				}
+			}},
 		},
 	})
 }
@@ -239,7 +275,7 @@ func TestDecideActivity(t *testing.T) {
 		},
 		{
 			"activity stretches the adaptive interval",
-			given{withAdaptive(spec(), events.AdaptiveChange, 0, 0, 0), stateWith(ran(t0), lastActivity(now.Add(-2*time.Hour)), adaptiveInterval(30*time.Second)), now, updated},
+			given{withAdaptive(spec(), events.AdaptiveChange, 0, 0, 0), stateWith(ran(t0), lastActivity(now.Add(-2*time.Hour)), adaptiveInterval(30*time.Second)), now, hinted(governor.Hint{})},
 			want{next: t0.Add(time.Minute), source: governor.SourceActivityIdle},
 		},
 		{
