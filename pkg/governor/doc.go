@@ -98,14 +98,13 @@
 // state, moved by an exponential moving average (adaptive.smoothing, 0.5 by
 // default) once per run outcome, within [bounds.min or baseline/4 (at least
 // 1s), bounds.max or baseline×4]; a spec update restarts it from the new
-// baseline. Mode "change" tightens toward the lower
-// end when the response fingerprint changes or a run fails, and relaxes
-// toward the upper end once adaptive.unchangedRuns runs in a row returned
-// the same fingerprint. Mode "staleness" tightens as the time since the
-// last success grows from one baseline interval to adaptive.target (three
-// intervals by default). Failure backoff still multiplies the adaptive
-// interval: a failing target is watched closely once it answers again, not
-// hammered while it fails.
+// baseline. Mode "change" tightens toward the lower end when the response
+// fingerprint changes or a run fails, and relaxes toward the upper end once
+// adaptive.unchangedRuns runs in a row returned the same fingerprint. Mode
+// "staleness" tightens as the time since the last success grows from one
+// baseline interval to adaptive.target (three intervals by default).
+// Failure backoff still multiplies the adaptive interval: a failing target
+// is watched closely once it answers again, not hammered while it fails.
 //
 // Activity modes stretch the interval by activity.idleMultiplier once no
 // activity signal (acceptance, a hint, or a changed fingerprint) was seen
