@@ -989,6 +989,7 @@ func TestDecideCatchUp(t *testing.T) {
 // not caught up (with catchUp all they were backfilled in a burst).
 func TestDecideCatchUpOnlyForSlotsThatWereDue(t *testing.T) {
 	hourAhead := stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineInterval))
+	minuteDue := stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval))
 	noBacklog := func(t *testing.T, d governor.Decision) {
 		if d.State.CatchUpPending != 0 {
 			t.Errorf("CatchUpPending = %d, want 0", d.State.CatchUpPending)
@@ -1017,8 +1018,7 @@ func TestDecideCatchUpOnlyForSlotsThatWereDue(t *testing.T) {
 		},
 		{
 			"slots missed in a downtime are still caught up (the planned run is past)",
-			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval)),
-				t0.Add(5*time.Minute + 30*time.Second), outcome("succeeded", t0.Add(time.Minute))},
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), minuteDue, t0.Add(5*time.Minute + 30*time.Second), outcome("succeeded", t0.Add(time.Minute))},
 			want{next: t0.Add(5*time.Minute + 30*time.Second), source: governor.SourceCatchUp, trail: "backfilling 4", check: func(t *testing.T, d governor.Decision) {
 				if d.State.CatchUpPending != 4 {
 					t.Errorf("CatchUpPending = %d, want 4", d.State.CatchUpPending)
