@@ -184,6 +184,24 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		if err := control.ValidateHint(&h); err != nil {
 			return Step{}, rejectErr(err)
 		}
+		if h.At != nil && !h.At.IsZero() {
+			// A one-shot whose time comes at or after its expiry never
+			// runs (it expires unused): refuse it rather than accept a
+			// hint that does nothing.
+			ttl := h.TTL.D()
+			if ttl <= 0 {
+				ttl = gov.DefaultOneShotHintTTL
+			}
+			if expires := step.At.Add(ttl); !h.At.Before(expires) {
+				ahead := h.At.Sub(step.At).Truncate(time.Second)
+				fix := fmt.Sprintf("set ttl to more than %s", events.Duration(ahead))
+				if ahead >= control.MaxHintTTL {
+					fix = fmt.Sprintf("a one-shot can be at most %s ahead (the longest ttl)", events.Duration(control.MaxHintTTL))
+				}
+				return Step{}, reject("at", fmt.Sprintf("%s is at or after the hint expires, %s after the command (ttl, default %s for a one-shot): it would never run; %s",
+					h.At.UTC().Format(time.RFC3339), events.Duration(ttl), events.Duration(gov.DefaultOneShotHintTTL), fix))
+			}
+		}
 		step.Input = gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{Interval: h.Interval.D(), TTL: h.TTL.D(), Reason: h.Reason}}
 		if h.At != nil {
 			step.Input.Hint.At = pastIsNow(*h.At, step.At)

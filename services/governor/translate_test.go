@@ -1,6 +1,8 @@
 package governor
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +94,40 @@ func TestTranslateHintAtZeroTimeRunsNow(t *testing.T) {
 	d := Apply(spec, st, step)
 	if !d.NextRunAt.Equal(now) || d.Source != gov.SourceHintOneShot {
 		t.Fatalf("hint at 0001-01-01 (past): next=%v source=%s, want %v hint-oneshot\ntrail %q", d.NextRunAt, d.Source, now, d.Trail)
+	}
+}
+
+// TestTranslateHintAfterItsExpiryIsRejected: a one-shot hint whose time
+// comes at or after its TTL (30 min by default) never runs: it expires
+// unused. It was accepted, so `flyball task hint x --at <in 4 h>` answered
+// "accepted" and nothing ever ran. It is rejected now, naming at and the
+// ttl it would need; a ttl that outlasts it is accepted.
+func TestTranslateHintAfterItsExpiryIsRejected(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	translate := func(h events.TaskHint) error {
+		t.Helper()
+		body, err := events.Marshal(events.TypeTaskHinted, "test", "t", h, now, "c1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Translate(events.TaskSubject(events.VerbHinted, "t"), nil, body, now)
+		return err
+	}
+	later := now.Add(4 * time.Hour)
+	err := translate(events.TaskHint{ID: "t", At: &later})
+	var rej *rejection
+	if !errors.As(err, &rej) || len(rej.reasons) != 1 || rej.reasons[0].Field != "at" || !strings.Contains(rej.reasons[0].Rule, "ttl") {
+		t.Fatalf("a one-shot 4h ahead with the default 30m ttl: %v, want a rejection of at that names ttl", err)
+	}
+	edge := now.Add(30 * time.Minute)
+	if err := translate(events.TaskHint{ID: "t", At: &edge}); err == nil {
+		t.Fatal("a one-shot exactly at its expiry was accepted; it would never run")
+	}
+	if err := translate(events.TaskHint{ID: "t", At: &later, TTL: events.Duration(5 * time.Hour)}); err != nil {
+		t.Fatalf("a one-shot 4h ahead with a 5h ttl was rejected: %v", err)
+	}
+	soon := now.Add(10 * time.Minute)
+	if err := translate(events.TaskHint{ID: "t", At: &soon}); err != nil {
+		t.Fatalf("a one-shot 10m ahead with the default ttl was rejected: %v", err)
 	}
 }
