@@ -38,6 +38,10 @@ type Config struct {
 	AnswerTimeout time.Duration
 	// MaxBodyBytes caps request bodies. Defaults to 1 MiB.
 	MaxBodyBytes int64
+	// ReadTimeout bounds reading one request, headers and body (a body
+	// not read in time is answered 408), and how long an idle keep-alive
+	// connection stays open. Defaults to 30s.
+	ReadTimeout time.Duration
 }
 
 // Service is the API server.
@@ -74,6 +78,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 30 * time.Second
 	}
 	s.cfg = cfg
 	return s, nil
@@ -165,7 +172,8 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.srv = &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout),
+		ReadTimeout:       s.cfg.ReadTimeout, // the idle timeout too
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.Go(func() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -46,13 +47,17 @@ func writeInvalid(w http.ResponseWriter, err error) {
 }
 
 // readBody reads the capped request body. It answers 413 itself and
-// returns false when the body is too large.
+// returns false when the body is too large, 408 when it did not arrive
+// within Config.ReadTimeout.
 func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body exceeds %d bytes", s.cfg.MaxBodyBytes))
+		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, "", fmt.Sprintf("the body did not arrive within %s", s.cfg.ReadTimeout))
 		return nil, false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "", "reading the body: "+err.Error())
