@@ -558,6 +558,7 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"serve", "executor", "--concurrency", "0"},
 		{"dev", "--per-host", "-3"},
 		{"serve", "executor", "--redact-header", "X-Bad Name"},
+		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
 	} {
 		r := e.run(t, args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
@@ -569,6 +570,9 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "serve", "executor", "--redact-header", "X-Bad Name"); !strings.Contains(r.stderr, `--redact-header: want a header or query parameter name, got "X-Bad Name"`) {
 		t.Errorf("bad --redact-header: %q", r.stderr)
+	}
+	if r := e.run(t, "task", "list", "--label", "team=ops", "--label", "team=dev"); !strings.Contains(r.stderr, `--label: label: key "team" given twice`) {
+		t.Errorf("conflicting --label selectors: %q", r.stderr)
 	}
 	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
 		t.Errorf("unreachable NATS: %q", r.stderr)

@@ -40,7 +40,9 @@ func (f *TaskFilter) match(s *events.TaskSpec) bool {
 	return true
 }
 
-// ParseLabels parses label selectors of the form key=value.
+// ParseLabels parses label selectors of the form key=value. Every one must
+// match, so two different values for one key are refused: no task could
+// match them.
 func ParseLabels(selectors []string) (map[string]string, error) {
 	if len(selectors) == 0 {
 		return nil, nil
@@ -50,6 +52,9 @@ func ParseLabels(selectors []string) (map[string]string, error) {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
 			return nil, &events.FieldError{Field: "label", Rule: fmt.Sprintf("want key=value, got %q", s)}
+		}
+		if prev, dup := out[k]; dup && prev != v {
+			return nil, &events.FieldError{Field: "label", Rule: fmt.Sprintf("key %q given twice, as %q and %q: a task has one value per key, so none could match", k, prev, v)}
 		}
 		out[k] = v
 	}
