@@ -12,8 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,6 +99,9 @@ type route struct {
 	handler http.HandlerFunc
 	// public routes need no token.
 	public bool
+	// query lists the query parameters the route reads; any other is a
+	// 400, as an unknown body field is.
+	query []string
 }
 
 // routes is the API, in one table: Handler registers it and the OpenAPI
@@ -107,16 +113,16 @@ func (s *Service) routes() []route {
 		{method: http.MethodGet, path: "/metrics", handler: metrics.ServeHTTP},
 		{method: http.MethodGet, path: "/api/v1/openapi.json", handler: serveOpenAPI},
 		{method: http.MethodPost, path: "/api/v1/tasks", handler: s.createTask},
-		{method: http.MethodGet, path: "/api/v1/tasks", handler: s.listTasks},
+		{method: http.MethodGet, path: "/api/v1/tasks", handler: s.listTasks, query: []string{"job", "label"}},
 		{method: http.MethodGet, path: "/api/v1/tasks/{id}", handler: s.getTask},
 		{method: http.MethodPut, path: "/api/v1/tasks/{id}", handler: s.updateTask},
-		{method: http.MethodDelete, path: "/api/v1/tasks/{id}", handler: s.deleteTask},
+		{method: http.MethodDelete, path: "/api/v1/tasks/{id}", handler: s.deleteTask, query: []string{"reason"}},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/pause", handler: s.pauseTask},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/resume", handler: s.resumeTask},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/hint", handler: s.hintTask},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/run-now", handler: s.runNow},
-		{method: http.MethodGet, path: "/api/v1/tasks/{id}/runs", handler: s.listRuns},
-		{method: http.MethodGet, path: "/api/v1/deadletter", handler: s.listDeadLetters},
+		{method: http.MethodGet, path: "/api/v1/tasks/{id}/runs", handler: s.listRuns, query: []string{"limit"}},
+		{method: http.MethodGet, path: "/api/v1/deadletter", handler: s.listDeadLetters, query: []string{"task", "limit"}},
 		{method: http.MethodGet, path: "/api/v1/deadletter/{seq}", handler: s.getDeadLetter},
 		{method: http.MethodPost, path: "/api/v1/deadletter/{seq}/retry", handler: s.retryDeadLetter},
 		{method: http.MethodGet, path: "/api/v1/runtime", handler: s.runtime},
@@ -133,7 +139,7 @@ func (s *Service) Handler() http.Handler {
 	paths := http.NewServeMux()
 	allowed := map[string][]string{}
 	for _, rt := range s.routes() {
-		h := http.Handler(rt.handler)
+		h := knownQuery(rt.query, rt.handler)
 		if !rt.public {
 			h = s.auth(h)
 		}
@@ -153,6 +159,29 @@ func (s *Service) Handler() http.Handler {
 		writeError(w, http.StatusNotFound, "", "no route "+r.Method+" "+r.URL.Path+"; see /api/v1/openapi.json")
 	})))
 	return mux
+}
+
+// knownQuery answers 400 to a query string that does not parse or that
+// holds a parameter not in names, naming it; next sees only known ones.
+func knownQuery(names []string, next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "", "malformed query string: "+err.Error())
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(q)) {
+			if !slices.Contains(names, k) {
+				takes := "takes no query parameters"
+				if len(names) > 0 {
+					takes = "takes only " + strings.Join(names, ", ")
+				}
+				writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter: %s %s", r.Pattern, takes))
+				return
+			}
+		}
+		next(w, r)
+	})
 }
 
 // Start binds the readers and starts listening.

@@ -26,6 +26,10 @@ type openAPIOp struct {
 	OperationID string                     `json:"operationId"`
 	Security    *[]map[string][]string     `json:"security"`
 	Responses   map[string]json.RawMessage `json:"responses"`
+	Parameters  []struct {
+		Name string `json:"name"`
+		In   string `json:"in"`
+	} `json:"parameters"`
 }
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
@@ -78,6 +82,15 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 		}
 		if op.OperationID == "" {
 			t.Errorf("%s: no operationId", key)
+		}
+		var query []string
+		for _, p := range op.Parameters {
+			if p.In == "query" {
+				query = append(query, p.Name)
+			}
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(query)), slices.Sorted(slices.Values(rt.query))) {
+			t.Errorf("%s: openapi.json documents the query parameters %v, the route table reads %v", key, query, rt.query)
 		}
 	}
 	for key := range documented {
