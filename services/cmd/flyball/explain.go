@@ -39,7 +39,7 @@ creation, so the decisions shown are the ones actually taken.`,
 			}
 			var from time.Time
 			if since != "" {
-				t, err := parseWhen("--since", since, time.Now(), false)
+				t, err := parseWhen("since", since, time.Now(), false)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCLIFlagMistakesNameTheFlag: a bad flag value is refused before
+// anything connects or is sent, in one line that names the flag as the
+// user typed it.
+func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		// explain passed "--since" to parseWhen, which adds the dashes.
+		{[]string{"explain", "web", "--since", "yesterday"}, `flyball: --since: want an RFC 3339 time`},
+	} {
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("flyball %.80s: exit %d, stderr %.200q; want exit 1 and one line starting %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}
