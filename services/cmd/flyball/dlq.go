@@ -86,6 +86,9 @@ entries). Entries stored before tail started are shown by 'dlq list'.`,
 			if err := checkTaskFilter(task); err != nil {
 				return err
 			}
+			if count < 0 {
+				return fmt.Errorf("--count: must be >= 0, got %d", count)
+			}
 			return cf.run(cmd, false, func(ctx context.Context, s *session) error {
 				subject := events.DeadLetterSubject("*")
 				if task != "" {

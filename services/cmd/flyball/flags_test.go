@@ -17,6 +17,8 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 	}{
 		// explain passed "--since" to parseWhen, which adds the dashes.
 		{[]string{"explain", "web", "--since", "yesterday"}, `flyball: --since: want an RFC 3339 time`},
+		// A negative --count made tail print its header and exit 0 at once.
+		{[]string{"dlq", "tail", "--count", "-1"}, "flyball: --count: must be >= 0, got -1"},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
