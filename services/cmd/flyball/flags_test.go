@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/flyballhq/flyball/pkg/events"
 )
 
 // TestCLIFlagMistakesNameTheFlag: a bad flag value is refused before
@@ -11,6 +13,7 @@ import (
 func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 	t.Parallel()
 	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+	long := strings.Repeat("x", events.MaxReasonBytes+1)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -19,6 +22,9 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"explain", "web", "--since", "yesterday"}, `flyball: --since: want an RFC 3339 time`},
 		// A negative --count made tail print its header and exit 0 at once.
 		{[]string{"dlq", "tail", "--count", "-1"}, "flyball: --count: must be >= 0, got -1"},
+		// pause and run-now sent a reason the governor refuses (hint checked it).
+		{[]string{"task", "pause", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
+		{[]string{"task", "run-now", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

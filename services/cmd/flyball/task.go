@@ -378,6 +378,9 @@ func newTaskPauseCmd() *cobra.Command {
 				}
 				p.Until = &t
 			}
+			if err := control.ValidatePause(&p); err != nil {
+				return nil, flagError(err)
+			}
 			return p, nil
 		})
 	cmd.Example = "  flyball task pause orders-health --until 2h --reason 'deploy'\n  flyball task pause orders-health --until 2026-03-01T08:00:00Z"
@@ -393,8 +396,9 @@ func newTaskResumeCmd() *cobra.Command {
 		func(id string, _ time.Time) (any, error) { return events.TaskRef{ID: id, Reason: reason}, nil })
 }
 
-// hintFlagError turns a hint validation error into one line naming flags.
-func hintFlagError(err error) error {
+// flagError turns a validation error of a pause or a hint into one line
+// naming flags (the command's flags are named after the fields).
+func flagError(err error) error {
 	reasons := events.Reasons(err)
 	parts := make([]string, len(reasons))
 	for i, r := range reasons {
@@ -428,7 +432,7 @@ func newTaskHintCmd() *cobra.Command {
 				h.At = &t
 			}
 			if err := control.ValidateHint(&h); err != nil {
-				return nil, hintFlagError(err)
+				return nil, flagError(err)
 			}
 			return h, nil
 		})
@@ -442,5 +446,11 @@ func newTaskRunNowCmd() *cobra.Command {
 		func(cmd *cobra.Command) {
 			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event (default \"run-now\")")
 		},
-		func(id string, now time.Time) (any, error) { return control.RunNow(id, now, 0, reason), nil })
+		func(id string, now time.Time) (any, error) {
+			h := control.RunNow(id, now, 0, reason)
+			if err := control.ValidateHint(&h); err != nil {
+				return nil, flagError(err)
+			}
+			return h, nil
+		})
 }
