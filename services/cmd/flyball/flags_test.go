@@ -25,6 +25,9 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// pause and run-now sent a reason the governor refuses (hint checked it).
 		{[]string{"task", "pause", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
 		{[]string{"task", "run-now", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
+		// A zero or negative --timeout made every probe fail with
+		// "context deadline exceeded".
+		{[]string{"healthcheck", "--timeout", "0s", "http://127.0.0.1:1/healthz"}, "flyball: --timeout: must be positive, got 0s"},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

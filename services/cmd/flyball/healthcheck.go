@@ -28,6 +28,9 @@ have no shell:
   flyball healthcheck --timeout 1s 'http://localhost:8222/healthz?js-enabled-only=true'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout: must be positive, got %s", timeout)
+			}
 			return healthcheck(cmd.Context(), args[0], timeout)
 		},
 	}
