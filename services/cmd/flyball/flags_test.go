@@ -27,6 +27,10 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"task", "run-now", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
 		// A zero or negative --timeout made every probe fail with
 		// "context deadline exceeded".
+		// The subject check let a CR or a newline through: replay warned it
+		// was republishing, connected, and NATS refused the subject.
+		{[]string{"replay", "--stream", "RUNS", "--to", "debug\rfailed"}, `flyball: --to: want one concrete subject`},
+		{[]string{"replay", "--stream", "RUNS", "--to", "debug\nfailed"}, `flyball: --to: want one concrete subject`},
 		{[]string{"healthcheck", "--timeout", "0s", "http://127.0.0.1:1/healthz"}, "flyball: --timeout: must be positive, got 0s"},
 	} {
 		r := e.run(t, c.args...)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -121,7 +122,7 @@ func (f *replayFlags) check(now time.Time) error {
 		return errors.New("--force goes with --to")
 	}
 	if f.to != "" {
-		if strings.ContainsAny(f.to, "*> \t") || strings.HasPrefix(f.to, ".") || strings.HasSuffix(f.to, ".") || strings.Contains(f.to, "..") {
+		if strings.ContainsFunc(f.to, notInSubject) || strings.HasPrefix(f.to, ".") || strings.HasSuffix(f.to, ".") || strings.Contains(f.to, "..") {
 			return fmt.Errorf("--to: want one concrete subject (no wildcards or spaces), got %q", f.to)
 		}
 		if strings.HasPrefix(f.to, "flyball.dispatch.") && !f.force {
@@ -130,6 +131,12 @@ func (f *replayFlags) check(now time.Time) error {
 		f.republish = !f.dryRun
 	}
 	return nil
+}
+
+// notInSubject reports a rune a concrete subject cannot hold: a wildcard,
+// a space or a control character (a CR or newline pasted with --to).
+func notInSubject(r rune) bool {
+	return r == '*' || r == '>' || unicode.IsSpace(r) || unicode.IsControl(r)
 }
 
 func (f *replayFlags) replay(ctx context.Context, s *session, out output) error {
