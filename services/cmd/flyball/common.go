@@ -55,6 +55,10 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	}
 	fs.StringVar(&f.apiAddr, "api-addr", envOr("FLYBALL_API_ADDR", defAPI), "HTTP API listen address (env FLYBALL_API_ADDR)")
 	fs.StringSliceVar(&f.apiTokens, "api-token", splitEnv("FLYBALL_API_TOKENS"), "accepted API bearer token, repeatable (env FLYBALL_API_TOKENS, comma-separated)")
+	if len(f.apiTokens) > 0 {
+		// --help shows the default: say that there is one, not what it is.
+		fs.Lookup("api-token").DefValue = "[REDACTED]"
+	}
 	fs.StringVar(&f.apiTokenFile, "api-token-file", os.Getenv("FLYBALL_API_TOKEN_FILE"), "file with one API bearer token per line (env FLYBALL_API_TOKEN_FILE)")
 	defMetrics := ":9090"
 	if dev {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -28,5 +30,28 @@ func TestNATSURLCredentialsAreNotShown(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("connect error %q: want the host without the password", err)
+	}
+}
+
+// TestHelpShowsNoSecretsFromTheEnvironment: flags whose default comes
+// from the environment print that default in --help. For --api-token
+// (FLYBALL_API_TOKENS) and --nats-url (NATS_URL, which may carry a
+// password or a token) that printed the secret itself.
+func TestHelpShowsNoSecretsFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"serve", "--help"}, {"dev", "--help"}, {"task", "list", "--help"}} {
+		cmd := exec.Command(cliBinary, args...)
+		cmd.Env = append(os.Environ(), "FLYBALL_API_TOKENS=s3cr3t-api-token-0123456789", "NATS_URL=nats://cli:hunter2@127.0.0.1:4222")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("flyball %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		for _, secret := range []string{"s3cr3t-api-token", "hunter2"} {
+			if i := strings.Index(string(out), secret); i >= 0 {
+				line := string(out)[strings.LastIndex(string(out[:i]), "\n")+1:]
+				line, _, _ = strings.Cut(line, "\n")
+				t.Errorf("flyball %s prints %q from the environment: %s", strings.Join(args, " "), secret, strings.TrimSpace(line))
+			}
+		}
 	}
 }
