@@ -69,9 +69,9 @@ func TestDecideCombinations(t *testing.T) {
 		},
 		// pause over everything
 		{
-			"pause over breaker",
+			"pause over breaker: the run after the pause waits for retryAt",
 			given{intervalSpec(time.Minute), stateWith(ran(t0), breakerOpenUntil(t0.Add(2*time.Hour))), t0.Add(time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour)}}},
-			want{next: t0.Add(time.Hour), source: governor.SourcePaused},
+			want{next: t0.Add(2 * time.Hour), source: governor.SourcePaused},
 		},
 		{
 			"indefinite pause over requeue (kept for the resume)",

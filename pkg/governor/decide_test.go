@@ -545,9 +545,9 @@ func TestDecidePause(t *testing.T) {
 			return s
 		}(), t0, updated}, want{source: governor.SourcePaused}},
 		{
-			"outcome while paused stays paused",
+			"outcome while paused stays paused; the run after it keeps the outcome's grid",
 			given{intervalSpec(time.Minute), paused(t0.Add(time.Hour)), t0.Add(time.Minute), outcome("succeeded", t0.Add(30*time.Second))},
-			want{next: t0.Add(time.Hour), source: governor.SourcePaused},
+			want{next: t0.Add(time.Hour + 30*time.Second), source: governor.SourcePaused},
 		},
 		{
 			"pause that has ended is cleared",
@@ -566,7 +566,7 @@ func TestDecidePause(t *testing.T) {
 		{
 			"pause ending before a future last slot does not repeat it",
 			given{intervalSpec(time.Minute), ran(t0.Add(10 * time.Second)), t0, governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(5 * time.Second)}}},
-			want{next: t0.Add(11 * time.Second), source: governor.SourcePaused, trail: "less than 1s after the last slot"},
+			want{next: t0.Add(70 * time.Second), source: governor.SourcePaused, trail: "the first run after it is"},
 		},
 		{
 			"resumed: the baseline applies",
@@ -1036,5 +1036,42 @@ func TestDecideRedeliveredOlderOutcomeIsIgnored(t *testing.T) {
 	y.Outcome.FinishedAt = t0.Add(time.Minute + 300*time.Millisecond)
 	if d := governor.Decide(t0.Add(time.Minute+time.Second), spec, before, y); d.Ignored || d.State.Failures != 1 || d.State.Runs != before.Runs+1 {
 		t.Errorf("outcome of a run that ended after the last slot: ignored %v, failures %d, runs %d", d.Ignored, d.State.Failures, d.State.Runs)
+	}
+}
+
+// TestDecideTimedPauseEndsAsAResume: a pause until T planned its run at T
+// whatever the other rules said, so a daily 09:00 cron task paused until
+// 14:00 ran at 14:00, off its calendar, and a task whose daily budget was
+// spent ran over it. The run after a timed pause is now the one a resume
+// at T plans; the state stays paused until it, and PausedAt tells.
+func TestDecideTimedPauseEndsAsAResume(t *testing.T) {
+	until := t0.Add(4 * time.Hour) // 14:00
+	pause := governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: until}}
+
+	daily := cronSpec("0 9 * * *", "UTC")
+	d := governor.Decide(t0, daily, ran(t0.Add(-time.Hour)), pause)
+	if want := time.Date(2026, 3, 3, 9, 0, 0, 0, time.UTC); !d.NextRunAt.Equal(want) || d.Source != governor.SourcePaused {
+		t.Fatalf("daily 09:00 task paused until 14:00: next %s (%s), want %s paused\ntrail %q", fmtT(d.NextRunAt), d.Source, fmtT(want), d.Trail)
+	}
+	if !d.State.PausedAt(until.Add(-time.Second)) || d.State.PausedAt(until) {
+		t.Errorf("PausedAt: %v before the end, %v at it; want true, false", d.State.PausedAt(until.Add(-time.Second)), d.State.PausedAt(until))
+	}
+	after := governor.Decide(d.NextRunAt.Add(time.Second), daily, d.State, outcome("succeeded", d.NextRunAt))
+	if after.State.Paused || after.Source != governor.SourceBaselineCron {
+		t.Errorf("the outcome of the run after the pause: paused=%v source %s, want the pause ended and the calendar back", after.State.Paused, after.Source)
+	}
+
+	spent := withBudget(intervalSpec(time.Minute), 2)
+	st := governor.Decide(t0.Add(-30*time.Second), spent, ran(t0.Add(-time.Minute)), outcome("succeeded", t0.Add(-time.Minute))).State
+	st = governor.Decide(t0.Add(30*time.Second), spent, st, outcome("succeeded", t0)).State
+	resumed := st
+	resumed.Paused, resumed.PausedUntil = true, until
+	want := governor.Decide(until.Add(-time.Nanosecond), spent, resumed, governor.Input{Kind: governor.KindResumed})
+	if want.Source != governor.SourceBudget || !want.NextRunAt.After(until) {
+		t.Fatalf("test setup: a resume at 14:00 plans %s (%s), want a budget deferral past 14:00", fmtT(want.NextRunAt), want.Source)
+	}
+	d = governor.Decide(t0.Add(time.Minute), spent, st, pause)
+	if !d.NextRunAt.Equal(want.NextRunAt) {
+		t.Fatalf("budget spent, paused until 14:00: next %s, want %s as the budget allows\ntrail %q", fmtT(d.NextRunAt), fmtT(want.NextRunAt), d.Trail)
 	}
 }

@@ -36,7 +36,9 @@
 //	    (deadletter-recheck); a requeued one runs now (requeue).
 //	 7. Clamps (clamped-min, clamped-max) keep the gap after the last run
 //	    within bounds.min and bounds.max, whatever chose the time.
-//	 8. Pause (paused) wins over everything.
+//	 8. Pause (paused) wins over everything. A timed pause plans the run a
+//	    resume at its end would plan, by every rule above; that run's
+//	    outcome ends the pause.
 //
 // Two guarantees hold after every rule, pause included: a run is never
 // scheduled before now, and never less than [MinGap] (1s) after the last

@@ -136,7 +136,11 @@ func (p *planner) pause() bool {
 		return true
 	}
 	if s.PausedUntil.After(p.now) {
-		p.choose(s.PausedUntil, SourcePaused).str("paused until ").at(s.PausedUntil).end()
+		p.choose(p.afterPause(), SourcePaused).str("paused until ").at(s.PausedUntil)
+		if p.next.After(s.PausedUntil) {
+			p.tr.str("; the first run after it is ").at(p.next).str(", as a resume then plans")
+		}
+		p.tr.end()
 		p.floor() // a pause end too close to the last slot must not repeat it
 		return true
 	}
@@ -144,6 +148,32 @@ func (p *planner) pause() bool {
 	s.Paused, s.PausedUntil, s.PauseReason = false, time.Time{}, ""
 	p.leftPause = true
 	return false
+}
+
+// afterPause is the run a timed pause leads to: the one a resume at its
+// end would plan, by every rule (the cron calendar, quiet hours, the
+// budget, a breaker or dead-letter hold, clamps), and never before the
+// end. A run at the end itself would be off the calendar of a cron task
+// and over an exhausted budget. The state stays paused until that run
+// (State.PausedAt tells an ended pause apart); its outcome ends the pause.
+func (p *planner) afterPause() time.Time {
+	until := p.s.PausedUntil
+	st := p.s
+	st.Trail = nil
+	// Planned from just before the end, so that a slot falling on the end
+	// itself is the run after it (a resume plans strictly after now).
+	d := Decide(until.Add(-time.Nanosecond), p.spec, st, Input{Kind: KindResumed})
+	if d.NextRunAt.Before(until) { // zero: nothing to run after it
+		return until
+	}
+	return d.NextRunAt
+}
+
+// PausedAt reports whether the task is paused at t: paused indefinitely,
+// or until a time after t. A timed pause whose end has passed stays in
+// the state until the run after it (afterPause) decides again.
+func (s *State) PausedAt(t time.Time) bool {
+	return s.Paused && (s.PausedUntil.IsZero() || s.PausedUntil.After(t))
 }
 
 // baseline picks the candidate from the spec's interval (shaped by

@@ -147,3 +147,34 @@ func TestPausedTaskDoesNotRaiseTheStalenessGauge(t *testing.T) {
 		t.Fatalf("flyball_staleness_score = %v with one paused stale task and one fresh task, want 0", got)
 	}
 }
+
+// TestRunAfterAnEndedPauseIsRenudged: a timed pause stays in the state
+// until the run after it. If that run's dispatch never ran, the sweeper
+// skipped the task as paused and it stayed stuck; a pause whose end has
+// passed no longer counts, so the zombie is re-dispatched like any other.
+func TestRunAfterAnEndedPauseIsRenudged(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	now := time.Now().UTC()
+	putJSON(t, srv.JS, streams.BucketTasks, "woke", events.TaskSpec{ID: "woke", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	putJSON(t, srv.JS, streams.BucketSchedules, "woke", gov.State{
+		TaskID: "woke", Paused: true, PausedUntil: now.Add(-time.Hour), NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourcePaused,
+		LastScheduledAt: now.Add(-2 * time.Hour), LastSuccessAt: now.Add(-2 * time.Hour),
+	})
+	dispatches := make(chan *nats.Msg, 4)
+	sub, err := srv.NC.ChanSubscribe("flyball.dispatch.woke", dispatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	e := &env{t: t, srv: srv}
+	e.st = e.startWith(nil, "sweeper")
+	select {
+	case <-dispatches:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run after an ended pause, 10 minutes overdue, was not re-dispatched")
+	}
+	natstest.Eventually(t, 5*time.Second, "the task counts for staleness", func() bool {
+		return testutil.ToFloat64(e.st.Metrics().StalenessMax) == 1
+	})
+}

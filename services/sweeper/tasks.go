@@ -46,6 +46,7 @@ type schedule struct {
 	NextRunAt       time.Time  `json:"nextRunAt"`
 	Source          gov.Source `json:"source"`
 	Paused          bool       `json:"paused"`
+	PausedUntil     time.Time  `json:"pausedUntil"`
 	CreatedAt       time.Time  `json:"createdAt"`
 	LastScheduledAt time.Time  `json:"lastScheduledAt"`
 	LastSuccessAt   time.Time  `json:"lastSuccessAt"`
@@ -206,10 +207,14 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 		}
 		score := gov.Staleness(now, st.LastSuccessAt, st.CreatedAt, expected)
 		scores[id] = score
-		if !st.Paused { // a paused task grows stale on purpose
+		// A paused task grows stale on purpose. A timed pause whose end
+		// has passed stays in the state until the run after it: it no
+		// longer counts as paused, for staleness or zombies.
+		paused := st.Paused && (st.PausedUntil.IsZero() || st.PausedUntil.After(now))
+		if !paused {
 			maxScore = max(maxScore, score)
 		}
-		if !st.NextRunAt.IsZero() && !st.Paused && now.Sub(st.NextRunAt) > s.cfg.ZombieAfter && st.LastScheduledAt.Before(st.NextRunAt) {
+		if !st.NextRunAt.IsZero() && !paused && now.Sub(st.NextRunAt) > s.cfg.ZombieAfter && st.LastScheduledAt.Before(st.NextRunAt) {
 			zombies = append(zombies, st)
 		}
 	}

@@ -202,14 +202,16 @@ func describeTarget(t events.Target) string {
 	return "-"
 }
 
-func describeState(st *gov.State) string {
+func describeState(st *gov.State, now time.Time) string {
 	switch {
 	case st == nil:
 		return "no schedule yet"
 	case st.Paused && st.PausedUntil.IsZero():
 		return "paused " + reasonSuffix(st.PauseReason)
-	case st.Paused:
+	case st.PausedAt(now):
 		return "paused until " + fmtTime(st.PausedUntil) + " " + reasonSuffix(st.PauseReason)
+	case st.Paused:
+		return "pause ended at " + fmtTime(st.PausedUntil) + "; resumes with the run at " + fmtTime(st.NextRunAt)
 	}
 	return "active"
 }
@@ -231,7 +233,7 @@ func printTask(w io.Writer, v *query.TaskView, now time.Time) {
 	row("target", describeTarget(sp.Target))
 	row("schedule", describeSchedule(sp.Schedule))
 	st := v.Schedule
-	row("state", describeState(st))
+	row("state", describeState(st, now))
 	if st != nil {
 		next := "none"
 		if !st.NextRunAt.IsZero() {
@@ -313,7 +315,7 @@ func newTaskListCmd() *cobra.Command {
 						next, src, last = fmtTime(st.NextRunAt), orDash(string(st.Source)), orDash(st.LastOutcome)
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), describeSchedule(v.Spec.Schedule),
-						next, src, describeState(v.Schedule), last)
+						next, src, describeState(v.Schedule, time.Now()), last)
 				}
 				return tw.Flush()
 			})

@@ -131,7 +131,7 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		}
 		e := StalenessEntry{
 			TaskID: id, Score: gov.Staleness(now, st.LastSuccessAt, since, expected),
-			Expected: events.Duration(expected), Paused: st.Paused,
+			Expected: events.Duration(expected), Paused: st.PausedAt(now),
 		}
 		if !st.LastSuccessAt.IsZero() {
 			t := st.LastSuccessAt
