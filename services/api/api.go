@@ -47,6 +47,9 @@ type Config struct {
 	ReadTimeout time.Duration
 }
 
+// MinTokenLength is the shortest bearer token the API accepts.
+const MinTokenLength = 16
+
 // Service is the API server.
 type Service struct {
 	lifecycle.Base
@@ -68,8 +71,8 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{}
 	for i, t := range cfg.Tokens {
-		if len(t) < 16 {
-			return nil, fmt.Errorf("api: Config.Tokens[%d]: must be at least 16 characters", i)
+		if len(t) < MinTokenLength {
+			return nil, fmt.Errorf("api: Config.Tokens[%d]: must be at least %d characters", i, MinTokenLength)
 		}
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}

@@ -528,6 +528,11 @@ func TestCLIReplayStatusRuntime(t *testing.T) {
 	if !h.Enabled || h.Queue.Depth != 1 || h.Queue.PerType["web"] != 1 || len(h.Staleness) != 1 || h.Staleness[0].TaskID != "tick" {
 		t.Fatalf("status --json: %+v", h)
 	}
+	// -o json, as every other listing command takes it.
+	var o query.Health
+	if err := json.Unmarshal([]byte(e.ok(t, "status", "-o", "json")), &o); err != nil || o.Queue.Depth != 1 {
+		t.Fatalf("status -o json: %+v (%v)", o, err)
+	}
 	if out := e.ok(t, "status"); !strings.Contains(out, "queue         1 scheduled") || !strings.Contains(out, "tick") {
 		t.Fatalf("status:\n%s", out)
 	}
@@ -559,6 +564,7 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"dev", "--per-host", "-3"},
 		{"serve", "executor", "--redact-header", "X-Bad Name"},
 		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
+		{"serve", "api", "--api-token", "short"},
 	} {
 		r := e.run(t, args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
@@ -573,6 +579,9 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "task", "list", "--label", "team=ops", "--label", "team=dev"); !strings.Contains(r.stderr, `--label: label: key "team" given twice`) {
 		t.Errorf("conflicting --label selectors: %q", r.stderr)
+	}
+	if r := e.run(t, "serve", "api", "--api-token", "short"); !strings.Contains(r.stderr, "--api-token (or FLYBALL_API_TOKENS): token 1 has 5 characters, want at least 16") || strings.Contains(r.stderr, "short") {
+		t.Errorf("short --api-token: %q, want the flag named and the token not shown", r.stderr)
 	}
 	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
 		t.Errorf("unreachable NATS: %q", r.stderr)

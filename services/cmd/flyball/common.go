@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/stack"
@@ -174,10 +175,15 @@ func (f *runFlags) guard() (executor.Guard, error) {
 func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 	// The API trims the token it is sent, so a configured token is
 	// trimmed too ("--api-token 'a, b'" is a and b).
+	// A short token is refused here, naming where it came from (never
+	// the token), before anything connects.
 	var toks []string
 	for _, t := range f.apiTokens {
 		if t = strings.TrimSpace(t); t != "" {
 			toks = append(toks, t)
+			if len(t) < api.MinTokenLength {
+				return nil, false, fmt.Errorf("--api-token (or FLYBALL_API_TOKENS): token %d has %d characters, want at least %d", len(toks), len(t), api.MinTokenLength)
+			}
 		}
 	}
 	if f.apiTokenFile != "" {
@@ -185,9 +191,14 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 		if err != nil {
 			return nil, false, fmt.Errorf("--api-token-file: %w", err)
 		}
+		n := 0
 		for line := range strings.SplitSeq(string(b), "\n") {
+			n++
 			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
 				toks = append(toks, line)
+				if len(line) < api.MinTokenLength {
+					return nil, false, fmt.Errorf("--api-token-file %s: line %d has %d characters, want at least %d", f.apiTokenFile, n, len(line), api.MinTokenLength)
+				}
 			}
 		}
 	}

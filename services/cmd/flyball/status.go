@@ -18,6 +18,7 @@ func newStatusCmd() *cobra.Command {
 	var (
 		cf     clientFlags
 		asJSON bool
+		out    output
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -40,7 +41,7 @@ old, 1 at five intervals.`,
 				if err != nil {
 					return err
 				}
-				if asJSON {
+				if asJSON || out == outJSON {
 					return printJSON(s.out, h)
 				}
 				printHealth(s.out, h)
@@ -49,7 +50,8 @@ old, 1 at five intervals.`,
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the summary as JSON (the API's shape)")
+	out.register(cmd, outTable)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "the same as -o json (the API's shape)")
 	return cmd
 }
 
