@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,6 +119,16 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
+	// The task and key become a KV key: one that is no key fails every
+	// write, and the outcome would be nakked forever.
+	if run.TaskID != subj.ID {
+		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	if run.BreakerKey != "" && !validKey(run.BreakerKey) {
+		jsutil.Terminate(m, fmt.Sprintf("malformed run: breakerKey %.64q is neither a task ID nor host_<host>", run.BreakerKey), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
 	ok := events.Outcome(subj.Action) == events.OutcomeSucceeded
 	if !ok && run.ErrorKind == events.ErrorPermanent && run.Status == 0 {
 		// A blocked or invalid target is a configuration problem, not an
@@ -155,6 +166,13 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	_ = m.Ack()
+}
+
+// validKey reports a key executor.BreakerKey can produce: a task ID, or
+// HostKeyPrefix and a sanitized host (up to 128 characters of its own).
+func validKey(key string) bool {
+	host, isHost := strings.CutPrefix(key, events.HostKeyPrefix)
+	return events.ValidToken(key) || isHost && events.ValidToken(host)
 }
 
 // settled reports whether a success needs no write: the breaker for key

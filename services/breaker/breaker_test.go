@@ -10,11 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -24,6 +26,7 @@ type harness struct {
 	js       jetstream.JetStream
 	breakers jetstream.KeyValue
 	tasks    jetstream.KeyValue
+	metrics  *metrics.Set
 	n        int
 	lastSeq  uint64
 }
@@ -63,6 +66,8 @@ func (h *harness) start(tune ...func(*breaker.Service)) {
 	}
 	cfg := breaker.Config{}
 	cfg.JS = h.js
+	cfg.Metrics = metrics.New()
+	h.metrics = cfg.Metrics
 	svc, err := breaker.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -265,8 +270,41 @@ func TestLateOutcomeOfADeletedTaskWritesNoRecord(t *testing.T) {
 	if b, _, ok := h.record("t1"); ok {
 		t.Fatalf("a failure of a deleted task without breakerKey wrote its record: %+v", b)
 	}
-	h.outcome(events.OutcomeFailed, events.HostKeyPrefix+"example.com")
-	if b, _, ok := h.record(events.HostKeyPrefix + "example.com"); !ok || b.Failures != 1 {
+	host := events.HostKeyPrefix + events.SanitizeToken("example.com")
+	h.outcome(events.OutcomeFailed, host)
+	if b, _, ok := h.record(host); !ok || b.Failures != 1 {
 		t.Fatalf("a deleted task's failure on a host-scoped breaker: %+v (present %v), want 1 failure counted", b, ok)
+	}
+}
+
+// TestForgedRunWithoutAUsableKeyIsTerminated: a run on RUNS whose data
+// names no task, another task than its subject, or a breaker key that is
+// no KV key (anyone may publish on flyball.run.>) is terminated and
+// counted. It used to reach the KV write with an invalid key, fail, and be
+// nakked and redelivered every second forever (max_deliver -1).
+func TestForgedRunWithoutAUsableKeyIsTerminated(t *testing.T) {
+	h := newHarness(t)
+	for _, data := range []string{
+		`{"dispatchId":"d:1","attempt":1,"error":"x"}`,
+		`{"taskId":"","dispatchId":"d:1","attempt":1}`,
+		`{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a.b"}`,
+		`{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a*"}`,
+		`{"taskId":"other","dispatchId":"d:1","attempt":1}`,
+	} {
+		body, err := events.Marshal(events.TypeRunFailed, "test", "t1", json.RawMessage(data), time.Now(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := h.js.Publish(t.Context(), events.RunSubject(events.OutcomeFailed, "t1"), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.AwaitAcked(t, h.js, streams.StreamRuns, streams.ConsumerBreaker, ack.Sequence)
+	}
+	if n := testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues("malformed run")); n != 5 {
+		t.Fatalf("flyball_rejected_events_total{reason=\"malformed run\"} = %v, want 5", n)
+	}
+	if _, _, ok := h.record("other"); ok {
+		t.Fatal("a run on flyball.run.failed.t1 naming task other moved other's breaker")
 	}
 }
