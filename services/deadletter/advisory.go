@@ -86,7 +86,11 @@ func (s *Service) deadLetterBySeq(ctx context.Context, adv maxDeliveriesAdvisory
 		FinishedAt: s.cfg.Now().UTC(),
 		Error:      "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)",
 	}
-	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); err != nil {
+	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); jsutil.TooLarge(err) {
+		// No retry makes it fit: free the slot anyway, and count it.
+		s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be dead-lettered").Inc()
+		s.cfg.Logger.Error("dead-letter entry too large to store; deleting the dispatch without one", "seq", adv.StreamSeq, "task", d.TaskID, "err", err)
+	} else if err != nil {
 		return err
 	}
 	return s.deleteDispatch(ctx, adv.StreamSeq)

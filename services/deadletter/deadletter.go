@@ -97,7 +97,14 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	if run.ErrorKind == events.ErrorPermanent {
 		reason = events.DeadLetterPermanent
 	}
-	if err := s.write(ctx, &run, *run.Dispatch, reason); err != nil {
+	err = s.write(ctx, &run, *run.Dispatch, reason)
+	if jsutil.TooLarge(err) {
+		// No redelivery makes it fit (the attempts' errors add up past
+		// max_payload): one forged attempt must not be nakked forever.
+		jsutil.Terminate(m, "cannot be dead-lettered: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	if err != nil {
 		s.cfg.Logger.Warn("dead-letter failed; retrying", "task", run.TaskID, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return

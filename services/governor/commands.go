@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -57,22 +56,16 @@ func permanent(field string, err error, encoding bool) error {
 	if err == nil {
 		return nil
 	}
-	if encoding || tooLarge(err) {
+	if encoding || jsutil.TooLarge(err) {
 		return &permanentError{field: field, err: err}
 	}
 	return err
 }
 
-// tooLarge reports a publish refused for its size: by the client (over
-// the server's max_payload) or by the stream (over its max_msg_size).
-func tooLarge(err error) bool {
-	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
-}
-
 // asRejection turns a permanent failure into the command's answer.
 func asRejection(p *permanentError) *rejection {
 	rule := "cannot be applied: " + p.err.Error()
-	if tooLarge(p.err) {
+	if jsutil.TooLarge(p.err) {
 		rule = "cannot be stored, it is too large for the NATS server (" + p.err.Error() + ")"
 	}
 	return &rejection{reasons: []events.FieldError{{Field: p.field, Rule: rule}}}

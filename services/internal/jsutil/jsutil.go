@@ -131,6 +131,13 @@ func IsDuplicateInProcess(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
 }
 
+// TooLarge reports a publish or write refused for its size: by the
+// client (over the server's max_payload) or by the stream (over its
+// max_msg_size). No retry mends it.
+func TooLarge(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
+}
+
 // IsKeyMissing reports whether a KV read found no value: the key was
 // never written, or was deleted or purged.
 func IsKeyMissing(err error) bool {

@@ -1,0 +1,132 @@
+package deadletter_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/deadletter"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+type harness struct {
+	t       *testing.T
+	js      jetstream.JetStream
+	metrics *metrics.Set
+}
+
+// newHarness starts a dead-letter service on its own embedded server.
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	cfg := deadletter.Config{}
+	cfg.JS = srv.JS
+	cfg.Metrics = metrics.New()
+	svc, err := deadletter.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	return &harness{t: t, js: srv.JS, metrics: cfg.Metrics}
+}
+
+// failed publishes a run.failed with data on flyball.run.failed.<task>
+// and waits until the dead-letter service has settled it.
+func (h *harness) failed(task, data string) {
+	h.t.Helper()
+	body, err := events.Marshal(events.TypeRunFailed, "test", task, json.RawMessage(data), time.Now(), "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ack, err := h.js.Publish(h.t.Context(), events.RunSubject(events.OutcomeFailed, task), body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	natstest.AwaitAcked(h.t, h.js, streams.StreamRuns, streams.ConsumerDeadLetter, ack.Sequence)
+}
+
+// entries is the number of dead-letter entries stored for task.
+func (h *harness) entries(task string) uint64 {
+	h.t.Helper()
+	st, err := h.js.Stream(h.t.Context(), streams.StreamDeadLetter)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(h.t.Context(), jetstream.WithSubjectFilter(events.DeadLetterSubject(task)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (h *harness) rejected(reason string) float64 {
+	return testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues(reason))
+}
+
+// TestEntryTooLargeIsTerminated: a dead-letter entry the server refuses
+// for its size (the attempts' errors add up past max_payload) can never
+// be written; the final failure is terminated with the reason and
+// counted, not nakked and redelivered every second forever.
+func TestEntryTooLargeIsTerminated(t *testing.T) {
+	h := newHarness(t)
+	big := strings.Repeat("x", 600<<10)
+	run := `{"dispatchId":"t1:1772442000000","taskId":"t1","scheduledAt":"2026-03-02T09:00:00Z","error":"` + big + `"`
+	d := `"dispatch":{"dispatchId":"t1:1772442000000","taskId":"t1","scheduledAt":"2026-03-02T09:00:00Z"}`
+	h.failed("t1", run+`,"attempt":1}`)
+	h.failed("t1", run+`,"attempt":2,"final":true,`+d+`}`)
+	if n := h.rejected("cannot be dead-lettered"); n != 1 {
+		t.Fatalf(`flyball_rejected_events_total{reason="cannot be dead-lettered"} = %v, want 1`, n)
+	}
+}
+
+// TestAdvisoryEntryTooLargeFreesTheSlot: the same for a dispatch that
+// exhausted its deliveries: the entry that cannot be stored is counted,
+// the dispatch is deleted (it holds the task's one DISPATCH slot) and the
+// advisory is settled, not nakked forever.
+func TestAdvisoryEntryTooLargeFreesTheSlot(t *testing.T) {
+	h := newHarness(t)
+	d := events.Dispatch{DispatchID: "t1:1772442000000", TaskID: "t1", ScheduledAt: time.UnixMilli(1772442000000).UTC()}
+	body, err := events.Marshal(events.TypeRunDue, "test", "t1", d, time.Now(), d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := h.js.Publish(t.Context(), events.DispatchSubject("t1"), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 600<<10)
+	for attempt := range 2 {
+		h.failed("t1", `{"dispatchId":"t1:1772442000000","taskId":"t1","scheduledAt":"2026-03-02T09:00:00Z","error":"`+big+`","attempt":`+strconv.Itoa(attempt+1)+`}`)
+	}
+	adv, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": pub.Sequence, "deliveries": 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := h.js.Publish(t.Context(), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", adv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, h.js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
+	st, err := h.js.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetMsg(t.Context(), pub.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the dispatch is still in DISPATCH (%v): it holds the task's slot", err)
+	}
+	if n := h.rejected("cannot be dead-lettered"); n != 1 {
+		t.Fatalf(`flyball_rejected_events_total{reason="cannot be dead-lettered"} = %v, want 1`, n)
+	}
+}
