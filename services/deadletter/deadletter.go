@@ -89,8 +89,14 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if run.Dispatch == nil || !events.ValidToken(run.TaskID) {
+	if run.Dispatch == nil {
 		jsutil.Terminate(m, "malformed run: final failure without its dispatch", s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
+	// The entry goes to the task the subject names, as the governor and
+	// the breaker read it: not to whichever task the data names.
+	if subj, err := events.ParseSubject(m.Subject()); err != nil || run.TaskID != subj.ID {
+		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
 	reason := events.DeadLetterMaxAttempts

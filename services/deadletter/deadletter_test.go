@@ -75,6 +75,21 @@ func (h *harness) rejected(reason string) float64 {
 	return testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues(reason))
 }
 
+// TestForgedFinalFailureIsTerminated: a final run.failed on RUNS that
+// names another task than its subject is terminated and counted, as the
+// governor and the breaker do, instead of dead-lettering that other task.
+func TestForgedFinalFailureIsTerminated(t *testing.T) {
+	h := newHarness(t)
+	h.failed("t1", `{"dispatchId":"other:1","taskId":"other","scheduledAt":"2026-03-02T09:00:00Z","attempt":1,"final":true,`+
+		`"dispatch":{"dispatchId":"other:1","taskId":"other","scheduledAt":"2026-03-02T09:00:00Z"}}`)
+	if n := h.entries("other"); n != 0 {
+		t.Fatalf("a final failure on flyball.run.failed.t1 naming task other dead-lettered other (%d entries)", n)
+	}
+	if n := h.rejected("malformed run"); n != 1 {
+		t.Fatalf(`flyball_rejected_events_total{reason="malformed run"} = %v, want 1`, n)
+	}
+}
+
 // TestEntryTooLargeIsTerminated: a dead-letter entry the server refuses
 // for its size (the attempts' errors add up past max_payload) can never
 // be written; the final failure is terminated with the reason and
