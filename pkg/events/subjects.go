@@ -97,6 +97,37 @@ type Subject struct {
 	Kind string
 }
 
+// Type is the CloudEvents type of the events published on the subject
+// (run.due on a dispatch subject), or "" for an unknown family.
+func (s Subject) Type() string {
+	switch s.Family {
+	case FamilyTask:
+		return Verb(s.Action).Type()
+	case FamilyDispatch:
+		return TypeRunDue
+	case FamilyRun:
+		return Outcome(s.Action).Type()
+	case FamilyDeadLetter:
+		return TypeDeadLettered
+	case FamilyBreaker:
+		return BreakerState(s.Action).Type()
+	case FamilyRuntime:
+		return RuntimeStatus(s.Action).Type()
+	}
+	return ""
+}
+
+// CheckType reports an event whose type is not the one of the subject it
+// was stored on: the type and the subject would say different things
+// (a run.failed on flyball.run.succeeded.<id>). The error wraps
+// ErrMalformed and names the field "type".
+func CheckType(s Subject, e Event) error {
+	if want := s.Type(); e.Type() != want {
+		return malformed("type", fmt.Sprintf("must be %q on subject %s, got %q", want, s, truncate(e.Type(), 64)))
+	}
+	return nil
+}
+
 // String rebuilds the subject.
 func (s Subject) String() string {
 	switch s.Family {

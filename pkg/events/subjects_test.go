@@ -1,8 +1,10 @@
 package events_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
 )
@@ -247,5 +249,37 @@ func TestTypes(t *testing.T) {
 	}
 	if events.Verb("launched").Valid() || events.Outcome("due").Valid() || events.BreakerState("ajar").Valid() || events.Verb("").Valid() {
 		t.Error("unknown values must not be valid")
+	}
+}
+
+// TestSubjectType: each subject of the catalog carries the type the
+// catalog names, and CheckType refuses any other.
+func TestSubjectType(t *testing.T) {
+	for subject, typ := range map[string]string{
+		events.TaskSubject(events.VerbCreated, "x"):                         events.TypeTaskCreated,
+		events.DispatchSubject("x"):                                         events.TypeRunDue,
+		events.RunSubject(events.OutcomeFailed, "x"):                        events.TypeRunFailed,
+		events.DeadLetterSubject("x"):                                       events.TypeDeadLettered,
+		events.BreakerSubject(events.BreakerHalfOpen, "host_e_com"):         events.TypeBreakerHalfOpen,
+		events.RuntimeSubject(events.RuntimeOffline, "executor", "ip-10-0"): events.TypeRuntimeOffline,
+	} {
+		s, err := events.ParseSubject(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Type(); got != typ {
+			t.Fatalf("%s: Type() = %q, want %q", subject, got, typ)
+		}
+		e, err := events.New(typ, "test", "x", nil, time.Time{}, "ev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := events.CheckType(s, e); err != nil {
+			t.Fatalf("%s: events.CheckType(%s) = %v", subject, typ, err)
+		}
+		e.SetType(events.TypeRunSucceeded)
+		if err := events.CheckType(s, e); !errors.Is(err, events.ErrMalformed) || events.Reasons(err)[0].Field != "type" {
+			t.Fatalf("%s: events.CheckType(%s) = %v, want a malformed type", subject, events.TypeRunSucceeded, err)
+		}
 	}
 }

@@ -110,6 +110,9 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		}
 	}
 	e, err := events.Decode(m.Headers(), m.Data())
+	if err == nil {
+		err = events.CheckType(subj, e)
+	}
 	if err != nil {
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
 		return

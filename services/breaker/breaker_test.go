@@ -277,21 +277,24 @@ func TestLateOutcomeOfADeletedTaskWritesNoRecord(t *testing.T) {
 	}
 }
 
-// TestForgedRunWithoutAUsableKeyIsTerminated: a run on RUNS whose data
-// names no task, another task than its subject, or a breaker key that is
-// no KV key (anyone may publish on flyball.run.>) is terminated and
-// counted. It used to reach the KV write with an invalid key, fail, and be
-// nakked and redelivered every second forever (max_deliver -1).
-func TestForgedRunWithoutAUsableKeyIsTerminated(t *testing.T) {
+// TestForgedRunIsTerminated: a run on RUNS whose data names no task,
+// another task than its subject, or a breaker key that is no KV key, or
+// whose type is not its subject's (anyone may publish on flyball.run.>),
+// is terminated and counted. The first used to reach the KV write with
+// an invalid key, fail, and be nakked and redelivered every second
+// forever (max_deliver -1); a run.failed on flyball.run.succeeded.t1
+// closed the breaker.
+func TestForgedRunIsTerminated(t *testing.T) {
 	h := newHarness(t)
-	for _, data := range []string{
-		`{"dispatchId":"d:1","attempt":1,"error":"x"}`,
-		`{"taskId":"","dispatchId":"d:1","attempt":1}`,
-		`{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a.b"}`,
-		`{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a*"}`,
-		`{"taskId":"other","dispatchId":"d:1","attempt":1}`,
+	for _, c := range []struct{ typ, data string }{
+		{events.TypeRunFailed, `{"dispatchId":"d:1","attempt":1,"error":"x"}`},
+		{events.TypeRunFailed, `{"taskId":"","dispatchId":"d:1","attempt":1}`},
+		{events.TypeRunFailed, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a.b"}`},
+		{events.TypeRunFailed, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a*"}`},
+		{events.TypeRunFailed, `{"taskId":"other","dispatchId":"d:1","attempt":1}`},
+		{events.TypeRunSucceeded, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"status":200}`},
 	} {
-		body, err := events.Marshal(events.TypeRunFailed, "test", "t1", json.RawMessage(data), time.Now(), "")
+		body, err := events.Marshal(c.typ, "test", "t1", json.RawMessage(c.data), time.Now(), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +307,13 @@ func TestForgedRunWithoutAUsableKeyIsTerminated(t *testing.T) {
 	if n := testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues("malformed run")); n != 5 {
 		t.Fatalf("flyball_rejected_events_total{reason=\"malformed run\"} = %v, want 5", n)
 	}
+	if n := testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
+		t.Fatalf("flyball_rejected_events_total{reason=\"malformed event\"} = %v, want 1", n)
+	}
 	if _, _, ok := h.record("other"); ok {
 		t.Fatal("a run on flyball.run.failed.t1 naming task other moved other's breaker")
+	}
+	if _, _, ok := h.record("t1"); ok {
+		t.Fatal("a forged run counted a failure on t1's breaker")
 	}
 }

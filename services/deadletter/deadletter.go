@@ -75,7 +75,15 @@ func (s *Service) Start(ctx context.Context) error {
 func EntryID(dispatchID string) string { return "deadletter:" + dispatchID }
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
+	subj, err := events.ParseSubject(m.Subject())
+	if err != nil {
+		jsutil.Terminate(m, "bad subject: "+m.Subject(), s.cfg.Metrics, s.cfg.Logger)
+		return
+	}
 	e, err := events.Decode(m.Headers(), m.Data())
+	if err == nil {
+		err = events.CheckType(subj, e)
+	}
 	if err != nil {
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
 		return
@@ -95,7 +103,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	// The entry goes to the task the subject names, as the governor and
 	// the breaker read it: not to whichever task the data names.
-	if subj, err := events.ParseSubject(m.Subject()); err != nil || run.TaskID != subj.ID {
+	if run.TaskID != subj.ID {
 		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}

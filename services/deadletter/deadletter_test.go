@@ -90,6 +90,29 @@ func TestForgedFinalFailureIsTerminated(t *testing.T) {
 	}
 }
 
+// TestFinalFailureOfAnotherTypeIsTerminated: a run.succeeded stored on
+// flyball.run.failed.t1 says two things at once; it is terminated and
+// counted, not dead-lettered.
+func TestFinalFailureOfAnotherTypeIsTerminated(t *testing.T) {
+	h := newHarness(t)
+	body, err := events.Marshal(events.TypeRunSucceeded, "test", "t1", json.RawMessage(
+		`{"dispatchId":"t1:1","taskId":"t1","attempt":1,"final":true,"dispatch":{"dispatchId":"t1:1","taskId":"t1"}}`), time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := h.js.Publish(t.Context(), events.RunSubject(events.OutcomeFailed, "t1"), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, h.js, streams.StreamRuns, streams.ConsumerDeadLetter, ack.Sequence)
+	if n := h.entries("t1"); n != 0 {
+		t.Fatalf("a run.succeeded on flyball.run.failed.t1 was dead-lettered (%d entries)", n)
+	}
+	if n := h.rejected("malformed event"); n != 1 {
+		t.Fatalf(`flyball_rejected_events_total{reason="malformed event"} = %v, want 1`, n)
+	}
+}
+
 // TestEntryTooLargeIsTerminated: a dead-letter entry the server refuses
 // for its size (the attempts' errors add up past max_payload) can never
 // be written; the final failure is terminated with the reason and

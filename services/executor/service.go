@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -176,6 +177,10 @@ const MaxDispatchAhead = 5 * time.Minute
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	arrived := time.Now() // the delivery's AckWait runs from here
 	e, err := events.Decode(m.Headers(), m.Data())
+	if err == nil {
+		// The subject's token is checked against the data below.
+		err = events.CheckType(events.Subject{Family: events.FamilyDispatch, ID: strings.TrimPrefix(m.Subject(), "flyball.dispatch.")}, e)
+	}
 	if err != nil {
 		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.log)
 		return

@@ -58,6 +58,12 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		return Step{}, err
 	}
 	step := Step{TaskID: subj.ID, At: at.UTC(), Subject: subject}
+	if subj.Family != events.FamilyTask {
+		// A command's type is checked with its verb, and answered.
+		if err := events.CheckType(subj, e); err != nil {
+			return Step{}, err
+		}
+	}
 	switch subj.Family {
 	case events.FamilyTask:
 		return translateCommand(step, events.Verb(subj.Action), e)
@@ -67,6 +73,9 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		var tr events.BreakerTransition
 		if err := events.DecodeData(e, &tr); err != nil {
 			return Step{}, err
+		}
+		if string(tr.To) != subj.Action {
+			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "to", Rule: fmt.Sprintf("must be %q on subject %s, got %q", subj.Action, subject, tr.To)}}}
 		}
 		if tr.TaskID == "" || !events.ValidToken(tr.TaskID) {
 			return Step{}, ErrNoEffect

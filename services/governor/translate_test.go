@@ -131,3 +131,40 @@ func TestTranslateHintAfterItsExpiryIsRejected(t *testing.T) {
 		t.Fatalf("a one-shot 10m ahead with the default ttl was rejected: %v", err)
 	}
 }
+
+// TestTranslateSignalTypeMustMatchSubject: a signal whose type, subject
+// and data disagree is malformed, as a command whose type disagrees with
+// its verb is rejected. A run.failed stored on flyball.run.succeeded.t1
+// was applied as a success, and a breaker.open with "to": "closed" lifted
+// the breaker hold; the breaker service read the first as a success too.
+func TestTranslateSignalTypeMustMatchSubject(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	run := events.Run{DispatchID: events.DispatchID("t1", now), TaskID: "t1", ScheduledAt: now, Attempt: 1, Final: true}
+	retry := now.Add(time.Minute)
+	open := events.BreakerTransition{Key: "t1", TaskID: "t1", From: events.BreakerClosed, To: events.BreakerOpen, RetryAt: &retry, At: now}
+	closed := open
+	closed.From, closed.To, closed.RetryAt = events.BreakerOpen, events.BreakerClosed, nil
+	dl := events.DeadLetter{TaskID: "t1", Reason: events.DeadLetterMaxAttempts, Dispatch: events.Dispatch{DispatchID: run.DispatchID, TaskID: "t1"}, DeadLetteredAt: now}
+	for _, c := range []struct {
+		name, subject, typ string
+		data               any
+		want               string
+	}{
+		{"run.failed on succeeded", events.RunSubject(events.OutcomeSucceeded, "t1"), events.TypeRunFailed, run, `type: must be "io.flyball.run.succeeded" on subject flyball.run.succeeded.t1, got "io.flyball.run.failed"`},
+		{"run.succeeded on failed", events.RunSubject(events.OutcomeFailed, "t1"), events.TypeRunSucceeded, run, `type: must be "io.flyball.run.failed" on subject flyball.run.failed.t1, got "io.flyball.run.succeeded"`},
+		{"breaker.closed on open", events.BreakerSubject(events.BreakerOpen, "t1"), events.TypeBreakerClosed, closed, `type: must be "io.flyball.breaker.open" on subject flyball.breaker.open.t1, got "io.flyball.breaker.closed"`},
+		{"data to closed on open", events.BreakerSubject(events.BreakerOpen, "t1"), events.TypeBreakerOpen, closed, `to: must be "open" on subject flyball.breaker.open.t1, got "closed"`},
+		{"run.failed on deadletter", events.DeadLetterSubject("t1"), events.TypeRunFailed, dl, `type: must be "io.flyball.deadlettered" on subject flyball.deadletter.t1, got "io.flyball.run.failed"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body, err := events.Marshal(c.typ, "test", "t1", c.data, now, "ev")
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, err := Translate(c.subject, nil, body, now)
+			if !errors.Is(err, events.ErrMalformed) || err.Error() != c.want {
+				t.Fatalf("Translate = %+v, %v; want malformed: %s", step.Input, err, c.want)
+			}
+		})
+	}
+}
