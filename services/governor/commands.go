@@ -140,13 +140,13 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	if cmdID == "" {
 		cmdType, cmdID = events.PeekAttributes(m.Headers(), m.Data())
 	}
-	body := events.TaskRejected{ID: id, Command: cmdType, CommandID: cmdID, Subject: m.Subject(), Reasons: r.reasons}
+	body := events.TaskRejected{ID: id, Command: clip(cmdType), CommandID: clip(cmdID), Subject: m.Subject(), Reasons: r.reasons}
 	token := id
 	if token == "" {
 		token = "_invalid"
 	}
 	answerID := "rejected:" + e.ID()
-	if e.ID() == "" {
+	if e.ID() == "" || len(e.ID()) > MaxCommandID {
 		if md, err := m.Metadata(); err == nil {
 			answerID = fmt.Sprintf("rejected:%s:%d", md.Stream, md.Sequence.Stream)
 		}

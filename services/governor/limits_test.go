@@ -197,3 +197,32 @@ func TestUnreadableStoredSpecIsNotRetriedForever(t *testing.T) {
 		t.Fatalf("after task.updated: state %+v, want the update applied and a next run", st)
 	}
 }
+
+// TestHugeCommandIDIsRejected: a command's id is echoed twice in its
+// answer (the answer's Nats-Msg-Id and its commandId), and a type or
+// subject that does not match is quoted in the reason next to the type
+// echoed as command. With a ~600 KB id or type (the command itself fits
+// in NATS's 1 MB payload) the answer could not be published; the failure
+// was taken for a transient one and the command retried in place
+// forever, holding its worker (and every task behind it) and never
+// answered. Such a command is now rejected, naming the attribute, with
+// an answer that echoes at most 256 bytes of it.
+func TestHugeCommandIDIsRejected(t *testing.T) {
+	_, js := startGovernor(t)
+	huge := strings.Repeat("x", 600<<10)
+	for _, c := range []struct {
+		field, typ, id string
+	}{
+		{"id", events.TypeTaskCreated, huge},
+		{"type", events.TypeTaskCreated + huge, "c-type"},
+	} {
+		body, err := events.Marshal(c.typ, "test", "big", *minuteSpec("big"), time.Now(), c.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "big"), body))
+		if rs := lastRejection(t, js, "big"); len(rs) != 1 || rs[0].Field != c.field || len(rs[0].Rule) > 1024 {
+			t.Fatalf("a command with a %d-byte %s: reasons %.300v, want one naming %s", len(huge), c.field, rs, c.field)
+		}
+	}
+}

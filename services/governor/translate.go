@@ -139,10 +139,13 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		return Step{}, ErrNoEffect
 	}
 	if e.Type() != verb.Type() {
-		return Step{}, reject("type", fmt.Sprintf("must be %q on subject %s, got %q", verb.Type(), events.TaskSubject(verb, id), e.Type()))
+		return Step{}, reject("type", fmt.Sprintf("must be %q on subject %s, got %q", verb.Type(), events.TaskSubject(verb, id), clip(e.Type())))
 	}
 	if e.Subject() != "" && e.Subject() != id {
-		return Step{}, reject("subject", fmt.Sprintf("CloudEvents subject %q must equal the task id in the NATS subject, %q", e.Subject(), id))
+		return Step{}, reject("subject", fmt.Sprintf("CloudEvents subject %q must equal the task id in the NATS subject, %q", clip(e.Subject()), id))
+	}
+	if len(e.ID()) > MaxCommandID {
+		return Step{}, reject("id", fmt.Sprintf("a command's id must be at most %d bytes, got %d", MaxCommandID, len(e.ID())))
 	}
 	step.CommandID, step.CommandType = e.ID(), e.Type()
 	step.Summary = "task." + string(verb)
@@ -231,6 +234,19 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		return Step{}, reject("type", fmt.Sprintf("%q is not a command", e.Type()))
 	}
 	return step, nil
+}
+
+// MaxCommandID bounds the id of a command: its answer carries the id
+// twice (its Nats-Msg-Id and commandId), and must fit in a NATS message.
+const MaxCommandID = 256
+
+// clip cuts an attribute echoed in an answer to MaxCommandID bytes,
+// marked with …, as events.PeekAttributes cuts what it reads.
+func clip(s string) string {
+	if len(s) <= MaxCommandID {
+		return s
+	}
+	return s[:MaxCommandID] + "…"
 }
 
 // pastIsNow maps the zero time given explicitly (0001-01-01T00:00:00Z,
