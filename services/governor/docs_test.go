@@ -147,7 +147,12 @@ func checkEvent(b []byte) error {
 		if err := events.DecodeRun(e, &events.Run{}); err != nil {
 			return err
 		}
-		_, err := Translate(events.RunSubject(events.Outcome(strings.TrimPrefix(typ, events.TypePrefix+"run.")), e.Subject()), nil, b, docsAt)
+		// Stored when it was published: a run ends after its slot.
+		at := docsAt
+		if !e.Time().IsZero() {
+			at = e.Time()
+		}
+		_, err := Translate(events.RunSubject(events.Outcome(strings.TrimPrefix(typ, events.TypePrefix+"run.")), e.Subject()), nil, b, at)
 		if errors.Is(err, ErrNoEffect) {
 			err = nil
 		}

@@ -226,3 +226,38 @@ func TestHugeCommandIDIsRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestRunAheadOfItsSlotIsTerminated: an outcome stored long before its
+// scheduledAt cannot be a run's (the executor holds a dispatch until its
+// slot and refuses one due more than 5 minutes ahead). A run.succeeded
+// with a scheduledAt a year ahead was applied: the task's last slot moved
+// a year on, its next run with it, and every real outcome after it was
+// ignored as outdated (it finished before that slot), so the task never
+// ran again. It is now terminated and counted as malformed.
+func TestRunAheadOfItsSlotIsTerminated(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
+	before, _, err := s.readState(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().Add(365 * 24 * time.Hour).UTC().Truncate(time.Minute)
+	run := events.Run{DispatchID: events.DispatchID("a", slot), TaskID: "a", ScheduledAt: slot, Attempt: 1, FinishedAt: time.Now().UTC(), Status: 200}
+	body, err := events.Marshal(events.OutcomeSucceeded.Type(), "test", "a", run, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, publishRaw(t, js, events.RunSubject(events.OutcomeSucceeded, "a"), body))
+	after, _, err := s.readState(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.NextRunAt.Equal(before.NextRunAt) || !after.LastScheduledAt.Equal(before.LastScheduledAt) {
+		t.Fatalf("a run.succeeded for the slot %s moved the schedule: next run %s → %s, last slot %s → %s",
+			slot.Format(time.RFC3339), before.NextRunAt.Format(time.RFC3339), after.NextRunAt.Format(time.RFC3339),
+			before.LastScheduledAt.Format(time.RFC3339), after.LastScheduledAt.Format(time.RFC3339))
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
+		t.Fatalf("%v messages terminated as malformed, want 1", n)
+	}
+}

@@ -113,6 +113,14 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 	if run.TaskID != step.TaskID {
 		return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, run.TaskID)
 	}
+	// A run ends after its slot: the executor holds a dispatch until then
+	// and refuses one due further ahead than MaxSlotAhead. Applied, a slot
+	// far ahead would become the task's last slot, and every real outcome
+	// would then be ignored as ending before it.
+	if ahead := run.ScheduledAt.Sub(step.At); ahead > MaxSlotAhead {
+		return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "scheduledAt", Rule: fmt.Sprintf(
+			"%s is %s after the run was stored, more than %s: a run ends after its slot", run.ScheduledAt.UTC().Format(time.RFC3339), ahead.Round(time.Second), MaxSlotAhead)}}}
+	}
 	if outcome == events.OutcomeStarted || (outcome == events.OutcomeFailed && !run.Final) {
 		return Step{}, ErrNoEffect
 	}
@@ -235,6 +243,12 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 	}
 	return step, nil
 }
+
+// MaxSlotAhead is how far the slot of a run outcome may lie after the
+// time the outcome was stored: room for clock skew between the executor's
+// host and the NATS server, as executor.MaxDispatchAhead allows a
+// dispatch.
+const MaxSlotAhead = 5 * time.Minute
 
 // MaxCommandID bounds the id of a command: its answer carries the id
 // twice (its Nats-Msg-Id and commandId), and must fit in a NATS message.
