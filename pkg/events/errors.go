@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 )
 
@@ -58,18 +59,33 @@ func Reasons(err error) []FieldError {
 	return []FieldError{{Rule: err.Error()}}
 }
 
+// MaxReasons bounds the problems one ValidationError lists; a last,
+// whole-document reason counts the rest ("and 199900 more problems"). A
+// document can break a rule many times in little space (each entry "x"
+// of a long expectStatus list), and the task.rejected answer listing
+// them must still fit in a NATS message.
+const MaxReasons = 100
+
 // collector accumulates field errors under a path prefix.
 type collector struct {
 	errs []FieldError
+	more int // problems beyond MaxReasons
 }
 
 func (c *collector) add(field, rule string) {
+	if len(c.errs) >= MaxReasons {
+		c.more++
+		return
+	}
 	c.errs = append(c.errs, FieldError{Field: field, Rule: rule})
 }
 
 func (c *collector) err() error {
 	if len(c.errs) == 0 {
 		return nil
+	}
+	if c.more > 0 {
+		return &ValidationError{Errors: append(c.errs, FieldError{Rule: "and " + strconv.Itoa(c.more) + " more problems"})}
 	}
 	return &ValidationError{Errors: c.errs}
 }

@@ -547,3 +547,17 @@ func TestValidateKeepsURLSecretsOutOfTheError(t *testing.T) {
 		t.Fatalf("Validate's error carries the URL's secrets: %v", err)
 	}
 }
+
+// TestValidateListsAtMostMaxReasons: a spec that breaks one rule many
+// times lists the first MaxReasons problems and counts the rest.
+func TestValidateListsAtMostMaxReasons(t *testing.T) {
+	var spec events.TaskSpec
+	if err := json.Unmarshal([]byte(minimal), &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Target.HTTP.ExpectStatus = make([]string, events.MaxReasons+250)
+	rs := events.Reasons(spec.Validate())
+	if len(rs) != events.MaxReasons+1 || rs[0].Field != "target.http.expectStatus[0]" || rs[events.MaxReasons] != (events.FieldError{Rule: "and 250 more problems"}) {
+		t.Fatalf("%d reasons, first %+v, last %+v; want %d, the last counting 250 more", len(rs), rs[0], rs[len(rs)-1], events.MaxReasons+1)
+	}
+}

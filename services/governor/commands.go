@@ -140,7 +140,14 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	if cmdID == "" {
 		cmdType, cmdID = events.PeekAttributes(m.Headers(), m.Data())
 	}
-	body := events.TaskRejected{ID: id, Command: clip(cmdType), CommandID: clip(cmdID), Subject: m.Subject(), Reasons: r.reasons}
+	// A reason may quote what it refuses (an unknown key, a cron
+	// expression), which JSON can make longer than it came: the answer
+	// must fit in a NATS message.
+	reasons := make([]events.FieldError, len(r.reasons))
+	for i, fe := range r.reasons {
+		reasons[i] = events.FieldError{Field: cut(fe.Field, events.MaxReasonBytes), Rule: cut(fe.Rule, events.MaxReasonBytes)}
+	}
+	body := events.TaskRejected{ID: id, Command: clip(cmdType), CommandID: clip(cmdID), Subject: m.Subject(), Reasons: reasons}
 	token := id
 	if token == "" {
 		token = "_invalid"

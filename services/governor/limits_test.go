@@ -261,3 +261,45 @@ func TestRunAheadOfItsSlotIsTerminated(t *testing.T) {
 		t.Fatalf("%v messages terminated as malformed, want 1", n)
 	}
 }
+
+// TestSpecWithCountlessProblemsIsRejected: Validate reports every problem,
+// and a spec can hold a great many in little space: each of 200,000
+// expectStatus entries "x" (4 bytes in an 800 KB command) is one reason
+// of about 100 bytes. The task.rejected listing them all was too large
+// to publish; the failure was taken for a transient one and the command
+// retried in place forever, never answered. The answer now lists the
+// first problems and says how many more there are.
+func TestSpecWithCountlessProblemsIsRejected(t *testing.T) {
+	_, js := startGovernor(t)
+	spec := *minuteSpec("many")
+	spec.Target.HTTP.ExpectStatus = make([]string, 200_000)
+	for i := range spec.Target.HTTP.ExpectStatus {
+		spec.Target.HTTP.ExpectStatus[i] = "x"
+	}
+	body, err := events.Marshal(events.TypeTaskCreated, "test", "many", spec, time.Now(), "create-many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "many"), body))
+	rs := lastRejection(t, js, "many")
+	if len(rs) == 0 || len(rs) > 101 || rs[0].Field != "target.http.expectStatus[0]" || !strings.Contains(rs[len(rs)-1].Rule, "more") {
+		t.Fatalf("%d reasons (first %+v, last %+v), want at most 101: the first problems, then how many more", len(rs), rs[0], rs[len(rs)-1])
+	}
+}
+
+// TestProblemWithHugeTextIsRejected: a reason can quote what it refuses,
+// and JSON can make it longer than it came: a data key of 300,000 U+2028
+// characters (900 KB as sent) is an unknown field whose name is 1.8 MB
+// once escaped in the answer. That answer could not be published and the
+// command was retried in place forever. The answer now cuts every field
+// and reason to events.MaxReasonBytes.
+func TestProblemWithHugeTextIsRejected(t *testing.T) {
+	_, js := startGovernor(t)
+	key := strings.Repeat("\u2028", 300_000)
+	body := []byte(`{"specversion":"1.0","type":"io.flyball.task.created","source":"test","id":"create-long","data":{"id":"long","` + key + `":1}}`)
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "long"), body))
+	rs := lastRejection(t, js, "long")
+	if len(rs) != 1 || !strings.HasPrefix(rs[0].Field, "\u2028") || len(rs[0].Field) > events.MaxReasonBytes+len("…") || rs[0].Rule != "unknown field" {
+		t.Fatalf("%d reasons (first field %d bytes, rule %.100q), want one unknown field, cut to %d bytes", len(rs), len(rs[0].Field), rs[0].Rule, events.MaxReasonBytes)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -256,11 +257,17 @@ const MaxCommandID = 256
 
 // clip cuts an attribute echoed in an answer to MaxCommandID bytes,
 // marked with …, as events.PeekAttributes cuts what it reads.
-func clip(s string) string {
-	if len(s) <= MaxCommandID {
+func clip(s string) string { return cut(s, MaxCommandID) }
+
+// cut cuts s to at most n bytes, at a rune boundary, marked with ….
+func cut(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	return s[:MaxCommandID] + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // pastIsNow maps the zero time given explicitly (0001-01-01T00:00:00Z,
