@@ -160,7 +160,7 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	}
 	label := "invalid"
 	if len(r.reasons) > 0 && r.reasons[0].Field != "" {
-		label = "field:" + strings.SplitN(r.reasons[0].Field, "[", 2)[0]
+		label = rejectionLabel(r.reasons[0])
 	}
 	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbRejected, token), answerID,
 		events.TypeTaskRejected, s.source, id, body, at); err != nil {
@@ -170,6 +170,22 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	s.log.Info("command rejected", "subject", m.Subject(), "reasons", r.Error())
 	s.ack(m)
 	return nil
+}
+
+// rejectionLabel is the flyball_rejected_events_total label of a
+// rejection whose first problem is fe: its field, without what a sender
+// chooses (an unknown key, a map key, an index), so the series stay few.
+func rejectionLabel(fe events.FieldError) string {
+	if strings.HasPrefix(fe.Rule, "unknown field") {
+		return "unknown field"
+	}
+	field, _, _ := strings.Cut(fe.Field, "[")
+	for _, m := range []string{"labels", "target.http.headers"} {
+		if strings.HasPrefix(field, m+".") {
+			return "field:" + m
+		}
+	}
+	return "field:" + field
 }
 
 // applyCommand checks a translated command against the stored task and

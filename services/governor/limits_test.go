@@ -2,6 +2,7 @@ package governor
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -301,5 +302,37 @@ func TestProblemWithHugeTextIsRejected(t *testing.T) {
 	rs := lastRejection(t, js, "long")
 	if len(rs) != 1 || !strings.HasPrefix(rs[0].Field, "\u2028") || len(rs[0].Field) > events.MaxReasonBytes+len("…") || rs[0].Rule != "unknown field" {
 		t.Fatalf("%d reasons (first field %d bytes, rule %.100q), want one unknown field, cut to %d bytes", len(rs), len(rs[0].Field), rs[0].Rule, events.MaxReasonBytes)
+	}
+}
+
+// TestRejectedLabelsAreBounded: flyball_rejected_events_total's reason
+// label named the first field a rejection names, and that can be any key
+// a sender invents (an unknown field, a label): every new key was a new
+// series. Unknown fields share one label, and a problem under a map
+// (labels, headers) is labelled with the map.
+func TestRejectedLabelsAreBounded(t *testing.T) {
+	s, js := startGovernor(t)
+	for i, data := range []string{
+		`{"id":"lb","aaa":1}`,
+		`{"id":"lb","bbb":1}`,
+		`{"id":"lb","target":{"http":{"url":"https://e.com","timeut":"1s"}}}`,
+		`{"id":"lb","labels":{"k1":1}}`,
+		`{"id":"lb","labels":{"k2":1}}`,
+		`{"id":"lb","target":{"http":{"url":"https://e.com","headers":{"X-A":1}}},"schedule":{"interval":"1m"}}`,
+		`{"id":"lb","target":{"http":{"url":"https://e.com","headers":{"X-B":1}}},"schedule":{"interval":"1m"}}`,
+	} {
+		body, err := events.Marshal(events.TypeTaskCreated, "test", "lb", json.RawMessage(data), time.Now(), "c-"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "lb"), body))
+	}
+	for _, label := range []string{"unknown field", "field:labels", "field:target.http.headers"} {
+		if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues(label)); n < 2 {
+			t.Errorf("flyball_rejected_events_total{reason=%q} = %v, want at least 2", label, n)
+		}
+	}
+	if n := testutil.CollectAndCount(s.cfg.Metrics.RejectedEvents); n != 3 {
+		t.Fatalf("%d series of flyball_rejected_events_total after rejecting 7 commands with 3 kinds of problem, want 3", n)
 	}
 }
