@@ -336,3 +336,36 @@ func TestRejectedLabelsAreBounded(t *testing.T) {
 		t.Fatalf("%d series of flyball_rejected_events_total after rejecting 7 commands with 3 kinds of problem, want 3", n)
 	}
 }
+
+// TestBreakerOpenFarAheadIsTerminated: a breaker opens for at most 24h
+// (breaker.maxOpenDelay), so a breaker.open whose retryAt lies a year
+// after it was stored is no breaker's. It was applied: the task's next
+// run waited a year, and nothing lifted the hold (its successes do not,
+// and the breaker service, whose breaker is closed, never publishes
+// breaker.closed). It is now terminated and counted as malformed.
+func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *minuteSpec("b"))
+	before, _, err := s.readState(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	retryAt := time.Now().Add(365 * 24 * time.Hour).UTC()
+	tr := events.BreakerTransition{Key: "b", TaskID: "b", From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: time.Now().UTC()}
+	body, err := events.Marshal(events.TypeBreakerOpen, "test", "b", tr, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(events.BreakerOpen, "b"), body))
+	after, _, err := s.readState(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.NextRunAt.Equal(before.NextRunAt) || !after.BreakerOpenUntil.Equal(before.BreakerOpenUntil) {
+		t.Fatalf("a breaker.open with retryAt %s was applied: next run %s → %s (%s), runs held until %s", retryAt.Format(time.RFC3339),
+			before.NextRunAt.Format(time.RFC3339), after.NextRunAt.Format(time.RFC3339), after.Source, after.BreakerOpenUntil.Format(time.RFC3339))
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
+		t.Fatalf("%v messages terminated as malformed, want 1", n)
+	}
+}

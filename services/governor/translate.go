@@ -81,6 +81,14 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		if tr.TaskID == "" || !events.ValidToken(tr.TaskID) {
 			return Step{}, ErrNoEffect
 		}
+		// A breaker opens for at most 24h (breaker.maxOpenDelay); nothing
+		// but the breaker service's next transition lifts the hold.
+		if tr.RetryAt != nil {
+			if ahead := tr.RetryAt.Sub(step.At); ahead > MaxRetryAhead {
+				return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "retryAt", Rule: fmt.Sprintf(
+					"%s is %s after the transition was stored, more than %s: a breaker opens for at most 24h", tr.RetryAt.UTC().Format(time.RFC3339), ahead.Round(time.Second), MaxRetryAhead)}}}
+			}
+		}
 		sig := &gov.BreakerSignal{State: string(tr.To)}
 		if tr.RetryAt != nil {
 			sig.RetryAt = *tr.RetryAt
@@ -250,6 +258,11 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 // host and the NATS server, as executor.MaxDispatchAhead allows a
 // dispatch.
 const MaxSlotAhead = 5 * time.Minute
+
+// MaxRetryAhead is how far the retryAt of a breaker.open may lie after
+// the time it was stored: the longest open period (24h) and the same
+// room for clock skew.
+const MaxRetryAhead = 24*time.Hour + MaxSlotAhead
 
 // MaxCommandID bounds the id of a command: its answer carries the id
 // twice (its Nats-Msg-Id and commandId), and must fit in a NATS message.
