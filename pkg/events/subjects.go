@@ -122,10 +122,38 @@ func (s Subject) Type() string {
 // (a run.failed on flyball.run.succeeded.<id>). The error wraps
 // ErrMalformed and names the field "type".
 func CheckType(s Subject, e Event) error {
-	if want := s.Type(); e.Type() != want {
-		return malformed("type", fmt.Sprintf("must be %q on subject %s, got %q", want, s, truncate(e.Type(), 64)))
+	if t := e.Type(); !s.isType(t) {
+		return malformed("type", fmt.Sprintf("must be %q on subject %s, got %q", s.Type(), s, truncate(t, 64)))
 	}
 	return nil
+}
+
+// isType reports whether t is s.Type() without building it: CheckType
+// runs on every run event, and the concatenation was an allocation each.
+func (s Subject) isType(t string) bool {
+	var family string
+	switch s.Family {
+	case FamilyDispatch:
+		return t == TypeRunDue
+	case FamilyDeadLetter:
+		return t == TypeDeadLettered
+	case FamilyTask:
+		family = "task."
+	case FamilyRun:
+		family = "run."
+	case FamilyBreaker:
+		family = "breaker."
+	case FamilyRuntime:
+		family = "runtime."
+	default:
+		return t == ""
+	}
+	rest, ok := strings.CutPrefix(t, TypePrefix)
+	if !ok {
+		return false
+	}
+	rest, ok = strings.CutPrefix(rest, family)
+	return ok && rest == s.Action
 }
 
 // String rebuilds the subject.
