@@ -3,7 +3,6 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +38,40 @@ func keyExists(js jetstream.JetStream, bucket, key string) bool {
 	return err == nil
 }
 
+// dispatches subscribes to the dispatches of task id (flushed, so none
+// published from now on is missed); next returns the next one, or fails
+// the test with what after 10 s.
+func dispatches(t *testing.T, srv *natstest.Server, id string) (next func(what string) events.Dispatch) {
+	t.Helper()
+	ch := make(chan *nats.Msg, 4)
+	sub, err := srv.NC.ChanSubscribe(events.DispatchSubject(id), ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func(what string) events.Dispatch {
+		t.Helper()
+		select {
+		case m := <-ch:
+			ev, err := events.Decode(m.Header, m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d events.Dispatch
+			if err := events.DecodeData(ev, &d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal(what + " was not re-dispatched")
+		}
+		return events.Dispatch{}
+	}
+}
+
 func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -53,31 +86,11 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 	putJSON(t, srv.JS, streams.BucketSchedules, "orphan", gov.State{TaskID: "orphan", NextRunAt: now.Add(time.Hour)})
 	putJSON(t, srv.JS, streams.BucketBreakers, "orphan", map[string]any{"key": "orphan", "state": "open"})
 
-	dispatches := make(chan *nats.Msg, 4)
-	sub, err := srv.NC.ChanSubscribe("flyball.dispatch.zombie", dispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-
+	zombie := dispatches(t, srv, "zombie")
 	e := &env{t: t, srv: srv}
 	e.st = e.startWith(func(c *stack.Config) { c.PerTaskMetrics = true }, "sweeper")
-
-	select {
-	case m := <-dispatches:
-		ev, err := events.Decode(m.Header, m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var d events.Dispatch
-		if err := events.DecodeData(ev, &d); err != nil {
-			t.Fatal(err)
-		}
-		if d.Reason != "zombie" || !d.ScheduledAt.Equal(now.Add(-10*time.Minute).Truncate(time.Nanosecond)) {
-			t.Fatalf("re-nudged dispatch = %+v, want reason zombie for the missed slot", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the zombie run was not re-dispatched")
+	if d := zombie("the zombie run"); d.Reason != "zombie" || !d.ScheduledAt.Equal(now.Add(-10*time.Minute).Truncate(time.Nanosecond)) {
+		t.Fatalf("re-nudged dispatch = %+v, want reason zombie for the missed slot", d)
 	}
 	natstest.Eventually(t, 5*time.Second, "orphaned schedule and breaker removed", func() bool {
 		return !keyExists(srv.JS, streams.BucketSchedules, "orphan") && !keyExists(srv.JS, streams.BucketBreakers, "orphan")
@@ -93,27 +106,14 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 
 	// A schedule written once the sweeper has caught up is kept undecoded
 	// until the next sweep, which must still see it.
-	late := make(chan *nats.Msg, 4)
-	lateSub, err := srv.NC.ChanSubscribe("flyball.dispatch.late", late)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lateSub.Unsubscribe() }()
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	late := dispatches(t, srv, "late")
 	putJSON(t, srv.JS, streams.BucketTasks, "late", events.TaskSpec{ID: "late", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
 	putJSON(t, srv.JS, streams.BucketSchedules, "late", gov.State{
 		TaskID: "late", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
 		LastScheduledAt: now.Add(-11 * time.Minute),
 	})
-	select {
-	case m := <-late:
-		if !strings.Contains(string(m.Data), `"reason":"zombie"`) {
-			t.Fatalf("re-nudged dispatch of the late schedule: %s", m.Data)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a zombie schedule written after the sweeper caught up was not re-dispatched")
+	if d := late("a zombie schedule written after the sweeper caught up"); d.Reason != "zombie" {
+		t.Fatalf("re-nudged dispatch of the late schedule: %+v", d)
 	}
 }
 
@@ -161,19 +161,10 @@ func TestRunAfterAnEndedPauseIsRenudged(t *testing.T) {
 		TaskID: "woke", Paused: true, PausedUntil: now.Add(-time.Hour), NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourcePaused,
 		LastScheduledAt: now.Add(-2 * time.Hour), LastSuccessAt: now.Add(-2 * time.Hour),
 	})
-	dispatches := make(chan *nats.Msg, 4)
-	sub, err := srv.NC.ChanSubscribe("flyball.dispatch.woke", dispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	woke := dispatches(t, srv, "woke")
 	e := &env{t: t, srv: srv}
 	e.st = e.startWith(nil, "sweeper")
-	select {
-	case <-dispatches:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the run after an ended pause, 10 minutes overdue, was not re-dispatched")
-	}
+	woke("the run after an ended pause, 10 minutes overdue,")
 	natstest.Eventually(t, 5*time.Second, "the task counts for staleness", func() bool {
 		return testutil.ToFloat64(e.st.Metrics().StalenessMax) == 1
 	})
