@@ -46,7 +46,14 @@ func newHarness(t *testing.T) *harness {
 // and waits until the dead-letter service has settled it.
 func (h *harness) failed(task, data string) {
 	h.t.Helper()
-	body, err := events.Marshal(events.TypeRunFailed, "test", task, json.RawMessage(data), time.Now(), "")
+	h.publishRun(events.TypeRunFailed, task, data)
+}
+
+// publishRun publishes an event of type typ with data on task's
+// run.failed subject and waits until the dead-letter service acked it.
+func (h *harness) publishRun(typ, task, data string) {
+	h.t.Helper()
+	body, err := events.Marshal(typ, "test", task, json.RawMessage(data), time.Now(), "")
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -95,16 +102,8 @@ func TestForgedFinalFailureIsTerminated(t *testing.T) {
 // counted, not dead-lettered.
 func TestFinalFailureOfAnotherTypeIsTerminated(t *testing.T) {
 	h := newHarness(t)
-	body, err := events.Marshal(events.TypeRunSucceeded, "test", "t1", json.RawMessage(
-		`{"dispatchId":"t1:1","taskId":"t1","attempt":1,"final":true,"dispatch":{"dispatchId":"t1:1","taskId":"t1"}}`), time.Now(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := h.js.Publish(t.Context(), events.RunSubject(events.OutcomeFailed, "t1"), body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, h.js, streams.StreamRuns, streams.ConsumerDeadLetter, ack.Sequence)
+	h.publishRun(events.TypeRunSucceeded, "t1",
+		`{"dispatchId":"t1:1","taskId":"t1","attempt":1,"final":true,"dispatch":{"dispatchId":"t1:1","taskId":"t1"}}`)
 	if n := h.entries("t1"); n != 0 {
 		t.Fatalf("a run.succeeded on flyball.run.failed.t1 was dead-lettered (%d entries)", n)
 	}
