@@ -68,7 +68,7 @@ func Decode(header map[string][]string, body []byte) (Event, error) {
 		return decodeBinary(header, body)
 	}
 	ct := headerValue(header, "content-type")
-	if ct != "" && !strings.HasPrefix(ct, ContentTypeStructured) && !strings.HasPrefix(ct, ContentTypeJSON) {
+	if ct != "" && !mediaTypeIs(ct, ContentTypeStructured) && !mediaTypeIs(ct, ContentTypeJSON) {
 		return Event{}, malformed("", fmt.Sprintf("content type %q is neither %s nor binary mode (ce-* headers)", truncate(ct, 64), ContentTypeStructured))
 	}
 	trimmed := bytes.TrimSpace(body)
@@ -80,6 +80,14 @@ func Decode(header map[string][]string, body []byte) (Event, error) {
 		}
 	}
 	return decodeStructuredSDK(trimmed)
+}
+
+// mediaTypeIs reports whether the Content-Type value ct names the media
+// type want, whatever its case and parameters ("Application/JSON;
+// charset=utf-8" is application/json; "application/jsonx" is not).
+func mediaTypeIs(ct, want string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), want)
 }
 
 // decodeStructuredSDK decodes a trimmed structured-mode body with the sdk:

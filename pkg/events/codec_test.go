@@ -72,6 +72,10 @@ func TestStructuredRoundTrip(t *testing.T) {
 		nil,
 		{"Content-Type": {events.ContentTypeStructured + "; charset=utf-8"}},
 		{"content-type": {events.ContentTypeJSON}},
+		// Media types are case-insensitive (RFC 9110 8.3.1), and may carry
+		// spaces before their parameters.
+		{"Content-Type": {"Application/CloudEvents+JSON"}},
+		{"Content-Type": {"application/json ; charset=utf-8"}},
 	} {
 		got, err := events.Decode(hdr, b)
 		if err != nil {
@@ -237,6 +241,7 @@ func TestDecodeMalformed(t *testing.T) {
 		{"bad time", nil, structured(func(m map[string]any) { m["time"] = "yesterday" }), wantErr{"", []string{"invalid CloudEvent"}}},
 		{"numeric id", nil, structured(func(m map[string]any) { m["id"] = 5 }), wantErr{"", []string{"invalid CloudEvent"}}},
 		{"foreign content type", map[string][]string{"Content-Type": {"text/plain"}}, mustJSON(t, structuredMap(t)), wantErr{"", []string{"content type", "text/plain", "binary mode"}}},
+		{"content type with a json prefix", map[string][]string{"Content-Type": {"application/jsonx"}}, mustJSON(t, structuredMap(t)), wantErr{"", []string{"content type", "application/jsonx"}}},
 		// The sdk slices a non-string data_base64 seen before specversion
 		// without checking it; Decode must not panic on it.
 		{"data_base64 number first", nil, []byte(`{"data_base64":1,"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x"}`), wantErr{"", []string{"invalid CloudEvent"}}},

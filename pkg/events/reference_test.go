@@ -57,7 +57,10 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 		return refDecodeBinary(header, body)
 	}
 	ct := headerValue(header, "content-type")
-	if ct != "" && !strings.HasPrefix(ct, ContentTypeStructured) && !strings.HasPrefix(ct, ContentTypeJSON) {
+	// Deliberate change: the media type is compared whole and without
+	// regard to case (it was a case-sensitive prefix match, which refused
+	// "Application/JSON" and took "application/jsonx").
+	if mt, _, _ := strings.Cut(ct, ";"); ct != "" && !strings.EqualFold(strings.TrimSpace(mt), ContentTypeStructured) && !strings.EqualFold(strings.TrimSpace(mt), ContentTypeJSON) {
 		return Event{}, malformed("", fmt.Sprintf("content type %q is neither %s nor binary mode (ce-* headers)", truncate(ct, 64), ContentTypeStructured))
 	}
 	trimmed := bytes.TrimSpace(body)
