@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -493,10 +495,24 @@ func (s *Service) pauseOf(ctx context.Context, id string) pause {
 func BreakerKey(spec *events.TaskSpec) string {
 	if spec.Breaker != nil && spec.Breaker.Scope == "host" && spec.Target.HTTP != nil {
 		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil && u.Host != "" {
-			return events.HostKeyPrefix + events.SanitizeToken(u.Host)
+			return hostKey(u.Host)
 		}
 	}
 	return spec.ID
+}
+
+// hostKey is host_<host> with every character outside a token's replaced.
+// The key is also the last token of the breaker's subjects, at most
+// events.MaxIDLength characters: a longer one keeps its first characters
+// and ends with 16 hex digits of the host's SHA-256, so that two long hosts
+// sharing a prefix keep two breakers.
+func hostKey(host string) string {
+	key := events.HostKeyPrefix + events.SanitizeToken(host)
+	if len(key) <= events.MaxIDLength {
+		return key
+	}
+	sum := sha256.Sum256([]byte(host))
+	return key[:events.MaxIDLength-17] + "-" + hex.EncodeToString(sum[:8])
 }
 
 // BreakerRecord is the value stored in KV flyball-breakers.
