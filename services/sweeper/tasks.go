@@ -287,12 +287,21 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 	bucket := kv.Bucket()
 	for _, k := range keys {
 		// The watches of the two buckets are independent: a sweep can see
-		// a new task's schedule before its spec. Ask KV before purging.
-		_, err := s.tasks.Get(ctx, k)
+		// a new task's schedule before its spec. Ask KV before purging,
+		// and purge only the revision read before asking: a task created
+		// again meanwhile has written a new one, which a plain purge
+		// would remove, leaving a spec that never runs.
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue // gone already, or unreadable: the next sweep decides
+		}
+		_, err = s.tasks.Get(ctx, k)
 		if gone := jsutil.IsKeyMissing(err); !gone {
 			continue
 		}
-		if err := kv.Purge(ctx, k); err != nil {
+		if err := kv.Purge(ctx, k, jetstream.LastRevision(e.Revision())); jsutil.IsCASConflict(err) {
+			continue // written since: the task is back
+		} else if err != nil {
 			s.cfg.Logger.Warn("orphan not removed", "bucket", bucket, "key", k, "err", err)
 			continue
 		}
