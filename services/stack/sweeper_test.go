@@ -12,6 +12,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -168,4 +169,51 @@ func TestRunAfterAnEndedPauseIsRenudged(t *testing.T) {
 	natstest.Eventually(t, 5*time.Second, "the task counts for staleness", func() bool {
 		return testutil.ToFloat64(e.st.Metrics().StalenessMax) == 1
 	})
+}
+
+// TestRunLostAfterARetryIsRenudged: a run that failed and was waiting for
+// its retry, whose dispatch then left DISPATCH with no final outcome (lost
+// with the stream's data, say), was taken for a run whose outcome the
+// governor had yet to apply: its non-final run.failed counted as the
+// slot's outcome. The governor ignores non-final failures, so the slot
+// stayed planned, nothing dispatched it, and the task never ran again.
+// Only a final outcome means the slot completed: a run that failed for
+// good is left to the governor.
+func TestRunLostAfterARetryIsRenudged(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	slot := time.Now().UTC().Add(-10 * time.Minute)
+	for _, id := range []string{"retrying", "failed"} {
+		putJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		putJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
+			TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval,
+			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
+		})
+		r := events.Run{
+			DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, Attempt: 1,
+			StartedAt: slot, FinishedAt: slot.Add(time.Second), Error: "503", ErrorKind: events.ErrorTransient,
+			RetryIn: events.Duration(5 * time.Second), Final: id == "failed",
+		}
+		if err := jsutil.PublishEvent(t.Context(), srv.JS, events.RunSubject(events.OutcomeFailed, id), r.DispatchID+"/1",
+			events.TypeRunFailed, "flyball/executor/test", id, r, r.FinishedAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{t: t, srv: srv}
+	e.st = e.startWith(nil, "sweeper")
+	<-e.st.Sweeper.Swept() // a sweep re-nudges before it reports
+	st, err := srv.JS.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(t.Context(), events.DispatchSubject("retrying"))
+	if err != nil {
+		t.Fatalf("a run lost after a non-final failure, 10 minutes overdue, was not re-dispatched (%v): its failed attempt counted as the slot's outcome", err)
+	}
+	if !strings.Contains(string(m.Data), `"reason":"zombie"`) || m.Header.Get(jetstream.MsgIDHeader) != events.DispatchID("retrying", slot) {
+		t.Fatalf("re-nudged dispatch %s %s, want the slot's, reason zombie", m.Header.Get(jetstream.MsgIDHeader), m.Data)
+	}
+	if _, err := st.GetLastMsgForSubject(t.Context(), events.DispatchSubject("failed")); err == nil {
+		t.Fatal("a run that failed for good was re-dispatched: its final outcome is the governor's to apply")
+	}
 }

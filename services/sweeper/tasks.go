@@ -248,8 +248,8 @@ func (s *Service) Scores() map[string]float64 {
 }
 
 // renudge re-dispatches a run that fell due long ago and never completed,
-// unless a dispatch is still pending or an outcome is on RUNS (then the
-// governor is just behind).
+// unless a dispatch is still pending or a final outcome is on RUNS (then
+// the governor is just behind).
 func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	id := st.TaskID
 	if _, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id)); err == nil {
@@ -265,7 +265,9 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 		}
 		if e, err := events.Decode(raw.Header, raw.Data); err == nil {
 			var r events.Run
-			if events.DecodeRun(e, &r) == nil && !r.ScheduledAt.Before(st.NextRunAt) {
+			// A failure with a retry to follow is no outcome: the governor
+			// ignores it, and the retry's dispatch is gone.
+			if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && !r.ScheduledAt.Before(st.NextRunAt) {
 				return // the outcome exists; the governor has not applied it yet
 			}
 		}
