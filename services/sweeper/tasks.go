@@ -22,7 +22,7 @@ import (
 // KV watches so a sweep costs no KV reads.
 type view struct {
 	mu        sync.Mutex
-	specs     map[string]time.Duration // task → expected interval
+	specs     map[string]query.Expectation // task → the cadence its staleness is measured against
 	schedules map[string]schedule
 	// stale holds schedules written since the last sweep, undecoded. Every
 	// run rewrites its task's schedule, and a sweep reads each task once,
@@ -54,7 +54,7 @@ type schedule struct {
 
 func newView() *view {
 	v := &view{
-		specs: map[string]time.Duration{}, schedules: map[string]schedule{},
+		specs: map[string]query.Expectation{}, schedules: map[string]schedule{},
 		stale: map[string][]byte{}, breakers: map[string]events.BreakerState{},
 	}
 	v.ready.Add(3)
@@ -119,7 +119,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		}
 		var spec events.TaskSpec
 		if json.Unmarshal(e.Value(), &spec) == nil {
-			v.specs[e.Key()] = query.ExpectedInterval(&spec, time.Now())
+			v.specs[e.Key()] = query.Expect(&spec)
 		}
 	}, forget(v.specs), nil, v.ready.Done); err != nil {
 		return err
@@ -205,7 +205,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 			orphanSchedules = append(orphanSchedules, id)
 			continue
 		}
-		score := gov.Staleness(now, st.LastSuccessAt, st.CreatedAt, expected)
+		score := expected.Score(now, st.LastSuccessAt, st.CreatedAt)
 		scores[id] = score
 		// A paused task grows stale on purpose. A timed pause whose end
 		// has passed stays in the state until the run after it: it no

@@ -31,9 +31,10 @@ closed, and each task's staleness score:
   score = min(1, max(0, (age - expected) / (4 × expected)))
 
 where age is the time since the task's last success (or since it was
-created) and expected its baseline interval (for cron, the gap between the
-next two occurrences): 0 while the last success is at most one interval
-old, 1 at five intervals.`,
+created) and expected its baseline interval: 0 while the last success is
+at most one interval old, 1 at five intervals. A cron task counts the
+occurrences due since its last success instead: 0 until the first, 1 at
+the fifth.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {

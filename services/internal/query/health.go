@@ -121,17 +121,18 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 			}
 			h.Queue.PerType[cmp.Or(spec.Job, DefaultJob)]++
 		}
-		expected := ExpectedInterval(&spec, now)
+		x := Expect(&spec)
+		x.Interval = ExpectedInterval(&spec, now)
 		if hint := st.IntervalHint; hint != nil && hint.ExpiresAt.After(now) {
-			expected = hint.Interval // the cadence the operator asked for
+			x = Expectation{Interval: hint.Interval} // the cadence the operator asked for
 		}
 		since := st.CreatedAt
 		if since.IsZero() {
 			since = specEntries[id].Created()
 		}
 		e := StalenessEntry{
-			TaskID: id, Score: gov.Staleness(now, st.LastSuccessAt, since, expected),
-			Expected: events.Duration(expected), Paused: st.PausedAt(now),
+			TaskID: id, Score: x.Score(now, st.LastSuccessAt, since),
+			Expected: events.Duration(x.Interval), Paused: st.PausedAt(now),
 		}
 		if !st.LastSuccessAt.IsZero() {
 			t := st.LastSuccessAt
@@ -174,6 +175,71 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		})
 	}
 	return h, nil
+}
+
+// Expectation is the cadence a task's staleness is measured against: its
+// interval, or its cron calendar.
+type Expectation struct {
+	// Interval is the baseline interval; for a cron task, the gap between
+	// its next two occurrences when Expect read the spec (for display).
+	Interval time.Duration
+	sched    *cron.Schedule
+	loc      *time.Location
+}
+
+// Expect reads the expectation of a spec. A cron expression or time zone
+// that does not parse leaves a zero Expectation, which scores 0.
+func Expect(spec *events.TaskSpec) Expectation {
+	if spec.Schedule.Interval > 0 {
+		return Expectation{Interval: spec.Schedule.Interval.D()}
+	}
+	sched, err := cron.Parse(spec.Schedule.Cron)
+	if err != nil {
+		return Expectation{}
+	}
+	loc, err := events.LoadLocation(cmp.Or(spec.Schedule.Timezone, "UTC"))
+	if err != nil {
+		return Expectation{}
+	}
+	return Expectation{Interval: ExpectedInterval(spec, time.Now()), sched: sched, loc: loc}
+}
+
+// staleAt is how many runs due since the last success make a task fully
+// stale (score 1), the first one included: the score is 0 until one is
+// due and grows by a quarter with each one after it.
+const staleAt = 5
+
+// Score is the task's staleness in [0, 1], from its last success (or,
+// never having succeeded, since it was created). An interval task scores
+// (age − interval) / (4 × interval). A cron task counts the occurrences
+// due since then, as that formula does for an interval task's slots: 0
+// until the first, a quarter more with each later one (in proportion
+// between two), 1 at the fifth. An irregular calendar ("0 9 1,2 * *", a
+// weekday schedule) is not stale in its long gaps.
+func (x Expectation) Score(now, lastSuccess, since time.Time) float64 {
+	if x.sched == nil {
+		return gov.Staleness(now, lastSuccess, since, x.Interval)
+	}
+	ref := cmp.Or(lastSuccess, since)
+	if ref.IsZero() {
+		return 0
+	}
+	due := x.sched.Next(ref, x.loc) // the first occurrence due after ref
+	for n := 1; !due.IsZero() && !due.After(now); n++ {
+		if n >= staleAt {
+			return 1
+		}
+		next := x.sched.Next(due, x.loc)
+		if next.IsZero() || next.After(now) {
+			frac := 0.0
+			if !next.IsZero() {
+				frac = float64(now.Sub(due)) / float64(next.Sub(due))
+			}
+			return (float64(n-1) + frac) / (staleAt - 1)
+		}
+		due = next
+	}
+	return 0
 }
 
 // ExpectedInterval is the cadence a task is expected to keep: its
