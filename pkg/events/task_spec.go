@@ -171,8 +171,8 @@ type Budget struct {
 // Retry governs the attempts of one run.
 type Retry struct {
 	// MaxAttempts is the number of calls per run, in [1, 20]. Defaults to 5.
-	// (The DISPATCH consumer's MaxDeliver of 50 leaves room for breaker
-	// deferrals and crash redeliveries on top.)
+	// (The DISPATCH consumer's MaxDeliver of 50 leaves room for crash
+	// redeliveries on top; breaker deferrals use no delivery.)
 	MaxAttempts int `json:"maxAttempts,omitempty"`
 	// InitialDelay is the first backoff, >= 100ms. Defaults to 5s.
 	InitialDelay Duration `json:"initialDelay,omitempty"`

@@ -52,7 +52,8 @@ type Service struct {
 	out       *outbox       // run events on their way to RUNS
 	calls     chan struct{} // a slot per call in flight (Concurrency)
 	heldMu    sync.Mutex
-	held      map[*held]struct{} // dispatches waiting for their slot
+	held      map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
+	parked    int                // of held, those deferred by their breaker (park)
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
@@ -256,7 +257,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 	}
 	g := s.breakerGate(ctx, t.breakerKey)
 	if g.wait > 0 {
-		s.deferCall(m, d, g.wait, "breaker open")
+		s.deferCall(ctx, m, md, d, arrived, g.wait, "breaker open")
 		return
 	}
 	s.execute(ctx, m, md, t, d, arrived, g)
@@ -271,26 +272,73 @@ func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 		s.nak(m, wait, nil)
 		return
 	}
-	h := &held{m: m, md: md, d: d, arrived: arrived}
+	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived}, wait)
+}
+
+// park keeps a dispatch its breaker defers (open until retryAt, or
+// half-open while another call probes) for wait, kept alive meanwhile
+// (waitBegin), then runs it again from the top: spec, pause and breaker
+// are read again, as for a held dispatch. A deferral thus uses none of
+// the consumer's MaxDeliver (50) deliveries. It was a NakWithDelay, one
+// delivery each: a dispatch waiting out a slow probe (a re-check every
+// 0.5 s or more) or a long outage of its host (an open period per
+// re-open, doubling up to breaker.maxOpenDelay) used them all up and was
+// dead-lettered as max-deliveries without ever calling its target.
+func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, wait time.Duration) {
+	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, parked: true, until: time.Now().Add(wait)}, wait)
+}
+
+// keep holds h for wait, then hands it to a caller (fireHeld). At
+// shutdown, it is handed back at once (handBack).
+func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if s.releasing {
-		s.nak(m, 0, nil)
+		s.nak(h.m, h.handBack(), nil)
 		return
 	}
 	s.held[h] = struct{}{}
-	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held)))
+	if h.parked {
+		s.parked++
+		s.waitBegin(h.m, h.arrived)
+		h.kept = true
+	}
+	s.heldChanged()
 	s.firing.Add(1)
 	h.t = time.AfterFunc(wait, func() { s.fireHeld(ctx, h) })
 }
 
-// held is a dispatch waiting for its slot.
+// heldChanged updates the gauges of held and parked dispatches. The
+// caller holds heldMu.
+func (s *Service) heldChanged() {
+	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held) - s.parked))
+	s.cfg.Metrics.DispatchDeferred.Set(float64(s.parked))
+}
+
+// held is a dispatch waiting for its slot, or deferred by its breaker
+// (parked).
 type held struct {
 	m       jetstream.Msg
 	md      *jetstream.MsgMetadata
 	d       *events.Dispatch
 	arrived time.Time
 	t       *time.Timer
+	parked  bool      // deferred by its breaker (park)
+	until   time.Time // parked: when it is checked again
+	// kept: m is kept alive (waitBegin) until the caller that takes it
+	// ends that (callHeld), as ending it here could undo a park of the
+	// same message by that caller.
+	kept bool
+}
+
+// handBack is the delay of the nak that hands h back at shutdown: at
+// once for a dispatch held for its slot, so another executor runs it on
+// time; a parked one when it would have been checked again.
+func (h *held) handBack() time.Duration {
+	if h.parked {
+		return max(time.Until(h.until), 0)
+	}
+	return 0
 }
 
 // fireHeld hands a held dispatch whose slot has come to one of the
@@ -302,8 +350,19 @@ type held struct {
 func (s *Service) fireHeld(ctx context.Context, h *held) {
 	s.heldMu.Lock()
 	delete(s.held, h) // releaseHeld removes only the timers it stopped
-	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held)))
+	if h.parked {
+		s.parked--
+	}
+	s.heldChanged()
 	s.heldMu.Unlock()
+	if h.parked {
+		// Its AckWait runs again from here, for the checks and the call
+		// ahead (keepAlive counts from arrived); it stays kept alive
+		// until a caller takes it.
+		_ = h.m.InProgress()
+		h.arrived = time.Now()
+		s.waitBegin(h.m, h.arrived)
+	}
 	select {
 	case s.fire <- h:
 		return
@@ -311,11 +370,14 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	}
 	// Every caller is busy with a call: as long as the wait for a call
 	// slot, so h is kept alive meanwhile.
-	s.waitBegin(h.m, h.arrived)
-	defer s.waitEnd(h.m)
+	if !h.kept {
+		s.waitBegin(h.m, h.arrived)
+		h.kept = true
+	}
 	select {
 	case s.fire <- h:
 	case <-ctx.Done():
+		s.waitEnd(h.m)
 		s.nak(h.m, 0, nil) // handed back at shutdown
 		s.firing.Done()
 	}
@@ -336,6 +398,9 @@ func (s *Service) caller(ctx context.Context) {
 
 func (s *Service) callHeld(ctx context.Context, h *held) {
 	defer s.firing.Done()
+	if h.kept {
+		s.waitEnd(h.m)
+	}
 	if !s.acquireCall(ctx, h.m, h.arrived) {
 		return // handed back at shutdown
 	}
@@ -343,8 +408,9 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 	s.run(ctx, h.m, h.md, h.d, h.arrived)
 }
 
-// releaseHeld hands every dispatch still waiting for its slot back to the
-// stream at shutdown, so another executor runs it on time.
+// releaseHeld hands every dispatch still waiting for its slot, or
+// deferred by its breaker, back to the stream at shutdown (handBack), so
+// another executor runs it on time.
 func (s *Service) releaseHeld() {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
@@ -352,11 +418,17 @@ func (s *Service) releaseHeld() {
 	for h := range s.held {
 		if h.t.Stop() {
 			delete(s.held, h)
+			if h.parked {
+				s.parked--
+			}
+			if h.kept {
+				s.waitEnd(h.m)
+			}
 			s.firing.Done()
-			s.nak(h.m, 0, nil)
+			s.nak(h.m, h.handBack(), nil)
 		}
 	}
-	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held)))
+	s.heldChanged()
 }
 
 // acquireCall takes one of the Concurrency call slots, or naks m if the
@@ -570,12 +642,12 @@ func (s *Service) breakerGate(ctx context.Context, key string) gate {
 	return gate{probe: true, retryAt: b.RetryAt}
 }
 
-// deferCall hands d back for wait without calling its target (why says
+// deferCall keeps d for wait without calling its target (park; why says
 // what the breaker said), and counts it as deferred.
-func (s *Service) deferCall(m jetstream.Msg, d *events.Dispatch, wait time.Duration, why string) {
+func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, wait time.Duration, why string) {
 	s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 	s.log.Debug(why+": deferring", "task", d.TaskID, "wait", wait)
-	s.nak(m, wait, nil)
+	s.park(ctx, m, md, d, arrived, wait)
 }
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
@@ -616,7 +688,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		if wait > 0 {
 			s.cfg.Metrics.ProbeDeferred.Inc()
-			s.deferCall(m, d, wait, "breaker half-open and another call is its probe ("+claim+")")
+			s.deferCall(ctx, m, md, d, arrived, wait, "breaker half-open and another call is its probe ("+claim+")")
 			return
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)

@@ -21,6 +21,7 @@ type Set struct {
 	DispatchTotal      *prometheus.CounterVec
 	DispatchPending    prometheus.Gauge
 	DispatchHeld       prometheus.Gauge
+	DispatchDeferred   prometheus.Gauge
 	Inflight           prometheus.Gauge
 	RetriesTotal       prometheus.Counter
 	BreakerTransitions *prometheus.CounterVec
@@ -86,6 +87,10 @@ func New() *Set {
 		}),
 		DispatchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_held", Help: "Dispatches this executor holds until their slot (the timer publishes them up to --timer-lead early).",
+		}),
+		DispatchDeferred: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_dispatch_deferred",
+			Help: "Dispatches this executor keeps while their breaker defers them (open until retryAt, or half-open while another call probes).",
 		}),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_inflight", Help: "Runs being executed by this process.",
@@ -156,7 +161,7 @@ func New() *Set {
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
-		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.Inflight,
+		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,

@@ -1,0 +1,113 @@
+package executor
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// delivered is how many deliveries the DISPATCH consumer has made,
+// redeliveries included.
+func (f *attemptsFixture) delivered(t *testing.T) uint64 {
+	t.Helper()
+	c, err := f.srv.JS.Consumer(t.Context(), streams.StreamDispatch, streams.ConsumerExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Delivered.Consumer
+}
+
+// TestWaitingForAProbeUsesNoDeliveries: a dispatch that waits for
+// another call's probe of a half-open breaker is checked again every
+// half second or more, for as long as the probe runs (a slow target,
+// several re-open cycles of a host breaker). Its waits must not use up
+// the consumer's deliveries: MaxDeliver is 3 here (50 in production), the
+// dispatch waits through more checks than that, and once the probe
+// closes the breaker it calls its target, on its first delivery. Before,
+// each check was a NakWithDelay, a delivery of its own: the dispatch was
+// dead-lettered as max-deliveries without ever calling its target.
+func TestWaitingForAProbeUsesNoDeliveries(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 5*time.Second, 3)
+	exhausted := f.deliveriesExhausted(t)
+	retryAt := time.Now().Add(-time.Second).UTC()
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+		Key: f.id, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
+	})
+	now := time.Now().UTC()
+	putKV(t, f.srv.JS, streams.BucketProbes, probeKey(f.id, retryAt), probeClaim{
+		TaskID: "other", DispatchID: "other:1", Executor: "flyball/executor/other", ClaimedAt: now, ExpiresAt: now.Add(time.Hour),
+	})
+	f.dispatch(t)
+	deferred := func() int { return int(testutil.ToFloat64(f.ex.cfg.Metrics.ProbeDeferred)) }
+	natstest.Eventually(t, 20*time.Second, "4 checks of the probe, or the deliveries used up", func() bool {
+		select {
+		case <-exhausted:
+			return true
+		default:
+			return deferred() >= 4
+		}
+	})
+	select {
+	case <-exhausted:
+		t.Fatalf("the dispatch used up its 3 deliveries waiting for another call's probe (%d checks), without calling its target: MAX_DELIVERIES", deferred())
+	default:
+	}
+	if n := f.delivered(t); n != 1 {
+		t.Fatalf("%d deliveries for %d checks of the probe, want 1: a wait is not a delivery", n, deferred())
+	}
+	if got := target.attempts(); len(got) != 0 {
+		t.Fatalf("target called %v while another call probes", got)
+	}
+	// The probe succeeds: the breaker closes, and the dispatch calls.
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, UpdatedAt: time.Now().UTC()})
+	natstest.Eventually(t, 20*time.Second, "run.succeeded on RUNS", func() bool { return len(f.stored(t)) == 1 })
+	if got := fmt.Sprint(f.stored(t)); got != "[succeeded(attempt 1, final false)]" {
+		t.Fatalf("RUNS holds %s, want one run.succeeded of attempt 1", got)
+	}
+	if got := target.attempts(); len(got) != 1 {
+		t.Fatalf("target called with attempts %v, want one call", got)
+	}
+	if n := f.delivered(t); n != 1 {
+		t.Fatalf("%d deliveries, want 1", n)
+	}
+}
+
+// TestOpenBreakerWaitIsKeptAlive: a dispatch deferred until its open
+// breaker's retryAt, past the consumer's AckWait (1 s here; an open period
+// runs up to breaker.maxOpenDelay, 5 min by default, and a host outage
+// repeats it), stays with its executor, kept alive, and calls its target
+// at retryAt on its one delivery. Before, each open period was a
+// NakWithDelay, so every re-open cycle took one of the 50 deliveries.
+func TestOpenBreakerWaitIsKeptAlive(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, time.Second, 50)
+	retryAt := time.Now().Add(3 * time.Second).UTC()
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(3 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
+	})
+	f.dispatch(t)
+	natstest.Eventually(t, 20*time.Second, "run.succeeded on RUNS", func() bool { return len(f.stored(t)) == 1 })
+	if got := target.attempts(); len(got) != 1 {
+		t.Fatalf("target called with attempts %v, want one call", got)
+	}
+	if n := f.delivered(t); n != 1 {
+		t.Fatalf("the dispatch was delivered %d times while its breaker was open for 3 s, want once: a deferral is not a delivery", n)
+	}
+	if got := f.stored(t)[0].run.StartedAt; got.Before(retryAt) {
+		t.Fatalf("called at %s, %s before retryAt", got, retryAt.Sub(got))
+	}
+}
