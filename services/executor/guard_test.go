@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -164,5 +165,30 @@ func TestPrefixInIPv4MappedForm(t *testing.T) {
 	allow := Guard{Allow: []netip.Prefix{netip.MustParsePrefix("::ffff:169.254.169.254/128")}}
 	if err := allow.Check(netip.MustParseAddr("169.254.169.254")); err != nil {
 		t.Errorf("Check(169.254.169.254) = %v, want allowed by %s", err, allow.Allow[0])
+	}
+}
+
+// TestRetryAfterNeverShortensTheBackoff: a Retry-After lengthens the
+// delay up to maxDelay, and never makes it shorter than the backoff
+// alone. At the cap, the backoff's jitter can take it above maxDelay
+// (5 min + 20 %); a 429 asking for 1 s then cut the delay to maxDelay.
+func TestRetryAfterNeverShortensTheBackoff(t *testing.T) {
+	t.Parallel()
+	j := 0.2
+	r := &events.Retry{InitialDelay: events.Duration(5 * time.Second), Multiplier: 2, MaxDelay: events.Duration(5 * time.Minute), Jitter: &j}
+	for i := range 50 {
+		id := "t:" + strconv.Itoa(i)
+		for attempt := 1; attempt <= 10; attempt++ {
+			backoff := Backoff(r, attempt, id)
+			for _, ra := range []time.Duration{time.Second, backoff, 4 * time.Minute, 10 * time.Minute, 24 * time.Hour} {
+				got := retryDelay(r, attempt, id, ra)
+				if got < backoff {
+					t.Fatalf("%s attempt %d: Retry-After %s gives %s, shorter than the backoff %s", id, attempt, ra, got, backoff)
+				}
+				if want := max(backoff, min(ra, r.MaxDelay.D())); got != want {
+					t.Fatalf("%s attempt %d: Retry-After %s gives %s, want %s", id, attempt, ra, got, want)
+				}
+			}
+		}
 	}
 }

@@ -765,10 +765,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		})
 		return
 	}
-	delay := Backoff(retry, attempt, d.DispatchID)
-	if res.retryAfter > 0 {
-		delay = min(max(res.retryAfter, delay), retry.MaxDelay.D())
-	}
+	delay := retryDelay(retry, attempt, d.DispatchID, res.retryAfter)
 	run.RetryIn = events.Duration(delay)
 	// The attempt is counted only once its event is stored: one the outbox
 	// cannot store is nakked uncounted, and the redelivery repeats it.
@@ -796,6 +793,16 @@ func Backoff(r *events.Retry, attempt int, dispatchID string) time.Duration {
 		base *= 1 + j*(2*u-1)
 	}
 	return time.Duration(math.Max(base, float64(100*time.Millisecond)))
+}
+
+// retryDelay is the delay before attempt+1: Backoff, lengthened by the
+// target's Retry-After (zero when it sent none) up to maxDelay. It never
+// shortens it: at the cap, the jitter can take Backoff past maxDelay,
+// and capping the larger of the two cut it down to maxDelay, so a 429
+// asking for 1s was retried sooner than one asking for nothing.
+func retryDelay(r *events.Retry, attempt int, dispatchID string, retryAfter time.Duration) time.Duration {
+	delay := Backoff(r, attempt, dispatchID)
+	return max(delay, min(retryAfter, r.MaxDelay.D()))
 }
 
 // runEventHeadroom is the part of the server's max_payload left for a run
