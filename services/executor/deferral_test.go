@@ -111,3 +111,37 @@ func TestOpenBreakerWaitIsKeptAlive(t *testing.T) {
 		t.Fatalf("called at %s, %s before retryAt", got, retryAt.Sub(got))
 	}
 }
+
+// TestStopHandsBackADeferredDispatch: an executor that stops while it
+// keeps a dispatch its breaker defers hands it back, delayed to its
+// retryAt: another executor calls it then, once, and the run is not lost.
+func TestStopHandsBackADeferredDispatch(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	retryAt := time.Now().Add(2 * time.Second).UTC()
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(2 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
+	})
+	f.dispatch(t)
+	natstest.Eventually(t, 10*time.Second, "the dispatch deferred", func() bool {
+		return testutil.ToFloat64(f.ex.cfg.Metrics.DispatchDeferred) == 1
+	})
+	f.ex.Stop()
+	if n := testutil.ToFloat64(f.ex.cfg.Metrics.DispatchDeferred); n != 0 {
+		t.Fatalf("%v dispatches still deferred after Stop, want 0", n)
+	}
+	nc, _ := f.srv.Connect(t)
+	b := startProbeExecutor(t, nc, "b")
+	t.Cleanup(b.Stop)
+	natstest.Eventually(t, 20*time.Second, "run.succeeded on RUNS", func() bool { return len(f.stored(t)) == 1 })
+	if got := target.attempts(); len(got) != 1 {
+		t.Fatalf("target called with attempts %v, want one call", got)
+	}
+	if got := f.stored(t)[0].run.StartedAt; got.Before(retryAt) {
+		t.Fatalf("called at %s, %s before retryAt", got, retryAt.Sub(got))
+	}
+	if n := f.delivered(t); n != 2 {
+		t.Fatalf("%d deliveries, want 2 (the hand-back at Stop)", n)
+	}
+}
