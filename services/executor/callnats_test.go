@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -118,5 +120,66 @@ func TestNATSTargetCannotReachFlyballsOwnSubjects(t *testing.T) {
 	}
 	if _, err := attempts.Get(ctx, "victim"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("a task wrote flyball-attempts (err %v)", err)
+	}
+}
+
+// TestNATSTargetOutcomes: how a NATS request's outcome is classified. No
+// subscriber (no responders) and no reply within the timeout are
+// transient; a Nats-Service-Error-Code in 400-499 other than 408 and 429
+// is permanent, any other code transient; any other reply succeeds.
+func TestNATSTargetOutcomes(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := func(subject, code string) {
+		t.Helper()
+		sub, err := srv.NC.Subscribe(subject, func(m *nats.Msg) {
+			r := nats.NewMsg(m.Reply)
+			r.Data = []byte("answer")
+			if code != "" {
+				r.Header.Set("Nats-Service-Error-Code", code)
+				r.Header.Set("Nats-Service-Error", "nope")
+			}
+			_ = m.RespondMsg(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	reply("svc.ok", "")
+	reply("svc.404", "404")
+	reply("svc.429", "429")
+	reply("svc.503", "503")
+	if _, err := srv.NC.Subscribe("svc.silent", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d := &events.Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Now()}
+	for _, c := range []struct {
+		subject   string
+		ok, perm  bool
+		status    int
+		errSubstr string
+	}{
+		{"svc.ok", true, false, 0, ""},
+		{"svc.404", false, true, 404, "service error 404: nope"},
+		{"svc.429", false, false, 429, "service error 429"},
+		{"svc.503", false, false, 503, "service error 503"},
+		{"svc.nobody", false, false, 0, "no responders"},
+		{"svc.silent", false, false, 0, "no reply within 200ms"},
+	} {
+		res := s.callNATS(t.Context(), &events.NATSTarget{Subject: c.subject, Timeout: events.Duration(200 * time.Millisecond)}, nil, d, 1)
+		if res.ok() != c.ok || res.permanent != c.perm || res.status != c.status {
+			t.Errorf("%s: ok %v permanent %v status %d (err %v), want %v %v %d", c.subject, res.ok(), res.permanent, res.status, res.err, c.ok, c.perm, c.status)
+		}
+		if c.errSubstr != "" && (res.err == nil || !strings.Contains(res.err.Error(), c.errSubstr)) {
+			t.Errorf("%s: err %v, want it to say %q", c.subject, res.err, c.errSubstr)
+		}
 	}
 }
