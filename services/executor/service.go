@@ -288,8 +288,8 @@ func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, parked: true, until: time.Now().Add(wait)}, wait)
 }
 
-// keep holds h for wait, then hands it to a caller (fireHeld). At
-// shutdown, it is handed back at once (handBack).
+// keep holds h for wait, then hands it to a caller (fireHeld). Once
+// shutdown has begun, it is handed back instead (handBack).
 func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
