@@ -145,3 +145,33 @@ func TestStopHandsBackADeferredDispatch(t *testing.T) {
 		t.Fatalf("%d deliveries, want 2 (the hand-back at Stop)", n)
 	}
 }
+
+// TestDeferredDispatchWakesWhenItsBreakerChanges: a dispatch its open
+// breaker defers is checked again as soon as the breaker's record
+// changes, not only at retryAt. A breaker closed early, or removed with
+// its deleted task, released it only at retryAt (up to
+// breaker.maxOpenDelay), and a task created again under the same ID could
+// not run before: the old dispatch held its DISPATCH subject.
+func TestDeferredDispatchWakesWhenItsBreakerChanges(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(time.Hour), RetryAt: time.Now().Add(time.Hour).UTC(), UpdatedAt: time.Now().UTC(),
+	})
+	f.dispatch(t)
+	natstest.Eventually(t, 10*time.Second, "the dispatch deferred", func() bool {
+		return testutil.ToFloat64(f.ex.cfg.Metrics.DispatchDeferred) == 1
+	})
+	kv, err := f.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(t.Context(), f.id); err != nil { // as the breaker service does for a deleted task
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "run.succeeded once the breaker record is gone, not an hour later", func() bool { return len(f.stored(t)) == 1 })
+	if n := testutil.ToFloat64(f.ex.cfg.Metrics.DispatchDeferred); n != 0 {
+		t.Fatalf("%v dispatches still deferred, want 0", n)
+	}
+}

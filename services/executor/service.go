@@ -53,7 +53,7 @@ type Service struct {
 	calls     chan struct{} // a slot per call in flight (Concurrency)
 	heldMu    sync.Mutex
 	held      map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
-	parked    int                // of held, those deferred by their breaker (park)
+	parked    map[string]int     // of held, those deferred by their breaker (park), by breaker key
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
@@ -111,6 +111,7 @@ func (s *Service) Start(ctx context.Context) error {
 	// and only a paused task's matters here.
 	s.pauses = kvcache.Keys(pauses, s.log)
 	s.breakers = kvcache.New(s.breakerKV, DecodeBreaker, s.log)
+	s.breakers.Changed = s.wakeDeferred
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.pauses.Run(runCtx) })
 	s.Go(func() { s.breakers.Run(runCtx) })
@@ -125,6 +126,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.held = make(map[*held]struct{})
+	s.parked = make(map[string]int)
 	s.fire = make(chan *held)
 	s.waiting = make(map[jetstream.Msg]time.Time)
 	s.Go(func() { s.keepWaitersAlive(runCtx) })
@@ -257,7 +259,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 	}
 	g := s.breakerGate(ctx, t.breakerKey)
 	if g.wait > 0 {
-		s.deferCall(ctx, m, md, d, arrived, g.wait, "breaker open")
+		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, "breaker open")
 		return
 	}
 	s.execute(ctx, m, md, t, d, arrived, g)
@@ -284,8 +286,34 @@ func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 // 0.5 s or more) or a long outage of its host (an open period per
 // re-open, doubling up to breaker.maxOpenDelay) used them all up and was
 // dead-lettered as max-deliveries without ever calling its target.
-func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, wait time.Duration) {
-	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, parked: true, until: time.Now().Add(wait)}, wait)
+func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration) {
+	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, parked: true, key: key, until: time.Now().Add(wait)}, wait)
+}
+
+// unpark counts a parked dispatch of key out. The caller holds heldMu.
+func (s *Service) unpark(key string) {
+	if s.parked[key]--; s.parked[key] <= 0 {
+		delete(s.parked, key)
+	}
+}
+
+// wakeDeferred checks the dispatches deferred by breaker key again now:
+// its record changed (closed, half-open, re-opened, or removed with its
+// deleted task). Waiting for retryAt, up to breaker.maxOpenDelay, held a
+// closed breaker's calls back, and a deleted task's dispatch kept its
+// DISPATCH subject from the task created again under its ID. A dispatch
+// still deferred is parked again with a fresh wait.
+func (s *Service) wakeDeferred(key string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if s.parked[key] == 0 {
+		return // the common case: every failure writes its breaker's record
+	}
+	for h := range s.held {
+		if h.parked && h.key == key && h.t.Stop() {
+			h.t.Reset(0) // stopped before it ran: it runs once, now
+		}
+	}
 }
 
 // keep holds h for wait, then hands it to a caller (fireHeld). Once
@@ -299,7 +327,7 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	}
 	s.held[h] = struct{}{}
 	if h.parked {
-		s.parked++
+		s.parked[h.key]++
 		s.waitBegin(h.m, h.arrived)
 		h.kept = true
 	}
@@ -311,8 +339,12 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 // heldChanged updates the gauges of held and parked dispatches. The
 // caller holds heldMu.
 func (s *Service) heldChanged() {
-	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held) - s.parked))
-	s.cfg.Metrics.DispatchDeferred.Set(float64(s.parked))
+	parked := 0
+	for _, n := range s.parked {
+		parked += n
+	}
+	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held) - parked))
+	s.cfg.Metrics.DispatchDeferred.Set(float64(parked))
 }
 
 // held is a dispatch waiting for its slot, or deferred by its breaker
@@ -324,6 +356,7 @@ type held struct {
 	arrived time.Time
 	t       *time.Timer
 	parked  bool      // deferred by its breaker (park)
+	key     string    // parked: the breaker key (wakeDeferred)
 	until   time.Time // parked: when it is checked again
 	// kept: m is kept alive (waitBegin) until the caller that takes it
 	// ends that (callHeld), as ending it here could undo a park of the
@@ -351,7 +384,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	s.heldMu.Lock()
 	delete(s.held, h) // releaseHeld removes only the timers it stopped
 	if h.parked {
-		s.parked--
+		s.unpark(h.key)
 	}
 	s.heldChanged()
 	s.heldMu.Unlock()
@@ -419,7 +452,7 @@ func (s *Service) releaseHeld() {
 		if h.t.Stop() {
 			delete(s.held, h)
 			if h.parked {
-				s.parked--
+				s.unpark(h.key)
 			}
 			if h.kept {
 				s.waitEnd(h.m)
@@ -644,10 +677,10 @@ func (s *Service) breakerGate(ctx context.Context, key string) gate {
 
 // deferCall keeps d for wait without calling its target (park; why says
 // what the breaker said), and counts it as deferred.
-func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, wait time.Duration, why string) {
+func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration, why string) {
 	s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 	s.log.Debug(why+": deferring", "task", d.TaskID, "wait", wait)
-	s.park(ctx, m, md, d, arrived, wait)
+	s.park(ctx, m, md, d, arrived, key, wait)
 }
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
@@ -688,7 +721,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		if wait > 0 {
 			s.cfg.Metrics.ProbeDeferred.Inc()
-			s.deferCall(ctx, m, md, d, arrived, wait, "breaker half-open and another call is its probe ("+claim+")")
+			s.deferCall(ctx, m, md, d, arrived, t.breakerKey, wait, "breaker half-open and another call is its probe ("+claim+")")
 			return
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)

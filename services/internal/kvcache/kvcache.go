@@ -36,6 +36,11 @@ type Cache[T any] struct {
 	live    atomic.Bool // the initial snapshot is loaded and the watch is up
 	ready   chan struct{}
 	once    sync.Once
+
+	// Changed, when set before Run, is called with the key of every put,
+	// delete or purge the watch delivers, once the view holds it, on the
+	// watch's goroutine: keep it short.
+	Changed func(key string)
 }
 
 type entry[T any] struct {
@@ -78,7 +83,11 @@ func (c *Cache[T]) Run(ctx context.Context) {
 	Follower{
 		KV: c.kv, Log: c.log,
 		Apply: func(e jetstream.KeyValueEntry) {
-			_ = c.store(strings.Clone(e.Key()), e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value())
+			key := strings.Clone(e.Key())
+			_ = c.store(key, e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value())
+			if c.Changed != nil {
+				c.Changed(key)
+			}
 		},
 		Loaded: func() {
 			c.live.Store(true)
