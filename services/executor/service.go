@@ -111,6 +111,8 @@ func (s *Service) Start(ctx context.Context) error {
 	// and only a paused task's matters here.
 	s.pauses = kvcache.Keys(pauses, s.log)
 	s.breakers = kvcache.New(s.breakerKV, DecodeBreaker, s.log)
+	s.held = make(map[*held]struct{}) // before the breakers' watch: wakeDeferred reads it
+	s.parked = make(map[string]int)
 	s.breakers.Changed = s.wakeDeferred
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.pauses.Run(runCtx) })
@@ -125,8 +127,6 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
-	s.held = make(map[*held]struct{})
-	s.parked = make(map[string]int)
 	s.fire = make(chan *held)
 	s.waiting = make(map[jetstream.Msg]time.Time)
 	s.Go(func() { s.keepWaitersAlive(runCtx) })
