@@ -40,6 +40,13 @@ func keyExists(js jetstream.JetStream, bucket, key string) bool {
 	return err == nil
 }
 
+// putMinuteTask stores a 1-minute task's spec and its schedule st.
+func putMinuteTask(t *testing.T, srv *natstest.Server, st gov.State) {
+	t.Helper()
+	putJSON(t, srv.JS, streams.BucketTasks, st.TaskID, events.TaskSpec{ID: st.TaskID, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	putJSON(t, srv.JS, streams.BucketSchedules, st.TaskID, st)
+}
+
 // dispatches subscribes to the dispatches of task id (flushed, so none
 // published from now on is missed); next returns the next one, or fails
 // the test with what after 10 s.
@@ -79,8 +86,7 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	now := time.Now().UTC()
 	// "zombie" fell due 10 minutes ago and nothing ever happened.
-	putJSON(t, srv.JS, streams.BucketTasks, "zombie", events.TaskSpec{ID: "zombie", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	putJSON(t, srv.JS, streams.BucketSchedules, "zombie", gov.State{
+	putMinuteTask(t, srv, gov.State{
 		TaskID: "zombie", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
 		LastScheduledAt: now.Add(-11 * time.Minute), LastSuccessAt: now.Add(-11 * time.Minute),
 	})
@@ -109,8 +115,7 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 	// A schedule written once the sweeper has caught up is kept undecoded
 	// until the next sweep, which must still see it.
 	late := dispatches(t, srv, "late")
-	putJSON(t, srv.JS, streams.BucketTasks, "late", events.TaskSpec{ID: "late", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	putJSON(t, srv.JS, streams.BucketSchedules, "late", gov.State{
+	putMinuteTask(t, srv, gov.State{
 		TaskID: "late", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
 		LastScheduledAt: now.Add(-11 * time.Minute),
 	})
@@ -129,13 +134,11 @@ func TestPausedTaskDoesNotRaiseTheStalenessGauge(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
 	now := time.Now().UTC()
-	putJSON(t, srv.JS, streams.BucketTasks, "resting", events.TaskSpec{ID: "resting", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	putJSON(t, srv.JS, streams.BucketSchedules, "resting", gov.State{
+	putMinuteTask(t, srv, gov.State{
 		TaskID: "resting", Paused: true, Source: gov.SourcePaused,
 		LastScheduledAt: now.Add(-time.Hour), LastSuccessAt: now.Add(-time.Hour),
 	})
-	putJSON(t, srv.JS, streams.BucketTasks, "busy", events.TaskSpec{ID: "busy", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	putJSON(t, srv.JS, streams.BucketSchedules, "busy", gov.State{
+	putMinuteTask(t, srv, gov.State{
 		TaskID: "busy", NextRunAt: now.Add(30 * time.Second), Source: gov.SourceBaselineInterval,
 		LastScheduledAt: now.Add(-30 * time.Second), LastSuccessAt: now.Add(-30 * time.Second),
 	})
@@ -158,8 +161,7 @@ func TestRunAfterAnEndedPauseIsRenudged(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
 	now := time.Now().UTC()
-	putJSON(t, srv.JS, streams.BucketTasks, "woke", events.TaskSpec{ID: "woke", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	putJSON(t, srv.JS, streams.BucketSchedules, "woke", gov.State{
+	putMinuteTask(t, srv, gov.State{
 		TaskID: "woke", Paused: true, PausedUntil: now.Add(-time.Hour), NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourcePaused,
 		LastScheduledAt: now.Add(-2 * time.Hour), LastSuccessAt: now.Add(-2 * time.Hour),
 	})
