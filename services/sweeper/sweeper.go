@@ -1,6 +1,7 @@
 // Package sweeper keeps the runtime registry honest. Every service instance
 // heartbeats into KV flyball-runtime; the sweeper marks an instance offline
-// once its last beat is older than OfflineAfter and announces
+// once it has seen no new beat of it for OfflineAfter, by its own clock
+// (never the instance's lastBeat: the two clocks may differ), and announces
 // runtime.offline (a marked instance that beats again announces its
 // return itself: package heartbeat). It also exports the registry as
 // flyball_runtime_instances{status}.
@@ -16,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +72,10 @@ type Service struct {
 	// the sweep goroutine touches it.
 	perTaskOff bool
 	swept      chan struct{}
+	// beats holds, per registry key, the revision of the last beat the
+	// sweep saw and when (the sweeper's clock); only the sweep goroutine
+	// touches it.
+	beats map[string]beatSeen
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
 	tuneFollow func(bucket string, f *kvcache.Follower)
@@ -97,7 +103,7 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView()}, nil
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), beats: map[string]beatSeen{}}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -164,6 +170,12 @@ func (s *Service) Sweep(ctx context.Context) error {
 	return s.sweepRuntime(ctx)
 }
 
+// beatSeen is a registry entry's revision and when a sweep first saw it.
+type beatSeen struct {
+	rev uint64
+	at  time.Time
+}
+
 func (s *Service) sweepRuntime(ctx context.Context) error {
 	lister, err := s.runtime.ListKeys(ctx)
 	if err != nil {
@@ -171,7 +183,9 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 	}
 	now := s.cfg.Now().UTC()
 	counts := map[events.RuntimeStatus]int{}
+	listed := map[string]bool{}
 	for key := range lister.Keys() {
+		listed[key] = true
 		st, err := s.sweepOne(ctx, key, now)
 		if err != nil {
 			s.cfg.Logger.Warn("sweeping instance failed", "key", key, "err", err)
@@ -179,6 +193,7 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 		}
 		counts[st]++
 	}
+	maps.DeleteFunc(s.beats, func(k string, _ beatSeen) bool { return !listed[k] })
 	// The lister stops itself after the last key; no Stop needed.
 	for _, st := range []events.RuntimeStatus{events.RuntimeOnline, events.RuntimeOffline} {
 		s.cfg.Metrics.RuntimeInstances.WithLabelValues(string(st)).Set(float64(counts[st]))
@@ -195,7 +210,17 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
 		return "", fmt.Errorf("unreadable heartbeat: %w", err)
 	}
-	if hb.Status == events.RuntimeOffline || now.Sub(hb.LastBeat) <= s.cfg.OfflineAfter {
+	// Silent is measured by the sweeper's clock alone: how long since it
+	// first saw this revision of the entry. Comparing its clock with the
+	// lastBeat the instance wrote by its own marked every live instance
+	// offline once the two clocks were OfflineAfter apart. A sweeper that
+	// starts waits OfflineAfter before it marks anyone.
+	seen, ok := s.beats[key]
+	if !ok || seen.rev != ent.Revision() {
+		seen = beatSeen{rev: ent.Revision(), at: now}
+		s.beats[key] = seen
+	}
+	if hb.Status == events.RuntimeOffline || now.Sub(seen.at) <= s.cfg.OfflineAfter {
 		return hb.Status, nil // an instance back from a mark announces its return itself (heartbeat)
 	}
 	hb.Status = events.RuntimeOffline

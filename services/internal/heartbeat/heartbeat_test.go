@@ -110,13 +110,15 @@ func status(t *testing.T, srv *natstest.Compose, kind string) events.RuntimeStat
 	return hb.Status
 }
 
-// markOffline runs a sweeper an hour ahead until it marks the ghost
-// offline, and returns it with its clock offset.
+// markOffline runs a sweeper until it has seen the ghost's last beat,
+// moves its clock an hour on with no beat in between, and returns it,
+// with its clock offset, once it has marked the ghost offline.
 func markOffline(t *testing.T, srv *natstest.Compose, kind string) (*sweeper.Service, *atomic.Int64) {
 	t.Helper()
 	var ahead atomic.Int64
-	ahead.Store(int64(time.Hour))
 	sw := startSweeper(t, srv, &ahead)
+	sweeps(sw, 2) // the first may have begun before the beat was stored
+	ahead.Store(int64(time.Hour))
 	natstest.Eventually(t, 5*time.Second, "runtime.offline stored", func() bool { return stored(t, srv, offlineSubject(kind)) == 1 })
 	if got := status(t, srv, kind); got != events.RuntimeOffline {
 		t.Fatalf("status %s after the mark, want offline", got)
@@ -260,5 +262,30 @@ func TestOwnUnconfirmedBeatIsNotAnotherInstance(t *testing.T) {
 	b.BeatNow(context.Background())
 	if !strings.Contains(logs.String(), "another instance beats under this kind and name") {
 		t.Fatalf("a second instance under the same name was not logged:\n%s", logs.String())
+	}
+}
+
+// TestSweeperClockAheadMarksNoLiveInstance: the sweeper compared its own
+// clock with the lastBeat an instance wrote with its clock, so a sweeper
+// whose clock ran more than OfflineAfter (45 s) ahead marked every live
+// instance offline at each sweep, and they flapped offline and online. An
+// instance is marked when the sweeper has seen no new beat of it for
+// OfflineAfter by its own clock: a live one, beating every 100 ms here,
+// is never marked, however far ahead the sweeper's clock is.
+func TestSweeperClockAheadMarksNoLiveInstance(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	_, js := srv.Connect(t, "executor")
+	b, err := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	var ahead atomic.Int64
+	ahead.Store(int64(time.Hour))
+	sw := startSweeper(t, srv, &ahead)
+	sweeps(sw, 20) // 20 ms apart: a few beats in between
+	if n := stored(t, srv, offlineSubject("executor")); n != 0 {
+		t.Fatalf("a live instance was marked offline %d time(s) by a sweeper an hour ahead", n)
 	}
 }
