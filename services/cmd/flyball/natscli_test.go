@@ -16,6 +16,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/docexamples"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestDocsNatsPubWithTheNatsCLI runs every `nats pub` command of the
@@ -143,14 +144,14 @@ func awaitAnswer(answers <-chan *nats.Msg, id string) error {
 }
 
 // TestDocsNatsCommandsParse: every other nats command line of the README
-// and docs/ (sub, kv, stream, consumer …) names a command the nats CLI
+// and docs/ (sub, kv, stream, consumer …), in a code block or inline in
+// the prose, names a command the nats CLI
 // has, with flags it has. It asks the CLI for that command's help, so
 // nothing needs to be running.
 func TestDocsNatsCommandsParse(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLIPath(t)
-	_, blocks := docBlocks(t)
-	cmds, err := docexamples.Commands(blocks, "nats")
+	cmds, err := docexamples.Commands(docCommandBlocks(t), "nats")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +161,15 @@ func TestDocsNatsCommandsParse(t *testing.T) {
 		if len(args) > 0 && args[0] == "pub" {
 			continue // TestDocsNatsPubWithTheNatsCLI runs them
 		}
+		helpArgs := slices.Clone(args)
+		if last := len(helpArgs) - 1; c.Block.Kind == docexamples.KindInline && last > 0 &&
+			strings.HasPrefix(helpArgs[last], "--") && !strings.Contains(helpArgs[last], "=") {
+			// Prose names a flag without its value (`nats sub --stream`):
+			// ask for the command's help, and look the flag up in it below.
+			helpArgs = helpArgs[:last]
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		out, err := exec.CommandContext(ctx, natsCLI, append(slices.Clone(args), "--help")...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, natsCLI, append(helpArgs, "--help")...).CombinedOutput()
 		cancel()
 		help := string(out)
 		if err != nil || strings.Contains(help, "error:") {
@@ -187,4 +195,75 @@ func TestDocsNatsCommandsParse(t *testing.T) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return line
+}
+
+// TestDocsNatsNamesExist: the streams, durable consumers and KV buckets
+// that the docs' nats command lines name (`nats stream info DISPATCH`,
+// `nats consumer info TASKS governor`, `nats kv get flyball-schedules …`),
+// in code blocks and in the prose, are ones flyball defines. Placeholders
+// (<stream>, KV_<bucket>) are not checked.
+func TestDocsNatsNamesExist(t *testing.T) {
+	t.Parallel()
+	cmds, err := docexamples.Commands(docCommandBlocks(t), "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, c := range cfgs {
+		known[c.Name] = true
+	}
+	ccs, err := streams.ConsumerConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	durables := map[string][]string{}
+	for stream, cs := range ccs {
+		for _, c := range cs {
+			durables[stream] = append(durables[stream], c.Durable)
+		}
+	}
+	placeholder := func(w string) bool { return w == "x" || w == "KV_x" }
+	checked := 0
+	for _, c := range cmds {
+		words := c.Words[1:]
+		i := slices.IndexFunc(words, func(w string) bool { return w == "stream" || w == "consumer" || w == "kv" })
+		if i < 0 || i+1 >= len(words) {
+			continue
+		}
+		var pos []string // the operation's positional arguments
+		for _, w := range words[i+2:] {
+			if strings.HasPrefix(w, "-") {
+				break
+			}
+			pos = append(pos, w)
+		}
+		if len(pos) == 0 || placeholder(pos[0]) {
+			continue
+		}
+		where := c.Block.Where() + ": nats " + strings.Join(words, " ")
+		checked++
+		switch words[i] {
+		case "kv":
+			if !known["KV_"+pos[0]] {
+				t.Errorf("%s: no KV bucket %q", where, pos[0])
+			}
+		case "stream":
+			if !known[pos[0]] {
+				t.Errorf("%s: no stream %q", where, pos[0])
+			}
+		case "consumer":
+			if !known[pos[0]] {
+				t.Errorf("%s: no stream %q", where, pos[0])
+			} else if len(pos) > 1 && !placeholder(pos[1]) && !slices.Contains(durables[pos[0]], pos[1]) {
+				t.Errorf("%s: %s has no durable %q (it has %s)", where, pos[0], pos[1], strings.Join(durables[pos[0]], ", "))
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d nats command lines naming a stream, consumer or bucket, want at least 20", checked)
+	}
 }

@@ -132,6 +132,55 @@ func Blocks(root, rel string) ([]Block, error) {
 	return out, nil
 }
 
+// InlineBlocks returns the inline code spans of the prose of each markdown
+// file (outside fenced blocks) as one-line "sh" blocks of Kind "inline", so
+// Commands reads
+// the commands a runbook names in passing: `flyball dlq retry <seq>`. A
+// span may wrap onto the next line. A placeholder such as <seq> or
+// <kind>.<name> becomes the word x (x.x), and a span with an ellipsis
+// (`flyball task …`), an expansion or a backslash is left out: it stands
+// for commands rather than being one.
+func InlineBlocks(root string, files ...string) ([]Block, error) {
+	var out []Block
+	for _, rel := range files {
+		raw, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			return nil, err
+		}
+		// Blank out fenced blocks, keeping the line count.
+		lines := strings.Split(string(raw), "\n")
+		fenced := false
+		for i, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), "```") {
+				fenced = !fenced
+				lines[i] = ""
+			} else if fenced {
+				lines[i] = ""
+			}
+		}
+		text := strings.Join(lines, "\n")
+		for _, m := range inlineSpanRE.FindAllStringSubmatchIndex(text, -1) {
+			span := strings.Join(strings.Fields(text[m[2]:m[3]]), " ")
+			if strings.ContainsAny(span, "…$\\") {
+				continue
+			}
+			span = placeholderRE.ReplaceAllString(span, "x")
+			out = append(out, Block{File: rel, Line: 1 + strings.Count(text[:m[0]], "\n"), Lang: "sh", Kind: KindInline, Body: span + "\n"})
+		}
+	}
+	return out, nil
+}
+
+// KindInline is the Kind of the blocks InlineBlocks returns.
+const KindInline = "inline"
+
+var (
+	// inlineSpanRE is a single-backtick code span, on one line or wrapped
+	// onto the next.
+	inlineSpanRE  = regexp.MustCompile("`([^`\n]+(?:\n[^`\n]+)?)`")
+	placeholderRE = regexp.MustCompile(`<[a-z][a-z ]*>`)
+)
+
 // MDTable is one markdown table.
 type MDTable struct {
 	Heading string     // the nearest heading above it, without the #s

@@ -120,6 +120,49 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+func TestInlineBlocks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	md := strings.Join([]string{
+		"Run `flyball dlq retry <seq>` once fixed, or `nats kv del",
+		"flyball-runtime <kind>.<name>` as admin; `flyball task …` stands for many.",
+		"```sh",
+		"flyball status   # a block: Blocks reads it, not InlineBlocks",
+		"```",
+		"A `$VAR` is skipped, and so is the `KV_<bucket>` placeholder: it becomes `KV_x`.",
+	}, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "doc.md"), []byte(md), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := InlineBlocks(dir, "doc.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range blocks {
+		if b.Kind != KindInline || b.Lang != "sh" {
+			t.Errorf("%s: Kind %q Lang %q, want %q sh", b.Where(), b.Kind, b.Lang, KindInline)
+		}
+		got = append(got, b.Where()+" "+strings.TrimSuffix(b.Body, "\n"))
+	}
+	want := []string{
+		"doc.md:1 flyball dlq retry x",
+		"doc.md:1 nats kv del flyball-runtime x.x",
+		"doc.md:6 KV_x",
+		"doc.md:6 KV_x",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("InlineBlocks = %q, want %q", got, want)
+	}
+	cmds, err := Commands(blocks, "flyball", "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 2 || cmds[1].Words[len(cmds[1].Words)-1] != "x.x" {
+		t.Fatalf("Commands of the inline blocks = %+v, want the retry and the kv del", cmds)
+	}
+}
+
 func TestTable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
