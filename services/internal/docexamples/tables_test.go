@@ -2,6 +2,9 @@ package docexamples_test
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -395,5 +398,48 @@ func TestDecisionSourceTables(t *testing.T) {
 		if s != "unchanged" || produced != "no" {
 			t.Errorf("docs/events.md lists source %s (produced %q), which the governor does not have", s, produced)
 		}
+	}
+}
+
+// TestOperationsLogMessageTable: every log message the triage table of
+// docs/operations.md tells operators to grep for is one a service logs,
+// so a reworded message cannot leave the table pointing at nothing.
+func TestOperationsLogMessageTable(t *testing.T) {
+	t.Parallel()
+	root := docexamples.Root(t)
+	rows, err := docexamples.Table(root, "docs/operations.md", "| message | what it means |")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	err = filepath.WalkDir(filepath.Join(root, "services"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		src.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := src.String()
+	msgRE := regexp.MustCompile("^`([^`]+)`")
+	for _, r := range rows {
+		m := msgRE.FindStringSubmatch(r[0])
+		if m == nil {
+			t.Errorf("row %q: the message cell does not start with a `message`", r[0])
+			continue
+		}
+		msg := m[1]
+		// A message built from a prefix (kind + " not confirmed; …") is
+		// found by the literal after its first word.
+		_, rest, _ := strings.Cut(msg, " ")
+		if !strings.Contains(code, `"`+msg+`"`) && (rest == "" || !strings.Contains(code, `" `+rest+`"`)) {
+			t.Errorf("docs/operations.md names the log message %q, which no service logs", msg)
+		}
+	}
+	if len(rows) < 5 {
+		t.Fatalf("found %d log messages, want at least 5", len(rows))
 	}
 }
