@@ -64,3 +64,16 @@ func TestSilentInstanceGoesOfflineAndComesBack(t *testing.T) {
 		return json.Unmarshal(ent.Value(), &cur) == nil && cur.Status == events.RuntimeOnline
 	})
 }
+
+// TestHandWrittenRegistryEntryIsMarkedUnderItsKey: an entry written by
+// hand (or by an older version) without kind or name in its value made the
+// sweeper publish its offline mark to flyball.runtime.offline.. , which
+// nothing answers: the publish timed out after 5 s on every sweep, and the
+// instance was never announced. The key, <kind>.<name>, names it.
+func TestHandWrittenRegistryEntryIsMarkedUnderItsKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // sweeper: OfflineAfter 400ms, sweeps every 100ms
+	offline := e.collect("flyball.runtime.offline.executor.handmade")
+	putJSON(t, e.srv.JS, streams.BucketRuntime, "executor.handmade", map[string]any{"status": "online", "lastBeat": time.Now().UTC()})
+	natstest.Eventually(t, 5*time.Second, "runtime.offline for executor.handmade", func() bool { return len(offline()) == 1 })
+}

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -209,6 +210,12 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 	var hb events.Heartbeat
 	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
 		return "", fmt.Errorf("unreadable heartbeat: %w", err)
+	}
+	// The key, <kind>.<name>, names the instance: a value written by hand
+	// may lack them, and its mark would go to flyball.runtime.offline.. ,
+	// where the publish times out on every sweep.
+	if kind, name, ok := strings.Cut(key, "."); ok {
+		hb.Kind, hb.Name = kind, name
 	}
 	// Silent is measured by the sweeper's clock alone: how long since it
 	// first saw this revision of the entry. Comparing its clock with the
