@@ -318,15 +318,15 @@ type Entry struct {
 }
 
 // Replay applies steps (in stored order) to an empty state and returns the
-// timeline. applied reports whether the governor accepted a command (its
-// task.accepted answer exists); rejected commands are skipped, exactly as
-// the service skipped them.
-func Replay(steps []Step, applied func(commandID string) bool) []Entry {
+// timeline. applied reports whether the governor accepted the command of
+// steps[i] (it answered it with task.accepted); rejected commands are
+// skipped, exactly as the service skipped them.
+func Replay(steps []Step, applied func(i int) bool) []Entry {
 	var spec *events.TaskSpec
 	var st gov.State
 	var out []Entry
 	for i, step := range steps {
-		if step.CommandID != "" && !applied(step.CommandID) {
+		if step.CommandID != "" && !applied(i) {
 			continue
 		}
 		if step.Spec != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -55,9 +56,31 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	type item struct {
 		msg  Message
 		step governor.Step
+		// answered is set once the command's answer is read: accepted
+		// tells which.
+		answered, accepted bool
 	}
 	var items []item
+	// The governor answers a task's commands one by one, in stored
+	// order, so an answer (task.accepted or task.rejected) is the answer
+	// to the oldest unanswered command with its id: an id can be sent
+	// again, and the second command rejected (a create of a task that
+	// exists). A command left without one (JetStream dropped a repeated
+	// answer as a duplicate of one with the same Nats-Msg-Id) counts as
+	// applied if any command with its id was accepted.
 	applied := map[string]bool{}
+	unanswered := map[string][]int{} // command id: its items waiting for an answer, oldest first
+	answer := func(cmdID string, accepted bool) {
+		if waiting := unanswered[cmdID]; len(waiting) > 0 {
+			if i := waiting[0]; i >= 0 { // -1: a command Translate refused
+				items[i].answered, items[i].accepted = true, accepted
+			}
+			unanswered[cmdID] = waiting[1:]
+		}
+		if accepted {
+			applied[cmdID] = true
+		}
+	}
 	// keys are the breaker keys the task's calls may have used: its id,
 	// and the host key of every spec it had with breaker.scope host.
 	keys := map[string]bool{id: true}
@@ -98,7 +121,16 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 				if e, err := events.Decode(m.Header, m.Data); err == nil {
 					var acc events.TaskAccepted
 					if events.DecodeData(e, &acc) == nil {
-						applied[acc.CommandID] = true
+						answer(acc.CommandID, true)
+					}
+				}
+				return nil
+			}
+			if m.Subject == events.TaskSubject(events.VerbRejected, id) {
+				if e, err := events.Decode(m.Header, m.Data); err == nil {
+					var rej events.TaskRejected
+					if events.DecodeData(e, &rej) == nil {
+						answer(rej.CommandID, false)
 					}
 				}
 				return nil
@@ -107,10 +139,18 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 				keys[k] = true // the key the executor used for this call
 			}
 			step, err := governor.Translate(m.Subject, m.Header, m.Data, m.Time)
+			if err != nil && !errors.Is(err, governor.ErrNoEffect) && src.stream == streams.StreamTasks {
+				// The governor rejected it, with an answer under its id.
+				_, cmdID := events.PeekAttributes(m.Header, m.Data)
+				unanswered[cmdID] = append(unanswered[cmdID], -1)
+			}
 			if err != nil || step.TaskID != id {
 				return nil //nolint:nilerr // rejected or malformed inputs, or another task's, never changed this schedule
 			}
 			addKey(step.Spec)
+			if step.CommandID != "" {
+				unanswered[step.CommandID] = append(unanswered[step.CommandID], len(items))
+			}
 			items = append(items, item{msg: m, step: step})
 			return nil
 		})
@@ -127,7 +167,12 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	for i := range items {
 		steps[i] = items[i].step
 	}
-	entries := governor.Replay(steps, func(cmdID string) bool { return applied[cmdID] })
+	entries := governor.Replay(steps, func(i int) bool {
+		if items[i].answered {
+			return items[i].accepted
+		}
+		return applied[items[i].step.CommandID]
+	})
 
 	ex := &Explanation{TaskID: id}
 	for _, en := range entries {
