@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -97,6 +101,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	} else if !jsutil.IsKeyMissing(err) {
 		return nil, err
 	}
+	var histories []streamHistory
 	for _, src := range []struct {
 		stream   string
 		subjects func() []string
@@ -116,7 +121,18 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		}},
 		{streams.StreamDeadLetter, func() []string { return []string{events.DeadLetterSubject(id)} }},
 	} {
-		err := Scan(ctx, r.js, ScanOptions{Stream: src.stream, Subjects: src.subjects()}, func(m Message) error {
+		stream, err := r.js.Stream(ctx, src.stream)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", src.stream, err)
+		}
+		held := streamHistory{info: stream.CachedInfo(), subjects: map[string]subjectHistory{}}
+		err = Scan(ctx, r.js, ScanOptions{Stream: src.stream, Subjects: src.subjects()}, func(m Message) error {
+			if h, ok := held.subjects[m.Subject]; ok {
+				h.n++
+				held.subjects[m.Subject] = h
+			} else {
+				held.subjects[m.Subject] = subjectHistory{n: 1, first: m.Time}
+			}
 			if m.Subject == events.TaskSubject(events.VerbAccepted, id) {
 				if e, err := events.Decode(m.Header, m.Data); err == nil {
 					var acc events.TaskAccepted
@@ -157,6 +173,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		if err != nil {
 			return nil, err
 		}
+		histories = append(histories, held)
 	}
 	// The governor applies inputs as they are stored; across streams the
 	// stored time orders them.
@@ -203,8 +220,50 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	case ex.Replayed != nil && ex.Stored != nil:
 		ex.Agrees = ex.Replayed.NextRunAt.Equal(ex.Stored.NextRunAt) && ex.Replayed.Source == ex.Stored.Source
 	}
-	if len(entries) > 0 && entries[0].Step.Input.Kind != gov.KindAccepted {
+	switch {
+	case len(entries) == 0 && ex.Stored != nil:
+		ex.Warnings = append(ex.Warnings, "the task's creation and updates are no longer in TASKS: nothing could be replayed")
+	case len(entries) > 0 && entries[0].Step.Input.Kind != gov.KindAccepted:
 		ex.Warnings = append(ex.Warnings, "the task's creation is no longer in TASKS: the replay starts mid-history and may differ from what was stored")
 	}
+	if len(entries) > 0 {
+		for _, h := range histories {
+			ex.Warnings = append(ex.Warnings, h.lost(entries[0].Step.At)...)
+		}
+	}
 	return ex, nil
+}
+
+// streamHistory is what a stream held of a task when explain read it.
+type streamHistory struct {
+	info     *jetstream.StreamInfo
+	subjects map[string]subjectHistory
+}
+
+// subjectHistory counts the messages read on one subject.
+type subjectHistory struct {
+	n     int
+	first time.Time
+}
+
+// lost describes the messages the stream may have dropped (max age, a
+// purge, its per-subject limit) since start, when the replay began: the
+// replay then misses inputs the governor applied.
+func (h streamHistory) lost(start time.Time) []string {
+	var out []string
+	name, st, cfg := h.info.Config.Name, h.info.State, h.info.Config
+	if st.FirstSeq > 1 && st.FirstTime.After(start) {
+		out = append(out, fmt.Sprintf("%s holds messages only from %s on (max age %s, or purged), after the replay's start at %s: the inputs stored there before are missing, so the replay may differ from what was stored",
+			name, st.FirstTime.UTC().Format(time.RFC3339), cfg.MaxAge, start.UTC().Format(time.RFC3339)))
+	}
+	if cfg.MaxMsgsPerSubject > 0 {
+		subjects := slices.Sorted(maps.Keys(h.subjects))
+		for _, subj := range subjects {
+			if sh := h.subjects[subj]; int64(sh.n) >= cfg.MaxMsgsPerSubject && sh.first.After(start) {
+				out = append(out, fmt.Sprintf("%s keeps %d messages per subject and holds %d on %s, from %s on: the older ones are missing, so the replay may differ from what was stored",
+					name, cfg.MaxMsgsPerSubject, sh.n, subj, sh.first.UTC().Format(time.RFC3339)))
+			}
+		}
+	}
+	return out
 }

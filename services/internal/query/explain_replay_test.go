@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +116,143 @@ func TestExplainMatchesAnswersToCommandsTheGovernorCouldNotRead(t *testing.T) {
 	publishEvent(t, js, events.TaskSubject(events.VerbPaused, id), events.TypeTaskPaused, id, "pause", events.TaskPause{ID: id, Reason: "maintenance"})
 	governorCaughtUp(t, js)
 	explainMatchesStore(t, q, id)
+}
+
+// TestExplainReplaysEveryKindOfInput drives a governor through every
+// kind of input it applies, one at a time, and checks after each that
+// explain rebuilds exactly the stored schedule.
+func TestExplainReplaysEveryKindOfInput(t *testing.T) {
+	js, q := governorOnly(t)
+	const id = "every"
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	spec := func(interval string) json.RawMessage {
+		return json.RawMessage(`{"id":"` + id + `","target":{"http":{"url":"http://h.example:8080/x"}},"schedule":{"interval":"` + interval + `"},` +
+			`"breaker":{"scope":"host"},"retry":{"maxAttempts":2}}`)
+	}
+	hostKey := "h.example_8080"
+	cmd := func(verb events.Verb, ceID string, data any) func() {
+		return func() { publishEvent(t, js, events.TaskSubject(verb, id), verb.Type(), id, ceID, data) }
+	}
+	run := func(o events.Outcome, typ, taskID, dispatch string, slot, finished time.Duration) func() {
+		return func() {
+			publishEvent(t, js, events.RunSubject(o, id), typ, id, "run-"+dispatch+string(o), events.Run{
+				DispatchID: dispatch, TaskID: taskID, ScheduledAt: now.Add(slot), FinishedAt: now.Add(finished), Attempt: 1, Final: true,
+			})
+		}
+	}
+	breaker := func(key string, to events.BreakerState, retryAt *time.Time) func() {
+		return func() {
+			publishEvent(t, js, events.BreakerSubject(to, key), "io.flyball.breaker."+string(to), key, "br-"+string(to)+time.Now().String(), events.BreakerTransition{
+				Key: key, TaskID: id, From: events.BreakerClosed, To: to, RetryAt: retryAt, At: time.Now(),
+			})
+		}
+	}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"create", cmd(events.VerbCreated, "c1", spec("1m"))},
+		{"success", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d1", 0, time.Second)},
+		{"the same success again", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d1", 0, time.Second)},
+		{"final failure", run(events.OutcomeFailed, events.TypeRunFailed, id, "d2", time.Minute, time.Minute+time.Second)},
+		{"an older success, out of order", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d0", -time.Minute, -59*time.Second)},
+		{"wrong type for the subject", run(events.OutcomeSucceeded, events.TypeRunFailed, id, "d3", 2*time.Minute, 2*time.Minute)},
+		{"another task's id", run(events.OutcomeSucceeded, events.TypeRunSucceeded, "other", "d4", 2*time.Minute, 2*time.Minute)},
+		{"slot far ahead", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d5", time.Hour, time.Hour)},
+		{"host breaker opens", breaker(hostKey, events.BreakerOpen, at(10*time.Minute))},
+		{"host breaker opens far ahead", breaker(hostKey, events.BreakerOpen, at(48*time.Hour))},
+		{"host breaker closes", breaker(hostKey, events.BreakerClosed, nil)},
+		{"task breaker opens", breaker(id, events.BreakerOpen, at(5*time.Minute))},
+		{"task breaker half-open", breaker(id, events.BreakerHalfOpen, nil)},
+		{"dead letter", func() {
+			publishEvent(t, js, events.DeadLetterSubject(id), events.TypeDeadLettered, id, "dl-1", events.DeadLetter{
+				TaskID: id, Reason: "permanent", Dispatch: events.Dispatch{DispatchID: "d2", TaskID: id}, Attempts: 2, DeadLetteredAt: now.Add(time.Minute + 2*time.Second),
+			})
+		}},
+		{"requeue", cmd(events.VerbRequeued, "rq", events.TaskRequeue{ID: id})},
+		{"interval hint", cmd(events.VerbHinted, "h1", events.TaskHint{ID: id, Interval: events.Duration(5 * time.Minute)})},
+		{"one-shot hint", cmd(events.VerbHinted, "h2", events.TaskHint{ID: id, At: at(2 * time.Minute)})},
+		{"run now", cmd(events.VerbHinted, "h3", events.TaskHint{ID: id, At: at(0)})},
+		{"timed pause", cmd(events.VerbPaused, "p1", events.TaskPause{ID: id, Until: at(30 * time.Minute), Reason: "deploy"})},
+		{"resume", cmd(events.VerbResumed, "r1", events.TaskRef{ID: id})},
+		{"indefinite pause", cmd(events.VerbPaused, "p2", events.TaskPause{ID: id})},
+		{"update while paused", cmd(events.VerbUpdated, "u1", spec("2m"))},
+		{"resume again", cmd(events.VerbResumed, "r2", events.TaskRef{ID: id})},
+		{"delete", cmd(events.VerbDeleted, "del", events.TaskRef{ID: id})},
+		{"an outcome after the delete", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d6", 3*time.Minute, 3*time.Minute+time.Second)},
+		{"create again", cmd(events.VerbCreated, "c2", spec("1m"))},
+		{"success after the re-create", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d7", 4*time.Minute, 4*time.Minute+time.Second)},
+	}
+	for _, s := range steps {
+		s.do()
+		governorCaughtUp(t, js)
+		if ex := explainMatchesStore(t, q, id); t.Failed() {
+			t.Fatalf("after %s (%d timeline lines)", s.name, len(ex.Timeline))
+		}
+	}
+}
+
+// TestExplainWarnsWhenRunsHistoryIsGone: RUNS keeps 7 days and 1000
+// events per subject (17 hours of a 1-minute task's successes), TASKS a
+// year, so the usual aged-out history is a task whose creation is still
+// there and whose older outcomes are not. The replay then starts at the
+// creation but misses outcomes; it must say so rather than present its
+// decisions as the ones taken.
+func TestExplainWarnsWhenRunsHistoryIsGone(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		lose func(t *testing.T, js jetstream.JetStream, runs jetstream.Stream)
+	}{
+		{"max age", func(t *testing.T, _ jetstream.JetStream, runs jetstream.Stream) {
+			// What max age does: the stream's oldest messages go.
+			if err := runs.Purge(ctx, jetstream.WithPurgeSequence(3)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"per-subject limit", func(t *testing.T, js jetstream.JetStream, runs jetstream.Stream) {
+			cfg := runs.CachedInfo().Config
+			cfg.MaxMsgsPerSubject = 2
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			js, q := governorOnly(t)
+			const id = "aged"
+			now := time.Now().UTC()
+			// another task's outcome first: RUNS' first message outlives the task's
+			publishEvent(t, js, events.RunSubject(events.OutcomeSucceeded, "other"), events.TypeRunSucceeded, "other", "other-1",
+				events.Run{DispatchID: "o1", TaskID: "other", ScheduledAt: now, FinishedAt: now})
+			publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "c1", json.RawMessage(fmt.Sprintf(minuteSpec, id)))
+			governorCaughtUp(t, js)
+			for i := range 3 {
+				slot := now.Add(time.Duration(i) * time.Minute)
+				publishEvent(t, js, events.RunSubject(events.OutcomeSucceeded, id), events.TypeRunSucceeded, id, fmt.Sprint("run-", i),
+					events.Run{DispatchID: fmt.Sprint("d", i), TaskID: id, ScheduledAt: slot, FinishedAt: slot.Add(time.Second)})
+				governorCaughtUp(t, js)
+			}
+			runs, err := js.Stream(ctx, streams.StreamRuns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.lose(t, js, runs)
+			ex, err := q.Explain(ctx, id, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ex.Agrees && ex.Replayed.Runs == ex.Stored.Runs {
+				t.Fatalf("the replay lost no outcome: replayed %d runs, stored %d", ex.Replayed.Runs, ex.Stored.Runs)
+			}
+			found := false
+			for _, w := range ex.Warnings {
+				found = found || strings.Contains(w, streams.StreamRuns)
+			}
+			if !found {
+				t.Errorf("RUNS lost outcomes of %s (replayed %d runs, stored %d), but explain warns only %q", id, ex.Replayed.Runs, ex.Stored.Runs, ex.Warnings)
+			}
+		})
+	}
 }
