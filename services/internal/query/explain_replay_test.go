@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 		return json.RawMessage(`{"id":"` + id + `","target":{"http":{"url":"http://h.example:8080/x"}},"schedule":{"interval":"` + interval + `"},` +
 			`"breaker":{"scope":"host"},"retry":{"maxAttempts":2}}`)
 	}
-	hostKey := "h.example_8080"
+	hostKey := "host_h_example_8080" // executor.BreakerKey of the spec
 	cmd := func(verb events.Verb, ceID string, data any) func() {
 		return func() { publishEvent(t, js, events.TaskSubject(verb, id), verb.Type(), id, ceID, data) }
 	}
@@ -161,6 +162,11 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 		{"another task's id", run(events.OutcomeSucceeded, events.TypeRunSucceeded, "other", "d4", 2*time.Minute, 2*time.Minute)},
 		{"slot far ahead", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d5", time.Hour, time.Hour)},
 		{"host breaker opens", breaker(hostKey, events.BreakerOpen, at(10*time.Minute))},
+		{"another task's host breaker opens", func() {
+			publishEvent(t, js, events.BreakerSubject(events.BreakerOpen, hostKey), events.TypeBreakerOpen, hostKey, "br-other", events.BreakerTransition{
+				Key: hostKey, TaskID: "other", From: events.BreakerClosed, To: events.BreakerOpen, RetryAt: at(20 * time.Minute), At: time.Now(),
+			})
+		}},
 		{"host breaker opens far ahead", breaker(hostKey, events.BreakerOpen, at(48*time.Hour))},
 		{"host breaker closes", breaker(hostKey, events.BreakerClosed, nil)},
 		{"task breaker opens", breaker(id, events.BreakerOpen, at(5*time.Minute))},
@@ -184,12 +190,22 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 		{"create again", cmd(events.VerbCreated, "c2", spec("1m"))},
 		{"success after the re-create", run(events.OutcomeSucceeded, events.TypeRunSucceeded, id, "d7", 4*time.Minute, 4*time.Minute+time.Second)},
 	}
+	var ex *query.Explanation
 	for _, s := range steps {
 		s.do()
 		governorCaughtUp(t, js)
-		if ex := explainMatchesStore(t, q, id); t.Failed() {
+		if ex = explainMatchesStore(t, q, id); t.Failed() {
 			t.Fatalf("after %s (%d timeline lines)", s.name, len(ex.Timeline))
 		}
+	}
+	perStream := map[string]int{}
+	for _, s := range ex.Timeline {
+		perStream[s.Stream]++
+	}
+	// 12 commands; 3 outcomes (d1, d2, d7: d6 came for the deleted task); the
+	// host breaker's open and close, the task breaker's open and half-open
+	if want := map[string]int{streams.StreamTasks: 12, streams.StreamRuns: 3, streams.StreamHealth: 4, streams.StreamDeadLetter: 1}; !maps.Equal(perStream, want) {
+		t.Errorf("timeline lines per stream = %v, want %v", perStream, want)
 	}
 }
 
