@@ -318,16 +318,32 @@ type Entry struct {
 }
 
 // Replay applies steps (in stored order) to an empty state and returns the
-// timeline. applied reports whether the governor accepted the command of
-// steps[i] (it answered it with task.accepted); rejected commands are
-// skipped, exactly as the service skipped them.
-func Replay(steps []Step, applied func(i int) bool) []Entry {
+// timeline. answer reports whether the governor accepted the command of
+// steps[i] (known: it answered it with task.accepted or task.rejected);
+// rejected commands are skipped, exactly as the service skipped them. A
+// command whose answer is not known is judged as the service judges it
+// (applyCommand): a create is refused if the task exists under another
+// command, any other command but a delete if it does not.
+func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 	var spec *events.TaskSpec
 	var st gov.State
 	var out []Entry
 	for i, step := range steps {
-		if step.CommandID != "" && !applied(i) {
-			continue
+		if step.CommandID != "" {
+			accepted, known := answer(i)
+			if !known {
+				switch step.Input.Kind {
+				case gov.KindAccepted:
+					accepted = spec == nil || st.LastCommandID == step.CommandID
+				case gov.KindDeleted:
+					accepted = true
+				default:
+					accepted = spec != nil
+				}
+			}
+			if !accepted {
+				continue
+			}
 		}
 		if step.Spec != nil {
 			spec = step.Spec

@@ -69,10 +69,9 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	// order, so an answer (task.accepted or task.rejected) is the answer
 	// to the oldest unanswered command with its id: an id can be sent
 	// again, and the second command rejected (a create of a task that
-	// exists). A command left without one (JetStream dropped a repeated
-	// answer as a duplicate of one with the same Nats-Msg-Id) counts as
-	// applied if any command with its id was accepted.
-	applied := map[string]bool{}
+	// exists). A command left without one (JetStream dropped its answer
+	// as a duplicate: the governor answers under the Nats-Msg-Id
+	// accepted:<id> or rejected:<id>) is judged by Replay.
 	unanswered := map[string][]int{} // command id: its items waiting for an answer, oldest first
 	answer := func(cmdID string, accepted bool) {
 		if waiting := unanswered[cmdID]; len(waiting) > 0 {
@@ -80,9 +79,6 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 				items[i].answered, items[i].accepted = true, accepted
 			}
 			unanswered[cmdID] = waiting[1:]
-		}
-		if accepted {
-			applied[cmdID] = true
 		}
 	}
 	// keys are the breaker keys the task's calls may have used: its id,
@@ -156,9 +152,12 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 			}
 			step, err := governor.Translate(m.Subject, m.Header, m.Data, m.Time)
 			if err != nil && !errors.Is(err, governor.ErrNoEffect) && src.stream == streams.StreamTasks {
-				// The governor rejected it, with an answer under its id.
-				_, cmdID := events.PeekAttributes(m.Header, m.Data)
-				unanswered[cmdID] = append(unanswered[cmdID], -1)
+				// The governor rejected it, answering under the task's
+				// subject unless the subject is unreadable (_invalid).
+				if _, serr := events.ParseSubject(m.Subject); serr == nil {
+					_, cmdID := events.PeekAttributes(m.Header, m.Data)
+					unanswered[cmdID] = append(unanswered[cmdID], -1)
+				}
 			}
 			if err != nil || step.TaskID != id {
 				return nil //nolint:nilerr // rejected or malformed inputs, or another task's, never changed this schedule
@@ -184,12 +183,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	for i := range items {
 		steps[i] = items[i].step
 	}
-	entries := governor.Replay(steps, func(i int) bool {
-		if items[i].answered {
-			return items[i].accepted
-		}
-		return applied[items[i].step.CommandID]
-	})
+	entries := governor.Replay(steps, func(i int) (bool, bool) { return items[i].accepted, items[i].answered })
 
 	ex := &Explanation{TaskID: id}
 	for _, en := range entries {

@@ -344,3 +344,21 @@ func TestExplainAgreesWithALiveStack(t *testing.T) {
 		return true
 	})
 }
+
+// TestExplainIgnoresCommandsAnsweredElsewhere: a command on an unknown
+// verb is answered on flyball.task.rejected._invalid, not under the task,
+// so it must not take the place of a later command with its id in the
+// queue of commands waiting for their answers. Its answer's Nats-Msg-Id
+// (rejected:p) also makes JetStream drop the answer to the last create
+// as a duplicate: explain must judge that create as the governor did.
+func TestExplainIgnoresCommandsAnsweredElsewhere(t *testing.T) {
+	js, q := governorOnly(t)
+	const id = "elsewhere"
+	publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "create-"+id, json.RawMessage(fmt.Sprintf(minuteSpec, id)))
+	publishEvent(t, js, "flyball.task.frozen."+id, "io.flyball.task.frozen", id, "p", events.TaskPause{ID: id})
+	publishEvent(t, js, events.TaskSubject(events.VerbPaused, id), events.TypeTaskPaused, id, "p", events.TaskPause{ID: id, Reason: "first"})
+	publishEvent(t, js, events.TaskSubject(events.VerbResumed, id), events.TypeTaskResumed, id, "r", events.TaskRef{ID: id})
+	publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "p", json.RawMessage(fmt.Sprintf(minuteSpec, id)))
+	governorCaughtUp(t, js)
+	explainMatchesStore(t, q, id)
+}
