@@ -118,7 +118,7 @@ func TestExplainMatchesAnswersToCommandsTheGovernorCouldNotRead(t *testing.T) {
 	js, q := governorOnly(t)
 	const id = "unread"
 	publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "create-"+id, json.RawMessage(fmt.Sprintf(minuteSpec, id)))
-	publishEvent(t, js, events.TaskSubject(events.VerbPaused, id), events.TypeTaskPaused, id, "pause", json.RawMessage(`{"id":"`+id+`","untill":"soon"}`))
+	publishEvent(t, js, events.TaskSubject(events.VerbPaused, id), events.TypeTaskPaused, id, "pause", json.RawMessage(`{"id":"`+id+`","when":"soon"}`))
 	publishEvent(t, js, events.TaskSubject(events.VerbPaused, id), events.TypeTaskPaused, id, "pause", events.TaskPause{ID: id, Reason: "maintenance"})
 	governorCaughtUp(t, js)
 	explainMatchesStore(t, q, id)
