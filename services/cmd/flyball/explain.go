@@ -31,7 +31,10 @@ its trail. It ends by comparing the replay with the schedule stored in
 KV flyball-schedules; a mismatch is reported, never hidden.
 
 --since hides older lines; the replay itself always starts at the task's
-creation, so the decisions shown are the ones actually taken.`,
+creation, so the decisions shown are the ones actually taken, as long as
+the streams still hold every input since (RUNS and HEALTH keep 7 days and
+1000 messages per subject): a warning names a stream that may have dropped
+some, and a mismatch may follow.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := validID(args[0]); err != nil {
