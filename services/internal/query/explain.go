@@ -221,8 +221,9 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		ex.Warnings = append(ex.Warnings, "the task's creation is no longer in TASKS: the replay starts mid-history and may differ from what was stored")
 	}
 	if len(entries) > 0 {
+		now := time.Now()
 		for _, h := range histories {
-			ex.Warnings = append(ex.Warnings, h.lost(entries[0].Step.At)...)
+			ex.Warnings = append(ex.Warnings, h.lost(entries[0].Step.At, now)...)
 		}
 	}
 	return ex, nil
@@ -240,15 +241,17 @@ type subjectHistory struct {
 	first time.Time
 }
 
-// lost describes the messages the stream may have dropped (max age, a
-// purge, its per-subject limit) since start, when the replay began: the
-// replay then misses inputs the governor applied.
-func (h streamHistory) lost(start time.Time) []string {
+// lost describes the messages of the task the stream may have dropped
+// since start, when the replay began, by its limits (max age, the task's
+// subjects at their per-subject limit): the replay then misses inputs the
+// governor applied. A stream's first message alone tells nothing: other
+// tasks' subjects at their limit move it on too.
+func (h streamHistory) lost(start, now time.Time) []string {
 	var out []string
 	name, st, cfg := h.info.Config.Name, h.info.State, h.info.Config
-	if st.FirstSeq > 1 && st.FirstTime.After(start) {
-		out = append(out, fmt.Sprintf("%s holds messages only from %s on (max age %s, or purged), after the replay's start at %s: the inputs stored there before are missing, so the replay may differ from what was stored",
-			name, st.FirstTime.UTC().Format(time.RFC3339), cfg.MaxAge, start.UTC().Format(time.RFC3339)))
+	if cfg.MaxAge > 0 && now.Sub(start) > cfg.MaxAge && st.FirstSeq > 1 {
+		out = append(out, fmt.Sprintf("%s keeps messages for %s: those stored between the replay's start (%s) and %s have aged out, so the replay may differ from what was stored",
+			name, events.Duration(cfg.MaxAge), start.UTC().Format(time.RFC3339), now.Add(-cfg.MaxAge).UTC().Format(time.RFC3339)))
 	}
 	if cfg.MaxMsgsPerSubject > 0 {
 		subjects := slices.Sorted(maps.Keys(h.subjects))
