@@ -342,16 +342,28 @@ func TestExplainAgreesWithALiveStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Runs in flight when the pause came end and are applied; then nothing moves.
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last explain:\n%s", last)
+		}
+	})
 	natstest.Eventually(t, 30*time.Second, "explain agrees with the paused schedule", func() bool {
 		governorCaughtUp(t, js)
 		ex, err := q.Explain(ctx, id, time.Time{})
 		if err != nil || ex.Replayed == nil || ex.Stored == nil {
 			return false
 		}
-		replayed, _ := json.Marshal(ex.Replayed)
-		stored, _ := json.Marshal(ex.Stored)
+		// The governor reads each stream on its own: a dead letter stored
+		// just after the pause may have been applied just before it. Which
+		// input came last (input, decidedAt) may then differ; the rest of
+		// the schedule may not.
+		rp, sp := *ex.Replayed, *ex.Stored
+		rp.Input, rp.DecidedAt, sp.Input, sp.DecidedAt = "", time.Time{}, "", time.Time{}
+		replayed, _ := json.Marshal(rp)
+		stored, _ := json.Marshal(sp)
 		if string(replayed) != string(stored) {
-			t.Logf("not yet:\nreplayed %s\nstored   %s", replayed, stored)
+			last = fmt.Sprintf("replayed %s\nstored   %s", replayed, stored)
 			return false
 		}
 		return true
