@@ -28,6 +28,18 @@ func (f *attemptsFixture) delivered(t *testing.T) uint64 {
 	return info.Delivered.Consumer
 }
 
+// putBreaker stores rec as the fixture task's breaker and waits until the
+// executor's view of flyball-breakers holds it, so that a dispatch sent
+// next meets it (the view follows a watch, a moment behind the bucket).
+func (f *attemptsFixture) putBreaker(t *testing.T, rec BreakerRecord) {
+	t.Helper()
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, rec)
+	natstest.Eventually(t, 10*time.Second, "the executor's view holds the breaker record", func() bool {
+		r := f.ex.breakers.Lookup(f.id)
+		return r.Found && r.Value.State == rec.State && r.Value.RetryAt.Equal(rec.RetryAt)
+	})
+}
+
 // TestWaitingForAProbeUsesNoDeliveries: a dispatch that waits for
 // another call's probe of a half-open breaker is checked again every
 // half second or more, for as long as the probe runs (a slow target,
@@ -43,7 +55,7 @@ func TestWaitingForAProbeUsesNoDeliveries(t *testing.T) {
 	f := newAttemptsFixture(t, target, 3, 5*time.Second, 3)
 	exhausted := f.deliveriesExhausted(t)
 	retryAt := time.Now().Add(-time.Second).UTC()
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+	f.putBreaker(t, BreakerRecord{
 		Key: f.id, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	now := time.Now().UTC()
@@ -96,7 +108,7 @@ func TestOpenBreakerWaitIsKeptAlive(t *testing.T) {
 	target := newAttemptTarget(t, http.StatusOK)
 	f := newAttemptsFixture(t, target, 3, time.Second, 50)
 	retryAt := time.Now().Add(3 * time.Second).UTC()
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+	f.putBreaker(t, BreakerRecord{
 		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(3 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	f.dispatch(t)
@@ -120,7 +132,7 @@ func TestStopHandsBackADeferredDispatch(t *testing.T) {
 	target := newAttemptTarget(t, http.StatusOK)
 	f := newAttemptsFixture(t, target, 3, 0, 0)
 	retryAt := time.Now().Add(2 * time.Second).UTC()
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+	f.putBreaker(t, BreakerRecord{
 		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(2 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	f.dispatch(t)
@@ -156,7 +168,7 @@ func TestDeferredDispatchWakesWhenItsBreakerChanges(t *testing.T) {
 	t.Parallel()
 	target := newAttemptTarget(t, http.StatusOK)
 	f := newAttemptsFixture(t, target, 3, 0, 0)
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{
+	f.putBreaker(t, BreakerRecord{
 		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(time.Hour), RetryAt: time.Now().Add(time.Hour).UTC(), UpdatedAt: time.Now().UTC(),
 	})
 	f.dispatch(t)
