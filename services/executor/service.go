@@ -364,14 +364,30 @@ type held struct {
 	kept bool
 }
 
-// handBack is the delay of the nak that hands h back at shutdown: at
-// once for a dispatch held for its slot, so another executor runs it on
-// time; a parked one when it would have been checked again.
+// handBackLead and handBackFloor shape the nak that hands a held dispatch
+// back at shutdown.
+const (
+	// handBackLead: it comes back this long before it is due, so that
+	// another executor takes it in and runs it on time.
+	handBackLead = 250 * time.Millisecond
+	// handBackFloor: never at once. The stopping executor's last pull may
+	// still be open on the server (nats.go unsubscribes it a moment after
+	// the drain), and a message redelivered into it is lost there until
+	// AckWait: a held dispatch then ran a minute late
+	// (TestHeldDispatchesAreHandedBackAtShutdown failed 3 times in 24 under
+	// load).
+	handBackFloor = 250 * time.Millisecond
+)
+
+// handBack is the delay of the nak that hands h back at shutdown: a
+// moment before its slot for a dispatch held for its slot, before its
+// next check for a parked one, and never less than handBackFloor.
 func (h *held) handBack() time.Duration {
+	due := h.d.ScheduledAt
 	if h.parked {
-		return max(time.Until(h.until), 0)
+		due = h.until
 	}
-	return 0
+	return max(time.Until(due)-handBackLead, handBackFloor)
 }
 
 // fireHeld hands a held dispatch whose slot has come to one of the
@@ -411,7 +427,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	case s.fire <- h:
 	case <-ctx.Done():
 		s.waitEnd(h.m)
-		s.nak(h.m, 0, nil) // handed back at shutdown
+		s.nak(h.m, handBackFloor, nil) // handed back at shutdown (handBack)
 		s.firing.Done()
 	}
 }
