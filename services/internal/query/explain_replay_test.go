@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -309,15 +308,7 @@ func TestExplainAgreesWithALiveStack(t *testing.T) {
 		}
 	}))
 	t.Cleanup(tg.Close)
-	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Guard: executor.Guard{AllowLoopback: true},
-		Services: []string{"governor", "timer", "executor", "breaker", "deadletter"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
-	ctl := &control.Client{NC: nc, JS: js, Source: "test"}
+	ctl := startRunStack(t, nc, js)
 	ctx := context.Background()
 	const id = "flapping"
 	spec, err := control.DecodeSpec([]byte(`{"id":"` + id + `","target":{"http":{"url":"` + tg.URL + `"}},"schedule":{"interval":"1s"},` +

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -27,15 +28,7 @@ func TestExplainSeesHostScopedBreakerTransitions(t *testing.T) {
 	nc, js := srv.Connect(t)
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
 	t.Cleanup(tg.Close)
-	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Guard: executor.Guard{AllowLoopback: true},
-		Services: []string{"governor", "timer", "executor", "breaker", "deadletter"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
-	ctl := &control.Client{NC: nc, JS: js, Source: "test"}
+	ctl := startRunStack(t, nc, js)
 	ctx := context.Background()
 	for _, c := range []struct{ id, scope string }{{"bytask", "task"}, {"byhost", "host"}} {
 		spec, err := control.DecodeSpec([]byte(`{"id":"` + c.id + `","target":{"http":{"url":"` + tg.URL + `/` + c.id + `"}},"schedule":{"interval":"1h"},` +
@@ -96,4 +89,19 @@ func TestExplainSeesHostScopedBreakerTransitions(t *testing.T) {
 				id, breakerSteps, ex.Replayed.BreakerOpenUntil, ex.Stored.BreakerOpenUntil)
 		}
 	}
+}
+
+// startRunStack starts every service a run goes through (not the sweeper
+// or the API) on js, and returns a control client on the same server.
+func startRunStack(t *testing.T, nc *nats.Conn, js jetstream.JetStream) *control.Client {
+	t.Helper()
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Guard: executor.Guard{AllowLoopback: true},
+		Services: []string{"governor", "timer", "executor", "breaker", "deadletter"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	return &control.Client{NC: nc, JS: js, Source: "test"}
 }
