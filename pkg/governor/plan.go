@@ -172,8 +172,12 @@ func (p *planner) afterPause() time.Time {
 // PausedAt reports whether the task is paused at t: paused indefinitely,
 // or until a time after t. A timed pause whose end has passed stays in
 // the state until the run after it (afterPause) decides again.
-func (s *State) PausedAt(t time.Time) bool {
-	return s.Paused && (s.PausedUntil.IsZero() || s.PausedUntil.After(t))
+func (s *State) PausedAt(t time.Time) bool { return PausedAt(s.Paused, s.PausedUntil, t) }
+
+// PausedAt is State.PausedAt for a reader that decodes only the two
+// fields of a stored schedule (the executor's pause check, the sweeper).
+func PausedAt(paused bool, until, t time.Time) bool {
+	return paused && (until.IsZero() || until.After(t))
 }
 
 // baseline picks the candidate from the spec's interval (shaped by

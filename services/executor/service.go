@@ -253,7 +253,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.nak(m, time.Second, err)
 		return
 	}
-	if p := s.pauseOf(ctx, d.TaskID); p.Paused && (p.PausedUntil.IsZero() || p.PausedUntil.After(d.ScheduledAt)) {
+	if p := s.pauseOf(ctx, d.TaskID); governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
 		s.skip(m, d, "task paused")
 		return
 	}

@@ -210,7 +210,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 		// A paused task grows stale on purpose. A timed pause whose end
 		// has passed stays in the state until the run after it: it no
 		// longer counts as paused, for staleness or zombies.
-		paused := st.Paused && (st.PausedUntil.IsZero() || st.PausedUntil.After(now))
+		paused := gov.PausedAt(st.Paused, st.PausedUntil, now)
 		if !paused {
 			maxScore = max(maxScore, score)
 		}

@@ -122,9 +122,8 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 			h.Queue.PerType[cmp.Or(spec.Job, DefaultJob)]++
 		}
 		x := Expect(&spec)
-		x.Interval = ExpectedInterval(&spec, now)
 		if hint := st.IntervalHint; hint != nil && hint.ExpiresAt.After(now) {
-			x = Expectation{Interval: hint.Interval} // the cadence the operator asked for
+			x = Expectation{interval: hint.Interval} // the cadence the operator asked for
 		}
 		since := st.CreatedAt
 		if since.IsZero() {
@@ -132,7 +131,7 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		}
 		e := StalenessEntry{
 			TaskID: id, Score: x.Score(now, st.LastSuccessAt, since),
-			Expected: events.Duration(x.Interval), Paused: st.PausedAt(now),
+			Expected: events.Duration(x.Interval(now)), Paused: st.PausedAt(now),
 		}
 		if !st.LastSuccessAt.IsZero() {
 			t := st.LastSuccessAt
@@ -178,11 +177,9 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 }
 
 // Expectation is the cadence a task's staleness is measured against: its
-// interval, or its cron calendar.
+// interval, or its cron calendar, parsed once.
 type Expectation struct {
-	// Interval is the baseline interval; for a cron task, the gap between
-	// its next two occurrences when Expect read the spec (for display).
-	Interval time.Duration
+	interval time.Duration
 	sched    *cron.Schedule
 	loc      *time.Location
 }
@@ -191,7 +188,7 @@ type Expectation struct {
 // that does not parse leaves a zero Expectation, which scores 0.
 func Expect(spec *events.TaskSpec) Expectation {
 	if spec.Schedule.Interval > 0 {
-		return Expectation{Interval: spec.Schedule.Interval.D()}
+		return Expectation{interval: spec.Schedule.Interval.D()}
 	}
 	sched, err := cron.Parse(spec.Schedule.Cron)
 	if err != nil {
@@ -201,7 +198,22 @@ func Expect(spec *events.TaskSpec) Expectation {
 	if err != nil {
 		return Expectation{}
 	}
-	return Expectation{Interval: ExpectedInterval(spec, time.Now()), sched: sched, loc: loc}
+	return Expectation{sched: sched, loc: loc}
+}
+
+// Interval is the cadence shown next to a score: the interval, or for a
+// cron task the gap between its next two occurrences after now. Zero if
+// the schedule cannot be evaluated.
+func (x Expectation) Interval(now time.Time) time.Duration {
+	if x.sched == nil {
+		return x.interval
+	}
+	a := x.sched.Next(now, x.loc)
+	b := x.sched.Next(a, x.loc)
+	if a.IsZero() || b.IsZero() {
+		return 0
+	}
+	return b.Sub(a)
 }
 
 // staleAt is how many runs due since the last success make a task fully
@@ -218,7 +230,7 @@ const staleAt = 5
 // weekday schedule) is not stale in its long gaps.
 func (x Expectation) Score(now, lastSuccess, since time.Time) float64 {
 	if x.sched == nil {
-		return gov.Staleness(now, lastSuccess, since, x.Interval)
+		return gov.Staleness(now, lastSuccess, since, x.interval)
 	}
 	ref := cmp.Or(lastSuccess, since)
 	if ref.IsZero() {
@@ -240,27 +252,4 @@ func (x Expectation) Score(now, lastSuccess, since time.Time) float64 {
 		due = next
 	}
 	return 0
-}
-
-// ExpectedInterval is the cadence a task is expected to keep: its
-// interval, or for a cron task the gap between its next two occurrences
-// after now. Zero if the schedule cannot be evaluated.
-func ExpectedInterval(spec *events.TaskSpec, now time.Time) time.Duration {
-	if spec.Schedule.Interval > 0 {
-		return spec.Schedule.Interval.D()
-	}
-	sched, err := cron.Parse(spec.Schedule.Cron)
-	if err != nil {
-		return 0
-	}
-	loc, err := events.LoadLocation(cmp.Or(spec.Schedule.Timezone, "UTC"))
-	if err != nil {
-		return 0
-	}
-	a := sched.Next(now, loc)
-	b := sched.Next(a, loc)
-	if a.IsZero() || b.IsZero() {
-		return 0
-	}
-	return b.Sub(a)
 }

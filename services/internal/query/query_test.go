@@ -454,7 +454,7 @@ func TestExpectedInterval(t *testing.T) {
 	}
 	for _, c := range cases {
 		s := events.TaskSpec{Schedule: c.given}
-		if got := query.ExpectedInterval(&s, now); got != c.want {
+		if got := query.Expect(&s).Interval(now); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
