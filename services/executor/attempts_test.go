@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -133,7 +132,7 @@ func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ac
 	}
 	f := &attemptsFixture{srv: srv, logs: newLogLines(), id: "flaky"}
 	jitter := 0.0
-	spec, err := json.Marshal(events.TaskSpec{
+	putKV(t, srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
 		ID:       f.id,
 		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL, Timeout: events.Duration(5 * time.Second)}},
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
@@ -142,16 +141,6 @@ func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ac
 			Multiplier: 1, MaxDelay: events.Duration(100 * time.Millisecond), Jitter: &jitter,
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tasks.Put(ctx, f.id, spec); err != nil {
-		t.Fatal(err)
-	}
 	nc, _ := srv.Connect(t)
 	js, err := jsutil.New(nc)
 	if err != nil {

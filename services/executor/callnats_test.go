@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -22,19 +21,8 @@ import (
 // the governor's validation).
 func startExecutor(t *testing.T, srv *natstest.Server, logs logLines, specs ...events.TaskSpec) *Service {
 	t.Helper()
-	ctx := t.Context()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, spec := range specs {
-		raw, err := json.Marshal(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tasks.Put(ctx, spec.ID, raw); err != nil {
-			t.Fatal(err)
-		}
+		putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
 	}
 	nc, _ := srv.Connect(t)
 	js, err := jsutil.New(nc)
@@ -45,7 +33,7 @@ func startExecutor(t *testing.T, srv *natstest.Server, logs logLines, specs ...e
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ex.Start(ctx); err != nil {
+	if err := ex.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ex.Stop)
