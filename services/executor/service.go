@@ -227,13 +227,20 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	defer s.releaseCall()
-	s.run(ctx, m, md, &d, arrived)
+	s.run(ctx, m, md, &d, arrived, false)
 }
 
 // run checks the task's spec, pause and breaker at the moment of the call,
-// then calls it. arrived is when the delivery reached this executor.
-func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time) {
-	t, _, err := s.specs.Get(ctx, d.TaskID)
+// then calls it. arrived is when the delivery reached this executor. fresh
+// reads the spec from the bucket, not the view: a dispatch woken because
+// its breaker record was removed with its deleted task can get here before
+// the view of flyball-tasks has the delete, and would call the old target.
+func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool) {
+	get := s.specs.Get
+	if fresh {
+		get = s.specs.Read
+	}
+	t, _, err := get(ctx, d.TaskID)
 	switch {
 	case jsutil.IsKeyMissing(err):
 		s.skip(m, d, "task deleted")
@@ -311,6 +318,7 @@ func (s *Service) wakeDeferred(key string) {
 	}
 	for h := range s.held {
 		if h.parked && h.key == key && h.t.Stop() {
+			h.woken = true
 			h.t.Reset(0) // stopped before it ran: it runs once, now
 		}
 	}
@@ -357,6 +365,7 @@ type held struct {
 	t       *time.Timer
 	parked  bool      // deferred by its breaker (park)
 	key     string    // parked: the breaker key (wakeDeferred)
+	woken   bool      // parked: woken early by a change of its breaker record
 	until   time.Time // parked: when it is checked again
 	// kept: m is kept alive (waitBegin) until the caller that takes it
 	// ends that (callHeld), as ending it here could undo a park of the
@@ -454,7 +463,7 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
-	s.run(ctx, h.m, h.md, h.d, h.arrived)
+	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken)
 }
 
 // releaseHeld hands every dispatch still waiting for its slot, or

@@ -173,6 +173,13 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 	if r := c.Lookup(key); r.Found {
 		return r.Value, r.Revision, r.Err
 	}
+	return c.Read(ctx, key)
+}
+
+// Read returns the value of key from the bucket, whatever the cache holds,
+// and caches it: for a caller that must not act on a value the watch has
+// not yet updated. Missing keys return jetstream.ErrKeyNotFound.
+func (c *Cache[T]) Read(ctx context.Context, key string) (T, uint64, error) {
 	var zero T
 	ent, err := c.kv.Get(ctx, key)
 	if err != nil {
