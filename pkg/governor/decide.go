@@ -77,6 +77,12 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 			return ignored()
 		}
 		p.applyOutcome(o)
+		if o.Result != "skipped" && !o.StartedAt.IsZero() && o.ScheduledAt.Equal(s.LastScheduledAt) {
+			p.started = o.StartedAt.UTC()
+			if p.started.After(now) {
+				p.started = now.UTC() // another machine's clock, or a forged time
+			}
+		}
 	case KindPaused:
 		s.Paused = true
 		s.PausedUntil, s.PauseReason = time.Time{}, ""

@@ -86,9 +86,12 @@
 // When two or more slots passed since the last run (one is mere lateness:
 // a run that outlasted its interval), flyball was down or behind, and the
 // spec's catchUp policy applies: "skip" (the default) runs once now and
-// then resumes the cadence from that run; "none" waits for the next slot;
+// then resumes the cadence from that run (a run that started late, after
+// the missed slots, is that run: the overdue slot the timer fires after a
+// restart is not followed by a second one); "none" waits for the next slot;
 // "all" backfills the missed slots one by one, at most catchUpMax (100),
-// each run scheduled as soon as the previous one succeeded. Slots that fell
+// each run scheduled as soon as the previous one succeeded, and at least
+// MinGap after it started. Slots that fell
 // in a pause are not caught up, nor slots that were never due (the run
 // planned before the decision is still ahead, and a spec update or an
 // interval hint shortened the cadence), and a failing task keeps its

@@ -64,7 +64,12 @@ type Outcome struct {
 	DispatchID  string
 	ScheduledAt time.Time
 	// Result is "succeeded", "failed" or "skipped".
-	Result      string
+	Result string
+	// StartedAt is when the run's call started (zero if unknown, or for a
+	// skipped run). A run that started after slots it was late for (the
+	// timer fires an overdue slot at once after a downtime) is the run
+	// catch-up "skip" asks for, and a backfill waits MinGap after it.
+	StartedAt   time.Time
 	FinishedAt  time.Time
 	Fingerprint string
 }

@@ -35,6 +35,9 @@ type planner struct {
 	// the pause are not caught up.
 	leftPause bool
 	cleared   bool
+	// started is when the run of this decision's outcome started, at most
+	// now; zero for other inputs, or when unknown.
+	started time.Time
 }
 
 // choose sets the candidate and starts a trail line naming its source; the
@@ -228,7 +231,7 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	if h := p.s.IntervalHint; h != nil && next.After(h.ExpiresAt) {
 		next, src = p.afterHint(h, anchor, exp, next, src)
 	}
-	if missed >= 2 && p.catchUp(anchor, missed) {
+	if missed >= 2 && p.catchUp(anchor, missed, p.intervalAfterStart(anchor, full, missed)) {
 		return
 	}
 	if missed > 0 {
@@ -286,15 +289,56 @@ func (p *planner) backfill() bool {
 		p.tr.linef("catch-up: %d backfill runs wait for a successful run", n)
 		return false
 	}
-	p.choosef(p.now, SourceCatchUp, "backfilling missed slots: %d still to run, the next one now", n)
+	p.choosef(p.catchUpAt(), SourceCatchUp, "backfilling missed slots: %d still to run, the next one now", n)
 	return true
+}
+
+// catchUpAt is when a catch-up run may start: now, and at least MinGap
+// after the run whose outcome this is started. The slot floor alone let
+// a backfill run follow a late run (an overdue slot fired after a
+// downtime) a few milliseconds after it.
+func (p *planner) catchUpAt() time.Time {
+	if t := p.started.Add(MinGap); !p.started.IsZero() && t.After(p.now) {
+		return t
+	}
+	return p.now
+}
+
+// intervalAfterStart counts the slots on the grid from anchor that fell
+// after the run of this outcome started, given the missed slots up to
+// now; -1 when the start is unknown.
+func (p *planner) intervalAfterStart(anchor time.Time, step time.Duration, missed int64) int64 {
+	if p.started.IsZero() {
+		return -1
+	}
+	_, before := grid(anchor, step, p.started)
+	return missed - before
+}
+
+// cronAfterStart counts the occurrences after the run of this outcome
+// started, up to now, stopping at 2; -1 when the start is unknown.
+func (p *planner) cronAfterStart() int64 {
+	if p.started.IsZero() {
+		return -1
+	}
+	n := int64(0)
+	for t := p.started; n < 2; n++ {
+		if t = p.sched.Next(t, p.loc); t.IsZero() || t.After(p.now) {
+			break
+		}
+	}
+	return n
 }
 
 // catchUp applies the catch-up policy after downtime: missed (≥ 2) slots
 // passed since the anchor. Slots count as missed only if the task was due:
 // not when they fell in a pause, nor when the run planned before this
-// decision is still ahead. It reports whether it decided.
-func (p *planner) catchUp(anchor time.Time, missed int64) bool {
+// decision is still ahead. afterStart counts the missed slots that fell
+// after the run of this outcome started (-1: not an outcome, or its start
+// is unknown): under "skip", a run that started after the others was
+// late, and it was the run the policy asks for. It reports whether it
+// decided.
+func (p *planner) catchUp(anchor time.Time, missed, afterStart int64) bool {
 	policy := p.spec.CatchUp
 	switch {
 	case p.leftPause:
@@ -310,6 +354,14 @@ func (p *planner) catchUp(anchor time.Time, missed int64) bool {
 	case p.s.Failures > 0:
 		p.tr.linef("%s slots missed since %s while failing: not caught up", countText(missed), stamp(anchor))
 		return false
+	case afterStart >= 0 && afterStart < 2 && policy != events.CatchUpAll && policy != events.CatchUpNone:
+		before := missed
+		if missed >= 0 {
+			before = missed - afterStart
+		}
+		p.tr.linef("%s slots passed before the run of %s started at %s: it was the run catch-up skip asks for",
+			countText(before), stamp(anchor), stamp(p.started))
+		return false
 	case policy == events.CatchUpNone:
 		p.tr.linef("catch-up none: %s slots missed since %s are dropped", countText(missed), stamp(anchor))
 		return false
@@ -323,10 +375,10 @@ func (p *planner) catchUp(anchor time.Time, missed int64) bool {
 			n = int(missed)
 		}
 		p.s.CatchUpPending = n
-		p.choosef(p.now, SourceCatchUp, "%s slots missed since %s (catchUp all, at most %d): backfilling %d, one now",
+		p.choosef(p.catchUpAt(), SourceCatchUp, "%s slots missed since %s (catchUp all, at most %d): backfilling %d, one now",
 			countText(missed), stamp(anchor), limit, n)
 	default:
-		p.choosef(p.now, SourceCatchUp, "%s slots missed since %s (catchUp skip): run once now, then resume the cadence",
+		p.choosef(p.catchUpAt(), SourceCatchUp, "%s slots missed since %s (catchUp skip): run once now, then resume the cadence",
 			countText(missed), stamp(anchor))
 	}
 	return true
@@ -378,7 +430,7 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			next = second
 			break
 		}
-		if p.catchUp(anchor, p.countMissed(second)) {
+		if p.catchUp(anchor, p.countMissed(second), p.cronAfterStart()) {
 			return
 		}
 		next = sched.Next(p.now, loc)

@@ -1146,3 +1146,68 @@ func TestDecideAdaptiveRelaxesToAHugeBoundsMax(t *testing.T) {
 		t.Fatalf("decision cannot be stored: %v", err)
 	}
 }
+
+// lateRun is the outcome of the run of slot, which started late at start
+// (the timer fired an overdue slot after a downtime) and took 3 ms.
+func lateRun(slot, start time.Time) governor.Input {
+	in := outcome("succeeded", slot)
+	in.Outcome.StartedAt = start
+	in.Outcome.FinishedAt = start.Add(3 * time.Millisecond)
+	return in
+}
+
+// After a downtime the timer fires the overdue slot at once. That late
+// run is the run catch-up "skip" asks for: it is not followed by another
+// one at once (before, every task ran twice in a row after a restart), and
+// a backfill ("all") waits MinGap after it started, not after its slot.
+func TestDecideCatchUpAfterALateRun(t *testing.T) {
+	slot := t0.Add(5 * time.Second)        // planned before the downtime
+	start := t0.Add(28 * time.Second)      // fired late, after the restart
+	now := start.Add(5 * time.Millisecond) // its outcome is decided
+	due := stateWith(ran(t0), planned(slot, governor.SourceBaselineInterval))
+	cronDue := stateWith(ran(t0), planned(t0.Add(10*time.Second), governor.SourceBaselineCron))
+	cronStart := t0.Add(38 * time.Second) // occurrences 10:00:20 and :30 passed
+	cronNow := cronStart.Add(5 * time.Millisecond)
+	every10s := "*/10 * * * * *"
+	runDecideCases(t, []decideCase{
+		{
+			"skip: the late run was the catch-up; the grid resumes",
+			given{intervalSpec(5 * time.Second), due, now, lateRun(slot, start)},
+			want{next: t0.Add(30 * time.Second), source: governor.SourceBaselineInterval, trail: "4 slots passed before the run of 2026-03-02T10:00:05.000Z started at 2026-03-02T10:00:28.000Z: it was the run catch-up skip asks for"},
+		},
+		{
+			"skip, cron: the same",
+			given{cronSpec(every10s, ""), cronDue, cronNow, lateRun(t0.Add(10*time.Second), cronStart)},
+			want{next: t0.Add(40 * time.Second), source: governor.SourceBaselineCron, trail: "2 slots passed before the run of 2026-03-02T10:00:10.000Z started at 2026-03-02T10:00:38.000Z"},
+		},
+		{
+			"skip: slots missed after a run started on time are still caught up",
+			given{intervalSpec(5 * time.Second), due, now, lateRun(slot, slot.Add(time.Millisecond))},
+			want{next: now, source: governor.SourceCatchUp, trail: "catchUp skip"},
+		},
+		{
+			"skip: two slots passed while the late run ran",
+			given{intervalSpec(5 * time.Second), due, start.Add(11 * time.Second), lateRun(slot, start)},
+			want{next: start.Add(11 * time.Second), source: governor.SourceCatchUp, trail: "catchUp skip"},
+		},
+		{
+			"all: the late run's slots are backfilled, the first one a second after it started",
+			given{withCatchUp(intervalSpec(5*time.Second), events.CatchUpAll, 0), due, now, lateRun(slot, start)},
+			want{next: start.Add(governor.MinGap), source: governor.SourceCatchUp, trail: "backfilling 4", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 4 {
+					t.Errorf("CatchUpPending = %d, want 4", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"all, cron: the same",
+			given{withCatchUp(cronSpec(every10s, ""), events.CatchUpAll, 0), cronDue, cronNow, lateRun(t0.Add(10*time.Second), cronStart)},
+			want{next: cronStart.Add(governor.MinGap), source: governor.SourceCatchUp, trail: "backfilling 2"},
+		},
+		{
+			"a start after now (another clock) is taken as now",
+			given{withCatchUp(intervalSpec(5*time.Second), events.CatchUpAll, 0), due, now, lateRun(slot, now.Add(100*365*24*time.Hour))},
+			want{next: now.Add(governor.MinGap), source: governor.SourceCatchUp, trail: "backfilling 4"},
+		},
+	})
+}

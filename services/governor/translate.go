@@ -137,6 +137,7 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 		DispatchID:  run.DispatchID,
 		ScheduledAt: run.ScheduledAt,
 		Result:      string(outcome),
+		StartedAt:   run.StartedAt,
 		FinishedAt:  run.FinishedAt,
 		Fingerprint: run.Fingerprint,
 	}}

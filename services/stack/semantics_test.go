@@ -884,3 +884,68 @@ func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
 		t.Fatalf("the old target got %d calls, want 1 (the failure that opened the breaker)", n)
 	}
 }
+
+// TestRestartAfterDowntimeRunsOnce: after a downtime the timer fires a
+// task's overdue slot at once. Under catchUp skip (the default) that late
+// run is the catch-up, and the task resumes its grid. Before, the governor
+// answered the late run with a catch-up run "now": every task ran twice,
+// milliseconds apart, when flyball came back.
+func TestRestartAfterDowntimeRunsOnce(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.start("governor")
+	tg := newScripted(t, 200)
+	accepted := e.collect("flyball.task.accepted.down")
+	schedules := e.watchSchedule("down")
+	e.create("down", fmt.Sprintf(`{"id":"down","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}`, tg.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the task is accepted", func() bool { return len(accepted()) == 1 })
+
+	// Make its schedule what a downtime leaves: it last ran 30 s ago, and
+	// its next slot passed 25 s ago with nothing running it.
+	ctx := context.Background()
+	_, js := e.srv.Connect(t)
+	kv, err := js.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, "down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gov.State
+	if err := json.Unmarshal(entry.Value(), &st); err != nil {
+		t.Fatal(err)
+	}
+	last := time.Now().UTC().Truncate(time.Millisecond).Add(-30 * time.Second)
+	overdue := last.Add(5 * time.Second)
+	st.LastScheduledAt, st.LastDispatchID, st.LastOutcome, st.LastSuccessAt, st.Runs = last, events.DispatchID("down", last), "succeeded", last, 1
+	st.NextRunAt, st.Source = overdue, gov.SourceBaselineInterval
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "down", data, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+
+	e.start("timer", "executor") // flyball comes back
+	var decided gov.State
+	natstest.Eventually(t, 10*time.Second, "the late run's outcome is decided", func() bool {
+		for _, s := range schedules() {
+			if s.Input == gov.KindOutcome && s.LastScheduledAt.Equal(overdue) {
+				decided = s
+				return true
+			}
+		}
+		return false
+	})
+	if decided.Source != gov.SourceBaselineInterval || decided.NextRunAt.Sub(overdue)%(5*time.Second) != 0 {
+		t.Fatalf("after the late run of %s: next %s (%s), want the next 5s slot of its grid; trail %q",
+			overdue.Format(time.RFC3339Nano), decided.NextRunAt.Format(time.RFC3339Nano), decided.Source, decided.Trail)
+	}
+	natstest.Eventually(t, 10*time.Second, "the run at the next slot", func() bool { return len(tg.Calls()) >= 2 })
+	calls := tg.Calls()
+	if calls[0].key != events.DispatchID("down", overdue) || calls[1].key != events.DispatchID("down", decided.NextRunAt) {
+		t.Fatalf("calls %v, want the overdue slot %s, then %s", calls, overdue.Format(time.RFC3339Nano), decided.NextRunAt.Format(time.RFC3339Nano))
+	}
+}
