@@ -25,7 +25,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/stack"
@@ -66,15 +65,7 @@ type cliEnv struct {
 func newCLIEnv(t *testing.T) *cliEnv {
 	t.Helper()
 	srv, url := natstest.StartListening(t)
-	_, js := srv.Connect(t)
-	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Guard: executor.Guard{AllowLoopback: true},
-		APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
+	startTestStack(t, srv)
 	return &cliEnv{url: url, srv: srv, dir: t.TempDir()}
 }
 

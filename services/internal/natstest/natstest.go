@@ -45,6 +45,14 @@ func StartListening(t testing.TB) (*Server, string) {
 	return srv, srv.Server.ClientURL()
 }
 
+// StartListeningEmpty starts a listening server like StartListening with
+// none of flyball's streams: a cluster to restore a backup into.
+func StartListeningEmpty(t testing.TB) (*Server, string) {
+	t.Helper()
+	srv := start(t, &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT})
+	return srv, srv.Server.ClientURL()
+}
+
 func start(t testing.TB, opts *server.Options) *Server {
 	t.Helper()
 	s := launch(t, opts)
