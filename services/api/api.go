@@ -45,6 +45,11 @@ type Config struct {
 	// not read in time is answered 408), and how long an idle keep-alive
 	// connection stays open. Defaults to 30s.
 	ReadTimeout time.Duration
+	// WriteTimeout bounds handling one request and writing its response,
+	// from the end of its headers: a client that does not read the
+	// response is disconnected after it. It must exceed AnswerTimeout.
+	// Defaults to 60s.
+	WriteTimeout time.Duration
 }
 
 // MinTokenLength is the shortest bearer token the API accepts.
@@ -87,6 +92,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 60 * time.Second
+	}
+	if cfg.WriteTimeout <= cfg.AnswerTimeout {
+		return nil, fmt.Errorf("api: Config.WriteTimeout: must exceed AnswerTimeout (%s), got %s", cfg.AnswerTimeout, cfg.WriteTimeout)
 	}
 	s.cfg = cfg
 	return s, nil
@@ -206,6 +217,7 @@ func (s *Service) Start(ctx context.Context) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout),
 		ReadTimeout:       s.cfg.ReadTimeout, // the idle timeout too
+		WriteTimeout:      s.cfg.WriteTimeout,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.Go(func() {

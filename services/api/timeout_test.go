@@ -2,14 +2,17 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
@@ -74,5 +77,82 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			t.Fatal("an idle keep-alive connection is still open after 5s; want it closed after ReadTimeout (300ms)")
 		}
 		t.Fatalf("idle connection: %v, want EOF", err)
+	}
+}
+
+// TestAClientThatDoesNotReadIsCutOff: a client that asks for a large
+// response (here ~10 MB of run history) and never reads it is disconnected
+// after Config.WriteTimeout. There was no write deadline, so the handler
+// sat blocked in its write, holding a goroutine, the encoded response and
+// a socket, for as long as the client cared to wait (slowloris on the
+// response side).
+func TestAClientThatDoesNotReadIsCutOff(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	// Run bodies of '<', stored unescaped: the API escapes each as
+	// \u003c, so 1.6 MB stored (cheap to read and decode, even under
+	// -race) is a 9.6 MB response, more than the kernel buffers of both
+	// ends hold (the server's send buffer grows to 4 MB).
+	body := strings.Repeat("<", 400<<10)
+	for i := range 4 {
+		slot := time.Unix(1_700_000_000+int64(i), 0).UTC()
+		run := events.Run{DispatchID: events.DispatchID("big", slot), TaskID: "big", ScheduledAt: slot, Attempt: 1, Status: 200, Body: body}
+		data, err := events.Marshal(events.OutcomeSucceeded.Type(), "test", "big", run, slot, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = bytes.ReplaceAll(data, []byte(`\u003c`), []byte("<"))
+		if _, err := js.Publish(t.Context(), events.RunSubject(events.OutcomeSucceeded, "big"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := api.New(api.Config{
+		Common: svcconf.Common{JS: js}, Addr: "127.0.0.1:0", Tokens: []string{token},
+		AnswerTimeout: 100 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A small receive window, so that the kernel buffers fill long before
+	// the response is written.
+	if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /api/v1/tasks/big/runs?limit=1000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+token+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing. It notices that the server closed the
+	// connection by writing to it: bytes the server never reads make its
+	// kernel answer with a reset, and a later write fails. The bytes hold
+	// no line end, so had the response been written in full after all,
+	// they would be the start of a next request line, which the server
+	// waits for (ReadHeaderTimeout, 10s) with the connection open.
+	natstest.Eventually(t, 8*time.Second, "a client that does not read its response is still connected; want it cut off after WriteTimeout (300ms)", func() bool {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := c.Write([]byte("x"))
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	})
+}
+
+// TestWriteTimeoutMustExceedAnswerTimeout: a command waits up to
+// AnswerTimeout for the governor before it answers, so a shorter write
+// timeout would cut off every slow answer.
+func TestWriteTimeoutMustExceedAnswerTimeout(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Start(t).Connect(t)
+	_, err := api.New(api.Config{Common: svcconf.Common{JS: js}, Tokens: []string{token}, AnswerTimeout: 5 * time.Second, WriteTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "Config.WriteTimeout") {
+		t.Fatalf("New with WriteTimeout 1s and AnswerTimeout 5s: %v, want an error naming Config.WriteTimeout", err)
 	}
 }
