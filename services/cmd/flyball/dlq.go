@@ -46,7 +46,13 @@ func printDeadLetter(w io.Writer, out output, rec *query.DeadLetterRecord) error
 	if rec.Seq > 0 {
 		seq = strconv.FormatUint(rec.Seq, 10)
 	}
-	_, err := fmt.Fprintf(w, "%-7s %-25s %-25s %-15s %8d  %s\n", seq, fmtTime(rec.Time), rec.Entry.TaskID,
+	// TIME is when the run was dead-lettered; an entry that does not
+	// decode has only the stored time.
+	at := rec.Entry.DeadLetteredAt
+	if at.IsZero() {
+		at = rec.Time
+	}
+	_, err := fmt.Fprintf(w, "%-7s %-25s %-25s %-15s %8d  %s\n", seq, fmtTime(at), rec.Entry.TaskID,
 		orDash(rec.Entry.Reason), rec.Entry.Attempts, preview(rec.LastError(), 80))
 	return err
 }
@@ -76,8 +82,8 @@ func newDLQTailCmd() *cobra.Command {
 		Use:   "tail",
 		Short: "Print dead letters as they happen (subscribes to flyball.deadletter.>)",
 		Long: `tail subscribes to flyball.deadletter.> (or flyball.deadletter.<task>) and
-prints one line per new entry: time, task, reason, attempts and the last
-error; with -o json, the whole entry as one JSON line. Every line is flushed
+prints one line per new entry: when it was dead-lettered, task, reason,
+attempts and the last error; with -o json, the whole entry as one JSON line. Every line is flushed
 at once, so tail can be piped into grep. It runs until Ctrl-C (or --count
 entries). Entries stored before tail started are shown by 'dlq list'.`,
 		Example: "  flyball dlq tail\n  flyball dlq tail --task orders-health -o json | jq .entry.errors",
