@@ -174,11 +174,15 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		}
 		histories = append(histories, held)
 	}
-	// The governor applies inputs as they are stored; across streams the
-	// stored time orders them.
-	slices.SortStableFunc(items, func(a, b item) int {
-		return cmp.Or(a.msg.Time.Compare(b.msg.Time), cmp.Compare(a.msg.Seq, b.msg.Seq))
-	})
+	msgs := make([]Message, len(items))
+	for i := range items {
+		msgs[i] = items[i].msg
+	}
+	ordered := make([]item, 0, len(items))
+	for _, i := range replayOrder(msgs) {
+		ordered = append(ordered, items[i])
+	}
+	items = ordered
 	steps := make([]governor.Step, len(items))
 	for i := range items {
 		steps[i] = items[i].step
@@ -261,6 +265,49 @@ func (h streamHistory) lost(start, now time.Time) []string {
 					name, cfg.MaxMsgsPerSubject, sh.n, subj, sh.first.UTC().Format(time.RFC3339)))
 			}
 		}
+	}
+	return out
+}
+
+// replayOrder returns the indexes of msgs in the order the replay applies
+// them. The governor reads each stream on its own, in sequence order, so
+// each stream's inputs keep their sequence order even where stored times
+// step back (a new stream leader whose clock is behind the old one's);
+// the streams are merged by stored time, the earlier stream (in msgs) first
+// on a tie.
+func replayOrder(msgs []Message) []int {
+	var names []string
+	byStream := map[string][]int{}
+	for i, m := range msgs {
+		if _, ok := byStream[m.Stream]; !ok {
+			names = append(names, m.Stream)
+		}
+		byStream[m.Stream] = append(byStream[m.Stream], i)
+	}
+	queues := make([][]int, len(names))
+	for k, name := range names {
+		q := byStream[name]
+		slices.SortStableFunc(q, func(a, b int) int { return cmp.Compare(msgs[a].Seq, msgs[b].Seq) })
+		queues[k] = q
+	}
+	out := make([]int, 0, len(msgs))
+	for len(out) < len(msgs) {
+		next := -1
+		for k, q := range queues {
+			if len(q) == 0 {
+				continue
+			}
+			if next < 0 {
+				next = k
+				continue
+			}
+			a, b := msgs[q[0]], msgs[queues[next][0]]
+			if cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Seq, b.Seq)) < 0 {
+				next = k
+			}
+		}
+		out = append(out, queues[next][0])
+		queues[next] = queues[next][1:]
 	}
 	return out
 }
