@@ -12,7 +12,11 @@
 //     (the executor also lets a call through an open breaker past retryAt,
 //     so a lagging breaker service never blocks the probe);
 //   - a probe's success closes the breaker and resets the delay; its
-//     failure re-opens it with the delay doubled, up to maxOpenDelay.
+//     failure re-opens it with the delay doubled, up to maxOpenDelay;
+//   - any other success closes it too, unless its call started before the
+//     breaker opened (it was in flight when failures tripped it): that
+//     says nothing about the target since, and is ignored while open or
+//     half-open (see Next).
 package breaker
 
 import (
@@ -207,7 +211,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 			return nil, errApplied
 		}
 		to = from
-		to.BreakerRecord = Next(from.BreakerRecord, pol, ok, now)
+		to.BreakerRecord = Next(from.BreakerRecord, pol, ok, run.StartedAt, now)
 		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) {
 			return nil, jsutil.ErrNoChange
 		}
@@ -271,12 +275,29 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 	}
 }
 
-// Next is the breaker state machine: the record after one attempt outcome.
+// Next is the breaker state machine: the record after one attempt outcome
+// whose call started at started (zero when the event does not say).
 // An open breaker whose retryAt passed is treated as half-open: the attempt
 // that reached the target was the probe.
-func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, now time.Time) executor.BreakerRecord {
+//
+// A success closes the breaker from any state, except that an open or
+// half-open breaker ignores one whose call started before it opened: the
+// call was admitted before the failures tripped it (a slow request still
+// in flight), and its 200 says nothing about the target since. Closing on
+// it would send full traffic at a target that just failed
+// failureThreshold times. The probe, and any call let through after the
+// opening, started later and closes it. A success without a start time
+// (an event from an executor that predates startedAt) closes it, as
+// before. The opening is compared with the start time, not the half-open
+// transition: the executor lets the probe through an open breaker past
+// retryAt when the transition is late, so a probe may start before it.
+// While closed, any success resets the failure count, as it always did.
+func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started, now time.Time) executor.BreakerRecord {
 	b.UpdatedAt = now
 	if ok {
+		if b.State != events.BreakerClosed && !started.IsZero() && started.Before(openedAt(b)) {
+			return b
+		}
 		return executor.BreakerRecord{Key: b.Key, State: events.BreakerClosed, UpdatedAt: now}
 	}
 	b.Failures++
@@ -298,4 +319,12 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, now time
 		}
 	}
 	return b
+}
+
+// openedAt is when an open or half-open breaker last opened: every
+// opening sets retryAt to that instant plus the openDelay it stores, and
+// half-open keeps both, so the record needs no field of its own (and
+// records written before this rule have it too).
+func openedAt(b executor.BreakerRecord) time.Time {
+	return b.RetryAt.Add(-b.OpenDelay.D())
 }

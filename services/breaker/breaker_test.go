@@ -99,18 +99,26 @@ func (h *harness) putTask(id string) {
 // service has acked it.
 func (h *harness) outcome(o events.Outcome, breakerKey string) {
 	h.t.Helper()
+	h.outcomeOf(o, "t1", breakerKey, time.Time{})
+}
+
+// outcomeOf publishes a run outcome for task whose call started at
+// started (zero: the event does not say) and waits until the breaker
+// service has acked it.
+func (h *harness) outcomeOf(o events.Outcome, task, breakerKey string, started time.Time) {
+	h.t.Helper()
 	h.n++
-	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: "t1", ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey}
+	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC()}
 	if o == events.OutcomeFailed {
 		run.Status, run.Error, run.ErrorKind = 500, "status 500", events.ErrorTransient
 	} else {
 		run.Status = 200
 	}
-	body, err := events.Marshal(o.Type(), "test", "t1", run, time.Now(), "")
+	body, err := events.Marshal(o.Type(), "test", task, run, time.Now(), "")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	msg := nats.NewMsg(events.RunSubject(o, "t1"))
+	msg := nats.NewMsg(events.RunSubject(o, task))
 	msg.Data = body
 	if breakerKey != "" { // as the executor sends it
 		msg.Header.Set(events.HeaderBreakerKey, breakerKey)
@@ -186,6 +194,73 @@ func TestThresholdOpensTheBreaker(t *testing.T) {
 	if b.State != events.BreakerOpen || !b.RetryAt.After(b.UpdatedAt) {
 		t.Fatalf("after %d failures: %+v, want open with retryAt ahead", spec.Breaker.FailureThreshold, b)
 	}
+}
+
+// TestSuccessStartedBeforeTheOpeningDoesNotClose: a success whose call
+// started before the breaker opened (a slow request in flight while the
+// failures tripped it) used to close the breaker at once, and the target
+// that had just failed failureThreshold times got full traffic again. It
+// must leave an open or half-open breaker as it is; a success started
+// after the opening (the probe) closes it, and so does one that does not
+// say when it started (an older executor's event).
+func TestSuccessStartedBeforeTheOpeningDoesNotClose(t *testing.T) {
+	h := newHarness(t)
+	for id, delay := range map[string]string{"long": "1h", "short": "200ms"} {
+		spec := fmt.Sprintf(`{"id":%q,"target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":%q}}`, id, delay)
+		if _, err := h.tasks.Put(t.Context(), id, []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trip := func(id string) (before time.Time, open executor.BreakerRecord) {
+		t.Helper()
+		before = time.Now() // the in-flight call starts here
+		for range 3 {
+			h.outcomeOf(events.OutcomeFailed, id, id, time.Now())
+		}
+		open, _, _ = h.record(id)
+		if open.State == events.BreakerClosed { // a short delay may be half-open already
+			t.Fatalf("%s after 3 failures: %+v, want open", id, open)
+		}
+		return before, open
+	}
+	same := func(id, when string, want executor.BreakerRecord) {
+		t.Helper()
+		b, _, _ := h.record(id)
+		if b.State != want.State || b.Failures != want.Failures || !b.RetryAt.Equal(want.RetryAt) {
+			t.Fatalf("%s: a success started before the breaker opened, delivered %s, moved it to %s (failures %d, retryAt %s); want %s with %d failures, retryAt %s",
+				id, when, b.State, b.Failures, b.RetryAt, want.State, want.Failures, want.RetryAt)
+		}
+	}
+	closed := func(id, what string) {
+		t.Helper()
+		if b, _, _ := h.record(id); b.State != events.BreakerClosed || b.Failures != 0 {
+			t.Fatalf("%s after %s: %+v, want closed with 0 failures", id, what, b)
+		}
+	}
+
+	// Open: the in-flight success is ignored; a later call's closes it.
+	before, open := trip("long")
+	h.outcomeOf(events.OutcomeSucceeded, "long", "long", before)
+	same("long", "while open", open)
+	h.outcomeOf(events.OutcomeSucceeded, "long", "long", time.Now())
+	closed("long", "a success started after the opening")
+
+	// An event without startedAt closes it, as before.
+	trip("long")
+	h.outcomeOf(events.OutcomeSucceeded, "long", "long", time.Time{})
+	closed("long", "a success without startedAt")
+
+	// Half-open: the in-flight success is ignored; the probe's closes it.
+	before, open = trip("short")
+	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
+		b, _, _ := h.record("short")
+		return b.State == events.BreakerHalfOpen
+	})
+	open.State = events.BreakerHalfOpen
+	h.outcomeOf(events.OutcomeSucceeded, "short", "short", before)
+	same("short", "while half-open", open)
+	h.outcomeOf(events.OutcomeSucceeded, "short", "short", time.Now())
+	closed("short", "the probe's success")
 }
 
 // putOpen stores an open breaker record for key that falls due at retryAt.
