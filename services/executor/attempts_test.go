@@ -359,3 +359,43 @@ func TestUnstoredRunEventDoesNotCountTheAttempt(t *testing.T) {
 		t.Fatalf("RUNS holds %v, want run.failed for attempts 1, 2 and 3, the last final", got)
 	}
 }
+
+// TestLoweredMaxAttemptsEndsThePendingRetry: retry.maxAttempts is
+// lowered from 5 to 2 while attempt 2 is running, so attempt 3 is already
+// pending (nakked under the old limit) when the new spec arrives. It must
+// not be made: the run ends with a final run.failed (permanent, no
+// status, so the breaker does not count it) after two calls. Before, the
+// pending retry called the target a third time and only then failed for
+// good.
+func TestLoweredMaxAttemptsEndsThePendingRetry(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusInternalServerError)
+	target.gate, target.gateAfter = make(chan struct{}), 1 // hold the second call
+	f := newAttemptsFixture(t, target, 5, 0, 0)
+	f.dispatch(t)
+	natstest.Eventually(t, 20*time.Second, "a second call", func() bool { return len(target.attempts()) == 2 })
+	spec := f.ex.specs.Lookup(f.id).Value.spec
+	lowered := *spec
+	retry := *spec.Retry
+	retry.MaxAttempts = 2
+	lowered.Retry = &retry
+	putKV(t, f.srv.JS, streams.BucketTasks, f.id, lowered)
+	natstest.Eventually(t, 10*time.Second, "the executor's view of the lowered spec", func() bool {
+		r := f.ex.specs.Lookup(f.id)
+		return r.Found && r.Err == nil && r.Value.spec.Retry.MaxAttempts == 2
+	})
+	close(target.gate)
+	natstest.Eventually(t, 20*time.Second, "a final run.failed on RUNS", func() bool {
+		got := f.stored(t)
+		return len(got) > 0 && got[len(got)-1].run.Final
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("target called with attempts %v after maxAttempts was lowered to 2, want [1 2]", got)
+	}
+	got := f.stored(t)
+	last := got[len(got)-1].run
+	if fmt.Sprint(got) != "[failed(attempt 1, final false) failed(attempt 2, final false) failed(attempt 2, final true)]" ||
+		last.ErrorKind != events.ErrorPermanent || last.Status != 0 || last.Dispatch == nil {
+		t.Fatalf("RUNS holds %v (last: %+v), want run.failed for attempts 1 and 2, then a final permanent one without status, with its dispatch", got, last)
+	}
+}

@@ -731,6 +731,10 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.settleAgain(m, d, prior)
 		return
 	}
+	if attempt > 1 && attempt > spec.Retry.MaxAttempts {
+		s.giveUp(m, t, d, attempt-1) // maxAttempts lowered while this retry was pending
+		return
+	}
 	defer releaseHost(s.acquireHost(ctx, m, arrived, t.host))
 	var claim string
 	var claimRev uint64
@@ -831,6 +835,25 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: attempt}, "nak", nakBody(delay))
+	})
+}
+
+// giveUp ends a dispatch whose pending retry the task's retry.maxAttempts,
+// lowered since the last attempt failed, no longer allows: the target is
+// not called again (before, the retry made one call past the new limit),
+// and a final run.failed of the last attempt made ends the run. It has no
+// status and is permanent, like a blocked target, so the breaker does not
+// count a call that was not made; it is dead-lettered as permanent.
+func (s *Service) giveUp(m jetstream.Msg, t *task, d *events.Dispatch, made int) {
+	run := events.Run{
+		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: made,
+		FinishedAt: time.Now().UTC(), Source: d.Source, BreakerKey: t.breakerKey, Final: true, Dispatch: d,
+		Error:     fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1),
+		ErrorKind: events.ErrorPermanent,
+	}
+	s.settleAfter(m, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func() {
+		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
+		s.recordThenSettle(m, d, attemptRecord{Attempts: made, Outcome: events.OutcomeFailed}, "term", termBody(run.Error))
 	})
 }
 
