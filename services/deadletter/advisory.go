@@ -53,7 +53,7 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if err := s.deadLetterBySeq(ctx, adv); err != nil {
+	if _, err := s.deadLetterBySeq(ctx, adv.StreamSeq); err != nil {
 		s.cfg.Logger.Warn("max-deliveries dead-letter failed; retrying", "seq", adv.StreamSeq, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -61,13 +61,18 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
-func (s *Service) deadLetterBySeq(ctx context.Context, adv maxDeliveriesAdvisory) error {
-	raw, err := s.dispatch.GetMsg(ctx, adv.StreamSeq)
+// deadLetterBySeq dead-letters the DISPATCH message at seq, which
+// exhausted its deliveries, and deletes it; it returns the message's task
+// ("" if it is gone already or unreadable). The advisory and the
+// reconcile pass (reconcile.go) both come here: whichever is second finds
+// the message gone, and two at once write one entry (its Nats-Msg-Id).
+func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, error) {
+	raw, err := s.dispatch.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // another replica, or an operator, already removed it
+		return "", nil // another replica, or an operator, already removed it
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	e, derr := events.Decode(raw.Header, raw.Data)
 	var d events.Dispatch
@@ -77,8 +82,8 @@ func (s *Service) deadLetterBySeq(ctx context.Context, adv maxDeliveriesAdvisory
 	if derr != nil || !events.ValidToken(d.TaskID) {
 		// Unreadable: free the slot anyway, and count it.
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed dispatch").Inc()
-		s.cfg.Logger.Error("deleting unreadable dispatch that exhausted its deliveries", "seq", adv.StreamSeq, "subject", raw.Subject)
-		return s.deleteDispatch(ctx, adv.StreamSeq)
+		s.cfg.Logger.Error("deleting unreadable dispatch that exhausted its deliveries", "seq", seq, "subject", raw.Subject)
+		return "", s.deleteDispatch(ctx, seq)
 	}
 	attempts := s.attemptCount(ctx, &d)
 	final := &events.Run{
@@ -89,11 +94,11 @@ func (s *Service) deadLetterBySeq(ctx context.Context, adv maxDeliveriesAdvisory
 	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); jsutil.TooLarge(err) {
 		// No retry makes it fit: free the slot anyway, and count it.
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be dead-lettered").Inc()
-		s.cfg.Logger.Error("dead-letter entry too large to store; deleting the dispatch without one", "seq", adv.StreamSeq, "task", d.TaskID, "err", err)
+		s.cfg.Logger.Error("dead-letter entry too large to store; deleting the dispatch without one", "seq", seq, "task", d.TaskID, "err", err)
 	} else if err != nil {
-		return err
+		return "", err
 	}
-	return s.deleteDispatch(ctx, adv.StreamSeq)
+	return d.TaskID, s.deleteDispatch(ctx, seq)
 }
 
 func (s *Service) deleteDispatch(ctx context.Context, seq uint64) error {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,11 @@ import (
 // Config configures the dead-letter service.
 type Config struct {
 	svcconf.Common
+	// ReconcileInterval is how often the service looks in DISPATCH for
+	// dispatches that exhausted their deliveries without a MAX_DELIVERIES
+	// advisory reaching ADVISORIES (reconcile.go). A dispatch is
+	// dead-lettered once two looks in a row find it. Defaults to 1m.
+	ReconcileInterval time.Duration
 }
 
 // Service is the dead-letter service.
@@ -34,12 +40,19 @@ type Service struct {
 	source   string
 	dispatch jetstream.Stream
 	attempts jetstream.KeyValue
+	// recMu serialises reconcile passes; suspects holds the DISPATCH
+	// sequences the last pass found exhausted (reconcile.go).
+	recMu    sync.Mutex
+	suspects map[uint64]bool
 }
 
 // New validates cfg.
 func New(cfg Config) (*Service, error) {
 	if err := cfg.SetDefaults("deadletter"); err != nil {
 		return nil, err
+	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = time.Minute
 	}
 	return &Service{cfg: cfg, source: jsutil.Source("deadletter", cfg.Instance)}, nil
 }
@@ -68,6 +81,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	s.Track(cc)
+	s.Go(func() { s.reconcileEvery(runCtx) })
 	return nil
 }
 

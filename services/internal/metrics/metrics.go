@@ -41,6 +41,9 @@ type Set struct {
 	OutboxRepublished  prometheus.Counter
 	OutboxAbandoned    prometheus.Counter
 	OutboxEvents       prometheus.Gauge
+	// DeadLetterReconciled counts dispatches dead-lettered without their
+	// MAX_DELIVERIES advisory (deadletter.Service.Reconcile).
+	DeadLetterReconciled prometheus.Counter
 	// TaskStaleness is the only per-task series. It is registered only
 	// when per-task metrics are enabled (see sweeper.Config.PerTaskMetrics).
 	TaskStaleness *prometheus.GaugeVec
@@ -111,6 +114,10 @@ func New() *Set {
 		DeadLetterTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_deadletter_total", Help: "Dead-letter entries written, by reason.",
 		}, []string{"reason"}),
+		DeadLetterReconciled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_deadletter_reconciled_total",
+			Help: "Dispatches that exhausted their deliveries without a MAX_DELIVERIES advisory in ADVISORIES, found in DISPATCH and dead-lettered.",
+		}),
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_governor_decisions_total", Help: "Governor decisions by source.",
 		}, []string{"source"}),
@@ -164,7 +171,7 @@ func New() *Set {
 		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
-		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents,
+		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 	} {
 		f(c)
 	}

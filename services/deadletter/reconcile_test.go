@@ -1,0 +1,187 @@
+package deadletter_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/deadletter"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// publishDispatch stores task's dispatch in DISPATCH and returns its
+// sequence.
+func publishDispatch(t *testing.T, js jetstream.JetStream, task string) uint64 {
+	t.Helper()
+	d := events.Dispatch{DispatchID: task + ":1772442000000", TaskID: task, ScheduledAt: time.UnixMilli(1772442000000).UTC()}
+	body, err := events.Marshal(events.TypeRunDue, "test", task, d, time.Now(), d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := js.Publish(t.Context(), events.DispatchSubject(task), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub.Sequence
+}
+
+// startReconciling starts a dead-letter service that looks for exhausted
+// dispatches every 20ms.
+func startReconciling(t *testing.T, js jetstream.JetStream) (*deadletter.Service, *metrics.Set) {
+	t.Helper()
+	cfg := deadletter.Config{ReconcileInterval: 20 * time.Millisecond}
+	cfg.JS = js
+	cfg.Metrics = metrics.New()
+	svc, err := deadletter.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	return svc, cfg.Metrics
+}
+
+// TestExhaustedDispatchWithoutAdvisoryIsDeadLettered: a dispatch whose
+// deliveries ran out while its MAX_DELIVERIES advisory never reached
+// ADVISORIES (a core NATS publish, lost during a leader change) stayed in
+// DISPATCH for good: never delivered again, holding the task's one slot,
+// so the task silently stopped. The dead-letter service finds it in
+// DISPATCH, dead-letters it and frees the slot; the advisory arriving
+// late after all adds no second entry.
+func TestExhaustedDispatchWithoutAdvisoryIsDeadLettered(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	js := srv.JS
+	// The executor's consumer, with deliveries that run out fast.
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamDispatch, jetstream.ConsumerConfig{
+		Durable: streams.ConsumerExecutor, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 50 * time.Millisecond, MaxDeliver: 2, FilterSubject: events.DispatchSubject("*"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := publishDispatch(t, js, "t1")
+	// Two deliveries, never settled (an executor that died on each); the
+	// next pull finds them used up.
+	for n := 0; n < 2; {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range batch.Messages() {
+			n++
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, "the consumer gives the dispatch up", func() bool {
+		if batch, err := cons.FetchNoWait(1); err == nil {
+			for range batch.Messages() {
+			}
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	})
+	// The advisory is lost: stored (JetStream sends it on its own time),
+	// then purged before the service reads it.
+	adv, err := js.Stream(ctx, streams.StreamAdvisories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the advisory is stored", func() bool {
+		info, err := adv.Info(ctx, jetstream.WithSubjectFilter("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"))
+		return err == nil && info.State.Msgs == 1
+	})
+	if err := adv.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	_, m := startReconciling(t, js)
+	h := &harness{t: t, js: js, metrics: m}
+	natstest.Eventually(t, 10*time.Second, "the exhausted dispatch is dead-lettered", func() bool { return h.entries("t1") == 1 })
+	dispatch, err := js.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the exhausted dispatch leaves DISPATCH", func() bool {
+		_, err := dispatch.GetMsg(ctx, seq)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
+	if n := testutil.ToFloat64(m.DeadLetterReconciled); n != 1 {
+		t.Fatalf("flyball_deadletter_reconciled_total = %v, want 1", n)
+	}
+
+	// The advisory arrives after all.
+	body, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": seq, "deliveries": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
+	if n := h.entries("t1"); n != 1 {
+		t.Fatalf("%d dead-letter entries for t1 after the late advisory, want 1", n)
+	}
+}
+
+// TestHeldDispatchIsNotDeadLettered: a dispatch the executor holds
+// (delivered, not yet settled) is pending, not exhausted, however many
+// passes look at it.
+func TestHeldDispatchIsNotDeadLettered(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	js := srv.JS
+	seq := publishDispatch(t, js, "t1")
+	cons, err := js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++ // held: never settled within its 60 s AckWait
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d dispatches, want 1", n)
+	}
+	// A later dispatch settled, so the consumer's floors move.
+	publishDispatch(t, js, "t2")
+	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc, m := startReconciling(t, js)
+	for range 3 {
+		if err := svc.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dispatch, err := js.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dispatch.GetMsg(ctx, seq); err != nil {
+		t.Fatalf("the held dispatch left DISPATCH: %v", err)
+	}
+	h := &harness{t: t, js: js, metrics: m}
+	if n := h.entries("t1"); n != 0 {
+		t.Fatalf("a held dispatch was dead-lettered (%d entries)", n)
+	}
+}
