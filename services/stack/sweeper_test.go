@@ -220,3 +220,42 @@ func TestRunLostAfterARetryIsRenudged(t *testing.T) {
 		t.Fatal("a run that failed for good was re-dispatched: its final outcome is the governor's to apply")
 	}
 }
+
+// TestDeadLetteredRunIsNotRenudged: a run dead-lettered while the governor
+// was down for longer than the zombie window still had its slot as the
+// schedule's nextRunAt, with no dispatch pending. A max-deliveries dead
+// letter has no final run.failed on RUNS, so the sweeper took the slot for
+// a lost run and dispatched it again: the target was called again for a
+// run that had failed for good. The slot's dead letter on DEADLETTER now
+// counts as its outcome; one for an earlier slot does not.
+func TestDeadLetteredRunIsNotRenudged(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	slot := time.Now().UTC().Add(-10 * time.Minute)
+	for id, deadSlot := range map[string]time.Time{"deadlettered": slot, "earlier": slot.Add(-time.Hour)} {
+		putJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		putJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
+			TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval,
+			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
+		})
+		d := events.Dispatch{DispatchID: events.DispatchID(id, deadSlot), TaskID: id, ScheduledAt: deadSlot}
+		dl := events.DeadLetter{TaskID: id, Reason: events.DeadLetterMaxDeliveries, Dispatch: d, Errors: []events.AttemptError{}, DeadLetteredAt: deadSlot.Add(time.Minute)}
+		if err := jsutil.PublishEvent(t.Context(), srv.JS, events.DeadLetterSubject(id), "deadletter:"+d.DispatchID,
+			events.TypeDeadLettered, "flyball/deadletter/test", id, dl, dl.DeadLetteredAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{t: t, srv: srv}
+	e.st = e.startWith(nil, "sweeper") // no governor: the dead letters stay unapplied
+	<-e.st.Sweeper.Swept()             // a sweep re-nudges before it reports
+	st, err := srv.JS.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.GetLastMsgForSubject(t.Context(), events.DispatchSubject("deadlettered")); err == nil {
+		t.Fatalf("a dead-lettered slot was dispatched again: %s", m.Data)
+	}
+	if _, err := st.GetLastMsgForSubject(t.Context(), events.DispatchSubject("earlier")); err != nil {
+		t.Fatalf("a lost run whose task has only an earlier slot's dead letter was not re-dispatched (%v)", err)
+	}
+}

@@ -59,6 +59,7 @@ type Service struct {
 	runtime  jetstream.KeyValue
 	dispatch jetstream.Stream
 	runs     jetstream.Stream
+	dead     jetstream.Stream // DEADLETTER
 	view     *view
 	scores   atomic.Pointer[map[string]float64]
 	// The buckets the view mirrors, bound once at Start.
@@ -125,6 +126,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("sweeper: %w", err)
 	}
 	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
 	if s.schedStream, err = s.cfg.JS.Stream(ctx, "KV_"+streams.BucketSchedules); err != nil {

@@ -248,8 +248,8 @@ func (s *Service) Scores() map[string]float64 {
 }
 
 // renudge re-dispatches a run that fell due long ago and never completed,
-// unless a dispatch is still pending or a final outcome is on RUNS (then
-// the governor is just behind).
+// unless a dispatch is still pending, or a final outcome is on RUNS or the
+// slot's dead letter on DEADLETTER (then the governor is just behind).
 func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	id := st.TaskID
 	if _, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id)); err == nil {
@@ -272,6 +272,9 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 			}
 		}
 	}
+	if s.deadLettered(ctx, id, st.NextRunAt) {
+		return // dead-lettered; the governor has not applied it yet
+	}
 	d := events.Dispatch{
 		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
 		FiredAt: now, Source: string(st.Source), Reason: "zombie",
@@ -283,6 +286,29 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	}
 	s.cfg.Metrics.ZombiesRenudged.Inc()
 	s.cfg.Logger.Warn("zombie run re-nudged: due long ago, never dispatched or never finished", "task", id, "due", st.NextRunAt)
+}
+
+// deadLettered reports whether the last dead letter of task id is for the
+// slot at next or a later one. A governor down past ZombieAfter has not
+// applied it, so the schedule still names the slot: re-dispatching it
+// would call the target again for a run that failed for good (and that
+// run.failed, final, is on RUNS only when the executor settled it: a
+// max-deliveries entry has none).
+func (s *Service) deadLettered(ctx context.Context, id string, next time.Time) bool {
+	raw, err := s.dead.GetLastMsgForSubject(ctx, events.DeadLetterSubject(id))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
+			return true // the next sweep looks again
+		}
+		return false
+	}
+	e, err := events.Decode(raw.Header, raw.Data)
+	if err != nil {
+		return false
+	}
+	var dl events.DeadLetter
+	return events.DecodeData(e, &dl) == nil && !dl.Dispatch.ScheduledAt.Before(next)
 }
 
 func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string) {
