@@ -14,6 +14,8 @@
 //     event must carry it);
 //   - deleted or paused task: publish run.skipped, then ack (a task is
 //     paused when it has a key in flyball-pauses and its schedule says so);
+//   - a catchUp "none" task's slot that first arrives after the next slot
+//     passed too (governor.MissedUnderNone): publish run.skipped, then ack;
 //   - open breaker: NakWithDelay until the breaker's retryAt, without
 //     calling the target and without counting an attempt;
 //   - half-open breaker (or open past retryAt): one call per breaker key

@@ -219,8 +219,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "not a JetStream message: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
-	if wait := time.Until(d.ScheduledAt); wait > 0 {
+	wait := time.Until(d.ScheduledAt)
+	if wait > 0 {
 		s.hold(ctx, m, md, &d, arrived, wait)
+		return
+	}
+	if -wait >= events.MinInterval && md.NumDelivered == 1 && s.missedUnderNone(ctx, m, &d) {
 		return
 	}
 	if !s.acquireCall(ctx, m, arrived) {
@@ -706,6 +710,27 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 	s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 	s.log.Debug(why+": deferring", "task", d.TaskID, "wait", wait)
 	s.park(ctx, m, md, d, arrived, key, wait)
+}
+
+// missedUnderNone skips the first delivery of a dispatch whose task's
+// next slot passed too, under catchUp "none" (governor.MissedUnderNone):
+// the overdue slot the timer fires after a downtime, or one a governor
+// planned late from a backlog. The governor plans the next slot from the
+// run.skipped. It reports whether it skipped.
+func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *events.Dispatch) bool {
+	t, _, err := s.specs.Get(ctx, d.TaskID)
+	if err != nil {
+		return false // run decides: deleted, invalid, or read again
+	}
+	now := time.Now()
+	next, missed := governor.MissedUnderNone(t.spec, governor.Source(d.Source), d.ScheduledAt, now)
+	if !missed {
+		return false
+	}
+	s.log.Debug("slot missed under catchUp none: skipping", "task", d.TaskID, "slot", d.ScheduledAt, "next", next)
+	s.skip(m, d, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
+		next.UTC().Format(time.RFC3339Nano)+", passed before it could run (catchUp none)")
+	return true
 }
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {

@@ -900,34 +900,7 @@ func TestRestartAfterDowntimeRunsOnce(t *testing.T) {
 	e.create("down", fmt.Sprintf(`{"id":"down","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}`, tg.srv.URL))
 	natstest.Eventually(t, 10*time.Second, "the task is accepted", func() bool { return len(accepted()) == 1 })
 
-	// Make its schedule what a downtime leaves: it last ran 30 s ago, and
-	// its next slot passed 25 s ago with nothing running it.
-	ctx := context.Background()
-	_, js := e.srv.Connect(t)
-	kv, err := js.KeyValue(ctx, streams.BucketSchedules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entry, err := kv.Get(ctx, "down")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st gov.State
-	if err := json.Unmarshal(entry.Value(), &st); err != nil {
-		t.Fatal(err)
-	}
-	last := time.Now().UTC().Truncate(time.Millisecond).Add(-30 * time.Second)
-	overdue := last.Add(5 * time.Second)
-	st.LastScheduledAt, st.LastDispatchID, st.LastOutcome, st.LastSuccessAt, st.Runs = last, events.DispatchID("down", last), "succeeded", last, 1
-	st.NextRunAt, st.Source = overdue, gov.SourceBaselineInterval
-	data, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Update(ctx, "down", data, entry.Revision()); err != nil {
-		t.Fatal(err)
-	}
-
+	overdue := e.leaveOverdue("down")
 	e.start("timer", "executor") // flyball comes back
 	var decided gov.State
 	natstest.Eventually(t, 10*time.Second, "the late run's outcome is decided", func() bool {
@@ -947,5 +920,68 @@ func TestRestartAfterDowntimeRunsOnce(t *testing.T) {
 	calls := tg.Calls()
 	if calls[0].key != events.DispatchID("down", overdue) || calls[1].key != events.DispatchID("down", decided.NextRunAt) {
 		t.Fatalf("calls %v, want the overdue slot %s, then %s", calls, overdue.Format(time.RFC3339Nano), decided.NextRunAt.Format(time.RFC3339Nano))
+	}
+}
+
+// leaveOverdue makes the schedule of the 5s task id what a downtime
+// leaves: it last ran 30 s ago, and its next slot, which it returns,
+// passed 25 s ago with nothing running it.
+func (e *env) leaveOverdue(id string) time.Time {
+	t := e.t
+	t.Helper()
+	ctx := context.Background()
+	_, js := e.srv.Connect(t)
+	kv, err := js.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gov.State
+	if err := json.Unmarshal(entry.Value(), &st); err != nil {
+		t.Fatal(err)
+	}
+	last := time.Now().UTC().Truncate(time.Millisecond).Add(-30 * time.Second)
+	overdue := last.Add(5 * time.Second)
+	st.LastScheduledAt, st.LastDispatchID, st.LastOutcome, st.LastSuccessAt, st.Runs = last, events.DispatchID(id, last), "succeeded", last, 1
+	st.NextRunAt, st.Source = overdue, gov.SourceBaselineInterval
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, id, data, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	return overdue
+}
+
+// TestRestartAfterDowntimeCatchUpNoneWaits: under catchUp none a task
+// whose slots passed while flyball was down waits for its next slot. The
+// timer fires the overdue slot at once after the restart, and the executor
+// called it: one late run, though none promises none.
+func TestRestartAfterDowntimeCatchUpNoneWaits(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.start("governor")
+	tg := newScripted(t, 200)
+	accepted := e.collect("flyball.task.accepted.down")
+	skipped := e.collect(events.RunSubject(events.OutcomeSkipped, "down"))
+	e.create("down", fmt.Sprintf(`{"id":"down","target":{"http":{"url":%q}},"schedule":{"interval":"5s"},"catchUp":"none"}`, tg.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the task is accepted", func() bool { return len(accepted()) == 1 })
+
+	overdue := e.leaveOverdue("down")
+	back := time.Now()
+	e.start("timer", "executor") // flyball comes back
+	natstest.Eventually(t, 15*time.Second, "a call", func() bool { return len(tg.Calls()) >= 1 })
+	first := tg.Calls()[0]
+	if first.key == events.DispatchID("down", overdue) || first.at.Before(back.Add(time.Second)) {
+		t.Fatalf("first call %s at %s, %s after the restart; want no call of the overdue slot %s, and the next slot of the grid",
+			first.key, first.at.Format(time.RFC3339Nano), first.at.Sub(back), overdue.Format(time.RFC3339Nano))
+	}
+	var run events.Run
+	if got := skipped(); len(got) != 1 || events.DecodeData(got[0], &run) != nil || run.DispatchID != events.DispatchID("down", overdue) || !strings.Contains(run.Reason, "catchUp none") {
+		t.Fatalf("run.skipped %+v, want one, of the overdue slot, naming catchUp none", run)
 	}
 }

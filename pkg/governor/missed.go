@@ -1,0 +1,56 @@
+package governor
+
+import (
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// MissedUnderNone reports whether a dispatch of slot, planned by source,
+// that first reaches an executor at now is a slot catchUp "none" drops: the
+// task's next slot on its baseline cadence (the interval, or the cron
+// expression's next occurrence) has passed too, so two or more slots were
+// missed. It returns that next slot. Only baseline slots are judged (a
+// cadence source, or baseline-cron); a hint, a requeue, a recheck, a
+// retry backoff or a breaker probe asked for its time and runs late.
+//
+// After a downtime the timer fires each overdue slot at once, and the
+// governor, which decides at each input's stored time, can plan a slot that
+// had passed when it applied a backlog. Under "none" such a run is the
+// late run the policy forbids: the executor skips it instead, and the
+// governor plans the next slot from the skip.
+func MissedUnderNone(spec *events.TaskSpec, source Source, slot, now time.Time) (time.Time, bool) {
+	if spec == nil || spec.CatchUp != events.CatchUpNone || !now.After(slot) {
+		return time.Time{}, false
+	}
+	if !source.Cadence() && source != SourceBaselineCron {
+		return time.Time{}, false
+	}
+	var next time.Time
+	switch {
+	case spec.Schedule.Interval > 0:
+		// Jitter spreads a gap up to (1 + jitter) × the interval.
+		gap := time.Duration(spec.Schedule.Interval)
+		next = slot.Add(gap + time.Duration(spec.Jitter*float64(gap)))
+	case spec.Schedule.Cron != "":
+		sched, loc, err := cronSchedule(spec.Schedule.Cron, spec.Schedule.Timezone)
+		if err != nil {
+			return time.Time{}, false
+		}
+		// The slot may be its occurrence delayed by jitter, and so may the
+		// next one: by up to jitter × the gap after it.
+		if next = sched.Next(slot, loc); next.IsZero() {
+			return time.Time{}, false
+		}
+		if spec.Jitter > 0 {
+			after := sched.Next(next, loc)
+			if after.IsZero() {
+				return time.Time{}, false
+			}
+			next = next.Add(time.Duration(spec.Jitter * float64(after.Sub(next))))
+		}
+	default:
+		return time.Time{}, false
+	}
+	return next, !now.Before(next)
+}
