@@ -81,6 +81,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.specs = kvcache.Specs(tasks, s.cfg.Logger)
 	s.records = kvcache.New(s.breakers, executor.DecodeBreaker, s.cfg.Logger)
+	s.specs.Conn, s.records.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn()
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.records.Run(runCtx) })
 	if err := s.watchOpen(runCtx); err != nil {

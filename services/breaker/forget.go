@@ -23,7 +23,7 @@ import (
 func (s *Service) watchDeletes(ctx context.Context, tasks jetstream.KeyValue) error {
 	live := false // the watch has delivered its snapshot; only the follower goroutine touches it
 	f := kvcache.Follower{
-		KV: tasks, Log: s.cfg.Logger,
+		KV: tasks, Conn: s.cfg.JS.Conn(), Log: s.cfg.Logger,
 		Apply: func(e jetstream.KeyValueEntry) {
 			if live && e.Operation() != jetstream.KeyValuePut {
 				s.forget(ctx, e.Key())

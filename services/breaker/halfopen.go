@@ -26,7 +26,7 @@ import (
 // transition wins (the event also deduplicates by Nats-Msg-Id).
 func (s *Service) watchOpen(ctx context.Context) error {
 	o := &openBreakers{due: map[string]time.Time{}, wake: make(chan struct{}, 1)}
-	f := kvcache.Follower{KV: s.breakers, Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}
+	f := kvcache.Follower{KV: s.breakers, Conn: s.cfg.JS.Conn(), Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}
 	if s.tuneFollow != nil {
 		s.tuneFollow(&f)
 	}

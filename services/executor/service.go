@@ -111,6 +111,7 @@ func (s *Service) Start(ctx context.Context) error {
 	// and only a paused task's matters here.
 	s.pauses = kvcache.Keys(pauses, s.log)
 	s.breakers = kvcache.New(s.breakerKV, DecodeBreaker, s.log)
+	s.specs.Conn, s.pauses.Conn, s.breakers.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn(), s.cfg.JS.Conn()
 	s.held = make(map[*held]struct{}) // before the breakers' watch: wakeDeferred reads it
 	s.parked = make(map[string]int)
 	s.breakers.Changed = s.wakeDeferred

@@ -141,6 +141,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)
+	s.specs.Conn, s.pauseHints.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn()
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.pauseHints.Run(runCtx) })
 	workers := jsutil.Workers{N: s.cfg.Workers, Key: taskKey}

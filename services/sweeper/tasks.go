@@ -69,7 +69,7 @@ func (s *Service) watch(ctx context.Context, kv jetstream.KeyValue, apply func(j
 	v := s.view
 	var once sync.Once
 	f := kvcache.Follower{
-		KV: kv, Log: s.cfg.Logger,
+		KV: kv, Conn: s.cfg.JS.Conn(), Log: s.cfg.Logger,
 		Apply: func(e jetstream.KeyValueEntry) {
 			v.mu.Lock()
 			apply(e)

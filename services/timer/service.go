@@ -208,7 +208,7 @@ func (s *Service) Start(ctx context.Context) error {
 	s.presize(ctx, kv)
 	var once sync.Once
 	f := kvcache.Follower{
-		KV: kv, Log: s.log, Apply: s.apply, Prune: s.prune,
+		KV: kv, Conn: s.cfg.JS.Conn(), Log: s.log, Apply: s.apply, Prune: s.prune,
 		Loaded: func() { once.Do(func() { close(s.ready) }) },
 	}
 	if s.tuneFollow != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -41,10 +42,20 @@ type Follower struct {
 	// Watching, when set, is given each new watcher (tests end a watch
 	// with it, as nats.go would).
 	Watching func(jetstream.KeyWatcher)
+	// Conn, when set, is the connection KV uses: a reconnect ends the
+	// watch, and the follower watches again and replays the bucket. A
+	// restarted server has lost the watch's consumer, and nats.go re-creates
+	// it only after two idle heartbeats (5 s each) go missing: until then
+	// the view stood still, up to 20 s after NATS was back (a timer fired
+	// no slot the governor wrote meanwhile). Optional.
+	Conn *nats.Conn
 }
 
 // errWatchClosed is a watch whose Updates channel closed.
 var errWatchClosed = errors.New("watch channel closed")
+
+// errReconnected is a watch ended because the connection reconnected.
+var errReconnected = errors.New("reconnected to NATS")
 
 // Backoff between tries to watch again: it doubles from followRetry up to
 // followMaxRetry, and starts over once a watch has loaded.
@@ -115,6 +126,11 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 	if f.Watching != nil {
 		f.Watching(w)
 	}
+	var reconnected chan nats.Status // nil without Conn: never ready
+	if f.Conn != nil {
+		reconnected = f.Conn.StatusChanged(nats.CONNECTED)
+		defer f.Conn.RemoveStatusListener(reconnected)
+	}
 	var seen *keySet
 	if replay && f.Prune != nil {
 		seen = newKeySet()
@@ -124,6 +140,8 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 		select {
 		case <-ctx.Done():
 			return loaded, ctx.Err()
+		case <-reconnected:
+			return loaded, errReconnected
 		case e, ok := <-w.Updates():
 			if !ok {
 				return loaded, errWatchClosed

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -170,5 +171,62 @@ func TestKeySetHasExactlyTheAddedKeys(t *testing.T) {
 	}
 	if newKeySet().has("task-0") {
 		t.Fatal("an empty set has task-0")
+	}
+}
+
+// TestFollowerCatchesUpAfterNATSRestarts: the server goes down and comes
+// back with its store. A write after the reconnect reaches the follower
+// at once. Before, the watch's consumer, gone with the old server, was
+// re-created only when nats.go's heartbeat check noticed (two 5 s
+// heartbeats missed): a timer dispatched no slot written in those 5-20 s.
+func TestFollowerCatchesUpAfterNATSRestarts(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartRestartable(t)
+	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "restart", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan string, 16)
+	loads := make(chan struct{}, 4)
+	f := Follower{
+		KV: kv, Conn: nc,
+		Apply:  func(e jetstream.KeyValueEntry) { applied <- e.Key() + "=" + string(e.Value()) },
+		Loaded: func() { loads <- struct{}{} },
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	loop, err := f.Start(runCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); loop() }()
+	t.Cleanup(func() { cancel(); <-done })
+	recv(t, loads, "first snapshot")
+
+	srv.Restart(t)
+	natstest.Eventually(t, 10*time.Second, "the client reconnects", nc.IsConnected)
+	if _, err := kv.Put(ctx, "k", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(3 * time.Second)
+	for {
+		select {
+		case got := <-applied:
+			if got == "k=after" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("a write 3 s after NATS came back has not reached the follower")
+		}
 	}
 }

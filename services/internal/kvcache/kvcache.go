@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -41,6 +42,9 @@ type Cache[T any] struct {
 	// delete or purge the watch delivers, once the view holds it, on the
 	// watch's goroutine: keep it short.
 	Changed func(key string)
+	// Conn, when set before Run, is the bucket's connection: a reconnect
+	// makes the view watch again (Follower.Conn).
+	Conn *nats.Conn
 }
 
 type entry[T any] struct {
@@ -81,7 +85,7 @@ func (c *Cache[T]) Ready() <-chan struct{} { return c.ready }
 // answering "unknown" meanwhile) if it ever closes. Run it in a goroutine.
 func (c *Cache[T]) Run(ctx context.Context) {
 	Follower{
-		KV: c.kv, Log: c.log,
+		KV: c.kv, Log: c.log, Conn: c.Conn,
 		Apply: func(e jetstream.KeyValueEntry) {
 			key := strings.Clone(e.Key())
 			_ = c.store(key, e.Revision(), e.Operation() != jetstream.KeyValuePut, e.Value())

@@ -421,3 +421,49 @@ func EndWatch(t testing.TB, watchers <-chan jetstream.KeyWatcher, loads <-chan s
 		t.Fatal("the watch was not established again")
 	}
 }
+
+// Restartable is a listening JetStream server whose store outlives it: a
+// NATS outage, then the server back on the same port with the same data.
+type Restartable struct {
+	Server *server.Server
+	URL    string // nats://127.0.0.1:<port>, the same after Restart
+	opts   server.Options
+}
+
+// StartRestartable starts a Restartable server with every flyball stream,
+// consumer and KV bucket. It is shut down in t.Cleanup.
+func StartRestartable(t testing.TB) *Restartable {
+	t.Helper()
+	r := &Restartable{opts: server.Options{Host: "127.0.0.1", Port: freePort(t), JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true}}
+	r.start(t)
+	nc, js := connect(t, r.URL)
+	ensure(t, &Server{Server: r.Server, NC: nc, JS: js})
+	t.Cleanup(func() {
+		r.Server.Shutdown()
+		r.Server.WaitForShutdown()
+	})
+	return r
+}
+
+// Restart shuts the server down and starts it again on the same port and
+// store. Clients configured to reconnect come back on their own.
+func (r *Restartable) Restart(t testing.TB) {
+	t.Helper()
+	r.Server.Shutdown()
+	r.Server.WaitForShutdown()
+	r.start(t)
+}
+
+func (r *Restartable) start(t testing.TB) {
+	t.Helper()
+	opts := r.opts
+	s, err := server.NewServer(&opts)
+	if err != nil {
+		t.Fatalf("natstest: new server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("natstest: server not ready within 10s")
+	}
+	r.Server, r.URL = s, s.ClientURL()
+}
