@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
@@ -30,6 +31,11 @@ type natsFlags struct {
 	tlsKey   string
 	name     string
 	replicas int
+	// log, when set, receives the connection's asynchronous errors (a
+	// watch's consumer gone, a slow consumer, a permission violation) and
+	// its disconnects and reconnects. Without it nats.go prints the errors
+	// to stderr as bare lines, outside --log-format.
+	log *slog.Logger
 }
 
 func (f *natsFlags) register(cmd *cobra.Command) {
@@ -46,6 +52,19 @@ func (f *natsFlags) register(cmd *cobra.Command) {
 
 func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond)}
+	if log := f.log; log != nil {
+		opts = append(opts,
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				if sub != nil {
+					log.Warn("nats: asynchronous error", "err", err, "subject", sub.Subject)
+					return
+				}
+				log.Warn("nats: asynchronous error", "err", err)
+			}),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats: disconnected", "err", err) }),
+			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", redactURLs(nc.ConnectedUrlRedacted())) }),
+		)
+	}
 	if u, p := os.Getenv("NATS_USER"), os.Getenv("NATS_PASSWORD"); u != "" {
 		opts = append(opts, nats.UserInfo(u, p))
 	}
@@ -138,7 +157,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			nf.name = "flyball-" + strings.Join(args, "-")
+			nf.name, nf.log = "flyball-"+strings.Join(args, "-"), log
 			nc, js, err := nf.connect()
 			if err != nil {
 				return err

@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 // TestNATSURLCredentialsAreNotShown: the URL list that `flyball serve`
@@ -54,4 +62,58 @@ func TestHelpShowsNoSecretsFromTheEnvironment(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestServeLogsNATSAsyncErrorsInItsLogFormat: the connection's
+// asynchronous errors (after a NATS restart, "consumer not active" for
+// every KV watch) go to the service's log. nats.go's default handler
+// printed them to stderr as bare lines, which --log-format json readers
+// cannot parse.
+func TestServeLogsNATSAsyncErrorsInItsLogFormat(t *testing.T) {
+	t.Parallel()
+	_, url := natstest.StartListening(t)
+	var buf syncBuffer
+	f := natsFlags{url: url, name: "test", log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	nc, _, err := f.connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// A subscriber that holds one message at most: the rest are dropped,
+	// and nats.go reports a slow consumer through the error handler.
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	sub, err := nc.Subscribe("slow", func(*nats.Msg) { <-block })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(1, -1); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := nc.Publish("slow", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, "the slow consumer error in the JSON log", func() bool {
+		return strings.Contains(buf.String(), `"msg":"nats: asynchronous error","err":"nats: slow consumer, messages dropped","subject":"slow"`)
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
