@@ -248,7 +248,8 @@ func newDLQRetryCmd() *cobra.Command {
 		Long: `retry publishes task.requeued for the entry's task, carrying the entry's
 sequence (deadLetterSeq); the governor schedules a run now. The entry stays
 in DEADLETTER as a record: purge it once the task is healthy again. --all
-retries every stored entry of --task.`,
+retries the task of --task once, naming its newest stored entry: one
+requeue runs the task again whatever entry it names.`,
 		Example: "  flyball dlq retry 42\n  flyball dlq retry --all --task orders-health --reason 'fixed the endpoint'",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -293,16 +294,23 @@ retries every stored entry of --task.`,
 					}
 					recs = []query.DeadLetterRecord{*rec}
 				}
-				for i := range recs {
-					rec := &recs[i]
-					id := rec.Entry.TaskID
-					if err := validID(id); err != nil {
-						return fmt.Errorf("dead letter %d: %w", rec.Seq, err)
-					}
-					acc, err := s.command(ctx, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: reason})
-					if err != nil {
-						return err
-					}
+				// One requeue per task, naming its newest entry: a requeue
+				// plans a run of the task, whichever entry it names, and
+				// each further one re-plans "now" after the run the one
+				// before it already dispatched, which then does not count
+				// for it: --all over n entries called the target twice.
+				rec := &recs[len(recs)-1]
+				id := rec.Entry.TaskID
+				if err := validID(id); err != nil {
+					return fmt.Errorf("dead letter %d: %w", rec.Seq, err)
+				}
+				acc, err := s.command(ctx, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: reason})
+				if err != nil {
+					return err
+				}
+				if len(recs) > 1 {
+					fmt.Fprintf(s.out, "requeued %s (dead letter %d, the newest of %d): %s\n", id, rec.Seq, len(recs), nextRun(acc))
+				} else {
 					fmt.Fprintf(s.out, "requeued %s (dead letter %d): %s\n", id, rec.Seq, nextRun(acc))
 				}
 				return nil
@@ -310,7 +318,7 @@ retries every stored entry of --task.`,
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "retry every stored dead letter of --task")
+	cmd.Flags().BoolVar(&all, "all", false, "requeue --task once, naming its newest stored dead letter")
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
 	return cmd

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +49,56 @@ func TestDLQListTimeIsDeadLetteredAt(t *testing.T) {
 	}
 	if stored, err := time.Parse(tsFormat, f[1]); err != nil || time.Since(stored).Abs() > time.Minute {
 		t.Fatalf("dlq list row %q: want TIME the stored time (just now) of an entry that does not decode", rows[2])
+	}
+}
+
+// TestDLQRetryAllRequeuesOnce: `dlq retry --all --task` over several
+// entries of one task publishes one task.requeued and runs the task once.
+// It published one per entry; each after the first asks for a run at or
+// after its own time, so when the first requeue's run was still pending
+// (held by an open breaker, or a slow call) the fixed target was called a
+// second time as soon as it ended.
+func TestDLQRetryAllRequeuesOnce(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusNotFound) // permanent: dead-lettered at every run
+	spec := taskYAML("twice", tg.url, "1h") + "breaker:\n  failureThreshold: 1000\ndeadLetter:\n  recheckAfter: 1s\n"
+	e.ok(t, "task", "create", "-f", e.file(t, "twice.yaml", spec))
+	entries := func() int {
+		return strings.Count(e.ok(t, "dlq", "list", "--task", "twice"), " twice ")
+	}
+	natstest.Eventually(t, 30*time.Second, "two dead letters of twice (rechecked every second)", func() bool { return entries() >= 2 })
+
+	// The target is fixed; wait for a recheck to succeed, so that nothing
+	// runs until the requeue below (the next run is an hour out).
+	tg.status.Store(http.StatusOK)
+	type state struct {
+		Schedule struct {
+			NextRunAt   time.Time `json:"nextRunAt"`
+			LastOutcome string    `json:"lastOutcome"`
+			RequeuedAt  time.Time `json:"requeuedAt"`
+		} `json:"schedule"`
+	}
+	settled := func() bool {
+		var v state
+		if err := json.Unmarshal([]byte(e.ok(t, "task", "get", "twice", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Schedule.LastOutcome == "succeeded" && v.Schedule.RequeuedAt.IsZero() && time.Until(v.Schedule.NextRunAt) > 30*time.Minute
+	}
+	natstest.Eventually(t, 30*time.Second, "a successful recheck of twice", settled)
+	n, before := entries(), tg.calls.Load()
+
+	out := e.ok(t, "dlq", "retry", "--all", "--task", "twice")
+	if strings.Count(out, "requeued twice") != 1 || !strings.Contains(out, "the newest of ") {
+		t.Fatalf("dlq retry --all over %d entries printed %q, want one requeue naming the newest entry", n, out)
+	}
+	natstest.Eventually(t, 30*time.Second, "the requeued run of twice", settled)
+	if calls := tg.calls.Load() - before; calls != 1 {
+		t.Fatalf("dlq retry --all over %d entries called the target %d times, want 1", n, calls)
+	}
+	replayed := e.ok(t, "replay", "--stream", "TASKS", "--subject", "flyball.task.requeued.twice", "-o", "json")
+	if got := strings.Count(strings.TrimSpace(replayed), "\n") + 1; got != 1 {
+		t.Fatalf("%d task.requeued on TASKS, want 1:\n%s", got, replayed)
 	}
 }
