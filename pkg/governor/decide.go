@@ -82,6 +82,13 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 			if p.started.After(now) {
 				p.started = now.UTC() // another machine's clock, or a forged time
 			}
+			if !o.FinishedAt.IsZero() {
+				p.finished = o.FinishedAt.UTC()
+				if p.finished.After(now) {
+					p.finished = now.UTC()
+				}
+				p.finished = maxTime(p.started, p.finished)
+			}
 		}
 	case KindPaused:
 		s.Paused = true

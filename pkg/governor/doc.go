@@ -94,8 +94,11 @@
 // MinGap after it started. Slots that fell
 // in a pause are not caught up, nor slots that were never due (the run
 // planned before the decision is still ahead, and a spec update or an
-// interval hint shortened the cadence), and a failing task keeps its
-// backoff grid (a backlog waits for the next success).
+// interval hint shortened the cadence), nor slots that passed while the
+// task's own run was running (a run that outlasted two slots is followed
+// by the next slot, as lateness), and a
+// failing task keeps its backoff grid (a backlog waits for the next
+// success).
 //
 // # Adaptive cadence and activity
 //

@@ -38,6 +38,9 @@ type planner struct {
 	// started is when the run of this decision's outcome started, at most
 	// now; zero for other inputs, or when unknown.
 	started time.Time
+	// finished is when that run ended, between started and now; zero
+	// when unknown.
+	finished time.Time
 }
 
 // choose sets the candidate and starts a trail line naming its source; the
@@ -231,12 +234,26 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	if h := p.s.IntervalHint; h != nil && next.After(h.ExpiresAt) {
 		next, src = p.afterHint(h, anchor, exp, next, src)
 	}
-	if missed >= 2 && p.catchUp(anchor, missed, p.intervalAfterStart(anchor, full, missed)) {
-		return
+	passed := missed // slots on the grid at or before now
+	if missed >= 2 {
+		afterStart := p.intervalAfterStart(anchor, full, missed)
+		// Slots that passed while the run itself was running were not
+		// missed: the task was busy, not down. Counted as missed, they
+		// made every run that outlasted two intervals a catch-up: a slow
+		// target was called again the moment it answered, for good.
+		if during := p.intervalWhileRunning(anchor, full); during > 0 {
+			p.tr.linef("%d slots passed while the run of %s ran (%s to %s): not missed",
+				during, stamp(anchor), stamp(p.started), stamp(p.finished))
+			missed -= during
+			afterStart -= during
+		}
+		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterStart) { // < 0: more than the cap
+			return
+		}
 	}
-	if missed > 0 {
+	if passed > 0 {
 		p.tr.str("slot ").at(anchor.Add(full)).str(" already passed: skipped to the next slot on the grid").end()
-		p.choose(next, src).num(missed + 1).str(" × ").dur(full).str(" after the slot of ").at(anchor).end()
+		p.choose(next, src).num(passed + 1).str(" × ").dur(full).str(" after the slot of ").at(anchor).end()
 	} else {
 		p.choose(next, src).dur(full).str(" after the slot of ").at(anchor).end()
 	}
@@ -315,15 +332,32 @@ func (p *planner) intervalAfterStart(anchor time.Time, step time.Duration, misse
 	return missed - before
 }
 
+// intervalWhileRunning counts the grid slots from anchor that fell while
+// the run of this outcome ran, after it started and up to its end; 0 when
+// either time is unknown.
+func (p *planner) intervalWhileRunning(anchor time.Time, step time.Duration) int64 {
+	if p.started.IsZero() || p.finished.IsZero() {
+		return 0
+	}
+	_, before := grid(anchor, step, p.started)
+	_, end := grid(anchor, step, p.finished)
+	return end - before
+}
+
 // cronAfterStart counts the occurrences after the run of this outcome
 // started, up to now, stopping at 2; -1 when the start is unknown.
 func (p *planner) cronAfterStart() int64 {
 	if p.started.IsZero() {
 		return -1
 	}
+	return p.cronBetween(p.started, p.now, 2)
+}
+
+// cronBetween counts the occurrences in (from, to], stopping at limit.
+func (p *planner) cronBetween(from, to time.Time, limit int64) int64 {
 	n := int64(0)
-	for t := p.started; n < 2; n++ {
-		if t = p.sched.Next(t, p.loc); t.IsZero() || t.After(p.now) {
+	for t := from; n < limit; n++ {
+		if t = p.sched.Next(t, p.loc); t.IsZero() || t.After(to) {
 			break
 		}
 	}
@@ -430,7 +464,18 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			next = second
 			break
 		}
-		if p.catchUp(anchor, p.countMissed(second), p.cronAfterStart()) {
+		missed, afterStart := p.countMissed(second), p.cronAfterStart()
+		// As for an interval: occurrences that passed while the run ran
+		// were not missed.
+		if missed > 0 && !p.started.IsZero() && !p.finished.IsZero() {
+			if during := p.cronBetween(p.started, p.finished, missed); during > 0 {
+				p.tr.linef("%d slots passed while the run of %s ran (%s to %s): not missed",
+					during, stamp(anchor), stamp(p.started), stamp(p.finished))
+				missed -= during
+				afterStart = p.cronBetween(p.finished, p.now, 2)
+			}
+		}
+		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterStart) { // < 0: more than the cap
 			return
 		}
 		next = sched.Next(p.now, loc)

@@ -1147,6 +1147,80 @@ func TestDecideAdaptiveRelaxesToAHugeBoundsMax(t *testing.T) {
 	}
 }
 
+// slowRun is the outcome of the run of slot, which started on time and
+// ended at end.
+func slowRun(slot, end time.Time) governor.Input {
+	in := outcome("succeeded", slot)
+	in.Outcome.StartedAt = slot.Add(time.Millisecond)
+	in.Outcome.FinishedAt = end
+	return in
+}
+
+// A run that outlasts two intervals (or cron occurrences) is not a
+// downtime: the slots that passed while it ran were not missed, the task
+// was busy. Counted as
+// missed, every such run was a catch-up: a target slower than two
+// intervals was called again the moment it answered (skip), with a
+// backlog that never drained (all).
+func TestDecideSlowRunIsNotACatchUp(t *testing.T) {
+	slot := t0.Add(5 * time.Second)
+	end := slot.Add(12 * time.Second) // slots 10:00:10 and :15 passed while it ran
+	due := stateWith(ran(t0), planned(slot, governor.SourceBaselineInterval))
+	cronDue := stateWith(ran(t0), planned(slot, governor.SourceBaselineCron))
+	every5s := "*/5 * * * * *"
+	all := withCatchUp(intervalSpec(5*time.Second), events.CatchUpAll, 0)
+	noBacklog := func(t *testing.T, d governor.Decision) {
+		if d.State.CatchUpPending != 0 {
+			t.Errorf("CatchUpPending = %d, want 0", d.State.CatchUpPending)
+		}
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"skip: the next slot on the grid",
+			given{intervalSpec(5 * time.Second), due, end.Add(2 * time.Millisecond), slowRun(slot, end)},
+			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineInterval, trail: "2 slots passed while the run of 2026-03-02T10:00:05.000Z ran (2026-03-02T10:00:05.001Z to 2026-03-02T10:00:17.000Z): not missed", check: func(t *testing.T, d governor.Decision) {
+				if last := d.Trail[len(d.Trail)-1]; last != "baseline-interval: 3 × 5s after the slot of 2026-03-02T10:00:05.000Z" {
+					t.Errorf("last trail line %q, want the 3 × 5s it planned", last)
+				}
+			}},
+		},
+		{
+			"all: nothing to backfill",
+			given{all, due, end.Add(2 * time.Millisecond), slowRun(slot, end)},
+			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineInterval, trail: "not missed", check: noBacklog},
+		},
+		{
+			"skip: slots that passed after it ended are still caught up",
+			given{intervalSpec(5 * time.Second), due, end.Add(11 * time.Second), slowRun(slot, end)},
+			want{next: end.Add(11 * time.Second), source: governor.SourceCatchUp, trail: "catchUp skip"},
+		},
+		{
+			"cron, skip: the next occurrence",
+			given{cronSpec(every5s, ""), cronDue, end.Add(2 * time.Millisecond), slowRun(slot, end)},
+			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineCron, trail: "2 slots passed while the run of 2026-03-02T10:00:05.000Z ran"},
+		},
+		{
+			"cron, all: nothing to backfill",
+			given{withCatchUp(cronSpec(every5s, ""), events.CatchUpAll, 0), cronDue, end.Add(2 * time.Millisecond), slowRun(slot, end)},
+			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineCron, trail: "not missed", check: noBacklog},
+		},
+		{
+			"cron, skip: occurrences after it ended are still caught up",
+			given{cronSpec(every5s, ""), cronDue, end.Add(11 * time.Second), slowRun(slot, end)},
+			want{next: end.Add(11 * time.Second), source: governor.SourceCatchUp, trail: "catchUp skip"},
+		},
+		{
+			"all: only those are backfilled",
+			given{all, due, end.Add(11 * time.Second), slowRun(slot, end)},
+			want{next: end.Add(11 * time.Second), source: governor.SourceCatchUp, trail: "backfilling 2", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 2 {
+					t.Errorf("CatchUpPending = %d, want 2", d.State.CatchUpPending)
+				}
+			}},
+		},
+	})
+}
+
 // lateRun is the outcome of the run of slot, which started late at start
 // (the timer fired an overdue slot after a downtime) and took 3 ms.
 func lateRun(slot, start time.Time) governor.Input {
