@@ -154,7 +154,8 @@ type Cluster struct {
 	links   []*link
 }
 
-// AwaitAcked waits up to 10 s until the durable has acked stream
+// AwaitAcked waits up to 30 s (a huge message takes long to decode under
+// -race on a busy machine) until the durable has acked stream
 // sequence seq (its ack floor reaches it): the service consuming it has
 // handled the message.
 func AwaitAcked(t testing.TB, js jetstream.JetStream, stream, durable string, seq uint64) {
@@ -163,7 +164,7 @@ func AwaitAcked(t testing.TB, js jetstream.JetStream, stream, durable string, se
 	if err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 10*time.Second, fmt.Sprintf("%s/%s acks sequence %d", stream, durable, seq), func() bool {
+	Eventually(t, 30*time.Second, fmt.Sprintf("%s/%s acks sequence %d", stream, durable, seq), func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.AckFloor.Stream >= seq
 	})
