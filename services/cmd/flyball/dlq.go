@@ -204,7 +204,7 @@ func newDLQShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <seq>",
 		Short: "Print one dead letter in full: the stored CloudEvent with every attempt's error",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg("DEADLETTER sequence (SEQ in flyball dlq list)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			seq, err := parseSeq(args[0])
 			if err != nil {

@@ -35,7 +35,7 @@ creation, so the decisions shown are the ones actually taken, as long as
 the streams still hold every input since (RUNS and HEALTH keep 7 days and
 1000 messages per subject): a warning names a stream that may have dropped
 some, and a mismatch may follow.`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := validID(args[0]); err != nil {
 				return err

@@ -39,3 +39,30 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestCLICommandMistakesFailInOneLine: a mistyped or missing command or
+// argument exits 1 with one line that names it. A mistyped subcommand of
+// task or dlq printed the group's help and exited 0, so a script's
+// "flyball task delet web" passed as done.
+func TestCLICommandMistakesFailInOneLine(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"task", "delet", "web"}, `flyball: unknown command "delet" for "flyball task" (did you mean delete?); want one of create, delete,`},
+		{[]string{"dlq", "lst"}, `flyball: unknown command "lst" for "flyball dlq"; want one of list, purge, retry, show, tail`},
+		{[]string{"task"}, "flyball: task: give a command: create, delete, get,"},
+		{[]string{"taks", "list"}, `flyball: unknown command "taks" for "flyball" (did you mean task?)`},
+		{[]string{"task", "get"}, "flyball: task get: give the task id: flyball task get <id>"},
+		{[]string{"task", "pause", "a", "b"}, `flyball: task pause: want one task id, got 2 arguments: ["a" "b"]`},
+		{[]string{"dlq", "show"}, "flyball: dlq show: give the DEADLETTER sequence"},
+		{[]string{"runs"}, "flyball: runs: give the task id: flyball runs <id>"},
+	} {
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+			t.Errorf("flyball %s: exit %d, stdout %.80q, stderr %.200q; want exit 1 and one line starting %q", strings.Join(c.args, " "), r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}

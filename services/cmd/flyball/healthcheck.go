@@ -26,7 +26,7 @@ have no shell:
   healthcheck: {test: ["CMD", "/flyball", "healthcheck", "http://localhost:9090/healthz"]}`,
 		Example: `  flyball healthcheck http://localhost:9090/healthz
   flyball healthcheck --timeout 1s 'http://localhost:8222/healthz?js-enabled-only=true'`,
-		Args: cobra.ExactArgs(1),
+		Args: oneArg("URL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout: must be positive, got %s", timeout)

@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	_ "time/tzdata" // cron time zones must work in FROM-scratch images
 
 	"github.com/spf13/cobra"
@@ -16,8 +17,69 @@ var version = "dev"
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "flyball: "+err.Error())
+		fmt.Fprintln(os.Stderr, "flyball: "+oneLineSuggestion(err.Error()))
 		os.Exit(1)
+	}
+}
+
+// oneLineSuggestion folds cobra's "\n\nDid you mean this?\n\ttask\n" (for
+// a mistyped command) into the error's one line.
+func oneLineSuggestion(msg string) string {
+	head, s, ok := strings.Cut(msg, "\n\nDid you mean this?\n")
+	if !ok {
+		return msg
+	}
+	return head + didYouMean(strings.Fields(s))
+}
+
+func didYouMean(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return " (did you mean " + strings.Join(names, " or ") + "?)"
+}
+
+// requireSubcommand makes every command that only groups others (task,
+// dlq) refuse anything but one of them, in one line and with exit 1.
+// Cobra printed the group's help and exited 0, so a typo such as
+// "flyball task delet web" in a script passed as done.
+func requireSubcommand(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		requireSubcommand(c)
+	}
+	if !cmd.HasParent() || !cmd.HasSubCommands() || cmd.Runnable() {
+		return // the root reports an unknown command itself
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		var names []string
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		path := strings.TrimPrefix(c.CommandPath(), "flyball ")
+		if len(args) == 0 {
+			return fmt.Errorf("%s: give a command: %s (flyball %s --help)", path, strings.Join(names, ", "), path)
+		}
+		return fmt.Errorf("unknown command %q for \"flyball %s\"%s; want one of %s",
+			args[0], path, didYouMean(c.SuggestionsFor(args[0])), strings.Join(names, ", "))
+	}
+}
+
+// oneArg accepts exactly one positional argument and names it when it is
+// missing or doubled: cobra's "accepts 1 arg(s), received 0" did not say
+// what was wanted.
+func oneArg(what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == 1 {
+			return nil
+		}
+		path := strings.TrimPrefix(cmd.CommandPath(), "flyball ")
+		if len(args) == 0 {
+			return fmt.Errorf("%s: give the %s: %s%s", path, what, cmd.CommandPath(), strings.TrimPrefix(cmd.Use, cmd.Name()))
+		}
+		return fmt.Errorf("%s: want one %s, got %d arguments: %q (quote an argument that has spaces)", path, what, len(args), args)
 	}
 }
 
@@ -32,5 +94,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDevCmd(), newServeCmd())
 	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
 	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd(), newExplainCmd())
+	requireSubcommand(root)
 	return root
 }

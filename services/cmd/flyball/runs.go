@@ -23,13 +23,13 @@ func newRunsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs <id>",
 		Short: "Show a task's run history from the RUNS stream",
-		Long: `runs reads the task's run events (flyball.run.*.<id>: started, succeeded,
-failed per attempt, skipped) from the RUNS stream with an ephemeral ordered
+		Long: `runs reads the task's run events (flyball.run.*.<id>: succeeded, failed
+per attempt, skipped; the services publish no started) from the RUNS stream with an ephemeral ordered
 consumer and prints the newest --limit of them, oldest first: time, outcome,
 attempt, HTTP status, duration and a preview of the response body (or the
 error). --follow then keeps printing new ones until Ctrl-C.`,
 		Example: "  flyball runs orders-health --limit 50\n  flyball runs orders-health --follow\n  flyball runs orders-health -o json | jq '.run.body'",
-		Args:    cobra.ExactArgs(1),
+		Args:    oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if err := validID(id); err != nil {

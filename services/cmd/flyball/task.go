@@ -123,7 +123,7 @@ func newTaskDeleteCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete <id>",
 		Short: "Delete a task (publishes task.deleted); its history stays in RUNS and DEADLETTER",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if err := validID(id); err != nil {
@@ -151,7 +151,7 @@ func newTaskGetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get <id>",
 		Short: "Show a task's spec and schedule state (KV flyball-tasks and flyball-schedules)",
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := validID(args[0]); err != nil {
 				return err
@@ -334,7 +334,7 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if err := validID(id); err != nil {
