@@ -253,6 +253,9 @@ func TestTaskRoutes(t *testing.T) {
 
 	// Pause and resume.
 	expect(t, "pause with until and for", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"for":"1h","until":"2030-01-01T00:00:00Z"}`), http.StatusBadRequest, "for")
+	// "for":"0s" was read as no "for" at all: an indefinite pause.
+	expect(t, "pause for no time", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"for":"0s"}`), http.StatusBadRequest, "for")
+	expect(t, "pause for no time and until", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"for":"0s","until":"2030-01-01T00:00:00Z"}`), http.StatusBadRequest, "for")
 	expect(t, "pause until the past", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"until":"2001-01-01T00:00:00Z"}`), http.StatusBadRequest, "until")
 	expect(t, "pause a missing task", b.call(t, http.MethodPost, "/api/v1/tasks/nope/pause", ""), http.StatusNotFound, "id")
 	p := b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"for":"1h","reason":"deploy"}`)

@@ -112,7 +112,7 @@ func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 // or for, the pause lasts until a resume.
 type PauseRequest struct {
 	Until  *time.Time      `json:"until,omitempty"`
-	For    events.Duration `json:"for,omitempty"`
+	For    *events.Duration `json:"for,omitempty"`
 	Reason string          `json:"reason,omitempty"`
 }
 
@@ -126,11 +126,13 @@ func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Now().UTC()
+	// A "for" that is given must be positive: "0s" read as unset made a
+	// pause meant to last no time last until a resume.
 	switch {
-	case req.Until != nil && req.For != 0:
+	case req.Until != nil && req.For != nil:
 		writeError(w, http.StatusBadRequest, "for", "give until or for, not both")
 		return
-	case req.For < 0:
+	case req.For != nil && *req.For <= 0:
 		writeError(w, http.StatusBadRequest, "for", fmt.Sprintf("must be positive, got %s", req.For))
 		return
 	case req.Until != nil && !req.Until.After(now):
@@ -138,7 +140,7 @@ func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := events.TaskPause{ID: id, Until: req.Until, Reason: req.Reason}
-	if req.For > 0 {
+	if req.For != nil {
 		t := now.Add(req.For.D())
 		p.Until = &t
 	}
