@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -291,6 +292,9 @@ func dataError(err error) error {
 		if field == "" {
 			return malformed("data", fmt.Sprintf("must be a JSON object, got %s", te.Value))
 		}
+		if v, ok := strings.CutSuffix(te.Value, outOfRange); ok {
+			return malformed(field, fmt.Sprintf("out of range: got %s, want a duration of at most %s", v, time.Duration(math.MaxInt64)))
+		}
 		return malformed(field, fmt.Sprintf("wrong type: got %s, want %s", te.Value, typeName(te)))
 	case errors.As(err, &se):
 		return malformed("data", "not valid JSON: "+se.Error())
@@ -312,8 +316,10 @@ func typeName(te *json.UnmarshalTypeError) string {
 	switch te.Type.Kind().String() {
 	case "string":
 		return "string"
-	case "int", "int64", "int32", "uint64", "uint32", "uint":
+	case "int", "int64", "int32":
 		return "integer"
+	case "uint64", "uint32", "uint":
+		return "a non-negative integer"
 	case "float64", "float32":
 		return "number"
 	case "bool":

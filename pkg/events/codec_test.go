@@ -305,6 +305,9 @@ func TestDecodeData(t *testing.T) {
 		{"interval as number", events.ContentTypeJSON, `{"schedule":{"interval":5}}`, wantErr{"schedule.interval", []string{"wrong type", "number", `duration string such as "30s"`}}},
 		{"id as number", events.ContentTypeJSON, `{"id":5}`, wantErr{"id", []string{"wrong type: got number, want string"}}},
 		{"bad duration string", events.ContentTypeJSON, `{"schedule":{"interval":"5 parsecs"}}`, wantErr{"schedule.interval", []string{`"5 parsecs"`, "duration string"}}},
+		// A well-formed duration too long for time.Duration was called
+		// "wrong type: got string \"99999999999h\", want a duration string".
+		{"duration out of range", events.ContentTypeJSON, `{"schedule":{"interval":"99999999999h"}}`, wantErr{"schedule.interval", []string{`out of range: got string "99999999999h"`, "at most 2562047h"}}},
 		{"timeout as object", events.ContentTypeJSON, `{"target":{"http":{"timeout":{}}}}`, wantErr{"target.http.timeout", []string{"got object", "duration"}}},
 		{"label as number", events.ContentTypeJSON, `{"labels":{"a":1}}`, wantErr{"labels", []string{"want string"}}},
 		{"jitter as string", events.ContentTypeJSON, `{"jitter":"0.1"}`, wantErr{"jitter", []string{"got string, want number"}}},
@@ -331,6 +334,14 @@ func TestDecodeData(t *testing.T) {
 			assertOneMalformed(t, err, tt.want)
 		})
 	}
+}
+
+// TestDecodeDataNamesANegativeSequence: a negative deadLetterSeq was
+// called "wrong type: got number -4, want integer", though -4 is one.
+func TestDecodeDataNamesANegativeSequence(t *testing.T) {
+	e := dataEvent(t, events.ContentTypeJSON, `{"id":"x","deadLetterSeq":-4}`)
+	var r events.TaskRequeue
+	assertOneMalformed(t, events.DecodeData(e, &r), wantErr{"deadLetterSeq", []string{"got number -4, want a non-negative integer"}})
 }
 
 // TestDecodeDataRefusesCaseVariantsAndDuplicates: docs/events.md says field

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"time"
 )
 
@@ -51,11 +52,24 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func (d *Duration) parse(s string) error {
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return &json.UnmarshalTypeError{Value: fmt.Sprintf("string %q", truncate(s, 64)), Type: reflect.TypeFor[Duration]()}
+		value := fmt.Sprintf("string %q", truncate(s, 64))
+		if durationSyntax.MatchString(s) {
+			// Well formed, so too long: ParseDuration says only "invalid
+			// duration", which read as "not a duration string".
+			value += outOfRange
+		}
+		return &json.UnmarshalTypeError{Value: value, Type: reflect.TypeFor[Duration]()}
 	}
 	*d = Duration(v)
 	return nil
 }
+
+// outOfRange marks, in an UnmarshalTypeError's Value, a duration string
+// that is well formed but longer than a time.Duration holds.
+const outOfRange = " (out of range)"
+
+// durationSyntax is the grammar time.ParseDuration accepts.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func jsonKind(b []byte) string {
 	for _, c := range b {
