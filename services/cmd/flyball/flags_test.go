@@ -31,6 +31,9 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// was republishing, connected, and NATS refused the subject.
 		{[]string{"replay", "--stream", "RUNS", "--to", "debug\rfailed"}, `flyball: --to: want one concrete subject`},
 		{[]string{"replay", "--stream", "RUNS", "--to", "debug\nfailed"}, `flyball: --to: want one concrete subject`},
+		// Republishing RUNS into $KV.flyball-tasks.web replaced the task's
+		// spec with a run event, and its runs were skipped.
+		{[]string{"replay", "--stream", "RUNS", "--to", "$KV.flyball-tasks.web"}, `flyball: --to $KV.flyball-tasks.web: a subject starting with $ belongs to the server`},
 		{[]string{"healthcheck", "--timeout", "0s", "http://127.0.0.1:1/healthz"}, "flyball: --timeout: must be positive, got 0s"},
 	} {
 		r := e.run(t, c.args...)

@@ -56,7 +56,9 @@ stream, and it stops at the last message stored when it started.
 --to republishes every replayed message's payload and headers (but not
 Nats-Msg-Id) to another subject, adding a Flyball-Replayed-From header. Use
 --dry-run to see what would be sent first. Republishing into
-flyball.dispatch.* would run tasks and is refused without --force.`,
+flyball.dispatch.* would run tasks, and into a $ subject ($KV, $JS.API)
+would overwrite KV keys or call the server's API; both are refused without
+--force.`,
 		Example: `  flyball replay --stream RUNS --since 1h
   flyball replay --stream TASKS --subject 'flyball.task.*.orders-health' -o json
   flyball replay --stream DEADLETTER --from-seq 40 --until 2026-03-01T08:00:00Z
@@ -82,7 +84,7 @@ flyball.dispatch.* would run tasks and is refused without --force.`,
 	fl.StringVar(&f.until, "until", "", "stop after this time: RFC 3339 or a duration ago (10m)")
 	fl.StringVar(&f.to, "to", "", "republish each message to this subject")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "with --to: print what would be republished, publish nothing")
-	fl.BoolVar(&f.force, "force", false, "with --to: allow republishing into flyball.dispatch.* (runs tasks!)")
+	fl.BoolVar(&f.force, "force", false, "with --to: allow republishing into flyball.dispatch.* (runs tasks!) or a $ subject ($KV, $JS.API)")
 	_ = cmd.MarkFlagRequired("stream")
 	cmd.MarkFlagsMutuallyExclusive("since", "from-seq", "from-time")
 	return cmd
@@ -127,6 +129,11 @@ func (f *replayFlags) check(now time.Time) error {
 		}
 		if strings.HasPrefix(f.to, "flyball.dispatch.") && !f.force {
 			return fmt.Errorf("--to %s: republishing into flyball.dispatch.* makes the executor run tasks; add --force if you really mean it", f.to)
+		}
+		// $KV.flyball-tasks.web took the replayed run events as the task's
+		// spec: its runs were skipped as "invalid stored spec".
+		if strings.HasPrefix(f.to, "$") && !f.force {
+			return fmt.Errorf("--to %s: a subject starting with $ belongs to the server ($KV.<bucket>.<key> overwrites a KV key, $JS.API is its API); add --force if you really mean it", f.to)
 		}
 		f.republish = !f.dryRun
 	}
