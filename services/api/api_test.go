@@ -14,15 +14,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
 )
 
 const token = "test-token-0123456789"
 
 type bundle struct {
+	js    jetstream.JetStream
 	base  string
 	calls atomic.Int64
 	url   string // the target's URL
@@ -33,7 +37,7 @@ func setup(t *testing.T, status int) *bundle {
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	_, js := srv.Connect(t)
-	b := &bundle{}
+	b := &bundle{js: js}
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		b.calls.Add(1)
 		w.WriteHeader(status)
@@ -192,6 +196,30 @@ func TestAuthOnEveryRoute(t *testing.T) {
 
 func (b *bundle) task(id, extra string) string {
 	return fmt.Sprintf(`{"id":%q,"labels":{"team":"ops"},"target":{"http":{"url":%q}},"schedule":{"interval":"1h"}%s}`, id, b.url, extra)
+}
+
+// TestRepairATaskWhoseStoredSpecDoesNotDecode: the executor skips the
+// runs of such a task and says "fix or re-create the task", but update,
+// delete and pause answered 503 "stored spec of task \"web\" does not
+// decode", so the API could not repair it.
+func TestRepairATaskWhoseStoredSpecDoesNotDecode(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 200)
+	expect(t, "create", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+	kv, err := b.js.KeyValue(context.Background(), streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(context.Background(), "web", "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "update", b.call(t, http.MethodPut, "/api/v1/tasks/web", b.task("web", "")), http.StatusAccepted, "")
+	expect(t, "get after the update", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusOK, "")
+	if _, err := kv.PutString(context.Background(), "web", "garbage"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "delete", b.call(t, http.MethodDelete, "/api/v1/tasks/web", ""), http.StatusAccepted, "")
+	expect(t, "get after the delete", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusNotFound, "id")
 }
 
 func TestTaskRoutes(t *testing.T) {

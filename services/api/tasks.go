@@ -50,10 +50,13 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 
 // existing answers 404 and returns false unless task id exists. Commands
 // on a missing task would be rejected by the governor too; checking first
-// gives the caller the right status code.
+// gives the caller the right status code. A task whose stored spec does
+// not decode exists: an update or a delete is the way to repair it.
 func (s *Service) existing(w http.ResponseWriter, r *http.Request, id string) bool {
 	_, err := s.q.Task(r.Context(), id)
 	switch {
+	case errors.Is(err, query.ErrBadSpec):
+		return true
 	case errors.Is(err, query.ErrNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
 		return false
@@ -111,9 +114,9 @@ func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 // PauseRequest is the body of POST /api/v1/tasks/{id}/pause. Without until
 // or for, the pause lasts until a resume.
 type PauseRequest struct {
-	Until  *time.Time      `json:"until,omitempty"`
+	Until  *time.Time       `json:"until,omitempty"`
 	For    *events.Duration `json:"for,omitempty"`
-	Reason string          `json:"reason,omitempty"`
+	Reason string           `json:"reason,omitempty"`
 }
 
 func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,11 @@ import (
 // ErrNotFound is returned when a task or a dead-letter entry does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrBadSpec is wrapped by Task when the task's flyball-tasks value is
+// there but does not decode: the task exists, and can be updated or
+// deleted.
+var ErrBadSpec = errors.New("stored spec does not decode")
+
 // Reader reads flyball's state. Create it once per process (the API) or per
 // command (the CLI): NewReader binds the KV buckets.
 type Reader struct {

@@ -72,7 +72,7 @@ func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 	}
 	var v TaskView
 	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
-		return nil, fmt.Errorf("stored spec of task %q does not decode: %w", id, err)
+		return nil, fmt.Errorf("%w: task %q: %w", ErrBadSpec, id, err)
 	}
 	se, err := r.schedules.Get(ctx, id)
 	switch {
