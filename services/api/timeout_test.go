@@ -27,16 +27,9 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
 	_, js := srv.Connect(t)
-	s, err := api.New(api.Config{
+	s := startAPI(t, api.Config{
 		Common: svcconf.Common{JS: js}, Addr: "127.0.0.1:0", Tokens: []string{token}, ReadTimeout: 300 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
 
 	// A body announced but never sent: answered 408, then the connection
 	// is closed.
@@ -107,17 +100,10 @@ func TestAClientThatDoesNotReadIsCutOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := api.New(api.Config{
+	s := startAPI(t, api.Config{
 		Common: svcconf.Common{JS: js}, Addr: "127.0.0.1:0", Tokens: []string{token},
 		AnswerTimeout: 100 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
 
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
@@ -155,4 +141,18 @@ func TestWriteTimeoutMustExceedAnswerTimeout(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Config.WriteTimeout") {
 		t.Fatalf("New with WriteTimeout 1s and AnswerTimeout 5s: %v, want an error naming Config.WriteTimeout", err)
 	}
+}
+
+// startAPI starts the API service with cfg, stopped in t.Cleanup.
+func startAPI(t *testing.T, cfg api.Config) *api.Service {
+	t.Helper()
+	s, err := api.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
 }
