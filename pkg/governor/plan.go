@@ -236,18 +236,13 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	}
 	passed := missed // slots on the grid at or before now
 	if missed >= 2 {
-		afterStart := p.intervalAfterStart(anchor, full, missed)
-		// Slots that passed while the run itself was running were not
-		// missed: the task was busy, not down. Counted as missed, they
-		// made every run that outlasted two intervals a catch-up: a slow
-		// target was called again the moment it answered, for good.
-		if during := p.intervalWhileRunning(anchor, full); during > 0 {
-			p.tr.linef("%d slots passed while the run of %s ran (%s to %s): not missed",
-				during, stamp(anchor), stamp(p.started), stamp(p.finished))
-			missed -= during
-			afterStart -= during
+		onGrid := func(from, to time.Time, limit int64) int64 {
+			_, a := grid(anchor, full, from)
+			_, b := grid(anchor, full, to)
+			return min(b-a, limit)
 		}
-		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterStart) { // < 0: more than the cap
+		missed, afterRun := p.ownRun(anchor, missed, onGrid)
+		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterRun) { // < 0: more than the cap
 			return
 		}
 	}
@@ -321,36 +316,31 @@ func (p *planner) catchUpAt() time.Time {
 	return p.now
 }
 
-// intervalAfterStart counts the slots on the grid from anchor that fell
-// after the run of this outcome started, given the missed slots up to
-// now; -1 when the start is unknown.
-func (p *planner) intervalAfterStart(anchor time.Time, step time.Duration, missed int64) int64 {
+// ownRun sets apart, of the missed slots since anchor, those that passed
+// while the run of this outcome ran (from its start to its end): they
+// were not missed, the task was busy, not down. Counted as missed, they
+// made every run that outlasted two slots a catch-up, and a slow target
+// was called again the moment it answered, for good. It returns the
+// missed slots left and how many slots fell after the run (after its end,
+// or its start if the end is unknown), counted up to 2; -1 when the start
+// is unknown. between counts the schedule's slots in (from, to], stopping
+// at limit.
+func (p *planner) ownRun(anchor time.Time, missed int64, between func(from, to time.Time, limit int64) int64) (int64, int64) {
 	if p.started.IsZero() {
-		return -1
+		return missed, -1
 	}
-	_, before := grid(anchor, step, p.started)
-	return missed - before
-}
-
-// intervalWhileRunning counts the grid slots from anchor that fell while
-// the run of this outcome ran, after it started and up to its end; 0 when
-// either time is unknown.
-func (p *planner) intervalWhileRunning(anchor time.Time, step time.Duration) int64 {
-	if p.started.IsZero() || p.finished.IsZero() {
-		return 0
+	end := p.started
+	if !p.finished.IsZero() {
+		end = p.finished
+		if missed > 0 {
+			if during := between(p.started, p.finished, missed); during > 0 {
+				p.tr.linef("%d slots passed while the run of %s ran (%s to %s): not missed",
+					during, stamp(anchor), stamp(p.started), stamp(p.finished))
+				missed -= during
+			}
+		}
 	}
-	_, before := grid(anchor, step, p.started)
-	_, end := grid(anchor, step, p.finished)
-	return end - before
-}
-
-// cronAfterStart counts the occurrences after the run of this outcome
-// started, up to now, stopping at 2; -1 when the start is unknown.
-func (p *planner) cronAfterStart() int64 {
-	if p.started.IsZero() {
-		return -1
-	}
-	return p.cronBetween(p.started, p.now, 2)
+	return missed, between(end, p.now, 2)
 }
 
 // cronBetween counts the occurrences in (from, to], stopping at limit.
@@ -367,12 +357,12 @@ func (p *planner) cronBetween(from, to time.Time, limit int64) int64 {
 // catchUp applies the catch-up policy after downtime: missed (≥ 2) slots
 // passed since the anchor. Slots count as missed only if the task was due:
 // not when they fell in a pause, nor when the run planned before this
-// decision is still ahead. afterStart counts the missed slots that fell
-// after the run of this outcome started (-1: not an outcome, or its start
-// is unknown): under "skip", a run that started after the others was
-// late, and it was the run the policy asks for. It reports whether it
-// decided.
-func (p *planner) catchUp(anchor time.Time, missed, afterStart int64) bool {
+// decision is still ahead. afterRun counts, up to 2, the slots that fell
+// after the run of this outcome (ownRun; -1: not an outcome, or its start
+// is unknown): under "skip", fewer than 2 means the run started late,
+// after the others, and it was the run the policy asks for. It reports
+// whether it decided.
+func (p *planner) catchUp(anchor time.Time, missed, afterRun int64) bool {
 	policy := p.spec.CatchUp
 	switch {
 	case p.leftPause:
@@ -388,10 +378,10 @@ func (p *planner) catchUp(anchor time.Time, missed, afterStart int64) bool {
 	case p.s.Failures > 0:
 		p.tr.linef("%s slots missed since %s while failing: not caught up", countText(missed), stamp(anchor))
 		return false
-	case afterStart >= 0 && afterStart < 2 && policy != events.CatchUpAll && policy != events.CatchUpNone:
+	case afterRun >= 0 && afterRun < 2 && policy != events.CatchUpAll && policy != events.CatchUpNone:
 		before := missed
 		if missed >= 0 {
-			before = missed - afterStart
+			before = missed - afterRun
 		}
 		p.tr.linef("%s slots passed before the run of %s started at %s: it was the run catch-up skip asks for",
 			countText(before), stamp(anchor), stamp(p.started))
@@ -464,18 +454,8 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			next = second
 			break
 		}
-		missed, afterStart := p.countMissed(second), p.cronAfterStart()
-		// As for an interval: occurrences that passed while the run ran
-		// were not missed.
-		if missed > 0 && !p.started.IsZero() && !p.finished.IsZero() {
-			if during := p.cronBetween(p.started, p.finished, missed); during > 0 {
-				p.tr.linef("%d slots passed while the run of %s ran (%s to %s): not missed",
-					during, stamp(anchor), stamp(p.started), stamp(p.finished))
-				missed -= during
-				afterStart = p.cronBetween(p.finished, p.now, 2)
-			}
-		}
-		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterStart) { // < 0: more than the cap
+		missed, afterRun := p.ownRun(anchor, p.countMissed(second), p.cronBetween)
+		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterRun) { // < 0: more than the cap
 			return
 		}
 		next = sched.Next(p.now, loc)
