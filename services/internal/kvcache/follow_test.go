@@ -74,14 +74,7 @@ func TestFollowerWatchesAgainWhenAWatchEnds(t *testing.T) {
 		},
 		Watching: func(w jetstream.KeyWatcher) { watchers <- w },
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	loop, err := f.Start(runCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); loop() }()
-	t.Cleanup(func() { cancel(); <-done })
+	runFollower(t, &f)
 
 	want := map[string]string{"a": "a1", "b": "b1", "c": "c1"}
 	if got := recv(t, loads, "first snapshot"); !maps.Equal(got, want) {
@@ -203,14 +196,7 @@ func TestFollowerCatchesUpAfterNATSRestarts(t *testing.T) {
 		Apply:  func(e jetstream.KeyValueEntry) { applied <- e.Key() + "=" + string(e.Value()) },
 		Loaded: func() { loads <- struct{}{} },
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	loop, err := f.Start(runCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); loop() }()
-	t.Cleanup(func() { cancel(); <-done })
+	runFollower(t, &f)
 	recv(t, loads, "first snapshot")
 
 	srv.Restart(t)
@@ -229,4 +215,18 @@ func TestFollowerCatchesUpAfterNATSRestarts(t *testing.T) {
 			t.Fatal("a write 3 s after NATS came back has not reached the follower")
 		}
 	}
+}
+
+// runFollower starts f and runs its loop until the test ends.
+func runFollower(t *testing.T, f *Follower) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	loop, err := f.Start(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); loop() }()
+	t.Cleanup(func() { cancel(); <-done })
 }
