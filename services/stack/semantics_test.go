@@ -1003,3 +1003,41 @@ func TestRestartAfterDowntimeCatchUpNoneWaits(t *testing.T) {
 		t.Fatalf("run.skipped %+v, want one, of the overdue slot, naming catchUp none", run)
 	}
 }
+
+// TestSlowTargetIsNotCaughtUp: a 2 s task whose target answers in 5 s
+// has slots pass while each run runs. They were not missed, the task was
+// busy: the next run is the next slot after the run, not a catch-up run
+// the moment it ends (before, the target was called back to back for
+// good).
+func TestSlowTargetIsNotCaughtUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // the target's own latency, not a wait of the test
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(slow.Close)
+	schedules := e.watchSchedule("slow")
+	e.create("slow", fmt.Sprintf(`{"id":"slow","target":{"http":{"url":%q,"timeout":"10s"}},"schedule":{"interval":"2s"}}`, slow.URL))
+	var decided gov.State
+	natstest.Eventually(t, 20*time.Second, "the first run's outcome is decided", func() bool {
+		for _, s := range schedules() {
+			if s.Input == gov.KindOutcome {
+				decided = s
+				return true
+			}
+		}
+		return false
+	})
+	if decided.Source == gov.SourceCatchUp || !strings.Contains(strings.Join(decided.Trail, "\n"), "not missed") {
+		t.Fatalf("after a 5 s run of a 2 s task: next %s (%s), want the next slot of its grid; trail %q",
+			decided.NextRunAt.Format(time.RFC3339Nano), decided.Source, decided.Trail)
+	}
+	if gap := decided.NextRunAt.Sub(decided.LastScheduledAt); gap%(2*time.Second) != 0 {
+		t.Fatalf("next run %s after the slot of the slow run, want a multiple of 2s", gap)
+	}
+}
