@@ -285,6 +285,7 @@ func TestCLITaskCommands(t *testing.T) {
 		t.Fatalf("delete printed %q", out)
 	}
 	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
+	e.fails(t, []string{"task", "delete", "web"}, `no task "web"`)
 }
 
 // startCLI starts a long-running command and returns its stdout lines.

@@ -34,6 +34,9 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// Republishing RUNS into $KV.flyball-tasks.web replaced the task's
 		// spec with a run event, and its runs were skipped.
 		{[]string{"replay", "--stream", "RUNS", "--to", "$KV.flyball-tasks.web"}, `flyball: --to $KV.flyball-tasks.web: a subject starting with $ belongs to the server`},
+		// --until counts back from now like --since: this window was empty
+		// and replay printed nothing.
+		{[]string{"replay", "--stream", "RUNS", "--since", "1h", "--until", "2h"}, `flyball: --until 2h (`},
 		{[]string{"healthcheck", "--timeout", "0s", "http://127.0.0.1:1/healthz"}, "flyball: --timeout: must be positive, got 0s"},
 	} {
 		r := e.run(t, c.args...)

@@ -116,6 +116,12 @@ func (f *replayFlags) check(now time.Time) error {
 		if f.untilTime, err = parseWhen("until", f.until, now, false); err != nil {
 			return err
 		}
+		// "--since 1h --until 2h" reads as a window but is empty (--until
+		// counts back from now too): say so rather than print nothing.
+		if !f.startTime.IsZero() && f.untilTime.Before(f.startTime) {
+			return fmt.Errorf("--until %s (%s) is before the start (%s): nothing to replay; --until counts back from now, like --since",
+				f.until, f.untilTime.Format(time.RFC3339), f.startTime.Format(time.RFC3339))
+		}
 	}
 	if f.dryRun && f.to == "" {
 		return errors.New("--dry-run goes with --to")

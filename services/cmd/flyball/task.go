@@ -130,6 +130,15 @@ func newTaskDeleteCmd() *cobra.Command {
 				return err
 			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				// The governor accepts a delete of a missing task (a
+				// redelivered delete must not fail), so a mistyped id
+				// would print "deleted"; the API answers 404, and so
+				// does this. A task whose spec does not decode exists.
+				if _, err := s.q.Task(ctx, id); errors.Is(err, query.ErrNotFound) {
+					return fmt.Errorf("no task %q (flyball task list shows the tasks)", id)
+				} else if err != nil && !errors.Is(err, query.ErrBadSpec) {
+					return err
+				}
 				if _, err := s.command(ctx, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason}); err != nil {
 					return err
 				}
