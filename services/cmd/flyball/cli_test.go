@@ -382,6 +382,14 @@ func TestCLIDeadLetters(t *testing.T) {
 	if err := json.Unmarshal([]byte(nextLine(t, jsonl, "tail -o json")), &rec); err != nil || rec.Entry.TaskID != "gone" || rec.Entry.Errors[0].Status != 404 {
 		t.Fatalf("tail -o json: %+v, %v", rec, err)
 	}
+	// tail read core NATS, which carries no stream metadata: every entry
+	// was "seq":0 and SEQ 0, which dlq show and retry cannot address.
+	if rec.Seq == 0 || rec.Time.IsZero() || !strings.HasPrefix(row, fmt.Sprint(rec.Seq)+" ") {
+		t.Fatalf("tail: seq %d, time %s, row %q; want the DEADLETTER sequence and stored time in both", rec.Seq, rec.Time, row)
+	}
+	if out := e.ok(t, "dlq", "show", fmt.Sprint(rec.Seq)); !strings.Contains(out, "gone") {
+		t.Fatalf("dlq show %d (the sequence tail printed): %q", rec.Seq, out)
+	}
 	for _, done := range []<-chan error{tableDone, jsonDone} {
 		select {
 		case err := <-done:

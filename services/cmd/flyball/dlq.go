@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
 )
 
 func newDLQCmd() *cobra.Command {
@@ -80,9 +80,10 @@ func newDLQTailCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "tail",
-		Short: "Print dead letters as they happen (subscribes to flyball.deadletter.>)",
-		Long: `tail subscribes to flyball.deadletter.> (or flyball.deadletter.<task>) and
-prints one line per new entry: when it was dead-lettered, task, reason,
+		Short: "Print dead letters as they are stored (reads DEADLETTER from the next entry)",
+		Long: `tail reads the DEADLETTER stream (flyball.deadletter.>, or
+flyball.deadletter.<task>) from the next entry on and prints one line per
+new entry: its sequence, when it was dead-lettered, task, reason,
 attempts and the last error; with -o json, the whole entry as one JSON line. Every line is flushed
 at once, so tail can be piped into grep. It runs until Ctrl-C (or --count
 entries). Entries stored before tail started are shown by 'dlq list'.`,
@@ -100,35 +101,35 @@ entries). Entries stored before tail started are shown by 'dlq list'.`,
 				if task != "" {
 					subject = events.DeadLetterSubject(task)
 				}
-				msgs := make(chan *nats.Msg, 256)
-				sub, err := s.nc.ChanSubscribe(subject, msgs)
+				// A consumer of DEADLETTER from the next sequence on, not a
+				// core subscription: every line has its sequence (for dlq
+				// show and retry), and an entry stored while the
+				// connection is down is printed when it comes back.
+				st, err := s.js.Stream(ctx, streams.StreamDeadLetter)
 				if err != nil {
-					return fmt.Errorf("subscribe %s: %w", subject, err)
+					return fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
 				}
-				defer func() { _ = sub.Unsubscribe() }()
-				if err := s.nc.FlushTimeout(s.timeout); err != nil {
-					return fmt.Errorf("subscribe %s: %w", subject, err)
-				}
-				fmt.Fprintf(s.errOut, "listening on %s (Ctrl-C to stop)\n", subject)
-				if out == outTable {
-					fmt.Fprintln(s.out, dlqHeader)
-				}
-				for seen := 0; count == 0 || seen < count; seen++ {
-					select {
-					case <-ctx.Done():
+				seen := 0
+				return query.Scan(ctx, s.js, query.ScanOptions{
+					Stream: streams.StreamDeadLetter, Subjects: []string{subject},
+					StartSeq: st.CachedInfo().State.LastSeq + 1, Follow: true,
+					CaughtUp: func() error {
+						fmt.Fprintf(s.errOut, "listening on %s (Ctrl-C to stop)\n", subject)
+						if out == outTable {
+							fmt.Fprintln(s.out, dlqHeader)
+						}
 						return nil
-					case m := <-msgs:
-						var seq uint64
-						if md, err := m.Metadata(); err == nil {
-							seq = md.Sequence.Stream
-						}
-						rec := query.DecodeDeadLetter(seq, msgTime(m), m.Subject, m.Header, m.Data)
-						if err := printDeadLetter(s.out, out, &rec); err != nil {
-							return err
-						}
+					},
+				}, func(m query.Message) error {
+					rec := query.DecodeDeadLetter(m.Seq, m.Time, m.Subject, m.Header, m.Data)
+					if err := printDeadLetter(s.out, out, &rec); err != nil {
+						return err
 					}
-				}
-				return nil
+					if seen++; count > 0 && seen >= count {
+						return query.ErrStop
+					}
+					return nil
+				})
 			})
 		},
 	}
@@ -137,14 +138,6 @@ entries). Entries stored before tail started are shown by 'dlq list'.`,
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().IntVar(&count, "count", 0, "exit after this many entries (0: run until Ctrl-C)")
 	return cmd
-}
-
-// msgTime is when a message was stored, if it came through JetStream.
-func msgTime(m *nats.Msg) (t0 time.Time) {
-	if md, err := m.Metadata(); err == nil {
-		return md.Timestamp
-	}
-	return t0
 }
 
 func newDLQListCmd() *cobra.Command {
