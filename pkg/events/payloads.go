@@ -162,6 +162,19 @@ const (
 	DeadLetterMaxDeliveries = "max-deliveries"
 )
 
+// DeadLetterReason is the reason the dead-letter service gives the entry
+// it writes for a final run.failed: permanent for a permanent error, else
+// max-attempts. It is "" for a run that is not final.
+func (r *Run) DeadLetterReason() string {
+	switch {
+	case !r.Final:
+		return ""
+	case r.ErrorKind == ErrorPermanent:
+		return DeadLetterPermanent
+	}
+	return DeadLetterMaxAttempts
+}
+
 // AttemptError is one failed attempt of a dead-lettered run.
 type AttemptError struct {
 	Attempt int       `json:"attempt"`

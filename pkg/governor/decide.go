@@ -77,6 +77,9 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 			return ignored()
 		}
 		p.applyOutcome(o)
+		if o.Result == "failed" && o.DeadLetterReason != "" {
+			p.applyDeadLetter(&DeadLetterSignal{DispatchID: o.DispatchID, Reason: o.DeadLetterReason, At: s.LastFailureAt})
+		}
 		if o.Result != "skipped" && !o.StartedAt.IsZero() && o.ScheduledAt.Equal(s.LastScheduledAt) {
 			p.started = o.StartedAt.UTC()
 			if p.started.After(now) {

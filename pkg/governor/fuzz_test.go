@@ -234,6 +234,9 @@ func FuzzDecide(f *testing.F) {
 				DispatchID: id, ScheduledAt: slot, Result: []string{"succeeded", "failed", "skipped"}[kind%12-2], FinishedAt: now,
 				Fingerprint: []string{"", "a", "b", "c"}[(kind/48)%4],
 			}}
+			if in.Outcome.Result == "failed" && pauseMode&32 != 0 { // final: a dead letter follows
+				in.Outcome.DeadLetterReason = events.DeadLetterMaxAttempts
+			}
 			if kind >= 192 { // a known start: late, on time or (another clock) after now
 				in.Outcome.StartedAt = slot.Add(ms(mod(hintIv, 2*hour)))
 			}

@@ -124,6 +124,14 @@ func deadLetterInput(id string, at time.Time) governor.Input {
 	return governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{DispatchID: id, Reason: "permanent", At: at}}
 }
 
+// finalFailure is the final run.failed of the slot, which the dead-letter
+// service turns into an entry with reason.
+func finalFailure(slot time.Time, reason string) governor.Input {
+	in := outcome("failed", slot)
+	in.Outcome.DeadLetterReason = reason
+	return in
+}
+
 var requeued = governor.Input{Kind: governor.KindRequeued}
 
 var accepted = governor.Input{Kind: governor.KindAccepted}

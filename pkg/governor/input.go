@@ -72,6 +72,12 @@ type Outcome struct {
 	StartedAt   time.Time
 	FinishedAt  time.Time
 	Fingerprint string
+	// DeadLetterReason is set on a failure that is the last word on its
+	// dispatch (final: permanent, or out of attempts), which the
+	// dead-letter service turns into an entry with this reason. The task
+	// is held for its recheck at once, as the entry would hold it: a slot
+	// planned from the failure alone could run before the entry arrives.
+	DeadLetterReason string
 }
 
 // Pause pauses a task until Until, or indefinitely when Until is zero.

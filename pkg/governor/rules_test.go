@@ -719,6 +719,34 @@ func TestDecideDeadLetter(t *testing.T) {
 			}},
 		},
 		{
+			// The slot after a final failure was planned from the failure
+			// alone (failure-backoff) until the dead-letter entry arrived;
+			// when that slot came first (a backoff grid slot a few
+			// milliseconds ahead, or the dead-letter service down), the
+			// failing target was called once more than maxAttempts allows.
+			"a final failure holds the task before its entry arrives",
+			given{intervalSpec(10 * time.Second), ran(t0.Add(-10 * time.Second)), at, finalFailure(t0, events.DeadLetterMaxAttempts)},
+			want{
+				next: t0.Add(2*time.Second + 30*time.Minute), source: governor.SourceDeadLetterRecheck,
+				trail: "run t:1772445600000 dead-lettered (max-attempts) at 2026-03-02T10:00:02.000Z: recheck at 2026-03-02T10:30:02.000Z",
+				check: func(t *testing.T, d governor.Decision) {
+					dl := d.State.DeadLetter
+					if dl == nil || dl.DispatchID != events.DispatchID("t", t0) || !dl.At.Equal(t0.Add(2*time.Second)) || d.State.Failures != 1 {
+						t.Errorf("DeadLetter = %+v, failures %d", dl, d.State.Failures)
+					}
+					// The entry the dead-letter service then writes changes nothing.
+					if e := governor.Decide(at.Add(time.Second), intervalSpec(10*time.Second), d.State, deadLetterInput(events.DispatchID("t", t0), at)); !e.Ignored {
+						t.Errorf("the entry after the final failure re-planned: %s %s", e.Source, e.Trail)
+					}
+				},
+			},
+		},
+		{
+			"a final failure of the recheck holds it again",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), deadLettered(at, at.Add(30*time.Minute)), failures(5)), at.Add(30*time.Minute + 2*time.Second), finalFailure(at.Add(30*time.Minute), events.DeadLetterPermanent)},
+			want{next: at.Add(60*time.Minute + 2*time.Second), source: governor.SourceDeadLetterRecheck, trail: "(permanent)"},
+		},
+		{
 			"cron tasks are rechecked too",
 			given{cronSpec("@daily", ""), ran(t0), at, deadLetterInput("t:1", at)},
 			want{next: at.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},

@@ -121,11 +121,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	reason := events.DeadLetterMaxAttempts
-	if run.ErrorKind == events.ErrorPermanent {
-		reason = events.DeadLetterPermanent
-	}
-	err = s.write(ctx, &run, *run.Dispatch, reason)
+	err = s.write(ctx, &run, *run.Dispatch, run.DeadLetterReason())
 	if jsutil.TooLarge(err) {
 		// No redelivery makes it fit (the attempts' errors add up past
 		// max_payload): one forged attempt must not be nakked forever.

@@ -216,3 +216,54 @@ func TestPauseHintFollowsThePause(t *testing.T) {
 		t.Fatalf("flyball-pauses has an entry for a task never paused: err = %v", err)
 	}
 }
+
+// TestFinalFailureHoldsTheTaskWithoutItsDeadLetter: the governor holds a
+// task for its dead-letter recheck on the final run.failed itself. It
+// planned the next slot from the failure (failure-backoff) and held the
+// task only when the dead-letter entry arrived, so with the dead-letter
+// service down or behind (as here: it is not running) the failing target
+// was called again on the backoff grid, past maxAttempts.
+func TestFinalFailureHoldsTheTaskWithoutItsDeadLetter(t *testing.T) {
+	s, js := startGovernor(t)
+	spec := events.TaskSpec{ID: "t", Schedule: events.Schedule{Interval: events.Duration(5 * time.Second)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	spec.Normalize()
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.tasks.Put(t.Context(), "t", raw); err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().UTC().Truncate(time.Second)
+	body, _ := json.Marshal(gov.State{TaskID: "t", NextRunAt: slot, Source: gov.SourceBaselineInterval})
+	if _, err := s.schedules.Create(t.Context(), "t", body); err != nil {
+		t.Fatal(err)
+	}
+	d := events.Dispatch{DispatchID: events.DispatchID("t", slot), TaskID: "t", ScheduledAt: slot}
+	finished := time.Now().UTC()
+	run := events.Run{
+		DispatchID: d.DispatchID, TaskID: "t", ScheduledAt: slot, Attempt: 5, StartedAt: finished, FinishedAt: finished, Status: 503,
+		Error: "HTTP 503", ErrorKind: events.ErrorTransient, Final: true, Dispatch: &d,
+	}
+	ev, err := events.Marshal(events.OutcomeFailed.Type(), "test", "t", run, finished, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), events.RunSubject(events.OutcomeFailed, "t"), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, ack.Sequence)
+	ent, err := s.schedules.Get(t.Context(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gov.State
+	if err := json.Unmarshal(ent.Value(), &st); err != nil {
+		t.Fatal(err)
+	}
+	recheck := finished.Add(events.DefaultRecheckAfter)
+	if st.Source != gov.SourceDeadLetterRecheck || st.NextRunAt.Before(recheck.Add(-time.Second)) || st.DeadLetter == nil || st.DeadLetter.Reason != events.DeadLetterMaxAttempts {
+		t.Fatalf("after a final failure: next %s (%s), dead letter %+v; want the recheck near %s", st.NextRunAt, st.Source, st.DeadLetter, recheck)
+	}
+}

@@ -141,6 +141,9 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 		FinishedAt:  run.FinishedAt,
 		Fingerprint: run.Fingerprint,
 	}}
+	if outcome == events.OutcomeFailed {
+		step.Input.Outcome.DeadLetterReason = run.DeadLetterReason()
+	}
 	// Built by hand: one allocation, where Sprintf took a sixth of the
 	// governor's decode time per outcome.
 	b := make([]byte, 0, 96)
