@@ -533,7 +533,10 @@ func TestCLIReplayStatusRuntime(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.ok(t, "status", "-o", "json")), &o); err != nil || o.Queue.Depth != 1 {
 		t.Fatalf("status -o json: %+v (%v)", o, err)
 	}
-	if out := e.ok(t, "status"); !strings.Contains(out, "queue         1 scheduled") || !strings.Contains(out, "tick") {
+	if len(h.Services.Missing) != 0 || h.Services.Online["executor"] != 1 {
+		t.Fatalf("status --json services: %+v, want every service online", h.Services)
+	}
+	if out := e.ok(t, "status"); !strings.Contains(out, "queue         1 scheduled") || !strings.Contains(out, "tick") || !strings.Contains(out, "services      ") || strings.Contains(out, "NONE ONLINE") {
 		t.Fatalf("status:\n%s", out)
 	}
 

@@ -54,7 +54,9 @@ retry:
 	e.ok(t, "task", "pause", "story", "--until", "1h", "--reason", "maintenance")
 
 	out := e.ok(t, "explain", "story")
-	order := []string{"baseline-interval", "clamped-min", "failure-backoff", "hint-interval", "paused"}
+	// The failed run (maxAttempts 1: final, dead-lettered) holds the task
+	// for its recheck, which bounds.max lowers to 5s.
+	order := []string{"baseline-interval", "clamped-min", "clamped-max", "hint-interval", "paused"}
 	rest := out
 	for _, src := range order {
 		i := strings.Index(rest, " "+src+" ")
@@ -72,6 +74,15 @@ retry:
 	}
 	if !ex.Agrees || ex.Stored == nil || ex.Replayed == nil || !ex.Stored.NextRunAt.Equal(ex.Replayed.NextRunAt) {
 		t.Fatalf("explain -o json: agrees=%v stored=%+v replayed=%+v", ex.Agrees, ex.Stored, ex.Replayed)
+	}
+	held := false
+	for _, st := range ex.Timeline {
+		if strings.HasPrefix(st.Input, "run failed") {
+			held = strings.Contains(strings.Join(st.Trail, "\n"), "dead-lettered (max-attempts)")
+		}
+	}
+	if !held {
+		t.Fatalf("explain: the final failure's trail does not say it was dead-lettered:\n%s", out)
 	}
 	if last := ex.Timeline[len(ex.Timeline)-1]; last.Source != "paused" || last.Stream != "TASKS" {
 		t.Fatalf("last decision = %+v, want the pause from TASKS", last)

@@ -63,6 +63,7 @@ func printHealth(w io.Writer, h *query.Health) {
 		jobs = append(jobs, fmt.Sprintf("%s=%d", j, n))
 	}
 	slices.Sort(jobs)
+	printServices(w, &h.Services)
 	fmt.Fprintf(w, "queue         %d scheduled, %d due within %s", h.Queue.Depth, h.Queue.DueWithinSeconds, query.DueWindow)
 	if len(jobs) > 0 {
 		fmt.Fprintf(w, "  (by job: %s)", strings.Join(jobs, " "))
@@ -105,5 +106,36 @@ func printHealth(w io.Writer, h *query.Health) {
 			fmt.Fprintf(tw, "  %s\t%.2f\t%s\t%s\t%s\n", e.TaskID, e.Score, last, e.Expected.D().Round(time.Second), paused)
 		}
 		_ = tw.Flush()
+	}
+}
+
+// statusOffline is how many offline instances status lists (flyball
+// runtime lists them all).
+const statusOffline = 10
+
+// printServices prints the services line first: a kind with no instance
+// online explains every other line (a timer down, and nothing is due).
+func printServices(w io.Writer, sh *query.ServicesHealth) {
+	kinds := make([]string, 0, len(sh.Online))
+	total := 0
+	for k, n := range sh.Online {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		total += n
+	}
+	slices.Sort(kinds)
+	fmt.Fprintf(w, "services      %d online", total)
+	if len(kinds) > 0 {
+		fmt.Fprintf(w, "  (%s)", strings.Join(kinds, " "))
+	}
+	fmt.Fprintln(w)
+	for _, m := range sh.Missing {
+		fmt.Fprintf(w, "  NONE ONLINE: %s: %s\n", m.Kind, m.Effect)
+	}
+	for i, in := range sh.Offline {
+		if i == statusOffline {
+			fmt.Fprintf(w, "  … and %d more offline (flyball runtime lists them)\n", len(sh.Offline)-i)
+			break
+		}
+		fmt.Fprintf(w, "  offline: %s %s on %s (pid %d), last beat %s ago\n", in.Kind, in.Name, in.Host, in.PID, in.LastBeatAge.D().Round(time.Second))
 	}
 }

@@ -34,6 +34,52 @@ type Health struct {
 	Breakers []BreakerHealth `json:"breakers"`
 	// Staleness scores every task, stalest first.
 	Staleness []StalenessEntry `json:"staleness"`
+	// Services is what the runtime registry (KV flyball-runtime) says
+	// of flyball's own services.
+	Services ServicesHealth `json:"services"`
+}
+
+// ServicesHealth summarizes the runtime registry.
+type ServicesHealth struct {
+	// Online counts the instances beating, by kind.
+	Online map[string]int `json:"online"`
+	// Missing are the services scheduling needs that have no instance
+	// online, with what stops until one starts.
+	Missing []MissingService `json:"missing"`
+	// Offline are the registered instances that stopped beating: marked
+	// offline by the sweeper, or silent for three heartbeat intervals.
+	Offline []Instance `json:"offline"`
+}
+
+// MissingService is a kind of service with no instance online.
+type MissingService struct {
+	Kind   string `json:"kind"`
+	Effect string `json:"effect"`
+}
+
+// RequiredServices are the kinds every deployment runs, in the order a
+// run goes through them, with what stops while none is online (the api
+// is optional).
+var RequiredServices = []MissingService{
+	{"timer", "no run is dispatched"},
+	{"executor", "dispatched runs wait in DISPATCH"},
+	{"governor", "commands, outcomes and transitions wait in their streams; no next run is planned"},
+	{"breaker", "breakers neither open nor close"},
+	{"deadletter", "final failures are not dead-lettered"},
+	{"sweeper", "no zombie re-dispatch, offline marking or orphan purge"},
+}
+
+// beatsMissed is how many heartbeat intervals of silence make an instance
+// offline, as the sweeper counts (15s beats, offline after 45s).
+const beatsMissed = 3
+
+// online reports whether an instance is beating at now.
+func online(hb *events.Heartbeat, now time.Time) bool {
+	every := hb.Interval.D()
+	if every <= 0 {
+		every = 15 * time.Second
+	}
+	return hb.Status != events.RuntimeOffline && now.Sub(hb.LastBeat) <= beatsMissed*every
 }
 
 // QueueHealth describes the scheduled runs.
@@ -158,6 +204,9 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 	}
 	slices.SortFunc(h.Breakers, func(a, b BreakerHealth) int { return strings.Compare(a.Key, b.Key) })
 
+	if h.Services, err = r.servicesHealth(ctx); err != nil {
+		return nil, err
+	}
 	if h.DeadLetter.Count, err = r.CountDeadLetters(ctx, ""); err != nil {
 		return nil, err
 	}
@@ -174,6 +223,28 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		})
 	}
 	return h, nil
+}
+
+func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
+	list, err := r.Runtime(ctx)
+	if err != nil {
+		return ServicesHealth{}, err
+	}
+	now := r.now()
+	sh := ServicesHealth{Online: map[string]int{}, Missing: []MissingService{}, Offline: []Instance{}}
+	for i := range list {
+		if online(&list[i].Heartbeat, now) {
+			sh.Online[list[i].Kind]++
+		} else {
+			sh.Offline = append(sh.Offline, list[i])
+		}
+	}
+	for _, m := range RequiredServices {
+		if sh.Online[m.Kind] == 0 {
+			sh.Missing = append(sh.Missing, m)
+		}
+	}
+	return sh, nil
 }
 
 // Expectation is the cadence a task's staleness is measured against: its

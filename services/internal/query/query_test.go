@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -381,6 +382,47 @@ func TestHealthSummarises(t *testing.T) {
 	}
 	if h.Staleness[0].TaskID != "paused" || !h.Staleness[0].Paused {
 		t.Errorf("stalest first: %+v", h.Staleness)
+	}
+}
+
+// TestHealthServices: status and the health API name the services with no
+// instance online and what stops because of it. An executor killed -9
+// showed only as tasks growing stale: nothing said no executor ran.
+func TestHealthServices(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.r.Now = func() time.Time { return now }
+	beat := func(kind, name string, age time.Duration, status events.RuntimeStatus) {
+		b.put(t, streams.BucketRuntime, kind+"."+name, events.Heartbeat{
+			Kind: kind, Name: name, Host: "h", PID: 7, Status: status, LastBeat: now.Add(-age), Interval: events.Duration(15 * time.Second),
+		})
+	}
+	for _, k := range []string{"timer", "governor", "breaker", "deadletter", "sweeper", "api"} {
+		beat(k, "a", 5*time.Second, events.RuntimeOnline)
+	}
+	beat("timer", "b", 10*time.Second, events.RuntimeOnline)
+	beat("executor", "dead", 50*time.Second, events.RuntimeOnline) // silent: the sweeper has not marked it yet
+	beat("executor", "gone", 5*time.Minute, events.RuntimeOffline)
+	beat("governor", "old", 10*time.Second, events.RuntimeOffline) // a fresh beat, but marked offline
+
+	h, err := b.r.Health(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := h.Services
+	if sh.Online["timer"] != 2 || sh.Online["governor"] != 1 || sh.Online["executor"] != 0 || sh.Online["api"] != 1 || len(sh.Online) != 6 {
+		t.Errorf("online = %v", sh.Online)
+	}
+	if len(sh.Missing) != 1 || sh.Missing[0].Kind != "executor" || !strings.Contains(sh.Missing[0].Effect, "DISPATCH") {
+		t.Errorf("missing = %+v, want the executor", sh.Missing)
+	}
+	var off []string
+	for _, in := range sh.Offline {
+		off = append(off, in.Key)
+	}
+	if strings.Join(off, " ") != "executor.dead executor.gone governor.old" {
+		t.Errorf("offline = %v", off)
 	}
 }
 
