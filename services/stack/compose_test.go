@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,4 +200,89 @@ func TestCrashDeadLetterUnderComposeUsers(t *testing.T) {
 	natstest.Eventually(t, 15*time.Second, "a max-deliveries dead-letter entry", func() bool {
 		return len(dls()) == 1 && strings.Contains(dls()[0], events.DeadLetterMaxDeliveries)
 	})
+}
+
+// TestComposeUsersCannotTouchOtherServicesDurables tries, as each compose
+// user but the provisioning governor, to redefine, pull from and delete
+// every durable consumer it does not own: with a consumer's own create
+// subject, and with the legacy ephemeral one ($JS.API.CONSUMER.CREATE.<stream>)
+// whose consumer name comes from the request body, which would update the
+// durable of that name (a filter that matches nothing stalls the executor).
+// Each must be refused by the server, and the durable left as it was.
+func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	durables, err := streams.ConsumerConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	type attempt struct{ user, subject, body string }
+	var attempts []attempt
+	for _, user := range []string{"api", "cli"} {
+		for stream, cfgs := range durables {
+			for _, cfg := range cfgs {
+				if cfg.Durable == user {
+					continue
+				}
+				hijack := cfg
+				hijack.Durable, hijack.Name = "", cfg.Durable
+				hijack.FilterSubject, hijack.MaxAckPending = "nothing.here", 1
+				body, err := json.Marshal(map[string]any{"stream_name": stream, "config": hijack})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, subject := range []string{
+					"$JS.API.CONSUMER.CREATE." + stream,
+					"$JS.API.CONSUMER.CREATE." + stream + "." + cfg.Durable,
+					"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + cfg.Durable,
+					"$JS.API.CONSUMER.DELETE." + stream + "." + cfg.Durable,
+				} {
+					attempts = append(attempts, attempt{user, subject, string(body)})
+					srv.ExpectViolation(subject)
+				}
+			}
+		}
+	}
+	conns := map[string]*nats.Conn{}
+	for _, a := range attempts {
+		if conns[a.user] == nil {
+			// Quiet: nats.go's default handler prints every refusal.
+			nc, err := nats.Connect(srv.URL(a.user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			conns[a.user] = nc
+		}
+	}
+	// A refused request is dropped by the server: it times out. All are
+	// sent at once, so the test waits one timeout, not one per attempt.
+	var wg sync.WaitGroup
+	for _, a := range attempts {
+		wg.Go(func() {
+			body := a.body
+			if strings.Contains(a.subject, ".MSG.NEXT.") {
+				body = `{"batch":1,"no_wait":true}`
+			}
+			if m, err := conns[a.user].Request(a.subject, []byte(body), 2*time.Second); err == nil {
+				t.Errorf("user %s: %s was not refused: %s", a.user, a.subject, m.Data)
+			}
+		})
+	}
+	wg.Wait()
+	for stream, cfgs := range durables {
+		for _, cfg := range cfgs {
+			c, err := srv.JS.Consumer(ctx, stream, cfg.Durable)
+			if err != nil {
+				t.Errorf("durable %s on %s: %v", cfg.Durable, stream, err)
+				continue
+			}
+			got := c.CachedInfo().Config
+			if got.Durable != cfg.Durable || got.FilterSubject != cfg.FilterSubject || got.MaxAckPending != cfg.MaxAckPending {
+				t.Errorf("durable %s on %s was changed: durable %q, filter %q, max ack pending %d",
+					cfg.Durable, stream, got.Durable, got.FilterSubject, got.MaxAckPending)
+			}
+		}
+	}
 }
