@@ -203,7 +203,7 @@ func TestCrashDeadLetterUnderComposeUsers(t *testing.T) {
 }
 
 // TestComposeUsersCannotTouchOtherServicesDurables tries, as each compose
-// user but the provisioning governor, to redefine, pull from and delete
+// user but the provisioning governor (and admin), to redefine, pull from and delete
 // every durable consumer it does not own: with a consumer's own create
 // subject, and with the legacy ephemeral one ($JS.API.CONSUMER.CREATE.<stream>)
 // whose consumer name comes from the request body, which would update the
@@ -219,7 +219,7 @@ func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
 	ctx := context.Background()
 	type attempt struct{ user, subject, body string }
 	var attempts []attempt
-	for _, user := range []string{"api", "cli"} {
+	for _, user := range []string{"timer", "executor", "breaker", "deadletter", "sweeper", "api", "cli"} {
 		for stream, cfgs := range durables {
 			for _, cfg := range cfgs {
 				if cfg.Durable == user {
