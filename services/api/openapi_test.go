@@ -80,6 +80,10 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 		if _, has401 := op.Responses["401"]; !rt.public && !has401 {
 			t.Errorf("%s: authenticated, but openapi.json documents no 401", key)
 		}
+		// knownQuery wraps every route: an unknown query parameter is a 400.
+		if _, has400 := op.Responses["400"]; !has400 {
+			t.Errorf("%s: answers 400 to an unknown query parameter, but openapi.json documents no 400", key)
+		}
 		if op.OperationID == "" {
 			t.Errorf("%s: no operationId", key)
 		}
