@@ -55,11 +55,13 @@ func isSecretName(name string, extra []string) bool {
 
 // redactURL returns raw with the value of every secret-looking query
 // parameter (?api_key=…, ?access_token=…, a presigned URL's signature)
-// replaced by Redacted. The rest of the URL, parameter order included,
-// is kept byte for byte, and raw itself is returned when nothing is
-// secret. Credentials in the user-info part never get this far: the
-// task spec refuses them.
+// and its user info (user:pass@, token@) replaced by Redacted. The rest
+// of the URL, parameter order included, is kept byte for byte, and raw
+// itself is returned when nothing is secret. The task spec refuses user
+// info, but a redirect's Location may carry it, and net/http quotes that
+// URL in the error with only a password masked.
 func redactURL(raw string, extra []string) string {
+	raw = redactUserinfo(raw)
 	q := strings.IndexByte(raw, '?')
 	if q < 0 {
 		return raw
@@ -85,6 +87,25 @@ func redactURL(raw string, extra []string) string {
 		return raw
 	}
 	return raw[:q+1] + strings.Join(params, "&") + fragment
+}
+
+// redactUserinfo replaces the user info of raw, between "scheme://" and
+// the last "@" of the authority, with Redacted.
+func redactUserinfo(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 || strings.ContainsAny(raw[:i], "/?#") {
+		return raw
+	}
+	rest := raw[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndexByte(rest[:end], '@')
+	if at < 0 || rest[:at] == Redacted {
+		return raw
+	}
+	return raw[:i+3] + Redacted + rest[at:]
 }
 
 // redactError rewrites the URL of net/http's *url.Error ("Get

@@ -172,3 +172,33 @@ func TestRedirectFromHTTPSToHTTPKeepsSecretsEncrypted(t *testing.T) {
 		t.Errorf("the followed redirect lost its header: %v", got)
 	}
 }
+
+// TestRedirectWithCredentialsInItsURLIsNotRecorded: the task spec refuses
+// user:pass@ in a task URL, but a redirect's Location may carry it, and a
+// call that then fails before a response (here the SSRF guard refuses the
+// address) quoted that URL in the run's error: net/http masks a password
+// ("user:***@"), never a user name alone, which is where many APIs take a
+// token (https://<api key>@host/).
+func TestRedirectWithCredentialsInItsURLIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://"+r.URL.Query().Get("userinfo")+"@169.254.169.254/latest", http.StatusFound)
+	}))
+	t.Cleanup(first.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	for _, userinfo := range []string{"sk_live_hunter2", "admin:hunter2"} {
+		tg := &events.HTTPTarget{Method: "GET", URL: first.URL + "?userinfo=" + url.QueryEscape(userinfo), Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}
+		res := s.callHTTP(t.Context(), tg, nil, d, 1)
+		if res.ok() || !res.permanent {
+			t.Fatalf("redirect to 169.254.169.254: %+v, want a permanent failure", res)
+		}
+		if msg := res.err.Error(); strings.Contains(msg, "hunter2") || strings.Contains(msg, "sk_live") || !strings.Contains(msg, "http://"+Redacted+"@169.254.169.254/latest") {
+			t.Errorf("user info %q: the error quotes it: %s", userinfo, msg)
+		}
+	}
+}
