@@ -401,6 +401,16 @@ func TestCLIDeadLetters(t *testing.T) {
 		}
 	}
 
+	// run-now on a dead-lettered task is accepted but waits for the
+	// recheck: it says so, and how to run it now.
+	natstest.Eventually(t, 10*time.Second, "gone held for its recheck", func() bool {
+		return strings.Contains(e.ok(t, "task", "get", "gone", "-o", "json"), `"source": "deadletter-recheck"`)
+	})
+	if r := e.run(t, "task", "run-now", "gone"); r.code != 0 || !strings.Contains(r.stdout, "(deadletter-recheck)") ||
+		!strings.Contains(r.stderr, "note: the one-shot does not run at its time: deadletter-recheck:") || !strings.Contains(r.stderr, "'flyball dlq retry --all --task gone' runs it now") {
+		t.Fatalf("run-now on a dead-lettered task: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+
 	// List and show.
 	var list []query.DeadLetterRecord
 	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "list", "-o", "json")), &list); err != nil || len(list) != 1 {

@@ -359,6 +359,11 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 					return err
 				}
 				fmt.Fprintf(s.out, "%s %s: %s\n", done, id, nextRun(acc))
+				if h, ok := d.(events.TaskHint); ok && h.At != nil {
+					if note := oneShotOverruled(id, *h.At, acc); note != "" {
+						fmt.Fprintln(s.errOut, note)
+					}
+				}
 				return nil
 			})
 		},
@@ -464,4 +469,26 @@ func newTaskRunNowCmd() *cobra.Command {
 			}
 			return h, nil
 		})
+}
+
+// oneShotOverruled explains an accepted one-shot hint (run-now, hint
+// --at) whose run was put after its time: a rule above hints (pause,
+// dead-letter, breaker, budget, quiet hours, clamps) chose the next run. A
+// run-now answered "next run in 30m (deadletter-recheck)" left the
+// operator to guess why and what to do.
+func oneShotOverruled(id string, at time.Time, a *events.TaskAccepted) string {
+	if a == nil || gov.Source(a.Source) == gov.SourceHintOneShot || (a.NextRunAt != nil && !a.NextRunAt.After(at.Add(time.Second))) {
+		return ""
+	}
+	why := "note: the one-shot does not run at its time"
+	if n := len(a.Trail); n > 0 {
+		why += ": " + a.Trail[n-1]
+	}
+	switch gov.Source(a.Source) {
+	case gov.SourceDeadLetterRecheck:
+		return why + fmt.Sprintf("\nthe task is dead-lettered: 'flyball dlq retry --all --task %s' runs it now", id)
+	case gov.SourcePaused:
+		return why + fmt.Sprintf("\nthe task is paused: 'flyball task resume %s' runs it", id)
+	}
+	return why
 }
