@@ -23,11 +23,15 @@ func TestOneShotOverruled(t *testing.T) {
 		{"runs at its time", &events.TaskAccepted{NextRunAt: in(0), Source: "hint-oneshot"}, nil},
 		{"an earlier baseline slot comes first", &events.TaskAccepted{NextRunAt: in(-time.Minute), Source: "baseline-interval"}, nil},
 		{"kept slot in flight, a moment later", &events.TaskAccepted{NextRunAt: in(500 * time.Millisecond), Source: "baseline-interval"}, nil},
-		{"dead-lettered", &events.TaskAccepted{NextRunAt: in(30 * time.Minute), Source: "deadletter-recheck", Trail: []string{"deadletter-recheck: recheck at 10:30"}},
-			[]string{"note: the one-shot does not run at its time: deadletter-recheck: recheck at 10:30", "'flyball dlq retry --all --task web' runs it now"}},
+		{
+			"dead-lettered", &events.TaskAccepted{NextRunAt: in(30 * time.Minute), Source: "deadletter-recheck", Trail: []string{"deadletter-recheck: recheck at 10:30"}},
+			[]string{"note: the one-shot does not run at its time: deadletter-recheck: recheck at 10:30", "'flyball dlq retry --all --task web' runs it now"},
+		},
 		{"paused indefinitely", &events.TaskAccepted{Source: "paused"}, []string{"does not run at its time", "'flyball task resume web' runs it"}},
-		{"breaker open", &events.TaskAccepted{NextRunAt: in(time.Minute), Source: "breaker-open", Trail: []string{"breaker-open: open until 10:01"}},
-			[]string{"does not run at its time: breaker-open: open until 10:01"}},
+		{
+			"breaker open", &events.TaskAccepted{NextRunAt: in(time.Minute), Source: "breaker-open", Trail: []string{"breaker-open: open until 10:01"}},
+			[]string{"does not run at its time: breaker-open: open until 10:01"},
+		},
 	} {
 		got := oneShotOverruled("web", at, c.acc)
 		if len(c.want) == 0 && got != "" {
