@@ -319,6 +319,9 @@ type Entry struct {
 	Index    int
 	Step     Step
 	Decision gov.Decision
+	// NoChange says why an input changed nothing (Decision.Ignored): the
+	// governor read it and kept the schedule.
+	NoChange string
 }
 
 // Replay applies steps (in stored order) to an empty state and returns the
@@ -362,10 +365,33 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 		}
 		dec := Apply(spec, st, step)
 		if dec.Ignored {
+			out = append(out, Entry{Index: i, Step: step, Decision: dec, NoChange: noChange(&st, step.Input)})
 			continue
 		}
 		st = dec.State
 		out = append(out, Entry{Index: i, Step: step, Decision: dec})
 	}
 	return out
+}
+
+// noChange says why Decide ignored in given state st.
+func noChange(st *gov.State, in gov.Input) string {
+	switch in.Kind {
+	case gov.KindOutcome:
+		return "no change: the outcome of a run already applied (a redelivery)"
+	case gov.KindDeadLettered:
+		dl := in.DeadLetter
+		switch {
+		case dl == nil:
+			return "no change: an entry without its dispatch"
+		case st.DeadLetter != nil && st.DeadLetter.DispatchID == dl.DispatchID:
+			return "no change: the task was already held for this run's recheck (since its final failure)"
+		case !st.RequeuedAt.IsZero():
+			return "no change: the task was requeued since"
+		}
+		return "no change: a run succeeded since"
+	case gov.KindBreaker:
+		return "no change: a transition without its state"
+	}
+	return "no change"
 }

@@ -85,6 +85,9 @@ func printExplanation(w io.Writer, ex *query.Explanation) {
 		if n := len(st.Trail); n > 0 {
 			why = st.Trail[n-1]
 		}
+		if st.NoChange != "" {
+			why = st.NoChange
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(st.At), st.Input, next, st.Source, why)
 	}
 	_ = tw.Flush()

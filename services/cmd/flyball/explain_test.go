@@ -65,6 +65,10 @@ retry:
 		}
 		rest = rest[i+len(src):]
 	}
+	// The dead letter that followed is listed, as the input that changed nothing.
+	if !strings.Contains(out, "no change: the task was already held for this run's recheck") {
+		t.Fatalf("explain output lacks the dead letter that changed nothing:\n%s", out)
+	}
 	if !strings.Contains(out, "the replay agrees") {
 		t.Fatalf("explain does not agree with the stored schedule:\n%s", out)
 	}

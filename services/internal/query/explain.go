@@ -23,7 +23,8 @@ import (
 // Explanation is a task's decision timeline rebuilt from the streams.
 type Explanation struct {
 	TaskID string `json:"taskId"`
-	// Timeline lists every input that changed the schedule, in order.
+	// Timeline lists every input the governor applied, in order; those
+	// that changed nothing are marked NoChange.
 	Timeline []ExplainedStep `json:"timeline"`
 	// Replayed is the state the replay ends with; Stored is what KV
 	// flyball-schedules holds. Agrees reports whether their next run and
@@ -44,6 +45,9 @@ type ExplainedStep struct {
 	NextRunAt time.Time `json:"nextRunAt,omitzero"`
 	Source    string    `json:"source"`
 	Trail     []string  `json:"trail,omitempty"`
+	// NoChange, when set, says why the input left the schedule as it
+	// was (NextRunAt and Source are then the schedule it kept).
+	NoChange string `json:"noChange,omitempty"`
 }
 
 // Explain replays task id's inputs from TASKS, RUNS, HEALTH and DEADLETTER
@@ -198,6 +202,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		ex.Timeline = append(ex.Timeline, ExplainedStep{
 			At: en.Step.At, Stream: m.Stream, Seq: m.Seq, Input: en.Step.Summary,
 			NextRunAt: en.Decision.NextRunAt, Source: string(en.Decision.Source), Trail: en.Decision.Trail,
+			NoChange: en.NoChange,
 		})
 	}
 	if n := len(entries); n > 0 && entries[n-1].Step.Input.Kind != gov.KindDeleted {

@@ -205,14 +205,23 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 	if len(ex.Warnings) > 0 {
 		t.Errorf("warnings for a complete history: %q", ex.Warnings)
 	}
-	perStream := map[string]int{}
+	perStream, noChange := map[string]int{}, map[string]int{}
 	for _, s := range ex.Timeline {
 		perStream[s.Stream]++
+		if s.NoChange != "" {
+			noChange[s.Stream]++
+		}
 	}
-	// 12 commands; 3 outcomes (d1, d2, d7: d6 came for the deleted task); the
-	// host breaker's open and close, the task breaker's open and half-open
-	if want := map[string]int{streams.StreamTasks: 12, streams.StreamRuns: 3, streams.StreamHealth: 4, streams.StreamDeadLetter: 1}; !maps.Equal(perStream, want) {
+	// 12 commands; 5 outcomes (d1, d1 again, d2, d0, d7: d6 came for the
+	// deleted task), of which the second d1 and d0 changed nothing; the
+	// host breaker's open and close, the task breaker's open and
+	// half-open; the dead letter, which changed nothing either: d2's final
+	// failure had held the task for its recheck.
+	if want := map[string]int{streams.StreamTasks: 12, streams.StreamRuns: 5, streams.StreamHealth: 4, streams.StreamDeadLetter: 1}; !maps.Equal(perStream, want) {
 		t.Errorf("timeline lines per stream = %v, want %v", perStream, want)
+	}
+	if want := map[string]int{streams.StreamRuns: 2, streams.StreamDeadLetter: 1}; !maps.Equal(noChange, want) {
+		t.Errorf("timeline lines that changed nothing, per stream = %v, want %v", noChange, want)
 	}
 }
 
