@@ -772,6 +772,11 @@ func TestDecideHintsEndAtTheirTTL(t *testing.T) {
 			want{next: t0.Add(16 * time.Minute), source: governor.SourceBaselineInterval, trail: "interval hint 6h0m0s expires at 2026-03-02T10:15:01.000Z before its slot 2026-03-02T16:00:00.000Z: the cadence after it applies"},
 		},
 		{
+			"... and the trail gives the cadence's gap, not the hint's",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 6 * time.Hour, TTL: 15 * time.Minute})},
+			want{next: t0.Add(16 * time.Minute), source: governor.SourceBaselineInterval, trail: "the cadence after it applies\nbaseline-interval: 16 × 1m0s after the slot of 2026-03-02T10:00:00.000Z"},
+		},
+		{
 			"... and the runs under it",
 			given{intervalSpec(time.Minute), stateWith(ran(t0), intervalHint(6*time.Hour, t0.Add(15*time.Minute))), t0.Add(time.Minute + time.Second), outcome("succeeded", t0.Add(time.Minute))},
 			want{next: t0.Add(15 * time.Minute), source: governor.SourceBaselineInterval},

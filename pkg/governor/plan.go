@@ -231,8 +231,9 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	}
 	full := p.stretch(step, exp, true)
 	next, missed := grid(anchor, full, p.now)
+	gap := full // the step of the grid next is on
 	if h := p.s.IntervalHint; h != nil && next.After(h.ExpiresAt) {
-		next, src = p.afterHint(h, anchor, exp, next, src)
+		next, src, gap = p.afterHint(h, anchor, exp, next, src, full)
 	}
 	passed := missed // slots on the grid at or before now
 	if missed >= 2 {
@@ -246,10 +247,17 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 			return
 		}
 	}
-	if passed > 0 {
+	switch {
+	case gap != full: // the task's own cadence after the hint's TTL
+		if n := int64(next.Sub(anchor) / gap); n > 1 {
+			p.choose(next, src).num(n).str(" × ").dur(gap).str(" after the slot of ").at(anchor).end()
+		} else {
+			p.choose(next, src).dur(gap).str(" after the slot of ").at(anchor).end()
+		}
+	case passed > 0:
 		p.tr.str("slot ").at(anchor.Add(full)).str(" already passed: skipped to the next slot on the grid").end()
 		p.choose(next, src).num(passed + 1).str(" × ").dur(full).str(" after the slot of ").at(anchor).end()
-	} else {
+	default:
 		p.choose(next, src).dur(full).str(" after the slot of ").at(anchor).end()
 	}
 	p.cadence = true
@@ -260,21 +268,24 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 // after the hint expires, the task's own cadence takes over at the TTL,
 // with its first grid slot at or after it, if that is earlier. Without
 // this, a hint longer than its TTL (6h for 15m) held the task past it.
-func (p *planner) afterHint(h *IntervalHint, anchor time.Time, exp int, next time.Time, src Source) (time.Time, Source) {
+// It returns the slot, its source and the step of its grid: full (the
+// hint's) when the hint's slot stays.
+func (p *planner) afterHint(h *IntervalHint, anchor time.Time, exp int, next time.Time, src Source, full time.Duration) (time.Time, Source, time.Duration) {
 	step, own := p.specStep()
 	if step <= 0 {
-		return next, src
+		return next, src, full
 	}
 	if exp > 0 {
 		own = SourceBackoff
 	}
-	after, _ := grid(anchor, p.stretch(step, exp, false), h.ExpiresAt.Add(-time.Nanosecond))
+	step = p.stretch(step, exp, false)
+	after, _ := grid(anchor, step, h.ExpiresAt.Add(-time.Nanosecond))
 	if !after.Before(next) {
-		return next, src
+		return next, src, full
 	}
 	p.tr.str("interval hint ").dur(h.Interval).str(" expires at ").at(h.ExpiresAt).str(" before its slot ").at(next).
 		str(": the cadence after it applies").end()
-	return after, own
+	return after, own, step
 }
 
 // grid returns the first slot anchor + k×step strictly after now, and how
