@@ -167,10 +167,7 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 			}
 			h.Queue.PerType[cmp.Or(spec.Job, DefaultJob)]++
 		}
-		x := Expect(&spec)
-		if hint := st.IntervalHint; hint != nil && hint.ExpiresAt.After(now) {
-			x = Expectation{interval: hint.Interval} // the cadence the operator asked for
-		}
+		x := Expect(&spec).Hinted(st.IntervalHint, now)
 		since := st.CreatedAt
 		if since.IsZero() {
 			since = specEntries[id].Created()
@@ -270,6 +267,17 @@ func Expect(spec *events.TaskSpec) Expectation {
 		return Expectation{}
 	}
 	return Expectation{sched: sched, loc: loc}
+}
+
+// Hinted is the expectation while the task has an interval hint h that
+// has not expired at now: the hint's interval, the cadence the operator
+// asked for. A cron task keeps its calendar: an interval hint has no
+// effect on it.
+func (x Expectation) Hinted(h *gov.IntervalHint, now time.Time) Expectation {
+	if h == nil || h.Interval <= 0 || !h.ExpiresAt.After(now) || x.sched != nil || x.interval <= 0 {
+		return x
+	}
+	return Expectation{interval: h.Interval}
 }
 
 // Interval is the cadence shown next to a score: the interval, or for a

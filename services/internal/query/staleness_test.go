@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
@@ -55,5 +56,31 @@ func TestCronStalenessCountsOccurrencesMissed(t *testing.T) {
 	// Never succeeded: measured from creation.
 	if got := twiceMonthly.Score(at("2026-04-02T09:00:00Z"), time.Time{}, ran); got != 0.25 {
 		t.Errorf("cron task created on the 2nd, never succeeded, on April 2nd: score %v, want 0.25", got)
+	}
+}
+
+// TestStalenessOfAHintedCronTask: the health summary measured every task
+// with an active interval hint against the hint's interval. An interval
+// hint does not change a cron task's calendar (the governor accepts it and
+// keeps the occurrences), so an hourly cron task hinted to 1m scored 1
+// (FlyballTaskStale's threshold) five minutes after each run it made on
+// time. A hinted interval task still counts the hint's interval.
+func TestStalenessOfAHintedCronTask(t *testing.T) {
+	ran := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	now := ran.Add(30 * time.Minute)
+	hint := &gov.IntervalHint{Interval: time.Minute, ExpiresAt: now.Add(time.Hour)}
+	hourly := query.Expect(&events.TaskSpec{ID: "c", Schedule: events.Schedule{Cron: "0 * * * *"}}).Hinted(hint, now)
+	if got := hourly.Score(now, ran, time.Time{}); got != 0 {
+		t.Errorf("hourly cron task hinted to 1m, 30m after its run: score %v, want 0 (the hint does not apply)", got)
+	}
+	if got := hourly.Interval(now); got != time.Hour {
+		t.Errorf("hourly cron task hinted to 1m: expected interval %s, want 1h", got)
+	}
+	every := query.Expect(&events.TaskSpec{ID: "i", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+	if got := every.Hinted(hint, now).Score(now, ran, time.Time{}); got != 1 {
+		t.Errorf("hourly interval task hinted to 1m, 30m after its run: score %v, want 1", got)
+	}
+	if got := every.Hinted(hint, hint.ExpiresAt).Score(now, ran, time.Time{}); got != 0 {
+		t.Errorf("expired hint still counted: score %v, want 0", got)
 	}
 }
