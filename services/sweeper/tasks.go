@@ -40,7 +40,7 @@ type view struct {
 const maxStale = 1 << 16
 
 // schedule is the part of a stored gov.State a sweep reads: skipping the
-// trail and hints keeps the decode cheap and the view small.
+// trail and the one-shot hint keeps the decode cheap and the view small.
 type schedule struct {
 	TaskID          string     `json:"taskId"`
 	NextRunAt       time.Time  `json:"nextRunAt"`
@@ -50,6 +50,9 @@ type schedule struct {
 	CreatedAt       time.Time  `json:"createdAt"`
 	LastScheduledAt time.Time  `json:"lastScheduledAt"`
 	LastSuccessAt   time.Time  `json:"lastSuccessAt"`
+	// IntervalHint is the cadence staleness is measured against while it
+	// lasts, as flyball status measures it.
+	IntervalHint *gov.IntervalHint `json:"intervalHint"`
 }
 
 func newView() *view {
@@ -205,7 +208,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 			orphanSchedules = append(orphanSchedules, id)
 			continue
 		}
-		score := expected.Score(now, st.LastSuccessAt, st.CreatedAt)
+		score := expected.Hinted(st.IntervalHint, now).Score(now, st.LastSuccessAt, st.CreatedAt)
 		scores[id] = score
 		// A paused task grows stale on purpose. A timed pause whose end
 		// has passed stays in the state until the run after it: it no
