@@ -683,6 +683,13 @@ func TestDecideHints(t *testing.T) {
 			want{next: t0.Add(2 * time.Minute), source: governor.SourceHintOneShot},
 		},
 		{
+			// The governor accepts it and keeps the calendar; the trail
+			// said nothing, so "hinted" read as if it were in force.
+			"an interval hint on a cron task is kept out of the calendar, and the trail says so",
+			given{cronSpec("@daily", ""), ran(t0), t0.Add(time.Minute), hinted(governor.Hint{Interval: time.Minute})},
+			want{next: time.Date(2026, 3, 3, 0, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron, trail: "interval hint 1m0s has no effect on a cron schedule"},
+		},
+		{
 			"one-shot beats startAt",
 			given{withStartAt(intervalSpec(time.Hour), t0.Add(time.Hour)), governor.State{TaskID: "t"}, t0, hinted(governor.Hint{At: t0.Add(time.Minute)})},
 			want{next: t0.Add(time.Minute), source: governor.SourceHintOneShot},

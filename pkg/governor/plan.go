@@ -440,6 +440,9 @@ func (p *planner) cronBaseline(anchor time.Time) {
 	if p.spec.Adaptive != nil || p.spec.Activity != nil {
 		p.tr.str("adaptive cadence and activity modes apply to interval schedules only").end()
 	}
+	if h := p.s.IntervalHint; h != nil {
+		p.tr.str("interval hint ").dur(h.Interval).str(" has no effect on a cron schedule").end()
+	}
 	if !anchor.IsZero() && p.backfill() {
 		return
 	}
