@@ -49,10 +49,14 @@ func TestStalenessCountsAnIntervalHint(t *testing.T) {
 		case "tight":
 			last = now.Add(-30 * time.Second)
 		}
-		v.putSchedule(id, stateJSON(gov.State{
-			TaskID: id, NextRunAt: now.Add(time.Minute), Source: gov.SourceHintInterval,
+		st := gov.State{
+			TaskID: id, NextRunAt: last.Add(every), Source: gov.SourceHintInterval,
 			CreatedAt: ran, LastScheduledAt: last, LastSuccessAt: last, IntervalHint: hint,
-		}))
+		}
+		if id == "expired" { // the run planned when it expired, on the baseline
+			st.NextRunAt, st.Source = now.Add(-time.Second), gov.SourceBaselineInterval
+		}
+		v.putSchedule(id, stateJSON(st))
 	}
 	s.sweepTasks(ctx, now)
 	scores := s.Scores()
@@ -69,4 +73,51 @@ func TestStalenessCountsAnIntervalHint(t *testing.T) {
 	if got := testutil.ToFloat64(s.cfg.Metrics.StalenessMax); got != 1 {
 		t.Errorf("flyball_staleness_score = %v, want 1 (the task whose hint expired)", got)
 	}
+}
+
+// TestStalenessFollowsARelaxationOnPurpose: a next run the task's own
+// settings put further out (activity dormancy, quiet hours, a budget,
+// bounds.min, adaptive relax) is not late: the score stays 0 until it
+// passes, then grows at the interval's pace. A dormant 1m task (6×) scored
+// 1 at five minutes and kept FlyballTaskStale firing while it ran as
+// configured. Failure-driven holds (backoff, breaker, dead-letter) still
+// count against the interval.
+func TestStalenessFollowsARelaxationOnPurpose(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jsutil.BindBuckets(ctx, srv.JS,
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
+		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
+	); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for id, c := range map[string]struct {
+		src       gov.Source
+		ago, next time.Duration // last slot (and success) before now; next run after it
+		want      float64
+	}{
+		"dormant, before its run":        {gov.SourceActivityDormant, 5 * time.Minute, 6 * time.Minute, 0},
+		"dormant, 2m past its run":       {gov.SourceActivityDormant, 8 * time.Minute, 6 * time.Minute, 0.5},
+		"quiet hours, before its run":    {gov.SourceQuietHours, 20 * time.Minute, 30 * time.Minute, 0},
+		"budget, before its run":         {gov.SourceBudget, 3 * time.Minute, 24 * time.Minute, 0},
+		"backing off after a failure":    {gov.SourceBackoff, 3 * time.Minute, 4 * time.Minute, 0.5},
+		"held for a dead-letter recheck": {gov.SourceDeadLetterRecheck, 5 * time.Minute, 30 * time.Minute, 1},
+	} {
+		s.view.specs[id] = query.Expect(&events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+		last := now.Add(-c.ago)
+		s.view.putSchedule(id, stateJSON(gov.State{
+			TaskID: id, NextRunAt: last.Add(c.next), Source: c.src, CreatedAt: last, LastScheduledAt: last, LastSuccessAt: last,
+		}))
+		defer func() {
+			if got := s.Scores()[id]; got != c.want {
+				t.Errorf("%s: staleness %v, want %v", id, got, c.want)
+			}
+		}()
+	}
+	s.sweepTasks(ctx, now)
 }

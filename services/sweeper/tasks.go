@@ -208,7 +208,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 			orphanSchedules = append(orphanSchedules, id)
 			continue
 		}
-		score := expected.Hinted(st.IntervalHint, now).Score(now, st.LastSuccessAt, st.CreatedAt)
+		score := expected.Hinted(st.IntervalHint, now).Planned(st.Source, st.LastScheduledAt, st.NextRunAt).Score(now, st.LastSuccessAt, st.CreatedAt)
 		scores[id] = score
 		// A paused task grows stale on purpose. A timed pause whose end
 		// has passed stays in the state until the run after it: it no

@@ -167,7 +167,7 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 			}
 			h.Queue.PerType[cmp.Or(spec.Job, DefaultJob)]++
 		}
-		x := Expect(&spec).Hinted(st.IntervalHint, now)
+		x := Expect(&spec).Hinted(st.IntervalHint, now).Planned(st.Source, st.LastScheduledAt, st.NextRunAt)
 		since := st.CreatedAt
 		if since.IsZero() {
 			since = specEntries[id].Created()
@@ -248,8 +248,12 @@ func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
 // interval, or its cron calendar, parsed once.
 type Expectation struct {
 	interval time.Duration
-	sched    *cron.Schedule
-	loc      *time.Location
+	// planned, when longer than interval, is the gap to the next run the
+	// task's settings chose (Planned): the score stays 0 until it passes,
+	// then grows by a quarter per interval.
+	planned time.Duration
+	sched   *cron.Schedule
+	loc     *time.Location
 }
 
 // Expect reads the expectation of a spec. A cron expression or time zone
@@ -280,12 +284,39 @@ func (x Expectation) Hinted(h *gov.IntervalHint, now time.Time) Expectation {
 	return Expectation{interval: h.Interval}
 }
 
+// relaxedOnPurpose are the sources of a next run that a task's own
+// settings put further out than its interval: it is not late for them.
+// Failure-driven holds (backoff, breaker, dead-letter recheck) are not
+// among them: a failing task is stale.
+var relaxedOnPurpose = map[gov.Source]bool{
+	gov.SourceActivityIdle: true, gov.SourceActivityDormant: true, gov.SourceAdaptiveRelax: true,
+	gov.SourceQuietHours: true, gov.SourceBudget: true, gov.SourceClampedMin: true, gov.SourceHintInterval: true,
+}
+
+// Planned is the expectation of an interval task whose next run, at next
+// from its last slot lastSlot, was put further out than its interval on
+// purpose (source: activity, adaptive relax, quiet hours, budget,
+// bounds.min, an interval hint): the score stays 0 for that gap, then
+// grows as it would have after one interval. A task relaxed to six times
+// its interval by activity.dormantMultiplier scored 1 at five intervals
+// and kept FlyballTaskStale firing while it ran exactly as configured.
+// A cron task keeps its calendar.
+func (x Expectation) Planned(source gov.Source, lastSlot, next time.Time) Expectation {
+	if x.sched != nil || x.interval <= 0 || !relaxedOnPurpose[source] || lastSlot.IsZero() {
+		return x
+	}
+	if gap := next.Sub(lastSlot); gap > x.interval {
+		x.planned = gap
+	}
+	return x
+}
+
 // Interval is the cadence shown next to a score: the interval, or for a
 // cron task the gap between its next two occurrences after now. Zero if
 // the schedule cannot be evaluated.
 func (x Expectation) Interval(now time.Time) time.Duration {
 	if x.sched == nil {
-		return x.interval
+		return max(x.interval, x.planned)
 	}
 	a := x.sched.Next(now, x.loc)
 	b := x.sched.Next(a, x.loc)
@@ -309,6 +340,10 @@ const staleAt = 5
 // weekday schedule) is not stale in its long gaps.
 func (x Expectation) Score(now, lastSuccess, since time.Time) float64 {
 	if x.sched == nil {
+		if x.planned > x.interval {
+			// Scored from the planned run on, at the interval's pace.
+			return gov.Staleness(now.Add(x.interval-x.planned), lastSuccess, since, x.interval)
+		}
 		return gov.Staleness(now, lastSuccess, since, x.interval)
 	}
 	ref := cmp.Or(lastSuccess, since)

@@ -426,6 +426,30 @@ func TestHealthServices(t *testing.T) {
 	}
 }
 
+// TestHealthStalenessFollowsARelaxationOnPurpose: status scores a task
+// whose settings put its next run further out (here activity dormancy,
+// 6 × 1m) against that run, as the sweeper's metric does, and shows the
+// gap as its expected interval.
+func TestHealthStalenessFollowsARelaxationOnPurpose(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.r.Now = func() time.Time { return now }
+	last := now.Add(-5 * time.Minute)
+	b.put(t, streams.BucketTasks, "dormant", spec("dormant", "", "1m"))
+	b.put(t, streams.BucketSchedules, "dormant", gov.State{
+		TaskID: "dormant", NextRunAt: last.Add(6 * time.Minute), Source: gov.SourceActivityDormant,
+		LastScheduledAt: last, LastSuccessAt: last,
+	})
+	h, err := b.r.Health(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := h.Staleness; len(s) != 1 || s[0].Score != 0 || s[0].Expected.D() != 6*time.Minute {
+		t.Errorf("staleness = %+v, want score 0 expecting 6m", s)
+	}
+}
+
 func TestTasksFilterByJobAndLabel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
