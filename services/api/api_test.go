@@ -127,6 +127,21 @@ func expect(t *testing.T, what string, r *reply, status int, field string) {
 			t.Fatalf("%s: field %q, want %q: %s", what, r.str("field"), field, r.raw)
 		}
 	}
+	// Every 400 that names a field lists it in errors too, as a
+	// validation failure does: a client reads one shape.
+	if status == http.StatusBadRequest && field != "" {
+		errs, _ := r.body["errors"].([]any)
+		first, _ := func() (map[string]any, bool) {
+			if len(errs) == 0 {
+				return nil, false
+			}
+			m, ok := errs[0].(map[string]any)
+			return m, ok
+		}()
+		if first == nil || first["field"] != field || first["reason"] == "" {
+			t.Fatalf("%s: errors %v, want one naming %q: %s", what, r.body["errors"], field, r.raw)
+		}
+	}
 }
 
 type documentedOp struct{ method, path string }

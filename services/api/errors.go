@@ -35,7 +35,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, field, detail string) {
-	writeJSON(w, code, apiError{Error: http.StatusText(code), Field: field, Detail: detail})
+	e := apiError{Error: http.StatusText(code), Field: field, Detail: detail}
+	if code == http.StatusBadRequest && field != "" {
+		// A client reads every 400's problems from errors, as it does a
+		// validation failure's; {"for": "-1h"} came with field alone.
+		e.Errors = []events.FieldError{{Field: field, Rule: detail}}
+	}
+	writeJSON(w, code, e)
 }
 
 // writeInvalid answers 400 with every reason of a validation error.
