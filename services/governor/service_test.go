@@ -30,6 +30,27 @@ func startGovernor(t *testing.T) (*Service, jetstream.JetStream) {
 	return s, srv.JS
 }
 
+// storeTask stores the spec of an interval task and its schedule, due
+// at the slot it returns (now, to the second), as a creation would.
+func storeTask(t *testing.T, s *Service, id string, every time.Duration) time.Time {
+	t.Helper()
+	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(every)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	spec.Normalize()
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.tasks.Put(t.Context(), id, raw); err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().UTC().Truncate(time.Second)
+	body, _ := json.Marshal(gov.State{TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval})
+	if _, err := s.schedules.Create(t.Context(), id, body); err != nil {
+		t.Fatal(err)
+	}
+	return slot
+}
+
 // succeeded publishes a run.succeeded for task id and waits until the
 // governor has acked it.
 func succeeded(t *testing.T, js jetstream.JetStream, id string, slot time.Time) {
@@ -70,21 +91,7 @@ func TestStaleSpecViewDoesNotResurrectADeletedTask(t *testing.T) {
 // in between costs one conflict and a re-read, never a lost update.
 func TestDecisionsUseTheRememberedRevision(t *testing.T) {
 	s, js := startGovernor(t)
-	spec := events.TaskSpec{ID: "t", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	spec.Normalize()
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.tasks.Put(t.Context(), "t", raw); err != nil {
-		t.Fatal(err)
-	}
-	slot := time.Now().UTC().Truncate(time.Second)
-	st := gov.State{TaskID: "t", NextRunAt: slot, Source: gov.SourceBaselineInterval}
-	body, _ := json.Marshal(st)
-	if _, err := s.schedules.Create(t.Context(), "t", body); err != nil {
-		t.Fatal(err)
-	}
+	slot := storeTask(t, s, "t", time.Minute)
 	succeeded(t, js, "t", slot)
 	_, rev1, ok := s.states.get("t")
 	if !ok {
@@ -225,20 +232,7 @@ func TestPauseHintFollowsThePause(t *testing.T) {
 // was called again on the backoff grid, past maxAttempts.
 func TestFinalFailureHoldsTheTaskWithoutItsDeadLetter(t *testing.T) {
 	s, js := startGovernor(t)
-	spec := events.TaskSpec{ID: "t", Schedule: events.Schedule{Interval: events.Duration(5 * time.Second)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	spec.Normalize()
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.tasks.Put(t.Context(), "t", raw); err != nil {
-		t.Fatal(err)
-	}
-	slot := time.Now().UTC().Truncate(time.Second)
-	body, _ := json.Marshal(gov.State{TaskID: "t", NextRunAt: slot, Source: gov.SourceBaselineInterval})
-	if _, err := s.schedules.Create(t.Context(), "t", body); err != nil {
-		t.Fatal(err)
-	}
+	slot := storeTask(t, s, "t", 5*time.Second)
 	d := events.Dispatch{DispatchID: events.DispatchID("t", slot), TaskID: "t", ScheduledAt: slot}
 	finished := time.Now().UTC()
 	run := events.Run{

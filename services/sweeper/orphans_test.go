@@ -11,9 +11,6 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
-	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/services/internal/svcconf"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // recreatingTasks is flyball-tasks as the sweeper reads it, with the task
@@ -41,18 +38,8 @@ func (k *recreatingTasks) Get(ctx context.Context, key string) (jetstream.KeyVal
 // schedule to find a zombie in, and nothing recorded it. The purge only
 // removes the revision the sweeper judged.
 func TestOrphanPurgeSparesATaskCreatedAgain(t *testing.T) {
-	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jsutil.BindBuckets(ctx, srv.JS,
-		jsutil.Bucket{Name: streams.BucketTasks, KV: &s.tasks},
-		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
-	); err != nil {
-		t.Fatal(err)
-	}
+	s := unstartedSweeper(t)
 	now := time.Now().UTC()
 	// The deleted task's schedule, left behind.
 	if _, err := s.schedules.Put(ctx, "again", stateJSON(gov.State{TaskID: "again", NextRunAt: now.Add(time.Hour), Source: gov.SourceBaselineInterval})); err != nil {

@@ -24,18 +24,8 @@ import (
 // stopped succeeding scored far below what status showed. Both now use
 // the hint, until it expires.
 func TestStalenessCountsAnIntervalHint(t *testing.T) {
-	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jsutil.BindBuckets(ctx, srv.JS,
-		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
-		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
-	); err != nil {
-		t.Fatal(err)
-	}
+	s := unstartedSweeper(t)
 	now := time.Now().UTC()
 	ran := now.Add(-10 * time.Minute)
 	v := s.view
@@ -83,18 +73,8 @@ func TestStalenessCountsAnIntervalHint(t *testing.T) {
 // configured. Failure-driven holds (backoff, breaker, dead-letter) still
 // count against the interval.
 func TestStalenessFollowsARelaxationOnPurpose(t *testing.T) {
-	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jsutil.BindBuckets(ctx, srv.JS,
-		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
-		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
-	); err != nil {
-		t.Fatal(err)
-	}
+	s := unstartedSweeper(t)
 	now := time.Now().UTC()
 	for id, c := range map[string]struct {
 		src       gov.Source
@@ -120,4 +100,24 @@ func TestStalenessFollowsARelaxationOnPurpose(t *testing.T) {
 		}()
 	}
 	s.sweepTasks(ctx, now)
+}
+
+// unstartedSweeper is a sweeper on its own embedded server, with its
+// buckets bound and nothing running: a test fills its view and calls
+// sweepTasks itself.
+func unstartedSweeper(t *testing.T) *Service {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jsutil.BindBuckets(t.Context(), srv.JS,
+		jsutil.Bucket{Name: streams.BucketTasks, KV: &s.tasks},
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
+		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
+	); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
