@@ -232,7 +232,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	defer s.releaseCall()
-	s.run(ctx, m, md, &d, arrived, false)
+	s.run(ctx, m, md, &d, arrived, false, nil)
 }
 
 // run checks the task's spec, pause and breaker at the moment of the call,
@@ -240,7 +240,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // reads the spec from the bucket, not the view: a dispatch woken because
 // its breaker record was removed with its deleted task can get here before
 // the view of flyball-tasks has the delete, and would call the old target.
-func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool) {
+// hostSem is a host slot the dispatch already holds (held.sem), or nil.
+func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool, hostSem chan struct{}) {
 	get := s.specs.Get
 	if fresh {
 		get = s.specs.Read
@@ -274,7 +275,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, "breaker open")
 		return
 	}
-	s.execute(ctx, m, md, t, d, arrived, g)
+	s.execute(ctx, m, md, t, d, arrived, g, hostSem)
 }
 
 // hold keeps a dispatch that arrived ahead of its slot (the timer publishes
@@ -376,6 +377,11 @@ type held struct {
 	// ends that (callHeld), as ending it here could undo a park of the
 	// same message by that caller.
 	kept bool
+	// host: it was due while this host was at PerHost (waitForHost), and
+	// waits for one of its slots (fireHeld) before it takes a caller;
+	// sem is that slot, released by the caller after the call.
+	host string
+	sem  chan struct{}
 }
 
 // handBackLead and handBackFloor shape the nak that hands a held dispatch
@@ -426,6 +432,15 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 		h.arrived = time.Now()
 		s.waitBegin(h.m, h.arrived)
 	}
+	if h.host != "" {
+		// Here, on its own goroutine, it holds no caller and no call
+		// slot while its host is busy (acquireHost keeps it alive).
+		if h.sem = s.acquireHost(ctx, h.m, h.arrived, h.host); h.sem == nil {
+			s.nak(h.m, handBackFloor, nil) // handed back at shutdown (handBack)
+			s.firing.Done()
+			return
+		}
+	}
 	select {
 	case s.fire <- h:
 		return
@@ -441,6 +456,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	case s.fire <- h:
 	case <-ctx.Done():
 		s.waitEnd(h.m)
+		releaseHost(h.sem)
 		s.nak(h.m, handBackFloor, nil) // handed back at shutdown (handBack)
 		s.firing.Done()
 	}
@@ -461,6 +477,7 @@ func (s *Service) caller(ctx context.Context) {
 
 func (s *Service) callHeld(ctx context.Context, h *held) {
 	defer s.firing.Done()
+	defer releaseHost(h.sem)
 	if h.kept {
 		s.waitEnd(h.m)
 	}
@@ -468,7 +485,7 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
-	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken)
+	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken, h.sem)
 }
 
 // releaseHeld hands every dispatch still waiting for its slot, or
@@ -745,8 +762,9 @@ func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
 // execute performs one attempt and settles the message. With g.probe, the
 // call goes ahead only if it wins the breaker's probe claim, taken just
 // before the call (after the wait for a host slot), so the claim's TTL
-// need only outlast the call itself.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate) {
+// need only outlast the call itself. hostSem is a slot of the task's host
+// the dispatch already holds (released by its holder), or nil.
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate, hostSem chan struct{}) {
 	spec := t.spec
 	attempt, prior, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
@@ -761,7 +779,14 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.giveUp(m, t, d, attempt-1) // maxAttempts lowered while this retry was pending
 		return
 	}
-	defer releaseHost(s.acquireHost(ctx, m, arrived, t.host))
+	if hostSem == nil || t.host == "" || hostSem != s.hostSem(t.host) {
+		sem, ok := s.tryHost(t.host)
+		if !ok {
+			s.waitForHost(ctx, m, md, d, arrived, t.host)
+			return
+		}
+		defer releaseHost(sem)
+	}
 	var claim string
 	var claimRev uint64
 	if g.probe {
@@ -1091,6 +1116,43 @@ func progressDue(now, arrived time.Time, timeout, ackWait time.Duration) (time.D
 	return max(arrived.Add(half).Sub(now), 0), true
 }
 
+// hostSem is host's semaphore of PerHost call slots.
+func (s *Service) hostSem(host string) chan struct{} {
+	s.hostMu.Lock()
+	defer s.hostMu.Unlock()
+	sem, ok := s.hosts[host]
+	if !ok {
+		sem = make(chan struct{}, s.cfg.PerHost)
+		s.hosts[host] = sem
+	}
+	return sem
+}
+
+// tryHost takes one of host's PerHost call slots if one is free, and
+// returns it for releaseHost (nil for no host). ok is false when the host
+// is at its limit.
+func (s *Service) tryHost(host string) (sem chan struct{}, ok bool) {
+	if host == "" {
+		return nil, true
+	}
+	sem = s.hostSem(host)
+	select {
+	case sem <- struct{}{}:
+		return sem, true
+	default:
+		return nil, false
+	}
+}
+
+// waitForHost holds a due dispatch whose host is at PerHost until one of
+// its slots frees up (fireHeld), then runs it from the top. It waits
+// there, not in the caller: a caller waiting for a host kept its call
+// slot, and a few dispatches of one slow host took every slot while the
+// calls of every other host waited for that host's calls to end.
+func (s *Service) waitForHost(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, host string) {
+	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, host: host}, 0)
+}
+
 // acquireHost takes one of host's PerHost call slots and returns it for
 // releaseHost; nil (no host, or ctx ended) holds nothing. While it waits,
 // m is kept alive (waitBegin).
@@ -1098,13 +1160,7 @@ func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time
 	if host == "" {
 		return nil
 	}
-	s.hostMu.Lock()
-	sem, ok := s.hosts[host]
-	if !ok {
-		sem = make(chan struct{}, s.cfg.PerHost)
-		s.hosts[host] = sem
-	}
-	s.hostMu.Unlock()
+	sem := s.hostSem(host)
 	select {
 	case sem <- struct{}{}:
 		return sem

@@ -754,6 +754,58 @@ func TestWaitForAHostSlotIsKeptAlive(t *testing.T) {
 	tg.checkOneCallEach(t, e)
 }
 
+// TestSlowHostDoesNotStarveOtherHosts: dispatches waiting for a busy
+// host's PerHost slot hold none of the executor's Concurrency call
+// slots, so a task on another host runs on time. Before, each took a
+// call slot, then waited for its host in it: three dispatches of a slow
+// host (Concurrency 2, PerHost 1) held both slots, and the other host's
+// run waited for the slow calls to end.
+func TestSlowHostDoesNotStarveOtherHosts(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	slowCalls := 0
+	slow := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		slowCalls++
+		mu.Unlock()
+		select { // until the test ends it
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(unblock) // before slow.Close, which waits for its handlers
+	fast := newKeyCounter(t)
+	e.st = e.startWith(func(c *stack.Config) { c.Concurrency, c.PerHost = 2, 1 }, "executor")
+	succeeded := e.collect("flyball.run.succeeded.>")
+	now := time.Now().UTC()
+	for _, id := range []string{"slow1", "slow2", "slow3"} {
+		putTask(t, e, id, slow.URL)
+		dispatchAt(t, e.srv.JS, id, now)
+	}
+	natstest.Eventually(t, 5*time.Second, "one slow call is in flight", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slowCalls == 1
+	})
+	putTask(t, e, "other", fast.srv.URL)
+	dispatchAt(t, e.srv.JS, "other", time.Now().UTC())
+	natstest.Eventually(t, 3*time.Second, "the other host's run succeeds while the slow host's call is in flight", func() bool {
+		return len(succeeded()) == 1
+	})
+	unblock()
+	natstest.Eventually(t, 15*time.Second, "every run succeeds", func() bool { return len(succeeded()) == 4 })
+	mu.Lock()
+	defer mu.Unlock()
+	if slowCalls != 3 {
+		t.Errorf("the slow host got %d calls, want 3 (one per dispatch)", slowCalls)
+	}
+}
+
 // TestWaitForACallSlotIsKeptAlive: a dispatch waiting longer than the
 // AckWait for one of the executor's Concurrency call slots sends
 // InProgress meanwhile, so it is not redelivered and called twice. Here
