@@ -147,6 +147,15 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 		return res
 	}
 	req.Header = callHeader(t.Headers, s.userAgent, d, attempt)
+	if len(t.Headers) > 0 {
+		// net/http sends req.Host and ignores a Host in the header: a
+		// task's Host names the virtual host, and the connection still
+		// goes to the URL's host.
+		if host := req.Header.Get("Host"); host != "" {
+			req.Host = host
+			req.Header.Del("Host")
+		}
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		err = redactError(err, s.cfg.RedactHeaders)

@@ -2,11 +2,13 @@ package executor
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 // TestCallHeaderKeepsTheTaskHeadersButNotOverFlyballs checks the request
@@ -41,5 +43,37 @@ func TestCallHeaderKeepsTheTaskHeadersButNotOverFlyballs(t *testing.T) {
 	h.Add("Idempotency-Key", "second")
 	if got := h.Get("User-Agent"); got != "flyball/test" {
 		t.Fatalf("User-Agent = %q after an Add to Idempotency-Key", got)
+	}
+}
+
+// TestTaskHostHeaderIsSent: a task's Host header names the virtual host
+// the call asks for, as curl -H 'Host: …' does, while the connection
+// still goes to the URL's host. net/http ignores a Host in the request
+// header, so it was silently dropped, though the run record listed it
+// as sent.
+func TestTaskHostHeaderIsSent(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := make(chan string, 2)
+	tg := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host + " " + r.Header.Get("Host")
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	for _, name := range []string{"Host", "host"} {
+		h := &events.HTTPTarget{
+			Method: "GET", URL: tg.URL, Headers: map[string]string{name: "orders.internal", "X-Other": "kept"},
+			Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"},
+		}
+		if res := s.callHTTP(t.Context(), h, nil, d, 1); !res.ok() {
+			t.Fatalf("call: %v", res.err)
+		}
+		if got := <-hosts; got != "orders.internal " {
+			t.Errorf("headers {%q: orders.internal}: the target saw Host (and a Host header) %q, want %q", name, got, "orders.internal ")
+		}
 	}
 }
