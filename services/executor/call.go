@@ -177,8 +177,15 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	h.Write(buf)
 	res.body = string(buf)
 	res.fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
-	// Drain a little more so the connection can be reused.
-	_, _ = io.CopyN(io.Discard, resp.Body, 256<<10)
+	if res.truncated {
+		// Drain a little more so the connection can be reused, but not
+		// for long: the rest of a streaming body (server-sent events, a
+		// long poll) or of a slow one held the call until its timeout.
+		// Cancelling the call closes the connection instead.
+		stop := time.AfterFunc(drainWait, cancel)
+		_, _ = io.CopyN(io.Discard, resp.Body, 256<<10)
+		stop.Stop()
+	}
 	switch {
 	case t.StatusExpected(resp.StatusCode):
 		if rerr != nil {
@@ -194,6 +201,9 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	}
 	return res
 }
+
+// drainWait bounds the drain of a body cut at maxResponseBytes (callHTTP).
+const drainWait = 250 * time.Millisecond
 
 // maxRetryAfter caps a Retry-After: retry.maxDelay, at most 24h, caps the
 // delay anyway, and more seconds than that could overflow a Duration.

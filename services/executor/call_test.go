@@ -77,3 +77,44 @@ func TestTaskHostHeaderIsSent(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamingBodyPastMaxResponseBytesEndsTheCall: once a body is cut at
+// maxResponseBytes, the call ends soon, whatever follows. Draining the
+// rest, so the connection could be reused, waited on a streaming body
+// (server-sent events, a long poll, a slow download) until the call's
+// timeout: every run took its full timeout, held its slots meanwhile, and
+// reported that as its duration.
+func TestStreamingBodyPastMaxResponseBytesEndsTheCall(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(make([]byte, 2000))
+		w.(http.Flusher).Flush()
+		for { // a byte a second, until the caller goes away
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+				_, _ = w.Write([]byte("z"))
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	h := &events.HTTPTarget{
+		Method: "GET", URL: tg.URL, Timeout: events.Duration(10 * time.Second), MaxResponseBytes: 1000, ExpectStatus: []string{"2xx"},
+	}
+	start := time.Now()
+	res := s.callHTTP(t.Context(), h, nil, d, 1)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the call took %s for a body cut at 1000 bytes, want well under its 10s timeout", took.Round(time.Millisecond))
+	}
+	if !res.ok() || !res.truncated || len(res.body) != 1000 {
+		t.Errorf("result: err %v, truncated %v, %d bytes; want a success cut at 1000 bytes", res.err, res.truncated, len(res.body))
+	}
+}
