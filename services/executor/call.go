@@ -188,7 +188,10 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	}
 	switch {
 	case t.StatusExpected(resp.StatusCode):
-		if rerr != nil {
+		switch {
+		case rerr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+			res.err = fmt.Errorf("timed out after %s reading the body: %w", t.Timeout, rerr)
+		case rerr != nil:
 			res.err = fmt.Errorf("reading body: %w", rerr)
 		}
 	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:

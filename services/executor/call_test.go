@@ -118,3 +118,33 @@ func TestStreamingBodyPastMaxResponseBytesEndsTheCall(t *testing.T) {
 		t.Errorf("result: err %v, truncated %v, %d bytes; want a success cut at 1000 bytes", res.err, res.truncated, len(res.body))
 	}
 }
+
+// TestBodyStallSaysItTimedOut: a target that sends its status and then
+// stalls its body fails with the same "timed out after <timeout>" as one
+// that stalls before its status, saying it was the body. It read
+// "reading body: context deadline exceeded", naming neither the timeout
+// nor the cause.
+func TestBodyStallSaysItTimedOut(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		_, _ = w.Write([]byte("partial"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	h := &events.HTTPTarget{
+		Method: "GET", URL: tg.URL, Timeout: events.Duration(300 * time.Millisecond), MaxResponseBytes: 1000, ExpectStatus: []string{"2xx"},
+	}
+	res := s.callHTTP(t.Context(), h, nil, d, 1)
+	const want = "timed out after 300ms reading the body: context deadline exceeded"
+	if res.err == nil || res.err.Error() != want || res.permanent || res.status != 200 {
+		t.Errorf("result: status %d, err %v, permanent %v; want status 200, err %q, transient", res.status, res.err, res.permanent, want)
+	}
+}
