@@ -56,6 +56,11 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			// A task that lists the redirect's status in expectStatus
+			// wants to see the redirect itself (callHTTP).
+			if t, ok := req.Context().Value(expectRedirect{}).(*events.HTTPTarget); ok && t.StatusExpected(req.Response.StatusCode) {
+				return http.ErrUseLastResponse
+			}
 			if len(via) >= 5 {
 				return errors.New("stopped after 5 redirects")
 			}
@@ -88,6 +93,21 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			return nil
 		},
 	}
+}
+
+// expectRedirect is the context key under which callHTTP passes a target
+// whose expectStatus lists a 3xx status to CheckRedirect.
+type expectRedirect struct{}
+
+// expectsRedirect reports whether an expectStatus entry is a 3xx status or
+// the 3xx class.
+func expectsRedirect(t *events.HTTPTarget) bool {
+	for _, p := range t.ExpectStatus {
+		if p != "" && p[0] == '3' {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrInsecureRedirect is the permanent error of a call whose target
@@ -137,6 +157,9 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	res := &result{request: rec}
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
+	if expectsRedirect(t) {
+		ctx = context.WithValue(ctx, expectRedirect{}, t)
+	}
 	var body io.Reader
 	if t.Body != "" {
 		body = strings.NewReader(t.Body)

@@ -202,3 +202,40 @@ func TestRedirectWithCredentialsInItsURLIsNotRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestExpectedRedirectIsNotFollowed: a task that lists a redirect's
+// status in expectStatus (checking that an old URL still redirects) gets
+// that response as its success. The redirect was followed whatever the
+// task expected, so such a task failed for good on every run with "HTTP
+// 200 is not an expected status (301)". A redirect the task does not
+// expect is still followed.
+func TestExpectedRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/old" {
+			http.Redirect(w, r, "/new", http.StatusMovedPermanently)
+		}
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	for _, c := range []struct {
+		expect []string
+		status int
+	}{
+		{[]string{"301"}, http.StatusMovedPermanently},
+		{[]string{"3xx"}, http.StatusMovedPermanently},
+		{[]string{"2xx"}, http.StatusOK},
+		{[]string{"302", "2xx"}, http.StatusOK},
+	} {
+		h := &events.HTTPTarget{Method: "GET", URL: tg.URL + "/old", Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: c.expect}
+		res := s.callHTTP(t.Context(), h, nil, d, 1)
+		if !res.ok() || res.status != c.status {
+			t.Errorf("expectStatus %v: status %d, err %v; want a success with status %d", c.expect, res.status, res.err, c.status)
+		}
+	}
+}
