@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -328,6 +329,7 @@ func (s *TaskSpec) validateTarget(c *collector) {
 				c.add("target.http.headers", fmt.Sprintf("invalid value of header %q: must not hold a control character other than tab (CR, LF, NUL, DEL)", truncate(k, 64)))
 			}
 		}
+		checkHeaderCase(c, h.Headers)
 		checkTimeout(c, "target.http.timeout", h.Timeout)
 		if h.MaxResponseBytes < 0 || h.MaxResponseBytes > MaxMaxResponseBytes {
 			c.add("target.http.maxResponseBytes", fmt.Sprintf("must be in [0, %d], got %d", MaxMaxResponseBytes, h.MaxResponseBytes))
@@ -687,4 +689,23 @@ func LoadLocation(name string) (*time.Location, error) {
 	}
 	locations.Store(name, loc)
 	return loc, nil
+}
+
+// checkHeaderCase refuses header names that differ only in case: HTTP
+// names are case-insensitive, so "X-Token" and "x-token" are one header,
+// and which value was sent depended on map order.
+func checkHeaderCase(c *collector, headers map[string]string) {
+	if len(headers) < 2 {
+		return
+	}
+	names := slices.Sorted(maps.Keys(headers))
+	first := make(map[string]string, len(names))
+	for _, k := range names {
+		lk := strings.ToLower(k)
+		if other, ok := first[lk]; ok {
+			c.add("target.http.headers", fmt.Sprintf("%q and %q are the same header (names are case-insensitive): keep one", truncate(other, 64), truncate(k, 64)))
+			continue
+		}
+		first[lk] = k
+	}
 }

@@ -78,6 +78,11 @@ func TestValidateRules(t *testing.T) {
 		{"http url invalid", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com/%zz" }, wantErr{"target.http.url", []string{"must be a valid URL", `invalid URL escape "%zz"`}}},
 		{"http url with credentials", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://user:pw@example.com/" }, wantErr{"target.http.url", []string{"must not embed credentials", "headers"}}},
 		{"http header empty", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
+		// Which of two names that differ only in case was sent depended
+		// on map order.
+		{"http header twice, in two cases", func(s *events.TaskSpec) {
+			s.Target.HTTP.Headers = map[string]string{"X-Token": "a", "x-token": "b", "X-Other": "c"}
+		}, wantErr{"target.http.headers", []string{`"X-Token" and "x-token" are the same header`}}},
 		{"http header with space", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X Key": "v"} }, wantErr{"target.http.headers", []string{"invalid header name", `"X Key"`}}},
 		{"http header with colon", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-Key:": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
 		// net/http refuses to send these, on every attempt: each run would
