@@ -270,10 +270,14 @@ type sentItem struct {
 
 // retryable reports whether publishing again (same Nats-Msg-Id) may store
 // an event that failed with err: its ack is late or lost, the stream has
-// no leader, or too many acks are pending.
+// no leader, too many acks are pending, or the connection dropped while
+// the ack was pending (nats.go fails those acks with ErrDisconnected when
+// it starts to reconnect; the next round's publish waits in its reconnect
+// buffer).
 func retryable(err error) bool {
 	return errors.Is(err, jsutil.ErrAckTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, jetstream.ErrTooManyStalledMsgs) ||
+		errors.Is(err, nats.ErrDisconnected) ||
 		// 10158: the same event is being stored right now (an earlier
 		// round's publish); the next round gets its duplicate ack.
 		jsutil.IsDuplicateInProcess(err)

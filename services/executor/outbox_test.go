@@ -109,6 +109,57 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 	}
 }
 
+// TestOutboxRidesOutANATSRestart: when the connection to NATS drops,
+// nats.go fails every publish still waiting for its ack with
+// nats.ErrDisconnected. The event may be stored or not; publishing it
+// again with its Nats-Msg-Id once reconnected settles it either way. The
+// outbox used to settle it with the error instead, so a NATS restart
+// nakked the dispatch of every call that had just ended, and the target
+// was called again, even with NATS back well within the budget.
+func TestOutboxRidesOutANATSRestart(t *testing.T) {
+	srv := natstest.StartRestartable(t)
+	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A subscriber that never answers holds the event's ack pending until
+	// the server goes down.
+	sink, err := nats.Connect(srv.URL, nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	received := make(chan struct{}, 1)
+	if _, err := sink.Subscribe("out.x", func(*nats.Msg) {
+		select {
+		case received <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	o := testOutbox(t, js, 5*time.Second, time.Minute)
+	settled := make(chan error, 1)
+	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
+	select {
+	case <-received:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event was not published")
+	}
+	srv.Restart(t) // within the 5 s round: the pending ack fails with nats.ErrDisconnected
+	natstest.Eventually(t, 10*time.Second, "the client reconnected", nc.IsConnected)
+	createOut(t, js)
+	awaitStored(t, settled, 1, "the event, once NATS was back")
+}
+
 // TestOutboxRidesOutALeaderElection cuts off, without warning, the leader
 // of an R3 stream on a 3-node cluster and hands the outbox events at once:
 // until the raft election ends (4-9 s) every publish gets "no responders"
