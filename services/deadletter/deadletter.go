@@ -74,6 +74,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
+	s.DrainsOver(s.cfg.JS.Conn())
 	s.Track(cc)
 	cc, err = jsutil.Consume(ctx, s.cfg.JS, streams.StreamAdvisories, streams.ConsumerDeadLetter, s.cfg.Logger,
 		func(m jetstream.Msg) { s.handleAdvisory(runCtx, m) })

@@ -161,6 +161,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("governor: %w", err)
 		}
+		s.DrainsOver(s.cfg.JS.Conn())
 		s.Track(cc)
 		consumers = append(consumers, cc)
 	}

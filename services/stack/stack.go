@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/sourcegraph/conc"
 
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/breaker"
@@ -201,8 +202,12 @@ func (st *Stack) Stop() {
 	for i := len(st.started) - 1; i >= 0; i-- {
 		st.started[i].Stop()
 	}
+	// Together: each deregistration may wait its 2s for a NATS that is
+	// gone, and one after another they held a stopping process for 15s.
+	var wg conc.WaitGroup
 	for _, b := range st.beaters {
-		b.Stop()
+		wg.Go(b.Stop)
 	}
+	wg.Wait()
 	st.started, st.beaters = nil, nil
 }

@@ -58,6 +58,9 @@ type Beater struct {
 	source string
 	stop   chan struct{}
 	done   chan struct{}
+	// beating is the parent of each beat's context; Stop cancels it.
+	beating  context.Context //nolint:containedctx // cancels the beat in flight at Stop
+	stopBeat context.CancelFunc
 	// rev is the revision of the beater's last write (0 before it): each
 	// later beat is a compare-and-set on it, so a write by anyone else in
 	// between (the sweeper marking the instance offline) is noticed.
@@ -92,6 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Beater, error) {
 		},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	b.beating, b.stopBeat = context.WithCancel(context.Background())
 	b.beat(ctx)
 	b.announce(ctx, events.RuntimeOnline, "started")
 	go b.loop()
@@ -107,7 +111,7 @@ func (b *Beater) loop() {
 		case <-b.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
+			ctx, cancel := context.WithTimeout(b.beating, b.cfg.Interval)
 			b.beat(ctx)
 			cancel()
 		}
@@ -215,6 +219,9 @@ func (b *Beater) Stop() {
 	default:
 	}
 	close(b.stop)
+	// A beat in flight while NATS is unreachable waits up to an interval
+	// (15s) for its reply: the process stopping would wait with it.
+	b.stopBeat()
 	<-b.done
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

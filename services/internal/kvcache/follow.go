@@ -122,7 +122,17 @@ func (f Follower) run(ctx context.Context, w jetstream.KeyWatcher) {
 // delivered its snapshot. On a replay it tracks the keys the snapshot
 // holds, to prune the rest.
 func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay bool) (bool, error) {
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		// Stopping a watcher deletes its consumer, a JetStream request
+		// that waits out its 5s timeout while NATS is unreachable: a
+		// service stopping then took 5s per watch. The server drops the
+		// consumer itself once it is inactive.
+		if f.Conn != nil && !f.Conn.IsConnected() {
+			go func() { _ = w.Stop() }()
+			return
+		}
+		_ = w.Stop()
+	}()
 	if f.Watching != nil {
 		f.Watching(w)
 	}

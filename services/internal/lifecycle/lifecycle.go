@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 )
@@ -31,6 +32,7 @@ type Base struct {
 	drained  []func()
 	stopOnce sync.Once
 	stopped  chan struct{}
+	conn     *nats.Conn // DrainsOver
 }
 
 // Begin marks the service started and returns its run context, cancelled
@@ -49,6 +51,52 @@ func (b *Base) Begin(ctx context.Context) (context.Context, error) {
 
 // Go runs fn in a goroutine that Stop waits for.
 func (b *Base) Go(fn func()) { b.wg.Go(fn) }
+
+// DrainsOver tells Stop the connection the tracked consumers pull over:
+// while it is not connected, a drain cannot finish (its pull is never
+// answered), and Stop stops them without waiting out DrainTimeout.
+func (b *Base) DrainsOver(nc *nats.Conn) {
+	b.mu.Lock()
+	b.conn = nc
+	b.mu.Unlock()
+}
+
+// awaitDrained waits for each consumer to drain, at most DrainTimeout in
+// all, and not at all while the connection is down: a consumer still
+// draining then is stopped. Once the deadline passed, every consumer
+// left is stopped too: each waited for its own Closed after the first
+// had taken the deadline, and one that never closed held Stop for good.
+func (b *Base) awaitDrained(consumes []jetstream.ConsumeContext) {
+	b.mu.Lock()
+	nc := b.conn
+	b.mu.Unlock()
+	offline := func() bool { return nc != nil && !nc.IsConnected() }
+	deadline := time.NewTimer(DrainTimeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	expired := false
+	for _, cc := range consumes {
+	wait:
+		for !expired {
+			if offline() {
+				break
+			}
+			select {
+			case <-cc.Closed():
+				break wait
+			case <-deadline.C:
+				expired = true
+			case <-poll.C:
+			}
+		}
+		select {
+		case <-cc.Closed():
+		default:
+			cc.Stop()
+		}
+	}
+}
 
 // Track registers a consume context to drain on Stop.
 func (b *Base) Track(cc jetstream.ConsumeContext) {
@@ -89,15 +137,7 @@ func (b *Base) Stop() {
 		for _, cc := range consumes {
 			cc.Drain()
 		}
-		deadline := time.NewTimer(DrainTimeout)
-		for _, cc := range consumes {
-			select {
-			case <-cc.Closed():
-			case <-deadline.C:
-				cc.Stop()
-			}
-		}
-		deadline.Stop()
+		b.awaitDrained(consumes)
 		b.mu.Lock()
 		drained := b.drained
 		b.mu.Unlock()
