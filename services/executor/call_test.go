@@ -53,11 +53,7 @@ func TestCallHeaderKeepsTheTaskHeadersButNotOverFlyballs(t *testing.T) {
 // as sent.
 func TestTaskHostHeaderIsSent(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	hosts := make(chan string, 2)
 	tg := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		hosts <- r.Host + " " + r.Header.Get("Host")
@@ -86,11 +82,7 @@ func TestTaskHostHeaderIsSent(t *testing.T) {
 // reported that as its duration.
 func TestStreamingBodyPastMaxResponseBytesEndsTheCall(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(make([]byte, 2000))
 		w.(http.Flusher).Flush()
@@ -126,11 +118,7 @@ func TestStreamingBodyPastMaxResponseBytesEndsTheCall(t *testing.T) {
 // nor the cause.
 func TestBodyStallSaysItTimedOut(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "100")
 		_, _ = w.Write([]byte("partial"))
@@ -147,4 +135,16 @@ func TestBodyStallSaysItTimedOut(t *testing.T) {
 	if res.err == nil || res.err.Error() != want || res.permanent || res.status != 200 {
 		t.Errorf("result: status %d, err %v, permanent %v; want status 200, err %q, transient", res.status, res.err, res.permanent, want)
 	}
+}
+
+// loopbackCaller is an executor, not started, on its own embedded server,
+// allowed to call loopback targets: a test calls callHTTP on it.
+func loopbackCaller(t *testing.T) *Service {
+	t.Helper()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

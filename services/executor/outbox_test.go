@@ -118,15 +118,7 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 // was called again, even with NATS back well within the budget.
 func TestOutboxRidesOutANATSRestart(t *testing.T) {
 	srv := natstest.StartRestartable(t)
-	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := srv.Connect(t)
 	// A subscriber that never answers holds the event's ack pending until
 	// the server goes down.
 	sink, err := nats.Connect(srv.URL, nats.NoReconnect())

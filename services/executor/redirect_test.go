@@ -136,11 +136,7 @@ func TestSameHostOrSubdomain(t *testing.T) {
 // is followed.
 func TestRedirectFromHTTPSToHTTPKeepsSecretsEncrypted(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	sink := &headerSink{}
 	plain := httptest.NewServer(sink)
 	t.Cleanup(plain.Close)
@@ -181,11 +177,7 @@ func TestRedirectFromHTTPSToHTTPKeepsSecretsEncrypted(t *testing.T) {
 // token (https://<api key>@host/).
 func TestRedirectWithCredentialsInItsURLIsNotRecorded(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://"+r.URL.Query().Get("userinfo")+"@169.254.169.254/latest", http.StatusFound)
 	}))
@@ -211,11 +203,7 @@ func TestRedirectWithCredentialsInItsURLIsNotRecorded(t *testing.T) {
 // expect is still followed.
 func TestExpectedRedirectIsNotFollowed(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/old" {
 			http.Redirect(w, r, "/new", http.StatusMovedPermanently)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 // tlsChildURL is set, in the process TestPrivateCAIsTrustedThroughSSLCertFile
@@ -53,11 +52,7 @@ func TestPrivateCAIsTrustedThroughSSLCertFile(t *testing.T) {
 // callOnce makes one GET attempt to url with a fresh executor.
 func callOnce(t *testing.T, url string) *result {
 	t.Helper()
-	srv := natstest.Start(t)
-	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := loopbackCaller(t)
 	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
 	h := &events.HTTPTarget{Method: "GET", URL: url, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}
 	return s.callHTTP(t.Context(), h, nil, d, 1)

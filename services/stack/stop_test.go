@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 )
@@ -22,15 +19,7 @@ import (
 // its 2 s.
 func TestStopWithNATSGoneDoesNotHang(t *testing.T) {
 	srv := natstest.StartRestartable(t)
-	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := srv.Connect(t)
 	// Beats every 200ms, each allowed 200ms: while NATS is gone one is
 	// nearly always in flight.
 	st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: stack.All, APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"}, HeartbeatInterval: 200 * time.Millisecond})

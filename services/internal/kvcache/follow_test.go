@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -175,15 +174,7 @@ func TestKeySetHasExactlyTheAddedKeys(t *testing.T) {
 func TestFollowerCatchesUpAfterNATSRestarts(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartRestartable(t)
-	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := srv.Connect(t)
 	ctx := t.Context()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "restart", Storage: jetstream.FileStorage})
 	if err != nil {

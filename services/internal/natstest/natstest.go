@@ -446,6 +446,22 @@ func StartRestartable(t testing.TB) *Restartable {
 	return r
 }
 
+// Connect opens a client that reconnects forever, every 50ms, as the
+// services' connections do, closed at the end of the test.
+func (r *Restartable) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(r.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
 // Restart shuts the server down and starts it again on the same port and
 // store. Clients configured to reconnect come back on their own.
 func (r *Restartable) Restart(t testing.TB) {
