@@ -5,6 +5,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -33,6 +34,8 @@ type Base struct {
 	stopOnce sync.Once
 	stopped  chan struct{}
 	conn     *nats.Conn // DrainsOver
+	// drainTimeout replaces DrainTimeout in tests.
+	drainTimeout time.Duration
 }
 
 // Begin marks the service started and returns its run context, cancelled
@@ -71,7 +74,7 @@ func (b *Base) awaitDrained(consumes []jetstream.ConsumeContext) {
 	nc := b.conn
 	b.mu.Unlock()
 	offline := func() bool { return nc != nil && !nc.IsConnected() }
-	deadline := time.NewTimer(DrainTimeout)
+	deadline := time.NewTimer(cmp.Or(b.drainTimeout, DrainTimeout))
 	defer deadline.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
