@@ -73,7 +73,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		p.restartAdaptive()
 	case KindOutcome:
 		o := in.Outcome
-		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) || beforeCreation(o.ScheduledAt, st) {
+		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) {
 			return ignored()
 		}
 		p.applyOutcome(o)
@@ -118,7 +118,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		}
 		p.applyBreaker(in.Breaker)
 	case KindDeadLettered:
-		if in.DeadLetter == nil || beforeCreation(in.DeadLetter.ScheduledAt, st) || !p.applyDeadLetter(in.DeadLetter) {
+		if in.DeadLetter == nil || !p.applyDeadLetter(in.DeadLetter) {
 			return ignored()
 		}
 	case KindRequeued:
@@ -158,22 +158,6 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 // was held) runs after that slot, so it ends after it and still counts.
 func outdated(o *Outcome, st State) bool {
 	return !o.FinishedAt.IsZero() && o.FinishedAt.Before(st.LastScheduledAt)
-}
-
-// beforeCreation reports a run slotted before the task was created: a run
-// of a deleted task of the same id, whose outcome or dead letter reached
-// the governor after the task was created again (RUNS and DEADLETTER are
-// read apart from TASKS). Applied, a final failure of the old task held
-// the new one for a 30-minute recheck before its first run. Every slot of
-// a task is planned at or after its creation.
-//
-// Only before the task's first outcome: its first slot is its creation
-// time itself (or later), from the same decision, while later slots are
-// planned from other messages' times, which another stream leader's clock
-// may set a little behind; after the first outcome, a namesake's run is
-// older than the last slot and outdated.
-func beforeCreation(slot time.Time, st State) bool {
-	return !slot.IsZero() && !st.CreatedAt.IsZero() && st.LastScheduledAt.IsZero() && slot.Before(st.CreatedAt)
 }
 
 // applyOutcome records the final outcome of a run.

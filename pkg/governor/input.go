@@ -57,9 +57,6 @@ type DeadLetterSignal struct {
 	DispatchID string
 	Reason     string
 	At         time.Time
-	// ScheduledAt is the dead-lettered run's slot (zero if unknown): one
-	// before the task was created is a deleted namesake's, and ignored.
-	ScheduledAt time.Time
 }
 
 // Outcome is the final result of one run.

@@ -760,11 +760,6 @@ func TestDecideDeadLetter(t *testing.T) {
 		"entry older than requeue":  {stateWith(ran(t0), func(s *governor.State) { s.RequeuedAt = at.Add(time.Second) }), deadLetterInput("t:1", at)},
 		"entry older than success":  {stateWith(ran(t0), func(s *governor.State) { s.LastSuccessAt = at.Add(time.Second) }), deadLetterInput("t:1", at)},
 		"dead-letter without entry": {ran(t0), governor.Input{Kind: governor.KindDeadLettered}},
-		// A deleted namesake's run, read after the task was created again.
-		"entry of a run before the task was created": {stateWith(governor.State{TaskID: "t", CreatedAt: at}), governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{
-			DispatchID: "t:old", Reason: "permanent", At: at.Add(time.Second), ScheduledAt: at.Add(-time.Second),
-		}}},
-		"final failure of a run before the task was created": {stateWith(governor.State{TaskID: "t", CreatedAt: at}), finalFailure(at.Add(-time.Second), events.DeadLetterMaxAttempts)},
 	} {
 		if d := governor.Decide(at.Add(time.Minute), intervalSpec(time.Minute), tc.st, tc.in); !d.Ignored {
 			t.Errorf("%s: not ignored: %s %s", name, d.Source, d.Trail)

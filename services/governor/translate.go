@@ -106,7 +106,7 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 			return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, dl.TaskID)
 		}
 		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
-			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt, ScheduledAt: dl.Dispatch.ScheduledAt,
+			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt,
 		}}
 		step.Summary = fmt.Sprintf("dead-lettered (%s, %d attempts)", dl.Reason, dl.Attempts)
 		return step, nil
@@ -376,23 +376,14 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 
 // noChange says why Decide ignored in given state st.
 func noChange(st *gov.State, in gov.Input) string {
-	older := func(slot time.Time) bool {
-		return !slot.IsZero() && !st.CreatedAt.IsZero() && st.LastScheduledAt.IsZero() && slot.Before(st.CreatedAt)
-	}
-	const namesake = "no change: a run of a deleted task of the same id, slotted before this one was created"
 	switch in.Kind {
 	case gov.KindOutcome:
-		if in.Outcome != nil && older(in.Outcome.ScheduledAt) {
-			return namesake
-		}
 		return "no change: the outcome of a run already applied (a redelivery)"
 	case gov.KindDeadLettered:
 		dl := in.DeadLetter
 		switch {
 		case dl == nil:
 			return "no change: an entry without its dispatch"
-		case older(dl.ScheduledAt):
-			return namesake
 		case st.DeadLetter != nil && st.DeadLetter.DispatchID == dl.DispatchID:
 			return "no change: the task was already held for this run's recheck (since its final failure)"
 		case !st.RequeuedAt.IsZero():

@@ -129,9 +129,7 @@ func TestExplainMatchesAnswersToCommandsTheGovernorCouldNotRead(t *testing.T) {
 func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 	js, q := governorOnly(t)
 	const id = "every"
-	// A second ahead: the task is created before its first slot, as every
-	// task is (a slot before the creation is a deleted namesake's run).
-	now := time.Now().UTC().Truncate(time.Millisecond).Add(time.Second)
+	now := time.Now().UTC().Truncate(time.Millisecond)
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
 	spec := func(interval string) json.RawMessage {
 		return json.RawMessage(`{"id":"` + id + `","target":{"http":{"url":"http://h.example:8080/x"}},"schedule":{"interval":"` + interval + `"},` +
@@ -272,9 +270,8 @@ func TestExplainWarnsWhenRunsHistoryIsGone(t *testing.T) {
 				events.Run{DispatchID: "o1", TaskID: "other", ScheduledAt: now, FinishedAt: now})
 			publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "c1", json.RawMessage(fmt.Sprintf(minuteSpec, id)))
 			governorCaughtUp(t, js)
-			created := time.Now().UTC() // every slot of the task comes after its creation
 			for i := range 3 {
-				slot := created.Add(time.Duration(i) * time.Minute)
+				slot := now.Add(time.Duration(i) * time.Minute)
 				publishEvent(t, js, events.RunSubject(events.OutcomeSucceeded, id), events.TypeRunSucceeded, id, fmt.Sprint("run-", i),
 					events.Run{DispatchID: fmt.Sprint("d", i), TaskID: id, ScheduledAt: slot, FinishedAt: slot.Add(time.Second)})
 				governorCaughtUp(t, js)
