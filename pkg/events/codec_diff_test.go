@@ -55,13 +55,14 @@ func diffPayloads() []any {
 		TaskRequeue{ID: "x", DeadLetterSeq: 7},
 		TaskAccepted{ID: "x", Command: TypeTaskCreated, CommandID: "c-1", NextRunAt: &later, Source: "adaptive", Trail: []string{"a -> b"}, SpecRevision: 3},
 		TaskRejected{ID: "x", Command: TypeTaskCreated, Reasons: []FieldError{{Field: "schedule.interval", Rule: "must be >= 1s, got 200ms"}}},
-		Dispatch{DispatchID: DispatchID("x", at), TaskID: "x", ScheduledAt: at, FiredAt: later, Source: "adaptive", Reason: "requeue"},
+		Dispatch{DispatchID: DispatchID("x", at), TaskID: "x", ScheduledAt: at, FiredAt: later, Source: "adaptive", Reason: "requeue", TaskCreatedAt: at.Add(-time.Hour)},
 		Run{
 			DispatchID: DispatchID("x", at), TaskID: "x", ScheduledAt: at, Attempt: 2, StartedAt: at, FinishedAt: later,
 			Duration: Duration(1500 * time.Millisecond), Status: 503, Body: odd, BodyTruncated: true, Fingerprint: "sha256:00",
 			Request: &RequestRecord{Method: "POST", URL: "https://e.com/?a=1&b=<2>", Headers: map[string]string{"Authorization": "[redacted]"}},
 			Error:   "503 Service Unavailable", ErrorKind: ErrorTransient, RetryIn: Duration(10 * time.Second), Trail: []string{"x"},
-			Dispatch: &Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: at, FiredAt: at},
+			TaskCreatedAt: at.Add(-time.Hour),
+			Dispatch:      &Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: at, FiredAt: at, TaskCreatedAt: at.Add(-time.Hour)},
 		},
 		DeadLetter{
 			TaskID: "x", Reason: DeadLetterMaxAttempts, Dispatch: Dispatch{DispatchID: "x:1", TaskID: "x"}, Attempts: 5,

@@ -46,6 +46,8 @@ func (d *Dispatch) setField(key string, raw []byte) (bit uint32, ok bool) {
 		return 16, setString(raw, &d.Source)
 	case "reason":
 		return 32, setString(raw, &d.Reason)
+	case "taskCreatedAt":
+		return 64, setTime(raw, &d.TaskCreatedAt)
 	}
 	return 0, false
 }

@@ -45,6 +45,10 @@ var dispatchSeeds = []string{
 	`{"dispatchId":"t1:1772532900000","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:15:00.001234Z","source":"baseline-interval"}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00+01:00","firedAt":"2026-03-03T10:15:00Z","reason":"zombie"}`,
 	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"9999-12-31T23:30:00-01:00"}`,
+	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","firedAt":"2026-03-03T10:14:59Z","taskCreatedAt":"2026-03-01T08:00:00.123456789Z"}`,
+	`{"taskId":"a","taskCreatedAt":null}`,
+	`{"taskId":"a","taskCreatedAt":"yesterday"}`,
+	`{"taskId":"a","taskCreatedAt":"2026-03-01T08:00:00Z","taskCreatedAt":"2026-03-02T08:00:00Z"}`,
 	`{"dispatchId":"r:1","taskId":"r","firedAt":"0001-01-01T00:00:00Z"}`,
 	` { "taskId" : "a" , "dispatchId":"a:1" } `,
 	`{"taskId":"a","taskId":"b"}`,
@@ -67,7 +71,7 @@ func TestDecodeDispatchMatchesDecodeData(t *testing.T) {
 		t.Run(s, func(t *testing.T) { compareDispatch(t, []byte(s)) })
 	}
 	// What the timer writes takes the fast path.
-	d := Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Unix(1772532900, 0).UTC(), FiredAt: time.Now().UTC(), Source: "baseline-interval"}
+	d := Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Unix(1772532900, 0).UTC(), FiredAt: time.Now().UTC(), Source: "baseline-interval", TaskCreatedAt: time.Unix(1772500000, 5).UTC()}
 	body, err := Marshal(TypeRunDue, "flyball/timer/t", "t", d, time.Now(), d.DispatchID)
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,12 @@ type Dispatch struct {
 	// Reason says why a dispatch was made outside the normal cycle:
 	// "requeue", "zombie".
 	Reason string `json:"reason,omitempty"`
+	// TaskCreatedAt is the createdAt of the schedule the slot was read
+	// from: which task of this ID the run belongs to. A task deleted and
+	// created again under the same ID gets a new createdAt, and the
+	// governor ignores outcomes and dead letters of the old one's runs.
+	// Zero in dispatches of flyball before 2026-11-27.
+	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 }
 
 // DispatchID builds the ID of the run of task id due at t.
@@ -151,6 +157,8 @@ type Run struct {
 	// BreakerKey is the flyball-breakers key of the task's breaker, so the
 	// breaker service needs no spec read per outcome.
 	BreakerKey string `json:"breakerKey,omitempty"`
+	// TaskCreatedAt is the dispatch's (see Dispatch.TaskCreatedAt).
+	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 	// Dispatch is embedded on final failures.
 	Dispatch *Dispatch `json:"dispatch,omitempty"`
 }

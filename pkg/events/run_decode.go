@@ -126,6 +126,8 @@ func (r *Run) setField(key string, raw []byte) (bit uint32, ok bool) {
 		return 1 << 18, true
 	case "breakerKey":
 		return 1 << 19, setString(raw, &r.BreakerKey)
+	case "taskCreatedAt":
+		return 1 << 21, setTime(raw, &r.TaskCreatedAt)
 	case "dispatch":
 		if raw[0] != '{' {
 			return 1 << 20, false

@@ -60,6 +60,7 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 	w.Str(`,"source":`, r.Source)
 	w.Strings(`,"trail":`, r.Trail)
 	w.Str(`,"breakerKey":`, r.BreakerKey)
+	w.TimeOmitZero(`,"taskCreatedAt":`, r.TaskCreatedAt)
 	if d := r.Dispatch; d != nil {
 		w.Raw(`,"dispatch":{"dispatchId":`)
 		w.String(d.DispatchID)
@@ -71,6 +72,7 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 		w.Time(d.FiredAt)
 		w.Str(`,"source":`, d.Source)
 		w.Str(`,"reason":`, d.Reason)
+		w.TimeOmitZero(`,"taskCreatedAt":`, d.TaskCreatedAt)
 		w.Raw("}")
 	}
 	w.Raw("}")

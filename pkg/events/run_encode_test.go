@@ -29,12 +29,12 @@ func TestRunAppendJSONMatchesMarshal(t *testing.T) {
 			DispatchID: "t:1", TaskID: "t", ScheduledAt: t0, Attempt: 1, StartedAt: t0, FinishedAt: t0.Add(time.Millisecond),
 			Duration: Duration(812 * time.Microsecond), Status: 200, Body: `{"ok":true}`, Fingerprint: "f",
 			Request: &RequestRecord{Method: "GET", URL: "http://h/x?a=1&b=<2>", Headers: map[string]string{"b": "2", "a": "1", "Authorization": "[REDACTED]"}},
-			Source:  "baseline-interval", BreakerKey: "t",
+			Source:  "baseline-interval", BreakerKey: "t", TaskCreatedAt: t0.Add(-time.Hour),
 		},
 		"final failure": {
 			DispatchID: "t:1", TaskID: "t", ScheduledAt: t0.In(time.FixedZone("x", 5*3600+1800)), Attempt: -3, Error: odd, ErrorKind: ErrorTransient,
 			Final: true, RetryIn: Duration(-time.Second), Reason: odd, Trail: []string{odd, ""}, BodyTruncated: true,
-			Dispatch: &Dispatch{DispatchID: "t:1", TaskID: "t", Source: "s", Reason: "zombie"},
+			Dispatch: &Dispatch{DispatchID: "t:1", TaskID: "t", Source: "s", Reason: "zombie", TaskCreatedAt: t0.In(time.FixedZone("y", -3600))},
 		},
 		"request empty":     {Request: &RequestRecord{}},
 		"request subject":   {Request: &RequestRecord{Subject: "s", Headers: map[string]string{}}},
@@ -42,6 +42,7 @@ func TestRunAppendJSONMatchesMarshal(t *testing.T) {
 		"empty trail":       {Trail: []string{}},
 		"year 10000":        {ScheduledAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"dispatch year -1":  {Dispatch: &Dispatch{FiredAt: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		"created year -1":   {TaskCreatedAt: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"zone out of range": {FinishedAt: t0.In(time.FixedZone("z", 30*3600))},
 	} {
 		t.Run(name, func(t *testing.T) { compareRunJSON(t, r) })

@@ -73,7 +73,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		p.restartAdaptive()
 	case KindOutcome:
 		o := in.Outcome
-		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) {
+		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) || OtherTask(o.TaskCreatedAt, st) {
 			return ignored()
 		}
 		p.applyOutcome(o)
@@ -118,7 +118,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		}
 		p.applyBreaker(in.Breaker)
 	case KindDeadLettered:
-		if in.DeadLetter == nil || !p.applyDeadLetter(in.DeadLetter) {
+		if in.DeadLetter == nil || OtherTask(in.DeadLetter.TaskCreatedAt, st) || !p.applyDeadLetter(in.DeadLetter) {
 			return ignored()
 		}
 	case KindRequeued:
@@ -158,6 +158,16 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 // was held) runs after that slot, so it ends after it and still counts.
 func outdated(o *Outcome, st State) bool {
 	return !o.FinishedAt.IsZero() && o.FinishedAt.Before(st.LastScheduledAt)
+}
+
+// OtherTask reports a run of another task of the same ID: one dispatched
+// from a schedule created at taskCreatedAt, when st was created at another
+// time (the task was deleted and created again while the run, its outcome
+// or its dead letter was on its way). Either time zero (flyball before
+// 2026-11-27, or a schedule written by hand) tells nothing, and the run
+// counts as before.
+func OtherTask(taskCreatedAt time.Time, st State) bool {
+	return !taskCreatedAt.IsZero() && !st.CreatedAt.IsZero() && !taskCreatedAt.Equal(st.CreatedAt)
 }
 
 // applyOutcome records the final outcome of a run.

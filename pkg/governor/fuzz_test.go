@@ -271,6 +271,15 @@ func FuzzDecide(f *testing.F) {
 		case 11:
 			in.Kind = governor.KindRequeued
 		}
+		// The run's task: unknown, this one, or one deleted since (or a
+		// later one, when this state is a stale copy).
+		created := []time.Time{{}, st.CreatedAt, st.CreatedAt.Add(-ms(mod(extra, hour)) - time.Nanosecond), st.CreatedAt.Add(time.Millisecond)}[(pauseMode>>6)%4]
+		switch {
+		case in.Outcome != nil:
+			in.Outcome.TaskCreatedAt = created
+		case in.DeadLetter != nil:
+			in.DeadLetter.TaskCreatedAt = created
+		}
 
 		before := cloneState(st)
 		d := governor.Decide(now, spec, st, in)
@@ -279,6 +288,11 @@ func FuzzDecide(f *testing.F) {
 		}
 		if again := governor.Decide(now, spec, st, in); !reflect.DeepEqual(d, again) {
 			t.Fatalf("Decide is not deterministic:\n%+v\n%+v", d, again)
+		}
+		if (in.Outcome != nil && governor.OtherTask(in.Outcome.TaskCreatedAt, st)) || (in.DeadLetter != nil && governor.OtherTask(in.DeadLetter.TaskCreatedAt, st)) {
+			if !d.Ignored {
+				t.Fatalf("applied a %s of another task of the same ID (created %s, this one %s)", in.Kind, fmtT(created), fmtT(st.CreatedAt))
+			}
 		}
 		if d.Ignored {
 			switch in.Kind {

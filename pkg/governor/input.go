@@ -57,6 +57,10 @@ type DeadLetterSignal struct {
 	DispatchID string
 	Reason     string
 	At         time.Time
+	// TaskCreatedAt is the dead-lettered dispatch's (zero if unknown): an
+	// entry of a deleted task of the same ID is ignored (see
+	// Outcome.TaskCreatedAt).
+	TaskCreatedAt time.Time
 }
 
 // Outcome is the final result of one run.
@@ -78,6 +82,13 @@ type Outcome struct {
 	// is held for its recheck at once, as the entry would hold it: a slot
 	// planned from the failure alone could run before the entry arrives.
 	DeadLetterReason string
+	// TaskCreatedAt is the createdAt of the schedule the run was
+	// dispatched from (zero from flyball before 2026-11-27). An outcome
+	// whose time differs from the state's CreatedAt is of a task deleted
+	// and created again under the same ID, and is ignored: applied, the
+	// old task's final failure held the new one for a dead-letter recheck,
+	// and its failures put the new one into backoff.
+	TaskCreatedAt time.Time
 }
 
 // Pause pauses a task until Until, or indefinitely when Until is zero.

@@ -14,13 +14,17 @@ type State struct {
 	// is scheduled (an indefinitely paused or deleted task).
 	NextRunAt time.Time `json:"nextRunAt,omitzero"`
 	// Source and Trail explain NextRunAt.
-	Source Source   `json:"source,omitempty"`
-	Trail  []string `json:"trail,omitempty"`
+	Source Source `json:"source,omitempty"`
+	// CreatedAt is when the task was accepted; staleness of a task that
+	// never succeeded is measured from it. It also tells the task apart
+	// from a deleted one of the same ID: the timer copies it into every
+	// dispatch (events.Dispatch.TaskCreatedAt), and outcomes and dead
+	// letters carrying another time are ignored. It is written right after
+	// source, so the timer reads it without scanning the trail.
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	Trail     []string  `json:"trail,omitempty"`
 	// DecidedAt is the `now` of the decision that produced this state.
 	DecidedAt time.Time `json:"decidedAt,omitzero"`
-	// CreatedAt is when the task was accepted; staleness of a task that
-	// never succeeded is measured from it.
-	CreatedAt time.Time `json:"createdAt,omitzero"`
 	// Input names the input kind that produced this state.
 	Input Kind `json:"input,omitempty"`
 

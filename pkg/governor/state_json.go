@@ -16,9 +16,9 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 	w.String(s.TaskID)
 	w.TimeOmitZero(`,"nextRunAt":`, s.NextRunAt)
 	w.Str(`,"source":`, string(s.Source))
+	w.TimeOmitZero(`,"createdAt":`, s.CreatedAt)
 	w.Strings(`,"trail":`, s.Trail)
 	w.TimeOmitZero(`,"decidedAt":`, s.DecidedAt)
-	w.TimeOmitZero(`,"createdAt":`, s.CreatedAt)
 	w.Str(`,"input":`, string(s.Input))
 	w.Int(`,"failures":`, int64(s.Failures))
 	if s.Runs != 0 {

@@ -88,8 +88,8 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, erro
 	attempts := s.attemptCount(ctx, &d)
 	final := &events.Run{
 		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempts,
-		FinishedAt: s.cfg.Now().UTC(),
-		Error:      "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)",
+		FinishedAt: s.cfg.Now().UTC(), TaskCreatedAt: d.TaskCreatedAt,
+		Error: "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)",
 	}
 	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); jsutil.TooLarge(err) {
 		// No retry makes it fit: free the slot anyway, and count it.

@@ -753,7 +753,7 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *event
 }
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
-	run := events.Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Reason: reason, FinishedAt: time.Now().UTC()}
+	run := events.Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Reason: reason, FinishedAt: time.Now().UTC()}
 	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.ack(m)
@@ -810,7 +810,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	kept := s.keepAlive(m, spec, arrived)
 	if s.cfg.EmitStarted {
 		started := events.Run{
-			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
+			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Attempt: attempt,
 			StartedAt: time.Now().UTC(), Source: d.Source,
 		}
 		if err := s.publishRun(ctx, events.OutcomeStarted, &started, fmt.Sprintf("%s:%d:started", d.DispatchID, attempt)); err != nil {
@@ -842,7 +842,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		return
 	}
 	run := events.Run{
-		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempt,
+		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Attempt: attempt,
 		StartedAt: start.UTC(), FinishedAt: finish.UTC(), Duration: events.Duration(finish.Sub(start)),
 		Status: res.status, Body: res.body, BodyTruncated: res.truncated, Fingerprint: res.fingerprint,
 		Request: res.request, Source: d.Source, BreakerKey: t.breakerKey,
@@ -898,7 +898,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 // count a call that was not made; it is dead-lettered as permanent.
 func (s *Service) giveUp(m jetstream.Msg, t *task, d *events.Dispatch, made int) {
 	run := events.Run{
-		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: made,
+		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Attempt: made,
 		FinishedAt: time.Now().UTC(), Source: d.Source, BreakerKey: t.breakerKey, Final: true, Dispatch: d,
 		Error:     fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1),
 		ErrorKind: events.ErrorPermanent,

@@ -307,6 +307,12 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 	id := spec.ID
 	for attempt := range s.cfg.CASAttempts {
 		st, rev, ok := s.states.get(id)
+		if ok && attempt == 0 && gov.OtherTask(step.TaskCreatedAt(), st) {
+			// Either a run of a deleted task of the same ID, or this
+			// replica's copy is of one (another replica applied the delete
+			// and the creation): KV tells which.
+			ok = false
+		}
 		if !ok || attempt > 0 {
 			var err error
 			if st, rev, err = s.readState(ctx, id); err != nil {

@@ -106,12 +106,24 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 			return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, dl.TaskID)
 		}
 		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
-			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt,
+			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt, TaskCreatedAt: dl.Dispatch.TaskCreatedAt,
 		}}
 		step.Summary = fmt.Sprintf("dead-lettered (%s, %d attempts)", dl.Reason, dl.Attempts)
 		return step, nil
 	}
 	return Step{}, ErrNoEffect
+}
+
+// TaskCreatedAt is the createdAt of the schedule the step's run was
+// dispatched from (see gov.Outcome.TaskCreatedAt), or zero.
+func (s *Step) TaskCreatedAt() time.Time {
+	switch {
+	case s.Input.Outcome != nil:
+		return s.Input.Outcome.TaskCreatedAt
+	case s.Input.DeadLetter != nil:
+		return s.Input.DeadLetter.TaskCreatedAt
+	}
+	return time.Time{}
 }
 
 func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, error) {
@@ -134,12 +146,13 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 		return Step{}, ErrNoEffect
 	}
 	step.Input = gov.Input{Kind: gov.KindOutcome, Outcome: &gov.Outcome{
-		DispatchID:  run.DispatchID,
-		ScheduledAt: run.ScheduledAt,
-		Result:      string(outcome),
-		StartedAt:   run.StartedAt,
-		FinishedAt:  run.FinishedAt,
-		Fingerprint: run.Fingerprint,
+		DispatchID:    run.DispatchID,
+		ScheduledAt:   run.ScheduledAt,
+		Result:        string(outcome),
+		StartedAt:     run.StartedAt,
+		FinishedAt:    run.FinishedAt,
+		Fingerprint:   run.Fingerprint,
+		TaskCreatedAt: run.TaskCreatedAt,
 	}}
 	if outcome == events.OutcomeFailed {
 		step.Input.Outcome.DeadLetterReason = run.DeadLetterReason()
@@ -378,12 +391,17 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 func noChange(st *gov.State, in gov.Input) string {
 	switch in.Kind {
 	case gov.KindOutcome:
+		if o := in.Outcome; o != nil && gov.OtherTask(o.TaskCreatedAt, *st) {
+			return otherTask(o.TaskCreatedAt, st)
+		}
 		return "no change: the outcome of a run already applied (a redelivery)"
 	case gov.KindDeadLettered:
 		dl := in.DeadLetter
 		switch {
 		case dl == nil:
 			return "no change: an entry without its dispatch"
+		case gov.OtherTask(dl.TaskCreatedAt, *st):
+			return otherTask(dl.TaskCreatedAt, st)
 		case st.DeadLetter != nil && st.DeadLetter.DispatchID == dl.DispatchID:
 			return "no change: the task was already held for this run's recheck (since its final failure)"
 		case !st.RequeuedAt.IsZero():
@@ -394,4 +412,9 @@ func noChange(st *gov.State, in gov.Input) string {
 		return "no change: a transition without its state"
 	}
 	return "no change"
+}
+
+func otherTask(created time.Time, st *gov.State) string {
+	return "no change: a run of the task of the same id created at " + created.UTC().Format(time.RFC3339Nano) +
+		", deleted since (this one was created at " + st.CreatedAt.UTC().Format(time.RFC3339Nano) + ")"
 }

@@ -940,18 +940,10 @@ func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
 	e.create("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
 		"retry":{"maxAttempts":1},"breaker":{"failureThreshold":1,"openDelay":"1h","maxOpenDelay":"1h"}}`, failing.srv.URL))
 	natstest.Eventually(t, 10*time.Second, "the breaker opens", func() bool { return len(opened()) == 1 })
-	// The governor reads RUNS apart from TASKS: the old task's final
-	// failure, read after the task was created again, would hold the new
-	// one for its dead-letter recheck (a known race, as its dead letter
-	// could). Delete once it is applied, as an operator does.
-	natstest.Eventually(t, 10*time.Second, "the final failure is applied", func() bool {
-		for _, st := range schedules() {
-			if st.Source == gov.SourceDeadLetterRecheck {
-				return true
-			}
-		}
-		return false
-	})
+	// Deleted at once: the governor reads RUNS apart from TASKS, so the
+	// old task's final failure may reach it after the new task's creation.
+	// Its dispatch named the old schedule's createdAt, so it does not hold
+	// the new task for a dead-letter recheck.
 
 	deleted, err := events.Marshal(events.TypeTaskDeleted, "test/user", "again", events.TaskRef{ID: "again"}, time.Now(), "cmd-delete-again")
 	if err != nil {
@@ -965,6 +957,19 @@ func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "the re-created task runs", func() bool { return len(succeeded()) >= 1 })
 	if n := len(failing.Calls()); n != 1 {
 		t.Fatalf("the old target got %d calls, want 1 (the failure that opened the breaker)", n)
+	}
+	// The run names the schedule it was dispatched from: the new task's.
+	var created []time.Time
+	for _, st := range schedules() {
+		if len(created) == 0 || !st.CreatedAt.Equal(created[len(created)-1]) {
+			created = append(created, st.CreatedAt)
+		}
+	}
+	if len(created) != 2 || !created[1].After(created[0]) {
+		t.Fatalf("schedules' createdAt %v: want the old task's, then a later one", created)
+	}
+	if run := runsOf(t, succeeded())[0]; !run.TaskCreatedAt.Equal(created[1]) {
+		t.Fatalf("the new task's run names taskCreatedAt %v, want its schedule's %v", run.TaskCreatedAt, created[1])
 	}
 }
 

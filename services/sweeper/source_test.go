@@ -103,7 +103,8 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy(10)
-	put("zombie", gov.State{NextRunAt: now.Add(-10 * time.Minute), LastScheduledAt: now.Add(-11 * time.Minute), Source: gov.SourceBaselineInterval})
+	created := now.Add(-time.Hour).Add(123 * time.Nanosecond)
+	put("zombie", gov.State{NextRunAt: now.Add(-10 * time.Minute), LastScheduledAt: now.Add(-11 * time.Minute), Source: gov.SourceBaselineInterval, CreatedAt: created})
 	// The spec view is watch-fed: a sweep that does not know the spec yet
 	// takes the schedule for an orphan (and leaves it, the bucket has the
 	// spec) rather than a zombie, and only the next sweep would re-nudge.
@@ -132,8 +133,8 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 		if err == nil {
 			err = events.DecodeData(ev, &d)
 		}
-		if err != nil || d.Reason != "zombie" {
-			t.Fatalf("dispatch for the zombie = %+v (%v), want reason zombie", d, err)
+		if err != nil || d.Reason != "zombie" || !d.TaskCreatedAt.Equal(created) {
+			t.Fatalf("dispatch for the zombie = %+v (%v), want reason zombie and taskCreatedAt %v (the schedule's createdAt)", d, err, created)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a zombie written while scanning was not re-nudged")

@@ -280,7 +280,7 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	}
 	d := events.Dispatch{
 		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
-		FiredAt: now, Source: string(st.Source), Reason: "zombie",
+		FiredAt: now, Source: string(st.Source), Reason: "zombie", TaskCreatedAt: st.CreatedAt.UTC(),
 	}
 	err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
 	if err != nil && !jsutil.IsSubjectFull(err) {

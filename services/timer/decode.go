@@ -11,95 +11,124 @@ import (
 // with nextRunAt at its end, which the timer dispatches like any slot: the
 // executor runs it, since the pause ends at or before that slot
 // (TestTimedPauseResumesAtItsEnd), and its outcome clears the pause.
+// CreatedAt goes into every dispatch (events.Dispatch.TaskCreatedAt).
 type scheduled struct {
 	NextRunAt time.Time `json:"nextRunAt"`
 	Source    string    `json:"source"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
-// decodeSchedule reads nextRunAt and source from a stored schedule.
+// schedule is a decoded scheduled; source aliases the stored value when
+// the fast path took it.
+type schedule struct {
+	next, created time.Time
+	source        []byte
+}
+
+// decodeSchedule reads nextRunAt, source and createdAt from a stored
+// schedule.
 //
 // Loading a large bucket is dominated by this decode, and json.Unmarshal
 // scans the whole value twice (validation, then decoding), trail and all,
-// even into a two-field struct. json.Marshal(gov.State) writes taskId,
-// nextRunAt and source first, so scanSchedule reads just that prefix and
-// stops. Anything it does not recognise as that plain shape (escapes,
-// non-ASCII, case-variant keys, null or non-string values) falls back to
-// json.Unmarshal, which then decides exactly as it always did.
+// even into a three-field struct. The governor writes taskId, nextRunAt,
+// source and createdAt first (gov.State.AppendJSON), so scanSchedule reads
+// just that prefix and stops. Anything it does not recognise as that plain
+// shape (escapes, non-ASCII, case-variant keys, null or non-string values)
+// falls back to json.Unmarshal, which then decides exactly as it always
+// did.
 //
-// The one behavioural difference: a value whose prefix holds both fields
-// but whose tail is not valid JSON is scheduled from the prefix instead of
-// being refused. The governor never writes such a value, and
+// The one behavioural difference: a value whose prefix holds the three
+// fields but whose tail is not valid JSON is scheduled from the prefix
+// instead of being refused. The governor never writes such a value, and
 // TestDecodeScheduleMatchesUnmarshal and FuzzDecodeSchedule check agreement
 // with json.Unmarshal on every valid input.
-//
-// The returned source aliases b when the fast path took it.
-func decodeSchedule(b []byte) (next time.Time, source []byte, err error) {
-	if next, source, ok := scanSchedule(b); ok {
-		return next, source, nil
+func decodeSchedule(b []byte) (schedule, error) {
+	if sc, ok := scanSchedule(b); ok {
+		return sc, nil
 	}
 	var sc scheduled
 	if err := json.Unmarshal(b, &sc); err != nil {
-		return time.Time{}, nil, err
+		return schedule{}, err
 	}
-	return sc.NextRunAt, []byte(sc.Source), nil
+	return schedule{next: sc.NextRunAt, created: sc.CreatedAt, source: []byte(sc.Source)}, nil
 }
 
-// scanSchedule reads the top-level "nextRunAt" and "source" members of a
-// JSON object and stops once it has both. It returns ok=false whenever it
-// has not found both or json.Unmarshal could read them differently (see
-// decodeSchedule), so it never has to be sure the input is valid.
-func scanSchedule(b []byte) (next time.Time, source []byte, ok bool) {
+// scanSchedule reads the top-level "nextRunAt", "source" and "createdAt"
+// members of a JSON object and stops once it has all three, or at the end
+// of an object that has the first two (a schedule with no createdAt,
+// written by flyball before 2026-11-27 or by hand). It returns ok=false
+// whenever it has not found them or json.Unmarshal could read them
+// differently (see decodeSchedule), so it never has to be sure the input
+// is valid.
+func scanSchedule(b []byte) (sc schedule, ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return time.Time{}, nil, false
+		return schedule{}, false
 	}
 	i = skipSpace(b, i+1)
-	var haveNext, haveSource bool
+	var haveNext, haveSource, haveCreated bool
 	for {
 		key, j, ok := plainString(b, i)
 		if !ok {
-			return time.Time{}, nil, false
+			return schedule{}, false
 		}
 		i = skipSpace(b, j)
 		if i >= len(b) || b[i] != ':' {
-			return time.Time{}, nil, false
+			return schedule{}, false
 		}
 		i = skipSpace(b, i+1)
 		switch {
 		case string(key) == "nextRunAt":
-			_, j, ok = plainString(b, i)
 			// The raw token, quotes included, is exactly what
 			// json.Unmarshal hands to time.Time.UnmarshalJSON.
-			if !ok || next.UnmarshalJSON(b[i:j]) != nil {
-				return time.Time{}, nil, false
+			if j, ok = rawTime(b, i, &sc.next); !ok {
+				return schedule{}, false
 			}
 			haveNext = true
+		case string(key) == "createdAt":
+			if j, ok = rawTime(b, i, &sc.created); !ok {
+				return schedule{}, false
+			}
+			haveCreated = true
 		case string(key) == "source":
-			if source, j, ok = plainString(b, i); !ok {
-				return time.Time{}, nil, false
+			if sc.source, j, ok = plainString(b, i); !ok {
+				return schedule{}, false
 			}
 			haveSource = true
-		case foldEqual(key, "nextRunAt") || foldEqual(key, "source"):
+		case foldEqual(key, "nextRunAt") || foldEqual(key, "source") || foldEqual(key, "createdAt"):
 			// encoding/json matches field names case-insensitively.
-			return time.Time{}, nil, false
+			return schedule{}, false
 		default:
 			if j, ok = skipValue(b, i); !ok {
-				return time.Time{}, nil, false
+				return schedule{}, false
 			}
 		}
-		if haveNext && haveSource {
-			return next, source, true
+		if haveNext && haveSource && haveCreated {
+			return sc, true
+		}
+		i = skipSpace(b, j)
+		if i < len(b) && b[i] == '}' && haveNext && haveSource {
+			return sc, true
 		}
 		// Anything but a comma, including the end of the object (a
 		// state with no nextRunAt: deleted or paused indefinitely), is
 		// left to json.Unmarshal: those states are rare, and it also
 		// validates them.
-		i = skipSpace(b, j)
 		if i >= len(b) || b[i] != ',' {
-			return time.Time{}, nil, false
+			return schedule{}, false
 		}
 		i = skipSpace(b, i+1)
 	}
+}
+
+// rawTime reads the plain JSON string at b[i] into *t as json.Unmarshal
+// would, and returns the index after it.
+func rawTime(b []byte, i int, t *time.Time) (int, bool) {
+	_, j, ok := plainString(b, i)
+	if !ok || t.UnmarshalJSON(b[i:j]) != nil {
+		return 0, false
+	}
+	return j, true
 }
 
 // plainString reads the JSON string starting at b[i] when it is printable

@@ -19,18 +19,21 @@ func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
 	var full gov.State
 	wantErr := json.Unmarshal(b, &full)
-	next, source, err := decodeSchedule(b)
+	sc, err := decodeSchedule(b)
 	if (err != nil) != (wantErr != nil) {
 		t.Fatalf("decodeSchedule(%s): err %v, json.Unmarshal err %v", b, err, wantErr)
 	}
 	if err != nil {
 		return
 	}
-	if !next.Equal(full.NextRunAt) || next.IsZero() != full.NextRunAt.IsZero() {
-		t.Fatalf("decodeSchedule(%s): nextRunAt %v, want %v", b, next, full.NextRunAt)
+	if !sc.next.Equal(full.NextRunAt) || sc.next.IsZero() != full.NextRunAt.IsZero() {
+		t.Fatalf("decodeSchedule(%s): nextRunAt %v, want %v", b, sc.next, full.NextRunAt)
 	}
-	if string(source) != string(full.Source) {
-		t.Fatalf("decodeSchedule(%s): source %q, want %q", b, source, full.Source)
+	if string(sc.source) != string(full.Source) {
+		t.Fatalf("decodeSchedule(%s): source %q, want %q", b, sc.source, full.Source)
+	}
+	if !sc.created.Equal(full.CreatedAt) || sc.created.IsZero() != full.CreatedAt.IsZero() {
+		t.Fatalf("decodeSchedule(%s): createdAt %v, want %v", b, sc.created, full.CreatedAt)
 	}
 }
 
@@ -158,7 +161,7 @@ func TestDecodeScheduleMatchesUnmarshal(t *testing.T) {
 			}
 			// The governor's own output must take the fast path, or the
 			// scanner is not doing its job.
-			if _, _, ok := scanSchedule(b); !ok {
+			if _, ok := scanSchedule(b); !ok {
 				t.Fatalf("scanSchedule fell back on a governor state: %s", b)
 			}
 			fast++
@@ -291,21 +294,30 @@ func TestDecodeScheduleEdges(t *testing.T) {
 		`{"trail":["a","b\\\"c"],"nextRunAt":"2026-11-22T07:00:00Z","source":"x"}`,
 		`{"taskId":"a"`,
 		`{"taskId":}`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00.123456789+01:00","trail":["a"]}`,
+		`{"createdAt":"2026-11-21T07:00:00Z","nextRunAt":"2026-11-22T07:00:00Z","source":"x"}`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","trail":["a"],"createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":null}`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"yesterday"}`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","CreatedAt":"2026-11-21T07:00:00Z"}`,
+		`{"createdAt":"2026-11-21T07:00:00Z","createdAt":"2026-11-20T07:00:00Z","nextRunAt":"2026-11-22T07:00:00Z","source":"x"}`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"0001-01-01T00:00:00Z"}`,
 		"\ufeff{\"nextRunAt\":\"2026-11-22T07:00:00Z\",\"source\":\"x\"}",
 	} {
 		t.Run(in, func(t *testing.T) { checkDecode(t, []byte(in)) })
 	}
-	// The one deliberate difference: the scanner stops once it has both
-	// fields and does not read the rest, so a broken tail goes unnoticed.
+	// The one deliberate difference: the scanner stops once it has the
+	// three fields (or two and the object's end) and does not read the
+	// rest, so a broken tail goes unnoticed.
 	for _, in := range []string{
-		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x"`,
+		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"`,
 		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x"} trailing`,
-		`{"taskId":tru,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","trail":[}`,
+		`{"taskId":tru,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z","trail":[}`,
 	} {
 		t.Run(in, func(t *testing.T) {
-			next, source, err := decodeSchedule([]byte(in))
-			if err != nil || !next.Equal(time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)) || string(source) != "x" {
-				t.Fatalf("got %v %q %v, want the prefix's schedule", next, source, err)
+			sc, err := decodeSchedule([]byte(in))
+			if err != nil || !sc.next.Equal(time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)) || string(sc.source) != "x" {
+				t.Fatalf("got %v %q %v, want the prefix's schedule", sc.next, sc.source, err)
 			}
 		})
 	}
@@ -328,7 +340,7 @@ func FuzzDecodeSchedule(f *testing.F) {
 	f.Add([]byte(`{"taskId":"a\\","nextRunAt":"2026-11-22T07:00:00.999999999-07:00","source":"y"}`))
 	f.Add([]byte(`{"x":[{"y":"}"}],"Source":"z","nextRunAt":"2026-11-22T07:00:00Z"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		next, source, err := decodeSchedule(b)
+		sc, err := decodeSchedule(b)
 		if !json.Valid(b) || repeatsField(b) {
 			return
 		}
@@ -337,20 +349,21 @@ func FuzzDecodeSchedule(f *testing.F) {
 		if (err != nil) != (wantErr != nil) {
 			t.Fatalf("decodeSchedule(%q): err %v, json.Unmarshal err %v", b, err, wantErr)
 		}
-		if err == nil && (!next.Equal(want.NextRunAt) || string(source) != want.Source) {
-			t.Fatalf("decodeSchedule(%q) = %v %q, json.Unmarshal %v %q", b, next, source, want.NextRunAt, want.Source)
+		if err == nil && (!sc.next.Equal(want.NextRunAt) || string(sc.source) != want.Source || !sc.created.Equal(want.CreatedAt)) {
+			t.Fatalf("decodeSchedule(%q) = %v %q %v, json.Unmarshal %v %q %v", b, sc.next, sc.source, sc.created, want.NextRunAt, want.Source, want.CreatedAt)
 		}
 	})
 }
 
 // repeatsField reports whether a top-level JSON object has more than one
-// key that encoding/json could match to nextRunAt, or to source.
+// key that encoding/json could match to nextRunAt, to source, or to
+// createdAt.
 func repeatsField(b []byte) bool {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return false
 	}
-	var next, source int
+	var next, source, created int
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -363,10 +376,13 @@ func repeatsField(b []byte) bool {
 		if strings.EqualFold(key, "source") {
 			source++
 		}
+		if strings.EqualFold(key, "createdAt") {
+			created++
+		}
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return false
 		}
 	}
-	return next > 1 || source > 1
+	return next > 1 || source > 1 || created > 1
 }

@@ -330,7 +330,7 @@ func TestDispatchPublishErrorRequeues(t *testing.T) {
 	s := startTimer(t, js, nil)
 	nc.Close()
 	at := time.Now().Add(-time.Second).Truncate(time.Millisecond).UnixNano()
-	s.upsert("task", at, "baseline-interval")
+	s.upsert("task", at, "baseline-interval", 0)
 	natstest.Eventually(t, within, "failed and retried", func() bool { return results(s)[resultError] >= 3 })
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -358,23 +358,23 @@ func TestRetryLater(t *testing.T) {
 		return runs[0]
 	}
 
-	s.upsert("a", t1, "x")
+	s.upsert("a", t1, "x", 0)
 	r := take()
 	s.retryLater(r.it, r.at)
 	if it := s.items["a"]; it.index != 0 || it.due != t1 || it.at < time.Now().Add(time.Hour-time.Minute).UnixNano() || it.fired != 0 {
 		t.Fatalf("retry: %+v, want slot %d re-queued a RetryDelay out", it, t1)
 	}
 
-	s.upsert("a", t1, "x") // the schedule still says t1: due again now
+	s.upsert("a", t1, "x", 0) // the schedule still says t1: due again now
 	r = take()
-	s.upsert("a", t2, "x") // the governor moved on meanwhile
+	s.upsert("a", t2, "x", 0) // the governor moved on meanwhile
 	s.retryLater(r.it, r.at)
 	if it := s.items["a"]; len(s.queue) != 1 || it.due != t2 {
 		t.Fatalf("after a newer schedule: queue %d, item %+v; want only the newer slot", len(s.queue), it)
 	}
 
 	r = take()
-	s.upsert("a", t2, "x") // a re-put of the dispatched slot is not a new run
+	s.upsert("a", t2, "x", 0) // a re-put of the dispatched slot is not a new run
 	if len(s.queue) != 0 {
 		t.Fatal("a re-put of the dispatched slot was queued again")
 	}
@@ -453,13 +453,13 @@ func TestLeadFollowsTheTimeSinceThePreviousSlot(t *testing.T) {
 		}
 		prev := time.Now().Add(-time.Minute).UnixNano()
 		if c.gap > 0 {
-			s.upsert("a", prev, "x")
+			s.upsert("a", prev, "x", 0)
 			if runs, _ := s.takeDue(); len(runs) != 1 {
 				t.Fatalf("%s: took %d runs, want the previous slot", c.name, len(runs))
 			}
 		}
 		at := prev + int64(c.gap) // with no previous slot, any slot
-		s.upsert("a", at, "x")
+		s.upsert("a", at, "x", 0)
 		it := s.items["a"]
 		if got := time.Duration(it.due - it.at); it.due != at || got != c.wantAhead {
 			t.Errorf("%s: slot %d planned %v ahead (due %d), want %v", c.name, at/ms, got, it.due/ms, c.wantAhead)
@@ -507,7 +507,7 @@ func TestRetriedDispatchLatenessCountsFromItsSlot(t *testing.T) {
 	}
 	slot := time.Now().Add(-time.Minute).UnixNano()
 	want := slot - int64(FirstLead)
-	s.upsert("a", slot, "x")
+	s.upsert("a", slot, "x", 0)
 	runs, _ := s.takeDue()
 	if len(runs) != 1 || runs[0].planned != want {
 		t.Fatalf("first try: %+v, want one run planned at %d", runs, want)
@@ -521,7 +521,7 @@ func TestRetriedDispatchLatenessCountsFromItsSlot(t *testing.T) {
 		t.Fatalf("retry planned at %d (%v after the slot's plan), want %d", got, time.Duration(got-want), want)
 	}
 	// The next slot's plan is its own lead before it again.
-	s.upsert("a", slot+int64(10*time.Second), "x")
+	s.upsert("a", slot+int64(10*time.Second), "x", 0)
 	if runs, _ = s.takeDue(); len(runs) != 1 || runs[0].planned != slot+int64(9*time.Second) {
 		t.Fatalf("next slot: %+v, want one run planned 1s before it", runs)
 	}

@@ -33,7 +33,7 @@ type runDueEncoder struct {
 func newRunDueEncoder(source string) runDueEncoder {
 	e := runDueEncoder{raw: source}
 	probe := time.Date(2026, time.November, 22, 7, 0, 0, 123456789, time.UTC)
-	want, err := marshalRunDue(source, "probe-task", probe.Add(-time.Second), probe, "baseline-interval")
+	want, err := marshalRunDue(source, "probe-task", probe.Add(-time.Second), probe, "baseline-interval", probe.Add(-time.Hour))
 	if err != nil {
 		return e
 	}
@@ -45,25 +45,26 @@ func newRunDueEncoder(source string) runDueEncoder {
 	}
 	e.source = bytes.Clone(attrs.Source)
 	e.fast = true
-	got, err := e.encode("probe-task", probe.Add(-time.Second), probe, "baseline-interval")
+	got, err := e.encode("probe-task", probe.Add(-time.Second), probe, "baseline-interval", probe.Add(-time.Hour))
 	e.fast = err == nil && bytes.Equal(got, want)
 	return e
 }
 
 // encode renders the run.due of task id for the slot scheduledAt, fired at
-// firedAt (also the event time). Both times must be UTC.
-func (e *runDueEncoder) encode(id string, scheduledAt, firedAt time.Time, source string) ([]byte, error) {
-	if !e.fast || id == "" || !plain(id) || !plain(source) || !jsonYear(scheduledAt) || !jsonYear(firedAt) {
-		return marshalRunDue(e.raw, id, scheduledAt, firedAt, source)
+// firedAt (also the event time), of the schedule created at created (zero:
+// none). The times must be UTC.
+func (e *runDueEncoder) encode(id string, scheduledAt, firedAt time.Time, source string, created time.Time) ([]byte, error) {
+	if !e.fast || id == "" || !plain(id) || !plain(source) || !jsonYear(scheduledAt) || !jsonYear(firedAt) || !jsonYear(created) {
+		return marshalRunDue(e.raw, id, scheduledAt, firedAt, source, created)
 	}
 	const (
 		timeLen = len(time.RFC3339Nano)
 		fixed   = len(`{"specversion":"1.0","id":"","source":,"type":"","subject":"","datacontenttype":"","time":"",`+
-			`"data":{"dispatchId":"","taskId":"","scheduledAt":"","firedAt":"","source":""}}`) +
+			`"data":{"dispatchId":"","taskId":"","scheduledAt":"","firedAt":"","source":"","taskCreatedAt":""}}`) +
 			len(events.TypeRunDue) + len(events.ContentTypeJSON)
 	)
 	ms := scheduledAt.UnixMilli()
-	b := make([]byte, 0, fixed+len(e.source)+4*len(id)+2*20+3*timeLen+len(source))
+	b := make([]byte, 0, fixed+len(e.source)+4*len(id)+2*20+4*timeLen+len(source))
 	b = append(b, `{"specversion":"1.0","id":"`...)
 	b = appendDispatchID(b, id, ms)
 	b = append(b, `","source":`...)
@@ -84,6 +85,10 @@ func (e *runDueEncoder) encode(id string, scheduledAt, firedAt time.Time, source
 		b = append(b, `","source":"`...)
 		b = append(b, source...)
 	}
+	if !created.IsZero() {
+		b = append(b, `","taskCreatedAt":"`...)
+		b = created.AppendFormat(b, time.RFC3339Nano)
+	}
 	b = append(b, `"}}`...)
 	return b, nil
 }
@@ -96,13 +101,14 @@ func appendDispatchID(b []byte, id string, ms int64) []byte {
 }
 
 // marshalRunDue is the general path: the run.due built by events.Marshal.
-func marshalRunDue(eventSource, id string, scheduledAt, firedAt time.Time, source string) ([]byte, error) {
+func marshalRunDue(eventSource, id string, scheduledAt, firedAt time.Time, source string, created time.Time) ([]byte, error) {
 	d := events.Dispatch{
-		DispatchID:  events.DispatchID(id, scheduledAt),
-		TaskID:      id,
-		ScheduledAt: scheduledAt,
-		FiredAt:     firedAt,
-		Source:      source,
+		DispatchID:    events.DispatchID(id, scheduledAt),
+		TaskID:        id,
+		ScheduledAt:   scheduledAt,
+		FiredAt:       firedAt,
+		Source:        source,
+		TaskCreatedAt: created,
 	}
 	return events.Marshal(events.TypeRunDue, eventSource, id, d, firedAt, d.DispatchID)
 }

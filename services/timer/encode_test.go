@@ -43,12 +43,16 @@ func TestRunDueEncoderMatchesMarshal(t *testing.T) {
 		for range 3000 {
 			id, source := ids[r.IntN(len(ids))], sources[r.IntN(len(sources))]
 			scheduledAt, firedAt := randomUTC(), randomUTC()
-			got, gotErr := enc.encode(id, scheduledAt, firedAt, source)
-			want, wantErr := marshalRunDue(enc.raw, id, scheduledAt, firedAt, source)
-			if (gotErr != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
-				t.Fatalf("instance %q, encode(%q, %v, %v, %q):\n got %s (%v)\nwant %s (%v)", inst, id, scheduledAt, firedAt, source, got, gotErr, want, wantErr)
+			var created time.Time // none: a schedule written before createdAt was copied
+			if r.IntN(3) > 0 {
+				created = randomUTC()
 			}
-			if enc.fast && id != "" && plain(id) && plain(source) && jsonYear(scheduledAt) && jsonYear(firedAt) {
+			got, gotErr := enc.encode(id, scheduledAt, firedAt, source, created)
+			want, wantErr := marshalRunDue(enc.raw, id, scheduledAt, firedAt, source, created)
+			if (gotErr != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
+				t.Fatalf("instance %q, encode(%q, %v, %v, %q, %v):\n got %s (%v)\nwant %s (%v)", inst, id, scheduledAt, firedAt, source, created, got, gotErr, want, wantErr)
+			}
+			if enc.fast && id != "" && plain(id) && plain(source) && jsonYear(scheduledAt) && jsonYear(firedAt) && jsonYear(created) {
 				fast++
 			}
 		}
@@ -66,7 +70,8 @@ func TestRunDueEncoderDecodes(t *testing.T) {
 	enc := newRunDueEncoder("flyball/timer/t1")
 	at := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
 	fired := at.Add(1234567 * time.Nanosecond)
-	body, err := enc.encode("task-1", at, fired, "baseline-interval")
+	created := at.Add(-time.Hour - time.Nanosecond)
+	body, err := enc.encode("task-1", at, fired, "baseline-interval", created)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +83,7 @@ func TestRunDueEncoderDecodes(t *testing.T) {
 	if err := events.DecodeData(e, &d); err != nil {
 		t.Fatal(err)
 	}
-	want := events.Dispatch{DispatchID: "task-1:1795330800000", TaskID: "task-1", ScheduledAt: at, FiredAt: fired, Source: "baseline-interval"}
+	want := events.Dispatch{DispatchID: "task-1:1795330800000", TaskID: "task-1", ScheduledAt: at, FiredAt: fired, Source: "baseline-interval", TaskCreatedAt: created}
 	if d != want {
 		t.Fatalf("data %+v, want %+v", d, want)
 	}
@@ -94,7 +99,7 @@ func BenchmarkRunDueEncoder(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := enc.encode("burst-00001", at, now, "baseline-interval"); err != nil {
+			if _, err := enc.encode("burst-00001", at, now, "baseline-interval", at.Add(-time.Hour)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -102,7 +107,7 @@ func BenchmarkRunDueEncoder(b *testing.B) {
 	b.Run("events.Marshal", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := marshalRunDue(enc.raw, "burst-00001", at, now, "baseline-interval"); err != nil {
+			if _, err := marshalRunDue(enc.raw, "burst-00001", at, now, "baseline-interval", at.Add(-time.Hour)); err != nil {
 				b.Fatal(err)
 			}
 		}

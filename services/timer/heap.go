@@ -8,10 +8,13 @@ type item struct {
 	due    int64 // the scheduled nextRunAt
 	fired  int64 // the due time last dispatched, to ignore re-puts of it
 	source string
-	index  int32 // position in the heap, -1 when not queued
+	// created is the schedule's createdAt (Unix nanoseconds, 0 when it has
+	// none), copied into every dispatch: which task of this ID it is.
+	created int64
+	index   int32 // position in the heap, -1 when not queued
 	// waits counts the tries of this slot refused because an earlier
 	// dispatch of the task was still in DISPATCH (10077); it sets the
-	// backoff. int32 with index, so the item stays 64 bytes.
+	// backoff. int32 with index, so the item stays 72 bytes.
 	waits int32
 }
 

@@ -119,6 +119,8 @@ type dueRun struct {
 	id     string
 	source string
 	at     int64 // the slot: nextRunAt, Unix nanoseconds
+	// created is the schedule's createdAt, Unix nanoseconds (0: none).
+	created int64
 	// planned is when the timer first meant to publish it: its lead before
 	// the slot (for a retried slot, firstPlan); sent is when this try was
 	// published. Both Unix nanoseconds.
@@ -271,17 +273,23 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 		s.remove(id)
 		return
 	}
-	next, source, err := decodeSchedule(e.Value())
+	sc, err := decodeSchedule(e.Value())
 	if err != nil {
 		s.log.Error("unreadable schedule; task not scheduled until it is rewritten", "task", id, "err", err)
 		s.remove(id)
 		return
 	}
-	if next.IsZero() {
+	if sc.next.IsZero() {
 		s.remove(id)
 		return
 	}
-	s.upsert(id, next.UnixNano(), s.intern(source))
+	// 0 where Unix nanoseconds cannot hold it (before 1678 or after 2262,
+	// written by hand): the dispatch then names no createdAt.
+	created := sc.created.UnixNano()
+	if sc.created.IsZero() || !time.Unix(0, created).Equal(sc.created) {
+		created = 0
+	}
+	s.upsert(id, sc.next.UnixNano(), s.intern(sc.source), created)
 }
 
 // lead returns how long before slot at to publish it, given prev, the
@@ -311,7 +319,9 @@ func (s *Service) intern(b []byte) string {
 	return v
 }
 
-func (s *Service) upsert(id string, at int64, source string) {
+// upsert queues slot at of task id, chosen by source, of the schedule
+// created at created (Unix nanoseconds, 0 when it has none).
+func (s *Service) upsert(id string, at int64, source string, created int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it, ok := s.items[id]
@@ -322,7 +332,7 @@ func (s *Service) upsert(id string, at int64, source string) {
 		it = &item{id: strings.Clone(id), index: -1}
 		s.items[it.id] = it
 	}
-	it.source = source
+	it.source, it.created = source, created
 	if at == it.fired {
 		// A re-put of a slot already dispatched (another input changed the
 		// state but not the time): dispatching it again would be a duplicate.
@@ -441,7 +451,7 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 			planned = min(planned, s.firstPlan(it.due))
 		}
 		it.fired = it.due
-		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, planned: planned})
+		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, created: it.created, planned: planned})
 	}
 	if runs == nil {
 		return nil, time.Hour
@@ -596,7 +606,11 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 func (s *Service) publish(r *dueRun, now time.Time) (jetstream.PubAckFuture, error) {
 	id := r.id
 	scheduledAt := time.Unix(0, r.at).UTC()
-	body, err := s.enc.encode(id, scheduledAt, now.UTC(), r.source)
+	var created time.Time
+	if r.created != 0 {
+		created = time.Unix(0, r.created).UTC()
+	}
+	body, err := s.enc.encode(id, scheduledAt, now.UTC(), r.source, created)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,156 @@
+package governor
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+func storedState(t *testing.T, s *Service, id string) gov.State {
+	t.Helper()
+	ent, err := s.schedules.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gov.State
+	if err := json.Unmarshal(ent.Value(), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// publishRunAndWait publishes run as outcome and waits until the governor
+// has acked it.
+func publishRunAndWait(t *testing.T, js jetstream.JetStream, outcome events.Outcome, run events.Run) {
+	t.Helper()
+	body, err := events.Marshal(outcome.Type(), "test", run.TaskID, run, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, publishRaw(t, js, events.RunSubject(outcome, run.TaskID), body))
+}
+
+// finalFailureOf is the final run.failed of the slot of the task created
+// at createdAt, as the executor publishes it.
+func finalFailureOf(id string, slot, createdAt time.Time) events.Run {
+	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, TaskCreatedAt: createdAt}
+	now := time.Now().UTC()
+	return events.Run{
+		DispatchID: d.DispatchID, TaskID: id, ScheduledAt: slot, Attempt: 3, StartedAt: now, FinishedAt: now, Status: 503,
+		Error: "HTTP 503", ErrorKind: events.ErrorTransient, Final: true, Dispatch: &d, TaskCreatedAt: createdAt,
+	}
+}
+
+// TestRunsOfADeletedTaskDoNotReachItsNamesake: a task deleted and created
+// again under the same ID. The old task's final failure and dead letter,
+// read after the new task's creation, held the new task for the 30-minute
+// dead-letter recheck before its first run.
+func TestRunsOfADeletedTaskDoNotReachItsNamesake(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "n", "create-1", *minuteSpec("n"))
+	old := storedState(t, s, "n")
+	if old.CreatedAt.IsZero() {
+		t.Fatal("a created task's schedule has no createdAt")
+	}
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "n", "delete-1", events.TaskRef{ID: "n"})
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "n", "create-2", *minuteSpec("n"))
+	fresh := storedState(t, s, "n")
+	if !fresh.CreatedAt.After(old.CreatedAt) {
+		t.Fatalf("the new task's createdAt %v is not after the old one's %v", fresh.CreatedAt, old.CreatedAt)
+	}
+
+	// The old task's last run fails for good, and is dead-lettered.
+	run := finalFailureOf("n", old.NextRunAt, old.CreatedAt)
+	publishRunAndWait(t, js, events.OutcomeFailed, run)
+	entry := events.DeadLetter{
+		TaskID: "n", Reason: events.DeadLetterMaxAttempts, Dispatch: *run.Dispatch, Attempts: 3,
+		FirstFailedAt: run.FinishedAt, DeadLetteredAt: run.FinishedAt,
+	}
+	body, err := events.Marshal(events.TypeDeadLettered, "test", "n", entry, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamDeadLetter, streams.ConsumerGovernor, publishRaw(t, js, events.DeadLetterSubject("n"), body))
+
+	got := storedState(t, s, "n")
+	if got.DeadLetter != nil || got.Source == gov.SourceDeadLetterRecheck || !got.NextRunAt.Equal(fresh.NextRunAt) || got.Failures != 0 || got.LastDispatchID != "" {
+		t.Fatalf("the new task took the old one's runs: next %v (%s; want %v), dead letter %+v, failures %d, last dispatch %q",
+			got.NextRunAt, got.Source, fresh.NextRunAt, got.DeadLetter, got.Failures, got.LastDispatchID)
+	}
+
+	// Its own final failure holds it, as before.
+	publishRunAndWait(t, js, events.OutcomeFailed, finalFailureOf("n", fresh.NextRunAt, fresh.CreatedAt))
+	if got := storedState(t, s, "n"); got.Source != gov.SourceDeadLetterRecheck || got.DeadLetter == nil {
+		t.Fatalf("the task's own final failure: next %v (%s), dead letter %+v; want the recheck hold", got.NextRunAt, got.Source, got.DeadLetter)
+	}
+}
+
+// TestOwnRunIsAppliedOverAStaleCopyOfADeletedTask: this replica's copy of
+// a schedule is of the old task (another replica applied the delete and
+// the creation). A run of the new task must re-read KV, not be ignored as
+// another task's.
+func TestOwnRunIsAppliedOverAStaleCopyOfADeletedTask(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "n", "create-1", *minuteSpec("n"))
+	if _, _, ok := s.states.get("n"); !ok {
+		t.Fatal("the creation's state was not remembered")
+	}
+	// Another replica deletes the task and creates it again.
+	cur := storedState(t, s, "n")
+	if err := s.schedules.Delete(t.Context(), "n"); err != nil {
+		t.Fatal(err)
+	}
+	created := cur.CreatedAt.Add(time.Minute)
+	body, err := json.Marshal(gov.State{TaskID: "n", NextRunAt: created, Source: gov.SourceBaselineInterval, CreatedAt: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.schedules.Create(t.Context(), "n", body); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	run := events.Run{
+		DispatchID: events.DispatchID("n", created), TaskID: "n", ScheduledAt: created, Attempt: 1,
+		StartedAt: now, FinishedAt: now, Status: 200, TaskCreatedAt: created,
+	}
+	publishRunAndWait(t, js, events.OutcomeSucceeded, run)
+	if got := storedState(t, s, "n"); got.LastDispatchID != run.DispatchID || !got.CreatedAt.Equal(created) {
+		t.Fatalf("the new task's run was not applied: last dispatch %q (want %q), createdAt %v (want %v)", got.LastDispatchID, run.DispatchID, got.CreatedAt, created)
+	}
+}
+
+// TestReplayNamesARunOfTheDeletedTask: explain's replay reaches the same
+// decision, and says why the old task's run changed nothing.
+func TestReplayNamesARunOfTheDeletedTask(t *testing.T) {
+	spec := minuteSpec("n")
+	t1 := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	t2 := t1.Add(10 * time.Second)
+	slot := t1 // the old task's first run
+	steps := []Step{
+		{TaskID: "n", At: t1, Spec: spec, CommandID: "c1", CommandType: events.TypeTaskCreated, Input: gov.Input{Kind: gov.KindAccepted}},
+		{TaskID: "n", At: t1.Add(5 * time.Second), CommandID: "d1", CommandType: events.TypeTaskDeleted, Input: gov.Input{Kind: gov.KindDeleted}},
+		{TaskID: "n", At: t2, Spec: spec, CommandID: "c2", CommandType: events.TypeTaskCreated, Input: gov.Input{Kind: gov.KindAccepted}},
+		{TaskID: "n", At: t2.Add(time.Second), Input: gov.Input{Kind: gov.KindOutcome, Outcome: &gov.Outcome{
+			DispatchID: events.DispatchID("n", slot), ScheduledAt: slot, Result: "failed", FinishedAt: t2, DeadLetterReason: events.DeadLetterMaxAttempts, TaskCreatedAt: t1,
+		}}},
+	}
+	entries := Replay(steps, func(int) (bool, bool) { return true, true })
+	if len(entries) != 4 {
+		t.Fatalf("%d entries, want 4", len(entries))
+	}
+	last := entries[3]
+	if !last.Decision.Ignored || !strings.Contains(last.NoChange, "created at 2026-11-27T03:00:00Z, deleted since") {
+		t.Fatalf("the old task's final failure: ignored %v, %q", last.Decision.Ignored, last.NoChange)
+	}
+	if last.Decision.Source == gov.SourceDeadLetterRecheck {
+		t.Fatalf("the replay holds the new task for the old one's dead letter: %s", last.Decision.Trail)
+	}
+}
