@@ -21,5 +21,6 @@
 // Due runs leave in batches: up to 1,024 are taken off the heap in one lock
 // hold and published asynchronously, then their acks are collected; an ack
 // that does not come within 3 s counts as an error and is published again. Loading the bucket
-// reads only nextRunAt and source from each stored state (decodeSchedule).
+// reads only nextRunAt, source and createdAt from each stored state
+// (decodeSchedule); createdAt goes into every dispatch as taskCreatedAt.
 package timer
