@@ -16,13 +16,9 @@ import (
 
 func storedState(t *testing.T, s *Service, id string) gov.State {
 	t.Helper()
-	ent, err := s.schedules.Get(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st gov.State
-	if err := json.Unmarshal(ent.Value(), &st); err != nil {
-		t.Fatal(err)
+	st, ok := s.loadState(t.Context(), id)
+	if !ok {
+		t.Fatalf("no readable schedule for %s", id)
 	}
 	return st
 }
