@@ -20,6 +20,7 @@
 package breaker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,9 @@ type Service struct {
 	cfg      Config
 	source   string
 	breakers jetstream.KeyValue
+	// schedules is read only for a failure with no record to compare its
+	// taskCreatedAt with (otherTask).
+	schedules jetstream.KeyValue
 	// Watch-fed views: a success for a breaker that is closed with no
 	// failures counted (nearly every outcome) needs no KV access at all.
 	specs   *kvcache.Cache[*events.TaskSpec]
@@ -76,6 +80,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := jsutil.BindBuckets(ctx, s.cfg.JS,
 		jsutil.Bucket{Name: streams.BucketTasks, KV: &tasks},
 		jsutil.Bucket{Name: streams.BucketBreakers, KV: &s.breakers},
+		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
 	); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
@@ -207,14 +212,38 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 	outcome := outcomeID(run)
 	var from, to record
 	var written []byte
+	// A task-scoped record counts the outcomes of one task: a task deleted
+	// and created again under the same ID is another (events.Run.TaskCreatedAt).
+	own := key == run.TaskID && !run.TaskCreatedAt.IsZero()
 	rev, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
 		from = decodeRecord(key, cur)
 		if from.applied(outcome) {
 			return nil, errApplied
 		}
-		to = from
-		to.BreakerRecord = Next(from.BreakerRecord, pol, ok, run.StartedAt, now)
-		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) {
+		base := from
+		switch {
+		case !own:
+		case cur == nil && !ok:
+			// No record: the deleted task's was removed (watchDeletes),
+			// and this failure may be its last, arriving after the task
+			// was created again. The schedule says which task is current.
+			if other, err := s.otherTask(ctx, run); err != nil || other {
+				return nil, cmp.Or(err, errOtherTask)
+			}
+		case from.TaskCreatedAt.IsZero():
+		case run.TaskCreatedAt.Before(from.TaskCreatedAt):
+			return nil, errOtherTask
+		case run.TaskCreatedAt.After(from.TaskCreatedAt):
+			base = decodeRecord(key, nil) // the old task's record: start closed
+		}
+		to = base
+		to.BreakerRecord = Next(base.BreakerRecord, pol, ok, run.StartedAt, now)
+		if own {
+			to.TaskCreatedAt = run.TaskCreatedAt
+		}
+		// A closed breaker with no failures needs no record; one that
+		// exists is rewritten to name the task it now counts.
+		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) && (cur == nil || to.TaskCreatedAt.Equal(from.TaskCreatedAt)) {
 			return nil, jsutil.ErrNoChange
 		}
 		to.remember(outcome)
@@ -237,6 +266,10 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 	if errors.Is(err, jsutil.ErrNoChange) {
 		return nil
 	}
+	if errors.Is(err, errOtherTask) {
+		s.cfg.Logger.Info("outcome of a deleted task of the same ID ignored", "key", key, "dispatch", run.DispatchID, "taskCreatedAt", run.TaskCreatedAt)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -251,6 +284,32 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 
 // errApplied ends apply's CAS for an outcome the record already applied.
 var errApplied = errors.New("outcome already applied")
+
+// errOtherTask ends apply's CAS for an outcome of a task deleted since.
+var errOtherTask = errors.New("outcome of another task of the same ID")
+
+// otherTask reports whether run belongs to another task than the one
+// flyball-schedules holds under its ID: the schedule was created at
+// another time, or there is none (a task's runs come from its schedule,
+// which the governor writes before its first dispatch and deletes before
+// the spec). A schedule without createdAt (written by hand, or by flyball
+// before 2026-11-27) tells nothing, and the run counts.
+func (s *Service) otherTask(ctx context.Context, run *events.Run) (bool, error) {
+	ent, err := s.schedules.Get(ctx, run.TaskID)
+	if jsutil.IsKeyMissing(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read schedule %s: %w", run.TaskID, err)
+	}
+	var st struct {
+		CreatedAt time.Time `json:"createdAt"`
+	}
+	if json.Unmarshal(ent.Value(), &st) != nil {
+		st.CreatedAt = time.Time{} // unreadable: it tells nothing either
+	}
+	return !st.CreatedAt.IsZero() && !st.CreatedAt.Equal(run.TaskCreatedAt), nil
+}
 
 // moved reports whether from → to is a transition to publish: a change of
 // state, or an open breaker re-opened with a new retryAt.

@@ -29,6 +29,8 @@ type harness struct {
 	metrics  *metrics.Set
 	n        int
 	lastSeq  uint64
+	// created is the taskCreatedAt of the outcomes published next.
+	created time.Time
 }
 
 // newHarness starts a breaker service on its own embedded server; each
@@ -108,7 +110,7 @@ func (h *harness) outcome(o events.Outcome, breakerKey string) {
 func (h *harness) outcomeOf(o events.Outcome, task, breakerKey string, started time.Time) {
 	h.t.Helper()
 	h.n++
-	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC()}
+	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC(), TaskCreatedAt: h.created}
 	if o == events.OutcomeFailed {
 		run.Status, run.Error, run.ErrorKind = 500, "status 500", events.ErrorTransient
 	} else {

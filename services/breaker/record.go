@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
@@ -29,6 +30,11 @@ type record struct {
 	// outcome (or the retried half-open) publishes it again, and the
 	// event's deterministic Nats-Msg-Id drops a copy already stored.
 	Transition *storedTransition `json:"transition,omitempty"`
+	// TaskCreatedAt is the taskCreatedAt of the outcomes a task-scoped
+	// record counts (zero for host keys, and for records written before
+	// it existed): an outcome of an older task of the same ID is ignored,
+	// and the first outcome of a newer one starts from a closed breaker.
+	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 }
 
 // storedTransition is a transition event as published on HEALTH.
