@@ -100,8 +100,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
-	s.DrainsOver(s.cfg.JS.Conn())
-	s.Track(cc)
+	s.Track(cc, s.cfg.JS.Conn())
 	return nil
 }
 

@@ -74,14 +74,13 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
-	s.DrainsOver(s.cfg.JS.Conn())
-	s.Track(cc)
+	s.Track(cc, s.cfg.JS.Conn())
 	cc, err = jsutil.Consume(ctx, s.cfg.JS, streams.StreamAdvisories, streams.ConsumerDeadLetter, s.cfg.Logger,
 		func(m jetstream.Msg) { s.handleAdvisory(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
-	s.Track(cc)
+	s.Track(cc, s.cfg.JS.Conn())
 	s.Go(func() { s.reconcileEvery(runCtx) })
 	return nil
 }

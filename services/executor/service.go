@@ -145,8 +145,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	s.work = cc
-	s.DrainsOver(s.cfg.JS.Conn())
-	s.Track(cc)
+	s.Track(cc, s.cfg.JS.Conn())
 	s.OnDrained(s.waitInflight)
 	s.OnStop(func() {
 		<-cc.Done() // no handler will queue another event

@@ -161,8 +161,7 @@ func (s *Service) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("governor: %w", err)
 		}
-		s.DrainsOver(s.cfg.JS.Conn())
-		s.Track(cc)
+		s.Track(cc, s.cfg.JS.Conn())
 		consumers = append(consumers, cc)
 	}
 	// Let decisions in flight finish before Stop cancels their context:

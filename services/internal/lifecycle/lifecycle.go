@@ -28,12 +28,11 @@ type Base struct {
 	started  bool
 	cancel   context.CancelFunc
 	wg       conc.WaitGroup
-	consumes []jetstream.ConsumeContext
+	consumes []tracked
 	onStop   []func()
 	drained  []func()
 	stopOnce sync.Once
 	stopped  chan struct{}
-	conn     *nats.Conn // DrainsOver
 	// drainTimeout replaces DrainTimeout in tests.
 	drainTimeout time.Duration
 }
@@ -55,38 +54,30 @@ func (b *Base) Begin(ctx context.Context) (context.Context, error) {
 // Go runs fn in a goroutine that Stop waits for.
 func (b *Base) Go(fn func()) { b.wg.Go(fn) }
 
-// DrainsOver tells Stop the connection the tracked consumers pull over:
-// while it is not connected, a drain cannot finish (its pull is never
-// answered), and Stop stops them without waiting out DrainTimeout.
-func (b *Base) DrainsOver(nc *nats.Conn) {
-	b.mu.Lock()
-	b.conn = nc
-	b.mu.Unlock()
+// tracked is a consume context and the connection it pulls over.
+type tracked struct {
+	cc jetstream.ConsumeContext
+	nc *nats.Conn
 }
 
 // awaitDrained waits for each consumer to drain, at most DrainTimeout in
-// all, and not at all while the connection is down: a consumer still
-// draining then is stopped. Once the deadline passed, every consumer
-// left is stopped too: each waited for its own Closed after the first
-// had taken the deadline, and one that never closed held Stop for good.
-func (b *Base) awaitDrained(consumes []jetstream.ConsumeContext) {
-	b.mu.Lock()
-	nc := b.conn
-	b.mu.Unlock()
-	offline := func() bool { return nc != nil && !nc.IsConnected() }
+// all, and not at all while its connection is down (a drain cannot
+// finish: its pull is never answered): a consumer still draining then is
+// stopped. Once the deadline passed, every consumer left is stopped too:
+// each waited for its own Closed after the first had taken the deadline,
+// and one that never closed held Stop for good.
+func (b *Base) awaitDrained(consumes []tracked) {
 	deadline := time.NewTimer(cmp.Or(b.drainTimeout, DrainTimeout))
 	defer deadline.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	expired := false
-	for _, cc := range consumes {
+	for _, t := range consumes {
+		offline := func() bool { return t.nc != nil && !t.nc.IsConnected() }
 	wait:
-		for !expired {
-			if offline() {
-				break
-			}
+		for !expired && !offline() {
 			select {
-			case <-cc.Closed():
+			case <-t.cc.Closed():
 				break wait
 			case <-deadline.C:
 				expired = true
@@ -94,17 +85,19 @@ func (b *Base) awaitDrained(consumes []jetstream.ConsumeContext) {
 			}
 		}
 		select {
-		case <-cc.Closed():
+		case <-t.cc.Closed():
 		default:
-			cc.Stop()
+			t.cc.Stop()
 		}
 	}
 }
 
-// Track registers a consume context to drain on Stop.
-func (b *Base) Track(cc jetstream.ConsumeContext) {
+// Track registers a consume context to drain on Stop, and nc, the
+// connection it pulls over (nil: unknown), so that Stop does not wait out
+// DrainTimeout for a drain that cannot finish while nc is down.
+func (b *Base) Track(cc jetstream.ConsumeContext, nc *nats.Conn) {
 	b.mu.Lock()
-	b.consumes = append(b.consumes, cc)
+	b.consumes = append(b.consumes, tracked{cc: cc, nc: nc})
 	b.mu.Unlock()
 }
 
@@ -137,8 +130,8 @@ func (b *Base) Stop() {
 		b.mu.Lock()
 		consumes := b.consumes
 		b.mu.Unlock()
-		for _, cc := range consumes {
-			cc.Drain()
+		for _, t := range consumes {
+			t.cc.Drain()
 		}
 		b.awaitDrained(consumes)
 		b.mu.Lock()

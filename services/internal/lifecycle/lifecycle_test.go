@@ -41,8 +41,8 @@ func TestStopStopsEveryConsumerLeftAtTheDrainDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, second := newStuck(), newStuck()
-	b.Track(first)
-	b.Track(second)
+	b.Track(first, nil)
+	b.Track(second, nil)
 	done := make(chan struct{})
 	go func() {
 		b.Stop()
