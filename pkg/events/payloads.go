@@ -92,6 +92,14 @@ type Dispatch struct {
 	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 }
 
+// Run returns a run event of d with the fields that name the run set:
+// its dispatch, task, slot and the task's createdAt. Every outcome the
+// executor (or the dead-letter service, for a dispatch it gave up on)
+// reports starts from it.
+func (d *Dispatch) Run() Run {
+	return Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt}
+}
+
 // DispatchID builds the ID of the run of task id due at t.
 func DispatchID(id string, t time.Time) string {
 	return id + ":" + strconv.FormatInt(t.UnixMilli(), 10)

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -25,5 +26,17 @@ func TestIsDispatchID(t *testing.T) { //nolint:paralleltest // AllocsPerRun refu
 	did := events.DispatchID("t1", slot)
 	if n := testing.AllocsPerRun(100, func() { events.IsDispatchID(did, "t1", slot) }); n != 0 {
 		t.Errorf("IsDispatchID allocates %v times per call", n)
+	}
+}
+
+// TestDispatchRunNamesTheRun: the run event built from a dispatch carries
+// every field that names the run, so an outcome is matched to its slot
+// and to its task (taskCreatedAt) wherever it is built.
+func TestDispatchRunNamesTheRun(t *testing.T) {
+	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC)
+	d := events.Dispatch{DispatchID: events.DispatchID("t", at), TaskID: "t", ScheduledAt: at, FiredAt: at.Add(-time.Second), Source: "s", Reason: "zombie", TaskCreatedAt: at.Add(-time.Hour)}
+	want := events.Run{DispatchID: d.DispatchID, TaskID: "t", ScheduledAt: at, TaskCreatedAt: d.TaskCreatedAt}
+	if got := d.Run(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Dispatch.Run() = %+v, want %+v", got, want)
 	}
 }

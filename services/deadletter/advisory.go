@@ -86,11 +86,10 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, erro
 		return "", s.deleteDispatch(ctx, seq)
 	}
 	attempts := s.attemptCount(ctx, &d)
-	final := &events.Run{
-		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, Attempt: attempts,
-		FinishedAt: s.cfg.Now().UTC(), TaskCreatedAt: d.TaskCreatedAt,
-		Error: "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)",
-	}
+	run := d.Run()
+	final := &run
+	final.Attempt, final.FinishedAt = attempts, s.cfg.Now().UTC()
+	final.Error = "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)"
 	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); jsutil.TooLarge(err) {
 		// No retry makes it fit: free the slot anyway, and count it.
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be dead-lettered").Inc()

@@ -752,7 +752,8 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *event
 }
 
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
-	run := events.Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Reason: reason, FinishedAt: time.Now().UTC()}
+	run := d.Run()
+	run.Reason, run.FinishedAt = reason, time.Now().UTC()
 	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.ack(m)
@@ -808,10 +809,8 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	}
 	kept := s.keepAlive(m, spec, arrived)
 	if s.cfg.EmitStarted {
-		started := events.Run{
-			DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Attempt: attempt,
-			StartedAt: time.Now().UTC(), Source: d.Source,
-		}
+		started := d.Run()
+		started.Attempt, started.StartedAt, started.Source = attempt, time.Now().UTC(), d.Source
 		if err := s.publishRun(ctx, events.OutcomeStarted, &started, fmt.Sprintf("%s:%d:started", d.DispatchID, attempt)); err != nil {
 			s.log.Warn("run.started not published", "task", d.TaskID, "err", err)
 		}
@@ -840,12 +839,10 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.settle(m, "nak", nakBody(0))
 		return
 	}
-	run := events.Run{
-		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Attempt: attempt,
-		StartedAt: start.UTC(), FinishedAt: finish.UTC(), Duration: events.Duration(finish.Sub(start)),
-		Status: res.status, Body: res.body, BodyTruncated: res.truncated, Fingerprint: res.fingerprint,
-		Request: res.request, Source: d.Source, BreakerKey: t.breakerKey,
-	}
+	run := d.Run()
+	run.Attempt, run.Source, run.BreakerKey = attempt, d.Source, t.breakerKey
+	run.StartedAt, run.FinishedAt, run.Duration = start.UTC(), finish.UTC(), events.Duration(finish.Sub(start))
+	run.Status, run.Body, run.BodyTruncated, run.Fingerprint, run.Request = res.status, res.body, res.truncated, res.fingerprint, res.request
 	msgID := d.DispatchID + ":" + strconv.Itoa(attempt)
 	hold := holdOf(t, d)
 	if res.ok() {
@@ -896,12 +893,10 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 // status and is permanent, like a blocked target, so the breaker does not
 // count a call that was not made; it is dead-lettered as permanent.
 func (s *Service) giveUp(m jetstream.Msg, t *task, d *events.Dispatch, made int) {
-	run := events.Run{
-		DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt, Attempt: made,
-		FinishedAt: time.Now().UTC(), Source: d.Source, BreakerKey: t.breakerKey, Final: true, Dispatch: d,
-		Error:     fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1),
-		ErrorKind: events.ErrorPermanent,
-	}
+	run := d.Run()
+	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, time.Now().UTC(), d.Source, t.breakerKey
+	run.Final, run.Dispatch, run.ErrorKind = true, d, events.ErrorPermanent
+	run.Error = fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1)
 	s.settleAfter(m, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: made, Outcome: events.OutcomeFailed}, "term", termBody(run.Error))
