@@ -20,7 +20,6 @@
 package breaker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,6 +213,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 	// A task-scoped record counts the outcomes of one task: a task deleted
 	// and created again under the same ID is another (events.Run.TaskCreatedAt).
 	own := key == run.TaskID && !run.TaskCreatedAt.IsZero()
+	var checked, other bool // otherTask, read once whatever the CAS retries
 	rev, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
 		from = decodeRecord(key, cur)
 		if from.applied(outcome) {
@@ -226,8 +226,15 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 			// No record: the deleted task's was removed (watchDeletes),
 			// and this failure may be its last, arriving after the task
 			// was created again. The schedule says which task is current.
-			if other, err := s.otherTask(ctx, run); err != nil || other {
-				return nil, cmp.Or(err, errOtherTask)
+			if !checked {
+				var err error
+				if other, err = s.otherTask(ctx, run); err != nil {
+					return nil, err
+				}
+				checked = true
+			}
+			if other {
+				return nil, errOtherTask
 			}
 		case from.TaskCreatedAt.IsZero():
 		case run.TaskCreatedAt.Before(from.TaskCreatedAt):
