@@ -144,11 +144,11 @@ func (r *runner) seed(ctx context.Context, env *natsEnv, tier Tier, ids []string
 			return err
 		}
 		spec.Normalize()
-		specJSON, err := json.Marshal(spec)
+		dec := gov.Decide(now, &spec, gov.State{}, gov.Input{Kind: gov.KindAccepted})
+		specJSON, err := json.Marshal(gov.StoredSpec{TaskSpec: &spec, CreatedAt: dec.State.CreatedAt})
 		if err != nil {
 			return err
 		}
-		dec := gov.Decide(now, &spec, gov.State{}, gov.Input{Kind: gov.KindAccepted})
 		dec.State.LastCommandID = "bench-" + r.tag + "-seed-" + id
 		stateJSON, err := json.Marshal(dec.State)
 		if err != nil {

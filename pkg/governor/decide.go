@@ -67,7 +67,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	}
 	switch in.Kind {
 	case KindAccepted:
-		*s = State{TaskID: spec.ID, CreatedAt: now.UTC(), LastActivityAt: now.UTC()}
+		*s = State{TaskID: spec.ID, CreatedAt: CreatedAt(now), LastActivityAt: now.UTC()}
 	case KindUpdated:
 		s.TaskID = spec.ID
 		p.restartAdaptive()
@@ -159,6 +159,11 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 func outdated(o *Outcome, st State) bool {
 	return !o.FinishedAt.IsZero() && o.FinishedAt.Before(st.LastScheduledAt)
 }
+
+// CreatedAt is the createdAt of a task whose creation Decide applies at
+// now (State.CreatedAt). The governor service stores the same time with
+// the spec, before it decides.
+func CreatedAt(now time.Time) time.Time { return now.UTC() }
 
 // OtherTask reports a run of another task of the same ID: one dispatched
 // from a schedule created at taskCreatedAt, when st was created at another

@@ -1,6 +1,8 @@
 package governor_test
 
 import (
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -89,5 +91,38 @@ func TestOtherTask(t *testing.T) {
 		if got := governor.OtherTask(c.created, c.st); got != c.want {
 			t.Errorf("OtherTask(%v, createdAt %v) = %v, want %v", c.created, c.st.CreatedAt, got, c.want)
 		}
+	}
+}
+
+// TestStoredSpecAddsCreatedAtToTheSpec: a flyball-tasks value is the spec's
+// JSON with the task's createdAt beside its fields, so a reader that knows
+// only events.TaskSpec (an older executor, the API) reads the spec as
+// before, and a value written before createdAt was stored reads as zero.
+// The createdAt a creation stores is the one Decide gives its schedule.
+func TestStoredSpecAddsCreatedAtToTheSpec(t *testing.T) {
+	spec := intervalSpec(time.Minute)
+	created := governor.CreatedAt(t0.In(time.FixedZone("x", 3600)))
+	if st := governor.Decide(t0, spec, governor.State{}, accepted).State; !st.CreatedAt.Equal(created) || st.CreatedAt.Location() != time.UTC {
+		t.Fatalf("Decide stores createdAt %v, CreatedAt gives %v", st.CreatedAt, created)
+	}
+	body, err := json.Marshal(governor.StoredSpec{TaskSpec: spec, CreatedAt: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(plain[:len(plain)-1]) + `,"createdAt":"` + created.Format(time.RFC3339Nano) + `"}`
+	if string(body) != want {
+		t.Fatalf("stored spec\n%s\nwant\n%s", body, want)
+	}
+	var asSpec events.TaskSpec
+	if err := json.Unmarshal(body, &asSpec); err != nil || !reflect.DeepEqual(&asSpec, spec) {
+		t.Fatalf("read as a TaskSpec: %+v (err %v), want %+v", asSpec, err, spec)
+	}
+	var old governor.StoredSpec
+	if err := json.Unmarshal(plain, &old); err != nil || !old.CreatedAt.IsZero() || !reflect.DeepEqual(old.TaskSpec, spec) {
+		t.Fatalf("a value without createdAt read as %+v (err %v)", old, err)
 	}
 }

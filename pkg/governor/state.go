@@ -1,6 +1,10 @@
 package governor
 
-import "time"
+import (
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
 
 // State is everything the governor remembers about one task between
 // decisions. It is the value stored under the task's key in KV
@@ -127,4 +131,21 @@ type RunLedger struct {
 	// Counts[h mod 24] is the number of runs scheduled in hour h, for h in
 	// (Hour-24, Hour].
 	Counts [24]uint32 `json:"counts"`
+}
+
+// StoredSpec is a flyball-tasks value: the spec as the governor accepted
+// it, its defaults filled in, and the createdAt of the task it belongs to.
+//
+// CreatedAt is the task's identity across a delete and a re-creation
+// under the same ID: the governor writes the same time into the task's
+// schedule (State.CreatedAt; the func CreatedAt gives it), the timer
+// copies it into every dispatch (events.Dispatch.TaskCreatedAt), and the
+// executor compares the two so that a dispatch of a deleted task never
+// calls the target of its namesake. A task update keeps it. It is zero in values written before
+// 2026-11-27, or by hand: then nothing is compared. It is not part of
+// events.TaskSpec: a client never sends it, and the API shows it as the
+// schedule's createdAt.
+type StoredSpec struct {
+	*events.TaskSpec
+	CreatedAt time.Time `json:"createdAt,omitzero"`
 }

@@ -247,6 +247,14 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		get = s.specs.Read
 	}
 	t, _, err := get(ctx, d.TaskID)
+	if err == nil {
+		var other string
+		if t, other, err = s.ofTask(ctx, t, d); other != "" {
+			s.log.Info("dispatch of a deleted task: skipping the run", "task", d.TaskID, "dispatch", d.DispatchID, "reason", other)
+			s.skip(m, d, other)
+			return
+		}
+	}
 	switch {
 	case jsutil.IsKeyMissing(err):
 		s.skip(m, d, "task deleted")
@@ -543,7 +551,10 @@ func (s *Service) releaseCall() {
 // task is a stored spec with what the executor derives from it once per
 // spec revision rather than once per run.
 type task struct {
-	spec       *events.TaskSpec
+	spec *events.TaskSpec
+	// createdAt is the task's, stored with its spec (governor.StoredSpec),
+	// or zero.
+	createdAt  time.Time
 	breakerKey string
 	host       string        // the HTTP target's host, for the per-host limit
 	hold       time.Duration // how long its run events may wait in the outbox (settleHold)
@@ -563,14 +574,15 @@ var errInvalidSpec = errors.New("invalid stored spec")
 // (a spec without a target would dereference nil).
 func (s *Service) decodeTask(_ string, raw []byte) (*task, error) {
 	var spec events.TaskSpec
-	if err := json.Unmarshal(raw, &spec); err != nil {
+	stored := governor.StoredSpec{TaskSpec: &spec}
+	if err := json.Unmarshal(raw, &stored); err != nil {
 		return nil, fmt.Errorf("%w: %w", errInvalidSpec, err)
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errInvalidSpec, err)
 	}
 	spec.Normalize() // as kvcache.DecodeSpec: cached, shared, read-only
-	t := &task{spec: &spec, breakerKey: BreakerKey(&spec), hold: settleHold(&spec)}
+	t := &task{spec: &spec, createdAt: stored.CreatedAt, breakerKey: BreakerKey(&spec), hold: settleHold(&spec)}
 	if h := spec.Target.HTTP; h != nil {
 		if u, err := url.Parse(h.URL); err == nil {
 			t.host = u.Host
@@ -617,10 +629,49 @@ func holdOf(t *task, d *events.Dispatch) time.Duration {
 	return outboxLinger
 }
 
-// pause is the part of a stored schedule the executor needs.
-type pause struct {
+// scheduleView is the part of a stored schedule the executor needs: its
+// pause (pauseOf) and the createdAt of its task (ofTask).
+type scheduleView struct {
 	Paused      bool      `json:"paused"`
 	PausedUntil time.Time `json:"pausedUntil"`
+	CreatedAt   time.Time `json:"createdAt"`
+}
+
+// ofTask returns the spec a dispatch calls, or why it must call none:
+// d is a slot of a task deleted since and created again under the same
+// ID (the timer published it, up to its lead ahead, before the delete),
+// whose namesake's target it must not call. t is the spec the view
+// holds. The createdAt stored with it (governor.StoredSpec) filters at no
+// KV cost; when it differs from the dispatch's, the schedule, which the
+// governor writes with the same time, decides: it names another task
+// (skip), none because the task is being deleted or created (skip), or
+// the dispatch's, when the view still holds the deleted task's spec (read
+// it again). A dispatch or spec from flyball before 2026-11-27 names no
+// createdAt, and calls as before.
+func (s *Service) ofTask(ctx context.Context, t *task, d *events.Dispatch) (*task, string, error) {
+	if d.TaskCreatedAt.IsZero() || t.createdAt.IsZero() || d.TaskCreatedAt.Equal(t.createdAt) {
+		return t, "", nil
+	}
+	var p scheduleView
+	ent, err := s.schedules.Get(ctx, d.TaskID)
+	if err != nil && !jsutil.IsKeyMissing(err) {
+		return nil, "", fmt.Errorf("read schedule %s: %w", d.TaskID, err)
+	}
+	if ent != nil {
+		if json.Unmarshal(ent.Value(), &p) != nil || p.CreatedAt.IsZero() {
+			return t, "", nil //nolint:nilerr // an unreadable schedule tells nothing: the governor rebuilds it
+		}
+		if p.CreatedAt.Equal(d.TaskCreatedAt) {
+			fresh, _, err := s.specs.Read(ctx, d.TaskID)
+			return fresh, "", err
+		}
+	}
+	now := "is being deleted or created"
+	if !p.CreatedAt.IsZero() {
+		now = "was created at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return nil, "task deleted: this slot is of the task created at " + d.TaskCreatedAt.UTC().Format(time.RFC3339Nano) +
+		"; the task of this ID now " + now, nil
 }
 
 // pauseOf reports the task's pause. Only a task with a key in
@@ -629,15 +680,15 @@ type pause struct {
 // schedule decides: a hint alone never skips a run. A task with no
 // schedule, or an unreadable one, is not paused (deletion is checked on
 // the spec; the governor rebuilds a corrupt schedule).
-func (s *Service) pauseOf(ctx context.Context, id string) pause {
+func (s *Service) pauseOf(ctx context.Context, id string) scheduleView {
 	if r := s.pauses.Lookup(id); r.Known && !r.Found {
-		return pause{}
+		return scheduleView{}
 	}
 	ent, err := s.schedules.Get(ctx, id)
 	if err != nil {
-		return pause{}
+		return scheduleView{}
 	}
-	var p pause
+	var p scheduleView
 	_ = json.Unmarshal(ent.Value(), &p)
 	return p
 }

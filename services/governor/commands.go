@@ -234,7 +234,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	spec := existing
 	var rev uint64
 	if step.Spec != nil {
-		body, err := json.Marshal(step.Spec)
+		body, err := json.Marshal(gov.StoredSpec{TaskSpec: step.Spec, CreatedAt: s.createdAt(ctx, step)})
 		if err != nil {
 			return nil, permanent("", fmt.Errorf("encode spec: %w", err), true)
 		}
@@ -257,6 +257,21 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		acc.NextRunAt = &t
 	}
 	return acc, nil
+}
+
+// createdAt is the createdAt stored with the spec of a created or updated
+// task (gov.StoredSpec): for a creation the time its schedule will
+// name, which gov.Decide takes from the command (step.At); for an update
+// the schedule's. It is zero for an update of a task with no readable
+// schedule (a creation interrupted before its schedule was written, or a
+// schedule written by an older governor), which the executor then does
+// not compare.
+func (s *Service) createdAt(ctx context.Context, step Step) time.Time {
+	if step.Input.Kind == gov.KindAccepted {
+		return gov.CreatedAt(step.At)
+	}
+	st, _ := s.loadState(ctx, step.TaskID)
+	return st.CreatedAt
 }
 
 func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {

@@ -121,6 +121,16 @@ var exampleChecks = map[string]func([]byte) error{
 		return events.DecodeRun(e, &r)
 	},
 	"State": checkState,
+	"StoredSpec": func(b []byte) error {
+		var stored gov.StoredSpec
+		if err := docexamples.DecodeStrict(b, &stored); err != nil {
+			return err
+		}
+		if stored.TaskSpec == nil || stored.CreatedAt.IsZero() {
+			return errors.New("a stored spec needs the spec's fields and createdAt")
+		}
+		return stored.Validate()
+	},
 	"Pause": func(b []byte) error { return docexamples.DecodeStrict(b, &pauseHint{}) },
 }
 

@@ -150,3 +150,48 @@ func TestReplayNamesARunOfTheDeletedTask(t *testing.T) {
 		t.Fatalf("the replay holds the new task for the old one's dead letter: %s", last.Decision.Trail)
 	}
 }
+
+// storedSpecCreatedAt reads the createdAt stored with task id's spec.
+func storedSpecCreatedAt(t *testing.T, s *Service, id string) time.Time {
+	t.Helper()
+	ent, err := s.tasks.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored gov.StoredSpec
+	if err := json.Unmarshal(ent.Value(), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.TaskSpec == nil || stored.ID != id {
+		t.Fatalf("flyball-tasks %s holds no spec of it: %s", id, ent.Value())
+	}
+	return stored.CreatedAt
+}
+
+// TestTheStoredSpecNamesItsTasksCreatedAt: the executor tells a dispatch
+// of a deleted task from one of its namesake by the createdAt stored with
+// the spec, which must be the schedule's (the dispatch's), be kept by an
+// update, and change with a re-creation.
+func TestTheStoredSpecNamesItsTasksCreatedAt(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "c", "create-1", *minuteSpec("c"))
+	first := storedState(t, s, "c").CreatedAt
+	if got := storedSpecCreatedAt(t, s, "c"); first.IsZero() || !got.Equal(first) {
+		t.Fatalf("after task.created the spec names createdAt %v, the schedule %v", got, first)
+	}
+	updated := minuteSpec("c")
+	updated.Schedule.Interval = events.Duration(2 * time.Minute)
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "c", "update-1", *updated)
+	if got := storedSpecCreatedAt(t, s, "c"); !got.Equal(first) {
+		t.Fatalf("after task.updated the spec names createdAt %v, want the task's %v", got, first)
+	}
+	if st := storedState(t, s, "c"); !st.CreatedAt.Equal(first) {
+		t.Fatalf("after task.updated the schedule names createdAt %v, want %v", st.CreatedAt, first)
+	}
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "c", "delete-1", events.TaskRef{ID: "c"})
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "c", "create-2", *minuteSpec("c"))
+	second := storedState(t, s, "c").CreatedAt
+	if got := storedSpecCreatedAt(t, s, "c"); !second.After(first) || !got.Equal(second) {
+		t.Fatalf("after the re-creation the spec names createdAt %v and the schedule %v; the old task's was %v", got, second, first)
+	}
+}

@@ -1,0 +1,157 @@
+package executor
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// dispatchOf publishes a run.due for task id, due now, dispatched from a
+// schedule created at created (zero: a dispatch of flyball before
+// 2026-11-27).
+func dispatchOf(t *testing.T, js jetstream.JetStream, id string, created time.Time) {
+	t.Helper()
+	slot := time.Now().UTC()
+	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: slot, Source: "test", TaskCreatedAt: created}
+	body, err := events.Marshal(events.TypeRunDue, "test", id, d, slot, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outcomeOf waits for the first succeeded or skipped run of task id on
+// RUNS and returns its outcome and record.
+func outcomeOf(t *testing.T, js jetstream.JetStream, id string) (events.Outcome, events.Run) {
+	t.Helper()
+	runs, err := js.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		got events.Outcome
+		msg *jetstream.RawStreamMsg
+	)
+	natstest.Eventually(t, 20*time.Second, "a run of "+id, func() bool {
+		for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeSkipped, events.OutcomeFailed} {
+			if m, err := runs.GetLastMsgForSubject(t.Context(), events.RunSubject(o, id)); err == nil {
+				got, msg = o, m
+				return true
+			}
+		}
+		return false
+	})
+	e, err := events.Decode(msg.Header, msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run events.Run
+	if err := events.DecodeData(e, &run); err != nil {
+		t.Fatal(err)
+	}
+	return got, run
+}
+
+// TestADispatchOfADeletedTaskDoesNotCallItsNamesake: the timer publishes
+// a dispatch up to its lead (1 s) before the slot. A task deleted and
+// created again under the same ID within that time left a dispatch that
+// named the old task (its taskCreatedAt) and called the new spec's
+// target. Now it is skipped, with a reason naming both tasks, unless the
+// schedule, which decides, names the dispatch's task; a dispatch or spec
+// naming no createdAt (flyball before 2026-11-27) calls as before.
+func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	var (
+		mu    sync.Mutex
+		calls = map[string]int{}
+	)
+	target := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls[strings.TrimPrefix(r.URL.Path, "/")]++
+		mu.Unlock()
+	}))
+	t.Cleanup(target.Close)
+
+	old := time.Date(2026, 11, 27, 1, 0, 0, 123456789, time.UTC)
+	created := old.Add(90 * time.Second)
+	third := created.Add(time.Minute)
+	cases := []struct {
+		id             string
+		spec, schedule time.Time // createdAt stored with the spec and the schedule (zero: none)
+		noSchedule     bool
+		dispatch       time.Time
+		want           events.Outcome
+		reason         string
+	}{
+		{
+			id: "old-dispatch", spec: created, schedule: created, dispatch: old, want: events.OutcomeSkipped,
+			reason: "task deleted: this slot is of the task created at " + old.Format(time.RFC3339Nano) + "; the task of this ID now was created at " + created.Format(time.RFC3339Nano),
+		},
+		{id: "new-dispatch", spec: created, schedule: created, dispatch: created, want: events.OutcomeSucceeded},
+		{id: "spec-lags", spec: old, schedule: created, dispatch: created, want: events.OutcomeSucceeded},
+		{
+			id: "schedule-names-a-third", spec: created, schedule: third, dispatch: old, want: events.OutcomeSkipped,
+			reason: "now was created at " + third.Format(time.RFC3339Nano),
+		},
+		{
+			id: "no-schedule", spec: created, noSchedule: true, dispatch: old, want: events.OutcomeSkipped,
+			reason: "the task of this ID now is being deleted or created",
+		},
+		{id: "old-version-dispatch", spec: created, schedule: created, want: events.OutcomeSucceeded},
+		{id: "old-version-spec", schedule: created, dispatch: old, want: events.OutcomeSucceeded},
+		{id: "schedule-names-none", spec: created, dispatch: old, want: events.OutcomeSucceeded},
+	}
+	for _, c := range cases {
+		spec := events.TaskSpec{
+			ID:       c.id,
+			Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL + "/" + c.id}},
+			Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+		}
+		spec.Normalize()
+		putKV(t, srv.JS, streams.BucketTasks, c.id, governor.StoredSpec{TaskSpec: &spec, CreatedAt: c.spec})
+		if !c.noSchedule {
+			st := map[string]any{"taskId": c.id, "nextRunAt": time.Now().Add(time.Hour).UTC()}
+			if !c.schedule.IsZero() {
+				st["createdAt"] = c.schedule
+			}
+			putKV(t, srv.JS, streams.BucketSchedules, c.id, st)
+		}
+	}
+	startExecutor(t, srv, newLogLines())
+	for _, c := range cases {
+		dispatchOf(t, srv.JS, c.id, c.dispatch)
+	}
+	for _, c := range cases {
+		got, run := outcomeOf(t, srv.JS, c.id)
+		mu.Lock()
+		n := calls[c.id]
+		mu.Unlock()
+		if got != c.want {
+			t.Errorf("%s: run.%s (reason %q), want run.%s", c.id, got, run.Reason, c.want)
+			continue
+		}
+		if want := map[events.Outcome]int{events.OutcomeSucceeded: 1}[c.want]; n != want {
+			t.Errorf("%s: %d calls of its target, want %d", c.id, n, want)
+		}
+		if !run.TaskCreatedAt.Equal(c.dispatch) {
+			t.Errorf("%s: run names taskCreatedAt %v, want the dispatch's %v", c.id, run.TaskCreatedAt, c.dispatch)
+		}
+		if c.reason != "" && !strings.Contains(run.Reason, c.reason) {
+			t.Errorf("%s: reason %q, want it to contain %q", c.id, run.Reason, c.reason)
+		}
+	}
+}
