@@ -16,13 +16,18 @@
 //     paused when it has a key in flyball-pauses and its schedule says so);
 //   - a catchUp "none" task's slot that first arrives after the next slot
 //     passed too (governor.MissedUnderNone): publish run.skipped, then ack;
-//   - open breaker: NakWithDelay until the breaker's retryAt, without
-//     calling the target and without counting an attempt;
+//   - a dispatch of a task deleted since and created again under its ID
+//     (its taskCreatedAt is not the task's, ofTask), or a slot published
+//     again a minute or more after it fell due whose outcome is already on
+//     RUNS or DEADLETTER (ranAlready): publish run.skipped, then ack;
+//   - open breaker: the delivery is kept (marked in progress) until the
+//     breaker's retryAt or its next change, without calling the target,
+//     counting an attempt or using one of the consumer's deliveries (park);
 //   - half-open breaker (or open past retryAt): one call per breaker key
 //     and half-open period, across every executor, is the probe: the one
 //     whose Create of the claim in KV flyball-probes wins. Every other
-//     call is deferred with NakWithDelay and checks again until the
-//     probe's outcome closes or re-opens the breaker, or the claim expires.
+//     call is kept the same way and checks again until the probe's
+//     outcome closes or re-opens the breaker, or the claim expires.
 //
 // Outbound calls pass an SSRF guard that refuses loopback, link-local and
 // cloud-metadata addresses unless explicitly allowed, checked on the

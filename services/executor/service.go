@@ -26,6 +26,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/slotdone"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -38,9 +39,12 @@ type Service struct {
 	userAgent string // "flyball/" + Config.Version
 	client    *http.Client
 	schedules jetstream.KeyValue
-	breakerKV jetstream.KeyValue
-	attempts  jetstream.KeyValue
-	probes    jetstream.KeyValue // probe claims of half-open breakers (probe.go)
+	// runs and dead are read for a dispatch fired long after its slot
+	// (ranAlready).
+	runs, dead jetstream.Stream
+	breakerKV  jetstream.KeyValue
+	attempts   jetstream.KeyValue
+	probes     jetstream.KeyValue // probe claims of half-open breakers (probe.go)
 	// probeMargin is how much longer than its call a probe claim lives
 	// (probeTTL): settleMargin; tests shorten it.
 	probeMargin time.Duration
@@ -105,6 +109,12 @@ func (s *Service) Start(ctx context.Context) error {
 		jsutil.Bucket{Name: streams.BucketProbes, KV: &s.probes},
 	); err != nil {
 		return fmt.Errorf("executor: %w", err)
+	}
+	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
+		return fmt.Errorf("executor: stream %s: %w", streams.StreamRuns, err)
+	}
+	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
+		return fmt.Errorf("executor: stream %s: %w", streams.StreamDeadLetter, err)
 	}
 	s.specs = kvcache.New(tasks, s.decodeTask, s.log)
 	// Not a view of flyball-schedules: every run rewrites its schedule,
@@ -637,6 +647,45 @@ type scheduleView struct {
 	CreatedAt   time.Time `json:"createdAt"`
 }
 
+// LateRedispatch is how long after its slot a dispatch must be published
+// for ranAlready to look for the slot's outcome. DISPATCH drops a second
+// publish of a slot within its 2-minute duplicate window, and the timer
+// publishes a slot at most its lead (1 s) ahead, so a second dispatch of
+// a slot that gets stored was fired more than 2 minutes less a second
+// after it; a minute leaves room for clocks.
+const LateRedispatch = time.Minute
+
+// ranAlready skips the first delivery of a dispatch published long after
+// its slot (LateRedispatch) when the slot, or a later one, already has
+// its outcome on RUNS or DEADLETTER. Such a dispatch is the slot
+// published again: by a timer that started (a restart, a new replica)
+// while the governor had not applied the slot's outcome, so the schedule
+// still named it, or by the sweeper for a zombie. Past DISPATCH's
+// duplicate window it is stored as a new message and would run the slot
+// a second time. It is reported as run.skipped, not just acked, so the
+// governor advances the schedule from it even if it ignores the stored
+// outcome. A dispatch fired on time, a redelivery (counted in
+// flyball-attempts instead) and every read error (logged) run as before:
+// at least once. It reports whether it skipped.
+func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dispatch) bool {
+	if d.FiredAt.Sub(d.ScheduledAt) < LateRedispatch {
+		return false
+	}
+	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt)
+	if err != nil {
+		s.log.Warn("could not read whether a slot dispatched again long after it fell due already ran; calling it", "dispatch", d.DispatchID, "err", err)
+		return false
+	}
+	if !done {
+		return false
+	}
+	reason := "already ran: the outcome of this slot is stored; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
+		", after the duplicate window, while the governor was behind"
+	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt)
+	s.skip(m, d, reason)
+	return true
+}
+
 // ofTask returns the spec a dispatch calls, or why it must call none:
 // d is a slot of a task deleted since and created again under the same
 // ID (the timer published it, up to its lead ahead, before the delete),
@@ -825,6 +874,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	}
 	if prior.Outcome != "" { // done: only its ack or term was lost
 		s.settleAgain(m, d, prior)
+		return
+	}
+	if attempt == 1 && md.NumDelivered == 1 && s.ranAlready(ctx, m, d) {
 		return
 	}
 	if attempt > 1 && attempt > spec.Retry.MaxAttempts {

@@ -29,7 +29,7 @@ import (
 // operators do: create, runs of HTTP and NATS targets, failures, a task
 // and a host breaker that open, one turning half-open, a dead letter and
 // its retry, update, pause, hint, resume,
-// run-now, every read of the API, a command from the CLI's user, delete
+// run-now, a slot dispatched again after it ran (skipped), every read of the API, a command from the CLI's user, delete
 // (the breaker removes the task's record), an orphan the sweeper purges,
 // and a clean stop. A permission
 // missing from accounts.conf, for any of it, fails the test
@@ -97,6 +97,7 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		"retry":{"maxAttempts":1},"breaker":{"scope":"host","failureThreshold":1,"openDelay":"1s"}}`, bad.srv.URL), http.StatusAccepted)
 
 	natstest.Eventually(t, 10*time.Second, "runs of ok", func() bool { return len(succeeded()) >= 2 })
+	skippedAsRun(t, srv.JS, "ok")
 	natstest.Eventually(t, 10*time.Second, "runs of echo", func() bool { return len(echoed()) >= 1 })
 	natstest.Eventually(t, 10*time.Second, "a host breaker opens", func() bool { return len(hostOpen()) >= 1 })
 	natstest.Eventually(t, 10*time.Second, "bad dead-lettered", func() bool { return len(dead()) >= 1 })
@@ -159,6 +160,53 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "the sweeper purges an orphaned breaker record", func() bool {
 		_, err := kv.Get(context.Background(), "orphan")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+}
+
+// skippedAsRun publishes, as admin, a dispatch of a slot of task id that
+// has run, fired three minutes after it (a timer that restarted while the
+// governor was behind), and waits for the executor, under its compose
+// user, to read RUNS and skip it.
+func skippedAsRun(t *testing.T, js jetstream.JetStream, id string) {
+	t.Helper()
+	runs, err := js.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := runs.GetLastMsgForSubject(t.Context(), events.RunSubject(events.OutcomeSucceeded, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r events.Run
+	if err := events.DecodeRun(e, &r); err != nil {
+		t.Fatal(err)
+	}
+	d := events.Dispatch{
+		DispatchID: r.DispatchID, TaskID: id, ScheduledAt: r.ScheduledAt, FiredAt: r.ScheduledAt.Add(3 * time.Minute),
+		Source: "baseline-interval", TaskCreatedAt: r.TaskCreatedAt,
+	}
+	body, err := events.Marshal(events.TypeRunDue, "test", id, d, time.Now().UTC(), d.DispatchID+":again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// DISPATCH holds one pending dispatch per task: the task's own may be
+	// there.
+	natstest.Eventually(t, 10*time.Second, "the late dispatch stored", func() bool {
+		_, err := js.Publish(t.Context(), events.DispatchSubject(id), body)
+		return err == nil
+	})
+	natstest.Eventually(t, 10*time.Second, "the slot skipped as already run", func() bool {
+		m, err := runs.GetLastMsgForSubject(t.Context(), events.RunSubject(events.OutcomeSkipped, id))
+		if err != nil {
+			return false
+		}
+		e, err := events.Decode(m.Header, m.Data)
+		var s events.Run
+		return err == nil && events.DecodeRun(e, &s) == nil && s.DispatchID == d.DispatchID && strings.HasPrefix(s.Reason, "already ran")
 	})
 }
 

@@ -259,3 +259,48 @@ func TestDeadLetteredRunIsNotRenudged(t *testing.T) {
 		t.Fatalf("a lost run whose task has only an earlier slot's dead letter was not re-dispatched (%v)", err)
 	}
 }
+
+// TestOutcomeOfADeletedTaskDoesNotHideAZombie: the zombie check takes a
+// final outcome of the slot on RUNS for the governor being behind, and
+// does not re-dispatch. An outcome of a deleted task of the same ID (its
+// taskCreatedAt is not the schedule's createdAt) is one the governor
+// ignores, so it must not hide a lost run of the task created again: the
+// schedule would never move.
+func TestOutcomeOfADeletedTaskDoesNotHideAZombie(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	slot := time.Now().UTC().Add(-10 * time.Minute)
+	created := slot.Add(-time.Hour)
+	for id, runOf := range map[string]time.Time{"own": created, "namesake": created.Add(-time.Hour)} {
+		putJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		putJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
+			TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval, CreatedAt: created,
+			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
+		})
+		r := events.Run{
+			DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, Attempt: 1,
+			StartedAt: slot, FinishedAt: slot.Add(time.Second), Status: 200, TaskCreatedAt: runOf,
+		}
+		if err := jsutil.PublishEvent(t.Context(), srv.JS, events.RunSubject(events.OutcomeSucceeded, id), r.DispatchID+"/1",
+			events.TypeRunSucceeded, "flyball/executor/test", id, r, r.FinishedAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{t: t, srv: srv}
+	e.st = e.startWith(nil, "sweeper") // no governor: the outcomes stay unapplied
+	<-e.st.Sweeper.Swept()             // a sweep re-nudges before it reports
+	st, err := srv.JS.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.GetLastMsgForSubject(t.Context(), events.DispatchSubject("own")); err == nil {
+		t.Fatalf("a slot with its own outcome on RUNS was dispatched again: %s", m.Data)
+	}
+	m, err := st.GetLastMsgForSubject(t.Context(), events.DispatchSubject("namesake"))
+	if err != nil {
+		t.Fatalf("a lost run whose slot has only a deleted namesake's outcome was not re-dispatched (%v)", err)
+	}
+	if !strings.Contains(string(m.Data), `"taskCreatedAt":"`+created.Format(time.RFC3339Nano)+`"`) {
+		t.Fatalf("re-nudged dispatch %s does not name the schedule's createdAt", m.Data)
+	}
+}

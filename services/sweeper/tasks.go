@@ -16,6 +16,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/services/internal/slotdone"
 )
 
 // view is the sweeper's in-memory picture of every task, kept current by
@@ -261,22 +262,14 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
 		return
 	}
-	for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped} {
-		raw, err := s.runs.GetLastMsgForSubject(ctx, events.RunSubject(o, id))
-		if err != nil {
-			continue
-		}
-		if e, err := events.Decode(raw.Header, raw.Data); err == nil {
-			var r events.Run
-			// A failure with a retry to follow is no outcome: the governor
-			// ignores it, and the retry's dispatch is gone.
-			if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && !r.ScheduledAt.Before(st.NextRunAt) {
-				return // the outcome exists; the governor has not applied it yet
-			}
-		}
-	}
-	if s.deadLettered(ctx, id, st.NextRunAt) {
-		return // dead-lettered; the governor has not applied it yet
+	// A final outcome on RUNS, or the slot's dead letter (a max-deliveries
+	// entry has no run.failed on RUNS): the governor is just behind.
+	// Re-dispatching would call the target again for a run that is done.
+	if done, err := slotdone.Done(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt); err != nil {
+		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
+		return // the next sweep looks again
+	} else if done {
+		return
 	}
 	d := events.Dispatch{
 		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
@@ -289,29 +282,6 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	}
 	s.cfg.Metrics.ZombiesRenudged.Inc()
 	s.cfg.Logger.Warn("zombie run re-nudged: due long ago, never dispatched or never finished", "task", id, "due", st.NextRunAt)
-}
-
-// deadLettered reports whether the last dead letter of task id is for the
-// slot at next or a later one. A governor down past ZombieAfter has not
-// applied it, so the schedule still names the slot: re-dispatching it
-// would call the target again for a run that failed for good (and that
-// run.failed, final, is on RUNS only when the executor settled it: a
-// max-deliveries entry has none).
-func (s *Service) deadLettered(ctx context.Context, id string, next time.Time) bool {
-	raw, err := s.dead.GetLastMsgForSubject(ctx, events.DeadLetterSubject(id))
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
-			return true // the next sweep looks again
-		}
-		return false
-	}
-	e, err := events.Decode(raw.Header, raw.Data)
-	if err != nil {
-		return false
-	}
-	var dl events.DeadLetter
-	return events.DecodeData(e, &dl) == nil && !dl.Dispatch.ScheduledAt.Before(next)
 }
 
 func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string) {

@@ -1,0 +1,152 @@
+package executor
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// publishEvent stores an event of typ with data on subject, as its
+// service would.
+func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, id string, data any) {
+	t.Helper()
+	body, err := events.Marshal(typ, "test", id, data, time.Now().UTC(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), subject, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestASlotDispatchedAgainAfterItRanIsSkipped: a timer that starts while
+// the governor has not applied a slot's outcome publishes the slot again
+// (the schedule still names it); past DISPATCH's 2-minute duplicate window
+// it is stored as a new dispatch, and ran the slot a second time. A
+// dispatch fired a minute or more after its slot is now skipped when the
+// slot, or a later one, has its final outcome on RUNS or its dead letter
+// on DEADLETTER. One fired on time, one whose slot has only a failure with
+// a retry to follow, or only outcomes of earlier slots or of another task
+// of the same ID, is called.
+func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	var (
+		mu    sync.Mutex
+		calls = map[string]int{}
+	)
+	target := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls[strings.TrimPrefix(r.URL.Path, "/")]++
+		mu.Unlock()
+	}))
+	t.Cleanup(target.Close)
+
+	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
+	created := slot.Add(-time.Hour)
+	ran := func(id string, at time.Time, o events.Outcome, final bool, createdAt time.Time) func() {
+		return func() {
+			d := events.Dispatch{DispatchID: events.DispatchID(id, at), TaskID: id, ScheduledAt: at, TaskCreatedAt: createdAt}
+			r := d.Run()
+			r.Attempt, r.StartedAt, r.FinishedAt, r.Final = 1, at, at.Add(time.Second), final
+			if o == events.OutcomeSkipped {
+				r.Reason = "task paused"
+			}
+			publishEvent(t, srv.JS, events.RunSubject(o, id), o.Type(), id, r)
+		}
+	}
+	deadLettered := func(id string, at time.Time) func() {
+		return func() {
+			d := events.Dispatch{DispatchID: events.DispatchID(id, at), TaskID: id, ScheduledAt: at, FiredAt: at, TaskCreatedAt: created}
+			publishEvent(t, srv.JS, events.DeadLetterSubject(id), events.TypeDeadLettered, id, events.DeadLetter{
+				TaskID: id, Reason: events.DeadLetterMaxDeliveries, Dispatch: d, Attempts: 1, FirstFailedAt: at, DeadLetteredAt: at,
+			})
+		}
+	}
+	cases := []struct {
+		id     string
+		before func()        // what RUNS or DEADLETTER holds
+		late   time.Duration // the dispatch's firedAt after its slot
+		called bool
+	}{
+		{id: "succeeded", before: ran("succeeded", slot, events.OutcomeSucceeded, false, created), late: 3 * time.Minute},
+		{id: "skipped", before: ran("skipped", slot, events.OutcomeSkipped, false, created), late: 3 * time.Minute},
+		{id: "failed-final", before: ran("failed-final", slot, events.OutcomeFailed, true, created), late: 3 * time.Minute},
+		{id: "dead-lettered", before: deadLettered("dead-lettered", slot), late: 3 * time.Minute},
+		{id: "a-later-slot-ran", before: ran("a-later-slot-ran", slot.Add(time.Minute), events.OutcomeSucceeded, false, created), late: 3 * time.Minute},
+		{id: "on-time", before: ran("on-time", slot, events.OutcomeSucceeded, false, created), late: time.Second, called: true},
+		{id: "retry-pending", before: ran("retry-pending", slot, events.OutcomeFailed, false, created), late: 3 * time.Minute, called: true},
+		{id: "earlier-slot-ran", before: ran("earlier-slot-ran", slot.Add(-time.Minute), events.OutcomeSucceeded, false, created), late: 3 * time.Minute, called: true},
+		{id: "other-task-ran", before: ran("other-task-ran", slot, events.OutcomeSucceeded, false, created.Add(-time.Hour)), late: 3 * time.Minute, called: true},
+		{id: "nothing-ran", before: func() {}, late: 3 * time.Minute, called: true},
+	}
+	for _, c := range cases {
+		spec := events.TaskSpec{
+			ID:       c.id,
+			Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL + "/" + c.id}},
+			Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
+		}
+		spec.Normalize()
+		putKV(t, srv.JS, streams.BucketTasks, c.id, spec)
+		c.before()
+	}
+	startExecutor(t, srv, newLogLines())
+	for _, c := range cases {
+		d := events.Dispatch{
+			DispatchID: events.DispatchID(c.id, slot), TaskID: c.id, ScheduledAt: slot, FiredAt: slot.Add(c.late),
+			Source: "baseline-interval", TaskCreatedAt: created,
+		}
+		publishEvent(t, srv.JS, events.DispatchSubject(c.id), events.TypeRunDue, c.id, d)
+	}
+	runs, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// skipReason is the reason of the task's last run.skipped naming the
+	// dispatched slot as already run, or "".
+	skipReason := func(id string) string {
+		m, err := runs.GetLastMsgForSubject(t.Context(), events.RunSubject(events.OutcomeSkipped, id))
+		if err != nil {
+			return ""
+		}
+		e, err := events.Decode(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r events.Run
+		if err := events.DecodeData(e, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(r.Reason, "already ran") {
+			return ""
+		}
+		return r.Reason
+	}
+	for _, c := range cases {
+		natstest.Eventually(t, 20*time.Second, c.id+": a call or a skip", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return calls[c.id] > 0 || skipReason(c.id) != ""
+		})
+		mu.Lock()
+		n := calls[c.id]
+		mu.Unlock()
+		reason := skipReason(c.id)
+		switch {
+		case c.called && (n != 1 || reason != ""):
+			t.Errorf("%s: %d calls and skip reason %q, want the slot called once", c.id, n, reason)
+		case !c.called && (n != 0 || !strings.Contains(reason, "dispatched again at "+slot.Add(c.late).Format(time.RFC3339Nano))):
+			t.Errorf("%s: %d calls and skip reason %q, want it skipped as already run", c.id, n, reason)
+		}
+	}
+}

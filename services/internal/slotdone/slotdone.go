@@ -1,0 +1,63 @@
+// Package slotdone tells whether a task's slot already has its outcome
+// stored, from the last events of the task on RUNS and DEADLETTER.
+//
+// The governor plans the next slot from a slot's outcome. While it is
+// behind (down, or working through a backlog), the schedule still names a
+// slot that has run, and a dispatch of that slot published again (by the
+// sweeper for a zombie, or by a timer that restarted) after DISPATCH's
+// 2-minute duplicate window would run it again. The sweeper asks before
+// it re-dispatches; the executor asks before it calls for a dispatch
+// fired long after its slot.
+package slotdone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// Done reports whether task id's slot at slot, or a later one, has a final
+// outcome on runs (run.succeeded, run.skipped, or run.failed with no retry
+// to follow) or a dead-letter entry on dead. A failure with a retry to
+// follow is no outcome: the slot is not done. Nor is an event of another
+// task of the same ID: one naming a taskCreatedAt other than created (the
+// schedule's), when both are known. An error reading either stream is
+// returned; an event that does not decode counts as none.
+func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time) (bool, error) {
+	other := func(t time.Time) bool { return !t.IsZero() && !created.IsZero() && !t.Equal(created) }
+	for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeSkipped, events.OutcomeFailed} {
+		raw, err := runs.GetLastMsgForSubject(ctx, events.RunSubject(o, id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("read the last run.%s of %s: %w", o, id, err)
+		}
+		e, err := events.Decode(raw.Header, raw.Data)
+		if err != nil {
+			continue
+		}
+		var r events.Run
+		if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && !r.ScheduledAt.Before(slot) && !other(r.TaskCreatedAt) {
+			return true, nil
+		}
+	}
+	raw, err := dead.GetLastMsgForSubject(ctx, events.DeadLetterSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the last dead letter of %s: %w", id, err)
+	}
+	e, err := events.Decode(raw.Header, raw.Data)
+	if err != nil {
+		return false, nil //nolint:nilerr // an entry that does not decode names no slot
+	}
+	var dl events.DeadLetter
+	return events.DecodeData(e, &dl) == nil && !dl.Dispatch.ScheduledAt.Before(slot) && !other(dl.Dispatch.TaskCreatedAt), nil
+}
