@@ -2,10 +2,7 @@ package executor
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,35 +30,23 @@ func dispatchOf(t *testing.T, js jetstream.JetStream, id string, created time.Ti
 	}
 }
 
-// outcomeOf waits for the first succeeded or skipped run of task id on
-// RUNS and returns its outcome and record.
+// outcomeOf waits for the first succeeded, skipped or failed run of task
+// id on RUNS and returns its outcome and record.
 func outcomeOf(t *testing.T, js jetstream.JetStream, id string) (events.Outcome, events.Run) {
 	t.Helper()
-	runs, err := js.Stream(t.Context(), streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var (
 		got events.Outcome
-		msg *jetstream.RawStreamMsg
+		run events.Run
 	)
 	natstest.Eventually(t, 20*time.Second, "a run of "+id, func() bool {
 		for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeSkipped, events.OutcomeFailed} {
-			if m, err := runs.GetLastMsgForSubject(t.Context(), events.RunSubject(o, id)); err == nil {
-				got, msg = o, m
+			if r, ok := lastRun(t, js, o, id); ok {
+				got, run = o, r
 				return true
 			}
 		}
 		return false
 	})
-	e, err := events.Decode(msg.Header, msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var run events.Run
-	if err := events.DecodeData(e, &run); err != nil {
-		t.Fatal(err)
-	}
 	return got, run
 }
 
@@ -75,16 +60,7 @@ func outcomeOf(t *testing.T, js jetstream.JetStream, id string) (events.Outcome,
 func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
-	var (
-		mu    sync.Mutex
-		calls = map[string]int{}
-	)
-	target := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		calls[strings.TrimPrefix(r.URL.Path, "/")]++
-		mu.Unlock()
-	}))
-	t.Cleanup(target.Close)
+	target := newPathTarget(t)
 
 	old := time.Date(2026, 11, 27, 1, 0, 0, 123456789, time.UTC)
 	created := old.Add(90 * time.Second)
@@ -116,12 +92,7 @@ func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 		{id: "schedule-names-none", spec: created, dispatch: old, want: events.OutcomeSucceeded},
 	}
 	for _, c := range cases {
-		spec := events.TaskSpec{
-			ID:       c.id,
-			Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL + "/" + c.id}},
-			Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
-		}
-		spec.Normalize()
+		spec := target.spec(c.id)
 		putKV(t, srv.JS, streams.BucketTasks, c.id, governor.StoredSpec{TaskSpec: &spec, CreatedAt: c.spec})
 		if !c.noSchedule {
 			st := map[string]any{"taskId": c.id, "nextRunAt": time.Now().Add(time.Hour).UTC()}
@@ -137,9 +108,7 @@ func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 	}
 	for _, c := range cases {
 		got, run := outcomeOf(t, srv.JS, c.id)
-		mu.Lock()
-		n := calls[c.id]
-		mu.Unlock()
+		n := target.of(c.id)
 		if got != c.want {
 			t.Errorf("%s: run.%s (reason %q), want run.%s", c.id, got, run.Reason, c.want)
 			continue

@@ -2,10 +2,7 @@ package executor
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,16 +38,7 @@ func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, id string,
 func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
-	var (
-		mu    sync.Mutex
-		calls = map[string]int{}
-	)
-	target := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		calls[strings.TrimPrefix(r.URL.Path, "/")]++
-		mu.Unlock()
-	}))
-	t.Cleanup(target.Close)
+	target := newPathTarget(t)
 
 	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
 	created := slot.Add(-time.Hour)
@@ -91,12 +79,7 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 		{id: "nothing-ran", before: func() {}, late: 3 * time.Minute, called: true},
 	}
 	for _, c := range cases {
-		spec := events.TaskSpec{
-			ID:       c.id,
-			Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.URL + "/" + c.id}},
-			Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
-		}
-		spec.Normalize()
+		spec := target.spec(c.id)
 		putKV(t, srv.JS, streams.BucketTasks, c.id, spec)
 		c.before()
 	}
@@ -108,39 +91,19 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 		}
 		publishEvent(t, srv.JS, events.DispatchSubject(c.id), events.TypeRunDue, c.id, d)
 	}
-	runs, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// skipReason is the reason of the task's last run.skipped naming the
 	// dispatched slot as already run, or "".
 	skipReason := func(id string) string {
-		m, err := runs.GetLastMsgForSubject(t.Context(), events.RunSubject(events.OutcomeSkipped, id))
-		if err != nil {
-			return ""
+		if r, ok := lastRun(t, srv.JS, events.OutcomeSkipped, id); ok && strings.HasPrefix(r.Reason, "already ran") {
+			return r.Reason
 		}
-		e, err := events.Decode(m.Header, m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r events.Run
-		if err := events.DecodeData(e, &r); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasPrefix(r.Reason, "already ran") {
-			return ""
-		}
-		return r.Reason
+		return ""
 	}
 	for _, c := range cases {
 		natstest.Eventually(t, 20*time.Second, c.id+": a call or a skip", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return calls[c.id] > 0 || skipReason(c.id) != ""
+			return target.of(c.id) > 0 || skipReason(c.id) != ""
 		})
-		mu.Lock()
-		n := calls[c.id]
-		mu.Unlock()
+		n := target.of(c.id)
 		reason := skipReason(c.id)
 		switch {
 		case c.called && (n != 1 || reason != ""):

@@ -7,7 +7,6 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason: a stored spec
@@ -18,7 +17,6 @@ import (
 func TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
-	ctx := t.Context()
 	const id = "badurl"
 	startExecutor(t, srv, newLogLines(), events.TaskSpec{
 		ID:       id,
@@ -26,27 +24,12 @@ func TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason(t *testing.T) {
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
 	})
 	dispatchNow(t, srv.JS, id)
-	runs, err := srv.JS.Stream(ctx, streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	subj := events.RunSubject(events.OutcomeSkipped, id)
-	natstest.Eventually(t, 20*time.Second, "a run.skipped", func() bool {
-		_, err := runs.GetLastMsgForSubject(ctx, subj)
-		return err == nil
-	})
-	msg, err := runs.GetLastMsgForSubject(ctx, subj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := events.Decode(msg.Header, msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var run events.Run
-	if err := events.DecodeData(e, &run); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Eventually(t, 20*time.Second, "a run.skipped", func() bool {
+		var ok bool
+		run, ok = lastRun(t, srv.JS, events.OutcomeSkipped, id)
+		return ok
+	})
 	if !strings.Contains(run.Reason, "target.http.url") {
 		t.Fatalf("reason %q does not name the field", run.Reason)
 	}
