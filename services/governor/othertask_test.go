@@ -195,3 +195,36 @@ func TestTheStoredSpecNamesItsTasksCreatedAt(t *testing.T) {
 		t.Fatalf("after the re-creation the spec names createdAt %v and the schedule %v; the old task's was %v", got, second, first)
 	}
 }
+
+// TestReplaySaysWhyARepeatedOutcomeChangedNothing: flyball explain lists
+// every input that changed nothing with the reason. A second outcome of
+// the slot last applied (a redelivery, or the executor's run.skipped of
+// the slot dispatched again after it ran) and an outcome of a run that
+// finished before the last slot began read differently.
+func TestReplaySaysWhyARepeatedOutcomeChangedNothing(t *testing.T) {
+	spec := minuteSpec("r")
+	t1 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	outcome := func(slot time.Time, result string, finished time.Time) Step {
+		return Step{TaskID: "r", At: finished, Input: gov.Input{Kind: gov.KindOutcome, Outcome: &gov.Outcome{
+			DispatchID: events.DispatchID("r", slot), ScheduledAt: slot, Result: result, FinishedAt: finished, TaskCreatedAt: t1,
+		}}}
+	}
+	steps := []Step{
+		{TaskID: "r", At: t1, Spec: spec, CommandID: "c1", CommandType: events.TypeTaskCreated, Input: gov.Input{Kind: gov.KindAccepted}},
+		outcome(t1, "succeeded", t1.Add(time.Second)),
+		outcome(t1, "skipped", t1.Add(3*time.Minute)),
+		outcome(t1.Add(-time.Minute), "succeeded", t1.Add(-50*time.Second)),
+	}
+	entries := Replay(steps, func(int) (bool, bool) { return true, true })
+	if len(entries) != 4 || entries[1].Decision.Ignored {
+		t.Fatalf("entries %+v: want 4, the first outcome applied", entries)
+	}
+	for i, want := range map[int]string{
+		2: "the slot's outcome is applied already",
+		3: "the run finished before the slot of 2026-11-27T06:00:00Z began",
+	} {
+		if e := entries[i]; !e.Decision.Ignored || !strings.Contains(e.NoChange, want) {
+			t.Errorf("entry %d: ignored %v, %q; want it ignored, saying %q", i, e.Decision.Ignored, e.NoChange, want)
+		}
+	}
+}

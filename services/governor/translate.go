@@ -391,10 +391,16 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 func noChange(st *gov.State, in gov.Input) string {
 	switch in.Kind {
 	case gov.KindOutcome:
-		if o := in.Outcome; o != nil && gov.OtherTask(o.TaskCreatedAt, *st) {
+		o := in.Outcome
+		switch {
+		case o == nil:
+			return "no change: an outcome without its run"
+		case gov.OtherTask(o.TaskCreatedAt, *st):
 			return otherTask(o.TaskCreatedAt, st)
+		case o.DispatchID != "" && o.DispatchID == st.LastDispatchID:
+			return "no change: the slot's outcome is applied already (this one is a redelivery, or the executor's skip of the slot dispatched again after it ran)"
 		}
-		return "no change: the outcome of a run already applied (a redelivery)"
+		return "no change: the run finished before the slot of " + st.LastScheduledAt.UTC().Format(time.RFC3339Nano) + " began (a redelivery after later outcomes)"
 	case gov.KindDeadLettered:
 		dl := in.DeadLetter
 		switch {
