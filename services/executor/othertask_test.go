@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/pkg/governor"
@@ -102,7 +103,7 @@ func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 			putKV(t, srv.JS, streams.BucketSchedules, c.id, st)
 		}
 	}
-	startExecutor(t, srv, newLogLines())
+	ex := startExecutor(t, srv, newLogLines())
 	for _, c := range cases {
 		dispatchOf(t, srv.JS, c.id, c.dispatch)
 	}
@@ -123,4 +124,8 @@ func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 			t.Errorf("%s: reason %q, want it to contain %q", c.id, run.Reason, c.reason)
 		}
 	}
+	// The counter follows the event's confirmation by a moment.
+	natstest.Eventually(t, 10*time.Second, "flyball_skips_total{reason="+skipRecreated+"} = 3", func() bool {
+		return testutil.ToFloat64(ex.cfg.Metrics.SkipsTotal.WithLabelValues(skipRecreated)) == 3
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -83,7 +84,7 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 		putKV(t, srv.JS, streams.BucketTasks, c.id, spec)
 		c.before()
 	}
-	startExecutor(t, srv, newLogLines())
+	ex := startExecutor(t, srv, newLogLines())
 	for _, c := range cases {
 		d := events.Dispatch{
 			DispatchID: events.DispatchID(c.id, slot), TaskID: c.id, ScheduledAt: slot, FiredAt: slot.Add(c.late),
@@ -112,4 +113,8 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 			t.Errorf("%s: %d calls and skip reason %q, want it skipped as already run", c.id, n, reason)
 		}
 	}
+	// The counter follows the event's confirmation by a moment.
+	natstest.Eventually(t, 10*time.Second, "flyball_skips_total{reason="+skipAlreadyRan+"} = 5", func() bool {
+		return testutil.ToFloat64(ex.cfg.Metrics.SkipsTotal.WithLabelValues(skipAlreadyRan)) == 5
+	})
 }

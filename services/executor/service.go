@@ -261,13 +261,13 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		var other string
 		if t, other, err = s.ofTask(ctx, t, d); other != "" {
 			s.log.Info("dispatch of a deleted task: skipping the run", "task", d.TaskID, "dispatch", d.DispatchID, "reason", other)
-			s.skip(m, d, other)
+			s.skip(m, d, skipRecreated, other)
 			return
 		}
 	}
 	switch {
 	case jsutil.IsKeyMissing(err):
-		s.skip(m, d, "task deleted")
+		s.skip(m, d, skipDeleted, "task deleted")
 		return
 	case errors.Is(err, errInvalidSpec):
 		// Skipped, not terminated or retried: a retry reads the same
@@ -278,14 +278,14 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		// lets the governor schedule the next slot, which runs once the
 		// spec is fixed.
 		s.log.Warn("stored spec does not validate: skipping the run", "task", d.TaskID, "err", err)
-		s.skip(m, d, truncate(err.Error(), 1000))
+		s.skip(m, d, skipInvalidSpec, truncate(err.Error(), 1000))
 		return
 	case err != nil:
 		s.nak(m, time.Second, err)
 		return
 	}
 	if p := s.pauseOf(ctx, d.TaskID); governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
-		s.skip(m, d, "task paused")
+		s.skip(m, d, skipPaused, "task paused")
 		return
 	}
 	g := s.breakerGate(ctx, t.breakerKey)
@@ -682,7 +682,7 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dis
 	reason := "already ran: the outcome of this slot is stored; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
 		", after the duplicate window, while the governor was behind"
 	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt)
-	s.skip(m, d, reason)
+	s.skip(m, d, skipAlreadyRan, reason)
 	return true
 }
 
@@ -846,16 +846,28 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *event
 		return false
 	}
 	s.log.Debug("slot missed under catchUp none: skipping", "task", d.TaskID, "slot", d.ScheduledAt, "next", next)
-	s.skip(m, d, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
+	s.skip(m, d, skipMissed, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
 		next.UTC().Format(time.RFC3339Nano)+", passed before it could run (catchUp none)")
 	return true
 }
 
-func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, reason string) {
+// The flyball_skips_total label of each kind of run.skipped.
+const (
+	skipDeleted     = "deleted"      // the task's spec is gone
+	skipRecreated   = "recreated"    // a dispatch of a task deleted and created again (ofTask)
+	skipPaused      = "paused"       // the slot falls in a pause
+	skipMissed      = "missed"       // catchUp none: the next slot passed too (missedUnderNone)
+	skipInvalidSpec = "invalid-spec" // the stored spec does not decode or validate
+	skipAlreadyRan  = "already-ran"  // a slot dispatched again after it ran (ranAlready)
+)
+
+// skip reports d as run.skipped with reason, counted under label why.
+func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, why, reason string) {
 	run := d.Run()
 	run.Reason, run.FinishedAt = reason, time.Now().UTC()
 	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
+		s.cfg.Metrics.SkipsTotal.WithLabelValues(why).Inc()
 		s.ack(m)
 	})
 }

@@ -15,7 +15,10 @@ import (
 type Set struct {
 	Registry *prometheus.Registry
 
-	RunsTotal          *prometheus.CounterVec
+	RunsTotal *prometheus.CounterVec
+	// SkipsTotal counts the runs counted as skipped in RunsTotal by why
+	// (executor: a fixed set of labels).
+	SkipsTotal         *prometheus.CounterVec
 	RunDuration        prometheus.Histogram
 	DispatchLateness   prometheus.Histogram
 	DispatchTotal      *prometheus.CounterVec
@@ -74,6 +77,9 @@ func New() *Set {
 		RunsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_runs_total", Help: "Run attempts by result (succeeded, failed, skipped, deferred).",
 		}, []string{"result"}),
+		SkipsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_skips_total", Help: "Runs skipped without a call, by reason (deleted, recreated, paused, missed, invalid-spec, already-ran).",
+		}, []string{"reason"}),
 		RunDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "flyball_run_duration_seconds", Help: "Duration of target calls.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
@@ -168,7 +174,7 @@ func New() *Set {
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
-		s.RunsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
+		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
