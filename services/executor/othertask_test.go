@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,45 @@ func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "flyball_skips_total{reason="+skipRecreated+"} = 3", func() bool {
 		return testutil.ToFloat64(ex.cfg.Metrics.SkipsTotal.WithLabelValues(skipRecreated)) == 3
 	})
+}
+
+// TestAStaleSpecViewIsReadAgain: the executor's view of flyball-tasks can
+// still hold the deleted task's spec when the new task's first dispatch
+// arrives. The dispatch names the schedule's createdAt, the view's spec
+// another; the schedule says the dispatch is the task's own, so the
+// executor reads the spec again and calls the new target, not the old.
+func TestAStaleSpecViewIsReadAgain(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	target := newPathTarget(t)
+	old := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
+	created := old.Add(time.Minute)
+	const id = "lagging"
+	stored := func(path string, createdAt time.Time) governor.StoredSpec {
+		spec := target.spec(path)
+		spec.ID = id
+		return governor.StoredSpec{TaskSpec: &spec, CreatedAt: createdAt}
+	}
+	putKV(t, srv.JS, streams.BucketTasks, id, stored("old", old))
+	putKV(t, srv.JS, streams.BucketTasks, id, stored("new", created))
+	putKV(t, srv.JS, streams.BucketSchedules, id, map[string]any{"taskId": id, "createdAt": created})
+	ex := startExecutor(t, srv, newLogLines())
+	// The view lagging the re-creation: it holds the old spec at its
+	// older revision, the bucket the new one.
+	natstest.Eventually(t, 10*time.Second, "the view loaded", func() bool { return ex.specs.Lookup(id).Revision > 1 })
+	rev := ex.specs.Lookup(id).Revision
+	stale, err := json.Marshal(stored("old", old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.specs.Delete(id, 0)
+	ex.specs.Put(id, rev-1, stale)
+	if got, _, err := ex.specs.Get(t.Context(), id); err != nil || !got.createdAt.Equal(old) {
+		t.Fatalf("the view holds %+v (%v), want the old task's spec", got, err)
+	}
+	dispatchOf(t, srv.JS, id, created)
+	natstest.Eventually(t, 20*time.Second, "a call", func() bool { return target.of("new")+target.of("old") > 0 })
+	if n, o := target.of("new"), target.of("old"); n != 1 || o != 0 {
+		t.Fatalf("calls: %d of the new target, %d of the old; want the new one's only", n, o)
+	}
 }

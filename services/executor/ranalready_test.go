@@ -34,7 +34,7 @@ func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, id string,
 // dispatch fired a minute or more after its slot is now skipped when the
 // slot, or a later one, has its final outcome on RUNS or its dead letter
 // on DEADLETTER. One fired on time, one whose slot has only a failure with
-// a retry to follow, or only outcomes of earlier slots or of another task
+// a retry to follow, or only outcomes of other slots or of another task
 // of the same ID, is called.
 func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 	t.Parallel()
@@ -72,9 +72,12 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 		{id: "skipped", before: ran("skipped", slot, events.OutcomeSkipped, false, created), late: 3 * time.Minute},
 		{id: "failed-final", before: ran("failed-final", slot, events.OutcomeFailed, true, created), late: 3 * time.Minute},
 		{id: "dead-lettered", before: deadLettered("dead-lettered", slot), late: 3 * time.Minute},
-		{id: "a-later-slot-ran", before: ran("a-later-slot-ran", slot.Add(time.Minute), events.OutcomeSucceeded, false, created), late: 3 * time.Minute},
 		{id: "on-time", before: ran("on-time", slot, events.OutcomeSucceeded, false, created), late: time.Second, called: true},
 		{id: "retry-pending", before: ran("retry-pending", slot, events.OutcomeFailed, false, created), late: 3 * time.Minute, called: true},
+		// A run-now planned ahead of a slot held by a slow call: DISPATCH
+		// refused it until that call ended, so it was fired late, after
+		// the later slot's outcome.
+		{id: "a-later-slot-ran", before: ran("a-later-slot-ran", slot.Add(time.Minute), events.OutcomeSucceeded, false, created), late: 3 * time.Minute, called: true},
 		{id: "earlier-slot-ran", before: ran("earlier-slot-ran", slot.Add(-time.Minute), events.OutcomeSucceeded, false, created), late: 3 * time.Minute, called: true},
 		{id: "other-task-ran", before: ran("other-task-ran", slot, events.OutcomeSucceeded, false, created.Add(-time.Hour)), late: 3 * time.Minute, called: true},
 		{id: "nothing-ran", before: func() {}, late: 3 * time.Minute, called: true},
@@ -114,7 +117,7 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 		}
 	}
 	// The counter follows the event's confirmation by a moment.
-	natstest.Eventually(t, 10*time.Second, "flyball_skips_total{reason="+skipAlreadyRan+"} = 5", func() bool {
-		return testutil.ToFloat64(ex.cfg.Metrics.SkipsTotal.WithLabelValues(skipAlreadyRan)) == 5
+	natstest.Eventually(t, 10*time.Second, "flyball_skips_total{reason="+skipAlreadyRan+"} = 4", func() bool {
+		return testutil.ToFloat64(ex.cfg.Metrics.SkipsTotal.WithLabelValues(skipAlreadyRan)) == 4
 	})
 }

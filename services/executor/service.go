@@ -655,23 +655,28 @@ type scheduleView struct {
 // after it; a minute leaves room for clocks.
 const LateRedispatch = time.Minute
 
-// ranAlready skips the first delivery of a dispatch published long after
-// its slot (LateRedispatch) when the slot, or a later one, already has
-// its outcome on RUNS or DEADLETTER. Such a dispatch is the slot
-// published again: by a timer that started (a restart, a new replica)
-// while the governor had not applied the slot's outcome, so the schedule
-// still named it, or by the sweeper for a zombie. Past DISPATCH's
-// duplicate window it is stored as a new message and would run the slot
-// a second time. It is reported as run.skipped, not just acked, so the
-// governor advances the schedule from it even if it ignores the stored
-// outcome. A dispatch fired on time, a redelivery (counted in
-// flyball-attempts instead) and every read error (logged) run as before:
-// at least once. It reports whether it skipped.
+// ranAlready skips attempt 1 of a dispatch published long after its slot
+// (LateRedispatch) when that slot already has its final outcome on RUNS
+// or its dead letter on DEADLETTER. Such a dispatch is the slot published
+// again: by a timer that started (a restart, a new replica) while the
+// governor had not applied the slot's outcome, so the schedule still
+// named it, or by the sweeper for a zombie. Past DISPATCH's duplicate
+// window it is stored as a new message and would run the slot a second
+// time. It is reported as run.skipped, not just acked, so the governor
+// advances the schedule from it even if it ignores the stored outcome.
+// Only the slot's own outcome counts (slotdone.SlotOnly): a later slot
+// can have run first (a run-now planned ahead of a slot held by a slow
+// call, then refused by DISPATCH until that call ended). A redelivery is
+// checked too (a nak on a read error, a hand-back at shutdown): attempt 1
+// has no failure recorded, so a stored outcome of its slot is this
+// dispatch's own, whose ack was lost. A dispatch fired on time, a later
+// attempt (counted in flyball-attempts) and every read error (logged) run
+// as before: at least once. It reports whether it skipped.
 func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dispatch) bool {
 	if d.FiredAt.Sub(d.ScheduledAt) < LateRedispatch {
 		return false
 	}
-	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt)
+	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly)
 	if err != nil {
 		s.log.Warn("could not read whether a slot dispatched again long after it fell due already ran; calling it", "dispatch", d.DispatchID, "err", err)
 		return false
@@ -888,7 +893,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.settleAgain(m, d, prior)
 		return
 	}
-	if attempt == 1 && md.NumDelivered == 1 && s.ranAlready(ctx, m, d) {
+	if attempt == 1 && s.ranAlready(ctx, m, d) {
 		return
 	}
 	if attempt > 1 && attempt > spec.Retry.MaxAttempts {

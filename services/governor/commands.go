@@ -234,7 +234,11 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	spec := existing
 	var rev uint64
 	if step.Spec != nil {
-		body, err := json.Marshal(gov.StoredSpec{TaskSpec: step.Spec, CreatedAt: s.createdAt(ctx, step)})
+		created, err := s.createdAt(ctx, step)
+		if err != nil {
+			return nil, err
+		}
+		body, err := json.Marshal(gov.StoredSpec{TaskSpec: step.Spec, CreatedAt: created})
 		if err != nil {
 			return nil, permanent("", fmt.Errorf("encode spec: %w", err), true)
 		}
@@ -260,18 +264,29 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 }
 
 // createdAt is the createdAt stored with the spec of a created or updated
-// task (gov.StoredSpec): for a creation the time its schedule will
-// name, which gov.Decide takes from the command (step.At); for an update
-// the schedule's. It is zero for an update of a task with no readable
-// schedule (a creation interrupted before its schedule was written, or a
-// schedule written by an older governor), which the executor then does
-// not compare.
-func (s *Service) createdAt(ctx context.Context, step Step) time.Time {
+// task (gov.StoredSpec): for a creation the time its schedule will name,
+// which gov.Decide takes from the command (step.At); for an update the
+// schedule's. It is zero for an update of a task with no schedule, or an
+// unreadable one (a creation interrupted before its schedule was written,
+// a value written by hand), which the executor then does not compare. A
+// NATS error is returned, for the command to be tried again: a zero time
+// would switch the check off until the task's next update.
+func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 	if step.Input.Kind == gov.KindAccepted {
-		return gov.CreatedAt(step.At)
+		return gov.CreatedAt(step.At), nil
 	}
-	st, _ := s.loadState(ctx, step.TaskID)
-	return st.CreatedAt
+	ent, err := s.schedules.Get(ctx, step.TaskID)
+	if jsutil.IsKeyMissing(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read schedule %s: %w", step.TaskID, err)
+	}
+	var st gov.State
+	if json.Unmarshal(ent.Value(), &st) != nil {
+		return time.Time{}, nil //nolint:nilerr // unreadable: decide rebuilds it, and nothing is compared meanwhile
+	}
+	return st.CreatedAt, nil
 }
 
 func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {

@@ -265,7 +265,7 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 	// A final outcome on RUNS, or the slot's dead letter (a max-deliveries
 	// entry has no run.failed on RUNS): the governor is just behind.
 	// Re-dispatching would call the target again for a run that is done.
-	if done, err := slotdone.Done(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt); err != nil {
+	if done, err := slotdone.Done(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt, slotdone.SlotOrLater); err != nil {
 		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
 		return // the next sweep looks again
 	} else if done {

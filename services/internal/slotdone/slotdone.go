@@ -21,14 +21,36 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 )
 
-// Done reports whether task id's slot at slot, or a later one, has a final
-// outcome on runs (run.succeeded, run.skipped, or run.failed with no retry
-// to follow) or a dead-letter entry on dead. A failure with a retry to
-// follow is no outcome: the slot is not done. Nor is an event of another
-// task of the same ID: one naming a taskCreatedAt other than created (the
-// schedule's), when both are known. An error reading either stream is
-// returned; an event that does not decode counts as none.
-func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time) (bool, error) {
+// Match says which stored outcomes count for a slot.
+type Match int
+
+const (
+	// SlotOrLater counts an outcome of the slot or of a later one: the
+	// sweeper asks about the slot the schedule names, and a later slot's
+	// outcome also means the governor is behind.
+	SlotOrLater Match = iota
+	// SlotOnly counts an outcome of the slot itself: the executor asks
+	// about one dispatch, and a later slot may have run before it (a
+	// run-now planned ahead of a slot held by a slow call) without making
+	// it a repeat.
+	SlotOnly
+)
+
+// Done reports whether task id's slot at slot (or, with SlotOrLater, a
+// later one) has a final outcome on runs (run.succeeded, run.skipped, or
+// run.failed with no retry to follow) or a dead-letter entry on dead. A
+// failure with a retry to follow is no outcome: the slot is not done. Nor
+// is an event of another task of the same ID: one naming a taskCreatedAt
+// other than created (the schedule's), when both are known. An error
+// reading either stream is returned; an event that does not decode counts
+// as none.
+func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (bool, error) {
+	covers := func(t time.Time) bool {
+		if match == SlotOnly {
+			return t.Equal(slot)
+		}
+		return !t.Before(slot)
+	}
 	other := func(t time.Time) bool { return !t.IsZero() && !created.IsZero() && !t.Equal(created) }
 	for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeSkipped, events.OutcomeFailed} {
 		raw, err := runs.GetLastMsgForSubject(ctx, events.RunSubject(o, id))
@@ -43,7 +65,7 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 			continue
 		}
 		var r events.Run
-		if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && !r.ScheduledAt.Before(slot) && !other(r.TaskCreatedAt) {
+		if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && covers(r.ScheduledAt) && !other(r.TaskCreatedAt) {
 			return true, nil
 		}
 	}
@@ -59,5 +81,5 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 		return false, nil //nolint:nilerr // an entry that does not decode names no slot
 	}
 	var dl events.DeadLetter
-	return events.DecodeData(e, &dl) == nil && !dl.Dispatch.ScheduledAt.Before(slot) && !other(dl.Dispatch.TaskCreatedAt), nil
+	return events.DecodeData(e, &dl) == nil && covers(dl.Dispatch.ScheduledAt) && !other(dl.Dispatch.TaskCreatedAt), nil
 }
