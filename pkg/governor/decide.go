@@ -172,7 +172,16 @@ func CreatedAt(now time.Time) time.Time { return now.UTC() }
 // 2026-11-27, or a schedule written by hand) tells nothing, and the run
 // counts as before.
 func OtherTask(taskCreatedAt time.Time, st State) bool {
-	return !taskCreatedAt.IsZero() && !st.CreatedAt.IsZero() && !taskCreatedAt.Equal(st.CreatedAt)
+	return OtherCreatedAt(taskCreatedAt, st.CreatedAt)
+}
+
+// OtherCreatedAt reports whether two createdAt times name two tasks of
+// one ID (one deleted, the other created again): both are known and they
+// differ. A zero time (flyball before 2026-11-27, a value written by
+// hand) tells nothing. Every service that tells a task from its deleted
+// namesake (governor, breaker, executor, sweeper) asks this.
+func OtherCreatedAt(a, b time.Time) bool {
+	return !a.IsZero() && !b.IsZero() && !a.Equal(b)
 }
 
 // applyOutcome records the final outcome of a run.

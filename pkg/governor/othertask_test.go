@@ -91,6 +91,10 @@ func TestOtherTask(t *testing.T) {
 		if got := governor.OtherTask(c.created, c.st); got != c.want {
 			t.Errorf("OtherTask(%v, createdAt %v) = %v, want %v", c.created, c.st.CreatedAt, got, c.want)
 		}
+		// The rule the other services ask directly is symmetric.
+		if got := governor.OtherCreatedAt(c.st.CreatedAt, c.created); got != c.want {
+			t.Errorf("OtherCreatedAt(%v, %v) = %v, want %v", c.st.CreatedAt, c.created, got, c.want)
+		}
 	}
 }
 

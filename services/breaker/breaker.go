@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
@@ -314,7 +315,7 @@ func (s *Service) otherTask(ctx context.Context, run *events.Run) (bool, error) 
 	if json.Unmarshal(ent.Value(), &st) != nil {
 		st.CreatedAt = time.Time{} // unreadable: it tells nothing either
 	}
-	return !st.CreatedAt.IsZero() && !st.CreatedAt.Equal(run.TaskCreatedAt), nil
+	return governor.OtherCreatedAt(st.CreatedAt, run.TaskCreatedAt), nil
 }
 
 // moved reports whether from → to is a transition to publish: a change of

@@ -703,7 +703,7 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dis
 // it again). A dispatch or spec from flyball before 2026-11-27 names no
 // createdAt, and calls as before.
 func (s *Service) ofTask(ctx context.Context, t *task, d *events.Dispatch) (*task, string, error) {
-	if d.TaskCreatedAt.IsZero() || t.createdAt.IsZero() || d.TaskCreatedAt.Equal(t.createdAt) {
+	if !governor.OtherCreatedAt(d.TaskCreatedAt, t.createdAt) {
 		return t, "", nil
 	}
 	var p scheduleView

@@ -275,18 +275,8 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 	if step.Input.Kind == gov.KindAccepted {
 		return gov.CreatedAt(step.At), nil
 	}
-	ent, err := s.schedules.Get(ctx, step.TaskID)
-	if jsutil.IsKeyMissing(err) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read schedule %s: %w", step.TaskID, err)
-	}
-	var st gov.State
-	if json.Unmarshal(ent.Value(), &st) != nil {
-		return time.Time{}, nil //nolint:nilerr // unreadable: decide rebuilds it, and nothing is compared meanwhile
-	}
-	return st.CreatedAt, nil
+	st, _, err := s.readState(ctx, step.TaskID)
+	return st.CreatedAt, err
 }
 
 func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
 )
 
 // Match says which stored outcomes count for a slot.
@@ -51,7 +52,6 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 		}
 		return !t.Before(slot)
 	}
-	other := func(t time.Time) bool { return !t.IsZero() && !created.IsZero() && !t.Equal(created) }
 	for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeSkipped, events.OutcomeFailed} {
 		raw, err := runs.GetLastMsgForSubject(ctx, events.RunSubject(o, id))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -65,7 +65,7 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 			continue
 		}
 		var r events.Run
-		if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && covers(r.ScheduledAt) && !other(r.TaskCreatedAt) {
+		if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && covers(r.ScheduledAt) && !governor.OtherCreatedAt(r.TaskCreatedAt, created) {
 			return true, nil
 		}
 	}
@@ -81,5 +81,5 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 		return false, nil //nolint:nilerr // an entry that does not decode names no slot
 	}
 	var dl events.DeadLetter
-	return events.DecodeData(e, &dl) == nil && covers(dl.Dispatch.ScheduledAt) && !other(dl.Dispatch.TaskCreatedAt), nil
+	return events.DecodeData(e, &dl) == nil && covers(dl.Dispatch.ScheduledAt) && !governor.OtherCreatedAt(dl.Dispatch.TaskCreatedAt, created), nil
 }
