@@ -205,15 +205,7 @@ func (f *attemptsFixture) stored(t *testing.T) []storedRun {
 		if !strings.HasSuffix(raw.Subject, "."+f.id) {
 			continue
 		}
-		ev, err := events.Decode(raw.Header, raw.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r events.Run
-		if err := events.DecodeData(ev, &r); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, storedRun{outcome: strings.Split(raw.Subject, ".")[2], run: r})
+		out = append(out, storedRun{outcome: strings.Split(raw.Subject, ".")[2], run: runOf(t, raw)})
 	}
 	return out
 }
