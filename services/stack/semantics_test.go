@@ -715,13 +715,8 @@ func putTask(t *testing.T, e *env, id, url string) {
 // that every dispatch called the target once.
 func (k *keyCounter) checkOneCallEach(t *testing.T, e *env) {
 	t.Helper()
-	natstest.Eventually(t, 10*time.Second, "DISPATCH empty", func() bool {
-		c, err := e.srv.JS.Consumer(context.Background(), streams.StreamDispatch, streams.ConsumerExecutor)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	natstest.Eventually(t, 10*time.Second, "DISPATCH settled", func() bool {
+		return natstest.CaughtUp(context.Background(), e.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor)
 	})
 	k.mu.Lock()
 	defer k.mu.Unlock()

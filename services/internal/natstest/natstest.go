@@ -5,6 +5,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -168,6 +169,59 @@ func AwaitAcked(t testing.TB, js jetstream.JetStream, stream, durable string, se
 		info, err := cons.Info(context.Background())
 		return err == nil && info.AckFloor.Stream >= seq
 	})
+}
+
+// CaughtUp reports whether durable has settled (acked or terminated)
+// every message its stream holds for it. It is a condition for
+// Eventually. NumPending and NumAckPending alone are not enough: the
+// server counts a stored message into a consumer's NumPending
+// asynchronously, after it has acked the publish, so a consumer read an
+// instant after a publish can show nothing pending and nothing in flight
+// before it has even seen the message. The ack floor reaching the last
+// matching sequence cannot be read early.
+func CaughtUp(ctx context.Context, js jetstream.JetStream, stream, durable string) bool {
+	cons, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return false
+	}
+	info, err := cons.Info(ctx)
+	if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+		return false
+	}
+	last, err := lastFor(ctx, js, stream, info.Config)
+	return err == nil && info.AckFloor.Stream >= last
+}
+
+// lastFor is the sequence of the stream's last message that cfg's
+// filters match, or 0 when none does.
+func lastFor(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	filters := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		filters = append(filters, cfg.FilterSubject)
+	}
+	if len(filters) == 0 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.LastSeq, nil
+	}
+	var last uint64
+	for _, f := range filters {
+		m, err := s.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
 }
 
 // ElectionCluster starts a 3-node cluster for a test that kills a leader

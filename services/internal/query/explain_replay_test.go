@@ -61,12 +61,7 @@ func governorCaughtUp(t *testing.T, js jetstream.JetStream) {
 	ctx := context.Background()
 	natstest.Eventually(t, 10*time.Second, "the governor settled every input", func() bool {
 		for _, s := range []string{streams.StreamTasks, streams.StreamRuns, streams.StreamHealth, streams.StreamDeadLetter} {
-			c, err := js.Consumer(ctx, s, streams.ConsumerGovernor)
-			if err != nil {
-				return false
-			}
-			in, err := c.Info(ctx)
-			if err != nil || in.NumPending != 0 || in.NumAckPending != 0 {
+			if !natstest.CaughtUp(ctx, js, s, streams.ConsumerGovernor) {
 				return false
 			}
 		}
@@ -286,7 +281,7 @@ func TestExplainWarnsWhenRunsHistoryIsGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			if ex.Replayed == nil || ex.Stored == nil || ex.Replayed.Runs == ex.Stored.Runs {
-				t.Fatalf("the replay lost no outcome: replayed %d runs, stored %d", ex.Replayed.Runs, ex.Stored.Runs)
+				t.Fatalf("the replay lost no outcome: replayed %d runs, stored %d; timeline:\n%s", ex.Replayed.Runs, ex.Stored.Runs, timelineText(ex))
 			}
 			found := false
 			for _, w := range ex.Warnings {
@@ -386,4 +381,14 @@ func TestExplainIgnoresCommandsAnsweredElsewhere(t *testing.T) {
 	publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "p", json.RawMessage(fmt.Sprintf(minuteSpec, id)))
 	governorCaughtUp(t, js)
 	explainMatchesStore(t, q, id)
+}
+
+func timelineText(ex *query.Explanation) string {
+	var b strings.Builder
+	for _, s := range ex.Timeline {
+		fmt.Fprintf(&b, "%s %s#%d %s next=%s src=%s nochange=%q\n", s.At.Format(time.RFC3339Nano), s.Stream, s.Seq, s.Input, s.NextRunAt.Format(time.RFC3339Nano), s.Source, s.NoChange)
+	}
+	st, _ := json.Marshal(ex.Stored)
+	fmt.Fprintf(&b, "stored %s\n", st)
+	return b.String()
 }

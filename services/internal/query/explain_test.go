@@ -53,12 +53,7 @@ func TestExplainSeesHostScopedBreakerTransitions(t *testing.T) {
 		if err != nil || len(info.State.Subjects) < 2 {
 			return false
 		}
-		ci, err := js.Consumer(ctx, streams.StreamHealth, streams.ConsumerGovernor)
-		if err != nil {
-			return false
-		}
-		in, err := ci.Info(ctx)
-		if err != nil || in.NumPending != 0 || in.NumAckPending != 0 {
+		if !natstest.CaughtUp(ctx, js, streams.StreamHealth, streams.ConsumerGovernor) {
 			return false
 		}
 		// the governor's stored trail says it applied the breaker event
