@@ -286,6 +286,17 @@ func TestCLITaskCommands(t *testing.T) {
 	}
 	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
 	e.fails(t, []string{"task", "delete", "web"}, `no task "web"`)
+
+	// Created again: its runs follow the deleted task's on RUNS, marked.
+	if out := e.ok(t, "task", "create", "-f", spec); !strings.HasPrefix(out, "accepted web: ") {
+		t.Fatalf("create again printed %q", out)
+	}
+	const mark = "-- task deleted and created again at "
+	natstest.Eventually(t, 10*time.Second, "the new task's first run listed under a mark", func() bool {
+		out := e.ok(t, "runs", "web", "--limit", "0")
+		i := strings.Index(out, mark)
+		return i > 0 && strings.Contains(out[:i], " succeeded ") && strings.Contains(out[i:], " succeeded ")
+	})
 }
 
 // startCLI starts a long-running command and returns its stdout lines.

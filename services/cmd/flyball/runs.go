@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
@@ -27,7 +28,9 @@ func newRunsCmd() *cobra.Command {
 per attempt, skipped; the services publish no started) from the RUNS stream with an ephemeral ordered
 consumer and prints the newest --limit of them, oldest first: time, outcome,
 attempt, HTTP status, duration and a preview of the response body (or the
-error). --follow then keeps printing new ones until Ctrl-C.`,
+error). --follow then keeps printing new ones until Ctrl-C. RUNS keeps a
+deleted task's runs under its id; where they give way to those of a task
+created again under it, the table prints a line starting "--".`,
 		Example: "  flyball runs orders-health --limit 50\n  flyball runs orders-health --follow\n  flyball runs orders-health -o json | jq '.run.body'",
 		Args:    oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,9 +46,10 @@ error). --follow then keeps printing new ones until Ctrl-C.`,
 					fmt.Fprintln(s.out, runHeader)
 				}
 				n := 0
+				p := runPrinter{w: s.out, out: out}
 				err := s.q.FollowRuns(ctx, id, limit, follow, func(rec query.RunRecord) error {
 					n++
-					return printRun(s.out, out, &rec)
+					return p.print(&rec)
 				})
 				if err == nil && n == 0 && !follow {
 					fmt.Fprintf(s.errOut, "no runs of %q on RUNS\n", id)
@@ -62,6 +66,35 @@ error). --follow then keeps printing new ones until Ctrl-C.`,
 }
 
 const runHeader = "TIME                      OUTCOME    ATTEMPT  STATUS  DURATION  BODY"
+
+// runPrinter prints a task's runs in stored order, and in the table
+// marks where they pass from one task to another of the same ID: RUNS
+// keeps a deleted task's runs under the subjects of a task created again
+// under its ID, and the run events' taskCreatedAt tells them apart.
+type runPrinter struct {
+	w   io.Writer
+	out output
+	// created is the taskCreatedAt of the last printed run that had one.
+	created time.Time
+}
+
+func (p *runPrinter) print(rec *query.RunRecord) error {
+	if c := rec.Run.TaskCreatedAt; !c.IsZero() {
+		if p.out == outTable && governor.OtherCreatedAt(p.created, c) {
+			var err error
+			if c.After(p.created) {
+				_, err = fmt.Fprintf(p.w, "-- task deleted and created again at %s: the runs below are the new task's --\n", fmtTime(c))
+			} else {
+				_, err = fmt.Fprintf(p.w, "-- the runs below are the deleted task's (created at %s), stored late --\n", fmtTime(c))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		p.created = c
+	}
+	return printRun(p.w, p.out, rec)
+}
 
 // printRun writes one run as a table row or a JSON line. Rows have fixed
 // widths so --follow can print each as it arrives.
