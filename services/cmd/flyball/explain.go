@@ -28,7 +28,9 @@ them through the governor's pure decision function with the clocks the
 governor itself used (each message's stored time), and prints one line per
 decision: when, what came in, the next run it chose, the rule (source) and
 its trail. It ends by comparing the replay with the schedule stored in
-KV flyball-schedules; a mismatch is reported, never hidden.
+KV flyball-schedules; a mismatch is reported, never hidden. Inputs stored
+in the last 10s that the governor has not applied yet are marked
+(pending), and the stored schedule is compared with the replay before them.
 
 --since hides older lines; the replay itself always starts at the task's
 creation, so the decisions shown are the ones actually taken, as long as
@@ -88,13 +90,28 @@ func printExplanation(w io.Writer, ex *query.Explanation) {
 		if st.NoChange != "" {
 			why = st.NoChange
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(st.At), st.Input, next, st.Source, why)
+		input := st.Input
+		if st.Pending {
+			input = "(pending) " + input
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(st.At), input, next, st.Source, why)
 	}
 	_ = tw.Flush()
 	for _, wn := range ex.Warnings {
 		fmt.Fprintln(w, "warning: "+wn)
 	}
 	switch {
+	case ex.Agrees && ex.Pending > 0:
+		stored := "no schedule"
+		if ex.Stored != nil {
+			stored = fmt.Sprintf("next run %s (%s)", fmtTime(ex.Stored.NextRunAt), ex.Stored.Source)
+		}
+		after := "no schedule"
+		if ex.Replayed != nil {
+			after = fmt.Sprintf("next run %s (%s)", fmtTime(ex.Replayed.NextRunAt), ex.Replayed.Source)
+		}
+		fmt.Fprintf(w, "stored: %s; the replay agrees up to the last %d input(s), marked (pending): the governor had not applied them yet (stored within %s); they lead to %s\n",
+			stored, ex.Pending, query.InFlight, after)
 	case ex.Stored == nil && ex.Replayed == nil:
 		fmt.Fprintln(w, "stored: no schedule (the task does not exist or was deleted); the replay agrees")
 	case ex.Agrees:

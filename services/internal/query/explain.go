@@ -32,6 +32,13 @@ type Explanation struct {
 	Replayed *gov.State `json:"replayed,omitempty"`
 	Stored   *gov.State `json:"stored,omitempty"`
 	Agrees   bool       `json:"agrees"`
+	// Pending counts the last inputs of the timeline that the governor
+	// had not applied when Stored was read: stored within InFlight
+	// before it, after the decision Stored holds. Agrees then compares
+	// Stored with the replay before them, and Replayed is the schedule
+	// they lead to. An input older than InFlight is never pending: a
+	// stored schedule that lags it is a mismatch.
+	Pending int `json:"pending,omitempty"`
 	// Warnings note what limits the replay, such as expired history.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -48,7 +55,18 @@ type ExplainedStep struct {
 	// NoChange, when set, says why the input left the schedule as it
 	// was (NextRunAt and Source are then the schedule it kept).
 	NoChange string `json:"noChange,omitempty"`
+	// Pending marks an input the governor had not yet applied (see
+	// Explanation.Pending): the decision shown is the one it will take.
+	Pending bool `json:"pending,omitempty"`
 }
+
+// InFlight is how long an input may have been stored and not yet be
+// applied to the stored schedule without explain calling it a mismatch:
+// the governor decides within milliseconds, but a busy one works
+// through a backlog, and a task that runs every second always has an
+// input on its way. One stored earlier that the schedule has not seen
+// means a governor that is down, far behind, or wrong.
+const InFlight = 10 * time.Second
 
 // Explain replays task id's inputs from TASKS, RUNS, HEALTH and DEADLETTER
 // through the governor, exactly as the governor service applied them, and
@@ -69,6 +87,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		answered, accepted bool
 	}
 	var items []item
+	ex := &Explanation{TaskID: id}
 	// The governor answers a task's commands one by one, in stored
 	// order, so an answer (task.accepted or task.rejected) is the answer
 	// to the oldest unanswered command with its id: an id can be sent
@@ -97,6 +116,18 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		var spec events.TaskSpec
 		if json.Unmarshal(ent.Value(), &spec) == nil {
 			addKey(&spec)
+		}
+	} else if !jsutil.IsKeyMissing(err) {
+		return nil, err
+	}
+	// The stored schedule is read first: every input the governor had
+	// applied to it was stored before, so the scan holds them all, and
+	// any input after its decision is one still on its way.
+	readAt := time.Now()
+	if ent, err := r.schedules.Get(ctx, id); err == nil {
+		var st gov.State
+		if json.Unmarshal(ent.Value(), &st) == nil {
+			ex.Stored = &st
 		}
 	} else if !jsutil.IsKeyMissing(err) {
 		return nil, err
@@ -193,8 +224,9 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	}
 	entries := governor.Replay(steps, func(i int) (bool, bool) { return items[i].accepted, items[i].answered })
 
-	ex := &Explanation{TaskID: id}
-	for _, en := range entries {
+	ex.Replayed = stateAfter(entries, len(entries)-1)
+	ex.Agrees, ex.Pending = agreement(entries, ex.Stored, readAt)
+	for i, en := range entries {
 		m := items[en.Index].msg
 		if !since.IsZero() && en.Step.At.Before(since) {
 			continue
@@ -202,26 +234,8 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		ex.Timeline = append(ex.Timeline, ExplainedStep{
 			At: en.Step.At, Stream: m.Stream, Seq: m.Seq, Input: en.Step.Summary,
 			NextRunAt: en.Decision.NextRunAt, Source: string(en.Decision.Source), Trail: en.Decision.Trail,
-			NoChange: en.NoChange,
+			NoChange: en.NoChange, Pending: i >= len(entries)-ex.Pending,
 		})
-	}
-	if n := len(entries); n > 0 && entries[n-1].Step.Input.Kind != gov.KindDeleted {
-		st := entries[n-1].Decision.State
-		ex.Replayed = &st
-	}
-	if ent, err := r.schedules.Get(ctx, id); err == nil {
-		var st gov.State
-		if json.Unmarshal(ent.Value(), &st) == nil {
-			ex.Stored = &st
-		}
-	} else if !jsutil.IsKeyMissing(err) {
-		return nil, err
-	}
-	switch {
-	case ex.Replayed == nil && ex.Stored == nil:
-		ex.Agrees = true
-	case ex.Replayed != nil && ex.Stored != nil:
-		ex.Agrees = ex.Replayed.NextRunAt.Equal(ex.Stored.NextRunAt) && ex.Replayed.Source == ex.Stored.Source
 	}
 	switch {
 	case len(entries) == 0 && ex.Stored != nil:
@@ -315,4 +329,47 @@ func replayOrder(msgs []Message) []int {
 		queues[next] = queues[next][1:]
 	}
 	return out
+}
+
+// stateAfter is the schedule the replay holds after entries[i]: none
+// before the first entry (i < 0) or after a deletion.
+func stateAfter(entries []governor.Entry, i int) *gov.State {
+	if i < 0 || entries[i].Step.Input.Kind == gov.KindDeleted {
+		return nil
+	}
+	st := entries[i].Decision.State
+	return &st
+}
+
+// sameSchedule reports whether two schedules (nil: none) name the same
+// next run and rule.
+func sameSchedule(a, b *gov.State) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.NextRunAt.Equal(b.NextRunAt) && a.Source == b.Source
+}
+
+// agreement compares the stored schedule (read at readAt) with the
+// replay. It agrees when stored is the replay's last schedule, or the
+// schedule the replay held before its last inputs if each of those was
+// stored within InFlight of readAt and after the decision stored holds
+// (its DecidedAt, the stored time of the input it applied): inputs still
+// on their way to the governor. pending counts them.
+func agreement(entries []governor.Entry, stored *gov.State, readAt time.Time) (agrees bool, pending int) {
+	n := len(entries)
+	if sameSchedule(stored, stateAfter(entries, n-1)) {
+		return true, 0
+	}
+	for i := n - 1; i >= 0; i-- {
+		at := entries[i].Step.At
+		if at.Before(readAt.Add(-InFlight)) || (stored != nil && !at.After(stored.DecidedAt)) {
+			return false, 0
+		}
+		before := stateAfter(entries, i-1)
+		if sameSchedule(stored, before) && (stored == nil || before.DecidedAt.Equal(stored.DecidedAt)) {
+			return true, n - i
+		}
+	}
+	return false, 0
 }

@@ -386,9 +386,54 @@ func TestExplainIgnoresCommandsAnsweredElsewhere(t *testing.T) {
 func timelineText(ex *query.Explanation) string {
 	var b strings.Builder
 	for _, s := range ex.Timeline {
-		fmt.Fprintf(&b, "%s %s#%d %s next=%s src=%s nochange=%q\n", s.At.Format(time.RFC3339Nano), s.Stream, s.Seq, s.Input, s.NextRunAt.Format(time.RFC3339Nano), s.Source, s.NoChange)
+		fmt.Fprintf(&b, "%s %s#%d %s next=%s src=%s nochange=%q pending=%v\n", s.At.Format(time.RFC3339Nano), s.Stream, s.Seq, s.Input, s.NextRunAt.Format(time.RFC3339Nano), s.Source, s.NoChange, s.Pending)
 	}
 	st, _ := json.Marshal(ex.Stored)
 	fmt.Fprintf(&b, "stored %s\n", st)
 	return b.String()
+}
+
+// TestExplainCountsAnInputOnItsWayAsPending: an outcome stored a moment
+// ago that the governor has not applied (here it is stopped) is pending,
+// not a mismatch: explain compares the stored schedule with the replay
+// before it and says where the outcome leads. A live task always has one
+// such input now and then, and explain called it a MISMATCH (exit 1).
+func TestExplainCountsAnInputOnItsWayAsPending(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(ctx, stack.Config{JS: js, Services: []string{"governor"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	q, err := query.NewReader(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "onitsway"
+	publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "c1", json.RawMessage(fmt.Sprintf(minuteSpec, id)))
+	governorCaughtUp(t, js)
+	v, err := q.Task(ctx, id)
+	if err != nil || v.Schedule == nil {
+		t.Fatalf("task view %+v, %v", v, err)
+	}
+	slot := v.Schedule.NextRunAt
+	st.Stop()
+	publishEvent(t, js, events.RunSubject(events.OutcomeSucceeded, id), events.TypeRunSucceeded, id, "run-1",
+		events.Run{DispatchID: "d1", TaskID: id, ScheduledAt: slot, FinishedAt: slot})
+
+	ex, err := q.Explain(ctx, id, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.Agrees || ex.Pending != 1 {
+		t.Fatalf("explain with an outcome on its way: agrees=%v pending=%d, want true and 1; timeline:\n%s", ex.Agrees, ex.Pending, timelineText(ex))
+	}
+	if ex.Stored == nil || ex.Replayed == nil || !ex.Stored.NextRunAt.Equal(slot) || !ex.Replayed.NextRunAt.Equal(slot.Add(time.Minute)) {
+		t.Fatalf("stored %+v, replayed %+v; want the slot %s stored and the next minute replayed", ex.Stored, ex.Replayed, slot)
+	}
+	if n := len(ex.Timeline); n != 2 || ex.Timeline[0].Pending || !ex.Timeline[1].Pending {
+		t.Fatalf("timeline: want the creation applied and the outcome pending:\n%s", timelineText(ex))
+	}
 }
