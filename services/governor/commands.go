@@ -292,13 +292,28 @@ func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {
 }
 
 func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccepted, error) {
-	// Schedules first: the timer stops dispatching before the spec goes, so
-	// the executor never meets a dispatch for a half-deleted task it could
-	// not report on.
+	// The spec first, then the schedule. The governor reads RUNS, HEALTH
+	// and DEADLETTER apart from TASKS, so a signal of the task may be
+	// decided while the delete is applied. A signal that finds no
+	// schedule creates one only if the spec is still there (decide), so
+	// with the spec gone first no signal can write a schedule the delete
+	// does not then remove. Deleting the schedule first left a moment in
+	// which a breaker transition or an outcome wrote a fresh schedule for
+	// the deleted task, kept after the delete (createdAt zero, dispatched
+	// until the sweeper's orphan purge). A dispatch of the schedule in
+	// between finds no spec, and the executor skips it as deleted.
+	if err := s.tasks.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
+		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.tasks.Bucket(), err)
+	}
+	s.specs.Delete(step.TaskID, 0)
 	s.states.drop(step.TaskID)
 	if err := s.schedules.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.schedules.Bucket(), err)
 	}
+	// A signal decided while the delete was applied may have cached the
+	// state it wrote before the schedule went: decisions check a cached
+	// state against KV when they write, not when they ignore an input.
+	s.states.drop(step.TaskID)
 	// A task deleted while paused leaves no hint behind (unknown view: it
 	// may have one).
 	if r := s.pauseHints.Lookup(step.TaskID); !r.Known || r.Found {
@@ -306,10 +321,6 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 			return nil, err
 		}
 	}
-	if err := s.tasks.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
-		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.tasks.Bucket(), err)
-	}
-	s.specs.Delete(step.TaskID, 0)
 	return &events.TaskAccepted{ID: step.TaskID, Command: events.TypeTaskDeleted, CommandID: step.CommandID, Source: string(gov.SourceDeleted)}, nil
 }
 

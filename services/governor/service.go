@@ -327,6 +327,15 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			}
 		}
 		dec := Apply(spec, st, step)
+		if dec.Ignored && ok && attempt == 0 {
+			// An input is ignored without a write, so no compare-and-set
+			// checks the cached state it was judged on; KV does. A copy
+			// cached by a decision that raced a delete named the deleted
+			// task's last command, and a re-creation sending the same
+			// command id was taken for a redelivery and never scheduled.
+			s.states.drop(id)
+			continue
+		}
 		if dec.Ignored {
 			// A redelivered input: its decision is stored, but a crash may
 			// have come between that write and the pause hint's.
