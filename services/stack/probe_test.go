@@ -103,7 +103,9 @@ func TestHalfOpenHostBreakerLetsOneProbeThrough(t *testing.T) {
 		return n
 	}
 	breakers := e.collect("flyball.breaker.>")
-	const openDelay, n = 2 * time.Second, 5
+	// Long enough for five dispatches to reach two executors and be
+	// deferred before retryAt on a loaded machine (2s was not, once).
+	const openDelay, n = 4 * time.Second, 5
 
 	putJSON(t, e.srv.JS, streams.BucketTasks, "opener", hostTask("opener", host.srv.URL+"/fail", openDelay))
 	ids := make([]string, n)
