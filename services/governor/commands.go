@@ -310,10 +310,10 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 	if err := s.schedules.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.schedules.Bucket(), err)
 	}
-	// A signal decided while the delete was applied may have cached the
-	// state it wrote before the schedule went: decisions check a cached
-	// state against KV when they write, not when they ignore an input.
-	s.states.drop(step.TaskID)
+	// A signal decided while the delete was applied may still cache the
+	// state it wrote before the schedule went, whatever is dropped here:
+	// decide checks a cached state against KV, by compare-and-set when
+	// it writes and by a read when it ignores an input.
 	// A task deleted while paused leaves no hint behind (unknown view: it
 	// may have one).
 	if r := s.pauseHints.Lookup(step.TaskID); !r.Known || r.Found {
