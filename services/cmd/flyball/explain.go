@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
@@ -102,32 +102,21 @@ func printExplanation(w io.Writer, ex *query.Explanation) {
 	}
 	switch {
 	case ex.Agrees && ex.Pending > 0:
-		stored := "no schedule"
-		if ex.Stored != nil {
-			stored = fmt.Sprintf("next run %s (%s)", fmtTime(ex.Stored.NextRunAt), ex.Stored.Source)
-		}
-		after := "no schedule"
-		if ex.Replayed != nil {
-			after = fmt.Sprintf("next run %s (%s)", fmtTime(ex.Replayed.NextRunAt), ex.Replayed.Source)
-		}
 		fmt.Fprintf(w, "stored: %s; the replay agrees up to the last %d input(s), marked (pending): the governor had not applied them yet (stored within %s); they lead to %s\n",
-			stored, ex.Pending, query.InFlight, after)
+			scheduleText(ex.Stored), ex.Pending, query.InFlight, scheduleText(ex.Replayed))
 	case ex.Stored == nil && ex.Replayed == nil:
 		fmt.Fprintln(w, "stored: no schedule (the task does not exist or was deleted); the replay agrees")
 	case ex.Agrees:
-		fmt.Fprintf(w, "stored: next run %s (%s); the replay agrees\n", fmtTime(ex.Stored.NextRunAt), ex.Stored.Source)
+		fmt.Fprintf(w, "stored: %s; the replay agrees\n", scheduleText(ex.Stored))
 	default:
-		parts := []string{}
-		if ex.Stored != nil {
-			parts = append(parts, fmt.Sprintf("stored next run %s (%s)", fmtTime(ex.Stored.NextRunAt), ex.Stored.Source))
-		} else {
-			parts = append(parts, "nothing stored")
-		}
-		if ex.Replayed != nil {
-			parts = append(parts, fmt.Sprintf("replayed %s (%s)", fmtTime(ex.Replayed.NextRunAt), ex.Replayed.Source))
-		} else {
-			parts = append(parts, "replay ends with no schedule")
-		}
-		fmt.Fprintln(w, "MISMATCH: "+strings.Join(parts, ", "))
+		fmt.Fprintf(w, "MISMATCH: stored %s, replayed %s\n", scheduleText(ex.Stored), scheduleText(ex.Replayed))
 	}
+}
+
+// scheduleText names a schedule's next run and rule, or "no schedule".
+func scheduleText(st *gov.State) string {
+	if st == nil {
+		return "no schedule"
+	}
+	return fmt.Sprintf("next run %s (%s)", fmtTime(st.NextRunAt), st.Source)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
@@ -58,5 +59,45 @@ func TestRunPrinterMarksATaskCreatedAgain(t *testing.T) {
 	}
 	if js := render(outJSON); strings.Contains(js, "-- ") || strings.Count(js, "\n") != len(records) {
 		t.Fatalf("JSON output is not one line per run:\n%s", js)
+	}
+}
+
+// TestPrintExplanationSaysWhatIsPending: the table marks the inputs the
+// governor has not applied yet, and the last line says the store agrees
+// with the replay before them and where they lead; a real mismatch
+// still says MISMATCH.
+func TestPrintExplanationSaysWhatIsPending(t *testing.T) {
+	at := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	stored := &gov.State{NextRunAt: at.Add(time.Minute), Source: gov.SourceBaselineInterval}
+	replayed := &gov.State{NextRunAt: at.Add(2 * time.Minute), Source: gov.SourceBaselineInterval}
+	ex := &query.Explanation{
+		TaskID: "web", Stored: stored, Replayed: replayed, Agrees: true, Pending: 1,
+		Timeline: []query.ExplainedStep{
+			{At: at, Input: "task.created", NextRunAt: stored.NextRunAt, Source: string(stored.Source)},
+			{At: at.Add(time.Minute), Input: "run succeeded", NextRunAt: replayed.NextRunAt, Source: string(replayed.Source), Pending: true},
+		},
+	}
+	var b bytes.Buffer
+	printExplanation(&b, ex)
+	out := b.String()
+	for _, want := range []string{
+		"  task.created  ",
+		"(pending) run succeeded",
+		"stored: next run 2026-11-27T20:01:00.000Z (baseline-interval); the replay agrees up to the last 1 input(s), marked (pending): " +
+			"the governor had not applied them yet (stored within 10s); they lead to next run 2026-11-27T20:02:00.000Z (baseline-interval)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "(pending) task.created") {
+		t.Errorf("the applied creation is marked pending:\n%s", out)
+	}
+
+	ex.Agrees, ex.Pending, ex.Timeline[1].Pending = false, 0, false
+	b.Reset()
+	printExplanation(&b, ex)
+	if want := "MISMATCH: stored next run 2026-11-27T20:01:00.000Z (baseline-interval), replayed next run 2026-11-27T20:02:00.000Z (baseline-interval)\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("mismatch output:\n%s\nwant it to end with %q", b.String(), want)
 	}
 }
