@@ -21,10 +21,14 @@ const (
 	// SystemNATS is nats-server's own message scheduler (Nats-Schedule
 	// "@every") with a JetStream consumer doing the GET.
 	SystemNATS = "nats-scheduler"
+	// SystemPipeline is flyball's message flow (its streams, consumers,
+	// bucket, message sizes and acks) with none of its logic: the least
+	// this design costs per run.
+	SystemPipeline = "pipeline"
 )
 
 // AllSystems lists the systems in the order a tier runs them.
-var AllSystems = []string{SystemFlyball, SystemFloor, SystemNATS}
+var AllSystems = []string{SystemFlyball, SystemFloor, SystemNATS, SystemPipeline}
 
 // Stack modes: where flyball runs.
 const (

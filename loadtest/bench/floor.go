@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,15 +19,16 @@ type floorTask struct {
 // floor is the instrument's floor: one plain Go timer per task, re-armed on
 // the same grid, calling the same target with the executor's HTTP settings.
 // No scheduler, no persistence, no queue: whatever lateness it shows is the
-// cost of the timers, the client, the target and the machine.
+// cost of the timers, the client, the target and the machine. The pipeline
+// system uses the same timers to publish its dispatches.
 type floor struct {
 	interval time.Duration
-	sem      chan struct{}
+	// do runs one slot (Unix ns) of a task; it may block.
+	do       func(ctx context.Context, t *floorTask, slot int64)
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
 	tasks    []*floorTask
-	failures atomic.Int64
 }
 
 func (r *runner) runFloor(ctx context.Context, tier Tier, sr *SystemResult) error {
@@ -37,37 +37,50 @@ func (r *runner) runFloor(ctx context.Context, tier Tier, sr *SystemResult) erro
 	first := begin.Add(time.Second).Truncate(time.Second).Add(time.Second)
 	client := newClient(r.cfg.Concurrency)
 	defer client.CloseIdleConnections()
-	f := &floor{interval: tier.Interval, sem: make(chan struct{}, r.cfg.Concurrency)}
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	var failures atomic.Int64
+	f := &floor{interval: tier.Interval, do: func(ctx context.Context, t *floorTask, slot int64) {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		if err := get(ctx, client, t.url, t.id, time.Unix(0, slot)); err != nil {
+			failures.Add(1)
+		}
+	}}
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	for i, id := range ids {
-		t := &floorTask{id: id, url: r.urlFor(i, id)}
-		f.tasks = append(f.tasks, t)
-		f.arm(callCtx, client, t, first.UnixNano())
-	}
+	f.start(callCtx, ids, r.urlFor, first)
 	sr.SetupSeconds = time.Since(begin).Seconds()
 	sr.Window = r.window(first, tier.Interval)
 	err := r.measure(ctx, measurement{sys: sr, grid: uniformGrid(ids, first, tier.Interval)})
 	f.stop()
-	if n := f.failures.Load(); n > 0 {
+	if n := failures.Load(); n > 0 {
 		sr.Notes = append(sr.Notes, fmt.Sprintf("%d calls failed", n))
 	}
 	return err
 }
 
+// start arms a timer for every task's first slot.
+func (f *floor) start(ctx context.Context, ids []string, urlFor func(int, string) string, first time.Time) {
+	for i, id := range ids {
+		t := &floorTask{id: id, url: urlFor(i, id)}
+		f.tasks = append(f.tasks, t)
+		f.arm(ctx, t, first.UnixNano())
+	}
+}
+
 // arm sets a timer for the task's slot at (Unix ns).
-func (f *floor) arm(ctx context.Context, client *http.Client, t *floorTask, at int64) {
+func (f *floor) arm(ctx context.Context, t *floorTask, at int64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {
 		return
 	}
 	t.next.Store(at)
-	t.timer.Store(time.AfterFunc(time.Until(time.Unix(0, at)), func() { f.fire(ctx, client, t) }))
+	t.timer.Store(time.AfterFunc(time.Until(time.Unix(0, at)), func() { f.fire(ctx, t) }))
 }
 
-// fire arms the task's timer for the next slot, then makes the call.
-func (f *floor) fire(ctx context.Context, client *http.Client, t *floorTask) {
+// fire arms the task's timer for the next slot, then runs this one.
+func (f *floor) fire(ctx context.Context, t *floorTask) {
 	f.mu.RLock()
 	if f.closed {
 		f.mu.RUnlock()
@@ -78,15 +91,11 @@ func (f *floor) fire(ctx context.Context, client *http.Client, t *floorTask) {
 	defer f.inflight.Done()
 
 	slot := t.next.Load()
-	f.arm(ctx, client, t, slot+int64(f.interval))
-
-	f.sem <- struct{}{}
-	defer func() { <-f.sem }()
-	if err := get(ctx, client, t.url, t.id, time.Unix(0, slot)); err != nil {
-		f.failures.Add(1)
-	}
+	f.arm(ctx, t, slot+int64(f.interval))
+	f.do(ctx, t, slot)
 }
 
+// stop disarms every timer and waits for the slots in progress.
 func (f *floor) stop() {
 	f.mu.Lock()
 	f.closed = true

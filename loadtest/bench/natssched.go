@@ -76,17 +76,14 @@ func (r *runner) runNATSScheduler(ctx context.Context, tier Tier, sr *SystemResu
 	defer client.CloseIdleConnections()
 	w := &natsWorkers{
 		interval: tier.Interval, urls: urls, client: client,
-		subjPrefix: prefix + ".t.", msgs: make(chan jetstream.Msg, r.cfg.Concurrency),
+		subjPrefix: prefix + ".t.",
 	}
+	w.msgs = make(chan jetstream.Msg, r.cfg.Concurrency)
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	for range r.cfg.Concurrency {
 		w.wg.Go(func() { w.work(callCtx) })
 	}
-	// Fetch in a loop rather than Consume: with Consume on an in-process
-	// connection the pull occasionally stalled silently for up to its 30s
-	// expiry under this load (nats.go v1.55.0), which measured the client,
-	// not the scheduler. A fetch expires after a second at worst.
 	fetchCtx, stopFetch := context.WithCancel(callCtx)
 	var fetcher sync.WaitGroup
 	fetcher.Go(func() { w.fetch(fetchCtx, cons, r.cfg.Concurrency) })
@@ -191,39 +188,49 @@ func scheduleGrid(ctx context.Context, js jetstream.JetStream, stream, subjPrefi
 
 // natsWorkers make the calls for messages the scheduler fired.
 type natsWorkers struct {
+	puller
 	interval    time.Duration
 	urls        map[string]string
 	client      *http.Client
 	subjPrefix  string
-	msgs        chan jetstream.Msg
 	wg          sync.WaitGroup
 	failures    atomic.Int64
 	noNext      atomic.Int64
-	received    atomic.Int64
 	calls       atomic.Int64
 	redelivered atomic.Int64
+}
+
+// puller fetches a consumer's messages in batches into msgs, for workers
+// to take.
+type puller struct {
+	msgs        chan jetstream.Msg
+	received    atomic.Int64
 	fetchErrors atomic.Int64
 }
 
-// fetch pulls fired messages in batches and hands them to the workers
-// until ctx ends.
-func (w *natsWorkers) fetch(ctx context.Context, cons jetstream.Consumer, batch int) {
+// fetch pulls messages in batches of up to batch and hands them to the
+// workers until ctx ends. Fetch in a loop rather than Consume: with
+// Consume on an in-process connection the pull occasionally stalled
+// silently for up to its 30s expiry under load (nats.go v1.55.0), which
+// measured the client, not the system. A fetch expires after a second at
+// worst.
+func (p *puller) fetch(ctx context.Context, cons jetstream.Consumer, batch int) {
 	for ctx.Err() == nil {
 		b, err := cons.Fetch(batch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
-			w.fetchErrors.Add(1)
+			p.fetchErrors.Add(1)
 			continue
 		}
 		for m := range b.Messages() {
-			w.received.Add(1)
+			p.received.Add(1)
 			select {
-			case w.msgs <- m:
+			case p.msgs <- m:
 			case <-ctx.Done():
 				return
 			}
 		}
 		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			w.fetchErrors.Add(1)
+			p.fetchErrors.Add(1)
 		}
 	}
 }

@@ -124,3 +124,32 @@ func TestEvaluate(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUVerdictNamesThePipelinesCost(t *testing.T) {
+	t.Parallel()
+	fly, pipe := runResult(SystemFlyball, 0, 0, 0), runResult(SystemPipeline, 0, 0, 0)
+	fly.CPUPer1kRuns, pipe.CPUPer1kRuns = 0.2, 0.16
+	res := &Result{Tiers: []*TierResult{{
+		Tier:    Tier{Name: TierW1c, Title: "W1c", Kind: KindRuns},
+		Systems: []*SystemResult{fly, runResult(SystemFloor, 0, 0, 0), pipe},
+	}}}
+	var cpu *Verdict
+	for _, v := range evaluate(res) {
+		if strings.HasPrefix(v.Target, "CPU") {
+			cpu = &v
+		}
+	}
+	if cpu == nil {
+		t.Fatal("no CPU verdict")
+	}
+	if want := "the pipeline (flyball's streams and messages, no logic) took 0.160 s: flyball 1.25× that"; cpu.Met || cpu.Reason != want {
+		t.Errorf("CPU verdict = %+v, want not met with reason %q", *cpu, want)
+	}
+	// Without the pipeline the reason does not mention it.
+	res.Tiers[0].Systems = res.Tiers[0].Systems[:2]
+	for _, v := range evaluate(res) {
+		if strings.HasPrefix(v.Target, "CPU") && strings.Contains(v.Reason, "pipeline") {
+			t.Errorf("reason %q names a pipeline that did not run", v.Reason)
+		}
+	}
+}

@@ -115,8 +115,10 @@ type SystemResult struct {
 	CeilingRatio float64 `json:"ceilingRatio,omitempty"`
 	// Breakdown splits flyball's lateness and cost by stage.
 	Breakdown *Breakdown `json:"breakdown,omitempty"`
-	Notes     []string   `json:"notes,omitempty"`
-	Error     string     `json:"error,omitempty"`
+	// Pipeline counts the pipeline system's stages.
+	Pipeline *PipelineCounts `json:"pipeline,omitempty"`
+	Notes    []string        `json:"notes,omitempty"`
+	Error    string          `json:"error,omitempty"`
 }
 
 // ScaleResult is the Scale tier: how long the timer takes to load every

@@ -143,6 +143,8 @@ func (r *runner) runSystem(ctx context.Context, tier Tier, system string) *Syste
 		err = r.runFloor(ctx, tier, sr)
 	case SystemNATS:
 		err = r.runNATSScheduler(ctx, tier, sr)
+	case SystemPipeline:
+		err = r.runPipeline(ctx, tier, sr)
 	}
 	if err != nil {
 		sr.Error = err.Error()

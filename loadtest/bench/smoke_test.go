@@ -44,6 +44,23 @@ func TestSmoke(t *testing.T) {
 		if s.CPUSeconds < 0 || s.PeakRSSBytes <= 0 {
 			t.Errorf("%s: CPU %.3fs, peak RSS %d: want CPU >= 0 and RSS > 0", s.System, s.CPUSeconds, s.PeakRSSBytes)
 		}
+		if s.System == bench.SystemPipeline {
+			// Every stage handled every run of the window (and the
+			// warm-up's), and the flow stored three messages per run.
+			c := s.Pipeline
+			if c == nil {
+				t.Errorf("pipeline: no counts")
+				continue
+			}
+			done := int64(s.Stats.Completed)
+			if c.Failures != 0 || c.Dispatched < done || c.Calls < done || c.RunEvents < done ||
+				c.ScheduleWrites < done || c.BreakerAcks < done || c.Watched < done {
+				t.Errorf("pipeline counts = %+v, want no failures and every stage at least %d", *c, done)
+			}
+			if b := s.Breakdown; b == nil || b.StoredPerRun["DISPATCH"] == 0 || b.StoredPerRun["RUNS"] == 0 || b.StoredPerRun["KV_flyball-schedules"] == 0 {
+				t.Errorf("pipeline breakdown = %+v, want messages stored in DISPATCH, RUNS and KV_flyball-schedules", b)
+			}
+		}
 		if s.System != bench.SystemFlyball {
 			continue
 		}
@@ -63,7 +80,7 @@ func TestSmoke(t *testing.T) {
 	if sc == nil || sc.Tasks != 2000 || sc.LoadSeconds <= 0 || sc.HeapReleasedBytes <= 0 {
 		t.Errorf("scale = %+v, want 2000 tasks loaded and heap held", sc)
 	}
-	for _, want := range []string{"| Smoke 20 tasks @1s | flyball |", "| Smoke 20 tasks @1s | floor |", "| Smoke 20 tasks @1s | nats-scheduler |", "| scale |", "| target |"} {
+	for _, want := range []string{"| Smoke 20 tasks @1s | flyball |", "| Smoke 20 tasks @1s | floor |", "| Smoke 20 tasks @1s | nats-scheduler |", "| Smoke 20 tasks @1s | pipeline |", "| scale |", "| target |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/streams"
+)
+
+// The sizes of flyball's three stored messages for a plain 1 s interval
+// task, as the pipeline sends them: the dispatch's and the run event's
+// CloudEvents, and the schedule's KV value. Measured on `flyball dev`
+// (2026-11-27, 5ff4d7f) with `nats sub flyball.dispatch.<id> --raw`,
+// `nats stream get RUNS --last-for flyball.run.succeeded.<id>` and `nats kv
+// get flyball-schedules <id> --raw`: 458, 856 and 568 bytes.
+const (
+	pipeDispatchBytes = 460
+	pipeRunBytes      = 860
+	pipeScheduleBytes = 570
+)
+
+// Workers of the pipeline's stages: the executor's calls in flight are
+// Config.Concurrency, like flyball dev's --concurrency; the governor's
+// default --governor-workers is 16.
+const pipeGovernorWorkers = 16
+
+// PipelineCounts are what the pipeline system did, warm-up included.
+type PipelineCounts struct {
+	// Dispatched counts dispatches published (the timer's stage).
+	Dispatched int64 `json:"dispatched"`
+	// Calls counts target calls (the executor's stage).
+	Calls int64 `json:"calls"`
+	// RunEvents counts run events stored, each before its dispatch's ack.
+	RunEvents int64 `json:"runEvents"`
+	// ScheduleWrites counts compare-and-set writes to flyball-schedules
+	// (the governor's stage).
+	ScheduleWrites int64 `json:"scheduleWrites"`
+	// BreakerAcks counts run events the breaker's consumer acked.
+	BreakerAcks int64 `json:"breakerAcks"`
+	// Watched counts schedule writes the timer's watch received.
+	Watched int64 `json:"watched"`
+	// Failures counts failed calls, publishes, writes and acks.
+	Failures int64 `json:"failures"`
+}
+
+// String is a one-line summary for the markdown notes.
+func (c *PipelineCounts) String() string {
+	return fmt.Sprintf("stages, warm-up included: %d dispatched, %d calls, %d run events, %d schedule writes, %d breaker acks, %d watched; %d failures",
+		c.Dispatched, c.Calls, c.RunEvents, c.ScheduleWrites, c.BreakerAcks, c.Watched, c.Failures)
+}
+
+// pipeline is flyball's message flow with none of its logic: the floor's
+// timers publish each slot's dispatch to DISPATCH; executor workers pull
+// it, call the target, store the run event in RUNS and confirm the ack;
+// governor workers pull the run event and write the task's schedule to
+// flyball-schedules with a compare-and-set; the breaker's consumer acks
+// every run event; a watch of flyball-schedules receives every write. The
+// streams, consumers and buckets are flyball's own (streams.Ensure), the
+// message sizes and headers flyball's. What flyball costs above it is its
+// logic; what the pipeline costs is the least any scheduler built on this
+// flow (three stored messages per run) can cost on the machine.
+type pipeline struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	client *http.Client
+	urls   map[string]string
+
+	exec, gov puller
+	// revs holds each task's last schedule revision (this governor's own
+	// writes, as flyball's state cache does).
+	revsMu sync.Mutex
+	revs   map[string]uint64
+
+	dispatched, calls, runEvents, writes, breakerAcks, watched, failures atomic.Int64
+}
+
+func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) error {
+	if r.cfg.Stack == StackExternal {
+		return errors.New("the pipeline needs a server of its own: it creates flyball's streams, consumers and buckets")
+	}
+	env, err := r.startNATS(ctx)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	if err := streams.Ensure(ctx, env.js); err != nil {
+		return fmt.Errorf("create flyball's streams: %w", err)
+	}
+	// One connection for every stage, as flyball dev shares one.
+	nc, err := env.connect("flyball-pipeline")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	p := &pipeline{
+		client: newClient(r.cfg.Concurrency),
+		urls:   make(map[string]string, tier.Tasks),
+		revs:   make(map[string]uint64, tier.Tasks),
+	}
+	defer p.client.CloseIdleConnections()
+	p.js, err = jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { p.failures.Add(1) }))
+	if err != nil {
+		return err
+	}
+	if p.kv, err = p.js.KeyValue(ctx, "flyball-schedules"); err != nil {
+		return err
+	}
+	execCons, err := p.js.Consumer(ctx, "DISPATCH", "executor")
+	if err != nil {
+		return err
+	}
+	govCons, err := p.js.Consumer(ctx, "RUNS", "governor")
+	if err != nil {
+		return err
+	}
+	brkCons, err := p.js.Consumer(ctx, "RUNS", "breaker")
+	if err != nil {
+		return err
+	}
+
+	ids := r.taskIDs(tier, SystemPipeline, tier.Tasks)
+	for i, id := range ids {
+		p.urls[id] = r.urlFor(i, id)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	watch, err := p.kv.WatchAll(runCtx, jetstream.UpdatesOnly())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = watch.Stop() }()
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		for e := range watch.Updates() {
+			if e != nil {
+				p.watched.Add(1)
+			}
+		}
+	})
+	brk, err := brkCons.Consume(func(m jetstream.Msg) {
+		if m.Ack() != nil {
+			p.failures.Add(1)
+			return
+		}
+		p.breakerAcks.Add(1)
+	}, jetstream.PullExpiry(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer brk.Stop()
+
+	stopStages := p.startStages(runCtx, execCons, govCons, r.cfg.Concurrency)
+	timers := &floor{interval: tier.Interval, do: p.dispatch}
+	begin := time.Now()
+	first := begin.Add(time.Second).Truncate(time.Second).Add(time.Second)
+	timers.start(runCtx, ids, r.urlFor, first)
+	sr.SetupSeconds = time.Since(begin).Seconds()
+	sr.Window = r.window(first, tier.Interval)
+	probe := &breakdownProbe{js: env.js, srv: env.srv, noRunEvents: true}
+	err = r.measure(ctx, measurement{
+		sys: sr, grid: uniformGrid(ids, first, tier.Interval), pids: env.pids(r.cfg.StackPIDs),
+		onOpen: probe.open, onClose: probe.close,
+	})
+	timers.stop()
+	stopStages()
+	if err == nil {
+		sr.Breakdown = probe.finish(ctx, sr)
+	}
+	sr.Pipeline = &PipelineCounts{
+		Dispatched: p.dispatched.Load(), Calls: p.calls.Load(), RunEvents: p.runEvents.Load(),
+		ScheduleWrites: p.writes.Load(), BreakerAcks: p.breakerAcks.Load(), Watched: p.watched.Load(),
+		Failures: p.failures.Load(),
+	}
+	sr.Notes = append(sr.Notes, sr.Pipeline.String())
+	if n := p.exec.fetchErrors.Load() + p.gov.fetchErrors.Load(); n > 0 {
+		sr.Notes = append(sr.Notes, fmt.Sprintf("%d fetches failed", n))
+	}
+	return err
+}
+
+// startStages starts the executor's and the governor's pullers and
+// workers; the returned func stops them and waits.
+func (p *pipeline) startStages(ctx context.Context, execCons, govCons jetstream.Consumer, concurrency int) (stop func()) {
+	p.exec.msgs = make(chan jetstream.Msg, concurrency)
+	p.gov.msgs = make(chan jetstream.Msg, pipeGovernorWorkers)
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	var fetchers, workers sync.WaitGroup
+	fetchers.Go(func() { p.exec.fetch(fetchCtx, execCons, concurrency) })
+	fetchers.Go(func() { p.gov.fetch(fetchCtx, govCons, pipeGovernorWorkers) })
+	for range concurrency {
+		workers.Go(func() {
+			for m := range p.exec.msgs {
+				p.execute(ctx, m)
+			}
+		})
+	}
+	for range pipeGovernorWorkers {
+		workers.Go(func() {
+			for m := range p.gov.msgs {
+				p.govern(ctx, m)
+			}
+		})
+	}
+	return func() {
+		stopFetch()
+		fetchers.Wait()
+		close(p.exec.msgs)
+		close(p.gov.msgs)
+		workers.Wait()
+	}
+}
+
+// payload is size bytes: the decimal slot (Unix ns), then padding.
+func payload(slot int64, size int) []byte {
+	b := strconv.AppendInt(make([]byte, 0, size), slot, 10)
+	for len(b) < size {
+		b = append(b, '.')
+	}
+	return b
+}
+
+// slotOf reads the slot back from a payload.
+func slotOf(data []byte) (int64, error) {
+	digits, _, ok := bytes.Cut(data, []byte{'.'})
+	if !ok {
+		return 0, errors.New("no slot in the payload")
+	}
+	return strconv.ParseInt(string(digits), 10, 64)
+}
+
+// dispatch is the timer's stage: publish the slot's dispatch, with the
+// dedup ID flyball's timer gives it.
+func (p *pipeline) dispatch(_ context.Context, t *floorTask, slot int64) {
+	id := t.id + ":" + strconv.FormatInt(slot/int64(time.Millisecond), 10)
+	m := &nats.Msg{Subject: "flyball.dispatch." + t.id, Header: nats.Header{}, Data: payload(slot, pipeDispatchBytes)}
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	m.Header.Set("Content-Type", "application/cloudevents+json")
+	if _, err := p.js.PublishMsgAsync(m, stall); err != nil {
+		p.failures.Add(1)
+		return
+	}
+	p.dispatched.Add(1)
+}
+
+// execute is the executor's stage for one dispatch: call the target, store
+// the run event, confirm the ack.
+func (p *pipeline) execute(ctx context.Context, m jetstream.Msg) {
+	id := strings.TrimPrefix(m.Subject(), "flyball.dispatch.")
+	slot, err := slotOf(m.Data())
+	url, ok := p.urls[id]
+	if err != nil || !ok {
+		p.failures.Add(1)
+		_ = m.Term()
+		return
+	}
+	p.calls.Add(1)
+	outcome := "succeeded"
+	if err := get(ctx, p.client, url, id, time.Unix(0, slot)); err != nil {
+		p.failures.Add(1)
+		outcome = "failed"
+	}
+	run := &nats.Msg{Subject: "flyball.run." + outcome + "." + id, Header: nats.Header{}, Data: payload(slot, pipeRunBytes)}
+	run.Header.Set(jetstream.MsgIDHeader, m.Headers().Get(jetstream.MsgIDHeader)+":1:"+outcome)
+	run.Header.Set("Content-Type", "application/cloudevents+json")
+	run.Header.Set("Flyball-Breaker-Key", id)
+	f, err := p.js.PublishMsgAsync(run, stall)
+	if err == nil {
+		select {
+		case <-f.Ok():
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		p.failures.Add(1)
+		_ = m.Nak()
+		return
+	}
+	p.runEvents.Add(1)
+	if err := m.DoubleAck(ctx); err != nil {
+		p.failures.Add(1)
+	}
+}
+
+// govern is the governor's stage for one run event: write the task's next
+// schedule with a compare-and-set on its last revision, then ack.
+func (p *pipeline) govern(ctx context.Context, m jetstream.Msg) {
+	subj := m.Subject()
+	id := subj[strings.LastIndexByte(subj, '.')+1:]
+	slot, err := slotOf(m.Data())
+	if err != nil {
+		p.failures.Add(1)
+		_ = m.Term()
+		return
+	}
+	p.revsMu.Lock()
+	last := p.revs[id]
+	p.revsMu.Unlock()
+	rev, err := p.kv.Update(ctx, id, payload(slot, pipeScheduleBytes), last)
+	if err != nil {
+		// A lost reply: learn the revision, and the redelivery writes.
+		p.failures.Add(1)
+		if e, err := p.kv.Get(ctx, id); err == nil {
+			p.revsMu.Lock()
+			p.revs[id] = e.Revision()
+			p.revsMu.Unlock()
+		}
+		_ = m.Nak()
+		return
+	}
+	p.revsMu.Lock()
+	p.revs[id] = rev
+	p.revsMu.Unlock()
+	p.writes.Add(1)
+	if err := m.Ack(); err != nil {
+		p.failures.Add(1)
+	}
+}
