@@ -22,8 +22,8 @@ const (
 	// "@every") with a JetStream consumer doing the GET.
 	SystemNATS = "nats-scheduler"
 	// SystemPipeline is flyball's message flow (its streams, consumers,
-	// bucket, message sizes and acks) with none of its logic: the least
-	// this design costs per run.
+	// bucket, message sizes and acks) with none of its logic: what the
+	// design's messages cost per run.
 	SystemPipeline = "pipeline"
 )
 

@@ -203,7 +203,9 @@ type natsWorkers struct {
 // puller fetches a consumer's messages in batches into msgs, for workers
 // to take.
 type puller struct {
-	msgs        chan jetstream.Msg
+	msgs chan jetstream.Msg
+	// route, if set, picks the channel for a message instead of msgs.
+	route       func(jetstream.Msg) chan<- jetstream.Msg
 	received    atomic.Int64
 	fetchErrors atomic.Int64
 }
@@ -223,8 +225,12 @@ func (p *puller) fetch(ctx context.Context, cons jetstream.Consumer, batch int) 
 		}
 		for m := range b.Messages() {
 			p.received.Add(1)
+			var out chan<- jetstream.Msg = p.msgs
+			if p.route != nil {
+				out = p.route(m)
+			}
 			select {
-			case p.msgs <- m:
+			case out <- m:
 			case <-ctx.Done():
 				return
 			}

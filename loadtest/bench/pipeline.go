@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,7 +38,8 @@ const pipeGovernorWorkers = 16
 
 // PipelineCounts are what the pipeline system did, warm-up included.
 type PipelineCounts struct {
-	// Dispatched counts dispatches published (the timer's stage).
+	// Dispatched counts dispatches published (the timer's stage),
+	// Refused included.
 	Dispatched int64 `json:"dispatched"`
 	// Calls counts target calls (the executor's stage).
 	Calls int64 `json:"calls"`
@@ -50,14 +52,17 @@ type PipelineCounts struct {
 	BreakerAcks int64 `json:"breakerAcks"`
 	// Watched counts schedule writes the timer's watch received.
 	Watched int64 `json:"watched"`
+	// Refused counts dispatches DISPATCH refused because the task's
+	// previous one was still pending (an overloaded executor stage).
+	Refused int64 `json:"refused"`
 	// Failures counts failed calls, publishes, writes and acks.
 	Failures int64 `json:"failures"`
 }
 
 // String is a one-line summary for the markdown notes.
 func (c *PipelineCounts) String() string {
-	return fmt.Sprintf("stages, warm-up included: %d dispatched, %d calls, %d run events, %d schedule writes, %d breaker acks, %d watched; %d failures",
-		c.Dispatched, c.Calls, c.RunEvents, c.ScheduleWrites, c.BreakerAcks, c.Watched, c.Failures)
+	return fmt.Sprintf("stages, warm-up included: %d dispatched (%d refused: the task's previous one still pending), %d calls, %d run events, %d schedule writes, %d breaker acks, %d watched; %d failures",
+		c.Dispatched, c.Refused, c.Calls, c.RunEvents, c.ScheduleWrites, c.BreakerAcks, c.Watched, c.Failures)
 }
 
 // pipeline is flyball's message flow with none of its logic: the floor's
@@ -67,9 +72,10 @@ func (c *PipelineCounts) String() string {
 // flyball-schedules with a compare-and-set; the breaker's consumer acks
 // every run event; a watch of flyball-schedules receives every write. The
 // streams, consumers and buckets are flyball's own (streams.Ensure), the
-// message sizes and headers flyball's. What flyball costs above it is its
-// logic; what the pipeline costs is the least any scheduler built on this
-// flow (three stored messages per run) can cost on the machine.
+// message sizes and headers flyball's. It is a plain implementation (a
+// publish-ack wait per run event, no batching), not the cheapest possible:
+// what it costs is what the flow's messages cost on the machine, and what
+// flyball costs above it is its logic.
 type pipeline struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -82,7 +88,7 @@ type pipeline struct {
 	revsMu sync.Mutex
 	revs   map[string]uint64
 
-	dispatched, calls, runEvents, writes, breakerAcks, watched, failures atomic.Int64
+	dispatched, refused, calls, runEvents, writes, breakerAcks, watched, failures atomic.Int64
 }
 
 func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) error {
@@ -111,7 +117,16 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	defer p.client.CloseIdleConnections()
 	p.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { p.failures.Add(1) }))
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, _ error) {
+			if strings.HasPrefix(m.Subject, "flyball.dispatch.") {
+				// DISPATCH holds one pending run per task: the slot before
+				// is still waiting for an executor (flyball's timer counts
+				// these as dispatch_total{result="pending"}).
+				p.refused.Add(1)
+				return
+			}
+			p.failures.Add(1)
+		}))
 	if err != nil {
 		return err
 	}
@@ -182,7 +197,7 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	sr.Pipeline = &PipelineCounts{
 		Dispatched: p.dispatched.Load(), Calls: p.calls.Load(), RunEvents: p.runEvents.Load(),
 		ScheduleWrites: p.writes.Load(), BreakerAcks: p.breakerAcks.Load(), Watched: p.watched.Load(),
-		Failures: p.failures.Load(),
+		Refused: p.refused.Load(), Failures: p.failures.Load(),
 	}
 	sr.Notes = append(sr.Notes, sr.Pipeline.String())
 	if n := p.exec.fetchErrors.Load() + p.gov.fetchErrors.Load(); n > 0 {
@@ -195,11 +210,25 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 // workers; the returned func stops them and waits.
 func (p *pipeline) startStages(ctx context.Context, execCons, govCons jetstream.Consumer, concurrency int) (stop func()) {
 	p.exec.msgs = make(chan jetstream.Msg, concurrency)
-	p.gov.msgs = make(chan jetstream.Msg, pipeGovernorWorkers)
+	// The governor's workers are sharded by task, as flyball's are: a
+	// task's run events are written in order, each on the revision the
+	// one before it wrote.
+	shards := make([]chan jetstream.Msg, pipeGovernorWorkers)
+	for i := range shards {
+		shards[i] = make(chan jetstream.Msg, 64)
+	}
+	seed := maphash.MakeSeed()
+	p.gov.route = func(m jetstream.Msg) chan<- jetstream.Msg {
+		subj := m.Subject()
+		return shards[maphash.String(seed, subj[strings.LastIndexByte(subj, '.')+1:])%uint64(len(shards))]
+	}
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	var fetchers, workers sync.WaitGroup
 	fetchers.Go(func() { p.exec.fetch(fetchCtx, execCons, concurrency) })
-	fetchers.Go(func() { p.gov.fetch(fetchCtx, govCons, pipeGovernorWorkers) })
+	// Pulls and queues sized as flyball's sharded consumers size them
+	// (services/internal/jsutil.ConsumeWorkers): 2 × workers per pull, 64
+	// per shard.
+	fetchers.Go(func() { p.gov.fetch(fetchCtx, govCons, 2*pipeGovernorWorkers) })
 	for range concurrency {
 		workers.Go(func() {
 			for m := range p.exec.msgs {
@@ -207,9 +236,9 @@ func (p *pipeline) startStages(ctx context.Context, execCons, govCons jetstream.
 			}
 		})
 	}
-	for range pipeGovernorWorkers {
+	for _, shard := range shards {
 		workers.Go(func() {
-			for m := range p.gov.msgs {
+			for m := range shard {
 				p.govern(ctx, m)
 			}
 		})
@@ -218,7 +247,9 @@ func (p *pipeline) startStages(ctx context.Context, execCons, govCons jetstream.
 		stopFetch()
 		fetchers.Wait()
 		close(p.exec.msgs)
-		close(p.gov.msgs)
+		for _, shard := range shards {
+			close(shard)
+		}
 		workers.Wait()
 	}
 }
