@@ -131,7 +131,8 @@ type Config struct {
 	// flyball measurement window (with StackInProcess, of this process; with
 	// StackProcess, of the flyball dev child through its /debug/pprof/) and
 	// over the scale tier's load (this process). With several tiers the tier
-	// name is added before the extension.
+	// name is added before the extension. The pipeline system's windows
+	// are profiled too (this process), with ".pipeline" added likewise.
 	CPUProfile string
 	// MemProfile, if set, receives a heap profile taken after the Scale
 	// tier's timer has loaded every schedule.
@@ -141,7 +142,8 @@ type Config struct {
 	// and the same name with ".start" before the extension at its start.
 	// Their difference (go tool pprof -sample_index=alloc_space -base
 	// START END) is what the window allocated, by call site. The tier name
-	// is added with several tiers, as for CPUProfile.
+	// is added with several tiers, as for CPUProfile; the pipeline's get
+	// ".pipeline" too.
 	AllocProfile string
 	// Out is the JSON result file. Empty writes none.
 	Out string

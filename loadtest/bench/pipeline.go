@@ -188,6 +188,8 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	err = r.measure(ctx, measurement{
 		sys: sr, grid: uniformGrid(ids, first, tier.Interval), pids: env.pids(r.cfg.StackPIDs),
 		onOpen: probe.open, onClose: probe.close,
+		profile: pipelineProfile(r.profilePath(r.cfg.CPUProfile, tier)),
+		heap:    pipelineProfile(r.profilePath(r.cfg.AllocProfile, tier)),
 	})
 	timers.stop()
 	stopStages()

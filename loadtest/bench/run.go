@@ -192,6 +192,16 @@ func (r *runner) lead(tasks int) time.Duration {
 	return 2*time.Second + time.Duration(float64(tasks)/r.cfg.CreateRate*float64(time.Second))
 }
 
+// pipelineProfile is where the pipeline's profile goes, given flyball's
+// (profilePath): ".pipeline" before the extension.
+func pipelineProfile(p string) string {
+	if p == "" {
+		return ""
+	}
+	ext := filepath.Ext(p)
+	return strings.TrimSuffix(p, ext) + ".pipeline" + ext
+}
+
 // profilePath is where the CPU (or heap) profile of a tier's flyball
 // window goes.
 func (r *runner) profilePath(p string, tier Tier) string {

@@ -71,7 +71,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	// Two tiers: the smoke window's profiles carry its name.
-	for _, p := range []string{"heap.smoke.start.pprof", "heap.smoke.pprof"} {
+	for _, p := range []string{"heap.smoke.start.pprof", "heap.smoke.pprof", "heap.smoke.pipeline.start.pprof", "heap.smoke.pipeline.pprof"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Errorf("alloc profile: %v", err)
 		}
