@@ -70,7 +70,8 @@ const (
 type Config struct {
 	// Tiers to run, by name (see Tiers). Defaults to every tier.
 	Tiers []string
-	// Systems to drive in each run tier. Defaults to AllSystems.
+	// Systems to drive in each run tier. Defaults to AllSystems (without
+	// the pipeline on an external stack).
 	Systems []string
 	// Warmup is the time after the first slot before the measurement
 	// window opens, rounded up to whole intervals (at least one). Defaults
@@ -205,14 +206,6 @@ func (c *Config) validate() error {
 			add("tiers: unknown tier %q (want %s)", t, strings.Join(TierNames(), ", "))
 		}
 	}
-	if len(c.Systems) == 0 {
-		c.Systems = AllSystems
-	}
-	for _, s := range c.Systems {
-		if !slices.Contains(AllSystems, s) {
-			add("systems: unknown system %q (want %s)", s, strings.Join(AllSystems, ", "))
-		}
-	}
 	if c.Warmup < 0 {
 		add("warmup: must be >= 0, got %s", c.Warmup)
 	}
@@ -230,6 +223,20 @@ func (c *Config) validate() error {
 	}
 	if c.NATSURL != "" {
 		c.Stack = StackExternal
+	}
+	if len(c.Systems) == 0 {
+		c.Systems = AllSystems
+		if c.Stack == StackExternal {
+			c.Systems = slices.DeleteFunc(slices.Clone(AllSystems), func(s string) bool { return s == SystemPipeline })
+		}
+	}
+	for _, s := range c.Systems {
+		if !slices.Contains(AllSystems, s) {
+			add("systems: unknown system %q (want %s)", s, strings.Join(AllSystems, ", "))
+		}
+		if s == SystemPipeline && c.Stack == StackExternal {
+			add("systems: %s needs a server of its own (it creates flyball's streams): not with --nats-url", SystemPipeline)
+		}
 	}
 	switch c.Stack {
 	case StackInProcess:

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,10 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"stack pid without an external stack", func(c *Config) { c.StackPIDs = []int{1234} }, "stack-pid: applies to a stack behind --nats-url only"},
 		{"external without URL", func(c *Config) { c.Stack = StackExternal }, "stack: \"external\" needs a NATS URL"},
 		{"timer lead too long", func(c *Config) { c.TimerLead = 1001 * time.Millisecond }, "timer-lead: must be at most 1s"},
+		{"pipeline on an external stack", func(c *Config) {
+			c.NATSURL = "nats://127.0.0.1:4222"
+			c.Systems = []string{SystemFlyball, SystemPipeline}
+		}, "systems: pipeline needs a server of its own"},
 		{"timer lead on an external stack", func(c *Config) {
 			c.NATSURL = "nats://127.0.0.1:4222"
 			c.TimerLead = time.Second
@@ -44,6 +49,19 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 				t.Fatalf("validate() = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestConfigDefaultSystemsLeaveThePipelineOutOnAnExternalStack(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	if err := c.validate(); err != nil || !slices.Equal(c.Systems, AllSystems) {
+		t.Fatalf("in process: systems %v (%v), want %v", c.Systems, err, AllSystems)
+	}
+	c = validConfig()
+	c.NATSURL = "nats://127.0.0.1:4222"
+	if err := c.validate(); err != nil || slices.Contains(c.Systems, SystemPipeline) || !slices.Contains(c.Systems, SystemFlyball) {
+		t.Fatalf("external: systems %v (%v), want every system but the pipeline", c.Systems, err)
 	}
 }
 

@@ -199,7 +199,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Bool("smoke", false, "the CI-safe variant: a 20-task tier for 5s on every system, a 10k-message ceiling, a 10k-task scale load")
 	fs.BoolVar(&o.check, "check", false, "exit non-zero if the instrument broke (a failed tier, zero runs observed, no ceiling); timings are not checked")
 	fs.StringVar(&o.tiers, "tiers", strings.Join(cfg.Tiers, ","), "comma-separated tiers to run, or \"all\" (every tier but smoke)")
-	fs.StringVar(&o.systems, "systems", strings.Join(bench.AllSystems, ","), "comma-separated systems to drive in each run tier")
+	fs.StringVar(&o.systems, "systems", "", "comma-separated systems to drive in each run tier (default: "+strings.Join(bench.AllSystems, ",")+"; with --nats-url, without "+bench.SystemPipeline+")")
 	fs.DurationVar(&o.cfg.Duration, "duration", cfg.Duration, "measurement window, rounded to whole intervals (at least one)")
 	fs.DurationVar(&o.cfg.Warmup, "warmup", cfg.Warmup, "warm-up after the first slot, rounded up to whole intervals (at least one)")
 	fs.DurationVar(&o.cfg.Grace, "grace", cfg.Grace, "how long to wait for late arrivals after the window")
