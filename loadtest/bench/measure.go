@@ -144,12 +144,15 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 }
 
 // startName is path with ".start" before its extension ("" stays "").
-func startName(path string) string {
+func startName(path string) string { return withPart(path, "start") }
+
+// withPart puts "."+part before path's extension; "" stays "".
+func withPart(path, part string) string {
 	if path == "" {
 		return ""
 	}
 	ext := filepath.Ext(path)
-	return strings.TrimSuffix(path, ext) + ".start" + ext
+	return strings.TrimSuffix(path, ext) + "." + part + ext
 }
 
 // startProfile starts a CPU profile into path; "" does nothing.

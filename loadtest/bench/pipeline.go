@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -83,18 +84,13 @@ type pipeline struct {
 	urls   map[string]string
 
 	exec, gov puller
-	// revs holds each task's last schedule revision (this governor's own
-	// writes, as flyball's state cache does).
-	revsMu sync.Mutex
-	revs   map[string]uint64
 
 	dispatched, refused, calls, runEvents, writes, breakerAcks, watched, failures atomic.Int64
 }
 
 func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) error {
-	if r.cfg.Stack == StackExternal {
-		return errors.New("the pipeline needs a server of its own: it creates flyball's streams, consumers and buckets")
-	}
+	// Config.validate refuses it with an external stack: it creates
+	// flyball's streams, consumers and buckets.
 	env, err := r.startNATS(ctx)
 	if err != nil {
 		return err
@@ -112,13 +108,12 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	p := &pipeline{
 		client: newClient(r.cfg.Concurrency),
 		urls:   make(map[string]string, tier.Tasks),
-		revs:   make(map[string]uint64, tier.Tasks),
 	}
 	defer p.client.CloseIdleConnections()
 	p.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(4096),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, _ error) {
-			if strings.HasPrefix(m.Subject, "flyball.dispatch.") {
+			if strings.HasPrefix(m.Subject, events.DispatchSubject("")) {
 				// DISPATCH holds one pending run per task: the slot before
 				// is still waiting for an executor (flyball's timer counts
 				// these as dispatch_total{result="pending"}).
@@ -130,18 +125,18 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	if err != nil {
 		return err
 	}
-	if p.kv, err = p.js.KeyValue(ctx, "flyball-schedules"); err != nil {
+	if p.kv, err = p.js.KeyValue(ctx, streams.BucketSchedules); err != nil {
 		return err
 	}
-	execCons, err := p.js.Consumer(ctx, "DISPATCH", "executor")
+	execCons, err := p.js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
 	if err != nil {
 		return err
 	}
-	govCons, err := p.js.Consumer(ctx, "RUNS", "governor")
+	govCons, err := p.js.Consumer(ctx, streams.StreamRuns, streams.ConsumerGovernor)
 	if err != nil {
 		return err
 	}
-	brkCons, err := p.js.Consumer(ctx, "RUNS", "breaker")
+	brkCons, err := p.js.Consumer(ctx, streams.StreamRuns, streams.ConsumerBreaker)
 	if err != nil {
 		return err
 	}
@@ -188,8 +183,8 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	err = r.measure(ctx, measurement{
 		sys: sr, grid: uniformGrid(ids, first, tier.Interval), pids: env.pids(r.cfg.StackPIDs),
 		onOpen: probe.open, onClose: probe.close,
-		profile: pipelineProfile(r.profilePath(r.cfg.CPUProfile, tier)),
-		heap:    pipelineProfile(r.profilePath(r.cfg.AllocProfile, tier)),
+		profile: withPart(r.profilePath(r.cfg.CPUProfile, tier), SystemPipeline),
+		heap:    withPart(r.profilePath(r.cfg.AllocProfile, tier), SystemPipeline),
 	})
 	timers.stop()
 	stopStages()
@@ -214,15 +209,15 @@ func (p *pipeline) startStages(ctx context.Context, execCons, govCons jetstream.
 	p.exec.msgs = make(chan jetstream.Msg, concurrency)
 	// The governor's workers are sharded by task, as flyball's are: a
 	// task's run events are written in order, each on the revision the
-	// one before it wrote.
+	// one before it wrote, which its worker keeps (as flyball's state
+	// cache does).
 	shards := make([]chan jetstream.Msg, pipeGovernorWorkers)
 	for i := range shards {
 		shards[i] = make(chan jetstream.Msg, 64)
 	}
 	seed := maphash.MakeSeed()
 	p.gov.route = func(m jetstream.Msg) chan<- jetstream.Msg {
-		subj := m.Subject()
-		return shards[maphash.String(seed, subj[strings.LastIndexByte(subj, '.')+1:])%uint64(len(shards))]
+		return shards[maphash.String(seed, taskOf(m.Subject()))%uint64(len(shards))]
 	}
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	var fetchers, workers sync.WaitGroup
@@ -240,8 +235,9 @@ func (p *pipeline) startStages(ctx context.Context, execCons, govCons jetstream.
 	}
 	for _, shard := range shards {
 		workers.Go(func() {
+			revs := map[string]uint64{}
 			for m := range shard {
-				p.govern(ctx, m)
+				p.govern(ctx, m, revs)
 			}
 		})
 	}
@@ -265,6 +261,9 @@ func payload(slot int64, size int) []byte {
 	return b
 }
 
+// taskOf is the task ID of a dispatch or run subject: its last token.
+func taskOf(subject string) string { return subject[strings.LastIndexByte(subject, '.')+1:] }
+
 // slotOf reads the slot back from a payload.
 func slotOf(data []byte) (int64, error) {
 	digits, _, ok := bytes.Cut(data, []byte{'.'})
@@ -277,10 +276,9 @@ func slotOf(data []byte) (int64, error) {
 // dispatch is the timer's stage: publish the slot's dispatch, with the
 // dedup ID flyball's timer gives it.
 func (p *pipeline) dispatch(_ context.Context, t *floorTask, slot int64) {
-	id := t.id + ":" + strconv.FormatInt(slot/int64(time.Millisecond), 10)
-	m := &nats.Msg{Subject: "flyball.dispatch." + t.id, Header: nats.Header{}, Data: payload(slot, pipeDispatchBytes)}
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	m.Header.Set("Content-Type", "application/cloudevents+json")
+	m := &nats.Msg{Subject: events.DispatchSubject(t.id), Header: nats.Header{}, Data: payload(slot, pipeDispatchBytes)}
+	m.Header.Set(jetstream.MsgIDHeader, events.DispatchID(t.id, time.Unix(0, slot)))
+	m.Header.Set("Content-Type", events.ContentTypeStructured)
 	if _, err := p.js.PublishMsgAsync(m, stall); err != nil {
 		p.failures.Add(1)
 		return
@@ -291,7 +289,7 @@ func (p *pipeline) dispatch(_ context.Context, t *floorTask, slot int64) {
 // execute is the executor's stage for one dispatch: call the target, store
 // the run event, confirm the ack.
 func (p *pipeline) execute(ctx context.Context, m jetstream.Msg) {
-	id := strings.TrimPrefix(m.Subject(), "flyball.dispatch.")
+	id := taskOf(m.Subject())
 	slot, err := slotOf(m.Data())
 	url, ok := p.urls[id]
 	if err != nil || !ok {
@@ -300,15 +298,16 @@ func (p *pipeline) execute(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	p.calls.Add(1)
-	outcome := "succeeded"
+	outcome := events.OutcomeSucceeded
 	if err := get(ctx, p.client, url, id, time.Unix(0, slot)); err != nil {
 		p.failures.Add(1)
-		outcome = "failed"
+		outcome = events.OutcomeFailed
 	}
-	run := &nats.Msg{Subject: "flyball.run." + outcome + "." + id, Header: nats.Header{}, Data: payload(slot, pipeRunBytes)}
-	run.Header.Set(jetstream.MsgIDHeader, m.Headers().Get(jetstream.MsgIDHeader)+":1:"+outcome)
-	run.Header.Set("Content-Type", "application/cloudevents+json")
-	run.Header.Set("Flyball-Breaker-Key", id)
+	run := &nats.Msg{Subject: events.RunSubject(outcome, id), Header: nats.Header{}, Data: payload(slot, pipeRunBytes)}
+	// The executor's event id: the dispatch's, the attempt, the outcome.
+	run.Header.Set(jetstream.MsgIDHeader, m.Headers().Get(jetstream.MsgIDHeader)+":1:"+string(outcome))
+	run.Header.Set("Content-Type", events.ContentTypeStructured)
+	run.Header.Set(events.HeaderBreakerKey, id)
 	f, err := p.js.PublishMsgAsync(run, stall)
 	if err == nil {
 		select {
@@ -330,34 +329,27 @@ func (p *pipeline) execute(ctx context.Context, m jetstream.Msg) {
 }
 
 // govern is the governor's stage for one run event: write the task's next
-// schedule with a compare-and-set on its last revision, then ack.
-func (p *pipeline) govern(ctx context.Context, m jetstream.Msg) {
-	subj := m.Subject()
-	id := subj[strings.LastIndexByte(subj, '.')+1:]
+// schedule with a compare-and-set on its last revision (revs: the
+// worker's, by task), then ack.
+func (p *pipeline) govern(ctx context.Context, m jetstream.Msg, revs map[string]uint64) {
+	id := taskOf(m.Subject())
 	slot, err := slotOf(m.Data())
 	if err != nil {
 		p.failures.Add(1)
 		_ = m.Term()
 		return
 	}
-	p.revsMu.Lock()
-	last := p.revs[id]
-	p.revsMu.Unlock()
-	rev, err := p.kv.Update(ctx, id, payload(slot, pipeScheduleBytes), last)
+	rev, err := p.kv.Update(ctx, id, payload(slot, pipeScheduleBytes), revs[id])
 	if err != nil {
 		// A lost reply: learn the revision, and the redelivery writes.
 		p.failures.Add(1)
 		if e, err := p.kv.Get(ctx, id); err == nil {
-			p.revsMu.Lock()
-			p.revs[id] = e.Revision()
-			p.revsMu.Unlock()
+			revs[id] = e.Revision()
 		}
 		_ = m.Nak()
 		return
 	}
-	p.revsMu.Lock()
-	p.revs[id] = rev
-	p.revsMu.Unlock()
+	revs[id] = rev
 	p.writes.Add(1)
 	if err := m.Ack(); err != nil {
 		p.failures.Add(1)

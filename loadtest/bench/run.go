@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/flyballhq/flyball/loadtest/target"
@@ -192,24 +191,13 @@ func (r *runner) lead(tasks int) time.Duration {
 	return 2*time.Second + time.Duration(float64(tasks)/r.cfg.CreateRate*float64(time.Second))
 }
 
-// pipelineProfile is where the pipeline's profile goes, given flyball's
-// (profilePath): ".pipeline" before the extension.
-func pipelineProfile(p string) string {
-	if p == "" {
-		return ""
-	}
-	ext := filepath.Ext(p)
-	return strings.TrimSuffix(p, ext) + ".pipeline" + ext
-}
-
 // profilePath is where the CPU (or heap) profile of a tier's flyball
 // window goes.
 func (r *runner) profilePath(p string, tier Tier) string {
-	if p == "" || len(r.cfg.Tiers) == 1 {
+	if len(r.cfg.Tiers) == 1 {
 		return p
 	}
-	ext := filepath.Ext(p)
-	return strings.TrimSuffix(p, ext) + "." + tier.Name + ext
+	return withPart(p, tier.Name)
 }
 
 func (r *runner) write() error {
