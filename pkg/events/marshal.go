@@ -117,11 +117,11 @@ func marshalData(data any) (payload []byte, isBase64 bool, err error) {
 		if d == nil {
 			break // json.Marshal writes null
 		}
-		if payload, err = d.AppendJSON(nil); err == nil {
+		if payload, err = d.AppendJSON(make([]byte, 0, d.sizeHint())); err == nil {
 			return payload, false, nil
 		}
 	case Run:
-		if payload, err = d.AppendJSON(nil); err == nil {
+		if payload, err = d.AppendJSON(make([]byte, 0, d.sizeHint())); err == nil {
 			return payload, false, nil
 		}
 	}

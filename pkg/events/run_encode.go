@@ -1,12 +1,40 @@
 package events
 
 import (
-	"maps"
 	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
 )
+
+// sizeHint is about how many bytes AppendJSON writes for r: its keys,
+// times and numbers at their longest, plus its strings unescaped. Marshal
+// starts the payload at this capacity; grown from nil it took six
+// allocations and about twice the bytes per run event.
+func (r *Run) sizeHint() int {
+	n := runJSONFixed + len(r.DispatchID) + len(r.TaskID) + len(r.Body) + len(r.Fingerprint) +
+		len(r.Error) + len(r.ErrorKind) + len(r.Reason) + len(r.Source) + len(r.BreakerKey)
+	for _, s := range r.Trail {
+		n += len(s) + 3
+	}
+	if q := r.Request; q != nil {
+		n += len(`,"request":{"method":"","url":"","subject":"","headers":{}}`) + len(q.Method) + len(q.URL) + len(q.Subject)
+		for k, v := range q.Headers {
+			n += len(k) + len(v) + 6
+		}
+	}
+	if d := r.Dispatch; d != nil {
+		n += len(`,"dispatch":{"dispatchId":"","taskId":"","scheduledAt":"","firedAt":"","source":"","reason":"","taskCreatedAt":""}`) +
+			3*len(time.RFC3339Nano) + len(d.DispatchID) + len(d.TaskID) + len(d.Source) + len(d.Reason)
+	}
+	return n
+}
+
+// runJSONFixed bounds what every run's encoding holds besides its strings:
+// the keys and quotes of its scalar members, four times and two durations
+// at their longest, and the integers.
+const runJSONFixed = len(`{"dispatchId":"","taskId":"","scheduledAt":"","attempt":,"startedAt":"","finishedAt":"","duration":"","status":,"body":"","bodyTruncated":true,"fingerprint":"","error":"","errorKind":"","final":true,"retryIn":"","reason":"","source":"","trail":[],"breakerKey":"","taskCreatedAt":""}`) +
+	4*len(time.RFC3339Nano) + 2*len("-2562047h47m16.854775808s") + 2*20
 
 // AppendJSON appends the JSON encoding of r to b: byte for byte what
 // json.Marshal(r) writes. It fails where json.Marshal does (a time outside
@@ -37,7 +65,13 @@ func (r *Run) AppendJSON(b []byte) ([]byte, error) {
 		w.Str(`,"subject":`, q.Subject)
 		if len(q.Headers) > 0 {
 			w.Raw(`,"headers":{`)
-			for i, k := range slices.Sorted(maps.Keys(q.Headers)) {
+			var buf [16]string // no allocation for up to 16 headers
+			keys := buf[:0]
+			for k := range q.Headers {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for i, k := range keys {
 				if i > 0 {
 					w.Raw(",")
 				}
