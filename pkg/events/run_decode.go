@@ -22,7 +22,7 @@ func DecodeRun(e Event, r *Run) error {
 
 // decodeRunSlow is DecodeRun's reference path, apart so that only it
 // moves a Run to the heap: handing r itself to DecodeData (an any) made
-// every caller's Run escape, one 400-byte allocation per decoded run on
+// every caller's Run escape, one 352-byte allocation per decoded run on
 // the fast path too. Like the fast path, it replaces *r.
 func decodeRunSlow(e Event, r *Run) error {
 	var slow Run
