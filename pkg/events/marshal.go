@@ -121,9 +121,7 @@ func marshalData(data any) (payload []byte, isBase64 bool, err error) {
 			return payload, false, nil
 		}
 	case Run:
-		if payload, err = d.AppendJSON(make([]byte, 0, d.sizeHint())); err == nil {
-			return payload, false, nil
-		}
+		return marshalData(&d)
 	}
 	// The reference encoding, and its error for a Run that fails above.
 	payload, err = json.Marshal(data)
