@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -9,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/embedded"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -18,22 +18,16 @@ import (
 // (10077), on flyball's own stream, and nothing else.
 func TestPipelineCountsOnlyAPendingDispatchAsRefused(t *testing.T) {
 	t.Parallel()
-	srv, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect("", nats.InProcessServer(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The server and connection every in-process system gets.
+	r := &runner{cfg: Config{Stack: StackInProcess}, log: slog.New(slog.DiscardHandler)}
+	env, err := r.startNATS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.close)
+	js := env.js
 	if err := streams.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
