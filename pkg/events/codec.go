@@ -64,6 +64,10 @@ func Marshal(typ, source, subject string, data any, at time.Time, id string) ([]
 // "specversion", content type application/cloudevents+json or none) or in
 // binary mode (ce-* headers, the body is the data). header may be nil.
 // Errors wrap ErrMalformed.
+//
+// The event's data may share body's memory (in binary mode it is body):
+// don't modify body while the event is in use. A message nats.go delivers
+// owns its data, so decoding m.Data() is safe.
 func Decode(header map[string][]string, body []byte) (Event, error) {
 	if headerValue(header, "ce-specversion") != "" {
 		return decodeBinary(header, body)
