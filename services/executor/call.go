@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -151,6 +152,41 @@ func callHeader(task map[string]string, userAgent string, d *events.Dispatch, at
 	return h
 }
 
+// bodyBufs hold a response body while it is read, hashed and copied into
+// the run record: io.ReadAll grew a fresh one from 512 bytes per call.
+var bodyBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4<<10)
+	return &b
+}}
+
+// maxPooledBody is the largest body buffer kept for reuse; a task that
+// keeps up to 10 MiB of its responses reads into a buffer of its own.
+const maxPooledBody = 64 << 10
+
+// readBody appends at most n bytes of r to buf, as io.ReadAll of an
+// io.LimitReader does, and returns buf and the first error other than
+// io.EOF.
+func readBody(r io.Reader, buf []byte, n int64) ([]byte, error) {
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // let append pick the growth
+		}
+		room := buf[len(buf):cap(buf)]
+		if rest := n - int64(len(buf)); int64(len(room)) > rest {
+			room = room[:rest]
+		}
+		k, err := r.Read(room)
+		buf = buf[:len(buf)+k]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
 // callHTTP performs one HTTP attempt; rec is the task's redacted request
 // record, shared by its runs. Errors name the URL as rec does.
 func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *events.RequestRecord, d *events.Dispatch, attempt int) *result {
@@ -191,15 +227,19 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	}
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
-	h := sha256.New()
 	limit := t.MaxResponseBytes
-	buf, rerr := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	bp := bodyBufs.Get().(*[]byte)
+	buf, rerr := readBody(resp.Body, (*bp)[:0], limit+1)
 	if int64(len(buf)) > limit {
 		buf, res.truncated = buf[:limit], true
 	}
-	h.Write(buf)
+	sum := sha256.Sum256(buf)
 	res.body = string(buf)
-	res.fingerprint = hex.EncodeToString(h.Sum(nil)[:16])
+	res.fingerprint = hex.EncodeToString(sum[:16])
+	if cap(buf) <= maxPooledBody {
+		*bp = buf[:0]
+		bodyBufs.Put(bp)
+	}
 	if res.truncated {
 		// Drain a little more so the connection can be reused, but not
 		// for long: the rest of a streaming body (server-sent events, a
