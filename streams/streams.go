@@ -260,3 +260,12 @@ func decodeStrict(data []byte, v any) error {
 	}
 	return nil
 }
+
+// IsSubjectFull reports whether a publish failed because the subject already
+// holds its one permitted message (JetStream error 10077): on DISPATCH, whose
+// definition keeps one message per subject and refuses a second, this means
+// the task's run is already pending.
+func IsSubjectFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077
+}

@@ -113,7 +113,7 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 	p.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(4096),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			if isSubjectFull(err) {
+			if streams.IsSubjectFull(err) {
 				// DISPATCH holds one pending run per task: the slot before
 				// is still waiting for an executor (flyball's timer counts
 				// these as dispatch_total{result="pending"}).
@@ -259,14 +259,6 @@ func payload(slot int64, size int) []byte {
 		b = append(b, '.')
 	}
 	return b
-}
-
-// isSubjectFull reports JetStream error 10077: the subject already holds
-// its one permitted message. It is services/internal/jsutil.IsSubjectFull,
-// which this module cannot import.
-func isSubjectFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077
 }
 
 // taskOf is the task ID of a dispatch or run subject: its last token.

@@ -42,10 +42,10 @@ func TestPipelineCountsOnlyAPendingDispatchAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = publish(slot.Add(time.Second))
-	if !isSubjectFull(err) {
+	if !streams.IsSubjectFull(err) {
 		t.Fatalf("a second pending dispatch: %v, want error 10077", err)
 	}
-	if _, err := js.Publish(ctx, "flyball.nowhere", nil); err == nil || isSubjectFull(err) {
+	if _, err := js.Publish(ctx, "flyball.nowhere", nil); err == nil || streams.IsSubjectFull(err) {
 		t.Fatalf("a publish no stream takes: %v, want an error other than 10077", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/internal/slotdone"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // view is the sweeper's in-memory picture of every task, kept current by
@@ -276,7 +277,7 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 		FiredAt: now, Source: string(st.Source), Reason: "zombie", TaskCreatedAt: st.CreatedAt.UTC(),
 	}
 	err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
-	if err != nil && !jsutil.IsSubjectFull(err) {
+	if err != nil && !streams.IsSubjectFull(err) {
 		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
 		return
 	}

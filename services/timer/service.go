@@ -549,7 +549,7 @@ func classify(ack *jetstream.PubAck, err error) string {
 		return resultNew
 	case jsutil.IsDuplicateInProcess(err):
 		return resultDuplicate
-	case jsutil.IsSubjectFull(err):
+	case streams.IsSubjectFull(err):
 		return resultPending
 	default:
 		return resultError

@@ -115,14 +115,6 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, t
 	return err
 }
 
-// IsSubjectFull reports whether a publish failed because the subject already
-// holds its one permitted message (JetStream error 10077): on DISPATCH this
-// means the run is already pending.
-func IsSubjectFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077
-}
-
 // IsDuplicateInProcess reports JetStream error 10158: a message with the
 // same Nats-Msg-Id is being stored right now (another timer replica won the
 // race). It is a duplicate, not a failure.
