@@ -12,12 +12,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/bufpool"
 )
 
 // result is the classified outcome of one call.
@@ -153,15 +153,10 @@ func callHeader(task map[string]string, userAgent string, d *events.Dispatch, at
 }
 
 // bodyBufs hold a response body while it is read, hashed and copied into
-// the run record: io.ReadAll grew a fresh one from 512 bytes per call.
-var bodyBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, 4<<10)
-	return &b
-}}
-
-// maxPooledBody is the largest body buffer kept for reuse; a task that
-// keeps up to 10 MiB of its responses reads into a buffer of its own.
-const maxPooledBody = 64 << 10
+// the run record: io.ReadAll grew a fresh one from 512 bytes per call. A
+// buffer grown past 64 KB (a task may keep up to 10 MiB of its responses)
+// is not kept.
+var bodyBufs = bufpool.New(4<<10, 64<<10)
 
 // readBody appends at most n bytes of r to buf, as io.ReadAll of an
 // io.LimitReader does, and returns buf and the first error other than
@@ -228,18 +223,15 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
 	limit := t.MaxResponseBytes
-	bp := bodyBufs.Get().(*[]byte)
-	buf, rerr := readBody(resp.Body, (*bp)[:0], limit+1)
+	bp := bodyBufs.Get()
+	buf, rerr := readBody(resp.Body, *bp, limit+1)
 	if int64(len(buf)) > limit {
 		buf, res.truncated = buf[:limit], true
 	}
 	sum := sha256.Sum256(buf)
 	res.body = string(buf)
 	res.fingerprint = hex.EncodeToString(sum[:16])
-	if cap(buf) <= maxPooledBody {
-		*bp = buf[:0]
-		bodyBufs.Put(bp)
-	}
+	bodyBufs.Put(bp, buf)
 	if res.truncated {
 		// Drain a little more so the connection can be reused, but not
 		// for long: the rest of a streaming body (server-sent events, a

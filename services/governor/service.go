@@ -16,6 +16,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/bufpool"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
@@ -347,8 +348,8 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		if err := s.hintPause(ctx, id, st, dec.State); err != nil {
 			return dec, err
 		}
-		buf := stateBufs.Get().(*[]byte)
-		body, err := dec.State.AppendJSON((*buf)[:0])
+		buf := stateBufs.Get()
+		body, err := dec.State.AppendJSON(*buf)
 		if err != nil {
 			return dec, permanent("", fmt.Errorf("encode schedule %s: %w", id, err), true)
 		}
@@ -359,7 +360,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			wrote, err = s.schedules.Update(ctx, id, body, rev)
 		}
 		size := len(body)
-		putStateBuf(buf, body)
+		stateBufs.Put(buf, body)
 		if jsutil.IsCASConflict(err) {
 			s.states.drop(id)
 			continue
@@ -388,27 +389,14 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 // stateBufs hold a schedule state's encoding while it is written. KV's
 // Create and Update copy the value into the connection's buffer before
 // they return, so the next decision reuses it: grown from 512 bytes, each
-// decision allocated twice, 1.4 KB for a plain task's 570-byte state.
-var stateBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, stateBufSize)
-	return &b
-}}
+// decision allocated twice, 1.4 KB for a plain task's 570-byte state. A
+// state with a long trail or dead-letter reason (over 16 KB) is written,
+// then dropped.
+var stateBufs = bufpool.New(stateBufSize, 16<<10)
 
 // stateBufSize is a pooled buffer's first size: every state a plain task
 // has fits (TestPlainStatesFitTheirBuffer).
 const stateBufSize = 1024
-
-// maxPooledState is the largest buffer kept for reuse: a state with a
-// long trail or dead-letter reason is written, then dropped.
-const maxPooledState = 16 << 10
-
-func putStateBuf(buf *[]byte, body []byte) {
-	if cap(body) > maxPooledState {
-		return
-	}
-	*buf = body[:0]
-	stateBufs.Put(buf)
-}
 
 // readState reads a task's schedule state and revision from KV; a missing
 // key is the zero state at revision 0 (the write will be a Create).
