@@ -1,12 +1,15 @@
 package governor
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestPlainStatesFitTheirBuffer: every state a plain interval task goes
@@ -42,5 +45,43 @@ func TestPlainStatesFitTheirBuffer(t *testing.T) {
 				StartedAt: slot.Add(time.Millisecond), FinishedAt: slot.Add(30 * time.Millisecond), Fingerprint: fp,
 			}}})
 		}
+	}
+}
+
+// TestScheduleWritesCopyTheirValue: stateBufs rests on KV's Create and
+// Update having copied the value when they return. On a real server, a
+// buffer overwritten right after each write leaves what was stored intact.
+func TestScheduleWritesCopyTheirValue(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	kv, err := srv.JS.KeyValue(t.Context(), streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, stateBufSize)
+	var rev uint64
+	for i := range 20 {
+		st := gov.State{TaskID: "t", Runs: uint64(i + 1), LastDispatchID: fmt.Sprintf("t:%d", i)}
+		body, err := st.AppendJSON(buf[:0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := string(body)
+		if rev == 0 {
+			rev, err = kv.Create(t.Context(), "t", body)
+		} else {
+			rev, err = kv.Update(t.Context(), "t", body, rev)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(body[:cap(body)]) // the next decision's encoding
+		ent, err := kv.Get(t.Context(), "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(ent.Value()) != want {
+			t.Fatalf("write %d stored %q, want %q", i, ent.Value(), want)
+		}
+		buf = body
 	}
 }
