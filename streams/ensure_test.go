@@ -212,7 +212,7 @@ type consumerWant struct {
 var wantConsumers = map[string]consumerWant{
 	StreamTasks + "." + ConsumerGovernor:        {[]string{"flyball.task.>"}, 30 * time.Second, -1, 1000},
 	StreamRuns + "." + ConsumerGovernor:         {[]string{"flyball.run.succeeded.*", "flyball.run.failed.*", "flyball.run.skipped.*"}, 30 * time.Second, -1, 10000},
-	StreamRuns + "." + ConsumerBreaker:          {[]string{"flyball.run.succeeded.*", "flyball.run.failed.*"}, 30 * time.Second, -1, 10000},
+	StreamRuns + "." + ConsumerBreaker:          {[]string{"flyball.run.failed.*", "flyball.run.recovered.*"}, 30 * time.Second, -1, 10000},
 	StreamRuns + "." + ConsumerDeadLetter:       {[]string{"flyball.run.failed.*"}, 30 * time.Second, -1, 1000},
 	StreamHealth + "." + ConsumerGovernor:       {[]string{"flyball.breaker.>"}, 30 * time.Second, -1, 1000},
 	StreamDispatch + "." + ConsumerExecutor:     {[]string{"flyball.dispatch.*"}, 60 * time.Second, 50, 20000},

@@ -49,7 +49,9 @@ type PipelineCounts struct {
 	// ScheduleWrites counts compare-and-set writes to flyball-schedules
 	// (the governor's stage).
 	ScheduleWrites int64 `json:"scheduleWrites"`
-	// BreakerAcks counts run events the breaker's consumer acked.
+	// BreakerAcks counts run events the breaker's consumer acked: it takes
+	// failures and run.recovered, as flyball's breaker does, and every
+	// call of the flow succeeds, so none.
 	BreakerAcks int64 `json:"breakerAcks"`
 	// Watched counts schedule writes the timer's watch received.
 	Watched int64 `json:"watched"`
@@ -71,7 +73,9 @@ func (c *PipelineCounts) String() string {
 // it, call the target, store the run event in RUNS and confirm the ack;
 // governor workers pull the run event and write the task's schedule to
 // flyball-schedules with a compare-and-set; the breaker's consumer acks
-// every run event; a watch of flyball-schedules receives every write. The
+// what its filter gives it (failures and run.recovered: none, since every
+// call succeeds and this flow sends no run.recovered, as flyball sends
+// none for a settled breaker); a watch of flyball-schedules receives every write. The
 // streams, consumers and buckets are flyball's own (streams.Ensure), the
 // message sizes and headers flyball's. It is a plain implementation (a
 // publish-ack wait per run event, no batching), not the cheapest possible:

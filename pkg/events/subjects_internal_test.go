@@ -12,6 +12,7 @@ func TestCheckTypeMatchesTypeWithoutAllocating(t *testing.T) {
 	subjects := []string{
 		TaskSubject(VerbCreated, "t"), TaskSubject(VerbHinted, "t"), DispatchSubject("t"),
 		RunSubject(OutcomeSucceeded, "t"), RunSubject(OutcomeFailed, "t"), RunSubject(OutcomeSkipped, "t"),
+		RunSubject(OutcomeRecovered, "t"),
 		DeadLetterSubject("t"), BreakerSubject(BreakerOpen, "t"), BreakerSubject(BreakerHalfOpen, "host_x"),
 		RuntimeSubject(RuntimeOffline, "executor", "ip-10-0"),
 	}

@@ -11,7 +11,7 @@ import (
 
 var (
 	allVerbs    = []events.Verb{events.VerbCreated, events.VerbUpdated, events.VerbDeleted, events.VerbPaused, events.VerbResumed, events.VerbHinted, events.VerbRequeued, events.VerbAccepted, events.VerbRejected}
-	allOutcomes = []events.Outcome{events.OutcomeStarted, events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped}
+	allOutcomes = []events.Outcome{events.OutcomeStarted, events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped, events.OutcomeRecovered}
 	allStates   = []events.BreakerState{events.BreakerClosed, events.BreakerOpen, events.BreakerHalfOpen}
 )
 
@@ -229,6 +229,7 @@ func TestTypes(t *testing.T) {
 	wantOutcome := map[events.Outcome]string{
 		events.OutcomeStarted: events.TypeRunStarted, events.OutcomeSucceeded: events.TypeRunSucceeded,
 		events.OutcomeFailed: events.TypeRunFailed, events.OutcomeSkipped: events.TypeRunSkipped,
+		events.OutcomeRecovered: events.TypeRunRecovered,
 	}
 	for _, o := range allOutcomes {
 		if !o.Valid() || o.Type() != wantOutcome[o] {

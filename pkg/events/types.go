@@ -21,6 +21,7 @@ const (
 	TypeRunSucceeded = "io.flyball.run.succeeded"
 	TypeRunFailed    = "io.flyball.run.failed"
 	TypeRunSkipped   = "io.flyball.run.skipped"
+	TypeRunRecovered = "io.flyball.run.recovered"
 
 	TypeDeadLettered = "io.flyball.deadlettered"
 
@@ -73,6 +74,15 @@ const (
 	OutcomeSucceeded Outcome = "succeeded"
 	OutcomeFailed    Outcome = "failed"
 	OutcomeSkipped   Outcome = "skipped"
+	// OutcomeRecovered is not an attempt of its own: it repeats a
+	// run.succeeded for the breaker service, whose consumer takes failures
+	// and these instead of every success. The executor publishes one right
+	// after the success's event when the success may change the breaker:
+	// the breaker for its key is not closed with no failures counted, as
+	// far as the executor's view shows, or the executor published a
+	// failure for the key since its last recovered. Count successes on
+	// run.succeeded, never on these.
+	OutcomeRecovered Outcome = "recovered"
 )
 
 // Type returns the CloudEvents type for the outcome.
@@ -81,7 +91,7 @@ func (o Outcome) Type() string { return TypePrefix + "run." + string(o) }
 // Valid reports whether o is one of the known outcomes.
 func (o Outcome) Valid() bool {
 	switch o {
-	case OutcomeStarted, OutcomeSucceeded, OutcomeFailed, OutcomeSkipped:
+	case OutcomeStarted, OutcomeSucceeded, OutcomeFailed, OutcomeSkipped, OutcomeRecovered:
 		return true
 	}
 	return false

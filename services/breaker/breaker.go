@@ -1,5 +1,7 @@
-// Package breaker is the circuit-breaker service. It consumes every attempt
-// outcome on RUNS and keeps a closed → open → half-open → closed state
+// Package breaker is the circuit-breaker service. It consumes failed
+// attempts and run.recovered events on RUNS (the successes that may change
+// a breaker, which the executor sends again for it: executor/recovered.go)
+// and keeps a closed → open → half-open → closed state
 // machine per task (or per target host) in KV flyball-breakers, written
 // only here, with compare-and-set. Each transition is published on
 // flyball.breaker.<state>.<key> in the HEALTH stream.
@@ -110,10 +112,13 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "bad subject: "+m.Subject(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	// Nearly every outcome is a success for a settled breaker: the
-	// executor's header names the key, so it needs no decode at all. (A
-	// malformed body is still terminated and counted by the governor.)
-	if events.Outcome(subj.Action) == events.OutcomeSucceeded {
+	// A success (run.recovered; run.succeeded from a filter set by hand,
+	// or delivered before the filter changed) for a breaker already
+	// settled here needs no decode at all: the executor's header names the
+	// key. (A malformed body is still terminated and counted by the
+	// governor.)
+	ok := success(events.Outcome(subj.Action))
+	if ok {
 		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key) {
 			_ = m.Ack()
 			return
@@ -142,7 +147,6 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, fmt.Sprintf("malformed run: breakerKey %.64q is neither a task ID nor host_<host>", run.BreakerKey), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	ok := events.Outcome(subj.Action) == events.OutcomeSucceeded
 	if !ok && run.ErrorKind == events.ErrorPermanent && run.Status == 0 {
 		// A blocked or invalid target is a configuration problem, not an
 		// unhealthy endpoint: it is dead-lettered, not breaker material.
@@ -188,17 +192,19 @@ func validKey(key string) bool {
 	return events.ValidToken(key) || isHost && events.ValidToken(host)
 }
 
-// settled reports whether a success needs no write: the breaker for key
-// is known to be closed with no failures counted. Records this service
-// writes reach the view at once (read-your-writes); another replica's
-// writes arrive through the watch a moment later.
-func (s *Service) settled(key string) bool {
-	r := s.records.Lookup(key)
-	if !r.Known {
-		return false
-	}
-	return !r.Found || (r.Err == nil && r.Value.State == events.BreakerClosed && r.Value.Failures == 0)
+// success reports whether an outcome on RUNS counts as a success: a
+// run.recovered, or a run.succeeded (the consumer takes none since
+// run.recovered exists, but one stored before the filter changed may be
+// delivered, and counts as it always did).
+func success(o events.Outcome) bool {
+	return o == events.OutcomeRecovered || o == events.OutcomeSucceeded
 }
+
+// settled reports whether a success needs no write: the breaker for key
+// is known to be closed with no failures counted (executor.Settled).
+// Records this service writes reach the view at once (read-your-writes);
+// another replica's writes arrive through the watch a moment later.
+func (s *Service) settled(key string) bool { return executor.Settled(s.records.Lookup(key)) }
 
 // apply moves the breaker for one attempt outcome and publishes a
 // transition if the state changed. It is idempotent: the record names the

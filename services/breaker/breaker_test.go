@@ -149,13 +149,14 @@ func (h *harness) record(key string) (executor.BreakerRecord, uint64, bool) {
 	return b, ent.Revision(), true
 }
 
-// TestSuccessResetsCountedFailures: a success right after a failure must
-// reset the count even though the success path skips KV for settled
-// breakers (the service sees its own write at once), and a success for a
-// settled breaker writes nothing.
+// TestSuccessResetsCountedFailures: a success (run.recovered: the
+// executor sends the breaker the successes that may change it) right
+// after a failure must reset the count even though the success path skips
+// KV for settled breakers (the service sees its own write at once), and a
+// success for a settled breaker writes nothing.
 func TestSuccessResetsCountedFailures(t *testing.T) {
 	h := newHarness(t)
-	h.outcome(events.OutcomeSucceeded, "t1")
+	h.outcome(events.OutcomeRecovered, "t1")
 	if _, _, ok := h.record("t1"); ok {
 		t.Fatal("a success for a breaker with no record must not create one")
 	}
@@ -164,13 +165,13 @@ func TestSuccessResetsCountedFailures(t *testing.T) {
 	if !ok || b.Failures != 1 || b.State != events.BreakerClosed {
 		t.Fatalf("after one failure: %+v (present %v), want closed with 1 failure", b, ok)
 	}
-	h.outcome(events.OutcomeSucceeded, "t1")
+	h.outcome(events.OutcomeRecovered, "t1")
 	b, rev, _ := h.record("t1")
 	if b.Failures != 0 || b.State != events.BreakerClosed {
 		t.Fatalf("after failure then success: %+v, want closed with 0 failures", b)
 	}
 	for range 3 {
-		h.outcome(events.OutcomeSucceeded, "t1")
+		h.outcome(events.OutcomeRecovered, "t1")
 	}
 	if _, rev2, _ := h.record("t1"); rev2 != rev {
 		t.Fatalf("successes on a settled breaker rewrote it (revision %d → %d)", rev, rev2)
@@ -180,6 +181,32 @@ func TestSuccessResetsCountedFailures(t *testing.T) {
 	h.outcome(events.OutcomeFailed, "")
 	if b, _, _ := h.record("t1"); b.Failures != 1 {
 		t.Fatalf("failure without breakerKey: %+v, want 1 failure on key t1", b)
+	}
+}
+
+// TestPlainSuccessesAreNotConsumed: the breaker's consumer takes failures
+// and run.recovered, not run.succeeded. A success the executor did not
+// repeat as run.recovered (one for a settled breaker) leaves the count as
+// it was: the failure after it counts 2, where consuming it would have
+// reset the count first.
+func TestPlainSuccessesAreNotConsumed(t *testing.T) {
+	h := newHarness(t)
+	h.outcome(events.OutcomeFailed, "t1")
+	body, err := events.Marshal(events.TypeRunSucceeded, "test", "t1",
+		events.Run{DispatchID: "plain", TaskID: "t1", Attempt: 1, Status: 200, BreakerKey: "t1", TaskCreatedAt: h.created}, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.js.Publish(t.Context(), events.RunSubject(events.OutcomeSucceeded, "t1"), body); err != nil {
+		t.Fatal(err)
+	}
+	h.outcome(events.OutcomeFailed, "t1")
+	if b, _, _ := h.record("t1"); b.Failures != 2 {
+		t.Fatalf("after failure, run.succeeded, failure: %+v, want 2 failures (run.succeeded is not the breaker's)", b)
+	}
+	h.outcome(events.OutcomeRecovered, "t1")
+	if b, _, _ := h.record("t1"); b.Failures != 0 || b.State != events.BreakerClosed {
+		t.Fatalf("after run.recovered: %+v, want closed with 0 failures", b)
 	}
 }
 
@@ -242,14 +269,14 @@ func TestSuccessStartedBeforeTheOpeningDoesNotClose(t *testing.T) {
 
 	// Open: the in-flight success is ignored; a later call's closes it.
 	before, open := trip("long")
-	h.outcomeOf(events.OutcomeSucceeded, "long", "long", before)
+	h.outcomeOf(events.OutcomeRecovered, "long", "long", before)
 	same("long", "while open", open)
-	h.outcomeOf(events.OutcomeSucceeded, "long", "long", time.Now())
+	h.outcomeOf(events.OutcomeRecovered, "long", "long", time.Now())
 	closed("long", "a success started after the opening")
 
 	// An event without startedAt closes it, as before.
 	trip("long")
-	h.outcomeOf(events.OutcomeSucceeded, "long", "long", time.Time{})
+	h.outcomeOf(events.OutcomeRecovered, "long", "long", time.Time{})
 	closed("long", "a success without startedAt")
 
 	// Half-open: the in-flight success is ignored; the probe's closes it.
@@ -259,9 +286,9 @@ func TestSuccessStartedBeforeTheOpeningDoesNotClose(t *testing.T) {
 		return b.State == events.BreakerHalfOpen
 	})
 	open.State = events.BreakerHalfOpen
-	h.outcomeOf(events.OutcomeSucceeded, "short", "short", before)
+	h.outcomeOf(events.OutcomeRecovered, "short", "short", before)
 	same("short", "while half-open", open)
-	h.outcomeOf(events.OutcomeSucceeded, "short", "short", time.Now())
+	h.outcomeOf(events.OutcomeRecovered, "short", "short", time.Now())
 	closed("short", "the probe's success")
 }
 

@@ -112,7 +112,8 @@ func TestOpenBreakerWaitIsKeptAlive(t *testing.T) {
 		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(3 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	f.dispatch(t)
-	natstest.Eventually(t, 20*time.Second, "run.succeeded on RUNS", func() bool { return len(f.stored(t)) == 1 })
+	// The breaker is open: the success is repeated for it (recovered.go).
+	f.awaitSucceededAndRecovered(t)
 	if got := target.attempts(); len(got) != 1 {
 		t.Fatalf("target called with attempts %v, want one call", got)
 	}
@@ -146,7 +147,8 @@ func TestStopHandsBackADeferredDispatch(t *testing.T) {
 	nc, _ := f.srv.Connect(t)
 	b := startProbeExecutor(t, nc, "b")
 	t.Cleanup(b.Stop)
-	natstest.Eventually(t, 20*time.Second, "run.succeeded on RUNS", func() bool { return len(f.stored(t)) == 1 })
+	// The breaker is open: the success is repeated for it (recovered.go).
+	f.awaitSucceededAndRecovered(t)
 	if got := target.attempts(); len(got) != 1 {
 		t.Fatalf("target called with attempts %v, want one call", got)
 	}
@@ -185,5 +187,15 @@ func TestDeferredDispatchWakesWhenItsBreakerChanges(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "run.succeeded once the breaker record is gone, not an hour later", func() bool { return len(f.stored(t)) == 1 })
 	if n := testutil.ToFloat64(f.ex.cfg.Metrics.DispatchDeferred); n != 0 {
 		t.Fatalf("%v dispatches still deferred, want 0", n)
+	}
+}
+
+// awaitSucceededAndRecovered waits for the task's run events on RUNS to
+// be one run.succeeded and its run.recovered, and fails on anything else.
+func (f *attemptsFixture) awaitSucceededAndRecovered(t *testing.T) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, "run.succeeded and run.recovered on RUNS", func() bool { return len(f.stored(t)) >= 2 })
+	if got := f.stored(t); len(got) != 2 || got[0].outcome != "succeeded" || got[1].outcome != "recovered" || got[1].run.DispatchID != got[0].run.DispatchID {
+		t.Fatalf("RUNS holds %v, want a run.succeeded and its run.recovered", got)
 	}
 }

@@ -4,7 +4,9 @@
 // idempotency key, and reports every attempt on RUNS.
 //
 // Outcomes:
-//   - success: publish run.succeeded, then ack;
+//   - success: publish run.succeeded, then ack; when the success may
+//     change its breaker, repeat it as run.recovered for the breaker
+//     service right after (recovered.go);
 //   - transient failure (5xx, 408, 429, timeouts, connection errors):
 //     publish run.failed (final=false), then NakWithDelay with exponential
 //     backoff and jitter; Retry-After is honoured within the task's bounds;

@@ -63,6 +63,7 @@ type Service struct {
 	fire      chan *held         // held dispatches whose slot came, to the callers
 	records   sync.WaitGroup     // background KV writes: attempt records, released probe claims
 	settles   *settler           // acks, naks and terms until the server confirms them
+	owed      *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
@@ -90,6 +91,7 @@ func New(cfg Config) (*Service, error) {
 		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency, cfg.RedactHeaders),
 		hosts:       make(map[string]chan struct{}),
 		probeMargin: settleMargin,
+		owed:        newOwed(),
 	}, nil
 }
 
@@ -966,7 +968,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	msgID := d.DispatchID + ":" + strconv.Itoa(attempt)
 	hold := holdOf(t, d)
 	if res.ok() {
-		s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
+		queued := s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
 			if attempt == 1 { // no record to write: the common case costs no KV round trip
 				s.ack(m)
@@ -974,6 +976,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			}
 			s.recordThenSettle(m, d, attemptRecord{Attempts: attempt, Outcome: events.OutcomeSucceeded}, "ack", ackBody)
 		})
+		if queued {
+			s.recoveredAfter(&run, hold, msgID)
+		}
 		return
 	}
 	retry := spec.Retry
@@ -986,24 +991,28 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.permanent || attempt >= retry.MaxAttempts || lastDelivery {
 		run.Final = true
 		run.Dispatch = d
-		s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
+		if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 			// Recorded as done before the term is sent, so a redelivery
 			// after a lost term terminates it again without a call.
 			s.recordThenSettle(m, d, attemptRecord{Attempts: attempt, Outcome: events.OutcomeFailed},
 				"term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))))
-		})
+		}) {
+			s.owed.failed(run.BreakerKey, time.Now())
+		}
 		return
 	}
 	delay := retryDelay(retry, attempt, d.DispatchID, res.retryAfter)
 	run.RetryIn = events.Duration(delay)
 	// The attempt is counted only once its event is stored: one the outbox
 	// cannot store is nakked uncounted, and the redelivery repeats it.
-	s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
+	if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: attempt}, "nak", nakBody(delay))
-	})
+	}) {
+		s.owed.failed(run.BreakerKey, time.Now())
+	}
 }
 
 // giveUp ends a dispatch whose pending retry the task's retry.maxAttempts,
@@ -1116,12 +1125,13 @@ func (s *Service) publishRun(ctx context.Context, o events.Outcome, run *events.
 // the event is stored, settled runs (it acks, naks or terms m). If the
 // event cannot be stored, m is nak'ed for a retry in a second, exactly as
 // if the call had not happened: the attempt is not counted either, as
-// counts are written only after the event (recordThenSettle).
-func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func()) {
+// counts are written only after the event (recordThenSettle). It
+// reports whether the event is in the outbox (false: m was nakked).
+func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func()) bool {
 	msg, err := s.runMsg(o, run, msgID)
 	if err != nil {
 		s.nak(m, time.Second, err)
-		return
+		return false
 	}
 	s.out.publish(msg, hold, func(err error) {
 		if err != nil {
@@ -1130,6 +1140,7 @@ func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outc
 		}
 		settled()
 	})
+	return true
 }
 
 func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {

@@ -13,7 +13,8 @@ import (
 )
 
 // ErrNoEffect marks a message that does not change any schedule: a
-// run.started, a non-final run.failed, a breaker transition that names no
+// run.started, a run.recovered (a success repeated for the breaker), a
+// non-final run.failed, a breaker transition that names no
 // task (a host breaker's half-open), or the governor's own task.accepted /
 // task.rejected answers.
 var ErrNoEffect = errors.New("no effect on the schedule")
@@ -142,7 +143,7 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 		return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "scheduledAt", Rule: fmt.Sprintf(
 			"%s is %s after the run was stored, more than %s: a run ends after its slot", run.ScheduledAt.UTC().Format(time.RFC3339), ahead.Round(time.Second), MaxSlotAhead)}}}
 	}
-	if outcome == events.OutcomeStarted || (outcome == events.OutcomeFailed && !run.Final) {
+	if outcome == events.OutcomeStarted || outcome == events.OutcomeRecovered || (outcome == events.OutcomeFailed && !run.Final) {
 		return Step{}, ErrNoEffect
 	}
 	step.Input = gov.Input{Kind: gov.KindOutcome, Outcome: &gov.Outcome{

@@ -510,13 +510,13 @@ func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
 	e := newEnv(t)
 	reasons := terminations(t, e.srv.NC)
 	ctx := context.Background()
-	for _, subj := range []string{"flyball.dispatch.junk", "flyball.run.succeeded.junk", "flyball.run.failed.junk"} {
+	for _, subj := range []string{"flyball.dispatch.junk", "flyball.run.succeeded.junk", "flyball.run.failed.junk", "flyball.run.recovered.junk"} {
 		if _, err := e.srv.JS.Publish(ctx, subj, []byte("definitely not a cloudevent")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// executor (DISPATCH), governor + breaker (succeeded and failed) and
-	// deadletter (failed): 6 terminations.
+	// executor (DISPATCH), governor (succeeded and failed), breaker
+	// (failed and recovered) and deadletter (failed): 6 terminations.
 	natstest.Eventually(t, 10*time.Second, "6 terminations", func() bool {
 		return counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total") >= 6
 	})

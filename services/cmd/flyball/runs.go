@@ -25,7 +25,8 @@ func newRunsCmd() *cobra.Command {
 		Use:   "runs <id>",
 		Short: "Show a task's run history from the RUNS stream",
 		Long: `runs reads the task's run events (flyball.run.*.<id>: succeeded, failed
-per attempt, skipped; the services publish no started) from the RUNS stream with an ephemeral ordered
+per attempt, skipped; the services publish no started, and run.recovered, a
+success repeated for the breaker, is left out) from the RUNS stream with an ephemeral ordered
 consumer and prints the newest --limit of them, oldest first: time, outcome,
 attempt, HTTP status, duration and a preview of the response body (or the
 error). --follow then keeps printing new ones until Ctrl-C. RUNS keeps a

@@ -291,7 +291,7 @@ func TestEventCatalogTable(t *testing.T) {
 	for _, v := range []events.Verb{events.VerbCreated, events.VerbUpdated, events.VerbDeleted, events.VerbPaused, events.VerbResumed, events.VerbHinted, events.VerbRequeued, events.VerbAccepted, events.VerbRejected} {
 		want[v.Type()] = events.TaskSubject(v, "<id>")
 	}
-	for _, o := range []events.Outcome{events.OutcomeStarted, events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped} {
+	for _, o := range []events.Outcome{events.OutcomeStarted, events.OutcomeSucceeded, events.OutcomeFailed, events.OutcomeSkipped, events.OutcomeRecovered} {
 		want[o.Type()] = events.RunSubject(o, "<id>")
 	}
 	for _, s := range []events.BreakerState{events.BreakerOpen, events.BreakerHalfOpen, events.BreakerClosed} {

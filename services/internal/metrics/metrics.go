@@ -30,6 +30,7 @@ type Set struct {
 	BreakerTransitions *prometheus.CounterVec
 	BreakersOpen       prometheus.Gauge
 	ProbeDeferred      prometheus.Counter
+	BreakerRecovered   prometheus.Counter
 	DeadLetterTotal    *prometheus.CounterVec
 	Decisions          *prometheus.CounterVec
 	RejectedEvents     *prometheus.CounterVec
@@ -117,6 +118,10 @@ func New() *Set {
 			Name: "flyball_breaker_probe_deferred_total",
 			Help: "Dispatches the executor deferred because their breaker is half-open and another call holds its probe claim (KV flyball-probes).",
 		}),
+		BreakerRecovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_breaker_recovered_total",
+			Help: "run.recovered events the executor stored: successes the breaker service must see because their breaker was not settled (open, half-open or failures counted) or this executor had published a failure for its key.",
+		}),
 		DeadLetterTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_deadletter_total", Help: "Dead-letter entries written, by reason.",
 		}, []string{"reason"}),
@@ -175,7 +180,7 @@ func New() *Set {
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
-		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.DeadLetterTotal, s.Decisions,
+		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 	} {

@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -49,8 +50,13 @@ func (r *Reader) Runs(ctx context.Context, id string, limit int) ([]RunRecord, e
 	return out, err
 }
 
+// recoveredPrefix starts the subject of a run.recovered, which repeats a
+// run.succeeded for the breaker service: the run listings leave it out.
+var recoveredPrefix = events.RunSubject(events.OutcomeRecovered, "")
+
 // FollowRuns calls fn with the newest limit run events of task id, oldest
-// first, and then, if follow, with every new one until ctx ends.
+// first, and then, if follow, with every new one until ctx ends. It leaves
+// out run.recovered events, which repeat a listed run.succeeded.
 func (r *Reader) FollowRuns(ctx context.Context, id string, limit int, follow bool, fn func(RunRecord) error) error {
 	keep := lastN[RunRecord]{n: limit}
 	live := false
@@ -68,6 +74,9 @@ func (r *Reader) FollowRuns(ctx context.Context, id string, limit int, follow bo
 			return nil
 		},
 	}, func(m Message) error {
+		if strings.HasPrefix(m.Subject, recoveredPrefix) {
+			return nil // a success repeated for the breaker, not an attempt
+		}
 		rec := runRecord(m)
 		if live {
 			return fn(rec)

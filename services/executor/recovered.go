@@ -1,0 +1,133 @@
+package executor
+
+import (
+	"sync"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
+)
+
+// The breaker service consumes failed attempts and run.recovered events,
+// not every success: nearly every success finds its breaker closed with no
+// failures counted, and consuming it only to ack it cost one delivery and
+// one ack per run (docs/benchmarks.md, findings 23 and 37). The executor
+// decides which successes the breaker must see, and publishes each of those
+// again as a run.recovered right after its run.succeeded, in the same
+// outbox, so it reaches RUNS after every failure this executor published
+// before it:
+//
+//   - when its view of flyball-breakers does not show the key settled
+//     (Settled): open, half-open, failures counted, or not known;
+//   - when it has published a failure for the key since its last
+//     run.recovered for the key (owed): the failure may still be on its way
+//     to the breaker, or applied and not yet in this view.
+//
+// With one executor the breaker therefore counts exactly what it counted
+// when it consumed every success: every failure followed by a success in
+// the stream is followed by a run.recovered. With several, a success of
+// executor B while A's failure is stored but not yet in B's view is not
+// sent, and the failures before it stay counted until the next success
+// of the key (which is sent: the view then shows them). The count can be
+// higher than stream order gives for that while, never lower. Two breaker
+// replicas have the same window today (their views lag each other's
+// writes).
+
+// Settled reports whether a breaker record, as a view shows it, is closed
+// with no failures counted, so that a success cannot change it. A key
+// with no record is a closed breaker; one the view cannot answer for, or
+// whose record is unreadable, is not settled.
+func Settled(r kvcache.Result[BreakerRecord]) bool {
+	if !r.Known {
+		return false
+	}
+	return !r.Found || (r.Err == nil && r.Value.State == events.BreakerClosed && r.Value.Failures == 0)
+}
+
+// maxOwed bounds the keys owed holds (a string each). A key leaves it with
+// its next success, so it holds the keys that failed since their last
+// success: at most the failing tasks and hosts of the moment.
+const maxOwed = 1 << 16
+
+// owedSpill is how long every success is sent after owed overflowed and a
+// key was dropped: long enough for the breaker to apply the dropped key's
+// failure and for the view to show it, after which Settled covers it.
+const owedSpill = 10 * time.Minute
+
+// owed is the set of breaker keys this executor published a failure for
+// since its last run.recovered for the key.
+type owed struct {
+	mu    sync.Mutex
+	keys  map[string]struct{}
+	spill time.Time // send every success until then (an overflow dropped keys)
+	max   int
+}
+
+func newOwed() *owed { return &owed{keys: make(map[string]struct{}), max: maxOwed} }
+
+// failed records a failure of key, after its event is in the outbox (so a
+// success that sees it queues its run.recovered after the failure).
+func (o *owed) failed(key string, now time.Time) {
+	if key == "" {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.keys[key]; ok {
+		return
+	}
+	if len(o.keys) >= o.max {
+		o.spill = now.Add(owedSpill)
+		return
+	}
+	o.keys[key] = struct{}{}
+}
+
+// take reports whether a success of key must be sent as run.recovered for
+// what this executor owes the breaker, and forgets the key.
+func (o *owed) take(key string, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.keys[key]
+	delete(o.keys, key)
+	return ok || now.Before(o.spill)
+}
+
+// len is the number of keys owed.
+func (o *owed) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.keys)
+}
+
+// recoveredAfter publishes run.recovered for a success whose run.succeeded
+// was just queued, when the breaker must see it (see above). It strips the
+// response: the breaker reads none of it, and the run.succeeded has it.
+// If it cannot be stored, the key is owed again, so the next success of
+// the key is sent.
+func (s *Service) recoveredAfter(run *events.Run, hold time.Duration, msgID string) {
+	key := run.BreakerKey
+	if key == "" {
+		return
+	}
+	owedNow := s.owed.take(key, time.Now())
+	if !owedNow && Settled(s.breakers.Lookup(key)) {
+		return
+	}
+	rec := *run
+	rec.Body, rec.BodyTruncated, rec.Fingerprint, rec.Request = "", false, "", nil
+	msg, err := s.runMsg(events.OutcomeRecovered, &rec, msgID+":recovered")
+	if err != nil {
+		s.log.Warn("run.recovered not published", "task", run.TaskID, "breaker", key, "err", err)
+		s.owed.failed(key, time.Now())
+		return
+	}
+	s.out.publish(msg, hold, func(err error) {
+		if err != nil {
+			s.log.Warn("run.recovered not stored; the next success of its breaker key is sent", "task", run.TaskID, "breaker", key, "err", err)
+			s.owed.failed(key, time.Now())
+			return
+		}
+		s.cfg.Metrics.BreakerRecovered.Inc()
+	})
+}

@@ -1,0 +1,105 @@
+package executor
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestOwedKeysAreSentOnce: a key this executor published a failure for is
+// owed to the breaker until its next success takes it; a key past the
+// bound is not kept, and every success is sent for owedSpill instead.
+func TestOwedKeysAreSentOnce(t *testing.T) {
+	o := newOwed()
+	o.max = 2
+	now := time.Now()
+	if o.take("a", now) {
+		t.Fatal("a key that never failed is owed")
+	}
+	o.failed("a", now)
+	o.failed("a", now)
+	o.failed("", now)
+	if o.len() != 1 {
+		t.Fatalf("%d keys owed after failures of a and of no key, want 1", o.len())
+	}
+	if !o.take("a", now) || o.take("a", now) {
+		t.Fatal("a failed key must be owed once, until its next success")
+	}
+	o.failed("a", now)
+	o.failed("b", now)
+	o.failed("c", now) // over the bound: dropped, every success is sent
+	if o.len() != 2 {
+		t.Fatalf("%d keys owed, want the bound of 2", o.len())
+	}
+	if !o.take("c", now) || !o.take("never-failed", now.Add(owedSpill-time.Second)) {
+		t.Fatal("after an overflow every success must be sent until the spill ends")
+	}
+	if o.take("never-failed", now.Add(owedSpill)) {
+		t.Fatal("a key that never failed is still owed after the spill ended")
+	}
+	if !o.take("a", now.Add(owedSpill)) || !o.take("b", now.Add(owedSpill)) {
+		t.Fatal("the keys kept through the overflow must stay owed")
+	}
+}
+
+// TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker runs the executor on
+// an embedded server with no breaker service:
+//   - a success with nothing owed and no breaker record (settled) is
+//     stored as run.succeeded alone;
+//   - a success after this executor's failure of the key is followed by a
+//     run.recovered with the same run, stored after the failure, and
+//     without the response;
+//   - a success while the breaker record counts a failure (as another
+//     executor's failure would leave it) is repeated too, though this
+//     executor owes nothing.
+func TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK, http.StatusInternalServerError, http.StatusOK, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	runs := func(n int) []storedRun {
+		t.Helper()
+		var got []storedRun
+		natstest.Eventually(t, 20*time.Second, "run events stored", func() bool {
+			got = f.stored(t)
+			return len(got) >= n
+		})
+		return got
+	}
+	f.dispatch(t)
+	got := runs(1)
+	if len(got) != 1 || got[0].outcome != "succeeded" {
+		t.Fatalf("RUNS holds %v after a success with nothing owed, want succeeded alone", got)
+	}
+
+	f.dispatch(t) // fails, then succeeds at attempt 2
+	got = runs(4)
+	want := []string{"succeeded", "failed", "succeeded", "recovered"}
+	for i, r := range got {
+		if i >= len(want) || r.outcome != want[i] {
+			t.Fatalf("RUNS holds %v, want outcomes %v", got, want)
+		}
+	}
+	succ, rec := got[2].run, got[3].run
+	if rec.DispatchID != succ.DispatchID || rec.Attempt != 2 || rec.BreakerKey != f.id || rec.Status != http.StatusOK ||
+		!rec.StartedAt.Equal(succ.StartedAt) || rec.Request != nil || rec.Fingerprint != "" {
+		t.Fatalf("run.recovered %+v does not repeat run.succeeded %+v without its response", rec, succ)
+	}
+	if n := f.ex.owed.len(); n != 0 {
+		t.Fatalf("%d keys still owed after the recovered was sent", n)
+	}
+
+	// Another executor's failure, applied by the breaker service.
+	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, Failures: 1, UpdatedAt: time.Now()})
+	natstest.Eventually(t, 10*time.Second, "the executor's view shows the failure", func() bool {
+		return !Settled(f.ex.breakers.Lookup(f.id))
+	})
+	f.dispatch(t)
+	got = runs(6)
+	if len(got) != 6 || got[4].outcome != "succeeded" || got[5].outcome != "recovered" {
+		t.Fatalf("RUNS holds %v, want a success repeated while the breaker counts a failure", got)
+	}
+}
