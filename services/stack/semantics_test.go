@@ -1108,3 +1108,44 @@ func TestSlowTargetIsNotCaughtUp(t *testing.T) {
 		t.Fatalf("next run %s after the slot of the slow run, want a multiple of 2s", gap)
 	}
 }
+
+// TestSuccessBetweenFailuresResetsTheBreaker: with the real services, a
+// success after failures reaches the breaker (as run.recovered: its
+// consumer takes no run.succeeded) and resets the count. Each run fails
+// twice and then succeeds; with a threshold of 3, two runs make four
+// failures, and the breaker opens unless the success between them
+// counted.
+func TestSuccessBetweenFailuresResetsTheBreaker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 500, 500, 200, 500, 500, 200)
+	opened := e.collect("flyball.breaker.open.reset")
+	succeeded := e.collect("flyball.run.succeeded.reset")
+	recovered := e.collect("flyball.run.recovered.reset")
+	e.create("reset", fmt.Sprintf(`{"id":"reset","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
+		"retry":{"maxAttempts":5,"initialDelay":"100ms","multiplier":1,"maxDelay":"100ms","jitter":0},
+		"breaker":{"failureThreshold":3,"openDelay":"1h","maxOpenDelay":"1h"}}`, tg.srv.URL))
+	natstest.Eventually(t, 20*time.Second, "two runs succeed after two failures each", func() bool { return len(succeeded()) >= 2 })
+	natstest.Eventually(t, 10*time.Second, "both successes repeated as run.recovered", func() bool { return len(recovered()) >= 2 })
+	if n := len(opened()); n != 0 {
+		t.Fatalf("the breaker opened %d times on failures a success separated", n)
+	}
+	first, second := runsOf(t, succeeded())[:2], runsOf(t, recovered())[:2]
+	for i := range first {
+		if second[i].DispatchID != first[i].DispatchID || second[i].Attempt != 3 {
+			t.Fatalf("run.recovered %d is of %s attempt %d, want the success of %s attempt 3", i, second[i].DispatchID, second[i].Attempt, first[i].DispatchID)
+		}
+	}
+	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the breaker record closed with no failures", func() bool {
+		ent, err := kv.Get(t.Context(), "reset")
+		if err != nil {
+			return false
+		}
+		var b executor.BreakerRecord
+		return json.Unmarshal(ent.Value(), &b) == nil && b.State == events.BreakerClosed && b.Failures == 0
+	})
+}
