@@ -31,7 +31,9 @@ import (
 // of the key (which is sent: the view then shows them). The count can be
 // higher than stream order gives for that while, never lower. Two breaker
 // replicas have the same window today (their views lag each other's
-// writes).
+// writes). So does a restart: owed lives in memory, and a failure the
+// breaker had not applied (and this view did not show) by the restarted
+// executor's next success of the key stays counted the same way.
 
 // Settled reports whether a breaker record, as a view shows it, is closed
 // with no failures counted, so that a success cannot change it. A key
