@@ -194,11 +194,15 @@ func TestScanReadsTheWorkQueueWithoutRemovingIt(t *testing.T) {
 	}
 }
 
+// TestRunsReturnsTheNewestOldestFirst: the newest runs of the task, oldest
+// first, without its run.recovered events (a success repeated for the
+// breaker is not another run).
 func TestRunsReturnsTheNewestOldestFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for i := 1; i <= 7; i++ {
 		b.run(t, events.OutcomeSucceeded, "a", i)
+		b.run(t, events.OutcomeRecovered, "a", i)
 		b.run(t, events.OutcomeFailed, "other", i)
 	}
 	runs, err := b.r.Runs(b.ctx, "a", 3)
