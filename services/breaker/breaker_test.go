@@ -210,6 +210,28 @@ func TestPlainSuccessesAreNotConsumed(t *testing.T) {
 	}
 }
 
+// TestSuccessUnderTheOldFilterStillCounts: until an upgrade's
+// streams.Ensure changes the durable's filter, the breaker runs with the
+// old one (run.succeeded and run.failed), and a run.succeeded delivered
+// then resets the count as it always did (docs/operations.md, Upgrade).
+func TestSuccessUnderTheOldFilterStillCounts(t *testing.T) {
+	h := newHarness(t)
+	c, err := h.js.Consumer(t.Context(), streams.StreamRuns, streams.ConsumerBreaker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := c.CachedInfo().Config
+	old.FilterSubjects = []string{events.RunSubject(events.OutcomeSucceeded, "*"), events.RunSubject(events.OutcomeFailed, "*")}
+	if _, err := h.js.UpdateConsumer(t.Context(), streams.StreamRuns, old); err != nil {
+		t.Fatal(err)
+	}
+	h.outcome(events.OutcomeFailed, "t1")
+	h.outcome(events.OutcomeSucceeded, "t1") // waits until the breaker acked it
+	if b, _, _ := h.record("t1"); b.Failures != 0 || b.State != events.BreakerClosed {
+		t.Fatalf("after failure, run.succeeded under the old filter: %+v, want closed with 0 failures", b)
+	}
+}
+
 // TestThresholdOpensTheBreaker: consecutive failures reach the default
 // threshold and open the breaker with a retryAt in the future.
 func TestThresholdOpensTheBreaker(t *testing.T) {

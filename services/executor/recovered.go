@@ -95,13 +95,6 @@ func (o *owed) take(key string, now time.Time) bool {
 	return ok || now.Before(o.spill)
 }
 
-// len is the number of keys owed.
-func (o *owed) len() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.keys)
-}
-
 // recoveredAfter publishes run.recovered for a success whose run.succeeded
 // was just queued, when the breaker must see it (see above). It strips the
 // response: the breaker reads none of it, and the run.succeeded has it.

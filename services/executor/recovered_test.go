@@ -5,10 +5,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
+
+// len is the number of keys owed.
+func (o *owed) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.keys)
+}
+
+// owes reports whether key is owed.
+func (o *owed) owes(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.keys[key]
+	return ok
+}
 
 // TestOwedKeysAreSentOnce: a key this executor published a failure for is
 // owed to the breaker until its next success takes it; a key past the
@@ -101,5 +119,59 @@ func TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker(t *testing.T) {
 	got = runs(6)
 	if len(got) != 6 || got[4].outcome != "succeeded" || got[5].outcome != "recovered" {
 		t.Fatalf("RUNS holds %v, want a success repeated while the breaker counts a failure", got)
+	}
+}
+
+// TestUnstoredRecoveredIsSentWithTheNextSuccess: a run.recovered that RUNS
+// refuses (here: its subject already holds the one message RUNS is set to
+// take, and a second is refused) leaves its key owed, and the key's next
+// success is repeated even though nothing failed in between and the
+// breaker view is settled. Before the refusal is settled, the key was
+// taken: without the re-mark, the breaker would never see the success.
+func TestUnstoredRecoveredIsSentWithTheNextSuccess(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusInternalServerError, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	ctx := t.Context()
+	runs, err := f.srv.JS.Stream(ctx, streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := runs.CachedInfo().Config
+	refusing := cfg
+	refusing.MaxMsgsPerSubject, refusing.Discard, refusing.DiscardNewPerSubject = 1, jetstream.DiscardNew, true
+	if _, err := f.srv.JS.UpdateStream(ctx, refusing); err != nil {
+		t.Fatal(err)
+	}
+	filler, err := events.Marshal(events.TypeRunRecovered, "test", f.id, events.Run{DispatchID: "filler", TaskID: f.id, Attempt: 1, Status: 200, BreakerKey: f.id}, time.Now(), "filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(ctx, events.RunSubject(events.OutcomeRecovered, f.id), filler); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(f.ex.cfg.Metrics.BreakerRecovered)
+
+	f.dispatch(t) // fails, then succeeds at attempt 2: its run.recovered is refused
+	natstest.Eventually(t, 20*time.Second, "the refused run.recovered leaves the key owed", func() bool {
+		got := f.stored(t)
+		return len(got) == 3 && got[2].outcome == "succeeded" && f.ex.owed.owes(f.id)
+	})
+	if n := testutil.ToFloat64(f.ex.cfg.Metrics.BreakerRecovered); n != before {
+		t.Fatalf("flyball_breaker_recovered_total rose by %v for a refused run.recovered", n-before)
+	}
+	if _, err := f.srv.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.dispatch(t) // succeeds at once: nothing failed since, yet it is owed
+	natstest.Eventually(t, 20*time.Second, "the next success repeated as run.recovered", func() bool {
+		got := f.stored(t)
+		return len(got) == 5 && got[4].outcome == "recovered"
+	})
+	if got := f.stored(t); got[3].outcome != "succeeded" || got[4].run.DispatchID != got[3].run.DispatchID {
+		t.Fatalf("RUNS holds %v, want the second run's success and its run.recovered last", got)
+	}
+	if f.ex.owed.owes(f.id) {
+		t.Fatal("the key is still owed after its run.recovered was stored")
 	}
 }
