@@ -210,6 +210,28 @@ func (f *attemptsFixture) stored(t *testing.T) []storedRun {
 	return out
 }
 
+// changeRuns updates RUNS with change and returns a function that puts
+// its configuration back.
+func (f *attemptsFixture) changeRuns(t *testing.T, change func(*jetstream.StreamConfig)) (restore func()) {
+	t.Helper()
+	runs, err := f.srv.JS.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := runs.CachedInfo().Config
+	changed := cfg
+	change(&changed)
+	if _, err := f.srv.JS.UpdateStream(t.Context(), changed); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := f.srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // loseSettles points the executor's settler at another server, where no
 // DISPATCH consumer answers: from now on no ack, nak or term reaches the
 // real consumer, none is confirmed, and each is given up at its deadline,
@@ -323,24 +345,12 @@ func TestUnstoredRunEventDoesNotCountTheAttempt(t *testing.T) {
 	target := newAttemptTarget(t, http.StatusInternalServerError)
 	target.gate, target.gateAfter = make(chan struct{}), 1 // hold the second call
 	f := newAttemptsFixture(t, target, 3, 0, 0)
-	ctx := t.Context()
-	runs, err := f.srv.JS.Stream(ctx, streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := runs.CachedInfo().Config
-	refusing := cfg
-	refusing.MaxMsgSize = 16
-	if _, err := f.srv.JS.UpdateStream(ctx, refusing); err != nil {
-		t.Fatal(err)
-	}
+	restore := f.changeRuns(t, func(c *jetstream.StreamConfig) { c.MaxMsgSize = 16 })
 	f.dispatch(t)
 	// The second call comes once the first one's event was refused and
 	// its dispatch nakked; it waits at the gate while RUNS is restored.
 	natstest.Eventually(t, 20*time.Second, "a second call", func() bool { return len(target.attempts()) == 2 })
-	if _, err := f.srv.JS.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	close(target.gate)
 	natstest.Eventually(t, 20*time.Second, "a final run.failed on RUNS", func() bool {
 		got := f.stored(t)

@@ -133,16 +133,9 @@ func TestUnstoredRecoveredIsSentWithTheNextSuccess(t *testing.T) {
 	target := newAttemptTarget(t, http.StatusInternalServerError, http.StatusOK)
 	f := newAttemptsFixture(t, target, 3, 0, 0)
 	ctx := t.Context()
-	runs, err := f.srv.JS.Stream(ctx, streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := runs.CachedInfo().Config
-	refusing := cfg
-	refusing.MaxMsgsPerSubject, refusing.Discard, refusing.DiscardNewPerSubject = 1, jetstream.DiscardNew, true
-	if _, err := f.srv.JS.UpdateStream(ctx, refusing); err != nil {
-		t.Fatal(err)
-	}
+	restore := f.changeRuns(t, func(c *jetstream.StreamConfig) {
+		c.MaxMsgsPerSubject, c.Discard, c.DiscardNewPerSubject = 1, jetstream.DiscardNew, true
+	})
 	filler, err := events.Marshal(events.TypeRunRecovered, "test", f.id, events.Run{DispatchID: "filler", TaskID: f.id, Attempt: 1, Status: 200, BreakerKey: f.id}, time.Now(), "filler")
 	if err != nil {
 		t.Fatal(err)
@@ -160,9 +153,7 @@ func TestUnstoredRecoveredIsSentWithTheNextSuccess(t *testing.T) {
 	if n := testutil.ToFloat64(f.ex.cfg.Metrics.BreakerRecovered); n != before {
 		t.Fatalf("flyball_breaker_recovered_total rose by %v for a refused run.recovered", n-before)
 	}
-	if _, err := f.srv.JS.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	f.dispatch(t) // succeeds at once: nothing failed since, yet it is owed
 	natstest.Eventually(t, 20*time.Second, "the next success repeated as run.recovered", func() bool {
 		got := f.stored(t)
