@@ -104,8 +104,9 @@ func TestHalfOpenHostBreakerLetsOneProbeThrough(t *testing.T) {
 	}
 	breakers := e.collect("flyball.breaker.>")
 	// Long enough for five dispatches to reach two executors and be
-	// deferred before retryAt on a loaded machine (2s was not, once).
-	const openDelay, n = 4 * time.Second, 5
+	// deferred before retryAt on a loaded machine: 2s was not, once, and
+	// 4s was not, once, while other tests took both cores.
+	const openDelay, n = 8 * time.Second, 5
 
 	putJSON(t, e.srv.JS, streams.BucketTasks, "opener", hostTask("opener", host.srv.URL+"/fail", openDelay))
 	ids := make([]string, n)
@@ -135,7 +136,7 @@ func TestHalfOpenHostBreakerLetsOneProbeThrough(t *testing.T) {
 
 	// After retryAt: one call goes through; the others come back and are
 	// deferred again while it runs (or, before, call too).
-	natstest.Eventually(t, 15*time.Second, "the probe, and every other dispatch deferred again (or more calls)", func() bool {
+	natstest.Eventually(t, 20*time.Second, "the probe, and every other dispatch deferred again (or more calls)", func() bool {
 		calls, _ := host.calls()
 		return calls > 1 || calls == 1 && deferred() >= n+(n-1)
 	})
