@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -12,8 +14,9 @@ import (
 const maxReplicas = 5
 
 type options struct {
-	replicas int // 0: as in the files
-	err      error
+	replicas     int // 0: as in the files
+	asyncPersist bool
+	err          error
 }
 
 // Option configures [Ensure].
@@ -30,6 +33,30 @@ func WithReplicas(n int) Option {
 		}
 		o.replicas = n
 	}
+}
+
+// AsyncPersistStreams are the streams [WithAsyncPersist] applies to: the
+// two that every run writes, and whose messages the sweeper re-creates
+// when a server forgets them (a lost dispatch or run event is a zombie,
+// re-dispatched 5 minutes after its slot). TASKS, DEADLETTER, HEALTH and
+// the KV buckets keep the default: a lost task.created, dead letter or
+// schedule write has no such repair.
+var AsyncPersistStreams = []string{StreamDispatch, StreamRuns}
+
+// WithAsyncPersist creates the [AsyncPersistStreams] with nats-server's
+// async persist mode: the server acknowledges a publish before it writes
+// it to its file, and writes every few milliseconds in batches, instead
+// of once per message. It saves a write system call per message; a
+// nats-server that dies without a clean shutdown (kill -9, a crash, the
+// OOM killer) forgets the messages of its last milliseconds. It applies
+// to replicas 1 only: nats-server refuses it on replicated streams, which
+// already write asynchronously behind their Raft log, so Ensure fails
+// when it is combined with WithReplicas(n > 1) or with files of
+// num_replicas > 1. nats-server cannot change the mode of an existing
+// stream; Ensure fails on a mismatch, either way, with a message saying
+// so.
+func WithAsyncPersist() Option {
+	return func(o *options) { o.asyncPersist = true }
 }
 
 // Ensure creates or updates every stream (including the KV_<bucket> streams
@@ -54,13 +81,25 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range streams {
+	cfgs := make([]jetstream.StreamConfig, len(streams))
+	for i, d := range streams {
 		cfg := d.cfg
 		if o.replicas > 0 {
 			cfg.Replicas = o.replicas
 		}
+		if o.asyncPersist && slices.Contains(AsyncPersistStreams, cfg.Name) {
+			// Refused before any stream is touched.
+			if cfg.Replicas > 1 {
+				return fmt.Errorf("streams: ensure stream %s (%s): async persist applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", cfg.Name, d.file, cfg.Replicas)
+			}
+			cfg.PersistMode = jetstream.AsyncPersistMode
+		}
+		cfgs[i] = cfg
+	}
+	for i, d := range streams {
+		cfg := cfgs[i]
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
+			return fmt.Errorf("streams: ensure stream %s (%s): %w%s", cfg.Name, d.file, err, persistHint(err, o.asyncPersist))
 		}
 	}
 	for _, d := range consumers {
@@ -69,4 +108,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 		}
 	}
 	return nil
+}
+
+// persistHint explains nats-server's refusal to change a stream's persist
+// mode, which names neither mode nor way out.
+func persistHint(err error, async bool) string {
+	if !strings.Contains(err.Error(), "persist mode") {
+		return ""
+	}
+	if async {
+		return " (the stream was created with the default persist mode; async persist applies to a stream created with it: see docs/operations.md, \"Async persist\")"
+	}
+	return " (the stream was created with async persist: ensure with it again, or re-create the stream: see docs/operations.md, \"Async persist\")"
 }

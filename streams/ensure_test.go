@@ -613,3 +613,54 @@ func TestDispatchSemantics(t *testing.T) {
 		t.Errorf("ack advisory: %v", err)
 	}
 }
+
+// TestEnsureAsyncPersist: WithAsyncPersist creates DISPATCH and RUNS, and
+// no other stream, in async persist mode; ensuring again with it changes
+// nothing; ensuring without it, or it with replicas 3, fails with a
+// message that says why. A server whose streams were made without it
+// refuses it the same way.
+func TestEnsureAsyncPersist(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	if err := Ensure(ctx, js, WithAsyncPersist()); err != nil {
+		t.Fatalf("Ensure(WithAsyncPersist()): %v", err)
+	}
+	names := js.StreamNames(ctx)
+	seen := 0
+	for name := range names.Name() {
+		seen++
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := jetstream.DefaultPersistMode
+		if slices.Contains(AsyncPersistStreams, name) {
+			want = jetstream.AsyncPersistMode
+		}
+		if got := s.CachedInfo().Config.PersistMode; got != want {
+			t.Errorf("%s: persist mode %v, want %v", name, got, want)
+		}
+	}
+	if names.Err() != nil || seen < len(AsyncPersistStreams)+4 {
+		t.Fatalf("listed %d streams (err %v)", seen, names.Err())
+	}
+	if err := Ensure(ctx, js, WithAsyncPersist()); err != nil {
+		t.Errorf("Ensure(WithAsyncPersist()) again: %v", err)
+	}
+	err := Ensure(ctx, js)
+	if err == nil || !strings.Contains(err.Error(), "was created with async persist") {
+		t.Errorf("Ensure() over async streams: %v, want the persist-mode refusal and its hint", err)
+	}
+	err = Ensure(ctx, js, WithAsyncPersist(), WithReplicas(3))
+	if err == nil || !strings.Contains(err.Error(), "replicas 1 only") {
+		t.Errorf("Ensure(WithAsyncPersist(), WithReplicas(3)): %v, want the replicas refusal", err)
+	}
+
+	plain := startJS(t)
+	mustEnsure(t, ctx, plain)
+	err = Ensure(ctx, plain, WithAsyncPersist())
+	if err == nil || !strings.Contains(err.Error(), "created with the default persist mode") {
+		t.Errorf("Ensure(WithAsyncPersist()) over default streams: %v, want the persist-mode refusal and its hint", err)
+	}
+}

@@ -35,6 +35,7 @@ func (r *runner) measureCeiling(ctx context.Context, c *Ceiling) error {
 	}
 	if _, err := env.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage,
+		PersistMode: r.persistMode(),
 	}); err != nil {
 		return err
 	}

@@ -100,6 +100,12 @@ type Config struct {
 	// (and to the nats-server baseline) with StackExternal: the nats-server
 	// and flyball processes of the stack behind NATSURL.
 	StackPIDs []int
+	// AsyncPersist creates flyball's DISPATCH and RUNS streams with
+	// nats-server's async persist mode (streams.WithAsyncPersist), for
+	// flyball and the pipeline alike, and the ceiling's and the nats-server
+	// baseline's streams too, so that every system writes the same way.
+	// Not with StackExternal: the stack's own streams decide there.
+	AsyncPersist bool
 	// TimerLead is the in-process stack's timer lead (stack.Config.TimerLead):
 	// 0 for the default, negative for none.
 	TimerLead time.Duration
@@ -248,6 +254,9 @@ func (c *Config) validate() error {
 			add("stack: %q needs Config.Executable (it serves the baseline's nats-server)", StackProcess)
 		}
 	case StackExternal:
+		if c.AsyncPersist {
+			add("async-persist: the stack behind --nats-url has its streams already (ensure them with flyball serve --async-persist)")
+		}
 		if c.NATSURL == "" {
 			add("stack: %q needs a NATS URL", StackExternal)
 		}

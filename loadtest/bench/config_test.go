@@ -39,6 +39,10 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			c.NATSURL = "nats://127.0.0.1:4222"
 			c.TimerLead = time.Second
 		}, "timer-lead: applies to the in-process stack only"},
+		{"async persist on an external stack", func(c *Config) {
+			c.NATSURL = "nats://127.0.0.1:4222"
+			c.AsyncPersist = true
+		}, "async-persist: the stack behind --nats-url has its streams already"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

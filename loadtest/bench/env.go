@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/embedded"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // natsEnv is the NATS side of one system run: a fresh embedded server with
@@ -84,6 +85,9 @@ func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
 			"--concurrency", strconv.Itoa(r.cfg.Concurrency), "--per-host", strconv.Itoa(r.cfg.Concurrency),
 			"--log-level", "warn", "--pprof",
 		}
+		if r.cfg.AsyncPersist {
+			a = append(a, "--async-persist")
+		}
 		switch {
 		case r.cfg.TimerLead > 0:
 			a = append(a, "--timer-lead", r.cfg.TimerLead.String())
@@ -105,7 +109,30 @@ func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
 		return nil, err
 	}
 	e.metricsURL = "http://" + metricsAddr + "/metrics"
-	return e, e.connectGenerator()
+	if err := e.connectGenerator(); err != nil {
+		return nil, err
+	}
+	if err := r.checkPersistMode(ctx, e.js); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkPersistMode fails the run when the child made flyball's streams in
+// another persist mode than the report will say (a flyball binary that
+// ignores --async-persist, or a store left from another run).
+func (r *runner) checkPersistMode(ctx context.Context, js jetstream.JetStream) error {
+	for _, name := range streams.AsyncPersistStreams {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("flyball dev's stream %s: %w", name, err)
+		}
+		if got := s.CachedInfo().Config.PersistMode; got != r.persistMode() {
+			return fmt.Errorf("flyball dev made %s with persist mode %v, want %v", name, got, r.persistMode())
+		}
+	}
+	return nil
 }
 
 // spawn starts a child serving NATS on a free loopback port, with a fresh
@@ -260,4 +287,22 @@ func poll(ctx context.Context, timeout, interval time.Duration, cond func() bool
 		}
 	}
 	return nil
+}
+
+// ensureOptions are the options every system that creates flyball's
+// streams passes to streams.Ensure.
+func (r *runner) ensureOptions() []streams.Option {
+	if r.cfg.AsyncPersist {
+		return []streams.Option{streams.WithAsyncPersist()}
+	}
+	return nil
+}
+
+// persistMode is the persist mode of the streams the benchmark creates
+// itself (the ceiling's and the nats-server baseline's).
+func (r *runner) persistMode() jetstream.PersistModeType {
+	if r.cfg.AsyncPersist {
+		return jetstream.AsyncPersistMode
+	}
+	return jetstream.DefaultPersistMode
 }

@@ -50,6 +50,7 @@ func (r *runner) runNATSScheduler(ctx context.Context, tier Tier, sr *SystemResu
 		Storage:           jetstream.FileStorage,
 		Retention:         jetstream.WorkQueuePolicy,
 		AllowMsgSchedules: true,
+		PersistMode:       r.persistMode(),
 	})
 	if err != nil {
 		return fmt.Errorf("create stream with AllowMsgSchedules: %w", err)

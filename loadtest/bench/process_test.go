@@ -61,6 +61,9 @@ func TestSmokeProcessStack(t *testing.T) {
 	cfg.RawMsgs = 2000
 	cfg.CPUProfile = filepath.Join(dir, "cpu.pprof")
 	cfg.AllocProfile = filepath.Join(dir, "heap.pprof")
+	// The child runs as flyball dev --async-persist, and the ceiling's and
+	// the baseline's streams are made the same way.
+	cfg.AsyncPersist = true
 	res, md := runSmoke(t, cfg)
 	if c := res.Ceiling; c == nil || c.MsgsPerSec <= 0 || c.CPUSeconds <= 0 {
 		t.Errorf("ceiling = %+v, want a throughput and the child's CPU", c)
@@ -89,7 +92,7 @@ func TestSmokeProcessStack(t *testing.T) {
 			t.Errorf("profile %s of the flyball dev child: %v, want a non-empty file", p, err)
 		}
 	}
-	if !strings.Contains(md, "stack process") {
-		t.Errorf("report does not say the stack ran in a process:\n%s", md)
+	if !strings.Contains(md, "stack process") || !strings.Contains(md, "persist mode async") {
+		t.Errorf("report does not say the stack ran in a process with async persist:\n%s", md)
 	}
 }

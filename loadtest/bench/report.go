@@ -215,8 +215,12 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 	case s.TimerLead < 0:
 		lead = "none"
 	}
-	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d, timer lead %s\n\n",
-		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency, lead)
+	persist := "default"
+	if s.AsyncPersist {
+		persist = "async (DISPATCH, RUNS, the ceiling's and the baseline's streams)"
+	}
+	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d, timer lead %s, persist mode %s\n\n",
+		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency, lead, persist)
 
 	if c := res.Ceiling; c != nil {
 		if c.Error != "" {

@@ -44,6 +44,8 @@ type Settings struct {
 	Concurrency int           `json:"concurrency"`
 	// TimerLead is the stack's timer lead; 0 is the default.
 	TimerLead time.Duration `json:"timerLead,omitempty"`
+	// AsyncPersist is Config.AsyncPersist.
+	AsyncPersist bool `json:"asyncPersist,omitempty"`
 }
 
 // Ceiling is the raw JetStream async-publish throughput on the server the

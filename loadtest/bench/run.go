@@ -47,7 +47,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			Settings: Settings{
 				Warmup: cfg.Warmup, Duration: cfg.Duration, Grace: cfg.Grace, Stack: cfg.Stack,
 				Target: cfg.Target, TargetHosts: cfg.TargetHosts, Concurrency: cfg.Concurrency,
-				TimerLead: cfg.TimerLead,
+				TimerLead: cfg.TimerLead, AsyncPersist: cfg.AsyncPersist,
 			},
 		},
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // target records when each request arrived.
@@ -67,9 +68,20 @@ func createdEvent(id, data string) []byte {
 	return []byte(fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.created","source":"test/user","id":"cmd-%s","subject":%q,"datacontenttype":"application/json","data":%s}`, id, id, data))
 }
 
+// TestIntervalTaskRunsOnSchedule runs a 1s task through every service,
+// on streams created with the default persist mode and with async persist
+// (flyball dev --async-persist).
 func TestIntervalTaskRunsOnSchedule(t *testing.T) {
 	t.Parallel()
-	srv := natstest.StartWithStreams(t)
+	for name, opts := range map[string][]streams.Option{"default": nil, "async-persist": {streams.WithAsyncPersist()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			intervalTaskRunsOnSchedule(t, natstest.StartWithStreams(t, opts...))
+		})
+	}
+}
+
+func intervalTaskRunsOnSchedule(t *testing.T, srv *natstest.Server) {
 	startStack(t, srv)
 	tg := newTarget(t)
 

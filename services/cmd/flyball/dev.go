@@ -26,6 +26,7 @@ func newDevCmd() *cobra.Command {
 		listen  string
 		dataDir string
 		debug   bool
+		async   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -74,7 +75,11 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			ensureCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = streams.Ensure(ensureCtx, js)
+			var opts []streams.Option
+			if async {
+				opts = append(opts, streams.WithAsyncPersist())
+			}
+			err = streams.Ensure(ensureCtx, js, opts...)
 			cancel()
 			if err != nil {
 				return err
@@ -107,6 +112,7 @@ watch runs. Ctrl-C stops everything in order.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "embedded NATS listen address")
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".flyball", "directory for the JetStream file store")
 	cmd.Flags().BoolVar(&debug, "nats-debug", false, "log the embedded nats-server's own messages")
+	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	return cmd
 }
 
@@ -148,3 +154,7 @@ func dialable(addr string) string {
 	}
 	return net.JoinHostPort(host, port)
 }
+
+// asyncPersistUsage is the help of --async-persist, on dev and serve.
+const asyncPersistUsage = "create DISPATCH and RUNS with nats-server's async persist mode (replicas 1 only): a write system call per batch instead of per message, " +
+	"but a nats-server killed without a clean shutdown forgets its last milliseconds of them (docs/operations.md, \"Async persist\"); fixed when a stream is created"

@@ -65,6 +65,7 @@ func TestCLICommandMistakesFailInOneLine(t *testing.T) {
 		{[]string{"task", "pause", "a", "b"}, `flyball: task pause: want one task id, got 2 arguments: ["a" "b"]`},
 		{[]string{"dlq", "show"}, "flyball: dlq show: give the DEADLETTER sequence"},
 		{[]string{"runs"}, "flyball: runs: give the task id: flyball runs <id>"},
+		{[]string{"serve", "governor", "--async-persist", "--ensure-streams=false"}, "flyball: --async-persist applies when the streams are created: it needs --ensure-streams"},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {

@@ -124,6 +124,7 @@ func newServeCmd() *cobra.Command {
 		rf       runFlags
 		nf       natsFlags
 		ensure   bool
+		async    bool
 		instance string
 	)
 	cmd := &cobra.Command{
@@ -137,6 +138,9 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := stack.Validate(args); err != nil {
 				return err
+			}
+			if async && !ensure {
+				return fmt.Errorf("--async-persist applies when the streams are created: it needs --ensure-streams")
 			}
 			log, err := rf.logger()
 			if err != nil {
@@ -165,7 +169,11 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			defer nc.Close()
 			if ensure {
 				ectx, cancel := context.WithTimeout(ctx, time.Minute)
-				err := streams.Ensure(ectx, js, streams.WithReplicas(nf.replicas))
+				opts := []streams.Option{streams.WithReplicas(nf.replicas)}
+				if async {
+					opts = append(opts, streams.WithAsyncPersist())
+				}
+				err := streams.Ensure(ectx, js, opts...)
 				cancel()
 				if err != nil {
 					return err
@@ -198,6 +206,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&ensure, "ensure-streams", true, "create or update streams, consumers and KV buckets at start")
 	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas when ensuring (3 on a 3-node cluster)")
+	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().StringVar(&instance, "instance", envOr("FLYBALL_INSTANCE", ""), "this replica's name in heartbeats and event sources; defaults to host-pid (env FLYBALL_INSTANCE)")
 	return cmd
 }

@@ -85,19 +85,19 @@ func launch(t testing.TB, opts *server.Options) *server.Server {
 }
 
 // StartWithStreams starts a server and creates every flyball stream,
-// consumer and KV bucket.
-func StartWithStreams(t testing.TB) *Server {
+// consumer and KV bucket, with opts.
+func StartWithStreams(t testing.TB, opts ...streams.Option) *Server {
 	t.Helper()
 	srv := Start(t)
-	ensure(t, srv)
+	ensure(t, srv, opts...)
 	return srv
 }
 
-func ensure(t testing.TB, srv *Server) {
+func ensure(t testing.TB, srv *Server, opts ...streams.Option) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(ctx, srv.JS); err != nil {
+	if err := streams.Ensure(ctx, srv.JS, opts...); err != nil {
 		t.Fatalf("natstest: ensure streams: %v", err)
 	}
 }
