@@ -43,8 +43,9 @@ func WithReplicas(n int) Option {
 // schedule write has no such repair.
 var AsyncPersistStreams = []string{StreamDispatch, StreamRuns}
 
-// WithAsyncPersist creates the [AsyncPersistStreams] with nats-server's
-// async persist mode: the server acknowledges a publish before it writes
+// WithAsyncPersist creates the [AsyncPersistStreams], when on is true, with
+// nats-server's async persist mode (false: the default mode, as without
+// the option): the server acknowledges a publish before it writes
 // it to its file, and writes every few milliseconds in batches, instead
 // of once per message. It saves a write system call per message; a
 // nats-server that dies without a clean shutdown (kill -9, a crash, the
@@ -55,8 +56,8 @@ var AsyncPersistStreams = []string{StreamDispatch, StreamRuns}
 // num_replicas > 1. nats-server cannot change the mode of an existing
 // stream; Ensure fails on a mismatch, either way, with a message saying
 // so.
-func WithAsyncPersist() Option {
-	return func(o *options) { o.asyncPersist = true }
+func WithAsyncPersist(on bool) Option {
+	return func(o *options) { o.asyncPersist = on }
 }
 
 // Ensure creates or updates every stream (including the KV_<bucket> streams

@@ -623,8 +623,8 @@ func TestEnsureAsyncPersist(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	js := startJS(t)
-	if err := Ensure(ctx, js, WithAsyncPersist()); err != nil {
-		t.Fatalf("Ensure(WithAsyncPersist()): %v", err)
+	if err := Ensure(ctx, js, WithAsyncPersist(true)); err != nil {
+		t.Fatalf("Ensure(WithAsyncPersist(true)): %v", err)
 	}
 	names := js.StreamNames(ctx)
 	seen := 0
@@ -645,22 +645,24 @@ func TestEnsureAsyncPersist(t *testing.T) {
 	if names.Err() != nil || seen < len(AsyncPersistStreams)+4 {
 		t.Fatalf("listed %d streams (err %v)", seen, names.Err())
 	}
-	if err := Ensure(ctx, js, WithAsyncPersist()); err != nil {
-		t.Errorf("Ensure(WithAsyncPersist()) again: %v", err)
+	if err := Ensure(ctx, js, WithAsyncPersist(true)); err != nil {
+		t.Errorf("Ensure(WithAsyncPersist(true)) again: %v", err)
 	}
 	err := Ensure(ctx, js)
 	if err == nil || !strings.Contains(err.Error(), "was created with async persist") {
 		t.Errorf("Ensure() over async streams: %v, want the persist-mode refusal and its hint", err)
 	}
-	err = Ensure(ctx, js, WithAsyncPersist(), WithReplicas(3))
+	err = Ensure(ctx, js, WithAsyncPersist(true), WithReplicas(3))
 	if err == nil || !strings.Contains(err.Error(), "replicas 1 only") {
-		t.Errorf("Ensure(WithAsyncPersist(), WithReplicas(3)): %v, want the replicas refusal", err)
+		t.Errorf("Ensure(WithAsyncPersist(true), WithReplicas(3)): %v, want the replicas refusal", err)
 	}
 
 	plain := startJS(t)
-	mustEnsure(t, ctx, plain)
-	err = Ensure(ctx, plain, WithAsyncPersist())
+	if err := Ensure(ctx, plain, WithAsyncPersist(false)); err != nil {
+		t.Fatalf("Ensure(WithAsyncPersist(false)): %v", err)
+	}
+	err = Ensure(ctx, plain, WithAsyncPersist(true))
 	if err == nil || !strings.Contains(err.Error(), "created with the default persist mode") {
-		t.Errorf("Ensure(WithAsyncPersist()) over default streams: %v, want the persist-mode refusal and its hint", err)
+		t.Errorf("Ensure(WithAsyncPersist(true)) over default streams: %v, want the persist-mode refusal and its hint", err)
 	}
 }

@@ -289,15 +289,6 @@ func poll(ctx context.Context, timeout, interval time.Duration, cond func() bool
 	return nil
 }
 
-// ensureOptions are the options every system that creates flyball's
-// streams passes to streams.Ensure.
-func (r *runner) ensureOptions() []streams.Option {
-	if r.cfg.AsyncPersist {
-		return []streams.Option{streams.WithAsyncPersist()}
-	}
-	return nil
-}
-
 // persistMode is the persist mode of the streams the benchmark creates
 // itself (the ceiling's and the nats-server baseline's).
 func (r *runner) persistMode() jetstream.PersistModeType {

@@ -49,7 +49,7 @@ func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...strin
 	}
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(ectx, js, r.ensureOptions()...); err != nil {
+	if err := streams.Ensure(ectx, js, streams.WithAsyncPersist(r.cfg.AsyncPersist)); err != nil {
 		nc.Close()
 		return nil, err
 	}

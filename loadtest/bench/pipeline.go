@@ -100,7 +100,7 @@ func (r *runner) runPipeline(ctx context.Context, tier Tier, sr *SystemResult) e
 		return err
 	}
 	defer env.close()
-	if err := streams.Ensure(ctx, env.js, r.ensureOptions()...); err != nil {
+	if err := streams.Ensure(ctx, env.js, streams.WithAsyncPersist(r.cfg.AsyncPersist)); err != nil {
 		return fmt.Errorf("create flyball's streams: %w", err)
 	}
 	// One connection for every stage, as flyball dev shares one.

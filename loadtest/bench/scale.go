@@ -135,7 +135,7 @@ func (r *runner) seed(ctx context.Context, env *natsEnv, tier Tier, ids []string
 	// Bind the buckets (and create them) the way the stack would.
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(ectx, env.js, r.ensureOptions()...); err != nil {
+	if err := streams.Ensure(ectx, env.js, streams.WithAsyncPersist(r.cfg.AsyncPersist)); err != nil {
 		return err
 	}
 	for i, id := range ids {

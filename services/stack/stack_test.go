@@ -73,7 +73,7 @@ func createdEvent(id, data string) []byte {
 // (flyball dev --async-persist).
 func TestIntervalTaskRunsOnSchedule(t *testing.T) {
 	t.Parallel()
-	for name, opts := range map[string][]streams.Option{"default": nil, "async-persist": {streams.WithAsyncPersist()}} {
+	for name, opts := range map[string][]streams.Option{"default": nil, "async-persist": {streams.WithAsyncPersist(true)}} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			intervalTaskRunsOnSchedule(t, natstest.StartWithStreams(t, opts...))

@@ -75,11 +75,7 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			ensureCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			var opts []streams.Option
-			if async {
-				opts = append(opts, streams.WithAsyncPersist())
-			}
-			err = streams.Ensure(ensureCtx, js, opts...)
+			err = streams.Ensure(ensureCtx, js, streams.WithAsyncPersist(async))
 			cancel()
 			if err != nil {
 				return err

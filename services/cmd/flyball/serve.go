@@ -169,11 +169,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			defer nc.Close()
 			if ensure {
 				ectx, cancel := context.WithTimeout(ctx, time.Minute)
-				opts := []streams.Option{streams.WithReplicas(nf.replicas)}
-				if async {
-					opts = append(opts, streams.WithAsyncPersist())
-				}
-				err := streams.Ensure(ectx, js, opts...)
+				err := streams.Ensure(ectx, js, streams.WithReplicas(nf.replicas), streams.WithAsyncPersist(async))
 				cancel()
 				if err != nil {
 					return err
