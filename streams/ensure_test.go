@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,33 +20,7 @@ const day = 24 * time.Hour
 // startJS starts a private in-process JetStream server for one test.
 func startJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		DontListen: true,
-		NoSigs:     true,
-	})
-	if err != nil {
-		t.Fatalf("new server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(5 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
+	_, js := startJSAt(t, t.TempDir())
 	return js
 }
 
