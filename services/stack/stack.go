@@ -69,6 +69,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
 	SweepInterval     time.Duration
+	// ZombieAfter is sweeper.Config.ZombieAfter: how long a slot may stay
+	// past due with no dispatch or outcome, and a task without a schedule,
+	// before the sweeper repairs it. Defaults to 5m.
+	ZombieAfter time.Duration
 	// PerTaskMetrics enables per-task metric series (at most 1000 tasks).
 	PerTaskMetrics bool
 }
@@ -168,7 +172,7 @@ func (st *Stack) build(name string) (service, error) {
 		return deadletter.New(deadletter.Config{Common: c})
 	case "sweeper":
 		s, err := sweeper.New(sweeper.Config{
-			Common: c, Interval: st.cfg.SweepInterval, OfflineAfter: st.cfg.OfflineAfter, PerTaskMetrics: st.cfg.PerTaskMetrics,
+			Common: c, Interval: st.cfg.SweepInterval, OfflineAfter: st.cfg.OfflineAfter, ZombieAfter: st.cfg.ZombieAfter, PerTaskMetrics: st.cfg.PerTaskMetrics,
 		})
 		st.Sweeper = s
 		return s, err

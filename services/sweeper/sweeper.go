@@ -60,6 +60,7 @@ type Service struct {
 	dispatch jetstream.Stream
 	runs     jetstream.Stream
 	dead     jetstream.Stream // DEADLETTER
+	commands jetstream.Stream // TASKS: the missing-schedule repair's task.created
 	view     *view
 	scores   atomic.Pointer[map[string]float64]
 	// The buckets the view mirrors, bound once at Start.
@@ -70,6 +71,9 @@ type Service struct {
 	stopWatch   context.CancelFunc // ends the schedules watch; nil while scanning
 	lastSeq     uint64             // the bucket's last sequence at the previous sweep
 	seqKnown    bool               // lastSeq was read (0 is an empty bucket's)
+	// unscheduled holds, per spec with no schedule, when a sweep first saw
+	// it so (the sweeper's clock); only the sweep goroutine touches it.
+	unscheduled map[string]time.Time
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
@@ -129,6 +133,9 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("sweeper: %w", err)
 	}
 	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
+		return fmt.Errorf("sweeper: %w", err)
+	}
+	if s.commands, err = s.cfg.JS.Stream(ctx, streams.StreamTasks); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
 	if s.schedStream, err = s.cfg.JS.Stream(ctx, "KV_"+streams.BucketSchedules); err != nil {

@@ -223,6 +223,13 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 			zombies = append(zombies, st)
 		}
 	}
+	// A spec with no schedule is never dispatched (repair.go).
+	var missing []string
+	for id := range v.specs {
+		if _, ok := v.schedules[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
 	for key, state := range v.breakers {
 		if state != events.BreakerClosed {
 			open++
@@ -237,8 +244,12 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	s.exportPerTask(scores)
 	s.cfg.Metrics.StalenessMax.Set(maxScore)
 	s.cfg.Metrics.BreakersOpen.Set(float64(open))
+	floors := s.newAckFloors()
 	for _, st := range zombies {
-		s.renudge(ctx, st, now)
+		s.renudge(ctx, floors, st, now)
+	}
+	for _, id := range s.unscheduledFor(missing, now) {
+		s.reschedule(ctx, floors, id, now)
 	}
 	s.removeOrphans(ctx, s.schedules, orphanSchedules)
 	s.removeOrphans(ctx, s.breakers, orphanBreakers)
@@ -254,9 +265,15 @@ func (s *Service) Scores() map[string]float64 {
 
 // renudge re-dispatches a run that fell due long ago and never completed,
 // unless a dispatch is still pending, or a final outcome is on RUNS or the
-// slot's dead letter on DEADLETTER (then the governor is just behind).
-func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
+// slot's dead letter on DEADLETTER that the governor has not acked yet
+// (then it is just behind). An outcome it has acked, while its schedule
+// still names the slot, is a decision that was lost (repair.go): the slot
+// is dispatched again, and the executor reports it skipped without a call.
+func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, now time.Time) {
 	id := st.TaskID
+	if !s.current(ctx, st) {
+		return
+	}
 	if _, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id)); err == nil {
 		return // still pending: the executor has it
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -264,21 +281,38 @@ func (s *Service) renudge(ctx context.Context, st schedule, now time.Time) {
 		return
 	}
 	// A final outcome on RUNS, or the slot's dead letter (a max-deliveries
-	// entry has no run.failed on RUNS): the governor is just behind.
-	// Re-dispatching would call the target again for a run that is done.
-	if done, err := slotdone.Done(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt, slotdone.SlotOrLater); err != nil {
+	// entry has no run.failed on RUNS): the governor is just behind, unless
+	// it has acked it. Re-dispatching would otherwise call the target again
+	// for a run that is done.
+	lost := false
+	if o, done, err := slotdone.Find(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt, slotdone.SlotOrLater); err != nil {
 		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
 		return // the next sweep looks again
 	} else if done {
-		return
+		if lost, err = s.governorApplied(ctx, floors, o); err != nil {
+			s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
+			return
+		} else if !lost {
+			return
+		}
+	}
+	reason := "zombie"
+	if lost {
+		reason = "lost-write"
 	}
 	d := events.Dispatch{
 		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
-		FiredAt: now, Source: string(st.Source), Reason: "zombie", TaskCreatedAt: st.CreatedAt.UTC(),
+		FiredAt: now, Source: string(st.Source), Reason: reason, TaskCreatedAt: st.CreatedAt.UTC(),
 	}
 	err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
 	if err != nil && !streams.IsSubjectFull(err) {
 		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
+		return
+	}
+	if lost {
+		s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairLostWrite).Inc()
+		s.cfg.Logger.Warn("schedule write lost: the governor applied this slot's outcome, but the schedule still names the slot; dispatched it again for the executor to report it skipped",
+			"task", id, "due", st.NextRunAt)
 		return
 	}
 	s.cfg.Metrics.ZombiesRenudged.Inc()

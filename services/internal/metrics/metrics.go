@@ -39,6 +39,7 @@ type Set struct {
 	HeartbeatFailures  prometheus.Counter
 	ZombiesRenudged    prometheus.Counter
 	OrphansRemoved     *prometheus.CounterVec
+	SchedulesRepaired  *prometheus.CounterVec
 	SweeperScanning    prometheus.Gauge
 	PullFailures       *prometheus.CounterVec
 	GovernorRetries    *prometheus.CounterVec
@@ -150,6 +151,10 @@ func New() *Set {
 		OrphansRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_orphans_removed_total", Help: "State of deleted tasks removed by the sweeper, by bucket.",
 		}, []string{"bucket"}),
+		SchedulesRepaired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_schedules_repaired_total",
+			Help: "Schedules the sweeper repaired, by reason: lost-write (the governor applied a slot's outcome but its schedule write was lost; the slot is dispatched again and skipped), missing (a task with no schedule; its task.created is published again).",
+		}, []string{"reason"}),
 		SweeperScanning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_sweeper_scanning",
 			Help: "1 while the sweeper reads every schedule at each sweep (schedules change faster than sweeps), 0 while it watches every schedule write.",
@@ -181,7 +186,7 @@ func New() *Set {
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
-		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved,
+		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 	} {
 		f(c)

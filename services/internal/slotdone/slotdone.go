@@ -37,6 +37,15 @@ const (
 	SlotOnly
 )
 
+// Outcome is the stored event that made a slot done: its stream sequence
+// on RUNS, or on DEADLETTER when DeadLetter is set. The sweeper compares
+// it with the ack floor of the governor's consumer of that stream, to
+// tell a governor that is behind from a schedule write that was lost.
+type Outcome struct {
+	Seq        uint64
+	DeadLetter bool
+}
+
 // Done reports whether task id's slot at slot (or, with SlotOrLater, a
 // later one) has a final outcome on runs (run.succeeded, run.skipped, or
 // run.failed with no retry to follow) or a dead-letter entry on dead. A
@@ -46,6 +55,12 @@ const (
 // reading either stream is returned; an event that does not decode counts
 // as none.
 func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (bool, error) {
+	_, done, err := Find(ctx, runs, dead, id, slot, created, match)
+	return done, err
+}
+
+// Find is Done that also returns the event that made the slot done.
+func Find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (Outcome, bool, error) {
 	covers := func(t time.Time) bool {
 		if match == SlotOnly {
 			return t.Equal(slot)
@@ -58,7 +73,7 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("read the last run.%s of %s: %w", o, id, err)
+			return Outcome{}, false, fmt.Errorf("read the last run.%s of %s: %w", o, id, err)
 		}
 		e, err := events.Decode(raw.Header, raw.Data)
 		if err != nil {
@@ -66,20 +81,23 @@ func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 		}
 		var r events.Run
 		if events.DecodeRun(e, &r) == nil && (r.Final || o != events.OutcomeFailed) && covers(r.ScheduledAt) && !governor.OtherCreatedAt(r.TaskCreatedAt, created) {
-			return true, nil
+			return Outcome{Seq: raw.Sequence}, true, nil
 		}
 	}
 	raw, err := dead.GetLastMsgForSubject(ctx, events.DeadLetterSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+		return Outcome{}, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read the last dead letter of %s: %w", id, err)
+		return Outcome{}, false, fmt.Errorf("read the last dead letter of %s: %w", id, err)
 	}
 	e, err := events.Decode(raw.Header, raw.Data)
 	if err != nil {
-		return false, nil //nolint:nilerr // an entry that does not decode names no slot
+		return Outcome{}, false, nil //nolint:nilerr // an entry that does not decode names no slot
 	}
 	var dl events.DeadLetter
-	return events.DecodeData(e, &dl) == nil && covers(dl.Dispatch.ScheduledAt) && !governor.OtherCreatedAt(dl.Dispatch.TaskCreatedAt, created), nil
+	if events.DecodeData(e, &dl) == nil && covers(dl.Dispatch.ScheduledAt) && !governor.OtherCreatedAt(dl.Dispatch.TaskCreatedAt, created) {
+		return Outcome{Seq: raw.Sequence, DeadLetter: true}, true, nil
+	}
+	return Outcome{}, false, nil
 }

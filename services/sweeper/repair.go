@@ -1,0 +1,199 @@
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
+	"github.com/flyballhq/flyball/services/internal/slotdone"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// Two schedule repairs. A schedule write is lost only when nats-server
+// forgets it: KV flyball-schedules in async persist mode (a server that
+// died without a clean shutdown forgets its last milliseconds), a restored
+// backup, or a key deleted by hand. In the default mode the governor acks
+// an input only after its write is stored, so neither arises.
+//
+//   - Lost write: the governor applied a slot's outcome and acked it, but
+//     its decision was forgotten, so the schedule still names the slot.
+//     The zombie check saw the slot's outcome and took the governor for
+//     behind, for ever. It now compares the outcome's stream sequence with
+//     the ack floor of the governor's consumer: at or below it, the
+//     governor has applied it, and the sweeper dispatches the slot again.
+//     The executor finds the slot's outcome stored and reports run.skipped
+//     (ranAlready) instead of calling the target, and the governor plans
+//     the next slot from that.
+//   - Missing schedule: a spec with no schedule (a creation whose schedule
+//     write was forgotten, or a schedule deleted by hand) is never
+//     dispatched. Once one has had none for ZombieAfter, the sweeper
+//     publishes task.created with the stored spec; the governor finishes
+//     the creation, as for a redelivered task.created.
+
+// unscheduledPrefix starts the id of a task.created the sweeper publishes
+// for a spec with no schedule: sweeper:unscheduled:<task>:<spec revision>.
+// The revision makes it deterministic (two sweepers, or two sweeps, store
+// it once within TASKS's duplicate window) and new once the governor has
+// written the spec again.
+const unscheduledPrefix = "sweeper:unscheduled:"
+
+// ackFloors holds, for one sweep, the ack floors of the governor's
+// consumers, read when a check first needs one: every message at or below
+// a floor's stream sequence has been acked.
+type ackFloors struct {
+	s    *Service
+	read map[string]uint64 // stream name → floor
+}
+
+func (s *Service) newAckFloors() *ackFloors { return &ackFloors{s: s, read: map[string]uint64{}} }
+
+// acked reports whether the governor's consumer of st has acked the
+// message at seq.
+func (f *ackFloors) acked(ctx context.Context, st jetstream.Stream, seq uint64) (bool, error) {
+	name := st.CachedInfo().Config.Name
+	floor, ok := f.read[name]
+	if !ok {
+		c, err := st.Consumer(ctx, streams.ConsumerGovernor)
+		if err != nil {
+			return false, fmt.Errorf("read the governor's consumer of %s: %w", name, err)
+		}
+		floor = c.CachedInfo().AckFloor.Stream
+		f.read[name] = floor
+	}
+	return seq <= floor, nil
+}
+
+// current re-reads a zombie's schedule, which the view may hold late (a
+// watch that resumed past writes a restarted server renumbered). It
+// reports false, and corrects the view, when the stored schedule names
+// another slot: the next sweep judges that one.
+func (s *Service) current(ctx context.Context, st schedule) bool {
+	ent, err := s.schedules.Get(ctx, st.TaskID)
+	if err != nil {
+		if !jsutil.IsKeyMissing(err) {
+			s.cfg.Logger.Warn("zombie check failed", "task", st.TaskID, "err", err)
+		}
+		return false // gone: a deleted task, or a schedule the missing-schedule repair restores
+	}
+	var stored schedule
+	if json.Unmarshal(ent.Value(), &stored) != nil {
+		return false
+	}
+	if stored.NextRunAt.Equal(st.NextRunAt) && stored.CreatedAt.Equal(st.CreatedAt) && stored.Paused == st.Paused {
+		return true
+	}
+	v := s.view
+	v.mu.Lock()
+	if _, newer := v.stale[st.TaskID]; !newer {
+		v.schedules[st.TaskID] = stored
+	}
+	v.mu.Unlock()
+	return false
+}
+
+// governorApplied reports whether the governor has acked the stored
+// outcome o of a slot its schedule still names: then the decision it
+// wrote was lost, and waiting for it is waiting for ever.
+func (s *Service) governorApplied(ctx context.Context, floors *ackFloors, o slotdone.Outcome) (bool, error) {
+	st := s.runs
+	if o.DeadLetter {
+		st = s.dead
+	}
+	return floors.acked(ctx, st, o.Seq)
+}
+
+// unscheduledFor tracks the specs with no schedule in the view, by the
+// sweeper's clock, and returns those that have had none for ZombieAfter.
+// Only the sweep goroutine calls it.
+func (s *Service) unscheduledFor(missing []string, now time.Time) []string {
+	seen := make(map[string]time.Time, len(missing))
+	var due []string
+	for _, id := range missing {
+		first, ok := s.unscheduled[id]
+		if !ok {
+			first = now
+		}
+		seen[id] = first
+		if now.Sub(first) > s.cfg.ZombieAfter {
+			due = append(due, id)
+		}
+	}
+	s.unscheduled = seen
+	return due
+}
+
+// reschedule publishes task.created with the stored spec of a task that
+// has had no schedule for ZombieAfter, unless KV now holds a readable
+// schedule of it (the view was behind), its spec is gone, or the
+// sweeper's previous task.created of it is still waiting for the
+// governor.
+func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, now time.Time) {
+	ent, err := s.tasks.Get(ctx, id)
+	if err != nil {
+		if !jsutil.IsKeyMissing(err) {
+			s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
+		}
+		return
+	}
+	if sched, err := s.schedules.Get(ctx, id); err == nil {
+		var st schedule
+		if json.Unmarshal(sched.Value(), &st) == nil {
+			return
+		}
+		// Unreadable: the governor rebuilds it when it applies a command.
+	} else if !jsutil.IsKeyMissing(err) {
+		s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
+		return
+	}
+	if pending, err := s.reschedulePending(ctx, floors, id); err != nil {
+		s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
+		return
+	} else if pending {
+		return
+	}
+	spec, err := kvcache.DecodeSpec(id, ent.Value())
+	if err != nil {
+		s.cfg.Logger.Warn("task has no schedule and its spec is unreadable: publish task.updated to replace it, or task.deleted", "task", id, "err", err)
+		return
+	}
+	msgID := fmt.Sprintf("%s%s:%d", unscheduledPrefix, id, ent.Revision())
+	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbCreated, id), msgID,
+		events.TypeTaskCreated, s.source, id, spec, now); err != nil {
+		s.cfg.Logger.Warn("missing schedule not repaired; next sweep retries", "task", id, "err", err)
+		return
+	}
+	delete(s.unscheduled, id) // the governor gets ZombieAfter before the next one
+	s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing).Inc()
+	s.cfg.Logger.Warn("task had no schedule: re-published its task.created for the governor to schedule it", "task", id, "command", msgID)
+}
+
+// reschedulePending reports whether the last task.created of id on TASKS
+// is the sweeper's and the governor has not acked it yet.
+func (s *Service) reschedulePending(ctx context.Context, floors *ackFloors, id string) (bool, error) {
+	raw, err := s.commands.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !strings.HasPrefix(raw.Header.Get(jetstream.MsgIDHeader), unscheduledPrefix) {
+		return false, nil
+	}
+	acked, err := floors.acked(ctx, s.commands, raw.Sequence)
+	return !acked, err
+}
+
+// Labels of flyball_schedules_repaired_total.
+const (
+	repairLostWrite = "lost-write"
+	repairMissing   = "missing"
+)

@@ -1,0 +1,103 @@
+package sweeper
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestUnscheduledWaitsZombieAfterBySweeperClock: a spec is repaired only
+// once sweeps have seen it without a schedule for longer than ZombieAfter
+// (a creation writes its spec a moment before its schedule, and a crashed
+// governor's task.created is redelivered within its 30s AckWait). A spec
+// whose schedule appears leaves the count, and one that loses it again
+// starts over.
+func TestUnscheduledWaitsZombieAfterBySweeperClock(t *testing.T) {
+	s := &Service{cfg: Config{ZombieAfter: time.Minute}}
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		at      time.Duration
+		missing []string
+		want    []string
+	}{
+		{0, []string{"a", "b"}, nil},
+		{30 * time.Second, []string{"a", "b"}, nil},
+		{time.Minute, []string{"a", "b"}, nil}, // not longer than ZombieAfter yet
+		{61 * time.Second, []string{"a"}, []string{"a"}},
+		{62 * time.Second, []string{"a", "b"}, []string{"a"}}, // b starts over
+		{2 * time.Minute, []string{"b"}, nil},
+		{2*time.Minute + 3*time.Second, []string{"b"}, []string{"b"}},
+	}
+	for _, st := range steps {
+		got := s.unscheduledFor(st.missing, t0.Add(st.at))
+		slices.Sort(got)
+		if !slices.Equal(got, st.want) {
+			t.Fatalf("at +%v with %v missing: due %v, want %v", st.at, st.missing, got, st.want)
+		}
+	}
+}
+
+// TestZombieCheckReadsTheStoredSchedule: a watch that resumed after a
+// restarted server renumbered its writes can leave the view with a
+// schedule KV no longer holds. Re-dispatching the slot the view names ran
+// a slot that the stored schedule had already moved past; the check now
+// reads the schedule first, and corrects the view instead.
+func TestZombieCheckReadsTheStoredSchedule(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	now := time.Now().UTC()
+	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tasks.Put(ctx, "moved", []byte(`{"id":"moved","schedule":{"interval":"1h"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	stored := gov.State{TaskID: "moved", NextRunAt: now.Add(time.Hour), Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-time.Minute)}
+	if _, err := schedules.Put(ctx, "moved", stateJSON(stored)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept() // the first sweep; the next is an hour away
+
+	old := stored
+	old.NextRunAt, old.LastScheduledAt = now.Add(-10*time.Minute), now.Add(-70*time.Minute)
+	s.view.mu.Lock()
+	s.view.schedules["moved"] = schedule{TaskID: "moved", NextRunAt: old.NextRunAt, Source: old.Source, LastScheduledAt: old.LastScheduledAt}
+	s.view.mu.Unlock()
+	s.sweepTasks(ctx, now)
+
+	dispatch, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("moved")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a slot only the view named was dispatched (%v): %v", err, m)
+	}
+	s.view.mu.Lock()
+	got := s.view.schedules["moved"].NextRunAt
+	s.view.mu.Unlock()
+	if !got.Equal(stored.NextRunAt) {
+		t.Fatalf("the view names %v after the check, want the stored %v", got, stored.NextRunAt)
+	}
+}
