@@ -311,8 +311,7 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 	}
 	if lost {
 		s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairLostWrite).Inc()
-		s.cfg.Logger.Warn("schedule write lost: the governor applied this slot's outcome, but the schedule still names the slot; dispatched it again for the executor to report it skipped",
-			"task", id, "due", st.NextRunAt)
+		s.cfg.Logger.Warn("schedule write lost: the governor applied this slot's outcome; dispatched the slot again for the executor to skip it", "task", id, "due", st.NextRunAt)
 		return
 	}
 	s.cfg.Metrics.ZombiesRenudged.Inc()

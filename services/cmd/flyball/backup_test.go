@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
@@ -92,13 +95,24 @@ func startTestStack(t *testing.T, srv *natstest.Server) *stack.Stack {
 
 func natsRun(t *testing.T, natsCLI, url string, args ...string) {
 	t.Helper()
+	natsOutput(t, natsCLI, url, args...)
+}
+
+// natsOutput runs the nats CLI against url and returns what it printed on
+// stdout; a failure fails the test with its stderr.
+func natsOutput(t *testing.T, natsCLI, url string, args ...string) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, natsCLI, args...)
 	cmd.Env = append(os.Environ(), "NATS_URL="+url)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nats %v: %v\n%s", args, err, out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nats %v: %v\n%s%s", args, err, out, stderr.Bytes())
 	}
+	return out
 }
 
 func schedule(t *testing.T, srv *natstest.Server, id string) gov.State {
@@ -132,4 +146,83 @@ func streamMsgs(t *testing.T, srv *natstest.Server, name string) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Msgs
+}
+
+// TestSwitchPersistModeWithTheNatsCLI follows docs/operations.md, "Async
+// persist", switching a stack's streams to async persist with the nats
+// CLI and jq, as the section says: each of streams.AsyncPersistStreams is
+// backed up, removed, and restored with its own config plus persist_mode
+// async, and DISPATCH's consumer is reset. The streams keep their
+// messages (the schedules, the run history), ensuring them with
+// --async-persist then changes nothing, and the task runs on.
+func TestSwitchPersistModeWithTheNatsCLI(t *testing.T) {
+	t.Parallel()
+	natsCLI := natsCLIPath(t)
+	jq, err := exec.LookPath("jq")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("jq is not installed; .ci/run installs it")
+		}
+		t.Skip("jq is not installed: the switch in docs/operations.md uses it")
+	}
+	var calls atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(target.Close)
+
+	srv, url := natstest.StartListening(t)
+	before := startTestStack(t, srv)
+	spec := fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)
+	if err := srv.NC.Publish("flyball.task.created.kept", []byte(fmt.Sprintf(
+		`{"specversion":"1.0","type":"io.flyball.task.created","source":"test","id":"c-kept","subject":"kept","datacontenttype":"application/json","data":%s}`, spec))); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 15*time.Second, "two runs before the switch", func() bool { return calls.Load() >= 2 })
+	before.Stop()
+	stopped := schedule(t, srv, "kept")
+	history := streamMsgs(t, srv, streams.StreamRuns)
+
+	dir := t.TempDir()
+	for _, name := range streams.AsyncPersistStreams {
+		backup := filepath.Join(dir, name)
+		cfg := filepath.Join(dir, name+".json")
+		natsRun(t, natsCLI, url, "backup", "stream", name, backup)
+		// As in the docs: nats stream info NAME -j | jq '.config + {persist_mode: "async"}' > NAME.json
+		info := natsOutput(t, natsCLI, url, "stream", "info", name, "-j")
+		cmd := exec.CommandContext(t.Context(), jq, `.config + {persist_mode: "async"}`)
+		cmd.Stdin = bytes.NewReader(info)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("jq: %v", err)
+		}
+		if err := os.WriteFile(cfg, out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		natsRun(t, natsCLI, url, "stream", "rm", "-f", name)
+		natsRun(t, natsCLI, url, "backup", "restore", "stream", backup, "--config", cfg)
+		s, err := srv.JS.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.PersistMode; got != jetstream.AsyncPersistMode {
+			t.Fatalf("%s restored with persist mode %v, want async", name, got)
+		}
+	}
+	natsRun(t, natsCLI, url, "consumer", "reset", streams.StreamDispatch, streams.ConsumerExecutor, "-f")
+	if got := schedule(t, srv, "kept"); got.Runs != stopped.Runs || !got.NextRunAt.Equal(stopped.NextRunAt) {
+		t.Fatalf("schedule after the switch: %d runs, next %v; before it: %d, %v", got.Runs, got.NextRunAt, stopped.Runs, stopped.NextRunAt)
+	}
+	if n := streamMsgs(t, srv, streams.StreamRuns); n != history {
+		t.Fatalf("RUNS holds %d messages after the switch, %d before it", n, history)
+	}
+	if err := streams.Ensure(t.Context(), srv.JS, streams.WithAsyncPersist(true)); err != nil {
+		t.Fatalf("ensure with --async-persist after the switch: %v", err)
+	}
+	startTestStack(t, srv)
+	called := calls.Load()
+	natstest.Eventually(t, 30*time.Second, "runs after the switch", func() bool {
+		return calls.Load() >= called+2 && schedule(t, srv, "kept").Runs >= stopped.Runs+2
+	})
 }
