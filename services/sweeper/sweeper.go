@@ -41,7 +41,11 @@ type Config struct {
 	// Defaults to 45s.
 	OfflineAfter time.Duration
 	// ZombieAfter is how long past its nextRunAt a run may stay without
-	// dispatch or outcome before it is re-dispatched. Defaults to 5m.
+	// dispatch or outcome before it is re-dispatched, and how long a task
+	// may have no schedule before its task.created is published again
+	// (repair.go). Defaults to 5m. Keep it above the executor's
+	// LateRedispatch (1m): a lost-write re-dispatch fired sooner after its
+	// slot is not checked for a stored outcome, and calls the target.
 	ZombieAfter time.Duration
 	// PerTaskMetrics exports flyball_task_staleness_score{task}. Per-task
 	// labels make one series per task, so they switch off by themselves
