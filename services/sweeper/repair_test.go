@@ -70,15 +70,7 @@ func TestZombieCheckReadsTheStoredSchedule(t *testing.T) {
 	if _, err := schedules.Put(ctx, "moved", stateJSON(stored)); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	<-s.Swept() // the first sweep; the next is an hour away
+	s := startHourly(t, srv.JS)
 
 	old := stored
 	old.NextRunAt, old.LastScheduledAt = now.Add(-10*time.Minute), now.Add(-70*time.Minute)
@@ -100,4 +92,21 @@ func TestZombieCheckReadsTheStoredSchedule(t *testing.T) {
 	if !got.Equal(stored.NextRunAt) {
 		t.Fatalf("the view names %v after the check, want the stored %v", got, stored.NextRunAt)
 	}
+}
+
+// startHourly starts a sweeper that sweeps every hour and returns after
+// its first sweep, at start: a test then calls what it checks itself,
+// with no sweep running alongside.
+func startHourly(t *testing.T, js jetstream.JetStream) *Service {
+	t.Helper()
+	s, err := New(Config{Common: svcconf.Common{JS: js}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept()
+	return s
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/services/internal/svcconf"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -56,15 +55,7 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 		}
 		return next
 	}
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	<-s.Swept() // the first sweep, at start, of an empty bucket; the next would be in an hour
+	s := startHourly(t, srv.JS) // the first sweep is of an empty bucket
 	if s.scanning() {
 		t.Fatal("scanning from the start: nothing is known of the write rate yet")
 	}

@@ -31,21 +31,8 @@ import (
 func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLIPath(t)
-	var calls atomic.Int64
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		calls.Add(1)
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(target.Close)
-
 	src, srcURL := natstest.StartListening(t)
-	before := startTestStack(t, src)
-	spec := fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)
-	if err := src.NC.Publish("flyball.task.created.kept", []byte(fmt.Sprintf(
-		`{"specversion":"1.0","type":"io.flyball.task.created","source":"test","id":"c-kept","subject":"kept","datacontenttype":"application/json","data":%s}`, spec))); err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 15*time.Second, "two runs before the backup", func() bool { return calls.Load() >= 2 })
+	before, calls := startKeptTask(t, src)
 
 	dir := filepath.Join(t.TempDir(), "flyball-backup")
 	natsRun(t, natsCLI, srcURL, "backup", "account", dir, "--force")
@@ -75,6 +62,27 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	if n := streamMsgs(t, dst, streams.StreamRuns); n <= history {
 		t.Fatalf("RUNS holds %d messages after new runs, %d after the restore", n, history)
 	}
+}
+
+// startKeptTask starts every service on srv, creates task "kept" (every
+// second, on a local target) and waits for two of its runs. It returns
+// the stack, for the caller to stop, and the target's call count.
+func startKeptTask(t *testing.T, srv *natstest.Server) (*stack.Stack, *atomic.Int64) {
+	t.Helper()
+	calls := new(atomic.Int64)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(target.Close)
+	st := startTestStack(t, srv)
+	spec := fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)
+	if err := srv.NC.Publish("flyball.task.created.kept", []byte(fmt.Sprintf(
+		`{"specversion":"1.0","type":"io.flyball.task.created","source":"test","id":"c-kept","subject":"kept","datacontenttype":"application/json","data":%s}`, spec))); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 15*time.Second, "two runs of kept", func() bool { return calls.Load() >= 2 })
+	return st, calls
 }
 
 // startTestStack starts every service on srv; the caller may Stop it
@@ -165,21 +173,8 @@ func TestSwitchPersistModeWithTheNatsCLI(t *testing.T) {
 		}
 		t.Skip("jq is not installed: the switch in docs/operations.md uses it")
 	}
-	var calls atomic.Int64
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		calls.Add(1)
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(target.Close)
-
 	srv, url := natstest.StartListening(t)
-	before := startTestStack(t, srv)
-	spec := fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)
-	if err := srv.NC.Publish("flyball.task.created.kept", []byte(fmt.Sprintf(
-		`{"specversion":"1.0","type":"io.flyball.task.created","source":"test","id":"c-kept","subject":"kept","datacontenttype":"application/json","data":%s}`, spec))); err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 15*time.Second, "two runs before the switch", func() bool { return calls.Load() >= 2 })
+	before, calls := startKeptTask(t, srv)
 	before.Stop()
 	stopped := schedule(t, srv, "kept")
 	history := streamMsgs(t, srv, streams.StreamRuns)
