@@ -36,15 +36,16 @@ func WithReplicas(n int) Option {
 }
 
 // AsyncPersistStreams are the streams [WithAsyncPersist] applies to: the
-// three that every run writes (a dispatch, a run event, a schedule), whose
-// messages the sweeper repairs when a server forgets them. A lost dispatch
-// or run event is a zombie, re-dispatched 5 minutes after its slot; a lost
-// schedule write is a slot whose outcome the governor acked (dispatched
-// again, and skipped by the executor) or a task with no schedule (its
-// task.created published again). TASKS, DEADLETTER, HEALTH and the other
-// KV buckets keep the default: a lost command, dead letter or spec has no
-// such repair, and none is written per run.
-var AsyncPersistStreams = []string{StreamDispatch, StreamRuns, "KV_" + BucketSchedules}
+// two that every run writes and whose messages the sweeper re-creates when
+// a server forgets them (a lost dispatch or run event is a zombie,
+// re-dispatched 5 minutes after its slot). TASKS, DEADLETTER, HEALTH and
+// the KV buckets keep the default. The schedules bucket, the third write
+// of every run, stays out although the sweeper repairs a lost write of an
+// outcome's decision: a forgotten decision of a command (a pause, an
+// update) whose ack the server kept would undo the command after it was
+// answered task.accepted, with nothing to notice it
+// (docs/benchmarks.md, finding 39).
+var AsyncPersistStreams = []string{StreamDispatch, StreamRuns}
 
 // WithAsyncPersist creates the [AsyncPersistStreams], when on is true, with
 // nats-server's async persist mode (false: the default mode, as without

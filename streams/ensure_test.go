@@ -587,8 +587,8 @@ func TestDispatchSemantics(t *testing.T) {
 	}
 }
 
-// TestEnsureAsyncPersist: WithAsyncPersist creates DISPATCH, RUNS and
-// KV_flyball-schedules, and no other stream, in async persist mode; ensuring again with it changes
+// TestEnsureAsyncPersist: WithAsyncPersist creates DISPATCH and RUNS, and
+// no other stream, in async persist mode; ensuring again with it changes
 // nothing; ensuring without it, or it with replicas 3, fails with a
 // message that says why. A server whose streams were made without it
 // refuses it the same way.

@@ -100,12 +100,12 @@ type Config struct {
 	// (and to the nats-server baseline) with StackExternal: the nats-server
 	// and flyball processes of the stack behind NATSURL.
 	StackPIDs []int
-	// AsyncPersist creates flyball's DISPATCH, RUNS and flyball-schedules
-	// streams (streams.AsyncPersistStreams) with nats-server's async
-	// persist mode (streams.WithAsyncPersist), for flyball and the pipeline
-	// alike, and the ceiling's and the nats-server baseline's streams too,
-	// so that every system writes the same way.
-	// Not with StackExternal: the stack's own streams decide there.
+	// AsyncPersist creates flyball's DISPATCH and RUNS streams
+	// (streams.AsyncPersistStreams) with nats-server's async persist mode
+	// (streams.WithAsyncPersist), for flyball and the pipeline alike, and
+	// the ceiling's and the nats-server baseline's streams too, so that
+	// every system writes the same way. Not with StackExternal: the
+	// stack's own streams decide there.
 	AsyncPersist bool
 	// TimerLead is the in-process stack's timer lead (stack.Config.TimerLead):
 	// 0 for the default, negative for none.

@@ -22,10 +22,9 @@ import (
 
 // TestSweeperRepairsLostScheduleWrites covers the two schedule repairs of
 // the sweeper, under the compose users (a permission missing from
-// accounts.conf fails it). A schedule write is lost when nats-server
-// forgets it (async persist on the schedules bucket and a crash, a
-// restored backup) or a key is deleted by hand; each is written here by
-// the admin user.
+// accounts.conf fails it). A schedule write is lost with a restore (each
+// stream is snapshotted at its own instant) or a key removed or rewritten
+// by hand; each is written here by the admin user.
 //
 //   - A lost decision: the governor applied a slot's outcome and acked it,
 //     and its schedule write is undone. The zombie check used to take the

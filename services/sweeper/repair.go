@@ -17,11 +17,13 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-// Two schedule repairs. A schedule write is lost only when nats-server
-// forgets it: KV flyball-schedules in async persist mode (a server that
-// died without a clean shutdown forgets its last milliseconds), a restored
-// backup, or a key deleted by hand. In the default mode the governor acks
-// an input only after its write is stored, so neither arises.
+// Two schedule repairs. The governor acks an input only after its
+// schedule write is stored, so a decision is lost only when the stored
+// write goes: a restore from backup (each stream is snapshotted at its
+// own instant, flyball-tasks after flyball-schedules), a key removed or
+// rewritten by hand, or a schedules bucket in nats-server's async persist
+// mode that a crash made forget its last milliseconds (flyball keeps the
+// bucket in the default mode: docs/benchmarks.md, finding 39).
 //
 //   - Lost write: the governor applied a slot's outcome and acked it, but
 //     its decision was forgotten, so the schedule still names the slot.
@@ -71,10 +73,14 @@ func (f *ackFloors) acked(ctx context.Context, st jetstream.Stream, seq uint64) 
 	return seq <= floor, nil
 }
 
-// current re-reads a zombie's schedule, which the view may hold late (a
-// watch that resumed past writes a restarted server renumbered). It
-// reports false, and corrects the view, when the stored schedule names
-// another slot: the next sweep judges that one.
+// current re-reads a zombie's schedule before the sweeper acts on it.
+// The view can lag the bucket: while a watch is being established again
+// (a reconnect, a leader change) it answers from its last state, and a
+// scan is a sweep old. A lagging view names a slot the schedule has moved
+// past, whose outcome the governor has acked, which the lost-write repair
+// would take for a lost decision. It reports false, and corrects the
+// view, when the stored schedule names another slot: the next sweep
+// judges that one.
 func (s *Service) current(ctx context.Context, st schedule) bool {
 	ent, err := s.schedules.Get(ctx, st.TaskID)
 	if err != nil {

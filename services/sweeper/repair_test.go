@@ -46,11 +46,12 @@ func TestUnscheduledWaitsZombieAfterBySweeperClock(t *testing.T) {
 	}
 }
 
-// TestZombieCheckReadsTheStoredSchedule: a watch that resumed after a
-// restarted server renumbered its writes can leave the view with a
-// schedule KV no longer holds. Re-dispatching the slot the view names ran
-// a slot that the stored schedule had already moved past; the check now
-// reads the schedule first, and corrects the view instead.
+// TestZombieCheckReadsTheStoredSchedule: the view can lag the bucket (a
+// watch being established again answers from its last state). A zombie
+// check on the view's schedule re-dispatched a slot that the stored
+// schedule had already moved past (and the lost-write repair would take
+// its acked outcome for a lost decision); the check now reads the
+// schedule first, and corrects the view instead.
 func TestZombieCheckReadsTheStoredSchedule(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()

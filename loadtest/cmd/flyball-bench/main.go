@@ -206,7 +206,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.cfg.Lead, "lead", cfg.Lead, "time from creating tasks to their first slot (0: 2s + tasks/create-rate)")
 	fs.Float64Var(&o.cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
 	fs.StringVar(&o.cfg.Stack, "stack", cfg.Stack, "where flyball runs: inproc (every service and its nats-server in this process) or process (`flyball dev` in a child process, and the baseline's nats-server in another)")
-	fs.BoolVar(&o.cfg.AsyncPersist, "async-persist", false, "create DISPATCH, RUNS and KV flyball-schedules (and the ceiling's and the baseline's streams) with nats-server's async persist mode, as flyball dev --async-persist does (not with --nats-url)")
+	fs.BoolVar(&o.cfg.AsyncPersist, "async-persist", false, "create DISPATCH and RUNS (and the ceiling's and the baseline's streams) with nats-server's async persist mode, as flyball dev --async-persist does (not with --nats-url)")
 	fs.StringVar(&o.cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
 	fs.StringVar(&o.cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
 	fs.StringVar(&o.stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")

@@ -160,8 +160,8 @@ func streamMsgs(t *testing.T, srv *natstest.Server, name string) uint64 {
 // persist", switching a stack's streams to async persist with the nats
 // CLI and jq, as the section says: each of streams.AsyncPersistStreams is
 // backed up, removed, and restored with its own config plus persist_mode
-// async, and DISPATCH's consumer is reset. The streams keep their
-// messages (the schedules, the run history), ensuring them with
+// async, and DISPATCH's consumer is reset. RUNS keeps the run history,
+// the task's schedule is as the stack left it, ensuring the streams with
 // --async-persist then changes nothing, and the task runs on.
 func TestSwitchPersistModeWithTheNatsCLI(t *testing.T) {
 	t.Parallel()

@@ -152,5 +152,5 @@ func dialable(addr string) string {
 }
 
 // asyncPersistUsage is the help of --async-persist, on dev and serve.
-const asyncPersistUsage = "create DISPATCH, RUNS and KV flyball-schedules with nats-server's async persist mode (replicas 1 only): a write system call per batch instead of per message, " +
+const asyncPersistUsage = "create DISPATCH and RUNS with nats-server's async persist mode (replicas 1 only): a write system call per batch instead of per message, " +
 	"but a nats-server killed without a clean shutdown forgets its last milliseconds of them (docs/operations.md, \"Async persist\"); fixed when a stream is created"
