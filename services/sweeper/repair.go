@@ -34,9 +34,9 @@ import (
 //     The executor finds the slot's outcome stored and reports run.skipped
 //     (ranAlready) instead of calling the target, and the governor plans
 //     the next slot from that.
-//   - Missing schedule: a spec with no schedule (a creation whose schedule
-//     write was forgotten, or a schedule deleted by hand) is never
-//     dispatched. Once one has had none for ZombieAfter, the sweeper
+//   - Missing schedule: a spec with no schedule (a task created while a
+//     backup was taken, then restored; a schedule deleted by hand) is
+//     never dispatched. Once one has had none for ZombieAfter, the sweeper
 //     publishes task.created with the stored spec; the governor finishes
 //     the creation, as for a redelivered task.created.
 
@@ -51,11 +51,10 @@ const unscheduledPrefix = "sweeper:unscheduled:"
 // consumers, read when a check first needs one: every message at or below
 // a floor's stream sequence has been acked.
 type ackFloors struct {
-	s    *Service
 	read map[string]uint64 // stream name → floor
 }
 
-func (s *Service) newAckFloors() *ackFloors { return &ackFloors{s: s, read: map[string]uint64{}} }
+func newAckFloors() *ackFloors { return &ackFloors{read: map[string]uint64{}} }
 
 // acked reports whether the governor's consumer of st has acked the
 // message at seq.

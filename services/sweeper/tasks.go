@@ -244,7 +244,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	s.exportPerTask(scores)
 	s.cfg.Metrics.StalenessMax.Set(maxScore)
 	s.cfg.Metrics.BreakersOpen.Set(float64(open))
-	floors := s.newAckFloors()
+	floors := newAckFloors()
 	for _, st := range zombies {
 		s.renudge(ctx, floors, st, now)
 	}
