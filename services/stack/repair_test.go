@@ -26,8 +26,9 @@ import (
 // stream is snapshotted at its own instant) or a key removed or rewritten
 // by hand; each is written here by the admin user.
 //
-//   - A lost decision: the governor applied a slot's outcome and acked it,
-//     and its schedule write is undone. The zombie check used to take the
+//   - A lost decision: the governor applied a slot's final event (a run
+//     outcome on RUNS, or a dead letter on DEADLETTER) and acked it, and
+//     its schedule write is undone. The zombie check used to take the
 //     stored outcome for a governor that is behind, and the task never ran
 //     again. Now the slot is dispatched again, the executor reports it
 //     skipped without calling the target, and the governor plans the next
@@ -39,89 +40,119 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartCompose(t)
 	target := newScripted(t, 200)
-	started := map[string]*stack.Stack{}
-	srv.Each(t, []string{"governor", "executor", "sweeper"}, func(name string, js jetstream.JetStream) {
-		if name == "executor" || name == "sweeper" {
-			// Started once the lost write is in place (below).
-			started[name] = nil
-			return
-		}
-		started[name] = startRepairStack(t, name, js)
-	})
+	var governor, sweeper *stack.Stack
+	srv.Each(t, []string{"governor"}, func(name string, js jetstream.JetStream) { governor = startRepairStack(t, name, js) })
 	ctx := t.Context()
 	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readState := func(id string) (gov.State, bool) {
+	readState := func(id string) (gov.State, uint64, bool) {
 		e, err := schedules.Get(ctx, id)
 		if err != nil {
-			return gov.State{}, false
+			return gov.State{}, 0, false
 		}
 		var st gov.State
-		return st, json.Unmarshal(e.Value(), &st) == nil
+		return st, e.Revision(), json.Unmarshal(e.Value(), &st) == nil
 	}
 
-	// The lost decision. The governor applies the outcome of a slot 10
-	// minutes ago and acks it.
+	// Lost decisions. The governor applies the final event of a slot 10
+	// minutes ago, a run.succeeded on RUNS for "lost" and a dead letter on
+	// DEADLETTER for "lostdl", and acks it; then its schedule write is
+	// undone.
 	slot := time.Now().UTC().Add(-10 * time.Minute).Truncate(time.Millisecond)
 	spec := events.TaskSpec{ID: "lost", Target: events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}}
-	before := gov.State{
-		TaskID: "lost", NextRunAt: slot, Source: gov.SourceBaselineInterval,
-		LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
-	}
-	putJSON(t, srv.JS, streams.BucketTasks, "lost", spec)
-	putJSON(t, srv.JS, streams.BucketSchedules, "lost", before)
-	r := events.Run{
-		DispatchID: events.DispatchID("lost", slot), TaskID: "lost", ScheduledAt: slot, Attempt: 1,
-		StartedAt: slot, FinishedAt: slot.Add(time.Second), Final: true,
-	}
-	if err := jsutil.PublishEvent(ctx, srv.JS, events.RunSubject(events.OutcomeSucceeded, "lost"), r.DispatchID+"/1",
-		events.TypeRunSucceeded, "flyball/executor/test", "lost", r, r.FinishedAt); err != nil {
-		t.Fatal(err)
-	}
-	runs, err := srv.JS.Stream(ctx, streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the governor applies and acks the slot's outcome", func() bool {
-		st, ok := readState("lost")
-		c, err := runs.Consumer(ctx, streams.ConsumerGovernor)
-		return ok && st.NextRunAt.After(slot) && err == nil && c.CachedInfo().AckFloor.Stream >= 1
-	})
-	// Its decision is lost: the schedule names the slot again.
-	putJSON(t, srv.JS, streams.BucketSchedules, "lost", before)
-
-	skipped := record(t, srv.NC, events.RunSubject(events.OutcomeSkipped, "lost"), func(m *nats.Msg) (events.Run, bool) {
-		e, err := events.Decode(m.Header, m.Data)
-		var s events.Run
-		return s, err == nil && events.DecodeRun(e, &s) == nil
-	})
-	srv.Each(t, []string{"executor", "sweeper"}, func(name string, js jetstream.JetStream) {
-		started[name] = startRepairStack(t, name, js)
-	})
-	sweeper := started["sweeper"]
-	natstest.Eventually(t, 10*time.Second, "the slot reported skipped as already run", func() bool {
-		for _, s := range skipped() {
-			if s.DispatchID == r.DispatchID && strings.HasPrefix(s.Reason, "already ran") {
-				return true
+	lost := []struct {
+		id, stream string
+		publish    func(id string, d events.Dispatch) error
+	}{
+		{"lost", streams.StreamRuns, func(id string, d events.Dispatch) error {
+			r := d.Run()
+			r.Attempt, r.StartedAt, r.FinishedAt, r.Final = 1, slot, slot.Add(time.Second), true
+			return jsutil.PublishEvent(ctx, srv.JS, events.RunSubject(events.OutcomeSucceeded, id), d.DispatchID+"/1",
+				events.TypeRunSucceeded, "flyball/executor/test", id, r, r.FinishedAt)
+		}},
+		{"lostdl", streams.StreamDeadLetter, func(id string, d events.Dispatch) error {
+			// Earlier slots' dead letters first, so that the slot's (the
+			// fifth on DEADLETTER) stays above RUNS's ack floor (at most
+			// 2 until it is repaired): an outcome checked against the
+			// wrong stream's floor is not taken for applied.
+			var all []events.Dispatch
+			for h := 4; h > 0; h-- {
+				at := slot.Add(-time.Duration(h) * time.Hour)
+				all = append(all, events.Dispatch{DispatchID: events.DispatchID(id, at), TaskID: id, ScheduledAt: at})
 			}
+			for _, d := range append(all, d) {
+				dl := events.DeadLetter{TaskID: id, Reason: events.DeadLetterMaxDeliveries, Dispatch: d, Errors: []events.AttemptError{}, DeadLetteredAt: d.ScheduledAt.Add(time.Minute)}
+				if err := jsutil.PublishEvent(ctx, srv.JS, events.DeadLetterSubject(id), "deadletter:"+d.DispatchID,
+					events.TypeDeadLettered, "flyball/deadletter/test", id, dl, dl.DeadLetteredAt); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+	var skipped []func() []events.Run
+	for _, c := range lost {
+		spec.ID = c.id
+		before := gov.State{
+			TaskID: c.id, NextRunAt: slot, Source: gov.SourceBaselineInterval,
+			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
 		}
-		return false
+		putJSON(t, srv.JS, streams.BucketTasks, c.id, spec)
+		putJSON(t, srv.JS, streams.BucketSchedules, c.id, before)
+		_, put, _ := readState(c.id)
+		if err := c.publish(c.id, events.Dispatch{DispatchID: events.DispatchID(c.id, slot), TaskID: c.id, ScheduledAt: slot}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := srv.JS.Stream(ctx, c.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.Eventually(t, 10*time.Second, "the governor applies and acks "+c.id+"'s final event", func() bool {
+			_, rev, ok := readState(c.id)
+			con, err := st.Consumer(ctx, streams.ConsumerGovernor)
+			if !ok || rev <= put || err != nil {
+				return false
+			}
+			info := con.CachedInfo() // every event delivered and acked
+			return info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 1
+		})
+		putJSON(t, srv.JS, streams.BucketSchedules, c.id, before) // the decision is lost
+		skipped = append(skipped, record(t, srv.NC, events.RunSubject(events.OutcomeSkipped, c.id), func(m *nats.Msg) (events.Run, bool) {
+			e, err := events.Decode(m.Header, m.Data)
+			var s events.Run
+			return s, err == nil && events.DecodeRun(e, &s) == nil
+		}))
+	}
+	srv.Each(t, []string{"executor", "sweeper"}, func(name string, js jetstream.JetStream) {
+		if st := startRepairStack(t, name, js); name == "sweeper" {
+			sweeper = st
+		}
 	})
-	natstest.Eventually(t, 10*time.Second, "the governor plans the next slot", func() bool {
-		st, ok := readState("lost")
-		return ok && st.NextRunAt.After(slot)
-	})
+	for i, c := range lost {
+		natstest.Eventually(t, 10*time.Second, c.id+"'s slot reported skipped as already run", func() bool {
+			for _, s := range skipped[i]() {
+				if s.DispatchID == events.DispatchID(c.id, slot) && strings.HasPrefix(s.Reason, "already ran") {
+					return true
+				}
+			}
+			return false
+		})
+		natstest.Eventually(t, 10*time.Second, "the governor plans "+c.id+"'s next slot", func() bool {
+			st, _, ok := readState(c.id)
+			return ok && st.NextRunAt.After(slot)
+		})
+	}
 	m := sweeper.Metrics()
-	if got := testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("lost-write")); got != 1 {
-		t.Errorf("flyball_schedules_repaired_total{reason=lost-write} = %v, want 1", got)
+	if got := testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("lost-write")); got != 2 {
+		t.Errorf("flyball_schedules_repaired_total{reason=lost-write} = %v, want 2", got)
 	}
 	if got := testutil.ToFloat64(m.ZombiesRenudged); got != 0 {
-		t.Errorf("flyball_zombies_renudged_total = %v, want 0: the slot ran, it was its schedule that was lost", got)
+		t.Errorf("flyball_zombies_renudged_total = %v, want 0: the slots ran, it was their schedules that were lost", got)
 	}
 	if calls := target.Calls(); len(calls) != 0 {
-		t.Fatalf("the target was called %d times for a slot that had run", len(calls))
+		t.Fatalf("the target was called %d times for slots that had run", len(calls))
 	}
 
 	// A task whose schedule is gone: created through the governor, then
@@ -136,7 +167,7 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 		events.TypeTaskCreated, "test", "unsched", spec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, "unsched scheduled", func() bool { _, ok := readState("unsched"); return ok })
+	natstest.Eventually(t, 10*time.Second, "unsched scheduled", func() bool { _, _, ok := readState("unsched"); return ok })
 	if err := schedules.Delete(ctx, "unsched"); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +180,7 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 		return false
 	})
 	natstest.Eventually(t, 10*time.Second, "unsched scheduled again", func() bool {
-		st, ok := readState("unsched")
+		st, _, ok := readState("unsched")
 		return ok && !st.NextRunAt.IsZero()
 	})
 	missing := m.SchedulesRepaired.WithLabelValues("missing")
@@ -159,7 +190,7 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 
 	// With the governor stopped, a spec with no schedule gets one
 	// task.created, which waits on TASKS: no sweep publishes another.
-	started["governor"].Stop()
+	governor.Stop()
 	putJSON(t, srv.JS, streams.BucketTasks, "waiting", events.TaskSpec{ID: "waiting", Target: spec.Target, Schedule: spec.Schedule})
 	natstest.Eventually(t, 10*time.Second, "the sweeper publishes waiting's task.created", func() bool {
 		return testutil.ToFloat64(missing) == 2

@@ -72,28 +72,24 @@ func (f *ackFloors) acked(ctx context.Context, st jetstream.Stream, seq uint64) 
 	return seq <= floor, nil
 }
 
-// current re-reads a zombie's schedule before the sweeper acts on it.
+// current re-reads a zombie's schedule before the sweeper acts on it,
+// puts it in the view, and returns it with whether it is still a zombie.
 // The view can lag the bucket: while a watch is being established again
 // (a reconnect, a leader change) it answers from its last state, and a
 // scan is a sweep old. A lagging view names a slot the schedule has moved
 // past, whose outcome the governor has acked, which the lost-write repair
-// would take for a lost decision. It reports false, and corrects the
-// view, when the stored schedule names another slot: the next sweep
-// judges that one.
-func (s *Service) current(ctx context.Context, st schedule) bool {
+// would take for a lost decision.
+func (s *Service) current(ctx context.Context, st schedule, now time.Time) (schedule, bool) {
 	ent, err := s.schedules.Get(ctx, st.TaskID)
 	if err != nil {
 		if !jsutil.IsKeyMissing(err) {
 			s.cfg.Logger.Warn("zombie check failed", "task", st.TaskID, "err", err)
 		}
-		return false // gone: a deleted task, or a schedule the missing-schedule repair restores
+		return st, false // gone: a deleted task, or a schedule the missing-schedule repair restores
 	}
 	var stored schedule
 	if json.Unmarshal(ent.Value(), &stored) != nil {
-		return false
-	}
-	if stored.NextRunAt.Equal(st.NextRunAt) && stored.CreatedAt.Equal(st.CreatedAt) && stored.Paused == st.Paused {
-		return true
+		return st, false
 	}
 	v := s.view
 	v.mu.Lock()
@@ -101,7 +97,7 @@ func (s *Service) current(ctx context.Context, st schedule) bool {
 		v.schedules[st.TaskID] = stored
 	}
 	v.mu.Unlock()
-	return false
+	return stored, s.zombie(stored, now)
 }
 
 // governorApplied reports whether the governor has acked the stored

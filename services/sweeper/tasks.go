@@ -219,7 +219,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 		if !paused {
 			maxScore = max(maxScore, score)
 		}
-		if !st.NextRunAt.IsZero() && !paused && now.Sub(st.NextRunAt) > s.cfg.ZombieAfter && st.LastScheduledAt.Before(st.NextRunAt) {
+		if s.zombie(st, now) {
 			zombies = append(zombies, st)
 		}
 	}
@@ -263,6 +263,14 @@ func (s *Service) Scores() map[string]float64 {
 	return nil
 }
 
+// zombie reports whether st names a slot more than ZombieAfter past due
+// that was never dispatched or never finished. A paused task is not one;
+// a timed pause whose end has passed no longer counts as paused.
+func (s *Service) zombie(st schedule, now time.Time) bool {
+	return !st.NextRunAt.IsZero() && !gov.PausedAt(st.Paused, st.PausedUntil, now) &&
+		now.Sub(st.NextRunAt) > s.cfg.ZombieAfter && st.LastScheduledAt.Before(st.NextRunAt)
+}
+
 // renudge re-dispatches a run that fell due long ago and never completed,
 // unless a dispatch is still pending, or a final outcome is on RUNS or the
 // slot's dead letter on DEADLETTER that the governor has not acked yet
@@ -271,7 +279,8 @@ func (s *Service) Scores() map[string]float64 {
 // is dispatched again, and the executor reports it skipped without a call.
 func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, now time.Time) {
 	id := st.TaskID
-	if !s.current(ctx, st) {
+	st, ok := s.current(ctx, st, now)
+	if !ok {
 		return
 	}
 	if _, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id)); err == nil {
