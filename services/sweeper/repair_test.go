@@ -56,14 +56,7 @@ func TestZombieCheckReadsTheStoredSchedule(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	now := time.Now().UTC()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks, schedules := taskBuckets(t, srv.JS)
 	if _, err := tasks.Put(ctx, "moved", []byte(`{"id":"moved","schedule":{"interval":"1h"}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -112,4 +105,18 @@ func startHourly(t *testing.T, js jetstream.JetStream) *Service {
 	t.Cleanup(s.Stop)
 	<-s.Swept()
 	return s
+}
+
+// taskBuckets binds flyball-tasks and flyball-schedules, which the tests
+// write as the governor would.
+func taskBuckets(t *testing.T, js jetstream.JetStream) (tasks, schedules jetstream.KeyValue) {
+	t.Helper()
+	var err error
+	if tasks, err = js.KeyValue(t.Context(), streams.BucketTasks); err != nil {
+		t.Fatal(err)
+	}
+	if schedules, err = js.KeyValue(t.Context(), streams.BucketSchedules); err != nil {
+		t.Fatal(err)
+	}
+	return tasks, schedules
 }

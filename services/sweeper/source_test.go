@@ -11,7 +11,6 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // TestScheduleSourceFollowsTheWriteRate: with many more schedule writes
@@ -22,14 +21,7 @@ import (
 func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks, schedules := taskBuckets(t, srv.JS)
 	now := time.Now().UTC()
 	put := func(id string, st gov.State) {
 		t.Helper()
