@@ -234,8 +234,12 @@ func TestDocsNatsNamesExist(t *testing.T) {
 		if i < 0 || i+1 >= len(words) {
 			continue
 		}
+		first := i + 2 // nats stream <operation> NAME …
+		if words[0] == "backup" {
+			first = i + 1 // nats backup stream NAME DIR
+		}
 		var pos []string // the operation's positional arguments
-		for _, w := range words[i+2:] {
+		for _, w := range words[first:] {
 			if strings.HasPrefix(w, "-") {
 				break
 			}

@@ -245,15 +245,19 @@ func Table(root, rel, header string) ([][]string, error) {
 type Command struct {
 	Block Block
 	Words []string
+	// Expanded reports a shell variable among the words, read as "x".
+	Expanded bool
 }
 
 // Commands returns the command lines of the shell blocks that start with
 // one of names (after an optional "$ " prompt). It understands what the
 // docs use: single- and double-quoted words (which may span lines), a
 // backslash at the end of a line, and a comment, pipe, redirection, "&",
-// "&&" or ";" ending the command. A line it cannot read (a "$" expansion,
-// a backquote, an unterminated quote) is an error, so an example cannot
-// escape its check by being malformed.
+// "&&" or ";" ending the command. A shell variable ($name, ${name}, also
+// inside double quotes) reads as the placeholder "x", and marks the
+// command Expanded. A line it cannot read (any other "$" expansion, a
+// backquote, an escape in double quotes, an unterminated quote) is an
+// error, so an example cannot escape its check by being malformed.
 func Commands(blocks []Block, names ...string) ([]Command, error) {
 	var out []Command
 	for _, b := range blocks {
@@ -269,11 +273,11 @@ func Commands(blocks []Block, names ...string) ([]Command, error) {
 				_, rest, _ = strings.Cut(rest, "\n")
 				continue
 			}
-			words, n, err := shellWords(line)
+			words, n, expanded, err := shellWords(line)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", b.Where(), first, err)
 			}
-			out = append(out, Command{Block: b, Words: words})
+			out = append(out, Command{Block: b, Words: words, Expanded: expanded})
 			rest = line[n:]
 		}
 	}
@@ -313,6 +317,9 @@ func Pubs(blocks []Block) ([]Pub, error) {
 		if len(c.Words) < 2 || c.Words[1] != "pub" {
 			continue
 		}
+		if c.Expanded {
+			return nil, fmt.Errorf("%s: nats pub: a shell variable: this check publishes each example as written", c.Block.Where())
+		}
 		p, err := parsePub(c.Words[2:])
 		if err != nil {
 			return nil, fmt.Errorf("%s: nats pub: %w", c.Block.Where(), err)
@@ -351,14 +358,14 @@ func parsePub(words []string) (Pub, error) {
 	return p, nil
 }
 
-// shellWords splits one command off s and returns its words and the bytes
-// it consumed (through the end of its line).
-func shellWords(s string) ([]string, int, error) {
+// shellWords splits one command off s and returns its words, the bytes
+// it consumed (through the end of its line), and whether a shell
+// variable was read as "x".
+func shellWords(s string) (words []string, consumed int, expanded bool, err error) {
 	var (
-		words []string
-		word  strings.Builder
-		inW   bool
-		done  bool // the command ended; skip to the end of the line
+		word strings.Builder
+		inW  bool
+		done bool // the command ended; skip to the end of the line
 	)
 	flush := func() {
 		if inW {
@@ -371,7 +378,7 @@ func shellWords(s string) ([]string, int, error) {
 		c := s[i]
 		if done {
 			if c == '\n' {
-				return words, i + 1, nil
+				return words, i + 1, expanded, nil
 			}
 			continue
 		}
@@ -379,7 +386,7 @@ func shellWords(s string) ([]string, int, error) {
 		case c == '\'':
 			end := strings.IndexByte(s[i+1:], '\'')
 			if end < 0 {
-				return nil, 0, errors.New("unterminated single quote")
+				return nil, 0, false, errors.New("unterminated single quote")
 			}
 			word.WriteString(s[i+1 : i+1+end])
 			inW = true
@@ -387,23 +394,43 @@ func shellWords(s string) ([]string, int, error) {
 		case c == '"':
 			end := strings.IndexByte(s[i+1:], '"')
 			if end < 0 {
-				return nil, 0, errors.New("unterminated double quote")
+				return nil, 0, false, errors.New("unterminated double quote")
 			}
 			q := s[i+1 : i+1+end]
-			if strings.ContainsAny(q, "$`\\") {
-				return nil, 0, fmt.Errorf("double-quoted %q: expansions and escapes are not understood by this check", q)
+			if strings.ContainsAny(q, "`\\") {
+				return nil, 0, false, fmt.Errorf("double-quoted %q: escapes and command substitutions are not understood by this check", q)
 			}
-			word.WriteString(q)
+			for j := 0; j < len(q); j++ {
+				if q[j] != '$' {
+					word.WriteByte(q[j])
+					continue
+				}
+				n := variableLen(q[j:])
+				if n == 0 {
+					return nil, 0, false, fmt.Errorf("double-quoted %q: expansions other than $name are not understood by this check", q)
+				}
+				word.WriteByte('x')
+				expanded = true
+				j += n - 1
+			}
 			inW = true
 			i += end + 1
-		case c == '$' || c == '`':
-			return nil, 0, fmt.Errorf("%q: expansions are not understood by this check", c)
+		case c == '$':
+			n := variableLen(s[i:])
+			if n == 0 {
+				return nil, 0, false, errors.New("'$': expansions other than $name are not understood by this check")
+			}
+			word.WriteByte('x')
+			inW, expanded = true, true
+			i += n - 1
+		case c == '`':
+			return nil, 0, false, errors.New("'`': command substitutions are not understood by this check")
 		case c == '\\' && i+1 < len(s) && s[i+1] == '\n':
 			flush()
 			i++
 		case c == '\n':
 			flush()
-			return words, i + 1, nil
+			return words, i + 1, expanded, nil
 		case (c == '#' && !inW) || c == '|' || c == '&' || c == ';' || c == '>' || c == '<':
 			flush()
 			done = true
@@ -415,5 +442,28 @@ func shellWords(s string) ([]string, int, error) {
 		}
 	}
 	flush()
-	return words, len(s), nil
+	return words, len(s), expanded, nil
+}
+
+// variableLen is the length of the shell variable ($name or ${name}) s
+// starts with, or 0 if it starts with another expansion.
+func variableLen(s string) int {
+	name := func(b byte) bool {
+		return b == '_' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+	}
+	if strings.HasPrefix(s, "${") {
+		end := strings.IndexByte(s, '}')
+		if end < 3 || strings.IndexFunc(s[2:end], func(r rune) bool { return r > 127 || !name(byte(r)) }) >= 0 {
+			return 0
+		}
+		return end + 1
+	}
+	n := 1
+	for n < len(s) && name(s[n]) {
+		n++
+	}
+	if n == 1 || '0' <= s[1] && s[1] <= '9' {
+		return 0
+	}
+	return n
 }

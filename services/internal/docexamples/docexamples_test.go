@@ -71,6 +71,7 @@ func TestPubsRefusesWhatItCannotRead(t *testing.T) {
 	t.Parallel()
 	for name, cmd := range map[string]string{
 		"expansion":       `nats pub flyball.task.created.a "$BODY"`,
+		"variable":        `nats pub flyball.task.created.$id '{}'`,
 		"command subst":   "nats pub flyball.task.created.a `cat x`",
 		"unterminated":    `nats pub flyball.task.created.a '{`,
 		"unknown option":  `nats pub --count 3 flyball.task.created.a '{}'`,
@@ -117,6 +118,31 @@ func TestCommands(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Commands = %q, want %q", got, want)
+	}
+}
+
+// TestCommandsReadVariablesAsPlaceholders: a shell variable reads as
+// "x" and marks the command, so a loop over stream names can be checked
+// for its command and flags; any other expansion is refused.
+func TestCommandsReadVariablesAsPlaceholders(t *testing.T) {
+	t.Parallel()
+	cmds, err := Commands([]Block{{File: "x.md", Line: 1, Lang: "sh", Body: "  nats backup stream $s \"$dir/${s}.d\" || break\nnats stream ls\n"}}, "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 2 {
+		t.Fatalf("Commands = %d commands, want 2", len(cmds))
+	}
+	if want := []string{"nats", "backup", "stream", "x", "x/x.d"}; !reflect.DeepEqual(cmds[0].Words, want) || !cmds[0].Expanded {
+		t.Errorf("Commands[0] = %q expanded %v, want %q expanded", cmds[0].Words, cmds[0].Expanded, want)
+	}
+	if cmds[1].Expanded {
+		t.Errorf("Commands[1] %q marked expanded", cmds[1].Words)
+	}
+	for _, line := range []string{`nats stream info $(cat name)`, `nats stream info "$1"`, `nats stream info ${s:-x}`, `nats stream info $`} {
+		if _, err := Commands([]Block{{File: "x.md", Line: 1, Lang: "sh", Body: line + "\n"}}, "nats"); err == nil {
+			t.Errorf("%s: read without an error", line)
+		}
 	}
 }
 
