@@ -10,10 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -25,17 +28,33 @@ import (
 
 // TestBackupAndRestoreWithTheNatsCLI follows docs/operations.md, "Back up
 // and restore", with the real nats CLI: a live backup of a running stack,
-// the stack stopped, every stream restored into an empty server, and the
-// stack started there. The task runs on from its restored schedule, with
-// its spec, its counters and its run history.
+// one stream at a time in streams.BackupOrder, the stack stopped, every
+// stream restored into an empty server, and the stack started there. The
+// task runs on from its restored schedule, with its spec, its counters
+// and its run history. After each stream's snapshot a command is applied
+// (a hint, answered task.accepted), so every gap between two snapshots
+// holds one: no command the restored TASKS holds as applied may be
+// missing from the restored schedule. In name order (`nats backup
+// account`: the schedules before TASKS) the commands applied between the
+// two are.
 func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLIPath(t)
 	src, srcURL := natstest.StartListening(t)
 	before, calls := startKeptTask(t, src)
+	answers, err := src.NC.SubscribeSync("flyball.task.accepted.kept")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	dir := filepath.Join(t.TempDir(), "flyball-backup")
-	natsRun(t, natsCLI, srcURL, "backup", "account", dir, "--force")
+	var hints []string // in the order applied
+	for _, s := range streams.BackupOrder {
+		natsRun(t, natsCLI, srcURL, "backup", "stream", s, filepath.Join(dir, s))
+		id := "hint-after-" + s
+		hintKept(t, src, answers, id)
+		hints = append(hints, id)
+	}
 	before.Stop()
 	backedUp := schedule(t, src, "kept")
 
@@ -49,6 +68,8 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	if restored.Runs < 2 || restored.Runs > backedUp.Runs {
 		t.Fatalf("restored schedule has %d runs; the backup was taken with at least 2, the stack stopped with %d", restored.Runs, backedUp.Runs)
 	}
+	inTasks := commandIDs(t, dst, "flyball.task.hinted.kept")
+	noLostCommand(t, hints, inTasks, restored)
 	history := streamMsgs(t, dst, streams.StreamRuns)
 	if history == 0 {
 		t.Fatal("RUNS is empty after the restore")
@@ -61,6 +82,83 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	})
 	if n := streamMsgs(t, dst, streams.StreamRuns); n <= history {
 		t.Fatalf("RUNS holds %d messages after new runs, %d after the restore", n, history)
+	}
+	noLostCommand(t, hints, inTasks, schedule(t, dst, "kept"))
+}
+
+// hintKept publishes a task.hinted command for "kept" with id and waits
+// for the governor's task.accepted of it on answers.
+func hintKept(t *testing.T, srv *natstest.Server, answers *nats.Subscription, id string) {
+	t.Helper()
+	cmd := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.hinted","source":"test","id":%q,"subject":"kept","datacontenttype":"application/json","data":{"interval":"1s","reason":%q}}`, id, id)
+	if err := srv.NC.Publish("flyball.task.hinted.kept", []byte(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := answers.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatalf("no task.accepted of %s: %v", id, err)
+		}
+		var ev struct {
+			Data struct {
+				CommandID string `json:"commandId"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatalf("task.accepted: %v: %s", err, m.Data)
+		}
+		if ev.Data.CommandID == id {
+			return
+		}
+	}
+}
+
+// commandIDs returns the ids of the commands TASKS holds on subject.
+func commandIDs(t *testing.T, srv *natstest.Server, subject string) []string {
+	t.Helper()
+	c, err := srv.JS.OrderedConsumer(t.Context(), streams.StreamTasks, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for {
+		batch, err := c.FetchNoWait(100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(m.Data(), &ev); err != nil {
+				t.Fatalf("%s: %v", m.Subject(), err)
+			}
+			ids = append(ids, ev.ID)
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return ids
+		}
+	}
+}
+
+// noLostCommand fails the test if a command of hints (in the order
+// applied) that the restored TASKS holds was applied after the one the
+// schedule names as its last: the governor acked it in TASKS, and its
+// decision was not restored.
+func noLostCommand(t *testing.T, hints, inTasks []string, st gov.State) {
+	t.Helper()
+	last := -1
+	for _, id := range inTasks {
+		last = max(last, slices.Index(hints, id))
+	}
+	if applied := slices.Index(hints, st.LastCommandID); applied < last {
+		t.Fatalf("TASKS was restored holding %s as applied, the schedule with %q as its last command: the decisions of %v are lost",
+			hints[last], st.LastCommandID, hints[applied+1:last+1])
 	}
 }
 
@@ -220,4 +318,31 @@ func TestSwitchPersistModeWithTheNatsCLI(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, "runs after the switch", func() bool {
 		return calls.Load() >= called+2 && schedule(t, srv, "kept").Runs >= stopped.Runs+2
 	})
+}
+
+// TestDocsBackupLoopFollowsBackupOrder: the backup loop in
+// docs/operations.md names every stream, in streams.BackupOrder.
+func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
+	t.Parallel()
+	_, blocks := docBlocks(t)
+	found := 0
+	for _, b := range blocks {
+		if b.Kind != "BackupOrder" {
+			continue
+		}
+		found++
+		var loop []string
+		for line := range strings.Lines(b.Body) {
+			if list, ok := strings.CutPrefix(line, "for s in "); ok {
+				list, _, _ = strings.Cut(list, ";")
+				loop = strings.Fields(list)
+			}
+		}
+		if !slices.Equal(loop, streams.BackupOrder) {
+			t.Errorf("%s: the loop backs up %v; streams.BackupOrder is %v", b.Where(), loop, streams.BackupOrder)
+		}
+	}
+	if found != 1 {
+		t.Fatalf("found %d blocks marked <!-- check:BackupOrder -->, want 1 (docs/operations.md, Back up and restore)", found)
+	}
 }
