@@ -14,6 +14,8 @@ type floorTask struct {
 	// next is the slot the timer is armed for (Unix ns).
 	next  atomic.Int64
 	timer atomic.Pointer[time.Timer]
+	// busy is set while a slot of the task runs (skipBusy).
+	busy atomic.Bool
 }
 
 // floor is the instrument's floor: one plain Go timer per task, re-armed on
@@ -24,7 +26,13 @@ type floorTask struct {
 type floor struct {
 	interval time.Duration
 	// do runs one slot (Unix ns) of a task; it may block.
-	do       func(ctx context.Context, t *floorTask, slot int64)
+	do func(ctx context.Context, t *floorTask, slot int64)
+	// skipBusy skips a slot whose task's previous slot is still running,
+	// as a scheduler does when it falls behind (flyball's catch-up
+	// policy): the floor then serves what it can instead of queueing a
+	// call per slot without bound. The peak tier sets it; in the others
+	// the floor keeps up and never skips.
+	skipBusy bool
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
@@ -39,7 +47,7 @@ func (r *runner) runFloor(ctx context.Context, tier Tier, sr *SystemResult) erro
 	defer client.CloseIdleConnections()
 	sem := make(chan struct{}, r.cfg.Concurrency)
 	var failures atomic.Int64
-	f := &floor{interval: tier.Interval, do: func(ctx context.Context, t *floorTask, slot int64) {
+	f := &floor{interval: tier.Interval, skipBusy: tier.Kind == KindPeak, do: func(ctx context.Context, t *floorTask, slot int64) {
 		sem <- struct{}{}
 		defer func() { <-sem }()
 		if err := get(ctx, client, t.url, t.id, time.Unix(0, slot)); err != nil {
@@ -92,6 +100,12 @@ func (f *floor) fire(ctx context.Context, t *floorTask) {
 
 	slot := t.next.Load()
 	f.arm(ctx, t, slot+int64(f.interval))
+	if f.skipBusy {
+		if !t.busy.CompareAndSwap(false, true) {
+			return
+		}
+		defer t.busy.Store(false)
+	}
 	f.do(ctx, t, slot)
 }
 

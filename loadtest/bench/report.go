@@ -75,7 +75,7 @@ func evaluate(res *Result) []Verdict {
 				Target: "completed runs/s ÷ raw publish msg/s ≥ 0.2", Tier: name,
 				Met:      fly.CeilingRatio >= minCeilingRatio,
 				Measured: fmt.Sprintf("%.3f (%.0f runs/s ÷ %.0f msg/s)", fly.CeilingRatio, fly.RunsPerSec, rawRate(res)),
-				Reason:   peakReason(fly),
+				Reason:   peakReason(fly, tr.system(SystemFloor), rawRate(res)),
 			})
 		}
 	}
@@ -165,11 +165,22 @@ func cpuReason(res *Result, fly, pipe *SystemResult) string {
 	return strings.Join(parts, "; ")
 }
 
-func peakReason(fly *SystemResult) string {
+// peakReason says why the ratio is missed and, when the floor ran at the
+// same load, what the machine serves with no scheduler at all: a floor
+// ratio under 0.2 means no scheduler can meet the target here.
+func peakReason(fly, floor *SystemResult, raw float64) string {
 	if fly.CeilingRatio >= minCeilingRatio {
 		return ""
 	}
-	return fmt.Sprintf("flyball completed %.0f of %d offered runs/s", fly.RunsPerSec, fly.Tasks)
+	reason := fmt.Sprintf("flyball completed %.0f of %d offered runs/s", fly.RunsPerSec, fly.Tasks)
+	if floor != nil && floor.RunsPerSec > 0 && raw > 0 {
+		reason += fmt.Sprintf("; the floor, calling the target with no scheduler, completed %.0f (%.3f of the ceiling", floor.RunsPerSec, floor.RunsPerSec/raw)
+		if floor.RunsPerSec/raw < minCeilingRatio {
+			reason += ": under 0.2 on this machine whatever schedules the calls"
+		}
+		reason += ")"
+	}
+	return reason
 }
 
 func scaleVerdicts(sc *ScaleResult) []Verdict {

@@ -153,3 +153,32 @@ func TestCPUVerdictNamesThePipelinesCost(t *testing.T) {
 		}
 	}
 }
+
+// TestPeakVerdictNamesTheFloor: with the floor run at the peak load, the
+// ratio's reason gives what the machine serves with no scheduler, and
+// says when that alone is under the target.
+func TestPeakVerdictNamesTheFloor(t *testing.T) {
+	t.Parallel()
+	fly, floor := runResult(SystemFlyball, 0, 0, 0), runResult(SystemFloor, 0, 0, 0)
+	fly.RunsPerSec, fly.CeilingRatio, fly.Tasks = 5000, 0.02, 70000
+	floor.RunsPerSec = 17000
+	res := &Result{
+		Ceiling: &Ceiling{MsgsPerSec: 250_000},
+		Tiers: []*TierResult{{
+			Tier: Tier{Name: TierPeak, Kind: KindPeak}, Systems: []*SystemResult{fly, floor},
+		}},
+	}
+	var ratio *Verdict
+	for _, v := range evaluate(res) {
+		if strings.HasPrefix(v.Target, "completed runs/s") {
+			ratio = &v
+		}
+	}
+	if ratio == nil {
+		t.Fatal("no ratio verdict")
+	}
+	want := "flyball completed 5000 of 70000 offered runs/s; the floor, calling the target with no scheduler, completed 17000 (0.068 of the ceiling: under 0.2 on this machine whatever schedules the calls)"
+	if ratio.Met || ratio.Reason != want {
+		t.Fatalf("verdict met %v, reason %q; want not met, %q", ratio.Met, ratio.Reason, want)
+	}
+}

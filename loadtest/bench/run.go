@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -120,6 +121,12 @@ func (r *runner) runTier(ctx context.Context, tr *TierResult) {
 		tr.Tier.Title = fmt.Sprintf("Peak %d tasks @1s (raw msg/s ÷ 3)", tier.Tasks)
 		r.log.Info("tier", "name", tier.Name, "tasks", tier.Tasks)
 		tr.Systems = append(tr.Systems, r.runSystem(ctx, tier, SystemFlyball))
+		// The floor at the same load: the most calls per second this
+		// machine serves the target with no scheduler at all, which bounds
+		// the ratio any scheduler can reach here.
+		if slices.Contains(r.cfg.Systems, SystemFloor) && ctx.Err() == nil {
+			tr.Systems = append(tr.Systems, r.runSystem(ctx, tier, SystemFloor))
+		}
 		return
 	}
 	r.log.Info("tier", "name", tier.Name, "tasks", tier.Tasks, "interval", tier.Interval)
