@@ -133,17 +133,9 @@ func TestCPUVerdictNamesThePipelinesCost(t *testing.T) {
 		Tier:    Tier{Name: TierW1c, Title: "W1c", Kind: KindRuns},
 		Systems: []*SystemResult{fly, runResult(SystemFloor, 0, 0, 0), pipe},
 	}}}
-	var cpu *Verdict
-	for _, v := range evaluate(res) {
-		if strings.HasPrefix(v.Target, "CPU") {
-			cpu = &v
-		}
-	}
-	if cpu == nil {
-		t.Fatal("no CPU verdict")
-	}
+	cpu := verdict(t, res, "CPU")
 	if want := "the pipeline (flyball's streams and messages, no logic) took 0.160 s: flyball 1.25× that"; cpu.Met || cpu.Reason != want {
-		t.Errorf("CPU verdict = %+v, want not met with reason %q", *cpu, want)
+		t.Errorf("CPU verdict = %+v, want not met with reason %q", cpu, want)
 	}
 	// Without the pipeline the reason does not mention it.
 	res.Tiers[0].Systems = res.Tiers[0].Systems[:2]
@@ -168,17 +160,21 @@ func TestPeakVerdictNamesTheFloor(t *testing.T) {
 			Tier: Tier{Name: TierPeak, Kind: KindPeak}, Systems: []*SystemResult{fly, floor},
 		}},
 	}
-	var ratio *Verdict
-	for _, v := range evaluate(res) {
-		if strings.HasPrefix(v.Target, "completed runs/s") {
-			ratio = &v
-		}
-	}
-	if ratio == nil {
-		t.Fatal("no ratio verdict")
-	}
+	ratio := verdict(t, res, "completed runs/s")
 	want := "flyball completed 5000 of 70000 offered runs/s; the floor, calling the target with no scheduler, completed 17000 (0.068 of the ceiling: under 0.2 on this machine whatever schedules the calls)"
 	if ratio.Met || ratio.Reason != want {
 		t.Fatalf("verdict met %v, reason %q; want not met, %q", ratio.Met, ratio.Reason, want)
 	}
+}
+
+// verdict is the verdict of res whose target starts with prefix.
+func verdict(t *testing.T, res *Result, prefix string) Verdict {
+	t.Helper()
+	for _, v := range evaluate(res) {
+		if strings.HasPrefix(v.Target, prefix) {
+			return v
+		}
+	}
+	t.Fatalf("no verdict %q…", prefix)
+	return Verdict{}
 }
