@@ -448,22 +448,27 @@ func shellWords(s string) (words []string, consumed int, expanded bool, err erro
 // variableLen is the length of the shell variable ($name or ${name}) s
 // starts with, or 0 if it starts with another expansion.
 func variableLen(s string) int {
-	name := func(b byte) bool {
+	isName := func(b byte) bool {
 		return b == '_' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
 	}
 	if strings.HasPrefix(s, "${") {
 		end := strings.IndexByte(s, '}')
-		if end < 3 || strings.IndexFunc(s[2:end], func(r rune) bool { return r > 127 || !name(byte(r)) }) >= 0 {
+		if end < 3 {
 			return 0
+		}
+		for i := 2; i < end; i++ {
+			if !isName(s[i]) {
+				return 0
+			}
 		}
 		return end + 1
 	}
 	n := 1
-	for n < len(s) && name(s[n]) {
+	for n < len(s) && isName(s[n]) {
 		n++
 	}
 	if n == 1 || '0' <= s[1] && s[1] <= '9' {
-		return 0
+		return 0 // "$" alone, $?, $(…), or a positional $1
 	}
 	return n
 }
