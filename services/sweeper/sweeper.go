@@ -55,6 +55,9 @@ type Config struct {
 	PerTaskLimit int
 }
 
+// DefaultZombieAfter is Config.ZombieAfter's default.
+const DefaultZombieAfter = 5 * time.Minute
+
 // Service is the sweeper service.
 type Service struct {
 	lifecycle.Base
@@ -103,7 +106,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.OfflineAfter = 45 * time.Second
 	}
 	if cfg.ZombieAfter <= 0 {
-		cfg.ZombieAfter = 5 * time.Minute
+		cfg.ZombieAfter = DefaultZombieAfter
 	}
 	if cfg.PerTaskLimit <= 0 {
 		cfg.PerTaskLimit = 1000

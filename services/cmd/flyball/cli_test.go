@@ -587,6 +587,7 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"serve", "executor", "--concurrency", "0"},
 		{"dev", "--per-host", "-3"},
 		{"serve", "executor", "--redact-header", "X-Bad Name"},
+		{"serve", "sweeper", "--zombie-after", "90s"},
 		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
 		{"serve", "api", "--api-token", "short"},
 	} {
@@ -600,6 +601,9 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "serve", "executor", "--redact-header", "X-Bad Name"); !strings.Contains(r.stderr, `--redact-header: want a header or query parameter name, got "X-Bad Name"`) {
 		t.Errorf("bad --redact-header: %q", r.stderr)
+	}
+	if r := e.run(t, "serve", "sweeper", "--zombie-after", "90s"); !strings.Contains(r.stderr, "--zombie-after: want a duration from 2m0s to 24h, got 1m30s") {
+		t.Errorf("short --zombie-after: %q", r.stderr)
 	}
 	if r := e.run(t, "task", "list", "--label", "team=ops", "--label", "team=dev"); !strings.Contains(r.stderr, `--label: label: key "team" given twice`) {
 		t.Errorf("conflicting --label selectors: %q", r.stderr)
