@@ -35,7 +35,7 @@ func TestBenchmarksDocCommandsParse(t *testing.T) {
 	for _, c := range cmds {
 		_, rest, _ := strings.Cut(c, "flyball-bench ")
 		rest, _, _ = strings.Cut(rest, "|")
-		words := strings.Fields(rest)
+		words := quotedFields(rest)
 		if len(words) > 0 && (words[0] == "target" || words[0] == "nats-server") {
 			continue
 		}
@@ -68,4 +68,37 @@ func TestBenchmarksDocCommandsParse(t *testing.T) {
 	if checked < 15 {
 		t.Fatalf("checked %d flyball-bench commands, want at least 15", checked)
 	}
+}
+
+// quotedFields splits s at spaces, as a shell splits a plain command
+// line (a span of the docs may break across lines): a single- or
+// double-quoted part is one word without its quotes
+// (`--conditions "idle but for the benchmark"`).
+func quotedFields(s string) []string {
+	var words []string
+	var w strings.Builder
+	in, quote := false, byte(0)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quote != 0 && c == quote:
+			quote = 0
+		case quote != 0:
+			w.WriteByte(c)
+		case c == '"' || c == '\'':
+			quote, in = c, true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteByte(c)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
 }
