@@ -21,34 +21,16 @@ import (
 // the answering instance (the CloudEvents source) and the command id.
 func answers(t *testing.T, js jetstream.JetStream, id string) (sources, commands []string) {
 	t.Helper()
-	cons, err := js.OrderedConsumer(t.Context(), streams.StreamTasks, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.TaskSubject(events.VerbAccepted, id)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending := cons.CachedInfo().NumPending
-	for uint64(len(sources)) < pending {
-		batch, err := cons.Fetch(int(pending)-len(sources), jetstream.FetchMaxWait(5*time.Second))
+	for _, m := range natstest.Read(t, js, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, id)) {
+		e, err := events.Decode(m.Headers(), m.Data())
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			e, err := events.Decode(m.Headers(), m.Data())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var acc events.TaskAccepted
-			if err := events.DecodeData(e, &acc); err != nil {
-				t.Fatal(err)
-			}
-			sources, commands = append(sources, e.Source()), append(commands, acc.CommandID)
+		var acc events.TaskAccepted
+		if err := events.DecodeData(e, &acc); err != nil {
+			t.Fatal(err)
 		}
-		if n == 0 {
-			t.Fatalf("read %d of %d task.accepted answers", len(sources), pending)
-		}
+		sources, commands = append(sources, e.Source()), append(commands, acc.CommandID)
 	}
 	return sources, commands
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -42,8 +43,8 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	natsCLI := natsCLIPath(t)
 	src, srcURL := natstest.StartListening(t)
 	before, calls := startKeptTask(t, src)
-	answers, err := src.NC.SubscribeSync("flyball.task.accepted.kept")
-	if err != nil {
+	answers := make(chan *nats.Msg, 64)
+	if _, err := src.NC.ChanSubscribe("flyball.task.*.kept", answers); err != nil {
 		t.Fatal(err)
 	}
 
@@ -87,63 +88,30 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 }
 
 // hintKept publishes a task.hinted command for "kept" with id and waits
-// for the governor's task.accepted of it on answers.
-func hintKept(t *testing.T, srv *natstest.Server, answers *nats.Subscription, id string) {
+// for the governor's answer to it on answers (awaitAnswer).
+func hintKept(t *testing.T, srv *natstest.Server, answers <-chan *nats.Msg, id string) {
 	t.Helper()
 	cmd := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.hinted","source":"test","id":%q,"subject":"kept","datacontenttype":"application/json","data":{"interval":"1s","reason":%q}}`, id, id)
 	if err := srv.NC.Publish("flyball.task.hinted.kept", []byte(cmd)); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		m, err := answers.NextMsg(15 * time.Second)
-		if err != nil {
-			t.Fatalf("no task.accepted of %s: %v", id, err)
-		}
-		var ev struct {
-			Data struct {
-				CommandID string `json:"commandId"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatalf("task.accepted: %v: %s", err, m.Data)
-		}
-		if ev.Data.CommandID == id {
-			return
-		}
+	if err := awaitAnswer(answers, id); err != nil {
+		t.Fatalf("hint %s: %v", id, err)
 	}
 }
 
 // commandIDs returns the ids of the commands TASKS holds on subject.
 func commandIDs(t *testing.T, srv *natstest.Server, subject string) []string {
 	t.Helper()
-	c, err := srv.JS.OrderedConsumer(t.Context(), streams.StreamTasks, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []string
-	for {
-		batch, err := c.FetchNoWait(100)
+	for _, m := range natstest.Read(t, srv.JS, streams.StreamTasks, subject) {
+		e, err := events.Decode(m.Headers(), m.Data())
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", m.Subject(), err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			var ev struct {
-				ID string `json:"id"`
-			}
-			if err := json.Unmarshal(m.Data(), &ev); err != nil {
-				t.Fatalf("%s: %v", m.Subject(), err)
-			}
-			ids = append(ids, ev.ID)
-		}
-		if err := batch.Error(); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return ids
-		}
+		ids = append(ids, e.ID())
 	}
+	return ids
 }
 
 // noLostCommand fails the test if a command of hints (in the order

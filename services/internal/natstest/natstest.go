@@ -171,6 +171,34 @@ func AwaitAcked(t testing.TB, js jetstream.JetStream, stream, durable string, se
 	})
 }
 
+// Read returns every message stream holds on subject (a filter), in
+// stream order, through an ordered consumer: as many as the consumer
+// counted pending when it was created.
+func Read(t testing.TB, js jetstream.JetStream, stream, subject string) []jetstream.Msg {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := int(cons.CachedInfo().NumPending)
+	var msgs []jetstream.Msg
+	for len(msgs) < pending {
+		batch, err := cons.Fetch(pending-len(msgs), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(msgs)
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) == n {
+			t.Fatalf("read %d of the %d messages on %s %s: %v", n, pending, stream, subject, batch.Error())
+		}
+	}
+	return msgs
+}
+
 // CaughtUp reports whether durable has settled (acked or terminated)
 // every message its stream holds for it. It is a condition for
 // Eventually. NumPending and NumAckPending alone are not enough: the
