@@ -153,6 +153,7 @@ func ServeNATS(ctx context.Context, args []string) error {
 	fs.SetOutput(io.Discard)
 	listen := fs.String("listen", "", "host:port to listen on")
 	store := fs.String("store", "", "JetStream store directory")
+	syncFlag := fs.String("sync", embedded.DefaultSyncInterval.String(), "when to fsync JetStream writes: always, or an interval")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("nats-server: %w", err)
 	}
@@ -163,7 +164,11 @@ func ServeNATS(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("nats-server: --listen: %w", err)
 	}
-	srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: *store})
+	fsync, err := embedded.ParseSync(*syncFlag)
+	if err != nil {
+		return fmt.Errorf("nats-server: --sync: %w", err)
+	}
+	srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: *store, Sync: fsync})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 // Systems the benchmark can drive.
@@ -107,6 +108,12 @@ type Config struct {
 	// every system writes the same way. Not with StackExternal: the
 	// stack's own streams decide there.
 	AsyncPersist bool
+	// NATSSync is when the servers the benchmark starts fsync JetStream
+	// writes (embedded.Sync; the zero value is nats-server's default),
+	// passed to `flyball dev --nats-sync` with StackProcess. Every system
+	// and the ceiling run on such a server, so they write the same way.
+	// Not with StackExternal.
+	NATSSync embedded.Sync
 	// TimerLead is the in-process stack's timer lead (stack.Config.TimerLead):
 	// 0 for the default, negative for none.
 	TimerLead time.Duration
@@ -257,6 +264,9 @@ func (c *Config) validate() error {
 	case StackExternal:
 		if c.AsyncPersist {
 			add("async-persist: the stack behind --nats-url has its streams already (ensure them with flyball serve --async-persist)")
+		}
+		if c.NATSSync != (embedded.Sync{}) {
+			add("nats-sync: the server behind --nats-url has its own sync_interval")
 		}
 		if c.NATSURL == "" {
 			add("stack: %q needs a NATS URL", StackExternal)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 // TestConfigValidateNamesTheField checks that each bad setting is refused
@@ -43,6 +44,10 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 			c.NATSURL = "nats://127.0.0.1:4222"
 			c.AsyncPersist = true
 		}, "async-persist: the stack behind --nats-url has its streams already"},
+		{"nats sync on an external stack", func(c *Config) {
+			c.NATSURL = "nats://127.0.0.1:4222"
+			c.NATSSync = embedded.Sync{Always: true}
+		}, "nats-sync: the server behind --nats-url has its own sync_interval"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,7 +53,7 @@ func (r *runner) startNATS(ctx context.Context) (*natsEnv, error) {
 			return nil, err
 		}
 		e.dir = dir
-		srv, err := embedded.Start(embedded.Config{StoreDir: dir, DontListen: true})
+		srv, err := embedded.Start(embedded.Config{StoreDir: dir, DontListen: true, Sync: r.cfg.NATSSync})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
@@ -61,7 +61,7 @@ func (r *runner) startNATS(ctx context.Context) (*natsEnv, error) {
 		e.srv = srv
 	case StackProcess:
 		if err := e.spawn(ctx, "nats-server", r.cfg.Executable, func(dir, natsAddr string) []string {
-			return []string{"nats-server", "--listen", natsAddr, "--store", filepath.Join(dir, "jetstream")}
+			return []string{"nats-server", "--listen", natsAddr, "--store", filepath.Join(dir, "jetstream"), "--sync", r.cfg.NATSSync.String()}
 		}, nil); err != nil {
 			return nil, err
 		}
@@ -88,6 +88,7 @@ func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
 		if r.cfg.AsyncPersist {
 			a = append(a, "--async-persist")
 		}
+		a = append(a, "--nats-sync", r.cfg.NATSSync.String())
 		switch {
 		case r.cfg.TimerLead > 0:
 			a = append(a, "--timer-lead", r.cfg.TimerLead.String())

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/loadtest/bench"
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 // TestMain lets this test binary serve as the benchmark's nats-server
@@ -64,6 +65,10 @@ func TestSmokeProcessStack(t *testing.T) {
 	// The child runs as flyball dev --async-persist, and the ceiling's and
 	// the baseline's streams are made the same way.
 	cfg.AsyncPersist = true
+	// Both children take the sync setting: flyball dev as --nats-sync, the
+	// baseline's nats-server as --sync. A flag either one refused would
+	// stop it from starting.
+	cfg.NATSSync = embedded.Sync{Interval: 30 * time.Second}
 	res, md := runSmoke(t, cfg)
 	if c := res.Ceiling; c == nil || c.MsgsPerSec <= 0 || c.CPUSeconds <= 0 {
 		t.Errorf("ceiling = %+v, want a throughput and the child's CPU", c)
@@ -92,7 +97,7 @@ func TestSmokeProcessStack(t *testing.T) {
 			t.Errorf("profile %s of the flyball dev child: %v, want a non-empty file", p, err)
 		}
 	}
-	if !strings.Contains(md, "stack process") || !strings.Contains(md, "persist mode async") {
-		t.Errorf("report does not say the stack ran in a process with async persist:\n%s", md)
+	if !strings.Contains(md, "stack process") || !strings.Contains(md, "persist mode async") || !strings.Contains(md, "nats sync 30s") {
+		t.Errorf("report does not say the stack ran in a process with async persist and a 30s sync interval:\n%s", md)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 // The targets.
@@ -230,8 +232,12 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 	if s.AsyncPersist {
 		persist = "async (DISPATCH, RUNS, the ceiling's and the baseline's streams)"
 	}
-	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d, timer lead %s, persist mode %s\n\n",
-		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency, lead, persist)
+	fsync := "default (" + embedded.DefaultSyncInterval.String() + ")"
+	if s.NATSSync != "" {
+		fsync = s.NATSSync
+	}
+	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d, timer lead %s, persist mode %s, nats sync %s\n\n",
+		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency, lead, persist, fsync)
 
 	if c := res.Ceiling; c != nil {
 		if c.Error != "" {

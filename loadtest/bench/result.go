@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/loadtest/stats"
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 // Result is everything one benchmark run measured. It is written as JSON
@@ -46,6 +47,17 @@ type Settings struct {
 	TimerLead time.Duration `json:"timerLead,omitempty"`
 	// AsyncPersist is Config.AsyncPersist.
 	AsyncPersist bool `json:"asyncPersist,omitempty"`
+	// NATSSync is Config.NATSSync as --nats-sync reads it; empty for
+	// nats-server's default (and for a stack behind --nats-url).
+	NATSSync string `json:"natsSync,omitempty"`
+}
+
+// syncSetting is Settings.NATSSync: empty for nats-server's default.
+func syncSetting(s embedded.Sync) string {
+	if s == (embedded.Sync{}) {
+		return ""
+	}
+	return s.String()
 }
 
 // Ceiling is the raw JetStream async-publish throughput on the server the

@@ -49,6 +49,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				Warmup: cfg.Warmup, Duration: cfg.Duration, Grace: cfg.Grace, Stack: cfg.Stack,
 				Target: cfg.Target, TargetHosts: cfg.TargetHosts, Concurrency: cfg.Concurrency,
 				TimerLead: cfg.TimerLead, AsyncPersist: cfg.AsyncPersist,
+				NATSSync: syncSetting(cfg.NATSSync),
 			},
 		},
 	}

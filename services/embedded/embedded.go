@@ -24,6 +24,50 @@ type Config struct {
 	StoreDir string
 	// Debug enables the server's own logging.
 	Debug bool
+	// Sync is when the file store forces its writes to disk. The zero
+	// value is nats-server's default.
+	Sync Sync
+}
+
+// Sync is when JetStream's file store calls fsync. Every write reaches
+// the operating system before the server acknowledges it, so a crashed
+// or killed nats-server loses nothing it acknowledged either way. What
+// Sync decides is what a power loss or a kernel crash can take: with an
+// interval, up to that much of the last acknowledged writes on a
+// single server; with Always, nothing, for an fsync per write.
+type Sync struct {
+	// Always syncs every write before it is acknowledged.
+	Always bool
+	// Interval syncs in the background this often; zero is nats-server's
+	// default, DefaultSyncInterval.
+	Interval time.Duration
+}
+
+// DefaultSyncInterval is nats-server's own sync interval.
+const DefaultSyncInterval = 2 * time.Minute
+
+// ParseSync reads a --nats-sync value: "always", or an interval such as
+// "2m" or "1s".
+func ParseSync(v string) (Sync, error) {
+	if v == "always" {
+		return Sync{Always: true}, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return Sync{}, fmt.Errorf("want always or a positive duration such as 2m or 1s, got %q", v)
+	}
+	return Sync{Interval: d}, nil
+}
+
+// String is the value ParseSync reads back.
+func (s Sync) String() string {
+	switch {
+	case s.Always:
+		return "always"
+	case s.Interval == 0:
+		return DefaultSyncInterval.String()
+	}
+	return s.Interval.String()
 }
 
 // ParseListen splits a --listen address ("127.0.0.1:4222") into the Host
@@ -60,6 +104,9 @@ func Start(cfg Config) (*server.Server, error) {
 		StoreDir:   cfg.StoreDir,
 		NoSigs:     true,
 		NoLog:      !cfg.Debug,
+		// nats-server reads a zero SyncInterval as its default.
+		SyncInterval: cfg.Sync.Interval,
+		SyncAlways:   cfg.Sync.Always,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/flyballhq/flyball/loadtest/bench"
 	"github.com/flyballhq/flyball/loadtest/target"
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 func main() {
@@ -172,9 +173,9 @@ const flyballPkg = "github.com/flyballhq/flyball/services/cmd/flyball"
 // options is flyball-bench's command line: the run's configuration and the
 // flags main interprets itself.
 type options struct {
-	cfg                                             bench.Config
-	tiers, systems, stackPIDs, out, markdown, level string
-	check                                           bool
+	cfg                                                       bench.Config
+	tiers, systems, stackPIDs, out, markdown, level, natsSync string
+	check                                                     bool
 }
 
 // parseFlags reads the command line (flag.ErrHelp for -h).
@@ -207,6 +208,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
 	fs.StringVar(&o.cfg.Stack, "stack", cfg.Stack, "where flyball runs: inproc (every service and its nats-server in this process) or process (`flyball dev` in a child process, and the baseline's nats-server in another)")
 	fs.BoolVar(&o.cfg.AsyncPersist, "async-persist", false, "create DISPATCH and RUNS (and the ceiling's and the baseline's streams) with nats-server's async persist mode, as flyball dev --async-persist does (not with --nats-url)")
+	fs.StringVar(&o.natsSync, "nats-sync", "", "when the servers the benchmark starts fsync JetStream writes: always, or an interval (default: nats-server's, 2m), as flyball dev --nats-sync (not with --nats-url)")
 	fs.StringVar(&o.cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
 	fs.StringVar(&o.cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
 	fs.StringVar(&o.stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
@@ -243,6 +245,13 @@ func parseFlags(args []string) (*options, error) {
 		o.cfg.Tiers = splitList(o.tiers)
 	}
 	o.cfg.Systems = splitList(o.systems)
+	if o.natsSync != "" {
+		s, err := embedded.ParseSync(o.natsSync)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-sync: %w", err)
+		}
+		o.cfg.NATSSync = s
+	}
 	for _, p := range splitList(o.stackPIDs) {
 		pid, err := strconv.Atoi(p)
 		if err != nil || pid <= 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flyballhq/flyball/loadtest/bench"
+	"github.com/flyballhq/flyball/services/embedded"
 )
 
 // TestBenchmarksDocCommandsParse: every flyball-bench command that
@@ -101,4 +102,18 @@ func quotedFields(s string) []string {
 		words = append(words, w.String())
 	}
 	return words
+}
+
+func TestNATSSyncFlag(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags([]string{"--nats-sync", "always"})
+	if err != nil || !o.cfg.NATSSync.Always {
+		t.Fatalf("--nats-sync always: %+v, %v", o.cfg.NATSSync, err)
+	}
+	if o, err := parseFlags(nil); err != nil || o.cfg.NATSSync != (embedded.Sync{}) {
+		t.Fatalf("no --nats-sync: %+v, %v; want nats-server's default", o.cfg.NATSSync, err)
+	}
+	if _, err := parseFlags([]string{"--nats-sync", "sometimes"}); err == nil || !strings.Contains(err.Error(), `--nats-sync: want always or a positive duration such as 2m or 1s, got "sometimes"`) {
+		t.Fatalf("--nats-sync sometimes: %v, want an error naming the flag", err)
+	}
 }

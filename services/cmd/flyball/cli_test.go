@@ -586,6 +586,7 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"task", "create"},
 		{"serve", "executor", "--concurrency", "0"},
 		{"dev", "--per-host", "-3"},
+		{"dev", "--nats-sync", "never"},
 		{"serve", "executor", "--redact-header", "X-Bad Name"},
 		{"serve", "sweeper", "--zombie-after", "90s"},
 		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
@@ -604,6 +605,9 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "serve", "sweeper", "--zombie-after", "90s"); !strings.Contains(r.stderr, "--zombie-after: want a duration from 2m0s to 24h, got 1m30s") {
 		t.Errorf("short --zombie-after: %q", r.stderr)
+	}
+	if r := e.run(t, "dev", "--nats-sync", "0s"); !strings.Contains(r.stderr, `--nats-sync: want always or a positive duration such as 2m or 1s, got "0s"`) {
+		t.Errorf("bad --nats-sync: %q", r.stderr)
 	}
 	if r := e.run(t, "task", "list", "--label", "team=ops", "--label", "team=dev"); !strings.Contains(r.stderr, `--label: label: key "team" given twice`) {
 		t.Errorf("conflicting --label selectors: %q", r.stderr)

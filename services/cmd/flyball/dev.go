@@ -27,6 +27,7 @@ func newDevCmd() *cobra.Command {
 		dataDir string
 		debug   bool
 		async   bool
+		sync    string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -49,6 +50,10 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return fmt.Errorf("--listen: %w", err)
 			}
+			fsync, err := embedded.ParseSync(sync)
+			if err != nil {
+				return fmt.Errorf("--nats-sync: %w", err)
+			}
 			tokens, generated, err := rf.tokens(true)
 			if err != nil {
 				return err
@@ -60,7 +65,7 @@ watch runs. Ctrl-C stops everything in order.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
-			srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: storeDir, Debug: debug})
+			srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: storeDir, Debug: debug, Sync: fsync})
 			if err != nil {
 				return err
 			}
@@ -109,6 +114,7 @@ watch runs. Ctrl-C stops everything in order.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".flyball", "directory for the JetStream file store")
 	cmd.Flags().BoolVar(&debug, "nats-debug", false, "log the embedded nats-server's own messages")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
+	cmd.Flags().StringVar(&sync, "nats-sync", embedded.DefaultSyncInterval.String(), natsSyncUsage)
 	return cmd
 }
 
@@ -154,3 +160,7 @@ func dialable(addr string) string {
 // asyncPersistUsage is the help of --async-persist, on dev and serve.
 const asyncPersistUsage = "create DISPATCH and RUNS with nats-server's async persist mode (replicas 1 only): a write system call per batch instead of per message, " +
 	"but a nats-server killed without a clean shutdown forgets its last milliseconds of them (docs/operations.md, \"Async persist\"); fixed when a stream is created"
+
+// natsSyncUsage is the help of dev's --nats-sync.
+const natsSyncUsage = "when the embedded nats-server forces JetStream writes to disk: an interval (nats-server's default 2m: a power loss or kernel crash can take up to that much acknowledged work; a killed process takes none) " +
+	"or always (an fsync per write, so a power loss takes nothing acknowledged; --async-persist streams are not synced per write) (docs/operations.md, \"Durability\")"
