@@ -9,6 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 )
 
 // A plain Ack is fire-and-forget, and one that reaches the cluster while
@@ -41,16 +45,24 @@ const (
 	// settleTick is how often unanswered tries are checked, while any is
 	// pending.
 	settleTick = 100 * time.Millisecond
+	// settleLogWindow is the least time between two lines of the same
+	// give-up or late-confirmation message: when NATS is overloaded, every
+	// dispatch of a burst can give up at once, and each used to log a
+	// warning (about 6,000 in two seconds, benchmarks.md finding 41). The
+	// repeats are counted in one line; flyball_settles_unconfirmed_total
+	// counts every give-up.
+	settleLogWindow = 10 * time.Second
 )
 
 // settler sends acks, naks and terms as requests and retries each until
 // the consumer leader confirms it, the dispatch's AckWait has passed
 // (it is being redelivered anyway), or the settler stops (one last try).
 type settler struct {
-	nc     *nats.Conn
-	log    *slog.Logger
-	prefix string // reply subjects are prefix + an ID
-	sub    *nats.Subscription
+	nc          *nats.Conn
+	log         *repeatlog.Log
+	unconfirmed *prometheus.CounterVec // by kind: given up
+	prefix      string                 // reply subjects are prefix + an ID
+	sub         *nats.Subscription
 	// try, retry and tick are ackTry, ackRetry and settleTick (tests
 	// shorten them).
 	try, retry, tick time.Duration
@@ -74,9 +86,10 @@ type pendingSettle struct {
 	tries             int
 }
 
-func newSettler(nc *nats.Conn, log *slog.Logger) (*settler, error) {
+func newSettler(nc *nats.Conn, log *slog.Logger, m *metrics.Set) (*settler, error) {
 	st := &settler{
-		nc: nc, log: log, prefix: nc.NewInbox() + ".", pending: map[uint64]*pendingSettle{},
+		nc: nc, log: repeatlog.New(log, settleLogWindow), unconfirmed: m.SettlesUnconfirmed,
+		prefix: nc.NewInbox() + ".", pending: map[uint64]*pendingSettle{},
 		try: ackTry, retry: ackRetry, tick: settleTick,
 	}
 	sub, err := nc.Subscribe(st.prefix+"*", st.reply)
@@ -121,11 +134,12 @@ func (st *settler) send(id uint64, p *pendingSettle, now time.Time) {
 // would pass its deadline. The caller holds st.mu.
 func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time) {
 	if !now.Add(p.wait).Before(p.deadline) {
-		st.log.Warn(p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
+		st.unconfirmed.WithLabelValues(p.kind).Inc()
+		st.log.Log(now, slog.LevelWarn, p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
 		st.forget(id)
 		return
 	}
-	st.log.Debug(p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
+	st.log.Log(now, slog.LevelDebug, p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
 	p.sent, p.at = false, now.Add(p.wait)
 	p.wait = min(2*p.wait, st.try)
 }
@@ -160,7 +174,7 @@ func (st *settler) reply(m *nats.Msg) {
 	// A confirmation of any try settles it, even one already counted as
 	// unanswered.
 	if p.tries > 1 {
-		st.log.Info(p.kind+" confirmed after retries", "subject", p.subject, "tries", p.tries)
+		st.log.Log(time.Now(), slog.LevelInfo, p.kind+" confirmed after retries", "subject", p.subject, "tries", p.tries)
 	}
 	st.forget(id)
 }
@@ -183,10 +197,14 @@ func (st *settler) ticks() {
 			}
 		}
 		if len(st.pending) == 0 {
+			// Quiet now: the counts of repeats need not wait for their
+			// windows.
+			st.log.Flush(now, true)
 			st.ticking = false
 			st.mu.Unlock()
 			return
 		}
+		st.log.Flush(now, false)
 		st.mu.Unlock()
 	}
 }
@@ -206,6 +224,7 @@ func (st *settler) stop() {
 	}
 	st.mu.Unlock()
 	st.idle.Wait()
+	st.log.Flush(time.Now(), true)
 	_ = st.sub.Unsubscribe()
 }
 

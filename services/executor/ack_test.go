@@ -11,8 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -23,7 +26,7 @@ func newTestSettler(t *testing.T, try, retry time.Duration) (*settler, *nats.Con
 	t.Helper()
 	srv := natstest.Start(t)
 	nc, _ := srv.Connect(t)
-	st, err := newSettler(nc, quietLog())
+	st, err := newSettler(nc, quietLog(), metrics.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +103,42 @@ func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
 func TestSettlerGivesUpAtTheDeadline(t *testing.T) {
 	st, _ := newTestSettler(t, time.Second, time.Millisecond)
 	var logged atomic.Int32
-	st.log = slog.New(countingHandler{&logged})
+	st.log = repeatlog.New(slog.New(countingHandler{&logged}), settleLogWindow)
 	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(50*time.Millisecond))
 	settled(t, st, 10*time.Second)
 	if logged.Load() != 1 {
 		t.Fatalf("%d warnings, want the one saying the dispatch is redelivered after AckWait", logged.Load())
+	}
+	if n := testutil.ToFloat64(st.unconfirmed.WithLabelValues("ack")); n != 1 {
+		t.Fatalf("flyball_settles_unconfirmed_total{kind=ack} = %v, want 1", n)
+	}
+}
+
+// TestSettlerLogsABurstOfGiveUpsOnce: when every settle of a burst gives
+// up at once (NATS overloaded), the log gets the first warning and one
+// line with the count of the rest, and the metric counts each. Before,
+// each wrote its own warning.
+func TestSettlerLogsABurstOfGiveUpsOnce(t *testing.T) {
+	st, _ := newTestSettler(t, time.Second, time.Millisecond)
+	logs := newLogLines()
+	st.log = repeatlog.New(slog.New(logs), settleLogWindow)
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for i := range 500 {
+		st.settle("ack.reply", fmt.Sprintf("d.t%d", i), "ack", ackBody, deadline)
+		st.settle("term.reply", fmt.Sprintf("d.u%d", i), "term", termBody("test"), deadline)
+	}
+	settled(t, st, 10*time.Second)
+	for _, kind := range []string{"ack", "term"} {
+		if n := testutil.ToFloat64(st.unconfirmed.WithLabelValues(kind)); n != 500 {
+			t.Errorf("flyball_settles_unconfirmed_total{kind=%s} = %v, want 500", kind, n)
+		}
+		// The first warning, then the count of the other 499 (written
+		// when the settler went quiet).
+		msg := kind + " not confirmed; the dispatch is redelivered after AckWait"
+		natstest.Eventually(t, 5*time.Second, "two "+kind+" lines", func() bool { return logs.count(msg) == 2 })
+	}
+	if n := len(*logs.msgs); n != 4 {
+		t.Fatalf("%d warnings for 1,000 give-ups, want 4: %v", n, *logs.msgs)
 	}
 }
 
@@ -192,7 +226,7 @@ func settleFixture(t *testing.T) (*Service, jetstream.Consumer, jetstream.Msg) {
 	if m == nil {
 		t.Fatal("the message was not delivered")
 	}
-	st, err := newSettler(srv.JS.Conn(), quietLog())
+	st, err := newSettler(srv.JS.Conn(), quietLog(), metrics.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +329,7 @@ func TestSettlerRidesOutAConsumerLeaderElection(t *testing.T) {
 	if len(msgs) != n {
 		t.Fatalf("fetched %d of %d (last error: %v)", len(msgs), n, fetchErr)
 	}
-	st, err := newSettler(nc, quietLog())
+	st, err := newSettler(nc, quietLog(), metrics.New())
 	if err != nil {
 		t.Fatal(err)
 	}

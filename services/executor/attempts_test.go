@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
@@ -299,8 +300,11 @@ func TestLostFinalTermDoesNotCallAgain(t *testing.T) {
 	// Every delivery sent a term (and lost it): the redeliveries were
 	// terminated again, not nakked or dropped.
 	natstest.Eventually(t, 10*time.Second, "3 terms given up", func() bool {
-		return f.logs.count("term not confirmed; the dispatch is redelivered after AckWait") == 3
+		return testutil.ToFloat64(f.ex.cfg.Metrics.SettlesUnconfirmed.WithLabelValues("term")) == 3
 	})
+	if f.logs.count("term not confirmed; the dispatch is redelivered after AckWait") == 0 {
+		t.Fatal("no warning for the terms given up")
+	}
 }
 
 // TestLostAckAfterRetriesDoesNotCallAgain: a run that succeeded at
@@ -328,8 +332,11 @@ func TestLostAckAfterRetriesDoesNotCallAgain(t *testing.T) {
 		t.Fatalf("RUNS holds %v, want failed(attempt 1), succeeded(attempt 2), recovered(attempt 2)", got)
 	}
 	natstest.Eventually(t, 10*time.Second, "3 acks given up", func() bool {
-		return f.logs.count("ack not confirmed; the dispatch is redelivered after AckWait") == 3
+		return testutil.ToFloat64(f.ex.cfg.Metrics.SettlesUnconfirmed.WithLabelValues("ack")) == 3
 	})
+	if f.logs.count("ack not confirmed; the dispatch is redelivered after AckWait") == 0 {
+		t.Fatal("no warning for the acks given up")
+	}
 }
 
 // TestUnstoredRunEventDoesNotCountTheAttempt: while RUNS refuses the run

@@ -146,7 +146,7 @@ func (s *Service) Start(ctx context.Context) error {
 	for range s.cfg.Concurrency {
 		s.Go(func() { s.caller(runCtx) })
 	}
-	if s.settles, err = newSettler(s.cfg.JS.Conn(), s.log); err != nil {
+	if s.settles, err = newSettler(s.cfg.JS.Conn(), s.log, s.cfg.Metrics); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,

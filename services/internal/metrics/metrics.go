@@ -45,6 +45,7 @@ type Set struct {
 	GovernorRetries    *prometheus.CounterVec
 	OutboxRepublished  prometheus.Counter
 	OutboxAbandoned    prometheus.Counter
+	SettlesUnconfirmed *prometheus.CounterVec
 	OutboxEvents       prometheus.Gauge
 	// DeadLetterReconciled counts dispatches dead-lettered without their
 	// MAX_DELIVERIES advisory (deadletter.Service.Reconcile).
@@ -175,6 +176,10 @@ func New() *Set {
 			Name: "flyball_outbox_abandoned_total",
 			Help: "Run events never confirmed within the outbox budget (15s); their dispatches were nakked and will be called again.",
 		}),
+		SettlesUnconfirmed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_settles_unconfirmed_total",
+			Help: "Acks, naks and terms of dispatches that the executor gave up on, by kind: the consumer did not confirm them before the delivery's AckWait (NATS overloaded, or a consumer leader election that long); each such dispatch may be delivered again after AckWait.",
+		}, []string{"kind"}),
 		OutboxEvents: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_outbox_events",
 			Help: "Run events in the executor's outbox, not yet confirmed stored; their dispatches are acked once they are.",
@@ -188,6 +193,7 @@ func New() *Set {
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
+		s.SettlesUnconfirmed,
 	} {
 		f(c)
 	}
