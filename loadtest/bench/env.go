@@ -88,7 +88,9 @@ func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
 		if r.cfg.AsyncPersist {
 			a = append(a, "--async-persist")
 		}
-		a = append(a, "--nats-sync", r.cfg.NATSSync.String())
+		if r.cfg.NATSSync != (embedded.Sync{}) { // unset, a flyball binary older than the flag still runs
+			a = append(a, "--nats-sync", r.cfg.NATSSync.String())
+		}
 		switch {
 		case r.cfg.TimerLead > 0:
 			a = append(a, "--timer-lead", r.cfg.TimerLead.String())
