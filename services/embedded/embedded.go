@@ -46,6 +46,12 @@ type Sync struct {
 // DefaultSyncInterval is nats-server's own sync interval.
 const DefaultSyncInterval = 2 * time.Minute
 
+// RecommendedSync is flyball's choice, the default of `flyball dev` and of
+// the compose stack's nats-server configs: a power loss takes at most
+// about a second of acknowledged messages, and the benchmark measured no
+// cost against DefaultSyncInterval (benchmarks.md, finding 41).
+var RecommendedSync = Sync{Interval: time.Second}
+
 // ParseSync reads a --nats-sync value: "always", or an interval such as
 // "2m" or "1s".
 func ParseSync(v string) (Sync, error) {

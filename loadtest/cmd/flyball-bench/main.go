@@ -208,7 +208,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.cfg.CreateRate, "create-rate", cfg.CreateRate, "governor acceptance rate (tasks/s) assumed when --lead is 0")
 	fs.StringVar(&o.cfg.Stack, "stack", cfg.Stack, "where flyball runs: inproc (every service and its nats-server in this process) or process (`flyball dev` in a child process, and the baseline's nats-server in another)")
 	fs.BoolVar(&o.cfg.AsyncPersist, "async-persist", false, "create DISPATCH and RUNS (and the ceiling's and the baseline's streams) with nats-server's async persist mode, as flyball dev --async-persist does (not with --nats-url)")
-	fs.StringVar(&o.natsSync, "nats-sync", "", "when the servers the benchmark starts fsync JetStream writes: always, or an interval (default: nats-server's, 2m), as flyball dev --nats-sync (not with --nats-url)")
+	fs.StringVar(&o.natsSync, "nats-sync", embedded.RecommendedSync.String(), "when the servers the benchmark starts fsync JetStream writes: always, or an interval, as flyball dev --nats-sync, whose default this is (not with --nats-url)")
 	fs.StringVar(&o.cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
 	fs.StringVar(&o.cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
 	fs.StringVar(&o.stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
@@ -245,7 +245,11 @@ func parseFlags(args []string) (*options, error) {
 		o.cfg.Tiers = splitList(o.tiers)
 	}
 	o.cfg.Systems = splitList(o.systems)
-	if o.natsSync != "" {
+	// With --nats-url the stack's server has its own setting: only a
+	// --nats-sync given on the command line is refused there (validate).
+	natsSyncGiven := false
+	fs.Visit(func(f *flag.Flag) { natsSyncGiven = natsSyncGiven || f.Name == "nats-sync" })
+	if natsSyncGiven || o.cfg.NATSURL == "" {
 		s, err := embedded.ParseSync(o.natsSync)
 		if err != nil {
 			return nil, fmt.Errorf("--nats-sync: %w", err)

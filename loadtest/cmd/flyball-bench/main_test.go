@@ -110,8 +110,15 @@ func TestNATSSyncFlag(t *testing.T) {
 	if err != nil || !o.cfg.NATSSync.Always {
 		t.Fatalf("--nats-sync always: %+v, %v", o.cfg.NATSSync, err)
 	}
-	if o, err := parseFlags(nil); err != nil || o.cfg.NATSSync != (embedded.Sync{}) {
-		t.Fatalf("no --nats-sync: %+v, %v; want nats-server's default", o.cfg.NATSSync, err)
+	if o, err := parseFlags(nil); err != nil || o.cfg.NATSSync != embedded.RecommendedSync {
+		t.Fatalf("no --nats-sync: %+v, %v; want flyball dev's default, %s", o.cfg.NATSSync, err, embedded.RecommendedSync)
+	}
+	if o, err := parseFlags([]string{"--nats-url", "nats://127.0.0.1:4222"}); err != nil || o.cfg.NATSSync != (embedded.Sync{}) {
+		t.Fatalf("--nats-url: %+v, %v; want no sync setting (the stack's server has its own)", o.cfg.NATSSync, err)
+	}
+	o, err = parseFlags([]string{"--nats-url", "nats://127.0.0.1:4222", "--nats-sync", "1s"})
+	if err != nil || o.cfg.NATSSync != embedded.RecommendedSync {
+		t.Fatalf("--nats-url with --nats-sync 1s: %+v, %v; want it kept, for validate to refuse", o.cfg.NATSSync, err)
 	}
 	if _, err := parseFlags([]string{"--nats-sync", "sometimes"}); err == nil || !strings.Contains(err.Error(), `--nats-sync: want always or a positive duration such as 2m or 1s, got "sometimes"`) {
 		t.Fatalf("--nats-sync sometimes: %v, want an error naming the flag", err)

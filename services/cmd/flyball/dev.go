@@ -114,7 +114,7 @@ watch runs. Ctrl-C stops everything in order.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".flyball", "directory for the JetStream file store")
 	cmd.Flags().BoolVar(&debug, "nats-debug", false, "log the embedded nats-server's own messages")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
-	cmd.Flags().StringVar(&sync, "nats-sync", embedded.DefaultSyncInterval.String(), natsSyncUsage)
+	cmd.Flags().StringVar(&sync, "nats-sync", embedded.RecommendedSync.String(), natsSyncUsage)
 	return cmd
 }
 
@@ -162,5 +162,5 @@ const asyncPersistUsage = "create DISPATCH and RUNS with nats-server's async per
 	"but a nats-server killed without a clean shutdown forgets its last milliseconds of them (docs/operations.md, \"Async persist\"); fixed when a stream is created"
 
 // natsSyncUsage is the help of dev's --nats-sync.
-const natsSyncUsage = "when the embedded nats-server forces JetStream writes to disk: an interval (nats-server's default 2m: a power loss or kernel crash can take up to that much acknowledged work; a killed process takes none) " +
-	"or always (an fsync per write, so a power loss takes nothing acknowledged; --async-persist streams are not synced per write) (docs/operations.md, \"Durability\")"
+const natsSyncUsage = "when the embedded nats-server forces JetStream writes to disk: an interval (a power loss or kernel crash can take up to that much acknowledged work, a killed process none; nats-server's own default is 2m) " +
+	"or always (an fsync per write, so a power loss takes nothing acknowledged, but it needs a fast disk; --async-persist streams are not synced per write) (docs/operations.md, \"Durability\")"
