@@ -265,7 +265,7 @@ func (c *Config) validate() error {
 		if c.AsyncPersist {
 			add("async-persist: the stack behind --nats-url has its streams already (ensure them with flyball serve --async-persist)")
 		}
-		if c.NATSSync != (embedded.Sync{}) {
+		if !c.NATSSync.IsZero() {
 			add("nats-sync: the server behind --nats-url has its own sync_interval")
 		}
 		if c.NATSURL == "" {

@@ -88,7 +88,7 @@ func (r *runner) startDev(ctx context.Context) (*natsEnv, error) {
 		if r.cfg.AsyncPersist {
 			a = append(a, "--async-persist")
 		}
-		if r.cfg.NATSSync != (embedded.Sync{}) { // unset, a flyball binary older than the flag still runs
+		if !r.cfg.NATSSync.IsZero() { // unset, a flyball binary older than the flag still runs
 			a = append(a, "--nats-sync", r.cfg.NATSSync.String())
 		}
 		switch {

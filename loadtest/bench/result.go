@@ -54,7 +54,7 @@ type Settings struct {
 
 // syncSetting is Settings.NATSSync: empty for nats-server's default.
 func syncSetting(s embedded.Sync) string {
-	if s == (embedded.Sync{}) {
+	if s.IsZero() {
 		return ""
 	}
 	return s.String()

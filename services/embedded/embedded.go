@@ -29,12 +29,14 @@ type Config struct {
 	Sync Sync
 }
 
-// Sync is when JetStream's file store calls fsync. Every write reaches
-// the operating system before the server acknowledges it, so a crashed
-// or killed nats-server loses nothing it acknowledged either way. What
-// Sync decides is what a power loss or a kernel crash can take: with an
-// interval, up to that much of the last acknowledged writes on a
-// single server; with Always, nothing, for an fsync per write.
+// Sync is when JetStream's file store calls fsync. Every message reaches
+// the operating system before the server acknowledges it (outside
+// streams in async persist mode), so a crashed or killed nats-server
+// loses none it acknowledged either way. What Sync decides is what a
+// power loss or a kernel crash can take: with an interval, up to that
+// much of the last acknowledged messages on a single server; with
+// Always, none, for an fsync per write. Consumer state (deliveries,
+// acks) is synced only with Always.
 type Sync struct {
 	// Always syncs every write before it is acknowledged.
 	Always bool
@@ -65,12 +67,16 @@ func ParseSync(v string) (Sync, error) {
 	return Sync{Interval: d}, nil
 }
 
+// IsZero reports whether s leaves nats-server's default (an interval of
+// DefaultSyncInterval).
+func (s Sync) IsZero() bool { return s == Sync{} }
+
 // String is the value ParseSync reads back.
 func (s Sync) String() string {
 	switch {
 	case s.Always:
 		return "always"
-	case s.Interval == 0:
+	case s.IsZero():
 		return DefaultSyncInterval.String()
 	}
 	return s.Interval.String()
