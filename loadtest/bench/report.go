@@ -232,9 +232,12 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 	if s.AsyncPersist {
 		persist = "async (DISPATCH, RUNS, the ceiling's and the baseline's streams)"
 	}
-	fsync := "default (" + embedded.DefaultSyncInterval.String() + ")"
-	if s.NATSSync != "" {
-		fsync = s.NATSSync
+	fsync := s.NATSSync
+	switch {
+	case s.Stack == StackExternal:
+		fsync = "the stack's own"
+	case fsync == "":
+		fsync = "nats-server's default (" + embedded.DefaultSyncInterval.String() + ")"
 	}
 	fmt.Fprintf(&b, "- Settings: warm-up %s, window %s, grace %s, stack %s, target %s (%d host), concurrency %d, timer lead %s, persist mode %s, nats sync %s\n\n",
 		s.Warmup, s.Duration, s.Grace, s.Stack, s.Target, s.TargetHosts, s.Concurrency, lead, persist, fsync)

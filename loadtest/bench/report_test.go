@@ -178,3 +178,27 @@ func verdict(t *testing.T, res *Result, prefix string) Verdict {
 	t.Fatalf("no verdict %q…", prefix)
 	return Verdict{}
 }
+
+// TestSettingsNameTheSyncInterval: the report says when the servers synced
+// to disk, and does not claim a setting for a stack behind --nats-url,
+// whose server has its own.
+func TestSettingsNameTheSyncInterval(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    Settings
+		want string
+	}{
+		{Settings{Stack: StackInProcess, NATSSync: "1s"}, "nats sync 1s"},
+		{Settings{Stack: StackProcess, NATSSync: "always"}, "nats sync always"},
+		{Settings{Stack: StackInProcess}, "nats sync nats-server's default (2m0s)"},
+		{Settings{Stack: StackExternal}, "nats sync the stack's own"},
+	} {
+		var md strings.Builder
+		if err := RenderMarkdown(&md, &Result{Settings: tc.s}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(md.String(), tc.want+"\n") {
+			t.Errorf("settings %+v: the report does not say %q:\n%s", tc.s, tc.want, md.String())
+		}
+	}
+}

@@ -58,8 +58,11 @@ const (
 // the consumer leader confirms it, the dispatch's AckWait has passed
 // (it is being redelivered anyway), or the settler stops (one last try).
 type settler struct {
-	nc          *nats.Conn
-	log         *repeatlog.Log
+	nc  *nats.Conn
+	log *slog.Logger
+	// warns writes the give-ups and late confirmations, which come in
+	// bursts, once per window with a count of the rest.
+	warns       *repeatlog.Log
 	unconfirmed *prometheus.CounterVec // by kind: given up
 	prefix      string                 // reply subjects are prefix + an ID
 	sub         *nats.Subscription
@@ -88,7 +91,7 @@ type pendingSettle struct {
 
 func newSettler(nc *nats.Conn, log *slog.Logger, m *metrics.Set) (*settler, error) {
 	st := &settler{
-		nc: nc, log: repeatlog.New(log, settleLogWindow), unconfirmed: m.SettlesUnconfirmed,
+		nc: nc, log: log, warns: repeatlog.New(log, settleLogWindow), unconfirmed: m.SettlesUnconfirmed,
 		prefix: nc.NewInbox() + ".", pending: map[uint64]*pendingSettle{},
 		try: ackTry, retry: ackRetry, tick: settleTick,
 	}
@@ -135,11 +138,11 @@ func (st *settler) send(id uint64, p *pendingSettle, now time.Time) {
 func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time) {
 	if !now.Add(p.wait).Before(p.deadline) {
 		st.unconfirmed.WithLabelValues(p.kind).Inc()
-		st.log.Log(now, slog.LevelWarn, p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
+		st.warns.Log(now, slog.LevelWarn, p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
 		st.forget(id)
 		return
 	}
-	st.log.Log(now, slog.LevelDebug, p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
+	st.log.Debug(p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
 	p.sent, p.at = false, now.Add(p.wait)
 	p.wait = min(2*p.wait, st.try)
 }
@@ -174,7 +177,7 @@ func (st *settler) reply(m *nats.Msg) {
 	// A confirmation of any try settles it, even one already counted as
 	// unanswered.
 	if p.tries > 1 {
-		st.log.Log(time.Now(), slog.LevelInfo, p.kind+" confirmed after retries", "subject", p.subject, "tries", p.tries)
+		st.warns.Log(time.Now(), slog.LevelInfo, p.kind+" confirmed after retries", "subject", p.subject, "tries", p.tries)
 	}
 	st.forget(id)
 }
@@ -199,12 +202,12 @@ func (st *settler) ticks() {
 		if len(st.pending) == 0 {
 			// Quiet now: the counts of repeats need not wait for their
 			// windows.
-			st.log.Flush(now, true)
+			st.warns.Flush(now, true)
 			st.ticking = false
 			st.mu.Unlock()
 			return
 		}
-		st.log.Flush(now, false)
+		st.warns.Flush(now, false)
 		st.mu.Unlock()
 	}
 }
@@ -224,7 +227,7 @@ func (st *settler) stop() {
 	}
 	st.mu.Unlock()
 	st.idle.Wait()
-	st.log.Flush(time.Now(), true)
+	st.warns.Flush(time.Now(), true)
 	_ = st.sub.Unsubscribe()
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,7 +103,7 @@ func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
 func TestSettlerGivesUpAtTheDeadline(t *testing.T) {
 	st, _ := newTestSettler(t, time.Second, time.Millisecond)
 	var logged atomic.Int32
-	st.log = repeatlog.New(slog.New(countingHandler{&logged}), settleLogWindow)
+	st.warns = repeatlog.New(slog.New(countingHandler{&logged}), settleLogWindow)
 	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(50*time.Millisecond))
 	settled(t, st, 10*time.Second)
 	if logged.Load() != 1 {
@@ -123,8 +122,8 @@ func TestSettlerGivesUpAtTheDeadline(t *testing.T) {
 // own warning.
 func TestSettlerLogsABurstOfGiveUpsOnce(t *testing.T) {
 	st, _ := newTestSettler(t, time.Second, time.Millisecond)
-	logs := &repeatLines{}
-	st.log = repeatlog.New(slog.New(logs), settleLogWindow)
+	logs := newLogLines()
+	st.warns = repeatlog.New(slog.New(logs), settleLogWindow)
 	deadline := time.Now().Add(time.Second)
 	for i := range 500 {
 		st.settle("ack.reply", fmt.Sprintf("d.t%d", i), "ack", ackBody, deadline)
@@ -144,57 +143,6 @@ func TestSettlerLogsABurstOfGiveUpsOnce(t *testing.T) {
 			t.Errorf("%d lines for 500 %s give-ups, want the first and a count or a few", lines, kind)
 		}
 	}
-}
-
-// repeatLines records warnings as repeatlog writes them: a line stands
-// for one give-up, or for its repeated count.
-type repeatLines struct {
-	mu    sync.Mutex
-	lines []repeatLine
-}
-
-type repeatLine struct {
-	msg      string
-	repeated int64
-}
-
-func (l *repeatLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
-
-func (l *repeatLines) Handle(_ context.Context, r slog.Record) error {
-	line := repeatLine{msg: r.Message}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "repeated" {
-			line.repeated = a.Value.Int64()
-		}
-		return true
-	})
-	l.mu.Lock()
-	l.lines = append(l.lines, line)
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *repeatLines) WithAttrs([]slog.Attr) slog.Handler { return l }
-
-func (l *repeatLines) WithGroup(string) slog.Handler { return l }
-
-// account is how many give-ups the lines of msg stand for, and how many
-// lines there are.
-func (l *repeatLines) account(msg string) (given, lines int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, x := range l.lines {
-		if x.msg != msg {
-			continue
-		}
-		lines++
-		if x.repeated > 0 {
-			given += int(x.repeated)
-		} else {
-			given++
-		}
-	}
-	return given, lines
 }
 
 // TestSettlerStopGivesOneLastTry: at shutdown a settle waiting to retry is

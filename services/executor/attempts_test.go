@@ -70,19 +70,32 @@ func (a *attemptTarget) attempts() []int {
 	return append([]int(nil), a.calls...)
 }
 
-// logLines records the messages an executor logs at Warn and above.
+// logLines records the messages an executor logs at Warn and above, and
+// the repeated count of a line internal/repeatlog writes for its repeats.
 type logLines struct {
-	mu   *sync.Mutex
-	msgs *[]string
+	mu    *sync.Mutex
+	lines *[]logLine
 }
 
-func newLogLines() logLines { return logLines{mu: &sync.Mutex{}, msgs: new([]string)} }
+type logLine struct {
+	msg      string
+	repeated int64 // 0 for a line of its own
+}
+
+func newLogLines() logLines { return logLines{mu: &sync.Mutex{}, lines: new([]logLine)} }
 
 func (l logLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
 
 func (l logLines) Handle(_ context.Context, r slog.Record) error {
+	line := logLine{msg: r.Message}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "repeated" {
+			line.repeated = a.Value.Int64()
+		}
+		return true
+	})
 	l.mu.Lock()
-	*l.msgs = append(*l.msgs, r.Message)
+	*l.lines = append(*l.lines, line)
 	l.mu.Unlock()
 	return nil
 }
@@ -91,17 +104,29 @@ func (l logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
 
 func (l logLines) WithGroup(string) slog.Handler { return l }
 
-// count is how many logged messages are msg.
+// count is how many logged lines are msg.
 func (l logLines) count(msg string) int {
+	_, lines := l.account(msg)
+	return lines
+}
+
+// account is how many events the lines of msg stand for (a line of its
+// own is one, a count line its count), and how many lines there are.
+func (l logLines) account(msg string) (events, lines int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
-	for _, m := range *l.msgs {
-		if m == msg {
-			n++
+	for _, x := range *l.lines {
+		if x.msg != msg {
+			continue
+		}
+		lines++
+		if x.repeated > 0 {
+			events += int(x.repeated)
+		} else {
+			events++
 		}
 	}
-	return n
+	return events, lines
 }
 
 // attemptsFixture is a server with every flyball stream and bucket, an
