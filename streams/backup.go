@@ -43,4 +43,5 @@ var BackupOrder = []string{
 	kvStreamPrefix + BucketProbes,
 	kvStreamPrefix + BucketAttempts,
 	kvStreamPrefix + BucketRuntime,
+	kvStreamPrefix + BucketLeases,
 }

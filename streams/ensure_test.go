@@ -97,7 +97,7 @@ func TestDefinitionsDecodeIntoServerTypes(t *testing.T) {
 			t.Fatalf("walk %s: %v", dir, err)
 		}
 	}
-	want := map[string]int{dirStreams: 6, dirKV: 7, dirConsumers: 8}
+	want := map[string]int{dirStreams: 6, dirKV: 8, dirConsumers: 8}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("file counts %v, want %v", counts, want)
 	}
@@ -115,7 +115,7 @@ func TestConfigsParse(t *testing.T) {
 	}
 	wantNames := []string{
 		StreamAdvisories, StreamDeadLetter, StreamDispatch, StreamHealth,
-		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketPauses, "KV_" + BucketProbes, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
+		"KV_" + BucketAttempts, "KV_" + BucketBreakers, "KV_" + BucketLeases, "KV_" + BucketPauses, "KV_" + BucketProbes, "KV_" + BucketRuntime, "KV_" + BucketSchedules, "KV_" + BucketTasks,
 		StreamRuns, StreamTasks,
 	}
 	if !slices.Equal(names, wantNames) {
@@ -171,6 +171,7 @@ var wantStreams = map[string]streamWant{
 	"KV_" + BucketBreakers:  {[]string{"$KV." + BucketBreakers + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketPauses:    {[]string{"$KV." + BucketPauses + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketRuntime:   {[]string{"$KV." + BucketRuntime + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
+	"KV_" + BucketLeases:    {[]string{"$KV." + BucketLeases + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketAttempts:  {[]string{"$KV." + BucketAttempts + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, day},
 	"KV_" + BucketProbes:    {[]string{"$KV." + BucketProbes + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, time.Hour},
 }
@@ -385,7 +386,7 @@ func TestKVBucketsUsable(t *testing.T) {
 	ttls := map[string]time.Duration{BucketAttempts: day, BucketProbes: time.Hour}
 	// Per-key TTLs (jetstream.KeyTTL) need limit markers on the bucket.
 	markers := map[string]time.Duration{BucketProbes: time.Minute}
-	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketAttempts: 1, BucketProbes: 1} {
+	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketLeases: 1, BucketAttempts: 1, BucketProbes: 1} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatalf("stream KV_%s: %v", bucket, err)

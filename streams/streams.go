@@ -47,6 +47,10 @@ const (
 	// expires with its own TTL (the call's timeout plus the time to
 	// report it); the bucket's 1h max age is a backstop.
 	BucketProbes = "flyball-probes"
+	// BucketLeases holds one key per lease (key "timer"): the replica
+	// whose name is the value does the leased work, and the others stand
+	// by (services/internal/lease).
+	BucketLeases = "flyball-leases"
 )
 
 // Durable consumer names. A durable name is unique per stream, not

@@ -1,0 +1,161 @@
+// Package lease elects one holder among the replicas of a service through
+// a key in KV flyball-leases, for work that is safe but wasteful when every
+// replica does it.
+//
+// The holder rewrites the key every TTL/3 with compare-and-set on its last
+// revision. The others read it at the same rate and take it over, again
+// with compare-and-set, once its revision has not moved for TTL by their
+// own clock. No clock is compared with another's, so skew cannot elect two
+// holders; a holder that stalls for longer than TTL can overlap with its
+// successor until its next rewrite fails. Callers must therefore stay
+// correct with two holders, or none, for a moment: the lease saves work,
+// it does not guard it.
+//
+// A holder that stops releases the key (a delete with its revision), so a
+// replica that stands by takes over at its next read instead of after
+// TTL.
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+)
+
+// Config configures one replica's part in a lease.
+type Config struct {
+	// KV is the leases bucket. Required.
+	KV jetstream.KeyValue
+	// Key names the lease, one per kind of work ("timer"). Required.
+	Key string
+	// Holder names this replica; it is the key's value while it holds
+	// the lease, so `nats kv get flyball-leases <key>` shows who holds it.
+	Holder string
+	// TTL is how long the key may go unchanged before another replica
+	// takes the lease. Required.
+	TTL time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnChange is called, from Run's goroutine, each time this replica
+	// takes the lease (true) or loses or gives it up (false).
+	OnChange func(held bool)
+	// now is the clock (tests).
+	now func() time.Time
+}
+
+// releaseTimeout bounds the delete that gives the lease up at stop.
+const releaseTimeout = 2 * time.Second
+
+// state is one replica's view of the lease.
+type state struct {
+	cfg  Config
+	log  *slog.Logger
+	held bool
+	// rev is the key's revision this replica wrote last (held) or saw last
+	// (not held); seen is when it first saw rev while not holding, and
+	// renewed when it last wrote rev while holding.
+	rev           uint64
+	seen, renewed time.Time
+}
+
+// Run takes part in the lease until ctx ends, then releases it if held.
+func Run(ctx context.Context, cfg Config) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	st := &state{cfg: cfg, log: cfg.Logger.With("lease", cfg.Key, "holder", cfg.Holder)}
+	t := time.NewTicker(cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		st.step(ctx)
+		select {
+		case <-ctx.Done():
+			st.release()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// step renews a held lease, or reads the key and takes it if it is free
+// or has not moved for TTL.
+func (st *state) step(ctx context.Context) {
+	now := st.cfg.now()
+	if st.held {
+		rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), st.rev)
+		switch {
+		case err == nil:
+			st.rev, st.renewed = rev, now
+		case jsutil.IsCASConflict(err) || jsutil.IsKeyMissing(err):
+			st.lose("lease taken by another replica")
+		case now.Sub(st.renewed) >= st.cfg.TTL:
+			// Another replica may have taken it by now: stand by until the
+			// key can be read again.
+			st.lose("lease not renewed for its TTL", "err", err)
+		default:
+			st.log.Debug("lease renewal failed; retrying", "err", err)
+		}
+		return
+	}
+	e, err := st.cfg.KV.Get(ctx, st.cfg.Key)
+	switch {
+	case jsutil.IsKeyMissing(err):
+		// Never held, or released by a holder that stopped.
+		if rev, err := st.cfg.KV.Create(ctx, st.cfg.Key, []byte(st.cfg.Holder)); err == nil {
+			st.take(rev, now, "lease was free")
+		}
+	case err != nil:
+		st.log.Debug("lease unreadable; standing by", "err", err)
+	case e.Revision() != st.rev || st.seen.IsZero():
+		st.rev, st.seen = e.Revision(), now
+	case now.Sub(st.seen) >= st.cfg.TTL:
+		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), e.Revision()); err == nil {
+			st.take(rev, now, "lease holder silent for its TTL", "previous", string(e.Value()))
+		}
+	}
+}
+
+func (st *state) take(rev uint64, now time.Time, msg string, args ...any) {
+	st.held, st.rev, st.renewed = true, rev, now
+	st.log.Info("took the lease: "+msg, args...)
+	st.notify()
+}
+
+func (st *state) lose(msg string, args ...any) {
+	st.held, st.seen = false, time.Time{}
+	st.log.Warn("lost the lease: "+msg, args...)
+	st.notify()
+}
+
+func (st *state) notify() {
+	if st.cfg.OnChange != nil {
+		st.cfg.OnChange(st.held)
+	}
+}
+
+// release deletes a held key with its revision, so a replica standing by
+// takes the lease at its next read. A release that fails leaves the key to
+// expire by TTL.
+func (st *state) release() {
+	if !st.held {
+		return
+	}
+	st.held = false
+	st.notify()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := st.cfg.KV.Delete(ctx, st.cfg.Key, jetstream.LastRevision(st.rev)); err != nil &&
+		!errors.Is(err, jetstream.ErrKeyNotFound) {
+		st.log.Warn("lease not released; another replica takes it after its TTL", "err", err)
+		return
+	}
+	st.log.Info("released the lease")
+}

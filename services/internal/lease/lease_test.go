@@ -1,0 +1,216 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+const ttl = 3 * time.Second
+
+// replica is one participant driven step by step on its own clock, so
+// the tests decide when TTL has passed instead of waiting for it.
+type replica struct {
+	*state
+	clock   time.Time
+	changes []bool
+}
+
+func newReplica(t *testing.T, kv jetstream.KeyValue, holder string) *replica {
+	t.Helper()
+	r := &replica{clock: time.Unix(1_800_000_000, 0)}
+	r.state = &state{cfg: Config{
+		KV: kv, Key: "timer", Holder: holder, TTL: ttl,
+		OnChange: func(held bool) { r.changes = append(r.changes, held) },
+		now:      func() time.Time { return r.clock },
+	}}
+	r.log = quiet
+	return r
+}
+
+func (r *replica) advance(d time.Duration) { r.clock = r.clock.Add(d) }
+
+func leases(t *testing.T) (*natstest.Server, jetstream.KeyValue) {
+	t.Helper()
+	srv := natstest.StartWithStreams(t)
+	kv, err := srv.JS.KeyValue(context.Background(), streams.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, kv
+}
+
+func holder(t *testing.T, kv jetstream.KeyValue) string {
+	t.Helper()
+	e, err := kv.Get(context.Background(), "timer")
+	if err != nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	return string(e.Value())
+}
+
+func TestFreeLeaseIsTakenAndRenewalsKeepOthersOut(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a, b := newReplica(t, kv, "timer-a"), newReplica(t, kv, "timer-b")
+
+	a.step(ctx)
+	if !a.held || holder(t, kv) != "timer-a" {
+		t.Fatalf("a did not take the free lease (held %v)", a.held)
+	}
+	b.step(ctx)
+	if b.held {
+		t.Fatal("b took a lease a holds")
+	}
+	// a renews every TTL/3; b's clock runs well past TTL in the meantime,
+	// but each renewal moves the revision b watches.
+	for range 6 {
+		a.advance(ttl / 3)
+		a.step(ctx)
+		b.advance(ttl / 2)
+		b.step(ctx)
+		if b.held {
+			t.Fatal("b took the lease while a renewed it")
+		}
+	}
+	if !a.held || len(a.changes) != 1 || len(b.changes) != 0 {
+		t.Fatalf("changes a %v b %v, want a [true] and b none", a.changes, b.changes)
+	}
+}
+
+func TestSilentHolderIsReplacedAfterTTL(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a, b, c := newReplica(t, kv, "timer-a"), newReplica(t, kv, "timer-b"), newReplica(t, kv, "timer-c")
+	a.step(ctx)
+	b.step(ctx)
+	c.step(ctx)
+
+	// a goes silent. Just short of TTL, b and c wait.
+	b.advance(ttl - time.Millisecond)
+	b.step(ctx)
+	if b.held {
+		t.Fatal("b took the lease before TTL passed")
+	}
+	// Both see it silent for TTL; one compare-and-set wins.
+	b.advance(time.Millisecond)
+	c.advance(ttl)
+	b.step(ctx)
+	c.step(ctx)
+	if !b.held || c.held || holder(t, kv) != "timer-b" {
+		t.Fatalf("held: b %v, c %v (key %q); want b alone", b.held, c.held, holder(t, kv))
+	}
+	// a wakes up: its renewal loses the compare-and-set, and it stands by.
+	a.step(ctx)
+	if a.held || len(a.changes) != 2 || a.changes[1] {
+		t.Fatalf("a after b took over: held %v, changes %v", a.held, a.changes)
+	}
+	if holder(t, kv) != "timer-b" {
+		t.Fatalf("a's failed renewal changed the key to %q", holder(t, kv))
+	}
+}
+
+func TestReleaseHandsOverAtTheNextRead(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a, b := newReplica(t, kv, "timer-a"), newReplica(t, kv, "timer-b")
+	a.step(ctx)
+	b.step(ctx)
+
+	a.release()
+	if a.held || len(a.changes) != 2 || a.changes[1] {
+		t.Fatalf("a after release: held %v, changes %v", a.held, a.changes)
+	}
+	// b's clock has not moved: only the release lets it in.
+	b.step(ctx)
+	if !b.held || holder(t, kv) != "timer-b" {
+		t.Fatalf("b did not take the released lease (held %v)", b.held)
+	}
+}
+
+func TestHolderCutOffFromNATSStepsDownAfterTTL(t *testing.T) {
+	srv, kv := leases(t)
+	ctx := context.Background()
+	nc, js := srv.Connect(t)
+	own, err := js.KeyValue(ctx, streams.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newReplica(t, own, "timer-a"), newReplica(t, kv, "timer-b")
+	a.step(ctx)
+	if !a.held {
+		t.Fatal("a did not take the free lease")
+	}
+	nc.Close()
+
+	// A renewal that fails keeps the lease while TTL has not passed:
+	// nobody can have taken it yet.
+	a.advance(ttl / 3)
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	a.step(short)
+	cancel()
+	if !a.held {
+		t.Fatal("a gave the lease up before TTL passed")
+	}
+	a.advance(ttl)
+	short, cancel = context.WithTimeout(ctx, time.Second)
+	a.step(short)
+	cancel()
+	if a.held {
+		t.Fatal("a kept a lease it could not renew for TTL")
+	}
+
+	b.step(ctx)
+	b.advance(ttl)
+	b.step(ctx)
+	if !b.held || holder(t, kv) != "timer-b" {
+		t.Fatalf("b did not take the silent lease (held %v)", b.held)
+	}
+}
+
+// TestRunTakesAndReleases runs replicas as services do, on the real
+// clock: the first takes the free lease, and releases it when it stops,
+// so the next takes it at its first read.
+func TestRunTakesAndReleases(t *testing.T) {
+	_, kv := leases(t)
+	var aHeld, bHeld atomic.Bool
+	ctxA, stopA := context.WithCancel(context.Background())
+	doneA := make(chan struct{})
+	go func() {
+		defer close(doneA)
+		Run(ctxA, Config{KV: kv, Key: "timer", Holder: "timer-a", TTL: time.Minute, OnChange: aHeld.Store, Logger: quiet})
+	}()
+	natstest.Eventually(t, 5*time.Second, "a takes the free lease", aHeld.Load)
+	if holder(t, kv) != "timer-a" {
+		t.Fatalf("key %q, want timer-a", holder(t, kv))
+	}
+	stopA()
+	<-doneA
+	if aHeld.Load() {
+		t.Fatal("a still reports the lease after it stopped")
+	}
+	if _, err := kv.Get(context.Background(), "timer"); err == nil {
+		t.Fatal("a stopped without releasing the lease")
+	}
+
+	ctxB, stopB := context.WithCancel(context.Background())
+	doneB := make(chan struct{})
+	defer func() { stopB(); <-doneB }()
+	go func() {
+		defer close(doneB)
+		Run(ctxB, Config{KV: kv, Key: "timer", Holder: "timer-b", TTL: time.Minute, OnChange: bHeld.Store, Logger: quiet})
+	}()
+	natstest.Eventually(t, 5*time.Second, "b takes the released lease", bHeld.Load)
+	if holder(t, kv) != "timer-b" {
+		t.Fatalf("key %q, want timer-b", holder(t, kv))
+	}
+}
+
+var quiet = slog.New(slog.DiscardHandler)
