@@ -44,6 +44,9 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 			JS: js, Services: []string{name}, Instance: name + "1", Guard: executor.Guard{AllowLoopback: true},
 			APIAddr: "127.0.0.1:0", APITokens: []string{token},
 			HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 10 * time.Second, SweepInterval: 100 * time.Millisecond,
+			// As compose runs its timers: reading, taking, renewing and
+			// releasing the lease need the timer user's permissions.
+			TimerLease: 3 * time.Second,
 		})
 		if err != nil {
 			t.Fatalf("start %s as its compose user: %v", name, err)

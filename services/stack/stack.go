@@ -62,6 +62,9 @@ type Config struct {
 	// TimerLead is timer.Config.Lead, the longest a dispatch is published
 	// before its slot: 0 for timer.DefaultLead, negative for none.
 	TimerLead time.Duration
+	// TimerLease is timer.Config.Lease: with several timers, one holds
+	// the lease and dispatches (0: every timer dispatches).
+	TimerLease time.Duration
 	// APIAddr and APITokens configure the API (required when it runs).
 	APIAddr   string
 	APITokens []string
@@ -182,7 +185,7 @@ func (st *Stack) build(name string) (service, error) {
 			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency, PerHost: st.cfg.PerHost, RedactHeaders: st.cfg.RedactHeaders,
 		})
 	case "timer":
-		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Lead: st.cfg.TimerLead})
+		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Lead: st.cfg.TimerLead, Lease: st.cfg.TimerLease})
 		st.Timer = t
 		return t, err
 	case "api":

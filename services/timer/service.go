@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +20,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
+	"github.com/flyballhq/flyball/services/internal/lease"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/streams"
@@ -59,6 +61,16 @@ type Config struct {
 	// other half is the margin for the governor's own delay. New refuses
 	// more.
 	Lead time.Duration
+	// Lease, if positive, elects one dispatching replica: the timers
+	// share a lease in KV flyball-leases (key "timer"), and only its
+	// holder watches the schedules and publishes dispatches. The others
+	// stand by, holding no schedule, and take over once the holder's
+	// lease has not been renewed for this long, or at once when it stops
+	// cleanly: the new holder loads the schedules and dispatches the
+	// slots that fell due in between, late. Zero: every replica watches
+	// and dispatches every slot, and JetStream drops the copies
+	// (Nats-Msg-Id).
+	Lease time.Duration
 }
 
 const (
@@ -100,6 +112,15 @@ type Service struct {
 	dispatchMu sync.Mutex
 	dispatch   jetstream.Stream
 	runCtx     context.Context
+
+	// standby is set while a lease is configured and another replica
+	// holds it: the dispatcher then publishes nothing.
+	standby atomic.Bool
+	// follower watches flyball-schedules; with a lease, only while this
+	// replica holds it, and unfollow (set then) ends the watch. Only the
+	// lease's goroutine (onLease) uses unfollow.
+	follower kvcache.Follower
+	unfollow func()
 
 	// tuneFollow, when set, adjusts the watch of flyball-schedules before
 	// it starts (tests end the watch and observe its replays).
@@ -175,8 +196,11 @@ func New(cfg Config) (*Service, error) {
 	case cfg.Lead < 0:
 		cfg.Lead = 0
 	}
+	if cfg.Lease < 0 {
+		return nil, fmt.Errorf("timer: Config.Lease %s is negative", cfg.Lease)
+	}
 	total := cfg.Metrics.DispatchTotal
-	return &Service{
+	s := &Service{
 		cfg:             cfg,
 		log:             cfg.Logger.With("service", "timer"),
 		enc:             newRunDueEncoder(jsutil.Source("timer", cfg.Instance)),
@@ -190,10 +214,66 @@ func New(cfg Config) (*Service, error) {
 		items:           make(map[string]*item),
 		wake:            make(chan struct{}, 1),
 		ready:           make(chan struct{}),
-	}, nil
+	}
+	s.standby.Store(cfg.Lease > 0)
+	s.cfg.Metrics.TimerDispatching.Set(boolGauge(cfg.Lease == 0))
+	return s, nil
 }
 
-// Ready is closed once the initial snapshot of flyball-schedules is loaded.
+// LeaseKey is the timers' key in KV flyball-leases.
+const LeaseKey = "timer"
+
+// onLease follows the lease. A timer that takes it loads the schedules
+// and dispatches; one that loses it stops before its next batch, ends its
+// watch and forgets the schedules. A standby holds no schedule and
+// receives no schedule write, so it costs the stack nothing per run; on
+// taking over it loads the bucket, as a timer does at start, and fires
+// the slots that fell due meanwhile.
+func (s *Service) onLease(held bool) {
+	s.standby.Store(!held)
+	s.cfg.Metrics.TimerDispatching.Set(boolGauge(held))
+	if !held {
+		if s.unfollow != nil {
+			s.unfollow()
+			s.unfollow = nil
+		}
+		s.forget()
+		return
+	}
+	if s.unfollow != nil {
+		return
+	}
+	s.presize(s.runCtx, s.follower.KV)
+	ctx, cancel := context.WithCancel(s.runCtx)
+	done := make(chan struct{})
+	s.Go(func() {
+		defer close(done)
+		s.follower.Run(ctx)
+	})
+	s.unfollow = func() { cancel(); <-done }
+	s.poke()
+}
+
+// forget drops every schedule, once the watch has ended: a dispatch still
+// in flight finds its item gone and is not re-queued.
+func (s *Service) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.items = make(map[string]*item)
+	s.queue = nil
+	s.cfg.Metrics.DispatchPending.Set(0)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Ready is closed once the initial snapshot of flyball-schedules is
+// loaded; with a lease, the first time this replica holds it and has
+// loaded the schedules.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Start begins watching schedules and dispatching.
@@ -206,21 +286,35 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("timer: bind %s: %w", streams.BucketSchedules, err)
 	}
+	var leases jetstream.KeyValue
+	if s.cfg.Lease > 0 {
+		if leases, err = s.cfg.JS.KeyValue(ctx, streams.BucketLeases); err != nil {
+			return fmt.Errorf("timer: bind %s: %w", streams.BucketLeases, err)
+		}
+	}
 	s.runCtx = runCtx
-	s.presize(ctx, kv)
 	var once sync.Once
-	f := kvcache.Follower{
+	s.follower = kvcache.Follower{
 		KV: kv, Conn: s.cfg.JS.Conn(), Log: s.log, Apply: s.apply, Prune: s.prune,
 		Loaded: func() { once.Do(func() { close(s.ready) }) },
 	}
 	if s.tuneFollow != nil {
-		s.tuneFollow(&f)
+		s.tuneFollow(&s.follower)
 	}
-	follow, err := f.Start(runCtx)
-	if err != nil {
-		return fmt.Errorf("timer: watch %s: %w", streams.BucketSchedules, err)
+	if leases == nil {
+		s.presize(ctx, kv)
+		follow, err := s.follower.Start(runCtx)
+		if err != nil {
+			return fmt.Errorf("timer: watch %s: %w", streams.BucketSchedules, err)
+		}
+		s.Go(follow)
+	} else {
+		s.Go(func() {
+			lease.Run(runCtx, lease.Config{
+				KV: leases, Key: LeaseKey, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
+			})
+		})
 	}
-	s.Go(follow)
 	s.Go(func() { s.fire(runCtx) })
 	return nil
 }
@@ -426,8 +520,12 @@ func (s *Service) dispatchDue(ctx context.Context) time.Duration {
 }
 
 // takeDue takes up to s.batch due items off the heap, in one lock hold.
-// With none due it returns nil and how long to wait for the next one.
+// With none due it returns nil and how long to wait for the next one; a
+// replica standing by for the lease takes none, and waits for onLease.
 func (s *Service) takeDue() ([]dueRun, time.Duration) {
+	if s.standby.Load() {
+		return nil, time.Hour
+	}
 	now := time.Now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -589,6 +589,7 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"dev", "--nats-sync", "never"},
 		{"serve", "executor", "--redact-header", "X-Bad Name"},
 		{"serve", "sweeper", "--zombie-after", "90s"},
+		{"serve", "timer", "--timer-lease", "500ms"},
 		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
 		{"serve", "api", "--api-token", "short"},
 	} {
@@ -605,6 +606,9 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "serve", "sweeper", "--zombie-after", "90s"); !strings.Contains(r.stderr, "--zombie-after: want a duration from 2m0s to 24h, got 1m30s") {
 		t.Errorf("short --zombie-after: %q", r.stderr)
+	}
+	if r := e.run(t, "serve", "timer", "--timer-lease", "500ms"); !strings.Contains(r.stderr, "--timer-lease: want 0 or a duration from 1s to 1m, got 500ms") {
+		t.Errorf("short --timer-lease: %q", r.stderr)
 	}
 	if r := e.run(t, "dev", "--nats-sync", "0s"); !strings.Contains(r.stderr, `--nats-sync: want always or a positive duration such as 2m or 1s, got "0s"`) {
 		t.Errorf("bad --nats-sync: %q", r.stderr)

@@ -44,6 +44,7 @@ type runFlags struct {
 	perHost       int
 	govWorkers    int
 	timerLead     time.Duration
+	timerLease    time.Duration
 	zombieAfter   time.Duration
 	perTask       bool
 	pprof         bool
@@ -76,6 +77,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")
 	fs.IntVar(&f.govWorkers, "governor-workers", 16, "governor: messages decided at once per stream (sharded by task)")
 	fs.DurationVar(&f.timerLead, "timer-lead", timer.DefaultLead, "timer: the longest a dispatch is published before its slot (each gets a quarter of the time since its task's previous slot, at most this); the executor holds it until the slot (0: at the slot)")
+	fs.DurationVar(&f.timerLease, "timer-lease", 0, "timer: elect one dispatching timer through a lease in KV flyball-leases, taken over when it goes this long without renewal (from 1s to 1m; the runs due meanwhile start late by up to that); 0: every timer dispatches every run, and JetStream drops the copies")
 	fs.DurationVar(&f.zombieAfter, "zombie-after", sweeper.DefaultZombieAfter, "sweeper: how long past its slot a run may go without a dispatch or an outcome before it is dispatched again, and a task without a schedule before its task.created is published again (at least twice the executor's 1m late-dispatch check)")
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
 	fs.BoolVar(&f.pprof, "pprof", os.Getenv("FLYBALL_PPROF") == "true", "serve Go profiles under /debug/pprof/ on --metrics-addr, which has no auth: keep it private (env FLYBALL_PPROF=true)")
@@ -89,7 +91,7 @@ func (f *runFlags) stackConfig(js jetstream.JetStream, log *slog.Logger, m *metr
 	return stack.Config{
 		JS: js, Logger: log, Metrics: m, Guard: guard,
 		Concurrency: f.concurrency, PerHost: f.perHost, RedactHeaders: f.redact, GovernorWorkers: f.govWorkers,
-		TimerLead: f.lead(), ZombieAfter: f.zombieAfter, APIAddr: f.apiAddr, APITokens: tokens, PerTaskMetrics: f.perTask,
+		TimerLead: f.lead(), TimerLease: f.timerLease, ZombieAfter: f.zombieAfter, APIAddr: f.apiAddr, APITokens: tokens, PerTaskMetrics: f.perTask,
 	}
 }
 
@@ -156,6 +158,9 @@ func (f *runFlags) guard() (executor.Guard, error) {
 	// The governor treats a slot due within InFlightWindow as dispatched.
 	if f.timerLead < 0 || f.timerLead > governor.MaxLead {
 		return g, fmt.Errorf("--timer-lead: want a duration from 0 to %s, got %s", governor.MaxLead, f.timerLead)
+	}
+	if f.timerLease != 0 && (f.timerLease < time.Second || f.timerLease > time.Minute) {
+		return g, fmt.Errorf("--timer-lease: want 0 or a duration from 1s to 1m, got %s", f.timerLease)
 	}
 	// A lost-write re-dispatch sooner than the executor's late-dispatch
 	// check after its slot is not checked for a stored outcome, and calls

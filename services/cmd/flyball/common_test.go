@@ -22,7 +22,7 @@ func TestStackConfigCarriesTheRunFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	rf.register(fs, false)
 	err := fs.Parse([]string{
-		"--concurrency", "32", "--per-host", "4", "--governor-workers", "3", "--timer-lead", "500ms", "--zombie-after", "10m",
+		"--concurrency", "32", "--per-host", "4", "--governor-workers", "3", "--timer-lead", "500ms", "--timer-lease", "5s", "--zombie-after", "10m",
 		"--redact-header", "X-Tenant", "--redact-header", "account", "--api-addr", "127.0.0.1:0", "--per-task-metrics",
 	})
 	if err != nil {
@@ -37,8 +37,8 @@ func TestStackConfigCarriesTheRunFlags(t *testing.T) {
 	switch {
 	case cfg.Concurrency != 32 || cfg.PerHost != 4 || cfg.GovernorWorkers != 3:
 		t.Errorf("limits %d/%d/%d, want 32/4/3", cfg.Concurrency, cfg.PerHost, cfg.GovernorWorkers)
-	case cfg.TimerLead != 500*time.Millisecond || cfg.ZombieAfter != 10*time.Minute:
-		t.Errorf("timer lead %s, zombie after %s; want 500ms, 10m", cfg.TimerLead, cfg.ZombieAfter)
+	case cfg.TimerLead != 500*time.Millisecond || cfg.TimerLease != 5*time.Second || cfg.ZombieAfter != 10*time.Minute:
+		t.Errorf("timer lead %s, lease %s, zombie after %s; want 500ms, 5s, 10m", cfg.TimerLead, cfg.TimerLease, cfg.ZombieAfter)
 	case !slices.Equal(cfg.RedactHeaders, []string{"X-Tenant", "account"}):
 		t.Errorf("redact names %q, want the two given", cfg.RedactHeaders)
 	case cfg.APIAddr != "127.0.0.1:0" || len(cfg.APITokens) != 1 || !cfg.PerTaskMetrics:

@@ -23,6 +23,7 @@ type Set struct {
 	DispatchLateness   prometheus.Histogram
 	DispatchTotal      *prometheus.CounterVec
 	DispatchPending    prometheus.Gauge
+	TimerDispatching   prometheus.Gauge
 	DispatchHeld       prometheus.Gauge
 	DispatchDeferred   prometheus.Gauge
 	Inflight           prometheus.Gauge
@@ -96,6 +97,9 @@ func New() *Set {
 		}, []string{"result"}),
 		DispatchPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_pending", Help: "Schedules held by this timer that are waiting to fall due.",
+		}),
+		TimerDispatching: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_timer_dispatching", Help: "1 while this timer publishes due runs, 0 while it stands by for the lease another replica holds (--timer-lease).",
 		}),
 		DispatchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_held", Help: "Dispatches this executor holds until their slot (the timer publishes them up to --timer-lead early).",
@@ -189,7 +193,7 @@ func New() *Set {
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
-		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
+		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,

@@ -1,0 +1,136 @@
+package timer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// startLeased starts a timer that takes part in the lease, without
+// waiting for it to load or to take the lease.
+func startLeased(t *testing.T, js jetstream.JetStream, instance string, lease time.Duration) *Service {
+	t.Helper()
+	s, err := New(Config{JS: js, Instance: instance, Metrics: metrics.New(), RetryDelay: 20 * time.Millisecond, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func dispatching(s *Service) bool { return testutil.ToFloat64(s.cfg.Metrics.TimerDispatching) == 1 }
+
+func putDue(t *testing.T, js jetstream.JetStream, prefix string, n int) {
+	t.Helper()
+	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC()
+	for i := range n {
+		putSchedule(t, js, fmt.Sprintf("%s-%03d", prefix, i), at, gov.SourceBaselineInterval)
+	}
+}
+
+// TestOneTimerDispatchesUnderALease: of two timers sharing the lease only
+// the holder watches the schedules and publishes. The other holds none
+// and publishes nothing, and when the holder stops it takes over, loads
+// the schedules and dispatches.
+func TestOneTimerDispatchesUnderALease(t *testing.T) {
+	const n = 50
+	srv := natstest.StartWithStreams(t)
+	a := startLeased(t, srv.JS, "timer-a", 3*time.Second)
+	natstest.Eventually(t, within, "timer-a takes the free lease", func() bool { return dispatching(a) })
+	b := startLeased(t, srv.JS, "timer-b", 3*time.Second)
+
+	putDue(t, srv.JS, "first", n)
+	natstest.Eventually(t, within, "timer-a dispatches every slot", func() bool { return results(a)[resultNew] == n })
+	r := results(b)
+	if r[resultNew]+r[resultDuplicate]+r[resultPending]+r[resultError] != 0 || dispatching(b) || queued(b) != 0 {
+		t.Fatalf("timer-b, on standby: results %v, dispatching %v, %d schedules held; want none", r, dispatching(b), queued(b))
+	}
+	if got := testutil.ToFloat64(b.cfg.Metrics.DispatchPending); got != 0 {
+		t.Fatalf("timer-b reports %v schedules pending on standby", got)
+	}
+
+	// a stops and releases the lease; b takes it at its next read, well
+	// before the 3 s a silent holder is given.
+	a.Stop()
+	if dispatching(a) {
+		t.Fatal("timer-a still reports dispatching after it stopped")
+	}
+	natstest.Eventually(t, 2*time.Second, "timer-b takes the released lease", func() bool { return dispatching(b) })
+	select {
+	case <-b.Ready():
+	case <-time.After(within):
+		t.Fatal("timer-b did not load the schedules after taking the lease")
+	}
+	// b loads the slots a dispatched moments ago: JetStream drops each
+	// copy as a duplicate (its Nats-Msg-Id), so none runs twice.
+	natstest.Eventually(t, within, "timer-b settles the slots timer-a dispatched", func() bool {
+		r := results(b)
+		return r[resultDuplicate]+r[resultPending] == n
+	})
+	if r := results(b); r[resultNew] != 0 {
+		t.Fatalf("timer-b stored %d of timer-a's slots again: %v", r[resultNew], r)
+	}
+	putDue(t, srv.JS, "second", 10)
+	natstest.Eventually(t, within, "timer-b dispatches new slots", func() bool { return results(b)[resultNew] == 10 })
+	if r := results(a); r[resultNew] != n || r[resultDuplicate]+r[resultPending]+r[resultError] != 0 {
+		t.Fatalf("timer-a results %v, want %d new and nothing else", r, n)
+	}
+}
+
+// TestStandbyTakesOverFromACrashedTimer: a holder cut off from NATS
+// without stopping (a crash, as far as the others can tell) loses the
+// lease once it has gone unrenewed for the lease's duration.
+func TestStandbyTakesOverFromACrashedTimer(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	nc, js := srv.Connect(t)
+	a := startLeased(t, js, "timer-a", time.Second)
+	natstest.Eventually(t, within, "timer-a takes the free lease", func() bool { return dispatching(a) })
+	b := startLeased(t, srv.JS, "timer-b", time.Second)
+	putDue(t, srv.JS, "before", 10)
+	natstest.Eventually(t, within, "timer-a dispatches", func() bool { return results(a)[resultNew] == 10 })
+	nc.Close()
+
+	natstest.Eventually(t, within, "timer-b takes the silent lease", func() bool { return dispatching(b) })
+	natstest.Eventually(t, within, "timer-a stands down and forgets the schedules", func() bool { return !dispatching(a) && queued(a) == 0 })
+	putDue(t, srv.JS, "after", 10)
+	natstest.Eventually(t, within, "timer-b dispatches", func() bool { return results(b)[resultNew] == 10 })
+}
+
+func TestNewRefusesANegativeLease(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	if _, err := New(Config{JS: srv.JS, Lease: -time.Second}); err == nil {
+		t.Fatal("New accepted a negative lease")
+	}
+}
+
+// TestWithoutALeaseEveryTimerDispatches keeps the default: both timers
+// publish every slot, and JetStream stores one copy of each.
+func TestWithoutALeaseEveryTimerDispatches(t *testing.T) {
+	const n = 20
+	srv := natstest.StartWithStreams(t)
+	a := startTimer(t, srv.JS, nil)
+	b := startTimer(t, srv.JS, nil)
+	if !dispatching(a) || !dispatching(b) {
+		t.Fatal("a timer without a lease does not report dispatching")
+	}
+	putDue(t, srv.JS, "task", n)
+	settled := func(s *Service) int {
+		r := results(s)
+		return r[resultNew] + r[resultDuplicate] + r[resultPending]
+	}
+	natstest.Eventually(t, within, "both timers publish every slot", func() bool { return settled(a) == n && settled(b) == n })
+	if got := results(a)[resultNew] + results(b)[resultNew]; got != n {
+		t.Fatalf("%d dispatches stored as new, want %d", got, n)
+	}
+}
