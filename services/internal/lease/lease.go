@@ -13,7 +13,9 @@
 //
 // A holder that stops releases the key (a delete with its revision), so a
 // replica that stands by takes over at its next read instead of after
-// TTL.
+// TTL. Holder names must differ between replicas: a holder whose
+// renewal was stored but whose reply was lost recognises the key by its
+// name.
 package lease
 
 import (
@@ -94,6 +96,10 @@ func (st *state) step(ctx context.Context) {
 		switch {
 		case err == nil:
 			st.rev, st.renewed = rev, now
+		case jsutil.IsCASConflict(err) && st.wroteLast(ctx):
+			// A renewal stored whose reply was lost moved the revision
+			// past ours: the key still names this replica.
+			st.renewed = now
 		case jsutil.IsCASConflict(err) || jsutil.IsKeyMissing(err):
 			st.lose("lease taken by another replica")
 		case now.Sub(st.renewed) >= st.cfg.TTL:
@@ -121,6 +127,17 @@ func (st *state) step(ctx context.Context) {
 			st.take(rev, now, "lease holder silent for its TTL", "previous", string(e.Value()))
 		}
 	}
+}
+
+// wroteLast reports whether the key names this replica at a revision
+// past the one it last wrote, and adopts that revision if so.
+func (st *state) wroteLast(ctx context.Context) bool {
+	e, err := st.cfg.KV.Get(ctx, st.cfg.Key)
+	if err != nil || string(e.Value()) != st.cfg.Holder || e.Revision() <= st.rev {
+		return false
+	}
+	st.rev = e.Revision()
+	return true
 }
 
 func (st *state) take(rev uint64, now time.Time, msg string, args ...any) {

@@ -117,6 +117,38 @@ func TestSilentHolderIsReplacedAfterTTL(t *testing.T) {
 	}
 }
 
+// TestRenewalWhoseReplyWasLostKeepsTheLease: a renewal the server stored
+// but whose reply never came leaves the holder one revision behind the
+// key; its next renewal loses the compare-and-set, finds its own name at
+// a later revision, and keeps the lease.
+func TestRenewalWhoseReplyWasLostKeepsTheLease(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a := newReplica(t, kv, "timer-a")
+	a.step(ctx)
+	if _, err := kv.Update(ctx, "timer", []byte("timer-a"), a.rev); err != nil {
+		t.Fatal(err)
+	}
+	a.advance(ttl / 3)
+	a.step(ctx)
+	if !a.held || len(a.changes) != 1 {
+		t.Fatalf("a after a lost reply: held %v, changes %v; want it still held", a.held, a.changes)
+	}
+	a.advance(ttl / 3)
+	a.step(ctx)
+	if !a.held {
+		t.Fatal("a lost the lease at the renewal after adopting its revision")
+	}
+	// Another replica's write at a later revision is not adopted.
+	if _, err := kv.Put(ctx, "timer", []byte("timer-b")); err != nil {
+		t.Fatal(err)
+	}
+	a.step(ctx)
+	if a.held {
+		t.Fatal("a adopted a revision another replica wrote")
+	}
+}
+
 func TestReleaseHandsOverAtTheNextRead(t *testing.T) {
 	_, kv := leases(t)
 	ctx := context.Background()
