@@ -7,6 +7,8 @@
 #      call the demo target every second; check that runs arrive
 #   3. kill one NATS node (a stream leader) under load; check that calls and
 #      run outcomes keep flowing within seconds; start it again
+#   3b. stop the timer that holds the lease (--timer-lease); check that the
+#      other takes it and calls go on without a pause; start it again
 #   4. kill an executor mid-call; once redeliveries are due, pause the tasks
 #      and reconcile: every dispatch stored in DISPATCH ended (succeeded,
 #      skipped, or failed finally), every call the target saw belongs to a
@@ -250,6 +252,35 @@ jq -e -n --argjson g "$gap" --argjson max "$max_pause" '$g <= $max' >/dev/null |
 "${dc[@]}" start "$victim" >/dev/null 2>&1
 deploy/compose/wait-healthy.sh 90 "${dc[@]}" || fail "$victim did not become healthy again"
 log "$victim is back and healthy; tasks called in the last 3s: $(target_log | jq -c --argjson since "$(($(now) - 3))" "$jq_ts"'[.[] | select((.task // "") | startswith("e2e-")) | select(ts >= $since) | .task] | unique')"
+
+# ---------------------------------------------------------------------------
+step "3b stop the timer that holds the lease"
+# The compose timers run with --timer-lease 3s: one publishes, the other
+# stands by. A clean stop deletes the key, and the standby takes it at its
+# next read (every second), loads the schedules and dispatches.
+holder=$(natsc kv get flyball-leases timer --raw 2>"$work/lease.err") ||
+	fail "reading the timers' lease failed: $(cat "$work/lease.err")"
+case $holder in
+timer1) other=timer2 ;;
+timer2) other=timer1 ;;
+*) fail "the timers' lease names '$holder', want timer1 or timer2" ;;
+esac
+stopped=$(nowf)
+"${dc[@]}" stop "$holder" >/dev/null 2>&1
+log "stopped $holder, the timer holding the lease"
+took_lease() { [[ $(natsc kv get flyball-leases timer --raw 2>/dev/null) == "$other" ]]; }
+wait_for 15 "$other to take the lease" took_lease
+ticking() { (($(calls_since e2e-tick "${stopped%.*}") >= 5)); }
+wait_for 30 "calls of e2e-tick after stopping $holder" ticking
+gap=$(max_gap e2e- "$(jq -n "$stopped - 5")" "$(nowf)")
+log "$other holds the lease; longest pause between calls around the stop: ${gap}s"
+# A stop hands over within the standby's 1 s read, plus a load of a few
+# schedules and the 1 s tasks' phase.
+jq -e -n --argjson g "$gap" '$g <= 5' >/dev/null ||
+	fail "calls paused ${gap}s when $holder stopped (bound 5 s: the lease moves within a second)"
+"${dc[@]}" start "$holder" >/dev/null 2>&1
+deploy/compose/wait-healthy.sh 90 "${dc[@]}" || fail "$holder did not become healthy again"
+log "$holder is back, on standby"
 
 # ---------------------------------------------------------------------------
 step "4 kill an executor mid-call, reconcile"
