@@ -264,5 +264,5 @@ logs: ## Follow the compose stack's logs (LOGS_ARGS='--tail=50 executor1' narrow
 	$(compose) logs $(LOGS_ARGS)
 
 .PHONY: e2e
-e2e: natscli-install ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, breaker, DLQ, down
+e2e: natscli-install ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, timer handover, breaker, DLQ, down
 	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" NATS_CLI="$(NATS_CLI)" bash $(COMPOSE_DIR)/e2e.sh
