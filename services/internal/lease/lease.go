@@ -90,6 +90,10 @@ func Run(ctx context.Context, cfg Config) {
 // step renews a held lease, or reads the key and takes it if it is free
 // or has not moved for TTL.
 func (st *state) step(ctx context.Context) {
+	// Each step ends before the next is due: a request that hangs must
+	// not hold up the renewals after it.
+	ctx, cancel := context.WithTimeout(ctx, st.cfg.TTL/3)
+	defer cancel()
 	now := st.cfg.now()
 	if st.held {
 		rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), st.rev)
@@ -120,6 +124,12 @@ func (st *state) step(ctx context.Context) {
 		}
 	case err != nil:
 		st.log.Debug("lease unreadable; standing by", "err", err)
+	case e.Revision() == st.rev && string(e.Value()) == st.cfg.Holder:
+		// This replica stood down when it could not renew, and nobody has
+		// written the key since: it is still this replica's.
+		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), e.Revision()); err == nil {
+			st.take(rev, now, "lease still held after renewals failed")
+		}
 	case e.Revision() != st.rev || st.seen.IsZero():
 		st.rev, st.seen = e.Revision(), now
 	case now.Sub(st.seen) >= st.cfg.TTL:

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -204,6 +205,59 @@ func TestHolderCutOffFromNATSStepsDownAfterTTL(t *testing.T) {
 	b.step(ctx)
 	if !b.held || holder(t, kv) != "timer-b" {
 		t.Fatalf("b did not take the silent lease (held %v)", b.held)
+	}
+}
+
+// failingKV fails every call while fail is set, as a KV whose stream is
+// electing a leader does; otherwise it is the real bucket.
+type failingKV struct {
+	jetstream.KeyValue
+	fail bool
+}
+
+var errElection = errors.New("nats: no responders available for request")
+
+func (f *failingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if f.fail {
+		return nil, errElection
+	}
+	return f.KeyValue.Get(ctx, key)
+}
+
+func (f *failingKV) Update(ctx context.Context, key string, v []byte, rev uint64) (uint64, error) {
+	if f.fail {
+		return 0, errElection
+	}
+	return f.KeyValue.Update(ctx, key, v, rev)
+}
+
+// TestHolderThatCouldNotRenewTakesBackAnUnchangedKey: a holder whose
+// renewals failed for TTL (the bucket electing a leader) stands down; once
+// it can read the key again and finds it unchanged, nobody has taken it,
+// and it holds it again at once rather than after another TTL.
+func TestHolderThatCouldNotRenewTakesBackAnUnchangedKey(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	flaky := &failingKV{KeyValue: kv}
+	a, b := newReplica(t, flaky, "timer-a"), newReplica(t, kv, "timer-b")
+	a.step(ctx)
+	b.step(ctx)
+	flaky.fail = true
+	a.advance(ttl)
+	a.step(ctx)
+	if a.held {
+		t.Fatal("a kept a lease it could not renew for TTL")
+	}
+	flaky.fail = false
+	a.step(ctx)
+	if !a.held || holder(t, kv) != "timer-a" || len(a.changes) != 3 {
+		t.Fatalf("a with the key unchanged: held %v, changes %v", a.held, a.changes)
+	}
+	// b had seen the old revision: the retake moved it, so b waits anew.
+	b.advance(ttl)
+	b.step(ctx)
+	if b.held {
+		t.Fatal("b took the lease a had taken back")
 	}
 }
 
