@@ -309,6 +309,16 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.Go(follow)
 	} else {
+		// A standby watches only once it holds the lease: check now that
+		// it can, so a missing permission fails its start, not its
+		// takeover.
+		w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+		if err != nil {
+			return fmt.Errorf("timer: watch %s: %w", streams.BucketSchedules, err)
+		}
+		if err := w.Stop(); err != nil {
+			s.log.Debug("stopping the start-up watch check failed", "err", err)
+		}
 		s.Go(func() {
 			lease.Run(runCtx, lease.Config{
 				KV: leases, Key: LeaseKey, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
