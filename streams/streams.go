@@ -51,6 +51,8 @@ const (
 	// whose name is the value does the leased work, and the others stand
 	// by (services/internal/lease).
 	BucketLeases = "flyball-leases"
+	// LeaseTimer is the timers' key in BucketLeases.
+	LeaseTimer = "timer"
 )
 
 // Durable consumer names. A durable name is unique per stream, not

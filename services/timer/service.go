@@ -220,9 +220,6 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// LeaseKey is the timers' key in KV flyball-leases.
-const LeaseKey = "timer"
-
 // onLease follows the lease. A timer that takes it loads the schedules
 // and dispatches; one that loses it stops before its next batch, ends its
 // watch and forgets the schedules. A standby holds no schedule and
@@ -321,7 +318,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.Go(func() {
 			lease.Run(runCtx, lease.Config{
-				KV: leases, Key: LeaseKey, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
+				KV: leases, Key: streams.LeaseTimer, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
 			})
 		})
 	}

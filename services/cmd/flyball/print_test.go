@@ -101,3 +101,27 @@ func TestPrintExplanationSaysWhatIsPending(t *testing.T) {
 		t.Errorf("mismatch output:\n%s\nwant it to end with %q", b.String(), want)
 	}
 }
+
+// TestStatusNamesTheTimerLeaseHolder: `flyball status` says which timer
+// dispatches, and says so plainly when that timer is offline (a crash not
+// yet taken over).
+func TestStatusNamesTheTimerLeaseHolder(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printServices(&out, &query.ServicesHealth{Online: map[string]int{"timer": 2}, TimerLease: "timer1"})
+	if !strings.Contains(out.String(), "  timer lease: timer1 dispatches; other timers stand by\n") {
+		t.Errorf("holder online:\n%s", out.String())
+	}
+	out.Reset()
+	var gone query.Instance
+	gone.Kind, gone.Name = "timer", "timer1"
+	printServices(&out, &query.ServicesHealth{Online: map[string]int{"timer": 1}, Offline: []query.Instance{gone}, TimerLease: "timer1"})
+	if !strings.Contains(out.String(), "timer lease: timer1 is OFFLINE") {
+		t.Errorf("holder offline:\n%s", out.String())
+	}
+	out.Reset()
+	printServices(&out, &query.ServicesHealth{Online: map[string]int{"timer": 2}})
+	if strings.Contains(out.String(), "timer lease") {
+		t.Errorf("no lease, yet a lease line:\n%s", out.String())
+	}
+}

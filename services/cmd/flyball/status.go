@@ -131,6 +131,15 @@ func printServices(w io.Writer, sh *query.ServicesHealth) {
 	for _, m := range sh.Missing {
 		fmt.Fprintf(w, "  NONE ONLINE: %s: %s\n", m.Kind, m.Effect)
 	}
+	if sh.TimerLease != "" {
+		state := "dispatches; other timers stand by"
+		for _, in := range sh.Offline {
+			if in.Kind == "timer" && in.Name == sh.TimerLease {
+				state = "is OFFLINE: a standby takes the lease once it has gone unrenewed for the lease's duration"
+			}
+		}
+		fmt.Fprintf(w, "  timer lease: %s %s\n", sh.TimerLease, state)
+	}
 	for i, in := range sh.Offline {
 		if i == statusOffline {
 			fmt.Fprintf(w, "  … and %d more offline (flyball runtime lists them)\n", len(sh.Offline)-i)

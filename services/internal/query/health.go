@@ -3,14 +3,20 @@ package query
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/cron"
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // Health summary constants.
@@ -49,6 +55,10 @@ type ServicesHealth struct {
 	// Offline are the registered instances that stopped beating: marked
 	// offline by the sweeper, or silent for three heartbeat intervals.
 	Offline []Instance `json:"offline"`
+	// TimerLease names the timer that holds the timers' lease (KV
+	// flyball-leases, --timer-lease): the one that dispatches. Empty when
+	// the timers run without a lease, or none holds it.
+	TimerLease string `json:"timerLease,omitempty"`
 }
 
 // MissingService is a kind of service with no instance online.
@@ -241,7 +251,32 @@ func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
 			sh.Missing = append(sh.Missing, m)
 		}
 	}
+	if sh.TimerLease, err = r.timerLease(ctx); err != nil {
+		return ServicesHealth{}, err
+	}
 	return sh, nil
+}
+
+// timerLease reads the name of the timer holding the lease: "" when no
+// timer holds it, or the bucket does not exist (streams ensured by a
+// version before the lease). It is bound on each call, so a reader that
+// started before the bucket existed sees it once it does.
+func (r *Reader) timerLease(ctx context.Context) (string, error) {
+	kv, err := r.js.KeyValue(ctx, streams.BucketLeases)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("bind KV %s: %w", streams.BucketLeases, err)
+	}
+	e, err := kv.Get(ctx, streams.LeaseTimer)
+	if jsutil.IsKeyMissing(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read KV %s: %w", streams.BucketLeases, err)
+	}
+	return string(e.Value()), nil
 }
 
 // Expectation is the cadence a task's staleness is measured against: its

@@ -428,6 +428,40 @@ func TestHealthServices(t *testing.T) {
 	if strings.Join(off, " ") != "executor.dead executor.gone governor.old" {
 		t.Errorf("offline = %v", off)
 	}
+	if sh.TimerLease != "" {
+		t.Errorf("timer lease %q with no lease written", sh.TimerLease)
+	}
+}
+
+// TestHealthNamesTheTimerLeaseHolder: with --timer-lease, status names
+// the one timer that dispatches; against streams of a version before the
+// lease (no flyball-leases bucket) it names none and does not fail.
+func TestHealthNamesTheTimerLeaseHolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv, err := b.srv.JS.KeyValue(b.ctx, streams.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(b.ctx, streams.LeaseTimer, []byte("timer2")); err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.r.Health(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Services.TimerLease != "timer2" {
+		t.Errorf("timer lease %q, want timer2", h.Services.TimerLease)
+	}
+	if err := b.srv.JS.DeleteKeyValue(b.ctx, streams.BucketLeases); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = b.r.Health(b.ctx); err != nil {
+		t.Fatalf("health without the leases bucket: %v", err)
+	}
+	if h.Services.TimerLease != "" {
+		t.Errorf("without the bucket: timer lease %q, want none", h.Services.TimerLease)
+	}
 }
 
 // TestHealthStalenessFollowsARelaxationOnPurpose: status scores a task
