@@ -46,26 +46,19 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return err
 			}
-			host, port, err := embedded.ParseListen(listen)
-			if err != nil {
-				return fmt.Errorf("--listen: %w", err)
-			}
-			fsync, err := embedded.ParseSync(sync)
-			if err != nil {
-				return fmt.Errorf("--nats-sync: %w", err)
-			}
-			tokens, generated, err := rf.tokens(true)
+			srvCfg, err := devServerConfig(listen, dataDir, sync, debug)
 			if err != nil {
 				return err
 			}
-			storeDir, err := filepath.Abs(filepath.Join(dataDir, "jetstream"))
+			storeDir := srvCfg.StoreDir
+			tokens, generated, err := rf.tokens(true)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
-			srv, err := embedded.Start(embedded.Config{Host: host, Port: port, StoreDir: storeDir, Debug: debug, Sync: fsync})
+			srv, err := embedded.Start(srvCfg)
 			if err != nil {
 				return err
 			}
@@ -155,6 +148,25 @@ func dialable(addr string) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// devServerConfig is the embedded nats-server dev starts, from its
+// --listen, --data-dir, --nats-sync and --nats-debug flags; an error names
+// the flag.
+func devServerConfig(listen, dataDir, sync string, debug bool) (embedded.Config, error) {
+	host, port, err := embedded.ParseListen(listen)
+	if err != nil {
+		return embedded.Config{}, fmt.Errorf("--listen: %w", err)
+	}
+	fsync, err := embedded.ParseSync(sync)
+	if err != nil {
+		return embedded.Config{}, fmt.Errorf("--nats-sync: %w", err)
+	}
+	storeDir, err := filepath.Abs(filepath.Join(dataDir, "jetstream"))
+	if err != nil {
+		return embedded.Config{}, fmt.Errorf("--data-dir: %w", err)
+	}
+	return embedded.Config{Host: host, Port: port, StoreDir: storeDir, Debug: debug, Sync: fsync}, nil
 }
 
 // asyncPersistUsage is the help of --async-persist, on dev and serve.
