@@ -3,15 +3,19 @@ package timer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // startLeased starts a timer that takes part in the lease, without
@@ -132,5 +136,66 @@ func TestWithoutALeaseEveryTimerDispatches(t *testing.T) {
 	natstest.Eventually(t, within, "both timers publish every slot", func() bool { return settled(a) == n && settled(b) == n })
 	if got := results(a)[resultNew] + results(b)[resultNew]; got != n {
 		t.Fatalf("%d dispatches stored as new, want %d", got, n)
+	}
+}
+
+// TestLeasedTimerWithoutWatchPermissionFailsToStart: a standby watches
+// the schedules only once it holds the lease, so Start checks that it may;
+// a NATS user without the permission fails at start, not at the takeover.
+func TestLeasedTimerWithoutWatchPermissionFailsToStart(t *testing.T) {
+	t.Parallel()
+	deny := []string{"$JS.API.CONSUMER.CREATE.KV_flyball-schedules", "$JS.API.CONSUMER.CREATE.KV_flyball-schedules.>"}
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+		Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "nowatch", Password: "nowatch", Permissions: &server.Permissions{Publish: &server.SubjectPermission{Deny: deny}}},
+		},
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	connect := func(user string) jetstream.JetStream {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	admin := connect("admin")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := streams.Ensure(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	start := func(js jetstream.JetStream) error {
+		s, err := New(Config{JS: js, Instance: "t", Metrics: metrics.New(), Lease: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		err = s.Start(sctx)
+		if err == nil {
+			s.Stop()
+		}
+		return err
+	}
+	if err := start(connect("nowatch")); err == nil || !strings.Contains(err.Error(), "watch flyball-schedules") {
+		t.Fatalf("start without the watch permission: %v, want a watch error", err)
+	}
+	if err := start(admin); err != nil {
+		t.Fatalf("start with every permission: %v", err)
 	}
 }
