@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -145,32 +144,12 @@ func TestWithoutALeaseEveryTimerDispatches(t *testing.T) {
 func TestLeasedTimerWithoutWatchPermissionFailsToStart(t *testing.T) {
 	t.Parallel()
 	deny := []string{"$JS.API.CONSUMER.CREATE.KV_flyball-schedules", "$JS.API.CONSUMER.CREATE.KV_flyball-schedules.>"}
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-		Users: []*server.User{
-			{Username: "admin", Password: "admin"},
-			{Username: "nowatch", Password: "nowatch", Permissions: &server.Permissions{Publish: &server.SubjectPermission{Deny: deny}}},
-		},
-	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := natstest.StartWithUsers(t,
+		&server.User{Username: "admin", Password: "admin"},
+		&server.User{Username: "nowatch", Password: "nowatch", Permissions: &server.Permissions{Publish: &server.SubjectPermission{Deny: deny}}},
+	)
 	connect := func(user string) jetstream.JetStream {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, js := natstest.ConnectAs(t, srv, user, user)
 		return js
 	}
 	admin := connect("admin")

@@ -84,6 +84,24 @@ func launch(t testing.TB, opts *server.Options) *server.Server {
 	return s
 }
 
+// StartWithUsers starts a listening JetStream server, without flyball's
+// streams, whose clients log in as one of users (each with its own
+// permissions); ConnectAs connects to it. It is shut down in t.Cleanup.
+func StartWithUsers(t testing.TB, users ...*server.User) *server.Server {
+	t.Helper()
+	s := launch(t, &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Users: users})
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("natstest: server not ready within 10s")
+	}
+	return s
+}
+
+// ConnectAs opens a connection to s as user, closed in t.Cleanup.
+func ConnectAs(t testing.TB, s *server.Server, user, password string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	return connect(t, s.ClientURL(), nats.UserInfo(user, password))
+}
+
 // StartWithStreams starts a server and creates every flyball stream,
 // consumer and KV bucket, with opts.
 func StartWithStreams(t testing.TB, opts ...streams.Option) *Server {
