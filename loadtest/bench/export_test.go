@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 )
 
+// TakeoverLease is the lease the scale tier's takeover runs under.
+const TakeoverLease = takeoverLease
+
 // ChildParent is the benchmark's part in TestChildDiesWithTheBenchmark,
 // run by TestMain in a process of its own: it starts a long-lived child
 // as startChild does for a stack, prints the child's PID and blocks until

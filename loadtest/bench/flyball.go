@@ -35,6 +35,12 @@ type inprocStack struct {
 // startStack connects the stack's own connection, ensures the streams and
 // starts services (all but the API when empty).
 func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...string) (*inprocStack, error) {
+	return r.startStackWith(ctx, env, nil, services...)
+}
+
+// startStackWith is startStack with tune applied to the stack's config
+// (when not nil) before it starts.
+func (r *runner) startStackWith(ctx context.Context, env *natsEnv, tune func(*stack.Config), services ...string) (*inprocStack, error) {
 	if len(services) == 0 {
 		services = benchServices()
 	}
@@ -53,7 +59,7 @@ func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...strin
 		nc.Close()
 		return nil, err
 	}
-	st, err := stack.Start(ctx, stack.Config{
+	cfg := stack.Config{
 		JS:          js,
 		Services:    services,
 		Version:     "bench",
@@ -65,7 +71,11 @@ func (r *runner) startStack(ctx context.Context, env *natsEnv, services ...strin
 		// nats-server baseline have no such cap.
 		PerHost:   r.cfg.Concurrency,
 		TimerLead: r.cfg.TimerLead,
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	st, err := stack.Start(ctx, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, err

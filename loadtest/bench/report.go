@@ -296,11 +296,11 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 			continue
 		}
 		sc := tr.Scale
-		b.WriteString("| scale | seed | seed time | timer ready | all loaded | timer heap/task | heap growth/task | peak RSS | CPU-s |\n")
-		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
-		fmt.Fprintf(&b, "| %d tasks @%s | %s | %.1f s | %.2f s | %.2f s | %.0f B | %.0f B | %s | %.2f |\n\n",
+		b.WriteString("| scale | seed | seed time | timer ready | all loaded | timer heap/task | heap growth/task | peak RSS | CPU-s | takeover: lease, all loaded |\n")
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		fmt.Fprintf(&b, "| %d tasks @%s | %s | %.1f s | %.2f s | %.2f s | %.0f B | %.0f B | %s | %.2f | %s |\n\n",
 			sc.Tasks, tr.Tier.Interval, sc.Seed, sc.SeedSeconds, sc.ReadySeconds, sc.LoadSeconds,
-			sc.HeapReleasedPerTask, sc.HeapDeltaPerTask, fmtBytes(sc.PeakRSSBytes), sc.CPUSeconds)
+			sc.HeapReleasedPerTask, sc.HeapDeltaPerTask, fmtBytes(sc.PeakRSSBytes), sc.CPUSeconds, fmtTakeover(sc))
 		for _, n := range sc.Notes {
 			notes = append(notes, "scale: "+n)
 		}
@@ -347,4 +347,14 @@ func fmtBytes(n int64) string {
 
 func oneLine(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", " "), "|", "/")
+}
+
+// fmtTakeover is the scale table's takeover cell: when the standby held
+// the lease and when it held every schedule, each after the holder's
+// connection was cut, under a lease of TakeoverTTLSeconds.
+func fmtTakeover(sc *ScaleResult) string {
+	if sc.TakeoverSeconds == 0 {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.2f s, %.2f s (%.0f s lease)", sc.TakeoverLeaseSeconds, sc.TakeoverSeconds, sc.TakeoverTTLSeconds)
 }

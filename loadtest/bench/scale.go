@@ -16,6 +16,7 @@ import (
 	"github.com/flyballhq/flyball/loadtest/procstat"
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -86,7 +87,64 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 	sc.HeapReleasedPerTask = float64(sc.HeapReleasedBytes) / n
 	r.log.Info("scale: loaded", "tasks", len(ids), "ready_s", sc.ReadySeconds, "load_s", sc.LoadSeconds,
 		"heap_per_task", int(sc.HeapReleasedPerTask), "delta_per_task", int(sc.HeapDeltaPerTask))
+
+	if err := r.takeover(ctx, env, sc, len(ids)); err != nil {
+		sc.Notes = append(sc.Notes, "takeover not measured: "+err.Error())
+	} else {
+		r.log.Info("scale: taken over", "tasks", len(ids), "lease_s", sc.TakeoverLeaseSeconds, "loaded_s", sc.TakeoverSeconds)
+	}
 	return sc, nil
+}
+
+// takeoverLease is the compose stack's --timer-lease, which the takeover
+// measurement uses.
+const takeoverLease = 3 * time.Second
+
+// takeover measures a timer failover over n schedules: a leased timer
+// loads them, a second one stands by, and the first one's NATS
+// connection is cut, as when its process or its host dies (it cannot
+// release the lease). The standby takes the lease once the key has not
+// moved for the lease's TTL, then loads the bucket as a timer does at
+// start.
+func (r *runner) takeover(ctx context.Context, env *natsEnv, sc *ScaleResult, n int) error {
+	leased := func(instance string) func(*stack.Config) {
+		return func(c *stack.Config) { c.Instance, c.TimerLease = instance, takeoverLease }
+	}
+	holder, err := r.startStackWith(ctx, env, leased("bench-timer-a"), "timer")
+	if err != nil {
+		return err
+	}
+	defer holder.stop()
+	if err := r.loadTimer(ctx, holder, &ScaleResult{}, time.Now(), n); err != nil {
+		return fmt.Errorf("the first timer: %w", err)
+	}
+	standby, err := r.startStackWith(ctx, env, leased("bench-timer-b"), "timer")
+	if err != nil {
+		return err
+	}
+	defer standby.stop()
+	m := standby.st.Metrics()
+	if err := poll(ctx, time.Minute, 2*time.Millisecond, func() bool {
+		return gaugeValue(holder.st.Metrics().TimerDispatching) == 1 && gaugeValue(m.TimerDispatching) == 0
+	}); err != nil {
+		return fmt.Errorf("the timers did not settle as holder and standby: %w", err)
+	}
+	cut := time.Now()
+	holder.nc.Close()
+	if err := poll(ctx, time.Minute, 2*time.Millisecond, func() bool {
+		return gaugeValue(m.TimerDispatching) == 1
+	}); err != nil {
+		return fmt.Errorf("the standby did not take the lease: %w", err)
+	}
+	sc.TakeoverLeaseSeconds = time.Since(cut).Seconds()
+	if err := poll(ctx, 5*time.Minute, 2*time.Millisecond, func() bool {
+		return int(gaugeValue(m.DispatchPending)) >= n
+	}); err != nil {
+		return fmt.Errorf("the standby holds %d of %d schedules: %w", int(gaugeValue(m.DispatchPending)), n, err)
+	}
+	sc.TakeoverSeconds = time.Since(cut).Seconds()
+	sc.TakeoverTTLSeconds = takeoverLease.Seconds()
+	return nil
 }
 
 // loadTimer waits until the timer is ready and holds n schedules.

@@ -89,6 +89,13 @@ func TestSmoke(t *testing.T) {
 	if sc == nil || sc.Tasks != smokeScaleTasks || sc.LoadSeconds <= 0 || sc.HeapReleasedBytes <= 0 {
 		t.Errorf("scale = %+v, want %d tasks loaded and heap held", sc, smokeScaleTasks)
 	}
+	// The standby may take the lease only once the key has not moved for
+	// the lease's TTL by its own clock; the holder's last renewal came at
+	// most a third of the TTL before the cut.
+	if sc != nil && (sc.TakeoverLeaseSeconds < 2*bench.TakeoverLease.Seconds()/3 || sc.TakeoverSeconds < sc.TakeoverLeaseSeconds) {
+		t.Errorf("takeover: lease after %.2f s, every schedule after %.2f s; want the lease after at least 2/3 of its %v TTL, and the schedules after that (notes: %v)",
+			sc.TakeoverLeaseSeconds, sc.TakeoverSeconds, bench.TakeoverLease, sc.Notes)
+	}
 	for _, want := range []string{"| Smoke 20 tasks @1s | flyball |", "| Smoke 20 tasks @1s | floor |", "| Smoke 20 tasks @1s | nats-scheduler |", "| Smoke 20 tasks @1s | pipeline |", "| scale |", "| target |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
