@@ -154,10 +154,10 @@ type ScaleResult struct {
 	HeapDeltaPerTask float64 `json:"heapDeltaPerTask"`
 	// HeapReleasedBytes is HeapAlloc after loading minus after stopping the
 	// timer (GC forced): the heap the timer itself held.
-	HeapReleasedBytes   int64    `json:"heapReleasedBytes"`
-	HeapReleasedPerTask float64  `json:"heapReleasedPerTask"`
-	PeakRSSBytes        int64    `json:"peakRssBytes"`
-	CPUSeconds          float64  `json:"cpuSeconds"`
+	HeapReleasedBytes   int64   `json:"heapReleasedBytes"`
+	HeapReleasedPerTask float64 `json:"heapReleasedPerTask"`
+	PeakRSSBytes        int64   `json:"peakRssBytes"`
+	CPUSeconds          float64 `json:"cpuSeconds"`
 	// A failover at this scale: two timers under a lease of
 	// TakeoverTTLSeconds (the compose stack's --timer-lease), and the
 	// holder's NATS connection cut once it holds every schedule.
