@@ -2,7 +2,9 @@
 // tests can hold each one to the code that reads it: a JSON example
 // preceded by a marker such as <!-- check:TaskSpec --> is decoded with the
 // decoder of that kind, and every `nats pub` command is run through the
-// governor's translation. The tests fail when the docs and the code drift.
+// governor's translation. It also reads the links between the docs
+// (Links), so a test can hold each to a file and a heading that exist.
+// The tests fail when the docs and the code drift.
 package docexamples
 
 import (
