@@ -19,17 +19,9 @@ import (
 // commands.
 func docFiles(t *testing.T, root string) []string {
 	t.Helper()
-	files := []string{"README.md"}
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files, err := docexamples.DocFiles(root)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, d := range docs {
-		rel, err := filepath.Rel(root, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, rel)
 	}
 	return files
 }

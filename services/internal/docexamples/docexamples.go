@@ -57,6 +57,24 @@ func Root(t testing.TB) string {
 	}
 }
 
+// DocFiles returns the markdown files of flyball's docs, relative to
+// root: the README, then docs/*.md.
+func DocFiles(root string) ([]string, error) {
+	files := []string{"README.md"}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		rel, err := filepath.Rel(root, d)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, rel)
+	}
+	return files, nil
+}
+
 // DecodeStrict decodes one JSON value into v as flyball's decoders do:
 // unknown fields and trailing content are errors.
 func DecodeStrict(b []byte, v any) error {
