@@ -27,9 +27,10 @@ func benchServices(except ...string) []string {
 
 // inprocStack is flyball running inside this process on env's server.
 type inprocStack struct {
-	nc *nats.Conn
-	js jetstream.JetStream
-	st *stack.Stack
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	st      *stack.Stack
+	stopped sync.Once
 }
 
 // startStack connects the stack's own connection, ensures the streams and
@@ -83,9 +84,13 @@ func (r *runner) startStackWith(ctx context.Context, env *natsEnv, tune func(*st
 	return &inprocStack{nc: nc, js: js, st: st}, nil
 }
 
+// stop stops the services and closes the connection, once: a later call
+// does nothing.
 func (s *inprocStack) stop() {
-	s.st.Stop()
-	s.nc.Close()
+	s.stopped.Do(func() {
+		s.st.Stop()
+		s.nc.Close()
+	})
 }
 
 func (r *runner) runFlyball(ctx context.Context, tier Tier, sr *SystemResult) error {

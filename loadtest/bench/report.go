@@ -350,11 +350,15 @@ func oneLine(s string) string {
 }
 
 // fmtTakeover is the scale table's takeover cell: when the standby held
-// the lease and when it held every schedule, each after the holder's
-// connection was cut, under a lease of TakeoverTTLSeconds.
+// the lease and when it held every schedule, after the holder's crash
+// and after its clean stop, under a lease of TakeoverTTLSeconds.
 func fmtTakeover(sc *ScaleResult) string {
 	if sc.TakeoverSeconds == 0 {
 		return "not measured"
 	}
-	return fmt.Sprintf("%.2f s, %.2f s (%.0f s lease)", sc.TakeoverLeaseSeconds, sc.TakeoverSeconds, sc.TakeoverTTLSeconds)
+	stop := "not measured"
+	if sc.TakeoverStopSeconds > 0 {
+		stop = fmt.Sprintf("%.2f s, %.2f s", sc.TakeoverStopLeaseSeconds, sc.TakeoverStopSeconds)
+	}
+	return fmt.Sprintf("crash: %.2f s, %.2f s; stop: %s (%.0f s lease)", sc.TakeoverLeaseSeconds, sc.TakeoverSeconds, stop, sc.TakeoverTTLSeconds)
 }

@@ -72,6 +72,7 @@ func TestEvaluate(t *testing.T) {
 			{Tier: Tier{Name: TierScale, Kind: KindScale}, Scale: &ScaleResult{
 				Tasks: 1_000_000, LoadSeconds: 12, HeapReleasedPerTask: 200,
 				TakeoverTTLSeconds: 3, TakeoverLeaseSeconds: 3.4, TakeoverSeconds: 8.1,
+				TakeoverStopLeaseSeconds: 0.9, TakeoverStopSeconds: 5.2,
 			}},
 		},
 	}
@@ -119,7 +120,7 @@ func TestEvaluate(t *testing.T) {
 	for _, s := range []string{
 		"| W1a | flyball |", "| W1c | floor |", "60.0 ms", "| not met |", "| scale |",
 		"p99 10.0 ms vs floor 6.0 ms (+4.0 ms)", "p99 60.0 ms vs floor 40.0 ms (+20.0 ms)",
-		"| 3.40 s, 8.10 s (3 s lease) |",
+		"| crash: 3.40 s, 8.10 s; stop: 0.90 s, 5.20 s (3 s lease) |",
 	} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md.String())

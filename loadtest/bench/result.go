@@ -158,16 +158,20 @@ type ScaleResult struct {
 	HeapReleasedPerTask float64 `json:"heapReleasedPerTask"`
 	PeakRSSBytes        int64   `json:"peakRssBytes"`
 	CPUSeconds          float64 `json:"cpuSeconds"`
-	// A failover at this scale: two timers under a lease of
-	// TakeoverTTLSeconds (the compose stack's --timer-lease), and the
-	// holder's NATS connection cut once it holds every schedule.
-	// TakeoverLeaseSeconds runs from the cut until the standby holds the
-	// lease, TakeoverSeconds until it also holds every schedule again.
-	// Zero when the takeover was not measured (a note says why).
-	TakeoverTTLSeconds   float64  `json:"takeoverTtlSeconds,omitempty"`
-	TakeoverLeaseSeconds float64  `json:"takeoverLeaseSeconds,omitempty"`
-	TakeoverSeconds      float64  `json:"takeoverSeconds,omitempty"`
-	Notes                []string `json:"notes,omitempty"`
+	// Failovers at this scale, between timers under a lease of
+	// TakeoverTTLSeconds (the compose stack's --timer-lease). First a
+	// crash: the holder's NATS connection cut once it holds every
+	// schedule. TakeoverLeaseSeconds runs from the cut until the standby
+	// holds the lease, TakeoverSeconds until it also holds every schedule
+	// again. Then a clean stop of the new holder, which releases the
+	// lease: TakeoverStopLeaseSeconds and TakeoverStopSeconds, from the
+	// stop. Zero when not measured (a note says why).
+	TakeoverTTLSeconds       float64  `json:"takeoverTtlSeconds,omitempty"`
+	TakeoverLeaseSeconds     float64  `json:"takeoverLeaseSeconds,omitempty"`
+	TakeoverSeconds          float64  `json:"takeoverSeconds,omitempty"`
+	TakeoverStopLeaseSeconds float64  `json:"takeoverStopLeaseSeconds,omitempty"`
+	TakeoverStopSeconds      float64  `json:"takeoverStopSeconds,omitempty"`
+	Notes                    []string `json:"notes,omitempty"`
 }
 
 // Verdict is one of the issue's targets, met or not.

@@ -91,7 +91,8 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 	if err := r.takeover(ctx, env, sc, len(ids)); err != nil {
 		sc.Notes = append(sc.Notes, "takeover not measured: "+err.Error())
 	} else {
-		r.log.Info("scale: taken over", "tasks", len(ids), "lease_s", sc.TakeoverLeaseSeconds, "loaded_s", sc.TakeoverSeconds)
+		r.log.Info("scale: taken over", "tasks", len(ids), "crash_lease_s", sc.TakeoverLeaseSeconds, "crash_loaded_s", sc.TakeoverSeconds,
+			"stop_lease_s", sc.TakeoverStopLeaseSeconds, "stop_loaded_s", sc.TakeoverStopSeconds)
 	}
 	return sc, nil
 }
@@ -100,12 +101,14 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 // measurement uses.
 const takeoverLease = 3 * time.Second
 
-// takeover measures a timer failover over n schedules: a leased timer
-// loads them, a second one stands by, and the first one's NATS
+// takeover measures two timer failovers over n schedules. A leased timer
+// loads them and a second one stands by. Then the first one's NATS
 // connection is cut, as when its process or its host dies (it cannot
-// release the lease). The standby takes the lease once the key has not
+// release the lease): the standby takes the lease once the key has not
 // moved for the lease's TTL, then loads the bucket as a timer does at
-// start.
+// start. Last, a third timer stands by and the second one stops cleanly,
+// as in an upgrade: it releases the lease, and the third takes it at its
+// next read.
 func (r *runner) takeover(ctx context.Context, env *natsEnv, sc *ScaleResult, n int) error {
 	leased := func(instance string) func(*stack.Config) {
 		return func(c *stack.Config) { c.Instance, c.TimerLease = instance, takeoverLease }
@@ -118,30 +121,49 @@ func (r *runner) takeover(ctx context.Context, env *natsEnv, sc *ScaleResult, n 
 	if err := r.loadTimer(ctx, holder, &ScaleResult{}, time.Now(), n); err != nil {
 		return fmt.Errorf("the first timer: %w", err)
 	}
-	standby, err := r.startStackWith(ctx, env, leased("bench-timer-b"), "timer")
+	second, err := r.startStackWith(ctx, env, leased("bench-timer-b"), "timer")
 	if err != nil {
 		return err
 	}
-	defer standby.stop()
-	m := standby.st.Metrics()
-	// The holder is ready, so it holds the lease. The standby reads the
-	// key as it starts, so it counts the TTL from about the cut.
+	defer second.stop()
+	// The holder is ready, so it holds the lease. A standby reads the key
+	// as it starts, so it counts the TTL from about the cut.
 	cut := time.Now()
 	holder.nc.Close()
+	if sc.TakeoverLeaseSeconds, sc.TakeoverSeconds, err = takenOver(ctx, second, cut, n); err != nil {
+		return fmt.Errorf("after a crash: %w", err)
+	}
+	sc.TakeoverTTLSeconds = takeoverLease.Seconds()
+
+	third, err := r.startStackWith(ctx, env, leased("bench-timer-c"), "timer")
+	if err != nil {
+		return err
+	}
+	defer third.stop()
+	stop := time.Now()
+	second.stop()
+	if sc.TakeoverStopLeaseSeconds, sc.TakeoverStopSeconds, err = takenOver(ctx, third, stop, n); err != nil {
+		return fmt.Errorf("after a stop: %w", err)
+	}
+	return nil
+}
+
+// takenOver waits until the timer of st holds the lease, then every one
+// of n schedules, and returns the seconds from since to each.
+func takenOver(ctx context.Context, st *inprocStack, since time.Time, n int) (lease, loaded float64, err error) {
+	m := st.st.Metrics()
 	if err := poll(ctx, time.Minute, 2*time.Millisecond, func() bool {
 		return gaugeValue(m.TimerDispatching) == 1
 	}); err != nil {
-		return fmt.Errorf("the standby did not take the lease: %w", err)
+		return 0, 0, fmt.Errorf("the standby did not take the lease: %w", err)
 	}
-	sc.TakeoverLeaseSeconds = time.Since(cut).Seconds()
+	lease = time.Since(since).Seconds()
 	if err := poll(ctx, 5*time.Minute, 2*time.Millisecond, func() bool {
 		return int(gaugeValue(m.DispatchPending)) >= n
 	}); err != nil {
-		return fmt.Errorf("the standby holds %d of %d schedules: %w", int(gaugeValue(m.DispatchPending)), n, err)
+		return 0, 0, fmt.Errorf("the standby holds %d of %d schedules: %w", int(gaugeValue(m.DispatchPending)), n, err)
 	}
-	sc.TakeoverSeconds = time.Since(cut).Seconds()
-	sc.TakeoverTTLSeconds = takeoverLease.Seconds()
-	return nil
+	return lease, time.Since(since).Seconds(), nil
 }
 
 // loadTimer waits until the timer is ready and holds n schedules.

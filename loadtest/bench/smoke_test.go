@@ -93,8 +93,14 @@ func TestSmoke(t *testing.T) {
 	// the lease's TTL by its own clock; the holder's last renewal came at
 	// most a third of the TTL before the cut.
 	if sc != nil && (sc.TakeoverLeaseSeconds < 2*bench.TakeoverLease.Seconds()/3 || sc.TakeoverSeconds < sc.TakeoverLeaseSeconds) {
-		t.Errorf("takeover: lease after %.2f s, every schedule after %.2f s; want the lease after at least 2/3 of its %v TTL, and the schedules after that (notes: %v)",
+		t.Errorf("takeover after a crash: lease after %.2f s, every schedule after %.2f s; want the lease after at least 2/3 of its %v TTL, and the schedules after that (notes: %v)",
 			sc.TakeoverLeaseSeconds, sc.TakeoverSeconds, bench.TakeoverLease, sc.Notes)
+	}
+	// A stopping holder releases the lease, so the standby takes it at
+	// its next read, a third of the TTL, without waiting for it to expire.
+	if sc != nil && (sc.TakeoverStopLeaseSeconds <= 0 || sc.TakeoverStopLeaseSeconds >= 2*bench.TakeoverLease.Seconds()/3 || sc.TakeoverStopSeconds < sc.TakeoverStopLeaseSeconds) {
+		t.Errorf("takeover after a stop: lease after %.2f s, every schedule after %.2f s; want the lease within 2/3 of its %v TTL (it was released), and the schedules after that (notes: %v)",
+			sc.TakeoverStopLeaseSeconds, sc.TakeoverStopSeconds, bench.TakeoverLease, sc.Notes)
 	}
 	for _, want := range []string{"| Smoke 20 tasks @1s | flyball |", "| Smoke 20 tasks @1s | floor |", "| Smoke 20 tasks @1s | nats-scheduler |", "| Smoke 20 tasks @1s | pipeline |", "| scale |", "| target |"} {
 		if !strings.Contains(md, want) {
