@@ -8,18 +8,19 @@ import (
 )
 
 // TestDevNATSSyncReachesTheServer: dev's --nats-sync, parsed from its
-// command line (and its default, 1s), is what the embedded nats-server it
-// starts runs with.
+// command line (and its default, 1s), is the Sync of the config dev
+// starts its embedded nats-server with (devServerConfig, then
+// embedded.Start). That a config's Sync is what the running server uses
+// is embedded's TestStartAppliesSync, against a real server.
 func TestDevNATSSyncReachesTheServer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		args         []string
-		wantInterval time.Duration
-		wantAlways   bool
+		args []string
+		want embedded.Sync
 	}{
-		{nil, time.Second, false},
-		{[]string{"--nats-sync", "5s"}, 5 * time.Second, false},
-		{[]string{"--nats-sync", "always"}, embedded.DefaultSyncInterval, true},
+		{nil, embedded.Sync{Interval: time.Second}},
+		{[]string{"--nats-sync", "5s"}, embedded.Sync{Interval: 5 * time.Second}},
+		{[]string{"--nats-sync", "always"}, embedded.Sync{Always: true}},
 	} {
 		cmd := newDevCmd()
 		args := append([]string{"--listen", "127.0.0.1:14222", "--data-dir", t.TempDir()}, tc.args...)
@@ -37,16 +38,8 @@ func TestDevNATSSyncReachesTheServer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		cfg.DontListen = true // the port is not what this test is about; no clash with a running dev
-		srv, err := embedded.Start(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := srv.JetStreamConfig()
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		if got == nil || got.SyncInterval != tc.wantInterval || got.SyncAlways != tc.wantAlways {
-			t.Errorf("flyball dev %v: JetStream config %+v, want sync_interval %s and sync_always %v", tc.args, got, tc.wantInterval, tc.wantAlways)
+		if cfg.Sync != tc.want {
+			t.Errorf("flyball dev %v: the server's Sync is %+v, want %+v", tc.args, cfg.Sync, tc.want)
 		}
 	}
 }
