@@ -1,0 +1,171 @@
+package docexamples_test
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/flyballhq/flyball/services/internal/docexamples"
+)
+
+// docs/benchmarks.md opens with "Where flyball stands": a count of the
+// full runs that met each target, and "Every full run", one row per run
+// of Latest results. Both are summaries a reader trusts without opening
+// the runs, so these tests hold them to the runs' own target tables.
+
+const benchmarksDoc = "docs/benchmarks.md"
+
+var (
+	runLinkRE = regexp.MustCompile(`^\[[^\]]+\]\(#([^)]+)\)$`)
+	stressRE  = regexp.MustCompile(`at ([\d,]+) runs/s`)
+)
+
+// verdict is a target-table cell's figure and whether it says met:
+// "+1.3 ms, met" is ("+1.3", true), "+8.0 ms, **not met**" ("+8.0",
+// false).
+func verdict(cell string) (figure string, met bool) {
+	figure, rest, _ := strings.Cut(cell, ",")
+	figure, _, _ = strings.Cut(strings.TrimSpace(figure), " ")
+	return figure, strings.HasPrefix(strings.TrimSpace(rest), "met")
+}
+
+// summaryCell is an Every full run cell: bold when the target was not met.
+func summaryCell(cell string) (figure string, met bool) {
+	if f, ok := strings.CutPrefix(cell, "**"); ok {
+		return strings.TrimSuffix(f, "**"), false
+	}
+	return cell, true
+}
+
+type benchRun struct {
+	p99    []string // W1a–W1d cells of the p99 row
+	stress string   // the runs/s Stress completed
+}
+
+// benchRuns returns the runs of Latest results that have a standard
+// target table, by the anchor of their heading.
+func benchRuns(t *testing.T, tables []docexamples.MDTable) map[string]benchRun {
+	t.Helper()
+	runs := map[string]benchRun{}
+	for _, tb := range tables {
+		if !strings.HasPrefix(tb.Header, "| target | W1a |") {
+			continue
+		}
+		var r benchRun
+		for _, row := range tb.Rows {
+			switch {
+			case strings.HasPrefix(row[0], "p99 over the floor"):
+				r.p99 = row[1:5]
+			case row[0] == "0 missed, 0 duplicates":
+				m := stressRE.FindStringSubmatch(row[5])
+				if m == nil {
+					t.Fatalf("%s: %q: Stress cell %q names no runs/s", benchmarksDoc, tb.Heading, row[5])
+				}
+				r.stress = m[1]
+			}
+		}
+		if r.p99 == nil || r.stress == "" {
+			t.Fatalf("%s: %q: target table without the p99 or the missed row", benchmarksDoc, tb.Heading)
+		}
+		runs[docexamples.Anchor(tb.Heading)] = r
+	}
+	if len(runs) == 0 {
+		t.Fatalf("%s: no run's target table found", benchmarksDoc)
+	}
+	return runs
+}
+
+func TestEveryFullRunIsSummarised(t *testing.T) {
+	root := docexamples.Root(t)
+	tables, err := docexamples.Tables(root, benchmarksDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := benchRuns(t, tables)
+	rows, err := docexamples.Table(root, benchmarksDoc, "| run (UTC) | commit | stack | W1a |")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	listed := map[string]bool{}
+	met := make([]int, 4) // W1a–W1d
+	for _, row := range rows {
+		if len(row) != 11 {
+			t.Fatalf("Every full run: row %q has %d cells, want 11", row[0], len(row))
+		}
+		m := runLinkRE.FindStringSubmatch(row[0])
+		if m == nil {
+			t.Fatalf("Every full run: %q does not link to its run", row[0])
+		}
+		anchor := m[1]
+		if listed[anchor] {
+			t.Errorf("Every full run: #%s is listed twice", anchor)
+		}
+		listed[anchor] = true
+		for i, cell := range row[3:7] {
+			fig, ok := summaryCell(cell)
+			if ok {
+				met[i]++
+			}
+			run, found := runs[anchor]
+			if !found {
+				continue // an early run whose targets are a table of another shape
+			}
+			if want, wantOK := verdict(run.p99[i]); fig != want || ok != wantOK {
+				t.Errorf("Every full run: #%s W1%c is %q (met %v), its run says %q (met %v)", anchor, 'a'+i, cell, ok, want, wantOK)
+			}
+		}
+		if run, found := runs[anchor]; found && row[8] != run.stress {
+			t.Errorf("Every full run: #%s Stress is %s runs/s, its run says %s", anchor, row[8], run.stress)
+		}
+	}
+	for anchor := range runs {
+		if !listed[anchor] {
+			t.Errorf("Every full run: the run #%s is not listed", anchor)
+		}
+	}
+
+	// Where flyball stands counts the same rows.
+	stands, err := docexamples.Table(root, benchmarksDoc, "| target | full runs that met it |")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := 0
+	for _, row := range stands {
+		for i := range met {
+			if !strings.HasPrefix(row[0], fmt.Sprintf("W1%c p99", 'a'+i)) {
+				continue
+			}
+			counted++
+			if want := fmt.Sprintf("%d of %d", met[i], len(rows)); row[1] != want {
+				t.Errorf("Where flyball stands: %s is %q, Every full run says %s", row[0], row[1], want)
+			}
+		}
+	}
+	if counted != len(met) {
+		t.Errorf("Where flyball stands: %d W1 lateness rows, want %d", counted, len(met))
+	}
+}
+
+func TestVerdictCells(t *testing.T) {
+	for _, c := range []struct {
+		cell, fig string
+		met       bool
+	}{
+		{"+1.3 ms, met", "+1.3", true},
+		{"+8.0 ms, **not met**", "+8.0", false},
+		{"+5.4 ms, **not met** (by 0.4 ms; the floor's p99 was 10.6 ms)", "+5.4", false},
+		{"−32.4 ms, met", "−32.4", true},
+	} {
+		if fig, met := verdict(c.cell); fig != c.fig || met != c.met {
+			t.Errorf("verdict(%q) = %q, %v; want %q, %v", c.cell, fig, met, c.fig, c.met)
+		}
+	}
+	if fig, met := summaryCell("**+8.0**"); fig != "+8.0" || met {
+		t.Errorf("summaryCell(**+8.0**) = %q, %v", fig, met)
+	}
+	if fig, met := summaryCell("−0.5"); fig != "−0.5" || !met {
+		t.Errorf("summaryCell(−0.5) = %q, %v", fig, met)
+	}
+}
