@@ -36,7 +36,7 @@ func newDevCmd() *cobra.Command {
 creates flyball's streams, consumers and KV buckets, and runs every service
 in-process. The NATS port stays open so the nats CLI can publish tasks and
 watch runs. Ctrl-C stops everything in order.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := rf.logger()
 			if err != nil {

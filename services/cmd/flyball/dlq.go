@@ -88,7 +88,7 @@ attempts and the last error; with -o json, the whole entry as one JSON line. Eve
 at once, so tail can be piped into grep. It runs until Ctrl-C (or --count
 entries). Entries stored before tail started are shown by 'dlq list'.`,
 		Example: "  flyball dlq tail\n  flyball dlq tail --task orders-health -o json | jq .entry.errors",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkTaskFilter(task); err != nil {
 				return err
@@ -151,7 +151,7 @@ func newDLQListCmd() *cobra.Command {
 		Use:     "list",
 		Short:   "List stored dead letters, newest last",
 		Example: "  flyball dlq list\n  flyball dlq list --task orders-health --limit 5 -o json",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkTaskFilter(task); err != nil {
 				return err
@@ -330,7 +330,7 @@ func newDLQPurgeCmd() *cobra.Command {
 --task that task's. It changes no task and no schedule: it only forgets the
 record. Without --yes it prints what it would delete and exits 1.`,
 		Example: "  flyball dlq purge --task orders-health          # shows what would go\n  flyball dlq purge --task orders-health --yes",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkTaskFilter(task); err != nil {
 				return err

@@ -65,6 +65,11 @@ func TestCLICommandMistakesFailInOneLine(t *testing.T) {
 		{[]string{"task", "pause", "a", "b"}, `flyball: task pause: want one task id, got 2 arguments: ["a" "b"]`},
 		{[]string{"dlq", "show"}, "flyball: dlq show: give the DEADLETTER sequence"},
 		{[]string{"runs"}, "flyball: runs: give the task id: flyball runs <id>"},
+		// cobra.NoArgs called a stray argument an unknown command, and
+		// "task create t.yaml" did not say the spec goes after -f.
+		{[]string{"task", "create", "t.yaml"}, `flyball: task create: takes no arguments, got "t.yaml" (give the file with -f t.yaml)`},
+		{[]string{"task", "list", "web", "db"}, `flyball: task list: takes no arguments, got ["web" "db"]`},
+		{[]string{"status", "now"}, `flyball: status: takes no arguments, got ["now"]`},
 		{[]string{"serve", "governor", "--async-persist", "--ensure-streams=false"}, "flyball: --async-persist applies when the streams are created: it needs --ensure-streams"},
 	} {
 		r := e.run(t, c.args...)

@@ -67,6 +67,20 @@ func requireSubcommand(cmd *cobra.Command) {
 	}
 }
 
+// noArgs refuses positional arguments in one line that names them
+// (cobra.NoArgs calls one an unknown command). A command that reads its
+// input from -f says so: "flyball task create t.yaml" means -f t.yaml.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	path := strings.TrimPrefix(cmd.CommandPath(), "flyball ")
+	if cmd.Flags().Lookup("file") != nil && len(args) == 1 {
+		return fmt.Errorf("%s: takes no arguments, got %q (give the file with -f %s)", path, args[0], args[0])
+	}
+	return fmt.Errorf("%s: takes no arguments, got %q", path, args)
+}
+
 // oneArg accepts exactly one positional argument and names it when it is
 // missing or doubled: cobra's "accepts 1 arg(s), received 0" did not say
 // what was wanted.

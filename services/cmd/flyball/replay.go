@@ -63,7 +63,7 @@ would overwrite KV keys or call the server's API; both are refused without
   flyball replay --stream TASKS --subject 'flyball.task.*.orders-health' -o json
   flyball replay --stream DEADLETTER --from-seq 40 --until 2026-03-01T08:00:00Z
   flyball replay --stream RUNS --subject 'flyball.run.failed.>' --since 30m --to debug.failed --dry-run`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.check(time.Now()); err != nil {
 				return err

@@ -21,7 +21,7 @@ func newRuntimeCmd() *cobra.Command {
 version, status and the age of its last heartbeat. Instances beat every 15s;
 the sweeper marks one offline once its last beat is older than 45s, and an
 instance that stops cleanly removes its entry.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
 				list, err := s.q.Runtime(ctx)

@@ -35,7 +35,7 @@ created) and expected its baseline interval: 0 while the last success is
 at most one interval old, 1 at five intervals. A cron task counts the
 occurrences due since its last success instead: 0 until the first, 1 at
 the fifth.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
 				h, err := s.q.Health(ctx)

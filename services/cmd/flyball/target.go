@@ -53,7 +53,7 @@ Flyball-Attempt on every call, so the log can be matched against RUNS.`,
 		Example: `  flyball target --addr :8000
   curl -s localhost:8000/control -d '{"status":500}'
   curl -s 'localhost:8000/requests?task=demo'`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {

@@ -58,7 +58,7 @@ func newTaskSpecCmd(verb events.Verb) *cobra.Command {
 Otherwise it publishes task.%s and waits for the governor's answer: it prints
 "%s <id>: next run <time> (<source>)", or every rejection reason and exits 1.`, name, verb, done),
 		Example: "  flyball task " + name + " -f orders-health.yaml\n  flyball task " + name + " -f task.json --dry-run",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := readSpec(file, cmd.InOrStdin())
 			if err != nil {
@@ -301,7 +301,7 @@ func newTaskListCmd() *cobra.Command {
 		Use:     "list",
 		Short:   "List tasks, optionally by job or label",
 		Example: "  flyball task list --label team=payments\n  flyball task list --job orders -o json",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sel, err := query.ParseLabels(labels)
 			if err != nil {
