@@ -70,6 +70,7 @@ func TestCLICommandMistakesFailInOneLine(t *testing.T) {
 		{[]string{"task", "create", "t.yaml"}, `flyball: task create: takes no arguments, got "t.yaml" (give the file with -f t.yaml)`},
 		{[]string{"task", "list", "web", "db"}, `flyball: task list: takes no arguments, got ["web" "db"]`},
 		{[]string{"status", "now"}, `flyball: status: takes no arguments, got ["now"]`},
+		{[]string{"serve"}, "flyball: serve: give one or more services: governor, breaker,"},
 		{[]string{"serve", "governor", "--async-persist", "--ensure-streams=false"}, "flyball: --async-persist applies when the streams are created: it needs --ensure-streams"},
 	} {
 		r := e.run(t, c.args...)
