@@ -133,7 +133,7 @@ func newServeCmd() *cobra.Command {
 		Long: "serve runs one or more of: " + strings.Join(stack.All, ", ") + `.
 Each service may run in as many replicas as you like: durable consumers share
 the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
-		Args: func(cmd *cobra.Command, args []string) error {
+		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fmt.Errorf("serve: give one or more services: %s (flyball serve governor timer)", strings.Join(stack.All, ", "))
 			}
