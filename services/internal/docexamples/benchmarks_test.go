@@ -2,7 +2,10 @@ package docexamples_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,6 +22,7 @@ const benchmarksDoc = "docs/benchmarks.md"
 var (
 	runLinkRE = regexp.MustCompile(`^\[[^\]]+\]\(#([^)]+)\)$`)
 	stressRE  = regexp.MustCompile(`at ([\d,]+) runs/s`)
+	ofRE      = regexp.MustCompile(`^\d+ of (\d+)`)
 )
 
 // verdict is a target-table cell's figure and whether it says met:
@@ -133,6 +137,12 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 	}
 	counted := 0
 	for _, row := range stands {
+		// Every count is out of the runs listed.
+		if m := ofRE.FindStringSubmatch(row[1]); m == nil {
+			t.Errorf("Where flyball stands: %s: %q is not \"N of M\"", row[0], row[1])
+		} else if m[1] != strconv.Itoa(len(rows)) {
+			t.Errorf("Where flyball stands: %s counts %q, but Every full run lists %d", row[0], row[1], len(rows))
+		}
 		for i := range met {
 			if !strings.HasPrefix(row[0], fmt.Sprintf("W1%c p99", 'a'+i)) {
 				continue
@@ -142,6 +152,13 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 				t.Errorf("Where flyball stands: %s is %q, Every full run says %s", row[0], row[1], want)
 			}
 		}
+	}
+	raw, err := os.ReadFile(filepath.Join(root, benchmarksDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("counts the %d full runs", len(rows)); !strings.Contains(string(raw), want) {
+		t.Errorf("Where flyball stands: its text does not say it %s", want)
 	}
 	if counted != len(met) {
 		t.Errorf("Where flyball stands: %d W1 lateness rows, want %d", counted, len(met))
