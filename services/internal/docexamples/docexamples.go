@@ -214,13 +214,19 @@ func Tables(root, rel string) ([]MDTable, error) {
 	if err != nil {
 		return nil, err
 	}
+	return TablesIn(string(raw)), nil
+}
+
+// TablesIn returns every table of the markdown text raw, for a caller
+// that also reads the text itself.
+func TablesIn(raw string) []MDTable {
 	var (
 		out     []MDTable
 		heading string
 		cur     *MDTable
 		skip    int // the separator line after a header
 	)
-	for _, l := range strings.Split(string(raw), "\n") {
+	for _, l := range strings.Split(raw, "\n") {
 		switch {
 		case cur != nil && skip > 0:
 			skip--
@@ -240,7 +246,7 @@ func Tables(root, rel string) ([]MDTable, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Table returns the body rows of the first table in the file at rel whose
@@ -250,6 +256,12 @@ func Table(root, rel, header string) ([][]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return FindTable(tables, rel, header)
+}
+
+// FindTable returns the body rows of the first of tables (those of the
+// file rel) whose header line starts with header.
+func FindTable(tables []MDTable, rel, header string) ([][]string, error) {
 	for _, t := range tables {
 		if strings.HasPrefix(t.Header, header) {
 			if len(t.Rows) == 0 {
