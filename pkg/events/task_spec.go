@@ -416,7 +416,9 @@ func (s *TaskSpec) validateSchedule(c *collector) {
 	sc := s.Schedule
 	switch {
 	case sc.Interval == 0 && sc.Cron == "":
-		c.add("schedule", "must set exactly one of interval or cron, got neither")
+		// An interval of "0s" decodes as none; naming the least interval
+		// tells the author who wrote one what is wrong with it.
+		c.add("schedule", fmt.Sprintf("must set exactly one of interval (%s or more) or cron, got neither", MinInterval))
 	case sc.Interval != 0 && sc.Cron != "":
 		c.add("schedule", "must set exactly one of interval or cron, got both")
 	}

@@ -127,7 +127,7 @@ func TestValidateRules(t *testing.T) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "a.b", Timeout: dur(time.Hour)}}
 		}, wantErr{"target.nats.timeout", []string{"must be in (0, 30m0s]", "1h0m0s"}}},
 
-		{"schedule neither", func(s *events.TaskSpec) { s.Schedule = events.Schedule{} }, wantErr{"schedule", []string{"exactly one of interval or cron", "neither"}}},
+		{"schedule neither", func(s *events.TaskSpec) { s.Schedule = events.Schedule{} }, wantErr{"schedule", []string{"exactly one of interval (1s or more) or cron", "neither"}}},
 		{"schedule both", func(s *events.TaskSpec) { s.Schedule.Cron = "@hourly" }, wantErr{"schedule", []string{"exactly one of interval or cron", "both"}}},
 		{"interval too short", func(s *events.TaskSpec) { s.Schedule.Interval = dur(200 * time.Millisecond) }, wantErr{"schedule.interval", []string{"must be >= 1s, got 200ms"}}},
 		{"interval negative", func(s *events.TaskSpec) { s.Schedule.Interval = dur(-time.Minute) }, wantErr{"schedule.interval", []string{">= 1s", "-1m0s"}}},
