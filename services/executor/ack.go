@@ -17,7 +17,7 @@ import (
 
 // A plain Ack is fire-and-forget, and one that reaches the cluster while
 // the DISPATCH consumer is electing a leader (a NATS node died, say) is
-// dropped. The dispatch then stays in DISPATCH until AckWait (60s by
+// dropped. The dispatch then stays in DISPATCH until AckWait (30s by
 // default) and redelivers a run that already happened, and because
 // DISPATCH keeps one message per task, the task's next run cannot be
 // dispatched until then: a node loss would hold back every task whose run
@@ -257,6 +257,26 @@ func (s *Service) ack(m jetstream.Msg) { s.settle(m, "ack", ackBody) }
 // request the server confirms, and retries it until the confirmation comes
 // (settler). It is called from the outbox, which must not wait on a round
 // trip.
+//
+// It ends m's keep-alive (waitBegin). If the last InProgress, or the
+// delivery, is more than a quarter AckWait old, it sends one more first,
+// on the same connection, so the settle has at least three quarters of an
+// AckWait to be confirmed, however long the call and the outbox took.
+// Nothing may follow the settle: an InProgress after a nak would restart
+// the AckWait and put off the retry the nak asked for, so an InProgress
+// that keepWaitersAlive is sending is waited out (progressMu).
 func (s *Service) settle(m jetstream.Msg, kind string, body []byte) {
+	s.waitMu.Lock()
+	due, kept := s.waiting[m]
+	delete(s.waiting, m)
+	s.waitMu.Unlock()
+	if kept {
+		s.progressMu.Lock()
+		//nolint:staticcheck // SA2001: an empty section on purpose, a barrier behind keepWaitersAlive's sends
+		s.progressMu.Unlock()
+		if !time.Now().Before(due.Add(-s.cfg.AckWait / 4)) { // due is half an AckWait after the last one
+			_ = m.InProgress()
+		}
+	}
 	s.settles.settle(m.Reply(), m.Subject(), kind, body, time.Now().Add(s.cfg.AckWait))
 }

@@ -72,10 +72,13 @@ type Service struct {
 	hosts  map[string]chan struct{}
 
 	// waiting holds the dispatches waiting for a call, a caller or a host
-	// slot, each with when its next InProgress is due; keepWaitersAlive
-	// sends them.
-	waitMu  sync.Mutex
-	waiting map[jetstream.Msg]time.Time
+	// slot, and those whose call runs or whose run event waits in the
+	// outbox, each with when its next InProgress is due; keepWaitersAlive
+	// sends them. progressMu is held while it sends, so that settle can
+	// wait out an InProgress already on its way (keepWaitersAlive).
+	waitMu     sync.Mutex
+	waiting    map[jetstream.Msg]time.Time
+	progressMu sync.Mutex
 }
 
 // New validates cfg and returns an executor ready to Start.
@@ -413,7 +416,7 @@ const (
 	// handBackFloor: never at once. The stopping executor's last pull may
 	// still be open on the server (nats.go unsubscribes it a moment after
 	// the drain), and a message redelivered into it is lost there until
-	// AckWait: a held dispatch then ran a minute late
+	// AckWait: a held dispatch then ran an AckWait late
 	// (TestHeldDispatchesAreHandedBackAtShutdown failed 3 times in 24 under
 	// load).
 	handBackFloor = 250 * time.Millisecond
@@ -929,7 +932,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)
 	}
-	kept := s.keepAlive(m, spec, arrived)
+	s.keepAlive(m, arrived)
 	if s.cfg.EmitStarted {
 		started := d.Run()
 		started.Attempt, started.StartedAt, started.Source = attempt, time.Now().UTC(), d.Source
@@ -947,9 +950,6 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	}
 	finish := time.Now()
 	s.cfg.Metrics.Inflight.Dec()
-	if kept {
-		s.waitEnd(m)
-	}
 	s.cfg.Metrics.RunDuration.Observe(finish.Sub(start).Seconds())
 	if ctx.Err() != nil {
 		// Cancelled mid-call by shutdown: hand the dispatch straight back so
@@ -1150,24 +1150,20 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 	s.settle(m, "nak", nakBody(delay))
 }
 
-// settleMargin is the part of the AckWait a call must leave for what
-// follows it: storing the run event (up to outboxBudget) and the
-// confirmed ack. At most half the AckWait.
+// settleMargin is how much longer than its call a probe claim lives
+// (probeTTL): the time to store the call's run event (up to outboxBudget)
+// and confirm its ack.
 const settleMargin = outboxBudget + 5*time.Second
 
-// keepAlive keeps m alive (waitBegin) while a call runs that could
-// otherwise end too late to settle its dispatch within the AckWait, which
-// runs from the delivery (arrived): a call that may end with less than
-// settleMargin of it left. It reports whether it did; the caller ends it
-// with waitEnd. Under the defaults (60s AckWait, 30s timeout) a call needs
-// none unless its dispatch waited more than 10s for a free caller; most
-// calls register nothing.
-func (s *Service) keepAlive(m jetstream.Msg, spec *events.TaskSpec, arrived time.Time) bool {
-	if _, ok := progressDue(time.Now(), arrived, callTimeout(spec), s.cfg.AckWait); !ok {
-		return false
-	}
+// keepAlive keeps m alive (waitBegin) from the start of its call until its
+// ack, nak or term is sent (settle ends it): through the call, up to its
+// timeout, and through the outbox, which keeps retrying a run event for up
+// to outboxBudget while RUNS elects a leader. Together they may outlast
+// any AckWait, and a dispatch redelivered meanwhile would call the target
+// a second time. A call of a few milliseconds costs a map entry and no
+// InProgress: the first is due only half an AckWait after arrived.
+func (s *Service) keepAlive(m jetstream.Msg, arrived time.Time) {
 	s.waitBegin(m, arrived)
-	return true
 }
 
 // callTimeout is the longest one call of spec's target can take.
@@ -1181,15 +1177,16 @@ func callTimeout(spec *events.TaskSpec) time.Duration {
 	return events.DefaultNATSTimeout
 }
 
-// waitBegin keeps m alive until waitEnd: while its dispatch waits for a
-// call slot (acquireCall), a caller (fireHeld) or a host slot
-// (acquireHost), waits with no bound, and while a long call runs
-// (keepAlive). keepWaitersAlive sends InProgress from half an AckWait
-// after the delivery, then every half AckWait, each within a quarter
-// AckWait of its time. Without it, a wait past the AckWait made JetStream
-// redeliver the dispatch, and both copies called the target. Waiters
-// register only once a slot is not free at once. A burst waits here by
-// the thousand, so one ticker serves every waiter rather than a timer each.
+// waitBegin keeps m alive until waitEnd or settle: while its dispatch
+// waits for a call slot (acquireCall), a caller (fireHeld) or a host slot
+// (acquireHost), waits with no bound, and from the start of its call until
+// it is settled (keepAlive). keepWaitersAlive sends InProgress from half
+// an AckWait after the delivery, then every half AckWait, each within a
+// quarter AckWait of its time. Without it, a wait past the AckWait made
+// JetStream redeliver the dispatch, and both copies called the target.
+// Waiters register only once a slot is not free at once; every call
+// registers. A burst waits here by the thousand, so one ticker serves
+// every waiter rather than a timer each.
 func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
 	s.waitMu.Lock()
 	s.waiting[m] = arrived.Add(s.cfg.AckWait / 2)
@@ -1216,6 +1213,7 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 			return
 		case now := <-t.C:
 			due = due[:0]
+			s.progressMu.Lock()
 			s.waitMu.Lock()
 			for m, at := range s.waiting {
 				if !now.Before(at) {
@@ -1227,19 +1225,9 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 			for _, m := range due {
 				_ = m.InProgress()
 			}
+			s.progressMu.Unlock()
 		}
 	}
-}
-
-// progressDue reports whether a call starting at now, bounded by
-// timeout, of a delivery that arrived under ackWait needs InProgress
-// (keepAlive), and how long until the first is due.
-func progressDue(now, arrived time.Time, timeout, ackWait time.Duration) (time.Duration, bool) {
-	half := ackWait / 2
-	if now.Add(timeout).Before(arrived.Add(ackWait - min(settleMargin, half))) {
-		return 0, false
-	}
-	return max(arrived.Add(half).Sub(now), 0), true
 }
 
 // hostSem is host's semaphore of PerHost call slots.
