@@ -189,7 +189,7 @@ var wantConsumers = map[string]consumerWant{
 	StreamRuns + "." + ConsumerBreaker:          {[]string{"flyball.run.failed.*", "flyball.run.recovered.*"}, 30 * time.Second, -1, 10000},
 	StreamRuns + "." + ConsumerDeadLetter:       {[]string{"flyball.run.failed.*"}, 30 * time.Second, -1, 1000},
 	StreamHealth + "." + ConsumerGovernor:       {[]string{"flyball.breaker.>"}, 30 * time.Second, -1, 1000},
-	StreamDispatch + "." + ConsumerExecutor:     {[]string{"flyball.dispatch.*"}, 60 * time.Second, 50, 20000},
+	StreamDispatch + "." + ConsumerExecutor:     {[]string{"flyball.dispatch.*"}, 30 * time.Second, 50, 20000},
 	StreamAdvisories + "." + ConsumerDeadLetter: {nil, 30 * time.Second, -1, 1000},
 	StreamDeadLetter + "." + ConsumerGovernor:   {[]string{"flyball.deadletter.*"}, 30 * time.Second, -1, 1000},
 }

@@ -32,7 +32,7 @@
 #   E2E_PROJECT        compose project name (default: flyball-e2e)
 #   E2E_PORT_BASE      host ports BASE+80 (API), +0 (target), +22 (NATS), +82 (monitor); default 18000
 #   E2E_KEEP=1         leave the stack up after a failure, for debugging
-#   E2E_ACK_WAIT       the DISPATCH consumer's ack_wait in seconds (default 60)
+#   E2E_ACK_WAIT       the DISPATCH consumer's ack_wait in seconds (default: streams/defs/consumers/DISPATCH.executor.json's)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -61,7 +61,7 @@ export COMPOSE_PROJECT=$project
 export FLYBALL_API_PORT=$((base + 80)) FLYBALL_TARGET_PORT=$base
 export FLYBALL_NATS_PORT=$((base + 22)) FLYBALL_NATS_MONITOR_PORT=$((base + 82))
 export FLYBALL_API_TOKEN=${FLYBALL_API_TOKEN:-flyball-e2e-token-0123456789}
-ack_wait=${E2E_ACK_WAIT:-60}
+ack_wait=${E2E_ACK_WAIT:-$(jq '.ack_wait / 1000000000 | floor' streams/defs/consumers/DISPATCH.executor.json)}
 api_url=http://127.0.0.1:$FLYBALL_API_PORT
 target_url=http://127.0.0.1:$FLYBALL_TARGET_PORT
 monitor_url=http://127.0.0.1:$FLYBALL_NATS_MONITOR_PORT

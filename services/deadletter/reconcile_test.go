@@ -153,7 +153,7 @@ func TestHeldDispatchIsNotDeadLettered(t *testing.T) {
 	}
 	n := 0
 	for range batch.Messages() {
-		n++ // held: never settled within its 60 s AckWait
+		n++ // held: never settled within its 30 s AckWait
 	}
 	if n != 1 {
 		t.Fatalf("fetched %d dispatches, want 1", n)

@@ -34,8 +34,10 @@ type Config struct {
 	// RedactHeaders adds names (case-insensitive) of headers and query
 	// parameters whose values run records redact.
 	RedactHeaders []string
-	// AckWait is the DISPATCH consumer's ack wait; calls longer than half
-	// of it send InProgress. Defaults to 60s (the value in streams).
+	// AckWait is the DISPATCH consumer's ack wait, read from the consumer
+	// at Start. A dispatch kept longer than half of it (a wait for a slot,
+	// a long call, a run event the outbox is still storing) sends
+	// InProgress. Defaults to 30s (the value in streams).
 	AckWait time.Duration
 	// ShutdownGrace is how long Stop lets in-flight calls finish before
 	// cancelling them. Defaults to 10s.
@@ -69,7 +71,7 @@ func (c *Config) setDefaults() error {
 		c.ShutdownGrace = 10 * time.Second
 	}
 	if c.AckWait <= 0 {
-		c.AckWait = 60 * time.Second
+		c.AckWait = 30 * time.Second
 	}
 	// Lower-cased once here: isSecretName compares lower-cased names.
 	c.RedactHeaders = slices.Clone(c.RedactHeaders)

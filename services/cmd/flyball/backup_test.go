@@ -63,7 +63,7 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	natsRun(t, natsCLI, dstURL, "backup", "restore", "account", dir)
 	// A dispatch an executor held when DISPATCH was snapshotted (about
 	// one backup in four here: 1 s task, 250 ms lead) is restored as
-	// delivered and not acked; without the reset it waits AckWait (60 s).
+	// delivered and not acked; without the reset it waits AckWait (30 s).
 	natsRun(t, natsCLI, dstURL, "consumer", "reset", streams.StreamDispatch, streams.ConsumerExecutor, "-f")
 	restored := schedule(t, dst, "kept")
 	if restored.Runs < 2 || restored.Runs > backedUp.Runs {
