@@ -21,8 +21,9 @@ import (
 // stored: one call, one delivery. Before, the keep-alive ended with the
 // call, and only a call that could end late in its AckWait had one: the
 // dispatch came back after its AckWait and the target was called again.
-// With the default 60 s AckWait the outbox's 15 s could not outlast it;
-// with a shorter one it could.
+// At the old 60 s AckWait that took a call of 40 s or more followed by
+// the outbox's full 15 s; with a 1 s AckWait, this test's short call made
+// six calls.
 func TestDispatchIsKeptAliveWhileItsRunEventWaitsInTheOutbox(t *testing.T) {
 	t.Parallel()
 	const ackWait = time.Second
