@@ -262,18 +262,17 @@ func (s *Service) ack(m jetstream.Msg) { s.settle(m, "ack", ackBody) }
 // delivery, is more than a quarter AckWait old, it sends one more first,
 // on the same connection, so the settle has at least three quarters of an
 // AckWait to be confirmed, however long the call and the outbox took.
-// Nothing may follow the settle: an InProgress after a nak would restart
-// the AckWait and put off the retry the nak asked for, so an InProgress
-// that keepWaitersAlive is sending is waited out (progressMu).
+// No InProgress may follow a nak: it would restart the AckWait and put
+// off the retry the nak asked for, so one that keepWaitersAlive is
+// sending is waited out (progressMu). After an ack or a term it is
+// harmless, and an ack does not wait.
 func (s *Service) settle(m jetstream.Msg, kind string, body []byte) {
-	s.waitMu.Lock()
-	due, kept := s.waiting[m]
-	delete(s.waiting, m)
-	s.waitMu.Unlock()
-	if kept {
-		s.progressMu.Lock()
-		//nolint:staticcheck // SA2001: an empty section on purpose, a barrier behind keepWaitersAlive's sends
-		s.progressMu.Unlock()
+	if due, kept := s.waitEnd(m); kept {
+		if kind == "nak" {
+			s.progressMu.Lock()
+			//nolint:staticcheck // SA2001: an empty section on purpose, a barrier behind keepWaitersAlive's sends
+			s.progressMu.Unlock()
+		}
 		if !time.Now().Before(due.Add(-s.cfg.AckWait / 4)) { // due is half an AckWait after the last one
 			_ = m.InProgress()
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -17,6 +18,12 @@ import (
 // redeliveries included.
 func (f *attemptsFixture) delivered(t *testing.T) uint64 {
 	t.Helper()
+	return f.dispatchInfo(t).Delivered.Consumer
+}
+
+// dispatchInfo is the state of the DISPATCH consumer the executor reads.
+func (f *attemptsFixture) dispatchInfo(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
 	c, err := f.srv.JS.Consumer(t.Context(), streams.StreamDispatch, streams.ConsumerExecutor)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +32,7 @@ func (f *attemptsFixture) delivered(t *testing.T) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.Delivered.Consumer
+	return info
 }
 
 // putBreaker stores rec as the fixture task's breaker and waits until the

@@ -449,7 +449,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	s.heldMu.Unlock()
 	if h.parked {
 		// Its AckWait runs again from here, for the checks and the call
-		// ahead (keepAlive counts from arrived); it stays kept alive
+		// ahead (waitBegin counts from arrived); it stays kept alive
 		// until a caller takes it.
 		_ = h.m.InProgress()
 		h.arrived = time.Now()
@@ -932,7 +932,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)
 	}
-	s.keepAlive(m, arrived)
+	// Kept alive through the call and the outbox, until settle: together
+	// they may outlast any AckWait (waitBegin).
+	s.waitBegin(m, arrived)
 	if s.cfg.EmitStarted {
 		started := d.Run()
 		started.Attempt, started.StartedAt, started.Source = attempt, time.Now().UTC(), d.Source
@@ -1155,17 +1157,6 @@ func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {
 // and confirm its ack.
 const settleMargin = outboxBudget + 5*time.Second
 
-// keepAlive keeps m alive (waitBegin) from the start of its call until its
-// ack, nak or term is sent (settle ends it): through the call, up to its
-// timeout, and through the outbox, which keeps retrying a run event for up
-// to outboxBudget while RUNS elects a leader. Together they may outlast
-// any AckWait, and a dispatch redelivered meanwhile would call the target
-// a second time. A call of a few milliseconds costs a map entry and no
-// InProgress: the first is due only half an AckWait after arrived.
-func (s *Service) keepAlive(m jetstream.Msg, arrived time.Time) {
-	s.waitBegin(m, arrived)
-}
-
 // callTimeout is the longest one call of spec's target can take.
 func callTimeout(spec *events.TaskSpec) time.Duration {
 	switch {
@@ -1180,24 +1171,30 @@ func callTimeout(spec *events.TaskSpec) time.Duration {
 // waitBegin keeps m alive until waitEnd or settle: while its dispatch
 // waits for a call slot (acquireCall), a caller (fireHeld) or a host slot
 // (acquireHost), waits with no bound, and from the start of its call until
-// it is settled (keepAlive). keepWaitersAlive sends InProgress from half
-// an AckWait after the delivery, then every half AckWait, each within a
-// quarter AckWait of its time. Without it, a wait past the AckWait made
-// JetStream redeliver the dispatch, and both copies called the target.
-// Waiters register only once a slot is not free at once; every call
-// registers. A burst waits here by the thousand, so one ticker serves
-// every waiter rather than a timer each.
+// its ack, nak or term is sent (execute): through the call, up to its
+// timeout, and through the outbox, which retries a run event for up to
+// outboxBudget while RUNS elects a leader. keepWaitersAlive sends
+// InProgress from half an AckWait after the delivery, then every half
+// AckWait, each within a quarter AckWait of its time. Without it, a wait
+// past the AckWait made JetStream redeliver the dispatch, and both copies
+// called the target. Waiters register only once a slot is not free at
+// once; every call registers, and one of a few milliseconds costs a map
+// entry and no InProgress. A burst waits here by the thousand, so one
+// ticker serves every waiter rather than a timer each.
 func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
 	s.waitMu.Lock()
 	s.waiting[m] = arrived.Add(s.cfg.AckWait / 2)
 	s.waitMu.Unlock()
 }
 
-// waitEnd ends waitBegin's keep-alive.
-func (s *Service) waitEnd(m jetstream.Msg) {
+// waitEnd ends waitBegin's keep-alive. It reports whether m was kept
+// alive, and when its next InProgress was due.
+func (s *Service) waitEnd(m jetstream.Msg) (due time.Time, kept bool) {
 	s.waitMu.Lock()
+	due, kept = s.waiting[m]
 	delete(s.waiting, m)
 	s.waitMu.Unlock()
+	return due, kept
 }
 
 // keepWaitersAlive sends InProgress for every waiter whose turn is due,
