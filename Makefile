@@ -90,10 +90,16 @@ natscli-install: ## Install the nats CLI (NATSCLI_VERSION) into bin/ if missing 
 	  GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION); \
 	fi
 
+# Go 1.26's fuzz coordinator can fail a target that found nothing: as
+# -fuzztime ends, it may report its own deadline as the target's failure, a
+# bare "context deadline exceeded" (golang/go#75804, fixed in Go 1.27). That
+# exact ending, with no failing input written, is reported as such and the
+# loop goes on; every other failure stops it.
 .PHONY: fuzz
 fuzz: ## Run every Fuzz target in every module for FUZZTIME each (default 10s)
 	$(require-modules)
-	@for mod in $(MODULES); do \
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; spurious=(); \
+	for mod in $(MODULES); do \
 	  echo "==> fuzz $(modname)"; \
 	  cd "$$mod"; \
 	  pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); \
@@ -101,10 +107,15 @@ fuzz: ## Run every Fuzz target in every module for FUZZTIME each (default 10s)
 	    list=$$($(GO) test -list '^Fuzz' "$$pkg") || { echo "$$list"; exit 1; }; \
 	    for name in $$(grep -E '^Fuzz[[:alnum:]_]*$$' <<<"$$list" || true); do \
 	      echo "--> $$pkg $$name ($(FUZZTIME))"; \
-	      $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg" || exit 1; \
+	      $(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg" 2>&1 | tee "$$log" && continue; \
+	      ending=$$(sed -n "/^--- FAIL: $$name (/{n;p;n;p;q;}" "$$log"); \
+	      if grep -q 'Failing input written to' "$$log" || [[ "$$ending" != $$'    context deadline exceeded\nFAIL' ]]; then exit 1; fi; \
+	      echo "--> $$name found nothing: its run ended in Go 1.26's spurious deadline failure (golang/go#75804)"; \
+	      spurious+=("$$name"); \
 	    done; \
 	  done; \
-	done
+	done; \
+	if (($${#spurious[@]})); then echo "==> fuzz: no failing input; Go 1.26's spurious deadline failure (golang/go#75804) ended: $${spurious[*]}"; fi
 
 .PHONY: bench
 bench: ## Run Go benchmarks in every module (BENCH_ARGS), then the load test: every tier, or BENCH_TIERS=w1a,w1c; extra BENCH_FLAGS

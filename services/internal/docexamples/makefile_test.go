@@ -1,0 +1,92 @@
+package docexamples_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flyballhq/flyball/services/internal/docexamples"
+)
+
+// fakeGo stands in for the go command in `make fuzz`: one package with two
+// fuzz targets, FuzzA and FuzzB, whose runs end as FAKE_FUZZ says.
+const fakeGo = `#!/usr/bin/env bash
+case "$1 $2" in
+"list -f"*) echo example.com/p ;;
+"test -list") printf 'FuzzA\nFuzzB\nok  \texample.com/p\t0.01s\n' ;;
+"test -run="*)
+  name=${3#-fuzz=^}; name=${name%\$}
+  echo "fuzz: elapsed: 1s, execs: 10 (10/sec), new interesting: 0 (total: 0)"
+  case "$FAKE_FUZZ:$name" in
+  spurious:*|spuriousA:FuzzA) # golang/go#75804, byte for byte
+    printf -- '--- FAIL: %s (1.00s)\n    context deadline exceeded\nFAIL\nexit status 1\nFAIL\texample.com/p\t1.01s\n' "$name"
+    exit 1 ;;
+  crash:FuzzA) # a real finding: a failing input, which also ends in a deadline line
+    printf -- '--- FAIL: %s (1.00s)\n    context deadline exceeded\nFAIL\n    Failing input written to testdata/fuzz/%s/0a1b\nexit status 1\n' "$name" "$name"
+    exit 1 ;;
+  panic:FuzzA)
+    printf -- '--- FAIL: %s (1.00s)\n    --- FAIL: %s (0.00s)\n        testing.go:1: panic: boom\nFAIL\nexit status 1\n' "$name" "$name"
+    exit 1 ;;
+  more:FuzzA) # the deadline and something else
+    printf -- '--- FAIL: %s (1.00s)\n    context deadline exceeded\n    decode: mismatch\nFAIL\nexit status 1\n' "$name"
+    exit 1 ;;
+  esac
+  printf 'PASS\nok  \texample.com/p\t1.01s\n' ;;
+*) echo "fake go: unexpected: $*" >&2; exit 2 ;;
+esac
+`
+
+// TestMakeFuzzPassesOverGo126sSpuriousDeadlineOnly runs `make fuzz` with a
+// fake go command. Go 1.26's fuzz coordinator can fail a target that found
+// nothing with a bare "context deadline exceeded" (golang/go#75804); make
+// fuzz says so and fuzzes the other targets. Any other failure, a failing
+// input above all, still stops it.
+func TestMakeFuzzPassesOverGo126sSpuriousDeadlineOnly(t *testing.T) {
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make is required (README): %v", err)
+	}
+	root := docexamples.Root(t)
+	goBin := filepath.Join(t.TempDir(), "go")
+	if err := os.WriteFile(goBin, []byte(fakeGo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const note = "golang/go#75804"
+	for _, c := range []struct {
+		scenario string
+		ok       bool
+		fuzzed   []string // targets make started
+		spurious string   // the closing line's list, if any
+	}{
+		{scenario: "pass", ok: true, fuzzed: []string{"FuzzA", "FuzzB"}},
+		{scenario: "spuriousA", ok: true, fuzzed: []string{"FuzzA", "FuzzB"}, spurious: "ended: FuzzA\n"},
+		{scenario: "spurious", ok: true, fuzzed: []string{"FuzzA", "FuzzB"}, spurious: "ended: FuzzA FuzzB\n"},
+		{scenario: "crash", fuzzed: []string{"FuzzA"}},
+		{scenario: "panic", fuzzed: []string{"FuzzA"}},
+		{scenario: "more", fuzzed: []string{"FuzzA"}},
+	} {
+		t.Run(c.scenario, func(t *testing.T) {
+			cmd := exec.Command(makeBin, "-s", "-C", root, "fuzz", "GO="+goBin, "MODULES="+filepath.Join(root, "pkg"), "FUZZTIME=1s")
+			// Not the jobserver or flags of a make that runs this test.
+			cmd.Env = append(os.Environ(), "FAKE_FUZZ="+c.scenario, "MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=")
+			out, err := cmd.CombinedOutput()
+			if (err == nil) != c.ok {
+				t.Fatalf("make fuzz: err %v, want ok %v; output:\n%s", err, c.ok, out)
+			}
+			for _, name := range []string{"FuzzA", "FuzzB"} {
+				started := strings.Contains(string(out), "--> example.com/p "+name+" (1s)")
+				if want := len(c.fuzzed) == 2 || name == c.fuzzed[0]; started != want {
+					t.Errorf("%s started: %v, want %v; output:\n%s", name, started, want, out)
+				}
+			}
+			if got := strings.Contains(string(out), note); got != (c.spurious != "") {
+				t.Errorf("output names %s: %v, want %v; output:\n%s", note, got, c.spurious != "", out)
+			}
+			if c.spurious != "" && !strings.HasSuffix(string(out), c.spurious) {
+				t.Errorf("output does not end with %q; output:\n%s", c.spurious, out)
+			}
+		})
+	}
+}
