@@ -264,8 +264,8 @@ func (s *Service) ack(m jetstream.Msg) { s.settle(m, "ack", ackBody) }
 // AckWait to be confirmed, however long the call and the outbox took.
 // No InProgress may follow a nak: it would restart the AckWait and put
 // off the retry the nak asked for, so one that keepWaitersAlive is
-// sending is waited out (progressMu). After an ack or a term it is
-// harmless, and an ack does not wait.
+// sending is waited out (progressMu). After an ack or a term the server
+// ignores it (TestInProgressAfterASettleIsHarmless), so those do not wait.
 func (s *Service) settle(m jetstream.Msg, kind string, body []byte) {
 	if due, kept := s.waitEnd(m); kept {
 		if kind == "nak" {

@@ -213,12 +213,23 @@ func TestSettleBodiesMatchNATSGo(t *testing.T) {
 // a redelivery before it can only come from a nak that reached the server.
 func settleFixture(t *testing.T) (*Service, jetstream.Consumer, jetstream.Msg) {
 	t.Helper()
+	return settleFixtureWait(t, time.Minute)
+}
+
+// settleFixtureWait is settleFixture with the consumer's AckWait. The
+// stream holds one message per subject and refuses a second, as DISPATCH
+// does (at most one pending run per task).
+func settleFixtureWait(t *testing.T, ackWait time.Duration) (*Service, jetstream.Consumer, jetstream.Msg) {
+	t.Helper()
 	srv := natstest.Start(t)
 	ctx := t.Context()
-	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "D", Subjects: []string{"d.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "D", Subjects: []string{"d.>"}, Retention: jetstream.WorkQueuePolicy,
+		MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
+	}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := srv.JS.CreateOrUpdateConsumer(ctx, "D", jetstream.ConsumerConfig{Durable: "x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	cons, err := srv.JS.CreateOrUpdateConsumer(ctx, "D", jetstream.ConsumerConfig{Durable: "x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +244,7 @@ func settleFixture(t *testing.T) (*Service, jetstream.Consumer, jetstream.Msg) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{cfg: Config{JS: srv.JS, AckWait: time.Minute}, log: quietLog(), settles: st}
+	s := &Service{cfg: Config{JS: srv.JS, AckWait: ackWait}, log: quietLog(), settles: st}
 	return s, cons, m
 }
 
@@ -285,6 +296,61 @@ func TestSettleAckRemovesTheMessage(t *testing.T) {
 	}
 	if info.NumAckPending != 0 || info.AckFloor.Stream != 1 {
 		t.Fatalf("consumer after ack: %d ack pending, ack floor %d; want 0 and 1", info.NumAckPending, info.AckFloor.Stream)
+	}
+}
+
+// TestInProgressAfterASettleIsHarmless: keepWaitersAlive may send an
+// InProgress for a dispatch whose ack or term settle has just sent (settle
+// holds it back only behind a nak, which an InProgress would delay). The
+// server must ignore it: the message stays gone, nothing comes back after
+// AckWait, and the subject takes the task's next dispatch. The settle goes
+// out as the settler's own request, so the jetstream.Msg does not know it
+// is settled and sends the InProgress, as in the executor.
+func TestInProgressAfterASettleIsHarmless(t *testing.T) {
+	for _, kind := range []string{"ack", "term"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const ackWait = 300 * time.Millisecond
+			s, cons, m := settleFixtureWait(t, ackWait)
+			if kind == "ack" {
+				s.ack(m)
+			} else {
+				s.settle(m, "term", termBody("final failure after 1 attempt(s)"))
+			}
+			settled(t, s.settles, 10*time.Second)
+			if err := m.InProgress(); err != nil {
+				t.Fatalf("InProgress after the %s: %v", kind, err)
+			}
+			js := s.cfg.JS
+			if err := js.Conn().Flush(); err != nil { // the InProgress is at the server
+				t.Fatal(err)
+			}
+			// Revived, it would come back one AckWait after the InProgress.
+			if again := fetchOne(t, cons, 5*ackWait); again != nil {
+				md, _ := again.Metadata()
+				t.Fatalf("redelivered after the %s and an InProgress: %+v", kind, md)
+			}
+			info, err := cons.Info(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.NumAckPending != 0 || info.NumRedelivered != 0 || info.NumPending != 0 {
+				t.Fatalf("consumer after the %s and an InProgress: %d ack pending, %d redelivered, %d pending; want none",
+					kind, info.NumAckPending, info.NumRedelivered, info.NumPending)
+			}
+			// One message per subject, new ones refused: this publish
+			// fails while the first is still held.
+			if _, err := js.Publish(t.Context(), "d.t", []byte("next")); err != nil {
+				t.Fatalf("the next dispatch on the subject: %v", err)
+			}
+			next := fetchOne(t, cons, 5*time.Second)
+			if next == nil {
+				t.Fatal("the next dispatch was not delivered")
+			}
+			if md, err := next.Metadata(); err != nil || string(next.Data()) != "next" || md.NumDelivered != 1 {
+				t.Fatalf("next delivery %q, metadata %+v, %v; want the new message, delivered once", next.Data(), md, err)
+			}
+		})
 	}
 }
 
