@@ -292,14 +292,10 @@ func dataError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
+		if te.Field == "" {
 			return malformed("data", fmt.Sprintf("must be a JSON object, got %s", te.Value))
 		}
-		if v, ok := strings.CutSuffix(te.Value, outOfRange); ok {
-			return malformed(field, fmt.Sprintf("out of range: got %s, want a duration of at most %s", v, time.Duration(math.MaxInt64)))
-		}
-		return malformed(field, fmt.Sprintf("wrong type: got %s, want %s", te.Value, typeName(te)))
+		return typeError(te.Field, te)
 	case errors.As(err, &se):
 		return malformed("data", "not valid JSON: "+se.Error())
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -308,6 +304,15 @@ func dataError(err error) error {
 	default:
 		return malformed("data", err.Error())
 	}
+}
+
+// typeError is the error for te, a value of the wrong type (or a duration
+// out of range) at field.
+func typeError(field string, te *json.UnmarshalTypeError) error {
+	if v, ok := strings.CutSuffix(te.Value, outOfRange); ok {
+		return malformed(field, fmt.Sprintf("out of range: got %s, want a duration of at most %s", v, time.Duration(math.MaxInt64)))
+	}
+	return malformed(field, fmt.Sprintf("wrong type: got %s, want %s", te.Value, typeName(te)))
 }
 
 func typeName(te *json.UnmarshalTypeError) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"regexp"
 	"time"
 )
@@ -44,7 +43,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[Duration]()}
+		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: durationType}
 	}
 	return d.parse(s)
 }
@@ -58,7 +57,7 @@ func (d *Duration) parse(s string) error {
 			// duration", which read as "not a duration string".
 			value += outOfRange
 		}
-		return &json.UnmarshalTypeError{Value: value, Type: reflect.TypeFor[Duration]()}
+		return &json.UnmarshalTypeError{Value: value, Type: durationType}
 	}
 	*d = Duration(v)
 	return nil

@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strconv"
 	"strings"
@@ -22,7 +23,13 @@ import (
 //     object". (Map keys are data: "env" and "Env" are two labels.)
 //   - a time that is not an RFC 3339 string (encoding/json reports it
 //     without the field's path), or one outside years 1-9999 in UTC
-//     (see TimeInRange).
+//     (see TimeInRange);
+//   - a duration that is not a duration string, or is out of range, with
+//     the rules DecodeData gives for a wrong type. encoding/json would
+//     report it too, but only its v1 implementation names the field of
+//     an error from a type's own UnmarshalJSON: Go 1.27's, built on
+//     encoding/json/v2, said "data: must be a JSON object, got number"
+//     for a number given as schedule.interval (benchmarks.md, finding 46).
 //
 // Input that is not valid JSON, and values of the wrong JSON type, are
 // left to encoding/json, whose errors come first as before. This runs on
@@ -77,8 +84,11 @@ func (w *shapeWalker) value(t reflect.Type, path string) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == timeType {
+	switch t {
+	case timeType:
 		return w.time(tok, path)
+	case durationType:
+		return w.duration(tok, path)
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
@@ -111,7 +121,38 @@ func (w *shapeWalker) value(t reflect.Type, path string) error {
 	return nil
 }
 
-var timeType = reflect.TypeFor[time.Time]()
+var (
+	timeType     = reflect.TypeFor[time.Time]()
+	durationType = reflect.TypeFor[Duration]()
+)
+
+// duration checks a duration value as Duration.UnmarshalJSON reads it,
+// and names the field in its error (see strictShape).
+func (w *shapeWalker) duration(tok json.Token, path string) error {
+	kind := "number"
+	switch v := tok.(type) {
+	case nil:
+		return nil // null: absent
+	case string:
+		var d Duration
+		var te *json.UnmarshalTypeError
+		if err := d.parse(v); errors.As(err, &te) {
+			return typeError(path, te)
+		} else if err != nil {
+			return malformed(path, err.Error())
+		}
+		return nil
+	case json.Delim:
+		w.skip()
+		kind = "object"
+		if v == '[' {
+			kind = "array"
+		}
+	case bool:
+		kind = "bool"
+	}
+	return typeError(path, &json.UnmarshalTypeError{Value: kind, Type: durationType})
+}
 
 // time checks a time value, whose errors encoding/json reports without
 // the field's path (time.ParseError is no *json.UnmarshalTypeError): a
