@@ -31,10 +31,10 @@ import (
 //     encoding/json/v2, said "data: must be a JSON object, got number"
 //     for a number given as schedule.interval (benchmarks.md, finding 46).
 //
-// Input that is not valid JSON, and values of the wrong JSON type, are
-// left to encoding/json, whose errors come first as before. This runs on
-// the command path (DecodeData) and on the rare fallbacks of the per-run
-// fast paths (DecodeRun, DecodeDispatch), never on the fast paths
+// Input that is not valid JSON, and other values of the wrong JSON type,
+// are left to encoding/json; a syntax error anywhere comes first. This
+// runs on the command path (DecodeData) and on the rare fallbacks of the
+// per-run fast paths (DecodeRun, DecodeDispatch), never on the fast paths
 // themselves; they refuse unknown and repeated keys on their own.
 func strictShape(data []byte, v any) error {
 	w := shapeWalker{dec: json.NewDecoder(bytes.NewReader(data))}
@@ -135,11 +135,9 @@ func (w *shapeWalker) duration(tok json.Token, path string) error {
 		return nil // null: absent
 	case string:
 		var d Duration
-		var te *json.UnmarshalTypeError
-		if err := d.parse(v); errors.As(err, &te) {
+		var te *json.UnmarshalTypeError // parse's only error
+		if errors.As(d.parse(v), &te) {
 			return typeError(path, te)
-		} else if err != nil {
-			return malformed(path, err.Error())
 		}
 		return nil
 	case json.Delim:
