@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,8 @@ import (
 // DisallowUnknownFields: it matches keys to struct fields
 // case-insensitively ("Schedule", "INTERVAL" and a trailing "ID" are taken
 // as the documented fields) and lets the last of two equal keys win. It
-// walks the first JSON value of data against the type of v and refuses
+// walks the first JSON value of data against the type of v and refuses,
+// listing every one it finds in document order (up to MaxReasons),
 //
 //   - an object key that is not exactly the json name of a field of the
 //     target struct: "schedule.INTERVAL: unknown field";
@@ -38,16 +40,25 @@ import (
 // themselves; they refuse unknown and repeated keys on their own.
 func strictShape(data []byte, v any) error {
 	w := shapeWalker{dec: json.NewDecoder(bytes.NewReader(data))}
-	problem := w.value(reflect.TypeOf(v), "")
-	if problem == nil || w.broken {
+	w.note(w.value(reflect.TypeOf(v), ""))
+	problems := w.problems.err()
+	if problems == nil || w.broken {
 		return nil
 	}
-	// A problem found before a syntax error further on: the decoder's
+	// Problems found before a syntax error further on: the decoder's
 	// syntax error stays the answer, as before.
 	if !firstValueValid(data) {
 		return nil
 	}
-	return problem
+	return problems
+}
+
+// note records the problem err (a ValidationError from malformed), if
+// any; the walk goes on to the next value.
+func (w *shapeWalker) note(err error) {
+	for _, fe := range Reasons(err) {
+		w.problems.add(fe.Field, fe.Rule)
+	}
 }
 
 // firstValueValid reports whether data starts with one valid JSON value.
@@ -71,6 +82,9 @@ type shapeWalker struct {
 	// broken is set when the input is not valid JSON: the walk stops and
 	// reports nothing.
 	broken bool
+	// problems are those found so far, in document order (up to
+	// MaxReasons, then counted).
+	problems collector
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
@@ -200,17 +214,20 @@ func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, 
 		if fields != nil {
 			var ok bool
 			if t, ok = fields[key]; !ok {
-				return malformed(sub, unknownField(fields, key))
+				w.note(malformed(sub, unknownField(fields, key)))
+				w.skipValue()
+				continue
 			}
 		}
-		for _, k := range seen {
-			if k == key {
-				return malformed(sub, "given twice in one object")
-			}
+		if slices.Contains(seen, key) {
+			w.note(malformed(sub, "given twice in one object"))
+			w.skipValue()
+			continue
 		}
 		seen = append(seen, key)
-		if err := w.value(t, sub); err != nil || w.broken {
-			return err
+		w.note(w.value(t, sub))
+		if w.broken {
+			return nil
 		}
 	}
 	return w.end()
@@ -230,8 +247,9 @@ func unknownField(fields map[string]reflect.Type, key string) string {
 // array walks the elements of an array whose '[' was read.
 func (w *shapeWalker) array(elem reflect.Type, path string) error {
 	for i := 0; w.dec.More(); i++ {
-		if err := w.value(elem, path+"["+strconv.Itoa(i)+"]"); err != nil || w.broken {
-			return err
+		w.note(w.value(elem, path+"["+strconv.Itoa(i)+"]"))
+		if w.broken {
+			return nil
 		}
 	}
 	return w.end()
@@ -241,6 +259,14 @@ func (w *shapeWalker) array(elem reflect.Type, path string) error {
 func (w *shapeWalker) end() error {
 	w.token()
 	return nil
+}
+
+// skipValue moves past the next value.
+func (w *shapeWalker) skipValue() {
+	tok, ok := w.token()
+	if d, isDelim := tok.(json.Delim); ok && isDelim && (d == '{' || d == '[') {
+		w.skip()
+	}
 }
 
 // skip moves past the rest of a value whose opening delimiter was read.

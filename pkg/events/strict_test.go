@@ -2,6 +2,9 @@ package events
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +49,49 @@ func TestStrictShapeNamesADurationsField(t *testing.T) {
 		if err := strictShape([]byte(data), &spec); err != nil {
 			t.Errorf("strictShape(%s) = %v, want nil", data, err)
 		}
+	}
+}
+
+// TestStrictShapeListsEveryProblem: a document with several mistakes of
+// the kinds the walk checks gets them all at once, in document order, so
+// a task file is not fixed one round trip per mistake.
+func TestStrictShapeListsEveryProblem(t *testing.T) {
+	data := `{"colour":{"a":[1,{"b":2}]},"id":"x","schedule":{"interval":30},"startAt":"noon",` +
+		`"id":"y","target":{"http":{"timeout":"soon","url":"http://x"}},"labels":{"a":"1","a":"2"}}`
+	want := []FieldError{
+		{Field: "colour", Rule: "unknown field"},
+		{Field: "schedule.interval", Rule: `wrong type: got number, want a duration string such as "30s"`},
+		{Field: "startAt", Rule: `must be an RFC 3339 time such as "2026-03-02T11:00:00Z", got "noon"`},
+		{Field: "id", Rule: "given twice in one object"},
+		{Field: "target.http.timeout", Rule: `wrong type: got string "soon", want a duration string such as "30s"`},
+		{Field: "labels.a", Rule: "given twice in one object"},
+	}
+	var spec TaskSpec
+	err := strictShape([]byte(data), &spec)
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("strictShape = %v, want a ValidationError", err)
+	}
+	if !slices.Equal(ve.Errors, want) {
+		t.Fatalf("strictShape listed\n%q\nwant\n%q", ve.Errors, want)
+	}
+
+	// Past MaxReasons the rest are counted, as Validate counts them.
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range MaxReasons + 5 {
+		fmt.Fprintf(&b, `"x%d":1,`, i)
+	}
+	b.WriteString(`"id":"x"}`)
+	err = strictShape([]byte(b.String()), &spec)
+	if !errors.As(err, &ve) || len(ve.Errors) != MaxReasons+1 {
+		t.Fatalf("strictShape of %d unknown keys = %v, want %d reasons", MaxReasons+5, err, MaxReasons+1)
+	}
+	if last := ve.Errors[MaxReasons]; last != (FieldError{Rule: "and 5 more problems"}) {
+		t.Fatalf("last reason %q", last)
+	}
+	// A syntax error further on is still the answer: nothing is listed.
+	if err := strictShape([]byte(`{"colour":1,"id":}`), &spec); err != nil {
+		t.Fatalf("strictShape before a syntax error = %v, want nil (the decoder reports the syntax)", err)
 	}
 }

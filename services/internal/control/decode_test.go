@@ -23,6 +23,11 @@ func TestDecodeSpecNamesEveryField(t *testing.T) {
 		{"unknown field", `{"id":"a","colour":"red"}`, []string{"colour: unknown field"}},
 		{"wrong type", `{"id":"a","schedule":{"interval":5}}`, []string{"schedule.interval: wrong type"}},
 		{
+			// The shape's problems together; the values' rules once it decodes.
+			"every shape problem", `{"id":"a","colour":"red","schedule":{"interval":"5 parsecs"},"startAt":"noon","target":{"http":{"url":"ftp://x"}}}`,
+			[]string{"colour: unknown field", "schedule.interval: wrong type", "startAt: must be an RFC 3339 time"},
+		},
+		{
 			"every reason", `{"id":"a.b","target":{"http":{"url":"ftp://x"}},"schedule":{"interval":"10ms"}}`,
 			[]string{"id: must be 1-128", "target.http.url: scheme", "schedule.interval: must be >= 1s"},
 		},
