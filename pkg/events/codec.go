@@ -292,9 +292,6 @@ func dataError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		if te.Field == "" {
-			return malformed("data", fmt.Sprintf("must be a JSON object, got %s", te.Value))
-		}
 		return typeError(te.Field, te)
 	case errors.As(err, &se):
 		return malformed("data", "not valid JSON: "+se.Error())
@@ -307,8 +304,11 @@ func dataError(err error) error {
 }
 
 // typeError is the error for te, a value of the wrong type (or a duration
-// out of range) at field.
+// out of range) at field ("": the whole document).
 func typeError(field string, te *json.UnmarshalTypeError) error {
+	if field == "" {
+		return malformed("data", fmt.Sprintf("must be a JSON object, got %s", te.Value))
+	}
 	if v, ok := strings.CutSuffix(te.Value, outOfRange); ok {
 		return malformed(field, fmt.Sprintf("out of range: got %s, want a duration of at most %s", v, time.Duration(math.MaxInt64)))
 	}

@@ -309,7 +309,7 @@ func TestDecodeData(t *testing.T) {
 		// "wrong type: got string \"99999999999h\", want a duration string".
 		{"duration out of range", events.ContentTypeJSON, `{"schedule":{"interval":"99999999999h"}}`, wantErr{"schedule.interval", []string{`out of range: got string "99999999999h"`, "at most 2562047h"}}},
 		{"timeout as object", events.ContentTypeJSON, `{"target":{"http":{"timeout":{}}}}`, wantErr{"target.http.timeout", []string{"got object", "duration"}}},
-		{"label as number", events.ContentTypeJSON, `{"labels":{"a":1}}`, wantErr{"labels", []string{"want string"}}},
+		{"label as number", events.ContentTypeJSON, `{"labels":{"a":1}}`, wantErr{"labels.a", []string{"got number, want string"}}},
 		{"jitter as string", events.ContentTypeJSON, `{"jitter":"0.1"}`, wantErr{"jitter", []string{"got string, want number"}}},
 		{"catchUpMax as float", events.ContentTypeJSON, `{"catchUpMax":1.5}`, wantErr{"catchUpMax", []string{"want integer"}}},
 		{"target as array", events.ContentTypeJSON, `{"target":[]}`, wantErr{"target", []string{"got array, want object"}}},

@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -31,15 +32,22 @@ import (
 //     report it too, but only its v1 implementation names the field of
 //     an error from a type's own UnmarshalJSON: Go 1.27's, built on
 //     encoding/json/v2, said "data: must be a JSON object, got number"
-//     for a number given as schedule.interval (benchmarks.md, finding 46).
+//     for a number given as schedule.interval (benchmarks.md, finding 46);
+//   - any other value of the wrong JSON type, or a number that does not
+//     fit its field, with encoding/json's v1 reasons ("catchUpMax: wrong
+//     type: got number 1.5, want integer"), so that every problem comes
+//     at once; a map value or an array element is named by its key or
+//     index ("labels.team", "target.http.expectStatus[0]"), where
+//     encoding/json named the map or the array.
 //
-// Input that is not valid JSON, and other values of the wrong JSON type,
-// are left to encoding/json; a syntax error anywhere comes first. This
-// runs on the command path (DecodeData) and on the rare fallbacks of the
+// Input that is not valid JSON is left to encoding/json, and a syntax
+// error anywhere comes first, as are the types that read their own JSON
+// or text and a []byte's base64. This runs on the command path (DecodeData) and on the rare fallbacks of the
 // per-run fast paths (DecodeRun, DecodeDispatch), never on the fast paths
 // themselves; they refuse unknown and repeated keys on their own.
 func strictShape(data []byte, v any) error {
 	w := shapeWalker{dec: json.NewDecoder(bytes.NewReader(data))}
+	w.dec.UseNumber() // a number's literal, for its range and its error
 	w.note(w.value(reflect.TypeOf(v), ""))
 	problems := w.problems.err()
 	if problems == nil || w.broken {
@@ -106,7 +114,7 @@ func (w *shapeWalker) value(t reflect.Type, path string) error {
 	}
 	d, ok := tok.(json.Delim)
 	if !ok {
-		return nil // a scalar: encoding/json checks its type
+		return scalar(tok, t, path)
 	}
 	if t != nil && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(unmarshalerType) {
 		w.skip() // the type reads its own JSON
@@ -130,9 +138,73 @@ func (w *shapeWalker) value(t reflect.Type, path string) error {
 			return w.array(t.Elem(), path)
 		}
 	}
-	// The wrong JSON type for t: encoding/json reports it.
+	// The wrong JSON type for t.
 	w.skip()
-	return nil
+	kind := "object"
+	if d == '[' {
+		kind = "array"
+	}
+	return typeError(path, &json.UnmarshalTypeError{Value: kind, Type: t})
+}
+
+var textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// scalar checks a string, number, bool or null destined for t, with the
+// rules of encoding/json's v1 decoder and the values it puts in its
+// *json.UnmarshalTypeError ("number 1.5" for a number that does not fit,
+// "number" for one where a string is wanted). A type that reads its own
+// JSON or text, and a []byte (base64), are left to encoding/json.
+func scalar(tok json.Token, t reflect.Type, path string) error {
+	if tok == nil || t == nil || t.Kind() == reflect.Interface {
+		return nil // null leaves any value alone; an interface takes anything
+	}
+	if pt := reflect.PointerTo(t); pt.Implements(unmarshalerType) || pt.Implements(textUnmarshalerType) {
+		return nil
+	}
+	var value string
+	switch v := tok.(type) {
+	case bool:
+		if t.Kind() == reflect.Bool {
+			return nil
+		}
+		value = "bool"
+	case string:
+		if t.Kind() == reflect.String || t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+			return nil
+		}
+		value = "string"
+	case json.Number:
+		if fits(string(v), t) {
+			return nil
+		}
+		value = "number"
+		if isNumeric(t.Kind()) {
+			value += " " + string(v)
+		}
+	default:
+		return nil
+	}
+	return typeError(path, &json.UnmarshalTypeError{Value: value, Type: t})
+}
+
+// fits reports whether the number literal lit can be stored in a t.
+func fits(lit string, t reflect.Type) bool {
+	var err error
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		_, err = strconv.ParseInt(lit, 10, t.Bits())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		_, err = strconv.ParseUint(lit, 10, t.Bits())
+	case reflect.Float32, reflect.Float64:
+		_, err = strconv.ParseFloat(lit, t.Bits())
+	default:
+		return false
+	}
+	return err == nil
+}
+
+func isNumeric(k reflect.Kind) bool {
+	return k >= reflect.Int && k <= reflect.Float64
 }
 
 var (

@@ -66,10 +66,9 @@ func invalidUTF8(data []byte) int {
 }
 
 // DecodeSpec decodes and validates a task spec, returning the problems as
-// an *events.ValidationError: every unknown or repeated field and
-// malformed duration or time at once (or another wrongly typed value on
-// its own), and once the spec decodes, every rule it breaks. The spec is
-// not normalized: the governor stores the defaults in force.
+// an *events.ValidationError: every unknown or repeated field and value of
+// the wrong type at once, and once the spec decodes, every rule it breaks.
+// The spec is not normalized: the governor stores the defaults in force.
 func DecodeSpec(data []byte) (events.TaskSpec, error) {
 	var spec events.TaskSpec
 	if err := DecodeJSON(data, &spec); err != nil {
