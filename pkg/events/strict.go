@@ -41,14 +41,15 @@ import (
 //     encoding/json named the map or the array.
 //
 // Input that is not valid JSON is left to encoding/json, and a syntax
-// error anywhere comes first, as are the types that read their own JSON
-// or text and a []byte's base64. This runs on the command path (DecodeData) and on the rare fallbacks of the
-// per-run fast paths (DecodeRun, DecodeDispatch), never on the fast paths
-// themselves; they refuse unknown and repeated keys on their own.
+// error anywhere comes first; so are the values of types that read their
+// own JSON or text, and a []byte's base64. This runs on the command path
+// (DecodeData) and on the rare fallbacks of the per-run fast paths
+// (DecodeRun, DecodeDispatch), never on the fast paths themselves; they
+// refuse unknown and repeated keys on their own.
 func strictShape(data []byte, v any) error {
 	w := shapeWalker{dec: json.NewDecoder(bytes.NewReader(data))}
 	w.dec.UseNumber() // a number's literal, for its range and its error
-	w.note(w.value(reflect.TypeOf(v), ""))
+	w.value(reflect.TypeOf(v), "")
 	problems := w.problems.err()
 	if problems == nil || w.broken {
 		return nil
@@ -95,71 +96,85 @@ type shapeWalker struct {
 	problems collector
 }
 
-var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-
-// value walks the next value, destined for a value of type t (nil: any).
-func (w *shapeWalker) value(t reflect.Type, path string) error {
+// value walks the next value, destined for a value of type t (nil: any),
+// and notes its problems.
+func (w *shapeWalker) value(t reflect.Type, path string) {
 	tok, ok := w.token()
 	if !ok {
-		return nil
+		return
 	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	switch t {
-	case timeType:
-		return w.time(tok, path)
-	case durationType:
-		return w.duration(tok, path)
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return scalar(tok, t, path)
-	}
-	if t != nil && t.Kind() != reflect.Interface && reflect.PointerTo(t).Implements(unmarshalerType) {
-		w.skip() // the type reads its own JSON
-		return nil
-	}
-	switch d {
-	case '{':
-		switch {
-		case t == nil || t.Kind() == reflect.Interface:
-			return w.object(nil, nil, path)
-		case t.Kind() == reflect.Struct:
-			return w.object(structFields(t), nil, path)
-		case t.Kind() == reflect.Map:
-			return w.object(nil, t.Elem(), path)
+	d, isDelim := tok.(json.Delim)
+	typed := t != nil && t.Kind() != reflect.Interface
+	switch {
+	case t == timeType:
+		w.note(w.time(tok, path))
+	case t == durationType:
+		w.note(w.duration(tok, path))
+	case typed && readsItself(t):
+		if isDelim {
+			w.skip() // encoding/json checks what the type reads
 		}
-	case '[':
-		switch {
-		case t == nil || t.Kind() == reflect.Interface:
-			return w.array(nil, path)
-		case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
-			return w.array(t.Elem(), path)
-		}
+	case !isDelim:
+		w.note(scalar(tok, t, path))
+	case !typed && d == '{':
+		w.object(nil, nil, path)
+	case !typed: // '['
+		w.array(nil, path)
+	case d == '{' && t.Kind() == reflect.Struct:
+		w.object(structFields(t), nil, path)
+	case d == '{' && t.Kind() == reflect.Map:
+		w.object(nil, t.Elem(), path)
+	case d == '[' && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		w.array(t.Elem(), path)
+	default: // the wrong JSON type for t
+		w.note(typeError(path, &json.UnmarshalTypeError{Value: w.kindOf(tok), Type: t}))
 	}
-	// The wrong JSON type for t.
-	w.skip()
-	kind := "object"
-	if d == '[' {
-		kind = "array"
-	}
-	return typeError(path, &json.UnmarshalTypeError{Value: kind, Type: t})
 }
 
-var textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+var (
+	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// readsItself reports a type that reads its own JSON or text; the walk
+// leaves its value to encoding/json.
+func readsItself(t reflect.Type) bool {
+	pt := reflect.PointerTo(t)
+	return pt.Implements(unmarshalerType) || pt.Implements(textUnmarshalerType)
+}
+
+// kindOf names the JSON type of the value starting at tok as
+// encoding/json's errors do, and moves past it if it is an object or an
+// array.
+func (w *shapeWalker) kindOf(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		w.skip()
+		if v == '[' {
+			return "array"
+		}
+		return "object"
+	case bool:
+		return "bool"
+	case string:
+		return "string"
+	case nil:
+		return "null"
+	}
+	return "number"
+}
 
 // scalar checks a string, number, bool or null destined for t, with the
 // rules of encoding/json's v1 decoder and the values it puts in its
 // *json.UnmarshalTypeError ("number 1.5" for a number that does not fit,
-// "number" for one where a string is wanted). A type that reads its own
-// JSON or text, and a []byte (base64), are left to encoding/json.
+// "number" for one where a string is wanted). A []byte's base64 is left
+// to encoding/json.
 func scalar(tok json.Token, t reflect.Type, path string) error {
 	if tok == nil || t == nil || t.Kind() == reflect.Interface {
 		return nil // null leaves any value alone; an interface takes anything
-	}
-	if pt := reflect.PointerTo(t); pt.Implements(unmarshalerType) || pt.Implements(textUnmarshalerType) {
-		return nil
 	}
 	var value string
 	switch v := tok.(type) {
@@ -174,12 +189,8 @@ func scalar(tok json.Token, t reflect.Type, path string) error {
 		}
 		value = "string"
 	case json.Number:
-		if fits(string(v), t) {
+		if value = numberProblem(string(v), t); value == "" {
 			return nil
-		}
-		value = "number"
-		if isNumeric(t.Kind()) {
-			value += " " + string(v)
 		}
 	default:
 		return nil
@@ -187,8 +198,10 @@ func scalar(tok json.Token, t reflect.Type, path string) error {
 	return typeError(path, &json.UnmarshalTypeError{Value: value, Type: t})
 }
 
-// fits reports whether the number literal lit can be stored in a t.
-func fits(lit string, t reflect.Type) bool {
+// numberProblem is "" if the number literal lit can be stored in a t, and
+// otherwise what encoding/json's v1 decoder names it in its error:
+// "number <lit>" where a number is wanted, "number" where it is not.
+func numberProblem(lit string, t reflect.Type) string {
 	var err error
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
@@ -198,13 +211,12 @@ func fits(lit string, t reflect.Type) bool {
 	case reflect.Float32, reflect.Float64:
 		_, err = strconv.ParseFloat(lit, t.Bits())
 	default:
-		return false
+		return "number"
 	}
-	return err == nil
-}
-
-func isNumeric(k reflect.Kind) bool {
-	return k >= reflect.Int && k <= reflect.Float64
+	if err != nil {
+		return "number " + lit
+	}
+	return ""
 }
 
 var (
@@ -215,7 +227,6 @@ var (
 // duration checks a duration value as Duration.UnmarshalJSON reads it,
 // and names the field in its error (see strictShape).
 func (w *shapeWalker) duration(tok json.Token, path string) error {
-	kind := "number"
 	switch v := tok.(type) {
 	case nil:
 		return nil // null: absent
@@ -226,16 +237,8 @@ func (w *shapeWalker) duration(tok json.Token, path string) error {
 			return typeError(path, te)
 		}
 		return nil
-	case json.Delim:
-		w.skip()
-		kind = "object"
-		if v == '[' {
-			kind = "array"
-		}
-	case bool:
-		kind = "bool"
 	}
-	return typeError(path, &json.UnmarshalTypeError{Value: kind, Type: durationType})
+	return typeError(path, &json.UnmarshalTypeError{Value: w.kindOf(tok), Type: durationType})
 }
 
 // time checks a time value, whose errors encoding/json reports without
@@ -255,27 +258,19 @@ func (w *shapeWalker) time(tok json.Token, path string) error {
 			return malformed(path, timeRangeRule(v))
 		}
 		return nil
-	case json.Delim:
-		w.skip()
-		if v == '[' {
-			return malformed(path, "wrong type: got array, want "+want)
-		}
-		return malformed(path, "wrong type: got object, want "+want)
-	case bool:
-		return malformed(path, "wrong type: got bool, want "+want)
 	}
-	return malformed(path, "wrong type: got number, want "+want)
+	return malformed(path, "wrong type: got "+w.kindOf(tok)+", want "+want)
 }
 
 // object walks the members of an object whose '{' was read: fields names
 // the members of a struct, elem is the value type of a map, and both nil
 // stand for an untyped object.
-func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, path string) error {
+func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, path string) {
 	var seen []string
 	for w.dec.More() {
 		tok, ok := w.token()
 		if !ok {
-			return nil
+			return
 		}
 		key, _ := tok.(string)
 		sub := key
@@ -297,12 +292,12 @@ func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, 
 			continue
 		}
 		seen = append(seen, key)
-		w.note(w.value(t, sub))
+		w.value(t, sub)
 		if w.broken {
-			return nil
+			return
 		}
 	}
-	return w.end()
+	w.token() // the closing '}'
 }
 
 // unknownField is the rule for an unknown key, naming the field it
@@ -317,20 +312,14 @@ func unknownField(fields map[string]reflect.Type, key string) string {
 }
 
 // array walks the elements of an array whose '[' was read.
-func (w *shapeWalker) array(elem reflect.Type, path string) error {
+func (w *shapeWalker) array(elem reflect.Type, path string) {
 	for i := 0; w.dec.More(); i++ {
-		w.note(w.value(elem, path+"["+strconv.Itoa(i)+"]"))
+		w.value(elem, path+"["+strconv.Itoa(i)+"]")
 		if w.broken {
-			return nil
+			return
 		}
 	}
-	return w.end()
-}
-
-// end reads the closing delimiter of the current object or array.
-func (w *shapeWalker) end() error {
-	w.token()
-	return nil
+	w.token() // the closing ']'
 }
 
 // skipValue moves past the next value.

@@ -170,16 +170,23 @@ func TestMalformedCommandsAreRejected(t *testing.T) {
 		body      []byte
 		wantField string
 		wantRule  string
-		wantID    string // the answer's commandId, when the command has one
+		wantID    string   // the answer's commandId, when the command has one
+		alsoWant  []string // further "field: rule" reasons the same answer lists
 	}{
-		{"not JSON", "flyball.task.created.nojson", []byte(`{this is not json`), "", "not valid JSON", ""},
-		{"old specversion", "flyball.task.created.oldspec", []byte(`{"specversion":"0.3","type":"io.flyball.task.created","source":"t","id":"cmd-oldspec","data":{"id":"oldspec"}}`), "specversion", `must be "1.0"`, "cmd-oldspec"},
-		{"bad cron", "flyball.task.created.badcron", createdEvent("badcron", fmt.Sprintf(`{"id":"badcron","target":{"http":{"url":%q}},"schedule":{"cron":"61 * * * *"}}`, url)), "schedule.cron", "minute", ""},
-		{"interval below 1s", "flyball.task.created.fast", createdEvent("fast", fmt.Sprintf(`{"id":"fast","target":{"http":{"url":%q}},"schedule":{"interval":"200ms"}}`, url)), "schedule.interval", "must be >= 1s, got 200ms", ""},
-		{"id not a subject token", "flyball.task.created.badid", []byte(fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.created","source":"t","id":"cmd-badid","datacontenttype":"application/json","data":{"id":"bad.id*","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}}`, url)), "id", "[A-Za-z0-9_-]", ""},
-		{"wrong field type", "flyball.task.created.wrongtype", createdEvent("wrongtype", fmt.Sprintf(`{"id":"wrongtype","target":{"http":{"url":%q}},"schedule":{"interval":5}}`, url)), "schedule.interval", "duration string", ""},
-		{"unknown verb", "flyball.task.frobbed.verb", createdEvent("verb", fmt.Sprintf(`{"id":"verb","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}`, url)), "subject", "unknown task action", ""},
-		{"unknown field", "flyball.task.created.unknown", createdEvent("unknown", fmt.Sprintf(`{"id":"unknown","target":{"http":{"url":%q}},"schedule":{"interval":"5s"},"colour":"red"}`, url)), "colour", "unknown field", ""},
+		{"not JSON", "flyball.task.created.nojson", []byte(`{this is not json`), "", "not valid JSON", "", nil},
+		{"old specversion", "flyball.task.created.oldspec", []byte(`{"specversion":"0.3","type":"io.flyball.task.created","source":"t","id":"cmd-oldspec","data":{"id":"oldspec"}}`), "specversion", `must be "1.0"`, "cmd-oldspec", nil},
+		{"bad cron", "flyball.task.created.badcron", createdEvent("badcron", fmt.Sprintf(`{"id":"badcron","target":{"http":{"url":%q}},"schedule":{"cron":"61 * * * *"}}`, url)), "schedule.cron", "minute", "", nil},
+		{"interval below 1s", "flyball.task.created.fast", createdEvent("fast", fmt.Sprintf(`{"id":"fast","target":{"http":{"url":%q}},"schedule":{"interval":"200ms"}}`, url)), "schedule.interval", "must be >= 1s, got 200ms", "", nil},
+		{"id not a subject token", "flyball.task.created.badid", []byte(fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.created","source":"t","id":"cmd-badid","datacontenttype":"application/json","data":{"id":"bad.id*","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}}`, url)), "id", "[A-Za-z0-9_-]", "", nil},
+		{"wrong field type", "flyball.task.created.wrongtype", createdEvent("wrongtype", fmt.Sprintf(`{"id":"wrongtype","target":{"http":{"url":%q}},"schedule":{"interval":5}}`, url)), "schedule.interval", "duration string", "", nil},
+		{"unknown verb", "flyball.task.frobbed.verb", createdEvent("verb", fmt.Sprintf(`{"id":"verb","target":{"http":{"url":%q}},"schedule":{"interval":"5s"}}`, url)), "subject", "unknown task action", "", nil},
+		{"unknown field", "flyball.task.created.unknown", createdEvent("unknown", fmt.Sprintf(`{"id":"unknown","target":{"http":{"url":%q}},"schedule":{"interval":"5s"},"colour":"red"}`, url)), "colour", "unknown field", "", nil},
+		{
+			"several mistakes at once", "flyball.task.created.several",
+			createdEvent("several", fmt.Sprintf(`{"id":"several","colour":"red","target":{"http":{"url":%q,"timeout":"soon"}},"schedule":{"interval":5},"jitter":"x","labels":{"team":1}}`, url)),
+			"colour", "unknown field", "",
+			[]string{"target.http.timeout: duration string", "schedule.interval: duration string", "jitter: got string, want number", "labels.team: got number, want string"},
+		},
 	}
 	for _, c := range cases {
 		if err := srv.NC.Publish(c.subject, c.body); err != nil {
@@ -218,6 +225,15 @@ func TestMalformedCommandsAreRejected(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: reasons %+v, want field %q with %q", c.name, r.Reasons, c.wantField, c.wantRule)
+		}
+		if c.alsoWant != nil && len(r.Reasons) != 1+len(c.alsoWant) {
+			t.Errorf("%s: %d reasons %+v, want %d", c.name, len(r.Reasons), r.Reasons, 1+len(c.alsoWant))
+		}
+		for i, w := range c.alsoWant {
+			field, rule, _ := strings.Cut(w, ": ")
+			if i+1 >= len(r.Reasons) || r.Reasons[i+1].Field != field || !strings.Contains(r.Reasons[i+1].Rule, rule) {
+				t.Errorf("%s: reason %d of %+v, want field %q with %q", c.name, i+1, r.Reasons, field, rule)
+			}
 		}
 		if c.wantID != "" && r.CommandID != c.wantID {
 			t.Errorf("%s: the answer's commandId is %q, want %q (what the sender needs to match it)", c.name, r.CommandID, c.wantID)
