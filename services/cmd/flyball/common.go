@@ -226,6 +226,15 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 	return []string{hex.EncodeToString(b)}, true, nil
 }
 
+// newMetricsServer serves h on the metrics listener. An idle keep-alive
+// connection is closed after a minute (Prometheus scrapes every 15 s by
+// default, so its own stays open), so a client that goes away does not
+// hold one for ever. There is no write timeout:
+// /debug/pprof/profile?seconds=N writes for N seconds.
+func newMetricsServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+}
+
 // serveMetrics serves /metrics and /healthz until ctx ends, and with
 // withPprof the Go profiles under /debug/pprof/ (net/http/pprof).
 func serveMetrics(ctx context.Context, addr string, m *metrics.Set, withPprof bool, log *slog.Logger) (func(), error) {
@@ -250,7 +259,7 @@ func serveMetrics(ctx context.Context, addr string, m *metrics.Set, withPprof bo
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := newMetricsServer(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "err", err)

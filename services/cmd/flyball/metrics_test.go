@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flyballhq/flyball/services/internal/metrics"
 )
@@ -51,6 +52,19 @@ func TestServeMetricsProfilesOnlyWhenAsked(t *testing.T) {
 			t.Errorf("pprof=%v: /debug/pprof/cmdline = 200 %q, want it refused", withPprof, body)
 		}
 		stop()
+	}
+}
+
+// TestMetricsServerClosesIdleConnections: the metrics listener (all
+// interfaces by default, no token) drops an idle keep-alive connection
+// and a slow request instead of keeping them for ever, and sets no write
+// timeout, which would cut /debug/pprof/profile?seconds=N short.
+func TestMetricsServerClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	srv := newMetricsServer(http.NewServeMux())
+	if srv.IdleTimeout <= 0 || srv.IdleTimeout > 5*time.Minute || srv.ReadTimeout <= 0 || srv.ReadHeaderTimeout <= 0 || srv.WriteTimeout != 0 {
+		t.Fatalf("metrics server: idle %s, read %s, read header %s, write %s; want bounded idle and read timeouts and no write timeout",
+			srv.IdleTimeout, srv.ReadTimeout, srv.ReadHeaderTimeout, srv.WriteTimeout)
 	}
 }
 

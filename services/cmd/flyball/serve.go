@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -61,7 +62,13 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 				}
 				log.Warn("nats: asynchronous error", "err", err)
 			}),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats: disconnected", "err", err) }),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err == nil { // this process closed its own connection: a clean stop
+					log.Debug("nats: connection closed")
+					return
+				}
+				log.Warn("nats: disconnected", "err", err)
+			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", redactURLs(nc.ConnectedUrlRedacted())) }),
 		)
 	}
@@ -86,7 +93,7 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	}
 	nc, err := nats.Connect(f.url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redactURLs(f.url), err)
+		return nil, nil, connectError(f.url, err)
 	}
 	js, err := jsutil.New(nc)
 	if err != nil {
@@ -94,6 +101,20 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// connectError says why nats.Connect refused url, never quoting a
+// credential: a URL that does not parse is quoted whole by url.Parse's
+// error, password included, so for a list that carries credentials that
+// error is replaced by a fixed reason.
+func connectError(list string, err error) error {
+	shown := redactURLs(list)
+	var ue *url.Error
+	if shown != list && errors.As(err, &ue) {
+		return fmt.Errorf("connect to NATS at %s: a URL does not parse (the parser's message is not shown: it quotes the credentials); "+
+			"percent-encode reserved characters such as %% / ? # @ in the user name and password", shown)
+	}
+	return fmt.Errorf("connect to NATS at %s: %w", shown, err)
 }
 
 // redactURLs hides the credentials a NATS URL list may carry
@@ -146,6 +167,9 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			}
 			if async && !ensure {
 				return fmt.Errorf("--async-persist applies when the streams are created: it needs --ensure-streams")
+			}
+			if nf.replicas < 1 || nf.replicas > 5 {
+				return fmt.Errorf("--replicas: want 1 to 5 (3 on a 3-node cluster), got %d", nf.replicas)
 			}
 			log, err := rf.logger()
 			if err != nil {

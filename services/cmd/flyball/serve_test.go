@@ -39,6 +39,41 @@ func TestNATSURLCredentialsAreNotShown(t *testing.T) {
 	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("connect error %q: want the host without the password", err)
 	}
+	// A password with an unescaped % does not parse, and url.Parse's own
+	// error quotes the whole URL: it must not reach the error.
+	for _, bad := range []string{"nats://alice:s3cr%t@127.0.0.1:1", "nats://n0:4222,nats://s3cr%t@127.0.0.1:1"} {
+		f := natsFlags{url: bad, name: "test"}
+		_, _, err := f.connect()
+		if err == nil || strings.Contains(err.Error(), "s3cr") || !strings.Contains(err.Error(), "does not parse") {
+			t.Errorf("connect to %s: error %v, want that a URL does not parse, without the credentials", bad, err)
+		}
+	}
+	// Without credentials the parser's reason is worth showing.
+	f = natsFlags{url: "nats://127.0.0.1:%zz", name: "test"}
+	if _, _, err := f.connect(); err == nil || !strings.Contains(err.Error(), `invalid port ":%zz"`) {
+		t.Errorf("connect to an unparsable URL without credentials: error %v, want url.Parse's reason", err)
+	}
+}
+
+// TestCleanCloseIsNotAWarning: a process that closes its own NATS
+// connection at a clean stop logs no "nats: disconnected" warning; the
+// operations guide lists that warning among those that need a look.
+func TestCleanCloseIsNotAWarning(t *testing.T) {
+	t.Parallel()
+	_, url := natstest.StartListening(t)
+	var buf syncBuffer
+	f := natsFlags{url: url, name: "test", log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	nc, _, err := f.connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	nc.Close()
+	<-closed
+	if out := buf.String(); strings.Contains(out, "level=WARN") || !strings.Contains(out, "nats: connection closed") {
+		t.Fatalf("log after a clean close:\n%s\nwant a debug line and no warning", out)
+	}
 }
 
 // TestHelpShowsNoSecretsFromTheEnvironment: flags whose default comes
