@@ -592,6 +592,13 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"serve", "timer", "--timer-lease", "500ms"},
 		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
 		{"serve", "api", "--api-token", "short"},
+		{"serve", "governor", "--replicas", "0"},
+		{"serve", "governor", "--replicas", "6", "--ensure-streams=false"},
+		// cobra's own help and completion commands, too.
+		{"help", "nosuch"},
+		{"help", "task", "nosuch"},
+		{"completion"},
+		{"completion", "tcsh"},
 	} {
 		r := e.run(t, args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
@@ -618,6 +625,18 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "serve", "api", "--api-token", "short"); !strings.Contains(r.stderr, "--api-token (or FLYBALL_API_TOKENS): token 1 has 5 characters, want at least 16") || strings.Contains(r.stderr, "short") {
 		t.Errorf("short --api-token: %q, want the flag named and the token not shown", r.stderr)
+	}
+	if r := e.run(t, "serve", "governor", "--replicas", "0"); !strings.Contains(r.stderr, "--replicas: want 1 to 5") {
+		t.Errorf("bad --replicas: %q, want the flag named before any connection", r.stderr)
+	}
+	if r := e.run(t, "help", "task", "nosuch"); !strings.Contains(r.stderr, `help: no command "task nosuch"`) {
+		t.Errorf("help on an unknown topic: %q", r.stderr)
+	}
+	if r := e.ok(t, "help", "task"); !strings.Contains(r, "flyball task [command]") {
+		t.Errorf("help task: %q, want the task command's usage", r)
+	}
+	if r := e.ok(t, "completion", "bash"); !strings.Contains(r, "bash completion") {
+		t.Errorf("completion bash: %.80q, want the bash completion script", r)
 	}
 	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
 		t.Errorf("unreachable NATS: %q", r.stderr)

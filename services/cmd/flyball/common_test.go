@@ -130,3 +130,21 @@ func TestDevBannerSaysWhenMetricsAreOff(t *testing.T) {
 		}
 	}
 }
+
+// TestDevBannerPointsAtTheToken: the banner says the token is below only
+// when it prints one (a generated token); a token the operator set is
+// never printed, and the banner says so.
+func TestDevBannerPointsAtTheToken(t *testing.T) {
+	t.Parallel()
+	for _, generated := range []bool{true, false} {
+		var out bytes.Buffer
+		cmd := &cobra.Command{}
+		cmd.SetOut(&out)
+		printDevBanner(cmd, "127.0.0.1:4222", "127.0.0.1:8080", "", ".flyball", "tok-0123456789abcdef", generated)
+		below := strings.Contains(out.String(), "(bearer token below)")
+		printed := strings.Contains(out.String(), "tok-0123456789abcdef")
+		if below != generated || printed != generated {
+			t.Errorf("generated=%v: banner\n%s\nsays the token is below: %v, prints it: %v", generated, out.String(), below, printed)
+		}
+	}
+}

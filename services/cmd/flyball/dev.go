@@ -117,12 +117,16 @@ func printDevBanner(cmd *cobra.Command, natsAddr, apiAddr, metricsAddr, storeDir
 	if metricsAddr != "" {
 		metricsAt = "http://" + metricsAddr + "/metrics"
 	}
+	tokenAt := "(bearer token: the one you set)"
+	if generated {
+		tokenAt = "(bearer token below)"
+	}
 	fmt.Fprintf(w, `
 flyball dev is running.
   NATS (JetStream)  nats://%s   store %s
-  HTTP API          http://%s   (bearer token below)
+  HTTP API          http://%s   %s
   Metrics           %s
-`, natsAddr, storeDir, apiAddr, metricsAt)
+`, natsAddr, storeDir, apiAddr, tokenAt, metricsAt)
 	if generated {
 		fmt.Fprintf(w, "  API token         %s   (generated; set FLYBALL_API_TOKENS to fix one)\n", token)
 	}

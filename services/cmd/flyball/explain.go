@@ -55,6 +55,11 @@ some, and a mismatch may follow.`,
 				if err != nil {
 					return err
 				}
+				if len(ex.Timeline) == 0 && ex.Stored == nil && ex.Replayed == nil && len(ex.Warnings) == 0 {
+					// Nothing in any stream and no schedule: a mistyped id, or
+					// a task whose history has expired since it was deleted.
+					return fmt.Errorf("no task %q: no decision recorded and no schedule stored (flyball task list shows the tasks)", args[0])
+				}
 				if out == outJSON {
 					return printJSON(s.out, ex)
 				}

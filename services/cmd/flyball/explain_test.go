@@ -92,4 +92,6 @@ retry:
 		t.Fatalf("last decision = %+v, want the pause from TASKS", last)
 	}
 	e.fails(t, []string{"explain", "bad.id"}, "id")
+	// An id nothing was ever recorded for is a mistake, as for task get.
+	e.fails(t, []string{"explain", "nosuch"}, `no task "nosuch": no decision recorded and no schedule stored`)
 }

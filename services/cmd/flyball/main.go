@@ -108,6 +108,27 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDevCmd(), newServeCmd())
 	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
 	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd(), newExplainCmd())
+	root.SetHelpCommand(newHelpCmd(root))
+	// Added here rather than by Execute, so requireSubcommand covers it:
+	// "flyball completion" alone, or with a shell it does not know, is a
+	// mistake like any other.
+	root.InitDefaultCompletionCmd()
 	requireSubcommand(root)
 	return root
+}
+
+// newHelpCmd replaces cobra's help command, which answers a topic it does
+// not know with the usage and exit 0.
+func newHelpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return fmt.Errorf("help: no command %q (flyball --help lists them)", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	}
 }

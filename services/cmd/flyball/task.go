@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -107,12 +108,42 @@ func readSpec(path string, stdin io.Reader) (events.TaskSpec, error) {
 		if doc, err = yaml.YAMLToJSONStrict(b); err != nil {
 			return events.TaskSpec{}, fmt.Errorf("%s: not valid YAML: %w", path, err)
 		}
+		// YAMLToJSONStrict reads the first document and ignores the rest,
+		// so a second task (or anything after a ---) would be dropped
+		// without a word.
+		n, err := yamlDocuments(b)
+		if err != nil {
+			return events.TaskSpec{}, fmt.Errorf("%s: not valid YAML: %w", path, err)
+		}
+		if n > 1 {
+			return events.TaskSpec{}, fmt.Errorf("%s: holds %d YAML documents; want one task per file (split it at each ---)", path, n)
+		}
 	}
 	spec, err := control.DecodeSpec(doc)
 	if err != nil {
 		return events.TaskSpec{}, newReasonsError(path+": invalid task spec", events.Reasons(err))
 	}
 	return spec, nil
+}
+
+// yamlDocuments counts the documents of a YAML stream that hold
+// something; an empty one, such as a trailing ---, does not count.
+func yamlDocuments(b []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(b))
+	n := 0
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if v != nil {
+			n++
+		}
+	}
 }
 
 func newTaskDeleteCmd() *cobra.Command {
