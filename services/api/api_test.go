@@ -260,8 +260,8 @@ func TestTaskRoutes(t *testing.T) {
 	}
 	dup := b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", ""))
 	expect(t, "create twice", dup, http.StatusUnprocessableEntity, "id")
-	if dup.str("status") != "rejected" || dup.str("commandId") == "" {
-		t.Fatalf("create twice: %s", dup.raw)
+	if dup.str("status") != "rejected" || dup.str("commandId") == "" || dup.header.Get("Location") != "" {
+		t.Fatalf("create twice: %s (Location %q: want none, nothing was created)", dup.raw, dup.header.Get("Location"))
 	}
 	natstest.Eventually(t, 10*time.Second, "the first run", func() bool { return b.calls.Load() >= 1 })
 

@@ -27,6 +27,10 @@ type CommandResult struct {
 // refused the command.
 func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, data any) {
 	cmdID, ans, err := s.ctl.Send(r.Context(), verb, id, data, s.cfg.AnswerTimeout)
+	if verb == events.VerbCreated && (err == nil && ans.Rejected == nil || errors.Is(err, control.ErrTimeout)) {
+		// Only on a 202: a refused create points nowhere new.
+		w.Header().Set("Location", "/api/v1/tasks/"+id)
+	}
 	switch {
 	case errors.Is(err, control.ErrTimeout):
 		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error()})
@@ -77,7 +81,6 @@ func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	w.Header().Set("Location", "/api/v1/tasks/"+spec.ID)
 	s.send(w, r, events.VerbCreated, spec.ID, spec)
 }
 
