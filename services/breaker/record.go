@@ -3,8 +3,8 @@ package breaker
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -57,12 +57,21 @@ func decodeRecord(key string, cur []byte) record {
 	return r
 }
 
-// outcomeID names one attempt outcome: its dispatch and attempt.
+// outcomeID names one attempt outcome: its dispatch and attempt, and
+// ":final" for a final failure. The executor repeats an attempt number
+// when the attempt's record was not written (a crash after its event, an
+// outbox give-up whose event was in fact stored), and a final failure of
+// the repeat after a non-final one is another call, not a redelivery: under
+// the same name it was taken for one and not counted.
 func outcomeID(run *events.Run) string {
+	id := run.DispatchID
 	if run.Attempt > 0 {
-		return fmt.Sprintf("%s:%d", run.DispatchID, run.Attempt)
+		id += ":" + strconv.Itoa(run.Attempt)
 	}
-	return run.DispatchID
+	if run.Final {
+		id += ":final"
+	}
+	return id
 }
 
 // applied reports whether the outcome is among those the record applied.

@@ -174,7 +174,7 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 		return nil, err
 	}
 	out := []events.AttemptError{} // an array even when empty (a crash on the first attempt records none), never null
-	seen := map[int]bool{}
+	seen := map[int]int{}          // attempt → its index in out
 	for {
 		batch, err := cons.FetchNoWait(256)
 		if err != nil {
@@ -188,11 +188,23 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 				continue
 			}
 			var r events.Run
-			if events.DecodeRun(e, &r) != nil || r.DispatchID != final.DispatchID || seen[r.Attempt] {
+			if events.DecodeRun(e, &r) != nil || r.DispatchID != final.DispatchID {
 				continue
 			}
-			seen[r.Attempt] = true
-			out = append(out, events.AttemptError{Attempt: r.Attempt, At: r.FinishedAt, Status: r.Status, Error: r.Error})
+			ae := events.AttemptError{Attempt: r.Attempt, At: r.FinishedAt, Status: r.Status, Error: r.Error}
+			if i, ok := seen[r.Attempt]; ok {
+				// The executor repeats an attempt number whose record it
+				// could not write; a final failure of the repeat is the
+				// call that ended the run. A final one that made no call
+				// (maxAttempts lowered meanwhile: no StartedAt) leaves the
+				// call's own error.
+				if r.Final && !r.StartedAt.IsZero() {
+					out[i] = ae
+				}
+				continue
+			}
+			seen[r.Attempt] = len(out)
+			out = append(out, ae)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, err
@@ -201,7 +213,7 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 			break
 		}
 	}
-	if final.Attempt > 0 && !seen[final.Attempt] {
+	if _, ok := seen[final.Attempt]; final.Attempt > 0 && !ok {
 		out = append(out, events.AttemptError{Attempt: final.Attempt, At: final.FinishedAt, Status: final.Status, Error: final.Error})
 	}
 	slices.SortFunc(out, func(a, b events.AttemptError) int { return a.Attempt - b.Attempt })

@@ -436,3 +436,54 @@ func TestLoweredMaxAttemptsEndsThePendingRetry(t *testing.T) {
 		t.Fatalf("RUNS holds %v (last: %+v), want run.failed for attempts 1 and 2, then a final permanent one without status, with its dispatch", got, last)
 	}
 }
+
+// TestFinalFailureOfARepeatedAttemptIsStored: attempt 1 fails (503) and
+// its run.failed is stored, but its attempt record cannot be written
+// (here flyball-attempts refuses every value; a crash between the event
+// and the record, or an outbox give-up whose event was in fact stored,
+// does the same). The redelivery repeats attempt 1, as documented, and
+// this time the target answers 404: a permanent failure, final. Its event
+// must be stored next to the first one, and only then the dispatch
+// terminated. Before, both had the Nats-Msg-Id <dispatch>:1:failed, RUNS
+// dropped the final one as a duplicate within its window, the outbox took
+// the duplicate ack for "stored" and the dispatch was terminated with no
+// final outcome on RUNS: nothing dead-lettered, and the governor waited
+// for a retry that never came.
+func TestFinalFailureOfARepeatedAttemptIsStored(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusServiceUnavailable, http.StatusNotFound)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	kv, err := f.srv.JS.Stream(t.Context(), "KV_"+streams.BucketAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kv.CachedInfo().Config
+	cfg.MaxMsgSize = 16 // no attempt record fits
+	if _, err := f.srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.dispatch(t)
+	// The dispatch leaves DISPATCH with its term, which is sent only once
+	// the final event's publish was acknowledged.
+	natstest.Eventually(t, 20*time.Second, "the dispatch terminated", func() bool {
+		if len(target.attempts()) < 2 {
+			return false
+		}
+		st, err := f.srv.JS.Stream(t.Context(), streams.StreamDispatch)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[1 1]" {
+		t.Fatalf("target called with attempts %v, want [1 1]: the attempt whose record was not written is repeated", got)
+	}
+	got := f.stored(t)
+	if fmt.Sprint(got) != "[failed(attempt 1, final false) failed(attempt 1, final true)]" {
+		t.Fatalf("RUNS holds %v, want the first call's run.failed, then the repeat's final one", got)
+	}
+	if last := got[1].run; last.Status != http.StatusNotFound || last.ErrorKind != events.ErrorPermanent || last.Dispatch == nil {
+		t.Fatalf("final run.failed = %+v, want the 404, permanent, with its dispatch", last)
+	}
+}

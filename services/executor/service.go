@@ -993,7 +993,14 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.permanent || attempt >= retry.MaxAttempts || lastDelivery {
 		run.Final = true
 		run.Dispatch = d
-		if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
+		// Its own event ID, never the ":failed" of a non-final failure: an
+		// attempt number is repeated (its record was not written, a crash
+		// between the event and the record, an outbox give-up whose event
+		// was in fact stored), and a final failure of the repeat under
+		// the earlier failure's ID was dropped by RUNS as a duplicate,
+		// while its dispatch was terminated: no final outcome, no dead
+		// letter. A republish of this same event still deduplicates.
+		if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":final", func() {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 			// Recorded as done before the term is sent, so a redelivery
 			// after a lost term terminates it again without a call.

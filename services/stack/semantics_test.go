@@ -375,6 +375,66 @@ func TestPermanentFailureDeadLettersAfterOneCall(t *testing.T) {
 	}
 }
 
+// TestFinalFailureOfARepeatedAttemptEndsTheRun: attempt 1 fails (503)
+// and its run.failed is stored, but flyball-attempts refuses its record,
+// so the redelivery repeats attempt 1; the target now answers 404, a
+// permanent failure. That final run.failed names the same dispatch and
+// attempt as the first one, and every consumer must take it as the run's
+// end, not as a redelivery of the first: the dead-letter service writes
+// an entry with the 404 (the call that ended the run), the governor
+// applies the outcome and holds the task for its recheck, and the
+// breaker counts both calls. Before, RUNS dropped the final event as a
+// duplicate of the first (same Nats-Msg-Id), and the breaker would have
+// taken it for the first outcome redelivered.
+func TestFinalFailureOfARepeatedAttemptEndsTheRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	attempts, err := e.srv.JS.Stream(t.Context(), "KV_"+streams.BucketAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := attempts.CachedInfo().Config
+	cfg.MaxMsgSize = 16 // no attempt record fits
+	if _, err := e.srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	tg := newScripted(t, http.StatusServiceUnavailable, http.StatusNotFound)
+	dls := e.collect("flyball.deadletter.repeat")
+	schedules := e.watchSchedule("repeat")
+	e.create("repeat", spec("repeat", tg.srv.URL, 3, "5s"))
+	natstest.Eventually(t, 20*time.Second, "a dead-letter entry", func() bool { return len(dls()) == 1 })
+	calls := tg.Calls()
+	if len(calls) != 2 {
+		t.Fatalf("target got %d calls, want 2 (attempt 1, then its repeat)", len(calls))
+	}
+	dl := deadLetters(t, dls())[0]
+	if dl.Reason != events.DeadLetterPermanent || dl.Attempts != 1 || len(dl.Errors) != 1 ||
+		dl.Errors[0].Attempt != 1 || dl.Errors[0].Status != http.StatusNotFound {
+		t.Fatalf("entry reason %q attempts %d errors %+v, want permanent after attempt 1, with the 404 that ended it", dl.Reason, dl.Attempts, dl.Errors)
+	}
+	natstest.Eventually(t, 10*time.Second, "the governor applies the final failure and holds the task for its recheck", func() bool {
+		for _, st := range schedules() {
+			if st.LastDispatchID == dl.Dispatch.DispatchID && st.LastOutcome == "failed" && st.DeadLetter != nil &&
+				st.Source == gov.SourceDeadLetterRecheck {
+				return true
+			}
+		}
+		return false
+	})
+	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the breaker counts both failed calls", func() bool {
+		ent, err := kv.Get(t.Context(), "repeat")
+		if err != nil {
+			return false
+		}
+		var b executor.BreakerRecord
+		return json.Unmarshal(ent.Value(), &b) == nil && b.Failures == 2
+	})
+}
+
 // shortenDispatch makes crash tests fast: a 1s AckWait and the given
 // MaxDeliver on the executor's consumer.
 func shortenDispatch(t *testing.T, js jetstream.JetStream, maxDeliver int) {
