@@ -1,6 +1,9 @@
 package executor
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -30,6 +33,24 @@ import (
 // that request for +ACK; nats.go has no such call for naks and terms). So
 // the executor sends every ack, nak and term as a request, and retries it
 // until the consumer leader's reply comes.
+//
+// Except a nak whose delay may have passed. nats-server applies an ack,
+// nak or term to the message its reply subject names (the stream
+// sequence), whichever delivery of it is current: it does not check the
+// delivery the subject was made for. An ack or a term that was applied
+// removes the message from DISPATCH (a work queue), so a retry of it finds
+// nothing to settle; one that was not applied leaves the same delivery in
+// place. A nak that was applied but whose confirmation was slow or lost is
+// different: once its delay has passed the message is delivered again,
+// and a retry of the nak landing then hands back that new delivery while
+// its call runs, and the server delivers it once more: the target is
+// called twice at once for one dispatch. So a try that went unanswered
+// (it may have been applied) is retried only while the retry is due a
+// whole try before the nak's delay, counted from its first try, could
+// have passed; a try the server answered "no responders" was not applied
+// and is retried as an ack is. A nak with no delay (a shutdown hand-back)
+// is thus never sent again after an unanswered try. One that was lost is
+// covered all the same: the delivery comes back after AckWait.
 
 // The settler sends them all through one reply subscription and one
 // retry ticker: a settled dispatch costs a map entry and a publish, not a
@@ -56,7 +77,9 @@ const (
 
 // settler sends acks, naks and terms as requests and retries each until
 // the consumer leader confirms it, the dispatch's AckWait has passed
-// (it is being redelivered anyway), or the settler stops (one last try).
+// (it is being redelivered anyway), the settler stops (one last try), or,
+// for a nak a try of which went unanswered, a retry could land after the
+// nak's delay (stale).
 type settler struct {
 	nc  *nats.Conn
 	log *slog.Logger
@@ -87,6 +110,12 @@ type pendingSettle struct {
 	sent              bool
 	wait              time.Duration // the pause after the next failed try
 	tries             int
+	// resendBy, for a nak, is the last time a retry may be sent once a
+	// try may have been applied (unsure): a whole try before the nak's
+	// delay, counted from the first try, can have passed. Zero for acks
+	// and terms, which are retried until deadline.
+	resendBy time.Time
+	unsure   bool // a try went unanswered: it may have been applied
 }
 
 func newSettler(nc *nats.Conn, log *slog.Logger, m *metrics.Set) (*settler, error) {
@@ -107,10 +136,16 @@ func newSettler(nc *nats.Conn, log *slog.Logger, m *metrics.Set) (*settler, erro
 // settles the delivery of subject, and keeps trying until it is confirmed
 // or deadline. It never waits for the round trip.
 func (st *settler) settle(to, subject, kind string, body []byte, deadline time.Time) {
-	p := &pendingSettle{to: to, subject: subject, kind: kind, body: body, deadline: deadline, wait: st.retry}
+	p := &pendingSettle{to: to, subject: subject, kind: kind, body: body, deadline: deadline}
+	delay, isNak := nakDelay(body)
 	st.mu.Lock()
+	now := time.Now()
+	p.wait = st.retry
+	if isNak {
+		p.resendBy = now.Add(delay - st.try)
+	}
 	if st.stopping {
-		p.deadline = time.Now() // one try
+		p.deadline = now // one try
 	}
 	id := st.next
 	st.next++
@@ -120,7 +155,7 @@ func (st *settler) settle(to, subject, kind string, body []byte, deadline time.T
 		st.ticking = true
 		go st.ticks()
 	}
-	st.send(id, p, time.Now())
+	st.send(id, p, now)
 	st.mu.Unlock()
 }
 
@@ -134,8 +169,16 @@ func (st *settler) send(id uint64, p *pendingSettle, now time.Time) {
 }
 
 // failed records a failed try: it is retried after its wait, unless that
-// would pass its deadline. The caller holds st.mu.
+// would pass its deadline, or the try went unanswered and is a nak whose
+// retry would be due too late (stale). The caller holds st.mu.
 func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time) {
+	if errors.Is(err, nats.ErrTimeout) {
+		p.unsure = true
+	}
+	if st.stale(p, now.Add(p.wait)) {
+		st.giveUpStale(id, p, now)
+		return
+	}
 	if !now.Add(p.wait).Before(p.deadline) {
 		st.unconfirmed.WithLabelValues(p.kind).Inc()
 		st.warns.Log(now, slog.LevelWarn, p.kind+" not confirmed; the dispatch is redelivered after AckWait", "subject", p.subject, "tries", p.tries, "err", err)
@@ -145,6 +188,32 @@ func (st *settler) failed(id uint64, p *pendingSettle, err error, now time.Time)
 	st.log.Debug(p.kind+" not confirmed; retrying", "subject", p.subject, "err", err, "in", p.wait)
 	p.sent, p.at = false, now.Add(p.wait)
 	p.wait = min(2*p.wait, st.try)
+}
+
+// stale reports whether a retry of p sent at would be a nak that may land
+// on a later delivery: a try of it went unanswered, and at is past its
+// resendBy.
+func (st *settler) stale(p *pendingSettle, at time.Time) bool {
+	return p.unsure && !p.resendBy.IsZero() && at.After(p.resendBy)
+}
+
+// giveUpStale ends a nak that is not sent again (stale). The caller holds
+// st.mu.
+func (st *settler) giveUpStale(id uint64, p *pendingSettle, now time.Time) {
+	st.unconfirmed.WithLabelValues(p.kind).Inc()
+	st.warns.Log(now, slog.LevelWarn, "nak not confirmed and not sent again, as its delay may have passed; the dispatch is redelivered after its delay, or after AckWait if the nak was lost",
+		"subject", p.subject, "tries", p.tries)
+	st.forget(id)
+}
+
+// resend sends a try that is due again, unless it has become stale. The
+// caller holds st.mu.
+func (st *settler) resend(id uint64, p *pendingSettle, now time.Time) {
+	if st.stale(p, now) {
+		st.giveUpStale(id, p, now)
+		return
+	}
+	st.send(id, p, now)
 }
 
 // forget ends a settle, confirmed or given up (after its log line, so a
@@ -196,7 +265,7 @@ func (st *settler) ticks() {
 			case p.sent:
 				st.failed(id, p, nats.ErrTimeout, now)
 			default:
-				st.send(id, p, now)
+				st.resend(id, p, now)
 			}
 		}
 		if len(st.pending) == 0 {
@@ -213,8 +282,8 @@ func (st *settler) ticks() {
 }
 
 // stop gives every pending settle one last try (those waiting to retry
-// are sent at once), waits until each is confirmed or has failed, and
-// ends the reply subscription.
+// are sent at once, but for a stale nak), waits until each is confirmed
+// or has failed, and ends the reply subscription.
 func (st *settler) stop() {
 	st.mu.Lock()
 	st.stopping = true
@@ -222,7 +291,7 @@ func (st *settler) stop() {
 	for id, p := range st.pending {
 		p.deadline = now
 		if !p.sent {
-			st.send(id, p, now)
+			st.resend(id, p, now)
 		}
 	}
 	st.mu.Unlock()
@@ -240,6 +309,25 @@ func nakBody(delay time.Duration) []byte {
 		return fmt.Appendf(nil, `-NAK {"delay": %d}`, delay.Nanoseconds())
 	}
 	return []byte("-NAK")
+}
+
+// nakDelay is the delay of a nak body made by nakBody (ok is false for
+// any other body): the settler reads it off the body it would send again.
+func nakDelay(body []byte) (delay time.Duration, ok bool) {
+	rest, ok := bytes.CutPrefix(body, []byte("-NAK"))
+	if !ok {
+		return 0, false
+	}
+	if len(rest) == 0 {
+		return 0, true
+	}
+	var arg struct {
+		Delay int64 `json:"delay"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(rest), &arg); err != nil {
+		return 0, true // no readable delay: take it as immediate, the safe side
+	}
+	return time.Duration(arg.Delay), true
 }
 
 // termBody ends the delivery for good, with a reason for the advisory.

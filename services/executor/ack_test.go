@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,6 +98,109 @@ func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
 	settled(t, st, 10*time.Second)
 	if n := got.Load(); n != 3 {
 		t.Fatalf("%d tries reached the server, want 3", n)
+	}
+}
+
+// TestSettlerRetriesAnUnansweredNakBeforeItsDelay: a nak whose delay is
+// long is retried after an unanswered try, like an ack: the retry lands
+// well before the delivery the nak asked for.
+func TestSettlerRetriesAnUnansweredNakBeforeItsDelay(t *testing.T) {
+	st, nc := newTestSettler(t, 50*time.Millisecond, time.Millisecond)
+	var got atomic.Int32
+	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) {
+		if got.Add(1) == 3 { // the first two are swallowed
+			_ = m.Respond(nil)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	st.settle("ack.reply", "d.t", "nak", nakBody(time.Minute), time.Now().Add(time.Minute))
+	settled(t, st, 10*time.Second)
+	if n := got.Load(); n != 3 {
+		t.Fatalf("%d tries reached the server, want 3", n)
+	}
+}
+
+// TestSettlerDoesNotResendANakWhoseDelayMayHavePassed: a nak (no delay)
+// is applied, but its confirmation is lost, and the message is delivered
+// again at once. The settler must not send the nak again: nats-server
+// applies it to whichever delivery is current, so it would hand back the
+// new delivery, whose call is running, and deliver the message once more.
+// Before, the settler retried it until the AckWait.
+func TestSettlerDoesNotResendANakWhoseDelayMayHavePassed(t *testing.T) {
+	s, cons, m1 := settleFixture(t) // AckWait 1m: a redelivery before it comes from a nak
+	st := s.settles
+	st.mu.Lock()
+	st.try, st.tick = 100*time.Millisecond, time.Millisecond
+	st.mu.Unlock()
+	if err := st.sub.Unsubscribe(); err != nil { // confirmations are lost from now on
+		t.Fatal(err)
+	}
+	s.settle(m1, "nak", nakBody(0))
+	m2 := fetchOne(t, cons, 5*time.Second) // delivery 2: "its call runs"
+	if m2 == nil {
+		t.Fatal("the nak was not applied: no second delivery")
+	}
+	settled(t, st, 10*time.Second)
+	if n := testutil.ToFloat64(st.unconfirmed.WithLabelValues("nak")); n != 1 {
+		t.Fatalf("flyball_settles_unconfirmed_total{kind=nak} = %v, want 1", n)
+	}
+	if m3 := fetchOne(t, cons, time.Second); m3 != nil {
+		md, _ := m3.Metadata()
+		t.Fatalf("delivered again (NumDelivered=%d) while delivery 2 was pending: the nak of delivery 1 was sent again", md.NumDelivered)
+	}
+}
+
+// TestUnconfirmedNakDoesNotDoubleACall: attempt 1 fails and its dispatch
+// is nakked (100ms), but the confirmation of the nak is lost (the
+// settler's reply subscription is gone). The nak was applied, so attempt
+// 2 starts 100ms later and is held at the target. The settler must give
+// the nak up rather than send it again: the retry would land on the
+// delivery of attempt 2, and the server would deliver the dispatch once
+// more while attempt 2 runs, so the same process called the target twice
+// at once for one dispatch.
+func TestUnconfirmedNakDoesNotDoubleACall(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusInternalServerError, http.StatusOK)
+	target.gate, target.gateAfter = make(chan struct{}), 1 // hold attempt 2
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	st := f.ex.settles
+	st.mu.Lock()
+	st.try = 300 * time.Millisecond
+	st.mu.Unlock()
+	if err := st.sub.Unsubscribe(); err != nil { // confirmations are lost from now on
+		t.Fatal(err)
+	}
+	f.dispatch(t)
+	natstest.Eventually(t, 20*time.Second, "the nak given up, or a third call", func() bool {
+		return len(target.attempts()) >= 3 || testutil.ToFloat64(f.ex.cfg.Metrics.SettlesUnconfirmed.WithLabelValues("nak")) >= 1
+	})
+	got := target.attempts()
+	close(target.gate)
+	if fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("target called with attempts %v while attempt 2 was held, want [1 2]: a nak sent again reached the delivery of attempt 2", got)
+	}
+	if f.logs.count("nak not confirmed and not sent again, as its delay may have passed; the dispatch is redelivered after its delay, or after AckWait if the nak was lost") != 1 {
+		t.Fatal("no warning for the nak given up")
+	}
+}
+
+// TestNakDelayReadsNakBody: the settler reads a nak's delay off its body.
+func TestNakDelayReadsNakBody(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Nanosecond, 1500 * time.Millisecond, 24 * time.Hour} {
+		if got, ok := nakDelay(nakBody(d)); !ok || got != d {
+			t.Errorf("nakDelay(nakBody(%s)) = %s, %v", d, got, ok)
+		}
+	}
+	for _, b := range [][]byte{ackBody, termBody(""), termBody("x"), []byte("+WPI")} {
+		if _, ok := nakDelay(b); ok {
+			t.Errorf("nakDelay(%q) reads a nak", b)
+		}
 	}
 }
 
