@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,7 +72,12 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			// would go to whatever host the Location names. The
 			// Referer net/http adds is the previous URL, query (and its
 			// ?api_key=) included; a task's own Referer is kept.
-			if !sameHostOrSubdomain(req.URL, via[0].URL) {
+			// net/http copies the task's headers again on every hop,
+			// so once the chain has left the task's host they stay
+			// dropped, as net/http keeps Authorization dropped: a
+			// redirect back (https://A → http://B → http://A) gets
+			// none of them either.
+			if leftHost(req, via) {
 				for k := range req.Header {
 					if isSecretHeader(k, redact) {
 						delete(req.Header, k)
@@ -83,8 +89,9 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			}
 			// And it follows https to http on the same host with every
 			// header: a bearer token or API key would cross the network
-			// unencrypted.
-			if via[len(via)-1].URL.Scheme == "https" && req.URL.Scheme == "http" {
+			// unencrypted. Any earlier https hop counts, not only the
+			// last one.
+			if req.URL.Scheme == "http" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" }) {
 				for k := range req.Header {
 					if isSecretHeader(k, redact) {
 						return fmt.Errorf("%w (%s would be sent unencrypted to %s)", ErrInsecureRedirect, k, req.URL.Host)
@@ -121,6 +128,15 @@ var ErrInsecureRedirect = errors.New("refused a redirect from https to http")
 // Idempotency-Key, named like a secret, is not one.
 func isSecretHeader(k string, redact []string) bool {
 	return k != "Idempotency-Key" && isSecretName(k, redact)
+}
+
+// leftHost reports whether req, or an earlier hop of its redirect chain,
+// goes to a host other than the task URL's (via[0]) and its subdomains.
+func leftHost(req *http.Request, via []*http.Request) bool {
+	if !sameHostOrSubdomain(req.URL, via[0].URL) {
+		return true
+	}
+	return slices.ContainsFunc(via[1:], func(r *http.Request) bool { return !sameHostOrSubdomain(r.URL, via[0].URL) })
 }
 
 // sameHostOrSubdomain reports whether dest's host is initial's or a

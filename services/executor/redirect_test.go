@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -224,6 +225,95 @@ func TestExpectedRedirectIsNotFollowed(t *testing.T) {
 		res := s.callHTTP(t.Context(), h, nil, d, 1)
 		if !res.ok() || res.status != c.status {
 			t.Errorf("expectStatus %v: status %d, err %v; want a success with status %d", c.expect, res.status, res.err, c.status)
+		}
+	}
+}
+
+// TestRedirectBackToTheTaskHostGetsNoSecrets: net/http copies the task's
+// headers again on every hop, and secret headers were dropped only for a
+// hop to a host other than the task's, and https to http refused only
+// between the last two hops. A chain https://127.0.0.1 → http://localhost
+// → http://127.0.0.1 sent X-Api-Key to the task's own host in clear text.
+// Once the chain has left the task's host its secret headers stay
+// dropped, as net/http keeps Authorization dropped, and the call goes on
+// without them.
+func TestRedirectBackToTheTaskHostGetsNoSecrets(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	sink := &headerSink{}
+	landing := httptest.NewServer(sink) // plain http on 127.0.0.1, the task's host
+	t.Cleanup(landing.Close)
+	lu, err := url.Parse(landing.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounces := &headerSink{}
+	// Plain http on "localhost", another host name, back to 127.0.0.1.
+	bounce := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bounces.ServeHTTP(w, r)
+		http.Redirect(w, r, "http://127.0.0.1:"+lu.Port()+"/landing", http.StatusFound)
+	}))
+	t.Cleanup(bounce.Close)
+	bu, err := url.Parse(bounce.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secure := httptest.NewTLSServer(http.RedirectHandler("http://localhost:"+bu.Port()+"/bounce", http.StatusFound))
+	t.Cleanup(secure.Close)
+	if !strings.HasPrefix(secure.URL, "https://127.0.0.1:") {
+		t.Fatalf("the https server is at %s, want 127.0.0.1", secure.URL)
+	}
+	s.client.Transport.(*http.Transport).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	tg := &events.HTTPTarget{
+		Method: "GET", URL: secure.URL, Headers: map[string]string{"X-Api-Key": "hunter2", "Authorization": "Bearer hunter3", "X-Custom": "kept"},
+		Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"},
+	}
+	if res := s.callHTTP(t.Context(), tg, nil, d, 1); !res.ok() {
+		t.Fatalf("the call failed: %v", res.err)
+	}
+	for name, h := range map[string]http.Header{"the other host": bounces.last(t), "the task's host over http": sink.last(t)} {
+		for _, k := range []string{"X-Api-Key", "Authorization"} {
+			if v := h.Get(k); v != "" {
+				t.Errorf("%s received the secret header %s: %q over plain http", name, k, v)
+			}
+		}
+		if h.Get("X-Custom") != "kept" {
+			t.Errorf("%s lost a header that is not secret: %v", name, h)
+		}
+	}
+}
+
+// TestRedirectToHTTPAfterAnyHTTPSHopIsRefused: the refusal of a redirect
+// to http that would carry a secret header looks at every earlier hop,
+// not only the last: an https hop anywhere before counts.
+func TestRedirectToHTTPAfterAnyHTTPSHopIsRefused(t *testing.T) {
+	t.Parallel()
+	client := newHTTPClient(&Guard{}, 1, 1, nil)
+	hop := func(u string) *http.Request {
+		r, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("X-Api-Key", "k")
+		return r
+	}
+	for _, c := range []struct {
+		chain   []string
+		refused bool
+	}{
+		{[]string{"https://a.example/", "http://a.example/1", "http://a.example/2"}, true},
+		{[]string{"https://a.example/", "https://a.example/1", "http://a.example/2"}, true},
+		{[]string{"http://a.example/", "http://a.example/1", "http://a.example/2"}, false},
+		{[]string{"http://a.example/", "https://a.example/1", "https://a.example/2"}, false},
+	} {
+		var via []*http.Request
+		for _, u := range c.chain[:len(c.chain)-1] {
+			via = append(via, hop(u))
+		}
+		err := client.CheckRedirect(hop(c.chain[len(c.chain)-1]), via)
+		if got := errors.Is(err, ErrInsecureRedirect); got != c.refused {
+			t.Errorf("chain %v: CheckRedirect = %v, want refused %v", c.chain, err, c.refused)
 		}
 	}
 }
