@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -110,15 +111,95 @@ func redactUserinfo(raw string) string {
 
 // redactError rewrites the URL of net/http's *url.Error ("Get
 // \"https://…?token=…\": dial tcp …"), which would otherwise carry a
-// secret query parameter into the run record's error. Only an outermost
-// *url.Error can be rewritten (a wrapper has its message already), and
-// that is how http.Client.Do and url.Parse return theirs.
+// secret query parameter into the run record's error, and every URL its
+// cause quotes. Only an outermost *url.Error can be rewritten (a wrapper
+// has its message already), and that is how http.Client.Do and url.Parse
+// return theirs.
+//
+// A URL that does not parse, or is not an http(s) URL with a host, is
+// replaced whole: its user info cannot be told from the rest
+// ("https://admin:pass/word@host" does not parse). net/http quotes a
+// redirect's Location that does not parse in the cause ("failed to parse
+// Location header \"https://user:pass@…\": parse …"), where the
+// Location is dropped, and with it url.Parse's reason, which may quote
+// part of it (`invalid port ":pass" after host`).
 func redactError(err error, extra []string) error {
 	ue, ok := err.(*url.Error) //nolint:errorlint // see above: a wrapped one cannot be rewritten
 	if !ok {
 		return err
 	}
 	c := *ue
-	c.URL = redactURL(ue.URL, extra)
+	c.URL = redactErrorURL(ue.URL, extra)
+	if ue.Err != nil {
+		switch msg := ue.Err.Error(); {
+		case strings.HasPrefix(msg, locationParseError):
+			c.Err = &redactedError{msg: "the redirect's Location header is not a valid URL (not quoted: it may hold credentials)", err: ue.Err}
+		case strings.Contains(msg, "://"):
+			c.Err = &redactedError{msg: redactURLsIn(msg, extra), err: ue.Err}
+		}
+	}
 	return &c
+}
+
+// locationParseError starts net/http's error for a redirect whose
+// Location does not parse (net/http/client.go).
+const locationParseError = "failed to parse Location header "
+
+// redactedError stands for err in an error message, with msg as its
+// text; errors.Is and errors.As still reach err.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// Timeout keeps url.Error.Timeout working through the replacement.
+func (e *redactedError) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.err, &t) && t.Timeout()
+}
+
+// redactErrorURL is redactURL for a URL quoted in an error, where it may
+// be a redirect's that does not parse: a URL that does not parse as
+// http(s) with a host is replaced by Redacted whole.
+func redactErrorURL(raw string, extra []string) string {
+	if raw == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Redacted
+	}
+	return redactURL(raw, extra)
+}
+
+// redactURLsIn returns msg with every URL in it ("scheme://" up to the
+// next space or unescaped double quote) passed through redactErrorURL.
+func redactURLsIn(msg string, extra []string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, "://")
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		start := i
+		for start > 0 && isSchemeByte(msg[start-1]) {
+			start--
+		}
+		end := i + len("://")
+		for end < len(msg) && msg[end] != ' ' && msg[end] != '\t' && msg[end] != '\n' && (msg[end] != '"' || msg[end-1] == '\\') {
+			end++
+		}
+		b.WriteString(msg[:start])
+		b.WriteString(redactErrorURL(msg[start:end], extra))
+		msg = msg[end:]
+	}
+}
+
+// isSchemeByte reports whether c may appear in a URL scheme.
+func isSchemeByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'
 }

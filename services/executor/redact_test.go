@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,55 @@ func TestRedactErrorRewritesTheURLAndKeepsTheCause(t *testing.T) {
 	}
 	if !strings.Contains(orig.Error(), "hunter2") {
 		t.Fatal("redactError changed the original error in place")
+	}
+	// As net/http/client.go writes it, with %v.
+	parseErr := &url.Error{Op: "parse", URL: "https://admin:hunter2/x@h/%zz?sig=hunter3", Err: errors.New(`invalid port ":hunter2" after host`)}
+	locationError := fmt.Errorf("failed to parse Location header %q: %v", parseErr.URL, parseErr) //nolint:errorlint // net/http does not wrap it
+	// A URL inside the cause, one that does not parse (its user info
+	// cannot be told from the rest) and a redirect's Location that does
+	// not parse, which net/http quotes in full.
+	for _, c := range []struct {
+		name string
+		err  *url.Error
+		want string
+	}{
+		{
+			"a URL in the cause",
+			&url.Error{Op: "Get", URL: "https://h/p", Err: fmt.Errorf("went to https://u:hunter2@h/q?token=hunter3&page=1 and then: %w", cause)},
+			`Get "https://h/p": went to https://[REDACTED]@h/q?token=[REDACTED]&page=1 and then: unexpected EOF`,
+		},
+		{
+			"a quoted URL in the cause",
+			&url.Error{Op: "Get", URL: "https://h/p", Err: fmt.Errorf("bad %q: %w", "https://h/q?a=\"x&token=hunter2", cause)},
+			`Get "https://h/p": bad "https://h/q?a=\"x&token=[REDACTED]": unexpected EOF`,
+		},
+		{
+			"a URL that does not parse",
+			&url.Error{Op: "Get", URL: "https://admin:hunter2/Zm9v@h/p", Err: cause},
+			`Get "[REDACTED]": unexpected EOF`,
+		},
+		{
+			"a URL with no authority",
+			&url.Error{Op: "Get", URL: "admin:hunter2@h/p", Err: cause},
+			`Get "[REDACTED]": unexpected EOF`,
+		},
+		{
+			"a Location that does not parse",
+			&url.Error{Op: "Get", URL: "https://h/p", Err: locationError},
+			`Get "https://h/p": the redirect's Location header is not a valid URL (not quoted: it may hold credentials)`,
+		},
+	} {
+		got := redactError(c.err, nil)
+		if got.Error() != c.want {
+			t.Errorf("%s: redactError = %q, want %q", c.name, got, c.want)
+		}
+		if !errors.Is(got, c.err.Err) {
+			t.Errorf("%s: redactError lost the cause: %v", c.name, got)
+		}
+	}
+	var timeout interface{ Timeout() bool }
+	if got := redactError(&url.Error{Op: "Get", URL: "https://h/", Err: fmt.Errorf("to https://h/x: %w", context.DeadlineExceeded)}, nil); !errors.As(got, &timeout) || !timeout.Timeout() {
+		t.Errorf("redactError(a timeout) = %v, no longer a timeout", got)
 	}
 	plain := fmt.Errorf("no URL here: %w", cause)
 	if redactError(plain, nil) != plain { //nolint:errorlint // the very same error value is wanted back

@@ -317,3 +317,33 @@ func TestRedirectToHTTPAfterAnyHTTPSHopIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRedirectToALocationThatDoesNotParseIsNotQuoted: a redirect whose
+// Location does not parse fails the call before a response, and net/http
+// quotes that Location in full (user info and query included) inside the
+// *url.Error's cause, which only the error's own URL was redacted of: the
+// run's error carried the password and signature into RUNS.
+func TestRedirectToALocationThatDoesNotParseIsNotQuoted(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	locations := map[string]string{
+		"/escape": "https://admin:hunter2@files.example.com/%zz?X-Amz-Signature=sig_hunter3&access_token=hunter4",
+		"/port":   "https://admin:hunter2/Zm9v@files.example.com/", // url.Parse quotes ":hunter2" as a port
+	}
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", locations[r.URL.Path])
+		w.WriteHeader(http.StatusFound)
+	}))
+	t.Cleanup(first.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	for path, loc := range locations {
+		tg := &events.HTTPTarget{Method: "GET", URL: first.URL + path, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}
+		res := s.callHTTP(t.Context(), tg, nil, d, 1)
+		if res.ok() {
+			t.Fatalf("Location %s: the call succeeded", loc)
+		}
+		if msg := res.err.Error(); strings.Contains(msg, "hunter") || !strings.Contains(msg, "Location header is not a valid URL") {
+			t.Errorf("Location %s: the run's error is %q, want it to say the Location does not parse without quoting it", loc, msg)
+		}
+	}
+}
