@@ -305,14 +305,7 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		case h.URL == "":
 			c.add("target.http.url", "is required")
 		case err != nil:
-			// Only the cause: url.Parse's error quotes the whole URL,
-			// user:password@ and ?token= included, and this message goes
-			// into task.rejected and run.skipped events.
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			c.add("target.http.url", fmt.Sprintf("must be a valid URL: %v", err))
+			c.add("target.http.url", "must be a valid URL: "+urlProblem(err))
 		case u.Scheme != "http" && u.Scheme != "https":
 			c.add("target.http.url", fmt.Sprintf("scheme must be http or https, got %q", truncate(u.Scheme, 32)))
 		case u.Host == "":
@@ -349,6 +342,40 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		}
 		checkTimeout(c, "target.nats.timeout", n.Timeout)
 	}
+}
+
+// urlProblem says in general terms what is wrong with a URL that
+// url.Parse refused. It never quotes the URL: url.Parse's error quotes it
+// whole, and its cause may quote part of it (a password holding a "/"
+// ends the host early and is quoted as a port: `invalid port ":hunter2"
+// after host`), and this reason goes into task.rejected and run.skipped
+// events and the executor's log.
+func urlProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var escape url.EscapeError
+	var host url.InvalidHostError
+	switch msg := err.Error(); {
+	case errors.As(err, &escape):
+		return "it holds a % not followed by two hex digits"
+	case errors.As(err, &host):
+		return "its host holds a character a host may not"
+	case strings.HasPrefix(msg, "invalid port "):
+		return `the host is followed by a port that is not a number (a "/", "?" or "#" in a password ends the host early; put credentials in target.http.headers)`
+	case msg == "missing protocol scheme":
+		return "it has no scheme (http:// or https://)"
+	case msg == "first path segment in URL cannot contain colon":
+		return "it has no scheme and a colon in its first path segment"
+	case strings.Contains(msg, "control character"):
+		return "it holds a control character"
+	case strings.Contains(msg, "userinfo"):
+		return "its user info holds a character it may not (put credentials in target.http.headers)"
+	case strings.Contains(msg, "IP-literal"), strings.Contains(msg, "missing ']'"), strings.HasPrefix(msg, "invalid host"):
+		return "its host in brackets is not an IPv6 address"
+	}
+	return "it does not parse"
 }
 
 // validHeaderName reports whether name is an HTTP token (RFC 9110 tchar),

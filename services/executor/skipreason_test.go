@@ -37,3 +37,21 @@ func TestInvalidStoredURLKeepsItsSecretsOutOfTheSkipReason(t *testing.T) {
 		t.Fatalf("the run.skipped reason carries the URL's secrets: %q", run.Reason)
 	}
 }
+
+// TestInvalidStoredURLWithASlashInItsPasswordIsNotQuoted: a stored spec
+// whose URL has a password holding a "/" (base64 secrets often do) does
+// not parse, and url.Parse's cause, which the reason kept, quoted the
+// password as a port (`invalid port ":hunter2" after host`) in
+// run.skipped's reason and the executor's log.
+func TestInvalidStoredURLWithASlashInItsPasswordIsNotQuoted(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	raw := []byte(`{"id":"x","target":{"http":{"url":"https://admin:hunter2/Zm9v@api.example.com/v1"}},"schedule":{"interval":"1h"}}`)
+	_, err := s.decodeTask("x", raw)
+	if err == nil {
+		t.Fatal("the spec validated")
+	}
+	if reason := truncate(err.Error(), 1000); strings.Contains(reason, "hunter2") || !strings.Contains(reason, "target.http.url") {
+		t.Errorf("the run.skipped reason is %q, want it to name target.http.url without quoting the password", reason)
+	}
+}
