@@ -19,7 +19,7 @@ var DefaultRedactHeaders = []string{"authorization", "proxy-authorization", "coo
 // secretFragments mark a header or query parameter name as secret when
 // the lower-cased name contains one. "sig" alone is matched exactly (an
 // Azure SAS signature), as a fragment it would catch "signal".
-var secretFragments = []string{"token", "secret", "password", "passwd", "key", "auth", "session", "signature", "credential"}
+var secretFragments = []string{"token", "secret", "password", "passwd", "key", "auth", "session", "signature", "credential", "jwt"}
 
 func redactHeaders(h map[string]string, extra []string) map[string]string {
 	if len(h) == 0 {
@@ -55,39 +55,61 @@ func isSecretName(name string, extra []string) bool {
 }
 
 // redactURL returns raw with the value of every secret-looking query
-// parameter (?api_key=…, ?access_token=…, a presigned URL's signature)
-// and its user info (user:pass@, token@) replaced by Redacted. The rest
-// of the URL, parameter order included, is kept byte for byte, and raw
-// itself is returned when nothing is secret. The task spec refuses user
-// info, but a redirect's Location may carry it, and net/http quotes that
-// URL in the error with only a password masked.
+// parameter (?api_key=…, ?access_token=…, a presigned URL's signature),
+// of every such parameter in the fragment (an OAuth implicit grant's
+// #access_token=…) and its user info (user:pass@, token@) replaced by
+// Redacted. Parameters are separated by "&" or ";", as some servers read
+// them. The rest of the URL, parameter order included, is kept byte for
+// byte, and raw itself is returned when nothing is secret. The task spec
+// refuses user info, but a redirect's Location may carry it, and net/http
+// quotes that URL in the error with only a password masked.
 func redactURL(raw string, extra []string) string {
 	raw = redactUserinfo(raw)
-	q := strings.IndexByte(raw, '?')
-	if q < 0 {
-		return raw
+	end := len(raw)
+	if h := strings.IndexByte(raw, '#'); h >= 0 {
+		raw = raw[:h+1] + redactParams(raw[h+1:], extra)
+		end = h
 	}
-	query, fragment := raw[q+1:], ""
-	if i := strings.IndexByte(query, '#'); i >= 0 {
-		query, fragment = query[:i], query[i:]
+	if q := strings.IndexByte(raw[:end], '?'); q >= 0 {
+		raw = raw[:q+1] + redactParams(raw[q+1:end], extra) + raw[end:]
 	}
-	params := strings.Split(query, "&")
-	changed := false
-	for i, p := range params {
+	return raw
+}
+
+// redactParams returns s, parameters separated by "&" or ";", with the
+// value of every secret-looking one replaced by Redacted; s itself when
+// none is.
+func redactParams(s string, extra []string) string {
+	var b []byte // nil until a value is replaced
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '&' && s[i] != ';' {
+			continue
+		}
+		p := s[start:i]
 		rawName, _, hasValue := strings.Cut(p, "=")
 		name, err := url.QueryUnescape(rawName)
 		if err != nil {
 			name = rawName
 		}
-		if hasValue && isSecretName(name, extra) {
-			params[i] = rawName + "=" + Redacted
-			changed = true
+		switch {
+		case hasValue && isSecretName(name, extra):
+			if b == nil {
+				b = append(make([]byte, 0, len(s)), s[:start]...)
+			}
+			b = append(append(append(b, rawName...), '='), Redacted...)
+		case b != nil:
+			b = append(b, p...)
 		}
+		if b != nil && i < len(s) {
+			b = append(b, s[i])
+		}
+		start = i + 1
 	}
-	if !changed {
-		return raw
+	if b == nil {
+		return s
 	}
-	return raw[:q+1] + strings.Join(params, "&") + fragment
+	return string(b)
 }
 
 // redactUserinfo replaces the user info of raw, between "scheme://" and

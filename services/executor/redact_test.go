@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,15 @@ func TestRedactURL(t *testing.T) {
 		{"http://admin:***@h:8080/p?token=abc", "http://[REDACTED]@h:8080/p?token=[REDACTED]"},
 		{"https://a:b@h", "https://[REDACTED]@h"},
 		{"https://h/p/user@example.com?to=a@b#x@y", "https://h/p/user@example.com?to=a@b#x@y"},
+		// A fragment's parameters (an OAuth implicit grant's redirect), a
+		// ";" separator, which some servers read as "&", and a JWT.
+		{"https://h/cb#access_token=abc&state=s", "https://h/cb#access_token=[REDACTED]&state=s"},
+		{"https://h/cb?page=2#id_token=abc", "https://h/cb?page=2#id_token=[REDACTED]"},
+		{"https://h/#/cb?access_token=abc", "https://h/#/cb?access_token=[REDACTED]"},
+		{"https://h/p#top", "https://h/p#top"},
+		{"https://h/p#a=1;b=2", "https://h/p#a=1;b=2"},
+		{"https://h/p?a=1;token=abc&b=2", "https://h/p?a=1;token=[REDACTED]&b=2"},
+		{"https://h/p?jwt=abc", "https://h/p?jwt=[REDACTED]"},
 	} {
 		if got := redactURL(c.in, []string{"x-custom"}); got != c.want {
 			t.Errorf("redactURL(%q) = %q, want %q", c.in, got, c.want)
@@ -107,47 +117,51 @@ func TestRedactErrorRewritesTheURLAndKeepsTheCause(t *testing.T) {
 }
 
 // FuzzRedactURL: redaction never panics, is idempotent, keeps a URL
-// without secret parameters or user info byte for byte, and never lets
-// the value of a secret parameter through.
+// without secret parameters or user info byte for byte, changes nothing
+// but the user info, the query and the fragment, and never lets the value
+// of a secret parameter through.
 func FuzzRedactURL(f *testing.F) {
-	for _, s := range []string{"https://h/p?api_key=abc&page=2", "http://h/?a=1&token=%zz#f", "?", "?&&=", "https://h/p?sig=1&sig=2"} {
+	for _, s := range []string{
+		"https://h/p?api_key=abc&page=2", "http://h/?a=1&token=%zz#f", "?", "?&&=", "https://h/p?sig=1&sig=2",
+		"https://h/cb#access_token=a;b=2", "https://h/p?a=1;jwt=x#/r?token=y",
+	} {
 		f.Add(s)
+	}
+	// split returns u up to its query and the parameters of its query and
+	// fragment.
+	split := func(u string) (string, []string) {
+		beforeFragment, fragment, hasFragment := strings.Cut(u, "#")
+		rest, query, _ := strings.Cut(beforeFragment, "?")
+		sep := func(r rune) bool { return r == '&' || r == ';' }
+		params := strings.FieldsFunc(query, sep)
+		if hasFragment {
+			params = append(params, strings.FieldsFunc(fragment, sep)...)
+		}
+		return rest, params
+	}
+	secret := func(p string) (string, bool) {
+		name, value, hasValue := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		return value, hasValue && isSecretName(name, nil)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		got := redactURL(raw, nil)
 		if again := redactURL(got, nil); again != got {
 			t.Fatalf("not idempotent: %q → %q → %q", raw, got, again)
 		}
-		// The user info is the only change outside the query.
 		raw = redactUserinfo(raw)
-		q := strings.IndexByte(raw, '?')
-		if q < 0 {
-			if got != raw {
-				t.Fatalf("no query, but %q became %q", raw, got)
-			}
-			return
+		rawRest, rawParams := split(raw)
+		gotRest, gotParams := split(got)
+		if gotRest != rawRest {
+			t.Fatalf("%q became %q: more changed than the user info, query and fragment", raw, got)
 		}
-		query, _, _ := strings.Cut(raw[q+1:], "#")
-		secret := false
-		for p := range strings.SplitSeq(query, "&") {
-			name, _, hasValue := strings.Cut(p, "=")
-			if n, err := url.QueryUnescape(name); err == nil {
-				name = n
-			}
-			if hasValue && isSecretName(name, nil) {
-				secret = true
-			}
-		}
-		if !secret && got != raw {
+		if !slices.ContainsFunc(rawParams, func(p string) bool { _, s := secret(p); return s }) && got != raw {
 			t.Fatalf("nothing secret in %q, but it became %q", raw, got)
 		}
-		gotQuery, _, _ := strings.Cut(got[strings.IndexByte(got, '?')+1:], "#")
-		for p := range strings.SplitSeq(gotQuery, "&") {
-			name, value, hasValue := strings.Cut(p, "=")
-			if n, err := url.QueryUnescape(name); err == nil {
-				name = n
-			}
-			if hasValue && isSecretName(name, nil) && value != Redacted {
+		for _, p := range gotParams {
+			if value, s := secret(p); s && value != Redacted {
 				t.Fatalf("%q kept the secret parameter %q", got, p)
 			}
 		}
