@@ -109,6 +109,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
 	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd(), newExplainCmd())
 	root.SetHelpCommand(newHelpCmd(root))
+	root.InitDefaultHelpCmd() // now, not at Execute: the docs tests walk the tree
 	// Added here rather than by Execute, so requireSubcommand covers it:
 	// "flyball completion" alone, or with a shell it does not know, is a
 	// mistake like any other.
