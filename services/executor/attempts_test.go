@@ -184,7 +184,11 @@ func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ac
 }
 
 // dispatch publishes the task's run.due for a slot a moment ago.
-func (f *attemptsFixture) dispatch(t *testing.T) {
+// dispatch publishes a dispatch of the fixture's task due a moment ago
+// and returns its stream sequence. DISPATCH takes one message per
+// subject: wait for the previous one to be acked before the next
+// (natstest.AwaitAcked), since its run event is stored before its ack.
+func (f *attemptsFixture) dispatch(t *testing.T) uint64 {
 	t.Helper()
 	slot := time.Now().Add(-time.Millisecond).UTC()
 	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: slot, Source: "test"}
@@ -192,9 +196,11 @@ func (f *attemptsFixture) dispatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+	ack, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return ack.Sequence
 }
 
 // storedRun is a run event as stored on RUNS.

@@ -87,13 +87,18 @@ func TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker(t *testing.T) {
 		})
 		return got
 	}
-	f.dispatch(t)
+	acked := func(seq uint64) { // the run event is stored before the ack
+		t.Helper()
+		natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq)
+	}
+	seq := f.dispatch(t)
 	got := runs(1)
 	if len(got) != 1 || got[0].outcome != "succeeded" {
 		t.Fatalf("RUNS holds %v after a success with nothing owed, want succeeded alone", got)
 	}
+	acked(seq)
 
-	f.dispatch(t) // fails, then succeeds at attempt 2
+	seq = f.dispatch(t) // fails, then succeeds at attempt 2
 	got = runs(4)
 	want := []string{"succeeded", "failed", "succeeded", "recovered"}
 	for i, r := range got {
@@ -109,6 +114,7 @@ func TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker(t *testing.T) {
 	if n := f.ex.owed.len(); n != 0 {
 		t.Fatalf("%d keys still owed after the recovered was sent", n)
 	}
+	acked(seq)
 
 	// Another executor's failure, applied by the breaker service.
 	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, Failures: 1, UpdatedAt: time.Now()})
@@ -145,7 +151,7 @@ func TestUnstoredRecoveredIsSentWithTheNextSuccess(t *testing.T) {
 	}
 	before := testutil.ToFloat64(f.ex.cfg.Metrics.BreakerRecovered)
 
-	f.dispatch(t) // fails, then succeeds at attempt 2: its run.recovered is refused
+	seq := f.dispatch(t) // fails, then succeeds at attempt 2: its run.recovered is refused
 	natstest.Eventually(t, 20*time.Second, "the refused run.recovered leaves the key owed", func() bool {
 		got := f.stored(t)
 		return len(got) == 3 && got[2].outcome == "succeeded" && f.ex.owed.owes(f.id)
@@ -154,6 +160,7 @@ func TestUnstoredRecoveredIsSentWithTheNextSuccess(t *testing.T) {
 		t.Fatalf("flyball_breaker_recovered_total rose by %v for a refused run.recovered", n-before)
 	}
 	restore()
+	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq) // DISPATCH takes one per subject
 	f.dispatch(t) // succeeds at once: nothing failed since, yet it is owed
 	natstest.Eventually(t, 20*time.Second, "the next success repeated as run.recovered", func() bool {
 		got := f.stored(t)
