@@ -93,10 +93,14 @@
 //     (Next of 10:00:00.5 for an every-second schedule is 10:00:01).
 //   - The result is expressed in loc; a nil loc means UTC. The location of
 //     t itself is irrelevant.
-//   - If no activation exists within 5 years of t ("0 0 30 2 *", or Feb 29
-//     from a point where the next leap day is more than 5 years away, as
-//     around 2100), Next returns the zero time. It also returns the zero
-//     time for t before year 1 or absurdly far in the future (~year 500000).
+//   - If no activation exists within 400 years of t, Next returns the zero
+//     time. The calendar repeats every 400 years, weekdays included, so
+//     that happens only for an expression that never fires ("0 0 30 2 *",
+//     "0 0 31 4 *"). A rare one still finds its next activation, however
+//     far: Feb 29 from 2096-03-01 is 2104-02-29 (2100 is no leap year),
+//     and a Feb 29 that is a Sunday ("0 0 29 2 */7") comes up to 40 years
+//     apart. Next also returns the zero time for t before year 1 or
+//     absurdly far in the future (~year 500000).
 //   - Next does O(1) work per call for typical expressions (it skips whole
 //     months, days, hours and minutes using bitsets) and does not allocate.
 //   - A Schedule is immutable and safe for concurrent use.

@@ -10,8 +10,20 @@ const (
 
 	// searchYears is the horizon of Next: if no activation exists within
 	// this many years (of wall-clock time) after t, Next returns the zero
-	// time.
-	searchYears = 5
+	// time. It is one whole cycle of the Gregorian calendar, whose dates
+	// and weekdays repeat every 400 years (146097 days, a multiple of 7):
+	// an expression with no activation within it has none at all. A
+	// shorter horizon left rare expressions without a next activation for
+	// years at a time: "0 0 29 2 *" fires 8 years apart across 2100 (no
+	// leap year), and a leap day that is a Sunday ("0 0 29 2 */7") up to
+	// 40 years apart.
+	searchYears = 400
+
+	// maxWallSteps bounds the candidates nextWall visits: at most about
+	// two per month of the horizon (a month that does not match, then a
+	// month with no matching day), more than any expression with an
+	// activation needs to reach it.
+	maxWallSteps = 32 * (searchYears + 2)
 
 	// minUnix/maxUnix bound the instants Next accepts. The lower bound is
 	// the zero time, so a result can never be mistaken for "no
@@ -30,7 +42,8 @@ const (
 )
 
 // Next returns the first activation strictly after t, evaluated in loc's wall clock.
-// Returns the zero time if none exists within 5 years (e.g. "0 0 30 2 *").
+// Returns the zero time if none exists within 400 years, one whole cycle of
+// the calendar: only for an expression that never fires (e.g. "0 0 30 2 *").
 //
 // A nil loc means UTC. The result is expressed in loc. See the package
 // documentation for the exact DST rule.
@@ -140,8 +153,8 @@ func (s *Schedule) nextWall(ws, limit int64) (int64, bool) {
 	h, mi, se := sod/3600, sod/60%60, sod%60
 	maxYear := y + searchYears + 1
 	// Each iteration advances to the next month, day, hour or minute
-	// candidate; a few hundred iterations cover the whole horizon.
-	for range 4096 {
+	// candidate; a few dozen a year cover the whole horizon.
+	for range maxWallSteps {
 		if y > maxYear {
 			return 0, false
 		}

@@ -62,7 +62,11 @@ func TestNextUTC(t *testing.T) {
 		// Feb 29 and leap years (2100 is not a leap year, 2000 is).
 		{"0 0 29 2 *", "2026-01-01T00:00:00Z", []string{"2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z"}},
 		{"0 0 29 2 *", "1999-03-01T00:00:00Z", []string{"2000-02-29T00:00:00Z"}},
-		{"0 0 29 2 *", "2096-03-01T00:00:00Z", []string{""}}, // next is 2104: beyond 5 years
+		{"0 0 29 2 *", "2096-03-01T00:00:00Z", []string{"2104-02-29T00:00:00Z"}}, // 8 years on
+		// Rare but not never: a leap day that is a Sunday (2060, then 2088, then 2128).
+		{"0 0 29 2 */7", "2060-03-01T00:00:00Z", []string{"2088-02-29T00:00:00Z", "2128-02-29T00:00:00Z"}},
+		// January 1st that is a Monday (dom */31 is the 1st only): 12 years apart after 2091.
+		{"0 0 */31 1 1", "2091-01-02T00:00:00Z", []string{"2103-01-01T00:00:00Z"}},
 		{"0 0 29 2 *", "2099-03-01T00:00:00Z", []string{"2104-02-29T00:00:00Z"}},
 		// Never.
 		{"0 0 30 2 *", "2026-01-01T00:00:00Z", []string{""}},

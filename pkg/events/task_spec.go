@@ -439,6 +439,13 @@ func validNATSSubject(s string) bool {
 	return true
 }
 
+// cronReference is where validation looks for a cron expression's first
+// activation. cron.Next searches one whole cycle of the calendar (400
+// years, weekdays included), so an expression has one after it exactly
+// when it fires at all: the answer does not depend on the time of
+// validation, nor on the time zone.
+var cronReference = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func (s *TaskSpec) validateSchedule(c *collector) {
 	sc := s.Schedule
 	switch {
@@ -458,8 +465,12 @@ func (s *TaskSpec) validateSchedule(c *collector) {
 		}
 	}
 	if sc.Cron != "" {
-		if _, err := cron.Parse(sc.Cron); err != nil {
+		if sched, err := cron.Parse(sc.Cron); err != nil {
 			c.add("schedule.cron", err.Error())
+		} else if sched.Next(cronReference, time.UTC).IsZero() {
+			// Accepted, such a task was never scheduled, and nothing
+			// would ever decide for it again.
+			c.add("schedule.cron", fmt.Sprintf("never fires: no date matches %q (such as February 30 or April 31)", truncate(sc.Cron, 64)))
 		}
 	}
 	if sc.Timezone != "" {

@@ -134,6 +134,10 @@ func TestValidateRules(t *testing.T) {
 		{"interval too long", func(s *events.TaskSpec) { s.Schedule.Interval = dur(events.MaxInterval + time.Second) }, wantErr{"schedule.interval", []string{"must be <= 8784h0m0s"}}},
 		{"cron unparsable", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "61 * * * *"} }, wantErr{"schedule.cron", []string{"minute", "61"}}},
 		{"cron @every refused", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@every 5m"} }, wantErr{"schedule.cron", []string{"@every"}}},
+		// Accepted, these left the task with nothing scheduled for good.
+		{"cron February 30 never fires", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 30 2 *"} }, wantErr{"schedule.cron", []string{"never fires", `"0 0 30 2 *"`}}},
+		{"cron April 31 never fires", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 31 4 *", Timezone: "Europe/Berlin"} }, wantErr{"schedule.cron", []string{"never fires"}}},
+		{"cron 31st of short months never fires", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 0 31 2,4,6,9,11 *"} }, wantErr{"schedule.cron", []string{"never fires"}}},
 		{"timezone unknown", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Mars/Olympus"} }, wantErr{"schedule.timezone", []string{"unknown IANA time zone", "Mars/Olympus"}}},
 		{"timezone Local", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Local"} }, wantErr{"schedule.timezone", []string{"IANA time zone", `"Local"`}}},
 
@@ -282,6 +286,8 @@ func TestValidateAccepts(t *testing.T) {
 		{"interval of 366 days", func(s *events.TaskSpec) { s.Schedule.Interval = dur(events.MaxInterval) }},
 		{"cron with zone", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 9 * * *", Timezone: "Europe/Berlin"} }},
 		{"cron shortcut", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@hourly"} }},
+		{"cron on leap days", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 29 2 *"} }},
+		{"cron on leap days that are Sundays (up to 40 years apart)", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 29 2 */7"} }},
 		{"interval with UTC zone", func(s *events.TaskSpec) { s.Schedule.Timezone = "UTC" }},
 		{"nats target", func(s *events.TaskSpec) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "svc.prices.refresh", Timeout: dur(events.MaxTargetTimeout)}}

@@ -404,9 +404,22 @@ func TestDecideBaselineCron(t *testing.T) {
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineCron},
 		},
 		{
-			"no occurrence within 5 years",
+			// Validation refuses it (it never fires); only a spec stored by
+			// an older flyball gets here.
+			"stored spec whose cron never fires",
 			given{cronSpec("0 0 30 2 *", ""), governor.State{}, t0, governor.Input{Kind: governor.KindAccepted}},
-			want{source: governor.SourceBaselineCron, trail: "no occurrence"},
+			want{source: governor.SourceBaselineCron, trail: "never fires"},
+		},
+		{
+			// 2100 is no leap year: the next leap day is 8 years on.
+			"leap-day cron across 2100 waits for 2104",
+			given{mustValid(t, cronSpec("0 0 29 2 *", "UTC")), governor.State{}, time.Date(2096, 3, 1, 0, 0, 0, 0, time.UTC), accepted},
+			want{next: time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron},
+		},
+		{
+			"leap-day cron after its last run before 2100",
+			given{mustValid(t, cronSpec("0 0 29 2 *", "UTC")), ran(time.Date(2096, 2, 29, 0, 0, 0, 0, time.UTC)), time.Date(2096, 2, 29, 0, 0, 5, 0, time.UTC), updated},
+			want{next: time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC), source: governor.SourceBaselineCron},
 		},
 		{
 			"stored spec with a broken expression",

@@ -12,8 +12,9 @@ import (
 	"github.com/flyballhq/flyball/pkg/governor"
 )
 
-// fuzzCrons all have occurrences within cron's 5-year horizon; some cross
-// DST gaps and overlaps, or zones with half-hour shifts.
+// fuzzCrons all fire (TaskSpec.Validate refuses one that never does);
+// some cross DST gaps and overlaps, or zones with half-hour shifts, and
+// the leap day is 8 years apart across 2100.
 var fuzzCrons = []struct{ expr, tz string }{
 	{"0 0 9 * * *", "Europe/Berlin"},
 	{"*/15 * * * *", ""},
@@ -22,6 +23,7 @@ var fuzzCrons = []struct{ expr, tz string }{
 	{"0 0 1 */3 *", "UTC"},
 	{"0 0 13 * FRI", "Australia/Lord_Howe"},
 	{"*/7 * * * * *", "Asia/Kathmandu"},
+	{"0 0 29 2 *", "UTC"},
 }
 
 var fuzzEpoch = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -475,7 +475,7 @@ func (p *planner) cronBaseline(anchor time.Time) {
 		next = sched.Next(p.now, loc)
 	}
 	if next.IsZero() {
-		p.choose(time.Time{}, SourceBaselineCron).str("cron ").quote(p.spec.Schedule.Cron).str(" has no occurrence within 5 years").end()
+		p.choose(time.Time{}, SourceBaselineCron).str("cron ").quote(p.spec.Schedule.Cron).str(" never fires: nothing scheduled").end()
 		return
 	}
 	if j := p.spec.Jitter; j > 0 {
