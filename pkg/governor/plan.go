@@ -450,6 +450,13 @@ func (p *planner) cronBaseline(anchor time.Time) {
 	switch {
 	case anchor.IsZero() || !anchor.Before(p.now):
 		next = sched.Next(maxTime(anchor, p.now), loc)
+		if anchor.IsZero() {
+			// The first occurrence after the task was created is its first
+			// slot until its jittered time has passed.
+			if first := p.pendingOccurrence(p.s.CreatedAt); !first.IsZero() {
+				next = first
+			}
+		}
 	default:
 		first := sched.Next(anchor, loc)
 		if first.IsZero() {
@@ -458,7 +465,7 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			next = sched.Next(p.now, loc)
 			break
 		}
-		if first.After(p.now) {
+		if first.After(p.now) || p.pendingOccurrence(anchor).Equal(first) {
 			next = first
 			break
 		}
@@ -478,18 +485,52 @@ func (p *planner) cronBaseline(anchor time.Time) {
 		p.choose(time.Time{}, SourceBaselineCron).str("cron ").quote(p.spec.Schedule.Cron).str(" never fires: nothing scheduled").end()
 		return
 	}
-	if j := p.spec.Jitter; j > 0 {
-		if after := sched.Next(next, loc); !after.IsZero() {
-			u := jitterUnit(p.s.TaskID, p.s.Runs)
-			delay := scale(after.Sub(next), j*u).Truncate(time.Millisecond)
-			p.tr.linef("jitter: occurrence %s delayed by %s (%.1f%% of the gap to the next one, run %d)",
-				stamp(next), delay, 100*j*u, p.s.Runs)
-			next = next.Add(delay)
-		}
+	if delay, ok := p.cronDelay(next); ok {
+		p.tr.linef("jitter: occurrence %s delayed by %s (%.1f%% of the gap to the next one, run %d)",
+			stamp(next), delay, 100*p.spec.Jitter*jitterUnit(p.s.TaskID, p.s.Runs), p.s.Runs)
+		next = next.Add(delay)
 	}
 	p.choose(next, SourceBaselineCron).str("next occurrence of ").quote(p.spec.Schedule.Cron).str(" in ").str(loc.String()).end()
 	p.cadence = true
 	p.quietCron(anchor)
+}
+
+// cronDelay is how long jitter delays the cron occurrence o: up to
+// jitter of the gap to the occurrence after it, drawn from the task ID and
+// its run count. ok is false without jitter.
+func (p *planner) cronDelay(o time.Time) (time.Duration, bool) {
+	j := p.spec.Jitter
+	if j <= 0 {
+		return 0, false
+	}
+	after := p.sched.Next(o, p.loc)
+	if after.IsZero() {
+		return 0, false
+	}
+	u := jitterUnit(p.s.TaskID, p.s.Runs)
+	return scale(after.Sub(o), j*u).Truncate(time.Millisecond), true
+}
+
+// pendingOccurrence is the first cron occurrence after ref when it has
+// passed but its jittered slot has not: that slot is still the task's
+// next run, and judged by the bare occurrence a decision in between (a
+// spec update, a breaker transition) dropped it for the occurrence after.
+// It is zero otherwise (ref zero or not before now, the occurrence ahead,
+// or its slot passed).
+func (p *planner) pendingOccurrence(ref time.Time) time.Time {
+	if ref.IsZero() || !ref.Before(p.now) {
+		return time.Time{}
+	}
+	o := p.sched.Next(ref, p.loc)
+	if o.IsZero() || o.After(p.now) {
+		return time.Time{}
+	}
+	delay, ok := p.cronDelay(o)
+	if !ok || !o.Add(delay).After(p.now) {
+		return time.Time{}
+	}
+	p.tr.str("occurrence ").at(o).str(" passed, but its jittered slot ").at(o.Add(delay)).str(" has not: still the next run").end()
+	return o
 }
 
 // countMissed counts the cron occurrences in (anchor, now], given the

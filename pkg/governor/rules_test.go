@@ -1,6 +1,7 @@
 package governor_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -890,6 +891,57 @@ func TestDecideJitter(t *testing.T) {
 		d := governor.Decide(t0.Add(time.Second), cspec, st, updated)
 		if delay := d.NextRunAt.Sub(t0.Add(time.Hour)); delay < 0 || delay >= 6*time.Minute {
 			t.Fatalf("cron jitter %s outside [0, 6m)", delay)
+		}
+	}
+}
+
+// A cron occurrence delayed by jitter (11:00 planned at 11:23) is the
+// task's next run until its jittered slot: a spec update or a breaker
+// transition decided between the two keeps it, for a task that ran before
+// and for one waiting for its first run. Judged by the bare occurrence,
+// the decision planned the occurrence after, and the 11:23 run was lost.
+func TestDecideCronJitterSlotSurvivesAReDecision(t *testing.T) {
+	hour := t0.Add(time.Hour) // the occurrence after the last run (t0)
+	type task struct {
+		spec *events.TaskSpec
+		d    governor.Decision // the decision that planned the delayed slot
+	}
+	// delayed finds, varying what the jitter draw hashes (run count, task
+	// ID), a task whose occurrence at 11:00 is delayed by 10 minutes or more.
+	delayed := func(t *testing.T, decide func(i int) task) task {
+		t.Helper()
+		for i := range 100 {
+			if k := decide(i); k.d.NextRunAt.Sub(hour) >= 10*time.Minute {
+				return k
+			}
+		}
+		t.Fatal("no draw delays the occurrence by 10 minutes")
+		return task{}
+	}
+	tasks := map[string]task{
+		"after a run": delayed(t, func(i int) task {
+			spec := withJitter(cronSpec("0 * * * *", "UTC"), 0.5)
+			st := ran(t0)
+			st.Runs = uint64(i)
+			return task{spec, governor.Decide(t0.Add(2*time.Second), spec, st, updated)}
+		}),
+		"before the first run": delayed(t, func(i int) task {
+			spec := withJitter(cronSpec("0 * * * *", "UTC"), 0.5)
+			spec.ID = fmt.Sprint("task-", i)
+			return task{spec, governor.Decide(t0.Add(30*time.Minute), spec, governor.State{}, accepted)}
+		}),
+	}
+	for name, k := range tasks {
+		slot := k.d.NextRunAt
+		// From the occurrence to just before the slot counts as in flight.
+		for _, now := range []time.Time{hour, hour.Add(5 * time.Minute), slot.Add(-governor.InFlightWindow - time.Second)} {
+			for _, in := range []governor.Input{updated, breakerInput("closed", time.Time{}), breakerInput("open", now.Add(time.Second))} {
+				d := governor.Decide(now, k.spec, k.d.State, in)
+				if !d.NextRunAt.Equal(slot) || d.Source != governor.SourceBaselineCron {
+					t.Errorf("%s: %s input at %s: the slot %s (occurrence %s) replaced by %s (%s)\ntrail: %q",
+						name, in.Kind, fmtT(now), fmtT(slot), fmtT(hour), fmtT(d.NextRunAt), d.Source, d.Trail)
+				}
+			}
 		}
 	}
 }
