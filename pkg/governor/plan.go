@@ -343,11 +343,24 @@ func (p *planner) ownRun(anchor time.Time, missed int64, between func(from, to t
 	end := p.started
 	if !p.finished.IsZero() {
 		end = p.finished
-		if missed > 0 {
+		switch {
+		case missed > 0:
 			if during := between(p.started, p.finished, missed); during > 0 {
 				p.tr.linef("%d slots passed while the run of %s ran (%s to %s): not missed",
 					during, stamp(anchor), stamp(p.started), stamp(p.finished))
 				missed -= during
+			}
+		case missed < 0:
+			// More than -missed slots (cron counting stops at the cap):
+			// count those outside the run instead, as far as the cap.
+			// Left counted as more than the cap, a run that outlasted the
+			// cap was caught up as a downtime.
+			limit := -missed
+			left := between(anchor, p.started, limit+1) + between(p.finished, p.now, limit+1)
+			if left <= limit {
+				p.tr.linef("%d or more slots passed while the run of %s ran (%s to %s): not missed",
+					limit+1-left, stamp(anchor), stamp(p.started), stamp(p.finished))
+				missed = left
 			}
 		}
 	}

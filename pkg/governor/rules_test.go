@@ -1285,6 +1285,27 @@ func TestDecideSlowRunIsNotACatchUp(t *testing.T) {
 			want{next: t0.Add(20 * time.Second), source: governor.SourceBaselineCron, trail: "not missed", check: noBacklog},
 		},
 		{
+			// More occurrences passed while it ran than the cap counts
+			// (catchUpMax 10): still busy, not down. It was a backlog of 10.
+			"cron, all: a run that outlasts more occurrences than catchUpMax",
+			given{withCatchUp(cronSpec(every5s, ""), events.CatchUpAll, 10), cronDue, slot.Add(2*time.Minute + 2*time.Millisecond), slowRun(slot, slot.Add(2*time.Minute))},
+			want{next: slot.Add(2*time.Minute + 5*time.Second), source: governor.SourceBaselineCron, trail: "11 or more slots passed while the run of 2026-03-02T10:00:05.000Z ran", check: noBacklog},
+		},
+		{
+			"cron, skip: a run that outlasts more occurrences than the cap of 100",
+			given{cronSpec(every5s, ""), cronDue, slot.Add(10*time.Minute + 2*time.Millisecond), slowRun(slot, slot.Add(10*time.Minute))},
+			want{next: slot.Add(10*time.Minute + 5*time.Second), source: governor.SourceBaselineCron, trail: "not missed", check: noBacklog},
+		},
+		{
+			"cron, all: past the cap, occurrences after it ended are still caught up",
+			given{withCatchUp(cronSpec(every5s, ""), events.CatchUpAll, 10), cronDue, slot.Add(2*time.Minute + 11*time.Second), slowRun(slot, slot.Add(2*time.Minute))},
+			want{next: slot.Add(2*time.Minute + 11*time.Second), source: governor.SourceCatchUp, trail: "backfilling 2", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 2 {
+					t.Errorf("CatchUpPending = %d, want 2", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
 			"cron, skip: occurrences after it ended are still caught up",
 			given{cronSpec(every5s, ""), cronDue, end.Add(11 * time.Second), slowRun(slot, end)},
 			want{next: end.Add(11 * time.Second), source: governor.SourceCatchUp, trail: "catchUp skip"},
