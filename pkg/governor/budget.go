@@ -21,7 +21,7 @@ func (p *planner) budget() {
 	}
 	limit := b.MaxRunsPerDay
 	spacing := budgetSpacing(limit)
-	if last := p.s.LastScheduledAt; !last.IsZero() {
+	if last := p.last(); !last.IsZero() {
 		if least := last.Add(spacing); p.next.Before(least) {
 			p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
 		}

@@ -135,6 +135,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	}
 	s.Input = in.Kind
 	s.DecidedAt = now
+	p.flying = p.slotInFlight()
 	if p.inFlight() {
 		p.keep()
 	} else {

@@ -42,8 +42,8 @@
 //
 // Two guarantees hold after every rule, pause included: a run is never
 // scheduled before now, and never less than [MinGap] (1s) after the last
-// run's slot, so it never repeats a slot and never loops tightly, even
-// when every run fails at once.
+// run's slot (or the slot in flight, below), so it never repeats a slot and
+// never loops tightly, even when every run fails at once.
 //
 // # A slot in flight
 //
@@ -61,6 +61,13 @@
 // be before now; the timer does not dispatch a slot twice. Every other
 // input re-plans: a pause, a delete or a dead-letter stops the task, and
 // a hint, a resume or a requeue asks for a run.
+//
+// Such a re-plan (but for an acceptance or a resume) plans the slot after
+// the one in flight, which runs first whatever is decided: the grid, the
+// first-run rule, catch-up counting, the budget's pacing, quiet-hours
+// spacing, the clamps and the MinGap floor measure from the slot in flight
+// when it is later than the last completed one. Slots that pass while a
+// slot is in flight are not caught up before its outcome is in.
 //
 // # Baseline, backoff and past slots
 //

@@ -44,7 +44,9 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //   - a breaker transition or a spec update keeps a slot still in flight
 //     (due, its outcome not in yet), whatever else holds;
 //   - otherwise it is never before now, and at least MinGap after the last
-//     slot (so never the same slot twice);
+//     slot (so never the same slot twice); the last slot is the last
+//     completed one, or the slot in flight (due, its outcome not in yet),
+//     which runs before whatever this decision plans;
 //   - with bounds, unless paused or floored to now, the gap from the last
 //     slot is within [min, max] (clamps beat every rule but pause, the
 //     breaker's retryAt and the dead-letter recheck included);
@@ -343,9 +345,14 @@ func FuzzDecide(f *testing.F) {
 		if d.NextRunAt.Before(now) {
 			t.Fatalf("NextRunAt before now%s", explain())
 		}
+		// The gaps are measured from the last completed slot, or from the
+		// slot in flight, which runs before this decision's.
 		last := s.LastScheduledAt
+		if f := slotInFlight(now, st, s, in); !f.IsZero() && (last.IsZero() || f.After(last)) {
+			last = f
+		}
 		if !last.IsZero() && d.NextRunAt.Before(last.Add(governor.MinGap)) {
-			t.Fatalf("NextRunAt less than %s after the last slot%s", governor.MinGap, explain())
+			t.Fatalf("NextRunAt less than %s after the last slot or the slot in flight%s", governor.MinGap, explain())
 		}
 		if last.IsZero() || s.Paused {
 			return
@@ -383,6 +390,23 @@ func inFlight(now time.Time, st governor.State, in governor.Input) bool {
 		return false
 	}
 	return st.NextRunAt.After(st.LastScheduledAt) && !st.NextRunAt.After(now.Add(governor.InFlightWindow))
+}
+
+// slotInFlight is the fuzz oracle's slot in flight: the slot planned
+// before the input by a schedule rule, due (or within InFlightWindow) and
+// after the last completed slot (s is the state after the input), for
+// any input but an acceptance, a resume, a pause or a delete.
+func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
+	switch {
+	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
+		st.Source == "", st.Source == governor.SourcePaused, st.Source == governor.SourceDeleted,
+		st.Paused, st.Deleted, st.NextRunAt.IsZero():
+		return time.Time{}
+	}
+	if !st.NextRunAt.After(s.LastScheduledAt) || st.NextRunAt.After(now.Add(governor.InFlightWindow)) {
+		return time.Time{}
+	}
+	return st.NextRunAt
 }
 
 func fmtTrail(trail []string) string {

@@ -20,6 +20,9 @@ type planner struct {
 	// prevNext and prevSource are the input state's decision.
 	prevNext   time.Time
 	prevSource Source
+	// flying is prevNext when that slot is in flight (slotInFlight), else
+	// zero.
+	flying time.Time
 
 	next   time.Time
 	source Source
@@ -98,16 +101,43 @@ func (p *planner) plan() {
 // Other inputs re-plan as before: a pause, delete or dead-letter hold
 // stops the task, and a hint, resume or requeue asks for a run.
 func (p *planner) inFlight() bool {
-	if p.in != KindBreaker && p.in != KindUpdated {
-		return false
-	}
+	return (p.in == KindBreaker || p.in == KindUpdated) && !p.flying.IsZero()
+}
+
+// slotInFlight is the input state's slot when it is in flight: planned by a
+// schedule rule, due (or within InFlightWindow), and after the last
+// completed slot, so its outcome is not applied yet. It is zero otherwise,
+// and for an acceptance (a new state) and a resume (the slot a pause ended
+// on is not kept).
+func (p *planner) slotInFlight() time.Time {
 	switch p.prevSource {
 	case "", SourcePaused, SourceDeleted:
-		return false
+		return time.Time{}
+	}
+	if p.in == KindAccepted || p.in == KindResumed {
+		return time.Time{}
 	}
 	s, prev := &p.s, p.prevNext
-	return !prev.IsZero() && !s.Paused && !s.Deleted &&
-		prev.After(s.LastScheduledAt) && !prev.After(p.now.Add(InFlightWindow))
+	if prev.IsZero() || s.Paused || s.Deleted || !prev.After(s.LastScheduledAt) || prev.After(p.now.Add(InFlightWindow)) {
+		return time.Time{}
+	}
+	return prev.UTC()
+}
+
+// last is the slot the next run is planned after: the last completed one,
+// or the slot in flight, which runs before anything this decision plans.
+// The grid, the first-run rule, catch-up counting, the budget's pacing,
+// quiet-hours spacing, the clamps and the MinGap floor all measure from
+// it. Measured from the last completed slot, an input during a run (a
+// hint, a requeue) planned "first run at once" again during the first
+// run, counted the slots that passed while a slow run ran as missed, and
+// planned a second run right behind the one in flight, whatever the
+// budget or bounds.min.
+func (p *planner) last() time.Time {
+	if p.flying.IsZero() { // a stored slot may lie before the zero time (year 0)
+		return p.s.LastScheduledAt
+	}
+	return maxTime(p.s.LastScheduledAt, p.flying)
 }
 
 // keep leaves the slot in flight where it is (see inFlight). Expired hints
@@ -190,7 +220,7 @@ func PausedAt(paused bool, until, t time.Time) bool {
 // adaptive cadence, activity modes, interval hints, backoff and jitter) or
 // its cron expression, the first-run rule and the catch-up policy.
 func (p *planner) baseline() {
-	anchor := p.s.LastScheduledAt
+	anchor := p.last()
 	if anchor.IsZero() && p.spec.StartAt != nil {
 		start := *p.spec.StartAt
 		if start.IsZero() {
@@ -398,6 +428,13 @@ func (p *planner) catchUp(anchor time.Time, missed, afterRun int64) bool {
 		// shortened (a spec update, an interval hint).
 		p.tr.linef("%s slots since %s were never due (the run planned was at %s): not caught up",
 			countText(missed), stamp(anchor), stamp(p.prevNext))
+		return false
+	case !p.flying.IsZero():
+		// The slot in flight is running (busy, not down) or, after a
+		// downtime, is the overdue slot the timer fires at once; its
+		// outcome tells which (ownRun).
+		p.tr.linef("%s slots passed since the slot in flight %s: not caught up before its outcome is in",
+			countText(missed), stamp(anchor))
 		return false
 	case p.s.Failures > 0:
 		p.tr.linef("%s slots missed since %s while failing: not caught up", countText(missed), stamp(anchor))
@@ -640,7 +677,7 @@ func (p *planner) deadLetter() {
 // clamp applies bounds.min and bounds.max to the gap after the last run.
 func (p *planner) clamp() {
 	b := p.spec.Bounds
-	ref := p.s.LastScheduledAt
+	ref := p.last()
 	if b == nil || ref.IsZero() || p.next.IsZero() {
 		return
 	}
@@ -662,7 +699,7 @@ func (p *planner) floor() {
 		p.tr.str("candidate ").at(p.next).str(" is in the past: floored to now").end()
 		p.next = p.now.UTC()
 	}
-	if last := p.s.LastScheduledAt; !last.IsZero() && p.next.Before(last.Add(MinGap)) {
+	if last := p.last(); !last.IsZero() && p.next.Before(last.Add(MinGap)) {
 		p.next = last.Add(MinGap).UTC()
 		p.tr.str("candidate is less than ").dur(MinGap).str(" after the last slot: moved to ").at(p.next).end()
 	}
@@ -696,7 +733,7 @@ func (p *planner) nudge() {
 // and no dead-letter or requeue to serve instead.
 func (p *planner) admissible(t time.Time) bool {
 	s := &p.s
-	last := s.LastScheduledAt
+	last := p.last()
 	switch {
 	case p.prevSource == "", p.prevSource == SourcePaused, p.prevSource == SourceDeleted:
 		return false // nothing planned by a rule still in force

@@ -119,7 +119,7 @@ func (p *planner) quietCron(anchor time.Time) {
 // run) at least the quiet interval after the last run while in quiet
 // hours, but never past the end of the window.
 func (p *planner) quietSpacing() {
-	last := p.s.LastScheduledAt
+	last := p.last()
 	if p.cadence || p.next.IsZero() || last.IsZero() || p.spec.QuietHours == nil {
 		return
 	}

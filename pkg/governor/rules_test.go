@@ -946,6 +946,67 @@ func TestDecideCronJitterSlotSurvivesAReDecision(t *testing.T) {
 	}
 }
 
+// An input that re-plans while a slot is in flight (due, its outcome not
+// in yet; a hint, a requeue) plans the slot after it: the one in flight
+// runs first, whatever is decided, so the grid, the first-run rule,
+// catch-up counting, the budget's pacing, bounds.min and the MinGap floor
+// measure from it. Measured from the last completed slot, a hint during
+// the first run planned "first run at once" again, one during a slow run
+// counted the slots it outlasted as missed and ran a catch-up, and a
+// run-now hint put a second call right behind the day's only one.
+func TestDecideInputDuringARunPlansAfterTheSlotInFlight(t *testing.T) {
+	firstRun := stateWith(governor.Decide(t0, intervalSpec(time.Minute), governor.State{}, accepted).State) // slot t0 dispatched
+	slow := stateWith(ran(t0), planned(t0.Add(time.Minute), governor.SourceBaselineInterval))               // 10:01 running since
+	daily := stateWith(ran(t0.Add(-24*time.Hour)), planned(t0, governor.SourceBaselineInterval))            // today's run, at t0
+	startAt := withStartAt(intervalSpec(time.Minute), t0)
+	runDecideCases(t, []decideCase{
+		{
+			"interval hint during the first run: after its slot, not at once again",
+			given{intervalSpec(time.Minute), firstRun, t0.Add(30 * time.Second), hinted(governor.Hint{Interval: 10 * time.Minute})},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval},
+		},
+		{
+			"interval hint during the first run of a task with startAt",
+			given{startAt, governor.Decide(t0.Add(-time.Hour), startAt, governor.State{}, accepted).State, t0.Add(30 * time.Second), hinted(governor.Hint{Interval: 10 * time.Minute})},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval},
+		},
+		{
+			"interval hint during a slow run: the next slot on its grid, not a catch-up",
+			given{intervalSpec(time.Minute), slow, t0.Add(2*time.Minute + 30*time.Second), hinted(governor.Hint{Interval: time.Minute})},
+			want{next: t0.Add(3 * time.Minute), source: governor.SourceHintInterval, check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 0 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"interval hint two slots into a slow run: not a catch-up before its outcome",
+			given{intervalSpec(time.Minute), slow, t0.Add(3*time.Minute + 30*time.Second), hinted(governor.Hint{Interval: time.Minute})},
+			want{next: t0.Add(4 * time.Minute), source: governor.SourceHintInterval, trail: "not caught up before its outcome is in"},
+		},
+		{
+			"interval hint during a slow run, catchUp all: nothing to backfill",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), slow, t0.Add(3*time.Minute + 30*time.Second), hinted(governor.Hint{Interval: time.Minute})},
+			want{next: t0.Add(4 * time.Minute), source: governor.SourceHintInterval},
+		},
+		{
+			"budget of 1 a day: a run-now hint waits a day after the run in flight",
+			given{withBudget(intervalSpec(24*time.Hour), 1), daily, t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			want{next: t0.Add(24 * time.Hour), source: governor.SourceBudget},
+		},
+		{
+			"bounds.min: a run-now hint waits bounds.min after the run in flight",
+			given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
+		},
+		{
+			"a requeue just after the slot in flight: at least MinGap after it",
+			given{intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)), t0.Add(200 * time.Millisecond), requeued},
+			want{next: t0.Add(governor.MinGap), source: governor.SourceRequeue},
+		},
+	})
+}
+
 func TestDecideCatchUp(t *testing.T) {
 	all := func(limit int) *events.TaskSpec {
 		return withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, limit)
