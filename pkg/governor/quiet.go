@@ -54,7 +54,10 @@ func (w *quietWindow) contains(t time.Time) (bool, time.Time) {
 }
 
 // quietCadence replaces the interval of an interval task by the quiet
-// interval when its next slot falls in quiet hours. Backoff and jitter
+// interval in quiet hours: when its next slot c falls in the window, and
+// when the quiet slot q does and comes first (a shorter quiet interval
+// holds until the window ends: 1h task, 5m quiet interval, last run 06:00
+// in a window ending at 07:00 → 06:05, not 07:00). Backoff and jitter
 // still apply to it. The result never comes before the window opens (when
 // the quiet interval is the shorter one) nor after it ends.
 func (p *planner) quietCadence(anchor time.Time, exp int, c time.Time) {
@@ -62,12 +65,15 @@ func (p *planner) quietCadence(anchor time.Time, exp int, c time.Time) {
 	if !ok {
 		return
 	}
-	in, end := w.contains(c)
-	if !in {
-		return
-	}
 	step := p.stretch(w.interval, exp, false)
 	q, _ := grid(anchor, step, p.now)
+	in, end := w.contains(c)
+	if !in {
+		if qin, _ := w.contains(q); qin && q.Before(c) {
+			p.choosef(q, SourceQuietHours, "quiet hours %s: interval %s after the slot of %s", w.text, step, stamp(anchor))
+		}
+		return
+	}
 	if q.Before(c) {
 		if qin, _ := w.contains(q); !qin {
 			q = w.start.Next(q, w.loc).UTC() // the window opens

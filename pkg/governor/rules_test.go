@@ -345,6 +345,23 @@ func TestDecideQuietHours(t *testing.T) {
 			want{next: day(3, 5, 0), source: governor.SourceQuietHours},
 		},
 		{
+			// The hourly slot (07:00) is past the window, but the quiet one
+			// is in it: the quiet interval holds to the end of the window.
+			"... until the window ends, where the normal slot falls after it",
+			given{night(time.Hour, 5*time.Minute), ran(day(6, 0, 0)), day(6, 0, 2), updated},
+			want{next: day(6, 5, 0), source: governor.SourceQuietHours, trail: "quiet hours 00:00-07:00 Europe/London: interval 5m0s after the slot of 2026-01-15T06:00:00.000Z"},
+		},
+		{
+			"... up to its last quiet slot",
+			given{night(time.Hour, 5*time.Minute), ran(day(6, 50, 0)), day(6, 50, 2), updated},
+			want{next: day(6, 55, 0), source: governor.SourceQuietHours},
+		},
+		{
+			"... and not past the end",
+			given{night(time.Hour, 5*time.Minute), ran(day(6, 58, 0)), day(6, 58, 2), updated},
+			want{next: day(7, 58, 0), source: governor.SourceBaselineInterval},
+		},
+		{
 			"backoff multiplies the quiet interval",
 			given{night(time.Minute, 30*time.Minute), stateWith(ran(day(0, 10, 0)), failures(1)), day(0, 10, 2), updated},
 			want{next: day(1, 10, 0), source: governor.SourceQuietHours},
