@@ -50,7 +50,9 @@ type TaskSpec struct {
 	Activity *Activity `json:"activity,omitempty"`
 	// QuietHours is a daily local-time window with its own interval.
 	QuietHours *QuietHours `json:"quietHours,omitempty"`
-	// Budget caps calls per rolling day.
+	// Budget caps the runs counted in the current UTC hour and the 23
+	// before it (whole UTC hours, not any rolling 24 hours), and spaces
+	// runs at least 24h / maxRunsPerDay apart.
 	Budget *Budget `json:"budget,omitempty"`
 	// Retry governs attempts of one run. Defaults to 5 attempts, 5s ×2 up to 5m, ±20 %.
 	Retry *Retry `json:"retry,omitempty"`
@@ -164,7 +166,16 @@ type QuietHours struct {
 	Interval Duration `json:"interval"`
 }
 
-// Budget caps calls per rolling 24 hours.
+// Budget caps runs, not calls: a run that made a call counts once (succeeded
+// or failed, however many attempts it made; a skipped run does not). The
+// governor counts runs per UTC hour, in the hour of their slot: once the
+// current UTC hour and the 23 before it hold MaxRunsPerDay runs, the next
+// run waits for the hour in which the oldest of them leaves that window.
+// The window is whole UTC hours, not any rolling 24 hours: runs at 09:59
+// and 10:59 leave it at 09:00 and 10:00 the next day, so a budget of 2
+// allows a third run at 09:00, 23h01m after the first. Pacing (runs at
+// least 24h / MaxRunsPerDay apart) keeps a steady stream under the budget
+// in any 24 hours.
 type Budget struct {
 	MaxRunsPerDay int `json:"maxRunsPerDay"`
 }

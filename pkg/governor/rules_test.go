@@ -498,8 +498,12 @@ func TestDecideBudget(t *testing.T) {
 	})
 }
 
-// The ledger counts what ran, in the hour of its slot, and forgets what is
-// more than a day old; the budget then holds over any 24 hours.
+// The ledger counts runs that made a call (not their attempts, not skips),
+// in the UTC hour of their slot, and forgets hours older than the current
+// one and the 23 before it: exhaustion is judged over those whole UTC
+// hours, not over any rolling 24 hours. Pacing (24h / maxRunsPerDay apart)
+// keeps runs the hints ask for every second under the budget in any 24
+// hours from a slot.
 func TestBudgetLedgerAndRollingDay(t *testing.T) {
 	spec := withBudget(intervalSpec(time.Minute), 100)
 	st := ran(t0)
@@ -538,6 +542,17 @@ func TestBudgetLedgerAndRollingDay(t *testing.T) {
 		if n > 100 {
 			t.Fatalf("%d runs in the 24h from %s", n, fmtT(slots[i]))
 		}
+	}
+
+	// Whole UTC hours: with a budget of 2, runs at 09:59 and 10:59 are
+	// counted in hours 09 and 10, and the next may run when hour 09 leaves
+	// the window, at 09:00 the next day (23h01m after the first).
+	spec = withBudget(intervalSpec(time.Hour), 2)
+	first, second := t0.Add(-time.Minute), t0.Add(59*time.Minute)
+	st = governor.Decide(first.Add(time.Second), spec, ran(first.Add(-time.Hour)), outcome("succeeded", first)).State
+	st = governor.Decide(second.Add(time.Second), spec, st, outcome("succeeded", second)).State
+	if d := governor.Decide(second.Add(2*time.Second), spec, st, updated); !d.NextRunAt.Equal(time.Date(2026, 3, 3, 9, 0, 0, 0, time.UTC)) || d.Source != governor.SourceBudget {
+		t.Errorf("runs at %s and %s, budget 2: next %s (%s), want 2026-03-03T09:00 (budget)\ntrail: %q", fmtT(first), fmtT(second), fmtT(d.NextRunAt), d.Source, d.Trail)
 	}
 }
 
