@@ -160,7 +160,8 @@ func TestUnstoredRecoveredIsSentWithTheNextSuccess(t *testing.T) {
 		t.Fatalf("flyball_breaker_recovered_total rose by %v for a refused run.recovered", n-before)
 	}
 	restore()
-	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq) // DISPATCH takes one per subject
+	// DISPATCH takes one message per subject: the first must be acked.
+	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq)
 	f.dispatch(t) // succeeds at once: nothing failed since, yet it is owed
 	natstest.Eventually(t, 20*time.Second, "the next success repeated as run.recovered", func() bool {
 		got := f.stored(t)
