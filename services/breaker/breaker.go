@@ -214,7 +214,7 @@ func (s *Service) settled(key string) bool { return executor.Settled(s.records.L
 func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, run *events.Run, ok bool) error {
 	pol := spec.Breaker
 	now := s.cfg.Now().UTC()
-	outcome := outcomeID(run)
+	outcome := outcomeID(run, ok)
 	var from, to record
 	var written []byte
 	// A task-scoped record counts the outcomes of one task: a task deleted

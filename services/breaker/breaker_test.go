@@ -110,6 +110,14 @@ func (h *harness) outcome(o events.Outcome, breakerKey string) {
 func (h *harness) outcomeOf(o events.Outcome, task, breakerKey string, started time.Time) {
 	h.t.Helper()
 	h.n++
+	h.outcomeOfDispatch(o, task, breakerKey, started)
+}
+
+// outcomeOfDispatch is outcomeOf for the dispatch the last outcome named
+// (attempt 1 again), as when the executor repeats an attempt whose record
+// it could not write.
+func (h *harness) outcomeOfDispatch(o events.Outcome, task, breakerKey string, started time.Time) {
+	h.t.Helper()
 	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC(), TaskCreatedAt: h.created}
 	if o == events.OutcomeFailed {
 		run.Status, run.Error, run.ErrorKind = 500, "status 500", events.ErrorTransient
@@ -181,6 +189,24 @@ func TestSuccessResetsCountedFailures(t *testing.T) {
 	h.outcome(events.OutcomeFailed, "")
 	if b, _, _ := h.record("t1"); b.Failures != 1 {
 		t.Fatalf("failure without breakerKey: %+v, want 1 failure on key t1", b)
+	}
+}
+
+// TestSuccessOfARepeatedAttemptCounts: the executor repeats an attempt
+// number whose record it could not write, so a success can follow a
+// failure of the same dispatch and attempt. It is another call, not a
+// redelivery of the failure, and must reset the count; a redelivery of
+// either outcome still counts once.
+func TestSuccessOfARepeatedAttemptCounts(t *testing.T) {
+	h := newHarness(t)
+	h.outcome(events.OutcomeFailed, "t1")
+	h.outcomeOfDispatch(events.OutcomeFailed, "t1", "t1", time.Time{}) // a redelivery: not counted again
+	if b, _, _ := h.record("t1"); b.Failures != 1 {
+		t.Fatalf("a failure and its redelivery: %+v, want 1 failure", b)
+	}
+	h.outcomeOfDispatch(events.OutcomeRecovered, "t1", "t1", time.Time{})
+	if b, _, _ := h.record("t1"); b.Failures != 0 || b.State != events.BreakerClosed {
+		t.Fatalf("the repeated attempt's success: %+v, want closed with 0 failures", b)
 	}
 }
 

@@ -57,18 +57,23 @@ func decodeRecord(key string, cur []byte) record {
 	return r
 }
 
-// outcomeID names one attempt outcome: its dispatch and attempt, and
-// ":final" for a final failure. The executor repeats an attempt number
-// when the attempt's record was not written (a crash after its event, an
-// outbox give-up whose event was in fact stored), and a final failure of
-// the repeat after a non-final one is another call, not a redelivery: under
-// the same name it was taken for one and not counted.
-func outcomeID(run *events.Run) string {
+// outcomeID names one attempt outcome: its dispatch and attempt, then
+// ":ok" for a success and ":final" for a final failure. The executor
+// repeats an attempt number when the attempt's record was not written (a
+// crash after its event, an outbox give-up whose event was in fact
+// stored), and a repeat that ends otherwise than the first try (a final
+// failure after a non-final one, a success after a failure) is another
+// call, not a redelivery: under the same name it was taken for one and not
+// counted, and a half-open breaker's successful probe was lost.
+func outcomeID(run *events.Run, ok bool) string {
 	id := run.DispatchID
 	if run.Attempt > 0 {
 		id += ":" + strconv.Itoa(run.Attempt)
 	}
-	if run.Final {
+	switch {
+	case ok:
+		id += ":ok"
+	case run.Final:
 		id += ":final"
 	}
 	return id
