@@ -78,51 +78,33 @@ func TestSettlerRetriesUntilAnswered(t *testing.T) {
 }
 
 // TestSettlerRetriesAnUnansweredTry: a try whose answer never comes (lost
-// in a leader change) is tried again after ackTry.
+// in a leader change) is tried again after ackTry. So is a nak whose delay
+// is long: the retry lands well before the delivery the nak asked for
+// (TestSettlerDoesNotResendANakWhoseDelayMayHavePassed has the other case).
 func TestSettlerRetriesAnUnansweredTry(t *testing.T) {
-	st, nc := newTestSettler(t, 50*time.Millisecond, time.Millisecond)
-	var got atomic.Int32
-	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) {
-		if got.Add(1) == 3 { // the first two are swallowed
-			_ = m.Respond(nil)
+	for _, c := range []struct {
+		kind string
+		body []byte
+	}{{"ack", ackBody}, {"nak", nakBody(time.Minute)}} {
+		st, nc := newTestSettler(t, 50*time.Millisecond, time.Millisecond)
+		var got atomic.Int32
+		sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) {
+			if got.Add(1) == 3 { // the first two are swallowed
+				_ = m.Respond(nil)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	st.settle("ack.reply", "d.t", "ack", ackBody, time.Now().Add(time.Minute))
-	settled(t, st, 10*time.Second)
-	if n := got.Load(); n != 3 {
-		t.Fatalf("%d tries reached the server, want 3", n)
-	}
-}
-
-// TestSettlerRetriesAnUnansweredNakBeforeItsDelay: a nak whose delay is
-// long is retried after an unanswered try, like an ack: the retry lands
-// well before the delivery the nak asked for.
-func TestSettlerRetriesAnUnansweredNakBeforeItsDelay(t *testing.T) {
-	st, nc := newTestSettler(t, 50*time.Millisecond, time.Millisecond)
-	var got atomic.Int32
-	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) {
-		if got.Add(1) == 3 { // the first two are swallowed
-			_ = m.Respond(nil)
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	st.settle("ack.reply", "d.t", "nak", nakBody(time.Minute), time.Now().Add(time.Minute))
-	settled(t, st, 10*time.Second)
-	if n := got.Load(); n != 3 {
-		t.Fatalf("%d tries reached the server, want 3", n)
+		st.settle("ack.reply", "d.t", c.kind, c.body, time.Now().Add(time.Minute))
+		settled(t, st, 10*time.Second)
+		if n := got.Load(); n != 3 {
+			t.Fatalf("%s: %d tries reached the server, want 3", c.kind, n)
+		}
+		_ = sub.Unsubscribe()
 	}
 }
 
