@@ -100,6 +100,13 @@ func (d *Dispatch) Run() Run {
 	return Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt}
 }
 
+// RepairCreatePrefix starts the id of a task.created that the sweeper
+// publishes for a task it found with a spec and no schedule
+// ("sweeper:unscheduled:<task>:<spec revision>"). It finishes a creation
+// whose schedule write was lost; it never creates a task, so the governor
+// refuses it once the spec is gone (the task was deleted meanwhile).
+const RepairCreatePrefix = "sweeper:unscheduled:"
+
 // DispatchID builds the ID of the run of task id due at t.
 func DispatchID(id string, t time.Time) string {
 	return id + ":" + strconv.FormatInt(t.UnixMilli(), 10)

@@ -219,6 +219,10 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			if st, ok := s.loadState(ctx, id); ok && st.LastCommandID != step.CommandID {
 				return nil, reject("id", fmt.Sprintf("task %q already exists; publish task.updated to change it", id))
 			}
+		} else if strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+			// The sweeper's repair of a spec with no schedule, stored behind
+			// a task.deleted: applied, it would bring the deleted task back.
+			return nil, reject("id", fmt.Sprintf("no task %q: it was deleted after the sweeper found it with no schedule, and a repair does not create a task", id))
 		}
 	case gov.KindUpdated:
 		if !exists {

@@ -3,6 +3,7 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -227,4 +229,76 @@ func startRepairStack(t *testing.T, name string, js jetstream.JetStream) *stack.
 	}
 	t.Cleanup(st.Stop)
 	return st
+}
+
+// TestMissingScheduleRepairDoesNotBringBackADeletedTask: a task has a
+// spec and no schedule (a restore, a key removed by hand). Its owner
+// deletes it while the governor is behind on TASKS (down, or working a
+// backlog). The sweeper still finds the spec, and publishes task.created
+// with it (sweeper:unscheduled:…), behind the task.deleted on TASKS. The
+// governor applies the delete, then refuses the repair: it finishes a
+// creation, it never makes one. Before, it created the task anew, and the
+// deleted task ran again.
+func TestMissingScheduleRepairDoesNotBringBackADeletedTask(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	const id = "ghost"
+	spec := events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}}
+	putJSON(t, srv.JS, streams.BucketTasks, id, spec) // a spec without its schedule
+
+	// The owner deletes it; no governor has read TASKS yet.
+	if err := jsutil.PublishEvent(ctx, srv.JS, events.TaskSubject(events.VerbDeleted, id), "delete-ghost",
+		events.TypeTaskDeleted, "test", id, events.TaskRef{ID: id}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	m := metrics.New()
+	rejected := make(chan *nats.Msg, 4)
+	sub, err := srv.NC.ChanSubscribe(events.TaskSubject(events.VerbRejected, id), rejected)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	sw, err := stack.Start(context.Background(), stack.Config{
+		JS: srv.JS, Services: []string{"sweeper"}, Instance: "sw1", Metrics: m,
+		HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 10 * time.Second,
+		SweepInterval: 50 * time.Millisecond, ZombieAfter: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the sweeper repairs the missing schedule", func() bool {
+		return testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")) >= 1
+	})
+	sw.Stop()
+
+	gv, err := stack.Start(context.Background(), stack.Config{JS: srv.JS, Services: []string{"governor"}, Instance: "g1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gv.Stop)
+	tasksStream, err := srv.JS.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := tasksStream.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, srv.JS, streams.StreamTasks, streams.ConsumerGovernor, last.Sequence)
+	if keyExists(srv.JS, streams.BucketTasks, id) || keyExists(srv.JS, streams.BucketSchedules, id) {
+		t.Fatalf("task %s was deleted by its owner, but after the governor caught up it has a spec (%v) and a schedule (%v): the sweeper's task.created (%s) re-created it",
+			id, keyExists(srv.JS, streams.BucketTasks, id), keyExists(srv.JS, streams.BucketSchedules, id), last.Header.Get("Nats-Msg-Id"))
+	}
+	select {
+	case m := <-rejected:
+		var rej events.TaskRejected
+		ev, err := events.Decode(m.Header, m.Data)
+		if err != nil || ev.DataAs(&rej) != nil || !strings.Contains(fmt.Sprint(rej.Reasons), "a repair does not create a task") {
+			t.Fatalf("task.rejected %s: want the repair refused with its reason", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the repair's task.created was not answered with task.rejected")
+	}
 }

@@ -45,7 +45,7 @@ import (
 // The revision makes it deterministic (two sweepers, or two sweeps, store
 // it once within TASKS's duplicate window) and new once the governor has
 // written the spec again.
-const unscheduledPrefix = "sweeper:unscheduled:"
+const unscheduledPrefix = events.RepairCreatePrefix
 
 // ackFloors holds, for one sweep, the ack floors of the governor's
 // consumers, read when a check first needs one: every message at or below
