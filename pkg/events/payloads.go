@@ -230,6 +230,11 @@ type BreakerTransition struct {
 	OpenDelay Duration   `json:"openDelay,omitempty"`
 	At        time.Time  `json:"at"`
 	Reason    string     `json:"reason,omitempty"`
+	// TaskCreatedAt is the createdAt of the task TaskID names, when known:
+	// a task deleted and created again under the same ID is another, and
+	// the governor ignores its namesake's transitions (zero: unknown, as
+	// from flyball before 2026-11-29).
+	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 }
 
 // Heartbeat is a service instance's entry in KV flyball-runtime and the data

@@ -113,7 +113,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		s.DecidedAt, s.Input = now, in.Kind
 		return Decision{Source: s.Source, Trail: s.Trail, State: *s}
 	case KindBreaker:
-		if in.Breaker == nil {
+		if in.Breaker == nil || OtherTask(in.Breaker.TaskCreatedAt, st) {
 			return ignored()
 		}
 		p.applyBreaker(in.Breaker)

@@ -50,6 +50,10 @@ type BreakerSignal struct {
 	State string
 	// RetryAt is when an open breaker lets the next probe through.
 	RetryAt time.Time
+	// TaskCreatedAt is the transition's task's (zero if unknown): a
+	// transition of a deleted task of the same ID is ignored (see
+	// Outcome.TaskCreatedAt).
+	TaskCreatedAt time.Time
 }
 
 // DeadLetterSignal is a dead-letter entry for one of the task's runs.

@@ -340,6 +340,9 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 		Key: key, TaskID: taskID, From: from, To: to.State, Failures: to.Failures,
 		OpenDelay: to.OpenDelay, At: now, Reason: run.Error,
 	}
+	if taskID == run.TaskID {
+		tr.TaskCreatedAt = run.TaskCreatedAt
+	}
 	if to.State == events.BreakerOpen {
 		r := to.RetryAt
 		tr.RetryAt = &r

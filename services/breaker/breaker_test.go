@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
@@ -260,8 +261,23 @@ func TestSuccessUnderTheOldFilterStillCounts(t *testing.T) {
 
 // TestThresholdOpensTheBreaker: consecutive failures reach the default
 // threshold and open the breaker with a retryAt in the future.
+//
+// The transition names the task's createdAt, so that the governor can tell
+// it from a transition of a deleted task of the same ID.
 func TestThresholdOpensTheBreaker(t *testing.T) {
 	h := newHarness(t)
+	h.created = time.Date(2026, 3, 1, 16, 42, 7, 318e6, time.UTC)
+	schedules, err := h.js.KeyValue(t.Context(), streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := json.Marshal(gov.State{TaskID: "t1", NextRunAt: h.created, CreatedAt: h.created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schedules.Put(t.Context(), "t1", st); err != nil {
+		t.Fatal(err)
+	}
 	spec := events.TaskSpec{ID: "t1"}
 	spec.Normalize()
 	for range spec.Breaker.FailureThreshold {
@@ -270,6 +286,25 @@ func TestThresholdOpensTheBreaker(t *testing.T) {
 	b, _, _ := h.record("t1")
 	if b.State != events.BreakerOpen || !b.RetryAt.After(b.UpdatedAt) {
 		t.Fatalf("after %d failures: %+v, want open with retryAt ahead", spec.Breaker.FailureThreshold, b)
+	}
+	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := health.GetLastMsgForSubject(t.Context(), events.BreakerSubject(events.BreakerOpen, "t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr events.BreakerTransition
+	if err := events.DecodeData(e, &tr); err != nil {
+		t.Fatal(err)
+	}
+	if tr.TaskID != "t1" || !tr.TaskCreatedAt.Equal(h.created) {
+		t.Fatalf("breaker.open %s: want taskId t1 and taskCreatedAt %s", m.Data, h.created)
 	}
 }
 

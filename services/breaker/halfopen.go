@@ -168,7 +168,7 @@ func (s *Service) halfOpen(ctx context.Context, key string) error {
 			OpenDelay: rec.OpenDelay, At: now, Reason: "open delay elapsed: the next call is the probe",
 		}
 		if events.ValidToken(key) && !isHostKey(key) {
-			tr.TaskID = key
+			tr.TaskID, tr.TaskCreatedAt = key, rec.TaskCreatedAt
 		}
 		rec.Transition = &storedTransition{
 			EventID:           fmt.Sprintf("breaker:%s:half-open:%d", key, rec.RetryAt.UnixMilli()),

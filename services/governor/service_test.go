@@ -261,3 +261,75 @@ func TestFinalFailureHoldsTheTaskWithoutItsDeadLetter(t *testing.T) {
 		t.Fatalf("after a final failure: next %s (%s), dead letter %+v; want the recheck near %s", st.NextRunAt, st.Source, st.DeadLetter, recheck)
 	}
 }
+
+// TestBreakerTransitionOfADeletedTaskIsIgnored: a task's breaker opened
+// (breaker.open on HEALTH, retryAt 10 min ahead) just before the task was
+// deleted and created again under its ID; the governor reads HEALTH apart
+// from TASKS, and applies the transition after the re-creation. It names
+// the old task's createdAt, so it changes nothing. Before, it held the new
+// task until the old task's retryAt, and since the breaker service deleted
+// the old record with the task, no breaker.closed ever lifted the hold.
+func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
+	s, js := startGovernor(t)
+	const id = "reborn"
+	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-1", spec)
+	old, _, err := s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now().UTC()
+	retryAt := opened.Add(10 * time.Minute)
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-1", events.TaskRef{ID: id})
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-2", spec)
+	st, _, err := s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := st.CreatedAt
+	if !gov.OtherCreatedAt(created, old.CreatedAt) {
+		t.Fatalf("the new task's createdAt %s does not tell it from the old one's %s", created, old.CreatedAt)
+	}
+	t.Logf("new task created at %s, first run %s", created.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano))
+
+	// The old task's breaker.open, from before the deletion, reaches the
+	// governor now.
+	tr := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, OpenDelay: events.Duration(10 * time.Minute), At: opened, TaskCreatedAt: old.CreatedAt}
+	body, err := events.Marshal(events.TypeBreakerOpen, "flyball/breaker/test", id, tr, opened, "breaker:"+id+":open:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), events.BreakerSubject(events.BreakerOpen, id), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, ack.Sequence)
+
+	st, _, err = s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the old breaker.open (at %s): nextRunAt %s source %s breakerOpenUntil %s", opened.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano), st.Source, st.BreakerOpenUntil.Format(time.RFC3339Nano))
+	// The new task's first run succeeds (its own breaker is closed: the
+	// breaker service deleted the old record with the task).
+	slot := st.NextRunAt
+	run := events.Run{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, Attempt: 1, StartedAt: slot, FinishedAt: time.Now().UTC(), Status: 200, TaskCreatedAt: created}
+	rb, err := events.Marshal(events.OutcomeSucceeded.Type(), "test", id, run, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rack, err := js.Publish(t.Context(), events.RunSubject(events.OutcomeSucceeded, id), rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, rack.Sequence)
+	st, _, err = s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after the new task's first success: nextRunAt %s source %s (interval 1m)", st.NextRunAt.Format(time.RFC3339Nano), st.Source)
+	if !st.NextRunAt.Before(retryAt) {
+		t.Fatalf("the new task (created %s) is held until %s by the breaker.open of the task deleted before it (at %s)",
+			created.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano), opened.Format(time.RFC3339Nano))
+	}
+}

@@ -90,7 +90,7 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 					"%s is %s after the transition was stored, more than %s: a breaker opens for at most 24h", tr.RetryAt.UTC().Format(time.RFC3339), ahead.Round(time.Second), MaxRetryAhead)}}}
 			}
 		}
-		sig := &gov.BreakerSignal{State: string(tr.To)}
+		sig := &gov.BreakerSignal{State: string(tr.To), TaskCreatedAt: tr.TaskCreatedAt}
 		if tr.RetryAt != nil {
 			sig.RetryAt = *tr.RetryAt
 		}
@@ -123,6 +123,8 @@ func (s *Step) TaskCreatedAt() time.Time {
 		return s.Input.Outcome.TaskCreatedAt
 	case s.Input.DeadLetter != nil:
 		return s.Input.DeadLetter.TaskCreatedAt
+	case s.Input.Breaker != nil:
+		return s.Input.Breaker.TaskCreatedAt
 	}
 	return time.Time{}
 }
