@@ -52,7 +52,17 @@ func (f *natsFlags) register(cmd *cobra.Command) {
 }
 
 func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
-	opts := []nats.Option{nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond)}
+	opts := []nats.Option{
+		nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+		// No reconnect buffer: a publish while disconnected fails at once,
+		// and its caller retries it with what is true then. Buffered, it
+		// was sent as it was when the connection came back, possibly
+		// minutes later: a timer's dispatch of a slot that another timer
+		// had dispatched and the executor had run meanwhile was stored
+		// again once DISPATCH's duplicate window had passed, with its old
+		// firedAt, and the target was called twice.
+		nats.ReconnectBufSize(-1),
+	}
 	if log := f.log; log != nil {
 		opts = append(opts,
 			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {

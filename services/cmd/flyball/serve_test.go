@@ -55,6 +55,34 @@ func TestNATSURLCredentialsAreNotShown(t *testing.T) {
 	}
 }
 
+// TestPublishesAreNotBufferedWhileDisconnected: a service's connection has
+// no reconnect buffer. A publish made while it is disconnected fails, and
+// its caller retries it with fresh data; buffered, it was sent unchanged
+// once the connection came back (a timer's stale dispatch stored after
+// the slot had run). Checked on a connection that really loses its
+// server: the publish fails at once instead of being kept.
+func TestPublishesAreNotBufferedWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	f := natsFlags{url: url, name: "test"}
+	nc, _, err := f.connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if nc.Opts.ReconnectBufSize != -1 {
+		t.Fatalf("ReconnectBufSize %d, want -1 (no buffer)", nc.Opts.ReconnectBufSize)
+	}
+	disconnected := make(chan struct{})
+	var once sync.Once
+	nc.SetDisconnectErrHandler(func(*nats.Conn, error) { once.Do(func() { close(disconnected) }) })
+	srv.Server.Shutdown()
+	<-disconnected
+	if err := nc.Publish("flyball.test", []byte("x")); err == nil {
+		t.Fatal("a publish while disconnected was accepted (buffered for the reconnect), want an error")
+	}
+}
+
 // TestCleanCloseIsNotAWarning: a process that closes its own NATS
 // connection at a clean stop logs no "nats: disconnected" warning; the
 // operations guide lists that warning among those that need a look.
