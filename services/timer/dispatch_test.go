@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -601,5 +602,131 @@ func TestTimerWatchesAgainWhenTheWatchEnds(t *testing.T) {
 	s.mu.Unlock()
 	if gone || !kept {
 		t.Fatalf("after the replay: purged task still scheduled %v, kept task scheduled %v", gone, kept)
+	}
+}
+
+// TestSlotsUnixNanosecondsCannotHoldAreNotQueued: a nextRunAt after
+// 2262-04-11 (a startAt or a timed pause's end: the governor accepts years
+// up to 9999) wrapped in Unix nanoseconds to the distant past. Queued
+// wrapped, it was dispatched at once with a garbage slot (2500, 9999), or
+// sat at the top of the heap and made the timer sleep for centuries, so no
+// other task was dispatched (2262, 2300). It is left out of the heap, on
+// load and when a queued task is rewritten to it.
+func TestSlotsUnixNanosecondsCannotHoldAreNotQueued(t *testing.T) {
+	for _, far := range []time.Time{
+		time.Date(2262, 4, 12, 0, 0, 0, 0, time.UTC),
+		time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC),
+		events.MaxTime,
+	} {
+		t.Run(far.Format("2006"), func(t *testing.T) {
+			srv := natstest.StartWithStreams(t)
+			putSchedule(t, srv.JS, "loaded", far, gov.SourceStartAt)
+			putSchedule(t, srv.JS, "paused", time.Now().Add(time.Hour), gov.SourceBaselineInterval)
+			s := startTimer(t, srv.JS, nil)
+			putSchedule(t, srv.JS, "paused", far, gov.SourcePaused)
+			// Written last: the watch applies the far slots before it.
+			soon := time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC()
+			putSchedule(t, srv.JS, "soon", soon, gov.SourceBaselineInterval)
+			natstest.Eventually(t, within, "soon dispatched", func() bool {
+				return results(s)[resultNew] >= 1 && hasDispatch(t, srv.JS, "soon")
+			})
+			if r := results(s); r[resultNew] != 1 || r[resultDuplicate]+r[resultPending]+r[resultError] != 0 {
+				t.Errorf("results %v, want soon alone dispatched", r)
+			}
+			for _, id := range []string{"loaded", "paused"} {
+				if hasDispatch(t, srv.JS, id) {
+					id, d := storedDispatch(t, srv.JS, id)
+					t.Errorf("dispatched %s, scheduledAt %s; its slot is %s", id, d.ScheduledAt, far)
+				}
+			}
+			if _, d := storedDispatch(t, srv.JS, "soon"); !d.ScheduledAt.Equal(soon) {
+				t.Errorf("soon dispatched for %s, want %s", d.ScheduledAt, soon)
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if len(s.queue) != 0 || s.items["loaded"] != nil || s.items["paused"] != nil {
+				t.Errorf("%d queued, loaded %+v, paused %+v: want the far slots held nowhere", len(s.queue), s.items["loaded"], s.items["paused"])
+			}
+		})
+	}
+}
+
+// hasDispatch reports whether DISPATCH holds a run.due of task id.
+func hasDispatch(t *testing.T, js jetstream.JetStream, id string) bool {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.GetLastMsgForSubject(ctx, events.DispatchSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// TestApplyQueuesOnlySlotsUnixNanosecondsHold checks the edges: the last
+// instant Unix nanoseconds hold is queued with its lead, the next one and
+// anything before 1678 (never written by the governor: it cannot be named
+// in a dispatch) is not, and a queued task rewritten to either leaves the
+// heap.
+func TestApplyQueuesOnlySlotsUnixNanosecondsHold(t *testing.T) {
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(id string, at time.Time) {
+		t.Helper()
+		b, err := json.Marshal(gov.State{TaskID: id, NextRunAt: at, Source: gov.SourceStartAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.apply(putEntry(id, b))
+	}
+	last := time.Unix(0, math.MaxInt64).UTC()
+	first := time.Unix(0, minSlot).UTC()
+	for _, c := range []struct {
+		at     time.Time
+		queued bool
+	}{
+		{last, true},
+		{last.Add(time.Nanosecond), false},
+		{time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC), false},
+		{first, true},
+		{first.Add(-time.Nanosecond), false},
+		{time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), false},
+		{time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), false},
+	} {
+		put("task", time.Now().Add(time.Hour))
+		put("task", c.at)
+		it := s.items["task"]
+		if !c.queued {
+			if it != nil || len(s.queue) != 0 {
+				t.Errorf("nextRunAt %s: item %+v, %d queued; want it not held", c.at, it, len(s.queue))
+			}
+			continue
+		}
+		if it == nil || it.index != 0 || len(s.queue) != 1 || it.due != c.at.UnixNano() || it.at != it.due-int64(FirstLead) {
+			t.Errorf("nextRunAt %s: item %+v, %d queued; want it queued at its slot less %s", c.at, it, len(s.queue), FirstLead)
+		}
+	}
+	put("task", last)
+	if runs, wait := s.takeDue(); runs != nil || wait < 200*365*24*time.Hour {
+		t.Errorf("the last slot: took %d runs, wait %s; want none, and a wait of centuries", len(runs), wait)
+	}
+}
+
+func TestWaitUntilSaturates(t *testing.T) {
+	if got := waitUntil(math.MaxInt64, -1); got != math.MaxInt64 {
+		t.Errorf("waitUntil past a Duration's range: %s, want the longest Duration", got)
+	}
+	if got := waitUntil(5, 2); got != 3 {
+		t.Errorf("waitUntil(5, 2) = %d, want 3", got)
 	}
 }

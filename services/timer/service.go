@@ -384,13 +384,51 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 		s.remove(id)
 		return
 	}
+	next, ok := slotNanos(sc.next)
+	if !ok {
+		// The timer holds a slot in Unix nanoseconds, which end at
+		// 2262-04-11T23:47:16Z (and begin at 1677-09-21); past them
+		// UnixNano wraps. Queued wrapped, a slot after 2262 (a startAt
+		// or a timed pause's end, which the governor accepts up to year
+		// 9999) would be dispatched at once with a garbage slot, or sit
+		// at the top of the heap and hold back every other task.
+		//
+		// A slot after 2262 is not queued, like an indefinite pause: it
+		// is more than two centuries away, no timer runs that long, and
+		// every timer start and watch replay reads it again. Whatever
+		// the governor writes before then (a new spec, a resume, a
+		// deletion) replaces it as usual. A slot before 1678 cannot be
+		// named in a dispatch (scheduledAt, dispatch ID): the governor
+		// never writes one (a past startAt runs at once), so it is
+		// treated as an unreadable schedule.
+		s.remove(id)
+		if sc.next.After(time.Unix(0, 0)) {
+			s.log.Debug("nextRunAt after 2262; task not queued", "task", id, "nextRunAt", sc.next)
+		} else {
+			s.log.Error("nextRunAt before 1678 cannot be dispatched; task not scheduled until it is rewritten", "task", id, "nextRunAt", sc.next)
+		}
+		return
+	}
 	// 0 where Unix nanoseconds cannot hold it (before 1678 or after 2262,
 	// written by hand): the dispatch then names no createdAt.
 	created := sc.created.UnixNano()
 	if sc.created.IsZero() || !time.Unix(0, created).Equal(sc.created) {
 		created = 0
 	}
-	s.upsert(id, sc.next.UnixNano(), s.intern(sc.source), created)
+	s.upsert(id, next, s.intern(sc.source), created)
+}
+
+// minSlot is the earliest slot the timer holds: a slot less a lead
+// (at most gov.MaxLead, New refuses more) stays a valid Unix nanosecond.
+const minSlot = math.MinInt64 + int64(gov.MaxLead)
+
+// slotNanos returns t in Unix nanoseconds, and false where they cannot
+// hold it (after 2262-04-11, before 1678: UnixNano wraps) or it is before
+// minSlot. Every slot the timer queues passed it, so the arithmetic on
+// slots (less a lead, the wait from now) cannot wrap.
+func slotNanos(t time.Time) (int64, bool) {
+	n := t.UnixNano()
+	return n, n >= minSlot && time.Unix(0, n).Equal(t)
 }
 
 // lead returns how long before slot at to publish it, given prev, the
@@ -539,9 +577,9 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 	var runs []dueRun
 	for len(runs) < s.batch && len(s.queue) > 0 {
 		it := s.queue[0]
-		if wait := time.Duration(it.at - now); wait > 0 {
+		if it.at > now {
 			if runs == nil {
-				return nil, wait
+				return nil, waitUntil(it.at, now)
 			}
 			break
 		}
@@ -563,6 +601,17 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 	}
 	s.cfg.Metrics.DispatchPending.Set(float64(len(s.queue)))
 	return runs, 0
+}
+
+// waitUntil returns the wait from now to at, both Unix nanoseconds, for
+// at > now. It saturates where the difference does not fit a Duration
+// (more than 292 years, which only a wall clock set far back could make):
+// wrapped, it would turn negative and fire at once.
+func waitUntil(at, now int64) time.Duration {
+	if d := at - now; d > 0 {
+		return time.Duration(d)
+	}
+	return math.MaxInt64
 }
 
 // publishAll publishes a batch of due runs without waiting for their acks.
