@@ -175,7 +175,7 @@ func queueDue(s *Service, ids []string, at int64, source string) {
 	for _, id := range ids {
 		it, ok := s.items[id]
 		if !ok {
-			it = &item{id: id, index: -1}
+			it = &item{id: id, fired: noSlot, index: -1}
 			s.items[id] = it
 		}
 		it.source, it.at, it.due = source, at, at

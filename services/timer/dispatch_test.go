@@ -365,7 +365,7 @@ func TestRetryLater(t *testing.T) {
 	s.upsert("a", t1, "x", 0)
 	r := take()
 	s.retryLater(r.it, r.at)
-	if it := s.items["a"]; it.index != 0 || it.due != t1 || it.at < time.Now().Add(time.Hour-time.Minute).UnixNano() || it.fired != 0 {
+	if it := s.items["a"]; it.index != 0 || it.due != t1 || it.at < time.Now().Add(time.Hour-time.Minute).UnixNano() || it.fired != noSlot {
 		t.Fatalf("retry: %+v, want slot %d re-queued a RetryDelay out", it, t1)
 	}
 
@@ -728,5 +728,48 @@ func TestWaitUntilSaturates(t *testing.T) {
 	}
 	if got := waitUntil(5, 2); got != 3 {
 		t.Errorf("waitUntil(5, 2) = %d, want 3", got)
+	}
+}
+
+// TestEpochSlotIsDispatched: a nextRunAt of 1970-01-01T00:00:00Z is Unix
+// nanosecond 0, which item.fired also used for "no slot dispatched": upsert
+// took it for a re-put of a slot already dispatched and never queued it.
+func TestEpochSlotIsDispatched(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	epoch := time.Unix(0, 0).UTC()
+	putSchedule(t, srv.JS, "epoch", epoch, gov.SourceBaselineInterval)
+	s := startTimer(t, srv.JS, nil)
+	// Written last and due later than epoch's slot: once it is stored,
+	// epoch's dispatch, published before it, is too.
+	putSchedule(t, srv.JS, "after", time.Unix(0, 1).UTC(), gov.SourceBaselineInterval)
+	natstest.Eventually(t, within, "after dispatched", func() bool { return hasDispatch(t, srv.JS, "after") })
+	if !hasDispatch(t, srv.JS, "epoch") {
+		t.Fatalf("epoch's slot not dispatched; results %v", results(s))
+	}
+	if id, d := storedDispatch(t, srv.JS, "epoch"); id != "epoch:0" || !d.ScheduledAt.Equal(epoch) {
+		t.Errorf("epoch dispatched as %s for %s, want epoch:0 for %s", id, d.ScheduledAt, epoch)
+	}
+}
+
+// TestUpsertTellsTheEpochSlotFromNone checks, without a server round trip,
+// that the slot at Unix nanosecond 0 is queued, dispatched and, re-put
+// once dispatched, not queued again.
+func TestUpsertTellsTheEpochSlotFromNone(t *testing.T) {
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.upsert("epoch", 0, "x", 0)
+	if len(s.queue) != 1 {
+		t.Fatalf("%d queued, want the epoch slot queued", len(s.queue))
+	}
+	runs, _ := s.takeDue()
+	if len(runs) != 1 || runs[0].at != 0 || s.items["epoch"].fired != 0 {
+		t.Fatalf("took %+v, item %+v; want the epoch slot taken and marked dispatched", runs, s.items["epoch"])
+	}
+	s.upsert("epoch", 0, "x", 0)
+	if len(s.queue) != 0 {
+		t.Fatal("a re-put of the dispatched epoch slot was queued again")
 	}
 }

@@ -6,7 +6,7 @@ type item struct {
 	id     string
 	at     int64 // when to publish (the heap key): due minus its lead, or a retry's time
 	due    int64 // the scheduled nextRunAt
-	fired  int64 // the due time last dispatched, to ignore re-puts of it
+	fired  int64 // the due time last dispatched, to ignore re-puts of it; noSlot when none
 	source string
 	// created is the schedule's createdAt (Unix nanoseconds, 0 when it has
 	// none), copied into every dispatch: which task of this ID it is.

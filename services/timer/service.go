@@ -422,6 +422,12 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 // (at most gov.MaxLead, New refuses more) stays a valid Unix nanosecond.
 const minSlot = math.MinInt64 + int64(gov.MaxLead)
 
+// noSlot is item.fired of a task with no slot dispatched (a new task, a
+// slot being retried). It is below minSlot, so no slot equals it: zero
+// would be 1970-01-01T00:00:00Z, a valid nextRunAt, which upsert then took
+// for a re-put of a slot already dispatched and never queued.
+const noSlot = math.MinInt64
+
 // slotNanos returns t in Unix nanoseconds, and false where they cannot
 // hold it (after 2262-04-11, before 1678: UnixNano wraps) or it is before
 // minSlot. Every slot the timer queues passed it, so the arithmetic on
@@ -432,8 +438,9 @@ func slotNanos(t time.Time) (int64, bool) {
 }
 
 // lead returns how long before slot at to publish it, given prev, the
-// task's previous slot this timer dispatched (0 when none): see
-// Config.Lead.
+// task's previous slot this timer dispatched (noSlot when none): see
+// Config.Lead. A previous slot at or before 1970 (the governor writes none)
+// counts as none too, so at-prev cannot wrap.
 func (s *Service) lead(at, prev int64) int64 {
 	if prev <= 0 || at <= prev {
 		return int64(min(s.cfg.Lead, FirstLead))
@@ -468,7 +475,7 @@ func (s *Service) upsert(id string, at int64, source string, created int64) {
 		// The watcher's key is a substring of the message subject
 		// ("$KV.flyball-schedules.<id>"): keeping it would pin the whole
 		// subject for as long as the task lives.
-		it = &item{id: strings.Clone(id), index: -1}
+		it = &item{id: strings.Clone(id), fired: noSlot, index: -1}
 		s.items[it.id] = it
 	}
 	it.source, it.created = source, created
@@ -588,7 +595,7 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 		}
 		heap.Pop(&s.queue)
 		planned := it.at
-		if it.fired == 0 {
+		if it.fired == noSlot {
 			// A first slot, or a retry: a retry's lateness counts from the
 			// slot's first plan, so a NATS outage shows in the metric.
 			planned = min(planned, s.firstPlan(it.due))
@@ -824,7 +831,7 @@ func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool)
 		delay = min(delay<<min(it.waits, 8), maxPendingWait)
 		it.waits++
 	}
-	it.fired = 0
+	it.fired = noSlot
 	it.due = at
 	it.at = max(s.firstPlan(at), time.Now().Add(delay).UnixNano())
 	heap.Push(&s.queue, it)
