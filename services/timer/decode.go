@@ -10,7 +10,9 @@ import (
 // indefinite pause (and a deletion) with no nextRunAt, and a timed pause
 // with nextRunAt at its end, which the timer dispatches like any slot: the
 // executor runs it, since the pause ends at or before that slot
-// (TestTimedPauseResumesAtItsEnd), and its outcome clears the pause.
+// (TestTimedPauseResumesAtItsEnd), and its outcome clears the pause. A
+// slot after 2262, which Unix nanoseconds cannot hold, is not queued at all
+// (slotNanos).
 // CreatedAt goes into every dispatch (events.Dispatch.TaskCreatedAt).
 type scheduled struct {
 	NextRunAt time.Time `json:"nextRunAt"`
