@@ -59,6 +59,14 @@ type State struct {
 	// LastCommandID is the CloudEvents id of the last control command
 	// applied, so a redelivered command is recognised and not applied twice.
 	LastCommandID string `json:"lastCommandId,omitempty"`
+	// LastCommandSeq is the TASKS stream sequence of that command, and
+	// LastBreakerSeq the HEALTH stream sequence of the last breaker
+	// transition applied. A redelivered command or transition at or
+	// below it (a copy of one applied before later ones) is ignored: it
+	// would undo them. Zero (a state written before 2026-11-29, or by a
+	// replay that has no sequences) judges nothing.
+	LastCommandSeq uint64 `json:"lastCommandSeq,omitempty"`
+	LastBreakerSeq uint64 `json:"lastBreakerSeq,omitempty"`
 
 	// Deleted marks a task whose delete was applied; NextRunAt is zero.
 	Deleted bool `json:"deleted,omitempty"`

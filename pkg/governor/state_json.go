@@ -50,6 +50,14 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		w.Raw("}")
 	}
 	w.Str(`,"lastCommandId":`, s.LastCommandID)
+	if s.LastCommandSeq != 0 {
+		w.Raw(`,"lastCommandSeq":`)
+		w.B = strconv.AppendUint(w.B, s.LastCommandSeq, 10)
+	}
+	if s.LastBreakerSeq != 0 {
+		w.Raw(`,"lastBreakerSeq":`)
+		w.B = strconv.AppendUint(w.B, s.LastBreakerSeq, 10)
+	}
 	w.Bool(`,"deleted":`, s.Deleted)
 	w.TimeOmitZero(`,"lastActivityAt":`, s.LastActivityAt)
 	w.Str(`,"lastFingerprint":`, s.LastFingerprint)

@@ -31,7 +31,7 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 		Paused: true, PausedUntil: t0, PauseReason: "maintenance\n\t\u2028é\xff",
 		IntervalHint:  &IntervalHint{Interval: time.Second, ExpiresAt: t0},
 		OneShotHint:   &OneShotHint{Reason: "r"},
-		LastCommandID: "c", Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
+		LastCommandID: "c", LastCommandSeq: 1<<64 - 1, LastBreakerSeq: 7, Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
 		AdaptiveInterval: -time.Minute, BreakerOpenUntil: t0, DeadLetter: &DeadLetterHold{Reason: "x", At: t0},
 		RequeuedAt: t0, CatchUpPending: 4, Budget: RunLedger{Counts: [24]uint32{3: 7}},
 	}
@@ -90,7 +90,7 @@ func FuzzStateAppendJSON(f *testing.F) {
 			CreatedAt: in.time(), Input: Kind(in.str()), Failures: int(in.u64()), Runs: in.u64(),
 			LastScheduledAt: in.time(), LastDispatchID: in.str(), LastOutcome: in.str(),
 			LastSuccessAt: in.time(), LastFailureAt: in.time(), Paused: flags&1 != 0, PausedUntil: in.time(),
-			PauseReason: in.str(), LastCommandID: in.str(), Deleted: flags&2 != 0, LastActivityAt: in.time(),
+			PauseReason: in.str(), LastCommandID: in.str(), LastCommandSeq: in.u64(), LastBreakerSeq: in.u64(), Deleted: flags&2 != 0, LastActivityAt: in.time(),
 			LastFingerprint: in.str(), UnchangedRuns: int(in.u64()), AdaptiveInterval: time.Duration(in.u64()),
 			BreakerOpenUntil: in.time(), RequeuedAt: in.time(), CatchUpPending: int(in.u64()),
 		}

@@ -96,10 +96,12 @@ func (s *Service) handleCommand(ctx context.Context, m jetstream.Msg) {
 // rejection). A transient error (NATS or KV trouble) leaves it unsettled,
 // for untilSettled to try again.
 func (s *Service) command(ctx context.Context, m jetstream.Msg) error {
-	at := storedAt(m)
+	md, _ := m.Metadata()
+	at := stampOf(md)
 	step, err := Translate(m.Subject(), m.Headers(), m.Data(), at)
 	var acc *events.TaskAccepted
 	if err == nil {
+		step.Seq, step.Redelivered = deliveryOf(md)
 		acc, err = s.applyCommand(ctx, step)
 	}
 	var rej *rejection
@@ -198,6 +200,14 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		}
 	}
 	id := step.TaskID
+	if step.Redelivered {
+		// A copy of a command applied before later ones (redelivered after
+		// its ack was lost, or after AckWait while it waited) must not
+		// undo them: not even its spec may be written again.
+		if acc, err := s.staleCommand(ctx, step); acc != nil || err != nil {
+			return acc, err
+		}
+	}
 	existing, err := s.loadSpec(ctx, id)
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
@@ -283,6 +293,44 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 	return st.CreatedAt, err
 }
 
+// staleCommand answers a redelivered command that is older than what the
+// task's schedule has applied, without applying it: a command other than
+// a delete at or below the schedule's lastCommandSeq (a later command of
+// the task was applied), or a delete stored before the task was created
+// (a delete is judged by the task's creation, not by its last command: a
+// delete left unacked by a replica that died still applies after the
+// commands published behind it). It returns nil, nil for a command to
+// apply. A re-created task has a new schedule, so the sequences of the
+// deleted one never hold back its commands.
+func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
+	st, rev, err := s.readState(ctx, step.TaskID)
+	if err != nil || rev == 0 {
+		return nil, err
+	}
+	var why string
+	switch {
+	case step.Input.Kind == gov.KindDeleted:
+		if st.CreatedAt.IsZero() || !step.At.Before(st.CreatedAt) {
+			return nil, nil
+		}
+		why = fmt.Sprintf("no change: a delete stored before the task was created again (at %s); it was applied to the task deleted then",
+			st.CreatedAt.Format(time.RFC3339Nano))
+	case st.LastCommandID != step.CommandID && step.olderThan(st.LastCommandSeq):
+		why = fmt.Sprintf("no change: a copy of a command applied before (stream sequence %d), redelivered after a later one (sequence %d, %q) was applied",
+			step.Seq, st.LastCommandSeq, st.LastCommandID)
+	default:
+		return nil, nil
+	}
+	s.log.Info("redelivered command is older than the task's last one; acknowledged without applying it",
+		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "lastCommandId", st.LastCommandID, "lastCommandSeq", st.LastCommandSeq)
+	acc := &events.TaskAccepted{ID: step.TaskID, Command: step.CommandType, CommandID: step.CommandID, Source: string(st.Source), Trail: []string{why}}
+	if !st.NextRunAt.IsZero() {
+		t := st.NextRunAt
+		acc.NextRunAt = &t
+	}
+	return acc, nil
+}
+
 func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {
 	ent, err := s.schedules.Get(ctx, id)
 	if err != nil {
@@ -337,7 +385,9 @@ func (s *Service) handleSignal(ctx context.Context, m jetstream.Msg) {
 // signal applies one signal and settles it; a transient error leaves it
 // unsettled, for untilSettled to try again.
 func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
-	step, err := Translate(m.Subject(), m.Headers(), m.Data(), storedAt(m))
+	md, _ := m.Metadata()
+	step, err := Translate(m.Subject(), m.Headers(), m.Data(), stampOf(md))
+	step.Seq, step.Redelivered = deliveryOf(md)
 	switch {
 	case errors.Is(err, ErrNoEffect):
 		s.ack(m)
@@ -374,10 +424,21 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
-// storedAt is the message's JetStream timestamp: the decision's clock.
-func storedAt(m jetstream.Msg) time.Time {
-	if md, err := m.Metadata(); err == nil {
+// stampOf is the message's JetStream timestamp (md from m.Metadata(), nil
+// if unreadable): the decision's clock.
+func stampOf(md *jetstream.MsgMetadata) time.Time {
+	if md != nil {
 		return md.Timestamp.UTC()
 	}
 	return time.Now().UTC()
+}
+
+// deliveryOf is the message's stream sequence, and whether the server
+// delivered it before (Step.Seq, Step.Redelivered); zero and false when
+// the metadata is unreadable, which judges nothing.
+func deliveryOf(md *jetstream.MsgMetadata) (uint64, bool) {
+	if md == nil {
+		return 0, false
+	}
+	return md.Sequence.Stream, md.NumDelivered > 1
 }

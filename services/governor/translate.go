@@ -38,6 +38,35 @@ type Step struct {
 	CommandType string
 	// Summary is a one-line description for timelines.
 	Summary string
+	// Seq is the message's stream sequence, and Redelivered is set when
+	// the server delivered it before (metadata; the service sets both, a
+	// replay leaves them zero). A redelivered command (TASKS) or breaker
+	// transition (HEALTH) at or below the last one applied to the task
+	// (State.LastCommandSeq, LastBreakerSeq) is a copy of an input applied
+	// before later ones, and is ignored (Apply). A first delivery is never
+	// judged so: a pinned durable delivers each message first in stream
+	// order, and a stream created again from scratch (lower sequences)
+	// must not make its commands look old.
+	Seq         uint64
+	Redelivered bool
+}
+
+// repeats reports whether the step is an input already applied to st: the
+// command named by LastCommandID, or a redelivered command or breaker
+// transition at or below the last sequence applied from its stream.
+func (s *Step) repeats(st *gov.State) bool {
+	switch {
+	case s.CommandID != "":
+		return st.LastCommandID == s.CommandID || s.olderThan(st.LastCommandSeq)
+	case s.Input.Kind == gov.KindBreaker:
+		return s.olderThan(st.LastBreakerSeq)
+	}
+	return false
+}
+
+// olderThan reports whether the step is a redelivery at or below seq.
+func (s *Step) olderThan(seq uint64) bool {
+	return s.Redelivered && s.Seq != 0 && s.Seq <= seq
 }
 
 // Translate decodes one stored message. Commands that break a rule return
@@ -319,12 +348,17 @@ func pastIsNow(t, now time.Time) time.Time {
 // and the one explain replays. A command already applied (redelivered) is
 // ignored.
 func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
-	if step.CommandID != "" && st.LastCommandID == step.CommandID {
+	if step.repeats(&st) {
 		return gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}
 	}
 	dec := gov.Decide(step.At, spec, st, step.Input)
-	if !dec.Ignored && step.CommandID != "" {
-		dec.State.LastCommandID = step.CommandID
+	if !dec.Ignored {
+		switch {
+		case step.CommandID != "":
+			dec.State.LastCommandID, dec.State.LastCommandSeq = step.CommandID, step.Seq
+		case step.Input.Kind == gov.KindBreaker:
+			dec.State.LastBreakerSeq = step.Seq
+		}
 	}
 	return dec
 }

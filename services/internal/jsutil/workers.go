@@ -77,16 +77,25 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 	}
 	if w.Key != nil {
 		c.shards = make([]chan jetstream.Msg, w.N)
+		c.waiting = make([]waitQueue, w.N)
 		c.seed = maphash.MakeSeed()
 		for i := range c.shards {
 			q := make(chan jetstream.Msg, w.Buffer)
 			c.shards[i] = q
+			wq := &c.waiting[i]
+			wq.ring = make([]waiting, w.Buffer+2)
 			c.wg.Go(func() {
 				for m := range q {
+					wq.pop()
 					h(m)
 				}
 			})
 		}
+		c.ackWait = cons.CachedInfo().Config.AckWait
+		if c.ackWait <= 0 {
+			c.ackWait = 30 * time.Second
+		}
+		go c.keepWaitingAlive()
 	} else {
 		// Long-lived workers rather than a goroutine per message: a handler
 		// making an HTTP call grows its stack, and a fresh goroutine would
@@ -118,9 +127,13 @@ type WorkerConsume struct {
 
 	shards []chan jetstream.Msg // sharded mode: one queue per worker
 	seed   maphash.Seed
-	slots  chan struct{} // unsharded mode: a token per idle worker
-	work   chan jetstream.Msg
-	wg     sync.WaitGroup
+	// waiting mirrors each shard's queue (sharded mode), for
+	// keepWaitingAlive; ackWait is the durable's.
+	waiting []waitQueue
+	ackWait time.Duration
+	slots   chan struct{} // unsharded mode: a token per idle worker
+	work    chan jetstream.Msg
+	wg      sync.WaitGroup
 
 	closed chan struct{}
 	done   chan struct{}
@@ -355,8 +368,90 @@ func (c *WorkerConsume) dispatch(m jetstream.Msg) {
 		c.pin.seen(m)
 	}
 	if c.shards != nil {
-		c.shards[maphash.String(c.seed, c.w.Key(m))%uint64(len(c.shards))] <- m
+		i := maphash.String(c.seed, c.w.Key(m)) % uint64(len(c.shards))
+		c.waiting[i].push(m, time.Now())
+		c.shards[i] <- m
 		return
 	}
 	c.work <- m // a worker is free: pull reserved its slot
+}
+
+// A message waiting in a shard's queue is this client's: nothing else
+// settles it. While the shard's worker is slow (the governor tries a
+// message again in place through a NATS or KV outage, for as long as it
+// lasts), the server would redeliver the waiting ones after AckWait, and
+// the copies would queue behind the messages published since, out of
+// their order. keepWaitingAlive marks each message that has waited half
+// an AckWait in progress (checking every quarter AckWait, so at most
+// three quarters pass between two marks), and again every half AckWait
+// while it waits. A message waits a few milliseconds normally, and gets
+// none.
+func (c *WorkerConsume) keepWaitingAlive() {
+	t := time.NewTicker(c.ackWait / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case now := <-t.C:
+			for i := range c.waiting {
+				c.waiting[i].keepAlive(now, c.ackWait/2, c.log)
+			}
+		}
+	}
+}
+
+// waiting is a message in a shard's queue and when it was queued or last
+// marked in progress.
+type waiting struct {
+	m  jetstream.Msg
+	at time.Time
+}
+
+// waitQueue mirrors a shard's channel: dispatch pushes each message just
+// before it sends it, and the worker pops it just after it receives it,
+// so the ring holds, in order, the messages sent or being sent and not
+// yet handled (at most the channel's length and two). The ring is
+// allocated once: the path of every message allocates nothing.
+type waitQueue struct {
+	mu      sync.Mutex
+	ring    []waiting
+	head, n int
+}
+
+func (q *waitQueue) push(m jetstream.Msg, now time.Time) {
+	q.mu.Lock()
+	if q.n < len(q.ring) { // always: the ring has room for the channel and two
+		q.ring[(q.head+q.n)%len(q.ring)] = waiting{m: m, at: now}
+		q.n++
+	}
+	q.mu.Unlock()
+}
+
+func (q *waitQueue) pop() {
+	q.mu.Lock()
+	if q.n > 0 {
+		q.ring[q.head] = waiting{}
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+	}
+	q.mu.Unlock()
+}
+
+// keepAlive marks in progress each message that has waited at least
+// every. It holds the lock while it does, so a message is not marked
+// once its worker has it (the worker pops it first).
+func (q *waitQueue) keepAlive(now time.Time, every time.Duration, log *slog.Logger) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for k := range q.n {
+		w := &q.ring[(q.head+k)%len(q.ring)]
+		if now.Sub(w.at) < every {
+			continue
+		}
+		w.at = now
+		if err := w.m.InProgress(); err != nil {
+			log.Debug("in-progress not sent for a waiting message", "subject", w.m.Subject(), "err", err)
+		}
+	}
 }
