@@ -197,6 +197,11 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 			if err != nil || step.TaskID != id {
 				return nil //nolint:nilerr // rejected or malformed inputs, or another task's, never changed this schedule
 			}
+			// The stream sequence, as the governor records it for commands
+			// and breaker transitions (lastCommandSeq, lastBreakerSeq). The
+			// replay reads each message once, in stream order: never a
+			// redelivery.
+			step.Seq = m.Seq
 			addKey(step.Spec)
 			if step.CommandID != "" {
 				unanswered[step.CommandID] = append(unanswered[step.CommandID], len(items))
