@@ -717,17 +717,24 @@ func TestApplyQueuesOnlySlotsUnixNanosecondsHold(t *testing.T) {
 		}
 	}
 	put("task", last)
-	if runs, wait := s.takeDue(); runs != nil || wait < 200*365*24*time.Hour {
-		t.Errorf("the last slot: took %d runs, wait %s; want none, and a wait of centuries", len(runs), wait)
+	if runs, wait := s.takeDue(); runs != nil || wait != maxWait {
+		t.Errorf("the last slot: took %d runs, wait %s; want none, and the longest wait (%s)", len(runs), wait, maxWait)
 	}
 }
 
+// TestWaitUntilSaturates: the dispatch loop's wait never wraps, and never
+// exceeds maxWait, so a wall clock stepped forward (an NTP step, a resumed
+// VM) delays the next slot by at most maxWait, not by the step.
 func TestWaitUntilSaturates(t *testing.T) {
-	if got := waitUntil(math.MaxInt64, -1); got != math.MaxInt64 {
-		t.Errorf("waitUntil past a Duration's range: %s, want the longest Duration", got)
+	if got := waitUntil(math.MaxInt64, -1); got != maxWait {
+		t.Errorf("waitUntil past a Duration's range: %s, want %s", got, maxWait)
 	}
 	if got := waitUntil(5, 2); got != 3 {
 		t.Errorf("waitUntil(5, 2) = %d, want 3", got)
+	}
+	hour := int64(time.Hour)
+	if got := waitUntil(hour, 0); got != maxWait {
+		t.Errorf("waitUntil an hour ahead = %s, want %s: a sleep of an hour ends an hour late if the wall clock steps forward meanwhile", got, maxWait)
 	}
 }
 

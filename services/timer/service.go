@@ -610,15 +610,22 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 	return runs, 0
 }
 
+// maxWait bounds one sleep of the dispatch loop. The slots are wall-clock
+// times, but a timer sleeps on the monotonic clock: after the wall clock
+// steps forward (an NTP step, a VM resumed from suspend), a sleep computed
+// before the step would end late by the size of the step. Waking at least
+// this often bounds that lateness, for one heap peek a second when idle.
+const maxWait = time.Second
+
 // waitUntil returns the wait from now to at, both Unix nanoseconds, for
-// at > now. It saturates where the difference does not fit a Duration
-// (more than 292 years, which only a wall clock set far back could make):
-// wrapped, it would turn negative and fire at once.
+// at > now, at most maxWait. The difference saturates where it does not
+// fit a Duration (more than 292 years, which only a wall clock set far
+// back could make): wrapped, it would turn negative and fire at once.
 func waitUntil(at, now int64) time.Duration {
 	if d := at - now; d > 0 {
-		return time.Duration(d)
+		return min(time.Duration(d), maxWait)
 	}
-	return math.MaxInt64
+	return maxWait
 }
 
 // publishAll publishes a batch of due runs without waiting for their acks.
