@@ -299,11 +299,7 @@ func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := js.Publish(t.Context(), events.BreakerSubject(events.BreakerOpen, id), body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, ack.Sequence)
+	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(events.BreakerOpen, id), body))
 
 	st, _, err = s.readState(t.Context(), id)
 	if err != nil {
@@ -313,16 +309,9 @@ func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
 	// The new task's first run succeeds (its own breaker is closed: the
 	// breaker service deleted the old record with the task).
 	slot := st.NextRunAt
-	run := events.Run{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, Attempt: 1, StartedAt: slot, FinishedAt: time.Now().UTC(), Status: 200, TaskCreatedAt: created}
-	rb, err := events.Marshal(events.OutcomeSucceeded.Type(), "test", id, run, time.Now(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rack, err := js.Publish(t.Context(), events.RunSubject(events.OutcomeSucceeded, id), rb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, rack.Sequence)
+	publishRunAndWait(t, js, events.OutcomeSucceeded, events.Run{
+		DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, Attempt: 1, StartedAt: slot, FinishedAt: time.Now().UTC(), Status: 200, TaskCreatedAt: created,
+	})
 	st, _, err = s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
