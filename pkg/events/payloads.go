@@ -102,9 +102,12 @@ func (d *Dispatch) Run() Run {
 
 // RepairCreatePrefix starts the id of a task.created that the sweeper
 // publishes for a task it found with a spec and no schedule
-// ("sweeper:unscheduled:<task>:<spec revision>"). It finishes a creation
-// whose schedule write was lost; it never creates a task, so the governor
-// refuses it once the spec is gone (the task was deleted meanwhile).
+// ("sweeper:unscheduled:<task>:<spec revision>"). The revision makes the id
+// deterministic (two sweepers, or two sweeps, store it once within TASKS's
+// duplicate window) and new once the governor has written the spec again.
+// It finishes a creation whose schedule write was lost; it never creates a
+// task, so the governor refuses it once the spec is gone (the task was
+// deleted meanwhile).
 const RepairCreatePrefix = "sweeper:unscheduled:"
 
 // DispatchID builds the ID of the run of task id due at t.

@@ -40,13 +40,6 @@ import (
 //     publishes task.created with the stored spec; the governor finishes
 //     the creation, as for a redelivered task.created.
 
-// unscheduledPrefix starts the id of a task.created the sweeper publishes
-// for a spec with no schedule: sweeper:unscheduled:<task>:<spec revision>.
-// The revision makes it deterministic (two sweepers, or two sweeps, store
-// it once within TASKS's duplicate window) and new once the governor has
-// written the spec again.
-const unscheduledPrefix = events.RepairCreatePrefix
-
 // ackFloors holds, for one sweep, the ack floors of the governor's
 // consumers, read when a check first needs one: every message at or below
 // a floor's stream sequence has been acked.
@@ -165,7 +158,7 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 		s.cfg.Logger.Warn("task has no schedule and its spec is unreadable: publish task.updated to replace it, or task.deleted", "task", id, "err", err)
 		return
 	}
-	msgID := fmt.Sprintf("%s%s:%d", unscheduledPrefix, id, ent.Revision())
+	msgID := fmt.Sprintf("%s%s:%d", events.RepairCreatePrefix, id, ent.Revision())
 	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbCreated, id), msgID,
 		events.TypeTaskCreated, s.source, id, spec, now); err != nil {
 		s.cfg.Logger.Warn("missing schedule not repaired; next sweep retries", "task", id, "err", err)
@@ -186,7 +179,7 @@ func (s *Service) reschedulePending(ctx context.Context, floors *ackFloors, id s
 	if err != nil {
 		return false, err
 	}
-	if !strings.HasPrefix(raw.Header.Get(jetstream.MsgIDHeader), unscheduledPrefix) {
+	if !strings.HasPrefix(raw.Header.Get(jetstream.MsgIDHeader), events.RepairCreatePrefix) {
 		return false, nil
 	}
 	acked, err := floors.acked(ctx, s.commands, raw.Sequence)
