@@ -47,55 +47,92 @@ func (g *Guard) Check(addr netip.Addr) error {
 	// names an interface, not another address; netip.Prefix.Contains is
 	// false for every zoned address, so it must go before any rule.
 	addr = addr.Unmap().WithZone("")
-	for _, p := range g.Allow {
-		if contains(p, addr) {
-			return nil
-		}
+	if g.allowed(addr) {
+		return nil
 	}
-	if v4, how, ok := embeddedIPv4(addr); ok {
-		// An IPv6 address that a NAT64 gateway, a 6to4 relay or the host
-		// itself may turn into an IPv4 one is judged by that IPv4 address
-		// as well: 64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64
-		// network.
-		for _, p := range g.Allow {
-			if contains(p, v4) {
-				return nil
-			}
+	// An IPv6 address that a NAT64 gateway, a 6to4 relay or the host
+	// itself may turn into an IPv4 one is judged by that IPv4 address as
+	// well (64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64 network); by
+	// every one it may be, where the layout is the operator's choice.
+	for _, e := range embeddedIPv4(addr) {
+		if g.allowed(e.v4) {
+			continue
 		}
-		if err := g.check(v4); err != nil {
-			return fmt.Errorf("%w (%s embeds %s)", err, how, v4)
+		if err := g.check(e.v4); err != nil {
+			return fmt.Errorf("%w (%s %s embeds %s)", err, e.kind, addr, e.v4)
 		}
 	}
 	return g.check(addr)
 }
 
+// allowed reports whether an allow-list prefix holds addr.
+func (g *Guard) allowed(addr netip.Addr) bool {
+	for _, p := range g.Allow {
+		if contains(p, addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // IPv6 ranges that carry an IPv4 address in their low or middle bits.
 var (
 	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052 well-known prefix
+	nat64LocalPrefix = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215 local-use prefix
 	translatedPrefix = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765 IPv4-translated
 	compatPrefix     = netip.MustParsePrefix("::/96")           // deprecated IPv4-compatible
 	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")       // RFC 3056 6to4
 )
 
-// embeddedIPv4 returns the IPv4 address an IPv6 address embeds, and the
-// kind of address it is, for the ranges where the network may deliver the
-// packet to that IPv4 address.
-func embeddedIPv4(addr netip.Addr) (netip.Addr, string, bool) {
+// embedded is an IPv4 address an IPv6 address may stand for.
+type embedded struct {
+	v4   netip.Addr
+	kind string // "NAT64 address", "6to4 address", ...
+}
+
+// nat64Layouts are where RFC 6052 puts the IPv4 address for a NAT64
+// prefix of 48, 56, 64 and 96 bits: the byte offsets of its four bytes,
+// skipping byte 8 (bits 64-71, which must be zero).
+var nat64Layouts = [...][4]int{
+	{6, 7, 9, 10},    // /48
+	{7, 9, 10, 11},   // /56
+	{9, 10, 11, 12},  // /64
+	{12, 13, 14, 15}, // /96
+}
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address may stand for,
+// in the ranges where the network may deliver the packet to an IPv4
+// address. An address in the local-use NAT64 prefix yields one per
+// layout its operator may have chosen (a /48 to a /96 inside
+// 64:ff9b:1::/48), since the address does not say which.
+func embeddedIPv4(addr netip.Addr) []embedded {
 	if !addr.Is6() {
-		return netip.Addr{}, "", false
+		return nil
 	}
 	b := addr.As16()
+	at := func(i ...int) netip.Addr { return netip.AddrFrom4([4]byte{b[i[0]], b[i[1]], b[i[2]], b[i[3]]}) }
 	switch {
 	case nat64Prefix.Contains(addr):
-		return netip.AddrFrom4([4]byte(b[12:16])), "NAT64 address " + addr.String(), true
+		return []embedded{{at(12, 13, 14, 15), "NAT64 address"}}
+	case nat64LocalPrefix.Contains(addr):
+		out := make([]embedded, 0, len(nat64Layouts))
+		for _, l := range nat64Layouts {
+			// A layout that reads 0.0.0.0 reads only the prefix's own
+			// zero bits (64:ff9b:1::93.184.216.34 as a /48), not an
+			// address the gateway would translate to.
+			if v4 := at(l[:]...); !v4.IsUnspecified() {
+				out = append(out, embedded{v4, "local-use NAT64 address"})
+			}
+		}
+		return out
 	case translatedPrefix.Contains(addr):
-		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-translated address " + addr.String(), true
+		return []embedded{{at(12, 13, 14, 15), "IPv4-translated address"}}
 	case compatPrefix.Contains(addr) && !addr.IsLoopback() && !addr.IsUnspecified():
-		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-compatible address " + addr.String(), true
+		return []embedded{{at(12, 13, 14, 15), "IPv4-compatible address"}}
 	case sixToFourPrefix.Contains(addr):
-		return netip.AddrFrom4([4]byte(b[2:6])), "6to4 address " + addr.String(), true
+		return []embedded{{at(2, 3, 4, 5), "6to4 address"}}
 	}
-	return netip.Addr{}, "", false
+	return nil
 }
 
 // check applies the blocking rules to one address.
