@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,7 +56,7 @@ func TestOutboxRidesOutAMissingStream(t *testing.T) {
 	default:
 	}
 	createOut(t, srv.JS)
-	awaitStored(t, settled, 1, "the event, once the stream appeared")
+	awaitStored(t, o, settled, 1, "the event, once the stream appeared")
 	st, err := srv.JS.Stream(t.Context(), "OUT")
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestOutboxRidesOutANATSRestart(t *testing.T) {
 	srv.Restart(t) // within the 5 s round: the pending ack fails with nats.ErrDisconnected
 	natstest.Eventually(t, 10*time.Second, "the client reconnected", nc.IsConnected)
 	createOut(t, js)
-	awaitStored(t, settled, 1, "the event, once NATS was back")
+	awaitStored(t, o, settled, 1, "the event, once NATS was back")
 }
 
 // TestOutboxRidesOutALeaderElection cuts off, without warning, the leader
@@ -214,19 +215,41 @@ func lingering(t *testing.T, capacity int, busy func() bool) *outbox {
 	return o
 }
 
-// awaitStored waits up to 10 s for n settlements, each a stored event.
-func awaitStored(t *testing.T, settled <-chan error, n int, what string) {
+// awaitStored waits for n settlements, each a stored event. It waits past
+// the outbox's own publish budget, so an event the outbox gave up on fails
+// with the outbox's error rather than a timeout; a timeout reports where
+// the outbox stands, and its goroutines, to tell a batch that never left
+// from one whose acks did not come back.
+func awaitStored(t *testing.T, o *outbox, settled <-chan error, n int, what string) {
 	t.Helper()
-	for range n {
+	wait := max(2*o.budget, 30*time.Second)
+	for i := range n {
 		select {
 		case err := <-settled:
 			if err != nil {
 				t.Fatalf("%s: settled with %v, want stored", what, err)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: not stored within 10s", what)
+		case <-time.After(wait):
+			t.Fatalf("%s: %d of %d not stored within %s; outbox: %v events held, %d queued, %v republished, %v abandoned\n%s",
+				what, n-i, n, wait, testutil.ToFloat64(o.m.OutboxEvents), len(o.in), republished(o),
+				testutil.ToFloat64(o.m.OutboxAbandoned), outboxStacks())
 		}
 	}
+}
+
+// outboxStacks returns the stacks of the goroutines in the outbox's code
+// or in nats.go's publish path.
+func outboxStacks() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var b strings.Builder
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "(*outbox)") || strings.Contains(g, "jetstream.(*jetStream)") {
+			b.WriteString(g)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
 }
 
 // TestOutboxFlushesAFullOutboxAtOnce: when the outbox holds all it can, the
@@ -238,7 +261,7 @@ func TestOutboxFlushesAFullOutboxAtOnce(t *testing.T) {
 	for i := range 4 {
 		o.publish(outMsg(fmt.Sprintf("ev-%d", i)), time.Hour, func(err error) { settled <- err })
 	}
-	awaitStored(t, settled, 4, "a full outbox")
+	awaitStored(t, o, settled, 4, "a full outbox")
 }
 
 // TestOutboxSendsAtOnceWhenIdle: with no call in flight there is nothing to
@@ -247,7 +270,7 @@ func TestOutboxSendsAtOnceWhenIdle(t *testing.T) {
 	o := lingering(t, 16, func() bool { return false })
 	settled := make(chan error, 1)
 	o.publish(outMsg("ev-1"), time.Hour, func(err error) { settled <- err })
-	awaitStored(t, settled, 1, "an idle executor's event")
+	awaitStored(t, o, settled, 1, "an idle executor's event")
 }
 
 // TestOutboxLingersUntilTheLastCallEnds: while calls are in flight the
@@ -270,7 +293,7 @@ func TestOutboxLingersUntilTheLastCallEnds(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "the outbox took every event", func() bool { return len(o.in) == 0 })
 	busy.Store(false)
 	o.wake()
-	awaitStored(t, settled, 3, "the batch after the last call's wake-up")
+	awaitStored(t, o, settled, 3, "the batch after the last call's wake-up")
 }
 
 // TestOutboxLingersPastABatch: while calls are in flight, events keep
@@ -295,7 +318,7 @@ func TestOutboxLingersPastABatch(t *testing.T) {
 	}
 	busy.Store(false)
 	o.wake()
-	awaitStored(t, settled, n, "three rounds after the last call's wake-up")
+	awaitStored(t, o, settled, n, "three rounds after the last call's wake-up")
 	if got := testutil.ToFloat64(o.m.OutboxEvents); got != 0 {
 		t.Fatalf("flyball_outbox_events = %v once every event is stored, want 0", got)
 	}
@@ -315,7 +338,7 @@ func TestOutboxFlushesAtTheEarliestHold(t *testing.T) {
 	settled := make(chan error, 2)
 	o.publish(outMsg("ev-long"), time.Hour, func(err error) { settled <- err })
 	o.publish(outMsg("ev-short"), 50*time.Millisecond, func(err error) { settled <- err })
-	awaitStored(t, settled, 2, "both events, at the short hold")
+	awaitStored(t, o, settled, 2, "both events, at the short hold")
 }
 
 // TestOutboxFlushesWhenItsBytesAreFull: a publish that would take the
@@ -332,7 +355,7 @@ func TestOutboxFlushesWhenItsBytesAreFull(t *testing.T) {
 			o.publish(outMsg(fmt.Sprintf("ev-%d", i)), time.Hour, func(err error) { settled <- err })
 		}
 	}()
-	awaitStored(t, settled, 2, "the events that filled the outbox's bytes")
+	awaitStored(t, o, settled, 2, "the events that filled the outbox's bytes")
 	<-published // the third got in once the first two were stored
 }
 
