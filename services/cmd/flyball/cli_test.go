@@ -594,6 +594,11 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"serve", "api", "--api-token", "short"},
 		{"serve", "governor", "--replicas", "0"},
 		{"serve", "governor", "--replicas", "6", "--ensure-streams=false"},
+		{"provision", "--replicas", "0"},
+		{"provision", "--replicas", "3", "--async-persist"},
+		{"provision", "--timeout", "0s"},
+		{"provision", "extra"},
+		{"provision", "--timeout", "1s"}, // nothing listens: connection refused
 		// cobra's own help and completion commands, too.
 		{"help", "nosuch"},
 		{"help", "task", "nosuch"},

@@ -105,7 +105,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newDevCmd(), newServeCmd())
+	root.AddCommand(newDevCmd(), newServeCmd(), newProvisionCmd())
 	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
 	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd(), newExplainCmd())
 	root.SetHelpCommand(newHelpCmd(root))

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flyballhq/flyball/streams"
+)
+
+// newProvisionCmd creates or updates flyball's streams, durable consumers
+// and KV buckets, then exits. It is what `serve --ensure-streams` does at
+// start, as a one-shot: a deployment can then give the right to create and
+// update streams (which can discard stored data, by lowering a limit) to a
+// user that runs once per deploy, not to a service that runs all day.
+func newProvisionCmd() *cobra.Command {
+	var (
+		nf      natsFlags
+		async   bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "provision",
+		Short: "Create or update flyball's streams, consumers and KV buckets, then exit",
+		Long: `provision creates every stream, durable consumer and KV bucket flyball needs,
+or updates them to the definitions this binary carries, then exits 0. It
+changes nothing on a server that already matches, so it is safe to run on
+every deploy. It is what "flyball serve --ensure-streams" does at start;
+run it instead where the services' own NATS users may not create or update
+streams (the compose stack does: its provision container runs it as the
+provisioner user, and every service starts with --ensure-streams=false).
+
+A failure it may outgrow (a cluster still electing its meta leader, a
+server not answering yet) is retried every second until --timeout; a
+definition the server refuses (a storage type or persist mode it cannot
+change in place) fails the same way each time, and the last error is
+printed when --timeout ends.`,
+		Example: `  flyball provision --nats-url nats://nats1:4222 --replicas 3
+  NATS_USER=provisioner NATS_PASSWORD=... flyball provision --replicas 3`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if nf.replicas < 1 || nf.replicas > 5 {
+				return fmt.Errorf("--replicas: want 1 to 5 (3 on a 3-node cluster), got %d", nf.replicas)
+			}
+			if async && nf.replicas > 1 {
+				return fmt.Errorf("--async-persist: applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", nf.replicas)
+			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout: must be positive, got %s", timeout)
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			nf.name = "flyball-provision"
+			nc, js, err := nf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			errOut := cmd.ErrOrStderr()
+			start := time.Now()
+			for try := 1; ; try++ {
+				err := streams.Ensure(ctx, js, streams.WithReplicas(nf.replicas), streams.WithAsyncPersist(async))
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %d, %d tries, %s)\n",
+						nf.replicas, try, time.Since(start).Round(time.Millisecond))
+					return nil
+				}
+				if ctx.Err() != nil {
+					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						return fmt.Errorf("provision: not done within --timeout %s (%d tries): %w", timeout, try, err)
+					}
+					return err
+				}
+				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		},
+	}
+	nf.register(cmd)
+	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas (3 on a 3-node cluster)")
+	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
+}
