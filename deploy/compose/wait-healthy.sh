@@ -5,6 +5,9 @@
 #   wait-healthy.sh TIMEOUT_SECONDS COMPOSE_COMMAND...
 #   wait-healthy.sh 180 docker-compose -p flyball -f deploy/compose/docker-compose.yml
 #
+# A one-shot container (label io.flyball.one-shot=true: provision) is done
+# once it has exited 0, and dead if it exited with anything else.
+#
 # Exits 0 when all are healthy; 1 on timeout, when a container exited or
 # restarted WAIT_MAX_RESTARTS (3) times, after printing the culprits, their
 # last health probes and their logs.
@@ -25,14 +28,20 @@ while :; do
 		echo "wait-healthy: no containers in the project (did 'up' run?)" >&2
 		exit 1
 	fi
-	# name status health(or "none") restart-count
+	# name status health(or "none") restart-count exit-code one-shot(or "no")
 	mapfile -t rows < <(docker inspect --format \
-		'{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.RestartCount}}' \
+		'{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.RestartCount}} {{.State.ExitCode}} {{or (index .Config.Labels "io.flyball.one-shot") "no"}}' \
 		"${ids[@]}" | sed 's#^/##' | sort)
 	bad=()
 	dead=()
 	for row in "${rows[@]}"; do
-		read -r name status health restarts <<<"$row"
+		read -r name status health restarts code oneshot <<<"$row"
+		if [[ $oneshot == true ]]; then
+			case "$status/$code" in
+			exited/0) continue ;; # done
+			created/* | running/*) bad+=("$row"); continue ;; # not yet
+			esac
+		fi
 		case "$status/$health" in
 		running/healthy | running/none) ;;
 		exited/* | dead/*) dead+=("$row") ; bad+=("$row") ;;

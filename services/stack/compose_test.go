@@ -254,7 +254,7 @@ func TestCrashDeadLetterUnderComposeUsers(t *testing.T) {
 }
 
 // TestComposeUsersCannotTouchOtherServicesDurables tries, as each compose
-// user but the provisioning governor (and admin), to redefine, pull from and delete
+// service and client user (not the provisioner, nor admin), to redefine, pull from and delete
 // every durable consumer it does not own: with a consumer's own create
 // subject, and with the legacy ephemeral one ($JS.API.CONSUMER.CREATE.<stream>)
 // whose consumer name comes from the request body, which would update the
@@ -270,7 +270,7 @@ func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
 	ctx := context.Background()
 	type attempt struct{ user, subject, body string }
 	var attempts []attempt
-	for _, user := range []string{"timer", "executor", "breaker", "deadletter", "sweeper", "api", "cli"} {
+	for _, user := range []string{"governor", "timer", "executor", "breaker", "deadletter", "sweeper", "api", "cli"} {
 		for stream, cfgs := range durables {
 			for _, cfg := range cfgs {
 				if cfg.Durable == user {
@@ -334,6 +334,86 @@ func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
 				t.Errorf("durable %s on %s was changed: durable %q, filter %q, max ack pending %d",
 					cfg.Durable, stream, got.Durable, got.FilterSubject, got.MaxAckPending)
 			}
+		}
+	}
+}
+
+// TestOnlyTheProvisionerChangesStreams: in compose, no service may create,
+// update, delete or purge a stream (a lowered limit discards stored
+// data), the governor included; the provisioner, which made them in
+// natstest.StartCompose, may create and update them, and nothing else: it
+// may not delete or purge a stream, pull or delete a durable, write a KV
+// bucket or publish a task command.
+func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type attempt struct{ user, subject, body string }
+	var attempts []attempt
+	for _, cfg := range cfgs {
+		body, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, user := range append([]string{"provisioner"}, stack.All...) {
+			for _, op := range []string{"DELETE", "PURGE"} {
+				attempts = append(attempts, attempt{user, "$JS.API.STREAM." + op + "." + cfg.Name, "{}"})
+			}
+			if user != "provisioner" {
+				for _, op := range []string{"CREATE", "UPDATE"} {
+					attempts = append(attempts, attempt{user, "$JS.API.STREAM." + op + "." + cfg.Name, string(body)})
+				}
+			}
+		}
+	}
+	attempts = append(attempts,
+		attempt{"provisioner", "$JS.API.CONSUMER.MSG.NEXT.TASKS.governor", `{"batch":1,"no_wait":true}`},
+		attempt{"provisioner", "$JS.API.CONSUMER.DELETE.DISPATCH.executor", "{}"},
+		attempt{"provisioner", "$JS.API.DIRECT.GET.KV_flyball-tasks", `{"last_by_subj":"$KV.flyball-tasks.x"}`},
+		attempt{"provisioner", "$KV.flyball-schedules.x", "{}"},
+		attempt{"provisioner", "flyball.task.deleted.x", "{}"},
+	)
+	conns := map[string]*nats.Conn{}
+	for _, a := range attempts {
+		srv.ExpectViolation(a.subject)
+		if conns[a.user] == nil {
+			// Quiet: nats.go's default handler prints every refusal.
+			nc, err := nats.Connect(srv.URL(a.user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			conns[a.user] = nc
+		}
+	}
+	// A refused request is dropped by the server: it times out. All are
+	// sent at once, so the test waits one timeout, not one per attempt.
+	var wg sync.WaitGroup
+	for _, a := range attempts {
+		wg.Go(func() {
+			if m, err := conns[a.user].Request(a.subject, []byte(a.body), 2*time.Second); err == nil {
+				t.Errorf("user %s: %s was not refused: %.200s", a.user, a.subject, m.Data)
+			}
+		})
+	}
+	wg.Wait()
+	// What the provisioner may do, it can do again: a second run of
+	// flyball provision on a stack that matches changes nothing and
+	// succeeds.
+	_, prov := srv.Connect(t, "provisioner")
+	if err := streams.Ensure(t.Context(), prov); err != nil {
+		t.Fatalf("ensure again as the provisioner: %v", err)
+	}
+	for _, cfg := range cfgs {
+		st, err := srv.JS.Stream(t.Context(), cfg.Name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", cfg.Name, err)
+		}
+		if got := st.CachedInfo().Config.Subjects; len(got) != len(cfg.Subjects) {
+			t.Errorf("stream %s has subjects %v, want %v", cfg.Name, got, cfg.Subjects)
 		}
 	}
 }

@@ -36,7 +36,7 @@ var passwordVar = regexp.MustCompile(`\$FLYBALL_NATS_([A-Z]+)_PASSWORD`)
 // StartCompose starts a server with deploy/compose/nats/accounts.conf,
 // each user's password being its name, listening on a random 127.0.0.1
 // port, and creates every flyball stream, consumer and KV bucket as the
-// governor's user, as compose does.
+// provisioner's user, as compose does.
 func StartCompose(t testing.TB) *Compose {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
@@ -75,13 +75,13 @@ func StartCompose(t testing.TB) *Compose {
 	}
 	c := &Compose{Server: &Server{Server: s}, log: log}
 	c.NC, c.JS = c.Connect(t, "admin")
-	// The governor provisions in compose (serve governor --ensure-streams),
-	// under its own user.
-	_, gov := c.Connect(t, "governor")
+	// The provision container provisions in compose (flyball provision),
+	// under its own user, before any service starts.
+	_, prov := c.Connect(t, "provisioner")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := streams.Ensure(ctx, gov); err != nil {
-		t.Fatalf("natstest: ensure streams as the governor: %v", err)
+	if err := streams.Ensure(ctx, prov); err != nil {
+		t.Fatalf("natstest: ensure streams as the provisioner: %v", err)
 	}
 	return c
 }
@@ -95,7 +95,7 @@ func (c *Compose) ExpectViolation(subject string) {
 	c.log.expected = append(c.log.expected, `"`+subject+`"`)
 }
 
-// Connect connects in-process as a compose user (admin, governor, timer,
+// Connect connects in-process as a compose user (admin, provisioner, governor, timer,
 // executor, breaker, deadletter, sweeper, api, cli).
 func (c *Compose) Connect(t testing.TB, user string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
