@@ -299,13 +299,21 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 // the task was applied), or a delete stored before the task was created
 // (a delete is judged by the task's creation, not by its last command: a
 // delete left unacked by a replica that died still applies after the
-// commands published behind it). It returns nil, nil for a command to
-// apply. A re-created task has a new schedule, so the sequences of the
-// deleted one never hold back its commands.
+// commands published behind it). A creation of a task with no schedule
+// is judged by the task's last task.deleted on TASKS (deletedSince). It
+// returns nil, nil for a command to apply. A re-created task has a new
+// schedule, so the sequences of the deleted one never hold back its
+// commands.
 func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
 	st, rev, err := s.readState(ctx, step.TaskID)
-	if err != nil || rev == 0 {
+	if err != nil {
 		return nil, err
+	}
+	if rev == 0 {
+		if step.Input.Kind == gov.KindAccepted {
+			return s.deletedSince(ctx, step)
+		}
+		return nil, nil
 	}
 	var why string
 	switch {
@@ -329,6 +337,44 @@ func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAcce
 		acc.NextRunAt = &t
 	}
 	return acc, nil
+}
+
+// deletedSince answers a redelivered task.created of a task with no
+// schedule when the task's last task.deleted on TASKS was stored after it:
+// the creation was applied, its ack lost (or AckWait passed), and the
+// delete applied since took the schedule, and with it the lastCommandSeq
+// that staleCommand compares with. Applied again, the copy would bring
+// the deleted task back. It is acked without effect, and a spec written
+// by a creation published after the delete (whose schedule is not
+// written yet) is not overwritten by it. A creation stored after the
+// delete (the task created again) applies. It returns nil, nil for a
+// creation to apply: one with no task.deleted on TASKS (the common case,
+// a direct get answered "not found"), or whose last one is unreadable
+// (the governor rejected it, so it deleted nothing; an earlier delete is
+// not looked for).
+func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAccepted, error) {
+	if step.Seq == 0 {
+		return nil, nil
+	}
+	raw, err := s.commands.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbDeleted, step.TaskID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the last task.deleted of %s: %w", step.TaskID, err)
+	}
+	if raw.Sequence <= step.Seq {
+		return nil, nil
+	}
+	del, err := Translate(raw.Subject, raw.Header, raw.Data, raw.Time)
+	if err != nil || del.Input.Kind != gov.KindDeleted {
+		return nil, nil //nolint:nilerr // a delete the governor rejected deleted nothing
+	}
+	s.log.Info("redelivered creation is older than the task's delete; acknowledged without creating the task again",
+		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "deleteCommandId", del.CommandID, "deleteSeq", raw.Sequence)
+	why := fmt.Sprintf("no change: a copy of a creation (stream sequence %d), redelivered after the task was deleted (task.deleted at sequence %d, %q): the task stays deleted",
+		step.Seq, raw.Sequence, del.CommandID)
+	return &events.TaskAccepted{ID: step.TaskID, Command: step.CommandType, CommandID: step.CommandID, Source: string(gov.SourceDeleted), Trail: []string{why}}, nil
 }
 
 func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {

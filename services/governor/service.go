@@ -90,6 +90,9 @@ type Service struct {
 	source    string
 	tasks     jetstream.KeyValue
 	schedules jetstream.KeyValue
+	// commands is TASKS, for the last task.deleted of a task whose
+	// creation is redelivered (deletedSince).
+	commands jetstream.Stream
 	// specs is a watch-fed view of flyball-tasks for the outcome path;
 	// commands read the bucket itself, as they decide whether a task exists.
 	specs  *kvcache.Cache[*events.TaskSpec]
@@ -139,6 +142,9 @@ func (s *Service) Start(ctx context.Context) error {
 		jsutil.Bucket{Name: streams.BucketPauses, KV: &s.pauses},
 	); err != nil {
 		return fmt.Errorf("governor: %w", err)
+	}
+	if s.commands, err = s.cfg.JS.Stream(ctx, streams.StreamTasks); err != nil {
+		return fmt.Errorf("governor: stream %s: %w", streams.StreamTasks, err)
 	}
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)
