@@ -73,15 +73,7 @@ func stepOf(t *testing.T, m jetstream.Msg) Step {
 func TestRedeliveredCreationDoesNotBringBackADeletedTask(t *testing.T) {
 	srv := natstest.StartCompose(t)
 	_, gjs := srv.Connect(t, "governor")
-	s, err := New(Config{JS: gjs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	<-s.specs.Ready()
+	s := runGovernor(t, gjs)
 	js := srv.JS // admin: publishes the commands, reads the copy
 	const id = "deleted"
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-1", hourly(id))

@@ -18,7 +18,14 @@ import (
 func startGovernor(t *testing.T) (*Service, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
-	s, err := New(Config{JS: srv.JS})
+	return runGovernor(t, srv.JS), srv.JS
+}
+
+// runGovernor starts a governor on js, stopped in t.Cleanup, once its
+// view of the specs has loaded.
+func runGovernor(t *testing.T, js jetstream.JetStream) *Service {
+	t.Helper()
+	s, err := New(Config{JS: js})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +34,7 @@ func startGovernor(t *testing.T) (*Service, jetstream.JetStream) {
 	}
 	t.Cleanup(s.Stop)
 	<-s.specs.Ready()
-	return s, srv.JS
+	return s
 }
 
 // storeTask stores the spec of an interval task and its schedule, due

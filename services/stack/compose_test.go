@@ -268,8 +268,7 @@ func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	type attempt struct{ user, subject, body string }
-	var attempts []attempt
+	var attempts []refusal
 	for _, user := range []string{"governor", "timer", "executor", "breaker", "deadletter", "sweeper", "api", "cli"} {
 		for stream, cfgs := range durables {
 			for _, cfg := range cfgs {
@@ -283,45 +282,16 @@ func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, subject := range []string{
-					"$JS.API.CONSUMER.CREATE." + stream,
-					"$JS.API.CONSUMER.CREATE." + stream + "." + cfg.Durable,
-					"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + cfg.Durable,
-					"$JS.API.CONSUMER.DELETE." + stream + "." + cfg.Durable,
-				} {
-					attempts = append(attempts, attempt{user, subject, string(body)})
-					srv.ExpectViolation(subject)
-				}
+				attempts = append(attempts,
+					refusal{user, "$JS.API.CONSUMER.CREATE." + stream, string(body)},
+					refusal{user, "$JS.API.CONSUMER.CREATE." + stream + "." + cfg.Durable, string(body)},
+					refusal{user, "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + cfg.Durable, `{"batch":1,"no_wait":true}`},
+					refusal{user, "$JS.API.CONSUMER.DELETE." + stream + "." + cfg.Durable, string(body)},
+				)
 			}
 		}
 	}
-	conns := map[string]*nats.Conn{}
-	for _, a := range attempts {
-		if conns[a.user] == nil {
-			// Quiet: nats.go's default handler prints every refusal.
-			nc, err := nats.Connect(srv.URL(a.user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			conns[a.user] = nc
-		}
-	}
-	// A refused request is dropped by the server: it times out. All are
-	// sent at once, so the test waits one timeout, not one per attempt.
-	var wg sync.WaitGroup
-	for _, a := range attempts {
-		wg.Go(func() {
-			body := a.body
-			if strings.Contains(a.subject, ".MSG.NEXT.") {
-				body = `{"batch":1,"no_wait":true}`
-			}
-			if m, err := conns[a.user].Request(a.subject, []byte(body), 2*time.Second); err == nil {
-				t.Errorf("user %s: %s was not refused: %s", a.user, a.subject, m.Data)
-			}
-		})
-	}
-	wg.Wait()
+	expectRefused(t, srv, attempts)
 	for stream, cfgs := range durables {
 		for _, cfg := range cfgs {
 			c, err := srv.JS.Consumer(ctx, stream, cfg.Durable)
@@ -351,8 +321,7 @@ func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type attempt struct{ user, subject, body string }
-	var attempts []attempt
+	var attempts []refusal
 	for _, cfg := range cfgs {
 		body, err := json.Marshal(cfg)
 		if err != nil {
@@ -360,46 +329,23 @@ func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
 		}
 		for _, user := range append([]string{"provisioner"}, stack.All...) {
 			for _, op := range []string{"DELETE", "PURGE"} {
-				attempts = append(attempts, attempt{user, "$JS.API.STREAM." + op + "." + cfg.Name, "{}"})
+				attempts = append(attempts, refusal{user, "$JS.API.STREAM." + op + "." + cfg.Name, "{}"})
 			}
 			if user != "provisioner" {
 				for _, op := range []string{"CREATE", "UPDATE"} {
-					attempts = append(attempts, attempt{user, "$JS.API.STREAM." + op + "." + cfg.Name, string(body)})
+					attempts = append(attempts, refusal{user, "$JS.API.STREAM." + op + "." + cfg.Name, string(body)})
 				}
 			}
 		}
 	}
 	attempts = append(attempts,
-		attempt{"provisioner", "$JS.API.CONSUMER.MSG.NEXT.TASKS.governor", `{"batch":1,"no_wait":true}`},
-		attempt{"provisioner", "$JS.API.CONSUMER.DELETE.DISPATCH.executor", "{}"},
-		attempt{"provisioner", "$JS.API.DIRECT.GET.KV_flyball-tasks", `{"last_by_subj":"$KV.flyball-tasks.x"}`},
-		attempt{"provisioner", "$KV.flyball-schedules.x", "{}"},
-		attempt{"provisioner", "flyball.task.deleted.x", "{}"},
+		refusal{"provisioner", "$JS.API.CONSUMER.MSG.NEXT.TASKS.governor", `{"batch":1,"no_wait":true}`},
+		refusal{"provisioner", "$JS.API.CONSUMER.DELETE.DISPATCH.executor", "{}"},
+		refusal{"provisioner", "$JS.API.DIRECT.GET.KV_flyball-tasks", `{"last_by_subj":"$KV.flyball-tasks.x"}`},
+		refusal{"provisioner", "$KV.flyball-schedules.x", "{}"},
+		refusal{"provisioner", "flyball.task.deleted.x", "{}"},
 	)
-	conns := map[string]*nats.Conn{}
-	for _, a := range attempts {
-		srv.ExpectViolation(a.subject)
-		if conns[a.user] == nil {
-			// Quiet: nats.go's default handler prints every refusal.
-			nc, err := nats.Connect(srv.URL(a.user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			conns[a.user] = nc
-		}
-	}
-	// A refused request is dropped by the server: it times out. All are
-	// sent at once, so the test waits one timeout, not one per attempt.
-	var wg sync.WaitGroup
-	for _, a := range attempts {
-		wg.Go(func() {
-			if m, err := conns[a.user].Request(a.subject, []byte(a.body), 2*time.Second); err == nil {
-				t.Errorf("user %s: %s was not refused: %.200s", a.user, a.subject, m.Data)
-			}
-		})
-	}
-	wg.Wait()
+	expectRefused(t, srv, attempts)
 	// What the provisioner may do, it can do again: a second run of
 	// flyball provision on a stack that matches changes nothing and
 	// succeeds.
@@ -416,4 +362,37 @@ func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
 			t.Errorf("stream %s has subjects %v, want %v", cfg.Name, got, cfg.Subjects)
 		}
 	}
+}
+
+// refusal is a request a compose user must be refused.
+type refusal struct{ user, subject, body string }
+
+// expectRefused sends every request as its user and fails the test for
+// each one the server answers. A refused request is dropped by the
+// server, so it times out: all are sent at once, and the test waits one
+// timeout, not one per request. The violations they cause are expected.
+func expectRefused(t *testing.T, srv *natstest.Compose, reqs []refusal) {
+	t.Helper()
+	conns := map[string]*nats.Conn{}
+	for _, r := range reqs {
+		srv.ExpectViolation(r.subject)
+		if conns[r.user] == nil {
+			// Quiet: nats.go's default handler prints every refusal.
+			nc, err := nats.Connect(srv.URL(r.user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			conns[r.user] = nc
+		}
+	}
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Go(func() {
+			if m, err := conns[r.user].Request(r.subject, []byte(r.body), 2*time.Second); err == nil {
+				t.Errorf("user %s: %s was not refused: %.200s", r.user, r.subject, m.Data)
+			}
+		})
+	}
+	wg.Wait()
 }
