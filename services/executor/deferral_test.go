@@ -105,7 +105,8 @@ func TestWaitingForAProbeUsesNoDeliveries(t *testing.T) {
 }
 
 // TestOpenBreakerWaitIsKeptAlive: a dispatch deferred until its open
-// breaker's retryAt, past the consumer's AckWait (1 s here; an open period
+// breaker's retryAt, past the consumer's AckWait (2 s here, the wait 2.5
+// times that, kept alive every 0.5 s; an open period
 // runs up to breaker.maxOpenDelay, 5 min by default, and a host outage
 // repeats it), stays with its executor, kept alive, and calls its target
 // at retryAt on its one delivery. Before, each open period was a
@@ -113,10 +114,10 @@ func TestWaitingForAProbeUsesNoDeliveries(t *testing.T) {
 func TestOpenBreakerWaitIsKeptAlive(t *testing.T) {
 	t.Parallel()
 	target := newAttemptTarget(t, http.StatusOK)
-	f := newAttemptsFixture(t, target, 3, time.Second, 50)
-	retryAt := time.Now().Add(3 * time.Second).UTC()
+	f := newAttemptsFixture(t, target, 3, 2*time.Second, 50)
+	retryAt := time.Now().Add(5 * time.Second).UTC()
 	f.putBreaker(t, BreakerRecord{
-		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(3 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
+		Key: f.id, State: events.BreakerOpen, Failures: 3, OpenDelay: events.Duration(5 * time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	f.dispatch(t)
 	// The breaker is open: the success is repeated for it (recovered.go).
@@ -125,7 +126,7 @@ func TestOpenBreakerWaitIsKeptAlive(t *testing.T) {
 		t.Fatalf("target called with attempts %v, want one call", got)
 	}
 	if n := f.delivered(t); n != 1 {
-		t.Fatalf("the dispatch was delivered %d times while its breaker was open for 3 s, want once: a deferral is not a delivery", n)
+		t.Fatalf("the dispatch was delivered %d times while its breaker was open for 5 s, want once: a deferral is not a delivery", n)
 	}
 	if got := f.stored(t)[0].run.StartedAt; got.Before(retryAt) {
 		t.Fatalf("called at %s, %s before retryAt", got, retryAt.Sub(got))

@@ -1062,7 +1062,9 @@ func TestRestartAfterDowntimeRunsOnce(t *testing.T) {
 		t.Fatalf("after the late run of %s: next %s (%s), want the next 5s slot of its grid; trail %q",
 			overdue.Format(time.RFC3339Nano), decided.NextRunAt.Format(time.RFC3339Nano), decided.Source, decided.Trail)
 	}
-	natstest.Eventually(t, 10*time.Second, "the run at the next slot", func() bool { return len(tg.Calls()) >= 2 })
+	// The slot is at most 5 s away; the rest is slack for a loaded
+	// machine (the whole stack shares two cores with the other tests).
+	natstest.Eventually(t, 20*time.Second, "the run at the next slot", func() bool { return len(tg.Calls()) >= 2 })
 	calls := tg.Calls()
 	if calls[0].key != events.DispatchID("down", overdue) || calls[1].key != events.DispatchID("down", decided.NextRunAt) {
 		t.Fatalf("calls %v, want the overdue slot %s, then %s", calls, overdue.Format(time.RFC3339Nano), decided.NextRunAt.Format(time.RFC3339Nano))
