@@ -130,7 +130,9 @@
 //
 // Quiet hours are a daily window of local time in their own zone (it may
 // wrap midnight; start == end is an empty window). Its edges follow the
-// cron DST rule, so the window opens and closes once a day. Inside it the
+// cron DST rule, so the window opens and closes once a day (a window
+// wrapping midnight whose edges both fall in a spring-forward gap closes
+// and opens again at the same instant, and stays quiet). Inside it the
 // interval of an interval task becomes quietHours.interval (backoff and
 // jitter still apply), never starting before the window opens nor holding
 // a run past its end; a cron task only has its occurrences thinned, and

@@ -12,11 +12,14 @@ import (
 // forward) happens at the end of the gap, and an edge whose wall time
 // repeats (fall back) happens once, at its first instance. The window opens
 // and closes exactly once a day; a window whose wall times all fall in a
-// DST gap is empty that day.
+// DST gap is empty that day. A window that wraps midnight and has both
+// edges in the gap (or at its end) closes and opens again at the same
+// instant: it stays quiet.
 type quietWindow struct {
 	start, end *cron.Schedule
 	loc        *time.Location
 	interval   time.Duration
+	wraps      bool   // start is later than end on the clock ("22:00-06:00")
 	text       string // "00:00-07:00 Europe/London"
 }
 
@@ -34,7 +37,8 @@ func (p *planner) quiet() (quietWindow, bool) {
 			if loc, err = zone(q.Timezone); err == nil {
 				return quietWindow{
 					start: start, end: end, loc: loc, interval: q.Interval.D(),
-					text: q.Start + "-" + q.End + " " + loc.String(),
+					wraps: q.Start > q.End, // "HH:MM" compares as the clock does
+					text:  q.Start + "-" + q.End + " " + loc.String(),
 				}, true
 			}
 		}
@@ -44,13 +48,16 @@ func (p *planner) quiet() (quietWindow, bool) {
 }
 
 // contains reports whether t lies in a quiet window, and when that window
-// ends. Windows are [start, end): at t, the next edge is an end.
+// ends. Windows are [start, end): at t, the next edge is an end. When both
+// edges fall at the same instant (both wall times in a spring-forward gap,
+// or at its end), a window within the day is empty, and one that wraps
+// midnight closes and opens again at once: t is in the one that closes.
 func (w *quietWindow) contains(t time.Time) (bool, time.Time) {
 	ns, ne := w.start.Next(t, w.loc), w.end.Next(t, w.loc)
 	if ns.IsZero() || ne.IsZero() {
 		return false, time.Time{}
 	}
-	return ne.Before(ns), ne.UTC()
+	return ne.Before(ns) || (w.wraps && ne.Equal(ns)), ne.UTC()
 }
 
 // quietCadence replaces the interval of an interval task by the quiet

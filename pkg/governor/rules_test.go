@@ -442,6 +442,26 @@ func TestDecideQuietHours(t *testing.T) {
 			},
 			want{next: time.Date(2026, 10, 25, 1, 11, 0, 0, time.UTC), source: governor.SourceBaselineInterval},
 		},
+		{
+			// London springs forward at 01:00 GMT (01:00Z): both edges of
+			// 02:00-01:00 activate at 01:00Z on 2026-03-29, so the window
+			// closes and opens again at once. It was taken for an empty
+			// one, and the 23 quiet hours before it ran every minute.
+			"spring forward: a window wrapping midnight with both edges in the gap stays quiet",
+			given{
+				withQuiet(intervalSpec(time.Minute), "02:00", "01:00", "Europe/London", 30*time.Minute),
+				ran(time.Date(2026, 3, 28, 20, 0, 0, 0, time.UTC)), time.Date(2026, 3, 28, 20, 0, 2, 0, time.UTC), updated,
+			},
+			want{next: time.Date(2026, 3, 28, 20, 30, 0, 0, time.UTC), source: governor.SourceQuietHours},
+		},
+		{
+			"... and a cron task is thinned there too",
+			given{
+				withQuiet(cronSpec("*/5 * * * *", "Europe/London"), "02:00", "01:00", "Europe/London", 30*time.Minute),
+				ran(time.Date(2026, 3, 28, 20, 0, 0, 0, time.UTC)), time.Date(2026, 3, 28, 20, 0, 2, 0, time.UTC), updated,
+			},
+			want{next: time.Date(2026, 3, 28, 20, 30, 0, 0, time.UTC), source: governor.SourceQuietHours},
+		},
 	})
 }
 
