@@ -64,7 +64,9 @@ func (w *quietWindow) contains(t time.Time) (bool, time.Time) {
 // interval in quiet hours: when its next slot c falls in the window, and
 // when the quiet slot q does and comes first (a shorter quiet interval
 // holds until the window ends: 1h task, 5m quiet interval, last run 06:00
-// in a window ending at 07:00 → 06:05, not 07:00). Backoff and jitter
+// in a window ending at 07:00 → 06:05, not 07:00), and when a window opens
+// between the last run and c (1h task, 5m quiet interval, last run 23:30,
+// window 00:00-00:30 → 00:00, not 00:30). Backoff and jitter
 // still apply to it. The result never comes before the window opens (when
 // the quiet interval is the shorter one) nor after it ends.
 func (p *planner) quietCadence(anchor time.Time, exp int, c time.Time) {
@@ -76,8 +78,19 @@ func (p *planner) quietCadence(anchor time.Time, exp int, c time.Time) {
 	q, _ := grid(anchor, step, p.now)
 	in, end := w.contains(c)
 	if !in {
-		if qin, _ := w.contains(q); qin && q.Before(c) {
+		if !q.Before(c) {
+			return
+		}
+		if qin, _ := w.contains(q); qin {
 			p.choosef(q, SourceQuietHours, "quiet hours %s: interval %s after the slot of %s", w.text, step, stamp(anchor))
+			return
+		}
+		// The slot passes a whole window: the shorter quiet interval
+		// starts when it opens, as it does when the slot falls in it.
+		if o := w.start.Next(q, w.loc).UTC(); o.Before(c) {
+			if oin, _ := w.contains(o); oin {
+				p.choosef(o, SourceQuietHours, "quiet hours %s: interval %s from when the window opens at %s", w.text, step, stamp(o))
+			}
 		}
 		return
 	}

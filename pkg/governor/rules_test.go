@@ -362,6 +362,18 @@ func TestDecideQuietHours(t *testing.T) {
 			want{next: day(7, 58, 0), source: governor.SourceBaselineInterval},
 		},
 		{
+			// The hourly slot (00:30) passes the whole window 00:00-00:30;
+			// it was kept, and the window got no run at the quiet interval.
+			"a shorter quiet interval starts when the window opens, even if the slot passes the window",
+			given{withQuiet(intervalSpec(time.Hour), "00:00", "00:30", "UTC", 5*time.Minute), ran(day(23, 30, 0)), day(23, 30, 2), updated},
+			want{next: day(24, 0, 0), source: governor.SourceQuietHours, trail: "from when the window opens"},
+		},
+		{
+			"... and a longer one leaves such a slot alone",
+			given{withQuiet(intervalSpec(time.Hour), "00:00", "00:30", "UTC", 2*time.Hour), ran(day(23, 30, 0)), day(23, 30, 2), updated},
+			want{next: day(24, 30, 0), source: governor.SourceBaselineInterval},
+		},
+		{
 			"backoff multiplies the quiet interval",
 			given{night(time.Minute, 30*time.Minute), stateWith(ran(day(0, 10, 0)), failures(1)), day(0, 10, 2), updated},
 			want{next: day(1, 10, 0), source: governor.SourceQuietHours},
