@@ -61,9 +61,14 @@ some, and a mismatch may follow.`,
 					return fmt.Errorf("no task %q: no decision recorded and no schedule stored (flyball task list shows the tasks)", args[0])
 				}
 				if out == outJSON {
-					return printJSON(s.out, ex)
+					if err := printJSON(s.out, ex); err != nil {
+						return err
+					}
+				} else {
+					printExplanation(s.out, ex)
 				}
-				printExplanation(s.out, ex)
+				// A mismatch exits 1 in either format: a script reading
+				// -o json checks the exit code as one reading the table.
 				if !ex.Agrees {
 					return fmt.Errorf("the replay does not match the stored schedule of %s (see above)", args[0])
 				}

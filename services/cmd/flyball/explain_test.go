@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestCLIExplain drives one task through baseline, a clamp, failure
@@ -94,4 +96,34 @@ retry:
 	e.fails(t, []string{"explain", "bad.id"}, "id")
 	// An id nothing was ever recorded for is a mistake, as for task get.
 	e.fails(t, []string{"explain", "nosuch"}, `no task "nosuch": no decision recorded and no schedule stored`)
+}
+
+// TestExplainJSONExitsOneOnAMismatch: a mismatch between the replay and
+// the stored schedule exits 1 with -o json too, after printing the JSON,
+// as it does with the table (docs/operations.md, "Explain a schedule").
+// With -o json it exited 0, so a script checking explain's exit code
+// never saw a mismatch.
+func TestExplainJSONExitsOneOnAMismatch(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	// A stored schedule with no input behind it: the replay has none.
+	kv, err := srv.JS.KeyValue(t.Context(), streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := gov.State{TaskID: "ghost", NextRunAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Source: gov.SourceBaselineInterval}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), "ghost", b); err != nil {
+		t.Fatal(err)
+	}
+	e.fails(t, []string{"explain", "ghost"}, "the replay does not match the stored schedule of ghost")
+	r := e.fails(t, []string{"explain", "ghost", "-o", "json"}, "the replay does not match the stored schedule of ghost")
+	var ex query.Explanation
+	if err := json.Unmarshal([]byte(r.stdout), &ex); err != nil || ex.Agrees || ex.Stored == nil {
+		t.Fatalf("explain -o json printed %q (%v); want the explanation, agrees false", r.stdout, err)
+	}
 }
