@@ -155,33 +155,41 @@ func (r *Reader) CountDeadLetters(ctx context.Context, taskID string) (uint64, e
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
 	}
+	n, _, err := countDeadLetters(ctx, st, taskID)
+	return n, err
+}
+
+// countDeadLetters counts the entries of one task (all with taskID "")
+// and returns the stream's last sequence when it counted them.
+func countDeadLetters(ctx context.Context, st jetstream.Stream, taskID string) (n, last uint64, err error) {
 	if taskID == "" {
-		return st.CachedInfo().State.Msgs, nil
+		state := st.CachedInfo().State
+		return state.Msgs, state.LastSeq, nil
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(deadLetterFilter(taskID)))
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
+		return 0, 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
 	}
-	var n uint64
 	for _, c := range info.State.Subjects {
 		n += c
 	}
-	return n, nil
+	return n, info.State.LastSeq, nil
 }
 
 // PurgeDeadLetters deletes the stored entries of one task, or of all tasks
 // with taskID "", and returns how many there were. Runs are not affected:
-// a purge only forgets the record.
+// a purge only forgets the record. It deletes the entries it counted, up
+// to the last sequence when it counted them: one stored meanwhile stays.
 func (r *Reader) PurgeDeadLetters(ctx context.Context, taskID string) (uint64, error) {
-	n, err := r.CountDeadLetters(ctx, taskID)
-	if err != nil || n == 0 {
-		return 0, err
-	}
 	st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
 	}
-	var opts []jetstream.StreamPurgeOpt
+	n, last, err := countDeadLetters(ctx, st, taskID)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSequence(last + 1)}
 	if taskID != "" {
 		opts = append(opts, jetstream.WithPurgeSubject(deadLetterFilter(taskID)))
 	}

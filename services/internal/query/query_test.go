@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
@@ -560,6 +562,70 @@ func TestExpectedInterval(t *testing.T) {
 		s := events.TaskSpec{Schedule: c.given}
 		if got := query.Expect(&s).Interval(now); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// purgeRaceJS stores one more dead letter (run before) right before each
+// purge request of DEADLETTER is sent: an entry that arrives while `flyball
+// dlq purge --yes` runs, after it counted what it would delete.
+type purgeRaceJS struct {
+	jetstream.JetStream
+	before func()
+}
+
+func (j *purgeRaceJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	st, err := j.JetStream.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &purgeRaceStream{Stream: st, before: j.before}, nil
+}
+
+type purgeRaceStream struct {
+	jetstream.Stream
+	before func()
+}
+
+func (s *purgeRaceStream) Purge(ctx context.Context, opts ...jetstream.StreamPurgeOpt) error {
+	s.before()
+	return s.Stream.Purge(ctx, opts...)
+}
+
+// TestPurgeDeadLettersKeepsEntriesStoredMeanwhile: a purge deletes the
+// entries it counted and reports, not one stored after it counted them.
+// It purged the whole stream (or the task's whole subject), so a dead
+// letter stored between the count and the purge was deleted, unreported
+// ("purged 3" when 4 went) and never seen by anyone.
+func TestPurgeDeadLettersKeepsEntriesStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	for _, task := range []string{"", "a"} {
+		b := setup(t)
+		for i := 1; i <= 3; i++ {
+			b.publish(t, events.DeadLetterSubject("a"), events.TypeDeadLettered, "a", deadLetter("a", i))
+		}
+		b.publish(t, events.DeadLetterSubject("b"), events.TypeDeadLettered, "b", deadLetter("b", 1))
+		counted := uint64(4)
+		if task != "" {
+			counted = 3
+		}
+		js := &purgeRaceJS{JetStream: b.srv.JS, before: func() {
+			b.publish(t, events.DeadLetterSubject("a"), events.TypeDeadLettered, "a", deadLetter("a", 99))
+		}}
+		r, err := query.NewReader(b.ctx, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.PurgeDeadLetters(b.ctx, task)
+		if err != nil || n != counted {
+			t.Fatalf("purge %q = %d, %v; want the %d counted", task, n, err, counted)
+		}
+		left, err := b.r.DeadLetters(b.ctx, "a", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 1 || left[0].Entry.Attempts != 99 {
+			t.Fatalf("purge %q: entries of a left: %+v; want only the one stored after the count (attempts 99)", task, left)
 		}
 	}
 }
