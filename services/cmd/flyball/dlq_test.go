@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -100,5 +107,63 @@ func TestDLQRetryAllRequeuesOnce(t *testing.T) {
 	replayed := e.ok(t, "replay", "--stream", "TASKS", "--subject", "flyball.task.requeued.twice", "-o", "json")
 	if got := strings.Count(strings.TrimSpace(replayed), "\n") + 1; got != 1 {
 		t.Fatalf("%d task.requeued on TASKS, want 1:\n%s", got, replayed)
+	}
+}
+
+// TestDLQRetryInterruptedSaysTheRequeueWasStored: a retry interrupted
+// (Ctrl-C) while it waits for the governor's answer has stored its
+// task.requeued, which the governor applies when it reads it, and the
+// error says so. It said only "context canceled", so the operator retried
+// again and the task ran twice once the governor caught up.
+func TestDLQRetryInterruptedSaysTheRequeueWasStored(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t) // no governor: nothing answers
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	at := time.Now().UTC()
+	entry := events.DeadLetter{TaskID: "web", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: at}
+	data, err := events.Marshal(events.TypeDeadLettered, "test", "web", entry, at, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := srv.JS.Publish(t.Context(), events.DeadLetterSubject("web"), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requeues := make(chan *nats.Msg, 1)
+	sub, err := srv.NC.ChanSubscribe(events.TaskSubject(events.VerbRequeued, "web"), requeues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut bytes.Buffer
+	cmd := e.command(t.Context(), "dlq", "retry", fmt.Sprint(ack.Sequence), "--timeout", "1m")
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-requeues: // stored; the CLI now waits for an answer
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no task.requeued published; stderr %q", errOut.String())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("interrupted retry: %v, want exit 1; stderr %q", err, errOut.String())
+	}
+	msg := errOut.String()
+	// Interrupted before or after JetStream's ack reached the CLI: either
+	// way the requeue is (or may be) stored, and the error says so.
+	if !strings.HasPrefix(msg, "flyball: ") || strings.Count(msg, "\n") != 1 ||
+		!strings.Contains(msg, `task.requeued for "web"`) || !strings.Contains(msg, "applied when the governor reads it") {
+		t.Fatalf("interrupted retry printed %q; want one line saying the requeue is stored, or may be", msg)
 	}
 }
