@@ -131,9 +131,9 @@ func (s *session) command(ctx context.Context, verb events.Verb, id string, data
 	// reads it. A bare "context canceled" read as "not sent", and the
 	// command sent again ran a requeued task twice.
 	case err != nil && ctx.Err() != nil && cmdID != "":
-		return nil, fmt.Errorf("task.%s for %q was stored (command %s), but the wait for the governor's answer was interrupted (%v): the command is applied when the governor reads it; do not send it again", verb, id, cmdID, ctx.Err())
+		return nil, fmt.Errorf("task.%s for %q was stored (command %s), but the wait for the governor's answer was interrupted (%w): the command is applied when the governor reads it; do not send it again", verb, id, cmdID, ctx.Err())
 	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("task.%s for %q may have been sent: interrupted (%v) before NATS confirmed it was stored; if it was, it is applied when the governor reads it; see flyball replay --stream TASKS --subject %s before sending it again", verb, id, ctx.Err(), events.TaskSubject(verb, id))
+		return nil, fmt.Errorf("task.%s for %q may have been sent: interrupted (%w) before NATS confirmed it was stored; if it was, it is applied when the governor reads it; see flyball replay --stream TASKS --subject %s before sending it again", verb, id, ctx.Err(), events.TaskSubject(verb, id))
 	case err != nil:
 		return nil, err
 	case ans.Rejected != nil:
