@@ -42,8 +42,8 @@ printed when --timeout ends.`,
   NATS_USER=provisioner NATS_PASSWORD=... flyball provision --replicas 3`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if nf.replicas < 1 || nf.replicas > 5 {
-				return fmt.Errorf("--replicas: want 1 to 5 (3 on a 3-node cluster), got %d", nf.replicas)
+			if err := nf.checkReplicas(); err != nil {
+				return err
 			}
 			if async && nf.replicas > 1 {
 				return fmt.Errorf("--async-persist: applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", nf.replicas)

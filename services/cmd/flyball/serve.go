@@ -51,6 +51,14 @@ func (f *natsFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("NATS_KEY"), "client key for NATS TLS (env NATS_KEY)")
 }
 
+// checkReplicas refuses a --replicas that no stream can have.
+func (f *natsFlags) checkReplicas() error {
+	if f.replicas < 1 || f.replicas > 5 {
+		return fmt.Errorf("--replicas: want 1 to 5 (3 on a 3-node cluster), got %d", f.replicas)
+	}
+	return nil
+}
+
 func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
 		nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
@@ -178,8 +186,8 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if async && !ensure {
 				return fmt.Errorf("--async-persist applies when the streams are created: it needs --ensure-streams")
 			}
-			if nf.replicas < 1 || nf.replicas > 5 {
-				return fmt.Errorf("--replicas: want 1 to 5 (3 on a 3-node cluster), got %d", nf.replicas)
+			if err := nf.checkReplicas(); err != nil {
+				return err
 			}
 			log, err := rf.logger()
 			if err != nil {
