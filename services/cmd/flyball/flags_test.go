@@ -34,6 +34,11 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// Republishing RUNS into $KV.flyball-tasks.web replaced the task's
 		// spec with a run event, and its runs were skipped.
 		{[]string{"replay", "--stream", "RUNS", "--to", "$KV.flyball-tasks.web"}, `flyball: --to $KV.flyball-tasks.web: a subject starting with $ belongs to the server`},
+		// RUNS replayed into flyball.run.failed.web counted the failures
+		// again toward web's breaker; TASKS into flyball.task.* applied the
+		// commands again.
+		{[]string{"replay", "--stream", "RUNS", "--to", "flyball.run.failed.web"}, `flyball: --to flyball.run.failed.web: flyball.* subjects are stored in flyball's own streams`},
+		{[]string{"replay", "--stream", "TASKS", "--to", "flyball.task.created.web"}, `flyball: --to flyball.task.created.web: flyball.* subjects are stored in flyball's own streams`},
 		// --until counts back from now like --since: this window was empty
 		// and replay printed nothing.
 		{[]string{"replay", "--stream", "RUNS", "--since", "1h", "--until", "2h"}, `flyball: --until 2h (`},

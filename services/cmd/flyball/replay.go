@@ -56,9 +56,10 @@ stream, and it stops at the last message stored when it started.
 --to republishes every replayed message's payload and headers (but not
 Nats-Msg-Id) to another subject, adding a Flyball-Replayed-From header. Use
 --dry-run to see what would be sent first. Republishing into
-flyball.dispatch.* would run tasks, and into a $ subject ($KV, $JS.API)
-would overwrite KV keys or call the server's API; both are refused without
---force.`,
+flyball.dispatch.* would run tasks, into any other flyball.* subject would
+feed flyball's services again (commands applied again, outcomes counted
+again), and into a $ subject ($KV, $JS.API) would overwrite KV keys or call
+the server's API; all are refused without --force.`,
 		Example: `  flyball replay --stream RUNS --since 1h
   flyball replay --stream TASKS --subject 'flyball.task.*.orders-health' -o json
   flyball replay --stream DEADLETTER --from-seq 40 --until 2026-03-01T08:00:00Z
@@ -84,7 +85,7 @@ would overwrite KV keys or call the server's API; both are refused without
 	fl.StringVar(&f.until, "until", "", "stop after this time: RFC 3339 or a duration ago (10m)")
 	fl.StringVar(&f.to, "to", "", "republish each message to this subject")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "with --to: print what would be republished, publish nothing")
-	fl.BoolVar(&f.force, "force", false, "with --to: allow republishing into flyball.dispatch.* (runs tasks!) or a $ subject ($KV, $JS.API)")
+	fl.BoolVar(&f.force, "force", false, "with --to: allow republishing into flyball.dispatch.* (runs tasks!), another flyball.* subject (its services act on it) or a $ subject ($KV, $JS.API)")
 	_ = cmd.MarkFlagRequired("stream")
 	cmd.MarkFlagsMutuallyExclusive("since", "from-seq", "from-time")
 	return cmd
@@ -135,6 +136,13 @@ func (f *replayFlags) check(now time.Time) error {
 		}
 		if strings.HasPrefix(f.to, "flyball.dispatch.") && !f.force {
 			return fmt.Errorf("--to %s: republishing into flyball.dispatch.* makes the executor run tasks; add --force if you really mean it", f.to)
+		}
+		// RUNS replayed into flyball.run.failed.<id> counted old failures
+		// again toward the task's breaker; TASKS into flyball.task.* applied
+		// old commands again. Every flyball.* subject is in one of flyball's
+		// streams, and some service acts on it.
+		if strings.HasPrefix(f.to, "flyball.") && !f.force {
+			return fmt.Errorf("--to %s: flyball.* subjects are stored in flyball's own streams and its services act on them (a task command is applied again, a run outcome counts toward a breaker); replay into a subject of your own, or add --force if you really mean it", f.to)
 		}
 		// $KV.flyball-tasks.web took the replayed run events as the task's
 		// spec: its runs were skipped as "invalid stored spec".
