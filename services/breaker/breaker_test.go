@@ -98,6 +98,23 @@ func (h *harness) putTask(id string) {
 	}
 }
 
+// putSchedule stores a schedule for id whose task was created at created,
+// as the governor writes it when the task is created.
+func (h *harness) putSchedule(id string, created time.Time) {
+	h.t.Helper()
+	schedules, err := h.js.KeyValue(h.t.Context(), streams.BucketSchedules)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	b, err := json.Marshal(gov.State{TaskID: id, NextRunAt: created, CreatedAt: created})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := schedules.Put(h.t.Context(), id, b); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // outcome publishes a run outcome for task "t1" and waits until the breaker
 // service has acked it.
 func (h *harness) outcome(o events.Outcome, breakerKey string) {
@@ -267,17 +284,7 @@ func TestSuccessUnderTheOldFilterStillCounts(t *testing.T) {
 func TestThresholdOpensTheBreaker(t *testing.T) {
 	h := newHarness(t)
 	h.created = time.Date(2026, 3, 1, 16, 42, 7, 318e6, time.UTC)
-	schedules, err := h.js.KeyValue(t.Context(), streams.BucketSchedules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := json.Marshal(gov.State{TaskID: "t1", NextRunAt: h.created, CreatedAt: h.created})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := schedules.Put(t.Context(), "t1", st); err != nil {
-		t.Fatal(err)
-	}
+	h.putSchedule("t1", h.created)
 	spec := events.TaskSpec{ID: "t1"}
 	spec.Normalize()
 	for range spec.Breaker.FailureThreshold {

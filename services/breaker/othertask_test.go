@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	gov "github.com/flyballhq/flyball/pkg/governor"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // TestOutcomesOfADeletedTaskDoNotCountForItsNamesake: task t1 deleted and
@@ -18,19 +16,9 @@ import (
 // there is no record.
 func TestOutcomesOfADeletedTaskDoNotCountForItsNamesake(t *testing.T) {
 	h := prepare(t)
-	schedules, err := h.js.KeyValue(t.Context(), streams.BucketSchedules)
-	if err != nil {
-		t.Fatal(err)
-	}
 	created := func(at time.Time) {
 		t.Helper()
-		b, err := json.Marshal(gov.State{TaskID: "t1", NextRunAt: at, CreatedAt: at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := schedules.Put(t.Context(), "t1", b); err != nil {
-			t.Fatal(err)
-		}
+		h.putSchedule("t1", at)
 	}
 	failures := func(want int, wantCreated time.Time, why string) {
 		t.Helper()
