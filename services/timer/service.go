@@ -411,8 +411,8 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 	}
 	// 0 where Unix nanoseconds cannot hold it (before 1678 or after 2262,
 	// written by hand): the dispatch then names no createdAt.
-	created := sc.created.UnixNano()
-	if sc.created.IsZero() || !time.Unix(0, created).Equal(sc.created) {
+	created, ok := unixNanos(sc.created)
+	if sc.created.IsZero() || !ok {
 		created = 0
 	}
 	s.upsert(id, next, s.intern(sc.source), created)
@@ -433,8 +433,15 @@ const noSlot = math.MinInt64
 // minSlot. Every slot the timer queues passed it, so the arithmetic on
 // slots (less a lead, the wait from now) cannot wrap.
 func slotNanos(t time.Time) (int64, bool) {
+	n, ok := unixNanos(t)
+	return n, ok && n >= minSlot
+}
+
+// unixNanos returns t in Unix nanoseconds, and false where they cannot
+// hold it (after 2262-04-11, before 1678: UnixNano wraps).
+func unixNanos(t time.Time) (int64, bool) {
 	n := t.UnixNano()
-	return n, n >= minSlot && time.Unix(0, n).Equal(t)
+	return n, time.Unix(0, n).Equal(t)
 }
 
 // lead returns how long before slot at to publish it, given prev, the
