@@ -140,11 +140,12 @@ func TestGuardBlocksZonedAddresses(t *testing.T) {
 	t.Parallel()
 	g := Guard{Deny: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}
 	for _, addr := range []string{
-		"[fe80::1%1]:80",            // IPv6 link-local, zone by index
-		"[fe80::a9fe:a9fe%eth0]:80", // IPv6 link-local, zone by name
-		"[64:ff9b::a9fe:a9fe%1]:80", // 169.254.169.254 behind NAT64
-		"[fd00:ec2::254%1]:80",      // AWS IMDS over IPv6
-		"[2001:db8::1%1]:80",        // the operator's deny list
+		"[fe80::1%1]:80",              // IPv6 link-local, zone by index
+		"[fe80::a9fe:a9fe%eth0]:80",   // IPv6 link-local, zone by name
+		"[64:ff9b::a9fe:a9fe%1]:80",   // 169.254.169.254 behind NAT64
+		"[64:ff9b:1::a9fe:a9fe%1]:80", // the same behind a local-use NAT64 prefix (RFC 8215)
+		"[fd00:ec2::254%1]:80",        // AWS IMDS over IPv6
+		"[2001:db8::1%1]:80",          // the operator's deny list
 	} {
 		if err := g.control("tcp6", addr, nil); !errors.Is(err, ErrBlocked) {
 			t.Errorf("control(%s) = %v, want ErrBlocked", addr, err)
