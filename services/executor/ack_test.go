@@ -456,10 +456,13 @@ func TestSettlerRidesOutAConsumerLeaderElection(t *testing.T) {
 		return admin.CreateOrUpdateConsumer(ctx, "D", jetstream.ConsumerConfig{Durable: "x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, Replicas: 3})
 	})
 	const n = 10
+	// A new R3 stream can answer its first publishes with "no response"
+	// while its leader settles in; the message ID makes a retry of one
+	// that was stored after all a duplicate the stream drops.
 	for i := range n {
-		if _, err := admin.Publish(ctx, fmt.Sprintf("d.t%d", i), []byte("run")); err != nil {
-			t.Fatal(err)
-		}
+		natstest.Settle(t, 30*time.Second, fmt.Sprintf("publish d.t%d", i), func(ctx context.Context) (*jetstream.PubAck, error) {
+			return admin.Publish(ctx, fmt.Sprintf("d.t%d", i), []byte("run"), jetstream.WithMsgID(fmt.Sprintf("t%d", i)))
+		})
 	}
 	victim := cons.CachedInfo().Cluster.Leader
 	nc, js := cl.ConnectTo(t, cl.Other(victim))
