@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
@@ -645,5 +646,35 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "task", "list"); !strings.Contains(r.stderr, "connect to NATS at nats://127.0.0.1:1") {
 		t.Errorf("unreachable NATS: %q", r.stderr)
+	}
+}
+
+// TestReplayToThatStopsPartwaySaysWhereToGoOn: a replay --to whose
+// destination refuses a copy partway (here a stream that holds one
+// message and discards new ones) must say how many copies were already
+// stored and where to go on from; running it again as it was would send
+// them twice.
+func TestReplayToThatStopsPartwaySaysWhereToGoOn(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	ctx := t.Context()
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "FULL", Subjects: []string{"debug.full"}, MaxMsgs: 1, Discard: jetstream.DiscardNew,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i := range 3 {
+		ack, err := srv.JS.Publish(ctx, "flyball.task.created.partly", []byte(`{}`), jetstream.WithMsgID(fmt.Sprintf("partly-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	r := e.run(t, "replay", "--stream", "TASKS", "--to", "debug.full")
+	want := fmt.Sprintf("1 message(s), up to seq %d, were stored to debug.full before it stopped: to go on without sending them again, use --from-seq %d", seqs[0], seqs[1])
+	if r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("flyball: republish seq %d to debug.full: ", seqs[1])) || !strings.Contains(r.stderr, want) {
+		t.Fatalf("replay --to a stream that fills up: exit %d, stderr:\n%s\nwant exit 1 and %q", r.code, r.stderr, want)
 	}
 }

@@ -36,6 +36,11 @@ type replayFlags struct {
 	subjects                 []string
 	republish, toHasStream   bool
 	replayed, wouldRepublish int
+	// republished counts the copies --to took, and lastSeq is the stream
+	// sequence of the last one, so a replay that fails partway can say
+	// where to go on from.
+	republished int
+	lastSeq     uint64
 }
 
 func newReplayCmd() *cobra.Command {
@@ -189,15 +194,17 @@ func (f *replayFlags) replay(ctx context.Context, s *session, out output) error 
 			if err := f.publish(ctx, s, &m); err != nil {
 				return fmt.Errorf("republish seq %d to %s: %w", m.Seq, f.to, err)
 			}
+			f.republished++
+			f.lastSeq = m.Seq
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return f.partly(err)
 	}
 	if f.republish {
 		if err := s.nc.FlushWithContext(ctx); err != nil {
-			return err
+			return f.partly(err)
 		}
 		// Core publishes are not acknowledged: a subject this user may not
 		// publish to shows only as the connection's last error, which the
@@ -215,6 +222,22 @@ func (f *replayFlags) replay(ctx context.Context, s *session, out output) error 
 		fmt.Fprintf(s.errOut, "%d message(s) from %s\n", f.replayed, f.stream)
 	}
 	return nil
+}
+
+// partly adds to err, when copies were already republished, how many and
+// where to go on from, so that running the replay again does not send
+// them twice.
+func (f *replayFlags) partly(err error) error {
+	if f.republished == 0 {
+		return err
+	}
+	took := "were stored"
+	if !f.toHasStream {
+		// Core publishes are not acknowledged: sent, but not confirmed.
+		took = "were sent"
+	}
+	return fmt.Errorf("%w; %d message(s), up to seq %d, %s to %s before it stopped: to go on without sending them again, use --from-seq %d in place of the start flag",
+		err, f.republished, f.lastSeq, took, f.to, f.lastSeq+1)
 }
 
 // publish sends a copy of m to --to: through JetStream (waiting for the
