@@ -53,7 +53,7 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if _, err := s.deadLetterBySeq(ctx, adv.StreamSeq); err != nil {
+	if _, _, err := s.deadLetterBySeq(ctx, adv.StreamSeq); err != nil {
 		s.cfg.Logger.Warn("max-deliveries dead-letter failed; retrying", "seq", adv.StreamSeq, "err", err)
 		_ = m.NakWithDelay(time.Second)
 		return
@@ -63,16 +63,18 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 
 // deadLetterBySeq dead-letters the DISPATCH message at seq, which
 // exhausted its deliveries, and deletes it; it returns the message's task
-// ("" if it is gone already or unreadable). The advisory and the
+// ("" if it is gone already or unreadable) and whether this call stored
+// its entry (false when the message was gone, unreadable, too large to
+// dead-letter, or its entry was stored already). The advisory and the
 // reconcile pass (reconcile.go) both come here: whichever is second finds
 // the message gone, and two at once write one entry (its Nats-Msg-Id).
-func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, error) {
+func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool, error) {
 	raw, err := s.dispatch.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", nil // another replica, or an operator, already removed it
+		return "", false, nil // another replica, or an operator, already removed it
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	e, derr := events.Decode(raw.Header, raw.Data)
 	var d events.Dispatch
@@ -83,21 +85,22 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, erro
 		// Unreadable: free the slot anyway, and count it.
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed dispatch").Inc()
 		s.cfg.Logger.Error("deleting unreadable dispatch that exhausted its deliveries", "seq", seq, "subject", raw.Subject)
-		return "", s.deleteDispatch(ctx, seq)
+		return "", false, s.deleteDispatch(ctx, seq)
 	}
 	attempts := s.attemptCount(ctx, &d)
 	run := d.Run()
 	final := &run
 	final.Attempt, final.FinishedAt = attempts, s.cfg.Now().UTC()
 	final.Error = "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)"
-	if err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries); jsutil.TooLarge(err) {
+	wrote, err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries)
+	if jsutil.TooLarge(err) {
 		// No retry makes it fit: free the slot anyway, and count it.
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be dead-lettered").Inc()
 		s.cfg.Logger.Error("dead-letter entry too large to store; deleting the dispatch without one", "seq", seq, "task", d.TaskID, "err", err)
 	} else if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return d.TaskID, s.deleteDispatch(ctx, seq)
+	return d.TaskID, wrote, s.deleteDispatch(ctx, seq)
 }
 
 func (s *Service) deleteDispatch(ctx context.Context, seq uint64) error {

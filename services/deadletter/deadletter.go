@@ -121,7 +121,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	err = s.write(ctx, &run, *run.Dispatch, run.DeadLetterReason())
+	_, err = s.write(ctx, &run, *run.Dispatch, run.DeadLetterReason())
 	if jsutil.TooLarge(err) {
 		// No redelivery makes it fit (the attempts' errors add up past
 		// max_payload): one forged attempt must not be nakked forever.
@@ -137,28 +137,42 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // write publishes the dead-letter entry for a dispatch whose last word is
-// final. Its Nats-Msg-Id makes a second write of the same failure a no-op.
-func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatch, reason string) error {
+// final. Its Nats-Msg-Id makes a second write of the same failure a no-op,
+// neither counted nor logged: it reports whether this write stored the
+// entry (false: DEADLETTER already held it).
+func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatch, reason string) (bool, error) {
 	entry := events.DeadLetter{
 		TaskID: final.TaskID, Reason: reason, Dispatch: d, Attempts: final.Attempt,
 		DeadLetteredAt: s.cfg.Now().UTC(),
 	}
 	var err error
 	if entry.Errors, err = s.attemptErrors(ctx, final); err != nil {
-		return fmt.Errorf("read attempt history: %w", err)
+		return false, fmt.Errorf("read attempt history: %w", err)
 	}
 	if len(entry.Errors) > 0 {
 		entry.FirstFailedAt = entry.Errors[0].At
 		entry.LastFailedAt = entry.Errors[len(entry.Errors)-1].At
 		entry.Attempts = max(entry.Attempts, entry.Errors[len(entry.Errors)-1].Attempt)
 	}
-	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DeadLetterSubject(final.TaskID), EntryID(final.DispatchID),
-		events.TypeDeadLettered, s.source, final.TaskID, entry, entry.DeadLetteredAt); err != nil {
-		return err
+	id := EntryID(final.DispatchID)
+	body, err := events.Marshal(events.TypeDeadLettered, s.source, final.TaskID, entry, entry.DeadLetteredAt, id)
+	if err != nil {
+		return false, err
+	}
+	ack, err := jsutil.Publish(ctx, s.cfg.JS, events.DeadLetterSubject(final.TaskID), id, body)
+	if err != nil {
+		return false, err
+	}
+	if ack.Duplicate {
+		// A redelivered final failure (its ack was lost, or the service
+		// stopped before it), or the advisory and the reconcile pass both
+		// at once: the entry is stored and was counted when it was.
+		s.cfg.Logger.Debug("dead letter already stored", "task", final.TaskID, "dispatch", final.DispatchID)
+		return false, nil
 	}
 	s.cfg.Metrics.DeadLetterTotal.WithLabelValues(reason).Inc()
 	s.cfg.Logger.Warn("run dead-lettered", "task", final.TaskID, "dispatch", final.DispatchID, "reason", reason, "attempts", entry.Attempts)
-	return nil
+	return true, nil
 }
 
 // attemptErrors reads every failed attempt of the dispatch back from RUNS,

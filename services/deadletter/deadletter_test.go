@@ -167,3 +167,22 @@ func TestAdvisoryEntryTooLargeFreesTheSlot(t *testing.T) {
 		t.Fatalf(`flyball_rejected_events_total{reason="cannot be dead-lettered"} = %v, want 1`, n)
 	}
 }
+
+// TestRedeliveredFinalFailureIsCountedOnce: a final run.failed that the
+// service gets again (its ack lost in a leader election, or the service
+// stopped between the entry's write and the ack) writes no second entry
+// (its Nats-Msg-Id), and must not be counted or logged as a second dead
+// letter either: flyball_deadletter_total drives FlyballDeadLetters.
+func TestRedeliveredFinalFailureIsCountedOnce(t *testing.T) {
+	h := newHarness(t)
+	final := `{"dispatchId":"t1:1772442000000","taskId":"t1","scheduledAt":"2026-03-02T09:00:00Z","attempt":1,"final":true,"errorKind":"permanent",` +
+		`"dispatch":{"dispatchId":"t1:1772442000000","taskId":"t1","scheduledAt":"2026-03-02T09:00:00Z"}}`
+	h.failed("t1", final)
+	h.failed("t1", final) // the same failure, handled again
+	if n := h.entries("t1"); n != 1 {
+		t.Fatalf("%d dead-letter entries, want 1", n)
+	}
+	if n := testutil.ToFloat64(h.metrics.DeadLetterTotal.WithLabelValues(events.DeadLetterPermanent)); n != 1 {
+		t.Fatalf(`flyball_deadletter_total{reason="permanent"} = %v for one dead letter, want 1`, n)
+	}
+}

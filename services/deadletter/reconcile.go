@@ -92,10 +92,16 @@ func (s *Service) Reconcile(ctx context.Context) error {
 			next[seq] = true // seen once: confirm at the next pass
 			continue
 		}
-		task, err := s.deadLetterBySeq(ctx, seq)
+		task, wrote, err := s.deadLetterBySeq(ctx, seq)
 		if err != nil {
 			next[seq] = true
 			s.cfg.Logger.Warn("exhausted dispatch not dead-lettered; retrying next interval", "seq", seq, "err", err)
+			continue
+		}
+		if !wrote {
+			// Gone meanwhile (the advisory, another replica), already
+			// dead-lettered, or deleted without an entry (unreadable or
+			// too large: counted in flyball_rejected_events_total).
 			continue
 		}
 		s.cfg.Metrics.DeadLetterReconciled.Inc()

@@ -187,3 +187,72 @@ func TestHeldDispatchIsNotDeadLettered(t *testing.T) {
 		t.Fatalf("a held dispatch was dead-lettered (%d entries)", n)
 	}
 }
+
+// TestUnreadableExhaustedDispatchIsNotCountedAsDeadLettered: an exhausted
+// dispatch that cannot be read is deleted (it holds its subject's slot)
+// and counted as a malformed dispatch; no entry is written for it, so it
+// must not be counted in flyball_deadletter_reconciled_total, whose every
+// count the docs say is a dead letter in flyball_deadletter_total.
+func TestUnreadableExhaustedDispatchIsNotCountedAsDeadLettered(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	js := srv.JS
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamDispatch, jetstream.ConsumerConfig{
+		Durable: streams.ConsumerExecutor, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 50 * time.Millisecond, MaxDeliver: 1, FilterSubject: events.DispatchSubject("*"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := js.Publish(ctx, events.DispatchSubject("t1"), []byte("not an event"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < 1; {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range batch.Messages() {
+			n++
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, "the consumer gives the dispatch up", func() bool {
+		if batch, err := cons.FetchNoWait(1); err == nil {
+			for range batch.Messages() {
+			}
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	})
+	adv, err := js.Stream(ctx, streams.StreamAdvisories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the advisory is stored", func() bool {
+		info, err := adv.Info(ctx, jetstream.WithSubjectFilter("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"))
+		return err == nil && info.State.Msgs == 1
+	})
+	if err := adv.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	svc, m := startReconciling(t, js)
+	natstest.Eventually(t, 10*time.Second, "the unreadable dispatch is counted as malformed", func() bool {
+		return testutil.ToFloat64(m.RejectedEvents.WithLabelValues("malformed dispatch")) == 1
+	})
+	dispatch, err := js.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the unreadable dispatch leaves DISPATCH", func() bool {
+		_, err := dispatch.GetMsg(ctx, pub.Sequence)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
+	// Passes are serialised: this one starts after the one that deleted it.
+	if err := svc.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(m.DeadLetterReconciled); n != 0 {
+		t.Fatalf("flyball_deadletter_reconciled_total = %v for a dispatch with no dead letter, want 0", n)
+	}
+}
