@@ -124,23 +124,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 			return
 		}
 	}
-	e, err := events.Decode(m.Headers(), m.Data())
-	if err == nil {
-		err = events.CheckType(subj, e)
-	}
-	if err != nil {
-		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
-		return
-	}
-	var run events.Run
-	if err := events.DecodeRun(e, &run); err != nil {
-		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
-		return
-	}
 	// The task and key become a KV key: one that is no key fails every
 	// write, and the outcome would be nakked forever.
-	if run.TaskID != subj.ID {
-		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
+	var run events.Run
+	if !jsutil.DecodeRun(m, subj, &run, s.cfg.Metrics, s.cfg.Logger) {
 		return
 	}
 	if run.BreakerKey != "" && !validKey(run.BreakerKey) {

@@ -94,17 +94,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "bad subject: "+m.Subject(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	e, err := events.Decode(m.Headers(), m.Data())
-	if err == nil {
-		err = events.CheckType(subj, e)
-	}
-	if err != nil {
-		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
-		return
-	}
+	// The entry goes to the task the subject names, as the governor and
+	// the breaker read it: not to whichever task the data names.
 	var run events.Run
-	if err := events.DecodeRun(e, &run); err != nil {
-		jsutil.Terminate(m, "malformed run: "+err.Error(), s.cfg.Metrics, s.cfg.Logger)
+	if !jsutil.DecodeRun(m, subj, &run, s.cfg.Metrics, s.cfg.Logger) {
 		return
 	}
 	if !run.Final {
@@ -113,12 +106,6 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	if run.Dispatch == nil {
 		jsutil.Terminate(m, "malformed run: final failure without its dispatch", s.cfg.Metrics, s.cfg.Logger)
-		return
-	}
-	// The entry goes to the task the subject names, as the governor and
-	// the breaker read it: not to whichever task the data names.
-	if run.TaskID != subj.ID {
-		jsutil.Terminate(m, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
 	_, err = s.write(ctx, &run, *run.Dispatch, run.DeadLetterReason())

@@ -151,6 +151,31 @@ func Terminate(msg jetstream.Msg, reason string, m *metrics.Set, log *slog.Logge
 	}
 }
 
+// DecodeRun decodes the run event msg carries into run, where subj is
+// msg's parsed subject: the event's type must match the subject, and the
+// run must name the subject's task (a consumer writes state under the
+// subject's task, as the governor reads it). Otherwise it terminates msg
+// with the reason, counts it, and returns false.
+func DecodeRun(msg jetstream.Msg, subj events.Subject, run *events.Run, m *metrics.Set, log *slog.Logger) bool {
+	e, err := events.Decode(msg.Headers(), msg.Data())
+	if err == nil {
+		err = events.CheckType(subj, e)
+	}
+	if err != nil {
+		Terminate(msg, "malformed event: "+err.Error(), m, log)
+		return false
+	}
+	if err := events.DecodeRun(e, run); err != nil {
+		Terminate(msg, "malformed run: "+err.Error(), m, log)
+		return false
+	}
+	if run.TaskID != subj.ID {
+		Terminate(msg, fmt.Sprintf("malformed run: taskId %.64q does not match the subject", run.TaskID), m, log)
+		return false
+	}
+	return true
+}
+
 // reasonLabel keeps the rejected-events label bounded: the first words of a
 // reason name its class, the rest (values, IDs) is dropped.
 func reasonLabel(reason string) string {
