@@ -61,47 +61,8 @@ func TestExhaustedDispatchWithoutAdvisoryIsDeadLettered(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	js := srv.JS
-	// The executor's consumer, with deliveries that run out fast.
-	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamDispatch, jetstream.ConsumerConfig{
-		Durable: streams.ConsumerExecutor, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 50 * time.Millisecond, MaxDeliver: 2, FilterSubject: events.DispatchSubject("*"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	seq := publishDispatch(t, js, "t1")
-	// Two deliveries, never settled (an executor that died on each); the
-	// next pull finds them used up.
-	for n := 0; n < 2; {
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range batch.Messages() {
-			n++
-		}
-	}
-	natstest.Eventually(t, 10*time.Second, "the consumer gives the dispatch up", func() bool {
-		if batch, err := cons.FetchNoWait(1); err == nil {
-			for range batch.Messages() {
-			}
-		}
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0
-	})
-	// The advisory is lost: stored (JetStream sends it on its own time),
-	// then purged before the service reads it.
-	adv, err := js.Stream(ctx, streams.StreamAdvisories)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the advisory is stored", func() bool {
-		info, err := adv.Info(ctx, jetstream.WithSubjectFilter("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"))
-		return err == nil && info.State.Msgs == 1
-	})
-	if err := adv.Purge(ctx); err != nil {
-		t.Fatal(err)
-	}
+	exhaustWithoutAdvisory(t, js, 2)
 
 	_, m := startReconciling(t, js)
 	h := &harness{t: t, js: js, metrics: m}
@@ -197,45 +158,11 @@ func TestUnreadableExhaustedDispatchIsNotCountedAsDeadLettered(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	js := srv.JS
-	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamDispatch, jetstream.ConsumerConfig{
-		Durable: streams.ConsumerExecutor, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: 50 * time.Millisecond, MaxDeliver: 1, FilterSubject: events.DispatchSubject("*"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	pub, err := js.Publish(ctx, events.DispatchSubject("t1"), []byte("not an event"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for n := 0; n < 1; {
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range batch.Messages() {
-			n++
-		}
-	}
-	natstest.Eventually(t, 10*time.Second, "the consumer gives the dispatch up", func() bool {
-		if batch, err := cons.FetchNoWait(1); err == nil {
-			for range batch.Messages() {
-			}
-		}
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0
-	})
-	adv, err := js.Stream(ctx, streams.StreamAdvisories)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the advisory is stored", func() bool {
-		info, err := adv.Info(ctx, jetstream.WithSubjectFilter("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"))
-		return err == nil && info.State.Msgs == 1
-	})
-	if err := adv.Purge(ctx); err != nil {
-		t.Fatal(err)
-	}
+	exhaustWithoutAdvisory(t, js, 1)
 	svc, m := startReconciling(t, js)
 	natstest.Eventually(t, 10*time.Second, "the unreadable dispatch is counted as malformed", func() bool {
 		return testutil.ToFloat64(m.RejectedEvents.WithLabelValues("malformed dispatch")) == 1
@@ -254,5 +181,51 @@ func TestUnreadableExhaustedDispatchIsNotCountedAsDeadLettered(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.DeadLetterReconciled); n != 0 {
 		t.Fatalf("flyball_deadletter_reconciled_total = %v for a dispatch with no dead letter, want 0", n)
+	}
+}
+
+// exhaustWithoutAdvisory uses up the deliveries of the one dispatch in
+// DISPATCH on the executor's consumer, created here with maxDeliver of
+// them that run out fast (an executor that died on each), then loses its
+// MAX_DELIVERIES advisory: stored (JetStream sends it on its own time),
+// then purged before the service reads it.
+func exhaustWithoutAdvisory(t *testing.T, js jetstream.JetStream, maxDeliver int) {
+	t.Helper()
+	ctx := t.Context()
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.StreamDispatch, jetstream.ConsumerConfig{
+		Durable: streams.ConsumerExecutor, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 50 * time.Millisecond, MaxDeliver: maxDeliver, FilterSubject: events.DispatchSubject("*"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < maxDeliver; {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range batch.Messages() {
+			n++
+		}
+	}
+	// The next pull finds the deliveries used up.
+	natstest.Eventually(t, 10*time.Second, "the consumer gives the dispatch up", func() bool {
+		if batch, err := cons.FetchNoWait(1); err == nil {
+			for range batch.Messages() {
+			}
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	})
+	adv, err := js.Stream(ctx, streams.StreamAdvisories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the advisory is stored", func() bool {
+		info, err := adv.Info(ctx, jetstream.WithSubjectFilter("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"))
+		return err == nil && info.State.Msgs == 1
+	})
+	if err := adv.Purge(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
