@@ -395,12 +395,19 @@ func inFlight(now time.Time, st governor.State, in governor.Input) bool {
 // slotInFlight is the fuzz oracle's slot in flight: the slot planned
 // before the input by a schedule rule, due (or within InFlightWindow) and
 // after the last completed slot (s is the state after the input), for
-// any input but an acceptance, a resume, a pause or a delete.
+// any input but an acceptance, a resume, a pause or a delete. The run a
+// timed pause leads to is one too.
 func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
 	switch {
 	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
-		st.Source == "", st.Source == governor.SourcePaused, st.Source == governor.SourceDeleted,
-		st.Paused, st.Deleted, st.NextRunAt.IsZero():
+		st.Source == "", st.Source == governor.SourceDeleted, st.Deleted, st.NextRunAt.IsZero():
+		return time.Time{}
+	case st.Source == governor.SourcePaused:
+		// The run a timed pause leads to, at or after the pause's end.
+		if !st.Paused || st.PausedUntil.IsZero() || st.NextRunAt.Before(st.PausedUntil) {
+			return time.Time{}
+		}
+	case st.Paused:
 		return time.Time{}
 	}
 	if !st.NextRunAt.After(s.LastScheduledAt) || st.NextRunAt.After(now.Add(governor.InFlightWindow)) {

@@ -101,7 +101,7 @@ func (p *planner) plan() {
 // Other inputs re-plan as before: a pause, delete or dead-letter hold
 // stops the task, and a hint, resume or requeue asks for a run.
 func (p *planner) inFlight() bool {
-	return (p.in == KindBreaker || p.in == KindUpdated) && !p.flying.IsZero()
+	return (p.in == KindBreaker || p.in == KindUpdated) && !p.flying.IsZero() && p.prevSource != SourcePaused
 }
 
 // slotInFlight is the input state's slot when it is in flight: planned by a
@@ -109,17 +109,31 @@ func (p *planner) inFlight() bool {
 // completed slot, so its outcome is not applied yet. It is zero otherwise,
 // and for an acceptance (a new state) and a resume (the slot a pause ended
 // on is not kept).
+//
+// The run a timed pause leads to (source paused, at or after the pause's
+// end) is a slot too: the executor runs it, since the pause has ended by
+// then. Other inputs plan after it, though only a new pause stops it;
+// measured from the slot before the pause, a run-now hint during it ran
+// right behind it, whatever the budget, bounds.min or MinGap.
 func (p *planner) slotInFlight() time.Time {
-	switch p.prevSource {
-	case "", SourcePaused, SourceDeleted:
-		return time.Time{}
-	}
 	if p.in == KindAccepted || p.in == KindResumed {
 		return time.Time{}
 	}
 	s, prev := &p.s, p.prevNext
-	if prev.IsZero() || s.Paused || s.Deleted || !prev.After(s.LastScheduledAt) || prev.After(p.now.Add(InFlightWindow)) {
+	if prev.IsZero() || s.Deleted || !prev.After(s.LastScheduledAt) || prev.After(p.now.Add(InFlightWindow)) {
 		return time.Time{}
+	}
+	switch p.prevSource {
+	case "", SourceDeleted:
+		return time.Time{}
+	case SourcePaused:
+		if p.in == KindPaused || s.PausedUntil.IsZero() || prev.Before(s.PausedUntil) {
+			return time.Time{}
+		}
+	default:
+		if s.Paused {
+			return time.Time{}
+		}
 	}
 	return prev.UTC()
 }

@@ -1511,3 +1511,32 @@ func TestDecideCatchUpAfterALateRun(t *testing.T) {
 		},
 	})
 }
+
+// The run a timed pause leads to (source paused) is a real dispatch: the
+// executor runs it once the pause has ended. An input during that run
+// plans after it, as after any slot in flight: measured from the slot
+// before the pause, a run-now hint ran right behind it, whatever the
+// budget, bounds.min or the 1 s floor.
+func TestDecideInputDuringThePauseEndRunPlansAfterIt(t *testing.T) {
+	// Paused until 10:00 (t0); the run a resume at 10:00 plans is 10:00.
+	pauseEnd := func(last time.Time) governor.State {
+		return stateWith(ran(last), pausedUntil(t0), planned(t0, governor.SourcePaused))
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"a run-now hint 500 ms into the run: at least MinGap after it",
+			given{intervalSpec(time.Hour), pauseEnd(t0.Add(-3*time.Hour)), t0.Add(500 * time.Millisecond), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)})},
+			want{next: t0.Add(governor.MinGap), source: governor.SourceHintOneShot},
+		},
+		{
+			"budget of 1 a day: a run-now hint waits a day after the run",
+			given{withBudget(intervalSpec(24*time.Hour), 1), pauseEnd(t0.Add(-48*time.Hour)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			want{next: t0.Add(24 * time.Hour), source: governor.SourceBudget},
+		},
+		{
+			"bounds.min: a run-now hint waits bounds.min after the run",
+			given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), pauseEnd(t0.Add(-3*time.Hour)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
+		},
+	})
+}
