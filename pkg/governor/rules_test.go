@@ -1525,17 +1525,17 @@ func TestDecideInputDuringThePauseEndRunPlansAfterIt(t *testing.T) {
 	runDecideCases(t, []decideCase{
 		{
 			"a run-now hint 500 ms into the run: at least MinGap after it",
-			given{intervalSpec(time.Hour), pauseEnd(t0.Add(-3*time.Hour)), t0.Add(500 * time.Millisecond), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)})},
+			given{intervalSpec(time.Hour), pauseEnd(t0.Add(-3 * time.Hour)), t0.Add(500 * time.Millisecond), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)})},
 			want{next: t0.Add(governor.MinGap), source: governor.SourceHintOneShot},
 		},
 		{
 			"budget of 1 a day: a run-now hint waits a day after the run",
-			given{withBudget(intervalSpec(24*time.Hour), 1), pauseEnd(t0.Add(-48*time.Hour)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			given{withBudget(intervalSpec(24*time.Hour), 1), pauseEnd(t0.Add(-48 * time.Hour)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
 			want{next: t0.Add(24 * time.Hour), source: governor.SourceBudget},
 		},
 		{
 			"bounds.min: a run-now hint waits bounds.min after the run",
-			given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), pauseEnd(t0.Add(-3*time.Hour)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
+			given{withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), pauseEnd(t0.Add(-3 * time.Hour)), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})},
 			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
 		},
 	})
