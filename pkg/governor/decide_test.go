@@ -812,6 +812,20 @@ func TestDecideHintsEndAtTheirTTL(t *testing.T) {
 			want{next: t0.Add(16 * time.Minute), source: governor.SourceBackoff},
 		},
 		{
+			// At 10:15 the hint has expired (a decision then clears it),
+			// as a one-shot at its expiry has: its slot there is not its
+			// to plan. Planned, it ran or not depending on whether another
+			// input was decided at 10:15 exactly.
+			"an interval hint whose slot is exactly at its expiry too",
+			given{intervalSpec(time.Hour), hourly, t0.Add(30 * time.Second), hinted(governor.Hint{Interval: 15 * time.Minute, TTL: 14*time.Minute + 30*time.Second})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "interval hint 15m0s expires at 2026-03-02T10:15:00.000Z, its slot: the cadence after it applies"},
+		},
+		{
+			"... the same slot decided at the expiry",
+			given{intervalSpec(time.Hour), stateWith(hourly, intervalHint(15*time.Minute, t0.Add(15*time.Minute))), t0.Add(15 * time.Minute), updated},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "expired"},
+		},
+		{
 			"an interval hint within its TTL holds",
 			given{intervalSpec(time.Minute), ran(t0), t0.Add(time.Second), hinted(governor.Hint{Interval: 10 * time.Minute, TTL: 15 * time.Minute})},
 			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval},

@@ -172,8 +172,8 @@
 // one-shots by default). An expired hint is ignored, removed from the
 // state, and reported by [Decision.ClearedHints] and the trail. A hint
 // holds no run past its TTL: a one-shot at or after its expiry is not
-// planned, and an interval hint whose slot comes after its expiry gives
-// way to the task's own cadence at the expiry. A hint
+// planned, and an interval hint whose slot comes at or after its expiry
+// gives way to the task's own cadence at the expiry. A hint
 // moves the next run earlier at once (nudging); a hint that would only
 // delay the run already planned takes effect from the run after it.
 package governor

@@ -276,7 +276,7 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 	full := p.stretch(step, exp, true)
 	next, missed := grid(anchor, full, p.now)
 	gap := full // the step of the grid next is on
-	if h := p.s.IntervalHint; h != nil && next.After(h.ExpiresAt) {
+	if h := p.s.IntervalHint; h != nil && !next.Before(h.ExpiresAt) {
 		next, src, gap = p.afterHint(h, anchor, exp, next, src, full)
 	}
 	passed := missed // slots on the grid at or before now
@@ -309,8 +309,11 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 }
 
 // afterHint bounds an interval hint by its TTL: when the hint's slot comes
-// after the hint expires, the task's own cadence takes over at the TTL,
-// with its first grid slot at or after it, if that is earlier. Without
+// at or after the hint expires, the task's own cadence takes over at the
+// TTL, with its first grid slot at or after it (if that is earlier than a
+// slot after the TTL). A slot at the TTL itself is not the hint's: at that
+// instant the hint has expired (expireHints), as a one-shot at its expiry
+// has, and a decision made then planned the cadence's slot instead. Without
 // this, a hint longer than its TTL (6h for 15m) held the task past it.
 // It returns the slot, its source and the step of its grid: full (the
 // hint's) when the hint's slot stays.
@@ -324,11 +327,16 @@ func (p *planner) afterHint(h *IntervalHint, anchor time.Time, exp int, next tim
 	}
 	step = p.stretch(step, exp, false)
 	after, _ := grid(anchor, step, h.ExpiresAt.Add(-time.Nanosecond))
-	if !after.Before(next) {
+	if next.After(h.ExpiresAt) && !after.Before(next) {
 		return next, src, full
 	}
-	p.tr.str("interval hint ").dur(h.Interval).str(" expires at ").at(h.ExpiresAt).str(" before its slot ").at(next).
-		str(": the cadence after it applies").end()
+	p.tr.str("interval hint ").dur(h.Interval).str(" expires at ").at(h.ExpiresAt)
+	if next.Equal(h.ExpiresAt) {
+		p.tr.str(", its slot")
+	} else {
+		p.tr.str(" before its slot ").at(next)
+	}
+	p.tr.str(": the cadence after it applies").end()
 	return after, own, step
 }
 
