@@ -313,6 +313,28 @@ func FuzzDecide(f *testing.F) {
 		if !s.NextRunAt.Equal(d.NextRunAt) || s.Source != d.Source || !reflect.DeepEqual(s.Trail, d.Trail) {
 			t.Fatalf("State does not mirror the Decision: %+v", d)
 		}
+		// Expired hints are removed (a slot in flight kept included; a
+		// delete plans nothing and leaves them) and
+		// reported; a hint input replaces the hint of its kind first, and
+		// a run at or after a one-shot's time consumes it.
+		if h := s.IntervalHint; h != nil && !h.ExpiresAt.After(now) && in.Kind != governor.KindDeleted {
+			t.Fatalf("expired interval hint (%s) kept\nin %s %+v\nnow %s trail %q", fmtT(h.ExpiresAt), in.Kind, in.Hint, fmtT(now), d.Trail)
+		}
+		if h := s.OneShotHint; h != nil && !h.ExpiresAt.After(now) && in.Kind != governor.KindDeleted {
+			t.Fatalf("expired one-shot hint (%s) kept", fmtT(h.ExpiresAt))
+		}
+		if in.Kind != governor.KindDeleted && in.Kind != governor.KindAccepted { // both start afresh
+			var newIv, newAt bool
+			if h := in.Hint; in.Kind == governor.KindHinted && h != nil {
+				newIv, newAt = h.Interval > 0, !h.At.IsZero()
+			}
+			expired := (st.IntervalHint != nil && !newIv && !st.IntervalHint.ExpiresAt.After(now)) ||
+				(st.OneShotHint != nil && !newAt && !st.OneShotHint.ExpiresAt.After(now) &&
+					(in.Kind != governor.KindOutcome || in.Outcome == nil || in.Outcome.ScheduledAt.Before(st.OneShotHint.At)))
+			if expired != d.ClearedHints {
+				t.Fatalf("ClearedHints = %v with an expired hint in the state: %v\nin %s %+v\nst %+v %+v\nnow %s trail %q", d.ClearedHints, expired, in.Kind, in.Outcome, st.IntervalHint, st.OneShotHint, fmtT(now), d.Trail)
+			}
+		}
 		if inFlight(now, st, in) {
 			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "in flight") {
 				t.Fatalf("a %s input moved the slot in flight, %s (%s), to %s (%s)", in.Kind, fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source)
@@ -338,6 +360,11 @@ func FuzzDecide(f *testing.F) {
 				t.Fatalf("nothing scheduled for a task neither paused indefinitely nor deleted%s", explain())
 			}
 			return
+		}
+		// A timed pause plans the run a resume at its end would: at or
+		// after the end.
+		if d.Source == governor.SourcePaused && s.Paused && d.NextRunAt.Before(s.PausedUntil) {
+			t.Fatalf("paused until %s, but the run after it is planned earlier%s", fmtT(s.PausedUntil), explain())
 		}
 		if d.NextRunAt.Location() != time.UTC {
 			t.Fatalf("NextRunAt in %s", d.NextRunAt.Location())
