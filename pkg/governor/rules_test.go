@@ -3,6 +3,7 @@ package governor_test
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -1539,4 +1540,46 @@ func TestDecideInputDuringThePauseEndRunPlansAfterIt(t *testing.T) {
 			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
 		},
 	})
+}
+
+// The adaptive interval reaches the ends of its range: a response that keeps
+// changing tightens it to the floor, and one that keeps repeating relaxes
+// it to the ceiling. Rounded to whole milliseconds, the EMA step stalled
+// short of them: 15.001s for a 1m baseline (floor 15s) at the default
+// smoothing, 3m59.999s (ceiling 4m) at a smoothing of 0.3.
+func TestDecideAdaptiveReachesTheEndsOfItsRange(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		smoothing float64
+		changing  bool
+		want      time.Duration
+	}{
+		{"changing responses, default smoothing: the floor", 0, true, 15 * time.Second},
+		{"changing responses, smoothing 0.3: the floor", 0.3, true, 15 * time.Second},
+		{"repeated responses, default smoothing: the ceiling", 0, false, 4 * time.Minute},
+		{"repeated responses, smoothing 0.3: the ceiling", 0.3, false, 4 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := withAdaptive(intervalSpec(time.Minute), events.AdaptiveChange, 1, tc.smoothing, 0)
+			st := stateWith(ran(t0), fingerprint("v0"))
+			prev := time.Minute
+			for i := 1; i <= 100; i++ {
+				slot := st.LastScheduledAt.Add(time.Minute)
+				fp := "v0"
+				if tc.changing {
+					fp = "v" + strconv.Itoa(i)
+				}
+				d := governor.Decide(slot.Add(time.Second), spec, st, outcomeFP("succeeded", slot, fp))
+				st = d.State
+				got := st.AdaptiveInterval
+				if (tc.changing && got > prev) || (!tc.changing && got < prev) {
+					t.Fatalf("run %d: interval %s after %s: not monotonic", i, got, prev)
+				}
+				prev = got
+			}
+			if prev != tc.want {
+				t.Errorf("AdaptiveInterval after 100 runs = %s, want %s", prev, tc.want)
+			}
+		})
+	}
 }
