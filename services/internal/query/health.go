@@ -53,7 +53,8 @@ type ServicesHealth struct {
 	// online, with what stops until one starts.
 	Missing []MissingService `json:"missing"`
 	// Offline are the registered instances that stopped beating: marked
-	// offline by the sweeper, or silent for three heartbeat intervals.
+	// offline by the sweeper, or silent for three heartbeat intervals
+	// since the later of their lastBeat and when NATS stored that beat.
 	Offline []Instance `json:"offline"`
 	// TimerLease names the timer that holds the timers' lease (KV
 	// flyball-leases, --timer-lease): the one that dispatches. Empty when
@@ -83,13 +84,22 @@ var RequiredServices = []MissingService{
 // offline, as the sweeper counts (15s beats, offline after 45s).
 const beatsMissed = 3
 
-// online reports whether an instance is beating at now.
-func online(hb *events.Heartbeat, now time.Time) bool {
-	every := hb.Interval.D()
+// online reports whether an instance is beating at now. Its silence runs
+// from the later of the lastBeat it stamped and the time NATS stored that
+// beat: an instance whose clock runs behind stamps a fresh beat as old, and
+// comparing that stamp alone with the reader's clock listed it offline
+// while it beat (the sweeper measures silence by its own clock for the
+// same reason).
+func online(in *Instance, now time.Time) bool {
+	every := in.Interval.D()
 	if every <= 0 {
 		every = 15 * time.Second
 	}
-	return hb.Status != events.RuntimeOffline && now.Sub(hb.LastBeat) <= beatsMissed*every
+	last := in.LastBeat
+	if in.StoredAt.After(last) {
+		last = in.StoredAt
+	}
+	return in.Status != events.RuntimeOffline && now.Sub(last) <= beatsMissed*every
 }
 
 // QueueHealth describes the scheduled runs.
@@ -240,7 +250,7 @@ func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
 	now := r.now()
 	sh := ServicesHealth{Online: map[string]int{}, Missing: []MissingService{}, Offline: []Instance{}}
 	for i := range list {
-		if online(&list[i].Heartbeat, now) {
+		if online(&list[i], now) {
 			sh.Online[list[i].Kind]++
 		} else {
 			sh.Offline = append(sh.Offline, list[i])

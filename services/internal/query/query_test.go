@@ -397,7 +397,7 @@ func TestHealthSummarises(t *testing.T) {
 func TestHealthServices(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now := time.Now().UTC()
 	b.r.Now = func() time.Time { return now }
 	beat := func(kind, name string, age time.Duration, status events.RuntimeStatus) {
 		b.put(t, streams.BucketRuntime, kind+"."+name, events.Heartbeat{
@@ -408,7 +408,6 @@ func TestHealthServices(t *testing.T) {
 		beat(k, "a", 5*time.Second, events.RuntimeOnline)
 	}
 	beat("timer", "b", 10*time.Second, events.RuntimeOnline)
-	beat("executor", "dead", 50*time.Second, events.RuntimeOnline) // silent: the sweeper has not marked it yet
 	beat("executor", "gone", 5*time.Minute, events.RuntimeOffline)
 	beat("governor", "old", 10*time.Second, events.RuntimeOffline) // a fresh beat, but marked offline
 
@@ -427,11 +426,53 @@ func TestHealthServices(t *testing.T) {
 	for _, in := range sh.Offline {
 		off = append(off, in.Key)
 	}
-	if strings.Join(off, " ") != "executor.dead executor.gone governor.old" {
+	// An instance silent but not yet marked: TestHealthServicesIgnoresAnInstanceClockBehind.
+	if strings.Join(off, " ") != "executor.gone governor.old" {
 		t.Errorf("offline = %v", off)
 	}
 	if sh.TimerLease != "" {
 		t.Errorf("timer lease %q with no lease written", sh.TimerLease)
+	}
+}
+
+// TestHealthServicesIgnoresAnInstanceClockBehind: status took an instance
+// whose clock runs behind for silent: it compared the lastBeat the
+// instance stamped with its own clock against the reader's clock, so an
+// executor beating every 15 s with a clock 2 minutes behind was listed
+// offline and its kind NONE ONLINE. Silence is now measured from the
+// later of lastBeat and the time NATS stored the beat (the server's
+// clock): a beat stored just now is fresh, however the instance's clock
+// reads.
+func TestHealthServicesIgnoresAnInstanceClockBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now().UTC()
+	b.r.Now = func() time.Time { return now }
+	for _, k := range []string{"timer", "governor", "breaker", "deadletter", "sweeper"} {
+		b.put(t, streams.BucketRuntime, k+".a", events.Heartbeat{
+			Kind: k, Name: "a", Status: events.RuntimeOnline, LastBeat: now, Interval: events.Duration(15 * time.Second),
+		})
+	}
+	// Beats now, with a clock two minutes behind.
+	b.put(t, streams.BucketRuntime, "executor.behind", events.Heartbeat{
+		Kind: "executor", Name: "behind", Status: events.RuntimeOnline, LastBeat: now.Add(-2 * time.Minute), Interval: events.Duration(15 * time.Second),
+	})
+	h, err := b.r.Health(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := h.Services; sh.Online["executor"] != 1 || len(sh.Missing) != 0 || len(sh.Offline) != 0 {
+		t.Fatalf("an executor that beat just now, with its clock behind: online %v, missing %+v, offline %d", sh.Online, sh.Missing, len(sh.Offline))
+	}
+
+	// Silence still shows: read 50 s later with no beat in between.
+	later := now.Add(50 * time.Second)
+	b.r.Now = func() time.Time { return later }
+	if h, err = b.r.Health(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sh := h.Services; len(sh.Online) != 0 || len(sh.Offline) != 6 {
+		t.Fatalf("50 s without a beat: online %v, offline %d, want none online", sh.Online, len(sh.Offline))
 	}
 }
 

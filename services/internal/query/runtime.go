@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
 )
@@ -17,20 +18,23 @@ type Instance struct {
 	events.Heartbeat
 	// LastBeatAge is how long ago the instance last beat.
 	LastBeatAge events.Duration `json:"lastBeatAge"`
+	// StoredAt is when NATS stored the entry, by the server's clock: an
+	// instance whose clock is off stamps lastBeat off by as much.
+	StoredAt time.Time `json:"storedAt"`
 }
 
 // Runtime lists the registered service instances, by kind then name.
 // Instances that stopped cleanly deregistered themselves; the sweeper marks
 // those that stopped beating offline.
 func (r *Reader) Runtime(ctx context.Context) ([]Instance, error) {
-	beats, _, err := decodeEntries[events.Heartbeat](ctx, r.runtime)
+	beats, raw, err := decodeEntries[events.Heartbeat](ctx, r.runtime)
 	if err != nil {
 		return nil, err
 	}
 	now := r.now()
 	out := make([]Instance, 0, len(beats))
 	for key, hb := range beats {
-		out = append(out, Instance{Key: key, Heartbeat: hb, LastBeatAge: events.Duration(now.Sub(hb.LastBeat))})
+		out = append(out, Instance{Key: key, Heartbeat: hb, LastBeatAge: events.Duration(now.Sub(hb.LastBeat)), StoredAt: raw[key].Created().UTC()})
 	}
 	slices.SortFunc(out, func(a, b Instance) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Name, b.Name))
