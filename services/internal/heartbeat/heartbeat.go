@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -52,7 +53,10 @@ func returnID(key string, staleBeat time.Time) string {
 
 // Beater keeps one instance's registration alive.
 type Beater struct {
-	cfg    Config
+	cfg Config
+	// kv is bound at the first beat that can: nil until then, and only the
+	// beating goroutine (Start's first beat, then loop) touches it before
+	// Stop.
 	kv     jetstream.KeyValue
 	hb     events.Heartbeat
 	source string
@@ -71,7 +75,9 @@ type Beater struct {
 }
 
 // Start registers the instance (announcing runtime.online) and beats until
-// Stop. Registration failure is not fatal: the next beat retries it.
+// Stop. Registration failure is not fatal: the next beat retries it, and
+// so is a failure to bind KV flyball-runtime (each beat binds it again
+// until it can). The error is kept for callers; Start returns none today.
 func Start(ctx context.Context, cfg Config) (*Beater, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
@@ -81,14 +87,10 @@ func Start(ctx context.Context, cfg Config) (*Beater, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Metrics = metrics.OrNew(cfg.Metrics)
-	kv, err := cfg.JS.KeyValue(ctx, streams.BucketRuntime)
-	if err != nil {
-		return nil, err
-	}
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	b := &Beater{
-		cfg: cfg, kv: kv, source: jsutil.Source(cfg.Kind, cfg.Name),
+		cfg: cfg, source: jsutil.Source(cfg.Kind, cfg.Name),
 		hb: events.Heartbeat{
 			Kind: cfg.Kind, Name: cfg.Name, PID: os.Getpid(), Host: host, Version: cfg.Version,
 			Capacity: cfg.Capacity, Status: events.RuntimeOnline, StartedAt: now, Interval: events.Duration(cfg.Interval),
@@ -143,6 +145,16 @@ func (b *Beater) beat(ctx context.Context) {
 // beat of its own whose Update reply was lost) is overwritten, as a plain
 // put would.
 func (b *Beater) write(ctx context.Context, body []byte) error {
+	if b.kv == nil {
+		// Not bound at start (a request that timed out, a stream electing
+		// a leader, streams not provisioned yet): a service whose bind
+		// failed once used to run without a beat for its whole life.
+		kv, err := b.cfg.JS.KeyValue(ctx, streams.BucketRuntime)
+		if err != nil {
+			return fmt.Errorf("bind KV %s: %w", streams.BucketRuntime, err)
+		}
+		b.kv = kv
+	}
 	key := Key(b.cfg.Kind, b.cfg.Name)
 	if b.rev != 0 {
 		rev, err := b.kv.Update(ctx, key, body, b.rev)
@@ -225,6 +237,10 @@ func (b *Beater) Stop() {
 	<-b.done
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if b.kv == nil {
+		b.announce(ctx, events.RuntimeOffline, "stopped")
+		return // never registered
+	}
 	if err := b.kv.Delete(ctx, Key(b.cfg.Kind, b.cfg.Name)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		b.cfg.Logger.Warn("deregister failed", "err", err)
 	}

@@ -289,3 +289,32 @@ func TestSweeperClockAheadMarksNoLiveInstance(t *testing.T) {
 		t.Fatalf("a live instance was marked offline %d time(s) by a sweeper an hour ahead", n)
 	}
 }
+
+// TestBeaterRegistersOnceTheBucketCanBeRead: a service whose heartbeat
+// could not bind KV flyball-runtime at start (a request timing out under
+// load, a stream electing a leader, streams not provisioned yet) ran for
+// its whole life without a beat: Start returned the error, the stack logged
+// "heartbeat not started", and nothing tried again, so status listed its
+// kind NONE ONLINE although it ran. The beater now binds the bucket again
+// at each beat until it can.
+func TestBeaterRegistersOnceTheBucketCanBeRead(t *testing.T) {
+	srv := natstest.Start(t) // no flyball streams or buckets yet
+	b, err := heartbeat.Start(t.Context(), heartbeat.Config{JS: srv.JS, Kind: "executor", Name: "early", Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Start with the bucket not readable yet: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := streams.Ensure(ctx, srv.JS); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, "the instance registered once the bucket exists", func() bool {
+		_, err := kv.Get(ctx, heartbeat.Key("executor", "early"))
+		return err == nil
+	})
+}
