@@ -89,6 +89,11 @@ type Service struct {
 	// sweep saw and when (the sweeper's clock); only the sweep goroutine
 	// touches it.
 	beats map[string]beatSeen
+	// unannounced holds, per registry key, an offline mark whose
+	// runtime.offline is not stored yet (HEALTH did not take it): each
+	// sweep publishes it again while the entry stays so marked. Only the
+	// sweep goroutine touches it.
+	unannounced map[string]offlineMark
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
 	tuneFollow func(bucket string, f *kvcache.Follower)
@@ -116,7 +121,7 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), beats: map[string]beatSeen{}}, nil
+	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{}}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -213,6 +218,7 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 		counts[st]++
 	}
 	maps.DeleteFunc(s.beats, func(k string, _ beatSeen) bool { return !listed[k] })
+	maps.DeleteFunc(s.unannounced, func(k string, _ offlineMark) bool { return !listed[k] })
 	// The lister stops itself after the last key; no Stop needed.
 	for _, st := range []events.RuntimeStatus{events.RuntimeOnline, events.RuntimeOffline} {
 		s.cfg.Metrics.RuntimeInstances.WithLabelValues(string(st)).Set(float64(counts[st]))
@@ -245,8 +251,19 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		seen = beatSeen{rev: ent.Revision(), at: now}
 		s.beats[key] = seen
 	}
-	if hb.Status == events.RuntimeOffline || now.Sub(seen.at) <= s.cfg.OfflineAfter {
-		return hb.Status, nil // an instance back from a mark announces its return itself (heartbeat)
+	if hb.Status == events.RuntimeOffline {
+		if m, ok := s.unannounced[key]; ok {
+			if m.lastBeat.Equal(hb.LastBeat) {
+				s.announceOffline(ctx, key, hb, m.at)
+			} else {
+				delete(s.unannounced, key) // marked again since, by someone else
+			}
+		}
+		return hb.Status, nil
+	}
+	if now.Sub(seen.at) <= s.cfg.OfflineAfter {
+		delete(s.unannounced, key) // beating again
+		return hb.Status, nil      // an instance back from a mark announces its return itself (heartbeat)
 	}
 	hb.Status = events.RuntimeOffline
 	body, err := json.Marshal(hb)
@@ -260,8 +277,29 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		return "", err
 	}
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
+	s.announceOffline(ctx, key, hb, now)
+	return events.RuntimeOffline, nil
+}
+
+// offlineMark is an offline mark the sweeper wrote at at, of the entry
+// whose last beat was lastBeat.
+type offlineMark struct {
+	lastBeat, at time.Time
+}
+
+// announceOffline publishes runtime.offline for the instance under key,
+// marked offline at at. A failure is logged and kept in s.unannounced:
+// the next sweep publishes it again while the mark stands (the event ID
+// is the same, so HEALTH stores it once). Before, the mark stayed in KV
+// and the event was never published.
+func (s *Service) announceOffline(ctx context.Context, key string, hb events.Heartbeat, at time.Time) {
 	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
-	err = jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
-		events.TypeRuntimeOffline, s.source, hb.Name, hb, now)
-	return events.RuntimeOffline, err
+	err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
+		events.TypeRuntimeOffline, s.source, hb.Name, hb, at)
+	if err != nil {
+		s.unannounced[key] = offlineMark{lastBeat: hb.LastBeat, at: at}
+		s.cfg.Logger.Warn("runtime.offline not published; next sweep retries", "kind", hb.Kind, "name", hb.Name, "err", err)
+		return
+	}
+	delete(s.unannounced, key)
 }

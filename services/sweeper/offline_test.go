@@ -1,0 +1,91 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestOfflineMarkAnnouncedOnceHEALTHTakesIt: the sweeper marked a silent
+// instance offline in KV, then failed to publish its runtime.offline
+// (HEALTH unavailable), and never published it: the next sweep found the
+// entry offline already and left it. Whoever follows
+// flyball.runtime.offline.> never heard of the instance. The sweeper now
+// publishes it again at each sweep until HEALTH stores it (its event ID
+// is the same, so a copy is stored once).
+func TestOfflineMarkAnnouncedOnceHEALTHTakesIt(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	runtime, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC()
+	if _, err := runtime.Put(ctx, "executor.gone", []byte(`{"kind":"executor","name":"gone","status":"online","lastBeat":"`+t0.Format(time.RFC3339Nano)+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Now: clock}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept() // sees the entry's revision
+
+	if err := srv.JS.DeleteStream(ctx, streams.StreamHealth); err != nil {
+		t.Fatal(err)
+	}
+	ahead.Store(int64(time.Minute))      // silent past OfflineAfter (45 s)
+	if err := s.Sweep(ctx); err != nil { // marks it; its runtime.offline fails (logged)
+		t.Fatal(err)
+	}
+	ent, err := runtime.Get(ctx, "executor.gone")
+	if err != nil || !jsonHas(ent.Value(), `"status":"offline"`) {
+		t.Fatalf("the entry is not marked offline: %v %s", err, ent.Value())
+	}
+
+	if err := streams.Ensure(ctx, srv.JS); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	health, err := srv.JS.Stream(ctx, streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := events.RuntimeSubject(events.RuntimeOffline, "executor", "gone")
+	if _, err := health.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the instance is marked offline but %s was never published", subject)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	// Published once: a later sweep stores no second copy.
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := health.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[subject]; n != 1 {
+		t.Fatalf("%d runtime.offline events stored, want 1", n)
+	}
+}
+
+func jsonHas(raw []byte, frag string) bool { return strings.Contains(string(raw), frag) }
