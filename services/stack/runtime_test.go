@@ -22,10 +22,7 @@ func startBeater(t *testing.T, srv *natstest.Server) (*heartbeat.Beater, *nats.C
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	b, err := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: 100 * time.Millisecond})
 	t.Cleanup(func() { b.Stop(); nc.Close() })
 	return b, nc
 }

@@ -147,15 +147,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		st.started = append(st.started, svc)
 		st.names = append(st.names, name)
-		b, err := heartbeat.Start(ctx, heartbeat.Config{
+		st.beaters = append(st.beaters, heartbeat.Start(ctx, heartbeat.Config{
 			JS: cfg.JS, Kind: name, Name: cfg.Instance, Version: cfg.Version,
 			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger, Metrics: cfg.Metrics,
-		})
-		if err != nil {
-			cfg.Logger.Warn("heartbeat not started", "service", name, "err", err)
-		} else {
-			st.beaters = append(st.beaters, b)
-		}
+		}))
 	}
 	return st, nil
 }

@@ -77,8 +77,8 @@ type Beater struct {
 // Start registers the instance (announcing runtime.online) and beats until
 // Stop. Registration failure is not fatal: the next beat retries it, and
 // so is a failure to bind KV flyball-runtime (each beat binds it again
-// until it can). The error is kept for callers; Start returns none today.
-func Start(ctx context.Context, cfg Config) (*Beater, error) {
+// until it can). Nothing it meets stops it, so it returns no error.
+func Start(ctx context.Context, cfg Config) *Beater {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -101,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Beater, error) {
 	b.beat(ctx)
 	b.announce(ctx, events.RuntimeOnline, "started")
 	go b.loop()
-	return b, nil
+	return b
 }
 
 func (b *Beater) loop() {

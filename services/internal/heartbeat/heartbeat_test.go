@@ -57,10 +57,7 @@ func startGhost(t *testing.T, srv *natstest.Compose, kind string) *heartbeat.Bea
 	t.Helper()
 	_, js := srv.Connect(t, kind)
 	// An hour between beats: the test beats with BeatNow.
-	b, err := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: kind, Name: "ghost", Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: kind, Name: "ghost", Interval: time.Hour})
 	t.Cleanup(b.Stop)
 	return b
 }
@@ -216,13 +213,10 @@ func TestOwnUnconfirmedBeatIsNotAnotherInstance(t *testing.T) {
 	srv := natstest.StartCompose(t)
 	var logs lockedBuffer
 	_, js := srv.Connect(t, "executor")
-	b, err := heartbeat.Start(context.Background(), heartbeat.Config{
+	b := heartbeat.Start(context.Background(), heartbeat.Config{
 		JS: js, Kind: "executor", Name: "ghost", Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(b.Stop)
 	// The beat whose reply was lost, stored as the beater would have.
 	hb := b.Entry()
@@ -276,10 +270,7 @@ func TestSweeperClockAheadMarksNoLiveInstance(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartCompose(t)
 	_, js := srv.Connect(t, "executor")
-	b, err := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: 100 * time.Millisecond})
 	t.Cleanup(b.Stop)
 	var ahead atomic.Int64
 	ahead.Store(int64(time.Hour))
@@ -299,10 +290,7 @@ func TestSweeperClockAheadMarksNoLiveInstance(t *testing.T) {
 // at each beat until it can.
 func TestBeaterRegistersOnceTheBucketCanBeRead(t *testing.T) {
 	srv := natstest.Start(t) // no flyball streams or buckets yet
-	b, err := heartbeat.Start(t.Context(), heartbeat.Config{JS: srv.JS, Kind: "executor", Name: "early", Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Start with the bucket not readable yet: %v", err)
-	}
+	b := heartbeat.Start(t.Context(), heartbeat.Config{JS: srv.JS, Kind: "executor", Name: "early", Interval: 20 * time.Millisecond})
 	t.Cleanup(b.Stop)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
