@@ -9,6 +9,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/control"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
@@ -23,8 +24,9 @@ type CommandResult struct {
 }
 
 // send publishes a command and answers with the governor's verdict: 202
-// accepted or pending, 422 rejected (naming the fields), 503 when NATS
-// refused the command.
+// accepted or pending, 422 rejected (naming the fields), 413 when the
+// command is over the NATS server's max_payload (no retry mends that), 503
+// when NATS refused the command otherwise.
 func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, data any) {
 	cmdID, ans, err := s.ctl.Send(r.Context(), verb, id, data, s.cfg.AnswerTimeout)
 	if verb == events.VerbCreated && (err == nil && ans.Rejected == nil || errors.Is(err, control.ErrTimeout)) {
@@ -34,6 +36,10 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 	switch {
 	case errors.Is(err, control.ErrTimeout):
 		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error()})
+	case jsutil.TooLarge(err):
+		// A body under MaxBodyBytes can still make a command over the
+		// server's max_payload; a 503 would have the client retry it.
+		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("command not stored: it is over the NATS server's max_payload (%d bytes): %v", s.cfg.JS.Conn().MaxPayload(), err))
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "", "command not stored: "+err.Error())
 	case ans.Rejected != nil:
