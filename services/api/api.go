@@ -116,6 +116,9 @@ type route struct {
 	// query lists the query parameters the route reads; any other is a
 	// 400, as an unknown body field is.
 	query []string
+	// repeatable lists the parameters of query that take several values;
+	// any other given twice is a 400, as a JSON key given twice is.
+	repeatable []string
 }
 
 // routes is the API, in one table: Handler registers it and the OpenAPI
@@ -127,7 +130,7 @@ func (s *Service) routes() []route {
 		{method: http.MethodGet, path: "/metrics", handler: metrics.ServeHTTP},
 		{method: http.MethodGet, path: "/api/v1/openapi.json", handler: serveOpenAPI},
 		{method: http.MethodPost, path: "/api/v1/tasks", handler: s.createTask},
-		{method: http.MethodGet, path: "/api/v1/tasks", handler: s.listTasks, query: []string{"job", "label"}},
+		{method: http.MethodGet, path: "/api/v1/tasks", handler: s.listTasks, query: []string{"job", "label"}, repeatable: []string{"label"}},
 		{method: http.MethodGet, path: "/api/v1/tasks/{id}", handler: s.getTask},
 		{method: http.MethodPut, path: "/api/v1/tasks/{id}", handler: s.updateTask},
 		{method: http.MethodDelete, path: "/api/v1/tasks/{id}", handler: s.deleteTask, query: []string{"reason"}},
@@ -153,7 +156,7 @@ func (s *Service) Handler() http.Handler {
 	paths := http.NewServeMux()
 	allowed := map[string][]string{}
 	for _, rt := range s.routes() {
-		h := knownQuery(rt.query, rt.handler)
+		h := knownQuery(rt.query, rt.repeatable, rt.handler)
 		if !rt.public {
 			h = s.auth(h)
 		}
@@ -175,9 +178,11 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// knownQuery answers 400 to a query string that does not parse or that
-// holds a parameter not in names, naming it; next sees only known ones.
-func knownQuery(names []string, next http.HandlerFunc) http.Handler {
+// knownQuery answers 400 to a query string that does not parse, that
+// holds a parameter not in names, or that gives a parameter not in
+// repeatable twice, naming it; next sees only known ones, each once
+// unless repeatable (a second value was ignored: ?limit=5&limit=500).
+func knownQuery(names, repeatable []string, next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
@@ -191,6 +196,10 @@ func knownQuery(names []string, next http.HandlerFunc) http.Handler {
 					takes = "takes only " + strings.Join(names, ", ")
 				}
 				writeError(w, http.StatusBadRequest, k, fmt.Sprintf("unknown query parameter: %s %s", r.Pattern, takes))
+				return
+			}
+			if len(q[k]) > 1 && !slices.Contains(repeatable, k) {
+				writeError(w, http.StatusBadRequest, k, fmt.Sprintf("given %d times: %s takes one %s", len(q[k]), r.Pattern, k))
 				return
 			}
 		}

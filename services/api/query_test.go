@@ -44,3 +44,23 @@ func TestUnknownQueryParametersAreRefused(t *testing.T) {
 		expect(t, "GET "+ok, b.call(t, http.MethodGet, ok, ""), http.StatusOK, "")
 	}
 }
+
+// TestRepeatedQueryParametersAreRefused: a parameter that takes one value
+// and is given twice is a 400 naming it, as a JSON key given twice is. The
+// second value was silently ignored: ?limit=5&limit=500 listed 5, and
+// ?task=a&task=b listed the dead letters of a alone.
+func TestRepeatedQueryParametersAreRefused(t *testing.T) {
+	t.Parallel()
+	b, _ := apiOnly(t)
+	for _, c := range []struct{ method, path, field string }{
+		{http.MethodGet, "/api/v1/tasks/web/runs?limit=5&limit=500", "limit"},
+		{http.MethodGet, "/api/v1/deadletter?task=a&task=b", "task"},
+		{http.MethodGet, "/api/v1/deadletter?limit=1&limit=2", "limit"},
+		{http.MethodGet, "/api/v1/tasks?job=a&job=b", "job"},
+		{http.MethodDelete, "/api/v1/tasks/web?reason=a&reason=b", "reason"},
+	} {
+		expect(t, c.method+" "+c.path, b.call(t, c.method, c.path, ""), http.StatusBadRequest, c.field)
+	}
+	// label takes several selectors.
+	expect(t, "two label selectors", b.call(t, http.MethodGet, "/api/v1/tasks?label=team=ops&label=tier=1", ""), http.StatusOK, "")
+}
