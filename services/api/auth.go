@@ -3,14 +3,23 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"strings"
 )
 
 // auth requires a bearer token: 401 when none is sent (or not as a bearer
-// token), 403 when it is not one of the configured tokens.
+// token, or in more than one Authorization header), 403 when it is not one
+// of the configured tokens.
 func (s *Service) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Authorization takes one value: with two, the first alone was
+		// judged and the second ignored, whatever it said.
+		if n := len(r.Header.Values("Authorization")); n > 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="flyball"`)
+			writeError(w, http.StatusUnauthorized, "Authorization", fmt.Sprintf("%d Authorization headers: send one, 'Authorization: Bearer <token>'", n))
+			return
+		}
 		h := r.Header.Get("Authorization")
 		scheme, tok, _ := strings.Cut(h, " ")
 		if h == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
