@@ -156,7 +156,7 @@ func (s *Service) Handler() http.Handler {
 	paths := http.NewServeMux()
 	allowed := map[string][]string{}
 	for _, rt := range s.routes() {
-		h := knownQuery(rt.query, rt.repeatable, rt.handler)
+		h := knownQuery(rt.query, rt.repeatable, withRawBody(rt.handler))
 		if !rt.public {
 			h = s.auth(h)
 		}
@@ -176,6 +176,14 @@ func (s *Service) Handler() http.Handler {
 		writeError(w, http.StatusNotFound, "", "no route "+r.Method+" "+r.URL.Path+"; see /api/v1/openapi.json")
 	})))
 	return mux
+}
+
+// withRawBody gives the request a place for readBody to keep the body it
+// read, for the idempotency key's hash.
+func withRawBody(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		next(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, new([]byte))))
+	}
 }
 
 // knownQuery answers 400 to a query string that does not parse, that

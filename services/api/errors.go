@@ -69,6 +69,9 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 		writeError(w, http.StatusBadRequest, "", "reading the body: "+err.Error())
 		return nil, false
 	}
+	if raw, ok := r.Context().Value(rawBodyKey{}).(*[]byte); ok {
+		*raw = body
+	}
 	return body, true
 }
 

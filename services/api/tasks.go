@@ -2,9 +2,13 @@ package api
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -27,8 +31,23 @@ type CommandResult struct {
 // accepted or pending, 422 rejected (naming the fields), 413 when the
 // command is over the NATS server's max_payload (no retry mends that), 503
 // when NATS refused the command otherwise.
+//
+// With an Idempotency-Key header the command id is derived from the key,
+// the command, the task, the query and the body, so the same request
+// retried within TASKS's duplicate window (2 minutes) is stored once and
+// answered with the first one's verdict.
 func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, data any) {
-	cmdID, ans, err := s.ctl.Send(r.Context(), verb, id, data, s.cfg.AnswerTimeout)
+	cmdID, ok := idempotentID(w, r, verb, id)
+	if !ok {
+		return
+	}
+	var ans *control.Answer
+	var err error
+	if cmdID == "" {
+		cmdID, ans, err = s.ctl.Send(r.Context(), verb, id, data, s.cfg.AnswerTimeout)
+	} else {
+		cmdID, ans, err = s.ctl.SendID(r.Context(), verb, id, cmdID, data, s.cfg.AnswerTimeout)
+	}
 	if verb == events.VerbCreated && (err == nil && ans.Rejected == nil || errors.Is(err, control.ErrTimeout)) {
 		// Only on a 202: a refused create points nowhere new.
 		w.Header().Set("Location", "/api/v1/tasks/"+id)
@@ -56,6 +75,47 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 	default:
 		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "accepted", Accepted: ans.Accepted})
 	}
+}
+
+// MaxIdempotencyKey bounds the Idempotency-Key header.
+const MaxIdempotencyKey = 200
+
+// rawBodyKey holds, in a request's context, a *[]byte that readBody fills
+// with the body it read: idempotentID hashes it.
+type rawBodyKey struct{}
+
+// idempotentID returns the command id of a request with an
+// Idempotency-Key header, "" without one, or answers 400 to a key that is
+// empty, too long, not visible ASCII, or given twice.
+func idempotentID(w http.ResponseWriter, r *http.Request, verb events.Verb, id string) (string, bool) {
+	keys := r.Header.Values("Idempotency-Key")
+	if len(keys) == 0 {
+		return "", true
+	}
+	key := keys[0]
+	rule := ""
+	switch {
+	case len(keys) > 1:
+		rule = fmt.Sprintf("given %d times: send one", len(keys))
+	case key == "" || len(key) > MaxIdempotencyKey:
+		rule = fmt.Sprintf("must be 1-%d characters, got %d", MaxIdempotencyKey, len(key))
+	case strings.IndexFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) >= 0:
+		rule = "must be visible ASCII characters (no spaces)"
+	}
+	if rule != "" {
+		writeError(w, http.StatusBadRequest, "Idempotency-Key", rule)
+		return "", false
+	}
+	var body []byte
+	if b, ok := r.Context().Value(rawBodyKey{}).(*[]byte); ok {
+		body = *b
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(verb.Type()), []byte(id), []byte(r.URL.RawQuery), []byte(key), body} {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(part)))
+		h.Write(part)
+	}
+	return "api-idem:" + hex.EncodeToString(h.Sum(nil)), true
 }
 
 // existing answers 404 and returns false unless task id exists. Commands

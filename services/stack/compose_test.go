@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,11 +58,15 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		}
 	})
 	base := "http://" + api.API.Addr()
+	idempotencyKey := ""
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()
 		req, err := http.NewRequestWithContext(context.Background(), method, base+path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if idempotencyKey != "" {
+			req.Header.Set("Idempotency-Key", idempotencyKey)
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
@@ -134,6 +139,14 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 	call("POST", "/api/v1/tasks/ok/hint", `{"interval":"1s","ttl":"1m"}`, http.StatusAccepted)
 	call("POST", "/api/v1/tasks/ok/resume", ``, http.StatusAccepted)
 	call("POST", "/api/v1/tasks/ok/run-now", ``, http.StatusAccepted)
+	// A request retried with its Idempotency-Key is a duplicate: its
+	// answer is read back from TASKS.
+	idempotencyKey = "compose-run-now"
+	first := call("POST", "/api/v1/tasks/ok/run-now", ``, http.StatusAccepted)
+	if again := call("POST", "/api/v1/tasks/ok/run-now", ``, http.StatusAccepted); !bytes.Contains(again, []byte(`"status":"accepted"`)) || !bytes.Equal(again, first) {
+		t.Fatalf("run-now retried with its Idempotency-Key: %s, want the first answer %s", again, first)
+	}
+	idempotencyKey = ""
 
 	// A command from the CLI's user, as `flyball task pause` sends it.
 	cliNC, cliJS := srv.Connect(t, "cli")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // ErrTimeout is returned when no answer arrives in time. The command was
@@ -40,10 +41,18 @@ type Client struct {
 // wait <= 0 returns right after the command is stored. It returns the
 // command's event id.
 func (c *Client) Send(ctx context.Context, verb events.Verb, id string, data any, wait time.Duration) (string, *Answer, error) {
+	return c.SendID(ctx, verb, id, uuid.NewString(), data, wait)
+}
+
+// SendID is Send with the caller's command id (the event id and
+// Nats-Msg-Id, at most 256 bytes). A command sent again with the same id
+// within TASKS's duplicate window (2 minutes) is not stored again, and is
+// answered with the first one's verdict: a client that retries after a
+// timeout sends one command.
+func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string, data any, wait time.Duration) (string, *Answer, error) {
 	if !events.ValidToken(id) {
 		return "", nil, &events.FieldError{Field: "id", Rule: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", events.MaxIDLength, id)}
 	}
-	cmdID := uuid.NewString()
 	var sub *nats.Subscription
 	answers := make(chan *nats.Msg, 16)
 	if wait > 0 {
@@ -61,8 +70,21 @@ func (c *Client) Send(ctx context.Context, verb events.Verb, id string, data any
 	if src == "" {
 		src = "flyball/cli"
 	}
-	if err := jsutil.PublishEvent(ctx, c.JS, events.TaskSubject(verb, id), cmdID, verb.Type(), src, id, data, time.Now().UTC()); err != nil {
+	start := time.Now().UTC()
+	body, err := events.Marshal(verb.Type(), src, id, data, start, cmdID)
+	if err != nil {
 		return "", nil, err
+	}
+	ack, err := jsutil.Publish(ctx, c.JS, events.TaskSubject(verb, id), cmdID, body)
+	if err != nil {
+		return "", nil, err
+	}
+	if ack.Duplicate && wait > 0 {
+		// The first command was stored within the duplicate window; its
+		// answer may be stored already, before the subscription began.
+		if a, err := c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback)); err != nil || a != nil {
+			return cmdID, a, err
+		}
 	}
 	if wait <= 0 {
 		return cmdID, nil, nil
@@ -81,6 +103,48 @@ func (c *Client) Send(ctx context.Context, verb events.Verb, id string, data any
 			}
 		}
 	}
+}
+
+// duplicateLookback is how far back storedAnswer looks: TASKS's duplicate
+// window (2 minutes) and a margin for clock skew and a slow answer.
+const duplicateLookback = 5 * time.Minute
+
+// storedAnswer finds the governor's answer to command cmdID of task id in
+// TASKS, stored at or after since, or returns nil.
+func (c *Client) storedAnswer(ctx context.Context, id, cmdID string, since time.Time) (*Answer, error) {
+	cons, err := c.JS.OrderedConsumer(ctx, streams.StreamTasks, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.TaskSubject(events.VerbAccepted, id), events.TaskSubject(events.VerbRejected, id)},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+		// Scan's threshold: the server removes it soon after.
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+	}
+	// The answers stored when the consumer was made; a later one reaches
+	// the subscription.
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+		}
+		n := uint64(0)
+		for m := range batch.Messages() {
+			n++
+			if a := match(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, cmdID); a != nil {
+				return a, nil
+			}
+		}
+		if err := batch.Error(); err != nil && n == 0 {
+			return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		pending -= min(n, pending)
+	}
+	return nil, nil
 }
 
 func match(m *nats.Msg, cmdID string) *Answer {
