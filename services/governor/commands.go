@@ -208,6 +208,9 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			return acc, err
 		}
 	}
+	if acc, err := s.repeatedCommand(ctx, step); acc != nil || err != nil {
+		return acc, err
+	}
 	existing, err := s.loadSpec(ctx, id)
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
@@ -224,7 +227,8 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	case gov.KindAccepted:
 		// A spec with no schedule is a creation interrupted between its two
 		// writes (this command redelivered): finish it. A spec with a
-		// schedule written by another command is a real duplicate.
+		// schedule written by another command is a real duplicate (a copy
+		// of the one that wrote it was answered by repeatedCommand).
 		if exists {
 			if st, ok := s.loadState(ctx, id); ok && st.LastCommandID != step.CommandID {
 				return nil, reject("id", fmt.Sprintf("task %q already exists; publish task.updated to change it", id))
@@ -331,12 +335,44 @@ func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAcce
 	}
 	s.log.Info("redelivered command is older than the task's last one; acknowledged without applying it",
 		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "lastCommandId", st.LastCommandID, "lastCommandSeq", st.LastCommandSeq)
+	return unapplied(step, &st, why), nil
+}
+
+// unapplied is the answer to a command acked without effect, for why: the
+// task's schedule st as it stands.
+func unapplied(step Step, st *gov.State, why string) *events.TaskAccepted {
 	acc := &events.TaskAccepted{ID: step.TaskID, Command: step.CommandType, CommandID: step.CommandID, Source: string(st.Source), Trail: []string{why}}
 	if !st.NextRunAt.IsZero() {
 		t := st.NextRunAt
 		acc.NextRunAt = &t
 	}
-	return acc, nil
+	return acc
+}
+
+// repeatedCommand answers, without applying it again, a second stored copy
+// of the last command applied to the task's schedule: a command other than
+// a delete with its id at another stream sequence (`nats pub` run twice
+// with one event id, an HTTP retry with one Idempotency-Key after TASKS's
+// duplicate window). Its decision would be ignored (Step.repeats), but a
+// creation's or update's spec was written before it: a creation's with the
+// copy's own time as createdAt, while the schedule kept the first one's,
+// and the executor, comparing the two for every dispatch, read the
+// schedule and the spec from KV again before every run. The applied message delivered again
+// (same sequence) still goes through, to finish writes its first delivery
+// may have left undone (a pause's hint). A delete is applied whatever its
+// id. It returns nil, nil for a command to apply.
+func (s *Service) repeatedCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
+	if step.CommandID == "" || step.Seq == 0 || step.Input.Kind == gov.KindDeleted {
+		return nil, nil
+	}
+	st, rev, err := s.readState(ctx, step.TaskID)
+	if err != nil || rev == 0 || st.LastCommandID != step.CommandID || st.LastCommandSeq == step.Seq {
+		return nil, err
+	}
+	s.log.Info("command already applied; acknowledged without applying it again",
+		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "lastCommandSeq", st.LastCommandSeq)
+	return unapplied(step, &st, fmt.Sprintf("no change: command %q was applied already (stream sequence %d); one event id is one command, send a new id for another",
+		step.CommandID, st.LastCommandSeq)), nil
 }
 
 // deletedSince answers a redelivered task.created of a task with no

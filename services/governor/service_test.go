@@ -205,14 +205,17 @@ func TestPauseHintFollowsThePause(t *testing.T) {
 	}
 
 	// The paused schedule is stored but its hint is gone (deleted by hand
-	// here). The command redelivered (same id, so its decision is ignored)
-	// writes the hint again.
-	command(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-3", events.TaskPause{ID: "p"})
+	// here). The command redelivered (its decision is ignored: it is the
+	// last one applied) writes the hint again.
+	pause3 := publish(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-3", events.TaskPause{ID: "p"})
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, pause3)
 	if err := s.pauses.Delete(t.Context(), "p"); err != nil {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 5*time.Second, "the governor's view sees the hint gone", func() bool { return !s.pauseHints.Lookup("p").Found })
-	command(t, js, events.VerbPaused, events.TypeTaskPaused, "p", "pause-3", events.TaskPause{ID: "p"})
+	if _, err := s.applyCommand(t.Context(), stepOf(t, redeliverSeq(t, js, streams.StreamTasks, events.TaskSubject(events.VerbPaused, "p"), pause3))); err != nil {
+		t.Fatal(err)
+	}
 	if h := hint(t, s, "p"); h == nil {
 		t.Fatal("the redelivered pause did not restore its hint")
 	}

@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
@@ -345,4 +347,46 @@ func TestInvalidStoredSpecIsSkippedWithItsReason(t *testing.T) {
 	putJSON(t, e.srv.JS, streams.BucketTasks, "valid", events.TaskSpec{ID: "valid", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
 	dispatchAt(t, e.srv.JS, "valid", time.Now().UTC())
 	natstest.Eventually(t, 10*time.Second, "the valid task is called", func() bool { return len(tg.Calls()) == 1 })
+}
+
+// TestTheSameCreationStoredTwiceKeepsTheTaskRunning: a task.created stored
+// a second time with the same event id (the README's `nats pub` run
+// twice; it sets no Nats-Msg-Id) must change nothing. The governor wrote
+// the spec again with the copy's time as createdAt while the schedule
+// kept the first one's; the task kept running only because the executor,
+// finding the two apart on every dispatch, read the schedule and the spec
+// from KV again for each run.
+func TestTheSameCreationStoredTwiceKeepsTheTaskRunning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tg := newScripted(t, 200)
+	data := fmt.Sprintf(`{"id":"twice","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, tg.srv.URL)
+	e.create("twice", data)
+	natstest.Eventually(t, 15*time.Second, "the task's first run", func() bool { return len(tg.Calls()) >= 1 })
+	ack, err := e.srv.JS.Publish(t.Context(), "flyball.task.created.twice", createdEvent("twice", data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, e.srv.JS, streams.StreamTasks, streams.ConsumerGovernor, ack.Sequence)
+	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(t.Context(), "twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec gov.StoredSpec
+	if err := json.Unmarshal(ent.Value(), &spec); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.storedSchedule("twice"); !spec.CreatedAt.Equal(st.CreatedAt) {
+		t.Fatalf("after the copy the spec names createdAt %v and the schedule %v", spec.CreatedAt, st.CreatedAt)
+	}
+	skipped := e.collect("flyball.run.skipped.twice")
+	after := len(tg.Calls())
+	natstest.Eventually(t, 15*time.Second, "three runs after the copy", func() bool { return len(tg.Calls()) >= after+3 })
+	if s := skipped(); len(s) > 0 {
+		t.Fatalf("runs skipped after the copy: %q", runsOf(t, s)[0].Reason)
+	}
 }
