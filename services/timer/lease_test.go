@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -177,4 +179,80 @@ func TestLeasedTimerWithoutWatchPermissionFailsToStart(t *testing.T) {
 	if err := start(admin); err != nil {
 		t.Fatalf("start with every permission: %v", err)
 	}
+}
+
+// slowStatusKV is the real schedules bucket whose Status hangs until its
+// context ends, as a stream info request does while JetStream is slow
+// (nats.go gives up after its 5 s API timeout, longer than a 3 s lease).
+type slowStatusKV struct {
+	jetstream.KeyValue
+	calls atomic.Int32
+}
+
+func (k *slowStatusKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
+	k.calls.Add(1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestSlowPresizeDoesNotStopTheLeaseRenewals: a holder that takes the
+// lease sizes its map from the bucket's status before it loads the
+// schedules. That request must not hold up the renewals: a holder that
+// stops renewing while it still reports dispatching lets a standby take
+// the lease after its TTL, and both publish.
+func TestSlowPresizeDoesNotStopTheLeaseRenewals(t *testing.T) {
+	const ttl = time.Second
+	srv := natstest.StartWithStreams(t)
+	slow := &slowStatusKV{}
+	a, err := New(Config{JS: srv.JS, Instance: "timer-a", Metrics: metrics.New(), RetryDelay: 20 * time.Millisecond, Lease: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.tuneFollow = func(f *kvcache.Follower) {
+		slow.KeyValue = f.KV
+		f.KV = slow
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	natstest.Eventually(t, within, "timer-a takes the free lease", func() bool { return dispatching(a) })
+	natstest.Eventually(t, within, "timer-a asks for the bucket's status", func() bool { return slow.calls.Load() > 0 })
+	b := startLeased(t, srv.JS, "timer-b", ttl)
+
+	leases, err := srv.JS.KeyValue(context.Background(), streams.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := leases.Watch(context.Background(), streams.LeaseTimer, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	// Six renewals span two TTLs: a holder stuck in its status request
+	// makes none, and timer-b takes the lease after one TTL.
+	renewals := 0
+	deadline := time.After(within)
+	for renewals < 6 {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue
+			}
+			if got := string(e.Value()); got != "timer-a" || e.Operation() != jetstream.KeyValuePut {
+				t.Fatalf("lease written %s %q after %d renewals by timer-a, which still reports dispatching %v (timer-b %v)",
+					e.Operation(), got, renewals, dispatching(a), dispatching(b))
+			}
+			renewals++
+		case <-deadline:
+			t.Fatalf("timer-a renewed the lease %d times in %s while its status request hung (dispatching: a %v, b %v)",
+				renewals, within, dispatching(a), dispatching(b))
+		}
+	}
+	if dispatching(b) {
+		t.Fatal("timer-b dispatches while timer-a renews the lease")
+	}
+	// The status request gives up and timer-a loads the schedules anyway.
+	putDue(t, srv.JS, "due", 5)
+	natstest.Eventually(t, within, "timer-a dispatches after its status request gave up", func() bool { return results(a)[resultNew] == 5 })
 }

@@ -166,6 +166,10 @@ const (
 	// second, and a publish lost in a leader election is the case to
 	// recover from quickly.
 	defaultAckTimeout = 3 * time.Second
+	// presizeTimeout bounds the bucket status request that sizes the
+	// schedules' map (presize): a healthy server answers in milliseconds,
+	// and one that does not only delays the load that follows.
+	presizeTimeout = 2 * time.Second
 	// maxSources bounds the intern table; the governor writes about twenty
 	// distinct sources, so only junk values could pass it.
 	maxSources = 256
@@ -240,11 +244,15 @@ func (s *Service) onLease(held bool) {
 	if s.unfollow != nil {
 		return
 	}
-	s.presize(s.runCtx, s.follower.KV)
 	ctx, cancel := context.WithCancel(s.runCtx)
 	done := make(chan struct{})
 	s.Go(func() {
 		defer close(done)
+		// Sized here, not on the lease's goroutine: that goroutine renews
+		// nothing until onLease returns, and a status request that hangs
+		// (up to nats.go's 5 s API timeout, longer than a 3 s lease) would
+		// let a standby take the lease while this timer dispatches.
+		s.presize(ctx, s.follower.KV)
 		s.follower.Run(ctx)
 	})
 	s.unfollow = func() { cancel(); <-done }
@@ -330,7 +338,12 @@ func (s *Service) Start(ctx context.Context) error {
 // watch delivers them: growing a map of a million entries step by step
 // rehashes and copies it over and over, and leaves it and the heap's
 // backing array up to twice the size they need.
+//
+// It waits at most presizeTimeout for the bucket's status: the load does
+// not need it.
 func (s *Service) presize(ctx context.Context, kv jetstream.KeyValue) {
+	ctx, cancel := context.WithTimeout(ctx, presizeTimeout)
+	defer cancel()
 	st, err := kv.Status(ctx)
 	if err != nil {
 		s.log.Debug("bucket status unavailable; not pre-sizing", "err", err)

@@ -44,7 +44,10 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// OnChange is called, from Run's goroutine, each time this replica
-	// takes the lease (true) or loses or gives it up (false).
+	// takes the lease (true) or loses or gives it up (false). Run renews
+	// nothing until it returns, so it must not wait on the network: a
+	// holder held up in it for TTL is taken over while it still believes
+	// it holds the lease.
 	OnChange func(held bool)
 	// now is the clock (tests).
 	now func() time.Time
