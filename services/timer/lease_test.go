@@ -14,6 +14,7 @@ import (
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
+	"github.com/flyballhq/flyball/services/internal/lease"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -239,7 +240,7 @@ func TestSlowPresizeDoesNotStopTheLeaseRenewals(t *testing.T) {
 			if e == nil {
 				continue
 			}
-			if got := string(e.Value()); got != "timer-a" || e.Operation() != jetstream.KeyValuePut {
+			if got := lease.HolderOf(e.Value()); got != "timer-a" || e.Operation() != jetstream.KeyValuePut {
 				t.Fatalf("lease written %s %q after %d renewals by timer-a, which still reports dispatching %v (timer-b %v)",
 					e.Operation(), got, renewals, dispatching(a), dispatching(b))
 			}
@@ -255,4 +256,32 @@ func TestSlowPresizeDoesNotStopTheLeaseRenewals(t *testing.T) {
 	// The status request gives up and timer-a loads the schedules anyway.
 	putDue(t, srv.JS, "due", 5)
 	natstest.Eventually(t, within, "timer-a dispatches after its status request gave up", func() bool { return results(a)[resultNew] == 5 })
+}
+
+// TestRestartedHolderWaitsOutItsOwnLease: a holder that crashes and
+// restarts under the same instance name does not take its old lease back
+// at once. It cannot tell a crashed process from one that is only cut off
+// from NATS and still dispatching, so it waits, as any standby does, until
+// the key has gone unrenewed for the lease's duration.
+func TestRestartedHolderWaitsOutItsOwnLease(t *testing.T) {
+	const ttl = 2 * time.Second
+	srv := natstest.StartWithStreams(t)
+	nc, js := srv.Connect(t)
+	old := startLeased(t, js, "timer-a", ttl)
+	natstest.Eventually(t, within, "timer-a takes the free lease", func() bool { return dispatching(old) })
+	putDue(t, srv.JS, "before", 5)
+	natstest.Eventually(t, within, "timer-a dispatches", func() bool { return results(old)[resultNew] == 5 })
+	// A crash: the connection goes, and the stop cannot release the key.
+	nc.Close()
+	old.Stop()
+
+	restarted := time.Now()
+	again := startLeased(t, srv.JS, "timer-a", ttl)
+	putDue(t, srv.JS, "after", 5)
+	natstest.Eventually(t, within, "the restarted timer-a dispatches", func() bool { return results(again)[resultNew] == 5 })
+	gap := time.Since(restarted)
+	t.Logf("the restarted holder dispatched %s after its start (lease %s)", gap.Round(time.Millisecond), ttl)
+	if gap < ttl {
+		t.Fatalf("the restarted holder dispatched %s after its start, before its old lease had gone unrenewed for %s", gap, ttl)
+	}
 }

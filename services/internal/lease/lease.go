@@ -13,15 +13,24 @@
 //
 // A holder that stops releases the key (a delete with its revision), so a
 // replica that stands by takes over at its next read instead of after
-// TTL. Holder names must differ between replicas: a holder whose
-// renewal was stored but whose reply was lost recognises the key by its
-// name.
+// TTL.
+//
+// The key's value is the holder's name and a token drawn at random by
+// each Run ("timer1#5c0f9a3e"), so a process recognises its own writes
+// and no other's, even one of the same name: a holder whose renewal was
+// stored but whose reply was lost recognises the key by it. A restarted
+// holder cannot tell whether the process it replaces is gone, or only
+// stalled or cut off from NATS and still dispatching, so it waits out the
+// TTL like any other replica.
 package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,8 +44,9 @@ type Config struct {
 	KV jetstream.KeyValue
 	// Key names the lease, one per kind of work ("timer"). Required.
 	Key string
-	// Holder names this replica; it is the key's value while it holds
-	// the lease, so `nats kv get flyball-leases <key>` shows who holds it.
+	// Holder names this replica; with the token of its Run it is the
+	// key's value while it holds the lease, so `nats kv get
+	// flyball-leases <key>` shows who holds it (HolderOf reads it).
 	Holder string
 	// TTL is how long the key may go unchanged before another replica
 	// takes the lease. Required.
@@ -58,9 +68,11 @@ const releaseTimeout = 2 * time.Second
 
 // state is one replica's view of the lease.
 type state struct {
-	cfg  Config
-	log  *slog.Logger
-	held bool
+	cfg Config
+	log *slog.Logger
+	// value is what this replica writes: Holder#token.
+	value []byte
+	held  bool
 	// rev is the key's revision this replica wrote last (held) or saw last
 	// (not held); seen is when it first saw rev while not holding, and
 	// renewed when it last wrote rev while holding.
@@ -76,7 +88,8 @@ func Run(ctx context.Context, cfg Config) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	st := &state{cfg: cfg, log: cfg.Logger.With("lease", cfg.Key, "holder", cfg.Holder)}
+	value := cfg.Holder + tokenSep + newToken()
+	st := &state{cfg: cfg, value: []byte(value), log: cfg.Logger.With("lease", cfg.Key, "holder", value)}
 	t := time.NewTicker(cfg.TTL / 3)
 	defer t.Stop()
 	for {
@@ -99,13 +112,13 @@ func (st *state) step(ctx context.Context) {
 	defer cancel()
 	now := st.cfg.now()
 	if st.held {
-		rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), st.rev)
+		rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, st.rev)
 		switch {
 		case err == nil:
 			st.rev, st.renewed = rev, now
 		case jsutil.IsCASConflict(err) && st.wroteLast(ctx):
 			// A renewal stored whose reply was lost moved the revision
-			// past ours: the key still names this replica.
+			// past ours: the key still holds this Run's value.
 			st.renewed = now
 		case jsutil.IsCASConflict(err) || jsutil.IsKeyMissing(err):
 			st.lose("lease taken by another replica")
@@ -122,31 +135,34 @@ func (st *state) step(ctx context.Context) {
 	switch {
 	case jsutil.IsKeyMissing(err):
 		// Never held, or released by a holder that stopped.
-		if rev, err := st.cfg.KV.Create(ctx, st.cfg.Key, []byte(st.cfg.Holder)); err == nil {
+		if rev, err := st.cfg.KV.Create(ctx, st.cfg.Key, st.value); err == nil {
 			st.take(rev, now, "lease was free")
 		}
 	case err != nil:
 		st.log.Debug("lease unreadable; standing by", "err", err)
-	case e.Revision() == st.rev && string(e.Value()) == st.cfg.Holder:
+	case e.Revision() == st.rev && string(e.Value()) == string(st.value):
 		// This replica stood down when it could not renew, and nobody has
 		// written the key since: it is still this replica's.
-		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), e.Revision()); err == nil {
+		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, e.Revision()); err == nil {
 			st.take(rev, now, "lease still held after renewals failed")
 		}
 	case e.Revision() != st.rev || st.seen.IsZero():
 		st.rev, st.seen = e.Revision(), now
 	case now.Sub(st.seen) >= st.cfg.TTL:
-		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, []byte(st.cfg.Holder), e.Revision()); err == nil {
+		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, e.Revision()); err == nil {
 			st.take(rev, now, "lease holder silent for its TTL", "previous", string(e.Value()))
 		}
 	}
 }
 
-// wroteLast reports whether the key names this replica at a revision
-// past the one it last wrote, and adopts that revision if so.
+// wroteLast reports whether the key holds this Run's value at a revision
+// past the one it last wrote, and adopts that revision if so. The name
+// alone would not do: another process of the same name (a restart while
+// the old one was cut off, or two replicas given one name) that took the
+// lease would be adopted, and both would hold it for good.
 func (st *state) wroteLast(ctx context.Context) bool {
 	e, err := st.cfg.KV.Get(ctx, st.cfg.Key)
-	if err != nil || string(e.Value()) != st.cfg.Holder || e.Revision() <= st.rev {
+	if err != nil || string(e.Value()) != string(st.value) || e.Revision() <= st.rev {
 		return false
 	}
 	st.rev = e.Revision()
@@ -188,4 +204,24 @@ func (st *state) release() {
 		return
 	}
 	st.log.Info("released the lease")
+}
+
+// tokenSep separates the holder's name from its Run's token in the key.
+const tokenSep = "#"
+
+// newToken draws the token of one Run.
+func newToken() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// HolderOf reads the holder's name from a lease key's value: the value
+// up to its token, or the whole value as written before tokens.
+func HolderOf(value []byte) string {
+	v := string(value)
+	if i := strings.LastIndex(v, tokenSep); i >= 0 {
+		return v[:i]
+	}
+	return v
 }

@@ -31,7 +31,7 @@ func newReplica(t *testing.T, kv jetstream.KeyValue, holder string) *replica {
 		KV: kv, Key: "timer", Holder: holder, TTL: ttl,
 		OnChange: func(held bool) { r.changes = append(r.changes, held) },
 		now:      func() time.Time { return r.clock },
-	}}
+	}, value: []byte(holder + tokenSep + newToken())}
 	r.log = quiet
 	return r
 }
@@ -54,7 +54,7 @@ func holder(t *testing.T, kv jetstream.KeyValue) string {
 	if err != nil {
 		t.Fatalf("get lease: %v", err)
 	}
-	return string(e.Value())
+	return HolderOf(e.Value())
 }
 
 func TestFreeLeaseIsTakenAndRenewalsKeepOthersOut(t *testing.T) {
@@ -127,7 +127,7 @@ func TestRenewalWhoseReplyWasLostKeepsTheLease(t *testing.T) {
 	ctx := context.Background()
 	a := newReplica(t, kv, "timer-a")
 	a.step(ctx)
-	if _, err := kv.Update(ctx, "timer", []byte("timer-a"), a.rev); err != nil {
+	if _, err := kv.Update(ctx, "timer", a.value, a.rev); err != nil {
 		t.Fatal(err)
 	}
 	a.advance(ttl / 3)
@@ -300,3 +300,53 @@ func TestRunTakesAndReleases(t *testing.T) {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// TestSameNameDoesNotShareTheLease: two processes of one name (a holder
+// restarted while the old process was only stalled or cut off, or two
+// replicas given one name) never both keep the lease. The second finds
+// its own name in the key but not its run's token: it waits for TTL like
+// any standby, instead of taking the key back at its second read as one
+// it had held itself. When the first wakes, its renewal fails and the key
+// is not its run's, so it stands by instead of adopting the other's writes
+// as renewals of its own whose reply was lost.
+func TestSameNameDoesNotShareTheLease(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a, b := newReplica(t, kv, "timer-a"), newReplica(t, kv, "timer-a")
+	a.step(ctx)
+	b.step(ctx)
+	// a misses one renewal, well within its TTL: it still dispatches.
+	b.advance(ttl / 3)
+	b.step(ctx)
+	if b.held {
+		t.Fatalf("b took the lease of a live holder of its name after %s, within the holder's TTL (%s)", ttl/3, ttl)
+	}
+	b.advance(ttl - ttl/3)
+	b.step(ctx)
+	if !b.held {
+		t.Fatal("b did not take a lease silent for its TTL")
+	}
+	for round := range 6 {
+		a.advance(ttl / 3)
+		a.step(ctx)
+		b.advance(ttl / 3)
+		b.step(ctx)
+		if a.held && b.held {
+			t.Fatalf("round %d: both processes named timer-a hold the lease", round)
+		}
+	}
+	if a.held || !b.held {
+		t.Fatalf("held: a %v, b %v; want b alone", a.held, b.held)
+	}
+}
+
+func TestHolderOf(t *testing.T) {
+	t.Parallel()
+	for value, want := range map[string]string{
+		"timer1#5c0f9a3e": "timer1", "a#b#5c0f9a3e": "a#b", "timer1": "timer1", "": "",
+	} {
+		if got := HolderOf([]byte(value)); got != want {
+			t.Errorf("HolderOf(%q) = %q, want %q", value, got, want)
+		}
+	}
+}

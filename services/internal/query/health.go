@@ -16,6 +16,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/lease"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -267,10 +268,11 @@ func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
 	return sh, nil
 }
 
-// timerLease reads the name of the timer holding the lease: "" when no
-// timer holds it, or the bucket does not exist (streams ensured by a
-// version before the lease). It is bound on each call, so a reader that
-// started before the bucket existed sees it once it does.
+// timerLease reads the name of the timer holding the lease, without its
+// run's token (lease.HolderOf): "" when no timer holds it, or the bucket
+// does not exist (streams ensured by a version before the lease). It is
+// bound on each call, so a reader that started before the bucket existed
+// sees it once it does.
 func (r *Reader) timerLease(ctx context.Context) (string, error) {
 	kv, err := r.js.KeyValue(ctx, streams.BucketLeases)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -286,7 +288,7 @@ func (r *Reader) timerLease(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read KV %s: %w", streams.BucketLeases, err)
 	}
-	return string(e.Value()), nil
+	return lease.HolderOf(e.Value()), nil
 }
 
 // Expectation is the cadence a task's staleness is measured against: its

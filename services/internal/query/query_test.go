@@ -486,7 +486,7 @@ func TestHealthNamesTheTimerLeaseHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Create(b.ctx, streams.LeaseTimer, []byte("timer2")); err != nil {
+	if _, err := kv.Create(b.ctx, streams.LeaseTimer, []byte("timer2#5c0f9a3e")); err != nil {
 		t.Fatal(err)
 	}
 	h, err := b.r.Health(b.ctx)
