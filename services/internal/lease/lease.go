@@ -108,21 +108,31 @@ func Run(ctx context.Context, cfg Config) {
 func (st *state) step(ctx context.Context) {
 	// Each step ends before the next is due: a request that hangs must
 	// not hold up the renewals after it.
-	ctx, cancel := context.WithTimeout(ctx, st.cfg.TTL/3)
-	defer cancel()
+	timeout := st.cfg.TTL / 3
 	now := st.cfg.now()
 	if st.held {
+		// A renewal waits at most for what is left of the TTL: a standby
+		// that saw the last renewal may take the lease then, and this
+		// replica must have given it up by that time, not a timeout later.
+		if left := st.cfg.TTL - now.Sub(st.renewed); left < timeout {
+			timeout = max(left, 0)
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, st.rev)
 		switch {
 		case err == nil:
 			st.rev, st.renewed = rev, now
 		case jsutil.IsCASConflict(err) && st.wroteLast(ctx):
 			// A renewal stored whose reply was lost moved the revision
-			// past ours: the key still holds this Run's value.
-			st.renewed = now
+			// past ours: the key still holds this Run's value. When it
+			// was stored is not known, so the TTL still runs from the
+			// last renewal confirmed; the next renewal, from the revision
+			// adopted, resets it.
 		case jsutil.IsCASConflict(err) || jsutil.IsKeyMissing(err):
 			st.lose("lease taken by another replica")
-		case now.Sub(st.renewed) >= st.cfg.TTL:
+		case st.cfg.now().Sub(st.renewed) >= st.cfg.TTL:
+			// The clock is read again: the renewal took time.
 			// Another replica may have taken it by now: stand by until the
 			// key can be read again.
 			st.lose("lease not renewed for its TTL", "err", err)
@@ -131,6 +141,8 @@ func (st *state) step(ctx context.Context) {
 		}
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	e, err := st.cfg.KV.Get(ctx, st.cfg.Key)
 	switch {
 	case jsutil.IsKeyMissing(err):

@@ -350,3 +350,53 @@ func TestHolderOf(t *testing.T) {
 		}
 	}
 }
+
+// hangingKV is the real bucket whose updates, while hang is set, hang
+// until their context ends, as on a connection that went quiet; instead
+// of waiting, each moves the replica's clock on by the time it was given.
+type hangingKV struct {
+	jetstream.KeyValue
+	r    *replica
+	hang bool
+}
+
+func (h *hangingKV) Update(ctx context.Context, key string, v []byte, rev uint64) (uint64, error) {
+	if !h.hang {
+		return h.KeyValue.Update(ctx, key, v, rev)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		// Read a moment after the deadline was set: round to the timeout.
+		h.r.advance(time.Until(d).Round(time.Millisecond))
+	}
+	return 0, context.DeadlineExceeded
+}
+
+// TestHolderWhoseRenewalsHangStopsAtItsTTL: a holder whose renewals hang
+// gives the lease up by TTL after its last renewal, when a standby that
+// saw that renewal may take it, not up to a renewal's timeout later: a
+// renewal may only wait for what is left of the TTL, and the holder reads
+// its clock again after it.
+func TestHolderWhoseRenewalsHangStopsAtItsTTL(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	slow := &hangingKV{KeyValue: kv}
+	a, b := newReplica(t, slow, "timer-a"), newReplica(t, kv, "timer-b")
+	slow.r = a
+	a.step(ctx)
+	b.step(ctx)
+	slow.hang = true
+	// a's ticker fires every TTL/3; each renewal ends before the next.
+	for a.held {
+		due := a.clock.Add(ttl / 3)
+		a.step(ctx)
+		if a.held && a.clock.Sub(b.clock) >= ttl {
+			t.Fatalf("a still holds the lease %s after its last renewal, when b may take it", a.clock.Sub(b.clock))
+		}
+		if a.clock.Before(due) {
+			a.clock = due
+		}
+	}
+	if got := a.clock.Sub(b.clock); got > ttl+ttl/10 {
+		t.Fatalf("a gave the lease up %s after its last renewal, want by %s", got, ttl)
+	}
+}
