@@ -1,7 +1,6 @@
 package governor
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -35,16 +34,9 @@ func TestACreationStoredAgainKeepsTheTaskItsCreatedAt(t *testing.T) {
 	if err != nil || !again.CreatedAt.Equal(st.CreatedAt) {
 		t.Fatalf("schedule's createdAt after the copy: %v (%v), want %v", again.CreatedAt, err, st.CreatedAt)
 	}
-	ent, err := s.tasks.Get(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec gov.StoredSpec
-	if err := json.Unmarshal(ent.Value(), &spec); err != nil {
-		t.Fatal(err)
-	}
-	if !spec.CreatedAt.Equal(st.CreatedAt) {
+	spec := storedSpecCreatedAt(t, s, id)
+	if !spec.Equal(st.CreatedAt) {
 		t.Fatalf("spec's createdAt after the copy = %v, the schedule's %v: the executor checks every dispatch (which names the schedule's) against KV again",
-			spec.CreatedAt, st.CreatedAt)
+			spec, st.CreatedAt)
 	}
 }
