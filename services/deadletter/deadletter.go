@@ -141,16 +141,12 @@ func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatc
 		entry.LastFailedAt = entry.Errors[len(entry.Errors)-1].At
 		entry.Attempts = max(entry.Attempts, entry.Errors[len(entry.Errors)-1].Attempt)
 	}
-	id := EntryID(final.DispatchID)
-	body, err := events.Marshal(events.TypeDeadLettered, s.source, final.TaskID, entry, entry.DeadLetteredAt, id)
+	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.DeadLetterSubject(final.TaskID), EntryID(final.DispatchID),
+		events.TypeDeadLettered, s.source, final.TaskID, entry, entry.DeadLetteredAt)
 	if err != nil {
 		return false, err
 	}
-	ack, err := jsutil.Publish(ctx, s.cfg.JS, events.DeadLetterSubject(final.TaskID), id, body)
-	if err != nil {
-		return false, err
-	}
-	if ack.Duplicate {
+	if !stored {
 		// A redelivered final failure (its ack was lost, or the service
 		// stopped before it), or the advisory and the reconcile pass both
 		// at once: the entry is stored and was counted when it was.

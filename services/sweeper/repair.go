@@ -159,12 +159,18 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 		return
 	}
 	msgID := fmt.Sprintf("%s%s:%d", events.RepairCreatePrefix, id, ent.Revision())
-	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbCreated, id), msgID,
-		events.TypeTaskCreated, s.source, id, spec, now); err != nil {
+	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbCreated, id), msgID,
+		events.TypeTaskCreated, s.source, id, spec, now)
+	if err != nil {
 		s.cfg.Logger.Warn("missing schedule not repaired; next sweep retries", "task", id, "err", err)
 		return
 	}
 	delete(s.unscheduled, id) // the governor gets ZombieAfter before the next one
+	if !stored {
+		// Another sweeper replica published this repair (same spec
+		// revision) within TASKS's duplicate window: counted there.
+		return
+	}
 	s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing).Inc()
 	s.cfg.Logger.Warn("task had no schedule: re-published its task.created for the governor to schedule it", "task", id, "command", msgID)
 }

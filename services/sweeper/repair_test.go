@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -119,4 +120,47 @@ func taskBuckets(t *testing.T, js jetstream.JetStream) (tasks, schedules jetstre
 		t.Fatal(err)
 	}
 	return tasks, schedules
+}
+
+// TestAZombieReNudgedByTwoReplicasCountsOnce: two sweeper replicas that
+// both find a zombie, each before the other's re-dispatch shows in
+// DISPATCH (here: the first one's taken out again before the second
+// looks), publish the same dispatch ID. DISPATCH stores it once, and the
+// second, told it was a duplicate, must not count a second re-nudge:
+// flyball_zombies_renudged_total, summed over the replicas, said two.
+func TestAZombieReNudgedByTwoReplicasCountsOnce(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	now := time.Now().UTC()
+	tasks, schedules := taskBuckets(t, srv.JS)
+	if _, err := tasks.Put(ctx, "stuck", []byte(`{"id":"stuck","schedule":{"interval":"1h"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	st := gov.State{TaskID: "stuck", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-70 * time.Minute)}
+	if _, err := schedules.Put(ctx, "stuck", stateJSON(st)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startHourly(t, srv.JS), startHourly(t, srv.JS)
+	dispatch, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The replicas started with a sweep each; the zombie is re-nudged by
+	// whichever came first. Take its dispatch out, as if the second had
+	// checked DISPATCH before it was stored.
+	natstest.Eventually(t, 10*time.Second, "the first re-nudge", func() bool {
+		return testutil.ToFloat64(a.cfg.Metrics.ZombiesRenudged)+testutil.ToFloat64(b.cfg.Metrics.ZombiesRenudged) == 1
+	})
+	m, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("stuck"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dispatch.DeleteMsg(ctx, m.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	a.sweepTasks(ctx, now)
+	b.sweepTasks(ctx, now)
+	if n := testutil.ToFloat64(a.cfg.Metrics.ZombiesRenudged) + testutil.ToFloat64(b.cfg.Metrics.ZombiesRenudged); n != 1 {
+		t.Fatalf("flyball_zombies_renudged_total over both replicas = %v for one re-dispatch stored, want 1", n)
+	}
 }

@@ -313,9 +313,15 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
 		FiredAt: now, Source: string(st.Source), Reason: reason, TaskCreatedAt: st.CreatedAt.UTC(),
 	}
-	err := jsutil.PublishEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
+	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
 	if err != nil && !streams.IsSubjectFull(err) {
 		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
+		return
+	}
+	if err == nil && !stored {
+		// The same dispatch stored within DISPATCH's duplicate window (by
+		// another sweeper replica, or the timer): this sweep added
+		// nothing, and counted again it would show two repairs for one.
 		return
 	}
 	if lost {

@@ -107,12 +107,24 @@ func EventMsg(subject, msgID string, body []byte, extra ...string) *nats.Msg {
 // PublishEvent builds a structured CloudEvent and publishes it. The msgID is
 // both the event id and the Nats-Msg-Id, so a retried publish deduplicates.
 func PublishEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, typ, source, taskID string, data any, at time.Time) error {
+	_, err := PublishNewEvent(ctx, js, subject, msgID, typ, source, taskID, data, at)
+	return err
+}
+
+// PublishNewEvent is PublishEvent that also reports whether this publish
+// stored the event: false when the stream took it for a duplicate of one
+// stored within its duplicate window (an earlier try's, or another
+// replica's), which its caller must not count or announce again.
+func PublishNewEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, typ, source, taskID string, data any, at time.Time) (bool, error) {
 	body, err := events.Marshal(typ, source, taskID, data, at, msgID)
 	if err != nil {
-		return err
+		return false, err
 	}
-	_, err = Publish(ctx, js, subject, msgID, body)
-	return err
+	ack, err := Publish(ctx, js, subject, msgID, body)
+	if err != nil {
+		return false, err
+	}
+	return !ack.Duplicate, nil
 }
 
 // IsDuplicateInProcess reports JetStream error 10158: a message with the
