@@ -216,7 +216,8 @@ func (b *bundle) task(id, extra string) string {
 // TestRepairATaskWhoseStoredSpecDoesNotDecode: the executor skips the
 // runs of such a task and says "fix or re-create the task", but update,
 // delete and pause answered 503 "stored spec of task \"web\" does not
-// decode", so the API could not repair it.
+// decode", so the API could not repair it. GET shows the task with why
+// its spec is unreadable, and the list includes it.
 func TestRepairATaskWhoseStoredSpecDoesNotDecode(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 200)
@@ -227,6 +228,18 @@ func TestRepairATaskWhoseStoredSpecDoesNotDecode(t *testing.T) {
 	}
 	if _, err := kv.PutString(context.Background(), "web", "garbage"); err != nil {
 		t.Fatal(err)
+	}
+	// Shown, not hidden: GET answered 503 (try again later, for a state no
+	// retry changes), and the list left the task out.
+	got := b.call(t, http.MethodGet, "/api/v1/tasks/web", "")
+	expect(t, "get of the garbled spec", got, http.StatusOK, "")
+	if got.str("spec", "id") != "web" || !strings.HasPrefix(got.str("unreadable"), "stored spec does not decode: ") ||
+		!strings.Contains(got.str("unreadable"), "task.updated") || got.str("schedule", "source") == "" {
+		t.Fatalf("get of the garbled spec: %s, want its id, schedule and why it is unreadable", got.raw)
+	}
+	list := b.call(t, http.MethodGet, "/api/v1/tasks", "")
+	if list.status != http.StatusOK || !strings.Contains(string(list.raw), `"unreadable":"stored spec does not decode: `) {
+		t.Fatalf("list with the garbled spec: %d %s, want the task listed as unreadable", list.status, list.raw)
 	}
 	expect(t, "update", b.call(t, http.MethodPut, "/api/v1/tasks/web", b.task("web", "")), http.StatusAccepted, "")
 	expect(t, "get after the update", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusOK, "")

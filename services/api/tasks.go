@@ -125,8 +125,6 @@ func idempotentID(w http.ResponseWriter, r *http.Request, verb events.Verb, id s
 func (s *Service) existing(w http.ResponseWriter, r *http.Request, id string) bool {
 	_, err := s.q.Task(r.Context(), id)
 	switch {
-	case errors.Is(err, query.ErrBadSpec):
-		return true
 	case errors.Is(err, query.ErrNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
 		return false

@@ -167,7 +167,7 @@ func newTaskDeleteCmd() *cobra.Command {
 				// does this. A task whose spec does not decode exists.
 				if _, err := s.q.Task(ctx, id); errors.Is(err, query.ErrNotFound) {
 					return fmt.Errorf("no task %q (flyball task list shows the tasks)", id)
-				} else if err != nil && !errors.Is(err, query.ErrBadSpec) {
+				} else if err != nil {
 					return err
 				}
 				if _, err := s.command(ctx, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason}); err != nil {
@@ -268,6 +268,9 @@ func printTask(w io.Writer, v *query.TaskView, now time.Time) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	sp := v.Spec
 	row("id", sp.ID)
+	if v.Unreadable != "" {
+		row("UNREADABLE", v.Unreadable)
+	}
 	row("job", orDash(sp.Job))
 	row("labels", orDash(formatLabels(sp.Labels)))
 	row("target", describeTarget(sp.Target))
@@ -354,7 +357,11 @@ func newTaskListCmd() *cobra.Command {
 					if st := v.Schedule; st != nil {
 						next, src, last = fmtTime(st.NextRunAt), orDash(string(st.Source)), orDash(st.LastOutcome)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), describeSchedule(v.Spec.Schedule),
+					sched := describeSchedule(v.Spec.Schedule)
+					if v.Unreadable != "" {
+						sched = "UNREADABLE SPEC (flyball task get " + v.Spec.ID + ")"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), sched,
 						next, src, describeState(v.Schedule, time.Now()), last)
 				}
 				return tw.Flush()

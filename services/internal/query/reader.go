@@ -16,8 +16,8 @@ import (
 // ErrNotFound is returned when a task or a dead-letter entry does not exist.
 var ErrNotFound = errors.New("not found")
 
-// ErrBadSpec is wrapped by Task when the task's flyball-tasks value is
-// there but does not decode: the task exists, and can be updated or
+// ErrBadSpec begins TaskView.Unreadable: the task's flyball-tasks value is
+// there but does not decode. The task exists, and can be updated or
 // deleted.
 var ErrBadSpec = errors.New("stored spec does not decode")
 

@@ -18,6 +18,11 @@ import (
 type TaskView struct {
 	Spec     events.TaskSpec `json:"spec"`
 	Schedule *gov.State      `json:"schedule,omitempty"`
+	// Unreadable, when set, says why the stored spec does not decode
+	// (written by hand, or by another version): Spec holds only the ID,
+	// the executor skips the task's runs ("invalid stored spec"), and
+	// task.updated replaces the spec or task.deleted removes the task.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 // TaskFilter selects tasks. The zero value selects every task.
@@ -61,7 +66,8 @@ func ParseLabels(selectors []string) (map[string]string, error) {
 	return out, nil
 }
 
-// Task returns one task, or an error wrapping ErrNotFound.
+// Task returns one task, or an error wrapping ErrNotFound. A task whose
+// stored spec does not decode is returned with Unreadable set.
 func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 	ent, err := r.tasks.Get(ctx, id)
 	if jsutil.IsKeyMissing(err) {
@@ -72,7 +78,7 @@ func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 	}
 	var v TaskView
 	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
-		return nil, fmt.Errorf("%w: task %q: %w", ErrBadSpec, id, err)
+		v = TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(err)}
 	}
 	se, err := r.schedules.Get(ctx, id)
 	switch {
@@ -89,7 +95,7 @@ func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 
 // Tasks lists the tasks that match f, sorted by ID.
 func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
-	specs, _, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
+	specs, raw, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +114,27 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 		}
 		out = append(out, v)
 	}
+	if f.Job == "" && len(f.Labels) == 0 {
+		// A spec that does not decode has no job or labels to filter on,
+		// and left out of the list it was nowhere but in its skipped runs.
+		for id, e := range raw {
+			if _, ok := specs[id]; ok {
+				continue
+			}
+			var bad events.TaskSpec
+			v := TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(json.Unmarshal(e.Value(), &bad))}
+			if st, ok := states[id]; ok {
+				v.Schedule = &st
+			}
+			out = append(out, v)
+		}
+	}
 	slices.SortFunc(out, func(a, b TaskView) int { return strings.Compare(a.Spec.ID, b.Spec.ID) })
 	return out, nil
+}
+
+// unreadable is TaskView.Unreadable for a spec that failed to decode with
+// err, and what repairs it.
+func unreadable(err error) string {
+	return fmt.Sprintf("%s: %v; publish task.updated to replace it, or task.deleted", ErrBadSpec, err)
 }
