@@ -454,3 +454,15 @@ func TestDeadLetterRuntimeAndHealthRoutes(t *testing.T) {
 	expect(t, "delete the dead-lettered task", b.call(t, http.MethodDelete, "/api/v1/tasks/gone", ""), http.StatusAccepted, "")
 	expect(t, "retry after the task was deleted", b.call(t, http.MethodPost, fmt.Sprintf("/api/v1/deadletter/%d/retry", seq), ""), http.StatusNotFound, "seq")
 }
+
+// TestDeleteWithABodyIsRefused: DELETE reads its reason from ?reason=. A
+// body such as {"reason":"…"} (the way pause and resume take it) was
+// dropped without a word, and the task deleted with no reason recorded.
+func TestDeleteWithABodyIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 200)
+	expect(t, "create", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+	expect(t, "delete with a body", b.call(t, http.MethodDelete, "/api/v1/tasks/web", `{"reason":"retired"}`), http.StatusBadRequest, "body")
+	expect(t, "get after the refused delete", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusOK, "")
+	expect(t, "delete", b.call(t, http.MethodDelete, "/api/v1/tasks/web?reason=retired", ""), http.StatusAccepted, "")
+}

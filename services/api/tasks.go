@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
@@ -173,7 +174,20 @@ func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if ok && s.existing(w, r, id) {
+	if !ok {
+		return
+	}
+	// The reason is a query parameter: a body (`{"reason": …}`, as pause
+	// and resume take it) was dropped without a word.
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		writeError(w, http.StatusBadRequest, "body", "DELETE takes no body: give the reason as ?reason=…")
+		return
+	}
+	if s.existing(w, r, id) {
 		s.send(w, r, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: r.URL.Query().Get("reason")})
 	}
 }
