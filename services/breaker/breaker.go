@@ -356,6 +356,11 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 // transition: the executor lets the probe through an open breaker past
 // retryAt when the transition is late, so a probe may start before it.
 // While closed, any success resets the failure count, as it always did.
+//
+// A failure re-opens an open breaker past retryAt, or a half-open one,
+// only if its call started after the opening (or does not say when): a
+// call in flight when the breaker opened may fail long after retryAt (a
+// timeout), and is no probe.
 func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started, now time.Time) executor.BreakerRecord {
 	b.UpdatedAt = now
 	if ok {
@@ -367,9 +372,14 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started,
 	b.Failures++
 	switch b.State {
 	case events.BreakerOpen, events.BreakerHalfOpen:
-		if b.State == events.BreakerOpen && now.Before(b.RetryAt) {
+		if b.State == events.BreakerOpen && now.Before(b.RetryAt) ||
+			!started.IsZero() && started.Before(openedAt(b)) {
 			// A failure reported while open (an attempt already in flight
-			// when it opened) does not extend the delay.
+			// when it opened) does not extend the delay. Nor does one of a
+			// call that started before the opening and ends past retryAt:
+			// it is not the probe, and taking it for the probe's failure
+			// re-opened the breaker for twice as long, and the real probe,
+			// started before that re-opening, had its success ignored.
 			return b
 		}
 		d := min(b.OpenDelay*2, pol.MaxOpenDelay)

@@ -1,0 +1,47 @@
+package breaker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// TestFailureStartedBeforeTheOpeningDoesNotReopen: a failure whose call
+// started before the breaker opened (with scope host, another task's slow
+// call that times out long after the fast failures tripped the breaker)
+// was taken for the probe's failure once retryAt had passed: it re-opened
+// the half-open breaker with the delay doubled, and the real probe, which
+// started before that re-opening, then had its success ignored. Such a
+// failure says nothing about the target since the opening, as a success
+// of the same kind does not: it must leave the breaker half-open, and the
+// probe's success must close it.
+func TestFailureStartedBeforeTheOpeningDoesNotReopen(t *testing.T) {
+	h := newHarness(t)
+	spec := `{"id":"slow","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
+	if _, err := h.tasks.Put(t.Context(), "slow", []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now() // the slow call starts here
+	for range 3 {
+		h.outcomeOf(events.OutcomeFailed, "slow", "slow", time.Now())
+	}
+	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
+		b, _, _ := h.record("slow")
+		return b.State == events.BreakerHalfOpen
+	})
+	halfOpen, _, _ := h.record("slow")
+	probe := time.Now() // the probe starts here
+
+	// The slow call's failure arrives while the probe is in flight.
+	h.outcomeOf(events.OutcomeFailed, "slow", "slow", before)
+	if b, _, _ := h.record("slow"); b.State != events.BreakerHalfOpen || b.OpenDelay != halfOpen.OpenDelay || !b.RetryAt.Equal(halfOpen.RetryAt) {
+		t.Fatalf("a failure of a call started before the opening moved the half-open breaker to %s (openDelay %s, retryAt %s); want half-open with openDelay %s, retryAt %s",
+			b.State, b.OpenDelay, b.RetryAt, halfOpen.OpenDelay, halfOpen.RetryAt)
+	}
+	h.outcomeOf(events.OutcomeRecovered, "slow", "slow", probe)
+	if b, _, _ := h.record("slow"); b.State != events.BreakerClosed || b.Failures != 0 {
+		t.Fatalf("after the probe's success: %+v, want closed with 0 failures", b)
+	}
+}
