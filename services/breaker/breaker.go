@@ -236,8 +236,16 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 		case run.TaskCreatedAt.After(from.TaskCreatedAt):
 			base = decodeRecord(key, nil) // the old task's record: start closed
 		}
+		if !ok && base.State == events.BreakerClosed && !run.StartedAt.IsZero() && run.StartedAt.Before(base.ClosedAt) {
+			// A call in flight while the breaker was open, failing after
+			// the probe's success closed it: not a failure since.
+			return nil, errBeforeClose
+		}
 		to = base
 		to.BreakerRecord = Next(base.BreakerRecord, pol, ok, run.StartedAt, now)
+		if base.State != events.BreakerClosed && to.State == events.BreakerClosed {
+			to.ClosedAt = now
+		}
 		if own {
 			to.TaskCreatedAt = run.TaskCreatedAt
 		}
@@ -266,6 +274,10 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 	if errors.Is(err, jsutil.ErrNoChange) {
 		return nil
 	}
+	if errors.Is(err, errBeforeClose) {
+		s.cfg.Logger.Debug("failure of a call started before the breaker closed ignored", "key", key, "dispatch", run.DispatchID, "startedAt", run.StartedAt)
+		return nil
+	}
 	if errors.Is(err, errOtherTask) {
 		s.cfg.Logger.Info("outcome of a deleted task of the same ID ignored", "key", key, "dispatch", run.DispatchID, "taskCreatedAt", run.TaskCreatedAt)
 		return nil
@@ -284,6 +296,10 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 
 // errApplied ends apply's CAS for an outcome the record already applied.
 var errApplied = errors.New("outcome already applied")
+
+// errBeforeClose ends apply's CAS for a failure of a call that started
+// before the closed breaker last closed.
+var errBeforeClose = errors.New("failure of a call started before the closing")
 
 // errOtherTask ends apply's CAS for an outcome of a task deleted since.
 var errOtherTask = errors.New("outcome of another task of the same ID")

@@ -45,3 +45,42 @@ func TestFailureStartedBeforeTheOpeningDoesNotReopen(t *testing.T) {
 		t.Fatalf("after the probe's success: %+v, want closed with 0 failures", b)
 	}
 }
+
+// TestFailuresStartedBeforeTheClosingDoNotCount: calls in flight while a
+// breaker opened (with scope host, other tasks' calls to an overloaded
+// host that time out long after the fast failures tripped it) can fail
+// after the probe's success closed it. They were counted as failures
+// since the closing: failureThreshold of them opened the breaker again,
+// at a target whose probe had just succeeded. A failure of a call that
+// started before the closing must not count; one started after it does.
+func TestFailuresStartedBeforeTheClosingDoNotCount(t *testing.T) {
+	h := newHarness(t)
+	spec := `{"id":"slow","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
+	if _, err := h.tasks.Put(t.Context(), "slow", []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now() // the slow calls start here
+	for range 3 {
+		h.outcomeOf(events.OutcomeFailed, "slow", "slow", time.Now())
+	}
+	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
+		b, _, _ := h.record("slow")
+		return b.State == events.BreakerHalfOpen
+	})
+	h.outcomeOf(events.OutcomeRecovered, "slow", "slow", time.Now()) // the probe
+	if b, _, _ := h.record("slow"); b.State != events.BreakerClosed {
+		t.Fatalf("after the probe's success: %+v, want closed", b)
+	}
+	// The slow calls time out now.
+	for range 3 {
+		h.outcomeOf(events.OutcomeFailed, "slow", "slow", before)
+	}
+	if b, _, _ := h.record("slow"); b.State != events.BreakerClosed || b.Failures != 0 {
+		t.Fatalf("after 3 failures of calls started before the closing: %s with %d failures; want closed with 0", b.State, b.Failures)
+	}
+	// A call started after the closing counts.
+	h.outcomeOf(events.OutcomeFailed, "slow", "slow", time.Now())
+	if b, _, _ := h.record("slow"); b.State != events.BreakerClosed || b.Failures != 1 {
+		t.Fatalf("after a failure of a call started after the closing: %s with %d failures; want closed with 1", b.State, b.Failures)
+	}
+}

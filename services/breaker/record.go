@@ -35,6 +35,12 @@ type record struct {
 	// it existed): an outcome of an older task of the same ID is ignored,
 	// and the first outcome of a newer one starts from a closed breaker.
 	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
+	// ClosedAt is when an open or half-open breaker last closed (zero
+	// before it first did, and for records written before it existed):
+	// while closed, a failure of a call that started before it is not
+	// counted. That call was in flight while the breaker was open, and
+	// the success that closed it came later.
+	ClosedAt time.Time `json:"closedAt,omitzero"`
 }
 
 // storedTransition is a transition event as published on HEALTH.
