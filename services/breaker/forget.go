@@ -19,7 +19,7 @@ import (
 // the record. The deletes a watch replays (at start, or after a watch
 // ended) are left to the sweeper's orphan purge, so a start does not
 // write for every task ever deleted. Host-scoped records belong to no
-// task and stay.
+// task: the sweeper purges one once no task names its host.
 func (s *Service) watchDeletes(ctx context.Context, tasks jetstream.KeyValue) error {
 	live := false // the watch has delivered its snapshot; only the follower goroutine touches it
 	f := kvcache.Follower{

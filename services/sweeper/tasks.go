@@ -13,6 +13,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
@@ -33,9 +34,25 @@ type view struct {
 	// interval). Its size is capped by maxStale.
 	stale    map[string][]byte
 	caughtUp bool // the schedules watch has delivered every stored value
-	breakers map[string]events.BreakerState
+	breakers map[string]breakerSeen
+	// hostKeys is the host breaker key of each host-scoped task: a host
+	// breaker that none of them names is forgotten (hostBreakerIdle).
+	hostKeys map[string]string
 	ready    sync.WaitGroup
 }
+
+// breakerSeen is the part of a flyball-breakers record a sweep reads.
+type breakerSeen struct {
+	State     events.BreakerState `json:"state"`
+	UpdatedAt time.Time           `json:"updatedAt"`
+}
+
+// hostBreakerIdle is how long a host breaker that no task names must go
+// unwritten before the sweeper purges it: a task just created (its spec
+// not yet in the view) whose outcomes wrote it keeps it, and a host no
+// task uses any more does not keep an open or half-open breaker (and
+// flyball_breakers_open) for good.
+const hostBreakerIdle = 10 * time.Minute
 
 // maxStale bounds the undecoded schedules the view holds between sweeps
 // (about 1 KiB each); past it they are decoded at once.
@@ -60,7 +77,8 @@ type schedule struct {
 func newView() *view {
 	v := &view{
 		specs: map[string]query.Expectation{}, schedules: map[string]schedule{},
-		stale: map[string][]byte{}, breakers: map[string]events.BreakerState{},
+		stale: map[string][]byte{}, breakers: map[string]breakerSeen{},
+		hostKeys: map[string]string{},
 	}
 	v.ready.Add(3)
 	return v
@@ -120,13 +138,22 @@ func (s *Service) watchAll(ctx context.Context) error {
 	if err := s.watch(ctx, s.tasks, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.specs, e.Key())
+			delete(v.hostKeys, e.Key())
 			return
 		}
 		var spec events.TaskSpec
 		if json.Unmarshal(e.Value(), &spec) == nil {
 			v.specs[e.Key()] = query.Expect(&spec)
+			if key := executor.BreakerKey(&spec); key != spec.ID {
+				v.hostKeys[e.Key()] = key
+			} else {
+				delete(v.hostKeys, e.Key())
+			}
 		}
-	}, forget(v.specs), nil, v.ready.Done); err != nil {
+	}, func(keep func(string) bool) {
+		forget(v.specs)(keep)
+		forget(v.hostKeys)(keep)
+	}, nil, v.ready.Done); err != nil {
 		return err
 	}
 	// Schedules start watched; pickScheduleSource may switch to scans.
@@ -141,11 +168,9 @@ func (s *Service) watchAll(ctx context.Context) error {
 			delete(v.breakers, e.Key())
 			return
 		}
-		var b struct {
-			State events.BreakerState `json:"state"`
-		}
+		var b breakerSeen
 		if json.Unmarshal(e.Value(), &b) == nil {
-			v.breakers[e.Key()] = b.State
+			v.breakers[e.Key()] = b
 		}
 	}, forget(v.breakers), nil, v.ready.Done)
 }
@@ -230,12 +255,25 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 			missing = append(missing, id)
 		}
 	}
-	for key, state := range v.breakers {
-		if state != events.BreakerClosed {
-			open++
-		}
-		if _, ok := v.specs[key]; !ok && !strings.HasPrefix(key, events.HostKeyPrefix) {
+	hostsInUse := make(map[string]struct{}, len(v.hostKeys))
+	for _, key := range v.hostKeys {
+		hostsInUse[key] = struct{}{}
+	}
+	for key, b := range v.breakers {
+		_, used := hostsInUse[key]
+		switch {
+		case !strings.HasPrefix(key, events.HostKeyPrefix):
+			if _, ok := v.specs[key]; !ok {
+				orphanBreakers = append(orphanBreakers, key)
+			}
+		case !used && now.Sub(b.UpdatedAt) > hostBreakerIdle:
+			// No task names this host breaker any more: nothing probes
+			// it, and it would stay half-open (and counted) for good.
 			orphanBreakers = append(orphanBreakers, key)
+			continue
+		}
+		if b.State != events.BreakerClosed {
+			open++
 		}
 	}
 	v.mu.Unlock()
