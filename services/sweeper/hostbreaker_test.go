@@ -45,8 +45,10 @@ func TestHostBreakerNoTaskUsesIsForgotten(t *testing.T) {
 	}
 	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
 	for _, key := range []string{"host_live_example", "host_gone_example"} {
-		b, _ := json.Marshal(executor.BreakerRecord{Key: key, State: events.BreakerHalfOpen, Failures: 3,
-			OpenDelay: events.Duration(5 * time.Second), RetryAt: long, UpdatedAt: long})
+		b, _ := json.Marshal(executor.BreakerRecord{
+			Key: key, State: events.BreakerHalfOpen, Failures: 3,
+			OpenDelay: events.Duration(5 * time.Second), RetryAt: long, UpdatedAt: long,
+		})
 		if _, err := breakers.Put(ctx, key, b); err != nil {
 			t.Fatal(err)
 		}
