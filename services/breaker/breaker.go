@@ -18,7 +18,9 @@
 //   - any other success closes it too, unless its call started before the
 //     breaker opened (it was in flight when failures tripped it): that
 //     says nothing about the target since, and is ignored while open or
-//     half-open (see Next).
+//     half-open (see Next). So is a failure of such a call, and, once the
+//     breaker closed, a failure of a call that started before the closing
+//     (record.ClosedAt).
 package breaker
 
 import (
