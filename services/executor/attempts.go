@@ -30,16 +30,22 @@ type attemptRecord struct {
 func attemptKey(d *events.Dispatch) string { return strings.Replace(d.DispatchID, ":", ".", 1) }
 
 // attemptNumber is the number of the call about to be made, and the
-// record it follows. The first delivery is always attempt 1 and costs no
-// KV read; a redelivery reads the record written after the last call
-// whose run event was stored. A delivery whose predecessor crashed
+// record it follows. The first delivery of a dispatch fired on time is
+// attempt 1 and costs no KV read; a redelivery, and the first delivery of
+// a dispatch fired LateRedispatch or more after its slot, read the record
+// written after the last call whose run event was stored. Such a late
+// dispatch can be the slot published again with the same dispatch ID (a
+// zombie the sweeper re-dispatched after its dispatch was lost while a
+// retry was pending, or a timer that started while the governor lagged):
+// read as attempt 1, it called the target again as attempt 1, overwrote
+// the count and got maxAttempts more calls on top of those made. A delivery whose predecessor crashed
 // mid-call, or whose run event could not be stored, repeats that attempt
 // number: the crash is not the target's failure, and a call without an
 // event is one nobody can see. A record with an Outcome means the
 // dispatch is done: the caller settles it again (settleAgain) and makes
 // no call.
 func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, d *events.Dispatch) (int, attemptRecord, error) {
-	if md.NumDelivered <= 1 {
+	if md.NumDelivered <= 1 && d.FiredAt.Sub(d.ScheduledAt) < LateRedispatch {
 		return 1, attemptRecord{}, nil
 	}
 	e, err := s.attempts.Get(ctx, attemptKey(d))

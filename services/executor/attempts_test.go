@@ -493,3 +493,39 @@ func TestFinalFailureOfARepeatedAttemptIsStored(t *testing.T) {
 		t.Fatalf("final run.failed = %+v, want the 404, permanent, with its dispatch", last)
 	}
 }
+
+// TestRedispatchedSlotContinuesItsAttemptCount: a run failed twice and
+// was waiting for its third and last attempt when its dispatch left
+// DISPATCH (lost with the stream's data, say). The sweeper dispatches the
+// slot again as a zombie, with the same dispatch ID: a new message, so
+// its first delivery. flyball-attempts still counts the two calls made.
+// The slot must go on from attempt 3, not start over at 1: before, the
+// first delivery never read the record, the target was called as
+// attempt 1 again (its Idempotency-Key and Flyball-Attempt repeating
+// calls already made), the record was overwritten, and the run got
+// maxAttempts more calls on top of those it had used.
+func TestRedispatchedSlotContinuesItsAttemptCount(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusServiceUnavailable)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
+	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(), Source: "test", Reason: "zombie"}
+	putKV(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 2, UpdatedAt: slot.Add(time.Minute)})
+	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, "a final run.failed on RUNS", func() bool {
+		got := f.stored(t)
+		return len(got) > 0 && got[len(got)-1].run.Final
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("target called with attempts %v for a slot dispatched again after 2 of its 3 attempts, want [3]", got)
+	}
+	if got := f.stored(t); fmt.Sprint(got) != "[failed(attempt 3, final true)]" {
+		t.Fatalf("RUNS holds %v, want one final run.failed of attempt 3", got)
+	}
+}

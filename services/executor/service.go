@@ -895,6 +895,12 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		return
 	}
 	if prior.Outcome != "" { // done: only its ack or term was lost
+		// Or a first delivery: the slot published again after it ran
+		// (attemptNumber). ranAlready reports it as run.skipped, so the
+		// governor advances the schedule from it.
+		if md.NumDelivered <= 1 && s.ranAlready(ctx, m, d) {
+			return
+		}
 		s.settleAgain(m, d, prior)
 		return
 	}
