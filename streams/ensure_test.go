@@ -172,7 +172,7 @@ var wantStreams = map[string]streamWant{
 	"KV_" + BucketPauses:    {[]string{"$KV." + BucketPauses + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketRuntime:   {[]string{"$KV." + BucketRuntime + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
 	"KV_" + BucketLeases:    {[]string{"$KV." + BucketLeases + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 0},
-	"KV_" + BucketAttempts:  {[]string{"$KV." + BucketAttempts + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, day},
+	"KV_" + BucketAttempts:  {[]string{"$KV." + BucketAttempts + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, 3 * day},
 	"KV_" + BucketProbes:    {[]string{"$KV." + BucketProbes + ".>"}, jetstream.LimitsPolicy, jetstream.DiscardNew, 1, false, 2 * time.Minute, time.Hour},
 }
 
@@ -383,7 +383,7 @@ func TestKVBucketsUsable(t *testing.T) {
 
 	// The files hold exactly what CreateKeyValue produces: creating the
 	// bucket again with the same settings is accepted and changes nothing.
-	ttls := map[string]time.Duration{BucketAttempts: day, BucketProbes: time.Hour}
+	ttls := map[string]time.Duration{BucketAttempts: 3 * day, BucketProbes: time.Hour}
 	// Per-key TTLs (jetstream.KeyTTL) need limit markers on the bucket.
 	markers := map[string]time.Duration{BucketProbes: time.Minute}
 	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketLeases: 1, BucketAttempts: 1, BucketProbes: 1} {

@@ -33,7 +33,9 @@ const (
 	BucketRuntime   = "flyball-runtime"
 	// BucketAttempts counts the attempts of each dispatch (key
 	// "<task>.<scheduled unix ms>"), so breaker deferrals and crash
-	// redeliveries do not burn attempts. Entries expire after 24h.
+	// redeliveries do not burn attempts. Entries expire after 72h: longer
+	// than the longest retry delay a spec can ask for (24h maxDelay × (1 +
+	// jitter), under 48h), since the next attempt reads the record.
 	BucketAttempts = "flyball-attempts"
 	// BucketPauses holds a key for every paused task (the governor is its
 	// only writer), so the executor can watch for pauses without

@@ -77,7 +77,7 @@ func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, 
 // Before the settle, so that a lost ack or term (a consumer-leader
 // election longer than the AckWait) finds the record on the redelivery. A
 // done dispatch's record carries its Outcome and is never purged: it
-// expires with the bucket's 24h TTL (a purge would leave a marker as
+// expires with the bucket's 72h TTL (a purge would leave a marker as
 // long). The redelivery is settled again instead of starting over at
 // attempt 1 and calling the target up to maxAttempts more times for a run
 // that already failed for good, or that already succeeded after retries.

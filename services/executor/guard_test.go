@@ -2,12 +2,14 @@ package executor
 
 import (
 	"errors"
+	"math"
 	"net/netip"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/streams"
 )
 
 func TestGuardCheck(t *testing.T) {
@@ -200,5 +202,49 @@ func TestRetryAfterNeverShortensTheBackoff(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAttemptRecordsOutliveTheLongestRetryDelay: an attempt record is
+// written just before the nak that delays the next attempt, and the next
+// delivery reads it. A record that expires first (KV flyball-attempts'
+// max age) is read as missing: the retry is attempt 1 again, its
+// run.failed a duplicate of the first one's, and the run never reaches
+// retry.maxAttempts. A valid spec can ask for 24h × (1 + jitter) with
+// jitter just under 1 (initialDelay = maxDelay = 24h; a 24h Retry-After
+// is capped at maxDelay): with the bucket's 24h max age, a task retrying
+// daily (initialDelay 24h, the default jitter 0.2: 19.2h to 28.8h) lost
+// its count on most retries and was called every day until MaxDeliver.
+func TestAttemptRecordsOutliveTheLongestRetryDelay(t *testing.T) {
+	t.Parallel()
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ttl time.Duration
+	for _, c := range cfgs {
+		if c.Name == "KV_"+streams.BucketAttempts {
+			ttl = c.MaxAge
+		}
+	}
+	if ttl <= 0 {
+		t.Fatalf("KV_%s has no max age", streams.BucketAttempts)
+	}
+	jitter := math.Nextafter(1, 0) // the largest the spec accepts
+	r := &events.Retry{MaxAttempts: 20, InitialDelay: events.Duration(24 * time.Hour), Multiplier: 10, MaxDelay: events.Duration(24 * time.Hour), Jitter: &jitter}
+	if err := (&events.TaskSpec{ID: "t", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Retry: r}).Validate(); err != nil {
+		t.Fatalf("the longest retry is not a valid spec: %v", err)
+	}
+	var longest time.Duration
+	for i := range 1000 {
+		for attempt := 1; attempt < r.MaxAttempts; attempt++ {
+			longest = max(longest, retryDelay(r, attempt, "t:"+strconv.Itoa(i), 24*time.Hour))
+		}
+	}
+	// The nak leaves after the record is written, held in the outbox up
+	// to a second and retried by the settler for seconds more.
+	if margin := time.Hour; longest+margin > ttl {
+		t.Fatalf("a retry can come %s after its attempt record is written (plus %s for the outbox and the nak), but KV %s keeps a record %s: the retry would find none and start over at attempt 1",
+			longest.Round(time.Minute), margin, streams.BucketAttempts, ttl)
 	}
 }
