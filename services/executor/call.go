@@ -265,7 +265,7 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 		case rerr != nil:
 			res.err = fmt.Errorf("reading body: %w", rerr)
 		}
-	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || (resp.StatusCode >= 500 && resp.StatusCode <= 599):
 		res.err = fmt.Errorf("HTTP %d", resp.StatusCode)
 		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 			res.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())

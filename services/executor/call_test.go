@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -147,4 +148,39 @@ func loopbackCaller(t *testing.T) *Service {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestStatusClassification: a status in expectStatus is a success; 408,
+// 429 and 5xx are transient; any other status is permanent
+// (docs/events.md). A status past 599, which net/http accepts from a
+// server (any three digits), is not 5xx: it was taken for one and retried,
+// and counted by the breaker as an outage.
+func TestStatusClassification(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(r.URL.Query().Get("code"))
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	for code, want := range map[int]string{
+		200: "ok", 204: "ok", 301: "permanent", 400: "permanent", 404: "permanent", 408: "transient", 429: "transient",
+		500: "transient", 503: "transient", 599: "transient", 600: "permanent", 999: "permanent",
+	} {
+		h := &events.HTTPTarget{
+			Method: "GET", URL: tg.URL + "/?code=" + strconv.Itoa(code), Timeout: events.Duration(10 * time.Second), MaxResponseBytes: 1000, ExpectStatus: []string{"2xx"},
+		}
+		res := s.callHTTP(t.Context(), h, nil, d, 1)
+		got := "ok"
+		switch {
+		case res.err != nil && res.permanent:
+			got = "permanent"
+		case res.err != nil:
+			got = "transient"
+		}
+		if got != want || res.status != code {
+			t.Errorf("HTTP %d: %s (status %d, err %v), want %s", code, got, res.status, res.err, want)
+		}
+	}
 }
