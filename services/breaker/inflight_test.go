@@ -18,19 +18,7 @@ import (
 // of the same kind does not: it must leave the breaker half-open, and the
 // probe's success must close it.
 func TestFailureStartedBeforeTheOpeningDoesNotReopen(t *testing.T) {
-	h := newHarness(t)
-	spec := `{"id":"slow","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
-	if _, err := h.tasks.Put(t.Context(), "slow", []byte(spec)); err != nil {
-		t.Fatal(err)
-	}
-	before := time.Now() // the slow call starts here
-	for range 3 {
-		h.outcomeOf(events.OutcomeFailed, "slow", "slow", time.Now())
-	}
-	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
-		b, _, _ := h.record("slow")
-		return b.State == events.BreakerHalfOpen
-	})
+	h, before := halfOpenWithSlowCalls(t)
 	halfOpen, _, _ := h.record("slow")
 	probe := time.Now() // the probe starts here
 
@@ -54,19 +42,7 @@ func TestFailureStartedBeforeTheOpeningDoesNotReopen(t *testing.T) {
 // at a target whose probe had just succeeded. A failure of a call that
 // started before the closing must not count; one started after it does.
 func TestFailuresStartedBeforeTheClosingDoNotCount(t *testing.T) {
-	h := newHarness(t)
-	spec := `{"id":"slow","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
-	if _, err := h.tasks.Put(t.Context(), "slow", []byte(spec)); err != nil {
-		t.Fatal(err)
-	}
-	before := time.Now() // the slow calls start here
-	for range 3 {
-		h.outcomeOf(events.OutcomeFailed, "slow", "slow", time.Now())
-	}
-	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
-		b, _, _ := h.record("slow")
-		return b.State == events.BreakerHalfOpen
-	})
+	h, before := halfOpenWithSlowCalls(t)
 	h.outcomeOf(events.OutcomeRecovered, "slow", "slow", time.Now()) // the probe
 	if b, _, _ := h.record("slow"); b.State != events.BreakerClosed {
 		t.Fatalf("after the probe's success: %+v, want closed", b)
@@ -83,4 +59,25 @@ func TestFailuresStartedBeforeTheClosingDoNotCount(t *testing.T) {
 	if b, _, _ := h.record("slow"); b.State != events.BreakerClosed || b.Failures != 1 {
 		t.Fatalf("after a failure of a call started after the closing: %s with %d failures; want closed with 1", b.State, b.Failures)
 	}
+}
+
+// halfOpenWithSlowCalls returns a harness whose task "slow" (3 failures
+// open its breaker for 200 ms) is half-open after three fast failures,
+// and the time before them: when the slow calls, still in flight, began.
+func halfOpenWithSlowCalls(t *testing.T) (*harness, time.Time) {
+	t.Helper()
+	h := newHarness(t)
+	spec := `{"id":"slow","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
+	if _, err := h.tasks.Put(t.Context(), "slow", []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	for range 3 {
+		h.outcomeOf(events.OutcomeFailed, "slow", "slow", time.Now())
+	}
+	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
+		b, _, _ := h.record("slow")
+		return b.State == events.BreakerHalfOpen
+	})
+	return h, before
 }
