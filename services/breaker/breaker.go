@@ -256,7 +256,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 		if to.State == from.State && to.Failures == from.Failures && to.RetryAt.Equal(from.RetryAt) && (cur == nil || to.TaskCreatedAt.Equal(from.TaskCreatedAt)) {
 			return nil, jsutil.ErrNoChange
 		}
-		to.remember(outcome)
+		to.remember(outcome, now)
 		to.Transition = from.Transition
 		if moved(from.BreakerRecord, to.BreakerRecord) {
 			to.Transition = transitionOf(key, spec.ID, from.State, to.BreakerRecord, run, outcome, now)

@@ -12,8 +12,18 @@ import (
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
-// appliedKept is how many applied outcomes a record remembers.
-const appliedKept = 8
+// How many applied outcomes a record remembers: every one applied in the
+// last appliedFor, and at least the last appliedKept, at most appliedMax.
+// A redelivery comes about one AckWait (30 s) after the first delivery
+// when its ack was lost or its replica died, and every second while its
+// apply or publish fails; by then a busy host-scoped breaker may have
+// applied many other outcomes, and a count alone (it was the last 8) let a
+// redelivered failure be counted again.
+const (
+	appliedKept = 8
+	appliedFor  = 5 * time.Minute
+	appliedMax  = 512
+)
 
 // record is a flyball-breakers value as this service writes it: the state
 // every reader decodes (executor.BreakerRecord), and what makes applying
@@ -22,9 +32,14 @@ const appliedKept = 8
 type record struct {
 	executor.BreakerRecord
 	// Applied names the newest outcomes applied to the record
-	// (outcomeID), oldest first, at most appliedKept: a redelivered
+	// (outcomeID), oldest first: those applied in the last appliedFor, and
+	// at least the last appliedKept, at most appliedMax. A redelivered
 	// outcome among them is not counted again.
 	Applied []string `json:"applied,omitempty"`
+	// AppliedAt is when each outcome in Applied was applied (Unix
+	// seconds), in the same order. Records written before it existed
+	// have none: their outcomes count as applied long ago.
+	AppliedAt []int64 `json:"appliedAt,omitempty"`
 	// Transition is the last transition the record made, stored in the
 	// same write: when its publish on HEALTH fails, the redelivered
 	// outcome (or the retried half-open) publishes it again, and the
@@ -90,15 +105,25 @@ func (r *record) applied(outcome string) bool {
 	return outcome != "" && slices.Contains(r.Applied, outcome)
 }
 
-// remember adds an applied outcome, forgetting the oldest past appliedKept.
-func (r *record) remember(outcome string) {
+// remember adds an outcome applied at now, forgetting those applied more
+// than appliedFor ago beyond the last appliedKept, and the oldest past
+// appliedMax.
+func (r *record) remember(outcome string, now time.Time) {
 	if outcome == "" {
 		return
 	}
-	r.Applied = append(slices.Clone(r.Applied), outcome)
-	if n := len(r.Applied); n > appliedKept {
-		r.Applied = r.Applied[n-appliedKept:]
+	at := make([]int64, len(r.Applied), len(r.Applied)+1)
+	// Align the times with the names: a record written before AppliedAt
+	// existed (or by hand) has fewer, and its outcomes are the oldest.
+	copy(at[max(len(at)-len(r.AppliedAt), 0):], r.AppliedAt[max(len(r.AppliedAt)-len(at), 0):])
+	applied := append(slices.Clone(r.Applied), outcome)
+	at = append(at, now.Unix())
+	drop := max(len(applied)-appliedMax, 0)
+	horizon := now.Add(-appliedFor).Unix()
+	for drop < len(applied)-appliedKept && at[drop] < horizon {
+		drop++
 	}
+	r.Applied, r.AppliedAt = applied[drop:], at[drop:]
 }
 
 // publish publishes a stored transition on HEALTH.
