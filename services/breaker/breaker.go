@@ -64,6 +64,9 @@ type Service struct {
 	// tuneFollow, when set, adjusts the half-open loop's watch of
 	// flyball-breakers before it starts (tests end the watch).
 	tuneFollow func(*kvcache.Follower)
+	// halfOpenPublishing, when set, runs before the half-open transition
+	// of key is published (tests delay that publish).
+	halfOpenPublishing func(key string)
 }
 
 // New validates cfg.
