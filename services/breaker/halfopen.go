@@ -235,8 +235,7 @@ func (s *Service) publishHalfOpen(ctx context.Context, key string, t *storedTran
 		if err != nil {
 			return fmt.Errorf("get %s: %w", key, err)
 		}
-		var cur record
-		if json.Unmarshal(ent.Value(), &cur) != nil || cur.Transition == nil || cur.Transition.EventID != t.EventID {
+		if cur := decodeRecord(key, ent.Value()); cur.Transition == nil || cur.Transition.EventID != t.EventID {
 			s.cfg.Logger.Debug("half-open transition superseded before its publish; not published", "key", key, "event", t.EventID)
 			return nil
 		}
