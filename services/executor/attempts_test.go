@@ -143,6 +143,13 @@ type attemptsFixture struct {
 // the DISPATCH consumer's (before the executor reads them).
 func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ackWait time.Duration, maxDeliver int) *attemptsFixture {
 	t.Helper()
+	return newTunedAttemptsFixture(t, target, maxAttempts, ackWait, maxDeliver, nil)
+}
+
+// newTunedAttemptsFixture is newAttemptsFixture with tune, when set, as the
+// executor's Service.tune (it runs once the buckets are bound).
+func newTunedAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ackWait time.Duration, maxDeliver int, tune func(*Service)) *attemptsFixture {
+	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	if ackWait > 0 {
@@ -176,6 +183,7 @@ func newAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts int, ac
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.ex.tune = tune
 	if err := f.ex.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

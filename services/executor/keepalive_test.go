@@ -1,14 +1,17 @@
 package executor
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
@@ -84,5 +87,81 @@ func TestNakAfterALongWaitKeepsItsDelay(t *testing.T) {
 	}
 	if got := f.stored(t); got[0].outcome != "failed" || got[0].run.Attempt != 1 {
 		t.Errorf("RUNS holds %v, want attempt 1's run.failed first", got)
+	}
+}
+
+// slowAttemptsKV is the real flyball-attempts bucket whose first Get
+// takes delay, as a read does while NATS is slow or electing a leader
+// (nats.go waits up to 5 s for each). returned is closed once it has.
+type slowAttemptsKV struct {
+	jetstream.KeyValue
+	delay    time.Duration
+	once     sync.Once
+	returned chan struct{}
+}
+
+func (k *slowAttemptsKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	slow := false
+	k.once.Do(func() { slow = true })
+	if slow {
+		defer close(k.returned)
+		select {
+		case <-time.After(k.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// TestSlowReadsBeforeTheCallAreKeptAlive: the first delivery of a slot
+// dispatched late (a zombie the sweeper re-dispatched) reads its attempt
+// record before its call, and that read takes three AckWaits. The
+// dispatch must stay with this executor meanwhile: one delivery, one
+// call. (Here the AckWait is 1 s; before the fix the redelivery called
+// the target while the first delivery still read, then the first called
+// it too: attempts [1 1].) Before, the keep-alive began only at the call, after every read
+// (spec, schedule, pause, attempt record, ranAlready's reads of RUNS and
+// DEADLETTER, the probe claim), each allowed nats.go's 5 s: reads that
+// together outlasted the 30 s AckWait let JetStream redeliver the
+// dispatch, and both deliveries called the target.
+func TestSlowReadsBeforeTheCallAreKeptAlive(t *testing.T) {
+	t.Parallel()
+	const ackWait = time.Second
+	target := newAttemptTarget(t, http.StatusOK)
+	target.gate = make(chan struct{}) // the first call waits for it
+	slow := &slowAttemptsKV{delay: 3 * ackWait, returned: make(chan struct{})}
+	f := newTunedAttemptsFixture(t, target, 3, ackWait, 0, func(s *Service) {
+		slow.KeyValue = s.attempts
+		s.attempts = slow
+	})
+	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
+	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(), Source: "test", Reason: "zombie"}
+	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+		t.Fatal(err)
+	}
+	awaitClosed(t, slow.returned, 20*time.Second, "the slow read of the attempt record")
+	// The first call is held until the one that read slowly is made too:
+	// a stored run.succeeded would make the later call's ranAlready skip
+	// it, which covers this case only when the first call has ended.
+	calls := 1
+	if f.delivered(t) > 1 {
+		calls = 2 // redelivered during the read: both deliveries call
+	}
+	natstest.Eventually(t, 20*time.Second, fmt.Sprintf("%d call(s) at the target", calls), func() bool { return len(target.attempts()) >= calls })
+	close(target.gate)
+	natstest.Eventually(t, 20*time.Second, "a run.succeeded on RUNS, the dispatch settled and no call in flight", func() bool {
+		info := f.dispatchInfo(t)
+		return len(f.stored(t)) >= 1 && info.NumAckPending == 0 && info.NumPending == 0 && len(f.ex.calls) == 0
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[1]" {
+		t.Errorf("target called with attempts %v, want [1]: the dispatch was redelivered while its first delivery read", got)
+	}
+	if info := f.dispatchInfo(t); info.Delivered.Consumer != 1 || info.NumRedelivered != 0 {
+		t.Errorf("DISPATCH delivered %d times (%d redelivered), want once", info.Delivered.Consumer, info.NumRedelivered)
 	}
 }

@@ -67,6 +67,9 @@ type Service struct {
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
+	// tune, set by tests, runs in Start once the buckets and streams are
+	// bound, before the first delivery: it may wrap them (a slow read).
+	tune func(*Service)
 
 	hostMu sync.Mutex
 	hosts  map[string]chan struct{}
@@ -120,6 +123,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
 		return fmt.Errorf("executor: stream %s: %w", streams.StreamDeadLetter, err)
+	}
+	if s.tune != nil {
+		s.tune(s)
 	}
 	s.specs = kvcache.New(tasks, s.decodeTask, s.log)
 	// Not a view of flyball-schedules: every run rewrites its schedule,
@@ -240,6 +246,9 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		s.hold(ctx, m, md, &d, arrived, wait)
 		return
 	}
+	// Kept alive from here to its settle (waitBegin), through the reads
+	// before the call too (run).
+	s.waitBegin(m, arrived)
 	if -wait >= events.MinInterval && md.NumDelivered == 1 && s.missedUnderNone(ctx, m, &d) {
 		return
 	}
@@ -257,6 +266,16 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // the view of flyball-tasks has the delete, and would call the old target.
 // hostSem is a host slot the dispatch already holds (held.sem), or nil.
 func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool, hostSem chan struct{}) {
+	// Kept alive from here, before the first read, until its settle: the
+	// reads before the call (spec, schedule, pause, breaker, attempt
+	// record, ranAlready's reads of RUNS and DEADLETTER, the probe claim)
+	// may each take nats.go's 5 s while NATS is slow or electing, and
+	// together outlast the AckWait. Kept alive only from the call, such a
+	// dispatch was redelivered to another executor while this one went
+	// on to call its target: two calls. (acquireCall, which may end a
+	// keep-alive, runs before this; every path from here settles m, parks
+	// it, or holds it for a host slot, all kept alive.)
+	s.waitBegin(m, arrived)
 	get := s.specs.Get
 	if fresh {
 		get = s.specs.Read
@@ -938,9 +957,8 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)
 	}
-	// Kept alive through the call and the outbox, until settle: together
-	// they may outlast any AckWait (waitBegin).
-	s.waitBegin(m, arrived)
+	// Kept alive (since run) through the call and the outbox, until
+	// settle: together they may outlast any AckWait (waitBegin).
 	if s.cfg.EmitStarted {
 		started := d.Run()
 		started.Attempt, started.StartedAt, started.Source = attempt, time.Now().UTC(), d.Source
@@ -1183,16 +1201,16 @@ func callTimeout(spec *events.TaskSpec) time.Duration {
 
 // waitBegin keeps m alive until waitEnd or settle: while its dispatch
 // waits for a call slot (acquireCall), a caller (fireHeld) or a host slot
-// (acquireHost), waits with no bound, and from the start of its call until
-// its ack, nak or term is sent (execute): through the call, up to its
-// timeout, and through the outbox, which retries a run event for up to
-// outboxBudget while RUNS elects a leader. keepWaitersAlive sends
+// (acquireHost), waits with no bound, and from its delivery (handle), or
+// its slot (run), until its ack, nak or term is sent: through the reads
+// before its call, the call, up to its timeout, and the outbox, which
+// retries a run event for up to outboxBudget while RUNS elects a leader. keepWaitersAlive sends
 // InProgress from half an AckWait after the delivery, then every half
 // AckWait, each within a quarter AckWait of its time. Without it, a wait
 // past the AckWait made JetStream redeliver the dispatch, and both copies
 // called the target. Waiters register only once a slot is not free at
-// once; every call registers, and one of a few milliseconds costs a map
-// entry and no InProgress. A burst waits here by the thousand, so one
+// once; every due dispatch registers, and one settled in a few
+// milliseconds costs a map entry and no InProgress. A burst waits here by the thousand, so one
 // ticker serves every waiter rather than a timer each.
 func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
 	s.waitMu.Lock()
