@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -535,5 +536,58 @@ func TestRedispatchedSlotContinuesItsAttemptCount(t *testing.T) {
 	}
 	if got := f.stored(t); fmt.Sprint(got) != "[failed(attempt 3, final true)]" {
 		t.Fatalf("RUNS holds %v, want one final run.failed of attempt 3", got)
+	}
+}
+
+// TestRedispatchedRetryRunsUnderCatchUpNone: a task with catchUp "none"
+// fails attempt 1, and its dispatch, nakked for the retry, is lost; the
+// sweeper re-dispatches the slot long after it and its next slot passed
+// (a zombie, with the slot's cadence source). flyball-attempts shows an
+// attempt made: this is the slot's retry, which runs under "none"
+// (docs/governor.md), not a missed slot. It must go on from attempt 2 to
+// its final run.failed (and dead letter): before, it was skipped as
+// "missed: the slot of … and the next one … passed", and the run ended
+// with no final failure and no dead letter.
+func TestRedispatchedRetryRunsUnderCatchUpNone(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusServiceUnavailable)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	jitter := 0.0
+	putKV(t, f.srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
+		ID:       f.id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL, Timeout: events.Duration(5 * time.Second)}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
+		CatchUp:  events.CatchUpNone,
+		Retry: &events.Retry{
+			MaxAttempts: 3, InitialDelay: events.Duration(100 * time.Millisecond),
+			Multiplier: 1, MaxDelay: events.Duration(100 * time.Millisecond), Jitter: &jitter,
+		},
+	})
+	natstest.Eventually(t, 10*time.Second, "the executor's view holds catchUp none", func() bool {
+		r := f.ex.specs.Lookup(f.id)
+		return r.Found && r.Value.spec.CatchUp == events.CatchUpNone
+	})
+	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
+	d := events.Dispatch{
+		DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(),
+		Source: string(governor.SourceBaselineInterval), Reason: "zombie",
+	}
+	putKV(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 1, UpdatedAt: slot.Add(time.Second)})
+	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, "a final run.failed or a run.skipped on RUNS", func() bool {
+		got := f.stored(t)
+		return len(got) > 0 && (got[len(got)-1].run.Final || got[len(got)-1].outcome == "skipped")
+	})
+	if got := f.stored(t); fmt.Sprint(got) != "[failed(attempt 2, final false) failed(attempt 3, final true)]" {
+		t.Fatalf("RUNS holds %v for a slot re-dispatched while its retry was pending, want attempts 2 and 3, the last final", got)
+	}
+	if got := target.attempts(); fmt.Sprint(got) != "[2 3]" {
+		t.Fatalf("target called with attempts %v, want [2 3]", got)
 	}
 }

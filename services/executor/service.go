@@ -862,7 +862,8 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 // missedUnderNone skips the first delivery of a dispatch whose task's
 // next slot passed too, under catchUp "none" (governor.MissedUnderNone):
 // the overdue slot the timer fires after a downtime, or one a governor
-// planned late from a backlog. The governor plans the next slot from the
+// planned late from a backlog. A slot whose retry is pending
+// (retryPending) is not missed: it runs. The governor plans the next slot from the
 // run.skipped. It reports whether it skipped.
 func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *events.Dispatch) bool {
 	t, _, err := s.specs.Get(ctx, d.TaskID)
@@ -871,13 +872,39 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *event
 	}
 	now := time.Now()
 	next, missed := governor.MissedUnderNone(t.spec, governor.Source(d.Source), d.ScheduledAt, now)
-	if !missed {
+	if !missed || s.retryPending(ctx, d) {
 		return false
 	}
 	s.log.Debug("slot missed under catchUp none: skipping", "task", d.TaskID, "slot", d.ScheduledAt, "next", next)
 	s.skip(m, d, skipMissed, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
 		next.UTC().Format(time.RFC3339Nano)+", passed before it could run (catchUp none)")
 	return true
+}
+
+// retryPending reports whether d's slot has attempts made and no outcome
+// in flyball-attempts: a retry is pending, and d is its dispatch, which
+// runs under catchUp "none" as every retry does. It is the slot
+// dispatched again (the sweeper re-dispatches it as a zombie once the
+// nakked dispatch of its retry was lost), with its cadence source and
+// long after its next slot: missedUnderNone skipped it as missed, and a
+// run whose attempt failed ended with no final failure and no dead
+// letter. Read only for a slot about to be skipped as missed; a read
+// error is no proof of a missed slot, so the dispatch runs (at least
+// once), and execute reads the record again.
+func (s *Service) retryPending(ctx context.Context, d *events.Dispatch) bool {
+	e, err := s.attempts.Get(ctx, attemptKey(d))
+	if jsutil.IsKeyMissing(err) {
+		return false
+	}
+	if err != nil {
+		s.log.Warn("could not read the attempt record of a slot missed under catchUp none; running it", "dispatch", d.DispatchID, "err", err)
+		return true
+	}
+	var r attemptRecord
+	if json.Unmarshal(e.Value(), &r) != nil {
+		return false // a corrupt record restarts the count (attemptNumber): attempt 1 of a missed slot
+	}
+	return r.Attempts > 0 && r.Outcome == ""
 }
 
 // The flyball_skips_total label of each kind of run.skipped.
