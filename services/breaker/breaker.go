@@ -4,7 +4,8 @@
 // and keeps a closed → open → half-open → closed state
 // machine per task (or per target host) in KV flyball-breakers, written
 // only here, with compare-and-set. Each transition is published on
-// flyball.breaker.<state>.<key> in the HEALTH stream.
+// flyball.breaker.<state>.<key> in the HEALTH stream, after its write and
+// only while no later transition superseded it (publish).
 //
 // Rules (defaults from the task's breaker policy):
 //   - closed: count consecutive failed attempts; at failureThreshold, open
@@ -64,9 +65,9 @@ type Service struct {
 	// tuneFollow, when set, adjusts the half-open loop's watch of
 	// flyball-breakers before it starts (tests end the watch).
 	tuneFollow func(*kvcache.Follower)
-	// halfOpenPublishing, when set, runs before the half-open transition
-	// of key is published (tests delay that publish).
-	halfOpenPublishing func(key string)
+	// publishing, when set, runs before a transition of key to state to
+	// is published (tests delay that publish).
+	publishing func(key string, to events.BreakerState)
 }
 
 // New validates cfg.
@@ -202,7 +203,8 @@ func (s *Service) settled(key string) bool { return executor.Settled(s.records.L
 // transition if the state changed. It is idempotent: the record names the
 // outcomes it applied, so an outcome redelivered after a failed publish
 // (or a lost ack) is not counted again, and the transition it made, kept
-// in the record, is published again (Nats-Msg-Id drops a second copy).
+// in the record, is published again unless the record moved on since
+// (publish; Nats-Msg-Id drops a second copy).
 func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, run *events.Run, ok bool) error {
 	pol := spec.Breaker
 	now := s.cfg.Now().UTC()

@@ -136,6 +136,13 @@ func (h *harness) outcomeOf(o events.Outcome, task, breakerKey string, started t
 // it could not write.
 func (h *harness) outcomeOfDispatch(o events.Outcome, task, breakerKey string, started time.Time) {
 	h.t.Helper()
+	natstest.AwaitAcked(h.t, h.js, streams.StreamRuns, streams.ConsumerBreaker, h.send(o, task, breakerKey, started))
+}
+
+// send publishes the outcome outcomeOfDispatch does, without waiting for
+// the breaker service to ack it, and returns its sequence on RUNS.
+func (h *harness) send(o events.Outcome, task, breakerKey string, started time.Time) uint64 {
+	h.t.Helper()
 	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC(), TaskCreatedAt: h.created}
 	if o == events.OutcomeFailed {
 		run.Status, run.Error, run.ErrorKind = 500, "status 500", events.ErrorTransient
@@ -156,7 +163,7 @@ func (h *harness) outcomeOfDispatch(o events.Outcome, task, breakerKey string, s
 		h.t.Fatal(err)
 	}
 	h.lastSeq = ack.Sequence
-	natstest.AwaitAcked(h.t, h.js, streams.StreamRuns, streams.ConsumerBreaker, ack.Sequence)
+	return ack.Sequence
 }
 
 func (h *harness) record(key string) (executor.BreakerRecord, uint64, bool) {

@@ -17,7 +17,6 @@ import (
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // watchOpen moves each open breaker to half-open when its retryAt passes,
@@ -149,7 +148,8 @@ type halfOpenRetryState struct {
 // The transition is stored with the record; when the record is already
 // half-open with that transition (its publish failed, and the loop
 // retries, or another replica won the race), it publishes it again, and
-// Nats-Msg-Id drops a copy already stored.
+// Nats-Msg-Id drops a copy already stored. Either publish is dropped once
+// a later transition superseded it (publish).
 func (s *Service) halfOpen(ctx context.Context, key string) error {
 	now := s.cfg.Now().UTC()
 	var rec record
@@ -178,80 +178,16 @@ func (s *Service) halfOpen(ctx context.Context, key string) error {
 		rec.State, rec.UpdatedAt = events.BreakerHalfOpen, now
 		return json.Marshal(rec)
 	})
-	if s.halfOpenPublishing != nil && (err == nil || errors.Is(err, errApplied)) {
-		s.halfOpenPublishing(key)
-	}
 	switch {
 	case errors.Is(err, errApplied):
-		return s.publishHalfOpen(ctx, key, rec.Transition)
+		return s.publish(ctx, rec.Transition)
 	case errors.Is(err, jsutil.ErrNoChange):
 		return nil
 	case err != nil:
 		return err
 	}
 	s.cfg.Metrics.BreakerTransitions.WithLabelValues(string(events.BreakerHalfOpen)).Inc()
-	return s.publishHalfOpen(ctx, key, rec.Transition)
-}
-
-// publishHalfOpen publishes the half-open transition t of key unless a
-// later transition superseded it. Its publish comes after the KV write,
-// and may come late (a paused replica, a publish retried while HEALTH
-// elects a leader, a retry of a failed one, another replica's republish
-// of a record it read before the change): meanwhile the probe's outcome
-// may re-open or close the breaker and publish that, and a half-open
-// stored after it lifted the governor's hold while the breaker was open
-// again. So the publish is conditional: it reads the sequence of the
-// key's last breaker event on HEALTH, then the record, and publishes only
-// if the record still holds t and no breaker event of the key was stored
-// since that read (Nats-Expected-Last-Subject-Sequence over
-// flyball.breaker.*.<key>). A transition written after the record read
-// publishes after it, and makes the publish fail; the next round finds
-// the record moved on.
-func (s *Service) publishHalfOpen(ctx context.Context, key string, t *storedTransition) error {
-	health, err := s.cfg.JS.Stream(ctx, streams.StreamHealth)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", streams.StreamHealth, err)
-	}
-	filter := events.BreakerSubject("*", key)
-	body, err := events.Marshal(t.To.Type(), s.source, t.TaskID, t.BreakerTransition, t.At, t.EventID)
-	if err != nil {
-		return err
-	}
-	for range 10 {
-		var last uint64
-		m, err := health.GetLastMsgForSubject(ctx, filter)
-		switch {
-		case err == nil && m.Header.Get(jetstream.MsgIDHeader) == t.EventID:
-			return nil // already stored
-		case err == nil:
-			last = m.Sequence
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("last breaker event of %s: %w", key, err)
-		}
-		ent, err := s.breakers.Get(ctx, key)
-		if jsutil.IsKeyMissing(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("get %s: %w", key, err)
-		}
-		if cur := decodeRecord(key, ent.Value()); cur.Transition == nil || cur.Transition.EventID != t.EventID {
-			s.cfg.Logger.Debug("half-open transition superseded before its publish; not published", "key", key, "event", t.EventID)
-			return nil
-		}
-		_, err = s.cfg.JS.PublishMsg(ctx, jsutil.EventMsg(events.BreakerSubject(t.To, key), t.EventID, body),
-			jetstream.WithExpectLastSequenceForSubject(last, filter),
-			jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			continue // a breaker event of the key was stored since the read
-		}
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", t.EventID, err)
-		}
-		return nil
-	}
-	return fmt.Errorf("publish %s: the key's breaker events kept changing", t.EventID)
+	return s.publish(ctx, rec.Transition)
 }
 
 func isHostKey(key string) bool {

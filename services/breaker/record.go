@@ -3,13 +3,18 @@ package breaker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // How many applied outcomes a record remembers: every one applied in the
@@ -126,8 +131,69 @@ func (r *record) remember(outcome string, now time.Time) {
 	r.Applied, r.AppliedAt = applied[drop:], at[drop:]
 }
 
-// publish publishes a stored transition on HEALTH.
+// publish publishes the stored transition t unless a later transition of
+// its key superseded it. Every publish comes after the KV write that
+// made t, and may come late (a paused replica, a publish retried while
+// HEALTH elects a leader, a retry of a failed one, the republish of a
+// redelivered outcome, or another replica's republish, of a record read
+// before it moved on): meanwhile the breaker may move on and publish its
+// next transition, and a late breaker.open stored after the closing held
+// the task of a closed breaker until retryAt, and a late half-open after
+// the re-opening lifted the hold on an open one. So the publish is
+// conditional: it reads the sequence of the key's last breaker event on
+// HEALTH, then the record, and publishes only if the record still holds
+// t and no breaker event of the key was stored since that read
+// (Nats-Expected-Last-Subject-Sequence over flyball.breaker.*.<key>). A
+// transition written after the record read publishes after it, and makes
+// the publish fail; the next round finds the record moved on, and t is
+// dropped: HEALTH holds a key's transitions in the order KV made them.
 func (s *Service) publish(ctx context.Context, t *storedTransition) error {
-	return jsutil.PublishEvent(ctx, s.cfg.JS, events.BreakerSubject(t.To, t.Key), t.EventID, t.To.Type(),
-		s.source, t.TaskID, t.BreakerTransition, t.At)
+	if s.publishing != nil {
+		s.publishing(t.Key, t.To)
+	}
+	key := t.Key
+	health, err := s.cfg.JS.Stream(ctx, streams.StreamHealth)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", streams.StreamHealth, err)
+	}
+	filter := events.BreakerSubject("*", key)
+	body, err := events.Marshal(t.To.Type(), s.source, t.TaskID, t.BreakerTransition, t.At, t.EventID)
+	if err != nil {
+		return err
+	}
+	for range 10 {
+		var last uint64
+		m, err := health.GetLastMsgForSubject(ctx, filter)
+		switch {
+		case err == nil && m.Header.Get(jetstream.MsgIDHeader) == t.EventID:
+			return nil // already stored
+		case err == nil:
+			last = m.Sequence
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("last breaker event of %s: %w", key, err)
+		}
+		ent, err := s.breakers.Get(ctx, key)
+		if jsutil.IsKeyMissing(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("get %s: %w", key, err)
+		}
+		if cur := decodeRecord(key, ent.Value()); cur.Transition == nil || cur.Transition.EventID != t.EventID {
+			s.cfg.Logger.Debug("transition superseded before its publish; not published", "key", key, "event", t.EventID)
+			return nil
+		}
+		_, err = s.cfg.JS.PublishMsg(ctx, jsutil.EventMsg(events.BreakerSubject(t.To, key), t.EventID, body),
+			jetstream.WithExpectLastSequenceForSubject(last, filter),
+			jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			continue // a breaker event of the key was stored since the read
+		}
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", t.EventID, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("publish %s: the key's breaker events kept changing", t.EventID)
 }

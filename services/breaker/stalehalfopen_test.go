@@ -27,8 +27,8 @@ func TestStaleHalfOpenIsNotPublishedAfterTheReopening(t *testing.T) {
 	var calls int
 	var mu sync.Mutex
 	h := newHarness(t, func(s *breaker.Service) {
-		s.HalfOpenPublishing(func(key string) {
-			if key != "t1" {
+		s.Publishing(func(key string, to events.BreakerState) {
+			if key != "t1" || to != events.BreakerHalfOpen {
 				return
 			}
 			mu.Lock()
