@@ -55,6 +55,9 @@ type Service struct {
 	cfg      Config
 	source   string
 	breakers jetstream.KeyValue
+	// health is the HEALTH stream, bound at start: publish reads a key's
+	// last breaker event there before each transition's publish.
+	health jetstream.Stream
 	// schedules is read only for a failure with no record to compare its
 	// taskCreatedAt with (otherTask).
 	schedules jetstream.KeyValue
@@ -91,6 +94,9 @@ func (s *Service) Start(ctx context.Context) error {
 		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
 	); err != nil {
 		return fmt.Errorf("breaker: %w", err)
+	}
+	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
+		return fmt.Errorf("breaker: stream %s: %w", streams.StreamHealth, err)
 	}
 	s.specs = kvcache.Specs(tasks, s.cfg.Logger)
 	s.records = kvcache.New(s.breakers, executor.DecodeBreaker, s.cfg.Logger)

@@ -14,7 +14,6 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // How many applied outcomes a record remembers: every one applied in the
@@ -152,10 +151,6 @@ func (s *Service) publish(ctx context.Context, t *storedTransition) error {
 		s.publishing(t.Key, t.To)
 	}
 	key := t.Key
-	health, err := s.cfg.JS.Stream(ctx, streams.StreamHealth)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", streams.StreamHealth, err)
-	}
 	filter := events.BreakerSubject("*", key)
 	body, err := events.Marshal(t.To.Type(), s.source, t.TaskID, t.BreakerTransition, t.At, t.EventID)
 	if err != nil {
@@ -163,7 +158,7 @@ func (s *Service) publish(ctx context.Context, t *storedTransition) error {
 	}
 	for range 10 {
 		var last uint64
-		m, err := health.GetLastMsgForSubject(ctx, filter)
+		m, err := s.health.GetLastMsgForSubject(ctx, filter)
 		switch {
 		case err == nil && m.Header.Get(jetstream.MsgIDHeader) == t.EventID:
 			return nil // already stored
@@ -183,17 +178,13 @@ func (s *Service) publish(ctx context.Context, t *storedTransition) error {
 			s.cfg.Logger.Debug("transition superseded before its publish; not published", "key", key, "event", t.EventID)
 			return nil
 		}
-		_, err = s.cfg.JS.PublishMsg(ctx, jsutil.EventMsg(events.BreakerSubject(t.To, key), t.EventID, body),
-			jetstream.WithExpectLastSequenceForSubject(last, filter),
-			jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
+		_, err = jsutil.PublishMsg(ctx, s.cfg.JS, jsutil.EventMsg(events.BreakerSubject(t.To, key), t.EventID, body),
+			jetstream.WithExpectLastSequenceForSubject(last, filter))
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 			continue // a breaker event of the key was stored since the read
 		}
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", t.EventID, err)
-		}
-		return nil
+		return err
 	}
 	return fmt.Errorf("publish %s: the key's breaker events kept changing", t.EventID)
 }

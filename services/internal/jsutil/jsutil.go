@@ -79,13 +79,18 @@ func Source(service, instance string) string { return "flyball/" + service + "/"
 // Publish publishes body to subject with the given Nats-Msg-Id (if not
 // empty) and waits for the PubAck. extra holds more header name/value pairs.
 func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, body []byte, extra ...string) (*jetstream.PubAck, error) {
-	m := EventMsg(subject, msgID, body, extra...)
-	// Retry "no responders" for a few seconds: an R3 stream electing a
-	// new leader answers nobody for a moment, and giving up there turns a
-	// finished run into a redelivery after AckWait.
-	ack, err := js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
+	return PublishMsg(ctx, js, EventMsg(subject, msgID, body, extra...))
+}
+
+// PublishMsg publishes m with opts (an expected last sequence, say) and
+// waits for the PubAck, retrying "no responders" for a few seconds: an R3
+// stream electing a new leader answers nobody for a moment, and giving up
+// there turns a finished run into a redelivery after AckWait.
+func PublishMsg(ctx context.Context, js jetstream.JetStream, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	opts = append(opts, jetstream.WithRetryAttempts(20), jetstream.WithRetryWait(250*time.Millisecond))
+	ack, err := js.PublishMsg(ctx, m, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("publish %s: %w", subject, err)
+		return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 	}
 	return ack, nil
 }
