@@ -67,46 +67,68 @@ func deadLetterFilter(taskID string) string {
 // DeadLetters returns the newest limit entries (every one when limit <= 0),
 // of one task or, with taskID "", of all tasks, oldest first.
 func (r *Reader) DeadLetters(ctx context.Context, taskID string, limit int) ([]DeadLetterRecord, error) {
-	if taskID == "" && limit > 0 {
-		return r.newestDeadLetters(ctx, limit)
-	}
-	keep := lastN[DeadLetterRecord]{n: limit}
-	err := Scan(ctx, r.js, ScanOptions{Stream: streams.StreamDeadLetter, Subjects: []string{deadLetterFilter(taskID)}}, func(m Message) error {
-		keep.push(DecodeDeadLetter(m.Seq, m.Time, m.Subject, m.Header, m.Data))
-		return nil
-	})
-	out := keep.values()
-	if out == nil {
-		out = []DeadLetterRecord{}
-	}
+	out, _, err := r.DeadLetterPage(ctx, taskID, Page{Limit: limit})
 	return out, err
 }
 
-// newestDeadLetters returns the newest limit (> 0) entries of all tasks,
-// oldest first, without reading the whole stream. DEADLETTER holds only
-// entries, so they are its last sequences, except for the gaps a purge of
-// one task's entries (flyball dlq purge --task) or a deleted entry leaves.
-// It reads back from the last sequence in windows, each twice as long as
-// the one before, until it holds limit entries or reaches the first
-// sequence. With no gaps that is one read of limit sequences. At most
-// State.NumDeleted sequences between the first and the last are missing,
-// so the reads never go back further than limit + NumDeleted sequences.
-func (r *Reader) newestDeadLetters(ctx context.Context, limit int) ([]DeadLetterRecord, error) {
+// DeadLetterPage returns one page of the entries of one task or, with
+// taskID "", of all tasks, oldest first, and the Before of the page of
+// older ones (zero on the oldest page).
+func (r *Reader) DeadLetterPage(ctx context.Context, taskID string, p Page) ([]DeadLetterRecord, uint64, error) {
+	if p.empty() {
+		return []DeadLetterRecord{}, 0, nil
+	}
+	var (
+		out []DeadLetterRecord
+		err error
+	)
+	if taskID == "" && p.Limit > 0 {
+		out, err = r.newestDeadLetters(ctx, p.keep(), p.endSeq())
+	} else {
+		keep := lastN[DeadLetterRecord]{n: p.keep()}
+		err = Scan(ctx, r.js, ScanOptions{Stream: streams.StreamDeadLetter, Subjects: []string{deadLetterFilter(taskID)}, EndSeq: p.endSeq()}, func(m Message) error {
+			keep.push(DecodeDeadLetter(m.Seq, m.Time, m.Subject, m.Header, m.Data))
+			return nil
+		})
+		out = keep.values()
+	}
+	out, next := cut(p, out, func(rec *DeadLetterRecord) uint64 { return rec.Seq })
+	if out == nil {
+		out = []DeadLetterRecord{}
+	}
+	return out, next, err
+}
+
+// newestDeadLetters returns the newest limit (> 0) entries of all tasks
+// stored up to sequence end (zero: the last), oldest first, without
+// reading the whole stream. DEADLETTER holds only entries, so they are its
+// sequences up to end, except for the gaps a purge of one task's entries
+// (flyball dlq purge --task) or a deleted entry leaves. It reads back from
+// end in windows, each twice as long as the one before, until it holds
+// limit entries or reaches the first sequence. With no gaps that is one
+// read of limit sequences. At most State.NumDeleted sequences between the
+// first and end are missing, so the reads never go back further than
+// limit + NumDeleted sequences.
+func (r *Reader) newestDeadLetters(ctx context.Context, limit int, end uint64) ([]DeadLetterRecord, error) {
 	out := []DeadLetterRecord{}
 	st, err := r.js.Stream(ctx, streams.StreamDeadLetter)
 	if err != nil {
 		return out, fmt.Errorf("stream %s: %w", streams.StreamDeadLetter, err)
 	}
 	state := st.CachedInfo().State
-	if state.Msgs == 0 || state.LastSeq == 0 {
-		return out, nil
+	last := state.LastSeq
+	if end > 0 {
+		last = min(last, end)
 	}
 	first := max(state.FirstSeq, 1)
-	floor := first
-	if span := uint64(limit) + uint64(max(state.NumDeleted, 0)); state.LastSeq-first >= span {
-		floor = state.LastSeq - span + 1
+	if state.Msgs == 0 || last < first {
+		return out, nil
 	}
-	hi, window := state.LastSeq, uint64(limit)
+	floor := first
+	if span := uint64(limit) + uint64(max(state.NumDeleted, 0)); last-first >= span {
+		floor = last - span + 1
+	}
+	hi, window := last, uint64(limit)
 	for {
 		lo := floor
 		if hi-floor >= window {

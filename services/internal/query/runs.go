@@ -39,15 +39,33 @@ func runRecord(m Message) RunRecord {
 // Runs returns the newest limit run events of task id (every one when
 // limit <= 0), oldest first.
 func (r *Reader) Runs(ctx context.Context, id string, limit int) ([]RunRecord, error) {
-	var out []RunRecord
-	err := r.FollowRuns(ctx, id, limit, false, func(rec RunRecord) error {
-		out = append(out, rec)
+	out, _, err := r.RunPage(ctx, id, Page{Limit: limit})
+	return out, err
+}
+
+// RunPage returns one page of the run events of task id, oldest first,
+// and the Before of the page of older ones (zero on the oldest page). Like
+// FollowRuns it leaves out run.recovered events.
+func (r *Reader) RunPage(ctx context.Context, id string, p Page) ([]RunRecord, uint64, error) {
+	if p.empty() {
+		return []RunRecord{}, 0, nil
+	}
+	keep := lastN[RunRecord]{n: p.keep()}
+	err := Scan(ctx, r.js, ScanOptions{
+		Stream:   streams.StreamRuns,
+		Subjects: []string{events.RunSubject("*", id)},
+		EndSeq:   p.endSeq(),
+	}, func(m Message) error {
+		if !strings.HasPrefix(m.Subject, recoveredPrefix) {
+			keep.push(runRecord(m))
+		}
 		return nil
 	})
+	out, next := cut(p, keep.values(), func(rec *RunRecord) uint64 { return rec.Seq })
 	if out == nil {
 		out = []RunRecord{}
 	}
-	return out, err
+	return out, next, err
 }
 
 // recoveredPrefix starts the subject of a run.recovered, which repeats a

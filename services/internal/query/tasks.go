@@ -133,6 +133,28 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 	return out, nil
 }
 
+// TaskPage returns the tasks that match f with IDs after after (every
+// one with after ""), sorted by ID: at most limit of them (every one when
+// limit <= 0) and, when more follow, the ID to pass as after for the next
+// page. A cursor that is an ID rather than a position keeps the pages
+// whole while tasks are created and deleted between them.
+func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit int) ([]TaskView, string, error) {
+	all, err := r.Tasks(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	i, found := slices.BinarySearchFunc(all, after, func(v TaskView, id string) int { return strings.Compare(v.Spec.ID, id) })
+	if found {
+		i++
+	}
+	page := all[i:]
+	if limit <= 0 || len(page) <= limit {
+		return page, "", nil
+	}
+	page = page[:limit]
+	return page, page[limit-1].Spec.ID, nil
+}
+
 // unreadable is TaskView.Unreadable for a spec that failed to decode with
 // err, and what repairs it.
 func unreadable(err error) string {

@@ -1,0 +1,128 @@
+package query_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// seqs returns the Seq of each record.
+func seqs[T any](list []T, seq func(*T) uint64) []uint64 {
+	out := []uint64{}
+	for i := range list {
+		out = append(out, seq(&list[i]))
+	}
+	return out
+}
+
+// TestRunPagesWalkBackToTheOldest: following next from the newest page
+// returns every run of the task once, newest pages first, each oldest
+// first, and the oldest page has no next. Another task's runs and
+// run.recovered events in between neither fill a page nor end the walk.
+func TestRunPagesWalkBackToTheOldest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 3; i++ {
+		b.run(t, events.OutcomeSucceeded, "a", i) // seqs 1, 4, 7
+		b.run(t, events.OutcomeRecovered, "a", i)
+		b.run(t, events.OutcomeFailed, "other", i)
+	}
+	seq := func(r *query.RunRecord) uint64 { return r.Seq }
+	for _, c := range []struct {
+		name string
+		page query.Page
+		want []uint64
+		next uint64
+	}{
+		{"newest page", query.Page{Limit: 2}, []uint64{4, 7}, 4},
+		{"oldest page", query.Page{Limit: 2, Before: 4}, []uint64{1}, 0},
+		{"a page that ends exactly at the oldest", query.Page{Limit: 2, Before: 7}, []uint64{1, 4}, 0},
+		{"before a sequence of another task", query.Page{Limit: 1, Before: 6}, []uint64{4}, 4},
+		{"before the first sequence", query.Page{Limit: 2, Before: 1}, []uint64{}, 0},
+		{"every run before a sequence", query.Page{Before: 7}, []uint64{1, 4}, 0},
+		{"a cursor past the last sequence", query.Page{Limit: 5, Before: 1000}, []uint64{1, 4, 7}, 0},
+	} {
+		runs, next, err := b.r.RunPage(b.ctx, "a", c.page)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := seqs(runs, seq); !slices.Equal(got, c.want) || next != c.next {
+			t.Errorf("%s (%+v): seqs %v, next %d; want %v, next %d", c.name, c.page, got, next, c.want, c.next)
+		}
+	}
+}
+
+// TestDeadLetterPagesWalkBackToTheOldest: the pages of every task's
+// entries (read back from the end of DEADLETTER) and of one task's (a
+// filtered scan) both end at the oldest entry, with no next there.
+func TestDeadLetterPagesWalkBackToTheOldest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 1; i <= 3; i++ {
+		b.publish(t, events.DeadLetterSubject("a"), events.TypeDeadLettered, "a", deadLetter("a", i)) // seqs 1, 3, 5
+		b.publish(t, events.DeadLetterSubject("b"), events.TypeDeadLettered, "b", deadLetter("b", i)) // seqs 2, 4, 6
+	}
+	seq := func(r *query.DeadLetterRecord) uint64 { return r.Seq }
+	for _, c := range []struct {
+		name string
+		task string
+		page query.Page
+		want []uint64
+		next uint64
+	}{
+		{"all: newest page", "", query.Page{Limit: 4}, []uint64{3, 4, 5, 6}, 3},
+		{"all: oldest page", "", query.Page{Limit: 4, Before: 3}, []uint64{1, 2}, 0},
+		{"all: a page that ends exactly at the oldest", "", query.Page{Limit: 2, Before: 3}, []uint64{1, 2}, 0},
+		{"all: every entry before a sequence", "", query.Page{Before: 4}, []uint64{1, 2, 3}, 0},
+		{"all: before the first sequence", "", query.Page{Limit: 4, Before: 1}, []uint64{}, 0},
+		{"one task: newest page", "a", query.Page{Limit: 2}, []uint64{3, 5}, 3},
+		{"one task: oldest page", "a", query.Page{Limit: 2, Before: 3}, []uint64{1}, 0},
+		{"one task: before a sequence of another task", "b", query.Page{Limit: 1, Before: 5}, []uint64{4}, 4},
+	} {
+		list, next, err := b.r.DeadLetterPage(b.ctx, c.task, c.page)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := seqs(list, seq); !slices.Equal(got, c.want) || next != c.next {
+			t.Errorf("%s (%+v): seqs %v, next %d; want %v, next %d", c.name, c.page, got, next, c.want, c.next)
+		}
+	}
+}
+
+// TestTaskPagesResumeAfterTheCursor: pages of tasks by ID, each starting
+// after the cursor whether or not a task of that ID still exists.
+func TestTaskPagesResumeAfterTheCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, id := range []string{"c", "a", "e"} {
+		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
+	}
+	for _, c := range []struct {
+		after string
+		limit int
+		want  []string
+		next  string
+	}{
+		{"", 2, []string{"a", "c"}, "c"},
+		{"c", 2, []string{"e"}, ""},
+		{"a", 2, []string{"c", "e"}, ""},
+		{"b", 1, []string{"c"}, "c"}, // b does not exist: the page starts after it
+		{"e", 2, []string{}, ""},
+		{"", 0, []string{"a", "c", "e"}, ""},
+	} {
+		tasks, next, err := b.r.TaskPage(b.ctx, query.TaskFilter{}, c.after, c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{}
+		for _, v := range tasks {
+			got = append(got, v.Spec.ID)
+		}
+		if !slices.Equal(got, c.want) || next != c.next {
+			t.Errorf("after %q, limit %d: %v, next %q; want %v, next %q", c.after, c.limit, got, next, c.want, c.next)
+		}
+	}
+}
