@@ -115,3 +115,18 @@ func intParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi i
 	}
 	return n, true
 }
+
+// seqParam reads the stream-sequence cursor name (zero when absent),
+// answering 400 itself.
+func seqParam(w http.ResponseWriter, r *http.Request, name string) (uint64, bool) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n == 0 {
+		writeError(w, http.StatusBadRequest, name, fmt.Sprintf("must be a stream sequence (a positive integer, the \"next\" of the page before), got %q", v))
+		return 0, false
+	}
+	return n, true
+}

@@ -23,13 +23,13 @@ func TestConflictingLabelSelectorsAreRefused(t *testing.T) {
 
 // TestUnknownQueryParametersAreRefused: a query parameter a route does not
 // read is a 400 naming it, as an unknown body field is. It used to be
-// ignored: GET /api/v1/tasks?limit=10 listed every task, and a misspelt
+// ignored: GET /api/v1/tasks?offset=10 listed every task, and a misspelt
 // selector (?lable=team=ops) listed every task as if it had matched.
 func TestUnknownQueryParametersAreRefused(t *testing.T) {
 	t.Parallel()
 	b, _ := apiOnly(t)
 	for _, c := range []struct{ method, path, field string }{
-		{http.MethodGet, "/api/v1/tasks?limit=10", "limit"},
+		{http.MethodGet, "/api/v1/tasks?offset=10", "offset"},
 		{http.MethodGet, "/api/v1/tasks?label=team=ops&lable=team=ops", "lable"},
 		{http.MethodGet, "/api/v1/deadletter?task=web&limt=5", "limt"},
 		{http.MethodGet, "/api/v1/tasks/web/runs?offset=50", "offset"},
@@ -39,7 +39,7 @@ func TestUnknownQueryParametersAreRefused(t *testing.T) {
 		expect(t, c.method+" "+c.path, b.call(t, c.method, c.path, ""), http.StatusBadRequest, c.field)
 	}
 	expect(t, "a malformed query", b.call(t, http.MethodGet, "/api/v1/deadletter?limit=5%zz", ""), http.StatusBadRequest, "")
-	expect(t, "an unknown parameter without a token", b.do(t, http.MethodGet, "/api/v1/tasks?limit=10", "", ""), http.StatusUnauthorized, "Authorization")
+	expect(t, "an unknown parameter without a token", b.do(t, http.MethodGet, "/api/v1/tasks?offset=10", "", ""), http.StatusUnauthorized, "Authorization")
 	for _, ok := range []string{"/api/v1/tasks?job=a&label=team=ops", "/api/v1/deadletter?task=web&limit=5", "/api/v1/tasks/web/runs?limit=5"} {
 		expect(t, "GET "+ok, b.call(t, http.MethodGet, ok, ""), http.StatusOK, "")
 	}

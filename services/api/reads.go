@@ -10,7 +10,8 @@ import (
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
-// List limits of the read routes.
+// List limits of the read routes. GET /api/v1/tasks has no default: it
+// lists every task unless asked for a page, as it did before it had pages.
 const (
 	defaultLimit = 50
 	maxLimit     = 1000
@@ -25,12 +26,20 @@ func (s *Service) listRuns(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	runs, err := s.q.Runs(r.Context(), id, limit)
+	before, ok := seqParam(w, r, "before")
+	if !ok {
+		return
+	}
+	runs, next, err := s.q.RunPage(r.Context(), id, query.Page{Limit: limit, Before: before})
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"taskId": id, "runs": runs})
+	body := map[string]any{"taskId": id, "runs": runs}
+	if next > 0 {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Service) listDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -43,12 +52,20 @@ func (s *Service) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	list, err := s.q.DeadLetters(r.Context(), task, limit)
+	before, ok := seqParam(w, r, "before")
+	if !ok {
+		return
+	}
+	list, next, err := s.q.DeadLetterPage(r.Context(), task, query.Page{Limit: limit, Before: before})
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deadLetters": list})
+	body := map[string]any{"deadLetters": list}
+	if next > 0 {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // deadLetter loads the {seq} entry, answering 400 or 404 itself.

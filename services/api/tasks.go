@@ -327,10 +327,25 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	tasks, err := s.q.Tasks(r.Context(), query.TaskFilter{Job: r.URL.Query().Get("job"), Labels: labels})
+	// Without limit every task is listed, as before pages: scripts that
+	// read the whole list keep working.
+	limit, ok := intParam(w, r, "limit", 0, 1, maxLimit)
+	if !ok {
+		return
+	}
+	after := r.URL.Query().Get("after")
+	if after != "" && !events.ValidToken(after) {
+		writeError(w, http.StatusBadRequest, "after", fmt.Sprintf("must be a task id (1-%d characters of [A-Za-z0-9_-], the \"next\" of the page before), got %q", events.MaxIDLength, after))
+		return
+	}
+	tasks, next, err := s.q.TaskPage(r.Context(), query.TaskFilter{Job: r.URL.Query().Get("job"), Labels: labels}, after, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks})
+	body := map[string]any{"tasks": tasks}
+	if next != "" {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 }

@@ -1,0 +1,124 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// pageOf reads one page of a listing: the value of field at key in each
+// item (a task's spec.id, a record's seq) and the next cursor ("" on the
+// last page).
+func pageOf(t *testing.T, b *bundle, path, list string, key func(map[string]any) string) ([]string, string) {
+	t.Helper()
+	r := b.call(t, http.MethodGet, path, "")
+	expect(t, "GET "+path, r, http.StatusOK, "")
+	items, ok := r.body[list].([]any)
+	if !ok {
+		t.Fatalf("GET %s: no %s list: %s", path, list, r.raw)
+	}
+	got := []string{}
+	for _, it := range items {
+		got = append(got, key(it.(map[string]any)))
+	}
+	next := ""
+	if v, ok := r.body["next"]; ok {
+		next = fmt.Sprint(v)
+	}
+	return got, next
+}
+
+func seqKey(m map[string]any) string { return fmt.Sprint(m["seq"]) }
+
+// TestListingsPageWithANextCursor: each listing, asked for 2 of 3 items,
+// returns 2 and a next cursor, and the cursor returns the third with no
+// next. Before pages, an operator could not see past the newest 1,000
+// runs or dead letters.
+func TestListingsPageWithANextCursor(t *testing.T) {
+	t.Parallel()
+	b, js := apiOnly(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c", "a", "b"} {
+		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		putRun(t, js, "web", i+1) // RUNS seqs 1, 2, 3
+		putDeadLetter(t, js, "web", i)
+	}
+
+	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
+	for _, c := range []struct {
+		name, first, list string
+		key               func(map[string]any) string
+		want1, want2      []string
+		next              string
+		second            string
+	}{
+		{"tasks", "/api/v1/tasks?limit=2", "tasks", taskKey, []string{"a", "b"}, []string{"c"}, "b", "/api/v1/tasks?limit=2&after=b"},
+		{"runs", "/api/v1/tasks/web/runs?limit=2", "runs", seqKey, []string{"2", "3"}, []string{"1"}, "2", "/api/v1/tasks/web/runs?limit=2&before=2"},
+		{"dead letters", "/api/v1/deadletter?limit=2", "deadLetters", seqKey, []string{"2", "3"}, []string{"1"}, "2", "/api/v1/deadletter?limit=2&before=2"},
+		{"one task's dead letters", "/api/v1/deadletter?task=web&limit=2", "deadLetters", seqKey, []string{"2", "3"}, []string{"1"}, "2", "/api/v1/deadletter?task=web&limit=2&before=2"},
+	} {
+		got, next := pageOf(t, b, c.first, c.list, c.key)
+		if !slices.Equal(got, c.want1) || next != c.next {
+			t.Errorf("%s: GET %s = %v, next %q; want %v, next %q", c.name, c.first, got, next, c.want1, c.next)
+		}
+		got, next = pageOf(t, b, c.second, c.list, c.key)
+		if !slices.Equal(got, c.want2) || next != "" {
+			t.Errorf("%s: GET %s = %v, next %q; want %v and no next", c.name, c.second, got, next, c.want2)
+		}
+	}
+	// Without limit, tasks are listed whole, as before pages.
+	if got, next := pageOf(t, b, "/api/v1/tasks", "tasks", taskKey); !slices.Equal(got, []string{"a", "b", "c"}) || next != "" {
+		t.Errorf("GET /api/v1/tasks = %v, next %q; want every task and no next", got, next)
+	}
+}
+
+// TestBadCursorsAreRefused: a cursor or limit that is not one is a 400
+// naming the parameter and saying what it takes, not an empty or a first
+// page.
+func TestBadCursorsAreRefused(t *testing.T) {
+	t.Parallel()
+	b, _ := apiOnly(t)
+	for _, c := range []struct{ path, field, want string }{
+		{"/api/v1/tasks?after=a.b", "after", `must be a task id`},
+		{"/api/v1/tasks?limit=0", "limit", `must be an integer in [1, 1000], got "0"`},
+		{"/api/v1/tasks?limit=1001", "limit", `must be an integer in [1, 1000], got "1001"`},
+		{"/api/v1/tasks/web/runs?before=0", "before", `must be a stream sequence (a positive integer`},
+		{"/api/v1/tasks/web/runs?before=-3", "before", `got "-3"`},
+		{"/api/v1/tasks/web/runs?before=abc", "before", `got "abc"`},
+		{"/api/v1/deadletter?before=1.5", "before", `got "1.5"`},
+		{"/api/v1/deadletter?task=web&before=18446744073709551616", "before", `must be a stream sequence`},
+	} {
+		r := b.call(t, http.MethodGet, c.path, "")
+		expect(t, "GET "+c.path, r, http.StatusBadRequest, c.field)
+		if d := r.str("detail"); !strings.Contains(d, c.want) {
+			t.Errorf("GET %s: detail %q, want it to contain %q", c.path, d, c.want)
+		}
+	}
+}
+
+func putRun(t *testing.T, js jetstream.JetStream, task string, attempt int) {
+	t.Helper()
+	run := events.Run{DispatchID: fmt.Sprintf("%s:%d", task, attempt), TaskID: task, Attempt: attempt, Status: 200}
+	if err := jsutil.PublishEvent(context.Background(), js, events.RunSubject(events.OutcomeSucceeded, task), "",
+		events.OutcomeSucceeded.Type(), "test", task, run, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+}
