@@ -142,15 +142,16 @@ entries). Entries stored before tail started are shown by 'dlq list'.`,
 
 func newDLQListCmd() *cobra.Command {
 	var (
-		cf    clientFlags
-		out   output
-		task  string
-		limit int
+		cf     clientFlags
+		out    output
+		task   string
+		limit  int
+		before string
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Short:   "List stored dead letters, newest last",
-		Example: "  flyball dlq list\n  flyball dlq list --task orders-health --limit 5 -o json",
+		Example: "  flyball dlq list\n  flyball dlq list --task orders-health --limit 5 -o json\n  flyball dlq list --limit 50 --before 1234",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkTaskFilter(task); err != nil {
@@ -159,10 +160,17 @@ func newDLQListCmd() *cobra.Command {
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
+			seq, err := parseBefore(before)
+			if err != nil {
+				return err
+			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
-				list, err := s.q.DeadLetters(ctx, task, limit)
+				list, next, err := s.q.DeadLetterPage(ctx, task, query.Page{Limit: limit, Before: seq})
 				if err != nil {
 					return err
+				}
+				if next > 0 {
+					defer printNextPage(s.errOut, "dead letters", "--before", next)
 				}
 				if out == outJSON {
 					return printJSON(s.out, list)
@@ -181,6 +189,7 @@ func newDLQListCmd() *cobra.Command {
 	out.register(cmd, outTable)
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 50, "show the newest N entries (0: all)")
+	cmd.Flags().StringVar(&before, "before", "", "show entries stored before this DEADLETTER sequence (the next page)")
 	return cmd
 }
 

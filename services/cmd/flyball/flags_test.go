@@ -43,6 +43,13 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// and replay printed nothing.
 		{[]string{"replay", "--stream", "RUNS", "--since", "1h", "--until", "2h"}, `flyball: --until 2h (`},
 		{[]string{"healthcheck", "--timeout", "0s", "http://127.0.0.1:1/healthz"}, "flyball: --timeout: must be positive, got 0s"},
+		// Pages: a cursor that is not one was no error to catch before
+		// anything connects.
+		{[]string{"runs", "web", "--before", "0"}, `flyball: --before: want a stream sequence (a positive integer`},
+		{[]string{"dlq", "list", "--before", "seven"}, `flyball: --before: want a stream sequence (a positive integer, as the last page's hint gave), got "seven"`},
+		{[]string{"runs", "web", "--before", "9", "--follow"}, "flyball: --before lists older runs and --follow newer ones: give one of them"},
+		{[]string{"task", "list", "--after", "a.b"}, `flyball: --after: task id "a.b": must be 1-128 characters`},
+		{[]string{"task", "list", "--limit", "-1"}, "flyball: --limit: must be >= 0, got -1"},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -19,6 +20,7 @@ func newRunsCmd() *cobra.Command {
 		cf     clientFlags
 		out    output
 		limit  int
+		before string
 		follow bool
 	)
 	cmd := &cobra.Command{
@@ -29,10 +31,12 @@ per attempt, skipped; the services publish no started, and run.recovered, a
 success repeated for the breaker, is left out) from the RUNS stream with an ephemeral ordered
 consumer and prints the newest --limit of them, oldest first: time, outcome,
 attempt, HTTP status, duration and a preview of the response body (or the
-error). --follow then keeps printing new ones until Ctrl-C. RUNS keeps a
+error). --follow then keeps printing new ones until Ctrl-C. When older runs
+remain, a line on stderr gives the --before <seq> that prints the page of
+them. RUNS keeps a
 deleted task's runs under its id; where they give way to those of a task
 created again under it, the table prints a line starting "--".`,
-		Example: "  flyball runs orders-health --limit 50\n  flyball runs orders-health --follow\n  flyball runs orders-health -o json | jq '.run.body'",
+		Example: "  flyball runs orders-health --limit 50\n  flyball runs orders-health --limit 50 --before 1234\n  flyball runs orders-health --follow\n  flyball runs orders-health -o json | jq '.run.body'",
 		Args:    oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -42,26 +46,48 @@ created again under it, the table prints a line starting "--".`,
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
+			seq, err := parseBefore(before)
+			if err != nil {
+				return err
+			}
+			if seq > 0 && follow {
+				return errors.New("--before lists older runs and --follow newer ones: give one of them")
+			}
 			return cf.run(cmd, !follow, func(ctx context.Context, s *session) error {
 				if out == outTable {
 					fmt.Fprintln(s.out, runHeader)
 				}
-				n := 0
 				p := runPrinter{w: s.out, out: out}
-				err := s.q.FollowRuns(ctx, id, limit, follow, func(rec query.RunRecord) error {
-					n++
-					return p.print(&rec)
-				})
-				if err == nil && n == 0 && !follow {
+				if follow {
+					return s.q.FollowRuns(ctx, id, limit, true, func(rec query.RunRecord) error {
+						return p.print(&rec)
+					})
+				}
+				runs, next, err := s.q.RunPage(ctx, id, query.Page{Limit: limit, Before: seq})
+				if err != nil {
+					return err
+				}
+				for i := range runs {
+					if err := p.print(&runs[i]); err != nil {
+						return err
+					}
+				}
+				switch {
+				case next > 0:
+					printNextPage(s.errOut, "runs", "--before", next)
+				case len(runs) == 0 && seq > 0:
+					fmt.Fprintf(s.errOut, "no runs of %q on RUNS before sequence %d\n", id, seq)
+				case len(runs) == 0:
 					fmt.Fprintf(s.errOut, "no runs of %q on RUNS\n", id)
 				}
-				return err
+				return nil
 			})
 		},
 	}
 	cf.register(cmd)
 	out.register(cmd, outTable)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "show the newest N runs (0: all)")
+	cmd.Flags().StringVar(&before, "before", "", "show runs stored before this RUNS sequence (the next page)")
 	cmd.Flags().BoolVarP(&follow, "follow", "F", false, "keep printing new runs until Ctrl-C")
 	return cmd
 }

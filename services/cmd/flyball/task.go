@@ -330,21 +330,34 @@ func newTaskListCmd() *cobra.Command {
 		out    output
 		labels []string
 		job    string
+		limit  int
+		after  string
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
-		Short:   "List tasks, optionally by job or label",
-		Example: "  flyball task list --label team=payments\n  flyball task list --job orders -o json",
+		Short:   "List tasks, optionally by job or label, sorted by id",
+		Example: "  flyball task list --label team=payments\n  flyball task list --job orders -o json\n  flyball task list --limit 100 --after orders-health",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sel, err := query.ParseLabels(labels)
 			if err != nil {
 				return fmt.Errorf("--label: %w", err)
 			}
+			if limit < 0 {
+				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
+			}
+			if after != "" {
+				if err := validID(after); err != nil {
+					return fmt.Errorf("--after: %w", err)
+				}
+			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
-				tasks, err := s.q.Tasks(ctx, query.TaskFilter{Job: job, Labels: sel})
+				tasks, next, err := s.q.TaskPage(ctx, query.TaskFilter{Job: job, Labels: sel}, after, limit)
 				if err != nil {
 					return err
+				}
+				if next != "" {
+					defer printNextPage(s.errOut, "tasks", "--after", next)
 				}
 				if out == outJSON {
 					return printJSON(s.out, tasks)
@@ -372,6 +385,8 @@ func newTaskListCmd() *cobra.Command {
 	out.register(cmd, outTable)
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "only tasks with this label, key=value (repeatable: all must match)")
 	cmd.Flags().StringVar(&job, "job", "", "only tasks of this job")
+	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "show at most N tasks (0: all)")
+	cmd.Flags().StringVar(&after, "after", "", "show the tasks whose id sorts after this one (the next page)")
 	return cmd
 }
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestCLIListsPage: task list, runs and dlq list print a page of --limit
+// and, when more remain, one line on stderr with the flag that prints the
+// next page; that page ends the listing, with no such line. Before pages,
+// runs and dlq list showed the newest entries and nothing older.
+func TestCLIListsPage(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	ctx := t.Context()
+	kv, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for i, id := range []string{"web-c", "web-a", "web-b"} {
+		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
+			t.Fatal(err)
+		}
+		run := events.Run{DispatchID: fmt.Sprintf("web:%d", i+1), TaskID: "web", Attempt: i + 1, Status: 200}
+		if err := jsutil.PublishEvent(ctx, srv.JS, events.RunSubject(events.OutcomeSucceeded, "web"), "",
+			events.OutcomeSucceeded.Type(), "test", "web", run, now); err != nil {
+			t.Fatal(err)
+		}
+		dl := events.DeadLetter{TaskID: "web", Reason: events.DeadLetterPermanent, Attempts: i + 1, DeadLetteredAt: now}
+		if err := jsutil.PublishEvent(ctx, srv.JS, events.DeadLetterSubject("web"), "",
+			events.TypeDeadLettered, "test", "web", dl, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, c := range []struct {
+		name         string
+		first        []string
+		hint         string
+		next         []string
+		rows1, rows2 []string // a word of each row, in order
+	}{
+		{
+			"task list", []string{"task", "list", "--limit", "2"}, "more tasks: repeat with --after web-b for the next page\n",
+			[]string{"task", "list", "--limit", "2", "--after", "web-b"}, []string{"web-a", "web-b"}, []string{"web-c"},
+		},
+		{
+			"runs", []string{"runs", "web", "--limit", "2"}, "more runs: repeat with --before 2 for the next page\n",
+			[]string{"runs", "web", "--limit", "2", "--before", "2"}, []string{"2", "3"}, []string{"1"},
+		},
+		{
+			"dlq list", []string{"dlq", "list", "--limit", "2"}, "more dead letters: repeat with --before 2 for the next page\n",
+			[]string{"dlq", "list", "--limit", "2", "--before", "2"}, []string{"2", "3"}, []string{"1"},
+		},
+	} {
+		r := e.run(t, c.first...)
+		if r.code != 0 || r.stderr != c.hint {
+			t.Errorf("%s: exit %d, stderr %q; want exit 0 and %q", c.name, r.code, r.stderr, c.hint)
+		}
+		checkRows(t, c.name, r.stdout, c.rows1)
+		r = e.run(t, c.next...)
+		if r.code != 0 || r.stderr != "" {
+			t.Errorf("%s, the last page: exit %d, stderr %q; want exit 0 and no hint", c.name, r.code, r.stderr)
+		}
+		checkRows(t, c.name+", the last page", r.stdout, c.rows2)
+	}
+}
+
+// checkRows fails unless the table below the header has one row per
+// want, each holding that word (a task id, the attempt of a run, the SEQ
+// of a dead letter).
+func checkRows(t *testing.T, what, stdout string, want []string) {
+	t.Helper()
+	rows := strings.Split(strings.TrimSpace(stdout), "\n")[1:]
+	if len(rows) != len(want) {
+		t.Errorf("%s: %d rows, want %d:\n%s", what, len(rows), len(want), stdout)
+		return
+	}
+	for i, w := range want {
+		if !strings.Contains(" "+rows[i]+" ", " "+w+" ") {
+			t.Errorf("%s: row %d %q, want %s in it", what, i, rows[i], w)
+		}
+	}
+}
