@@ -31,7 +31,8 @@ type CommandResult struct {
 // send publishes a command and answers with the governor's verdict: 202
 // accepted or pending, 422 rejected (naming the fields), 413 when the
 // command is over the NATS server's max_payload (no retry mends that), 503
-// when NATS refused the command otherwise.
+// when NATS refused the command otherwise, or when it may have been
+// stored (status "unknown", with its commandId: control.ErrMaybeStored).
 //
 // With an Idempotency-Key header the command id is derived from the key,
 // the command, the task, the query and the body, so the same request
@@ -60,6 +61,19 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 		// A body under MaxBodyBytes can still make a command over the
 		// server's max_payload; a 503 would have the client retry it.
 		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("command not stored: it is over the NATS server's max_payload (%d bytes): %v", s.cfg.JS.Conn().MaxPayload(), err))
+	case errors.Is(err, control.ErrMaybeStored):
+		// The publish's ack was lost and publishing it again failed too:
+		// TASKS may hold the command, and "not stored" had the client send
+		// it again as a second one. The same Idempotency-Key stores it
+		// once; without one, a retry is a new command.
+		retry := "send it again with the same Idempotency-Key: it is stored once"
+		if r.Header.Get("Idempotency-Key") == "" {
+			retry = "look at the task (or TASKS) before sending it again: without an Idempotency-Key a retry is a new command"
+		}
+		writeJSON(w, http.StatusServiceUnavailable, apiError{
+			Error: http.StatusText(http.StatusServiceUnavailable), CommandID: cmdID, Status: "unknown",
+			Detail: err.Error() + "; if it was, it is applied; " + retry,
+		})
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "", "command not stored: "+err.Error())
 	case ans.Rejected != nil:

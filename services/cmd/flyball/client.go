@@ -126,14 +126,17 @@ func (s *session) command(ctx context.Context, verb events.Verb, id string, data
 	switch {
 	case errors.Is(err, control.ErrTimeout):
 		return nil, fmt.Errorf("task.%s for %q was stored (command %s) but the governor did not answer within %s: is the governor running? The command is applied when it is", verb, id, cmdID, s.timeout)
-	// Interrupted (Ctrl-C, or the bound of --timeout) once the command
-	// was sent: it is stored, or may be, and applied when the governor
-	// reads it. A bare "context canceled" read as "not sent", and the
-	// command sent again ran a requeued task twice.
+	// The publish's ack was lost (a timeout, a dropped connection, or an
+	// interrupt: Ctrl-C or the bound of --timeout) and publishing it again
+	// did not settle it. Printed as the bare publish error, a command
+	// that TASKS may hold read as "not sent".
+	case errors.Is(err, control.ErrMaybeStored):
+		return nil, fmt.Errorf("task.%s for %q: %w; if it was, it is applied when the governor reads it; see flyball replay --stream TASKS --subject %s before sending it again", verb, id, err, events.TaskSubject(verb, id))
+	// Interrupted once the command was stored: it is applied when the
+	// governor reads it. A bare "context canceled" read as "not sent",
+	// and the command sent again ran a requeued task twice.
 	case err != nil && ctx.Err() != nil && cmdID != "":
 		return nil, fmt.Errorf("task.%s for %q was stored (command %s), but the wait for the governor's answer was interrupted (%w): the command is applied when the governor reads it; do not send it again", verb, id, cmdID, ctx.Err())
-	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("task.%s for %q may have been sent: interrupted (%w) before NATS confirmed it was stored; if it was, it is applied when the governor reads it; see flyball replay --stream TASKS --subject %s before sending it again", verb, id, ctx.Err(), events.TaskSubject(verb, id))
 	case err != nil:
 		return nil, err
 	case ans.Rejected != nil:

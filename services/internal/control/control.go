@@ -24,6 +24,14 @@ import (
 // stored and will still be applied.
 var ErrTimeout = errors.New("no answer from the governor in time (is the governor running?)")
 
+// ErrMaybeStored wraps a publish error after which TASKS may hold the
+// command or not: its ack timed out or was lost with the connection, and
+// publishing it again to find out failed too, or the caller's context
+// ended first. SendID returns the command id with it: a command that was
+// stored is applied, and sending it again with the same id (an
+// Idempotency-Key) stores it at most once.
+var ErrMaybeStored = errors.New("the command may or may not have been stored")
+
 // Answer is the governor's reply to a command.
 type Answer struct {
 	Accepted *events.TaskAccepted `json:"accepted,omitempty"`
@@ -48,7 +56,8 @@ func (c *Client) Send(ctx context.Context, verb events.Verb, id string, data any
 // Nats-Msg-Id, at most 256 bytes). A command sent again with the same id
 // within TASKS's duplicate window (2 minutes) is not stored again, and is
 // answered with the first one's verdict: a client that retries after a
-// timeout sends one command.
+// timeout sends one command. After a publish error it returns the command
+// id only with ErrMaybeStored: other errors mean it was not stored.
 func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string, data any, wait time.Duration) (string, *Answer, error) {
 	if !events.ValidToken(id) {
 		return "", nil, &events.FieldError{Field: "id", Rule: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", events.MaxIDLength, id)}
@@ -75,7 +84,14 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 	if err != nil {
 		return "", nil, err
 	}
-	ack, err := jsutil.Publish(ctx, c.JS, events.TaskSubject(verb, id), cmdID, body)
+	subject := events.TaskSubject(verb, id)
+	ack, err := jsutil.Publish(ctx, c.JS, subject, cmdID, body)
+	if err != nil && !refused(err) {
+		ack, err = c.confirm(ctx, subject, cmdID, body, err)
+	}
+	if errors.Is(err, ErrMaybeStored) {
+		return cmdID, nil, err
+	}
 	if err != nil {
 		return "", nil, err
 	}
@@ -103,6 +119,45 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 			}
 		}
 	}
+}
+
+// confirmTimeout bounds confirm's publish: JetStream's default publish
+// timeout.
+const confirmTimeout = 5 * time.Second
+
+// confirm finds out whether a command whose publish failed with err, an
+// error that is not a refusal, is stored. A publish whose ack timed out or
+// was lost with the connection may have been stored, and the governor
+// then applies it: "not stored" sent the client to send it again as a
+// second command. confirm publishes the command again with the same
+// Nats-Msg-Id, so TASKS answers Duplicate if the first publish was stored
+// and stores it now if not: either way it is stored once, and its answer
+// is awaited as usual. A caller whose context ended gave the command up,
+// so it is not published again (nor would anyone read the answer), and
+// the error says the command may have been stored.
+func (c *Client) confirm(ctx context.Context, subject, cmdID string, body []byte, err error) (*jetstream.PubAck, error) {
+	if ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+		defer cancel()
+		ack, again := jsutil.Publish(cctx, c.JS, subject, cmdID, body)
+		if again == nil {
+			return ack, nil
+		}
+		err = fmt.Errorf("%w; publishing it again: %w", err, again)
+	}
+	return nil, fmt.Errorf("%w (command %s): %w", ErrMaybeStored, cmdID, err)
+}
+
+// refused reports a publish error after which the command is certainly
+// not stored: no stream took it (the server refused it, or no stream
+// listens on its subject), or the client never sent it (over max_payload,
+// an invalid subject). A duplicate being stored right now (10158: the
+// same command id sent twice at once) is stored, so it is not a refusal.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && !jsutil.IsDuplicateInProcess(err) ||
+		jsutil.TooLarge(err) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg)
 }
 
 // duplicateLookback is how far back storedAnswer looks: TASKS's duplicate
