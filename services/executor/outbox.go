@@ -250,9 +250,18 @@ func (o *outbox) flush(batch []*outItem) {
 			return
 		}
 		if time.Now().After(deadline) {
+			// What is left may be stored all the same: an ack lost in
+			// every round (a leader that died after storing the event,
+			// then an election longer than the budget) leaves no trace
+			// here. The dispatch is nakked either way, and its redelivery
+			// calls the target again (with the same Idempotency-Key); its
+			// event, published under the same Nats-Msg-Id within RUNS's
+			// duplicate window, is then dropped as a duplicate, so the
+			// governor sees one outcome. "not stored" misled an operator
+			// into counting a lost run.
 			o.m.OutboxAbandoned.Add(float64(len(batch)))
 			for _, it := range batch {
-				o.done(it, fmt.Errorf("run event not stored within %s (%d rounds): %w", o.budget, round, lastErr))
+				o.done(it, fmt.Errorf("run event not confirmed stored within %s (%d rounds; it may have been stored, its ack lost): %w", o.budget, round, lastErr))
 			}
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,7 +76,7 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
 	select {
 	case err := <-settled:
-		if err == nil || !strings.Contains(err.Error(), "not stored within 1s") {
+		if err == nil || !strings.Contains(err.Error(), "not confirmed stored within 1s") {
 			t.Fatalf("settled with %v, want a not-stored error", err)
 		}
 		if n := testutil.ToFloat64(o.m.OutboxAbandoned); n != 1 {
@@ -83,6 +84,50 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("not settled 20s into a 1s budget")
+	}
+}
+
+// TestOutboxGivingUpOnAnEventWhoseAcksWereLostDoesNotSayNotStored: every
+// round's ack is lost (the outbox's connection may not subscribe to its
+// inboxes), while RUNS stores the event in the first round and drops the
+// later rounds' publishes as duplicates. The outbox gives up after its
+// budget, and its dispatch is nakked, but the event is stored: the error
+// it settles with, logged with the nak, said "run event not stored".
+// It now says the event may have been stored: the redelivery calls the
+// target again, and its event, under the same Nats-Msg-Id, is dropped as
+// a duplicate within RUNS's duplicate window.
+func TestOutboxGivingUpOnAnEventWhoseAcksWereLostDoesNotSayNotStored(t *testing.T) {
+	srv := natstest.StartWithUsers(t,
+		&server.User{Username: "flyball", Password: "pw"},
+		&server.User{Username: "lossy", Password: "pw", Permissions: &server.Permissions{
+			Subscribe: &server.SubjectPermission{Deny: []string{"_INBOX.>"}},
+		}},
+	)
+	_, js := natstest.ConnectAs(t, srv, "flyball", "pw")
+	createOut(t, js)
+	// The refused subscription is the point: its error is not news.
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("lossy", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	lossy, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testOutbox(t, lossy, 200*time.Millisecond, time.Second)
+	settled := make(chan error, 1)
+	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
+	select {
+	case err = <-settled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not settled 20s into a 1s budget")
+	}
+	if n := len(natstest.Read(t, js, "OUT", "out.x")); n != 1 {
+		t.Fatalf("OUT holds %d events, want 1", n)
+	}
+	if err == nil || strings.Contains(err.Error(), "not stored") || !strings.Contains(err.Error(), "may have been stored") {
+		t.Fatalf("settled with %v: want an error that says the event may have been stored", err)
 	}
 }
 
