@@ -12,9 +12,10 @@ type TaskRef struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// MaxReasonBytes bounds the free-text reason of a pause or a hint. The
-// governor keeps it in the task's schedule (a hint with interval and at
-// keeps it twice), which must fit in one KV value.
+// MaxReasonBytes bounds the free-text reason of every command. The
+// governor keeps a pause's or a hint's in the task's schedule (a hint with
+// interval and at keeps it twice), which must fit in one KV value; the
+// others stay in TASKS as history.
 const MaxReasonBytes = 1024
 
 // TaskPause is the data of task.paused. A nil Until pauses indefinitely.

@@ -52,9 +52,13 @@ func TestReasonIsBounded(t *testing.T) {
 		{"/api/v1/tasks/web/pause", `{"reason":"` + long + `"}`},
 		{"/api/v1/tasks/web/hint", `{"interval":"10s","reason":"` + long + `"}`},
 		{"/api/v1/tasks/web/run-now", `{"reason":"` + long + `"}`},
+		// Resume and retry sent any reason, kept in TASKS as history.
+		{"/api/v1/tasks/web/resume", `{"reason":"` + long + `"}`},
+		{"/api/v1/deadletter/1/retry", `{"reason":"` + long + `"}`},
 	} {
 		expect(t, "POST "+c.path+" with a long reason", b.call(t, http.MethodPost, c.path, c.body), http.StatusBadRequest, "reason")
 	}
+	expect(t, "DELETE with a long reason", b.call(t, http.MethodDelete, "/api/v1/tasks/web?reason="+long, ""), http.StatusBadRequest, "reason")
 }
 
 // TestInvalidUTF8IsRefused: a body that is not UTF-8 is a 400. It used to

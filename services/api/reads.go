@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
@@ -97,6 +98,10 @@ func (s *Service) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	var req ReasonRequest
 	if !s.decodeBody(w, r, &req, true) {
+		return
+	}
+	if err := control.ValidateReason(req.Reason); err != nil {
+		writeInvalid(w, err)
 		return
 	}
 	rec, ok := s.deadLetter(w, r)

@@ -201,8 +201,13 @@ func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "body", "DELETE takes no body: give the reason as ?reason=…")
 		return
 	}
+	reason := r.URL.Query().Get("reason")
+	if err := control.ValidateReason(reason); err != nil {
+		writeInvalid(w, err)
+		return
+	}
 	if s.existing(w, r, id) {
-		s.send(w, r, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: r.URL.Query().Get("reason")})
+		s.send(w, r, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason})
 	}
 }
 
@@ -262,7 +267,14 @@ func (s *Service) resumeTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ReasonRequest
-	if s.decodeBody(w, r, &req, true) && s.existing(w, r, id) {
+	if !s.decodeBody(w, r, &req, true) {
+		return
+	}
+	if err := control.ValidateReason(req.Reason); err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	if s.existing(w, r, id) {
 		s.send(w, r, events.VerbResumed, id, events.TaskRef{ID: id, Reason: req.Reason})
 	}
 }

@@ -109,6 +109,35 @@ func TestHugeHintReasonIsRejected(t *testing.T) {
 	}
 }
 
+// TestLongReasonOfDeleteResumeRequeueIsRejected: the reason of a
+// task.deleted, task.resumed or task.requeued was free text without a
+// limit, kept in TASKS as history. It is now at most
+// events.MaxReasonBytes, as for a pause or a hint, and a longer one is
+// rejected naming it, without deleting, resuming or requeueing the task.
+func TestLongReasonOfDeleteResumeRequeueIsRejected(t *testing.T) {
+	s, js := startGovernor(t)
+	long := strings.Repeat("x", events.MaxReasonBytes+1)
+	for _, c := range []struct {
+		id   string
+		verb events.Verb
+		data any
+	}{
+		{"d", events.VerbDeleted, events.TaskRef{ID: "d", Reason: long}},
+		{"r", events.VerbResumed, events.TaskRef{ID: "r", Reason: long}},
+		{"q", events.VerbRequeued, events.TaskRequeue{ID: "q", DeadLetterSeq: 1, Reason: long}},
+	} {
+		id := c.id
+		command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-"+id, *minuteSpec(id))
+		command(t, js, c.verb, c.verb.Type(), id, string(c.verb)+"-"+id, c.data)
+		if rs := lastRejection(t, js, id); len(rs) != 1 || rs[0].Field != "reason" {
+			t.Fatalf("task.%s with a %d-byte reason: reasons %+v, want one naming reason", c.verb, len(long), rs)
+		}
+		if _, err := s.tasks.Get(t.Context(), id); err != nil {
+			t.Fatalf("task.%s with a %d-byte reason: spec: %v, want it kept", c.verb, len(long), err)
+		}
+	}
+}
+
 // TestSpecTooLargeToStoreIsRejected: a command whose write the server
 // refuses for its size can never succeed. A task.created just under the
 // server's max_payload grows past it once its defaults are filled in;

@@ -234,6 +234,9 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		if err := decodeOptional(e, &ref, id); err != nil {
 			return Step{}, err
 		}
+		if err := control.ValidateReason(ref.Reason); err != nil {
+			return Step{}, rejectErr(err)
+		}
 		step.Input = gov.Input{Kind: gov.KindDeleted}
 	case events.VerbPaused:
 		var p events.TaskPause
@@ -252,6 +255,9 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		var r events.TaskRef
 		if err := decodeOptional(e, &r, id); err != nil {
 			return Step{}, err
+		}
+		if err := control.ValidateReason(r.Reason); err != nil {
+			return Step{}, rejectErr(err)
 		}
 		step.Input = gov.Input{Kind: gov.KindResumed}
 	case events.VerbHinted:
@@ -294,6 +300,9 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 		var r events.TaskRequeue
 		if err := decodeOptional(e, &r, id); err != nil {
 			return Step{}, err
+		}
+		if err := control.ValidateReason(r.Reason); err != nil {
+			return Step{}, rejectErr(err)
 		}
 		step.Input = gov.Input{Kind: gov.KindRequeued}
 	default:

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -267,6 +268,9 @@ requeue runs the task again whatever entry it names.`,
 			}
 			if err := checkTaskFilter(task); err != nil {
 				return err
+			}
+			if err := control.ValidateReason(reason); err != nil {
+				return flagError(err)
 			}
 			var seq uint64
 			if !all {

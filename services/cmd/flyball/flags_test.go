@@ -25,6 +25,10 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// pause and run-now sent a reason the governor refuses (hint checked it).
 		{[]string{"task", "pause", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
 		{[]string{"task", "run-now", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
+		// delete, resume and dlq retry sent any reason.
+		{[]string{"task", "delete", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
+		{[]string{"task", "resume", "web", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
+		{[]string{"dlq", "retry", "1", "--reason", long}, "flyball: --reason: must be at most 1024 bytes"},
 		// A zero or negative --timeout made every probe fail with
 		// "context deadline exceeded".
 		// The subject check let a CR or a newline through: replay warned it

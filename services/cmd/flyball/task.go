@@ -160,6 +160,9 @@ func newTaskDeleteCmd() *cobra.Command {
 			if err := validID(id); err != nil {
 				return err
 			}
+			if err := control.ValidateReason(reason); err != nil {
+				return flagError(err)
+			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
 				// The governor accepts a delete of a missing task (a
 				// redelivered delete must not fail), so a mistyped id
@@ -462,7 +465,12 @@ func newTaskResumeCmd() *cobra.Command {
 		func(cmd *cobra.Command) {
 			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
 		},
-		func(id string, _ time.Time) (any, error) { return events.TaskRef{ID: id, Reason: reason}, nil })
+		func(id string, _ time.Time) (any, error) {
+			if err := control.ValidateReason(reason); err != nil {
+				return nil, flagError(err)
+			}
+			return events.TaskRef{ID: id, Reason: reason}, nil
+		})
 }
 
 // flagError turns a validation error of a pause or a hint into one line

@@ -132,6 +132,18 @@ func ValidatePause(p *events.TaskPause) error {
 	return nil
 }
 
+// ValidateReason checks the reason of a task.deleted, task.resumed or
+// task.requeued command with the governor's rule: at most
+// events.MaxReasonBytes, as for a pause or a hint. The command stays in
+// TASKS as history, where a reason without a bound could take up a whole
+// NATS payload.
+func ValidateReason(reason string) error {
+	if len(reason) > events.MaxReasonBytes {
+		return &events.ValidationError{Errors: []events.FieldError{{Field: "reason", Rule: reasonRule(reason)}}}
+	}
+	return nil
+}
+
 func reasonRule(reason string) string {
 	return fmt.Sprintf("must be at most %d bytes, got %d", events.MaxReasonBytes, len(reason))
 }

@@ -124,3 +124,14 @@ func TestRunNowIsAOneShotHintAtNow(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestValidateReason(t *testing.T) {
+	t.Parallel()
+	if err := control.ValidateReason(strings.Repeat("x", events.MaxReasonBytes)); err != nil {
+		t.Fatalf("reason at the limit: %v, want nil", err)
+	}
+	err := control.ValidateReason(strings.Repeat("x", events.MaxReasonBytes+1))
+	if rs := events.Reasons(err); len(rs) != 1 || rs[0].Field != "reason" {
+		t.Fatalf("reason too long: %v, want one problem naming reason", err)
+	}
+}
