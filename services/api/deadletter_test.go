@@ -2,14 +2,17 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
@@ -81,4 +84,47 @@ func TestDeadLetterListAfterTaskPurge(t *testing.T) {
 	if dl["count"] != float64(3) || len(tasks) != 3 {
 		t.Fatalf("health deadLetter: count %v, %d newest listed, want 3 and 3: %s", dl["count"], len(tasks), h.raw)
 	}
+}
+
+// TestRetryOfARecreatedTasksDeadLetterIsAConflict: a dead letter of a task
+// deleted and created again under the same ID since is not the new task's.
+// Its retry requeued the new task, which ran once; it is now a 409 naming
+// the recreation, unless ?force=true asks for that run.
+func TestRetryOfARecreatedTasksDeadLetterIsAConflict(t *testing.T) {
+	b, js := apiOnly(t)
+	ctx := context.Background()
+	was := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	now := was.Add(time.Hour)
+	d := events.DeadLetter{
+		TaskID: "web", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: was.Add(time.Minute),
+		Dispatch: events.Dispatch{DispatchID: "web:1", TaskID: "web", ScheduledAt: was, TaskCreatedAt: was},
+	}
+	if err := jsutil.PublishEvent(ctx, js, events.DeadLetterSubject("web"), "dl-web", events.TypeDeadLettered, "test", "web", d, was); err != nil {
+		t.Fatal(err)
+	}
+	spec := events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	put := func(bucket string, v any) {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "web", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(streams.BucketTasks, spec)
+	put(streams.BucketSchedules, gov.State{TaskID: "web", CreatedAt: now, NextRunAt: now.Add(time.Hour)})
+
+	r := b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry", "")
+	expect(t, "retry of the deleted task's dead letter", r, http.StatusConflict, "seq")
+	if !strings.Contains(r.str("detail"), "created again at "+now.Format(time.RFC3339Nano)) {
+		t.Fatalf("retry of the deleted task's dead letter: %s, want a detail naming the recreation", r.raw)
+	}
+	expect(t, "retry with force=maybe", b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry?force=maybe", ""), http.StatusBadRequest, "force")
+	// No governor runs: the forced requeue is stored, and pending.
+	expect(t, "forced retry", b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry?force=true", ""), http.StatusAccepted, "")
 }

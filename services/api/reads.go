@@ -104,6 +104,14 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
+	force := false
+	if v := r.URL.Query().Get("force"); v != "" {
+		var err error
+		if force, err = strconv.ParseBool(v); err != nil {
+			writeError(w, http.StatusBadRequest, "force", fmt.Sprintf("want true or false, got %q", v))
+			return
+		}
+	}
 	rec, ok := s.deadLetter(w, r)
 	if !ok {
 		return
@@ -115,12 +123,20 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	// A task deleted since is "no such task" (404), as for every task
 	// route, rather than the governor's rejection of the requeue (422).
-	switch _, err := s.q.Task(r.Context(), id); {
+	task, err := s.q.Task(r.Context(), id)
+	switch {
 	case errors.Is(err, query.ErrNotFound):
 		writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("dead letter %d is of task %q, which no longer exists", rec.Seq, id))
 		return
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return
+	}
+	// The entry of a task deleted and created again under the same ID is
+	// not the new task's: its requeue ran the new task once. It is a 409
+	// unless ?force=true asks for that run.
+	if why := rec.Recreated(task); why != "" && !force {
+		writeError(w, http.StatusConflict, "seq", why+"; add ?force=true to run it anyway")
 		return
 	}
 	s.send(w, r, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: req.Reason})

@@ -244,6 +244,7 @@ func newDLQRetryCmd() *cobra.Command {
 		all    bool
 		task   string
 		reason string
+		force  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "retry (<seq> | --all --task <id>)",
@@ -252,7 +253,9 @@ func newDLQRetryCmd() *cobra.Command {
 sequence (deadLetterSeq); the governor schedules a run now. The entry stays
 in DEADLETTER as a record: purge it once the task is healthy again. --all
 retries the task of --task once, naming its newest stored entry: one
-requeue runs the task again whatever entry it names.`,
+requeue runs the task again whatever entry it names. An entry of a task
+deleted and created again since is refused: its retry would run the new
+task; --force runs it anyway.`,
 		Example: "  flyball dlq retry 42\n  flyball dlq retry --all --task orders-health --reason 'fixed the endpoint'",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -310,6 +313,16 @@ requeue runs the task again whatever entry it names.`,
 				if err := validID(id); err != nil {
 					return fmt.Errorf("dead letter %d: %w", rec.Seq, err)
 				}
+				// The entry of a task deleted and created again under the
+				// same ID is not the new task's: its requeue ran the new
+				// task once. It is refused unless --force asks for that run.
+				v, err := s.q.Task(ctx, id)
+				if err != nil && !errors.Is(err, query.ErrNotFound) {
+					return err
+				}
+				if why := rec.Recreated(v); why != "" && !force {
+					return errors.New(why + "; add --force to run it anyway")
+				}
 				acc, err := s.command(ctx, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: reason})
 				if err != nil {
 					return err
@@ -325,6 +338,7 @@ requeue runs the task again whatever entry it names.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "requeue --task once, naming its newest stored dead letter")
+	cmd.Flags().BoolVar(&force, "force", false, "retry an entry of a task deleted and created again since, running the new task")
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
 	return cmd

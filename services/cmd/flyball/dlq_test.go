@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestDLQListTimeIsDeadLetteredAt: the TIME column of `dlq list` is when
@@ -165,5 +168,70 @@ func TestDLQRetryInterruptedSaysTheRequeueWasStored(t *testing.T) {
 	if !strings.HasPrefix(msg, "flyball: ") || strings.Count(msg, "\n") != 1 ||
 		!strings.Contains(msg, `task.requeued for "web"`) || !strings.Contains(msg, "applied when the governor reads it") {
 		t.Fatalf("interrupted retry printed %q; want one line saying the requeue is stored, or may be", msg)
+	}
+}
+
+// TestDLQRetryOfARecreatedTaskIsRefused: a dead letter of a task deleted
+// and created again under the same ID since is not the new task's. Its
+// retry requeued the new task, which ran once; it is now refused in one
+// line naming the recreation, and nothing is sent, unless --force.
+func TestDLQRetryOfARecreatedTaskIsRefused(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t) // no governor: nothing answers
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	ctx := t.Context()
+	was := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	now := was.Add(time.Hour)
+	entry := events.DeadLetter{
+		TaskID: "web", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: was.Add(time.Minute),
+		Dispatch: events.Dispatch{DispatchID: "web:1", TaskID: "web", ScheduledAt: was, TaskCreatedAt: was},
+	}
+	data, err := events.Marshal(events.TypeDeadLettered, "test", "web", entry, was, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := srv.JS.Publish(ctx, events.DeadLetterSubject("web"), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	for bucket, v := range map[string]any{
+		streams.BucketTasks:     spec,
+		streams.BucketSchedules: gov.State{TaskID: "web", CreatedAt: now, NextRunAt: now.Add(time.Hour)},
+	} {
+		kv, err := srv.JS.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "web", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requeues := func() uint64 {
+		st, err := srv.JS.Stream(ctx, streams.StreamTasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.TaskSubject(events.VerbRequeued, "web")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+
+	r := e.run(t, "dlq", "retry", fmt.Sprint(ack.Sequence))
+	if r.code != 1 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "created again at "+now.Format(time.RFC3339Nano)) || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("dlq retry of a recreated task's entry: exit %d, stderr %q; want exit 1 and one line naming the recreation and --force", r.code, r.stderr)
+	}
+	if n := requeues(); n != 0 {
+		t.Fatalf("refused retry: %d task.requeued on TASKS, want 0", n)
+	}
+	e.run(t, "dlq", "retry", fmt.Sprint(ack.Sequence), "--force", "--timeout", "1s") // no governor answers
+	if n := requeues(); n != 1 {
+		t.Fatalf("forced retry: %d task.requeued on TASKS, want 1", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -34,6 +35,19 @@ func (d *DeadLetterRecord) LastError() string {
 		return d.Entry.Errors[n-1].Error
 	}
 	return d.Error
+}
+
+// Recreated says why the entry is not of the task v, the task of its ID
+// now: the task was deleted and created again since the entry's run (the
+// entry's taskCreatedAt and the task's createdAt are both known and
+// differ), and retrying the entry would run the new task. It is "" when
+// the entry is of v, or when either time is unknown.
+func (d *DeadLetterRecord) Recreated(v *TaskView) string {
+	if v == nil || v.Schedule == nil || !gov.OtherCreatedAt(d.Entry.Dispatch.TaskCreatedAt, v.Schedule.CreatedAt) {
+		return ""
+	}
+	return fmt.Sprintf("dead letter %d is of task %q created at %s, deleted and created again at %s: retrying it would run the new task",
+		d.Seq, d.Entry.TaskID, d.Entry.Dispatch.TaskCreatedAt.UTC().Format(time.RFC3339Nano), v.Schedule.CreatedAt.UTC().Format(time.RFC3339Nano))
 }
 
 // DecodeDeadLetter decodes a DEADLETTER message (from the stream or from a
