@@ -164,3 +164,41 @@ func TestAZombieReNudgedByTwoReplicasCountsOnce(t *testing.T) {
 		t.Fatalf("flyball_zombies_renudged_total over both replicas = %v for one re-dispatch stored, want 1", n)
 	}
 }
+
+// TestAMissingScheduleRepairedByTwoReplicasCountsOnce: two sweeper
+// replicas that both find a task's schedule missing publish the same
+// task.created (one Nats-Msg-Id per spec revision); TASKS stores it once,
+// and the repair is counted once, by the replica whose publish was
+// stored.
+func TestAMissingScheduleRepairedByTwoReplicasCountsOnce(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	now := time.Now().UTC()
+	tasks, _ := taskBuckets(t, srv.JS)
+	if _, err := tasks.Put(ctx, "lost", []byte(`{"id":"lost","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1h"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := startHourly(t, srv.JS), startHourly(t, srv.JS)
+	a.reschedule(ctx, newAckFloors(), "lost", now)
+	// Take the first repair's task.created out, as if the second replica
+	// had checked TASKS before it was stored; its Nats-Msg-Id stays in the
+	// duplicate window.
+	cmds, err := srv.JS.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cmds.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, "lost"))
+	if err != nil {
+		t.Fatalf("no repair published by the first replica: %v", err)
+	}
+	if err := cmds.DeleteMsg(ctx, m.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	b.reschedule(ctx, newAckFloors(), "lost", now)
+	missing := func(s *Service) float64 {
+		return testutil.ToFloat64(s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing))
+	}
+	if n := missing(a) + missing(b); n != 1 {
+		t.Fatalf(`flyball_schedules_repaired_total{reason="missing"} over both replicas = %v for one task.created stored, want 1`, n)
+	}
+}
