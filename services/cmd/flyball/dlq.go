@@ -62,8 +62,14 @@ func taskFilterFlag(cmd *cobra.Command, task *string) {
 	cmd.Flags().StringVar(task, "task", "", "only this task's dead letters")
 }
 
-func checkTaskFilter(task string) error {
+// checkTaskFilter checks --task. Given empty (a script's unset variable)
+// it is refused, not read as no filter: `dlq purge --task "" --yes`
+// purged every task's dead letters.
+func checkTaskFilter(cmd *cobra.Command, task string) error {
 	if task == "" {
+		if cmd.Flags().Changed("task") {
+			return errors.New("--task: give a task id, got an empty one (leave out --task for every task)")
+		}
 		return nil
 	}
 	if err := validID(task); err != nil {
@@ -91,7 +97,7 @@ entries). Entries stored before tail started are shown by 'dlq list'.`,
 		Example: "  flyball dlq tail\n  flyball dlq tail --task orders-health -o json | jq .entry.errors",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkTaskFilter(task); err != nil {
+			if err := checkTaskFilter(cmd, task); err != nil {
 				return err
 			}
 			if count < 0 {
@@ -155,7 +161,7 @@ func newDLQListCmd() *cobra.Command {
 		Example: "  flyball dlq list\n  flyball dlq list --task orders-health --limit 5 -o json\n  flyball dlq list --limit 50 --before 1234",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkTaskFilter(task); err != nil {
+			if err := checkTaskFilter(cmd, task); err != nil {
 				return err
 			}
 			if limit < 0 {
@@ -269,7 +275,7 @@ task; --force runs it anyway.`,
 			case !all && task != "":
 				return errors.New("--task goes with --all")
 			}
-			if err := checkTaskFilter(task); err != nil {
+			if err := checkTaskFilter(cmd, task); err != nil {
 				return err
 			}
 			if err := control.ValidateReason(reason); err != nil {
@@ -359,7 +365,7 @@ record. Without --yes it prints what it would delete and exits 1.`,
 		Example: "  flyball dlq purge --task orders-health          # shows what would go\n  flyball dlq purge --task orders-health --yes",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkTaskFilter(task); err != nil {
+			if err := checkTaskFilter(cmd, task); err != nil {
 				return err
 			}
 			what := "every task"

@@ -235,3 +235,34 @@ func TestDLQRetryOfARecreatedTaskIsRefused(t *testing.T) {
 		t.Fatalf("forced retry: %d task.requeued on TASKS, want 1", n)
 	}
 }
+
+// TestDLQEmptyTaskIsRefused: an empty --task (a script's unset variable,
+// "--task $T") is a mistake, not "every task". It read as no filter, so
+// `dlq purge --task "" --yes` purged every task's dead letters.
+func TestDLQEmptyTaskIsRefused(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	for _, id := range []string{"keep", "other"} {
+		data, err := events.Marshal(events.TypeDeadLettered, "test", id, events.DeadLetter{TaskID: id, Reason: events.DeadLetterPermanent, Attempts: 1}, time.Now(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.JS.Publish(t.Context(), events.DeadLetterSubject(id), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"dlq", "purge", "--task", "", "--yes"},
+		{"dlq", "list", "--task", ""},
+		{"dlq", "tail", "--task", ""},
+	} {
+		r := e.run(t, args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: --task: ") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("flyball %q: exit %d, stdout %q, stderr %q; want exit 1 and one line naming --task", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if rows := strings.Split(strings.TrimSpace(e.ok(t, "dlq", "list")), "\n"); len(rows) != 3 {
+		t.Fatalf("dlq list after the refused purge printed %d lines, want a header and 2 rows:\n%s", len(rows), strings.Join(rows, "\n"))
+	}
+}
