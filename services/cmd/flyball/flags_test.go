@@ -54,6 +54,13 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"runs", "web", "--before", "9", "--follow"}, "flyball: --before lists older runs and --follow newer ones: give one of them"},
 		{[]string{"task", "list", "--after", "a.b"}, `flyball: --after: task id "a.b": must be 1-128 characters`},
 		{[]string{"task", "list", "--limit", "-1"}, "flyball: --limit: must be >= 0, got -1"},
+
+		// An empty --until or --at (a script's unset variable) read as
+		// not given: the task was paused until resumed, or hinted a
+		// cadence with no one-shot run.
+		{[]string{"task", "pause", "web", "--until", ""}, `flyball: --until: want an RFC 3339 time`},
+		{[]string{"task", "hint", "web", "--interval", "30s", "--at", ""}, `flyball: --at: want an RFC 3339 time`},
+		{[]string{"task", "hint", "web", "--at", ""}, `flyball: --at: want an RFC 3339 time`},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
@@ -432,15 +433,22 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 }
 
 func newTaskPauseCmd() *cobra.Command {
-	var until, reason string
+	var (
+		until, reason string
+		flags         *pflag.FlagSet
+	)
 	cmd := newControlCmd("pause <id>", "Pause a task (publishes task.paused); pending runs are skipped", "paused", events.VerbPaused,
 		func(cmd *cobra.Command) {
+			flags = cmd.Flags()
 			cmd.Flags().StringVar(&until, "until", "", "end of the pause: RFC 3339 time or a duration from now (2h); default: until resumed")
 			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event and in the schedule")
 		},
 		func(id string, now time.Time) (any, error) {
 			p := events.TaskPause{ID: id, Reason: reason}
-			if until != "" {
+			// An empty --until (a script's unset variable) is refused by
+			// parseWhen: read as not given, it paused the task until
+			// resumed instead of for a while.
+			if until != "" || flags.Changed("until") {
 				t, err := parseWhen("until", until, now, true)
 				if err != nil {
 					return nil, err
@@ -488,20 +496,25 @@ func newTaskHintCmd() *cobra.Command {
 	var (
 		interval, ttl time.Duration
 		at, reason    string
+		flags         *pflag.FlagSet
 	)
 	cmd := newControlCmd("hint <id> (--interval 30s | --at T)", "Hint a cadence or a one-shot run (publishes task.hinted)", "hinted", events.VerbHinted,
 		func(cmd *cobra.Command) {
+			flags = cmd.Flags()
 			cmd.Flags().DurationVar(&interval, "interval", 0, "run at this interval instead of the baseline while the hint lives (>= 1s)")
 			cmd.Flags().StringVar(&at, "at", "", "run once at this time: RFC 3339, a duration from now, or 'now'")
 			cmd.Flags().DurationVar(&ttl, "ttl", 0, "how long the hint lives (default 60m for --interval, 30m for --at; at most 168h)")
 			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event and in the schedule")
 		},
 		func(id string, now time.Time) (any, error) {
-			if interval == 0 && at == "" {
+			// An empty --at (a script's unset variable) is refused by
+			// parseWhen: read as not given, "--interval 30s --at $T" sent
+			// the cadence alone and no one-shot run.
+			if interval == 0 && at == "" && !flags.Changed("at") {
 				return nil, errors.New("give --interval, --at, or both")
 			}
 			h := events.TaskHint{ID: id, Interval: events.Duration(interval), TTL: events.Duration(ttl), Reason: reason}
-			if at != "" {
+			if at != "" || flags.Changed("at") {
 				t, err := parseWhen("at", at, now, true)
 				if err != nil {
 					return nil, err
