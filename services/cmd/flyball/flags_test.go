@@ -61,6 +61,11 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"task", "pause", "web", "--until", ""}, `flyball: --until: want an RFC 3339 time`},
 		{[]string{"task", "hint", "web", "--interval", "30s", "--at", ""}, `flyball: --at: want an RFC 3339 time`},
 		{[]string{"task", "hint", "web", "--at", ""}, `flyball: --at: want an RFC 3339 time`},
+		// replay read an empty value as not given: --to printed the
+		// messages, republished none and exited 0.
+		{[]string{"replay", "--stream", "RUNS", "--to", ""}, `flyball: --to: empty`},
+		{[]string{"replay", "--stream", "RUNS", "--since", ""}, `flyball: --since: empty`},
+		{[]string{"replay", "--stream", "RUNS", "--subject", ""}, `flyball: --subject: empty`},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {

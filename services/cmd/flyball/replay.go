@@ -71,6 +71,14 @@ the server's API; all are refused without --force.`,
   flyball replay --stream RUNS --subject 'flyball.run.failed.>' --since 30m --to debug.failed --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// An empty value (a script's unset variable) read as not
+			// given: "--to $DEST" printed the messages, republished none
+			// and exited 0, and "--since $T" replayed the whole stream.
+			for _, name := range []string{"subject", "since", "from-time", "until", "to"} {
+				if fl := cmd.Flags().Lookup(name); fl.Changed && fl.Value.String() == "" {
+					return fmt.Errorf("--%s: empty; give a value or leave the flag out", name)
+				}
+			}
 			if err := f.check(time.Now()); err != nil {
 				return err
 			}
