@@ -263,7 +263,14 @@ requeue runs the task again whatever entry it names. An entry of a task
 deleted and created again since is refused: its retry would run the new
 task; --force runs it anyway.`,
 		Example: "  flyball dlq retry 42\n  flyball dlq retry --all --task orders-health --reason 'fixed the endpoint'",
-		Args:    cobra.MaximumNArgs(1),
+		// cobra.MaximumNArgs said "accepts at most 1 arg(s), received 2",
+		// naming neither the command nor what it wants.
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return fmt.Errorf("dlq retry: want one DEADLETTER sequence, got %d arguments: %q", len(args), args)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case all && len(args) > 0:

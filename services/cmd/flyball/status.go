@@ -37,6 +37,10 @@ occurrences due since its last success instead: 0 until the first, 1 at
 the fifth.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// --json won over -o table without a word.
+			if asJSON && out != outJSON && cmd.Flags().Changed("output") {
+				return fmt.Errorf("--json and -o %s conflict: --json is -o json", out)
+			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
 				h, err := s.q.Health(ctx)
 				if err != nil {
