@@ -155,6 +155,12 @@ func (f *runFlags) guard() (executor.Guard, error) {
 			return g, fmt.Errorf("--redact-header: want a header or query parameter name, got %q", h)
 		}
 	}
+	// Empty, it fell back to the API's own default, 127.0.0.1:8080: "serve
+	// api --api-addr $ADDR" with $ADDR unset listened where nothing
+	// outside the host or container could reach it.
+	if f.apiAddr == "" {
+		return g, errors.New("--api-addr: empty; give a listen address such as :8080")
+	}
 	// The governor treats a slot due within InFlightWindow as dispatched.
 	if f.timerLead < 0 || f.timerLead > governor.MaxLead {
 		return g, fmt.Errorf("--timer-lead: want a duration from 0 to %s, got %s", governor.MaxLead, f.timerLead)

@@ -66,6 +66,9 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"replay", "--stream", "RUNS", "--to", ""}, `flyball: --to: empty`},
 		{[]string{"replay", "--stream", "RUNS", "--since", ""}, `flyball: --since: empty`},
 		{[]string{"replay", "--stream", "RUNS", "--subject", ""}, `flyball: --subject: empty`},
+		// An empty --api-addr fell back to 127.0.0.1:8080, out of reach
+		// from outside the host or container.
+		{[]string{"serve", "api", "--api-addr", "", "--api-token", "0123456789abcdef"}, `flyball: --api-addr: empty`},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
