@@ -256,6 +256,7 @@ func TestDLQEmptyTaskIsRefused(t *testing.T) {
 		{"dlq", "purge", "--task", "", "--yes"},
 		{"dlq", "list", "--task", ""},
 		{"dlq", "tail", "--task", ""},
+		{"dlq", "retry", "1", "--task", ""},
 	} {
 		r := e.run(t, args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: --task: ") || strings.Count(r.stderr, "\n") != 1 {
