@@ -50,16 +50,28 @@ func TestCLIListsPage(t *testing.T) {
 		rows1, rows2 []string // a word of each row, in order
 	}{
 		{
-			"task list", []string{"task", "list", "--limit", "2"}, "more tasks: repeat with --after web-b for the next page\n",
-			[]string{"task", "list", "--limit", "2", "--after", "web-b"}, []string{"web-a", "web-b"}, []string{"web-c"},
+			"task list",
+			[]string{"task", "list", "--limit", "2"},
+			"more tasks: repeat with --after web-b for the next page\n",
+			[]string{"task", "list", "--limit", "2", "--after", "web-b"},
+			[]string{"web-a", "web-b"},
+			[]string{"web-c"},
 		},
 		{
-			"runs", []string{"runs", "web", "--limit", "2"}, "more runs: repeat with --before 2 for the next page\n",
-			[]string{"runs", "web", "--limit", "2", "--before", "2"}, []string{"2", "3"}, []string{"1"},
+			"runs",
+			[]string{"runs", "web", "--limit", "2"},
+			"more runs: repeat with --before 2 for the next page\n",
+			[]string{"runs", "web", "--limit", "2", "--before", "2"},
+			[]string{"2", "3"},
+			[]string{"1"},
 		},
 		{
-			"dlq list", []string{"dlq", "list", "--limit", "2"}, "more dead letters: repeat with --before 2 for the next page\n",
-			[]string{"dlq", "list", "--limit", "2", "--before", "2"}, []string{"2", "3"}, []string{"1"},
+			"dlq list",
+			[]string{"dlq", "list", "--limit", "2"},
+			"more dead letters: repeat with --before 2 for the next page\n",
+			[]string{"dlq", "list", "--limit", "2", "--before", "2"},
+			[]string{"2", "3"},
+			[]string{"1"},
 		},
 	} {
 		r := e.run(t, c.first...)
