@@ -126,3 +126,50 @@ func TestTaskPagesResumeAfterTheCursor(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskPagesKeepUnreadableSpecsAndFillFilteredPages: a spec that does
+// not decode is listed (with Unreadable) unless a job or label filter
+// asks for what it cannot tell, and a filtered page reads on past the
+// tasks that do not match until it is full, with next only when another
+// match follows.
+func TestTaskPagesKeepUnreadableSpecsAndFillFilteredPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, id := range []string{"a", "c", "e", "g"} {
+		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
+	}
+	for _, id := range []string{"b", "d", "f"} {
+		b.put(t, streams.BucketTasks, id, spec(id, "billing", "10s"))
+	}
+	b.put(t, streams.BucketTasks, "bad", "not a spec")
+	for _, c := range []struct {
+		name  string
+		job   string
+		after string
+		limit int
+		want  []string
+		next  string
+	}{
+		{"every task", "", "", 0, []string{"a", "b", "bad", "c", "d", "e", "f", "g"}, ""},
+		{"a page over the unreadable spec", "", "b", 2, []string{"bad", "c"}, "c"},
+		{"one job", "orders", "", 2, []string{"a", "c"}, "c"},
+		{"one job, next page", "orders", "c", 2, []string{"e", "g"}, ""},
+		{"one job, last match ends the page", "billing", "b", 2, []string{"d", "f"}, ""},
+		{"no match", "nobody", "", 2, []string{}, ""},
+	} {
+		tasks, next, err := b.r.TaskPage(b.ctx, query.TaskFilter{Job: c.job}, c.after, c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{}
+		for _, v := range tasks {
+			got = append(got, v.Spec.ID)
+			if (v.Unreadable != "") != (v.Spec.ID == "bad") {
+				t.Errorf("%s: task %s unreadable %q", c.name, v.Spec.ID, v.Unreadable)
+			}
+		}
+		if !slices.Equal(got, c.want) || next != c.next {
+			t.Errorf("%s: %v, next %q; want %v, next %q", c.name, got, next, c.want, c.next)
+		}
+	}
+}

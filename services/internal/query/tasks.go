@@ -3,9 +3,12 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -69,18 +72,39 @@ func ParseLabels(selectors []string) (map[string]string, error) {
 // Task returns one task, or an error wrapping ErrNotFound. A task whose
 // stored spec does not decode is returned with Unreadable set.
 func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
+	v, err := r.taskSpec(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.addSchedule(ctx, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// taskSpec reads the spec of task id, or returns an error wrapping
+// ErrNotFound. A spec that does not decode is returned with only its ID
+// and Unreadable set.
+func (r *Reader) taskSpec(ctx context.Context, id string) (TaskView, error) {
 	ent, err := r.tasks.Get(ctx, id)
 	if jsutil.IsKeyMissing(err) {
-		return nil, fmt.Errorf("task %q: %w", id, ErrNotFound)
+		return TaskView{}, fmt.Errorf("task %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read task %q: %w", id, err)
+		return TaskView{}, fmt.Errorf("read task %q: %w", id, err)
 	}
 	var v TaskView
 	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
 		v = TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(err)}
 	}
-	se, err := r.schedules.Get(ctx, id)
+	return v, nil
+}
+
+// addSchedule sets v.Schedule from flyball-schedules. A task without one
+// (not yet seen by the governor) or with one that does not decode is left
+// without.
+func (r *Reader) addSchedule(ctx context.Context, v *TaskView) error {
+	se, err := r.schedules.Get(ctx, v.Spec.ID)
 	switch {
 	case err == nil:
 		var st gov.State
@@ -88,49 +112,16 @@ func (r *Reader) Task(ctx context.Context, id string) (*TaskView, error) {
 			v.Schedule = &st
 		}
 	case !jsutil.IsKeyMissing(err):
-		return nil, fmt.Errorf("read schedule of task %q: %w", id, err)
+		return fmt.Errorf("read schedule of task %q: %w", v.Spec.ID, err)
 	}
-	return &v, nil
+	return nil
 }
 
-// Tasks lists the tasks that match f, sorted by ID.
+// Tasks lists every task that matches f, sorted by ID. It reads one spec
+// and one schedule per task: use TaskPage where the tasks can be many.
 func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
-	specs, raw, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
-	if err != nil {
-		return nil, err
-	}
-	states, _, err := decodeEntries[gov.State](ctx, r.schedules)
-	if err != nil {
-		return nil, err
-	}
-	out := []TaskView{}
-	for id, spec := range specs {
-		if !f.match(&spec) {
-			continue
-		}
-		v := TaskView{Spec: spec}
-		if st, ok := states[id]; ok {
-			v.Schedule = &st
-		}
-		out = append(out, v)
-	}
-	if f.Job == "" && len(f.Labels) == 0 {
-		// A spec that does not decode has no job or labels to filter on,
-		// and left out of the list it was nowhere but in its skipped runs.
-		for id, e := range raw {
-			if _, ok := specs[id]; ok {
-				continue
-			}
-			var bad events.TaskSpec
-			v := TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(json.Unmarshal(e.Value(), &bad))}
-			if st, ok := states[id]; ok {
-				v.Schedule = &st
-			}
-			out = append(out, v)
-		}
-	}
-	slices.SortFunc(out, func(a, b TaskView) int { return strings.Compare(a.Spec.ID, b.Spec.ID) })
-	return out, nil
+	all, _, err := r.TaskPage(ctx, f, "", 0)
+	return all, err
 }
 
 // TaskPage returns the tasks that match f with IDs after after (every
@@ -138,21 +129,74 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 // limit <= 0) and, when more follow, the ID to pass as after for the next
 // page. A cursor that is an ID rather than a position keeps the pages
 // whole while tasks are created and deleted between them.
+//
+// A page costs the keys of flyball-tasks (names only, no values) and a
+// spec and a schedule read per task on it, not every task's spec and
+// schedule: with a million tasks, reading every value for a page of 50
+// held hundreds of MB. With a job or label filter, the specs after the
+// cursor are read one by one until the page is full, so a filter that
+// few tasks match reads many.
 func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit int) ([]TaskView, string, error) {
-	all, err := r.Tasks(ctx, f)
+	ids, err := keysAfter(ctx, r.tasks, after)
 	if err != nil {
 		return nil, "", err
 	}
-	i, found := slices.BinarySearchFunc(all, after, func(v TaskView, id string) int { return strings.Compare(v.Spec.ID, id) })
-	if found {
-		i++
+	filtered := f.Job != "" || len(f.Labels) > 0
+	out := []TaskView{}
+	for _, id := range ids {
+		v, err := r.taskSpec(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since the keys were listed
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		// A spec that does not decode has no job or labels to filter
+		// on, and left out of the list it was nowhere but in its
+		// skipped runs.
+		if filtered && (v.Unreadable != "" || !f.match(&v.Spec)) {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			// v is the first task of the next page.
+			return out, out[limit-1].Spec.ID, nil
+		}
+		if err := r.addSchedule(ctx, &v); err != nil {
+			return nil, "", err
+		}
+		out = append(out, v)
 	}
-	page := all[i:]
-	if limit <= 0 || len(page) <= limit {
-		return page, "", nil
+	return out, "", nil
+}
+
+// keysAfter returns the live keys of a bucket that sort after after,
+// sorted. It watches the bucket for entry headers only, so a listing
+// holds the key names, never every value.
+func keysAfter(ctx context.Context, kv jetstream.KeyValue, after string) ([]string, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("list keys of KV %s: %w", kv.Bucket(), err)
 	}
-	page = page[:limit]
-	return page, page[limit-1].Spec.ID, nil
+	defer func() { _ = w.Stop() }()
+	var keys []string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list keys of KV %s: %w", kv.Bucket(), ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("list keys of KV %s: watch closed", kv.Bucket())
+			}
+			if e == nil { // every stored key has been delivered
+				slices.Sort(keys)
+				// A key written again during the watch can be delivered twice.
+				return slices.Compact(keys), nil
+			}
+			if e.Key() > after {
+				keys = append(keys, e.Key())
+			}
+		}
+	}
 }
 
 // unreadable is TaskView.Unreadable for a spec that failed to decode with

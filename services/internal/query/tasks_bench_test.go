@@ -1,0 +1,57 @@
+package query_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// BenchmarkTaskPage reads one page of 50 tasks out of 20,000, each with
+// a schedule: the cost of a page, which should follow the page and not
+// the number of tasks.
+//
+//	go test -run '^$' -bench BenchmarkTaskPage -benchmem ./internal/query/
+func BenchmarkTaskPage(b *testing.B) {
+	const tasks = 20_000
+	srv := natstest.StartWithStreams(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	b.Cleanup(cancel)
+	specs, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		b.Fatal(err)
+	}
+	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range tasks {
+		id := fmt.Sprintf("task-%05d", i)
+		s, _ := json.Marshal(spec(id, "orders", "10s"))
+		st, _ := json.Marshal(gov.State{TaskID: id, Source: gov.SourceBaselineInterval, NextRunAt: time.Now().UTC()})
+		if _, err := specs.Put(ctx, id, s); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := schedules.Put(ctx, id, st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r, err := query.NewReader(ctx, srv.JS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		page, next, err := r.TaskPage(ctx, query.TaskFilter{}, "task-10000", 50)
+		if err != nil || len(page) != 50 || next != "task-10050" {
+			b.Fatalf("page of %d, next %q, %v", len(page), next, err)
+		}
+	}
+}
