@@ -84,9 +84,39 @@ func TestListingsPageWithANextCursor(t *testing.T) {
 			t.Errorf("%s: GET %s = %v, next %q; want %v and no next", c.name, c.second, got, next, c.want2)
 		}
 	}
-	// Without limit, tasks are listed whole, as before pages.
+	// Without limit, a default page, here holding every task.
 	if got, next := pageOf(t, b, "/api/v1/tasks", "tasks", taskKey); !slices.Equal(got, []string{"a", "b", "c"}) || next != "" {
 		t.Errorf("GET /api/v1/tasks = %v, next %q; want every task and no next", got, next)
+	}
+}
+
+// TestTaskListWithoutLimitIsOnePage: GET /api/v1/tasks without limit
+// answers the first 1,000 tasks and a next cursor, which returns the
+// rest. It answered every task in one response: at a million tasks,
+// hundreds of MB held by the API and sent at once.
+func TestTaskListWithoutLimitIsOnePage(t *testing.T) {
+	t.Parallel()
+	b, js := apiOnly(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tasks = 1002
+	for i := range tasks {
+		id := fmt.Sprintf("t%04d", i)
+		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
+	got, next := pageOf(t, b, "/api/v1/tasks", "tasks", taskKey)
+	if len(got) != 1000 || got[0] != "t0000" || got[999] != "t0999" || next != "t0999" {
+		t.Fatalf("GET /api/v1/tasks: %d tasks (%v … %v), next %q; want t0000 … t0999 and next t0999", len(got), got[:min(len(got), 1)], got[max(len(got)-1, 0):], next)
+	}
+	got, next = pageOf(t, b, "/api/v1/tasks?after="+next, "tasks", taskKey)
+	if !slices.Equal(got, []string{"t1000", "t1001"}) || next != "" {
+		t.Errorf("GET /api/v1/tasks?after=t0999 = %v, next %q; want t1000, t1001 and no next", got, next)
 	}
 }
 

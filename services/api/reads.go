@@ -11,11 +11,14 @@ import (
 	"github.com/flyballhq/flyball/services/internal/query"
 )
 
-// List limits of the read routes. GET /api/v1/tasks has no default: it
-// lists every task unless asked for a page, as it did before it had pages.
+// List limits of the read routes. GET /api/v1/tasks answers its maximum
+// by default: it listed every task in one response, which at a million
+// tasks is hundreds of MB for the client and the API alike, and scripts
+// that read the whole list now follow next.
 const (
-	defaultLimit = 50
-	maxLimit     = 1000
+	defaultLimit     = 50
+	defaultTaskLimit = maxLimit
+	maxLimit         = 1000
 )
 
 func (s *Service) listRuns(w http.ResponseWriter, r *http.Request) {

@@ -353,9 +353,7 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	// Without limit every task is listed, as before pages: scripts that
-	// read the whole list keep working.
-	limit, ok := intParam(w, r, "limit", 0, 1, maxLimit)
+	limit, ok := intParam(w, r, "limit", defaultTaskLimit, 1, maxLimit)
 	if !ok {
 		return
 	}
