@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -101,5 +105,59 @@ func checkRows(t *testing.T, what, stdout string, want []string) {
 		if !strings.Contains(" "+rows[i]+" ", " "+w+" ") {
 			t.Errorf("%s: row %d %q, want %s in it", what, i, rows[i], w)
 		}
+	}
+}
+
+// TestCLITaskListFollowsPages: task list without --limit lists every task,
+// reading a page at a time, as a table and as one JSON array (the one
+// printJSON printed of the whole list), with an unreadable spec among
+// them and no next-page hint. A loop that stopped after the first page,
+// or printed each page as an array of its own, would show part of the
+// list or JSON that does not parse.
+func TestCLITaskListFollowsPages(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	ctx := t.Context()
+	kv, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tasks = taskListPage*2 + 1
+	want := make([]string, tasks)
+	for i := range tasks {
+		want[i] = fmt.Sprintf("web-%04d", i)
+		if _, err := kv.Put(ctx, want[i], fmt.Appendf(nil, `{"id":%q}`, want[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.PutString(ctx, "web-1500", "garbage"); err != nil {
+		t.Fatal(err)
+	}
+
+	r := e.run(t, "task", "list")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("task list: exit %d, stderr %q; want exit 0 and no hint", r.code, r.stderr)
+	}
+	checkRows(t, "task list", r.stdout, want)
+	if !strings.Contains(r.stdout, "UNREADABLE SPEC (flyball task get web-1500)") {
+		t.Errorf("task list: web-1500 not listed as unreadable")
+	}
+
+	r = e.run(t, "task", "list", "-o", "json", "--after", "web-0999")
+	var list []query.TaskView
+	if err := json.Unmarshal([]byte(r.stdout), &list); r.code != 0 || r.stderr != "" || err != nil {
+		t.Fatalf("task list -o json --after web-0999: exit %d, stderr %q, %v", r.code, r.stderr, err)
+	}
+	got := []string{}
+	for _, v := range list {
+		got = append(got, v.Spec.ID)
+	}
+	if !slices.Equal(got, want[1000:]) || !strings.HasPrefix(list[500].Unreadable, "stored spec does not decode") {
+		t.Errorf("task list -o json --after web-0999: %d tasks, web-1500 unreadable %q; want %d", len(got), list[500].Unreadable, len(want[1000:]))
+	}
+	var whole bytes.Buffer
+	if err := printJSON(&whole, list); err != nil || whole.String() != r.stdout {
+		t.Errorf("task list -o json is not the array printJSON prints (%v)", err)
 	}
 }
