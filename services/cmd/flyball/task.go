@@ -430,8 +430,9 @@ func (p *taskRows) page(tasks []query.TaskView) error {
 			if p.listed == 0 {
 				sep = "[\n  "
 			}
-			p.w.WriteString(sep)
-			p.w.Write(b)
+			// A failed write is kept by the bufio.Writer and returned
+			// by the Flush after the page.
+			fmt.Fprintf(p.w, "%s%s", sep, b)
 		} else {
 			next, src, last := "-", "-", "-"
 			if st := v.Schedule; st != nil {
@@ -458,9 +459,9 @@ func (p *taskRows) page(tasks []query.TaskView) error {
 func (p *taskRows) end() error {
 	if p.tw == nil {
 		if p.listed == 0 {
-			p.w.WriteString("[]\n")
+			fmt.Fprint(p.w, "[]\n")
 		} else {
-			p.w.WriteString("\n]\n")
+			fmt.Fprint(p.w, "\n]\n")
 		}
 	}
 	return p.w.Flush()
