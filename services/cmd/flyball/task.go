@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -359,30 +356,32 @@ func newTaskListCmd() *cobra.Command {
 				}
 			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
-				f := query.TaskFilter{Job: job, Labels: sel}
-				p := newTaskRows(s.out, out == outJSON)
-				// Without --limit every task is listed, a page at a time:
-				// each page is printed before the next is read, so the
-				// CLI holds one page, not every task.
-				size := cmp.Or(limit, taskListPage)
-				for cursor := after; ; {
-					tasks, next, err := s.q.TaskPage(ctx, f, cursor, size)
-					if err != nil {
-						return err
-					}
-					if err := p.page(tasks); err != nil {
-						return err
-					}
-					if next == "" {
-						break
-					}
-					if limit > 0 {
-						defer printNextPage(s.errOut, "tasks", "--after", next)
-						break
-					}
-					cursor = next
+				tasks, next, err := s.q.TaskPage(ctx, query.TaskFilter{Job: job, Labels: sel}, after, limit)
+				if err != nil {
+					return err
 				}
-				return p.end()
+				if next != "" {
+					defer printNextPage(s.errOut, "tasks", "--after", next)
+				}
+				if out == outJSON {
+					return printJSON(s.out, tasks)
+				}
+				tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tJOB\tSCHEDULE\tNEXT RUN\tSOURCE\tSTATE\tLAST OUTCOME")
+				for i := range tasks {
+					v := &tasks[i]
+					next, src, last := "-", "-", "-"
+					if st := v.Schedule; st != nil {
+						next, src, last = fmtTime(st.NextRunAt), orDash(string(st.Source)), orDash(st.LastOutcome)
+					}
+					sched := describeSchedule(v.Spec.Schedule)
+					if v.Unreadable != "" {
+						sched = "UNREADABLE SPEC (flyball task get " + v.Spec.ID + ")"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), sched,
+						next, src, describeState(v.Schedule, time.Now()), last)
+				}
+				return tw.Flush()
 			})
 		},
 	}
@@ -390,81 +389,9 @@ func newTaskListCmd() *cobra.Command {
 	out.register(cmd, outTable)
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "only tasks with this label, key=value (repeatable: all must match)")
 	cmd.Flags().StringVar(&job, "job", "", "only tasks of this job")
-	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "show at most N tasks, one page (0: all, read a page at a time)")
+	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "show at most N tasks (0: all)")
 	cmd.Flags().StringVar(&after, "after", "", "show the tasks whose id sorts after this one (the next page)")
 	return cmd
-}
-
-// taskListPage is how many tasks task list reads at a time when it lists
-// every one.
-const taskListPage = 1000
-
-// taskRows prints task list's table or JSON array a page at a time. The
-// table's columns are aligned within a page.
-type taskRows struct {
-	w      *bufio.Writer
-	tw     *tabwriter.Writer // nil for JSON
-	listed int
-}
-
-func newTaskRows(w io.Writer, asJSON bool) *taskRows {
-	p := &taskRows{w: bufio.NewWriter(w)}
-	if !asJSON {
-		p.tw = tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(p.tw, "ID\tJOB\tSCHEDULE\tNEXT RUN\tSOURCE\tSTATE\tLAST OUTCOME")
-	}
-	return p
-}
-
-// page prints tasks and flushes them.
-func (p *taskRows) page(tasks []query.TaskView) error {
-	for i := range tasks {
-		v := &tasks[i]
-		if p.tw == nil {
-			// The elements as printJSON indents a whole array.
-			b, err := json.MarshalIndent(v, "  ", "  ")
-			if err != nil {
-				return err
-			}
-			sep := ",\n  "
-			if p.listed == 0 {
-				sep = "[\n  "
-			}
-			// A failed write is kept by the bufio.Writer and returned
-			// by the Flush after the page.
-			fmt.Fprintf(p.w, "%s%s", sep, b)
-		} else {
-			next, src, last := "-", "-", "-"
-			if st := v.Schedule; st != nil {
-				next, src, last = fmtTime(st.NextRunAt), orDash(string(st.Source)), orDash(st.LastOutcome)
-			}
-			sched := describeSchedule(v.Spec.Schedule)
-			if v.Unreadable != "" {
-				sched = "UNREADABLE SPEC (flyball task get " + v.Spec.ID + ")"
-			}
-			fmt.Fprintf(p.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), sched,
-				next, src, describeState(v.Schedule, time.Now()), last)
-		}
-		p.listed++
-	}
-	if p.tw != nil {
-		if err := p.tw.Flush(); err != nil {
-			return err
-		}
-	}
-	return p.w.Flush()
-}
-
-// end closes the JSON array.
-func (p *taskRows) end() error {
-	if p.tw == nil {
-		if p.listed == 0 {
-			fmt.Fprint(p.w, "[]\n")
-		} else {
-			fmt.Fprint(p.w, "\n]\n")
-		}
-	}
-	return p.w.Flush()
 }
 
 // newControlCmd builds a command that names one task and sends one command.
