@@ -17,9 +17,14 @@ const Redacted = "[REDACTED]"
 var DefaultRedactHeaders = []string{"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 
 // secretFragments mark a header or query parameter name as secret when
-// the lower-cased name contains one. "sig" alone is matched exactly (an
-// Azure SAS signature), as a fragment it would catch "signal".
-var secretFragments = []string{"token", "secret", "password", "passwd", "key", "auth", "session", "signature", "credential", "jwt"}
+// the lower-cased name contains one: "pwd" and "passphrase" besides
+// "password", "sessid" for PHP's PHPSESSID, which holds no "session",
+// and "hmac" for a signature named after its algorithm (Shopify's ?hmac=).
+var secretFragments = []string{"token", "secret", "password", "passwd", "pwd", "passphrase", "key", "auth", "session", "sessid", "signature", "hmac", "credential", "jwt"}
+
+// secretNames are secret only as the whole name: as fragments "sig" (an
+// Azure SAS signature) would catch "signal", and "pass" "compass".
+var secretNames = []string{"sig", "pass"}
 
 func redactHeaders(h map[string]string, extra []string) map[string]string {
 	if len(h) == 0 {
@@ -40,10 +45,7 @@ func redactHeaders(h map[string]string, extra []string) map[string]string {
 // (Config.setDefaults does that).
 func isSecretName(name string, extra []string) bool {
 	n := strings.ToLower(name)
-	if n == "sig" {
-		return true
-	}
-	if slices.Contains(DefaultRedactHeaders, n) || slices.Contains(extra, n) {
+	if slices.Contains(secretNames, n) || slices.Contains(DefaultRedactHeaders, n) || slices.Contains(extra, n) {
 		return true
 	}
 	for _, frag := range secretFragments {

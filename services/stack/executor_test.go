@@ -158,6 +158,35 @@ func TestRunRecordRedactsSecretsAndBoundsBody(t *testing.T) {
 	}
 }
 
+// TestRunRecordRedactsAbbreviatedSecretNames: a password given as pwd or
+// pass, a passphrase, a PHP session ID (PHPSESSID, which holds no
+// "session") and an HMAC signature (Shopify's ?hmac=) were recorded as
+// written, on RUNS and in every dead letter.
+func TestRunRecordRedactsAbbreviatedSecretNames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	succeeded := e.collect("flyball.run.succeeded.abbrev")
+	e.create("abbrev", fmt.Sprintf(`{"id":"abbrev","target":{"http":{"url":%q,
+		"headers":{"X-Pwd":"hunter2-h1","X-Passphrase":"hunter2-h2","X-Shopify-Hmac-Sha256":"hunter2-h3","X-Trace":"abc"}}},
+		"schedule":{"interval":"1h"}}`,
+		srv.URL+"/hook?user=ops&pwd=hunter2-q1&pass=hunter2-q2&passphrase=hunter2-q3&PHPSESSID=hunter2-q4&hmac=hunter2-q5&compass=n"))
+	natstest.Eventually(t, 10*time.Second, "a run", func() bool { return len(succeeded()) == 1 })
+	r := runsOf(t, succeeded())[0]
+	if h := r.Request.Headers; h["X-Trace"] != "abc" {
+		t.Fatalf("recorded headers %v: want X-Trace kept", h)
+	}
+	want := srv.URL + "/hook?user=ops&pwd=" + executor.Redacted + "&pass=" + executor.Redacted + "&passphrase=" + executor.Redacted +
+		"&PHPSESSID=" + executor.Redacted + "&hmac=" + executor.Redacted + "&compass=n"
+	if r.Request.URL != want {
+		t.Errorf("recorded URL %q, want %q", r.Request.URL, want)
+	}
+	if raw, _ := events.Encode(succeeded()[0]); strings.Contains(string(raw), "hunter2") {
+		t.Fatalf("a secret reached the RUNS stream: %s", raw)
+	}
+}
+
 // A call that fails before any response reports net/http's error, which
 // quotes the URL: its secret query parameter is redacted there too.
 func TestFailedRunErrorRedactsTheURL(t *testing.T) {
