@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -141,10 +142,18 @@ func leftHost(req *http.Request, via []*http.Request) bool {
 
 // sameHostOrSubdomain reports whether dest's host is initial's or a
 // subdomain of it, where net/http keeps sending Authorization on a
-// redirect (an IP address matches only itself).
+// redirect. An IP address matches only itself: net/http takes
+// x.10.0.0.1 for a subdomain of 10.0.0.1, but it is a name that any
+// resolver may point anywhere.
 func sameHostOrSubdomain(dest, initial *url.URL) bool {
 	d, i := strings.ToLower(dest.Hostname()), strings.ToLower(initial.Hostname())
-	return d == i || (!strings.ContainsAny(d, ":%") && strings.HasSuffix(d, "."+i))
+	if d == i {
+		return true
+	}
+	if _, err := netip.ParseAddr(i); err == nil {
+		return false
+	}
+	return !strings.ContainsAny(d, ":%") && strings.HasSuffix(d, "."+i)
 }
 
 // callHeader is an attempt's request header: the task's headers, then

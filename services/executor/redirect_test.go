@@ -120,6 +120,9 @@ func TestSameHostOrSubdomain(t *testing.T) {
 		{"http://10.0.0.1/", "http://10.0.0.1:81/", true},
 		{"http://10.0.0.2/", "http://10.0.0.1/", false},
 		{"http://[::1]/", "http://1/", false},
+		// An IP address has no subdomains: x.10.0.0.1 is a name,
+		// resolved wherever a resolver says.
+		{"http://x.10.0.0.1/", "http://10.0.0.1/", false},
 	} {
 		d, _ := url.Parse(c.dest)
 		i, _ := url.Parse(c.initial)
