@@ -325,8 +325,10 @@ func replayOrder(msgs []Message) []int {
 				next = k
 				continue
 			}
-			a, b := msgs[q[0]], msgs[queues[next][0]]
-			if cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Seq, b.Seq)) < 0 {
+			// Only the stored time: two streams' sequences count
+			// different messages, so they tell nothing about which came
+			// first, and on a tie the earlier stream (k) stays ahead.
+			if msgs[q[0]].Time.Before(msgs[queues[next][0]].Time) {
 				next = k
 			}
 		}

@@ -35,3 +35,27 @@ func TestReplayOrderKeepsEachStreamInSequence(t *testing.T) {
 		t.Fatalf("replay order %v, want %v", got, want)
 	}
 }
+
+// TestReplayOrderBreaksTiesByStreamNotSequence: two streams' sequences
+// count different things, so on equal stored times (a coarse server
+// clock) they say nothing about which input came first. The replay takes
+// the streams in the order it reads them: a breaker transition or dead
+// letter comes after the run outcome that caused it, stamped the same.
+func TestReplayOrderBreaksTiesByStreamNotSequence(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	msgs := []Message{
+		{Stream: streams.StreamTasks, Seq: 90, Time: t0},
+		{Stream: streams.StreamRuns, Seq: 50, Time: t0},
+		{Stream: streams.StreamHealth, Seq: 2, Time: t0},
+		{Stream: streams.StreamDeadLetter, Seq: 1, Time: t0},
+	}
+	want := []string{"TASKS 90", "RUNS 50", "HEALTH 2", "DEADLETTER 1"}
+	got := []string{}
+	for _, i := range replayOrder(msgs) {
+		got = append(got, fmt.Sprint(msgs[i].Stream, " ", msgs[i].Seq))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("replay order %v, want %v", got, want)
+	}
+}
