@@ -348,6 +348,24 @@ func stateAfter(entries []governor.Entry, i int) *gov.State {
 	return &st
 }
 
+// applied reports whether stored records step as applied: a command or
+// breaker transition at or below the last sequence applied from its
+// stream, which the governor reads in order. Stored after the decision
+// stored holds, it was applied before it all the same: the governor
+// reads each stream on its own, so it is not on its way.
+func applied(stored *gov.State, step *governor.Step) bool {
+	if stored == nil || step.Seq == 0 {
+		return false
+	}
+	switch {
+	case step.CommandID != "":
+		return step.Seq <= stored.LastCommandSeq
+	case step.Input.Kind == gov.KindBreaker:
+		return step.Seq <= stored.LastBreakerSeq
+	}
+	return false
+}
+
 // sameSchedule reports whether two schedules (nil: none) name the same
 // next run and rule.
 func sameSchedule(a, b *gov.State) bool {
@@ -361,8 +379,9 @@ func sameSchedule(a, b *gov.State) bool {
 // replay. It agrees when stored is the replay's last schedule, or the
 // schedule the replay held before its last inputs if each of those was
 // stored within InFlight of readAt and after the decision stored holds
-// (its DecidedAt, the stored time of the input it applied): inputs still
-// on their way to the governor. pending counts them.
+// (its DecidedAt, the stored time of the input it applied), and stored
+// does not record it as applied: inputs still on their way to the
+// governor. pending counts them.
 func agreement(entries []governor.Entry, stored *gov.State, readAt time.Time) (agrees bool, pending int) {
 	n := len(entries)
 	if sameSchedule(stored, stateAfter(entries, n-1)) {
@@ -370,7 +389,7 @@ func agreement(entries []governor.Entry, stored *gov.State, readAt time.Time) (a
 	}
 	for i := n - 1; i >= 0; i-- {
 		at := entries[i].Step.At
-		if at.Before(readAt.Add(-InFlight)) || (stored != nil && !at.After(stored.DecidedAt)) {
+		if at.Before(readAt.Add(-InFlight)) || (stored != nil && !at.After(stored.DecidedAt)) || applied(stored, &entries[i].Step) {
 			return false, 0
 		}
 		before := stateAfter(entries, i-1)

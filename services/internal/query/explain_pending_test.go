@@ -29,6 +29,10 @@ func TestAgreementAllowsOnlyRecentInputsAfterTheStoredDecision(t *testing.T) {
 	deleted := decided(ago(time.Second), gov.KindDeleted, time.Time{})
 	ignored := run1
 	ignored.Step.At, ignored.Decision.Ignored = ago(time.Second), true
+	// update is a command (TASKS 2) stored after run1 that the governor
+	// applied before it: it reads each stream on its own.
+	update := decided(ago(2*time.Second), gov.KindUpdated, readAt.Add(2*time.Second))
+	update.Step.CommandID, update.Step.Seq = "u1", 2
 	stored := func(e governor.Entry) *gov.State { st := e.Decision.State; return &st }
 	other := stored(run2)
 	other.Source = gov.SourceHintInterval
@@ -49,6 +53,20 @@ func TestAgreementAllowsOnlyRecentInputsAfterTheStoredDecision(t *testing.T) {
 		{"an input older than InFlight not applied", []governor.Entry{created, oldRun, run1}, stored(created), false, 0},
 		{"a schedule the replay never held", []governor.Entry{created, run1, run2}, other, false, 0},
 		{"a schedule stored for nothing", nil, stored(run1), false, 0},
+		{"a command the stored schedule records as applied is not pending", []governor.Entry{created, run1, update}, func() *gov.State {
+			st := stored(run1) // run1 decided last, after the update
+			st.LastCommandID, st.LastCommandSeq = "u1", 2
+			return st
+		}(), false, 0},
+		{"a breaker transition the stored schedule records as applied is not pending", []governor.Entry{created, run1, func() governor.Entry {
+			e := update
+			e.Step.CommandID, e.Step.Input.Kind = "", gov.KindBreaker
+			return e
+		}()}, func() *gov.State {
+			st := stored(run1)
+			st.LastBreakerSeq = 2
+			return st
+		}(), false, 0},
 		{"an input at or before the stored decision is not pending", []governor.Entry{created, run1, run2}, func() *gov.State {
 			st := stored(run1)
 			st.DecidedAt = run2.Step.At // a decision as late as run2, yet run1's schedule
