@@ -223,14 +223,36 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		ordered = append(ordered, items[i])
 	}
 	items = ordered
-	steps := make([]governor.Step, len(items))
-	for i := range items {
-		steps[i] = items[i].step
+	replay := func(items []item) []governor.Entry {
+		steps := make([]governor.Step, len(items))
+		for i := range items {
+			steps[i] = items[i].step
+		}
+		return governor.Replay(steps, func(i int) (bool, bool) { return items[i].accepted, items[i].answered })
 	}
-	entries := governor.Replay(steps, func(i int) (bool, bool) { return items[i].accepted, items[i].answered })
+	entries := replay(items)
+	ex.Agrees, ex.Pending = agreement(entries, ex.Stored, readAt)
+	// The governor reads each stream on its own: the input that decided
+	// the stored schedule may have been applied after a command or
+	// breaker transition stored later, which the schedule records
+	// (applied). The replay then applies it there too; only that last
+	// input's place is known, so an earlier crossing stays as stored.
+	if j, k := crossed(entries, ex.Stored); j >= 0 {
+		from, to := entries[j].Index, entries[k].Index
+		a, b := items[from].msg, items[to].msg
+		moved := slices.Insert(slices.Delete(slices.Clone(items), from, from+1), to, items[from])
+		follows := "the replay in that order does not agree either, so the timeline keeps the stored times' order"
+		if again := replay(moved); len(again) == len(entries) {
+			if agrees, pending := agreement(again, ex.Stored, readAt); agrees || !ex.Agrees {
+				items, entries, ex.Agrees, ex.Pending = moved, again, agrees, pending
+				follows = "the timeline follows the order the schedule records"
+			}
+		}
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("the stored schedule was decided by %s %d (stored %s) after the governor applied %s %d (stored %s): it reads each stream on its own, so it applied them in another order than their stored times; %s",
+			a.Stream, a.Seq, a.Time.UTC().Format(time.RFC3339Nano), b.Stream, b.Seq, b.Time.UTC().Format(time.RFC3339Nano), follows))
+	}
 
 	ex.Replayed = stateAfter(entries, len(entries)-1)
-	ex.Agrees, ex.Pending = agreement(entries, ex.Stored, readAt)
 	for i, en := range entries {
 		m := items[en.Index].msg
 		if !since.IsZero() && en.Step.At.Before(since) {
@@ -346,6 +368,32 @@ func stateAfter(entries []governor.Entry, i int) *gov.State {
 	}
 	st := entries[i].Decision.State
 	return &st
+}
+
+// crossed finds, in entries (stored-time order), the input j that
+// decided stored (its DecidedAt and input kind) and the last input k
+// after it that stored records as applied (applied): the governor
+// applied k before j. j is -1 if there is no such pair.
+func crossed(entries []governor.Entry, stored *gov.State) (j, k int) {
+	if stored == nil {
+		return -1, -1
+	}
+	j = -1
+	for i := len(entries) - 1; i >= 0 && j < 0; i-- {
+		en := &entries[i]
+		if !en.Decision.Ignored && en.Step.Input.Kind == stored.Input && en.Step.At.Equal(stored.DecidedAt) {
+			j = i
+		}
+	}
+	if j < 0 {
+		return -1, -1
+	}
+	for k = len(entries) - 1; k > j; k-- {
+		if applied(stored, &entries[k].Step) {
+			return j, k
+		}
+	}
+	return -1, -1
 }
 
 // applied reports whether stored records step as applied: a command or
