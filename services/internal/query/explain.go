@@ -114,7 +114,14 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	}
 	if ent, err := r.tasks.Get(ctx, id); err == nil {
 		var spec events.TaskSpec
-		if json.Unmarshal(ent.Value(), &spec) == nil {
+		if err := json.Unmarshal(ent.Value(), &spec); err != nil {
+			// The governor terminates the task's signals unapplied while
+			// it cannot read the spec (signal), and the replay, which
+			// takes the specs from TASKS, would apply them: an outcome
+			// shown as pending, then a mismatch, with no reason given.
+			ex.Warnings = append(ex.Warnings, fmt.Sprintf("the task's spec in KV %s does not decode (%v): until a task.updated replaces it, the governor applies none of its run outcomes, breaker transitions and dead letters, and rejects its commands but an update or a delete; the replay applies them, so it may differ from what was stored",
+				streams.BucketTasks, err))
+		} else {
 			addKey(&spec)
 		}
 	} else if !jsutil.IsKeyMissing(err) {
