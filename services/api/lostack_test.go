@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -55,26 +54,10 @@ func TestACommandWhoseAckWasLostIsNotAnsweredNotStored(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := natstest.StartWithUsers(t,
-				&server.User{Username: "flyball", Password: "pw"},
-				&server.User{Username: "lossy", Password: "pw", Permissions: &server.Permissions{
-					Subscribe: &server.SubjectPermission{Deny: []string{"_INBOX.>"}},
-				}},
-			)
-			_, js := natstest.ConnectAs(t, srv, "flyball", "pw")
+			_, js, _, lossy := natstest.LostAcks(t, 500*time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := streams.Ensure(ctx, js); err != nil {
-				t.Fatal(err)
-			}
-			// The refused subscription is the point: its error is not news.
-			nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("lossy", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			lossy, err := jetstream.New(nc, jetstream.WithDefaultTimeout(500*time.Millisecond))
-			if err != nil {
 				t.Fatal(err)
 			}
 			wrapped := &lostAcks{JetStream: js, lossy: lossy, subject: "flyball.task.created.web"}

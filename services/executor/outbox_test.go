@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,27 +96,12 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 // target again, and its event, under the same Nats-Msg-Id, is dropped as
 // a duplicate within RUNS's duplicate window.
 func TestOutboxGivingUpOnAnEventWhoseAcksWereLostDoesNotSayNotStored(t *testing.T) {
-	srv := natstest.StartWithUsers(t,
-		&server.User{Username: "flyball", Password: "pw"},
-		&server.User{Username: "lossy", Password: "pw", Permissions: &server.Permissions{
-			Subscribe: &server.SubjectPermission{Deny: []string{"_INBOX.>"}},
-		}},
-	)
-	_, js := natstest.ConnectAs(t, srv, "flyball", "pw")
+	_, js, _, lossy := natstest.LostAcks(t, 0)
 	createOut(t, js)
-	// The refused subscription is the point: its error is not news.
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("lossy", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	lossy, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := testOutbox(t, lossy, 200*time.Millisecond, time.Second)
 	settled := make(chan error, 1)
 	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
+	var err error
 	select {
 	case err = <-settled:
 	case <-time.After(20 * time.Second):

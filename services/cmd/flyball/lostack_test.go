@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -25,31 +23,15 @@ import (
 // again.
 func TestACommandWhoseAckWasLostIsNotReportedNotSent(t *testing.T) {
 	t.Parallel()
-	srv := natstest.StartWithUsers(t,
-		&server.User{Username: "flyball", Password: "pw"},
-		&server.User{Username: "lossy", Password: "pw", Permissions: &server.Permissions{
-			Subscribe: &server.SubjectPermission{Deny: []string{"_INBOX.>"}},
-		}},
-	)
-	_, js := natstest.ConnectAs(t, srv, "flyball", "pw")
+	_, js, nc, lossy := natstest.LostAcks(t, 500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := streams.Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	// The refused subscription is the point: its error is not news.
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("lossy", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	lossy, err := jetstream.New(nc, jetstream.WithDefaultTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &session{nc: nc, js: lossy, timeout: time.Second, ctl: &control.Client{NC: nc, JS: lossy, Source: "flyball/cli/test"}}
 
-	_, err = s.command(t.Context(), events.VerbHinted, "web", events.TaskHint{ID: "web", Interval: events.Duration(time.Minute), TTL: events.Duration(time.Hour)})
+	_, err := s.command(t.Context(), events.VerbHinted, "web", events.TaskHint{ID: "web", Interval: events.Duration(time.Minute), TTL: events.Duration(time.Hour)})
 	stored := natstest.Read(t, js, streams.StreamTasks, "flyball.task.hinted.web")
 	if len(stored) != 1 {
 		t.Fatalf("TASKS holds %d task.hinted, want 1", len(stored))

@@ -102,6 +102,37 @@ func ConnectAs(t testing.TB, s *server.Server, user, password string) (*nats.Con
 	return connect(t, s.ClientURL(), nats.UserInfo(user, password))
 }
 
+// LostAcks starts a server with two users and connects as each: js as
+// one with every permission, and lossy as one that may not subscribe to
+// its inboxes, so that its publishes are stored but their acks reach
+// nobody (a publish whose ack was lost, on demand). lossy's default
+// timeout is timeout (nats.go's own when zero). Refused subscriptions are
+// the point, so its connection does not report them.
+func LostAcks(t testing.TB, timeout time.Duration) (srv *server.Server, js jetstream.JetStream, lossyNC *nats.Conn, lossy jetstream.JetStream) {
+	t.Helper()
+	srv = StartWithUsers(t,
+		&server.User{Username: "flyball", Password: "pw"},
+		&server.User{Username: "lossy", Password: "pw", Permissions: &server.Permissions{
+			Subscribe: &server.SubjectPermission{Deny: []string{"_INBOX.>"}},
+		}},
+	)
+	_, js = ConnectAs(t, srv, "flyball", "pw")
+	lossyNC, err := nats.Connect(srv.ClientURL(), nats.UserInfo("lossy", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lossyNC.Close)
+	var opts []jetstream.JetStreamOpt
+	if timeout > 0 {
+		opts = append(opts, jetstream.WithDefaultTimeout(timeout))
+	}
+	lossy, err = jetstream.New(lossyNC, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, js, lossyNC, lossy
+}
+
 // StartWithStreams starts a server and creates every flyball stream,
 // consumer and KV bucket, with opts.
 func StartWithStreams(t testing.TB, opts ...streams.Option) *Server {
