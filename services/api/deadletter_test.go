@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -103,21 +102,8 @@ func TestRetryOfARecreatedTasksDeadLetterIsAConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	put := func(bucket string, v any) {
-		kv, err := js.KeyValue(ctx, bucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(ctx, "web", data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(streams.BucketTasks, spec)
-	put(streams.BucketSchedules, gov.State{TaskID: "web", CreatedAt: now, NextRunAt: now.Add(time.Hour)})
+	natstest.PutJSON(t, js, streams.BucketTasks, "web", spec)
+	natstest.PutJSON(t, js, streams.BucketSchedules, "web", gov.State{TaskID: "web", CreatedAt: now, NextRunAt: now.Add(time.Hour)})
 
 	r := b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry", "")
 	expect(t, "retry of the deleted task's dead letter", r, http.StatusConflict, "seq")

@@ -166,7 +166,7 @@ func newTunedAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts in
 	}
 	f := &attemptsFixture{srv: srv, logs: newLogLines(), id: "flaky"}
 	jitter := 0.0
-	putKV(t, srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
 		ID:       f.id,
 		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL, Timeout: events.Duration(5 * time.Second)}},
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
@@ -431,7 +431,7 @@ func TestLoweredMaxAttemptsEndsThePendingRetry(t *testing.T) {
 	retry := *spec.Retry
 	retry.MaxAttempts = 2
 	lowered.Retry = &retry
-	putKV(t, f.srv.JS, streams.BucketTasks, f.id, lowered)
+	natstest.PutJSON(t, f.srv.JS, streams.BucketTasks, f.id, lowered)
 	natstest.Eventually(t, 10*time.Second, "the executor's view of the lowered spec", func() bool {
 		r := f.ex.specs.Lookup(f.id)
 		return r.Found && r.Err == nil && r.Value.spec.Retry.MaxAttempts == 2
@@ -519,7 +519,7 @@ func TestRedispatchedSlotContinuesItsAttemptCount(t *testing.T) {
 	f := newAttemptsFixture(t, target, 3, 0, 0)
 	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
 	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(), Source: "test", Reason: "zombie"}
-	putKV(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 2, UpdatedAt: slot.Add(time.Minute)})
+	natstest.PutJSON(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 2, UpdatedAt: slot.Add(time.Minute)})
 	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
 	if err != nil {
 		t.Fatal(err)
@@ -553,7 +553,7 @@ func TestRedispatchedRetryRunsUnderCatchUpNone(t *testing.T) {
 	target := newAttemptTarget(t, http.StatusServiceUnavailable)
 	f := newAttemptsFixture(t, target, 3, 0, 0)
 	jitter := 0.0
-	putKV(t, f.srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
+	natstest.PutJSON(t, f.srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
 		ID:       f.id,
 		Target:   events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL, Timeout: events.Duration(5 * time.Second)}},
 		Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
@@ -572,7 +572,7 @@ func TestRedispatchedRetryRunsUnderCatchUpNone(t *testing.T) {
 		DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(),
 		Source: string(governor.SourceBaselineInterval), Reason: "zombie",
 	}
-	putKV(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 1, UpdatedAt: slot.Add(time.Second)})
+	natstest.PutJSON(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 1, UpdatedAt: slot.Add(time.Second)})
 	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
 	if err != nil {
 		t.Fatal(err)

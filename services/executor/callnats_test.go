@@ -22,7 +22,7 @@ import (
 func startExecutor(t *testing.T, srv *natstest.Server, logs logLines, specs ...events.TaskSpec) *Service {
 	t.Helper()
 	for _, spec := range specs {
-		putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, spec.ID, spec)
 	}
 	nc, _ := srv.Connect(t)
 	js, err := jsutil.New(nc)

@@ -40,7 +40,7 @@ func (f *attemptsFixture) dispatchInfo(t *testing.T) *jetstream.ConsumerInfo {
 // next meets it (the view follows a watch, a moment behind the bucket).
 func (f *attemptsFixture) putBreaker(t *testing.T, rec BreakerRecord) {
 	t.Helper()
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, rec)
+	natstest.PutJSON(t, f.srv.JS, streams.BucketBreakers, f.id, rec)
 	natstest.Eventually(t, 10*time.Second, "the executor's view holds the breaker record", func() bool {
 		r := f.ex.breakers.Lookup(f.id)
 		return r.Found && r.Value.State == rec.State && r.Value.RetryAt.Equal(rec.RetryAt)
@@ -66,7 +66,7 @@ func TestWaitingForAProbeUsesNoDeliveries(t *testing.T) {
 		Key: f.id, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	now := time.Now().UTC()
-	putKV(t, f.srv.JS, streams.BucketProbes, probeKey(f.id, retryAt), probeClaim{
+	natstest.PutJSON(t, f.srv.JS, streams.BucketProbes, probeKey(f.id, retryAt), probeClaim{
 		TaskID: "other", DispatchID: "other:1", Executor: "flyball/executor/other", ClaimedAt: now, ExpiresAt: now.Add(time.Hour),
 	})
 	f.dispatch(t)
@@ -91,7 +91,7 @@ func TestWaitingForAProbeUsesNoDeliveries(t *testing.T) {
 		t.Fatalf("target called %v while another call probes", got)
 	}
 	// The probe succeeds: the breaker closes, and the dispatch calls.
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, UpdatedAt: time.Now().UTC()})
+	natstest.PutJSON(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, UpdatedAt: time.Now().UTC()})
 	natstest.Eventually(t, 20*time.Second, "run.succeeded on RUNS", func() bool { return len(f.stored(t)) == 1 })
 	if got := fmt.Sprint(f.stored(t)); got != "[succeeded(attempt 1, final false)]" {
 		t.Fatalf("RUNS holds %s, want one run.succeeded of attempt 1", got)

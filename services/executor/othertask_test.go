@@ -95,13 +95,13 @@ func TestADispatchOfADeletedTaskDoesNotCallItsNamesake(t *testing.T) {
 	}
 	for _, c := range cases {
 		spec := target.spec(c.id)
-		putKV(t, srv.JS, streams.BucketTasks, c.id, governor.StoredSpec{TaskSpec: &spec, CreatedAt: c.spec})
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, c.id, governor.StoredSpec{TaskSpec: &spec, CreatedAt: c.spec})
 		if !c.noSchedule {
 			st := map[string]any{"taskId": c.id, "nextRunAt": time.Now().Add(time.Hour).UTC()}
 			if !c.schedule.IsZero() {
 				st["createdAt"] = c.schedule
 			}
-			putKV(t, srv.JS, streams.BucketSchedules, c.id, st)
+			natstest.PutJSON(t, srv.JS, streams.BucketSchedules, c.id, st)
 		}
 	}
 	ex := startExecutor(t, srv, newLogLines())
@@ -148,9 +148,9 @@ func TestAStaleSpecViewIsReadAgain(t *testing.T) {
 		spec.ID = id
 		return governor.StoredSpec{TaskSpec: &spec, CreatedAt: createdAt}
 	}
-	putKV(t, srv.JS, streams.BucketTasks, id, stored("old", old))
-	putKV(t, srv.JS, streams.BucketTasks, id, stored("new", created))
-	putKV(t, srv.JS, streams.BucketSchedules, id, map[string]any{"taskId": id, "createdAt": created})
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, stored("old", old))
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, stored("new", created))
+	natstest.PutJSON(t, srv.JS, streams.BucketSchedules, id, map[string]any{"taskId": id, "createdAt": created})
 	ex := startExecutor(t, srv, newLogLines())
 	// The view lagging the re-creation: it holds the old spec at its
 	// older revision, the bucket the new one.

@@ -192,21 +192,6 @@ func shortenAckWait(t *testing.T, js jetstream.JetStream) {
 	}
 }
 
-func putKV(t *testing.T, js jetstream.JetStream, bucket, key string, v any) {
-	t.Helper()
-	kv, err := js.KeyValue(context.Background(), bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(context.Background(), key, b); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // dispatchNow publishes a run.due for task id, due now.
 func dispatchNow(t *testing.T, js jetstream.JetStream, id string) {
 	t.Helper()
@@ -232,9 +217,9 @@ func halfOpenTask(t *testing.T, srv *natstest.Server, id, url string, timeout ti
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
 	}
 	spec.Normalize()
-	putKV(t, srv.JS, streams.BucketTasks, spec.ID, spec)
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, spec.ID, spec)
 	retryAt := time.Now().Add(-time.Second).UTC()
-	putKV(t, srv.JS, streams.BucketBreakers, spec.ID, BreakerRecord{
+	natstest.PutJSON(t, srv.JS, streams.BucketBreakers, spec.ID, BreakerRecord{
 		Key: spec.ID, State: events.BreakerHalfOpen, Failures: 3, OpenDelay: events.Duration(time.Second), RetryAt: retryAt, UpdatedAt: time.Now().UTC(),
 	})
 	probes, err := srv.JS.KeyValue(t.Context(), streams.BucketProbes)

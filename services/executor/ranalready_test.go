@@ -84,7 +84,7 @@ func TestASlotDispatchedAgainAfterItRanIsSkipped(t *testing.T) {
 	}
 	for _, c := range cases {
 		spec := target.spec(c.id)
-		putKV(t, srv.JS, streams.BucketTasks, c.id, spec)
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, c.id, spec)
 		c.before()
 	}
 	ex := startExecutor(t, srv, newLogLines())

@@ -123,7 +123,7 @@ func TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker(t *testing.T) {
 	acked(seq)
 
 	// Another executor's failure, applied by the breaker service.
-	putKV(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, Failures: 1, UpdatedAt: time.Now()})
+	natstest.PutJSON(t, f.srv.JS, streams.BucketBreakers, f.id, BreakerRecord{Key: f.id, State: events.BreakerClosed, Failures: 1, UpdatedAt: time.Now()})
 	natstest.Eventually(t, 10*time.Second, "the executor's view shows the failure", func() bool {
 		return !Settled(f.ex.breakers.Lookup(f.id))
 	})

@@ -64,7 +64,7 @@ func TestDispatchWithAnotherTasksIDIsTerminated(t *testing.T) {
 	e := newEnv(t, "executor")
 	tg := newScripted(t, 200)
 	reasons := terminations(t, e.srv.NC)
-	putJSON(t, e.srv.JS, streams.BucketTasks, "mine", events.TaskSpec{ID: "mine", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "mine", events.TaskSpec{ID: "mine", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
 	slot := time.Now().UTC()
 	d := events.Dispatch{DispatchID: events.DispatchID("theirs", slot), TaskID: "mine", ScheduledAt: slot, FiredAt: slot}
 	publishDispatch(t, e, d)
@@ -93,7 +93,7 @@ func TestFarFutureDispatchIsTerminated(t *testing.T) {
 	e := newEnv(t, "executor")
 	tg := newScripted(t, 200)
 	reasons := terminations(t, e.srv.NC)
-	putJSON(t, e.srv.JS, streams.BucketTasks, "future", events.TaskSpec{ID: "future", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "future", events.TaskSpec{ID: "future", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
 	dispatchAt(t, e.srv.JS, "future", time.Now().AddDate(100, 0, 0).UTC())
 	natstest.Eventually(t, 10*time.Second, "the executor has seen the dispatch", func() bool {
 		c, err := e.srv.JS.Consumer(context.Background(), streams.StreamDispatch, streams.ConsumerExecutor)

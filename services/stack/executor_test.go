@@ -328,7 +328,7 @@ func TestLargeBodyWithinMaxResponseBytesRunsOnce(t *testing.T) {
 	}))
 	t.Cleanup(tg.Close)
 	succeeded := e.collect("flyball.run.succeeded.bigbody")
-	putJSON(t, e.srv.JS, streams.BucketTasks, "bigbody", events.TaskSpec{
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "bigbody", events.TaskSpec{
 		ID:       "bigbody",
 		Target:   events.Target{HTTP: &events.HTTPTarget{URL: tg.URL, MaxResponseBytes: 4 << 20}},
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
@@ -358,7 +358,7 @@ func TestLargeBodyWithinMaxResponseBytesRunsOnce(t *testing.T) {
 func TestInvalidStoredSpecIsSkippedWithItsReason(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "executor")
-	putJSON(t, e.srv.JS, streams.BucketTasks, "notarget", map[string]any{"id": "notarget", "schedule": map[string]string{"interval": "1h"}})
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "notarget", map[string]any{"id": "notarget", "schedule": map[string]string{"interval": "1h"}})
 	skipped := e.collect("flyball.run.skipped.notarget")
 	dispatchAt(t, e.srv.JS, "notarget", time.Now().UTC())
 	natstest.Eventually(t, 10*time.Second, "a run.skipped for the targetless task", func() bool { return len(skipped()) > 0 })
@@ -373,7 +373,7 @@ func TestInvalidStoredSpecIsSkippedWithItsReason(t *testing.T) {
 	})
 	// The executor is still up: a valid task runs.
 	tg := newScripted(t, 200)
-	putJSON(t, e.srv.JS, streams.BucketTasks, "valid", events.TaskSpec{ID: "valid", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "valid", events.TaskSpec{ID: "valid", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
 	dispatchAt(t, e.srv.JS, "valid", time.Now().UTC())
 	natstest.Eventually(t, 10*time.Second, "the valid task is called", func() bool { return len(tg.Calls()) == 1 })
 }

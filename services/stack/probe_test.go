@@ -108,11 +108,11 @@ func TestHalfOpenHostBreakerLetsOneProbeThrough(t *testing.T) {
 	// 4s was not, once, while other tests took both cores.
 	const openDelay, n = 8 * time.Second, 5
 
-	putJSON(t, e.srv.JS, streams.BucketTasks, "opener", hostTask("opener", host.srv.URL+"/fail", openDelay))
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "opener", hostTask("opener", host.srv.URL+"/fail", openDelay))
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = "task" + string(rune('a'+i))
-		putJSON(t, e.srv.JS, streams.BucketTasks, ids[i], hostTask(ids[i], host.srv.URL+"/ok", openDelay))
+		natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, ids[i], hostTask(ids[i], host.srv.URL+"/ok", openDelay))
 	}
 	dispatchAt(t, e.srv.JS, "opener", time.Now().UTC())
 	var retryAt time.Time

@@ -101,8 +101,8 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 			TaskID: c.id, NextRunAt: slot, Source: gov.SourceBaselineInterval,
 			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
 		}
-		putJSON(t, srv.JS, streams.BucketTasks, c.id, spec)
-		putJSON(t, srv.JS, streams.BucketSchedules, c.id, before)
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, c.id, spec)
+		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, c.id, before)
 		_, put, _ := readState(c.id)
 		if err := c.publish(c.id, events.Dispatch{DispatchID: events.DispatchID(c.id, slot), TaskID: c.id, ScheduledAt: slot}); err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 			info := con.CachedInfo() // every event delivered and acked
 			return info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 1
 		})
-		putJSON(t, srv.JS, streams.BucketSchedules, c.id, before) // the decision is lost
+		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, c.id, before) // the decision is lost
 		skipped = append(skipped, record(t, srv.NC, events.RunSubject(events.OutcomeSkipped, c.id), func(m *nats.Msg) (events.Run, bool) {
 			e, err := events.Decode(m.Header, m.Data)
 			var s events.Run
@@ -193,7 +193,7 @@ func TestSweeperRepairsLostScheduleWrites(t *testing.T) {
 	// With the governor stopped, a spec with no schedule gets one
 	// task.created, which waits on TASKS: no sweep publishes another.
 	governor.Stop()
-	putJSON(t, srv.JS, streams.BucketTasks, "waiting", events.TaskSpec{ID: "waiting", Target: spec.Target, Schedule: spec.Schedule})
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "waiting", events.TaskSpec{ID: "waiting", Target: spec.Target, Schedule: spec.Schedule})
 	natstest.Eventually(t, 10*time.Second, "the sweeper publishes waiting's task.created", func() bool {
 		return testutil.ToFloat64(missing) == 2
 	})
@@ -245,7 +245,7 @@ func TestMissingScheduleRepairDoesNotBringBackADeletedTask(t *testing.T) {
 	ctx := t.Context()
 	const id = "ghost"
 	spec := events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}}
-	putJSON(t, srv.JS, streams.BucketTasks, id, spec) // a spec without its schedule
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, spec) // a spec without its schedule
 
 	// The owner deletes it; no governor has read TASKS yet.
 	if err := jsutil.PublishEvent(ctx, srv.JS, events.TaskSubject(events.VerbDeleted, id), "delete-ghost",

@@ -71,6 +71,6 @@ func TestHandWrittenRegistryEntryIsMarkedUnderItsKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t) // sweeper: OfflineAfter 400ms, sweeps every 100ms
 	offline := e.collect("flyball.runtime.offline.executor.handmade")
-	putJSON(t, e.srv.JS, streams.BucketRuntime, "executor.handmade", map[string]any{"status": "online", "lastBeat": time.Now().UTC()})
+	natstest.PutJSON(t, e.srv.JS, streams.BucketRuntime, "executor.handmade", map[string]any{"status": "online", "lastBeat": time.Now().UTC()})
 	natstest.Eventually(t, 5*time.Second, "runtime.offline for executor.handmade", func() bool { return len(offline()) == 1 })
 }

@@ -667,9 +667,9 @@ func TestExecutorSkipsATaskOnlyWhenItsScheduleIsPaused(t *testing.T) {
 		"stale":   {TaskID: "stale", NextRunAt: slot},
 		"ended":   {TaskID: "ended", Paused: true, PausedUntil: slot},
 	} {
-		putJSON(t, e.srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
-		putJSON(t, e.srv.JS, streams.BucketSchedules, id, st)
-		putJSON(t, e.srv.JS, streams.BucketPauses, id, map[string]string{"taskId": id})
+		natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		natstest.PutJSON(t, e.srv.JS, streams.BucketSchedules, id, st)
+		natstest.PutJSON(t, e.srv.JS, streams.BucketPauses, id, map[string]string{"taskId": id})
 		dispatchAt(t, e.srv.JS, id, slot)
 	}
 	// Started after the writes, so its views load them (a hint written
@@ -769,7 +769,7 @@ func (k *keyCounter) calling() int {
 // putTask stores a valid spec for id calling url with a 5s timeout.
 func putTask(t *testing.T, e *env, id, url string) {
 	t.Helper()
-	putJSON(t, e.srv.JS, streams.BucketTasks, id, events.TaskSpec{
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, id, events.TaskSpec{
 		ID:       id,
 		Target:   events.Target{HTTP: &events.HTTPTarget{URL: url, Timeout: events.Duration(5 * time.Second)}},
 		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
@@ -921,7 +921,7 @@ func earlyDispatch(t *testing.T, ahead time.Duration) (*env, *scripted, time.Tim
 	t.Helper()
 	e := newEnv(t, "executor")
 	tg := newScripted(t, 200)
-	putJSON(t, e.srv.JS, streams.BucketTasks, "early", events.TaskSpec{ID: "early", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "early", events.TaskSpec{ID: "early", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
 	slot := time.Now().Add(ahead).UTC()
 	dispatchAt(t, e.srv.JS, "early", slot)
 	return e, tg, slot

@@ -2,7 +2,6 @@ package stack_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -19,18 +18,6 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-func putJSON(t *testing.T, js jetstream.JetStream, bucket, key string, v any) {
-	t.Helper()
-	kv, err := js.KeyValue(context.Background(), bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(v)
-	if _, err := kv.Put(context.Background(), key, b); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func keyExists(js jetstream.JetStream, bucket, key string) bool {
 	kv, err := js.KeyValue(context.Background(), bucket)
 	if err != nil {
@@ -43,8 +30,8 @@ func keyExists(js jetstream.JetStream, bucket, key string) bool {
 // putMinuteTask stores a 1-minute task's spec and its schedule st.
 func putMinuteTask(t *testing.T, srv *natstest.Server, st gov.State) {
 	t.Helper()
-	putJSON(t, srv.JS, streams.BucketTasks, st.TaskID, events.TaskSpec{ID: st.TaskID, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	putJSON(t, srv.JS, streams.BucketSchedules, st.TaskID, st)
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, st.TaskID, events.TaskSpec{ID: st.TaskID, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	natstest.PutJSON(t, srv.JS, streams.BucketSchedules, st.TaskID, st)
 }
 
 // dispatches subscribes to the dispatches of task id (flushed, so none
@@ -91,8 +78,8 @@ func TestSweeperRenudgesZombiesRemovesOrphansAndScoresStaleness(t *testing.T) {
 		LastScheduledAt: now.Add(-11 * time.Minute), LastSuccessAt: now.Add(-11 * time.Minute),
 	})
 	// "orphan" has schedule and breaker state but no spec: it was deleted.
-	putJSON(t, srv.JS, streams.BucketSchedules, "orphan", gov.State{TaskID: "orphan", NextRunAt: now.Add(time.Hour)})
-	putJSON(t, srv.JS, streams.BucketBreakers, "orphan", map[string]any{"key": "orphan", "state": "open"})
+	natstest.PutJSON(t, srv.JS, streams.BucketSchedules, "orphan", gov.State{TaskID: "orphan", NextRunAt: now.Add(time.Hour)})
+	natstest.PutJSON(t, srv.JS, streams.BucketBreakers, "orphan", map[string]any{"key": "orphan", "state": "open"})
 
 	zombie := dispatches(t, srv, "zombie")
 	e := &env{t: t, srv: srv}
@@ -189,8 +176,8 @@ func TestRunLostAfterARetryIsRenudged(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	slot := time.Now().UTC().Add(-10 * time.Minute)
 	for _, id := range []string{"retrying", "failed"} {
-		putJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
-		putJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
 			TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval,
 			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
 		})
@@ -235,8 +222,8 @@ func TestDeadLetteredRunIsNotRenudged(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	slot := time.Now().UTC().Add(-10 * time.Minute)
 	for id, deadSlot := range map[string]time.Time{"deadlettered": slot, "earlier": slot.Add(-time.Hour)} {
-		putJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
-		putJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
 			TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval,
 			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
 		})
@@ -274,8 +261,8 @@ func TestOutcomeOfADeletedTaskDoesNotHideAZombie(t *testing.T) {
 	slot := time.Now().UTC().Add(-10 * time.Minute)
 	created := slot.Add(-time.Hour)
 	for id, runOf := range map[string]time.Time{"own": created, "namesake": created.Add(-time.Hour)} {
-		putJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
-		putJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
+		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, id, gov.State{
 			TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval, CreatedAt: created,
 			LastScheduledAt: slot.Add(-time.Hour), LastSuccessAt: slot.Add(-time.Hour),
 		})

@@ -195,22 +195,8 @@ func TestDLQRetryOfARecreatedTaskIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
-	for bucket, v := range map[string]any{
-		streams.BucketTasks:     spec,
-		streams.BucketSchedules: gov.State{TaskID: "web", CreatedAt: now, NextRunAt: now.Add(time.Hour)},
-	} {
-		kv, err := srv.JS.KeyValue(ctx, bucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(ctx, "web", b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "web", spec)
+	natstest.PutJSON(t, srv.JS, streams.BucketSchedules, "web", gov.State{TaskID: "web", CreatedAt: now, NextRunAt: now.Add(time.Hour)})
 	requeues := func() uint64 {
 		st, err := srv.JS.Stream(ctx, streams.StreamTasks)
 		if err != nil {

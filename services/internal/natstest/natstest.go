@@ -5,6 +5,7 @@ package natstest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +132,22 @@ func LostAcks(t testing.TB, timeout time.Duration) (srv *server.Server, js jetst
 		t.Fatal(err)
 	}
 	return srv, js, lossyNC, lossy
+}
+
+// PutJSON stores v, encoded as JSON, under key in KV bucket.
+func PutJSON(t testing.TB, js jetstream.JetStream, bucket, key string, v any) {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, b); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // StartWithStreams starts a server and creates every flyball stream,
