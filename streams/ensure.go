@@ -14,7 +14,7 @@ import (
 const maxReplicas = 5
 
 type options struct {
-	replicas     int // 0: as in the files
+	replicas     int // 0: an existing stream's own, a new one's as in the files
 	asyncPersist bool
 	err          error
 }
@@ -24,7 +24,9 @@ type Option func(*options)
 
 // WithReplicas overrides the replica count of every stream, including the
 // streams backing KV buckets. Consumers keep num_replicas 0 and so inherit
-// the replica count of their stream. n must be between 1 and 5.
+// the replica count of their stream. n must be between 1 and 5. Without
+// it, a stream that exists keeps its replica count and a new one gets the
+// definition's (1).
 func WithReplicas(n int) Option {
 	return func(o *options) {
 		if n < 1 || n > maxReplicas {
@@ -69,6 +71,7 @@ func WithAsyncPersist(on bool) Option {
 // configs match the embedded definitions. It is idempotent: on a server that
 // already matches, it changes nothing. Settings the server cannot change in
 // place (for example storage type or retention policy) make Ensure fail.
+// Without [WithReplicas], existing streams keep their replica count.
 // Errors name the definition file and wrap the underlying error.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if js == nil {
@@ -91,6 +94,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 		cfg := d.cfg
 		if o.replicas > 0 {
 			cfg.Replicas = o.replicas
+		} else {
+			// The files' 1 would scale a cluster's R3 streams down to
+			// one copy: an upgrade's "flyball provision" without
+			// --replicas then lost the data of a lost node.
+			info, err := js.Stream(ctx, cfg.Name)
+			switch {
+			case err == nil:
+				cfg.Replicas = info.CachedInfo().Config.Replicas
+			case !errors.Is(err, jetstream.ErrStreamNotFound):
+				return fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
+			}
 		}
 		if o.asyncPersist && slices.Contains(AsyncPersistStreams, cfg.Name) {
 			// Refused before any stream is touched.

@@ -62,12 +62,16 @@ printed when --timeout ends.`,
 			}
 			defer nc.Close()
 			errOut := cmd.ErrOrStderr()
+			replicas := fmt.Sprint(nf.replicas)
+			if !cmd.Flags().Changed("replicas") {
+				replicas = "as they were, 1 for new streams"
+			}
 			start := time.Now()
 			for try := 1; ; try++ {
-				err := streams.Ensure(ctx, js, streams.WithReplicas(nf.replicas), streams.WithAsyncPersist(async))
+				err := streams.Ensure(ctx, js, nf.ensureOptions(cmd, async)...)
 				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %d, %d tries, %s)\n",
-						nf.replicas, try, time.Since(start).Round(time.Millisecond))
+					fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %s, %d tries, %s)\n",
+						replicas, try, time.Since(start).Round(time.Millisecond))
 					return nil
 				}
 				if ctx.Err() != nil {
@@ -85,7 +89,7 @@ printed when --timeout ends.`,
 		},
 	}
 	nf.register(cmd)
-	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas (3 on a 3-node cluster)")
+	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get 1")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
 	return cmd

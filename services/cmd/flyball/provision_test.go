@@ -1,8 +1,17 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -51,6 +60,107 @@ func TestProvisionCreatesEverythingAndChangesNothingTheSecondTime(t *testing.T) 
 		}
 		if got := st.CachedInfo().State.LastSeq; got != seqs[cfg.Name] {
 			t.Fatalf("stream %s: last sequence %d after the second provision, want %d", cfg.Name, got, seqs[cfg.Name])
+		}
+	}
+}
+
+// TestProvisionWithoutReplicasKeepsAClustersReplicas: on a 3-node cluster
+// provisioned with --replicas 3, a provision or a serve --ensure-streams
+// that does not give --replicas (the upgrade steps in docs/operations.md)
+// keeps every stream at 3. It moved every stream and KV bucket to 1
+// replica, the default of --replicas, and a node's loss then lost data.
+func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
+	t.Parallel()
+	url := startCluster(t, 3)
+	e := &cliEnv{url: url, dir: t.TempDir()}
+	e.ok(t, "provision", "--replicas", "3")
+	e.ok(t, "provision")
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range cfgs {
+		st, err := js.Stream(t.Context(), cfg.Name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", cfg.Name, err)
+		}
+		if got := st.CachedInfo().Config.Replicas; got != 3 {
+			t.Errorf("stream %s: %d replicas after a provision without --replicas, want the 3 it had", cfg.Name, got)
+		}
+	}
+}
+
+// startCluster starts n clustered JetStream servers listening on
+// 127.0.0.1 and returns their client URLs once JetStream has a meta
+// leader.
+func startCluster(t *testing.T, n int) string {
+	t.Helper()
+	// Each server routes to every other, so the cluster ports are taken
+	// first.
+	ports := make([]int, n)
+	routes := make([]*url.URL, n)
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		routes[i] = &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
+	}
+	var urls []string
+	for i := range n {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "flyball", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server n%d not ready", i+1)
+		}
+		urls = append(urls, s.ClientURL())
+	}
+	list := strings.Join(urls, ",")
+	nc, err := nats.Connect(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no JetStream meta leader: %v", err)
+		}
+		select { // polled: the leader is elected in the servers' own time
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

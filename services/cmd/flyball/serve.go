@@ -59,6 +59,18 @@ func (f *natsFlags) checkReplicas() error {
 	return nil
 }
 
+// ensureOptions gives streams.Ensure --replicas only when it was given:
+// its default, 1, moved a cluster's R3 streams down to one copy whenever
+// a serve or provision ran without it. Without it, existing streams keep
+// their replica count and new ones get 1.
+func (f *natsFlags) ensureOptions(cmd *cobra.Command, async bool) []streams.Option {
+	opts := []streams.Option{streams.WithAsyncPersist(async)}
+	if cmd.Flags().Changed("replicas") {
+		opts = append(opts, streams.WithReplicas(f.replicas))
+	}
+	return opts
+}
+
 func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
 		nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
@@ -216,7 +228,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			defer nc.Close()
 			if ensure {
 				ectx, cancel := context.WithTimeout(ctx, time.Minute)
-				err := streams.Ensure(ectx, js, streams.WithReplicas(nf.replicas), streams.WithAsyncPersist(async))
+				err := streams.Ensure(ectx, js, nf.ensureOptions(cmd, async)...)
 				cancel()
 				if err != nil {
 					return err
@@ -248,7 +260,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 	rf.register(cmd.Flags(), false)
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&ensure, "ensure-streams", true, "create or update streams, consumers and KV buckets at start")
-	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas when ensuring (3 on a 3-node cluster)")
+	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas when ensuring (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get 1")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().StringVar(&instance, "instance", envOr("FLYBALL_INSTANCE", ""), "this replica's name in heartbeats and event sources; defaults to host-pid (env FLYBALL_INSTANCE)")
 	return cmd
