@@ -61,6 +61,7 @@ type cliEnv struct {
 	url string
 	srv *natstest.Server
 	dir string
+	env []string // more environment variables, NAME=value
 }
 
 func newCLIEnv(t *testing.T) *cliEnv {
@@ -77,7 +78,7 @@ type cliResult struct {
 
 func (e *cliEnv) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, cliBinary, args...)
-	cmd.Env = append(os.Environ(), "NATS_URL="+e.url)
+	cmd.Env = append(append(os.Environ(), "NATS_URL="+e.url), e.env...)
 	cmd.Dir = e.dir
 	return cmd
 }

@@ -48,9 +48,13 @@ type runFlags struct {
 	zombieAfter   time.Duration
 	perTask       bool
 	pprof         bool
+	// fs tells a value given as a flag from one an environment variable
+	// gave as its default, so errors name the one that was set.
+	fs *pflag.FlagSet
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
+	f.fs = fs
 	fs.StringVar(&f.logLevel, "log-level", envOr("FLYBALL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYBALL_LOG_LEVEL)")
 	fs.StringVar(&f.logFormat, "log-format", envOr("FLYBALL_LOG_FORMAT", "text"), "log format: text or json (env FLYBALL_LOG_FORMAT)")
 	defAPI := ":8080"
@@ -104,6 +108,17 @@ func (f *runFlags) lead() time.Duration {
 	return f.timerLead
 }
 
+// origin names where the value of flag came from, for an error about it:
+// env when the flag was not given and env is set (its value is the
+// flag's default), else the flag. "--log-level: want debug, …" sent an
+// operator who had set FLYBALL_LOG_LEVEL looking for a flag nobody gave.
+func (f *runFlags) origin(flag, env string) string {
+	if f.fs != nil && !f.fs.Changed(flag) && os.Getenv(env) != "" {
+		return env
+	}
+	return "--" + flag
+}
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
@@ -126,7 +141,7 @@ func splitEnv(k string) []string {
 func (f *runFlags) logger() (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: want debug, info, warn or error, got %q", f.logLevel)
+		return nil, fmt.Errorf("%s: want debug, info, warn or error, got %q", f.origin("log-level", "FLYBALL_LOG_LEVEL"), f.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch f.logFormat {
@@ -135,7 +150,7 @@ func (f *runFlags) logger() (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format: want text or json, got %q", f.logFormat)
+	return nil, fmt.Errorf("%s: want text or json, got %q", f.origin("log-format", "FLYBALL_LOG_FORMAT"), f.logFormat)
 }
 
 func (f *runFlags) guard() (executor.Guard, error) {
@@ -152,7 +167,7 @@ func (f *runFlags) guard() (executor.Guard, error) {
 	}
 	for _, h := range f.redact {
 		if h == "" || strings.ContainsAny(h, " \t\r\n:=&?") {
-			return g, fmt.Errorf("--redact-header: want a header or query parameter name, got %q", h)
+			return g, fmt.Errorf("%s: want a header or query parameter name, got %q", f.origin("redact-header", "FLYBALL_REDACT_HEADERS"), h)
 		}
 	}
 	// Empty, it fell back to the API's own default, 127.0.0.1:8080: "serve
@@ -178,7 +193,10 @@ func (f *runFlags) guard() (executor.Guard, error) {
 		name string
 		in   []string
 		out  *[]netip.Prefix
-	}{{"--allow-cidr", f.allowCIDRs, &g.Allow}, {"--deny-cidr", f.denyCIDRs, &g.Deny}} {
+	}{
+		{f.origin("allow-cidr", "FLYBALL_ALLOW_CIDRS"), f.allowCIDRs, &g.Allow},
+		{f.origin("deny-cidr", "FLYBALL_DENY_CIDRS"), f.denyCIDRs, &g.Deny},
+	} {
 		for _, s := range flag.in {
 			p, err := netip.ParsePrefix(strings.TrimSpace(s))
 			if err != nil {

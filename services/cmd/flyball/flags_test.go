@@ -77,6 +77,37 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 	}
 }
 
+// TestServeEnvMistakesNameTheVariable: a bad FLYBALL_* value is refused
+// before anything connects, in one line that names the variable (the
+// flag's name sent the operator looking for a flag nobody gave), and a
+// flag given on the command line wins over its variable.
+func TestServeEnvMistakesNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor"}, `flyball: FLYBALL_LOG_LEVEL: want debug, info, warn or error, got "verbose"`},
+		{"FLYBALL_LOG_LEVEL=verbose", []string{"dev"}, `flyball: FLYBALL_LOG_LEVEL: want debug, info, warn or error, got "verbose"`},
+		{"FLYBALL_LOG_FORMAT=yaml", []string{"serve", "governor"}, `flyball: FLYBALL_LOG_FORMAT: want text or json, got "yaml"`},
+		{"FLYBALL_ALLOW_CIDRS=10.0.0/8", []string{"serve", "executor"}, `flyball: FLYBALL_ALLOW_CIDRS: want a CIDR prefix like 10.0.0.0/8, got "10.0.0/8"`},
+		{"FLYBALL_DENY_CIDRS=192.168.0.0/16,nope", []string{"serve", "executor"}, `flyball: FLYBALL_DENY_CIDRS: want a CIDR prefix like 10.0.0.0/8, got "nope"`},
+		{"FLYBALL_REDACT_HEADERS=X-Bad Name", []string{"serve", "executor"}, `flyball: FLYBALL_REDACT_HEADERS: want a header or query parameter name, got "X-Bad Name"`},
+		// The flag wins: its variable is not read, so the next mistake is
+		// the one reported.
+		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor", "--log-level", "info", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
+		{"FLYBALL_ALLOW_CIDRS=nope", []string{"serve", "executor", "--allow-cidr", "10.0.0.0/8", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "governor", "--log-level", "verbose"}, `flyball: --log-level: want debug, info, warn or error, got "verbose"`},
+	} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}} // nothing listens there
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s flyball %s: exit %d, stderr %.200q; want exit 1 and one line starting %q", c.env, strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}
+
 // TestCLICommandMistakesFailInOneLine: a mistyped or missing command or
 // argument exits 1 with one line that names it. A mistyped subcommand of
 // task or dlq printed the group's help and exited 0, so a script's
