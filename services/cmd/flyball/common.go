@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,9 @@ type runFlags struct {
 	zombieAfter   time.Duration
 	perTask       bool
 	pprof         bool
+	// pprofEnvErr is FLYBALL_PPROF's parse error, refused unless --pprof
+	// is given.
+	pprofEnvErr error
 	// fs tells a value given as a flag from one an environment variable
 	// gave as its default, so errors name the one that was set.
 	fs *pflag.FlagSet
@@ -84,7 +88,16 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.DurationVar(&f.timerLease, "timer-lease", 0, "timer: elect one dispatching timer through a lease in KV flyball-leases, taken over when it goes this long without renewal (from 1s to 1m; the runs due meanwhile start late by up to that); 0: every timer dispatches every run, and JetStream drops the copies")
 	fs.DurationVar(&f.zombieAfter, "zombie-after", sweeper.DefaultZombieAfter, "sweeper: how long past its slot a run may go without a dispatch or an outcome before it is dispatched again, and a task without a schedule before its task.created is published again (at least twice the executor's 1m late-dispatch check)")
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
-	fs.BoolVar(&f.pprof, "pprof", os.Getenv("FLYBALL_PPROF") == "true", "serve Go profiles under /debug/pprof/ on --metrics-addr, which has no auth: keep it private (env FLYBALL_PPROF=true)")
+	// Any value but "true" read as false: FLYBALL_PPROF=1 served no
+	// profiles, and said nothing.
+	if v := os.Getenv("FLYBALL_PPROF"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			f.pprofEnvErr = fmt.Errorf("FLYBALL_PPROF: want true or false, got %q", v)
+		}
+		f.pprof = on
+	}
+	fs.BoolVar(&f.pprof, "pprof", f.pprof, "serve Go profiles under /debug/pprof/ on --metrics-addr, which has no auth: keep it private (env FLYBALL_PPROF=true)")
 }
 
 // stackConfig is the stack.Config that dev and serve share: what the run
@@ -155,6 +168,9 @@ func (f *runFlags) logger() (*slog.Logger, error) {
 
 func (f *runFlags) guard() (executor.Guard, error) {
 	g := executor.Guard{AllowLoopback: f.allowLoopback}
+	if f.pprofEnvErr != nil && (f.fs == nil || !f.fs.Changed("pprof")) {
+		return g, f.pprofEnvErr
+	}
 	// The limits are checked here too: guard() is the one flag check both
 	// dev and serve run before starting anything.
 	for _, n := range []struct {

@@ -94,10 +94,13 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		{"FLYBALL_ALLOW_CIDRS=10.0.0/8", []string{"serve", "executor"}, `flyball: FLYBALL_ALLOW_CIDRS: want a CIDR prefix like 10.0.0.0/8, got "10.0.0/8"`},
 		{"FLYBALL_DENY_CIDRS=192.168.0.0/16,nope", []string{"serve", "executor"}, `flyball: FLYBALL_DENY_CIDRS: want a CIDR prefix like 10.0.0.0/8, got "nope"`},
 		{"FLYBALL_REDACT_HEADERS=X-Bad Name", []string{"serve", "executor"}, `flyball: FLYBALL_REDACT_HEADERS: want a header or query parameter name, got "X-Bad Name"`},
+		// Any value but "true" read as false, silently.
+		{"FLYBALL_PPROF=yes", []string{"serve", "governor"}, `flyball: FLYBALL_PPROF: want true or false, got "yes"`},
 		// The flag wins: its variable is not read, so the next mistake is
 		// the one reported.
 		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor", "--log-level", "info", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
 		{"FLYBALL_ALLOW_CIDRS=nope", []string{"serve", "executor", "--allow-cidr", "10.0.0.0/8", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
+		{"FLYBALL_PPROF=yes", []string{"serve", "governor", "--pprof=false", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
 		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "governor", "--log-level", "verbose"}, `flyball: --log-level: want debug, info, warn or error, got "verbose"`},
 	} {
 		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}} // nothing listens there
