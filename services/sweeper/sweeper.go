@@ -138,20 +138,20 @@ func (s *Service) Start(ctx context.Context) error {
 	); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
-	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
-		return fmt.Errorf("sweeper: %w", err)
-	}
-	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
-		return fmt.Errorf("sweeper: %w", err)
-	}
-	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
-		return fmt.Errorf("sweeper: %w", err)
-	}
-	if s.commands, err = s.cfg.JS.Stream(ctx, streams.StreamTasks); err != nil {
-		return fmt.Errorf("sweeper: %w", err)
-	}
-	if s.schedStream, err = s.cfg.JS.Stream(ctx, "KV_"+streams.BucketSchedules); err != nil {
-		return fmt.Errorf("sweeper: %w", err)
+	// Each names what is missing: the server's "stream not found" does not.
+	for _, st := range []struct {
+		name string
+		to   *jetstream.Stream
+	}{
+		{streams.StreamDispatch, &s.dispatch},
+		{streams.StreamRuns, &s.runs},
+		{streams.StreamDeadLetter, &s.dead},
+		{streams.StreamTasks, &s.commands},
+		{"KV_" + streams.BucketSchedules, &s.schedStream},
+	} {
+		if *st.to, err = s.cfg.JS.Stream(ctx, st.name); err != nil {
+			return fmt.Errorf("sweeper: stream %s: %w (did streams.Ensure run?)", st.name, err)
+		}
 	}
 	if err := s.watchAll(runCtx); err != nil {
 		return fmt.Errorf("sweeper: %w", err)

@@ -289,12 +289,12 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	kv, err := s.cfg.JS.KeyValue(ctx, streams.BucketSchedules)
 	if err != nil {
-		return fmt.Errorf("timer: bind %s: %w", streams.BucketSchedules, err)
+		return fmt.Errorf("timer: bind KV %s: %w (did streams.Ensure run?)", streams.BucketSchedules, err)
 	}
 	var leases jetstream.KeyValue
 	if s.cfg.Lease > 0 {
 		if leases, err = s.cfg.JS.KeyValue(ctx, streams.BucketLeases); err != nil {
-			return fmt.Errorf("timer: bind %s: %w", streams.BucketLeases, err)
+			return fmt.Errorf("timer: bind KV %s: %w (did streams.Ensure run?)", streams.BucketLeases, err)
 		}
 	}
 	s.runCtx = runCtx

@@ -164,3 +164,34 @@ func startCluster(t *testing.T, n int) string {
 		}
 	}
 }
+
+// TestServeWithoutStreamsSaysWhatIsMissing: a service started with
+// --ensure-streams=false where flyball's streams or buckets are missing
+// exits 1 with one line that names what is missing and how it is made.
+// deadletter said "stream not found" and the sweeper the same without a
+// stream's name, and the timer named its bucket but not the cure.
+func TestServeWithoutStreamsSaysWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	const hint = "(did streams.Ensure run?)"
+	_, empty := natstest.StartListeningEmpty(t)
+	for _, svc := range []string{"governor", "timer", "executor", "breaker", "deadletter", "sweeper"} {
+		e := &cliEnv{url: empty, dir: t.TempDir()}
+		r := e.run(t, "serve", svc, "--ensure-streams=false", "--metrics-addr", "")
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: start "+svc+": ") || !strings.Contains(r.stderr, hint) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("serve %s on a server without flyball's streams: exit %d, stderr %q; want exit 1 and one line with %q", svc, r.code, r.stderr, hint)
+		}
+	}
+
+	// Every bucket is there, and DISPATCH is not.
+	srv, url := natstest.StartListening(t)
+	if err := srv.JS.DeleteStream(t.Context(), streams.StreamDispatch); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []string{"deadletter", "sweeper"} {
+		e := &cliEnv{url: url, dir: t.TempDir()}
+		r := e.run(t, "serve", svc, "--ensure-streams=false", "--metrics-addr", "")
+		if want := "stream DISPATCH: "; r.code != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, hint) {
+			t.Errorf("serve %s without DISPATCH: exit %d, stderr %q; want exit 1 naming %q with %q", svc, r.code, r.stderr, want, hint)
+		}
+	}
+}
