@@ -67,8 +67,9 @@ printed when --timeout ends.`,
 				replicas = "as they were, 1 for new streams"
 			}
 			start := time.Now()
+			var prev error
 			for try := 1; ; try++ {
-				err := streams.Ensure(ctx, js, nf.ensureOptions(cmd, async)...)
+				err := noJetStream(streams.Ensure(ctx, js, nf.ensureOptions(cmd, async)...))
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %s, %d tries, %s)\n",
 						replicas, try, time.Since(start).Round(time.Millisecond))
@@ -76,11 +77,17 @@ printed when --timeout ends.`,
 				}
 				if ctx.Err() != nil {
 					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						// The try that --timeout cut short says only
+						// "context deadline exceeded": the one before says why.
+						if prev != nil && errors.Is(err, context.DeadlineExceeded) {
+							err = prev
+						}
 						return fmt.Errorf("provision: not done within --timeout %s (%d tries): %w", timeout, try, err)
 					}
 					return err
 				}
 				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
+				prev = err
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):

@@ -133,6 +133,16 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
+// noJetStream adds to err, when a JetStream request of it had no
+// responders, what that means: nats.go's "no responders available for
+// request" named neither JetStream nor the server's setting.
+func noJetStream(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w (no JetStream answered: is JetStream enabled on the server, and for this user's account?)", err)
+	}
+	return err
+}
+
 // connectError says why nats.Connect refused url, never quoting a
 // credential: a URL that does not parse is quoted whole by url.Parse's
 // error, password included, so for a list that carries credentials that
@@ -231,7 +241,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				err := streams.Ensure(ectx, js, nf.ensureOptions(cmd, async)...)
 				cancel()
 				if err != nil {
-					return err
+					return noJetStream(err)
 				}
 			}
 			m := metrics.New()
@@ -239,7 +249,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			cfg.Services, cfg.Instance, cfg.Version = args, instance, version
 			st, err := stack.Start(ctx, cfg)
 			if err != nil {
-				return err
+				return noJetStream(err)
 			}
 			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, rf.pprof, log)
 			if err != nil {

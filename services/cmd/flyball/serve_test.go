@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -179,4 +180,34 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestServeSaysWhenJetStreamIsOff: against a NATS server without
+// JetStream, serve and provision say so in their one line. They stopped
+// with nats.go's "no responders available for request", which names
+// neither JetStream nor the server's setting.
+func TestServeSaysWhenJetStreamIsOff(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	e := &cliEnv{url: s.ClientURL(), dir: t.TempDir()}
+	const want = "is JetStream enabled"
+	for _, args := range [][]string{
+		{"serve", "governor", "--metrics-addr", ""},
+		{"serve", "governor", "--metrics-addr", "", "--ensure-streams=false"},
+		{"provision", "--timeout", "1s"},
+	} {
+		r := e.run(t, args...)
+		last := r.stderr[strings.LastIndex(strings.TrimSuffix(r.stderr, "\n"), "\n")+1:]
+		if r.code != 1 || !strings.HasPrefix(last, "flyball: ") || !strings.Contains(last, want) {
+			t.Errorf("flyball %s without JetStream: exit %d, stderr %q; want exit 1 and a last line with %q", strings.Join(args, " "), r.code, r.stderr, want)
+		}
+	}
 }
