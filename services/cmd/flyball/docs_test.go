@@ -200,3 +200,36 @@ func TestDocsFlagsExist(t *testing.T) {
 		t.Fatalf("found %d flag mentions, want at least 20", seen)
 	}
 }
+
+// TestDocsNameEveryEnvironmentVariable: every environment variable a
+// flyball flag reads (its usage says "env NAME") is in docs/operations.md,
+// "Configuration from the environment". FLYBALL_LOG_LEVEL,
+// FLYBALL_METRICS_ADDR and four more were read, and named only by --help.
+func TestDocsNameEveryEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(docexamples.Root(t), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	envRE := regexp.MustCompile(`env ((?:FLYBALL|NATS)_[A-Z_]+)`)
+	seen := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			for _, m := range envRE.FindAllStringSubmatch(f.Usage, -1) {
+				if !seen[m[1]] && !strings.Contains(doc, "`"+m[1]+"`") {
+					t.Errorf("--%s of flyball %s reads %s, which docs/operations.md does not name", f.Name, c.Name(), m[1])
+				}
+				seen[m[1]] = true
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+	if len(seen) < 15 {
+		t.Fatalf("found %d variables in the flags' usages, want at least 15", len(seen))
+	}
+}
