@@ -96,6 +96,9 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		{"FLYBALL_REDACT_HEADERS=X-Bad Name", []string{"serve", "executor"}, `flyball: FLYBALL_REDACT_HEADERS: want a header or query parameter name, got "X-Bad Name"`},
 		// Any value but "true" read as false, silently.
 		{"FLYBALL_PPROF=yes", []string{"serve", "governor"}, `flyball: FLYBALL_PPROF: want true or false, got "yes"`},
+		// The password alone was dropped, and the connection made without it.
+		{"NATS_PASSWORD=secret", []string{"serve", "governor"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
+		{"NATS_PASSWORD=secret", []string{"provision"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
 		// The flag wins: its variable is not read, so the next mistake is
 		// the one reported.
 		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor", "--log-level", "info", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},

@@ -104,6 +104,10 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	}
 	if u, p := os.Getenv("NATS_USER"), os.Getenv("NATS_PASSWORD"); u != "" {
 		opts = append(opts, nats.UserInfo(u, p))
+	} else if p != "" {
+		// The password alone was dropped: the connection went without
+		// it, as a server's no_auth_user if it has one.
+		return nil, nil, errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
 	}
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
