@@ -243,7 +243,7 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 	if f.apiTokenFile != "" {
 		b, err := os.ReadFile(f.apiTokenFile)
 		if err != nil {
-			return nil, false, fmt.Errorf("--api-token-file: %w", err)
+			return nil, false, fmt.Errorf("%s: %w", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), err)
 		}
 		n := 0
 		for line := range strings.SplitSeq(string(b), "\n") {
@@ -251,7 +251,7 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
 				toks = append(toks, line)
 				if len(line) < api.MinTokenLength {
-					return nil, false, fmt.Errorf("--api-token-file %s: line %d has %d characters, want at least %d", f.apiTokenFile, n, len(line), api.MinTokenLength)
+					return nil, false, fmt.Errorf("%s %s: line %d has %d characters, want at least %d", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), f.apiTokenFile, n, len(line), api.MinTokenLength)
 				}
 			}
 		}

@@ -94,6 +94,7 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		{"FLYBALL_ALLOW_CIDRS=10.0.0/8", []string{"serve", "executor"}, `flyball: FLYBALL_ALLOW_CIDRS: want a CIDR prefix like 10.0.0.0/8, got "10.0.0/8"`},
 		{"FLYBALL_DENY_CIDRS=192.168.0.0/16,nope", []string{"serve", "executor"}, `flyball: FLYBALL_DENY_CIDRS: want a CIDR prefix like 10.0.0.0/8, got "nope"`},
 		{"FLYBALL_REDACT_HEADERS=X-Bad Name", []string{"serve", "executor"}, `flyball: FLYBALL_REDACT_HEADERS: want a header or query parameter name, got "X-Bad Name"`},
+		{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", []string{"serve", "api"}, "flyball: FLYBALL_API_TOKEN_FILE: open /nonexistent/tokens: "},
 		// Any value but "true" read as false, silently.
 		{"FLYBALL_PPROF=yes", []string{"serve", "governor"}, `flyball: FLYBALL_PPROF: want true or false, got "yes"`},
 		// The password alone was dropped, and the connection made without it.
