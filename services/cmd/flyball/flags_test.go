@@ -141,6 +141,7 @@ func TestCLICommandMistakesFailInOneLine(t *testing.T) {
 		{[]string{"status", "now"}, `flyball: status: takes no arguments, got ["now"]`},
 		{[]string{"serve"}, "flyball: serve: give one or more services: governor, breaker,"},
 		{[]string{"serve", "governor", "--async-persist", "--ensure-streams=false"}, "flyball: --async-persist applies when the streams are created: it needs --ensure-streams"},
+		{[]string{"serve", "governor", "--replicas", "3", "--ensure-streams=false"}, "flyball: --replicas applies when the streams are ensured: it needs --ensure-streams"},
 		// cobra's "accepts at most 1 arg(s), received 2" named neither.
 		{[]string{"dlq", "retry", "1", "2"}, `flyball: dlq retry: want one DEADLETTER sequence, got 2 arguments: ["1" "2"]`},
 		// --json silently won over -o table.

@@ -212,6 +212,11 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if async && !ensure {
 				return fmt.Errorf("--async-persist applies when the streams are created: it needs --ensure-streams")
 			}
+			// Without --ensure-streams nothing reads it: "--replicas 3"
+			// passed, and the streams stayed as they were.
+			if cmd.Flags().Changed("replicas") && !ensure {
+				return fmt.Errorf("--replicas applies when the streams are ensured: it needs --ensure-streams (or flyball provision --replicas)")
+			}
 			if err := nf.checkReplicas(); err != nil {
 				return err
 			}
