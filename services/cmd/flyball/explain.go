@@ -15,9 +15,10 @@ import (
 
 func newExplainCmd() *cobra.Command {
 	var (
-		cf    clientFlags
-		since string
-		out   output
+		cf        clientFlags
+		since     string
+		out       output
+		maxInputs int
 	)
 	cmd := &cobra.Command{
 		Use:   "explain <id>",
@@ -36,7 +37,9 @@ in the last 10s that the governor has not applied yet are marked
 creation, so the decisions shown are the ones actually taken, as long as
 the streams still hold every input since (RUNS and HEALTH keep 7 days and
 1000 messages per subject): a warning names a stream that may have dropped
-some, and a mismatch may follow.`,
+some, and a mismatch may follow. It holds at most --max-inputs inputs:
+past it, it keeps the first (the creation) and the newest ones, and warns
+of those it left out.`,
 		Args: oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := validID(args[0]); err != nil {
@@ -50,7 +53,11 @@ some, and a mismatch may follow.`,
 				}
 				from = t
 			}
+			if maxInputs < 1 {
+				return fmt.Errorf("--max-inputs must be at least 1, got %d", maxInputs)
+			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
+				s.q.MaxExplainInputs = maxInputs
 				ex, err := s.q.Explain(ctx, args[0], from)
 				if err != nil {
 					return err
@@ -79,6 +86,7 @@ some, and a mismatch may follow.`,
 	cf.register(cmd)
 	out.register(cmd, outTable)
 	cmd.Flags().StringVar(&since, "since", "", "show decisions from this long ago (1h) or this time (RFC 3339)")
+	cmd.Flags().IntVar(&maxInputs, "max-inputs", query.DefaultMaxExplainInputs, "hold at most this many inputs of the task (1-2 KB each): past it, keep its creation and the newest")
 	return cmd
 }
 

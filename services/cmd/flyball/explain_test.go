@@ -94,6 +94,7 @@ retry:
 		t.Fatalf("last decision = %+v, want the pause from TASKS", last)
 	}
 	e.fails(t, []string{"explain", "bad.id"}, "id")
+	e.fails(t, []string{"explain", "story", "--max-inputs", "0"}, "--max-inputs must be at least 1")
 	// An id nothing was ever recorded for is a mistake, as for task get.
 	e.fails(t, []string{"explain", "nosuch"}, `no task "nosuch": no decision recorded and no schedule stored`)
 }

@@ -68,6 +68,12 @@ type ExplainedStep struct {
 // means a governor that is down, far behind, or wrong.
 const InFlight = 10 * time.Second
 
+// DefaultMaxExplainInputs is how many inputs of a task Explain holds at
+// most, some 1-2 KB each while it replays (100-200 MB): TASKS and
+// DEADLETTER keep a task's messages for months with no per-subject
+// limit, and a task hinted every few seconds has hundreds of thousands.
+const DefaultMaxExplainInputs = 100_000
+
 // Explain replays task id's inputs from TASKS, RUNS, HEALTH and DEADLETTER
 // through the governor, exactly as the governor service applied them, and
 // compares the result with the stored schedule. Steps before since are
@@ -98,10 +104,82 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	unanswered := map[string][]int{} // command id: its items waiting for an answer, oldest first
 	answer := func(cmdID string, accepted bool) {
 		if waiting := unanswered[cmdID]; len(waiting) > 0 {
-			if i := waiting[0]; i >= 0 { // -1: a command Translate refused
+			if i := waiting[0]; i >= 0 { // -1: a command Translate refused, or one left out
 				items[i].answered, items[i].accepted = true, accepted
 			}
-			unanswered[cmdID] = waiting[1:]
+			// An answered id is forgotten: a task hinted every few
+			// seconds for a year sends millions of them.
+			if len(waiting) == 1 {
+				delete(unanswered, cmdID)
+			} else {
+				unanswered[cmdID] = waiting[1:]
+			}
+		}
+	}
+	limit := r.MaxExplainInputs
+	if limit <= 0 {
+		limit = DefaultMaxExplainInputs
+	}
+	// left counts the inputs left out to keep at most limit, stored
+	// between leftFrom and leftTo.
+	var left int
+	var leftFrom, leftTo time.Time
+	// keep leaves out the inputs between the task's creation, which the
+	// replay starts from, and the newest limit-1, in replay order: the
+	// latest decisions are the ones asked about. Their commands keep
+	// their place in the queue for an answer. The creation is the last
+	// create accepted (the first input if none is known yet): those
+	// before it are of the schedule a delete ended. A later create not
+	// yet answered is kept too: it may be the creation.
+	keep := func() {
+		if len(items) <= limit {
+			return
+		}
+		first := 0
+		for i := len(items) - 1; i > 0 && first == 0; i-- {
+			if it := &items[i]; it.step.Input.Kind == gov.KindAccepted && it.answered && it.accepted {
+				first = i
+			}
+		}
+		msgs := make([]Message, len(items)-first-1)
+		for i := range msgs {
+			msgs[i] = items[first+1+i].msg
+		}
+		order := replayOrder(msgs)
+		kept := make([]bool, len(items))
+		kept[first] = true
+		for _, i := range order[max(0, len(order)-(limit-1)):] {
+			kept[first+1+i] = true
+		}
+		for i := first + 1; i < len(items); i++ {
+			if items[i].step.Input.Kind == gov.KindAccepted && !items[i].answered {
+				kept[i] = true
+			}
+		}
+		moved := make([]int, len(items))
+		out := items[:0:0]
+		for i := range items {
+			if !kept[i] {
+				moved[i] = -1
+				left++
+				if t := items[i].msg.Time; leftFrom.IsZero() || t.Before(leftFrom) {
+					leftFrom = t
+				}
+				if t := items[i].msg.Time; t.After(leftTo) {
+					leftTo = t
+				}
+				continue
+			}
+			moved[i] = len(out)
+			out = append(out, items[i])
+		}
+		items = out
+		for _, waiting := range unanswered {
+			for k, i := range waiting {
+				if i >= 0 {
+					waiting[k] = moved[i]
+				}
+			}
 		}
 	}
 	// keys are the breaker keys the task's calls may have used: its id,
@@ -213,13 +291,24 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 			if step.CommandID != "" {
 				unanswered[step.CommandID] = append(unanswered[step.CommandID], len(items))
 			}
+			// Only where and when it was stored is needed from here on:
+			// the body and headers are most of what a message holds.
+			m.Header, m.Data = nil, nil
 			items = append(items, item{msg: m, step: step})
+			if len(items) >= 2*limit {
+				keep()
+			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 		histories = append(histories, held)
+	}
+	keep()
+	if left > 0 {
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("explain holds at most %d inputs of a task (flyball explain --max-inputs): the %d stored from %s to %s are left out, and the replay applies the input of %s (the task's creation) then the newest %d, so it starts from incomplete history and may not agree with the stored schedule",
+			limit, left, leftFrom.UTC().Format(time.RFC3339Nano), leftTo.UTC().Format(time.RFC3339Nano), items[0].msg.Time.UTC().Format(time.RFC3339Nano), len(items)-1))
 	}
 	msgs := make([]Message, len(items))
 	for i := range items {

@@ -31,6 +31,10 @@ type Reader struct {
 	runtime   jetstream.KeyValue
 	// Now is the clock used for ages, due counts and staleness. Defaults to time.Now.
 	Now func() time.Time
+	// MaxExplainInputs is how many inputs of a task Explain holds at
+	// most; it leaves out older ones past it, and warns. Defaults to
+	// DefaultMaxExplainInputs.
+	MaxExplainInputs int
 }
 
 // NewReader binds every KV bucket the reads need.
