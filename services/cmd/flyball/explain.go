@@ -62,7 +62,7 @@ of those it left out.`,
 				if err != nil {
 					return err
 				}
-				if len(ex.Timeline) == 0 && ex.Stored == nil && ex.Replayed == nil && len(ex.Warnings) == 0 {
+				if len(ex.Timeline) == 0 && ex.Hidden == 0 && ex.Stored == nil && ex.Replayed == nil && len(ex.Warnings) == 0 {
 					// Nothing in any stream and no schedule: a mistyped id, or
 					// a task whose history has expired since it was deleted.
 					return fmt.Errorf("no task %q: no decision recorded and no schedule stored (flyball task list shows the tasks)", args[0])
@@ -91,7 +91,10 @@ of those it left out.`,
 }
 
 func printExplanation(w io.Writer, ex *query.Explanation) {
-	if len(ex.Timeline) == 0 {
+	switch {
+	case len(ex.Timeline) == 0 && ex.Hidden > 0:
+		fmt.Fprintf(w, "no decisions for %s since --since: %d were recorded before it (a wider --since shows them)\n", ex.TaskID, ex.Hidden)
+	case len(ex.Timeline) == 0:
 		fmt.Fprintf(w, "no decisions recorded for %s\n", ex.TaskID)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -128,3 +128,26 @@ func TestExplainJSONExitsOneOnAMismatch(t *testing.T) {
 		t.Fatalf("explain -o json printed %q (%v); want the explanation, agrees false", r.stdout, err)
 	}
 }
+
+// TestExplainSaysWhatSinceHides: when --since is later than every
+// decision, explain said "no decisions recorded", as for a task with
+// none, though the task has them: it says how many --since hides.
+func TestExplainSaysWhatSinceHides(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	e.ok(t, "task", "create", "-f", e.file(t, "quiet.yaml", "id: quiet\ntarget:\n  http:\n    url: http://127.0.0.1:1/x\nschedule:\n  interval: 1h\n"))
+	e.ok(t, "task", "pause", "quiet", "--reason", "maintenance")
+	// Both were answered, so stored before now.
+	since := time.Now().UTC().Format(time.RFC3339Nano)
+	out := e.ok(t, "explain", "quiet", "--since", since)
+	if want := "no decisions for quiet since --since: 2 were recorded before it (a wider --since shows them)"; !strings.Contains(out, want) {
+		t.Fatalf("explain --since %s:\n%s\nwant %q", since, out, want)
+	}
+	var ex query.Explanation
+	if err := json.Unmarshal([]byte(e.ok(t, "explain", "quiet", "--since", since, "-o", "json")), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if ex.Hidden != 2 || len(ex.Timeline) != 0 || !ex.Agrees {
+		t.Fatalf("explain --since -o json: hidden %d, timeline %+v, agrees %v; want 2 hidden, none listed, agreeing", ex.Hidden, ex.Timeline, ex.Agrees)
+	}
+}

@@ -39,6 +39,9 @@ type Explanation struct {
 	// they lead to. An input older than InFlight is never pending: a
 	// stored schedule that lags it is a mismatch.
 	Pending int `json:"pending,omitempty"`
+	// Hidden counts the decisions replayed before since, left out of
+	// Timeline.
+	Hidden int `json:"hidden,omitempty"`
 	// Warnings note what limits the replay, such as expired history.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -352,6 +355,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	for i, en := range entries {
 		m := items[en.Index].msg
 		if !since.IsZero() && en.Step.At.Before(since) {
+			ex.Hidden++
 			continue
 		}
 		ex.Timeline = append(ex.Timeline, ExplainedStep{
