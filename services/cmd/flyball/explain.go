@@ -62,7 +62,7 @@ of those it left out.`,
 				if err != nil {
 					return err
 				}
-				if len(ex.Timeline) == 0 && ex.Hidden == 0 && ex.Stored == nil && ex.Replayed == nil && len(ex.Warnings) == 0 {
+				if len(ex.Timeline) == 0 && ex.Hidden == 0 && ex.DeletedAt.IsZero() && ex.Stored == nil && ex.Replayed == nil && len(ex.Warnings) == 0 {
 					// Nothing in any stream and no schedule: a mistyped id, or
 					// a task whose history has expired since it was deleted.
 					return fmt.Errorf("no task %q: no decision recorded and no schedule stored (flyball task list shows the tasks)", args[0])
@@ -125,6 +125,8 @@ func printExplanation(w io.Writer, ex *query.Explanation) {
 	case ex.Agrees && ex.Pending > 0:
 		fmt.Fprintf(w, "stored: %s; the replay agrees up to the last %d input(s), marked (pending): the governor had not applied them yet (stored within %s); they lead to %s\n",
 			scheduleText(ex.Stored), ex.Pending, query.InFlight, scheduleText(ex.Replayed))
+	case ex.Stored == nil && ex.Replayed == nil && !ex.DeletedAt.IsZero():
+		fmt.Fprintf(w, "stored: no schedule: the task was deleted at %s; the replay agrees\n", fmtTime(ex.DeletedAt))
 	case ex.Stored == nil && ex.Replayed == nil:
 		fmt.Fprintln(w, "stored: no schedule (the task does not exist or was deleted); the replay agrees")
 	case ex.Agrees:

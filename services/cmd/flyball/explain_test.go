@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
@@ -149,5 +151,41 @@ func TestExplainSaysWhatSinceHides(t *testing.T) {
 	}
 	if ex.Hidden != 2 || len(ex.Timeline) != 0 || !ex.Agrees {
 		t.Fatalf("explain --since -o json: hidden %d, timeline %+v, agrees %v; want 2 hidden, none listed, agreeing", ex.Hidden, ex.Timeline, ex.Agrees)
+	}
+}
+
+// TestExplainSaysWhenATaskWasDeleted: explain of a deleted task says when
+// it was deleted. Its creation aged out of TASKS (a year) and only its
+// delete left, explain failed with `no task`, as for an id never used.
+func TestExplainSaysWhenATaskWasDeleted(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	e.ok(t, "task", "create", "-f", e.file(t, "brief.yaml", "id: brief\ntarget:\n  http:\n    url: http://127.0.0.1:1/x\nschedule:\n  interval: 1h\n"))
+	e.ok(t, "task", "delete", "brief", "--reason", "retired")
+	var ex query.Explanation
+	if err := json.Unmarshal([]byte(e.ok(t, "explain", "brief", "-o", "json")), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ex.Timeline); n != 2 || ex.Timeline[1].Input != "task.deleted" || !ex.DeletedAt.Equal(ex.Timeline[1].At) {
+		t.Fatalf("explain -o json of a deleted task: deletedAt %s, timeline %+v; want the creation, then the delete at deletedAt", ex.DeletedAt, ex.Timeline)
+	}
+	want := "stored: no schedule: the task was deleted at " + ex.DeletedAt.UTC().Format("2006-01-02T15:04:05.000Z") + "; the replay agrees"
+	if out := e.ok(t, "explain", "brief"); !strings.Contains(out, want) {
+		t.Errorf("explain of a deleted task:\n%s\nwant %q", out, want)
+	}
+
+	// Only the delete left in TASKS, its creation aged out.
+	body, err := events.Marshal(events.TypeTaskDeleted, "test", "old", events.TaskRef{ID: "old", Reason: "retired"}, time.Now(), "delete-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jsutil.Publish(t.Context(), e.srv.JS, events.TaskSubject(events.VerbDeleted, "old"), "", body); err != nil {
+		t.Fatal(err)
+	}
+	out := e.ok(t, "explain", "old")
+	for _, want := range []string{"stored: no schedule: the task was deleted at ", "flyball replay --stream TASKS --subject 'flyball.task.*.old'"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain of a deleted task whose creation aged out:\n%s\nwant %q", out, want)
+		}
 	}
 }

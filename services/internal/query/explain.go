@@ -39,6 +39,11 @@ type Explanation struct {
 	// they lead to. An input older than InFlight is never pending: a
 	// stored schedule that lags it is a mismatch.
 	Pending int `json:"pending,omitempty"`
+	// DeletedAt is when the task was deleted, if it was last: its last
+	// task.deleted in TASKS, when neither the replay nor the store holds
+	// a schedule (the replay has none to delete when the creation has
+	// aged out of TASKS, a year after it).
+	DeletedAt time.Time `json:"deletedAt,omitzero"`
 	// Hidden counts the decisions replayed before since, left out of
 	// Timeline.
 	Hidden int `json:"hidden,omitempty"`
@@ -96,6 +101,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		answered, accepted bool
 	}
 	var items []item
+	var deletedAt time.Time // the last task.deleted's stored time
 	ex := &Explanation{TaskID: id}
 	// The governor answers a task's commands one by one, in stored
 	// order, so an answer (task.accepted or task.rejected) is the answer
@@ -290,6 +296,12 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 			// replay reads each message once, in stream order: never a
 			// redelivery.
 			step.Seq = m.Seq
+			if step.Input.Kind == gov.KindDeleted {
+				// Even one the input limit leaves out, or the replay
+				// skips, its creation gone: the governor refuses no
+				// delete it can read.
+				deletedAt = m.Time
+			}
 			addKey(step.Spec)
 			if step.CommandID != "" {
 				unanswered[step.CommandID] = append(unanswered[step.CommandID], len(items))
@@ -364,9 +376,14 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 			NoChange: en.NoChange, Pending: i >= len(entries)-ex.Pending,
 		})
 	}
+	if ex.Replayed == nil && ex.Stored == nil {
+		ex.DeletedAt = deletedAt
+	}
 	switch {
 	case len(entries) == 0 && ex.Stored != nil:
 		ex.Warnings = append(ex.Warnings, "the task's creation and updates are no longer in TASKS: nothing could be replayed")
+	case len(entries) == 0 && !ex.DeletedAt.IsZero():
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("the task's creation is no longer in TASKS, only commands up to its delete: nothing could be replayed (flyball replay --stream TASKS --subject 'flyball.task.*.%s' lists them)", id))
 	case len(entries) > 0 && entries[0].Step.Input.Kind != gov.KindAccepted:
 		ex.Warnings = append(ex.Warnings, "the task's creation is no longer in TASKS: the replay starts mid-history and may differ from what was stored")
 	}
