@@ -322,7 +322,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	}
 	keep()
 	if left > 0 {
-		ex.Warnings = append(ex.Warnings, fmt.Sprintf("explain holds at most %d inputs of a task (flyball explain --max-inputs): the %d stored from %s to %s are left out, and the replay applies the input of %s (the task's creation) then the newest %d, so it starts from incomplete history and may not agree with the stored schedule",
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("explain holds at most %d inputs of a task (flyball explain --max-inputs): the %d stored from %s to %s are left out, and the replay goes from the input stored at %s (the task's creation, if TASKS still holds it) straight to the newest %d, so it starts from incomplete history and may not agree with the stored schedule",
 			limit, left, leftFrom.UTC().Format(time.RFC3339Nano), leftTo.UTC().Format(time.RFC3339Nano), items[0].msg.Time.UTC().Format(time.RFC3339Nano), len(items)-1))
 	}
 	msgs := make([]Message, len(items))
