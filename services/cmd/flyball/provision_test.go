@@ -1,15 +1,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"net"
-	"net/url"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -71,7 +65,12 @@ func TestProvisionCreatesEverythingAndChangesNothingTheSecondTime(t *testing.T) 
 // replica, the default of --replicas, and a node's loss then lost data.
 func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
 	t.Parallel()
-	url := startCluster(t, 3)
+	cl := natstest.StartCluster(t, 3)
+	urls := make([]string, len(cl.Servers))
+	for i, s := range cl.Servers {
+		urls[i] = s.ClientURL()
+	}
+	url := strings.Join(urls, ",")
 	e := &cliEnv{url: url, dir: t.TempDir()}
 	e.ok(t, "provision", "--replicas", "3")
 	e.ok(t, "provision")
@@ -96,71 +95,6 @@ func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
 		}
 		if got := st.CachedInfo().Config.Replicas; got != 3 {
 			t.Errorf("stream %s: %d replicas after a provision without --replicas, want the 3 it had", cfg.Name, got)
-		}
-	}
-}
-
-// startCluster starts n clustered JetStream servers listening on
-// 127.0.0.1 and returns their client URLs once JetStream has a meta
-// leader.
-func startCluster(t *testing.T, n int) string {
-	t.Helper()
-	// Each server routes to every other, so the cluster ports are taken
-	// first.
-	ports := make([]int, n)
-	routes := make([]*url.URL, n)
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
-		routes[i] = &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])}
-	}
-	var urls []string
-	for i := range n {
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: server.RANDOM_PORT,
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "flyball", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  routes,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("server n%d not ready", i+1)
-		}
-		urls = append(urls, s.ClientURL())
-	}
-	list := strings.Join(urls, ",")
-	nc, err := nats.Connect(list)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			return list
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no JetStream meta leader: %v", err)
-		}
-		select { // polled: the leader is elected in the servers' own time
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
