@@ -67,6 +67,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
 		return fmt.Errorf("deadletter: stream %s: %w (did streams.Ensure run?)", streams.StreamDispatch, err)
 	}
+	if err := streams.Check(&s.dispatch.CachedInfo().Config); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
 	if s.attempts, err = s.cfg.JS.KeyValue(ctx, streams.BucketAttempts); err != nil {
 		return fmt.Errorf("deadletter: bind KV %s: %w (did streams.Ensure run?)", streams.BucketAttempts, err)
 	}

@@ -121,6 +121,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
 		return fmt.Errorf("executor: stream %s: %w", streams.StreamRuns, err)
 	}
+	if err := streams.Check(&s.runs.CachedInfo().Config); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
 	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
 		return fmt.Errorf("executor: stream %s: %w", streams.StreamDeadLetter, err)
 	}

@@ -146,6 +146,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.commands, err = s.cfg.JS.Stream(ctx, streams.StreamTasks); err != nil {
 		return fmt.Errorf("governor: stream %s: %w", streams.StreamTasks, err)
 	}
+	if err := streams.Check(&s.commands.CachedInfo().Config); err != nil {
+		return fmt.Errorf("governor: %w", err)
+	}
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)
 	s.specs.Conn, s.pauseHints.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn()

@@ -152,6 +152,9 @@ func (s *Service) Start(ctx context.Context) error {
 		if *st.to, err = s.cfg.JS.Stream(ctx, st.name); err != nil {
 			return fmt.Errorf("sweeper: stream %s: %w (did streams.Ensure run?)", st.name, err)
 		}
+		if err := streams.Check(&(*st.to).CachedInfo().Config); err != nil {
+			return fmt.Errorf("sweeper: %w", err)
+		}
 	}
 	if err := s.watchAll(runCtx); err != nil {
 		return fmt.Errorf("sweeper: %w", err)

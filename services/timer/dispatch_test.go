@@ -291,6 +291,9 @@ func TestDispatchRetriesUntilStored(t *testing.T) {
 func TestDispatchLostAckRetries(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := context.Background()
+	// Deleted once the timer runs: it binds DISPATCH to start.
+	_, js := srv.Connect(t)
+	s := startTimer(t, js, func(s *Service) { s.ackTimeout = 50 * time.Millisecond })
 	if err := srv.JS.DeleteStream(ctx, streams.StreamDispatch); err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +307,6 @@ func TestDispatchLostAckRetries(t *testing.T) {
 	}
 	at := time.Now().Add(-time.Second).Truncate(time.Millisecond).UTC()
 	putSchedule(t, srv.JS, "task", at, gov.SourceBaselineInterval)
-	_, js := srv.Connect(t)
-	s := startTimer(t, js, func(s *Service) { s.ackTimeout = 50 * time.Millisecond })
 	natstest.Eventually(t, within, "published again after a lost ack", func() bool {
 		return swallowed.Load() >= 2 && results(s)[resultError] >= 1
 	})

@@ -108,10 +108,9 @@ type Service struct {
 	ackTimeout time.Duration
 
 	// dispatch reads the run DISPATCH holds for a task (pendingSlot); it
-	// is bound on first use.
-	dispatchMu sync.Mutex
-	dispatch   jetstream.Stream
-	runCtx     context.Context
+	// is bound by Start.
+	dispatch jetstream.Stream
+	runCtx   context.Context
 
 	// standby is set while a lease is configured and another replica
 	// holds it: the dispatcher then publishes nothing.
@@ -296,6 +295,15 @@ func (s *Service) Start(ctx context.Context) error {
 		if leases, err = s.cfg.JS.KeyValue(ctx, streams.BucketLeases); err != nil {
 			return fmt.Errorf("timer: bind KV %s: %w (did streams.Ensure run?)", streams.BucketLeases, err)
 		}
+	}
+	// Bound now rather than at the first refused dispatch: a DISPATCH
+	// that is not the definition's refuses every later dispatch of a task
+	// without a word (streams.Check).
+	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
+		return fmt.Errorf("timer: stream %s: %w (did streams.Ensure run?)", streams.StreamDispatch, err)
+	}
+	if err := streams.Check(&s.dispatch.CachedInfo().Config); err != nil {
+		return fmt.Errorf("timer: %w", err)
 	}
 	s.runCtx = runCtx
 	var once sync.Once
@@ -827,18 +835,7 @@ func (s *Service) retryPending(it *item, at int64) { s.requeue(it, at, s.cfg.Ret
 func (s *Service) pendingSlot(id string, at int64) (bool, error) {
 	ctx, cancel := context.WithTimeout(s.runCtx, 5*time.Second)
 	defer cancel()
-	s.dispatchMu.Lock()
-	st := s.dispatch
-	if st == nil {
-		var err error
-		if st, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
-			s.dispatchMu.Unlock()
-			return false, err
-		}
-		s.dispatch = st
-	}
-	s.dispatchMu.Unlock()
-	m, err := st.GetLastMsgForSubject(ctx, events.DispatchSubject(id))
+	m, err := s.dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil // gone since: publish the slot now
 	}
