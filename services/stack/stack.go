@@ -104,11 +104,16 @@ type Stack struct {
 // carries.
 func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) { return jsutil.New(nc) }
 
-// Validate checks service names.
+// Validate checks service names, and that none is named twice: a
+// service runs once however often it is named, so "serve timer timer"
+// meant two timers to someone and ran one.
 func Validate(names []string) error {
-	for _, n := range names {
+	for i, n := range names {
 		if !slices.Contains(All, n) {
 			return fmt.Errorf("unknown service %q: want one of %s", n, strings.Join(All, ", "))
+		}
+		if slices.Contains(names[:i], n) {
+			return fmt.Errorf("service %q named twice: a process runs each service once (run more processes for more replicas)", n)
 		}
 	}
 	return nil

@@ -69,6 +69,8 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		// An empty --api-addr fell back to 127.0.0.1:8080, out of reach
 		// from outside the host or container.
 		{[]string{"serve", "api", "--api-addr", "", "--api-token", "0123456789abcdef"}, `flyball: --api-addr: empty`},
+		// A service named twice ran once, without a word.
+		{[]string{"serve", "timer", "executor", "timer"}, `flyball: service "timer" named twice`},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
