@@ -125,8 +125,11 @@ func (f *runFlags) lead() time.Duration {
 // env when the flag was not given and env is set (its value is the
 // flag's default), else the flag. "--log-level: want debug, …" sent an
 // operator who had set FLYBALL_LOG_LEVEL looking for a flag nobody gave.
-func (f *runFlags) origin(flag, env string) string {
-	if f.fs != nil && !f.fs.Changed(flag) && os.Getenv(env) != "" {
+func (f *runFlags) origin(flag, env string) string { return origin(f.fs, flag, env) }
+
+// origin is runFlags.origin for any flag set; a nil fs names the flag.
+func origin(fs *pflag.FlagSet, flag, env string) string {
+	if fs != nil && !fs.Changed(flag) && os.Getenv(env) != "" {
 		return env
 	}
 	return "--" + flag

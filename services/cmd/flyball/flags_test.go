@@ -102,6 +102,9 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		// The password alone was dropped, and the connection made without it.
 		{"NATS_PASSWORD=secret", []string{"serve", "governor"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
 		{"NATS_PASSWORD=secret", []string{"provision"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
+		// Both were sent, and the server chose which identity to use.
+		{"NATS_USER=timer", []string{"serve", "timer", "--creds", "/nonexistent/timer.creds"}, "flyball: NATS_USER and --creds both name a NATS identity: give one of them"},
+		{"NATS_USER=timer", []string{"provision", "--nkey", "/nonexistent/timer.nk"}, "flyball: NATS_USER and --nkey both name a NATS identity: give one of them"},
 		// The flag wins: its variable is not read, so the next mistake is
 		// the one reported.
 		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor", "--log-level", "info", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},

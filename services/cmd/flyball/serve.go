@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
@@ -37,10 +38,13 @@ type natsFlags struct {
 	// its disconnects and reconnects. Without it nats.go prints the errors
 	// to stderr as bare lines, outside --log-format.
 	log *slog.Logger
+	// fs names, in errors, the variable a flag's value came from.
+	fs *pflag.FlagSet
 }
 
 func (f *natsFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	f.fs = fs
 	fs.StringVar(&f.url, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
 	// --help shows the default, which NATS_URL may give with a password.
 	fs.Lookup("nats-url").DefValue = redactURLs(f.url)
@@ -101,6 +105,14 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", redactURLs(nc.ConnectedUrlRedacted())) }),
 		)
+	}
+	// nats.go sends a user and password next to a JWT or an nkey, and
+	// the server authenticates with the one and ignores the other: which
+	// identity the connection has was the server's choice.
+	for _, id := range []struct{ flag, env, v string }{{"creds", "NATS_CREDS", f.creds}, {"nkey", "NATS_NKEY", f.nkey}} {
+		if id.v != "" && os.Getenv("NATS_USER") != "" {
+			return nil, nil, fmt.Errorf("NATS_USER and %s both name a NATS identity: give one of them", origin(f.fs, id.flag, id.env))
+		}
 	}
 	if u, p := os.Getenv("NATS_USER"), os.Getenv("NATS_PASSWORD"); u != "" {
 		opts = append(opts, nats.UserInfo(u, p))
