@@ -195,6 +195,18 @@ func (f *runFlags) guard() (executor.Guard, error) {
 	if f.apiAddr == "" {
 		return g, errors.New("--api-addr: empty; give a listen address such as :8080")
 	}
+	// Found by the listen, it was found after connecting and starting
+	// the services, and named --metrics-addr whatever set it. The host
+	// is left to the listen: resolving it here would ask DNS.
+	if a := f.metricsAddr; a != "" {
+		_, port, err := net.SplitHostPort(a)
+		if err == nil {
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
+			return g, fmt.Errorf("%s: want host:port such as :9090 (empty: no metrics), got %q", f.origin("metrics-addr", "FLYBALL_METRICS_ADDR"), a)
+		}
+	}
 	// The governor treats a slot due within InFlightWindow as dispatched.
 	if f.timerLead < 0 || f.timerLead > governor.MaxLead {
 		return g, fmt.Errorf("--timer-lead: want a duration from 0 to %s, got %s", governor.MaxLead, f.timerLead)

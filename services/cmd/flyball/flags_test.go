@@ -99,6 +99,10 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", []string{"serve", "api"}, "flyball: FLYBALL_API_TOKEN_FILE: open /nonexistent/tokens: "},
 		// Any value but "true" read as false, silently.
 		{"FLYBALL_PPROF=yes", []string{"serve", "governor"}, `flyball: FLYBALL_PPROF: want true or false, got "yes"`},
+		// Found only by the listen, after connecting, and named --metrics-addr.
+		{"FLYBALL_METRICS_ADDR=9090", []string{"serve", "governor"}, `flyball: FLYBALL_METRICS_ADDR: want host:port such as :9090 (empty: no metrics), got "9090"`},
+		{"FLYBALL_METRICS_ADDR=:99999", []string{"dev"}, `flyball: FLYBALL_METRICS_ADDR: want host:port such as :9090 (empty: no metrics), got ":99999"`},
+		{"FLYBALL_METRICS_ADDR=:9090", []string{"serve", "governor", "--metrics-addr", "localhost"}, `flyball: --metrics-addr: want host:port such as :9090 (empty: no metrics), got "localhost"`},
 		// The password alone was dropped, and the connection made without it.
 		{"NATS_PASSWORD=secret", []string{"serve", "governor"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
 		{"NATS_PASSWORD=secret", []string{"provision"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
