@@ -48,6 +48,9 @@ type Service struct {
 	// probeMargin is how much longer than its call a probe claim lives
 	// (probeTTL): settleMargin; tests shorten it.
 	probeMargin time.Duration
+	// outRound and outBudget are the outbox's publish round and budget
+	// (outboxRound, outboxBudget); tests shorten them.
+	outRound, outBudget time.Duration
 	// Watch-fed views, so a run costs no KV read in the common case.
 	specs     *kvcache.Cache[*task]
 	pauses    *kvcache.Cache[struct{}] // which tasks may be paused (flyball-pauses)
@@ -97,6 +100,8 @@ func New(cfg Config) (*Service, error) {
 		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency, cfg.RedactHeaders),
 		hosts:       make(map[string]chan struct{}),
 		probeMargin: settleMargin,
+		outRound:    outboxRound,
+		outBudget:   outboxBudget,
 		owed:        newOwed(),
 	}, nil
 }
@@ -151,6 +156,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.cfg.AckWait = ackWait
 	}
 	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
+	s.out.round, s.out.budget = s.outRound, s.outBudget
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.fire = make(chan *held)
 	s.waiting = make(map[jetstream.Msg]time.Time)
