@@ -197,7 +197,9 @@ func (o *outbox) collectQueued(batch []*outItem) []*outItem {
 // RUNS leader that died, "no responders" while the new one is elected) is
 // published again, with the same Nats-Msg-Id so a stored event is not
 // stored twice, until outboxBudget has passed since the batch's first
-// round. Only then is the dispatch nakked, and its target called again.
+// round. Only then is the dispatch nakked (errUnconfirmed); its redelivery
+// publishes the same event again on this executor (replay), and calls the
+// target again on another.
 // The budget outlasts a raft election (4-9 s in nats-server); the round is
 // short because every task whose outcome waits here is held back from its
 // next run (the dispatch stays pending), and a healthy server acks a
@@ -253,15 +255,16 @@ func (o *outbox) flush(batch []*outItem) {
 			// What is left may be stored all the same: an ack lost in
 			// every round (a leader that died after storing the event,
 			// then an election longer than the budget) leaves no trace
-			// here. The dispatch is nakked either way, and its redelivery
-			// calls the target again (with the same Idempotency-Key); its
-			// event, published under the same Nats-Msg-Id within RUNS's
-			// duplicate window, is then dropped as a duplicate, so the
-			// governor sees one outcome. "not stored" misled an operator
-			// into counting a lost run.
+			// here. The dispatch is nakked either way; its redelivery
+			// publishes this event again (replay), or, on another
+			// executor, calls the target again (with the same
+			// Idempotency-Key). Either event, under the same Nats-Msg-Id
+			// within RUNS's duplicate window, is then dropped as a
+			// duplicate, so the governor sees one outcome. "not stored"
+			// misled an operator into counting a lost run.
 			o.m.OutboxAbandoned.Add(float64(len(batch)))
 			for _, it := range batch {
-				o.done(it, fmt.Errorf("run event not confirmed stored within %s (%d rounds; it may have been stored, its ack lost): %w", o.budget, round, lastErr))
+				o.done(it, fmt.Errorf("%w within %s (%d rounds; it may have been stored, its ack lost): %w", errUnconfirmed, o.budget, round, lastErr))
 			}
 			return
 		}
@@ -269,6 +272,10 @@ func (o *outbox) flush(batch []*outItem) {
 		o.log.Warn("run events not stored yet; publishing them again", "events", len(batch), "round", round, "err", lastErr)
 	}
 }
+
+// errUnconfirmed is the error an event settles with when the outbox gave
+// up on it: its budget ran out with no ack, while the event may be stored.
+var errUnconfirmed = errors.New("run event not confirmed stored")
 
 // sentItem is an event published in the current round.
 type sentItem struct {

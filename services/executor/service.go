@@ -67,6 +67,9 @@ type Service struct {
 	records   sync.WaitGroup     // background KV writes: attempt records, released probe claims
 	settles   *settler           // acks, naks and terms until the server confirms them
 	owed      *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
+	// unconfirmed holds the run events the outbox gave up on, for their
+	// dispatch's redelivery (replay).
+	unconfirmed unconfirmed
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
@@ -248,6 +251,11 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	md, err := m.Metadata()
 	if err != nil {
 		jsutil.Terminate(m, "not a JetStream message: "+err.Error(), s.cfg.Metrics, s.log)
+		return
+	}
+	// A redelivery may follow a give-up of the outbox on this dispatch's
+	// run event: its call was made, and only the event is published again.
+	if md.NumDelivered > 1 && s.replay(m, md, &d, arrived) {
 		return
 	}
 	wait := time.Until(d.ScheduledAt)
@@ -930,7 +938,7 @@ const (
 func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, why, reason string) {
 	run := d.Run()
 	run.Reason, run.FinishedAt = reason, time.Now().UTC()
-	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func() {
+	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.cfg.Metrics.SkipsTotal.WithLabelValues(why).Inc()
 		s.ack(m)
@@ -1030,7 +1038,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	msgID := d.DispatchID + ":" + strconv.Itoa(attempt)
 	hold := holdOf(t, d)
 	if res.ok() {
-		queued := s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func() {
+		queued := s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func(m jetstream.Msg) {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
 			if attempt == 1 { // no record to write: the common case costs no KV round trip
 				s.ack(m)
@@ -1060,7 +1068,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// the earlier failure's ID was dropped by RUNS as a duplicate,
 		// while its dispatch was terminated: no final outcome, no dead
 		// letter. A republish of this same event still deduplicates.
-		if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":final", func() {
+		if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":final", func(m jetstream.Msg) {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 			// Recorded as done before the term is sent, so a redelivery
 			// after a lost term terminates it again without a call.
@@ -1075,7 +1083,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	run.RetryIn = events.Duration(delay)
 	// The attempt is counted only once its event is stored: one the outbox
 	// cannot store is nakked uncounted, and the redelivery repeats it.
-	if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func() {
+	if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: attempt}, "nak", nakBody(delay))
@@ -1095,7 +1103,7 @@ func (s *Service) giveUp(m jetstream.Msg, t *task, d *events.Dispatch, made int)
 	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, time.Now().UTC(), d.Source, t.breakerKey
 	run.Final, run.Dispatch, run.ErrorKind = true, d, events.ErrorPermanent
 	run.Error = fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1)
-	s.settleAfter(m, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func() {
+	s.settleAfter(m, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: made, Outcome: events.OutcomeFailed}, "term", termBody(run.Error))
 	})
@@ -1191,25 +1199,37 @@ func (s *Service) publishRun(ctx context.Context, o events.Outcome, run *events.
 
 // settleAfter hands the run event to the outbox, to be published within
 // hold (settleHold) while calls are in flight, and returns at once; once
-// the event is stored, settled runs (it acks, naks or terms m). If the
-// event cannot be stored, m is nak'ed for a retry in a second, exactly as
-// if the call had not happened: the attempt is not counted either, as
-// counts are written only after the event (recordThenSettle). It
-// reports whether the event is in the outbox (false: m was nakked).
-func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func()) bool {
+// the event is stored, settled runs with m (it acks, naks or terms it). If
+// the event cannot be stored, m is nak'ed for a retry in a second, exactly
+// as if the call had not happened: the attempt is not counted either, as
+// counts are written only after the event (recordThenSettle). One the
+// outbox gave up on is remembered for m's redelivery (replay), which
+// settles that delivery with settled, so settled must not use the m it
+// was built with. It reports whether the event is in the outbox (false: m
+// was nakked).
+func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func(jetstream.Msg)) bool {
 	msg, err := s.runMsg(o, run, msgID)
 	if err != nil {
 		s.nak(m, time.Second, err)
 		return false
 	}
+	s.publishThenSettle(m, run.DispatchID, msg, hold, settled)
+	return true
+}
+
+// publishThenSettle queues msg, the run event of m, in the outbox, and
+// settles m once it is stored (settleAfter).
+func (s *Service) publishThenSettle(m jetstream.Msg, dispatchID string, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
 	s.out.publish(msg, hold, func(err error) {
-		if err != nil {
-			s.nak(m, time.Second, err)
+		if err == nil {
+			settled(m)
 			return
 		}
-		settled()
+		if errors.Is(err, errUnconfirmed) {
+			s.remember(m, dispatchID, msg, hold, settled) // before the nak: the redelivery finds it
+		}
+		s.nak(m, time.Second, err)
 	})
-	return true
 }
 
 func (s *Service) nak(m jetstream.Msg, delay time.Duration, cause error) {

@@ -1,0 +1,132 @@
+package executor
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// lostRunAcks is the executor's JetStream whose run-event publishes are
+// stored while lose is set, but whose acks never come back, like those of
+// a RUNS leader that stored the event and died before its ack went out
+// (natstest.LostAcks, within the fixture's server).
+type lostRunAcks struct {
+	jetstream.JetStream
+	lose atomic.Bool
+}
+
+func (j *lostRunAcks) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	f, err := j.JetStream.PublishMsgAsync(m, opts...)
+	if err != nil || !j.lose.Load() || !strings.HasPrefix(m.Subject, "flyball.run.") {
+		return f, err
+	}
+	return lostAck{f}, nil
+}
+
+// lostAck is a publish whose ack never arrives.
+type lostAck struct{ jetstream.PubAckFuture }
+
+func (lostAck) Ok() <-chan *jetstream.PubAck { return nil }
+func (lostAck) Err() <-chan error            { return nil }
+
+// TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain: the target
+// is called, and every ack of its run event's publishes is lost (the
+// event is stored), until the outbox gives up and the dispatch is nakked.
+// The redelivery reaches the same executor, which knows the call's
+// outcome: it must publish that event again and settle the dispatch from
+// it, as the first delivery would have, not call the target a second
+// time. A failure goes on to its retry, counted, as it would have.
+// Before, the redelivery called the target again with the same attempt
+// number (its event then dropped by RUNS as a duplicate).
+func TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		given  []int // the target's statuses
+		calls  string
+		stored []string
+	}{
+		{name: "succeeded", given: []int{http.StatusOK}, calls: "[1]", stored: []string{"succeeded(attempt 1, final false)"}},
+		{
+			name: "failed, then retried", given: []int{http.StatusServiceUnavailable, http.StatusOK}, calls: "[1 2]",
+			// The success after a failure is also sent as run.recovered.
+			stored: []string{"failed(attempt 1, final false)", "succeeded(attempt 2, final false)", "recovered(attempt 2, final false)"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			target := newAttemptTarget(t, tt.given...)
+			lossy := &lostRunAcks{}
+			lossy.lose.Store(true)
+			f := newTunedAttemptsFixture(t, target, 3, 0, 0, func(s *Service) {
+				lossy.JetStream = s.cfg.JS
+				s.cfg.JS = lossy
+				s.outRound, s.outBudget = 200*time.Millisecond, time.Second
+			})
+			abandoned := f.ex.cfg.Metrics.OutboxAbandoned
+			f.dispatch(t)
+			natstest.Eventually(t, 20*time.Second, "the outbox giving up on the run event", func() bool { return testutil.ToFloat64(abandoned) >= 1 })
+			lossy.lose.Store(false)
+			natstest.Eventually(t, 20*time.Second, "the dispatch acked", func() bool {
+				info := f.dispatchInfo(t)
+				return len(f.stored(t)) >= len(tt.stored) && info.NumAckPending == 0 && info.NumPending == 0
+			})
+			if got := target.attempts(); fmt.Sprint(got) != tt.calls {
+				t.Errorf("target called with attempts %v, want %s: the redelivery after the give-up called it again", got, tt.calls)
+			}
+			if got := f.stored(t); fmt.Sprint(got) != fmt.Sprint(tt.stored) {
+				t.Errorf("RUNS holds %v, want %s", got, tt.stored)
+			}
+		})
+	}
+}
+
+// TestUnconfirmedIsBounded: the given-up events wait for their
+// redelivery in a bounded store. When it is full, what expired goes
+// first, then the oldest; a large event makes room by bytes too; an
+// entry is taken once, and only by its own dispatch, while fresh.
+func TestUnconfirmedIsBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	ev := func(id string, size int, expires time.Time) *unconfirmedRun {
+		return &unconfirmedRun{dispatchID: id, msg: &nats.Msg{Data: make([]byte, size)}, expires: expires}
+	}
+	var u unconfirmed
+	if u.take(1, "d1") != nil {
+		t.Fatal("took an event never put")
+	}
+	u.put(1, ev("d1", 10, now.Add(time.Minute)))
+	if u.take(1, "other") != nil || u.take(1, "d1") != nil {
+		t.Fatal("took an event for another dispatch, or took it twice")
+	}
+	u.put(1, ev("d1", 10, now.Add(-time.Second)))
+	if u.take(1, "d1") != nil {
+		t.Fatal("took an expired event")
+	}
+	for i := range unconfirmedMax {
+		u.put(uint64(i+1), ev(fmt.Sprint(i+1), 10, now.Add(time.Minute+time.Duration(i))))
+	}
+	u.runs[2].expires = now.Add(-time.Second) // expired: it goes before the oldest
+	u.put(unconfirmedMax+1, ev("new", 10, now.Add(2*time.Minute)))
+	if len(u.runs) != unconfirmedMax || u.runs[2] != nil || u.runs[1] == nil {
+		t.Fatalf("full store: %d entries, expired kept %v, oldest dropped %v; want %d, the expired one dropped",
+			len(u.runs), u.runs[2] != nil, u.runs[1] == nil, unconfirmedMax)
+	}
+	u.put(unconfirmedMax+2, ev("newer", 10, now.Add(2*time.Minute)))
+	if len(u.runs) != unconfirmedMax || u.runs[1] != nil {
+		t.Fatalf("full store: %d entries, oldest kept %v; want %d, the oldest dropped", len(u.runs), u.runs[1] != nil, unconfirmedMax)
+	}
+	u.put(unconfirmedMax+3, ev("large", unconfirmedMaxBytes, now.Add(3*time.Minute)))
+	if len(u.runs) != 1 || u.bytes != unconfirmedMaxBytes || u.take(unconfirmedMax+3, "large") == nil {
+		t.Fatalf("after an event of the byte bound: %d entries of %d bytes, want it alone", len(u.runs), u.bytes)
+	}
+}
