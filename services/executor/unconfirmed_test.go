@@ -18,7 +18,8 @@ import (
 // lostRunAcks is the executor's JetStream whose run-event publishes are
 // stored while lose is set, but whose acks never come back, like those of
 // a RUNS leader that stored the event and died before its ack went out
-// (natstest.LostAcks, within the fixture's server).
+// (what natstest.LostAcks's lossy connection does, here on the fixture's
+// own server, whose streams the executor needs).
 type lostRunAcks struct {
 	jetstream.JetStream
 	lose atomic.Bool
