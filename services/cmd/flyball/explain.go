@@ -86,7 +86,7 @@ of those it left out.`,
 	cf.register(cmd)
 	out.register(cmd, outTable)
 	cmd.Flags().StringVar(&since, "since", "", "show decisions from this long ago (1h) or this time (RFC 3339)")
-	cmd.Flags().IntVar(&maxInputs, "max-inputs", query.DefaultMaxExplainInputs, "hold at most this many inputs of the task (1-2 KB each): past it, keep its creation and the newest")
+	cmd.Flags().IntVar(&maxInputs, "max-inputs", query.DefaultMaxExplainInputs, "hold at most this many inputs of the task (an estimated 1-2 KB each): past it, keep its current creation and the newest")
 	return cmd
 }
 

@@ -77,7 +77,7 @@ type ExplainedStep struct {
 const InFlight = 10 * time.Second
 
 // DefaultMaxExplainInputs is how many inputs of a task Explain holds at
-// most, some 1-2 KB each while it replays (100-200 MB): TASKS and
+// most, an estimated 1-2 KB each while it replays (100-200 MB): TASKS and
 // DEADLETTER keep a task's messages for months with no per-subject
 // limit, and a task hinted every few seconds has hundreds of thousands.
 const DefaultMaxExplainInputs = 100_000
