@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,6 +96,54 @@ func (h *harness) putTask(id string) {
 	}
 	if _, err := h.tasks.Put(h.t.Context(), id, b); err != nil {
 		h.t.Fatal(err)
+	}
+}
+
+// putFastBreakerTask stores a spec for t1 whose breaker opens after three
+// failures, for 200ms.
+func (h *harness) putFastBreakerTask() {
+	h.t.Helper()
+	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
+	if _, err := h.tasks.Put(h.t.Context(), "t1", []byte(spec)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// heldPublish holds the first publish of one key's transition to one
+// state: held is closed once that publish waits, and free lets it go on.
+type heldPublish struct {
+	held chan struct{}
+	free func()
+}
+
+// holdFirstPublish returns a heldPublish for key's transitions to state,
+// and the tune for newHarness that installs it. Each later publish of
+// them calls later with its count (2, 3, …), if later is set. The test
+// registers t.Cleanup(hp.free) after newHarness, so a held publish is let
+// go before the service stops.
+func holdFirstPublish(key string, state events.BreakerState, later func(n int)) (*heldPublish, func(*breaker.Service)) {
+	release := make(chan struct{})
+	var once sync.Once
+	hp := &heldPublish{held: make(chan struct{}), free: func() { once.Do(func() { close(release) }) }}
+	var mu sync.Mutex
+	n := 0
+	return hp, func(s *breaker.Service) {
+		s.Publishing(func(k string, to events.BreakerState) {
+			if k != key || to != state {
+				return
+			}
+			mu.Lock()
+			n++
+			c := n
+			mu.Unlock()
+			switch {
+			case c == 1:
+				close(hp.held)
+				<-release
+			case later != nil:
+				later(c)
+			}
+		})
 	}
 }
 

@@ -1,14 +1,12 @@
 package breaker_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -22,37 +20,19 @@ import (
 // the governor held the task of a breaker that was no longer open. HEALTH
 // must never hold a transition after the one that superseded it.
 func TestLateOpenIsNotPublishedAfterALaterTransition(t *testing.T) {
-	held, release := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	var delayed bool
-	h := newHarness(t, func(s *breaker.Service) {
-		s.Publishing(func(key string, to events.BreakerState) {
-			mu.Lock()
-			first := key == "t1" && to == events.BreakerOpen && !delayed
-			delayed = delayed || first
-			mu.Unlock()
-			if first {
-				close(held)
-				<-release
-			}
-		})
-	})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the service stops
-	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
-	if _, err := h.tasks.Put(t.Context(), "t1", []byte(spec)); err != nil {
-		t.Fatal(err)
-	}
+	hp, hook := holdFirstPublish("t1", events.BreakerOpen, nil)
+	h := newHarness(t, hook)
+	t.Cleanup(hp.free) // before the service stops
+	h.putFastBreakerTask()
 	for range 2 {
 		h.outcomeOf(events.OutcomeFailed, "t1", "t1", time.Now())
 	}
 	h.n++
 	third := h.send(events.OutcomeFailed, "t1", "t1", time.Now())
-	<-held // open written, its publish not yet made
+	<-hp.held // open written, its publish not yet made
 	// The half-open loop moves the breaker on at retryAt, and publishes.
 	awaitHealthEvent(t, h.js, events.BreakerSubject(events.BreakerHalfOpen, "t1"))
-	free()
+	hp.free()
 	natstest.AwaitAcked(t, h.js, streams.StreamRuns, streams.ConsumerBreaker, third)
 
 	b, _, _ := h.record("t1")

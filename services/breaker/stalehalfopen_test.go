@@ -3,14 +3,12 @@ package breaker_test
 import (
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -22,45 +20,25 @@ import (
 // lifted its hold while the breaker was open again. HEALTH must never
 // hold a half-open after the open that superseded it.
 func TestStaleHalfOpenIsNotPublishedAfterTheReopening(t *testing.T) {
-	held, again := make(chan struct{}), make(chan struct{})
-	release := make(chan struct{})
-	var calls int
-	var mu sync.Mutex
-	h := newHarness(t, func(s *breaker.Service) {
-		s.Publishing(func(key string, to events.BreakerState) {
-			if key != "t1" || to != events.BreakerHalfOpen {
-				return
-			}
-			mu.Lock()
-			calls++
-			n := calls
-			mu.Unlock()
-			switch n {
-			case 1:
-				close(held)
-				<-release
-			case 2:
-				close(again)
-			}
-		})
+	again := make(chan struct{})
+	hp, hook := holdFirstPublish("t1", events.BreakerHalfOpen, func(n int) {
+		if n == 2 {
+			close(again)
+		}
 	})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the service stops
-	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
-	if _, err := h.tasks.Put(t.Context(), "t1", []byte(spec)); err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(t, hook)
+	t.Cleanup(hp.free) // before the service stops
+	h.putFastBreakerTask()
 	for range 3 {
 		h.outcomeOf(events.OutcomeFailed, "t1", "t1", time.Now())
 	}
-	<-held                                                    // half-open written, its publish not yet made
+	<-hp.held                                                 // half-open written, its publish not yet made
 	h.outcomeOf(events.OutcomeFailed, "t1", "t1", time.Now()) // the probe fails
 	if b, _, _ := h.record("t1"); b.State != events.BreakerOpen || b.OpenDelay != events.Duration(400*time.Millisecond) {
 		t.Fatalf("after the probe's failure: %+v, want open with openDelay 400ms", b)
 	}
 	awaitHealthEvent(t, h.js, events.BreakerSubject(events.BreakerOpen, "t1"))
-	free()
+	hp.free()
 	<-again // the late publish is over: the loop moves to the next half-open
 
 	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
