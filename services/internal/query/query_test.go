@@ -207,7 +207,7 @@ func TestRunsReturnsTheNewestOldestFirst(t *testing.T) {
 		b.run(t, events.OutcomeRecovered, "a", i)
 		b.run(t, events.OutcomeFailed, "other", i)
 	}
-	runs, err := b.r.Runs(b.ctx, "a", 3)
+	runs, _, err := b.r.RunPage(b.ctx, "a", query.Page{Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,11 +221,11 @@ func TestRunsReturnsTheNewestOldestFirst(t *testing.T) {
 	if !slices.Equal(attempts, []int{5, 6, 7}) {
 		t.Fatalf("attempts %v, want [5 6 7]", attempts)
 	}
-	all, err := b.r.Runs(b.ctx, "a", 0)
+	all, _, err := b.r.RunPage(b.ctx, "a", query.Page{})
 	if err != nil || len(all) != 7 {
 		t.Fatalf("all runs: %d, %v; want 7", len(all), err)
 	}
-	none, err := b.r.Runs(b.ctx, "nobody", 5)
+	none, _, err := b.r.RunPage(b.ctx, "nobody", query.Page{Limit: 5})
 	if err != nil || none == nil || len(none) != 0 {
 		t.Fatalf("runs of an unknown task = %v, %v; want an empty list", none, err)
 	}

@@ -36,13 +36,6 @@ func runRecord(m Message) RunRecord {
 	return rec
 }
 
-// Runs returns the newest limit run events of task id (every one when
-// limit <= 0), oldest first.
-func (r *Reader) Runs(ctx context.Context, id string, limit int) ([]RunRecord, error) {
-	out, _, err := r.RunPage(ctx, id, Page{Limit: limit})
-	return out, err
-}
-
 // RunPage returns one page of the run events of task id, oldest first,
 // and the Before of the page of older ones (zero on the oldest page). Like
 // FollowRuns it leaves out run.recovered events.
