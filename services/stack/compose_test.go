@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
@@ -408,4 +409,40 @@ func expectRefused(t *testing.T, srv *natstest.Compose, reqs []refusal) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestSweeperReportsEveryBacklogAsItsComposeUser: the sweeper reads the
+// state of every durable consumer, its own or not, and the account's
+// JetStream usage, under its compose user: one flyball_consumer_pending
+// series per durable and no failed read.
+func TestSweeperReportsEveryBacklogAsItsComposeUser(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	_, js := srv.Connect(t, "sweeper")
+	st, err := stack.Start(t.Context(), stack.Config{JS: js, Services: []string{"sweeper"}, Instance: "sweeper1", SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	<-st.Sweeper.Swept()
+	defs, err := streams.ConsumerConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, cs := range defs {
+		want += len(cs)
+	}
+	m := st.Metrics()
+	if got := testutil.CollectAndCount(m.ConsumerPending); got != want {
+		t.Errorf("flyball_consumer_pending has %d series, want one per durable (%d)", got, want)
+	}
+	for _, read := range []string{"consumer", "account"} {
+		if got := testutil.ToFloat64(m.BacklogReadFailures.WithLabelValues(read)); got != 0 {
+			t.Errorf("%s reads failed %v times as the sweeper's compose user", read, got)
+		}
+	}
+	if got := testutil.CollectAndCount(m.JetStreamStorage); got != 2 {
+		t.Errorf("flyball_jetstream_storage_bytes has %d series, want file and memory", got)
+	}
 }

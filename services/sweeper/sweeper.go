@@ -28,6 +28,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -94,6 +95,11 @@ type Service struct {
 	// sweep publishes it again while the entry stays so marked. Only the
 	// sweep goroutine touches it.
 	unannounced map[string]offlineMark
+	// durables are the consumers the backlog report reads (backlog.go).
+	durables []durable
+	// backlogLog keeps a NATS outage from logging every failed backlog
+	// read of every sweep.
+	backlogLog *repeatlog.Log
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
 	tuneFollow func(bucket string, f *kvcache.Follower)
@@ -121,7 +127,15 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	return &Service{cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{}}, nil
+	ds, err := durables()
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(),
+		beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{},
+		durables: ds, backlogLog: repeatlog.New(cfg.Logger, backlogLogWindow),
+	}, nil
 }
 
 // Start binds KV and sweeps every Interval.
@@ -184,8 +198,8 @@ func (s *Service) Start(ctx context.Context) error {
 // Swept receives a value after each sweep; tests use it instead of sleeping.
 func (s *Service) Swept() <-chan struct{} { return s.swept }
 
-// Sweep runs one pass: the runtime registry, then zombies, staleness and
-// orphans.
+// Sweep runs one pass: zombies, staleness and orphans, the consumers'
+// backlog, then the runtime registry.
 func (s *Service) Sweep(ctx context.Context) error {
 	s.pickScheduleSource(ctx)
 	if s.scanning() {
@@ -194,6 +208,7 @@ func (s *Service) Sweep(ctx context.Context) error {
 		}
 	}
 	s.sweepTasks(ctx, s.cfg.Now().UTC())
+	s.reportBacklog(ctx)
 	return s.sweepRuntime(ctx)
 }
 

@@ -51,6 +51,20 @@ type Set struct {
 	// DeadLetterReconciled counts dispatches dead-lettered without their
 	// MAX_DELIVERIES advisory (deadletter.Service.Reconcile).
 	DeadLetterReconciled prometheus.Counter
+	// Consumer* describe each durable consumer flyball defines, by
+	// stream and consumer, as the sweeper last read them (its backlog
+	// report, every sweep).
+	ConsumerPending       *prometheus.GaugeVec
+	ConsumerAckPending    *prometheus.GaugeVec
+	ConsumerMaxAckPending *prometheus.GaugeVec
+	ConsumerRedelivered   *prometheus.GaugeVec
+	// JetStreamStorage and JetStreamStorageLimit are the account's
+	// JetStream usage and limit, by storage type (file, memory).
+	JetStreamStorage      *prometheus.GaugeVec
+	JetStreamStorageLimit *prometheus.GaugeVec
+	// BacklogReadFailures counts the sweeper's failed reads of them, by
+	// what it read (consumer, account).
+	BacklogReadFailures *prometheus.CounterVec
 	// TaskStaleness is the only per-task series. It is registered only
 	// when per-task metrics are enabled (see sweeper.Config.PerTaskMetrics).
 	TaskStaleness *prometheus.GaugeVec
@@ -188,6 +202,34 @@ func New() *Set {
 			Name: "flyball_outbox_events",
 			Help: "Run events in the executor's outbox, not yet confirmed stored; their dispatches are acked once they are.",
 		}),
+		ConsumerPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_consumer_pending",
+			Help: "Messages stored in the stream and not yet delivered to the durable consumer (its backlog), by stream and consumer, read by the sweeper every sweep.",
+		}, []string{"stream", "consumer"}),
+		ConsumerAckPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_consumer_ack_pending",
+			Help: "Messages delivered to the durable consumer and not yet acked (held, in progress or lost with a crashed replica), by stream and consumer.",
+		}, []string{"stream", "consumer"}),
+		ConsumerMaxAckPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_consumer_max_ack_pending",
+			Help: "The durable consumer's max_ack_pending: at flyball_consumer_ack_pending this high the server delivers nothing more to it until acks free room.",
+		}, []string{"stream", "consumer"}),
+		ConsumerRedelivered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_consumer_redelivered",
+			Help: "Messages of the durable consumer delivered more than once and not yet acked, by stream and consumer.",
+		}, []string{"stream", "consumer"}),
+		JetStreamStorage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_jetstream_storage_bytes",
+			Help: "Bytes the NATS account's streams use, by storage type (file, memory), as JetStream reports them to the sweeper.",
+		}, []string{"type"}),
+		JetStreamStorageLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_jetstream_storage_limit_bytes",
+			Help: "The NATS account's JetStream limit, by storage type (file, memory); absent while the account has none (the servers' max_file_store and max_memory_store bound it then).",
+		}, []string{"type"}),
+		BacklogReadFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_backlog_read_failures_total",
+			Help: "The sweeper's failed reads of a durable consumer's state or of the account's JetStream usage, by what it read (consumer, account); the series stay at their last reading until the next read succeeds.",
+		}, []string{"read"}),
 	}
 	s.TaskStaleness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
@@ -197,7 +239,8 @@ func New() *Set {
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
-		s.SettlesUnconfirmed,
+		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
+		s.JetStreamStorage, s.JetStreamStorageLimit, s.BacklogReadFailures,
 	} {
 		f(c)
 	}

@@ -1,0 +1,129 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sourcegraph/conc"
+
+	"github.com/flyballhq/flyball/streams"
+)
+
+// backlogTimeout bounds each read of the backlog report, a JetStream API
+// request answered in about a millisecond by a healthy server. The reads
+// run side by side, so a slow server delays a sweep by at most this.
+const backlogTimeout = 2 * time.Second
+
+// backlogLogWindow is how often one failed read is logged again; the
+// repeats between are counted in the next line (and every failure in
+// flyball_backlog_read_failures_total).
+const backlogLogWindow = 5 * time.Minute
+
+// durable is one durable consumer of streams' definitions.
+type durable struct{ stream, name string }
+
+// durables lists every durable consumer flyball defines, by stream.
+func durables() ([]durable, error) {
+	defs, err := streams.ConsumerConfigs()
+	if err != nil {
+		return nil, err
+	}
+	var out []durable
+	for _, stream := range []string{
+		streams.StreamTasks, streams.StreamDispatch, streams.StreamRuns,
+		streams.StreamDeadLetter, streams.StreamHealth, streams.StreamAdvisories,
+	} {
+		for _, c := range defs[stream] {
+			out = append(out, durable{stream: stream, name: c.Durable})
+		}
+		delete(defs, stream)
+	}
+	for stream := range defs { // a stream added to the definitions and not to the list above
+		return nil, errors.New("sweeper: durables of stream " + stream + " are not reported: add it to durables()")
+	}
+	return out, nil
+}
+
+// reportBacklog reads the state of every durable consumer and the
+// account's JetStream usage into the metrics: a backlog that grows while
+// its service runs (or because none does) shows here before tasks grow
+// stale. The sweeper reads every durable, not only its own, so a
+// consumer whose service is down is still reported. The reads run side
+// by side, each bounded by backlogTimeout, so one that goes unanswered (a
+// user without the permission, a consumer leader election) delays the
+// sweep by at most that and does not starve the others. A failed read
+// keeps the series at their last reading and is counted; a durable that
+// does not exist loses its series.
+func (s *Service) reportBacklog(ctx context.Context) {
+	var wg conc.WaitGroup
+	for _, d := range s.durables {
+		wg.Go(func() { s.readDurable(ctx, d) })
+	}
+	wg.Go(func() { s.readAccount(ctx) })
+	wg.Wait()
+}
+
+// readDurable reads one durable's state into flyball_consumer_*.
+func (s *Service) readDurable(parent context.Context, d durable) {
+	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
+	defer cancel()
+	m := s.cfg.Metrics
+	c, err := s.cfg.JS.Consumer(ctx, d.stream, d.name)
+	if err != nil {
+		if parent.Err() != nil { // stopping: not a failure of the read
+			return
+		}
+		m.BacklogReadFailures.WithLabelValues("consumer").Inc()
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			for _, g := range []*prometheus.GaugeVec{m.ConsumerPending, m.ConsumerAckPending, m.ConsumerMaxAckPending, m.ConsumerRedelivered} {
+				g.DeleteLabelValues(d.stream, d.name)
+			}
+		}
+		s.backlogWarn("reading a durable consumer's state failed; its backlog metrics keep their last reading", err, "stream", d.stream, "consumer", d.name)
+		return
+	}
+	info := c.CachedInfo()
+	m.ConsumerPending.WithLabelValues(d.stream, d.name).Set(float64(info.NumPending))
+	m.ConsumerAckPending.WithLabelValues(d.stream, d.name).Set(float64(info.NumAckPending))
+	m.ConsumerMaxAckPending.WithLabelValues(d.stream, d.name).Set(float64(info.Config.MaxAckPending))
+	m.ConsumerRedelivered.WithLabelValues(d.stream, d.name).Set(float64(info.NumRedelivered))
+}
+
+// readAccount reads the account's JetStream usage and limits into
+// flyball_jetstream_storage_*.
+func (s *Service) readAccount(parent context.Context) {
+	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
+	defer cancel()
+	m := s.cfg.Metrics
+	ai, err := s.cfg.JS.AccountInfo(ctx)
+	if err != nil {
+		if parent.Err() != nil {
+			return
+		}
+		m.BacklogReadFailures.WithLabelValues("account").Inc()
+		s.backlogWarn("reading the account's JetStream usage failed; its storage metrics keep their last reading", err)
+		return
+	}
+	for _, t := range []struct {
+		name  string
+		used  uint64
+		limit int64
+	}{{"file", ai.Store, ai.Limits.MaxStore}, {"memory", ai.Memory, ai.Limits.MaxMemory}} {
+		m.JetStreamStorage.WithLabelValues(t.name).Set(float64(t.used))
+		if t.limit > 0 {
+			m.JetStreamStorageLimit.WithLabelValues(t.name).Set(float64(t.limit))
+		} else {
+			m.JetStreamStorageLimit.DeleteLabelValues(t.name)
+		}
+	}
+}
+
+// backlogWarn logs a failed backlog read, at most once per message per
+// backlogLogWindow: a NATS outage fails every read of every sweep.
+func (s *Service) backlogWarn(msg string, err error, args ...any) {
+	s.backlogLog.Log(s.cfg.Now(), slog.LevelWarn, msg, append(args, "err", err)...)
+}
