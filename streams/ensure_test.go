@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io/fs"
@@ -638,5 +639,29 @@ func TestEnsureAsyncPersist(t *testing.T) {
 	err = Ensure(ctx, plain, WithAsyncPersist(true))
 	if err == nil || !strings.Contains(err.Error(), "created with the default persist mode") {
 		t.Errorf("Ensure(WithAsyncPersist(true)) over default streams: %v, want the persist-mode refusal and its hint", err)
+	}
+}
+
+// TestDurablesListEveryConsumerInOrder: Durables names each durable of
+// ConsumerConfigs once, sorted by stream, then name (the order the
+// backlog report and flyball status print them in).
+func TestDurablesListEveryConsumerInOrder(t *testing.T) {
+	ds, err := Durables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := ConsumerConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Durable
+	for stream, cs := range defs {
+		for _, c := range cs {
+			want = append(want, Durable{Stream: stream, Name: c.Durable})
+		}
+	}
+	slices.SortFunc(want, func(a, b Durable) int { return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Name, b.Name)) })
+	if !slices.Equal(ds, want) || len(ds) < 8 {
+		t.Fatalf("Durables() = %v, want %v", ds, want)
 	}
 }

@@ -121,6 +121,23 @@ func ConsumerConfigs() (map[string][]jetstream.ConsumerConfig, error) {
 	return out, nil
 }
 
+// Durable names one durable consumer: Name on Stream.
+type Durable struct{ Stream, Name string }
+
+// Durables lists every durable consumer defined, sorted by stream, then
+// name.
+func Durables() ([]Durable, error) {
+	_, consumers, err := load()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Durable, len(consumers))
+	for i, d := range consumers {
+		out[i] = Durable{Stream: d.stream, Name: d.cfg.Durable}
+	}
+	return out, nil
+}
+
 // load parses and validates every embedded definition. Streams are sorted by
 // name; consumers by stream, then name.
 func load() ([]streamDef, []consumerDef, error) {

@@ -23,31 +23,6 @@ const backlogTimeout = 2 * time.Second
 // flyball_backlog_read_failures_total).
 const backlogLogWindow = 5 * time.Minute
 
-// durable is one durable consumer of streams' definitions.
-type durable struct{ stream, name string }
-
-// durables lists every durable consumer flyball defines, by stream.
-func durables() ([]durable, error) {
-	defs, err := streams.ConsumerConfigs()
-	if err != nil {
-		return nil, err
-	}
-	var out []durable
-	for _, stream := range []string{
-		streams.StreamTasks, streams.StreamDispatch, streams.StreamRuns,
-		streams.StreamDeadLetter, streams.StreamHealth, streams.StreamAdvisories,
-	} {
-		for _, c := range defs[stream] {
-			out = append(out, durable{stream: stream, name: c.Durable})
-		}
-		delete(defs, stream)
-	}
-	for stream := range defs { // a stream added to the definitions and not to the list above
-		return nil, errors.New("sweeper: durables of stream " + stream + " are not reported: add it to durables()")
-	}
-	return out, nil
-}
-
 // reportBacklog reads the state of every durable consumer and the
 // account's JetStream usage into the metrics: a backlog that grows while
 // its service runs (or because none does) shows here before tasks grow
@@ -68,11 +43,11 @@ func (s *Service) reportBacklog(ctx context.Context) {
 }
 
 // readDurable reads one durable's state into flyball_consumer_*.
-func (s *Service) readDurable(parent context.Context, d durable) {
+func (s *Service) readDurable(parent context.Context, d streams.Durable) {
 	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
 	defer cancel()
 	m := s.cfg.Metrics
-	c, err := s.cfg.JS.Consumer(ctx, d.stream, d.name)
+	c, err := s.cfg.JS.Consumer(ctx, d.Stream, d.Name)
 	if err != nil {
 		if parent.Err() != nil { // stopping: not a failure of the read
 			return
@@ -80,17 +55,17 @@ func (s *Service) readDurable(parent context.Context, d durable) {
 		m.BacklogReadFailures.WithLabelValues("consumer").Inc()
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 			for _, g := range []*prometheus.GaugeVec{m.ConsumerPending, m.ConsumerAckPending, m.ConsumerMaxAckPending, m.ConsumerRedelivered} {
-				g.DeleteLabelValues(d.stream, d.name)
+				g.DeleteLabelValues(d.Stream, d.Name)
 			}
 		}
-		s.backlogWarn("reading a durable consumer's state failed; its backlog metrics keep their last reading", err, "stream", d.stream, "consumer", d.name)
+		s.backlogWarn("reading a durable consumer's state failed; its backlog metrics keep their last reading", err, "stream", d.Stream, "consumer", d.Name)
 		return
 	}
 	info := c.CachedInfo()
-	m.ConsumerPending.WithLabelValues(d.stream, d.name).Set(float64(info.NumPending))
-	m.ConsumerAckPending.WithLabelValues(d.stream, d.name).Set(float64(info.NumAckPending))
-	m.ConsumerMaxAckPending.WithLabelValues(d.stream, d.name).Set(float64(info.Config.MaxAckPending))
-	m.ConsumerRedelivered.WithLabelValues(d.stream, d.name).Set(float64(info.NumRedelivered))
+	m.ConsumerPending.WithLabelValues(d.Stream, d.Name).Set(float64(info.NumPending))
+	m.ConsumerAckPending.WithLabelValues(d.Stream, d.Name).Set(float64(info.NumAckPending))
+	m.ConsumerMaxAckPending.WithLabelValues(d.Stream, d.Name).Set(float64(info.Config.MaxAckPending))
+	m.ConsumerRedelivered.WithLabelValues(d.Stream, d.Name).Set(float64(info.NumRedelivered))
 }
 
 // readAccount reads the account's JetStream usage and limits into

@@ -96,7 +96,7 @@ type Service struct {
 	// sweep goroutine touches it.
 	unannounced map[string]offlineMark
 	// durables are the consumers the backlog report reads (backlog.go).
-	durables []durable
+	durables []streams.Durable
 	// backlogLog keeps a NATS outage from logging every failed backlog
 	// read of every sweep.
 	backlogLog *repeatlog.Log
@@ -127,7 +127,7 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("sweeper: per-task metrics: %w", err)
 		}
 	}
-	ds, err := durables()
+	ds, err := streams.Durables()
 	if err != nil {
 		return nil, err
 	}

@@ -556,6 +556,14 @@ func TestCLIReplayStatusRuntime(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.ok(t, "status", "-o", "json")), &o); err != nil || o.Queue.Depth != 1 {
 		t.Fatalf("status -o json: %+v (%v)", o, err)
 	}
+	if len(h.Backlog) < 8 {
+		t.Fatalf("status --json backlog: %+v, want every durable", h.Backlog)
+	}
+	for _, b := range h.Backlog {
+		if b.Error != "" {
+			t.Fatalf("status --json backlog: %s/%s unreadable: %s", b.Stream, b.Consumer, b.Error)
+		}
+	}
 	if len(h.Services.Missing) != 0 || h.Services.Online["executor"] != 1 {
 		t.Fatalf("status --json services: %+v, want every service online", h.Services)
 	}

@@ -125,3 +125,36 @@ func TestStatusNamesTheTimerLeaseHolder(t *testing.T) {
 		t.Errorf("no lease, yet a lease line:\n%s", out.String())
 	}
 }
+
+// TestStatusPrintsTheBacklog: `flyball status` totals the work waiting
+// in NATS and lists only the durables that need a look: messages waiting
+// or redelivered, near their max_ack_pending, or unreadable.
+func TestStatusPrintsTheBacklog(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printBacklog(&out, []query.ConsumerBacklog{
+		{Stream: "DISPATCH", Consumer: "executor", AckPending: 19000, MaxAckPending: 20000},
+		{Stream: "RUNS", Consumer: "breaker", MaxAckPending: 10000},
+		{Stream: "RUNS", Consumer: "governor", Pending: 4500, AckPending: 16, MaxAckPending: 10000, Redelivered: 2},
+		{Stream: "TASKS", Consumer: "governor", Error: "nats: consumer not found"},
+	})
+	got := out.String()
+	for _, want := range []string{
+		"backlog       4500 waiting for delivery, 19016 delivered and unacked (4 durable(s))\n",
+		"DISPATCH/executor", "19000 of 20000", "at its max_ack_pending",
+		"RUNS/governor", "4500", "16 of 10000",
+		"TASKS/governor", "cannot read: nats: consumer not found",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("status backlog lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "RUNS/breaker") {
+		t.Errorf("an idle durable is listed:\n%s", got)
+	}
+	out.Reset()
+	printBacklog(&out, []query.ConsumerBacklog{{Stream: "RUNS", Consumer: "breaker", MaxAckPending: 10000}})
+	if got := out.String(); got != "backlog       0 waiting for delivery, 0 delivered and unacked (1 durable(s))\n" {
+		t.Errorf("an idle backlog printed:\n%s", got)
+	}
+}

@@ -72,7 +72,9 @@ func printHealth(w io.Writer, h *query.Health) {
 	if len(jobs) > 0 {
 		fmt.Fprintf(w, "  (by job: %s)", strings.Join(jobs, " "))
 	}
-	fmt.Fprintf(w, "\ndead letters  %d stored\n", h.DeadLetter.Count)
+	fmt.Fprintln(w)
+	printBacklog(w, h.Backlog)
+	fmt.Fprintf(w, "dead letters  %d stored\n", h.DeadLetter.Count)
 	if len(h.DeadLetter.Tasks) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SEQ\tDEAD-LETTERED\tTASK\tREASON\tATTEMPTS\tLAST ERROR")
@@ -151,4 +153,39 @@ func printServices(w io.Writer, sh *query.ServicesHealth) {
 		}
 		fmt.Fprintf(w, "  offline: %s %s on %s (pid %d), last beat %s ago\n", in.Kind, in.Name, in.Host, in.PID, in.LastBeatAge.D().Round(time.Second))
 	}
+}
+
+// printBacklog prints the work waiting in NATS: one line of totals, then
+// the durables that have messages waiting or redelivered, are near their
+// max_ack_pending, or could not be read.
+func printBacklog(w io.Writer, bs []query.ConsumerBacklog) {
+	var pending uint64
+	unacked := 0
+	for _, b := range bs {
+		pending += b.Pending
+		unacked += b.AckPending
+	}
+	fmt.Fprintf(w, "backlog       %d waiting for delivery, %d delivered and unacked (%d durable(s))\n", pending, unacked, len(bs))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := false
+	for _, b := range bs {
+		full := b.MaxAckPending > 0 && b.AckPending*10 >= b.MaxAckPending*9
+		if b.Pending == 0 && b.Redelivered == 0 && !full && b.Error == "" {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "  DURABLE\tWAITING\tUNACKED\tREDELIVERED\t")
+			header = true
+		}
+		if b.Error != "" {
+			fmt.Fprintf(tw, "  %s/%s\t-\t-\t-\tcannot read: %s\n", b.Stream, b.Consumer, preview(b.Error, 80))
+			continue
+		}
+		note := ""
+		if full {
+			note = "at its max_ack_pending: delivers little more"
+		}
+		fmt.Fprintf(tw, "  %s/%s\t%d\t%d of %d\t%d\t%s\n", b.Stream, b.Consumer, b.Pending, b.AckPending, b.MaxAckPending, b.Redelivered, note)
+	}
+	_ = tw.Flush()
 }

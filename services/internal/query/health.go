@@ -44,6 +44,28 @@ type Health struct {
 	// Services is what the runtime registry (KV flyball-runtime) says
 	// of flyball's own services.
 	Services ServicesHealth `json:"services"`
+	// Backlog is every durable consumer's state, sorted by stream, then
+	// consumer: the work waiting in NATS for each service.
+	Backlog []ConsumerBacklog `json:"backlog"`
+}
+
+// ConsumerBacklog is one durable consumer's state as JetStream reports
+// it.
+type ConsumerBacklog struct {
+	Stream   string `json:"stream"`
+	Consumer string `json:"consumer"`
+	// Pending counts the messages stored and not yet delivered to it.
+	Pending uint64 `json:"pending"`
+	// AckPending counts those delivered and not yet acked, and
+	// MaxAckPending is the consumer's limit on them.
+	AckPending    int `json:"ackPending"`
+	MaxAckPending int `json:"maxAckPending"`
+	// Redelivered counts those delivered more than once and not yet
+	// acked.
+	Redelivered int `json:"redelivered"`
+	// Error says why the state could not be read (the counts are then
+	// zero): the consumer does not exist, or the user may not read it.
+	Error string `json:"error,omitempty"`
 }
 
 // ServicesHealth summarizes the runtime registry.
@@ -225,6 +247,9 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 	if h.Services, err = r.servicesHealth(ctx); err != nil {
 		return nil, err
 	}
+	if h.Backlog, err = r.backlog(ctx); err != nil {
+		return nil, err
+	}
 	if h.DeadLetter.Count, err = r.CountDeadLetters(ctx, ""); err != nil {
 		return nil, err
 	}
@@ -241,6 +266,31 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		})
 	}
 	return h, nil
+}
+
+// backlog reads every durable consumer's state. A consumer that cannot
+// be read has its Error set; the rest are still read.
+func (r *Reader) backlog(ctx context.Context) ([]ConsumerBacklog, error) {
+	ds, err := streams.Durables()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ConsumerBacklog, len(ds))
+	for i, d := range ds {
+		b := ConsumerBacklog{Stream: d.Stream, Consumer: d.Name}
+		c, err := r.js.Consumer(ctx, d.Stream, d.Name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			b.Error = err.Error()
+		} else {
+			info := c.CachedInfo()
+			b.Pending, b.AckPending, b.MaxAckPending, b.Redelivered = info.NumPending, info.NumAckPending, info.Config.MaxAckPending, info.NumRedelivered
+		}
+		out[i] = b
+	}
+	return out, nil
 }
 
 func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
