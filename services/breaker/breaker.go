@@ -71,6 +71,11 @@ type Service struct {
 	// publishing, when set, runs before a transition of key to state to
 	// is published (tests delay that publish).
 	publishing func(key string, to events.BreakerState)
+	// checked, when set, runs once a publish of a transition of key to
+	// state to found the record still holding it, right before its
+	// conditional publish; false drops that publish (tests make it later,
+	// and late, with the consumer free to move the breaker on).
+	checked func(key string, to events.BreakerState) bool
 }
 
 // New validates cfg.

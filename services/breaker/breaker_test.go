@@ -103,7 +103,14 @@ func (h *harness) putTask(id string) {
 // failures, for 200ms.
 func (h *harness) putFastBreakerTask() {
 	h.t.Helper()
-	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms"}}`
+	h.putBreakerTask("200ms")
+}
+
+// putBreakerTask stores a spec for t1 whose breaker opens after three
+// failures, for openDelay.
+func (h *harness) putBreakerTask(openDelay string) {
+	h.t.Helper()
+	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"` + openDelay + `"}}`
 	if _, err := h.tasks.Put(h.t.Context(), "t1", []byte(spec)); err != nil {
 		h.t.Fatal(err)
 	}

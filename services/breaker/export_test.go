@@ -1,6 +1,8 @@
 package breaker
 
 import (
+	"context"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 )
@@ -11,3 +13,15 @@ func (s *Service) TuneFollow(f func(*kvcache.Follower)) { s.tuneFollow = f }
 // Publishing sets the test hook that runs before a transition is
 // published.
 func (s *Service) Publishing(f func(key string, to events.BreakerState)) { s.publishing = f }
+
+// Checked sets the test hook that runs once a transition's publish found
+// the record still holding it, right before the conditional publish;
+// false drops that publish.
+func (s *Service) Checked(f func(key string, to events.BreakerState) bool) { s.checked = f }
+
+// PublishRecorded publishes the transition that value, a flyball-breakers
+// record of key read earlier, holds: the late publish of a replica that
+// read the record before it moved on.
+func (s *Service) PublishRecorded(ctx context.Context, key string, value []byte) error {
+	return s.publish(ctx, decodeRecord(key, value).Transition)
+}

@@ -178,6 +178,9 @@ func (s *Service) publish(ctx context.Context, t *storedTransition) error {
 			s.cfg.Logger.Debug("transition superseded before its publish; not published", "key", key, "event", t.EventID)
 			return nil
 		}
+		if s.checked != nil && !s.checked(key, t.To) {
+			return nil
+		}
 		_, err = jsutil.PublishMsg(ctx, s.cfg.JS, jsutil.EventMsg(events.BreakerSubject(t.To, key), t.EventID, body),
 			jetstream.WithExpectLastSequenceForSubject(last, filter))
 		var apiErr *jetstream.APIError
