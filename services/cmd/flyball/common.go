@@ -290,15 +290,27 @@ func newMetricsServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 }
 
-// serveMetrics serves /metrics and /healthz until ctx ends, and with
-// withPprof the Go profiles under /debug/pprof/ (net/http/pprof).
-func serveMetrics(ctx context.Context, addr string, m *metrics.Set, withPprof bool, log *slog.Logger) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
+// listenMetrics binds the metrics listener (nil when --metrics-addr is
+// empty). dev and serve bind it before anything connects or starts: an
+// address in use was found only after connecting and starting the
+// services (and, for dev, the embedded server).
+func (f *runFlags) listenMetrics() (net.Listener, error) {
+	if f.metricsAddr == "" {
+		return nil, nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", f.metricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+		return nil, fmt.Errorf("%s %s: %w", f.origin("metrics-addr", "FLYBALL_METRICS_ADDR"), f.metricsAddr, err)
+	}
+	return ln, nil
+}
+
+// serveMetrics serves /metrics and /healthz on ln (from listenMetrics;
+// nil: nothing) until the returned stop, and with withPprof the Go
+// profiles under /debug/pprof/ (net/http/pprof).
+func serveMetrics(ctx context.Context, ln net.Listener, m *metrics.Set, withPprof bool, log *slog.Logger) func() {
+	if ln == nil {
+		return func() {}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
@@ -324,5 +336,5 @@ func serveMetrics(ctx context.Context, addr string, m *metrics.Set, withPprof bo
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(c)
-	}, nil
+	}
 }

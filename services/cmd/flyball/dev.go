@@ -55,6 +55,13 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return err
 			}
+			ln, err := rf.listenMetrics()
+			if err != nil {
+				return err
+			}
+			if ln != nil {
+				defer ln.Close() // served, the server's stop closes it first
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
@@ -85,11 +92,7 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return err
 			}
-			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, rf.pprof, log)
-			if err != nil {
-				st.Stop()
-				return err
-			}
+			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
 			printDevBanner(cmd, listen, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
 			<-ctx.Done()
 			log.Info("shutting down: api and timer first, then in-flight runs, then result consumers")

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +24,11 @@ func TestServeMetricsProfilesOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
 	for _, withPprof := range []bool{false, true} {
 		addr := freeLoopback(t)
-		stop, err := serveMetrics(t.Context(), addr, metrics.New(), withPprof, slog.New(slog.DiscardHandler))
+		ln, err := (&runFlags{metricsAddr: addr}).listenMetrics()
 		if err != nil {
 			t.Fatal(err)
 		}
+		stop := serveMetrics(t.Context(), ln, metrics.New(), withPprof, slog.New(slog.DiscardHandler))
 		get := func(path string) (int, string) {
 			t.Helper()
 			resp, err := http.Get("http://" + addr + path)
@@ -79,4 +84,49 @@ func freeLoopback(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// TestMetricsAddrInUseFailsBeforeAnythingStarts: a --metrics-addr (or
+// FLYBALL_METRICS_ADDR) already in use is refused at once, in one line
+// that names where the address came from, before serve connects to NATS
+// (here nothing listens at NATS_URL: the error is the metrics address's,
+// not the connection's) and before dev starts its server (its store is
+// not created). It was found by the listen after the connection, and for
+// dev after the whole stack started.
+func TestMetricsAddrInUseFailsBeforeAnythingStarts(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	for _, c := range []struct {
+		env  string
+		args []string
+		from string
+	}{
+		{"", []string{"serve", "governor", "--metrics-addr", addr}, "--metrics-addr"},
+		{"FLYBALL_METRICS_ADDR=" + addr, []string{"serve", "governor"}, "FLYBALL_METRICS_ADDR"},
+		{"", []string{"dev", "--metrics-addr", addr}, "--metrics-addr"},
+		{"FLYBALL_METRICS_ADDR=" + addr, []string{"dev"}, "FLYBALL_METRICS_ADDR"},
+	} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+		if c.env != "" {
+			e.env = []string{c.env}
+		}
+		args := c.args
+		if args[0] == "dev" {
+			args = append(args, "--listen", freeLoopback(t), "--api-addr", freeLoopback(t), "--data-dir", "store")
+		}
+		r := e.run(t, args...)
+		want := "flyball: " + c.from + " " + addr + ": listen tcp " + addr + ": "
+		if r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, "NATS") {
+			t.Errorf("%s flyball %s with the metrics address in use: exit %d, stderr %q; want exit 1 and one line starting %q, before any connection",
+				c.env, strings.Join(args, " "), r.code, r.stderr, want)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "store")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s flyball %s with the metrics address in use: its store exists (stat: %v), want nothing started", c.env, strings.Join(args, " "), err)
+		}
+	}
 }

@@ -249,6 +249,13 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 					return fmt.Errorf("api needs at least one token: --api-token, FLYBALL_API_TOKENS or --api-token-file")
 				}
 			}
+			ln, err := rf.listenMetrics()
+			if err != nil {
+				return err
+			}
+			if ln != nil {
+				defer ln.Close() // served, the server's stop closes it first
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			nf.name, nf.log = "flyball-"+strings.Join(args, "-"), log
@@ -272,11 +279,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if err != nil {
 				return noJetStream(err)
 			}
-			stopMetrics, err := serveMetrics(ctx, rf.metricsAddr, m, rf.pprof, log)
-			if err != nil {
-				st.Stop()
-				return err
-			}
+			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
 			log.Info("serving", "services", st.Names(), "nats", redactURLs(nf.url))
 			<-ctx.Done()
 			log.Info("shutting down")
