@@ -53,6 +53,7 @@ func diffPayloads() []any {
 		TaskPause{ID: "x", Until: &later, Reason: "maintenance"},
 		TaskHint{ID: "x", Interval: Duration(45 * time.Second), At: &later, TTL: Duration(time.Hour)},
 		TaskRequeue{ID: "x", DeadLetterSeq: 7},
+		TaskRequeue{ID: "x", DeadLetterSeq: 7, Reason: "fixed", TaskCreatedAt: at.Add(-time.Hour)},
 		TaskAccepted{ID: "x", Command: TypeTaskCreated, CommandID: "c-1", NextRunAt: &later, Source: "adaptive", Trail: []string{"a -> b"}, SpecRevision: 3},
 		TaskRejected{ID: "x", Command: TypeTaskCreated, Reasons: []FieldError{{Field: "schedule.interval", Rule: "must be >= 1s, got 200ms"}}},
 		Dispatch{DispatchID: DispatchID("x", at), TaskID: "x", ScheduledAt: at, FiredAt: later, Source: "adaptive", Reason: "requeue", TaskCreatedAt: at.Add(-time.Hour)},

@@ -344,6 +344,32 @@ func TestDecodeDataNamesANegativeSequence(t *testing.T) {
 	assertOneMalformed(t, events.DecodeData(e, &r), wantErr{"deadLetterSeq", []string{"got number -4, want a non-negative integer"}})
 }
 
+// TestDecodeDataReadsTheRequeuesTaskCreatedAt: task.requeued names the
+// task creation it is meant for; absent or null, it is zero (any).
+func TestDecodeDataReadsTheRequeuesTaskCreatedAt(t *testing.T) {
+	want := time.Date(2026, 11, 29, 9, 0, 0, 500, time.UTC)
+	for data, at := range map[string]time.Time{
+		`{"id":"x","deadLetterSeq":4,"taskCreatedAt":"2026-11-29T09:00:00.0000005Z"}`: want,
+		`{"id":"x","taskCreatedAt":"2026-11-29T10:00:00.0000005+01:00"}`:              want,
+		`{"id":"x","deadLetterSeq":4}`:                                                {},
+		`{"id":"x","taskCreatedAt":null}`:                                             {},
+	} {
+		var r events.TaskRequeue
+		if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, data), &r); err != nil || !r.TaskCreatedAt.Equal(at) {
+			t.Errorf("DecodeData(%s) = %v, taskCreatedAt %v; want %v", data, err, r.TaskCreatedAt, at)
+		}
+	}
+	// Written only when set.
+	b, err := json.Marshal(events.TaskRequeue{ID: "x"})
+	if err != nil || string(b) != `{"id":"x"}` {
+		t.Errorf("TaskRequeue without taskCreatedAt encodes as %s (%v), want {\"id\":\"x\"}", b, err)
+	}
+	b, err = json.Marshal(events.TaskRequeue{ID: "x", TaskCreatedAt: want})
+	if err != nil || string(b) != `{"id":"x","taskCreatedAt":"2026-11-29T09:00:00.0000005Z"}` {
+		t.Errorf("TaskRequeue with taskCreatedAt encodes as %s (%v)", b, err)
+	}
+}
+
 // TestDecodeDataRefusesCaseVariantsAndDuplicates: docs/events.md says field
 // names are camelCase and unknown fields are refused, and the CLI refuses
 // a YAML key given twice. encoding/json matches keys case-insensitively
@@ -403,6 +429,8 @@ func TestDecodeDataNamesTheTimeField(t *testing.T) {
 		{"startAt as object", new(events.TaskSpec), `{"startAt":{"t":1}}`, wantErr{"startAt", []string{"wrong type: got object"}}},
 		{"until", new(events.TaskPause), `{"until":"tomorrow"}`, wantErr{"until", []string{"RFC 3339", `got "tomorrow"`}}},
 		{"at", new(events.TaskHint), `{"at":"soon"}`, wantErr{"at", []string{"RFC 3339"}}},
+		{"requeue taskCreatedAt", new(events.TaskRequeue), `{"id":"x","taskCreatedAt":"2026-11-29"}`, wantErr{"taskCreatedAt", []string{"RFC 3339", `got "2026-11-29"`}}},
+		{"requeue taskCreatedAt as number", new(events.TaskRequeue), `{"taskCreatedAt":1764406800}`, wantErr{"taskCreatedAt", []string{"wrong type: got number"}}},
 		{"nested", new(events.DeadLetter), `{"errors":[{"at":"2026-03-02 10:00"}]}`, wantErr{"errors[0].at", []string{"RFC 3339"}}},
 		{"breaker retryAt", new(events.BreakerTransition), `{"retryAt":true}`, wantErr{"retryAt", []string{"wrong type: got bool"}}},
 	}
@@ -433,6 +461,7 @@ func TestDecodersRefuseTimesOutsideYears1To9999(t *testing.T) {
 		{new(events.TaskSpec), `{"startAt":` + early + `}`, "startAt"},
 		{new(events.TaskPause), `{"until":` + late + `}`, "until"},
 		{new(events.TaskHint), `{"at":` + late + `}`, "at"},
+		{new(events.TaskRequeue), `{"taskCreatedAt":` + late + `}`, "taskCreatedAt"},
 		{new(events.BreakerTransition), `{"retryAt":` + late + `}`, "retryAt"},
 		{new(events.DeadLetter), `{"deadLetteredAt":` + late + `}`, "deadLetteredAt"},
 	} {

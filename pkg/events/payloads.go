@@ -42,6 +42,13 @@ type TaskRequeue struct {
 	// DeadLetterSeq is the DEADLETTER stream sequence being retried, if any.
 	DeadLetterSeq uint64 `json:"deadLetterSeq,omitempty"`
 	Reason        string `json:"reason,omitempty"`
+	// TaskCreatedAt is the createdAt of the task the requeue is meant for:
+	// the retried dead letter's Dispatch.TaskCreatedAt. The governor
+	// rejects the requeue (naming this field) when the task of this ID now
+	// was created at another time, deleted and created again since. Zero
+	// (absent) runs whichever task has the ID, as every requeue did before
+	// 2026-11-29 and as a forced retry does.
+	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 }
 
 // TaskAccepted is the governor's answer to an accepted command.

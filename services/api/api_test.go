@@ -403,6 +403,12 @@ func TestDeadLetterRuntimeAndHealthRoutes(t *testing.T) {
 	if retry.str("accepted", "command") != "io.flyball.task.requeued" {
 		t.Fatalf("retry: %s", retry.raw)
 	}
+	// The requeue named the task the entry is of, which the governor
+	// found to be the task of this ID now.
+	created := entry["entry"].(map[string]any)["dispatch"].(map[string]any)["taskCreatedAt"]
+	if rq, raw := lastRequeue(t, b.js, "gone"); created == nil || rq.TaskCreatedAt.Format(time.RFC3339Nano) != created {
+		t.Fatalf("retry stored %s, want taskCreatedAt %v (the entry's dispatch's)", raw, created)
+	}
 
 	h := b.call(t, http.MethodGet, "/api/v1/scheduler/health", "")
 	expect(t, "health", h, http.StatusOK, "")

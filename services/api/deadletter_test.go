@@ -111,6 +111,62 @@ func TestRetryOfARecreatedTasksDeadLetterIsAConflict(t *testing.T) {
 		t.Fatalf("retry of the deleted task's dead letter: %s, want a detail naming the recreation", r.raw)
 	}
 	expect(t, "retry with force=maybe", b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry?force=maybe", ""), http.StatusBadRequest, "force")
-	// No governor runs: the forced requeue is stored, and pending.
+	// No governor runs: the forced requeue is stored, and pending. It
+	// names no task creation: it runs the task of this ID now.
 	expect(t, "forced retry", b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry?force=true", ""), http.StatusAccepted, "")
+	if rq, raw := lastRequeue(t, js, "web"); rq.DeadLetterSeq != 1 || !rq.TaskCreatedAt.IsZero() || strings.Contains(raw, "taskCreatedAt") {
+		t.Fatalf("forced retry stored %s, want deadLetterSeq 1 and no taskCreatedAt", raw)
+	}
+}
+
+// lastRequeue is the data of the last task.requeued of task id on TASKS,
+// decoded and as stored.
+func lastRequeue(t *testing.T, js jetstream.JetStream, id string) (events.TaskRequeue, string) {
+	t.Helper()
+	msgs := natstest.Read(t, js, streams.StreamTasks, events.TaskSubject(events.VerbRequeued, id))
+	if len(msgs) == 0 {
+		t.Fatalf("no task.requeued of %s on TASKS", id)
+	}
+	m := msgs[len(msgs)-1]
+	e, err := events.Decode(m.Headers(), m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rq events.TaskRequeue
+	if err := events.DecodeData(e, &rq); err != nil {
+		t.Fatal(err)
+	}
+	return rq, string(e.Data())
+}
+
+// TestRetryNamesTheDeadLettersTask: the requeue a retry publishes names
+// the task creation the dead letter is of (its dispatch's taskCreatedAt),
+// so the governor rejects it if the task is deleted and created again
+// after the API's check (which a task.requeued published directly never
+// had). A forced retry names none, and runs the task of the ID then.
+func TestRetryNamesTheDeadLettersTask(t *testing.T) {
+	t.Parallel()
+	b, js := apiOnly(t)
+	ctx := context.Background()
+	created := time.Date(2026, 11, 29, 9, 0, 0, 123456789, time.UTC)
+	d := events.DeadLetter{
+		TaskID: "web", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: created.Add(time.Minute),
+		Dispatch: events.Dispatch{DispatchID: "web:1", TaskID: "web", ScheduledAt: created, TaskCreatedAt: created},
+	}
+	if err := jsutil.PublishEvent(ctx, js, events.DeadLetterSubject("web"), "dl-web", events.TypeDeadLettered, "test", "web", d, created); err != nil {
+		t.Fatal(err)
+	}
+	spec := events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	natstest.PutJSON(t, js, streams.BucketTasks, "web", spec)
+	natstest.PutJSON(t, js, streams.BucketSchedules, "web", gov.State{TaskID: "web", CreatedAt: created, NextRunAt: created.Add(time.Hour)})
+
+	// No governor runs: each requeue is stored, and pending.
+	expect(t, "retry", b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry", `{"reason":"fixed"}`), http.StatusAccepted, "")
+	if rq, raw := lastRequeue(t, js, "web"); rq.DeadLetterSeq != 1 || rq.Reason != "fixed" || !rq.TaskCreatedAt.Equal(created) {
+		t.Fatalf("retry stored %s, want deadLetterSeq 1 and taskCreatedAt %s", raw, created.Format(time.RFC3339Nano))
+	}
+	expect(t, "forced retry", b.call(t, http.MethodPost, "/api/v1/deadletter/1/retry?force=true", ""), http.StatusAccepted, "")
+	if rq, raw := lastRequeue(t, js, "web"); rq.DeadLetterSeq != 1 || !rq.TaskCreatedAt.IsZero() || strings.Contains(raw, "taskCreatedAt") {
+		t.Fatalf("forced retry stored %s, want deadLetterSeq 1 and no taskCreatedAt", raw)
+	}
 }

@@ -137,12 +137,14 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	// The entry of a task deleted and created again under the same ID is
 	// not the new task's: its requeue ran the new task once. It is a 409
-	// unless ?force=true asks for that run.
+	// unless ?force=true asks for that run. The requeue names the entry's
+	// task (taskCreatedAt), so the governor rejects it if the task is
+	// deleted and created again between this check and the requeue.
 	if why := rec.Recreated(task); why != "" && !force {
 		writeError(w, http.StatusConflict, "seq", why+"; add ?force=true to run it anyway")
 		return
 	}
-	s.send(w, r, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: req.Reason})
+	s.send(w, r, events.VerbRequeued, id, rec.Requeue(req.Reason, force))
 }
 
 func (s *Service) runtime(w http.ResponseWriter, r *http.Request) {

@@ -328,6 +328,13 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 				return gov.Decision{}, err
 			}
 		}
+		if err := step.otherCreation(&st); err != nil {
+			// Judged on the schedule read from KV (a cached copy of
+			// another task was re-read above); a copy that agrees with
+			// the requeue but is stale fails the compare-and-set below,
+			// and the requeue is judged again on KV.
+			return gov.Decision{}, err
+		}
 		if rev == 0 && step.CommandID == "" {
 			// An outcome never creates a schedule for a task whose spec is
 			// gone: the spec view may lag a deletion by a moment, and a

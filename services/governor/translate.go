@@ -49,6 +49,11 @@ type Step struct {
 	// must not make its commands look old.
 	Seq         uint64
 	Redelivered bool
+	// RequeueFor is the taskCreatedAt of a task.requeued: the createdAt of
+	// the task it is meant for (the retried dead letter's). Zero: any task
+	// of the ID. A requeue meant for a task deleted since is rejected
+	// (otherCreation).
+	RequeueFor time.Time
 }
 
 // repeats reports whether the step is an input already applied to st: the
@@ -145,9 +150,12 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 }
 
 // TaskCreatedAt is the createdAt of the schedule the step's run was
-// dispatched from (see gov.Outcome.TaskCreatedAt), or zero.
+// dispatched from (see gov.Outcome.TaskCreatedAt), or of the task a
+// requeue is meant for (RequeueFor), or zero.
 func (s *Step) TaskCreatedAt() time.Time {
 	switch {
+	case s.Input.Kind == gov.KindRequeued:
+		return s.RequeueFor
 	case s.Input.Outcome != nil:
 		return s.Input.Outcome.TaskCreatedAt
 	case s.Input.DeadLetter != nil:
@@ -305,6 +313,10 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 			return Step{}, rejectErr(err)
 		}
 		step.Input = gov.Input{Kind: gov.KindRequeued}
+		step.RequeueFor = r.TaskCreatedAt
+		if !r.TaskCreatedAt.IsZero() {
+			step.Summary += " for the task created at " + r.TaskCreatedAt.UTC().Format(time.RFC3339Nano)
+		}
 	default:
 		return Step{}, reject("type", fmt.Sprintf("%q is not a command", e.Type()))
 	}
@@ -353,6 +365,22 @@ func pastIsNow(t, now time.Time) time.Time {
 	return t
 }
 
+// otherCreation is the rejection of a task.requeued meant for another
+// task than st's: its taskCreatedAt (RequeueFor) names a task of the same
+// ID deleted since, and st's was created again (gov.OtherCreatedAt: both
+// times known, and they differ). Applied, it would run the new task and
+// clear its dead-letter mark. It is nil for every other step, and for a requeue
+// that names no creation or the schedule's, or whose schedule has no
+// createdAt (written before 2026-11-27, or by hand), which tells nothing.
+func (s *Step) otherCreation(st *gov.State) error {
+	if s.Input.Kind != gov.KindRequeued || !gov.OtherCreatedAt(s.RequeueFor, st.CreatedAt) {
+		return nil
+	}
+	return reject("taskCreatedAt", fmt.Sprintf("the requeue is meant for task %q created at %s, but that task was deleted and the task of this id now was created at %s: "+
+		"retrying the deleted task's dead letter would run the new task; send the requeue without taskCreatedAt (flyball dlq retry --force, ?force=true) to run it anyway",
+		s.TaskID, s.RequeueFor.UTC().Format(time.RFC3339Nano), st.CreatedAt.UTC().Format(time.RFC3339Nano)))
+}
+
 // Apply applies one step to a task's state: the decision the service stores
 // and the one explain replays. A command already applied (redelivered) is
 // ignored.
@@ -389,7 +417,9 @@ type Entry struct {
 // rejected commands are skipped, exactly as the service skipped them. A
 // command whose answer is not known is judged as the service judges it
 // (applyCommand): a create is refused if the task exists under another
-// command, any other command but a delete if it does not.
+// command, any other command but a delete if it does not, and a requeue
+// meant for another creation of the task than the one replayed
+// (otherCreation).
 func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 	var spec *events.TaskSpec
 	var st gov.State
@@ -403,6 +433,8 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 					accepted = spec == nil || st.LastCommandID == step.CommandID
 				case gov.KindDeleted:
 					accepted = true
+				case gov.KindRequeued:
+					accepted = spec != nil && step.otherCreation(&st) == nil
 				default:
 					accepted = spec != nil
 				}

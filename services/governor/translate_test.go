@@ -1,7 +1,9 @@
 package governor
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +168,61 @@ func TestTranslateSignalTypeMustMatchSubject(t *testing.T) {
 				t.Fatalf("Translate = %+v, %v; want malformed: %s", step.Input, err, c.want)
 			}
 		})
+	}
+}
+
+// TestTranslateReadsTheRequeuesTaskCreatedAt: taskCreatedAt is decoded
+// strictly (a malformed one is rejected naming it), and explain's replay
+// judges a requeue whose answer is not known as the governor does.
+func TestTranslateReadsTheRequeuesTaskCreatedAt(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	translate := func(data string) (Step, error) {
+		body, err := events.Marshal(events.TypeTaskRequeued, "test", "t", json.RawMessage(data), now, "rq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Translate(events.TaskSubject(events.VerbRequeued, "t"), nil, body, now)
+	}
+	created := time.Date(2026, 11, 29, 9, 0, 0, 123456789, time.UTC)
+	step, err := translate(`{"id":"t","taskCreatedAt":"2026-11-29T10:00:00.123456789+01:00"}`)
+	if err != nil || !step.RequeueFor.Equal(created) || !step.TaskCreatedAt().Equal(created) {
+		t.Fatalf("Translate: requeue for %v (TaskCreatedAt %v), err %v; want %v", step.RequeueFor, step.TaskCreatedAt(), err, created)
+	}
+	if step, err := translate(`{"id":"t"}`); err != nil || !step.RequeueFor.IsZero() {
+		t.Fatalf("Translate without taskCreatedAt: requeue for %v, err %v; want zero", step.RequeueFor, err)
+	}
+	for _, data := range []string{
+		`{"id":"t","taskCreatedAt":"yesterday"}`,
+		`{"id":"t","taskCreatedAt":1764406800}`,
+		`{"id":"t","taskCreatedAt":"9999-12-31T23:30:00-01:00"}`,
+	} {
+		_, err := translate(data)
+		var rej *rejection
+		if !errors.As(err, &rej) || len(rej.reasons) != 1 || rej.reasons[0].Field != "taskCreatedAt" {
+			t.Errorf("Translate(%s) = %v, want a rejection naming taskCreatedAt", data, err)
+		}
+	}
+
+	// Replayed: create, delete, create again, then two requeues whose
+	// answers are not stored: the one meant for the deleted task is
+	// skipped, the one meant for the new task applies.
+	t1, t2 := now, now.Add(time.Minute)
+	spec := minuteSpec("t")
+	requeue := func(at, forTask time.Time, id string) Step {
+		return Step{TaskID: "t", At: at, CommandID: id, CommandType: events.TypeTaskRequeued, Input: gov.Input{Kind: gov.KindRequeued}, RequeueFor: forTask}
+	}
+	steps := []Step{
+		{TaskID: "t", At: t1, Spec: spec, CommandID: "c1", CommandType: events.TypeTaskCreated, Input: gov.Input{Kind: gov.KindAccepted}},
+		{TaskID: "t", At: t1.Add(time.Second), CommandID: "d1", CommandType: events.TypeTaskDeleted, Input: gov.Input{Kind: gov.KindDeleted}},
+		{TaskID: "t", At: t2, Spec: spec, CommandID: "c2", CommandType: events.TypeTaskCreated, Input: gov.Input{Kind: gov.KindAccepted}},
+		requeue(t2.Add(time.Second), gov.CreatedAt(t1), "rq-old"),
+		requeue(t2.Add(2*time.Second), gov.CreatedAt(t2), "rq-new"),
+	}
+	var applied []string
+	for _, e := range Replay(steps, func(int) (bool, bool) { return false, false }) {
+		applied = append(applied, e.Step.CommandID)
+	}
+	if fmt.Sprint(applied) != "[c1 d1 c2 rq-new]" {
+		t.Fatalf("replayed %v, want [c1 d1 c2 rq-new]", applied)
 	}
 }

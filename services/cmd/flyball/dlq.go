@@ -261,7 +261,9 @@ in DEADLETTER as a record: purge it once the task is healthy again. --all
 retries the task of --task once, naming its newest stored entry: one
 requeue runs the task again whatever entry it names. An entry of a task
 deleted and created again since is refused: its retry would run the new
-task; --force runs it anyway.`,
+task; --force runs it anyway. The requeue names the task the entry is of
+(taskCreatedAt), so the governor rejects it if the task is deleted and
+created again before it applies it; with --force it names none.`,
 		Example: "  flyball dlq retry 42\n  flyball dlq retry --all --task orders-health --reason 'fixed the endpoint'",
 		// cobra.MaximumNArgs said "accepts at most 1 arg(s), received 2",
 		// naming neither the command nor what it wants.
@@ -329,6 +331,9 @@ task; --force runs it anyway.`,
 				// The entry of a task deleted and created again under the
 				// same ID is not the new task's: its requeue ran the new
 				// task once. It is refused unless --force asks for that run.
+				// The requeue names the entry's task (taskCreatedAt), so the
+				// governor rejects it if the task is deleted and created
+				// again between this check and the requeue.
 				v, err := s.q.Task(ctx, id)
 				if err != nil && !errors.Is(err, query.ErrNotFound) {
 					return err
@@ -336,7 +341,7 @@ task; --force runs it anyway.`,
 				if why := rec.Recreated(v); why != "" && !force {
 					return errors.New(why + "; add --force to run it anyway")
 				}
-				acc, err := s.command(ctx, events.VerbRequeued, id, events.TaskRequeue{ID: id, DeadLetterSeq: rec.Seq, Reason: reason})
+				acc, err := s.command(ctx, events.VerbRequeued, id, rec.Requeue(reason, force))
 				if err != nil {
 					return err
 				}
@@ -351,7 +356,7 @@ task; --force runs it anyway.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "requeue --task once, naming its newest stored dead letter")
-	cmd.Flags().BoolVar(&force, "force", false, "retry an entry of a task deleted and created again since, running the new task")
+	cmd.Flags().BoolVar(&force, "force", false, "retry an entry of a task deleted and created again since, running the new task (the requeue names no task creation)")
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
 	return cmd

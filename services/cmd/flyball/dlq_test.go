@@ -220,6 +220,86 @@ func TestDLQRetryOfARecreatedTaskIsRefused(t *testing.T) {
 	if n := requeues(); n != 1 {
 		t.Fatalf("forced retry: %d task.requeued on TASKS, want 1", n)
 	}
+	// It names no task creation: it runs the task of this ID now.
+	if rq, raw := lastRequeue(t, srv.JS, "web"); rq.DeadLetterSeq != ack.Sequence || !rq.TaskCreatedAt.IsZero() || strings.Contains(raw, "taskCreatedAt") {
+		t.Fatalf("forced retry stored %s, want deadLetterSeq %d and no taskCreatedAt", raw, ack.Sequence)
+	}
+}
+
+// lastRequeue is the data of the last task.requeued of task id on TASKS,
+// decoded and as stored.
+func lastRequeue(t *testing.T, js jetstream.JetStream, id string) (events.TaskRequeue, string) {
+	t.Helper()
+	msgs := natstest.Read(t, js, streams.StreamTasks, events.TaskSubject(events.VerbRequeued, id))
+	if len(msgs) == 0 {
+		t.Fatalf("no task.requeued of %s on TASKS", id)
+	}
+	m := msgs[len(msgs)-1]
+	e, err := events.Decode(m.Headers(), m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rq events.TaskRequeue
+	if err := events.DecodeData(e, &rq); err != nil {
+		t.Fatal(err)
+	}
+	return rq, string(e.Data())
+}
+
+// TestDLQRetryNamesTheDeadLettersTask: the requeue `dlq retry` publishes
+// names the task creation the entry is of (its dispatch's taskCreatedAt),
+// so the governor rejects it if the task is deleted and created again
+// after the CLI's check. --all names its newest entry's; --force names
+// none, and runs the task of the ID then.
+func TestDLQRetryNamesTheDeadLettersTask(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t) // no governor: nothing answers
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	created := time.Date(2026, 11, 29, 9, 0, 0, 123456789, time.UTC)
+	var seq uint64
+	for i := range 2 {
+		slot := created.Add(time.Duration(i) * time.Hour)
+		entry := events.DeadLetter{
+			TaskID: "web", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: slot.Add(time.Minute),
+			Dispatch: events.Dispatch{DispatchID: events.DispatchID("web", slot), TaskID: "web", ScheduledAt: slot, TaskCreatedAt: created},
+		}
+		data, err := events.Marshal(events.TypeDeadLettered, "test", "web", entry, slot, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := srv.JS.Publish(t.Context(), events.DeadLetterSubject("web"), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq = ack.Sequence
+	}
+	spec := events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "web", spec)
+	natstest.PutJSON(t, srv.JS, streams.BucketSchedules, "web", gov.State{TaskID: "web", CreatedAt: created, NextRunAt: created.Add(time.Hour)})
+
+	for i, c := range []struct {
+		args  []string
+		named bool
+	}{
+		{[]string{"dlq", "retry", fmt.Sprint(seq), "--reason", "fixed"}, true},
+		{[]string{"dlq", "retry", "--all", "--task", "web"}, true},
+		{[]string{"dlq", "retry", fmt.Sprint(seq), "--force"}, false},
+		{[]string{"dlq", "retry", "--all", "--task", "web", "--force"}, false},
+	} {
+		e.run(t, append(c.args, "--timeout", "1s")...) // no governor answers: pending
+		if n := len(natstest.Read(t, srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbRequeued, "web"))); n != i+1 {
+			t.Fatalf("flyball %s: %d task.requeued on TASKS, want %d", strings.Join(c.args, " "), n, i+1)
+		}
+		rq, raw := lastRequeue(t, srv.JS, "web")
+		switch {
+		case rq.DeadLetterSeq != seq:
+			t.Errorf("flyball %s stored %s, want deadLetterSeq %d", strings.Join(c.args, " "), raw, seq)
+		case c.named && !rq.TaskCreatedAt.Equal(created):
+			t.Errorf("flyball %s stored %s, want taskCreatedAt %s", strings.Join(c.args, " "), raw, created.Format(time.RFC3339Nano))
+		case !c.named && strings.Contains(raw, "taskCreatedAt"):
+			t.Errorf("flyball %s stored %s, want no taskCreatedAt", strings.Join(c.args, " "), raw)
+		}
+	}
 }
 
 // TestDLQEmptyTaskIsRefused: an empty --task (a script's unset variable,

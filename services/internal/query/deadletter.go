@@ -50,6 +50,19 @@ func (d *DeadLetterRecord) Recreated(v *TaskView) string {
 		d.Seq, d.Entry.TaskID, d.Entry.Dispatch.TaskCreatedAt.UTC().Format(time.RFC3339Nano), v.Schedule.CreatedAt.UTC().Format(time.RFC3339Nano))
 }
 
+// Requeue is the data of the task.requeued that retries the entry, with
+// reason. It names the entry's task (taskCreatedAt, from the entry's
+// dispatch), so the governor rejects it if the task was deleted and created
+// again (Recreated) by the time it applies it; unless force, which runs
+// whichever task has the ID then, and leaves taskCreatedAt unset.
+func (d *DeadLetterRecord) Requeue(reason string, force bool) events.TaskRequeue {
+	r := events.TaskRequeue{ID: d.Entry.TaskID, DeadLetterSeq: d.Seq, Reason: reason}
+	if !force {
+		r.TaskCreatedAt = d.Entry.Dispatch.TaskCreatedAt
+	}
+	return r
+}
+
 // DecodeDeadLetter decodes a DEADLETTER message (from the stream or from a
 // core subscription to flyball.deadletter.>). seq and at may be zero.
 func DecodeDeadLetter(seq uint64, at time.Time, subject string, header nats.Header, data []byte) DeadLetterRecord {
