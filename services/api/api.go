@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -34,7 +35,7 @@ type Config struct {
 	// Addr is the listen address. Defaults to 127.0.0.1:8080.
 	Addr string
 	// Tokens are the accepted bearer tokens, each at least 16 characters.
-	// At least one is required.
+	// At least one is required. SetTokens replaces them while running.
 	Tokens []string
 	// AnswerTimeout bounds the wait for the governor's verdict on a
 	// command. Defaults to 5s.
@@ -58,8 +59,10 @@ const MinTokenLength = 16
 // Service is the API server.
 type Service struct {
 	lifecycle.Base
-	cfg    Config
-	tokens [][sha256.Size]byte
+	cfg Config
+	// tokens holds the digests of the accepted tokens; SetTokens swaps
+	// the whole set, so a request sees the old one or the new one.
+	tokens atomic.Pointer[[][sha256.Size]byte]
 	ctl    *control.Client
 	q      *query.Reader
 	srv    *http.Server
@@ -71,15 +74,9 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.SetDefaults("api"); err != nil {
 		return nil, err
 	}
-	if len(cfg.Tokens) == 0 {
-		return nil, errors.New("api: Config.Tokens: at least one bearer token is required")
-	}
 	s := &Service{}
-	for i, t := range cfg.Tokens {
-		if len(t) < MinTokenLength {
-			return nil, fmt.Errorf("api: Config.Tokens[%d]: must be at least %d characters", i, MinTokenLength)
-		}
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	if err := s.SetTokens(cfg.Tokens); err != nil {
+		return nil, fmt.Errorf("api: Config.Tokens: %w", err)
 	}
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:8080"

@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -40,8 +41,27 @@ func (s *Service) auth(next http.Handler) http.Handler {
 func (s *Service) validToken(tok string) bool {
 	sum := sha256.Sum256([]byte(tok))
 	ok := 0
-	for i := range s.tokens {
-		ok |= subtle.ConstantTimeCompare(sum[:], s.tokens[i][:])
+	for _, t := range *s.tokens.Load() {
+		ok |= subtle.ConstantTimeCompare(sum[:], t[:])
 	}
 	return ok == 1
+}
+
+// SetTokens replaces the accepted bearer tokens: the next request is
+// checked against the new set, and a request being checked sees either
+// set whole. An empty set, or a token shorter than MinTokenLength, is
+// refused and the current tokens stay.
+func (s *Service) SetTokens(tokens []string) error {
+	if len(tokens) == 0 {
+		return errors.New("at least one bearer token is required")
+	}
+	set := make([][sha256.Size]byte, 0, len(tokens))
+	for i, t := range tokens {
+		if len(t) < MinTokenLength {
+			return fmt.Errorf("token %d: must be at least %d characters", i, MinTokenLength)
+		}
+		set = append(set, sha256.Sum256([]byte(t)))
+	}
+	s.tokens.Store(&set)
+	return nil
 }
