@@ -31,11 +31,14 @@ import (
 
 // runFlags are shared by dev and serve.
 type runFlags struct {
-	logLevel      string
-	logFormat     string
-	apiAddr       string
-	apiTokens     []string
-	apiTokenFile  string
+	logLevel     string
+	logFormat    string
+	apiAddr      string
+	apiTokens    []string
+	apiTokenFile string
+	// tokenFile, set by tokens() when there is an apiTokenFile, re-reads
+	// it into the running API.
+	tokenFile     *tokenFile
 	metricsAddr   string
 	allowLoopback bool
 	allowCIDRs    []string
@@ -260,16 +263,12 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 		if err != nil {
 			return nil, false, fmt.Errorf("%s: %w", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), err)
 		}
-		n := 0
-		for line := range strings.SplitSeq(string(b), "\n") {
-			n++
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				toks = append(toks, line)
-				if len(line) < api.MinTokenLength {
-					return nil, false, fmt.Errorf("%s %s: line %d has %d characters, want at least %d", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), f.apiTokenFile, n, len(line), api.MinTokenLength)
-				}
-			}
+		fromFile, err := parseTokenFile(f.apiTokenFile, b)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s %w", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), err)
 		}
+		f.tokenFile = newTokenFile(f.apiTokenFile, toks, fromFile, string(b))
+		toks = append(toks, fromFile...)
 	}
 	if len(toks) > 0 || !generate {
 		return toks, false, nil

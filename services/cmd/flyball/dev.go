@@ -93,9 +93,11 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
+			stopTokens := rf.tokenFile.start(ctx, tokenFilePoll, st.API, log)
 			printDevBanner(cmd, listen, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
 			<-ctx.Done()
 			log.Info("shutting down: api and timer first, then in-flight runs, then result consumers")
+			stopTokens()
 			stopMetrics()
 			st.Stop()
 			if err := nc.Drain(); err != nil {

@@ -280,9 +280,15 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				return noJetStream(err)
 			}
 			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
-			log.Info("serving", "services", st.Names(), "nats", redactURLs(nf.url))
+			stopTokens := rf.tokenFile.start(ctx, tokenFilePoll, st.API, log)
+			attrs := []any{"services", st.Names(), "nats", redactURLs(nf.url)}
+			if st.API != nil {
+				attrs = append(attrs, "api", st.API.Addr())
+			}
+			log.Info("serving", attrs...)
 			<-ctx.Done()
 			log.Info("shutting down")
+			stopTokens()
 			stopMetrics()
 			st.Stop()
 			if err := nc.Drain(); err != nil {
