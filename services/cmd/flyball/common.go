@@ -74,7 +74,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 		// --help shows the default: say that there is one, not what it is.
 		fs.Lookup("api-token").DefValue = "[REDACTED]"
 	}
-	fs.StringVar(&f.apiTokenFile, "api-token-file", os.Getenv("FLYBALL_API_TOKEN_FILE"), "file with one API bearer token per line (env FLYBALL_API_TOKEN_FILE)")
+	fs.StringVar(&f.apiTokenFile, "api-token-file", os.Getenv("FLYBALL_API_TOKEN_FILE"), "file with one API bearer token per line, read again on SIGHUP and when it changes (env FLYBALL_API_TOKEN_FILE)")
 	defMetrics := ":9090"
 	if dev {
 		defMetrics = "127.0.0.1:9090"
