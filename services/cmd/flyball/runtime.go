@@ -19,8 +19,9 @@ func newRuntimeCmd() *cobra.Command {
 		Short: "List the service instances in the runtime registry (KV flyball-runtime)",
 		Long: `runtime lists every registered service instance with its host, pid,
 version, status and the age of its last heartbeat. Instances beat every 15s;
-the sweeper marks one offline once its last beat is older than 45s, and an
-instance that stops cleanly removes its entry.`,
+one whose last beat is older than 45s is listed offline (the sweeper also
+marks it so in the registry), and an instance that stops cleanly removes its
+entry.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {

@@ -587,6 +587,48 @@ func TestRuntimeListsInstancesWithAge(t *testing.T) {
 	}
 }
 
+// TestRuntimeListsASilentInstanceOffline: `flyball runtime` and GET
+// /api/v1/runtime printed the status an instance last wrote, so an
+// instance killed while no sweeper ran (or before the sweeper's next
+// sweep) was listed "online 5m2s ago" while `flyball status` listed it
+// offline. docs/operations.md says an instance silent for 45 s is listed
+// offline by both; they now judge it alike.
+func TestRuntimeListsASilentInstanceOffline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now().UTC()
+	b.r.Now = func() time.Time { return now }
+	b.put(t, streams.BucketRuntime, "timer.killed", events.Heartbeat{
+		Kind: "timer", Name: "killed", Status: events.RuntimeOnline, LastBeat: now, Interval: events.Duration(15 * time.Second),
+	})
+	status := func() events.RuntimeStatus {
+		t.Helper()
+		list, err := b.r.Runtime(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 {
+			t.Fatalf("runtime = %+v, want one instance", list)
+		}
+		return list[0].Status
+	}
+	if got := status(); got != events.RuntimeOnline {
+		t.Fatalf("an instance that beat just now: status %q, want online", got)
+	}
+	// 50 s with no beat, and no sweeper to mark it.
+	b.r.Now = func() time.Time { return now.Add(50 * time.Second) }
+	if got := status(); got != events.RuntimeOffline {
+		t.Errorf("an instance silent for 50 s (3 beats of 15 s missed): status %q, want offline, as flyball status lists it", got)
+	}
+	h, err := b.r.Health(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Services.Offline) != 1 || h.Services.Offline[0].Status != events.RuntimeOffline {
+		t.Errorf("health's offline list = %+v, want the instance, offline", h.Services.Offline)
+	}
+}
+
 func TestExpectedInterval(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -25,7 +25,9 @@ type Instance struct {
 
 // Runtime lists the registered service instances, by kind then name.
 // Instances that stopped cleanly deregistered themselves; the sweeper marks
-// those that stopped beating offline.
+// those that stopped beating offline. An instance silent for three beats
+// is listed offline before the sweeper marks it (or with no sweeper
+// running), as Health counts it: its entry still says online.
 func (r *Reader) Runtime(ctx context.Context) ([]Instance, error) {
 	beats, raw, err := decodeEntries[events.Heartbeat](ctx, r.runtime)
 	if err != nil {
@@ -34,7 +36,11 @@ func (r *Reader) Runtime(ctx context.Context) ([]Instance, error) {
 	now := r.now()
 	out := make([]Instance, 0, len(beats))
 	for key, hb := range beats {
-		out = append(out, Instance{Key: key, Heartbeat: hb, LastBeatAge: events.Duration(now.Sub(hb.LastBeat)), StoredAt: raw[key].Created().UTC()})
+		in := Instance{Key: key, Heartbeat: hb, LastBeatAge: events.Duration(now.Sub(hb.LastBeat)), StoredAt: raw[key].Created().UTC()}
+		if !online(&in, now) {
+			in.Status = events.RuntimeOffline
+		}
+		out = append(out, in)
 	}
 	slices.SortFunc(out, func(a, b Instance) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Name, b.Name))
