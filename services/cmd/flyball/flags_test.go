@@ -109,6 +109,10 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		// Both were sent, and the server chose which identity to use.
 		{"NATS_USER=timer", []string{"serve", "timer", "--creds", "/nonexistent/timer.creds"}, "flyball: NATS_USER and --creds both name a NATS identity: give one of them"},
 		{"NATS_USER=timer", []string{"provision", "--nkey", "/nonexistent/timer.nk"}, "flyball: NATS_USER and --nkey both name a NATS identity: give one of them"},
+		// flyball target named its flags for a variable's mistake too.
+		{"FLYBALL_LOG_LEVEL=verbose", []string{"target"}, `flyball: FLYBALL_LOG_LEVEL: want debug, info, warn or error, got "verbose"`},
+		{"FLYBALL_TARGET_ADDR=127.0.0.1:99999", []string{"target"}, `flyball: FLYBALL_TARGET_ADDR 127.0.0.1:99999: listen tcp: `},
+		{"FLYBALL_TARGET_ADDR=127.0.0.1:99999", []string{"target", "--addr", "127.0.0.1:99998"}, `flyball: --addr 127.0.0.1:99998: listen tcp: `},
 		// The flag wins: its variable is not read, so the next mistake is
 		// the one reported.
 		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor", "--log-level", "info", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},

@@ -57,7 +57,7 @@ Flyball-Attempt on every call, so the log can be matched against RUNS.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: want debug, info, warn or error, got %q", logLevel)
+				return fmt.Errorf("%s: want debug, info, warn or error, got %q", origin(cmd.Flags(), "log-level", "FLYBALL_LOG_LEVEL"), logLevel)
 			}
 			if err := def.validate(); err != nil {
 				return err
@@ -70,7 +70,7 @@ Flyball-Attempt on every call, so the log can be matched against RUNS.`,
 			t := newTarget(def, maxLog, log)
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
-				return fmt.Errorf("--addr %s: %w", addr, err)
+				return fmt.Errorf("%s %s: %w", origin(cmd.Flags(), "addr", "FLYBALL_TARGET_ADDR"), addr, err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
