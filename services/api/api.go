@@ -140,7 +140,7 @@ func (s *Service) routes() []route {
 		{method: http.MethodGet, path: "/api/v1/deadletter/{seq}", handler: s.getDeadLetter},
 		{method: http.MethodPost, path: "/api/v1/deadletter/{seq}/retry", handler: s.retryDeadLetter, query: []string{"force"}},
 		{method: http.MethodGet, path: "/api/v1/runtime", handler: s.runtime},
-		{method: http.MethodGet, path: "/api/v1/scheduler/health", handler: s.health},
+		{method: http.MethodGet, path: "/api/v1/scheduler/health", handler: s.health, query: []string{"staleness"}},
 	}
 }
 

@@ -156,8 +156,15 @@ func (s *Service) runtime(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"instances": list})
 }
 
+// health answers the summary with the staleness (by default, and at most,
+// query.MaxStaleness) stalest tasks. 0 is allowed: a probe that wants the
+// queue, the services and stalenessCount need not carry any entry.
 func (s *Service) health(w http.ResponseWriter, r *http.Request) {
-	h, err := s.q.Health(r.Context())
+	n, ok := intParam(w, r, "staleness", query.MaxStaleness, 0, query.MaxStaleness)
+	if !ok {
+		return
+	}
+	h, err := s.q.Health(r.Context(), n)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return

@@ -42,7 +42,7 @@ the fifth.`,
 				return fmt.Errorf("--json and -o %s conflict: --json is -o json", out)
 			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
-				h, err := s.q.Health(ctx)
+				h, err := s.q.Health(ctx, query.MaxStaleness)
 				if err != nil {
 					return err
 				}

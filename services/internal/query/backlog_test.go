@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -22,7 +23,7 @@ func TestHealthReportsEveryDurablesBacklog(t *testing.T) {
 	if err := b.srv.JS.DeleteConsumer(b.ctx, streams.StreamAdvisories, streams.ConsumerDeadLetter); err != nil {
 		t.Fatal(err)
 	}
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}

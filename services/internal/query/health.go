@@ -28,6 +28,10 @@ const (
 	HealthDeadLetters = 25
 	// DefaultJob is the perType key of tasks without a job.
 	DefaultJob = "default"
+	// MaxStaleness is the most staleness entries Health lists, and the
+	// API's default: at 100,000 tasks, listing every one built tens of MB
+	// in the API's memory and printed 100,000 lines in flyball status.
+	MaxStaleness = 1000
 )
 
 // Health is the scheduler-health summary: the shape of Pulse's
@@ -39,8 +43,12 @@ type Health struct {
 	DeadLetter DeadLetterHealth `json:"deadLetter"`
 	// Breakers lists breakers that are not closed.
 	Breakers []BreakerHealth `json:"breakers"`
-	// Staleness scores every task, stalest first.
+	// Staleness lists the stalest tasks, stalest first: at most the
+	// number Health was asked for.
 	Staleness []StalenessEntry `json:"staleness"`
+	// StalenessCount is how many tasks were scored: those not in
+	// Staleness were left out as less stale.
+	StalenessCount int `json:"stalenessCount"`
 	// Services is what the runtime registry (KV flyball-runtime) says
 	// of flyball's own services.
 	Services ServicesHealth `json:"services"`
@@ -178,8 +186,13 @@ type StalenessEntry struct {
 	Paused      bool            `json:"paused,omitempty"`
 }
 
-// Health computes the scheduler-health summary.
-func (r *Reader) Health(ctx context.Context) (*Health, error) {
+// Health computes the scheduler-health summary. Its Staleness lists the
+// stale stalest tasks, in [0, MaxStaleness] (0 lists none), held in a
+// bounded heap as the tasks are scored; StalenessCount counts them all.
+func (r *Reader) Health(ctx context.Context, stale int) (*Health, error) {
+	if stale < 0 || stale > MaxStaleness {
+		return nil, fmt.Errorf("staleness: must be in [0, %d], got %d", MaxStaleness, stale)
+	}
 	now := r.now()
 	specs, specEntries, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
 	if err != nil {
@@ -196,8 +209,9 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 	h := &Health{
 		UpdatedAt: now, Enabled: true,
 		Queue:    QueueHealth{PerType: map[string]int{}},
-		Breakers: []BreakerHealth{}, Staleness: []StalenessEntry{},
+		Breakers: []BreakerHealth{},
 	}
+	top := stalest{max: stale}
 	for id, st := range states {
 		spec, ok := specs[id]
 		if !ok || st.Deleted {
@@ -215,19 +229,19 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		if since.IsZero() {
 			since = specEntries[id].Created()
 		}
-		e := StalenessEntry{
-			TaskID: id, Score: x.Score(now, st.LastSuccessAt, since),
-			Expected: events.Duration(x.Interval(now)), Paused: st.PausedAt(now),
+		h.StalenessCount++
+		e := StalenessEntry{TaskID: id, Score: x.Score(now, st.LastSuccessAt, since)}
+		if !top.admits(&e) {
+			continue
 		}
+		e.Expected, e.Paused = events.Duration(x.Interval(now)), st.PausedAt(now)
 		if !st.LastSuccessAt.IsZero() {
 			t := st.LastSuccessAt
 			e.LastSuccess = &t
 		}
-		h.Staleness = append(h.Staleness, e)
+		top.add(e)
 	}
-	slices.SortFunc(h.Staleness, func(a, b StalenessEntry) int {
-		return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.TaskID, b.TaskID))
-	})
+	h.Staleness = top.sorted()
 	for key, b := range breakers {
 		if b.State == events.BreakerClosed || b.State == "" {
 			continue
@@ -266,6 +280,68 @@ func (r *Reader) Health(ctx context.Context) (*Health, error) {
 		})
 	}
 	return h, nil
+}
+
+// staler orders staleness entries stalest first, then by task id.
+func staler(a, b *StalenessEntry) int {
+	return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.TaskID, b.TaskID))
+}
+
+// stalest keeps the max stalest entries it is given in a heap whose root
+// is the least stale of them, so that memory stays bounded by max rather
+// than by the number of tasks.
+type stalest struct {
+	max int
+	h   []StalenessEntry
+}
+
+// admits reports whether e would be kept: there is room, or it is staler
+// than the least stale entry kept.
+func (s *stalest) admits(e *StalenessEntry) bool {
+	return len(s.h) < s.max || (s.max > 0 && staler(e, &s.h[0]) < 0)
+}
+
+// add keeps e, which admits accepted, dropping the least stale entry if
+// the heap is full.
+func (s *stalest) add(e StalenessEntry) {
+	if len(s.h) < s.max {
+		s.h = append(s.h, e)
+		for i := len(s.h) - 1; i > 0; {
+			p := (i - 1) / 2
+			if staler(&s.h[p], &s.h[i]) < 0 { // parent staler: swap the less stale up
+				s.h[p], s.h[i] = s.h[i], s.h[p]
+				i = p
+				continue
+			}
+			break
+		}
+		return
+	}
+	s.h[0] = e
+	for i := 0; ; {
+		l, r, least := 2*i+1, 2*i+2, i
+		if l < len(s.h) && staler(&s.h[l], &s.h[least]) > 0 {
+			least = l
+		}
+		if r < len(s.h) && staler(&s.h[r], &s.h[least]) > 0 {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		s.h[i], s.h[least] = s.h[least], s.h[i]
+		i = least
+	}
+}
+
+// sorted returns the entries kept, stalest first.
+func (s *stalest) sorted() []StalenessEntry {
+	out := s.h
+	if out == nil {
+		out = []StalenessEntry{}
+	}
+	slices.SortFunc(out, func(a, b StalenessEntry) int { return staler(&a, &b) })
+	return out
 }
 
 // backlog reads every durable consumer's state. A consumer that cannot

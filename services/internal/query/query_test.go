@@ -361,7 +361,7 @@ func TestHealthSummarises(t *testing.T) {
 		b.publish(t, events.DeadLetterSubject("later"), events.TypeDeadLettered, "later", deadLetter("later", i))
 	}
 
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func TestHealthServices(t *testing.T) {
 	beat("executor", "gone", 5*time.Minute, events.RuntimeOffline)
 	beat("governor", "old", 10*time.Second, events.RuntimeOffline) // a fresh beat, but marked offline
 
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestHealthServicesIgnoresAnInstanceClockBehind(t *testing.T) {
 	b.put(t, streams.BucketRuntime, "executor.behind", events.Heartbeat{
 		Kind: "executor", Name: "behind", Status: events.RuntimeOnline, LastBeat: now.Add(-2 * time.Minute), Interval: events.Duration(15 * time.Second),
 	})
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestHealthServicesIgnoresAnInstanceClockBehind(t *testing.T) {
 	// Silence still shows: read 50 s later with no beat in between.
 	later := now.Add(50 * time.Second)
 	b.r.Now = func() time.Time { return later }
-	if h, err = b.r.Health(b.ctx); err != nil {
+	if h, err = b.r.Health(b.ctx, query.MaxStaleness); err != nil {
 		t.Fatal(err)
 	}
 	if sh := h.Services; len(sh.Online) != 0 || len(sh.Offline) != 6 {
@@ -489,7 +489,7 @@ func TestHealthNamesTheTimerLeaseHolder(t *testing.T) {
 	if _, err := kv.Create(b.ctx, streams.LeaseTimer, []byte("timer2#5c0f9a3e")); err != nil {
 		t.Fatal(err)
 	}
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestHealthNamesTheTimerLeaseHolder(t *testing.T) {
 	if err := b.srv.JS.DeleteKeyValue(b.ctx, streams.BucketLeases); err != nil {
 		t.Fatal(err)
 	}
-	if h, err = b.r.Health(b.ctx); err != nil {
+	if h, err = b.r.Health(b.ctx, query.MaxStaleness); err != nil {
 		t.Fatalf("health without the leases bucket: %v", err)
 	}
 	if h.Services.TimerLease != "" {
@@ -522,7 +522,7 @@ func TestHealthStalenessFollowsARelaxationOnPurpose(t *testing.T) {
 		TaskID: "dormant", NextRunAt: last.Add(6 * time.Minute), Source: gov.SourceActivityDormant,
 		LastScheduledAt: last, LastSuccessAt: last,
 	})
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}
