@@ -54,6 +54,10 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"runs", "web", "--before", "9", "--follow"}, "flyball: --before lists older runs and --follow newer ones: give one of them"},
 		{[]string{"task", "list", "--after", "a.b"}, `flyball: --after: task id "a.b": must be 1-128 characters`},
 		{[]string{"task", "list", "--limit", "-1"}, "flyball: --limit: must be >= 0, got -1"},
+		// status printed every task's staleness; --stale caps it, as the
+		// API's staleness parameter does.
+		{[]string{"status", "--stale", "1001"}, "flyball: --stale: must be in [0, 1000], got 1001"},
+		{[]string{"status", "--stale", "-1", "-o", "json"}, "flyball: --stale: must be in [0, 1000], got -1"},
 
 		// An empty --until or --at (a script's unset variable) read as
 		// not given: the task was paused until resumed, or hinted a

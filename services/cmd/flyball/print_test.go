@@ -158,3 +158,14 @@ func TestStatusPrintsTheBacklog(t *testing.T) {
 		t.Errorf("an idle backlog printed:\n%s", got)
 	}
 }
+
+// TestStatusPointsPastTheCap: with more tasks than --stale can list, the
+// "more" line names the largest --stale, not the count.
+func TestStatusPointsPastTheCap(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printHealth(&out, &query.Health{Staleness: make([]query.StalenessEntry, statusStale), StalenessCount: 100_000})
+	if want := "  … and 99990 more (flyball status --stale 1000 lists the 1000 stalest)\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("status of 100,000 tasks:\n%s\nwant it to end with %q", out.String(), want)
+	}
+}

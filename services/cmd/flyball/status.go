@@ -19,6 +19,7 @@ func newStatusCmd() *cobra.Command {
 		cf     clientFlags
 		asJSON bool
 		out    output
+		stale  int
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -26,7 +27,7 @@ func newStatusCmd() *cobra.Command {
 		Long: `status prints the scheduler-health summary, the same data as
 GET /api/v1/scheduler/health: scheduled tasks (and how many are due within
 12s, by job), stored dead letters (the 25 newest), breakers that are not
-closed, and each task's staleness score:
+closed, and the staleness score of the stalest tasks:
 
   score = min(1, max(0, (age - expected) / (4 × expected)))
 
@@ -34,19 +35,31 @@ where age is the time since the task's last success (or since it was
 created) and expected its baseline interval: 0 while the last success is
 at most one interval old, 1 at five intervals. A cron task counts the
 occurrences due since its last success instead: 0 until the first, 1 at
-the fifth.`,
-		Args: noArgs,
+the fifth.
+
+The table lists the 10 stalest tasks and says how many more there are;
+--stale N lists N (0 to 1000). -o json lists 1000, as the API does,
+unless --stale is given.`,
+		Example: "  flyball status\n  flyball status --stale 100\n  flyball status -o json | jq '.stalenessCount'",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// --json won over -o table without a word.
 			if asJSON && out != outJSON && cmd.Flags().Changed("output") {
 				return fmt.Errorf("--json and -o %s conflict: --json is -o json", out)
 			}
+			if stale < 0 || stale > query.MaxStaleness {
+				return fmt.Errorf("--stale: must be in [0, %d], got %d", query.MaxStaleness, stale)
+			}
+			jsonOut := asJSON || out == outJSON
+			if jsonOut && !cmd.Flags().Changed("stale") {
+				stale = query.MaxStaleness // the API's default
+			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
-				h, err := s.q.Health(ctx, query.MaxStaleness)
+				h, err := s.q.Health(ctx, stale)
 				if err != nil {
 					return err
 				}
-				if asJSON || out == outJSON {
+				if jsonOut {
 					return printJSON(s.out, h)
 				}
 				printHealth(s.out, h)
@@ -57,8 +70,13 @@ the fifth.`,
 	cf.register(cmd)
 	out.register(cmd, outTable)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "the same as -o json (the API's shape)")
+	cmd.Flags().IntVar(&stale, "stale", statusStale, fmt.Sprintf("list the N stalest tasks, 0 to %d (-o json: %d unless given)", query.MaxStaleness, query.MaxStaleness))
 	return cmd
 }
+
+// statusStale is how many of the stalest tasks the status table lists by
+// default: at 100,000 tasks it printed 100,000 lines.
+const statusStale = 10
 
 func printHealth(w io.Writer, h *query.Health) {
 	fmt.Fprintf(w, "scheduler health at %s\n\n", fmtTime(h.UpdatedAt))
@@ -96,7 +114,7 @@ func printHealth(w io.Writer, h *query.Health) {
 		}
 		_ = tw.Flush()
 	}
-	fmt.Fprintf(w, "staleness     %d task(s), stalest first\n", len(h.Staleness))
+	fmt.Fprintf(w, "staleness     %d task(s), stalest first\n", h.StalenessCount)
 	if len(h.Staleness) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TASK\tSCORE\tLAST SUCCESS\tEXPECTED\tPAUSED")
@@ -112,6 +130,13 @@ func printHealth(w io.Writer, h *query.Health) {
 			fmt.Fprintf(tw, "  %s\t%.2f\t%s\t%s\t%s\n", e.TaskID, e.Score, last, e.Expected.D().Round(time.Second), paused)
 		}
 		_ = tw.Flush()
+	}
+	if more := h.StalenessCount - len(h.Staleness); more > 0 {
+		if h.StalenessCount <= query.MaxStaleness {
+			fmt.Fprintf(w, "  … and %d more (flyball status --stale %d lists them all)\n", more, h.StalenessCount)
+		} else {
+			fmt.Fprintf(w, "  … and %d more (flyball status --stale %d lists the %d stalest)\n", more, query.MaxStaleness, query.MaxStaleness)
+		}
 	}
 }
 
