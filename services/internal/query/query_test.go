@@ -620,7 +620,7 @@ func TestRuntimeListsASilentInstanceOffline(t *testing.T) {
 	if got := status(); got != events.RuntimeOffline {
 		t.Errorf("an instance silent for 50 s (3 beats of 15 s missed): status %q, want offline, as flyball status lists it", got)
 	}
-	h, err := b.r.Health(b.ctx)
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
 	if err != nil {
 		t.Fatal(err)
 	}
