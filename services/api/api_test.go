@@ -434,7 +434,9 @@ func TestDeadLetterRuntimeAndHealthRoutes(t *testing.T) {
 	if err := json.Unmarshal(h.raw, &health); err != nil {
 		t.Fatal(err)
 	}
-	if !health.Enabled || health.Queue.Depth == nil || health.DeadLetter.Count != 1 || len(health.DeadLetter.Tasks) != 1 ||
+	// The retry runs the task now, and its 404 may dead-letter it a
+	// second time before this read: one entry or two.
+	if !health.Enabled || health.Queue.Depth == nil || health.DeadLetter.Count == 0 || len(health.DeadLetter.Tasks) != int(health.DeadLetter.Count) ||
 		health.DeadLetter.Tasks[0].TaskID != "gone" || !strings.Contains(health.DeadLetter.Tasks[0].LastError, "404") ||
 		health.Breakers == nil || len(health.Staleness) != 1 || health.Staleness[0].TaskID != "gone" {
 		t.Fatalf("health: %s", h.raw)
