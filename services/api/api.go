@@ -34,6 +34,11 @@ type Config struct {
 	svcconf.Common
 	// Addr is the listen address. Defaults to 127.0.0.1:8080.
 	Addr string
+	// Listener, when set, is an already bound listener to serve on
+	// instead of listening on Addr, so a caller can find an address in
+	// use before it connects or starts anything. Stop closes it.
+	// Defaults to nil (listen on Addr).
+	Listener net.Listener
 	// Tokens are the accepted bearer tokens, each at least 16 characters.
 	// At least one is required. SetTokens replaces them while running.
 	Tokens []string
@@ -223,9 +228,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.q.Now = s.cfg.Now
 	s.ctl = &control.Client{NC: s.cfg.JS.Conn(), JS: s.cfg.JS, Source: "flyball/api/" + s.cfg.Instance}
-	s.ln, err = net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("api: listen %s: %w", s.cfg.Addr, err)
+	if s.ln = s.cfg.Listener; s.ln == nil {
+		s.ln, err = net.Listen("tcp", s.cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("api: listen %s: %w", s.cfg.Addr, err)
+		}
 	}
 	s.srv = &http.Server{
 		Handler:           s.Handler(),
@@ -248,6 +255,8 @@ func (s *Service) Stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = s.srv.Shutdown(ctx)
 		cancel()
+	} else if s.cfg.Listener != nil {
+		_ = s.cfg.Listener.Close() // Start failed before serving it
 	}
 	s.Base.Stop()
 }

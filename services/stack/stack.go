@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -68,6 +69,9 @@ type Config struct {
 	// APIAddr and APITokens configure the API (required when it runs).
 	APIAddr   string
 	APITokens []string
+	// APIListener is api.Config.Listener: a listener the caller bound,
+	// served instead of listening on APIAddr. Defaults to nil.
+	APIListener net.Listener
 	// HeartbeatInterval defaults to 15s; OfflineAfter to 45s; SweepInterval to 15s.
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
@@ -189,7 +193,7 @@ func (st *Stack) build(name string) (service, error) {
 		st.Timer = t
 		return t, err
 	case "api":
-		a, err := api.New(api.Config{Common: c, Addr: st.cfg.APIAddr, Tokens: st.cfg.APITokens})
+		a, err := api.New(api.Config{Common: c, Addr: st.cfg.APIAddr, Listener: st.cfg.APIListener, Tokens: st.cfg.APITokens})
 		st.API = a
 		return a, err
 	}

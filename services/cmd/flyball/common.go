@@ -304,6 +304,18 @@ func (f *runFlags) listenMetrics() (net.Listener, error) {
 	return ln, nil
 }
 
+// listenAPI binds the API's listener, for dev and serve api, before
+// anything connects or starts: an --api-addr in use was found by the API
+// when it started, after the connection and the services before it, and
+// the error did not say which setting gave the address.
+func (f *runFlags) listenAPI() (net.Listener, error) {
+	ln, err := net.Listen("tcp", f.apiAddr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", f.origin("api-addr", "FLYBALL_API_ADDR"), f.apiAddr, err)
+	}
+	return ln, nil
+}
+
 // serveMetrics serves /metrics and /healthz on ln (from listenMetrics;
 // nil: nothing) until the returned stop, and with withPprof the Go
 // profiles under /debug/pprof/ (net/http/pprof).

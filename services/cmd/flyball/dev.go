@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -51,6 +52,13 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			storeDir := srvCfg.StoreDir
+			// nats-server does not fail on a port in use: it logs (nothing,
+			// without --nats-debug) and never gets ready, so dev waited 30 s
+			// and guessed. Found here, the error names the flag at once.
+			// The probe is closed before the server binds the port again.
+			if err := probeListen(listen, srvCfg); err != nil {
+				return err
+			}
 			tokens, generated, err := rf.tokens(true)
 			if err != nil {
 				return err
@@ -62,6 +70,11 @@ watch runs. Ctrl-C stops everything in order.`,
 			if ln != nil {
 				defer ln.Close() // served, the server's stop closes it first
 			}
+			apiLn, err := rf.listenAPI()
+			if err != nil {
+				return err
+			}
+			defer apiLn.Close() // served, the API's stop closes it first
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
@@ -87,7 +100,7 @@ watch runs. Ctrl-C stops everything in order.`,
 			}
 			m := metrics.New()
 			cfg := rf.stackConfig(js, log, m, guard, tokens)
-			cfg.Version = version
+			cfg.Version, cfg.APIListener = version, apiLn
 			st, err := stack.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -157,6 +170,24 @@ func dialable(addr string) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// probeListen checks that the address the embedded server will listen on
+// (cfg's, with embedded.Start's defaults) can be bound, and frees it
+// again; an error names --listen, which gave it.
+func probeListen(listen string, cfg embedded.Config) error {
+	host, port := cfg.Host, cfg.Port
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == 0 {
+		port = 4222
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", listen, err)
+	}
+	return ln.Close()
 }
 
 // devServerConfig is the embedded nats-server dev starts, from its

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,55 @@ func TestMetricsAddrInUseFailsBeforeAnythingStarts(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(e.dir, "store")); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s flyball %s with the metrics address in use: its store exists (stat: %v), want nothing started", c.env, strings.Join(args, " "), err)
+		}
+	}
+}
+
+// TestListenAndAPIAddrInUseFailBeforeAnythingStarts: dev's --listen and
+// the --api-addr (or FLYBALL_API_ADDR) of dev and serve api, already in
+// use, are refused at once in one line naming where the address came
+// from, before serve connects (nothing listens at NATS_URL) and before
+// dev starts its server (its store is not created). dev waited 30 s for
+// an embedded server that never got ready, then said "(is the port in
+// use?)" without naming --listen; the API's address was found in use
+// only after the connection and the services before it had started.
+func TestListenAndAPIAddrInUseFailBeforeAnythingStarts(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	const token = "a-token-of-sixteen-chars"
+	for _, c := range []struct {
+		env  string
+		args []string
+		from string
+	}{
+		{"", []string{"dev", "--listen", addr, "--api-addr", freeLoopback(t)}, "--listen"},
+		{"", []string{"dev", "--listen", freeLoopback(t), "--api-addr", addr}, "--api-addr"},
+		{"FLYBALL_API_ADDR=" + addr, []string{"dev", "--listen", freeLoopback(t)}, "FLYBALL_API_ADDR"},
+		{"", []string{"serve", "api", "--api-token", token, "--api-addr", addr}, "--api-addr"},
+		{"FLYBALL_API_ADDR=" + addr, []string{"serve", "governor", "api", "--api-token", token}, "FLYBALL_API_ADDR"},
+	} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+		if c.env != "" {
+			e.env = []string{c.env}
+		}
+		args := append(slices.Clone(c.args), "--metrics-addr", "")
+		if args[0] == "dev" {
+			args = append(args, "--data-dir", "store")
+		}
+		start := time.Now()
+		r := e.run(t, args...)
+		want := "flyball: " + c.from + " " + addr + ": listen tcp " + addr + ": "
+		if r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, "NATS") {
+			t.Errorf("%s flyball %s with the address in use: exit %d after %s, stderr %q; want exit 1 and one line starting %q, before any connection",
+				c.env, strings.Join(args, " "), r.code, time.Since(start).Round(time.Second), r.stderr, want)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "store")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s flyball %s with the address in use: its store exists (stat: %v), want nothing started", c.env, strings.Join(args, " "), err)
 		}
 	}
 }

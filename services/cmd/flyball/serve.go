@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -256,6 +258,13 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if ln != nil {
 				defer ln.Close() // served, the server's stop closes it first
 			}
+			var apiLn net.Listener
+			if slices.Contains(args, "api") {
+				if apiLn, err = rf.listenAPI(); err != nil {
+					return err
+				}
+				defer apiLn.Close() // served, the API's stop closes it first
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			nf.name, nf.log = "flyball-"+strings.Join(args, "-"), log
@@ -274,7 +283,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			}
 			m := metrics.New()
 			cfg := rf.stackConfig(js, log, m, guard, tokens)
-			cfg.Services, cfg.Instance, cfg.Version = args, instance, version
+			cfg.Services, cfg.Instance, cfg.Version, cfg.APIListener = args, instance, version, apiLn
 			st, err := stack.Start(ctx, cfg)
 			if err != nil {
 				return noJetStream(err)
