@@ -169,3 +169,31 @@ func TestStatusPointsPastTheCap(t *testing.T) {
 		t.Errorf("status of 100,000 tasks:\n%s\nwant it to end with %q", out.String(), want)
 	}
 }
+
+// TestTaskTableSaysWhenTheNextRunFalls: task get -o table gives the next
+// run's distance from now in words; one in the past is overdue, not
+// "in -8s".
+func TestTaskTableSaysWhenTheNextRunFalls(t *testing.T) {
+	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		next time.Time
+		want string
+	}{
+		{"future", now.Add(8 * time.Second), "(in 8s)"},
+		{"past", now.Add(-8 * time.Second), "(overdue by 8s)"},
+		{"now", now.Add(200 * time.Millisecond), "(due now)"},
+	} {
+		var b bytes.Buffer
+		printTask(&b, &query.TaskView{Spec: events.TaskSpec{ID: "web"}, Schedule: &gov.State{NextRunAt: c.next}}, now)
+		var line string
+		for l := range strings.Lines(b.String()) {
+			if strings.HasPrefix(l, "next run") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, c.want) || strings.Contains(line, "-8s") {
+			t.Errorf("%s: next run line %q, want it to contain %q", c.name, line, c.want)
+		}
+	}
+}

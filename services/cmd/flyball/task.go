@@ -267,6 +267,19 @@ func reasonSuffix(r string) string {
 	return "(" + r + ")"
 }
 
+// untilNextRun says when a next run at t falls, seen at now: "in 8s",
+// "due now", or "overdue by 8s" for one in the past, which read "in -8s".
+func untilNextRun(t, now time.Time) string {
+	switch d := t.Sub(now).Round(time.Second); {
+	case d > 0:
+		return "in " + d.String()
+	case d < 0:
+		return "overdue by " + (-d).String()
+	default:
+		return "due now"
+	}
+}
+
 func printTask(w io.Writer, v *query.TaskView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -284,7 +297,7 @@ func printTask(w io.Writer, v *query.TaskView, now time.Time) {
 	if st != nil {
 		next := "none"
 		if !st.NextRunAt.IsZero() {
-			next = fmt.Sprintf("%s (in %s)", fmtTime(st.NextRunAt), st.NextRunAt.Sub(now).Round(time.Second))
+			next = fmt.Sprintf("%s (%s)", fmtTime(st.NextRunAt), untilNextRun(st.NextRunAt, now))
 		}
 		row("next run", fmt.Sprintf("%s, source %s", next, orDash(string(st.Source))))
 		row("last outcome", orDash(st.LastOutcome))
