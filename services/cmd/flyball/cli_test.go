@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -441,6 +442,27 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "show", seq)), &shown); err != nil || shown.Event.Type != "io.flyball.deadlettered" {
 		t.Fatalf("dlq show: %+v, %v", shown, err)
+	}
+	// show gives the entry under the names dlq list -o json and the API
+	// use (it printed only seq, time, subject and the raw event).
+	var listed []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "list", "-o", "json")), &listed); err != nil || len(listed) != 1 {
+		t.Fatalf("dlq list -o json: %v, %v", listed, err)
+	}
+	var showFields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(e.ok(t, "dlq", "show", seq)), &showFields); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range listed[0] {
+		var a, b any
+		_ = json.Unmarshal(v, &a)
+		_ = json.Unmarshal(showFields[k], &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("dlq show %s: %q is %s, want %s as in dlq list -o json", seq, k, showFields[k], v)
+		}
+	}
+	if _, ok := listed[0]["entry"]; !ok {
+		t.Errorf("dlq list -o json has no entry: %v", listed[0])
 	}
 	e.fails(t, []string{"dlq", "show", "999"}, "no dead letter at sequence 999")
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -212,7 +211,7 @@ func newDLQShowCmd() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
 		Use:   "show <seq>",
-		Short: "Print one dead letter in full: the stored CloudEvent with every attempt's error",
+		Short: "Print one dead letter in full, as GET /api/v1/deadletter/<seq> does, and the stored CloudEvent (event)",
 		Args:  oneArg("DEADLETTER sequence (SEQ in flyball dlq list)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			seq, err := parseSeq(args[0])
@@ -231,12 +230,13 @@ func newDLQShowCmd() *cobra.Command {
 				if json.Valid(rec.Raw) {
 					ev = json.RawMessage(rec.Raw)
 				}
+				// The record as dlq list -o json and GET
+				// /api/v1/deadletter/{seq} give it (entry, eventId, error),
+				// and the stored CloudEvent as it is, envelope and all.
 				return printJSON(s.out, struct {
-					Seq     uint64    `json:"seq"`
-					Time    time.Time `json:"time"`
-					Subject string    `json:"subject"`
-					Event   any       `json:"event"`
-				}{rec.Seq, rec.Time, rec.Subject, ev})
+					*query.DeadLetterRecord
+					Event any `json:"event"`
+				}{rec, ev})
 			})
 		},
 	}
