@@ -65,13 +65,13 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	// Each names what is missing: the server's "stream not found" does not.
 	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w (did streams.Ensure run?)", streams.StreamDispatch, err)
+		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamDispatch, err)
 	}
 	if err := streams.Check(&s.dispatch.CachedInfo().Config); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	if s.attempts, err = s.cfg.JS.KeyValue(ctx, streams.BucketAttempts); err != nil {
-		return fmt.Errorf("deadletter: bind KV %s: %w (did streams.Ensure run?)", streams.BucketAttempts, err)
+		return fmt.Errorf("deadletter: bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.BucketAttempts, err)
 	}
 	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerDeadLetter, s.cfg.Logger,
 		func(m jetstream.Msg) { s.handle(runCtx, m) })

@@ -164,7 +164,7 @@ func (s *Service) Start(ctx context.Context) error {
 		{"KV_" + streams.BucketSchedules, &s.schedStream},
 	} {
 		if *st.to, err = s.cfg.JS.Stream(ctx, st.name); err != nil {
-			return fmt.Errorf("sweeper: stream %s: %w (did streams.Ensure run?)", st.name, err)
+			return fmt.Errorf("sweeper: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", st.name, err)
 		}
 		if err := streams.Check(&(*st.to).CachedInfo().Config); err != nil {
 			return fmt.Errorf("sweeper: %w", err)

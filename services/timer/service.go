@@ -288,19 +288,19 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	kv, err := s.cfg.JS.KeyValue(ctx, streams.BucketSchedules)
 	if err != nil {
-		return fmt.Errorf("timer: bind KV %s: %w (did streams.Ensure run?)", streams.BucketSchedules, err)
+		return fmt.Errorf("timer: bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.BucketSchedules, err)
 	}
 	var leases jetstream.KeyValue
 	if s.cfg.Lease > 0 {
 		if leases, err = s.cfg.JS.KeyValue(ctx, streams.BucketLeases); err != nil {
-			return fmt.Errorf("timer: bind KV %s: %w (did streams.Ensure run?)", streams.BucketLeases, err)
+			return fmt.Errorf("timer: bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.BucketLeases, err)
 		}
 	}
 	// Bound now rather than at the first refused dispatch: a DISPATCH
 	// that is not the definition's refuses every later dispatch of a task
 	// without a word (streams.Check).
 	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
-		return fmt.Errorf("timer: stream %s: %w (did streams.Ensure run?)", streams.StreamDispatch, err)
+		return fmt.Errorf("timer: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamDispatch, err)
 	}
 	if err := streams.Check(&s.dispatch.CachedInfo().Config); err != nil {
 		return fmt.Errorf("timer: %w", err)

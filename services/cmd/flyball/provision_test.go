@@ -106,7 +106,7 @@ func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
 // stream's name, and the timer named its bucket but not the cure.
 func TestServeWithoutStreamsSaysWhatIsMissing(t *testing.T) {
 	t.Parallel()
-	const hint = "(did streams.Ensure run?)"
+	const hint = "(run flyball provision, or flyball serve with --ensure-streams)"
 	_, empty := natstest.StartListeningEmpty(t)
 	for _, svc := range []string{"governor", "timer", "executor", "breaker", "deadletter", "sweeper"} {
 		e := &cliEnv{url: empty, dir: t.TempDir()}

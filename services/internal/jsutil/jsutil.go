@@ -228,7 +228,7 @@ const consumeExpiry = 5 * time.Second
 func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
 	cons, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s/%s: %w (did streams.Ensure run?)", stream, durable, err)
+		return nil, fmt.Errorf("consumer %s/%s: %w (run flyball provision, or flyball serve with --ensure-streams)", stream, durable, err)
 	}
 	opts = append([]jetstream.PullConsumeOpt{jetstream.PullExpiry(consumeExpiry)}, opts...)
 	opts = append(opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -298,7 +298,7 @@ func BindBuckets(ctx context.Context, js jetstream.JetStream, buckets ...Bucket)
 	for _, b := range buckets {
 		kv, err := js.KeyValue(ctx, b.Name)
 		if err != nil {
-			return fmt.Errorf("bind KV %s: %w (did streams.Ensure run?)", b.Name, err)
+			return fmt.Errorf("bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", b.Name, err)
 		}
 		*b.KV = kv
 	}

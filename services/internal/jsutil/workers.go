@@ -64,7 +64,7 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 	}
 	cons, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s/%s: %w (did streams.Ensure run?)", stream, durable, err)
+		return nil, fmt.Errorf("consumer %s/%s: %w (run flyball provision, or flyball serve with --ensure-streams)", stream, durable, err)
 	}
 	pullCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &WorkerConsume{
