@@ -271,3 +271,39 @@ func TestDocsNatsNamesExist(t *testing.T) {
 		t.Fatalf("checked %d nats command lines naming a stream, consumer or bucket, want at least 20", checked)
 	}
 }
+
+// TestDocsNatsCommandsThatAskRunWithoutATerminal: a nats command of the
+// README and docs/ that asks for confirmation (kv del, stream purge,
+// consumer rm …) and is given with what it acts on carries -f. Without a
+// terminal (a script, docker compose exec -T, ssh host cmd) the nats CLI
+// (v0.5.0) cannot ask, and exits 1 with "cannot ask for confirmation
+// without a terminal", having done nothing.
+func TestDocsNatsCommandsThatAskRunWithoutATerminal(t *testing.T) {
+	t.Parallel()
+	cmds, err := docexamples.Commands(docCommandBlocks(t), "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := map[string]bool{
+		"kv del": true, "kv rm": true, "kv purge": true,
+		"stream rm": true, "stream del": true, "stream purge": true, "stream rmm": true, "stream edit": true,
+		"consumer rm": true, "consumer del": true, "consumer reset": true, "consumer edit": true,
+		"consumer pause": true, "consumer unpin": true,
+	}
+	checked := 0
+	for _, c := range cmds {
+		words := c.Words[1:]
+		// A mention without what it acts on (`nats consumer edit`) is
+		// prose, not a command to run.
+		if len(words) < 3 || !asks[words[0]+" "+words[1]] {
+			continue
+		}
+		checked++
+		if !slices.Contains(words, "-f") && !slices.Contains(words, "--force") {
+			t.Errorf("%s: nats %s: without -f it fails where there is no terminal to confirm in", c.Block.Where(), strings.Join(words, " "))
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("checked %d nats commands that ask for confirmation, want at least 3", checked)
+	}
+}
