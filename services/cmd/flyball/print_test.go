@@ -113,6 +113,11 @@ func TestStatusNamesTheTimerLeaseHolder(t *testing.T) {
 		t.Errorf("holder online:\n%s", out.String())
 	}
 	out.Reset()
+	printServices(&out, &query.ServicesHealth{Online: map[string]int{"timer": 1}, TimerLease: "timer1"})
+	if got := out.String(); !strings.Contains(got, "  timer lease: timer1 dispatches; no other timer is online to take over\n") || strings.Contains(got, "stand by") {
+		t.Errorf("the only timer online holds the lease:\n%s", got)
+	}
+	out.Reset()
 	var gone query.Instance
 	gone.Kind, gone.Name = "timer", "timer1"
 	printServices(&out, &query.ServicesHealth{Online: map[string]int{"timer": 1}, Offline: []query.Instance{gone}, TimerLease: "timer1"})

@@ -163,7 +163,11 @@ func printServices(w io.Writer, sh *query.ServicesHealth) {
 		fmt.Fprintf(w, "  NONE ONLINE: %s: %s\n", m.Kind, m.Effect)
 	}
 	if sh.TimerLease != "" {
-		state := "dispatches; other timers stand by"
+		// With one timer online there is no other to stand by.
+		state := "dispatches; no other timer is online to take over"
+		if sh.Online["timer"] > 1 {
+			state = "dispatches; other timers stand by"
+		}
 		for _, in := range sh.Offline {
 			if in.Kind == "timer" && in.Name == sh.TimerLease {
 				state = "is OFFLINE: a standby takes the lease once it has gone unrenewed for the lease's duration"
