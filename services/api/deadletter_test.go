@@ -123,20 +123,9 @@ func TestRetryOfARecreatedTasksDeadLetterIsAConflict(t *testing.T) {
 // decoded and as stored.
 func lastRequeue(t *testing.T, js jetstream.JetStream, id string) (events.TaskRequeue, string) {
 	t.Helper()
-	msgs := natstest.Read(t, js, streams.StreamTasks, events.TaskSubject(events.VerbRequeued, id))
-	if len(msgs) == 0 {
-		t.Fatalf("no task.requeued of %s on TASKS", id)
-	}
-	m := msgs[len(msgs)-1]
-	e, err := events.Decode(m.Headers(), m.Data())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rq events.TaskRequeue
-	if err := events.DecodeData(e, &rq); err != nil {
-		t.Fatal(err)
-	}
-	return rq, string(e.Data())
+	raw := natstest.LastData(t, js, streams.StreamTasks, events.TaskSubject(events.VerbRequeued, id), &rq)
+	return rq, raw
 }
 
 // TestRetryNamesTheDeadLettersTask: the requeue a retry publishes names

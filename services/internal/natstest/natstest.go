@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -631,4 +632,23 @@ func (r *Restartable) start(t testing.TB) {
 		t.Fatal("natstest: server not ready within 10s")
 	}
 	r.Server, r.URL = s, s.ClientURL()
+}
+
+// LastData decodes the data of the last CloudEvent stream holds on
+// subject into v, and returns that data as stored.
+func LastData(t testing.TB, js jetstream.JetStream, stream, subject string, v any) string {
+	t.Helper()
+	msgs := Read(t, js, stream, subject)
+	if len(msgs) == 0 {
+		t.Fatalf("nothing on %s %s", stream, subject)
+	}
+	m := msgs[len(msgs)-1]
+	e, err := events.Decode(m.Headers(), m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.DecodeData(e, v); err != nil {
+		t.Fatal(err)
+	}
+	return string(e.Data())
 }
