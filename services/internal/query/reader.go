@@ -62,24 +62,35 @@ func (r *Reader) now() time.Time {
 // subscription instead of a request per key, and stops the watch once the
 // stored values are delivered.
 func Entries(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.KeyValueEntry, error) {
+	out := map[string]jetstream.KeyValueEntry{}
+	if err := eachEntry(ctx, kv, func(e jetstream.KeyValueEntry) { out[e.Key()] = e }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachEntry calls fn with every live key of a bucket as Entries's watch
+// delivers it, and keeps none of them: a caller that needs little of
+// each value holds only that. A key updated while the watch delivers can
+// come twice, its newer value last; Entries keeps the last.
+func eachEntry(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("read KV %s: %w", kv.Bucket(), err)
+		return fmt.Errorf("read KV %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
-	out := map[string]jetstream.KeyValueEntry{}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read KV %s: %w", kv.Bucket(), ctx.Err())
+			return fmt.Errorf("read KV %s: %w", kv.Bucket(), ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("read KV %s: watch closed", kv.Bucket())
+				return fmt.Errorf("read KV %s: watch closed", kv.Bucket())
 			}
 			if e == nil { // every stored value has been delivered
-				return out, nil
+				return nil
 			}
-			out[e.Key()] = e
+			fn(e)
 		}
 	}
 }
