@@ -3,6 +3,7 @@ package query
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -194,69 +195,42 @@ func (r *Reader) Health(ctx context.Context, stale int) (*Health, error) {
 		return nil, fmt.Errorf("staleness: must be in [0, %d], got %d", MaxStaleness, stale)
 	}
 	now := r.now()
-	specs, specEntries, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
-	if err != nil {
-		return nil, err
-	}
-	states, _, err := decodeEntries[gov.State](ctx, r.schedules)
-	if err != nil {
-		return nil, err
-	}
-	breakers, _, err := decodeEntries[executor.BreakerRecord](ctx, r.breakers)
+	tasks, err := r.healthTasks(ctx, now)
 	if err != nil {
 		return nil, err
 	}
 	h := &Health{
 		UpdatedAt: now, Enabled: true,
-		Queue:    QueueHealth{PerType: map[string]int{}},
-		Breakers: []BreakerHealth{},
+		Queue: QueueHealth{PerType: map[string]int{}},
 	}
 	top := stalest{max: stale}
-	for id, st := range states {
-		spec, ok := specs[id]
-		if !ok || st.Deleted {
-			continue // orphaned state of a deleted task
+	for id, t := range tasks {
+		if !t.scored {
+			continue // no state, or that of a deleted task
 		}
-		if !st.NextRunAt.IsZero() {
+		if t.queued {
 			h.Queue.Depth++
-			if !st.NextRunAt.After(now.Add(DueWindow)) {
+			if t.due {
 				h.Queue.DueWithinSeconds++
 			}
-			h.Queue.PerType[cmp.Or(spec.Job, DefaultJob)]++
-		}
-		x := Expect(&spec).Hinted(st.IntervalHint, now).Planned(st.Source, st.LastScheduledAt, st.NextRunAt)
-		since := st.CreatedAt
-		if since.IsZero() {
-			since = specEntries[id].Created()
+			h.Queue.PerType[t.job]++
 		}
 		h.StalenessCount++
-		e := StalenessEntry{TaskID: id, Score: x.Score(now, st.LastSuccessAt, since)}
+		e := StalenessEntry{TaskID: id, Score: t.score}
 		if !top.admits(&e) {
 			continue
 		}
-		e.Expected, e.Paused = events.Duration(x.Interval(now)), st.PausedAt(now)
-		if !st.LastSuccessAt.IsZero() {
-			t := st.LastSuccessAt
-			e.LastSuccess = &t
+		e.Expected, e.Paused = events.Duration(t.x.Interval(now)), t.paused
+		if !t.lastSuccess.IsZero() {
+			ls := t.lastSuccess
+			e.LastSuccess = &ls
 		}
 		top.add(e)
 	}
 	h.Staleness = top.sorted()
-	for key, b := range breakers {
-		if b.State == events.BreakerClosed || b.State == "" {
-			continue
-		}
-		bh := BreakerHealth{Key: key, State: b.State, Failures: b.Failures}
-		if !strings.HasPrefix(key, events.HostKeyPrefix) {
-			bh.TaskID = key
-		}
-		if !b.RetryAt.IsZero() {
-			t := b.RetryAt
-			bh.RetryAt = &t
-		}
-		h.Breakers = append(h.Breakers, bh)
+	if h.Breakers, err = r.openBreakers(ctx); err != nil {
+		return nil, err
 	}
-	slices.SortFunc(h.Breakers, func(a, b BreakerHealth) int { return strings.Compare(a.Key, b.Key) })
 
 	if h.Services, err = r.servicesHealth(ctx); err != nil {
 		return nil, err
@@ -280,6 +254,126 @@ func (r *Reader) Health(ctx context.Context, stale int) (*Health, error) {
 		})
 	}
 	return h, nil
+}
+
+// healthTask is what Health keeps of a task: not its spec, which it
+// decodes and drops, but its job and expectation, then what its state
+// scores. At a million tasks, holding every spec and state whole took
+// gigabytes on each health poll.
+type healthTask struct {
+	job     string    // the spec's job, or DefaultJob
+	created time.Time // when the spec was stored: the age of a state without CreatedAt
+	expect  Expectation
+	// Set from the task's state. scored is false until one is read, and
+	// for a deleted task's.
+	scored, queued, due, paused bool
+	score                       float64
+	x                           Expectation // expect, hinted and planned
+	lastSuccess                 time.Time
+}
+
+// healthTasks reads the tasks (KV flyball-tasks), then scores each one's
+// state (KV flyball-schedules) at now.
+func (r *Reader) healthTasks(ctx context.Context, now time.Time) (map[string]healthTask, error) {
+	s := healthScan{now: now, tasks: map[string]healthTask{}, jobs: map[string]string{}}
+	if err := eachEntry(ctx, r.tasks, s.spec); err != nil {
+		return nil, err
+	}
+	if err := eachEntry(ctx, r.schedules, s.state); err != nil {
+		return nil, err
+	}
+	return s.tasks, nil
+}
+
+// healthScan collects healthTasks one entry at a time. A key delivered
+// twice (updated while the watch reads) keeps its last value, as a map of
+// the entries did.
+type healthScan struct {
+	now   time.Time
+	tasks map[string]healthTask
+	jobs  map[string]string // one copy of each job name
+}
+
+// spec keeps a task's job, expectation and creation time. A spec that
+// does not decode leaves its task out.
+func (s *healthScan) spec(e jetstream.KeyValueEntry) {
+	var spec events.TaskSpec
+	if json.Unmarshal(e.Value(), &spec) != nil {
+		delete(s.tasks, e.Key())
+		return
+	}
+	job := cmp.Or(spec.Job, DefaultJob)
+	if j, ok := s.jobs[job]; ok {
+		job = j
+	} else {
+		s.jobs[job] = job
+	}
+	s.tasks[e.Key()] = healthTask{job: job, created: e.Created(), expect: Expect(&spec)}
+}
+
+// state scores a task's state. A state without a task (an orphan) is
+// skipped; one that does not decode, or is a deleted task's, leaves its
+// task unscored.
+func (s *healthScan) state(e jetstream.KeyValueEntry) {
+	t, ok := s.tasks[e.Key()]
+	if !ok {
+		return
+	}
+	var st gov.State
+	if json.Unmarshal(e.Value(), &st) != nil || st.Deleted {
+		t.scored = false
+		s.tasks[e.Key()] = t
+		return
+	}
+	since := st.CreatedAt
+	if since.IsZero() {
+		since = t.created
+	}
+	t.x = t.expect.Hinted(st.IntervalHint, s.now).Planned(st.Source, st.LastScheduledAt, st.NextRunAt)
+	t.scored, t.score = true, t.x.Score(s.now, st.LastSuccessAt, since)
+	t.queued = !st.NextRunAt.IsZero()
+	t.due = t.queued && !st.NextRunAt.After(s.now.Add(DueWindow))
+	t.paused, t.lastSuccess = st.PausedAt(s.now), st.LastSuccessAt
+	s.tasks[e.Key()] = t
+}
+
+// openBreakers lists the breakers that are not closed (KV
+// flyball-breakers), sorted by key.
+func (r *Reader) openBreakers(ctx context.Context) ([]BreakerHealth, error) {
+	open := breakerSet{}
+	if err := eachEntry(ctx, r.breakers, open.add); err != nil {
+		return nil, err
+	}
+	out := make([]BreakerHealth, 0, len(open))
+	for _, bh := range open {
+		out = append(out, bh)
+	}
+	slices.SortFunc(out, func(a, b BreakerHealth) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// breakerSet holds the breakers that are not closed, by key. A key
+// delivered twice keeps its last record.
+type breakerSet map[string]BreakerHealth
+
+// add keeps a breaker that is open or half-open, and forgets one that is
+// closed or whose record does not decode.
+func (s breakerSet) add(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	var b executor.BreakerRecord
+	if json.Unmarshal(e.Value(), &b) != nil || b.State == events.BreakerClosed || b.State == "" {
+		delete(s, key)
+		return
+	}
+	bh := BreakerHealth{Key: key, State: b.State, Failures: b.Failures}
+	if !strings.HasPrefix(key, events.HostKeyPrefix) {
+		bh.TaskID = key
+	}
+	if !b.RetryAt.IsZero() {
+		t := b.RetryAt
+		bh.RetryAt = &t
+	}
+	s[key] = bh
 }
 
 // staler orders staleness entries stalest first, then by task id.
