@@ -118,12 +118,35 @@ func TestAClientThatDoesNotReadIsCutOff(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /api/v1/tasks/big/runs?limit=1000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+token+"\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	// The client reads nothing. It notices that the server closed the
-	// connection by writing to it: bytes the server never reads make its
-	// kernel answer with a reset, and a later write fails. The bytes hold
-	// no line end, so had the response been written in full after all,
-	// they would be the start of a next request line, which the server
-	// waits for (ReadHeaderTimeout, 10s) with the connection open.
+	// The handler first reads and encodes the whole history, which takes
+	// a few hundred ms of CPU under -race and, on a loaded 2-core machine,
+	// seconds of wall time: no bound on the time to the cut-off may count
+	// it. So the client first waits for the server to act on the request,
+	// with a bound that only catches a hang: either the response begins
+	// (the handler is writing, and blocks once the kernel buffers are
+	// full) or the connection is closed (the handler took longer than
+	// WriteTimeout, so its first write failed and nothing was sent). One
+	// byte read leaves the receive window all but closed.
+	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+	n, err := c.Read(make([]byte, 1))
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal("the server neither began its response nor closed the connection within a minute")
+		}
+		t.Logf("cut off before the response began: %v", err)
+		return
+	}
+	if n != 1 {
+		t.Fatalf("read %d bytes, want 1", n)
+	}
+	// The response has begun and the client reads no more of it. It
+	// notices that the server closed the connection by writing to it:
+	// bytes the server never reads make its kernel answer with a reset,
+	// and a later write fails. The bytes hold no line end, so had the
+	// response been written in full after all, they would be the start of
+	// a next request line, which the server waits for (ReadHeaderTimeout,
+	// 10s, counted from after the full response, so after its first byte)
+	// with the connection open: that fails the 8s bound.
 	natstest.Eventually(t, 8*time.Second, "a client that does not read its response is still connected; want it cut off after WriteTimeout (300ms)", func() bool {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, err := c.Write([]byte("x"))
