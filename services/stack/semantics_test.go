@@ -298,13 +298,28 @@ func TestBreakerProbeAtRetryAt(t *testing.T) {
 	if gap := calls[3].at.Sub(calls[2].at); gap < 1300*time.Millisecond || gap > 4500*time.Millisecond {
 		t.Errorf("gap 3→4 = %s, want the open delay, 1.5s (1.3s to 4.5s)", gap)
 	}
-	natstest.Eventually(t, 5*time.Second, "breaker open, half-open, then closed", func() bool {
-		var types []string
+	// The breaker opens, and the probe's success closes it. The half-open
+	// between them is on HEALTH only if its publish came before the
+	// closing: the breaker service writes half-open at retryAt, then
+	// publishes it unless a later transition superseded it (breaker's
+	// publish; a late half-open after the closing would say the breaker
+	// is half-open again). On a loaded machine the probe's success may
+	// close the breaker first, or the executor may let the probe through
+	// the open breaker past retryAt before the half-open is written. The
+	// breaker tests prove that the half-open is published when nothing
+	// supersedes it (TestHalfOpenTransitionSurvivesAFailedPublish).
+	var types []string
+	natstest.Eventually(t, 5*time.Second, "breaker closed after the probe", func() bool {
+		types = types[:0]
 		for _, ev := range breakers() {
 			types = append(types, ev.Type())
 		}
-		return strings.Join(types, ",") == events.TypeBreakerOpen+","+events.TypeBreakerHalfOpen+","+events.TypeBreakerClosed
+		return slices.Contains(types, events.TypeBreakerClosed)
 	})
+	if got := strings.Join(types, ","); got != events.TypeBreakerOpen+","+events.TypeBreakerHalfOpen+","+events.TypeBreakerClosed &&
+		got != events.TypeBreakerOpen+","+events.TypeBreakerClosed {
+		t.Fatalf("breaker events %s, want open, half-open (unless the closing superseded it), then closed", got)
+	}
 	// A run is counted once its event is stored, an instant after the
 	// breaker may have read it.
 	natstest.Eventually(t, 10*time.Second, "flyball_runs_total counts 4 calls and at least one deferral", func() bool {
