@@ -458,13 +458,19 @@ func TestFinalFailureOfARepeatedAttemptEndsTheRun(t *testing.T) {
 // MaxDeliver on the executor's consumer.
 func shortenDispatch(t *testing.T, js jetstream.JetStream, maxDeliver int) {
 	t.Helper()
+	shortenDispatchTo(t, js, maxDeliver, time.Second)
+}
+
+// shortenDispatchTo is shortenDispatch with an AckWait of ackWait.
+func shortenDispatchTo(t *testing.T, js jetstream.JetStream, maxDeliver int, ackWait time.Duration) {
+	t.Helper()
 	ctx := context.Background()
 	c, err := js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := c.CachedInfo().Config
-	cfg.AckWait, cfg.MaxDeliver = time.Second, maxDeliver
+	cfg.AckWait, cfg.MaxDeliver = ackWait, maxDeliver
 	if _, err := js.UpdateConsumer(ctx, streams.StreamDispatch, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -744,7 +750,7 @@ func TestLongCallIsKeptAlive(t *testing.T) {
 
 // keyCounter is a target that counts calls per Idempotency-Key (that is,
 // per dispatch); calls to /slow take 2.5 s (2.5 AckWaits under
-// shortenDispatch).
+// shortenDispatch), or what newSlowKeyCounter says.
 type keyCounter struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
@@ -754,6 +760,12 @@ type keyCounter struct {
 
 func newKeyCounter(t *testing.T) *keyCounter {
 	t.Helper()
+	return newSlowKeyCounter(t, 2500*time.Millisecond)
+}
+
+// newSlowKeyCounter is a keyCounter whose calls to /slow take slow.
+func newSlowKeyCounter(t *testing.T, slow time.Duration) *keyCounter {
+	t.Helper()
 	k := &keyCounter{keys: map[string]int{}}
 	k.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k.mu.Lock()
@@ -762,7 +774,7 @@ func newKeyCounter(t *testing.T) *keyCounter {
 		k.mu.Unlock()
 		if r.URL.Path == "/slow" {
 			select {
-			case <-time.After(2500 * time.Millisecond):
+			case <-time.After(slow):
 			case <-r.Context().Done():
 			}
 		}
@@ -891,8 +903,12 @@ func TestSlowHostDoesNotStarveOtherHosts(t *testing.T) {
 func TestWaitForACallSlotIsKeptAlive(t *testing.T) {
 	t.Parallel()
 	e := &env{t: t, srv: natstest.StartWithStreams(t)}
-	shortenDispatch(t, e.srv.JS, 20) // AckWait 1s
-	tg := newKeyCounter(t)
+	// AckWait 2s, with calls 1.5 times as long: without the keep-alive
+	// a waiting dispatch is redelivered, and the ticker (every quarter
+	// AckWait) has half a second to spare on a loaded machine (at 1s a
+	// quarter second was not always enough).
+	shortenDispatchTo(t, e.srv.JS, 20, 2*time.Second)
+	tg := newSlowKeyCounter(t, 3*time.Second)
 	e.st = e.startWith(func(c *stack.Config) { c.Concurrency, c.PerHost = 2, 4 }, "executor")
 	succeeded := e.collect("flyball.run.succeeded.>")
 	putTask(t, e, "slow1", tg.srv.URL+"/slow")
@@ -916,8 +932,12 @@ func TestWaitForACallSlotIsKeptAlive(t *testing.T) {
 func TestHeldDispatchWaitingForACallerIsKeptAlive(t *testing.T) {
 	t.Parallel()
 	e := &env{t: t, srv: natstest.StartWithStreams(t)}
-	shortenDispatch(t, e.srv.JS, 20) // AckWait 1s
-	tg := newKeyCounter(t)
+	// AckWait 2s, with calls 1.5 times as long: without the keep-alive
+	// a waiting dispatch is redelivered, and the ticker (every quarter
+	// AckWait) has half a second to spare on a loaded machine (at 1s a
+	// quarter second was not always enough).
+	shortenDispatchTo(t, e.srv.JS, 20, 2*time.Second)
+	tg := newSlowKeyCounter(t, 3*time.Second)
 	e.st = e.startWith(func(c *stack.Config) { c.Concurrency, c.PerHost = 1, 4 }, "executor")
 	succeeded := e.collect("flyball.run.succeeded.>")
 	putTask(t, e, "slow", tg.srv.URL+"/slow")
