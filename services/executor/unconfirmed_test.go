@@ -55,8 +55,16 @@ func TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain(t *testing.T) {
 		given  []int // the target's statuses
 		calls  string
 		stored []string
+		// orStored is also right: a success is sent again as
+		// run.recovered while this executor's breaker view cannot tell
+		// its key settled (Settled: not known, as while a watch of
+		// flyball-breakers starts again on a loaded machine).
+		orStored []string
 	}{
-		{name: "succeeded", given: []int{http.StatusOK}, calls: "[1]", stored: []string{"succeeded(attempt 1, final false)"}},
+		{
+			name: "succeeded", given: []int{http.StatusOK}, calls: "[1]", stored: []string{"succeeded(attempt 1, final false)"},
+			orStored: []string{"succeeded(attempt 1, final false)", "recovered(attempt 1, final false)"},
+		},
 		{
 			name: "failed, then retried", given: []int{http.StatusServiceUnavailable, http.StatusOK}, calls: "[1 2]",
 			// The success after a failure is also sent as run.recovered.
@@ -84,7 +92,7 @@ func TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain(t *testing.T) {
 			if got := target.attempts(); fmt.Sprint(got) != tt.calls {
 				t.Errorf("target called with attempts %v, want %s: the redelivery after the give-up called it again", got, tt.calls)
 			}
-			if got := f.stored(t); fmt.Sprint(got) != fmt.Sprint(tt.stored) {
+			if got := f.stored(t); fmt.Sprint(got) != fmt.Sprint(tt.stored) && (tt.orStored == nil || fmt.Sprint(got) != fmt.Sprint(tt.orStored)) {
 				t.Errorf("RUNS holds %v, want %s", got, tt.stored)
 			}
 		})
