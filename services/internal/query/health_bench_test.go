@@ -1,8 +1,6 @@
 package query_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -12,9 +10,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
-	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // BenchmarkHealth computes the health summary over 20,000 tasks, each
@@ -27,20 +23,8 @@ import (
 //	go test -run '^$' -bench BenchmarkHealth -benchmem ./internal/query/
 func BenchmarkHealth(b *testing.B) {
 	const tasks = 20_000
-	srv := natstest.StartWithStreams(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	b.Cleanup(cancel)
-	specs, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		b.Fatal(err)
-	}
-	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
-	if err != nil {
-		b.Fatal(err)
-	}
 	now := time.Now().UTC()
-	for i := range tasks {
-		id := fmt.Sprintf("task-%05d", i)
+	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
 		sp := spec(id, fmt.Sprintf("job-%d", i%7), "10s")
 		sp.Target.HTTP.Method = "POST"
 		sp.Target.HTTP.Headers = map[string]string{"Authorization": "Bearer 0123456789abcdef0123456789abcdef", "Content-Type": "application/json"}
@@ -48,23 +32,12 @@ func BenchmarkHealth(b *testing.B) {
 		if i%10 == 0 {
 			sp.Schedule = events.Schedule{Cron: "*/5 * * * *", Timezone: "Europe/Berlin"}
 		}
-		s, _ := json.Marshal(sp)
-		st, _ := json.Marshal(gov.State{
+		return sp, gov.State{
 			TaskID: id, Source: gov.SourceBaselineInterval, CreatedAt: now.Add(-time.Hour),
 			NextRunAt: now.Add(time.Duration(i%60) * time.Second), LastScheduledAt: now.Add(-10 * time.Second),
 			LastSuccessAt: now.Add(-time.Duration(i%600) * time.Second),
-		})
-		if _, err := specs.Put(ctx, id, s); err != nil {
-			b.Fatal(err)
 		}
-		if _, err := schedules.Put(ctx, id, st); err != nil {
-			b.Fatal(err)
-		}
-	}
-	r, err := query.NewReader(ctx, srv.JS)
-	if err != nil {
-		b.Fatal(err)
-	}
+	})
 	defer debug.SetGCPercent(debug.SetGCPercent(10))
 	runtime.GC()
 	var ms runtime.MemStats

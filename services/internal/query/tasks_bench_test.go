@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
@@ -20,6 +21,25 @@ import (
 //	go test -run '^$' -bench BenchmarkTaskPage -benchmem ./internal/query/
 func BenchmarkTaskPage(b *testing.B) {
 	const tasks = 20_000
+	now := time.Now().UTC()
+	ctx, r := seededReader(b, tasks, func(_ int, id string) (events.TaskSpec, gov.State) {
+		return spec(id, "orders", "10s"), gov.State{TaskID: id, Source: gov.SourceBaselineInterval, NextRunAt: now}
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		page, next, err := r.TaskPage(ctx, query.TaskFilter{}, "task-10000", 50)
+		if err != nil || len(page) != 50 || next != "task-10050" {
+			b.Fatalf("page of %d, next %q, %v", len(page), next, err)
+		}
+	}
+}
+
+// seededReader starts a server, stores n tasks (task-00000 …) with the
+// spec and schedule gen gives each, and returns a reader of them with
+// its context.
+func seededReader(b *testing.B, n int, gen func(i int, id string) (events.TaskSpec, gov.State)) (context.Context, *query.Reader) {
+	b.Helper()
 	srv := natstest.StartWithStreams(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	b.Cleanup(cancel)
@@ -31,14 +51,15 @@ func BenchmarkTaskPage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := range tasks {
+	for i := range n {
 		id := fmt.Sprintf("task-%05d", i)
-		s, _ := json.Marshal(spec(id, "orders", "10s"))
-		st, _ := json.Marshal(gov.State{TaskID: id, Source: gov.SourceBaselineInterval, NextRunAt: time.Now().UTC()})
+		sp, st := gen(i, id)
+		s, _ := json.Marshal(sp)
+		stj, _ := json.Marshal(st)
 		if _, err := specs.Put(ctx, id, s); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := schedules.Put(ctx, id, st); err != nil {
+		if _, err := schedules.Put(ctx, id, stj); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -46,12 +67,5 @@ func BenchmarkTaskPage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		page, next, err := r.TaskPage(ctx, query.TaskFilter{}, "task-10000", 50)
-		if err != nil || len(page) != 50 || next != "task-10050" {
-			b.Fatalf("page of %d, next %q, %v", len(page), next, err)
-		}
-	}
+	return ctx, r
 }
