@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sourcegraph/conc"
 
+	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -47,7 +48,7 @@ func (s *Service) readDurable(parent context.Context, d streams.Durable) {
 	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
 	defer cancel()
 	m := s.cfg.Metrics
-	c, err := s.cfg.JS.Consumer(ctx, d.Stream, d.Name)
+	b, err := query.ReadBacklog(ctx, s.cfg.JS, d)
 	if err != nil {
 		if parent.Err() != nil { // stopping: not a failure of the read
 			return
@@ -61,11 +62,10 @@ func (s *Service) readDurable(parent context.Context, d streams.Durable) {
 		s.backlogWarn("reading a durable consumer's state failed; its backlog metrics keep their last reading", err, "stream", d.Stream, "consumer", d.Name)
 		return
 	}
-	info := c.CachedInfo()
-	m.ConsumerPending.WithLabelValues(d.Stream, d.Name).Set(float64(info.NumPending))
-	m.ConsumerAckPending.WithLabelValues(d.Stream, d.Name).Set(float64(info.NumAckPending))
-	m.ConsumerMaxAckPending.WithLabelValues(d.Stream, d.Name).Set(float64(info.Config.MaxAckPending))
-	m.ConsumerRedelivered.WithLabelValues(d.Stream, d.Name).Set(float64(info.NumRedelivered))
+	m.ConsumerPending.WithLabelValues(d.Stream, d.Name).Set(float64(b.Pending))
+	m.ConsumerAckPending.WithLabelValues(d.Stream, d.Name).Set(float64(b.AckPending))
+	m.ConsumerMaxAckPending.WithLabelValues(d.Stream, d.Name).Set(float64(b.MaxAckPending))
+	m.ConsumerRedelivered.WithLabelValues(d.Stream, d.Name).Set(float64(b.Redelivered))
 }
 
 // readAccount reads the account's JetStream usage and limits into

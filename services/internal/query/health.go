@@ -447,20 +447,25 @@ func (r *Reader) backlog(ctx context.Context) ([]ConsumerBacklog, error) {
 	}
 	out := make([]ConsumerBacklog, len(ds))
 	for i, d := range ds {
-		b := ConsumerBacklog{Stream: d.Stream, Consumer: d.Name}
-		c, err := r.js.Consumer(ctx, d.Stream, d.Name)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			b.Error = err.Error()
-		} else {
-			info := c.CachedInfo()
-			b.Pending, b.AckPending, b.MaxAckPending, b.Redelivered = info.NumPending, info.NumAckPending, info.Config.MaxAckPending, info.NumRedelivered
+		if out[i], err = ReadBacklog(ctx, r.js, d); err != nil && ctx.Err() != nil {
+			return nil, err
 		}
-		out[i] = b
 	}
 	return out, nil
+}
+
+// ReadBacklog reads one durable consumer's state (a JetStream consumer
+// info request). On error the counts are zero and Error says why.
+func ReadBacklog(ctx context.Context, js jetstream.JetStream, d streams.Durable) (ConsumerBacklog, error) {
+	b := ConsumerBacklog{Stream: d.Stream, Consumer: d.Name}
+	c, err := js.Consumer(ctx, d.Stream, d.Name)
+	if err != nil {
+		b.Error = err.Error()
+		return b, err
+	}
+	info := c.CachedInfo()
+	b.Pending, b.AckPending, b.MaxAckPending, b.Redelivered = info.NumPending, info.NumAckPending, info.Config.MaxAckPending, info.NumRedelivered
+	return b, nil
 }
 
 func (r *Reader) servicesHealth(ctx context.Context) (ServicesHealth, error) {
