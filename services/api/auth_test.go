@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
@@ -33,6 +35,14 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 // apiService starts NATS and the API alone, and returns the service too.
 func apiService(t *testing.T) (*bundle, *api.Service) {
 	t.Helper()
+	b, _, a := startAPIOnly(t)
+	return b, a
+}
+
+// startAPIOnly starts NATS and only the API service, and returns a
+// client of it, the JetStream it uses and the service.
+func startAPIOnly(t *testing.T) (*bundle, jetstream.JetStream, *api.Service) {
+	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	_, js := srv.Connect(t)
 	st, err := stack.Start(context.Background(), stack.Config{
@@ -42,7 +52,7 @@ func apiService(t *testing.T) (*bundle, *api.Service) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Stop)
-	return &bundle{base: "http://" + st.API.Addr()}, st.API
+	return &bundle{base: "http://" + st.API.Addr()}, js, st.API
 }
 
 // TestSetTokensTakesEffectForTheNextRequest: the tokens were read once at

@@ -14,7 +14,6 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -23,16 +22,8 @@ import (
 // itself stored (its dead letters are the only ones).
 func apiOnly(t *testing.T) (*bundle, jetstream.JetStream) {
 	t.Helper()
-	srv := natstest.StartWithStreams(t)
-	_, js := srv.Connect(t)
-	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Services: []string{"api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
-	return &bundle{base: "http://" + st.API.Addr()}, js
+	b, js, _ := startAPIOnly(t)
+	return b, js
 }
 
 func putDeadLetter(t *testing.T, js jetstream.JetStream, task string, n int) {

@@ -1,7 +1,6 @@
 package breaker_test
 
 import (
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,30 +116,13 @@ func TestLateOpenIsNotPublishedAfterTheClosing(t *testing.T) {
 		t.Fatalf("late publish of the open: %v", err)
 	}
 
-	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := health.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var order []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		m, err := health.GetMsg(t.Context(), seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(m.Subject, ".t1") {
-			order = append(order, m.Subject+" ("+m.Header.Get(jetstream.MsgIDHeader)+")")
-		}
+	msgs := natstest.Read(t, h.js, streams.StreamHealth, events.BreakerSubject("*", "t1"))
+	for _, m := range msgs {
+		order = append(order, m.Subject()+" ("+m.Headers().Get(jetstream.MsgIDHeader)+")")
 	}
 	b, _, _ := h.record("t1")
-	last, err := health.GetLastMsgForSubject(t.Context(), events.BreakerSubject("*", "t1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last.Subject != events.BreakerSubject(events.BreakerClosed, "t1") || len(order) != 1 {
+	if len(msgs) != 1 || msgs[0].Subject() != events.BreakerSubject(events.BreakerClosed, "t1") {
 		t.Fatalf("HEALTH's breaker events of t1, in order: %v; want only the breaker.closed, the late breaker.open dropped (the breaker is %s)", order, b.State)
 	}
 	if b.State != events.BreakerClosed {

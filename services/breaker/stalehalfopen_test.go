@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -41,23 +42,9 @@ func TestStaleHalfOpenIsNotPublishedAfterTheReopening(t *testing.T) {
 	hp.free()
 	<-again // the late publish is over: the loop moves to the next half-open
 
-	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := health.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var order []string
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := health.GetMsg(t.Context(), seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(m.Subject, ".t1") {
-			order = append(order, m.Header.Get(jetstream.MsgIDHeader))
-		}
+	for _, m := range natstest.Read(t, h.js, streams.StreamHealth, events.BreakerSubject("*", "t1")) {
+		order = append(order, m.Headers().Get(jetstream.MsgIDHeader))
 	}
 	opens := 0
 	for _, id := range order {
