@@ -179,12 +179,11 @@ func TestAuthOnEveryRoute(t *testing.T) {
 			expect(t, what+" without a token", missing, http.StatusOK, "")
 			continue
 		}
-		expect(t, what+" without a token", missing, http.StatusUnauthorized, "Authorization")
-		if !strings.HasPrefix(missing.header.Get("WWW-Authenticate"), "Bearer") {
-			t.Errorf("%s: 401 without WWW-Authenticate: Bearer", what)
-		}
-		expect(t, what+" with a basic auth header", b.do(t, op.method, op.path, "Basic dXNlcjpwYXNz", ""), http.StatusUnauthorized, "Authorization")
-		expect(t, what+" with a wrong token", b.do(t, op.method, op.path, "Bearer wrong-token-0123456789", ""), http.StatusForbidden, "Authorization")
+		// RFC 6750 section 3: no token (or another scheme) is a challenge
+		// without an error code; a token not accepted is invalid_token.
+		expectChallenge(t, what+" without a token", missing, noTokenChallenge)
+		expectChallenge(t, what+" with a basic auth header", b.do(t, op.method, op.path, "Basic dXNlcjpwYXNz", ""), noTokenChallenge)
+		expectChallenge(t, what+" with a wrong token", b.do(t, op.method, op.path, "Bearer wrong-token-0123456789", ""), invalidTokenChallenge)
 		// With the right token every documented route is served (whatever
 		// its answer to this empty request), never the catch-all.
 		ok := b.call(t, op.method, op.path, "")

@@ -9,35 +9,49 @@ import (
 	"strings"
 )
 
+// The WWW-Authenticate challenges of RFC 6750 section 3: the realm alone
+// when no bearer token was sent (no error code: the client may not know
+// it needs one), error="invalid_token" when the token is not accepted.
+const (
+	challengeNoToken      = `Bearer realm="flyball"`
+	challengeInvalidToken = `Bearer realm="flyball", error="invalid_token"`
+)
+
 // auth requires a bearer token: 401 when none is sent (or not as a bearer
-// token, or in more than one Authorization header), 403 when it is not one
-// of the configured tokens.
+// token, or in more than one Authorization header), and 401 with
+// error="invalid_token" when it is not one of the configured tokens. 403
+// is RFC 6750's answer to a valid token without the permission, which the
+// API does not have: every accepted token may do everything. The answer
+// never quotes the token, nor says how many are accepted or which one
+// was nearly sent, and the token is not logged.
 func (s *Service) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Authorization takes one value: with two, the first alone was
 		// judged and the second ignored, whatever it said.
 		if n := len(r.Header.Values("Authorization")); n > 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="flyball"`)
+			w.Header().Set("WWW-Authenticate", challengeNoToken)
 			writeError(w, http.StatusUnauthorized, "Authorization", fmt.Sprintf("%d Authorization headers: send one, 'Authorization: Bearer <token>'", n))
 			return
 		}
 		h := r.Header.Get("Authorization")
 		scheme, tok, _ := strings.Cut(h, " ")
 		if h == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="flyball"`)
+			w.Header().Set("WWW-Authenticate", challengeNoToken)
 			writeError(w, http.StatusUnauthorized, "Authorization", "missing bearer token: send 'Authorization: Bearer <token>'")
 			return
 		}
 		if !s.validToken(strings.TrimSpace(tok)) {
-			writeError(w, http.StatusForbidden, "Authorization", "token not accepted")
+			w.Header().Set("WWW-Authenticate", challengeInvalidToken)
+			writeError(w, http.StatusUnauthorized, "Authorization", "token not accepted")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// validToken compares digests in constant time, so neither the content nor
-// the length of a configured token leaks through timing.
+// validToken compares digests in constant time, and with every accepted
+// token whatever matched, so neither the content nor the length of a
+// configured token, nor which one nearly matched, leaks through timing.
 func (s *Service) validToken(tok string) bool {
 	sum := sha256.Sum256([]byte(tok))
 	ok := 0

@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -25,7 +27,7 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 		h.Add("Authorization", "Bearer "+token)
 		h.Add("Authorization", second)
 		r := b.send(t, http.MethodGet, "/api/v1/runtime", h, "")
-		expect(t, "two Authorization headers ("+second+")", r, http.StatusUnauthorized, "Authorization")
+		expectChallenge(t, "two Authorization headers ("+second+")", r, noTokenChallenge)
 		if strings.Contains(string(r.raw), token) {
 			t.Fatalf("the answer quotes the token: %s", r.raw)
 		}
@@ -64,8 +66,8 @@ func TestSetTokensTakesEffectForTheNextRequest(t *testing.T) {
 	b, a := apiService(t)
 	const added = "added-token-0123456789"
 	status := func(tok string) int { return b.do(t, http.MethodGet, "/api/v1/openapi.json", "Bearer "+tok, "").status }
-	if got := status(added); got != http.StatusForbidden {
-		t.Fatalf("a token not yet added: status %d, want 403", got)
+	if got := status(added); got != http.StatusUnauthorized {
+		t.Fatalf("a token not yet added: status %d, want 401", got)
 	}
 	if err := a.SetTokens([]string{added}); err != nil {
 		t.Fatal(err)
@@ -73,8 +75,8 @@ func TestSetTokensTakesEffectForTheNextRequest(t *testing.T) {
 	if got := status(added); got != http.StatusOK {
 		t.Errorf("the added token: status %d, want 200", got)
 	}
-	if got := status(token); got != http.StatusForbidden {
-		t.Errorf("the removed token: status %d, want 403", got)
+	if got := status(token); got != http.StatusUnauthorized {
+		t.Errorf("the removed token: status %d, want 401", got)
 	}
 	for _, bad := range [][]string{nil, {added, "short"}} {
 		if err := a.SetTokens(bad); err == nil {
@@ -134,4 +136,59 @@ func TestSetTokensDuringRequests(t *testing.T) {
 	requests.Wait()
 	close(done)
 	wg.Wait()
+}
+
+// The WWW-Authenticate challenges of RFC 6750 section 3: a request without
+// a bearer token gets the realm alone, one whose token is not accepted
+// gets error="invalid_token" too.
+const (
+	noTokenChallenge      = `Bearer realm="flyball"`
+	invalidTokenChallenge = `Bearer realm="flyball", error="invalid_token"`
+)
+
+// expectChallenge fails unless r is a 401 naming the Authorization field
+// with the one WWW-Authenticate challenge want.
+func expectChallenge(t *testing.T, what string, r *reply, want string) {
+	t.Helper()
+	expect(t, what, r, http.StatusUnauthorized, "Authorization")
+	if got := r.header.Values("WWW-Authenticate"); len(got) != 1 || got[0] != want {
+		t.Errorf("%s: WWW-Authenticate %q, want %q", what, got, want)
+	}
+}
+
+// TestAWrongTokenIsUnauthorized: a token that is not accepted was a 403,
+// which RFC 6750 keeps for a valid token without the permission; a client
+// that retries 401s with a fresh token (and stops on 403) stopped. It is
+// a 401 with error="invalid_token". The answer is the same for a token
+// that is nearly right (one character off, a prefix) and for any other,
+// whatever the number of accepted tokens, and never quotes the token.
+func TestAWrongTokenIsUnauthorized(t *testing.T) {
+	t.Parallel()
+	b, a := apiService(t)
+	wrong := []string{
+		token[:len(token)-1] + "X", // one character off
+		token[:api.MinTokenLength], // a prefix
+		token + "0",                // one character more
+		"unrelated-token-0123456789",
+	}
+	var first []byte
+	for _, set := range [][]string{{token}, {token, "second-token-0123456789", "third-token-0123456789"}} {
+		if err := a.SetTokens(set); err != nil {
+			t.Fatal(err)
+		}
+		for i, tok := range wrong {
+			what := fmt.Sprintf("wrong token %d with %d tokens accepted", i, len(set))
+			r := b.do(t, http.MethodGet, "/api/v1/runtime", "Bearer "+tok, "")
+			expectChallenge(t, what, r, invalidTokenChallenge)
+			if first == nil {
+				first = r.raw
+			}
+			if !bytes.Equal(r.raw, first) {
+				t.Errorf("%s: body %s, want the same as every wrong token's, %s", what, r.raw, first)
+			}
+			if bytes.Contains(r.raw, []byte(tok)) || bytes.Contains(r.raw, []byte(token)) {
+				t.Errorf("%s: the answer quotes a token: %s", what, r.raw)
+			}
+		}
+	}
 }

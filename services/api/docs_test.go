@@ -26,7 +26,7 @@ var docFiles = map[string]string{
 // TestDocsAPIRequestsWork sends every curl call of the README and
 // docs/operations.md to a running stack, in the docs' order (deletes last),
 // and fails on any answer that says the example itself is wrong: 400 (a bad
-// body or parameter, naming the field), 401/403 (the auth header), 405, a
+// body or parameter, naming the field), 401 (the auth header), 405, a
 // 404, or 422 (the governor rejected it). A 404 for a
 // dead letter this stack does not have (sequence 42) is fine; a task the
 // docs call must exist.

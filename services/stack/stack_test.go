@@ -265,7 +265,7 @@ func TestAPICreatesTaskWithAuth(t *testing.T) {
 		want  int
 	}{
 		{"missing token", "", http.StatusUnauthorized},
-		{"wrong token", "Bearer nope-nope-nope-nope", http.StatusForbidden},
+		{"wrong token", "Bearer nope-nope-nope-nope", http.StatusUnauthorized},
 		{"right token", "Bearer test-token-0123456789", http.StatusAccepted},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/tasks", strings.NewReader(body))

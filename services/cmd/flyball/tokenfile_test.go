@@ -115,14 +115,14 @@ func (b *tokenBundle) expectTokens(t *testing.T, when string, want map[string]in
 func TestTokenFileReloadRotatesTokens(t *testing.T) {
 	t.Parallel()
 	b := startTokenBundle(t)
-	b.expectTokens(t, "at start", map[string]int{fixedToken: 200, oldToken: 200, newToken: 403})
+	b.expectTokens(t, "at start", map[string]int{fixedToken: 200, oldToken: 200, newToken: 401})
 
 	writeFile(t, b.file, oldToken+"\n"+newToken+"\n")
 	b.tf.reload(false)
 	b.expectTokens(t, "new token added", map[string]int{fixedToken: 200, oldToken: 200, newToken: 200})
 	writeFile(t, b.file, newToken+"\n")
 	b.tf.reload(false)
-	b.expectTokens(t, "old token removed", map[string]int{fixedToken: 200, oldToken: 403, newToken: 200})
+	b.expectTokens(t, "old token removed", map[string]int{fixedToken: 200, oldToken: 401, newToken: 200})
 	if out := b.log.String(); strings.Count(out, `msg="api tokens reloaded"`) != 2 || !strings.Contains(out, "tokens=2") ||
 		strings.Contains(out, "token-0123") {
 		t.Fatalf("log after two reloads:\n%s\nwant two info lines with the count and no token", out)
@@ -147,12 +147,12 @@ func TestTokenFileReloadRotatesTokens(t *testing.T) {
 		if strings.Count(out, "level=ERROR") != 1 || !strings.Contains(out, bad.want) || strings.Contains(out, "short\n") {
 			t.Errorf("%s file: log\n%s\nwant one error with %q", bad.name, out, bad.want)
 		}
-		b.expectTokens(t, bad.name+" file refused", map[string]int{fixedToken: 200, oldToken: 403, newToken: 200})
+		b.expectTokens(t, bad.name+" file refused", map[string]int{fixedToken: 200, oldToken: 401, newToken: 200})
 	}
 
 	writeFile(t, b.file, oldToken+"\n")
 	b.tf.reload(false)
-	b.expectTokens(t, "a good file after a bad one", map[string]int{fixedToken: 200, oldToken: 200, newToken: 403})
+	b.expectTokens(t, "a good file after a bad one", map[string]int{fixedToken: 200, oldToken: 200, newToken: 401})
 }
 
 // TestTokenFileWatchFollowsASymlinkSwap: a mounted Kubernetes secret
@@ -194,7 +194,7 @@ func TestTokenFileWatchFollowsASymlinkSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.Eventually(t, 10*time.Second, "the swapped file's token accepted", func() bool { return b.status(t, newToken) == http.StatusOK })
-	b.expectTokens(t, "after the swap", map[string]int{fixedToken: 200, oldToken: 403})
+	b.expectTokens(t, "after the swap", map[string]int{fixedToken: 200, oldToken: 401})
 
 	cancel()
 	<-done
@@ -252,8 +252,8 @@ func TestServeReloadsTheTokenFileOnSIGHUP(t *testing.T) {
 		t.Fatalf("serve's \"serving\" line names no api address:\n%s", raw.String())
 	}
 	base := "http://" + addr
-	if got := bearerStatus(t, base, newToken); got != http.StatusForbidden {
-		t.Fatalf("a token not in the file: status %d, want 403", got)
+	if got := bearerStatus(t, base, newToken); got != http.StatusUnauthorized {
+		t.Fatalf("a token not in the file: status %d, want 401", got)
 	}
 	writeFile(t, file, oldToken+"\n"+newToken+"\n")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
