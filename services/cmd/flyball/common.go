@@ -258,26 +258,34 @@ func (f *runFlags) tokens(generate bool) ([]string, bool, error) {
 			}
 		}
 	}
+	var (
+		fromFile []string
+		content  []byte
+	)
 	if f.apiTokenFile != "" {
-		b, err := os.ReadFile(f.apiTokenFile)
-		if err != nil {
+		var err error
+		if content, err = os.ReadFile(f.apiTokenFile); err != nil {
 			return nil, false, fmt.Errorf("%s: %w", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), err)
 		}
-		fromFile, err := parseTokenFile(f.apiTokenFile, b)
-		if err != nil {
+		if fromFile, err = parseTokenFile(f.apiTokenFile, content); err != nil {
 			return nil, false, fmt.Errorf("%s %w", f.origin("api-token-file", "FLYBALL_API_TOKEN_FILE"), err)
 		}
-		f.tokenFile = newTokenFile(f.apiTokenFile, toks, fromFile, string(b))
-		toks = append(toks, fromFile...)
 	}
-	if len(toks) > 0 || !generate {
-		return toks, false, nil
+	generated := false
+	if len(toks) == 0 && len(fromFile) == 0 && generate {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return nil, false, err
+		}
+		toks, generated = []string{hex.EncodeToString(b)}, true
 	}
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return nil, false, err
+	if f.apiTokenFile != "" {
+		// The file's tokens replace only the file's on a reload: those
+		// from the flags, or the one generated (which dev printed for its
+		// clients, and which a reload dropped), stay.
+		f.tokenFile = newTokenFile(f.apiTokenFile, toks, fromFile, string(content))
 	}
-	return []string{hex.EncodeToString(b)}, true, nil
+	return append(toks, fromFile...), generated, nil
 }
 
 // newMetricsServer serves h on the metrics listener. An idle keep-alive

@@ -38,8 +38,9 @@ func parseTokenFile(path string, b []byte) ([]string, error) {
 
 // tokenFile re-reads --api-token-file into a running API, so a token is
 // added or removed without a restart. Tokens from --api-token or
-// FLYBALL_API_TOKENS stay fixed: the API accepts them and the file's, as
-// at start.
+// FLYBALL_API_TOKENS, or the one dev generates when neither they nor the
+// file give one, stay fixed: the API accepts them and the file's, as at
+// start. A reload replaces only the file's tokens.
 type tokenFile struct {
 	path  string
 	fixed []string

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -279,4 +280,103 @@ func (s *syncBuffer) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.Reset()
+}
+
+// TestDevKeepsItsGeneratedTokenAcrossATokenFileReload: dev, given an
+// --api-token-file with no token yet, generates one and prints it for
+// the CLI and curl to use. A reload of the file gave the API the file's
+// tokens alone, so the token dev had printed was refused from then on.
+// The file's tokens replace only the file's: the generated token stays.
+func TestDevKeepsItsGeneratedTokenAcrossATokenFileReload(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{dir: t.TempDir(), env: []string{"FLYBALL_API_TOKENS=", "FLYBALL_API_TOKEN_FILE="}}
+	file := filepath.Join(e.dir, "tokens")
+	writeFile(t, file, "# no token yet\n")
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "dev", "--listen", freeLoopback(t), "--api-addr", freeLoopback(t), "--metrics-addr", "",
+		"--data-dir", filepath.Join(e.dir, "store"), "--api-token-file", file, "--log-format", "json")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 100)
+	var raw syncBuffer
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(&raw, sc.Text())
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	// The banner, printed once the API and the file's watch run.
+	var base, generated string
+	sc := bufio.NewScanner(stdout)
+	for (base == "" || generated == "") && sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 3 && f[0] == "HTTP" && f[1] == "API":
+			base = f[2]
+		case len(f) >= 4 && f[0] == "API" && f[1] == "token" && f[3] == "(generated;":
+			generated = f[2]
+		}
+	}
+	stdoutDone := make(chan struct{})
+	go func() { defer close(stdoutDone); _, _ = io.Copy(io.Discard, stdout) }()
+	if base == "" || generated == "" {
+		_ = cmd.Process.Kill()
+		<-stdoutDone
+		_ = cmd.Wait()
+		t.Fatalf("dev's banner gave API %q and generated token %q", base, generated)
+	}
+	if got := bearerStatus(t, base, generated); got != http.StatusOK {
+		t.Fatalf("the generated token at start: status %d, want 200", got)
+	}
+
+	writeFile(t, file, newToken+"\n")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := false
+	for m := range lines {
+		if reloaded = m["msg"] == "api tokens reloaded"; reloaded {
+			if m["tokens"] != float64(2) {
+				t.Errorf("reload logged %v, want tokens 2 (the file's and the generated one)", m)
+			}
+			break
+		}
+	}
+	if !reloaded {
+		t.Fatalf("dev ended before logging the reload:\n%s", raw.String())
+	}
+	if got := bearerStatus(t, base, newToken); got != http.StatusOK {
+		t.Errorf("the file's token after SIGHUP: status %d, want 200", got)
+	}
+	if got := bearerStatus(t, base, generated); got != http.StatusOK {
+		t.Errorf("the token dev generated and printed, after the file's reload: status %d, want 200", got)
+	}
+	if strings.Contains(raw.String(), generated) || strings.Contains(raw.String(), newToken) {
+		t.Errorf("dev's log quotes a token:\n%s", raw.String())
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until dev exits
+	}
+	<-stdoutDone
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("dev after SIGHUP and interrupt: %v\n%s", err, raw.String())
+	}
 }
