@@ -25,10 +25,15 @@ ARGS             ?=
 GOLANGCI_VERSION := v2.15.0
 # The nats CLI that `make test` runs the docs' `nats pub` examples with.
 NATSCLI_VERSION  := v0.5.0
+# promtool, which `make test` checks and unit-tests the alert rules and the
+# dashboard's queries with (github.com/prometheus/prometheus module version
+# v0.316.0 is Prometheus 3.16; the compose stack runs Prometheus 3).
+PROMTOOL_VERSION := v0.316.0
 
 BIN           := $(CURDIR)/bin
 GOLANGCI_LINT := $(BIN)/golangci-lint
 NATS_CLI      := $(BIN)/nats
+PROMTOOL      := $(BIN)/promtool
 
 # Absolute directories of the workspace modules (from go.work).
 MODULES := $(shell $(GO) list -m -f '{{.Dir}}' 2>/dev/null)
@@ -53,7 +58,8 @@ help: ## Show this help
 	  }' $(MAKEFILE_LIST)
 	@echo
 	@echo "Variables: VERSION=$(VERSION) TEST_TIMEOUT=$(TEST_TIMEOUT) FUZZTIME=$(FUZZTIME)"
-	@echo "           GOLANGCI_VERSION=$(GOLANGCI_VERSION) NATSCLI_VERSION=$(NATSCLI_VERSION) BENCH_ARGS='$(BENCH_ARGS)' ARGS='$(ARGS)'"
+	@echo "           GOLANGCI_VERSION=$(GOLANGCI_VERSION) NATSCLI_VERSION=$(NATSCLI_VERSION) PROMTOOL_VERSION=$(PROMTOOL_VERSION)"
+	@echo "           BENCH_ARGS='$(BENCH_ARGS)' ARGS='$(ARGS)'"
 
 # ---------------------------------------------------------------------------
 # Build / run
@@ -75,11 +81,11 @@ run: build ## Build and run `flyball dev` (embedded NATS + every service); pass 
 # Tests
 # ---------------------------------------------------------------------------
 .PHONY: test
-test: natscli-install ## Run all tests with -race -shuffle=on in every module (TEST_TIMEOUT=10m)
+test: natscli-install promtool-install ## Run all tests with -race -shuffle=on in every module (TEST_TIMEOUT=10m)
 	$(require-modules)
 	@for mod in $(MODULES); do \
 	  echo "==> test $(modname)"; \
-	  (cd "$$mod" && FLYBALL_TEST_NATSCLI=$(NATS_CLI) $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -count=1 ./...) || exit 1; \
+	  (cd "$$mod" && FLYBALL_TEST_NATSCLI=$(NATS_CLI) FLYBALL_TEST_PROMTOOL=$(PROMTOOL) $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -count=1 ./...) || exit 1; \
 	done
 
 .PHONY: natscli-install
@@ -89,6 +95,20 @@ natscli-install: ## Install the nats CLI (NATSCLI_VERSION) into bin/ if missing 
 	  echo "==> installing the nats CLI $(NATSCLI_VERSION) into bin/ (have: $${have:-none})"; \
 	  GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION); \
 	fi
+
+# The version is read from the binary's build info: a go-installed promtool
+# reports no version of its own.
+.PHONY: promtool-install
+promtool-install: ## Install promtool (PROMTOOL_VERSION) into bin/ if missing or outdated; the tests check and unit-test the alert rules with it
+	@have=$$($(GO) version -m $(PROMTOOL) 2>/dev/null | awk '$$1 == "mod" { print $$3 }' || true); \
+	if [[ "$$have" != "$(PROMTOOL_VERSION)" ]]; then \
+	  echo "==> installing promtool $(PROMTOOL_VERSION) into bin/ (have: $${have:-none}; the first build takes a few minutes)"; \
+	  GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION); \
+	fi
+
+.PHONY: test-alerts
+test-alerts: promtool-install ## Check alerts.yml and the dashboard's queries with promtool and run the alert unit tests (alerts_test.yml)
+	cd services && FLYBALL_TEST_PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -run 'Promtool|DashboardQueriesParse|AlertRules|DashboardUsesExportedMetrics' ./internal/metrics/
 
 # Go 1.26's fuzz coordinator can fail a target that found nothing: as
 # -fuzztime ends, it may report its own deadline as the target's failure, a
