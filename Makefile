@@ -97,13 +97,15 @@ natscli-install: ## Install the nats CLI (NATSCLI_VERSION) into bin/ if missing 
 	fi
 
 # The version is read from the binary's build info: a go-installed promtool
-# reports no version of its own.
+# reports no version of its own. remove_all_sd leaves out the service
+# discoveries promtool does not need here (AWS, Azure, GCE, ...), which
+# are most of its build time.
 .PHONY: promtool-install
 promtool-install: ## Install promtool (PROMTOOL_VERSION) into bin/ if missing or outdated; the tests check and unit-test the alert rules with it
 	@have=$$($(GO) version -m $(PROMTOOL) 2>/dev/null | awk '$$1 == "mod" { print $$3 }' || true); \
 	if [[ "$$have" != "$(PROMTOOL_VERSION)" ]]; then \
 	  echo "==> installing promtool $(PROMTOOL_VERSION) into bin/ (have: $${have:-none}; the first build takes a few minutes)"; \
-	  GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION); \
+	  GOBIN=$(BIN) CGO_ENABLED=0 $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION); \
 	fi
 
 .PHONY: test-alerts
