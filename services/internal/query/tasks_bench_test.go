@@ -3,6 +3,7 @@ package query_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -14,28 +15,46 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-// BenchmarkTaskPage reads one page of 50 tasks out of 20,000, each with
-// a schedule: the cost of a page, which should follow the page and not
+// benchTasks is how many tasks BenchmarkTaskPage seeds.
+var benchTasks = flag.Int("bench.tasks", 20_000, "tasks BenchmarkTaskPage seeds")
+
+// BenchmarkTaskPage reads one page of 50 tasks out of 20,000 (or
+// -bench.tasks), each with a schedule: the first page, and one near the
+// end of the listing. The cost of a page should follow the page and not
 // the number of tasks.
 //
 //	go test -run '^$' -bench BenchmarkTaskPage -benchmem ./internal/query/
+//	go test -run '^$' -bench BenchmarkTaskPage -benchmem ./internal/query/ -args -bench.tasks=100000
 func BenchmarkTaskPage(b *testing.B) {
-	const tasks = 20_000
+	tasks := *benchTasks
 	now := time.Now().UTC()
 	ctx, r := seededReader(b, tasks, func(_ int, id string) (events.TaskSpec, gov.State) {
 		return spec(id, "orders", "10s"), gov.State{TaskID: id, Source: gov.SourceBaselineInterval, NextRunAt: now}
 	})
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		page, next, err := r.TaskPage(ctx, query.TaskFilter{}, "task-10000", 50)
-		if err != nil || len(page) != 50 || next != "task-10050" {
-			b.Fatalf("page of %d, next %q, %v", len(page), next, err)
-		}
+	for _, c := range []struct {
+		name  string
+		after string
+		next  string
+	}{
+		{"first", "", seededID(49)},
+		{"deep", seededID(tasks - 101), seededID(tasks - 51)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				page, next, err := r.TaskPage(ctx, query.TaskFilter{}, c.after, 50)
+				if err != nil || len(page) != 50 || next != c.next {
+					b.Fatalf("page of %d, next %q, %v", len(page), next, err)
+				}
+			}
+		})
 	}
 }
 
-// seededReader starts a server, stores n tasks (task-00000 …) with the
+// seededID is the ID of the i-th task seededReader stores.
+func seededID(i int) string { return fmt.Sprintf("task-%07d", i) }
+
+// seededReader starts a server, stores n tasks (task-0000000 …) with the
 // spec and schedule gen gives each, and returns a reader of them with
 // its context.
 func seededReader(b *testing.B, n int, gen func(i int, id string) (events.TaskSpec, gov.State)) (context.Context, *query.Reader) {
@@ -52,7 +71,7 @@ func seededReader(b *testing.B, n int, gen func(i int, id string) (events.TaskSp
 		b.Fatal(err)
 	}
 	for i := range n {
-		id := fmt.Sprintf("task-%05d", i)
+		id := seededID(i)
 		sp, st := gen(i, id)
 		s, _ := json.Marshal(sp)
 		stj, _ := json.Marshal(st)
