@@ -29,6 +29,8 @@ type Reader struct {
 	schedules jetstream.KeyValue
 	breakers  jetstream.KeyValue
 	runtime   jetstream.KeyValue
+	// taskIndex, when IndexTasks set it, holds the task IDs for TaskPage.
+	taskIndex *keyIndex
 	// Now is the clock used for ages, due counts and staleness. Defaults to time.Now.
 	Now func() time.Time
 	// MaxExplainInputs is how many inputs of a task Explain holds at
@@ -49,6 +51,21 @@ func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// IndexTasks makes r keep a sorted index of the task IDs (the keys of
+// flyball-tasks) from a watch of entry headers, started by the first
+// TaskPage, so that a page finds its IDs in O(log n + page) instead of
+// listing every key: for a process that serves many pages (the API). A
+// page waits for the initial load, and lists the keys itself when the
+// watch failed (it starts again with the next page) or lags. The index
+// holds the IDs only, no specs. It ends with ctx, or with the function
+// returned, which waits for the watch to stop. Call it before the first
+// read, once.
+func (r *Reader) IndexTasks(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	r.taskIndex = newKeyIndex(ctx, r.tasks)
+	return func() { r.taskIndex.stop(cancel) }
 }
 
 func (r *Reader) now() time.Time {

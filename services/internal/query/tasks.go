@@ -165,10 +165,12 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 // page. A cursor that is an ID rather than a position keeps the pages
 // whole while tasks are created and deleted between them.
 //
-// A page costs the keys of flyball-tasks (names only, no values) and a
-// spec and a schedule read per task on it, not every task's spec and
-// schedule: with a million tasks, reading every value for a page of 50
-// held hundreds of MB. With a job or label filter, the specs after the
+// A page costs a spec and a schedule read per task on it, not every
+// task's spec and schedule: with a million tasks, reading every value
+// for a page of 50 held hundreds of MB. Its IDs come from the reader's
+// task index (IndexTasks) when it keeps one, in O(log n + page), else
+// from the keys of flyball-tasks (names only, no values), every one of
+// them for each page. With a job or label filter, the specs after the
 // cursor are read one by one until the page is full, so a filter that
 // few tasks match reads many.
 func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit int) ([]TaskView, string, error) {
@@ -186,36 +188,63 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit
 		}
 		return all[i:], "", nil
 	}
-	ids, err := keysAfter(ctx, r.tasks, after)
-	if err != nil {
-		return nil, "", err
-	}
 	filtered := f.Job != "" || len(f.Labels) > 0
+	// The next page's first task tells whether there is one; a filter
+	// reads on past the tasks it leaves out.
+	batch := limit + 1
+	if filtered {
+		batch = max(batch, 256)
+	}
 	out := []TaskView{}
-	for _, id := range ids {
-		v, err := r.taskSpec(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			continue // deleted since the keys were listed
+	cursor, listed := after, false
+	for {
+		ids, err := r.taskIDsAfter(ctx, cursor, batch)
+		if errors.Is(err, errIndexDown) {
+			// Every key after the cursor at once, and no further batch.
+			ids, err = keysAfter(ctx, r.tasks, cursor)
+			listed = true
 		}
 		if err != nil {
 			return nil, "", err
 		}
-		// A spec that does not decode has no job or labels to filter
-		// on, and left out of the list it was nowhere but in its
-		// skipped runs.
-		if filtered && (v.Unreadable != "" || !f.match(&v.Spec)) {
-			continue
+		for _, id := range ids {
+			v, err := r.taskSpec(ctx, id)
+			if errors.Is(err, ErrNotFound) {
+				continue // deleted since the keys were listed
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			// A spec that does not decode has no job or labels to filter
+			// on, and left out of the list it was nowhere but in its
+			// skipped runs.
+			if filtered && (v.Unreadable != "" || !f.match(&v.Spec)) {
+				continue
+			}
+			if len(out) == limit {
+				// v is the first task of the next page.
+				return out, out[limit-1].Spec.ID, nil
+			}
+			if err := r.addSchedule(ctx, &v); err != nil {
+				return nil, "", err
+			}
+			out = append(out, v)
 		}
-		if limit > 0 && len(out) == limit {
-			// v is the first task of the next page.
-			return out, out[limit-1].Spec.ID, nil
+		if listed || len(ids) < batch {
+			return out, "", nil
 		}
-		if err := r.addSchedule(ctx, &v); err != nil {
-			return nil, "", err
-		}
-		out = append(out, v)
+		cursor = ids[len(ids)-1]
 	}
-	return out, "", nil
+}
+
+// taskIDsAfter returns up to n task IDs after after, sorted, from the
+// task index; errIndexDown when the reader keeps none or it cannot
+// answer.
+func (r *Reader) taskIDsAfter(ctx context.Context, after string, n int) ([]string, error) {
+	if r.taskIndex == nil {
+		return nil, errIndexDown
+	}
+	return r.taskIndex.after(ctx, after, n)
 }
 
 // keysAfter returns the live keys of a bucket that sort after after,

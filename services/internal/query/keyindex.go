@@ -1,0 +1,318 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// catchUp bounds how long a page waits for the key index to apply the
+// writes stored before the page asked, before it lists the keys itself.
+const catchUp = time.Second
+
+// errIndexDown says the key index cannot answer a page: its watch failed
+// or lags; the page lists the keys of the bucket instead.
+var errIndexDown = errors.New("key index not current")
+
+// keyIndex is the sorted key set of a KV bucket, kept by one long-lived
+// watch of entry headers (no values): a page finds its keys in it in
+// O(log n + page) instead of listing every key. The watch starts with the
+// first page, and again with the page after it failed; a page uses the
+// index only once it holds every write stored before the page asked (the
+// stream's last sequence), so it never answers from a stale or partial
+// set.
+type keyIndex struct {
+	kv   jetstream.KeyValue
+	life context.Context
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// keys is the set; only a live index holds any.
+	keys sortedKeys
+	// seq is the stream sequence the set reflects.
+	seq uint64
+	// live: the initial load is done and the watch runs. watching: a
+	// watch goroutine runs (loading, or live).
+	live, watching bool
+	// gen counts watches; a watch that is no longer x.gen stops.
+	gen int
+	// stopWatch cancels the running watch.
+	stopWatch context.CancelFunc
+	// changed is closed, and replaced, when seq or the state change.
+	changed chan struct{}
+	// restarts counts the watches started after the first (for tests).
+	restarts int
+}
+
+func newKeyIndex(life context.Context, kv jetstream.KeyValue) *keyIndex {
+	return &keyIndex{kv: kv, life: life, changed: make(chan struct{})}
+}
+
+// notify wakes every waiter. x.mu is held.
+func (x *keyIndex) notify() {
+	close(x.changed)
+	x.changed = make(chan struct{})
+}
+
+// start starts a watch unless one runs or the index was stopped. x.mu is
+// held.
+func (x *keyIndex) start() {
+	if x.watching || x.life.Err() != nil {
+		return
+	}
+	if x.gen > 0 {
+		x.restarts++
+	}
+	x.gen++
+	x.watching, x.live = true, false
+	x.keys = sortedKeys{}
+	ctx, cancel := context.WithCancel(x.life)
+	x.stopWatch = cancel
+	gen := x.gen
+	x.wg.Go(func() {
+		defer cancel()
+		x.watch(ctx, gen)
+	})
+}
+
+// drop ends watch gen and forgets its keys, so that the next page starts
+// another watch. x.mu is held.
+func (x *keyIndex) drop(gen int) {
+	if gen != x.gen || !x.watching {
+		return
+	}
+	x.stopWatch()
+	x.watching, x.live = false, false
+	x.keys = sortedKeys{}
+	x.notify()
+}
+
+// watch keeps the index until ctx ends or the watch fails.
+func (x *keyIndex) watch(ctx context.Context, gen int) {
+	fail := func() {
+		x.mu.Lock()
+		x.drop(gen)
+		x.mu.Unlock()
+	}
+	// Every write up to last is in the initial values: the index is
+	// current up to it once they are in, even when the stream's last
+	// message was since removed and never comes through the watch.
+	last, err := lastSeq(ctx, x.kv)
+	if err != nil {
+		fail()
+		return
+	}
+	w, err := x.kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		fail()
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			fail()
+			return
+		case e, ok := <-w.Updates():
+			if !ok { // the subscription closed: the ordered consumer could not be recreated, or the connection closed
+				fail()
+				return
+			}
+			x.mu.Lock()
+			if gen != x.gen {
+				x.mu.Unlock()
+				return
+			}
+			if e == nil { // the initial values are in
+				x.live = true
+				x.seq = max(x.seq, last)
+				x.notify()
+				x.mu.Unlock()
+				continue
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				// A clone: the key is a slice of the message's subject.
+				x.keys.add(strings.Clone(e.Key()))
+			} else {
+				x.keys.remove(e.Key())
+			}
+			x.seq = max(x.seq, e.Revision())
+			if x.live {
+				x.notify()
+			}
+			x.mu.Unlock()
+		}
+	}
+}
+
+// lastSeq is the last sequence stored in kv's stream.
+func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read status of KV %s: %w", kv.Bucket(), err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("read status of KV %s: no stream info", kv.Bucket())
+	}
+	return bs.StreamInfo().State.LastSeq, nil
+}
+
+// current waits until the index holds every write stored before it was
+// called, starting the watch if none runs. It returns errIndexDown when
+// the watch fails, or does not catch up within catchUp (a watch that
+// made no progress meanwhile is dropped, to be started again by the next
+// page).
+func (x *keyIndex) current(ctx context.Context) error {
+	want, err := lastSeq(ctx, x.kv)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.start()
+	var deadline <-chan time.Time
+	var from uint64
+	for {
+		switch {
+		case !x.watching:
+			return errIndexDown
+		case x.live && x.seq >= want:
+			return nil
+		case x.live && deadline == nil:
+			// Behind by the writes still on their way: wait for them,
+			// not for ever.
+			t := time.NewTimer(catchUp)
+			defer t.Stop()
+			deadline, from = t.C, x.seq
+		}
+		changed, gen := x.changed, x.gen
+		x.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			x.mu.Lock()
+			return ctx.Err()
+		case <-changed:
+			x.mu.Lock()
+		case <-deadline:
+			x.mu.Lock()
+			if x.live && x.seq >= want {
+				return nil
+			}
+			if x.seq == from {
+				x.drop(gen) // stuck: a new watch, from the stream's state
+			}
+			return errIndexDown
+		}
+	}
+}
+
+// after returns up to n keys after after, sorted, once the index is
+// current.
+func (x *keyIndex) after(ctx context.Context, after string, n int) ([]string, error) {
+	if err := x.current(ctx); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.live {
+		return nil, errIndexDown
+	}
+	return x.keys.after(make([]string, 0, n), after, n), nil
+}
+
+// stop ends the watch and waits for it.
+func (x *keyIndex) stop(cancel context.CancelFunc) {
+	cancel()
+	x.wg.Wait()
+}
+
+// maxChunk is the most keys a sortedKeys chunk holds.
+const maxChunk = 512
+
+// sortedKeys is a set of strings kept sorted in chunks of at most
+// maxChunk keys, each chunk's keys before the next chunk's: a lookup is
+// two binary searches, and an insert or a delete moves at most maxChunk
+// keys (and the chunk list when a chunk splits or empties), never every
+// key as one sorted slice would.
+type sortedKeys struct {
+	chunks [][]string
+	n      int
+}
+
+// chunkFor is the chunk that holds k, or where k belongs: the first whose
+// last key is not before k, or the last chunk.
+func (s *sortedKeys) chunkFor(k string) int {
+	i := sort.Search(len(s.chunks), func(i int) bool { c := s.chunks[i]; return c[len(c)-1] >= k })
+	return min(i, len(s.chunks)-1)
+}
+
+func (s *sortedKeys) add(k string) {
+	if len(s.chunks) == 0 {
+		s.chunks = [][]string{{k}}
+		s.n = 1
+		return
+	}
+	ci := s.chunkFor(k)
+	c := s.chunks[ci]
+	j, found := slices.BinarySearch(c, k)
+	if found {
+		return
+	}
+	c = slices.Insert(c, j, k)
+	s.n++
+	if len(c) <= maxChunk {
+		s.chunks[ci] = c
+		return
+	}
+	half := len(c) / 2
+	// Clones, so that neither half holds the grown array.
+	s.chunks[ci] = slices.Clone(c[:half])
+	s.chunks = slices.Insert(s.chunks, ci+1, slices.Clone(c[half:]))
+}
+
+func (s *sortedKeys) remove(k string) {
+	if len(s.chunks) == 0 {
+		return
+	}
+	ci := s.chunkFor(k)
+	c := s.chunks[ci]
+	j, found := slices.BinarySearch(c, k)
+	if !found {
+		return
+	}
+	c = slices.Delete(c, j, j+1)
+	s.n--
+	switch {
+	case len(c) == 0:
+		s.chunks = slices.Delete(s.chunks, ci, ci+1)
+	case ci+1 < len(s.chunks) && len(c)+len(s.chunks[ci+1]) <= maxChunk/2:
+		// Two small neighbours become one, so that deletes do not leave
+		// a list of near-empty chunks.
+		s.chunks[ci] = append(c, s.chunks[ci+1]...)
+		s.chunks = slices.Delete(s.chunks, ci+1, ci+2)
+	default:
+		s.chunks[ci] = c
+	}
+}
+
+// after appends to dst the keys after k, in order, until dst holds n.
+func (s *sortedKeys) after(dst []string, k string, n int) []string {
+	ci := sort.Search(len(s.chunks), func(i int) bool { c := s.chunks[i]; return c[len(c)-1] > k })
+	for ; ci < len(s.chunks) && len(dst) < n; ci++ {
+		c := s.chunks[ci]
+		j, found := slices.BinarySearch(c, k)
+		if found {
+			j++
+		}
+		dst = append(dst, c[j:min(len(c), j+n-len(dst))]...)
+	}
+	return dst
+}

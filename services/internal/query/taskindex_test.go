@@ -1,0 +1,178 @@
+package query_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// indexed returns a second reader of b's server that keeps a task index.
+func indexed(t *testing.T, b *bundle) *query.Reader {
+	t.Helper()
+	r, err := query.NewReader(b.ctx, b.srv.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.IndexTasks(b.ctx))
+	return r
+}
+
+// ids returns the IDs of a page.
+func ids(page []query.TaskView) []string {
+	out := []string{}
+	for _, v := range page {
+		out = append(out, v.Spec.ID)
+	}
+	return out
+}
+
+// TestIndexedTaskPagesMatchTheListing: walking the tasks in pages, with
+// tasks created (before and after the cursor) and deleted between pages,
+// a reader with a task index answers every page as the reader that
+// lists the keys for each: the same tasks, the same next, the
+// unreadable spec listed without a filter, a filtered page read on
+// through batches of the index until it is full.
+func TestIndexedTaskPagesMatchTheListing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ix := indexed(t, b)
+	id := func(i int) string { return fmt.Sprintf("t%04d", i) }
+	job := func(i int) string {
+		if i%151 == 0 {
+			return "rare"
+		}
+		return "orders"
+	}
+	const n = 640 // a filtered page reads on past a batch of 256 ids
+	for i := 0; i < n; i += 2 {
+		b.put(t, streams.BucketTasks, id(i), spec(id(i), job(i), "10s"))
+	}
+	b.put(t, streams.BucketTasks, id(501), "not a spec")
+	kv, err := b.srv.JS.KeyValue(b.ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []query.TaskFilter{{}, {Job: "rare"}} {
+		after, pages := "", 0
+		for {
+			want, wantNext, err := b.r.TaskPage(b.ctx, f, after, 37)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, next, err := ix.TaskPage(b.ctx, f, after, 37)
+			// (The index's chunks are TestSortedKeysMatchASortedSet's.)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids(got), ids(want)) || next != wantNext {
+				t.Fatalf("job %q, page %d after %q: %v, next %q; the listing: %v, next %q", f.Job, pages, after, ids(got), next, ids(want), wantNext)
+			}
+			if next == "" {
+				break
+			}
+			// Between pages: a task created before the cursor, one
+			// after it, and the first of the next page deleted.
+			pages++
+			var cur int
+			if _, err := fmt.Sscanf(next, "t%04d", &cur); err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range []int{cur - 1, min(cur+3, n+pages)} {
+				b.put(t, streams.BucketTasks, id(i), spec(id(i), job(i), "10s"))
+			}
+			if err := kv.Delete(b.ctx, id(cur+2)); err != nil {
+				t.Fatal(err)
+			}
+			after = next
+		}
+		if f.Job == "" && pages < n/2/37 {
+			t.Errorf("walked %d pages; want at least %d", pages, n/2/37)
+		}
+	}
+}
+
+// TestTaskIndexCatchesUpAfterWrites: once built, the index follows the
+// creates and deletes of tasks by itself, with no page asking.
+func TestTaskIndexCatchesUpAfterWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ix := indexed(t, b)
+	b.put(t, streams.BucketTasks, "a", spec("a", "orders", "10s"))
+	if _, _, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "", 10); err != nil { // builds the index
+		t.Fatal(err)
+	}
+	kv, err := b.srv.JS.KeyValue(b.ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c", "b", "d"} {
+		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
+	}
+	b.put(t, streams.BucketTasks, "c", spec("c", "billing", "10s")) // an update: no second c
+	if err := kv.Delete(b.ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(b.ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"b", "c"}
+	var got []string
+	natstest.Eventually(t, 5*time.Second, "the index holds b and c", func() bool {
+		got, _ = query.TaskIndex(ix)
+		return slices.Equal(got, want)
+	})
+}
+
+// TestTaskIndexSurvivesTheLossOfItsWatch: when the index's consumer is
+// deleted on the server, the index stops following the bucket. A page
+// then does not answer from it (a task created since would be missing):
+// it lists the keys itself, and the next page builds the index again,
+// which then follows the bucket.
+func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ix := indexed(t, b)
+	for _, id := range []string{"a", "b", "c"} {
+		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
+	}
+	page := func(want ...string) {
+		t.Helper()
+		got, next, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "", 10)
+		if err != nil || !slices.Equal(ids(got), want) || next != "" {
+			t.Fatalf("page: %v, next %q, %v; want %v", ids(got), next, err, want)
+		}
+	}
+	page("a", "b", "c")
+	stream, err := b.srv.JS.Stream(b.ctx, "KV_"+streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(b.ctx)
+	lost := 0
+	for name := range names.Name() {
+		if err := stream.DeleteConsumer(b.ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		lost++
+	}
+	if names.Err() != nil || lost != 1 {
+		t.Fatalf("deleted %d consumers of the tasks bucket (%v); want 1, the index's", lost, names.Err())
+	}
+	b.put(t, streams.BucketTasks, "d", spec("d", "orders", "10s"))
+	page("a", "b", "c", "d") // listed, the index lagging
+	page("a", "b", "c", "d") // the index again
+	if _, restarts := query.TaskIndex(ix); restarts != 1 {
+		t.Errorf("the index's watch started again %d times; want 1", restarts)
+	}
+	b.put(t, streams.BucketTasks, "e", spec("e", "orders", "10s"))
+	page("a", "b", "c", "d", "e")
+	natstest.Eventually(t, 5*time.Second, "the new index holds a to e", func() bool {
+		got, _ := query.TaskIndex(ix)
+		return slices.Equal(got, []string{"a", "b", "c", "d", "e"})
+	})
+}
