@@ -219,14 +219,17 @@ func knownQuery(names, repeatable []string, next http.HandlerFunc) http.Handler 
 
 // Start binds the readers and starts listening.
 func (s *Service) Start(ctx context.Context) error {
-	if _, err := s.Begin(ctx); err != nil {
+	runCtx, err := s.Begin(ctx)
+	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	var err error
 	if s.q, err = query.NewReader(ctx, s.cfg.JS); err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
 	s.q.Now = s.cfg.Now
+	// The API serves page after page: an index of the task IDs saves
+	// listing every one for each.
+	s.OnStop(s.q.IndexTasks(runCtx))
 	s.ctl = &control.Client{NC: s.cfg.JS.Conn(), JS: s.cfg.JS, Source: "flyball/api/" + s.cfg.Instance}
 	if s.ln = s.cfg.Listener; s.ln == nil {
 		s.ln, err = net.Listen("tcp", s.cfg.Addr)

@@ -152,3 +152,60 @@ func putRun(t *testing.T, js jetstream.JetStream, task string, attempt int) {
 		t.Fatal(err)
 	}
 }
+
+// TestTaskPagesDoNotListEveryTaskKey: the API keeps an index of the task
+// IDs, so that a page reads its own tasks only. Each page listed every
+// key of flyball-tasks through a consumer of its own: at a million tasks,
+// a million key headers read for a page of 50. Here five pages (with a
+// task created and one deleted between them) create one consumer on
+// KV_flyball-tasks, the index's, and still page right.
+func TestTaskPagesDoNotListEveryTaskKey(t *testing.T) {
+	t.Parallel()
+	b, js := apiOnly(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(id string) {
+		t.Helper()
+		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a", "c", "e", "g"} {
+		put(id)
+	}
+	// The server sends a consumer's advisory before its create answer,
+	// over this connection too: it is pending here before a page that
+	// created the consumer is answered.
+	created, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.CREATED.KV_" + streams.BucketTasks + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
+	var got []string
+	for path, i := "/api/v1/tasks?limit=1", 0; path != ""; i++ {
+		page, next := pageOf(t, b, path, "tasks", taskKey)
+		got = append(got, page...)
+		switch i {
+		case 0:
+			put("f")
+		case 1:
+			put("b") // before the cursor, c: not listed
+			if err := kv.Delete(ctx, "e"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path = ""
+		if next != "" {
+			path = "/api/v1/tasks?limit=1&after=" + next
+		}
+	}
+	if want := []string{"a", "c", "f", "g"}; !slices.Equal(got, want) {
+		t.Errorf("pages of 1 listed %v; want %v", got, want)
+	}
+	if n, _, err := created.Pending(); err != nil || n > 1 {
+		t.Errorf("consumers created on KV_%s over %d pages: %d (%v); want at most 1, the index's", streams.BucketTasks, len(got), n, err)
+	}
+}
