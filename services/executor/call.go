@@ -43,10 +43,20 @@ func (r *result) ok() bool { return r.err == nil }
 // instead of dialing (and later closing) the excess. redact holds the
 // operator's secret header names, lower-cased (Config.RedactHeaders).
 func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Client {
-	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: g.control}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: g.Control}
 	tr := &http.Transport{
-		Proxy:                 nil, // a proxy would bypass the SSRF guard
-		DialContext:           dialer.DialContext,
+		Proxy: nil, // a proxy would bypass the SSRF guard
+		// The host is checked by name before DNS is asked (a cloud
+		// metadata hostname is refused whatever it resolves to), and
+		// every address DNS gives is checked by the dialer's Control.
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				if err := g.CheckHost(host); err != nil {
+					return nil, err
+				}
+			}
+			return dialer.DialContext(ctx, network, addr)
+		},
 		MaxIdleConns:          max(1024, concurrency),
 		MaxIdleConnsPerHost:   perHost,
 		MaxConnsPerHost:       0,

@@ -149,12 +149,12 @@ func TestGuardBlocksZonedAddresses(t *testing.T) {
 		"[fd00:ec2::254%1]:80",        // AWS IMDS over IPv6
 		"[2001:db8::1%1]:80",          // the operator's deny list
 	} {
-		if err := g.control("tcp6", addr, nil); !errors.Is(err, ErrBlocked) {
-			t.Errorf("control(%s) = %v, want ErrBlocked", addr, err)
+		if err := g.Control("tcp6", addr, nil); !errors.Is(err, ErrBlocked) {
+			t.Errorf("Control(%s) = %v, want ErrBlocked", addr, err)
 		}
 	}
 	allow := Guard{Allow: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}
-	if err := allow.control("tcp6", "[fe80::1%eth0]:80", nil); err != nil {
+	if err := allow.Control("tcp6", "[fe80::1%eth0]:80", nil); err != nil {
 		t.Errorf("an allowed link-local prefix refused a zoned address: %v", err)
 	}
 }

@@ -1,0 +1,252 @@
+// Package ssrf is flyball's SSRF guard: the one address policy that the
+// executor applies at dial time, to every address DNS gives it, and that
+// the governor and the API apply when a task is created or updated, to a
+// target URL whose host is a literal address or a well-known cloud
+// metadata hostname (CheckTarget). Both read the same Guard (the
+// --allow-loopback, --allow-cidr and --deny-cidr settings), so a target
+// that create accepts is one the executor will dial, as far as can be
+// told without DNS.
+package ssrf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// ErrBlocked is wrapped by dial errors for destinations the guard refuses.
+var ErrBlocked = errors.New("destination blocked by SSRF guard")
+
+// Guard decides which destination addresses outbound calls may reach.
+// The zero value blocks loopback, link-local, unspecified, multicast and
+// known cloud-metadata addresses, and allows everything else (private
+// networks included: reaching internal services is the point of a
+// scheduler).
+type Guard struct {
+	// AllowLoopback opens 127.0.0.0/8 and ::1 (flyball dev and tests).
+	AllowLoopback bool
+	// Allow lists prefixes that are reachable even if a rule blocks them.
+	Allow []netip.Prefix
+	// Deny lists extra prefixes to block.
+	Deny []netip.Prefix
+}
+
+// metadataAddr is the address of the AWS, GCP, Azure and Oracle metadata
+// services, which the well-known metadata hostnames stand for.
+var metadataAddr = netip.MustParseAddr("169.254.169.254")
+
+// metadataHosts are the well-known hostnames of cloud metadata services,
+// with the address each stands for: a name is judged as that address
+// (CheckHost), so allowing the address allows the name. Only names that
+// cannot mean anything else are listed: not the bare "metadata" that GCP
+// also answers, which a compose network or a search domain may give to a
+// service of the operator's own.
+var metadataHosts = map[string]netip.Addr{
+	"metadata.google.internal":   metadataAddr, // GCP
+	"metadata.goog":              metadataAddr, // GCP
+	"instance-data.ec2.internal": metadataAddr, // AWS
+}
+
+var metadataPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("169.254.0.0/16"),     // link-local, incl. 169.254.169.254 (AWS, GCP, Azure)
+	netip.MustParsePrefix("fe80::/10"),          // IPv6 link-local
+	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS IMDS over IPv6
+	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud metadata
+	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata
+}
+
+// contains reports whether p holds addr, an unmapped address (Check
+// unmaps every address): a prefix written in the IPv4-mapped IPv6 form
+// (::ffff:10.0.0.0/104) holds the IPv4 addresses it maps.
+func contains(p netip.Prefix, addr netip.Addr) bool {
+	return p.Contains(addr) || (addr.Is4() && p.Addr().Is4In6() && p.Contains(netip.AddrFrom16(addr.As16())))
+}
+
+// Check returns nil if addr may be dialled, or an error wrapping ErrBlocked
+// that says why not.
+func (g *Guard) Check(addr netip.Addr) error {
+	// A zone ("fe80::1%eth0", from a URL like http://[fe80::1%25eth0]/)
+	// names an interface, not another address; netip.Prefix.Contains is
+	// false for every zoned address, so it must go before any rule.
+	addr = addr.Unmap().WithZone("")
+	if g.allowed(addr) {
+		return nil
+	}
+	// An IPv6 address that a NAT64 gateway, a 6to4 relay or the host
+	// itself may turn into an IPv4 one is judged by that IPv4 address as
+	// well (64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64 network); by
+	// every one it may be, where the layout is the operator's choice.
+	for _, e := range embeddedIPv4(addr) {
+		if g.allowed(e.v4) {
+			continue
+		}
+		if err := g.check(e.v4); err != nil {
+			return fmt.Errorf("%w (%s %s embeds %s)", err, e.kind, addr, e.v4)
+		}
+	}
+	return g.check(addr)
+}
+
+// allowed reports whether an allow-list prefix holds addr.
+func (g *Guard) allowed(addr netip.Addr) bool {
+	for _, p := range g.Allow {
+		if contains(p, addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// IPv6 ranges that carry an IPv4 address in their low or middle bits.
+var (
+	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")    // RFC 6052 well-known prefix
+	nat64LocalPrefix = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215 local-use prefix
+	translatedPrefix = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765 IPv4-translated
+	compatPrefix     = netip.MustParsePrefix("::/96")           // deprecated IPv4-compatible
+	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")       // RFC 3056 6to4
+)
+
+// embedded is an IPv4 address an IPv6 address may stand for.
+type embedded struct {
+	v4   netip.Addr
+	kind string // "NAT64 address", "6to4 address", ...
+}
+
+// nat64Layouts are where RFC 6052 puts the IPv4 address for a NAT64
+// prefix of 48, 56, 64 and 96 bits: the byte offsets of its four bytes,
+// skipping byte 8 (bits 64-71, which must be zero).
+var nat64Layouts = [...][4]int{
+	{6, 7, 9, 10},    // /48
+	{7, 9, 10, 11},   // /56
+	{9, 10, 11, 12},  // /64
+	{12, 13, 14, 15}, // /96
+}
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address may stand for,
+// in the ranges where the network may deliver the packet to an IPv4
+// address. An address in the local-use NAT64 prefix yields one per
+// layout its operator may have chosen (a /48 to a /96 inside
+// 64:ff9b:1::/48), since the address does not say which.
+func embeddedIPv4(addr netip.Addr) []embedded {
+	if !addr.Is6() {
+		return nil
+	}
+	b := addr.As16()
+	at := func(i ...int) netip.Addr { return netip.AddrFrom4([4]byte{b[i[0]], b[i[1]], b[i[2]], b[i[3]]}) }
+	switch {
+	case nat64Prefix.Contains(addr):
+		return []embedded{{at(12, 13, 14, 15), "NAT64 address"}}
+	case nat64LocalPrefix.Contains(addr):
+		out := make([]embedded, 0, len(nat64Layouts))
+		for _, l := range nat64Layouts {
+			// A layout that reads 0.0.0.0 reads only the prefix's own
+			// zero bits (64:ff9b:1::93.184.216.34 as a /48), not an
+			// address the gateway would translate to.
+			if v4 := at(l[:]...); !v4.IsUnspecified() {
+				out = append(out, embedded{v4, "local-use NAT64 address"})
+			}
+		}
+		return out
+	case translatedPrefix.Contains(addr):
+		return []embedded{{at(12, 13, 14, 15), "IPv4-translated address"}}
+	case compatPrefix.Contains(addr) && !addr.IsLoopback() && !addr.IsUnspecified():
+		return []embedded{{at(12, 13, 14, 15), "IPv4-compatible address"}}
+	case sixToFourPrefix.Contains(addr):
+		return []embedded{{at(2, 3, 4, 5), "6to4 address"}}
+	}
+	return nil
+}
+
+// check applies the blocking rules to one address.
+func (g *Guard) check(addr netip.Addr) error {
+	switch {
+	case addr.IsLoopback():
+		if g.AllowLoopback {
+			return nil
+		}
+		return fmt.Errorf("%w: %s is a loopback address (--allow-loopback allows it)", ErrBlocked, addr)
+	case addr.IsUnspecified():
+		return fmt.Errorf("%w: %s is unspecified", ErrBlocked, addr)
+	case addr.IsMulticast():
+		return fmt.Errorf("%w: %s is multicast", ErrBlocked, addr)
+	}
+	for _, p := range metadataPrefixes {
+		if p.Contains(addr) {
+			return fmt.Errorf("%w: %s is link-local or a cloud metadata address", ErrBlocked, addr)
+		}
+	}
+	for _, p := range g.Deny {
+		if contains(p, addr) {
+			return fmt.Errorf("%w: %s is in the deny-list prefix %s", ErrBlocked, addr, p)
+		}
+	}
+	return nil
+}
+
+// Control is a net.Dialer Control hook: it runs after DNS resolution, on
+// the address actually being connected to.
+func (g *Guard) Control(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: bad address %q", ErrBlocked, address)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("%w: bad address %q", ErrBlocked, address)
+	}
+	return g.Check(ip)
+}
+
+// CheckHost returns nil if a URL's host (without port or brackets) may be
+// called as far as can be told without DNS, or an error wrapping
+// ErrBlocked: a literal address is checked as Check does, and a
+// well-known cloud metadata hostname (any case, with or without a final
+// dot) as the address it stands for. Any other hostname returns nil: what
+// it resolves to is checked at dial time.
+func (g *Guard) CheckHost(host string) error {
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return g.Check(addr)
+	}
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	addr, ok := metadataHosts[name]
+	if !ok {
+		return nil
+	}
+	if err := g.Check(addr); err != nil {
+		return fmt.Errorf("%w: %s is a cloud metadata hostname (it stands for %s)", ErrBlocked, name, addr)
+	}
+	return nil
+}
+
+// CheckTarget returns a *events.ValidationError naming target.http.url
+// if the task's HTTP target is a URL whose host CheckHost refuses: every
+// run of it would fail at the executor. The governor rejects such a
+// task.created or task.updated, and the API refuses it up front. A spec
+// without an HTTP target, or whose URL does not parse (Validate says so),
+// returns nil.
+func (g *Guard) CheckTarget(s *events.TaskSpec) error {
+	h := s.Target.HTTP
+	if h == nil {
+		return nil
+	}
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		return nil //nolint:nilerr // Validate reports a URL that does not parse
+	}
+	err = g.CheckHost(u.Hostname())
+	if err == nil {
+		return nil
+	}
+	why := strings.TrimPrefix(err.Error(), ErrBlocked.Error()+": ")
+	return &events.ValidationError{Errors: []events.FieldError{{
+		Field: "target.http.url",
+		Rule: "the executor's SSRF guard refuses this host, so every run would fail: " + why +
+			"; if it is meant, an operator allows it with --allow-cidr (FLYBALL_ALLOW_CIDRS), given alike to the executors, the governor and the API",
+	}}}
+}
