@@ -26,6 +26,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/services/internal/ssrf"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 )
 
@@ -56,6 +57,11 @@ type Config struct {
 	// response is disconnected after it. It must exceed AnswerTimeout.
 	// Defaults to 60s.
 	WriteTimeout time.Duration
+	// Guard is the executors' SSRF guard (give it the same settings): a
+	// created or updated task whose target.http.url is a literal address
+	// or a well-known metadata hostname it refuses is answered 400, as the
+	// governor would reject it. The zero value is the executor's default.
+	Guard ssrf.Guard
 }
 
 // MinTokenLength is the shortest bearer token the API accepts.

@@ -156,6 +156,9 @@ func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec, err := control.DecodeSpec(body)
+	if err == nil {
+		err = s.cfg.Guard.CheckTarget(&spec)
+	}
 	if err != nil {
 		writeInvalid(w, err)
 		return
@@ -177,7 +180,11 @@ func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("must equal the task id in the path %q, got %q", id, spec.ID))
 		return
 	}
-	if err := spec.Validate(); err != nil {
+	err := spec.Validate()
+	if err == nil {
+		err = s.cfg.Guard.CheckTarget(&spec)
+	}
+	if err != nil {
 		writeInvalid(w, err)
 		return
 	}

@@ -211,6 +211,15 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	if acc, err := s.repeatedCommand(ctx, step); acc != nil || err != nil {
 		return acc, err
 	}
+	// A target the executor's SSRF guard refuses by its URL alone would
+	// fail every run: refuse it now, naming the field. The sweeper's
+	// repair re-creates a spec accepted before (perhaps under another
+	// guard configuration): the executor still refuses it at dial time.
+	if step.Spec != nil && !strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+		if err := s.cfg.Guard.CheckTarget(step.Spec); err != nil {
+			return nil, rejectErr(err)
+		}
+	}
 	existing, err := s.loadSpec(ctx, id)
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {

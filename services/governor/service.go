@@ -21,6 +21,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/ssrf"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -45,6 +46,12 @@ type Config struct {
 	// StateCacheSize bounds the schedule states kept in memory to skip a
 	// KV read per decision. Defaults to 100,000 (about 40 MB).
 	StateCacheSize int
+	// Guard is the executors' SSRF guard (give it the same settings): a
+	// task.created or task.updated whose target.http.url is a literal
+	// address or a well-known metadata hostname it refuses is rejected.
+	// The zero value is the executor's default: loopback, link-local,
+	// unspecified, multicast and metadata addresses are refused.
+	Guard ssrf.Guard
 }
 
 func (c *Config) setDefaults() error {

@@ -49,7 +49,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics defaults to a new set shared by every service.
 	Metrics *metrics.Set
-	// Guard is the executor's SSRF guard.
+	// Guard is the SSRF guard: the executor applies it when it dials, and
+	// the governor and the API to the target URLs of created and updated
+	// tasks (a literal address or a well-known metadata hostname it
+	// refuses is rejected). Run apart, each service must be given the
+	// same settings.
 	Guard executor.Guard
 	// Concurrency is the executor's global limit. Defaults to 64.
 	Concurrency int
@@ -172,7 +176,7 @@ func (st *Stack) build(name string) (service, error) {
 	c := st.common()
 	switch name {
 	case "governor":
-		return governor.New(governor.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Workers: st.cfg.GovernorWorkers})
+		return governor.New(governor.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Workers: st.cfg.GovernorWorkers, Guard: st.cfg.Guard})
 	case "breaker":
 		return breaker.New(breaker.Config{Common: c})
 	case "deadletter":
@@ -193,7 +197,7 @@ func (st *Stack) build(name string) (service, error) {
 		st.Timer = t
 		return t, err
 	case "api":
-		a, err := api.New(api.Config{Common: c, Addr: st.cfg.APIAddr, Listener: st.cfg.APIListener, Tokens: st.cfg.APITokens})
+		a, err := api.New(api.Config{Common: c, Addr: st.cfg.APIAddr, Listener: st.cfg.APIListener, Tokens: st.cfg.APITokens, Guard: st.cfg.Guard})
 		st.API = a
 		return a, err
 	}

@@ -80,9 +80,12 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 		defMetrics = "127.0.0.1:9090"
 	}
 	fs.StringVar(&f.metricsAddr, "metrics-addr", envOr("FLYBALL_METRICS_ADDR", defMetrics), "address serving /metrics and /healthz; empty disables (env FLYBALL_METRICS_ADDR)")
-	fs.BoolVar(&f.allowLoopback, "allow-loopback", dev, "let tasks call loopback addresses (SSRF guard)")
-	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable (env FLYBALL_ALLOW_CIDRS)")
-	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable (env FLYBALL_DENY_CIDRS)")
+	// The SSRF guard: the executor applies it when it dials, the governor
+	// and the API to the target URLs of created and updated tasks, so
+	// every one of them must be given the same settings.
+	fs.BoolVar(&f.allowLoopback, "allow-loopback", dev, "let tasks call loopback addresses (SSRF guard; give the executor, governor and API the same)")
+	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable; give the executor, governor and API the same (env FLYBALL_ALLOW_CIDRS)")
+	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable; give the executor, governor and API the same (env FLYBALL_DENY_CIDRS)")
 	fs.StringSliceVar(&f.redact, "redact-header", splitEnv("FLYBALL_REDACT_HEADERS"), "executor: a header or query parameter name whose value run records replace with [REDACTED], besides the built-in secret-looking names; repeatable (env FLYBALL_REDACT_HEADERS)")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
 	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")

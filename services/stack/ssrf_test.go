@@ -1,0 +1,107 @@
+package stack_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// storedSpec reports whether KV flyball-tasks holds task id.
+func (e *env) storedSpec(id string) bool {
+	e.t.Helper()
+	kv, err := e.srv.JS.KeyValue(e.t.Context(), streams.BucketTasks)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	_, err = kv.Get(e.t.Context(), id)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestGovernorRejectsATargetTheGuardBlocks: a task.created published
+// straight to NATS (as `nats pub` does) whose target.http.url is a literal
+// address the SSRF guard refuses, or a well-known metadata hostname, is
+// answered with task.rejected naming the field and the rule, counted, and
+// not stored. It used to be accepted, and every run failed at the
+// executor.
+func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
+	cases := []struct{ id, url, why string }{
+		{"imds", "http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"imds6", "http://[fd00:ec2::254]/latest/meta-data/", "fd00:ec2::254 is link-local or a cloud metadata address"},
+		{"gcp", "http://Metadata.Google.Internal./computeMetadata/v1/", "metadata.google.internal is a cloud metadata hostname"},
+		{"loop", "http://127.0.0.1:8080/", "127.0.0.1 is a loopback address"},
+	}
+	rejected := e.collect("flyball.task.rejected.>")
+	for _, c := range cases {
+		e.create(c.id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, c.id, c.url))
+	}
+	natstest.Eventually(t, 10*time.Second, "a task.rejected per task", func() bool { return len(rejected()) == len(cases) })
+	got := map[string]events.TaskRejected{}
+	for _, ev := range rejected() {
+		var r events.TaskRejected
+		if err := events.DecodeData(ev, &r); err != nil {
+			t.Fatal(err)
+		}
+		got[r.ID] = r
+	}
+	for _, c := range cases {
+		r := got[c.id]
+		if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" || !strings.Contains(r.Reasons[0].Rule, "SSRF guard") || !strings.Contains(r.Reasons[0].Rule, c.why) {
+			t.Errorf("%s: reasons %+v, want one naming target.http.url, the SSRF guard and %q", c.id, r.Reasons, c.why)
+		}
+		if e.storedSpec(c.id) {
+			t.Errorf("%s: the rejected task was stored", c.id)
+		}
+	}
+	if n := testutil.ToFloat64(e.st.Metrics().RejectedEvents.WithLabelValues("field:target.http.url")); n != float64(len(cases)) {
+		t.Errorf("flyball_rejected_events_total{reason=field:target.http.url} = %v, want %d", n, len(cases))
+	}
+}
+
+// TestGovernorAcceptsWhatTheGuardAllows: the create-time check reads the
+// executor's configuration: an address the operator allows (an
+// allow-list prefix, loopback with --allow-loopback) is accepted, as are
+// hostnames, which only the executor checks, once DNS has answered.
+func TestGovernorAcceptsWhatTheGuardAllows(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) {
+		c.Guard = executor.Guard{AllowLoopback: true, Allow: []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}}
+	}, "governor")
+	accepted := e.collect("flyball.task.accepted.>")
+	rejected := e.collect("flyball.task.rejected.>")
+	for id, url := range map[string]string{
+		"imds": "http://169.254.169.254/latest/meta-data/",
+		"gcp":  "http://metadata.google.internal/computeMetadata/v1/", // stands for 169.254.169.254, allowed
+		"loop": "http://127.0.0.1:8080/",
+		"name": "http://internal.example/",
+	} {
+		e.create(id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, id, url))
+	}
+	natstest.Eventually(t, 10*time.Second, "four answers", func() bool { return len(accepted())+len(rejected()) == 4 })
+	if r := rejected(); len(r) != 0 {
+		t.Fatalf("rejected %d allowed targets: %s", len(r), r[0].Data())
+	}
+	for _, id := range []string{"imds", "gcp", "loop", "name"} {
+		if !e.storedSpec(id) {
+			t.Errorf("%s: accepted but not stored", id)
+		}
+	}
+}
