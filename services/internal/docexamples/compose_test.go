@@ -1,0 +1,79 @@
+package docexamples
+
+import (
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// composeFile is the part of a compose file the test reads: each
+// service's command and the names of its environment variables (merge
+// keys resolved).
+type composeFile struct {
+	Services map[string]struct {
+		Command     []string          `json:"command"`
+		Environment map[string]string `json:"environment"`
+	} `json:"services"`
+}
+
+func readCompose(t *testing.T, name string) composeFile {
+	t.Helper()
+	b, err := os.ReadFile("../../../deploy/compose/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c composeFile
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return c
+}
+
+// TestSingleNodeComposeMatchesTheCluster holds docker-compose.single.yml
+// to what its header promises: the settings of docker-compose.yml, but for
+// the NATS servers (NATS_URL). Each flyball service runs the same command
+// with the same variables and values. A variable one file passes to a flyball service and
+// the other does not is a setting an operator sets and one of the stacks
+// silently ignores (as FLYBALL_REDACT_HEADERS was for the single node's
+// executors, whose run records then kept the header values).
+func TestSingleNodeComposeMatchesTheCluster(t *testing.T) {
+	cluster, single := readCompose(t, "docker-compose.yml"), readCompose(t, "docker-compose.single.yml")
+	flyball := 0
+	for name, c := range cluster.Services {
+		if !slices.Contains(c.Command, "serve") {
+			continue // NATS nodes, Prometheus, Grafana, the target
+		}
+		flyball++
+		s, ok := single.Services[name]
+		if !ok {
+			t.Errorf("service %s: in docker-compose.yml, not in docker-compose.single.yml", name)
+			continue
+		}
+		if !slices.Equal(c.Command, s.Command) {
+			t.Errorf("service %s: command %q in docker-compose.yml, %q in docker-compose.single.yml", name, c.Command, s.Command)
+		}
+		// NATS_URL names the nodes, which is the difference the files are
+		// for.
+		keys := func(env map[string]string) []string {
+			env = maps.Clone(env)
+			delete(env, "NATS_URL")
+			return slices.Sorted(maps.Keys(env))
+		}
+		if a, b := keys(c.Environment), keys(s.Environment); !slices.Equal(a, b) {
+			t.Errorf("service %s: environment\n  docker-compose.yml:        %s\n  docker-compose.single.yml: %s", name, strings.Join(a, " "), strings.Join(b, " "))
+			continue
+		}
+		for k, v := range c.Environment {
+			if k != "NATS_URL" && s.Environment[k] != v {
+				t.Errorf("service %s: %s is %q in docker-compose.yml, %q in docker-compose.single.yml", name, k, v, s.Environment[k])
+			}
+		}
+	}
+	if flyball < 8 {
+		t.Fatalf("docker-compose.yml has %d flyball services (serve commands), want every service: the file did not parse as expected", flyball)
+	}
+}
