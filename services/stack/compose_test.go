@@ -265,7 +265,7 @@ func TestCrashDeadLetterUnderComposeUsers(t *testing.T) {
 	if err := srv.NC.Publish("flyball.task.created.lastgasp", createdEvent("lastgasp", spec("lastgasp", tg.srv.URL, 3, "5s"))); err != nil {
 		t.Fatal(err)
 	}
-	<-tg.arrived
+	tg.awaitCall(t, "the call of the only permitted delivery")
 	crash() // died on its only permitted delivery
 	_, js := srv.Connect(t, "executor")
 	ex, err := stack.Start(context.Background(), stack.Config{JS: js, Services: []string{"executor"}, Instance: "executor2", Guard: executor.Guard{AllowLoopback: true}})

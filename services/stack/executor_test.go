@@ -311,11 +311,7 @@ func TestRunEventWaitsForItsHoldWhileOtherCallsRun(t *testing.T) {
 		return seen{time.Now(), runsOf(t, []events.Event{ev})[0]}, true
 	})
 	e.create("slow", fmt.Sprintf(`{"id":"slow","target":{"http":{"url":%q,"timeout":"1m"}},"schedule":{"interval":"1h"}}`, slow.srv.URL))
-	select {
-	case <-slow.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow target was not called")
-	}
+	slow.awaitCall(t, "the slow target's call")
 	e.create("fast", fmt.Sprintf(`{"id":"fast","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, fast.srv.URL))
 	natstest.Eventually(t, 10*time.Second, "fast's run.succeeded", func() bool { return len(succeeded()) == 1 })
 	s := succeeded()[0]

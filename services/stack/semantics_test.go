@@ -44,6 +44,17 @@ type call struct {
 	key string
 }
 
+// awaitCall waits for the target's next call, failing the test after 10s
+// rather than hanging until go test's own timeout.
+func (s *scripted) awaitCall(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-s.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not within 10s: %s", what)
+	}
+}
+
 func newScripted(t *testing.T, statuses ...int) *scripted {
 	s := &scripted{script: statuses, arrived: make(chan struct{}, 100)}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -513,7 +524,7 @@ func TestExecutorCrashMidCallIsRedelivered(t *testing.T) {
 	succeeded := e.collect("flyball.run.succeeded.>")
 	crash := crashableExecutor(t, e.srv)
 	e.create("crash", spec("crash", tg.srv.URL, 3, "5s"))
-	<-tg.arrived // the first executor is mid-call
+	tg.awaitCall(t, "the first executor's call") // the first executor is mid-call
 	crash()
 	tg.mu.Lock()
 	close(tg.hang)
@@ -536,7 +547,7 @@ func TestExecutorDeathOnLastDeliveryIsDeadLettered(t *testing.T) {
 	dls := e.collect("flyball.deadletter.>")
 	crash := crashableExecutor(t, e.srv)
 	e.create("lastgasp", spec("lastgasp", tg.srv.URL, 3, "5s"))
-	<-tg.arrived
+	tg.awaitCall(t, "the call of the only permitted delivery")
 	crash() // died on its only permitted delivery
 	// A consumer with a pending pull makes JetStream notice MaxDeliver.
 	e.start("executor")
