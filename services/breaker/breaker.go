@@ -114,7 +114,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.watchDeletes(runCtx, tasks); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
-	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerBreaker, s.cfg.Logger,
+	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerBreaker, s.cfg.Logger, s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamRuns),
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("breaker: %w", err)

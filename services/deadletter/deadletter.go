@@ -73,13 +73,13 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.attempts, err = s.cfg.JS.KeyValue(ctx, streams.BucketAttempts); err != nil {
 		return fmt.Errorf("deadletter: bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.BucketAttempts, err)
 	}
-	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerDeadLetter, s.cfg.Logger,
+	cc, err := jsutil.Consume(ctx, s.cfg.JS, streams.StreamRuns, streams.ConsumerDeadLetter, s.cfg.Logger, s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamRuns),
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	s.Track(cc, s.cfg.JS.Conn())
-	cc, err = jsutil.Consume(ctx, s.cfg.JS, streams.StreamAdvisories, streams.ConsumerDeadLetter, s.cfg.Logger,
+	cc, err = jsutil.Consume(ctx, s.cfg.JS, streams.StreamAdvisories, streams.ConsumerDeadLetter, s.cfg.Logger, s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamAdvisories),
 		func(m jetstream.Msg) { s.handleAdvisory(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)

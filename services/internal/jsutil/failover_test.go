@@ -71,7 +71,7 @@ func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(wc.Stop)
-	cc, err := Consume(ctx, js, "W", "c", slog.Default(), handler("c"))
+	cc, err := Consume(ctx, js, "W", "c", slog.Default(), nil, handler("c"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/metrics"
@@ -224,26 +226,158 @@ const consumeExpiry = 5 * time.Second
 
 // Consume starts consuming the durable and returns its context. The handler
 // runs serially; handlers that need concurrency dispatch to a pool. opts
-// may override the pull expiry (consumeExpiry).
-func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+// may override the pull expiry (consumeExpiry). failures, when not nil,
+// counts the failed tries to consume (flyball_pull_failures_total).
+//
+// nats.go's Consume ends for good when its durable is deleted (by hand, or
+// by a restore). This one then binds the durable again, every second up to
+// pullRetryCap, until flyball provision (or a service started with
+// --ensure-streams) has created it again, counting each failed try in
+// failures and logging like ConsumeWorkers ("pull failed; retrying", then
+// "pulling again"), so the service needs no restart and FlyballPullFailing
+// sees it meanwhile.
+func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, failures prometheus.Counter, h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
 	cons, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s/%s: %w (run flyball provision, or flyball serve with --ensure-streams)", stream, durable, err)
 	}
-	opts = append([]jetstream.PullConsumeOpt{jetstream.PullExpiry(consumeExpiry)}, opts...)
-	opts = append(opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed) {
-			log.Debug("consume", "stream", stream, "durable", durable, "err", err)
-			return
-		}
-		log.Warn("consume", "stream", stream, "durable", durable, "err", err)
-	}))
-	cc, err := cons.Consume(h, opts...)
+	rc := &resumingConsume{
+		js: js, stream: stream, durable: durable, h: h, failures: failures,
+		log: log.With("stream", stream, "durable", durable), closed: make(chan struct{}),
+	}
+	rc.ctx, rc.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	rc.opts = append([]jetstream.PullConsumeOpt{jetstream.PullExpiry(consumeExpiry)}, opts...)
+	rc.opts = append(rc.opts, jetstream.ConsumeErrHandler(rc.onErr))
+	cc, err := cons.Consume(h, rc.opts...)
 	if err != nil {
+		rc.cancel()
 		return nil, fmt.Errorf("consume %s/%s: %w", stream, durable, err)
 	}
-	return cc, nil
+	rc.cc = cc
+	return rc, nil
 }
+
+// resumingConsume is a Consume that binds its durable again after it was
+// deleted. It implements jetstream.ConsumeContext.
+type resumingConsume struct {
+	js              jetstream.JetStream
+	stream, durable string
+	h               jetstream.MessageHandler
+	opts            []jetstream.PullConsumeOpt
+	failures        prometheus.Counter
+	log             *slog.Logger
+	ctx             context.Context
+	cancel          context.CancelFunc
+
+	mu       sync.Mutex
+	cc       jetstream.ConsumeContext // nil while binding again
+	resuming bool
+	stopping bool
+	closed   chan struct{}
+	once     sync.Once
+}
+
+func (r *resumingConsume) onErr(_ jetstream.ConsumeContext, err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed):
+		r.log.Debug("consume", "err", err)
+	case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
+		r.mu.Lock()
+		start := !r.resuming && !r.stopping
+		r.resuming = true
+		r.mu.Unlock()
+		if start {
+			go r.resume(err)
+		}
+	default:
+		r.log.Warn("consume", "err", err)
+	}
+}
+
+// resume stops the ended Consume and binds the durable again until it
+// exists or the context is stopped.
+func (r *resumingConsume) resume(cause error) {
+	r.mu.Lock()
+	old := r.cc
+	r.cc = nil
+	r.mu.Unlock()
+	if old != nil {
+		old.Stop()
+		<-old.Closed()
+	}
+	var streak pullStreak
+	err := cause
+	for {
+		if r.failures != nil {
+			r.failures.Inc()
+		}
+		wait := streak.failed(r.log, err, time.Now())
+		t := time.NewTimer(wait)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			r.finish()
+			return
+		case <-t.C:
+		}
+		var cons jetstream.Consumer
+		if cons, err = r.js.Consumer(r.ctx, r.stream, r.durable); err != nil {
+			continue
+		}
+		cc, cerr := cons.Consume(r.h, r.opts...)
+		if cerr != nil {
+			err = cerr
+			continue
+		}
+		r.mu.Lock()
+		stopping := r.stopping
+		if !stopping {
+			r.cc, r.resuming = cc, false
+		}
+		r.mu.Unlock()
+		if stopping { // Stop or Drain came while it was bound again
+			cc.Stop()
+			<-cc.Closed()
+			r.finish()
+			return
+		}
+		streak.recovered(r.log)
+		return
+	}
+}
+
+func (r *resumingConsume) finish() { r.once.Do(func() { close(r.closed) }) }
+
+// end stops (or drains) the current Consume; Closed closes once it has.
+func (r *resumingConsume) end(drain bool) {
+	r.mu.Lock()
+	r.stopping = true
+	cc := r.cc
+	r.mu.Unlock()
+	r.cancel()
+	if cc == nil {
+		r.finish() // binding again: resume returns at once
+		return
+	}
+	if drain {
+		cc.Drain()
+	} else {
+		cc.Stop()
+	}
+	go func() {
+		<-cc.Closed()
+		r.finish()
+	}()
+}
+
+// Stop ends consuming; see jetstream.ConsumeContext.
+func (r *resumingConsume) Stop() { r.end(false) }
+
+// Drain ends consuming once what arrived is handled; see jetstream.ConsumeContext.
+func (r *resumingConsume) Drain() { r.end(true) }
+
+// Closed is closed once consuming has ended after Stop or Drain.
+func (r *resumingConsume) Closed() <-chan struct{} { return r.closed }
 
 // UpdateFunc computes the new value of a KV entry from the current one
 // (nil when absent). Returning nil value with nil error means "no change".

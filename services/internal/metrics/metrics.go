@@ -180,7 +180,7 @@ func New() *Set {
 		}),
 		PullFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_pull_failures_total",
-			Help: "Failed pulls from a durable consumer, by stream (no leader during an election, NATS unreachable); each is retried within 1s.",
+			Help: "Failed pulls from a durable consumer, and tries to bind a deleted one again, by stream (no leader during an election, NATS unreachable, the durable deleted); each is retried within 1s.",
 		}, []string{"stream"}),
 		GovernorRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_governor_retries_total",

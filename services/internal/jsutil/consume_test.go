@@ -1,0 +1,120 @@
+package jsutil
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// errLog is a slog handler that reports each logged err containing
+// "consumer deleted" on deleted.
+type errLog struct{ deleted chan struct{} }
+
+func (errLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l errLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" && strings.Contains(a.Value.String(), "consumer deleted") {
+			select {
+			case l.deleted <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+func (l errLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l errLog) WithGroup(string) slog.Handler      { return l }
+
+// TestConsumeResumesWhenItsDurableIsCreatedAgain: a durable deleted (by
+// hand, or a restore) and created again by flyball provision is consumed
+// again without a restart, as ConsumeWorkers' durables are. nats.go's
+// Consume stops for good on "consumer deleted": the breaker and the
+// dead-letter service then read nothing more until restarted, while
+// FlyballPullFailing, which reads the failures counted here, stayed
+// silent.
+func TestConsumeResumesWhenItsDurableIsCreatedAgain(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	ctx := t.Context()
+	got := make(chan string, 8)
+	log := errLog{deleted: make(chan struct{}, 1)}
+	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "pull_failures"})
+	cc, err := Consume(ctx, js, "W", "w", slog.New(log), failures, func(m jetstream.Msg) {
+		_ = m.Ack()
+		got <- string(m.Data())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	receive := func(want string) {
+		t.Helper()
+		select {
+		case m := <-got:
+			if m != want {
+				t.Fatalf("handled %q, want %q", m, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q not handled within 10s", want)
+		}
+	}
+	if _, err := js.Publish(ctx, "work.1", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	receive("before")
+
+	cfg, err := js.Consumer(ctx, "W", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, "W", "w"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-log.deleted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume logged no \"consumer deleted\" within 10s of the durable's deletion")
+	}
+	if _, err := js.CreateConsumer(ctx, "W", cfg.CachedInfo().Config); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "work.1", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	receive("after")
+	if n := testutil.ToFloat64(failures); n < 1 {
+		t.Errorf("%v failures counted while the durable was gone, want at least 1 (FlyballPullFailing reads them)", n)
+	}
+}
+
+// TestConsumeDrainsWhileItsDurableIsGone: a service stopped while its
+// durable is deleted stops at once (lifecycle waits on Closed).
+func TestConsumeDrainsWhileItsDurableIsGone(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	ctx := t.Context()
+	log := errLog{deleted: make(chan struct{}, 1)}
+	cc, err := Consume(ctx, js, "W", "w", slog.New(log), nil, func(m jetstream.Msg) { _ = m.Ack() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, "W", "w"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-log.deleted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume logged no \"consumer deleted\" within 10s of the durable's deletion")
+	}
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Closed not closed within 5s of Drain while the durable was gone")
+	}
+}
