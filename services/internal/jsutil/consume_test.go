@@ -99,9 +99,25 @@ func TestConsumeDrainsWhileItsDurableIsGone(t *testing.T) {
 	js := workStream(t, 30*time.Second)
 	ctx := t.Context()
 	log := errLog{deleted: make(chan struct{}, 1)}
-	cc, err := Consume(ctx, js, "W", "w", slog.New(log), nil, func(m jetstream.Msg) { _ = m.Ack() })
+	handled := make(chan struct{}, 1)
+	cc, err := Consume(ctx, js, "W", "w", slog.New(log), nil, func(m jetstream.Msg) {
+		_ = m.Ack()
+		handled <- struct{}{}
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A message handled means the pull is at the server, so deleting the
+	// durable ends it with "consumer deleted". Deleted before the pull
+	// arrives, the pull finds no consumer and is only asked again (no
+	// responders, then missed heartbeats): nothing to resume.
+	if _, err := js.Publish(ctx, "work.1", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first message was not handled within 10s")
 	}
 	if err := js.DeleteConsumer(ctx, "W", "w"); err != nil {
 		t.Fatal(err)

@@ -356,7 +356,9 @@ func (r *resumingConsume) end(drain bool) {
 	r.mu.Unlock()
 	r.cancel()
 	if cc == nil {
-		r.finish() // binding again: resume returns at once
+		// resume is binding again, and may still be waiting for the ended
+		// Consume's last handler or starting a new one: it closes Closed
+		// once neither runs (it sees the cancelled context, or stopping).
 		return
 	}
 	if drain {
