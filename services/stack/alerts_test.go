@@ -19,10 +19,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/yaml"
 
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
 )
 
 const alertsFile = "../../deploy/compose/prometheus/alerts.yml"
@@ -80,6 +83,136 @@ func TestAlertsFireOnARealStack(t *testing.T) {
 	})
 }
 
+// TestRepairAlertsFireOnARealStack: a sweeper finds a run that fell due
+// 10 minutes ago and never ran (a lost dispatch) and a task with no
+// schedule (a lost schedule write); it re-nudges the one and publishes
+// the other's task.created again. Prometheus scraped the sweeper before
+// (its counters at 0) and after: FlyballZombieRuns and
+// FlyballSchedulesRepaired (reason "missing") must fire.
+func TestRepairAlertsFireOnARealStack(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Services: []string{"sweeper"},
+		SweepInterval: 50 * time.Millisecond, ZombieAfter: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(st.Stop)
+	m := st.Metrics()
+	before := scrapeSeries(t, m)
+
+	now := time.Now().UTC()
+	putMinuteTask(t, srv, gov.State{
+		TaskID: "zombie", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
+		LastScheduledAt: now.Add(-11 * time.Minute), LastSuccessAt: now.Add(-11 * time.Minute),
+	})
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "unscheduled",
+		events.TaskSpec{ID: "unscheduled", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	natstest.Eventually(t, 10*time.Second, "a zombie re-nudged and a missing schedule repaired", func() bool {
+		return testutil.ToFloat64(m.ZombiesRenudged) >= 1 &&
+			testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")) >= 1
+	})
+
+	checkAlertsOver(t, [][]scraped{before, scrapeSeries(t, m)}, []expectedAlert{
+		{"FlyballZombieRuns", "10m", map[string]string{"severity": "warning"}},
+		{"FlyballSchedulesRepaired", "10m", map[string]string{"severity": "warning", "reason": "missing"}},
+	})
+}
+
+// TestDispatchFailingFiresOnARealStack: DISPATCH is gone (deleted, as a
+// stream lost with its node, or never provisioned), and the timer retries
+// a due slot's publish again and again. Prometheus scrapes the timer once
+// before and then once a minute while each scrape finds more failures:
+// FlyballDispatchFailing must fire once the rate has lasted its 5 minutes.
+func TestDispatchFailingFiresOnARealStack(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: []string{"timer"}})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(st.Stop)
+	m := st.Metrics()
+	scrapes := [][]scraped{scrapeSeries(t, m)}
+
+	if err := srv.JS.DeleteStream(t.Context(), streams.StreamDispatch); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	putMinuteTask(t, srv, gov.State{TaskID: "due", NextRunAt: now, Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-time.Minute)})
+	failed := m.DispatchTotal.WithLabelValues("error")
+	for i := range 8 {
+		last := testutil.ToFloat64(failed)
+		natstest.Eventually(t, 10*time.Second, fmt.Sprintf("failed dispatch publish %d counted", i+1), func() bool {
+			return testutil.ToFloat64(failed) > last
+		})
+		scrapes = append(scrapes, scrapeSeries(t, m))
+	}
+
+	checkAlertsOver(t, scrapes, []expectedAlert{
+		{"FlyballDispatchFailing", "12m", map[string]string{"severity": "critical", "instance": "stack:9090"}},
+	})
+}
+
+// TestOutcomeAlertsFireOnARealStack: while an executor calls a target,
+// RUNS and the executor's durable on DISPATCH are deleted (a stream or a
+// consumer lost, as by an operator's mistake or a failed restore). The
+// call ends; RUNS never confirms its run event, and the executor gives it
+// up after the outbox's 15 s and hands the dispatch back with a nak that
+// no consumer confirms. Prometheus scraped the executor during the call
+// and after: FlyballRunEventsAbandoned and FlyballAcksUnconfirmed must
+// fire. It takes about 20 s, the outbox's budget.
+func TestOutcomeAlertsFireOnARealStack(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Guard: executor.Guard{AllowLoopback: true}, APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"},
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(st.Stop)
+
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(target.Close)
+	data := fmt.Sprintf(`{"id":"held","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, target.URL)
+	if err := srv.NC.Publish("flyball.task.created.held", createdEvent("held", data)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the target was not called")
+	}
+	m := st.Metrics()
+	before := scrapeSeries(t, m)
+	ctx := t.Context()
+	if err := srv.JS.DeleteConsumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.JS.DeleteStream(ctx, streams.StreamRuns); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	natstest.Eventually(t, 45*time.Second, "a run event abandoned and a settle unconfirmed", func() bool {
+		return testutil.ToFloat64(m.OutboxAbandoned) >= 1 && testutil.CollectAndCount(m.SettlesUnconfirmed) > 0
+	})
+
+	checkAlertsOver(t, [][]scraped{before, scrapeSeries(t, m)}, []expectedAlert{
+		{"FlyballRunEventsAbandoned", "7m", map[string]string{"severity": "warning", "instance": "stack:9090"}},
+		{"FlyballAcksUnconfirmed", "7m", map[string]string{"severity": "warning", "instance": "stack:9090", "kind": "nak"}},
+	})
+}
+
 type expectedAlert struct {
 	name, at string
 	labels   map[string]string
@@ -93,6 +226,22 @@ type expectedAlert struct {
 // labels.
 func checkAlerts(t *testing.T, m *metrics.Set, want []expectedAlert) {
 	t.Helper()
+	checkAlertsOver(t, [][]scraped{scrapeSeries(t, m)}, want)
+}
+
+// checkAlertsOver is checkAlerts over several scrapes of one process,
+// a minute apart: every series is absent for the first 5 minutes, then
+// at its value in scrapes[i] at minute 5+i (absent if that scrape has
+// none), and the last scrape's value holds for 30 minutes. A scrape taken
+// before the situation (its counters at 0) lets increase() and rate()
+// see a counter that existed from the start grow, as Prometheus does; a
+// scrape for each time the failure recurred keeps a rate up for as long
+// as an alert's "for".
+func checkAlertsOver(t *testing.T, scrapes [][]scraped, want []expectedAlert) {
+	t.Helper()
+	if len(scrapes) == 0 {
+		t.Fatal("checkAlertsOver: no scrape")
+	}
 	raw, err := os.ReadFile(alertsFile)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +260,18 @@ func checkAlerts(t *testing.T, m *metrics.Set, want []expectedAlert) {
 			delete(r, "annotations")
 		}
 	}
-	series := scrapeSeries(t, m)
+	values := map[string][]string{} // selector -> value at each scrape, "_" where absent
+	for i, sc := range scrapes {
+		for _, x := range sc {
+			if values[x.selector] == nil {
+				values[x.selector] = make([]string, len(scrapes))
+				for j := range values[x.selector] {
+					values[x.selector][j] = "_"
+				}
+			}
+			values[x.selector][i] = x.value
+		}
+	}
 	type exp struct {
 		ExpLabels map[string]string `json:"exp_labels"`
 	}
@@ -125,9 +285,11 @@ func checkAlerts(t *testing.T, m *metrics.Set, want []expectedAlert) {
 		tests = append(tests, ruleTest{EvalTime: w.at, Alertname: w.name, ExpAlerts: []exp{{ExpLabels: w.labels}}})
 	}
 	var input []map[string]string
-	for _, s := range series {
-		input = append(input, map[string]string{"series": s.selector, "values": fmt.Sprintf("_x5 %sx30", s.value)})
+	for sel, vs := range values {
+		held := append(append([]string{"_x5"}, vs[:len(vs)-1]...), vs[len(vs)-1]+"x30")
+		input = append(input, map[string]string{"series": sel, "values": strings.Join(held, " ")})
 	}
+	sort.Slice(input, func(i, j int) bool { return input[i]["series"] < input[j]["series"] })
 	dir := t.TempDir()
 	write := func(name string, v any) {
 		b, err := yaml.Marshal(v)
@@ -147,7 +309,7 @@ func checkAlerts(t *testing.T, m *metrics.Set, want []expectedAlert) {
 	cmd := exec.Command(promtool(t), "test", "rules", "test.yml")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("alerts.yml over the stack's real series: promtool: %v\n%s\nseries:\n%s", err, out, seriesList(series))
+		t.Fatalf("alerts.yml over the stack's real series: promtool: %v\n%s\nseries (last scrape):\n%s", err, out, seriesList(scrapes[len(scrapes)-1]))
 	}
 }
 
