@@ -80,7 +80,8 @@ type logLines struct {
 
 type logLine struct {
 	msg      string
-	repeated int64 // 0 for a line of its own
+	repeated int64  // 0 for a line of its own
+	err      string // the line's err attribute, if any
 }
 
 func newLogLines() logLines { return logLines{mu: &sync.Mutex{}, lines: new([]logLine)} }
@@ -90,8 +91,11 @@ func (l logLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= 
 func (l logLines) Handle(_ context.Context, r slog.Record) error {
 	line := logLine{msg: r.Message}
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "repeated" {
+		switch a.Key {
+		case "repeated":
 			line.repeated = a.Value.Int64()
+		case "err":
+			line.err = a.Value.String()
 		}
 		return true
 	})
@@ -109,6 +113,19 @@ func (l logLines) WithGroup(string) slog.Handler { return l }
 func (l logLines) count(msg string) int {
 	_, lines := l.account(msg)
 	return lines
+}
+
+// errs returns the err attribute of every logged line that is msg.
+func (l logLines) errs(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, x := range *l.lines {
+		if x.msg == msg {
+			out = append(out, x.err)
+		}
+	}
+	return out
 }
 
 // account is how many events the lines of msg stand for (a line of its

@@ -85,6 +85,20 @@ type outItem struct {
 	msg    *nats.Msg
 	hold   time.Duration
 	settle func(error)
+	// cause is the last retryable error a publish of msg failed with,
+	// which the give-up reports. An ack timeout replaces only another: the
+	// round the budget cuts short ends with one whatever the cause, and
+	// "no publish ack" in the give-up hid the "no response from stream"
+	// of a deleted RUNS that the rounds before had seen.
+	cause error
+}
+
+// failed records err, a retryable publish error, as its cause unless it
+// is an ack timeout and a more telling error came before.
+func (it *outItem) failed(err error) {
+	if it.cause == nil || !errors.Is(err, jsutil.ErrAckTimeout) {
+		it.cause = err
+	}
 }
 
 // size is what the item counts against outboxMaxBytes.
@@ -242,6 +256,7 @@ func (o *outbox) flush(batch []*outItem) {
 				o.done(p.it, nil)
 			case retryable(err):
 				lastErr = err
+				p.it.failed(err)
 				batch = append(batch, p.it)
 			default:
 				o.done(p.it, err)
@@ -261,10 +276,12 @@ func (o *outbox) flush(batch []*outItem) {
 			// Idempotency-Key). Either event, under the same Nats-Msg-Id
 			// within RUNS's duplicate window, is then dropped as a
 			// duplicate, so the governor sees one outcome. "not stored"
-			// misled an operator into counting a lost run.
+			// misled an operator into counting a lost run. The error
+			// ends with the event's own last publish error (cause), not
+			// the last round's, which the budget cut short.
 			o.m.OutboxAbandoned.Add(float64(len(batch)))
 			for _, it := range batch {
-				o.done(it, fmt.Errorf("%w within %s (%d rounds; it may have been stored, its ack lost): %w", errUnconfirmed, o.budget, round, lastErr))
+				o.done(it, fmt.Errorf("%w within %s (%d rounds; it may have been stored, its ack lost); last publish error: %w", errUnconfirmed, o.budget, round, it.cause))
 			}
 			return
 		}

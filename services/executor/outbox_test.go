@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -18,8 +19,10 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 func testOutbox(t *testing.T, js jetstream.JetStream, round, budget time.Duration) *outbox {
@@ -83,6 +86,43 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("not settled 20s into a 1s budget")
+	}
+}
+
+// TestOutboxGiveUpNamesTheLastPublishError: with RUNS deleted, every
+// round's publish of the run event fails with "no response from stream",
+// but the round the budget cuts short ends with no ack yet. The give-up,
+// logged with the dispatch's nak (the line FlyballRunEventsAbandoned's
+// runbook sends the operator to), said only "no publish ack within the ack
+// timeout", hiding the cause the retry lines had shown. It must carry the
+// last error a publish of that event got, and still say the outbox gave
+// up after its budget.
+func TestOutboxGiveUpNamesTheLastPublishError(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	// A round outlasts nats.go's own retries of "no responders" (about a
+	// second), so the first rounds end with the stream's error before the
+	// budget cuts the last one short.
+	f := newTunedAttemptsFixture(t, target, 3, 0, 0, func(s *Service) {
+		s.outRound, s.outBudget = 5*time.Second, 3*time.Second
+	})
+	if err := f.srv.JS.DeleteStream(t.Context(), streams.StreamRuns); err != nil {
+		t.Fatal(err)
+	}
+	f.dispatch(t)
+	const giveUp = "transient failure; redelivering"
+	var errs []string
+	natstest.Eventually(t, 30*time.Second, "the outbox giving up on the run event", func() bool {
+		errs = f.logs.errs(giveUp)
+		return len(errs) > 0
+	})
+	got := errs[0]
+	if !strings.Contains(got, "run event not confirmed stored within 3s") {
+		t.Fatalf("the give-up logged err %q, want it to say it gave up within the 3s budget", got)
+	}
+	if !strings.Contains(got, jetstream.ErrNoStreamResponse.Error()) || strings.Contains(got, jsutil.ErrAckTimeout.Error()) {
+		t.Fatalf("the give-up logged err %q, want the publishes' own error (%q), not the cut-short round's %q",
+			got, jetstream.ErrNoStreamResponse, jsutil.ErrAckTimeout)
 	}
 }
 
