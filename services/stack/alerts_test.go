@@ -24,6 +24,7 @@ import (
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/promtest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -306,7 +307,7 @@ func checkAlertsOver(t *testing.T, scrapes [][]scraped, want []expectedAlert) {
 		"evaluation_interval": "1m",
 		"tests":               []map[string]any{{"interval": "1m", "input_series": input, "alert_rule_test": tests}},
 	})
-	cmd := exec.Command(promtool(t), "test", "rules", "test.yml")
+	cmd := exec.Command(promtest.Path(t), "test", "rules", "test.yml")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("alerts.yml over the stack's real series: promtool: %v\n%s\nseries (last scrape):\n%s", err, out, seriesList(scrapes[len(scrapes)-1]))
@@ -373,24 +374,4 @@ func seriesList(s []scraped) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
-}
-
-// promtool is the promtool make test installs (FLYBALL_TEST_PROMTOOL),
-// else bin/promtool, else one on PATH. Without one the test fails, as the
-// alert rule tests of services/internal/metrics do: it is never skipped.
-func promtool(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FLYBALL_TEST_PROMTOOL"); p != "" {
-		return p
-	}
-	if p, err := filepath.Abs("../../bin/promtool"); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
-	}
-	t.Fatal("promtool not found: run `make promtool-install` (installs bin/promtool), or set FLYBALL_TEST_PROMTOOL")
-	return ""
 }

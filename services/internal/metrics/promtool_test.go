@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/flyballhq/flyball/services/internal/promtest"
 )
 
 const (
@@ -19,31 +21,11 @@ const (
 	dashboardFile   = "../../../deploy/compose/grafana/dashboards/flyball.json"
 )
 
-// promtool is the promtool make test installs (bin/promtool, passed in
-// FLYBALL_TEST_PROMTOOL), else bin/promtool, else one on PATH. Without one
-// the test fails: the alert tests are never skipped.
-func promtool(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FLYBALL_TEST_PROMTOOL"); p != "" {
-		return p
-	}
-	if p, err := filepath.Abs("../../../bin/promtool"); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
-	}
-	t.Fatal("promtool not found: run `make promtool-install` (installs bin/promtool) or `apt-get install prometheus`, or set FLYBALL_TEST_PROMTOOL")
-	return ""
-}
-
 // runPromtool runs promtool with args in dir and fails the test with its
 // output if it fails.
 func runPromtool(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(promtool(t), args...)
+	cmd := exec.Command(promtest.Path(t), args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -232,7 +214,7 @@ func TestDashboardQueriesParse(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "dashboard-rules.yml"), out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(promtool(t), "check", "rules", "dashboard-rules.yml")
+	cmd := exec.Command(promtest.Path(t), "check", "rules", "dashboard-rules.yml")
 	cmd.Dir = dir
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("a dashboard query does not parse (the group names its panel): %v\n%s", err, msg)
