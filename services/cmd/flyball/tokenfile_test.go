@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -218,26 +218,7 @@ func TestServeReloadsTheTokenFileOnSIGHUP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cmd := e.command(ctx, "serve", "api", "--api-addr", "127.0.0.1:0", "--api-token-file", file, "--metrics-addr", "", "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan map[string]any, 100)
-	var raw bytes.Buffer
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			raw.WriteString(sc.Text() + "\n")
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				lines <- m
-			}
-		}
-	}()
+	_, lines, raw := startJSONLogged(t, cmd, false)
 	await := func(msg string) map[string]any {
 		t.Helper()
 		for m := range lines {
@@ -296,30 +277,7 @@ func TestDevKeepsItsGeneratedTokenAcrossATokenFileReload(t *testing.T) {
 	defer cancel()
 	cmd := e.command(ctx, "dev", "--listen", freeLoopback(t), "--api-addr", freeLoopback(t), "--metrics-addr", "",
 		"--data-dir", filepath.Join(e.dir, "store"), "--api-token-file", file, "--log-format", "json")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan map[string]any, 100)
-	var raw syncBuffer
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			fmt.Fprintln(&raw, sc.Text())
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				lines <- m
-			}
-		}
-	}()
+	stdout, lines, raw := startJSONLogged(t, cmd, true)
 	// The banner, printed once the API and the file's watch run.
 	var base, generated string
 	sc := bufio.NewScanner(stdout)
@@ -379,4 +337,39 @@ func TestDevKeepsItsGeneratedTokenAcrossATokenFileReload(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("dev after SIGHUP and interrupt: %v\n%s", err, raw.String())
 	}
+}
+
+// startJSONLogged starts cmd, a flyball logging JSON to stderr, and
+// returns its stdout when asked for, its log lines decoded (closed at
+// stderr's end) and every stderr line as written.
+func startJSONLogged(t *testing.T, cmd *exec.Cmd, withStdout bool) (io.ReadCloser, <-chan map[string]any, *syncBuffer) {
+	t.Helper()
+	var stdout io.ReadCloser
+	if withStdout {
+		var err error
+		if stdout, err = cmd.StdoutPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 100)
+	raw := &syncBuffer{}
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(raw, sc.Text())
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	return stdout, lines, raw
 }
