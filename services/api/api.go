@@ -235,6 +235,10 @@ func (s *Service) Start(ctx context.Context) error {
 	s.q.Now = s.cfg.Now
 	// The API serves page after page: an index of the task IDs saves
 	// listing every one for each.
+	s.q.IndexFallback = func(reason error) {
+		s.cfg.Metrics.TaskIndexFallbacks.Inc()
+		s.cfg.Logger.Warn("task page listed every task key", "err", reason)
+	}
 	s.OnStop(s.q.IndexTasks(runCtx))
 	s.ctl = &control.Client{NC: s.cfg.JS.Conn(), JS: s.cfg.JS, Source: "flyball/api/" + s.cfg.Instance}
 	if s.ln = s.cfg.Listener; s.ln == nil {

@@ -209,3 +209,53 @@ func TestTaskPagesDoNotListEveryTaskKey(t *testing.T) {
 		t.Errorf("consumers created on KV_%s over %d pages: %d (%v); want at most 1, the index's", streams.BucketTasks, len(got), n, err)
 	}
 }
+
+// TestATaskPageWithoutTheIndexIsCounted: a page the task index cannot
+// answer (its watch's consumer deleted here) lists every task key, which
+// at a million tasks costs seconds; the API counts each such page in
+// flyball_api_task_index_fallbacks_total, so an operator sees it.
+func TestATaskPageWithoutTheIndexIsCounted(t *testing.T) {
+	t.Parallel()
+	b, js := apiOnly(t)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "a", []byte(`{"id":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
+	fallbacks := func() string {
+		t.Helper()
+		r := b.call(t, http.MethodGet, "/metrics", "")
+		for line := range strings.Lines(string(r.raw)) {
+			if v, ok := strings.CutPrefix(line, "flyball_api_task_index_fallbacks_total "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatalf("/metrics has no flyball_api_task_index_fallbacks_total:\n%s", r.raw)
+		return ""
+	}
+	if page, _ := pageOf(t, b, "/api/v1/tasks?limit=10", "tasks", taskKey); !slices.Equal(page, []string{"a"}) || fallbacks() != "0" {
+		t.Fatalf("first page %v, fallbacks %s; want [a] from the index, 0", page, fallbacks())
+	}
+	stream, err := js.Stream(ctx, "KV_"+streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range stream.ConsumerNames(ctx).Name() {
+		if err := stream.DeleteConsumer(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "b", []byte(`{"id":"b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if page, _ := pageOf(t, b, "/api/v1/tasks?limit=10", "tasks", taskKey); !slices.Equal(page, []string{"a", "b"}) {
+		t.Fatalf("page after the index's watch was lost: %v, want [a b]", page)
+	}
+	if got := fallbacks(); got != "1" {
+		t.Errorf("flyball_api_task_index_fallbacks_total %s after a page listed without the index; want 1", got)
+	}
+}

@@ -65,6 +65,9 @@ type Set struct {
 	// BacklogReadFailures counts the sweeper's failed reads of them, by
 	// what it read (consumer, account).
 	BacklogReadFailures *prometheus.CounterVec
+	// TaskIndexFallbacks counts the API's task pages listed without its
+	// task index (its watch lost or lagging), each costing every task key.
+	TaskIndexFallbacks prometheus.Counter
 	// TaskStaleness is the only per-task series. It is registered only
 	// when per-task metrics are enabled (see sweeper.Config.PerTaskMetrics).
 	TaskStaleness *prometheus.GaugeVec
@@ -230,6 +233,10 @@ func New() *Set {
 			Name: "flyball_backlog_read_failures_total",
 			Help: "The sweeper's failed reads of a durable consumer's state or of the account's JetStream usage, by what it read (consumer, account); the series stay at their last reading until the next read succeeds.",
 		}, []string{"read"}),
+		TaskIndexFallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_api_task_index_fallbacks_total",
+			Help: "Pages of GET /api/v1/tasks that listed every task key because the API's task index could not answer (its watch of flyball-tasks lost, or lagging by more than 1s); the next page starts a new watch.",
+		}),
 	}
 	s.TaskStaleness = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
@@ -240,7 +247,7 @@ func New() *Set {
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
-		s.JetStreamStorage, s.JetStreamStorageLimit, s.BacklogReadFailures,
+		s.JetStreamStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,
 	} {
 		f(c)
 	}

@@ -183,7 +183,7 @@ func (x *keyIndex) current(ctx context.Context) error {
 	for {
 		switch {
 		case !x.watching:
-			return errIndexDown
+			return fmt.Errorf("%w: its watch of %s ended (the next page starts another)", errIndexDown, x.kv.Bucket())
 		case x.live && x.seq >= want:
 			return nil
 		case x.live && deadline == nil:
@@ -208,8 +208,9 @@ func (x *keyIndex) current(ctx context.Context) error {
 			}
 			if x.seq == from {
 				x.drop(gen) // stuck: a new watch, from the stream's state
+				return fmt.Errorf("%w: its watch of %s applied nothing in %s (the next page starts another)", errIndexDown, x.kv.Bucket(), catchUp)
 			}
-			return errIndexDown
+			return fmt.Errorf("%w: its watch of %s did not reach sequence %d within %s", errIndexDown, x.kv.Bucket(), want, catchUp)
 		}
 	}
 }
@@ -223,7 +224,7 @@ func (x *keyIndex) after(ctx context.Context, after string, n int) ([]string, er
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if !x.live {
-		return nil, errIndexDown
+		return nil, fmt.Errorf("%w: its watch of %s ended (the next page starts another)", errIndexDown, x.kv.Bucket())
 	}
 	return x.keys.after(make([]string, 0, n), after, n), nil
 }

@@ -31,6 +31,11 @@ type Reader struct {
 	runtime   jetstream.KeyValue
 	// taskIndex, when IndexTasks set it, holds the task IDs for TaskPage.
 	taskIndex *keyIndex
+	// IndexFallback, if set, is called with the reason each time a page
+	// of TaskPage lists every task key because the task index (IndexTasks)
+	// could not answer it: such a page costs every task, as without the
+	// index.
+	IndexFallback func(reason error)
 	// Now is the clock used for ages, due counts and staleness. Defaults to time.Now.
 	Now func() time.Time
 	// MaxExplainInputs is how many inputs of a task Explain holds at

@@ -3,6 +3,8 @@ package query_test
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,6 +139,20 @@ func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ix := indexed(t, b)
+	var (
+		mu        sync.Mutex
+		fallbacks []error
+	)
+	ix.IndexFallback = func(reason error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fallbacks = append(fallbacks, reason)
+	}
+	fellBack := func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(fallbacks)
+	}
 	for _, id := range []string{"a", "b", "c"} {
 		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
 	}
@@ -148,6 +164,9 @@ func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
 		}
 	}
 	page("a", "b", "c")
+	if got := fellBack(); len(got) != 0 {
+		t.Fatalf("the index fell back with its watch running: %v", got)
+	}
 	stream, err := b.srv.JS.Stream(b.ctx, "KV_"+streams.BucketTasks)
 	if err != nil {
 		t.Fatal(err)
@@ -165,12 +184,19 @@ func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
 	}
 	b.put(t, streams.BucketTasks, "d", spec("d", "orders", "10s"))
 	page("a", "b", "c", "d") // listed, the index lagging
+	// An operator sees that page's cost: the API logs and counts it.
+	if got := fellBack(); len(got) != 1 || !strings.Contains(got[0].Error(), "watch of "+streams.BucketTasks) {
+		t.Fatalf("fallbacks reported %v; want one, naming the watch of %s", got, streams.BucketTasks)
+	}
 	page("a", "b", "c", "d") // the index again
 	if _, restarts := query.TaskIndex(ix); restarts != 1 {
 		t.Errorf("the index's watch started again %d times; want 1", restarts)
 	}
 	b.put(t, streams.BucketTasks, "e", spec("e", "orders", "10s"))
 	page("a", "b", "c", "d", "e")
+	if got := fellBack(); len(got) != 1 {
+		t.Errorf("fallbacks reported %v; want only the one while the watch was lost", got)
+	}
 	natstest.Eventually(t, 5*time.Second, "the new index holds a to e", func() bool {
 		got, _ := query.TaskIndex(ix)
 		return slices.Equal(got, []string{"a", "b", "c", "d", "e"})

@@ -200,6 +200,9 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit
 	for {
 		ids, err := r.taskIDsAfter(ctx, cursor, batch)
 		if errors.Is(err, errIndexDown) {
+			if r.taskIndex != nil && r.IndexFallback != nil {
+				r.IndexFallback(err)
+			}
 			// Every key after the cursor at once, and no further batch.
 			ids, err = keysAfter(ctx, r.tasks, cursor)
 			listed = true
