@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,4 +134,76 @@ func seeded(b *testing.B, n int, gen func(i int, id string) (events.TaskSpec, go
 		}
 	}
 	return ctx, srv.JS
+}
+
+// BenchmarkTasks lists every task (Tasks, what `flyball task list`
+// without --limit does) out of 20,000 (or -bench.tasks), each with a
+// schedule and a spec with headers, a body and labels. Besides B/op it
+// reports peak-heap-MB, the most heap in use above the idle heap while
+// Tasks runs, sampled as BenchmarkHealth does (GOGC=10): the memory the
+// CLI holds for a listing, plus the embedded server's share.
+//
+//	go test -run '^$' -bench BenchmarkTasks -benchmem ./internal/query/
+//	go test -run '^$' -bench BenchmarkTasks -benchmem ./internal/query/ -args -bench.tasks=100000
+func BenchmarkTasks(b *testing.B) {
+	tasks := *benchTasks
+	now := time.Now().UTC()
+	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
+		sp := spec(id, fmt.Sprintf("job-%d", i%7), "10s")
+		sp.Labels["region"] = "eu-west-1"
+		sp.Target.HTTP.Method = "POST"
+		sp.Target.HTTP.Headers = map[string]string{"Authorization": "Bearer 0123456789abcdef0123456789abcdef", "Content-Type": "application/json"}
+		sp.Target.HTTP.Body = fmt.Sprintf(`{"task":%q,"report":"daily-orders","region":"eu-west-1","limit":500}`, id)
+		return sp, gov.State{
+			TaskID: id, Source: gov.SourceBaselineInterval, CreatedAt: now.Add(-time.Hour),
+			NextRunAt: now.Add(time.Duration(i%60) * time.Second), LastScheduledAt: now.Add(-10 * time.Second),
+			LastSuccessAt: now.Add(-time.Duration(i%600) * time.Second),
+		}
+	})
+	peak := samplePeakHeap(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		list, err := r.Tasks(ctx, query.TaskFilter{})
+		if err != nil || len(list) != tasks || list[tasks-1].Schedule == nil {
+			b.Fatalf("%d tasks, %v", len(list), err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(peak(), "peak-heap-MB")
+}
+
+// samplePeakHeap sets GOGC=10 (so that the heap follows the live set),
+// collects, and samples HeapInuse every millisecond until the function
+// it returns is called, which restores GOGC and returns the most heap in
+// use above the heap at the start, in MB.
+func samplePeakHeap(b *testing.B) func() float64 {
+	b.Helper()
+	gc := debug.SetGCPercent(10)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	idle, peak := ms.HeapInuse, ms.HeapInuse
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var ms runtime.MemStats
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapInuse)
+			}
+		}
+	})
+	return func() float64 {
+		close(stop)
+		wg.Wait()
+		debug.SetGCPercent(gc)
+		return float64(peak-idle) / 1e6
+	}
 }
