@@ -570,6 +570,59 @@ func TestTasksFilterByJobAndLabel(t *testing.T) {
 	}
 }
 
+// TestTasksListsUnreadableSpecsWithTheirSchedules: the whole listing
+// (Tasks, the CLI's task list without --limit) lists a spec that does not
+// decode with the reason Task gives and its schedule, unless a filter
+// asks for what it cannot tell; a schedule without a spec lists no task,
+// and a schedule that does not decode leaves its task without one.
+func TestTasksListsUnreadableSpecsWithTheirSchedules(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.put(t, streams.BucketTasks, "a", spec("a", "orders", "10s"))
+	b.put(t, streams.BucketTasks, "c", spec("c", "billing", "10s"))
+	b.put(t, streams.BucketTasks, "bad", "not a spec")
+	b.put(t, streams.BucketTasks, "d", spec("d", "orders", "10s"))
+	for _, id := range []string{"a", "bad", "c", "orphan"} {
+		b.put(t, streams.BucketSchedules, id, gov.State{TaskID: id, Source: gov.SourceBaselineInterval})
+	}
+	b.put(t, streams.BucketSchedules, "d", "not a state")
+	one, err := b.r.Task(b.ctx, "bad")
+	if err != nil || one.Unreadable == "" {
+		t.Fatalf("task bad = %+v, %v", one, err)
+	}
+	describe := func(list []query.TaskView) []string {
+		var out []string
+		for _, v := range list {
+			s := v.Spec.ID
+			if v.Schedule != nil {
+				s += "+" + v.Schedule.TaskID
+			}
+			if v.Unreadable != "" {
+				s += " unreadable: " + v.Unreadable
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		f    query.TaskFilter
+		want []string
+	}{
+		{"every task", query.TaskFilter{}, []string{"a+a", "bad+bad unreadable: " + one.Unreadable, "c+c", "d"}},
+		{"one job", query.TaskFilter{Job: "orders"}, []string{"a+a", "d"}},
+		{"one label", query.TaskFilter{Labels: map[string]string{"team": "billing"}}, []string{"c+c"}},
+	} {
+		list, err := b.r.Tasks(b.ctx, c.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := describe(list); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
 func TestRuntimeListsInstancesWithAge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -118,42 +118,68 @@ func (r *Reader) addSchedule(ctx context.Context, v *TaskView) error {
 }
 
 // Tasks lists every task that matches f, sorted by ID. It reads both
-// buckets whole, each in one pass (a consumer, not a read per task): the
+// buckets in one pass each (a consumer, not a read per task): the
 // cheapest way to every task, and what TaskPage does without a limit.
+// It streams them: each spec is decoded as it comes and only the views
+// are kept, then each schedule is attached to its view as it comes, so
+// a listing never holds either bucket's raw values (at 20,000 tasks that
+// was most of its peak heap; see docs/benchmarks.md, finding 48).
 func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
-	specs, raw, err := decodeEntries[events.TaskSpec](ctx, r.tasks)
-	if err != nil {
-		return nil, err
-	}
-	states, _, err := decodeEntries[gov.State](ctx, r.schedules)
-	if err != nil {
-		return nil, err
-	}
+	filtered := f.Job != "" || len(f.Labels) > 0
 	out := []TaskView{}
-	for id, spec := range specs {
-		if !f.match(&spec) {
-			continue
+	// at is the position in out of each listed task, by key. A key
+	// written again while the watch delivers comes twice, its newer value
+	// last: that value replaces the view, or removes it (gone) when it
+	// no longer matches.
+	at := map[string]int{}
+	var gone []int
+	err := eachEntry(ctx, r.tasks, func(e jetstream.KeyValueEntry) {
+		var v TaskView
+		var keep bool
+		if err := json.Unmarshal(e.Value(), &v.Spec); err != nil {
+			// A spec that does not decode has no job or labels to filter
+			// on, and left out of the list it was nowhere but in its
+			// skipped runs.
+			v = TaskView{Spec: events.TaskSpec{ID: e.Key()}, Unreadable: unreadable(err)}
+			keep = !filtered
+		} else {
+			keep = f.match(&v.Spec)
 		}
-		v := TaskView{Spec: spec}
-		if st, ok := states[id]; ok {
-			v.Schedule = &st
-		}
-		out = append(out, v)
-	}
-	if f.Job == "" && len(f.Labels) == 0 {
-		// A spec that does not decode has no job or labels to filter on,
-		// and left out of the list it was nowhere but in its skipped runs.
-		for id, e := range raw {
-			if _, ok := specs[id]; ok {
-				continue
-			}
-			var bad events.TaskSpec
-			v := TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(json.Unmarshal(e.Value(), &bad))}
-			if st, ok := states[id]; ok {
-				v.Schedule = &st
-			}
+		i, seen := at[e.Key()]
+		switch {
+		case seen && keep:
+			out[i] = v
+		case seen:
+			out[i] = TaskView{}
+			gone = append(gone, i)
+			delete(at, e.Key())
+		case keep:
+			at[e.Key()] = len(out)
 			out = append(out, v)
 		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = eachEntry(ctx, r.schedules, func(e jetstream.KeyValueEntry) {
+		i, ok := at[e.Key()]
+		if !ok {
+			return // a schedule of no listed task is not decoded
+		}
+		// A schedule that does not decode leaves its task without one.
+		var st gov.State
+		if json.Unmarshal(e.Value(), &st) == nil {
+			out[i].Schedule = &st
+		} else {
+			out[i].Schedule = nil
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(gone)
+	for _, i := range slices.Backward(gone) {
+		out = slices.Delete(out, i, i+1)
 	}
 	slices.SortFunc(out, func(a, b TaskView) int { return strings.Compare(a.Spec.ID, b.Spec.ID) })
 	return out, nil
