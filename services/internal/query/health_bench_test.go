@@ -1,10 +1,6 @@
 package query_test
 
 import (
-	"fmt"
-	"runtime"
-	"runtime/debug"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,40 +21,13 @@ func BenchmarkHealth(b *testing.B) {
 	const tasks = 20_000
 	now := time.Now().UTC()
 	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
-		sp := spec(id, fmt.Sprintf("job-%d", i%7), "10s")
-		sp.Target.HTTP.Method = "POST"
-		sp.Target.HTTP.Headers = map[string]string{"Authorization": "Bearer 0123456789abcdef0123456789abcdef", "Content-Type": "application/json"}
-		sp.Target.HTTP.Body = fmt.Sprintf(`{"task":%q,"report":"daily-orders","region":"eu-west-1","limit":500}`, id)
+		sp, st := benchTask(now, i, id)
 		if i%10 == 0 {
 			sp.Schedule = events.Schedule{Cron: "*/5 * * * *", Timezone: "Europe/Berlin"}
 		}
-		return sp, gov.State{
-			TaskID: id, Source: gov.SourceBaselineInterval, CreatedAt: now.Add(-time.Hour),
-			NextRunAt: now.Add(time.Duration(i%60) * time.Second), LastScheduledAt: now.Add(-10 * time.Second),
-			LastSuccessAt: now.Add(-time.Duration(i%600) * time.Second),
-		}
+		return sp, st
 	})
-	defer debug.SetGCPercent(debug.SetGCPercent(10))
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	idle, peak := ms.HeapInuse, ms.HeapInuse
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var ms runtime.MemStats
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				runtime.ReadMemStats(&ms)
-				peak = max(peak, ms.HeapInuse)
-			}
-		}
-	})
+	peak := samplePeakHeap(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -68,7 +37,5 @@ func BenchmarkHealth(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	close(stop)
-	wg.Wait()
-	b.ReportMetric(float64(peak-idle)/1e6, "peak-heap-MB")
+	b.ReportMetric(peak(), "peak-heap-MB")
 }

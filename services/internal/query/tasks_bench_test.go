@@ -149,16 +149,9 @@ func BenchmarkTasks(b *testing.B) {
 	tasks := *benchTasks
 	now := time.Now().UTC()
 	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
-		sp := spec(id, fmt.Sprintf("job-%d", i%7), "10s")
+		sp, st := benchTask(now, i, id)
 		sp.Labels["region"] = "eu-west-1"
-		sp.Target.HTTP.Method = "POST"
-		sp.Target.HTTP.Headers = map[string]string{"Authorization": "Bearer 0123456789abcdef0123456789abcdef", "Content-Type": "application/json"}
-		sp.Target.HTTP.Body = fmt.Sprintf(`{"task":%q,"report":"daily-orders","region":"eu-west-1","limit":500}`, id)
-		return sp, gov.State{
-			TaskID: id, Source: gov.SourceBaselineInterval, CreatedAt: now.Add(-time.Hour),
-			NextRunAt: now.Add(time.Duration(i%60) * time.Second), LastScheduledAt: now.Add(-10 * time.Second),
-			LastSuccessAt: now.Add(-time.Duration(i%600) * time.Second),
-		}
+		return sp, st
 	})
 	peak := samplePeakHeap(b)
 	b.ReportAllocs()
@@ -171,6 +164,20 @@ func BenchmarkTasks(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(peak(), "peak-heap-MB")
+}
+
+// benchTask is task i of the listing and health benchmarks: a POST with
+// headers and a body, every 10s, in one of seven jobs, and its schedule.
+func benchTask(now time.Time, i int, id string) (events.TaskSpec, gov.State) {
+	sp := spec(id, fmt.Sprintf("job-%d", i%7), "10s")
+	sp.Target.HTTP.Method = "POST"
+	sp.Target.HTTP.Headers = map[string]string{"Authorization": "Bearer 0123456789abcdef0123456789abcdef", "Content-Type": "application/json"}
+	sp.Target.HTTP.Body = fmt.Sprintf(`{"task":%q,"report":"daily-orders","region":"eu-west-1","limit":500}`, id)
+	return sp, gov.State{
+		TaskID: id, Source: gov.SourceBaselineInterval, CreatedAt: now.Add(-time.Hour),
+		NextRunAt: now.Add(time.Duration(i%60) * time.Second), LastScheduledAt: now.Add(-10 * time.Second),
+		LastSuccessAt: now.Add(-time.Duration(i%600) * time.Second),
+	}
 }
 
 // samplePeakHeap sets GOGC=10 (so that the heap follows the live set),
