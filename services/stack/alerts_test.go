@@ -159,6 +159,60 @@ func TestDispatchFailingFiresOnARealStack(t *testing.T) {
 	})
 }
 
+// TestGovernorRetryingFiresOnARealStack: flyball-schedules is at its
+// limit (its Maximum Bytes set below what a schedule needs, as by a hand
+// edit of the bucket's stream), so every schedule write the governor makes
+// fails with "maximum bytes exceeded", and it retries each task.created in
+// place. Several tasks keep several of its TASKS workers retrying at once.
+// Prometheus scrapes the governor once before and then once a minute while
+// each scrape finds at least 12 more retries (what one message retried
+// every 5 s, the longest pause between tries, makes in a minute; the
+// series only appears at the first retry, so its first minute must carry
+// the rate alone): FlyballGovernorRetrying must fire, for stream TASKS,
+// once the rate has lasted its 5 minutes.
+func TestGovernorRetryingFiresOnARealStack(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	ctx := t.Context()
+	kv, err := srv.JS.Stream(ctx, "KV_"+streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kv.CachedInfo().Config
+	cfg.MaxBytes = 64
+	if _, err := srv.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: []string{"governor"}})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(st.Stop)
+	m := st.Metrics()
+	scrapes := [][]scraped{scrapeSeries(t, m)}
+
+	for i := range 24 {
+		id := fmt.Sprintf("full-%d", i)
+		data := fmt.Sprintf(`{"id":%q,"target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"}}`, id)
+		if err := srv.NC.Publish("flyball.task.created."+id, createdEvent(id, data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retries := m.GovernorRetries.WithLabelValues(streams.StreamTasks)
+	for i := range 8 {
+		last := testutil.ToFloat64(retries)
+		natstest.Eventually(t, 30*time.Second, fmt.Sprintf("scrape %d: 12 more governor retries", i+1), func() bool {
+			return testutil.ToFloat64(retries) >= last+12
+		})
+		scrapes = append(scrapes, scrapeSeries(t, m))
+	}
+
+	checkAlertsOver(t, scrapes, []expectedAlert{
+		{"FlyballGovernorRetrying", "12m", map[string]string{"severity": "critical", "instance": "stack:9090", "stream": "TASKS"}},
+	})
+}
+
 // TestOutcomeAlertsFireOnARealStack: while an executor calls a target,
 // RUNS and the executor's durable on DISPATCH are deleted (a stream or a
 // consumer lost, as by an operator's mistake or a failed restore). The
