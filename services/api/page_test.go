@@ -40,6 +40,25 @@ func pageOf(t *testing.T, b *bundle, path, list string, key func(map[string]any)
 
 func seqKey(m map[string]any) string { return fmt.Sprint(m["seq"]) }
 
+// specID is the key of a task in the API's task list.
+func specID(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
+
+// putSpecs stores a spec of each id (the id alone) in flyball-tasks, as
+// the governor would, and returns the bucket.
+func putSpecs(t *testing.T, js jetstream.JetStream, ids ...string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := kv.Put(t.Context(), id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kv
+}
+
 // TestListingsPageWithANextCursor: each listing, asked for 2 of 3 items,
 // returns 2 and a next cursor, and the cursor returns the third with no
 // next. Before pages, an operator could not see past the newest 1,000
@@ -47,22 +66,12 @@ func seqKey(m map[string]any) string { return fmt.Sprint(m["seq"]) }
 func TestListingsPageWithANextCursor(t *testing.T) {
 	t.Parallel()
 	b, js := apiOnly(t)
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"c", "a", "b"} {
-		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putSpecs(t, js, "c", "a", "b")
 	for i := range 3 {
 		putRun(t, js, "web", i+1) // RUNS seqs 1, 2, 3
 		putDeadLetter(t, js, "web", i)
 	}
 
-	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
 	for _, c := range []struct {
 		name, first, list string
 		key               func(map[string]any) string
@@ -70,7 +79,7 @@ func TestListingsPageWithANextCursor(t *testing.T) {
 		next              string
 		second            string
 	}{
-		{"tasks", "/api/v1/tasks?limit=2", "tasks", taskKey, []string{"a", "b"}, []string{"c"}, "b", "/api/v1/tasks?limit=2&after=b"},
+		{"tasks", "/api/v1/tasks?limit=2", "tasks", specID, []string{"a", "b"}, []string{"c"}, "b", "/api/v1/tasks?limit=2&after=b"},
 		{"runs", "/api/v1/tasks/web/runs?limit=2", "runs", seqKey, []string{"2", "3"}, []string{"1"}, "2", "/api/v1/tasks/web/runs?limit=2&before=2"},
 		{"dead letters", "/api/v1/deadletter?limit=2", "deadLetters", seqKey, []string{"2", "3"}, []string{"1"}, "2", "/api/v1/deadletter?limit=2&before=2"},
 		{"one task's dead letters", "/api/v1/deadletter?task=web&limit=2", "deadLetters", seqKey, []string{"2", "3"}, []string{"1"}, "2", "/api/v1/deadletter?task=web&limit=2&before=2"},
@@ -85,7 +94,7 @@ func TestListingsPageWithANextCursor(t *testing.T) {
 		}
 	}
 	// Without limit, a default page, here holding every task.
-	if got, next := pageOf(t, b, "/api/v1/tasks", "tasks", taskKey); !slices.Equal(got, []string{"a", "b", "c"}) || next != "" {
+	if got, next := pageOf(t, b, "/api/v1/tasks", "tasks", specID); !slices.Equal(got, []string{"a", "b", "c"}) || next != "" {
 		t.Errorf("GET /api/v1/tasks = %v, next %q; want every task and no next", got, next)
 	}
 }
@@ -97,24 +106,17 @@ func TestListingsPageWithANextCursor(t *testing.T) {
 func TestTaskListWithoutLimitIsOnePage(t *testing.T) {
 	t.Parallel()
 	b, js := apiOnly(t)
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const tasks = 1002
-	for i := range tasks {
-		id := fmt.Sprintf("t%04d", i)
-		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
-			t.Fatal(err)
-		}
+	ids := make([]string, tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%04d", i)
 	}
-	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
-	got, next := pageOf(t, b, "/api/v1/tasks", "tasks", taskKey)
+	putSpecs(t, js, ids...)
+	got, next := pageOf(t, b, "/api/v1/tasks", "tasks", specID)
 	if len(got) != 1000 || got[0] != "t0000" || got[999] != "t0999" || next != "t0999" {
 		t.Fatalf("GET /api/v1/tasks: %d tasks (%v … %v), next %q; want t0000 … t0999 and next t0999", len(got), got[:min(len(got), 1)], got[max(len(got)-1, 0):], next)
 	}
-	got, next = pageOf(t, b, "/api/v1/tasks?after="+next, "tasks", taskKey)
+	got, next = pageOf(t, b, "/api/v1/tasks?after="+next, "tasks", specID)
 	if !slices.Equal(got, []string{"t1000", "t1001"}) || next != "" {
 		t.Errorf("GET /api/v1/tasks?after=t0999 = %v, next %q; want t1000, t1001 and no next", got, next)
 	}
@@ -163,19 +165,8 @@ func TestTaskPagesDoNotListEveryTaskKey(t *testing.T) {
 	t.Parallel()
 	b, js := apiOnly(t)
 	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(id string) {
-		t.Helper()
-		if _, err := kv.Put(ctx, id, fmt.Appendf(nil, `{"id":%q}`, id)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"a", "c", "e", "g"} {
-		put(id)
-	}
+	kv := putSpecs(t, js, "a", "c", "e", "g")
+	put := func(id string) { t.Helper(); putSpecs(t, js, id) }
 	// The server sends a consumer's advisory before its create answer,
 	// over this connection too: it is pending here before a page that
 	// created the consumer is answered.
@@ -183,10 +174,9 @@ func TestTaskPagesDoNotListEveryTaskKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
 	var got []string
 	for path, i := "/api/v1/tasks?limit=1", 0; path != ""; i++ {
-		page, next := pageOf(t, b, path, "tasks", taskKey)
+		page, next := pageOf(t, b, path, "tasks", specID)
 		got = append(got, page...)
 		switch i {
 		case 0:
@@ -218,14 +208,7 @@ func TestATaskPageWithoutTheIndexIsCounted(t *testing.T) {
 	t.Parallel()
 	b, js := apiOnly(t)
 	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, "a", []byte(`{"id":"a"}`)); err != nil {
-		t.Fatal(err)
-	}
-	taskKey := func(m map[string]any) string { return m["spec"].(map[string]any)["id"].(string) }
+	putSpecs(t, js, "a")
 	fallbacks := func() string {
 		t.Helper()
 		r := b.call(t, http.MethodGet, "/metrics", "")
@@ -237,7 +220,7 @@ func TestATaskPageWithoutTheIndexIsCounted(t *testing.T) {
 		t.Fatalf("/metrics has no flyball_api_task_index_fallbacks_total:\n%s", r.raw)
 		return ""
 	}
-	if page, _ := pageOf(t, b, "/api/v1/tasks?limit=10", "tasks", taskKey); !slices.Equal(page, []string{"a"}) || fallbacks() != "0" {
+	if page, _ := pageOf(t, b, "/api/v1/tasks?limit=10", "tasks", specID); !slices.Equal(page, []string{"a"}) || fallbacks() != "0" {
 		t.Fatalf("first page %v, fallbacks %s; want [a] from the index, 0", page, fallbacks())
 	}
 	stream, err := js.Stream(ctx, "KV_"+streams.BucketTasks)
@@ -249,10 +232,8 @@ func TestATaskPageWithoutTheIndexIsCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := kv.Put(ctx, "b", []byte(`{"id":"b"}`)); err != nil {
-		t.Fatal(err)
-	}
-	if page, _ := pageOf(t, b, "/api/v1/tasks?limit=10", "tasks", taskKey); !slices.Equal(page, []string{"a", "b"}) {
+	putSpecs(t, js, "b")
+	if page, _ := pageOf(t, b, "/api/v1/tasks?limit=10", "tasks", specID); !slices.Equal(page, []string{"a", "b"}) {
 		t.Fatalf("page after the index's watch was lost: %v, want [a b]", page)
 	}
 	if got := fallbacks(); got != "1" {
