@@ -129,10 +129,9 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 	out := []TaskView{}
 	// at is the position in out of each listed task, by key. A key
 	// written again while the watch delivers comes twice, its newer value
-	// last: that value replaces the view, or removes it (gone) when it
-	// no longer matches.
+	// last: that value replaces the view, or drops its key from at when
+	// it no longer matches (its view is left in out, and not listed).
 	at := map[string]int{}
-	var gone []int
 	err := eachEntry(ctx, r.tasks, func(e jetstream.KeyValueEntry) {
 		var v TaskView
 		var keep bool
@@ -151,7 +150,6 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 			out[i] = v
 		case seen:
 			out[i] = TaskView{}
-			gone = append(gone, i)
 			delete(at, e.Key())
 		case keep:
 			at[e.Key()] = len(out)
@@ -177,9 +175,12 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(gone)
-	for _, i := range slices.Backward(gone) {
-		out = slices.Delete(out, i, i+1)
+	if len(at) < len(out) { // some were dropped
+		listed := make([]TaskView, 0, len(at))
+		for _, i := range at {
+			listed = append(listed, out[i])
+		}
+		out = listed
 	}
 	slices.SortFunc(out, func(a, b TaskView) int { return strings.Compare(a.Spec.ID, b.Spec.ID) })
 	return out, nil
