@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -103,5 +104,45 @@ func TestGovernorAcceptsWhatTheGuardAllows(t *testing.T) {
 		if !e.storedSpec(id) {
 			t.Errorf("%s: accepted but not stored", id)
 		}
+	}
+}
+
+// TestGovernorRejectsAnUpdateToATargetTheGuardBlocks: a task.updated
+// published straight to NATS that points an existing task at a metadata
+// address is rejected naming target.http.url, and the stored spec keeps
+// its old target.
+func TestGovernorRejectsAnUpdateToATargetTheGuardBlocks(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
+	const good = "http://api.example.invalid/health"
+	e.create("up", fmt.Sprintf(`{"id":"up","target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, good))
+	natstest.Eventually(t, 10*time.Second, "the task stored", func() bool { return e.storedSpec("up") })
+	rejected := e.collect("flyball.task.rejected.up")
+	update := strings.Replace(string(createdEvent("up", `{"id":"up","target":{"http":{"url":"http://169.254.169.254/latest/meta-data/"}},"schedule":{"interval":"1m"}}`)),
+		`"io.flyball.task.created"`, `"io.flyball.task.updated"`, 1)
+	update = strings.Replace(update, `"id":"cmd-up"`, `"id":"cmd-up-2"`, 1)
+	if err := e.srv.NC.Publish("flyball.task.updated.up", []byte(update)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the update's task.rejected", func() bool { return len(rejected()) == 1 })
+	var r events.TaskRejected
+	if err := events.DecodeData(rejected()[0], &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" {
+		t.Errorf("reasons %+v, want one naming target.http.url", r.Reasons)
+	}
+	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(t.Context(), "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec events.TaskSpec
+	if err := json.Unmarshal(ent.Value(), &spec); err != nil || spec.Target.HTTP == nil || spec.Target.HTTP.URL != good {
+		t.Errorf("stored spec %s (%v), want the old target %s kept", ent.Value(), err, good)
 	}
 }
