@@ -25,7 +25,6 @@ import (
 // Change" at once.
 func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
 	cl, admin, js := natstest.ElectionCluster(t)
-	ctx := t.Context()
 	natstest.Settle(t, time.Minute, "create stream W", func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"work.>"}, Replicas: 3})
 	})
@@ -66,15 +65,17 @@ func TestConsumersResumeAfterLeaderLoss(t *testing.T) {
 			}
 		}
 	}
-	wc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2}, handler("w"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Binding looks the durable up on its leader. On a loaded runner a
+	// raft group can lose its leader for a while (CI once waited out the
+	// whole 30 s API timeout here, before the kill), so bind as a
+	// service's restart would: again, until the durable answers.
+	wc := natstest.Settle(t, time.Minute, "bind w", func(ctx context.Context) (*WorkerConsume, error) {
+		return ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2}, handler("w"))
+	})
 	t.Cleanup(wc.Stop)
-	cc, err := Consume(ctx, js, "W", "c", slog.Default(), nil, handler("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := natstest.Settle(t, time.Minute, "bind c", func(ctx context.Context) (jetstream.ConsumeContext, error) {
+		return Consume(ctx, js, "W", "c", slog.Default(), nil, handler("c"))
+	})
 	t.Cleanup(cc.Stop)
 	// Both pulls are waiting on the victim: a first message went through.
 	publishRetry(t, js, "before")
