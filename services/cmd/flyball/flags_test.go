@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"strings"
 	"testing"
 
@@ -128,6 +129,33 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%s flyball %s: exit %d, stderr %.200q; want exit 1 and one line starting %q", c.env, strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}
+
+// TestServeNamesAnIdentityMistakeWhenItsPortIsTaken: a contradictory NATS
+// identity is the mistake serve reports, even when its metrics port is
+// taken. It bound the port first, and CI's run of the table above failed
+// with "--metrics-addr :9090: … address already in use" when another
+// package's test held :9090.
+func TestServeNamesAnIdentityMistakeWhenItsPortIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"NATS_PASSWORD=secret", []string{"serve", "governor"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
+		{"NATS_USER=timer", []string{"serve", "timer", "--creds", "/nonexistent/timer.creds"}, "flyball: NATS_USER and --creds both name a NATS identity: give one of them"},
+	} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}}
+		r := e.run(t, append(c.args, "--metrics-addr", ln.Addr().String())...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s flyball %s with its metrics port taken: exit %d, stderr %.200q; want exit 1 and one line starting %q", c.env, strings.Join(c.args, " "), r.code, r.stderr, c.want)
 		}
 	}
 }

@@ -77,6 +77,26 @@ func (f *natsFlags) ensureOptions(cmd *cobra.Command, async bool) []streams.Opti
 	return opts
 }
 
+// checkIdentity refuses NATS credentials that contradict each other.
+// serve calls it before it binds its listeners, so the mistake is what it
+// reports even when a port is taken.
+func (f *natsFlags) checkIdentity() error {
+	// nats.go sends a user and password next to a JWT or an nkey, and
+	// the server authenticates with the one and ignores the other: which
+	// identity the connection has was the server's choice.
+	for _, id := range []struct{ flag, env, v string }{{"creds", "NATS_CREDS", f.creds}, {"nkey", "NATS_NKEY", f.nkey}} {
+		if id.v != "" && os.Getenv("NATS_USER") != "" {
+			return fmt.Errorf("NATS_USER and %s both name a NATS identity: give one of them", origin(f.fs, id.flag, id.env))
+		}
+	}
+	if os.Getenv("NATS_USER") == "" && os.Getenv("NATS_PASSWORD") != "" {
+		// The password alone was dropped: the connection went without
+		// it, as a server's no_auth_user if it has one.
+		return errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
+	}
+	return nil
+}
+
 func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
 		nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
@@ -108,20 +128,11 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", redactURLs(nc.ConnectedUrlRedacted())) }),
 		)
 	}
-	// nats.go sends a user and password next to a JWT or an nkey, and
-	// the server authenticates with the one and ignores the other: which
-	// identity the connection has was the server's choice.
-	for _, id := range []struct{ flag, env, v string }{{"creds", "NATS_CREDS", f.creds}, {"nkey", "NATS_NKEY", f.nkey}} {
-		if id.v != "" && os.Getenv("NATS_USER") != "" {
-			return nil, nil, fmt.Errorf("NATS_USER and %s both name a NATS identity: give one of them", origin(f.fs, id.flag, id.env))
-		}
+	if err := f.checkIdentity(); err != nil {
+		return nil, nil, err
 	}
-	if u, p := os.Getenv("NATS_USER"), os.Getenv("NATS_PASSWORD"); u != "" {
-		opts = append(opts, nats.UserInfo(u, p))
-	} else if p != "" {
-		// The password alone was dropped: the connection went without
-		// it, as a server's no_auth_user if it has one.
-		return nil, nil, errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
+	if u := os.Getenv("NATS_USER"); u != "" {
+		opts = append(opts, nats.UserInfo(u, os.Getenv("NATS_PASSWORD")))
 	}
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
@@ -232,6 +243,9 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				return fmt.Errorf("--replicas applies when the streams are ensured: it needs --ensure-streams (or flyball provision --replicas)")
 			}
 			if err := nf.checkReplicas(); err != nil {
+				return err
+			}
+			if err := nf.checkIdentity(); err != nil {
 				return err
 			}
 			log, err := rf.logger()
