@@ -1,0 +1,141 @@
+package sweeper
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt: a slot
+// the timer dispatched late (or published again late), that the executor
+// then took off DISPATCH without an outcome, is a zombie whose re-nudge
+// DISPATCH drops as a duplicate of that dispatch while it is in the
+// duplicate window. That sweep adds nothing and counts nothing; the
+// first sweep after the window dispatches the slot, and it is counted
+// once.
+func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept() // the first sweep, at start: no task yet
+
+	// A short window, set once the sweeper has checked DISPATCH's config
+	// at start (it refuses less than the 2 minutes flyball provisions).
+	dispatch, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dispatch.CachedInfo().Config
+	cfg.Duplicates = 2 * time.Second
+	if _, err := srv.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	now := time.Now().UTC()
+	tasks, schedules := taskBuckets(t, srv.JS)
+	if _, err := tasks.Put(ctx, "late", []byte(`{"id":"late","schedule":{"interval":"1h"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(-10 * time.Minute).Truncate(time.Millisecond)
+	st := gov.State{TaskID: "late", NextRunAt: due, Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-70 * time.Minute)}
+	if _, err := schedules.Put(ctx, "late", stateJSON(st)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the schedule in the sweeper's view", func() bool {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		_, decoded := s.view.schedules["late"]
+		_, stale := s.view.stale["late"]
+		return decoded || stale
+	})
+
+	// The slot's own dispatch, published late with the timer's ID, then
+	// taken off the work queue with no outcome.
+	d := events.Dispatch{DispatchID: events.DispatchID("late", due), TaskID: "late", ScheduledAt: due, FiredAt: now, Source: string(st.Source)}
+	if stored, err := jsutil.PublishNewEvent(ctx, srv.JS, events.DispatchSubject("late"), d.DispatchID, events.TypeRunDue, "timer", "late", d, now); err != nil || !stored {
+		t.Fatalf("the slot's first dispatch: stored %t, err %v", stored, err)
+	}
+	first, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeOff(ctx, t, dispatch)
+
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("late")); err == nil {
+		t.Fatalf("a re-nudge within %s of the slot's dispatch was stored (the test's steps took longer than the window?): %s", cfg.Duplicates, m.Data)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.ZombiesRenudged); n != 0 {
+		t.Fatalf("flyball_zombies_renudged_total = %v for a re-nudge DISPATCH dropped, want 0", n)
+	}
+
+	// Past the window, counted from when DISPATCH stored the first one,
+	// a sweep dispatches the slot: the run is not lost.
+	window := cfg.Duplicates
+	natstest.Eventually(t, 10*time.Second, "the zombie re-nudged once the duplicate window passed", func() bool {
+		if time.Since(first.Time) < window {
+			return false
+		}
+		if err := s.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("late"))
+		return err == nil
+	})
+	m, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != d.DispatchID {
+		t.Fatalf("re-nudged with Nats-Msg-Id %q, want the slot's %q", id, d.DispatchID)
+	}
+	if err := s.Sweep(ctx); err != nil { // finds it pending: nothing more
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.ZombiesRenudged); n != 1 {
+		t.Fatalf("flyball_zombies_renudged_total = %v after one re-nudge stored, want 1", n)
+	}
+}
+
+// takeOff takes the one pending dispatch off DISPATCH as the executor
+// does, by its consumer's ack.
+func takeOff(ctx context.Context, t *testing.T, dispatch jetstream.Stream) {
+	t.Helper()
+	c, err := dispatch.Consumer(ctx, streams.ConsumerExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d dispatches, want 1 (err %v)", n, batch.Error())
+	}
+}
