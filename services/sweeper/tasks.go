@@ -360,6 +360,13 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		// The same dispatch stored within DISPATCH's duplicate window (by
 		// another sweeper replica, or the timer): this sweep added
 		// nothing, and counted again it would show two repairs for one.
+		// If that dispatch has left DISPATCH without an outcome (the slot
+		// dispatched late, then taken off the work queue), the slot is
+		// still a zombie, and the first sweep past the window stores it.
+		// Logged at Info: at most one per sweep for each such slot while
+		// the window lasts, and zombies are rare.
+		s.cfg.Logger.Info("zombie re-nudge dropped: the slot was dispatched within DISPATCH's duplicate window; the next sweep tries again",
+			"task", id, "due", st.NextRunAt, "reason", reason)
 		return
 	}
 	if lost {

@@ -2,6 +2,8 @@ package sweeper
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,13 +22,14 @@ import (
 // the timer dispatched late (or published again late), that the executor
 // then took off DISPATCH without an outcome, is a zombie whose re-nudge
 // DISPATCH drops as a duplicate of that dispatch while it is in the
-// duplicate window. That sweep adds nothing and counts nothing; the
-// first sweep after the window dispatches the slot, and it is counted
-// once.
+// duplicate window. That sweep adds nothing and counts nothing, and says
+// so in the log; the first sweep after the window dispatches the slot,
+// and it is counted once.
 func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	logs := &records{}
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Logger: slog.New(logs)}, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +90,11 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 	if n := testutil.ToFloat64(s.cfg.Metrics.ZombiesRenudged); n != 0 {
 		t.Fatalf("flyball_zombies_renudged_total = %v for a re-nudge DISPATCH dropped, want 0", n)
 	}
+	const dropped = "zombie re-nudge dropped: the slot was dispatched within DISPATCH's duplicate window; the next sweep tries again"
+	if got := logs.named(dropped); len(got) != 1 || got[0].level != slog.LevelInfo ||
+		got[0].attrs["task"] != "late" || got[0].attrs["due"] != due.Format(time.RFC3339Nano) || got[0].attrs["reason"] != "zombie" {
+		t.Fatalf("logged %+v for the dropped re-nudge, want one Info %q naming task late, due %s and reason zombie", got, dropped, due.Format(time.RFC3339Nano))
+	}
 
 	// Past the window, counted from when DISPATCH stored the first one,
 	// a sweep dispatches the slot: the run is not lost.
@@ -138,4 +146,53 @@ func takeOff(ctx context.Context, t *testing.T, dispatch jetstream.Stream) {
 	if n != 1 {
 		t.Fatalf("fetched %d dispatches, want 1 (err %v)", n, batch.Error())
 	}
+}
+
+// records keeps every log record, at every level, with its attributes as
+// text.
+type records struct {
+	mu   sync.Mutex
+	list []record
+}
+
+type record struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+func (*records) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	got := record{level: rec.Level, msg: rec.Message, attrs: map[string]string{}}
+	rec.Attrs(func(a slog.Attr) bool {
+		v := a.Value.Resolve()
+		if v.Kind() == slog.KindTime {
+			got.attrs[a.Key] = v.Time().Format(time.RFC3339Nano)
+		} else {
+			got.attrs[a.Key] = v.String()
+		}
+		return true
+	})
+	r.mu.Lock()
+	r.list = append(r.list, got)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+
+func (r *records) WithGroup(string) slog.Handler { return r }
+
+// named returns the records logged with msg.
+func (r *records) named(msg string) []record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []record
+	for _, rec := range r.list {
+		if rec.msg == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
