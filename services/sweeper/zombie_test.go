@@ -46,7 +46,7 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 		t.Fatal(err)
 	}
 	cfg := dispatch.CachedInfo().Config
-	cfg.Duplicates = 2 * time.Second
+	cfg.Duplicates = 5 * time.Second // room for a loaded runner's first sweep
 	if _, err := srv.JS.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 	// Past the window, counted from when DISPATCH stored the first one,
 	// a sweep dispatches the slot: the run is not lost.
 	window := cfg.Duplicates
-	natstest.Eventually(t, 10*time.Second, "the zombie re-nudged once the duplicate window passed", func() bool {
+	natstest.Eventually(t, 20*time.Second, "the zombie re-nudged once the duplicate window passed", func() bool {
 		if time.Since(first.Time) < window {
 			return false
 		}
