@@ -76,6 +76,50 @@ func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
 	}
 }
 
+// TestGovernorRejectsANumericHost: a task.created published straight to
+// NATS whose target.http.url host is an IPv4 address in a non-canonical
+// numeric form is answered with task.rejected naming the field, and not
+// stored: with the guard's reason and the address it stands for if that
+// is blocked (2852039166 is 169.254.169.254), and otherwise (loopback,
+// allowed here) with the address to write instead, since curl or a proxy
+// reads the host as that address and Go's resolver as a DNS name. It used
+// to be accepted, and every run failed at the executor (or, through a
+// proxy, called the metadata service).
+func TestGovernorRejectsANumericHost(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{AllowLoopback: true} }, "governor")
+	cases := []struct{ id, url, why string }{
+		{"int", "http://2852039166/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address (the host 2852039166 is 169.254.169.254"},
+		{"hex", "http://0xA9FEA9FE/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"octal", "http://0251.0376.0251.0376/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"short", "http://169.254.43518/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"loop", "http://0x7f.1:8080/", "write the address in dotted-decimal form: 127.0.0.1"},
+	}
+	rejected := e.collect("flyball.task.rejected.>")
+	for _, c := range cases {
+		e.create(c.id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, c.id, c.url))
+	}
+	natstest.Eventually(t, 10*time.Second, "a task.rejected per task", func() bool { return len(rejected()) == len(cases) })
+	got := map[string]events.TaskRejected{}
+	for _, ev := range rejected() {
+		var r events.TaskRejected
+		if err := events.DecodeData(ev, &r); err != nil {
+			t.Fatal(err)
+		}
+		got[r.ID] = r
+	}
+	for _, c := range cases {
+		r := got[c.id]
+		if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" || !strings.Contains(r.Reasons[0].Rule, c.why) {
+			t.Errorf("%s: reasons %+v, want one naming target.http.url and %q", c.id, r.Reasons, c.why)
+		}
+		if e.storedSpec(c.id) {
+			t.Errorf("%s: the rejected task was stored", c.id)
+		}
+	}
+}
+
 // TestGovernorAcceptsWhatTheGuardAllows: the create-time check reads the
 // executor's configuration: an address the operator allows (an
 // allow-list prefix, loopback with --allow-loopback) is accepted, as are

@@ -1,7 +1,8 @@
 // Package ssrf is flyball's SSRF guard: the one address policy that the
 // executor applies at dial time, to every address DNS gives it, and that
 // the governor and the API apply when a task is created or updated, to a
-// target URL whose host is a literal address or a well-known cloud
+// target URL whose host is a literal address, an IPv4 address in a
+// non-canonical numeric form (2852039166, 0x7f.1) or a well-known cloud
 // metadata hostname (CheckTarget). Both read the same Guard (the
 // --allow-loopback, --allow-cidr and --deny-cidr settings), so a target
 // that create accepts is one the executor will dial, as far as can be
@@ -14,6 +15,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -209,9 +211,27 @@ func (g *Guard) Control(_, address string, _ syscall.RawConn) error {
 // well-known cloud metadata hostname (any case, with or without a final
 // dot) as the address it stands for. Any other hostname returns nil: what
 // it resolves to is checked at dial time.
+//
+// A host made of numbers and dots that is not an address in dotted-decimal
+// form ("2852039166", "0xA9FEA9FE", "0177.0.0.1", "169.254.43518",
+// "10.0.0.1.") is refused whatever it stands for: inet_aton and the URL
+// standard (curl, browsers, many proxies) read it as an IPv4 address, and
+// Go's resolver as a DNS name, which it never is. If the address it
+// stands for is blocked, the error is Check's for that address; if not,
+// or if it stands for none (a part out of range), the error says to write
+// the address in dotted-decimal form.
 func (g *Guard) CheckHost(host string) error {
 	if addr, err := netip.ParseAddr(host); err == nil {
 		return g.Check(addr)
+	}
+	if addr, numeric := numericIPv4(host); numeric {
+		if !addr.IsValid() {
+			return &numericHostError{host: host}
+		}
+		if err := g.Check(addr); err != nil {
+			return fmt.Errorf("%w (the host %s is %s in a non-canonical numeric form; write it in dotted-decimal form)", err, host, addr)
+		}
+		return &numericHostError{host: host, addr: addr}
 	}
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
 	addr, ok := metadataHosts[name]
@@ -226,7 +246,9 @@ func (g *Guard) CheckHost(host string) error {
 
 // CheckTarget returns a *events.ValidationError naming target.http.url
 // if the task's HTTP target is a URL whose host CheckHost refuses: every
-// run of it would fail at the executor. The governor rejects such a
+// run of it would fail at the executor. For a numeric host that stands
+// for an address the guard allows, or for none, the rule says to write
+// the address in dotted-decimal form, not to allow it. The governor rejects such a
 // task.created or task.updated, and the API refuses it up front. A spec
 // without an HTTP target, or whose URL does not parse (Validate says so),
 // returns nil.
@@ -243,10 +265,106 @@ func (g *Guard) CheckTarget(s *events.TaskSpec) error {
 	if err == nil {
 		return nil
 	}
+	var numeric *numericHostError
+	if errors.As(err, &numeric) {
+		// Allowing the address would not make the host unambiguous.
+		return &events.ValidationError{Errors: []events.FieldError{{Field: "target.http.url", Rule: numeric.reason()}}}
+	}
 	why := strings.TrimPrefix(err.Error(), ErrBlocked.Error()+": ")
 	return &events.ValidationError{Errors: []events.FieldError{{
 		Field: "target.http.url",
 		Rule: "the executor's SSRF guard refuses this host, so every run would fail: " + why +
 			"; if it is meant, an operator allows it with --allow-cidr (FLYBALL_ALLOW_CIDRS), given alike to the executors, the governor and the API",
 	}}}
+}
+
+// numericHostError is CheckHost's error for a host made of numbers and
+// dots that is not an IPv4 address in dotted-decimal form, and stands
+// for an address the guard allows (addr), or for none. It wraps
+// ErrBlocked: the executor refuses it too, and does not retry.
+type numericHostError struct {
+	host string
+	addr netip.Addr // the zero Addr if the host stands for no address
+}
+
+func (e *numericHostError) Error() string { return ErrBlocked.Error() + ": " + e.reason() }
+
+func (e *numericHostError) Unwrap() error { return ErrBlocked }
+
+func (e *numericHostError) reason() string {
+	if !e.addr.IsValid() {
+		return fmt.Sprintf("the host %s is made of numbers but is no IPv4 address (more than four parts, "+
+			"a part out of range, or an octal part with an 8 or a 9) and no DNS name either; "+
+			"write an address in dotted-decimal form (192.0.2.1) or a hostname", e.host)
+	}
+	return fmt.Sprintf("the host %s is %s in a non-canonical numeric form, which some HTTP clients "+
+		"and proxies read as that address and Go's resolver as a DNS name; "+
+		"write the address in dotted-decimal form: %s", e.host, e.addr, e.addr)
+}
+
+// numericIPv4 reads a host made of numbers and dots as inet_aton and the
+// URL standard's IPv4 parser do: one to four parts, each decimal, hex
+// (0x…) or octal (0…), the last filling the bytes the others leave
+// ("169.254.43518" is 169.254.169.254, "2852039166" too), and one final
+// dot ignored. numeric is false if a part is no number ("1e100.net",
+// "0xdead.beef", "example.123"): a DNS name. addr is the zero Addr if the
+// host is numeric but stands for no address: more than four parts, a
+// part out of range, an octal part with an 8 or a 9.
+func numericIPv4(host string) (addr netip.Addr, numeric bool) {
+	s := strings.TrimSuffix(host, ".")
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	parts := strings.Split(s, ".")
+	vals := make([]uint64, len(parts))
+	valid := len(parts) <= 4
+	for i, p := range parts {
+		v, isNumber, ok := numericPart(p)
+		if !isNumber {
+			return netip.Addr{}, false
+		}
+		vals[i], valid = v, valid && ok
+	}
+	if !valid {
+		return netip.Addr{}, true
+	}
+	var ip uint64
+	for _, v := range vals[:len(vals)-1] {
+		if v > 0xff {
+			return netip.Addr{}, true
+		}
+		ip = ip<<8 | v
+	}
+	last := vals[len(vals)-1]
+	lastBits := 8 * (5 - len(vals)) // 32 bits for one part, 8 for four
+	if last >= 1<<lastBits {
+		return netip.Addr{}, true
+	}
+	ip = ip<<lastBits | last
+	return netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), true
+}
+
+// numericPart reads one part of a numeric host: "0x" or "0X" and hex
+// digits (none is 0, as the URL standard reads it), "0" and octal digits,
+// or decimal digits. number is false if p is none of these; ok is false
+// if it is one but its value does not fit 32 bits, or an octal part has
+// an 8 or a 9.
+func numericPart(p string) (v uint64, number, ok bool) {
+	base, digits := 10, p
+	switch {
+	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
+		base, digits = 16, p[2:]
+		if digits == "" {
+			return 0, true, true
+		}
+		if strings.TrimLeft(digits, "0123456789abcdefABCDEF") != "" {
+			return 0, false, false
+		}
+	case p == "" || strings.TrimLeft(p, "0123456789") != "":
+		return 0, false, false
+	case len(p) > 1 && p[0] == '0':
+		base, digits = 8, p[1:]
+	}
+	v, err := strconv.ParseUint(digits, base, 32)
+	return v, true, err == nil
 }

@@ -2,6 +2,7 @@ package ssrf
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -48,6 +49,37 @@ func TestCheckHost(t *testing.T) {
 		{loop, "::1", false},
 		{deny, "10.1.2.3", true},
 		{deny, "10.2.0.1", false},
+		// IPv6 spellings of a blocked IPv4 address.
+		{def, "::ffff:169.254.169.254", true},
+		{def, "::ffff:a9fe:a9fe", true},
+		{def, "0:0:0:0:0:ffff:7f00:1", true},
+		{def, "::169.254.169.254", true}, // IPv4-compatible
+		{def, "64:ff9b::169.254.169.254", true},
+		{loop, "::ffff:127.0.0.1", false},
+		// Numeric IPv4 spellings other than dotted decimal, which inet_aton
+		// (curl, browsers, proxies) reads as an address and Go's resolver
+		// as a DNS name: refused whatever the address.
+		{def, "2852039166", true},
+		{def, "0xA9FEA9FE", true},
+		{def, "0251.0376.0251.0376", true},
+		{def, "169.254.43518", true},
+		{def, "0x7f.1", true},
+		{def, "0177.0.0.1", true},
+		{def, "169.254.169.254.", true},
+		{loop, "0x7f.1", true},
+		{allowIMDS, "2852039166", true},
+		{def, "167772161", true},    // 10.0.0.1: not blocked, but ambiguous
+		{def, "010.0.0.1", true},    // 8.0.0.1
+		{def, "10.0.0.1.", true},    // a trailing dot
+		{def, "4294967296", true},   // out of range
+		{def, "1.2.3.256", true},    // out of range
+		{def, "08.1.2.3", true},     // an octal part with an 8
+		{def, "1.2.3.4.5", true},    // five parts
+		{def, "0x", true},           // 0 to WHATWG
+		{def, "1e100.net", false},   // a name
+		{def, "0xdead.beef", false}, // a name: beef is no number
+		{def, "123.example", false},
+		{def, "example.123", false}, // no address to inet_aton
 	} {
 		err := c.g.CheckHost(c.host)
 		if (err != nil) != c.blocked || (err != nil && !errors.Is(err, ErrBlocked)) {
@@ -70,10 +102,114 @@ func TestCheckTarget(t *testing.T) {
 		!strings.Contains(r[0].Rule, "169.254.169.254 is link-local or a cloud metadata address") || !strings.Contains(r[0].Rule, "--allow-cidr") {
 		t.Errorf("CheckTarget(metadata address) = %v", err)
 	}
+	for _, c := range []struct{ url, why string }{
+		{"http://2852039166/", "169.254.169.254 is link-local or a cloud metadata address (the host 2852039166 is 169.254.169.254 in a non-canonical numeric form"},
+		{"http://0xA9FEA9FE/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://0251.0376.0251.0376/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://169.254.43518/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://0x7f.1/", "127.0.0.1 is a loopback address"},
+		{"http://0177.0.0.1/", "127.0.0.1 is a loopback address"},
+		{"http://[::ffff:169.254.169.254]/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://[::ffff:a9fe:a9fe]/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://[0:0:0:0:0:ffff:7f00:1]/", "127.0.0.1 is a loopback address"},
+		{"http://[fe80::1%25eth0]/", "fe80::1 is link-local or a cloud metadata address"},
+		{"http://[::169.254.169.254]/", "IPv4-compatible address ::a9fe:a9fe embeds 169.254.169.254"},
+		{"http://[64:ff9b::a9fe:a9fe]/", "NAT64 address 64:ff9b::a9fe:a9fe embeds 169.254.169.254"},
+	} {
+		r := events.Reasons(g.CheckTarget(spec(c.url)))
+		if len(r) != 1 || r[0].Field != "target.http.url" || !strings.Contains(r[0].Rule, "SSRF guard") || !strings.Contains(r[0].Rule, c.why) {
+			t.Errorf("CheckTarget(%s) = %+v, want one reason naming target.http.url, the SSRF guard and %q", c.url, r, c.why)
+		}
+	}
+	// A numeric host the guard would allow is refused all the same, with
+	// the address to write instead, and no --allow-cidr advice: allowing
+	// the address would not make the host unambiguous.
+	for _, c := range []struct{ url, why string }{
+		{"http://167772161:8080/", "the host 167772161 is 10.0.0.1 in a non-canonical numeric form"},
+		{"http://0x0a.0.0.1/", "write the address in dotted-decimal form: 10.0.0.1"},
+		{"http://10.0.0.1./", "write the address in dotted-decimal form: 10.0.0.1"},
+		{"http://4294967296/", "the host 4294967296 is made of numbers but is no IPv4 address"},
+	} {
+		r := events.Reasons(g.CheckTarget(spec(c.url)))
+		if len(r) != 1 || r[0].Field != "target.http.url" || !strings.Contains(r[0].Rule, c.why) || strings.Contains(r[0].Rule, "--allow-cidr") {
+			t.Errorf("CheckTarget(%s) = %+v, want one reason naming target.http.url and %q, without --allow-cidr", c.url, r, c.why)
+		}
+	}
 	if err := g.CheckTarget(spec("https://example.com/")); err != nil {
 		t.Errorf("CheckTarget(hostname) = %v", err)
 	}
 	if err := g.CheckTarget(&events.TaskSpec{ID: "x", Target: events.Target{NATS: &events.NATSTarget{Subject: "a.b"}}}); err != nil {
 		t.Errorf("CheckTarget(NATS target) = %v", err)
 	}
+}
+
+// TestNumericIPv4 decodes the spellings inet_aton accepts, and tells a
+// DNS name from numbers that stand for no address.
+func TestNumericIPv4(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		host    string
+		numeric bool
+		want    string // "" for no address
+	}{
+		{"2852039166", true, "169.254.169.254"},
+		{"0xA9FEA9FE", true, "169.254.169.254"},
+		{"0XA9FEA9FE.", true, "169.254.169.254"},
+		{"0251.0376.0251.0376", true, "169.254.169.254"},
+		{"169.254.43518", true, "169.254.169.254"},
+		{"169.16689662", true, "169.254.169.254"},
+		{"0x7f.1", true, "127.0.0.1"},
+		{"0177.0.0.1", true, "127.0.0.1"},
+		{"0x.0.0.0", true, "0.0.0.0"},
+		{"0", true, "0.0.0.0"},
+		{"4294967295", true, "255.255.255.255"},
+		{"4294967296", true, ""},
+		{"1.16777216", true, ""},
+		{"1.2.65536", true, ""},
+		{"256.1", true, ""},
+		{"09", true, ""},
+		{"1.2.3.4.5", true, ""},
+		{"99999999999999999999999", true, ""},
+		{"", false, ""},
+		{".", false, ""},
+		{"1..2", false, ""},
+		{"1.2.3.4..", false, ""},
+		{"0xg", false, ""},
+		{"1e3", false, ""},
+		{"-1", false, ""},
+		{"+1", false, ""},
+		{"example.123", false, ""},
+	} {
+		addr, numeric := numericIPv4(c.host)
+		got := ""
+		if addr.IsValid() {
+			got = addr.String()
+		}
+		if numeric != c.numeric || got != c.want {
+			t.Errorf("numericIPv4(%q) = %q, %v; want %q, %v", c.host, got, numeric, c.want, c.numeric)
+		}
+	}
+}
+
+// FuzzNumericIPv4: every spelling of a 32-bit address that inet_aton
+// reads as it decodes to it, and CheckHost refuses it.
+func FuzzNumericIPv4(f *testing.F) {
+	f.Add(uint32(0xa9fea9fe))
+	f.Add(uint32(0x0a000001))
+	f.Fuzz(func(t *testing.T, n uint32) {
+		want := netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+		a, b, c, d := n>>24, n>>16&0xff, n>>8&0xff, n&0xff
+		for _, host := range []string{
+			fmt.Sprint(n), fmt.Sprintf("0x%x", n), fmt.Sprintf("0%o", n),
+			fmt.Sprintf("%d.%d", a, n&0xffffff), fmt.Sprintf("%d.%d.%d", a, b, n&0xffff),
+			fmt.Sprintf("0x%x.0%o.%d.0x%X", a, b, c, d), want.String() + ".",
+		} {
+			if got, numeric := numericIPv4(host); !numeric || got != want {
+				t.Errorf("numericIPv4(%q) = %v, %v; want %v", host, got, numeric, want)
+			}
+			if err := (&Guard{AllowLoopback: true}).CheckHost(host); !errors.Is(err, ErrBlocked) {
+				t.Errorf("CheckHost(%q) = %v, want ErrBlocked", host, err)
+			}
+		}
+	})
 }
