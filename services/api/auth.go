@@ -11,15 +11,20 @@ import (
 
 // The WWW-Authenticate challenges of RFC 6750 section 3: the realm alone
 // when no bearer token was sent (no error code: the client may not know
-// it needs one), error="invalid_token" when the token is not accepted.
+// it needs one), error="invalid_request" when the request is malformed
+// (section 3.1: answered 400), error="invalid_token" when the token is
+// not accepted.
 const (
-	challengeNoToken      = `Bearer realm="flyball"`
-	challengeInvalidToken = `Bearer realm="flyball", error="invalid_token"`
+	challengeNoToken        = `Bearer realm="flyball"`
+	challengeInvalidRequest = `Bearer realm="flyball", error="invalid_request"`
+	challengeInvalidToken   = `Bearer realm="flyball", error="invalid_token"`
 )
 
 // auth requires a bearer token: 401 when none is sent (or not as a bearer
-// token, or in more than one Authorization header), and 401 with
-// error="invalid_token" when it is not one of the configured tokens. 403
+// token), 400 with error="invalid_request" when the request is malformed
+// (more than one Authorization header, or one holding two credentials,
+// "Bearer a, Bearer b"), and 401 with error="invalid_token" when the
+// token is not one of the configured tokens. 403
 // is RFC 6750's answer to a valid token without the permission, which the
 // API does not have: every accepted token may do everything. The answer
 // never quotes the token, nor says how many are accepted or which one
@@ -29,8 +34,8 @@ func (s *Service) auth(next http.Handler) http.Handler {
 		// Authorization takes one value: with two, the first alone was
 		// judged and the second ignored, whatever it said.
 		if n := len(r.Header.Values("Authorization")); n > 1 {
-			w.Header().Set("WWW-Authenticate", challengeNoToken)
-			writeError(w, http.StatusUnauthorized, "Authorization", fmt.Sprintf("%d Authorization headers: send one, 'Authorization: Bearer <token>'", n))
+			w.Header().Set("WWW-Authenticate", challengeInvalidRequest)
+			writeError(w, http.StatusBadRequest, "Authorization", fmt.Sprintf("%d Authorization headers: send one, 'Authorization: Bearer <token>'", n))
 			return
 		}
 		h := r.Header.Get("Authorization")
@@ -40,12 +45,22 @@ func (s *Service) auth(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "Authorization", "missing bearer token: send 'Authorization: Bearer <token>'")
 			return
 		}
-		if !s.validToken(strings.TrimSpace(tok)) {
-			w.Header().Set("WWW-Authenticate", challengeInvalidToken)
-			writeError(w, http.StatusUnauthorized, "Authorization", "token not accepted")
+		tok = strings.TrimSpace(tok)
+		if s.validToken(tok) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		// A bearer token (RFC 6750's b64token) holds no blank: one that
+		// does is two credentials in one header, as a proxy joins two
+		// headers ("Bearer a, Bearer b"). It is checked after the
+		// accepted tokens, so a configured token with a blank still works.
+		if strings.ContainsAny(tok, " \t") {
+			w.Header().Set("WWW-Authenticate", challengeInvalidRequest)
+			writeError(w, http.StatusBadRequest, "Authorization", "more than one credential in Authorization: send one, 'Authorization: Bearer <token>'")
+			return
+		}
+		w.Header().Set("WWW-Authenticate", challengeInvalidToken)
+		writeError(w, http.StatusUnauthorized, "Authorization", "token not accepted")
 	})
 }
 

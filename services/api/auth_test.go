@@ -16,21 +16,52 @@ import (
 	"github.com/flyballhq/flyball/services/stack"
 )
 
-// TestTwoAuthorizationHeadersAreRefused: Authorization takes one value. A
-// request with two was judged by the first alone, so a second header (from
-// a proxy, or a client's mistake) was ignored whatever it said.
-func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+// TestTwoAuthorizationHeadersAreABadRequest: Authorization takes one
+// value. A request with two was judged by the first alone, so a second
+// header (from a proxy, or a client's mistake) was ignored whatever it
+// said; then it was a 401 as if no token had been sent, which tells a
+// client to send one. RFC 6750 section 3.1 calls it a malformed request:
+// 400 with error="invalid_request", naming Authorization. So is one
+// header holding two credentials, as a proxy joins two headers. A token
+// with a blank that is configured is still accepted.
+func TestTwoAuthorizationHeadersAreABadRequest(t *testing.T) {
 	t.Parallel()
-	b, _ := apiOnly(t)
-	for _, second := range []string{"Bearer wrong-token-0123456789", "Bearer " + token} {
+	b, a := apiService(t)
+	const blank = "token with a blank 0123456789"
+	if err := a.SetTokens([]string{token, blank}); err != nil {
+		t.Fatal(err)
+	}
+	for _, second := range []string{"Bearer wrong-token-0123456789", "Bearer " + token, ""} {
 		h := http.Header{}
 		h.Add("Authorization", "Bearer "+token)
 		h.Add("Authorization", second)
 		r := b.send(t, http.MethodGet, "/api/v1/runtime", h, "")
-		expectChallenge(t, "two Authorization headers ("+second+")", r, noTokenChallenge)
-		if strings.Contains(string(r.raw), token) {
-			t.Fatalf("the answer quotes the token: %s", r.raw)
-		}
+		expectInvalidRequest(t, "two Authorization headers ("+second+")", r)
+	}
+	for _, joined := range []string{
+		"Bearer " + token + ", Bearer wrong-token-0123456789",
+		"Bearer wrong-token-0123456789, Bearer " + token,
+		"Bearer " + token + ",Bearer " + token,
+	} {
+		r := b.do(t, http.MethodGet, "/api/v1/runtime", joined, "")
+		expectInvalidRequest(t, "two credentials in one header ("+joined+")", r)
+	}
+	if r := b.do(t, http.MethodGet, "/api/v1/runtime", "Bearer "+blank, ""); r.status != http.StatusOK {
+		t.Errorf("a configured token with a blank: status %d, want 200: %s", r.status, r.raw)
+	}
+}
+
+// expectInvalidRequest fails unless r is a 400 naming the Authorization
+// field with error="invalid_request" in its one challenge, and quotes no
+// token.
+func expectInvalidRequest(t *testing.T, what string, r *reply) {
+	t.Helper()
+	expect(t, what, r, http.StatusBadRequest, "Authorization")
+	if got := r.header.Values("WWW-Authenticate"); len(got) != 1 || got[0] != invalidRequestChallenge {
+		t.Errorf("%s: WWW-Authenticate %q, want %q", what, got, invalidRequestChallenge)
+	}
+	if strings.Contains(string(r.raw), token) || strings.Contains(string(r.raw), "wrong-token") {
+		t.Errorf("%s: the answer quotes a token: %s", what, r.raw)
 	}
 }
 
@@ -139,11 +170,12 @@ func TestSetTokensDuringRequests(t *testing.T) {
 }
 
 // The WWW-Authenticate challenges of RFC 6750 section 3: a request without
-// a bearer token gets the realm alone, one whose token is not accepted
-// gets error="invalid_token" too.
+// a bearer token gets the realm alone, a malformed one error="invalid_request"
+// too, one whose token is not accepted error="invalid_token".
 const (
-	noTokenChallenge      = `Bearer realm="flyball"`
-	invalidTokenChallenge = `Bearer realm="flyball", error="invalid_token"`
+	noTokenChallenge        = `Bearer realm="flyball"`
+	invalidRequestChallenge = `Bearer realm="flyball", error="invalid_request"`
+	invalidTokenChallenge   = `Bearer realm="flyball", error="invalid_token"`
 )
 
 // expectChallenge fails unless r is a 401 naming the Authorization field
