@@ -53,8 +53,10 @@ type runFlags struct {
 	perTask       bool
 	pprof         bool
 	// pprofEnvErr is FLYBALL_PPROF's parse error, refused unless --pprof
-	// is given.
-	pprofEnvErr error
+	// is given; loopbackEnvErr is FLYBALL_ALLOW_LOOPBACK's, refused
+	// unless --allow-loopback is.
+	pprofEnvErr    error
+	loopbackEnvErr error
 	// fs tells a value given as a flag from one an environment variable
 	// gave as its default, so errors name the one that was set.
 	fs *pflag.FlagSet
@@ -83,7 +85,10 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	// The SSRF guard: the executor applies it when it dials, the governor
 	// and the API to the target URLs of created and updated tasks, so
 	// every one of them must be given the same settings.
-	fs.BoolVar(&f.allowLoopback, "allow-loopback", dev, "let tasks call loopback addresses (SSRF guard; give the executor, governor and API the same)")
+	// It alone of the guard's settings had no variable: a compose file
+	// or unit that sets the others had to change the command for it.
+	f.allowLoopback, f.loopbackEnvErr = envBool("FLYBALL_ALLOW_LOOPBACK", dev)
+	fs.BoolVar(&f.allowLoopback, "allow-loopback", f.allowLoopback, "let tasks call loopback addresses (SSRF guard); give the executor, governor and API the same (env FLYBALL_ALLOW_LOOPBACK)")
 	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable; give the executor, governor and API the same (env FLYBALL_ALLOW_CIDRS)")
 	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable; give the executor, governor and API the same (env FLYBALL_DENY_CIDRS)")
 	fs.StringSliceVar(&f.redact, "redact-header", splitEnv("FLYBALL_REDACT_HEADERS"), "executor: a header or query parameter name whose value run records replace with [REDACTED], besides the built-in secret-looking names; repeatable (env FLYBALL_REDACT_HEADERS)")
@@ -96,13 +101,7 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.BoolVar(&f.perTask, "per-task-metrics", false, "sweeper: export per-task staleness series (switched off above 1000 tasks)")
 	// Any value but "true" read as false: FLYBALL_PPROF=1 served no
 	// profiles, and said nothing.
-	if v := os.Getenv("FLYBALL_PPROF"); v != "" {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			f.pprofEnvErr = fmt.Errorf("FLYBALL_PPROF: want true or false, got %q", v)
-		}
-		f.pprof = on
-	}
+	f.pprof, f.pprofEnvErr = envBool("FLYBALL_PPROF", false)
 	fs.BoolVar(&f.pprof, "pprof", f.pprof, "serve Go profiles under /debug/pprof/ on --metrics-addr, which has no auth: keep it private (env FLYBALL_PPROF=true)")
 }
 
@@ -141,6 +140,22 @@ func origin(fs *pflag.FlagSet, flag, env string) string {
 	return "--" + flag
 }
 
+// envBool reads a boolean environment variable as strconv.ParseBool does
+// (true, false, 1, 0, …); def when it is unset or empty. A value that does
+// not parse is returned as an error naming the variable, for the caller
+// to refuse unless the flag it backs is given.
+func envBool(k string, def bool) (bool, error) {
+	v := os.Getenv(k)
+	if v == "" {
+		return def, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, fmt.Errorf("%s: want true or false, got %q", k, v)
+	}
+	return on, nil
+}
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
@@ -177,8 +192,13 @@ func (f *runFlags) logger() (*slog.Logger, error) {
 
 func (f *runFlags) guard() (executor.Guard, error) {
 	g := executor.Guard{AllowLoopback: f.allowLoopback}
-	if f.pprofEnvErr != nil && (f.fs == nil || !f.fs.Changed("pprof")) {
-		return g, f.pprofEnvErr
+	for _, e := range []struct {
+		flag string
+		err  error
+	}{{"pprof", f.pprofEnvErr}, {"allow-loopback", f.loopbackEnvErr}} {
+		if e.err != nil && (f.fs == nil || !f.fs.Changed(e.flag)) {
+			return g, e.err
+		}
 	}
 	// The limits are checked here too: guard() is the one flag check both
 	// dev and serve run before starting anything.

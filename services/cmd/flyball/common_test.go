@@ -90,6 +90,46 @@ func TestListEnvAndTokensAreTrimmed(t *testing.T) {
 	}
 }
 
+// TestAllowLoopbackFromTheEnvironment: --allow-loopback alone of the SSRF
+// guard's settings had no variable, so FLYBALL_ALLOW_LOOPBACK was ignored
+// and a compose file or unit that set the others had to change the
+// command for it. It is read as FLYBALL_PPROF is: strconv.ParseBool's
+// values, empty is unset, and the flag wins.
+func TestAllowLoopbackFromTheEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  string
+		dev  bool
+		args []string
+		want bool
+	}{
+		{"serve, unset", "", false, nil, false},
+		{"serve, true", "true", false, nil, true},
+		{"serve, 1", "1", false, nil, true},
+		{"dev, unset", "", true, nil, true},
+		{"dev, false", "false", true, nil, false},
+		{"serve, the flag wins", "true", false, []string{"--allow-loopback=false"}, false},
+		{"serve, the flag wins over a bad value", "yes", false, []string{"--allow-loopback"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("FLYBALL_ALLOW_LOOPBACK", c.env)
+			var rf runFlags
+			fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+			rf.register(fs, c.dev)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			g, err := rf.guard()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.AllowLoopback != c.want {
+				t.Errorf("FLYBALL_ALLOW_LOOPBACK=%q %q: AllowLoopback %v, want %v", c.env, c.args, g.AllowLoopback, c.want)
+			}
+		})
+	}
+}
+
 // TestDevBannerTaskCallsThisStack: the banner's example task GETs the
 // /healthz of this dev stack's API (which needs no token and is always
 // on), at the address it listens on, whatever --metrics-addr and

@@ -104,6 +104,8 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", []string{"serve", "api"}, "flyball: FLYBALL_API_TOKEN_FILE: open /nonexistent/tokens: "},
 		// Any value but "true" read as false, silently.
 		{"FLYBALL_PPROF=yes", []string{"serve", "governor"}, `flyball: FLYBALL_PPROF: want true or false, got "yes"`},
+		{"FLYBALL_ALLOW_LOOPBACK=yes", []string{"serve", "executor"}, `flyball: FLYBALL_ALLOW_LOOPBACK: want true or false, got "yes"`},
+		{"FLYBALL_ALLOW_LOOPBACK=on", []string{"dev"}, `flyball: FLYBALL_ALLOW_LOOPBACK: want true or false, got "on"`},
 		// Found only by the listen, after connecting, and named --metrics-addr.
 		{"FLYBALL_METRICS_ADDR=9090", []string{"serve", "governor"}, `flyball: FLYBALL_METRICS_ADDR: want host:port such as :9090 (empty: no metrics), got "9090"`},
 		{"FLYBALL_METRICS_ADDR=:99999", []string{"dev"}, `flyball: FLYBALL_METRICS_ADDR: want host:port such as :9090 (empty: no metrics), got ":99999"`},
@@ -123,6 +125,7 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 		{"FLYBALL_LOG_LEVEL=verbose", []string{"serve", "governor", "--log-level", "info", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
 		{"FLYBALL_ALLOW_CIDRS=nope", []string{"serve", "executor", "--allow-cidr", "10.0.0.0/8", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
 		{"FLYBALL_PPROF=yes", []string{"serve", "governor", "--pprof=false", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
+		{"FLYBALL_ALLOW_LOOPBACK=yes", []string{"serve", "executor", "--allow-loopback=false", "--concurrency", "0"}, "flyball: --concurrency: want a number from 1"},
 		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "governor", "--log-level", "verbose"}, `flyball: --log-level: want debug, info, warn or error, got "verbose"`},
 	} {
 		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}} // nothing listens there
