@@ -1,10 +1,13 @@
 package query_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -112,6 +115,11 @@ func TestTaskPagesResumeAfterTheCursor(t *testing.T) {
 		{"b", 1, []string{"c"}, "c"}, // b does not exist: the page starts after it
 		{"e", 2, []string{}, ""},
 		{"", 0, []string{"a", "c", "e"}, ""},
+		// Without a limit (the CLI's task list --after): every task after
+		// the cursor, and no next page.
+		{"a", 0, []string{"c", "e"}, ""},
+		{"b", 0, []string{"c", "e"}, ""},
+		{"e", 0, []string{}, ""},
 	} {
 		tasks, next, err := b.r.TaskPage(b.ctx, query.TaskFilter{}, c.after, c.limit)
 		if err != nil {
@@ -156,6 +164,10 @@ func TestTaskPagesKeepUnreadableSpecsAndFillFilteredPages(t *testing.T) {
 		{"one job, next page", "orders", "c", 2, []string{"e", "g"}, ""},
 		{"one job, last match ends the page", "billing", "b", 2, []string{"d", "f"}, ""},
 		{"no match", "nobody", "", 2, []string{}, ""},
+		{"every task after a cursor", "", "b", 0, []string{"bad", "c", "d", "e", "f", "g"}, ""},
+		{"every task after the unreadable spec", "", "bad", 0, []string{"c", "d", "e", "f", "g"}, ""},
+		{"one job after a cursor", "orders", "c", 0, []string{"e", "g"}, ""},
+		{"one job after a cursor, no match left", "billing", "f", 0, []string{}, ""},
 	} {
 		tasks, next, err := b.r.TaskPage(b.ctx, query.TaskFilter{Job: c.job}, c.after, c.limit)
 		if err != nil {
@@ -171,5 +183,31 @@ func TestTaskPagesKeepUnreadableSpecsAndFillFilteredPages(t *testing.T) {
 		if !slices.Equal(got, c.want) || next != c.next {
 			t.Errorf("%s: %v, next %q; want %v, next %q", c.name, got, next, c.want, c.next)
 		}
+	}
+}
+
+// TestTaskPageWithoutALimitAttachesTheSchedulesAfterTheCursor: the tasks
+// after the cursor come with their schedules, and a schedule of a task
+// before it (or of none) changes nothing.
+func TestTaskPageWithoutALimitAttachesTheSchedulesAfterTheCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, id := range []string{"a", "c", "e"} {
+		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
+	}
+	for _, id := range []string{"a", "e", "orphan"} {
+		b.put(t, streams.BucketSchedules, id, gov.State{TaskID: id, NextRunAt: now})
+	}
+	tasks, next, err := b.r.TaskPage(b.ctx, query.TaskFilter{}, "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, v := range tasks {
+		got[v.Spec.ID] = v.Schedule != nil && v.Schedule.TaskID == v.Spec.ID
+	}
+	if want := map[string]bool{"c": false, "e": true}; !maps.Equal(got, want) || next != "" {
+		t.Errorf("after a: tasks (with a schedule) %v, next %q; want %v, no next", got, next, want)
 	}
 }

@@ -125,6 +125,15 @@ func (r *Reader) addSchedule(ctx context.Context, v *TaskView) error {
 // a listing never holds either bucket's raw values (at 20,000 tasks that
 // was most of its peak heap; see docs/benchmarks.md, finding 48).
 func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
+	return r.tasksAfter(ctx, f, "")
+}
+
+// tasksAfter is Tasks of the tasks whose IDs sort after after: an entry
+// at or before the cursor is passed over as it comes, before its value
+// is decoded, so a listing after a cursor holds and decodes only what it
+// returns (the buckets are still read whole: a KV consumer cannot start
+// at a key).
+func (r *Reader) tasksAfter(ctx context.Context, f TaskFilter, after string) ([]TaskView, error) {
 	filtered := f.Job != "" || len(f.Labels) > 0
 	out := []TaskView{}
 	// at is the position in out of each listed task, by key. A key
@@ -133,6 +142,9 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 	// it no longer matches (its view is left in out, and not listed).
 	at := map[string]int{}
 	err := eachEntry(ctx, r.tasks, func(e jetstream.KeyValueEntry) {
+		if e.Key() <= after {
+			return
+		}
 		var v TaskView
 		var keep bool
 		if err := json.Unmarshal(e.Value(), &v.Spec); err != nil {
@@ -202,18 +214,14 @@ func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 // few tasks match reads many.
 func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit int) ([]TaskView, string, error) {
 	if limit <= 0 {
-		// Every task after the cursor: one pass over each bucket costs
-		// less than a read per task, and a listing in pages of any size
-		// would list every key again for each page.
-		all, err := r.Tasks(ctx, f)
-		if err != nil {
-			return nil, "", err
-		}
-		i, found := slices.BinarySearchFunc(all, after, func(v TaskView, id string) int { return strings.Compare(v.Spec.ID, id) })
-		if found {
-			i++
-		}
-		return all[i:], "", nil
+		// Every task after the cursor (the CLI's task list --after
+		// without --limit; the API's limit is at least 1): one pass over
+		// each bucket costs less than a read per task, and a listing in
+		// pages of any size would list every key again for each page.
+		// The tasks before the cursor are passed over, not decoded and
+		// cut off after.
+		tasks, err := r.tasksAfter(ctx, f, after)
+		return tasks, "", err
 	}
 	filtered := f.Job != "" || len(f.Labels) > 0
 	// The next page's first task tells whether there is one; a filter

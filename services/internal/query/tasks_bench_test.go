@@ -166,6 +166,43 @@ func BenchmarkTasks(b *testing.B) {
 	b.ReportMetric(peak(), "peak-heap-MB")
 }
 
+// BenchmarkTaskPageRest lists every task after a cursor (TaskPage with
+// limit 0, what `flyball task list --after ID` without --limit does) out
+// of 20,000 (or -bench.tasks) tasks of BenchmarkTasks's kind: the last
+// 100 (tail), and the second half (half). It reports peak-heap-MB as
+// BenchmarkTasks does. The cost should follow the tasks after the
+// cursor, not every task.
+//
+//	go test -run '^$' -bench BenchmarkTaskPageRest -benchmem ./internal/query/
+func BenchmarkTaskPageRest(b *testing.B) {
+	tasks := *benchTasks
+	now := time.Now().UTC()
+	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
+		sp, st := benchTask(now, i, id)
+		sp.Labels["region"] = "eu-west-1"
+		return sp, st
+	})
+	for _, c := range []struct {
+		name string
+		rest int
+	}{{"tail", 100}, {"half", tasks / 2}} {
+		b.Run(c.name, func(b *testing.B) {
+			after := seededID(tasks - c.rest - 1)
+			peak := samplePeakHeap(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				page, next, err := r.TaskPage(ctx, query.TaskFilter{}, after, 0)
+				if err != nil || len(page) != c.rest || next != "" || page[0].Spec.ID != seededID(tasks-c.rest) || page[c.rest-1].Schedule == nil {
+					b.Fatalf("%d tasks, next %q, %v", len(page), next, err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(peak(), "peak-heap-MB")
+		})
+	}
+}
+
 // benchTask is task i of the listing and health benchmarks: a POST with
 // headers and a body, every 10s, in one of seven jobs, and its schedule.
 func benchTask(now time.Time, i int, id string) (events.TaskSpec, gov.State) {
