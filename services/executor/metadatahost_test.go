@@ -20,15 +20,7 @@ func TestMetadataHostnamesAreBlockedBeforeDNS(t *testing.T) {
 	t.Parallel()
 	client := newHTTPClient(&Guard{AllowLoopback: true}, 1, 1, nil)
 	for _, u := range []string{"http://metadata.google.internal/computeMetadata/v1/", "http://METADATA.goog./", "http://instance-data.ec2.internal/latest/meta-data/"} {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		if !errors.Is(err, ErrBlocked) {
+		if err := get(t, client, u); !errors.Is(err, ErrBlocked) {
 			t.Errorf("GET %s: err = %v, want ErrBlocked", u, err)
 		}
 	}
@@ -57,16 +49,22 @@ func TestNumericHostsAreRefusedAtDialTime(t *testing.T) {
 	client := newHTTPClient(&Guard{AllowLoopback: true}, 1, 1, nil)
 	for _, host := range []string{"0x7f.1", "0177.0.0.1", "2130706433", "127.1", "127.0.0.1.", "2852039166"} {
 		u := "http://" + net.JoinHostPort(host, port) + "/"
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "dotted-decimal") {
+		if err := get(t, client, u); !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "dotted-decimal") {
 			t.Errorf("GET %s: err = %v, want ErrBlocked saying to write the address in dotted-decimal form", u, err)
 		}
 	}
+}
+
+// get calls GET u with client and returns the call's error.
+func get(t *testing.T, client *http.Client, u string) error {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return err
 }

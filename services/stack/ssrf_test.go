@@ -33,22 +33,17 @@ func (e *env) storedSpec(id string) bool {
 	return err == nil
 }
 
-// TestGovernorRejectsATargetTheGuardBlocks: a task.created published
-// straight to NATS (as `nats pub` does) whose target.http.url is a literal
-// address the SSRF guard refuses, or a well-known metadata hostname, is
-// answered with task.rejected naming the field and the rule, counted, and
-// not stored. It used to be accepted, and every run failed at the
-// executor.
-func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
-	t.Parallel()
-	e := &env{t: t, srv: natstest.StartWithStreams(t)}
-	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
-	cases := []struct{ id, url, why string }{
-		{"imds", "http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
-		{"imds6", "http://[fd00:ec2::254]/latest/meta-data/", "fd00:ec2::254 is link-local or a cloud metadata address"},
-		{"gcp", "http://Metadata.Google.Internal./computeMetadata/v1/", "metadata.google.internal is a cloud metadata hostname"},
-		{"loop", "http://127.0.0.1:8080/", "127.0.0.1 is a loopback address"},
-	}
+// guardCase is a task whose target.http.url the governor must reject,
+// with a rule containing why.
+type guardCase struct{ id, url, why string }
+
+// wantRejected publishes a task.created for each case, as `nats pub`
+// does, and checks that each is answered with one task.rejected reason
+// naming target.http.url whose rule contains the case's why (and rule,
+// if not empty), and that none is stored.
+func (e *env) wantRejected(cases []guardCase, rule string) {
+	t := e.t
+	t.Helper()
 	rejected := e.collect("flyball.task.rejected.>")
 	for _, c := range cases {
 		e.create(c.id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, c.id, c.url))
@@ -64,13 +59,32 @@ func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := got[c.id]
-		if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" || !strings.Contains(r.Reasons[0].Rule, "SSRF guard") || !strings.Contains(r.Reasons[0].Rule, c.why) {
-			t.Errorf("%s: reasons %+v, want one naming target.http.url, the SSRF guard and %q", c.id, r.Reasons, c.why)
+		if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" || !strings.Contains(r.Reasons[0].Rule, rule) || !strings.Contains(r.Reasons[0].Rule, c.why) {
+			t.Errorf("%s: reasons %+v, want one naming target.http.url, %q and %q", c.id, r.Reasons, rule, c.why)
 		}
 		if e.storedSpec(c.id) {
 			t.Errorf("%s: the rejected task was stored", c.id)
 		}
 	}
+}
+
+// TestGovernorRejectsATargetTheGuardBlocks: a task.created published
+// straight to NATS (as `nats pub` does) whose target.http.url is a literal
+// address the SSRF guard refuses, or a well-known metadata hostname, is
+// answered with task.rejected naming the field and the rule, counted, and
+// not stored. It used to be accepted, and every run failed at the
+// executor.
+func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
+	cases := []guardCase{
+		{"imds", "http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"imds6", "http://[fd00:ec2::254]/latest/meta-data/", "fd00:ec2::254 is link-local or a cloud metadata address"},
+		{"gcp", "http://Metadata.Google.Internal./computeMetadata/v1/", "metadata.google.internal is a cloud metadata hostname"},
+		{"loop", "http://127.0.0.1:8080/", "127.0.0.1 is a loopback address"},
+	}
+	e.wantRejected(cases, "SSRF guard")
 	if n := testutil.ToFloat64(e.st.Metrics().RejectedEvents.WithLabelValues("field:target.http.url")); n != float64(len(cases)) {
 		t.Errorf("flyball_rejected_events_total{reason=field:target.http.url} = %v, want %d", n, len(cases))
 	}
@@ -89,35 +103,14 @@ func TestGovernorRejectsANumericHost(t *testing.T) {
 	t.Parallel()
 	e := &env{t: t, srv: natstest.StartWithStreams(t)}
 	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{AllowLoopback: true} }, "governor")
-	cases := []struct{ id, url, why string }{
+	cases := []guardCase{
 		{"int", "http://2852039166/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address (the host 2852039166 is 169.254.169.254"},
 		{"hex", "http://0xA9FEA9FE/", "169.254.169.254 is link-local or a cloud metadata address"},
 		{"octal", "http://0251.0376.0251.0376/", "169.254.169.254 is link-local or a cloud metadata address"},
 		{"short", "http://169.254.43518/", "169.254.169.254 is link-local or a cloud metadata address"},
 		{"loop", "http://0x7f.1:8080/", "write the address in dotted-decimal form: 127.0.0.1"},
 	}
-	rejected := e.collect("flyball.task.rejected.>")
-	for _, c := range cases {
-		e.create(c.id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, c.id, c.url))
-	}
-	natstest.Eventually(t, 10*time.Second, "a task.rejected per task", func() bool { return len(rejected()) == len(cases) })
-	got := map[string]events.TaskRejected{}
-	for _, ev := range rejected() {
-		var r events.TaskRejected
-		if err := events.DecodeData(ev, &r); err != nil {
-			t.Fatal(err)
-		}
-		got[r.ID] = r
-	}
-	for _, c := range cases {
-		r := got[c.id]
-		if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" || !strings.Contains(r.Reasons[0].Rule, c.why) {
-			t.Errorf("%s: reasons %+v, want one naming target.http.url and %q", c.id, r.Reasons, c.why)
-		}
-		if e.storedSpec(c.id) {
-			t.Errorf("%s: the rejected task was stored", c.id)
-		}
-	}
+	e.wantRejected(cases, "")
 }
 
 // TestGovernorAcceptsWhatTheGuardAllows: the create-time check reads the

@@ -148,11 +148,7 @@ func seeded(b *testing.B, n int, gen func(i int, id string) (events.TaskSpec, go
 func BenchmarkTasks(b *testing.B) {
 	tasks := *benchTasks
 	now := time.Now().UTC()
-	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
-		sp, st := benchTask(now, i, id)
-		sp.Labels["region"] = "eu-west-1"
-		return sp, st
-	})
+	ctx, r := seededListing(b, tasks, now)
 	peak := samplePeakHeap(b)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -166,6 +162,17 @@ func BenchmarkTasks(b *testing.B) {
 	b.ReportMetric(peak(), "peak-heap-MB")
 }
 
+// seededListing seeds tasks of BenchmarkTasks's kind: benchTask's, each
+// labelled with a region.
+func seededListing(b *testing.B, tasks int, now time.Time) (context.Context, *query.Reader) {
+	b.Helper()
+	return seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
+		sp, st := benchTask(now, i, id)
+		sp.Labels["region"] = "eu-west-1"
+		return sp, st
+	})
+}
+
 // BenchmarkTaskPageRest lists every task after a cursor (TaskPage with
 // limit 0, what `flyball task list --after ID` without --limit does) out
 // of 20,000 (or -bench.tasks) tasks of BenchmarkTasks's kind: the last
@@ -177,11 +184,7 @@ func BenchmarkTasks(b *testing.B) {
 func BenchmarkTaskPageRest(b *testing.B) {
 	tasks := *benchTasks
 	now := time.Now().UTC()
-	ctx, r := seededReader(b, tasks, func(i int, id string) (events.TaskSpec, gov.State) {
-		sp, st := benchTask(now, i, id)
-		sp.Labels["region"] = "eu-west-1"
-		return sp, st
-	})
+	ctx, r := seededListing(b, tasks, now)
 	for _, c := range []struct {
 		name string
 		rest int
