@@ -18,7 +18,6 @@ import (
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/internal/slotdone"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // view is the sweeper's in-memory picture of every task, kept current by
@@ -352,14 +351,22 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		FiredAt: now, Source: string(st.Source), Reason: reason, TaskCreatedAt: st.CreatedAt.UTC(),
 	}
 	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
-	if err != nil && !streams.IsSubjectFull(err) {
+	switch classifyPublish(stored, err) {
+	case pubStored: // counted below
+	case pubFailed:
 		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
 		return
-	}
-	if err == nil && !stored {
-		// The same dispatch stored within DISPATCH's duplicate window (by
-		// another sweeper replica, or the timer): this sweep added
-		// nothing, and counted again it would show two repairs for one.
+	case pubPending:
+		// A dispatch of the task was stored between the check above and
+		// this publish (the timer's, say): as there, the executor has it,
+		// and this sweep re-nudged nothing.
+		s.cfg.Logger.Debug("zombie re-nudge not needed: a dispatch of the task was stored since the check", "task", id, "due", st.NextRunAt)
+		return
+	case pubDuplicate:
+		// The same dispatch stored within DISPATCH's duplicate window, or
+		// being stored right now (error 10158), by another sweeper replica
+		// or the timer: this sweep added nothing, and counted again it
+		// would show two repairs for one.
 		// If that dispatch has left DISPATCH without an outcome (the slot
 		// dispatched late, then taken off the work queue), the slot is
 		// still a zombie, and the first sweep past the window stores it.

@@ -1,0 +1,199 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// racedJS is the sweeper's JetStream with a racer: before a publish to
+// subject, race runs, and an error it returns is the publish's. A test
+// stores there what another publisher (the timer, another sweeper
+// replica) stores between the sweeper's check and its publish, a window
+// too small to hit by timing.
+type racedJS struct {
+	jetstream.JetStream
+	subject string
+	race    func(ctx context.Context, m *nats.Msg) error
+}
+
+func (r *racedJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if m.Subject == r.subject && r.race != nil {
+		if err := r.race(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	return r.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// inProcess is the error a clustered stream answers a message whose
+// Nats-Msg-Id it is storing for another publisher right now (nats-server
+// JSStreamDuplicateMessageConflict). A single embedded server never
+// answers it: only a clustered stream's proposal path does.
+func inProcess() error {
+	return &jetstream.APIError{Code: 409, ErrorCode: 10158, Description: "duplicate message id is in process"}
+}
+
+// storeTheSame stores m itself, unraced, then answers 10158: the same
+// message, published by someone else, was being stored.
+func storeTheSame(js jetstream.JetStream) func(context.Context, *nats.Msg) error {
+	return func(ctx context.Context, m *nats.Msg) error {
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			return err
+		}
+		return inProcess()
+	}
+}
+
+// startRaced starts a sweeper on js raced on subject, once its first
+// sweep is done: the test calls what it checks itself.
+func startRaced(t *testing.T, js jetstream.JetStream, subject string, logs *records) (*Service, *racedJS) {
+	t.Helper()
+	raced := &racedJS{JetStream: js, subject: subject}
+	s, err := New(Config{Common: svcconf.Common{JS: raced, Logger: slog.New(logs)}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept()
+	return s, raced
+}
+
+// putZombie stores task id with a schedule naming a slot ten minutes
+// past due, never dispatched, and returns that slot.
+func putZombie(t *testing.T, js jetstream.JetStream, id string, now time.Time) time.Time {
+	t.Helper()
+	tasks, schedules := taskBuckets(t, js)
+	if _, err := tasks.Put(t.Context(), id, []byte(`{"id":"`+id+`","schedule":{"interval":"1h"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(-10 * time.Minute).Truncate(time.Millisecond)
+	st := gov.State{TaskID: id, NextRunAt: due, Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-70 * time.Minute)}
+	if _, err := schedules.Put(t.Context(), id, stateJSON(st)); err != nil {
+		t.Fatal(err)
+	}
+	return due
+}
+
+const (
+	renudged      = "zombie run re-nudged: due long ago, never dispatched or never finished"
+	renudgeFailed = "zombie re-nudge failed; next sweep retries"
+	renudgeDrop   = "zombie re-nudge dropped: the slot was dispatched within DISPATCH's duplicate window; the next sweep tries again"
+)
+
+// TestAZombieDispatchedBeforeItsReNudgeIsNotCounted: the timer dispatches
+// a zombie's task after the sweeper found no dispatch pending and before
+// its re-nudge; DISPATCH refuses the re-nudge (error 10077, one pending
+// dispatch per task). Nothing was re-nudged: the executor has the task's
+// dispatch, as when the check finds it. The sweeper counted it in
+// flyball_zombies_renudged_total and logged it re-nudged.
+func TestAZombieDispatchedBeforeItsReNudgeIsNotCounted(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	logs := &records{}
+	s, raced := startRaced(t, srv.JS, events.DispatchSubject("late"), logs)
+	now := time.Now().UTC()
+	due := putZombie(t, srv.JS, "late", now)
+
+	// The timer's dispatch of the task's next slot: the governor moved the
+	// schedule on after the sweeper read it.
+	next := due.Add(time.Hour)
+	timers := events.Dispatch{DispatchID: events.DispatchID("late", next), TaskID: "late", ScheduledAt: next, FiredAt: now, Source: string(gov.SourceBaselineInterval)}
+	raced.race = func(ctx context.Context, _ *nats.Msg) error {
+		raced.race = nil
+		_, err := jsutil.PublishNewEvent(ctx, srv.JS, events.DispatchSubject("late"), timers.DispatchID, events.TypeRunDue, "timer", "late", timers, now)
+		return err
+	}
+	s.renudge(ctx, newAckFloors(), schedule{TaskID: "late"}, now)
+
+	dispatch, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != timers.DispatchID {
+		t.Fatalf("DISPATCH holds %q, want the timer's %q (did the race run?)", id, timers.DispatchID)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.ZombiesRenudged); n != 0 {
+		t.Fatalf("flyball_zombies_renudged_total = %v for a re-nudge DISPATCH refused (a dispatch pending), want 0", n)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairLostWrite)); n != 0 {
+		t.Fatalf(`flyball_schedules_repaired_total{reason="lost-write"} = %v, want 0`, n)
+	}
+	for _, msg := range []string{renudged, renudgeFailed, renudgeDrop} {
+		if got := logs.named(msg); len(got) != 0 {
+			t.Fatalf("logged %+v for a re-nudge refused because a dispatch is pending, want no %q", got, msg)
+		}
+	}
+}
+
+// TestAZombieReNudgeStoredMeanwhileBySomeoneElseIsADuplicate: a zombie's
+// re-nudge DISPATCH answers with error 10158, the same dispatch ID being
+// stored right now by another sweeper replica or the timer. The slot is
+// dispatched, once, by them: it is the duplicate path (logged at Info,
+// not counted), not a failure logged at Warn.
+func TestAZombieReNudgeStoredMeanwhileBySomeoneElseIsADuplicate(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	logs := &records{}
+	s, raced := startRaced(t, srv.JS, events.DispatchSubject("late"), logs)
+	now := time.Now().UTC()
+	due := putZombie(t, srv.JS, "late", now)
+	raced.race = storeTheSame(srv.JS)
+	s.renudge(ctx, newAckFloors(), schedule{TaskID: "late"}, now)
+
+	if n := testutil.ToFloat64(s.cfg.Metrics.ZombiesRenudged); n != 0 {
+		t.Fatalf("flyball_zombies_renudged_total = %v for a re-nudge stored by someone else, want 0", n)
+	}
+	if got := logs.named(renudgeFailed); len(got) != 0 {
+		t.Fatalf("logged %+v for a re-nudge stored by someone else, want no %q", got, renudgeFailed)
+	}
+	if got := logs.named(renudgeDrop); len(got) != 1 || got[0].level != slog.LevelInfo || got[0].attrs["task"] != "late" || got[0].attrs["due"] != due.Format(time.RFC3339Nano) {
+		t.Fatalf("logged %+v, want one Info %q naming task late, due %s", got, renudgeDrop, due.Format(time.RFC3339Nano))
+	}
+}
+
+func TestClassifyPublish(t *testing.T) {
+	apiErr := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("publish x: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "x"})
+	}
+	for _, c := range []struct {
+		name   string
+		stored bool
+		err    error
+		want   published
+	}{
+		{"stored", true, nil, pubStored},
+		{"duplicate PubAck", false, nil, pubDuplicate},
+		{"10158 in process", false, fmt.Errorf("publish x: %w", inProcess()), pubDuplicate},
+		{"10077 subject full", false, apiErr(10077), pubPending},
+		{"other API error", false, apiErr(10054), pubFailed},
+		{"ack timeout", false, jsutil.ErrAckTimeout, pubFailed},
+		{"disconnected", false, nats.ErrDisconnected, pubFailed},
+		{"other", false, errors.New("boom"), pubFailed},
+	} {
+		if got := classifyPublish(c.stored, c.err); got != c.want {
+			t.Errorf("%s: classifyPublish(%t, %v) = %d, want %d", c.name, c.stored, c.err, got, c.want)
+		}
+	}
+}
