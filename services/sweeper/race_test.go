@@ -173,6 +173,57 @@ func TestAZombieReNudgeStoredMeanwhileBySomeoneElseIsADuplicate(t *testing.T) {
 	}
 }
 
+// TestAMissingScheduleRepairStoredMeanwhileBySomeoneElseIsADuplicate: the
+// missing-schedule repair's task.created answered with error 10158
+// (another replica storing the same repair right now) was logged at Warn
+// as not repaired; it is the other replica's repair, counted there.
+func TestAMissingScheduleRepairStoredMeanwhileBySomeoneElseIsADuplicate(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	logs := &records{}
+	s, raced := startRaced(t, srv.JS, events.TaskSubject(events.VerbCreated, "lost"), logs)
+	tasks, _ := taskBuckets(t, srv.JS)
+	if _, err := tasks.Put(ctx, "lost", []byte(`{"id":"lost","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1h"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	raced.race = storeTheSame(srv.JS)
+	s.unscheduled = map[string]time.Time{"lost": time.Now().Add(-time.Hour)}
+	s.reschedule(ctx, newAckFloors(), "lost", time.Now().UTC())
+
+	if got := logs.named("missing schedule not repaired; next sweep retries"); len(got) != 0 {
+		t.Fatalf("logged %+v for a repair another replica is storing, want none", got)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing)); n != 0 {
+		t.Fatalf(`flyball_schedules_repaired_total{reason="missing"} = %v for a repair stored by someone else, want 0`, n)
+	}
+	if _, ok := s.unscheduled["lost"]; ok {
+		t.Fatal("the repair stored by someone else is not taken as published: the task is still timed as unscheduled")
+	}
+}
+
+// TestAnOfflineAnnouncementBeingStoredIsAnnounced: runtime.offline
+// answered with error 10158 (an earlier try, still being replicated) is
+// stored: it was logged at Warn as not published and kept for the next
+// sweep.
+func TestAnOfflineAnnouncementBeingStoredIsAnnounced(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	logs := &records{}
+	subject := events.RuntimeSubject(events.RuntimeOffline, "executor", "gone")
+	s, raced := startRaced(t, srv.JS, subject, logs)
+	raced.race = storeTheSame(srv.JS)
+	hb := events.Heartbeat{Kind: "executor", Name: "gone", Status: events.RuntimeOffline, LastBeat: time.Now().UTC().Add(-time.Minute)}
+	s.unannounced["executor.gone"] = offlineMark{lastBeat: hb.LastBeat, at: time.Now().UTC()}
+	s.announceOffline(ctx, "executor.gone", hb, time.Now().UTC())
+
+	if got := logs.named("runtime.offline not published; next sweep retries"); len(got) != 0 {
+		t.Fatalf("logged %+v for an announcement being stored, want none", got)
+	}
+	if _, ok := s.unannounced["executor.gone"]; ok {
+		t.Fatal("an announcement being stored is kept for the next sweep to publish again")
+	}
+}
+
 func TestClassifyPublish(t *testing.T) {
 	apiErr := func(code jetstream.ErrorCode) error {
 		return fmt.Errorf("publish x: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "x"})
