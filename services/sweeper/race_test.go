@@ -2,8 +2,6 @@ package sweeper
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -221,30 +219,5 @@ func TestAnOfflineAnnouncementBeingStoredIsAnnounced(t *testing.T) {
 	}
 	if _, ok := s.unannounced["executor.gone"]; ok {
 		t.Fatal("an announcement being stored is kept for the next sweep to publish again")
-	}
-}
-
-func TestClassifyPublish(t *testing.T) {
-	apiErr := func(code jetstream.ErrorCode) error {
-		return fmt.Errorf("publish x: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "x"})
-	}
-	for _, c := range []struct {
-		name   string
-		stored bool
-		err    error
-		want   published
-	}{
-		{"stored", true, nil, pubStored},
-		{"duplicate PubAck", false, nil, pubDuplicate},
-		{"10158 in process", false, fmt.Errorf("publish x: %w", inProcess()), pubDuplicate},
-		{"10077 subject full", false, apiErr(10077), pubPending},
-		{"other API error", false, apiErr(10054), pubFailed},
-		{"ack timeout", false, jsutil.ErrAckTimeout, pubFailed},
-		{"disconnected", false, nats.ErrDisconnected, pubFailed},
-		{"other", false, errors.New("boom"), pubFailed},
-	} {
-		if got := classifyPublish(c.stored, c.err); got != c.want {
-			t.Errorf("%s: classifyPublish(%t, %v) = %d, want %d", c.name, c.stored, c.err, got, c.want)
-		}
 	}
 }

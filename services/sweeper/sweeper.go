@@ -316,7 +316,7 @@ func (s *Service) announceOffline(ctx context.Context, key string, hb events.Hea
 		events.TypeRuntimeOffline, s.source, hb.Name, hb, at)
 	// A duplicate, stored or being stored (error 10158: an earlier try of
 	// this announcement, still being replicated), is announced.
-	if r := classifyPublish(stored, err); r != pubStored && r != pubDuplicate {
+	if r := jsutil.ClassifyPublish(!stored, err); r != jsutil.Stored && r != jsutil.Duplicate {
 		s.unannounced[key] = offlineMark{lastBeat: hb.LastBeat, at: at}
 		s.cfg.Logger.Warn("runtime.offline not published; next sweep retries", "kind", hb.Kind, "name", hb.Name, "err", err)
 		return

@@ -351,18 +351,18 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		FiredAt: now, Source: string(st.Source), Reason: reason, TaskCreatedAt: st.CreatedAt.UTC(),
 	}
 	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
-	switch classifyPublish(stored, err) {
-	case pubStored: // counted below
-	case pubFailed:
+	switch jsutil.ClassifyPublish(!stored, err) {
+	case jsutil.Stored: // counted below
+	case jsutil.NotStored:
 		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
 		return
-	case pubPending:
+	case jsutil.SubjectFull:
 		// A dispatch of the task was stored between the check above and
 		// this publish (the timer's, say): as there, the executor has it,
 		// and this sweep re-nudged nothing.
 		s.cfg.Logger.Debug("zombie re-nudge not needed: a dispatch of the task was stored since the check", "task", id, "due", st.NextRunAt)
 		return
-	case pubDuplicate:
+	case jsutil.Duplicate:
 		// The same dispatch stored within DISPATCH's duplicate window, or
 		// being stored right now (error 10158), by another sweeper replica
 		// or the timer: this sweep added nothing, and counted again it

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // PublishAsyncTimeout is how long nats.go keeps an async publish waiting
@@ -140,6 +141,43 @@ func PublishNewEvent(ctx context.Context, js jetstream.JetStream, subject, msgID
 func IsDuplicateInProcess(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
+}
+
+// PublishResult is what a publish with a Nats-Msg-Id did, as the timer
+// and the sweeper read it.
+type PublishResult int
+
+const (
+	// Stored means this publish stored the message.
+	Stored PublishResult = iota
+	// Duplicate means the stream holds the same Nats-Msg-Id already (a
+	// duplicate PubAck), or is storing it right now (error 10158, another
+	// replica's publish or an earlier try still being replicated). The
+	// message is stored; nothing to retry, and nothing to count as done
+	// by this publish.
+	Duplicate
+	// SubjectFull is error 10077: the subject holds the one message its
+	// stream allows (DISPATCH: a run of the task is already pending).
+	SubjectFull
+	// NotStored is any other error: a retry may store it.
+	NotStored
+)
+
+// ClassifyPublish names the result of a publish: duplicate is the
+// PubAck's Duplicate flag (PublishNewEvent's !stored), err its error.
+func ClassifyPublish(duplicate bool, err error) PublishResult {
+	switch {
+	case err == nil && duplicate:
+		return Duplicate
+	case err == nil:
+		return Stored
+	case IsDuplicateInProcess(err):
+		return Duplicate
+	case streams.IsSubjectFull(err):
+		return SubjectFull
+	default:
+		return NotStored
+	}
 }
 
 // TooLarge reports a publish or write refused for its size: by the
