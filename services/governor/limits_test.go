@@ -145,10 +145,22 @@ func TestLongReasonOfDeleteResumeRequeueIsRejected(t *testing.T) {
 // retried every second forever. The command is now rejected, saying why.
 func TestSpecTooLargeToStoreIsRejected(t *testing.T) {
 	_, js := startGovernor(t)
+	body := specTooLargeToStore(t, js, "big")
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "big"), body))
+	if rs := lastRejection(t, js, "big"); len(rs) != 1 || !strings.Contains(rs[0].Rule, "too large") {
+		t.Fatalf("spec of %d bytes: reasons %+v, want one saying it is too large to store", len(body), rs)
+	}
+}
+
+// specTooLargeToStore is a task.created of task id (event id "create-"
+// + id) that fits in js's max_payload with 16 bytes to spare, and whose
+// spec, once its defaults are filled in, does not.
+func specTooLargeToStore(t *testing.T, js jetstream.JetStream, id string) []byte {
+	t.Helper()
 	limit := int(js.Conn().MaxPayload())
-	spec := events.TaskSpec{ID: "big", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/", Method: "POST"}}}
+	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/", Method: "POST"}}}
 	size := func() int {
-		b, err := events.Marshal(events.TypeTaskCreated, "test", "big", spec, time.Now(), "create-big")
+		b, err := events.Marshal(events.TypeTaskCreated, "test", id, spec, time.Now(), "create-"+id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,14 +174,11 @@ func TestSpecTooLargeToStoreIsRejected(t *testing.T) {
 	if b, _ := json.Marshal(stored); len(b) <= limit {
 		t.Fatalf("normalized spec is %d bytes, want more than max_payload %d: the test needs a larger spec", len(b), limit)
 	}
-	body, err := events.Marshal(events.TypeTaskCreated, "test", "big", spec, time.Now(), "create-big")
+	body, err := events.Marshal(events.TypeTaskCreated, "test", id, spec, time.Now(), "create-"+id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "big"), body))
-	if rs := lastRejection(t, js, "big"); len(rs) != 1 || !strings.Contains(rs[0].Rule, "too large") {
-		t.Fatalf("spec of %d bytes: reasons %+v, want one saying it is too large to store", len(body), rs)
-	}
+	return body
 }
 
 // TestDeadLetterTooLargeToStoreIsTerminated: the same on the signal path.
