@@ -2,6 +2,7 @@ package governor
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,25 +182,35 @@ func specTooLargeToStore(t *testing.T, js jetstream.JetStream, id string) []byte
 	return body
 }
 
-// TestDeadLetterTooLargeToStoreIsTerminated: the same on the signal path.
-// A dead-letter entry's reason is kept in the schedule and in its trail;
-// with a ~600 KB reason the schedule write fails for its size, and the
-// entry was nak'd forever. It is now terminated with a reason and counted.
-func TestDeadLetterTooLargeToStoreIsTerminated(t *testing.T) {
+// TestADeadLetterWithAnOverlongReasonIsTerminated: the same on the
+// signal path. The dead-letter service writes one of three short
+// reasons, and the schedule holds the reason twice (the hold, its trail
+// line). A ~600 KB one made the schedule write fail for its size, and the
+// entry was nak'd forever; one just over events.MaxReasonBytes was
+// applied, and every later write of the task carried it. Any reason over
+// the bound is terminated as malformed and counted, and the task is not
+// held. (A reason within the bound that the bucket's maximum value size
+// refuses: TestMessageNoRetryMendsDoesNotHoldUpItsWorker.)
+func TestADeadLetterWithAnOverlongReasonIsTerminated(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "d", "create-d", *minuteSpec("d"))
-	now := time.Now().UTC()
-	dl := events.DeadLetter{
-		TaskID: "d", Reason: strings.Repeat("r", 600<<10), Attempts: 1, DeadLetteredAt: now,
-		Dispatch: events.Dispatch{DispatchID: events.DispatchID("d", now), TaskID: "d", ScheduledAt: now},
-	}
-	body, err := events.Marshal(events.TypeDeadLettered, "test", "d", dl, now, "dl-d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, js, streams.StreamDeadLetter, streams.ConsumerGovernor, publishRaw(t, js, events.DeadLetterSubject("d"), body))
-	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be applied")); n != 1 {
-		t.Fatalf("dead letter with a %d-byte reason: %v messages terminated as unappliable, want 1", len(dl.Reason), n)
+	for i, n := range []int{events.MaxReasonBytes + 1, 600 << 10} {
+		now := time.Now().UTC()
+		dl := events.DeadLetter{
+			TaskID: "d", Reason: strings.Repeat("r", n), Attempts: 1, DeadLetteredAt: now,
+			Dispatch: events.Dispatch{DispatchID: events.DispatchID("d", now), TaskID: "d", ScheduledAt: now},
+		}
+		body, err := events.Marshal(events.TypeDeadLettered, "test", "d", dl, now, fmt.Sprintf("dl-d-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.AwaitAcked(t, js, streams.StreamDeadLetter, streams.ConsumerGovernor, publishRaw(t, js, events.DeadLetterSubject("d"), body))
+		if got := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues(events.ErrMalformed.Error())); got != float64(i+1) {
+			t.Fatalf("dead letter with a %d-byte reason: %v messages terminated as malformed, want %d", n, got, i+1)
+		}
+		if st := storedState(t, s, "d"); st.DeadLetter != nil {
+			t.Fatalf("dead letter with a %d-byte reason held the task: %+v", n, st.DeadLetter)
+		}
 	}
 }
 

@@ -44,7 +44,7 @@ func TestMessageNoRetryMendsDoesNotHoldUpItsWorker(t *testing.T) {
 			return ok && !st.NextRunAt.IsZero()
 		},
 	}, {
-		name:   "a dead letter too large to store",
+		name:   "a dead letter with a reason longer than flyball writes",
 		stream: streams.StreamDeadLetter,
 		poison: func(t *testing.T, _ *Service, js jetstream.JetStream) {
 			command(t, js, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
@@ -67,11 +67,13 @@ func TestMessageNoRetryMendsDoesNotHoldUpItsWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg := bucket.CachedInfo().Config
-			cfg.MaxMsgSize = 4 << 10 // `nats kv add --max-value-size 4KiB`
+			// a's schedule holds its reason twice (the hold, the trail),
+			// over the bucket's maximum; b's short one fits.
+			cfg.MaxMsgSize = 1536 // `nats kv add --max-value-size 1536`
 			if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
 				t.Fatal(err)
 			}
-			deadLetter(t, js, "a", strings.Repeat("r", 8<<10))
+			deadLetter(t, js, "a", strings.Repeat("r", events.MaxReasonBytes))
 			deadLetter(t, js, "b", "final failure")
 		},
 		applied: func(t *testing.T, s *Service) bool {

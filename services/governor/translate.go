@@ -140,6 +140,12 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		if dl.TaskID != subj.ID {
 			return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, dl.TaskID)
 		}
+		// The dead-letter service writes one of three short reasons. The
+		// schedule holds it twice (the hold and its trail line): a long
+		// one would make every later write of the task too large to store.
+		if len(dl.Reason) > events.MaxReasonBytes {
+			return Step{}, fmt.Errorf("%w: reason: must be at most %d bytes, got %d", events.ErrMalformed, events.MaxReasonBytes, len(dl.Reason))
+		}
 		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
 			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt, TaskCreatedAt: dl.Dispatch.TaskCreatedAt,
 		}}
