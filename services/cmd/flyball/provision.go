@@ -18,9 +18,10 @@ import (
 // user that runs once per deploy, not to a service that runs all day.
 func newProvisionCmd() *cobra.Command {
 	var (
-		nf      natsFlags
-		async   bool
-		timeout time.Duration
+		nf         natsFlags
+		async      bool
+		timeout    time.Duration
+		tryTimeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "provision",
@@ -34,7 +35,10 @@ streams (the compose stack does: its provision container runs it as the
 provisioner user, and every service starts with --ensure-streams=false).
 
 A failure it may outgrow (a cluster still electing its meta leader, a
-server not answering yet) is retried every second until --timeout; a
+server not answering yet) is retried every second until --timeout. Each
+try gives up after --try-timeout: a request to a stream that has no leader
+yet, as just after a whole cluster restarted, is never answered, and it
+waited out all of --timeout, so one try took the whole budget. A
 definition the server refuses (a storage type or persist mode it cannot
 change in place) fails the same way each time, and the last error is
 printed when --timeout ends.`,
@@ -50,6 +54,9 @@ printed when --timeout ends.`,
 			}
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout: must be positive, got %s", timeout)
+			}
+			if tryTimeout <= 0 {
+				return fmt.Errorf("--try-timeout: must be positive, got %s", tryTimeout)
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
@@ -69,7 +76,12 @@ printed when --timeout ends.`,
 			start := time.Now()
 			var prev error
 			for try := 1; ; try++ {
-				err := noJetStream(streams.Ensure(ctx, js, nf.ensureOptions(cmd, async)...))
+				tryCtx, cancelTry := context.WithTimeout(ctx, tryTimeout)
+				err := noJetStream(streams.Ensure(tryCtx, js, nf.ensureOptions(cmd, async)...))
+				if err != nil && ctx.Err() == nil && errors.Is(tryCtx.Err(), context.DeadlineExceeded) {
+					err = fmt.Errorf("no answer within --try-timeout %s: %w", tryTimeout, err)
+				}
+				cancelTry()
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %s, %d tries, %s)\n",
 						replicas, try, time.Since(start).Round(time.Millisecond))
@@ -99,5 +111,6 @@ printed when --timeout ends.`,
 	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get 1")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	cmd.Flags().DurationVar(&tryTimeout, "try-timeout", 10*time.Second, "give one try this long, then try again (a request to a stream still electing its leader is never answered)")
 	return cmd
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -128,4 +131,53 @@ func TestServeWithoutStreamsSaysWhatIsMissing(t *testing.T) {
 			t.Errorf("serve %s without DISPATCH: exit %d, stderr %q; want exit 1 naming %q with %q", svc, r.code, r.stderr, want, hint)
 		}
 	}
+}
+
+// TestProvisionTriesAgainWhenARequestIsNeverAnswered: a JetStream request
+// nobody answers (a stream still electing its leader, as just after the
+// whole 3-node compose stack restarted with its volumes) ends the try
+// after --try-timeout, and provision tries again. One try waited out all of
+// --timeout (2m in the compose file) and `up` stopped with "not done
+// within --timeout 2m0s (1 tries)", though the leader was elected a
+// second later. The server here has no JetStream; a subscriber takes every
+// JetStream API request and never answers.
+func TestProvisionTriesAgainWhenARequestIsNeverAnswered(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var requests atomic.Int64
+	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e := &cliEnv{url: s.ClientURL(), dir: t.TempDir()}
+	r := e.run(t, "provision", "--replicas", "3", "--timeout", "4s", "--try-timeout", "500ms")
+	last := r.stderr[strings.LastIndex(strings.TrimSuffix(r.stderr, "\n"), "\n")+1:]
+	if r.code != 1 || !strings.HasPrefix(last, "flyball: provision: not done within --timeout 4s") ||
+		!strings.Contains(r.stderr, "provision: try 2: no answer within --try-timeout 500ms") {
+		t.Fatalf("exit %d, stderr %q: want exit 1, a second try after the first went unanswered for --try-timeout, and a last line saying --timeout ended", r.code, r.stderr)
+	}
+	if n := requests.Load(); n < 2 {
+		t.Fatalf("%d JetStream API requests reached the server, want one per try (>= 2)", n)
+	}
+}
+
+func TestProvisionTryTimeoutMustBePositive(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()}
+	e.fails(t, []string{"provision", "--try-timeout", "0s"}, "--try-timeout: must be positive, got 0s")
 }
