@@ -271,22 +271,32 @@ images: build build-nats ## Build bin/flyball, bin/nats-server and the FROM-scra
 up: images ## Start the compose stack (3-node NATS, every service, demo target) and wait until all are healthy
 	$(compose) $(foreach p,$(PROFILES),--profile $(p)) up -d --remove-orphans
 	@$(COMPOSE_DIR)/wait-healthy.sh $(UP_TIMEOUT) $(compose)
+	@$(MAKE) --no-print-directory up-info
+
+# With docker-compose.tls.yml the NATS port speaks TLS only: the host CLI
+# needs tls:// and the dev CA.
+up_tls      = $(filter docker-compose.tls.yml,$(COMPOSE_FILES))
+# What `make down` and `make logs` need to find this stack again.
+up_vars     = $(if $(filter-out flyball,$(COMPOSE_PROJECT)), COMPOSE_PROJECT=$(COMPOSE_PROJECT))$(if $(filter-out docker-compose.yml,$(COMPOSE_FILES)), COMPOSE_FILES=\"$(COMPOSE_FILES)\")
+
+.PHONY: up-info
+up-info: ## Print the compose stack's addresses and a quickstart (the end of make up)
 	@api="http://127.0.0.1:$${FLYBALL_API_PORT:-8080}"; tok="$${FLYBALL_API_TOKEN:-flyball-dev-token}"; \
 	echo; \
 	echo "flyball is up ($(COMPOSE_PROJECT)):"; \
 	echo "  HTTP API     $$api   (token: $$tok)"; \
 	echo "  demo target  http://127.0.0.1:$${FLYBALL_TARGET_PORT:-8000}   (http://target:8000 inside the stack)"; \
-	echo "  NATS         nats://127.0.0.1:$${FLYBALL_NATS_PORT:-4222}   monitoring http://127.0.0.1:$${FLYBALL_NATS_MONITOR_PORT:-8222}"; \
+	echo "  NATS         $(if $(up_tls),tls,nats)://127.0.0.1:$${FLYBALL_NATS_PORT:-4222}   monitoring http://127.0.0.1:$${FLYBALL_NATS_MONITOR_PORT:-8222}"; \
 	echo; \
 	echo "Quickstart: a task that calls the demo target every 5s (the CLI connects as NATS user cli):"; \
-	echo "  export NATS_URL=nats://127.0.0.1:$${FLYBALL_NATS_PORT:-4222} NATS_USER=cli NATS_PASSWORD=$${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}"; \
+	echo "  export NATS_URL=$(if $(up_tls),tls,nats)://127.0.0.1:$${FLYBALL_NATS_PORT:-4222} NATS_USER=cli NATS_PASSWORD=$${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}$(if $(up_tls), NATS_CA=$(COMPOSE_DIR)/tls/ca.pem)"; \
 	echo "  bin/flyball task create -f $(COMPOSE_DIR)/examples/demo-task.json"; \
 	echo "  bin/flyball runs demo"; \
 	echo "  curl -s 'http://127.0.0.1:$${FLYBALL_TARGET_PORT:-8000}/requests?task=demo'"; \
 	echo "The same through the HTTP API, or with the CLI inside the compose network:"; \
 	echo "  curl -s -H 'Authorization: Bearer $$tok' $$api/api/v1/tasks -d @$(COMPOSE_DIR)/examples/demo-task.json"; \
 	echo "  $(COMPOSE) -p $(COMPOSE_PROJECT) $(foreach f,$(COMPOSE_FILES),-f $(COMPOSE_DIR)/$(f)) run --rm cli runs demo"; \
-	echo "Logs: make logs    Stop and remove everything (volumes too): make down"
+	echo "Logs: make logs$(up_vars)    Stop and remove everything (volumes too): make down$(up_vars)"
 
 .PHONY: down
 down: ## Stop the compose stack and remove its containers, network and volumes (KEEP_VOLUMES=1 keeps data)

@@ -233,3 +233,65 @@ func TestDocsNameEveryEnvironmentVariable(t *testing.T) {
 		t.Fatalf("found %d variables in the flags' usages, want at least 15", len(seen))
 	}
 }
+
+// TestDocsComposeCommandsNameTheProject: every docker-compose (or docker
+// compose) command of the README, docs/ and the compose files' comments
+// that acts on the running stack names its project (-p) and its files
+// (-f), as `make up` starts it. Without -p, compose takes the project name
+// from the first file's directory, "compose", not make's "flyball": `run
+// --rm cli` started a container on a new, empty network that could not
+// resolve nats, `logs provision` showed nothing, and `up provision` would
+// start a second NATS cluster. Without -f, compose looks for a file in the
+// current directory, and the repository root has none.
+func TestDocsComposeCommandsNameTheProject(t *testing.T) {
+	t.Parallel()
+	blocks := docCommandBlocks(t)
+	root := docexamples.Root(t)
+	composeFiles, err := filepath.Glob(filepath.Join(root, "deploy", "compose", "docker-compose*.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range composeFiles {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for i, l := range strings.Split(string(raw), "\n") {
+			if c, ok := strings.CutPrefix(strings.TrimSpace(l), "#"); ok {
+				blocks = append(blocks, docexamples.Block{File: rel, Line: i + 1, Body: strings.Trim(c, " `") + "\n"})
+			}
+		}
+	}
+	acting := map[string]bool{"up": true, "run": true, "logs": true, "stop": true, "start": true, "exec": true, "ps": true, "kill": true, "restart": true, "down": true}
+	composeRE := regexp.MustCompile("(?:docker-compose|docker compose)((?: [^ ;&|)`]+)+)")
+	seen := 0
+	for _, b := range blocks {
+		for _, m := range composeRE.FindAllStringSubmatch(b.Body, -1) {
+			words := strings.Fields(m[1])
+			var flags []string
+			sub := ""
+			for i := 0; i < len(words); i++ {
+				w := words[i]
+				if !strings.HasPrefix(w, "-") {
+					sub = w
+					break
+				}
+				flags = append(flags, w)
+				if w == "-p" || w == "-f" || w == "--profile" {
+					i++ // its value
+				}
+			}
+			if !acting[sub] {
+				continue // prose naming compose, or version, config, ...
+			}
+			seen++
+			if !slices.Contains(flags, "-p") || !slices.Contains(flags, "-f") {
+				t.Errorf("%s: %q: give -p <project> and -f <file>, as make up does (docker-compose -p flyball -f deploy/compose/docker-compose.yml %s)", b.Where(), strings.TrimSpace(m[0]), sub)
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("found %d compose commands, want at least 5", seen)
+	}
+}

@@ -89,3 +89,57 @@ func TestMakeFuzzPassesOverGo126sSpuriousDeadlineOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestMakeUpPrintsWhatTheStackNeeds: the quickstart `make up` prints
+// works for the stack it started. With docker-compose.tls.yml the NATS
+// port speaks TLS only, and the printed nats:// URL without the dev CA
+// failed (x509: certificate is valid for 127.0.0.1, not 172.21.0.3); and
+// `make down` without the project and files `make up` got would remove a
+// different stack, or none.
+func TestMakeUpPrintsWhatTheStackNeeds(t *testing.T) {
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make is required (README): %v", err)
+	}
+	root := docexamples.Root(t)
+	for _, c := range []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{
+			want: []string{"NATS_URL=nats://127.0.0.1:4222 ", "make down\n"},
+			not:  []string{"NATS_CA", "COMPOSE_FILES="},
+		},
+		{
+			args: []string{"COMPOSE_FILES=docker-compose.yml docker-compose.tls.yml", "COMPOSE_PROJECT=drill"},
+			want: []string{
+				"NATS_URL=tls://127.0.0.1:4222 ", " NATS_CA=deploy/compose/tls/ca.pem\n",
+				`make down COMPOSE_PROJECT=drill COMPOSE_FILES="docker-compose.yml docker-compose.tls.yml"` + "\n",
+			},
+		},
+		{
+			args: []string{"COMPOSE_FILES=docker-compose.single.yml"},
+			want: []string{"NATS_URL=nats://127.0.0.1:4222 ", `make down COMPOSE_FILES="docker-compose.single.yml"` + "\n", "-p flyball -f deploy/compose/docker-compose.single.yml run"},
+			not:  []string{"NATS_CA"},
+		},
+	} {
+		cmd := exec.Command(makeBin, append([]string{"-s", "-C", root, "up-info"}, c.args...)...)
+		cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=",
+			"FLYBALL_NATS_PORT=", "FLYBALL_API_PORT=", "FLYBALL_TARGET_PORT=", "FLYBALL_NATS_MONITOR_PORT=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make up-info %q: %v\n%s", c.args, err, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("make up-info %q: output does not contain %q:\n%s", c.args, w, out)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(string(out), n) {
+				t.Errorf("make up-info %q: output contains %q:\n%s", c.args, n, out)
+			}
+		}
+	}
+}
