@@ -307,5 +307,6 @@ logs: ## Follow the compose stack's logs (LOGS_ARGS='--tail=50 executor1' narrow
 	$(compose) logs $(LOGS_ARGS)
 
 .PHONY: e2e
-e2e: natscli-install ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, timer handover, breaker, DLQ, down
+e2e: natscli-install ## End-to-end test on the compose stack: up, runs, NATS node and executor kills, timer handover, breaker, DLQ, down; then the single-node and TLS files and a full restart
 	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" NATS_CLI="$(NATS_CLI)" bash $(COMPOSE_DIR)/e2e.sh
+	COMPOSE="$(COMPOSE)" MAKE="$(MAKE)" bash $(COMPOSE_DIR)/e2e-variants.sh
