@@ -22,15 +22,32 @@ type attemptRecord struct {
 	// Outcome is set once the dispatch is done: succeeded, or failed for
 	// good. A redelivery that finds it (its ack or term was lost) is acked
 	// or terminated again, without calling the target.
-	Outcome   events.Outcome `json:"outcome,omitempty"`
-	UpdatedAt time.Time      `json:"updatedAt"`
+	Outcome events.Outcome `json:"outcome,omitempty"`
+	// HandedBack marks a dispatch an executor handed back at shutdown
+	// without calling its target in that delivery, while no attempt was
+	// counted (markHandedBack). It is written only with Attempts 0 and no
+	// Outcome, and removed before any call (unmarkHandedBack), so it tells
+	// a redelivery that no earlier delivery started a call: a slot missed
+	// meanwhile under catchUp "none" is skipped (missedUnderNone) rather
+	// than run late.
+	HandedBack bool      `json:"handedBack,omitempty"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+	// rev is the entry's revision, when read (attemptNumber).
+	rev uint64
+}
+
+// handedBackOnly reports whether r is only a hand-back mark: no attempt
+// counted, no outcome.
+func (r attemptRecord) handedBackOnly() bool {
+	return r.HandedBack && r.Attempts == 0 && r.Outcome == ""
 }
 
 // attemptKey is the flyball-attempts key of a dispatch: "<task>.<unix ms>".
 func attemptKey(d *events.Dispatch) string { return strings.Replace(d.DispatchID, ":", ".", 1) }
 
 // attemptNumber is the number of the call about to be made, and the
-// record it follows. The first delivery of a dispatch fired on time is
+// record it follows (with a hand-back mark, attempt 1: execute removes
+// the mark before the call). The first delivery of a dispatch fired on time is
 // attempt 1 and costs no KV read; a redelivery, and the first delivery of
 // a dispatch fired LateRedispatch or more after its slot, read the record
 // written after the last call whose run event was stored. Such a late
@@ -59,6 +76,7 @@ func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, 
 	if err := json.Unmarshal(e.Value(), &r); err != nil || (r.Outcome != "" && r.Outcome != events.OutcomeSucceeded && r.Outcome != events.OutcomeFailed) {
 		return 1, attemptRecord{}, nil //nolint:nilerr // a corrupt record restarts the count rather than blocking the run
 	}
+	r.rev = e.Revision()
 	return r.Attempts + 1, r, nil
 }
 
@@ -122,4 +140,82 @@ func (s *Service) settleAgain(m jetstream.Msg, d *events.Dispatch, r attemptReco
 		return
 	}
 	s.settle(m, "term", termBody(fmt.Sprintf("final failure after %d attempt(s), already reported; terminated again", r.Attempts)))
+}
+
+// A dispatch an executor hands back at shutdown comes back as a
+// redelivery (a nak counts as a delivery). missedUnderNone cannot tell a
+// redelivery from one whose earlier delivery crashed mid-call (the
+// attempt record is written only after a call's run event is stored), so
+// it used to skip a missed slot only on its first delivery: after a full
+// restart, a catchUp "none" slot whose dispatch a stopping executor held
+// ran minutes late although its next slot had passed too. So a hand-back
+// of a dispatch whose delivery made no call first leaves a mark in
+// flyball-attempts (markHandedBack), and the delivery that goes on to
+// call the target removes it first (unmarkHandedBack, on the revision it
+// read; if that fails the dispatch is nakked uncalled): a mark is never
+// left over a call, even one that crashes. A redelivery that finds the
+// mark, and no attempt or outcome, may be skipped as missed. A mark that
+// cannot be written costs only that: the slot runs late, at least once,
+// as before. The first delivery of a dispatch fired on time reads no
+// record (attemptNumber) and can meet no mark: a mark implies an earlier
+// delivery of the dispatch, and a second dispatch of the slot is refused
+// by DISPATCH's duplicate window or fired LateRedispatch late, and read.
+
+// handBackNak hands m, whose delivery made no call of d's target, back at
+// shutdown with a nak delayed by delay. For a task under catchUp "none"
+// (or one the view does not know), d is first marked handed back; both
+// happen in the background, as the callers may hold heldMu, and Stop
+// waits for them (records) before it stops the settler.
+func (s *Service) handBackNak(m jetstream.Msg, d *events.Dispatch, delay time.Duration) {
+	if r := s.specs.Lookup(d.TaskID); r.Known && (!r.Found || r.Err != nil || r.Value.spec.CatchUp != events.CatchUpNone) {
+		s.nak(m, delay, nil)
+		return
+	}
+	s.records.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), attemptRecordTimeout)
+		defer cancel()
+		if err := s.markHandedBack(ctx, d); err != nil {
+			s.log.Debug("hand-back mark not written; a missed slot would run late", "dispatch", d.DispatchID, "err", err)
+		}
+		s.nak(m, delay, nil)
+	})
+}
+
+// markHandedBack writes d's hand-back mark: it creates the record, or
+// updates one that holds no attempt and no outcome on the revision read.
+// A record with attempts or an outcome is left alone: a pending retry
+// runs under catchUp "none" (retryPending), and a done dispatch is
+// settled again (settleAgain).
+func (s *Service) markHandedBack(ctx context.Context, d *events.Dispatch) error {
+	key := attemptKey(d)
+	b, err := json.Marshal(attemptRecord{HandedBack: true, UpdatedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	e, err := s.attempts.Get(ctx, key)
+	if jsutil.IsKeyMissing(err) {
+		_, err = s.attempts.Create(ctx, key, b)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	var r attemptRecord
+	if json.Unmarshal(e.Value(), &r) != nil {
+		return nil //nolint:nilerr // a corrupt record is not ours to mark: the slot runs (attemptNumber restarts the count)
+	}
+	if r.HandedBack || r.Attempts > 0 || r.Outcome != "" {
+		return nil // marked already, or a retry or outcome to keep
+	}
+	_, err = s.attempts.Update(ctx, key, b, e.Revision())
+	return err
+}
+
+// unmarkHandedBack removes d's hand-back mark, read at revision rev,
+// before a call of its target.
+func (s *Service) unmarkHandedBack(ctx context.Context, d *events.Dispatch, rev uint64) error {
+	if err := s.attempts.Delete(ctx, attemptKey(d), jetstream.LastRevision(rev)); err != nil {
+		return fmt.Errorf("remove the hand-back mark of %s before its call: %w", d.DispatchID, err)
+	}
+	return nil
 }

@@ -16,8 +16,10 @@
 //     event must carry it);
 //   - deleted or paused task: publish run.skipped, then ack (a task is
 //     paused when it has a key in flyball-pauses and its schedule says so);
-//   - a catchUp "none" task's slot that first arrives after the next slot
-//     passed too (governor.MissedUnderNone): publish run.skipped, then ack;
+//   - a catchUp "none" task's slot that arrives after the next slot
+//     passed too (governor.MissedUnderNone), on its first delivery or on
+//     a redelivery marked handed back at shutdown without a call
+//     (markHandedBack): publish run.skipped, then ack;
 //   - a dispatch of a task deleted since and created again under its ID
 //     (its taskCreatedAt is not the task's, ofTask), or a slot published
 //     again a minute or more after it fell due whose outcome is already on

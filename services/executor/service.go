@@ -266,10 +266,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// Kept alive from here to its settle (waitBegin), through the reads
 	// before the call too (run).
 	s.waitBegin(m, arrived)
-	if -wait >= events.MinInterval && md.NumDelivered == 1 && s.missedUnderNone(ctx, m, &d) {
+	if -wait >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d) {
 		return
 	}
-	if !s.acquireCall(ctx, m, arrived) {
+	if !s.acquireCall(ctx, m, &d, arrived) {
 		return
 	}
 	defer s.releaseCall()
@@ -395,7 +395,7 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if s.releasing {
-		s.nak(h.m, h.handBack(), nil)
+		s.handBackNak(h.m, h.d, h.handBack())
 		return
 	}
 	s.held[h] = struct{}{}
@@ -495,7 +495,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 		// Here, on its own goroutine, it holds no caller and no call
 		// slot while its host is busy (acquireHost keeps it alive).
 		if h.sem = s.acquireHost(ctx, h.m, h.arrived, h.host); h.sem == nil {
-			s.nak(h.m, handBackFloor, nil) // handed back at shutdown (handBack)
+			s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
 			s.firing.Done()
 			return
 		}
@@ -516,7 +516,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	case <-ctx.Done():
 		s.waitEnd(h.m)
 		releaseHost(h.sem)
-		s.nak(h.m, handBackFloor, nil) // handed back at shutdown (handBack)
+		s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
 		s.firing.Done()
 	}
 }
@@ -540,7 +540,7 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 	if h.kept {
 		s.waitEnd(h.m)
 	}
-	if !s.acquireCall(ctx, h.m, h.arrived) {
+	if !s.acquireCall(ctx, h.m, h.d, h.arrived) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
@@ -564,15 +564,16 @@ func (s *Service) releaseHeld() {
 				s.waitEnd(h.m)
 			}
 			s.firing.Done()
-			s.nak(h.m, h.handBack(), nil)
+			s.handBackNak(h.m, h.d, h.handBack())
 		}
 	}
 	s.heldChanged()
 }
 
-// acquireCall takes one of the Concurrency call slots, or naks m if the
-// service stops first. While it waits, m is kept alive (waitBegin).
-func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, arrived time.Time) bool {
+// acquireCall takes one of the Concurrency call slots, or hands m (of d)
+// back if the service stops first. While it waits, m is kept alive
+// (waitBegin).
+func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, d *events.Dispatch, arrived time.Time) bool {
 	select {
 	case s.calls <- struct{}{}:
 		return true
@@ -584,7 +585,7 @@ func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, arrived time
 	case s.calls <- struct{}{}:
 		return true
 	case <-ctx.Done():
-		s.nak(m, 0, nil)
+		s.handBackNak(m, d, 0)
 		return false
 	}
 }
@@ -876,20 +877,30 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 	s.park(ctx, m, md, d, arrived, key, wait)
 }
 
-// missedUnderNone skips the first delivery of a dispatch whose task's
-// next slot passed too, under catchUp "none" (governor.MissedUnderNone):
-// the overdue slot the timer fires after a downtime, or one a governor
-// planned late from a backlog. A slot whose retry is pending
-// (retryPending) is not missed: it runs. The governor plans the next slot from the
-// run.skipped. It reports whether it skipped.
-func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, d *events.Dispatch) bool {
+// missedUnderNone skips a dispatch whose task's next slot passed too,
+// under catchUp "none" (governor.MissedUnderNone): the overdue slot the
+// timer fires after a downtime, or one a governor planned late from a
+// backlog. A slot whose retry is pending (retryPending) is not missed: it
+// runs. A redelivery is skipped only if its record is a hand-back mark
+// (handedBack): otherwise an earlier delivery may have started the call
+// and crashed mid-call, and the slot runs late (at least once). The
+// governor plans the next slot from the run.skipped. It reports whether
+// it skipped.
+func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch) bool {
 	t, _, err := s.specs.Get(ctx, d.TaskID)
 	if err != nil {
 		return false // run decides: deleted, invalid, or read again
 	}
 	now := time.Now()
 	next, missed := governor.MissedUnderNone(t.spec, governor.Source(d.Source), d.ScheduledAt, now)
-	if !missed || s.retryPending(ctx, d) {
+	if !missed {
+		return false
+	}
+	if md.NumDelivered > 1 {
+		if !s.handedBack(ctx, d) {
+			return false
+		}
+	} else if s.retryPending(ctx, d) {
 		return false
 	}
 	s.log.Debug("slot missed under catchUp none: skipping", "task", d.TaskID, "slot", d.ScheduledAt, "next", next)
@@ -922,6 +933,22 @@ func (s *Service) retryPending(ctx context.Context, d *events.Dispatch) bool {
 		return false // a corrupt record restarts the count (attemptNumber): attempt 1 of a missed slot
 	}
 	return r.Attempts > 0 && r.Outcome == ""
+}
+
+// handedBack reports whether d's record in flyball-attempts is a
+// hand-back mark (markHandedBack): d was handed back at shutdown with no
+// call made and none counted since. A read error is no proof: the
+// dispatch runs (at least once).
+func (s *Service) handedBack(ctx context.Context, d *events.Dispatch) bool {
+	e, err := s.attempts.Get(ctx, attemptKey(d))
+	if err != nil {
+		if !jsutil.IsKeyMissing(err) {
+			s.log.Warn("could not read the attempt record of a redelivered slot missed under catchUp none; running it", "dispatch", d.DispatchID, "err", err)
+		}
+		return false
+	}
+	var r attemptRecord
+	return json.Unmarshal(e.Value(), &r) == nil && r.handedBackOnly()
 }
 
 // The flyball_skips_total label of each kind of run.skipped.
@@ -986,7 +1013,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	var claimRev uint64
 	if g.probe {
 		if ctx.Err() != nil {
-			s.settle(m, "nak", nakBody(0)) // handed back at shutdown
+			s.handBackNak(m, d, 0) // handed back at shutdown
 			return
 		}
 		var wait time.Duration
@@ -1000,6 +1027,17 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			return
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)
+	}
+	if prior.handedBackOnly() {
+		// A redelivery after a hand-back: no mark may stay over a call
+		// (unmarkHandedBack). Only such a delivery pays this write.
+		if err := s.unmarkHandedBack(ctx, d, prior.rev); err != nil {
+			if claimRev != 0 {
+				s.releaseProbe(claim, claimRev)
+			}
+			s.nak(m, time.Second, err)
+			return
+		}
 	}
 	// Kept alive (since run) through the call and the outbox, until
 	// settle: together they may outlast any AckWait (waitBegin).

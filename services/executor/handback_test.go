@@ -1,0 +1,244 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// putNoneTask stores the fixture's task with catchUp "none", calling url
+// every interval, and waits until the executor's view holds it.
+func (f *attemptsFixture) putNoneTask(t *testing.T, url string, interval time.Duration) {
+	t.Helper()
+	jitter := 0.0
+	natstest.PutJSON(t, f.srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
+		ID:       f.id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: url, Timeout: events.Duration(5 * time.Second)}},
+		Schedule: events.Schedule{Interval: events.Duration(interval)},
+		CatchUp:  events.CatchUpNone,
+		Retry: &events.Retry{
+			MaxAttempts: 3, InitialDelay: events.Duration(100 * time.Millisecond),
+			Multiplier: 1, MaxDelay: events.Duration(100 * time.Millisecond), Jitter: &jitter,
+		},
+	})
+	natstest.Eventually(t, 10*time.Second, "the executor's view holds catchUp none", func() bool {
+		r := f.ex.specs.Lookup(f.id)
+		return r.Found && r.Value.spec.CatchUp == events.CatchUpNone && r.Value.spec.Schedule.Interval.D() == interval
+	})
+}
+
+// holdThenStop publishes a dispatch of the task's cadence slot at slot
+// (ahead), waits until the executor holds it, and stops the executor,
+// which hands it back. It returns the dispatch.
+func (f *attemptsFixture) holdThenStop(t *testing.T, slot time.Time) events.Dispatch {
+	t.Helper()
+	d := events.Dispatch{
+		DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(),
+		Source: string(governor.SourceBaselineInterval),
+	}
+	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the executor holds the dispatch for its slot", func() bool {
+		return testutil.ToFloat64(f.ex.cfg.Metrics.DispatchHeld) == 1
+	})
+	f.ex.Stop()
+	return d
+}
+
+// attemptRecordOf reads d's record in flyball-attempts; found is false
+// for none.
+func (f *attemptsFixture) attemptRecordOf(t *testing.T, d *events.Dispatch) (r attemptRecord, found bool) {
+	t.Helper()
+	kv, err := f.srv.JS.KeyValue(t.Context(), streams.BucketAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(t.Context(), attemptKey(d))
+	if jsutil.IsKeyMissing(err) {
+		return attemptRecord{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r, true
+}
+
+// startTunedExecutor starts another executor on the fixture's server,
+// with tune as its Service.tune.
+func (f *attemptsFixture) startTunedExecutor(t *testing.T, instance string, tune func(*Service)) *Service {
+	t.Helper()
+	nc, _ := f.srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{JS: js, Instance: instance, Logger: quietLog(), Guard: Guard{AllowLoopback: true}, ShutdownGrace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.tune = tune
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// TestHandedBackMissedSlotIsSkippedUnderCatchUpNone: an executor holds
+// the dispatch of a catchUp "none" slot before it falls due and stops,
+// handing it back (a nak, which counts as a delivery). No executor runs
+// while the slot and the next one pass, as in a full-stack restart. The
+// next executor gets the dispatch as a second delivery: the slot is
+// missed, and must be skipped (run.skipped, reason missed), its target
+// not called. Before, only a first delivery was skipped, and the slot
+// ran late (a 3-node drill: 3m40s late after make down, make up).
+func TestHandedBackMissedSlotIsSkippedUnderCatchUpNone(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	const interval = time.Second // the next slot: a second after this one
+	f.putNoneTask(t, target.srv.URL, interval)
+	slot := time.Now().Add(2 * time.Second).UTC().Truncate(time.Millisecond)
+	d := f.holdThenStop(t, slot)
+	if r, found := f.attemptRecordOf(t, &d); !found || !r.handedBackOnly() {
+		t.Fatalf("record after the hand-back: %+v (found %v), want a hand-back mark", r, found)
+	}
+	// Past the next slot, and late by more than events.MinInterval.
+	natstest.Eventually(t, 10*time.Second, "the slot and the next one passed", func() bool {
+		return time.Now().After(slot.Add(interval + 500*time.Millisecond))
+	})
+	f.startTunedExecutor(t, "b", nil)
+	natstest.Eventually(t, 20*time.Second, "a run event of the slot on RUNS", func() bool { return len(f.stored(t)) > 0 })
+	got := f.stored(t)
+	if len(got) != 1 || got[0].outcome != "skipped" || !strings.Contains(got[0].run.Reason, "missed") {
+		t.Fatalf("RUNS holds %v (reason %q), want one run.skipped as missed: a handed-back slot whose next slot passed runs late", got, got[0].run.Reason)
+	}
+	if calls := target.attempts(); len(calls) != 0 {
+		t.Fatalf("target called with attempts %v for a missed slot under catchUp none, want no call", calls)
+	}
+	if n := f.delivered(t); n != 2 {
+		t.Fatalf("%d deliveries, want 2 (the hand-back at Stop)", n)
+	}
+}
+
+// TestHandedBackDispatchRemovesItsMarkBeforeTheCall: a handed-back
+// dispatch whose slot is not missed is called by the next executor, and
+// its hand-back mark is gone by the time the target is called: a crash
+// mid-call must never leave a mark saying no call was made.
+func TestHandedBackDispatchRemovesItsMarkBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	f := newAttemptsFixture(t, newAttemptTarget(t, http.StatusOK), 3, 0, 0)
+	kv, err := f.srv.JS.KeyValue(t.Context(), streams.BucketAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	key := attemptKey(&events.Dispatch{DispatchID: events.DispatchID(f.id, slot)})
+	var mu sync.Mutex
+	var atCall []string // what the record was at each call
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		state := "none"
+		if e, err := kv.Get(r.Context(), key); err == nil {
+			state = string(e.Value())
+		} else if !jsutil.IsKeyMissing(err) {
+			state = err.Error()
+		}
+		mu.Lock()
+		atCall = append(atCall, state)
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	f.putNoneTask(t, srv.URL, time.Hour)
+	d := f.holdThenStop(t, slot)
+	if r, found := f.attemptRecordOf(t, &d); !found || !r.handedBackOnly() {
+		t.Fatalf("record after the hand-back: %+v (found %v), want a hand-back mark", r, found)
+	}
+	f.startTunedExecutor(t, "b", nil)
+	natstest.Eventually(t, 20*time.Second, "a run event of the slot on RUNS", func() bool { return len(f.stored(t)) > 0 })
+	if got := f.stored(t); len(got) != 1 || got[0].outcome != "succeeded" {
+		t.Fatalf("RUNS holds %v, want one run.succeeded: a handed-back slot not missed runs", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(atCall) != "[none]" {
+		t.Fatalf("flyball-attempts at each call: %q, want one call with no record (the mark removed before it)", atCall)
+	}
+	if r, found := f.attemptRecordOf(t, &d); found {
+		t.Fatalf("record after the run: %+v, want none (a success at attempt 1 writes nothing)", r)
+	}
+}
+
+// failDeleteKV is flyball-attempts whose deletes fail while fail is set.
+type failDeleteKV struct {
+	jetstream.KeyValue
+	fail    atomic.Bool
+	refused atomic.Int32
+}
+
+func (k *failDeleteKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	if k.fail.Load() {
+		k.refused.Add(1)
+		return errors.New("test: delete refused")
+	}
+	return k.KeyValue.Delete(ctx, key, opts...)
+}
+
+// TestHandedBackDispatchIsNotCalledWhileItsMarkStays: when the mark of a
+// handed-back dispatch cannot be removed, the target is not called (the
+// dispatch is nakked and tried again): a call made under the mark could
+// crash and leave the slot looking uncalled. Once the mark can go, the
+// target is called once.
+func TestHandedBackDispatchIsNotCalledWhileItsMarkStays(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	f.putNoneTask(t, target.srv.URL, time.Hour)
+	slot := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	d := f.holdThenStop(t, slot)
+	kv := &failDeleteKV{}
+	kv.fail.Store(true)
+	f.startTunedExecutor(t, "b", func(s *Service) {
+		kv.KeyValue = s.attempts
+		s.attempts = kv
+	})
+	natstest.Eventually(t, 20*time.Second, "two refused removals of the mark", func() bool { return kv.refused.Load() >= 2 })
+	if calls := target.attempts(); len(calls) != 0 {
+		t.Fatalf("target called with attempts %v while the mark could not be removed, want no call", calls)
+	}
+	if r, found := f.attemptRecordOf(t, &d); !found || !r.handedBackOnly() {
+		t.Fatalf("record while removals fail: %+v (found %v), want the hand-back mark", r, found)
+	}
+	kv.fail.Store(false)
+	natstest.Eventually(t, 20*time.Second, "a run event of the slot on RUNS", func() bool { return len(f.stored(t)) > 0 })
+	if got := f.stored(t); len(got) != 1 || got[0].outcome != "succeeded" {
+		t.Fatalf("RUNS holds %v, want one run.succeeded", got)
+	}
+	if calls := target.attempts(); fmt.Sprint(calls) != "[1]" {
+		t.Fatalf("target called with attempts %v, want [1]", calls)
+	}
+}
