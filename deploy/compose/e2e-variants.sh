@@ -145,12 +145,20 @@ if [[ $tls == true ]]; then
 	host_env+=(NATS_CA=deploy/compose/tls/ca.pem)
 fi
 task_json e2e-restart | api /api/v1/tasks -d @- >"$work/create.json" || fail "POST /api/v1/tasks failed: $(cat "$work/create.json")"
-restart_runs() { (($(calls e2e-restart) >= 2)); }
-wait_for 30 "2 calls of e2e-restart at the target" restart_runs
+# catchUp none: a slot missed during the restart is skipped, never run late
+# (a dispatch an executor held when it stopped comes back as a redelivery).
+task_json e2e-none | jq -c '.catchUp = "none"' | api /api/v1/tasks -d @- >"$work/create-none.json" ||
+	fail "POST /api/v1/tasks (catchUp none) failed: $(cat "$work/create-none.json")"
+restart_runs() { (($(calls e2e-restart) >= 2 && $(calls e2e-none) >= 2)); }
+wait_for 30 "2 calls of e2e-restart and e2e-none at the target" restart_runs
 env "${host_env[@]}" NATS_URL="$host_url" bin/flyball task list | grep -q '^e2e-restart ' ||
 	fail "flyball task list from the host ($host_url) does not list e2e-restart"
 log "3 nodes$([[ $tls == true ]] && echo ' over TLS'): runs arrive, the host CLI lists the task"
 before=$(curl -fsS --max-time 5 "$target_url/requests?task=e2e-restart")
+# Both executors stop together, first: each hands back the dispatch it
+# holds for the next slot, and no executor is left to take it before the
+# restart, after which it comes back as a redelivery long past its slot.
+"${dc[@]}" stop executor1 executor2 >/dev/null 2>&1 || fail "docker-compose stop executor1 executor2 failed"
 "$MAKE" --no-print-directory down KEEP_VOLUMES=1 COMPOSE_PROJECT="$project" COMPOSE="$COMPOSE" COMPOSE_FILES="${files[*]}" >/dev/null 2>&1 ||
 	fail "make down KEEP_VOLUMES=1 failed"
 log "full restart: make down KEEP_VOLUMES=1, make up"
@@ -161,7 +169,14 @@ cli task list | grep -q '^e2e-restart ' || fail "after the restart flyball task 
 dup=$(jq -n --argjson a "$before" --argjson b "$(curl -fsS --max-time 5 "$target_url/requests?task=e2e-restart")" \
 	'$a + $b | group_by(.idempotencyKey) | map(select(length > 1) | .[0].idempotencyKey)')
 [[ $dup == "[]" ]] || fail "slots called twice across the restart: $dup"
-log "after the restart: the task is listed, its runs resume, no slot called twice"
+# Each call's lateness: its arrival minus its slot (the Idempotency-Key is
+# <task>:<slot in Unix ms>). The restart took far longer than 5 s.
+none_ok() { (($(calls e2e-none) >= 2)); }
+wait_for 30 "calls of e2e-none after the restart" none_ok
+late=$(curl -fsS --max-time 5 "$target_url/requests?task=e2e-none" |
+	jq -c '[.[] | {key: .idempotencyKey, late: ((.time[0:19] + "Z" | fromdate) - ((.idempotencyKey | split(":")[1] | tonumber) / 1000 | floor))} | select(.late > 5)]')
+[[ $late == "[]" ]] || fail "catchUp none: slots called late across the restart instead of skipped: $late"
+log "after the restart: the tasks are listed, their runs resume, no slot called twice, no catchUp none slot called late"
 teardown
 lap "3 nodes$([[ $tls == true ]] && echo ' TLS'), full restart" "$t0"
 
