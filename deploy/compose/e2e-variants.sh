@@ -41,7 +41,10 @@ base=${E2E_PORT_BASE:-18000}
 export FLYBALL_API_PORT=$((base + 80)) FLYBALL_TARGET_PORT=$base
 export FLYBALL_NATS_PORT=$((base + 22)) FLYBALL_NATS_MONITOR_PORT=$((base + 82))
 export FLYBALL_API_TOKEN=${FLYBALL_API_TOKEN:-flyball-e2e-token-0123456789}
-export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:dev} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-flyball-nats:dev}
+# One tag for both images, as the Makefile's IMAGE_TAG: make builds
+# NATS_IMAGE, and compose runs FLYBALL_NATS_IMAGE.
+export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:${IMAGE_TAG:-dev}} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-${NATS_IMAGE:-flyball-nats:${IMAGE_TAG:-dev}}}
+export NATS_IMAGE=$FLYBALL_NATS_IMAGE
 api_url=http://127.0.0.1:$FLYBALL_API_PORT
 target_url=http://127.0.0.1:$FLYBALL_TARGET_PORT
 

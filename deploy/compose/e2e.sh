@@ -67,7 +67,10 @@ target_url=http://127.0.0.1:$FLYBALL_TARGET_PORT
 monitor_url=http://127.0.0.1:$FLYBALL_NATS_MONITOR_PORT
 compose_file=deploy/compose/docker-compose.yml
 dc=("${compose_cmd[@]}" -p "$project" -f "$compose_file")
-export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:dev} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-flyball-nats:dev}
+# One tag for both images, as the Makefile's IMAGE_TAG: make builds
+# NATS_IMAGE, and compose runs FLYBALL_NATS_IMAGE.
+export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:${IMAGE_TAG:-dev}} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-${NATS_IMAGE:-flyball-nats:${IMAGE_TAG:-dev}}}
+export NATS_IMAGE=$FLYBALL_NATS_IMAGE
 
 work=$(mktemp -d)
 start=$SECONDS
