@@ -83,15 +83,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for() {
-	local timeout=$1 what=$2
-	shift 2
-	local deadline=$((SECONDS + timeout))
-	until "$@"; do
-		((SECONDS < deadline)) || fail "timed out after ${timeout}s waiting for: $what"
-		sleep 1
-	done
-}
+# wait_for SECONDS DESCRIPTION COMMAND...
+# shellcheck source=deploy/compose/e2e-lib.sh
+source "$root/deploy/compose/e2e-lib.sh"
 make_up() { "$MAKE" --no-print-directory up COMPOSE_PROJECT="$project" COMPOSE="$COMPOSE" COMPOSE_FILES="${files[*]}" >"$1" 2>&1 || { cat "$1"; fail "make up failed"; }; }
 cli() { "${dc[@]}" run --rm -T cli "$@" 2> >(grep -v -E '^(Creating|Starting) .*_run' >&2); }
 api() {

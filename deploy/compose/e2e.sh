@@ -117,16 +117,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every second.
-wait_for() {
-	local timeout=$1 what=$2
-	shift 2
-	local deadline=$((SECONDS + timeout))
-	until "$@"; do
-		((SECONDS < deadline)) || fail "timed out after ${timeout}s waiting for: $what"
-		sleep 1
-	done
-}
+# wait_for SECONDS DESCRIPTION COMMAND...
+# shellcheck source=deploy/compose/e2e-lib.sh
+source "$root/deploy/compose/e2e-lib.sh"
 
 # cli ARGS...: the flyball CLI in a one-off container on the compose network,
 # as the least-privileged `cli` NATS user. Stdout is the command's output.

@@ -25,7 +25,13 @@ func startGovernor(t *testing.T) (*Service, jetstream.JetStream) {
 // view of the specs has loaded.
 func runGovernor(t *testing.T, js jetstream.JetStream) *Service {
 	t.Helper()
-	s, err := New(Config{JS: js})
+	return runGovernorWith(t, Config{JS: js})
+}
+
+// runGovernorWith is runGovernor with cfg.
+func runGovernorWith(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

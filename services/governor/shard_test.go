@@ -107,15 +107,7 @@ func TestMessageNoRetryMendsDoesNotHoldUpItsWorker(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := natstest.StartWithStreams(t)
-			s, err := New(Config{JS: srv.JS, Workers: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Stop)
-			<-s.specs.Ready()
+			s := runGovernorWith(t, Config{JS: srv.JS, Workers: 1})
 
 			tc.poison(t, s, srv.JS)
 			// Generous for a 1 MB message decoded under -race on a busy

@@ -62,16 +62,7 @@ func storeTheSame(js jetstream.JetStream) func(context.Context, *nats.Msg) error
 func startRaced(t *testing.T, js jetstream.JetStream, subject string, logs *records) (*Service, *racedJS) {
 	t.Helper()
 	raced := &racedJS{JetStream: js, subject: subject}
-	s, err := New(Config{Common: svcconf.Common{JS: raced, Logger: slog.New(logs)}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	<-s.Swept()
-	return s, raced
+	return startHourlyWith(t, svcconf.Common{JS: raced, Logger: slog.New(logs)}), raced
 }
 
 // putZombie stores task id with a schedule naming a slot ten minutes

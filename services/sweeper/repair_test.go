@@ -96,7 +96,14 @@ func TestZombieCheckReadsTheStoredSchedule(t *testing.T) {
 // with no sweep running alongside.
 func startHourly(t *testing.T, js jetstream.JetStream) *Service {
 	t.Helper()
-	s, err := New(Config{Common: svcconf.Common{JS: js}, Interval: time.Hour})
+	return startHourlyWith(t, svcconf.Common{JS: js})
+}
+
+// startHourlyWith is startHourly with the service's JetStream and logger
+// of c.
+func startHourlyWith(t *testing.T, c svcconf.Common) *Service {
+	t.Helper()
+	s, err := New(Config{Common: c, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

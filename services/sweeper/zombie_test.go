@@ -29,15 +29,7 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	logs := &records{}
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Logger: slog.New(logs)}, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	<-s.Swept() // the first sweep, at start: no task yet
+	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Logger: slog.New(logs)}) // its first sweep: no task yet
 
 	// A short window, set once the sweeper has checked DISPATCH's config
 	// at start (it refuses less than the 2 minutes flyball provisions).

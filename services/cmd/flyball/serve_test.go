@@ -188,15 +188,7 @@ func (s *syncBuffer) String() string {
 // neither JetStream nor the server's setting.
 func TestServeSaysWhenJetStreamIsOff(t *testing.T) {
 	t.Parallel()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	s := startWithoutJetStream(t)
 	e := &cliEnv{url: s.ClientURL(), dir: t.TempDir()}
 	const want = "is JetStream enabled"
 	for _, args := range [][]string{
@@ -210,4 +202,20 @@ func TestServeSaysWhenJetStreamIsOff(t *testing.T) {
 			t.Errorf("flyball %s without JetStream: exit %d, stderr %q; want exit 1 and a last line with %q", strings.Join(args, " "), r.code, r.stderr, want)
 		}
 	}
+}
+
+// startWithoutJetStream starts a nats-server without JetStream, shut down
+// in t.Cleanup.
+func startWithoutJetStream(t *testing.T) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return s
 }
