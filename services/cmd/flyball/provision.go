@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/flyballhq/flyball/streams"
@@ -74,37 +75,18 @@ printed when --timeout ends.`,
 				replicas = "as they were, 1 for new streams"
 			}
 			start := time.Now()
-			var prev error
-			for try := 1; ; try++ {
-				tryCtx, cancelTry := context.WithTimeout(ctx, tryTimeout)
-				err := noJetStream(streams.Ensure(tryCtx, js, nf.ensureOptions(cmd, async)...))
-				if err != nil && ctx.Err() == nil && errors.Is(tryCtx.Err(), context.DeadlineExceeded) {
-					err = fmt.Errorf("no answer within --try-timeout %s: %w", tryTimeout, err)
-				}
-				cancelTry()
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %s, %d tries, %s)\n",
-						replicas, try, time.Since(start).Round(time.Millisecond))
-					return nil
-				}
-				if ctx.Err() != nil {
-					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-						// The try that --timeout cut short says only
-						// "context deadline exceeded": the one before says why.
-						if prev != nil && errors.Is(err, context.DeadlineExceeded) {
-							err = prev
-						}
-						return fmt.Errorf("provision: not done within --timeout %s (%d tries): %w", timeout, try, err)
-					}
-					return err
-				}
+			tries, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), func(try int, err error) {
 				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
-				prev = err
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
+			})
+			if err == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %s, %d tries, %s)\n",
+					replicas, tries, time.Since(start).Round(time.Millisecond))
+				return nil
 			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("provision: not done within --timeout %s (%d tries): %w", timeout, tries, err)
+			}
+			return err
 		},
 	}
 	nf.register(cmd)
@@ -113,4 +95,39 @@ printed when --timeout ends.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
 	cmd.Flags().DurationVar(&tryTimeout, "try-timeout", 10*time.Second, "give one try this long, then try again (a request to a stream still electing its leader is never answered)")
 	return cmd
+}
+
+// ensureTrying runs streams.Ensure until it succeeds or ctx ends, each try
+// bounded by tryTimeout, a second apart, calling retried after each failed
+// try that is followed by another. A request to a stream that has no
+// leader yet, as just after a whole cluster restarted, is never answered:
+// unbounded, one try waited out all of ctx. It returns the number of tries
+// and the last error; when ctx's deadline cut the last try short (it says
+// only "context deadline exceeded"), the error of the try before it.
+// An unanswered try's error says "no answer within <try>".
+func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Option, tryTimeout time.Duration, try string, retried func(try int, err error)) (int, error) {
+	var prev error
+	for n := 1; ; n++ {
+		tryCtx, cancel := context.WithTimeout(ctx, tryTimeout)
+		err := noJetStream(streams.Ensure(tryCtx, js, opts...))
+		if err != nil && ctx.Err() == nil && errors.Is(tryCtx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s: %w", try, err)
+		}
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			if prev != nil && errors.Is(err, context.DeadlineExceeded) {
+				err = prev
+			}
+			return n, err
+		}
+		retried(n, err)
+		prev = err
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }

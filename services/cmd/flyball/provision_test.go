@@ -141,20 +141,8 @@ func TestServeWithoutStreamsSaysWhatIsMissing(t *testing.T) {
 // JetStream API request and never answers.
 func TestProvisionTriesAgainWhenARequestIsNeverAnswered(t *testing.T) {
 	t.Parallel()
-	s := startWithoutJetStream(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	var requests atomic.Int64
-	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	e := &cliEnv{url: s.ClientURL(), dir: t.TempDir()}
+	url, requests := unansweredJetStream(t)
+	e := &cliEnv{url: url, dir: t.TempDir()}
 	r := e.run(t, "provision", "--replicas", "3", "--timeout", "4s", "--try-timeout", "500ms")
 	last := r.stderr[strings.LastIndex(strings.TrimSuffix(r.stderr, "\n"), "\n")+1:]
 	if r.code != 1 || !strings.HasPrefix(last, "flyball: provision: not done within --timeout 4s") ||
@@ -164,6 +152,41 @@ func TestProvisionTriesAgainWhenARequestIsNeverAnswered(t *testing.T) {
 	if n := requests.Load(); n < 2 {
 		t.Fatalf("%d JetStream API requests reached the server, want one per try (>= 2)", n)
 	}
+}
+
+// TestServeEnsureTriesAgainWhenARequestIsNeverAnswered: serve's
+// --ensure-streams tries as provision does. Its one try waited out the
+// whole minute on a request nobody answered (a stream still electing its
+// leader after a whole cluster restarted), and the service then exited.
+func TestServeEnsureTriesAgainWhenARequestIsNeverAnswered(t *testing.T) {
+	t.Parallel()
+	url, _ := unansweredJetStream(t)
+	e := &cliEnv{url: url, dir: t.TempDir()}
+	// startCLI fails the test unless the line comes within 20 s: the
+	// first try ends after 10 s.
+	e.startCLI(t, "--ensure-streams: try failed; trying again in 1s", "serve", "governor", "--metrics-addr", "")
+}
+
+// unansweredJetStream starts a nats-server without JetStream whose
+// JetStream API requests a subscriber takes and never answers, as a
+// stream with no leader yet does. It returns the server's URL and the
+// count of requests.
+func unansweredJetStream(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	s := startWithoutJetStream(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	requests := new(atomic.Int64)
+	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return s.ClientURL(), requests
 }
 
 func TestProvisionTryTimeoutMustBePositive(t *testing.T) {

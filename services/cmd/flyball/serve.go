@@ -57,6 +57,10 @@ func (f *natsFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("NATS_KEY"), "client key for NATS TLS (env NATS_KEY)")
 }
 
+// ensureTryTimeout bounds each try of serve's --ensure-streams (provision
+// has --try-timeout).
+const ensureTryTimeout = 10 * time.Second
+
 // checkReplicas refuses a --replicas that no stream can have.
 func (f *natsFlags) checkReplicas() error {
 	if f.replicas < 1 || f.replicas > 5 {
@@ -288,11 +292,16 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			}
 			defer nc.Close()
 			if ensure {
+				// Tries as provision does: after a whole cluster restarted,
+				// a request to a stream still electing its leader is never
+				// answered, and one try waited out the whole minute.
 				ectx, cancel := context.WithTimeout(ctx, time.Minute)
-				err := streams.Ensure(ectx, js, nf.ensureOptions(cmd, async)...)
+				_, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), func(try int, err error) {
+					log.Warn("--ensure-streams: try failed; trying again in 1s", "try", try, "err", err)
+				})
 				cancel()
 				if err != nil {
-					return noJetStream(err)
+					return err
 				}
 			}
 			m := metrics.New()
