@@ -75,7 +75,7 @@ printed when --timeout ends.`,
 				replicas = "as they were, 1 for new streams"
 			}
 			start := time.Now()
-			tries, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), func(try int, err error) {
+			tries, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), nil, func(try int, err error) {
 				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
 			})
 			if err == nil {
@@ -104,14 +104,17 @@ printed when --timeout ends.`,
 // unbounded, one try waited out all of ctx. It returns the number of tries
 // and the last error; when ctx's deadline cut the last try short (it says
 // only "context deadline exceeded"), the error of the try before it.
-// An unanswered try's error says "no answer within <try>".
-func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Option, tryTimeout time.Duration, try string, retried func(try int, err error)) (int, error) {
+// An unanswered try's error says "no answer within <try>" and wraps
+// errUnanswered. again, if not nil, says whether a failed try is tried
+// again (provision: every one; serve: an unanswered one, so that a
+// server without JetStream still fails at once).
+func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Option, tryTimeout time.Duration, try string, again func(error) bool, retried func(try int, err error)) (int, error) {
 	var prev error
 	for n := 1; ; n++ {
 		tryCtx, cancel := context.WithTimeout(ctx, tryTimeout)
 		err := noJetStream(streams.Ensure(tryCtx, js, opts...))
 		if err != nil && ctx.Err() == nil && errors.Is(tryCtx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %s: %w", try, err)
+			err = fmt.Errorf("%w within %s: %w", errUnanswered, try, err)
 		}
 		cancel()
 		if err == nil {
@@ -123,6 +126,9 @@ func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Op
 			}
 			return n, err
 		}
+		if again != nil && !again(err) {
+			return n, err
+		}
 		retried(n, err)
 		prev = err
 		select {
@@ -131,3 +137,6 @@ func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Op
 		}
 	}
 }
+
+// errUnanswered is a try of ensureTrying that got no answer in its time.
+var errUnanswered = errors.New("no answer")

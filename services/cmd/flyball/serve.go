@@ -292,11 +292,14 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			}
 			defer nc.Close()
 			if ensure {
-				// Tries as provision does: after a whole cluster restarted,
-				// a request to a stream still electing its leader is never
-				// answered, and one try waited out the whole minute.
+				// Tries again as provision does when a try goes unanswered:
+				// after a whole cluster restarted, a request to a stream
+				// still electing its leader is never answered, and one try
+				// waited out the whole minute. Any other error (no
+				// JetStream, a permission) ends serve at once, as before.
 				ectx, cancel := context.WithTimeout(ctx, time.Minute)
-				_, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), func(try int, err error) {
+				unanswered := func(err error) bool { return errors.Is(err, errUnanswered) }
+				_, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), unanswered, func(try int, err error) {
 					log.Warn("--ensure-streams: try failed; trying again in 1s", "try", try, "err", err)
 				})
 				cancel()
