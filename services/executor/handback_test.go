@@ -93,20 +93,7 @@ func (f *attemptsFixture) attemptRecordOf(t *testing.T, d *events.Dispatch) (r a
 func (f *attemptsFixture) startTunedExecutor(t *testing.T, instance string, tune func(*Service)) *Service {
 	t.Helper()
 	nc, _ := f.srv.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{JS: js, Instance: instance, Logger: quietLog(), Guard: Guard{AllowLoopback: true}, ShutdownGrace: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.tune = tune
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
+	return startExecutorOn(t, nc, instance, func(s *Service) { s.tune = tune })
 }
 
 // TestHandedBackMissedSlotIsSkippedUnderCatchUpNone: an executor holds

@@ -162,6 +162,13 @@ func TestCancelledProbesClaimIsReleased(t *testing.T) {
 // claims live their call's timeout plus one second.
 func startProbeExecutor(t *testing.T, nc *nats.Conn, instance string) *Service {
 	t.Helper()
+	return startExecutorOn(t, nc, instance, func(s *Service) { s.probeMargin = time.Second })
+}
+
+// startExecutorOn starts an executor named instance on nc, stopped in
+// t.Cleanup, after prepare (if not nil) has set its test knobs.
+func startExecutorOn(t *testing.T, nc *nats.Conn, instance string, prepare func(*Service)) *Service {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -170,10 +177,13 @@ func startProbeExecutor(t *testing.T, nc *nats.Conn, instance string) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.probeMargin = time.Second
+	if prepare != nil {
+		prepare(s)
+	}
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Stop)
 	return s
 }
 

@@ -44,19 +44,6 @@ func TestMessageNoRetryMendsDoesNotHoldUpItsWorker(t *testing.T) {
 			return ok && !st.NextRunAt.IsZero()
 		},
 	}, {
-		name:   "a dead letter with a reason longer than flyball writes",
-		stream: streams.StreamDeadLetter,
-		poison: func(t *testing.T, _ *Service, js jetstream.JetStream) {
-			command(t, js, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
-			command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *minuteSpec("b"))
-			deadLetter(t, js, "a", strings.Repeat("r", 600<<10))
-			deadLetter(t, js, "b", "final failure")
-		},
-		applied: func(t *testing.T, s *Service) bool {
-			st, ok := s.loadState(t.Context(), "b")
-			return ok && st.DeadLetter != nil
-		},
-	}, {
 		name:   "a dead letter too large for the bucket's maximum value size",
 		stream: streams.StreamDeadLetter,
 		poison: func(t *testing.T, _ *Service, js jetstream.JetStream) {

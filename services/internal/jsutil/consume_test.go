@@ -73,14 +73,7 @@ func TestConsumeResumesWhenItsDurableIsCreatedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteConsumer(ctx, "W", "w"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-log.deleted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Consume logged no \"consumer deleted\" within 10s of the durable's deletion")
-	}
+	deleteDurable(t, js, log)
 	if _, err := js.CreateConsumer(ctx, "W", cfg.CachedInfo().Config); err != nil {
 		t.Fatal(err)
 	}
@@ -119,18 +112,25 @@ func TestConsumeDrainsWhileItsDurableIsGone(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first message was not handled within 10s")
 	}
-	if err := js.DeleteConsumer(ctx, "W", "w"); err != nil {
+	deleteDurable(t, js, log)
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Closed not closed within 5s of Drain while the durable was gone")
+	}
+}
+
+// deleteDurable deletes W's durable w and waits until Consume logs the
+// deletion.
+func deleteDurable(t *testing.T, js jetstream.JetStream, log errLog) {
+	t.Helper()
+	if err := js.DeleteConsumer(t.Context(), "W", "w"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-log.deleted:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Consume logged no \"consumer deleted\" within 10s of the durable's deletion")
-	}
-	cc.Drain()
-	select {
-	case <-cc.Closed():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Closed not closed within 5s of Drain while the durable was gone")
 	}
 }
