@@ -143,8 +143,8 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		// The dead-letter service writes one of three short reasons. The
 		// schedule holds it twice (the hold and its trail line): a long
 		// one would make every later write of the task too large to store.
-		if len(dl.Reason) > events.MaxReasonBytes {
-			return Step{}, fmt.Errorf("%w: reason: must be at most %d bytes, got %d", events.ErrMalformed, events.MaxReasonBytes, len(dl.Reason))
+		if err := control.ValidateReason(dl.Reason); err != nil {
+			return Step{}, err // a *ValidationError, malformed
 		}
 		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
 			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt, TaskCreatedAt: dl.Dispatch.TaskCreatedAt,
