@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -65,19 +66,33 @@ func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, 
 	if md.NumDelivered <= 1 && d.FiredAt.Sub(d.ScheduledAt) < LateRedispatch {
 		return 1, attemptRecord{}, nil
 	}
-	e, err := s.attempts.Get(ctx, attemptKey(d))
-	if jsutil.IsKeyMissing(err) {
-		return 1, attemptRecord{}, nil
-	}
+	r, found, err := s.readAttempt(ctx, d)
 	if err != nil {
 		return 0, attemptRecord{}, err
 	}
-	var r attemptRecord
+	if !found {
+		return 1, attemptRecord{}, nil
+	}
+	return r.Attempts + 1, r, nil
+}
+
+// readAttempt reads d's record in flyball-attempts, with its revision.
+// A missing record, or one that does not decode or names an unknown
+// outcome (a corrupt record restarts the count rather than blocking the
+// run), is not found; err is a read that failed.
+func (s *Service) readAttempt(ctx context.Context, d *events.Dispatch) (r attemptRecord, found bool, err error) {
+	e, err := s.attempts.Get(ctx, attemptKey(d))
+	if jsutil.IsKeyMissing(err) {
+		return attemptRecord{}, false, nil
+	}
+	if err != nil {
+		return attemptRecord{}, false, err
+	}
 	if err := json.Unmarshal(e.Value(), &r); err != nil || (r.Outcome != "" && r.Outcome != events.OutcomeSucceeded && r.Outcome != events.OutcomeFailed) {
-		return 1, attemptRecord{}, nil //nolint:nilerr // a corrupt record restarts the count rather than blocking the run
+		return attemptRecord{}, false, nil //nolint:nilerr // corrupt: not found, as above
 	}
 	r.rev = e.Revision()
-	return r.Attempts + 1, r, nil
+	return r, true, nil
 }
 
 // The record of an attempt is written only once its run event is stored,
@@ -149,7 +164,8 @@ func (s *Service) settleAgain(m jetstream.Msg, d *events.Dispatch, r attemptReco
 // it used to skip a missed slot only on its first delivery: after a full
 // restart, a catchUp "none" slot whose dispatch a stopping executor held
 // ran minutes late although its next slot had passed too. So a hand-back
-// of a dispatch whose delivery made no call first leaves a mark in
+// of a dispatch on its first delivery, which made no call, first leaves a
+// mark in
 // flyball-attempts (markHandedBack), and the delivery that goes on to
 // call the target removes it first (unmarkHandedBack, on the revision it
 // read; if that fails the dispatch is nakked uncalled): a mark is never
@@ -167,6 +183,15 @@ func (s *Service) settleAgain(m jetstream.Msg, d *events.Dispatch, r attemptReco
 // happen in the background, as the callers may hold heldMu, and Stop
 // waits for them (records) before it stops the settler.
 func (s *Service) handBackNak(m jetstream.Msg, d *events.Dispatch, delay time.Duration) {
+	// Only a first delivery is marked: no earlier one can have started a
+	// call. A later one may follow a delivery that crashed mid-call
+	// (leaving no record) or that removed the mark and then crashed;
+	// marked, that call would be reported skipped. A mark an earlier
+	// hand-back wrote stays as it is.
+	if md, err := m.Metadata(); err != nil || md.NumDelivered != 1 {
+		s.nak(m, delay, nil)
+		return
+	}
 	if r := s.specs.Lookup(d.TaskID); r.Known && (!r.Found || r.Err != nil || r.Value.spec.CatchUp != events.CatchUpNone) {
 		s.nak(m, delay, nil)
 		return
@@ -181,34 +206,19 @@ func (s *Service) handBackNak(m jetstream.Msg, d *events.Dispatch, delay time.Du
 	})
 }
 
-// markHandedBack writes d's hand-back mark: it creates the record, or
-// updates one that holds no attempt and no outcome on the revision read.
-// A record with attempts or an outcome is left alone: a pending retry
-// runs under catchUp "none" (retryPending), and a done dispatch is
-// settled again (settleAgain).
+// markHandedBack writes d's hand-back mark, if d has no record yet. A
+// record that exists is left alone: another dispatch of the slot's
+// attempts (a pending retry runs under catchUp "none", missedUnderNone), its
+// outcome (settled again, settleAgain), or a mark already.
 func (s *Service) markHandedBack(ctx context.Context, d *events.Dispatch) error {
-	key := attemptKey(d)
 	b, err := json.Marshal(attemptRecord{HandedBack: true, UpdatedAt: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
-	e, err := s.attempts.Get(ctx, key)
-	if jsutil.IsKeyMissing(err) {
-		_, err = s.attempts.Create(ctx, key, b)
+	if _, err := s.attempts.Create(ctx, attemptKey(d), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
 	}
-	if err != nil {
-		return err
-	}
-	var r attemptRecord
-	if json.Unmarshal(e.Value(), &r) != nil {
-		return nil //nolint:nilerr // a corrupt record is not ours to mark: the slot runs (attemptNumber restarts the count)
-	}
-	if r.HandedBack || r.Attempts > 0 || r.Outcome != "" {
-		return nil // marked already, or a retry or outcome to keep
-	}
-	_, err = s.attempts.Update(ctx, key, b, e.Revision())
-	return err
+	return nil
 }
 
 // unmarkHandedBack removes d's hand-back mark, read at revision rev,

@@ -229,3 +229,70 @@ func TestHandedBackDispatchIsNotCalledWhileItsMarkStays(t *testing.T) {
 		t.Fatalf("target called with attempts %v, want [1]", calls)
 	}
 }
+
+// TestOnlyAFirstDeliveryIsMarkedHandedBack: a mark says no delivery of
+// the dispatch started a call. A later delivery may follow one that did
+// and crashed mid-call (leaving no record), or one that removed the mark
+// and then crashed; handed back, it must leave no mark, or the next
+// delivery would report that call skipped as missed. Nor is a task that
+// is not under catchUp "none" ever marked. Before, any hand-back with no
+// record created a mark.
+func TestOnlyAFirstDeliveryIsMarkedHandedBack(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	f.putNoneTask(t, target.srv.URL, time.Minute)
+	f.ex.Stop()
+	slot := time.Now().Add(8 * time.Second).UTC().Truncate(time.Millisecond) // held: within half the AckWait
+	d := events.Dispatch{
+		DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(),
+		Source: string(governor.SourceBaselineInterval),
+	}
+	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
+		t.Fatal(err)
+	}
+	// The first delivery, taken and given up with no record, as by an
+	// executor that crashed mid-call.
+	c, err := f.srv.JS.Consumer(t.Context(), streams.StreamDispatch, streams.ConsumerExecutor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		if err := m.Nak(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d dispatches, want 1 (err %v)", n, batch.Error())
+	}
+	// The second, held by an executor until its slot, and handed back.
+	b := f.startTunedExecutor(t, "b", nil)
+	natstest.Eventually(t, 10*time.Second, "executor b holds the redelivered dispatch", func() bool {
+		return testutil.ToFloat64(b.cfg.Metrics.DispatchHeld) == 1
+	})
+	b.Stop()
+	if got := f.delivered(t); got != 2 {
+		t.Fatalf("%d deliveries, want 2", got)
+	}
+	if r, found := f.attemptRecordOf(t, &d); found {
+		t.Fatalf("a second delivery handed back left %+v in flyball-attempts, want no record: a call of the first may have started", r)
+	}
+
+	// A task under the default catchUp: its first delivery handed back
+	// leaves no mark either.
+	g := newAttemptsFixture(t, target, 3, 0, 0)
+	other := g.holdThenStop(t, time.Now().Add(8*time.Second).UTC().Truncate(time.Millisecond))
+	if r, found := g.attemptRecordOf(t, &other); found {
+		t.Fatalf("a hand-back of a task not under catchUp none left %+v in flyball-attempts, want no record", r)
+	}
+}

@@ -880,9 +880,9 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 // missedUnderNone skips a dispatch whose task's next slot passed too,
 // under catchUp "none" (governor.MissedUnderNone): the overdue slot the
 // timer fires after a downtime, or one a governor planned late from a
-// backlog. A slot whose retry is pending (retryPending) is not missed: it
-// runs. A redelivery is skipped only if its record is a hand-back mark
-// (handedBack): otherwise an earlier delivery may have started the call
+// backlog. A slot whose retry is pending is not missed: it runs. A
+// redelivery is skipped only if its record is a hand-back mark
+// (markHandedBack): otherwise an earlier delivery may have started the call
 // and crashed mid-call, and the slot runs late (at least once). The
 // governor plans the next slot from the run.skipped. It reports whether
 // it skipped.
@@ -896,59 +896,32 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 	if !missed {
 		return false
 	}
-	if md.NumDelivered > 1 {
-		if !s.handedBack(ctx, d) {
-			return false
-		}
-	} else if s.retryPending(ctx, d) {
+	// A read error is no proof of a missed slot: the dispatch runs (at
+	// least once), and execute reads the record again.
+	r, _, err := s.readAttempt(ctx, d)
+	if err != nil {
+		s.log.Warn("could not read the attempt record of a slot missed under catchUp none; running it", "dispatch", d.DispatchID, "err", err)
+		return false
+	}
+	if md.NumDelivered > 1 && !r.handedBackOnly() {
+		// An earlier delivery may have started the call and crashed:
+		// only a hand-back mark says it did not.
+		return false
+	}
+	if r.Attempts > 0 && r.Outcome == "" {
+		// A retry is pending, and d is its dispatch, which runs under
+		// catchUp "none" as every retry does. It is the slot dispatched
+		// again (the sweeper re-dispatches it as a zombie once the
+		// nakked dispatch of its retry was lost), with its cadence
+		// source and long after its next slot: skipped as missed, a run
+		// whose attempt failed ended with no final failure and no dead
+		// letter.
 		return false
 	}
 	s.log.Debug("slot missed under catchUp none: skipping", "task", d.TaskID, "slot", d.ScheduledAt, "next", next)
 	s.skip(m, d, skipMissed, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
 		next.UTC().Format(time.RFC3339Nano)+", passed before it could run (catchUp none)")
 	return true
-}
-
-// retryPending reports whether d's slot has attempts made and no outcome
-// in flyball-attempts: a retry is pending, and d is its dispatch, which
-// runs under catchUp "none" as every retry does. It is the slot
-// dispatched again (the sweeper re-dispatches it as a zombie once the
-// nakked dispatch of its retry was lost), with its cadence source and
-// long after its next slot: missedUnderNone skipped it as missed, and a
-// run whose attempt failed ended with no final failure and no dead
-// letter. Read only for a slot about to be skipped as missed; a read
-// error is no proof of a missed slot, so the dispatch runs (at least
-// once), and execute reads the record again.
-func (s *Service) retryPending(ctx context.Context, d *events.Dispatch) bool {
-	e, err := s.attempts.Get(ctx, attemptKey(d))
-	if jsutil.IsKeyMissing(err) {
-		return false
-	}
-	if err != nil {
-		s.log.Warn("could not read the attempt record of a slot missed under catchUp none; running it", "dispatch", d.DispatchID, "err", err)
-		return true
-	}
-	var r attemptRecord
-	if json.Unmarshal(e.Value(), &r) != nil {
-		return false // a corrupt record restarts the count (attemptNumber): attempt 1 of a missed slot
-	}
-	return r.Attempts > 0 && r.Outcome == ""
-}
-
-// handedBack reports whether d's record in flyball-attempts is a
-// hand-back mark (markHandedBack): d was handed back at shutdown with no
-// call made and none counted since. A read error is no proof: the
-// dispatch runs (at least once).
-func (s *Service) handedBack(ctx context.Context, d *events.Dispatch) bool {
-	e, err := s.attempts.Get(ctx, attemptKey(d))
-	if err != nil {
-		if !jsutil.IsKeyMissing(err) {
-			s.log.Warn("could not read the attempt record of a redelivered slot missed under catchUp none; running it", "dispatch", d.DispatchID, "err", err)
-		}
-		return false
-	}
-	var r attemptRecord
-	return json.Unmarshal(e.Value(), &r) == nil && r.handedBackOnly()
 }
 
 // The flyball_skips_total label of each kind of run.skipped.
