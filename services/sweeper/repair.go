@@ -161,13 +161,12 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 	msgID := fmt.Sprintf("%s%s:%d", events.RepairCreatePrefix, id, ent.Revision())
 	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbCreated, id), msgID,
 		events.TypeTaskCreated, s.source, id, spec, now)
-	result := jsutil.ClassifyPublish(!stored, err)
-	if result != jsutil.Stored && result != jsutil.Duplicate {
+	if err != nil {
 		s.cfg.Logger.Warn("missing schedule not repaired; next sweep retries", "task", id, "err", err)
 		return
 	}
 	delete(s.unscheduled, id) // the governor gets ZombieAfter before the next one
-	if result == jsutil.Duplicate {
+	if !stored {
 		// Another sweeper replica published this repair (same spec
 		// revision) within TASKS's duplicate window, or is storing it
 		// right now (error 10158): counted there.

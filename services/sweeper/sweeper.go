@@ -312,11 +312,10 @@ type offlineMark struct {
 // and the event was never published.
 func (s *Service) announceOffline(ctx context.Context, key string, hb events.Heartbeat, at time.Time) {
 	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
-	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
-		events.TypeRuntimeOffline, s.source, hb.Name, hb, at)
 	// A duplicate, stored or being stored (error 10158: an earlier try of
 	// this announcement, still being replicated), is announced.
-	if r := jsutil.ClassifyPublish(!stored, err); r != jsutil.Stored && r != jsutil.Duplicate {
+	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
+		events.TypeRuntimeOffline, s.source, hb.Name, hb, at); err != nil {
 		s.unannounced[key] = offlineMark{lastBeat: hb.LastBeat, at: at}
 		s.cfg.Logger.Warn("runtime.offline not published; next sweep retries", "kind", hb.Kind, "name", hb.Name, "err", err)
 		return

@@ -18,6 +18,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/internal/slotdone"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // view is the sweeper's in-memory picture of every task, kept current by
@@ -351,18 +352,17 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		FiredAt: now, Source: string(st.Source), Reason: reason, TaskCreatedAt: st.CreatedAt.UTC(),
 	}
 	stored, err := jsutil.PublishNewEvent(ctx, s.cfg.JS, events.DispatchSubject(id), d.DispatchID, events.TypeRunDue, s.source, id, d, now)
-	switch jsutil.ClassifyPublish(!stored, err) {
-	case jsutil.Stored: // counted below
-	case jsutil.NotStored:
-		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
-		return
-	case jsutil.SubjectFull:
+	switch {
+	case streams.IsSubjectFull(err):
 		// A dispatch of the task was stored between the check above and
 		// this publish (the timer's, say): as there, the executor has it,
 		// and this sweep re-nudged nothing.
 		s.cfg.Logger.Debug("zombie re-nudge not needed: a dispatch of the task was stored since the check", "task", id, "due", st.NextRunAt)
 		return
-	case jsutil.Duplicate:
+	case err != nil:
+		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
+		return
+	case !stored:
 		// The same dispatch stored within DISPATCH's duplicate window, or
 		// being stored right now (error 10158), by another sweeper replica
 		// or the timer: this sweep added nothing, and counted again it

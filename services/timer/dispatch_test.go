@@ -390,8 +390,6 @@ func TestRetryLater(t *testing.T) {
 	}
 }
 
-// TestClassify: each jsutil.PublishResult is its flyball_dispatch_total
-// result label.
 func TestClassify(t *testing.T) {
 	apiErr := func(code jetstream.ErrorCode) error {
 		return fmt.Errorf("wrapped: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "x"})
@@ -405,7 +403,10 @@ func TestClassify(t *testing.T) {
 		{&jetstream.PubAck{Stream: "DISPATCH", Sequence: 1, Duplicate: true}, nil, resultDuplicate},
 		{nil, apiErr(10158), resultDuplicate},
 		{nil, apiErr(10077), resultPending},
-		{nil, errors.New("boom"), resultError}, // every error: jsutil's TestClassifyPublish
+		{nil, apiErr(10054), resultError},
+		{nil, nats.ErrDisconnected, resultError},
+		{nil, jsutil.ErrAckTimeout, resultError},
+		{nil, errors.New("boom"), resultError},
 	} {
 		if got := classify(c.ack, c.err); got != c.want {
 			t.Errorf("classify(%+v, %v) = %s, want %s", c.ack, c.err, got, c.want)

@@ -732,18 +732,20 @@ const (
 	resultError     = "error"
 )
 
-// classify names the result of a dispatch publish (jsutil.ClassifyPublish).
-// Only resultError needs a retry: a duplicate PubAck or error 10158 (the
-// same Nats-Msg-Id is being stored right now, by another replica) means
-// the run is stored, and error 10077 (the subject already holds its one
-// message) means a run of the task is already pending.
+// classify names the result of a dispatch publish. Only resultError needs
+// a retry: a duplicate PubAck or error 10158 (the same Nats-Msg-Id is being
+// stored right now, by another replica) means the run is stored, and error
+// 10077 (the subject already holds its one message) means a run of the
+// task is already pending.
 func classify(ack *jetstream.PubAck, err error) string {
-	switch jsutil.ClassifyPublish(ack != nil && ack.Duplicate, err) {
-	case jsutil.Stored:
-		return resultNew
-	case jsutil.Duplicate:
+	switch {
+	case err == nil && ack != nil && ack.Duplicate:
 		return resultDuplicate
-	case jsutil.SubjectFull:
+	case err == nil:
+		return resultNew
+	case jsutil.IsDuplicateInProcess(err):
+		return resultDuplicate
+	case streams.IsSubjectFull(err):
 		return resultPending
 	default:
 		return resultError

@@ -17,7 +17,6 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/metrics"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // PublishAsyncTimeout is how long nats.go keeps an async publish waiting
@@ -122,13 +121,18 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, t
 // PublishNewEvent is PublishEvent that also reports whether this publish
 // stored the event: false when the stream took it for a duplicate of one
 // stored within its duplicate window (an earlier try's, or another
-// replica's), which its caller must not count or announce again.
+// replica's), or answered that the same message ID is being stored right
+// now (error 10158, IsDuplicateInProcess), which its caller must not
+// count or announce again.
 func PublishNewEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, typ, source, taskID string, data any, at time.Time) (bool, error) {
 	body, err := events.Marshal(typ, source, taskID, data, at, msgID)
 	if err != nil {
 		return false, err
 	}
 	ack, err := Publish(ctx, js, subject, msgID, body)
+	if IsDuplicateInProcess(err) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -141,43 +145,6 @@ func PublishNewEvent(ctx context.Context, js jetstream.JetStream, subject, msgID
 func IsDuplicateInProcess(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
-}
-
-// PublishResult is what a publish with a Nats-Msg-Id did, as the timer
-// and the sweeper read it.
-type PublishResult int
-
-const (
-	// Stored means this publish stored the message.
-	Stored PublishResult = iota
-	// Duplicate means the stream holds the same Nats-Msg-Id already (a
-	// duplicate PubAck), or is storing it right now (error 10158, another
-	// replica's publish or an earlier try still being replicated). The
-	// message is stored; nothing to retry, and nothing to count as done
-	// by this publish.
-	Duplicate
-	// SubjectFull is error 10077: the subject holds the one message its
-	// stream allows (DISPATCH: a run of the task is already pending).
-	SubjectFull
-	// NotStored is any other error: a retry may store it.
-	NotStored
-)
-
-// ClassifyPublish names the result of a publish: duplicate is the
-// PubAck's Duplicate flag (PublishNewEvent's !stored), err its error.
-func ClassifyPublish(duplicate bool, err error) PublishResult {
-	switch {
-	case err == nil && duplicate:
-		return Duplicate
-	case err == nil:
-		return Stored
-	case IsDuplicateInProcess(err):
-		return Duplicate
-	case streams.IsSubjectFull(err):
-		return SubjectFull
-	default:
-		return NotStored
-	}
 }
 
 // TooLarge reports a publish or write refused for its size: by the
@@ -360,6 +327,10 @@ func (r *resumingConsume) resume(cause error) {
 		}
 		var cons jetstream.Consumer
 		if cons, err = r.js.Consumer(r.ctx, r.stream, r.durable); err != nil {
+			if r.ctx.Err() != nil { // stopped while binding: no failed pull to count
+				r.finish()
+				return
+			}
 			continue
 		}
 		cc, cerr := cons.Consume(r.h, r.opts...)

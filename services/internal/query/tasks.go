@@ -171,6 +171,9 @@ func (r *Reader) tasksAfter(ctx context.Context, f TaskFilter, after string) ([]
 	if err != nil {
 		return nil, err
 	}
+	if len(at) == 0 {
+		return []TaskView{}, nil // none listed: no schedule to read
+	}
 	err = eachEntry(ctx, r.schedules, func(e jetstream.KeyValueEntry) {
 		i, ok := at[e.Key()]
 		if !ok {
