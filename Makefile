@@ -109,8 +109,9 @@ promtool-install: ## Install promtool (PROMTOOL_VERSION) into bin/ if missing or
 	fi
 
 .PHONY: test-alerts
-test-alerts: promtool-install ## Check alerts.yml and the dashboard's queries with promtool and run the alert unit tests (alerts_test.yml)
+test-alerts: promtool-install ## Check alerts.yml and the dashboard's queries with promtool, run the alert unit tests (alerts_test.yml) and the alerts on real stacks
 	cd services && FLYBALL_TEST_PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -run 'Promtool|DashboardQueriesParse|AlertRules|DashboardUsesExportedMetrics' ./internal/metrics/
+	cd services && FLYBALL_TEST_PROMTOOL=$(PROMTOOL) $(GO) test -count=1 -run 'FiresOnARealStack|FireOnARealStack' ./stack/
 
 # Go 1.26's fuzz coordinator can fail a target that found nothing: as
 # -fuzztime ends, it may report its own deadline as the target's failure, a

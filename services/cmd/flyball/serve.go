@@ -57,9 +57,12 @@ func (f *natsFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("NATS_KEY"), "client key for NATS TLS (env NATS_KEY)")
 }
 
-// ensureTryTimeout bounds each try of serve's --ensure-streams (provision
-// has --try-timeout).
-const ensureTryTimeout = 10 * time.Second
+// ensureTimeout bounds serve's --ensure-streams, and ensureTryTimeout
+// each of its tries (provision has --timeout and --try-timeout).
+const (
+	ensureTimeout    = time.Minute
+	ensureTryTimeout = 10 * time.Second
+)
 
 // checkReplicas refuses a --replicas that no stream can have.
 func (f *natsFlags) checkReplicas() error {
@@ -297,12 +300,16 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				// still electing its leader is never answered, and one try
 				// waited out the whole minute. Any other error (no
 				// JetStream, a permission) ends serve at once, as before.
-				ectx, cancel := context.WithTimeout(ctx, time.Minute)
+				ectx, cancel := context.WithTimeout(ctx, ensureTimeout)
 				unanswered := func(err error) bool { return errors.Is(err, errUnanswered) }
-				_, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), unanswered, func(try int, err error) {
+				tries, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), unanswered, func(try int, err error) {
 					log.Warn("--ensure-streams: try failed; trying again in 1s", "try", try, "err", err)
 				})
+				timedOut := ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
 				cancel()
+				if err != nil && timedOut {
+					return fmt.Errorf("--ensure-streams: not done within %s (%d tries): %w", ensureTimeout, tries, err)
+				}
 				if err != nil {
 					return err
 				}

@@ -3,6 +3,7 @@ package docexamples
 import (
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ type composeFile struct {
 
 func readCompose(t *testing.T, name string) composeFile {
 	t.Helper()
-	b, err := os.ReadFile("../../../deploy/compose/" + name)
+	b, err := os.ReadFile(filepath.Join(Root(t), "deploy", "compose", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +76,34 @@ func TestSingleNodeComposeMatchesTheCluster(t *testing.T) {
 	}
 	if flyball < 8 {
 		t.Fatalf("docker-compose.yml has %d flyball services (serve commands), want every service: the file did not parse as expected", flyball)
+	}
+}
+
+// TestComposeGivesTheGuardAlike: the governor and the api refuse at
+// create time what the executors' SSRF guard would refuse at dial time,
+// so the three take the same guard settings. In both files each of them
+// must pass FLYBALL_ALLOW_LOOPBACK, FLYBALL_ALLOW_CIDRS and
+// FLYBALL_DENY_CIDRS, with the same value.
+func TestComposeGivesTheGuardAlike(t *testing.T) {
+	for _, file := range []string{"docker-compose.yml", "docker-compose.single.yml"} {
+		c := readCompose(t, file)
+		for _, v := range []string{"FLYBALL_ALLOW_LOOPBACK", "FLYBALL_ALLOW_CIDRS", "FLYBALL_DENY_CIDRS"} {
+			want, set := "", false
+			for _, name := range []string{"executor1", "executor2", "governor", "api"} {
+				svc, ok := c.Services[name]
+				if !ok {
+					t.Fatalf("%s: no service %s", file, name)
+				}
+				got, ok := svc.Environment[v]
+				if !ok {
+					t.Errorf("%s: service %s does not pass %s", file, name, v)
+					continue
+				}
+				if set && got != want {
+					t.Errorf("%s: service %s passes %s=%q, the others %q", file, name, v, got, want)
+				}
+				want, set = got, true
+			}
+		}
 	}
 }
