@@ -221,7 +221,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		err = events.CheckType(events.Subject{Family: events.FamilyDispatch, ID: strings.TrimPrefix(m.Subject(), "flyball.dispatch.")}, e)
 	}
 	if err != nil {
-		jsutil.Terminate(m, "malformed event: "+err.Error(), s.cfg.Metrics, s.log)
+		jsutil.TerminateMalformed(m, err, s.cfg.Metrics, s.log)
 		return
 	}
 	var d events.Dispatch

@@ -484,11 +484,7 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 		s.ack(m)
 		return nil
 	case err != nil:
-		reason := err.Error()
-		if !strings.HasPrefix(reason, events.ErrMalformed.Error()) { // said once, not "malformed event: malformed event: …"
-			reason = events.ErrMalformed.Error() + ": " + reason
-		}
-		jsutil.Terminate(m, reason, s.cfg.Metrics, s.log)
+		jsutil.TerminateMalformed(m, err, s.cfg.Metrics, s.log)
 		return nil //nolint:nilerr // settled: terminated, with the reason
 	}
 	spec, _, err := s.specs.Get(ctx, step.TaskID)

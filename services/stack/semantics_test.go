@@ -611,20 +611,35 @@ func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// executor (DISPATCH), governor (succeeded and failed), breaker
-	// (failed and recovered) and deadletter (failed): 6 terminations.
-	natstest.Eventually(t, 10*time.Second, "6 terminations", func() bool {
-		return counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total") >= 6
+	// A dead letter that decodes but names another task than its subject.
+	now := time.Now().UTC()
+	dl, err := events.Marshal(events.TypeDeadLettered, "test", "other", events.DeadLetter{TaskID: "other", Reason: "permanent", DeadLetteredAt: now}, now, "dl-junk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.JS.Publish(ctx, events.DeadLetterSubject("junk"), dl); err != nil {
+		t.Fatal(err)
+	}
+	// executor (DISPATCH), governor (succeeded, failed and the dead
+	// letter), breaker (failed and recovered) and deadletter (failed): 7
+	// terminations.
+	natstest.Eventually(t, 10*time.Second, "7 terminations", func() bool {
+		return counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total") >= 7
 	})
-	natstest.Eventually(t, 5*time.Second, "6 MSG_TERMINATED advisories, each with a reason", func() bool {
+	natstest.Eventually(t, 5*time.Second, "7 MSG_TERMINATED advisories, each with a reason", func() bool {
 		withReason := 0
 		for _, r := range reasons() {
 			if strings.HasPrefix(r, "malformed event") {
 				withReason++
 			}
 		}
-		return withReason >= 6
+		return withReason >= 7
 	})
+	for _, r := range reasons() {
+		if strings.Count(r, "malformed event") != 1 {
+			t.Errorf("terminated with %q: want \"malformed event\" said once", r)
+		}
+	}
 	// Nothing crashed: a real task still runs.
 	tg := newScripted(t, 200)
 	e.create("alive", spec("alive", tg.srv.URL, 3, "5s"))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,6 +176,17 @@ func Terminate(msg jetstream.Msg, reason string, m *metrics.Set, log *slog.Logge
 	}
 }
 
+// TerminateMalformed terminates msg as a malformed event, with err as the
+// reason: "malformed event: …", said once whether or not err's text
+// begins with it (events' decode errors wrap events.ErrMalformed).
+func TerminateMalformed(msg jetstream.Msg, err error, m *metrics.Set, log *slog.Logger) {
+	reason := err.Error()
+	if !strings.HasPrefix(reason, events.ErrMalformed.Error()) {
+		reason = events.ErrMalformed.Error() + ": " + reason
+	}
+	Terminate(msg, reason, m, log)
+}
+
 // DecodeRun decodes the run event msg carries into run, where subj is
 // msg's parsed subject: the event's type must match the subject, and the
 // run must name the subject's task (a consumer writes state under the
@@ -186,7 +198,7 @@ func DecodeRun(msg jetstream.Msg, subj events.Subject, run *events.Run, m *metri
 		err = events.CheckType(subj, e)
 	}
 	if err != nil {
-		Terminate(msg, "malformed event: "+err.Error(), m, log)
+		TerminateMalformed(msg, err, m, log)
 		return false
 	}
 	if err := events.DecodeRun(e, run); err != nil {
