@@ -183,3 +183,42 @@ func TestGovernorRejectsAnUpdateToATargetTheGuardBlocks(t *testing.T) {
 		t.Errorf("stored spec %s (%v), want the old target %s kept", ent.Value(), err, good)
 	}
 }
+
+// TestSweeperRepairOfAStoredTargetSkipsTheCreateTimeGuard: a task stored
+// before the create-time check (or under another guard setting) whose
+// schedule is missing is re-created by the sweeper's repair, a
+// task.created with a repair command ID. The governor must accept it and
+// schedule the task, although the guard refuses its target at create
+// time: rejected, the stored task would be left with no schedule for
+// good. The executor still refuses the target at dial time. The same
+// task.created with an ordinary command ID is rejected.
+func TestSweeperRepairOfAStoredTargetSkipsTheCreateTimeGuard(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
+	data := `{"id":"old","target":{"http":{"url":"http://127.0.0.1:8080/"}},"schedule":{"interval":"1m"}}`
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "old", json.RawMessage(data)) // stored, never scheduled
+	accepted := e.collect("flyball.task.accepted.old")
+	rejected := e.collect("flyball.task.rejected.old")
+	publish := func(cmdID string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.task.created","source":"test","id":%q,"subject":"old","datacontenttype":"application/json","data":%s}`, cmdID, data)
+		if err := e.srv.NC.Publish("flyball.task.created.old", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("by-hand-1")
+	natstest.Eventually(t, 10*time.Second, "the ordinary task.created rejected", func() bool { return len(rejected()) == 1 })
+	var r events.TaskRejected
+	if err := events.DecodeData(rejected()[0], &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" {
+		t.Fatalf("the ordinary task.created rejected with %+v, want one reason naming target.http.url", r.Reasons)
+	}
+	publish(events.RepairCreatePrefix + "old:1")
+	natstest.Eventually(t, 10*time.Second, "the repair accepted", func() bool { return len(accepted()) == 1 })
+	if st := e.storedSchedule("old"); st.NextRunAt.IsZero() {
+		t.Fatalf("after the repair, schedule %+v: want the task scheduled", st)
+	}
+}
