@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -76,10 +77,17 @@ func apiService(t *testing.T) (*bundle, *api.Service) {
 // client of it, the JetStream it uses and the service.
 func startAPIOnly(t *testing.T) (*bundle, jetstream.JetStream, *api.Service) {
 	t.Helper()
+	return startAPIOnlyLogging(t, nil)
+}
+
+// startAPIOnlyLogging is startAPIOnly with the API logging to log (nil:
+// slog.Default()).
+func startAPIOnlyLogging(t *testing.T, log *slog.Logger) (*bundle, jetstream.JetStream, *api.Service) {
+	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	_, js := srv.Connect(t)
 	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Services: []string{"api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token},
+		JS: js, Services: []string{"api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token}, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)

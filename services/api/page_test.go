@@ -3,9 +3,11 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,7 +208,21 @@ func TestTaskPagesDoNotListEveryTaskKey(t *testing.T) {
 // flyball_api_task_index_fallbacks_total, so an operator sees it.
 func TestATaskPageWithoutTheIndexIsCounted(t *testing.T) {
 	t.Parallel()
-	b, js := apiOnly(t)
+	var mu sync.Mutex
+	var warned []string // the err of each "task page listed every task key"
+	b, js, _ := startAPIOnlyLogging(t, slog.New(logFunc(func(r slog.Record) {
+		if r.Message != "task page listed every task key" {
+			return
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				mu.Lock()
+				warned = append(warned, a.Value.String())
+				mu.Unlock()
+			}
+			return true
+		})
+	})))
 	ctx := context.Background()
 	putSpecs(t, js, "a")
 	fallbacks := func() string {
@@ -239,4 +255,20 @@ func TestATaskPageWithoutTheIndexIsCounted(t *testing.T) {
 	if got := fallbacks(); got != "1" {
 		t.Errorf("flyball_api_task_index_fallbacks_total %s after a page listed without the index; want 1", got)
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warned) != 1 || !strings.Contains(warned[0], streams.BucketTasks) {
+		t.Errorf("logged \"task page listed every task key\" with err %q; want once, naming the watch of %s", warned, streams.BucketTasks)
+	}
 }
+
+// logFunc is a slog.Handler that passes every record to itself.
+type logFunc func(slog.Record)
+
+func (logFunc) Enabled(context.Context, slog.Level) bool { return true }
+
+func (f logFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
+
+func (f logFunc) WithAttrs([]slog.Attr) slog.Handler { return f }
+
+func (f logFunc) WithGroup(string) slog.Handler { return f }

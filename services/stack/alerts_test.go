@@ -76,7 +76,7 @@ func TestAlertsFireOnARealStack(t *testing.T) {
 			testutil.ToFloat64(m.BreakersOpen) >= 1 && testutil.ToFloat64(m.StalenessMax) >= 1
 	})
 
-	checkAlerts(t, m, []expectedAlert{
+	checkAlertsOver(t, [][]scraped{scrapeSeries(t, m)}, []expectedAlert{
 		{"FlyballDeadLetters", "10m", map[string]string{"severity": "warning", "reason": "permanent"}},
 		{"FlyballRejectedEvents", "10m", map[string]string{"severity": "info", "reason": "invalid"}},
 		{"FlyballBreakerOpen", "25m", map[string]string{"severity": "warning"}},
@@ -273,25 +273,17 @@ type expectedAlert struct {
 	labels   map[string]string
 }
 
-// checkAlerts runs promtool's rule tests on alerts.yml, its annotations
-// left out (they are alerts_test.yml's to check), over m's series as
-// Prometheus would scrape them from one process: absent for the first 5
-// minutes (so a counter's first series counts as new), then at their
-// value for 30. Each alert in want must fire at its time with exactly its
-// labels.
-func checkAlerts(t *testing.T, m *metrics.Set, want []expectedAlert) {
-	t.Helper()
-	checkAlertsOver(t, [][]scraped{scrapeSeries(t, m)}, want)
-}
-
-// checkAlertsOver is checkAlerts over several scrapes of one process,
-// a minute apart: every series is absent for the first 5 minutes, then
+// checkAlertsOver runs promtool's rule tests on alerts.yml, its
+// annotations left out (they are alerts_test.yml's to check), over the
+// flyball series of several scrapes of one process (scrapeSeries), a
+// minute apart: every series is absent for the first 5 minutes, then
 // at its value in scrapes[i] at minute 5+i (absent if that scrape has
 // none), and the last scrape's value holds for 30 minutes. A scrape taken
 // before the situation (its counters at 0) lets increase() and rate()
 // see a counter that existed from the start grow, as Prometheus does; a
 // scrape for each time the failure recurred keeps a rate up for as long
-// as an alert's "for".
+// as an alert's "for". Each alert in want must fire at its time with
+// exactly its labels.
 func checkAlertsOver(t *testing.T, scrapes [][]scraped, want []expectedAlert) {
 	t.Helper()
 	if len(scrapes) == 0 {
@@ -380,6 +372,9 @@ func scrapeSeries(t *testing.T, m *metrics.Set) []scraped {
 	}
 	var out []scraped
 	add := func(name string, labels []*dto.LabelPair, extra map[string]string, v float64) {
+		if math.IsNaN(v) {
+			t.Fatalf("%s: value NaN", name)
+		}
 		pairs := []string{`job="flyball"`, `instance="stack:9090"`, `service="stack"`}
 		for _, l := range labels {
 			pairs = append(pairs, fmt.Sprintf("%s=%s", l.GetName(), strconv.Quote(l.GetValue())))
@@ -411,11 +406,6 @@ func scrapeSeries(t *testing.T, m *metrics.Set) []scraped {
 			default:
 				t.Fatalf("%s: a %s; scrapeSeries reads counters, gauges and histograms", name, f.GetType())
 			}
-		}
-	}
-	for _, s := range out {
-		if v, err := strconv.ParseFloat(s.value, 64); err != nil || math.IsNaN(v) {
-			t.Fatalf("%s: value %s", s.selector, s.value)
 		}
 	}
 	return out
