@@ -25,28 +25,16 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+# e2e_setup, wait_for, cli, api
+# shellcheck source=deploy/compose/e2e-lib.sh
+source deploy/compose/e2e-lib.sh
 
 if ! docker info >/dev/null 2>&1; then
 	echo "SKIPPED: no docker daemon (docker info failed); the compose variants test did not run"
 	exit 0
 fi
-if [[ -z ${COMPOSE:-} ]]; then
-	if command -v docker-compose >/dev/null; then COMPOSE=docker-compose; else COMPOSE="docker compose"; fi
-fi
-MAKE=${MAKE:-make}
-read -r -a compose_cmd <<<"$COMPOSE"
-
+e2e_setup
 prefix=${E2E_PROJECT:-flyball-e2e}
-base=${E2E_PORT_BASE:-18000}
-export FLYBALL_API_PORT=$((base + 80)) FLYBALL_TARGET_PORT=$base
-export FLYBALL_NATS_PORT=$((base + 22)) FLYBALL_NATS_MONITOR_PORT=$((base + 82))
-export FLYBALL_API_TOKEN=${FLYBALL_API_TOKEN:-flyball-e2e-token-0123456789}
-# One tag for both images, as the Makefile's IMAGE_TAG: make builds
-# NATS_IMAGE, and compose runs FLYBALL_NATS_IMAGE.
-export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:${IMAGE_TAG:-dev}} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-${NATS_IMAGE:-flyball-nats:${IMAGE_TAG:-dev}}}
-export NATS_IMAGE=$FLYBALL_NATS_IMAGE
-api_url=http://127.0.0.1:$FLYBALL_API_PORT
-target_url=http://127.0.0.1:$FLYBALL_TARGET_PORT
 
 work=$(mktemp -d)
 start=$SECONDS
@@ -83,16 +71,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for SECONDS DESCRIPTION COMMAND...
-# shellcheck source=deploy/compose/e2e-lib.sh
-source "$root/deploy/compose/e2e-lib.sh"
 make_up() { "$MAKE" --no-print-directory up COMPOSE_PROJECT="$project" COMPOSE="$COMPOSE" COMPOSE_FILES="${files[*]}" >"$1" 2>&1 || { cat "$1"; fail "make up failed"; }; }
-cli() { "${dc[@]}" run --rm -T cli "$@" 2> >(grep -v -E '^(Creating|Starting) .*_run' >&2); }
-api() {
-	local path=$1
-	shift
-	curl -fsS --max-time 15 -H "Authorization: Bearer $FLYBALL_API_TOKEN" -H 'Content-Type: application/json' "$@" "$api_url$path"
-}
 calls() { curl -fsS --max-time 5 "$target_url/requests?task=$1" | jq length; }
 task_json() {
 	jq -nc --arg id "$1" '{id: $id, target: {http: {method: "GET", url: ("http://target:8000/" + $id), timeout: "5s"}}, schedule: {interval: "1s"}}'

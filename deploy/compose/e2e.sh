@@ -37,6 +37,9 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+# e2e_setup, wait_for, cli, api
+# shellcheck source=deploy/compose/e2e-lib.sh
+source deploy/compose/e2e-lib.sh
 
 if ! docker info >/dev/null 2>&1; then
 	echo "SKIPPED: no docker daemon (docker info failed); the compose e2e test did not run"
@@ -45,32 +48,18 @@ fi
 for tool in curl jq; do
 	command -v "$tool" >/dev/null || { echo "e2e: $tool is required (apt-get install $tool)" >&2; exit 1; }
 done
-if [[ -z ${COMPOSE:-} ]]; then
-	if command -v docker-compose >/dev/null; then COMPOSE=docker-compose; else COMPOSE="docker compose"; fi
-fi
-MAKE=${MAKE:-make}
+e2e_setup
 # The nats CLI, for the flows users run with it (make e2e installs it).
 nats_cli=${NATS_CLI:-$root/bin/nats}
 [[ -x $nats_cli ]] || { echo "e2e: the nats CLI is required at $nats_cli (make natscli-install)" >&2; exit 1; }
-read -r -a compose_cmd <<<"$COMPOSE"
 "${compose_cmd[@]}" version >/dev/null 2>&1 || { echo "e2e: '$COMPOSE' does not work (install docker-compose or the compose plugin)" >&2; exit 1; }
 
 project=${E2E_PROJECT:-flyball-e2e}
-base=${E2E_PORT_BASE:-18000}
 export COMPOSE_PROJECT=$project
-export FLYBALL_API_PORT=$((base + 80)) FLYBALL_TARGET_PORT=$base
-export FLYBALL_NATS_PORT=$((base + 22)) FLYBALL_NATS_MONITOR_PORT=$((base + 82))
-export FLYBALL_API_TOKEN=${FLYBALL_API_TOKEN:-flyball-e2e-token-0123456789}
 ack_wait=${E2E_ACK_WAIT:-$(jq '.ack_wait / 1000000000 | floor' streams/defs/consumers/DISPATCH.executor.json)}
-api_url=http://127.0.0.1:$FLYBALL_API_PORT
-target_url=http://127.0.0.1:$FLYBALL_TARGET_PORT
 monitor_url=http://127.0.0.1:$FLYBALL_NATS_MONITOR_PORT
 compose_file=deploy/compose/docker-compose.yml
 dc=("${compose_cmd[@]}" -p "$project" -f "$compose_file")
-# One tag for both images, as the Makefile's IMAGE_TAG: make builds
-# NATS_IMAGE, and compose runs FLYBALL_NATS_IMAGE.
-export FLYBALL_IMAGE=${FLYBALL_IMAGE:-flyball:${IMAGE_TAG:-dev}} FLYBALL_NATS_IMAGE=${FLYBALL_NATS_IMAGE:-${NATS_IMAGE:-flyball-nats:${IMAGE_TAG:-dev}}}
-export NATS_IMAGE=$FLYBALL_NATS_IMAGE
 
 work=$(mktemp -d)
 start=$SECONDS
@@ -117,19 +106,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_for SECONDS DESCRIPTION COMMAND...
-# shellcheck source=deploy/compose/e2e-lib.sh
-source "$root/deploy/compose/e2e-lib.sh"
 
 # cli ARGS...: the flyball CLI in a one-off container on the compose network,
 # as the least-privileged `cli` NATS user. Stdout is the command's output.
-cli() { "${dc[@]}" run --rm -T cli "$@" 2> >(grep -v -E '^(Creating|Starting) .*_run' >&2); }
-
-api() {
-	local path=$1
-	shift
-	curl -fsS --max-time 15 -H "Authorization: Bearer $FLYBALL_API_TOKEN" -H 'Content-Type: application/json' "$@" "$api_url$path"
-}
 # natsc runs the nats CLI as the cli user, as docs/security.md tells users to.
 natsc() { "$nats_cli" --server "nats://127.0.0.1:$FLYBALL_NATS_PORT" --user cli --password "${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}" "$@" </dev/null; }
 target_ctl() { curl -fsS --max-time 5 "$target_url/control" -d "$1" >/dev/null; }
