@@ -137,8 +137,8 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 }
 
 // TestServeNamesAnIdentityMistakeWhenItsPortIsTaken: a contradictory NATS
-// identity is the mistake serve reports, even when its metrics port is
-// taken. It bound the port first, and CI's run of the table above failed
+// identity, or an nkey seed that does not read, is the mistake serve
+// reports, even when its metrics port is taken. It bound the port first, and CI's run of the table above failed
 // with "--metrics-addr :9090: … address already in use" when another
 // package's test held :9090.
 func TestServeNamesAnIdentityMistakeWhenItsPortIsTaken(t *testing.T) {
@@ -154,6 +154,7 @@ func TestServeNamesAnIdentityMistakeWhenItsPortIsTaken(t *testing.T) {
 	}{
 		{"NATS_PASSWORD=secret", []string{"serve", "governor"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
 		{"NATS_USER=timer", []string{"serve", "timer", "--creds", "/nonexistent/timer.creds"}, "flyball: NATS_USER and --creds both name a NATS identity: give one of them"},
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "timer", "--nkey", "/nonexistent/timer.nk"}, "flyball: --nkey: "},
 	} {
 		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}}
 		r := e.run(t, append(c.args, "--metrics-addr", ln.Addr().String())...)

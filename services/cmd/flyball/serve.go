@@ -84,27 +84,57 @@ func (f *natsFlags) ensureOptions(cmd *cobra.Command, async bool) []streams.Opti
 	return opts
 }
 
-// checkIdentity refuses NATS credentials that contradict each other.
-// serve calls it before it binds its listeners, so the mistake is what it
-// reports even when a port is taken.
-func (f *natsFlags) checkIdentity() error {
+// identity returns the connection's identity and TLS options, refusing
+// NATS credentials that contradict each other and an nkey seed that does
+// not read. serve calls it before it binds its listeners, so such a
+// mistake is what it reports even when a port is taken.
+func (f *natsFlags) identity() ([]nats.Option, error) {
 	// nats.go sends a user and password next to a JWT or an nkey, and
 	// the server authenticates with the one and ignores the other: which
 	// identity the connection has was the server's choice.
 	for _, id := range []struct{ flag, env, v string }{{"creds", "NATS_CREDS", f.creds}, {"nkey", "NATS_NKEY", f.nkey}} {
 		if id.v != "" && os.Getenv("NATS_USER") != "" {
-			return fmt.Errorf("NATS_USER and %s both name a NATS identity: give one of them", origin(f.fs, id.flag, id.env))
+			return nil, fmt.Errorf("NATS_USER and %s both name a NATS identity: give one of them", origin(f.fs, id.flag, id.env))
 		}
 	}
-	if os.Getenv("NATS_USER") == "" && os.Getenv("NATS_PASSWORD") != "" {
+	var opts []nats.Option
+	if u, p := os.Getenv("NATS_USER"), os.Getenv("NATS_PASSWORD"); u != "" {
+		opts = append(opts, nats.UserInfo(u, p))
+	} else if p != "" {
 		// The password alone was dropped: the connection went without
 		// it, as a server's no_auth_user if it has one.
-		return errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
+		return nil, errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
 	}
-	return nil
+	if f.creds != "" {
+		opts = append(opts, nats.UserCredentials(f.creds))
+	}
+	if f.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(f.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if f.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(f.tlsCA))
+	}
+	if f.tlsCert != "" || f.tlsKey != "" {
+		opts = append(opts, nats.ClientCert(f.tlsCert, f.tlsKey))
+	}
+	return opts, nil
 }
 
+// connect connects with the flags' identity (identity).
 func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
+	id, err := f.identity()
+	if err != nil {
+		return nil, nil, err
+	}
+	return f.connectAs(id)
+}
+
+// connectAs connects to f.url with id, identity's options.
+func (f *natsFlags) connectAs(id []nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
 		nats.Name(f.name), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
 		// No reconnect buffer: a publish while disconnected fails at once,
@@ -135,29 +165,7 @@ func (f *natsFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
 			nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats: reconnected", "server", redactURLs(nc.ConnectedUrlRedacted())) }),
 		)
 	}
-	if err := f.checkIdentity(); err != nil {
-		return nil, nil, err
-	}
-	if u := os.Getenv("NATS_USER"); u != "" {
-		opts = append(opts, nats.UserInfo(u, os.Getenv("NATS_PASSWORD")))
-	}
-	if f.creds != "" {
-		opts = append(opts, nats.UserCredentials(f.creds))
-	}
-	if f.nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(f.nkey)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if f.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(f.tlsCA))
-	}
-	if f.tlsCert != "" || f.tlsKey != "" {
-		opts = append(opts, nats.ClientCert(f.tlsCert, f.tlsKey))
-	}
-	nc, err := nats.Connect(f.url, opts...)
+	nc, err := nats.Connect(f.url, append(opts, id...)...)
 	if err != nil {
 		return nil, nil, connectError(f.url, err)
 	}
@@ -252,7 +260,8 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if err := nf.checkReplicas(); err != nil {
 				return err
 			}
-			if err := nf.checkIdentity(); err != nil {
+			id, err := nf.identity()
+			if err != nil {
 				return err
 			}
 			log, err := rf.logger()
@@ -289,7 +298,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			nf.name, nf.log = "flyball-"+strings.Join(args, "-"), log
-			nc, js, err := nf.connect()
+			nc, js, err := nf.connectAs(id)
 			if err != nil {
 				return err
 			}
