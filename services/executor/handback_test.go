@@ -49,6 +49,18 @@ func (f *attemptsFixture) putNoneTask(t *testing.T, url string, interval time.Du
 // which hands it back. It returns the dispatch.
 func (f *attemptsFixture) holdThenStop(t *testing.T, slot time.Time) events.Dispatch {
 	t.Helper()
+	d := f.publishSlot(t, slot)
+	natstest.Eventually(t, 10*time.Second, "the executor holds the dispatch for its slot", func() bool {
+		return testutil.ToFloat64(f.ex.cfg.Metrics.DispatchHeld) == 1
+	})
+	f.ex.Stop()
+	return d
+}
+
+// publishSlot publishes a dispatch of the task's cadence slot at slot and
+// returns it.
+func (f *attemptsFixture) publishSlot(t *testing.T, slot time.Time) events.Dispatch {
+	t.Helper()
 	d := events.Dispatch{
 		DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(),
 		Source: string(governor.SourceBaselineInterval),
@@ -60,10 +72,6 @@ func (f *attemptsFixture) holdThenStop(t *testing.T, slot time.Time) events.Disp
 	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, "the executor holds the dispatch for its slot", func() bool {
-		return testutil.ToFloat64(f.ex.cfg.Metrics.DispatchHeld) == 1
-	})
-	f.ex.Stop()
 	return d
 }
 
@@ -244,37 +252,10 @@ func TestOnlyAFirstDeliveryIsMarkedHandedBack(t *testing.T) {
 	f.putNoneTask(t, target.srv.URL, time.Minute)
 	f.ex.Stop()
 	slot := time.Now().Add(8 * time.Second).UTC().Truncate(time.Millisecond) // held: within half the AckWait
-	d := events.Dispatch{
-		DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(),
-		Source: string(governor.SourceBaselineInterval),
-	}
-	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.srv.JS.Publish(t.Context(), events.DispatchSubject(f.id), body); err != nil {
-		t.Fatal(err)
-	}
+	d := f.publishSlot(t, slot)
 	// The first delivery, taken and given up with no record, as by an
 	// executor that crashed mid-call.
-	c, err := f.srv.JS.Consumer(t.Context(), streams.StreamDispatch, streams.ConsumerExecutor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for m := range batch.Messages() {
-		n++
-		if err := m.Nak(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d dispatches, want 1 (err %v)", n, batch.Error())
-	}
+	natstest.FetchOne(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, func(m jetstream.Msg) error { return m.Nak() })
 	// The second, held by an executor until its slot, and handed back.
 	b := f.startTunedExecutor(t, "b", nil)
 	natstest.Eventually(t, 10*time.Second, "executor b holds the redelivered dispatch", func() bool {

@@ -71,7 +71,7 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	takeOff(ctx, t, dispatch)
+	natstest.FetchOne(t, srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, func(m jetstream.Msg) error { return m.DoubleAck(ctx) })
 
 	if err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
@@ -113,30 +113,6 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 	}
 	if n := testutil.ToFloat64(s.cfg.Metrics.ZombiesRenudged); n != 1 {
 		t.Fatalf("flyball_zombies_renudged_total = %v after one re-nudge stored, want 1", n)
-	}
-}
-
-// takeOff takes the one pending dispatch off DISPATCH as the executor
-// does, by its consumer's ack.
-func takeOff(ctx context.Context, t *testing.T, dispatch jetstream.Stream) {
-	t.Helper()
-	c, err := dispatch.Consumer(ctx, streams.ConsumerExecutor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for m := range batch.Messages() {
-		n++
-		if err := m.DoubleAck(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d dispatches, want 1 (err %v)", n, batch.Error())
 	}
 }
 

@@ -652,3 +652,28 @@ func LastData(t testing.TB, js jetstream.JetStream, stream, subject string, v an
 	}
 	return string(e.Data())
 }
+
+// FetchOne fetches the one message pending for durable on stream (within
+// 5 s) and settles it with settle (an ack, a nak), as a consumer would:
+// a test that stands in for a service's delivery.
+func FetchOne(t testing.TB, js jetstream.JetStream, stream, durable string, settle func(jetstream.Msg) error) {
+	t.Helper()
+	c, err := js.Consumer(t.Context(), stream, durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		if err := settle(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("fetched %d messages of %s/%s, want 1 (err %v)", n, stream, durable, batch.Error())
+	}
+}
