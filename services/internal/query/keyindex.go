@@ -38,6 +38,9 @@ type keyIndex struct {
 	keys sortedKeys
 	// seq is the stream sequence the set reflects.
 	seq uint64
+	// applied counts the entries the watches applied: a page waiting
+	// on a watch tells progress from a stall by it.
+	applied uint64
 	// live: the initial load is done and the watch runs. watching: a
 	// watch goroutine runs (loading, or live).
 	live, watching bool
@@ -144,6 +147,7 @@ func (x *keyIndex) watch(ctx context.Context, gen int) {
 				x.keys.remove(e.Key())
 			}
 			x.seq = max(x.seq, e.Revision())
+			x.applied++
 			if x.live {
 				x.notify()
 			}
@@ -167,9 +171,11 @@ func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 
 // current waits until the index holds every write stored before it was
 // called, starting the watch if none runs. It returns errIndexDown when
-// the watch fails, or does not catch up within catchUp (a watch that
-// made no progress meanwhile is dropped, to be started again by the next
-// page).
+// the watch fails, or stops making progress: loading, it must apply an
+// entry in every catchUp; live, it must reach the writes within catchUp.
+// A watch that applied nothing in a catchUp is dropped, to be started
+// again by the next page. Without this bound a load that stalled held
+// every page until its client gave up.
 func (x *keyIndex) current(ctx context.Context) error {
 	want, err := lastSeq(ctx, x.kv)
 	if err != nil {
@@ -178,20 +184,20 @@ func (x *keyIndex) current(ctx context.Context) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.start()
-	var deadline <-chan time.Time
-	var from uint64
+	t := time.NewTimer(catchUp)
+	defer t.Stop()
+	from, wasLive := x.applied, x.live
 	for {
 		switch {
 		case !x.watching:
 			return fmt.Errorf("%w: its watch of %s ended (the next page starts another)", errIndexDown, x.kv.Bucket())
 		case x.live && x.seq >= want:
 			return nil
-		case x.live && deadline == nil:
-			// Behind by the writes still on their way: wait for them,
-			// not for ever.
-			t := time.NewTimer(catchUp)
-			defer t.Stop()
-			deadline, from = t.C, x.seq
+		case x.live && !wasLive:
+			// Loaded while this page waited, and behind by the writes
+			// still on their way: catchUp from now for them.
+			t.Reset(catchUp)
+			from, wasLive = x.applied, true
 		}
 		changed, gen := x.changed, x.gen
 		x.mu.Unlock()
@@ -201,16 +207,28 @@ func (x *keyIndex) current(ctx context.Context) error {
 			return ctx.Err()
 		case <-changed:
 			x.mu.Lock()
-		case <-deadline:
+		case <-t.C:
 			x.mu.Lock()
+			if gen != x.gen || !x.watching {
+				// Dropped meanwhile (the first case says so), or a
+				// new watch runs: give it its own catchUp.
+				t.Reset(catchUp)
+				from, wasLive = x.applied, x.live
+				continue
+			}
 			if x.live && x.seq >= want {
 				return nil
 			}
-			if x.seq == from {
+			if x.applied == from {
 				x.drop(gen) // stuck: a new watch, from the stream's state
 				return fmt.Errorf("%w: its watch of %s applied nothing in %s (the next page starts another)", errIndexDown, x.kv.Bucket(), catchUp)
 			}
-			return fmt.Errorf("%w: its watch of %s did not reach sequence %d within %s", errIndexDown, x.kv.Bucket(), want, catchUp)
+			if x.live {
+				return fmt.Errorf("%w: its watch of %s did not reach sequence %d within %s", errIndexDown, x.kv.Bucket(), want, catchUp)
+			}
+			// Loading, and still applying entries: wait on.
+			t.Reset(catchUp)
+			from = x.applied
 		}
 	}
 }

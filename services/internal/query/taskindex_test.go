@@ -1,6 +1,7 @@
 package query_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -201,4 +202,90 @@ func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
 		got, _ := query.TaskIndex(ix)
 		return slices.Equal(got, []string{"a", "b", "c", "d", "e"})
 	})
+}
+
+// TestAPageDoesNotWaitForAStalledLoad: the index's first load can stall
+// (here its consumer is paused on the server mid-load, which keeps its
+// heartbeats coming, so the client sees nothing wrong). A page waited
+// for the load with no limit, until its client gave up; it now lists
+// the keys itself once the load applied nothing for a second, and the
+// next page loads the index again.
+func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ix := indexed(t, b)
+	var (
+		mu        sync.Mutex
+		fallbacks []error
+	)
+	ix.IndexFallback = func(reason error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fallbacks = append(fallbacks, reason)
+	}
+	// Enough keys that the load is still running when the test, which
+	// polls for its consumer, pauses it.
+	const n = 20000
+	for i := range n {
+		id := fmt.Sprintf("t%05d", i)
+		body, err := json.Marshal(spec(id, "orders", "10s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.srv.JS.PublishAsync("$KV."+streams.BucketTasks+"."+id, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-b.srv.JS.PublishAsyncComplete():
+	case <-b.ctx.Done():
+		t.Fatal("seeding the tasks did not complete")
+	}
+	stream, err := b.srv.JS.Stream(b.ctx, "KV_"+streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		page []query.TaskView
+		next string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		page, next, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "", 3)
+		done <- result{page, next, err}
+	}()
+	var paused string
+	natstest.Eventually(t, 5*time.Second, "the index's consumer is created and paused", func() bool {
+		names := stream.ConsumerNames(b.ctx)
+		for name := range names.Name() {
+			if _, err := stream.PauseConsumer(b.ctx, name, time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			paused = name
+		}
+		return paused != ""
+	})
+	if got, _ := query.TaskIndex(ix); got != nil {
+		t.Fatalf("the index loaded all %d keys before its consumer was paused: raise n", len(got))
+	}
+	r := <-done
+	if r.err != nil || !slices.Equal(ids(r.page), []string{"t00000", "t00001", "t00002"}) || r.next != "t00002" {
+		t.Fatalf("page while the load stalled: %v, next %q, %v; want the first three tasks", ids(r.page), r.next, r.err)
+	}
+	mu.Lock()
+	got := slices.Clone(fallbacks)
+	mu.Unlock()
+	if len(got) != 1 || !strings.Contains(got[0].Error(), "applied nothing") {
+		t.Fatalf("fallbacks reported %v; want one, saying the watch applied nothing", got)
+	}
+	// The next page loads the index again, on a new consumer.
+	page, next, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "t19997", 3)
+	if err != nil || !slices.Equal(ids(page), []string{"t19998", "t19999"}) || next != "" {
+		t.Fatalf("page after the stall: %v, next %q, %v; want the last two tasks", ids(page), next, err)
+	}
+	if _, restarts := query.TaskIndex(ix); restarts != 1 {
+		t.Errorf("the index's watch started again %d times; want 1", restarts)
+	}
 }
