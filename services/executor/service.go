@@ -255,7 +255,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	// A redelivery may follow a give-up of the outbox on this dispatch's
 	// run event: its call was made, and only the event is published again.
-	if md.NumDelivered > 1 && s.replay(m, md, &d, arrived) {
+	if md.NumDelivered > 1 && s.replay(ctx, m, md, &d, arrived) {
 		return
 	}
 	wait := time.Until(d.ScheduledAt)
@@ -1224,20 +1224,21 @@ func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outc
 		s.nak(m, time.Second, err)
 		return false
 	}
-	s.publishThenSettle(m, run.DispatchID, msg, hold, settled)
+	s.publishThenSettle(m, run.DispatchID, run.Attempt, msg, hold, settled)
 	return true
 }
 
-// publishThenSettle queues msg, the run event of m, in the outbox, and
-// settles m once it is stored (settleAfter).
-func (s *Service) publishThenSettle(m jetstream.Msg, dispatchID string, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
+// publishThenSettle queues msg, the run event of m's attempt (0: no
+// call, a skip), in the outbox, and settles m once it is stored
+// (settleAfter).
+func (s *Service) publishThenSettle(m jetstream.Msg, dispatchID string, attempt int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
 	s.out.publish(msg, hold, func(err error) {
 		if err == nil {
 			settled(m)
 			return
 		}
 		if errors.Is(err, errUnconfirmed) {
-			s.remember(m, dispatchID, msg, hold, settled) // before the nak: the redelivery finds it
+			s.remember(m, dispatchID, attempt, msg, hold, settled) // before the nak: the redelivery finds it
 		}
 		s.nak(m, time.Second, err)
 	})

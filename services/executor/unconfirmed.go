@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -39,10 +40,13 @@ const (
 // once stored (settleAfter).
 type unconfirmedRun struct {
 	dispatchID string
-	msg        *nats.Msg
-	hold       time.Duration
-	settled    func(jetstream.Msg)
-	expires    time.Time
+	// attempt is the attempt the event reports, 0 for a run that made
+	// no call (a skip).
+	attempt int
+	msg     *nats.Msg
+	hold    time.Duration
+	settled func(jetstream.Msg)
+	expires time.Time
 }
 
 // put remembers r for the dispatch at DISPATCH sequence seq.
@@ -101,13 +105,13 @@ func (u *unconfirmed) drop(seq uint64) {
 
 // remember keeps the event the outbox gave up on for m's redelivery
 // (replay). Not on m's last delivery: none follows.
-func (s *Service) remember(m jetstream.Msg, dispatchID string, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
+func (s *Service) remember(m jetstream.Msg, dispatchID string, attempt int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
 	md, err := m.Metadata()
 	if err != nil || (s.maxDeliver > 0 && int(md.NumDelivered) >= s.maxDeliver) {
 		return
 	}
 	s.unconfirmed.put(md.Sequence.Stream, &unconfirmedRun{
-		dispatchID: dispatchID, msg: msg, hold: hold, settled: settled, expires: time.Now().Add(unconfirmedTTL),
+		dispatchID: dispatchID, attempt: attempt, msg: msg, hold: hold, settled: settled, expires: time.Now().Add(unconfirmedTTL),
 	})
 }
 
@@ -120,7 +124,15 @@ func (s *Service) remember(m jetstream.Msg, dispatchID string, msg *nats.Msg, ho
 // delivery: a failure whose retry the first delivery planned would be
 // nakked with no redelivery to follow, where a call is final
 // (lastDelivery).
-func (s *Service) replay(m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time) bool {
+//
+// Not either once the attempt record shows that a delivery to another
+// executor went on past the event's attempt (counted it, or a later
+// one, or ended the dispatch) since this one gave up: the event's
+// settle writes its own attempt's record, and would set the count back
+// (the attempts after it made again, past maxAttempts, their events
+// dropped by RUNS as duplicates). That redelivery goes on from the
+// record instead, as any other.
+func (s *Service) replay(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time) bool {
 	if s.maxDeliver > 0 && int(md.NumDelivered) >= s.maxDeliver {
 		return false
 	}
@@ -128,9 +140,22 @@ func (s *Service) replay(m jetstream.Msg, md *jetstream.MsgMetadata, d *events.D
 	if r == nil {
 		return false
 	}
+	if r.attempt > 0 {
+		prior, found, err := s.readAttempt(ctx, d)
+		if err != nil {
+			s.unconfirmed.put(md.Sequence.Stream, r) // for the next redelivery
+			s.nak(m, time.Second, err)
+			return true
+		}
+		if found && (prior.Outcome != "" || prior.Attempts >= r.attempt) {
+			s.log.Warn("dispatch redelivered after its run event was not confirmed stored, but another delivery went on since; not publishing the event again",
+				"dispatch", d.DispatchID, "delivery", md.NumDelivered, "event_attempt", r.attempt, "recorded_attempts", prior.Attempts, "recorded_outcome", prior.Outcome)
+			return false
+		}
+	}
 	s.log.Warn("dispatch redelivered after its run event was not confirmed stored; publishing the event again instead of calling the target",
 		"dispatch", d.DispatchID, "delivery", md.NumDelivered)
 	s.waitBegin(m, arrived) // until its settle, through the outbox
-	s.publishThenSettle(m, d.DispatchID, r.msg, r.hold, r.settled)
+	s.publishThenSettle(m, d.DispatchID, r.attempt, r.msg, r.hold, r.settled)
 	return true
 }

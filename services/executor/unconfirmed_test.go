@@ -12,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // lostRunAcks is the executor's JetStream whose run-event publishes are
@@ -137,5 +139,47 @@ func TestUnconfirmedIsBounded(t *testing.T) {
 	u.put(unconfirmedMax+3, ev("large", unconfirmedMaxBytes, now.Add(3*time.Minute)))
 	if len(u.runs) != 1 || u.bytes != unconfirmedMaxBytes || u.take(unconfirmedMax+3, "large") == nil {
 		t.Fatalf("after an event of the byte bound: %d entries of %d bytes, want it alone", len(u.runs), u.bytes)
+	}
+}
+
+// TestGivenUpRunEventIsNotPublishedAgainOverLaterAttempts: the outbox
+// gives up on attempt 1's run event, and before the redelivery reaches
+// this executor again, deliveries to another executor make attempts 1
+// and 2 and record them (written here as that executor would). The
+// replay settled from attempt 1's event, writing its record over theirs:
+// the count went back to 1, attempt 2 was made again (past maxAttempts
+// in the end) and its event dropped by RUNS as a duplicate. The
+// redelivery now goes on from the record: attempt 3.
+func TestGivenUpRunEventIsNotPublishedAgainOverLaterAttempts(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable)
+	lossy := &lostRunAcks{}
+	lossy.lose.Store(true)
+	f := newTunedAttemptsFixture(t, target, 4, 0, 0, func(s *Service) {
+		lossy.JetStream = s.cfg.JS
+		s.cfg.JS = lossy
+		s.outRound, s.outBudget = 200*time.Millisecond, time.Second
+	})
+	abandoned := f.ex.cfg.Metrics.OutboxAbandoned
+	f.dispatch(t)
+	// The give-up naks the dispatch for a second: the other executor's
+	// record is written within it.
+	natstest.Eventually(t, 20*time.Second, "the outbox giving up on the run event", func() bool { return testutil.ToFloat64(abandoned) >= 1 })
+	runs := f.stored(t)
+	if len(runs) != 1 {
+		t.Fatalf("RUNS holds %v; want attempt 1's failure", runs)
+	}
+	d := events.Dispatch{DispatchID: runs[0].run.DispatchID}
+	natstest.PutJSON(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 2})
+	lossy.lose.Store(false)
+	natstest.Eventually(t, 20*time.Second, "the dispatch ended", func() bool {
+		info := f.dispatchInfo(t)
+		return info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[1 3 4]" {
+		t.Errorf("target called with attempts %v, want [1 3 4]: the replay of attempt 1 set the count back", got)
+	}
+	if r, _ := f.attemptRecordOf(t, &d); r.Attempts != 4 || r.Outcome != events.OutcomeFailed {
+		t.Errorf("attempt record %+v; want 4 attempts, failed", r)
 	}
 }
