@@ -233,11 +233,16 @@ func (x *keyIndex) current(ctx context.Context) error {
 	}
 }
 
-// after returns up to n keys after after, sorted, once the index is
-// current.
-func (x *keyIndex) after(ctx context.Context, after string, n int) ([]string, error) {
-	if err := x.current(ctx); err != nil {
-		return nil, err
+// after returns up to n keys after after, sorted. With check, it first
+// waits until the index is current (a page's first batch); without, it
+// reads on in the index that batch found current, which has only moved
+// on since, instead of asking the server for the stream's state again
+// for every batch of a filtered page.
+func (x *keyIndex) after(ctx context.Context, after string, n int, check bool) ([]string, error) {
+	if check {
+		if err := x.current(ctx); err != nil {
+			return nil, err
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -247,9 +252,13 @@ func (x *keyIndex) after(ctx context.Context, after string, n int) ([]string, er
 	return x.keys.after(make([]string, 0, n), after, n), nil
 }
 
-// stop ends the watch and waits for it.
+// stop ends the watch and waits for it. cancel ends x.life; it is
+// called under x.mu, which start holds while it checks x.life and adds
+// to x.wg, so that no watch is added once Wait has begun.
 func (x *keyIndex) stop(cancel context.CancelFunc) {
+	x.mu.Lock()
 	cancel()
+	x.mu.Unlock()
 	x.wg.Wait()
 }
 

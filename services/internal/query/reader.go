@@ -62,8 +62,9 @@ func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
 // flyball-tasks) from a watch of entry headers, started by the first
 // TaskPage, so that a page finds its IDs in O(log n + page) instead of
 // listing every key: for a process that serves many pages (the API). A
-// page waits for the initial load, and lists the keys itself when the
-// watch failed (it starts again with the next page) or lags. The index
+// page waits for the initial load while it applies keys, and lists the
+// keys itself when the watch failed or stalled (it starts again with the
+// next page) or lags. The index
 // holds the IDs only, no specs. It ends with ctx, or with the function
 // returned, which waits for the watch to stop. Call it before the first
 // read, once.

@@ -289,3 +289,43 @@ func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 		t.Errorf("the index's watch started again %d times; want 1", restarts)
 	}
 }
+
+// TestAFilteredPageChecksTheIndexOnce: a filtered page reads the index
+// in batches of 256 IDs until the page is full. It asked the server for
+// the bucket's stream state (to wait until the index is current) before
+// every batch; it now asks once, for the first.
+func TestAFilteredPageChecksTheIndexOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ix := indexed(t, b)
+	const n = 700 // three batches of 256
+	for i := range n {
+		job := "orders"
+		if i == n-1 {
+			job = "rare"
+		}
+		id := fmt.Sprintf("t%04d", i)
+		b.put(t, streams.BucketTasks, id, spec(id, job, "10s"))
+	}
+	if _, _, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "", 1); err != nil { // loads the index
+		t.Fatal(err)
+	}
+	nc := b.srv.JS.Conn()
+	infos, err := nc.SubscribeSync("$JS.API.STREAM.INFO.KV_" + streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	page, next, err := ix.TaskPage(b.ctx, query.TaskFilter{Job: "rare"}, "", 1)
+	if err != nil || !slices.Equal(ids(page), []string{fmt.Sprintf("t%04d", n-1)}) || next != "" {
+		t.Fatalf("filtered page: %v, next %q, %v; want the one rare task", ids(page), next, err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if asked, _, err := infos.Pending(); err != nil || asked != 1 {
+		t.Fatalf("the filtered page asked for the stream's state %d times (%v); want 1", asked, err)
+	}
+}

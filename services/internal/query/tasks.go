@@ -235,8 +235,8 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit
 	}
 	out := []TaskView{}
 	cursor, listed := after, false
-	for {
-		ids, err := r.taskIDsAfter(ctx, cursor, batch)
+	for first := true; ; first = false {
+		ids, err := r.taskIDsAfter(ctx, cursor, batch, first)
 		if errors.Is(err, errIndexDown) {
 			if r.taskIndex != nil && r.IndexFallback != nil {
 				r.IndexFallback(err)
@@ -279,13 +279,13 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit
 }
 
 // taskIDsAfter returns up to n task IDs after after, sorted, from the
-// task index; errIndexDown when the reader keeps none or it cannot
-// answer.
-func (r *Reader) taskIDsAfter(ctx context.Context, after string, n int) ([]string, error) {
+// task index, checking first (check) that it is current; errIndexDown
+// when the reader keeps none or it cannot answer.
+func (r *Reader) taskIDsAfter(ctx context.Context, after string, n int, check bool) ([]string, error) {
 	if r.taskIndex == nil {
 		return nil, errIndexDown
 	}
-	return r.taskIndex.after(ctx, after, n)
+	return r.taskIndex.after(ctx, after, n, check)
 }
 
 // keysAfter returns the live keys of a bucket that sort after after,
