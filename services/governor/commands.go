@@ -239,7 +239,14 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		// schedule written by another command is a real duplicate (a copy
 		// of the one that wrote it was answered by repeatedCommand).
 		if exists {
-			if st, ok := s.loadState(ctx, id); ok && st.LastCommandID != step.CommandID {
+			// A read that failed is retried, never taken for a missing
+			// schedule: taken so (as it once was), a second creation
+			// replaced the task and reset its state.
+			st, rev, err := s.readState(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if rev != 0 && st.LastCommandID != step.CommandID {
 				return nil, reject("id", fmt.Sprintf("task %q already exists; publish task.updated to change it", id))
 			}
 		} else if strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
@@ -420,18 +427,6 @@ func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAcce
 	why := fmt.Sprintf("no change: a copy of a creation (stream sequence %d), redelivered after the task was deleted (task.deleted at sequence %d, %q): the task stays deleted",
 		step.Seq, raw.Sequence, del.CommandID)
 	return &events.TaskAccepted{ID: step.TaskID, Command: step.CommandType, CommandID: step.CommandID, Source: string(gov.SourceDeleted), Trail: []string{why}}, nil
-}
-
-func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {
-	ent, err := s.schedules.Get(ctx, id)
-	if err != nil {
-		return gov.State{}, false
-	}
-	var st gov.State
-	if json.Unmarshal(ent.Value(), &st) != nil {
-		return gov.State{}, false
-	}
-	return st, true
 }
 
 func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccepted, error) {

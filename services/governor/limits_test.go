@@ -1,13 +1,16 @@
 package governor
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -416,5 +419,70 @@ func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
 		t.Fatalf("%v messages terminated as malformed, want 1", n)
+	}
+}
+
+// failingScheduleReads is a JetStream whose flyball-schedules bucket
+// answers one read of key with a timeout, as a KV read in a leader
+// election does: the failAt-th read after failAt is stored.
+type failingScheduleReads struct {
+	jetstream.JetStream
+	key    string
+	reads  atomic.Int32
+	failAt atomic.Int32
+	failed atomic.Bool
+}
+
+func (j *failingScheduleReads) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.KeyValue(ctx, bucket)
+	if err != nil || bucket != streams.BucketSchedules {
+		return kv, err
+	}
+	return &failingGet{KeyValue: kv, j: j}, nil
+}
+
+type failingGet struct {
+	jetstream.KeyValue
+	j *failingScheduleReads
+}
+
+func (f *failingGet) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if key == f.j.key && f.j.failAt.Load() > 0 && f.j.reads.Add(1) == f.j.failAt.Load() {
+		f.j.failed.Store(true)
+		return nil, nats.ErrTimeout
+	}
+	return f.KeyValue.Get(ctx, key)
+}
+
+// TestSecondCreationIsRejectedWhenAScheduleReadFails: a task.created for
+// a task that exists is rejected ("already exists"). The check read the
+// task's schedule and took a read that failed for a missing schedule (a
+// creation interrupted between its two writes, to be finished): one KV
+// timeout at that moment accepted the second creation, which replaced
+// the spec and reset the task's state (its runs, failures, holds and
+// budget). The failed read is now retried, and the creation rejected.
+func TestSecondCreationIsRejectedWhenAScheduleReadFails(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	js := &failingScheduleReads{JetStream: srv.JS, key: "a"}
+	s := runGovernorWith(t, Config{JS: js})
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
+	first := storedState(t, s, "a")
+
+	// The creation reads the schedule twice before it is applied: to see
+	// whether it repeats the last command, then to see whether the task
+	// exists. The second read fails.
+	js.failAt.Store(2)
+	again := minuteSpec("a")
+	again.Schedule.Interval = events.Duration(2 * time.Minute)
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, "a", "create-a-again", *again)
+	if !js.failed.Load() {
+		t.Fatal("no schedule read failed: the test did not reach the check")
+	}
+	reasons := lastRejection(t, srv.JS, "a")
+	if len(reasons) != 1 || !strings.Contains(reasons[0].Rule, "already exists") {
+		t.Fatalf("second creation answered with rejection reasons %+v; want one saying the task already exists", reasons)
+	}
+	if st := storedState(t, s, "a"); !st.CreatedAt.Equal(first.CreatedAt) || st.LastCommandID != "create-a" {
+		t.Fatalf("state after the second creation: createdAt %s, last command %q; want the first creation's (%s, create-a)", st.CreatedAt, st.LastCommandID, first.CreatedAt)
 	}
 }

@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -13,6 +14,20 @@ import (
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
+
+// loadState reads a task's stored schedule state: ok is false when
+// there is none, or it cannot be read or decoded.
+func (s *Service) loadState(ctx context.Context, id string) (gov.State, bool) {
+	ent, err := s.schedules.Get(ctx, id)
+	if err != nil {
+		return gov.State{}, false
+	}
+	var st gov.State
+	if json.Unmarshal(ent.Value(), &st) != nil {
+		return gov.State{}, false
+	}
+	return st, true
+}
 
 func storedState(t *testing.T, s *Service, id string) gov.State {
 	t.Helper()
