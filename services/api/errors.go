@@ -104,10 +104,11 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // intParam parses an optional integer query parameter in [lo, hi].
 func intParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi int) (int, bool) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
+	q := r.URL.Query()
+	if !q.Has(name) {
 		return def, true
 	}
+	v := q.Get(name) // given empty ("?limit="): refused, not the default
 	n, err := strconv.Atoi(v)
 	if err != nil || n < lo || n > hi {
 		writeError(w, http.StatusBadRequest, name, fmt.Sprintf("must be an integer in [%d, %d], got %q", lo, hi, v))
@@ -119,10 +120,11 @@ func intParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi i
 // seqParam reads the stream-sequence cursor name (zero when absent),
 // answering 400 itself.
 func seqParam(w http.ResponseWriter, r *http.Request, name string) (uint64, bool) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
+	q := r.URL.Query()
+	if !q.Has(name) {
 		return 0, true
 	}
+	v := q.Get(name) // given empty: refused, not the first page
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || n == 0 {
 		writeError(w, http.StatusBadRequest, name, fmt.Sprintf("must be a stream sequence (a positive integer, the \"next\" of the page before), got %q", v))

@@ -47,6 +47,21 @@ func TestAnIdempotencyKeyMakesARetryOneCommand(t *testing.T) {
 		t.Fatalf("TASKS holds %d task.hinted, want 2 (one per key)", n)
 	}
 
+	// A dead letter's retry names its entry in the path only: the same
+	// key on two entries is two commands.
+	putDeadLetter(t, b.js, "web", 1)
+	putDeadLetter(t, b.js, "web", 2)
+	d1 := keyed(http.MethodPost, "/api/v1/deadletter/1/retry", "retry-web", "")
+	expect(t, "retry of entry 1", d1, http.StatusAccepted, "")
+	d2 := keyed(http.MethodPost, "/api/v1/deadletter/2/retry", "retry-web", "")
+	expect(t, "retry of entry 2 with the same key", d2, http.StatusAccepted, "")
+	if d1.str("commandId") == d2.str("commandId") {
+		t.Fatalf("the retries of entries 1 and 2 under one key are one command %q: %s", d1.str("commandId"), d2.raw)
+	}
+	if n := len(natstest.Read(t, b.js, streams.StreamTasks, "flyball.task.requeued.web")); n != 2 {
+		t.Fatalf("TASKS holds %d task.requeued, want 2 (one per entry)", n)
+	}
+
 	for _, bad := range []string{strings.Repeat("k", 201), "has space", ""} {
 		h := http.Header{}
 		h.Set("Authorization", "Bearer "+token)

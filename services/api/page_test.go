@@ -139,6 +139,13 @@ func TestBadCursorsAreRefused(t *testing.T) {
 		{"/api/v1/tasks/web/runs?before=abc", "before", `got "abc"`},
 		{"/api/v1/deadletter?before=1.5", "before", `got "1.5"`},
 		{"/api/v1/deadletter?task=web&before=18446744073709551616", "before", `must be a stream sequence`},
+		// Given empty: refused, not taken for absent (a first page, every
+		// task's dead letters, the default).
+		{"/api/v1/tasks?after=", "after", `must be a task id`},
+		{"/api/v1/tasks?limit=", "limit", `must be an integer in [1, 1000], got ""`},
+		{"/api/v1/deadletter?task=", "task", `must be a task id`},
+		{"/api/v1/deadletter?before=", "before", `got ""`},
+		{"/api/v1/scheduler/health?staleness=", "staleness", `must be an integer`},
 	} {
 		r := b.call(t, http.MethodGet, c.path, "")
 		expect(t, "GET "+c.path, r, http.StatusBadRequest, c.field)

@@ -126,7 +126,10 @@ func idempotentID(w http.ResponseWriter, r *http.Request, verb events.Verb, id s
 		body = *b
 	}
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(verb.Type()), []byte(id), []byte(r.URL.RawQuery), []byte(key), body} {
+	// The path too: a dead letter's retry names its entry there, not in
+	// id (the task's), and two entries' retries under one key were one
+	// command, the second answered with the first's verdict.
+	for _, part := range [][]byte{[]byte(verb.Type()), []byte(id), []byte(r.URL.Path), []byte(r.URL.RawQuery), []byte(key), body} {
 		_ = binary.Write(h, binary.BigEndian, uint64(len(part)))
 		h.Write(part)
 	}
@@ -365,7 +368,7 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after := r.URL.Query().Get("after")
-	if after != "" && !events.ValidToken(after) {
+	if r.URL.Query().Has("after") && !events.ValidToken(after) { // "?after=" too: not the first page
 		writeError(w, http.StatusBadRequest, "after", fmt.Sprintf("must be a task id (1-%d characters of [A-Za-z0-9_-], the \"next\" of the page before), got %q", events.MaxIDLength, after))
 		return
 	}

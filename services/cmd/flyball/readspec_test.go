@@ -19,6 +19,8 @@ func TestReadSpecTakesOneYAMLDocument(t *testing.T) {
 		{"a --- inside a block scalar", strings.Replace(one, "id: multi-a\n", "id: multi-a\njob: |\n  ---\n  not a document\n", 1), ""},
 		{"two tasks", one + "---\n" + strings.Replace(one, "multi-a", "multi-b", 1), "stdin: holds 2 YAML documents; want one task per file"},
 		{"broken YAML after a ---", one + "---\n: : [\n", "stdin: not valid YAML"},
+		// Cut at 4 MiB inside the comment, it parsed without its labels.
+		{"over 4 MiB", one + "#" + strings.Repeat("x", 4<<20) + "\nlabels: {team: a}\n", "stdin: more than 4 MiB"},
 	} {
 		spec, err := readSpec("-", strings.NewReader(c.doc))
 		switch {

@@ -110,8 +110,11 @@ type targetBehaviour struct {
 }
 
 func (b *targetBehaviour) validate() error {
-	if b.Status < 100 || b.Status > 999 {
-		return fmt.Errorf("status: want 100-999, got %d", b.Status)
+	// Not a 1xx: net/http sends one as an informational answer and the
+	// body after it with a 200, so callers would see 200 while
+	// /requests recorded the 1xx.
+	if b.Status < 200 || b.Status > 999 {
+		return fmt.Errorf("status: want 200-999 (a 1xx is an informational answer, which the server follows with a 200), got %d", b.Status)
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func TestTargetLatency(t *testing.T) {
 func TestTargetRejectsBadControl(t *testing.T) {
 	t.Parallel()
 	srv := newTestTarget(t, 100)
-	for _, body := range []string{`{"latency":"soon"}`, `{"status":42}`, `{"colour":"red"}`, `not json`} {
+	for _, body := range []string{`{"latency":"soon"}`, `{"status":42}`, `{"status":103}`, `{"colour":"red"}`, `not json`} {
 		if code := targetControlPost(t, srv, body); code != http.StatusBadRequest {
 			t.Errorf("POST /control %s = %d, want 400", body, code)
 		}

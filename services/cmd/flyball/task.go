@@ -87,6 +87,10 @@ Otherwise it publishes task.%s and waits for the governor's answer: it prints
 	return cmd
 }
 
+// maxStdinSpec bounds a task spec read from stdin, which may be a stream
+// that never ends.
+const maxStdinSpec = 4 << 20
+
 // readSpec reads, strictly decodes and validates a task spec file.
 func readSpec(path string, stdin io.Reader) (events.TaskSpec, error) {
 	var (
@@ -95,7 +99,13 @@ func readSpec(path string, stdin io.Reader) (events.TaskSpec, error) {
 	)
 	if path == "-" {
 		path = "stdin"
-		b, err = io.ReadAll(io.LimitReader(stdin, 4<<20))
+		// One byte past the limit tells a spec cut off from one that
+		// fits: cut, the rest of it was dropped without a word (a spec
+		// cut inside a comment still parsed, without what followed).
+		b, err = io.ReadAll(io.LimitReader(stdin, maxStdinSpec+1))
+		if err == nil && len(b) > maxStdinSpec {
+			return events.TaskSpec{}, fmt.Errorf("stdin: more than %d MiB; a task spec is far smaller (give -f its file instead of -)", maxStdinSpec>>20)
+		}
 	} else {
 		b, err = os.ReadFile(path)
 	}
