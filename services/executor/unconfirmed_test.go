@@ -41,6 +41,24 @@ type lostAck struct{ jetstream.PubAckFuture }
 func (lostAck) Ok() <-chan *jetstream.PubAck { return nil }
 func (lostAck) Err() <-chan error            { return nil }
 
+// givenUpFirstEvent starts an executor whose run-event acks are lost
+// (lossy.lose, set), with maxAttempts, dispatches the fixture's task and
+// waits until the outbox gives up on the first call's event.
+func givenUpFirstEvent(t *testing.T, target *attemptTarget, maxAttempts int) (*attemptsFixture, *lostRunAcks) {
+	t.Helper()
+	lossy := &lostRunAcks{}
+	lossy.lose.Store(true)
+	f := newTunedAttemptsFixture(t, target, maxAttempts, 0, 0, func(s *Service) {
+		lossy.JetStream = s.cfg.JS
+		s.cfg.JS = lossy
+		s.outRound, s.outBudget = 200*time.Millisecond, time.Second
+	})
+	abandoned := f.ex.cfg.Metrics.OutboxAbandoned
+	f.dispatch(t)
+	natstest.Eventually(t, 20*time.Second, "the outbox giving up on the run event", func() bool { return testutil.ToFloat64(abandoned) >= 1 })
+	return f, lossy
+}
+
 // TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain: the target
 // is called, and every ack of its run event's publishes is lost (the
 // event is stored), until the outbox gives up and the dispatch is nakked.
@@ -76,16 +94,7 @@ func TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			target := newAttemptTarget(t, tt.given...)
-			lossy := &lostRunAcks{}
-			lossy.lose.Store(true)
-			f := newTunedAttemptsFixture(t, target, 3, 0, 0, func(s *Service) {
-				lossy.JetStream = s.cfg.JS
-				s.cfg.JS = lossy
-				s.outRound, s.outBudget = 200*time.Millisecond, time.Second
-			})
-			abandoned := f.ex.cfg.Metrics.OutboxAbandoned
-			f.dispatch(t)
-			natstest.Eventually(t, 20*time.Second, "the outbox giving up on the run event", func() bool { return testutil.ToFloat64(abandoned) >= 1 })
+			f, lossy := givenUpFirstEvent(t, target, 3)
 			lossy.lose.Store(false)
 			natstest.Eventually(t, 20*time.Second, "the dispatch acked", func() bool {
 				info := f.dispatchInfo(t)
@@ -153,18 +162,9 @@ func TestUnconfirmedIsBounded(t *testing.T) {
 func TestGivenUpRunEventIsNotPublishedAgainOverLaterAttempts(t *testing.T) {
 	t.Parallel()
 	target := newAttemptTarget(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable)
-	lossy := &lostRunAcks{}
-	lossy.lose.Store(true)
-	f := newTunedAttemptsFixture(t, target, 4, 0, 0, func(s *Service) {
-		lossy.JetStream = s.cfg.JS
-		s.cfg.JS = lossy
-		s.outRound, s.outBudget = 200*time.Millisecond, time.Second
-	})
-	abandoned := f.ex.cfg.Metrics.OutboxAbandoned
-	f.dispatch(t)
 	// The give-up naks the dispatch for a second: the other executor's
 	// record is written within it.
-	natstest.Eventually(t, 20*time.Second, "the outbox giving up on the run event", func() bool { return testutil.ToFloat64(abandoned) >= 1 })
+	f, lossy := givenUpFirstEvent(t, target, 4)
 	runs := f.stored(t)
 	if len(runs) != 1 {
 		t.Fatalf("RUNS holds %v; want attempt 1's failure", runs)

@@ -25,6 +25,25 @@ func indexed(t *testing.T, b *bundle) *query.Reader {
 	return r
 }
 
+// recordFallbacks makes ix record why its pages listed the keys instead
+// of answering from its index, and returns the reasons recorded so far.
+func recordFallbacks(ix *query.Reader) func() []error {
+	var (
+		mu        sync.Mutex
+		fallbacks []error
+	)
+	ix.IndexFallback = func(reason error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fallbacks = append(fallbacks, reason)
+	}
+	return func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(fallbacks)
+	}
+}
+
 // ids returns the IDs of a page.
 func ids(page []query.TaskView) []string {
 	out := []string{}
@@ -140,20 +159,7 @@ func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ix := indexed(t, b)
-	var (
-		mu        sync.Mutex
-		fallbacks []error
-	)
-	ix.IndexFallback = func(reason error) {
-		mu.Lock()
-		defer mu.Unlock()
-		fallbacks = append(fallbacks, reason)
-	}
-	fellBack := func() []error {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(fallbacks)
-	}
+	fellBack := recordFallbacks(ix)
 	for _, id := range []string{"a", "b", "c"} {
 		b.put(t, streams.BucketTasks, id, spec(id, "orders", "10s"))
 	}
@@ -214,15 +220,7 @@ func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ix := indexed(t, b)
-	var (
-		mu        sync.Mutex
-		fallbacks []error
-	)
-	ix.IndexFallback = func(reason error) {
-		mu.Lock()
-		defer mu.Unlock()
-		fallbacks = append(fallbacks, reason)
-	}
+	fellBack := recordFallbacks(ix)
 	// Enough keys that the load is still running when the test, which
 	// polls for its consumer, pauses it.
 	const n = 20000
@@ -274,10 +272,7 @@ func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 	if r.err != nil || !slices.Equal(ids(r.page), []string{"t00000", "t00001", "t00002"}) || r.next != "t00002" {
 		t.Fatalf("page while the load stalled: %v, next %q, %v; want the first three tasks", ids(r.page), r.next, r.err)
 	}
-	mu.Lock()
-	got := slices.Clone(fallbacks)
-	mu.Unlock()
-	if len(got) != 1 || !strings.Contains(got[0].Error(), "applied nothing") {
+	if got := fellBack(); len(got) != 1 || !strings.Contains(got[0].Error(), "applied nothing") {
 		t.Fatalf("fallbacks reported %v; want one, saying the watch applied nothing", got)
 	}
 	// The next page loads the index again, on a new consumer.
