@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"slices"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -73,7 +74,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		p.restartAdaptive()
 	case KindOutcome:
 		o := in.Outcome
-		if o == nil || (o.DispatchID != "" && o.DispatchID == st.LastDispatchID) || outdated(o, st) || OtherTask(o.TaskCreatedAt, st) {
+		if o == nil || Applied(o.DispatchID, st) || outdated(o, st) || OtherTask(o.TaskCreatedAt, st) {
 			return ignored()
 		}
 		p.applyOutcome(o)
@@ -156,9 +157,27 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 // the run twice (runs, budget) and replaced the newer run's result (a
 // failure redelivered after a success put the task back into backoff).
 // A run planned before a slot in flight (a run-now hint while the slot
-// was held) runs after that slot, so it ends after it and still counts.
+// was held) runs after that slot, so it ends after it and still counts;
+// and a run still in flight when a later slot began (one planned by a
+// run-now hint or a requeue) ends after that slot: its outcome, once
+// applied, is kept in RecentDispatchIDs so that its redelivery after the
+// later slot's outcome is not taken for a first delivery.
 func outdated(o *Outcome, st State) bool {
 	return !o.FinishedAt.IsZero() && o.FinishedAt.Before(st.LastScheduledAt)
+}
+
+// MaxRecentDispatchIDs bounds State.RecentDispatchIDs. A redelivery comes
+// an AckWait after its first delivery; an entry is needed only until the
+// outcome of a slot planned after its run ended is applied (then the
+// outdated check catches it), so it covers that many runs overlapping
+// each other.
+const MaxRecentDispatchIDs = 3
+
+// Applied reports an outcome of dispatch id whose outcome st applied
+// already: the last one, or one of the recent ones whose redelivery the
+// outdated check would not catch. An empty id is never a duplicate.
+func Applied(id string, st State) bool {
+	return id != "" && (id == st.LastDispatchID || slices.Contains(st.RecentDispatchIDs, id))
 }
 
 // CreatedAt is the createdAt of a task whose creation Decide applies at
@@ -188,6 +207,7 @@ func OtherCreatedAt(a, b time.Time) bool {
 // applyOutcome records the final outcome of a run.
 func (p *planner) applyOutcome(o *Outcome) {
 	s := &p.s
+	p.rememberLast(o)
 	s.LastDispatchID = o.DispatchID
 	s.LastOutcome = o.Result
 	if o.ScheduledAt.After(s.LastScheduledAt) {
@@ -231,6 +251,41 @@ func (p *planner) applyOutcome(o *Outcome) {
 	if ran {
 		p.observe(o)
 	}
+}
+
+// rememberLast keeps the dispatch applied last in RecentDispatchIDs when
+// o replaces it and the outdated check would not catch its redelivery:
+// its run ended at or after the slot that is the anchor once o is applied
+// (the two runs overlapped), or its end is not recorded (a skip, or no
+// outcome result). A run that ended before that slot, the usual case, is
+// not kept, so the state of a task whose runs never overlap does not grow.
+// The list is a new slice: Decide never modifies the state it is given.
+func (p *planner) rememberLast(o *Outcome) {
+	s := &p.s
+	if s.LastDispatchID == "" || s.LastDispatchID == o.DispatchID {
+		return
+	}
+	var end time.Time
+	switch s.LastOutcome {
+	case "succeeded":
+		end = s.LastSuccessAt
+	case "failed":
+		end = s.LastFailureAt
+	}
+	if !end.IsZero() && end.Before(maxTime(s.LastScheduledAt, o.ScheduledAt)) {
+		return
+	}
+	ids := make([]string, 0, MaxRecentDispatchIDs)
+	ids = append(ids, s.LastDispatchID)
+	for _, id := range s.RecentDispatchIDs {
+		if len(ids) == MaxRecentDispatchIDs {
+			break
+		}
+		if id != s.LastDispatchID && id != o.DispatchID {
+			ids = append(ids, id)
+		}
+	}
+	s.RecentDispatchIDs = ids
 }
 
 // restartAdaptive drops the adaptive interval on a spec update. It is a

@@ -142,6 +142,7 @@ func fmtT(t time.Time) string {
 func cloneState(s governor.State) governor.State {
 	c := s
 	c.Trail = slices.Clone(s.Trail)
+	c.RecentDispatchIDs = slices.Clone(s.RecentDispatchIDs)
 	if s.IntervalHint != nil {
 		h := *s.IntervalHint
 		c.IntervalHint = &h
@@ -1075,6 +1076,57 @@ func TestDecideRedeliveredOlderOutcomeIsIgnored(t *testing.T) {
 	y.Outcome.FinishedAt = t0.Add(time.Minute + 300*time.Millisecond)
 	if d := governor.Decide(t0.Add(time.Minute+time.Second), spec, before, y); d.Ignored || d.State.Failures != 1 || d.State.Runs != before.Runs+1 {
 		t.Errorf("outcome of a run that ended after the last slot: ignored %v, failures %d, runs %d", d.Ignored, d.State.Failures, d.State.Runs)
+	}
+}
+
+// Two runs of one task overlap when a run-now hint or a requeue plans a
+// slot S2 while the run of slot S1 is still in flight, and S1's run ends
+// after S2 began. S1's outcome X is applied, its ack is lost, S2's outcome
+// is applied, and X comes again an AckWait later: it is no longer the last
+// dispatch applied, and it ended after the last slot applied began, so
+// neither check caught it and it was applied a second time (runs and
+// budget counted twice; a stale success cleared S2's dead letter).
+func TestDecideRedeliveredOverlappingOutcomeIsIgnored(t *testing.T) {
+	spec := withBudget(intervalSpec(time.Minute), 10000)
+	s1, s2 := t0, t0.Add(time.Second)
+	x := outcome("succeeded", s1)
+	x.Outcome.FinishedAt = s1.Add(5 * time.Second) // after S2 began
+	for _, tc := range []struct {
+		name       string
+		deadLetter string
+	}{
+		{"S2 failed", ""},
+		{"S2 dead-lettered", "max attempts reached"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := governor.Decide(s1.Add(5*time.Second), spec, ran(t0.Add(-time.Minute)), x)
+			if d.Ignored || d.State.Runs != 2 {
+				t.Fatalf("first delivery of X: ignored %v, runs %d", d.Ignored, d.State.Runs)
+			}
+			y := outcome("failed", s2)
+			y.Outcome.FinishedAt = s2.Add(5 * time.Second)
+			y.Outcome.DeadLetterReason = tc.deadLetter
+			d = governor.Decide(s2.Add(5*time.Second), spec, d.State, y)
+			if d.Ignored || d.State.Runs != 3 || d.State.Failures != 1 {
+				t.Fatalf("S2's outcome: ignored %v, runs %d, failures %d", d.Ignored, d.State.Runs, d.State.Failures)
+			}
+			if tc.deadLetter != "" && d.State.DeadLetter == nil {
+				t.Fatal("S2's final failure: no dead-letter hold")
+			}
+			before := cloneState(d.State)
+			r := governor.Decide(s1.Add(35*time.Second), spec, d.State, x) // X again, an AckWait later
+			if !r.Ignored || r.State.Runs != before.Runs {
+				t.Errorf("redelivered X applied again: ignored %v, runs %d → %d, failures %d → %d, budget %v → %v, dead letter %v → %v",
+					r.Ignored, before.Runs, r.State.Runs, before.Failures, r.State.Failures,
+					before.Budget.Counts[10], r.State.Budget.Counts[10], before.DeadLetter != nil, r.State.DeadLetter != nil)
+			}
+			if tc.deadLetter != "" && r.State.DeadLetter == nil {
+				t.Errorf("the stale success cleared the dead-letter hold of S2")
+			}
+			if !reflect.DeepEqual(r.State, before) {
+				t.Errorf("state changed:\n got %+v\nwant %+v", r.State, before)
+			}
+		})
 	}
 }
 

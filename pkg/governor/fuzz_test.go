@@ -171,6 +171,9 @@ func FuzzDecide(f *testing.F) {
 		case 4: // centuries back: durations saturate
 			st.LastScheduledAt = time.Date(2, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(mod(lastOff, 1800*365*24*3600)) * time.Second)
 		}
+		if lastMode/5%2 == 1 { // runs overlapped: earlier dispatches applied
+			st.RecentDispatchIDs = []string{"t:recent", "t:older"}
+		}
 		hintInterval := max(time.Duration(hintIv&math.MaxInt64), 1) // 1ns to the largest duration
 		if hintMode&1 != 0 {
 			st.IntervalHint = &governor.IntervalHint{Interval: hintInterval, ExpiresAt: now.Add(ms(signed(hintTTL, 2*hour)))}
@@ -231,8 +234,13 @@ func FuzzDecide(f *testing.F) {
 		case 2, 3, 4:
 			slot := now.Add(ms(signed(pauseOff, 2*hour)))
 			id := events.DispatchID("t", slot)
-			if (kind/12)%4 == 0 {
+			switch (kind / 12) % 4 {
+			case 0:
 				id = st.LastDispatchID // a redelivery
+			case 1:
+				if len(st.RecentDispatchIDs) > 0 {
+					id = st.RecentDispatchIDs[0] // a redelivery after later outcomes
+				}
 			}
 			in = governor.Input{Kind: governor.KindOutcome, Outcome: &governor.Outcome{
 				DispatchID: id, ScheduledAt: slot, Result: []string{"succeeded", "failed", "skipped"}[kind%12-2], FinishedAt: now,
@@ -298,6 +306,9 @@ func FuzzDecide(f *testing.F) {
 				t.Fatalf("applied a %s of another task of the same ID (created %s, this one %s)", in.Kind, fmtT(created), fmtT(st.CreatedAt))
 			}
 		}
+		if o := in.Outcome; o != nil && governor.Applied(o.DispatchID, st) && !d.Ignored {
+			t.Fatalf("applied outcome %s again (last %s, recent %q)", o.DispatchID, st.LastDispatchID, st.RecentDispatchIDs)
+		}
 		if d.Ignored {
 			switch in.Kind {
 			case governor.KindOutcome, governor.KindDeadLettered, governor.KindBreaker:
@@ -310,6 +321,12 @@ func FuzzDecide(f *testing.F) {
 			return
 		}
 		s := d.State
+		if len(s.RecentDispatchIDs) > governor.MaxRecentDispatchIDs {
+			t.Fatalf("%d recent dispatches kept, over %d", len(s.RecentDispatchIDs), governor.MaxRecentDispatchIDs)
+		}
+		if o := in.Outcome; o != nil && o.DispatchID != "" && !governor.Decide(now, spec, s, in).Ignored {
+			t.Fatalf("outcome %s, delivered again at once, applied again", o.DispatchID)
+		}
 		if !s.NextRunAt.Equal(d.NextRunAt) || s.Source != d.Source || !reflect.DeepEqual(s.Trail, d.Trail) {
 			t.Fatalf("State does not mirror the Decision: %+v", d)
 		}

@@ -40,10 +40,20 @@ type State struct {
 	LastScheduledAt time.Time `json:"lastScheduledAt,omitzero"`
 	// LastDispatchID is the dispatch whose outcome was applied last; a
 	// redelivered outcome with the same ID is ignored.
-	LastDispatchID string    `json:"lastDispatchId,omitempty"`
-	LastOutcome    string    `json:"lastOutcome,omitempty"`
-	LastSuccessAt  time.Time `json:"lastSuccessAt,omitzero"`
-	LastFailureAt  time.Time `json:"lastFailureAt,omitzero"`
+	LastDispatchID string `json:"lastDispatchId,omitempty"`
+	// RecentDispatchIDs are dispatches applied before LastDispatchID,
+	// newest first, at most MaxRecentDispatchIDs, whose outcomes the
+	// outdated check (a finish before LastScheduledAt) would not tell
+	// from a first delivery: runs that ended at or after the slot applied
+	// after them began (two runs of the task overlapped: a run-now hint
+	// or a requeue planned a slot while a run was in flight), or whose
+	// end the state does not record (a skip). A redelivered outcome of
+	// one of them is ignored. It is empty for a task whose runs never
+	// overlapped, and absent from states written before 2026-11-30.
+	RecentDispatchIDs []string  `json:"recentDispatchIds,omitempty"`
+	LastOutcome       string    `json:"lastOutcome,omitempty"`
+	LastSuccessAt     time.Time `json:"lastSuccessAt,omitzero"`
+	LastFailureAt     time.Time `json:"lastFailureAt,omitzero"`
 
 	// Paused is set while the task is paused; PausedUntil is its end, or
 	// zero for an indefinite pause.

@@ -27,6 +27,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 	}
 	w.TimeOmitZero(`,"lastScheduledAt":`, s.LastScheduledAt)
 	w.Str(`,"lastDispatchId":`, s.LastDispatchID)
+	w.Strings(`,"recentDispatchIds":`, s.RecentDispatchIDs)
 	w.Str(`,"lastOutcome":`, s.LastOutcome)
 	w.TimeOmitZero(`,"lastSuccessAt":`, s.LastSuccessAt)
 	w.TimeOmitZero(`,"lastFailureAt":`, s.LastFailureAt)

@@ -27,8 +27,8 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 	full := State{
 		TaskID: "t1", NextRunAt: t0, Source: SourceBaselineInterval, Trail: []string{"a", "b <c> & \"d\""},
 		DecidedAt: t0, CreatedAt: t0.In(zone), Input: KindOutcome, Failures: -2, Runs: 1 << 63,
-		LastScheduledAt: t0, LastDispatchID: "t1:1", LastOutcome: "succeeded", LastSuccessAt: t0, LastFailureAt: t0,
-		Paused: true, PausedUntil: t0, PauseReason: "maintenance\n\t\u2028é\xff",
+		LastScheduledAt: t0, LastDispatchID: "t1:1", RecentDispatchIDs: []string{"t1:0", "t\"<>"}, LastOutcome: "succeeded",
+		LastSuccessAt: t0, LastFailureAt: t0, Paused: true, PausedUntil: t0, PauseReason: "maintenance\n\t\u2028é\xff",
 		IntervalHint:  &IntervalHint{Interval: time.Second, ExpiresAt: t0},
 		OneShotHint:   &OneShotHint{Reason: "r"},
 		LastCommandID: "c", LastCommandSeq: 1<<64 - 1, LastBreakerSeq: 7, Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
@@ -43,6 +43,7 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 		"dead letter bare": {DeadLetter: &DeadLetterHold{}},
 		"budget hour":      {Budget: RunLedger{Hour: 12}},
 		"empty trail":      {Trail: []string{}},
+		"empty recent":     {RecentDispatchIDs: []string{}},
 		"year 10000":       {NextRunAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"hint year -1":     {IntervalHint: &IntervalHint{ExpiresAt: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)}},
 	} {
@@ -96,6 +97,9 @@ func FuzzStateAppendJSON(f *testing.F) {
 		}
 		for range flags >> 8 % 4 {
 			s.Trail = append(s.Trail, in.str())
+		}
+		for range flags >> 10 % 4 {
+			s.RecentDispatchIDs = append(s.RecentDispatchIDs, in.str())
 		}
 		if flags&4 != 0 {
 			s.IntervalHint = &IntervalHint{Interval: time.Duration(in.u64()), ExpiresAt: in.time(), Reason: in.str()}

@@ -214,8 +214,9 @@ func TestTheStoredSpecNamesItsTasksCreatedAt(t *testing.T) {
 // TestReplaySaysWhyARepeatedOutcomeChangedNothing: flyball explain lists
 // every input that changed nothing with the reason. A second outcome of
 // the slot last applied (a redelivery, or the executor's run.skipped of
-// the slot dispatched again after it ran) and an outcome of a run that
-// finished before the last slot began read differently.
+// the slot dispatched again after it ran), an outcome of a run that
+// finished before the last slot began, and a redelivered outcome of a run
+// that overlapped the last slot read differently.
 func TestReplaySaysWhyARepeatedOutcomeChangedNothing(t *testing.T) {
 	spec := minuteSpec("r")
 	t1 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
@@ -229,14 +230,19 @@ func TestReplaySaysWhyARepeatedOutcomeChangedNothing(t *testing.T) {
 		outcome(t1, "succeeded", t1.Add(time.Second)),
 		outcome(t1, "skipped", t1.Add(3*time.Minute)),
 		outcome(t1.Add(-time.Minute), "succeeded", t1.Add(-50*time.Second)),
+		// A run-now slot a second after t1, while t1's run was in flight:
+		// t1's outcome, redelivered after it, ended as it began.
+		outcome(t1.Add(time.Second), "failed", t1.Add(4*time.Second)),
+		outcome(t1, "succeeded", t1.Add(time.Second)),
 	}
 	entries := Replay(steps, func(int) (bool, bool) { return true, true })
-	if len(entries) != 4 || entries[1].Decision.Ignored {
-		t.Fatalf("entries %+v: want 4, the first outcome applied", entries)
+	if len(entries) != 6 || entries[1].Decision.Ignored || entries[4].Decision.Ignored {
+		t.Fatalf("entries %+v: want 6, the first outcome and the run-now slot's applied", entries)
 	}
 	for i, want := range map[int]string{
 		2: "the slot's outcome is applied already",
 		3: "the run finished before the slot of 2026-11-27T06:00:00Z began",
+		5: "the slot's outcome was applied before the outcome of r:1795759201000 (this one is a redelivery after later outcomes",
 	} {
 		if e := entries[i]; !e.Decision.Ignored || !strings.Contains(e.NoChange, want) {
 			t.Errorf("entry %d: ignored %v, %q; want it ignored, saying %q", i, e.Decision.Ignored, e.NoChange, want)

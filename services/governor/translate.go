@@ -483,6 +483,8 @@ func noChange(st *gov.State, in gov.Input) string {
 			return otherTask(o.TaskCreatedAt, st)
 		case o.DispatchID != "" && o.DispatchID == st.LastDispatchID:
 			return "no change: the slot's outcome is applied already (this one is a redelivery, or the executor's skip of the slot dispatched again after it ran)"
+		case gov.Applied(o.DispatchID, *st):
+			return "no change: the slot's outcome was applied before the outcome of " + st.LastDispatchID + " (this one is a redelivery after later outcomes, of a run that overlapped a later one)"
 		}
 		return "no change: the run finished before the slot of " + st.LastScheduledAt.UTC().Format(time.RFC3339Nano) + " began (a redelivery after later outcomes)"
 	case gov.KindDeadLettered:

@@ -236,6 +236,9 @@ func randomState(r *rand.Rand) gov.State {
 	st.Failures, st.Runs = r.IntN(10), uint64(r.IntN(1000))
 	st.LastScheduledAt, st.LastSuccessAt, st.LastFailureAt = randomTime(r), randomTime(r), randomTime(r)
 	st.LastDispatchID, st.LastOutcome = randomString(r), randomString(r)
+	for range r.IntN(4) {
+		st.RecentDispatchIDs = append(st.RecentDispatchIDs, randomString(r))
+	}
 	st.Paused = r.IntN(2) == 0
 	st.PausedUntil, st.PauseReason = randomTime(r), randomString(r)
 	if maybe() {
