@@ -1224,21 +1224,25 @@ func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outc
 		s.nak(m, time.Second, err)
 		return false
 	}
-	s.publishThenSettle(m, run.DispatchID, run.Attempt, msg, hold, settled)
+	called := 0 // a skip, or a give-up (giveUp): no call made
+	if !run.StartedAt.IsZero() {
+		called = run.Attempt
+	}
+	s.publishThenSettle(m, run.DispatchID, called, msg, hold, settled)
 	return true
 }
 
-// publishThenSettle queues msg, the run event of m's attempt (0: no
-// call, a skip), in the outbox, and settles m once it is stored
-// (settleAfter).
-func (s *Service) publishThenSettle(m jetstream.Msg, dispatchID string, attempt int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
+// publishThenSettle queues msg, the run event of m, in the outbox, and
+// settles m once it is stored (settleAfter). called is the attempt whose
+// call the event reports, 0 when it reports none.
+func (s *Service) publishThenSettle(m jetstream.Msg, dispatchID string, called int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
 	s.out.publish(msg, hold, func(err error) {
 		if err == nil {
 			settled(m)
 			return
 		}
 		if errors.Is(err, errUnconfirmed) {
-			s.remember(m, dispatchID, attempt, msg, hold, settled) // before the nak: the redelivery finds it
+			s.remember(m, dispatchID, called, msg, hold, settled) // before the nak: the redelivery finds it
 		}
 		s.nak(m, time.Second, err)
 	})

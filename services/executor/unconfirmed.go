@@ -40,9 +40,10 @@ const (
 // once stored (settleAfter).
 type unconfirmedRun struct {
 	dispatchID string
-	// attempt is the attempt the event reports, 0 for a run that made
-	// no call (a skip).
-	attempt int
+	// called is the attempt whose call the event reports, 0 for one
+	// that reports no call (a skip, a give-up): its settle records
+	// nothing past what the record held.
+	called  int
 	msg     *nats.Msg
 	hold    time.Duration
 	settled func(jetstream.Msg)
@@ -105,13 +106,13 @@ func (u *unconfirmed) drop(seq uint64) {
 
 // remember keeps the event the outbox gave up on for m's redelivery
 // (replay). Not on m's last delivery: none follows.
-func (s *Service) remember(m jetstream.Msg, dispatchID string, attempt int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
+func (s *Service) remember(m jetstream.Msg, dispatchID string, called int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
 	md, err := m.Metadata()
 	if err != nil || (s.maxDeliver > 0 && int(md.NumDelivered) >= s.maxDeliver) {
 		return
 	}
 	s.unconfirmed.put(md.Sequence.Stream, &unconfirmedRun{
-		dispatchID: dispatchID, attempt: attempt, msg: msg, hold: hold, settled: settled, expires: time.Now().Add(unconfirmedTTL),
+		dispatchID: dispatchID, called: called, msg: msg, hold: hold, settled: settled, expires: time.Now().Add(unconfirmedTTL),
 	})
 }
 
@@ -140,22 +141,22 @@ func (s *Service) replay(ctx context.Context, m jetstream.Msg, md *jetstream.Msg
 	if r == nil {
 		return false
 	}
-	if r.attempt > 0 {
+	if r.called > 0 {
 		prior, found, err := s.readAttempt(ctx, d)
 		if err != nil {
 			s.unconfirmed.put(md.Sequence.Stream, r) // for the next redelivery
 			s.nak(m, time.Second, err)
 			return true
 		}
-		if found && (prior.Outcome != "" || prior.Attempts >= r.attempt) {
+		if found && (prior.Outcome != "" || prior.Attempts >= r.called) {
 			s.log.Warn("dispatch redelivered after its run event was not confirmed stored, but another delivery went on since; not publishing the event again",
-				"dispatch", d.DispatchID, "delivery", md.NumDelivered, "event_attempt", r.attempt, "recorded_attempts", prior.Attempts, "recorded_outcome", prior.Outcome)
+				"dispatch", d.DispatchID, "delivery", md.NumDelivered, "event_attempt", r.called, "recorded_attempts", prior.Attempts, "recorded_outcome", prior.Outcome)
 			return false
 		}
 	}
 	s.log.Warn("dispatch redelivered after its run event was not confirmed stored; publishing the event again instead of calling the target",
 		"dispatch", d.DispatchID, "delivery", md.NumDelivered)
 	s.waitBegin(m, arrived) // until its settle, through the outbox
-	s.publishThenSettle(m, d.DispatchID, r.attempt, r.msg, r.hold, r.settled)
+	s.publishThenSettle(m, d.DispatchID, r.called, r.msg, r.hold, r.settled)
 	return true
 }
