@@ -47,8 +47,9 @@ func (s *Service) listRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) listDeadLetters(w http.ResponseWriter, r *http.Request) {
-	task, filtered := r.URL.Query().Get("task"), r.URL.Query().Has("task")
-	if filtered && !events.ValidToken(task) { // "?task=" too: not every task's entries
+	q := r.URL.Query()
+	task := q.Get("task")
+	if q.Has("task") && !events.ValidToken(task) { // "?task=" too: not every task's entries
 		writeError(w, http.StatusBadRequest, "task", fmt.Sprintf("must be a task id (1-%d characters of [A-Za-z0-9_-]), got %q", events.MaxIDLength, task))
 		return
 	}

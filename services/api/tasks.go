@@ -358,7 +358,8 @@ func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
-	labels, err := query.ParseLabels(r.URL.Query()["label"])
+	q := r.URL.Query()
+	labels, err := query.ParseLabels(q["label"])
 	if err != nil {
 		writeInvalid(w, err)
 		return
@@ -367,12 +368,12 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	after := r.URL.Query().Get("after")
-	if r.URL.Query().Has("after") && !events.ValidToken(after) { // "?after=" too: not the first page
+	after := q.Get("after")
+	if q.Has("after") && !events.ValidToken(after) { // "?after=" too: not the first page
 		writeError(w, http.StatusBadRequest, "after", fmt.Sprintf("must be a task id (1-%d characters of [A-Za-z0-9_-], the \"next\" of the page before), got %q", events.MaxIDLength, after))
 		return
 	}
-	tasks, next, err := s.q.TaskPage(r.Context(), query.TaskFilter{Job: r.URL.Query().Get("job"), Labels: labels}, after, limit)
+	tasks, next, err := s.q.TaskPage(r.Context(), query.TaskFilter{Job: q.Get("job"), Labels: labels}, after, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return

@@ -104,32 +104,11 @@ func TestHeldDispatchIsNotDeadLettered(t *testing.T) {
 	ctx := t.Context()
 	js := srv.JS
 	seq := publishDispatch(t, js, "t1")
-	cons, err := js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for range batch.Messages() {
-		n++ // held: never settled within its 30 s AckWait
-	}
-	if n != 1 {
-		t.Fatalf("fetched %d dispatches, want 1", n)
-	}
+	// Held: never settled within its 30 s AckWait.
+	natstest.FetchOne(t, js, streams.StreamDispatch, streams.ConsumerExecutor, func(jetstream.Msg) error { return nil })
 	// A later dispatch settled, so the consumer's floors move.
 	publishDispatch(t, js, "t2")
-	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range batch.Messages() {
-		if err := m.DoubleAck(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	natstest.FetchOne(t, js, streams.StreamDispatch, streams.ConsumerExecutor, func(m jetstream.Msg) error { return m.DoubleAck(ctx) })
 	svc, m := startReconciling(t, js)
 	for range 3 {
 		if err := svc.Reconcile(ctx); err != nil {

@@ -162,14 +162,7 @@ func TestGovernorRejectsAnUpdateToATargetTheGuardBlocks(t *testing.T) {
 	if err := e.srv.NC.Publish("flyball.task.updated.up", []byte(update)); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, "the update's task.rejected", func() bool { return len(rejected()) == 1 })
-	var r events.TaskRejected
-	if err := events.DecodeData(rejected()[0], &r); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" {
-		t.Errorf("reasons %+v, want one naming target.http.url", r.Reasons)
-	}
+	rejectedForItsURL(t, rejected, "the update")
 	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketTasks)
 	if err != nil {
 		t.Fatal(err)
@@ -208,17 +201,25 @@ func TestSweeperRepairOfAStoredTargetSkipsTheCreateTimeGuard(t *testing.T) {
 		}
 	}
 	publish("by-hand-1")
-	natstest.Eventually(t, 10*time.Second, "the ordinary task.created rejected", func() bool { return len(rejected()) == 1 })
+	rejectedForItsURL(t, rejected, "the ordinary task.created")
+	publish(events.RepairCreatePrefix + "old:1")
+	natstest.Eventually(t, 10*time.Second, "the repair accepted", func() bool { return len(accepted()) == 1 })
+	if st := e.storedSchedule("old"); st.NextRunAt.IsZero() {
+		t.Fatalf("after the repair, schedule %+v: want the task scheduled", st)
+	}
+}
+
+// rejectedForItsURL waits for the one task.rejected that rejected
+// collects, answering what, and checks that its one reason names
+// target.http.url.
+func rejectedForItsURL(t *testing.T, rejected func() []events.Event, what string) {
+	t.Helper()
+	natstest.Eventually(t, 10*time.Second, what+" rejected", func() bool { return len(rejected()) == 1 })
 	var r events.TaskRejected
 	if err := events.DecodeData(rejected()[0], &r); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" {
-		t.Fatalf("the ordinary task.created rejected with %+v, want one reason naming target.http.url", r.Reasons)
-	}
-	publish(events.RepairCreatePrefix + "old:1")
-	natstest.Eventually(t, 10*time.Second, "the repair accepted", func() bool { return len(accepted()) == 1 })
-	if st := e.storedSchedule("old"); st.NextRunAt.IsZero() {
-		t.Fatalf("after the repair, schedule %+v: want the task scheduled", st)
+		t.Fatalf("%s rejected with %+v, want one reason naming target.http.url", what, r.Reasons)
 	}
 }
