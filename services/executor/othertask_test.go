@@ -21,9 +21,15 @@ import (
 // 2026-11-27).
 func dispatchOf(t *testing.T, js jetstream.JetStream, id string, created time.Time) {
 	t.Helper()
-	slot := time.Now().UTC()
-	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: slot, Source: "test", TaskCreatedAt: created}
-	body, err := events.Marshal(events.TypeRunDue, "test", id, d, slot, d.DispatchID)
+	dispatchAt(t, js, id, created, time.Now().UTC())
+}
+
+// dispatchAt publishes a run.due for task id's slot at slot, fired now.
+func dispatchAt(t *testing.T, js jetstream.JetStream, id string, created, slot time.Time) {
+	t.Helper()
+	fired := time.Now().UTC()
+	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: fired, Source: "test", TaskCreatedAt: created}
+	body, err := events.Marshal(events.TypeRunDue, "test", id, d, fired, d.DispatchID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,5 +175,57 @@ func TestAStaleSpecViewIsReadAgain(t *testing.T) {
 	natstest.Eventually(t, 20*time.Second, "a call", func() bool { return target.of("new")+target.of("old") > 0 })
 	if n, o := target.of("new"), target.of("old"); n != 1 || o != 0 {
 		t.Fatalf("calls: %d of the new target, %d of the old; want the new one's only", n, o)
+	}
+}
+
+// TestTheSlotANewTaskWaitsForRunsAsItsOwn: a cron task deleted and created
+// again within the timer's lead before a slot the old task had dispatched
+// gets that slot as its first. Its own dispatch has the old one's
+// Nats-Msg-Id, and DISPATCH drops it as a duplicate. The executor skipped
+// the old dispatch as another task's, so the new task's slot did not run
+// until the sweeper re-nudged it. Now the dispatch runs as the new task's
+// when the new schedule waits for its slot and the spec names the same
+// task; otherwise it is skipped as before.
+func TestTheSlotANewTaskWaitsForRunsAsItsOwn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	target := newPathTarget(t)
+	old := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
+	created := old.Add(time.Minute)
+	slot := time.Now().Add(300 * time.Millisecond).UTC().Truncate(time.Millisecond)
+	cases := []struct {
+		id       string
+		spec     time.Time // createdAt stored with the spec
+		schedule time.Time // and with the schedule
+		next     time.Time // the schedule's nextRunAt
+		want     events.Outcome
+		names    time.Time // the run's taskCreatedAt
+	}{
+		{id: "waits-for-the-slot", spec: created, schedule: created, next: slot, want: events.OutcomeSucceeded, names: created},
+		{id: "waits-for-another-slot", spec: created, schedule: created, next: slot.Add(time.Second), want: events.OutcomeSkipped, names: old},
+		{id: "spec-of-a-third-task", spec: created.Add(time.Minute), schedule: created, next: slot, want: events.OutcomeSkipped, names: old},
+		{id: "schedule-older-than-the-dispatch", spec: old.Add(-time.Minute), schedule: old.Add(-time.Minute), next: slot, want: events.OutcomeSkipped, names: old},
+	}
+	for _, c := range cases {
+		spec := target.spec(c.id)
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, c.id, governor.StoredSpec{TaskSpec: &spec, CreatedAt: c.spec})
+		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, c.id, map[string]any{"taskId": c.id, "nextRunAt": c.next, "createdAt": c.schedule})
+	}
+	startExecutor(t, srv, newLogLines())
+	for _, c := range cases {
+		dispatchAt(t, srv.JS, c.id, old, slot)
+	}
+	for _, c := range cases {
+		got, run := outcomeOf(t, srv.JS, c.id)
+		if got != c.want {
+			t.Errorf("%s: run.%s (reason %q), want run.%s", c.id, got, run.Reason, c.want)
+			continue
+		}
+		if want := map[events.Outcome]int{events.OutcomeSucceeded: 1}[c.want]; target.of(c.id) != want {
+			t.Errorf("%s: %d calls of its target, want %d", c.id, target.of(c.id), want)
+		}
+		if !run.TaskCreatedAt.Equal(c.names) {
+			t.Errorf("%s: run names taskCreatedAt %v, want %v", c.id, run.TaskCreatedAt, c.names)
+		}
 	}
 }

@@ -687,6 +687,7 @@ type scheduleView struct {
 	Paused      bool      `json:"paused"`
 	PausedUntil time.Time `json:"pausedUntil"`
 	CreatedAt   time.Time `json:"createdAt"`
+	NextRunAt   time.Time `json:"nextRunAt"`
 }
 
 // LateRedispatch is how long after its slot a dispatch must be published
@@ -744,6 +745,13 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dis
 // the dispatch's, when the view still holds the deleted task's spec (read
 // it again). A dispatch or spec from flyball before 2026-11-27 names no
 // createdAt, and calls as before.
+//
+// One dispatch of another task is run, as the new task's: the slot the
+// new task's schedule waits for (adopt). A cron task created again within
+// the lead before a slot the old one had dispatched gets that slot as its
+// first, and its own dispatch has the old one's Nats-Msg-Id, which
+// DISPATCH drops as a duplicate: skipped, the slot would run only when
+// the sweeper re-nudged it, minutes later. d then names the new task.
 func (s *Service) ofTask(ctx context.Context, t *task, d *events.Dispatch) (*task, string, error) {
 	if !governor.OtherCreatedAt(d.TaskCreatedAt, t.createdAt) {
 		return t, "", nil
@@ -761,6 +769,9 @@ func (s *Service) ofTask(ctx context.Context, t *task, d *events.Dispatch) (*tas
 			fresh, _, err := s.specs.Read(ctx, d.TaskID)
 			return fresh, "", err
 		}
+		if fresh, ok, err := s.adopt(ctx, d, p); ok || err != nil {
+			return fresh, "", err
+		}
 	}
 	now := "is being deleted or created"
 	if !p.CreatedAt.IsZero() {
@@ -768,6 +779,32 @@ func (s *Service) ofTask(ctx context.Context, t *task, d *events.Dispatch) (*tas
 	}
 	return nil, "task deleted: this slot is of the task created at " + d.TaskCreatedAt.UTC().Format(time.RFC3339Nano) +
 		"; the task of this ID now " + now, nil
+}
+
+// adopt runs d, a slot of a deleted task, as the slot of the task created
+// since under its ID when that task's schedule waits for the same slot
+// (see ofTask): it returns the new task's spec, and d names the new task
+// from then on, so the outcome counts for it. The spec must name the
+// schedule's createdAt; one that does not is of a task still being
+// created or deleted again, and the dispatch is skipped as before.
+func (s *Service) adopt(ctx context.Context, d *events.Dispatch, p scheduleView) (*task, bool, error) {
+	if !p.NextRunAt.Equal(d.ScheduledAt) || !p.CreatedAt.After(d.TaskCreatedAt) {
+		return nil, false, nil
+	}
+	fresh, _, err := s.specs.Read(ctx, d.TaskID)
+	if err != nil {
+		if jsutil.IsKeyMissing(err) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	if !fresh.createdAt.Equal(p.CreatedAt) {
+		return nil, false, nil
+	}
+	s.log.Info("dispatch of a deleted task is the first slot of the task created since: running it as that task's",
+		"task", d.TaskID, "dispatch", d.DispatchID, "dispatchedFor", d.TaskCreatedAt, "runsFor", p.CreatedAt)
+	d.TaskCreatedAt = p.CreatedAt
+	return fresh, true, nil
 }
 
 // pauseOf reports the task's pause. Only a task with a key in
