@@ -76,6 +76,10 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 		c.pin = &pinned{js: js, stream: stream, durable: durable, group: cfg.PriorityGroups[0]}
 	}
 	if w.Key != nil {
+		if c.pin != nil {
+			w.Buffer = pinnedBuffer(w.Buffer, cons.CachedInfo().Config.MaxAckPending)
+			c.w.Buffer = w.Buffer
+		}
 		c.shards = make([]chan jetstream.Msg, w.N)
 		c.waiting = make([]waitQueue, w.N)
 		c.seed = maphash.MakeSeed()
@@ -114,6 +118,26 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 	}
 	go c.run()
 	return c, nil
+}
+
+// maxPinnedBuffer caps the shard queues of a pinned reader (pinnedBuffer).
+const maxPinnedBuffer = 1 << 16
+
+// pinnedBuffer is a shard queue's length for a pinned_client durable. A
+// sharded reader stops pulling while it hands a message to a full shard,
+// and a pinned reader that stops pulling loses its pin after the
+// durable's priority_timeout, though it is alive: another replica is
+// pinned and handles the newer messages of the tasks whose older ones the
+// first still holds, out of their order. So each queue holds as many
+// messages as the durable lets one client have unacked (max_ack_pending):
+// all of them could be one task's. The server then stops delivering, but
+// the reader's pulls go on, each renewing the pin. A durable with no
+// max_ack_pending, or one over maxPinnedBuffer, keeps the bounded queue.
+func pinnedBuffer(buffer, maxAckPending int) int {
+	if maxAckPending <= 0 || maxAckPending > maxPinnedBuffer {
+		return buffer
+	}
+	return max(buffer, maxAckPending)
 }
 
 // WorkerConsume is a running ConsumeWorkers. It implements
