@@ -72,6 +72,10 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	}
 	fs.StringVar(&f.apiAddr, "api-addr", envOr("FLYBALL_API_ADDR", defAPI), "HTTP API listen address (env FLYBALL_API_ADDR)")
 	fs.StringSliceVar(&f.apiTokens, "api-token", splitEnv("FLYBALL_API_TOKENS"), "accepted API bearer token, repeatable (env FLYBALL_API_TOKENS, comma-separated)")
+	// Read as comma-separated values (encoding/csv): a token holding a
+	// comma or a double quote is written in double quotes. An error
+	// about it names the flag, never the token.
+	markSecret(fs, "api-token", `tokens are separated by commas, and one that holds a comma or a double quote is written in double quotes ("a,b", with "" for a quote inside), or given in --api-token-file`)
 	if len(f.apiTokens) > 0 {
 		// --help shows the default: say that there is one, not what it is.
 		fs.Lookup("api-token").DefValue = "[REDACTED]"

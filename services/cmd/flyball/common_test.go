@@ -188,3 +188,30 @@ func TestDevBannerPointsAtTheToken(t *testing.T) {
 		}
 	}
 }
+
+// TestAPITokenCommasAndQuotes pins how --api-token reads a comma, as
+// docs/security.md says: it separates two tokens, and a token that holds
+// a comma or a double quote is given in double quotes (encoding/csv, ""
+// for a quote inside). FLYBALL_API_TOKENS splits at every comma, and a
+// quote is an ordinary character there.
+func TestAPITokenCommasAndQuotes(t *testing.T) {
+	t.Setenv("FLYBALL_API_TOKENS", "")
+	var flags runFlags
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	flags.register(fs, false)
+	if err := fs.Parse([]string{"--api-token", `tok-aaaaaaaaaaaaaaaa,"tok,bbbbbbbbbbbbbbbb","tok ""c"" cccccccccccccc"`}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"tok-aaaaaaaaaaaaaaaa", "tok,bbbbbbbbbbbbbbbb", `tok "c" cccccccccccccc`}
+	if toks, _, err := flags.tokens(false); err != nil || !slices.Equal(toks, want) {
+		t.Errorf("--api-token: tokens %q (%v), want %q", toks, err, want)
+	}
+
+	t.Setenv("FLYBALL_API_TOKENS", `tok"dddddddddddddddd,tok-eeeeeeeeeeeeeeee`)
+	var env runFlags
+	env.register(pflag.NewFlagSet("y", pflag.ContinueOnError), false)
+	want = []string{`tok"dddddddddddddddd`, "tok-eeeeeeeeeeeeeeee"}
+	if toks, _, err := env.tokens(false); err != nil || !slices.Equal(toks, want) {
+		t.Errorf("FLYBALL_API_TOKENS: tokens %q (%v), want %q", toks, err, want)
+	}
+}

@@ -202,3 +202,33 @@ func TestCLICommandMistakesFailInOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagErrorsDoNotEchoASecret: a flag value that does not parse is
+// refused in one line that names the flag and not the value, for the
+// flags that carry secrets. --api-token is read as comma-separated
+// values, and pflag's error for a token with a stray double quote quoted
+// it whole ("invalid argument \"s3cr3t\\\"x-…\" for \"--api-token\"
+// flag"), into docker logs on every restart of a crash loop. A mistyped
+// dash before a flag's name (-api-token=…, ---api-token=…) quoted the
+// argument, value and all, too.
+func TestFlagErrorsDoNotEchoASecret(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+	const secret = "s3cr3t"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "api", "--api-token", secret + `"x-0123456789`}, "flyball: --api-token: "},
+		{[]string{"serve", "api", "--api-token=" + secret + `"x-0123456789`}, "flyball: --api-token: "},
+		{[]string{"dev", "--api-token", `"` + secret + `-0123456789`}, "flyball: --api-token: "},
+		{[]string{"serve", "api", "--api-token", "0123456789abcdef", "--api-token", secret + `"x-0123456789`}, "flyball: --api-token: "},
+		{[]string{"serve", "api", "-api-token=" + secret + "-0123456789"}, "flyball: unknown shorthand flag: 'a' in -api-token="},
+		{[]string{"serve", "api", "---api-token=" + secret + "-0123456789"}, "flyball: bad flag syntax: ---api-token="},
+	} {
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, secret) {
+			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one line starting %q without the value", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}

@@ -105,6 +105,8 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
+	// No flag error may quote a secret's value (secretflag.go).
+	root.SetFlagErrorFunc(redactFlagError)
 	root.AddCommand(newDevCmd(), newServeCmd(), newProvisionCmd())
 	root.AddCommand(newHealthcheckCmd(), newTargetCmd()) // deploy/compose: shell-free healthchecks, demo target
 	root.AddCommand(newTaskCmd(), newRunsCmd(), newDLQCmd(), newReplayCmd(), newStatusCmd(), newRuntimeCmd(), newExplainCmd())

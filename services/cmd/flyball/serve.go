@@ -50,6 +50,8 @@ func (f *natsFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.url, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
 	// --help shows the default, which NATS_URL may give with a password.
 	fs.Lookup("nats-url").DefValue = redactURLs(f.url)
+	// It may carry a password or a token: no error quotes it.
+	markSecret(fs, "nats-url", "want NATS URLs, comma-separated")
 	fs.StringVar(&f.creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (env NATS_CREDS)")
 	fs.StringVar(&f.nkey, "nkey", os.Getenv("NATS_NKEY"), "NATS nkey seed file (env NATS_NKEY)")
 	fs.StringVar(&f.tlsCA, "tls-ca", os.Getenv("NATS_CA"), "CA certificate for NATS TLS (env NATS_CA)")
