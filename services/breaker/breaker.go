@@ -171,6 +171,14 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
+	if err == nil && spec != nil && key == run.TaskID && isHostKey(executor.BreakerKey(spec)) {
+		// The task switched to breaker.scope: host while this attempt was
+		// in flight: its own record is no longer its breaker (watchDeletes
+		// has removed it), and one written now would never be written
+		// again, half-open for good once its retryAt passed.
+		_ = m.Ack()
+		return
+	}
 	if err != nil || spec == nil {
 		// A deleted task's outcome still counts for a host-scoped
 		// breaker, with the default policy: it is evidence about the

@@ -265,6 +265,14 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 		case !strings.HasPrefix(key, events.HostKeyPrefix):
 			if _, ok := v.specs[key]; !ok {
 				orphanBreakers = append(orphanBreakers, key)
+			} else if _, host := v.hostKeys[key]; host {
+				// The task's own record, from before its switch to
+				// breaker.scope: host: no outcome writes it again, and
+				// it would stay half-open (and counted) for good. The
+				// breaker service deletes it at the switch; this is the
+				// backstop.
+				orphanBreakers = append(orphanBreakers, key)
+				continue
 			}
 		case !used && now.Sub(b.UpdatedAt) > hostBreakerIdle:
 			// No task names this host breaker any more: nothing probes
@@ -397,8 +405,13 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		if err != nil {
 			continue // gone already, or unreadable: the next sweep decides
 		}
-		_, err = s.tasks.Get(ctx, k)
-		if gone := jsutil.IsKeyMissing(err); !gone {
+		spec, err := s.tasks.Get(ctx, k)
+		what := "removed state of a deleted task"
+		switch {
+		case jsutil.IsKeyMissing(err):
+		case err == nil && kv == s.breakers && hostScoped(spec.Value()):
+			what = "removed the own breaker record of a task switched to breaker scope host"
+		default:
 			continue
 		}
 		if err := kv.Purge(ctx, k, jetstream.LastRevision(e.Revision())); jsutil.IsCASConflict(err) {
@@ -408,8 +421,16 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 			continue
 		}
 		s.cfg.Metrics.OrphansRemoved.WithLabelValues(bucket).Inc()
-		s.cfg.Logger.Info("removed state of a deleted task", "bucket", bucket, "key", k)
+		s.cfg.Logger.Info(what, "bucket", bucket, "key", k)
 	}
+}
+
+// hostScoped reports whether spec, a flyball-tasks value, keys its
+// breaker by host (executor.BreakerKey): the task's own flyball-breakers
+// record is no longer its breaker.
+func hostScoped(spec []byte) bool {
+	var t events.TaskSpec
+	return json.Unmarshal(spec, &t) == nil && strings.HasPrefix(executor.BreakerKey(&t), events.HostKeyPrefix)
 }
 
 // exportPerTask publishes per-task staleness when enabled and within the
