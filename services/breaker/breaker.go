@@ -333,9 +333,14 @@ var errOtherTask = errors.New("outcome of another task of the same ID")
 // otherTask reports whether run belongs to another task than the one
 // flyball-schedules holds under its ID: the schedule was created at
 // another time, or there is none (a task's runs come from its schedule,
-// which the governor writes before its first dispatch and deletes before
-// the spec). A schedule without createdAt (written by hand, or by flyball
-// before 2026-11-27) tells nothing, and the run counts.
+// which the governor writes before its first dispatch and deletes right
+// after the spec: governor applyDelete removes the spec first, so no
+// signal can write a schedule back for a deleted task). In the moment
+// between the two deletes the schedule still names the deleted task, and
+// a failure whose spec this service's view still holds counts; the
+// record it writes goes with the sweeper's orphan purge. A schedule
+// without createdAt (written by hand, or by flyball before 2026-11-27)
+// tells nothing, and the run counts.
 func (s *Service) otherTask(ctx context.Context, run *events.Run) (bool, error) {
 	ent, err := s.schedules.Get(ctx, run.TaskID)
 	if jsutil.IsKeyMissing(err) {
