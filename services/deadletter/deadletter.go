@@ -164,16 +164,23 @@ func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatc
 
 // attemptErrors reads every failed attempt of the dispatch back from RUNS,
 // so the entry is complete even if this service restarted in between.
+// The lookup's consumer is deleted when it is done: nats.go deletes the
+// ordered consumer's previous consumers at each fetch, but not the last,
+// which stayed on RUNS for nats.go's default inactive threshold (5
+// minutes), one per dead letter in a burst. The 30 s threshold covers a
+// delete that fails.
 func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]events.AttemptError, error) {
 	start := final.ScheduledAt.Add(-time.Second)
 	cons, err := s.cfg.JS.OrderedConsumer(ctx, streams.StreamRuns, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.RunSubject(events.OutcomeFailed, final.TaskID)},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
+		FilterSubjects:    []string{events.RunSubject(events.OutcomeFailed, final.TaskID)},
+		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
+		OptStartTime:      &start,
+		InactiveThreshold: lookupInactiveThreshold,
 	})
 	if err != nil {
 		return nil, err
 	}
+	defer s.deleteLookup(ctx, cons)
 	out := []events.AttemptError{} // an array even when empty (a crash on the first attempt records none), never null
 	seen := map[int]int{}          // attempt → its index in out
 	for {
@@ -219,4 +226,22 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 	}
 	slices.SortFunc(out, func(a, b events.AttemptError) int { return a.Attempt - b.Attempt })
 	return out, nil
+}
+
+// lookupInactiveThreshold is how long the server keeps an attempt
+// lookup's consumer that deleteLookup could not delete (as the API's scans
+// do: internal/query/scan.go).
+const lookupInactiveThreshold = 30 * time.Second
+
+// deleteLookup deletes the consumer an attempt lookup reads RUNS with.
+func (s *Service) deleteLookup(ctx context.Context, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return // never created
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.JS.DeleteConsumer(ctx, streams.StreamRuns, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.cfg.Logger.Debug("attempt lookup's consumer not deleted; the server removes it once idle", "consumer", info.Name, "idleFor", lookupInactiveThreshold, "err", err)
+	}
 }
