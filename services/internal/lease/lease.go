@@ -108,40 +108,13 @@ func Run(ctx context.Context, cfg Config) {
 func (st *state) step(ctx context.Context) {
 	// Each step ends before the next is due: a request that hangs must
 	// not hold up the renewals after it.
-	timeout := st.cfg.TTL / 3
+	tick := st.cfg.TTL / 3
 	now := st.cfg.now()
 	if st.held {
-		// A renewal waits at most for what is left of the TTL: a standby
-		// that saw the last renewal may take the lease then, and this
-		// replica must have given it up by that time, not a timeout later.
-		if left := st.cfg.TTL - now.Sub(st.renewed); left < timeout {
-			timeout = max(left, 0)
-		}
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, st.rev)
-		switch {
-		case err == nil:
-			st.rev, st.renewed = rev, now
-		case jsutil.IsCASConflict(err) && st.wroteLast(ctx):
-			// A renewal stored whose reply was lost moved the revision
-			// past ours: the key still holds this Run's value. When it
-			// was stored is not known, so the TTL still runs from the
-			// last renewal confirmed; the next renewal, from the revision
-			// adopted, resets it.
-		case jsutil.IsCASConflict(err) || jsutil.IsKeyMissing(err):
-			st.lose("lease taken by another replica")
-		case st.cfg.now().Sub(st.renewed) >= st.cfg.TTL:
-			// The clock is read again: the renewal took time.
-			// Another replica may have taken it by now: stand by until the
-			// key can be read again.
-			st.lose("lease not renewed for its TTL", "err", err)
-		default:
-			st.log.Debug("lease renewal failed; retrying", "err", err)
-		}
+		st.renew(ctx, now, tick)
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, tick)
 	defer cancel()
 	e, err := st.cfg.KV.Get(ctx, st.cfg.Key)
 	switch {
@@ -165,6 +138,52 @@ func (st *state) step(ctx context.Context) {
 			st.take(rev, now, "lease holder silent for its TTL", "previous", string(e.Value()))
 		}
 	}
+}
+
+// renew rewrites a held key, ticked every tick. A standby that saw the
+// last renewal may take the lease TTL after it, and this replica must
+// have given it up by that time, not a tick later.
+func (st *state) renew(parent context.Context, now time.Time, tick time.Duration) {
+	// A renewal waits at most for what is left of the TTL.
+	timeout := tick
+	if left := st.cfg.TTL - now.Sub(st.renewed); left < timeout {
+		timeout = max(left, 0)
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, st.rev)
+	switch {
+	case err == nil:
+		st.rev, st.renewed = rev, now
+		return
+	case jsutil.IsCASConflict(err) && st.wroteLast(ctx):
+		// A renewal stored whose reply was lost moved the revision
+		// past ours: the key still holds this Run's value. When it
+		// was stored is not known, so the TTL still runs from the
+		// last renewal confirmed; the next renewal, from the revision
+		// adopted, resets it.
+	case jsutil.IsCASConflict(err) || jsutil.IsKeyMissing(err):
+		st.lose("lease taken by another replica")
+		return
+	}
+	if parent.Err() != nil {
+		// Run is stopping: it releases the key next.
+		return
+	}
+	// Not renewed. The clock is read again: the renewal took time. The
+	// next tick comes a tick from now, give or take the ticker's jitter
+	// (half a tick of margin covers it); if the TTL runs out before
+	// then, another replica may take the lease while this one still
+	// believes it holds it, so it gives the lease up now. A renewal that
+	// fails at once (no responders while the bucket elects a leader, a
+	// closed connection) at the tick before the TTL would otherwise keep
+	// the lease up to a tick past it. Once it can read the key again and
+	// finds it unchanged, this replica takes it back at once.
+	if elapsed := st.cfg.now().Sub(st.renewed); elapsed+tick+tick/2 > st.cfg.TTL {
+		st.lose("lease not renewed, and its TTL runs out before the next renewal", "err", err)
+		return
+	}
+	st.log.Debug("lease renewal failed; retrying", "err", err)
 }
 
 // wroteLast reports whether the key holds this Run's value at a revision

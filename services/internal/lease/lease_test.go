@@ -400,3 +400,45 @@ func TestHolderWhoseRenewalsHangStopsAtItsTTL(t *testing.T) {
 		t.Fatalf("a gave the lease up %s after its last renewal, want by %s", got, ttl)
 	}
 }
+
+// TestHolderWhoseRenewalsFailFastStopsByItsTTL: a holder whose renewals
+// fail at once (no responders while the bucket elects a leader, or a
+// closed connection) gives the lease up before a standby that saw its
+// last renewal may take it, not a tick later. Its ticks come a tick
+// apart from that renewal, each a little early or late: one near the TTL
+// may still find a few microseconds left, and if that renewal fails too
+// the holder must not keep the lease to the tick after it.
+func TestHolderWhoseRenewalsFailFastStopsByItsTTL(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	flaky := &failingKV{KeyValue: kv}
+	a, b := newReplica(t, flaky, "timer-a"), newReplica(t, kv, "timer-b")
+	a.step(ctx)
+	b.step(ctx)
+	renewed := a.clock
+	flaky.fail = true
+	for tick := time.Duration(1); a.held; tick++ {
+		a.clock = renewed.Add(tick*ttl/3 - time.Microsecond)
+		a.step(ctx)
+		if tick == 1 && !a.held {
+			t.Fatal("a gave the lease up after one failed renewal, with two thirds of its TTL left")
+		}
+		next := a.clock.Add(ttl / 3)
+		if !a.held || !next.After(renewed.Add(ttl)) {
+			continue
+		}
+		// a holds the lease until its next tick; b, which saw the last
+		// renewal, takes it at the TTL.
+		b.clock = renewed.Add(ttl)
+		b.step(ctx)
+		if b.held {
+			t.Fatalf("a keeps the lease until its next tick, %s after its last renewal, but b took it at %s: two holders for %s",
+				next.Sub(renewed), ttl, next.Sub(b.clock))
+		}
+	}
+	b.clock = renewed.Add(ttl)
+	b.step(ctx)
+	if !b.held {
+		t.Fatal("b did not take the lease a gave up")
+	}
+}
