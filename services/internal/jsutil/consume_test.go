@@ -86,6 +86,95 @@ func TestConsumeResumesWhenItsDurableIsCreatedAgain(t *testing.T) {
 	}
 }
 
+// matchLog is a slog handler that reports on seen each logged err
+// containing want.
+type matchLog struct {
+	want string
+	seen chan struct{}
+}
+
+func (matchLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l matchLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" && strings.Contains(a.Value.String(), l.want) {
+			select {
+			case l.seen <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+func (l matchLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l matchLog) WithGroup(string) slog.Handler      { return l }
+
+// TestConsumeResumesAfterABadRequest: nats.go's Consume also ends for
+// good when the server answers a pull 400 Bad Request, as it does while
+// the durable has a priority policy the pulls do not name (a durable
+// re-provisioned under a running service, by hand or by a newer
+// version). Consume resumes after any error that ends it, counting each
+// failed try, so once the durable is valid again messages are handled
+// without a restart.
+func TestConsumeResumesAfterABadRequest(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	ctx := t.Context()
+	got := make(chan string, 8)
+	log := matchLog{want: "bad request", seen: make(chan struct{}, 1)}
+	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "pull_failures"})
+	cc, err := Consume(ctx, js, "W", "w", slog.New(log), failures, func(m jetstream.Msg) {
+		_ = m.Ack()
+		got <- string(m.Data())
+	}, jetstream.PullExpiry(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	receive := func(want string) {
+		t.Helper()
+		select {
+		case m := <-got:
+			if m != want {
+				t.Fatalf("handled %q, want %q", m, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q not handled within 10s", want)
+		}
+	}
+	if _, err := js.Publish(ctx, "work.1", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	receive("before")
+
+	cons, err := js.Consumer(ctx, "W", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := cons.CachedInfo().Config
+	pinned := valid
+	pinned.PriorityPolicy, pinned.PriorityGroups, pinned.PinnedTTL = jetstream.PriorityPolicyPinned, []string{"g"}, time.Minute
+	if _, err := js.UpdateConsumer(ctx, "W", pinned); err != nil {
+		t.Fatal(err)
+	}
+	// The next pull, at the latest when the current one expires, names no
+	// priority group: 400 Bad Request - Priority Group missing.
+	select {
+	case <-log.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume logged no \"bad request\" within 10s of the priority policy's addition")
+	}
+	if _, err := js.UpdateConsumer(ctx, "W", valid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "work.1", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	receive("after")
+	if n := testutil.ToFloat64(failures); n < 1 {
+		t.Errorf("%v failures counted while pulls were refused, want at least 1 (FlyballPullFailing reads them)", n)
+	}
+}
+
 // TestConsumeDrainsWhileItsDurableIsGone: a service stopped while its
 // durable is deleted stops at once (lifecycle waits on Closed).
 func TestConsumeDrainsWhileItsDurableIsGone(t *testing.T) {

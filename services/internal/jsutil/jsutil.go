@@ -246,13 +246,19 @@ const consumeExpiry = 5 * time.Second
 // may override the pull expiry (consumeExpiry). failures, when not nil,
 // counts the failed tries to consume (flyball_pull_failures_total).
 //
-// nats.go's Consume ends for good when its durable is deleted (by hand, or
-// by a restore). This one then binds the durable again, every second up to
-// pullRetryCap, until flyball provision (or a service started with
-// --ensure-streams) has created it again, counting each failed try in
-// failures and logging like ConsumeWorkers ("pull failed; retrying", then
-// "pulling again"), so the service needs no restart and FlyballPullFailing
-// sees it meanwhile.
+// nats.go's Consume ends for good on an error it takes as terminal: its
+// durable deleted (by hand, or by a restore), or a pull answered 400 Bad
+// Request (a durable re-provisioned with a priority policy the pulls do
+// not name). This one then binds the durable again and consumes anew,
+// every second at most (pullRetryCap), until the durable exists and
+// takes its pulls (flyball provision, or a service started with
+// --ensure-streams, created it again, or its config was put right),
+// counting each failed try in failures and logging like ConsumeWorkers
+// ("pull failed; retrying", then every pullWarnEvery while it lasts, and
+// "pulling again" once a resumed Consume has lasted pullRetryCap), so the
+// service needs no restart and FlyballPullFailing sees it meanwhile. Only
+// a closed connection, on which nothing can be consumed again, ends it
+// for good.
 func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string, log *slog.Logger, failures prometheus.Counter, h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
 	cons, err := js.Consumer(ctx, stream, durable)
 	if err != nil {
@@ -270,12 +276,15 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream, durable string
 		rc.cancel()
 		return nil, fmt.Errorf("consume %s/%s: %w", stream, durable, err)
 	}
+	rc.mu.Lock()
 	rc.cc = cc
+	rc.mu.Unlock()
+	go rc.watch(cc)
 	return rc, nil
 }
 
-// resumingConsume is a Consume that binds its durable again after it was
-// deleted. It implements jetstream.ConsumeContext.
+// resumingConsume is a Consume that consumes its durable anew after
+// nats.go's Consume ended. It implements jetstream.ConsumeContext.
 type resumingConsume struct {
 	js              jetstream.JetStream
 	stream, durable string
@@ -288,47 +297,83 @@ type resumingConsume struct {
 
 	mu       sync.Mutex
 	cc       jetstream.ConsumeContext // nil while binding again
+	lastErr  error                    // the last error cc reported
+	streak   pullStreak               // failed tries since the last Consume that lasted
 	resuming bool
 	stopping bool
 	closed   chan struct{}
 	once     sync.Once
 }
 
+// errConsumeEnded names an end of Consume that reported no error.
+var errConsumeEnded = errors.New("consume ended")
+
 func (r *resumingConsume) onErr(_ jetstream.ConsumeContext, err error) {
+	r.mu.Lock()
+	r.lastErr = err
+	r.mu.Unlock()
 	switch {
 	case errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrConnectionClosed):
 		r.log.Debug("consume", "err", err)
 	case errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound):
-		r.mu.Lock()
-		start := !r.resuming && !r.stopping
-		r.resuming = true
-		r.mu.Unlock()
-		if start {
-			go r.resume(err)
-		}
+		// Not found does not end nats.go's Consume, which would go on
+		// pulling a durable that is gone: end it and bind again.
+		r.startResume(nil, err)
+	case errors.Is(err, jetstream.ErrBadRequest):
+		// Ends nats.go's Consume: watch resumes it, and warns.
+		r.log.Debug("consume", "err", err)
 	default:
 		r.log.Warn("consume", "err", err)
 	}
 }
 
-// resume stops the ended Consume and binds the durable again until it
-// exists or the context is stopped.
-func (r *resumingConsume) resume(cause error) {
+// watch resumes after cc ends, unless it was stopped or replaced meanwhile.
+// nats.go ends a Consume for good on any error it takes as terminal
+// (consumer deleted, 400 Bad Request, a malformed status): whatever it
+// was, it is consumed anew.
+func (r *resumingConsume) watch(cc jetstream.ConsumeContext) {
+	<-cc.Closed()
 	r.mu.Lock()
-	old := r.cc
-	r.cc = nil
+	cause := r.lastErr
 	r.mu.Unlock()
+	switch {
+	case cause == nil:
+		cause = errConsumeEnded
+	case errors.Is(cause, nats.ErrConnectionClosed):
+		return // nothing can be consumed on it again
+	}
+	r.startResume(cc, cause)
+}
+
+// startResume resumes consuming, once, unless Stop or Drain came first or
+// ended (when not nil) is no longer the current Consume.
+func (r *resumingConsume) startResume(ended jetstream.ConsumeContext, cause error) {
+	r.mu.Lock()
+	if r.stopping || r.resuming || (ended != nil && r.cc != ended) {
+		r.mu.Unlock()
+		return
+	}
+	old := r.cc
+	r.cc, r.resuming = nil, true
+	r.mu.Unlock()
+	go r.resume(old, cause)
+}
+
+// resume stops the ended Consume and binds the durable again until it
+// exists and a Consume of it starts, or the context is stopped.
+func (r *resumingConsume) resume(old jetstream.ConsumeContext, cause error) {
 	if old != nil {
 		old.Stop()
 		<-old.Closed()
 	}
-	var streak pullStreak
 	err := cause
 	for {
 		if r.failures != nil {
 			r.failures.Inc()
 		}
-		wait := streak.failed(r.log, err, time.Now())
+		r.mu.Lock()
+		wait := r.streak.failed(r.log, err, time.Now())
+		r.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
 		case <-r.ctx.Done():
@@ -353,7 +398,7 @@ func (r *resumingConsume) resume(cause error) {
 		r.mu.Lock()
 		stopping := r.stopping
 		if !stopping {
-			r.cc, r.resuming = cc, false
+			r.cc, r.resuming, r.lastErr = cc, false, nil
 		}
 		r.mu.Unlock()
 		if stopping { // Stop or Drain came while it was bound again
@@ -362,7 +407,17 @@ func (r *resumingConsume) resume(cause error) {
 			r.finish()
 			return
 		}
-		streak.recovered(r.log)
+		go r.watch(cc)
+		// A pull the server refuses (400) ends the new Consume at once:
+		// the streak, its backoff and its warnings go on until one has
+		// lasted.
+		time.AfterFunc(pullRetryCap, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.cc == cc && !r.stopping {
+				r.streak.recovered(r.log)
+			}
+		})
 		return
 	}
 }
