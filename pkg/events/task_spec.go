@@ -324,13 +324,19 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		case u.User != nil:
 			c.add("target.http.url", "must not embed credentials; use target.http.headers")
 		}
-		// net/http refuses to send what these reject, on every attempt.
+		// net/http refuses to send what these reject, on every attempt,
+		// over HTTP/1.1 or HTTP/2 (whichever the target speaks), or drops
+		// it without a word.
 		for k, v := range h.Headers {
 			switch {
 			case !validHeaderName(k):
 				c.add("target.http.headers", fmt.Sprintf("invalid header name %q: must be letters, digits and !#$%%&'*+-.^_`|~", truncate(k, 64)))
 			case !validHeaderValue(v):
 				c.add("target.http.headers", fmt.Sprintf("invalid value of header %q: must not hold a control character other than tab (CR, LF, NUL, DEL)", truncate(k, 64)))
+			default:
+				if rule := connHeaderProblem(k, v); rule != "" {
+					c.add("target.http.headers."+truncate(k, 64), rule)
+				}
 			}
 		}
 		checkHeaderCase(c, h.Headers)
@@ -400,6 +406,62 @@ func validHeaderName(name string) bool {
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// connHeaderProblem is the rule a header named name (a valid token) with
+// value v breaks, or "": the connection-level headers that HTTP/2 forbids
+// (RFC 9113 section 8.2.2), which Go's transport refuses to send
+// ("http2: invalid Upgrade request header") or drops, and the headers
+// net/http writes itself from the request. A call carrying one failed on
+// every attempt against an HTTP/2 target, or sent something else than
+// the spec said.
+func connHeaderProblem(name, v string) string {
+	const connLevel = "is a connection-level header, which HTTP/2 forbids (Go's transport refuses the request or drops the header); the executor manages connections itself"
+	switch strings.ToLower(name) {
+	case "upgrade", "keep-alive", "proxy-connection":
+		return connLevel
+	case "connection":
+		// Go accepts these two over HTTP/2 (and drops them); over
+		// HTTP/1.1 "close" closes the connection after the call.
+		if strings.EqualFold(v, "close") || strings.EqualFold(v, "keep-alive") {
+			return ""
+		}
+		return fmt.Sprintf(`must be "close" or "keep-alive", the values Go's HTTP/2 transport accepts (it refuses the request with any other), got %q`, truncate(v, 64))
+	case "transfer-encoding":
+		return connLevel + `; net/http picks the framing from the body`
+	case "te":
+		if v == "trailers" {
+			return ""
+		}
+		return fmt.Sprintf(`must be "trailers", the only value HTTP/2 allows (a Go server answers 400 to any other), got %q`, truncate(v, 64))
+	case "content-length":
+		return "is set by net/http from the body; the header is dropped"
+	case "trailer":
+		return "is dropped by net/http, which never sends request trailers for a task"
+	case "host":
+		if !validHostHeader(v) {
+			return fmt.Sprintf(`must be a host or host:port of ASCII letters, digits and -._~!$&'()*+,;=:[]%% (write an internationalized name in punycode, xn--…), got %q`, truncate(v, 64))
+		}
+	}
+	return ""
+}
+
+// validHostHeader reports whether net/http sends v as the Host (HTTP/1.1
+// sent an empty Host instead, and HTTP/2 refused the request: "http2:
+// invalid Host header"). The bytes are httpguts.ValidHostHeader's; a
+// non-ASCII name, which net/http would convert to punycode, is refused
+// too, so that what is sent is what the spec says.
+func validHostHeader(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("-._~!$&'()*+,;=:[]%", c) >= 0:
 		default:
 			return false
 		}

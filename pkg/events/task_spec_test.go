@@ -94,6 +94,22 @@ func TestValidateRules(t *testing.T) {
 		}, wantErr{"target.http.headers", []string{"invalid value of header \"X-A\"", "control character"}}},
 		{"http header value with NUL", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-A": "a\x00"} }, wantErr{"target.http.headers", []string{"invalid value"}}},
 		{"http header value with DEL", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"X-A": "a\x7f"} }, wantErr{"target.http.headers", []string{"invalid value"}}},
+		// Connection-level headers: HTTP/2 forbids them, and Go's
+		// transport refuses the request ("http2: invalid Upgrade request
+		// header") or drops them; HTTP/1 drops some too. A spec holding
+		// one failed every call against an HTTP/2 target.
+		{"http header Upgrade", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Upgrade": "websocket"} }, wantErr{"target.http.headers.Upgrade", []string{"connection-level", "HTTP/2"}}},
+		{"http header upgrade in lower case", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"upgrade": "h2c"} }, wantErr{"target.http.headers.upgrade", []string{"connection-level"}}},
+		{"http header Connection upgrade", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Connection": "Upgrade"} }, wantErr{"target.http.headers.Connection", []string{`"close" or "keep-alive"`, `"Upgrade"`}}},
+		{"http header Transfer-Encoding gzip", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Transfer-Encoding": "gzip"} }, wantErr{"target.http.headers.Transfer-Encoding", []string{"connection-level"}}},
+		{"http header Transfer-Encoding chunked", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Transfer-Encoding": "chunked"} }, wantErr{"target.http.headers.Transfer-Encoding", []string{"from the body"}}},
+		{"http header Keep-Alive", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Keep-Alive": "timeout=5"} }, wantErr{"target.http.headers.Keep-Alive", []string{"connection-level"}}},
+		{"http header Proxy-Connection", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Proxy-Connection": "keep-alive"} }, wantErr{"target.http.headers.Proxy-Connection", []string{"connection-level"}}},
+		{"http header TE gzip", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"TE": "gzip"} }, wantErr{"target.http.headers.TE", []string{`"trailers"`, `"gzip"`}}},
+		{"http header Content-Length", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Content-Length": "5"} }, wantErr{"target.http.headers.Content-Length", []string{"from the body"}}},
+		{"http header Trailer", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Trailer": "X-Sum"} }, wantErr{"target.http.headers.Trailer", []string{"never sends"}}},
+		{"http header Host not a host", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Host": "a b"} }, wantErr{"target.http.headers.Host", []string{"host", `"a b"`}}},
+		{"http header Host not ASCII", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Host": "bücher.example"} }, wantErr{"target.http.headers.Host", []string{"punycode"}}},
 		{"http timeout negative", func(s *events.TaskSpec) { s.Target.HTTP.Timeout = dur(-time.Second) }, wantErr{"target.http.timeout", []string{"must be in (0, 30m0s]", "-1s"}}},
 		{"http timeout too long", func(s *events.TaskSpec) { s.Target.HTTP.Timeout = dur(31 * time.Minute) }, wantErr{"target.http.timeout", []string{"30m0s", "31m0s"}}},
 		{"http maxResponseBytes negative", func(s *events.TaskSpec) { s.Target.HTTP.MaxResponseBytes = -1 }, wantErr{"target.http.maxResponseBytes", []string{"must be in [0, 10485760]", "-1"}}},
@@ -309,6 +325,12 @@ func TestValidateAccepts(t *testing.T) {
 			}
 		}},
 		{"jitter 0.5", func(s *events.TaskSpec) { s.Jitter = 0.5 }},
+		// What Go's HTTP/1 and HTTP/2 transports accept.
+		{"http header Connection close", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Connection": "close"} }},
+		{"http header Connection keep-alive", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"connection": "Keep-Alive"} }},
+		{"http header TE trailers", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"TE": "trailers"} }},
+		{"http header Host", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Host": "api.example.com:8443"} }},
+		{"http header Host IPv6", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Host": "[::1]:8443"} }},
 		{"bounds equal", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Min: dur(time.Minute), Max: dur(time.Minute)} }},
 		{"bounds min only", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Min: dur(time.Second)} }},
 		{"adaptive staleness", func(s *events.TaskSpec) {

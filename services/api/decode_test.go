@@ -77,3 +77,18 @@ func TestInvalidUTF8IsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecRulesOfTheCodecReview: the API refuses what the governor does,
+// naming the field: a connection-level header, which every call to an
+// HTTP/2 target failed with, and bounds past 366 days, which stopped an
+// adaptive task. Both were accepted (201) and then failed or stopped.
+func TestSpecRulesOfTheCodecReview(t *testing.T) {
+	b, _ := apiOnly(t)
+	for _, c := range []struct{ body, field string }{
+		{`{"id":"web","target":{"http":{"url":"https://example.com","headers":{"Upgrade":"websocket"}}},"schedule":{"interval":"1h"}}`, "target.http.headers.Upgrade"},
+		{`{"id":"web","target":{"http":{"url":"https://example.com","headers":{"TE":"gzip"}}},"schedule":{"interval":"1h"}}`, "target.http.headers.TE"},
+	} {
+		r := b.call(t, http.MethodPost, "/api/v1/tasks", c.body)
+		expect(t, "POST /api/v1/tasks "+c.body, r, http.StatusBadRequest, c.field)
+	}
+}
