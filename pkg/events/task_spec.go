@@ -291,6 +291,15 @@ func (s *TaskSpec) Validate() error {
 		if b.Max != 0 && b.Max.D() < MinInterval {
 			c.add("bounds.max", fmt.Sprintf("must be >= %s, got %s", MinInterval, b.Max))
 		}
+		// Past MaxInterval an adaptive relax toward bounds.max planned a
+		// slot after 2262, which the timer cannot queue: the task stopped
+		// running without a word.
+		if b.Min.D() > MaxInterval {
+			c.add("bounds.min", fmt.Sprintf("must be <= %s, got %s", MaxInterval, b.Min))
+		}
+		if b.Max.D() > MaxInterval {
+			c.add("bounds.max", fmt.Sprintf("must be <= %s, got %s", MaxInterval, b.Max))
+		}
 		if b.Min != 0 && b.Max != 0 && b.Max < b.Min {
 			c.add("bounds.max", fmt.Sprintf("must be >= bounds.min (%s), got %s", b.Min, b.Max))
 		}

@@ -162,6 +162,10 @@ func TestValidateRules(t *testing.T) {
 
 		{"bounds min too small", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Min: dur(500 * time.Millisecond)} }, wantErr{"bounds.min", []string{"must be >= 1s", "500ms"}}},
 		{"bounds max too small", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Max: dur(500 * time.Millisecond)} }, wantErr{"bounds.max", []string{"must be >= 1s"}}},
+		// Past 366 days an adaptive relax toward bounds.max planned a slot
+		// after 2262, which the timer cannot queue: the task stopped.
+		{"bounds min too large", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Min: dur(events.MaxInterval + time.Second)} }, wantErr{"bounds.min", []string{"must be <= 8784h0m0s", "8784h0m1s"}}},
+		{"bounds max too large", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Max: dur(2000000 * time.Hour)} }, wantErr{"bounds.max", []string{"must be <= 8784h0m0s", "2000000h0m0s"}}},
 		{"bounds max below min", func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Min: dur(time.Hour), Max: dur(time.Minute)} }, wantErr{"bounds.max", []string{"must be >= bounds.min (1h0m0s)", "1m0s"}}},
 
 		{"adaptive mode unknown", func(s *events.TaskSpec) { s.Adaptive = &events.Adaptive{Mode: "fast"} }, wantErr{"adaptive.mode", []string{`"change"`, `"staleness"`, `"fast"`}}},
@@ -325,6 +329,9 @@ func TestValidateAccepts(t *testing.T) {
 			}
 		}},
 		{"jitter 0.5", func(s *events.TaskSpec) { s.Jitter = 0.5 }},
+		{"bounds at the interval limit", func(s *events.TaskSpec) {
+			s.Bounds = &events.Bounds{Min: dur(events.MaxInterval), Max: dur(events.MaxInterval)}
+		}},
 		// What Go's HTTP/1 and HTTP/2 transports accept.
 		{"http header Connection close", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Connection": "close"} }},
 		{"http header Connection keep-alive", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"connection": "Keep-Alive"} }},

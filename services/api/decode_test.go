@@ -87,6 +87,7 @@ func TestSpecRulesOfTheCodecReview(t *testing.T) {
 	for _, c := range []struct{ body, field string }{
 		{`{"id":"web","target":{"http":{"url":"https://example.com","headers":{"Upgrade":"websocket"}}},"schedule":{"interval":"1h"}}`, "target.http.headers.Upgrade"},
 		{`{"id":"web","target":{"http":{"url":"https://example.com","headers":{"TE":"gzip"}}},"schedule":{"interval":"1h"}}`, "target.http.headers.TE"},
+		{`{"id":"web","target":{"http":{"url":"https://example.com"}},"schedule":{"interval":"1h"},"bounds":{"max":"2000000h"}}`, "bounds.max"},
 	} {
 		r := b.call(t, http.MethodPost, "/api/v1/tasks", c.body)
 		expect(t, "POST /api/v1/tasks "+c.body, r, http.StatusBadRequest, c.field)
