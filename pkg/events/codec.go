@@ -272,7 +272,8 @@ func hasJSONSuffix(ct string) bool {
 // keys exactly as documented, each once (strictShape), no unknown fields,
 // no trailing content.
 func decodeStrict(data []byte, v any) error {
-	if err := strictShape(data, v); err != nil {
+	data, err := walkShape(data, v) // times with escapes rewritten
+	if err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

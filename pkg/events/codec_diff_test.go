@@ -514,6 +514,7 @@ func FuzzDecodeDataMatchesReference(f *testing.F) {
 		diffSpec, `{"id":5}`, `{"nope":1}`, `[1]`, `{"id":"x"}}`, ` `, `{"schedule":{"interval":5}}`,
 		`{"Schedule":{"INTERVAL":"30s"}}`, `{"id":"a","ID":"b"}`, `{"schedule":{},"schedule":{}}`, `{"labels":{"a":"1","a":"2"}}`, `{"x":[{"a":1,"a":2}]}`,
 		`{"startAt":"noon"}`, `{"startAt":"9999-12-31T23:30:00-01:00"}`, `{"startAt":5}`,
+		`{"startAt":"2026-03-02T11:00:00\u005a"}`, `{"startAt":"\u0032026-03-02T11:00:00Z","id":"x"} `, `{"startAt":"2026-03-02T11:00:00\u0078"}`,
 	} {
 		f.Add([]byte(s), ContentTypeJSON)
 	}

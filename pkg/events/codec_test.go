@@ -446,6 +446,42 @@ func TestDecodeDataNamesTheTimeField(t *testing.T) {
 	}
 }
 
+// TestDecodeDataReadsEscapedTimes: a time written with a JSON escape is
+// valid JSON and valid RFC 3339 once unescaped, but encoding/json hands
+// time.Time the raw bytes (Go issue 47353), which refused it as "data"
+// with a bare parse error. Each decoder now reads the time it spells.
+func TestDecodeDataReadsEscapedTimes(t *testing.T) {
+	want := time.Date(2026, 3, 2, 11, 0, 0, 0, time.UTC)
+	const esc = `"2026-03-02T11:00:00\u005a"`
+	var spec events.TaskSpec
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"id":"x","startAt":`+esc+`,"target":{"http":{"url":"https://e.com"}},"schedule":{"interval":"30s"}}`), &spec); err != nil || spec.StartAt == nil || !spec.StartAt.Equal(want) {
+		t.Errorf("DecodeData(startAt %s) = %v, startAt %v, want %s", esc, err, spec.StartAt, want)
+	}
+	var p events.TaskPause
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"until":"\u0032026-03-02T11:00:00Z"}`), &p); err != nil || p.Until == nil || !p.Until.Equal(want) {
+		t.Errorf("DecodeData(until with an escape) = %v, until %v, want %s", err, p.Until, want)
+	}
+	var h events.TaskHint
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"at":  `+esc+` }`), &h); err != nil || h.At == nil || !h.At.Equal(want) {
+		t.Errorf("DecodeData(at %s) = %v, at %v, want %s", esc, err, h.At, want)
+	}
+	var dl events.DeadLetter
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"errors":[{"at":`+esc+`}]}`), &dl); err != nil || len(dl.Errors) != 1 || !dl.Errors[0].At.Equal(want) {
+		t.Errorf("DecodeData(errors[0].at %s) = %v, decoded %+v", esc, err, dl)
+	}
+	run := `{"dispatchId":"r:1","taskId":"r","scheduledAt":` + esc + `,"attempt":1}`
+	var r events.Run
+	if err := events.DecodeRun(dataEvent(t, events.ContentTypeJSON, run), &r); err != nil || !r.ScheduledAt.Equal(want) {
+		t.Errorf("DecodeRun(%s) = %v, scheduledAt %v", run, err, r.ScheduledAt)
+	}
+	// An escaped time that is not one is still refused, naming the field.
+	var bad events.TaskPause
+	err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"until":"2026-03-02T11:00:00\u0078"}`), &bad)
+	if rs := events.Reasons(err); len(rs) != 1 || rs[0].Field != "until" {
+		t.Errorf("DecodeData(until ending in an escaped x) = %v, want until refused", err)
+	}
+}
+
 // TestDecodersRefuseTimesOutsideYears1To9999: "9999-12-31T23:30:00-01:00"
 // is valid RFC 3339 but 10000-01-01T00:30:00Z in UTC, which json.Marshal
 // cannot write. Such times were accepted, and every decision holding one

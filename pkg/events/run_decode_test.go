@@ -14,6 +14,7 @@ var runSeeds = []string{
 	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"9999-12-31T23:30:00-01:00","attempt":1}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","breakerKey":"t1","taskCreatedAt":"2026-03-01T08:00:00.5Z","dispatch":{"dispatchId":"t1:1","taskId":"t1","taskCreatedAt":"2026-03-01T08:00:00.5Z"}}`,
 	`{"taskId":"a","taskCreatedAt":null}`,
+	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"2026-03-02T11:00:00\u005a","attempt":1,"dispatch":{"dispatchId":"r:1","taskId":"r","firedAt":"2026-03-02T11:00:00\u005A"}}`,
 	`{"taskId":"a","taskCreatedAt":1772500000}`,
 	`{"dispatchId":"r:1","taskId":"r","scheduledAt":"2026-03-02T10:00:00Z","finishedAt":"0001-01-01T00:30:00+01:00"}`,
 	`{"dispatchId":"t1:1","taskId":"t1","scheduledAt":"2026-03-03T10:15:00Z","attempt":1,"error":"503","retryIn":"1.5s","duration":"812µs"}`,

@@ -47,19 +47,71 @@ import (
 // (DecodeRun, DecodeDispatch), never on the fast paths themselves; they
 // refuse unknown and repeated keys on their own.
 func strictShape(data []byte, v any) error {
-	w := shapeWalker{dec: json.NewDecoder(bytes.NewReader(data))}
+	_, err := walkShape(data, v)
+	return err
+}
+
+// walkShape is strictShape, and returns data with every time written
+// with a JSON escape ("2026-03-02T11:00:00\u005a") rewritten plainly, for
+// encoding/json to decode: it hands time.Time.UnmarshalJSON the raw bytes,
+// escapes included, which refused a valid time with a bare parse error
+// naming no field (Go issue 47353). data itself is never modified; it is
+// returned as is when nothing needs rewriting.
+func walkShape(data []byte, v any) ([]byte, error) {
+	w := shapeWalker{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
 	w.dec.UseNumber() // a number's literal, for its range and its error
 	w.value(reflect.TypeOf(v), "")
+	if w.broken {
+		return data, nil // encoding/json reports the syntax error
+	}
 	problems := w.problems.err()
-	if problems == nil || w.broken {
-		return nil
+	if problems == nil {
+		return w.unescaped(), nil
 	}
 	// Problems found before a syntax error further on: the decoder's
 	// syntax error stays the answer, as before.
 	if !firstValueValid(data) {
-		return nil
+		return data, nil
 	}
-	return problems
+	return data, problems
+}
+
+// escapedTime is a time string at data[start:end] (quotes included) that
+// holds an escape, and the time it spells.
+type escapedTime struct {
+	start, end int
+	value      string
+}
+
+// plainJSON reports whether s, quoted as it is, is a JSON string that
+// means s: printable ASCII without '"' or '\\'. Every time
+// time.Time.UnmarshalText accepts is; this keeps the rewrite safe should
+// that ever change.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// unescaped is w.data with the escaped times rewritten.
+func (w *shapeWalker) unescaped() []byte {
+	if len(w.escaped) == 0 {
+		return w.data
+	}
+	out := make([]byte, 0, len(w.data))
+	last := 0
+	for _, e := range w.escaped {
+		out = append(out, w.data[last:e.start]...)
+		// plainJSON(e.value): quoted as it is, it is valid JSON.
+		out = append(out, '"')
+		out = append(out, e.value...)
+		out = append(out, '"')
+		last = e.end
+	}
+	return append(out, w.data[last:]...)
 }
 
 // note records the problem err (a ValidationError from malformed), if
@@ -87,7 +139,11 @@ func (w *shapeWalker) token() (json.Token, bool) {
 }
 
 type shapeWalker struct {
-	dec *json.Decoder
+	data []byte
+	dec  *json.Decoder
+	// escaped are the valid times written with an escape, in document
+	// order.
+	escaped []escapedTime
 	// broken is set when the input is not valid JSON: the walk stops and
 	// reports nothing.
 	broken bool
@@ -256,6 +312,13 @@ func (w *shapeWalker) time(tok json.Token, path string) error {
 		}
 		if !TimeInRange(t) {
 			return malformed(path, timeRangeRule(v))
+		}
+		// The token ends at the input offset; a valid time holds no '"',
+		// so the opening quote is the last one before its closing one.
+		end := int(w.dec.InputOffset())
+		start := bytes.LastIndexByte(w.data[:end-1], '"')
+		if bytes.IndexByte(w.data[start:end], '\\') >= 0 && plainJSON(v) {
+			w.escaped = append(w.escaped, escapedTime{start, end, v})
 		}
 		return nil
 	}
