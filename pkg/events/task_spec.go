@@ -423,17 +423,18 @@ func validHeaderName(name string) bool {
 }
 
 // connHeaderProblem is the rule a header named name (a valid token) with
-// value v breaks, or "": the connection-level headers that HTTP/2 forbids
-// (RFC 9113 section 8.2.2), which Go's transport refuses to send
-// ("http2: invalid Upgrade request header") or drops, and the headers
-// net/http writes itself from the request. A call carrying one failed on
-// every attempt against an HTTP/2 target, or sent something else than
-// the spec said.
+// value v breaks, or "": the connection-level values Go's HTTP/2
+// transport refuses to send ("http2: invalid Upgrade request header"),
+// or that an HTTP/2 server refuses (TE), so that a call carrying one
+// failed on every attempt against an HTTP/2 target. The connection-level
+// headers it drops instead (Keep-Alive, Proxy-Connection, Transfer-Encoding:
+// chunked) and those net/http sets itself (Content-Length, Trailer) are
+// accepted as before: the executor re-validates stored specs, and a task
+// that runs today must not be skipped after an upgrade.
 func connHeaderProblem(name, v string) string {
-	const connLevel = "is a connection-level header, which HTTP/2 forbids (Go's transport refuses the request or drops the header); the executor manages connections itself"
 	switch strings.ToLower(name) {
-	case "upgrade", "keep-alive", "proxy-connection":
-		return connLevel
+	case "upgrade":
+		return "is a connection-level header, which HTTP/2 forbids: Go's transport refuses to send a request carrying it; the executor manages connections itself"
 	case "connection":
 		// Go accepts these two over HTTP/2 (and drops them); over
 		// HTTP/1.1 "close" closes the connection after the call.
@@ -442,16 +443,15 @@ func connHeaderProblem(name, v string) string {
 		}
 		return fmt.Sprintf(`must be "close" or "keep-alive", the values Go's HTTP/2 transport accepts (it refuses the request with any other), got %q`, truncate(v, 64))
 	case "transfer-encoding":
-		return connLevel + `; net/http picks the framing from the body`
+		if strings.EqualFold(v, "chunked") {
+			return ""
+		}
+		return fmt.Sprintf(`must be "chunked" if set (net/http picks the framing from the body, and Go's HTTP/2 transport refuses the request with any other value), got %q`, truncate(v, 64))
 	case "te":
 		if v == "trailers" {
 			return ""
 		}
 		return fmt.Sprintf(`must be "trailers", the only value HTTP/2 allows (a Go server answers 400 to any other), got %q`, truncate(v, 64))
-	case "content-length":
-		return "is set by net/http from the body; the header is dropped"
-	case "trailer":
-		return "is dropped by net/http, which never sends request trailers for a task"
 	case "host":
 		if !validHostHeader(v) {
 			return fmt.Sprintf(`must be a host or host:port of ASCII letters, digits and -._~!$&'()*+,;=:[]%% (write an internationalized name in punycode, xn--…), got %q`, truncate(v, 64))

@@ -38,6 +38,7 @@ func TestValidatedHeadersReachHTTP1AndHTTP2Targets(t *testing.T) {
 		{"Keep-Alive": "timeout=5"},
 		{"Proxy-Connection": "keep-alive"},
 		{"Content-Length": "5"},
+		{"Trailer": "X-Sum"},
 		{"Host": "a b"},
 		{"Host": "bücher.example"},
 		{"Host": "example.com"},
