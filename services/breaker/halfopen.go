@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 )
@@ -46,12 +45,27 @@ type openBreakers struct {
 	wake chan struct{}        // a change that may move the earliest retryAt
 }
 
+// apply follows one record: an open one falls due at its retryAt. So
+// does, at once, a half-open one holding its half-open transition: the
+// replica that stored it may have stopped (or failed to publish) before
+// it reached HEALTH, and kept its retry only in memory. halfOpen then
+// publishes it, unless HEALTH already has it (publish reads the key's
+// last event): one KV get and one message get for each half-open
+// transition, and for each half-open record a watch replays.
 func (o *openBreakers) apply(e jetstream.KeyValueEntry) {
-	var b executor.BreakerRecord
-	open := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) == nil && b.State == events.BreakerOpen
+	var b record
+	put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) == nil
+	open := put && b.State == events.BreakerOpen
+	var due time.Time
+	switch {
+	case open:
+		due = b.RetryAt
+	case put && b.State == events.BreakerHalfOpen && b.Transition != nil && b.Transition.To == events.BreakerHalfOpen:
+		open = true // due now, for its publish
+	}
 	o.mu.Lock()
 	if open {
-		o.due[strings.Clone(e.Key())] = b.RetryAt
+		o.due[strings.Clone(e.Key())] = due
 	} else {
 		delete(o.due, e.Key())
 	}
