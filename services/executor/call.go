@@ -88,6 +88,19 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			// dropped, as net/http keeps Authorization dropped: a
 			// redirect back (https://A → http://B → http://A) gets
 			// none of them either.
+			// A 307 or 308 sends the body again (net/http gives this hop
+			// the first request's body; a 301, 302 or 303 is followed
+			// with no body). The body may be a credential (an OAuth
+			// client_secret), and unlike a header it cannot be left out:
+			// such a hop to another host or to plain http is refused.
+			if req.ContentLength > 0 {
+				if leftHost(req, via) {
+					return fmt.Errorf("%w: %d to %s, another host than the task's", ErrBodyRedirect, req.Response.StatusCode, req.URL.Host)
+				}
+				if downgraded(req, via) {
+					return fmt.Errorf("%w: %d from https to http (%s)", ErrBodyRedirect, req.Response.StatusCode, req.URL.Host)
+				}
+			}
 			if leftHost(req, via) {
 				for k := range req.Header {
 					if isSecretHeader(k, redact) {
@@ -102,7 +115,7 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			// header: a bearer token or API key would cross the network
 			// unencrypted. Any earlier https hop counts, not only the
 			// last one.
-			if req.URL.Scheme == "http" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" }) {
+			if downgraded(req, via) {
 				for k := range req.Header {
 					if isSecretHeader(k, redact) {
 						return fmt.Errorf("%w (%s would be sent unencrypted to %s)", ErrInsecureRedirect, k, req.URL.Host)
@@ -128,6 +141,17 @@ func expectsRedirect(t *events.HTTPTarget) bool {
 	}
 	return false
 }
+
+// downgraded reports whether a redirect goes to plain http after an https
+// hop anywhere in its chain.
+func downgraded(req *http.Request, via []*http.Request) bool {
+	return req.URL.Scheme == "http" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" })
+}
+
+// ErrBodyRedirect is the permanent error of a call whose target answered
+// 307 or 308, which sends the request body again, to another host or from
+// https to http.
+var ErrBodyRedirect = errors.New("refused a redirect that would send the request body on")
 
 // ErrInsecureRedirect is the permanent error of a call whose target
 // redirected from https to http while the request carried a secret
@@ -249,7 +273,7 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	if err != nil {
 		err = redactError(err, s.cfg.RedactHeaders)
 		res.err = err
-		res.permanent = errors.Is(err, ErrBlocked) || errors.Is(err, ErrInsecureRedirect)
+		res.permanent = errors.Is(err, ErrBlocked) || errors.Is(err, ErrInsecureRedirect) || errors.Is(err, ErrBodyRedirect)
 		if ctx.Err() != nil && !res.permanent {
 			res.err = fmt.Errorf("timed out after %s: %w", t.Timeout, err)
 		}

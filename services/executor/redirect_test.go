@@ -2,9 +2,12 @@ package executor
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -348,5 +351,92 @@ func TestRedirectToALocationThatDoesNotParseIsNotQuoted(t *testing.T) {
 		if msg := res.err.Error(); strings.Contains(msg, "hunter") || !strings.Contains(msg, "Location header is not a valid URL") {
 			t.Errorf("Location %s: the run's error is %q, want it to say the Location does not parse without quoting it", loc, msg)
 		}
+	}
+}
+
+// bodySink records the request bodies it receives.
+type bodySink struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (b *bodySink) ServeHTTP(_ http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	b.mu.Lock()
+	b.got = append(b.got, r.Method+" "+string(body))
+	b.mu.Unlock()
+}
+
+func (b *bodySink) calls() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.got...)
+}
+
+// TestRedirectDoesNotCarryTheBodyElsewhere: net/http follows a 307 or
+// 308 with the same method and the body sent again. The secret headers
+// stayed on the task's host and off plain http, but the body did not: a
+// POST of client_secret=… (an OAuth token request) went on to whatever
+// host the Location named, or unencrypted from https to http. Such a
+// redirect is now refused, permanently, without a call; a 307 on the same
+// host, or a 302 (which net/http follows with a GET and no body), is
+// followed as before.
+func TestRedirectDoesNotCarryTheBodyElsewhere(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	sink := &bodySink{}
+	other := httptest.NewServer(sink)
+	t.Cleanup(other.Close)
+	ou, err := url.Parse(other.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := "http://localhost:" + ou.Port() + "/landing" // another host name
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/same" {
+			sink.ServeHTTP(w, r)
+			return
+		}
+		code, _ := strconv.Atoi(r.URL.Query().Get("code"))
+		to := elsewhere
+		if r.URL.Query().Get("to") == "same" {
+			to = "/same"
+		}
+		http.Redirect(w, r, to, code)
+	}))
+	t.Cleanup(first.Close)
+	plain := httptest.NewServer(sink)
+	t.Cleanup(plain.Close)
+	secure := httptest.NewTLSServer(http.RedirectHandler(plain.URL+"/landing", http.StatusTemporaryRedirect))
+	t.Cleanup(secure.Close)
+	s.client.Transport.(*http.Transport).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	call := func(u string) *result {
+		t.Helper()
+		tg := &events.HTTPTarget{
+			Method: "POST", URL: u, Body: "grant_type=client_credentials&client_secret=hunter2",
+			Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"},
+		}
+		return s.callHTTP(t.Context(), tg, nil, d, 1)
+	}
+	for _, u := range []string{first.URL + "?code=307", first.URL + "?code=308", secure.URL} {
+		res := call(u)
+		if res.ok() || !res.permanent || !strings.Contains(res.err.Error(), "body") {
+			t.Errorf("%s: a redirect that sends the body elsewhere gave ok=%v permanent=%v err=%v, want a permanent refusal naming the body", u, res.ok(), res.permanent, res.err)
+		}
+	}
+	if got := sink.calls(); len(got) != 0 {
+		t.Fatalf("the body went on to another host or over plain http: %q", got)
+	}
+	if res := call(first.URL + "?code=307&to=same"); !res.ok() {
+		t.Fatalf("a 307 on the task's host was refused: %v", res.err)
+	}
+	if res := call(first.URL + "?code=302"); !res.ok() {
+		t.Fatalf("a 302 to another host (followed with a GET, no body) was refused: %v", res.err)
+	}
+	want := []string{"POST grant_type=client_credentials&client_secret=hunter2", "GET "}
+	if got := sink.calls(); !slices.Equal(got, want) {
+		t.Fatalf("calls followed %q, want %q", got, want)
 	}
 }
