@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -1333,15 +1334,19 @@ func TestDecideOverflow(t *testing.T) {
 	}
 }
 
-// TestDecideAdaptiveRelaxesToAHugeBoundsMax: bounds.max has no upper limit,
-// so adaptive "change" may relax toward the largest Duration. With
-// smoothing 1 the EMA step float64(target-cur) rounds up to 2^63; converted
-// back it wrapped negative, was clamped to the current interval, and the
-// cadence never relaxed. The step now saturates.
+// TestDecideAdaptiveRelaxesToAHugeBoundsMax: bounds.max had no upper
+// limit, so adaptive "change" could relax toward the largest Duration.
+// With smoothing 1 the EMA step float64(target-cur) rounds up to 2^63;
+// converted back it wrapped negative, was clamped to the current
+// interval, and the cadence never relaxed. The step now saturates.
+// Validation caps bounds.max at events.MaxInterval since 2026-11-30, but
+// a spec stored before (or by hand) still reaches Decide.
 func TestDecideAdaptiveRelaxesToAHugeBoundsMax(t *testing.T) {
 	s := withBounds(intervalSpec(time.Minute), 0, time.Duration(math.MaxInt64))
 	s = withAdaptive(s, events.AdaptiveChange, 1, 1, 0)
-	mustValid(t, s)
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "bounds.max") {
+		t.Fatalf("Validate() = %v, want bounds.max refused past %s", err, events.MaxInterval)
+	}
 	slot := t0.Add(time.Minute)
 	d := governor.Decide(slot.Add(time.Second), s, stateWith(ran(t0), fingerprint("a")), outcomeFP("succeeded", slot, "a"))
 	if d.State.AdaptiveInterval != math.MaxInt64 || d.Source != governor.SourceAdaptiveRelax {
