@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -190,6 +191,21 @@ func rejectionLabel(fe events.FieldError) string {
 	return "field:" + field
 }
 
+// repairsStoredTarget reports whether step is the sweeper's repair of a
+// spec stored with no schedule (a task.created whose command ID has its
+// prefix) carrying the target already stored for the task: the one
+// command the create-time guard lets through. The prefix alone is not
+// enough: anyone who may publish commands can choose an ID, and an
+// update, or a creation with another target, under it would get past the
+// guard.
+func (s *Service) repairsStoredTarget(ctx context.Context, step Step) bool {
+	if step.Input.Kind != gov.KindAccepted || !strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+		return false
+	}
+	stored, err := s.loadSpec(ctx, step.TaskID)
+	return err == nil && reflect.DeepEqual(stored.Target, step.Spec.Target)
+}
+
 // applyCommand checks a translated command against the stored task and
 // applies it. It returns a *rejection for commands that cannot apply and
 // any other error for transient failures.
@@ -215,7 +231,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	// fail every run: refuse it now, naming the field. The sweeper's
 	// repair re-creates a spec accepted before (perhaps under another
 	// guard configuration): the executor still refuses it at dial time.
-	if step.Spec != nil && !strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+	if step.Spec != nil && !s.repairsStoredTarget(ctx, step) {
 		if err := s.cfg.Guard.CheckTarget(step.Spec); err != nil {
 			return nil, rejectErr(err)
 		}

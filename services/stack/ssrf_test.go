@@ -223,3 +223,53 @@ func rejectedForItsURL(t *testing.T, rejected func() []events.Event, what string
 		t.Fatalf("%s rejected with %+v, want one reason naming target.http.url", what, r.Reasons)
 	}
 }
+
+// TestRepairCommandIDExemptsOnlyTheStoredTarget: the create-time guard
+// skipped every command whose ID started with the sweeper's repair
+// prefix, whatever its kind and target: a task.updated published by hand
+// under such an ID pointed a task at a metadata address, accepted and
+// stored (the executor still refused it at dial time, so every run was
+// dead-lettered). Only the repair itself is exempt now: a task.created
+// carrying the target already stored for the task.
+func TestRepairCommandIDExemptsOnlyTheStoredTarget(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
+	const good = "http://api.example.invalid/health"
+	const imds = "http://169.254.169.254/latest/meta-data/"
+	e.create("up", fmt.Sprintf(`{"id":"up","target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, good))
+	natstest.Eventually(t, 10*time.Second, "the task stored", func() bool { return e.storedSpec("up") })
+	data := fmt.Sprintf(`{"id":"old","target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, good)
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "old", json.RawMessage(data)) // stored, never scheduled
+	publish := func(typ, id, cmdID, url string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"specversion":"1.0","type":%q,"source":"test","id":%q,"subject":%q,"datacontenttype":"application/json","data":{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}}`,
+			typ, cmdID, id, id, url)
+		subject := "flyball.task.created." + id
+		if typ == events.TypeTaskUpdated {
+			subject = "flyball.task.updated." + id
+		}
+		if err := e.srv.NC.Publish(subject, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ typ, id string }{{events.TypeTaskUpdated, "up"}, {events.TypeTaskCreated, "old"}} {
+		rejected := e.collect("flyball.task.rejected." + c.id)
+		publish(c.typ, c.id, events.RepairCreatePrefix+c.id+":9", imds)
+		rejectedForItsURL(t, rejected, c.typ+" of "+c.id+" under a repair command ID with a metadata target")
+	}
+	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"up", "old"} {
+		ent, err := kv.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec events.TaskSpec
+		if err := json.Unmarshal(ent.Value(), &spec); err != nil || spec.Target.HTTP == nil || spec.Target.HTTP.URL != good {
+			t.Errorf("%s: stored spec %s (%v), want the old target %s kept", id, ent.Value(), err, good)
+		}
+	}
+}
