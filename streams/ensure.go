@@ -16,6 +16,7 @@ const maxReplicas = 5
 type options struct {
 	replicas     int // 0: an existing stream's own, a new one's as in the files
 	asyncPersist bool
+	report       func(Difference)
 	err          error
 }
 
@@ -72,6 +73,10 @@ func WithAsyncPersist(on bool) Option {
 // already matches, it changes nothing. Settings the server cannot change in
 // place (for example storage type or retention policy) make Ensure fail.
 // Without [WithReplicas], existing streams keep their replica count.
+// Existing [HistoryStreams] keep their retention limits (max_age,
+// max_bytes, max_msgs, max_msgs_per_subject) as an operator set them;
+// every other setting is the definition's: [WithReport] is told of each
+// limit that differs, kept or set back.
 // Errors name the definition file and wrap the underlying error.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if js == nil {
@@ -92,19 +97,30 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	cfgs := make([]jetstream.StreamConfig, len(streams))
 	for i, d := range streams {
 		cfg := d.cfg
+		var live *jetstream.StreamConfig
+		info, err := js.Stream(ctx, cfg.Name)
+		switch {
+		case err == nil:
+			live = &info.CachedInfo().Config
+			// Limits the definition re-applied were lost data: an
+			// operator's raised max_msgs_per_subject on RUNS dropped
+			// every message past the definition's 1000 at the next
+			// restart, and a lowered max_age came back.
+			for _, diff := range limits(&cfg, live) {
+				if o.report != nil {
+					o.report(diff)
+				}
+			}
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
+		}
 		if o.replicas > 0 {
 			cfg.Replicas = o.replicas
-		} else {
+		} else if live != nil {
 			// The files' 1 would scale a cluster's R3 streams down to
 			// one copy: an upgrade's "flyball provision" without
 			// --replicas then lost the data of a lost node.
-			info, err := js.Stream(ctx, cfg.Name)
-			switch {
-			case err == nil:
-				cfg.Replicas = info.CachedInfo().Config.Replicas
-			case !errors.Is(err, jetstream.ErrStreamNotFound):
-				return fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
-			}
+			cfg.Replicas = live.Replicas
 		}
 		if o.asyncPersist && slices.Contains(AsyncPersistStreams, cfg.Name) {
 			// Refused before any stream is touched.

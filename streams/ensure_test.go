@@ -305,10 +305,11 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	js := startJS(t)
 
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:     StreamTasks,
-		Subjects: []string{"flyball.task.>"},
-		Storage:  jetstream.FileStorage,
-		MaxAge:   time.Hour,
+		Name:       StreamTasks,
+		Subjects:   []string{"flyball.task.>"},
+		Storage:    jetstream.FileStorage,
+		MaxAge:     time.Hour,
+		Duplicates: 30 * time.Second,
 	}); err != nil {
 		t.Fatalf("pre-create TASKS: %v", err)
 	}
@@ -327,8 +328,14 @@ func TestEnsureRepairsDrift(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stream: %v", err)
 	}
-	if got, want := s.CachedInfo().Config.MaxAge, wantStreams[StreamTasks].maxAge; got != want {
-		t.Errorf("TASKS max_age %v, want %v", got, want)
+	// The duplicate window and the direct gets are flyball's; the max
+	// age, a retention limit of a history stream, is the operator's.
+	tasks := s.CachedInfo().Config
+	if got, want := tasks.Duplicates, wantStreams[StreamTasks].dup; got != want || !tasks.AllowDirect {
+		t.Errorf("TASKS duplicate_window %v allow_direct %t, want %v true", got, tasks.AllowDirect, want)
+	}
+	if got := tasks.MaxAge; got != time.Hour {
+		t.Errorf("TASKS max_age %v, want the stream's own 1h kept", got)
 	}
 	c, err := js.Consumer(ctx, StreamTasks, ConsumerGovernor)
 	if err != nil {

@@ -1,0 +1,123 @@
+package streams
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// HistoryStreams are the streams whose retention limits belong to the
+// operator once the stream exists: they keep a history (commands, run
+// outcomes, dead letters, breaker and runtime events, delivery
+// advisories) that flyball reads back but whose length no guarantee
+// depends on. Their max_age, max_bytes, max_msgs and
+// max_msgs_per_subject (the [RetentionLimits]) are the definition's when
+// [Ensure] creates the stream; on a stream that exists, Ensure keeps the
+// live values, as an operator set them with `nats stream edit`, and
+// reports each one that differs from the definition. Raising a limit
+// there is never undone by a provision or a restart (which dropped the
+// messages past the definition's limit), and lowering one to free
+// storage stays lowered.
+//
+// Everything else is the definition's on every Ensure, because flyball's
+// logic depends on it: DISPATCH's limits (one pending dispatch per task:
+// max_msgs_per_subject 1 with discard new per subject, no max age, so a
+// pending dispatch is never dropped), every stream's retention, discard
+// policy, duplicate window (the dedup of commands, dispatches and run
+// events), subjects, storage and allow_direct (the direct gets of
+// TASKS, RUNS and DEADLETTER), and all of the KV buckets' streams (their
+// history is what the services read and compare-and-set; the attempts
+// bucket's 72h max age outlives the longest retry delay, the probes
+// bucket's 1h max age backs its claims' TTLs). A retention limit of these
+// that differs is set back and reported, never changed silently.
+//
+// A new version of flyball that changes a history stream's default does
+// not change an existing stream's: Ensure reports the difference, and
+// the CHANGELOG says when to apply it by hand.
+var HistoryStreams = []string{StreamAdvisories, StreamDeadLetter, StreamHealth, StreamRuns, StreamTasks}
+
+// RetentionLimits are the settings of [HistoryStreams] that [Ensure]
+// keeps as it finds them, in the server API's JSON names.
+var RetentionLimits = []string{"max_age", "max_bytes", "max_msgs", "max_msgs_per_subject"}
+
+// A Difference is a retention limit of an existing stream that differs
+// from flyball's definition, which [Ensure] reports through
+// [WithReport]: Kept (a [HistoryStreams] limit, left as it was) or set
+// back to the definition's.
+type Difference struct {
+	Stream string
+	Limit  string // one of RetentionLimits
+	Live   string // the stream's value before Ensure ("unlimited" for none)
+	Def    string // the definition's value
+	Kept   bool
+}
+
+// String is the line provision prints, such as
+// "RUNS: max_age 72h kept (flyball's default is 168h)".
+func (d Difference) String() string {
+	if d.Kept {
+		return fmt.Sprintf("%s: %s %s kept (flyball's default is %s)", d.Stream, d.Limit, d.Live, d.Def)
+	}
+	return fmt.Sprintf("%s: %s %s set back to %s (flyball relies on its definition's)", d.Stream, d.Limit, d.Live, d.Def)
+}
+
+// WithReport calls fn with each retention limit of an existing stream
+// that differs from its definition, before Ensure updates the stream:
+// see [HistoryStreams]. A failed Ensure may have reported differences it
+// did not get to apply.
+func WithReport(fn func(Difference)) Option {
+	return func(o *options) { o.report = fn }
+}
+
+// limits reconciles the retention limits of cfg, the definition of an
+// existing stream, with live, its config on the server: a history
+// stream's live limits replace the definition's. It returns the
+// differences either way.
+func limits(cfg *jetstream.StreamConfig, live *jetstream.StreamConfig) []Difference {
+	keep := isHistory(cfg.Name)
+	var out []Difference
+	field := func(name string, def *int64, cur int64, format func(int64) string) {
+		if cur == *def {
+			return
+		}
+		out = append(out, Difference{Stream: cfg.Name, Limit: name, Live: format(cur), Def: format(*def), Kept: keep})
+		if keep {
+			*def = cur
+		}
+	}
+	age := int64(cfg.MaxAge)
+	field("max_age", &age, int64(live.MaxAge), func(v int64) string { return fmtAge(time.Duration(v)) })
+	cfg.MaxAge = time.Duration(age)
+	field("max_bytes", &cfg.MaxBytes, live.MaxBytes, fmtCount)
+	field("max_msgs", &cfg.MaxMsgs, live.MaxMsgs, fmtCount)
+	field("max_msgs_per_subject", &cfg.MaxMsgsPerSubject, live.MaxMsgsPerSubject, fmtCount)
+	return out
+}
+
+func isHistory(name string) bool { return slices.Contains(HistoryStreams, name) }
+
+// fmtAge spells a max age as nats stream edit --max-age takes it: 72h,
+// 1h30m; 0 is unlimited.
+func fmtAge(d time.Duration) string {
+	if d <= 0 {
+		return "unlimited"
+	}
+	s := d.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if strings.HasSuffix(s, zero) && len(s) > len(zero) && strings.ContainsAny(s[:len(s)-len(zero)], "hm") {
+			s = strings.TrimSuffix(s, zero)
+		}
+	}
+	return s
+}
+
+// fmtCount spells a count or size limit; 0 and -1 are unlimited.
+func fmtCount(v int64) string {
+	if v <= 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,160 @@
+package streams
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestEnsureKeepsRaisedRetentionLimits is the reviewer's scenario: an
+// operator raises RUNS's max_msgs_per_subject with `nats stream edit`,
+// and a task's subject fills past the definition's 1,000. The next
+// Ensure (a provision, a restart) keeps the raised limit and every
+// message, and reports the kept difference.
+func TestEnsureKeepsRaisedRetentionLimits(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	mustEnsure(t, ctx, js)
+
+	s, err := js.Stream(ctx, StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgsPerSubject = 2000
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("UpdateStream: %v", err)
+	}
+	const n = 1500
+	for i := range n {
+		if _, err := js.PublishAsync("flyball.run.succeeded.t1", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishes not acked")
+	}
+
+	var report []string
+	if err := Ensure(ctx, js, WithReport(func(d Difference) { report = append(report, d.String()) })); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.State.Msgs; got != n || info.Config.MaxMsgsPerSubject != 2000 {
+		t.Errorf("RUNS now holds %d of %d messages (max_msgs_per_subject %d), want all of them under 2000",
+			got, n, info.Config.MaxMsgsPerSubject)
+	}
+	want := []string{"RUNS: max_msgs_per_subject 2000 kept (flyball's default is 1000)"}
+	if !slices.Equal(report, want) {
+		t.Errorf("report %q, want %q", report, want)
+	}
+}
+
+// TestEnsureKeepsLoweredMaxAge: an operator shortens TASKS's max_age to
+// free storage (the FlyballJetStreamStorageHigh runbook); Ensure keeps
+// it, reports it, and repairs nothing else of the stream.
+func TestEnsureKeepsLoweredMaxAge(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	mustEnsure(t, ctx, js)
+
+	s, err := js.Stream(ctx, StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxAge = 72 * time.Hour
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("UpdateStream: %v", err)
+	}
+	var report []string
+	if err := Ensure(ctx, js, WithReport(func(d Difference) { report = append(report, d.String()) })); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Config.MaxAge; got != 72*time.Hour {
+		t.Errorf("TASKS max_age %v after Ensure, want the operator's 72h", got)
+	}
+	want := []string{"TASKS: max_age 72h kept (flyball's default is 8760h)"}
+	if !slices.Equal(report, want) {
+		t.Errorf("report %q, want %q", report, want)
+	}
+	// Nothing to report a second time round but the same kept limit.
+	report = nil
+	mustEnsureReport(t, js, &report)
+	if !slices.Equal(report, want) {
+		t.Errorf("second report %q, want %q", report, want)
+	}
+}
+
+// TestEnsureRepairsSemanticLimits: DISPATCH's one message per subject is
+// what makes a task's run pending at most once; raised by hand, Ensure
+// sets it back and says so. A KV bucket's history and TTL are flyball's
+// too.
+func TestEnsureRepairsSemanticLimits(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	mustEnsure(t, ctx, js)
+
+	for name, edit := range map[string]func(*jetstream.StreamConfig){
+		StreamDispatch:         func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = 5 },
+		"KV_" + BucketAttempts: func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour },
+	} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		edit(&cfg)
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatalf("UpdateStream %s: %v", name, err)
+		}
+	}
+	var report []string
+	mustEnsureReport(t, js, &report)
+	d, err := js.Stream(ctx, StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.CachedInfo().Config.MaxMsgsPerSubject; got != 1 {
+		t.Errorf("DISPATCH max_msgs_per_subject %d after Ensure, want 1", got)
+	}
+	if err := Check(&d.CachedInfo().Config); err != nil {
+		t.Errorf("Check after Ensure: %v", err)
+	}
+	a, err := js.Stream(ctx, "KV_"+BucketAttempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.CachedInfo().Config.MaxAge; got != 72*time.Hour {
+		t.Errorf("KV_%s max_age %v after Ensure, want 72h", BucketAttempts, got)
+	}
+	want := []string{
+		"DISPATCH: max_msgs_per_subject 5 set back to 1 (flyball relies on its definition's)",
+		"KV_flyball-attempts: max_age 1h set back to 72h (flyball relies on its definition's)",
+	}
+	if !slices.Equal(report, want) {
+		t.Errorf("report %q, want %q", report, want)
+	}
+}
+
+func mustEnsureReport(t *testing.T, js jetstream.JetStream, report *[]string) {
+	t.Helper()
+	if err := Ensure(testCtx(t), js, WithReport(func(d Difference) { *report = append(*report, d.String()) })); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+}
