@@ -93,11 +93,14 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			ensureCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = streams.Ensure(ensureCtx, js, streams.WithAsyncPersist(async))
+			var diffs []streams.Difference
+			err = streams.Ensure(ensureCtx, js, streams.WithAsyncPersist(async),
+				streams.WithReport(func(d streams.Difference) { diffs = append(diffs, d) }))
 			cancel()
 			if err != nil {
 				return err
 			}
+			logDifferences(log, diffs)
 			m := metrics.New()
 			cfg := rf.stackConfig(js, log, m, guard, tokens)
 			cfg.Version, cfg.APIListener = version, apiLn

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,12 +77,28 @@ printed when --timeout ends.`,
 				replicas = "as they were, 1 for new streams"
 			}
 			start := time.Now()
-			tries, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), nil, func(try int, err error) {
+			tries, diffs, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), nil, func(try int, err error) {
 				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
 			})
 			if err == nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "provisioned: streams, consumers and KV buckets match this binary's definitions (replicas %s, %d tries, %s)\n",
-					replicas, tries, time.Since(start).Round(time.Millisecond))
+				out := cmd.OutOrStdout()
+				kept := 0
+				for _, d := range diffs {
+					fmt.Fprintf(out, "provision: %s\n", d)
+					if d.Kept {
+						kept++
+					}
+				}
+				but := ""
+				switch kept {
+				case 0:
+				case 1:
+					but = ", but for the 1 retention limit above, kept as it was"
+				default:
+					but = fmt.Sprintf(", but for the %d retention limits above, kept as they were", kept)
+				}
+				fmt.Fprintf(out, "provisioned: streams, consumers and KV buckets match this binary's definitions%s (replicas %s, %d tries, %s)\n",
+					but, replicas, tries, time.Since(start).Round(time.Millisecond))
 				return nil
 			}
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -101,16 +119,21 @@ printed when --timeout ends.`,
 // bounded by tryTimeout, a second apart, calling retried after each failed
 // try that is followed by another. A request to a stream that has no
 // leader yet, as just after a whole cluster restarted, is never answered:
-// unbounded, one try waited out all of ctx. It returns the number of tries
+// unbounded, one try waited out all of ctx. It returns the number of tries,
+// the retention limits the last try found different from the definitions
+// (streams.WithReport: kept on a history stream, set back on the others)
 // and the last error; when ctx's deadline cut the last try short (it says
 // only "context deadline exceeded"), the error of the try before it.
 // An unanswered try's error says "no answer within <try>" and wraps
 // errUnanswered. again, if not nil, says whether a failed try is tried
 // again (provision: every one; serve: an unanswered one, so that a
 // server without JetStream still fails at once).
-func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Option, tryTimeout time.Duration, try string, again func(error) bool, retried func(try int, err error)) (int, error) {
+func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Option, tryTimeout time.Duration, try string, again func(error) bool, retried func(try int, err error)) (int, []streams.Difference, error) {
 	var prev error
+	var diffs []streams.Difference
+	opts = append(slices.Clip(opts), streams.WithReport(func(d streams.Difference) { diffs = append(diffs, d) }))
 	for n := 1; ; n++ {
+		diffs = nil
 		tryCtx, cancel := context.WithTimeout(ctx, tryTimeout)
 		err := noJetStream(streams.Ensure(tryCtx, js, opts...))
 		if err != nil && ctx.Err() == nil && errors.Is(tryCtx.Err(), context.DeadlineExceeded) {
@@ -118,16 +141,16 @@ func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Op
 		}
 		cancel()
 		if err == nil {
-			return n, nil
+			return n, diffs, nil
 		}
 		if ctx.Err() != nil {
 			if prev != nil && errors.Is(err, context.DeadlineExceeded) {
 				err = prev
 			}
-			return n, err
+			return n, nil, err
 		}
 		if again != nil && !again(err) {
-			return n, err
+			return n, nil, err
 		}
 		retried(n, err)
 		prev = err
@@ -140,3 +163,17 @@ func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Op
 
 // errUnanswered is a try of ensureTrying that got no answer in its time.
 var errUnanswered = errors.New("no answer")
+
+// logDifferences logs each retention limit an ensure at start found
+// different from the definitions: a kept one at info (an operator's
+// `nats stream edit` of a history stream, which stays), one set back at
+// warn (a limit flyball relies on, changed by hand).
+func logDifferences(log *slog.Logger, diffs []streams.Difference) {
+	for _, d := range diffs {
+		if d.Kept {
+			log.Info("--ensure-streams: retention limit kept", "limit", d.String())
+		} else {
+			log.Warn("--ensure-streams: limit set back to its definition", "limit", d.String())
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,6 +57,39 @@ func TestProvisionCreatesEverythingAndChangesNothingTheSecondTime(t *testing.T) 
 		if got := st.CachedInfo().State.LastSeq; got != seqs[cfg.Name] {
 			t.Fatalf("stream %s: last sequence %d after the second provision, want %d", cfg.Name, got, seqs[cfg.Name])
 		}
+	}
+}
+
+// TestProvisionReportsAKeptRetentionLimit: an operator shortens RUNS's
+// max_age with `nats stream edit` (the FlyballJetStreamStorageHigh
+// runbook); the next provision keeps it and says so, where it wrote the
+// definition's 7 days back and printed that everything matched.
+func TestProvisionReportsAKeptRetentionLimit(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListeningEmpty(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	e.ok(t, "provision")
+	st, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge = 72 * time.Hour
+	if _, err := srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := e.ok(t, "provision")
+	if want := "provision: RUNS: max_age 72h kept (flyball's default is 168h)\n"; !strings.Contains(out, want) {
+		t.Errorf("provision printed %q, want the line %q", out, want)
+	}
+	if !strings.Contains(out, "but for the 1 retention limit above") {
+		t.Errorf("provision printed %q, want its summary to name the kept limit", out)
+	}
+	if st, err = srv.JS.Stream(t.Context(), streams.StreamRuns); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxAge; got != 72*time.Hour {
+		t.Errorf("RUNS max_age %v after provision, want the operator's 72h", got)
 	}
 }
 

@@ -313,7 +313,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				// JetStream, a permission) ends serve at once, as before.
 				ectx, cancel := context.WithTimeout(ctx, ensureTimeout)
 				unanswered := func(err error) bool { return errors.Is(err, errUnanswered) }
-				tries, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), unanswered, func(try int, err error) {
+				tries, diffs, err := ensureTrying(ectx, js, nf.ensureOptions(cmd, async), ensureTryTimeout, ensureTryTimeout.String(), unanswered, func(try int, err error) {
 					log.Warn("--ensure-streams: try failed; trying again in 1s", "try", try, "err", err)
 				})
 				timedOut := ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
@@ -324,6 +324,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				if err != nil {
 					return err
 				}
+				logDifferences(log, diffs)
 			}
 			m := metrics.New()
 			cfg := rf.stackConfig(js, log, m, guard, tokens)
