@@ -18,6 +18,12 @@
 //	nats stream add --config defs/kv/flyball-tasks.json
 //	nats consumer add TASKS --config defs/consumers/TASKS.governor.json
 //
+// The retention limits of the [HistoryStreams] are defaults: an existing
+// stream keeps its own, and [Ensure] reports each that differs
+// ([WithReport]). Editing the files changes nothing on a running
+// deployment until it is rebuilt; change a limit with
+// `nats stream edit <STREAM> --max-age …` instead.
+//
 // A KV file holds exactly the stream config that jetstream.CreateKeyValue
 // produces for that bucket (subjects $KV.<bucket>.>, max_msgs_per_subject =
 // history, discard new, allow_rollup_hdrs, deny_delete, allow_direct,
