@@ -329,11 +329,28 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// and the creation): KV tells which.
 			ok = false
 		}
-		if !ok || attempt > 0 {
+		fromKV := !ok || attempt > 0
+		if fromKV {
 			var err error
 			if st, rev, err = s.readState(ctx, id); err != nil {
 				return gov.Decision{}, err
 			}
+		}
+		if step.CommandID == "" {
+			// A signal read its spec before this state: a task.updated
+			// applied in between left it holding the old one, and the
+			// updated schedule was decided and stored with it (a 24h
+			// task changed to 1m ran again only a day later). The spec
+			// is taken again now: from the view, which this replica's
+			// own spec writes update before their schedule is written,
+			// when the state is the one this replica cached; from KV
+			// when the state was read there, as another replica may
+			// have written both and the view may lag.
+			fresh, err := s.signalSpec(ctx, id, fromKV)
+			if err != nil {
+				return gov.Decision{}, err
+			}
+			spec = fresh
 		}
 		if err := step.otherCreation(&st); err != nil {
 			// Judged on the schedule read from KV (a cached copy of
@@ -341,14 +358,6 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// the requeue but is stale fails the compare-and-set below,
 			// and the requeue is judged again on KV.
 			return gov.Decision{}, err
-		}
-		if rev == 0 && step.CommandID == "" {
-			// An outcome never creates a schedule for a task whose spec is
-			// gone: the spec view may lag a deletion by a moment, and a
-			// recreated schedule would keep dispatching a deleted task.
-			if _, err := s.loadSpec(ctx, id); err != nil {
-				return gov.Decision{}, err
-			}
 		}
 		dec := Apply(spec, st, step)
 		if dec.Ignored && ok && attempt == 0 {
@@ -407,6 +416,20 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		return dec, nil
 	}
 	return gov.Decision{}, fmt.Errorf("write schedule %s: %d CAS conflicts in a row: %w", id, s.cfg.CASAttempts, jetstream.ErrKeyRevisionMismatch)
+}
+
+// signalSpec is the spec a signal decides with (see decide): read from KV
+// when fromKV, else from the view. A state read from KV when there was
+// none (rev 0) is always read there too: an outcome never creates a
+// schedule for a task whose spec is gone, and the view may lag a deletion
+// by a moment (a recreated schedule would keep dispatching a deleted
+// task).
+func (s *Service) signalSpec(ctx context.Context, id string, fromKV bool) (*events.TaskSpec, error) {
+	if fromKV {
+		return s.loadSpec(ctx, id)
+	}
+	spec, _, err := s.specs.Get(ctx, id)
+	return spec, err
 }
 
 // stateBufs hold a schedule state's encoding while it is written. KV's
