@@ -38,6 +38,10 @@ type keyIndex struct {
 	keys sortedKeys
 	// seq is the stream sequence the set reflects.
 	seq uint64
+	// created is when the stream the watch reads was created (zero
+	// until the watch read it): a stream deleted and provisioned again,
+	// or restored, starts its sequences again from 1.
+	created time.Time
 	// applied counts the entries the watches applied: a page waiting
 	// on a watch tells progress from a stall by it.
 	applied uint64
@@ -76,6 +80,9 @@ func (x *keyIndex) start() {
 	x.gen++
 	x.watching, x.live = true, false
 	x.keys = sortedKeys{}
+	// A new watch reflects nothing yet: the sequences of a stream
+	// provisioned again start from 1, below the old stream's.
+	x.seq, x.created = 0, time.Time{}
 	ctx, cancel := context.WithCancel(x.life)
 	x.stopWatch = cancel
 	gen := x.gen
@@ -107,11 +114,16 @@ func (x *keyIndex) watch(ctx context.Context, gen int) {
 	// Every write up to last is in the initial values: the index is
 	// current up to it once they are in, even when the stream's last
 	// message was since removed and never comes through the watch.
-	last, err := lastSeq(ctx, x.kv)
+	last, created, err := lastSeq(ctx, x.kv)
 	if err != nil {
 		fail()
 		return
 	}
+	x.mu.Lock()
+	if gen == x.gen {
+		x.created = created
+	}
+	x.mu.Unlock()
 	w, err := x.kv.WatchAll(ctx, jetstream.MetaOnly())
 	if err != nil {
 		fail()
@@ -156,17 +168,32 @@ func (x *keyIndex) watch(ctx context.Context, gen int) {
 	}
 }
 
-// lastSeq is the last sequence stored in kv's stream.
-func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+// lastSeq is the last sequence stored in kv's stream, and when the
+// stream was created.
+func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, time.Time, error) {
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read status of KV %s: %w", kv.Bucket(), err)
+		return 0, time.Time{}, fmt.Errorf("read status of KV %s: %w", kv.Bucket(), err)
 	}
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok {
-		return 0, fmt.Errorf("read status of KV %s: no stream info", kv.Bucket())
+		return 0, time.Time{}, fmt.Errorf("read status of KV %s: no stream info", kv.Bucket())
 	}
-	return bs.StreamInfo().State.LastSeq, nil
+	info := bs.StreamInfo()
+	return info.State.LastSeq, info.Created, nil
+}
+
+// replaced reports whether the watch reads another stream than the one
+// whose state a page read (last sequence want, created at created): the
+// bucket's stream was deleted and provisioned again, or restored, and
+// its sequences started again from 1. Its watch may still run, on the
+// old stream's keys, and its sequence, above the new stream's, would
+// make it current until the new stream passed it. x.mu is held.
+func (x *keyIndex) replaced(want uint64, created time.Time) bool {
+	if !x.watching {
+		return false
+	}
+	return !x.created.IsZero() && !created.Equal(x.created) || x.live && want < x.seq
 }
 
 // current waits until the index holds every write stored before it was
@@ -177,12 +204,15 @@ func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 // again by the next page. Without this bound a load that stalled held
 // every page until its client gave up.
 func (x *keyIndex) current(ctx context.Context) error {
-	want, err := lastSeq(ctx, x.kv)
+	want, created, err := lastSeq(ctx, x.kv)
 	if err != nil {
 		return err
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.replaced(want, created) {
+		x.drop(x.gen) // a new watch, of the stream there is now
+	}
 	x.start()
 	t := time.NewTimer(catchUp)
 	defer t.Stop()
