@@ -62,18 +62,26 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 	if !events.ValidToken(id) {
 		return "", nil, &events.FieldError{Field: "id", Rule: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", events.MaxIDLength, id)}
 	}
-	var sub *nats.Subscription
-	answers := make(chan *nats.Msg, 16)
+	var subs []*nats.Subscription
+	answers := make(chan *nats.Msg, answerBuffer)
 	if wait > 0 {
-		var err error
 		// Answers for this task travel on flyball.task.{accepted,rejected}.<id>;
 		// they are also stored in TASKS, but a core subscription made before
-		// publishing sees them with no consumer to clean up.
-		sub, err = c.NC.ChanSubscribe("flyball.task.*."+id, answers)
-		if err != nil {
-			return "", nil, fmt.Errorf("subscribe for the answer: %w", err)
+		// publishing sees them with no consumer to clean up. Only the
+		// answers: the task's other commands filled the channel while
+		// a repeated command looked for its stored answer.
+		defer func() {
+			for _, sub := range subs {
+				_ = sub.Unsubscribe()
+			}
+		}()
+		for _, verb := range []events.Verb{events.VerbAccepted, events.VerbRejected} {
+			sub, err := c.NC.ChanSubscribe(events.TaskSubject(verb, id), answers)
+			if err != nil {
+				return "", nil, fmt.Errorf("subscribe for the answer: %w", err)
+			}
+			subs = append(subs, sub)
 		}
-		defer func() { _ = sub.Unsubscribe() }()
 	}
 	src := c.Source
 	if src == "" {
@@ -107,18 +115,59 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	check := time.NewTicker(droppedCheck)
+	defer check.Stop()
+	var dropped int
 	for {
 		select {
 		case <-ctx.Done():
 			return cmdID, nil, ctx.Err()
 		case <-timer.C:
+			// An answer dropped after the last check is stored too.
+			if n := droppedFrom(subs); n > dropped {
+				if a, err := c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback)); err != nil || a != nil {
+					return cmdID, a, err
+				}
+			}
 			return cmdID, nil, ErrTimeout
+		case <-check.C:
+			// A burst of the task's answers overflowed the channel (nats.go
+			// drops a slow subscriber's messages), and this command's
+			// answer may have gone with them: it is stored in TASKS.
+			n := droppedFrom(subs)
+			if n <= dropped {
+				continue
+			}
+			dropped = n
+			if a, err := c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback)); err != nil || a != nil {
+				return cmdID, a, err
+			}
 		case m := <-answers:
 			if a := match(m, cmdID); a != nil {
 				return cmdID, a, nil
 			}
 		}
 	}
+}
+
+// answerBuffer is how many of a task's answers SendID's subscription
+// holds while it is not reading them (a repeated command reads the
+// stored answer first); nats.go drops the ones beyond it.
+const answerBuffer = 256
+
+// droppedCheck is how often SendID looks whether its subscription
+// dropped answers, to read the stored answer instead.
+const droppedCheck = 100 * time.Millisecond
+
+// droppedFrom is how many messages subs dropped as a slow consumer.
+func droppedFrom(subs []*nats.Subscription) int {
+	n := 0
+	for _, sub := range subs {
+		if d, err := sub.Dropped(); err == nil {
+			n += d
+		}
+	}
+	return n
 }
 
 // confirmTimeout bounds confirm's publish: JetStream's default publish
