@@ -175,7 +175,7 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 		FilterSubjects:    []string{events.RunSubject(events.OutcomeFailed, final.TaskID)},
 		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
 		OptStartTime:      &start,
-		InactiveThreshold: lookupInactiveThreshold,
+		InactiveThreshold: jsutil.OrderedInactiveThreshold,
 	})
 	if err != nil {
 		return nil, err
@@ -228,20 +228,9 @@ func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]event
 	return out, nil
 }
 
-// lookupInactiveThreshold is how long the server keeps an attempt
-// lookup's consumer that deleteLookup could not delete (as the API's scans
-// do: internal/query/scan.go).
-const lookupInactiveThreshold = 30 * time.Second
-
 // deleteLookup deletes the consumer an attempt lookup reads RUNS with.
 func (s *Service) deleteLookup(ctx context.Context, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return // never created
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := s.cfg.JS.DeleteConsumer(ctx, streams.StreamRuns, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		s.cfg.Logger.Debug("attempt lookup's consumer not deleted; the server removes it once idle", "consumer", info.Name, "idleFor", lookupInactiveThreshold, "err", err)
+	if err := jsutil.DeleteOrdered(ctx, s.cfg.JS, streams.StreamRuns, cons); err != nil {
+		s.cfg.Logger.Debug("attempt lookup's consumer not deleted; the server removes it once idle", "idleFor", jsutil.OrderedInactiveThreshold, "err", err)
 	}
 }

@@ -101,3 +101,45 @@ func TestARepeatedCommandGetsItsAnswerOnABusyTask(t *testing.T) {
 		t.Fatalf("repeated command on a busy task: answer %+v, %v; want its task.accepted", a, err)
 	}
 }
+
+// TestARepeatedCommandLeavesNoConsumer: a command sent again reads its
+// stored answer from TASKS through an ordered consumer, which stayed on
+// TASKS for its 30 s inactive threshold after the answer was read. It
+// is now deleted once read.
+func TestARepeatedCommandLeavesNoConsumer(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	const task, cmdID = "web", "cmd-1"
+	c := &control.Client{NC: srv.NC, JS: srv.JS, Source: "flyball/cli/test"}
+	hint := events.TaskHint{ID: task, Interval: events.Duration(time.Minute), TTL: events.Duration(time.Hour)}
+	if _, _, err := c.SendID(ctx, events.VerbHinted, task, cmdID, hint, 0); err != nil {
+		t.Fatal(err)
+	}
+	answer := events.TaskAccepted{ID: task, Command: events.VerbHinted.Type(), CommandID: cmdID}
+	if err := jsutil.PublishEvent(ctx, srv.JS, events.TaskSubject(events.VerbAccepted, task), "", events.TypeTaskAccepted, "flyball/governor", task, answer, time.Now().UTC()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := srv.JS.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	base := consumers()
+	const n = 5
+	for range n {
+		_, a, err := c.SendID(ctx, events.VerbHinted, task, cmdID, hint, 5*time.Second)
+		if err != nil || a == nil || a.Accepted == nil {
+			t.Fatalf("repeated command: %+v, %v; want its stored task.accepted", a, err)
+		}
+	}
+	if got := consumers(); got != base {
+		t.Fatalf("%d consumers on TASKS after %d repeated commands; want the %d there were before", got, n, base)
+	}
+}

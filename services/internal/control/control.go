@@ -220,12 +220,13 @@ func (c *Client) storedAnswer(ctx context.Context, id, cmdID string, since time.
 		FilterSubjects: []string{events.TaskSubject(events.VerbAccepted, id), events.TaskSubject(events.VerbRejected, id)},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &since,
-		// Scan's threshold: the server removes it soon after.
-		InactiveThreshold: 30 * time.Second,
+		// Should the delete below fail.
+		InactiveThreshold: jsutil.OrderedInactiveThreshold,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
 	}
+	defer func() { _ = jsutil.DeleteOrdered(ctx, c.JS, streams.StreamTasks, cons) }()
 	// The answers stored when the consumer was made; a later one reaches
 	// the subscription.
 	for pending := cons.CachedInfo().NumPending; pending > 0; {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // ErrStop ends a Scan without an error when its callback returns it.
@@ -69,7 +71,7 @@ func Scan(ctx context.Context, js jetstream.JetStream, opts ScanOptions, fn func
 	if info.Config.Retention == jetstream.WorkQueuePolicy {
 		return scanByGet(ctx, st, upper, info.State.FirstSeq, opts, fn)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Subjects, InactiveThreshold: 30 * time.Second}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Subjects, InactiveThreshold: jsutil.OrderedInactiveThreshold}
 	switch {
 	case opts.StartSeq > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
@@ -81,6 +83,10 @@ func Scan(ctx context.Context, js jetstream.JetStream, opts ScanOptions, fn func
 	if err != nil {
 		return fmt.Errorf("read %s: %w", opts.Stream, err)
 	}
+	// Deleted once the iterator is stopped (defers run last first): a
+	// scan is one-off, and stopping it leaves its consumer on the
+	// stream. A failed delete leaves it to the inactive threshold.
+	defer func() { _ = jsutil.DeleteOrdered(ctx, js, opts.Stream, cons) }()
 	it, err := cons.Messages()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", opts.Stream, err)
