@@ -8,18 +8,27 @@ import (
 
 // MissedUnderNone reports whether a dispatch of slot, planned by source,
 // that first reaches an executor at now is a slot catchUp "none" drops: the
-// task's next slot on its baseline cadence (the interval, or the cron
-// expression's next occurrence) has passed too, so two or more slots were
-// missed. It returns that next slot. Only baseline slots are judged (a
-// cadence source, or baseline-cron); a hint, a requeue, a recheck, a
-// retry backoff or a breaker probe asked for its time and runs late.
+// task's next slot on its cadence (the interval, or the cron expression's
+// next occurrence) has passed too, so two or more slots were missed. It
+// returns that next slot. Only cadence slots are judged (a cadence
+// source, or baseline-cron); a hint, a requeue, a recheck, a retry
+// backoff or a breaker probe asked for its time and runs late.
+//
+// prev is the slot before slot on the schedule that planned it (its
+// lastScheduledAt), or zero when unknown. A cadence the governor
+// stretched past the spec's interval (an adaptive relax, an idle or
+// dormant task, bounds.min) puts slot − prev between the two: the next
+// slot is judged that far on, not one spec interval, which skipped a slot
+// late by a little more than the interval although the next was still
+// far ahead. A shorter gap (an adaptive tighten) keeps the interval, so a
+// late slot is never skipped sooner than before.
 //
 // After a downtime the timer fires each overdue slot at once, and the
 // governor, which decides at each input's stored time, can plan a slot that
 // had passed when it applied a backlog. Under "none" such a run is the
 // late run the policy forbids: the executor skips it instead, and the
 // governor plans the next slot from the skip.
-func MissedUnderNone(spec *events.TaskSpec, source Source, slot, now time.Time) (time.Time, bool) {
+func MissedUnderNone(spec *events.TaskSpec, source Source, prev, slot, now time.Time) (time.Time, bool) {
 	if spec == nil || spec.CatchUp != events.CatchUpNone || !now.After(slot) {
 		return time.Time{}, false
 	}
@@ -32,6 +41,9 @@ func MissedUnderNone(spec *events.TaskSpec, source Source, slot, now time.Time) 
 		// Jitter spreads a gap up to (1 + jitter) × the interval.
 		gap := time.Duration(spec.Schedule.Interval)
 		next = slot.Add(gap + time.Duration(spec.Jitter*float64(gap)))
+		if stretched := slot.Sub(prev); source != SourceBaselineInterval && !prev.IsZero() && slot.Add(stretched).After(next) {
+			next = slot.Add(stretched) // jitter is in it already
+		}
 	case spec.Schedule.Cron != "":
 		sched, loc, err := cronSchedule(spec.Schedule.Cron, spec.Schedule.Timezone)
 		if err != nil {

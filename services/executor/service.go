@@ -688,6 +688,9 @@ type scheduleView struct {
 	PausedUntil time.Time `json:"pausedUntil"`
 	CreatedAt   time.Time `json:"createdAt"`
 	NextRunAt   time.Time `json:"nextRunAt"`
+	// LastScheduledAt is the slot before NextRunAt: the gap between the
+	// two is the cadence in force (missedUnderNone).
+	LastScheduledAt time.Time `json:"lastScheduledAt"`
 }
 
 // LateRedispatch is how long after its slot a dispatch must be published
@@ -817,6 +820,12 @@ func (s *Service) pauseOf(ctx context.Context, id string) scheduleView {
 	if r := s.pauses.Lookup(id); r.Known && !r.Found {
 		return scheduleView{}
 	}
+	return s.scheduleOf(ctx, id)
+}
+
+// scheduleOf reads the task's schedule; one missing or unreadable is the
+// zero view.
+func (s *Service) scheduleOf(ctx context.Context, id string) scheduleView {
 	ent, err := s.schedules.Get(ctx, id)
 	if err != nil {
 		return scheduleView{}
@@ -929,7 +938,16 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 		return false // run decides: deleted, invalid, or read again
 	}
 	now := time.Now()
-	next, missed := governor.MissedUnderNone(t.spec, governor.Source(d.Source), d.ScheduledAt, now)
+	source := governor.Source(d.Source)
+	next, missed := governor.MissedUnderNone(t.spec, source, time.Time{}, d.ScheduledAt, now)
+	if missed && source.Cadence() && source != governor.SourceBaselineInterval {
+		// A cadence the governor may have stretched past the spec's
+		// interval: the schedule that planned the slot gives the gap in
+		// force. Read only here, on a slot already late by an interval.
+		if p := s.scheduleOf(ctx, d.TaskID); p.NextRunAt.Equal(d.ScheduledAt) {
+			next, missed = governor.MissedUnderNone(t.spec, source, p.LastScheduledAt, d.ScheduledAt, now)
+		}
+	}
 	if !missed {
 		return false
 	}
