@@ -448,13 +448,12 @@ func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAcce
 func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccepted, error) {
 	// The spec first, then the schedule. The governor reads RUNS, HEALTH
 	// and DEADLETTER apart from TASKS, so a signal of the task may be
-	// decided while the delete is applied. A signal that finds no
-	// schedule creates one only if the spec is still there (decide), so
-	// with the spec gone first no signal can write a schedule the delete
-	// does not then remove. Deleting the schedule first left a moment in
-	// which a breaker transition or an outcome wrote a fresh schedule for
-	// the deleted task, kept after the delete (createdAt zero, dispatched
-	// until the sweeper's orphan purge). A dispatch of the schedule in
+	// decided while the delete is applied. A signal never creates a
+	// schedule (decide), and one decided on the schedule it read fails
+	// its compare-and-set once the delete has removed it. (Before signals
+	// stopped creating schedules, deleting the schedule first left a
+	// moment in which a breaker transition or an outcome wrote a fresh
+	// schedule for the deleted task.) A dispatch of the schedule in
 	// between finds no spec, and the executor skips it as deleted.
 	if err := s.tasks.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.tasks.Bucket(), err)
@@ -469,7 +468,8 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 	// decide checks a cached state against KV, by compare-and-set when
 	// it writes and by a read when it ignores an input.
 	// A task deleted while paused leaves no hint behind (unknown view: it
-	// may have one).
+	// may have one). A signal that wrote the hint again while the delete
+	// was applied removes it when it finds the task gone (decide, gone).
 	if r := s.pauseHints.Lookup(step.TaskID); !r.Known || r.Found {
 		if err := s.deletePauseHint(ctx, step.TaskID); err != nil {
 			return nil, err
@@ -513,16 +513,23 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	var perm *permanentError
-	if _, err := s.decide(ctx, spec, step); jsutil.IsKeyMissing(err) {
+	_, err = s.decide(ctx, spec, step)
+	switch {
+	case jsutil.IsKeyMissing(err):
 		s.ack(m) // deleted a moment ago (decide checked the bucket)
-		return nil
-	} else if errors.As(err, &perm) {
+	case errors.Is(err, errNoSchedule):
+		// Deleted a moment ago, or a creation interrupted between its
+		// spec and schedule writes: its redelivery (or the sweeper's
+		// repair) schedules the task, and a signal never does.
+		s.log.Info("signal of a task with no schedule; acknowledged without effect", "subject", m.Subject())
+		s.ack(m)
+	case errors.As(err, &perm):
 		jsutil.Terminate(m, "cannot be applied: "+err.Error(), s.cfg.Metrics, s.log)
-		return nil
-	} else if err != nil {
+	case err != nil:
 		return err
+	default:
+		s.ack(m)
 	}
-	s.ack(m)
 	return nil
 }
 

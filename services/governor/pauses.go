@@ -41,24 +41,25 @@ func samePause(a, b gov.State) bool {
 }
 
 // hintPause writes next's pause hint when next is paused and the hint may
-// be missing or out of date. Call it before writing next.
-func (s *Service) hintPause(ctx context.Context, id string, prev, next gov.State) error {
+// be missing or out of date, and returns the revision it wrote (0 if it
+// wrote none). Call it before writing next.
+func (s *Service) hintPause(ctx context.Context, id string, prev, next gov.State) (uint64, error) {
 	if !next.Paused {
-		return nil
+		return 0, nil
 	}
 	if r := s.pauseHints.Lookup(id); samePause(prev, next) && r.Known && r.Found {
-		return nil
+		return 0, nil
 	}
 	body, err := json.Marshal(pauseHint{TaskID: id, PausedUntil: next.PausedUntil, Reason: next.PauseReason})
 	if err != nil {
-		return permanent("", fmt.Errorf("encode pause hint %s: %w", id, err), true)
+		return 0, permanent("", fmt.Errorf("encode pause hint %s: %w", id, err), true)
 	}
 	rev, err := s.pauses.Put(ctx, id, body)
 	if err != nil {
-		return permanent("", fmt.Errorf("write pause hint %s: %w", id, err), false)
+		return 0, permanent("", fmt.Errorf("write pause hint %s: %w", id, err), false)
 	}
 	s.pauseHints.Put(id, rev, body)
-	return nil
+	return rev, nil
 }
 
 // unhintPause deletes the pause hint of a task that next leaves unpaused,

@@ -321,6 +321,9 @@ func (s *Service) loadSpec(ctx context.Context, id string) (*events.TaskSpec, er
 // only after a revision mismatch.
 func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) (gov.Decision, error) {
 	id := spec.ID
+	// hinted is the revision of the pause hint this decision wrote, if it
+	// wrote one: removed again when the task turns out to be gone.
+	var hinted uint64
 	for attempt := range s.cfg.CASAttempts {
 		st, rev, ok := s.states.get(id)
 		if ok && attempt == 0 && gov.OtherTask(step.TaskCreatedAt(), st) {
@@ -336,6 +339,17 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 				return gov.Decision{}, err
 			}
 		}
+		if step.CommandID == "" && rev == 0 {
+			// A signal never creates a schedule. With no schedule the task
+			// is deleted, or its creation was interrupted between its spec
+			// and schedule writes (a crash): the creation's redelivery, or
+			// the sweeper's repair of a spec with no schedule, writes it
+			// with the task's createdAt. Created here from a zero state, it
+			// took on a deleted namesake's late outcome (its failures, its
+			// dead-letter hold), had no createdAt and no lastCommandId, and
+			// the redelivered creation was rejected as a duplicate.
+			return gov.Decision{}, s.gone(ctx, id, hinted, errNoSchedule)
+		}
 		if step.CommandID == "" {
 			// A signal read its spec before this state: a task.updated
 			// applied in between left it holding the old one, and the
@@ -348,7 +362,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// have written both and the view may lag.
 			fresh, err := s.signalSpec(ctx, id, fromKV)
 			if err != nil {
-				return gov.Decision{}, err
+				return gov.Decision{}, s.gone(ctx, id, hinted, err)
 			}
 			spec = fresh
 		}
@@ -372,13 +386,15 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 		if dec.Ignored {
 			// A redelivered input: its decision is stored, but a crash may
 			// have come between that write and the pause hint's.
-			if err := s.hintPause(ctx, id, st, dec.State); err != nil {
+			if _, err := s.hintPause(ctx, id, st, dec.State); err != nil {
 				return dec, err
 			}
 			return dec, s.unhintPause(ctx, id, st, dec.State)
 		}
-		if err := s.hintPause(ctx, id, st, dec.State); err != nil {
+		if wrote, err := s.hintPause(ctx, id, st, dec.State); err != nil {
 			return dec, err
+		} else if wrote != 0 {
+			hinted = wrote
 		}
 		buf := stateBufs.Get()
 		body, err := dec.State.AppendJSON(*buf)
@@ -418,12 +434,38 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 	return gov.Decision{}, fmt.Errorf("write schedule %s: %d CAS conflicts in a row: %w", id, s.cfg.CASAttempts, jetstream.ErrKeyRevisionMismatch)
 }
 
+// errNoSchedule ends the decision of a signal of a task with no schedule
+// (decide): acked without effect.
+var errNoSchedule = errors.New("no schedule: a signal does not create one")
+
+// gone ends a decision that found its task gone (err: errNoSchedule, or
+// the spec missing) and returns err. A pause hint the decision wrote
+// before it found out (a signal of a paused task decided on a cached
+// state while task.deleted removed the spec, the schedule and the hint)
+// is removed again, at the revision it was written: left, it outlived the
+// task for ever, listed by `nats kv ls flyball-pauses`, and cost the
+// executor a schedule read per dispatch of a new task of the ID. A hint
+// written since (a new task of the ID paused) is kept.
+func (s *Service) gone(ctx context.Context, id string, hinted uint64, err error) error {
+	if hinted == 0 || !errors.Is(err, errNoSchedule) && !jsutil.IsKeyMissing(err) {
+		return err
+	}
+	derr := s.pauses.Delete(ctx, id, jetstream.LastRevision(hinted))
+	switch {
+	case derr == nil:
+		s.pauseHints.Delete(id, 0)
+	case jsutil.IsCASConflict(derr) || jsutil.IsKeyMissing(derr):
+	default:
+		s.log.Warn("pause hint of a deleted task not removed", "task", id, "err", derr)
+	}
+	return err
+}
+
 // signalSpec is the spec a signal decides with (see decide): read from KV
-// when fromKV, else from the view. A state read from KV when there was
-// none (rev 0) is always read there too: an outcome never creates a
-// schedule for a task whose spec is gone, and the view may lag a deletion
-// by a moment (a recreated schedule would keep dispatching a deleted
-// task).
+// when fromKV, else from the view. A signal of a task with no schedule
+// ends before (it never creates one); a state read from KV is decided
+// with the spec read there, as the view may lag a deletion or another
+// replica's update.
 func (s *Service) signalSpec(ctx context.Context, id string, fromKV bool) (*events.TaskSpec, error) {
 	if fromKV {
 		return s.loadSpec(ctx, id)
