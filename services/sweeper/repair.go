@@ -106,7 +106,8 @@ func (s *Service) governorApplied(ctx context.Context, floors *ackFloors, o slot
 
 // unscheduledFor tracks the specs with no schedule in the view, by the
 // sweeper's clock, and returns those that have had none for ZombieAfter.
-// Only the sweep goroutine calls it.
+// now keeps its monotonic reading (sweepTasks), so a wall-clock step
+// neither delays nor hastens a repair. Only the sweep goroutine calls it.
 func (s *Service) unscheduledFor(missing []string, now time.Time) []string {
 	seen := make(map[string]time.Time, len(missing))
 	var due []string

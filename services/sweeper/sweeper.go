@@ -1,7 +1,8 @@
 // Package sweeper keeps the runtime registry honest. Every service instance
 // heartbeats into KV flyball-runtime; the sweeper marks an instance offline
-// once it has seen no new beat of it for OfflineAfter, by its own clock
-// (never the instance's lastBeat: the two clocks may differ), and announces
+// once it has seen no new beat of it for OfflineAfter, by its own
+// monotonic clock (never the instance's lastBeat: the two clocks may
+// differ; nor its own wall clock, which NTP may step), and announces
 // runtime.offline (a marked instance that beats again announces its
 // return itself: package heartbeat). It also exports the registry as
 // flyball_runtime_instances{status}.
@@ -80,15 +81,16 @@ type Service struct {
 	lastSeq     uint64             // the bucket's last sequence at the previous sweep
 	seqKnown    bool               // lastSeq was read (0 is an empty bucket's)
 	// unscheduled holds, per spec with no schedule, when a sweep first saw
-	// it so (the sweeper's clock); only the sweep goroutine touches it.
+	// it so (a reading of the sweeper's clock that keeps its monotonic
+	// part); only the sweep goroutine touches it.
 	unscheduled map[string]time.Time
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
 	swept      chan struct{}
 	// beats holds, per registry key, the revision of the last beat the
-	// sweep saw and when (the sweeper's clock); only the sweep goroutine
-	// touches it.
+	// sweep saw and when (a reading of the sweeper's clock that keeps its
+	// monotonic part); only the sweep goroutine touches it.
 	beats map[string]beatSeen
 	// unannounced holds, per registry key, an offline mark whose
 	// runtime.offline is not stored yet (HEALTH did not take it): each
@@ -207,12 +209,15 @@ func (s *Service) Sweep(ctx context.Context) error {
 			s.cfg.Logger.Warn("schedule scan failed; sweeping the previous one", "err", err)
 		}
 	}
-	s.sweepTasks(ctx, s.cfg.Now().UTC())
+	s.sweepTasks(ctx, s.cfg.Now())
 	s.reportBacklog(ctx)
 	return s.sweepRuntime(ctx)
 }
 
-// beatSeen is a registry entry's revision and when a sweep first saw it.
+// beatSeen is a registry entry's revision and when a sweep first saw it:
+// a reading of Now as it returns it, whose monotonic part (time.Now's)
+// Sub measures elapsed time on. UTC drops that part, and a wall-clock
+// step (NTP) then moved every elapsed time by the step.
 type beatSeen struct {
 	rev uint64
 	at  time.Time
@@ -223,12 +228,12 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := s.cfg.Now().UTC()
+	clock := s.cfg.Now() // not UTC: it keeps the monotonic reading (beatSeen)
 	counts := map[events.RuntimeStatus]int{}
 	listed := map[string]bool{}
 	for key := range lister.Keys() {
 		listed[key] = true
-		st, err := s.sweepOne(ctx, key, now)
+		st, err := s.sweepOne(ctx, key, clock)
 		if err != nil {
 			s.cfg.Logger.Warn("sweeping instance failed", "key", key, "err", err)
 			continue
@@ -244,7 +249,9 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 	return nil
 }
 
-func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (events.RuntimeStatus, error) {
+// sweepOne sweeps the registry entry under key at clock, a reading of
+// s.cfg.Now that keeps its monotonic part.
+func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (events.RuntimeStatus, error) {
 	ent, err := s.runtime.Get(ctx, key)
 	if err != nil {
 		return "", err
@@ -262,11 +269,14 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 	// Silent is measured by the sweeper's clock alone: how long since it
 	// first saw this revision of the entry. Comparing its clock with the
 	// lastBeat the instance wrote by its own marked every live instance
-	// offline once the two clocks were OfflineAfter apart. A sweeper that
+	// offline once the two clocks were OfflineAfter apart. It is measured
+	// on the monotonic clock: on wall-clock readings a step back by X
+	// held a dead instance's mark for X more, and a step forward by over
+	// OfflineAfter-Interval marked live instances offline. A sweeper that
 	// starts waits OfflineAfter before it marks anyone.
 	seen, ok := s.beats[key]
 	if !ok || seen.rev != ent.Revision() {
-		seen = beatSeen{rev: ent.Revision(), at: now}
+		seen = beatSeen{rev: ent.Revision(), at: clock}
 		s.beats[key] = seen
 	}
 	if hb.Status == events.RuntimeOffline {
@@ -279,7 +289,7 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		}
 		return hb.Status, nil
 	}
-	if now.Sub(seen.at) <= s.cfg.OfflineAfter {
+	if clock.Sub(seen.at) <= s.cfg.OfflineAfter {
 		delete(s.unannounced, key) // beating again
 		return hb.Status, nil      // an instance back from a mark announces its return itself (heartbeat)
 	}
@@ -295,7 +305,7 @@ func (s *Service) sweepOne(ctx context.Context, key string, now time.Time) (even
 		return "", err
 	}
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
-	s.announceOffline(ctx, key, hb, now)
+	s.announceOffline(ctx, key, hb, clock.UTC())
 	return events.RuntimeOffline, nil
 }
 

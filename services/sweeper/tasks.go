@@ -220,8 +220,13 @@ func (v *view) decodeStale() {
 	clear(v.stale)
 }
 
-// sweepTasks handles zombies, staleness, orphans and the breaker gauge.
-func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
+// sweepTasks handles zombies, staleness, orphans and the breaker gauge,
+// at clock, a reading of s.cfg.Now. Times of other hosts (a schedule's,
+// a breaker's) are compared with its wall-clock reading; the sweeper's
+// own elapsed times (unscheduledFor) are measured on its monotonic one,
+// which UTC drops.
+func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
+	now := clock.UTC()
 	v := s.view
 	v.mu.Lock()
 	v.decodeStale()
@@ -294,7 +299,7 @@ func (s *Service) sweepTasks(ctx context.Context, now time.Time) {
 	for _, st := range zombies {
 		s.renudge(ctx, floors, st, now)
 	}
-	for _, id := range s.unscheduledFor(missing, now) {
+	for _, id := range s.unscheduledFor(missing, clock) {
 		s.reschedule(ctx, floors, id, now)
 	}
 	s.removeOrphans(ctx, s.schedules, orphanSchedules)
