@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -210,5 +211,90 @@ func TestAnOfflineAnnouncementBeingStoredIsAnnounced(t *testing.T) {
 	}
 	if _, ok := s.unannounced["executor.gone"]; ok {
 		t.Fatal("an announcement being stored is kept for the next sweep to publish again")
+	}
+}
+
+// movingSchedules is flyball-schedules as the sweeper reads it, with
+// moved run once right after the first Get returns: the governor writing
+// its decision and acking the outcome between the zombie check's re-read
+// of the schedule and what follows it.
+type movingSchedules struct {
+	jetstream.KeyValue
+	moved func(ctx context.Context)
+}
+
+func (k *movingSchedules) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := k.KeyValue.Get(ctx, key)
+	if k.moved != nil {
+		k.moved(ctx)
+		k.moved = nil
+	}
+	return e, err
+}
+
+// TestAnOutcomeAppliedDuringTheZombieCheckIsNoLostWrite: a zombie whose
+// slot's outcome is on RUNS, not yet applied (the governor behind). The
+// governor wrote its next schedule and acked the outcome after the
+// sweeper re-read the schedule and before it read the governor's ack
+// floor: the sweeper took the acked outcome of a slot its (stale) read
+// still named for a lost write, published a lost-write dispatch (which
+// then held up the next slot's dispatch, error 10077) and counted and
+// logged a repair. The floors are read before the schedule now: an older
+// floor only says the governor is behind.
+func TestAnOutcomeAppliedDuringTheZombieCheckIsNoLostWrite(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	s := startHourly(t, srv.JS)
+	now := time.Now().UTC()
+	due := putZombie(t, srv.JS, "moving", now)
+	d := events.Dispatch{DispatchID: events.DispatchID("moving", due), TaskID: "moving", ScheduledAt: due}
+	r := d.Run()
+	r.Attempt, r.StartedAt, r.FinishedAt, r.Final = 1, due, due.Add(time.Second), true
+	if err := jsutil.PublishEvent(ctx, srv.JS, events.RunSubject(events.OutcomeSucceeded, "moving"), d.DispatchID+"/1",
+		events.TypeRunSucceeded, "flyball/executor/test", "moving", r, r.FinishedAt); err != nil {
+		t.Fatal(err)
+	}
+	_, schedules := taskBuckets(t, srv.JS)
+	var applied bool
+	s.schedules = &movingSchedules{KeyValue: s.schedules, moved: func(ctx context.Context) {
+		next := gov.State{TaskID: "moving", NextRunAt: due.Add(time.Hour), Source: gov.SourceBaselineInterval, LastScheduledAt: due, LastSuccessAt: due}
+		if _, err := schedules.Put(ctx, "moving", stateJSON(next)); err != nil {
+			t.Error(err)
+			return
+		}
+		c, err := srv.JS.Consumer(ctx, streams.StreamRuns, streams.ConsumerGovernor)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			applied = true
+		}
+	}}
+	s.renudge(ctx, newAckFloors(), schedule{TaskID: "moving"}, now)
+
+	if !applied {
+		t.Fatal("the governor's consumer did not ack the outcome (did the race run?)")
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairLostWrite)); n != 0 {
+		t.Fatalf(`flyball_schedules_repaired_total{reason="lost-write"} = %v for an outcome the governor applied during the check, want 0`, n)
+	}
+	dispatch, err := srv.JS.Stream(ctx, streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dispatch.GetLastMsgForSubject(ctx, events.DispatchSubject("moving")); err == nil {
+		t.Fatalf("dispatched %s for an outcome the governor applied during the check", m.Data)
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatal(err)
 	}
 }

@@ -41,26 +41,44 @@ import (
 //     the creation, as for a redelivered task.created.
 
 // ackFloors holds, for one sweep, the ack floors of the governor's
-// consumers, read when a check first needs one: every message at or below
-// a floor's stream sequence has been acked.
+// consumers: every message at or below a floor's stream sequence has been
+// acked. A check reads the floors it uses (need) before it reads the
+// schedule it judges, never after: the governor acks an input once its
+// schedule write is stored, so a floor read after the schedule could
+// cover an outcome whose decision the read predates, and a slot the
+// governor just moved past looked like a lost write. A floor older than
+// the schedule read only makes the governor look behind (the next sweep
+// looks again).
 type ackFloors struct {
 	read map[string]uint64 // stream name → floor
 }
 
 func newAckFloors() *ackFloors { return &ackFloors{read: map[string]uint64{}} }
 
-// acked reports whether the governor's consumer of st has acked the
-// message at seq.
-func (f *ackFloors) acked(ctx context.Context, st jetstream.Stream, seq uint64) (bool, error) {
+// need reads the floors of the governor's consumers of sts that this
+// sweep has not read yet.
+func (f *ackFloors) need(ctx context.Context, sts ...jetstream.Stream) error {
+	for _, st := range sts {
+		name := st.CachedInfo().Config.Name
+		if _, ok := f.read[name]; ok {
+			continue
+		}
+		c, err := st.Consumer(ctx, streams.ConsumerGovernor)
+		if err != nil {
+			return fmt.Errorf("read the governor's consumer of %s: %w", name, err)
+		}
+		f.read[name] = c.CachedInfo().AckFloor.Stream
+	}
+	return nil
+}
+
+// acked reports whether the governor's consumer of st had acked the
+// message at seq when need read its floor.
+func (f *ackFloors) acked(st jetstream.Stream, seq uint64) (bool, error) {
 	name := st.CachedInfo().Config.Name
 	floor, ok := f.read[name]
 	if !ok {
-		c, err := st.Consumer(ctx, streams.ConsumerGovernor)
-		if err != nil {
-			return false, fmt.Errorf("read the governor's consumer of %s: %w", name, err)
-		}
-		floor = c.CachedInfo().AckFloor.Stream
-		f.read[name] = floor
+		return false, fmt.Errorf("the ack floor of the governor's consumer of %s was not read before the check", name)
 	}
 	return seq <= floor, nil
 }
@@ -72,6 +90,7 @@ func (f *ackFloors) acked(ctx context.Context, st jetstream.Stream, seq uint64) 
 // scan is a sweep old. A lagging view names a slot the schedule has moved
 // past, whose outcome the governor has acked, which the lost-write repair
 // would take for a lost decision.
+// The caller reads the ack floors it uses before (ackFloors).
 func (s *Service) current(ctx context.Context, st schedule, now time.Time) (schedule, bool) {
 	ent, err := s.schedules.Get(ctx, st.TaskID)
 	if err != nil {
@@ -93,15 +112,16 @@ func (s *Service) current(ctx context.Context, st schedule, now time.Time) (sche
 	return stored, s.zombie(stored, now)
 }
 
-// governorApplied reports whether the governor has acked the stored
-// outcome o of a slot its schedule still names: then the decision it
-// wrote was lost, and waiting for it is waiting for ever.
-func (s *Service) governorApplied(ctx context.Context, floors *ackFloors, o slotdone.Outcome) (bool, error) {
+// governorApplied reports whether the governor had acked the stored
+// outcome o of a slot its schedule still names when floors were read,
+// before the schedule: then the decision it wrote was lost, and waiting
+// for it is waiting for ever.
+func (s *Service) governorApplied(floors *ackFloors, o slotdone.Outcome) (bool, error) {
 	st := s.runs
 	if o.DeadLetter {
 		st = s.dead
 	}
-	return floors.acked(ctx, st, o.Seq)
+	return floors.acked(st, o.Seq)
 }
 
 // unscheduledFor tracks the specs with no schedule in the view, by the
@@ -136,6 +156,12 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 		if !jsutil.IsKeyMissing(err) {
 			s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
 		}
+		return
+	}
+	// TASKS's floor before the schedule (ackFloors): a repair the governor
+	// takes and schedules after the read must not look taken.
+	if err := floors.need(ctx, s.commands); err != nil {
+		s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
 		return
 	}
 	if sched, err := s.schedules.Get(ctx, id); err == nil {
@@ -178,7 +204,8 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 }
 
 // reschedulePending reports whether the last task.created of id on TASKS
-// is the sweeper's and the governor has not acked it yet.
+// is the sweeper's and the governor had not acked it when floors were
+// read (before the schedule: reschedule).
 func (s *Service) reschedulePending(ctx context.Context, floors *ackFloors, id string) (bool, error) {
 	raw, err := s.commands.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -190,7 +217,7 @@ func (s *Service) reschedulePending(ctx context.Context, floors *ackFloors, id s
 	if !strings.HasPrefix(raw.Header.Get(jetstream.MsgIDHeader), events.RepairCreatePrefix) {
 		return false, nil
 	}
-	acked, err := floors.acked(ctx, s.commands, raw.Sequence)
+	acked, err := floors.acked(s.commands, raw.Sequence)
 	return !acked, err
 }
 

@@ -330,6 +330,13 @@ func (s *Service) zombie(st schedule, now time.Time) bool {
 // is dispatched again, and the executor reports it skipped without a call.
 func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, now time.Time) {
 	id := st.TaskID
+	// The ack floors before the schedule re-read (ackFloors): an outcome
+	// the governor applies after the re-read, moving the schedule on,
+	// must not look applied to the slot the re-read names.
+	if err := floors.need(ctx, s.runs, s.dead); err != nil {
+		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
+		return
+	}
 	st, ok := s.current(ctx, st, now)
 	if !ok {
 		return
@@ -349,7 +356,7 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
 		return // the next sweep looks again
 	} else if done {
-		if lost, err = s.governorApplied(ctx, floors, o); err != nil {
+		if lost, err = s.governorApplied(floors, o); err != nil {
 			s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
 			return
 		} else if !lost {
