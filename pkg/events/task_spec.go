@@ -797,10 +797,16 @@ func (h *HTTPTarget) StatusExpected(code int) bool {
 var locations sync.Map
 
 // LoadLocation loads an IANA time zone, refusing the empty name and "Local"
-// (which would make schedules depend on the host's configuration).
+// (which would make schedules depend on the host's configuration), and
+// every name that is not a zone's own: time.LoadLocation reads the host's
+// zoneinfo by path where there is one, so "localtime" (the host's zone
+// again), "Europe/./Berlin", "posix/Europe/Berlin" and "right/…" loaded on
+// a host with /usr/share/zoneinfo and not in flyball's images (which have
+// only Go's embedded zone data): a task accepted on one was skipped on the
+// other. Each spelling was cached for good, too.
 func LoadLocation(name string) (*time.Location, error) {
-	if name == "" || name == "Local" {
-		return nil, fmt.Errorf("must be an IANA time zone such as \"Europe/Berlin\", got %q", name)
+	if name == "" || name == "Local" || !canonicalZone(name) {
+		return nil, fmt.Errorf("must be an IANA time zone such as \"Europe/Berlin\", got %q", truncate(name, 64))
 	}
 	if loc, ok := locations.Load(name); ok {
 		return loc.(*time.Location), nil
@@ -811,6 +817,32 @@ func LoadLocation(name string) (*time.Location, error) {
 	}
 	locations.Store(name, loc)
 	return loc, nil
+}
+
+// canonicalZone reports whether name is spelled as an IANA zone is:
+// slash-separated parts of letters, digits and "_+-", none "." or "..",
+// and not one of the host-only names of a zoneinfo directory.
+func canonicalZone(name string) bool {
+	if len(name) > 64 {
+		return false
+	}
+	switch first, _, _ := strings.Cut(name, "/"); first {
+	case "localtime", "posix", "right", "posixrules", "Factory":
+		return false
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+			if !letter && (c < '0' || c > '9') && c != '_' && c != '+' && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkHeaderCase refuses header names that differ only in case: HTTP

@@ -151,6 +151,16 @@ func TestValidateRules(t *testing.T) {
 		{"cron 31st of short months never fires", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 0 31 2,4,6,9,11 *"} }, wantErr{"schedule.cron", []string{"never fires"}}},
 		{"timezone unknown", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Mars/Olympus"} }, wantErr{"schedule.timezone", []string{"unknown IANA time zone", "Mars/Olympus"}}},
 		{"timezone Local", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Local"} }, wantErr{"schedule.timezone", []string{"IANA time zone", `"Local"`}}},
+		{"timezone localtime", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "localtime"} }, wantErr{"schedule.timezone", []string{"IANA time zone", `"localtime"`}}},
+		{"timezone Europe/./Berlin", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Europe/./Berlin"} }, wantErr{"schedule.timezone", []string{"IANA time zone", `"Europe/./Berlin"`}}},
+		{"timezone Europe//Berlin", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Europe//Berlin"} }, wantErr{"schedule.timezone", []string{"IANA time zone", `"Europe//Berlin"`}}},
+		{"timezone posix/Europe/Berlin", func(s *events.TaskSpec) {
+			s.Schedule = events.Schedule{Cron: "@daily", Timezone: "posix/Europe/Berlin"}
+		}, wantErr{"schedule.timezone", []string{"IANA time zone", `"posix/Europe/Berlin"`}}},
+		{"timezone right/Europe/Berlin", func(s *events.TaskSpec) {
+			s.Schedule = events.Schedule{Cron: "@daily", Timezone: "right/Europe/Berlin"}
+		}, wantErr{"schedule.timezone", []string{"IANA time zone", `"right/Europe/Berlin"`}}},
+		{"timezone ../zoneinfo/UTC", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "../zoneinfo/UTC"} }, wantErr{"schedule.timezone", []string{"IANA time zone", `"../zoneinfo/UTC"`}}},
 
 		{"jitter negative", func(s *events.TaskSpec) { s.Jitter = -0.1 }, wantErr{"jitter", []string{"must be in [0, 0.5]", "-0.1"}}},
 		{"jitter too big", func(s *events.TaskSpec) { s.Jitter = 0.6 }, wantErr{"jitter", []string{"[0, 0.5]", "0.6"}}},
@@ -304,6 +314,10 @@ func TestValidateAccepts(t *testing.T) {
 		{"cron on leap days", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 29 2 *"} }},
 		{"cron on leap days that are Sundays (up to 40 years apart)", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 29 2 */7"} }},
 		{"interval with UTC zone", func(s *events.TaskSpec) { s.Schedule.Timezone = "UTC" }},
+		{"cron with a three-part zone", func(s *events.TaskSpec) {
+			s.Schedule = events.Schedule{Cron: "0 0 9 * * *", Timezone: "America/Argentina/Buenos_Aires"}
+		}},
+		{"cron with an Etc offset zone", func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "0 0 9 * * *", Timezone: "Etc/GMT+5"} }},
 		{"nats target", func(s *events.TaskSpec) {
 			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "svc.prices.refresh", Timeout: dur(events.MaxTargetTimeout)}}
 		}},

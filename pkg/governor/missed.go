@@ -16,12 +16,13 @@ import (
 //
 // prev is the slot before slot on the schedule that planned it (its
 // lastScheduledAt), or zero when unknown. A cadence the governor
-// stretched past the spec's interval (an adaptive relax, an idle or
-// dormant task, bounds.min) puts slot − prev between the two: the next
-// slot is judged that far on, not one spec interval, which skipped a slot
-// late by a little more than the interval although the next was still
-// far ahead. A shorter gap (an adaptive tighten) keeps the interval, so a
-// late slot is never skipped sooner than before.
+// stretched past the spec's interval or cron gap (an adaptive relax, an
+// idle or dormant task, bounds.min) puts slot − prev between the two: the
+// next slot is judged that far on, not one interval or cron occurrence
+// on, which skipped a slot late by a little more than that although the
+// next was still far ahead. A shorter gap (an adaptive tighten, a
+// bounds.max under a cron gap) keeps the baseline, so a late slot is never
+// skipped sooner than before.
 //
 // After a downtime the timer fires each overdue slot at once, and the
 // governor, which decides at each input's stored time, can plan a slot that
@@ -41,9 +42,6 @@ func MissedUnderNone(spec *events.TaskSpec, source Source, prev, slot, now time.
 		// Jitter spreads a gap up to (1 + jitter) × the interval.
 		gap := time.Duration(spec.Schedule.Interval)
 		next = slot.Add(gap + time.Duration(spec.Jitter*float64(gap)))
-		if stretched := slot.Sub(prev); source != SourceBaselineInterval && !prev.IsZero() && slot.Add(stretched).After(next) {
-			next = slot.Add(stretched) // jitter is in it already
-		}
 	case spec.Schedule.Cron != "":
 		sched, loc, err := cronSchedule(spec.Schedule.Cron, spec.Schedule.Timezone)
 		if err != nil {
@@ -63,6 +61,14 @@ func MissedUnderNone(spec *events.TaskSpec, source Source, prev, slot, now time.
 		}
 	default:
 		return time.Time{}, false
+	}
+	// A cadence stretched past the baseline (for a cron task: bounds.min
+	// past the gap to the next occurrence) puts its next slot the slot's
+	// own gap on; jitter is in that gap already.
+	if source != SourceBaselineInterval && source != SourceBaselineCron && !prev.IsZero() {
+		if stretched := slot.Add(slot.Sub(prev)); stretched.After(next) {
+			next = stretched
+		}
 	}
 	return next, !now.Before(next)
 }

@@ -37,6 +37,9 @@ func TestMissedUnderNone(t *testing.T) {
 		{"a dormant slot: judged by the gap in force", none(intervalSpec(10 * time.Second)), governor.SourceActivityDormant, slot.Add(11 * time.Second), slot.Add(time.Minute), false, slot.Add(-time.Minute)},
 		{"a dormant slot: its next slot passed too", none(intervalSpec(10 * time.Second)), governor.SourceActivityDormant, slot.Add(time.Minute), slot.Add(time.Minute), true, slot.Add(-time.Minute)},
 		{"a tightened slot keeps the interval", none(intervalSpec(10 * time.Second)), governor.SourceAdaptiveTighten, slot.Add(6 * time.Second), slot.Add(10 * time.Second), false, slot.Add(-5 * time.Second)},
+		{"a cron slot clamped to bounds.min: judged by its gap", none(cronSpec("0 */5 * * * *", "")), governor.SourceClampedMin, slot.Add(6 * time.Minute), slot.Add(time.Hour), false, slot.Add(-time.Hour)},
+		{"a cron slot clamped to bounds.min: its next slot passed too", none(cronSpec("0 */5 * * * *", "")), governor.SourceClampedMin, slot.Add(time.Hour), slot.Add(time.Hour), true, slot.Add(-time.Hour)},
+		{"a baseline cron slot keeps its next occurrence", none(cronSpec("*/10 * * * * *", "")), governor.SourceBaselineCron, slot.Add(10 * time.Second), slot.Add(10 * time.Second), true, slot.Add(-time.Hour)},
 		{"a baseline slot keeps the interval", none(intervalSpec(10 * time.Second)), governor.SourceBaselineInterval, slot.Add(11 * time.Second), slot.Add(10 * time.Second), true, slot.Add(-time.Minute)},
 	}
 	for _, c := range cases {
