@@ -3,12 +3,18 @@
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	srvlog "github.com/nats-io/nats-server/v2/logger"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -27,6 +33,13 @@ type Config struct {
 	// Sync is when the file store forces its writes to disk. The zero
 	// value is nats-server's default.
 	Sync Sync
+	// Log, if set, gets a line every few seconds while the server is
+	// still starting, which is JetStream recovering its store.
+	Log *slog.Logger
+
+	// progressEvery is how often Log hears of a start still under way;
+	// zero is every 5 s. For tests.
+	progressEvery time.Duration
 }
 
 // Sync is when JetStream's file store calls fsync. Every message reaches
@@ -96,10 +109,53 @@ func ParseListen(addr string) (host string, port int, err error) {
 	return host, port, nil
 }
 
-// Start starts the server and waits until it accepts connections.
+// CheckStoreDir creates the JetStream store directory dir if it is
+// missing and checks that a file can be written in it. nats-server
+// checks the same as it starts, but only logs what it finds.
+func CheckStoreDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".flyball-write-check-")
+	if err != nil {
+		return fmt.Errorf("not writable: %w", err)
+	}
+	name := f.Name()
+	err = f.Close()
+	if rmErr := os.Remove(name); err == nil {
+		err = rmErr
+	}
+	if err != nil {
+		return fmt.Errorf("not writable: %w", err)
+	}
+	return nil
+}
+
+// Start is StartContext without a context: it waits as long as the
+// server is starting.
 func Start(cfg Config) (*server.Server, error) {
+	return StartContext(context.Background(), cfg)
+}
+
+// StartContext starts the server and waits until it accepts connections,
+// it fails, or ctx is done.
+//
+// nats-server reports a failure to start (JetStream's store directory,
+// the port) only to its logger, and then gives up without listening:
+// Start gives it a logger that keeps the fatal and error lines, and
+// returns the first fatal one at once. There is no deadline while the
+// server is still starting: JetStream recovers its whole store before
+// the server accepts connections, which takes longer the larger the
+// store (an unclean shutdown adds to it), so any fixed deadline would
+// shut down a large store's recovery on every try. Instead cfg.Log hears
+// every 5 s that the server is still starting, and ctx (dev's Ctrl-C)
+// ends the wait.
+func StartContext(ctx context.Context, cfg Config) (*server.Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("embedded: Config.StoreDir is required")
+	}
+	if err := CheckStoreDir(cfg.StoreDir); err != nil {
+		return nil, fmt.Errorf("embedded nats-server: JetStream store %s: %w", cfg.StoreDir, err)
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
@@ -123,13 +179,158 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
+	logger := &captureLogger{fatal: make(chan struct{})}
 	if cfg.Debug {
-		s.ConfigureLogger()
+		// What ConfigureLogger would set, but behind a Fatalf that does
+		// not end the process (log.Fatalf: no deferred call would run).
+		stat, err := os.Stderr.Stat()
+		colors := err == nil && stat.Mode()&os.ModeCharDevice != 0
+		logger.inner = srvlog.NewStdLogger(false, false, false, colors, true)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
+	s.SetLoggerV2(logger, false, false, false)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		s.Start()
+	}()
+	every := cfg.progressEvery
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	progress := time.NewTicker(every)
+	defer progress.Stop()
+	begun := time.Now()
+	fail := func(err error) (*server.Server, error) {
 		s.Shutdown()
-		return nil, errors.New("embedded nats-server: not ready within 30s (is the port in use?)")
+		s.WaitForShutdown()
+		return nil, err
 	}
-	return s, nil
+	for {
+		select {
+		case <-logger.fatal:
+			// Start returns right after the fatal lines it logs; it is
+			// not shut down while it still runs.
+			select {
+			case <-started:
+			case <-time.After(5 * time.Second):
+			}
+			return fail(fmt.Errorf("embedded nats-server (store %s): %s", cfg.StoreDir, logger.firstFatal()))
+		case <-started:
+			// Start returns once the client listener is up (with
+			// DontListen, once startup is complete), or on a failure,
+			// which it logged.
+			if msg := logger.firstFatal(); msg != "" {
+				return fail(fmt.Errorf("embedded nats-server (store %s): %s", cfg.StoreDir, msg))
+			}
+			if err := readyNow(s); err != nil {
+				if errs := logger.errors(); errs != "" {
+					err = fmt.Errorf("%w; it logged: %s", err, errs)
+				}
+				return fail(fmt.Errorf("embedded nats-server (store %s): %w", cfg.StoreDir, err))
+			}
+			return s, nil
+		case <-progress.C:
+			if cfg.Log != nil {
+				cfg.Log.Info("embedded nats-server still starting: JetStream is recovering its store",
+					"store", cfg.StoreDir, "elapsed", time.Since(begun).Round(time.Second))
+			}
+		case <-ctx.Done():
+			return fail(fmt.Errorf("embedded nats-server (store %s): stopped while starting, after %s: %w",
+				cfg.StoreDir, time.Since(begun).Round(time.Millisecond), context.Cause(ctx)))
+		}
+	}
+}
+
+// readyNow reports whether s, whose Start has returned, accepts
+// connections.
+func readyNow(s *server.Server) error {
+	if s.ReadyForConnections(time.Second) {
+		return nil
+	}
+	return errors.New("not accepting connections after it started")
+}
+
+// captureLogger is the embedded server's logger: it keeps nats-server's
+// fatal and error lines for Start to report, and passes every line on
+// to inner, if set, with a fatal one as an error: it never ends the
+// process.
+type captureLogger struct {
+	inner server.Logger
+	fatal chan struct{} // closed at the first fatal line
+
+	mu     sync.Mutex
+	fatals []string
+	errs   []string
+}
+
+// maxKept is how many error lines a captureLogger keeps, the last ones.
+const maxKept = 5
+
+func (l *captureLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.mu.Lock()
+	if len(l.fatals) == 0 {
+		close(l.fatal)
+	}
+	if len(l.fatals) < maxKept {
+		l.fatals = append(l.fatals, msg)
+	}
+	l.mu.Unlock()
+	if l.inner != nil {
+		l.inner.Errorf("%s", msg)
+	}
+}
+
+func (l *captureLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.mu.Lock()
+	l.errs = append(l.errs, msg)
+	if len(l.errs) > maxKept {
+		l.errs = l.errs[1:]
+	}
+	l.mu.Unlock()
+	if l.inner != nil {
+		l.inner.Errorf("%s", msg)
+	}
+}
+
+func (l *captureLogger) Noticef(format string, v ...any) {
+	if l.inner != nil {
+		l.inner.Noticef(format, v...)
+	}
+}
+
+func (l *captureLogger) Warnf(format string, v ...any) {
+	if l.inner != nil {
+		l.inner.Warnf(format, v...)
+	}
+}
+
+func (l *captureLogger) Debugf(format string, v ...any) {
+	if l.inner != nil {
+		l.inner.Debugf(format, v...)
+	}
+}
+
+func (l *captureLogger) Tracef(format string, v ...any) {
+	if l.inner != nil {
+		l.inner.Tracef(format, v...)
+	}
+}
+
+// firstFatal is the first fatal line, or "".
+func (l *captureLogger) firstFatal() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.fatals) == 0 {
+		return ""
+	}
+	return l.fatals[0]
+}
+
+// errors is the error lines kept, joined by "; ".
+func (l *captureLogger) errors() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.errs, "; ")
 }

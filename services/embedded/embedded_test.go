@@ -1,9 +1,19 @@
 package embedded
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 func TestParseListen(t *testing.T) {
@@ -72,4 +82,164 @@ func TestStartAppliesSync(t *testing.T) {
 			t.Errorf("Start with Sync %+v: JetStream config %+v, want sync_interval %s and sync_always %v", tc.sync, got, tc.wantInterval, tc.wantAlways)
 		}
 	}
+}
+
+// TestStartReportsAnUnusableStoreDirAtOnce: a store directory that cannot
+// be created (here, under a regular file), or one where nats-server's
+// own directory in it is no directory, is an error naming it, at once.
+// nats-server logged "Can't start JetStream" to no logger and never
+// listened, so Start waited 30 s and said "(is the port in use?)".
+func TestStartReportsAnUnusableStoreDirAtOnce(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// nats-server keeps its files in the store's subdirectory jetstream.
+	blocked := t.TempDir()
+	if err := os.WriteFile(filepath.Join(blocked, "jetstream"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dir, want string }{
+		{filepath.Join(file, "jetstream"), "not a directory"},
+		{blocked, "Can't start JetStream: storage directory is not a directory"},
+	} {
+		start := time.Now()
+		srv, err := Start(Config{Port: -1, StoreDir: tc.dir})
+		took := time.Since(start)
+		if err == nil {
+			srv.Shutdown()
+			t.Fatalf("Start with the store %s: no error", tc.dir)
+		}
+		if took > 5*time.Second || !strings.Contains(err.Error(), tc.dir) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "port in use") {
+			t.Errorf("Start with the store %s: %v after %s; want an error naming it and saying %q within 5s", tc.dir, err, took.Round(time.Millisecond), tc.want)
+		}
+	}
+}
+
+// TestStartReportsAPortInUseAtOnce: nats-server's own fatal error, here
+// the listener's, is Start's error at once, with or without Debug. It
+// was logged to no logger (Start waited 30 s and guessed) or, with Debug,
+// ended the process through log.Fatalf, with no deferred call run.
+func TestStartReportsAPortInUseAtOnce(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := busy.Addr().(*net.TCPAddr).Port
+	for _, debug := range []bool{false, true} {
+		start := time.Now()
+		srv, err := Start(Config{Host: "127.0.0.1", Port: port, StoreDir: t.TempDir(), Debug: debug})
+		took := time.Since(start)
+		if err == nil {
+			srv.Shutdown()
+			t.Fatalf("Start (Debug %v) on a port in use: no error", debug)
+		}
+		if took > 5*time.Second || !strings.Contains(err.Error(), strconv.Itoa(port)) || !strings.Contains(err.Error(), "address already in use") {
+			t.Errorf("Start (Debug %v) on a port in use: %v after %s; want nats-server's listen error within 5s", debug, err, took.Round(time.Millisecond))
+		}
+	}
+}
+
+// TestStartWaitsForARecoveryThatTakesLong: JetStream recovers its whole
+// store before the server accepts connections; Start waits as long as
+// that takes, and says every few seconds that it is waiting. The store
+// here holds a stream whose metadata file is a FIFO, so its recovery
+// lasts until the test writes to it. Start gave up after 30 s, in the
+// middle of the recovery, with "not ready within 30s (is the port in
+// use?)".
+func TestStartWaitsForARecoveryThatTakesLong(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stream := filepath.Join(dir, "jetstream", "$G", "streams", "S")
+	if err := os.MkdirAll(stream, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(stream, "meta.inf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	progress := make(chan string, 100)
+	log := slog.New(slog.NewTextHandler(chanWriter(progress), nil))
+	type result struct {
+		srv *server.Server
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		srv, err := Start(Config{Port: -1, StoreDir: dir, Log: log, progressEvery: 50 * time.Millisecond})
+		done <- result{srv, err}
+	}()
+	// Three progress lines, then the recovery may end.
+	for range 3 {
+		select {
+		case line := <-progress:
+			if !strings.Contains(line, "still starting") || !strings.Contains(line, dir) {
+				t.Errorf("progress line %q, want it to say the server is still starting and name %s", line, dir)
+			}
+		case r := <-done:
+			t.Fatalf("Start returned (%v) while JetStream was still recovering", r.err)
+		}
+	}
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Start after the recovery: %v", r.err)
+	}
+	r.srv.Shutdown()
+	r.srv.WaitForShutdown()
+}
+
+// TestStartContextEndsWithItsContext: the wait for a server still
+// starting ends with the context (dev's Ctrl-C), naming the store.
+func TestStartContextEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stream := filepath.Join(dir, "jetstream", "$G", "streams", "S")
+	if err := os.MkdirAll(stream, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(stream, "meta.inf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	progress := make(chan string, 100)
+	log := slog.New(slog.NewTextHandler(chanWriter(progress), nil))
+	done := make(chan error, 1)
+	go func() {
+		srv, err := StartContext(ctx, Config{Port: -1, StoreDir: dir, Log: log, progressEvery: 50 * time.Millisecond})
+		if srv != nil {
+			srv.Shutdown()
+		}
+		done <- err
+	}()
+	<-progress
+	cancel()
+	// The recovery goroutine stays blocked on the FIFO until it has a
+	// writer: give it one, so the test leaves nothing behind.
+	defer func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			_ = f.Close()
+		}
+	}()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), dir) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("StartContext cancelled while starting: %v, want context.Canceled naming %s", err, dir)
+	}
+}
+
+// chanWriter sends each write (a log line) on a channel.
+type chanWriter chan string
+
+func (c chanWriter) Write(p []byte) (int, error) {
+	c <- string(p)
+	return len(p), nil
 }
