@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,12 +24,13 @@ import (
 
 func newDevCmd() *cobra.Command {
 	var (
-		rf      runFlags
-		listen  string
-		dataDir string
-		debug   bool
-		async   bool
-		sync    string
+		rf       runFlags
+		listen   string
+		insecure bool
+		dataDir  string
+		debug    bool
+		async    bool
+		sync     string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -36,7 +38,19 @@ func newDevCmd() *cobra.Command {
 		Long: `dev starts an embedded nats-server with JetStream (file store under --data-dir),
 creates flyball's streams, consumers and KV buckets, and runs every service
 in-process. The NATS port stays open so the nats CLI can publish tasks and
-watch runs. Ctrl-C stops everything in order.`,
+watch runs. Ctrl-C stops everything in order.
+
+The embedded NATS server has no authentication, and dev lets tasks call
+loopback addresses (--allow-loopback), so whoever can reach --listen can
+make this machine call its own loopback services and read the answers,
+or delete the streams. --listen therefore takes a loopback address or
+localhost; any other host (0.0.0.0, a LAN address) is refused unless
+--listen-insecure is also given (docs/security.md). Port 0 picks a free
+port, which the banner prints.
+
+While JetStream recovers its store (longer the larger the store, and
+after an unclean shutdown), dev waits without a deadline and logs every
+5 s that the server is still starting; Ctrl-C stops the wait.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := rf.logger()
@@ -47,10 +61,11 @@ watch runs. Ctrl-C stops everything in order.`,
 			if err != nil {
 				return err
 			}
-			srvCfg, err := devServerConfig(listen, dataDir, sync, debug)
+			srvCfg, err := devServerConfig(listen, insecure, dataDir, sync, debug)
 			if err != nil {
 				return err
 			}
+			srvCfg.Log = log
 			storeDir := srvCfg.StoreDir
 			// nats-server does not fail on a port in use: it logs (nothing,
 			// without --nats-debug) and never gets ready, so dev waited 30 s
@@ -75,13 +90,22 @@ watch runs. Ctrl-C stops everything in order.`,
 				return err
 			}
 			defer apiLn.Close() // served, the API's stop closes it first
+			// nats-server only logs an unusable store (nothing, without
+			// --nats-debug) and never listens.
+			if err := embedded.CheckStoreDir(storeDir); err != nil {
+				return fmt.Errorf("--data-dir %s: JetStream store %s: %w", dataDir, storeDir, err)
+			}
+			if insecure && !isLoopbackHost(srvCfg.Host) {
+				log.Warn("the embedded NATS server listens beyond loopback without authentication (--listen-insecure)", "listen", listen)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
-			srv, err := embedded.Start(srvCfg)
+			srv, err := embedded.StartContext(ctx, srvCfg)
 			if err != nil {
 				return err
 			}
+			natsAddr := listenedAddr(srvCfg.Host, srv)
 			defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 			nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("flyball-dev"))
 			if err != nil {
@@ -110,7 +134,7 @@ watch runs. Ctrl-C stops everything in order.`,
 			}
 			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
 			stopTokens := rf.tokenFile.start(ctx, tokenFilePoll, st.API, log)
-			printDevBanner(cmd, listen, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
+			printDevBanner(cmd, natsAddr, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
 			<-ctx.Done()
 			log.Info("shutting down: api and timer first, then in-flight runs, then result consumers")
 			stopTokens()
@@ -124,7 +148,8 @@ watch runs. Ctrl-C stops everything in order.`,
 		},
 	}
 	rf.register(cmd.Flags(), true)
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "embedded NATS listen address")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "embedded NATS listen address: a loopback address or localhost (the server has no authentication); port 0 picks a free one")
+	cmd.Flags().BoolVar(&insecure, "listen-insecure", false, "let --listen take a host beyond loopback, such as 0.0.0.0: anyone who can reach it can publish tasks that call this machine's loopback services, read their answers, and delete streams (docs/security.md)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".flyball", "directory for the JetStream file store")
 	cmd.Flags().BoolVar(&debug, "nats-debug", false, "log the embedded nats-server's own messages")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
@@ -175,16 +200,40 @@ func dialable(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
+// listenedAddr is the address srv listens on, as host (--listen's) and
+// the port it got, which --listen's port 0 leaves to the server.
+func listenedAddr(host string, srv interface{ Addr() net.Addr }) string {
+	tcp, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		return net.JoinHostPort(host, "?")
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+// isLoopbackHost reports whether a --listen host is localhost or a
+// loopback address; "" (every interface) is not.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // probeListen checks that the address the embedded server will listen on
 // (cfg's, with embedded.Start's defaults) can be bound, and frees it
-// again; an error names --listen, which gave it.
+// again; an error names --listen, which gave it. A random port (-1) is
+// probed as port 0, which checks the host alone.
 func probeListen(listen string, cfg embedded.Config) error {
 	host, port := cfg.Host, cfg.Port
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if port == 0 {
+	switch {
+	case port == 0:
 		port = 4222
+	case port < 0:
+		port = 0
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
@@ -194,12 +243,21 @@ func probeListen(listen string, cfg embedded.Config) error {
 }
 
 // devServerConfig is the embedded nats-server dev starts, from its
-// --listen, --data-dir, --nats-sync and --nats-debug flags; an error names
-// the flag.
-func devServerConfig(listen, dataDir, sync string, debug bool) (embedded.Config, error) {
+// --listen, --listen-insecure, --data-dir, --nats-sync and --nats-debug
+// flags; an error names the flag. A host beyond loopback needs insecure;
+// port 0 is a random free port.
+func devServerConfig(listen string, insecure bool, dataDir, sync string, debug bool) (embedded.Config, error) {
 	host, port, err := embedded.ParseListen(listen)
 	if err != nil {
 		return embedded.Config{}, fmt.Errorf("--listen: %w", err)
+	}
+	if !insecure && !isLoopbackHost(host) {
+		return embedded.Config{}, fmt.Errorf("--listen %s: not a loopback address, and the embedded NATS server has no authentication "+
+			"while dev lets tasks call loopback addresses, so anyone who can reach it could make this machine call its own services and read the answers; "+
+			"listen on 127.0.0.1 or localhost, or add --listen-insecure to accept that", listen)
+	}
+	if port == 0 {
+		port = -1 // embedded.Config's 0 is 4222
 	}
 	fsync, err := embedded.ParseSync(sync)
 	if err != nil {

@@ -1,8 +1,21 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/services/embedded"
 )
@@ -34,7 +47,7 @@ func TestDevNATSSyncReachesTheServer(t *testing.T) {
 			}
 			return v
 		}
-		cfg, err := devServerConfig(get("listen"), get("data-dir"), get("nats-sync"), false)
+		cfg, err := devServerConfig(get("listen"), false, get("data-dir"), get("nats-sync"), false)
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
@@ -42,4 +55,106 @@ func TestDevNATSSyncReachesTheServer(t *testing.T) {
 			t.Errorf("flyball dev %v: the server's Sync is %+v, want %+v", tc.args, cfg.Sync, tc.want)
 		}
 	}
+}
+
+// TestDevRefusesANonLoopbackListenWithoutOptIn: the embedded nats-server
+// has no authentication, and dev lets tasks call loopback addresses, so
+// a --listen reachable from the network let anyone there run requests
+// against this machine's loopback services and read their responses.
+// dev refuses it in one line naming --listen, before it starts anything
+// (its store is not created), unless --listen-insecure is given.
+func TestDevRefusesANonLoopbackListenWithoutOptIn(t *testing.T) {
+	t.Parallel()
+	_, port, err := net.SplitHostPort(freeLoopback(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, listen := range []string{"0.0.0.0:" + port, ":" + port} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()}
+		args := []string{"dev", "--listen", listen, "--api-addr", freeLoopback(t), "--metrics-addr", "", "--data-dir", "store"}
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		var stderr bytes.Buffer
+		cmd := e.command(ctx, args...)
+		cmd.Stderr = &stderr
+		start := time.Now()
+		err := cmd.Run()
+		cancel()
+		code := -1
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		case err == nil:
+			code = 0
+		}
+		want := "flyball: --listen " + listen + ": "
+		if code != 1 || !strings.HasPrefix(stderr.String(), want) || !strings.Contains(stderr.String(), "--listen-insecure") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("flyball %s: exit %d after %s, stderr %q; want exit 1 and one line starting %q naming --listen-insecure",
+				strings.Join(args, " "), code, time.Since(start).Round(time.Second), stderr.String(), want)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "store")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("flyball %s: its store exists (stat: %v), want nothing started", strings.Join(args, " "), err)
+		}
+	}
+}
+
+// TestDevListenHostsNeedingNoOptIn: loopback hosts pass as they are; any
+// other host passes only with --listen-insecure.
+func TestDevListenHostsNeedingNoOptIn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, listen := range []string{"127.0.0.1:4222", "127.0.0.2:4222", "localhost:4222", "[::1]:4222"} {
+		if _, err := devServerConfig(listen, false, dir, "1s", false); err != nil {
+			t.Errorf("--listen %s: %v, want it accepted", listen, err)
+		}
+	}
+	for _, listen := range []string{"0.0.0.0:4222", ":4222", "[::]:4222", "192.0.2.1:4222", "example.com:4222"} {
+		if _, err := devServerConfig(listen, false, dir, "1s", false); err == nil || !strings.Contains(err.Error(), "--listen-insecure") {
+			t.Errorf("--listen %s without --listen-insecure: %v, want a refusal naming --listen-insecure", listen, err)
+		}
+		if _, err := devServerConfig(listen, true, dir, "1s", false); err != nil {
+			t.Errorf("--listen %s --listen-insecure: %v, want it accepted", listen, err)
+		}
+	}
+}
+
+// TestDevListenOnPortZeroPrintsThePortItGot: --listen 127.0.0.1:0 picks
+// a free port, and the banner names it, so the nats CLI lines it prints
+// reach the server. Port 0 became 4222 while the banner said
+// nats://127.0.0.1:0.
+func TestDevListenOnPortZeroPrintsThePortItGot(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{dir: t.TempDir(), env: []string{"FLYBALL_API_TOKENS=", "FLYBALL_API_TOKEN_FILE="}}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "dev", "--listen", "127.0.0.1:0", "--api-addr", freeLoopback(t), "--metrics-addr", "",
+		"--data-dir", filepath.Join(e.dir, "store"), "--log-format", "json")
+	stdout, lines, raw := startJSONLogged(t, cmd, true)
+	var natsURL string
+	sc := bufio.NewScanner(stdout)
+	for natsURL == "" && sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "NATS" && f[1] == "(JetStream)" {
+			natsURL = f[2]
+		}
+	}
+	stdoutDone := make(chan struct{})
+	go func() { defer close(stdoutDone); _, _ = io.Copy(io.Discard, stdout) }()
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		for range lines { // drain until dev exits
+		}
+		<-stdoutDone
+		_ = cmd.Wait()
+	}()
+	if natsURL == "" {
+		t.Fatalf("dev printed no NATS address:\n%s", raw.String())
+	}
+	if strings.HasSuffix(natsURL, ":0") {
+		t.Fatalf("dev's banner names %s, want the port the server listens on", natsURL)
+	}
+	nc, err := nats.Connect(natsURL, nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connecting to the banner's %s: %v", natsURL, err)
+	}
+	nc.Close()
 }
