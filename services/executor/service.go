@@ -109,7 +109,8 @@ func New(cfg Config) (*Service, error) {
 	}, nil
 }
 
-// Start binds the KV buckets and starts consuming DISPATCH.
+// Start binds the KV buckets and starts consuming DISPATCH. After an
+// error, call Stop: it ends whatever Start started before it failed.
 func (s *Service) Start(ctx context.Context) error {
 	runCtx, err := s.Begin(ctx)
 	if err != nil {
@@ -160,6 +161,21 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
 	s.out.round, s.out.budget = s.outRound, s.outBudget
+	// Registered as soon as the outbox runs: a Start that fails below
+	// leaves Stop (which the caller owes a failed Start) its goroutine,
+	// and the settler's subscription, to end.
+	s.OnStop(func() {
+		if s.work != nil {
+			<-s.work.Done() // no handler will queue another event
+		}
+		s.firing.Wait()
+		s.out.close()    // store the queued events and settle their dispatches
+		s.records.Wait() // their attempt records (each before its settle), released probe claims
+		if s.settles != nil {
+			s.settles.stop()
+		}
+		s.client.CloseIdleConnections()
+	})
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.fire = make(chan *held)
 	s.waiting = make(map[jetstream.Msg]time.Time)
@@ -174,20 +190,11 @@ func (s *Service) Start(ctx context.Context) error {
 		jsutil.Workers{N: s.cfg.Concurrency, PullFailures: s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamDispatch)},
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
-		s.settles.stop()
 		return fmt.Errorf("executor: %w", err)
 	}
 	s.work = cc
 	s.Track(cc, s.cfg.JS.Conn())
 	s.OnDrained(s.waitInflight)
-	s.OnStop(func() {
-		<-cc.Done() // no handler will queue another event
-		s.firing.Wait()
-		s.out.close()    // store the queued events and settle their dispatches
-		s.records.Wait() // their attempt records (each before its settle), released probe claims
-		s.settles.stop()
-		s.client.CloseIdleConnections()
-	})
 	return nil
 }
 

@@ -137,7 +137,9 @@ func New(cfg Config) (*Service, error) {
 	}, nil
 }
 
-// Start binds the KV buckets and starts consuming TASKS and RUNS.
+// Start binds the KV buckets and starts consuming TASKS and RUNS. After
+// an error, call Stop: it ends whatever Start started before it failed
+// (a TASKS consumer when the one on RUNS is missing).
 func (s *Service) Start(ctx context.Context) error {
 	runCtx, err := s.Begin(ctx)
 	if err != nil {
@@ -163,6 +165,19 @@ func (s *Service) Start(ctx context.Context) error {
 	s.Go(func() { s.pauseHints.Run(runCtx) })
 	workers := jsutil.Workers{N: s.cfg.Workers, Key: taskKey}
 	var consumers []*jsutil.WorkerConsume
+	// Let decisions in flight finish before Stop cancels their context:
+	// a cancelled one is only redelivered, but there is no need for that.
+	// One that meets a transient failure is handed back rather than tried
+	// again (untilSettled), or Stop would wait as long as NATS or KV is down.
+	// Registered before the first consumer starts: a Start that fails on
+	// a later one leaves Stop (which the caller owes a failed Start) the
+	// ones it started.
+	s.OnDrained(func() { close(s.stopping) })
+	s.OnDrained(func() {
+		for _, cc := range consumers {
+			<-cc.Done()
+		}
+	})
 	for _, c := range []struct {
 		stream string
 		h      func(context.Context, jetstream.Msg)
@@ -181,16 +196,6 @@ func (s *Service) Start(ctx context.Context) error {
 		s.Track(cc, s.cfg.JS.Conn())
 		consumers = append(consumers, cc)
 	}
-	// Let decisions in flight finish before Stop cancels their context:
-	// a cancelled one is only redelivered, but there is no need for that.
-	// One that meets a transient failure is handed back rather than tried
-	// again (untilSettled), or Stop would wait as long as NATS or KV is down.
-	s.OnDrained(func() { close(s.stopping) })
-	s.OnDrained(func() {
-		for _, cc := range consumers {
-			<-cc.Done()
-		}
-	})
 	return nil
 }
 

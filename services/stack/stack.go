@@ -88,6 +88,9 @@ type Config struct {
 	PerTaskMetrics bool
 }
 
+// service is a flyball service. Stop must be safe, and return, after a
+// Start that failed partway or before it started anything: Start calls it
+// on the service whose Start failed, to stop what that Start started.
 type service interface {
 	Start(ctx context.Context) error
 	Stop()
@@ -127,7 +130,9 @@ func Validate(names []string) error {
 	return nil
 }
 
-// Start starts the configured services. On error, whatever started is stopped.
+// Start starts the configured services. On error, whatever started is
+// stopped: the services started before, and whatever the failed one's
+// Start had started (its Stop is called too).
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.JS == nil {
 		return nil, errors.New("stack: Config.JS is required")
@@ -151,10 +156,15 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			continue
 		}
 		svc, err := st.build(name)
-		if err == nil {
-			err = svc.Start(ctx)
-		}
 		if err != nil {
+			st.Stop()
+			return nil, fmt.Errorf("start %s: %w", name, err)
+		}
+		if err := svc.Start(ctx); err != nil {
+			// Its Start may have started consumers, KV watches and
+			// goroutines before it failed: a governor whose RUNS
+			// consumer is missing was already consuming TASKS.
+			svc.Stop()
 			st.Stop()
 			return nil, fmt.Errorf("start %s: %w", name, err)
 		}

@@ -2,12 +2,15 @@ package stack_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestStopWithNATSGoneDoesNotHang: stopping every service after NATS went
@@ -43,5 +46,102 @@ func TestStopWithNATSGoneDoesNotHang(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		t.Fatalf("Stop did not return within 8s of NATS going away:\n%s", buf)
+	}
+}
+
+// TestAServiceWhoseStartFailedIsStopped: a service whose Start failed
+// partway was never stopped: stack.Start stopped the services that had
+// started, and the failed one was not among them. A governor whose RUNS
+// consumer was missing had already started consuming TASKS, and kept
+// applying commands after Start returned its error; a dead-letter service
+// whose ADVISORIES consumer was missing kept consuming RUNS; and every
+// one kept its KV watches and goroutines. Now the failed service is
+// stopped too: its consumers no longer pull, and the connection is back
+// to the subscriptions it had before Start.
+func TestAServiceWhoseStartFailedIsStopped(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		service  string
+		missing  [2]string // the consumer deleted: its Start fails on it
+		consumes [2]string // a consumer its Start consumed before that
+		addrUsed bool      // the API's address is taken: its Start fails on it
+	}{
+		{"governor", [2]string{streams.StreamRuns, streams.ConsumerGovernor}, [2]string{streams.StreamTasks, streams.ConsumerGovernor}, false},
+		{"deadletter", [2]string{streams.StreamAdvisories, streams.ConsumerDeadLetter}, [2]string{streams.StreamRuns, streams.ConsumerDeadLetter}, false},
+		{"breaker", [2]string{streams.StreamRuns, streams.ConsumerBreaker}, [2]string{}, false},
+		{"executor", [2]string{streams.StreamDispatch, streams.ConsumerExecutor}, [2]string{}, false},
+		{"api", [2]string{}, [2]string{}, true},
+	} {
+		t.Run(c.service, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.StartWithStreams(t)
+			ctx := t.Context()
+			cfg := stack.Config{Services: []string{c.service}, APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"}}
+			if c.missing[0] != "" {
+				if err := srv.JS.DeleteConsumer(ctx, c.missing[0], c.missing[1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.addrUsed {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = ln.Close() })
+				cfg.APIAddr = ln.Addr().String()
+			}
+			nc, js := srv.Connect(t)
+			if _, err := js.Stream(ctx, streams.StreamTasks); err != nil { // the request inbox, which stays
+				t.Fatal(err)
+			}
+			before := nc.NumSubscriptions()
+			cfg.JS = js
+			st, err := stack.Start(ctx, cfg)
+			if err == nil {
+				st.Stop()
+				t.Fatalf("stack.Start of %s succeeded", c.service)
+			}
+			if c.consumes[0] != "" {
+				natstest.Eventually(t, 10*time.Second, fmt.Sprintf("%s, whose Start failed (%v), still pulls from %s/%s", c.service, err, c.consumes[0], c.consumes[1]), func() bool {
+					info, err := srv.JS.Consumer(ctx, c.consumes[0], c.consumes[1])
+					if err != nil {
+						return false
+					}
+					ci, err := info.Info(ctx)
+					return err == nil && ci.NumWaiting == 0
+				})
+			}
+			natstest.Eventually(t, 10*time.Second, fmt.Sprintf("%s, whose Start failed (%v), still holds subscriptions (KV watches, consumers)", c.service, err), func() bool {
+				return nc.NumSubscriptions() == before
+			})
+			if c.service != "governor" {
+				return
+			}
+			// No pull waits on TASKS: a command published now stays there,
+			// undelivered, for a governor that starts.
+			data := `{"id":"leak","target":{"http":{"url":"http://example.com/"}},"schedule":{"interval":"1m"}}`
+			ack, err := srv.JS.Publish(ctx, "flyball.task.created.leak", createdEvent("leak", data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cons, err := srv.JS.Consumer(ctx, streams.StreamTasks, streams.ConsumerGovernor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ci, err := cons.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ci.Delivered.Stream >= ack.Sequence || ci.NumPending == 0 {
+				t.Fatalf("TASKS/governor delivered the command (delivered %d, pending %d) after the governor's Start failed", ci.Delivered.Stream, ci.NumPending)
+			}
+			tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tasks.Get(ctx, "leak"); err == nil {
+				t.Fatal("a governor whose Start failed still consumed TASKS and stored task leak")
+			}
+		})
 	}
 }
