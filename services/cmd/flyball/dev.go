@@ -38,7 +38,8 @@ func newDevCmd() *cobra.Command {
 		Long: `dev starts an embedded nats-server with JetStream (file store under --data-dir),
 creates flyball's streams, consumers and KV buckets, and runs every service
 in-process. The NATS port stays open so the nats CLI can publish tasks and
-watch runs. Ctrl-C stops everything in order.
+watch runs. Ctrl-C stops everything in order (the executor gives calls in
+flight up to 10 s); a second Ctrl-C exits at once, without a clean stop.
 
 The embedded NATS server has no authentication, and dev lets tasks call
 loopback addresses (--allow-loopback), so whoever can reach --listen can
@@ -135,14 +136,12 @@ after an unclean shutdown), dev waits without a deadline and logs every
 			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
 			stopTokens := rf.tokenFile.start(ctx, tokenFilePoll, st.API, log)
 			printDevBanner(cmd, natsAddr, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
-			<-ctx.Done()
+			untilSignalled(ctx, stop, log)
 			log.Info("shutting down: api and timer first, then in-flight runs, then result consumers")
 			stopTokens()
 			stopMetrics()
 			st.Stop()
-			if err := nc.Drain(); err != nil {
-				log.Warn("drain", "err", err)
-			}
+			drainAndClose(nc, drainTimeout, log)
 			log.Info("stopped")
 			return nil
 		},

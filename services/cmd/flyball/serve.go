@@ -340,14 +340,12 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				attrs = append(attrs, "api", st.API.Addr())
 			}
 			log.Info("serving", attrs...)
-			<-ctx.Done()
+			untilSignalled(ctx, stop, log)
 			log.Info("shutting down")
 			stopTokens()
 			stopMetrics()
 			st.Stop()
-			if err := nc.Drain(); err != nil {
-				log.Warn("drain", "err", err)
-			}
+			drainAndClose(nc, drainTimeout, log)
 			return nil
 		},
 	}
