@@ -77,6 +77,12 @@ type State struct {
 	// replay that has no sequences) judges nothing.
 	LastCommandSeq uint64 `json:"lastCommandSeq,omitempty"`
 	LastBreakerSeq uint64 `json:"lastBreakerSeq,omitempty"`
+	// SpecRevision is the flyball-tasks revision of the spec the last
+	// command that wrote one stored (task.created, task.updated). A signal
+	// whose view of the spec is older reads it again before deciding:
+	// decided with the spec it held, it undid the update. Zero (a state
+	// written before 2026-11-30, or by Decide alone) judges nothing.
+	SpecRevision uint64 `json:"specRevision,omitempty"`
 
 	// Deleted marks a task whose delete was applied; NextRunAt is zero.
 	Deleted bool `json:"deleted,omitempty"`

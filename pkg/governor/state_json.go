@@ -59,6 +59,10 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		w.Raw(`,"lastBreakerSeq":`)
 		w.B = strconv.AppendUint(w.B, s.LastBreakerSeq, 10)
 	}
+	if s.SpecRevision != 0 {
+		w.Raw(`,"specRevision":`)
+		w.B = strconv.AppendUint(w.B, s.SpecRevision, 10)
+	}
 	w.Bool(`,"deleted":`, s.Deleted)
 	w.TimeOmitZero(`,"lastActivityAt":`, s.LastActivityAt)
 	w.Str(`,"lastFingerprint":`, s.LastFingerprint)

@@ -296,7 +296,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			return nil, permanent("", fmt.Errorf("store spec %s (%d bytes with its defaults): %w", id, len(body), err), false)
 		}
 		s.specs.Put(id, rev, body)
-		spec = step.Spec
+		spec, step.SpecRevision = step.Spec, rev
 	}
 	dec, err := s.decide(ctx, spec, step)
 	if err != nil {
@@ -498,7 +498,8 @@ func (s *Service) signal(ctx context.Context, m jetstream.Msg) error {
 		jsutil.TerminateMalformed(m, err, s.cfg.Metrics, s.log)
 		return nil //nolint:nilerr // settled: terminated, with the reason
 	}
-	spec, _, err := s.specs.Get(ctx, step.TaskID)
+	spec, rev, err := s.specs.Get(ctx, step.TaskID)
+	step.SpecRevision = rev
 	if jsutil.IsKeyMissing(err) {
 		s.ack(m) // the task was deleted; nothing to schedule
 		return nil

@@ -337,8 +337,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// and the creation): KV tells which.
 			ok = false
 		}
-		fromKV := !ok || attempt > 0
-		if fromKV {
+		if !ok || attempt > 0 {
 			var err error
 			if st, rev, err = s.readState(ctx, id); err != nil {
 				return gov.Decision{}, err
@@ -355,19 +354,17 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// the redelivered creation was rejected as a duplicate.
 			return gov.Decision{}, s.gone(ctx, id, hinted, errNoSchedule)
 		}
-		if step.CommandID == "" {
-			// A signal read its spec before this state: a task.updated
-			// applied in between left it holding the old one, and the
-			// updated schedule was decided and stored with it (a 24h
-			// task changed to 1m ran again only a day later). The spec
-			// is taken again now: from the view, which this replica's
-			// own spec writes update before their schedule is written,
-			// when the state is the one this replica cached; from KV
-			// when the state was read there, as another replica may
-			// have written both and the view may lag.
-			fresh, err := s.signalSpec(ctx, id, fromKV)
+		if step.CommandID == "" && st.SpecRevision > step.SpecRevision {
+			// A signal read its spec (from the view) before this state,
+			// which a task.updated decided with a newer spec since: by
+			// this replica's TASKS worker, or by another replica whose
+			// write the view has not delivered yet. Decided with the old
+			// spec, the update's plan was undone (a 24h task changed to
+			// 1m ran again only a day later). The spec is read from KV;
+			// a view that is current costs nothing.
+			fresh, err := s.loadSpec(ctx, id)
 			if err != nil {
-				return gov.Decision{}, s.gone(ctx, id, hinted, err)
+				return gov.Decision{}, err
 			}
 			spec = fresh
 		}
@@ -464,19 +461,6 @@ func (s *Service) gone(ctx context.Context, id string, hinted uint64, err error)
 		s.log.Warn("pause hint of a deleted task not removed", "task", id, "err", derr)
 	}
 	return err
-}
-
-// signalSpec is the spec a signal decides with (see decide): read from KV
-// when fromKV, else from the view. A signal of a task with no schedule
-// ends before (it never creates one); a state read from KV is decided
-// with the spec read there, as the view may lag a deletion or another
-// replica's update.
-func (s *Service) signalSpec(ctx context.Context, id string, fromKV bool) (*events.TaskSpec, error) {
-	if fromKV {
-		return s.loadSpec(ctx, id)
-	}
-	spec, _, err := s.specs.Get(ctx, id)
-	return spec, err
 }
 
 // stateBufs hold a schedule state's encoding while it is written. KV's

@@ -33,6 +33,10 @@ type Step struct {
 	Input   gov.Input
 	// Spec is the new spec of a created or updated command.
 	Spec *events.TaskSpec
+	// SpecRevision is the flyball-tasks revision of the spec: the one a
+	// created or updated command stored, or the one of the spec a signal
+	// was read with (State.SpecRevision).
+	SpecRevision uint64
 	// CommandID and CommandType identify a control command.
 	CommandID   string
 	CommandType string
@@ -399,6 +403,9 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 		switch {
 		case step.CommandID != "":
 			dec.State.LastCommandID, dec.State.LastCommandSeq = step.CommandID, step.Seq
+			if step.Spec != nil && step.SpecRevision != 0 {
+				dec.State.SpecRevision = step.SpecRevision
+			}
 		case step.Input.Kind == gov.KindBreaker:
 			dec.State.LastBreakerSeq = step.Seq
 		}
