@@ -70,6 +70,9 @@ const MaxReasons = 100
 type collector struct {
 	errs []FieldError
 	more int // problems beyond MaxReasons
+	// stored checks a spec already stored (TaskSpec.ValidateStored): the
+	// rules for new specs only are left out.
+	stored bool
 }
 
 func (c *collector) add(field, rule string) {

@@ -258,8 +258,21 @@ var (
 // Validate checks every field and returns a *ValidationError listing every
 // problem, or nil. Each message names the field and the rule, for example
 // "schedule.interval: must be >= 1s, got 200ms".
-func (s *TaskSpec) Validate() error {
-	var c collector
+func (s *TaskSpec) Validate() error { return s.validate(false) }
+
+// ValidateStored is Validate for a spec already stored, which the executor
+// checks again before it runs one: it leaves out the rules added for new
+// specs only, each of which refuses something a task stored before it
+// may run with today, and a rule that refuses what used to run must not
+// stop such a task after an upgrade. They are the connection-level
+// headers (refused because every call to an HTTP/2 target fails, while
+// an HTTP/1.1 target answers), the cap on bounds.min and bounds.max, and
+// the spelling of time zones (a name such as "localtime" loads where the
+// host has zoneinfo). task.created and task.updated are held to Validate.
+func (s *TaskSpec) ValidateStored() error { return s.validate(true) }
+
+func (s *TaskSpec) validate(stored bool) error {
+	c := collector{stored: stored}
 	if !ValidToken(s.ID) {
 		c.add("id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", MaxIDLength, truncate(s.ID, 64)))
 	} else if strings.HasPrefix(s.ID, HostKeyPrefix) {
@@ -294,10 +307,10 @@ func (s *TaskSpec) Validate() error {
 		// Past MaxInterval an adaptive relax toward bounds.max planned a
 		// slot after 2262, which the timer cannot queue: the task stopped
 		// running without a word.
-		if b.Min.D() > MaxInterval {
+		if b.Min.D() > MaxInterval && !c.stored {
 			c.add("bounds.min", fmt.Sprintf("must be <= %s, got %s", MaxInterval, b.Min))
 		}
-		if b.Max.D() > MaxInterval {
+		if b.Max.D() > MaxInterval && !c.stored {
 			c.add("bounds.max", fmt.Sprintf("must be <= %s, got %s", MaxInterval, b.Max))
 		}
 		if b.Min != 0 && b.Max != 0 && b.Max < b.Min {
@@ -342,6 +355,7 @@ func (s *TaskSpec) validateTarget(c *collector) {
 				c.add("target.http.headers", fmt.Sprintf("invalid header name %q: must be letters, digits and !#$%%&'*+-.^_`|~", truncate(k, 64)))
 			case !validHeaderValue(v):
 				c.add("target.http.headers", fmt.Sprintf("invalid value of header %q: must not hold a control character other than tab (CR, LF, NUL, DEL)", truncate(k, 64)))
+			case c.stored: // a rule for new specs only
 			default:
 				if rule := connHeaderProblem(k, v); rule != "" {
 					c.add("target.http.headers."+truncate(k, 64), rule)
@@ -556,9 +570,7 @@ func (s *TaskSpec) validateSchedule(c *collector) {
 		}
 	}
 	if sc.Timezone != "" {
-		if _, err := LoadLocation(sc.Timezone); err != nil {
-			c.add("schedule.timezone", err.Error())
-		}
+		c.zone("schedule.timezone", sc.Timezone)
 	}
 }
 
@@ -607,9 +619,7 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 			c.add("quietHours.end", fmt.Sprintf("must be HH:MM (24h), got %q", truncate(q.End, 16)))
 		}
 		if q.Timezone != "" {
-			if _, err := LoadLocation(q.Timezone); err != nil {
-				c.add("quietHours.timezone", err.Error())
-			}
+			c.zone("quietHours.timezone", q.Timezone)
 		}
 		if q.Interval.D() < MinInterval || q.Interval.D() > MaxInterval {
 			c.add("quietHours.interval", fmt.Sprintf("must be in [%s, %s], got %s", MinInterval, MaxInterval, q.Interval))
@@ -796,16 +806,29 @@ func (h *HTTPTarget) StatusExpected(code int) bool {
 // on every call, and the governor evaluates cron schedules on a hot path.
 var locations sync.Map
 
+// zone checks a time zone field. A new spec must spell a zone as the zone
+// is (canonicalZone), checked before the zone is loaded (and cached): a
+// stored spec, checked again before it runs, only has to load.
+func (c *collector) zone(field, name string) {
+	if !c.stored && !canonicalZone(name) {
+		c.add(field, fmt.Sprintf("must be an IANA time zone such as \"Europe/Berlin\", spelled as the zone is, got %q", truncate(name, 64)))
+		return
+	}
+	if _, err := LoadLocation(name); err != nil {
+		c.add(field, err.Error())
+	}
+}
+
 // LoadLocation loads an IANA time zone, refusing the empty name and "Local"
-// (which would make schedules depend on the host's configuration), and
-// every name that is not a zone's own: time.LoadLocation reads the host's
-// zoneinfo by path where there is one, so "localtime" (the host's zone
-// again), "Europe/./Berlin", "posix/Europe/Berlin" and "right/…" loaded on
-// a host with /usr/share/zoneinfo and not in flyball's images (which have
-// only Go's embedded zone data): a task accepted on one was skipped on the
-// other. Each spelling was cached for good, too.
+// (which would make schedules depend on the host's configuration).
+// time.LoadLocation reads the host's zoneinfo by path where there is one,
+// so names that are not a zone's own ("localtime", "Europe/./Berlin",
+// "posix/…") load on a host with /usr/share/zoneinfo and not in flyball's
+// images, which have only Go's embedded zone data: a new spec's zone is
+// checked for its spelling first (collector.zone), and a spec stored with
+// such a name plans where it loads, as it did.
 func LoadLocation(name string) (*time.Location, error) {
-	if name == "" || name == "Local" || !canonicalZone(name) {
+	if name == "" || name == "Local" {
 		return nil, fmt.Errorf("must be an IANA time zone such as \"Europe/Berlin\", got %q", truncate(name, 64))
 	}
 	if loc, ok := locations.Load(name); ok {

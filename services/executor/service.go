@@ -637,7 +637,9 @@ func (s *Service) decodeTask(_ string, raw []byte) (*task, error) {
 	if err := json.Unmarshal(raw, &stored); err != nil {
 		return nil, fmt.Errorf("%w: %w", errInvalidSpec, err)
 	}
-	if err := spec.Validate(); err != nil {
+	// The rules for new specs only are left out: a task stored before one
+	// was added runs as it did (ValidateStored).
+	if err := spec.ValidateStored(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errInvalidSpec, err)
 	}
 	spec.Normalize() // as kvcache.DecodeSpec: cached, shared, read-only

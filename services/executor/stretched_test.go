@@ -62,3 +62,33 @@ func TestALateSlotOfAStretchedCadenceIsJudgedByItsInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestAStoredSpecRunsUnderTheRulesItWasStoredWith: the executor checks a
+// stored spec again before each run, and skipped it as invalid when it
+// broke a rule added since for new specs only: a task stored with
+// TE: gzip (which its HTTP/1.1 target took) or a bounds.max past a year
+// stopped running after the upgrade. It runs as it did; task.created and
+// task.updated are refused by those rules.
+func TestAStoredSpecRunsUnderTheRulesItWasStoredWith(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	target := newPathTarget(t)
+	for id, mutate := range map[string]func(*events.TaskSpec){
+		"te-gzip":    func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"TE": "gzip"} },
+		"long-bound": func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Max: events.Duration(9000 * time.Hour)} },
+	} {
+		spec := target.spec(id)
+		mutate(&spec)
+		if spec.Validate() == nil {
+			t.Fatalf("%s: a new spec passes Validate; the case tests nothing", id)
+		}
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, governor.StoredSpec{TaskSpec: &spec})
+	}
+	startExecutor(t, srv, newLogLines())
+	for _, id := range []string{"te-gzip", "long-bound"} {
+		dispatchOf(t, srv.JS, id, time.Time{})
+		if got, run := outcomeOf(t, srv.JS, id); got != events.OutcomeSucceeded || target.of(id) != 1 {
+			t.Errorf("%s: run.%s (reason %q), %d calls; want the stored task called as before", id, got, run.Reason, target.of(id))
+		}
+	}
+}
