@@ -210,7 +210,7 @@ func listenedAddr(host string, srv interface{ Addr() net.Addr }) string {
 }
 
 // isLoopbackHost reports whether a --listen host is localhost or a
-// loopback address; "" (every interface) is not.
+// loopback address (devServerConfig has made "" 127.0.0.1 already).
 func isLoopbackHost(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -249,6 +249,11 @@ func devServerConfig(listen string, insecure bool, dataDir, sync string, debug b
 	host, port, err := embedded.ParseListen(listen)
 	if err != nil {
 		return embedded.Config{}, fmt.Errorf("--listen: %w", err)
+	}
+	if host == "" {
+		// ":4223" listened on 127.0.0.1 (embedded.Config's default) and
+		// still does: it is loopback, and the banner names the address.
+		host = "127.0.0.1"
 	}
 	if !insecure && !isLoopbackHost(host) {
 		return embedded.Config{}, fmt.Errorf("--listen %s: not a loopback address, and the embedded NATS server has no authentication "+

@@ -108,7 +108,12 @@ func TestDevListenHostsNeedingNoOptIn(t *testing.T) {
 			t.Errorf("--listen %s: %v, want it accepted", listen, err)
 		}
 	}
-	for _, listen := range []string{"0.0.0.0:4222", ":4222", "[::]:4222", "192.0.2.1:4222", "example.com:4222"} {
+	// A port alone listened on 127.0.0.1 before --listen took loopback
+	// only, and still does: a script that changes the port keeps working.
+	if cfg, err := devServerConfig(":4223", false, dir, "1s", false); err != nil || cfg.Host != "127.0.0.1" {
+		t.Errorf("--listen :4223: host %q, %v; want 127.0.0.1, accepted", cfg.Host, err)
+	}
+	for _, listen := range []string{"0.0.0.0:4222", "[::]:4222", "192.0.2.1:4222", "example.com:4222"} {
 		if _, err := devServerConfig(listen, false, dir, "1s", false); err == nil || !strings.Contains(err.Error(), "--listen-insecure") {
 			t.Errorf("--listen %s without --listen-insecure: %v, want a refusal naming --listen-insecure", listen, err)
 		}
