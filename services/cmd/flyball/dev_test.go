@@ -69,7 +69,7 @@ func TestDevRefusesANonLoopbackListenWithoutOptIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, listen := range []string{"0.0.0.0:" + port, ":" + port} {
+	for _, listen := range []string{"0.0.0.0:" + port, "[::]:" + port} {
 		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()}
 		args := []string{"dev", "--listen", listen, "--api-addr", freeLoopback(t), "--metrics-addr", "", "--data-dir", "store"}
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
