@@ -122,10 +122,10 @@ after an unclean shutdown), dev waits without a deadline and logs every
 			err = streams.Ensure(ensureCtx, js, streams.WithAsyncPersist(async),
 				streams.WithReport(func(d streams.Difference) { diffs = append(diffs, d) }))
 			cancel()
+			logDifferences(log, diffs) // a failed ensure may have set one back
 			if err != nil {
 				return err
 			}
-			logDifferences(log, diffs)
 			m := metrics.New()
 			cfg := rf.stackConfig(js, log, m, guard, tokens)
 			cfg.Version, cfg.APIListener = version, apiLn

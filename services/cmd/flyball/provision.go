@@ -80,15 +80,15 @@ printed when --timeout ends.`,
 			tries, diffs, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), nil, func(try int, err error) {
 				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
 			})
-			if err == nil {
-				out := cmd.OutOrStdout()
-				kept := 0
-				for _, d := range diffs {
-					fmt.Fprintf(out, "provision: %s\n", d)
-					if d.Kept {
-						kept++
-					}
+			out := cmd.OutOrStdout()
+			kept := 0
+			for _, d := range diffs {
+				fmt.Fprintf(out, "provision: %s\n", d)
+				if d.Kept {
+					kept++
 				}
+			}
+			if err == nil {
 				but := ""
 				switch kept {
 				case 0:
@@ -120,9 +120,9 @@ printed when --timeout ends.`,
 // try that is followed by another. A request to a stream that has no
 // leader yet, as just after a whole cluster restarted, is never answered:
 // unbounded, one try waited out all of ctx. It returns the number of tries,
-// the retention limits the last try found different from the definitions
-// (streams.WithReport: kept on a history stream, set back on the others)
-// and the last error; when ctx's deadline cut the last try short (it says
+// the retention limits any try found different from the definitions
+// (streams.WithReport: kept on a history stream, set back on the others;
+// on an error too) and the last error; when ctx's deadline cut the last try short (it says
 // only "context deadline exceeded"), the error of the try before it.
 // An unanswered try's error says "no answer within <try>" and wraps
 // errUnanswered. again, if not nil, says whether a failed try is tried
@@ -130,10 +130,18 @@ printed when --timeout ends.`,
 // server without JetStream still fails at once).
 func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Option, tryTimeout time.Duration, try string, again func(error) bool, retried func(try int, err error)) (int, []streams.Difference, error) {
 	var prev error
+	// The differences of every try: a try reports each one before it
+	// updates any stream, and may set a limit back and then fail on a
+	// later stream; the next try, finding that limit as defined, reports
+	// nothing of it. Each limit is kept as first reported, and they are
+	// returned on an error too: a set-back is never silent.
 	var diffs []streams.Difference
-	opts = append(slices.Clip(opts), streams.WithReport(func(d streams.Difference) { diffs = append(diffs, d) }))
+	opts = append(slices.Clip(opts), streams.WithReport(func(d streams.Difference) {
+		if !slices.ContainsFunc(diffs, func(o streams.Difference) bool { return o.Stream == d.Stream && o.Limit == d.Limit }) {
+			diffs = append(diffs, d)
+		}
+	}))
 	for n := 1; ; n++ {
-		diffs = nil
 		tryCtx, cancel := context.WithTimeout(ctx, tryTimeout)
 		err := noJetStream(streams.Ensure(tryCtx, js, opts...))
 		if err != nil && ctx.Err() == nil && errors.Is(tryCtx.Err(), context.DeadlineExceeded) {
@@ -147,10 +155,10 @@ func ensureTrying(ctx context.Context, js jetstream.JetStream, opts []streams.Op
 			if prev != nil && errors.Is(err, context.DeadlineExceeded) {
 				err = prev
 			}
-			return n, nil, err
+			return n, diffs, err
 		}
 		if again != nil && !again(err) {
-			return n, nil, err
+			return n, diffs, err
 		}
 		retried(n, err)
 		prev = err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -227,4 +228,56 @@ func TestProvisionTryTimeoutMustBePositive(t *testing.T) {
 	t.Parallel()
 	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()}
 	e.fails(t, []string{"provision", "--try-timeout", "0s"}, "--try-timeout: must be positive, got 0s")
+}
+
+// TestEnsureTriesReportASetBackOfAFailedTry: a try reports every limit it
+// finds different before it updates any stream, so it may set one back
+// and then fail on a later stream. The next try found that limit as
+// defined and reported nothing of it, and an ensure that ended in an
+// error reported nothing at all: a set-back, which drops data past the
+// limit, went unrecorded. Every try's differences are kept now, on an
+// error too.
+func TestEnsureTriesReportASetBackOfAFailedTry(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	const attempts = "KV_" + streams.BucketAttempts
+	st, err := srv.JS.Stream(ctx, attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge = time.Hour // by hand: flyball relies on its definition's 72h
+	if _, err := srv.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// A stream updated after it that no update can mend: its storage.
+	const tasks = "KV_" + streams.BucketTasks
+	st, err = srv.JS.Stream(ctx, tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := st.CachedInfo().Config
+	if err := srv.JS.DeleteStream(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	broken.Storage = jetstream.MemoryStorage
+	if _, err := srv.JS.CreateStream(ctx, broken); err != nil {
+		t.Fatal(err)
+	}
+	tried := 0
+	tries, diffs, err := ensureTrying(ctx, srv.JS, nil, 10*time.Second, "10s", func(error) bool { tried++; return tried < 2 }, func(int, error) {})
+	if err == nil || tries != 2 {
+		t.Fatalf("ensure: %d tries, %v; want two failed tries (%s's storage)", tries, err, tasks)
+	}
+	if !slices.ContainsFunc(diffs, func(d streams.Difference) bool { return d.Stream == attempts && d.Limit == "max_age" && !d.Kept }) {
+		t.Fatalf("differences %v: want %s's max_age reported set back, though both tries failed", diffs, attempts)
+	}
+	st, err = srv.JS.Stream(ctx, attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxAge; got == time.Hour {
+		t.Fatalf("%s max_age still %v: the case tests nothing (no try set it back)", attempts, got)
+	}
 }

@@ -318,13 +318,13 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				})
 				timedOut := ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
 				cancel()
+				logDifferences(log, diffs) // a failed ensure may have set one back
 				if err != nil && timedOut {
 					return fmt.Errorf("--ensure-streams: not done within %s (%d tries): %w", ensureTimeout, tries, err)
 				}
 				if err != nil {
 					return err
 				}
-				logDifferences(log, diffs)
 			}
 			m := metrics.New()
 			cfg := rf.stackConfig(js, log, m, guard, tokens)
