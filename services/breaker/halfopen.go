@@ -24,7 +24,12 @@ import (
 // a watch ends); several breaker replicas race on CAS and only one
 // transition wins (the event also deduplicates by Nats-Msg-Id).
 func (s *Service) watchOpen(ctx context.Context) error {
-	o := &openBreakers{due: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	o := &openBreakers{due: map[string]time.Time{}, wake: make(chan struct{}, 1), now: s.cfg.Now}
+	if keeps := s.health.CachedInfo().Config.MaxAge; keeps > time.Hour {
+		// An hour's margin: publish reads the key's last event on
+		// HEALTH, and must find it if it was published.
+		o.republishWithin = keeps - time.Hour
+	}
 	f := kvcache.Follower{KV: s.breakers, Conn: s.cfg.JS.Conn(), Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}
 	if s.tuneFollow != nil {
 		s.tuneFollow(&f)
@@ -43,6 +48,12 @@ type openBreakers struct {
 	mu   sync.Mutex
 	due  map[string]time.Time // key → retryAt
 	wake chan struct{}        // a change that may move the earliest retryAt
+	// republishWithin is how old a half-open record's transition may be
+	// for apply to make it due (0: any age). Past HEALTH's max age its
+	// event is gone whether it was published or not, and publish, which
+	// reads the key's last event, would publish it again.
+	republishWithin time.Duration
+	now             func() time.Time
 }
 
 // apply follows one record: an open one falls due at its retryAt. So
@@ -51,7 +62,9 @@ type openBreakers struct {
 // it reached HEALTH, and kept its retry only in memory. halfOpen then
 // publishes it, unless HEALTH already has it (publish reads the key's
 // last event): one KV get and one message get for each half-open
-// transition, and for each half-open record a watch replays.
+// transition, and for each half-open record a watch replays. A transition
+// older than HEALTH keeps events (republishWithin) is left alone: HEALTH
+// would have dropped its event either way.
 func (o *openBreakers) apply(e jetstream.KeyValueEntry) {
 	var b record
 	put := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &b) == nil
@@ -61,7 +74,8 @@ func (o *openBreakers) apply(e jetstream.KeyValueEntry) {
 	case open:
 		due = b.RetryAt
 	case put && b.State == events.BreakerHalfOpen && b.Transition != nil && b.Transition.To == events.BreakerHalfOpen:
-		open = true // due now, for its publish
+		// Due now, for its publish, unless HEALTH has dropped it by now.
+		open = o.republishWithin <= 0 || o.now().Sub(b.Transition.At) < o.republishWithin
 	}
 	o.mu.Lock()
 	if open {
