@@ -45,23 +45,9 @@ func TestHostBreakerNoTaskUsesIsForgotten(t *testing.T) {
 	}
 	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
 	for _, key := range []string{"host_live_example", "host_gone_example"} {
-		b, _ := json.Marshal(executor.BreakerRecord{
-			Key: key, State: events.BreakerHalfOpen, Failures: 3,
-			OpenDelay: events.Duration(5 * time.Second), RetryAt: long, UpdatedAt: long,
-		})
-		if _, err := breakers.Put(ctx, key, b); err != nil {
-			t.Fatal(err)
-		}
+		putHalfOpen(t, breakers, key, long)
 	}
-	m := metrics.New()
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Metrics: m}, Interval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s, m := startSweeping(t, srv.JS)
 	for range 3 {
 		select {
 		case <-s.Swept():
@@ -109,24 +95,9 @@ func TestOwnRecordOfAHostScopedTaskIsPurged(t *testing.T) {
 		if _, err := tasks.Put(ctx, id, spec); err != nil {
 			t.Fatal(err)
 		}
-		now := time.Now().UTC()
-		b, _ := json.Marshal(executor.BreakerRecord{
-			Key: id, State: events.BreakerHalfOpen, Failures: 3,
-			OpenDelay: events.Duration(5 * time.Second), RetryAt: now, UpdatedAt: now,
-		})
-		if _, err := breakers.Put(ctx, id, b); err != nil {
-			t.Fatal(err)
-		}
+		putHalfOpen(t, breakers, id, time.Now().UTC())
 	}
-	m := metrics.New()
-	s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Metrics: m}, Interval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	_, m := startSweeping(t, srv.JS)
 	natstest.Eventually(t, 10*time.Second, "the own record of a task switched to scope host is purged", func() bool {
 		_, err := breakers.Get(ctx, "moved")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
@@ -137,4 +108,35 @@ func TestOwnRecordOfAHostScopedTaskIsPurged(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "flyball_breakers_open counts only the task-scoped task's breaker", func() bool {
 		return testutil.ToFloat64(m.BreakersOpen) == 1
 	})
+}
+
+// putHalfOpen stores a half-open breaker record under key, written at.
+func putHalfOpen(t *testing.T, breakers jetstream.KeyValue, key string, at time.Time) {
+	t.Helper()
+	b, err := json.Marshal(executor.BreakerRecord{
+		Key: key, State: events.BreakerHalfOpen, Failures: 3,
+		OpenDelay: events.Duration(5 * time.Second), RetryAt: at, UpdatedAt: at,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := breakers.Put(t.Context(), key, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startSweeping starts a sweeper that sweeps every 50 ms, stopped in
+// t.Cleanup, and returns it and its metrics.
+func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set) {
+	t.Helper()
+	m := metrics.New()
+	s, err := New(Config{Common: svcconf.Common{JS: js, Metrics: m}, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s, m
 }

@@ -22,32 +22,9 @@ import (
 func TestConsumeResumesWhenItsDurableIsCreatedAgain(t *testing.T) {
 	js := workStream(t, 30*time.Second)
 	ctx := t.Context()
-	got := make(chan string, 8)
 	log := matchLog{want: "consumer deleted", seen: make(chan struct{}, 1)}
 	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "pull_failures"})
-	cc, err := Consume(ctx, js, "W", "w", slog.New(log), failures, func(m jetstream.Msg) {
-		_ = m.DoubleAck(ctx) // stored before the test deletes the durable: a plain ack may not be, and the message comes again
-		got <- string(m.Data())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Stop)
-	receive := func(want string) {
-		t.Helper()
-		select {
-		case m := <-got:
-			if m != want {
-				t.Fatalf("handled %q, want %q", m, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q not handled within 10s", want)
-		}
-	}
-	if _, err := js.Publish(ctx, "work.1", []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	receive("before")
+	receive := consumeFirst(t, js, log, failures)
 
 	cfg, err := js.Consumer(ctx, "W", "w")
 	if err != nil {
@@ -99,32 +76,9 @@ func (l matchLog) WithGroup(string) slog.Handler      { return l }
 func TestConsumeResumesAfterABadRequest(t *testing.T) {
 	js := workStream(t, 30*time.Second)
 	ctx := t.Context()
-	got := make(chan string, 8)
 	log := matchLog{want: "bad request", seen: make(chan struct{}, 1)}
 	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "pull_failures"})
-	cc, err := Consume(ctx, js, "W", "w", slog.New(log), failures, func(m jetstream.Msg) {
-		_ = m.DoubleAck(ctx) // stored before the test deletes the durable: a plain ack may not be, and the message comes again
-		got <- string(m.Data())
-	}, jetstream.PullExpiry(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Stop)
-	receive := func(want string) {
-		t.Helper()
-		select {
-		case m := <-got:
-			if m != want {
-				t.Fatalf("handled %q, want %q", m, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q not handled within 10s", want)
-		}
-	}
-	if _, err := js.Publish(ctx, "work.1", []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	receive("before")
+	receive := consumeFirst(t, js, log, failures, jetstream.PullExpiry(time.Second))
 
 	cons, err := js.Consumer(ctx, "W", "w")
 	if err != nil {
@@ -202,4 +156,39 @@ func deleteDurable(t *testing.T, js jetstream.JetStream, log matchLog) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Consume logged no \"consumer deleted\" within 10s of the durable's deletion")
 	}
+}
+
+// consumeFirst consumes W/w with Consume, handles a first message
+// "before", and returns a function that waits for the next one handled
+// and checks it is want. Each message is double-acked: stored before a
+// test deletes the durable (a plain ack may not be, and the message
+// comes again).
+func consumeFirst(t *testing.T, js jetstream.JetStream, log matchLog, failures prometheus.Counter, opts ...jetstream.PullConsumeOpt) func(want string) {
+	t.Helper()
+	ctx := t.Context()
+	got := make(chan string, 8)
+	cc, err := Consume(ctx, js, "W", "w", slog.New(log), failures, func(m jetstream.Msg) {
+		_ = m.DoubleAck(ctx)
+		got <- string(m.Data())
+	}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	receive := func(want string) {
+		t.Helper()
+		select {
+		case m := <-got:
+			if m != want {
+				t.Fatalf("handled %q, want %q", m, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q not handled within 10s", want)
+		}
+	}
+	if _, err := js.Publish(ctx, "work.1", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	receive("before")
+	return receive
 }
