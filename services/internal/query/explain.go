@@ -26,9 +26,10 @@ type Explanation struct {
 	// Timeline lists every input the governor applied, in order; those
 	// that changed nothing are marked NoChange.
 	Timeline []ExplainedStep `json:"timeline"`
-	// Replayed is the state the replay ends with; Stored is what KV
-	// flyball-schedules holds. Agrees reports whether their next run and
-	// source match.
+	// Replayed is the state the replay ends with (its specRevision is
+	// Stored's: no stream records a spec's KV revision); Stored is what
+	// KV flyball-schedules holds. Agrees reports whether their next run
+	// and source match.
 	Replayed *gov.State `json:"replayed,omitempty"`
 	Stored   *gov.State `json:"stored,omitempty"`
 	Agrees   bool       `json:"agrees"`
@@ -364,6 +365,11 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	}
 
 	ex.Replayed = stateAfter(entries, len(entries)-1)
+	if ex.Replayed != nil && ex.Stored != nil {
+		// The flyball-tasks revision of the spec is in no stream: the
+		// replay cannot know it, and takes the stored schedule's.
+		ex.Replayed.SpecRevision = ex.Stored.SpecRevision
+	}
 	for i, en := range entries {
 		m := items[en.Index].msg
 		if !since.IsZero() && en.Step.At.Before(since) {
