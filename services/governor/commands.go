@@ -193,17 +193,14 @@ func rejectionLabel(fe events.FieldError) string {
 
 // repairsStoredTarget reports whether step is the sweeper's repair of a
 // spec stored with no schedule (a task.created whose command ID has its
-// prefix) carrying the target already stored for the task: the one
-// command the create-time guard lets through. The prefix alone is not
-// enough: anyone who may publish commands can choose an ID, and an
-// update, or a creation with another target, under it would get past the
-// guard.
-func (s *Service) repairsStoredTarget(ctx context.Context, step Step) bool {
-	if step.Input.Kind != gov.KindAccepted || !strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
-		return false
-	}
-	stored, err := s.loadSpec(ctx, step.TaskID)
-	return err == nil && reflect.DeepEqual(stored.Target, step.Spec.Target)
+// prefix) carrying stored's target, the one already stored for the task
+// (nil when there is none): the one command the create-time guard lets
+// through. The prefix alone is not enough: anyone who may publish
+// commands can choose an ID, and an update, or a creation with another
+// target, under it would get past the guard.
+func repairsStoredTarget(step Step, stored *events.TaskSpec) bool {
+	return step.Input.Kind == gov.KindAccepted && strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) &&
+		stored != nil && reflect.DeepEqual(stored.Target, step.Spec.Target)
 }
 
 // applyCommand checks a translated command against the stored task and
@@ -227,19 +224,19 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	if acc, err := s.repeatedCommand(ctx, step); acc != nil || err != nil {
 		return acc, err
 	}
-	// A target the executor's SSRF guard refuses by its URL alone would
-	// fail every run: refuse it now, naming the field. The sweeper's
-	// repair re-creates a spec accepted before (perhaps under another
-	// guard configuration): the executor still refuses it at dial time.
-	if step.Spec != nil && !s.repairsStoredTarget(ctx, step) {
-		if err := s.cfg.Guard.CheckTarget(step.Spec); err != nil {
-			return nil, rejectErr(err)
-		}
-	}
 	existing, err := s.loadSpec(ctx, id)
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
 		return nil, err
+	}
+	// A target the executor's SSRF guard refuses by its URL alone would
+	// fail every run: refuse it now, naming the field. The sweeper's
+	// repair re-creates a spec accepted before (perhaps under another
+	// guard configuration): the executor still refuses it at dial time.
+	if step.Spec != nil && !repairsStoredTarget(step, existing) {
+		if err := s.cfg.Guard.CheckTarget(step.Spec); err != nil {
+			return nil, rejectErr(err)
+		}
 	}
 	exists := err == nil || unreadable
 	if unreadable && step.Input.Kind != gov.KindUpdated && step.Input.Kind != gov.KindDeleted && step.Input.Kind != gov.KindAccepted {
