@@ -117,29 +117,31 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 	defer timer.Stop()
 	check := time.NewTicker(droppedCheck)
 	defer check.Stop()
+	// A burst of the task's answers may overflow the channel (nats.go
+	// drops a slow subscriber's messages), and this command's answer may
+	// go with them: it is stored in TASKS, and read there once the
+	// subscriptions dropped more than when last looked.
 	var dropped int
+	afterDrops := func() (*Answer, error) {
+		n := droppedFrom(subs)
+		if n <= dropped {
+			return nil, nil
+		}
+		dropped = n
+		return c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback))
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return cmdID, nil, ctx.Err()
 		case <-timer.C:
 			// An answer dropped after the last check is stored too.
-			if n := droppedFrom(subs); n > dropped {
-				if a, err := c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback)); err != nil || a != nil {
-					return cmdID, a, err
-				}
+			if a, err := afterDrops(); err != nil || a != nil {
+				return cmdID, a, err
 			}
 			return cmdID, nil, ErrTimeout
 		case <-check.C:
-			// A burst of the task's answers overflowed the channel (nats.go
-			// drops a slow subscriber's messages), and this command's
-			// answer may have gone with them: it is stored in TASKS.
-			n := droppedFrom(subs)
-			if n <= dropped {
-				continue
-			}
-			dropped = n
-			if a, err := c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback)); err != nil || a != nil {
+			if a, err := afterDrops(); err != nil || a != nil {
 				return cmdID, a, err
 			}
 		case m := <-answers:
