@@ -2,13 +2,11 @@ package breaker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
@@ -41,7 +39,7 @@ func (s *Service) watchDeletes(ctx context.Context, tasks jetstream.KeyValue) er
 			case !live:
 			case e.Operation() != jetstream.KeyValuePut:
 				s.forget(ctx, e.Key(), nil)
-			case hostScoped(e.Value()):
+			case executor.HostScoped(e.Value()):
 				s.forget(ctx, e.Key(), tasks)
 			}
 		},
@@ -54,14 +52,6 @@ func (s *Service) watchDeletes(ctx context.Context, tasks jetstream.KeyValue) er
 	}
 	s.Go(follow)
 	return nil
-}
-
-// hostScoped reports whether spec, a flyball-tasks value, keys its
-// breaker by host (executor.BreakerKey): the task's own record is no
-// longer its breaker.
-func hostScoped(spec []byte) bool {
-	var t events.TaskSpec
-	return json.Unmarshal(spec, &t) == nil && isHostKey(executor.BreakerKey(&t))
 }
 
 // forgetTimeout bounds the read and delete of one record.
@@ -91,7 +81,7 @@ func (s *Service) forget(ctx context.Context, key string, tasks jetstream.KeyVal
 	}
 	if err == nil && tasks != nil {
 		var spec jetstream.KeyValueEntry
-		if spec, err = tasks.Get(ctx, key); err == nil && !hostScoped(spec.Value()) {
+		if spec, err = tasks.Get(ctx, key); err == nil && !executor.HostScoped(spec.Value()) {
 			return // switched back to scope task: the record is its breaker again
 		}
 		if jsutil.IsKeyMissing(err) {

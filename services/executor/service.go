@@ -844,6 +844,15 @@ func (s *Service) scheduleOf(ctx context.Context, id string) scheduleView {
 	return p
 }
 
+// HostScoped reports whether spec, a flyball-tasks value, keys its
+// breaker by host (BreakerKey): the task's own record is then no
+// breaker's, and nothing writes it again. A value that does not decode is
+// not.
+func HostScoped(spec []byte) bool {
+	var t events.TaskSpec
+	return json.Unmarshal(spec, &t) == nil && strings.HasPrefix(BreakerKey(&t), events.HostKeyPrefix)
+}
+
 // BreakerKey is the flyball-breakers key for a task: its ID, or with scope
 // "host" the target host (dots replaced, as KV keys are subject tokens).
 func BreakerKey(spec *events.TaskSpec) string {

@@ -421,7 +421,7 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		what := "removed state of a deleted task"
 		switch {
 		case jsutil.IsKeyMissing(err):
-		case err == nil && kv == s.breakers && hostScoped(spec.Value()):
+		case err == nil && kv == s.breakers && executor.HostScoped(spec.Value()):
 			what = "removed the own breaker record of a task switched to breaker scope host"
 		default:
 			continue
@@ -435,14 +435,6 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		s.cfg.Metrics.OrphansRemoved.WithLabelValues(bucket).Inc()
 		s.cfg.Logger.Info(what, "bucket", bucket, "key", k)
 	}
-}
-
-// hostScoped reports whether spec, a flyball-tasks value, keys its
-// breaker by host (executor.BreakerKey): the task's own flyball-breakers
-// record is no longer its breaker.
-func hostScoped(spec []byte) bool {
-	var t events.TaskSpec
-	return json.Unmarshal(spec, &t) == nil && strings.HasPrefix(executor.BreakerKey(&t), events.HostKeyPrefix)
 }
 
 // exportPerTask publishes per-task staleness when enabled and within the
