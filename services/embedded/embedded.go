@@ -109,10 +109,14 @@ func ParseListen(addr string) (host string, port int, err error) {
 	return host, port, nil
 }
 
-// CheckStoreDir creates the JetStream store directory dir if it is
+// ErrStoreDir marks a StartContext error about the JetStream store
+// directory (Config.StoreDir): it cannot be created or written.
+var ErrStoreDir = errors.New("unusable JetStream store directory")
+
+// checkStoreDir creates the JetStream store directory dir if it is
 // missing and checks that a file can be written in it. nats-server
 // checks the same as it starts, but only logs what it finds.
-func CheckStoreDir(dir string) error {
+func checkStoreDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
@@ -154,8 +158,8 @@ func StartContext(ctx context.Context, cfg Config) (*server.Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("embedded: Config.StoreDir is required")
 	}
-	if err := CheckStoreDir(cfg.StoreDir); err != nil {
-		return nil, fmt.Errorf("embedded nats-server: JetStream store %s: %w", cfg.StoreDir, err)
+	if err := checkStoreDir(cfg.StoreDir); err != nil {
+		return nil, fmt.Errorf("embedded nats-server: JetStream store %s: %w (%w)", cfg.StoreDir, err, ErrStoreDir)
 	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"

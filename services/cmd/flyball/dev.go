@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -91,11 +92,6 @@ after an unclean shutdown), dev waits without a deadline and logs every
 				return err
 			}
 			defer apiLn.Close() // served, the API's stop closes it first
-			// nats-server only logs an unusable store (nothing, without
-			// --nats-debug) and never listens.
-			if err := embedded.CheckStoreDir(storeDir); err != nil {
-				return fmt.Errorf("--data-dir %s: JetStream store %s: %w", dataDir, storeDir, err)
-			}
 			if insecure && !isLoopbackHost(srvCfg.Host) {
 				log.Warn("the embedded NATS server listens beyond loopback without authentication (--listen-insecure)", "listen", listen)
 			}
@@ -103,6 +99,9 @@ after an unclean shutdown), dev waits without a deadline and logs every
 			defer stop()
 
 			srv, err := embedded.StartContext(ctx, srvCfg)
+			if errors.Is(err, embedded.ErrStoreDir) {
+				return fmt.Errorf("--data-dir %s: %w", dataDir, err)
+			}
 			if err != nil {
 				return err
 			}

@@ -163,3 +163,25 @@ func TestDevListenOnPortZeroPrintsThePortItGot(t *testing.T) {
 	}
 	nc.Close()
 }
+
+// TestDevNamesDataDirForAnUnusableStore: a --data-dir where the store
+// cannot be created stops dev at once, in one line naming the flag (the
+// embedded server's own check, ErrStoreDir; dev checked it a second time
+// before).
+func TestDevNamesDataDirForAnUnusableStore(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(e.dir, "file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := e.command(ctx, "dev", "--listen", "127.0.0.1:0", "--api-addr", freeLoopback(t), "--metrics-addr", "", "--data-dir", filepath.Join("file", "sub"))
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(stderr.String(), "flyball: --data-dir file/sub: ") || strings.Count(stderr.String(), "\n") != 1 {
+		t.Fatalf("dev with a store under a file: %v, stderr %q; want exit 1 and one line naming --data-dir", err, stderr.String())
+	}
+}
