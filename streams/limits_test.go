@@ -20,15 +20,7 @@ func TestEnsureKeepsRaisedRetentionLimits(t *testing.T) {
 	js := startJS(t)
 	mustEnsure(t, ctx, js)
 
-	s, err := js.Stream(ctx, StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.MaxMsgsPerSubject = 2000
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("UpdateStream: %v", err)
-	}
+	s := editStream(t, js, StreamRuns, func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = 2000 })
 	const n = 1500
 	for i := range n {
 		if _, err := js.PublishAsync("flyball.run.succeeded.t1", fmt.Appendf(nil, "%d", i)); err != nil {
@@ -42,9 +34,7 @@ func TestEnsureKeepsRaisedRetentionLimits(t *testing.T) {
 	}
 
 	var report []string
-	if err := Ensure(ctx, js, WithReport(func(d Difference) { report = append(report, d.String()) })); err != nil {
-		t.Fatalf("Ensure: %v", err)
-	}
+	mustEnsureReport(t, js, &report)
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -68,19 +58,9 @@ func TestEnsureKeepsLoweredMaxAge(t *testing.T) {
 	js := startJS(t)
 	mustEnsure(t, ctx, js)
 
-	s, err := js.Stream(ctx, StreamTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.MaxAge = 72 * time.Hour
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("UpdateStream: %v", err)
-	}
+	s := editStream(t, js, StreamTasks, func(c *jetstream.StreamConfig) { c.MaxAge = 72 * time.Hour })
 	var report []string
-	if err := Ensure(ctx, js, WithReport(func(d Difference) { report = append(report, d.String()) })); err != nil {
-		t.Fatalf("Ensure: %v", err)
-	}
+	mustEnsureReport(t, js, &report)
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -114,15 +94,7 @@ func TestEnsureRepairsSemanticLimits(t *testing.T) {
 		StreamDispatch:         func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = 5 },
 		"KV_" + BucketAttempts: func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour },
 	} {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := s.CachedInfo().Config
-		edit(&cfg)
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			t.Fatalf("UpdateStream %s: %v", name, err)
-		}
+		editStream(t, js, name, edit)
 	}
 	var report []string
 	mustEnsureReport(t, js, &report)
@@ -157,4 +129,21 @@ func mustEnsureReport(t *testing.T, js jetstream.JetStream, report *[]string) {
 	if err := Ensure(testCtx(t), js, WithReport(func(d Difference) { *report = append(*report, d.String()) })); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
+}
+
+// editStream changes stream name's config with edit, as an operator's
+// `nats stream edit` would, and returns the stream.
+func editStream(t *testing.T, js jetstream.JetStream, name string, edit func(*jetstream.StreamConfig)) jetstream.Stream {
+	t.Helper()
+	ctx := testCtx(t)
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	edit(&cfg)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("UpdateStream %s: %v", name, err)
+	}
+	return s
 }
