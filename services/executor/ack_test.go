@@ -159,15 +159,20 @@ func TestUnconfirmedNakDoesNotDoubleACall(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.dispatch(t)
+	const gaveUp = "nak not confirmed and not sent again, as its delay may have passed; the dispatch is redelivered after its delay, or after AckWait if the nak was lost"
+	// The settler counts the give-up, then logs it: wait for the line.
 	natstest.Eventually(t, 20*time.Second, "the nak given up, or a third call", func() bool {
-		return len(target.attempts()) >= 3 || testutil.ToFloat64(f.ex.cfg.Metrics.SettlesUnconfirmed.WithLabelValues("nak")) >= 1
+		return len(target.attempts()) >= 3 || f.logs.count(gaveUp) >= 1
 	})
 	got := target.attempts()
 	close(target.gate)
 	if fmt.Sprint(got) != "[1 2]" {
 		t.Fatalf("target called with attempts %v while attempt 2 was held, want [1 2]: a nak sent again reached the delivery of attempt 2", got)
 	}
-	if f.logs.count("nak not confirmed and not sent again, as its delay may have passed; the dispatch is redelivered after its delay, or after AckWait if the nak was lost") != 1 {
+	if n := testutil.ToFloat64(f.ex.cfg.Metrics.SettlesUnconfirmed.WithLabelValues("nak")); n != 1 {
+		t.Errorf("flyball_settles_unconfirmed_total{kind=nak} = %v, want 1", n)
+	}
+	if f.logs.count(gaveUp) != 1 {
 		t.Fatal("no warning for the nak given up")
 	}
 }
