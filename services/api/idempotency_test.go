@@ -1,10 +1,15 @@
 package api_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -68,4 +73,110 @@ func TestAnIdempotencyKeyMakesARetryOneCommand(t *testing.T) {
 		h["Idempotency-Key"] = []string{bad}
 		expect(t, "Idempotency-Key "+bad[:min(len(bad), 10)], b.send(t, http.MethodPost, "/api/v1/tasks/web/run-now", h, ""), http.StatusBadRequest, "Idempotency-Key")
 	}
+}
+
+// TestAKeyedRetryAfterTheTaskIsGoneGetsTheFirstVerdict: every task route
+// but create answered 404 before sending when the task was missing, and
+// that check ran before the Idempotency-Key was looked at. A DELETE
+// retried with the same key (after a 503 "unknown" or a lost response)
+// found its own delete applied and answered 404 "no task", not the first
+// verdict; so did a keyed pause, update, … retried after a delete. A
+// keyed request whose command TASKS holds now gets the first verdict and
+// commandId; a keyed command never sent for a missing task is still a
+// 404, and nothing is stored.
+func TestAKeyedRetryAfterTheTaskIsGoneGetsTheFirstVerdict(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 200)
+	keyed := func(method, path, key, body string) *reply {
+		h := http.Header{}
+		h.Set("Authorization", "Bearer "+token)
+		h.Set("Idempotency-Key", key)
+		return b.send(t, method, path, h, body)
+	}
+	gone := func(id string) {
+		natstest.Eventually(t, 10*time.Second, "task "+id+" gone", func() bool {
+			return b.call(t, http.MethodGet, "/api/v1/tasks/"+id, "").status == http.StatusNotFound
+		})
+	}
+	sameVerdict := func(what string, first, again *reply) {
+		t.Helper()
+		if again.status != first.status || again.str("commandId") == "" || again.str("commandId") != first.str("commandId") || again.str("status") != first.str("status") {
+			t.Fatalf("%s retried with the same key after the task is gone: %d %s, want the first verdict %d %s", what, again.status, again.raw, first.status, first.raw)
+		}
+	}
+
+	expect(t, "create web", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+	d1 := keyed(http.MethodDelete, "/api/v1/tasks/web?reason=done", "k", "")
+	expect(t, "delete", d1, http.StatusAccepted, "")
+	gone("web")
+	sameVerdict("DELETE", d1, keyed(http.MethodDelete, "/api/v1/tasks/web?reason=done", "k", ""))
+	// Another key, or none, is another command: the task is missing.
+	expect(t, "delete again with another key", keyed(http.MethodDelete, "/api/v1/tasks/web?reason=done", "k2", ""), http.StatusNotFound, "id")
+	expect(t, "delete again without a key", b.call(t, http.MethodDelete, "/api/v1/tasks/web?reason=done", ""), http.StatusNotFound, "id")
+	if n := len(natstest.Read(t, b.js, streams.StreamTasks, "flyball.task.deleted.web")); n != 1 {
+		t.Fatalf("TASKS holds %d task.deleted of web, want 1", n)
+	}
+
+	// A keyed command on a task that never existed is a 404, and is not
+	// stored.
+	expect(t, "keyed delete of a missing task", keyed(http.MethodDelete, "/api/v1/tasks/nope", "k", ""), http.StatusNotFound, "id")
+	expect(t, "keyed pause of a missing task", keyed(http.MethodPost, "/api/v1/tasks/nope/pause", "k", ""), http.StatusNotFound, "id")
+	if n := len(natstest.Read(t, b.js, streams.StreamTasks, "flyball.task.*.nope")); n != 0 {
+		t.Fatalf("TASKS holds %d commands of the missing task nope, want none", n)
+	}
+
+	// The other routes that look for the task first: the keyed command,
+	// then a delete, then the same keyed command again.
+	for _, c := range []struct{ method, route, body string }{
+		{http.MethodPut, "", fmt.Sprintf(`{"target":{"http":{"url":%q}},"schedule":{"interval":"2h"}}`, b.url)},
+		{http.MethodPost, "/pause", `{"for":"1h","reason":"deploy"}`},
+		{http.MethodPost, "/resume", `{"reason":"done"}`},
+		{http.MethodPost, "/hint", `{"interval":"30m","ttl":"15m"}`},
+		{http.MethodPost, "/run-now", `{"reason":"check"}`},
+	} {
+		id := "t" + strings.ReplaceAll(c.route, "/", "-")
+		path := "/api/v1/tasks/" + id + c.route
+		expect(t, "create "+id, b.call(t, http.MethodPost, "/api/v1/tasks", b.task(id, "")), http.StatusAccepted, "")
+		first := keyed(c.method, path, "k", c.body)
+		if first.status != http.StatusAccepted && first.status != http.StatusUnprocessableEntity {
+			t.Fatalf("%s %s: %d %s, want a verdict", c.method, path, first.status, first.raw)
+		}
+		expect(t, "delete "+id, b.call(t, http.MethodDelete, "/api/v1/tasks/"+id, ""), http.StatusAccepted, "")
+		gone(id)
+		sameVerdict(c.method+" "+path, first, keyed(c.method, path, "k", c.body))
+	}
+
+	// A dead letter's retry looks for its task too.
+	expect(t, "create dl", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("dl", "")), http.StatusAccepted, "")
+	putDeadLetter(t, b.js, "dl", 1)
+	r1 := keyed(http.MethodPost, "/api/v1/deadletter/1/retry", "k", "")
+	expect(t, "retry", r1, http.StatusAccepted, "")
+	expect(t, "delete dl", b.call(t, http.MethodDelete, "/api/v1/tasks/dl", ""), http.StatusAccepted, "")
+	gone("dl")
+	sameVerdict("dead letter retry", r1, keyed(http.MethodPost, "/api/v1/deadletter/1/retry", "k", ""))
+	expect(t, "retry with another key", keyed(http.MethodPost, "/api/v1/deadletter/1/retry", "k2", ""), http.StatusNotFound, "seq")
+
+	// And whether it was created again (a 409 unless ?force=true).
+	expect(t, "create dl2", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("dl2", "")), http.StatusAccepted, "")
+	created, err := time.Parse(time.RFC3339Nano, b.call(t, http.MethodGet, "/api/v1/tasks/dl2", "").str("schedule", "createdAt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := events.DeadLetter{
+		TaskID: "dl2", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: created,
+		Dispatch: events.Dispatch{DispatchID: "dl2:1", TaskID: "dl2", ScheduledAt: created, TaskCreatedAt: created},
+	}
+	if err := jsutil.PublishEvent(context.Background(), b.js, events.DeadLetterSubject("dl2"), "dl-dl2", events.TypeDeadLettered, "test", "dl2", d, created); err != nil {
+		t.Fatal(err)
+	}
+	r2 := keyed(http.MethodPost, "/api/v1/deadletter/2/retry", "k", "")
+	expect(t, "retry of dl2", r2, http.StatusAccepted, "")
+	expect(t, "delete dl2", b.call(t, http.MethodDelete, "/api/v1/tasks/dl2", ""), http.StatusAccepted, "")
+	gone("dl2")
+	expect(t, "create dl2 again", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("dl2", "")), http.StatusAccepted, "")
+	natstest.Eventually(t, 10*time.Second, "dl2 created again", func() bool {
+		return b.call(t, http.MethodGet, "/api/v1/tasks/dl2", "").status == http.StatusOK
+	})
+	sameVerdict("retry of a recreated task's dead letter", r2, keyed(http.MethodPost, "/api/v1/deadletter/2/retry", "k", ""))
+	expect(t, "retry of a recreated task's dead letter with another key", keyed(http.MethodPost, "/api/v1/deadletter/2/retry", "k2", ""), http.StatusConflict, "seq")
 }

@@ -126,11 +126,17 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A task deleted since is "no such task" (404), as for every task
-	// route, rather than the governor's rejection of the requeue (422).
+	// route, rather than the governor's rejection of the requeue (422);
+	// a keyed retry of a requeue sent before gets that one's verdict.
 	task, err := s.q.Task(r.Context(), id)
 	switch {
 	case errors.Is(err, query.ErrNotFound):
-		writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("dead letter %d is of task %q, which no longer exists", rec.Seq, id))
+		switch sent, ok := s.sentBefore(w, r, events.VerbRequeued, id); {
+		case sent:
+			s.send(w, r, events.VerbRequeued, id, rec.Requeue(req.Reason, force))
+		case ok:
+			writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("dead letter %d is of task %q, which no longer exists", rec.Seq, id))
+		}
 		return
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
@@ -142,8 +148,15 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	// task (taskCreatedAt), so the governor rejects it if the task is
 	// deleted and created again between this check and the requeue.
 	if why := rec.Recreated(task); why != "" && !force {
-		writeError(w, http.StatusConflict, "seq", why+"; add ?force=true to run it anyway")
-		return
+		// A keyed retry of a requeue sent before the task was created
+		// again gets that requeue's verdict.
+		switch sent, ok := s.sentBefore(w, r, events.VerbRequeued, id); {
+		case !ok:
+			return
+		case !sent:
+			writeError(w, http.StatusConflict, "seq", why+"; add ?force=true to run it anyway")
+			return
+		}
 	}
 	s.send(w, r, events.VerbRequeued, id, rec.Requeue(req.Reason, force))
 }

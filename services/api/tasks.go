@@ -136,14 +136,18 @@ func idempotentID(w http.ResponseWriter, r *http.Request, verb events.Verb, id s
 	return "api-idem:" + hex.EncodeToString(h.Sum(nil)), true
 }
 
-// existing answers 404 and returns false unless task id exists. Commands
-// on a missing task would be rejected by the governor too; checking first
+// existing answers 404 and returns false unless task id exists, or the
+// request's command (verb) was sent before: see sentBefore. Commands on a
+// missing task would be rejected by the governor too; checking first
 // gives the caller the right status code. A task whose stored spec does
 // not decode exists: an update or a delete is the way to repair it.
-func (s *Service) existing(w http.ResponseWriter, r *http.Request, id string) bool {
+func (s *Service) existing(w http.ResponseWriter, r *http.Request, verb events.Verb, id string) bool {
 	_, err := s.q.Task(r.Context(), id)
 	switch {
 	case errors.Is(err, query.ErrNotFound):
+		if sent, ok := s.sentBefore(w, r, verb, id); !ok || sent {
+			return ok
+		}
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
 		return false
 	case err != nil:
@@ -151,6 +155,26 @@ func (s *Service) existing(w http.ResponseWriter, r *http.Request, id string) bo
 		return false
 	}
 	return true
+}
+
+// sentBefore reports whether TASKS holds, within its duplicate window,
+// the command of a request with an Idempotency-Key: the request is a
+// retry, to be answered with the first one's verdict by sending it again
+// (send stores it once), not refused by a check of the task the first
+// one may have changed (a retried DELETE found its own delete applied
+// and answered 404). It answers 400 (a bad key) or 503 itself and
+// returns ok false. Without a key, sent is false.
+func (s *Service) sentBefore(w http.ResponseWriter, r *http.Request, verb events.Verb, id string) (sent, ok bool) {
+	cmdID, ok := idempotentID(w, r, verb, id)
+	if !ok || cmdID == "" {
+		return false, ok
+	}
+	sent, err := s.ctl.Stored(r.Context(), verb, id, cmdID)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		return false, false
+	}
+	return sent, true
 }
 
 func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +215,7 @@ func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, id) {
+	if s.existing(w, r, events.VerbUpdated, id) {
 		s.send(w, r, events.VerbUpdated, id, spec)
 	}
 }
@@ -216,7 +240,7 @@ func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, id) {
+	if s.existing(w, r, events.VerbDeleted, id) {
 		s.send(w, r, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason})
 	}
 }
@@ -261,7 +285,7 @@ func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, id) {
+	if s.existing(w, r, events.VerbPaused, id) {
 		s.send(w, r, events.VerbPaused, id, p)
 	}
 }
@@ -284,7 +308,7 @@ func (s *Service) resumeTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, id) {
+	if s.existing(w, r, events.VerbResumed, id) {
 		s.send(w, r, events.VerbResumed, id, events.TaskRef{ID: id, Reason: req.Reason})
 	}
 }
@@ -311,7 +335,7 @@ func (s *Service) hintTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, id) {
+	if s.existing(w, r, events.VerbHinted, id) {
 		s.send(w, r, events.VerbHinted, id, h)
 	}
 }
@@ -336,7 +360,7 @@ func (s *Service) runNow(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, id) {
+	if s.existing(w, r, events.VerbHinted, id) {
 		s.send(w, r, events.VerbHinted, id, h)
 	}
 }

@@ -218,40 +218,80 @@ const duplicateLookback = 5 * time.Minute
 // storedAnswer finds the governor's answer to command cmdID of task id in
 // TASKS, stored at or after since, or returns nil.
 func (c *Client) storedAnswer(ctx context.Context, id, cmdID string, since time.Time) (*Answer, error) {
+	var a *Answer
+	err := c.scanTasks(ctx, since, func(m jetstream.Msg) bool {
+		a = match(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, cmdID)
+		return a != nil
+	}, events.TaskSubject(events.VerbAccepted, id), events.TaskSubject(events.VerbRejected, id))
+	if err != nil {
+		return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+	}
+	return a, nil
+}
+
+// Stored reports whether TASKS holds command cmdID (its Nats-Msg-Id) of
+// task id, stored within TASKS's duplicate window: SendID with that id
+// then stores nothing and answers with the first one's verdict. A
+// caller that would refuse the command (its task is missing) asks this
+// first when a client retries with the same id, and sends it again if
+// it was stored: its own command may be what removed the task.
+func (c *Client) Stored(ctx context.Context, verb events.Verb, id, cmdID string) (bool, error) {
+	st, err := c.JS.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		return false, fmt.Errorf("look for a repeated command: stream %s: %w", streams.StreamTasks, err)
+	}
+	// This clock, not the server's: a command found just past the
+	// server's window is stored again, and the governor rejects it as
+	// it would without this look.
+	since := time.Now().UTC().Add(-st.CachedInfo().Config.Duplicates)
+	found := false
+	err = c.scanTasks(ctx, since, func(m jetstream.Msg) bool {
+		found = m.Headers().Get(jetstream.MsgIDHeader) == cmdID
+		return found
+	}, events.TaskSubject(verb, id))
+	if err != nil {
+		return false, fmt.Errorf("look for a repeated command: %w", err)
+	}
+	return found, nil
+}
+
+// scanTasks calls fn with each message of TASKS on subjects stored at or
+// after since when it begins, until fn returns true.
+func (c *Client) scanTasks(ctx context.Context, since time.Time, fn func(jetstream.Msg) bool, subjects ...string) error {
 	cons, err := c.JS.OrderedConsumer(ctx, streams.StreamTasks, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.TaskSubject(events.VerbAccepted, id), events.TaskSubject(events.VerbRejected, id)},
+		FilterSubjects: subjects,
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &since,
 		// Should the delete below fail.
 		InactiveThreshold: jsutil.OrderedInactiveThreshold,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+		return err
 	}
 	defer func() { _ = jsutil.DeleteOrdered(ctx, c.JS, streams.StreamTasks, cons) }()
-	// The answers stored when the consumer was made; a later one reaches
-	// the subscription.
+	// The messages stored when the consumer was made; a later answer
+	// reaches SendID's subscription.
 	for pending := cons.CachedInfo().NumPending; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+			return err
 		}
 		n := uint64(0)
 		for m := range batch.Messages() {
 			n++
-			if a := match(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, cmdID); a != nil {
-				return a, nil
+			if fn(m) {
+				return nil
 			}
 		}
 		if err := batch.Error(); err != nil && n == 0 {
-			return nil, fmt.Errorf("read the answer to a repeated command: %w", err)
+			return err
 		}
 		if n == 0 {
 			break
 		}
 		pending -= min(n, pending)
 	}
-	return nil, nil
+	return nil
 }
 
 func match(m *nats.Msg, cmdID string) *Answer {
