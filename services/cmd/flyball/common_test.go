@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -82,11 +83,16 @@ func TestListEnvAndTokensAreTrimmed(t *testing.T) {
 	fs := pflag.NewFlagSet("y", pflag.ContinueOnError)
 	t.Setenv("FLYBALL_API_TOKENS", "")
 	flags.register(fs, false)
-	if err := fs.Parse([]string{"--api-token", "tok-cccccccccccccccc, tok-dddddddddddddddd", "--api-token", " "}); err != nil {
+	if err := fs.Parse([]string{"--api-token", "tok-cccccccccccccccc, tok-dddddddddddddddd, "}); err != nil {
 		t.Fatal(err)
 	}
 	if toks, _, _ := flags.tokens(false); !slices.Equal(toks, []string{"tok-cccccccccccccccc", "tok-dddddddddddddddd"}) {
-		t.Errorf("--api-token 'c, d' --api-token ' ': tokens %q, want the two, trimmed", toks)
+		t.Errorf("--api-token 'c, d, ': tokens %q, want the two, trimmed", toks)
+	}
+	// A value with no token in it is refused, not dropped (it was, so
+	// "--api-token=" replaced FLYBALL_API_TOKENS with no token).
+	if err := fs.Parse([]string{"--api-token", " "}); !errors.Is(err, errEmptySecret) {
+		t.Errorf("--api-token ' ': %v, want it refused as empty", err)
 	}
 }
 

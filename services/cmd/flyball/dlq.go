@@ -269,7 +269,7 @@ created again before it applies it; with --force it names none.`,
 		// naming neither the command nor what it wants.
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 1 {
-				return fmt.Errorf("dlq retry: want one DEADLETTER sequence, got %d arguments: %q", len(args), args)
+				return tooManyArgs("dlq retry", "DEADLETTER sequence", args)
 			}
 			return nil
 		},

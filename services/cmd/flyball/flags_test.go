@@ -76,6 +76,16 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"serve", "api", "--api-addr", "", "--api-token", "0123456789abcdef"}, `flyball: --api-addr: empty`},
 		// A service named twice ran once, without a word.
 		{[]string{"serve", "timer", "executor", "timer"}, `flyball: service "timer" named twice`},
+		// An empty secret flag was dropped: --api-token= discarded
+		// FLYBALL_API_TOKENS (dev generated a token instead), and
+		// --nats-url= connected to nats.go's default URL. --concurrency 0
+		// makes a binary without the check fail before it starts.
+		{[]string{"serve", "api", "--api-token=", "--concurrency", "0"}, "flyball: --api-token: empty"},
+		{[]string{"serve", "api", "--api-token", " , ", "--concurrency", "0"}, "flyball: --api-token: empty"},
+		{[]string{"serve", "api", "--api-token", "0123456789abcdef", "--api-token=", "--concurrency", "0"}, "flyball: --api-token: empty"},
+		{[]string{"dev", "--api-token", "", "--concurrency", "0"}, "flyball: --api-token: empty"},
+		{[]string{"task", "list", "--nats-url="}, "flyball: --nats-url: empty"},
+		{[]string{"provision", "--nats-url", " "}, "flyball: --nats-url: empty"},
 	} {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
@@ -180,19 +190,23 @@ func TestCLICommandMistakesFailInOneLine(t *testing.T) {
 		{[]string{"task"}, "flyball: task: give a command: create, delete, get,"},
 		{[]string{"taks", "list"}, `flyball: unknown command "taks" for "flyball" (did you mean task?)`},
 		{[]string{"task", "get"}, "flyball: task get: give the task id: flyball task get <id>"},
-		{[]string{"task", "pause", "a", "b"}, `flyball: task pause: want one task id, got 2 arguments: ["a" "b"]`},
+		{[]string{"task", "pause", "a", "b"}, `flyball: task pause: want one task id, got 2 arguments (not shown: one may be a secret);`},
 		{[]string{"dlq", "show"}, "flyball: dlq show: give the DEADLETTER sequence"},
 		{[]string{"runs"}, "flyball: runs: give the task id: flyball runs <id>"},
 		// cobra.NoArgs called a stray argument an unknown command, and
 		// "task create t.yaml" did not say the spec goes after -f.
-		{[]string{"task", "create", "t.yaml"}, `flyball: task create: takes no arguments, got "t.yaml" (give the file with -f t.yaml)`},
-		{[]string{"task", "list", "web", "db"}, `flyball: task list: takes no arguments, got ["web" "db"]`},
-		{[]string{"status", "now"}, `flyball: status: takes no arguments, got ["now"]`},
+		{[]string{"task", "create", "t.yaml"}, `flyball: task create: takes no arguments, got 1 (not shown: it may be a secret); give the spec file with -f <file>`},
+		{[]string{"task", "list", "web", "db"}, `flyball: task list: takes no arguments, got 2 (not shown: one may be a secret);`},
+		{[]string{"status", "now"}, `flyball: status: takes no arguments, got 1 (not shown: it may be a secret);`},
+		// A mistyped service is named when it is near one, which no
+		// secret is; anything else by its place.
+		{[]string{"serve", "timer", "govenor"}, `flyball: unknown service "govenor" (did you mean governor?): want one of governor, breaker,`},
+		{[]string{"serve", "timer", "flyball-dev-token"}, `flyball: unknown service (argument 2, not shown): want one of governor, breaker,`},
 		{[]string{"serve"}, "flyball: serve: give one or more services: governor, breaker,"},
 		{[]string{"serve", "governor", "--async-persist", "--ensure-streams=false"}, "flyball: --async-persist applies when the streams are created: it needs --ensure-streams"},
 		{[]string{"serve", "governor", "--replicas", "3", "--ensure-streams=false"}, "flyball: --replicas applies when the streams are ensured: it needs --ensure-streams"},
 		// cobra's "accepts at most 1 arg(s), received 2" named neither.
-		{[]string{"dlq", "retry", "1", "2"}, `flyball: dlq retry: want one DEADLETTER sequence, got 2 arguments: ["1" "2"]`},
+		{[]string{"dlq", "retry", "1", "2"}, `flyball: dlq retry: want one DEADLETTER sequence, got 2 arguments (not shown: one may be a secret);`},
 		// --json silently won over -o table.
 		{[]string{"status", "--json", "-o", "table"}, "flyball: --json and -o table conflict"},
 	} {
@@ -229,6 +243,43 @@ func TestFlagErrorsDoNotEchoASecret(t *testing.T) {
 		r := e.run(t, c.args...)
 		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, secret) {
 			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one line starting %q without the value", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}
+
+// TestStrayArgumentsDoNotEchoASecret: an argument the command does not
+// take is refused without quoting it: it may be a secret parted from its
+// flag by a space ("--nats-url= nats://admin:pw@nats:4222", "--api-token=
+// <token>"). The errors quoted every argument, into a terminal's
+// scrollback or a crash-looping container's logs.
+func TestStrayArgumentsDoNotEchoASecret(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // nothing listens there
+	const (
+		url   = "nats://admin:hunter2@nats:4222"
+		token = "SuperSecretToken123456"
+	)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"task", "get", "web", url}, "flyball: task get: want one task id, got 2 arguments (not shown: one may be a secret)"},
+		{[]string{"task", "get", url, "web"}, "flyball: task get: want one task id, got 2 arguments (not shown: one may be a secret)"},
+		{[]string{"dlq", "retry", "1", token}, "flyball: dlq retry: want one DEADLETTER sequence, got 2 arguments (not shown: one may be a secret)"},
+		{[]string{"dev", token}, "flyball: dev: takes no arguments, got 1 (not shown: it may be a secret)"},
+		{[]string{"task", "create", token}, "flyball: task create: takes no arguments, got 1 (not shown: it may be a secret)"},
+		{[]string{"status", "--timeout", "5s", url, token}, "flyball: status: takes no arguments, got 2 (not shown: one may be a secret)"},
+		{[]string{"serve", "api", token}, "flyball: unknown service (argument 2, not shown): want one of "},
+		{[]string{"serve", url, "api"}, "flyball: unknown service (argument 1, not shown): want one of "},
+		// The reviewer's cases: the empty flag is now the error.
+		{[]string{"task", "get", "web", "--nats-url=", url}, "flyball: --nats-url: empty"},
+		{[]string{"serve", "api", "--api-token=", token}, "flyball: --api-token: empty"},
+		{[]string{"dev", "--api-token=", token}, "flyball: --api-token: empty"},
+	} {
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 ||
+			strings.Contains(r.stderr, "hunter2") || strings.Contains(r.stderr, token) {
+			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one line starting %q without the secret", strings.Join(c.args, " "), r.code, r.stderr, c.want)
 		}
 	}
 }

@@ -67,23 +67,26 @@ func requireSubcommand(cmd *cobra.Command) {
 	}
 }
 
-// noArgs refuses positional arguments in one line that names them
+// noArgs refuses positional arguments in one line that counts them
 // (cobra.NoArgs calls one an unknown command). A command that reads its
 // input from -f says so: "flyball task create t.yaml" means -f t.yaml.
+// The arguments are not quoted: a stray one is often a secret parted from
+// its flag by a space ("--api-token= <token>"), and the errors quoted it
+// into a terminal's scrollback or a container's logs.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return nil
 	}
 	path := strings.TrimPrefix(cmd.CommandPath(), "flyball ")
 	if cmd.Flags().Lookup("file") != nil && len(args) == 1 {
-		return fmt.Errorf("%s: takes no arguments, got %q (give the file with -f %s)", path, args[0], args[0])
+		return fmt.Errorf("%s: takes no arguments, got 1 %s; give the spec file with -f <file>", path, notShown(args))
 	}
-	return fmt.Errorf("%s: takes no arguments, got %q", path, args)
+	return fmt.Errorf("%s: takes no arguments, got %d %s; %s", path, len(args), notShown(args), strayHint)
 }
 
 // oneArg accepts exactly one positional argument and names it when it is
 // missing or doubled: cobra's "accepts 1 arg(s), received 0" did not say
-// what was wanted.
+// what was wanted. Like noArgs, it quotes none of them.
 func oneArg(what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) == 1 {
@@ -93,8 +96,25 @@ func oneArg(what string) cobra.PositionalArgs {
 		if len(args) == 0 {
 			return fmt.Errorf("%s: give the %s: %s%s", path, what, cmd.CommandPath(), strings.TrimPrefix(cmd.Use, cmd.Name()))
 		}
-		return fmt.Errorf("%s: want one %s, got %d arguments: %q (quote an argument that has spaces)", path, what, len(args), args)
+		return tooManyArgs(path, what, args)
 	}
+}
+
+// tooManyArgs is the error for more than one argument where one (what)
+// is wanted, quoting none of them.
+func tooManyArgs(path, what string, args []string) error {
+	return fmt.Errorf("%s: want one %s, got %d arguments %s; %s", path, what, len(args), notShown(args), strayHint)
+}
+
+// strayHint is how a stray argument usually comes about.
+const strayHint = `quote an argument that has spaces, and write --flag=value without a space after "="`
+
+// notShown says why the arguments of an error are not quoted.
+func notShown(args []string) string {
+	if len(args) == 1 {
+		return "(not shown: it may be a secret)"
+	}
+	return "(not shown: one may be a secret)"
 }
 
 func newRoot() *cobra.Command {

@@ -16,11 +16,38 @@ import (
 // adds, saying how the value is read.
 const secretAnnotation = "flyball/secret"
 
-// markSecret marks the flag name of fs as secret-bearing, with hint.
+// markSecret marks the flag name of fs as secret-bearing, with hint, and
+// refuses an empty value for it.
 func markSecret(fs *pflag.FlagSet, name, hint string) {
 	if err := fs.SetAnnotation(name, secretAnnotation, []string{hint}); err != nil {
 		panic(err) // a flag registered just before: a programming error
 	}
+	f := fs.Lookup(name)
+	f.Value = nonEmptyValue{f.Value}
+	if f.DefValue == "[]" {
+		// pflag knows "[]" for the zero default of its own list type
+		// only: wrapped, --help would show "(default [])".
+		f.DefValue = ""
+	}
+}
+
+// errEmptySecret is a secret flag given an empty value.
+var errEmptySecret = errors.New("empty")
+
+// nonEmptyValue refuses an empty value (or, for a list, one with nothing
+// but commas, spaces and quotes), for a secret flag. Given empty (a
+// script's unset variable, or "--api-token= <token>" with a space), it was
+// dropped: --api-token= replaced FLYBALL_API_TOKENS with no token (dev
+// generated one), and the value after the space became a stray argument
+// that the error quoted. Each value is checked as it is set, so an empty
+// one after a good one is refused too.
+type nonEmptyValue struct{ pflag.Value }
+
+func (v nonEmptyValue) Set(s string) error {
+	if strings.Trim(s, " \t\r\n,\"") == "" {
+		return errEmptySecret
+	}
+	return v.Value.Set(s)
 }
 
 // redactFlagError is the root's FlagErrorFunc, which every command inherits.
@@ -38,6 +65,9 @@ func redactFlagError(_ *cobra.Command, err error) error {
 	if errors.As(err, &invalid) && invalid.GetFlag() != nil {
 		f := invalid.GetFlag()
 		if hint, ok := f.Annotations[secretAnnotation]; ok {
+			if errors.Is(err, errEmptySecret) {
+				return fmt.Errorf(`--%s: empty; give a value, or leave the flag out (a value after "--%s=" goes without a space)`, f.Name, f.Name)
+			}
 			return fmt.Errorf("--%s: %s; %s (the value is not shown)", f.Name, secretCause(invalid.Unwrap()), strings.Join(hint, " "))
 		}
 		return err

@@ -248,6 +248,9 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 		},
 		ValidArgs: stack.All,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkServiceNames(args); err != nil {
+				return err
+			}
 			if err := stack.Validate(args); err != nil {
 				return err
 			}
@@ -356,4 +359,58 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().StringVar(&instance, "instance", envOr("FLYBALL_INSTANCE", ""), "this replica's name in heartbeats and event sources; defaults to host-pid (env FLYBALL_INSTANCE)")
 	return cmd
+}
+
+// checkServiceNames refuses an argument of serve that is no service
+// without quoting it (stack.Validate quotes it): a stray argument is often
+// a secret parted from its flag by a space ("--api-token= <token>"). One
+// within two edits of a service, which no secret is, is named with the
+// service it is near.
+func checkServiceNames(args []string) error {
+	for i, a := range args {
+		if slices.Contains(stack.All, a) {
+			continue
+		}
+		want := "want one of " + strings.Join(stack.All, ", ")
+		if near := nearService(a); near != "" {
+			return fmt.Errorf("unknown service %q (did you mean %s?): %s", a, near, want)
+		}
+		return fmt.Errorf("unknown service (argument %d, not shown): %s; %s", i+1, want, strayHint)
+	}
+	return nil
+}
+
+// nearService is the service a is a typo of (at most two edits from it,
+// in lower-case letters only), or "".
+func nearService(a string) string {
+	if len(a) == 0 || len(a) > 16 || strings.Trim(a, "abcdefghijklmnopqrstuvwxyz") != "" {
+		return ""
+	}
+	for _, s := range stack.All {
+		if editDistance(a, s) <= 2 {
+			return s
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
