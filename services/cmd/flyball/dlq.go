@@ -166,7 +166,7 @@ func newDLQListCmd() *cobra.Command {
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
-			seq, err := parseBefore(before)
+			seq, err := parseBefore(before, cmd.Flags().Changed("before"))
 			if err != nil {
 				return err
 			}

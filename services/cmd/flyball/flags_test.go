@@ -76,6 +76,15 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"serve", "api", "--api-addr", "", "--api-token", "0123456789abcdef"}, `flyball: --api-addr: empty`},
 		// A service named twice ran once, without a word.
 		{[]string{"serve", "timer", "executor", "timer"}, `flyball: service "timer" named twice`},
+		// An empty cursor (a script's unset variable) read as not given:
+		// the first page came back, and a loop over pages never ended.
+		{[]string{"runs", "web", "--before", ""}, `flyball: --before: want a stream sequence (a positive integer, as the last page's hint gave), got ""`},
+		{[]string{"dlq", "list", "--before="}, `flyball: --before: want a stream sequence (a positive integer, as the last page's hint gave), got ""`},
+		{[]string{"task", "list", "--after", ""}, `flyball: --after: task id "": must be 1-128 characters`},
+		// A negative --latency was served (as none), while POST /control
+		// refuses one. --max-requests 0 makes a binary without the check
+		// fail at once instead of serving.
+		{[]string{"target", "--latency", "-1s", "--addr", "127.0.0.1:0", "--max-requests", "0"}, "flyball: --latency: want a duration of 0 or more, got -1s"},
 		// An empty secret flag was dropped: --api-token= discarded
 		// FLYBALL_API_TOKENS (dev generated a token instead), and
 		// --nats-url= connected to nats.go's default URL. --concurrency 0

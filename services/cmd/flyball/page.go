@@ -6,9 +6,12 @@ import (
 	"strconv"
 )
 
-// parseBefore parses a --before cursor ("" is the newest page).
-func parseBefore(s string) (uint64, error) {
-	if s == "" {
+// parseBefore parses a --before cursor; given is whether the flag was
+// set. Not given, it is the newest page; given empty (a script's unset
+// variable), it is refused like any cursor that is not one: it read as
+// the newest page, and a loop over pages never ended.
+func parseBefore(s string, given bool) (uint64, error) {
+	if s == "" && !given {
 		return 0, nil
 	}
 	seq, err := strconv.ParseUint(s, 10, 64)

@@ -46,7 +46,7 @@ created again under it, the table prints a line starting "--".`,
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
-			seq, err := parseBefore(before)
+			seq, err := parseBefore(before, cmd.Flags().Changed("before"))
 			if err != nil {
 				return err
 			}

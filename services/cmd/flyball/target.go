@@ -62,6 +62,10 @@ Flyball-Attempt on every call, so the log can be matched against RUNS.`,
 			if err := def.validate(); err != nil {
 				return err
 			}
+			// Served as none, while POST /control refuses a negative one.
+			if latency < 0 {
+				return fmt.Errorf("--latency: want a duration of 0 or more, got %s", latency)
+			}
 			if maxLog < 1 {
 				return fmt.Errorf("--max-requests: must be at least 1, got %d", maxLog)
 			}

@@ -373,7 +373,8 @@ func newTaskListCmd() *cobra.Command {
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
-			if after != "" {
+			// Given empty, it read as not given: the first page again.
+			if after != "" || cmd.Flags().Changed("after") {
 				if err := validID(after); err != nil {
 					return fmt.Errorf("--after: %w", err)
 				}
