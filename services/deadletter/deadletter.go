@@ -162,15 +162,28 @@ func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatc
 	return true, nil
 }
 
+// AttemptClockSkew is how far an executor's clock may run ahead of the
+// NATS server's before a dead-letter entry misses attempts. The executor
+// calls a slot when its own clock reaches scheduledAt, while RUNS stores
+// the attempt by the server's clock: an executor ahead by d stores its
+// first attempt up to d before scheduledAt by the server's. The lookup
+// reads RUNS from scheduledAt less this, on the task's own run.failed
+// subject, and keeps the events of this dispatch only, so the margin
+// costs the read at most the task's failed attempts of the minute before
+// the slot (its earlier dispatches', which run one at a time).
+const AttemptClockSkew = time.Minute
+
 // attemptErrors reads every failed attempt of the dispatch back from RUNS,
 // so the entry is complete even if this service restarted in between.
+// It reads from AttemptClockSkew before the slot: attempts are stored by
+// the server's clock and the slot is called by the executor's.
 // The lookup's consumer is deleted when it is done: nats.go deletes the
 // ordered consumer's previous consumers at each fetch, but not the last,
 // which stayed on RUNS for nats.go's default inactive threshold (5
 // minutes), one per dead letter in a burst. The 30 s threshold covers a
 // delete that fails.
 func (s *Service) attemptErrors(ctx context.Context, final *events.Run) ([]events.AttemptError, error) {
-	start := final.ScheduledAt.Add(-time.Second)
+	start := final.ScheduledAt.Add(-AttemptClockSkew)
 	cons, err := s.cfg.JS.OrderedConsumer(ctx, streams.StreamRuns, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{events.RunSubject(events.OutcomeFailed, final.TaskID)},
 		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,

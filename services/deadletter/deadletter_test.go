@@ -186,3 +186,62 @@ func TestRedeliveredFinalFailureIsCountedOnce(t *testing.T) {
 		t.Fatalf(`flyball_deadletter_total{reason="permanent"} = %v for one dead letter, want 1`, n)
 	}
 }
+
+// TestAttemptsOfAnExecutorAheadOfTheServerAreKept: the executor calls a
+// slot when its own clock reaches scheduledAt, while RUNS stores the
+// attempts by the server's clock. An executor whose clock runs 30 s
+// ahead stores its attempts about 30 s before scheduledAt by the server's
+// clock: the entry still has every attempt's error, and its firstFailedAt
+// is the first attempt's, not the last. The task's earlier dispatch,
+// failed inside the same window, is not counted in.
+func TestAttemptsOfAnExecutorAheadOfTheServerAreKept(t *testing.T) {
+	h := newHarness(t)
+	at := time.Now().Add(30 * time.Second).UTC().Truncate(time.Millisecond)
+	prev := events.DispatchID("t1", at.Add(-10*time.Second))
+	id := events.DispatchID("t1", at)
+	run := func(dispatchID string, attempt int, finished time.Time, final bool) string {
+		r := events.Run{
+			DispatchID: dispatchID, TaskID: "t1", ScheduledAt: at, Attempt: attempt,
+			StartedAt: finished.Add(-time.Millisecond), FinishedAt: finished, Status: 500 + attempt, Error: "attempt " + strconv.Itoa(attempt),
+		}
+		if final {
+			r.Final = true
+			r.Dispatch = &events.Dispatch{DispatchID: dispatchID, TaskID: "t1", ScheduledAt: at}
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	h.failed("t1", run(prev, 1, at.Add(-10*time.Second), false))
+	h.failed("t1", run(id, 1, at.Add(time.Second), false))
+	h.failed("t1", run(id, 2, at.Add(2*time.Second), true))
+
+	st, err := h.js.Stream(t.Context(), streams.StreamDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(t.Context(), events.DeadLetterSubject("t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry events.DeadLetter
+	if err := events.DecodeData(e, &entry); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range entry.Errors {
+		got = append(got, a.Error)
+	}
+	if len(got) != 2 || got[0] != "attempt 1" || got[1] != "attempt 2" {
+		t.Fatalf("entry errors %q, want [attempt 1, attempt 2]: an attempt stored before scheduledAt by the server's clock was left out", got)
+	}
+	if want := at.Add(time.Second); !entry.FirstFailedAt.Equal(want) {
+		t.Fatalf("firstFailedAt %s, want the first attempt's %s", entry.FirstFailedAt, want)
+	}
+}
