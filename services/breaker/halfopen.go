@@ -25,11 +25,7 @@ import (
 // transition wins (the event also deduplicates by Nats-Msg-Id).
 func (s *Service) watchOpen(ctx context.Context) error {
 	o := &openBreakers{due: map[string]time.Time{}, wake: make(chan struct{}, 1), now: s.cfg.Now}
-	if keeps := s.health.CachedInfo().Config.MaxAge; keeps > time.Hour {
-		// An hour's margin: publish reads the key's last event on
-		// HEALTH, and must find it if it was published.
-		o.republishWithin = keeps - time.Hour
-	}
+	o.republishWithin = republishWithin(s.health.CachedInfo().Config.MaxAge)
 	f := kvcache.Follower{KV: s.breakers, Conn: s.cfg.JS.Conn(), Log: s.cfg.Logger, Apply: o.apply, Prune: o.prune}
 	if s.tuneFollow != nil {
 		s.tuneFollow(&f)
@@ -43,15 +39,58 @@ func (s *Service) watchOpen(ctx context.Context) error {
 	return nil
 }
 
+// republishWithin is how old a replayed half-open transition may be to
+// be published again under HEALTH's max age keeps (0: no max age, any
+// age). It leaves a margin, an hour or half of keeps if that is shorter:
+// publish reads the key's last event on HEALTH, and must find it if it
+// was published, whatever the clocks and a publish that came late. A
+// short max age (an operator's, kept by provision) made it 0 before, and
+// each start published hours-old transitions again.
+func republishWithin(keeps time.Duration) time.Duration {
+	if keeps <= 0 {
+		return 0
+	}
+	return keeps - min(keeps/2, time.Hour)
+}
+
+// healthClockMargin is how far the clock of the replica that made a
+// transition may be ahead of the NATS server's for healthDropped to
+// judge it right.
+const healthClockMargin = time.Minute
+
+// healthDropped reports whether HEALTH may have dropped the event of a
+// transition made at at: it has dropped events from its front (a max
+// age, max_msgs or max_bytes; an operator's purge) and the oldest event
+// it still holds was stored after at, less healthClockMargin. Otherwise
+// an event published for it is still there, and publish, which reads the
+// key's last event, finds it. The front moves in stream order, so one
+// stream info settles it whichever limit dropped the events.
+func (s *Service) healthDropped(ctx context.Context, at time.Time) (bool, error) {
+	info, err := s.health.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errHealthInfo, err)
+	}
+	st := info.State
+	if st.FirstSeq <= 1 {
+		return false, nil // never dropped one
+	}
+	front := st.FirstTime
+	if st.Msgs == 0 {
+		front = st.LastTime // all dropped, up to the last stored
+	}
+	return front.After(at.Add(-healthClockMargin)), nil
+}
+
 // openBreakers is when each open breaker falls due for half-open.
 type openBreakers struct {
 	mu   sync.Mutex
 	due  map[string]time.Time // key → retryAt
 	wake chan struct{}        // a change that may move the earliest retryAt
 	// republishWithin is how old a half-open record's transition may be
-	// for apply to make it due (0: any age). Past HEALTH's max age its
-	// event is gone whether it was published or not, and publish, which
-	// reads the key's last event, would publish it again.
+	// for apply to make it due (0: any age, HEALTH has no max age). Past
+	// HEALTH's max age its event is gone whether it was published or
+	// not, and publish, which reads the key's last event, would publish
+	// it again. halfOpen then also asks HEALTH (healthDropped).
 	republishWithin time.Duration
 	now             func() time.Time
 }
@@ -130,12 +169,15 @@ func (s *Service) halfOpenDue(ctx context.Context, o *openBreakers) {
 			}
 		}
 		for _, key := range keys {
-			err := s.halfOpen(ctx, key)
+			// A key not retrying may be a replayed half-open record;
+			// one retrying is, if its HEALTH check failed.
+			r, retrying := retry[key]
+			err := s.halfOpen(ctx, key, !retrying || r.replayed)
 			if err == nil || ctx.Err() != nil {
 				delete(retry, key)
 				continue
 			}
-			r := retry[key]
+			r.replayed = errors.Is(err, errHealthInfo)
 			r.wait = min(max(2*r.wait, halfOpenRetry), halfOpenRetryMax)
 			r.at = time.Now().Add(r.wait)
 			retry[key] = r
@@ -170,15 +212,26 @@ const (
 type halfOpenRetryState struct {
 	at   time.Time
 	wait time.Duration
+	// replayed: the failure was healthDropped's read, which the retry
+	// makes again.
+	replayed bool
 }
+
+// errHealthInfo marks a failure of healthDropped's read of HEALTH.
+var errHealthInfo = errors.New("HEALTH info")
 
 // halfOpen performs open → half-open for key if it is still open and due.
 // The transition is stored with the record; when the record is already
 // half-open with that transition (its publish failed, and the loop
 // retries, or another replica won the race), it publishes it again, and
 // Nats-Msg-Id drops a copy already stored. Either publish is dropped once
-// a later transition superseded it (publish).
-func (s *Service) halfOpen(ctx context.Context, key string) error {
+// a later transition superseded it (publish). With replayed (the key came
+// from the watch, not from a retry of a publish this loop saw fail), a
+// stored transition whose event HEALTH may have dropped is not published
+// again (healthDropped): HEALTH with a lowered max_msgs or max_bytes drops
+// events younger than its max age, and the governor would apply an old
+// transition as new.
+func (s *Service) halfOpen(ctx context.Context, key string, replayed bool) error {
 	now := s.cfg.Now().UTC()
 	var rec record
 	_, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
@@ -208,6 +261,16 @@ func (s *Service) halfOpen(ctx context.Context, key string) error {
 	})
 	switch {
 	case errors.Is(err, errApplied):
+		if replayed {
+			dropped, err := s.healthDropped(ctx, rec.Transition.At)
+			if err != nil {
+				return err
+			}
+			if dropped {
+				s.cfg.Logger.Debug("half-open transition older than HEALTH's oldest event; not published again", "key", key, "event", rec.Transition.EventID)
+				return nil
+			}
+		}
 		return s.publish(ctx, rec.Transition)
 	case errors.Is(err, jsutil.ErrNoChange):
 		return nil

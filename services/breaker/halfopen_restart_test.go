@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -56,13 +58,65 @@ func TestHalfOpenTransitionUnpublishedAtARestartIsPublished(t *testing.T) {
 // not due: only a transition HEALTH would still hold is published.
 func TestAHalfOpenTransitionOlderThanHEALTHKeepsIsNotPublishedAgain(t *testing.T) {
 	h := prepare(t)
+	keeps := healthConfig(t, h, nil).MaxAge
+	if keeps <= 0 {
+		t.Fatalf("HEALTH keeps events for ever (max_age %v): the case needs a max age", keeps)
+	}
+	staleHalfOpenIsNotRepublished(t, h, time.Now().Add(-keeps-24*time.Hour).UTC(), time.Now)
+}
+
+// TestAHalfOpenTransitionOlderThanAShortHEALTHMaxAgeIsNotPublishedAgain:
+// the same with HEALTH's max age lowered to 30 minutes (an operator's
+// limit, which provision keeps). Under an hour the guard was off, and
+// every start or watch restart published again a transition hours old.
+func TestAHalfOpenTransitionOlderThanAShortHEALTHMaxAgeIsNotPublishedAgain(t *testing.T) {
+	h := prepare(t)
+	healthConfig(t, h, func(c *jetstream.StreamConfig) { c.MaxAge = 30 * time.Minute })
+	staleHalfOpenIsNotRepublished(t, h, time.Now().Add(-2*time.Hour).UTC(), time.Now)
+}
+
+// TestAHalfOpenTransitionHEALTHDroppedByCountIsNotPublishedAgain: HEALTH
+// with max_msgs lowered drops its oldest events long before its max age.
+// A transition made before the oldest event HEALTH still holds may have
+// been published and dropped: it is not published again. The transitions
+// made after it (here a few minutes after, beyond the clock margin) are.
+func TestAHalfOpenTransitionHEALTHDroppedByCountIsNotPublishedAgain(t *testing.T) {
+	h := prepare(t)
+	healthConfig(t, h, func(c *jetstream.StreamConfig) { c.MaxMsgs = 3 })
+	for i := range 5 { // HEALTH drops its first two
+		if _, err := h.js.Publish(t.Context(), events.BreakerSubject(events.BreakerOpen, "filler"+strconv.Itoa(i)), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	staleHalfOpenIsNotRepublished(t, h, time.Now().Add(-2*time.Hour).UTC(), func() time.Time { return time.Now().Add(5 * time.Minute) })
+}
+
+// healthConfig applies edit (if any) to HEALTH's config and returns it.
+func healthConfig(t *testing.T, h *harness, edit func(*jetstream.StreamConfig)) jetstream.StreamConfig {
+	t.Helper()
 	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keeps := health.CachedInfo().Config.MaxAge
-	if keeps <= 0 {
-		t.Fatalf("HEALTH keeps events for ever (max_age %v): the case needs a max age", keeps)
+	cfg := health.CachedInfo().Config
+	if edit != nil {
+		edit(&cfg)
+		if _, err := h.js.UpdateStream(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg
+}
+
+// staleHalfOpenIsNotRepublished stores a half-open record whose
+// transition was made at stale and no event on HEALTH, starts the
+// service, then stores two records whose transitions were made at
+// fresh(): those are published, the stale one must not be.
+func staleHalfOpenIsNotRepublished(t *testing.T, h *harness, stale time.Time, fresh func() time.Time) {
+	t.Helper()
+	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
 	}
 	put := func(key string, at time.Time) {
 		t.Helper()
@@ -76,7 +130,7 @@ func TestAHalfOpenTransitionOlderThanHEALTHKeepsIsNotPublishedAgain(t *testing.T
 		}
 		natstest.PutJSON(t, h.js, streams.BucketBreakers, key, rec)
 	}
-	put("stale", time.Now().Add(-keeps-24*time.Hour).UTC())
+	put("stale", stale)
 	var mu sync.Mutex
 	var published []string
 	h.start(func(s *breaker.Service) {
@@ -93,12 +147,12 @@ func TestAHalfOpenTransitionOlderThanHEALTHKeepsIsNotPublishedAgain(t *testing.T
 	// Each record goes through the loop after the one before: once the
 	// last is on HEALTH, the stale one was judged.
 	for _, key := range []string{"fresh", "after"} {
-		put(key, time.Now().UTC())
+		put(key, fresh().UTC())
 		natstest.Eventually(t, 10*time.Second, key+"'s unpublished transition on HEALTH", func() bool { return stored(key) })
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if slices.Contains(published, "stale") || stored("stale") {
-		t.Fatalf("published %v: the transition older than HEALTH's max age (%v) was published again", published, keeps)
+		t.Fatalf("published %v: the transition made at %s, whose event HEALTH may have dropped, was published again", published, stale.Format(time.RFC3339))
 	}
 }
