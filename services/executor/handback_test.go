@@ -272,6 +272,12 @@ func TestOnlyAFirstDeliveryIsMarkedHandedBack(t *testing.T) {
 	// A task under the default catchUp: its first delivery handed back
 	// leaves no mark either.
 	g := newAttemptsFixture(t, target, 3, 0, 0)
+	// A task the view does not know yet is marked (it may be under
+	// catchUp none): wait until the view has it.
+	natstest.Eventually(t, 10*time.Second, "the executor's view holds the task", func() bool {
+		r := g.ex.specs.Lookup(g.id)
+		return r.Found && r.Value.spec.CatchUp != events.CatchUpNone
+	})
 	other := g.holdThenStop(t, time.Now().Add(8*time.Second).UTC().Truncate(time.Millisecond))
 	if r, found := g.attemptRecordOf(t, &other); found {
 		t.Fatalf("a hand-back of a task not under catchUp none left %+v in flyball-attempts, want no record", r)
