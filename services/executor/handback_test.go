@@ -175,7 +175,7 @@ func TestHandedBackDispatchRemovesItsMarkBeforeTheCall(t *testing.T) {
 	}
 	f.startTunedExecutor(t, "b", nil)
 	natstest.Eventually(t, 20*time.Second, "a run event of the slot on RUNS", func() bool { return len(f.stored(t)) > 0 })
-	if got := f.stored(t); len(got) != 1 || got[0].outcome != "succeeded" {
+	if got := successOf(f.stored(t)); len(got) != 1 || got[0].outcome != "succeeded" {
 		t.Fatalf("RUNS holds %v, want one run.succeeded: a handed-back slot not missed runs", got)
 	}
 	mu.Lock()
@@ -186,6 +186,17 @@ func TestHandedBackDispatchRemovesItsMarkBeforeTheCall(t *testing.T) {
 	if r, found := f.attemptRecordOf(t, &d); found {
 		t.Fatalf("record after the run: %+v, want none (a success at attempt 1 writes nothing)", r)
 	}
+}
+
+// successOf is stored without a run.recovered right after a
+// run.succeeded of the same attempt: an executor started while its
+// dispatch waits cannot wait for its breaker view first, and a success
+// its view cannot place yet is sent again as run.recovered (Settled).
+func successOf(stored []storedRun) []storedRun {
+	if n := len(stored); n == 2 && stored[0].outcome == "succeeded" && stored[1].outcome == "recovered" && stored[1].run.Attempt == stored[0].run.Attempt {
+		return stored[:1]
+	}
+	return stored
 }
 
 // failDeleteKV is flyball-attempts whose deletes fail while fail is set.
@@ -230,7 +241,7 @@ func TestHandedBackDispatchIsNotCalledWhileItsMarkStays(t *testing.T) {
 	}
 	kv.fail.Store(false)
 	natstest.Eventually(t, 20*time.Second, "a run event of the slot on RUNS", func() bool { return len(f.stored(t)) > 0 })
-	if got := f.stored(t); len(got) != 1 || got[0].outcome != "succeeded" {
+	if got := successOf(f.stored(t)); len(got) != 1 || got[0].outcome != "succeeded" {
 		t.Fatalf("RUNS holds %v, want one run.succeeded", got)
 	}
 	if calls := target.attempts(); fmt.Sprint(calls) != "[1]" {
@@ -271,13 +282,7 @@ func TestOnlyAFirstDeliveryIsMarkedHandedBack(t *testing.T) {
 
 	// A task under the default catchUp: its first delivery handed back
 	// leaves no mark either.
-	g := newAttemptsFixture(t, target, 3, 0, 0)
-	// A task the view does not know yet is marked (it may be under
-	// catchUp none): wait until the view has it.
-	natstest.Eventually(t, 10*time.Second, "the executor's view holds the task", func() bool {
-		r := g.ex.specs.Lookup(g.id)
-		return r.Found && r.Value.spec.CatchUp != events.CatchUpNone
-	})
+	g := newAttemptsFixture(t, target, 3, 0, 0) // its view holds the task: one it does not know yet is marked
 	other := g.holdThenStop(t, time.Now().Add(8*time.Second).UTC().Truncate(time.Millisecond))
 	if r, found := g.attemptRecordOf(t, &other); found {
 		t.Fatalf("a hand-back of a task not under catchUp none left %+v in flyball-attempts, want no record", r)
