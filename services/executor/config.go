@@ -45,6 +45,13 @@ type Config struct {
 	// EmitStarted publishes run.started before each call. It costs one
 	// more persisted message per run. Defaults to false.
 	EmitStarted bool
+	// ClockOffset, when set, reports this process's clock minus the NATS
+	// server's, as the heartbeat last measured it (heartbeat.Beater.Offset),
+	// and ok false before any measurement. The executor judges a slot
+	// missed under catchUp "none" on the server's clock (time.Now() less
+	// the offset), the clock the governor plans slots on. Unset, or not
+	// ok, it judges on time.Now().
+	ClockOffset func() (offset time.Duration, ok bool)
 }
 
 func (c *Config) setDefaults() error {

@@ -17,8 +17,9 @@
 //   - deleted or paused task: publish run.skipped, then ack (a task is
 //     paused when it has a key in flyball-pauses and its schedule says so);
 //   - a catchUp "none" task's slot that arrives after the next slot
-//     passed too (governor.MissedUnderNone), on its first delivery or on
-//     a redelivery marked handed back at shutdown without a call
+//     passed too (governor.MissedUnderNone, judged on the NATS server's
+//     clock: Config.ClockOffset), on its first delivery or on a
+//     redelivery marked handed back at shutdown without a call
 //     (markHandedBack): publish run.skipped, then ack;
 //   - a dispatch of a task deleted since and created again under its ID
 //     (its taskCreatedAt is not the task's, ofTask), or a slot published

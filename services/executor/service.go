@@ -273,7 +273,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// Kept alive from here to its settle (waitBegin), through the reads
 	// before the call too (run).
 	s.waitBegin(m, arrived)
-	if -wait >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d) {
+	// The wait for the slot is on this executor's clock (the timer fired
+	// it its lead early on the timer's); whether the slot was missed is
+	// judged on the server's clock, which the governor planned it on
+	// (serverNow): an executor whose clock runs ahead saw every on-time
+	// slot of a 1 s task as past its next one, and skipped them all.
+	if serverNow := s.serverNow(); serverNow.Sub(d.ScheduledAt) >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d, serverNow) {
 		return
 	}
 	if !s.acquireCall(ctx, m, &d, arrived) {
@@ -941,6 +946,20 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 	s.park(ctx, m, md, d, arrived, key, wait)
 }
 
+// serverNow is the NATS server's clock as this executor reads it: its
+// own less the offset its heartbeat last measured (Config.ClockOffset),
+// or its own before any measurement. The governor plans each slot at the
+// server's stamps of its inputs, so a slot's lateness is judged on it.
+func (s *Service) serverNow() time.Time {
+	now := time.Now()
+	if s.cfg.ClockOffset != nil {
+		if off, ok := s.cfg.ClockOffset(); ok {
+			return now.Add(-off)
+		}
+	}
+	return now
+}
+
 // missedUnderNone skips a dispatch whose task's next slot passed too,
 // under catchUp "none" (governor.MissedUnderNone): the overdue slot the
 // timer fires after a downtime, or one a governor planned late from a
@@ -949,13 +968,13 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 // (markHandedBack): otherwise an earlier delivery may have started the call
 // and crashed mid-call, and the slot runs late (at least once). The
 // governor plans the next slot from the run.skipped. It reports whether
-// it skipped.
-func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch) bool {
+// it skipped. now is the server's clock as this executor reads it
+// (serverNow): the slot and its next one are on the server's.
+func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, now time.Time) bool {
 	t, _, err := s.specs.Get(ctx, d.TaskID)
 	if err != nil {
 		return false // run decides: deleted, invalid, or read again
 	}
-	now := time.Now()
 	source := governor.Source(d.Source)
 	next, missed := governor.MissedUnderNone(t.spec, source, time.Time{}, d.ScheduledAt, now)
 	if missed && source.Cadence() && source != governor.SourceBaselineInterval {

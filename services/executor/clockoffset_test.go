@@ -1,0 +1,73 @@
+package executor
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone: the
+// governor plans slots on the NATS server's clock (the stored time of its
+// inputs), and the executor judged a catchUp "none" slot missed on its own
+// clock. An executor 1.3 s ahead of the server saw every on-time slot of a
+// 1 s task as late by 1.3 s, past the next slot, and skipped it as
+// "missed": the task never ran while the skew lasted. Judged on the
+// server's clock (the executor's less the offset its heartbeat measured),
+// an on-time slot runs, and a slot truly missed is still skipped.
+func TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	target := newPathTarget(t)
+	const ahead = 1300 * time.Millisecond // the executor's clock minus the server's
+	for _, id := range []string{"on-time", "missed"} {
+		spec := target.spec(id)
+		spec.Schedule.Interval = events.Duration(time.Second)
+		spec.CatchUp = events.CatchUpNone
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, governor.StoredSpec{TaskSpec: &spec})
+	}
+	nc, _ := srv.Connect(t)
+	js, err := jsutil.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := New(Config{
+		JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(newLogLines()), ShutdownGrace: time.Millisecond,
+		ClockOffset: func() (time.Duration, bool) { return ahead, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ex.Stop)
+	// The test's clock is the server's and the executor's both: a slot
+	// fired on time, as the executor 1.3 s ahead sees it, is 1.3 s behind
+	// its clock. The missed one is 5 intervals ago on the server's clock.
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	slots := map[string]time.Time{"on-time": now.Add(-ahead), "missed": now.Add(-ahead - 5*time.Second)}
+	for id, slot := range slots {
+		fired := time.Now().UTC()
+		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: fired, Source: string(governor.SourceBaselineInterval)}
+		body, err := events.Marshal(events.TypeRunDue, "test", id, d, fired, d.DispatchID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, run := outcomeOf(t, srv.JS, "on-time"); got != events.OutcomeSucceeded || target.of("on-time") != 1 {
+		t.Errorf("on-time slot seen by an executor %s ahead: run.%s (reason %q), %d calls; want it called", ahead, got, run.Reason, target.of("on-time"))
+	}
+	if got, run := outcomeOf(t, srv.JS, "missed"); got != events.OutcomeSkipped || target.of("missed") != 0 {
+		t.Errorf("slot missed by 5 intervals on the server's clock: run.%s (reason %q), %d calls; want it skipped", got, run.Reason, target.of("missed"))
+	}
+}
