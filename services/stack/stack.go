@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,6 +103,9 @@ type Stack struct {
 	started []service
 	names   []string
 	beaters []*heartbeat.Beater
+	// clock is the first beater started: every beater of the process
+	// measures the same clock against the NATS server's (ClockOffset).
+	clock atomic.Pointer[heartbeat.Beater]
 	// API is the running API server, if any.
 	API *api.Service
 	// Timer is the running timer, if any.
@@ -170,10 +174,12 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 		st.started = append(st.started, svc)
 		st.names = append(st.names, name)
-		st.beaters = append(st.beaters, heartbeat.Start(ctx, heartbeat.Config{
+		b := heartbeat.Start(ctx, heartbeat.Config{
 			JS: cfg.JS, Kind: name, Name: cfg.Instance, Version: cfg.Version,
 			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger, Metrics: cfg.Metrics,
-		}))
+		})
+		st.beaters = append(st.beaters, b)
+		st.clock.CompareAndSwap(nil, b)
 	}
 	return st, nil
 }
@@ -201,6 +207,7 @@ func (st *Stack) build(name string) (service, error) {
 		return executor.New(executor.Config{
 			JS: c.JS, Instance: c.Instance, Version: st.cfg.Version, Logger: c.Logger, Metrics: c.Metrics,
 			Guard: st.cfg.Guard, Concurrency: st.cfg.Concurrency, PerHost: st.cfg.PerHost, RedactHeaders: st.cfg.RedactHeaders,
+			ClockOffset: st.clockOffset,
 		})
 	case "timer":
 		t, err := timer.New(timer.Config{JS: c.JS, Instance: c.Instance, Logger: c.Logger, Metrics: c.Metrics, Lead: st.cfg.TimerLead, Lease: st.cfg.TimerLease})
@@ -212,6 +219,18 @@ func (st *Stack) build(name string) (service, error) {
 		return a, err
 	}
 	return nil, fmt.Errorf("unknown service %q", name)
+}
+
+// clockOffset is this process's clock minus the NATS server's, as its
+// heartbeats last measured it, and false before the first measurement
+// (executor.Config.ClockOffset).
+func (st *Stack) clockOffset() (time.Duration, bool) {
+	b := st.clock.Load()
+	if b == nil {
+		return 0, false
+	}
+	off, _, ok := b.Offset()
+	return off, ok
 }
 
 // Names lists the running services in start order.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +37,21 @@ type Config struct {
 	Interval time.Duration
 	Logger   *slog.Logger
 	Metrics  *metrics.Set
+	// Now is the process's clock, whose offset from the NATS server's
+	// each beat measures (Offset). Defaults to time.Now; tests skew it.
+	Now func() time.Time
 }
+
+// SkewWarn is the clock offset from the NATS server past which the beater
+// warns (once on crossing, and once more when back within it).
+const SkewWarn = time.Second
+
+// offsetSamples is how many beats' measurements Offset chooses from.
+const offsetSamples = 4
+
+// sample is one beat's measurement of the process's clock minus the
+// server's: offset ± uncertainty.
+type sample struct{ offset, uncertainty time.Duration }
 
 // Key is the KV key of an instance: <kind>.<name>.
 func Key(kind, name string) string { return kind + "." + name }
@@ -72,6 +87,12 @@ type Beater struct {
 	// back is the offline record the instance returned from, while its
 	// runtime.online is not yet published (retried every beat).
 	back *events.Heartbeat
+	// samples are the last offsetSamples measurements of the clock
+	// offset, newest last; skewed is whether the offset reported last was
+	// past SkewWarn. Guarded by mu: Offset is read by other goroutines.
+	mu      sync.Mutex
+	samples []sample
+	skewed  bool
 }
 
 // Start registers the instance (announcing runtime.online) and beats until
@@ -87,6 +108,9 @@ func Start(ctx context.Context, cfg Config) *Beater {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Metrics = metrics.OrNew(cfg.Metrics)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	b := &Beater{
@@ -157,9 +181,11 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 	}
 	key := Key(b.cfg.Kind, b.cfg.Name)
 	if b.rev != 0 {
+		t0 := b.cfg.Now()
 		rev, err := b.kv.Update(ctx, key, body, b.rev)
 		if err == nil {
 			b.rev = rev
+			b.measure(ctx, key, rev, t0, b.cfg.Now())
 			return nil
 		}
 		if !jsutil.IsCASConflict(err) {
@@ -183,12 +209,84 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 			}
 		}
 	}
+	t0 := b.cfg.Now()
 	rev, err := b.kv.Put(ctx, key, body)
 	if err != nil {
 		return err
 	}
 	b.rev = rev
+	b.measure(ctx, key, rev, t0, b.cfg.Now())
 	return nil
+}
+
+// measure estimates the process's clock minus the NATS server's, as NTP
+// does with one exchange: the write of revision rev was sent at t0 and
+// its reply came at t1 (the process's clock), and the server stamped it
+// (the entry's Created, on the server's clock) in between. So the offset
+// lies in [t0 − created, t1 − created]: the estimate is the midpoint,
+// within half the round trip. The entry is read back for its stamp (one
+// KV read a beat); one written since by anyone else (another revision)
+// measures nothing, and neither does a failed read.
+func (b *Beater) measure(ctx context.Context, key string, rev uint64, t0, t1 time.Time) {
+	ent, err := b.kv.Get(ctx, key)
+	if err != nil || ent.Revision() != rev {
+		return
+	}
+	half := t1.Sub(t0) / 2
+	b.record(sample{offset: t0.Sub(ent.Created()) + half, uncertainty: half})
+}
+
+// record keeps s among the last offsetSamples measurements, and exports
+// and judges the one Offset reports.
+func (b *Beater) record(s sample) {
+	b.mu.Lock()
+	b.samples = append(b.samples, s)
+	if len(b.samples) > offsetSamples {
+		b.samples = b.samples[len(b.samples)-offsetSamples:]
+	}
+	best := b.best()
+	crossed := best.offset.Abs() > SkewWarn
+	changed := crossed != b.skewed
+	b.skewed = crossed
+	b.mu.Unlock()
+	b.cfg.Metrics.ClockOffset.Set(best.offset.Seconds())
+	switch {
+	case changed && crossed:
+		b.cfg.Logger.Warn("this host's clock is off the NATS server's by more than "+SkewWarn.String()+"; keep both synchronized (NTP, chrony)",
+			"kind", b.cfg.Kind, "name", b.cfg.Name, "offset", best.offset, "uncertainty", best.uncertainty)
+	case changed:
+		b.cfg.Logger.Info("this host's clock is back within "+SkewWarn.String()+" of the NATS server's",
+			"kind", b.cfg.Kind, "name", b.cfg.Name, "offset", best.offset, "uncertainty", best.uncertainty)
+	}
+}
+
+// best is the measurement with the smallest uncertainty among the last
+// offsetSamples (the newest of equals): a round trip slowed by a busy
+// server widens one beat's bounds, and the clocks drift far less in a
+// minute of beats than such a round trip. b.mu is held.
+func (b *Beater) best() sample {
+	best := b.samples[len(b.samples)-1]
+	for _, s := range b.samples {
+		if s.uncertainty < best.uncertainty {
+			best = s
+		}
+	}
+	return best
+}
+
+// Offset reports this process's clock minus the NATS server's, as the
+// beats measured it: the estimate with the smallest uncertainty among
+// the last 4 beats (a minute at the default interval), and that
+// uncertainty (half the write's round trip). ok is false before any beat
+// measured it. Safe for concurrent use.
+func (b *Beater) Offset() (offset, uncertainty time.Duration, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.samples) == 0 {
+		return 0, 0, false
+	}
+	s := b.best()
+	return s.offset, s.uncertainty, true
 }
 
 // own reports whether hb was written by this beater: an Update that

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/heartbeat"
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
 	"github.com/flyballhq/flyball/services/sweeper"
@@ -305,4 +307,54 @@ func TestBeaterRegistersOnceTheBucketCanBeRead(t *testing.T) {
 		_, err := kv.Get(ctx, heartbeat.Key("executor", "early"))
 		return err == nil
 	})
+}
+
+// Each beat measures the process's clock against the NATS server's: the
+// write is stored (stamped with the server's clock) between the moments
+// the beat sent it and got its reply, so the offset lies between those
+// moments less the stamp. On one machine it is about zero; a clock
+// skewed ahead is measured as that much ahead, within the uncertainty.
+func TestBeatMeasuresTheClockOffsetFromTheServer(t *testing.T) {
+	t.Parallel()
+	for _, skew := range []time.Duration{0, 2500 * time.Millisecond, -1800 * time.Millisecond} {
+		t.Run(skew.String(), func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.StartCompose(t)
+			_, js := srv.Connect(t, "executor")
+			var logs lockedBuffer
+			m := metrics.New()
+			b := heartbeat.Start(context.Background(), heartbeat.Config{
+				JS: js, Kind: "executor", Name: "ghost", Interval: time.Hour, Metrics: m,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				Now:    func() time.Time { return time.Now().Add(skew) },
+			})
+			t.Cleanup(b.Stop)
+			b.BeatNow(context.Background()) // an update after Start's put
+			b.BeatNow(context.Background())
+			offset, uncertainty, ok := b.Offset()
+			if !ok {
+				t.Fatal("no offset measured after two beats")
+			}
+			if uncertainty < 0 || uncertainty > time.Second {
+				t.Errorf("uncertainty %s, want a round trip's half on a loopback server", uncertainty)
+			}
+			// The server's stamp and the clock agree to the microsecond
+			// here: the skew is within the uncertainty (and a little
+			// rounding) of the estimate.
+			if d := (offset - skew).Abs(); d > uncertainty+time.Millisecond {
+				t.Errorf("offset %s ± %s, want %s", offset, uncertainty, skew)
+			}
+			if got := testutil.ToFloat64(m.ClockOffset); got != offset.Seconds() {
+				t.Errorf("flyball_clock_offset_seconds %v, want %v", got, offset.Seconds())
+			}
+			// Warned once, on crossing 1 s, not at every beat.
+			want := 0
+			if skew.Abs() > heartbeat.SkewWarn {
+				want = 1
+			}
+			if n := strings.Count(logs.String(), "clock is off the NATS server's"); n != want {
+				t.Errorf("%d clock warnings after three beats, want %d:\n%s", n, want, logs.String())
+			}
+		})
+	}
 }

@@ -38,6 +38,9 @@ type Set struct {
 	RuntimeInstances   *prometheus.GaugeVec
 	StalenessMax       prometheus.Gauge
 	HeartbeatFailures  prometheus.Counter
+	// ClockOffset is the process's clock minus the NATS server's, as its
+	// heartbeats measure it.
+	ClockOffset        prometheus.Gauge
 	ZombiesRenudged    prometheus.Counter
 	OrphansRemoved     *prometheus.CounterVec
 	SchedulesRepaired  *prometheus.CounterVec
@@ -167,6 +170,10 @@ func New() *Set {
 		HeartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_heartbeat_failures_total", Help: "Heartbeat writes that failed and will be retried.",
 		}),
+		ClockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_clock_offset_seconds",
+			Help: "This process's clock minus the NATS server's, measured by each heartbeat (the write's round trip bounds it); 0 until the first measurement. Past 1s either way, catchUp none and slot precision suffer: synchronize the clocks (NTP, chrony).",
+		}),
 		ZombiesRenudged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_zombies_renudged_total", Help: "Runs re-dispatched because they fell due long ago and never completed.",
 		}),
@@ -244,7 +251,7 @@ func New() *Set {
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
-		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
+		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
 		s.JetStreamStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,
