@@ -288,7 +288,7 @@ func TestDocsNatsCommandsThatAskRunWithoutATerminal(t *testing.T) {
 		"kv del": true, "kv rm": true, "kv purge": true,
 		"stream rm": true, "stream del": true, "stream purge": true, "stream rmm": true, "stream edit": true,
 		"consumer rm": true, "consumer del": true, "consumer reset": true, "consumer edit": true,
-		"consumer pause": true, "consumer unpin": true,
+		"consumer pause": true, "consumer resume": true, "consumer unpin": true,
 	}
 	checked := 0
 	for _, c := range cmds {
