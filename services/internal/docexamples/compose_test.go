@@ -16,8 +16,13 @@ import (
 // keys resolved).
 type composeFile struct {
 	Services map[string]struct {
+		Image       string            `json:"image"`
 		Command     []string          `json:"command"`
 		Environment map[string]string `json:"environment"`
+		Healthcheck *struct {
+			Test    []string `json:"test"`
+			Disable bool     `json:"disable"`
+		} `json:"healthcheck"`
 	} `json:"services"`
 }
 
@@ -104,6 +109,29 @@ func TestComposeGivesTheGuardAlike(t *testing.T) {
 				}
 				want, set = got, true
 			}
+		}
+	}
+}
+
+// TestComposeFlyballImageHealthchecksProbeAListener: the flyball image's
+// HEALTHCHECK probes :9090/healthz, which only `flyball serve` opens. A
+// container of that image running anything else (the provision one-shot,
+// the cli, the target) must disable it or probe what it does listen on;
+// otherwise a provision that takes more than 15 s shows (unhealthy).
+func TestComposeFlyballImageHealthchecksProbeAListener(t *testing.T) {
+	for _, file := range []string{"docker-compose.yml", "docker-compose.single.yml"} {
+		others := 0
+		for name, svc := range readCompose(t, file).Services {
+			if !strings.HasPrefix(svc.Image, "${FLYBALL_IMAGE") || slices.Contains(svc.Command, "serve") {
+				continue
+			}
+			others++
+			if hc := svc.Healthcheck; hc == nil || (!hc.Disable && len(hc.Test) == 0) {
+				t.Errorf("%s: service %s (command %q) inherits the image's healthcheck of :9090, which it does not open: give it healthcheck: {disable: true}", file, name, svc.Command)
+			}
+		}
+		if others < 3 {
+			t.Fatalf("%s: %d flyball-image services that do not serve, want at least 3 (provision, target, cli): the file did not parse as expected", file, others)
 		}
 	}
 }
