@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -305,5 +306,55 @@ func TestDocsNatsCommandsThatAskRunWithoutATerminal(t *testing.T) {
 	}
 	if checked < 3 {
 		t.Fatalf("checked %d nats commands that ask for confirmation, want at least 3", checked)
+	}
+}
+
+// TestDocsNatsCommandsThatNeedAdminSaySo: a nats command of the README and
+// docs/ that writes (a KV write, a stream or consumer change) is refused
+// to the `cli` user the README has operators export, so the text around it
+// (a few lines before, or just after) must name the user that may:
+// `admin` in the compose stack.
+func TestDocsNatsCommandsThatNeedAdminSaySo(t *testing.T) {
+	t.Parallel()
+	blocks := docCommandBlocks(t)
+	cmds, err := docexamples.Commands(blocks, "nats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := map[string]bool{
+		"kv put": true, "kv create": true, "kv update": true, "kv del": true, "kv rm": true, "kv purge": true,
+		"stream edit": true, "stream rm": true, "stream del": true, "stream rmm": true, "stream restore": true,
+		"consumer rm": true, "consumer del": true, "consumer edit": true, "consumer pause": true, "consumer resume": true,
+	}
+	root := docexamples.Root(t)
+	lines := map[string][]string{}
+	checked := 0
+	for _, c := range cmds {
+		words := c.Words[1:]
+		// Without what it acts on (`nats stream rm -f` of each stream) it
+		// is prose, under a section that names the user once.
+		if len(words) < 3 || !writes[words[0]+" "+words[1]] || !slices.ContainsFunc(words[2:], func(w string) bool { return !strings.HasPrefix(w, "-") }) {
+			continue
+		}
+		checked++
+		if lines[c.Block.File] == nil {
+			raw, err := os.ReadFile(filepath.Join(root, c.Block.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines[c.Block.File] = strings.Split(string(raw), "\n")
+		}
+		ls := lines[c.Block.File]
+		// Block.Line is 1-based: the fence of a block, the span's line inline.
+		from, to := max(c.Block.Line-7, 0), min(c.Block.Line+3, len(ls))
+		if c.Block.Kind != docexamples.KindInline {
+			to = min(c.Block.Line+strings.Count(c.Block.Body, "\n")+3, len(ls))
+		}
+		if !strings.Contains(strings.Join(ls[from:to], "\n"), "admin") {
+			t.Errorf("%s: nats %s: the cli user may not do this; say it needs admin in the compose stack", c.Block.Where(), strings.Join(words, " "))
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked %d nats commands that write, want at least 5", checked)
 	}
 }
