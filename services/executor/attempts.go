@@ -50,7 +50,8 @@ func attemptKey(d *events.Dispatch) string { return strings.Replace(d.DispatchID
 // record it follows (with a hand-back mark, attempt 1: execute removes
 // the mark before the call). The first delivery of a dispatch fired on time is
 // attempt 1 and costs no KV read; a redelivery, and the first delivery of
-// a dispatch fired LateRedispatch or more after its slot, read the record
+// a dispatch fired or stored LateRedispatch or more after its slot
+// (lateBy), read the record
 // written after the last call whose run event was stored. Such a late
 // dispatch can be the slot published again with the same dispatch ID (a
 // zombie the sweeper re-dispatched after its dispatch was lost while a
@@ -63,7 +64,7 @@ func attemptKey(d *events.Dispatch) string { return strings.Replace(d.DispatchID
 // dispatch is done: the caller settles it again (settleAgain) and makes
 // no call.
 func (s *Service) attemptNumber(ctx context.Context, md *jetstream.MsgMetadata, d *events.Dispatch) (int, attemptRecord, error) {
-	if md.NumDelivered <= 1 && d.FiredAt.Sub(d.ScheduledAt) < LateRedispatch {
+	if md.NumDelivered <= 1 && lateBy(md, d) < LateRedispatch {
 		return 1, attemptRecord{}, nil
 	}
 	r, found, err := s.readAttempt(ctx, d)

@@ -537,12 +537,32 @@ func TestFinalFailureOfARepeatedAttemptIsStored(t *testing.T) {
 // attempt 1 again (its Idempotency-Key and Flyball-Attempt repeating
 // calls already made), the record was overwritten, and the run got
 // maxAttempts more calls on top of those it had used.
+//
+// Subtest "timer-behind": the slot published again by a timer whose clock
+// runs behind the server's, fired a second after the slot by that clock
+// but stored ten minutes after it. Lateness is judged by DISPATCH's
+// stamp too: before, the firedAt alone made it a first call, attempt 1.
 func TestRedispatchedSlotContinuesItsAttemptCount(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name string
+		late func(slot time.Time) time.Time // firedAt
+	}{
+		{"zombie", func(time.Time) time.Time { return time.Now().UTC() }},
+		{"timer-behind", func(slot time.Time) time.Time { return slot.Add(time.Second) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			redispatchContinuesAttemptCount(t, c.late)
+		})
+	}
+}
+
+func redispatchContinuesAttemptCount(t *testing.T, firedAt func(slot time.Time) time.Time) {
 	target := newAttemptTarget(t, http.StatusServiceUnavailable)
 	f := newAttemptsFixture(t, target, 3, 0, 0)
 	slot := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Millisecond)
-	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: time.Now().UTC(), Source: "test", Reason: "zombie"}
+	d := events.Dispatch{DispatchID: events.DispatchID(f.id, slot), TaskID: f.id, ScheduledAt: slot, FiredAt: firedAt(slot), Source: "test", Reason: "zombie"}
 	natstest.PutJSON(t, f.srv.JS, streams.BucketAttempts, attemptKey(&d), attemptRecord{Attempts: 2, UpdatedAt: slot.Add(time.Minute)})
 	body, err := events.Marshal(events.TypeRunDue, "test", f.id, d, d.FiredAt, d.DispatchID)
 	if err != nil {

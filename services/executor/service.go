@@ -713,10 +713,29 @@ type scheduleView struct {
 // publishes a slot at most its lead (1 s) ahead, so a second dispatch of
 // a slot that gets stored was fired more than 2 minutes less a second
 // after it; a minute leaves room for clocks.
+//
+// How late a dispatch is (lateBy) is the later of its firedAt and the
+// time DISPATCH stored it, after its slot. The duplicate window is judged
+// on the server's clock, from a first publish another timer made on its
+// own clock: by firedAt alone, two timer replicas about a minute apart
+// (one ahead of the server, one behind) made a stored second dispatch
+// look on time. With the server's stamp, only one host's offset from the
+// server matters. Looking when the dispatch is not a second one costs a
+// read, never a call: it is skipped only if its slot's outcome is stored.
 const LateRedispatch = time.Minute
 
-// ranAlready skips attempt 1 of a dispatch published long after its slot
-// (LateRedispatch) when that slot already has its final outcome on RUNS
+// lateBy is how long after its slot d was fired or stored (md), whichever
+// is later (LateRedispatch).
+func lateBy(md *jetstream.MsgMetadata, d *events.Dispatch) time.Duration {
+	at := d.FiredAt
+	if md != nil && md.Timestamp.After(at) {
+		at = md.Timestamp
+	}
+	return at.Sub(d.ScheduledAt)
+}
+
+// ranAlready skips attempt 1 of a dispatch fired or stored long after its
+// slot (LateRedispatch, lateBy) when that slot already has its final outcome on RUNS
 // or its dead letter on DEADLETTER. Such a dispatch is the slot published
 // again: by a timer that started (a restart, a new replica) while the
 // governor had not applied the slot's outcome, so the schedule still
@@ -732,8 +751,8 @@ const LateRedispatch = time.Minute
 // dispatch's own, whose ack was lost. A dispatch fired on time, a later
 // attempt (counted in flyball-attempts) and every read error (logged) run
 // as before: at least once. It reports whether it skipped.
-func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dispatch) bool {
-	if d.FiredAt.Sub(d.ScheduledAt) < LateRedispatch {
+func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch) bool {
+	if lateBy(md, d) < LateRedispatch {
 		return false
 	}
 	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly)
@@ -745,8 +764,8 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, d *events.Dis
 		return false
 	}
 	reason := "already ran: the outcome of this slot is stored; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
-		", after the duplicate window, while the governor was behind"
-	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt)
+		" (stored at " + md.Timestamp.UTC().Format(time.RFC3339Nano) + "), after the duplicate window, while the governor was behind"
+	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt, "storedAt", md.Timestamp)
 	s.skip(m, d, skipAlreadyRan, reason)
 	return true
 }
@@ -1053,13 +1072,13 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// Or a first delivery: the slot published again after it ran
 		// (attemptNumber). ranAlready reports it as run.skipped, so the
 		// governor advances the schedule from it.
-		if md.NumDelivered <= 1 && s.ranAlready(ctx, m, d) {
+		if md.NumDelivered <= 1 && s.ranAlready(ctx, m, md, d) {
 			return
 		}
 		s.settleAgain(m, d, prior)
 		return
 	}
-	if attempt == 1 && s.ranAlready(ctx, m, d) {
+	if attempt == 1 && s.ranAlready(ctx, m, md, d) {
 		return
 	}
 	if attempt > 1 && attempt > spec.Retry.MaxAttempts {
