@@ -43,6 +43,15 @@ type Client struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 	Source string
+	// now is the clock, time.Now when nil (tests set it).
+	now func() time.Time
+}
+
+func (c *Client) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }
 
 // Send publishes a command for task id and waits up to wait for the answer.
@@ -229,21 +238,32 @@ func (c *Client) storedAnswer(ctx context.Context, id, cmdID string, since time.
 	return a, nil
 }
 
+// ControlClockSkew is how far this host's clock may run ahead of the NATS
+// server's for Stored: TASKS stamps commands by the server's clock, and
+// Stored looks back from this one. Without it, a host ahead missed a
+// command stored near the window's start.
+const ControlClockSkew = time.Minute
+
 // Stored reports whether TASKS holds command cmdID (its Nats-Msg-Id) of
 // task id, stored within TASKS's duplicate window: SendID with that id
 // then stores nothing and answers with the first one's verdict. A
 // caller that would refuse the command (its task is missing) asks this
 // first when a client retries with the same id, and sends it again if
 // it was stored: its own command may be what removed the task.
+//
+// It looks back the window and ControlClockSkew from this host's clock.
+// A command found up to that much past the server's window (a host
+// behind the server, or one in sync) is stored again when sent: the
+// governor then rejects a command other than a delete on the missing
+// task ("no task", 422 where the look would have answered 404), and
+// applies a delete, which removes nothing that is not there. Either way
+// the command the client retried is the one applied.
 func (c *Client) Stored(ctx context.Context, verb events.Verb, id, cmdID string) (bool, error) {
 	st, err := c.JS.Stream(ctx, streams.StreamTasks)
 	if err != nil {
 		return false, fmt.Errorf("look for a repeated command: stream %s: %w", streams.StreamTasks, err)
 	}
-	// This clock, not the server's: a command found just past the
-	// server's window is stored again, and the governor rejects it as
-	// it would without this look.
-	since := time.Now().UTC().Add(-st.CachedInfo().Config.Duplicates)
+	since := c.clock().UTC().Add(-st.CachedInfo().Config.Duplicates - ControlClockSkew)
 	found := false
 	err = c.scanTasks(ctx, since, func(m jetstream.Msg) bool {
 		found = m.Headers().Get(jetstream.MsgIDHeader) == cmdID
