@@ -355,7 +355,7 @@ func (s *Service) runNow(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &req, true) {
 		return
 	}
-	h := control.RunNow(id, s.cfg.Now(), req.TTL.D(), req.Reason)
+	h := control.RunNow(id, req.TTL.D(), req.Reason)
 	if err := control.ValidateHint(&h); err != nil {
 		writeInvalid(w, err)
 		return

@@ -312,7 +312,7 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 			step.Summary += " interval " + h.Interval.String()
 		}
 		if h.At != nil {
-			step.Summary += " at " + h.At.UTC().Format(time.RFC3339)
+			step.Summary += " at " + step.Input.Hint.At.UTC().Format(time.RFC3339)
 		}
 	case events.VerbRequeued:
 		var r events.TaskRequeue

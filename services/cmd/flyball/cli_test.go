@@ -27,9 +27,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/stack"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // cliBinary is the flyball binary built by TestMain.
@@ -261,6 +263,11 @@ func TestCLITaskCommands(t *testing.T) {
 		t.Fatalf("run-now printed %q", out)
 	}
 	natstest.Eventually(t, 10*time.Second, "run-now calls the target", func() bool { return tg.calls.Load() > before })
+	// Its one-shot carries no time of this host's clock, which may be off
+	// from the NATS server's: a zero at, the governor's now.
+	if h := lastHint(t, e, "web"); h.At == nil || !h.At.IsZero() || h.Reason != "run-now" {
+		t.Fatalf("run-now stored hint %+v (at %v), want a zero at", h, h.At)
+	}
 
 	// Run history.
 	natstest.Eventually(t, 10*time.Second, "two succeeded runs listed", func() bool {
@@ -732,4 +739,26 @@ func TestTaskListAndGetShowAnUnreadableSpec(t *testing.T) {
 	if out := e.ok(t, "task", "get", "web", "-o", "table"); !strings.Contains(out, "UNREADABLE") || !strings.Contains(out, "publish task.updated to replace it, or task.deleted") {
 		t.Fatalf("task get:\n%s\nwant why the spec is unreadable and what repairs it", out)
 	}
+}
+
+// lastHint is the last task.hinted of task id stored on TASKS.
+func lastHint(t *testing.T, e *cliEnv, id string) events.TaskHint {
+	t.Helper()
+	st, err := e.srv.JS.Stream(t.Context(), streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetLastMsgForSubject(t.Context(), events.TaskSubject(events.VerbHinted, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.Decode(raw.Header, raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h events.TaskHint
+	if err := events.DecodeData(ev, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -430,7 +430,8 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 			if err := validID(id); err != nil {
 				return err
 			}
-			d, err := data(id, time.Now())
+			sent := time.Now()
+			d, err := data(id, sent)
 			if err != nil {
 				return err
 			}
@@ -441,7 +442,11 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 				}
 				fmt.Fprintf(s.out, "%s %s: %s\n", done, id, nextRun(acc))
 				if h, ok := d.(events.TaskHint); ok && h.At != nil {
-					if note := oneShotOverruled(id, *h.At, acc); note != "" {
+					at := *h.At
+					if at.IsZero() { // run-now: the governor's now
+						at = sent
+					}
+					if note := oneShotOverruled(id, at, acc); note != "" {
 						fmt.Fprintln(s.errOut, note)
 					}
 				}
@@ -560,8 +565,8 @@ func newTaskRunNowCmd() *cobra.Command {
 		func(cmd *cobra.Command) {
 			cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event (default \"run-now\")")
 		},
-		func(id string, now time.Time) (any, error) {
-			h := control.RunNow(id, now, 0, reason)
+		func(id string, _ time.Time) (any, error) {
+			h := control.RunNow(id, 0, reason)
 			if err := control.ValidateHint(&h); err != nil {
 				return nil, flagError(err)
 			}

@@ -148,11 +148,15 @@ func reasonRule(reason string) string {
 	return fmt.Sprintf("must be at most %d bytes, got %d", events.MaxReasonBytes, len(reason))
 }
 
-// RunNow is the task.hinted data of "run now": a one-shot hint at now,
-// valid for ttl (0 takes the governor's default), with reason "run-now"
-// unless one is given.
-func RunNow(id string, now time.Time, ttl time.Duration, reason string) events.TaskHint {
-	at := now.UTC()
+// RunNow is the task.hinted data of "run now": a one-shot hint valid for
+// ttl (0 takes the governor's default), with reason "run-now" unless one
+// is given. Its at is the zero time, which the governor takes as the time
+// TASKS stored the command, on the NATS server's clock: the sender's
+// clock, which may be off from it, was compared with the server's, and a
+// sender ahead by Δ ran the task Δ late, or had it rejected as never
+// running with a ttl of Δ or less.
+func RunNow(id string, ttl time.Duration, reason string) events.TaskHint {
+	var at time.Time
 	if reason == "" {
 		reason = "run-now"
 	}

@@ -329,7 +329,7 @@ func TestExplainAgreesWithALiveStack(t *testing.T) {
 	}
 	send(events.VerbCreated, spec)
 	natstest.Eventually(t, 30*time.Second, "ten calls", func() bool { return calls.Load() >= 10 })
-	send(events.VerbHinted, control.RunNow(id, time.Now(), 0, "test"))
+	send(events.VerbHinted, control.RunNow(id, 0, "test"))
 	send(events.VerbRequeued, events.TaskRequeue{ID: id})
 	natstest.Eventually(t, 30*time.Second, "twenty calls", func() bool { return calls.Load() >= 20 })
 	send(events.VerbPaused, events.TaskPause{ID: id, Reason: "check"})
