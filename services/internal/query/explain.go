@@ -218,7 +218,10 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	// The stored schedule is read first: every input the governor had
 	// applied to it was stored before, so the scan holds them all, and
 	// any input after its decision is one still on its way.
-	readAt := time.Now()
+	readAt, err := r.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if ent, err := r.schedules.Get(ctx, id); err == nil {
 		var st gov.State
 		if json.Unmarshal(ent.Value(), &st) == nil {
@@ -569,4 +572,19 @@ func agreement(entries []governor.Entry, stored *gov.State, readAt time.Time) (a
 		}
 	}
 	return false, 0
+}
+
+// serverNow is the NATS server's time, from a stream info it stamps (the
+// inputs' stored times are on its clock, and explain's InFlight of 10 s
+// would take this host's offset from it for inputs on their way): this
+// host's clock only from a server that stamps none.
+func (r *Reader) serverNow(ctx context.Context) (time.Time, error) {
+	info, err := r.js.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stream %s: %w", streams.StreamTasks, err)
+	}
+	if ts := info.CachedInfo().TimeStamp; !ts.IsZero() {
+		return ts, nil
+	}
+	return r.now(), nil
 }

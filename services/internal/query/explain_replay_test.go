@@ -399,7 +399,21 @@ func timelineText(ex *query.Explanation) string {
 // not a mismatch: explain compares the stored schedule with the replay
 // before it and says where the outcome leads. A live task always has one
 // such input now and then, and explain called it a MISMATCH (exit 1).
+//
+// Subtest "reader-ahead": the reader's clock runs 30 s ahead of the NATS
+// server's, more than InFlight (10 s). "A moment ago" was judged by the
+// reader's clock against the inputs' stored times, and the outcome was
+// called a mismatch; it is judged by the server's clock now.
 func TestExplainCountsAnInputOnItsWayAsPending(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ahead time.Duration
+	}{{"in-sync", 0}, {"reader-ahead", 30 * time.Second}} {
+		t.Run(c.name, func(t *testing.T) { explainCountsAnInputOnItsWayAsPending(t, c.ahead) })
+	}
+}
+
+func explainCountsAnInputOnItsWayAsPending(t *testing.T, ahead time.Duration) {
 	ctx := context.Background()
 	srv := natstest.StartWithStreams(t)
 	_, js := srv.Connect(t)
@@ -412,6 +426,7 @@ func TestExplainCountsAnInputOnItsWayAsPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	q.Now = func() time.Time { return time.Now().Add(ahead) }
 	const id = "onitsway"
 	publishEvent(t, js, events.TaskSubject(events.VerbCreated, id), events.TypeTaskCreated, id, "c1", json.RawMessage(fmt.Sprintf(minuteSpec, id)))
 	governorCaughtUp(t, js)
