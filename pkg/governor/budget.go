@@ -14,6 +14,10 @@ import (
 //     before it reach the budget (bursts from requeues, dead-letter
 //     rechecks or a backlog), the next run waits for the hour at which the
 //     oldest counted hour leaves the window.
+//
+// Either may move the run into quiet hours: it is then kept the quiet
+// interval after the last run there, as quiet hours keep any run
+// (quietAfterBudget). Only later, so the budget still holds.
 func (p *planner) budget() {
 	b := p.spec.Budget
 	if b == nil || b.MaxRunsPerDay <= 0 || p.next.IsZero() {
@@ -24,6 +28,7 @@ func (p *planner) budget() {
 	if last := p.last(); !last.IsZero() {
 		if least := last.Add(spacing); p.next.Before(least) {
 			p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
+			p.quietAfterBudget()
 		}
 	}
 	hour := hourOf(p.now)
@@ -35,7 +40,20 @@ func (p *planner) budget() {
 	if p.next.Before(free) {
 		p.choosef(p.onOrAfter(free), SourceBudget, "budget used up: %d runs in the last 24 hours (limit %d): waits until %s",
 			used, limit, stamp(free))
+		p.quietAfterBudget()
 	}
+}
+
+// quietAfterBudget applies quiet hours to a run the budget moved: quiet
+// hours ran before it, so a pacing or exhaustion time in the window was
+// never checked against the quiet interval (a 1m task with 48 runs a day
+// ran 30m after 23:40 in a window that allows one run an hour).
+func (p *planner) quietAfterBudget() {
+	if p.cadence && p.sched != nil {
+		p.quietCron(p.last())
+		return
+	}
+	p.quietGap()
 }
 
 // budgetSpacing is 24h / runsPerDay, rounded up to the nanosecond.

@@ -136,8 +136,9 @@
 // interval of an interval task becomes quietHours.interval (backoff and
 // jitter still apply), never starting before the window opens nor holding
 // a run past its end; a cron task only has its occurrences thinned, and
-// exact-time candidates (one-shots, catch-up runs) are kept at least the
-// quiet interval after the last run.
+// exact-time candidates (one-shots, catch-up runs), and a run the budget
+// moves into the window, are kept at least the quiet interval after the
+// last run.
 //
 // The budget keeps runs at least 24h/maxRunsPerDay apart, and when the runs
 // counted in the current UTC hour and the 23 before it reach the budget,

@@ -145,8 +145,18 @@ func (p *planner) quietCron(anchor time.Time) {
 // run) at least the quiet interval after the last run while in quiet
 // hours, but never past the end of the window.
 func (p *planner) quietSpacing() {
+	if !p.cadence {
+		p.quietGap()
+	}
+}
+
+// quietGap moves the candidate, when it falls in quiet hours less than
+// the quiet interval after the last run, to that interval after it, or
+// to the end of the window if that comes first. It never moves it
+// earlier.
+func (p *planner) quietGap() {
 	last := p.last()
-	if p.cadence || p.next.IsZero() || last.IsZero() || p.spec.QuietHours == nil {
+	if p.next.IsZero() || last.IsZero() || p.spec.QuietHours == nil {
 		return
 	}
 	w, ok := p.quiet()

@@ -421,6 +421,25 @@ func TestDecideQuietHours(t *testing.T) {
 			want{next: day(1, 30, 0), source: governor.SourceQuietHours, trail: "at most one run per 30m0s"},
 		},
 		{
+			// Old: 00:10 budget, a run 30m into a window that allows one an hour.
+			"the budget's pacing in quiet hours keeps the quiet interval",
+			given{withBudget(withQuiet(intervalSpec(time.Minute), "00:00", "07:00", "UTC", time.Hour), 48), ran(day(23, 40, 0)), day(23, 40, 30), updated},
+			want{next: day(23, 40, 0).Add(time.Hour), source: governor.SourceQuietHours, trail: "at most one run per 1h0m0s"},
+		},
+		{
+			// Old: 01:00 budget, 70m after the last run in a window that
+			// allows one every 3h.
+			"the budget's exhaustion wait in quiet hours keeps the quiet interval",
+			given{withBudget(withQuiet(intervalSpec(time.Minute), "00:00", "07:00", "UTC", 3*time.Hour), 1440), func() governor.State {
+				s := ran(day(23, 50, 0))
+				h := day(23, 0, 0).Unix() / 3600
+				s.Budget.Hour = h
+				s.Budget.Counts[(h-22)%24] = 1440 // 01:00 that day
+				return s
+			}(), day(23, 50, 30), updated},
+			want{next: day(23, 50, 0).Add(3 * time.Hour), source: governor.SourceQuietHours},
+		},
+		{
 			"spring forward: 01:00-03:00 Berlin lasts one real hour",
 			given{
 				withQuiet(intervalSpec(time.Minute), "01:00", "03:00", "Europe/Berlin", 2*time.Hour),
