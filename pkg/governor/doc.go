@@ -67,7 +67,13 @@
 // first-run rule, catch-up counting, the budget's pacing, quiet-hours
 // spacing, the clamps and the MinGap floor measure from the slot in flight
 // when it is later than the last completed one. Slots that pass while a
-// slot is in flight are not caught up before its outcome is in.
+// slot is in flight are not caught up before its outcome is in. The slot
+// in flight is also the run a request at or before it asked for: a
+// one-shot hint, a requeue, a dead-letter recheck are not planned again
+// behind it (its outcome consumes them), and the next backfill run waits
+// for its success. From InFlightWindow before a timed pause ends, the
+// run the pause leads to is in flight: an input then plans after it, as
+// one just after the end does.
 //
 // # Baseline, backoff and past slots
 //

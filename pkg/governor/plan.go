@@ -185,6 +185,16 @@ func (p *planner) pause() bool {
 		p.choose(time.Time{}, SourcePaused).str("paused indefinitely").end()
 		return true
 	}
+	if s.PausedUntil.After(p.now) && !p.flying.IsZero() {
+		// The run the pause leads to is in flight (dispatched up to
+		// InFlightWindow before the end): plan after it, as an input just
+		// after the end does. Re-decided as a resume, that run was dropped
+		// and the budget and clamps measured from the slot before the
+		// pause. The state stays paused until then (PausedAt).
+		p.tr.str("paused until ").at(s.PausedUntil).str(": the run it leads to is in flight at ").at(p.flying).str("; the slot after it is planned").end()
+		p.leftPause = true
+		return false
+	}
 	if s.PausedUntil.After(p.now) {
 		p.choose(p.afterPause(), SourcePaused).str("paused until ").at(s.PausedUntil)
 		if p.next.After(s.PausedUntil) {
@@ -362,6 +372,13 @@ func (p *planner) backfill() bool {
 	}
 	if p.s.Failures > 0 {
 		p.tr.linef("catch-up: %d backfill runs wait for a successful run", n)
+		return false
+	}
+	if !p.flying.IsZero() {
+		// The next backfill run follows the success of the one before;
+		// planned now, it ran right behind the slot in flight, whatever
+		// its outcome.
+		p.tr.linef("catch-up: %d backfill runs wait for the slot in flight %s to succeed", n, stamp(p.flying))
 		return false
 	}
 	p.choosef(p.catchUpAt(), SourceCatchUp, "backfilling missed slots: %d still to run, the next one now", n)
@@ -628,10 +645,16 @@ func (p *planner) countMissed(second time.Time) int64 {
 // oneShot lets a one-shot hint compete: the earliest candidate wins. With
 // an interval hint too, this takes the earlier of the two hints. A one-shot
 // whose time comes at or after its expiry is not planned: it expires
-// unused.
+// unused. Nor is one that the slot in flight serves (it is at or after
+// the hint's time): its outcome consumes the hint (applyOutcome), and
+// planned again, the hint ran a second time right behind it.
 func (p *planner) oneShot() {
 	h := p.s.OneShotHint
 	if h == nil {
+		return
+	}
+	if p.served(h.At) {
+		p.tr.str("one-shot hint for ").at(h.At).str(" is served by the slot in flight ").at(p.flying).str(": not planned again").end()
 		return
 	}
 	at := h.At
@@ -675,9 +698,17 @@ func (p *planner) breaker() {
 }
 
 // deadLetter schedules a requeued task now, or a dead-lettered one at its
-// recheck time.
+// recheck time. A slot in flight at or after the requeue, or at or after
+// the recheck time, is that run: the next one is planned after it by the
+// other rules (the outcome of a run at or after the requeue clears it;
+// a recheck counts as run once a slot at or after it is the last one).
+// Planned again, the run was made a second time right behind it.
 func (p *planner) deadLetter() {
 	s := &p.s
+	if !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt) {
+		p.tr.str("requeued at ").at(s.RequeuedAt).str(": served by the slot in flight ").at(p.flying).end()
+		return
+	}
 	if !s.RequeuedAt.IsZero() {
 		p.choose(p.now, SourceRequeue).str("requeued at ").at(s.RequeuedAt).str(": runs now").end()
 		p.cadence = false
@@ -687,13 +718,25 @@ func (p *planner) deadLetter() {
 	if dl == nil {
 		return
 	}
-	if dl.RecheckAt.After(s.LastScheduledAt) {
+	if dl.RecheckAt.After(p.last()) {
 		p.choosef(dl.RecheckAt, SourceDeadLetterRecheck, "run %s dead-lettered (%s) at %s: recheck at %s",
 			orDash(dl.DispatchID), orDash(dl.Reason), stamp(dl.At), stamp(dl.RecheckAt))
 		p.cadence = false
 		return
 	}
+	if !p.flying.IsZero() && dl.RecheckAt.After(s.LastScheduledAt) {
+		p.tr.linef("dead-lettered at %s (%s); its recheck is the slot in flight %s: the task stays marked until a run succeeds",
+			stamp(dl.At), orDash(dl.Reason), stamp(p.flying))
+		return
+	}
 	p.tr.linef("dead-lettered at %s (%s); its recheck ran: the task stays marked until a run succeeds", stamp(dl.At), orDash(dl.Reason))
+}
+
+// served reports whether the slot in flight, if any, is at or after t: it
+// is the run a request for a run at t (a one-shot hint, a requeue) asked
+// for, as its outcome will tell.
+func (p *planner) served(t time.Time) bool {
+	return !p.flying.IsZero() && !p.flying.Before(t)
 }
 
 // clamp applies bounds.min and bounds.max to the gap after the last run.

@@ -1089,7 +1089,88 @@ func TestDecideInputDuringARunPlansAfterTheSlotInFlight(t *testing.T) {
 			given{intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)), t0.Add(200 * time.Millisecond), requeued},
 			want{next: t0.Add(governor.MinGap), source: governor.SourceRequeue},
 		},
+		// The slot in flight already serves the request a rule stands for:
+		// planned again, it ran a second time right behind the running one
+		// (old: 10:05:01 hint-oneshot, 10:30:01 deadletter-recheck, 10:00:01
+		// requeue, 10:05:31 catch-up).
+		{
+			"interval hint while the one-shot's run is in flight: the one-shot is not planned again",
+			given{
+				intervalSpec(time.Hour), stateWith(ran(t0), oneShotHint(t0.Add(5*time.Minute), t0.Add(30*time.Minute)), planned(t0.Add(5*time.Minute), governor.SourceHintOneShot)),
+				t0.Add(5*time.Minute + 500*time.Millisecond), hinted(governor.Hint{Interval: 10 * time.Minute}),
+			},
+			want{next: t0.Add(15 * time.Minute), source: governor.SourceHintInterval, trail: "served by the slot in flight"},
+		},
+		{
+			"interval hint while a dead-letter recheck is in flight: not a second recheck",
+			given{
+				intervalSpec(time.Minute), stateWith(ran(t0), failures(1), deadLettered(t0, t0.Add(30*time.Minute)), planned(t0.Add(30*time.Minute), governor.SourceDeadLetterRecheck)),
+				t0.Add(30*time.Minute + 500*time.Millisecond), hinted(governor.Hint{Interval: 10 * time.Minute}),
+			},
+			want{next: t0.Add(50 * time.Minute), source: governor.SourceBackoff, trail: "its recheck is the slot in flight"},
+		},
+		{
+			"interval hint while the requeued run is in flight: not a second run",
+			given{
+				intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), requeuedAt(t0), planned(t0, governor.SourceRequeue)),
+				t0.Add(500 * time.Millisecond), hinted(governor.Hint{Interval: 10 * time.Minute}),
+			},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval, trail: "served by the slot in flight"},
+		},
+		{
+			"interval hint while a backfill run is in flight: the next one waits for its success",
+			given{
+				withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), stateWith(ran(t0), pending(3), planned(t0.Add(5*time.Minute+30*time.Second), governor.SourceCatchUp)),
+				t0.Add(5*time.Minute + 30*time.Second + 500*time.Millisecond), hinted(governor.Hint{Interval: time.Minute}),
+			},
+			want{next: t0.Add(6*time.Minute + 30*time.Second), source: governor.SourceHintInterval, trail: "wait for the slot in flight", check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 3 {
+					t.Errorf("CatchUpPending = %d", d.State.CatchUpPending)
+				}
+			}},
+		},
+		// The run a timed pause leads to is in flight from InFlightWindow
+		// before the pause ends: an input then plans after it, as one just
+		// after the end does (old: 10:00:01 paused, both).
+		{
+			"breaker closed 1 s before the pause ends: the day's run is in flight, budget 1 a day",
+			given{
+				withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
+				t0.Add(-time.Second), breakerInput("closed", time.Time{}),
+			},
+			want{next: t0.Add(24 * time.Hour), source: governor.SourceBaselineInterval, trail: "leads to is in flight", check: func(t *testing.T, d governor.Decision) {
+				// The same input just after the end plans the same run.
+				spec := withBudget(intervalSpec(24*time.Hour), 1)
+				st := stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused))
+				if after := governor.Decide(t0.Add(500*time.Millisecond), spec, st, breakerInput("closed", time.Time{})); !after.NextRunAt.Equal(d.NextRunAt) || after.Source != d.Source {
+					t.Errorf("at 10:00:00.5: %s (%s), at 09:59:59: %s (%s)", fmtT(after.NextRunAt), after.Source, fmtT(d.NextRunAt), d.Source)
+				}
+				if !d.State.Paused || !d.State.PausedAt(t0.Add(-time.Second)) {
+					t.Error("the pause ended before its end")
+				}
+			}},
+		},
+		{
+			"a one-shot for after the pause's end, 1 s before it: bounds.min after the run in flight",
+			given{
+				withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
+				t0.Add(-time.Second), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)}),
+			},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
+		},
+		{
+			"a run-now hint 1 s before the pause ends: served by the run the pause leads to",
+			given{
+				withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
+				t0.Add(-time.Second), hinted(governor.Hint{At: t0.Add(-time.Second)}),
+			},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval},
+		},
 	})
+}
+
+func requeuedAt(at time.Time) func(*governor.State) {
+	return func(s *governor.State) { s.RequeuedAt = at }
 }
 
 func TestDecideCatchUp(t *testing.T) {
