@@ -47,9 +47,18 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     slot (so never the same slot twice); the last slot is the last
 //     completed one, or the slot in flight (due, its outcome not in yet),
 //     which runs before whatever this decision plans;
-//   - with bounds, unless paused or floored to now, the gap from the last
+//   - with bounds, unless paused (the run after a timed pause in flight
+//     counts as after its end) or floored to now, the gap from the last
 //     slot is within [min, max] (clamps beat every rule but pause, the
 //     breaker's retryAt and the dead-letter recheck included);
+//   - a re-plan while a slot is in flight never plans again a run that
+//     slot serves: a one-shot, requeue or recheck at or before it, the
+//     next backfill run (it waits for the slot's success), the run a timed
+//     pause leads to;
+//   - quiet hours (in UTC): a run they place is in the window or at its
+//     end, and, without jitter, a run in the window is at least the quiet
+//     interval after the last run unless the window ended in between or a
+//     rule above quiet hours placed it;
 //   - while the run planned before is still ahead, no slot counts as
 //     missed: nothing is caught up;
 //   - with a budget, a run chosen by a rule the budget outranks is at least
@@ -76,6 +85,15 @@ func FuzzDecide(f *testing.F) {
 	f.Add(int64(1_774_747_800_000), int64(30), 0, uint8(1), int64(60_000), uint8(3), int64(5000), int64(60_000), int64(hour), uint8(0), int64(0), int64(30), int64(600), uint8(9), uint8(1), uint64(math.MaxUint64), int64(1234567))
 	f.Add(int64(1_774_747_800_000), int64(300), 1, uint8(2), int64(3*hour), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(10), uint8(6), uint64(0x5555_5555_5555_5555), int64(-99))
 	f.Add(int64(1_761_350_400_000), int64(60), 0, uint8(1), int64(1000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(11), uint8(2), uint64(0xAAAA_AAAA_AAAA_AAAA), int64(7*hour))
+	// A re-plan while the slot in flight is the run a request asked for:
+	// a one-shot's, a requeue's, a recheck, a backfill run, the run a
+	// timed pause leads to; and the budget's pacing in quiet hours.
+	f.Add(int64(1_772_445_900_500), int64(3599), 0, uint8(1), int64(300_500), uint8(2), int64(600_000_000_000), int64(21_945_599_563), int64(8_700_000), uint8(0), int64(3_599_500), int64(0), int64(0), uint8(7), uint8(0), uint64(0), int64(0))
+	f.Add(int64(1_772_445_600_500), int64(3599), 0, uint8(1), int64(3_600_500), uint8(0), int64(600_000_000_000), int64(4), int64(0), uint8(0), int64(3_599_500), int64(0), int64(0), uint8(7), uint8(0), uint64(1<<60), int64(500))
+	f.Add(int64(1_772_447_400_500), int64(59), 1, uint8(1), int64(1_800_500), uint8(0), int64(600_000_000_000), int64(23_400_000), int64(0), uint8(0), int64(3_599_500), int64(0), int64(0), uint8(7), uint8(0), uint64(1<<59), int64(1_800_500))
+	f.Add(int64(1_772_445_930_500), int64(59), 0, uint8(1), int64(330_500), uint8(0), int64(60_000_000_000), int64(21), int64(0), uint8(0), int64(3_599_500), int64(0), int64(0), uint8(7), uint8(0), uint64(3<<47|1<<61), int64(3))
+	f.Add(int64(1_772_445_599_000), int64(86399), 0, uint8(1), int64(86_399_000), uint8(0), int64(0), int64(14), int64(0), uint8(2), int64(1_244_160_176_401_000), int64(0), int64(0), uint8(21), uint8(0), uint64(1<<42), int64(0))
+	f.Add(int64(1_768_520_430_000), int64(59), 0, uint8(1), int64(30_000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(1), uint8(0), uint64(1<<24|7<<32|1<<42), int64(3_542_447))
 
 	f.Fuzz(func(t *testing.T, nowMs, intervalSec int64, failures int, lastMode uint8, lastOff int64,
 		hintMode uint8, hintIv, hintAt, hintTTL int64, pauseMode uint8, pauseOff int64,
@@ -392,19 +410,66 @@ func FuzzDecide(f *testing.F) {
 		// The gaps are measured from the last completed slot, or from the
 		// slot in flight, which runs before this decision's.
 		last := s.LastScheduledAt
-		if f := slotInFlight(now, st, s, in); !f.IsZero() && (last.IsZero() || f.After(last)) {
-			last = f
+		flying := slotInFlight(now, st, s, in)
+		if !flying.IsZero() && (last.IsZero() || flying.After(last)) {
+			last = flying
 		}
 		if !last.IsZero() && d.NextRunAt.Before(last.Add(governor.MinGap)) {
 			t.Fatalf("NextRunAt less than %s after the last slot or the slot in flight%s", governor.MinGap, explain())
 		}
-		if last.IsZero() || s.Paused {
+		// The slot in flight serves the requests at or before it (a
+		// one-shot's time, a requeue, a recheck time) and a backlog waits
+		// for its success: no rule plans them again behind it.
+		if !flying.IsZero() {
+			served := func(at time.Time) bool { return !flying.Before(at) }
+			switch d.Source {
+			case governor.SourceHintOneShot:
+				if h := s.OneShotHint; h == nil || served(h.At) {
+					t.Fatalf("one-shot %+v planned again behind the slot in flight %s%s", h, fmtT(flying), explain())
+				}
+			case governor.SourceRequeue:
+				if served(s.RequeuedAt) {
+					t.Fatalf("requeue of %s run again behind the slot in flight %s%s", fmtT(s.RequeuedAt), fmtT(flying), explain())
+				}
+			case governor.SourceDeadLetterRecheck:
+				if dl := s.DeadLetter; dl == nil || served(dl.RecheckAt) {
+					t.Fatalf("recheck %+v run again behind the slot in flight %s%s", dl, fmtT(flying), explain())
+				}
+			case governor.SourceCatchUp:
+				t.Fatalf("catch-up run planned behind the slot in flight %s%s", fmtT(flying), explain())
+			case governor.SourcePaused: // the slot in flight is the run the pause leads to
+				t.Fatalf("the run after the pause planned again behind the slot in flight %s%s", fmtT(flying), explain())
+			}
+		}
+		if last.IsZero() || (s.Paused && flying.IsZero()) { // in flight, the run after a pause: planned as after its end
 			return
 		}
 		gap := d.NextRunAt.Sub(last)
 		if spec.Bounds != nil && !d.NextRunAt.Equal(now) {
 			if (lo != 0 && gap < lo) || (hi != 0 && gap > hi) {
 				t.Fatalf("gap %s outside bounds [%s, %s]%s", gap, lo, hi, explain())
+			}
+		}
+		// Quiet hours (checked in UTC, where the wall clock is exact): a
+		// run they place is in the window or at its end (an interval task;
+		// a cron task skips to an occurrence), and, without jitter (which
+		// may shorten the quiet interval), a run in the window is at least
+		// the quiet interval after the last run, unless the window ended
+		// in between, a rule that outranks quiet hours placed it (clamps,
+		// requeue, recheck, the breaker's retryAt) or it was floored to
+		// now.
+		if q := spec.QuietHours; q != nil && q.Timezone == "UTC" && q.Start != q.End && !kept && !d.NextRunAt.Equal(now) {
+			w := utcWindow(q.Start, q.End)
+			in, end := w.at(d.NextRunAt)
+			if d.Source == governor.SourceQuietHours && spec.Schedule.Cron == "" && !in && !w.isEdge(d.NextRunAt) {
+				t.Fatalf("quiet hours %s-%s placed a run outside the window%s", q.Start, q.End, explain())
+			}
+			switch d.Source {
+			case governor.SourceRequeue, governor.SourceDeadLetterRecheck, governor.SourceClampedMax, governor.SourceClampedMin, governor.SourceBreakerOpen:
+			default:
+				if _, lend := w.at(last); in && lend.Equal(end) && spec.Jitter == 0 && gap < q.Interval.D() {
+					t.Fatalf("run %s after the last one in quiet hours %s-%s every %s%s", gap, q.Start, q.End, q.Interval.D(), explain())
+				}
 			}
 		}
 		// Requeues and dead-letter rechecks outrank the budget (then the
@@ -466,4 +531,44 @@ func fmtTrail(trail []string) string {
 		s += "  " + l + "\n"
 	}
 	return s
+}
+
+// quietUTC is a quiet-hours oracle for windows in UTC, where the wall
+// clock has no DST: [start, end) seconds of the day, wrapping midnight
+// when start > end.
+type quietUTC struct{ start, end int64 }
+
+func utcWindow(start, end string) quietUTC {
+	sec := func(c string) int64 {
+		t, err := time.Parse("15:04", c)
+		if err != nil {
+			panic(err)
+		}
+		return int64(t.Hour()*3600 + t.Minute()*60)
+	}
+	return quietUTC{sec(start), sec(end)}
+}
+
+// at reports whether t is in the window, and the first end of a window
+// after t (that of the window t is in, if it is).
+func (w quietUTC) at(t time.Time) (bool, time.Time) {
+	t = t.UTC()
+	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	sod := t.Sub(day)
+	end := day.Add(time.Duration(w.end) * time.Second)
+	if !end.After(t) {
+		end = end.AddDate(0, 0, 1)
+	}
+	s, e := time.Duration(w.start)*time.Second, time.Duration(w.end)*time.Second
+	if w.start < w.end {
+		return sod >= s && sod < e, end
+	}
+	return sod >= s || sod < e, end
+}
+
+// isEdge reports whether t is the end of a window.
+func (w quietUTC) isEdge(t time.Time) bool {
+	t = t.UTC()
+	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	return t.Sub(day) == time.Duration(w.end)*time.Second
 }
