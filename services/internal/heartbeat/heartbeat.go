@@ -261,12 +261,19 @@ func (b *Beater) record(s sample) {
 }
 
 // best is the measurement with the smallest uncertainty among the last
-// offsetSamples (the newest of equals): a round trip slowed by a busy
-// server widens one beat's bounds, and the clocks drift far less in a
-// minute of beats than such a round trip. b.mu is held.
+// offsetSamples that agree with the newest (the newest of equals): a round
+// trip slowed by a busy server widens one beat's bounds, and the clocks
+// drift far less in a minute of beats than such a round trip. A sample
+// whose bounds and the newest's do not overlap measured a clock stepped
+// since (chrony at boot, a VM resumed, a hand fix) and no longer counts:
+// the executor would judge catchUp none slots by it. b.mu is held.
 func (b *Beater) best() sample {
-	best := b.samples[len(b.samples)-1]
+	newest := b.samples[len(b.samples)-1]
+	best := newest
 	for _, s := range b.samples {
+		if (s.offset-newest.offset).Abs() > s.uncertainty+newest.uncertainty {
+			continue
+		}
 		if s.uncertainty < best.uncertainty {
 			best = s
 		}

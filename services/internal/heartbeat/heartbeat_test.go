@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -356,5 +357,48 @@ func TestBeatMeasuresTheClockOffsetFromTheServer(t *testing.T) {
 				t.Errorf("%d clock warnings after three beats, want %d:\n%s", n, want, logs.String())
 			}
 		})
+	}
+}
+
+// A clock stepped between beats (chrony correcting it at boot, a VM
+// resumed, a hand fix) is measured anew at the next beat: a sample from
+// before the step, however precise, no longer counts once the newest
+// disagrees with it by more than both their uncertainties. Before, the
+// most precise of the last four beats won, and the executor judged
+// catchUp none slots by the stale offset for up to a minute.
+func TestASteppedClockIsMeasuredAnewAtTheNextBeat(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	_, js := srv.Connect(t, "executor")
+	var skew atomic.Int64
+	skew.Store(int64(-2 * time.Second))
+	// After the step, each write's reply seems to take 40 ms more (every
+	// second reading, a write's end, is late): its sample is the least
+	// precise of all, so only its agreement can make it count.
+	var stepped atomic.Bool
+	var reads atomic.Int64
+	now := func() time.Time {
+		t := time.Now().Add(time.Duration(skew.Load()))
+		if stepped.Load() && reads.Add(1)%2 == 0 {
+			t = t.Add(40 * time.Millisecond)
+		}
+		return t
+	}
+	b := heartbeat.Start(context.Background(), heartbeat.Config{
+		JS: js, Kind: "executor", Name: "stepped", Interval: time.Hour, Metrics: metrics.New(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: now,
+	})
+	t.Cleanup(b.Stop)
+	b.BeatNow(context.Background())
+	b.BeatNow(context.Background())
+	if offset, _, ok := b.Offset(); !ok || offset > -time.Second {
+		t.Fatalf("offset %s (measured %v) before the step, want about -2s", offset, ok)
+	}
+	skew.Store(0) // the clock is stepped right
+	stepped.Store(true)
+	b.BeatNow(context.Background())
+	offset, uncertainty, _ := b.Offset()
+	if offset.Abs() > uncertainty+time.Millisecond {
+		t.Fatalf("offset %s ± %s one beat after the clock was stepped right, want about 0: a sample from before the step still counts", offset, uncertainty)
 	}
 }
