@@ -68,12 +68,14 @@
 // spacing, the clamps and the MinGap floor measure from the slot in flight
 // when it is later than the last completed one. Slots that pass while a
 // slot is in flight are not caught up before its outcome is in. The slot
-// in flight is also the run a request at or before it asked for: a
-// one-shot hint, a requeue, a dead-letter recheck are not planned again
-// behind it (its outcome consumes them), and the next backfill run waits
-// for its success. From InFlightWindow before a timed pause ends, the
-// run the pause leads to is in flight: an input then plans after it, as
-// one just after the end does.
+// in flight is also the run a request at or before it asked for (a
+// one-shot hint, a requeue, a dead-letter recheck, the next backfill run,
+// the run a timed pause leads to, in flight from InFlightWindow before the
+// pause ends). While it is still ahead of now (the timer may not have
+// published it yet), every input but a pause, a delete or a dead-letter
+// hold keeps it. Once it is due, a re-plan plans after it and not the
+// request again; a one-shot hint and a requeue are consumed then, so a
+// second input during the run does not plan them again either.
 //
 // # Baseline, backoff and past slots
 //

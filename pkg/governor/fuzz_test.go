@@ -51,10 +51,12 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     counts as after its end) or floored to now, the gap from the last
 //     slot is within [min, max] (clamps beat every rule but pause, the
 //     breaker's retryAt and the dead-letter recheck included);
-//   - a re-plan while a slot is in flight never plans again a run that
-//     slot serves: a one-shot, requeue or recheck at or before it, the
-//     next backfill run (it waits for the slot's success), the run a timed
-//     pause leads to;
+//   - a slot in flight still ahead of now (perhaps not published yet)
+//     that serves a request (a one-shot, requeue or recheck at or before
+//     it, the next backfill run, the run a timed pause leads to) is kept
+//     by any input but a pause, a delete or a dead-letter hold; a re-plan
+//     while a slot in flight is due (running) never plans again a run that
+//     slot serves (the next backfill run waits for its success);
 //   - quiet hours (in UTC): a run they place is in the window or at its
 //     end, and, without jitter, a run in the window is at least the quiet
 //     interval after the last run unless the window ended in between or a
@@ -376,6 +378,15 @@ func FuzzDecide(f *testing.F) {
 			}
 			return // the rest holds for the decision that planned it
 		}
+		// A slot in flight still ahead (perhaps not published yet) that
+		// serves a request is kept, unless the input stops the task:
+		// planned after, the unpublished slot was dropped with the request.
+		if flying := slotInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && servesAhead(flying, d.State) {
+			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "in flight") {
+				t.Fatalf("a %s input moved the slot in flight %s (%s), still ahead and serving a request, to %s (%s)\n%s", in.Kind, fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source, fmtTrail(d.Trail))
+			}
+			return
+		}
 		if !slices.Contains(governor.AllSources(), d.Source) || len(d.Trail) == 0 {
 			t.Fatalf("source %q, trail %q", d.Source, d.Trail)
 		}
@@ -419,8 +430,10 @@ func FuzzDecide(f *testing.F) {
 		}
 		// The slot in flight serves the requests at or before it (a
 		// one-shot's time, a requeue, a recheck time) and a backlog waits
-		// for its success: no rule plans them again behind it.
-		if !flying.IsZero() {
+		// for its success: no rule plans them again behind it once it is
+		// due (running; one still ahead that serves a request is kept,
+		// above, unless the input stops the task, which re-plans).
+		if !flying.IsZero() && !flying.After(now) {
 			served := func(at time.Time) bool { return !flying.Before(at) }
 			switch d.Source {
 			case governor.SourceHintOneShot:
@@ -441,7 +454,10 @@ func FuzzDecide(f *testing.F) {
 				t.Fatalf("the run after the pause planned again behind the slot in flight %s%s", fmtT(flying), explain())
 			}
 		}
-		if last.IsZero() || (s.Paused && flying.IsZero()) { // in flight, the run after a pause: planned as after its end
+		// The run after a pause in flight and due counts as after its end;
+		// one still ahead is kept (above) but by a dead-letter hold, which
+		// re-plans as a resume at the end would, from the last completed slot.
+		if last.IsZero() || (s.Paused && (flying.IsZero() || flying.After(now))) {
 			return
 		}
 		gap := d.NextRunAt.Sub(last)
@@ -523,6 +539,29 @@ func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.T
 		return time.Time{}
 	}
 	return st.NextRunAt
+}
+
+// servesAhead reports whether the slot in flight, flying, is the run a
+// request in s (the state after the input) asked for: the run a timed
+// pause leads to, a one-shot hint or a requeue at or before it, a
+// dead-letter recheck not run yet at or before it, or the next backfill
+// run. A dead-letter hold whose recheck is later holds the task instead.
+func servesAhead(flying time.Time, s governor.State) bool {
+	served := func(at time.Time) bool { return !at.IsZero() && !flying.Before(at) }
+	dl := s.DeadLetter
+	switch {
+	case dl != nil && dl.RecheckAt.After(flying):
+		return false
+	case s.Paused:
+		return true
+	case s.OneShotHint != nil && served(s.OneShotHint.At):
+		return true
+	case served(s.RequeuedAt):
+		return true
+	case dl != nil && dl.RecheckAt.After(s.LastScheduledAt):
+		return true
+	}
+	return s.CatchUpPending > 0 && s.Failures == 0
 }
 
 func fmtTrail(trail []string) string {

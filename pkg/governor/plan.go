@@ -112,9 +112,11 @@ func (p *planner) inFlight() bool {
 //
 // The run a timed pause leads to (source paused, at or after the pause's
 // end) is a slot too: the executor runs it, since the pause has ended by
-// then. Other inputs plan after it, though only a new pause stops it;
-// measured from the slot before the pause, a run-now hint during it ran
-// right behind it, whatever the budget, bounds.min or MinGap.
+// then. Still ahead, it is kept (servesAhead) by every input but a pause,
+// a delete or a dead-letter hold; due, other inputs plan after it, though
+// only a new pause stops it: measured from the slot before the pause, a
+// run-now hint during it ran right behind it, whatever the budget,
+// bounds.min or MinGap.
 func (p *planner) slotInFlight() time.Time {
 	if p.in == KindAccepted || p.in == KindResumed {
 		return time.Time{}
@@ -162,6 +164,56 @@ func (p *planner) keep() {
 	p.tr.str("slot ").at(p.prevNext).str(" is in flight (its outcome is not in yet): kept; the slot after it is planned from that outcome").end()
 }
 
+// servesAhead names the request that the slot in flight, still ahead of
+// now, serves: the run a timed pause leads to, a one-shot hint or a
+// requeue at or before it, a dead-letter recheck it is, or the next
+// backfill run. Empty when there is none, when the slot is due already
+// (dispatched and running: the rules plan after it), or when the input
+// stops the task (a pause, a delete, a dead-letter hold), which re-plans.
+//
+// Such a slot is kept (keepServing), not planned after: the timer
+// publishes a dispatch only its lead (at most MaxLead) before its slot,
+// so a slot up to InFlightWindow ahead may not be published yet, and a
+// decision that planned after it dropped it, and the request with it (a
+// requeue or a run-now hint waited a whole interval, the run after a
+// pause was lost). Kept, the slot runs once whether or not it was
+// published, and its outcome settles the request.
+func (p *planner) servesAhead() string {
+	if !p.flying.After(p.now) {
+		return ""
+	}
+	switch p.in {
+	case KindPaused, KindDeleted, KindDeadLettered:
+		return ""
+	}
+	p.expireHints()
+	s := &p.s
+	if dl := s.DeadLetter; dl != nil && dl.RecheckAt.After(p.flying) {
+		return "" // a dead-letter hold stops the task until its recheck
+	}
+	switch {
+	case s.Paused: // the slot in flight is the run a timed pause leads to (slotInFlight)
+		return "the run after the pause until " + stamp(s.PausedUntil).String()
+	case s.OneShotHint != nil && p.served(s.OneShotHint.At):
+		return "the one-shot hint for " + stamp(s.OneShotHint.At).String()
+	case !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt):
+		return "the requeue at " + stamp(s.RequeuedAt).String()
+	case s.DeadLetter != nil && s.DeadLetter.RecheckAt.After(s.LastScheduledAt):
+		return "the dead-letter recheck at " + stamp(s.DeadLetter.RecheckAt).String()
+	case s.CatchUpPending > 0 && s.Failures == 0:
+		return "the next backfill run"
+	}
+	return ""
+}
+
+// keepServing leaves the slot in flight, still ahead, where it is: it is
+// the run that what (named by servesAhead) asked for.
+func (p *planner) keepServing(what string) {
+	p.setNext(p.prevNext, p.prevSource)
+	p.tr.str("slot ").at(p.prevNext).str(" is in flight (its dispatch is published up to ").dur(MaxLead).
+		str(" before it) and is ").str(what).str(": kept; the slot after it is planned from its outcome").end()
+}
+
 func (p *planner) expireHints() {
 	if h := p.s.IntervalHint; h != nil && !h.ExpiresAt.After(p.now) {
 		p.tr.str("interval hint ").dur(h.Interval).str(" expired at ").at(h.ExpiresAt).str(": cleared").end()
@@ -184,16 +236,6 @@ func (p *planner) pause() bool {
 	if s.PausedUntil.IsZero() {
 		p.choose(time.Time{}, SourcePaused).str("paused indefinitely").end()
 		return true
-	}
-	if s.PausedUntil.After(p.now) && !p.flying.IsZero() {
-		// The run the pause leads to is in flight (dispatched up to
-		// InFlightWindow before the end): plan after it, as an input just
-		// after the end does. Re-decided as a resume, that run was dropped
-		// and the budget and clamps measured from the slot before the
-		// pause. The state stays paused until then (PausedAt).
-		p.tr.str("paused until ").at(s.PausedUntil).str(": the run it leads to is in flight at ").at(p.flying).str("; the slot after it is planned").end()
-		p.leftPause = true
-		return false
 	}
 	if s.PausedUntil.After(p.now) {
 		p.choose(p.afterPause(), SourcePaused).str("paused until ").at(s.PausedUntil)
@@ -646,15 +688,21 @@ func (p *planner) countMissed(second time.Time) int64 {
 // an interval hint too, this takes the earlier of the two hints. A one-shot
 // whose time comes at or after its expiry is not planned: it expires
 // unused. Nor is one that the slot in flight serves (it is at or after
-// the hint's time): its outcome consumes the hint (applyOutcome), and
-// planned again, the hint ran a second time right behind it.
+// the hint's time): still ahead, servesAhead keeps that slot; due, the
+// hint is consumed at once, as the run's outcome would (applyOutcome);
+// planned again, it ran a second time right behind it.
 func (p *planner) oneShot() {
 	h := p.s.OneShotHint
 	if h == nil {
 		return
 	}
 	if p.served(h.At) {
-		p.tr.str("one-shot hint for ").at(h.At).str(" is served by the slot in flight ").at(p.flying).str(": not planned again").end()
+		// The slot is running (servesAhead keeps one still ahead): the
+		// hint is consumed now, as its outcome would, so that a second
+		// input during the run, which no longer sees the slot in flight,
+		// does not plan it again.
+		p.tr.str("one-shot hint for ").at(h.At).str(" is served by the slot in flight ").at(p.flying).str(": consumed, not planned again").end()
+		p.s.OneShotHint = nil
 		return
 	}
 	at := h.At
@@ -699,14 +747,19 @@ func (p *planner) breaker() {
 
 // deadLetter schedules a requeued task now, or a dead-lettered one at its
 // recheck time. A slot in flight at or after the requeue, or at or after
-// the recheck time, is that run: the next one is planned after it by the
-// other rules (the outcome of a run at or after the requeue clears it;
-// a recheck counts as run once a slot at or after it is the last one).
+// the recheck time, is that run: still ahead, servesAhead keeps it; due,
+// the next one is planned after it by the other rules (the requeue is
+// consumed at once, as the outcome of a run at or after it would; a
+// recheck counts as run once a slot at or after it is the last one).
 // Planned again, the run was made a second time right behind it.
 func (p *planner) deadLetter() {
 	s := &p.s
 	if !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt) {
-		p.tr.str("requeued at ").at(s.RequeuedAt).str(": served by the slot in flight ").at(p.flying).end()
+		// Running (servesAhead keeps one still ahead): consumed now, as
+		// the outcome would, so that a second input during the run does
+		// not run it again.
+		p.tr.str("requeued at ").at(s.RequeuedAt).str(": served by the slot in flight ").at(p.flying).str(", consumed").end()
+		s.RequeuedAt = time.Time{}
 		return
 	}
 	if !s.RequeuedAt.IsZero() {

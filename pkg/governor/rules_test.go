@@ -1130,33 +1130,32 @@ func TestDecideInputDuringARunPlansAfterTheSlotInFlight(t *testing.T) {
 			}},
 		},
 		// The run a timed pause leads to is in flight from InFlightWindow
-		// before the pause ends: an input then plans after it, as one just
-		// after the end does (old: 10:00:01 paused, both).
+		// before the pause ends: an input then keeps it (it may not be
+		// published yet), and the slot after it is planned from its
+		// outcome (old: 10:00:01 paused, all three).
 		{
-			"breaker closed 1 s before the pause ends: the day's run is in flight, budget 1 a day",
+			"breaker closed 1 s before the pause ends: the day's run is kept, budget 1 a day",
 			given{
 				withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
 				t0.Add(-time.Second), breakerInput("closed", time.Time{}),
 			},
-			want{next: t0.Add(24 * time.Hour), source: governor.SourceBaselineInterval, trail: "leads to is in flight", check: func(t *testing.T, d governor.Decision) {
-				// The same input just after the end plans the same run.
-				spec := withBudget(intervalSpec(24*time.Hour), 1)
-				st := stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused))
-				if after := governor.Decide(t0.Add(500*time.Millisecond), spec, st, breakerInput("closed", time.Time{})); !after.NextRunAt.Equal(d.NextRunAt) || after.Source != d.Source {
-					t.Errorf("at 10:00:00.5: %s (%s), at 09:59:59: %s (%s)", fmtT(after.NextRunAt), after.Source, fmtT(d.NextRunAt), d.Source)
-				}
+			want{next: t0, source: governor.SourcePaused, trail: "the run after the pause", check: func(t *testing.T, d governor.Decision) {
 				if !d.State.Paused || !d.State.PausedAt(t0.Add(-time.Second)) {
 					t.Error("the pause ended before its end")
 				}
 			}},
 		},
 		{
-			"a one-shot for after the pause's end, 1 s before it: bounds.min after the run in flight",
+			"a one-shot for after the pause's end, 1 s before it: the run the pause leads to is kept",
 			given{
 				withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
 				t0.Add(-time.Second), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)}),
 			},
-			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin},
+			want{next: t0, source: governor.SourcePaused, check: func(t *testing.T, d governor.Decision) {
+				if d.State.OneShotHint == nil {
+					t.Error("the one-shot for after the run was dropped")
+				}
+			}},
 		},
 		{
 			"a run-now hint 1 s before the pause ends: served by the run the pause leads to",
@@ -1164,7 +1163,7 @@ func TestDecideInputDuringARunPlansAfterTheSlotInFlight(t *testing.T) {
 				withBounds(intervalSpec(time.Hour), 5*time.Minute, 0), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
 				t0.Add(-time.Second), hinted(governor.Hint{At: t0.Add(-time.Second)}),
 			},
-			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval},
+			want{next: t0, source: governor.SourcePaused},
 		},
 	})
 }
@@ -1684,6 +1683,107 @@ func TestDecideAdaptiveReachesTheEndsOfItsRange(t *testing.T) {
 			}
 			if prev != tc.want {
 				t.Errorf("AdaptiveInterval after 100 runs = %s, want %s", prev, tc.want)
+			}
+		})
+	}
+}
+
+// A request a slot still ahead serves (within InFlightWindow, perhaps not
+// published yet: the timer publishes a dispatch only its lead before the
+// slot) keeps that slot: planned after it, the slot the timer had not
+// published yet was dropped, and the request with it (old: 10:00 the next
+// day for the requeue and the pause end, 11:00 for the run-now hint).
+func TestDecideRequestServedByASlotAheadKeepsIt(t *testing.T) {
+	daily := withBudget(intervalSpec(24*time.Hour), 1)
+	pausedDay := stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused))
+	runDecideCases(t, []decideCase{
+		{
+			"requeue 1.5 s before the recheck: the recheck is the requeued run",
+			given{
+				intervalSpec(24 * time.Hour), stateWith(ran(t0.Add(-25*time.Hour)), failures(1), deadLettered(t0.Add(-24*time.Hour), t0), planned(t0, governor.SourceDeadLetterRecheck)),
+				t0.Add(-1500 * time.Millisecond), requeued,
+			},
+			want{next: t0, source: governor.SourceDeadLetterRecheck, trail: "in flight", check: func(t *testing.T, d governor.Decision) {
+				if d.State.DeadLetter != nil || !d.State.RequeuedAt.Equal(t0.Add(-1500*time.Millisecond)) {
+					t.Errorf("DeadLetter = %+v, RequeuedAt = %s", d.State.DeadLetter, fmtT(d.State.RequeuedAt))
+				}
+			}},
+		},
+		{
+			"run-now hint 1.7 s before the slot: the slot is the run",
+			given{
+				intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)),
+				t0.Add(-1700 * time.Millisecond), hinted(governor.Hint{At: t0.Add(-1700 * time.Millisecond)}),
+			},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "in flight", check: func(t *testing.T, d governor.Decision) {
+				if d.State.OneShotHint == nil {
+					t.Error("the one-shot hint was dropped before its run")
+				}
+			}},
+		},
+		{
+			"breaker closed 1.5 s before the pause ends: the run it leads to is kept",
+			given{daily, pausedDay, t0.Add(-1500 * time.Millisecond), breakerInput("closed", time.Time{})},
+			want{next: t0, source: governor.SourcePaused, trail: "in flight", check: func(t *testing.T, d governor.Decision) {
+				if !d.State.Paused || !d.State.PausedAt(t0.Add(-time.Second)) {
+					t.Error("the pause ended before its end")
+				}
+			}},
+		},
+		{
+			"spec update 1.5 s before the pause ends: the run it leads to is kept",
+			given{daily, pausedDay, t0.Add(-1500 * time.Millisecond), updated},
+			want{next: t0, source: governor.SourcePaused, trail: "in flight"},
+		},
+		{
+			"a pause 1.5 s before the slot still stops the task",
+			given{intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)), t0.Add(-1500 * time.Millisecond), governor.Input{Kind: governor.KindPaused}},
+			want{next: time.Time{}, source: governor.SourcePaused},
+		},
+	})
+}
+
+// Two inputs during one run: the first plans after the running slot, so
+// the second sees no slot in flight; the request that slot serves must not
+// be planned again behind it (old: 10:05:01 hint-oneshot, 10:00:01
+// requeue, t0+0.5 s hint-oneshot).
+func TestDecideSecondInputDuringARunDoesNotPlanTheServedRequestAgain(t *testing.T) {
+	twice := func(spec *events.TaskSpec, st governor.State, first, second time.Time, in1, in2 governor.Input) governor.Decision {
+		d := governor.Decide(first, spec, st, in1)
+		return governor.Decide(second, spec, d.State, in2)
+	}
+	hint10m := hinted(governor.Hint{Interval: 10 * time.Minute})
+	tests := []struct {
+		name string
+		d    governor.Decision
+		next time.Time
+		src  governor.Source
+	}{
+		{
+			// The second decision measures the hint from the last
+			// completed slot (10:00): the running one is no longer known.
+			"one-shot at 10:05 running, two hints",
+			twice(intervalSpec(time.Hour), stateWith(ran(t0), oneShotHint(t0.Add(5*time.Minute), t0.Add(30*time.Minute)), planned(t0.Add(5*time.Minute), governor.SourceHintOneShot)),
+				t0.Add(5*time.Minute+500*time.Millisecond), t0.Add(5*time.Minute+time.Second), hint10m, hint10m),
+			t0.Add(10 * time.Minute), governor.SourceHintInterval,
+		},
+		{
+			"requeued run at 10:00 running, two hints",
+			twice(intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), requeuedAt(t0), planned(t0, governor.SourceRequeue)),
+				t0.Add(500*time.Millisecond), t0.Add(time.Second), hint10m, hint10m),
+			t0.Add(10 * time.Minute), governor.SourceHintInterval,
+		},
+		{
+			"breaker closed 1 s before the pause ends, then a run-now hint just after: budget 1 a day",
+			twice(withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
+				t0.Add(-time.Second), t0.Add(500*time.Millisecond), breakerInput("closed", time.Time{}), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)})),
+			t0.Add(24 * time.Hour), governor.SourceBudget,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !tt.d.NextRunAt.Equal(tt.next) || tt.d.Source != tt.src {
+				t.Errorf("NextRunAt = %s (%s), want %s (%s)\n%s", fmtT(tt.d.NextRunAt), tt.d.Source, fmtT(tt.next), tt.src, fmtTrail(tt.d.Trail))
 			}
 		})
 	}
