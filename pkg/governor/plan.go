@@ -755,11 +755,10 @@ func (p *planner) breaker() {
 func (p *planner) deadLetter() {
 	s := &p.s
 	if !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt) {
-		// Running (servesAhead keeps one still ahead): consumed now, as
-		// the outcome would, so that a second input during the run does
-		// not run it again.
-		p.tr.str("requeued at ").at(s.RequeuedAt).str(": served by the slot in flight ").at(p.flying).str(", consumed").end()
-		s.RequeuedAt = time.Time{}
+		// Running (servesAhead keeps one still ahead). Kept until the
+		// outcome, not consumed now as a one-shot is: applyDeadLetter
+		// reads it to refuse a dead letter dated before the requeue.
+		p.tr.str("requeued at ").at(s.RequeuedAt).str(": served by the slot in flight ").at(p.flying).end()
 		return
 	}
 	if !s.RequeuedAt.IsZero() {
