@@ -381,7 +381,7 @@ func FuzzDecide(f *testing.F) {
 		// A slot in flight still ahead (perhaps not published yet) that
 		// serves a request is kept, unless the input stops the task:
 		// planned after, the unpublished slot was dropped with the request.
-		if flying := slotInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && servesAhead(flying, d.State) {
+		if flying := slotInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && servesAhead(flying, d.State, in.Kind) {
 			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "in flight") {
 				t.Fatalf("a %s input moved the slot in flight %s (%s), still ahead and serving a request, to %s (%s)\n%s", in.Kind, fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source, fmtTrail(d.Trail))
 			}
@@ -545,8 +545,10 @@ func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.T
 // request in s (the state after the input) asked for: the run a timed
 // pause leads to, a one-shot hint or a requeue at or before it, a
 // dead-letter recheck not run yet at or before it, or the next backfill
-// run. A dead-letter hold whose recheck is later holds the task instead.
-func servesAhead(flying time.Time, s governor.State) bool {
+// run; or any slot ahead, for a hint or a requeue input, which applies
+// from its outcome. A dead-letter hold whose recheck is later holds the
+// task instead.
+func servesAhead(flying time.Time, s governor.State, kind governor.Kind) bool {
 	served := func(at time.Time) bool { return !at.IsZero() && !flying.Before(at) }
 	dl := s.DeadLetter
 	switch {
@@ -561,7 +563,7 @@ func servesAhead(flying time.Time, s governor.State) bool {
 	case dl != nil && dl.RecheckAt.After(s.LastScheduledAt):
 		return true
 	}
-	return s.CatchUpPending > 0 && s.Failures == 0
+	return s.CatchUpPending > 0 && s.Failures == 0 || kind == governor.KindHinted || kind == governor.KindRequeued
 }
 
 func fmtTrail(trail []string) string {

@@ -202,6 +202,12 @@ func (p *planner) servesAhead() string {
 		return "the dead-letter recheck at " + stamp(s.DeadLetter.RecheckAt).String()
 	case s.CatchUpPending > 0 && s.Failures == 0:
 		return "the next backfill run"
+	case p.in == KindHinted || p.in == KindRequeued:
+		// Any slot still ahead: planned after it, the hint's new cadence
+		// dropped it if it was not published yet (an hourly task ran at
+		// 09:00 and 11:00), and nudge cannot keep it (MinGap from
+		// itself). The hint or requeue applies from its outcome.
+		return "the run planned before this " + string(p.in) + " input"
 	}
 	return ""
 }

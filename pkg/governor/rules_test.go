@@ -1722,6 +1722,33 @@ func TestDecideRequestServedByASlotAheadKeepsIt(t *testing.T) {
 			}},
 		},
 		{
+			// A hint that would move a plain slot still ahead: planned
+			// after it, the slot (perhaps not yet published) was dropped,
+			// and the hourly task ran at 09:00, then 11:00.
+			"interval hint of 2h 1.5 s before a baseline slot: the slot is kept",
+			given{
+				intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)),
+				t0.Add(-1500 * time.Millisecond), hinted(governor.Hint{Interval: 2 * time.Hour}),
+			},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "in flight"},
+		},
+		{
+			"interval hint of 25m 1.5 s before a baseline slot: the slot is kept",
+			given{
+				intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)),
+				t0.Add(-1500 * time.Millisecond), hinted(governor.Hint{Interval: 25 * time.Minute}),
+			},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "in flight"},
+		},
+		{
+			"interval hint of 10m 1.5 s before a breaker probe: the probe is kept",
+			given{
+				intervalSpec(time.Hour), stateWith(ran(t0.Add(-time.Hour)), breakerOpenUntil(t0), planned(t0, governor.SourceBreakerOpen)),
+				t0.Add(-1500 * time.Millisecond), hinted(governor.Hint{Interval: 10 * time.Minute}),
+			},
+			want{next: t0, source: governor.SourceBreakerOpen, trail: "in flight"},
+		},
+		{
 			"breaker closed 1.5 s before the pause ends: the run it leads to is kept",
 			given{daily, pausedDay, t0.Add(-1500 * time.Millisecond), breakerInput("closed", time.Time{})},
 			want{next: t0, source: governor.SourcePaused, trail: "in flight", check: func(t *testing.T, d governor.Decision) {
