@@ -24,12 +24,7 @@ import (
 func TestAnIdempotencyKeyMakesARetryOneCommand(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 200)
-	keyed := func(method, path, key, body string) *reply {
-		h := http.Header{}
-		h.Set("Authorization", "Bearer "+token)
-		h.Set("Idempotency-Key", key)
-		return b.send(t, method, path, h, body)
-	}
+	keyed := func(method, path, key, body string) *reply { return b.keyed(t, method, path, key, body) }
 
 	first := keyed(http.MethodPost, "/api/v1/tasks", "create-web-1", b.task("web", ""))
 	expect(t, "create", first, http.StatusAccepted, "")
@@ -87,12 +82,7 @@ func TestAnIdempotencyKeyMakesARetryOneCommand(t *testing.T) {
 func TestAKeyedRetryAfterTheTaskIsGoneGetsTheFirstVerdict(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 200)
-	keyed := func(method, path, key, body string) *reply {
-		h := http.Header{}
-		h.Set("Authorization", "Bearer "+token)
-		h.Set("Idempotency-Key", key)
-		return b.send(t, method, path, h, body)
-	}
+	keyed := func(method, path, key, body string) *reply { return b.keyed(t, method, path, key, body) }
 	gone := func(id string) {
 		natstest.Eventually(t, 10*time.Second, "task "+id+" gone", func() bool {
 			return b.call(t, http.MethodGet, "/api/v1/tasks/"+id, "").status == http.StatusNotFound
@@ -179,4 +169,13 @@ func TestAKeyedRetryAfterTheTaskIsGoneGetsTheFirstVerdict(t *testing.T) {
 	})
 	sameVerdict("retry of a recreated task's dead letter", r2, keyed(http.MethodPost, "/api/v1/deadletter/2/retry", "k", ""))
 	expect(t, "retry of a recreated task's dead letter with another key", keyed(http.MethodPost, "/api/v1/deadletter/2/retry", "k2", ""), http.StatusConflict, "seq")
+}
+
+// keyed sends an authorised request with Idempotency-Key key.
+func (b *bundle) keyed(t *testing.T, method, path, key, body string) *reply {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+token)
+	h.Set("Idempotency-Key", key)
+	return b.send(t, method, path, h, body)
 }
