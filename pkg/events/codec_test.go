@@ -532,6 +532,54 @@ func TestDecodersRefuseTimesOutsideYears1To9999(t *testing.T) {
 	}
 }
 
+// TestDecodeDataRefusesInvalidUTF8: encoding/json replaces bytes that are
+// not UTF-8 with U+FFFD, so a spec sent over NATS was stored altered
+// (control.DecodeJSON refused it on the HTTP API and the CLI only).
+func TestDecodeDataRefusesInvalidUTF8(t *testing.T) {
+	const spec = "{\"specversion\":\"1.0\",\"id\":\"c1\",\"source\":\"cli\",\"type\":\"io.flyball.task.created\",\"data\":{\"id\":\"u\",\"target\":{\"http\":{\"method\":\"POST\",\"url\":\"https://e.com\",\"headers\":{\"X-Sig\":\"\xe9\"},\"body\":\"\xff\xfe\"}},\"schedule\":{\"interval\":\"30s\"}}}"
+	e, err := events.Decode(nil, []byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := events.DecodeTaskSpec(e)
+	rs := events.Reasons(err)
+	if !errors.Is(err, events.ErrMalformed) || len(rs) != 2 {
+		t.Fatalf("DecodeTaskSpec = %v (body %q), want two reasons", err, got.Target.HTTP.Body)
+	}
+	assertFieldError(t, rs[0], wantErr{"target.http.headers.X-Sig", []string{"not valid UTF-8", "0xE9"}})
+	assertFieldError(t, rs[1], wantErr{"target.http.body", []string{"not valid UTF-8", "0xFF"}})
+
+	for _, c := range []struct {
+		data  string
+		field string
+	}{
+		{"{\"labels\":{\"\xff\":\"a\"}}", "labels"},                                                          // a map key
+		{"{\"target\":{\"http\":{\"expectStatus\":[\"2xx\",\"\\\"\xc3\"]}}}", "target.http.expectStatus[1]"}, // after an escaped quote
+		{"{\"schedule\":{\"interval\":\"3\xffs\"}}", "schedule.interval"},
+		{"{\"startAt\":\"\xff\"}", "startAt"},
+	} {
+		var s events.TaskSpec
+		err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, c.data), &s)
+		if rs := events.Reasons(err); !errors.Is(err, events.ErrMalformed) || len(rs) != 1 || rs[0].Field != c.field || !strings.Contains(rs[0].Rule, "UTF-8") {
+			t.Errorf("DecodeData(%q) = %v, want one reason naming %s", c.data, err, c.field)
+		}
+	}
+	// U+FFFD itself, written or escaped, is valid.
+	var s events.TaskSpec
+	if err := events.DecodeData(dataEvent(t, events.ContentTypeJSON, `{"id":"x","labels":{"a":"\ufffd","b":"\uFFFD\"","c":"�"}}`), &s); err != nil || s.Labels["c"] != "\uFFFD" {
+		t.Errorf("DecodeData with U+FFFD = %v, %+v", err, s.Labels)
+	}
+	// The per-run decoders (fast paths included) refuse it too.
+	var d events.Dispatch
+	if err := events.DecodeDispatch(dataEvent(t, events.ContentTypeJSON, "{\"dispatchId\":\"r:1\",\"taskId\":\"r\xff\"}"), &d); !errors.Is(err, events.ErrMalformed) || events.Reasons(err)[0].Field != "taskId" {
+		t.Errorf("DecodeDispatch with invalid UTF-8 = %v, want taskId refused", err)
+	}
+	var r events.Run
+	if err := events.DecodeRun(dataEvent(t, events.ContentTypeJSON, "{\"taskId\":\"r\",\"request\":{\"headers\":{\"a\":\"\\n\xff\"}}}"), &r); !errors.Is(err, events.ErrMalformed) || events.Reasons(err)[0].Field != "request.headers.a" {
+		t.Errorf("DecodeRun with invalid UTF-8 = %v, want request.headers.a refused", err)
+	}
+}
+
 func TestDecodeDataAccepts(t *testing.T) {
 	for _, ct := range []string{"", events.ContentTypeJSON, events.ContentTypeJSON + "; charset=utf-8", "application/vnd.flyball.task+json"} {
 		var s events.TaskSpec

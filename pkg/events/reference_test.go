@@ -170,7 +170,8 @@ func refDecodeData(e Event, v any) error {
 func refDecodeStrict(data []byte, v any) error {
 	// Changed deliberately (as decodeStrict): a time written with a JSON
 	// escape is read as the time it spells, where encoding/json refused
-	// it (Go issue 47353).
+	// it (Go issue 47353). And a string whose bytes are not UTF-8 is
+	// refused, naming its field, where encoding/json replaced the bytes.
 	data, err := walkShape(data, v)
 	if err != nil {
 		return err

@@ -211,13 +211,18 @@ func fastHeaders(b []byte, dst *map[string]string) bool {
 func isQuoted(raw []byte) bool { return raw[0] == '"' }
 
 // rawString returns the content of a JSON string value. A string without
-// escapes whose bytes are valid UTF-8 is its own content; anything else is
-// left to encoding/json (which replaces invalid UTF-8, for one).
+// escapes is its own content; one with escapes goes to encoding/json. One
+// whose bytes are not UTF-8 is left to DecodeData, which refuses it
+// (encoding/json would replace the bytes with U+FFFD).
 func rawString(raw []byte) (string, bool) {
 	if !isQuoted(raw) {
 		return "", false
 	}
-	if body := raw[1 : len(raw)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+	body := raw[1 : len(raw)-1]
+	if !utf8.Valid(body) {
+		return "", false
+	}
+	if bytes.IndexByte(body, '\\') < 0 {
 		return string(body), true
 	}
 	return unquote(raw)

@@ -5,12 +5,14 @@ import (
 	"encoding"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // strictShape checks what encoding/json lets through even with
@@ -60,9 +62,16 @@ func strictShape(data []byte, v any) error {
 func walkShape(data []byte, v any) ([]byte, error) {
 	w := shapeWalker{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
 	w.dec.UseNumber() // a number's literal, for its range and its error
+	// One pass over valid input; only input that is not UTF-8 has its
+	// strings looked at (see checkUTF8).
+	w.notUTF8 = !utf8.Valid(data)
 	w.value(reflect.TypeOf(v), "")
 	if w.broken {
 		return data, nil // encoding/json reports the syntax error
+	}
+	if w.notUTF8 && len(w.problems.errs) == 0 {
+		// In a value the walk leaves to encoding/json.
+		w.problems.add("data", "not valid UTF-8"+byteAt(data, invalidUTF8(data)))
 	}
 	problems := w.problems.err()
 	if problems == nil {
@@ -147,6 +156,9 @@ type shapeWalker struct {
 	// broken is set when the input is not valid JSON: the walk stops and
 	// reports nothing.
 	broken bool
+	// notUTF8 is set when data holds bytes that are not UTF-8: the
+	// strings are then checked one by one, to name the field.
+	notUTF8 bool
 	// problems are those found so far, in document order (up to
 	// MaxReasons, then counted).
 	problems collector
@@ -165,6 +177,8 @@ func (w *shapeWalker) value(t reflect.Type, path string) {
 	d, isDelim := tok.(json.Delim)
 	typed := t != nil && t.Kind() != reflect.Interface
 	switch {
+	case w.notUTF8 && w.checkUTF8(tok, path):
+		// refused: encoding/json would replace the bytes
 	case t == timeType:
 		w.note(w.time(tok, path))
 	case t == durationType:
@@ -336,6 +350,11 @@ func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, 
 			return
 		}
 		key, _ := tok.(string)
+		if w.notUTF8 && w.checkUTF8(tok, path) {
+			// A key that is not UTF-8: its object is named.
+			w.skipValue()
+			continue
+		}
 		sub := key
 		if path != "" {
 			sub = path + "." + key
@@ -361,6 +380,65 @@ func (w *shapeWalker) object(fields map[string]reflect.Type, elem reflect.Type, 
 		}
 	}
 	w.token() // the closing '}'
+}
+
+// checkUTF8 notes, and reports, a string token tok (a value at path, or
+// a key of the object at path) whose bytes in the input are not UTF-8.
+// encoding/json hands it over with each such byte replaced by U+FFFD, so
+// only a token holding U+FFFD has its bytes looked at: they end at the
+// input offset, and start after the last quote before them that no
+// backslash escapes.
+func (w *shapeWalker) checkUTF8(tok json.Token, path string) bool {
+	s, ok := tok.(string)
+	if !ok || !strings.ContainsRune(s, utf8.RuneError) {
+		return false
+	}
+	end := int(w.dec.InputOffset()) - 1 // the closing quote
+	start := end - 1
+	for ; start >= 0; start-- {
+		if w.data[start] != '"' {
+			continue
+		}
+		n := 0
+		for n < start && w.data[start-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			break
+		}
+	}
+	raw := w.data[start+1 : end]
+	i := invalidUTF8(raw)
+	if i < 0 {
+		return false
+	}
+	field := path
+	if field == "" {
+		field = "data"
+	}
+	w.note(malformed(field, "not valid UTF-8"+byteAt(raw, i)+": JSON text must be UTF-8, and the bytes would be replaced by U+FFFD"))
+	return true
+}
+
+// invalidUTF8 is the offset of the first byte of b that is not UTF-8, or
+// -1.
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// byteAt describes the byte of b at i.
+func byteAt(b []byte, i int) string {
+	if i < 0 || i >= len(b) {
+		return ""
+	}
+	return fmt.Sprintf(" (byte 0x%02X at offset %d)", b[i], i)
 }
 
 // unknownField is the rule for an unknown key, naming the field it

@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -354,6 +355,27 @@ func TestProblemWithHugeTextIsRejected(t *testing.T) {
 	rs := lastRejection(t, js, "long")
 	if len(rs) != 1 || !strings.HasPrefix(rs[0].Field, "\u2028") || len(rs[0].Field) > events.MaxReasonBytes+len("…") || rs[0].Rule != "unknown field" {
 		t.Fatalf("%d reasons (first field %d bytes, rule %.100q), want one unknown field, cut to %d bytes", len(rs), len(rs[0].Field), rs[0].Rule, events.MaxReasonBytes)
+	}
+}
+
+// TestSpecNotUTF8IsRejected: a task.created whose data held bytes that
+// are not UTF-8 was accepted, and stored with each such byte replaced by
+// U+FFFD (a header "\xe9" became "\ufffd", a body "\xff\xfe" became
+// "\ufffd\ufffd"). The HTTP API and the CLI refused it; sent over NATS it
+// is now rejected too, naming the field, and nothing is stored.
+func TestSpecNotUTF8IsRejected(t *testing.T) {
+	s, js := startGovernor(t)
+	body := []byte("{\"specversion\":\"1.0\",\"id\":\"c1\",\"source\":\"cli\",\"type\":\"io.flyball.task.created\",\"data\":{\"id\":\"u\",\"target\":{\"http\":{\"method\":\"POST\",\"url\":\"https://e.com\",\"headers\":{\"X-Sig\":\"\xe9\"},\"body\":\"\xff\xfe\"}},\"schedule\":{\"interval\":\"30s\"}}}")
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "u"), body))
+	rs := lastRejection(t, js, "u")
+	if len(rs) != 2 || rs[0].Field != "target.http.headers.X-Sig" || rs[1].Field != "target.http.body" || !strings.Contains(rs[1].Rule, "UTF-8") {
+		t.Fatalf("reasons %+v, want target.http.headers.X-Sig and target.http.body refused as not UTF-8", rs)
+	}
+	if _, err := s.loadSpec(t.Context(), "u"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the rejected spec was stored (err %v)", err)
+	}
+	if _, rev, err := s.readState(t.Context(), "u"); err != nil || rev != 0 {
+		t.Fatalf("the rejected task has a schedule: rev %d, err %v", rev, err)
 	}
 }
 
