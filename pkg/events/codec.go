@@ -2,15 +2,18 @@ package events
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/google/uuid"
 )
 
@@ -119,6 +122,9 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
+		if aerr := attributeError(trimmed); aerr != nil {
+			return Event{}, aerr
+		}
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
 	// The sdk reads a JSON media type case-sensitively but renders it
@@ -164,6 +170,9 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 		if err != nil {
 			return Event{}, malformed("time", fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40)))
 		}
+		if !TimeInRange(t) {
+			return Event{}, malformed("time", TimeRangeRule(t))
+		}
 		e.SetTime(t)
 	}
 	ct := headerValue(header, "content-type")
@@ -191,6 +200,76 @@ func isJSONMediaType(ct string) bool {
 	return mt == ContentTypeJSON || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
+// attributeError names the attribute of the structured-mode message b (a
+// JSON object with specversion "1.0") that the sdk's decoder failed on, or
+// is nil when none is found. The sdk's errors name no attribute ("cannot
+// parse uri ref: ::", "ReadString: expects \" or n, but found 5"); binary
+// mode always named one. Every member is checked in document order, repeats
+// included, as the sdk reads them.
+func attributeError(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if _, err := dec.Token(); err != nil { // '{'
+		return nil
+	}
+	var dct string
+	var data json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil
+		}
+		kind := jsonKind(raw)
+		switch key {
+		case "data":
+			data = raw
+			continue
+		case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data_base64":
+		default:
+			if kind == "object" || kind == "array" {
+				return malformed(key, "an extension attribute must be a string, number or boolean, got "+kind)
+			}
+			continue
+		}
+		if kind == "null" {
+			continue
+		}
+		if kind != "string" {
+			return malformed(key, "wrong type: got "+kind+", want string")
+		}
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return nil
+		}
+		switch key {
+		case "source":
+			if _, err := url.Parse(v); err != nil {
+				return malformed(key, fmt.Sprintf("must be a URI reference, got %q", truncate(v, 64)))
+			}
+		case "time":
+			if _, err := types.ParseTime(v); err != nil {
+				return malformed(key, fmt.Sprintf("must be an RFC 3339 time such as \"2026-03-02T11:00:00Z\", got %q", truncate(v, 40)))
+			}
+		case "data_base64":
+			if _, err := base64.StdEncoding.DecodeString(v); err != nil {
+				return malformed(key, "not valid base64: "+err.Error())
+			}
+		case "datacontenttype":
+			dct = v
+		}
+	}
+	if data != nil && dct != "" {
+		if mt, _, _ := strings.Cut(dct, ";"); !isSDKJSON(strings.TrimSpace(mt)) && jsonKind(data) != "string" {
+			return malformed("data", fmt.Sprintf("must be a JSON string for content type %q, got %s", truncate(dct, 64), jsonKind(data)))
+		}
+	}
+	return nil
+}
+
 func validate(e Event) error {
 	if err := sdkValidate(e); err != nil {
 		// The sdk reports "attr: REQUIRED" lines; keep them as field errors.
@@ -213,6 +292,11 @@ func validate(e Event) error {
 	}
 	if !strings.HasPrefix(e.Type(), TypePrefix) {
 		return malformed("type", fmt.Sprintf("must start with %q, got %q", TypePrefix, truncate(e.Type(), 64)))
+	}
+	// A time past year 9999 (with its offset) cannot be encoded again:
+	// json.Marshal writes year 10000, which no decoder reads.
+	if t := e.Time(); !TimeInRange(t) {
+		return malformed("time", TimeRangeRule(t))
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -65,6 +66,8 @@ func FuzzDecode(f *testing.F) {
 		``, `{nope`, `[1]`, `"s"`, `{}`, `{"specversion":"0.3"}`, `{"specversion":1}`,
 		`{"specversion":"1.0","id":"a","source":"s","type":"com.example"}`,
 		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","time":"nope"}`,
+		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","time":"9999-12-31T23:30:00-01:00"}`,
+		"{\"specversion\":\"1.0\",\"id\":\"c1\",\"source\":\"cli\",\"type\":\"io.flyball.task.created\",\"data\":{\"id\":\"u\",\"target\":{\"http\":{\"url\":\"https://e.com\",\"body\":\"\xff\xfe\"}},\"schedule\":{\"interval\":\"30s\"}}}",
 		`{"data_base64":1,"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x"}`,
 		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","data_base64":"eyJpZCI6IngifQ=="}`,
 		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","datacontenttype":"text/plain","data":"hi"}`,
@@ -89,6 +92,18 @@ func FuzzDecode(f *testing.F) {
 		e, err := events.Decode(hdr, body)
 		if err != nil {
 			checkMalformed(t, "Decode", err)
+			// A structured-mode object with specversion 1.0 fails on an
+			// attribute, which its reasons name.
+			var probe struct {
+				SpecVersion *string `json:"specversion"`
+			}
+			if !binary && json.Unmarshal(body, &probe) == nil && probe.SpecVersion != nil && *probe.SpecVersion == "1.0" {
+				for _, r := range events.Reasons(err) {
+					if r.Field == "" && !strings.HasPrefix(r.Rule, "and ") {
+						t.Fatalf("Decode: reason %q names no attribute\nbody: %q", r.Rule, body)
+					}
+				}
+			}
 			// What an answer to the broken message can still name.
 			if typ, id := events.PeekAttributes(hdr, body); len(typ) > 256+len("…") || len(id) > 256+len("…") {
 				t.Fatalf("PeekAttributes returned %d and %d bytes, want at most 256 each (plus …)", len(typ), len(id))

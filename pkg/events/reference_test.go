@@ -84,6 +84,11 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
+		// Deliberate change: the attribute the sdk failed on is named
+		// (the sdk's message named none; binary mode always did).
+		if aerr := attributeError(trimmed); aerr != nil {
+			return Event{}, aerr
+		}
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
 	// A rule added on purpose after the fast paths (e545394): JSON data
@@ -115,6 +120,11 @@ func refDecodeBinary(header map[string][]string, body []byte) (Event, error) {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			return Event{}, malformed("time", fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40)))
+		}
+		// Deliberate change: a time past year 9999 is refused (see
+		// refValidate).
+		if !TimeInRange(t) {
+			return Event{}, malformed("time", TimeRangeRule(t))
 		}
 		e.SetTime(t)
 	}
@@ -152,6 +162,12 @@ func refValidate(e Event) error {
 	}
 	if !strings.HasPrefix(e.Type(), TypePrefix) {
 		return malformed("type", fmt.Sprintf("must start with %q, got %q", TypePrefix, truncate(e.Type(), 64)))
+	}
+	// Deliberate change: the event's time is held to TimeInRange, as every
+	// time in data is ("9999-12-31T23:30:00-01:00" was encoded as year
+	// 10000, which no decoder reads).
+	if t := e.Time(); !TimeInRange(t) {
+		return malformed("time", TimeRangeRule(t))
 	}
 	return nil
 }
