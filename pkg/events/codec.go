@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,8 +123,8 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
-		if aerr := attributeError(trimmed); aerr != nil {
-			return Event{}, aerr
+		if field, rule := attributeProblem(trimmed); field != "" {
+			return Event{}, malformed(field, rule)
 		}
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
@@ -200,28 +201,30 @@ func isJSONMediaType(ct string) bool {
 	return mt == ContentTypeJSON || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
-// attributeError names the attribute of the structured-mode message b (a
-// JSON object with specversion "1.0") that the sdk's decoder failed on, or
-// is nil when none is found. The sdk's errors name no attribute ("cannot
-// parse uri ref: ::", "ReadString: expects \" or n, but found 5"); binary
-// mode always named one. Every member is checked in document order, repeats
+// attributeProblem names the attribute of the structured-mode message b
+// (a JSON object with specversion "1.0") that the sdk's decoder failed on,
+// and the rule it breaks; field is "" when no attribute explains it. The
+// sdk's errors name no attribute ("cannot parse uri ref: ::",
+// "ReadString: expects \" or n, but found 5"); binary mode always named
+// one. Every member is checked in document order, repeats
 // included, as the sdk reads them.
-func attributeError(b []byte) error {
+func attributeProblem(b []byte) (field, rule string) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if _, err := dec.Token(); err != nil { // '{'
-		return nil
+		return "", ""
 	}
 	var dct string
 	var data json.RawMessage
+	specVersion := false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return "", ""
 		}
 		key, _ := tok.(string)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil
+			return "", ""
 		}
 		kind := jsonKind(raw)
 		switch key {
@@ -230,44 +233,67 @@ func attributeError(b []byte) error {
 			continue
 		case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data_base64":
 		default:
+			switch lower := strings.ToLower(key); lower {
+			case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data", "data_base64":
+				return key, "unknown attribute (attribute names are case-sensitive: did you mean " + strconv.Quote(lower) + "?)"
+			}
+			if !event.IsExtensionNameValid(key) {
+				if key == "" {
+					key = `""`
+				}
+				return key, "unknown attribute: an extension attribute's name must be ASCII letters and digits only"
+			}
 			if kind == "object" || kind == "array" {
-				return malformed(key, "an extension attribute must be a string, number or boolean, got "+kind)
+				return key, "an extension attribute must be a string, number or boolean, got " + kind
 			}
 			continue
 		}
 		if kind == "null" {
+			if key == "source" {
+				return key, "is required: a non-empty URI reference"
+			}
 			continue
 		}
 		if kind != "string" {
-			return malformed(key, "wrong type: got "+kind+", want string")
+			return key, "wrong type: got " + kind + ", want string"
 		}
 		var v string
 		if json.Unmarshal(raw, &v) != nil {
-			return nil
+			return "", ""
 		}
 		switch key {
 		case "source":
+			if v == "" {
+				return key, "is required: a non-empty URI reference"
+			}
 			if _, err := url.Parse(v); err != nil {
-				return malformed(key, fmt.Sprintf("must be a URI reference, got %q", truncate(v, 64)))
+				return key, fmt.Sprintf("must be a URI reference, got %q", truncate(v, 64))
 			}
 		case "time":
 			if _, err := types.ParseTime(v); err != nil {
-				return malformed(key, fmt.Sprintf("must be an RFC 3339 time such as \"2026-03-02T11:00:00Z\", got %q", truncate(v, 40)))
+				return key, fmt.Sprintf("must be an RFC 3339 time such as \"2026-03-02T11:00:00Z\", got %q", truncate(v, 40))
 			}
 		case "data_base64":
 			if _, err := base64.StdEncoding.DecodeString(v); err != nil {
-				return malformed(key, "not valid base64: "+err.Error())
+				return key, "not valid base64: " + err.Error()
 			}
 		case "datacontenttype":
 			dct = v
+		case "specversion":
+			specVersion = true
 		}
+	}
+	if !specVersion {
+		// The probe before the sdk matched a key such as "SpecVersion"
+		// (encoding/json ignores case); the sdk wants it exact.
+		return "specversion", `is required (structured mode, exactly "specversion") or send ce-* headers (binary mode)`
 	}
 	if data != nil && dct != "" {
 		if mt, _, _ := strings.Cut(dct, ";"); !isSDKJSON(strings.TrimSpace(mt)) && jsonKind(data) != "string" {
-			return malformed("data", fmt.Sprintf("must be a JSON string for content type %q, got %s", truncate(dct, 64), jsonKind(data)))
+			return "data", fmt.Sprintf("must be a JSON string for content type %q, got %s", truncate(dct, 64), jsonKind(data))
 		}
 	}
-	return nil
+	return "", ""
 }
 
 func validate(e Event) error {

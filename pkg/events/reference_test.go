@@ -86,8 +86,8 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 	if err := unmarshalEvent(trimmed, &e); err != nil {
 		// Deliberate change: the attribute the sdk failed on is named
 		// (the sdk's message named none; binary mode always did).
-		if aerr := attributeError(trimmed); aerr != nil {
-			return Event{}, aerr
+		if field, rule := attributeProblem(trimmed); field != "" {
+			return Event{}, malformed(field, rule)
 		}
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
