@@ -271,7 +271,7 @@ func (b *Beater) best() sample {
 	newest := b.samples[len(b.samples)-1]
 	best := newest
 	for _, s := range b.samples {
-		if (s.offset-newest.offset).Abs() > s.uncertainty+newest.uncertainty {
+		if (s.offset - newest.offset).Abs() > s.uncertainty+newest.uncertainty {
 			continue
 		}
 		if s.uncertainty < best.uncertainty {
