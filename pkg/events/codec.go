@@ -216,6 +216,7 @@ func attributeProblem(b []byte) (field, rule string) {
 	var dct string
 	var data json.RawMessage
 	specVersion := false
+	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -226,6 +227,10 @@ func attributeProblem(b []byte) (field, rule string) {
 		if err := dec.Decode(&raw); err != nil {
 			return "", ""
 		}
+		if seen[key] {
+			return key, "given twice: each attribute appears once"
+		}
+		seen[key] = true
 		kind := jsonKind(raw)
 		switch key {
 		case "data":
@@ -245,6 +250,9 @@ func attributeProblem(b []byte) (field, rule string) {
 			}
 			if kind == "object" || kind == "array" {
 				return key, "an extension attribute must be a string, number or boolean, got " + kind
+			}
+			if f, err := strconv.ParseFloat(string(raw), 64); kind == "number" && (err != nil || f > math.MaxInt32 || f < math.MinInt32) {
+				return key, fmt.Sprintf("an extension attribute's number must be from %d to %d, got %s", math.MinInt32, math.MaxInt32, truncate(string(raw), 32))
 			}
 			continue
 		}

@@ -72,6 +72,9 @@ func FuzzDecode(f *testing.F) {
 		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","data_base64":"eyJpZCI6IngifQ=="}`,
 		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","datacontenttype":"text/plain","data":"hi"}`,
 		`{"datacontenttype":"text/plain","data":"hi","specversion":"1.0","id":"a","source":"%41 b","type":"io.flyball.x","ext":1}`,
+		`{"specversion":"1.0","specversion":"1.0","id":"a","source":"s","type":"io.flyball.x"}`,
+		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","datacontenttype":"application/json","datacontenttype":"application/json"}`,
+		`{"specversion":"1.0","id":"a","source":"s","type":"io.flyball.x","ext":1e10}`,
 	} {
 		f.Add([]byte(s), false)
 	}
