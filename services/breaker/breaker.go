@@ -68,6 +68,9 @@ type Service struct {
 	// tuneFollow, when set, adjusts the half-open loop's watch of
 	// flyball-breakers before it starts (tests end the watch).
 	tuneFollow func(*kvcache.Follower)
+	// tuneBreakers, when set, wraps flyball-breakers once it is bound
+	// (tests fail a read).
+	tuneBreakers func(jetstream.KeyValue) jetstream.KeyValue
 	// publishing, when set, runs before a transition of key to state to
 	// is published (tests delay that publish).
 	publishing func(key string, to events.BreakerState)
@@ -99,6 +102,9 @@ func (s *Service) Start(ctx context.Context) error {
 		jsutil.Bucket{Name: streams.BucketSchedules, KV: &s.schedules},
 	); err != nil {
 		return fmt.Errorf("breaker: %w", err)
+	}
+	if s.tuneBreakers != nil {
+		s.breakers = s.tuneBreakers(s.breakers)
 	}
 	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
 		return fmt.Errorf("breaker: stream %s: %w", streams.StreamHealth, err)

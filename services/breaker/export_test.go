@@ -3,12 +3,17 @@ package breaker
 import (
 	"context"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 )
 
 // TuneFollow sets the test hook that adjusts the half-open loop's watch.
 func (s *Service) TuneFollow(f func(*kvcache.Follower)) { s.tuneFollow = f }
+
+// TuneBreakers sets the test hook that wraps flyball-breakers once bound.
+func (s *Service) TuneBreakers(f func(jetstream.KeyValue) jetstream.KeyValue) { s.tuneBreakers = f }
 
 // Publishing sets the test hook that runs before a transition is
 // published.

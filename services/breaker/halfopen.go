@@ -68,7 +68,7 @@ const healthClockMargin = time.Minute
 func (s *Service) healthDropped(ctx context.Context, at time.Time) (bool, error) {
 	info, err := s.health.Info(ctx)
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", errHealthInfo, err)
+		return false, fmt.Errorf("HEALTH info: %w", err)
 	}
 	st := info.State
 	if st.FirstSeq <= 1 {
@@ -170,14 +170,18 @@ func (s *Service) halfOpenDue(ctx context.Context, o *openBreakers) {
 		}
 		for _, key := range keys {
 			// A key not retrying may be a replayed half-open record;
-			// one retrying is, if its HEALTH check failed.
+			// one retrying still is, unless the try before wrote a fresh
+			// transition and failed to publish it (errFreshPublish). A
+			// try that failed earlier, at its read of the record (KV
+			// electing at a start) or at the HEALTH check, keeps it.
 			r, retrying := retry[key]
-			err := s.halfOpen(ctx, key, !retrying || r.replayed)
+			replayed := !retrying || r.replayed
+			err := s.halfOpen(ctx, key, replayed)
 			if err == nil || ctx.Err() != nil {
 				delete(retry, key)
 				continue
 			}
-			r.replayed = errors.Is(err, errHealthInfo)
+			r.replayed = replayed && !errors.Is(err, errFreshPublish)
 			r.wait = min(max(2*r.wait, halfOpenRetry), halfOpenRetryMax)
 			r.at = time.Now().Add(r.wait)
 			retry[key] = r
@@ -217,8 +221,10 @@ type halfOpenRetryState struct {
 	replayed bool
 }
 
-// errHealthInfo marks a failure of healthDropped's read of HEALTH.
-var errHealthInfo = errors.New("HEALTH info")
+// errFreshPublish marks a failed publish of a transition this try wrote:
+// its retry is not a replayed record, and is published without the
+// HEALTH check (its event was never stored).
+var errFreshPublish = errors.New("publish of a new half-open transition")
 
 // halfOpen performs open → half-open for key if it is still open and due.
 // The transition is stored with the record; when the record is already
@@ -278,7 +284,10 @@ func (s *Service) halfOpen(ctx context.Context, key string, replayed bool) error
 		return err
 	}
 	s.cfg.Metrics.BreakerTransitions.WithLabelValues(string(events.BreakerHalfOpen)).Inc()
-	return s.publish(ctx, rec.Transition)
+	if err := s.publish(ctx, rec.Transition); err != nil {
+		return fmt.Errorf("%w: %w", errFreshPublish, err)
+	}
+	return nil
 }
 
 func isHostKey(key string) bool {

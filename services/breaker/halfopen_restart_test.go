@@ -1,9 +1,12 @@
 package breaker_test
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,18 +121,7 @@ func staleHalfOpenIsNotRepublished(t *testing.T, h *harness, stale time.Time, fr
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(key string, at time.Time) {
-		t.Helper()
-		rec := map[string]any{
-			"key": key, "state": events.BreakerHalfOpen, "failures": 3, "openDelay": "1m", "retryAt": at, "updatedAt": at,
-			"transition": map[string]any{
-				"eventId": "breaker:" + key + ":half-open:" + strconv.FormatInt(at.UnixMilli(), 10),
-				"key":     key, "from": events.BreakerOpen, "to": events.BreakerHalfOpen, "failures": 3, "openDelay": "1m", "at": at,
-				"reason": "open delay elapsed: the next call is the probe",
-			},
-		}
-		natstest.PutJSON(t, h.js, streams.BucketBreakers, key, rec)
-	}
+	put := func(key string, at time.Time) { t.Helper(); putHalfOpenRecord(t, h, key, at) }
 	put("stale", stale)
 	var mu sync.Mutex
 	var published []string
@@ -155,4 +147,78 @@ func staleHalfOpenIsNotRepublished(t *testing.T, h *harness, stale time.Time, fr
 	if slices.Contains(published, "stale") || stored("stale") {
 		t.Fatalf("published %v: the transition made at %s, whose event HEALTH may have dropped, was published again", published, stale.Format(time.RFC3339))
 	}
+}
+
+// A replayed half-open record whose first try fails before the HEALTH
+// check (its read of flyball-breakers, as while KV elects a leader at a
+// start) is still checked against HEALTH when it is tried again. The
+// retry used to take it for this replica's own fresh transition and
+// published it, though HEALTH (here count-limited) had dropped it.
+func TestAReplayedHalfOpenRecordStaysCheckedWhenItsFirstTryFails(t *testing.T) {
+	h := prepare(t)
+	healthConfig(t, h, func(c *jetstream.StreamConfig) { c.MaxMsgs = 3 })
+	for i := range 5 { // HEALTH drops its first two
+		if _, err := h.js.Publish(t.Context(), events.BreakerSubject(events.BreakerOpen, "filler"+strconv.Itoa(i)), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := time.Now().Add(-2 * time.Hour).UTC()
+	putHalfOpenRecord(t, h, "stale", stale)
+	kv := &failFirstGet{key: "stale"}
+	var mu sync.Mutex
+	var published []string
+	h.start(func(s *breaker.Service) {
+		s.TuneBreakers(func(b jetstream.KeyValue) jetstream.KeyValue { kv.KeyValue = b; return kv })
+		s.Publishing(func(key string, _ events.BreakerState) {
+			mu.Lock()
+			published = append(published, key)
+			mu.Unlock()
+		})
+	})
+	natstest.Eventually(t, 10*time.Second, "stale's record tried again after its failed read", func() bool { return kv.gets.Load() >= 2 })
+	// A record stored after the retry began goes through a later round of
+	// the loop: once it is on HEALTH, the retry was judged.
+	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putHalfOpenRecord(t, h, "later", time.Now().Add(5*time.Minute).UTC())
+	natstest.Eventually(t, 10*time.Second, "later's transition on HEALTH", func() bool {
+		_, err := health.GetLastMsgForSubject(t.Context(), events.BreakerSubject(events.BreakerHalfOpen, "later"))
+		return err == nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(published, "stale") {
+		t.Fatalf("published %v: the replayed transition made at %s, which HEALTH dropped, was published on the retry after a failed read", published, stale.Format(time.RFC3339))
+	}
+}
+
+// failFirstGet is flyball-breakers whose first read of key fails.
+type failFirstGet struct {
+	jetstream.KeyValue
+	key  string
+	gets atomic.Int32
+}
+
+func (k *failFirstGet) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if key == k.key && k.gets.Add(1) == 1 {
+		return nil, errors.New("injected: a read while KV elects a leader")
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// putHalfOpenRecord stores a half-open record of key whose transition was
+// made at at, with no event on HEALTH.
+func putHalfOpenRecord(t *testing.T, h *harness, key string, at time.Time) {
+	t.Helper()
+	rec := map[string]any{
+		"key": key, "state": events.BreakerHalfOpen, "failures": 3, "openDelay": "1m", "retryAt": at, "updatedAt": at,
+		"transition": map[string]any{
+			"eventId": "breaker:" + key + ":half-open:" + strconv.FormatInt(at.UnixMilli(), 10),
+			"key":     key, "from": events.BreakerOpen, "to": events.BreakerHalfOpen, "failures": 3, "openDelay": "1m", "at": at,
+			"reason": "open delay elapsed: the next call is the probe",
+		},
+	}
+	natstest.PutJSON(t, h.js, streams.BucketBreakers, key, rec)
 }
