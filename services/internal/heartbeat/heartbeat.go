@@ -84,6 +84,9 @@ type Beater struct {
 	// later beat is a compare-and-set on it, so a write by anyone else in
 	// between (the sweeper marking the instance offline) is noticed.
 	rev uint64
+	// unread is whether the last read-back for the clock offset failed
+	// (warned once). Only the beat loop touches it.
+	unread bool
 	// back is the offline record the instance returned from, while its
 	// runtime.online is not yet published (retried every beat).
 	back *events.Heartbeat
@@ -226,10 +229,22 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 // lies in [t0 − created, t1 − created]: the estimate is the midpoint,
 // within half the round trip. The entry is read back for its stamp (one
 // KV read a beat); one written since by anyone else (another revision)
-// measures nothing, and neither does a failed read.
+// measures nothing, and neither does a failed read, which is logged
+// once until a read succeeds again: a NATS user without the direct get
+// of its own entry would otherwise leave the offset unmeasured (the gauge
+// at 0, the executor on its own clock) without a word.
 func (b *Beater) measure(ctx context.Context, key string, rev uint64, t0, t1 time.Time) {
 	ent, err := b.kv.Get(ctx, key)
-	if err != nil || ent.Revision() != rev {
+	if err != nil {
+		if !b.unread && ctx.Err() == nil {
+			b.unread = true
+			b.cfg.Logger.Warn("clock offset not measured: the heartbeat could not be read back; it is tried again each beat",
+				"kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
+		}
+		return
+	}
+	b.unread = false
+	if ent.Revision() != rev {
 		return
 	}
 	half := t1.Sub(t0) / 2
@@ -283,7 +298,8 @@ func (b *Beater) best() sample {
 
 // Offset reports this process's clock minus the NATS server's, as the
 // beats measured it: the estimate with the smallest uncertainty among
-// the last 4 beats (a minute at the default interval), and that
+// those of the last 4 beats (a minute at the default interval) that agree
+// with the newest (best), and that
 // uncertainty (half the write's round trip). ok is false before any beat
 // measured it. Safe for concurrent use.
 func (b *Beater) Offset() (offset, uncertainty time.Duration, ok bool) {

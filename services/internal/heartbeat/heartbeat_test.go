@@ -402,3 +402,45 @@ func TestASteppedClockIsMeasuredAnewAtTheNextBeat(t *testing.T) {
 		t.Fatalf("offset %s ± %s one beat after the clock was stepped right, want about 0: a sample from before the step still counts", offset, uncertainty)
 	}
 }
+
+// A beat whose read-back fails (a NATS user without the direct get of its
+// own runtime entry) measures no offset, and says so once, not at every
+// beat; before, nothing said the offset went unmeasured (the gauge at 0,
+// the executor judging catchUp none on its own clock).
+func TestAFailedReadBackIsWarnedOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	_, js := srv.Connect(t, "executor")
+	var logs lockedBuffer
+	b := heartbeat.Start(context.Background(), heartbeat.Config{
+		JS: noReadBack{js}, Kind: "executor", Name: "unread", Interval: time.Hour, Metrics: metrics.New(),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	t.Cleanup(b.Stop)
+	b.BeatNow(context.Background())
+	b.BeatNow(context.Background())
+	if _, _, ok := b.Offset(); ok {
+		t.Fatal("an offset measured though no beat could be read back")
+	}
+	if n := strings.Count(logs.String(), "clock offset not measured"); n != 1 {
+		t.Fatalf("%d warnings after three beats whose read-back failed, want 1:\n%s", n, logs.String())
+	}
+}
+
+// noReadBack is a JetStream whose flyball-runtime refuses reads, as for a
+// user without the direct get of its entries.
+type noReadBack struct{ jetstream.JetStream }
+
+func (j noReadBack) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	return refusedGet{kv}, nil
+}
+
+type refusedGet struct{ jetstream.KeyValue }
+
+func (refusedGet) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
+	return nil, errors.New("nats: permissions violation (injected)")
+}
