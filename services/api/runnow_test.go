@@ -34,22 +34,8 @@ func TestRunNowCarriesNoCallerClock(t *testing.T) {
 	b := &bundle{js: js, base: "http://" + s.Addr()}
 	// No governor runs: the command is stored, its answer pending.
 	expect(t, "run-now", b.call(t, http.MethodPost, "/api/v1/tasks/web/run-now", `{"ttl":"30m"}`), http.StatusAccepted, "")
-	st, err := js.Stream(t.Context(), streams.StreamTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := st.GetLastMsgForSubject(t.Context(), events.TaskSubject(events.VerbHinted, "web"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := events.Decode(raw.Header, raw.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var h events.TaskHint
-	if err := events.DecodeData(e, &h); err != nil {
-		t.Fatal(err)
-	}
+	natstest.LastData(t, js, streams.StreamTasks, events.TaskSubject(events.VerbHinted, "web"), &h)
 	if h.At == nil || !h.At.IsZero() || h.TTL.D() != 30*time.Minute || h.Reason != "run-now" {
 		t.Fatalf("stored run-now hint %+v (at %v), want a zero at (the governor's now), ttl 30m, reason run-now", h, h.At)
 	}

@@ -357,24 +357,10 @@ func TestThresholdOpensTheBreaker(t *testing.T) {
 	if b.State != events.BreakerOpen || !b.RetryAt.After(b.UpdatedAt) {
 		t.Fatalf("after %d failures: %+v, want open with retryAt ahead", spec.Breaker.FailureThreshold, b)
 	}
-	health, err := h.js.Stream(t.Context(), streams.StreamHealth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := health.GetLastMsgForSubject(t.Context(), events.BreakerSubject(events.BreakerOpen, "t1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := events.Decode(m.Header, m.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var tr events.BreakerTransition
-	if err := events.DecodeData(e, &tr); err != nil {
-		t.Fatal(err)
-	}
+	data := natstest.LastData(t, h.js, streams.StreamHealth, events.BreakerSubject(events.BreakerOpen, "t1"), &tr)
 	if tr.TaskID != "t1" || !tr.TaskCreatedAt.Equal(h.created) {
-		t.Fatalf("breaker.open %s: want taskId t1 and taskCreatedAt %s", m.Data, h.created)
+		t.Fatalf("breaker.open %s: want taskId t1 and taskCreatedAt %s", data, h.created)
 	}
 }
 

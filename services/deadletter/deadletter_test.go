@@ -218,22 +218,8 @@ func TestAttemptsOfAnExecutorAheadOfTheServerAreKept(t *testing.T) {
 	h.failed("t1", run(id, 1, at.Add(time.Second), false))
 	h.failed("t1", run(id, 2, at.Add(2*time.Second), true))
 
-	st, err := h.js.Stream(t.Context(), streams.StreamDeadLetter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := st.GetLastMsgForSubject(t.Context(), events.DeadLetterSubject("t1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := events.Decode(m.Header, m.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var entry events.DeadLetter
-	if err := events.DecodeData(e, &entry); err != nil {
-		t.Fatal(err)
-	}
+	natstest.LastData(t, h.js, streams.StreamDeadLetter, events.DeadLetterSubject("t1"), &entry)
 	var got []string
 	for _, a := range entry.Errors {
 		got = append(got, a.Error)

@@ -744,21 +744,7 @@ func TestTaskListAndGetShowAnUnreadableSpec(t *testing.T) {
 // lastHint is the last task.hinted of task id stored on TASKS.
 func lastHint(t *testing.T, e *cliEnv, id string) events.TaskHint {
 	t.Helper()
-	st, err := e.srv.JS.Stream(t.Context(), streams.StreamTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := st.GetLastMsgForSubject(t.Context(), events.TaskSubject(events.VerbHinted, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := events.Decode(raw.Header, raw.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var h events.TaskHint
-	if err := events.DecodeData(ev, &h); err != nil {
-		t.Fatal(err)
-	}
+	natstest.LastData(t, e.srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbHinted, id), &h)
 	return h
 }
