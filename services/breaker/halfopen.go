@@ -171,17 +171,17 @@ func (s *Service) halfOpenDue(ctx context.Context, o *openBreakers) {
 		for _, key := range keys {
 			// A key not retrying may be a replayed half-open record;
 			// one retrying still is, unless the try before wrote a fresh
-			// transition and failed to publish it (errFreshPublish). A
+			// transition and failed to publish it (wrote). A
 			// try that failed earlier, at its read of the record (KV
 			// electing at a start) or at the HEALTH check, keeps it.
 			r, retrying := retry[key]
 			replayed := !retrying || r.replayed
-			err := s.halfOpen(ctx, key, replayed)
+			wrote, err := s.halfOpen(ctx, key, replayed)
 			if err == nil || ctx.Err() != nil {
 				delete(retry, key)
 				continue
 			}
-			r.replayed = replayed && !errors.Is(err, errFreshPublish)
+			r.replayed = replayed && !wrote
 			r.wait = min(max(2*r.wait, halfOpenRetry), halfOpenRetryMax)
 			r.at = time.Now().Add(r.wait)
 			retry[key] = r
@@ -221,11 +221,6 @@ type halfOpenRetryState struct {
 	replayed bool
 }
 
-// errFreshPublish marks a failed publish of a transition this try wrote:
-// its retry is not a replayed record, and is published without the
-// HEALTH check (its event was never stored).
-var errFreshPublish = errors.New("publish of a new half-open transition")
-
 // halfOpen performs open → half-open for key if it is still open and due.
 // The transition is stored with the record; when the record is already
 // half-open with that transition (its publish failed, and the loop
@@ -236,11 +231,12 @@ var errFreshPublish = errors.New("publish of a new half-open transition")
 // stored transition whose event HEALTH may have dropped is not published
 // again (healthDropped): HEALTH with a lowered max_msgs or max_bytes drops
 // events younger than its max age, and the governor would apply an old
-// transition as new.
-func (s *Service) halfOpen(ctx context.Context, key string, replayed bool) error {
+// transition as new. wrote reports whether this try stored the transition
+// itself: its retry is no replayed record (its event was never stored).
+func (s *Service) halfOpen(ctx context.Context, key string, replayed bool) (wrote bool, err error) {
 	now := s.cfg.Now().UTC()
 	var rec record
-	_, err := jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
+	_, err = jsutil.CAS(ctx, s.breakers, key, 10, func(cur []byte) ([]byte, error) {
 		rec = record{}
 		if cur == nil || json.Unmarshal(cur, &rec) != nil {
 			return nil, jsutil.ErrNoChange
@@ -270,24 +266,21 @@ func (s *Service) halfOpen(ctx context.Context, key string, replayed bool) error
 		if replayed {
 			dropped, err := s.healthDropped(ctx, rec.Transition.At)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if dropped {
 				s.cfg.Logger.Debug("half-open transition older than HEALTH's oldest event; not published again", "key", key, "event", rec.Transition.EventID)
-				return nil
+				return false, nil
 			}
 		}
-		return s.publish(ctx, rec.Transition)
+		return false, s.publish(ctx, rec.Transition)
 	case errors.Is(err, jsutil.ErrNoChange):
-		return nil
+		return false, nil
 	case err != nil:
-		return err
+		return false, err
 	}
 	s.cfg.Metrics.BreakerTransitions.WithLabelValues(string(events.BreakerHalfOpen)).Inc()
-	if err := s.publish(ctx, rec.Transition); err != nil {
-		return fmt.Errorf("%w: %w", errFreshPublish, err)
-	}
-	return nil
+	return true, s.publish(ctx, rec.Transition)
 }
 
 func isHostKey(key string) bool {
