@@ -103,8 +103,9 @@ type Stack struct {
 	started []service
 	names   []string
 	beaters []*heartbeat.Beater
-	// clock is the first beater started: every beater of the process
-	// measures the same clock against the NATS server's (ClockOffset).
+	// clock is the first beater started, the only one that measures the
+	// process's clock against the NATS server's (ClockOffset); the others
+	// skip the read-back (heartbeat.Config.NoClock).
 	clock atomic.Pointer[heartbeat.Beater]
 	// API is the running API server, if any.
 	API *api.Service
@@ -177,6 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		b := heartbeat.Start(ctx, heartbeat.Config{
 			JS: cfg.JS, Kind: name, Name: cfg.Instance, Version: cfg.Version,
 			Interval: cfg.HeartbeatInterval, Logger: cfg.Logger, Metrics: cfg.Metrics,
+			NoClock: len(st.beaters) > 0, // one clock, measured by the first
 		})
 		st.beaters = append(st.beaters, b)
 		st.clock.CompareAndSwap(nil, b)

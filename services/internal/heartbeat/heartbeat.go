@@ -12,7 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,6 +40,9 @@ type Config struct {
 	// Now is the process's clock, whose offset from the NATS server's
 	// each beat measures (Offset). Defaults to time.Now; tests skew it.
 	Now func() time.Time
+	// NoClock skips the measurement (and its read-back): a process with
+	// several beaters measures its one clock with the first (stack).
+	NoClock bool
 }
 
 // SkewWarn is the clock offset from the NATS server past which the beater
@@ -92,10 +95,12 @@ type Beater struct {
 	back *events.Heartbeat
 	// samples are the last offsetSamples measurements of the clock
 	// offset, newest last; skewed is whether the offset reported last was
-	// past SkewWarn. Guarded by mu: Offset is read by other goroutines.
-	mu      sync.Mutex
+	// past SkewWarn. Only the beat loop touches them. current is the one
+	// Offset reports (best), nil before the first: read on every
+	// dispatch by the executor, so without a lock.
 	samples []sample
 	skewed  bool
+	current atomic.Pointer[sample]
 }
 
 // Start registers the instance (announcing runtime.online) and beats until
@@ -234,6 +239,9 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 // of its own entry would otherwise leave the offset unmeasured (the gauge
 // at 0, the executor on its own clock) without a word.
 func (b *Beater) measure(ctx context.Context, key string, rev uint64, t0, t1 time.Time) {
+	if b.cfg.NoClock {
+		return
+	}
 	ent, err := b.kv.Get(ctx, key)
 	if err != nil {
 		if !b.unread && ctx.Err() == nil {
@@ -254,16 +262,15 @@ func (b *Beater) measure(ctx context.Context, key string, rev uint64, t0, t1 tim
 // record keeps s among the last offsetSamples measurements, and exports
 // and judges the one Offset reports.
 func (b *Beater) record(s sample) {
-	b.mu.Lock()
 	b.samples = append(b.samples, s)
 	if len(b.samples) > offsetSamples {
 		b.samples = b.samples[len(b.samples)-offsetSamples:]
 	}
 	best := b.best()
+	b.current.Store(&best)
 	crossed := best.offset.Abs() > SkewWarn
 	changed := crossed != b.skewed
 	b.skewed = crossed
-	b.mu.Unlock()
 	b.cfg.Metrics.ClockOffset.Set(best.offset.Seconds())
 	switch {
 	case changed && crossed:
@@ -281,7 +288,7 @@ func (b *Beater) record(s sample) {
 // drift far less in a minute of beats than such a round trip. A sample
 // whose bounds and the newest's do not overlap measured a clock stepped
 // since (chrony at boot, a VM resumed, a hand fix) and no longer counts:
-// the executor would judge catchUp none slots by it. b.mu is held.
+// the executor would judge catchUp none slots by it.
 func (b *Beater) best() sample {
 	newest := b.samples[len(b.samples)-1]
 	best := newest
@@ -301,14 +308,12 @@ func (b *Beater) best() sample {
 // those of the last 4 beats (a minute at the default interval) that agree
 // with the newest (best), and that
 // uncertainty (half the write's round trip). ok is false before any beat
-// measured it. Safe for concurrent use.
+// measured it. Safe for concurrent use, and lock-free.
 func (b *Beater) Offset() (offset, uncertainty time.Duration, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.samples) == 0 {
+	s := b.current.Load()
+	if s == nil {
 		return 0, 0, false
 	}
-	s := b.best()
 	return s.offset, s.uncertainty, true
 }
 

@@ -444,3 +444,25 @@ type refusedGet struct{ jetstream.KeyValue }
 func (refusedGet) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
 	return nil, errors.New("nats: permissions violation (injected)")
 }
+
+// A beater told NoClock (every beater of a stack but its first: they
+// share one clock) does not read its entry back, and so measures nothing:
+// here its reads would fail, and no warning comes.
+func TestANoClockBeaterDoesNotReadBack(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	_, js := srv.Connect(t, "executor")
+	var logs lockedBuffer
+	b := heartbeat.Start(context.Background(), heartbeat.Config{
+		JS: noReadBack{js}, Kind: "executor", Name: "second", Interval: time.Hour, Metrics: metrics.New(),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), NoClock: true,
+	})
+	t.Cleanup(b.Stop)
+	b.BeatNow(context.Background())
+	if _, _, ok := b.Offset(); ok {
+		t.Fatal("a NoClock beater measured an offset")
+	}
+	if strings.Contains(logs.String(), "clock offset not measured") {
+		t.Fatalf("a NoClock beater read its entry back:\n%s", logs.String())
+	}
+}
