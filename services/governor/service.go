@@ -364,7 +364,9 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// a view that is current costs nothing.
 			fresh, err := s.loadSpec(ctx, id)
 			if err != nil {
-				return gov.Decision{}, err
+				// Gone since (deleted between a try that wrote a pause
+				// hint and this one): the hint goes too.
+				return gov.Decision{}, s.gone(ctx, id, hinted, err)
 			}
 			spec = fresh
 		}
