@@ -728,7 +728,7 @@ const LateRedispatch = time.Minute
 // is later (LateRedispatch).
 func lateBy(md *jetstream.MsgMetadata, d *events.Dispatch) time.Duration {
 	at := d.FiredAt
-	if md != nil && md.Timestamp.After(at) {
+	if md.Timestamp.After(at) {
 		at = md.Timestamp
 	}
 	return at.Sub(d.ScheduledAt)
