@@ -63,15 +63,17 @@ func TestReasonIsBounded(t *testing.T) {
 
 // TestInvalidUTF8IsRefused: a body that is not UTF-8 is a 400. It used to
 // be decoded with every invalid byte replaced by U+FFFD, so a reason or a
-// spec (a header value, a job) was stored altered, without a word.
+// spec (a header value, a job) was stored altered, without a word. The
+// 400 names the field that holds the byte, as the governor's answer to
+// the same spec over NATS does.
 func TestInvalidUTF8IsRefused(t *testing.T) {
 	b, _ := apiOnly(t)
-	for _, c := range []struct{ path, body string }{
-		{"/api/v1/tasks/web/pause", "{\"reason\":\"caf\xe9\"}"},
-		{"/api/v1/tasks", "{\"id\":\"web\",\"job\":\"caf\xe9\",\"target\":{\"http\":{\"url\":\"http://example.com\"}},\"schedule\":{\"interval\":\"1h\"}}"},
+	for _, c := range []struct{ path, body, field string }{
+		{"/api/v1/tasks/web/pause", "{\"reason\":\"caf\xe9\"}", "reason"},
+		{"/api/v1/tasks", "{\"id\":\"web\",\"job\":\"caf\xe9\",\"target\":{\"http\":{\"url\":\"http://example.com\"}},\"schedule\":{\"interval\":\"1h\"}}", "job"},
 	} {
 		r := b.call(t, http.MethodPost, c.path, c.body)
-		expect(t, "POST "+c.path+" with a Latin-1 byte", r, http.StatusBadRequest, "")
+		expect(t, "POST "+c.path+" with a Latin-1 byte", r, http.StatusBadRequest, c.field)
 		if !strings.Contains(r.str("detail"), "UTF-8") {
 			t.Fatalf("POST %s: %s, want a detail naming UTF-8", c.path, r.raw)
 		}

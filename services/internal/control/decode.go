@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -17,18 +16,13 @@ import (
 // governor decodes command data: unknown fields and wrongly typed values
 // are refused, and errors are *events.ValidationError naming the field
 // ("schedule.interval: wrong type: got number, want a duration string").
-// Bytes that are not UTF-8 are refused too, where encoding/json would
-// quietly replace them.
+// Bytes that are not UTF-8 are refused too, naming the field (the
+// strict decoder checks them), where encoding/json would replace them.
 // The HTTP API decodes request bodies and the CLI decodes task files with
 // it, so a file that passes here is not rejected later for its shape.
 func DecodeJSON(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return &events.ValidationError{Errors: []events.FieldError{{Rule: "empty document: want a JSON object"}}}
-	}
-	if i := invalidUTF8(data); i >= 0 {
-		// encoding/json would replace the bytes with U+FFFD, and the
-		// altered value would be stored.
-		return &events.ValidationError{Errors: []events.FieldError{{Rule: fmt.Sprintf("not valid UTF-8 (byte %d)", i)}}}
 	}
 	if !json.Valid(data) {
 		var probe any
@@ -50,19 +44,6 @@ func DecodeJSON(data []byte, v any) error {
 		}
 	}
 	return &events.ValidationError{Errors: reasons}
-}
-
-// invalidUTF8 is the offset of the first byte of data that is not UTF-8,
-// or -1.
-func invalidUTF8(data []byte) int {
-	for i := 0; i < len(data); {
-		r, n := utf8.DecodeRune(data[i:])
-		if r == utf8.RuneError && n == 1 {
-			return i
-		}
-		i += n
-	}
-	return -1
 }
 
 // DecodeSpec decodes and validates a task spec, returning the problems as

@@ -19,7 +19,7 @@ func TestDecodeSpecNamesEveryField(t *testing.T) {
 		{"valid", `{"id":"a","target":{"http":{"url":"http://x"}},"schedule":{"interval":"5s"}}`, nil},
 		{"empty", ` `, []string{": empty document"}},
 		{"not JSON", `{`, []string{": not valid JSON"}},
-		{"not UTF-8", "{\"id\":\"caf\xe9\"}", []string{": not valid UTF-8 (byte 10)"}},
+		{"not UTF-8", "{\"id\":\"caf\xe9\"}", []string{"id: not valid UTF-8 (byte 0xE9 at offset 3)"}},
 		{"unknown field", `{"id":"a","colour":"red"}`, []string{"colour: unknown field"}},
 		{"wrong type", `{"id":"a","schedule":{"interval":5}}`, []string{"schedule.interval: wrong type"}},
 		{
