@@ -218,7 +218,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	// The stored schedule is read first: every input the governor had
 	// applied to it was stored before, so the scan holds them all, and
 	// any input after its decision is one still on its way.
-	readAt, err := r.serverNow(ctx)
+	tasks, readAt, err := r.serverNow(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -250,9 +250,11 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		}},
 		{streams.StreamDeadLetter, func() []string { return []string{events.DeadLetterSubject(id)} }},
 	} {
-		stream, err := r.js.Stream(ctx, src.stream)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", src.stream, err)
+		stream := tasks // read for readAt
+		if src.stream != streams.StreamTasks {
+			if stream, err = r.js.Stream(ctx, src.stream); err != nil {
+				return nil, fmt.Errorf("stream %s: %w", src.stream, err)
+			}
 		}
 		held := streamHistory{info: stream.CachedInfo(), subjects: map[string]subjectHistory{}}
 		err = Scan(ctx, r.js, ScanOptions{Stream: src.stream, Subjects: src.subjects()}, func(m Message) error {
@@ -577,14 +579,15 @@ func agreement(entries []governor.Entry, stored *gov.State, readAt time.Time) (a
 // serverNow is the NATS server's time, from a stream info it stamps (the
 // inputs' stored times are on its clock, and explain's InFlight of 10 s
 // would take this host's offset from it for inputs on their way): this
-// host's clock only from a server that stamps none.
-func (r *Reader) serverNow(ctx context.Context) (time.Time, error) {
-	info, err := r.js.Stream(ctx, streams.StreamTasks)
+// host's clock only from a server that stamps none. It returns TASKS,
+// whose info it read, for the history that needs that info too.
+func (r *Reader) serverNow(ctx context.Context) (jetstream.Stream, time.Time, error) {
+	tasks, err := r.js.Stream(ctx, streams.StreamTasks)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("stream %s: %w", streams.StreamTasks, err)
+		return nil, time.Time{}, fmt.Errorf("stream %s: %w", streams.StreamTasks, err)
 	}
-	if ts := info.CachedInfo().TimeStamp; !ts.IsZero() {
-		return ts, nil
+	if ts := tasks.CachedInfo().TimeStamp; !ts.IsZero() {
+		return tasks, ts, nil
 	}
-	return r.now(), nil
+	return tasks, r.now(), nil
 }
