@@ -131,11 +131,8 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	task, err := s.q.Task(r.Context(), id)
 	switch {
 	case errors.Is(err, query.ErrNotFound):
-		switch sent, ok := s.sentBefore(w, r, events.VerbRequeued, id); {
-		case sent:
+		if s.sentOr(w, r, events.VerbRequeued, id, http.StatusNotFound, "seq", fmt.Sprintf("dead letter %d is of task %q, which no longer exists", rec.Seq, id)) {
 			s.send(w, r, events.VerbRequeued, id, rec.Requeue(req.Reason, force))
-		case ok:
-			writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("dead letter %d is of task %q, which no longer exists", rec.Seq, id))
 		}
 		return
 	case err != nil:
@@ -147,16 +144,11 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	// unless ?force=true asks for that run. The requeue names the entry's
 	// task (taskCreatedAt), so the governor rejects it if the task is
 	// deleted and created again between this check and the requeue.
-	if why := rec.Recreated(task); why != "" && !force {
-		// A keyed retry of a requeue sent before the task was created
-		// again gets that requeue's verdict.
-		switch sent, ok := s.sentBefore(w, r, events.VerbRequeued, id); {
-		case !ok:
-			return
-		case !sent:
-			writeError(w, http.StatusConflict, "seq", why+"; add ?force=true to run it anyway")
-			return
-		}
+	// A keyed retry of a requeue sent before the task was created again
+	// gets that requeue's verdict.
+	if why := rec.Recreated(task); why != "" && !force &&
+		!s.sentOr(w, r, events.VerbRequeued, id, http.StatusConflict, "seq", why+"; add ?force=true to run it anyway") {
+		return
 	}
 	s.send(w, r, events.VerbRequeued, id, rec.Requeue(req.Reason, force))
 }

@@ -137,7 +137,7 @@ func idempotentID(w http.ResponseWriter, r *http.Request, verb events.Verb, id s
 }
 
 // existing answers 404 and returns false unless task id exists, or the
-// request's command (verb) was sent before: see sentBefore. Commands on a
+// request's command (verb) was sent before: see sentOr. Commands on a
 // missing task would be rejected by the governor too; checking first
 // gives the caller the right status code. A task whose stored spec does
 // not decode exists: an update or a delete is the way to repair it.
@@ -145,11 +145,7 @@ func (s *Service) existing(w http.ResponseWriter, r *http.Request, verb events.V
 	_, err := s.q.Task(r.Context(), id)
 	switch {
 	case errors.Is(err, query.ErrNotFound):
-		if sent, ok := s.sentBefore(w, r, verb, id); !ok || sent {
-			return ok
-		}
-		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
-		return false
+		return s.sentOr(w, r, verb, id, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return false
@@ -157,24 +153,30 @@ func (s *Service) existing(w http.ResponseWriter, r *http.Request, verb events.V
 	return true
 }
 
-// sentBefore reports whether TASKS holds, within its duplicate window,
-// the command of a request with an Idempotency-Key: the request is a
-// retry, to be answered with the first one's verdict by sending it again
-// (send stores it once), not refused by a check of the task the first
-// one may have changed (a retried DELETE found its own delete applied
-// and answered 404). It answers 400 (a bad key) or 503 itself and
-// returns ok false. Without a key, sent is false.
-func (s *Service) sentBefore(w http.ResponseWriter, r *http.Request, verb events.Verb, id string) (sent, ok bool) {
+// sentOr reports whether TASKS holds, within its duplicate window, the
+// command of a request with an Idempotency-Key: the request is a retry,
+// to be answered with the first one's verdict by sending it again (send
+// stores it once), not refused by a check of the task the first one may
+// have changed (a retried DELETE found its own delete applied and
+// answered 404). Otherwise it answers the refusal (status, field,
+// detail) the check found, or 400 (a bad key) or 503, and returns false.
+func (s *Service) sentOr(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, status int, field, detail string) bool {
 	cmdID, ok := idempotentID(w, r, verb, id)
-	if !ok || cmdID == "" {
-		return false, ok
+	if !ok {
+		return false
 	}
-	sent, err := s.ctl.Stored(r.Context(), verb, id, cmdID)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-		return false, false
+	if cmdID != "" {
+		sent, err := s.ctl.Stored(r.Context(), verb, id, cmdID)
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			return false
+		}
+		if sent {
+			return true
+		}
 	}
-	return sent, true
+	writeError(w, status, field, detail)
+	return false
 }
 
 func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
