@@ -91,7 +91,7 @@ func TestListEnvAndTokensAreTrimmed(t *testing.T) {
 	}
 	// A value with no token in it is refused, not dropped (it was, so
 	// "--api-token=" replaced FLYBALL_API_TOKENS with no token).
-	if err := fs.Parse([]string{"--api-token", " "}); !errors.Is(err, errEmptySecret) {
+	if err := fs.Parse([]string{"--api-token", " "}); !errors.Is(err, errEmptyValue) {
 		t.Errorf("--api-token ' ': %v, want it refused as empty", err)
 	}
 }

@@ -166,7 +166,7 @@ func newDLQListCmd() *cobra.Command {
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
-			seq, err := parseBefore(before, cmd.Flags().Changed("before"))
+			seq, err := parseBefore(before)
 			if err != nil {
 				return err
 			}
@@ -196,6 +196,7 @@ func newDLQListCmd() *cobra.Command {
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 50, "show the newest N entries (0: all)")
 	cmd.Flags().StringVar(&before, "before", "", "show entries stored before this DEADLETTER sequence (the next page)")
+	markNonEmpty(cmd.Flags(), "before")
 	return cmd
 }
 

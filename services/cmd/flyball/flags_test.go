@@ -78,9 +78,9 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"serve", "timer", "executor", "timer"}, `flyball: service "timer" named twice`},
 		// An empty cursor (a script's unset variable) read as not given:
 		// the first page came back, and a loop over pages never ended.
-		{[]string{"runs", "web", "--before", ""}, `flyball: --before: want a stream sequence (a positive integer, as the last page's hint gave), got ""`},
-		{[]string{"dlq", "list", "--before="}, `flyball: --before: want a stream sequence (a positive integer, as the last page's hint gave), got ""`},
-		{[]string{"task", "list", "--after", ""}, `flyball: --after: task id "": must be 1-128 characters`},
+		{[]string{"runs", "web", "--before", ""}, `flyball: --before: empty; give a value, or leave the flag out`},
+		{[]string{"dlq", "list", "--before="}, `flyball: --before: empty; give a value, or leave the flag out`},
+		{[]string{"task", "list", "--after", ""}, `flyball: --after: empty; give a value, or leave the flag out`},
 		// A negative --latency was served (as none), while POST /control
 		// refuses one. --max-requests 0 makes a binary without the check
 		// fail at once instead of serving.

@@ -6,12 +6,10 @@ import (
 	"strconv"
 )
 
-// parseBefore parses a --before cursor; given is whether the flag was
-// set. Not given, it is the newest page; given empty (a script's unset
-// variable), it is refused like any cursor that is not one: it read as
-// the newest page, and a loop over pages never ended.
-func parseBefore(s string, given bool) (uint64, error) {
-	if s == "" && !given {
+// parseBefore parses a --before cursor: empty, not given (the newest
+// page; markNonEmpty refuses one given empty).
+func parseBefore(s string) (uint64, error) {
+	if s == "" {
 		return 0, nil
 	}
 	seq, err := strconv.ParseUint(s, 10, 64)

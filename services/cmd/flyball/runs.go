@@ -46,7 +46,7 @@ created again under it, the table prints a line starting "--".`,
 			if limit < 0 {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
-			seq, err := parseBefore(before, cmd.Flags().Changed("before"))
+			seq, err := parseBefore(before)
 			if err != nil {
 				return err
 			}
@@ -88,6 +88,7 @@ created again under it, the table prints a line starting "--".`,
 	out.register(cmd, outTable)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "show the newest N runs (0: all)")
 	cmd.Flags().StringVar(&before, "before", "", "show runs stored before this RUNS sequence (the next page)")
+	markNonEmpty(cmd.Flags(), "before")
 	cmd.Flags().BoolVarP(&follow, "follow", "F", false, "keep printing new runs until Ctrl-C")
 	return cmd
 }

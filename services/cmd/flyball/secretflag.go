@@ -22,6 +22,14 @@ func markSecret(fs *pflag.FlagSet, name, hint string) {
 	if err := fs.SetAnnotation(name, secretAnnotation, []string{hint}); err != nil {
 		panic(err) // a flag registered just before: a programming error
 	}
+	markNonEmpty(fs, name)
+}
+
+// markNonEmpty refuses an empty value for the flag name of fs (a page
+// cursor, a secret): given empty, by a script's unset variable, it read
+// as not given (the newest page again, and a loop over pages never
+// ended; no token at all).
+func markNonEmpty(fs *pflag.FlagSet, name string) {
 	f := fs.Lookup(name)
 	f.Value = nonEmptyValue{f.Value}
 	if f.DefValue == "[]" {
@@ -31,11 +39,11 @@ func markSecret(fs *pflag.FlagSet, name, hint string) {
 	}
 }
 
-// errEmptySecret is a secret flag given an empty value.
-var errEmptySecret = errors.New("empty")
+// errEmptyValue is a flag marked non-empty given an empty value.
+var errEmptyValue = errors.New("empty")
 
 // nonEmptyValue refuses an empty value (or, for a list, one with nothing
-// but commas, spaces and quotes), for a secret flag. Given empty (a
+// but commas, spaces and quotes). For a secret flag, given empty (a
 // script's unset variable, or "--api-token= <token>" with a space), it was
 // dropped: --api-token= replaced FLYBALL_API_TOKENS with no token (dev
 // generated one), and the value after the space became a stray argument
@@ -45,7 +53,7 @@ type nonEmptyValue struct{ pflag.Value }
 
 func (v nonEmptyValue) Set(s string) error {
 	if strings.Trim(s, " \t\r\n,\"") == "" {
-		return errEmptySecret
+		return errEmptyValue
 	}
 	return v.Value.Set(s)
 }
@@ -64,10 +72,10 @@ func redactFlagError(_ *cobra.Command, err error) error {
 	var invalid *pflag.InvalidValueError
 	if errors.As(err, &invalid) && invalid.GetFlag() != nil {
 		f := invalid.GetFlag()
+		if errors.Is(err, errEmptyValue) {
+			return fmt.Errorf(`--%s: empty; give a value, or leave the flag out (a value after "--%s=" goes without a space)`, f.Name, f.Name)
+		}
 		if hint, ok := f.Annotations[secretAnnotation]; ok {
-			if errors.Is(err, errEmptySecret) {
-				return fmt.Errorf(`--%s: empty; give a value, or leave the flag out (a value after "--%s=" goes without a space)`, f.Name, f.Name)
-			}
 			return fmt.Errorf("--%s: %s; %s (the value is not shown)", f.Name, secretCause(invalid.Unwrap()), strings.Join(hint, " "))
 		}
 		return err

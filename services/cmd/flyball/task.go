@@ -374,7 +374,7 @@ func newTaskListCmd() *cobra.Command {
 				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
 			}
 			// Given empty, it read as not given: the first page again.
-			if after != "" || cmd.Flags().Changed("after") {
+			if after != "" {
 				if err := validID(after); err != nil {
 					return fmt.Errorf("--after: %w", err)
 				}
@@ -415,6 +415,7 @@ func newTaskListCmd() *cobra.Command {
 	cmd.Flags().StringVar(&job, "job", "", "only tasks of this job")
 	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "show at most N tasks (0: all)")
 	cmd.Flags().StringVar(&after, "after", "", "show the tasks whose id sorts after this one (the next page)")
+	markNonEmpty(cmd.Flags(), "after")
 	return cmd
 }
 
