@@ -198,7 +198,7 @@ func (p *planner) servesAhead() string {
 		return "the one-shot hint for " + stamp(s.OneShotHint.At).String()
 	case !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt):
 		return "the requeue at " + stamp(s.RequeuedAt).String()
-	case s.DeadLetter != nil && s.DeadLetter.RecheckAt.After(s.LastScheduledAt):
+	case p.recheckInFlight():
 		return "the dead-letter recheck at " + stamp(s.DeadLetter.RecheckAt).String()
 	case s.CatchUpPending > 0 && s.Failures == 0:
 		return "the next backfill run"
@@ -782,7 +782,7 @@ func (p *planner) deadLetter() {
 		p.cadence = false
 		return
 	}
-	if !p.flying.IsZero() && dl.RecheckAt.After(s.LastScheduledAt) {
+	if p.recheckInFlight() {
 		p.tr.linef("dead-lettered at %s (%s); its recheck is the slot in flight %s: the task stays marked until a run succeeds",
 			stamp(dl.At), orDash(dl.Reason), stamp(p.flying))
 		return
@@ -795,6 +795,14 @@ func (p *planner) deadLetter() {
 // for, as its outcome will tell.
 func (p *planner) served(t time.Time) bool {
 	return !p.flying.IsZero() && !p.flying.Before(t)
+}
+
+// recheckInFlight reports whether the slot in flight is the dead-letter
+// recheck: at or after its time (served), which no completed slot has
+// reached yet.
+func (p *planner) recheckInFlight() bool {
+	dl := p.s.DeadLetter
+	return dl != nil && p.served(dl.RecheckAt) && dl.RecheckAt.After(p.s.LastScheduledAt)
 }
 
 // clamp applies bounds.min and bounds.max to the gap after the last run.
