@@ -201,6 +201,16 @@ func isJSONMediaType(ct string) bool {
 	return mt == ContentTypeJSON || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
+// coreAttribute reports whether name is a CloudEvents context attribute
+// other than data.
+func coreAttribute(name string) bool {
+	switch name {
+	case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data_base64":
+		return true
+	}
+	return false
+}
+
 // attributeProblem names the attribute of the structured-mode message b
 // (a JSON object with specversion "1.0") that the sdk's decoder failed on,
 // and the rule it breaks; field is "" when no attribute explains it. The
@@ -232,14 +242,12 @@ func attributeProblem(b []byte) (field, rule string) {
 		}
 		seen[key] = true
 		kind := jsonKind(raw)
-		switch key {
-		case "data":
+		switch {
+		case key == "data":
 			data = raw
 			continue
-		case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data_base64":
-		default:
-			switch lower := strings.ToLower(key); lower {
-			case "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data", "data_base64":
+		case !coreAttribute(key):
+			if lower := strings.ToLower(key); lower == "data" || coreAttribute(lower) {
 				return key, "unknown attribute (attribute names are case-sensitive: did you mean " + strconv.Quote(lower) + "?)"
 			}
 			if !event.IsExtensionNameValid(key) {
@@ -251,8 +259,10 @@ func attributeProblem(b []byte) (field, rule string) {
 			if kind == "object" || kind == "array" {
 				return key, "an extension attribute must be a string, number or boolean, got " + kind
 			}
-			if f, err := strconv.ParseFloat(string(raw), 64); kind == "number" && (err != nil || f > math.MaxInt32 || f < math.MinInt32) {
-				return key, fmt.Sprintf("an extension attribute's number must be from %d to %d, got %s", math.MinInt32, math.MaxInt32, truncate(string(raw), 32))
+			if kind == "number" {
+				if f, err := strconv.ParseFloat(string(raw), 64); err != nil || f > math.MaxInt32 || f < math.MinInt32 {
+					return key, fmt.Sprintf("an extension attribute's number must be from %d to %d, got %s", math.MinInt32, math.MaxInt32, truncate(string(raw), 32))
+				}
 			}
 			continue
 		}
