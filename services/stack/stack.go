@@ -120,19 +120,32 @@ type Stack struct {
 // carries.
 func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) { return jsutil.New(nc) }
 
-// Validate checks service names, and that none is named twice: a
-// service runs once however often it is named, so "serve timer timer"
-// meant two timers to someone and ran one.
+// Validate checks service names (an *UnknownServiceError), and that none
+// is named twice: a service runs once however often it is named, so
+// "serve timer timer" meant two timers to someone and ran one.
 func Validate(names []string) error {
 	for i, n := range names {
 		if !slices.Contains(All, n) {
-			return fmt.Errorf("unknown service %q: want one of %s", n, strings.Join(All, ", "))
+			return &UnknownServiceError{Index: i, Name: n}
 		}
 		if slices.Contains(names[:i], n) {
 			return fmt.Errorf("service %q named twice: a process runs each service once (run more processes for more replicas)", n)
 		}
 	}
 	return nil
+}
+
+// UnknownServiceError is a name, the Index-th (from 0), that is no
+// service. Its message does not quote the name: given on a command line,
+// a stray argument is often a secret parted from its flag by a space
+// ("--api-token= <token>").
+type UnknownServiceError struct {
+	Index int
+	Name  string
+}
+
+func (e *UnknownServiceError) Error() string {
+	return fmt.Sprintf("unknown service (argument %d, not shown): want one of %s", e.Index+1, strings.Join(All, ", "))
 }
 
 // Start starts the configured services. On error, whatever started is

@@ -248,10 +248,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 		},
 		ValidArgs: stack.All,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkServiceNames(args); err != nil {
-				return err
-			}
-			if err := stack.Validate(args); err != nil {
+			if err := serviceNames(args); err != nil {
 				return err
 			}
 			if async && !ensure {
@@ -361,23 +358,20 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 	return cmd
 }
 
-// checkServiceNames refuses an argument of serve that is no service
-// without quoting it (stack.Validate quotes it): a stray argument is often
-// a secret parted from its flag by a space ("--api-token= <token>"). One
-// within two edits of a service, which no secret is, is named with the
-// service it is near.
-func checkServiceNames(args []string) error {
-	for i, a := range args {
-		if slices.Contains(stack.All, a) {
-			continue
-		}
-		want := "want one of " + strings.Join(stack.All, ", ")
-		if near := nearService(a); near != "" {
-			return fmt.Errorf("unknown service %q (did you mean %s?): %s", a, near, want)
-		}
-		return fmt.Errorf("unknown service (argument %d, not shown): %s; %s", i+1, want, strayHint)
+// serviceNames is stack.Validate for serve's arguments. An unknown one is
+// not quoted (a stray argument is often a secret parted from its flag),
+// unless it is within two edits of a service, which no secret is: then it
+// is named with the service it is near.
+func serviceNames(args []string) error {
+	err := stack.Validate(args)
+	var unknown *stack.UnknownServiceError
+	if !errors.As(err, &unknown) {
+		return err
 	}
-	return nil
+	if near := nearService(unknown.Name); near != "" {
+		return fmt.Errorf("unknown service %q (did you mean %s?): want one of %s", unknown.Name, near, strings.Join(stack.All, ", "))
+	}
+	return fmt.Errorf("%w; %s", err, strayHint)
 }
 
 // nearService is the service a is a typo of (at most two edits from it,
