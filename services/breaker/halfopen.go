@@ -45,7 +45,11 @@ func (s *Service) watchOpen(ctx context.Context) error {
 // publish reads the key's last event on HEALTH, and must find it if it
 // was published, whatever the clocks and a publish that came late. A
 // short max age (an operator's, kept by provision) made it 0 before, and
-// each start published hours-old transitions again.
+// each start published hours-old transitions again. It is the check by
+// age, with no I/O, that drops most replayed records before a key is
+// even due; healthDropped is the exact check, one HEALTH info read per
+// replayed key that passes this one, and covers drops by count or size
+// too.
 func republishWithin(keeps time.Duration) time.Duration {
 	if keeps <= 0 {
 		return 0
