@@ -93,6 +93,10 @@ func TestAlertRulesAreSound(t *testing.T) {
 					t.Errorf("%s: no %s annotation", where, a)
 				}
 			}
+			// The Alerts table is the index an operator reads first.
+			if row := "| [" + r.Alert + "](#" + strings.ToLower(r.Alert) + ") | " + r.Labels["severity"] + " |"; !strings.Contains(string(ops), row) {
+				t.Errorf("%s: docs/operations.md's alerts table has no row %q", where, row)
+			}
 			if want := "docs/operations.md#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
 				t.Errorf("%s: runbook_url %q, want %q", where, r.Annotations["runbook_url"], want)
 			} else if !anchors[strings.ToLower(r.Alert)] {
