@@ -195,8 +195,7 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 	delete(s.unscheduled, id) // the governor gets ZombieAfter before the next one
 	if !stored {
 		// Another sweeper replica published this repair (same spec
-		// revision) within TASKS's duplicate window, or is storing it
-		// right now (error 10158): counted there.
+		// revision) within TASKS's duplicate window: counted there.
 		return
 	}
 	s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing).Inc()

@@ -383,9 +383,8 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 		s.cfg.Logger.Warn("zombie re-nudge failed; next sweep retries", "task", id, "err", err)
 		return
 	case !stored:
-		// The same dispatch stored within DISPATCH's duplicate window, or
-		// being stored right now (error 10158), by another sweeper replica
-		// or the timer: this sweep added nothing, and counted again it
+		// The same dispatch stored within DISPATCH's duplicate window by
+		// another sweeper replica or the timer: this sweep added nothing, and counted again it
 		// would show two repairs for one.
 		// If that dispatch has left DISPATCH without an outcome (the slot
 		// dispatched late, then taken off the work queue), the slot is

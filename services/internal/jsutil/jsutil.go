@@ -122,27 +122,52 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, t
 // PublishNewEvent is PublishEvent that also reports whether this publish
 // stored the event: false when the stream took it for a duplicate of one
 // stored within its duplicate window (an earlier try's, or another
-// replica's), or answered that the same message ID is being stored right
-// now (error 10158, IsDuplicateInProcess), which its caller must not
-// count or announce again.
+// replica's), which its caller must not count or announce again.
+//
+// Error 10158 (IsDuplicateInProcess: the same message ID is being stored
+// right now) is not taken for stored: that other publish may yet fail (no
+// quorum, a leader change), and a caller that went on as if the event were
+// stored (the dead-letter service deletes the dispatch) lost it. The
+// publish is sent again, every DuplicateInProcessRetry, until the stream
+// answers stored or duplicate; after DuplicateInProcessWait, or when ctx
+// ends, the 10158 error is returned, for the caller to retry as any
+// failed publish.
 func PublishNewEvent(ctx context.Context, js jetstream.JetStream, subject, msgID, typ, source, taskID string, data any, at time.Time) (bool, error) {
 	body, err := events.Marshal(typ, source, taskID, data, at, msgID)
 	if err != nil {
 		return false, err
 	}
-	ack, err := Publish(ctx, js, subject, msgID, body)
-	if IsDuplicateInProcess(err) {
-		return false, nil
+	deadline := time.Now().Add(DuplicateInProcessWait)
+	for {
+		ack, err := Publish(ctx, js, subject, msgID, body)
+		if err == nil {
+			return !ack.Duplicate, nil
+		}
+		if !IsDuplicateInProcess(err) || !time.Now().Before(deadline) {
+			return false, err
+		}
+		t := time.NewTimer(DuplicateInProcessRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, err
+		case <-t.C:
+		}
 	}
-	if err != nil {
-		return false, err
-	}
-	return !ack.Duplicate, nil
 }
+
+// How PublishNewEvent waits out error 10158: a clustered stream answers it
+// only while the other publish's raft proposal is uncommitted, normally a
+// few milliseconds.
+const (
+	DuplicateInProcessRetry = 100 * time.Millisecond
+	DuplicateInProcessWait  = 5 * time.Second
+)
 
 // IsDuplicateInProcess reports JetStream error 10158: a message with the
 // same Nats-Msg-Id is being stored right now (another timer replica won the
-// race). It is a duplicate, not a failure.
+// race). That other publish may still fail: PublishNewEvent publishes again
+// until the stream answers stored or duplicate.
 func IsDuplicateInProcess(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
