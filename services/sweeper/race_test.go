@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,9 +49,16 @@ func inProcess() error {
 }
 
 // storeTheSame stores m itself, unraced, then answers 10158: the same
-// message, published by someone else, was being stored.
+// message, published by someone else, was being stored. It answers so
+// once: jsutil.PublishNewEvent publishes again until the stream answers
+// stored or duplicate, and the stream answers that try a duplicate, as a
+// clustered stream does once the other publish is stored.
 func storeTheSame(js jetstream.JetStream) func(context.Context, *nats.Msg) error {
+	var answered atomic.Bool
 	return func(ctx context.Context, m *nats.Msg) error {
+		if answered.Swap(true) {
+			return nil
+		}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			return err
 		}
