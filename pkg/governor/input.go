@@ -60,7 +60,10 @@ type BreakerSignal struct {
 type DeadLetterSignal struct {
 	DispatchID string
 	Reason     string
-	At         time.Time
+	// At is when DEADLETTER stored the entry, by the NATS server's clock
+	// (as RequeuedAt is), not the entry's deadLetteredAt, which is the
+	// dead-letter host's clock.
+	At time.Time
 	// TaskCreatedAt is the dead-lettered dispatch's (zero if unknown): an
 	// entry of a deleted task of the same ID is ignored (see
 	// Outcome.TaskCreatedAt).

@@ -150,8 +150,12 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		if err := control.ValidateReason(dl.Reason); err != nil {
 			return Step{}, err // a *ValidationError, malformed
 		}
+		// At is when DEADLETTER stored the entry, by the NATS server's
+		// clock, as requeuedAt is: deadLetteredAt is the dead-letter
+		// host's clock, and one running ahead made an entry stored before
+		// a requeue (delivered again, or late) look newer and undo it.
 		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
-			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: dl.DeadLetteredAt, TaskCreatedAt: dl.Dispatch.TaskCreatedAt,
+			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: step.At, TaskCreatedAt: dl.Dispatch.TaskCreatedAt,
 		}}
 		step.Summary = fmt.Sprintf("dead-lettered (%s, %d attempts)", dl.Reason, dl.Attempts)
 		return step, nil
