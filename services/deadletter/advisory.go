@@ -65,9 +65,10 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 // exhausted its deliveries, and deletes it; it returns the message's task
 // ("" if it is gone already or unreadable) and whether this call stored
 // its entry (false when the message was gone, unreadable, too large to
-// dead-letter, or its entry was stored already). The advisory and the
-// reconcile pass (reconcile.go) both come here: whichever is second finds
-// the message gone, and two at once write one entry (its Nats-Msg-Id).
+// dead-letter, its run succeeded, or its entry was stored already).
+// The advisory and the reconcile pass (reconcile.go) both come here:
+// whichever is second finds the message gone, and two at once write one
+// entry (its Nats-Msg-Id).
 func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool, error) {
 	raw, err := s.dispatch.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -86,6 +87,12 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed dispatch").Inc()
 		s.cfg.Logger.Error("deleting unreadable dispatch that exhausted its deliveries", "seq", seq, "subject", raw.Subject)
 		return "", false, s.deleteDispatch(ctx, seq)
+	}
+	if ok, err := s.succeeded(ctx, &d); err != nil {
+		return "", false, err
+	} else if ok {
+		s.cfg.Logger.Info("dispatch exhausted its deliveries after its run succeeded (its ack was lost); deleting it without a dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
+		return d.TaskID, false, s.deleteDispatch(ctx, seq)
 	}
 	attempts := s.attemptCount(ctx, &d)
 	run := d.Run()

@@ -100,8 +100,9 @@ func (s *Service) Reconcile(ctx context.Context) error {
 		}
 		if !wrote {
 			// Gone meanwhile (the advisory, another replica), already
-			// dead-lettered, or deleted without an entry (unreadable or
-			// too large: counted in flyball_rejected_events_total).
+			// dead-lettered, deleted without an entry (unreadable or
+			// too large: counted in flyball_rejected_events_total), or
+			// its run succeeded (its attempt record says so).
 			continue
 		}
 		s.cfg.Metrics.DeadLetterReconciled.Inc()
