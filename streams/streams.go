@@ -286,11 +286,24 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
+// maxMsgsPerSubject is the description nats-server (v2.15.2) gives error
+// 10077 when the limit that refused a message is max_msgs_per_subject: its
+// ErrMaxMsgsPerSubject, which every store path (file, memory, the
+// clustered and batch pre-checks) returns as is. A test holds it to the
+// server's.
+const maxMsgsPerSubject = "maximum messages per subject exceeded"
+
 // IsSubjectFull reports whether a publish failed because the subject already
-// holds its one permitted message (JetStream error 10077): on DISPATCH, whose
-// definition keeps one message per subject and refuses a second, this means
-// the task's run is already pending.
+// holds its one permitted message: on DISPATCH, whose definition keeps one
+// message per subject and refuses a second, this means the task's run is
+// already pending.
+//
+// Error 10077 alone does not tell: it is the server's "store failed", and
+// names a stream-wide limit reached (maximum messages exceeded, maximum
+// bytes exceeded) or a storage error as well. Only its description tells
+// them apart, and nats.go has no sentinel for it, so the description must
+// be exactly the per-subject one; anything else is a failure to store.
 func IsSubjectFull(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 && apiErr.Description == maxMsgsPerSubject
 }

@@ -376,7 +376,9 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 	case streams.IsSubjectFull(err):
 		// A dispatch of the task was stored between the check above and
 		// this publish (the timer's, say): as there, the executor has it,
-		// and this sweep re-nudged nothing.
+		// and this sweep re-nudged nothing. Only the per-subject limit
+		// says so: 10077 for DISPATCH full (max_msgs, max_bytes) or a
+		// storage error is a failure, below.
 		s.cfg.Logger.Debug("zombie re-nudge not needed: a dispatch of the task was stored since the check", "task", id, "due", st.NextRunAt)
 		return
 	case err != nil:

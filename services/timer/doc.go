@@ -7,9 +7,10 @@
 // Several timer replicas may run at once: they all fire, JetStream keeps one
 // message per Nats-Msg-Id, and DISPATCH holds at most one pending run per
 // task. A duplicate PubAck, error 10158 (the same Nats-Msg-Id is being
-// stored by another replica) or error 10077 (the subject already holds a
-// pending run) therefore means the run is already dispatched: success, not
-// failure. For 10077 that holds only if the pending run is this slot; an
+// stored by another replica) or error 10077 for the per-subject limit (the
+// subject already holds a pending run; 10077 for a stream-wide limit or a
+// storage error is a failure) therefore means the run is already
+// dispatched: success, not failure. For 10077 that holds only if the pending run is this slot; an
 // earlier slot still pending (its ack not yet processed) makes the timer
 // retry the new slot with a backoff until it is stored or superseded. Any other publish error is retried with a short backoff; a run is
 // never silently dropped.

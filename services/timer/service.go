@@ -735,8 +735,11 @@ const (
 // classify names the result of a dispatch publish. Only resultError needs
 // a retry: a duplicate PubAck or error 10158 (the same Nats-Msg-Id is being
 // stored right now, by another replica) means the run is stored, and error
-// 10077 (the subject already holds its one message) means a run of the
-// task is already pending.
+// 10077 for DISPATCH's per-subject limit (the subject already holds its one
+// message) means a run of the task is already pending. Error 10077 for any
+// other cause (a stream-wide max_msgs or max_bytes reached, a storage
+// error) is a dispatch not stored: resultError, retried and logged at Warn
+// like any other.
 func classify(ack *jetstream.PubAck, err error) string {
 	switch {
 	case err == nil && ack != nil && ack.Duplicate:
