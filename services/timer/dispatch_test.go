@@ -365,7 +365,7 @@ func TestRetryLater(t *testing.T) {
 
 	s.upsert("a", t1, "x", 0)
 	r := take()
-	s.retryLater(r.it, r.at)
+	s.retryLater(r.it, r.at, 0)
 	if it := s.items["a"]; it.index != 0 || it.due != t1 || it.at < time.Now().Add(time.Hour-time.Minute).UnixNano() || it.fired != noSlot {
 		t.Fatalf("retry: %+v, want slot %d re-queued a RetryDelay out", it, t1)
 	}
@@ -373,7 +373,7 @@ func TestRetryLater(t *testing.T) {
 	s.upsert("a", t1, "x", 0) // the schedule still says t1: due again now
 	r = take()
 	s.upsert("a", t2, "x", 0) // the governor moved on meanwhile
-	s.retryLater(r.it, r.at)
+	s.retryLater(r.it, r.at, 0)
 	if it := s.items["a"]; len(s.queue) != 1 || it.due != t2 {
 		t.Fatalf("after a newer schedule: queue %d, item %+v; want only the newer slot", len(s.queue), it)
 	}
@@ -384,7 +384,7 @@ func TestRetryLater(t *testing.T) {
 		t.Fatal("a re-put of the dispatched slot was queued again")
 	}
 	s.remove("a")
-	s.retryLater(r.it, r.at)
+	s.retryLater(r.it, r.at, 0)
 	if len(s.queue) != 0 || len(s.items) != 0 {
 		t.Fatal("a deleted task was re-queued")
 	}
@@ -519,7 +519,7 @@ func TestRetriedDispatchLatenessCountsFromItsSlot(t *testing.T) {
 	if len(runs) != 1 || runs[0].planned != want {
 		t.Fatalf("first try: %+v, want one run planned at %d", runs, want)
 	}
-	s.retryLater(runs[0].it, runs[0].at)
+	s.retryLater(runs[0].it, runs[0].at, 0)
 	natstest.Eventually(t, within, "the retry due", func() bool {
 		runs, _ = s.takeDue()
 		return len(runs) == 1

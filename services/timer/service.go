@@ -145,7 +145,10 @@ type dueRun struct {
 	// the slot (for a retried slot, firstPlan); sent is when this try was
 	// published. Both Unix nanoseconds.
 	planned, sent int64
-	future        jetstream.PubAckFuture
+	// tried is item.tried when the run was taken: when an earlier try of
+	// the slot that may have been stored went out, 0 when none.
+	tried  int64
+	future jetstream.PubAckFuture
 }
 
 const (
@@ -516,6 +519,9 @@ func (s *Service) upsert(id string, at int64, source string, created int64) {
 		}
 		return
 	}
+	if at != it.due {
+		it.tried = 0 // the tries were of another slot
+	}
 	it.at, it.due, it.waits = at-s.lead(at, it.fired), at, 0
 	if it.index >= 0 {
 		heap.Fix(&s.queue, int(it.index))
@@ -629,7 +635,7 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 			planned = min(planned, s.firstPlan(it.due))
 		}
 		it.fired = it.due
-		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, created: it.created, planned: planned})
+		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, created: it.created, planned: planned, tried: it.tried})
 	}
 	if runs == nil {
 		return nil, time.Hour
@@ -672,7 +678,7 @@ func (s *Service) publishAll(runs []dueRun) {
 			// cannot be encoded.
 			s.resultError.Inc()
 			unsent.add(r.id, err)
-			s.retryLater(r.it, r.at)
+			s.retryLater(r.it, r.at, 0)
 			continue
 		}
 		r.future = f
@@ -761,8 +767,16 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 	result := classify(ack, err)
 	if result == resultNew || result == resultDuplicate {
 		// Once per dispatch, for the try that was stored: tries that were
-		// not are counted in flyball_dispatch_total, and retried.
-		s.cfg.Metrics.DispatchLateness.Observe(time.Duration(max(r.sent-r.planned, 0)).Seconds())
+		// not are counted in flyball_dispatch_total, and retried. A retry
+		// answered duplicate was not that try: an earlier one whose ack
+		// was lost was (or another replica's copy, sent about as early),
+		// and recording the retry's time would add the ack timeout (3 s)
+		// and the retry delay to a dispatch stored on time.
+		sent := r.sent
+		if result == resultDuplicate && r.tried != 0 {
+			sent = r.tried
+		}
+		s.cfg.Metrics.DispatchLateness.Observe(time.Duration(max(sent-r.planned, 0)).Seconds())
 	}
 	switch result {
 	case resultNew:
@@ -796,7 +810,11 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 		})
 	default:
 		s.resultError.Inc()
-		s.retryLater(r.it, r.at)
+		var tried int64
+		if mayBeStored(err) {
+			tried = r.sent
+		}
+		s.retryLater(r.it, r.at, tried)
 		return false
 	}
 	return true
@@ -823,7 +841,20 @@ func (s *Service) publish(r *dueRun, now time.Time) (jetstream.PubAckFuture, err
 }
 
 // retryLater re-queues a failed dispatch unless the schedule moved on.
-func (s *Service) retryLater(it *item, at int64) { s.requeue(it, at, s.cfg.RetryDelay, false) }
+// tried is when the failed try went out if it may have been stored
+// nonetheless (mayBeStored), else 0.
+func (s *Service) retryLater(it *item, at, tried int64) {
+	s.requeue(it, at, s.cfg.RetryDelay, false, tried)
+}
+
+// mayBeStored reports whether a try that failed with err may have been
+// stored all the same: its ack timed out or was lost with the connection.
+// A JetStream API error is the server refusing it, and no response from
+// the stream means none took it.
+func mayBeStored(err error) bool {
+	var apiErr *jetstream.APIError
+	return !errors.As(err, &apiErr) && !errors.Is(err, jetstream.ErrNoStreamResponse)
+}
 
 // maxPendingWait caps the backoff of a slot refused with 10077.
 const maxPendingWait = 4 * time.Second
@@ -831,7 +862,7 @@ const maxPendingWait = 4 * time.Second
 // retryPending re-queues a slot refused because an earlier dispatch of the
 // task is still pending: RetryDelay, doubling per refusal up to
 // maxPendingWait.
-func (s *Service) retryPending(it *item, at int64) { s.requeue(it, at, s.cfg.RetryDelay, true) }
+func (s *Service) retryPending(it *item, at int64) { s.requeue(it, at, s.cfg.RetryDelay, true, 0) }
 
 // pendingSlot reports whether the dispatch DISPATCH holds for task id is
 // the slot at itself.
@@ -848,11 +879,14 @@ func (s *Service) pendingSlot(id string, at int64) (bool, error) {
 	return m.Header.Get(jetstream.MsgIDHeader) == events.DispatchID(id, time.Unix(0, at).UTC()), nil
 }
 
-func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool) {
+func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool, tried int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur, ok := s.items[it.id]; !ok || cur != it || it.index >= 0 || it.fired != at {
 		return
+	}
+	if tried != 0 && (it.tried == 0 || tried < it.tried) {
+		it.tried = tried
 	}
 	if pending {
 		delay = min(delay<<min(it.waits, 8), maxPendingWait)
