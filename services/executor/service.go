@@ -73,6 +73,10 @@ type Service struct {
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
+	// infraRetryFirst and infraRetryMax space the tries of a dispatch
+	// whose own reads or writes failed (retryInfra): from the first,
+	// doubling up to the max. Tests shorten them.
+	infraRetryFirst, infraRetryMax time.Duration
 	// tune, set by tests, runs in Start once the buckets and streams are
 	// bound, before the first delivery: it may wrap them (a slow read).
 	tune func(*Service)
@@ -106,6 +110,9 @@ func New(cfg Config) (*Service, error) {
 		outRound:    outboxRound,
 		outBudget:   outboxBudget,
 		owed:        newOwed(),
+
+		infraRetryFirst: infraRetryFirst,
+		infraRetryMax:   infraRetryMax,
 	}, nil
 }
 
@@ -1514,3 +1521,10 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// The spacing of the tries of a dispatch whose own reads or writes failed
+// (retryInfra): from infraRetryFirst, doubling up to infraRetryMax.
+const (
+	infraRetryFirst = time.Second
+	infraRetryMax   = 15 * time.Second
+)

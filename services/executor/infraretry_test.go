@@ -1,0 +1,96 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// failGetKV is flyball-attempts whose reads fail while fail is set, as in
+// an outage of the bucket (an R1 bucket on a restarting node).
+type failGetKV struct {
+	jetstream.KeyValue
+	fail    atomic.Bool
+	refused atomic.Int32
+	first   atomic.Int64 // UnixNano of the first refused read
+}
+
+func (k *failGetKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.fail.Load() {
+		k.first.CompareAndSwap(0, time.Now().UnixNano())
+		k.refused.Add(1)
+		return nil, errors.New("test: flyball-attempts unavailable")
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// outageFor is how long reads have been failing.
+func (k *failGetKV) outageFor() time.Duration {
+	first := k.first.Load()
+	if first == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, first))
+}
+
+// TestInfrastructureOutageDoesNotExhaustTheDispatch: a retry whose
+// attempt record cannot be read (flyball-attempts down) is tried again in
+// place, kept alive, using none of the consumer's deliveries. It was
+// nakked for 1 s each time, so an outage longer than MaxDeliver x 1 s used
+// up every delivery: the target was never called again and the dispatch
+// was dead-lettered as max-deliveries. Once the bucket is back, the retry
+// runs.
+func TestInfrastructureOutageDoesNotExhaustTheDispatch(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 5
+	target := newAttemptTarget(t, http.StatusServiceUnavailable, http.StatusOK)
+	kv := &failGetKV{}
+	kv.fail.Store(true)
+	f := newTunedAttemptsFixture(t, target, 5, 2*time.Second, maxDeliver, func(s *Service) {
+		kv.KeyValue = s.attempts
+		s.attempts = kv
+		s.infraRetryFirst, s.infraRetryMax = 250*time.Millisecond, time.Second
+	})
+	exhausted := f.deliveriesExhausted(t)
+	f.dispatch(t)
+	// Longer than MaxDeliver deliveries 1 s apart, past an AckWait.
+	outage := time.Duration(maxDeliver+1) * time.Second
+	natstest.Eventually(t, 30*time.Second, "an outage of flyball-attempts longer than MaxDeliver x 1 s, or the dispatch exhausted", func() bool {
+		select {
+		case <-exhausted:
+			return true
+		default:
+		}
+		return kv.outageFor() > outage && kv.refused.Load() > maxDeliver
+	})
+	select {
+	case <-exhausted:
+		t.Fatalf("dispatch exhausted its %d deliveries after %d failed reads of flyball-attempts in %s; target calls %v",
+			maxDeliver, kv.refused.Load(), kv.outageFor().Round(100*time.Millisecond), target.attempts())
+	default:
+	}
+	if calls := target.attempts(); !slices.Equal(calls, []int{1}) {
+		t.Fatalf("target calls during the outage: %v, want [1]", calls)
+	}
+	kv.fail.Store(false)
+	natstest.Eventually(t, 20*time.Second, "the retry succeeded", func() bool {
+		s := f.stored(t)
+		return len(s) > 0 && s[len(s)-1].outcome == "succeeded"
+	})
+	if calls := target.attempts(); !slices.Equal(calls, []int{1, 2}) {
+		t.Fatalf("target calls: %v, want [1 2]", calls)
+	}
+	select {
+	case <-exhausted:
+		t.Fatal("dispatch exhausted its deliveries")
+	default:
+	}
+}
