@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // failGetKV is flyball-attempts whose reads fail while fail is set, as in
@@ -60,7 +61,7 @@ func TestInfrastructureOutageDoesNotExhaustTheDispatch(t *testing.T) {
 		s.infraRetryFirst, s.infraRetryMax = 250*time.Millisecond, time.Second
 	})
 	exhausted := f.deliveriesExhausted(t)
-	f.dispatch(t)
+	seq := f.dispatch(t)
 	// Longer than MaxDeliver deliveries 1 s apart, past an AckWait.
 	outage := time.Duration(maxDeliver+1) * time.Second
 	natstest.Eventually(t, 30*time.Second, "an outage of flyball-attempts longer than MaxDeliver x 1 s, or the dispatch exhausted", func() bool {
@@ -82,9 +83,9 @@ func TestInfrastructureOutageDoesNotExhaustTheDispatch(t *testing.T) {
 	}
 	kv.fail.Store(false)
 	natstest.Eventually(t, 20*time.Second, "the retry succeeded", func() bool {
-		s := f.stored(t)
-		return len(s) > 0 && s[len(s)-1].outcome == "succeeded"
+		return slices.ContainsFunc(f.stored(t), func(r storedRun) bool { return r.outcome == "succeeded" })
 	})
+	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq)
 	if calls := target.attempts(); !slices.Equal(calls, []int{1, 2}) {
 		t.Fatalf("target calls: %v, want [1 2]", calls)
 	}
@@ -92,5 +93,37 @@ func TestInfrastructureOutageDoesNotExhaustTheDispatch(t *testing.T) {
 	case <-exhausted:
 		t.Fatal("dispatch exhausted its deliveries")
 	default:
+	}
+}
+
+// TestInfrastructureRetryIsHandedBackAtShutdown: a dispatch kept for
+// another try after an infrastructure failure does not hold up Stop, and
+// is handed back (a nak) rather than lost: the next executor, whose reads
+// work, runs its pending retry.
+func TestInfrastructureRetryIsHandedBackAtShutdown(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusServiceUnavailable, http.StatusOK)
+	kv := &failGetKV{}
+	kv.fail.Store(true)
+	f := newTunedAttemptsFixture(t, target, 5, 2*time.Second, 5, func(s *Service) {
+		kv.KeyValue = s.attempts
+		s.attempts = kv
+		s.infraRetryFirst, s.infraRetryMax = time.Second, time.Second
+	})
+	seq := f.dispatch(t)
+	natstest.Eventually(t, 20*time.Second, "two failed reads of the retry's attempt record", func() bool { return kv.refused.Load() >= 2 })
+	stopped := make(chan struct{})
+	go func() {
+		f.ex.Stop()
+		close(stopped)
+	}()
+	awaitClosed(t, stopped, 5*time.Second, "Stop with a dispatch kept for another try")
+	f.startTunedExecutor(t, "b", nil)
+	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq)
+	if calls := target.attempts(); !slices.Equal(calls, []int{1, 2}) {
+		t.Fatalf("target calls: %v, want [1 2]", calls)
+	}
+	if !slices.ContainsFunc(f.stored(t), func(r storedRun) bool { return r.outcome == "succeeded" && r.run.Attempt == 2 }) {
+		t.Fatalf("RUNS holds %v, want a run.succeeded of attempt 2", f.stored(t))
 	}
 }

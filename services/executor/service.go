@@ -61,6 +61,7 @@ type Service struct {
 	heldMu    sync.Mutex
 	held      map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
 	parked    map[string]int     // of held, those deferred by their breaker (park), by breaker key
+	retrying  int                // of held, those tried again after an infrastructure failure (retryInfra)
 	releasing bool               // shutdown: hand new arrivals back at once
 	firing    sync.WaitGroup     // held dispatches not yet settled
 	fire      chan *held         // held dispatches whose slot came, to the callers
@@ -292,7 +293,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	defer s.releaseCall()
-	s.run(ctx, m, md, &d, arrived, false, nil)
+	s.run(ctx, m, md, &d, arrived, false, nil, 0)
 }
 
 // run checks the task's spec, pause and breaker at the moment of the call,
@@ -301,7 +302,9 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // its breaker record was removed with its deleted task can get here before
 // the view of flyball-tasks has the delete, and would call the old target.
 // hostSem is a host slot the dispatch already holds (held.sem), or nil.
-func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool, hostSem chan struct{}) {
+// fails is how many tries of this delivery in a row met an
+// infrastructure failure (retryInfra), 0 on its first.
+func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool, hostSem chan struct{}, fails int) {
 	// Kept alive from here, before the first read, until its settle: the
 	// reads before the call (spec, schedule, pause, breaker, attempt
 	// record, ranAlready's reads of RUNS and DEADLETTER, the probe claim)
@@ -341,7 +344,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.skip(m, d, skipInvalidSpec, truncate(err.Error(), 1000))
 		return
 	case err != nil:
-		s.nak(m, time.Second, err)
+		s.retryInfra(ctx, m, md, d, arrived, fails, false, "spec not read", err)
 		return
 	}
 	if p := s.pauseOf(ctx, d.TaskID); governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
@@ -353,7 +356,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, "breaker open")
 		return
 	}
-	s.execute(ctx, m, md, t, d, arrived, g, hostSem)
+	s.execute(ctx, m, md, t, d, arrived, g, hostSem, fails)
 }
 
 // hold keeps a dispatch that arrived ahead of its slot (the timer publishes
@@ -379,6 +382,35 @@ func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 // dead-lettered as max-deliveries without ever calling its target.
 func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration) {
 	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, parked: true, key: key, until: time.Now().Add(wait)}, wait)
+}
+
+// retryInfra keeps a dispatch whose try met a failure of flyball's own
+// infrastructure (a read or write of a KV bucket: its spec, its attempt
+// record, its breaker's probe claim, its hand-back mark) and tries it
+// again from the top (run; replay first, with replay) after a pause that
+// grows with fails, the number of such failures in a row before this one:
+// from infraRetryFirst, doubling up to infraRetryMax. Like a parked
+// dispatch, it is kept alive meanwhile and uses none of the consumer's
+// deliveries, and a shutdown hands it back at once (keep, releaseHeld). It
+// was nakked for 1 s, one delivery each: an outage of a bucket longer
+// than MaxDeliver seconds (an R1 bucket on a restarting node) used up
+// every pending retry, and every dispatch handed back at shutdown, without
+// calling its target again, and each was dead-lettered as max-deliveries.
+// It holds a timer and no worker, caller or call slot, at most one per
+// dispatch in hand (MaxAckPending).
+func (s *Service) retryInfra(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fails int, replay bool, what string, err error) {
+	if ctx.Err() != nil {
+		s.handBackNak(m, d, handBackFloor) // handed back at shutdown
+		return
+	}
+	wait := s.infraRetryFirst
+	for i := 0; i < fails && wait < s.infraRetryMax; i++ {
+		wait *= 2
+	}
+	wait = min(wait, s.infraRetryMax)
+	s.log.Warn("flyball's own state not read or written; trying the dispatch again in place", "step", what,
+		"task", d.TaskID, "dispatch", d.DispatchID, "try", fails+1, "in", wait, "err", err)
+	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, retry: fails + 1, replay: replay, until: time.Now().Add(wait)}, wait)
 }
 
 // unpark counts a parked dispatch of key out. The caller holds heldMu.
@@ -420,6 +452,11 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.held[h] = struct{}{}
 	if h.parked {
 		s.parked[h.key]++
+	}
+	if h.retry > 0 {
+		s.retrying++
+	}
+	if h.deferred() {
 		s.waitBegin(h.m, h.arrived)
 		h.kept = true
 	}
@@ -431,7 +468,7 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 // heldChanged updates the gauges of held and parked dispatches. The
 // caller holds heldMu.
 func (s *Service) heldChanged() {
-	parked := 0
+	parked := s.retrying
 	for _, n := range s.parked {
 		parked += n
 	}
@@ -450,7 +487,12 @@ type held struct {
 	parked  bool      // deferred by its breaker (park)
 	key     string    // parked: the breaker key (wakeDeferred)
 	woken   bool      // parked: woken early by a change of its breaker record
-	until   time.Time // parked: when it is checked again
+	until   time.Time // parked or retry: when it is checked again
+	// retry: kept after an infrastructure failure (retryInfra), the
+	// number of such failures in a row; 0 for any other.
+	retry int
+	// replay: retry of a replay (unconfirmed.go), tried before the run.
+	replay bool
 	// kept: m is kept alive (waitBegin) until the caller that takes it
 	// ends that (callHeld), as ending it here could undo a park of the
 	// same message by that caller.
@@ -460,6 +502,21 @@ type held struct {
 	// sem is that slot, released by the caller after the call.
 	host string
 	sem  chan struct{}
+}
+
+// deferred reports whether h is kept alive while it waits (waitBegin):
+// parked by its breaker, or kept after an infrastructure failure.
+func (h *held) deferred() bool { return h.parked || h.retry > 0 }
+
+// unheld counts h out of the parked and retrying dispatches. The caller
+// holds heldMu.
+func (s *Service) unheld(h *held) {
+	if h.parked {
+		s.unpark(h.key)
+	}
+	if h.retry > 0 {
+		s.retrying--
+	}
 }
 
 // handBackLead and handBackFloor shape the nak that hands a held dispatch
@@ -482,7 +539,7 @@ const (
 // next check for a parked one, and never less than handBackFloor.
 func (h *held) handBack() time.Duration {
 	due := h.d.ScheduledAt
-	if h.parked {
+	if h.deferred() {
 		due = h.until
 	}
 	return max(time.Until(due)-handBackLead, handBackFloor)
@@ -497,12 +554,10 @@ func (h *held) handBack() time.Duration {
 func (s *Service) fireHeld(ctx context.Context, h *held) {
 	s.heldMu.Lock()
 	delete(s.held, h) // releaseHeld removes only the timers it stopped
-	if h.parked {
-		s.unpark(h.key)
-	}
+	s.unheld(h)
 	s.heldChanged()
 	s.heldMu.Unlock()
-	if h.parked {
+	if h.deferred() {
 		// Its AckWait runs again from here, for the checks and the call
 		// ahead (waitBegin counts from arrived); it stays kept alive
 		// until a caller takes it.
@@ -556,6 +611,12 @@ func (s *Service) caller(ctx context.Context) {
 func (s *Service) callHeld(ctx context.Context, h *held) {
 	defer s.firing.Done()
 	defer releaseHost(h.sem)
+	if h.replay {
+		// Still kept alive: replay's own settle ends that.
+		if s.replayTry(ctx, h.m, h.md, h.d, h.arrived, h.retry) {
+			return
+		}
+	}
 	if h.kept {
 		s.waitEnd(h.m)
 	}
@@ -563,7 +624,7 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
-	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken, h.sem)
+	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken, h.sem, h.retry)
 }
 
 // releaseHeld hands every dispatch still waiting for its slot, or
@@ -576,9 +637,7 @@ func (s *Service) releaseHeld() {
 	for h := range s.held {
 		if h.t.Stop() {
 			delete(s.held, h)
-			if h.parked {
-				s.unpark(h.key)
-			}
+			s.unheld(h)
 			if h.kept {
 				s.waitEnd(h.m)
 			}
@@ -1068,11 +1127,11 @@ func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, why, reason string) 
 // before the call (after the wait for a host slot), so the claim's TTL
 // need only outlast the call itself. hostSem is a slot of the task's host
 // the dispatch already holds (released by its holder), or nil.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate, hostSem chan struct{}) {
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate, hostSem chan struct{}, fails int) {
 	spec := t.spec
 	attempt, prior, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
-		s.nak(m, time.Second, err)
+		s.retryInfra(ctx, m, md, d, arrived, fails, false, "attempt record not read", err)
 		return
 	}
 	if prior.Outcome != "" { // done: only its ack or term was lost
@@ -1109,7 +1168,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		var wait time.Duration
 		if claim, claimRev, wait, err = s.claimProbe(ctx, t, d, g.retryAt); err != nil {
-			s.nak(m, time.Second, err)
+			s.retryInfra(ctx, m, md, d, arrived, fails, false, "probe claim not taken", err)
 			return
 		}
 		if wait > 0 {
@@ -1126,7 +1185,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			if claimRev != 0 {
 				s.releaseProbe(claim, claimRev)
 			}
-			s.nak(m, time.Second, err)
+			s.retryInfra(ctx, m, md, d, arrived, fails, false, "hand-back mark not removed", err)
 			return
 		}
 	}

@@ -134,6 +134,13 @@ func (s *Service) remember(m jetstream.Msg, dispatchID string, called int, msg *
 // dropped by RUNS as duplicates). That redelivery goes on from the
 // record instead, as any other.
 func (s *Service) replay(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time) bool {
+	return s.replayTry(ctx, m, md, d, arrived, 0)
+}
+
+// replayTry is replay after fails infrastructure failures in a row: a
+// failed read of the attempt record keeps the dispatch for another try
+// (retryInfra).
+func (s *Service) replayTry(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fails int) bool {
 	if s.maxDeliver > 0 && int(md.NumDelivered) >= s.maxDeliver {
 		return false
 	}
@@ -144,8 +151,8 @@ func (s *Service) replay(ctx context.Context, m jetstream.Msg, md *jetstream.Msg
 	if r.called > 0 {
 		prior, found, err := s.readAttempt(ctx, d)
 		if err != nil {
-			s.unconfirmed.put(md.Sequence.Stream, r) // for the next redelivery
-			s.nak(m, time.Second, err)
+			s.unconfirmed.put(md.Sequence.Stream, r) // for the next try
+			s.retryInfra(ctx, m, md, d, arrived, fails, true, "attempt record not read before a replay", err)
 			return true
 		}
 		if found && (prior.Outcome != "" || prior.Attempts >= r.called) {
