@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -29,9 +30,9 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// handleAdvisory dead-letters a dispatch that exhausted MaxDeliver: the
-// executor crashed or timed out on its last delivery, so no final run.failed
-// was ever published. The original stays in DISPATCH (holding the task's
+// handleAdvisory dead-letters a dispatch that exhausted MaxDeliver: no
+// delivery settled it (maxDeliveriesError), so no final run.failed was
+// ever published. The original stays in DISPATCH (holding the task's
 // one-pending slot) until it is deleted here.
 func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 	switch {
@@ -94,11 +95,14 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 		s.cfg.Logger.Info("dispatch exhausted its deliveries after its run succeeded (its ack was lost); deleting it without a dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
 		return d.TaskID, false, s.deleteDispatch(ctx, seq)
 	}
-	attempts := s.attemptCount(ctx, &d)
+	attempts, err := s.attemptCount(ctx, &d)
+	if err != nil {
+		return "", false, fmt.Errorf("read attempt count: %w", err)
+	}
 	run := d.Run()
 	final := &run
 	final.Attempt, final.FinishedAt = attempts, s.cfg.Now().UTC()
-	final.Error = "delivery limit reached: the executor never settled the run (crash or timeout on the last delivery)"
+	final.Error = maxDeliveriesError
 	wrote, err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries)
 	if jsutil.TooLarge(err) {
 		// No retry makes it fit: free the slot anyway, and count it.
@@ -117,15 +121,28 @@ func (s *Service) deleteDispatch(ctx context.Context, seq uint64) error {
 	return nil
 }
 
+// maxDeliveriesError is the error of a max-deliveries entry. It names
+// what can use up a dispatch's deliveries without a final run event, not
+// which of them did: the service sees only that none settled it.
+const maxDeliveriesError = "delivery limit reached: no delivery settled the run (an executor crashed or was " +
+	"cut off from NATS mid-run, a call and its settle outlasted the AckWait, or the run's event or state " +
+	"could not be stored in NATS on each delivery)"
+
 // attemptCount reads the executor's attempt record for d; zero if none.
-func (s *Service) attemptCount(ctx context.Context, d *events.Dispatch) int {
+// A read that fails is an error, not zero: the entry would understate the
+// calls made. The caller tries again (the advisory is nakked, the
+// reconcile pass retries).
+func (s *Service) attemptCount(ctx context.Context, d *events.Dispatch) (int, error) {
 	e, err := s.attempts.Get(ctx, strings.Replace(d.DispatchID, ":", ".", 1))
+	if jsutil.IsKeyMissing(err) {
+		return 0, nil
+	}
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	var r struct {
 		Attempts int `json:"attempts"`
 	}
 	_ = json.Unmarshal(e.Value(), &r)
-	return r.Attempts
+	return r.Attempts, nil
 }
