@@ -36,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 )
 
 // Config configures one replica's part in a lease.
@@ -66,6 +67,14 @@ type Config struct {
 // releaseTimeout bounds the delete that gives the lease up at stop.
 const releaseTimeout = 2 * time.Second
 
+// unreadableWarnEvery is how often a standby that cannot read the key
+// warns again while it still cannot.
+const unreadableWarnEvery = time.Minute
+
+// msgUnreadable is the warning the FlyballNoTimerDispatching runbook
+// (docs/operations.md) tells operators to look for.
+const msgUnreadable = "lease unreadable; standing by"
+
 // state is one replica's view of the lease.
 type state struct {
 	cfg Config
@@ -78,6 +87,13 @@ type state struct {
 	// renewed when it last wrote rev while holding.
 	rev           uint64
 	seen, renewed time.Time
+	// unreadable counts the reads of the key that failed in a row, the
+	// first of them at unreadableSince; warns writes their warning, at
+	// most once per unreadableWarnEvery. Each streak has a warns of its
+	// own, so a new outage warns at its first failure.
+	unreadable      int
+	unreadableSince time.Time
+	warns           *repeatlog.Log
 }
 
 // Run takes part in the lease until ctx ends, then releases it if held.
@@ -117,14 +133,17 @@ func (st *state) step(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, tick)
 	defer cancel()
 	e, err := st.cfg.KV.Get(ctx, st.cfg.Key)
+	if err != nil && !jsutil.IsKeyMissing(err) {
+		st.readFailed(now, err)
+		return
+	}
+	st.readWorks(now)
 	switch {
 	case jsutil.IsKeyMissing(err):
 		// Never held, or released by a holder that stopped.
 		if rev, err := st.cfg.KV.Create(ctx, st.cfg.Key, st.value); err == nil {
 			st.take(rev, now, "lease was free")
 		}
-	case err != nil:
-		st.log.Debug("lease unreadable; standing by", "err", err)
 	case e.Revision() == st.rev && string(e.Value()) == string(st.value):
 		// This replica stood down when it could not renew, and nobody has
 		// written the key since: it is still this replica's.
@@ -138,6 +157,31 @@ func (st *state) step(ctx context.Context) {
 			st.take(rev, now, "lease holder silent for its TTL", "previous", string(e.Value()))
 		}
 	}
+}
+
+// readFailed records a read of the key that failed. A standby that cannot
+// read it cannot take the lease either: when the holder is gone too, no
+// timer dispatches, so it warns (at the default log level) at the first
+// failure of a streak and then once a minute while it lasts, with the
+// count and the start of the streak, instead of once per read.
+func (st *state) readFailed(now time.Time, err error) {
+	if st.unreadable == 0 {
+		st.unreadableSince = now
+		st.warns = repeatlog.New(st.log, unreadableWarnEvery)
+	}
+	st.unreadable++
+	st.warns.Log(now, slog.LevelWarn, msgUnreadable,
+		"err", err, "failures", st.unreadable, "since", st.unreadableSince)
+}
+
+// readWorks ends a streak of failed reads, once, at Info. The count of
+// the warnings held back is not written: failures counts them all.
+func (st *state) readWorks(now time.Time) {
+	if st.unreadable == 0 {
+		return
+	}
+	st.log.Info("lease readable again", "failures", st.unreadable, "after", now.Sub(st.unreadableSince))
+	st.unreadable, st.unreadableSince, st.warns = 0, time.Time{}, nil
 }
 
 // renew rewrites a held key, ticked every tick. A standby that saw the

@@ -3,7 +3,11 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -440,5 +444,115 @@ func TestHolderWhoseRenewalsFailFastStopsByItsTTL(t *testing.T) {
 	b.step(ctx)
 	if !b.held {
 		t.Fatal("b did not take the lease a gave up")
+	}
+}
+
+// records is a slog.Handler that keeps every record, at every level, so a
+// test reads what an operator would see and at which level.
+type records struct {
+	mu   sync.Mutex
+	list []slog.Record
+}
+
+func (*records) Enabled(context.Context, slog.Level) bool { return true }
+func (h *records) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.list = append(h.list, r.Clone())
+	return nil
+}
+func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *records) WithGroup(string) slog.Handler      { return h }
+
+// take returns the records logged since the last take, one line each:
+// level, message and the attributes named in keys.
+func (h *records) take(keys ...string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.list {
+		line := r.Level.String() + " " + r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			if slices.Contains(keys, a.Key) {
+				line += " " + a.Key + "=" + a.Value.String()
+			}
+			return true
+		})
+		out = append(out, line)
+	}
+	h.list = nil
+	return out
+}
+
+// TestUnreadableLeaseWarnsOncePerMinute: a standby that cannot read the
+// lease key (here its bucket is deleted, so the read fails on the real
+// server) says so at Warn, which the default --log-level info shows and
+// the FlyballNoTimerDispatching runbook tells operators to look for: at
+// the first failure, then at most once a minute with the count of the
+// failures and when they began, and once at Info when it reads the key
+// again. A new outage warns at its first failure again.
+func TestUnreadableLeaseWarnsOncePerMinute(t *testing.T) {
+	srv, kv := leases(t)
+	ctx := context.Background()
+	a, b := newReplica(t, kv, "timer-a"), newReplica(t, kv, "timer-b")
+	logged := &records{}
+	b.log = slog.New(logged)
+	a.step(ctx)
+	b.step(ctx)
+	logged.take()
+	outage := func() {
+		t.Helper()
+		if err := srv.JS.DeleteKeyValue(ctx, streams.BucketLeases); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outage()
+	start, failures := b.clock, 1
+	b.step(ctx)
+	if got, want := logged.take("failures", "since"), []string{
+		"WARN lease unreadable; standing by failures=1 since=" + start.String(),
+	}; !slices.Equal(got, want) {
+		t.Fatalf("a standby that could not read the lease logged %q, want %q", got, want)
+	}
+	// Read every TTL/3 for most of a minute: nothing more.
+	for b.clock.Sub(start) < time.Minute-ttl/3 {
+		b.advance(ttl / 3)
+		b.step(ctx)
+		failures++
+	}
+	if got := logged.take(); len(got) != 0 {
+		t.Fatalf("failed reads within a minute of the warning logged %q, want nothing", got)
+	}
+	b.advance(ttl / 3)
+	b.step(ctx)
+	failures++
+	got := logged.take("failures", "since")
+	if want := fmt.Sprintf("WARN lease unreadable; standing by failures=%d since=%s", failures, start); len(got) == 0 || got[len(got)-1] != want {
+		t.Fatalf("a minute into the outage the standby logged %q, want it to end with %q", got, want)
+	}
+	for _, line := range got {
+		if !strings.HasPrefix(line, "WARN lease unreadable") {
+			t.Fatalf("a minute into the outage the standby logged %q, want only the warning (and its count)", got)
+		}
+	}
+
+	if _, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: streams.BucketLeases}); err != nil {
+		t.Fatal(err)
+	}
+	b.advance(ttl / 3)
+	b.step(ctx)
+	if got, want := logged.take("failures"), []string{
+		fmt.Sprintf("INFO lease readable again failures=%d", failures),
+		"INFO took the lease: lease was free",
+	}; !b.held || !slices.Equal(got, want) {
+		t.Fatalf("reading the key again the standby logged %q (held %v), want %q", got, b.held, want)
+	}
+
+	b.held = false // stand by again, as after a lost renewal
+	outage()
+	b.advance(ttl / 3)
+	b.step(ctx)
+	if got, want := logged.take("failures"), []string{"WARN lease unreadable; standing by failures=1"}; !slices.Equal(got, want) {
+		t.Fatalf("a second outage, within a minute of the last warning, logged %q, want %q", got, want)
 	}
 }
