@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sourcegraph/conc"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/deadletter"
@@ -42,7 +43,10 @@ type Config struct {
 	JS jetstream.JetStream
 	// Services to run. Defaults to All.
 	Services []string
-	// Instance names this process's replicas. Defaults to host-pid.
+	// Instance names this process's replicas. Defaults to host-pid. It is
+	// sanitized as heartbeat names are (events.SanitizeToken: a dot
+	// becomes _), so the services' event sources and the timer's lease
+	// name each replica as `flyball runtime` does.
 	Instance string
 	// Version is reported in heartbeats and User-Agent. Defaults to "dev".
 	Version string
@@ -164,6 +168,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = governor.DefaultInstance()
 	}
+	cfg.Instance = events.SanitizeToken(cfg.Instance)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -30,7 +30,11 @@ import (
 type Config struct {
 	// JS is the JetStream context. Required.
 	JS jetstream.JetStream
-	// Instance names this replica in event sources. Defaults to host-pid.
+	// Instance names this replica in event sources and as the lease's
+	// holder. Defaults to "timer" (stack.Start passes host-pid). It is
+	// sanitized as the heartbeat sanitizes its name (events.SanitizeToken),
+	// so the holder in KV flyball-leases is the NAME `flyball runtime`
+	// lists, and `flyball status` can tell when the holder is offline.
 	Instance string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -185,6 +189,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Instance == "" {
 		cfg.Instance = "timer"
 	}
+	cfg.Instance = events.SanitizeToken(cfg.Instance)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

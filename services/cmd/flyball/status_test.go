@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,7 +12,11 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/heartbeat"
+	"github.com/flyballhq/flyball/services/internal/lease"
+	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/timer"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -81,5 +87,75 @@ func TestStatusListsTheTenStalest(t *testing.T) {
 		if len(h.Staleness) != c.want || h.StalenessCount != 12 || (len(h.Staleness) > 0 && h.Staleness[0].TaskID != "t05") {
 			t.Errorf("flyball %s: %d entries, stalenessCount %d, %+v; want %d, 12, t05 first", strings.Join(c.args, " "), len(h.Staleness), h.StalenessCount, h.Staleness, c.want)
 		}
+	}
+}
+
+// TestStatusSaysALeaseHolderWithADotInItsNameIsOffline: a timer named
+// after a host with dots (the default instance is <host>-<pid>, as
+// ip-10-0-1-7.ec2.internal-42) holds the lease under the name its
+// heartbeat registers, the NAME column of `flyball runtime`, so `flyball
+// status` says it is OFFLINE once it stops beating. The heartbeat
+// sanitized the name (dots to _) and the lease kept it raw, so status
+// never matched the two.
+func TestStatusSaysALeaseHolderWithADotInItsNameIsOffline(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	ctx := context.Background()
+	const instance = "ip-10-0-1-7.ec2.internal-42"
+	// As stack.Start runs a timer: the service, and its heartbeat under
+	// the same instance name.
+	tm, err := timer.New(timer.Config{JS: srv.JS, Instance: instance, Lease: 3 * time.Second, Metrics: metrics.New(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tm.Stop)
+	beater := heartbeat.Start(ctx, heartbeat.Config{JS: srv.JS, Kind: "timer", Name: instance, NoClock: true, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(beater.Stop)
+	runtime, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := srv.JS.KeyValue(ctx, streams.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb events.Heartbeat
+	var holder string
+	natstest.Eventually(t, 10*time.Second, "the timer registers and takes the lease", func() bool {
+		keys, err := runtime.ListKeys(ctx)
+		if err != nil {
+			return false
+		}
+		var registered []string
+		for k := range keys.Keys() {
+			registered = append(registered, k)
+		}
+		e, err := leases.Get(ctx, streams.LeaseTimer)
+		if err != nil || len(registered) != 1 {
+			return false
+		}
+		r, err := runtime.Get(ctx, registered[0])
+		if err != nil || json.Unmarshal(r.Value(), &hb) != nil {
+			return false
+		}
+		holder = lease.HolderOf(e.Value())
+		return true
+	})
+	if holder != hb.Name {
+		t.Fatalf("the lease holder is %q, the runtime name (flyball runtime's NAME) %q; want them equal", holder, hb.Name)
+	}
+
+	// The process dies without deregistering, and the sweeper marks it
+	// offline; its lease is not yet taken over.
+	beater.Stop()
+	hb.Status = events.RuntimeOffline
+	natstest.PutJSON(t, srv.JS, streams.BucketRuntime, heartbeat.Key(hb.Kind, hb.Name), hb)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	out := e.ok(t, "status")
+	if want := "  timer lease: " + hb.Name + " is OFFLINE"; !strings.Contains(out, want) {
+		t.Fatalf("status with the lease holder offline lacks %q:\n%s", want, out)
 	}
 }
