@@ -90,7 +90,7 @@ type Dispatch struct {
 	// Source is the governor source that chose ScheduledAt.
 	Source string `json:"source,omitempty"`
 	// Reason says why a dispatch was made outside the normal cycle:
-	// "requeue", "zombie".
+	// "requeue", "zombie", ReasonLostWrite.
 	Reason string `json:"reason,omitempty"`
 	// TaskCreatedAt is the createdAt of the schedule the slot was read
 	// from: which task of this ID the run belongs to. A task deleted and
@@ -107,6 +107,13 @@ type Dispatch struct {
 func (d *Dispatch) Run() Run {
 	return Run{DispatchID: d.DispatchID, TaskID: d.TaskID, ScheduledAt: d.ScheduledAt, TaskCreatedAt: d.TaskCreatedAt}
 }
+
+// ReasonLostWrite is the Reason of the sweeper's lost-write repair: a
+// slot its schedule still names while the governor has applied (acked)
+// the final outcome of that slot or of a later one. The executor skips it
+// when either is stored (slotdone.SlotOrLater), never calling the target:
+// the dispatch only gives the governor a run.skipped to plan from.
+const ReasonLostWrite = "lost-write"
 
 // RepairCreatePrefix starts the id of a task.created that the sweeper
 // publishes for a task it found with a spec and no schedule

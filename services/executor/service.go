@@ -811,7 +811,13 @@ func lateBy(md *jetstream.MsgMetadata, d *events.Dispatch) time.Duration {
 // advances the schedule from it even if it ignores the stored outcome.
 // Only the slot's own outcome counts (slotdone.SlotOnly): a later slot
 // can have run first (a run-now planned ahead of a slot held by a slow
-// call, then refused by DISPATCH until that call ended). A redelivery is
+// call, then refused by DISPATCH until that call ended). A lost-write
+// repair (events.ReasonLostWrite) is checked as the sweeper judged it
+// (slotdone.SlotOrLater): it dispatches a slot only when the governor has
+// applied the outcome of that slot or of a later one, and no dispatch of
+// the task is pending, so a later slot's outcome covers it (a schedule
+// set back by hand or restored while later slots ran); checked for its
+// own outcome only, it called the target again. A redelivery is
 // checked too (a nak on a read error, a hand-back at shutdown): attempt 1
 // has no failure recorded, so a stored outcome of its slot is this
 // dispatch's own, whose ack was lost. A dispatch fired on time, a later
@@ -821,7 +827,11 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, md *jetstream
 	if lateBy(md, d) < LateRedispatch {
 		return false
 	}
-	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly)
+	match := slotdone.SlotOnly
+	if d.Reason == events.ReasonLostWrite {
+		match = slotdone.SlotOrLater
+	}
+	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, match)
 	if err != nil {
 		s.log.Warn("could not read whether a slot dispatched again long after it fell due already ran; calling it", "dispatch", d.DispatchID, "err", err)
 		return false
@@ -829,7 +839,11 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, md *jetstream
 	if !done {
 		return false
 	}
-	reason := "already ran: the outcome of this slot is stored; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
+	what := "the outcome of this slot is stored"
+	if match == slotdone.SlotOrLater {
+		what = "the outcome of this slot or of a later one is stored, applied by the governor (lost-write repair)"
+	}
+	reason := "already ran: " + what + "; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
 		" (stored at " + md.Timestamp.UTC().Format(time.RFC3339Nano) + "), after the duplicate window, while the governor was behind"
 	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt, "storedAt", md.Timestamp)
 	s.skip(m, d, skipAlreadyRan, reason)

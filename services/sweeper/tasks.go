@@ -365,7 +365,7 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 	}
 	reason := "zombie"
 	if lost {
-		reason = "lost-write"
+		reason = events.ReasonLostWrite
 	}
 	d := events.Dispatch{
 		DispatchID: events.DispatchID(id, st.NextRunAt), TaskID: id, ScheduledAt: st.NextRunAt.UTC(),
@@ -399,7 +399,7 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 	}
 	if lost {
 		s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairLostWrite).Inc()
-		s.cfg.Logger.Warn("schedule write lost: the governor applied this slot's outcome; dispatched the slot again for the executor to skip it", "task", id, "due", st.NextRunAt)
+		s.cfg.Logger.Warn("schedule write lost: the governor applied the outcome of this slot or a later one; dispatched the slot again for the executor to skip it", "task", id, "due", st.NextRunAt)
 		return
 	}
 	s.cfg.Metrics.ZombiesRenudged.Inc()

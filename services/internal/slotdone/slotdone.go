@@ -28,7 +28,8 @@ type Match int
 const (
 	// SlotOrLater counts an outcome of the slot or of a later one: the
 	// sweeper asks about the slot the schedule names, and a later slot's
-	// outcome also means the governor is behind.
+	// outcome also means the governor is behind; the executor asks so
+	// about the sweeper's lost-write repair, which it judged so.
 	SlotOrLater Match = iota
 	// SlotOnly counts an outcome of the slot itself: the executor asks
 	// about one dispatch, and a later slot may have run before it (a
