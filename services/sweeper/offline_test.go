@@ -89,3 +89,79 @@ func TestOfflineMarkAnnouncedOnceHEALTHTakesIt(t *testing.T) {
 }
 
 func jsonHas(raw []byte, frag string) bool { return strings.Contains(string(raw), frag) }
+
+// TestOfflineMarkUnannouncedByAStoppedSweeperIsAnnouncedByTheNext: the
+// retry of a runtime.offline that HEALTH refused lived in the marking
+// sweeper's memory. Stopped (a restart, a replica taking over) before
+// HEALTH took it, it left the entry marked offline with no event, and no
+// sweeper published it: the next found the mark standing and left it. A
+// sweep that finds a mark younger than offlineAnnounceFor (half HEALTH's
+// 2-minute duplicate window) now publishes its event with the same ID,
+// stored once however many sweeps or replicas publish it; an older mark
+// is left alone, so a standing mark does not store a copy per sweep.
+func TestOfflineMarkUnannouncedByAStoppedSweeperIsAnnouncedByTheNext(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	runtime, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC()
+	if _, err := runtime.Put(ctx, "executor.gone", []byte(`{"kind":"executor","name":"gone","status":"online","lastBeat":"`+t0.Format(time.RFC3339Nano)+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	start := func(ahead time.Duration) *Service {
+		s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Now: func() time.Time { return time.Now().Add(ahead) }}, Interval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-s.Swept()
+		return s
+	}
+	first := start(0) // sees the entries' revisions
+	if err := srv.JS.DeleteStream(ctx, streams.StreamHealth); err != nil {
+		t.Fatal(err)
+	}
+	first.cfg.Now = func() time.Time { return time.Now().Add(time.Minute) } // silent past OfflineAfter
+	if err := first.Sweep(ctx); err != nil {                                // marks it; runtime.offline fails
+		t.Fatal(err)
+	}
+	first.Stop()
+	if err := streams.Ensure(ctx, srv.JS); err != nil {
+		t.Fatal(err)
+	}
+	health, err := srv.JS.Stream(ctx, streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func(name string) uint64 {
+		subject := events.RuntimeSubject(events.RuntimeOffline, "executor", name)
+		info, err := health.Info(ctx, jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[subject]
+	}
+
+	// A replica whose clock says the mark is older than that publishes
+	// nothing.
+	late := start(offlineAnnounceFor + time.Second)
+	late.Stop()
+	if n := stored("gone"); n != 0 {
+		t.Fatalf("%d runtime.offline stored by a sweeper that found the mark older than %v, want 0", n, offlineAnnounceFor)
+	}
+	next := start(0)
+	t.Cleanup(next.Stop)
+	for range 2 {
+		if err := next.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := stored("gone"); n != 1 {
+		t.Fatalf("%d runtime.offline events of the mark a stopped sweeper left unannounced stored by the next one, want 1", n)
+	}
+}

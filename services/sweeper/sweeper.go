@@ -221,6 +221,9 @@ func (s *Service) Sweep(ctx context.Context) error {
 type beatSeen struct {
 	rev uint64
 	at  time.Time
+	// announced: this revision is an offline mark whose runtime.offline
+	// this sweeper published, or keeps in unannounced.
+	announced bool
 }
 
 func (s *Service) sweepRuntime(ctx context.Context) error {
@@ -283,10 +286,11 @@ func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (ev
 		if m, ok := s.unannounced[key]; ok {
 			if m.lastBeat.Equal(hb.LastBeat) {
 				s.announceOffline(ctx, key, hb, m.at)
-			} else {
-				delete(s.unannounced, key) // marked again since, by someone else
+				return hb.Status, nil
 			}
+			delete(s.unannounced, key) // marked again since, by someone else
 		}
+		s.announceFound(ctx, key, hb, ent, clock)
 		return hb.Status, nil
 	}
 	if clock.Sub(seen.at) <= s.cfg.OfflineAfter {
@@ -298,15 +302,52 @@ func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (ev
 	if err != nil {
 		return "", err
 	}
-	if _, err := s.runtime.Update(ctx, key, body, ent.Revision()); err != nil {
+	rev, err := s.runtime.Update(ctx, key, body, ent.Revision())
+	if err != nil {
 		if jsutil.IsCASConflict(err) {
 			return events.RuntimeOnline, nil // it just beat
 		}
 		return "", err
 	}
+	// Announced below, or kept in unannounced: announceFound leaves it.
+	s.beats[key] = beatSeen{rev: rev, at: clock, announced: true}
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
 	s.announceOffline(ctx, key, hb, clock.UTC())
 	return events.RuntimeOffline, nil
+}
+
+// offlineAnnounceFor is how long after an offline mark was stored (the
+// server's stamp) a sweep that finds it publishes its runtime.offline
+// (announceFound): half of HEALTH's 2-minute duplicate window, so that a
+// sweeper clock up to a minute behind the server's still publishes only
+// within the window, where every copy but the first is dropped. A mark
+// stands until its instance beats again (flyball-runtime keeps entries
+// for good); publishing at every sweep past the window would store a
+// copy per sweep.
+const offlineAnnounceFor = time.Minute
+
+// announceFound publishes the runtime.offline of an offline mark that
+// this sweeper did not write (ent, its entry, found at clock), while the
+// mark is younger than offlineAnnounceFor, once per mark and sweeper. The
+// sweeper that wrote it kept the retry of a failed publish in its memory
+// (unannounced): stopped before HEALTH took it (a restart, a replica
+// taking over), it left the mark with no event, and the sweepers after
+// it found the mark standing and published nothing. The event ID is the
+// marking sweeper's (announceOffline), so HEALTH stores one copy. A
+// failure here is retried by the next sweep while the mark is young, not
+// kept in unannounced: that retry has no end in time, and a mark another
+// sweeper announced long ago would be stored again.
+func (s *Service) announceFound(ctx context.Context, key string, hb events.Heartbeat, ent jetstream.KeyValueEntry, clock time.Time) {
+	seen := s.beats[key]
+	if seen.announced || clock.Sub(ent.Created()) >= offlineAnnounceFor {
+		return
+	}
+	if err := s.publishOffline(ctx, key, hb, ent.Created().UTC()); err != nil {
+		s.cfg.Logger.Warn("runtime.offline of a mark found unannounced not published; next sweep retries", "kind", hb.Kind, "name", hb.Name, "err", err)
+		return
+	}
+	seen.announced = true
+	s.beats[key] = seen
 }
 
 // offlineMark is an offline mark the sweeper wrote at at, of the entry
@@ -321,14 +362,21 @@ type offlineMark struct {
 // is the same, so HEALTH stores it once). Before, the mark stayed in KV
 // and the event was never published.
 func (s *Service) announceOffline(ctx context.Context, key string, hb events.Heartbeat, at time.Time) {
-	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
-	// A duplicate, stored or being stored (error 10158: an earlier try of
-	// this announcement, still being replicated), is announced.
-	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
-		events.TypeRuntimeOffline, s.source, hb.Name, hb, at); err != nil {
+	if err := s.publishOffline(ctx, key, hb, at); err != nil {
 		s.unannounced[key] = offlineMark{lastBeat: hb.LastBeat, at: at}
 		s.cfg.Logger.Warn("runtime.offline not published; next sweep retries", "kind", hb.Kind, "name", hb.Name, "err", err)
 		return
 	}
 	delete(s.unannounced, key)
+}
+
+// publishOffline publishes runtime.offline for hb's instance, marked at
+// at, with an ID made of its registry key and last beat: every sweeper
+// and every try publishes the same mark under the same ID. A duplicate,
+// stored or being stored (error 10158: an earlier try, still being
+// replicated), is no error.
+func (s *Service) publishOffline(ctx context.Context, key string, hb events.Heartbeat, at time.Time) error {
+	id := fmt.Sprintf("sweeper:offline:%s:%d", key, hb.LastBeat.UnixNano())
+	return jsutil.PublishEvent(ctx, s.cfg.JS, events.RuntimeSubject(events.RuntimeOffline, hb.Kind, hb.Name), id,
+		events.TypeRuntimeOffline, s.source, hb.Name, hb, at)
 }
