@@ -127,11 +127,21 @@ func online(in *Instance, now time.Time) bool {
 	if every <= 0 {
 		every = 15 * time.Second
 	}
-	last := in.LastBeat
-	if in.StoredAt.After(last) {
-		last = in.StoredAt
+	return in.Status != events.RuntimeOffline && now.Sub(in.lastSeen()) <= beatsMissed*every
+}
+
+// lastSeen is when the instance last beat: the later of the lastBeat it
+// stamped and the time NATS stored that beat (online). LastBeatAge runs
+// from it too: from lastBeat alone, an instance whose clock runs ahead
+// was listed as beating in the future ("-1m50s ago"), one whose clock
+// runs behind as silent longer than it was. An entry stored offline is
+// the sweeper's mark, stored at least 45 s after the beat: its StoredAt
+// is the mark's, and lastBeat alone tells the beat.
+func (in *Instance) lastSeen() time.Time {
+	if in.Status != events.RuntimeOffline && in.StoredAt.After(in.LastBeat) {
+		return in.StoredAt
 	}
-	return in.Status != events.RuntimeOffline && now.Sub(last) <= beatsMissed*every
+	return in.LastBeat
 }
 
 // QueueHealth describes the scheduled runs.

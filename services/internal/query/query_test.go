@@ -627,15 +627,19 @@ func TestRuntimeListsInstancesWithAge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	now := time.Now().UTC()
-	b.r.Now = func() time.Time { return now }
+	at := now.Add(5 * time.Second)
+	b.r.Now = func() time.Time { return at }
 	b.put(t, streams.BucketRuntime, "timer.x", events.Heartbeat{Kind: "timer", Name: "x", Status: events.RuntimeOnline, LastBeat: now.Add(-5 * time.Second)})
 	b.put(t, streams.BucketRuntime, "api.y", events.Heartbeat{Kind: "api", Name: "y", Status: events.RuntimeOffline, LastBeat: now.Add(-time.Minute)})
 	list, err := b.r.Runtime(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 2 || list[0].Key != "api.y" || list[0].Status != events.RuntimeOffline || list[0].LastBeatAge.D() != time.Minute ||
-		list[1].Kind != "timer" || list[1].LastBeatAge.D() != 5*time.Second {
+	// The online entry's age runs from the later of its lastBeat and its
+	// stored time (TestRuntimeAgeRunsFromTheLaterOfLastBeatAndStoredAt);
+	// the offline mark's, stored by the sweeper, from its lastBeat.
+	if len(list) != 2 || list[0].Key != "api.y" || list[0].Status != events.RuntimeOffline || list[0].LastBeatAge.D() != at.Sub(now.Add(-time.Minute)) ||
+		list[1].Kind != "timer" || list[1].LastBeatAge.D() != max(0, at.Sub(list[1].StoredAt)) {
 		t.Fatalf("runtime = %+v", list)
 	}
 }
@@ -762,6 +766,34 @@ func TestPurgeDeadLettersKeepsEntriesStoredMeanwhile(t *testing.T) {
 		}
 		if len(left) != 1 || left[0].Entry.Attempts != 99 {
 			t.Fatalf("purge %q: entries of a left: %+v; want only the one stored after the count (attempts 99)", task, left)
+		}
+	}
+}
+
+// TestRuntimeAgeRunsFromTheLaterOfLastBeatAndStoredAt: lastBeatAge was
+// the reader's clock minus the lastBeat the instance stamped by its own,
+// while its status (online) runs its silence from the later of that and
+// the time NATS stored the beat. An instance whose clock runs ahead was
+// listed "last beat -1m50s ago", one whose clock runs behind as silent
+// for longer than it was (while listed online). The age now runs from the
+// same later time, and is never negative.
+func TestRuntimeAgeRunsFromTheLaterOfLastBeatAndStoredAt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now().UTC()
+	for name, off := range map[string]time.Duration{"ahead": 2 * time.Minute, "behind": -2 * time.Minute} {
+		b.put(t, streams.BucketRuntime, "executor."+name, events.Heartbeat{
+			Kind: "executor", Name: name, Status: events.RuntimeOnline, LastBeat: now.Add(off), Interval: events.Duration(15 * time.Second),
+		})
+	}
+	b.r.Now = func() time.Time { return time.Now().UTC().Add(5 * time.Second) }
+	list, err := b.r.Runtime(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if age := in.LastBeatAge.D(); age < 0 || age > 10*time.Second || in.Status != events.RuntimeOnline {
+			t.Errorf("an executor that beat just now with its clock %s: %s, last beat %v ago; want online, about 5s ago", in.Name, in.Status, age)
 		}
 	}
 }

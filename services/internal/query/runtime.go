@@ -16,7 +16,11 @@ type Instance struct {
 	// Key is the KV key, <kind>.<name>.
 	Key string `json:"key"`
 	events.Heartbeat
-	// LastBeatAge is how long ago the instance last beat.
+	// LastBeatAge is how long ago the instance last beat: since the later
+	// of LastBeat and StoredAt (lastSeen), as its status judges it, so a
+	// clock ahead shows no negative age and one behind no inflated one;
+	// for an entry the sweeper marked offline, since LastBeat (StoredAt is
+	// the mark's). Never negative.
 	LastBeatAge events.Duration `json:"lastBeatAge"`
 	// StoredAt is when NATS stored the entry, by the server's clock: an
 	// instance whose clock is off stamps lastBeat off by as much.
@@ -36,7 +40,8 @@ func (r *Reader) Runtime(ctx context.Context) ([]Instance, error) {
 	now := r.now()
 	out := make([]Instance, 0, len(beats))
 	for key, hb := range beats {
-		in := Instance{Key: key, Heartbeat: hb, LastBeatAge: events.Duration(now.Sub(hb.LastBeat)), StoredAt: raw[key].Created().UTC()}
+		in := Instance{Key: key, Heartbeat: hb, StoredAt: raw[key].Created().UTC()}
+		in.LastBeatAge = events.Duration(max(0, now.Sub(in.lastSeen())))
 		if !online(&in, now) {
 			in.Status = events.RuntimeOffline
 		}
