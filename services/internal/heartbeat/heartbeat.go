@@ -348,8 +348,12 @@ func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason s
 	}
 }
 
-// Stop deregisters the instance: it deletes the KV entry and announces
-// runtime.offline. Idempotent.
+// Stop deregisters the instance: it deletes its KV entry and announces
+// runtime.offline. Idempotent. Only its own entry (own: the sweeper's
+// offline mark of it too) is deleted, on the revision read: a same-named
+// replacement (compose names instances, executor1) that registered before
+// this stop ended keeps its entry, which an unconditional delete removed
+// until its next beat.
 func (b *Beater) Stop() {
 	select {
 	case <-b.stop:
@@ -367,8 +371,35 @@ func (b *Beater) Stop() {
 		b.announce(ctx, events.RuntimeOffline, "stopped")
 		return // never registered
 	}
-	if err := b.kv.Delete(ctx, Key(b.cfg.Kind, b.cfg.Name)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	b.deregister(ctx)
+	b.announce(ctx, events.RuntimeOffline, "stopped")
+}
+
+// deregister deletes the instance's entry if it is its own, and leaves
+// another instance's (logged at Info: a replacement, the normal case of a
+// restart under a fixed name). The delete is a compare-and-set on the
+// revision read: a conflict is an entry written since, by the replacement.
+func (b *Beater) deregister(ctx context.Context) {
+	key := Key(b.cfg.Kind, b.cfg.Name)
+	ent, err := b.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return
+	}
+	if err != nil {
+		b.cfg.Logger.Warn("deregister failed", "err", err)
+		return
+	}
+	var hb events.Heartbeat
+	if json.Unmarshal(ent.Value(), &hb) == nil && !b.own(&hb) {
+		b.cfg.Logger.Info("deregister skipped: another instance registered under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
+		return
+	}
+	err = b.kv.Delete(ctx, key, jetstream.LastRevision(ent.Revision()))
+	switch {
+	case err == nil, jsutil.IsKeyMissing(err):
+	case jsutil.IsCASConflict(err):
+		b.cfg.Logger.Info("deregister skipped: the entry was written since (another instance under this kind and name)", "kind", b.cfg.Kind, "name", b.cfg.Name)
+	default:
 		b.cfg.Logger.Warn("deregister failed", "err", err)
 	}
-	b.announce(ctx, events.RuntimeOffline, "stopped")
 }

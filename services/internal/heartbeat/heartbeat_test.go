@@ -466,3 +466,52 @@ func TestANoClockBeaterDoesNotReadBack(t *testing.T) {
 		t.Fatalf("a NoClock beater read its entry back:\n%s", logs.String())
 	}
 }
+
+// TestStopLeavesTheEntryOfTheInstanceThatReplacedIt: Stop deleted the
+// key whoever had written it last. Compose names instances (executor1):
+// an old process's clean stop that ended after its replacement under the
+// same name registered deleted the new instance's entry, which was then
+// missing (and, for flyball status, the service had no instance) until
+// its next beat. Stop now deletes only its own entry, on the revision it
+// read; its own entry the sweeper marked offline still goes.
+func TestStopLeavesTheEntryOfTheInstanceThatReplacedIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	_, js := srv.Connect(t, "executor")
+	kv, err := srv.JS.KeyValue(context.Background(), streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := heartbeat.Key("executor", "ghost")
+	old := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: time.Hour})
+	t.Cleanup(old.Stop)
+	replacement := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: "executor", Name: "ghost", Interval: time.Hour})
+	t.Cleanup(replacement.Stop)
+	old.Stop()
+	ent, err := kv.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("the replacement's entry after the old instance stopped: %v", err)
+	}
+	var hb events.Heartbeat
+	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+		t.Fatal(err)
+	}
+	if !hb.StartedAt.Equal(replacement.Entry().StartedAt) || hb.Status != events.RuntimeOnline {
+		t.Fatalf("entry %+v after the old instance stopped, want the replacement's, online", hb)
+	}
+
+	// The replacement's own entry, marked offline by the sweeper since
+	// its last beat: its stop deletes it.
+	hb.Status = events.RuntimeOffline
+	body, err := json.Marshal(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(context.Background(), key, body, ent.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	replacement.Stop()
+	if _, err := kv.Get(context.Background(), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the instance's own entry, marked offline, after its stop: %v, want it deleted", err)
+	}
+}
