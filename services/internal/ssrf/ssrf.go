@@ -55,10 +55,20 @@ var metadataHosts = map[string]netip.Addr{
 	"instance-data.ec2.internal": metadataAddr, // AWS
 }
 
+// metadataPrefixes are link-local ranges and the cloud metadata and
+// credential endpoints outside them, each of which hands out the host's
+// or the workload's credentials. The IPv6 ones are in fc00::/7, which is
+// otherwise allowed as private.
 var metadataPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("169.254.0.0/16"),     // link-local, incl. 169.254.169.254 (AWS, GCP, Azure)
+	// IPv4 link-local, which holds 169.254.169.254 (AWS IMDS, GCP, Azure
+	// IMDS, Oracle Cloud, DigitalOcean, OpenStack), 169.254.170.2 (AWS
+	// ECS task metadata and credentials) and 169.254.170.23 (AWS EKS Pod
+	// Identity agent).
+	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("fe80::/10"),          // IPv6 link-local
 	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS IMDS over IPv6
+	netip.MustParsePrefix("fd00:ec2::23/128"),   // AWS EKS Pod Identity agent over IPv6
+	netip.MustParsePrefix("fd20:ce::254/128"),   // GCP metadata server over IPv6
 	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud metadata
 	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata
 }

@@ -213,3 +213,32 @@ func FuzzNumericIPv4(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckRefusesEveryMetadataAddress: a default guard refuses every
+// cloud metadata and credential address, the IPv6 ones in fc00::/7
+// (allowed as private otherwise) included.
+func TestCheckRefusesEveryMetadataAddress(t *testing.T) {
+	t.Parallel()
+	g := &Guard{}
+	for _, s := range []string{
+		"169.254.169.254", // AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
+		"fd00:ec2::254",   // AWS IMDS over IPv6
+		"fd20:ce::254",    // GCP metadata server over IPv6
+		"fd00:ec2::23",    // AWS EKS Pod Identity agent over IPv6
+		"169.254.170.2",   // AWS ECS task metadata and credentials
+		"169.254.170.23",  // AWS EKS Pod Identity agent
+		"100.100.100.200", // Alibaba Cloud
+		"192.0.0.192",     // Oracle Cloud
+	} {
+		err := g.Check(netip.MustParseAddr(s))
+		if !errors.Is(err, ErrBlocked) {
+			t.Errorf("Check(%s) = %v, want it refused as a cloud metadata address", s, err)
+		}
+	}
+	// Its neighbours in fc00::/7 stay private addresses the guard allows.
+	for _, s := range []string{"fd20:ce::253", "fd00:ec2::24", "fd12:3456::1"} {
+		if err := g.Check(netip.MustParseAddr(s)); err != nil {
+			t.Errorf("Check(%s) = %v, want it allowed (a private address)", s, err)
+		}
+	}
+}
