@@ -92,9 +92,9 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	// It alone of the guard's settings had no variable: a compose file
 	// or unit that sets the others had to change the command for it.
 	f.allowLoopback, f.loopbackEnvErr = envBool("FLYBALL_ALLOW_LOOPBACK", dev)
-	fs.BoolVar(&f.allowLoopback, "allow-loopback", f.allowLoopback, "let tasks call loopback addresses (SSRF guard); give the executor, governor and API the same (env FLYBALL_ALLOW_LOOPBACK)")
-	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them, repeatable; give the executor, governor and API the same (env FLYBALL_ALLOW_CIDRS)")
-	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable; give the executor, governor and API the same (env FLYBALL_DENY_CIDRS)")
+	fs.BoolVar(&f.allowLoopback, "allow-loopback", f.allowLoopback, "let tasks call loopback addresses (SSRF guard), except those --deny-cidr holds; give the executor, governor and API the same (env FLYBALL_ALLOW_LOOPBACK)")
+	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them (cloud metadata addresses included), except those --deny-cidr holds, repeatable; give the executor, governor and API the same (env FLYBALL_ALLOW_CIDRS)")
+	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable; wins over --allow-cidr and --allow-loopback; give the executor, governor and API the same (env FLYBALL_DENY_CIDRS)")
 	fs.StringSliceVar(&f.redact, "redact-header", splitEnv("FLYBALL_REDACT_HEADERS"), "executor: a header or query parameter name whose value run records replace with [REDACTED], besides the built-in secret-looking names; repeatable (env FLYBALL_REDACT_HEADERS)")
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
 	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")

@@ -33,9 +33,12 @@ var ErrBlocked = errors.New("destination blocked by SSRF guard")
 type Guard struct {
 	// AllowLoopback opens 127.0.0.0/8 and ::1 (flyball dev and tests).
 	AllowLoopback bool
-	// Allow lists prefixes that are reachable even if a rule blocks them.
+	// Allow lists prefixes that are reachable even if a built-in rule
+	// blocks them (a metadata address included), unless Deny holds them.
 	Allow []netip.Prefix
-	// Deny lists extra prefixes to block.
+	// Deny lists extra prefixes to block. It wins over Allow and
+	// AllowLoopback: an address a Deny prefix holds is refused whatever
+	// they allow.
 	Deny []netip.Prefix
 }
 
@@ -87,6 +90,19 @@ func (g *Guard) Check(addr netip.Addr) error {
 	// names an interface, not another address; netip.Prefix.Contains is
 	// false for every zoned address, so it must go before any rule.
 	addr = addr.Unmap().WithZone("")
+	// An explicit deny-list prefix wins over every allow (--allow-cidr,
+	// --allow-loopback): it is the operator's narrower intent
+	// (--allow-cidr 169.254.0.0/16 --deny-cidr 169.254.169.254/32). It
+	// holds for the IPv4 addresses an IPv6 one embeds too, even when the
+	// IPv6 prefix is allowed: the packet may reach that IPv4 address.
+	if err := g.denied(addr); err != nil {
+		return err
+	}
+	for _, e := range embeddedIPv4(addr) {
+		if err := g.denied(e.v4); err != nil {
+			return fmt.Errorf("%w (%s %s embeds %s)", err, e.kind, addr, e.v4)
+		}
+	}
 	if g.allowed(addr) {
 		return nil
 	}
@@ -104,6 +120,21 @@ func (g *Guard) Check(addr netip.Addr) error {
 	}
 	return g.check(addr)
 }
+
+// denied returns an error wrapping ErrBlocked if a deny-list prefix
+// holds addr.
+func (g *Guard) denied(addr netip.Addr) error {
+	for _, p := range g.Deny {
+		if contains(p, addr) {
+			return fmt.Errorf("%w: %s is in the deny-list prefix %s%w", ErrBlocked, addr, p, errDenied)
+		}
+	}
+	return nil
+}
+
+// errDenied marks an error of denied: --allow-cidr does not open it.
+// Its text is empty, so it adds nothing to the message.
+var errDenied = errors.New("")
 
 // allowed reports whether an allow-list prefix holds addr.
 func (g *Guard) allowed(addr netip.Addr) bool {
@@ -175,7 +206,8 @@ func embeddedIPv4(addr netip.Addr) []embedded {
 	return nil
 }
 
-// check applies the blocking rules to one address.
+// check applies the built-in blocking rules to one address (Check has
+// applied the deny list before it).
 func (g *Guard) check(addr netip.Addr) error {
 	switch {
 	case addr.IsLoopback():
@@ -191,11 +223,6 @@ func (g *Guard) check(addr netip.Addr) error {
 	for _, p := range metadataPrefixes {
 		if p.Contains(addr) {
 			return fmt.Errorf("%w: %s is link-local or a cloud metadata address", ErrBlocked, addr)
-		}
-	}
-	for _, p := range g.Deny {
-		if contains(p, addr) {
-			return fmt.Errorf("%w: %s is in the deny-list prefix %s", ErrBlocked, addr, p)
 		}
 	}
 	return nil
@@ -281,10 +308,14 @@ func (g *Guard) CheckTarget(s *events.TaskSpec) error {
 		return &events.ValidationError{Errors: []events.FieldError{{Field: "target.http.url", Rule: numeric.reason()}}}
 	}
 	why := strings.TrimPrefix(err.Error(), ErrBlocked.Error()+": ")
+	hint := "; if it is meant, an operator allows it with --allow-cidr (FLYBALL_ALLOW_CIDRS), given alike to the executors, the governor and the API"
+	if errors.Is(err, errDenied) {
+		// --allow-cidr does not open a deny-listed address.
+		hint = "; if it is meant, an operator removes that prefix from --deny-cidr (FLYBALL_DENY_CIDRS), given alike to the executors, the governor and the API"
+	}
 	return &events.ValidationError{Errors: []events.FieldError{{
 		Field: "target.http.url",
-		Rule: "the executor's SSRF guard refuses this host, so every run would fail: " + why +
-			"; if it is meant, an operator allows it with --allow-cidr (FLYBALL_ALLOW_CIDRS), given alike to the executors, the governor and the API",
+		Rule:  "the executor's SSRF guard refuses this host, so every run would fail: " + why + hint,
 	}}}
 }
 

@@ -242,3 +242,57 @@ func TestCheckRefusesEveryMetadataAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyWinsOverAllow: an explicit deny-list prefix refuses an address
+// that --allow-cidr or --allow-loopback would open, as the narrower
+// intent of the operator.
+func TestDenyWinsOverAllow(t *testing.T) {
+	t.Parallel()
+	pfx := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name    string
+		g       *Guard
+		addr    string
+		blocked bool
+	}{
+		// --allow-cidr 169.254.0.0/16 --deny-cidr 169.254.169.254/32
+		{"allow link-local, deny IMDS", &Guard{Allow: pfx("169.254.0.0/16"), Deny: pfx("169.254.169.254/32")}, "169.254.169.254", true},
+		{"allow link-local, deny IMDS: other link-local", &Guard{Allow: pfx("169.254.0.0/16"), Deny: pfx("169.254.169.254/32")}, "169.254.1.1", false},
+		{"allow link-local, deny IMDS: NAT64 spelling", &Guard{Allow: pfx("169.254.0.0/16"), Deny: pfx("169.254.169.254/32")}, "64:ff9b::a9fe:a9fe", true},
+		{"allow NAT64 prefix, deny an IPv4 it embeds", &Guard{Allow: pfx("64:ff9b::/96"), Deny: pfx("10.0.0.5/32")}, "64:ff9b::a00:5", true},
+		{"allow NAT64 prefix, deny an IPv4 it embeds: another", &Guard{Allow: pfx("64:ff9b::/96"), Deny: pfx("10.0.0.5/32")}, "64:ff9b::a00:6", false},
+		{"allow a private range, deny a host in it", &Guard{Allow: pfx("10.0.0.0/8"), Deny: pfx("10.1.2.3/32")}, "10.1.2.3", true},
+		// flyball dev --deny-cidr 127.0.0.1/32
+		{"allow loopback, deny 127.0.0.1", &Guard{AllowLoopback: true, Deny: pfx("127.0.0.1/32")}, "127.0.0.1", true},
+		{"allow loopback, deny 127.0.0.1: mapped", &Guard{AllowLoopback: true, Deny: pfx("127.0.0.1/32")}, "::ffff:127.0.0.1", true},
+		{"allow loopback, deny 127.0.0.1: other loopback", &Guard{AllowLoopback: true, Deny: pfx("127.0.0.1/32")}, "127.0.0.2", false},
+		{"allow loopback, deny ::1", &Guard{AllowLoopback: true, Deny: pfx("::1/128")}, "::1", true},
+		{"allow-cidr loopback, deny 127.0.0.1", &Guard{Allow: pfx("127.0.0.0/8"), Deny: pfx("127.0.0.1/32")}, "127.0.0.1", true},
+	} {
+		err := c.g.Check(netip.MustParseAddr(c.addr))
+		if got := errors.Is(err, ErrBlocked); got != c.blocked {
+			t.Errorf("%s: Check(%s) = %v, want blocked %v", c.name, c.addr, err, c.blocked)
+		}
+		if c.blocked && err != nil && !strings.Contains(err.Error(), "deny-list prefix") {
+			t.Errorf("%s: Check(%s) = %v, want it to name the deny-list prefix", c.name, c.addr, err)
+		}
+	}
+	// A metadata hostname is judged as its address, deny list included.
+	g := &Guard{Allow: pfx("169.254.0.0/16"), Deny: pfx("169.254.169.254/32")}
+	if err := g.CheckHost("metadata.google.internal"); !errors.Is(err, ErrBlocked) {
+		t.Errorf("CheckHost(metadata.google.internal) with 169.254.169.254 denied = %v, want it refused", err)
+	}
+	// At create time the rule says to narrow the deny list: --allow-cidr
+	// would not open it.
+	r := events.Reasons(g.CheckTarget(&events.TaskSpec{ID: "x", Target: events.Target{HTTP: &events.HTTPTarget{URL: "http://169.254.169.254/"}}}))
+	if len(r) != 1 || !strings.Contains(r[0].Rule, "169.254.169.254 is in the deny-list prefix 169.254.169.254/32; if it is meant, an operator removes that prefix from --deny-cidr") ||
+		strings.Contains(r[0].Rule, "--allow-cidr") {
+		t.Errorf("CheckTarget(denied address) = %+v, want a reason naming the deny-list prefix and --deny-cidr, not --allow-cidr", r)
+	}
+}
