@@ -205,25 +205,55 @@ func connectError(list string, err error) error {
 
 // redactURLs hides the credentials a NATS URL list may carry
 // (nats://user:password@host, or nats://token@host) before it is logged
-// or printed: the password or the token becomes "REDACTED", the rest stays.
+// or printed: the password or the token becomes "REDACTED", the rest
+// stays. Every URL of the list that it changes loses its blanks.
 func redactURLs(list string) string {
 	urls := strings.Split(list, ",")
 	for i, raw := range urls {
-		u, err := url.Parse(strings.TrimSpace(raw))
-		if err != nil || u.User == nil {
-			if err != nil && strings.Contains(raw, "@") {
-				urls[i] = "(unparsable URL with credentials)"
-			}
-			continue
+		if shown, changed := redactURL(strings.TrimSpace(raw)); changed {
+			urls[i] = shown
 		}
-		if _, hasPassword := u.User.Password(); hasPassword {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-		} else {
-			u.User = url.User("REDACTED")
-		}
-		urls[i] = u.String()
 	}
 	return strings.Join(urls, ",")
+}
+
+// unparsableWithCredentials stands for a URL whose credentials redactURL
+// cannot tell from the rest.
+const unparsableWithCredentials = "(unparsable URL with credentials)"
+
+// redactURL reads s as nats.go does (a URL without "://" gets nats://
+// in front: cli:pass@host is user cli, not the scheme cli url.Parse
+// reads) and hides its user info. An "@" that is not the end of the user
+// info url.Parse found makes the whole URL unparsableWithCredentials: a
+// URL that does not parse, or one where the user info was not found
+// (nats://svc:2024/Xy+z@host reads as host svc, port 2024 and a path),
+// or an "@" left in the host, path, query or fragment, may hold a
+// password anywhere. changed is false if s is shown as it is.
+func redactURL(s string) (shown string, changed bool) {
+	full, added := s, false
+	if !strings.Contains(s, "://") {
+		full, added = "nats://"+s, true
+	}
+	u, err := url.Parse(full)
+	if err != nil || u.User == nil {
+		if strings.Contains(s, "@") {
+			return unparsableWithCredentials, true
+		}
+		return s, false
+	}
+	if strings.Contains(u.Host+u.Path+u.RawPath+u.RawQuery+u.Fragment+u.Opaque, "@") {
+		return unparsableWithCredentials, true
+	}
+	if _, hasPassword := u.User.Password(); hasPassword {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	} else {
+		u.User = url.User("REDACTED")
+	}
+	shown = u.String()
+	if added {
+		shown = strings.TrimPrefix(shown, "nats://")
+	}
+	return shown, true
 }
 
 func newServeCmd() *cobra.Command {

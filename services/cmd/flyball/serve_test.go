@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -53,6 +54,93 @@ func TestNATSURLCredentialsAreNotShown(t *testing.T) {
 	f = natsFlags{url: "nats://127.0.0.1:%zz", name: "test"}
 	if _, _, err := f.connect(); err == nil || !strings.Contains(err.Error(), `invalid port ":%zz"`) {
 		t.Errorf("connect to an unparsable URL without credentials: error %v, want url.Parse's reason", err)
+	}
+}
+
+// TestNATSURLCredentialsURLParseMissesAreNotShown: nats.go reads a URL
+// without a scheme as nats://… (cli:s3cretpass@host, which url.Parse
+// reads as the scheme cli), and a password whose text up to the first
+// /, ? or # is digits makes url.Parse find a port and no user info
+// (nats://svc:2024/Xy+z@nats1:4222). Neither credential may reach the
+// connect error, the "serving" log line or the -h default.
+func TestNATSURLCredentialsURLParseMissesAreNotShown(t *testing.T) {
+	t.Parallel()
+	const placeholder = "(unparsable URL with credentials)"
+	for in, want := range map[string]string{
+		"cli:s3cretpass@127.0.0.1:4222":                   "cli:REDACTED@127.0.0.1:4222",
+		"s3cr3t-token@nats-1":                             "REDACTED@nats-1",
+		"nats-1:4222":                                     "nats-1:4222",
+		"nats://svc:2024/Xy+z@nats1:4222":                 placeholder,
+		"nats://svc:2024?Xy@nats1:4222":                   placeholder,
+		"nats://svc:2024#Xy@nats1:4222":                   placeholder,
+		"nats://a:b@n1:4222/x@y":                          placeholder,
+		"nats://n0:4222, nats://svc:2024/Xy+z@nats1:4222": "nats://n0:4222," + placeholder,
+		"nats://a:hunter2@n1:4222,cli:s3cretpass@n2:4222": "nats://a:REDACTED@n1:4222,cli:REDACTED@n2:4222",
+	} {
+		if got := redactURLs(in); got != want {
+			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
+	secrets := []string{"s3cretpass", "Xy+z"}
+	leaks := func(s string) bool {
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, bad := range []string{"cli:s3cretpass@127.0.0.1:1", "nats://svc:2024/Xy+z@127.0.0.1:1"} {
+		f := natsFlags{url: bad, name: "test"}
+		_, _, err := f.connect()
+		if err == nil || leaks(err.Error()) {
+			t.Errorf("connect to %s: error %v, want one without the credentials", bad, err)
+		}
+	}
+
+	// Both, to a real server (it has no authorization, so it takes any):
+	// nats.go connects with either, and serve logs the list.
+	_, url := natstest.StartListening(t)
+	hostPort := strings.TrimPrefix(url, "nats://")
+	list := "cli:s3cretpass@" + hostPort + ", nats://" + hostPort + "/Xy+z@nats1:4222"
+	e := &cliEnv{url: list, dir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "serve", "governor", "--metrics-addr", "", "--log-format", "json")
+	_, lines, raw := startJSONLogged(t, cmd, false)
+	var serving map[string]any
+	for m := range lines {
+		if m["msg"] == "serving" {
+			serving = m
+			break
+		}
+	}
+	if serving == nil {
+		t.Fatalf("serve ended before logging \"serving\":\n%s", raw.String())
+	}
+	if got, want := serving["nats"], "cli:REDACTED@"+hostPort+","+placeholder; got != want {
+		t.Errorf("the serving line names NATS as %q, want %q", got, want)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until serve exits
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
+	}
+	if leaks(raw.String()) {
+		t.Errorf("serve's log shows a credential of its NATS URL:\n%s", raw.String())
+	}
+
+	help := exec.Command(cliBinary, "serve", "-h")
+	help.Env = append(os.Environ(), "NATS_URL="+list)
+	out, err := help.CombinedOutput()
+	if err != nil {
+		t.Fatalf("flyball serve -h: %v\n%s", err, out)
+	}
+	if leaks(string(out)) || !strings.Contains(string(out), "cli:REDACTED@"+hostPort+","+placeholder) {
+		t.Errorf("flyball serve -h with NATS_URL=%s shows:\n%s\nwant the default without its credentials", list, out)
 	}
 }
 
