@@ -86,8 +86,11 @@ func (p *planner) activity(act *events.Activity) (float64, Source, time.Duration
 	if dormantMult == 0 {
 		dormantMult = 6
 	}
+	// Dormant applies its multiplier whatever it is, 1 included: a
+	// dormantMultiplier of 1 means "dormant runs at the baseline", not
+	// "fall back to the idle multiplier".
 	switch {
-	case idle >= dormantAfter && dormantMult > 1:
+	case idle >= dormantAfter:
 		return dormantMult, SourceActivityDormant, idle
 	case idle >= idleAfter && idleMult > 1:
 		return idleMult, SourceActivityIdle, idle

@@ -1811,3 +1811,25 @@ func TestDecideSecondInputDuringARunDoesNotPlanTheServedRequestAgain(t *testing.
 		})
 	}
 }
+
+// TestDecideDormantMultiplierOfOne: once dormantAfter has passed, the
+// interval is × dormantMultiplier whatever its value, 1 included; it
+// used to fall through to the idle multiplier.
+func TestDecideDormantMultiplierOfOne(t *testing.T) {
+	spec := intervalSpec(time.Minute)
+	spec.Activity = &events.Activity{IdleMultiplier: 3, DormantMultiplier: 1}
+	spec.Normalize()
+	mustValid(t, spec)
+	now := t0.Add(time.Second)
+	d := governor.Decide(now, spec, stateWith(ran(t0), lastActivity(now.Add(-25*time.Hour))), updated)
+	if !d.NextRunAt.Equal(t0.Add(time.Minute)) || d.Source != governor.SourceActivityDormant {
+		t.Fatalf("idle 25h with dormantMultiplier 1: next %s (%s), want %s (activity-dormant)\n%s",
+			fmtT(d.NextRunAt), d.Source, fmtT(t0.Add(time.Minute)), d.Trail)
+	}
+	// Unset, the dormant multiplier is still the default 6.
+	spec.Activity = &events.Activity{IdleMultiplier: 3}
+	d = governor.Decide(now, spec, stateWith(ran(t0), lastActivity(now.Add(-25*time.Hour))), updated)
+	if !d.NextRunAt.Equal(t0.Add(6*time.Minute)) || d.Source != governor.SourceActivityDormant {
+		t.Fatalf("idle 25h with dormantMultiplier unset: next %s (%s), want %s (activity-dormant)", fmtT(d.NextRunAt), d.Source, fmtT(t0.Add(6*time.Minute)))
+	}
+}
