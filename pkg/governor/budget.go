@@ -11,9 +11,12 @@ import (
 //     never exceeds the budget; a shorter interval is stretched, and a cron
 //     task skips to the first occurrence far enough out;
 //   - exhaustion: when the runs counted in the current UTC hour and the 23
-//     before it reach the budget (bursts from requeues, dead-letter
-//     rechecks or a backlog), the next run waits for the hour at which the
-//     oldest counted hour leaves the window.
+//     before it reach the budget (bursts from requeues or a backlog), the
+//     next run waits for the hour at which the oldest counted hour leaves
+//     the window.
+//
+// deadLetter applies it again to a dead-letter recheck, which it would
+// otherwise replace: only a requeue and bounds.max rank above the budget.
 //
 // Either may move the run into quiet hours: it is then kept the quiet
 // interval after the last run there, as quiet hours keep any run

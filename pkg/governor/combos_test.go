@@ -14,7 +14,8 @@ import (
 // TestDecidePrecedence starts with every rule active, each proposing a
 // different time, and removes the winner one at a time: the source walks
 // down the documented precedence
-// pause > clamps > dead-letter > breaker > budget > hints > adaptive > baseline.
+// pause > clamps > dead-letter > breaker > budget > hints > adaptive > baseline
+// (the recheck, 2h out, is past the budget's 30m, which it must keep).
 func TestDecidePrecedence(t *testing.T) {
 	spec := withBudget(withAdaptive(intervalSpec(10*time.Minute), events.AdaptiveChange, 0, 0, 0), 48) // 30m apart
 	spec.Bounds = &events.Bounds{Max: events.Duration(90 * time.Minute)}

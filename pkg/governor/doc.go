@@ -151,14 +151,17 @@
 // The budget keeps runs at least 24h/maxRunsPerDay apart, and when the runs
 // counted in the current UTC hour and the 23 before it reach the budget,
 // the next run waits for the hour at which the window frees one. The
-// counts live in a fixed 24-slot ring in the state.
+// counts live in a fixed 24-slot ring in the state. Only a requeue (the
+// operator's) and bounds.max place a run the budget does not allow: a
+// dead-letter recheck waits for the budget when that is later.
 //
 // # Breaker, dead-letter and requeue
 //
 // While the task's breaker is open, no run is scheduled before its retryAt;
 // a later candidate stays, and becomes the probe. A dead-letter entry
 // schedules a recheck at its time + deadLetter.recheckAfter (30m by
-// default), kept until a run succeeds or the task is requeued; a requeue
+// default, or later when the budget says so), kept until a run succeeds
+// or the task is requeued; a requeue
 // clears the dead-letter and the failure count and runs the task now.
 // Clamps rank above both: a bounds.max shorter than the breaker's delay
 // dispatches the run earlier, and the executor then defers it to retryAt

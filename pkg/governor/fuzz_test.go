@@ -63,8 +63,10 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     rule above quiet hours placed it;
 //   - while the run planned before is still ahead, no slot counts as
 //     missed: nothing is caught up;
-//   - with a budget, a run chosen by a rule the budget outranks is at least
-//     24h/maxRunsPerDay after the last slot;
+//   - with a budget, a run not placed by a requeue or bounds.max (a
+//     dead-letter recheck included) is at least 24h/maxRunsPerDay after
+//     the last slot, and, once the budget is used up, not before the hour
+//     that frees a run (unless nudging kept the run planned before);
 //   - the source is a documented one, and the trail is not empty;
 //   - Decide is deterministic, does not mutate its input, and its Decision
 //     mirrors the State it returns;
@@ -488,20 +490,46 @@ func FuzzDecide(f *testing.F) {
 				}
 			}
 		}
-		// Requeues and dead-letter rechecks outrank the budget (then the
-		// clamps may move them), and bounds.max does too.
-		outranked := !s.RequeuedAt.IsZero() || (s.DeadLetter != nil && s.DeadLetter.RecheckAt.After(last)) ||
-			d.Source == governor.SourceClampedMax
+		// A requeue (the operator's) outranks the budget (then the clamps
+		// may move it), and bounds.max does too. Every other run, a
+		// dead-letter recheck included, keeps the budget's pacing and,
+		// unless nudging kept the run planned before, its exhaustion rule.
+		outranked := !s.RequeuedAt.IsZero() || d.Source == governor.SourceRequeue || d.Source == governor.SourceClampedMax
 		if b := spec.Budget; b != nil && !outranked {
-			switch d.Source {
-			case governor.SourceRequeue, governor.SourceDeadLetterRecheck:
-			default:
-				if spacing := 24 * time.Hour / time.Duration(b.MaxRunsPerDay); gap < spacing {
-					t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
-				}
+			if spacing := 24 * time.Hour / time.Duration(b.MaxRunsPerDay); gap < spacing {
+				t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
+			}
+			if free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay)); !kept && d.NextRunAt.Before(free) {
+				t.Fatalf("budget of %d used up: next run before %s%s", b.MaxRunsPerDay, fmtT(free), explain())
 			}
 		}
 	})
+}
+
+// budgetFree is the fuzz oracle of the budget's exhaustion rule: when the
+// runs the ledger counts in now's UTC hour and the 23 before it reach
+// limit, the first hour at which the hours counted from it back 23 hours
+// (up to now's) fall below limit; else the zero time.
+func budgetFree(l governor.RunLedger, now time.Time, limit int64) time.Time {
+	used := func(from, to int64) int64 {
+		var n int64
+		for x := max(from, l.Hour-23); x <= min(to, l.Hour); x++ {
+			n += int64(l.Counts[mod(x, 24)])
+		}
+		return n
+	}
+	h := now.Unix() / 3600 // now is after 1970
+	if used(h-23, h) < limit {
+		return time.Time{}
+	}
+	f := h + 24
+	for x := h + 1; x < h+24; x++ {
+		if used(x-23, h) < limit {
+			f = x
+			break
+		}
+	}
+	return time.Unix(f*3600, 0).UTC()
 }
 
 // inFlight is the fuzz oracle of the in-flight rule: a breaker transition

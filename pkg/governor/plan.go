@@ -752,7 +752,8 @@ func (p *planner) breaker() {
 }
 
 // deadLetter schedules a requeued task now, or a dead-lettered one at its
-// recheck time. A slot in flight at or after the requeue, or at or after
+// recheck time, or later when the budget says so (a requeue, the
+// operator's, ranks above the budget; a recheck does not). A slot in flight at or after the requeue, or at or after
 // the recheck time, is that run: still ahead, servesAhead keeps it; due,
 // the next one is planned after it by the other rules (the requeue is
 // consumed at once, as the outcome of a run at or after it would; a
@@ -780,6 +781,12 @@ func (p *planner) deadLetter() {
 		p.choosef(dl.RecheckAt, SourceDeadLetterRecheck, "run %s dead-lettered (%s) at %s: recheck at %s",
 			orDash(dl.DispatchID), orDash(dl.Reason), stamp(dl.At), stamp(dl.RecheckAt))
 		p.cadence = false
+		// The recheck is an automatic run: it keeps the budget's pacing
+		// and exhaustion rule, and waits for the budget when that is
+		// later. It replaced whatever the budget chose, and a task whose
+		// every run is dead-lettered ran every recheckAfter (46 times a
+		// day for a budget of 2), on a target that was already failing.
+		p.budget()
 		return
 	}
 	if p.recheckInFlight() {

@@ -767,6 +767,24 @@ func TestDecideDeadLetter(t *testing.T) {
 			},
 		},
 		{
+			"the recheck waits for the budget's pacing",
+			given{withBudget(intervalSpec(time.Minute), 2), ran(t0.Add(-24 * time.Hour)), t0.Add(2 * time.Second), finalFailure(t0, "max-attempts")},
+			want{next: t0.Add(12 * time.Hour), source: governor.SourceBudget, trail: "budget of 2 runs a day: runs at least 12h0m0s apart"},
+		},
+		{
+			"the recheck waits for a used-up budget",
+			given{withBudget(intervalSpec(time.Minute), 24), func() governor.State {
+				s := ran(t0)
+				h := t0.Unix() / 3600
+				s.Budget.Hour = h
+				s.Budget.Counts[(h-2)%24] = 12 // 08:00 (requeues)
+				s.Budget.Counts[(h-1)%24] = 11 // 09:00
+				s.Budget.Counts[h%24] = 1      // 10:00
+				return s
+			}(), at, deadLetterInput("t:1", at)},
+			want{next: t0.Add(22 * time.Hour), source: governor.SourceBudget, trail: "budget used up: 24 runs in the last 24 hours (limit 24): waits until 2026-03-03T08:00:00.000Z"},
+		},
+		{
 			"deadLetter.recheckAfter",
 			given{withRecheck(intervalSpec(time.Minute), 5*time.Minute), ran(t0), at, deadLetterInput("t:1", at)},
 			want{next: at.Add(5 * time.Minute), source: governor.SourceDeadLetterRecheck},
@@ -1831,5 +1849,51 @@ func TestDecideDormantMultiplierOfOne(t *testing.T) {
 	d = governor.Decide(now, spec, stateWith(ran(t0), lastActivity(now.Add(-25*time.Hour))), updated)
 	if !d.NextRunAt.Equal(t0.Add(6*time.Minute)) || d.Source != governor.SourceActivityDormant {
 		t.Fatalf("idle 25h with dormantMultiplier unset: next %s (%s), want %s (activity-dormant)", fmtT(d.NextRunAt), d.Source, fmtT(t0.Add(6*time.Minute)))
+	}
+}
+
+// TestDecideBudgetCapsAFailingTask: a task whose every run fails for good
+// (each is dead-lettered) still runs at most maxRunsPerDay times in any
+// budget window: its dead-letter rechecks wait for the budget. They used
+// to run every recheckAfter, 46 times a day for a budget of 2.
+func TestDecideBudgetCapsAFailingTask(t *testing.T) {
+	spec := mustValid(t, withBudget(intervalSpec(time.Minute), 2))
+	end := t0.Add(72 * time.Hour)
+	d := governor.Decide(t0, spec, governor.State{}, accepted)
+	var slots []time.Time
+	for i := 0; !d.NextRunAt.IsZero() && !d.NextRunAt.After(end); i++ {
+		if i > 10_000 {
+			t.Fatal("simulation does not end")
+		}
+		slot := d.NextRunAt
+		slots = append(slots, slot)
+		done := slot.Add(5 * time.Second)
+		d = governor.Decide(done, spec, d.State, finalFailure(slot, "max-attempts"))
+		if d.Ignored {
+			t.Fatalf("final failure of %s ignored", fmtT(slot))
+		}
+		// The dead-letter entry follows: the same dispatch as the mark.
+		if e := governor.Decide(done.Add(time.Second), spec, d.State, deadLetterInput(events.DispatchID(spec.ID, slot), done.Add(time.Second))); !e.Ignored {
+			d = e
+		}
+		if d.Source == governor.SourceRequeue {
+			t.Fatalf("after %s: requeue without a requeue", fmtT(slot))
+		}
+	}
+	for i, s := range slots {
+		h := s.Unix() / 3600
+		n := 0
+		for _, r := range slots[:i+1] {
+			if rh := r.Unix() / 3600; rh >= h-23 && rh <= h {
+				n++
+			}
+		}
+		if n > 2 {
+			t.Fatalf("run %d at %s: %d runs in the budget window of 24 hours ending in hour %s (limit 2); %d runs in 72h",
+				i, fmtT(s), n, time.Unix(h*3600, 0).UTC().Format("15:04"), len(slots))
+		}
+	}
+	if len(slots) < 6 {
+		t.Fatalf("%d runs in 72h, want 6 (2 a day)", len(slots))
 	}
 }
