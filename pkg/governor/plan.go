@@ -753,12 +753,13 @@ func (p *planner) breaker() {
 
 // deadLetter schedules a requeued task now, or a dead-lettered one at its
 // recheck time, or later when the budget says so (a requeue, the
-// operator's, ranks above the budget; a recheck does not). A slot in flight at or after the requeue, or at or after
-// the recheck time, is that run: still ahead, servesAhead keeps it; due,
-// the next one is planned after it by the other rules (the requeue is
-// consumed at once, as the outcome of a run at or after it would; a
-// recheck counts as run once a slot at or after it is the last one).
-// Planned again, the run was made a second time right behind it.
+// operator's, ranks above the budget; a recheck does not). A slot in
+// flight at or after the requeue, or at or after the recheck time, is
+// that run: still ahead, servesAhead keeps it; due, the next one is
+// planned after it by the other rules (the requeue is consumed at once,
+// as the outcome of a run at or after it would; a recheck counts as run
+// once a slot at or after it is the last one). Planned again, the run was
+// made a second time right behind it.
 func (p *planner) deadLetter() {
 	s := &p.s
 	if !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt) {
