@@ -1275,7 +1275,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			// Recorded as done before the term is sent, so a redelivery
 			// after a lost term terminates it again without a call.
 			s.recordThenSettle(m, d, attemptRecord{Attempts: attempt, Outcome: events.OutcomeFailed},
-				"term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, truncate(run.Error, 150))))
+				"term", termBody(fmt.Sprintf("final failure after %d attempt(s): %s", attempt, capText(run.Error, 150))))
 		}) {
 			s.owed.failed(run.BreakerKey, time.Now())
 		}
@@ -1340,20 +1340,50 @@ func retryDelay(r *events.Retry, attempt int, dispatchID string, retryAfter time
 	return max(delay, min(retryAfter, r.MaxDelay.D()))
 }
 
+// maxRunText caps each free-text field of a run event (error, reason):
+// 4 KiB, cut on a UTF-8 boundary and ending with runTextCut. A target
+// controls these texts (a 1 MB Location quoted whole by Go's url.Error, a
+// NATS service's Nats-Service-Error header), and an event over the
+// server's max_payload could never be stored: its dispatch was nakked
+// uncounted and the target called again as attempt 1 until MaxDeliver.
+const maxRunText = 4 << 10
+
+// runTextCut ends a text cut at maxRunText.
+const runTextCut = "…[cut]"
+
+// capText returns s as valid UTF-8 (each run of invalid bytes one U+FFFD)
+// of at most n bytes: a longer one is cut on a rune boundary and ends with
+// runTextCut.
+func capText(s string, n int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= n {
+		return s
+	}
+	keep := max(n-len(runTextCut), 0)
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + runTextCut
+}
+
 // runEventHeadroom is the part of the server's max_payload left for a run
 // event's headers (Content-Type, Nats-Msg-Id, Flyball-Breaker-Key: a few
 // hundred bytes at most) when fitRunBody sizes its data.
 const runEventHeadroom = 4 << 10
 
-// runMsg encodes a run event; msgID is its id and Nats-Msg-Id. A body
-// that would make the event larger than the connection's max_payload is
-// cut to fit (fitRunBody), so the event can always be stored.
+// runMsg encodes a run event; msgID is its id and Nats-Msg-Id. Its error
+// and reason are capped at maxRunText first, and an event still larger
+// than the connection's max_payload is cut to fit (fitRunBody), so the
+// event can always be stored.
 func (s *Service) runMsg(o events.Outcome, run *events.Run, msgID string) (*nats.Msg, error) {
+	run.Error, run.Reason = capText(run.Error, maxRunText), capText(run.Reason, maxRunText)
 	body, err := events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID)
 	if err != nil {
 		return nil, err
 	}
-	if limit := s.cfg.JS.Conn().MaxPayload() - runEventHeadroom; limit > 0 && int64(len(body)) > limit && run.Body != "" {
+	if limit := s.cfg.JS.Conn().MaxPayload() - runEventHeadroom; limit > 0 && int64(len(body)) > limit {
 		if body, err = s.fitRunBody(o, run, msgID, body, limit); err != nil {
 			return nil, err
 		}
@@ -1374,17 +1404,39 @@ func (s *Service) runMsg(o events.Outcome, run *events.Run, msgID string) (*nats
 // nearly always suffices (the event's time, encoded again, may take a few
 // bytes more), and each round shortens the body, so the loop ends. The cut
 // falls on a UTF-8 boundary, so it adds no replacement characters.
+// An event still over limit with no body left (a server with a tiny
+// max_payload, a spec with a huge URL or headers) loses its request
+// record, then its error and reason are cut to 256 bytes; only an event
+// over limit even then is an error.
 func (s *Service) fitRunBody(o events.Outcome, run *events.Run, msgID string, body []byte, limit int64) ([]byte, error) {
+	marshal := func() (err error) {
+		body, err = events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID)
+		return err
+	}
 	for int64(len(body)) > limit && run.Body != "" {
 		keep := max(len(run.Body)-int(int64(len(body))-limit), 0)
 		for keep > 0 && !utf8.RuneStart(run.Body[keep]) {
 			keep--
 		}
 		run.Body, run.BodyTruncated = run.Body[:keep], true
-		var err error
-		if body, err = events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID); err != nil {
+		if err := marshal(); err != nil {
 			return nil, err
 		}
+	}
+	if int64(len(body)) > limit && run.Request != nil {
+		run.Request = nil
+		if err := marshal(); err != nil {
+			return nil, err
+		}
+	}
+	if int64(len(body)) > limit {
+		run.Error, run.Reason = capText(run.Error, 256), capText(run.Reason, 256)
+		if err := marshal(); err != nil {
+			return nil, err
+		}
+	}
+	if int64(len(body)) > limit {
+		return nil, fmt.Errorf("run event of %d bytes exceeds %d bytes with no body", len(body), limit)
 	}
 	return body, nil
 }
