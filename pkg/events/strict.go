@@ -189,6 +189,7 @@ func (w *shapeWalker) value(t reflect.Type, path string) {
 		}
 	case !isDelim:
 		w.note(scalar(tok, t, path))
+		w.note(explicitZero(tok, path))
 	case !typed && d == '{':
 		w.object(nil, nil, path)
 	case !typed: // '['
@@ -208,6 +209,20 @@ var (
 	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
+
+// explicitZero refuses a 0 given for target.http.maxResponseBytes, which
+// Validate cannot tell from the field left out (the default, 102400):
+// a 0 meant to keep bodies out of RUNS had 100 KiB of each stored. The
+// field of a spec already stored is never an explicit 0 (omitempty), and
+// the executor reads stored specs without this walk.
+func explicitZero(tok json.Token, path string) error {
+	if n, ok := tok.(json.Number); ok && path == "target.http.maxResponseBytes" {
+		if f, err := n.Float64(); err == nil && f == 0 {
+			return malformed(path, fmt.Sprintf("must be in [1, %d], got 0 (leave it out for the default %d, or set a small value such as 1 to keep almost no body)", MaxMaxResponseBytes, DefaultMaxResponseBytes))
+		}
+	}
+	return nil
+}
 
 // readsItself reports a type that reads its own JSON or text; the walk
 // leaves its value to encoding/json.

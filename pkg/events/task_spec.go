@@ -87,8 +87,9 @@ type HTTPTarget struct {
 	Body string `json:"body,omitempty"`
 	// Timeout bounds one call, in (0, 30m]. Defaults to 30s.
 	Timeout Duration `json:"timeout,omitempty"`
-	// MaxResponseBytes bounds the body kept in run records, in [0, 10 MiB].
-	// Longer bodies are truncated and flagged. Defaults to 102400.
+	// MaxResponseBytes bounds the body kept in run records, in [1, 10 MiB].
+	// Longer bodies are truncated and flagged. Defaults to 102400, also
+	// when 0 (a 0 given in JSON is refused as the spec is decoded).
 	MaxResponseBytes int64 `json:"maxResponseBytes,omitempty"`
 	// ExpectStatus lists the statuses that count as success: codes ("204")
 	// or classes ("2xx"). Defaults to ["2xx"].
@@ -364,8 +365,10 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		}
 		checkHeaderCase(c, h.Headers)
 		checkTimeout(c, "target.http.timeout", h.Timeout)
+		// 0 is the field left out (the default); an explicit 0 in JSON is
+		// refused when the spec is decoded (explicitZero).
 		if h.MaxResponseBytes < 0 || h.MaxResponseBytes > MaxMaxResponseBytes {
-			c.add("target.http.maxResponseBytes", fmt.Sprintf("must be in [0, %d], got %d", MaxMaxResponseBytes, h.MaxResponseBytes))
+			c.add("target.http.maxResponseBytes", fmt.Sprintf("must be in [1, %d], got %d", MaxMaxResponseBytes, h.MaxResponseBytes))
 		}
 		for i, st := range h.ExpectStatus {
 			if !statusRe.MatchString(st) {

@@ -107,7 +107,7 @@ func TestValidateRules(t *testing.T) {
 		{"http header Host not ASCII", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Host": "bücher.example"} }, wantErr{"target.http.headers.Host", []string{"punycode"}}},
 		{"http timeout negative", func(s *events.TaskSpec) { s.Target.HTTP.Timeout = dur(-time.Second) }, wantErr{"target.http.timeout", []string{"must be in (0, 30m0s]", "-1s"}}},
 		{"http timeout too long", func(s *events.TaskSpec) { s.Target.HTTP.Timeout = dur(31 * time.Minute) }, wantErr{"target.http.timeout", []string{"30m0s", "31m0s"}}},
-		{"http maxResponseBytes negative", func(s *events.TaskSpec) { s.Target.HTTP.MaxResponseBytes = -1 }, wantErr{"target.http.maxResponseBytes", []string{"must be in [0, 10485760]", "-1"}}},
+		{"http maxResponseBytes negative", func(s *events.TaskSpec) { s.Target.HTTP.MaxResponseBytes = -1 }, wantErr{"target.http.maxResponseBytes", []string{"must be in [1, 10485760]", "-1"}}},
 		{"http maxResponseBytes too big", func(s *events.TaskSpec) { s.Target.HTTP.MaxResponseBytes = events.MaxMaxResponseBytes + 1 }, wantErr{"target.http.maxResponseBytes", []string{"10485761"}}},
 		{"http expectStatus out of range", func(s *events.TaskSpec) { s.Target.HTTP.ExpectStatus = []string{"2xx", "600"} }, wantErr{"target.http.expectStatus[1]", []string{"status code", `"600"`}}},
 		{"http expectStatus bad class", func(s *events.TaskSpec) { s.Target.HTTP.ExpectStatus = []string{"20x"} }, wantErr{"target.http.expectStatus[0]", []string{`like "2xx"`}}},

@@ -440,3 +440,40 @@ func TestRoutesThatReadABodyDocument408And413(t *testing.T) {
 		t.Fatalf("routes that read a body: %v, want DELETE and POST /api/v1/tasks among them", reading)
 	}
 }
+
+// TestOpenAPIMaxResponseBytesRange: the schema states the range the API
+// enforces, [1, 10485760] (an explicit 0 is refused; it used to mean the
+// default silently).
+func TestOpenAPIMaxResponseBytesRange(t *testing.T) {
+	t.Parallel()
+	var doc any
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var found []map[string]any
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if s, ok := e.(map[string]any); ok && k == "maxResponseBytes" {
+					found = append(found, s)
+				}
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	if len(found) == 0 {
+		t.Fatal("openapi.json has no maxResponseBytes property")
+	}
+	for _, s := range found {
+		if s["minimum"] != float64(1) || s["maximum"] != float64(events.MaxMaxResponseBytes) {
+			t.Errorf("maxResponseBytes: minimum %v, maximum %v; want 1 and %d", s["minimum"], s["maximum"], events.MaxMaxResponseBytes)
+		}
+	}
+}
