@@ -52,24 +52,20 @@ type measurement struct {
 	heap string
 	// prof takes the profiles; nil profiles this process.
 	prof profiler
-	// onOpen and onClose, if set, run just outside the CPU samples at the
-	// window's edges.
+	// onOpen, if set, runs just after the window's first CPU sample and
+	// onClose just after its last.
 	onOpen, onClose func(context.Context)
 }
 
 // measure waits for the window, samples CPU and memory at its edges,
 // collects the arrivals after the grace period and analyzes them.
+//
+// The window's CPU is sampled first, at w.From; the warm-up drain comes
+// after it and forgets only the calls that arrived before w.From (the
+// target answers with a count, so nothing is encoded or decoded), so the
+// calls counted and the CPU charged cover the same span.
 func (r *runner) measure(ctx context.Context, m measurement) error {
 	w := m.sys.Window
-	if err := waitUntil(ctx, time.Unix(0, w.From)); err != nil {
-		return err
-	}
-	// Warm-up arrivals belong to slots before the window.
-	warm, err := r.target.Drain(ctx)
-	if err != nil {
-		return err
-	}
-	m.sys.WarmupArrivals = len(warm)
 	charged := append([]int{procstat.Self}, m.pids...)
 	if m.notSelf {
 		charged = slices.Clone(m.pids)
@@ -78,20 +74,30 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	if tp := r.target.PID(); tp != 0 {
 		sampled = append(sampled, tp)
 	}
+	prof := m.prof
+	if prof == nil {
+		prof = selfProfiler{}
+	}
+	if err := waitUntil(ctx, time.Unix(0, w.From)); err != nil {
+		return err
+	}
+	before := procstat.Take(sampled...)
 	for _, p := range charged {
 		_ = procstat.ResetPeak(p)
 	}
 	if m.onOpen != nil {
 		m.onOpen(ctx)
 	}
-	prof := m.prof
-	if prof == nil {
-		prof = selfProfiler{}
-	}
 	if err := prof.writeHeap(startName(m.heap)); err != nil {
 		return err
 	}
-	before := procstat.Take(sampled...)
+	// Warm-up arrivals belong to slots before the window; calls that
+	// arrived since w.From stay with the target for the window's count.
+	warm, err := r.target.DrainBefore(ctx, w.From)
+	if err != nil {
+		return err
+	}
+	m.sys.WarmupArrivals = warm
 	stopProfile, err := prof.startCPU(m.profile, time.Until(time.Unix(0, w.To)))
 	if err != nil {
 		return err

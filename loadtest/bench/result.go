@@ -106,7 +106,8 @@ type SystemResult struct {
 	// (created too late for their startAt).
 	OffStart int          `json:"offStart,omitempty"`
 	Stats    stats.Report `json:"stats"`
-	// WarmupArrivals counts the calls before the window (discarded).
+	// WarmupArrivals counts the calls that arrived before the window
+	// (discarded).
 	WarmupArrivals int `json:"warmupArrivals"`
 	// WindowArrivals counts the calls the target received during the
 	// window, for any slot.

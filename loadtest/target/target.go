@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +36,15 @@ const (
 )
 
 // drainPath returns every arrival recorded so far as a gob-encoded
-// []stats.Arrival and forgets them.
+// []stats.Arrival and forgets them. With ?before=N (Unix nanoseconds) it
+// forgets only the arrivals before N, keeps the rest for the next drain and
+// answers how many it forgot, in decimal: the warm-up drain at a
+// measurement window's start, which neither encodes nor throws away the
+// window's first calls.
 const drainPath = "/_bench/drain"
+
+// beforeParam is drainPath's query parameter for a warm-up drain.
+const beforeParam = "before"
 
 // Target is a running target.
 type Target interface {
@@ -44,6 +52,10 @@ type Target interface {
 	URLs() []string
 	// Drain returns every arrival recorded since the last Drain.
 	Drain(ctx context.Context) ([]stats.Arrival, error)
+	// DrainBefore forgets the arrivals recorded before t (Unix
+	// nanoseconds) and returns how many; those at or after t stay for the
+	// next Drain.
+	DrainBefore(ctx context.Context, t int64) (int, error)
 	// PID is the process serving requests: 0 for this process.
 	PID() int
 	// Close stops the target.
@@ -60,7 +72,7 @@ type Recorder struct {
 func (r *Recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	at := time.Now().UnixNano()
 	if req.URL.Path == drainPath {
-		r.serveDrain(w)
+		r.serveDrain(w, req)
 		return
 	}
 	a := stats.Arrival{At: at, Task: req.Header.Get(HeaderTask), Key: req.Header.Get(HeaderKey)}
@@ -85,7 +97,36 @@ func (r *Recorder) Drain() []stats.Arrival {
 	return out
 }
 
-func (r *Recorder) serveDrain(w http.ResponseWriter) {
+// DrainBefore forgets the arrivals recorded before t and returns how many;
+// the others, in their order, stay for the next Drain. Arrivals are not
+// strictly in time order (each is stamped before the lock), so every one
+// is checked.
+func (r *Recorder) DrainBefore(t int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := r.arrivals[:0]
+	for _, a := range r.arrivals {
+		if a.At >= t {
+			kept = append(kept, a)
+		}
+	}
+	n := len(r.arrivals) - len(kept)
+	clear(r.arrivals[len(kept):]) // drop the forgotten strings
+	r.arrivals = kept
+	return n
+}
+
+func (r *Recorder) serveDrain(w http.ResponseWriter, req *http.Request) {
+	if s := req.URL.Query().Get(beforeParam); s != "" {
+		t, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			http.Error(w, "bad "+beforeParam, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, strconv.Itoa(r.DrainBefore(t)))
+		return
+	}
 	out := r.Drain()
 	w.Header().Set("Content-Type", "application/x-gob")
 	if err := gob.NewEncoder(w).Encode(out); err != nil {
@@ -133,6 +174,11 @@ func (l *Local) URLs() []string { return l.urls }
 
 // Drain implements Target.
 func (l *Local) Drain(context.Context) ([]stats.Arrival, error) { return l.rec.Drain(), nil }
+
+// DrainBefore implements Target.
+func (l *Local) DrainBefore(_ context.Context, t int64) (int, error) {
+	return l.rec.DrainBefore(t), nil
+}
 
 // PID implements Target.
 func (l *Local) PID() int { return 0 }
@@ -270,6 +316,32 @@ func (p *Process) Drain(ctx context.Context) ([]stats.Arrival, error) {
 		return nil, fmt.Errorf("target: drain: decode: %w", err)
 	}
 	return out, nil
+}
+
+// DrainBefore implements Target.
+func (p *Process) DrainBefore(ctx context.Context, t int64) (int, error) {
+	u := p.urls[0] + drainPath + "?" + beforeParam + "=" + strconv.FormatInt(t, 10)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("target: drain: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64))
+	if err != nil {
+		return 0, fmt.Errorf("target: drain: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("target: drain: HTTP %d: %s", resp.StatusCode, body)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(body)))
+	if err != nil {
+		return 0, fmt.Errorf("target: drain: %w", err)
+	}
+	return n, nil
 }
 
 // Close implements Target: it closes the child's stdin, which makes it

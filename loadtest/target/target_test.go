@@ -2,9 +2,11 @@ package target_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -108,5 +110,74 @@ func TestProcess(t *testing.T) {
 	exercise(t, p)
 	if err := p.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// warmDrain asks tg's drain endpoint to forget the arrivals before from
+// (the measurement window's start) and keep the rest.
+func warmDrain(t *testing.T, tg target.Target, from int64) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
+		tg.URLs()[0]+"/_bench/drain?before="+strconv.FormatInt(from, 10), http.NoBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// TestWarmupDrainKeepsTheWindowsArrivals: the warm-up drain at the
+// window's start forgets only the calls that arrived before it; a call
+// that arrived at or after the window's start, before the target answered,
+// stays for the window's count.
+func TestWarmupDrainKeepsTheWindowsArrivals(t *testing.T) {
+	t.Parallel()
+	l, err := target.Listen(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := target.Spawn(t.Context(), os.Args[0], childArg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	for _, tg := range []target.Target{l, p} {
+		// Through the endpoint, then through DrainBefore.
+		for _, viaMethod := range []bool{false, true} {
+			call(t, tg.URLs()[0], "warm", "", "warm:1")
+			call(t, tg.URLs()[0], "warm", "", "warm:2")
+			from := time.Now().UnixNano()
+			call(t, tg.URLs()[0], "late", "", "late:1")
+
+			var forgot string
+			if viaMethod {
+				n, err := tg.DrainBefore(t.Context(), from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				forgot = strconv.Itoa(n)
+			} else {
+				forgot = warmDrain(t, tg, from)
+			}
+			got, err := tg.Drain(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].Task != "late" || got[0].At < from {
+				t.Fatalf("after the warm-up drain at the window's start, Drain returned %d arrivals %+v, want the 1 that arrived at or after it", len(got), got)
+			}
+			if forgot != "2" {
+				t.Errorf("warm-up drain answered %q, want the count of arrivals before the window, 2", forgot)
+			}
+		}
 	}
 }
