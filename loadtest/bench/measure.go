@@ -135,18 +135,27 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 		return err
 	}
 	m.sys.Stats = stats.Analyze(arrivals, m.grid, w)
-	// Throughput and cost count the calls made while the CPU was counted,
-	// whatever slot they were for: under overload they serve old slots.
-	for _, a := range arrivals {
-		if a.At >= w.From && a.At < w.To {
-			m.sys.WindowArrivals++
-		}
-	}
+	m.sys.WindowArrivals = windowCalls(arrivals, m.grid, w)
 	m.sys.RunsPerSec = float64(m.sys.WindowArrivals) / w.Duration().Seconds()
 	if m.sys.WindowArrivals > 0 {
 		m.sys.CPUPer1kRuns = m.sys.CPUSeconds / float64(m.sys.WindowArrivals) * 1000
 	}
 	return nil
+}
+
+// windowCalls counts the calls for the system's tasks (g's) that arrived
+// in w. Throughput and cost count the calls made while the CPU was
+// counted, whatever slot they were for: under overload they serve old
+// slots. Calls for another system's tasks (flyball's last on an external
+// stack) are not this system's runs.
+func windowCalls(arrivals []stats.Arrival, g stats.Grid, w stats.Window) int {
+	n := 0
+	for _, a := range arrivals {
+		if _, ok := g.Anchors[a.Task]; ok && a.At >= w.From && a.At < w.To {
+			n++
+		}
+	}
+	return n
 }
 
 // startName is path with ".start" before its extension ("" stays "").

@@ -109,8 +109,8 @@ type SystemResult struct {
 	// WarmupArrivals counts the calls that arrived before the window
 	// (discarded).
 	WarmupArrivals int `json:"warmupArrivals"`
-	// WindowArrivals counts the calls the target received during the
-	// window, for any slot.
+	// WindowArrivals counts the calls for the system's tasks that the
+	// target received during the window, for any slot.
 	WindowArrivals int `json:"windowArrivals"`
 	// RunsPerSec is WindowArrivals per second of window: completed runs/s.
 	RunsPerSec float64 `json:"runsPerSec"`

@@ -169,15 +169,19 @@ func (r *runner) runSystem(ctx context.Context, tier Tier, system string) *Syste
 	return sr
 }
 
+// idSuffix ends a tier's name in every task ID of a system but flyball's,
+// so no two systems share an ID: an external stack's executor can still be
+// calling flyball's last slots when the next system starts, with the
+// Idempotency-Key task:ms its calls would share.
+var idSuffix = map[string]string{SystemFloor: "f", SystemNATS: "n", SystemPipeline: "p"}
+
 // taskIDs names a tier's tasks.
 func (r *runner) taskIDs(tier Tier, system string, n int) []string {
 	prefix := tier.Name
 	if r.cfg.Stack == StackExternal {
 		prefix = "lt" + r.tag + "-" + tier.Name
 	}
-	if system == SystemNATS {
-		prefix += "n"
-	}
+	prefix += idSuffix[system]
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%07d", prefix, i)
