@@ -13,11 +13,15 @@ import (
 )
 
 // newClient returns an HTTP client with the executor's transport settings
-// (services/executor/call.go: newHTTPClient), except that it keeps as many
-// idle connections per host as it makes calls at once. With the executor's
-// 64, a burst wider than 64 would close and redial connections on every
-// wave and soon exhaust loopback ports; the executor never gets there
-// because its per-host limit (16) is below 64.
+// (services/executor/call.go: newHTTPClient), except for the idle
+// connections kept per host. The executor keeps up to max(1024,
+// Concurrency) idle connections in all and PerHost (default 16) per host,
+// with no cap on connections per host in the transport: its own per-host
+// semaphore holds calls in flight to one host to PerHost, so a burst never
+// opens more connections than it may keep idle. The load generators here
+// have no per-host limit, so this client keeps max(64, concurrency) idle
+// per host: fewer than its calls at once would close and redial
+// connections on every wave and soon exhaust loopback ports.
 func newClient(concurrency int) *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Client{Transport: &http.Transport{

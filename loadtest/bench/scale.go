@@ -51,6 +51,8 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 	if err != nil {
 		return sc, err
 	}
+	// This process only: with StackProcess the nats-server child serving
+	// the timer's reads is not charged (docs/benchmarks.md, Scale tier).
 	cpu0 := procstat.Take(procstat.Self)
 	t0 := time.Now()
 	st, err := r.startStack(ctx, env, "timer")
