@@ -26,7 +26,9 @@ type Config struct {
 	Metrics *metrics.Set
 	// Concurrency bounds calls in flight. Defaults to 64.
 	Concurrency int
-	// PerHost bounds calls in flight to one host. Defaults to 16.
+	// PerHost bounds calls in flight to one host: its name lower-cased,
+	// with its port unless that is the scheme's default (canonicalHost).
+	// Defaults to 16.
 	PerHost int
 	// Guard is the SSRF guard. The zero value blocks loopback, link-local
 	// and metadata addresses.

@@ -717,7 +717,7 @@ func (s *Service) decodeTask(_ string, raw []byte) (*task, error) {
 	t := &task{spec: &spec, createdAt: stored.CreatedAt, breakerKey: BreakerKey(&spec), hold: settleHold(&spec)}
 	if h := spec.Target.HTTP; h != nil {
 		if u, err := url.Parse(h.URL); err == nil {
-			t.host = u.Host
+			t.host = canonicalHost(u)
 		}
 		t.record = &events.RequestRecord{
 			Method: h.Method, URL: redactURL(h.URL, s.cfg.RedactHeaders), Headers: redactHeaders(h.Headers, s.cfg.RedactHeaders),
@@ -1572,6 +1572,32 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 		}
 	}
 }
+
+// canonicalHost is u's host as the PerHost limit counts it: its name
+// lower-cased (but an IPv6 zone), in brackets for an IPv6 literal, and
+// its port unless that is the scheme's default. https://API.example.com,
+// https://api.example.com:443 and https://api.example.com:/ are one host,
+// api.example.com, the same one as http://api.example.com; a host on
+// another port (:8443) is another. Computed once per spec revision
+// (decodeTask), not per call.
+func canonicalHost(u *url.URL) string {
+	name, port := u.Hostname(), u.Port()
+	zone := ""
+	if i := strings.IndexByte(name, '%'); i >= 0 {
+		name, zone = name[:i], name[i:] // an interface name is case-sensitive
+	}
+	name = strings.ToLower(name) + zone
+	if strings.IndexByte(name, ':') >= 0 {
+		name = "[" + name + "]"
+	}
+	if port == "" || port == defaultPort[u.Scheme] {
+		return name
+	}
+	return name + ":" + port
+}
+
+// defaultPort is the port a URL of each scheme names by leaving it out.
+var defaultPort = map[string]string{"http": "80", "https": "443"}
 
 // hostSem is host's semaphore of PerHost call slots.
 func (s *Service) hostSem(host string) chan struct{} {
