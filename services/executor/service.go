@@ -82,8 +82,13 @@ type Service struct {
 	// bound, before the first delivery: it may wrap them (a slow read).
 	tune func(*Service)
 
+	// hosts holds the PerHost slots of each host (canonicalHost) that a
+	// call holds or waits for, and no other: an idle host's entry is
+	// dropped (hostUnref), and kept in spare for the next host. Both
+	// under hostMu.
 	hostMu sync.Mutex
-	hosts  map[string]chan struct{}
+	hosts  map[string]*hostSlots
+	spare  []*hostSlots
 
 	// waiting holds the dispatches waiting for a call, a caller or a host
 	// slot, and those whose call runs or whose run event waits in the
@@ -106,7 +111,7 @@ func New(cfg Config) (*Service, error) {
 		source:      jsutil.Source("executor", cfg.Instance),
 		userAgent:   "flyball/" + cfg.Version,
 		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency, cfg.RedactHeaders),
-		hosts:       make(map[string]chan struct{}),
+		hosts:       make(map[string]*hostSlots),
 		probeMargin: settleMargin,
 		outRound:    outboxRound,
 		outBudget:   outboxBudget,
@@ -301,10 +306,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // reads the spec from the bucket, not the view: a dispatch woken because
 // its breaker record was removed with its deleted task can get here before
 // the view of flyball-tasks has the delete, and would call the old target.
-// hostSem is a host slot the dispatch already holds (held.sem), or nil.
+// slot is a host slot the dispatch already holds (held.slot), or nil.
 // fails is how many tries of this delivery in a row met an
 // infrastructure failure (retryInfra), 0 on its first.
-func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool, hostSem chan struct{}, fails int) {
+func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fresh bool, slot *hostSlots, fails int) {
 	// Kept alive from here, before the first read, until its settle: the
 	// reads before the call (spec, schedule, pause, breaker, attempt
 	// record, ranAlready's reads of RUNS and DEADLETTER, the probe claim)
@@ -356,7 +361,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, "breaker open")
 		return
 	}
-	s.execute(ctx, m, md, t, d, arrived, g, hostSem, fails)
+	s.execute(ctx, m, md, t, d, arrived, g, slot, fails)
 }
 
 // hold keeps a dispatch that arrived ahead of its slot (the timer publishes
@@ -499,9 +504,9 @@ type held struct {
 	kept bool
 	// host: it was due while this host was at PerHost (waitForHost), and
 	// waits for one of its slots (fireHeld) before it takes a caller;
-	// sem is that slot, released by the caller after the call.
+	// slot is that slot, released by the caller after the call.
 	host string
-	sem  chan struct{}
+	slot *hostSlots
 }
 
 // deferred reports whether h is kept alive while it waits (waitBegin):
@@ -568,7 +573,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	if h.host != "" {
 		// Here, on its own goroutine, it holds no caller and no call
 		// slot while its host is busy (acquireHost keeps it alive).
-		if h.sem = s.acquireHost(ctx, h.m, h.arrived, h.host); h.sem == nil {
+		if h.slot = s.acquireHost(ctx, h.m, h.arrived, h.host); h.slot == nil {
 			s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
 			s.firing.Done()
 			return
@@ -589,7 +594,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	case s.fire <- h:
 	case <-ctx.Done():
 		s.waitEnd(h.m)
-		releaseHost(h.sem)
+		s.releaseHost(h.slot)
 		s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
 		s.firing.Done()
 	}
@@ -610,7 +615,7 @@ func (s *Service) caller(ctx context.Context) {
 
 func (s *Service) callHeld(ctx context.Context, h *held) {
 	defer s.firing.Done()
-	defer releaseHost(h.sem)
+	defer s.releaseHost(h.slot)
 	if h.replay {
 		// Still kept alive: replay's own settle ends that.
 		if s.replayTry(ctx, h.m, h.md, h.d, h.arrived, h.retry) {
@@ -624,7 +629,7 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 		return // handed back at shutdown
 	}
 	defer s.releaseCall()
-	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken, h.sem, h.retry)
+	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken, h.slot, h.retry)
 }
 
 // releaseHeld hands every dispatch still waiting for its slot, or
@@ -1139,9 +1144,9 @@ func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, why, reason string) 
 // execute performs one attempt and settles the message. With g.probe, the
 // call goes ahead only if it wins the breaker's probe claim, taken just
 // before the call (after the wait for a host slot), so the claim's TTL
-// need only outlast the call itself. hostSem is a slot of the task's host
-// the dispatch already holds (released by its holder), or nil.
-func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate, hostSem chan struct{}, fails int) {
+// need only outlast the call itself. slot is a host slot the dispatch
+// already holds (released by its holder), or nil.
+func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, t *task, d *events.Dispatch, arrived time.Time, g gate, slot *hostSlots, fails int) {
 	spec := t.spec
 	attempt, prior, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
@@ -1165,13 +1170,15 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		s.giveUp(m, t, d, attempt-1) // maxAttempts lowered while this retry was pending
 		return
 	}
-	if hostSem == nil || t.host == "" || hostSem != s.hostSem(t.host) {
-		sem, ok := s.tryHost(t.host)
+	// A held slot stays in the table while held, so its key names it:
+	// it is of another host only if the spec changed while it waited.
+	if slot == nil || t.host == "" || slot.key != t.host {
+		own, ok := s.tryHost(t.host)
 		if !ok {
 			s.waitForHost(ctx, m, md, d, arrived, t.host)
 			return
 		}
-		defer releaseHost(sem)
+		defer s.releaseHost(own)
 	}
 	var claim string
 	var claimRev uint64
@@ -1599,30 +1606,65 @@ func canonicalHost(u *url.URL) string {
 // defaultPort is the port a URL of each scheme names by leaving it out.
 var defaultPort = map[string]string{"http": "80", "https": "443"}
 
-// hostSem is host's semaphore of PerHost call slots.
-func (s *Service) hostSem(host string) chan struct{} {
-	s.hostMu.Lock()
-	defer s.hostMu.Unlock()
-	sem, ok := s.hosts[host]
-	if !ok {
-		sem = make(chan struct{}, s.cfg.PerHost)
-		s.hosts[host] = sem
+// hostSlots is one host's PerHost call slots: sem holds a value per slot
+// taken. It is in the table (Service.hosts) under key while refs, the
+// calls holding or waiting for one of its slots, is above 0; refs and
+// key change only under hostMu.
+type hostSlots struct {
+	key  string
+	sem  chan struct{}
+	refs int
+}
+
+// hostRef returns host's slots, counting one more call holding or
+// waiting for one; an idle host gets a spare entry, or a new one. The
+// caller holds hostMu.
+func (s *Service) hostRef(host string) *hostSlots {
+	h := s.hosts[host]
+	if h == nil {
+		if n := len(s.spare); n > 0 {
+			h, s.spare = s.spare[n-1], s.spare[:n-1]
+		} else {
+			h = &hostSlots{sem: make(chan struct{}, s.cfg.PerHost)}
+		}
+		h.key = host
+		s.hosts[host] = h
 	}
-	return sem
+	h.refs++
+	return h
+}
+
+// hostUnref counts one call out of h, and drops h from the table once no
+// call holds or waits for one of its slots (its sem is then empty),
+// keeping up to Concurrency such entries spare, so that a host called one
+// call at a time does not allocate a new entry for every call. The
+// caller holds hostMu.
+func (s *Service) hostUnref(h *hostSlots) {
+	if h.refs--; h.refs > 0 {
+		return
+	}
+	delete(s.hosts, h.key)
+	h.key = ""
+	if len(s.spare) < s.cfg.Concurrency {
+		s.spare = append(s.spare, h)
+	}
 }
 
 // tryHost takes one of host's PerHost call slots if one is free, and
 // returns it for releaseHost (nil for no host). ok is false when the host
 // is at its limit.
-func (s *Service) tryHost(host string) (sem chan struct{}, ok bool) {
+func (s *Service) tryHost(host string) (slot *hostSlots, ok bool) {
 	if host == "" {
 		return nil, true
 	}
-	sem = s.hostSem(host)
+	s.hostMu.Lock()
+	defer s.hostMu.Unlock()
+	h := s.hostRef(host)
 	select {
-	case sem <- struct{}{}:
-		return sem, true
+	case h.sem <- struct{}{}:
+		return h, true
 	default:
+		s.hostUnref(h) // others hold every slot: it stays
 		return nil, false
 	}
 }
@@ -1638,32 +1680,41 @@ func (s *Service) waitForHost(ctx context.Context, m jetstream.Msg, md *jetstrea
 
 // acquireHost takes one of host's PerHost call slots and returns it for
 // releaseHost; nil (no host, or ctx ended) holds nothing. While it waits,
-// m is kept alive (waitBegin).
-func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time.Time, host string) chan struct{} {
+// m is kept alive (waitBegin), and counted in the host's refs.
+func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time.Time, host string) *hostSlots {
 	if host == "" {
 		return nil
 	}
-	sem := s.hostSem(host)
+	s.hostMu.Lock()
+	h := s.hostRef(host)
+	s.hostMu.Unlock()
 	select {
-	case sem <- struct{}{}:
-		return sem
+	case h.sem <- struct{}{}:
+		return h
 	default:
 	}
 	s.waitBegin(m, arrived)
 	defer s.waitEnd(m)
 	select {
-	case sem <- struct{}{}:
-		return sem
+	case h.sem <- struct{}{}:
+		return h
 	case <-ctx.Done():
+		s.hostMu.Lock()
+		s.hostUnref(h)
+		s.hostMu.Unlock()
 		return nil
 	}
 }
 
-// releaseHost frees a slot acquireHost took.
-func releaseHost(sem chan struct{}) {
-	if sem != nil {
-		<-sem
+// releaseHost frees a slot tryHost or acquireHost took (nil: none).
+func (s *Service) releaseHost(h *hostSlots) {
+	if h == nil {
+		return
 	}
+	s.hostMu.Lock()
+	<-h.sem // never blocks: this call's value is in it
+	s.hostUnref(h)
+	s.hostMu.Unlock()
 }
 
 func truncate(s string, n int) string {
