@@ -64,3 +64,32 @@ func TestRepeatedQueryParametersAreRefused(t *testing.T) {
 	// label takes several selectors.
 	expect(t, "two label selectors", b.call(t, http.MethodGet, "/api/v1/tasks?label=team=ops&label=tier=1", ""), http.StatusOK, "")
 }
+
+// TestEmptyQueryValuesAreRefused: a query parameter given with no value
+// is a 400 naming it, on every route. GET /api/v1/tasks?job= dropped the
+// filter and listed every task, while an empty ?task=, ?after=, ?before=
+// or ?label= was refused: a script that lists ?job=$JOB and deletes each
+// task deleted every task when $JOB was empty. ?force= read as false.
+// Only DELETE's ?reason= may be empty: it is free text, and an empty
+// reason is no reason, as when it is not given.
+func TestEmptyQueryValuesAreRefused(t *testing.T) {
+	t.Parallel()
+	b, _ := apiOnly(t)
+	for _, c := range []struct{ method, path, field string }{
+		{http.MethodGet, "/api/v1/tasks?job=", "job"},
+		{http.MethodGet, "/api/v1/tasks?job=a&job=", "job"},
+		{http.MethodGet, "/api/v1/tasks?label=", "label"},
+		{http.MethodGet, "/api/v1/tasks?limit=", "limit"},
+		{http.MethodGet, "/api/v1/tasks?after=", "after"},
+		{http.MethodGet, "/api/v1/tasks/web/runs?limit=", "limit"},
+		{http.MethodGet, "/api/v1/tasks/web/runs?before=", "before"},
+		{http.MethodGet, "/api/v1/deadletter?task=", "task"},
+		{http.MethodGet, "/api/v1/deadletter?limit=", "limit"},
+		{http.MethodGet, "/api/v1/deadletter?before=", "before"},
+		{http.MethodPost, "/api/v1/deadletter/1/retry?force=", "force"},
+		{http.MethodGet, "/api/v1/scheduler/health?staleness=", "staleness"},
+	} {
+		expect(t, c.method+" "+c.path, b.call(t, c.method, c.path, ""), http.StatusBadRequest, c.field)
+	}
+	expect(t, "DELETE ?reason= (no reason)", b.call(t, http.MethodDelete, "/api/v1/tasks/nope?reason=", ""), http.StatusNotFound, "id")
+}

@@ -109,7 +109,8 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	force := false
-	if v := r.URL.Query().Get("force"); v != "" {
+	if q := r.URL.Query(); q.Has("force") { // "?force=" too: neither true nor false
+		v := q.Get("force")
 		var err error
 		if force, err = strconv.ParseBool(v); err != nil {
 			writeError(w, http.StatusBadRequest, "force", fmt.Sprintf("want true or false, got %q", v))

@@ -399,7 +399,12 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "after", fmt.Sprintf("must be a task id (1-%d characters of [A-Za-z0-9_-], the \"next\" of the page before), got %q", events.MaxIDLength, after))
 		return
 	}
-	tasks, next, err := s.q.TaskPage(r.Context(), query.TaskFilter{Job: q.Get("job"), Labels: labels}, after, limit)
+	job := q.Get("job")
+	if q.Has("job") && job == "" { // "?job=": not every task
+		writeError(w, http.StatusBadRequest, "job", "must be a job name, got \"\": leave the parameter out to list every job's tasks")
+		return
+	}
+	tasks, next, err := s.q.TaskPage(r.Context(), query.TaskFilter{Job: job, Labels: labels}, after, limit)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 		return
