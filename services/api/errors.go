@@ -35,13 +35,22 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, field, detail string) {
+	writeJSON(w, code, errorBody(code, field, detail))
+}
+
+// errorReply is writeError's status and body.
+func errorReply(code int, field, detail string) (int, any) {
+	return code, errorBody(code, field, detail)
+}
+
+func errorBody(code int, field, detail string) apiError {
 	e := apiError{Error: http.StatusText(code), Field: field, Detail: detail}
 	if code == http.StatusBadRequest && field != "" {
 		// A client reads every 400's problems from errors, as it does a
 		// validation failure's; {"for": "-1h"} came with field alone.
 		e.Errors = []events.FieldError{{Field: field, Rule: detail}}
 	}
-	writeJSON(w, code, e)
+	return e
 }
 
 // writeInvalid answers 400 with every reason of a validation error.

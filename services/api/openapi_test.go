@@ -131,6 +131,9 @@ type jsonSchema struct {
 	AdditionalProperties json.RawMessage        `json:"additionalProperties"`
 	Items                *jsonSchema            `json:"items"`
 	AllOf                []*jsonSchema          `json:"allOf"`
+	AnyOf                []*jsonSchema          `json:"anyOf"`
+	Enum                 []json.RawMessage      `json:"enum"`
+	Const                json.RawMessage        `json:"const"`
 }
 
 // types returns the schema's JSON types: ["string"], ["string", "null"], ….

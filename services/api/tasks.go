@@ -50,32 +50,40 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 	} else {
 		cmdID, ans, err = s.ctl.SendID(r.Context(), verb, id, cmdID, data, s.cfg.AnswerTimeout)
 	}
-	if verb == events.VerbCreated && (err == nil && ans.Rejected == nil || errors.Is(err, control.ErrTimeout)) {
+	code, body := commandReply(cmdID, ans, err, r.Header.Get("Idempotency-Key") != "", s.cfg.JS.Conn().MaxPayload())
+	if verb == events.VerbCreated && code == http.StatusAccepted {
 		// Only on a 202: a refused create points nowhere new.
 		w.Header().Set("Location", "/api/v1/tasks/"+id)
 	}
+	writeJSON(w, code, body)
+}
+
+// commandReply is the status and body answering command cmdID, sent with
+// an Idempotency-Key when keyed, given what control.Client.SendID
+// returned. maxPayload is the NATS server's max_payload.
+func commandReply(cmdID string, ans *control.Answer, err error, keyed bool, maxPayload int64) (int, any) {
 	switch {
 	case errors.Is(err, control.ErrTimeout):
-		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error()})
+		return http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error()}
 	case jsutil.TooLarge(err):
 		// A body under MaxBodyBytes can still make a command over the
 		// server's max_payload; a 503 would have the client retry it.
-		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("command not stored: it is over the NATS server's max_payload (%d bytes): %v", s.cfg.JS.Conn().MaxPayload(), err))
+		return errorReply(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("command not stored: it is over the NATS server's max_payload (%d bytes): %v", maxPayload, err))
 	case errors.Is(err, control.ErrMaybeStored):
 		// The publish's ack was lost and publishing it again failed too:
 		// TASKS may hold the command, and "not stored" had the client send
 		// it again as a second one. The same Idempotency-Key stores it
 		// once; without one, a retry is a new command.
 		retry := "send it again with the same Idempotency-Key: it is stored once"
-		if r.Header.Get("Idempotency-Key") == "" {
+		if !keyed {
 			retry = "look at the task (or TASKS) before sending it again: without an Idempotency-Key a retry is a new command"
 		}
-		writeJSON(w, http.StatusServiceUnavailable, apiError{
+		return http.StatusServiceUnavailable, apiError{
 			Error: http.StatusText(http.StatusServiceUnavailable), CommandID: cmdID, Status: "unknown",
 			Detail: err.Error() + "; if it was, it is applied; " + retry,
-		})
+		}
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "", "command not stored: "+err.Error())
+		return errorReply(http.StatusServiceUnavailable, "", "command not stored: "+err.Error())
 	case ans.Rejected != nil:
 		rej := ans.Rejected
 		ve := &events.ValidationError{Errors: rej.Reasons}
@@ -86,9 +94,9 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 		if len(rej.Reasons) > 0 {
 			body.Field = rej.Reasons[0].Field
 		}
-		writeJSON(w, http.StatusUnprocessableEntity, body)
+		return http.StatusUnprocessableEntity, body
 	default:
-		writeJSON(w, http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "accepted", Accepted: ans.Accepted})
+		return http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "accepted", Accepted: ans.Accepted}
 	}
 }
 
