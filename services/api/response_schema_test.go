@@ -60,12 +60,13 @@ func builtBodies(t *testing.T) []builtBody {
 		{what: "rejected", ans: rejected},
 		{what: "no answer in time", err: control.ErrTimeout},
 		{what: "no answer in time, keyed", err: control.ErrTimeout, keyed: true},
+		{what: "stored, its answer unreadable", err: fmt.Errorf("%w; its verdict is not known: %w", control.ErrStored, nats.ErrTimeout)},
 		{what: "maybe stored", err: fmt.Errorf("%w (command %s): %w", control.ErrMaybeStored, cmdID, nats.ErrTimeout)},
 		{what: "maybe stored, keyed", err: fmt.Errorf("%w (command %s): %w", control.ErrMaybeStored, cmdID, nats.ErrTimeout), keyed: true},
 		{what: "over max_payload", err: nats.ErrMaxPayload},
 		{what: "refused", err: nats.ErrNoResponders},
 	} {
-		code, body := commandReply(cmdID, c.ans, c.err, c.keyed, 1<<20)
+		code, body := commandReply("web", cmdID, c.ans, c.err, c.keyed, 1<<20)
 		add("a command "+c.what, "command", code, body)
 	}
 	// The errors handlers write.
@@ -254,7 +255,7 @@ func (v *validator) validate(path string, s *jsonSchema, val any) []string {
 		}
 	}
 	if types := s.types(); len(types) > 0 && !slices.Contains(types, jsonType(val)) &&
-		!(jsonType(val) == "integer" && slices.Contains(types, "number")) {
+		(jsonType(val) != "integer" || !slices.Contains(types, "number")) {
 		return append(errs, fmt.Sprintf("%s: a JSON %s, want %v", path, jsonType(val), types))
 	}
 	if s.Enum != nil && !slices.ContainsFunc(s.Enum, func(e json.RawMessage) bool { return sameJSON(e, val) }) {

@@ -19,8 +19,10 @@ import (
 )
 
 // CommandResult is the answer to a command the governor accepted (status
-// "accepted"), or that was stored but not answered in time (status
-// "pending": it will still be applied).
+// "accepted"), or that was stored but whose verdict is not known (status
+// "pending": not answered in time, or the answer could not be read). A
+// pending command is accepted or rejected when the governor reads it;
+// detail says how to learn which.
 type CommandResult struct {
 	CommandID string               `json:"commandId"`
 	Status    string               `json:"status"`
@@ -29,7 +31,7 @@ type CommandResult struct {
 }
 
 // send publishes a command and answers with the governor's verdict: 202
-// accepted or pending, 422 rejected (naming the fields), 413 when the
+// accepted, or pending when it is stored with no verdict known, 422 rejected (naming the fields), 413 when the
 // command is over the NATS server's max_payload (no retry mends that), 503
 // when NATS refused the command otherwise, or when it may have been
 // stored (status "unknown", with its commandId: control.ErrMaybeStored).
@@ -50,7 +52,7 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 	} else {
 		cmdID, ans, err = s.ctl.SendID(r.Context(), verb, id, cmdID, data, s.cfg.AnswerTimeout)
 	}
-	code, body := commandReply(cmdID, ans, err, r.Header.Get("Idempotency-Key") != "", s.cfg.JS.Conn().MaxPayload())
+	code, body := commandReply(id, cmdID, ans, err, r.Header.Get("Idempotency-Key") != "", s.cfg.JS.Conn().MaxPayload())
 	if verb == events.VerbCreated && code == http.StatusAccepted {
 		// Only on a 202: a refused create points nowhere new.
 		w.Header().Set("Location", "/api/v1/tasks/"+id)
@@ -58,13 +60,22 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 	writeJSON(w, code, body)
 }
 
-// commandReply is the status and body answering command cmdID, sent with
-// an Idempotency-Key when keyed, given what control.Client.SendID
-// returned. maxPayload is the NATS server's max_payload.
-func commandReply(cmdID string, ans *control.Answer, err error, keyed bool, maxPayload int64) (int, any) {
+// commandReply is the status and body answering command cmdID of task
+// id, sent with an Idempotency-Key when keyed, given what
+// control.Client.SendID returned. maxPayload is the NATS server's
+// max_payload.
+func commandReply(id, cmdID string, ans *control.Answer, err error, keyed bool, maxPayload int64) (int, any) {
 	switch {
-	case errors.Is(err, control.ErrTimeout):
-		return http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error()}
+	case errors.Is(err, control.ErrStored):
+		// Stored, verdict unknown: "it will still be applied" was false
+		// (the governor may reject it), and "not stored" (an error after
+		// the publish was acked) had the client send it again as a second
+		// command.
+		learn := fmt.Sprintf("to learn its verdict, send the request again with the same Idempotency-Key within 2 minutes (the command is stored once, and the retry is answered with its verdict), or read the task (GET /api/v1/tasks/%s) or TASKS (flyball.task.accepted.%s and flyball.task.rejected.%s, commandId %s)", id, id, id, cmdID)
+		if !keyed {
+			learn += "; this request had no Idempotency-Key, so sending it again is a second command"
+		}
+		return http.StatusAccepted, CommandResult{CommandID: cmdID, Status: "pending", Detail: err.Error() + "; " + learn}
 	case jsutil.TooLarge(err):
 		// A body under MaxBodyBytes can still make a command over the
 		// server's max_payload; a 503 would have the client retry it.

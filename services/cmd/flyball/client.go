@@ -125,7 +125,7 @@ func (s *session) command(ctx context.Context, verb events.Verb, id string, data
 	cmdID, ans, err := s.ctl.Send(ctx, verb, id, data, s.timeout)
 	switch {
 	case errors.Is(err, control.ErrTimeout):
-		return nil, fmt.Errorf("task.%s for %q was stored (command %s) but the governor did not answer within %s: is the governor running? The command is applied when it is", verb, id, cmdID, s.timeout)
+		return nil, fmt.Errorf("task.%s for %q was stored (command %s) but the governor did not answer within %s: is the governor running? It accepts or rejects the command when it reads it; do not send it again", verb, id, cmdID, s.timeout)
 	// The publish's ack was lost (a timeout, a dropped connection, or an
 	// interrupt: Ctrl-C or the bound of --timeout) and publishing it again
 	// did not settle it. Printed as the bare publish error, a command
@@ -137,6 +137,9 @@ func (s *session) command(ctx context.Context, verb events.Verb, id string, data
 	// and the command sent again ran a requeued task twice.
 	case err != nil && ctx.Err() != nil && cmdID != "":
 		return nil, fmt.Errorf("task.%s for %q was stored (command %s), but the wait for the governor's answer was interrupted (%w): the command is applied when the governor reads it; do not send it again", verb, id, cmdID, ctx.Err())
+	// Stored, but its answer could not be read: not "not sent".
+	case errors.Is(err, control.ErrStored):
+		return nil, fmt.Errorf("task.%s for %q (command %s): %w; do not send it again", verb, id, cmdID, err)
 	case err != nil:
 		return nil, err
 	case ans.Rejected != nil:

@@ -20,9 +20,17 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-// ErrTimeout is returned when no answer arrives in time. The command was
-// stored and will still be applied.
-var ErrTimeout = errors.New("no answer from the governor in time (is the governor running?)")
+// ErrStored is wrapped by the errors SendID returns, with the command
+// id, once TASKS stored the command (its publish was acked) but its
+// verdict is not known: the governor accepts or rejects it when it reads
+// it. Sending it again with the same id stores nothing and is answered
+// with that verdict; sent again with a new id, it is a second command.
+var ErrStored = errors.New("the command is stored, and the governor will accept or reject it")
+
+// ErrTimeout is ErrStored when no answer arrived in time: no governor
+// runs, or it is behind. It does not mean the command will be applied:
+// it may be rejected.
+var ErrTimeout = fmt.Errorf("%w, but it did not answer in time (is the governor running?)", ErrStored)
 
 // ErrMaybeStored wraps a publish error after which TASKS may hold the
 // command or not: its ack timed out or was lost with the connection, and
@@ -66,7 +74,9 @@ func (c *Client) Send(ctx context.Context, verb events.Verb, id string, data any
 // within TASKS's duplicate window (2 minutes) is not stored again, and is
 // answered with the first one's verdict: a client that retries after a
 // timeout sends one command. After a publish error it returns the command
-// id only with ErrMaybeStored: other errors mean it was not stored.
+// id only with ErrMaybeStored: other publish errors mean it was not
+// stored. Once the publish is acked, an error (the wait ended, the stored
+// answer could not be read) wraps ErrStored and comes with the id.
 func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string, data any, wait time.Duration) (string, *Answer, error) {
 	if !events.ValidToken(id) {
 		return "", nil, &events.FieldError{Field: "id", Rule: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-], got %q", events.MaxIDLength, id)}
@@ -116,7 +126,7 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 		// The first command was stored within the duplicate window; its
 		// answer may be stored already, before the subscription began.
 		if a, err := c.storedAnswer(ctx, id, cmdID, start.Add(-duplicateLookback)); err != nil || a != nil {
-			return cmdID, a, err
+			return cmdID, a, stored(err)
 		}
 	}
 	if wait <= 0 {
@@ -142,16 +152,16 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 	for {
 		select {
 		case <-ctx.Done():
-			return cmdID, nil, ctx.Err()
+			return cmdID, nil, stored(ctx.Err())
 		case <-timer.C:
 			// An answer dropped after the last check is stored too.
 			if a, err := afterDrops(); err != nil || a != nil {
-				return cmdID, a, err
+				return cmdID, a, stored(err)
 			}
 			return cmdID, nil, ErrTimeout
 		case <-check.C:
 			if a, err := afterDrops(); err != nil || a != nil {
-				return cmdID, a, err
+				return cmdID, a, stored(err)
 			}
 		case m := <-answers:
 			if a := match(m, cmdID); a != nil {
@@ -159,6 +169,15 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 			}
 		}
 	}
+}
+
+// stored wraps an error met after the command was stored in ErrStored:
+// "command not stored" sent a client to send it again as a second one.
+func stored(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w; its verdict is not known: %w", ErrStored, err)
 }
 
 // answerBuffer is how many of a task's answers SendID's subscription
