@@ -69,6 +69,13 @@ func builtBodies(t *testing.T) []builtBody {
 		code, body := commandReply("web", cmdID, c.ans, c.err, c.keyed, 1<<20)
 		add("a command "+c.what, "command", code, body)
 	}
+	// A conditional update of a spec that changed since (If-Match).
+	stale := &control.Answer{Rejected: &events.TaskRejected{
+		ID: "web", Command: events.VerbUpdated.Type(), CommandID: cmdID,
+		Reasons: []events.FieldError{{Field: "ifRevision", Rule: "the spec is at revision 4, not 3"}},
+	}}
+	code, body := commandReply("web", cmdID, stale, nil, true, 1<<20)
+	add("a stale conditional update", "PUT /api/v1/tasks/{id}", code, body)
 	// The errors handlers write.
 	for _, c := range []struct {
 		scope       string

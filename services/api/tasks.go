@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,6 +105,11 @@ func commandReply(id, cmdID string, ans *control.Answer, err error, keyed bool, 
 		}
 		if len(rej.Reasons) > 0 {
 			body.Field = rej.Reasons[0].Field
+		}
+		if body.Field == "ifRevision" {
+			// A conditional update (If-Match) of a spec that changed since.
+			body.Error = http.StatusText(http.StatusPreconditionFailed)
+			return http.StatusPreconditionFailed, body
 		}
 		return http.StatusUnprocessableEntity, body
 	default:
@@ -236,9 +242,37 @@ func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
-	if s.existing(w, r, events.VerbUpdated, id) {
-		s.send(w, r, events.VerbUpdated, id, spec)
+	ifRevision, ok := ifMatch(w, r)
+	if !ok {
+		return
 	}
+	if s.existing(w, r, events.VerbUpdated, id) {
+		s.send(w, r, events.VerbUpdated, id, events.TaskUpdate{TaskSpec: spec, IfRevision: ifRevision})
+	}
+}
+
+// ifMatch reads the If-Match header of a PUT: the ETag of a GET, "<the
+// spec's revision>", which the update carries as ifRevision for the
+// governor to compare with the stored spec's (412 when they differ); "*"
+// or no header, zero (any revision). Anything else (a weak or list of
+// ETags, a header given twice) is a 400 naming If-Match.
+func ifMatch(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	vals := r.Header.Values("If-Match")
+	if len(vals) == 0 {
+		return 0, true
+	}
+	v := strings.TrimSpace(vals[0])
+	if len(vals) == 1 && v == "*" {
+		return 0, true
+	}
+	unq, quoted := strings.CutPrefix(v, `"`)
+	unq, closed := strings.CutSuffix(unq, `"`)
+	n, err := strconv.ParseUint(unq, 10, 64)
+	if len(vals) > 1 || !quoted || !closed || err != nil || n == 0 {
+		writeError(w, http.StatusBadRequest, "If-Match", fmt.Sprintf("must be one ETag of GET /api/v1/tasks/{id} (a quoted revision, \"42\") or *, got %q", strings.Join(vals, ", ")))
+		return 0, false
+	}
+	return n, true
 }
 
 func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
@@ -398,6 +432,8 @@ func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
 	default:
+		// The spec's revision: a PUT's If-Match (a conditional update).
+		w.Header().Set("ETag", fmt.Sprintf("%q", strconv.FormatUint(v.SpecRevision, 10)))
 		writeJSON(w, http.StatusOK, v)
 	}
 }

@@ -271,6 +271,19 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		if !exists {
 			return nil, reject("id", fmt.Sprintf("no task %q; publish task.created first", id))
 		}
+		if step.IfRevision != 0 {
+			// A conditional update (the API's If-Match): another update
+			// stored since the client read the spec would be undone.
+			// Commands of a task are applied one at a time, so the spec
+			// does not change between this read and the write below.
+			e, err := s.tasks.Get(ctx, id)
+			if err != nil && !jsutil.IsKeyMissing(err) {
+				return nil, err
+			}
+			if err == nil && e.Revision() != step.IfRevision {
+				return nil, reject("ifRevision", fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, e.Revision(), step.IfRevision))
+			}
+		}
 	case gov.KindDeleted:
 		return s.applyDelete(ctx, step)
 	default:

@@ -105,6 +105,7 @@ var exampleChecks = map[string]func([]byte) error{
 	"TaskSpec": func(b []byte) error {
 		return checkCommandData(events.VerbCreated, b)
 	},
+	"TaskUpdate":  func(b []byte) error { return checkCommandData(events.VerbUpdated, b) },
 	"TaskRef":     func(b []byte) error { return checkCommandData(events.VerbDeleted, b) },
 	"TaskPause":   func(b []byte) error { return checkCommandData(events.VerbPaused, b) },
 	"TaskHint":    func(b []byte) error { return checkCommandData(events.VerbHinted, b) },

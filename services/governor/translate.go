@@ -33,6 +33,9 @@ type Step struct {
 	Input   gov.Input
 	// Spec is the new spec of a created or updated command.
 	Spec *events.TaskSpec
+	// IfRevision is an update's expected flyball-tasks revision of the
+	// spec it replaces (events.TaskUpdate), zero for none.
+	IfRevision uint64
 	// SpecRevision is the flyball-tasks revision of the spec: the one a
 	// created or updated command stored, or the one of the spec a signal
 	// was read with (State.SpecRevision).
@@ -239,7 +242,15 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 	step.Summary = "task." + string(verb)
 	switch verb {
 	case events.VerbCreated, events.VerbUpdated:
-		spec, err := events.DecodeTaskSpec(e)
+		var spec events.TaskSpec
+		var err error
+		if verb == events.VerbUpdated {
+			var u events.TaskUpdate
+			u, err = events.DecodeTaskUpdate(e)
+			spec, step.IfRevision = u.TaskSpec, u.IfRevision
+		} else {
+			spec, err = events.DecodeTaskSpec(e)
+		}
 		if err != nil {
 			return Step{}, rejectErr(err)
 		}

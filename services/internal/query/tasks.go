@@ -26,6 +26,9 @@ type TaskView struct {
 	// the executor skips the task's runs ("invalid stored spec"), and
 	// task.updated replaces the spec or task.deleted removes the task.
 	Unreadable string `json:"unreadable,omitempty"`
+	// SpecRevision is the flyball-tasks revision of the spec: the API's
+	// ETag, and the ifRevision of a task.updated made from this view.
+	SpecRevision uint64 `json:"-"`
 }
 
 // TaskFilter selects tasks. The zero value selects every task.
@@ -97,6 +100,7 @@ func (r *Reader) taskSpec(ctx context.Context, id string) (TaskView, error) {
 	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
 		v = TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(err)}
 	}
+	v.SpecRevision = ent.Revision()
 	return v, nil
 }
 

@@ -1,0 +1,33 @@
+package events
+
+import "fmt"
+
+// TaskUpdate is the data of task.updated: the whole new spec and,
+// optionally, the revision of the spec it replaces.
+type TaskUpdate struct {
+	TaskSpec
+	// IfRevision, when set, is the flyball-tasks revision of the spec
+	// the update was made from (the API's If-Match, from its ETag; a
+	// task.accepted's specRevision). The governor rejects the update,
+	// naming ifRevision, when the stored spec's revision differs: another
+	// update came in between, and this one would undo it. Zero (absent)
+	// replaces the spec whatever its revision.
+	IfRevision uint64 `json:"ifRevision,omitempty"`
+}
+
+// DecodeTaskUpdate decodes, validates and normalizes the data of a
+// task.updated event, as DecodeTaskSpec does a task.created's.
+func DecodeTaskUpdate(e Event) (TaskUpdate, error) {
+	var u TaskUpdate
+	if err := DecodeData(e, &u); err != nil {
+		return TaskUpdate{}, err
+	}
+	if err := u.Validate(); err != nil {
+		return TaskUpdate{}, err
+	}
+	if subj := e.Subject(); subj != "" && subj != u.ID {
+		return TaskUpdate{}, malformed("subject", fmt.Sprintf("must equal data.id %q, got %q", u.ID, truncate(subj, 64)))
+	}
+	u.Normalize()
+	return u, nil
+}

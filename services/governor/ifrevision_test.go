@@ -1,0 +1,64 @@
+package governor
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
+
+// updateIf is a task.updated's data: spec, with ifRevision rev.
+func updateIf(t *testing.T, spec *events.TaskSpec, rev uint64) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["ifRevision"] = rev
+	return m
+}
+
+// TestAnUpdateWithIfRevisionAppliesOnlyToThatRevision: task.updated
+// replaced the spec whatever it was, so two clients that each read,
+// changed and wrote back a task lost one change. An update may name the
+// revision it replaces (ifRevision, the API's If-Match): applied when the
+// stored spec is still that revision, rejected naming ifRevision when it
+// is not. Without ifRevision an update applies as before.
+func TestAnUpdateWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
+	revision := func() uint64 {
+		e, err := s.tasks.Get(t.Context(), "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	read := revision()
+	first := minuteSpec("web")
+	first.Job = "first"
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", updateIf(t, first, read))
+	if st, _, err := s.readState(t.Context(), "web"); err != nil || st.LastCommandID != "update-1" {
+		t.Fatalf("an update naming the stored revision %d: state %+v, %v; want it applied (update-1)", read, st, err)
+	}
+	second := minuteSpec("web")
+	second.Job = "second"
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-2", updateIf(t, second, read))
+	reasons := lastRejection(t, js, "web")
+	if len(reasons) != 1 || reasons[0].Field != "ifRevision" || !strings.Contains(reasons[0].Rule, "revision") {
+		t.Fatalf("an update naming a replaced revision: rejected with %+v, want field ifRevision naming the revisions", reasons)
+	}
+	spec, err := s.loadSpec(t.Context(), "web")
+	if err != nil || spec.Job != "first" {
+		t.Fatalf("after the stale update: spec %+v, %v; want the first update's", spec, err)
+	}
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-3", *second)
+	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Job != "second" {
+		t.Fatalf("an update without ifRevision: spec %+v, %v; want it applied", spec, err)
+	}
+}
