@@ -106,8 +106,10 @@ func commandReply(id, cmdID string, ans *control.Answer, err error, keyed bool, 
 		if len(rej.Reasons) > 0 {
 			body.Field = rej.Reasons[0].Field
 		}
-		if body.Field == "ifRevision" {
+		if body.Field == "ifRevision" && !strings.HasPrefix(rej.Reasons[0].Rule, "unknown field") {
 			// A conditional update (If-Match) of a spec that changed since.
+			// A governor older than ifRevision refuses it as an unknown
+			// field: that is a 422, not a stale revision.
 			body.Error = http.StatusText(http.StatusPreconditionFailed)
 			return http.StatusPreconditionFailed, body
 		}
@@ -154,7 +156,15 @@ func idempotentID(w http.ResponseWriter, r *http.Request, verb events.Verb, id s
 	// The path too: a dead letter's retry names its entry there, not in
 	// id (the task's), and two entries' retries under one key were one
 	// command, the second answered with the first's verdict.
-	for _, part := range [][]byte{[]byte(verb.Type()), []byte(id), []byte(r.URL.Path), []byte(r.URL.RawQuery), []byte(key), body} {
+	parts := [][]byte{[]byte(verb.Type()), []byte(id), []byte(r.URL.Path), []byte(r.URL.RawQuery), []byte(key), body}
+	if im := r.Header.Values("If-Match"); len(im) > 0 {
+		// A conditional update names the revision it applies to: the same
+		// key and body with another If-Match is another command, not a
+		// retry answered with the first one's verdict. Left out when
+		// absent, so the ids of other requests are as before.
+		parts = append(parts, []byte("If-Match"), []byte(strings.Join(im, ",")))
+	}
+	for _, part := range parts {
 		_ = binary.Write(h, binary.BigEndian, uint64(len(part)))
 		h.Write(part)
 	}
