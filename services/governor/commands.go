@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -281,7 +282,19 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				return nil, err
 			}
 			if err == nil && e.Revision() != step.IfRevision {
-				return nil, reject("ifRevision", fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, e.Revision(), step.IfRevision))
+				// Unless the spec stored is the one this update writes:
+				// this same command, tried again after its spec write (a
+				// failed schedule write or answer, a crash before the
+				// ack), found its own write. Rejected, it was answered
+				// 412 while its spec stayed, and its schedule was never
+				// decided with it.
+				mine, err := s.storedBody(ctx, step)
+				if err != nil {
+					return nil, err
+				}
+				if !bytes.Equal(e.Value(), mine) {
+					return nil, reject("ifRevision", fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, e.Revision(), step.IfRevision))
+				}
 			}
 		}
 	case gov.KindDeleted:
@@ -294,13 +307,9 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	spec := existing
 	var rev uint64
 	if step.Spec != nil {
-		created, err := s.createdAt(ctx, step)
+		body, err := s.storedBody(ctx, step)
 		if err != nil {
 			return nil, err
-		}
-		body, err := json.Marshal(gov.StoredSpec{TaskSpec: step.Spec, CreatedAt: created})
-		if err != nil {
-			return nil, permanent("", fmt.Errorf("encode spec: %w", err), true)
 		}
 		if rev, err = s.tasks.Put(ctx, id, body); err != nil {
 			return nil, permanent("", fmt.Errorf("store spec %s (%d bytes with its defaults): %w", id, len(body), err), false)
@@ -321,6 +330,20 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		acc.NextRunAt = &t
 	}
 	return acc, nil
+}
+
+// storedBody is the flyball-tasks value a created or updated task's
+// command stores: its spec with its createdAt (gov.StoredSpec).
+func (s *Service) storedBody(ctx context.Context, step Step) ([]byte, error) {
+	created, err := s.createdAt(ctx, step)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(gov.StoredSpec{TaskSpec: step.Spec, CreatedAt: created})
+	if err != nil {
+		return nil, permanent("", fmt.Errorf("encode spec: %w", err), true)
+	}
+	return body, nil
 }
 
 // createdAt is the createdAt stored with the spec of a created or updated

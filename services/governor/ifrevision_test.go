@@ -1,11 +1,20 @@
 package governor
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // updateIf is a task.updated's data: spec, with ifRevision rev.
@@ -60,5 +69,76 @@ func TestAnUpdateWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-3", *second)
 	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Job != "second" {
 		t.Fatalf("an update without ifRevision: spec %+v, %v; want it applied", spec, err)
+	}
+}
+
+// failingScheduleWrites is a JetStream whose flyball-schedules bucket
+// answers the next Update of key with a timeout once armed, as a KV write
+// in a leader election does.
+type failingScheduleWrites struct {
+	jetstream.JetStream
+	key    string
+	armed  atomic.Bool
+	failed atomic.Bool
+}
+
+func (j *failingScheduleWrites) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.KeyValue(ctx, bucket)
+	if err != nil || bucket != streams.BucketSchedules {
+		return kv, err
+	}
+	return &failingUpdate{KeyValue: kv, j: j}, nil
+}
+
+type failingUpdate struct {
+	jetstream.KeyValue
+	j *failingScheduleWrites
+}
+
+func (f *failingUpdate) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if key == f.j.key && f.j.armed.CompareAndSwap(true, false) {
+		f.j.failed.Store(true)
+		return 0, nats.ErrTimeout
+	}
+	return f.KeyValue.Update(ctx, key, value, last)
+}
+
+// TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied: an update
+// with ifRevision whose schedule write failed after its spec write is
+// tried again, and the try found the spec at the revision its own write
+// made: it was rejected (the API's 412) while its spec stayed stored, and
+// the schedule was never decided with it (a daily task moved to every
+// minute kept its slot a day out).
+func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	js := &failingScheduleWrites{JetStream: srv.JS, key: "web"}
+	s := runGovernorWith(t, Config{JS: js})
+	daily := minuteSpec("web")
+	daily.Schedule.Interval = events.Duration(24 * time.Hour)
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *daily)
+	e, err := s.tasks.Get(t.Context(), "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js.armed.Store(true)
+	command(t, srv.JS, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", updateIf(t, minuteSpec("web"), e.Revision()))
+	if !js.failed.Load() {
+		t.Fatal("the schedule write of update-1 did not fail: the test proves nothing")
+	}
+	tasks, err := srv.JS.Stream(t.Context(), streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := tasks.GetLastMsgForSubject(t.Context(), events.TaskSubject(events.VerbRejected, "web")); err == nil {
+		t.Fatalf("update-1, tried again after its spec write: rejected (%s), want it applied", m.Data)
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatal(err)
+	}
+	st, _, err := s.readState(t.Context(), "web")
+	if err != nil || st.LastCommandID != "update-1" {
+		t.Fatalf("after update-1: state %+v, %v; want it decided with the update (lastCommandId update-1)", st, err)
+	}
+	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Schedule.Interval.D() != time.Minute {
+		t.Fatalf("after update-1: spec %+v, %v; want the 1m interval", spec, err)
 	}
 }
