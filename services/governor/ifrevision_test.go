@@ -1,15 +1,12 @@
 package governor
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -72,37 +69,6 @@ func TestAnUpdateWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	}
 }
 
-// failingScheduleWrites is a JetStream whose flyball-schedules bucket
-// answers the next Update of key with a timeout once armed, as a KV write
-// in a leader election does.
-type failingScheduleWrites struct {
-	jetstream.JetStream
-	key    string
-	armed  atomic.Bool
-	failed atomic.Bool
-}
-
-func (j *failingScheduleWrites) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	kv, err := j.JetStream.KeyValue(ctx, bucket)
-	if err != nil || bucket != streams.BucketSchedules {
-		return kv, err
-	}
-	return &failingUpdate{KeyValue: kv, j: j}, nil
-}
-
-type failingUpdate struct {
-	jetstream.KeyValue
-	j *failingScheduleWrites
-}
-
-func (f *failingUpdate) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
-	if key == f.j.key && f.j.armed.CompareAndSwap(true, false) {
-		f.j.failed.Store(true)
-		return 0, nats.ErrTimeout
-	}
-	return f.KeyValue.Update(ctx, key, value, last)
-}
-
 // TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied: an update
 // with ifRevision whose schedule write failed after its spec write is
 // tried again, and the try found the spec at the revision its own write
@@ -111,7 +77,7 @@ func (f *failingUpdate) Update(ctx context.Context, key string, value []byte, la
 // minute kept its slot a day out).
 func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
-	js := &failingScheduleWrites{JetStream: srv.JS, key: "web"}
+	js := &failingScheduleReads{JetStream: srv.JS, key: "web"}
 	s := runGovernorWith(t, Config{JS: js})
 	daily := minuteSpec("web")
 	daily.Schedule.Interval = events.Duration(24 * time.Hour)
@@ -120,9 +86,9 @@ func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js.armed.Store(true)
+	js.failUpdate.Store(true)
 	command(t, srv.JS, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", updateIf(t, minuteSpec("web"), e.Revision()))
-	if !js.failed.Load() {
+	if !js.updateFailed.Load() {
 		t.Fatal("the schedule write of update-1 did not fail: the test proves nothing")
 	}
 	tasks, err := srv.JS.Stream(t.Context(), streams.StreamTasks)

@@ -446,13 +446,16 @@ func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
 
 // failingScheduleReads is a JetStream whose flyball-schedules bucket
 // answers one read of key with a timeout, as a KV read in a leader
-// election does: the failAt-th read after failAt is stored.
+// election does: the failAt-th read after failAt is stored. With
+// failUpdate set, the next Update of key fails so too (updateFailed).
 type failingScheduleReads struct {
 	jetstream.JetStream
 	key    string
 	reads  atomic.Int32
 	failAt atomic.Int32
 	failed atomic.Bool
+
+	failUpdate, updateFailed atomic.Bool
 }
 
 func (j *failingScheduleReads) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
@@ -474,6 +477,14 @@ func (f *failingGet) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 		return nil, nats.ErrTimeout
 	}
 	return f.KeyValue.Get(ctx, key)
+}
+
+func (f *failingGet) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if key == f.j.key && f.j.failUpdate.CompareAndSwap(true, false) {
+		f.j.updateFailed.Store(true)
+		return 0, nats.ErrTimeout
+	}
+	return f.KeyValue.Update(ctx, key, value, last)
 }
 
 // TestSecondCreationIsRejectedWhenAScheduleReadFails: a task.created for
