@@ -20,8 +20,9 @@
 //     breaker opened (it was in flight when failures tripped it): that
 //     says nothing about the target since, and is ignored while open or
 //     half-open (see Next). So is a failure of such a call, and, once the
-//     breaker closed, a failure of a call that started before the closing
-//     (record.ClosedAt).
+//     breaker closed, a failure of a call that started before the
+//     closing's cut-off (countFrom: the opening, or the probe's start,
+//     never later than a second before the closing).
 package breaker
 
 import (
@@ -268,7 +269,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 		case run.TaskCreatedAt.After(from.TaskCreatedAt):
 			base = decodeRecord(key, nil) // the old task's record: start closed
 		}
-		if !ok && base.State == events.BreakerClosed && !run.StartedAt.IsZero() && run.StartedAt.Before(base.ClosedAt) {
+		if !ok && base.State == events.BreakerClosed && !run.StartedAt.IsZero() && run.StartedAt.Before(base.countFrom()) {
 			// A call in flight while the breaker was open, failing after
 			// the probe's success closed it: not a failure since.
 			return nil, errBeforeClose
@@ -277,6 +278,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 		to.BreakerRecord = Next(base.BreakerRecord, pol, ok, run.StartedAt, now)
 		if base.State != events.BreakerClosed && to.State == events.BreakerClosed {
 			to.ClosedAt = now
+			to.CountFrom = countFrom(base.BreakerRecord, run.StartedAt, now)
 		}
 		if own {
 			to.TaskCreatedAt = run.TaskCreatedAt
@@ -330,7 +332,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 var errApplied = errors.New("outcome already applied")
 
 // errBeforeClose ends apply's CAS for a failure of a call that started
-// before the closed breaker last closed.
+// before the closed breaker's cut-off (countFrom).
 var errBeforeClose = errors.New("failure of a call started before the closing")
 
 // errOtherTask ends apply's CAS for an outcome of a task deleted since.
@@ -446,6 +448,34 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started,
 		}
 	}
 	return b
+}
+
+// closeClockMargin is how far apart the breaker's and the executors'
+// clocks may be for a closed breaker to count the failures of the calls
+// its closing released (countFrom).
+const closeClockMargin = time.Second
+
+// countFrom is the cut-off a breaker closing at now by a success whose
+// call started at started (zero: the event does not say) keeps: while it
+// stays closed, a failure of a call started before it is not counted.
+// It is the opening, or the probe's start if later, but never later
+// than closeClockMargin before the closing: max(opened, min(started,
+// now - closeClockMargin)). The calls parked while the breaker was open
+// start milliseconds after the closing, stamped by their executor's
+// clock; the breaker's own clock at the closing as the cut-off dropped
+// every failure of that wave on an executor whose clock was a few
+// milliseconds behind. A call in flight before the opening is dropped
+// still; a call started after the probe started (a second probe, when
+// this service lagged longer than the probe claim lives) counts.
+func countFrom(b executor.BreakerRecord, started, now time.Time) time.Time {
+	cut := now.Add(-closeClockMargin)
+	if !started.IsZero() && started.Before(cut) {
+		cut = started
+	}
+	if opened := openedAt(b); opened.After(cut) {
+		cut = opened
+	}
+	return cut.UTC()
 }
 
 // openedAt is when an open or half-open breaker last opened: every

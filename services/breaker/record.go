@@ -54,12 +54,23 @@ type record struct {
 	// it existed): an outcome of an older task of the same ID is ignored,
 	// and the first outcome of a newer one starts from a closed breaker.
 	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
-	// ClosedAt is when an open or half-open breaker last closed (zero
-	// before it first did, and for records written before it existed):
-	// while closed, a failure of a call that started before it is not
-	// counted. That call was in flight while the breaker was open, and
-	// the success that closed it came later.
+	// ClosedAt is when an open or half-open breaker last closed, by this
+	// service's clock (zero before it first did).
 	ClosedAt time.Time `json:"closedAt,omitzero"`
+	// CountFrom is the cut-off of that closing (countFrom): while
+	// closed, a failure of a call that started before it is not counted.
+	// That call was in flight while the breaker was open, and the success
+	// that closed it came later. A record written before it existed has
+	// only ClosedAt, and counts from closeClockMargin before that.
+	CountFrom time.Time `json:"countFrom,omitzero"`
+}
+
+// countFrom is the record's cut-off for failures while closed (CountFrom).
+func (r *record) countFrom() time.Time {
+	if r.CountFrom.IsZero() && !r.ClosedAt.IsZero() {
+		return r.ClosedAt.Add(-closeClockMargin)
+	}
+	return r.CountFrom
 }
 
 // storedTransition is a transition event as published on HEALTH.
