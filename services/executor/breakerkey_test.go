@@ -39,3 +39,29 @@ func TestHostBreakerKeyIsASubjectToken(t *testing.T) {
 		t.Errorf("two long hosts that differ at the end share the key %q", k1)
 	}
 }
+
+// TestHostBreakerKeyIsPerCanonicalHost: the host key was built from the
+// raw URL host, so https://api.example.com, https://API.example.com and
+// https://api.example.com:443 kept three breakers for one host, while the
+// per-host call limit already counted them as one (canonicalHost). The
+// key now names the canonical host: lower-cased, the scheme's default
+// port left out; another port is still another host.
+func TestHostBreakerKeyIsPerCanonicalHost(t *testing.T) {
+	key := func(url string) string {
+		return BreakerKey(&events.TaskSpec{
+			ID: "t", Target: events.Target{HTTP: &events.HTTPTarget{URL: url}},
+			Breaker: &events.BreakerPolicy{Scope: "host"},
+		})
+	}
+	for _, u := range []string{"https://api.example.com/a", "https://API.example.com/b", "https://api.example.com:443/c", "http://Api.Example.com:80/d"} {
+		if got := key(u); got != "host_api_example_com" {
+			t.Errorf("%s: breaker key %q, want host_api_example_com (one host)", u, got)
+		}
+	}
+	if got := key("https://api.example.com:8443/"); got != "host_api_example_com_8443" {
+		t.Errorf("another port: breaker key %q, want host_api_example_com_8443", got)
+	}
+	if a, b := key("https://[2001:DB8::1]/"), key("https://[2001:db8::1]:443/"); a != b {
+		t.Errorf("one IPv6 host, two keys: %q and %q", a, b)
+	}
+}

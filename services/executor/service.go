@@ -964,10 +964,14 @@ func HostScoped(spec []byte) bool {
 
 // BreakerKey is the flyball-breakers key for a task: its ID, or with scope
 // "host" the target host (dots replaced, as KV keys are subject tokens).
+// The host is canonicalHost's, as for the per-host call limit: one host
+// spelled https://API.example.com and https://api.example.com:443 is one
+// breaker (the raw URL host made three, and records under those
+// spellings are orphans the sweeper purges once idle).
 func BreakerKey(spec *events.TaskSpec) string {
 	if spec.Breaker != nil && spec.Breaker.Scope == "host" && spec.Target.HTTP != nil {
-		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil && u.Host != "" {
-			return hostKey(u.Host)
+		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil && u.Hostname() != "" {
+			return hostKey(canonicalHost(u))
 		}
 	}
 	return spec.ID

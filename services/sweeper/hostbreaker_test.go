@@ -140,3 +140,49 @@ func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set
 	t.Cleanup(s.Stop)
 	return s, m
 }
+
+// TestHostBreakerUnderAnOldSpellingIsPurged: host breaker keys used to be
+// built from the raw URL host, and https://API.example.com:443 kept its
+// breaker under host_API_example_com_443. They are now built from the
+// canonical host (host_api_example_com): the record under the old
+// spelling is no task's breaker any more, and the sweeper must purge it
+// once idle, as any host breaker no task uses, and keep the new one.
+func TestHostBreakerUnderAnOldSpellingIsPurged(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakers, err := srv.JS.KeyValue(ctx, streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(events.TaskSpec{
+		ID: "api", Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
+		Target:  events.Target{HTTP: &events.HTTPTarget{URL: "https://API.example.com:443/health"}},
+		Breaker: &events.BreakerPolicy{Scope: "host"},
+	})
+	if _, err := tasks.Put(ctx, "api", spec); err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
+	for _, key := range []string{"host_API_example_com_443", "host_api_example_com"} {
+		putHalfOpen(t, breakers, key, long)
+	}
+	s, _ := startSweeping(t, srv.JS)
+	for range 3 {
+		select {
+		case <-s.Swept():
+		case <-time.After(30 * time.Second):
+			t.Fatal("no sweep in 30s")
+		}
+	}
+	_, err = breakers.Get(ctx, "host_API_example_com_443")
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the record under the old spelling host_API_example_com_443 after 3 sweeps: %v, want it purged", err)
+	}
+	if _, err := breakers.Get(ctx, "host_api_example_com"); err != nil {
+		t.Fatalf("the record under the canonical key: %v, want it kept", err)
+	}
+}
