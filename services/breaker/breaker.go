@@ -72,6 +72,9 @@ type Service struct {
 	// tuneBreakers, when set, wraps flyball-breakers once it is bound
 	// (tests fail a read).
 	tuneBreakers func(jetstream.KeyValue) jetstream.KeyValue
+	// tuneTasks, when set, wraps flyball-tasks once it is bound (tests
+	// fail a spec read).
+	tuneTasks func(jetstream.KeyValue) jetstream.KeyValue
 	// publishing, when set, runs before a transition of key to state to
 	// is published (tests delay that publish).
 	publishing func(key string, to events.BreakerState)
@@ -106,6 +109,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.tuneBreakers != nil {
 		s.breakers = s.tuneBreakers(s.breakers)
+	}
+	if s.tuneTasks != nil {
+		tasks = s.tuneTasks(tasks)
 	}
 	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
 		return fmt.Errorf("breaker: stream %s: %w", streams.StreamHealth, err)
@@ -186,10 +192,20 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
+	if err != nil && !jsutil.IsKeyMissing(err) && !errors.Is(err, kvcache.ErrUnreadable) {
+		// The spec could not be read (KV electing a leader, a timeout):
+		// counting the outcome with the default policy applied another
+		// threshold and open delay than the task's. Try again, as for a
+		// failed write.
+		s.cfg.Logger.Warn("task spec read failed; retrying", "task", run.TaskID, "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
 	if err != nil || spec == nil {
 		// A deleted task's outcome still counts for a host-scoped
 		// breaker, with the default policy: it is evidence about the
-		// host. So does any outcome while the spec cannot be read.
+		// host. So does an outcome of a task whose stored spec does not
+		// decode (reading it again would not help).
 		spec = &events.TaskSpec{ID: run.TaskID}
 		spec.Normalize()
 	}
@@ -412,6 +428,11 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 // retryAt when the transition is late, so a probe may start before it.
 // While closed, any success resets the failure count, as it always did.
 //
+// A failed probe re-opens the breaker for the current period doubled, up
+// to pol.MaxOpenDelay, and never for less than the current period (pol is
+// the policy of the task whose outcome this is; a host breaker's tasks
+// may have other caps, or the task lowered its own).
+//
 // A failure re-opens an open breaker past retryAt, or a half-open one,
 // only if its call started after the opening (or does not say when): a
 // call in flight when the breaker opened may fail long after retryAt (a
@@ -437,7 +458,12 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started,
 			// started before that re-opening, had its success ignored.
 			return b
 		}
-		d := min(b.OpenDelay*2, pol.MaxOpenDelay)
+		// Doubled, up to the cap of the task whose probe failed, but never
+		// shorter than the current period: a host breaker is shared by
+		// tasks of different caps, and one opened for an hour by a task
+		// capped at 1h re-opened for 5 min when a task with the default
+		// cap probed and failed.
+		d := min(b.OpenDelay*2, max(pol.MaxOpenDelay, b.OpenDelay))
 		if d <= 0 {
 			d = pol.OpenDelay
 		}

@@ -15,6 +15,9 @@ func (s *Service) TuneFollow(f func(*kvcache.Follower)) { s.tuneFollow = f }
 // TuneBreakers sets the test hook that wraps flyball-breakers once bound.
 func (s *Service) TuneBreakers(f func(jetstream.KeyValue) jetstream.KeyValue) { s.tuneBreakers = f }
 
+// TuneTasks sets the test hook that wraps flyball-tasks once bound.
+func (s *Service) TuneTasks(f func(jetstream.KeyValue) jetstream.KeyValue) { s.tuneTasks = f }
+
 // Publishing sets the test hook that runs before a transition is
 // published.
 func (s *Service) Publishing(f func(key string, to events.BreakerState)) { s.publishing = f }
