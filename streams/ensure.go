@@ -74,9 +74,10 @@ func WithAsyncPersist(on bool) Option {
 // place (for example storage type or retention policy) make Ensure fail.
 // Without [WithReplicas], existing streams keep their replica count.
 // Existing [HistoryStreams] keep their retention limits (max_age,
-// max_bytes, max_msgs, max_msgs_per_subject) as an operator set them;
-// every other setting is the definition's: [WithReport] is told of each
-// limit that differs, kept or set back.
+// max_bytes, max_msgs, max_msgs_per_subject) as an operator set them,
+// and a duplicate window no longer than the max age kept
+// ([LimitDuplicateWindow]); every other setting is the definition's:
+// [WithReport] is told of each limit that differs, kept or set back.
 // Errors name the definition file and wrap the underlying error.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if js == nil {

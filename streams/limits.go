@@ -43,13 +43,22 @@ var HistoryStreams = []string{StreamAdvisories, StreamDeadLetter, StreamHealth, 
 // keeps as it finds them, in the server API's JSON names.
 var RetentionLimits = []string{"max_age", "max_bytes", "max_msgs", "max_msgs_per_subject"}
 
+// LimitDuplicateWindow is the [Difference.Limit] of a history stream's
+// duplicate window that [Ensure] keeps below the definition's because
+// the stream's kept max_age is shorter than the definition's window:
+// nats-server refuses a window longer than max_age. The window is then
+// the max age, or the stream's own window if smaller, and a copy
+// published after it (a retried command, a republished dead letter) is
+// stored again.
+const LimitDuplicateWindow = "duplicate_window"
+
 // A Difference is a retention limit of an existing stream that differs
 // from flyball's definition, which [Ensure] reports through
 // [WithReport]: Kept (a [HistoryStreams] limit, left as it was) or set
 // back to the definition's.
 type Difference struct {
 	Stream string
-	Limit  string // one of RetentionLimits
+	Limit  string // one of RetentionLimits, or LimitDuplicateWindow
 	Live   string // the stream's value before Ensure ("unlimited" for none)
 	Def    string // the definition's value
 	Kept   bool
@@ -58,6 +67,9 @@ type Difference struct {
 // String is the line provision prints, such as
 // "RUNS: max_age 72h kept (flyball's default is 168h)".
 func (d Difference) String() string {
+	if d.Kept && d.Limit == LimitDuplicateWindow {
+		return fmt.Sprintf("%s: %s %s kept (flyball's default is %s; nats-server refuses a window longer than the max_age kept)", d.Stream, d.Limit, d.Live, d.Def)
+	}
 	if d.Kept {
 		return fmt.Sprintf("%s: %s %s kept (flyball's default is %s)", d.Stream, d.Limit, d.Live, d.Def)
 	}
@@ -91,6 +103,20 @@ func limits(cfg *jetstream.StreamConfig, live *jetstream.StreamConfig) []Differe
 	age := int64(cfg.MaxAge)
 	field("max_age", &age, int64(live.MaxAge), func(v int64) string { return fmtAge(time.Duration(v)) })
 	cfg.MaxAge = time.Duration(age)
+	// nats-server refuses a duplicate window longer than max_age (error
+	// 10052): a history stream's kept max_age below the definition's
+	// window (DEADLETTER's 24h under an operator's 12h) failed every
+	// Ensure, and with it every provision and every serve. The window
+	// is kept at the max age, or the live window if smaller: messages
+	// are deduplicated across that shorter window only.
+	if keep && cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
+		window := min(cfg.MaxAge, live.Duplicates)
+		if window <= 0 {
+			window = cfg.MaxAge
+		}
+		out = append(out, Difference{Stream: cfg.Name, Limit: LimitDuplicateWindow, Live: fmtAge(window), Def: fmtAge(cfg.Duplicates), Kept: true})
+		cfg.Duplicates = window
+	}
 	field("max_bytes", &cfg.MaxBytes, live.MaxBytes, fmtCount)
 	field("max_msgs", &cfg.MaxMsgs, live.MaxMsgs, fmtCount)
 	field("max_msgs_per_subject", &cfg.MaxMsgsPerSubject, live.MaxMsgsPerSubject, fmtCount)

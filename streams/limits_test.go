@@ -147,3 +147,62 @@ func editStream(t *testing.T, js jetstream.JetStream, name string, edit func(*je
 	}
 	return s
 }
+
+// TestEnsureKeepsWindowWithinKeptMaxAge: an operator shortens
+// DEADLETTER's max_age below its definition's 24h duplicate window
+// (`nats stream edit --max-age 12h --dupe-window 12h`). Ensure keeps the
+// max age and so cannot write the definition's window back (nats-server
+// refuses a window longer than max_age, error 10052): it keeps the
+// window at the max age, reports it, and updates the streams after it.
+func TestEnsureKeepsWindowWithinKeptMaxAge(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	mustEnsure(t, ctx, js)
+
+	s := editStream(t, js, StreamDeadLetter, func(c *jetstream.StreamConfig) {
+		c.MaxAge = 12 * time.Hour
+		c.Duplicates = 12 * time.Hour
+	})
+	// A later stream drifted too: the Ensure must get past DEADLETTER.
+	editStream(t, js, StreamTasks, func(c *jetstream.StreamConfig) { c.Duplicates = 30 * time.Second })
+	// A live window below the kept max age is kept as it is.
+	editStream(t, js, StreamHealth, func(c *jetstream.StreamConfig) {
+		c.MaxAge = time.Minute
+		c.Duplicates = 30 * time.Second
+	})
+
+	var report []string
+	mustEnsureReport(t, js, &report)
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxAge != 12*time.Hour || info.Config.Duplicates != 12*time.Hour {
+		t.Errorf("DEADLETTER max_age %v duplicate_window %v, want 12h 12h", info.Config.MaxAge, info.Config.Duplicates)
+	}
+	h, err := js.Stream(ctx, StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := h.CachedInfo().Config; c.MaxAge != time.Minute || c.Duplicates != 30*time.Second {
+		t.Errorf("HEALTH max_age %v duplicate_window %v, want 1m 30s", c.MaxAge, c.Duplicates)
+	}
+	tasks, err := js.Stream(ctx, StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tasks.CachedInfo().Config.Duplicates; got != 2*time.Minute {
+		t.Errorf("TASKS duplicate_window %v, want 2m set back", got)
+	}
+	want := []string{
+		"DEADLETTER: max_age 12h kept (flyball's default is 2160h)",
+		"DEADLETTER: duplicate_window 12h kept (flyball's default is 24h; nats-server refuses a window longer than the max_age kept)",
+		"HEALTH: max_age 1m kept (flyball's default is 168h)",
+		"HEALTH: duplicate_window 30s kept (flyball's default is 2m; nats-server refuses a window longer than the max_age kept)",
+	}
+	if !slices.Equal(report, want) {
+		t.Errorf("report %q, want %q", report, want)
+	}
+	mustEnsureReport(t, js, new([]string))
+}
