@@ -95,7 +95,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if err != nil {
 		return err
 	}
+	version, err := DefinitionsVersion()
+	if err != nil {
+		return err
+	}
+	report := func(d Difference) {
+		if o.report != nil {
+			o.report(d)
+		}
+	}
 	cfgs := make([]jetstream.StreamConfig, len(streams))
+	skip := make([]bool, len(streams))
 	for i, d := range streams {
 		cfg := d.cfg
 		var live *jetstream.StreamConfig
@@ -103,14 +113,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 		switch {
 		case err == nil:
 			live = &info.CachedInfo().Config
+			// A newer flyball's ensure (a rolling upgrade's new
+			// instances) is not undone by an old instance's restart.
+			if v := recordedVersion(live.Metadata); v > version {
+				report(newerDifference(cfg.Name, v))
+				skip[i] = true
+				continue
+			}
 			// Limits the definition re-applied were lost data: an
 			// operator's raised max_msgs_per_subject on RUNS dropped
 			// every message past the definition's 1000 at the next
 			// restart, and a lowered max_age came back.
 			for _, diff := range limits(&cfg, live) {
-				if o.report != nil {
-					o.report(diff)
-				}
+				report(diff)
 			}
 		case !errors.Is(err, jetstream.ErrStreamNotFound):
 			return fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
@@ -130,17 +145,39 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 			}
 			cfg.PersistMode = jetstream.AsyncPersistMode
 		}
+		var md map[string]string
+		if live != nil {
+			md = live.Metadata
+		}
+		cfg.Metadata = withVersion(md, version)
 		cfgs[i] = cfg
 	}
 	for i, d := range streams {
+		if skip[i] {
+			continue
+		}
 		cfg := cfgs[i]
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("streams: ensure stream %s (%s): %w%s", cfg.Name, d.file, err, persistHint(err, o.asyncPersist))
 		}
 	}
 	for _, d := range consumers {
-		if _, err := js.CreateOrUpdateConsumer(ctx, d.stream, d.cfg); err != nil {
-			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, d.cfg.Name, d.file, err)
+		cfg := d.cfg
+		var md map[string]string
+		c, err := js.Consumer(ctx, d.stream, cfg.Name)
+		switch {
+		case err == nil:
+			md = c.CachedInfo().Config.Metadata
+			if v := recordedVersion(md); v > version {
+				report(newerDifference(d.stream+"."+cfg.Name, v))
+				continue
+			}
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, cfg.Name, d.file, err)
+		}
+		cfg.Metadata = withVersion(md, version)
+		if _, err := js.CreateOrUpdateConsumer(ctx, d.stream, cfg); err != nil {
+			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, cfg.Name, d.file, err)
 		}
 	}
 	return nil

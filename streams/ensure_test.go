@@ -8,6 +8,7 @@ import (
 	"path"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -390,7 +391,13 @@ func TestKVBucketsUsable(t *testing.T) {
 	mustEnsure(t, ctx, js)
 
 	// The files hold exactly what CreateKeyValue produces: creating the
-	// bucket again with the same settings is accepted and changes nothing.
+	// bucket again with the same settings (and the definitions version
+	// Ensure records) is accepted and changes nothing.
+	version, err := DefinitionsVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := map[string]string{MetadataVersion: strconv.Itoa(version)}
 	ttls := map[string]time.Duration{BucketAttempts: 3 * day, BucketProbes: time.Hour}
 	// Per-key TTLs (jetstream.KeyTTL) need limit markers on the bucket.
 	markers := map[string]time.Duration{BucketProbes: time.Minute}
@@ -400,7 +407,7 @@ func TestKVBucketsUsable(t *testing.T) {
 			t.Fatalf("stream KV_%s: %v", bucket, err)
 		}
 		before := s.CachedInfo().Config
-		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history), TTL: ttls[bucket], LimitMarkerTTL: markers[bucket]})
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history), TTL: ttls[bucket], LimitMarkerTTL: markers[bucket], Metadata: md})
 		if err != nil {
 			t.Errorf("CreateKeyValue(%s) over Ensure'd stream: %v", bucket, err)
 			continue

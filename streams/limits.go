@@ -57,8 +57,8 @@ const LimitDuplicateWindow = "duplicate_window"
 // [WithReport]: Kept (a [HistoryStreams] limit, left as it was) or set
 // back to the definition's.
 type Difference struct {
-	Stream string
-	Limit  string // one of RetentionLimits, or LimitDuplicateWindow
+	Stream string // "<stream>.<durable>" for a consumer's LimitDefinitions
+	Limit  string // one of RetentionLimits, LimitDuplicateWindow or LimitDefinitions
 	Live   string // the stream's value before Ensure ("unlimited" for none)
 	Def    string // the definition's value
 	Kept   bool
@@ -67,6 +67,9 @@ type Difference struct {
 // String is the line provision prints, such as
 // "RUNS: max_age 72h kept (flyball's default is 168h)".
 func (d Difference) String() string {
+	if d.Limit == LimitDefinitions {
+		return fmt.Sprintf("%s: newer definitions in place (%s), left as they are", d.Stream, d.Live)
+	}
 	if d.Kept && d.Limit == LimitDuplicateWindow {
 		return fmt.Sprintf("%s: %s %s kept (flyball's default is %s; nats-server refuses a window longer than the max_age kept)", d.Stream, d.Limit, d.Live, d.Def)
 	}

@@ -81,10 +81,13 @@ printed when --timeout ends.`,
 				fmt.Fprintf(errOut, "provision: try %d: %v; trying again in 1s\n", try, err)
 			})
 			out := cmd.OutOrStdout()
-			kept := 0
+			kept, newer := 0, 0
 			for _, d := range diffs {
 				fmt.Fprintf(out, "provision: %s\n", d)
-				if d.Kept {
+				switch {
+				case d.Limit == streams.LimitDefinitions:
+					newer++
+				case d.Kept:
 					kept++
 				}
 			}
@@ -96,6 +99,11 @@ printed when --timeout ends.`,
 					but = ", but for the 1 retention limit above, kept as it was"
 				default:
 					but = fmt.Sprintf(", but for the %d retention limits above, kept as they were", kept)
+				}
+				if newer > 0 {
+					// An older binary during a rolling upgrade: the newer
+					// definitions stay (streams.MetadataVersion).
+					but += fmt.Sprintf(", and for the %d left above under newer definitions", newer)
 				}
 				fmt.Fprintf(out, "provisioned: streams, consumers and KV buckets match this binary's definitions%s (replicas %s, %d tries, %s)\n",
 					but, replicas, tries, time.Since(start).Round(time.Millisecond))
@@ -178,6 +186,10 @@ var errUnanswered = errors.New("no answer")
 // warn (a limit flyball relies on, changed by hand).
 func logDifferences(log *slog.Logger, diffs []streams.Difference) {
 	for _, d := range diffs {
+		if d.Limit == streams.LimitDefinitions {
+			log.Warn("--ensure-streams: newer definitions in place, left as they are (an older binary during a rolling upgrade)", "object", d.Stream, "recorded", d.Live)
+			continue
+		}
 		if d.Kept {
 			log.Info("--ensure-streams: retention limit kept", "limit", d.String())
 		} else {

@@ -281,3 +281,30 @@ func TestEnsureTriesReportASetBackOfAFailedTry(t *testing.T) {
 		t.Fatalf("%s max_age still %v: the case tests nothing (no try set it back)", attempts, got)
 	}
 }
+
+// TestProvisionLeavesNewerDefinitions: a rolling upgrade's newer binary
+// recorded a newer definitions version on RUNS; an older provision
+// leaves the stream as it is, prints it, and its summary says so.
+func TestProvisionLeavesNewerDefinitions(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListeningEmpty(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	e.ok(t, "provision")
+	st, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Metadata = map[string]string{streams.MetadataVersion: "1000000"}
+	cfg.MaxMsgsPerSubject = 5000 // a newer default, not an operator's edit
+	if _, err := srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := e.ok(t, "provision")
+	if want := "provision: RUNS: newer definitions in place (version 1000000), left as they are\n"; !strings.Contains(out, want) {
+		t.Errorf("provision printed %q, want the line %q", out, want)
+	}
+	if strings.Contains(out, "max_msgs_per_subject") || !strings.Contains(out, "and for the 1 left above under newer definitions") {
+		t.Errorf("provision printed %q, want no limit of RUNS and a summary that names the stream left", out)
+	}
+}
