@@ -104,84 +104,189 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 			o.report(d)
 		}
 	}
-	cfgs := make([]jetstream.StreamConfig, len(streams))
-	skip := make([]bool, len(streams))
+	e := ensurer{js: js, o: &o, version: version, report: report}
+	plans := make([]streamPlan, len(streams))
 	for i, d := range streams {
-		cfg := d.cfg
-		var live *jetstream.StreamConfig
-		info, err := js.Stream(ctx, cfg.Name)
-		switch {
-		case err == nil:
-			live = &info.CachedInfo().Config
-			// A newer flyball's ensure (a rolling upgrade's new
-			// instances) is not undone by an old instance's restart.
-			if v := recordedVersion(live.Metadata); v > version {
-				report(newerDifference(cfg.Name, v))
-				skip[i] = true
-				continue
-			}
-			// Limits the definition re-applied were lost data: an
-			// operator's raised max_msgs_per_subject on RUNS dropped
-			// every message past the definition's 1000 at the next
-			// restart, and a lowered max_age came back.
-			for _, diff := range limits(&cfg, live) {
-				report(diff)
-			}
-		case !errors.Is(err, jetstream.ErrStreamNotFound):
-			return fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
+		if plans[i], err = e.planStream(ctx, d); err != nil {
+			return err
 		}
-		if o.replicas > 0 {
-			cfg.Replicas = o.replicas
-		} else if live != nil {
-			// The files' 1 would scale a cluster's R3 streams down to
-			// one copy: an upgrade's "flyball provision" without
-			// --replicas then lost the data of a lost node.
-			cfg.Replicas = live.Replicas
-		}
-		if o.asyncPersist && slices.Contains(AsyncPersistStreams, cfg.Name) {
-			// Refused before any stream is touched.
-			if cfg.Replicas > 1 {
-				return fmt.Errorf("streams: ensure stream %s (%s): async persist applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", cfg.Name, d.file, cfg.Replicas)
-			}
-			cfg.PersistMode = jetstream.AsyncPersistMode
-		}
-		var md map[string]string
-		if live != nil {
-			md = live.Metadata
-		}
-		cfg.Metadata = withVersion(md, version)
-		cfgs[i] = cfg
+	}
+	if testHookPlanned != nil {
+		testHookPlanned()
 	}
 	for i, d := range streams {
-		if skip[i] {
-			continue
-		}
-		cfg := cfgs[i]
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("streams: ensure stream %s (%s): %w%s", cfg.Name, d.file, err, persistHint(err, o.asyncPersist))
+		if err := e.applyStream(ctx, d, plans[i]); err != nil {
+			return err
 		}
 	}
 	for _, d := range consumers {
-		cfg := d.cfg
-		var md map[string]string
-		c, err := js.Consumer(ctx, d.stream, cfg.Name)
-		switch {
-		case err == nil:
-			md = c.CachedInfo().Config.Metadata
-			if v := recordedVersion(md); v > version {
-				report(newerDifference(d.stream+"."+cfg.Name, v))
-				continue
-			}
-		case !errors.Is(err, jetstream.ErrConsumerNotFound):
-			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, cfg.Name, d.file, err)
-		}
-		cfg.Metadata = withVersion(md, version)
-		if _, err := js.CreateOrUpdateConsumer(ctx, d.stream, cfg); err != nil {
-			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, cfg.Name, d.file, err)
+		if err := e.ensureConsumer(ctx, d); err != nil {
+			return err
 		}
 	}
 	return nil
 }
+
+// racedCreates bounds how often Ensure reads a stream or consumer again
+// after its create found it created by another process in between: once
+// is the race; more is a server that keeps flipping it.
+const racedCreates = 3
+
+type ensurer struct {
+	js      jetstream.JetStream
+	o       *options
+	version int
+	report  func(Difference)
+}
+
+// streamPlan is what Ensure writes to one stream: cfg, with a create-only
+// call when the stream was absent (exists false), nothing when newer
+// definitions are in place (skip).
+type streamPlan struct {
+	cfg    jetstream.StreamConfig
+	exists bool
+	skip   bool
+}
+
+// planStream reads d's stream and plans its config from the definition
+// and the live config, if any: its replicas (without WithReplicas), a
+// history stream's retention limits, its metadata.
+func (e *ensurer) planStream(ctx context.Context, d streamDef) (streamPlan, error) {
+	cfg := d.cfg
+	var live *jetstream.StreamConfig
+	info, err := e.js.Stream(ctx, cfg.Name)
+	switch {
+	case err == nil:
+		live = &info.CachedInfo().Config
+		// A newer flyball's ensure (a rolling upgrade's new
+		// instances) is not undone by an old instance's restart.
+		if v := recordedVersion(live.Metadata); v > e.version {
+			e.report(newerDifference(cfg.Name, v))
+			return streamPlan{skip: true}, nil
+		}
+		// Limits the definition re-applied were lost data: an
+		// operator's raised max_msgs_per_subject on RUNS dropped
+		// every message past the definition's 1000 at the next
+		// restart, and a lowered max_age came back.
+		for _, diff := range limits(&cfg, live) {
+			e.report(diff)
+		}
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return streamPlan{}, fmt.Errorf("streams: ensure stream %s (%s): %w", cfg.Name, d.file, err)
+	}
+	if e.o.replicas > 0 {
+		cfg.Replicas = e.o.replicas
+	} else if live != nil {
+		// The files' 1 would scale a cluster's R3 streams down to
+		// one copy: an upgrade's "flyball provision" without
+		// --replicas then lost the data of a lost node.
+		cfg.Replicas = live.Replicas
+	}
+	if e.o.asyncPersist && slices.Contains(AsyncPersistStreams, cfg.Name) {
+		// Refused before any stream is touched.
+		if cfg.Replicas > 1 {
+			return streamPlan{}, fmt.Errorf("streams: ensure stream %s (%s): async persist applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", cfg.Name, d.file, cfg.Replicas)
+		}
+		cfg.PersistMode = jetstream.AsyncPersistMode
+	}
+	var md map[string]string
+	if live != nil {
+		md = live.Metadata
+	}
+	cfg.Metadata = withVersion(md, e.version)
+	return streamPlan{cfg: cfg, exists: live != nil}, nil
+}
+
+// applyStream writes plan. A stream planned absent is created with a
+// create-only call: another ensure racing this one (a provision with
+// --replicas 3 while a service without it starts) may have created it
+// since, and an update would have scaled it to the definition's 1
+// replica, or failed on its different config (error 10058, "stream name
+// already in use"), stopping a serve. Found created, it is read and
+// planned again from what it is.
+func (e *ensurer) applyStream(ctx context.Context, d streamDef, plan streamPlan) error {
+	for try := 1; ; try++ {
+		if plan.skip {
+			return nil
+		}
+		var err error
+		if plan.exists {
+			_, err = e.js.CreateOrUpdateStream(ctx, plan.cfg)
+		} else {
+			_, err = e.js.CreateStream(ctx, plan.cfg)
+			if isCreated(err) && try < racedCreates {
+				if plan, err = e.planStream(ctx, d); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("streams: ensure stream %s (%s): %w%s", plan.cfg.Name, d.file, err, persistHint(err, e.o.asyncPersist))
+		}
+		return nil
+	}
+}
+
+// ensureConsumer reads d's durable and creates or updates it, unless
+// newer definitions are in place; one it found absent is created with a
+// create-only call, and read again when another process created it in
+// between (applyStream).
+func (e *ensurer) ensureConsumer(ctx context.Context, d consumerDef) error {
+	for try := 1; ; try++ {
+		cfg := d.cfg
+		var md map[string]string
+		exists := false
+		c, err := e.js.Consumer(ctx, d.stream, cfg.Name)
+		switch {
+		case err == nil:
+			exists = true
+			md = c.CachedInfo().Config.Metadata
+			if v := recordedVersion(md); v > e.version {
+				e.report(newerDifference(d.stream+"."+cfg.Name, v))
+				return nil
+			}
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, cfg.Name, d.file, err)
+		}
+		if testHookConsumerRead != nil {
+			testHookConsumerRead(d.stream, cfg.Name)
+		}
+		cfg.Metadata = withVersion(md, e.version)
+		if exists {
+			_, err = e.js.CreateOrUpdateConsumer(ctx, d.stream, cfg)
+		} else {
+			_, err = e.js.CreateConsumer(ctx, d.stream, cfg)
+			if isCreated(err) && try < racedCreates {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("streams: ensure consumer %s.%s (%s): %w", d.stream, cfg.Name, d.file, err)
+		}
+		return nil
+	}
+}
+
+// isCreated reports whether a create-only call found the stream or
+// consumer created with another config (an identical one succeeds).
+func isCreated(err error) bool {
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrConsumerExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamNameInUse || apiErr.ErrorCode == jetstream.JSErrCodeConsumerExists)
+}
+
+// Test hooks: testHookPlanned runs after Ensure has read every stream and
+// before it writes any; testHookConsumerRead after it has read a consumer
+// and before it writes it. Another process's ensure (or an operator)
+// acting in between is the race they let a test make.
+var (
+	testHookPlanned      func()
+	testHookConsumerRead func(stream, name string)
+)
 
 // persistHint explains nats-server's refusal to change a stream's persist
 // mode, which names neither mode nor way out.
