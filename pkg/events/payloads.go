@@ -2,6 +2,7 @@ package events
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -129,6 +130,11 @@ const RepairCreatePrefix = "sweeper:unscheduled:"
 func DispatchID(id string, t time.Time) string {
 	return id + ":" + strconv.FormatInt(t.UnixMilli(), 10)
 }
+
+// AttemptKey is the flyball-attempts key of the run with dispatch ID did
+// ("<task>:<unix ms>"): "<task>.<unix ms>", as the executor writes it and
+// the dead-letter service reads it.
+func AttemptKey(did string) string { return strings.Replace(did, ":", ".", 1) }
 
 // IsDispatchID reports whether did is DispatchID(id, t), without building
 // it (the executor checks every dispatch).

@@ -89,16 +89,15 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 		s.cfg.Logger.Error("deleting unreadable dispatch that exhausted its deliveries", "seq", seq, "subject", raw.Subject)
 		return "", false, s.deleteDispatch(ctx, seq)
 	}
-	if ok, err := s.succeeded(ctx, &d); err != nil {
-		return "", false, err
-	} else if ok {
+	rec, err := s.attemptRecord(ctx, &d)
+	if err != nil {
+		return "", false, fmt.Errorf("read attempt record: %w", err)
+	}
+	if rec.Outcome == events.OutcomeSucceeded {
 		s.cfg.Logger.Info("dispatch exhausted its deliveries after its run succeeded (its ack was lost); deleting it without a dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
 		return d.TaskID, false, s.deleteDispatch(ctx, seq)
 	}
-	attempts, err := s.attemptCount(ctx, &d)
-	if err != nil {
-		return "", false, fmt.Errorf("read attempt count: %w", err)
-	}
+	attempts := rec.Attempts
 	run := d.Run()
 	final := &run
 	final.Attempt, final.FinishedAt = attempts, s.cfg.Now().UTC()
@@ -128,21 +127,28 @@ const maxDeliveriesError = "delivery limit reached: no delivery settled the run 
 	"cut off from NATS mid-run, a call and its settle outlasted the AckWait, or the run's event or state " +
 	"could not be stored in NATS on each delivery)"
 
-// attemptCount reads the executor's attempt record for d; zero if none.
-// A read that fails is an error, not zero: the entry would understate the
-// calls made. The caller tries again (the advisory is nakked, the
-// reconcile pass retries).
-func (s *Service) attemptCount(ctx context.Context, d *events.Dispatch) (int, error) {
-	e, err := s.attempts.Get(ctx, strings.Replace(d.DispatchID, ":", ".", 1))
+// attemptRecord is what the dead-letter service reads of d's record in
+// flyball-attempts, written by the executor: the attempts counted and the
+// outcome, written before the executor acks or terms. A missing record is
+// zero (a run that succeeded at its first attempt writes none), and so is
+// one that does not decode. A read that fails is an error, for the caller
+// to try again (the advisory is nakked, the reconcile pass retries):
+// taken for zero, the entry understated the calls made, or dead-lettered
+// a run that succeeded.
+type attemptRecord struct {
+	Attempts int            `json:"attempts"`
+	Outcome  events.Outcome `json:"outcome"`
+}
+
+func (s *Service) attemptRecord(ctx context.Context, d *events.Dispatch) (attemptRecord, error) {
+	var r attemptRecord
+	e, err := s.attempts.Get(ctx, events.AttemptKey(d.DispatchID))
 	if jsutil.IsKeyMissing(err) {
-		return 0, nil
+		return r, nil
 	}
 	if err != nil {
-		return 0, err
-	}
-	var r struct {
-		Attempts int `json:"attempts"`
+		return r, err
 	}
 	_ = json.Unmarshal(e.Value(), &r)
-	return r.Attempts, nil
+	return r, nil
 }

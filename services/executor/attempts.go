@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,8 +42,8 @@ func (r attemptRecord) handedBackOnly() bool {
 	return r.HandedBack && r.Attempts == 0 && r.Outcome == ""
 }
 
-// attemptKey is the flyball-attempts key of a dispatch: "<task>.<unix ms>".
-func attemptKey(d *events.Dispatch) string { return strings.Replace(d.DispatchID, ":", ".", 1) }
+// attemptKey is the flyball-attempts key of a dispatch (events.AttemptKey).
+func attemptKey(d *events.Dispatch) string { return events.AttemptKey(d.DispatchID) }
 
 // attemptNumber is the number of the call about to be made, and the
 // record it follows (with a hand-back mark, attempt 1: execute removes
