@@ -31,3 +31,8 @@ func DecodeTaskUpdate(e Event) (TaskUpdate, error) {
 	u.Normalize()
 	return u, nil
 }
+
+// StaleRevision starts the reason of a task.rejected for an ifRevision the
+// stored spec is no longer at: the API answers that 412, and any other
+// rejection naming ifRevision (an older governor's "unknown field") 422.
+const StaleRevision = "stale revision: "

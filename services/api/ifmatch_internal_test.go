@@ -24,7 +24,7 @@ func TestAnOldGovernorsUnknownIfRevisionIsNotAStaleRevision(t *testing.T) {
 	if code, _ := commandReply("web", "c1", rejected("unknown field"), nil, false, 1<<20); code != http.StatusUnprocessableEntity {
 		t.Errorf("ifRevision refused as an unknown field: status %d, want 422", code)
 	}
-	if code, _ := commandReply("web", "c1", rejected("the spec of task \"web\" is at revision 4, not 3"), nil, false, 1<<20); code != http.StatusPreconditionFailed {
+	if code, _ := commandReply("web", "c1", rejected(events.StaleRevision+"the spec of task \"web\" is at revision 4, not 3"), nil, false, 1<<20); code != http.StatusPreconditionFailed {
 		t.Errorf("ifRevision stale: status %d, want 412", code)
 	}
 }

@@ -72,7 +72,7 @@ func builtBodies(t *testing.T) []builtBody {
 	// A conditional update of a spec that changed since (If-Match).
 	stale := &control.Answer{Rejected: &events.TaskRejected{
 		ID: "web", Command: events.VerbUpdated.Type(), CommandID: cmdID,
-		Reasons: []events.FieldError{{Field: "ifRevision", Rule: "the spec is at revision 4, not 3"}},
+		Reasons: []events.FieldError{{Field: "ifRevision", Rule: events.StaleRevision + "the spec is at revision 4, not 3"}},
 	}}
 	code, body := commandReply("web", cmdID, stale, nil, true, 1<<20)
 	add("a stale conditional update", "PUT /api/v1/tasks/{id}", code, body)

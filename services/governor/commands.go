@@ -225,7 +225,13 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	if acc, err := s.repeatedCommand(ctx, step); acc != nil || err != nil {
 		return acc, err
 	}
-	existing, err := s.loadSpec(ctx, id)
+	// The entry too, not only the spec: a conditional update compares its
+	// revision and value below.
+	stored, err := s.tasks.Get(ctx, id)
+	var existing *events.TaskSpec
+	if err == nil {
+		existing, err = kvcache.DecodeSpec(id, stored.Value())
+	}
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
 		return nil, err
@@ -246,6 +252,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		// and a delete removes it.
 		return nil, reject("id", fmt.Sprintf("%v; publish task.updated to replace it, or task.deleted", err))
 	}
+	var body []byte // the flyball-tasks value this command stores, once built
 	switch step.Input.Kind {
 	case gov.KindAccepted:
 		// A spec with no schedule is a creation interrupted between its two
@@ -277,23 +284,19 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			// stored since the client read the spec would be undone.
 			// Commands of a task are applied one at a time, so the spec
 			// does not change between this read and the write below.
-			e, err := s.tasks.Get(ctx, id)
-			if err != nil && !jsutil.IsKeyMissing(err) {
-				return nil, err
-			}
-			if err == nil && e.Revision() != step.IfRevision {
+			// stored is the entry read above: it exists (exists).
+			if stored.Revision() != step.IfRevision {
 				// Unless the spec stored is the one this update writes:
 				// this same command, tried again after its spec write (a
 				// failed schedule write or answer, a crash before the
 				// ack), found its own write. Rejected, it was answered
 				// 412 while its spec stayed, and its schedule was never
 				// decided with it.
-				mine, err := s.storedBody(ctx, step)
-				if err != nil {
+				if body, err = s.storedBody(ctx, step); err != nil {
 					return nil, err
 				}
-				if !bytes.Equal(e.Value(), mine) {
-					return nil, reject("ifRevision", fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, e.Revision(), step.IfRevision))
+				if !bytes.Equal(stored.Value(), body) {
+					return nil, reject("ifRevision", events.StaleRevision+fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, stored.Revision(), step.IfRevision))
 				}
 			}
 		}
@@ -307,9 +310,10 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	spec := existing
 	var rev uint64
 	if step.Spec != nil {
-		body, err := s.storedBody(ctx, step)
-		if err != nil {
-			return nil, err
+		if body == nil {
+			if body, err = s.storedBody(ctx, step); err != nil {
+				return nil, err
+			}
 		}
 		if rev, err = s.tasks.Put(ctx, id, body); err != nil {
 			return nil, permanent("", fmt.Errorf("store spec %s (%d bytes with its defaults): %w", id, len(body), err), false)
