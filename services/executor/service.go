@@ -258,7 +258,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// slot's would pass another dispatch's identity to the target.
 	if !events.IsDispatchID(d.DispatchID, d.TaskID, d.ScheduledAt) {
 		want := events.DispatchID(d.TaskID, d.ScheduledAt)
-		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", truncate(d.DispatchID, 80), want), s.cfg.Metrics, s.log)
+		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", capText(d.DispatchID, 80), want), s.cfg.Metrics, s.log)
 		return
 	}
 	// A dispatch due far ahead would be nakked until its slot and, kept in
@@ -346,7 +346,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		// lets the governor schedule the next slot, which runs once the
 		// spec is fixed.
 		s.log.Warn("stored spec does not validate: skipping the run", "task", d.TaskID, "err", err)
-		s.skip(m, d, skipInvalidSpec, truncate(err.Error(), 1000))
+		s.skip(m, d, skipInvalidSpec, capText(err.Error(), 1000))
 		return
 	case err != nil:
 		s.retryInfra(ctx, m, md, d, arrived, fails, false, "spec not read", err)
@@ -408,11 +408,7 @@ func (s *Service) retryInfra(ctx context.Context, m jetstream.Msg, md *jetstream
 		s.handBackNak(m, d, handBackFloor) // handed back at shutdown
 		return
 	}
-	wait := s.infraRetryFirst
-	for i := 0; i < fails && wait < s.infraRetryMax; i++ {
-		wait *= 2
-	}
-	wait = min(wait, s.infraRetryMax)
+	wait := min(s.infraRetryFirst<<min(fails, 8), s.infraRetryMax)
 	s.log.Warn("flyball's own state not read or written; trying the dispatch again in place", "step", what,
 		"task", d.TaskID, "dispatch", d.DispatchID, "try", fails+1, "in", wait, "err", err)
 	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, retry: fails + 1, replay: replay, until: time.Now().Add(wait)}, wait)
@@ -1372,11 +1368,19 @@ func capText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	keep := max(n-len(runTextCut), 0)
-	for keep > 0 && !utf8.RuneStart(s[keep]) {
-		keep--
+	return runePrefix(s, n-len(runTextCut)) + runTextCut
+}
+
+// runePrefix is s cut to at most n bytes on a UTF-8 character boundary.
+func runePrefix(s string, n int) string {
+	if n >= len(s) {
+		return s
 	}
-	return s[:keep] + runTextCut
+	n = max(n, 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // runEventHeadroom is the part of the server's max_payload left for a run
@@ -1425,11 +1429,7 @@ func (s *Service) fitRunBody(o events.Outcome, run *events.Run, msgID string, bo
 		return err
 	}
 	for int64(len(body)) > limit && run.Body != "" {
-		keep := max(len(run.Body)-int(int64(len(body))-limit), 0)
-		for keep > 0 && !utf8.RuneStart(run.Body[keep]) {
-			keep--
-		}
-		run.Body, run.BodyTruncated = run.Body[:keep], true
+		run.Body, run.BodyTruncated = runePrefix(run.Body, len(run.Body)-int(int64(len(body))-limit)), true
 		if err := marshal(); err != nil {
 			return nil, err
 		}
@@ -1719,13 +1719,6 @@ func (s *Service) releaseHost(h *hostSlots) {
 	<-h.sem // never blocks: this call's value is in it
 	s.hostUnref(h)
 	s.hostMu.Unlock()
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // The spacing of the tries of a dispatch whose own reads or writes failed

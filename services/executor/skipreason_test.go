@@ -51,7 +51,7 @@ func TestInvalidStoredURLWithASlashInItsPasswordIsNotQuoted(t *testing.T) {
 	if err == nil {
 		t.Fatal("the spec validated")
 	}
-	if reason := truncate(err.Error(), 1000); strings.Contains(reason, "hunter2") || !strings.Contains(reason, "target.http.url") {
+	if reason := capText(err.Error(), 1000); strings.Contains(reason, "hunter2") || !strings.Contains(reason, "target.http.url") {
 		t.Errorf("the run.skipped reason is %q, want it to name target.http.url without quoting the password", reason)
 	}
 }
