@@ -2,12 +2,8 @@ package timer
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
@@ -66,26 +62,5 @@ func TestLatenessOfADispatchWhoseAckWasLostIsItsStoredTry(t *testing.T) {
 	defer s.mu.Unlock()
 	if it := s.items["a"]; it.tried != 0 {
 		t.Fatalf("next slot: item %+v, want no earlier try", it)
-	}
-}
-
-// TestMayBeStored: a try the server answered with an error, or that no
-// stream took, was not stored; one whose ack timed out or was lost may
-// have been.
-func TestMayBeStored(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{jsutil.ErrAckTimeout, true},
-		{jetstream.ErrAsyncPublishTimeout, true},
-		{nats.ErrConnectionClosed, true},
-		{fmt.Errorf("wrapped: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum messages exceeded"}), false},
-		{jetstream.ErrStreamMessageExceedsMaximum, false},
-		{jetstream.ErrNoStreamResponse, false},
-	} {
-		if got := mayBeStored(c.err); got != c.want {
-			t.Errorf("mayBeStored(%v) = %v, want %v", c.err, got, c.want)
-		}
 	}
 }

@@ -816,7 +816,7 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 	default:
 		s.resultError.Inc()
 		var tried int64
-		if mayBeStored(err) {
+		if !jsutil.NotStored(err) { // its ack timed out or was lost: it may be stored
 			tried = r.sent
 		}
 		s.retryLater(r.it, r.at, tried)
@@ -852,15 +852,6 @@ func (s *Service) retryLater(it *item, at, tried int64) {
 	s.requeue(it, at, s.cfg.RetryDelay, false, tried)
 }
 
-// mayBeStored reports whether a try that failed with err may have been
-// stored all the same: its ack timed out or was lost with the connection.
-// A JetStream API error is the server refusing it, and no response from
-// the stream means none took it.
-func mayBeStored(err error) bool {
-	var apiErr *jetstream.APIError
-	return !errors.As(err, &apiErr) && !errors.Is(err, jetstream.ErrNoStreamResponse)
-}
-
 // maxPendingWait caps the backoff of a slot refused with 10077.
 const maxPendingWait = 4 * time.Second
 
@@ -890,7 +881,7 @@ func (s *Service) requeue(it *item, at int64, delay time.Duration, pending bool,
 	if cur, ok := s.items[it.id]; !ok || cur != it || it.index >= 0 || it.fired != at {
 		return
 	}
-	if tried != 0 && (it.tried == 0 || tried < it.tried) {
+	if it.tried == 0 { // the slot's tries go out one after another: the first is the earliest
 		it.tried = tried
 	}
 	if pending {

@@ -113,7 +113,7 @@ func (c *Client) SendID(ctx context.Context, verb events.Verb, id, cmdID string,
 	}
 	subject := events.TaskSubject(verb, id)
 	ack, err := jsutil.Publish(ctx, c.JS, subject, cmdID, body)
-	if err != nil && !refused(err) {
+	if err != nil && !jsutil.NotStored(err) {
 		ack, err = c.confirm(ctx, subject, cmdID, body, err)
 	}
 	if errors.Is(err, ErrMaybeStored) {
@@ -225,18 +225,6 @@ func (c *Client) confirm(ctx context.Context, subject, cmdID string, body []byte
 		err = fmt.Errorf("%w; publishing it again: %w", err, again)
 	}
 	return nil, fmt.Errorf("%w (command %s): %w", ErrMaybeStored, cmdID, err)
-}
-
-// refused reports a publish error after which the command is certainly
-// not stored: no stream took it (the server refused it, or no stream
-// listens on its subject), or the client never sent it (over max_payload,
-// an invalid subject). A duplicate being stored right now (10158: the
-// same command id sent twice at once) is stored, so it is not a refusal.
-func refused(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && !jsutil.IsDuplicateInProcess(err) ||
-		jsutil.TooLarge(err) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg)
 }
 
 // duplicateLookback is how far back storedAnswer looks: TASKS's duplicate
