@@ -7,7 +7,6 @@ package heartbeat
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -381,8 +380,22 @@ func (b *Beater) Stop() {
 // revision read: a conflict is an entry written since, by the replacement.
 func (b *Beater) deregister(ctx context.Context) {
 	key := Key(b.cfg.Kind, b.cfg.Name)
+	if b.rev != 0 {
+		// The common case: the entry is still this beater's last write
+		// (the beat loop has ended, so rev is final). Only a conflict, an
+		// entry written since (a replacement, or the sweeper's offline
+		// mark of this instance), needs the read below.
+		err := b.kv.Delete(ctx, key, jetstream.LastRevision(b.rev))
+		if err == nil || jsutil.IsKeyMissing(err) {
+			return
+		}
+		if !jsutil.IsCASConflict(err) {
+			b.cfg.Logger.Warn("deregister failed", "err", err)
+			return
+		}
+	}
 	ent, err := b.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if jsutil.IsKeyMissing(err) {
 		return
 	}
 	if err != nil {

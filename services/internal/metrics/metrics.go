@@ -126,7 +126,7 @@ func New() *Set {
 		}),
 		DispatchDeferred: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_deferred",
-			Help: "Dispatches this executor keeps while their breaker defers them (open until retryAt, or half-open while another call probes).",
+			Help: "Dispatches this executor keeps while their breaker defers them (open until retryAt, or half-open while another call probes), or to try again in place after a read or write of its own KV state failed.",
 		}),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_inflight", Help: "Runs being executed by this process.",
