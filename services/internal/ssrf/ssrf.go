@@ -98,7 +98,8 @@ func (g *Guard) Check(addr netip.Addr) error {
 	if err := g.denied(addr); err != nil {
 		return err
 	}
-	for _, e := range embeddedIPv4(addr) {
+	embedded := embeddedIPv4(addr)
+	for _, e := range embedded {
 		if err := g.denied(e.v4); err != nil {
 			return fmt.Errorf("%w (%s %s embeds %s)", err, e.kind, addr, e.v4)
 		}
@@ -110,7 +111,7 @@ func (g *Guard) Check(addr netip.Addr) error {
 	// itself may turn into an IPv4 one is judged by that IPv4 address as
 	// well (64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64 network); by
 	// every one it may be, where the layout is the operator's choice.
-	for _, e := range embeddedIPv4(addr) {
+	for _, e := range embedded {
 		if g.allowed(e.v4) {
 			continue
 		}
@@ -126,15 +127,24 @@ func (g *Guard) Check(addr netip.Addr) error {
 func (g *Guard) denied(addr netip.Addr) error {
 	for _, p := range g.Deny {
 		if contains(p, addr) {
-			return fmt.Errorf("%w: %s is in the deny-list prefix %s%w", ErrBlocked, addr, p, errDenied)
+			return &deniedError{addr: addr, prefix: p}
 		}
 	}
 	return nil
 }
 
-// errDenied marks an error of denied: --allow-cidr does not open it.
-// Its text is empty, so it adds nothing to the message.
-var errDenied = errors.New("")
+// deniedError is an address a deny-list prefix holds: --allow-cidr does
+// not open it, and CheckTarget's advice says so.
+type deniedError struct {
+	addr   netip.Addr
+	prefix netip.Prefix
+}
+
+func (e *deniedError) Error() string {
+	return fmt.Sprintf("%v: %s is in the deny-list prefix %s", ErrBlocked, e.addr, e.prefix)
+}
+
+func (e *deniedError) Unwrap() error { return ErrBlocked }
 
 // allowed reports whether an allow-list prefix holds addr.
 func (g *Guard) allowed(addr netip.Addr) bool {
@@ -309,7 +319,7 @@ func (g *Guard) CheckTarget(s *events.TaskSpec) error {
 	}
 	why := strings.TrimPrefix(err.Error(), ErrBlocked.Error()+": ")
 	hint := "; if it is meant, an operator allows it with --allow-cidr (FLYBALL_ALLOW_CIDRS), given alike to the executors, the governor and the API"
-	if errors.Is(err, errDenied) {
+	if _, ok := errors.AsType[*deniedError](err); ok {
 		// --allow-cidr does not open a deny-listed address.
 		hint = "; if it is meant, an operator removes that prefix from --deny-cidr (FLYBALL_DENY_CIDRS), given alike to the executors, the governor and the API"
 	}
