@@ -52,7 +52,7 @@ type measurement struct {
 	heap string
 	// prof takes the profiles; nil profiles this process.
 	prof profiler
-	// onOpen, if set, runs just after the window's first CPU sample and
+	// onOpen, if set, runs just before the window's first CPU sample and
 	// onClose just after its last.
 	onOpen, onClose func(context.Context)
 }
@@ -81,7 +81,6 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	if err := waitUntil(ctx, time.Unix(0, w.From)); err != nil {
 		return err
 	}
-	before := procstat.Take(sampled...)
 	for _, p := range charged {
 		_ = procstat.ResetPeak(p)
 	}
@@ -91,6 +90,10 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	if err := prof.writeHeap(startName(m.heap)); err != nil {
 		return err
 	}
+	// The first CPU sample after the probe's reads and the heap profile,
+	// which are not the system's work; only the drain must follow it, and
+	// the calls it keeps (arrived since w.From) are counted either way.
+	before := procstat.Take(sampled...)
 	// Warm-up arrivals belong to slots before the window; calls that
 	// arrived since w.From stay with the target for the window's count.
 	warm, err := r.target.DrainBefore(ctx, w.From)

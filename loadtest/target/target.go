@@ -299,49 +299,43 @@ func (p *Process) PID() int { return p.proc.Pid }
 
 // Drain implements Target.
 func (p *Process) Drain(ctx context.Context) ([]stats.Arrival, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.urls[0]+drainPath, http.NoBody)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("target: drain: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("target: drain: HTTP %d", resp.StatusCode)
-	}
 	var out []stats.Arrival
-	if err := gob.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("target: drain: decode: %w", err)
-	}
-	return out, nil
+	err := p.drain(ctx, "", func(body io.Reader) error { return gob.NewDecoder(body).Decode(&out) })
+	return out, err
 }
 
 // DrainBefore implements Target.
 func (p *Process) DrainBefore(ctx context.Context, t int64) (int, error) {
-	u := p.urls[0] + drainPath + "?" + beforeParam + "=" + strconv.FormatInt(t, 10)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, http.NoBody)
+	var n int
+	err := p.drain(ctx, "?"+beforeParam+"="+strconv.FormatInt(t, 10), func(body io.Reader) error {
+		b, err := io.ReadAll(io.LimitReader(body, 64))
+		if err == nil {
+			n, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		return err
+	})
+	return n, err
+}
+
+// drain asks the child's drain endpoint (with query) and reads a 200's
+// body with read.
+func (p *Process) drain(ctx context.Context, query string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.urls[0]+drainPath+query, http.NoBody)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("target: drain: %w", err)
+		return fmt.Errorf("target: drain: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64))
-	if err != nil {
-		return 0, fmt.Errorf("target: drain: %w", err)
-	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("target: drain: HTTP %d: %s", resp.StatusCode, body)
+		return fmt.Errorf("target: drain: HTTP %d", resp.StatusCode)
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(body)))
-	if err != nil {
-		return 0, fmt.Errorf("target: drain: %w", err)
+	if err := read(resp.Body); err != nil {
+		return fmt.Errorf("target: drain: decode: %w", err)
 	}
-	return n, nil
+	return nil
 }
 
 // Close implements Target: it closes the child's stdin, which makes it
