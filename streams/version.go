@@ -1,9 +1,7 @@
 package streams
 
 import (
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"strconv"
@@ -39,8 +37,10 @@ var natsDynamicMetadata = []string{"_nats.ver", "_nats.level"}
 var versionJSON []byte
 
 type defsVersionFile struct {
-	Version int    `json:"version"`
-	SHA256  string `json:"sha256"`
+	Version int `json:"version"`
+	// SHA256 is the hash of the definitions the version names; only
+	// TestDefinitionsVersionBumped reads it.
+	SHA256 string `json:"sha256"`
 }
 
 var loadVersion = sync.OnceValues(func() (defsVersionFile, error) {
@@ -59,24 +59,6 @@ var loadVersion = sync.OnceValues(func() (defsVersionFile, error) {
 func DefinitionsVersion() (int, error) {
 	v, err := loadVersion()
 	return v.Version, err
-}
-
-// defsHash is the SHA-256 of every definition file, path and contents,
-// in lexical order: defs/version.json holds it with the version, and a
-// test fails when a file changes without the version being bumped.
-func defsHash() (string, error) {
-	h := sha256.New()
-	for _, dir := range []string{dirStreams, dirKV, dirConsumers} {
-		err := eachJSON(dir, func(file, _ string, data []byte) error {
-			fmt.Fprintf(h, "%s\x00%d\x00", file, len(data))
-			h.Write(data)
-			return nil
-		})
-		if err != nil {
-			return "", err
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // recordedVersion is the definitions version md records: 0 for none (or
