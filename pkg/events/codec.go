@@ -515,15 +515,24 @@ func headerValue(h map[string][]string, key string) string {
 // the same task. The spec is returned normalized.
 func DecodeTaskSpec(e Event) (TaskSpec, error) {
 	var s TaskSpec
-	if err := DecodeData(e, &s); err != nil {
+	if err := decodeSpec(e, &s, &s); err != nil {
 		return TaskSpec{}, err
+	}
+	return s, nil
+}
+
+// decodeSpec decodes e's data into dst, whose spec is s, then validates
+// s, checks the event's subject against it and normalizes it.
+func decodeSpec(e Event, dst any, s *TaskSpec) error {
+	if err := DecodeData(e, dst); err != nil {
+		return err
 	}
 	if err := s.Validate(); err != nil {
-		return TaskSpec{}, err
+		return err
 	}
 	if subj := e.Subject(); subj != "" && subj != s.ID {
-		return TaskSpec{}, malformed("subject", fmt.Sprintf("must equal data.id %q, got %q", s.ID, truncate(subj, 64)))
+		return malformed("subject", fmt.Sprintf("must equal data.id %q, got %q", s.ID, truncate(subj, 64)))
 	}
 	s.Normalize()
-	return s, nil
+	return nil
 }

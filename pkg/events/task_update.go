@@ -1,7 +1,5 @@
 package events
 
-import "fmt"
-
 // TaskUpdate is the data of task.updated: the whole new spec and,
 // optionally, the revision of the spec it replaces.
 type TaskUpdate struct {
@@ -19,16 +17,9 @@ type TaskUpdate struct {
 // task.updated event, as DecodeTaskSpec does a task.created's.
 func DecodeTaskUpdate(e Event) (TaskUpdate, error) {
 	var u TaskUpdate
-	if err := DecodeData(e, &u); err != nil {
+	if err := decodeSpec(e, &u, &u.TaskSpec); err != nil {
 		return TaskUpdate{}, err
 	}
-	if err := u.Validate(); err != nil {
-		return TaskUpdate{}, err
-	}
-	if subj := e.Subject(); subj != "" && subj != u.ID {
-		return TaskUpdate{}, malformed("subject", fmt.Sprintf("must equal data.id %q, got %q", u.ID, truncate(subj, 64)))
-	}
-	u.Normalize()
 	return u, nil
 }
 
