@@ -69,12 +69,9 @@ type Service struct {
 	// tuneFollow, when set, adjusts the half-open loop's watch of
 	// flyball-breakers before it starts (tests end the watch).
 	tuneFollow func(*kvcache.Follower)
-	// tuneBreakers, when set, wraps flyball-breakers once it is bound
-	// (tests fail a read).
-	tuneBreakers func(jetstream.KeyValue) jetstream.KeyValue
-	// tuneTasks, when set, wraps flyball-tasks once it is bound (tests
-	// fail a spec read).
-	tuneTasks func(jetstream.KeyValue) jetstream.KeyValue
+	// tuneKV, when set, wraps each bucket (flyball-breakers, flyball-tasks)
+	// once it is bound: tests fail a read.
+	tuneKV func(bucket string, kv jetstream.KeyValue) jetstream.KeyValue
 	// publishing, when set, runs before a transition of key to state to
 	// is published (tests delay that publish).
 	publishing func(key string, to events.BreakerState)
@@ -107,11 +104,9 @@ func (s *Service) Start(ctx context.Context) error {
 	); err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
-	if s.tuneBreakers != nil {
-		s.breakers = s.tuneBreakers(s.breakers)
-	}
-	if s.tuneTasks != nil {
-		tasks = s.tuneTasks(tasks)
+	if s.tuneKV != nil {
+		s.breakers = s.tuneKV(streams.BucketBreakers, s.breakers)
+		tasks = s.tuneKV(streams.BucketTasks, tasks)
 	}
 	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
 		return fmt.Errorf("breaker: stream %s: %w", streams.StreamHealth, err)

@@ -12,11 +12,16 @@ import (
 // TuneFollow sets the test hook that adjusts the half-open loop's watch.
 func (s *Service) TuneFollow(f func(*kvcache.Follower)) { s.tuneFollow = f }
 
-// TuneBreakers sets the test hook that wraps flyball-breakers once bound.
-func (s *Service) TuneBreakers(f func(jetstream.KeyValue) jetstream.KeyValue) { s.tuneBreakers = f }
-
-// TuneTasks sets the test hook that wraps flyball-tasks once bound.
-func (s *Service) TuneTasks(f func(jetstream.KeyValue) jetstream.KeyValue) { s.tuneTasks = f }
+// TuneKV sets the test hook that wraps flyball-breakers or flyball-tasks
+// (bucket) once bound.
+func (s *Service) TuneKV(bucket string, f func(jetstream.KeyValue) jetstream.KeyValue) {
+	s.tuneKV = func(b string, kv jetstream.KeyValue) jetstream.KeyValue {
+		if b == bucket {
+			return f(kv)
+		}
+		return kv
+	}
+}
 
 // Publishing sets the test hook that runs before a transition is
 // published.

@@ -168,7 +168,7 @@ func TestAReplayedHalfOpenRecordStaysCheckedWhenItsFirstTryFails(t *testing.T) {
 	var mu sync.Mutex
 	var published []string
 	h.start(func(s *breaker.Service) {
-		s.TuneBreakers(func(b jetstream.KeyValue) jetstream.KeyValue { kv.KeyValue = b; return kv })
+		s.TuneKV(streams.BucketBreakers, func(b jetstream.KeyValue) jetstream.KeyValue { kv.KeyValue = b; return kv })
 		s.Publishing(func(key string, _ events.BreakerState) {
 			mu.Lock()
 			published = append(published, key)

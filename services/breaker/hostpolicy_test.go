@@ -10,6 +10,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestFailedProbeNeverShortensTheOpenPeriod: a host breaker applies the
@@ -72,7 +73,7 @@ func TestSpecReadErrorIsRetried(t *testing.T) {
 	h := prepare(t)
 	kv := &failFirstGet{key: "gone"}
 	h.start(func(s *breaker.Service) {
-		s.TuneTasks(func(b jetstream.KeyValue) jetstream.KeyValue { kv.KeyValue = b; return kv })
+		s.TuneKV(streams.BucketTasks, func(b jetstream.KeyValue) jetstream.KeyValue { kv.KeyValue = b; return kv })
 	})
 	h.outcomeOf(events.OutcomeFailed, "gone", "gone", time.Now())
 	if b, _, found := h.record("gone"); found {
