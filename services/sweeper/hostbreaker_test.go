@@ -25,36 +25,8 @@ import (
 // sweeper must forget a host breaker no task uses any more, once it has
 // not been written for a while, and keep one a task still uses.
 func TestHostBreakerNoTaskUsesIsForgotten(t *testing.T) {
-	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	breakers, err := srv.JS.KeyValue(ctx, streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, _ := json.Marshal(events.TaskSpec{
-		ID: "live", Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
-		Target:  events.Target{HTTP: &events.HTTPTarget{URL: "https://live.example/health"}},
-		Breaker: &events.BreakerPolicy{Scope: "host"},
-	})
-	if _, err := tasks.Put(ctx, "live", spec); err != nil {
-		t.Fatal(err)
-	}
-	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
-	for _, key := range []string{"host_live_example", "host_gone_example"} {
-		putHalfOpen(t, breakers, key, long)
-	}
-	s, m := startSweeping(t, srv.JS)
-	for range 3 {
-		select {
-		case <-s.Swept():
-		case <-time.After(30 * time.Second):
-			t.Fatal("no sweep in 30s")
-		}
-	}
+	breakers, m := sweepHostBreakers(t, "live", "https://live.example/health", "host_live_example", "host_gone_example")
 	natstest.Eventually(t, 10*time.Second, "the host breaker no task uses is forgotten", func() bool {
 		_, err := breakers.Get(ctx, "host_gone_example")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
@@ -148,6 +120,22 @@ func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set
 // spelling is no task's breaker any more, and the sweeper must purge it
 // once idle, as any host breaker no task uses, and keep the new one.
 func TestHostBreakerUnderAnOldSpellingIsPurged(t *testing.T) {
+	ctx := t.Context()
+	breakers, _ := sweepHostBreakers(t, "api", "https://API.example.com:443/health", "host_API_example_com_443", "host_api_example_com")
+	_, err := breakers.Get(ctx, "host_API_example_com_443")
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the record under the old spelling host_API_example_com_443 after 3 sweeps: %v, want it purged", err)
+	}
+	if _, err := breakers.Get(ctx, "host_api_example_com"); err != nil {
+		t.Fatalf("the record under the canonical key: %v, want it kept", err)
+	}
+}
+
+// sweepHostBreakers stores task id, host-scoped on url, and a half-open
+// record written an hour ago under each key, then starts a sweeper and
+// waits for three sweeps.
+func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.KeyValue, *metrics.Set) {
+	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
@@ -159,18 +147,18 @@ func TestHostBreakerUnderAnOldSpellingIsPurged(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, _ := json.Marshal(events.TaskSpec{
-		ID: "api", Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
-		Target:  events.Target{HTTP: &events.HTTPTarget{URL: "https://API.example.com:443/health"}},
+		ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
+		Target:  events.Target{HTTP: &events.HTTPTarget{URL: url}},
 		Breaker: &events.BreakerPolicy{Scope: "host"},
 	})
-	if _, err := tasks.Put(ctx, "api", spec); err != nil {
+	if _, err := tasks.Put(ctx, id, spec); err != nil {
 		t.Fatal(err)
 	}
 	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
-	for _, key := range []string{"host_API_example_com_443", "host_api_example_com"} {
+	for _, key := range keys {
 		putHalfOpen(t, breakers, key, long)
 	}
-	s, _ := startSweeping(t, srv.JS)
+	s, m := startSweeping(t, srv.JS)
 	for range 3 {
 		select {
 		case <-s.Swept():
@@ -178,11 +166,5 @@ func TestHostBreakerUnderAnOldSpellingIsPurged(t *testing.T) {
 			t.Fatal("no sweep in 30s")
 		}
 	}
-	_, err = breakers.Get(ctx, "host_API_example_com_443")
-	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the record under the old spelling host_API_example_com_443 after 3 sweeps: %v, want it purged", err)
-	}
-	if _, err := breakers.Get(ctx, "host_api_example_com"); err != nil {
-		t.Fatalf("the record under the canonical key: %v, want it kept", err)
-	}
+	return breakers, m
 }
