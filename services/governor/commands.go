@@ -246,6 +246,16 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		}
 	}
 	exists := err == nil || unreadable
+	if err == nil && step.Input.Kind != gov.KindAccepted && step.Input.Kind != gov.KindDeleted {
+		// Should the task have no schedule, the command completes its
+		// creation with the createdAt its spec was stored with.
+		var sc struct {
+			CreatedAt time.Time `json:"createdAt"`
+		}
+		if json.Unmarshal(stored.Value(), &sc) == nil {
+			step.specCreatedAt = sc.CreatedAt
+		}
+	}
 	if unreadable && step.Input.Kind != gov.KindUpdated && step.Input.Kind != gov.KindDeleted && step.Input.Kind != gov.KindAccepted {
 		// Written by hand or by another version: nothing can be decided
 		// from it, and no retry will change that. An update replaces it
@@ -266,6 +276,18 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			st, rev, err := s.readState(ctx, id)
 			if err != nil {
 				return nil, err
+			}
+			if rev != 0 && st.LastCommandID != step.CommandID && strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+				// The sweeper's repair of a spec it saw with no schedule,
+				// which a command of the task has written since (a command
+				// completes the creation of a task with no schedule,
+				// decide): nothing is left to repair. Rejected (as it
+				// was), the sweeper's log said it re-published the
+				// creation and the answer said the task already exists.
+				s.log.Info("repair of a task with no schedule found its schedule written since; acknowledged without applying it",
+					"task", id, "command", step.CommandID, "lastCommandId", st.LastCommandID)
+				return unapplied(step, &st, fmt.Sprintf("no change: the sweeper's repair of task %q, seen with no schedule, found its schedule written since (by command %q); nothing to repair",
+					id, st.LastCommandID)), nil
 			}
 			if rev != 0 && st.LastCommandID != step.CommandID {
 				return nil, reject("id", fmt.Sprintf("task %q already exists; publish task.updated to change it", id))
@@ -353,17 +375,31 @@ func (s *Service) storedBody(ctx context.Context, step Step) ([]byte, error) {
 // createdAt is the createdAt stored with the spec of a created or updated
 // task (gov.StoredSpec): for a creation the time its schedule will name,
 // which gov.Decide takes from the command (step.At); for an update the
-// schedule's. It is zero for an update of a task with no schedule, or an
-// unreadable one (a creation interrupted before its schedule was written,
-// a value written by hand), which the executor then does not compare. A
-// NATS error is returned, for the command to be tried again: a zero time
-// would switch the check off until the task's next update.
+// schedule's, or, when the schedule names none, the one stored with the
+// spec (step.specCreatedAt). An update of a task with no schedule
+// completes its creation (decide, completeCreation) with the same time:
+// the spec's, or, when that is zero too (a spec written by hand or by a
+// version before 2026-11-27), the update's. Before, an update of a task
+// with no schedule stored its spec with a zero createdAt, which switched
+// the executor's check off for good. It is zero only for an update of a
+// schedule with no createdAt whose spec has none either, which the
+// executor then does not compare. A NATS error is returned, for the
+// command to be tried again: a zero time would switch the check off
+// until the task's next update.
 func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 	if step.Input.Kind == gov.KindAccepted {
 		return gov.CreatedAt(step.At), nil
 	}
-	st, _, err := s.readState(ctx, step.TaskID)
-	return st.CreatedAt, err
+	st, rev, err := s.readState(ctx, step.TaskID)
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case !st.CreatedAt.IsZero():
+		return st.CreatedAt, nil
+	case rev == 0:
+		return step.completedCreatedAt(), nil
+	}
+	return step.specCreatedAt, nil
 }
 
 // staleCommand answers a redelivered command that is older than what the

@@ -354,6 +354,15 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// the redelivered creation was rejected as a duplicate.
 			return gov.Decision{}, s.gone(ctx, id, hinted, errNoSchedule)
 		}
+		if rev == 0 && step.completesCreation() {
+			// A command of a task whose spec is stored and whose schedule
+			// is not: it completes the creation from the stored spec, then
+			// applies (completeCreation). The sweeper's repair, should it
+			// come after, finds the schedule and changes nothing.
+			s.log.Info("command of a task with no schedule; completing its creation from its spec first",
+				"task", id, "command", step.CommandID, "createdAt", step.completedCreatedAt())
+			st = completeCreation(spec, &step)
+		}
 		if step.CommandID == "" && st.SpecRevision > step.SpecRevision {
 			// A signal read its spec (from the view) before this state,
 			// which a task.updated decided with a newer spec since: by

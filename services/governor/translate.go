@@ -61,6 +61,12 @@ type Step struct {
 	// of the ID. A requeue meant for a task deleted since is rejected
 	// (otherCreation).
 	RequeueFor time.Time
+	// specCreatedAt is the createdAt stored with the task's spec
+	// (gov.StoredSpec) when a command other than a creation or a delete
+	// is applied; zero when the spec has none. A command that finds the
+	// task's spec but no schedule completes its creation with it
+	// (Service.decide, completeCreation).
+	specCreatedAt time.Time
 }
 
 // repeats reports whether the step is an input already applied to st: the
@@ -388,6 +394,39 @@ func pastIsNow(t, now time.Time) time.Time {
 		return now
 	}
 	return t
+}
+
+// completesCreation reports whether the step, decided on a task with no
+// schedule, first completes the task's creation (completeCreation): a
+// command other than a creation (a delete never reaches a decision).
+func (s *Step) completesCreation() bool {
+	return s.CommandID != "" && s.Input.Kind != gov.KindAccepted && s.Input.Kind != gov.KindDeleted
+}
+
+// completedCreatedAt is the createdAt of the creation a command completes
+// (completeCreation): the one stored with the task's spec, or, when the
+// spec has none (written by hand, or by a version before 2026-11-27), the
+// command's time.
+func (s *Step) completedCreatedAt() time.Time {
+	if !s.specCreatedAt.IsZero() {
+		return s.specCreatedAt.UTC()
+	}
+	return gov.CreatedAt(s.At)
+}
+
+// completeCreation is the schedule of a task whose spec is stored and
+// whose schedule is not (a restore, a key deleted by hand, a crash
+// between a creation's spec and schedule writes), as its creation writes
+// it, with the createdAt stored with its spec: the state a command other
+// than a creation (completesCreation) is applied to. Applied to a zero
+// state (as it was), a pause, resume, hint, update or requeue wrote a
+// schedule with no taskId and no createdAt: the executor compared no
+// createdAt, the sweeper never dispatched a zombie of it again, and the
+// sweeper's repair was rejected as "already exists".
+func completeCreation(spec *events.TaskSpec, step *Step) gov.State {
+	st := gov.Decide(step.At, spec, gov.State{}, gov.Input{Kind: gov.KindAccepted}).State
+	st.CreatedAt = step.completedCreatedAt()
+	return st
 }
 
 // otherCreation is the rejection of a task.requeued meant for another
