@@ -149,6 +149,7 @@ after an unclean shutdown), dev waits without a deadline and logs every
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "embedded NATS listen address: a loopback address or localhost (the server has no authentication); port 0 picks a free one")
 	cmd.Flags().BoolVar(&insecure, "listen-insecure", false, "let --listen take a host beyond loopback, such as 0.0.0.0: anyone who can reach it can publish tasks that call this machine's loopback services, read their answers, and delete streams (docs/security.md)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".flyball", "directory for the JetStream file store")
+	markNonEmpty(cmd.Flags(), "data-dir") // given empty, the store went to a temporary directory
 	cmd.Flags().BoolVar(&debug, "nats-debug", false, "log the embedded nats-server's own messages")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().StringVar(&sync, "nats-sync", embedded.RecommendedSync.String(), natsSyncUsage)

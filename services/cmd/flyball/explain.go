@@ -86,6 +86,7 @@ of those it left out.`,
 	cf.register(cmd)
 	out.register(cmd, outTable)
 	cmd.Flags().StringVar(&since, "since", "", "show decisions from this long ago (1h) or this time (RFC 3339)")
+	markNonEmpty(cmd.Flags(), "since") // given empty, it showed every decision
 	cmd.Flags().IntVar(&maxInputs, "max-inputs", query.DefaultMaxExplainInputs, "hold at most this many inputs of the task (an estimated 1-2 KB each): past it, keep its current creation and the newest")
 	return cmd
 }

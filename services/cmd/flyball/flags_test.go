@@ -81,6 +81,15 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"runs", "web", "--before", ""}, `flyball: --before: empty; give a value, or leave the flag out`},
 		{[]string{"dlq", "list", "--before="}, `flyball: --before: empty; give a value, or leave the flag out`},
 		{[]string{"task", "list", "--after", ""}, `flyball: --after: empty; give a value, or leave the flag out`},
+		// An empty --job read as no filter: every task was listed, and
+		// "task list --job $JOB -o json | … | xargs flyball task delete"
+		// deleted every task when $JOB was unset. The same for explain's
+		// --since (every decision), target's --addr (a random port on
+		// every interface) and dev's --data-dir (a temporary directory).
+		{[]string{"task", "list", "--job", ""}, `flyball: --job: empty; give a value, or leave the flag out`},
+		{[]string{"explain", "web", "--since="}, `flyball: --since: empty; give a value, or leave the flag out`},
+		{[]string{"target", "--addr=", "--max-requests", "0"}, `flyball: --addr: empty; give a value, or leave the flag out`},
+		{[]string{"dev", "--data-dir", "", "--concurrency", "0"}, `flyball: --data-dir: empty; give a value, or leave the flag out`},
 		// A negative --latency was served (as none), while POST /control
 		// refuses one. --max-requests 0 makes a binary without the check
 		// fail at once instead of serving.

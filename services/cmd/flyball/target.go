@@ -97,6 +97,7 @@ Flyball-Attempt on every call, so the log can be matched against RUNS.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&addr, "addr", envOr("FLYBALL_TARGET_ADDR", "127.0.0.1:8000"), "listen address (env FLYBALL_TARGET_ADDR)")
+	markNonEmpty(fs, "addr") // given empty, it listened on a random port of every interface
 	fs.IntVar(&def.Status, "status", 200, "HTTP status to answer with at start-up")
 	fs.DurationVar(&latency, "latency", 0, "delay before answering at start-up")
 	fs.StringVar(&def.Body, "body", `{"ok":true}`, "response body at start-up")

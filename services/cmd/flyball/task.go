@@ -416,6 +416,9 @@ func newTaskListCmd() *cobra.Command {
 	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "show at most N tasks (0: all)")
 	cmd.Flags().StringVar(&after, "after", "", "show the tasks whose id sorts after this one (the next page)")
 	markNonEmpty(cmd.Flags(), "after")
+	// Given empty (a script's unset $JOB), --job read as no filter and
+	// every task was listed, as ?job= was by the API.
+	markNonEmpty(cmd.Flags(), "job")
 	return cmd
 }
 
