@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,15 +40,28 @@ have no shell:
 	return cmd
 }
 
-func healthcheck(ctx context.Context, url string, timeout time.Duration) error {
+// healthBodyPreview is how many characters of an unhealthy answer's body
+// the error shows.
+const healthBodyPreview = 120
+
+// healthcheck GETs rawURL. Its errors never show the URL's password: a
+// URL is shown redacted, and one that does not parse is not quoted (the
+// parser's message quotes it whole). The answer's body is shown flattened
+// to one line and cut short.
+func healthcheck(ctx context.Context, rawURL string, timeout time.Duration) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return errors.New("healthcheck: the URL does not parse (the parser's message is not shown: it quotes the URL, password included); " +
+			"percent-encode reserved characters such as % / ? # @ and spaces")
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, http.NoBody)
 	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
+		return fmt.Errorf("healthcheck: %s: %w", u.Redacted(), err)
 	}
 	client := &http.Client{
 		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
@@ -61,7 +76,7 @@ func healthcheck(ctx context.Context, url string, timeout time.Duration) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("healthcheck: %s answered %s: %s", url, resp.Status, body)
+		return fmt.Errorf("healthcheck: %s answered %s: %s", u.Redacted(), resp.Status, preview(string(body), healthBodyPreview))
 	}
 	return nil
 }

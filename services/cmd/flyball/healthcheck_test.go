@@ -63,3 +63,33 @@ func TestHealthcheckUnreachable(t *testing.T) {
 		t.Fatal("healthcheck of a closed port succeeded")
 	}
 }
+
+// TestHealthcheckHidesThePasswordAndKeepsOneLine: the error names the URL
+// without its password, even one that does not parse, and the answer's
+// body in a line of its own. It printed
+// "healthcheck: http://u:hunter2@127.0.0.1:…/x answered 404 Not Found: …"
+// and a body's newlines broke the error over several lines.
+func TestHealthcheckHidesThePasswordAndKeepsOneLine(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("line one\nline two\r\n" + strings.Repeat("x", 600)))
+	}))
+	t.Cleanup(srv.Close)
+	withPassword := strings.Replace(srv.URL, "http://", "http://u:hunter2@", 1) + "/x"
+	for _, c := range []struct {
+		url  string
+		want string
+	}{
+		{withPassword, "answered 404 Not Found: line one line two"},
+		{"http://u:hunter2@bad host/", "the URL does not parse"},
+	} {
+		err := healthcheck(context.Background(), c.url, time.Second)
+		if err == nil {
+			t.Fatalf("healthcheck(%s) succeeded", c.url)
+		}
+		if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.ContainsAny(msg, "\r\n") || !strings.Contains(msg, c.want) || len(msg) > 300 {
+			t.Errorf("healthcheck(%s) = %q; want one line with %q and no password", c.url, msg, c.want)
+		}
+	}
+}
