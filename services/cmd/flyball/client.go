@@ -73,7 +73,10 @@ func (f *clientFlags) open(ctx context.Context, cmd *cobra.Command) (*session, e
 	q, err := query.NewReader(bctx, js)
 	if err != nil {
 		nc.Close()
-		return nil, err
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w (timed out: no answer within --timeout %s)", err, f.timeout)
+		}
+		return nil, noJetStream(err)
 	}
 	return &session{
 		nc: nc, js: js, q: q, timeout: f.timeout,

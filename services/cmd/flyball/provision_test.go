@@ -308,3 +308,33 @@ func TestProvisionLeavesNewerDefinitions(t *testing.T) {
 		t.Errorf("provision printed %q, want no limit of RUNS and a summary that names the stream left", out)
 	}
 }
+
+// TestCLIBindErrorSaysWhy: the CLI's readers that cannot bind a bucket say
+// why. Only a missing bucket gets the provision hint: every failure got
+// it, so a server without JetStream printed "nats: no responders
+// available for request (run flyball provision, …)" and a --timeout too
+// short for the stack "context deadline exceeded (run flyball provision,
+// …)", sending the operator to provision a stack that was there.
+func TestCLIBindErrorSaysWhy(t *testing.T) {
+	t.Parallel()
+	const hint = "run flyball provision"
+	_, empty := natstest.StartListeningEmpty(t)
+	_, healthy := natstest.StartListening(t)
+	for _, c := range []struct {
+		name, url string
+		args      []string
+		want      string
+		wantHint  bool
+	}{
+		{"no JetStream", startWithoutJetStream(t).ClientURL(), nil, "no JetStream answered: is JetStream enabled on the server", false},
+		{"too short a timeout", healthy, []string{"--timeout", "1ns"}, "timed out: no answer within --timeout 1ns", false},
+		{"no buckets", empty, nil, "bind KV flyball-tasks: ", true},
+	} {
+		e := &cliEnv{url: c.url, dir: t.TempDir()}
+		r := e.run(t, append([]string{"task", "list"}, c.args...)...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || !strings.Contains(r.stderr, c.want) ||
+			strings.Contains(r.stderr, hint) != c.wantHint || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q, provision hint %t", c.name, r.code, r.stderr, c.want, c.wantHint)
+		}
+	}
+}

@@ -543,12 +543,18 @@ type Bucket struct {
 }
 
 // BindBuckets binds each bucket into its handle, in order, and fails on
-// the first one that cannot be bound (missing, or not permitted).
+// the first one that cannot be bound (missing, or not permitted). Only a
+// missing bucket gets the hint to provision: a server without JetStream
+// or a timeout got it too, and sent the operator to provision a stack
+// that was there.
 func BindBuckets(ctx context.Context, js jetstream.JetStream, buckets ...Bucket) error {
 	for _, b := range buckets {
 		kv, err := js.KeyValue(ctx, b.Name)
 		if err != nil {
-			return fmt.Errorf("bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", b.Name, err)
+			if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", b.Name, err)
+			}
+			return fmt.Errorf("bind KV %s: %w", b.Name, err)
 		}
 		*b.KV = kv
 	}
