@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/services/internal/ssrf"
 )
 
 func newTaskCmd() *cobra.Command {
@@ -67,6 +70,9 @@ Otherwise it publishes task.%s and waits for the governor's answer: it prints
 				return err
 			}
 			if dryRun {
+				if err := dryRunTarget(file, &spec, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
 				fmt.Fprintln(cmd.OutOrStdout(), "valid")
 				return nil
 			}
@@ -85,6 +91,33 @@ Otherwise it publishes task.%s and waits for the governor's answer: it prints
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate locally and print \"valid\"; publish nothing")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
+}
+
+// openGuard is an SSRF guard that allows every address: what it still
+// refuses (a host in a non-canonical numeric form) every guard refuses.
+var openGuard = ssrf.Guard{AllowLoopback: true, Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+
+// dryRunTarget checks a spec's target host as far as it can without the
+// servers' SSRF settings. A host that every guard refuses (a non-canonical
+// numeric form) is a reason, as the governor and the API give it. A host
+// the default guard refuses (loopback, link-local, a cloud metadata
+// address or name) is valid where the executors, the governor and the API
+// are given --allow-loopback or --allow-cidr for it, as flyball dev is
+// for loopback, so it gets a one-line note on stderr. Before, a dry run
+// printed "valid" for both, and the real create was rejected.
+func dryRunTarget(path string, spec *events.TaskSpec, stderr io.Writer) error {
+	if err := openGuard.CheckTarget(spec); err != nil {
+		return newReasonsError(path+": invalid task spec", events.Reasons(err))
+	}
+	if h := spec.Target.HTTP; h != nil {
+		if u, err := url.Parse(h.URL); err == nil {
+			if err := (&ssrf.Guard{}).CheckHost(u.Hostname()); err != nil {
+				fmt.Fprintf(stderr, "note: target.http.url: the default SSRF guard refuses its host: %s; it is valid only where the executors, the governor and the API are given --allow-loopback or --allow-cidr for it\n",
+					strings.TrimPrefix(err.Error(), ssrf.ErrBlocked.Error()+": "))
+			}
+		}
+	}
+	return nil
 }
 
 // maxStdinSpec bounds a task spec read from stdin, which may be a stream

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A dry run said "valid" for a target host the governor and the API
+// refuse whatever the SSRF guard allows (a non-canonical numeric form),
+// and said nothing of one the default guard refuses (a metadata address).
+func TestDryRunChecksTheTargetHost(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // a dry run connects to nothing
+	spec := func(name, url string) string {
+		return e.file(t, name+".yaml", "id: "+name+"\ntarget:\n  http:\n    url: "+url+"\nschedule:\n  interval: 1m\n")
+	}
+
+	// Refused whatever the guard allows: exit 1, named like any other reason.
+	for _, host := range []string{"0x7f000001", "2852039166", "10.0.0.1."} {
+		f := spec("numeric", "http://"+host+":8000/x")
+		r := e.fails(t, []string{"task", "create", "-f", f, "--dry-run"},
+			"invalid task spec (1 reason)", "target.http.url:", "non-canonical numeric form")
+		if r.stdout != "" {
+			t.Fatalf("dry run of %s printed %q on stdout, want nothing", host, r.stdout)
+		}
+	}
+
+	// Refused by the default guard, which a server may be told to open:
+	// valid, with a note on stderr naming the rule and the flags.
+	for _, url := range []string{"http://169.254.169.254/latest", "http://metadata.google.internal/", "http://127.0.0.1:8000/x"} {
+		r := e.run(t, "task", "create", "-f", spec("guarded", url), "--dry-run")
+		if r.code != 0 || r.stdout != "valid\n" {
+			t.Fatalf("dry run of %s: exit %d, stdout %q; want 0 and \"valid\"", url, r.code, r.stdout)
+		}
+		if !strings.HasPrefix(r.stderr, "note: target.http.url: ") || !strings.Contains(r.stderr, "--allow-") || strings.Count(r.stderr, "\n") != 1 {
+			t.Fatalf("dry run of %s: stderr %q, want a one-line note naming the field and the --allow- flags", url, r.stderr)
+		}
+	}
+
+	// Nothing to say of an ordinary host.
+	if r := e.run(t, "task", "create", "-f", spec("plain", "https://api.example.com/health"), "--dry-run"); r.code != 0 || r.stdout != "valid\n" || r.stderr != "" {
+		t.Fatalf("dry run of an ordinary host: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
