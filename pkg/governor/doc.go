@@ -62,16 +62,17 @@
 // input re-plans: a pause, a delete or a dead-letter stops the task, and
 // a hint, a resume or a requeue asks for a run.
 //
-// Such a re-plan (but for an acceptance or a resume) plans the slot after
-// the one in flight, which runs first whatever is decided: the grid, the
-// first-run rule, catch-up counting, the budget's pacing, quiet-hours
-// spacing, the clamps and the MinGap floor measure from the slot in flight
-// when it is later than the last completed one. Slots that pass while a
-// slot is in flight are not caught up before its outcome is in. The slot
-// in flight is also the run a request at or before it asked for (a
-// one-shot hint, a requeue, a dead-letter recheck, the next backfill run,
-// the run a timed pause leads to, in flight from InFlightWindow before the
-// pause ends). While it is still ahead of now (the timer may not have
+// Such a re-plan (but for an acceptance or a resume that ends a pause; a
+// resume of a task that is not paused is an input like any other) plans the
+// slot after the one in flight, which runs first whatever is decided: the
+// grid, the first-run rule, catch-up counting, the budget's pacing,
+// quiet-hours spacing, the clamps and the MinGap floor measure from the
+// slot in flight when it is later than the last completed one. Slots that
+// pass while a slot is in flight are not caught up before its outcome is
+// in. The slot in flight is also the run a request at or before it asked
+// for (a one-shot hint, a requeue, a dead-letter recheck, the next backfill
+// run, the run a timed pause leads to, in flight from InFlightWindow before
+// the pause ends). While it is still ahead of now (the timer may not have
 // published it yet), every input but a pause, a delete or a dead-letter
 // hold keeps it. Once it is due, a re-plan plans after it and not the
 // request again; a one-shot hint and a requeue are consumed then, so a

@@ -107,8 +107,12 @@ func (p *planner) inFlight() bool {
 // slotInFlight is the input state's slot when it is in flight: planned by a
 // schedule rule, due (or within InFlightWindow), and after the last
 // completed slot, so its outcome is not applied yet. It is zero otherwise,
-// and for an acceptance (a new state) and a resume (the slot a pause ended
-// on is not kept).
+// and for an acceptance (a new state) and a resume that ends a pause (the
+// slot a pause ended on is not kept). A resume of a task that was not
+// paused is an input like any other: counted from the last completed slot
+// instead, the slots that passed while the slot in flight ran were caught
+// up at once (a 10 s task resumed 35 s into a run planned "catch-up: 4
+// slots missed", and with catchUp all backfilled them).
 //
 // The run a timed pause leads to (source paused, at or after the pause's
 // end) is a slot too: the executor runs it, since the pause has ended by
@@ -118,7 +122,7 @@ func (p *planner) inFlight() bool {
 // run-now hint during it ran right behind it, whatever the budget,
 // bounds.min or MinGap.
 func (p *planner) slotInFlight() time.Time {
-	if p.in == KindAccepted || p.in == KindResumed {
+	if p.in == KindAccepted || (p.in == KindResumed && p.leftPause) {
 		return time.Time{}
 	}
 	s, prev := &p.s, p.prevNext

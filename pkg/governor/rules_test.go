@@ -1897,3 +1897,33 @@ func TestDecideBudgetCapsAFailingTask(t *testing.T) {
 		t.Fatalf("%d runs in 72h, want 6 (2 a day)", len(slots))
 	}
 }
+
+// A resume that ends no pause (the task was not paused) is an input like
+// any other: the slot in flight runs first, and the slots that pass while
+// it runs are not caught up (old: "catch-up: 4 slots missed … run once
+// now", next 10:00:45).
+func TestDecideResumeOfAnUnpausedTaskDuringARun(t *testing.T) {
+	slow := stateWith(ran(t0), planned(t0.Add(10*time.Second), governor.SourceBaselineInterval)) // 10:00:10 in flight
+	resumed := governor.Input{Kind: governor.KindResumed}
+	runDecideCases(t, []decideCase{
+		{
+			"catchUp skip: the next slot after the one in flight",
+			given{intervalSpec(10 * time.Second), slow, t0.Add(45 * time.Second), resumed},
+			want{next: t0.Add(50 * time.Second), source: governor.SourceBaselineInterval, trail: "not caught up before its outcome is in"},
+		},
+		{
+			"catchUp all: nothing to backfill",
+			given{withCatchUp(intervalSpec(10*time.Second), events.CatchUpAll, 0), slow, t0.Add(45 * time.Second), resumed},
+			want{next: t0.Add(50 * time.Second), source: governor.SourceBaselineInterval, check: func(t *testing.T, d governor.Decision) {
+				if d.State.CatchUpPending != 0 {
+					t.Errorf("CatchUpPending = %d, want 0", d.State.CatchUpPending)
+				}
+			}},
+		},
+		{
+			"a resume that ends a pause still does not keep the slot the pause ended on",
+			given{intervalSpec(10 * time.Second), stateWith(ran(t0), pausedUntil(time.Time{}), planned(time.Time{}, governor.SourcePaused)), t0.Add(45 * time.Second), resumed},
+			want{next: t0.Add(50 * time.Second), source: governor.SourceBaselineInterval, trail: "fell in the pause"},
+		},
+	})
+}
