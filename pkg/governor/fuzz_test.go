@@ -430,6 +430,14 @@ func FuzzDecide(f *testing.F) {
 		if !last.IsZero() && d.NextRunAt.Before(last.Add(governor.MinGap)) {
 			t.Fatalf("NextRunAt less than %s after the last slot or the slot in flight%s", governor.MinGap, explain())
 		}
+		// An interval hint plans no slot at or after its TTL (nudging may
+		// keep a slot an earlier hint planned, and the MinGap floor may
+		// move a slot just before the TTL past it).
+		if d.Source == governor.SourceHintInterval && !kept && !d.NextRunAt.Equal(last.Add(governor.MinGap)) {
+			if h := s.IntervalHint; h == nil || !d.NextRunAt.Before(h.ExpiresAt) {
+				t.Fatalf("interval hint %+v planned a slot at or after its TTL%s", h, explain())
+			}
+		}
 		// The slot in flight serves the requests at or before it (a
 		// one-shot's time, a requeue, a recheck time) and a backlog waits
 		// for its success: no rule plans them again behind it once it is
@@ -548,11 +556,11 @@ func inFlight(now time.Time, st governor.State, in governor.Input) bool {
 // slotInFlight is the fuzz oracle's slot in flight: the slot planned
 // before the input by a schedule rule, due (or within InFlightWindow) and
 // after the last completed slot (s is the state after the input), for
-// any input but an acceptance, a resume, a pause or a delete. The run a
-// timed pause leads to is one too.
+// any input but an acceptance, a resume that ends a pause, a pause or a
+// delete. The run a timed pause leads to is one too.
 func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
 	switch {
-	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
+	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed && st.Paused, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
 		st.Source == "", st.Source == governor.SourceDeleted, st.Deleted, st.NextRunAt.IsZero():
 		return time.Time{}
 	case st.Source == governor.SourcePaused:

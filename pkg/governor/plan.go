@@ -372,13 +372,16 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 
 // afterHint bounds an interval hint by its TTL: when the hint's slot comes
 // at or after the hint expires, the task's own cadence takes over at the
-// TTL, with its first grid slot at or after it (if that is earlier than a
-// slot after the TTL). A slot at the TTL itself is not the hint's: at that
+// TTL, with its first grid slot at or after it, earlier or later than the
+// hint's slot. A slot at the TTL itself is not the hint's: at that
 // instant the hint has expired (expireHints), as a one-shot at its expiry
 // has, and a decision made then planned the cadence's slot instead. Without
-// this, a hint longer than its TTL (6h for 15m) held the task past it.
-// It returns the slot, its source and the step of its grid: full (the
-// hint's) when the hint's slot stays.
+// this, a hint longer than its TTL (6h for 15m) held the task past it; and
+// a hint shorter than the cadence planned one more run after its TTL (an
+// hourly task hinted 10m for 15m at 10:00:30 ran at 10:20, on a grid
+// re-anchored to 11:20, 12:20). It returns the slot, its source and the
+// step of its grid (the hint's slot and full when the spec has no
+// positive step).
 func (p *planner) afterHint(h *IntervalHint, anchor time.Time, exp int, next time.Time, src Source, full time.Duration) (time.Time, Source, time.Duration) {
 	step, own := p.specStep()
 	if step <= 0 {
@@ -389,9 +392,6 @@ func (p *planner) afterHint(h *IntervalHint, anchor time.Time, exp int, next tim
 	}
 	step = p.stretch(step, exp, false)
 	after, _ := grid(anchor, step, h.ExpiresAt.Add(-time.Nanosecond))
-	if next.After(h.ExpiresAt) && !after.Before(next) {
-		return next, src, full
-	}
 	p.tr.str("interval hint ").dur(h.Interval).str(" expires at ").at(h.ExpiresAt)
 	if next.Equal(h.ExpiresAt) {
 		p.tr.str(", its slot")

@@ -1927,3 +1927,23 @@ func TestDecideResumeOfAnUnpausedTaskDuringARun(t *testing.T) {
 		},
 	})
 }
+
+// An interval hint plans no slot after its TTL: the slot after the
+// expiry gives way to the cadence's first slot at or after it (old:
+// 10:20 hint-interval, the grid re-anchored to 11:20, 12:20).
+func TestDecideIntervalHintPlansNothingAfterItsTTL(t *testing.T) {
+	expires := t0.Add(15*time.Minute + 30*time.Second)
+	hint := intervalHint(10*time.Minute, expires)
+	runDecideCases(t, []decideCase{
+		{
+			"the hint's run at 10:10, before the expiry",
+			given{intervalSpec(time.Hour), ran(t0), t0.Add(30 * time.Second), hinted(governor.Hint{Interval: 10 * time.Minute, TTL: 15 * time.Minute})},
+			want{next: t0.Add(10 * time.Minute), source: governor.SourceHintInterval},
+		},
+		{
+			"its outcome: 10:20 is after the expiry, the cadence's 11:10",
+			given{intervalSpec(time.Hour), stateWith(ran(t0), hint, planned(t0.Add(10*time.Minute), governor.SourceHintInterval)), t0.Add(10*time.Minute + 2*time.Second), outcome("succeeded", t0.Add(10*time.Minute))},
+			want{next: t0.Add(70 * time.Minute), source: governor.SourceBaselineInterval, trail: "the cadence after it applies"},
+		},
+	})
+}
