@@ -15,7 +15,7 @@
 // highest; each rule may replace the candidate the earlier ones chose, and
 // the decision's source names the last rule that moved it:
 //
-//		pause > clamps > dead-letter / requeue > breaker > budget / quiet hours > hints > adaptive / activity > baseline
+//		pause > clamps > requeue > budget > dead-letter recheck > breaker > quiet hours > hints > adaptive / activity > baseline
 //
 //	 1. Baseline (baseline-interval, baseline-cron, failure-backoff, start-at,
 //	    catch-up). The spec's interval or cron expression. An interval task
@@ -28,15 +28,19 @@
 //	 3. Hints (hint-interval, hint-oneshot). An interval hint replaces the
 //	    interval; a one-shot hint competes and the earliest candidate wins,
 //	    so with both hints the earlier of the two is taken.
-//	 4. Quiet hours and the budget (quiet-hours, budget) only ever delay a
-//	    run, except that quiet hours may set a shorter interval for an
-//	    interval task if configured so.
+//	 4. Quiet hours (quiet-hours) only ever delay a run, except that they
+//	    may set a shorter interval for an interval task if configured so.
 //	 5. An open breaker (breaker-open) holds the run back until its retryAt.
 //	 6. A dead-lettered task runs next at its recheck time
-//	    (deadletter-recheck); a requeued one runs now (requeue).
-//	 7. Clamps (clamped-min, clamped-max) keep the gap after the last run
+//	    (deadletter-recheck), even while the breaker is open (the executor
+//	    then holds the call until retryAt).
+//	 7. The budget (budget) only ever delays a run: the one the cadence,
+//	    hints and quiet hours chose, and a dead-letter recheck too (a
+//	    recheck still waits for the budget when that is later).
+//	 8. A requeued task runs now (requeue), whatever the budget.
+//	 9. Clamps (clamped-min, clamped-max) keep the gap after the last run
 //	    within bounds.min and bounds.max, whatever chose the time.
-//	 8. Pause (paused) wins over everything. A timed pause plans the run a
+//	10. Pause (paused) wins over everything. A timed pause plans the run a
 //	    resume at its end would plan, by every rule above; that run's
 //	    outcome ends the pause.
 //
