@@ -267,8 +267,8 @@ func (s *TaskSpec) Validate() error { return s.validate(false) }
 // may run with today, and a rule that refuses what used to run must not
 // stop such a task after an upgrade. They are the connection-level
 // headers (refused because every call to an HTTP/2 target fails, while
-// an HTTP/1.1 target answers), the cap on bounds.min and bounds.max, and
-// the spelling of time zones (a name such as "localtime" loads where the
+// an HTTP/1.1 target answers), the cap on bounds.min, bounds.max and
+// deadLetter.recheckAfter, and the spelling of time zones (a name such as "localtime" loads where the
 // host has zoneinfo). task.created and task.updated are held to Validate.
 func (s *TaskSpec) ValidateStored() error { return s.validate(true) }
 
@@ -689,6 +689,12 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 	}
 	if d := s.DeadLetter; d != nil && d.RecheckAfter != 0 && d.RecheckAfter.D() < time.Second {
 		c.add("deadLetter.recheckAfter", fmt.Sprintf("must be >= 1s, got %s", d.RecheckAfter))
+	}
+	// Past MaxInterval a dead letter planned its recheck after 2262, which
+	// the timer cannot queue: the task never ran again until a requeue. A
+	// stored spec still loads; the governor rechecks it after MaxInterval.
+	if d := s.DeadLetter; d != nil && d.RecheckAfter.D() > MaxInterval && !c.stored {
+		c.add("deadLetter.recheckAfter", fmt.Sprintf("must be <= %s, got %s", MaxInterval, d.RecheckAfter))
 	}
 }
 

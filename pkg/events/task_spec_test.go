@@ -235,6 +235,11 @@ func TestValidateRules(t *testing.T) {
 			s.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: dur(500 * time.Millisecond)}
 		}, wantErr{"deadLetter.recheckAfter", []string{"must be >= 1s", "500ms"}}},
 		{"deadLetter recheckAfter negative", func(s *events.TaskSpec) { s.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: dur(-time.Second)} }, wantErr{"deadLetter.recheckAfter", []string{">= 1s"}}},
+		// Past 366 days a dead letter planned its recheck after 2262, which
+		// the timer cannot queue: the task never ran again until a requeue.
+		{"deadLetter recheckAfter too long", func(s *events.TaskSpec) {
+			s.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: dur(2500000 * time.Hour)}
+		}, wantErr{"deadLetter.recheckAfter", []string{"must be <= 8784h0m0s", "2500000h0m0s"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -642,6 +647,7 @@ func TestValidateStoredKeepsRulesForNewSpecsOut(t *testing.T) {
 		"header TE gzip":            func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"TE": "gzip"} },
 		"header Connection Upgrade": func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Connection": "Upgrade"} },
 		"bounds.max past a year":    func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Max: dur(9000 * time.Hour)} },
+		"recheckAfter past a year":  func(s *events.TaskSpec) { s.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: dur(9000 * time.Hour)} },
 		"zone spelled with a dot":   func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Etc/./UTC"} },
 	} {
 		s := minimalSpec(t)

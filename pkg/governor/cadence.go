@@ -50,6 +50,15 @@ func (p *planner) specStep() (time.Duration, Source) {
 			stretched := scale(step, mult).Truncate(time.Millisecond)
 			p.tr.linef("activity: no activity for %s (since %s): %s, interval ×%g = %s",
 				idle.Truncate(time.Second), stamp(p.lastActivity()), asrc, mult, stretched)
+			if capped := max(step, events.MaxInterval); stretched > capped {
+				// A multiplier of up to 1000 on an interval of up to a
+				// year saturated near 292 years: a slot after 2262,
+				// which the timer cannot queue. The stretch stops at
+				// MaxInterval (an unstretched step longer than that, from
+				// a stored bounds.max, is left as it is).
+				p.tr.str("activity: stretched interval capped at ").dur(capped).end()
+				stretched = capped
+			}
 			step, src = stretched, asrc
 		}
 	}

@@ -372,6 +372,13 @@ func (p *planner) applyDeadLetter(d *DeadLetterSignal) bool {
 	if dp := p.spec.DeadLetter; dp != nil && dp.RecheckAfter > 0 {
 		after = dp.RecheckAfter.D()
 	}
+	if after > events.MaxInterval {
+		// A spec stored before the cap (Validate refuses it now): a
+		// recheck after 2262 was never queued by the timer, and the task
+		// never ran again until a requeue.
+		p.tr.str("deadLetter.recheckAfter ").dur(after).str(" capped at ").dur(events.MaxInterval).end()
+		after = events.MaxInterval
+	}
 	s.DeadLetter = &DeadLetterHold{DispatchID: d.DispatchID, Reason: d.Reason, At: at, RecheckAt: at.Add(after)}
 	s.RequeuedAt = time.Time{}
 	return true

@@ -1947,3 +1947,30 @@ func TestDecideIntervalHintPlansNothingAfterItsTTL(t *testing.T) {
 		},
 	})
 }
+
+// A step past MaxInterval plans a slot the timer may not queue (after
+// 2262): a stored spec's recheckAfter past it rechecks after MaxInterval,
+// and the activity multipliers stretch the interval to MaxInterval at
+// most (old: recheck in year 2311; dormant slot 292 years on).
+func TestDecideStepsAreCappedAtMaxInterval(t *testing.T) {
+	stored := withRecheck(intervalSpec(time.Hour), 2500000*time.Hour) // refused by Validate, accepted by ValidateStored before the cap
+	dormant := withActivity(intervalSpec(events.MaxInterval))
+	dormant.Activity.DormantMultiplier = 1000
+	mustValid(t, dormant)
+	runDecideCases(t, []decideCase{
+		{
+			"a stored recheckAfter of 2500000h: the recheck MaxInterval after the dead letter",
+			given{stored, ran(t0), t0.Add(time.Minute), governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{DispatchID: "t:dead", Reason: "max-attempts", At: t0.Add(time.Minute)}}},
+			want{next: t0.Add(time.Minute + events.MaxInterval), source: governor.SourceDeadLetterRecheck, check: func(t *testing.T, d governor.Decision) {
+				if dl := d.State.DeadLetter; dl == nil || !dl.RecheckAt.Equal(t0.Add(time.Minute+events.MaxInterval)) {
+					t.Errorf("DeadLetter = %+v, want the recheck at %s", dl, fmtT(t0.Add(time.Minute+events.MaxInterval)))
+				}
+			}},
+		},
+		{
+			"dormantMultiplier 1000 on a 8784h interval: stretched to MaxInterval",
+			given{dormant, stateWith(ran(t0), lastActivity(t0.Add(-48*time.Hour))), t0.Add(time.Second), updated},
+			want{next: t0.Add(events.MaxInterval), source: governor.SourceActivityDormant},
+		},
+	})
+}
