@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -439,9 +440,25 @@ func typeError(field string, te *json.UnmarshalTypeError) error {
 		return malformed("data", fmt.Sprintf("must be a JSON object, got %s", te.Value))
 	}
 	if v, ok := strings.CutSuffix(te.Value, outOfRange); ok {
-		return malformed(field, fmt.Sprintf("out of range: got %s, want a duration of at most %s", v, time.Duration(math.MaxInt64)))
+		if te.Type == durationType {
+			return malformed(field, fmt.Sprintf("out of range: got %s, want a duration of at most %s", v, time.Duration(math.MaxInt64)))
+		}
+		return malformed(field, fmt.Sprintf("out of range: got %s, want %s", v, numberRange(te.Type)))
 	}
 	return malformed(field, fmt.Sprintf("wrong type: got %s, want %s", te.Value, typeName(te)))
+}
+
+// numberRange describes the numbers a numeric type t holds.
+func numberRange(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("an integer from %d to %d", int64(-1)<<(t.Bits()-1), int64(1)<<(t.Bits()-1)-1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return fmt.Sprintf("an integer from 0 to %d", uint64(math.MaxUint64)>>(64-t.Bits()))
+	case reflect.Float32:
+		return fmt.Sprintf("a number of magnitude at most %g", math.MaxFloat32)
+	}
+	return fmt.Sprintf("a number of magnitude at most %g", math.MaxFloat64)
 }
 
 func typeName(te *json.UnmarshalTypeError) string {

@@ -298,6 +298,11 @@ func numberProblem(lit string, t reflect.Type) string {
 	default:
 		return "number"
 	}
+	if errors.Is(err, strconv.ErrRange) {
+		// Well formed, so too large: "wrong type: got number 1e400, want
+		// number" read as a type error.
+		return "number " + lit + outOfRange
+	}
 	if err != nil {
 		return "number " + lit
 	}

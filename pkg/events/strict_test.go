@@ -111,7 +111,7 @@ func TestStrictShapeTypesLikeEncodingJSON(t *testing.T) {
 	for _, tc := range []struct{ data, want string }{
 		{`{"catchUpMax":"3"}`, "catchUpMax: wrong type: got string, want integer"},
 		{`{"catchUpMax":1.5}`, "catchUpMax: wrong type: got number 1.5, want integer"},
-		{`{"catchUpMax":99999999999999999999}`, "catchUpMax: wrong type: got number 99999999999999999999, want integer"},
+		{`{"catchUpMax":99999999999999999999}`, "catchUpMax: out of range: got number 99999999999999999999, want an integer from -9223372036854775808 to 9223372036854775807"}, // encoding/json: wrong type,
 		{`{"retry":{"maxAttempts":-1.0}}`, "retry.maxAttempts: wrong type: got number -1.0, want integer"},
 		{`{"id":true}`, "id: wrong type: got bool, want string"},
 		{`{"job":5}`, "job: wrong type: got number, want string"},
@@ -120,7 +120,7 @@ func TestStrictShapeTypesLikeEncodingJSON(t *testing.T) {
 		{`{"target":[]}`, "target: wrong type: got array, want object"},
 		{`{"target":"x"}`, "target: wrong type: got string, want object"},
 		{`{"jitter":true}`, "jitter: wrong type: got bool, want number"},
-		{`{"jitter":1e999}`, "jitter: wrong type: got number 1e999, want number"},
+		{`{"jitter":1e999}`, "jitter: out of range: got number 1e999, want a number of magnitude at most 1.7976931348623157e+308"}, // encoding/json: wrong type,
 		{`{"labels":[]}`, "labels: wrong type: got array, want object"},
 		{`{"target":{"http":{"expectStatus":"2xx"}}}`, "target.http.expectStatus: wrong type: got string, want array"},
 		{`{"labels":{"a":1}}`, "labels.a: wrong type: got number, want string"},                                            // encoding/json: labels
