@@ -163,7 +163,15 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 	e := event.New(event.CloudEventsVersionV1)
 	e.SetID(headerValue(header, "ce-id"))
 	e.SetType(headerValue(header, "ce-type"))
-	e.SetSource(headerValue(header, "ce-source"))
+	source := headerValue(header, "ce-source")
+	if source != "" {
+		// SetSource records a parse failure as a field error that
+		// Validate reports as "source: is required".
+		if _, err := url.Parse(source); err != nil {
+			return Event{}, malformed("source", fmt.Sprintf("must be a URI reference, got %q", truncate(source, 64)))
+		}
+	}
+	e.SetSource(source)
 	if s := headerValue(header, "ce-subject"); s != "" {
 		e.SetSubject(s)
 	}
