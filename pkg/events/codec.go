@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
@@ -122,6 +123,11 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 	if *probe.SpecVersion != event.CloudEventsVersionV1 {
 		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(*probe.SpecVersion, 16)))
 	}
+	// The sdk keeps the last of a repeated attribute and replaces bytes
+	// that are not UTF-8: refuse both before it reads the message.
+	if _, field, rule := envelopeMembers(trimmed); field != "" {
+		return Event{}, malformed(field, rule)
+	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
 		if field, rule := attributeProblem(trimmed); field != "" {
@@ -141,6 +147,45 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 		}
 	}
 	return e, validate(e)
+}
+
+// envelopeMembers reads the members of the structured-mode message b (a
+// valid JSON object), and names the first one given twice (an escaped key
+// included: "\u0069d" is "id") or holding a string that is not UTF-8. The
+// sdk would keep the last of a repeated attribute and replace the bytes
+// with U+FFFD (an answer then named another command id). Object and
+// array values are data or refused extensions: their strings are left to
+// DecodeData and to attributeProblem. members is nil when b does not read
+// as an object, which the sdk then reports.
+func envelopeMembers(b []byte) (members map[string]json.RawMessage, field, rule string) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, "", ""
+	}
+	members = map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, "", ""
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, "", ""
+		}
+		if len(raw) > 0 && raw[0] == '"' {
+			if i := invalidUTF8(raw); i >= 0 {
+				return nil, key, "not valid UTF-8" + byteAt(raw[1:len(raw)-1], i-1) + ": JSON text must be UTF-8, and the bytes would be replaced by U+FFFD"
+			}
+		}
+		// A key that is not UTF-8 reads with U+FFFD: two such keys may
+		// differ, and neither names an attribute (the sdk refuses it).
+		if _, ok := members[key]; ok && !strings.ContainsRune(key, utf8.RuneError) {
+			return nil, key, "given twice: each attribute appears once"
+		}
+		members[key] = raw
+	}
+	return members, "", ""
 }
 
 // unmarshalEvent runs the sdk's structured-mode decoder, turning a panic into

@@ -83,6 +83,12 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 	if *probe.SpecVersion != event.CloudEventsVersionV1 {
 		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(*probe.SpecVersion, 16)))
 	}
+	// Deliberate change: an attribute given twice, or holding bytes that
+	// are not UTF-8, is refused (the sdk kept the last one, and replaced
+	// the bytes with U+FFFD).
+	if _, field, rule := envelopeMembers(trimmed); field != "" {
+		return Event{}, malformed(field, rule)
+	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
 		// Deliberate change: the attribute the sdk failed on is named

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
@@ -153,7 +154,7 @@ type contextV1 struct {
 // message needs the sdk: a specversion other than 1.0 (or none), a source
 // or time that does not parse, an empty or non-JSON datacontenttype.
 func (a *structuredAttrs) event() (Event, bool) {
-	if string(a.specVersion) != event.CloudEventsVersionV1 {
+	if string(a.specVersion) != event.CloudEventsVersionV1 || !a.utf8() {
 		return Event{}, false
 	}
 	c := &contextV1{}
@@ -207,6 +208,15 @@ func (a *structuredAttrs) event() (Event, bool) {
 		e.DataEncoded = a.data
 	}
 	return e, true
+}
+
+// utf8 reports whether every string attribute is UTF-8. One that is not
+// takes the reference path, which refuses it (envelopeMembers): the sdk
+// would replace its bytes with U+FFFD. Repeats never reach the fast path
+// (set refuses them).
+func (a *structuredAttrs) utf8() bool {
+	return utf8.Valid(a.id) && utf8.Valid(a.typ) && utf8.Valid(a.source) && utf8.Valid(a.subject) &&
+		utf8.Valid(a.time) && utf8.Valid(a.dct) && utf8.Valid(a.dataSchema)
 }
 
 // strings converts id, type, source, subject, datacontenttype and time
