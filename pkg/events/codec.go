@@ -125,11 +125,15 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 	}
 	// The sdk keeps the last of a repeated attribute and replaces bytes
 	// that are not UTF-8: refuse both before it reads the message.
-	if _, field, rule := envelopeMembers(trimmed); field != "" {
+	members, field, rule := envelopeMembers(trimmed)
+	if field != "" {
 		return Event{}, malformed(field, rule)
 	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
+		if e, ok := decodeFoldedJSON(members); ok {
+			return e, validate(e)
+		}
 		if field, rule := attributeProblem(trimmed); field != "" {
 			return Event{}, malformed(field, rule)
 		}
@@ -186,6 +190,38 @@ func envelopeMembers(b []byte) (members map[string]json.RawMessage, field, rule 
 		members[key] = raw
 	}
 	return members, "", ""
+}
+
+// decodeFoldedJSON decodes a message whose datacontenttype is a JSON media
+// type in another case ("Application/JSON") and whose data is not a
+// string. The sdk's decoder compares the media type case-sensitively and
+// wants such data as a JSON string, while its encoder (and DecodeData)
+// fold the case: the data is read as JSON, as for "application/json".
+// ok is false for any other message.
+func decodeFoldedJSON(members map[string]json.RawMessage) (e Event, ok bool) {
+	var dct string
+	data, hasData := members["data"]
+	if !hasData || json.Unmarshal(members["datacontenttype"], &dct) != nil {
+		return Event{}, false
+	}
+	mt, _, _ := strings.Cut(dct, ";")
+	if isSDKJSON(mt) || mt == "" || !isSDKJSON(strings.ToLower(strings.TrimSpace(mt))) || jsonKind(data) == "string" {
+		return Event{}, false
+	}
+	rest := make(map[string]json.RawMessage, len(members))
+	for k, v := range members {
+		if k != "data" {
+			rest[k] = v
+		}
+	}
+	b, err := json.Marshal(rest)
+	if err != nil || unmarshalEvent(b, &e) != nil {
+		return Event{}, false
+	}
+	if jsonKind(data) != "null" { // null is no data
+		e.DataEncoded = data
+	}
+	return e, true
 }
 
 // unmarshalEvent runs the sdk's structured-mode decoder, turning a panic into
@@ -433,7 +469,7 @@ func plainlyValid(e Event) bool {
 // and wrongly typed values. Errors are *ValidationError (wrapping
 // ErrMalformed) naming the field.
 func DecodeData(e Event, v any) error {
-	if ct := e.DataContentType(); ct != "" && !strings.HasPrefix(ct, ContentTypeJSON) && !hasJSONSuffix(ct) {
+	if ct := e.DataContentType(); ct != "" && !jsonDataType(ct) {
 		return malformed("datacontenttype", fmt.Sprintf("must be %s, got %q", ContentTypeJSON, truncate(ct, 64)))
 	}
 	data := e.Data()
@@ -443,11 +479,20 @@ func DecodeData(e Event, v any) error {
 	return decodeStrict(data, v)
 }
 
-// hasJSONSuffix reports a +json media type ("application/vnd.x+json;
-// charset=utf-8"), case-sensitively as DecodeData always has.
-func hasJSONSuffix(ct string) bool {
+// jsonDataType reports whether the content type ct names
+// application/json or a +json media type ("application/vnd.x+json;
+// charset=utf-8"), whatever its case and parameters. It compares the media
+// type, not a prefix: "application/jsonx" is not JSON.
+func jsonDataType(ct string) bool {
 	mt, _, _ := strings.Cut(ct, ";")
-	return strings.HasSuffix(mt, "+json")
+	mt = strings.TrimSpace(mt)
+	if strings.EqualFold(mt, ContentTypeJSON) {
+		return true
+	}
+	typ, sub, ok := strings.Cut(mt, "/")
+	const suffix = "+json"
+	return ok && typ != "" && len(sub) > len(suffix) &&
+		strings.EqualFold(sub[len(sub)-len(suffix):], suffix)
 }
 
 // decodeStrict decodes data into v with the strict rules of DecodeData:

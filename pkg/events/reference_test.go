@@ -86,11 +86,19 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 	// Deliberate change: an attribute given twice, or holding bytes that
 	// are not UTF-8, is refused (the sdk kept the last one, and replaced
 	// the bytes with U+FFFD).
-	if _, field, rule := envelopeMembers(trimmed); field != "" {
+	members, field, rule := envelopeMembers(trimmed)
+	if field != "" {
 		return Event{}, malformed(field, rule)
 	}
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
+		// Deliberate change: non-string data under a JSON media type in
+		// another case ("Application/JSON") is JSON, as DecodeData and
+		// the sdk's encoder read that type (the sdk's decoder wanted a
+		// string).
+		if e, ok := decodeFoldedJSON(members); ok {
+			return e, refValidate(e)
+		}
 		// Deliberate change: the attribute the sdk failed on is named
 		// (the sdk's message named none; binary mode always did).
 		if field, rule := attributeProblem(trimmed); field != "" {
@@ -187,7 +195,10 @@ func refValidate(e Event) error {
 }
 
 func refDecodeData(e Event, v any) error {
-	if ct := e.DataContentType(); ct != "" && !strings.HasPrefix(ct, ContentTypeJSON) && !strings.HasSuffix(strings.SplitN(ct, ";", 2)[0], "+json") {
+	// Deliberate change: the media type is compared whole and without
+	// regard to case (a case-sensitive prefix took "application/jsonx"
+	// and refused "Application/JSON").
+	if ct := e.DataContentType(); ct != "" && !jsonDataType(ct) {
 		return malformed("datacontenttype", fmt.Sprintf("must be %s, got %q", ContentTypeJSON, truncate(ct, 64)))
 	}
 	data := e.Data()
