@@ -69,32 +69,58 @@ func (s *Service) readDurable(parent context.Context, d streams.Durable) {
 }
 
 // readAccount reads the account's JetStream usage and limits into
-// flyball_jetstream_storage_*.
+// flyball_jetstream_*_bytes. The account's usage counts every replica
+// (nats-server sums each server's), so an R3 stream counts three times;
+// flyball_jetstream_storage_bytes sums each stream's bytes once instead,
+// at most what one server stores, the figure to compare with a server's
+// max_file_store.
 func (s *Service) readAccount(parent context.Context) {
 	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
 	defer cancel()
 	m := s.cfg.Metrics
 	ai, err := s.cfg.JS.AccountInfo(ctx)
-	if err != nil {
-		if parent.Err() != nil {
+	if err == nil {
+		var perStream map[string]uint64
+		if perStream, err = oneCopyOfEachStream(ctx, s.cfg.JS); err == nil {
+			for _, t := range []struct {
+				name  string
+				used  uint64
+				limit int64
+			}{{"file", ai.Store, ai.Limits.MaxStore}, {"memory", ai.Memory, ai.Limits.MaxMemory}} {
+				m.JetStreamStorage.WithLabelValues(t.name).Set(float64(perStream[t.name]))
+				m.JetStreamAccountStorage.WithLabelValues(t.name).Set(float64(t.used))
+				if t.limit > 0 {
+					m.JetStreamStorageLimit.WithLabelValues(t.name).Set(float64(t.limit))
+				} else {
+					m.JetStreamStorageLimit.DeleteLabelValues(t.name)
+				}
+			}
 			return
 		}
-		m.BacklogReadFailures.WithLabelValues("account").Inc()
-		s.backlogWarn("reading the account's JetStream usage failed; its storage metrics keep their last reading", err)
+	}
+	if parent.Err() != nil {
 		return
 	}
-	for _, t := range []struct {
-		name  string
-		used  uint64
-		limit int64
-	}{{"file", ai.Store, ai.Limits.MaxStore}, {"memory", ai.Memory, ai.Limits.MaxMemory}} {
-		m.JetStreamStorage.WithLabelValues(t.name).Set(float64(t.used))
-		if t.limit > 0 {
-			m.JetStreamStorageLimit.WithLabelValues(t.name).Set(float64(t.limit))
-		} else {
-			m.JetStreamStorageLimit.DeleteLabelValues(t.name)
+	m.BacklogReadFailures.WithLabelValues("account").Inc()
+	s.backlogWarn("reading the account's JetStream usage failed; its storage metrics keep their last reading", err)
+}
+
+// oneCopyOfEachStream sums the bytes of every stream of the account once,
+// by storage type (file, memory).
+func oneCopyOfEachStream(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	sum := map[string]uint64{}
+	l := js.ListStreams(ctx)
+	for si := range l.Info() {
+		t := "file"
+		if si.Config.Storage == jetstream.MemoryStorage {
+			t = "memory"
 		}
+		sum[t] += si.State.Bytes
 	}
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	return sum, nil
 }
 
 // backlogWarn logs a failed backlog read, at most once per message per

@@ -119,3 +119,64 @@ func TestBacklogReportsEveryDurable(t *testing.T) {
 		t.Errorf("read failures after deleting a durable = %v, want 1", got)
 	}
 }
+
+// TestStorageCountsOneCopyOfEachStream: on a 3-node cluster an R3 stream
+// is stored on every node, and the account's JetStream usage counts every
+// copy. flyball_jetstream_storage_bytes is what one server holds at most
+// (one copy of each stream), the figure FlyballJetStreamStorageHigh
+// compares with a server's max_file_store; the account's usage, every
+// replica, is flyball_jetstream_account_storage_bytes, the figure its
+// limit bounds. The metric was the account's usage, three times a
+// server's, so the alert fired at a quarter of the store, not 75%.
+func TestStorageCountsOneCopyOfEachStream(t *testing.T) {
+	ctx := t.Context()
+	cl := natstest.StartCluster(t, 3)
+	_, js := cl.ConnectTo(t, "n1")
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big.>"}, Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MEM", Subjects: []string{"mem.>"}, Replicas: 1, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 64<<10)
+	for range 32 {
+		if _, err := js.Publish(ctx, "big.x", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, "mem.x", payload); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memInfo, err := mem.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := info.State.Bytes
+	// Every replica holds its copy once the account counts three.
+	natstest.Eventually(t, 10*time.Second, "the account counting all 3 copies of BIG", func() bool {
+		ai, err := js.AccountInfo(ctx)
+		return err == nil && ai.Store == 3*one
+	})
+
+	m := metrics.New()
+	s, err := New(Config{Common: svcconf.Common{JS: js, Metrics: m}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.readAccount(ctx)
+	if got := testutil.ToFloat64(m.JetStreamStorage.WithLabelValues("file")); got != float64(one) {
+		t.Errorf("flyball_jetstream_storage_bytes{type=file} = %v, want %d (one copy of the R3 stream)", got, one)
+	}
+	if got := testutil.ToFloat64(m.JetStreamStorage.WithLabelValues("memory")); got != float64(memInfo.State.Bytes) {
+		t.Errorf("flyball_jetstream_storage_bytes{type=memory} = %v, want %d", got, memInfo.State.Bytes)
+	}
+	if got := testutil.ToFloat64(m.JetStreamAccountStorage.WithLabelValues("file")); got != float64(3*one) {
+		t.Errorf("flyball_jetstream_account_storage_bytes{type=file} = %v, want %d (every replica)", got, 3*one)
+	}
+}

@@ -61,10 +61,14 @@ type Set struct {
 	ConsumerAckPending    *prometheus.GaugeVec
 	ConsumerMaxAckPending *prometheus.GaugeVec
 	ConsumerRedelivered   *prometheus.GaugeVec
-	// JetStreamStorage and JetStreamStorageLimit are the account's
-	// JetStream usage and limit, by storage type (file, memory).
-	JetStreamStorage      *prometheus.GaugeVec
-	JetStreamStorageLimit *prometheus.GaugeVec
+	// JetStreamStorage is one copy of each of the account's streams (an
+	// R3 stream counted once), what one server holds at most;
+	// JetStreamAccountStorage is the account's usage, every replica
+	// counted, which JetStreamStorageLimit bounds. All by storage type
+	// (file, memory).
+	JetStreamStorage        *prometheus.GaugeVec
+	JetStreamAccountStorage *prometheus.GaugeVec
+	JetStreamStorageLimit   *prometheus.GaugeVec
 	// BacklogReadFailures counts the sweeper's failed reads of them, by
 	// what it read (consumer, account).
 	BacklogReadFailures *prometheus.CounterVec
@@ -230,11 +234,15 @@ func New() *Set {
 		}, []string{"stream", "consumer"}),
 		JetStreamStorage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flyball_jetstream_storage_bytes",
-			Help: "Bytes the NATS account's streams use, by storage type (file, memory), as JetStream reports them to the sweeper.",
+			Help: "Bytes of one copy of each of the NATS account's streams (an R3 stream counts once), by storage type (file, memory): at most what one server stores, to compare with a server's max_file_store or max_memory_store.",
+		}, []string{"type"}),
+		JetStreamAccountStorage: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "flyball_jetstream_account_storage_bytes",
+			Help: "The NATS account's JetStream usage, by storage type (file, memory), every replica counted (an R3 stream three times), the figure flyball_jetstream_storage_limit_bytes bounds.",
 		}, []string{"type"}),
 		JetStreamStorageLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flyball_jetstream_storage_limit_bytes",
-			Help: "The NATS account's JetStream limit, by storage type (file, memory); absent while the account has none (the servers' max_file_store and max_memory_store bound it then).",
+			Help: "The NATS account's JetStream limit, by storage type (file, memory), which counts every replica (compare it with flyball_jetstream_account_storage_bytes); absent while the account has none (the servers' max_file_store and max_memory_store bound it then).",
 		}, []string{"type"}),
 		BacklogReadFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_backlog_read_failures_total",
@@ -254,7 +262,7 @@ func New() *Set {
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
-		s.JetStreamStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,
+		s.JetStreamStorage, s.JetStreamAccountStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,
 	} {
 		f(c)
 	}
