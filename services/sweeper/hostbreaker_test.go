@@ -168,3 +168,74 @@ func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.
 	}
 	return breakers, m
 }
+
+// TestBreakerOfAPausedTaskIsNotCounted: a paused task is not dispatched,
+// so nothing probes its half-open breaker, which stays half-open for the
+// whole pause. flyball_breakers_open counted it, and FlyballBreakerOpen
+// fired until the task was resumed. A task's own breaker is counted only
+// while the task is not paused (a timed pause that has ended no longer
+// counts as one), and a host breaker only while a task that uses it is
+// not paused.
+func TestBreakerOfAPausedTaskIsNotCounted(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakers, err := srv.JS.KeyValue(ctx, streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, c := range []struct {
+		id, host, scope string
+		paused          bool
+		until           time.Time
+	}{
+		{"paused", "p", "task", true, time.Time{}},
+		{"running", "r", "task", false, time.Time{}},
+		{"pause-ended", "e", "task", true, now.Add(-time.Minute)},
+		{"a1", "a", "host", true, time.Time{}},
+		{"a2", "a", "host", true, now.Add(time.Hour)},
+		{"b1", "b", "host", true, time.Time{}},
+		{"b2", "b", "host", false, time.Time{}},
+	} {
+		spec, _ := json.Marshal(events.TaskSpec{
+			ID: c.id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
+			Target:  events.Target{HTTP: &events.HTTPTarget{URL: "https://" + c.host + ".example/health"}},
+			Breaker: &events.BreakerPolicy{Scope: c.scope},
+		})
+		if _, err := tasks.Put(ctx, c.id, spec); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := json.Marshal(schedule{
+			TaskID: c.id, NextRunAt: now.Add(time.Hour), Paused: c.paused, PausedUntil: c.until,
+			CreatedAt: now, LastScheduledAt: now, LastSuccessAt: now,
+		})
+		if _, err := schedules.Put(ctx, c.id, st); err != nil {
+			t.Fatal(err)
+		}
+		if c.scope == "task" {
+			putHalfOpen(t, breakers, c.id, now)
+		}
+	}
+	putHalfOpen(t, breakers, "host_a_example", now)
+	putHalfOpen(t, breakers, "host_b_example", now)
+	s, m := startSweeping(t, srv.JS)
+	for range 2 {
+		select {
+		case <-s.Swept():
+		case <-time.After(30 * time.Second):
+			t.Fatal("no sweep in 30s")
+		}
+	}
+	// running, pause-ended and host_b_example (b2 is not paused).
+	if got := testutil.ToFloat64(m.BreakersOpen); got != 3 {
+		t.Errorf("flyball_breakers_open = %v, want 3: the breakers of paused tasks not counted", got)
+	}
+}

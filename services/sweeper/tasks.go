@@ -234,6 +234,7 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 	var orphanSchedules, orphanBreakers []string
 	maxScore, open := 0.0, 0
 	scores := make(map[string]float64, len(v.schedules))
+	pausedTasks := map[string]struct{}{}
 	for id, st := range v.schedules {
 		expected, ok := v.specs[id]
 		if !ok {
@@ -248,6 +249,8 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 		paused := gov.PausedAt(st.Paused, st.PausedUntil, now)
 		if !paused {
 			maxScore = max(maxScore, score)
+		} else {
+			pausedTasks[id] = struct{}{}
 		}
 		if s.zombie(st, now) {
 			zombies = append(zombies, st)
@@ -260,9 +263,17 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 			missing = append(missing, id)
 		}
 	}
+	// A paused task is not dispatched, so nothing probes its breaker:
+	// half-open, it stays so for the whole pause. It is not counted as
+	// open (flyball_breakers_open, FlyballBreakerOpen), nor a host
+	// breaker every task of which is paused.
 	hostsInUse := make(map[string]struct{}, len(v.hostKeys))
-	for _, key := range v.hostKeys {
+	hostsActive := make(map[string]struct{}, len(v.hostKeys))
+	for id, key := range v.hostKeys {
 		hostsInUse[key] = struct{}{}
+		if _, p := pausedTasks[id]; !p {
+			hostsActive[key] = struct{}{}
+		}
 	}
 	for key, b := range v.breakers {
 		_, used := hostsInUse[key]
@@ -285,9 +296,16 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 			orphanBreakers = append(orphanBreakers, key)
 			continue
 		}
-		if b.State != events.BreakerClosed {
-			open++
+		if b.State == events.BreakerClosed {
+			continue
 		}
+		if _, p := pausedTasks[key]; p {
+			continue
+		}
+		if _, active := hostsActive[key]; used && !active {
+			continue
+		}
+		open++
 	}
 	v.mu.Unlock()
 
