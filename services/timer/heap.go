@@ -19,9 +19,14 @@ type item struct {
 	// tried is when the earliest try of slot due that may have been
 	// stored went out (Unix nanoseconds; 0 when none): its ack was lost
 	// or timed out. A later try answered duplicate records that try's
-	// lateness. It takes the item to 80 bytes, the size class a 72-byte
-	// item was allocated in already.
+	// lateness.
 	tried int64
+	// written is when the schedule of slot due was written (the KV
+	// entry's server timestamp, Unix nanoseconds; 0 when unknown), the
+	// earliest the timer could have published it: a slot written for
+	// "now" (a run-now hint, a requeue, a catch-up) is not late by its
+	// lead. With it the item takes 88 bytes (the 96-byte size class).
+	written int64
 }
 
 // dueHeap is a min-heap of items by publish time (item.at).

@@ -5,9 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestLatenessOfADispatchWhoseAckWasLostIsItsStoredTry: a first try is
@@ -23,7 +28,7 @@ func TestLatenessOfADispatchWhoseAckWasLostIsItsStoredTry(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := time.Now().Add(-time.Second).Truncate(time.Millisecond).UnixNano()
-	s.upsert("a", slot, "x", 0)
+	s.upsert("a", slot, "x", 0, 0)
 	first, _ := s.takeDue()
 	if len(first) != 1 {
 		t.Fatalf("took %d runs, want 1", len(first))
@@ -57,10 +62,43 @@ func TestLatenessOfADispatchWhoseAckWasLostIsItsStoredTry(t *testing.T) {
 			n, got, want, time.Duration(retry[0].sent-retry[0].planned))
 	}
 	// The task's next slot starts with no try behind it.
-	s.upsert("a", slot+int64(time.Minute), "x", 0)
+	s.upsert("a", slot+int64(time.Minute), "x", 0, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if it := s.items["a"]; it.tried != 0 {
 		t.Fatalf("next slot: item %+v, want no earlier try", it)
+	}
+}
+
+// TestLatenessCountsFromTheScheduleWrite: a slot the governor writes for
+// "now" (a run-now hint, a requeue, a catch-up or backfill run) cannot be
+// published before the timer learns of it. The timer planned it its lead
+// before the slot (1 s once the previous slot is 4 s back), and
+// flyball_dispatch_lateness_seconds recorded every such dispatch as about
+// 1 s late, enough to trip FlyballDispatchLate; a slot written 10 s after
+// it passed was recorded 10 s late. Lateness now counts from the later of
+// the plan and the schedule's write.
+func TestLatenessCountsFromTheScheduleWrite(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	s := startTimer(t, srv.JS, nil)
+	putSchedule(t, srv.JS, "task", time.Now().Add(-10*time.Second).UTC(), gov.SourceBaselineInterval)
+	natstest.Eventually(t, within, "the past slot stored", func() bool { return results(s)[resultNew] == 1 })
+	n, first := lateness(t, s)
+	if n != 1 || first > 500*time.Millisecond {
+		t.Errorf("a slot written 10s after it: lateness %d observations summing to %v, want 1 of under 500ms (from the write)", n, first)
+	}
+	// The run finished: its dispatch leaves DISPATCH.
+	st, err := srv.JS.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(t.Context(), jetstream.WithPurgeSubject(events.DispatchSubject("task"))); err != nil {
+		t.Fatal(err)
+	}
+	putSchedule(t, srv.JS, "task", time.Now().UTC(), gov.SourceHintOneShot)
+	natstest.Eventually(t, within, "the run-now slot stored", func() bool { return results(s)[resultNew] == 2 })
+	n, sum := lateness(t, s)
+	if late := sum - first; n != 2 || late > 500*time.Millisecond {
+		t.Errorf("a slot written for now: lateness %v (%d observations), want under 500ms", late, n)
 	}
 }

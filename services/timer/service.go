@@ -444,7 +444,11 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 	if sc.created.IsZero() || !ok {
 		created = 0
 	}
-	s.upsert(id, next, s.intern(sc.source), created)
+	written := e.Created().UnixNano()
+	if e.Created().IsZero() {
+		written = 0
+	}
+	s.upsert(id, next, s.intern(sc.source), created, written)
 }
 
 // minSlot is the earliest slot the timer holds: a slot less a lead
@@ -502,8 +506,9 @@ func (s *Service) intern(b []byte) string {
 }
 
 // upsert queues slot at of task id, chosen by source, of the schedule
-// created at created (Unix nanoseconds, 0 when it has none).
-func (s *Service) upsert(id string, at int64, source string, created int64) {
+// created at created and written at written (Unix nanoseconds, 0 when
+// it has none).
+func (s *Service) upsert(id string, at int64, source string, created, written int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it, ok := s.items[id]
@@ -526,6 +531,11 @@ func (s *Service) upsert(id string, at int64, source string, created int64) {
 	}
 	if at != it.due {
 		it.tried = 0 // the tries were of another slot
+		it.written = written
+	} else {
+		// Rewritten with the same slot (another input changed): the slot
+		// was known since its first write.
+		it.written = min(it.written, written)
 	}
 	it.at, it.due, it.waits = at-s.lead(at, it.fired), at, 0
 	if it.index >= 0 {
@@ -639,6 +649,11 @@ func (s *Service) takeDue() ([]dueRun, time.Duration) {
 			// slot's first plan, so a NATS outage shows in the metric.
 			planned = min(planned, s.firstPlan(it.due))
 		}
+		// Not before the schedule was written: a slot written for now
+		// (or past) cannot be published its lead before it, and a slot
+		// held back by a NATS outage or a timer failover after its write
+		// still counts from its plan.
+		planned = max(planned, it.written)
 		it.fired = it.due
 		runs = append(runs, dueRun{it: it, id: it.id, source: it.source, at: it.due, created: it.created, planned: planned, tried: it.tried})
 	}

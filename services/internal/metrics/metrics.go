@@ -113,7 +113,7 @@ func New() *Set {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 		DispatchLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flyball_dispatch_lateness_seconds", Help: "Per stored dispatch: the publish time of the try that was stored (for a retry answered duplicate, the earliest earlier try whose ack was lost) minus when the timer first planned it, its lead before nextRunAt (a retried dispatch: at most 250ms before it).",
+			Name: "flyball_dispatch_lateness_seconds", Help: "Per stored dispatch: the publish time of the try that was stored (for a retry answered duplicate, the earliest earlier try whose ack was lost) minus when the timer first planned it, its lead before nextRunAt (a retried dispatch: at most 250ms before it), or when its schedule was written if later (a slot written for now or the past: a run-now hint, a requeue, a catch-up).",
 			Buckets: latencyBuckets,
 		}),
 		DispatchTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
