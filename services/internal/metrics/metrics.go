@@ -109,8 +109,8 @@ func New() *Set {
 			Name: "flyball_skips_total", Help: "Runs skipped without a call, by reason (deleted, recreated, paused, missed, invalid-spec, already-ran).",
 		}, []string{"reason"}),
 		RunDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flyball_run_duration_seconds", Help: "Duration of target calls.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+			Name: "flyball_run_duration_seconds", Help: "Duration of target calls, in buckets up to 1800 s (events.MaxTargetTimeout, the longest timeout a task may set).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 600, 1200, 1800},
 		}),
 		DispatchLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "flyball_dispatch_lateness_seconds", Help: "Per stored dispatch: the publish time of the try that was stored (for a retry answered duplicate, the earliest earlier try whose ack was lost) minus when the timer first planned it, its lead before nextRunAt (a retried dispatch: at most 250ms before it), or when its schedule was written if later (a slot written for now or the past: a run-now hint, a requeue, a catch-up).",
