@@ -77,6 +77,18 @@ task_json() {
 	jq -nc --arg id "$1" '{id: $id, target: {http: {method: "GET", url: ("http://target:8000/" + $id), timeout: "5s"}}, schedule: {interval: "1s"}}'
 }
 lap() { timings+=("$1: $((SECONDS - $2))s"); }
+# no_violations: least privilege must not have cost anything, as in
+# e2e.sh: no NATS permission violation in the stack's logs. Called before
+# each teardown or make down, which remove the containers and their logs.
+# nats-server logs "Publish Violation" / "Subscription Violation" /
+# "Authorization Violation"; clients see "Permissions Violation".
+no_violations() {
+	"${dc[@]}" logs --no-color 2>&1 | grep -E 'Violation' >"$work/violations.log" || true
+	if [[ -s $work/violations.log ]]; then
+		fail "NATS permission violations (a service needs a permission docs/security.md does not grant): $(sort -u "$work/violations.log" | head -n 20)"
+	fi
+	log "no NATS permission violations"
+}
 
 # ---------------------------------------------------------------------------
 t0=$SECONDS
@@ -89,6 +101,7 @@ single_runs() { (($(calls e2e-single) >= 2)); }
 wait_for 30 "2 calls of e2e-single at the target" single_runs
 cli task list | grep -q '^e2e-single ' || fail "flyball task list does not list e2e-single"
 log "single node: runs arrive, flyball task list lists the task"
+no_violations
 teardown
 lap "single node" "$t0"
 
@@ -131,6 +144,8 @@ env "${host_env[@]}" NATS_URL="$host_url" bin/flyball task list | grep -q '^e2e-
 	fail "flyball task list from the host ($host_url) does not list e2e-restart"
 log "3 nodes$([[ $tls == true ]] && echo ' over TLS'): runs arrive, the host CLI lists the task"
 before=$(curl -fsS --max-time 5 "$target_url/requests?task=e2e-restart")
+# make down removes the containers, and their logs with them.
+no_violations
 # Both executors stop together, first: each hands back the dispatch it
 # holds for the next slot, and no executor is left to take it before the
 # restart, after which it comes back as a redelivery long past its slot.
@@ -153,6 +168,7 @@ late=$(curl -fsS --max-time 5 "$target_url/requests?task=e2e-none" |
 	jq -c '[.[] | {key: .idempotencyKey, late: ((.time[0:19] + "Z" | fromdate) - ((.idempotencyKey | split(":")[1] | tonumber) / 1000 | floor))} | select(.late > 5)]')
 [[ $late == "[]" ]] || fail "catchUp none: slots called late across the restart instead of skipped: $late"
 log "after the restart: the tasks are listed, their runs resume, no slot called twice, no catchUp none slot called late"
+no_violations
 teardown
 lap "3 nodes$([[ $tls == true ]] && echo ' TLS'), full restart" "$t0"
 
