@@ -457,3 +457,62 @@ func TestSweeperReportsEveryBacklogAsItsComposeUser(t *testing.T) {
 		t.Errorf("flyball_jetstream_storage_bytes has %d series, want file and memory", got)
 	}
 }
+
+// TestDeadLetterUserCreatesOnlyFailedRunLookups: the deadletter user
+// reads a dispatch's attempt history with an ordered consumer on RUNS
+// filtered on the task's failed runs (flyball.run.failed.<task>). Its
+// rules allowed any consumer on RUNS but the three durables, so it could
+// create one over every outcome (or a push consumer copying them
+// elsewhere). It may now create a consumer only with the filtered create
+// subject, whose filter the server holds the consumer's to, and only on
+// one task's failed runs; its own lookup still works.
+func TestDeadLetterUserCreatesOnlyFailedRunLookups(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	req := func(name, filter string) string {
+		b, err := json.Marshal(map[string]any{"stream_name": streams.StreamRuns, "config": map[string]any{
+			"name": name, "filter_subject": filter, "ack_policy": "none", "mem_storage": true, "num_replicas": 1,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	pre := "$JS.API.CONSUMER.CREATE." + streams.StreamRuns + "."
+	expectRefused(t, srv, []refusal{
+		{"deadletter", pre + "snoop1", req("snoop1", "flyball.run.>")},
+		{"deadletter", pre + "snoop2", req("snoop2", "")},
+		{"deadletter", pre + "snoop3.flyball.run.>", req("snoop3", "flyball.run.>")},
+		{"deadletter", pre + "snoop4.flyball.run.succeeded.t1", req("snoop4", "flyball.run.succeeded.t1")},
+		{"deadletter", pre + "snoop5.flyball.run.*.t1", req("snoop5", "flyball.run.*.t1")},
+		{"deadletter", pre + "snoop6.flyball.task.created.t1", req("snoop6", "flyball.task.created.t1")},
+		{"deadletter", pre + "breaker.flyball.run.failed.t1", req("breaker", "flyball.run.failed.t1")},
+		{"deadletter", pre + "governor.flyball.run.failed.t1", req("governor", "flyball.run.failed.t1")},
+	})
+	// What the service does (deadletter.attemptErrors): an ordered consumer
+	// on one task's failed runs, fetched and deleted.
+	if _, err := srv.JS.Publish(t.Context(), events.RunSubject(events.OutcomeFailed, "t1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	_, js := srv.Connect(t, "deadletter")
+	cons, err := js.OrderedConsumer(t.Context(), streams.StreamRuns, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.RunSubject(events.OutcomeFailed, "t1")},
+	})
+	if err != nil {
+		t.Fatalf("ordered consumer on t1's failed runs as deadletter: %v", err)
+	}
+	batch, err := cons.FetchNoWait(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range batch.Messages() {
+		n++
+	}
+	if err := batch.Error(); err != nil || n != 1 {
+		t.Fatalf("fetched %d failed runs of t1 as deadletter (%v), want 1", n, err)
+	}
+	if err := js.DeleteConsumer(t.Context(), streams.StreamRuns, cons.CachedInfo().Name); err != nil {
+		t.Fatalf("delete the lookup as deadletter: %v", err)
+	}
+}
