@@ -268,8 +268,15 @@ images: build build-nats ## Build bin/flyball, bin/nats-server and the FROM-scra
 	  --label org.opencontainers.image.version=$(VERSION) "$$ctx/nats"; \
 	docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E '^($(FLYBALL_IMAGE)|$(NATS_IMAGE)) '
 
+# nats-server parses each $$FLYBALL_NATS_<USER>_PASSWORD of accounts.conf as
+# config syntax (12345678 a number, true a boolean, a space a parse error):
+# refuse such a value, by name, before building or starting anything.
+.PHONY: up-passwords
+up-passwords:
+	@$(COMPOSE_DIR)/check-passwords.sh $(COMPOSE_DIR)/.env
+
 .PHONY: up
-up: images ## Start the compose stack (3-node NATS, every service, demo target) and wait until all are healthy
+up: up-passwords images ## Start the compose stack (3-node NATS, every service, demo target) and wait until all are healthy
 	$(compose) $(foreach p,$(PROFILES),--profile $(p)) up -d --remove-orphans
 	@$(COMPOSE_DIR)/wait-healthy.sh $(UP_TIMEOUT) $(compose)
 	@$(MAKE) --no-print-directory up-info
