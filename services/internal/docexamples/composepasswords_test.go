@@ -2,6 +2,7 @@ package docexamples_test
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -74,7 +75,7 @@ func TestComposePasswordsParseAsGiven(t *testing.T) {
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		err := cmd.Run()
-		if _, exit := err.(*exec.ExitError); err != nil && !exit {
+		if exit := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exit) {
 			t.Fatalf("%s: %v", script, err)
 		}
 		return err == nil, stderr.String()
