@@ -301,6 +301,12 @@ func coreAttribute(name string) bool {
 	return false
 }
 
+// IsContextAttribute reports whether name is a CloudEvents context
+// attribute other than data (specversion, id, source, type, subject, time,
+// datacontenttype, dataschema, data_base64): any other attribute of an
+// envelope is an extension, named by whoever sent it.
+func IsContextAttribute(name string) bool { return coreAttribute(name) }
+
 // attributeProblem names the attribute of the structured-mode message b
 // (a JSON object with specversion "1.0") that the sdk's decoder failed on,
 // and the rule it breaks; field is "" when no attribute explains it. The

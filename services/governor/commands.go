@@ -179,6 +179,10 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 // rejectionLabel is the flyball_rejected_events_total label of a
 // rejection whose first problem is fe: its field, without what a sender
 // chooses (an unknown key, a map key, an index), so the series stay few.
+// A field that is neither a path of command data nor a CloudEvents
+// context attribute is an envelope attribute the sender named (an
+// extension, "x-foo", a 5000-byte name): all of them are
+// "field:extension".
 func rejectionLabel(fe events.FieldError) string {
 	if strings.HasPrefix(fe.Rule, "unknown field") {
 		return "unknown field"
@@ -189,7 +193,49 @@ func rejectionLabel(fe events.FieldError) string {
 			return "field:" + m
 		}
 	}
+	if !knownFields[field] && !events.IsContextAttribute(field) {
+		return "field:extension"
+	}
 	return "field:" + field
+}
+
+// knownFields holds every field a rejection may name that is not a
+// context attribute: the dotted JSON paths of the command payloads
+// (slice elements and map values under their parent's path), data
+// itself, and the fields Translate checks outside the payloads.
+var knownFields = func() map[string]bool {
+	m := map[string]bool{"data": true, "at": true, "ifRevision": true, "taskCreatedAt": true}
+	for _, v := range []any{events.TaskSpec{}, events.TaskUpdate{}, events.TaskRef{}, events.TaskPause{}, events.TaskHint{}, events.TaskRequeue{}} {
+		addPaths(m, reflect.TypeOf(v), "", 0)
+	}
+	return m
+}()
+
+// addPaths adds the json path of every field of struct type t to m,
+// each prefixed with prefix.
+func addPaths(m map[string]bool, t reflect.Type, prefix string, depth int) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || depth > 8 {
+		return
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			addPaths(m, f.Type, prefix, depth+1)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[prefix+name] = true
+		addPaths(m, f.Type, prefix+name+".", depth+1)
+	}
 }
 
 // repairsStoredTarget reports whether step is the sweeper's repair of a

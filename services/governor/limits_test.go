@@ -411,6 +411,36 @@ func TestRejectedLabelsAreBounded(t *testing.T) {
 	}
 }
 
+// TestRejectedExtensionLabelsAreBounded: a structured command whose
+// extension attribute was an object ("<name>":{}) or had a bad name
+// ("x-foo":"v") was refused naming the attribute, and
+// flyball_rejected_events_total got reason="field:<that name>": any name
+// a sender chose (5000 bytes long, too) was a new series. Every attribute
+// that is not a CloudEvents context attribute now shares one label.
+func TestRejectedExtensionLabelsAreBounded(t *testing.T) {
+	s, js := startGovernor(t)
+	for i, attr := range []string{
+		`"x-foo":"v"`,
+		`"x-bar":"v"`,
+		`"` + strings.Repeat("a", 5000) + `":{}`,
+		`"bbbb":[]`,
+		`"ID":"c"`,
+	} {
+		body, err := events.Marshal(events.TypeTaskCreated, "test", "ext", json.RawMessage(`{"id":"ext"}`), time.Now(), "c-"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = append(append(body[:len(body)-1:len(body)-1], ","+attr...), '}')
+		natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, publishRaw(t, js, events.TaskSubject(events.VerbCreated, "ext"), body))
+	}
+	if n := testutil.CollectAndCount(s.cfg.Metrics.RejectedEvents); n != 1 {
+		t.Fatalf("%d series of flyball_rejected_events_total after rejecting 5 commands for their extension attributes, want 1", n)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("field:extension")); n != 5 {
+		t.Fatalf("flyball_rejected_events_total{reason=\"field:extension\"} = %v, want 5", n)
+	}
+}
+
 // TestBreakerOpenFarAheadIsTerminated: a breaker opens for at most 24h
 // (breaker.maxOpenDelay), so a breaker.open whose retryAt lies a year
 // after it was stored is no breaker's. It was applied: the task's next
