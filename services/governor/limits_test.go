@@ -474,6 +474,52 @@ func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
 	}
 }
 
+// TestBreakerTransitionForAnotherTaskIsTerminated: a task's own breaker
+// key is its task ID, so flyball.breaker.open.a carrying taskId "b" is no
+// breaker's transition. It was applied to task b (held until its
+// retryAt); it is now terminated and counted as malformed, as the docs
+// said. A host breaker's transition names the task whose call moved it,
+// and still applies.
+func TestBreakerTransitionForAnotherTaskIsTerminated(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *minuteSpec("b"))
+	before, _, err := s.readState(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	retryAt := time.Now().Add(time.Hour).UTC()
+	open := func(key string) {
+		t.Helper()
+		tr := events.BreakerTransition{Key: key, TaskID: "b", From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: time.Now().UTC()}
+		body, err := events.Marshal(events.TypeBreakerOpen, "test", key, tr, time.Now(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(events.BreakerOpen, key), body))
+	}
+	open("a")
+	after, _, err := s.readState(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.BreakerOpenUntil.Equal(before.BreakerOpenUntil) || !after.NextRunAt.Equal(before.NextRunAt) {
+		t.Fatalf("flyball.breaker.open.a with taskId b was applied to b: runs held until %s, next run %s → %s (%s)",
+			after.BreakerOpenUntil.Format(time.RFC3339), before.NextRunAt.Format(time.RFC3339), after.NextRunAt.Format(time.RFC3339), after.Source)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
+		t.Fatalf("%v messages terminated as malformed, want 1", n)
+	}
+	open(events.HostKeyPrefix + "e_com_443")
+	host, _, err := s.readState(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !host.BreakerOpenUntil.Equal(retryAt.Truncate(time.Millisecond)) && !host.BreakerOpenUntil.Equal(retryAt) {
+		t.Fatalf("a host breaker's open naming task b held b's runs until %s, want %s", host.BreakerOpenUntil.Format(time.RFC3339Nano), retryAt.Format(time.RFC3339Nano))
+	}
+}
+
 // failingScheduleReads is a JetStream whose flyball-schedules bucket
 // answers one read of key with a timeout, as a KV read in a leader
 // election does: the failAt-th read after failAt is stored. With

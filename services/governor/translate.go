@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -125,6 +126,12 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		}
 		if string(tr.To) != subj.Action {
 			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "to", Rule: fmt.Sprintf("must be %q on subject %s, got %q", subj.Action, subject, tr.To)}}}
+		}
+		// A task's own breaker key is its task ID: a transition of it
+		// naming another task is no breaker's (a host breaker's names the
+		// task whose call moved it).
+		if tr.TaskID != "" && tr.TaskID != subj.ID && !strings.HasPrefix(subj.ID, events.HostKeyPrefix) {
+			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "taskId", Rule: fmt.Sprintf("must be the breaker key's task %q on subject %s, got %q", subj.ID, subject, clip(tr.TaskID))}}}
 		}
 		if tr.TaskID == "" || !events.ValidToken(tr.TaskID) {
 			return Step{}, ErrNoEffect
