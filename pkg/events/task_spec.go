@@ -701,6 +701,12 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 // Normalize fills every absent field with its default, so the stored spec
 // shows the values actually in force. Call it on a spec that validated.
 func (s *TaskSpec) Normalize() {
+	// flyball stores and emits UTC: a startAt given with an offset
+	// ("+02:00") is the same instant, written back in UTC.
+	if s.StartAt != nil && s.StartAt.Location() != time.UTC {
+		u := s.StartAt.UTC()
+		s.StartAt = &u
+	}
 	if h := s.Target.HTTP; h != nil {
 		if h.Method == "" {
 			h.Method = "GET"

@@ -664,3 +664,23 @@ func TestValidateStoredKeepsRulesForNewSpecsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalizeWritesStartAtInUTC: flyball stores and emits UTC, but a
+// startAt of 2026-04-01T00:00:00+02:00 kept its offset through Normalize
+// and was stored and served so. Normalize writes it in UTC, the same
+// instant.
+func TestNormalizeWritesStartAtInUTC(t *testing.T) {
+	e, err := events.Decode(nil, []byte(`{"specversion":"1.0","id":"c1","source":"cli","type":"io.flyball.task.created","data":`+
+		`{"id": "x", "target": {"http": {"url": "https://example.com/"}}, "schedule": {"interval": "30s"}, "startAt": "2026-04-01T00:00:00+02:00"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := events.DecodeTaskSpec(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(s.StartAt)
+	if err != nil || string(got) != `"2026-03-31T22:00:00Z"` {
+		t.Fatalf("startAt normalized to %s, want \"2026-03-31T22:00:00Z\"", got)
+	}
+}

@@ -363,7 +363,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				if body, err = s.storedBody(ctx, step); err != nil {
 					return nil, err
 				}
-				if !bytes.Equal(stored.Value(), body) {
+				if !bytes.Equal(stored.Value(), body) && !sameStoredSpec(stored.Value(), body) {
 					return nil, reject("ifRevision", events.StaleRevision+fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, stored.Revision(), step.IfRevision))
 				}
 			}
@@ -402,6 +402,20 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		acc.NextRunAt = &t
 	}
 	return acc, nil
+}
+
+// sameStoredSpec reports whether stored, a flyball-tasks value, holds the
+// spec of body once normalized as this flyball normalizes: a value
+// written before startAt was stored in UTC keeps its offset ("+02:00"),
+// and is the same spec as body's with "Z".
+func sameStoredSpec(stored, body []byte) bool {
+	var ss gov.StoredSpec
+	if err := json.Unmarshal(stored, &ss); err != nil || ss.TaskSpec == nil {
+		return false
+	}
+	ss.Normalize()
+	again, err := json.Marshal(ss)
+	return err == nil && bytes.Equal(again, body)
 }
 
 // storedBody is the flyball-tasks value a created or updated task's

@@ -797,3 +797,29 @@ func TestRuntimeAgeRunsFromTheLaterOfLastBeatAndStoredAt(t *testing.T) {
 		}
 	}
 }
+
+// TestTasksServeAStoredStartAtInUTC: a spec stored before flyball wrote
+// startAt in UTC keeps its offset in flyball-tasks
+// ("2026-04-01T00:00:00+02:00"); the API served it so, though flyball
+// emits UTC. A task, one or listed, has it in UTC.
+func TestTasksServeAStoredStartAtInUTC(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := spec("s", "orders", "10s")
+	start := time.Date(2026, 4, 1, 0, 0, 0, 0, time.FixedZone("", 2*3600))
+	s.StartAt = &start
+	b.put(t, streams.BucketTasks, "s", s)
+	one, err := b.r.Task(b.ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := b.r.Tasks(b.ctx, query.TaskFilter{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("tasks %+v, %v; want s", list, err)
+	}
+	for _, v := range []query.TaskView{*one, list[0]} {
+		if got, err := json.Marshal(v.Spec.StartAt); err != nil || string(got) != `"2026-03-31T22:00:00Z"` {
+			t.Fatalf("task s served with startAt %s, want 2026-03-31T22:00:00Z", got)
+		}
+	}
+}
