@@ -151,11 +151,15 @@ bench: ## Run Go benchmarks in every module (BENCH_ARGS), then the load test: ev
 	@cd loadtest && $(GO) run ./cmd/flyball-bench --tiers "$${BENCH_TIERS:-all}" $${BENCH_FLAGS:-}
 
 .PHONY: bench-smoke
-bench-smoke: ## Run pkg benchmarks 100x each, then the load test's ~30s smoke variant (CI: fails if the instrument breaks, never on timings)
-	@echo "==> bench-smoke pkg"
+bench-smoke: ## Run every module's benchmarks (pkg 100x each, the rest once: several check what they measure), then the load test's ~30s smoke variant (CI: fails if the instrument breaks, never on timings)
+	$(require-modules)
 	@out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
-	(cd pkg && $(GO) test -run='^$$' -bench=. -benchtime=100x -benchmem ./...) 2>&1 | tee "$$out"; \
-	if ! grep -q '^Benchmark' "$$out"; then echo "warning: bench-smoke ran no benchmarks (pkg has no Benchmark functions yet)"; fi
+	for mod in $(MODULES); do \
+	  n=1x; [[ "$(modname)" == pkg ]] && n=100x; \
+	  echo "==> bench-smoke $(modname) (-benchtime=$$n)"; \
+	  (cd "$$mod" && $(GO) test -run='^$$' -bench=. -benchtime=$$n -benchmem ./...) 2>&1 | tee -a "$$out"; \
+	done; \
+	if ! grep -q '^Benchmark' "$$out"; then echo "bench-smoke ran no benchmarks: a -bench pattern or a module list is wrong"; exit 1; fi
 	@echo "==> bench-smoke loadtest: flyball-bench --smoke --check"
 	@cd loadtest && $(GO) run ./cmd/flyball-bench --smoke --check
 

@@ -83,7 +83,10 @@ lap() { timings+=("$1: $((SECONDS - $2))s"); }
 # nats-server logs "Publish Violation" / "Subscription Violation" /
 # "Authorization Violation"; clients see "Permissions Violation".
 no_violations() {
-	"${dc[@]}" logs --no-color 2>&1 | grep -E 'Violation' >"$work/violations.log" || true
+	# To a file first: piped into grep, a failed logs command read as
+	# "no violations".
+	"${dc[@]}" logs --no-color >"$work/all.log" 2>&1 || fail "docker-compose logs failed: $(tail -n 3 "$work/all.log")"
+	grep -E 'Violation' "$work/all.log" >"$work/violations.log" || true
 	if [[ -s $work/violations.log ]]; then
 		fail "NATS permission violations (a service needs a permission docs/security.md does not grant): $(sort -u "$work/violations.log" | head -n 20)"
 	fi

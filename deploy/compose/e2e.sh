@@ -387,7 +387,10 @@ answered() {
 }
 wait_for 60 "the restarted governor to answer a command" answered
 log "the restarted governor answered a command $(($(now) - restarted))s after the restart began"
-if "${dc[@]}" logs --no-color governor 2>&1 | grep -E 'pin not released' >"$work/pin.log"; then
+# The logs go to a file first: piped into grep, a failed logs command
+# read as "nothing found".
+"${dc[@]}" logs --no-color governor >"$work/governor.log" 2>&1 || fail "docker-compose logs governor failed: $(tail -n 3 "$work/governor.log")"
+if grep -E 'pin not released' "$work/governor.log" >"$work/pin.log"; then
 	fail "the stopping governor did not hand its pin on: $(head -n 3 "$work/pin.log")"
 fi
 
@@ -396,7 +399,8 @@ fi
 # in the whole run, and no service restarted behind our back.
 # nats-server logs "Publish Violation" / "Subscription Violation" /
 # "Authorization Violation"; clients see "Permissions Violation".
-"${dc[@]}" logs --no-color 2>&1 | grep -E 'Violation' >"$work/violations.log" || true
+"${dc[@]}" logs --no-color >"$work/all.log" 2>&1 || fail "docker-compose logs failed: $(tail -n 3 "$work/all.log")"
+grep -E 'Violation' "$work/all.log" >"$work/violations.log" || true
 if [[ -s $work/violations.log ]]; then
 	fail "NATS permission violations (a service needs a permission docs/security.md does not grant): $(sort -u "$work/violations.log" | head -n 20)"
 fi
