@@ -329,7 +329,7 @@ func TestTaskRoutes(t *testing.T) {
 	expect(t, "hint with a number", b.call(t, http.MethodPost, "/api/v1/tasks/web/hint", `{"interval":30}`), http.StatusBadRequest, "interval")
 	expect(t, "hint with a long ttl", b.call(t, http.MethodPost, "/api/v1/tasks/web/hint", `{"interval":"30s","ttl":"999h"}`), http.StatusBadRequest, "ttl")
 	expect(t, "hint without a body", b.call(t, http.MethodPost, "/api/v1/tasks/web/hint", ""), http.StatusBadRequest, "")
-	h := b.call(t, http.MethodPost, "/api/v1/tasks/web/hint", `{"interval":"30m","ttl":"15m","reason":"incident"}`)
+	h := b.call(t, http.MethodPost, "/api/v1/tasks/web/hint", `{"interval":"10m","ttl":"15m","reason":"incident"}`)
 	expect(t, "hint", h, http.StatusAccepted, "")
 	if h.str("accepted", "source") != "hint-interval" {
 		t.Fatalf("hint: %s", h.raw)

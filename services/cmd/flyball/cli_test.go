@@ -248,10 +248,10 @@ func TestCLITaskCommands(t *testing.T) {
 	}
 
 	// Hints.
-	if out := e.ok(t, "task", "hint", "web", "--interval", "30m", "--ttl", "15m", "--reason", "incident"); !strings.HasSuffix(out, "(hint-interval)\n") {
+	if out := e.ok(t, "task", "hint", "web", "--interval", "10m", "--ttl", "15m", "--reason", "incident"); !strings.HasSuffix(out, "(hint-interval)\n") {
 		t.Fatalf("hint printed %q", out)
 	}
-	if h := view().Schedule.IntervalHint; h == nil || h.Interval != 30*time.Minute || h.Reason != "incident" {
+	if h := view().Schedule.IntervalHint; h == nil || h.Interval != 10*time.Minute || h.Reason != "incident" {
 		t.Fatalf("interval hint after hint: %+v", h)
 	}
 	e.fails(t, []string{"task", "hint", "web"}, "give --interval, --at, or both")
