@@ -295,8 +295,19 @@ func (p *planner) rememberLast(o *Outcome) {
 // range it could mean the opposite (relaxed to 4m on a 1m baseline is the
 // floor of a 1h one). The runs after the update move it from the new
 // baseline.
+//
+// Change detection restarts too: the update may change what a
+// fingerprint is taken of (the URL, the method, maxResponseBytes, a NATS
+// subject), so the first fingerprint after it only records, as a new
+// task's first does. Compared with the old spec's, an unchanged target
+// read as "response changed" (tightening, and waking a dormant task), and
+// the unchanged runs counted before the update relaxed it at once.
 func (p *planner) restartAdaptive() {
 	s := &p.s
+	if s.LastFingerprint != "" {
+		p.tr.str("spec updated: change detection restarts (the next fingerprint only records)").end()
+		s.LastFingerprint, s.UnchangedRuns = "", 0
+	}
 	if s.AdaptiveInterval == 0 {
 		return
 	}
