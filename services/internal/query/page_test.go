@@ -1,6 +1,7 @@
 package query_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -209,5 +210,51 @@ func TestTaskPageWithoutALimitAttachesTheSchedulesAfterTheCursor(t *testing.T) {
 	}
 	if want := map[string]bool{"c": false, "e": true}; !maps.Equal(got, want) || next != "" {
 		t.Errorf("after a: tasks (with a schedule) %v, next %q; want %v, no next", got, next, want)
+	}
+}
+
+// TestRunPageEdgesNameTheNeighbours: a page of runs names the
+// taskCreatedAt of the run just older than it (read to know that a next
+// page follows) and of the run at its Before, when that is the task's
+// (not another task's, not a run.recovered); the page holds neither.
+func TestRunPageEdgesNameTheNeighbours(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	recreated := old.Add(time.Hour)
+	created := map[uint64]time.Time{}
+	for i, c := range []time.Time{old, old, recreated, recreated} { // seqs 1, 4, 7, 10
+		for _, o := range []events.Outcome{events.OutcomeSucceeded, events.OutcomeRecovered} {
+			b.publish(t, events.RunSubject(o, "a"), o.Type(), "a", events.Run{DispatchID: fmt.Sprintf("a:%d", i), TaskID: "a", TaskCreatedAt: c, Attempt: 1})
+		}
+		b.run(t, events.OutcomeFailed, "other", i)
+		created[uint64(3*i+1)] = c
+	}
+	seq := func(r *query.RunRecord) uint64 { return r.Seq }
+	for _, c := range []struct {
+		name         string
+		page         query.Page
+		want         []uint64
+		older, newer time.Time
+	}{
+		{"newest page", query.Page{Limit: 2}, []uint64{7, 10}, old, time.Time{}},
+		{"older page", query.Page{Limit: 2, Before: 7}, []uint64{1, 4}, time.Time{}, recreated},
+		{"middle page", query.Page{Limit: 1, Before: 7}, []uint64{4}, old, recreated},
+		{"before a recovered", query.Page{Limit: 1, Before: 8}, []uint64{7}, old, time.Time{}},
+		{"before another task's run", query.Page{Limit: 1, Before: 9}, []uint64{7}, old, time.Time{}},
+		{"every run", query.Page{}, []uint64{1, 4, 7, 10}, time.Time{}, time.Time{}},
+	} {
+		res, err := b.r.RunPageEdges(b.ctx, "a", c.page)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := seqs(res.Runs, seq); !slices.Equal(got, c.want) || !res.OlderCreatedAt.Equal(c.older) || !res.NewerCreatedAt.Equal(c.newer) {
+			t.Errorf("%s (%+v): seqs %v, older %s, newer %s; want %v, %s, %s", c.name, c.page, got, res.OlderCreatedAt, res.NewerCreatedAt, c.want, c.older, c.newer)
+		}
+		for _, r := range res.Runs {
+			if !r.Run.TaskCreatedAt.Equal(created[r.Seq]) {
+				t.Errorf("%s: run %d created %s, want %s", c.name, r.Seq, r.Run.TaskCreatedAt, created[r.Seq])
+			}
+		}
 	}
 }

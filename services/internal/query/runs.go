@@ -40,25 +40,64 @@ func runRecord(m Message) RunRecord {
 // and the Before of the page of older ones (zero on the oldest page). Like
 // FollowRuns it leaves out run.recovered events.
 func (r *Reader) RunPage(ctx context.Context, id string, p Page) ([]RunRecord, uint64, error) {
+	res, err := r.RunPageEdges(ctx, id, p)
+	return res.Runs, res.Next, err
+}
+
+// RunPageResult is one page of a task's runs and what RUNS holds of the
+// task at the page's two edges.
+type RunPageResult struct {
+	// Runs is the page, oldest first; Next the Before of the page of older
+	// ones (zero on the oldest page).
+	Runs []RunRecord
+	Next uint64
+	// OlderCreatedAt is the taskCreatedAt of the newest run older than
+	// the page (the one read to know that Next follows), and
+	// NewerCreatedAt that of the run at the page's Before, when that is
+	// one of the task's runs (it is when Before is the Next of the newer
+	// page). Zero when there is no such run or it names none: a listing
+	// compares them with the page's first and last run to mark where a
+	// deleted task's runs give way to those of a task created again
+	// under its ID.
+	OlderCreatedAt, NewerCreatedAt time.Time
+}
+
+// RunPageEdges is RunPage with the createdAt of the runs at the page's
+// edges. It reads no more than RunPage would but the run at Before.
+func (r *Reader) RunPageEdges(ctx context.Context, id string, p Page) (RunPageResult, error) {
 	if p.empty() {
-		return []RunRecord{}, 0, nil
+		return RunPageResult{Runs: []RunRecord{}}, nil
 	}
+	var newer time.Time
 	keep := lastN[RunRecord]{n: p.keep()}
 	err := Scan(ctx, r.js, ScanOptions{
 		Stream:   streams.StreamRuns,
 		Subjects: []string{events.RunSubject("*", id)},
-		EndSeq:   p.endSeq(),
+		// The run at Before, if it is the task's, is the page's newer
+		// neighbour: read it too, and keep it off the page.
+		EndSeq: p.Before,
 	}, func(m Message) error {
-		if !strings.HasPrefix(m.Subject, recoveredPrefix) {
-			keep.push(runRecord(m))
+		if strings.HasPrefix(m.Subject, recoveredPrefix) {
+			return nil
 		}
+		rec := runRecord(m)
+		if p.Before > 0 && m.Seq >= p.Before {
+			newer = rec.Run.TaskCreatedAt
+			return nil
+		}
+		keep.push(rec)
 		return nil
 	})
-	out, next := cut(p, keep.values(), func(rec *RunRecord) uint64 { return rec.Seq })
-	if out == nil {
-		out = []RunRecord{}
+	all := keep.values()
+	res := RunPageResult{NewerCreatedAt: newer}
+	if p.Limit > 0 && len(all) > p.Limit {
+		res.OlderCreatedAt = all[len(all)-p.Limit-1].Run.TaskCreatedAt
 	}
-	return out, next, err
+	res.Runs, res.Next = cut(p, all, func(rec *RunRecord) uint64 { return rec.Seq })
+	if res.Runs == nil {
+		res.Runs = []RunRecord{}
+	}
+	return res, err
 }
 
 // recoveredPrefix starts the subject of a run.recovered, which repeats a
