@@ -158,3 +158,50 @@ func TestCLITaskListListsEveryTask(t *testing.T) {
 		t.Errorf("task list -o json is not the array printJSON prints (%v)", err)
 	}
 }
+
+// TestCLIRunsMarksATaskCreatedAgainAtAPageEdge: where the runs of a
+// deleted task give way to those of the task created again under its ID
+// exactly between two pages, each page marks it at its edge: the newer
+// page above its first row, the older page below its last one. Each page
+// printed no mark: it only compared the runs on it.
+func TestCLIRunsMarksATaskCreatedAgainAtAPageEdge(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	ctx := t.Context()
+	old := time.Date(2026, 11, 27, 19, 0, 0, 0, time.UTC)
+	recreated := old.Add(time.Hour)
+	for i, created := range []time.Time{old, old, old, recreated, recreated, recreated} { // seqs 1-6
+		run := events.Run{DispatchID: fmt.Sprintf("web:%d", i+1), TaskID: "web", TaskCreatedAt: created, Attempt: i + 1, Status: 200}
+		if err := jsutil.PublishEvent(ctx, srv.JS, events.RunSubject(events.OutcomeSucceeded, "web"), "",
+			events.OutcomeSucceeded.Type(), "test", "web", run, recreated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		top    = "-- task deleted and created again at 2026-11-27T20:00:00.000Z: the runs below are the new task's --"
+		bottom = "-- task deleted and created again at 2026-11-27T20:00:00.000Z: the runs after these are the new task's --"
+	)
+	r := e.run(t, "runs", "web", "--limit", "3")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 5 || lines[1] != top {
+		t.Errorf("runs --limit 3: exit %d, stdout:\n%s\nwant the mark %q above the first row", r.code, r.stdout, top)
+	}
+	if want := "more runs: repeat with --before 4 for the next page\n"; r.stderr != want {
+		t.Errorf("runs --limit 3: stderr %q, want %q", r.stderr, want)
+	}
+	r = e.run(t, "runs", "web", "--limit", "3", "--before", "4")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 5 || lines[4] != bottom {
+		t.Errorf("runs --limit 3 --before 4: exit %d, stdout:\n%s\nwant the mark %q below the last row", r.code, r.stdout, bottom)
+	}
+	// A page that holds the changeover marks it once, between the rows;
+	// JSON lines carry no mark.
+	r = e.run(t, "runs", "web", "--limit", "4", "--before", "6")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 6 || lines[3] != top || strings.Count(r.stdout, "-- ") != 1 {
+		t.Errorf("runs --limit 4 --before 6: exit %d, stdout:\n%s\nwant one mark, between the rows of attempt 3 and 4", r.code, r.stdout)
+	}
+	for _, args := range [][]string{{"runs", "web", "--limit", "3", "-o", "json"}, {"runs", "web", "--limit", "3", "--before", "4", "-o", "json"}} {
+		if r := e.run(t, args...); r.code != 0 || strings.Contains(r.stdout, "-- ") || strings.Count(r.stdout, "\n") != 3 {
+			t.Errorf("%s: exit %d, stdout:\n%s\nwant 3 JSON lines", strings.Join(args, " "), r.code, r.stdout)
+		}
+	}
+}

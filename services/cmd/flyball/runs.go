@@ -35,7 +35,9 @@ error). --follow then keeps printing new ones until Ctrl-C. When older runs
 remain, a line on stderr gives the --before <seq> that prints the page of
 them. RUNS keeps a
 deleted task's runs under its id; where they give way to those of a task
-created again under it, the table prints a line starting "--".`,
+created again under it, the table prints a line starting "--", also when
+that falls between two pages: above the newer page's first run and below
+the older page's last.`,
 		Example: "  flyball runs orders-health --limit 50\n  flyball runs orders-health --limit 50 --before 1234\n  flyball runs orders-health --follow\n  flyball runs orders-health -o json | jq '.run.body'",
 		Args:    oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,12 +65,21 @@ created again under it, the table prints a line starting "--".`,
 						return p.print(&rec)
 					})
 				}
-				runs, next, err := s.q.RunPage(ctx, id, query.Page{Limit: limit, Before: seq})
+				page, err := s.q.RunPageEdges(ctx, id, query.Page{Limit: limit, Before: seq})
 				if err != nil {
 					return err
 				}
+				runs, next := page.Runs, page.Next
+				// The runs next to the page's edges: a changeover
+				// between pages is marked on both.
+				p.created = page.OlderCreatedAt
 				for i := range runs {
 					if err := p.print(&runs[i]); err != nil {
+						return err
+					}
+				}
+				if len(runs) > 0 {
+					if err := p.end(page.NewerCreatedAt); err != nil {
 						return err
 					}
 				}
@@ -102,7 +113,8 @@ const runHeader = "TIME                      OUTCOME    ATTEMPT  STATUS  DURATIO
 type runPrinter struct {
 	w   io.Writer
 	out output
-	// created is the taskCreatedAt of the last printed run that had one.
+	// created is the taskCreatedAt of the last printed run that had one,
+	// or of the run before the first printed one.
 	created time.Time
 }
 
@@ -122,6 +134,22 @@ func (p *runPrinter) print(rec *query.RunRecord) error {
 		p.created = c
 	}
 	return printRun(p.w, p.out, rec)
+}
+
+// end marks, below the last printed run, that the run after it (on the
+// newer page, not printed) is of the other task: created is its
+// taskCreatedAt.
+func (p *runPrinter) end(created time.Time) error {
+	if p.out != outTable || !governor.OtherCreatedAt(p.created, created) {
+		return nil
+	}
+	var err error
+	if created.After(p.created) {
+		_, err = fmt.Fprintf(p.w, "-- task deleted and created again at %s: the runs after these are the new task's --\n", fmtTime(created))
+	} else {
+		_, err = fmt.Fprintf(p.w, "-- the runs after these are the deleted task's (created at %s), stored late --\n", fmtTime(created))
+	}
+	return err
 }
 
 // printRun writes one run as a table row or a JSON line. Rows have fixed
