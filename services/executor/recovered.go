@@ -20,8 +20,9 @@ import (
 //   - when its view of flyball-breakers does not show the key settled
 //     (Settled): open, half-open, failures counted, or not known;
 //   - when it has published a failure for the key since its last
-//     run.recovered for the key (owed): the failure may still be on its way
-//     to the breaker, or applied and not yet in this view.
+//     run.recovered for the key, in the last owedTTL or two (owed): the
+//     failure may still be on its way to the breaker, or applied and not
+//     yet in this view.
 //
 // With one executor the breaker therefore counts exactly what it counted
 // when it consumed every success: every failure followed by a success in
@@ -47,9 +48,32 @@ func Settled(r kvcache.Result[BreakerRecord]) bool {
 }
 
 // maxOwed bounds the keys owed holds (a string each). A key leaves it with
-// its next success, so it holds the keys that failed since their last
-// success: at most the failing tasks and hosts of the moment.
+// its next success, or owedTTL to twice that after its last failure, so it
+// holds the keys that failed in the last owedTTL or two and have not
+// succeeded since: the failing tasks and hosts of the moment, and those
+// that failed recently and will not run again (a task deleted while
+// failing, a host no task calls any more).
 const maxOwed = 1 << 16
+
+// owedTTL is how long a key stays owed after its last failure, at least
+// (and at most twice that). The set only covers the breaker service's lag:
+// once the breaker has applied the failure and this executor's view of
+// flyball-breakers shows it, the view is not settled (failures counted,
+// open or half-open) and Settled sends the key's successes on its own,
+// for as long as the breaker is not closed with nothing counted,
+// whatever its open period (up to the policy's 24 h maximum). So the
+// bound is not the breaker policy's: it is how long a failure stored in
+// RUNS may wait for RUNS/breaker to apply it and for the watch to bring
+// the write back, seconds when the breaker service runs (a failed apply
+// is redelivered after the consumer's 30 s AckWait). An hour, six times
+// owedSpill (which rests on the same lag), covers a breaker service down
+// for that long. A key dropped while its failure is still unapplied has
+// the restart's window (see above): the failure stays counted until the
+// key's next success, which is sent, since the view then shows it.
+// Without a TTL, keys that never succeeded again stayed until a restart,
+// and once they filled the set every failure of a key not in it sent
+// every success for owedSpill, renewed by any live failing task.
+const owedTTL = time.Hour
 
 // owedSpill is how long every success is sent after owed overflowed and a
 // key was dropped: long enough for the breaker to apply the dropped key's
@@ -57,15 +81,43 @@ const maxOwed = 1 << 16
 const owedSpill = 10 * time.Minute
 
 // owed is the set of breaker keys this executor published a failure for
-// since its last run.recovered for the key.
+// since its last run.recovered for the key, and in the last owedTTL or
+// two. It is kept in two generations, each owedTTL long: a failure puts
+// its key in cur; when cur's period ends it becomes prev, and prev's keys
+// (not failed again since) are dropped whole. Expiry costs nothing per
+// key: no timestamps, no scan.
 type owed struct {
-	mu    sync.Mutex
-	keys  map[string]struct{}
-	spill time.Time // send every success until then (an overflow dropped keys)
-	max   int
+	mu     sync.Mutex
+	cur    map[string]struct{} // keys failed in the current period
+	prev   map[string]struct{} // keys failed in the period before, not since
+	turnAt time.Time           // the current period's end; zero before the first failure
+	spill  time.Time           // send every success until then (an overflow dropped keys)
+	max    int
+	ttl    time.Duration
 }
 
-func newOwed() *owed { return &owed{keys: make(map[string]struct{}), max: maxOwed} }
+func newOwed() *owed {
+	return &owed{cur: make(map[string]struct{}), prev: make(map[string]struct{}), max: maxOwed, ttl: owedTTL}
+}
+
+// turn starts the periods that ended by now, dropping the keys that did
+// not fail in the last one (or in the last two, when only one ended).
+func (o *owed) turn(now time.Time) {
+	if o.turnAt.IsZero() {
+		o.turnAt = now.Add(o.ttl)
+		return
+	}
+	if now.Before(o.turnAt) {
+		return
+	}
+	if now.Before(o.turnAt.Add(o.ttl)) {
+		o.prev, o.cur = o.cur, make(map[string]struct{}, len(o.cur)/2)
+		o.turnAt = o.turnAt.Add(o.ttl)
+		return
+	}
+	o.prev, o.cur = make(map[string]struct{}), make(map[string]struct{})
+	o.turnAt = now.Add(o.ttl)
+}
 
 // failed records a failure of key, after its event is in the outbox (so a
 // success that sees it queues its run.recovered after the failure).
@@ -75,14 +127,20 @@ func (o *owed) failed(key string, now time.Time) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.keys[key]; ok {
+	o.turn(now)
+	if _, ok := o.cur[key]; ok {
 		return
 	}
-	if len(o.keys) >= o.max {
+	if _, ok := o.prev[key]; ok { // failed again: owed from this failure
+		delete(o.prev, key)
+		o.cur[key] = struct{}{}
+		return
+	}
+	if len(o.cur)+len(o.prev) >= o.max {
 		o.spill = now.Add(owedSpill)
 		return
 	}
-	o.keys[key] = struct{}{}
+	o.cur[key] = struct{}{}
 }
 
 // take reports whether a success of key must be sent as run.recovered for
@@ -90,9 +148,12 @@ func (o *owed) failed(key string, now time.Time) {
 func (o *owed) take(key string, now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, ok := o.keys[key]
-	delete(o.keys, key)
-	return ok || now.Before(o.spill)
+	o.turn(now)
+	_, inCur := o.cur[key]
+	_, inPrev := o.prev[key]
+	delete(o.cur, key)
+	delete(o.prev, key)
+	return inCur || inPrev || now.Before(o.spill)
 }
 
 // recoveredAfter publishes run.recovered for a success whose run.succeeded

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -17,15 +18,16 @@ import (
 func (o *owed) len() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return len(o.keys)
+	return len(o.cur) + len(o.prev)
 }
 
 // owes reports whether key is owed.
 func (o *owed) owes(key string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, ok := o.keys[key]
-	return ok
+	_, inCur := o.cur[key]
+	_, inPrev := o.prev[key]
+	return inCur || inPrev
 }
 
 // TestOwedKeysAreSentOnce: a key this executor published a failure for is
@@ -61,6 +63,84 @@ func TestOwedKeysAreSentOnce(t *testing.T) {
 	}
 	if !o.take("a", now.Add(owedSpill)) || !o.take("b", now.Add(owedSpill)) {
 		t.Fatal("the keys kept through the overflow must stay owed")
+	}
+}
+
+// TestDeadOwedKeysDoNotRepeatEverySuccess is the reviewer's scenario: the
+// owed set fills with keys that failed and are never seen again (tasks
+// deleted while failing, hosts no longer used after a failure), and a live
+// task keeps failing. Before, a key left owed only with its success, so
+// the dead keys stayed for good, and every failure of a key not in the
+// full set sent every success of every key for owedSpill: a day later,
+// with the live task failing every 20 minutes, most successes of healthy
+// keys were still repeated as run.recovered. Owed keys now expire once
+// the breaker has long applied their failure.
+func TestDeadOwedKeysDoNotRepeatEverySuccess(t *testing.T) {
+	t.Parallel()
+	o := newOwed()
+	t0 := time.Now()
+	for i := range maxOwed {
+		o.failed(fmt.Sprintf("dead-%d", i), t0)
+	}
+	day := t0.Add(24 * time.Hour)
+	repeated, successes := 0, 0
+	for s := range 2 * 3600 { // two hours, a success of a healthy key a second
+		now := day.Add(time.Duration(s) * time.Second)
+		if s%(20*60) == 0 {
+			o.failed("live", now) // a task that keeps failing
+		}
+		successes++
+		if o.take(fmt.Sprintf("healthy-%d", s%100), now) {
+			repeated++
+		}
+	}
+	if repeated != 0 {
+		t.Fatalf("%d of %d successes of healthy keys were repeated as run.recovered a day after %d keys failed and were never seen again, want 0",
+			repeated, successes, maxOwed)
+	}
+	if !o.take("live", day.Add(2*time.Hour)) {
+		t.Fatal("the live task's success after its failure is not sent as run.recovered")
+	}
+	if n := o.len(); n != 0 {
+		t.Fatalf("%d keys owed a day after they failed, want 0", n)
+	}
+}
+
+// TestOwedKeyIsSentWithinTheBound: a key stays owed for at least owedTTL
+// after its last failure, whatever the failure's place in the set's
+// period and whatever else happens meanwhile, so its success within that
+// bound is still sent as run.recovered; a key that keeps failing stays
+// owed from its last failure; and a key that neither failed nor succeeded
+// for twice owedTTL is owed no more.
+func TestOwedKeyIsSentWithinTheBound(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	for _, phase := range []time.Duration{0, time.Second, owedTTL / 2, owedTTL - time.Second, owedTTL, 3*owedTTL + time.Minute} {
+		o := newOwed()
+		o.take("other", t0) // starts the set's first period
+		f := t0.Add(phase)
+		o.failed("k", f)
+		o.failed("gone", f)                                        // never seen again
+		for m := time.Duration(0); m < owedTTL; m += time.Minute { // other keys' outcomes meanwhile
+			o.failed(fmt.Sprintf("other-%d", m/time.Minute%7), f.Add(m))
+			o.take(fmt.Sprintf("other-%d", m/time.Minute%5), f.Add(m))
+		}
+		if !o.take("k", f.Add(owedTTL-time.Second)) {
+			t.Fatalf("a key that failed %s into the set's period is not owed owedTTL-1s later", phase)
+		}
+		if o.take("gone", f.Add(2*owedTTL)) {
+			t.Fatalf("a key that failed %s into the set's period is still owed 2*owedTTL later", phase)
+		}
+	}
+
+	o := newOwed()
+	last := t0
+	for m := time.Duration(0); m <= 5*time.Hour; m += 50 * time.Minute { // a task that keeps failing
+		last = t0.Add(m)
+		o.failed("live", last)
+	}
+	if !o.take("live", last.Add(owedTTL-time.Second)) {
+		t.Fatal("a key failing every 50 minutes for 5 hours is not owed owedTTL-1s after its last failure")
 	}
 }
 
