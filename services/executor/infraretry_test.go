@@ -15,8 +15,9 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-// failGetKV is flyball-attempts whose reads fail while fail is set, as in
-// an outage of the bucket (an R1 bucket on a restarting node).
+// failGetKV is a bucket (flyball-attempts, flyball-schedules) whose reads
+// fail while fail is set, as in an outage of the bucket (an R1 bucket on a
+// restarting node).
 type failGetKV struct {
 	jetstream.KeyValue
 	fail    atomic.Bool
@@ -28,7 +29,7 @@ func (k *failGetKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntr
 	if k.fail.Load() {
 		k.first.CompareAndSwap(0, time.Now().UnixNano())
 		k.refused.Add(1)
-		return nil, errors.New("test: flyball-attempts unavailable")
+		return nil, errors.New("test: bucket unavailable")
 	}
 	return k.KeyValue.Get(ctx, key)
 }

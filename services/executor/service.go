@@ -352,7 +352,14 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.retryInfra(ctx, m, md, d, arrived, fails, false, "spec not read", err)
 		return
 	}
-	if p := s.pauseOf(ctx, d.TaskID); governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
+	p, err := s.pauseOf(ctx, d.TaskID)
+	if err != nil {
+		// Not read is not "not paused": a paused task's target was
+		// called while flyball-schedules was electing a leader.
+		s.retryInfra(ctx, m, md, d, arrived, fails, false, "schedule not read", err)
+		return
+	}
+	if governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
 		s.skip(m, d, skipPaused, "task paused")
 		return
 	}
@@ -928,25 +935,40 @@ func (s *Service) adopt(ctx context.Context, d *events.Dispatch, p scheduleView)
 // flyball-pauses can be paused (the governor writes it before the paused
 // schedule), and for such a task, or while that view is loading, the
 // schedule decides: a hint alone never skips a run. A task with no
-// schedule, or an unreadable one, is not paused (deletion is checked on
-// the spec; the governor rebuilds a corrupt schedule).
-func (s *Service) pauseOf(ctx context.Context, id string) scheduleView {
+// schedule, or one that does not decode, is not paused (deletion is
+// checked on the spec; the governor rebuilds a corrupt schedule). A
+// schedule that could not be read is an error: read as not paused, a
+// paused task's target was called while flyball-schedules was electing
+// a leader or a read timed out.
+func (s *Service) pauseOf(ctx context.Context, id string) (scheduleView, error) {
 	if r := s.pauses.Lookup(id); r.Known && !r.Found {
-		return scheduleView{}
+		return scheduleView{}, nil
 	}
-	return s.scheduleOf(ctx, id)
+	return s.readSchedule(ctx, id)
 }
 
 // scheduleOf reads the task's schedule; one missing or unreadable is the
 // zero view.
 func (s *Service) scheduleOf(ctx context.Context, id string) scheduleView {
+	p, _ := s.readSchedule(ctx, id)
+	return p
+}
+
+// readSchedule reads the task's schedule. One missing, or whose value
+// does not decode, is the zero view; a failed read is an error.
+func (s *Service) readSchedule(ctx context.Context, id string) (scheduleView, error) {
 	ent, err := s.schedules.Get(ctx, id)
+	if jsutil.IsKeyMissing(err) {
+		return scheduleView{}, nil
+	}
 	if err != nil {
-		return scheduleView{}
+		return scheduleView{}, err
 	}
 	var p scheduleView
-	_ = json.Unmarshal(ent.Value(), &p)
-	return p
+	if json.Unmarshal(ent.Value(), &p) != nil {
+		return scheduleView{}, nil
+	}
+	return p, nil
 }
 
 // HostScoped reports whether spec, a flyball-tasks value, keys its
