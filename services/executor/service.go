@@ -68,6 +68,10 @@ type Service struct {
 	records   sync.WaitGroup     // background KV writes: attempt records, released probe claims
 	settles   *settler           // acks, naks and terms until the server confirms them
 	owed      *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
+	// stopping is closed with releasing: a dispatch waiting for a call
+	// slot, a caller or a host slot is handed back then, not at the end
+	// of the grace.
+	stopping chan struct{}
 	// unconfirmed holds the run events the outbox gave up on, for their
 	// dispatch's redelivery (replay).
 	unconfirmed unconfirmed
@@ -116,6 +120,7 @@ func New(cfg Config) (*Service, error) {
 		outRound:    outboxRound,
 		outBudget:   outboxBudget,
 		owed:        newOwed(),
+		stopping:    make(chan struct{}),
 
 		infraRetryFirst: infraRetryFirst,
 		infraRetryMax:   infraRetryMax,
@@ -595,12 +600,14 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	}
 	select {
 	case s.fire <- h:
+		return
 	case <-ctx.Done():
-		s.waitEnd(h.m)
-		s.releaseHost(h.slot)
-		s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
-		s.firing.Done()
+	case <-s.stopping: // not left to take a caller during the grace
 	}
+	s.waitEnd(h.m)
+	s.releaseHost(h.slot)
+	s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
+	s.firing.Done()
 }
 
 // caller runs held dispatches as their slots come, under the same call
@@ -641,6 +648,9 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 func (s *Service) releaseHeld() {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
+	if !s.releasing {
+		close(s.stopping)
+	}
 	s.releasing = true
 	for h := range s.held {
 		if h.t.Stop() {
@@ -657,8 +667,12 @@ func (s *Service) releaseHeld() {
 }
 
 // acquireCall takes one of the Concurrency call slots, or hands m (of d)
-// back if the service stops first. While it waits, m is kept alive
-// (waitBegin).
+// back if the service stops first: as soon as shutdown begins
+// (releaseHeld). It waited for the run context, which ends only after
+// the grace: a call that ended within the grace freed its slot to a
+// waiting dispatch, which called its target while the executor stopped,
+// and a call cut at the end of the grace was called again elsewhere.
+// While it waits, m is kept alive (waitBegin).
 func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, d *events.Dispatch, arrived time.Time) bool {
 	select {
 	case s.calls <- struct{}{}:
@@ -672,6 +686,11 @@ func (s *Service) acquireCall(ctx context.Context, m jetstream.Msg, d *events.Di
 		return true
 	case <-ctx.Done():
 		s.handBackNak(m, d, 0)
+		return false
+	case <-s.stopping:
+		// Not at once: this executor's last pull may still be open
+		// (handBackFloor).
+		s.handBackNak(m, d, handBackFloor)
 		return false
 	}
 }
@@ -958,15 +977,15 @@ func (s *Service) scheduleOf(ctx context.Context, id string) scheduleView {
 // does not decode, is the zero view; a failed read is an error.
 func (s *Service) readSchedule(ctx context.Context, id string) (scheduleView, error) {
 	ent, err := s.schedules.Get(ctx, id)
-	if jsutil.IsKeyMissing(err) {
-		return scheduleView{}, nil
-	}
 	if err != nil {
+		if jsutil.IsKeyMissing(err) {
+			err = nil // no schedule: not paused
+		}
 		return scheduleView{}, err
 	}
 	var p scheduleView
 	if json.Unmarshal(ent.Value(), &p) != nil {
-		return scheduleView{}, nil
+		p = scheduleView{} // corrupt: not paused (the governor rebuilds it)
 	}
 	return p, nil
 }
@@ -1705,7 +1724,8 @@ func (s *Service) waitForHost(ctx context.Context, m jetstream.Msg, md *jetstrea
 }
 
 // acquireHost takes one of host's PerHost call slots and returns it for
-// releaseHost; nil (no host, or ctx ended) holds nothing. While it waits,
+// releaseHost; nil (no host, or ctx ended or shutdown began) holds
+// nothing. While it waits,
 // m is kept alive (waitBegin), and counted in the host's refs.
 func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time.Time, host string) *hostSlots {
 	if host == "" {
@@ -1725,11 +1745,12 @@ func (s *Service) acquireHost(ctx context.Context, m jetstream.Msg, arrived time
 	case h.sem <- struct{}{}:
 		return h
 	case <-ctx.Done():
-		s.hostMu.Lock()
-		s.hostUnref(h)
-		s.hostMu.Unlock()
-		return nil
+	case <-s.stopping:
 	}
+	s.hostMu.Lock()
+	s.hostUnref(h)
+	s.hostMu.Unlock()
+	return nil
 }
 
 // releaseHost frees a slot tryHost or acquireHost took (nil: none).
