@@ -179,6 +179,19 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
 	s.out.round, s.out.budget = s.outRound, s.outBudget
+	// The keep-alive outlives the run context: the dispatches whose run
+	// events the outbox flushes at stop (out.close, up to its budget, and
+	// the records after it) are kept alive until their settle. On the run
+	// context it ended before that flush, and a dispatch whose event waited
+	// past its AckWait (RUNS electing a leader at a SIGTERM) was
+	// redelivered to another executor mid-flush: its target called twice.
+	s.waiting = make(map[jetstream.Msg]time.Time)
+	aliveCtx, stopAlive := context.WithCancel(context.WithoutCancel(ctx))
+	alive := make(chan struct{})
+	go func() {
+		defer close(alive)
+		s.keepWaitersAlive(aliveCtx)
+	}()
 	// Registered as soon as the outbox runs: a Start that fails below
 	// leaves Stop (which the caller owes a failed Start) its goroutine,
 	// and the settler's subscription, to end.
@@ -189,6 +202,8 @@ func (s *Service) Start(ctx context.Context) error {
 		s.firing.Wait()
 		s.out.close()    // store the queued events and settle their dispatches
 		s.records.Wait() // their attempt records (each before its settle), released probe claims
+		stopAlive()      // the outbox has settled every dispatch it kept
+		<-alive
 		if s.settles != nil {
 			s.settles.stop()
 		}
@@ -196,8 +211,6 @@ func (s *Service) Start(ctx context.Context) error {
 	})
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.fire = make(chan *held)
-	s.waiting = make(map[jetstream.Msg]time.Time)
-	s.Go(func() { s.keepWaitersAlive(runCtx) })
 	for range s.cfg.Concurrency {
 		s.Go(func() { s.caller(runCtx) })
 	}
