@@ -11,9 +11,11 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +36,10 @@ type result struct {
 	// retryAfter is the target's own Retry-After, if it sent one.
 	retryAfter time.Duration
 	request    *events.RequestRecord
+	// infra marks a call that failed on the executor's own NATS
+	// connection (callNATS), not on its target: it is tried again in place
+	// (retryInfra), neither an attempt nor a breaker failure.
+	infra bool
 }
 
 func (r *result) ok() bool { return r.err == nil }
@@ -363,21 +369,50 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 // callNATS performs one NATS request/reply attempt; rec is the task's
 // request record, shared by its runs.
+//
+// The request goes over the executor's own connection, so its failures
+// are not all the target's. A request made while that connection is
+// reconnecting fails at once (no reconnect buffer: ErrReconnectBufExceeded,
+// or ErrConnectionReconnecting / ErrConnectionClosed), and one in flight
+// when it was lost has its reply lost with it and times out. Both were
+// transient target failures: they used up retry.maxAttempts, counted
+// toward the breaker, and dead-lettered a task of maxAttempts 1 during an
+// outage of the executor's own NATS node. They are infra now: tried again
+// in place, uncounted (retryInfra). A request the server refuses because
+// the executor's user may not publish to its subject (a task aimed
+// outside targets.> in the compose stack) reached nobody either: the
+// server reports it only as an asynchronous -ERR, and the call timed out
+// and was retried maxAttempts times, saying only "no reply". The
+// violation now ends the call at once as a permanent failure naming it.
 func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *events.RequestRecord, d *events.Dispatch, attempt int) *result {
 	res := &result{request: rec}
+	nc := s.cfg.JS.Conn()
+	reconnects := nc.Stats().Reconnects
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
+	ctx, unwatch := s.pubViolations.watch(ctx, nc, t.Subject)
+	defer unwatch()
 	m := &nats.Msg{Subject: t.Subject, Data: []byte(t.Payload), Header: nats.Header{}}
 	m.Header.Set("Idempotency-Key", d.DispatchID)
 	m.Header.Set("Flyball-Task", d.TaskID)
 	m.Header.Set("Flyball-Scheduled-At", d.ScheduledAt.UTC().Format(time.RFC3339Nano))
 	m.Header.Set("Flyball-Attempt", strconv.Itoa(attempt))
-	reply, err := s.cfg.JS.Conn().RequestMsgWithContext(ctx, m)
+	reply, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no reply within %s: %w", t.Timeout, err)
+		var v *pubViolation
+		switch {
+		case errors.As(context.Cause(ctx), &v):
+			res.err, res.permanent = v, true
+		case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+			errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrDisconnected):
+			res.err, res.infra = fmt.Errorf("the executor's NATS connection is down, request not sent: %w", err), true
+		case errors.Is(err, context.DeadlineExceeded) && (!nc.IsConnected() || nc.Stats().Reconnects != reconnects):
+			res.err, res.infra = fmt.Errorf("no reply within %s, and the executor's NATS connection was lost meanwhile: %w", t.Timeout, err), true
+		case errors.Is(err, context.DeadlineExceeded):
+			res.err = fmt.Errorf("no reply within %s: %w", t.Timeout, err)
+		default:
+			res.err = err
 		}
-		res.err = err
 		return res
 	}
 	buf := reply.Data
@@ -394,4 +429,79 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 		res.permanent = n >= 400 && n < 500 && n != 408 && n != 429
 	}
 	return res
+}
+
+// pubViolation is the server's refusal of a request: the executor's NATS
+// user may not publish to its subject.
+type pubViolation struct{ subject string }
+
+func (v *pubViolation) Error() string {
+	return "the executor's NATS user may not publish to " + v.subject + " (permissions violation)"
+}
+
+// pubViolationRe finds the subject in the -ERR a refused publish draws,
+// as nats.go reports it to the connection's error handler (wrapping
+// nats.ErrPermissionViolation).
+var pubViolationRe = regexp.MustCompile(`Permissions Violation for Publish to "([^"]+)"`)
+
+// pubWatch ends the NATS requests in flight whose subject the server
+// refused (callNATS). The server answers a refused publish with an
+// asynchronous -ERR, which nats.go hands to the connection's error
+// handler only; the first request installs a handler that passes it on
+// to the one set before.
+type pubWatch struct {
+	once    sync.Once
+	mu      sync.Mutex
+	waiting map[string]map[*int]context.CancelCauseFunc // subject -> requests in flight
+}
+
+// watch returns ctx, cancelled with a *pubViolation if the server refuses
+// a publish to subject before unwatch is called.
+func (w *pubWatch) watch(ctx context.Context, nc *nats.Conn, subject string) (context.Context, func()) {
+	w.once.Do(func() {
+		prev := nc.ErrorHandler()
+		nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+			w.refused(err)
+			if prev != nil {
+				prev(c, sub, err)
+			}
+		})
+	})
+	ctx, cancel := context.WithCancelCause(ctx)
+	key := new(int)
+	w.mu.Lock()
+	if w.waiting == nil {
+		w.waiting = map[string]map[*int]context.CancelCauseFunc{}
+	}
+	if w.waiting[subject] == nil {
+		w.waiting[subject] = map[*int]context.CancelCauseFunc{}
+	}
+	w.waiting[subject][key] = cancel
+	w.mu.Unlock()
+	return ctx, func() {
+		w.mu.Lock()
+		delete(w.waiting[subject], key)
+		if len(w.waiting[subject]) == 0 {
+			delete(w.waiting, subject)
+		}
+		w.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// refused ends the requests in flight to the subject err names, if err is
+// a publish permissions violation.
+func (w *pubWatch) refused(err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	sm := pubViolationRe.FindStringSubmatch(err.Error())
+	if sm == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cancel := range w.waiting[sm[1]] {
+		cancel(&pubViolation{subject: sm[1]})
+	}
 }

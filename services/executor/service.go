@@ -102,6 +102,9 @@ type Service struct {
 	waitMu     sync.Mutex
 	waiting    map[jetstream.Msg]time.Time
 	progressMu sync.Mutex
+
+	// pubViolations ends NATS-target requests the server refuses (callNATS).
+	pubViolations pubWatch
 }
 
 // New validates cfg and returns an executor ready to Start.
@@ -1292,6 +1295,13 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			s.releaseProbe(claim, claimRev) // no outcome: let another executor probe now
 		}
 		s.settle(m, "nak", nakBody(0))
+		return
+	}
+	if res.infra { // the executor's own NATS connection failed, not the target (callNATS)
+		if claimRev != 0 {
+			s.releaseProbe(claim, claimRev)
+		}
+		s.retryInfra(ctx, m, md, d, arrived, fails, false, "NATS-target call lost with the executor's own connection", res.err)
 		return
 	}
 	run := d.Run()
