@@ -200,3 +200,49 @@ func TestKeysTellsWhichKeysExist(t *testing.T) {
 		t.Fatalf("Lookup(a) after Delete(a, 0) = %+v, want known and not found", r)
 	}
 }
+
+// TestDeletedKeysAreNotKept: a deleted key leaves no entry behind, in a
+// running cache or in one loaded after the deletes, and a stale read of
+// a key the watch saw deleted (a Get answered before the delete, stored
+// after it) does not bring the value back.
+func TestDeletedKeysAreNotKept(t *testing.T) {
+	kv := newBucket(t)
+	ctx := t.Context()
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil)
+	run(t, c)
+	const n = 500
+	revs := make([]uint64, n)
+	for i := range n {
+		k := "k" + strconv.Itoa(i)
+		rev, err := kv.Put(ctx, k, []byte(strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[i] = rev
+		if err := kv.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The watch is ordered: once it delivers the fence, every delete is in.
+	if _, err := kv.Put(ctx, "fence", []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the watch delivers the fence", func() bool { return c.Lookup("fence").Found })
+	if got := c.Len(); got != 1 {
+		t.Fatalf("running cache holds %d entries after %d put+delete and one put, want 1 (the live key)", got, n)
+	}
+	// A read answered before the delete and stored after it.
+	c.store("k0", revs[0], false, []byte("0"))
+	if r := c.Lookup("k0"); !r.Known || r.Found {
+		t.Fatalf("a stale read of a deleted key came back: %+v", r)
+	}
+	fresh := New(kv, decodeInt(&calls), nil)
+	run(t, fresh)
+	if got := fresh.Len(); got != 1 {
+		t.Fatalf("a cache loaded after %d put+delete holds %d entries, want 1 (the live key)", n, got)
+	}
+	if r := fresh.Lookup("k3"); !r.Known || r.Found {
+		t.Fatalf("Lookup of a deleted key = %+v, want known and not found", r)
+	}
+}
