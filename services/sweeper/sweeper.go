@@ -84,6 +84,9 @@ type Service struct {
 	// it so (a reading of the sweeper's clock that keeps its monotonic
 	// part); only the sweep goroutine touches it.
 	unscheduled map[string]time.Time
+	// compacted is when the sweep last removed old delete markers
+	// (compact.go); only the sweep goroutine touches it.
+	compacted time.Time
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
@@ -200,8 +203,8 @@ func (s *Service) Start(ctx context.Context) error {
 // Swept receives a value after each sweep; tests use it instead of sleeping.
 func (s *Service) Swept() <-chan struct{} { return s.swept }
 
-// Sweep runs one pass: zombies, staleness and orphans, the consumers'
-// backlog, then the runtime registry.
+// Sweep runs one pass: zombies, staleness and orphans, old delete markers
+// (hourly), the consumers' backlog, then the runtime registry.
 func (s *Service) Sweep(ctx context.Context) error {
 	s.pickScheduleSource(ctx)
 	if s.scanning() {
@@ -210,6 +213,7 @@ func (s *Service) Sweep(ctx context.Context) error {
 		}
 	}
 	s.sweepTasks(ctx, s.cfg.Now())
+	s.compactDue(ctx, s.cfg.Now())
 	s.reportBacklog(ctx)
 	return s.sweepRuntime(ctx)
 }

@@ -43,6 +43,7 @@ type Set struct {
 	ClockOffset        prometheus.Gauge
 	ZombiesRenudged    prometheus.Counter
 	OrphansRemoved     *prometheus.CounterVec
+	MarkersCompacted   *prometheus.CounterVec
 	SchedulesRepaired  *prometheus.CounterVec
 	SweeperScanning    prometheus.Gauge
 	PullFailures       *prometheus.CounterVec
@@ -184,6 +185,10 @@ func New() *Set {
 		OrphansRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_orphans_removed_total", Help: "State of deleted tasks removed by the sweeper, by bucket.",
 		}, []string{"bucket"}),
+		MarkersCompacted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_kv_delete_markers_removed_total",
+			Help: "Delete markers older than a day the sweeper removed from flyball-tasks, flyball-schedules and flyball-breakers, with the revisions behind them, by bucket.",
+		}, []string{"bucket"}),
 		SchedulesRepaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_schedules_repaired_total",
 			Help: "Schedules the sweeper repaired, by reason: lost-write (the governor applied the outcome of a slot, or of a later one, but its schedule write was lost; the slot is dispatched again and skipped), missing (a task with no schedule; its task.created is published again).",
@@ -259,7 +264,7 @@ func New() *Set {
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
-		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.SchedulesRepaired,
+		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.MarkersCompacted, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
 		s.JetStreamStorage, s.JetStreamAccountStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,

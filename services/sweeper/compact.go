@@ -1,0 +1,117 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Deleting a task deletes its spec (flyball-tasks), its schedule
+// (flyball-schedules) and its breaker record (flyball-breakers); the
+// sweeper purges orphans and idle host breakers. A KV delete or purge
+// stores a marker under the key, and flyball-tasks keeps up to 4 older
+// revisions of the spec behind it. None of the three buckets has a
+// max_age, so nothing removed them: 10,000 tasks created and deleted a
+// day left 600,000 messages (190 MB) a month in KV_flyball-tasks for no
+// live task, and every watch of the buckets replayed every marker at
+// each start and reconnect.
+//
+// Every CompactEvery the sweeper removes, in each of the three buckets,
+// the markers older than DeleteMarkerAge, with what the key held before
+// them. It watches the bucket's latest entries (headers only), and for
+// each marker stamped before the cutoff purges the key's subject up to
+// and including the marker's sequence: a key written again since keeps
+// its new value. Every replica does it; a second pass finds nothing to
+// remove.
+//
+// Nothing in flyball reads a marker after its watches have applied it:
+// the deleted-namesake checks compare the task's createdAt (OtherTask)
+// or read TASKS (deletedSince), never KV history, and a Get of a key
+// whose marker is gone answers "not found" where it answered "deleted",
+// which every caller treats alike (jsutil.IsKeyMissing). The age is a
+// margin over the longest window in which a copy of an event may still
+// arrive and be dropped as a duplicate: DEADLETTER's duplicate window,
+// 24 h (the KV buckets', TASKS' and RUNS' are 2 min; AckWait is 30 s).
+
+// maxCompactPerPass caps the markers a pass removes from one bucket, the
+// oldest first (one purge request each): a backlog of a million markers
+// (a bucket from before the compaction) is removed over 100 hourly
+// passes, each adding at most 10,000 purge requests per bucket to one
+// sweep, rather than holding one sweep for minutes. Deletes at up to 240,000 a day keep up.
+const maxCompactPerPass = 10_000
+
+// errWatchEnded is a watch that closed before it delivered every key.
+var errWatchEnded = errors.New("watch ended before it delivered every key")
+
+// DeleteMarkerAge is the age of a delete marker the sweeper removes.
+const DeleteMarkerAge = 24 * time.Hour
+
+// CompactEvery is how often the sweeper removes old delete markers.
+const CompactEvery = time.Hour
+
+// compactDue removes old delete markers if CompactEvery has passed since
+// the last pass (the first sweep makes one). Only the sweep goroutine
+// calls it.
+func (s *Service) compactDue(ctx context.Context, now time.Time) {
+	if !s.compacted.IsZero() && now.Sub(s.compacted) < CompactEvery {
+		return
+	}
+	s.compacted = now
+	cutoff := now.Add(-DeleteMarkerAge)
+	for _, kv := range []jetstream.KeyValue{s.tasks, s.schedules, s.breakers} {
+		n, err := s.compactBucket(ctx, kv, cutoff)
+		if n > 0 {
+			s.cfg.Metrics.MarkersCompacted.WithLabelValues(kv.Bucket()).Add(float64(n))
+			s.cfg.Logger.Info("old delete markers removed", "bucket", kv.Bucket(), "markers", n, "olderThan", DeleteMarkerAge)
+		}
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("removing old delete markers failed; the next pass retries", "bucket", kv.Bucket(), "removed", n, "err", err)
+		}
+	}
+}
+
+// compactBucket removes the delete markers of kv stamped before cutoff,
+// with the revisions behind them, and returns how many it removed.
+func (s *Service) compactBucket(ctx context.Context, kv jetstream.KeyValue, cutoff time.Time) (int, error) {
+	stream, err := s.cfg.JS.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return 0, err
+	}
+	type marker struct {
+		key string
+		rev uint64
+	}
+	var old []marker
+	w, err := kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = w.Stop() }()
+read:
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return 0, errWatchEnded
+			case e == nil:
+				break read // the latest entry of every key is in
+			case len(old) < maxCompactPerPass && e.Operation() != jetstream.KeyValuePut && e.Created().Before(cutoff):
+				old = append(old, marker{e.Key(), e.Revision()})
+			}
+		}
+	}
+	_ = w.Stop()
+	for i, m := range old {
+		// Up to and including the marker: a value written since stays.
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+			return i, fmt.Errorf("purge %s up to its marker: %w", m.key, err)
+		}
+	}
+	return len(old), nil
+}
