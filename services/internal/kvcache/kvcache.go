@@ -128,9 +128,10 @@ func (c *Cache[T]) apply(key string, rev uint64, deleted bool, raw []byte) {
 	c.watched = max(c.watched, rev)
 	cur, ok := c.entries[key]
 	switch {
+	case deleted && (!ok || cur.rev <= rev): // its own record of this delete too
+		delete(c.entries, key)
 	case ok && cur.rev >= rev: // this process's own write, newer
 	case deleted:
-		delete(c.entries, key)
 	default:
 		c.entries[key] = &entry[T]{rev: rev, raw: raw}
 	}

@@ -224,6 +224,19 @@ func TestDeletedKeysAreNotKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A delete this process records itself, with its revision, before or
+	// after the watch delivers it.
+	if _, err := kv.Put(ctx, "own", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "own"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Delete("own", st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq)
 	// The watch is ordered: once it delivers the fence, every delete is in.
 	if _, err := kv.Put(ctx, "fence", []byte("0")); err != nil {
 		t.Fatal(err)
