@@ -174,6 +174,17 @@ func (c *Cache[T]) Delete(key string, rev uint64) {
 	_ = c.store(key, rev, true, nil)
 }
 
+// Lagging makes the view hold raw at rev for key, as a view whose watch
+// has not delivered the key's newer revisions yet holds it: for tests of
+// callers that must read the bucket again when a cached value does not
+// fit. (Put refuses a revision the watch has passed for a key it holds
+// no entry for: deleted since, as far as the view can tell.)
+func (c *Cache[T]) Lagging(key string, rev uint64, raw []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries[key] = &entry[T]{rev: rev, raw: raw}
+}
+
 // Result is the answer to a Lookup.
 type Result[T any] struct {
 	// Known is false when the cache cannot answer (not loaded yet, watch
