@@ -132,6 +132,13 @@ func (p *planner) stretch(step time.Duration, exp int, note bool) time.Duration 
 	return step
 }
 
+// FingerprintMargin is added to a spec update's time (FingerprintFrom)
+// before a run's start is compared with it: the executor reads the spec
+// through a view that follows flyball-tasks a little behind, on its own
+// clock. A run started within it of the update counts for nothing, which
+// costs change detection one run at most.
+const FingerprintMargin = time.Second
+
 // observe feeds one run's outcome to change detection and the adaptive
 // cadence. Only outcomes update the EMA: re-deciding (a hint, a breaker
 // signal) never moves it.
@@ -139,7 +146,16 @@ func (p *planner) observe(o *Outcome) {
 	s := &p.s
 	a := p.spec.Adaptive
 	changed, known := false, false
-	if o.Result == "succeeded" && o.Fingerprint != "" && (a != nil || p.spec.Activity != nil) {
+	started := o.StartedAt
+	if started.IsZero() {
+		started = o.ScheduledAt
+	}
+	underOldSpec := !s.FingerprintFrom.IsZero() && started.Before(s.FingerprintFrom.Add(FingerprintMargin))
+	if o.Result == "succeeded" && o.Fingerprint != "" && underOldSpec && (a != nil || p.spec.Activity != nil) {
+		p.tr.str("response fingerprint not used: the run started before the spec update of ").at(s.FingerprintFrom).end()
+	}
+	if o.Result == "succeeded" && o.Fingerprint != "" && !underOldSpec && (a != nil || p.spec.Activity != nil) {
+		s.FingerprintFrom = time.Time{}
 		known = s.LastFingerprint != ""
 		changed = known && o.Fingerprint != s.LastFingerprint
 		s.LastFingerprint = o.Fingerprint

@@ -298,14 +298,19 @@ func (p *planner) rememberLast(o *Outcome) {
 //
 // Change detection restarts too: the update may change what a
 // fingerprint is taken of (the URL, the method, maxResponseBytes, a NATS
-// subject), so the first fingerprint after it only records, as a new
-// task's first does. Compared with the old spec's, an unchanged target
-// read as "response changed" (tightening, and waking a dormant task), and
-// the unchanged runs counted before the update relaxed it at once.
+// subject), so the first fingerprint of a run made under the new spec
+// only records, as a new task's first does, and a run that started
+// before the update (FingerprintFrom) counts for nothing. Compared with
+// the old spec's, an unchanged target read as "response changed"
+// (tightening, and waking a dormant task), and the unchanged runs counted
+// before the update relaxed it at once.
 func (p *planner) restartAdaptive() {
 	s := &p.s
-	if s.LastFingerprint != "" {
-		p.tr.str("spec updated: change detection restarts (the next fingerprint only records)").end()
+	if p.spec.Adaptive != nil || p.spec.Activity != nil {
+		s.FingerprintFrom = p.now.UTC()
+	}
+	if s.LastFingerprint != "" || s.UnchangedRuns != 0 {
+		p.tr.str("spec updated: change detection restarts (the first fingerprint of a run under the new spec only records)").end()
 		s.LastFingerprint, s.UnchangedRuns = "", 0
 	}
 	if s.AdaptiveInterval == 0 {

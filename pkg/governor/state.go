@@ -98,6 +98,11 @@ type State struct {
 	// UnchangedRuns counts successful runs in a row whose fingerprint did
 	// not change (adaptive mode "change").
 	UnchangedRuns int `json:"unchangedRuns,omitempty"`
+	// FingerprintFrom is set by a spec update that restarts change
+	// detection: a run that started before it (plus FingerprintMargin) was
+	// made under the old spec, and its fingerprint is neither compared nor
+	// recorded. Cleared by the first fingerprint recorded after it.
+	FingerprintFrom time.Time `json:"fingerprintFrom,omitzero"`
 	// AdaptiveInterval is the smoothed (EMA) adaptive interval; zero means
 	// the baseline interval. It is stored in nanoseconds, like
 	// IntervalHint.Interval.

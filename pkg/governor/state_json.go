@@ -67,6 +67,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 	w.TimeOmitZero(`,"lastActivityAt":`, s.LastActivityAt)
 	w.Str(`,"lastFingerprint":`, s.LastFingerprint)
 	w.Int(`,"unchangedRuns":`, int64(s.UnchangedRuns))
+	w.TimeOmitZero(`,"fingerprintFrom":`, s.FingerprintFrom)
 	w.Int(`,"adaptiveInterval":`, int64(s.AdaptiveInterval))
 	w.TimeOmitZero(`,"breakerOpenUntil":`, s.BreakerOpenUntil)
 	if d := s.DeadLetter; d != nil {

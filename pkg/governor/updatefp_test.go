@@ -38,3 +38,37 @@ func TestDecideFirstFingerprintAfterAnUpdateOnlyRecords(t *testing.T) {
 		t.Fatalf("lastFingerprint %q, want the first fingerprint after the update recorded", d.State.LastFingerprint)
 	}
 }
+
+// The run in flight when the update came was made under the old spec
+// (the URL it called was the old one): its fingerprint, applied after
+// the update, became the first "recorded", and the first run under the
+// new spec was compared with it and read as a change. It counts for
+// nothing now; the first run that started after the update records.
+func TestDecideARunInFlightAtAnUpdateDoesNotRecordItsFingerprint(t *testing.T) {
+	spec := withActivity(changeSpec())
+	idleSince := t0.Add(-48 * time.Hour)
+	slot := t0.Add(time.Minute) // in flight: started, its outcome not in yet
+	st := stateWith(ran(t0), fingerprint("old-url"), lastActivity(idleSince), planned(slot, governor.SourceBaselineInterval))
+
+	up := governor.Decide(slot.Add(500*time.Millisecond), spec, st, updated)
+	old := outcomeFP("succeeded", slot, "old-url")
+	old.Outcome.StartedAt = slot.Add(10 * time.Millisecond)
+	d := governor.Decide(slot.Add(2*time.Second), spec, up.State, old)
+	if d.State.LastFingerprint != "" {
+		t.Fatalf("the run started before the update recorded its fingerprint %q; want none recorded", d.State.LastFingerprint)
+	}
+	if !strings.Contains(strings.Join(d.Trail, "\n"), "the run started before the spec update") {
+		t.Fatalf("the trail does not say why the fingerprint was not used:\n%s", strings.Join(d.Trail, "\n"))
+	}
+
+	next := outcomeFP("succeeded", d.NextRunAt, "new-url")
+	next.Outcome.StartedAt = d.NextRunAt.Add(10 * time.Millisecond)
+	d2 := governor.Decide(d.NextRunAt.Add(time.Second), spec, d.State, next)
+	trail := strings.Join(d2.Trail, "\n")
+	if strings.Contains(trail, "response changed") || !d2.State.LastActivityAt.Equal(idleSince) {
+		t.Fatalf("the first run under the new spec was taken as a change (lastActivityAt %s):\n%s", d2.State.LastActivityAt, trail)
+	}
+	if d2.State.LastFingerprint != "new-url" || !d2.State.FingerprintFrom.IsZero() {
+		t.Fatalf("lastFingerprint %q, fingerprintFrom %s; want the new run's recorded and the mark cleared", d2.State.LastFingerprint, d2.State.FingerprintFrom)
+	}
+}
