@@ -241,6 +241,9 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 	if v := headerValue(header, "ce-specversion"); v != event.CloudEventsVersionV1 {
 		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(v, 16)))
 	}
+	if field, rule := binaryAttributeProblem(header); field != "" {
+		return Event{}, malformed(field, rule)
+	}
 	e := event.New(event.CloudEventsVersionV1)
 	e.SetID(headerValue(header, "ce-id"))
 	e.SetType(headerValue(header, "ce-type"))
@@ -280,6 +283,30 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 		e.DataEncoded = body
 	}
 	return e, validate(e)
+}
+
+// binaryAttributeProblem names the first ce-* header of a binary-mode
+// message that is given twice (two values, or two names that differ only
+// in case) or whose value is not UTF-8, as structured mode refuses a
+// repeated member or a string that is not UTF-8. Before, the first value
+// was taken, and one that was not UTF-8 came back in the answer with
+// U+FFFD, an id the sender could not match.
+func binaryAttributeProblem(header map[string][]string) (field, rule string) {
+	seen := make(map[string]struct{}, len(header))
+	for k, v := range header {
+		if len(v) == 0 || len(k) < 3 || !strings.EqualFold(k[:3], "ce-") {
+			continue // a name with no value is not given
+		}
+		name := strings.ToLower(k[3:])
+		if _, dup := seen[name]; dup || len(v) > 1 {
+			return name, "given twice: each attribute appears once"
+		}
+		seen[name] = struct{}{}
+		if i := invalidUTF8([]byte(v[0])); i >= 0 {
+			return name, "not valid UTF-8" + byteAt([]byte(v[0]), i) + ": attribute values must be UTF-8"
+		}
+	}
+	return "", ""
 }
 
 // isJSONMediaType reports whether ct is JSON, as the sdk decides it when it

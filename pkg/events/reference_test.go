@@ -124,6 +124,13 @@ func refDecodeBinary(header map[string][]string, body []byte) (Event, error) {
 	if v := headerValue(header, "ce-specversion"); v != event.CloudEventsVersionV1 {
 		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(v, 16)))
 	}
+	// Deliberate change: a ce-* header given twice, or whose value is
+	// not UTF-8, is refused, as structured mode refuses such a member
+	// (the first value was taken, and bytes not UTF-8 came back as
+	// U+FFFD).
+	if field, rule := binaryAttributeProblem(header); field != "" {
+		return Event{}, malformed(field, rule)
+	}
 	e := event.New(event.CloudEventsVersionV1)
 	e.SetID(headerValue(header, "ce-id"))
 	e.SetType(headerValue(header, "ce-type"))
