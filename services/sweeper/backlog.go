@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -78,25 +79,32 @@ func (s *Service) readAccount(parent context.Context) {
 	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
 	defer cancel()
 	m := s.cfg.Metrics
+	// Each reading is kept on its own: a user without $JS.API.STREAM.LIST
+	// (permissions from before the per-stream figure) lost the account's
+	// figures and limits with it, and FlyballJetStreamStorageHigh, reading
+	// an absent series after a restart, could not fire.
 	ai, err := s.cfg.JS.AccountInfo(ctx)
 	if err == nil {
+		for _, t := range []struct {
+			name  string
+			used  uint64
+			limit int64
+		}{{"file", ai.Store, ai.Limits.MaxStore}, {"memory", ai.Memory, ai.Limits.MaxMemory}} {
+			m.JetStreamAccountStorage.WithLabelValues(t.name).Set(float64(t.used))
+			if t.limit > 0 {
+				m.JetStreamStorageLimit.WithLabelValues(t.name).Set(float64(t.limit))
+			} else {
+				m.JetStreamStorageLimit.DeleteLabelValues(t.name)
+			}
+		}
 		var perStream map[string]uint64
 		if perStream, err = oneCopyOfEachStream(ctx, s.cfg.JS); err == nil {
-			for _, t := range []struct {
-				name  string
-				used  uint64
-				limit int64
-			}{{"file", ai.Store, ai.Limits.MaxStore}, {"memory", ai.Memory, ai.Limits.MaxMemory}} {
-				m.JetStreamStorage.WithLabelValues(t.name).Set(float64(perStream[t.name]))
-				m.JetStreamAccountStorage.WithLabelValues(t.name).Set(float64(t.used))
-				if t.limit > 0 {
-					m.JetStreamStorageLimit.WithLabelValues(t.name).Set(float64(t.limit))
-				} else {
-					m.JetStreamStorageLimit.DeleteLabelValues(t.name)
-				}
+			for _, t := range []string{"file", "memory"} {
+				m.JetStreamStorage.WithLabelValues(t).Set(float64(perStream[t]))
 			}
 			return
 		}
+		err = fmt.Errorf("list the streams (each stream's bytes once; the user needs $JS.API.STREAM.LIST): %w", err)
 	}
 	if parent.Err() != nil {
 		return

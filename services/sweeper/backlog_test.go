@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -178,5 +179,42 @@ func TestStorageCountsOneCopyOfEachStream(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.JetStreamAccountStorage.WithLabelValues("file")); got != float64(3*one) {
 		t.Errorf("flyball_jetstream_account_storage_bytes{type=file} = %v, want %d (every replica)", got, 3*one)
+	}
+}
+
+// TestAccountFiguresSurviveAFailedStreamList: a sweeper whose user may
+// read the account's usage but not list the streams (permissions from
+// before the per-stream figure) lost the account's figures and limits
+// with the stream list, and after a restart exported no storage series
+// at all. The account's are kept, and the failed list is counted.
+func TestAccountFiguresSurviveAFailedStreamList(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithUsers(t,
+		&server.User{Username: "admin", Password: "pw"},
+		&server.User{Username: "sweeper", Password: "pw", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.INFO"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}},
+	)
+	ctx := t.Context()
+	_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Publish(ctx, "s.x", make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	_, js := natstest.ConnectAs(t, srv, "sweeper", "pw")
+	m := metrics.New()
+	s, err := New(Config{Common: svcconf.Common{JS: js, Metrics: m}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.readAccount(ctx)
+	if got := testutil.ToFloat64(m.JetStreamAccountStorage.WithLabelValues("file")); got < 4096 {
+		t.Errorf("flyball_jetstream_account_storage_bytes{type=file} = %v after a failed stream list, want the account's usage (at least 4096)", got)
+	}
+	if got := testutil.ToFloat64(m.BacklogReadFailures.WithLabelValues("account")); got != 1 {
+		t.Errorf("flyball_backlog_read_failures_total{read=account} = %v, want 1 (the stream list)", got)
 	}
 }

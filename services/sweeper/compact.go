@@ -52,25 +52,37 @@ const DeleteMarkerAge = 24 * time.Hour
 // CompactEvery is how often the sweeper removes old delete markers.
 const CompactEvery = time.Hour
 
-// compactDue removes old delete markers if CompactEvery has passed since
-// the last pass (the first sweep makes one). Only the sweep goroutine
-// calls it.
+// compactDue starts a pass that removes old delete markers if
+// CompactEvery has passed since the last one started (the first sweep
+// starts one). The pass runs on a goroutine of its own, one at a time:
+// run inside the sweep, three full-bucket watches and up to 30,000
+// purges (10,000 took about 4 s on one server) held the sweep's zombie
+// checks, backlog metrics and offline marking meanwhile. Only the sweep
+// goroutine calls it.
 func (s *Service) compactDue(ctx context.Context, now time.Time) {
 	if !s.compacted.IsZero() && now.Sub(s.compacted) < CompactEvery {
 		return
 	}
+	if !s.compacting.CompareAndSwap(false, true) {
+		return // the last pass is still running
+	}
 	s.compacted = now
 	cutoff := now.Add(-DeleteMarkerAge)
-	for _, kv := range []jetstream.KeyValue{s.tasks, s.schedules, s.breakers} {
-		n, err := s.compactBucket(ctx, kv, cutoff)
-		if n > 0 {
-			s.cfg.Metrics.MarkersCompacted.WithLabelValues(kv.Bucket()).Add(float64(n))
-			s.cfg.Logger.Info("old delete markers removed", "bucket", kv.Bucket(), "markers", n, "olderThan", DeleteMarkerAge)
+	s.compactions.Add(1)
+	s.Go(func() {
+		defer s.compactions.Done()
+		defer s.compacting.Store(false)
+		for _, kv := range []jetstream.KeyValue{s.tasks, s.schedules, s.breakers} {
+			n, err := s.compactBucket(ctx, kv, cutoff)
+			if n > 0 {
+				s.cfg.Metrics.MarkersCompacted.WithLabelValues(kv.Bucket()).Add(float64(n))
+				s.cfg.Logger.Info("old delete markers removed", "bucket", kv.Bucket(), "markers", n, "olderThan", DeleteMarkerAge)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("removing old delete markers failed; the next pass retries", "bucket", kv.Bucket(), "removed", n, "err", err)
+			}
 		}
-		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("removing old delete markers failed; the next pass retries", "bucket", kv.Bucket(), "removed", n, "err", err)
-		}
-	}
+	})
 }
 
 // compactBucket removes the delete markers of kv stamped before cutoff,

@@ -75,6 +75,7 @@ func TestSweeperCompactsOldDeleteMarkers(t *testing.T) {
 	clock := &shiftedClock{}
 	_, js := srv.Connect(t, "sweeper")
 	s := startHourlyWith(t, svcconf.Common{JS: js, Now: clock.Now})
+	s.compactions.Wait() // the pass runs beside the sweep
 	// The first sweep found the markers young: all stay.
 	for b := range buckets {
 		if got := msgs(b); got != before[b] {
@@ -85,6 +86,7 @@ func TestSweeperCompactsOldDeleteMarkers(t *testing.T) {
 	if err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
+	s.compactions.Wait()
 	for b, kv := range buckets {
 		// The live keys; in flyball-tasks (history 5) back keeps its
 		// marker as history behind its new value.

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,9 +85,13 @@ type Service struct {
 	// it so (a reading of the sweeper's clock that keeps its monotonic
 	// part); only the sweep goroutine touches it.
 	unscheduled map[string]time.Time
-	// compacted is when the sweep last removed old delete markers
-	// (compact.go); only the sweep goroutine touches it.
-	compacted time.Time
+	// compacted is when the sweep last started a pass removing old
+	// delete markers (compact.go); only the sweep goroutine touches it.
+	// compacting is set while that pass runs, on its own goroutine, and
+	// compactions counts it (tests wait on it).
+	compacted   time.Time
+	compacting  atomic.Bool
+	compactions sync.WaitGroup
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
