@@ -442,7 +442,9 @@ func (v *pubViolation) Error() string {
 // pubViolationRe finds the subject in the -ERR a refused publish draws,
 // as nats.go reports it to the connection's error handler (wrapping
 // nats.ErrPermissionViolation).
-var pubViolationRe = regexp.MustCompile(`Permissions Violation for Publish to "([^"]+)"`)
+// The server quotes the subject as Go's %q does, so it is unquoted
+// (a subject may hold a quote or a backslash).
+var pubViolationRe = regexp.MustCompile(`Permissions Violation for Publish to ("(?:[^"\\]|\\.)*")`)
 
 // pubWatch ends the NATS requests in flight whose subject the server
 // refused (callNATS). The server answers a refused publish with an
@@ -499,9 +501,13 @@ func (w *pubWatch) refused(err error) {
 	if sm == nil {
 		return
 	}
+	subject, uerr := strconv.Unquote(sm[1])
+	if uerr != nil {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, cancel := range w.waiting[sm[1]] {
-		cancel(&pubViolation{subject: sm[1]})
+	for _, cancel := range w.waiting[subject] {
+		cancel(&pubViolation{subject: subject})
 	}
 }

@@ -247,6 +247,16 @@ func TestNATSTargetPublishViolationIsPermanent(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection's own error handler did not see the violation")
 	}
+	// The server quotes the subject in its -ERR as Go's %q does: one
+	// with a quote or a backslash in it was not matched, and its call
+	// waited out its timeout as "no reply".
+	for _, subj := range []string{`reports."build"`, `reports.a\b`} {
+		start := time.Now()
+		res := ex.callNATS(t.Context(), &events.NATSTarget{Subject: subj, Timeout: events.Duration(timeout)}, nil, d, 1)
+		if took := time.Since(start); res.ok() || !res.permanent || took > timeout/2 {
+			t.Fatalf("%s: ok %v permanent %v after %s, err %v; want a permanent failure at once", subj, res.ok(), res.permanent, took.Round(time.Millisecond), res.err)
+		}
+	}
 	if res := ex.callNATS(t.Context(), &events.NATSTarget{Subject: "targets.build", Timeout: events.Duration(timeout)}, nil, d, 1); !res.ok() || res.body != "ok" {
 		t.Fatalf("targets.build: ok %v body %q err %v, want the reply", res.ok(), res.body, res.err)
 	}
