@@ -22,25 +22,13 @@ func TestDataContentTypeIsAMediaType(t *testing.T) {
 			assertOneMalformed(t, err, wantErr{"datacontenttype", []string{"must be application/json", ct}})
 		})
 		t.Run("binary "+ct, func(t *testing.T) {
-			h := binaryHeader()
-			h["content-type"] = []string{ct}
-			e, err := events.Decode(h, []byte(minimal))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = events.DecodeTaskSpec(e)
+			_, err := events.DecodeTaskSpec(decodeBinaryAs(t, ct))
 			assertOneMalformed(t, err, wantErr{"datacontenttype", []string{"must be application/json", ct}})
 		})
 	}
 	for _, ct := range []string{"Application/JSON", "APPLICATION/JSON; charset=utf-8", "application/json;charset=UTF-8", "Application/Vnd.Flyball+JSON"} {
 		t.Run("binary "+ct, func(t *testing.T) {
-			h := binaryHeader()
-			h["content-type"] = []string{ct}
-			e, err := events.Decode(h, []byte(minimal))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s, err := events.DecodeTaskSpec(e); err != nil || s.ID != "x" {
+			if s, err := events.DecodeTaskSpec(decodeBinaryAs(t, ct)); err != nil || s.ID != "x" {
 				t.Fatalf("DecodeTaskSpec = %q, %v", s.ID, err)
 			}
 		})
@@ -75,4 +63,16 @@ func TestDataContentTypeIsAMediaType(t *testing.T) {
 			})
 		}
 	}
+}
+
+// decodeBinaryAs decodes the minimal binary-mode event with content type ct.
+func decodeBinaryAs(t *testing.T, ct string) events.Event {
+	t.Helper()
+	h := binaryHeader()
+	h["content-type"] = []string{ct}
+	e, err := events.Decode(h, []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

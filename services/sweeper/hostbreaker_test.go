@@ -50,14 +50,8 @@ func TestHostBreakerNoTaskUsesIsForgotten(t *testing.T) {
 func TestOwnRecordOfAHostScopedTaskIsPurged(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	breakers, err := srv.JS.KeyValue(ctx, streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks := bucket(t, srv.JS, streams.BucketTasks)
+	breakers := bucket(t, srv.JS, streams.BucketBreakers)
 	for id, scope := range map[string]string{"moved": "host", "kept": "task"} {
 		spec, _ := json.Marshal(events.TaskSpec{
 			ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
@@ -138,14 +132,8 @@ func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	breakers, err := srv.JS.KeyValue(ctx, streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks := bucket(t, srv.JS, streams.BucketTasks)
+	breakers := bucket(t, srv.JS, streams.BucketBreakers)
 	spec, _ := json.Marshal(events.TaskSpec{
 		ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
 		Target:  events.Target{HTTP: &events.HTTPTarget{URL: url}},
@@ -179,18 +167,8 @@ func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.
 func TestBreakerOfAPausedTaskIsNotCounted(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
-	tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	breakers, err := srv.JS.KeyValue(ctx, streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks, schedules := taskBuckets(t, srv.JS)
+	breakers := bucket(t, srv.JS, streams.BucketBreakers)
 	now := time.Now().UTC()
 	for _, c := range []struct {
 		id, host, scope string

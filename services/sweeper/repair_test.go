@@ -119,14 +119,17 @@ func startHourlyWith(t *testing.T, c svcconf.Common) *Service {
 // write as the governor would.
 func taskBuckets(t *testing.T, js jetstream.JetStream) (tasks, schedules jetstream.KeyValue) {
 	t.Helper()
-	var err error
-	if tasks, err = js.KeyValue(t.Context(), streams.BucketTasks); err != nil {
+	return bucket(t, js, streams.BucketTasks), bucket(t, js, streams.BucketSchedules)
+}
+
+// bucket binds the KV bucket name.
+func bucket(t *testing.T, js jetstream.JetStream, name string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := js.KeyValue(t.Context(), name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if schedules, err = js.KeyValue(t.Context(), streams.BucketSchedules); err != nil {
-		t.Fatal(err)
-	}
-	return tasks, schedules
+	return kv
 }
 
 // TestAZombieReNudgedByTwoReplicasCountsOnce: two sweeper replicas that

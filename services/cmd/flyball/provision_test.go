@@ -67,18 +67,8 @@ func TestProvisionCreatesEverythingAndChangesNothingTheSecondTime(t *testing.T) 
 // definition's 7 days back and printed that everything matched.
 func TestProvisionReportsAKeptRetentionLimit(t *testing.T) {
 	t.Parallel()
-	srv, url := natstest.StartListeningEmpty(t)
-	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
-	e.ok(t, "provision")
-	st, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.MaxAge = 72 * time.Hour
-	if _, err := srv.JS.UpdateStream(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	e := provisionedThenEditRuns(t, func(cfg *jetstream.StreamConfig) { cfg.MaxAge = 72 * time.Hour })
+	srv := e.srv
 	out := e.ok(t, "provision")
 	if want := "provision: RUNS: max_age 72h kept (flyball's default is 168h)\n"; !strings.Contains(out, want) {
 		t.Errorf("provision printed %q, want the line %q", out, want)
@@ -86,7 +76,8 @@ func TestProvisionReportsAKeptRetentionLimit(t *testing.T) {
 	if !strings.Contains(out, "but for the 1 retention limit above") {
 		t.Errorf("provision printed %q, want its summary to name the kept limit", out)
 	}
-	if st, err = srv.JS.Stream(t.Context(), streams.StreamRuns); err != nil {
+	st, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got := st.CachedInfo().Config.MaxAge; got != 72*time.Hour {
@@ -287,19 +278,10 @@ func TestEnsureTriesReportASetBackOfAFailedTry(t *testing.T) {
 // leaves the stream as it is, prints it, and its summary says so.
 func TestProvisionLeavesNewerDefinitions(t *testing.T) {
 	t.Parallel()
-	srv, url := natstest.StartListeningEmpty(t)
-	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
-	e.ok(t, "provision")
-	st, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.Metadata = map[string]string{streams.MetadataVersion: "1000000"}
-	cfg.MaxMsgsPerSubject = 5000 // a newer default, not an operator's edit
-	if _, err := srv.JS.UpdateStream(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	e := provisionedThenEditRuns(t, func(cfg *jetstream.StreamConfig) {
+		cfg.Metadata = map[string]string{streams.MetadataVersion: "1000000"}
+		cfg.MaxMsgsPerSubject = 5000 // a newer default, not an operator's edit
+	})
 	out := e.ok(t, "provision")
 	if want := "provision: RUNS: newer definitions in place (version 1000000), left as they are\n"; !strings.Contains(out, want) {
 		t.Errorf("provision printed %q, want the line %q", out, want)
@@ -337,4 +319,23 @@ func TestCLIBindErrorSaysWhy(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q, provision hint %t", c.name, r.code, r.stderr, c.want, c.wantHint)
 		}
 	}
+}
+
+// provisionedThenEditRuns provisions an empty server with the CLI, then
+// changes RUNS as an operator (or a newer binary) would with edit.
+func provisionedThenEditRuns(t *testing.T, edit func(*jetstream.StreamConfig)) *cliEnv {
+	t.Helper()
+	srv, url := natstest.StartListeningEmpty(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	e.ok(t, "provision")
+	st, err := srv.JS.Stream(t.Context(), streams.StreamRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	edit(&cfg)
+	if _, err := srv.JS.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
