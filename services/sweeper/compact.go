@@ -113,8 +113,11 @@ read:
 				return 0, errWatchEnded
 			case e == nil:
 				break read // the latest entry of every key is in
-			case len(old) < maxCompactPerPass && e.Operation() != jetstream.KeyValuePut && e.Created().Before(cutoff):
+			case e.Operation() != jetstream.KeyValuePut && e.Created().Before(cutoff):
 				old = append(old, marker{e.Key(), e.Revision()})
+				if len(old) == s.compactCap {
+					break read // the rest is the next pass's: no need to read it now
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
@@ -82,11 +83,32 @@ func TestSweeperCompactsOldDeleteMarkers(t *testing.T) {
 			t.Fatalf("%s: %d messages after a sweep with young markers, want the %d stored", b, got, before[b])
 		}
 	}
+	// A pass removes at most compactCap markers a bucket, the oldest
+	// first; the next pass, an hour later, the rest.
+	s.compactCap = 200
+	removed := func(b string) float64 {
+		return testutil.ToFloat64(s.cfg.Metrics.MarkersCompacted.WithLabelValues(b))
+	}
 	clock.shift.Store(int64(25 * time.Hour))
 	if err := s.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.compactions.Wait()
+	for b := range buckets {
+		if got := removed(b); got != 200 {
+			t.Fatalf("%s: first pass removed %v markers, want the cap, 200", b, got)
+		}
+	}
+	clock.shift.Store(int64(26 * time.Hour))
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.compactions.Wait()
+	for b := range buckets {
+		if got := removed(b); got != n {
+			t.Fatalf("%s: two passes removed %v markers, want all %d", b, got, n)
+		}
+	}
 	for b, kv := range buckets {
 		// The live keys; in flyball-tasks (history 5) back keeps its
 		// marker as history behind its new value.

@@ -92,6 +92,7 @@ type Service struct {
 	compacted   time.Time
 	compacting  atomic.Bool
 	compactions sync.WaitGroup
+	compactCap  int // markers a pass removes from one bucket (maxCompactPerPass)
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
@@ -142,7 +143,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{
-		cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(),
+		cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), compactCap: maxCompactPerPass,
 		beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{},
 		durables: ds, backlogLog: repeatlog.New(cfg.Logger, backlogLogWindow),
 	}, nil
