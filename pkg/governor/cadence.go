@@ -145,22 +145,23 @@ const FingerprintMargin = time.Second
 func (p *planner) observe(o *Outcome) {
 	s := &p.s
 	a := p.spec.Adaptive
-	changed, known := false, false
-	started := o.StartedAt
-	if started.IsZero() {
-		started = o.ScheduledAt
-	}
-	underOldSpec := !s.FingerprintFrom.IsZero() && started.Before(s.FingerprintFrom.Add(FingerprintMargin))
-	if o.Result == "succeeded" && o.Fingerprint != "" && underOldSpec && (a != nil || p.spec.Activity != nil) {
-		p.tr.str("response fingerprint not used: the run started before the spec update of ").at(s.FingerprintFrom).end()
-	}
-	if o.Result == "succeeded" && o.Fingerprint != "" && !underOldSpec && (a != nil || p.spec.Activity != nil) {
-		s.FingerprintFrom = time.Time{}
-		known = s.LastFingerprint != ""
-		changed = known && o.Fingerprint != s.LastFingerprint
-		s.LastFingerprint = o.Fingerprint
-		if changed {
-			s.LastActivityAt = p.now.UTC()
+	changed, known, oldSpec := false, false, false
+	if o.Result == "succeeded" && o.Fingerprint != "" && (a != nil || p.spec.Activity != nil) {
+		started := o.StartedAt
+		if started.IsZero() {
+			started = o.ScheduledAt
+		}
+		oldSpec = !s.FingerprintFrom.IsZero() && started.Before(s.FingerprintFrom.Add(FingerprintMargin))
+		if oldSpec {
+			p.tr.str("response fingerprint not used: the run started before the spec update of ").at(s.FingerprintFrom).end()
+		} else {
+			s.FingerprintFrom = time.Time{}
+			known = s.LastFingerprint != ""
+			changed = known && o.Fingerprint != s.LastFingerprint
+			s.LastFingerprint = o.Fingerprint
+			if changed {
+				s.LastActivityAt = p.now.UTC()
+			}
 		}
 	}
 	base := p.spec.Schedule.Interval.D()
@@ -202,6 +203,9 @@ func (p *planner) observe(o *Outcome) {
 			s.UnchangedRuns = 0
 		case o.Fingerprint == "":
 			p.tr.str("adaptive (change): no fingerprint: cadence held").end()
+			return
+		case oldSpec:
+			p.tr.str("adaptive (change): a run under the old spec: cadence held").end()
 			return
 		case !known:
 			p.tr.str("adaptive (change): first fingerprint recorded").end()
