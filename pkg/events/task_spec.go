@@ -698,15 +698,20 @@ func (s *TaskSpec) validatePolicies(c *collector) {
 	}
 }
 
-// Normalize fills every absent field with its default, so the stored spec
-// shows the values actually in force. Call it on a spec that validated.
-func (s *TaskSpec) Normalize() {
-	// flyball stores and emits UTC: a startAt given with an offset
-	// ("+02:00") is the same instant, written back in UTC.
+// UTCStartAt writes startAt in UTC: flyball stores and emits UTC, and a
+// startAt given with an offset ("+02:00") is the same instant. Normalize
+// calls it; a reader of a spec stored before it did calls it too.
+func (s *TaskSpec) UTCStartAt() {
 	if s.StartAt != nil && s.StartAt.Location() != time.UTC {
 		u := s.StartAt.UTC()
 		s.StartAt = &u
 	}
+}
+
+// Normalize fills every absent field with its default, so the stored spec
+// shows the values actually in force. Call it on a spec that validated.
+func (s *TaskSpec) Normalize() {
+	s.UTCStartAt()
 	if h := s.Target.HTTP; h != nil {
 		if h.Method == "" {
 			h.Method = "GET"

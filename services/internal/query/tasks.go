@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -101,19 +100,9 @@ func (r *Reader) taskSpec(ctx context.Context, id string) (TaskView, error) {
 	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
 		v = TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(err)}
 	}
-	utcStartAt(&v.Spec)
+	v.Spec.UTCStartAt() // a spec stored before the governor wrote it in UTC
 	v.SpecRevision = ent.Revision()
 	return v, nil
-}
-
-// utcStartAt writes s's startAt in UTC: a spec stored before the
-// governor did (TaskSpec.Normalize) keeps the offset it was given
-// ("+02:00"), and flyball emits UTC.
-func utcStartAt(s *events.TaskSpec) {
-	if s.StartAt != nil && s.StartAt.Location() != time.UTC {
-		u := s.StartAt.UTC()
-		s.StartAt = &u
-	}
 }
 
 // addSchedule sets v.Schedule from flyball-schedules. A task without one
@@ -170,7 +159,7 @@ func (r *Reader) tasksAfter(ctx context.Context, f TaskFilter, after string) ([]
 			v = TaskView{Spec: events.TaskSpec{ID: e.Key()}, Unreadable: unreadable(err)}
 			keep = !filtered
 		} else {
-			utcStartAt(&v.Spec)
+			v.Spec.UTCStartAt() // a spec stored before the governor wrote it in UTC
 			keep = f.match(&v.Spec)
 		}
 		i, seen := at[e.Key()]
