@@ -271,12 +271,8 @@ func (e *ensurer) ensureConsumer(ctx context.Context, d consumerDef) error {
 // isCreated reports whether a create-only call found the stream or
 // consumer created with another config (an identical one succeeds).
 func isCreated(err error) bool {
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrConsumerExists) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == jetstream.JSErrCodeStreamNameInUse || apiErr.ErrorCode == jetstream.JSErrCodeConsumerExists)
+	// APIError.Is compares error codes, so a raw 10058 or 10148 matches.
+	return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrConsumerExists)
 }
 
 // Test hooks: testHookPlanned runs after Ensure has read every stream and

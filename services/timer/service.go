@@ -862,7 +862,7 @@ func (s *Service) publish(r *dueRun, now time.Time) (jetstream.PubAckFuture, err
 
 // retryLater re-queues a failed dispatch unless the schedule moved on.
 // tried is when the failed try went out if it may have been stored
-// nonetheless (mayBeStored), else 0.
+// nonetheless (!jsutil.NotStored), else 0.
 func (s *Service) retryLater(it *item, at, tried int64) {
 	s.requeue(it, at, s.cfg.RetryDelay, false, tried)
 }
