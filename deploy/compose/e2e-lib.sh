@@ -1,5 +1,5 @@
 # Shared by e2e.sh and e2e-variants.sh (sourced, not run, from the
-# repository's root): each defines fail, and dc (the compose command of the
+# repository's root): each defines fail, log, work, and dc (the compose command of the
 # stack it acts on), before it calls these.
 
 # e2e_setup sets what both scripts run with: COMPOSE (docker-compose, else
@@ -44,4 +44,21 @@ wait_for() {
 		((SECONDS < deadline)) || fail "timed out after ${timeout}s waiting for: $what"
 		sleep 1
 	done
+}
+
+# no_violations: least privilege must not have cost anything: no NATS
+# permission violation in the stack's logs (uses work and log too). Call it
+# before each teardown or make down, which remove the containers and their
+# logs.
+# nats-server logs "Publish Violation" / "Subscription Violation" /
+# "Authorization Violation"; clients see "Permissions Violation".
+no_violations() {
+	# To a file first: piped into grep, a failed logs command read as
+	# "no violations".
+	"${dc[@]}" logs --no-color >"$work/all.log" 2>&1 || fail "docker-compose logs failed: $(tail -n 3 "$work/all.log")"
+	grep -E 'Violation' "$work/all.log" >"$work/violations.log" || true
+	if [[ -s $work/violations.log ]]; then
+		fail "NATS permission violations (a service needs a permission docs/security.md does not grant): $(sort -u "$work/violations.log" | head -n 20)"
+	fi
+	log "no NATS permission violations"
 }

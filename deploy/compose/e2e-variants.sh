@@ -77,22 +77,6 @@ task_json() {
 	jq -nc --arg id "$1" '{id: $id, target: {http: {method: "GET", url: ("http://target:8000/" + $id), timeout: "5s"}}, schedule: {interval: "1s"}}'
 }
 lap() { timings+=("$1: $((SECONDS - $2))s"); }
-# no_violations: least privilege must not have cost anything, as in
-# e2e.sh: no NATS permission violation in the stack's logs. Called before
-# each teardown or make down, which remove the containers and their logs.
-# nats-server logs "Publish Violation" / "Subscription Violation" /
-# "Authorization Violation"; clients see "Permissions Violation".
-no_violations() {
-	# To a file first: piped into grep, a failed logs command read as
-	# "no violations".
-	"${dc[@]}" logs --no-color >"$work/all.log" 2>&1 || fail "docker-compose logs failed: $(tail -n 3 "$work/all.log")"
-	grep -E 'Violation' "$work/all.log" >"$work/violations.log" || true
-	if [[ -s $work/violations.log ]]; then
-		fail "NATS permission violations (a service needs a permission docs/security.md does not grant): $(sort -u "$work/violations.log" | head -n 20)"
-	fi
-	log "no NATS permission violations"
-}
-
 # ---------------------------------------------------------------------------
 t0=$SECONDS
 use "$prefix-single" docker-compose.single.yml
