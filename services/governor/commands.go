@@ -274,9 +274,12 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	// The entry too, not only the spec: a conditional update compares its
 	// revision and value below.
 	stored, err := s.tasks.Get(ctx, id)
-	var existing *events.TaskSpec
+	var (
+		existing      *events.TaskSpec
+		specCreatedAt time.Time // the createdAt stored with the spec
+	)
 	if err == nil {
-		existing, err = kvcache.DecodeSpec(id, stored.Value())
+		existing, specCreatedAt, err = decodeStoredSpec(id, stored.Value())
 	}
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
@@ -292,15 +295,10 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		}
 	}
 	exists := err == nil || unreadable
-	if err == nil && step.Input.Kind != gov.KindAccepted && step.Input.Kind != gov.KindDeleted {
+	if err == nil && step.completesCreation() {
 		// Should the task have no schedule, the command completes its
 		// creation with the createdAt its spec was stored with.
-		var sc struct {
-			CreatedAt time.Time `json:"createdAt"`
-		}
-		if json.Unmarshal(stored.Value(), &sc) == nil {
-			step.specCreatedAt = sc.CreatedAt
-		}
+		step.specCreatedAt = specCreatedAt
 	}
 	if unreadable && step.Input.Kind != gov.KindUpdated && step.Input.Kind != gov.KindDeleted && step.Input.Kind != gov.KindAccepted {
 		// Written by hand or by another version: nothing can be decided
@@ -363,7 +361,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				if body, err = s.storedBody(ctx, step); err != nil {
 					return nil, err
 				}
-				if !bytes.Equal(stored.Value(), body) && !sameStoredSpec(stored.Value(), body) {
+				if !bytes.Equal(stored.Value(), body) && !sameStoredSpec(existing, specCreatedAt, body) {
 					return nil, reject("ifRevision", events.StaleRevision+fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, stored.Revision(), step.IfRevision))
 				}
 			}
@@ -404,17 +402,25 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 	return acc, nil
 }
 
-// sameStoredSpec reports whether stored, a flyball-tasks value, holds the
-// spec of body once normalized as this flyball normalizes: a value
-// written before startAt was stored in UTC keeps its offset ("+02:00"),
-// and is the same spec as body's with "Z".
-func sameStoredSpec(stored, body []byte) bool {
-	var ss gov.StoredSpec
-	if err := json.Unmarshal(stored, &ss); err != nil || ss.TaskSpec == nil {
-		return false
+// decodeStoredSpec decodes a flyball-tasks value once: the spec,
+// normalized as kvcache.DecodeSpec does (a value that does not decode is
+// kvcache.ErrUnreadable), and the createdAt stored with it
+// (gov.StoredSpec).
+func decodeStoredSpec(id string, raw []byte) (*events.TaskSpec, time.Time, error) {
+	ss := gov.StoredSpec{TaskSpec: &events.TaskSpec{}}
+	if err := json.Unmarshal(raw, &ss); err != nil {
+		return nil, time.Time{}, fmt.Errorf("stored spec %s is %w: %w", id, kvcache.ErrUnreadable, err)
 	}
 	ss.Normalize()
-	again, err := json.Marshal(ss)
+	return ss.TaskSpec, ss.CreatedAt, nil
+}
+
+// sameStoredSpec reports whether the stored spec (decoded and normalized,
+// with its createdAt) is the spec of body as this flyball writes it: a
+// value written before startAt was stored in UTC keeps its offset
+// ("+02:00"), and is the same spec as body's with "Z".
+func sameStoredSpec(stored *events.TaskSpec, createdAt time.Time, body []byte) bool {
+	again, err := json.Marshal(gov.StoredSpec{TaskSpec: stored, CreatedAt: createdAt})
 	return err == nil && bytes.Equal(again, body)
 }
 
