@@ -52,25 +52,25 @@ type Service struct {
 	// (outboxRound, outboxBudget); tests shorten them.
 	outRound, outBudget time.Duration
 	// Watch-fed views, so a run costs no KV read in the common case.
-	specs     *kvcache.Cache[*task]
-	pauses    *kvcache.Cache[struct{}] // which tasks may be paused (flyball-pauses)
-	breakers  *kvcache.Cache[BreakerRecord]
-	work      *jsutil.WorkerConsume
-	out       *outbox       // run events on their way to RUNS
-	calls     chan struct{} // a slot per call in flight (Concurrency)
-	heldMu    sync.Mutex
-	held      map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
-	parked    map[string]int     // of held, those deferred by their breaker (park), by breaker key
-	retrying  int                // of held, those tried again after an infrastructure failure (retryInfra)
-	releasing bool               // shutdown: hand new arrivals back at once
-	firing    sync.WaitGroup     // held dispatches not yet settled
-	fire      chan *held         // held dispatches whose slot came, to the callers
-	records   sync.WaitGroup     // background KV writes: attempt records, released probe claims
-	settles   *settler           // acks, naks and terms until the server confirms them
-	owed      *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
-	// stopping is closed with releasing: a dispatch waiting for a call
-	// slot, a caller or a host slot is handed back then, not at the end
-	// of the grace.
+	specs    *kvcache.Cache[*task]
+	pauses   *kvcache.Cache[struct{}] // which tasks may be paused (flyball-pauses)
+	breakers *kvcache.Cache[BreakerRecord]
+	work     *jsutil.WorkerConsume
+	out      *outbox       // run events on their way to RUNS
+	calls    chan struct{} // a slot per call in flight (Concurrency)
+	heldMu   sync.Mutex
+	held     map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
+	parked   map[string]int     // of held, those deferred by their breaker (park), by breaker key
+	retrying int                // of held, those tried again after an infrastructure failure (retryInfra)
+	firing   sync.WaitGroup     // held dispatches not yet settled
+	fire     chan *held         // held dispatches whose slot came, to the callers
+	records  sync.WaitGroup     // background KV writes: attempt records, released probe claims
+	settles  *settler           // acks, naks and terms until the server confirms them
+	owed     *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
+	// stopping is closed when shutdown begins (releaseHeld, under
+	// heldMu): a new arrival, and a dispatch waiting for a call slot, a
+	// caller or a host slot, is handed back then, not at the end of the
+	// grace.
 	stopping chan struct{}
 	// unconfirmed holds the run events the outbox gave up on, for their
 	// dispatch's redelivery (replay).
@@ -474,7 +474,7 @@ func (s *Service) wakeDeferred(key string) {
 func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	if s.releasing {
+	if s.stopped() {
 		s.handBackNak(h.m, h.d, h.handBack())
 		return
 	}
@@ -658,16 +658,26 @@ func (s *Service) callHeld(ctx context.Context, h *held) {
 	s.run(ctx, h.m, h.md, h.d, h.arrived, h.woken, h.slot, h.retry)
 }
 
+// stopped reports whether shutdown has begun (releaseHeld closed
+// stopping): new arrivals are handed back at once.
+func (s *Service) stopped() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // releaseHeld hands every dispatch still waiting for its slot, or
 // deferred by its breaker, back to the stream at shutdown (handBack), so
 // another executor runs it on time.
 func (s *Service) releaseHeld() {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	if !s.releasing {
-		close(s.stopping)
+	if !s.stopped() {
+		close(s.stopping) // under heldMu: keep sees it, or its dispatch is in held
 	}
-	s.releasing = true
 	for h := range s.held {
 		if h.t.Stop() {
 			delete(s.held, h)

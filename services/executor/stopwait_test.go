@@ -76,11 +76,7 @@ func TestDispatchWaitingForACallSlotIsHandedBackAtStop(t *testing.T) {
 		s.Stop()
 		close(stopped)
 	}()
-	natstest.Eventually(t, 10*time.Second, "the executor stopping", func() bool {
-		s.heldMu.Lock()
-		defer s.heldMu.Unlock()
-		return s.releasing
-	})
+	natstest.Eventually(t, 10*time.Second, "the executor stopping", s.stopped)
 	first.release() // the first call ends within the grace
 	awaitClosed(t, stopped, 15*time.Second, "Stop")
 	if n := second.called(); n != 0 {
