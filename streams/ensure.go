@@ -99,12 +99,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	report := func(d Difference) {
-		if o.report != nil {
-			o.report(d)
-		}
-	}
-	e := ensurer{js: js, o: &o, version: version, report: report}
+	e := ensurer{js: js, o: &o, version: version}
 	plans := make([]streamPlan, len(streams))
 	for i, d := range streams {
 		if plans[i], err = e.planStream(ctx, d); err != nil {
@@ -136,7 +131,13 @@ type ensurer struct {
 	js      jetstream.JetStream
 	o       *options
 	version int
-	report  func(Difference)
+}
+
+// report passes d to the caller's WithReport, if any.
+func (e *ensurer) report(d Difference) {
+	if e.o.report != nil {
+		e.o.report(d)
+	}
 }
 
 // streamPlan is what Ensure writes to one stream: cfg, with a create-only

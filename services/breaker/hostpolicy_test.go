@@ -28,14 +28,7 @@ func TestFailedProbeNeverShortensTheOpenPeriod(t *testing.T) {
 		}
 	}
 	const key = "host_api_example_com"
-	now := time.Now().UTC()
-	rec, err := json.Marshal(executor.BreakerRecord{Key: key, State: events.BreakerOpen, Failures: 9, OpenDelay: events.Duration(time.Hour), RetryAt: now.Add(-time.Second), UpdatedAt: now.Add(-time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.breakers.Put(t.Context(), key, rec); err != nil {
-		t.Fatal(err)
-	}
+	h.putOpenFor(key, time.Hour)
 	h.outcomeOf(events.OutcomeFailed, "b", key, time.Now()) // b's probe fails
 	b, _, _ := h.record(key)
 	if b.State != events.BreakerOpen || b.OpenDelay.D() < time.Hour {
