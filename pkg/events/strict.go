@@ -523,6 +523,30 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 	return m
 }
 
+// FieldPaths returns the dotted json path of every field of the structs
+// vs, and of the structs in them (through pointers, slices and arrays),
+// embedded structs promoted: "schedule.interval", "target.http.url".
+func FieldPaths(vs ...any) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range vs {
+		addPaths(m, reflect.TypeOf(v), "", 0)
+	}
+	return m
+}
+
+func addPaths(m map[string]bool, t reflect.Type, prefix string, depth int) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || depth > 8 {
+		return
+	}
+	for name, ft := range structFields(t) {
+		m[prefix+name] = true
+		addPaths(m, ft, prefix+name+".", depth+1)
+	}
+}
+
 func addFields(m map[string]reflect.Type, t reflect.Type, depth int) {
 	for i := range t.NumField() {
 		f := t.Field(i)

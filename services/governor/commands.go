@@ -201,42 +201,13 @@ func rejectionLabel(fe events.FieldError) string {
 
 // knownFields holds every field a rejection may name that is not a
 // context attribute: the dotted JSON paths of the command payloads
-// (slice elements and map values under their parent's path), data
-// itself, and the fields Translate checks outside the payloads.
+// (slice elements and map values under their parent's path) and data
+// itself.
 var knownFields = func() map[string]bool {
-	m := map[string]bool{"data": true, "at": true, "ifRevision": true, "taskCreatedAt": true}
-	for _, v := range []any{events.TaskSpec{}, events.TaskUpdate{}, events.TaskRef{}, events.TaskPause{}, events.TaskHint{}, events.TaskRequeue{}} {
-		addPaths(m, reflect.TypeOf(v), "", 0)
-	}
+	m := events.FieldPaths(events.TaskSpec{}, events.TaskUpdate{}, events.TaskRef{}, events.TaskPause{}, events.TaskHint{}, events.TaskRequeue{})
+	m["data"] = true
 	return m
 }()
-
-// addPaths adds the json path of every field of struct type t to m,
-// each prefixed with prefix.
-func addPaths(m map[string]bool, t reflect.Type, prefix string, depth int) {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct || depth > 8 {
-		return
-	}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if !f.IsExported() || name == "-" {
-			continue
-		}
-		if f.Anonymous && name == "" {
-			addPaths(m, f.Type, prefix, depth+1)
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		m[prefix+name] = true
-		addPaths(m, f.Type, prefix+name+".", depth+1)
-	}
-}
 
 // repairsStoredTarget reports whether step is the sweeper's repair of a
 // spec stored with no schedule (a task.created whose command ID has its
