@@ -116,7 +116,7 @@ func missedVerdict(target, tier string, s *SystemResult) Verdict {
 	case st.Missed > 0:
 		v.Reason = "runs did not arrive within the window plus the grace period"
 	case st.GridMissed > 0:
-		v.Reason = "every slot was called, but some more than 90% of an interval late"
+		v.Reason = "every slot was called, but some so late they fell in the next slot's window (later than the interval less min(10% of it, 100 ms))"
 	}
 	return v
 }
