@@ -5,11 +5,14 @@
 // The holder rewrites the key every TTL/3 with compare-and-set on its last
 // revision. The others read it at the same rate and take it over, again
 // with compare-and-set, once its revision has not moved for TTL by their
-// own clock. No clock is compared with another's, so skew cannot elect two
-// holders; a holder that stalls for longer than TTL can overlap with its
-// successor until its next rewrite fails. Callers must therefore stay
-// correct with two holders, or none, for a moment: the lease saves work,
-// it does not guard it.
+// own clock: each reads it again TTL after it first saw that revision,
+// not at its next tick, so it takes over TTL after the last renewal it
+// saw, at most TTL + TTL/3 after the holder's last renewal. No clock is
+// compared with another's, so skew cannot elect two holders; a holder
+// that stalls for longer than TTL can overlap with its successor until
+// its next rewrite fails. Callers must therefore stay correct with two
+// holders, or none, for a moment: the lease saves work, it does not guard
+// it.
 //
 // A holder that stops releases the key (a delete with its revision), so a
 // replica that stands by takes over at its next read instead of after
@@ -60,8 +63,10 @@ type Config struct {
 	// holder held up in it for TTL is taken over while it still believes
 	// it holds the lease.
 	OnChange func(held bool)
-	// now is the clock (tests).
-	now func() time.Time
+	// now is the clock, and wait how Run waits between its steps (tests;
+	// ticks by default).
+	now  func() time.Time
+	wait waitFunc
 }
 
 // releaseTimeout bounds the delete that gives the lease up at stop.
@@ -105,17 +110,40 @@ func Run(ctx context.Context, cfg Config) {
 		cfg.now = time.Now
 	}
 	value := cfg.Holder + tokenSep + newToken()
+	if cfg.wait == nil {
+		t := time.NewTicker(cfg.TTL / 3)
+		defer t.Stop()
+		cfg.wait = ticks(t)
+	}
 	st := &state{cfg: cfg, value: []byte(value), log: cfg.Logger.With("lease", cfg.Key, "holder", value)}
-	t := time.NewTicker(cfg.TTL / 3)
-	defer t.Stop()
 	for {
 		st.step(ctx)
-		select {
-		case <-ctx.Done():
+		if !cfg.wait(ctx, st.takeAt(cfg.now())) {
 			st.release()
 			return
-		case <-t.C:
 		}
+	}
+}
+
+// waitFunc waits for Run's next step: its next tick or, if at is not
+// zero, the moment at, whichever comes first. It reports false if ctx
+// ends first.
+type waitFunc func(ctx context.Context, at time.Time) bool
+
+// ticks waits on t, and on a timer for at.
+func ticks(t *time.Ticker) waitFunc {
+	return func(ctx context.Context, at time.Time) bool {
+		var due <-chan time.Time
+		if !at.IsZero() {
+			due = time.After(time.Until(at))
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		case <-due:
+		}
+		return true
 	}
 }
 
@@ -157,6 +185,23 @@ func (st *state) step(ctx context.Context) {
 			st.take(rev, now, "lease holder silent for its TTL", "previous", string(e.Value()))
 		}
 	}
+}
+
+// takeAt is when a standby may take the lease: TTL after it first saw
+// the key's revision, when it reads the key again rather than at its next
+// tick. A tick comes TTL/3 after the last, give or take its jitter, so the
+// third after the one that saw the revision can fall just short of TTL,
+// and waiting for the fourth would leave the lease idle up to a tick
+// longer. Zero when this replica holds the lease, has seen no revision, or
+// that moment is past (a take that failed then: the ticks retry it).
+func (st *state) takeAt(now time.Time) time.Time {
+	if st.held || st.seen.IsZero() {
+		return time.Time{}
+	}
+	if at := st.seen.Add(st.cfg.TTL); at.After(now) {
+		return at
+	}
+	return time.Time{}
 }
 
 // readFailed records a read of the key that failed. A standby that cannot

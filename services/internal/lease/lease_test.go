@@ -122,6 +122,63 @@ func TestSilentHolderIsReplacedAfterTTL(t *testing.T) {
 	}
 }
 
+// TestStandbyTakesOverTTLAfterItSawTheLastRenewal runs a standby as
+// services do, on a fake clock whose ticks come a little late or early
+// as real ones do: it takes a silent lease TTL after it first saw the
+// holder's last renewal, not at the first tick after that. Its ticks are
+// TTL/3 apart, so if the one that saw the renewal came a millisecond late,
+// the third after it comes a millisecond short of TTL; waiting for the
+// fourth took over up to TTL + 2·TTL/3 after the renewal, past the TTL +
+// TTL/3 the docs promise.
+func TestStandbyTakesOverTTLAfterItSawTheLastRenewal(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a := newReplica(t, kv, "timer-a")
+	start := a.clock
+	a.step(ctx)
+	// a renews once, between b's first and second ticks, then crashes.
+	renewal := start.Add(ttl/3 + ttl/6)
+	late := map[int]time.Duration{2: time.Millisecond}
+	var (
+		clock      = start
+		ticked     int
+		seen, took time.Time
+	)
+	Run(ctx, Config{
+		KV: kv, Key: "timer", Holder: "timer-b", TTL: ttl, Logger: quiet,
+		OnChange: func(held bool) {
+			if held {
+				took = clock
+			}
+		},
+		now: func() time.Time { return clock },
+		wait: func(_ context.Context, at time.Time) bool {
+			if !took.IsZero() || ticked == 10 {
+				return false
+			}
+			if tick := start.Add(time.Duration(ticked+1)*ttl/3 + late[ticked+1]); at.IsZero() || tick.Before(at) {
+				clock = tick
+				ticked++
+			} else {
+				clock = at
+			}
+			if a.clock.Before(renewal) && !clock.Before(renewal) {
+				a.clock = renewal
+				a.step(ctx)
+				seen = clock // b's step at this clock reads the renewal
+			}
+			return true
+		},
+	})
+	if took.IsZero() {
+		t.Fatalf("b did not take the lease in %d ticks after a went silent", ticked)
+	}
+	if took.Sub(seen) != ttl || took.Sub(renewal) > ttl+ttl/3 {
+		t.Fatalf("b took the lease %s after a's last renewal, %s after it saw it; want %s after it saw it, at most %s after the renewal",
+			took.Sub(renewal), took.Sub(seen), ttl, ttl+ttl/3)
+	}
+}
+
 // TestRenewalWhoseReplyWasLostKeepsTheLease: a renewal the server stored
 // but whose reply never came leaves the holder one revision behind the
 // key; its next renewal loses the compare-and-set, finds its own name at
