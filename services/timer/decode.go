@@ -43,7 +43,9 @@ type schedule struct {
 // fields but whose tail is not valid JSON is scheduled from the prefix
 // instead of being refused. The governor never writes such a value, and
 // TestDecodeScheduleMatchesUnmarshal and FuzzDecodeSchedule check agreement
-// with json.Unmarshal on every valid input.
+// with json.Unmarshal on every valid input without a repeated field (the
+// scan returns once it has all three, so a later copy of one, which
+// json.Unmarshal would take, is never read).
 func decodeSchedule(b []byte) (schedule, error) {
 	if sc, ok := scanSchedule(b); ok {
 		return sc, nil
