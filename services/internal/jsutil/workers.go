@@ -83,6 +83,7 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 		c.shards = make([]chan jetstream.Msg, w.N)
 		c.waiting = make([]waitQueue, w.N)
 		c.seed = maphash.MakeSeed()
+		c.freed = make(chan struct{}, 1)
 		for i := range c.shards {
 			q := make(chan jetstream.Msg, w.Buffer)
 			c.shards[i] = q
@@ -90,6 +91,12 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 			wq.ring = make([]waiting, w.Buffer+2)
 			c.wg.Go(func() {
 				for m := range q {
+					if len(q) == cap(q)-1 { // it was full: room may be waiting
+						select {
+						case c.freed <- struct{}{}:
+						default:
+						}
+					}
 					wq.pop()
 					h(m)
 				}
@@ -124,7 +131,7 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 const maxPinnedBuffer = 1 << 16
 
 // pinnedBuffer is a shard queue's length for a pinned_client durable. A
-// sharded reader stops pulling while it hands a message to a full shard,
+// sharded reader stops pulling while a shard's queue is full (shardRoom),
 // and a pinned reader that stops pulling loses its pin after the
 // durable's priority_timeout, though it is alive: another replica is
 // pinned and handles the newer messages of the tasks whose older ones the
@@ -151,6 +158,9 @@ type WorkerConsume struct {
 
 	shards []chan jetstream.Msg // sharded mode: one queue per worker
 	seed   maphash.Seed
+	// freed wakes room (sharded mode): a worker took a message from a
+	// full queue.
+	freed chan struct{}
 	// waiting mirrors each shard's queue (sharded mode), for
 	// keepWaitingAlive; ackWait is the durable's.
 	waiting []waitQueue
@@ -324,10 +334,11 @@ func (s *pullStreak) recovered(log *slog.Logger) {
 
 // room blocks until a worker is free and returns how many messages the
 // next pull may ask for: the idle workers (their slots are taken now), or
-// in sharded mode twice the worker count (the shard queues absorb it).
+// in sharded mode what the fullest shard queue has room for, at most
+// twice the worker count (shardRoom).
 func (c *WorkerConsume) room() int {
 	if c.slots == nil {
-		return 2 * c.w.N
+		return c.shardRoom()
 	}
 	select {
 	case <-c.slots:
@@ -345,6 +356,32 @@ func (c *WorkerConsume) room() int {
 		break
 	}
 	return n
+}
+
+// shardRoom blocks until every shard queue has room and returns how many
+// messages the next pull may ask for: no more than the fullest queue has
+// room for, since all of them may be one key's, so dispatch never waits
+// for a full queue. A message nats.go holds in a batch while dispatch
+// waits is marked in progress by nothing (keepWaitingAlive sees only the
+// queues), and after AckWait the server redelivers it to another replica,
+// which handles it before this one handles the key's messages ahead of it.
+// Only the fetch loop sends to the queues, so their room only grows until
+// the pull's messages are dispatched.
+func (c *WorkerConsume) shardRoom() int {
+	for {
+		n := 2 * c.w.N
+		for _, q := range c.shards {
+			n = min(n, cap(q)-len(q))
+		}
+		if n > 0 {
+			return n
+		}
+		select {
+		case <-c.freed:
+		case <-c.ctx.Done():
+			return 0
+		}
+	}
 }
 
 // pull fetches up to n messages and hands each to a worker as it arrives.
@@ -394,7 +431,7 @@ func (c *WorkerConsume) dispatch(m jetstream.Msg) {
 	if c.shards != nil {
 		i := maphash.String(c.seed, c.w.Key(m)) % uint64(len(c.shards))
 		c.waiting[i].push(m, time.Now())
-		c.shards[i] <- m
+		c.shards[i] <- m // never blocks: shardRoom left room for the pull
 		return
 	}
 	c.work <- m // a worker is free: pull reserved its slot

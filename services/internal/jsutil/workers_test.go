@@ -2,12 +2,15 @@ package jsutil
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,7 +20,7 @@ import (
 
 // workStream makes a work-queue stream on work.> with a durable pull
 // consumer "w" and returns a JetStream context.
-func workStream(t *testing.T, ackWait time.Duration) jetstream.JetStream {
+func workStream(t testing.TB, ackWait time.Duration) jetstream.JetStream {
 	t.Helper()
 	srv := natstest.Start(t)
 	ctx := t.Context()
@@ -98,6 +101,80 @@ func TestShardedWorkersKeepPerKeyOrder(t *testing.T) {
 				t.Fatalf("key %s: message %d handled at position %d (order %v)", k, n, i, got)
 			}
 		}
+	}
+}
+
+// TestBatchBehindAFullShardIsNotRedelivered: one key's worker holds
+// message 0 (the governor's untilSettled through an outage); the key's
+// other messages arrive while its queue (one message here) is full. None
+// that this client took may be redelivered to another replica while it
+// holds them. Before, a pull asked for 2×N messages whatever the queues
+// held, and the fetch loop, blocked handing message 2 to the full queue,
+// held message 3 in the batch where nothing marked it in progress: after
+// AckWait the server gave it to the other replica, which applied it before
+// this client applied 1 and 2.
+func TestBatchBehindAFullShardIsNotRedelivered(t *testing.T) {
+	js := workStream(t, time.Second)
+	ctx := t.Context()
+	cons, err := js.Consumer(ctx, "W", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holding, release := make(chan struct{}), make(chan struct{})
+	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2, Buffer: 1, Key: lastToken, MaxWait: time.Minute}, func(m jetstream.Msg) {
+		if string(m.Data()) == "0" {
+			close(holding)
+			<-release
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	t.Cleanup(func() { close(release) })
+	publish(t, js, "work.k", 1)
+	<-holding
+	for i := 1; i <= 3; i++ {
+		if _, err := js.Publish(ctx, "work.k", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Until this client has no pull open, it is the only reader: what it
+	// will hold, it has.
+	natstest.Eventually(t, 10*time.Second, "no pull open", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting == 0
+	})
+	// Another replica reads the durable until message 0, which the handler
+	// holds without marking it in progress, comes a second time: two
+	// AckWaits have passed since this client took the others.
+	var redelivered []string
+	for again := 0; again < 2; {
+		batch, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(m.Data()) == "0" {
+				again++
+				continue // left unacked, to come again
+			}
+			if meta.NumDelivered > 1 {
+				redelivered = append(redelivered, fmt.Sprintf("%s@%d", m.Data(), meta.NumDelivered))
+			}
+			_ = m.Ack()
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatal(err)
+		}
+	}
+	if len(redelivered) > 0 {
+		t.Fatalf("redelivered to another reader while this one held them (message@delivery): %v", redelivered)
 	}
 }
 
