@@ -89,6 +89,13 @@ type Beater struct {
 	// unread is whether the last read-back for the clock offset failed
 	// (warned once). Only the beat loop touches it.
 	unread bool
+	// announced is whether the start's runtime.online is stored: it is
+	// published once the instance is registered, and retried every beat
+	// until stored (under one event ID, so a retry is stored once).
+	announced bool
+	// tried is closed once the loop has made its first try at the start's
+	// runtime.online (tests' BeatNow waits for it).
+	tried chan struct{}
 	// back is the offline record the instance returned from, while its
 	// runtime.online is not yet published (retried every beat).
 	back *events.Heartbeat
@@ -102,10 +109,13 @@ type Beater struct {
 	current atomic.Pointer[sample]
 }
 
-// Start registers the instance (announcing runtime.online) and beats until
-// Stop. Registration failure is not fatal: the next beat retries it, and
-// so is a failure to bind KV flyball-runtime (each beat binds it again
-// until it can). Nothing it meets stops it, so it returns no error.
+// Start registers the instance and beats until Stop. Registration failure
+// is not fatal: the next beat retries it, and so is a failure to bind KV
+// flyball-runtime (each beat binds it again until it can). Once registered,
+// the instance announces runtime.online, from the beat loop (Start does not
+// wait for it: a publish to a missing HEALTH stream takes seconds), and
+// again each beat until it is stored. Nothing it meets stops it, so it
+// returns no error.
 func Start(ctx context.Context, cfg Config) *Beater {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
@@ -126,17 +136,20 @@ func Start(ctx context.Context, cfg Config) *Beater {
 			Kind: cfg.Kind, Name: cfg.Name, PID: os.Getpid(), Host: host, Version: cfg.Version,
 			Capacity: cfg.Capacity, Status: events.RuntimeOnline, StartedAt: now, Interval: events.Duration(cfg.Interval),
 		},
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}), tried: make(chan struct{}),
 	}
 	b.beating, b.stopBeat = context.WithCancel(context.Background())
-	b.beat(ctx)
-	b.announce(ctx, events.RuntimeOnline, "started")
+	b.register(ctx)
 	go b.loop()
 	return b
 }
 
 func (b *Beater) loop() {
 	defer close(b.done)
+	ctx, cancel := context.WithTimeout(b.beating, b.cfg.Interval)
+	b.announceStart(ctx)
+	cancel()
+	close(b.tried)
 	t := time.NewTicker(b.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -152,6 +165,18 @@ func (b *Beater) loop() {
 }
 
 func (b *Beater) beat(ctx context.Context) {
+	if !b.register(ctx) {
+		return
+	}
+	b.announceStart(ctx)
+	if b.back != nil && b.announceReturn(ctx) {
+		b.back = nil
+	}
+}
+
+// register writes the instance's entry, and reports whether it was stored
+// (a failure is logged and counted).
+func (b *Beater) register(ctx context.Context) bool {
 	b.hb.LastBeat = time.Now().UTC()
 	body, err := json.Marshal(b.hb)
 	if err == nil {
@@ -160,11 +185,9 @@ func (b *Beater) beat(ctx context.Context) {
 	if err != nil {
 		b.cfg.Metrics.HeartbeatFailures.Inc()
 		b.cfg.Logger.Warn("heartbeat failed; retrying next tick", "kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
-		return
+		return false
 	}
-	if b.back != nil && b.announceReturn(ctx) {
-		b.back = nil
-	}
+	return true
 }
 
 // write stores body as the instance's entry. The first beat puts it; each
@@ -336,7 +359,21 @@ func (b *Beater) announceReturn(ctx context.Context) bool {
 	return true
 }
 
-func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason string) {
+// announceStart publishes the start's runtime.online once the instance is
+// registered (an entry stored), unless it is stored already. An instance
+// that registered late (streams provisioned after it started, KV
+// unreachable at start) announced nothing: its one try, at Start, had
+// failed, and it showed online in flyball-runtime but never on HEALTH.
+func (b *Beater) announceStart(ctx context.Context) {
+	if b.announced || b.rev == 0 {
+		return
+	}
+	b.announced = b.announce(ctx, events.RuntimeOnline, "started; retrying next beat")
+}
+
+// announce publishes st for this instance's start (its event ID, so a
+// retry is stored once), and reports whether it was stored.
+func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason string) bool {
 	hb := b.hb
 	hb.Status = st
 	id := b.source + ":" + string(st) + ":" + hb.StartedAt.Format(time.RFC3339Nano)
@@ -344,7 +381,9 @@ func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason s
 		st.Type(), b.source, b.cfg.Name, hb, time.Now().UTC())
 	if err != nil {
 		b.cfg.Logger.Warn("runtime event not published", "status", st, "reason", reason, "err", err)
+		return false
 	}
+	return true
 }
 
 // Stop deregisters the instance: it deletes its KV entry and announces

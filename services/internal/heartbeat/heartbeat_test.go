@@ -62,6 +62,7 @@ func startGhost(t *testing.T, srv *natstest.Compose, kind string) *heartbeat.Bea
 	// An hour between beats: the test beats with BeatNow.
 	b := heartbeat.Start(context.Background(), heartbeat.Config{JS: js, Kind: kind, Name: "ghost", Interval: time.Hour})
 	t.Cleanup(b.Stop)
+	b.Tried() // the start's runtime.online is published by the beat loop
 	return b
 }
 
@@ -514,4 +515,49 @@ func TestStopLeavesTheEntryOfTheInstanceThatReplacedIt(t *testing.T) {
 	if _, err := kv.Get(context.Background(), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the instance's own entry, marked offline, after its stop: %v, want it deleted", err)
 	}
+}
+
+// TestALateRegistrationIsAnnounced: Start published the start's
+// runtime.online once, and a failure was only logged. An instance that
+// registered late (streams provisioned after it started) showed online in
+// flyball-runtime but never on HEALTH, and Start waited seconds on that
+// publish to the missing stream. The announcement now follows the
+// registration, from the beat loop, and is retried each beat until stored.
+func TestALateRegistrationIsAnnounced(t *testing.T) {
+	srv := natstest.Start(t) // no flyball streams or buckets yet
+	began := time.Now()
+	b := heartbeat.Start(t.Context(), heartbeat.Config{JS: srv.JS, Kind: "executor", Name: "early", Interval: 20 * time.Millisecond})
+	t.Cleanup(b.Stop)
+	// A publish to the missing HEALTH stream is retried for about 5 s.
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("Start took %s with no streams, want it not to wait on the runtime.online publish", took)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := streams.Ensure(ctx, srv.JS); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, "the instance registered once the bucket exists", func() bool {
+		_, err := kv.Get(ctx, heartbeat.Key("executor", "early"))
+		return err == nil
+	})
+	health, err := srv.JS.Stream(ctx, streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := events.RuntimeSubject(events.RuntimeOnline, "executor", "early")
+	var last error
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last read of %s: %v", subject, last)
+		}
+	})
+	natstest.Eventually(t, 10*time.Second, "runtime.online of the late registration stored", func() bool {
+		_, last = health.GetLastMsgForSubject(ctx, subject)
+		return last == nil
+	})
 }
