@@ -251,7 +251,9 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 			s.cfg.Logger.Warn("sweeping instance failed", "key", key, "err", err)
 			continue
 		}
-		counts[st]++
+		if st != "" {
+			counts[st]++
+		}
 	}
 	maps.DeleteFunc(s.beats, func(k string, _ beatSeen) bool { return !listed[k] })
 	maps.DeleteFunc(s.unannounced, func(k string, _ offlineMark) bool { return !listed[k] })
@@ -263,9 +265,14 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 }
 
 // sweepOne sweeps the registry entry under key at clock, a reading of
-// s.cfg.Now that keeps its monotonic part.
+// s.cfg.Now that keeps its monotonic part, and reports the instance's
+// status: none for a key deleted since it was listed (the instance's
+// clean stop), which is no failure.
 func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (events.RuntimeStatus, error) {
 	ent, err := s.runtime.Get(ctx, key)
+	if jsutil.IsKeyMissing(err) {
+		return "", nil
+	}
 	if err != nil {
 		return "", err
 	}
@@ -315,7 +322,9 @@ func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (ev
 	rev, err := s.runtime.Update(ctx, key, body, ent.Revision())
 	if err != nil {
 		if jsutil.IsCASConflict(err) {
-			return events.RuntimeOnline, nil // it just beat
+			// Written since: a beat, another sweeper's mark of the same
+			// stale revision, or a stop's delete. Its status is counted.
+			return s.statusOf(ctx, key)
 		}
 		return "", err
 	}
@@ -324,6 +333,23 @@ func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (ev
 	s.cfg.Logger.Warn("instance offline: heartbeat too old", "kind", hb.Kind, "name", hb.Name, "lastBeat", hb.LastBeat)
 	s.announceOffline(ctx, key, hb, clock.UTC())
 	return events.RuntimeOffline, nil
+}
+
+// statusOf reads the status of the instance under key once more (none
+// without an entry). Its next sweep deals with what it finds.
+func (s *Service) statusOf(ctx context.Context, key string) (events.RuntimeStatus, error) {
+	ent, err := s.runtime.Get(ctx, key)
+	if jsutil.IsKeyMissing(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var hb events.Heartbeat
+	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+		return "", fmt.Errorf("unreadable heartbeat: %w", err)
+	}
+	return hb.Status, nil
 }
 
 // offlineAnnounceFor is how long after an offline mark was stored (the
