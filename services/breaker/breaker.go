@@ -65,7 +65,7 @@ type Service struct {
 	// Watch-fed views: a success for a breaker that is closed with no
 	// failures counted (nearly every outcome) needs no KV access at all.
 	specs   *kvcache.Cache[*events.TaskSpec]
-	records *kvcache.Cache[executor.BreakerRecord]
+	records *kvcache.Cache[viewed]
 	// tuneFollow, when set, adjusts the half-open loop's watch of
 	// flyball-breakers before it starts (tests end the watch).
 	tuneFollow func(*kvcache.Follower)
@@ -112,7 +112,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("breaker: stream %s: %w", streams.StreamHealth, err)
 	}
 	s.specs = kvcache.Specs(tasks, s.cfg.Logger)
-	s.records = kvcache.New(s.breakers, executor.DecodeBreaker, s.cfg.Logger)
+	s.records = kvcache.New(s.breakers, decodeViewed, s.cfg.Logger)
 	s.specs.Conn, s.records.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn()
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.records.Run(runCtx) })
@@ -141,10 +141,11 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// or delivered before the filter changed) for a breaker already
 	// settled here needs no decode at all: the executor's header names the
 	// key. (A malformed body is still terminated and counted by the
-	// governor.)
+	// governor.) One whose last transition is a closing is decoded first:
+	// the success may be the one that made it (settled).
 	ok := success(events.Outcome(subj.Action))
 	if ok {
-		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key) {
+		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key, "") {
 			_ = m.Ack()
 			return
 		}
@@ -166,7 +167,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	key := run.BreakerKey
-	if ok && key != "" && s.settled(key) {
+	if ok && key != "" && s.settled(key, outcomeID(&run, ok)) {
 		_ = m.Ack()
 		return
 	}
@@ -230,11 +231,21 @@ func success(o events.Outcome) bool {
 	return o == events.OutcomeRecovered || o == events.OutcomeSucceeded
 }
 
-// settled reports whether a success needs no write: the breaker for key
-// is known to be closed with no failures counted (executor.Settled).
+// settled reports whether a success (outcomeID outcome; empty when not
+// decoded yet) needs neither a write nor a publish: the breaker for key is
+// known to be closed with no failures counted (executor.Settled), and its
+// last transition is no closing made by outcome. That closing's publish
+// may have failed after its write, and the redelivered success is what
+// publishes it again (apply); one not decoded yet may be that success.
 // Records this service writes reach the view at once (read-your-writes);
 // another replica's writes arrive through the watch a moment later.
-func (s *Service) settled(key string) bool { return executor.Settled(s.records.Lookup(key)) }
+func (s *Service) settled(key, outcome string) bool {
+	r := s.records.Lookup(key)
+	if !executor.Settled(kvcache.Result[executor.BreakerRecord]{Known: r.Known, Found: r.Found, Value: r.Value.BreakerRecord, Err: r.Err}) {
+		return false
+	}
+	return r.Value.closedBy == "" || outcome != "" && outcome != r.Value.closedBy
+}
 
 // apply moves the breaker for one attempt outcome and publishes a
 // transition if the state changed. It is idempotent: the record names the

@@ -83,6 +83,33 @@ type storedTransition struct {
 	events.BreakerTransition
 }
 
+// viewed is a flyball-breakers record as this service's watch-fed view
+// holds it: the state every reader decodes, and the outcome whose closing
+// the record stored last, if its last transition is a closing (settled).
+type viewed struct {
+	executor.BreakerRecord
+	closedBy string
+}
+
+// decodeViewed decodes a record for the view (kvcache.Decode). The
+// outcomes it applied are not kept: the view needs no more than the
+// state and closedBy.
+func decodeViewed(key string, raw []byte) (viewed, error) {
+	closed := executor.BreakerRecord{Key: key, State: events.BreakerClosed}
+	r := struct {
+		executor.BreakerRecord
+		Transition *storedTransition `json:"transition"`
+	}{BreakerRecord: closed}
+	if err := json.Unmarshal(raw, &r); err != nil { // as executor.DecodeBreaker
+		return viewed{BreakerRecord: closed}, fmt.Errorf("breaker record %s: %w", key, err)
+	}
+	v := viewed{BreakerRecord: r.BreakerRecord}
+	if t := r.Transition; t != nil && t.To == events.BreakerClosed {
+		v.closedBy = t.Outcome
+	}
+	return v, nil
+}
+
 func decodeRecord(key string, cur []byte) record {
 	r := record{BreakerRecord: executor.BreakerRecord{Key: key, State: events.BreakerClosed}}
 	if cur != nil {

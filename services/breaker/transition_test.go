@@ -156,6 +156,87 @@ func TestTransitionSurvivesAFailedPublish(t *testing.T) {
 	}
 }
 
+// TestClosingSurvivesAFailedPublish: a success of a call started after the
+// opening closes an open breaker while HEALTH is unavailable. The closed
+// record reaches the service's view at once, and the redelivered outcome
+// took the shortcut for a success on a settled breaker (closed, nothing
+// counted): it was acked, and breaker.closed was never published. It
+// must publish the closing again, as a redelivered failure publishes its
+// opening: with the executor's Flyball-Breaker-Key header (the shortcut
+// before decoding), and without it (the shortcut by the body's key).
+func TestClosingSurvivesAFailedPublish(t *testing.T) {
+	for _, header := range []bool{true, false} {
+		t.Run(fmt.Sprintf("header=%t", header), func(t *testing.T) { closingSurvivesAFailedPublish(t, header) })
+	}
+}
+
+func closingSurvivesAFailedPublish(t *testing.T, header bool) {
+	srv := natstest.StartWithStreams(t)
+	js := srv.JS
+	ctx := context.Background()
+	tasks, err := js.KeyValue(ctx, streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"id":"t1","target":{"http":{"url":"http://example.com/"}},"schedule":{"interval":"1m"}}`
+	if _, err := tasks.Put(ctx, "t1", []byte(spec)); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec, err := json.Marshal(executor.BreakerRecord{
+		Key: "t1", State: events.BreakerOpen, Failures: 5,
+		OpenDelay: events.Duration(time.Hour), RetryAt: now.Add(59 * time.Minute), UpdatedAt: now.Add(-time.Minute),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "t1", rec); err != nil {
+		t.Fatal(err)
+	}
+	spy := startSpied(t, js)
+	// HEALTH is unavailable while the success closes the breaker.
+	if err := js.DeleteStream(ctx, streams.StreamHealth); err != nil {
+		t.Fatal(err)
+	}
+	run := events.Run{
+		DispatchID: "t1:1", TaskID: "t1", ScheduledAt: time.Now().UTC(), StartedAt: time.Now().UTC(), Attempt: 1,
+		BreakerKey: "t1", Status: 200,
+	}
+	body, err := events.Marshal(events.OutcomeRecovered.Type(), "test", "t1", run, time.Now(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(events.RunSubject(events.OutcomeRecovered, "t1"))
+	msg.Data = body
+	if header {
+		msg.Header.Set(events.HeaderBreakerKey, "t1")
+	}
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, "the transition publish to fail", func() bool { return spy.has("breaker update failed") })
+	if err := streams.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerBreaker, ack.Sequence)
+
+	b := breakerRecord(t, js, "t1")
+	health, err := js.Stream(ctx, streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, herr := health.GetLastMsgForSubject(ctx, events.BreakerSubject(events.BreakerClosed, "t1"))
+	if b.State != events.BreakerClosed || herr != nil {
+		t.Fatalf("after the success that closed an open breaker (redelivered after a failed publish): breaker %s; HEALTH flyball.breaker.closed.t1: %v (want the transition event)",
+			b.State, herr)
+	}
+}
+
 // TestHalfOpenTransitionSurvivesAFailedPublish: an open breaker falls due
 // while HEALTH is unavailable. The record turns half-open, the publish
 // fails, and the half-open loop tries again until the open → half-open
