@@ -23,6 +23,19 @@ func DecodeTaskUpdate(e Event) (TaskUpdate, error) {
 	return u, nil
 }
 
+// TaskDelete is the data of task.deleted: the task and, optionally, the
+// revision of the spec the delete was decided on. Without ifRevision it
+// is a TaskRef, as it was before ifRevision.
+type TaskDelete struct {
+	TaskRef
+	// IfRevision, when set, is the flyball-tasks revision of the spec
+	// the delete was decided on (the API's If-Match). The governor rejects
+	// the delete, naming ifRevision, when the stored spec's revision
+	// differs, as it does an update's. Zero (absent) deletes the task
+	// whatever its revision.
+	IfRevision uint64 `json:"ifRevision,omitempty"`
+}
+
 // StaleRevision starts the reason of a task.rejected for an ifRevision the
 // stored spec is no longer at: the API answers that 412, and any other
 // rejection naming ifRevision (an older governor's "unknown field") 422.

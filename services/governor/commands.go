@@ -204,7 +204,7 @@ func rejectionLabel(fe events.FieldError) string {
 // (slice elements and map values under their parent's path) and data
 // itself.
 var knownFields = func() map[string]bool {
-	m := events.FieldPaths(events.TaskSpec{}, events.TaskUpdate{}, events.TaskRef{}, events.TaskPause{}, events.TaskHint{}, events.TaskRequeue{})
+	m := events.FieldPaths(events.TaskSpec{}, events.TaskUpdate{}, events.TaskRef{}, events.TaskDelete{}, events.TaskPause{}, events.TaskHint{}, events.TaskRequeue{})
 	m["data"] = true
 	return m
 }()
@@ -338,6 +338,13 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			}
 		}
 	case gov.KindDeleted:
+		// A conditional delete (the API's If-Match) of a spec that changed
+		// since it was read. With no spec stored there is no change to
+		// lose: the task is gone already, or this same delete, tried again
+		// after it removed the spec, finishes.
+		if step.IfRevision != 0 && exists && stored.Revision() != step.IfRevision {
+			return nil, reject("ifRevision", events.StaleRevision+fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and decide again whether to delete it", id, stored.Revision(), step.IfRevision))
+		}
 		return s.applyDelete(ctx, step)
 	default:
 		if !exists {

@@ -106,7 +106,8 @@ var exampleChecks = map[string]func([]byte) error{
 		return checkCommandData(events.VerbCreated, b)
 	},
 	"TaskUpdate":  func(b []byte) error { return checkCommandData(events.VerbUpdated, b) },
-	"TaskRef":     func(b []byte) error { return checkCommandData(events.VerbDeleted, b) },
+	"TaskRef":     func(b []byte) error { return checkCommandData(events.VerbResumed, b) },
+	"TaskDelete":  func(b []byte) error { return checkCommandData(events.VerbDeleted, b) },
 	"TaskPause":   func(b []byte) error { return checkCommandData(events.VerbPaused, b) },
 	"TaskHint":    func(b []byte) error { return checkCommandData(events.VerbHinted, b) },
 	"TaskRequeue": func(b []byte) error { return checkCommandData(events.VerbRequeued, b) },

@@ -108,3 +108,41 @@ func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 		t.Fatalf("after update-1: spec %+v, %v; want the 1m interval", spec, err)
 	}
 }
+
+// TestADeleteWithIfRevisionAppliesOnlyToThatRevision: task.deleted took
+// no precondition, so the API's DELETE with If-Match deleted a task
+// updated since it was read. A delete may name the revision it was
+// decided on (ifRevision): rejected naming ifRevision, the task kept,
+// when the stored spec is at another; applied at that revision. A delete
+// of a task already gone applies whatever it names: no change is lost.
+func TestADeleteWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
+	revision := func() uint64 {
+		e, err := s.tasks.Get(t.Context(), "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	read := revision()
+	moved := minuteSpec("web")
+	moved.Job = "moved"
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", *moved)
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "web", "delete-1", events.TaskDelete{TaskRef: events.TaskRef{ID: "web"}, IfRevision: read})
+	reasons := lastRejection(t, js, "web")
+	if len(reasons) != 1 || reasons[0].Field != "ifRevision" || !strings.HasPrefix(reasons[0].Rule, events.StaleRevision) {
+		t.Fatalf("a delete naming a replaced revision: rejected with %+v, want field ifRevision, a stale revision", reasons)
+	}
+	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Job != "moved" {
+		t.Fatalf("after the stale delete: spec %+v, %v; want the task kept", spec, err)
+	}
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "web", "delete-2", events.TaskDelete{TaskRef: events.TaskRef{ID: "web"}, IfRevision: revision()})
+	if _, err := s.tasks.Get(t.Context(), "web"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("a delete naming the stored revision: spec read %v, want it deleted", err)
+	}
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "web", "delete-3", events.TaskDelete{TaskRef: events.TaskRef{ID: "web"}, IfRevision: read})
+	if _, cmds := answers(t, js, "web"); len(cmds) == 0 || cmds[len(cmds)-1] != "delete-3" {
+		t.Fatalf("a conditional delete of a task already gone: accepted %v, want delete-3 last", cmds)
+	}
+}

@@ -34,8 +34,9 @@ type Step struct {
 	Input   gov.Input
 	// Spec is the new spec of a created or updated command.
 	Spec *events.TaskSpec
-	// IfRevision is an update's expected flyball-tasks revision of the
-	// spec it replaces (events.TaskUpdate), zero for none.
+	// IfRevision is an update's or a delete's expected flyball-tasks
+	// revision of the spec it replaces or removes (events.TaskUpdate,
+	// events.TaskDelete), zero for none.
 	IfRevision uint64
 	// SpecRevision is the flyball-tasks revision of the spec: the one a
 	// created or updated command stored, or the one of the spec a signal
@@ -276,13 +277,14 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 			step.Input.Kind = gov.KindUpdated
 		}
 	case events.VerbDeleted:
-		var ref events.TaskRef
-		if err := decodeOptional(e, &ref, id); err != nil {
+		var d events.TaskDelete
+		if err := decodeOptional(e, &d, id); err != nil {
 			return Step{}, err
 		}
-		if err := control.ValidateReason(ref.Reason); err != nil {
+		if err := control.ValidateReason(d.Reason); err != nil {
 			return Step{}, rejectErr(err)
 		}
+		step.IfRevision = d.IfRevision
 		step.Input = gov.Input{Kind: gov.KindDeleted}
 	case events.VerbPaused:
 		var p events.TaskPause
