@@ -58,3 +58,58 @@ func TestAConditionalUpdateRefusesAStaleRevision(t *testing.T) {
 		expect(t, "PUT If-Match "+bad, put(bad, "bad"), http.StatusBadRequest, "If-Match")
 	}
 }
+
+// TestAConditionalDeleteRefusesAStaleRevision: DELETE ignored If-Match
+// (only PUT read it), so a client that read revision "1" deleted the task
+// someone had updated to "2" since, answered 202. A DELETE with If-Match
+// carries it in task.deleted (ifRevision), and the governor rejects it
+// when the spec changed since: 412, and the task stays.
+func TestAConditionalDeleteRefusesAStaleRevision(t *testing.T) {
+	t.Parallel()
+	b := setup(t, http.StatusOK)
+	expect(t, "create", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+	etag := b.call(t, http.MethodGet, "/api/v1/tasks/web", "").header.Get("ETag")
+	expect(t, "PUT", b.call(t, http.MethodPut, "/api/v1/tasks/web", b.task("web", `,"job":"moved"`)), http.StatusAccepted, "")
+	del := func(ifMatch string) *reply {
+		h := http.Header{"Authorization": {"Bearer " + token}}
+		h.Set("If-Match", ifMatch)
+		return b.send(t, http.MethodDelete, "/api/v1/tasks/web", h, "")
+	}
+	stale := del(etag)
+	expect(t, "DELETE If-Match a revision the update replaced", stale, http.StatusPreconditionFailed, "ifRevision")
+	if stale.str("status") != "rejected" || stale.str("commandId") == "" {
+		t.Fatalf("the stale delete: %s, want status rejected with its commandId", stale.raw)
+	}
+	expect(t, "GET after the stale delete", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusOK, "")
+	for _, bad := range []string{`garbage`, `W/"1"`, `"1", "2"`} {
+		expect(t, "DELETE If-Match "+bad, del(bad), http.StatusBadRequest, "If-Match")
+	}
+	current := b.call(t, http.MethodGet, "/api/v1/tasks/web", "").header.Get("ETag")
+	expect(t, "DELETE If-Match the current revision", del(current), http.StatusAccepted, "")
+	expect(t, "GET after the delete", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusNotFound, "id")
+}
+
+// TestIfMatchIsRefusedWhereItIsNotEvaluated: the commands that take no
+// revision precondition (create, pause, resume, hint, run-now, dead-letter
+// retry) ignored If-Match, a malformed one too (If-Match: garbage on a
+// pause was 202), while it changed a keyed command's id. They answer 400
+// naming If-Match to any.
+func TestIfMatchIsRefusedWhereItIsNotEvaluated(t *testing.T) {
+	t.Parallel()
+	b, _ := apiOnly(t)
+	b.url = "http://example.com"
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/tasks", b.task("web", "")},
+		{"/api/v1/tasks/web/pause", ""},
+		{"/api/v1/tasks/web/resume", ""},
+		{"/api/v1/tasks/web/hint", `{"interval":"10s"}`},
+		{"/api/v1/tasks/web/run-now", ""},
+		{"/api/v1/deadletter/1/retry", ""},
+	} {
+		for _, v := range []string{`garbage`, `"1"`, `*`} {
+			h := http.Header{"Authorization": {"Bearer " + token}}
+			h.Set("If-Match", v)
+			expect(t, "POST "+c.path+" If-Match "+v, b.send(t, http.MethodPost, c.path, h, c.body), http.StatusBadRequest, "If-Match")
+		}
+	}
+}

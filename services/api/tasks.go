@@ -215,6 +215,9 @@ func (s *Service) sentOr(w http.ResponseWriter, r *http.Request, verb events.Ver
 }
 
 func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
+	if !noIfMatch(w, r) {
+		return
+	}
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -261,11 +264,11 @@ func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ifMatch reads the If-Match header of a PUT: the ETag of a GET, "<the
-// spec's revision>", which the update carries as ifRevision for the
-// governor to compare with the stored spec's (412 when they differ); "*"
-// or no header, zero (any revision). Anything else (a weak or list of
-// ETags, a header given twice) is a 400 naming If-Match.
+// ifMatch reads the If-Match header of a PUT or a DELETE: the ETag of a
+// GET, "<the spec's revision>", which the update or delete carries as
+// ifRevision for the governor to compare with the stored spec's (412 when
+// they differ); "*" or no header, zero (any revision). Anything else (a
+// weak or list of ETags, a header given twice) is a 400 naming If-Match.
 func ifMatch(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 	vals := r.Header.Values("If-Match")
 	if len(vals) == 0 {
@@ -283,6 +286,18 @@ func ifMatch(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// noIfMatch answers 400 naming If-Match, and returns false, when a
+// command that takes no revision precondition is sent with one: ignored,
+// it was taken for a precondition that held (If-Match: garbage on a pause
+// was 202).
+func noIfMatch(w http.ResponseWriter, r *http.Request) bool {
+	if vals := r.Header.Values("If-Match"); len(vals) > 0 {
+		writeError(w, http.StatusBadRequest, "If-Match", fmt.Sprintf("%s takes no If-Match: only PUT and DELETE /api/v1/tasks/{id} are conditional; send it without, got %q", r.Pattern, strings.Join(vals, ", ")))
+		return false
+	}
+	return true
 }
 
 func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
@@ -305,8 +320,12 @@ func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 		writeInvalid(w, err)
 		return
 	}
+	ifRevision, ok := ifMatch(w, r)
+	if !ok {
+		return
+	}
 	if s.existing(w, r, events.VerbDeleted, id) {
-		s.send(w, r, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason})
+		s.send(w, r, events.VerbDeleted, id, events.TaskDelete{TaskRef: events.TaskRef{ID: id, Reason: reason}, IfRevision: ifRevision})
 	}
 }
 
@@ -320,7 +339,7 @@ type PauseRequest struct {
 
 func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok {
+	if !ok || !noIfMatch(w, r) {
 		return
 	}
 	var req PauseRequest
@@ -362,7 +381,7 @@ type ReasonRequest struct {
 
 func (s *Service) resumeTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok {
+	if !ok || !noIfMatch(w, r) {
 		return
 	}
 	var req ReasonRequest
@@ -388,7 +407,7 @@ type HintRequest struct {
 
 func (s *Service) hintTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok {
+	if !ok || !noIfMatch(w, r) {
 		return
 	}
 	var req HintRequest
@@ -413,7 +432,7 @@ type RunNowRequest struct {
 
 func (s *Service) runNow(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok {
+	if !ok || !noIfMatch(w, r) {
 		return
 	}
 	var req RunNowRequest
