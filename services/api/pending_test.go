@@ -138,3 +138,22 @@ func TestAStoredCommandWhoseVerdictIsUnreadableIsNotNotStored(t *testing.T) {
 		t.Fatalf("TASKS holds %d task.created, want 1", n)
 	}
 }
+
+// TestAPendingCreateHasNoLocation: a create answered 202 pending carried
+// Location: /api/v1/tasks/<id>, though the governor may reject it (the
+// task already exists: Location named someone else's task). Location
+// comes only with an accepted create.
+func TestAPendingCreateHasNoLocation(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	s := startAPI(t, api.Config{
+		Common: svcconf.Common{JS: js}, Addr: "127.0.0.1:0", Tokens: []string{token}, AnswerTimeout: 100 * time.Millisecond,
+	})
+	b := &bundle{base: "http://" + s.Addr(), url: "http://example.com"}
+	r := b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", ""))
+	expectPending(t, "a create, no governor", r, storedCommandID(t, js, "flyball.task.created.web", 0))
+	if loc := r.header.Get("Location"); loc != "" {
+		t.Fatalf("a pending create: Location %q, want none: the governor may still reject it", loc)
+	}
+}

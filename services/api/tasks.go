@@ -54,8 +54,10 @@ func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb,
 		cmdID, ans, err = s.ctl.SendID(r.Context(), verb, id, cmdID, data, s.cfg.AnswerTimeout)
 	}
 	code, body := commandReply(id, cmdID, ans, err, r.Header.Get("Idempotency-Key") != "", s.cfg.JS.Conn().MaxPayload())
-	if verb == events.VerbCreated && code == http.StatusAccepted {
-		// Only on a 202: a refused create points nowhere new.
+	if res, ok := body.(CommandResult); verb == events.VerbCreated && ok && res.Status == "accepted" {
+		// Only once accepted: a refused create points nowhere new, and a
+		// pending one may yet be rejected (the task already exists: it
+		// pointed at someone else's).
 		w.Header().Set("Location", "/api/v1/tasks/"+id)
 	}
 	writeJSON(w, code, body)
