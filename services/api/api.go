@@ -163,6 +163,9 @@ func (s *Service) Handler() http.Handler {
 	// and allowed lists the methods it has (the Allow header of a 405).
 	paths := http.NewServeMux()
 	allowed := map[string][]string{}
+	// public holds the paths whose every route is public: another method
+	// on one is a 405 without a token too (POST /healthz was a 401).
+	public := map[string]bool{}
 	for _, rt := range s.routes() {
 		h := knownQuery(rt.query, rt.repeatable, withRawBody(rt.handler))
 		if !rt.public {
@@ -171,10 +174,12 @@ func (s *Service) Handler() http.Handler {
 		mux.Handle(rt.method+" "+rt.path, h)
 		if allowed[rt.path] == nil {
 			paths.Handle(rt.path, http.NotFoundHandler())
+			public[rt.path] = true
 		}
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
+		public[rt.path] = public[rt.path] && rt.public
 	}
-	mux.Handle("/", s.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	fallback := func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := paths.Handler(r); pattern != "" {
 			methods := allowed[pattern]
 			w.Header().Set("Allow", strings.Join(methods, ", "))
@@ -182,7 +187,15 @@ func (s *Service) Handler() http.Handler {
 			return
 		}
 		writeError(w, http.StatusNotFound, "", "no route "+r.Method+" "+r.URL.Path+"; see /api/v1/openapi.json")
-	})))
+	}
+	authed := s.auth(http.HandlerFunc(fallback))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := paths.Handler(r); public[pattern] {
+			fallback(w, r)
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
 	return mux
 }
 

@@ -90,3 +90,22 @@ func TestHealthListsTheStalestThousand(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthzAnswersOtherMethodsWithoutAToken: /healthz is public, but
+// only its GET was: POST /healthz without a token was a 401, and with one
+// a 405. It is a 405 (Allow: GET) either way.
+func TestHealthzAnswersOtherMethodsWithoutAToken(t *testing.T) {
+	t.Parallel()
+	b, _ := apiOnly(t)
+	for _, auth := range []string{"", "Bearer " + token} {
+		for _, m := range []string{http.MethodPost, http.MethodDelete, http.MethodPut} {
+			r := b.do(t, m, "/healthz", auth, "")
+			expect(t, fmt.Sprintf("%s /healthz (Authorization %q)", m, auth), r, http.StatusMethodNotAllowed, "")
+			if a := r.header.Get("Allow"); a != "GET" {
+				t.Fatalf("%s /healthz: Allow %q, want GET", m, a)
+			}
+		}
+	}
+	// Every other path still asks for a token first.
+	expect(t, "POST /api/v1/runtime without a token", b.do(t, http.MethodPost, "/api/v1/runtime", "", ""), http.StatusUnauthorized, "Authorization")
+}
