@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,13 +86,14 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 }
 
 // decodeBody strictly decodes the JSON body into v, answering 400 (naming
-// the field) or 413 itself. An empty body leaves v alone when optional.
+// the field) or 413 itself. An empty body, or one of white space alone (as
+// DELETE takes it), leaves v alone when optional.
 func (s *Service) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return false
 	}
-	if optional && len(body) == 0 {
+	if optional && len(bytes.TrimSpace(body)) == 0 {
 		return true
 	}
 	if err := control.DecodeJSON(body, v); err != nil {
