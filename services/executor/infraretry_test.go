@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -126,5 +127,61 @@ func TestInfrastructureRetryIsHandedBackAtShutdown(t *testing.T) {
 	}
 	if !slices.ContainsFunc(f.stored(t), func(r storedRun) bool { return r.outcome == "succeeded" && r.run.Attempt == 2 }) {
 		t.Fatalf("RUNS holds %v, want a run.succeeded of attempt 2", f.stored(t))
+	}
+}
+
+// TestRunsOutageDoesNotExhaustTheDispatch: a call succeeds, and RUNS
+// confirms none of its run event's publishes for longer than MaxDeliver
+// outbox give-ups. The give-up nakked the dispatch for a second, and its
+// redelivery published the event again and gave up again, one delivery
+// each: the last delivery called the target a second time, and the
+// dispatch of a run that had succeeded was dead-lettered as
+// max-deliveries. The event is now published again in place, the
+// dispatch kept alive, using none of its deliveries, until it is stored,
+// and the dispatch is then acked.
+func TestRunsOutageDoesNotExhaustTheDispatch(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 4
+	target := newAttemptTarget(t, http.StatusOK)
+	lossy := &lostRunAcks{}
+	lossy.lose.Store(true)
+	f := newTunedAttemptsFixture(t, target, 3, 5*time.Second, maxDeliver, func(s *Service) {
+		lossy.JetStream = s.cfg.JS
+		s.cfg.JS = lossy
+		s.outRound, s.outBudget = 200*time.Millisecond, time.Second
+		s.infraRetryFirst, s.infraRetryMax = 250*time.Millisecond, 500*time.Millisecond
+	})
+	exhausted := f.deliveriesExhausted(t)
+	abandoned := f.ex.cfg.Metrics.OutboxAbandoned
+	seq := f.dispatch(t)
+	natstest.Eventually(t, 60*time.Second, "more outbox give-ups than MaxDeliver, or the dispatch exhausted", func() bool {
+		select {
+		case <-exhausted:
+			return true
+		default:
+		}
+		return testutil.ToFloat64(abandoned) > maxDeliver+1
+	})
+	select {
+	case <-exhausted:
+		t.Fatalf("dispatch exhausted its %d deliveries after %v outbox give-ups; target calls %v",
+			maxDeliver, testutil.ToFloat64(abandoned), target.attempts())
+	default:
+	}
+	if calls := target.attempts(); !slices.Equal(calls, []int{1}) {
+		t.Fatalf("target calls during the outage: %v, want [1]", calls)
+	}
+	lossy.lose.Store(false)
+	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq)
+	if calls := target.attempts(); !slices.Equal(calls, []int{1}) {
+		t.Fatalf("target calls: %v, want [1]", calls)
+	}
+	if info := f.dispatchInfo(t); info.Delivered.Consumer != 1 {
+		t.Errorf("dispatch delivered %d times, want once: each give-up used a delivery", info.Delivered.Consumer)
+	}
+	select {
+	case <-exhausted:
+		t.Fatal("dispatch exhausted its deliveries")
+	default:
 	}
 }

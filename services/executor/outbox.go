@@ -211,9 +211,8 @@ func (o *outbox) collectQueued(batch []*outItem) []*outItem {
 // RUNS leader that died, "no responders" while the new one is elected) is
 // published again, with the same Nats-Msg-Id so a stored event is not
 // stored twice, until outboxBudget has passed since the batch's first
-// round. Only then is the dispatch nakked (errUnconfirmed); its redelivery
-// publishes the same event again on this executor (replay), and calls the
-// target again on another.
+// round. Only then does the outbox give up (errUnconfirmed): the executor
+// keeps the dispatch and hands the same event back to it later (republish).
 // The budget outlasts a raft election (4-9 s in nats-server); the round is
 // short because every task whose outcome waits here is held back from its
 // next run (the dispatch stays pending), and a healthy server acks a
@@ -270,12 +269,10 @@ func (o *outbox) flush(batch []*outItem) {
 			// What is left may be stored all the same: an ack lost in
 			// every round (a leader that died after storing the event,
 			// then an election longer than the budget) leaves no trace
-			// here. The dispatch is nakked either way; its redelivery
-			// publishes this event again (replay), or, on another
-			// executor, calls the target again (with the same
-			// Idempotency-Key). Either event, under the same Nats-Msg-Id
-			// within RUNS's duplicate window, is then dropped as a
-			// duplicate, so the governor sees one outcome. "not stored"
+			// here. The executor keeps the dispatch either way and
+			// publishes this event again (republish), under the same
+			// Nats-Msg-Id: within RUNS's duplicate window it is dropped
+			// as a duplicate, so the governor sees one outcome. "not stored"
 			// misled an operator into counting a lost run. The error
 			// ends with the event's own last publish error (cause), not
 			// the last round's, which the budget cut short.

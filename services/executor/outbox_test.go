@@ -92,7 +92,7 @@ func TestOutboxGivesUpAfterTheBudget(t *testing.T) {
 // TestOutboxGiveUpNamesTheLastPublishError: with RUNS deleted, every
 // round's publish of the run event fails with "no response from stream",
 // but the round the budget cuts short ends with no ack yet. The give-up,
-// logged with the dispatch's nak (the line FlyballRunEventsAbandoned's
+// logged with the dispatch kept for another publish (the line FlyballRunEventsAbandoned's
 // runbook sends the operator to), said only "no publish ack within the ack
 // timeout", hiding the cause the retry lines had shown. It must carry the
 // last error a publish of that event got, and still say the outbox gave
@@ -110,7 +110,7 @@ func TestOutboxGiveUpNamesTheLastPublishError(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.dispatch(t)
-	const giveUp = "transient failure; redelivering"
+	const giveUp = "flyball's own state not read or written; trying the dispatch again in place"
 	var errs []string
 	natstest.Eventually(t, 30*time.Second, "the outbox giving up on the run event", func() bool {
 		errs = f.logs.errs(giveUp)

@@ -72,9 +72,6 @@ type Service struct {
 	// caller or a host slot, is handed back then, not at the end of the
 	// grace.
 	stopping chan struct{}
-	// unconfirmed holds the run events the outbox gave up on, for their
-	// dispatch's redelivery (replay).
-	unconfirmed unconfirmed
 	// maxDeliver is the consumer's MaxDeliver: a transient failure on the
 	// last possible delivery is final, because no redelivery can follow.
 	maxDeliver int
@@ -294,11 +291,6 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "not a JetStream message: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
-	// A redelivery may follow a give-up of the outbox on this dispatch's
-	// run event: its call was made, and only the event is published again.
-	if md.NumDelivered > 1 && s.replay(ctx, m, md, &d, arrived) {
-		return
-	}
 	wait := time.Until(d.ScheduledAt)
 	if wait > 0 {
 		s.hold(ctx, m, md, &d, arrived, wait)
@@ -350,13 +342,13 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		var other string
 		if t, other, err = s.ofTask(ctx, t, d); other != "" {
 			s.log.Info("dispatch of a deleted task: skipping the run", "task", d.TaskID, "dispatch", d.DispatchID, "reason", other)
-			s.skip(m, d, skipRecreated, other)
+			s.skip(ctx, m, d, skipRecreated, other)
 			return
 		}
 	}
 	switch {
 	case jsutil.IsKeyMissing(err):
-		s.skip(m, d, skipDeleted, "task deleted")
+		s.skip(ctx, m, d, skipDeleted, "task deleted")
 		return
 	case errors.Is(err, errInvalidSpec):
 		// Skipped, not terminated or retried: a retry reads the same
@@ -367,21 +359,21 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		// lets the governor schedule the next slot, which runs once the
 		// spec is fixed.
 		s.log.Warn("stored spec does not validate: skipping the run", "task", d.TaskID, "err", err)
-		s.skip(m, d, skipInvalidSpec, capText(err.Error(), 1000))
+		s.skip(ctx, m, d, skipInvalidSpec, capText(err.Error(), 1000))
 		return
 	case err != nil:
-		s.retryInfra(ctx, m, md, d, arrived, fails, false, "spec not read", err)
+		s.retryInfra(ctx, m, md, d, arrived, fails, nil, "spec not read", err)
 		return
 	}
 	p, err := s.pauseOf(ctx, d.TaskID)
 	if err != nil {
 		// Not read is not "not paused": a paused task's target was
 		// called while flyball-schedules was electing a leader.
-		s.retryInfra(ctx, m, md, d, arrived, fails, false, "schedule not read", err)
+		s.retryInfra(ctx, m, md, d, arrived, fails, nil, "schedule not read", err)
 		return
 	}
 	if governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
-		s.skip(m, d, skipPaused, "task paused")
+		s.skip(ctx, m, d, skipPaused, "task paused")
 		return
 	}
 	g := s.breakerGate(ctx, t.breakerKey)
@@ -419,8 +411,9 @@ func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 
 // retryInfra keeps a dispatch whose try met a failure of flyball's own
 // infrastructure (a read or write of a KV bucket: its spec, its attempt
-// record, its breaker's probe claim, its hand-back mark) and tries it
-// again from the top (run; replay first, with replay) after a pause that
+// record, its breaker's probe claim, its hand-back mark; a run event the
+// outbox could not get confirmed stored) and tries it again from the top
+// (run; with ev, that event published again first: republish) after a pause that
 // grows with fails, the number of such failures in a row before this one:
 // from infraRetryFirst, doubling up to infraRetryMax. Like a parked
 // dispatch, it is kept alive meanwhile and uses none of the consumer's
@@ -431,15 +424,17 @@ func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 // calling its target again, and each was dead-lettered as max-deliveries.
 // It holds a timer and no worker, caller or call slot, at most one per
 // dispatch in hand (MaxAckPending).
-func (s *Service) retryInfra(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fails int, replay bool, what string, err error) {
+func (s *Service) retryInfra(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, fails int, ev *unconfirmedRun, what string, err error) {
+	h := &held{m: m, md: md, d: d, arrived: arrived, retry: fails + 1, event: ev}
 	if ctx.Err() != nil {
-		s.handBackNak(m, d, handBackFloor) // handed back at shutdown
+		s.handBackHeld(h, handBackFloor) // handed back at shutdown
 		return
 	}
 	wait := min(s.infraRetryFirst<<min(fails, 8), s.infraRetryMax)
 	s.log.Warn("flyball's own state not read or written; trying the dispatch again in place", "step", what,
 		"task", d.TaskID, "dispatch", d.DispatchID, "try", fails+1, "in", wait, "err", err)
-	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, retry: fails + 1, replay: replay, until: time.Now().Add(wait)}, wait)
+	h.until = time.Now().Add(wait)
+	s.keep(ctx, h, wait)
 }
 
 // unpark counts a parked dispatch of key out. The caller holds heldMu.
@@ -475,7 +470,7 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if s.stopped() {
-		s.handBackNak(h.m, h.d, h.handBack())
+		s.handBackHeld(h, h.handBack())
 		return
 	}
 	s.held[h] = struct{}{}
@@ -520,8 +515,10 @@ type held struct {
 	// retry: kept after an infrastructure failure (retryInfra), the
 	// number of such failures in a row; 0 for any other.
 	retry int
-	// replay: retry of a replay (unconfirmed.go), tried before the run.
-	replay bool
+	// event: retry of a run event the outbox could not get confirmed
+	// stored (republish), published again before, and instead of, the
+	// run.
+	event *unconfirmedRun
 	// kept: m is kept alive (waitBegin) until the caller that takes it
 	// ends that (callHeld), as ending it here could undo a park of the
 	// same message by that caller.
@@ -598,7 +595,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 		// Here, on its own goroutine, it holds no caller and no call
 		// slot while its host is busy (acquireHost keeps it alive).
 		if h.slot = s.acquireHost(ctx, h.m, h.arrived, h.host); h.slot == nil {
-			s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
+			s.handBackHeld(h, handBackFloor) // handed back at shutdown (handBack)
 			s.firing.Done()
 			return
 		}
@@ -622,7 +619,7 @@ func (s *Service) fireHeld(ctx context.Context, h *held) {
 	}
 	s.waitEnd(h.m)
 	s.releaseHost(h.slot)
-	s.handBackNak(h.m, h.d, handBackFloor) // handed back at shutdown (handBack)
+	s.handBackHeld(h, handBackFloor) // handed back at shutdown (handBack)
 	s.firing.Done()
 }
 
@@ -642,9 +639,9 @@ func (s *Service) caller(ctx context.Context) {
 func (s *Service) callHeld(ctx context.Context, h *held) {
 	defer s.firing.Done()
 	defer s.releaseHost(h.slot)
-	if h.replay {
-		// Still kept alive: replay's own settle ends that.
-		if s.replayTry(ctx, h.m, h.md, h.d, h.arrived, h.retry) {
+	if h.event != nil {
+		// Still kept alive: the event's own settle ends that.
+		if s.republish(ctx, h) {
 			return
 		}
 	}
@@ -686,7 +683,7 @@ func (s *Service) releaseHeld() {
 				s.waitEnd(h.m)
 			}
 			s.firing.Done()
-			s.handBackNak(h.m, h.d, h.handBack())
+			s.handBackHeld(h, h.handBack())
 		}
 	}
 	s.heldChanged()
@@ -899,7 +896,7 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, md *jetstream
 	reason := "already ran: " + what + "; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
 		" (stored at " + md.Timestamp.UTC().Format(time.RFC3339Nano) + "), after the duplicate window, while the governor was behind"
 	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt, "storedAt", md.Timestamp)
-	s.skip(m, d, skipAlreadyRan, reason)
+	s.skip(ctx, m, d, skipAlreadyRan, reason)
 	return true
 }
 
@@ -1182,7 +1179,7 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 		return false
 	}
 	s.log.Debug("slot missed under catchUp none: skipping", "task", d.TaskID, "slot", d.ScheduledAt, "next", next)
-	s.skip(m, d, skipMissed, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
+	s.skip(ctx, m, d, skipMissed, "missed: the slot of "+d.ScheduledAt.UTC().Format(time.RFC3339Nano)+" and the next one, "+
 		next.UTC().Format(time.RFC3339Nano)+", passed before it could run (catchUp none)")
 	return true
 }
@@ -1198,10 +1195,10 @@ const (
 )
 
 // skip reports d as run.skipped with reason, counted under label why.
-func (s *Service) skip(m jetstream.Msg, d *events.Dispatch, why, reason string) {
+func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch, why, reason string) {
 	run := d.Run()
 	run.Reason, run.FinishedAt = reason, time.Now().UTC()
-	s.settleAfter(m, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func(m jetstream.Msg) {
+	s.settleAfter(ctx, m, d, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.cfg.Metrics.SkipsTotal.WithLabelValues(why).Inc()
 		s.ack(m)
@@ -1217,7 +1214,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	spec := t.spec
 	attempt, prior, err := s.attemptNumber(ctx, md, d)
 	if err != nil {
-		s.retryInfra(ctx, m, md, d, arrived, fails, false, "attempt record not read", err)
+		s.retryInfra(ctx, m, md, d, arrived, fails, nil, "attempt record not read", err)
 		return
 	}
 	if prior.Outcome != "" { // done: only its ack or term was lost
@@ -1234,7 +1231,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		return
 	}
 	if attempt > 1 && attempt > spec.Retry.MaxAttempts {
-		s.giveUp(m, t, d, attempt-1) // maxAttempts lowered while this retry was pending
+		s.giveUp(ctx, m, t, d, attempt-1) // maxAttempts lowered while this retry was pending
 		return
 	}
 	// A held slot stays in the table while held, so its key names it:
@@ -1256,7 +1253,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		var wait time.Duration
 		if claim, claimRev, wait, err = s.claimProbe(ctx, t, d, g.retryAt); err != nil {
-			s.retryInfra(ctx, m, md, d, arrived, fails, false, "probe claim not taken", err)
+			s.retryInfra(ctx, m, md, d, arrived, fails, nil, "probe claim not taken", err)
 			return
 		}
 		if wait > 0 {
@@ -1273,7 +1270,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			if claimRev != 0 {
 				s.releaseProbe(claim, claimRev)
 			}
-			s.retryInfra(ctx, m, md, d, arrived, fails, false, "hand-back mark not removed", err)
+			s.retryInfra(ctx, m, md, d, arrived, fails, nil, "hand-back mark not removed", err)
 			return
 		}
 	}
@@ -1311,7 +1308,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		if claimRev != 0 {
 			s.releaseProbe(claim, claimRev)
 		}
-		s.retryInfra(ctx, m, md, d, arrived, fails, false, "NATS-target call lost with the executor's own connection", res.err)
+		s.retryInfra(ctx, m, md, d, arrived, fails, nil, "NATS-target call lost with the executor's own connection", res.err)
 		return
 	}
 	run := d.Run()
@@ -1321,7 +1318,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	msgID := d.DispatchID + ":" + strconv.Itoa(attempt)
 	hold := holdOf(t, d)
 	if res.ok() {
-		queued := s.settleAfter(m, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func(m jetstream.Msg) {
+		queued := s.settleAfter(ctx, m, d, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func(m jetstream.Msg) {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
 			if attempt == 1 { // no record to write: the common case costs no KV round trip
 				s.ack(m)
@@ -1351,7 +1348,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// the earlier failure's ID was dropped by RUNS as a duplicate,
 		// while its dispatch was terminated: no final outcome, no dead
 		// letter. A republish of this same event still deduplicates.
-		if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":final", func(m jetstream.Msg) {
+		if s.settleAfter(ctx, m, d, hold, events.OutcomeFailed, &run, msgID+":final", func(m jetstream.Msg) {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 			// Recorded as done before the term is sent, so a redelivery
 			// after a lost term terminates it again without a call.
@@ -1366,7 +1363,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	run.RetryIn = events.Duration(delay)
 	// The attempt is counted only once its event is stored: one the outbox
 	// cannot store is nakked uncounted, and the redelivery repeats it.
-	if s.settleAfter(m, hold, events.OutcomeFailed, &run, msgID+":failed", func(m jetstream.Msg) {
+	if s.settleAfter(ctx, m, d, hold, events.OutcomeFailed, &run, msgID+":failed", func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: attempt}, "nak", nakBody(delay))
@@ -1381,12 +1378,12 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 // and a final run.failed of the last attempt made ends the run. It has no
 // status and is permanent, like a blocked target, so the breaker does not
 // count a call that was not made; it is dead-lettered as permanent.
-func (s *Service) giveUp(m jetstream.Msg, t *task, d *events.Dispatch, made int) {
+func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, t *task, d *events.Dispatch, made int) {
 	run := d.Run()
 	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, time.Now().UTC(), d.Source, t.breakerKey
 	run.Final, run.Dispatch, run.ErrorKind = true, d, events.ErrorPermanent
 	run.Error = fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1)
-	s.settleAfter(m, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func(m jetstream.Msg) {
+	s.settleAfter(ctx, m, d, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: made, Outcome: events.OutcomeFailed}, "term", termBody(run.Error))
 	})
@@ -1536,17 +1533,16 @@ func (s *Service) publishRun(ctx context.Context, o events.Outcome, run *events.
 	return err
 }
 
-// settleAfter hands the run event to the outbox, to be published within
-// hold (settleHold) while calls are in flight, and returns at once; once
-// the event is stored, settled runs with m (it acks, naks or terms it). If
-// the event cannot be stored, m is nak'ed for a retry in a second, exactly
-// as if the call had not happened: the attempt is not counted either, as
-// counts are written only after the event (recordThenSettle). One the
-// outbox gave up on is remembered for m's redelivery (replay), which
-// settles that delivery with settled, so settled must not use the m it
-// was built with. It reports whether the event is in the outbox (false: m
-// was nakked).
-func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func(jetstream.Msg)) bool {
+// settleAfter hands the run event of m, a delivery of d, to the outbox,
+// to be published within hold (settleHold) while calls are in flight, and
+// returns at once; once the event is stored, settled runs with m (it acks,
+// naks or terms it). If the event cannot be stored (too large, refused),
+// m is nak'ed for a retry in a second, exactly as if the call had not
+// happened: the attempt is not counted either, as counts are written only
+// after the event (recordThenSettle). One the outbox gave up on
+// (errUnconfirmed) is kept and published again in place (republish). It
+// reports whether the event is in the outbox (false: m was nakked).
+func (s *Service) settleAfter(ctx context.Context, m jetstream.Msg, d *events.Dispatch, hold time.Duration, o events.Outcome, run *events.Run, msgID string, settled func(jetstream.Msg)) bool {
 	msg, err := s.runMsg(o, run, msgID)
 	if err != nil {
 		s.nak(m, time.Second, err)
@@ -1556,23 +1552,27 @@ func (s *Service) settleAfter(m jetstream.Msg, hold time.Duration, o events.Outc
 	if !run.StartedAt.IsZero() {
 		called = run.Attempt
 	}
-	s.publishThenSettle(m, run.DispatchID, called, msg, hold, settled)
+	s.publishThenSettle(ctx, m, d, &unconfirmedRun{called: called, msg: msg, hold: hold, settled: settled}, 0)
 	return true
 }
 
-// publishThenSettle queues msg, the run event of m, in the outbox, and
-// settles m once it is stored (settleAfter). called is the attempt whose
-// call the event reports, 0 when it reports none.
-func (s *Service) publishThenSettle(m jetstream.Msg, dispatchID string, called int, msg *nats.Msg, hold time.Duration, settled func(jetstream.Msg)) {
-	s.out.publish(msg, hold, func(err error) {
+// publishThenSettle queues r's event, the run event of m, in the outbox,
+// and settles m once it is stored (settleAfter). fails is how many times
+// in a row the outbox gave up on it before. A give-up keeps m, alive and
+// using none of its deliveries, for r to be published again (retryInfra,
+// republish); m is settled once, by r.settled or a nak.
+func (s *Service) publishThenSettle(ctx context.Context, m jetstream.Msg, d *events.Dispatch, r *unconfirmedRun, fails int) {
+	s.out.publish(r.msg, r.hold, func(err error) {
 		if err == nil {
-			settled(m)
+			r.settled(m)
 			return
 		}
-		if errors.Is(err, errUnconfirmed) {
-			s.remember(m, dispatchID, called, msg, hold, settled) // before the nak: the redelivery finds it
+		md, mdErr := m.Metadata()
+		if !errors.Is(err, errUnconfirmed) || mdErr != nil {
+			s.nak(m, time.Second, err)
+			return
 		}
-		s.nak(m, time.Second, err)
+		s.retryInfra(ctx, m, md, d, s.unconfirmedFirst(), fails, r, "run event not confirmed stored", err)
 	})
 }
 

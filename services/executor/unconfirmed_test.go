@@ -43,7 +43,8 @@ func (lostAck) Err() <-chan error            { return nil }
 
 // givenUpFirstEvent starts an executor whose run-event acks are lost
 // (lossy.lose, set), with maxAttempts, dispatches the fixture's task and
-// waits until the outbox gives up on the first call's event.
+// waits until the outbox gives up on the first call's event (and keeps
+// the dispatch to publish it again).
 func givenUpFirstEvent(t *testing.T, target *attemptTarget, maxAttempts int) (*attemptsFixture, *lostRunAcks) {
 	t.Helper()
 	lossy := &lostRunAcks{}
@@ -61,12 +62,11 @@ func givenUpFirstEvent(t *testing.T, target *attemptTarget, maxAttempts int) (*a
 
 // TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain: the target
 // is called, and every ack of its run event's publishes is lost (the
-// event is stored), until the outbox gives up and the dispatch is nakked.
-// The redelivery reaches the same executor, which knows the call's
-// outcome: it must publish that event again and settle the dispatch from
-// it, as the first delivery would have, not call the target a second
-// time. A failure goes on to its retry, counted, as it would have.
-// Before, the redelivery called the target again with the same attempt
+// event is stored), until the outbox gives up. The executor knows the
+// call's outcome: it must publish that event again and settle the
+// dispatch from it, as it would have, not call the target a second time.
+// A failure goes on to its retry, counted, as it would have. Before
+// replays, the redelivery called the target again with the same attempt
 // number (its event then dropped by RUNS as a duplicate).
 func TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain(t *testing.T) {
 	t.Parallel()
@@ -110,60 +110,20 @@ func TestGivenUpRunEventIsPublishedAgainRatherThanCallingAgain(t *testing.T) {
 	}
 }
 
-// TestUnconfirmedIsBounded: the given-up events wait for their
-// redelivery in a bounded store. When it is full, what expired goes
-// first, then the oldest; a large event makes room by bytes too; an
-// entry is taken once, and only by its own dispatch, while fresh.
-func TestUnconfirmedIsBounded(t *testing.T) {
-	t.Parallel()
-	now := time.Now()
-	ev := func(id string, size int, expires time.Time) *unconfirmedRun {
-		return &unconfirmedRun{dispatchID: id, msg: &nats.Msg{Data: make([]byte, size)}, expires: expires}
-	}
-	var u unconfirmed
-	if u.take(1, "d1") != nil {
-		t.Fatal("took an event never put")
-	}
-	u.put(1, ev("d1", 10, now.Add(time.Minute)))
-	if u.take(1, "other") != nil || u.take(1, "d1") != nil {
-		t.Fatal("took an event for another dispatch, or took it twice")
-	}
-	u.put(1, ev("d1", 10, now.Add(-time.Second)))
-	if u.take(1, "d1") != nil {
-		t.Fatal("took an expired event")
-	}
-	for i := range unconfirmedMax {
-		u.put(uint64(i+1), ev(fmt.Sprint(i+1), 10, now.Add(time.Minute+time.Duration(i))))
-	}
-	u.runs[2].expires = now.Add(-time.Second) // expired: it goes before the oldest
-	u.put(unconfirmedMax+1, ev("new", 10, now.Add(2*time.Minute)))
-	if len(u.runs) != unconfirmedMax || u.runs[2] != nil || u.runs[1] == nil {
-		t.Fatalf("full store: %d entries, expired kept %v, oldest dropped %v; want %d, the expired one dropped",
-			len(u.runs), u.runs[2] != nil, u.runs[1] == nil, unconfirmedMax)
-	}
-	u.put(unconfirmedMax+2, ev("newer", 10, now.Add(2*time.Minute)))
-	if len(u.runs) != unconfirmedMax || u.runs[1] != nil {
-		t.Fatalf("full store: %d entries, oldest kept %v; want %d, the oldest dropped", len(u.runs), u.runs[1] != nil, unconfirmedMax)
-	}
-	u.put(unconfirmedMax+3, ev("large", unconfirmedMaxBytes, now.Add(3*time.Minute)))
-	if len(u.runs) != 1 || u.bytes != unconfirmedMaxBytes || u.take(unconfirmedMax+3, "large") == nil {
-		t.Fatalf("after an event of the byte bound: %d entries of %d bytes, want it alone", len(u.runs), u.bytes)
-	}
-}
-
 // TestGivenUpRunEventIsNotPublishedAgainOverLaterAttempts: the outbox
-// gives up on attempt 1's run event, and before the redelivery reaches
-// this executor again, deliveries to another executor make attempts 1
-// and 2 and record them (written here as that executor would). The
-// replay settled from attempt 1's event, writing its record over theirs:
+// gives up on attempt 1's run event, and before it is published again,
+// deliveries to another executor (after a keep-alive that did not get
+// through) make attempts 1 and 2 and record them (written here as that
+// executor would). The republish settled from attempt 1's event, writing
+// its record over theirs:
 // the count went back to 1, attempt 2 was made again (past maxAttempts
 // in the end) and its event dropped by RUNS as a duplicate. The
 // redelivery now goes on from the record: attempt 3.
 func TestGivenUpRunEventIsNotPublishedAgainOverLaterAttempts(t *testing.T) {
 	t.Parallel()
 	target := newAttemptTarget(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable, http.StatusServiceUnavailable)
-	// The give-up naks the dispatch for a second: the other executor's
-	// record is written within it.
+	// The give-up keeps the dispatch for a second before the event is
+	// published again: the other executor's record is written within it.
 	f, lossy := givenUpFirstEvent(t, target, 4)
 	runs := f.stored(t)
 	if len(runs) != 1 {
