@@ -185,3 +185,31 @@ func TestRunsOutageDoesNotExhaustTheDispatch(t *testing.T) {
 	default:
 	}
 }
+
+// TestRunEventsKeptToPublishAgainAreBounded: a dispatch kept to publish
+// its run event again keeps the event in memory, and a RUNS outage makes
+// the outbox give up on every event in flight, each up to max_payload.
+// Past eventBytesMax the dispatch is nakked as before: a delivery used,
+// and its redelivery calls the target again.
+func TestRunEventsKeptToPublishAgainAreBounded(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusOK)
+	lossy := &lostRunAcks{}
+	lossy.lose.Store(true)
+	f := newTunedAttemptsFixture(t, target, 3, 5*time.Second, 50, func(s *Service) {
+		lossy.JetStream = s.cfg.JS
+		s.cfg.JS = lossy
+		s.outRound, s.outBudget = 200*time.Millisecond, time.Second
+		s.infraRetryFirst, s.infraRetryMax = 250*time.Millisecond, 500*time.Millisecond
+		s.eventBytesMax = 0 // no event fits
+	})
+	seq := f.dispatch(t)
+	natstest.Eventually(t, 60*time.Second, "the target called again after a give-up", func() bool {
+		return len(target.attempts()) >= 2
+	})
+	if info := f.dispatchInfo(t); info.Delivered.Consumer < 2 {
+		t.Errorf("dispatch delivered %d times, want a redelivery after each give-up", info.Delivered.Consumer)
+	}
+	lossy.lose.Store(false)
+	natstest.AwaitAcked(t, f.srv.JS, streams.StreamDispatch, streams.ConsumerExecutor, seq)
+}

@@ -67,6 +67,10 @@ type Service struct {
 	records  sync.WaitGroup     // background KV writes: attempt records, released probe claims
 	settles  *settler           // acks, naks and terms until the server confirms them
 	owed     *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
+	// eventBytes is the size of the run events held dispatches keep to
+	// publish again (held.event), at most eventBytesMax (keepsEvent).
+	eventBytes, eventBytesMax int
+
 	// stopping is closed when shutdown begins (releaseHeld, under
 	// heldMu): a new arrival, and a dispatch waiting for a call slot, a
 	// caller or a host slot, is handed back then, not at the end of the
@@ -124,6 +128,7 @@ func New(cfg Config) (*Service, error) {
 
 		infraRetryFirst: infraRetryFirst,
 		infraRetryMax:   infraRetryMax,
+		eventBytesMax:   outboxMaxBytes,
 	}, nil
 }
 
@@ -477,6 +482,9 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	if h.parked {
 		s.parked[h.key]++
 	}
+	if h.event != nil {
+		s.eventBytes += len(h.event.msg.Data)
+	}
 	if h.retry > 0 {
 		s.retrying++
 	}
@@ -542,6 +550,9 @@ func (s *Service) unheld(h *held) {
 	}
 	if h.retry > 0 {
 		s.retrying--
+	}
+	if h.event != nil {
+		s.eventBytes -= len(h.event.msg.Data)
 	}
 }
 
@@ -1568,7 +1579,7 @@ func (s *Service) publishThenSettle(ctx context.Context, m jetstream.Msg, d *eve
 			return
 		}
 		md, mdErr := m.Metadata()
-		if !errors.Is(err, errUnconfirmed) || mdErr != nil {
+		if !errors.Is(err, errUnconfirmed) || mdErr != nil || !s.keepsEvent(r) {
 			s.nak(m, time.Second, err)
 			return
 		}

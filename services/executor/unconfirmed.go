@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,6 +75,23 @@ func (s *Service) republish(ctx context.Context, h *held) bool {
 	s.waitBegin(h.m, h.arrived) // until its settle, through the outbox
 	s.publishThenSettle(ctx, h.m, h.d, r, h.retry)
 	return true
+}
+
+// keepsEvent reports whether a dispatch may be kept to publish r's event
+// again: the events kept so stay within eventBytesMax (outboxMaxBytes, as
+// the outbox's own), since a RUNS outage makes the outbox give up on every
+// event in flight, up to MaxAckPending of them and each up to max_payload.
+// Past it, the dispatch is nakked as before 2026-11-30: one delivery
+// used, and its redelivery calls the target again.
+func (s *Service) keepsEvent(r *unconfirmedRun) bool {
+	s.heldMu.Lock()
+	ok := s.eventBytes+len(r.msg.Data) <= s.eventBytesMax
+	s.heldMu.Unlock()
+	if !ok {
+		s.settles.warns.Log(time.Now(), slog.LevelWarn, "run event not confirmed stored, and the run events kept to publish again fill their bound; nakking the dispatch (its redelivery calls the target again)",
+			"bound_bytes", s.eventBytesMax)
+	}
+	return ok
 }
 
 // handBackHeld hands h back at shutdown with a nak delayed by delay. One
