@@ -38,7 +38,9 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sourcegraph/conc v0.3.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

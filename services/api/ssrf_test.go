@@ -58,6 +58,11 @@ func TestCreateRefusesANumericHost(t *testing.T) {
 		{"http://169.254.43518/", "169.254.169.254 is link-local or a cloud metadata address"},
 		{"http://0x7f.1:8080/", "write the address in dotted-decimal form: 127.0.0.1"},
 		{"http://0177.0.0.1:8080/", "write the address in dotted-decimal form: 127.0.0.1"},
+		// Not ASCII: judged by the IDNA ASCII form net/http dials.
+		{"http://１６９．２５４．１６９．２５４/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://169。254。169。254/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://ｍｅｔａｄａｔａ.google.internal/", "metadata.google.internal is a cloud metadata hostname"},
+		{"http://０ｘ７ｆ．１:8080/", "write the address in dotted-decimal form: 127.0.0.1"},
 	} {
 		id := fmt.Sprintf("numeric%d", i)
 		body := fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, id, c.url)

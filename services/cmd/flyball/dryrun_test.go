@@ -16,7 +16,7 @@ func TestDryRunChecksTheTargetHost(t *testing.T) {
 	}
 
 	// Refused whatever the guard allows: exit 1, named like any other reason.
-	for _, host := range []string{"0x7f000001", "2852039166", "10.0.0.1."} {
+	for _, host := range []string{"0x7f000001", "2852039166", "10.0.0.1.", "１６７７７２１６１"} {
 		f := spec("numeric", "http://"+host+":8000/x")
 		r := e.fails(t, []string{"task", "create", "-f", f, "--dry-run"},
 			"invalid task spec (1 reason)", "target.http.url:", "non-canonical numeric form")
@@ -27,7 +27,12 @@ func TestDryRunChecksTheTargetHost(t *testing.T) {
 
 	// Refused by the default guard, which a server may be told to open:
 	// valid, with a note on stderr naming the rule and the flags.
-	for _, url := range []string{"http://169.254.169.254/latest", "http://metadata.google.internal/", "http://127.0.0.1:8000/x"} {
+	// A host that is not ASCII is judged by the IDNA ASCII form net/http
+	// dials (full-width digits and dots, full-width letters).
+	for _, url := range []string{
+		"http://169.254.169.254/latest", "http://metadata.google.internal/", "http://127.0.0.1:8000/x",
+		"http://１６９．２５４．１６９．２５４/latest", "http://ｍｅｔａｄａｔａ.google.internal/",
+	} {
 		r := e.run(t, "task", "create", "-f", spec("guarded", url), "--dry-run")
 		if r.code != 0 || r.stdout != "valid\n" {
 			t.Fatalf("dry run of %s: exit %d, stdout %q; want 0 and \"valid\"", url, r.code, r.stdout)

@@ -18,6 +18,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 
 	"github.com/flyballhq/flyball/pkg/events"
 )
@@ -267,7 +270,12 @@ func (g *Guard) Control(_, address string, _ syscall.RawConn) error {
 // stands for is blocked, the error is Check's for that address; if not,
 // or if it stands for none (a part out of range), the error says to write
 // the address in dotted-decimal form.
+//
+// A host that is not ASCII is judged by its IDNA ASCII form (ASCIIHost),
+// the name net/http resolves and dials: "１６９．２５４．１６９．２５４" is
+// 169.254.169.254, "０ｘ７ｆ．１" is 0x7f.1.
 func (g *Guard) CheckHost(host string) error {
+	host = ASCIIHost(host)
 	if addr, err := netip.ParseAddr(host); err == nil {
 		return g.Check(addr)
 	}
@@ -289,6 +297,24 @@ func (g *Guard) CheckHost(host string) error {
 		return fmt.Errorf("%w: %s is a cloud metadata hostname (it stands for %s)", ErrBlocked, name, addr)
 	}
 	return nil
+}
+
+// ASCIIHost returns a URL's host (without port or brackets) as net/http
+// resolves, dials and compares it on a redirect: a host that is not ASCII
+// in its IDNA ASCII form (the lookup profile: full-width characters and
+// the ideographic full stop mapped, upper case lowered, labels in
+// punycode). An ASCII host, or one that has no such form, is returned
+// unchanged, as net/http uses it.
+func ASCIIHost(host string) string {
+	for i := range len(host) {
+		if host[i] >= utf8.RuneSelf {
+			if a, err := idna.Lookup.ToASCII(host); err == nil {
+				return a
+			}
+			return host
+		}
+	}
+	return host
 }
 
 // CheckTarget returns a *events.ValidationError naming target.http.url

@@ -145,6 +145,36 @@ func TestCheckTarget(t *testing.T) {
 
 // TestNumericIPv4 decodes the spellings inet_aton accepts, and tells a
 // DNS name from numbers that stand for no address.
+// TestCheckTargetReadsTheHostAsHTTPClientsDo: net/http maps a host that
+// is not ASCII to its IDNA ASCII form before it looks it up or dials it
+// (full-width digits and dots, the ideographic full stop, full-width
+// letters), so such a host is judged by that form. They used to pass
+// create, and every run was refused at dial time and dead-lettered.
+func TestCheckTargetReadsTheHostAsHTTPClientsDo(t *testing.T) {
+	t.Parallel()
+	g := &Guard{}
+	for _, c := range []struct{ url, why string }{
+		{"http://１６９．２５４．１６９．２５４/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://169。254。169。254/", "169.254.169.254 is link-local or a cloud metadata address"},
+		{"http://ｍｅｔａｄａｔａ.google.internal/", "metadata.google.internal is a cloud metadata hostname"},
+		{"http://０ｘ７ｆ．１/", "127.0.0.1 is a loopback address"},
+	} {
+		spec := &events.TaskSpec{ID: "x", Target: events.Target{HTTP: &events.HTTPTarget{URL: c.url}}}
+		r := events.Reasons(g.CheckTarget(spec))
+		if len(r) != 1 || r[0].Field != "target.http.url" || !strings.Contains(r[0].Rule, c.why) {
+			t.Errorf("CheckTarget(%s) = %+v, want one reason naming target.http.url and %q", c.url, r, c.why)
+		}
+	}
+	// A host whose ASCII form is an ordinary name or an allowed address
+	// passes, as before.
+	for _, u := range []string{"http://bücher.example/", "http://１０．０．０．１/"} {
+		spec := &events.TaskSpec{ID: "x", Target: events.Target{HTTP: &events.HTTPTarget{URL: u}}}
+		if err := g.CheckTarget(spec); err != nil {
+			t.Errorf("CheckTarget(%s) = %v, want nil", u, err)
+		}
+	}
+}
+
 func TestNumericIPv4(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
