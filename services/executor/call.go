@@ -16,12 +16,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/bufpool"
+	"github.com/flyballhq/flyball/services/internal/ssrf"
 )
 
 // result is the classified outcome of one call.
@@ -49,20 +52,10 @@ func (r *result) ok() bool { return r.err == nil }
 // instead of dialing (and later closing) the excess. redact holds the
 // operator's secret header names, lower-cased (Config.RedactHeaders).
 func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Client {
-	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: g.Control}
+	dial := &guardedDialer{guard: g, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 	tr := &http.Transport{
-		Proxy: nil, // a proxy would bypass the SSRF guard
-		// The host is checked by name before DNS is asked (a cloud
-		// metadata hostname is refused whatever it resolves to), and
-		// every address DNS gives is checked by the dialer's Control.
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if host, _, err := net.SplitHostPort(addr); err == nil {
-				if err := g.CheckHost(host); err != nil {
-					return nil, err
-				}
-			}
-			return dialer.DialContext(ctx, network, addr)
-		},
+		Proxy:                 nil, // a proxy would bypass the SSRF guard
+		DialContext:           dial.DialContext,
 		MaxIdleConns:          max(1024, concurrency),
 		MaxIdleConnsPerHost:   perHost,
 		MaxConnsPerHost:       0,
@@ -133,6 +126,45 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 	}
 }
 
+// guardedDialer dials the executor's HTTP connections. The host is
+// checked by name before DNS is asked (a cloud metadata hostname is
+// refused whatever it resolves to), and every address DNS gives is
+// checked by the dialer's Control.
+type guardedDialer struct {
+	guard  *Guard
+	dialer net.Dialer // its Control is the guard's
+}
+
+func (d *guardedDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		if err := d.guard.CheckHost(host); err != nil {
+			return nil, err
+		}
+	}
+	// When no address connects, the dialer returns the first one's
+	// error: a refused address first made the call fail for good though
+	// another was only unreachable. The call is blocked only if the guard
+	// refused every address the dial tried (counted in Control, which
+	// Happy Eyeballs may run for both families at once).
+	var tried, refused atomic.Int32
+	dialer := d.dialer
+	dialer.Control = func(network, address string, c syscall.RawConn) error {
+		tried.Add(1)
+		err := d.guard.Control(network, address, c)
+		if err != nil {
+			refused.Add(1)
+		}
+		return err
+	}
+	conn, err := dialer.DialContext(ctx, network, addr)
+	if err != nil && errors.Is(err, ErrBlocked) && refused.Load() < tried.Load() {
+		// Not wrapped: an ordinary, transient connection failure.
+		return nil, fmt.Errorf("dial %s %s: no address connected; the SSRF guard refused %d of the %d tried (%s), the others failed",
+			network, addr, refused.Load(), tried.Load(), err.Error())
+	}
+	return conn, err
+}
+
 // expectRedirect is the context key under which callHTTP passes a target
 // whose expectStatus lists a 3xx status to CheckRedirect.
 type expectRedirect struct{}
@@ -184,9 +216,10 @@ func leftHost(req *http.Request, via []*http.Request) bool {
 // subdomain of it, where net/http keeps sending Authorization on a
 // redirect. An IP address matches only itself: net/http takes
 // x.10.0.0.1 for a subdomain of 10.0.0.1, but it is a name that any
-// resolver may point anywhere.
+// resolver may point anywhere. Hosts compare in their IDNA ASCII form,
+// as net/http compares them: bücher.example is xn--bcher-kva.example.
 func sameHostOrSubdomain(dest, initial *url.URL) bool {
-	d, i := strings.ToLower(dest.Hostname()), strings.ToLower(initial.Hostname())
+	d, i := strings.ToLower(ssrf.ASCIIHost(dest.Hostname())), strings.ToLower(ssrf.ASCIIHost(initial.Hostname()))
 	if d == i {
 		return true
 	}

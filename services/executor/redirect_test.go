@@ -3,8 +3,10 @@ package executor
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -126,6 +128,13 @@ func TestSameHostOrSubdomain(t *testing.T) {
 		// An IP address has no subdomains: x.10.0.0.1 is a name,
 		// resolved wherever a resolver says.
 		{"http://x.10.0.0.1/", "http://10.0.0.1/", false},
+		// Hosts compare in their IDNA ASCII form, as net/http compares
+		// them: bücher.example is xn--bcher-kva.example.
+		{"https://xn--bcher-kva.example/y", "https://bücher.example/x", true},
+		{"https://bücher.example/y", "https://xn--bcher-kva.example/x", true},
+		{"https://api.xn--bcher-kva.example/", "https://BÜCHER.example/", true},
+		{"https://ｅｘａｍｐｌｅ.com/", "https://example.com/", true},
+		{"https://xn--bcher-kva.example/", "https://bucher.example/", false},
 	} {
 		d, _ := url.Parse(c.dest)
 		i, _ := url.Parse(c.initial)
@@ -438,5 +447,47 @@ func TestRedirectDoesNotCarryTheBodyElsewhere(t *testing.T) {
 	want := []string{"POST grant_type=client_credentials&client_secret=hunter2", "GET "}
 	if got := sink.calls(); !slices.Equal(got, want) {
 		t.Fatalf("calls followed %q, want %q", got, want)
+	}
+}
+
+// TestRedirectToTheSameHostInASCIIKeepsSecretHeaders: a redirect from
+// http://bücher.example/ to http://xn--bcher-kva.example/, the same host
+// as net/http dials and compares it, lost the task's secret headers: the
+// hosts were compared as written.
+func TestRedirectToTheSameHostInASCIIKeepsSecretHeaders(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	s, err := New(Config{JS: srv.JS, Guard: Guard{AllowLoopback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.client.Transport.(*http.Transport).DialContext = (&guardedDialer{
+		guard: &s.cfg.Guard, dialer: net.Dialer{Timeout: 5 * time.Second, Resolver: fakeResolver(netip.MustParseAddr("127.0.0.1"))},
+	}).DialContext
+	sink := &headerSink{}
+	var port string // set before the call
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/y" {
+			sink.ServeHTTP(w, r)
+			return
+		}
+		http.Redirect(w, r, "http://xn--bcher-kva.example:"+port+"/y", http.StatusFound)
+	}))
+	t.Cleanup(target.Close)
+	port = strconv.Itoa(target.Listener.Addr().(*net.TCPAddr).Port)
+	headers := map[string]string{"Authorization": "Bearer a", "X-Api-Key": "k"}
+	tg := &events.HTTPTarget{
+		Method: "GET", URL: "http://bücher.example:" + port + "/x", Headers: headers,
+		Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"},
+	}
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	if res := s.callHTTP(t.Context(), tg, nil, d, 1); !res.ok() {
+		t.Fatalf("call: %v", res.err)
+	}
+	got := sink.last(t)
+	for k, v := range headers {
+		if got.Get(k) != v {
+			t.Errorf("a redirect to the same host in its ASCII form lost %s (got %q)", k, got.Get(k))
+		}
 	}
 }
