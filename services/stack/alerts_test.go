@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/yaml"
@@ -217,10 +218,12 @@ func TestGovernorRetryingFiresOnARealStack(t *testing.T) {
 // RUNS and the executor's durable on DISPATCH are deleted (a stream or a
 // consumer lost, as by an operator's mistake or a failed restore). The
 // call ends; RUNS never confirms its run event, and the executor gives it
-// up after the outbox's 15 s and hands the dispatch back with a nak that
-// no consumer confirms. Prometheus scraped the executor during the call
-// and after: FlyballRunEventsAbandoned and FlyballAcksUnconfirmed must
-// fire. It takes about 20 s, the outbox's budget.
+// up after the outbox's 15 s, keeping the dispatch to publish the event
+// again. RUNS is then restored without the durable: the event is stored,
+// and the dispatch's ack is confirmed by no consumer. Prometheus scraped
+// the executor during the call and after: FlyballRunEventsAbandoned and
+// FlyballAcksUnconfirmed must fire. It takes about 20 s, the outbox's
+// budget, and the ack's confirmation tries.
 func TestOutcomeAlertsFireOnARealStack(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -258,14 +261,37 @@ func TestOutcomeAlertsFireOnARealStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	natstest.Eventually(t, 45*time.Second, "a run event abandoned and a settle unconfirmed", func() bool {
-		return testutil.ToFloat64(m.OutboxAbandoned) >= 1 && testutil.CollectAndCount(m.SettlesUnconfirmed) > 0
+	natstest.Eventually(t, 45*time.Second, "a run event abandoned", func() bool {
+		return testutil.ToFloat64(m.OutboxAbandoned) >= 1
+	})
+	restoreStream(t, srv.JS, streams.StreamRuns)
+	natstest.Eventually(t, 45*time.Second, "a settle unconfirmed", func() bool {
+		return testutil.CollectAndCount(m.SettlesUnconfirmed) > 0
 	})
 
 	checkAlertsOver(t, [][]scraped{before, scrapeSeries(t, m)}, []expectedAlert{
 		{"FlyballRunEventsAbandoned", "7m", map[string]string{"severity": "warning", "instance": "stack:9090"}},
-		{"FlyballAcksUnconfirmed", "7m", map[string]string{"severity": "warning", "instance": "stack:9090", "kind": "nak"}},
+		{"FlyballAcksUnconfirmed", "7m", map[string]string{"severity": "warning", "instance": "stack:9090", "kind": "ack"}},
 	})
+}
+
+// restoreStream creates the stream name from flyball's definitions, and
+// none of its consumers.
+func restoreStream(t *testing.T, js jetstream.JetStream, name string) {
+	t.Helper()
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range cfgs {
+		if cfg.Name == name {
+			if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+				t.Fatalf("restore %s: %v", name, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no definition of stream %s", name)
 }
 
 type expectedAlert struct {
