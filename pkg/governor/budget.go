@@ -9,9 +9,10 @@ import (
 // deterministic:
 //   - pacing: runs are at least 24h/maxRunsPerDay apart, so the steady rate
 //     never exceeds the budget; a shorter interval is stretched, and a cron
-//     task skips to the first occurrence far enough out;
-//   - exhaustion: when the runs counted in the current UTC hour and the 23
-//     before it reach the budget (bursts from requeues or a backlog), the
+//     task skips to the first occurrence far enough out. It measures from
+//     the last run's start when that run started late (paceFrom);
+//   - exhaustion: when the runs counted (in the hour they started) in the
+//     current UTC hour and the 23 before it reach the budget (bursts from requeues or a backlog), the
 //     next run waits for the hour at which the oldest counted hour leaves
 //     the window.
 //
@@ -28,9 +29,14 @@ func (p *planner) budget() {
 	}
 	limit := b.MaxRunsPerDay
 	spacing := budgetSpacing(limit)
-	if last := p.last(); !last.IsZero() {
-		if least := last.Add(spacing); p.next.Before(least) {
-			p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
+	if from, started := p.paceFrom(); !from.IsZero() {
+		if least := from.Add(spacing); p.next.Before(least) {
+			if started {
+				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart (the run of %s started at %s)",
+					limit, spacing, stamp(p.s.LastScheduledAt), stamp(from))
+			} else {
+				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
+			}
 			p.quietAfterBudget()
 		}
 	}
@@ -59,6 +65,21 @@ func (p *planner) quietAfterBudget() {
 	p.quietGap()
 }
 
+// paceFrom is what the budget's pacing measures from: the last slot
+// (last), or the start of the last run (State.LastStartedAt) when it
+// started more than MinGap after its slot and is later; started reports
+// the latter. A run started on time, a few milliseconds after its slot,
+// is paced from the slot: paced from its start, it moved the next slot of
+// a task whose cadence is the budget's spacing by those milliseconds, and
+// a cron task lost an occurrence.
+func (p *planner) paceFrom() (from time.Time, started bool) {
+	last := p.last()
+	if st := p.s.LastStartedAt; st.After(p.s.LastScheduledAt.Add(MinGap)) && st.After(last) {
+		return st, true
+	}
+	return last, false
+}
+
 // budgetSpacing is 24h / runsPerDay, rounded up to the nanosecond.
 func budgetSpacing(runsPerDay int) time.Duration {
 	n := time.Duration(runsPerDay)
@@ -78,7 +99,7 @@ func (p *planner) onOrAfter(t time.Time) time.Time {
 
 func ledgerSlot(h int64) int { return int((h%24 + 24) % 24) }
 
-// add counts one run scheduled in hour h.
+// add counts one run started in hour h.
 func (l *RunLedger) add(h int64) {
 	if *l == (RunLedger{}) {
 		l.Hour = h

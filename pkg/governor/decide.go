@@ -129,7 +129,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		p.tr.str("requeued: dead-letter cleared, failures reset").end()
 	}
 	if spec.Budget == nil {
-		s.Budget = RunLedger{}
+		s.Budget, s.LastStartedAt = RunLedger{}, time.Time{}
 	}
 	if spec.CatchUp != events.CatchUpAll {
 		s.CatchUpPending = 0
@@ -242,7 +242,15 @@ func (p *planner) applyOutcome(o *Outcome) {
 		s.LastFailureAt = finished
 	}
 	if ran && p.spec.Budget != nil {
-		s.Budget.add(hourOf(o.ScheduledAt))
+		// Counted and paced from when the call was made: counted in the
+		// hour of a late run's slot (a day back, or out of the window),
+		// and paced from that slot, it was followed by the next run at
+		// once.
+		start := runStart(o, p.now)
+		s.Budget.add(hourOf(start))
+		if start.After(s.LastStartedAt) {
+			s.LastStartedAt = start
+		}
 	}
 	if h := s.OneShotHint; h != nil && !o.ScheduledAt.Before(h.At) {
 		s.OneShotHint = nil
@@ -253,6 +261,21 @@ func (p *planner) applyOutcome(o *Outcome) {
 	if ran {
 		p.observe(o)
 	}
+}
+
+// runStart is when the run of o made its call: its start, at most now
+// (another machine's clock, or a forged time) and not before its slot (the
+// executor holds a dispatch until then); its slot when the start is
+// unknown.
+func runStart(o *Outcome, now time.Time) time.Time {
+	if o.StartedAt.IsZero() {
+		return o.ScheduledAt.UTC()
+	}
+	start := o.StartedAt
+	if start.After(now) {
+		start = now
+	}
+	return maxTime(o.ScheduledAt, start).UTC()
 }
 
 // rememberLast keeps the dispatch applied last in RecentDispatchIDs when

@@ -65,7 +65,8 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     missed: nothing is caught up;
 //   - with a budget, a run not placed by a requeue or bounds.max (a
 //     dead-letter recheck included) is at least 24h/maxRunsPerDay after
-//     the last slot, and, once the budget is used up, not before the hour
+//     the last slot, or after the last run's start when that run started
+//     more than MinGap after its slot (a late run), and, once the budget is used up, not before the hour
 //     that frees a run (unless nudging kept the run planned before);
 //   - the source is a documented one, and the trail is not empty;
 //   - Decide is deterministic, does not mutate its input, and its Decision
@@ -195,6 +196,11 @@ func FuzzDecide(f *testing.F) {
 		}
 		if lastMode/5%2 == 1 { // runs overlapped: earlier dispatches applied
 			st.RecentDispatchIDs = []string{"t:recent", "t:older"}
+		}
+		if lastMode/10%2 == 1 && !st.LastScheduledAt.IsZero() { // the last run started late (or on time), before now
+			if st.LastStartedAt = st.LastScheduledAt.Add(ms(mod(hintIv, 26*hour))); st.LastStartedAt.After(now) {
+				st.LastStartedAt = now
+			}
 		}
 		hintInterval := max(time.Duration(hintIv&math.MaxInt64), 1) // 1ns to the largest duration
 		if hintMode&1 != 0 {
@@ -502,16 +508,47 @@ func FuzzDecide(f *testing.F) {
 		// may move it), and bounds.max does too. Every other run, a
 		// dead-letter recheck included, keeps the budget's pacing and,
 		// unless nudging kept the run planned before, its exhaustion rule.
+		// Pacing measures from the last run's start when it started more
+		// than MinGap after its slot (a late run); the ledger counts the
+		// run in the hour it started.
 		outranked := !s.RequeuedAt.IsZero() || d.Source == governor.SourceRequeue || d.Source == governor.SourceClampedMax
 		if b := spec.Budget; b != nil && !outranked {
-			if spacing := 24 * time.Hour / time.Duration(b.MaxRunsPerDay); gap < spacing {
-				t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
+			pace := last
+			if started := runStarted(st, in, now); started.After(s.LastScheduledAt.Add(governor.MinGap)) && started.After(pace) {
+				pace = started
+			}
+			if spacing := 24 * time.Hour / time.Duration(b.MaxRunsPerDay); d.NextRunAt.Sub(pace) < spacing {
+				t.Fatalf("%s after the run started at %s, under the budget's %s%s", d.NextRunAt.Sub(pace), fmtT(pace), spacing, explain())
 			}
 			if free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay)); !kept && d.NextRunAt.Before(free) {
 				t.Fatalf("budget of %d used up: next run before %s%s", b.MaxRunsPerDay, fmtT(free), explain())
 			}
 		}
 	})
+}
+
+// runStarted is the fuzz oracle of the start the budget paces from: the
+// latest start in st, or that of the run whose outcome in applies (made
+// a call: succeeded or failed), at most now and not before its slot (its
+// slot when the start is unknown).
+func runStarted(st governor.State, in governor.Input, now time.Time) time.Time {
+	started := st.LastStartedAt
+	if o := in.Outcome; o != nil && (o.Result == "succeeded" || o.Result == "failed") {
+		at := o.ScheduledAt
+		if !o.StartedAt.IsZero() {
+			at = o.StartedAt
+			if at.After(now) {
+				at = now
+			}
+			if at.Before(o.ScheduledAt) {
+				at = o.ScheduledAt
+			}
+		}
+		if at.After(started) {
+			started = at
+		}
+	}
+	return started
 }
 
 // budgetFree is the fuzz oracle of the budget's exhaustion rule: when the

@@ -891,8 +891,10 @@ func (p *planner) admissible(t time.Time) bool {
 	if b := p.spec.Bounds; b != nil && ((b.Min > 0 && gap < b.Min.D()) || (b.Max > 0 && gap > b.Max.D())) {
 		return false
 	}
-	if b := p.spec.Budget; b != nil && b.MaxRunsPerDay > 0 && gap < budgetSpacing(b.MaxRunsPerDay) {
-		return false
+	if b := p.spec.Budget; b != nil && b.MaxRunsPerDay > 0 {
+		if from, _ := p.paceFrom(); t.Before(from.Add(budgetSpacing(b.MaxRunsPerDay))) {
+			return false
+		}
 	}
 	return true
 }

@@ -609,6 +609,55 @@ func TestBudgetLedgerAndRollingDay(t *testing.T) {
 	}
 }
 
+// A run that starts late (an overdue slot the timer fires after a
+// restart) is paced from its start, not from its slot, and counted in the
+// hour it was made: paced from its slot and counted in its slot's hour,
+// the next run followed it at once. A run started on time keeps the grid.
+func TestBudgetPacesFromALateStart(t *testing.T) {
+	at := func(day, h, m int) time.Time { return time.Date(2026, 3, day, h, m, 0, 0, time.UTC) }
+	late := func(slot, started time.Time) governor.Input {
+		in := outcome("succeeded", slot)
+		in.Outcome.StartedAt, in.Outcome.FinishedAt = started, started.Add(2*time.Second)
+		return in
+	}
+	for _, tc := range []struct {
+		name          string
+		spec          *events.TaskSpec
+		prev          time.Time // the slot before the late one
+		slot, started time.Time
+		want          time.Time // at or after
+	}{
+		{"A: 24h interval, budget 1", withBudget(intervalSpec(24*time.Hour), 1), at(2, 10, 0), at(3, 10, 0), at(4, 9, 30), at(5, 9, 30)},
+		{"B: 1h interval, budget 1", withBudget(intervalSpec(time.Hour), 1), at(3, 9, 0), at(3, 10, 0), at(4, 10, 30), at(5, 10, 30)},
+		{"C: 1h interval, budget 2", withBudget(intervalSpec(time.Hour), 2), at(3, 21, 0), at(3, 22, 0), at(4, 10, 30), at(4, 22, 30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := tc.started.Add(5 * time.Second)
+			d := governor.Decide(now, tc.spec, ran(tc.prev), late(tc.slot, tc.started))
+			if d.NextRunAt.Before(tc.want) {
+				t.Errorf("slot %s started at %s: next run %s (%s), want at or after %s\ntrail: %q",
+					fmtT(tc.slot), fmtT(tc.started), fmtT(d.NextRunAt), d.Source, fmtT(tc.want), d.Trail)
+			}
+			if h := tc.started.Unix() / 3600; d.State.Budget.Hour != h || d.State.Budget.Counts[h%24] != 1 {
+				t.Errorf("run started at %s counted in ledger %+v, want in hour %d", fmtT(tc.started), d.State.Budget, h)
+			}
+			// Any later input keeps the pacing: it outlives the outcome.
+			if d := governor.Decide(now.Add(time.Minute), tc.spec, d.State, updated); d.NextRunAt.Before(tc.want) {
+				t.Errorf("after a spec update: next run %s (%s), want at or after %s\ntrail: %q", fmtT(d.NextRunAt), d.Source, fmtT(tc.want), d.Trail)
+			}
+		})
+	}
+
+	// A run started on time, a few milliseconds after its slot, keeps the
+	// grid: the interval, or the cron occurrence, at the budget's spacing.
+	for _, spec := range []*events.TaskSpec{withBudget(intervalSpec(time.Hour), 24), withBudget(cronSpec("0 * * * *", ""), 24)} {
+		d := governor.Decide(t0.Add(3*time.Second), spec, ran(t0.Add(-time.Hour)), late(t0, t0.Add(5*time.Millisecond)))
+		if !d.NextRunAt.Equal(t0.Add(time.Hour)) {
+			t.Errorf("%q started on time: next run %s (%s), want %s\ntrail: %q", spec.Schedule, fmtT(d.NextRunAt), d.Source, fmtT(t0.Add(time.Hour)), d.Trail)
+		}
+	}
+}
+
 func TestDecideBreaker(t *testing.T) {
 	runDecideCases(t, []decideCase{
 		{

@@ -125,6 +125,16 @@ type State struct {
 	// Budget counts recent runs for the daily budget (only kept while the
 	// spec has a budget).
 	Budget RunLedger `json:"budget,omitzero"`
+	// LastStartedAt is when the latest run that made a call started (its
+	// last attempt, on the executor's clock, at most the decision's now
+	// and not before its slot; its slot when the start is unknown). The
+	// budget's pacing measures from it when it is later than
+	// LastScheduledAt by more than MinGap: a run fired long after its slot
+	// (an overdue slot after a restart) was paced from the slot, and the
+	// next run followed it at once. Only kept while the spec has a budget;
+	// absent from states written by an older
+	// flyball (the slot is used).
+	LastStartedAt time.Time `json:"lastStartedAt,omitzero"`
 }
 
 // IntervalHint overrides the baseline interval until ExpiresAt.
@@ -152,12 +162,13 @@ type DeadLetterHold struct {
 }
 
 // RunLedger counts runs (succeeded or failed; skips make no call) per UTC
-// hour, for the 24 hours up to Hour. It is a fixed-size ring, so a state
+// hour of their start (of their slot when the start is unknown), for the
+// 24 hours up to Hour. It is a fixed-size ring, so a state
 // never grows with the number of runs.
 type RunLedger struct {
 	// Hour is the newest hour counted, in hours since the Unix epoch.
 	Hour int64 `json:"hour,omitempty"`
-	// Counts[h mod 24] is the number of runs scheduled in hour h, for h in
+	// Counts[h mod 24] is the number of runs started in hour h, for h in
 	// (Hour-24, Hour].
 	Counts [24]uint32 `json:"counts"`
 }

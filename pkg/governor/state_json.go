@@ -108,6 +108,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		}
 		w.Raw("]}")
 	}
+	w.TimeOmitZero(`,"lastStartedAt":`, s.LastStartedAt)
 	w.Raw("}")
 	return w.B, w.Err
 }
