@@ -169,14 +169,15 @@ type QuietHours struct {
 
 // Budget caps runs, not calls: a run that made a call counts once (succeeded
 // or failed, however many attempts it made; a skipped run does not). The
-// governor counts runs per UTC hour, in the hour of their slot: once the
+// governor counts runs per UTC hour, in the hour they started (of their
+// slot when the start is unknown): once the
 // current UTC hour and the 23 before it hold MaxRunsPerDay runs, the next
 // run waits for the hour in which the oldest of them leaves that window.
 // The window is whole UTC hours, not any rolling 24 hours: runs at 09:59
 // and 10:59 leave it at 09:00 and 10:00 the next day, so a budget of 2
 // allows a third run at 09:00, 23h01m after the first. Pacing (runs at
-// least 24h / MaxRunsPerDay apart) keeps a steady stream under the budget
-// in any 24 hours.
+// least 24h / MaxRunsPerDay apart, measured from a late run's start rather
+// than its slot) keeps a steady stream under the budget in any 24 hours.
 type Budget struct {
 	MaxRunsPerDay int `json:"maxRunsPerDay"`
 }

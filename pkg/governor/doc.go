@@ -106,9 +106,11 @@
 // When two or more slots passed since the last run (one is mere lateness:
 // a run that outlasted its interval), flyball was down or behind, and the
 // spec's catchUp policy applies: "skip" (the default) runs once now and
-// then resumes the cadence from that run (a run that started late, after
-// the missed slots, is that run: the overdue slot the timer fires after a
-// restart is not followed by a second one); "none" waits for the next slot;
+// then resumes the cadence: the next slot on the grid of that run's slot
+// (a run that started late, after the missed slots, is that run: the
+// overdue slot the timer fires after a restart is not followed by a
+// second one, though the next slot on its grid may follow it soon, within
+// the budget's pacing from its start); "none" waits for the next slot;
 // "all" backfills the missed slots one by one, at most catchUpMax (100),
 // each run scheduled as soon as the previous one succeeded, and at least
 // MinGap after it started. Slots that fell
@@ -128,7 +130,8 @@
 // 1s), bounds.max or baseline×4]; a spec update restarts it from the new
 // baseline. Mode "change" tightens toward the lower end when the response
 // fingerprint changes or a run fails, and relaxes toward the upper end once
-// adaptive.unchangedRuns runs in a row returned the same fingerprint. Mode
+// adaptive.unchangedRuns runs in a row returned the same fingerprint as
+// the run before each (unchangedRuns+1 identical fingerprints). Mode
 // "staleness" tightens as the time since the last success grows from one
 // baseline interval to adaptive.target (three intervals by default).
 // Failure backoff still multiplies the adaptive interval: a failing target
@@ -153,8 +156,11 @@
 // moves into the window, are kept at least the quiet interval after the
 // last run.
 //
-// The budget keeps runs at least 24h/maxRunsPerDay apart, and when the runs
-// counted in the current UTC hour and the 23 before it reach the budget,
+// The budget keeps runs at least 24h/maxRunsPerDay apart, measured from the
+// last run's start when it started more than MinGap after its slot (a late
+// run, an overdue slot fired after a restart), and when the runs counted
+// (in the hour they started) in the current UTC hour and the 23 before it
+// reach the budget,
 // the next run waits for the hour at which the window frees one. The
 // counts live in a fixed 24-slot ring in the state. Only a requeue (the
 // operator's) and bounds.max place a run the budget does not allow: a
