@@ -39,9 +39,13 @@ type Cache[T any] struct {
 	// a key it does not hold at or below watched was deleted or never
 	// written as of then. It lets a deleted key leave no entry behind.
 	watched uint64
-	live    atomic.Bool // the initial snapshot is loaded and the watch is up
-	ready   chan struct{}
-	once    sync.Once
+	// live: the initial snapshot is loaded and the watch is up. Cleared
+	// under mu, with the view emptied, and read under mu by Lookup.
+	live  atomic.Bool
+	ready chan struct{}
+	once  sync.Once
+	// beforeRLock, set by tests only, runs in Lookup before it takes mu.
+	beforeRLock func()
 
 	// Changed, when set before Run, is called with the key of every put,
 	// delete or purge the watch delivers, once the view holds it, on the
@@ -107,14 +111,19 @@ func (c *Cache[T]) Run(ctx context.Context) {
 		// deleted (and purged) meanwhile do not linger, and a bucket
 		// re-created meanwhile (revisions start over) is not hidden behind
 		// the old revisions.
-		Ended: func(error) {
-			c.live.Store(false)
-			c.mu.Lock()
-			c.entries = map[string]*entry[T]{}
-			c.watched = 0
-			c.mu.Unlock()
-		},
+		Ended: c.ended,
 	}.Run(ctx)
+}
+
+// ended empties the view when the watch ends. It marks the view down
+// under the lock, so a Lookup holding the lock reads the view whole and
+// one taking it after reads "unknown".
+func (c *Cache[T]) ended(error) {
+	c.mu.Lock()
+	c.live.Store(false)
+	c.entries = map[string]*entry[T]{}
+	c.watched = 0
+	c.mu.Unlock()
 }
 
 // apply records what the watch delivered. A delete or purge drops the
@@ -202,10 +211,17 @@ type Result[T any] struct {
 
 // Lookup returns the cached value of key.
 func (c *Cache[T]) Lookup(key string) Result[T] {
+	if c.beforeRLock != nil {
+		c.beforeRLock()
+	}
+	// live is read under the lock: read before it, a watch ending
+	// meanwhile would leave this Lookup reading the emptied view as
+	// known, and report a key it held as absent.
+	c.mu.RLock()
 	if !c.live.Load() {
+		c.mu.RUnlock()
 		return Result[T]{}
 	}
-	c.mu.RLock()
 	e, ok := c.entries[key]
 	c.mu.RUnlock()
 	if !ok || e.deleted {

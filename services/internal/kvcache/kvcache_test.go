@@ -259,3 +259,48 @@ func TestDeletedKeysAreNotKept(t *testing.T) {
 		t.Fatalf("Lookup of a deleted key = %+v, want known and not found", r)
 	}
 }
+
+// TestLookupRacingEndedIsUnknown: a Lookup that overlaps the end of the
+// watch answers unknown, never "known absent" for a key the view held.
+// The Lookup is parked after it passed its checks of the view's state
+// and before it reads the entries; the watch ends meanwhile, emptying
+// the view; then the Lookup goes on. Callers act on a known-absent key
+// (a paused task's target called, an open breaker's target called).
+func TestLookupRacingEndedIsUnknown(t *testing.T) {
+	kv := newBucket(t)
+	if _, err := kv.Put(t.Context(), "k", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil)
+	run(t, c)
+	if r := c.Lookup("k"); !r.Known || !r.Found {
+		t.Fatalf("Lookup(k) = %+v, want found", r)
+	}
+	parked, release := make(chan struct{}), make(chan struct{})
+	c.beforeRLock = func() { close(parked); <-release }
+	got := make(chan Result[int], 1)
+	go func() { got <- c.Lookup("k") }()
+	<-parked
+	c.ended(errors.New("watch ended"))
+	close(release)
+	if r := <-got; r.Known {
+		t.Fatalf("Lookup(k) overlapping the end of the watch = %+v, want unknown", r)
+	}
+}
+
+// BenchmarkLookup is the hot path: every run looks up its task's spec,
+// pause and breaker. It must not allocate.
+func BenchmarkLookup(b *testing.B) {
+	c := New(nil, func(_ string, raw []byte) (int, error) { return strconv.Atoi(string(raw)) }, nil)
+	c.apply("k", 1, false, []byte("1"))
+	c.live.Store(true)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if r := c.Lookup("k"); !r.Found {
+				b.Fatalf("Lookup(k) = %+v", r)
+			}
+		}
+	})
+}
