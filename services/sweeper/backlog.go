@@ -12,6 +12,7 @@ import (
 	"github.com/sourcegraph/conc"
 
 	"github.com/flyballhq/flyball/services/internal/query"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -21,7 +22,8 @@ import (
 const backlogTimeout = 2 * time.Second
 
 // backlogLogWindow is how often one failed read is logged again; the
-// repeats between are counted in the next line (and every failure in
+// repeats between are counted in a line written by the first sweep after
+// the window, or at stop (and every failure is counted in
 // flyball_backlog_read_failures_total).
 const backlogLogWindow = 5 * time.Minute
 
@@ -37,15 +39,28 @@ const backlogLogWindow = 5 * time.Minute
 // does not exist loses its series.
 func (s *Service) reportBacklog(ctx context.Context) {
 	var wg conc.WaitGroup
-	for _, d := range s.durables {
-		wg.Go(func() { s.readDurable(ctx, d) })
+	for i, d := range s.durables {
+		wg.Go(func() { s.readDurable(ctx, d, s.durableLogs[i]) })
 	}
 	wg.Go(func() { s.readAccount(ctx) })
 	wg.Wait()
+	s.flushBacklogLogs(false)
 }
 
-// readDurable reads one durable's state into flyball_consumer_*.
-func (s *Service) readDurable(parent context.Context, d streams.Durable) {
+// flushBacklogLogs writes the counts of repeated failed reads whose window
+// is over (all of them, when all is set: at stop), so a count is not held
+// until the next failure, which may come weeks later.
+func (s *Service) flushBacklogLogs(all bool) {
+	now := s.cfg.Now()
+	for _, l := range s.durableLogs {
+		l.Flush(now, all)
+	}
+	s.accountLog.Flush(now, all)
+}
+
+// readDurable reads one durable's state into flyball_consumer_*; log
+// names the durable.
+func (s *Service) readDurable(parent context.Context, d streams.Durable, log *repeatlog.Log) {
 	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
 	defer cancel()
 	m := s.cfg.Metrics
@@ -60,7 +75,7 @@ func (s *Service) readDurable(parent context.Context, d streams.Durable) {
 				g.DeleteLabelValues(d.Stream, d.Name)
 			}
 		}
-		s.backlogWarn("reading a durable consumer's state failed; its backlog metrics keep their last reading", err, "stream", d.Stream, "consumer", d.Name)
+		backlogWarn(s.cfg.Now(), log, "reading a durable consumer's state failed; its backlog metrics keep their last reading", err)
 		return
 	}
 	m.ConsumerPending.WithLabelValues(d.Stream, d.Name).Set(float64(b.Pending))
@@ -110,7 +125,7 @@ func (s *Service) readAccount(parent context.Context) {
 		return
 	}
 	m.BacklogReadFailures.WithLabelValues("account").Inc()
-	s.backlogWarn("reading the account's JetStream usage failed; its storage metrics keep their last reading", err)
+	backlogWarn(s.cfg.Now(), s.accountLog, "reading the account's JetStream usage failed; its storage metrics keep their last reading", err)
 }
 
 // oneCopyOfEachStream sums the bytes of every stream of the account once,
@@ -131,8 +146,8 @@ func oneCopyOfEachStream(ctx context.Context, js jetstream.JetStream) (map[strin
 	return sum, nil
 }
 
-// backlogWarn logs a failed backlog read, at most once per message per
+// backlogWarn logs a failed backlog read to log, at most once per
 // backlogLogWindow: a NATS outage fails every read of every sweep.
-func (s *Service) backlogWarn(msg string, err error, args ...any) {
-	s.backlogLog.Log(s.cfg.Now(), slog.LevelWarn, msg, append(args, "err", err)...)
+func backlogWarn(now time.Time, log *repeatlog.Log, msg string, err error) {
+	log.Log(now, slog.LevelWarn, msg, "err", err)
 }

@@ -108,9 +108,12 @@ type Service struct {
 	unannounced map[string]offlineMark
 	// durables are the consumers the backlog report reads (backlog.go).
 	durables []streams.Durable
-	// backlogLog keeps a NATS outage from logging every failed backlog
-	// read of every sweep.
-	backlogLog *repeatlog.Log
+	// durableLogs (one per durable, in the order of durables) and
+	// accountLog keep a NATS outage from logging every failed backlog
+	// read of every sweep. A durable's lines, its count too, name it, so
+	// one durable's failures are not counted in another's line.
+	durableLogs []*repeatlog.Log
+	accountLog  *repeatlog.Log
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
 	tuneFollow func(bucket string, f *kvcache.Follower)
@@ -142,10 +145,14 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	logs := make([]*repeatlog.Log, len(ds))
+	for i, d := range ds {
+		logs[i] = repeatlog.New(cfg.Logger.With("stream", d.Stream, "consumer", d.Name), backlogLogWindow)
+	}
 	return &Service{
 		cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), compactCap: maxCompactPerPass,
 		beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{},
-		durables: ds, backlogLog: repeatlog.New(cfg.Logger, backlogLogWindow),
+		durables: ds, durableLogs: logs, accountLog: repeatlog.New(cfg.Logger, backlogLogWindow),
 	}, nil
 }
 
@@ -188,6 +195,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.view.ready.Wait() // sweep only a complete picture: no false orphans
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
+		defer s.flushBacklogLogs(true) // the counts of failed reads not written yet
 		for {
 			if err := s.Sweep(runCtx); err != nil && runCtx.Err() == nil {
 				s.cfg.Logger.Warn("sweep failed; retrying next interval", "err", err)
