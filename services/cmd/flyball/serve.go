@@ -198,7 +198,7 @@ func connectError(list string, err error) error {
 	var ue *url.Error
 	if shown != list && errors.As(err, &ue) {
 		return fmt.Errorf("connect to NATS at %s: a URL does not parse (the parser's message is not shown: it quotes the credentials); "+
-			"percent-encode reserved characters such as %% / ? # @ in the user name and password", shown)
+			"percent-encode reserved characters such as %% / ? # @ , in the user name and password", shown)
 	}
 	return fmt.Errorf("connect to NATS at %s: %w", shown, err)
 }
@@ -207,14 +207,41 @@ func connectError(list string, err error) error {
 // (nats://user:password@host, or nats://token@host) before it is logged
 // or printed: the password or the token becomes "REDACTED", the rest
 // stays. Every URL of the list that it changes loses its blanks.
+//
+// The list is split at every comma, as nats.go splits it, so a password
+// holding one is cut: nats://u:s3cr,et@host is nats://u:s3cr, which has
+// no "@" of its own, and et@host. In a list with an "@", a piece without
+// one is therefore unparsableWithCredentials when it does not parse, or
+// when the pieces after it, up to and including the next with an "@",
+// have no scheme (the rest of such a password: nats://u:2024,x@host
+// parses as host u, port 2024).
 func redactURLs(list string) string {
 	urls := strings.Split(list, ",")
-	for i, raw := range urls {
-		if shown, changed := redactURL(strings.TrimSpace(raw)); changed {
+	withCredentials := strings.Contains(list, "@")
+	beforeRest := false // the pieces after this one may be a password's rest
+	for i := len(urls) - 1; i >= 0; i-- {
+		raw := strings.TrimSpace(urls[i])
+		shown, changed := redactURL(raw)
+		switch {
+		case changed:
 			urls[i] = shown
+		case withCredentials && (beforeRest || !parsesAsNATS(raw)):
+			urls[i] = unparsableWithCredentials
 		}
+		schemeless := !strings.Contains(raw, "://")
+		beforeRest = schemeless && (strings.Contains(raw, "@") || beforeRest)
 	}
 	return strings.Join(urls, ",")
+}
+
+// parsesAsNATS reports whether url.Parse reads s as nats.go gives it
+// (with nats:// in front when it has no "://").
+func parsesAsNATS(s string) bool {
+	if !strings.Contains(s, "://") {
+		s = "nats://" + s
+	}
+	_, err := url.Parse(s)
+	return err == nil
 }
 
 // unparsableWithCredentials stands for a URL whose credentials redactURL

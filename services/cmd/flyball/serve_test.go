@@ -144,6 +144,56 @@ func TestNATSURLCredentialsURLParseMissesAreNotShown(t *testing.T) {
 	}
 }
 
+// TestNATSURLPasswordWithACommaIsNotShown: nats.go splits the URL list
+// at every comma, and so does redactURLs, so a password holding a comma
+// is cut in two: the part before it is a piece without an "@", which was
+// shown as it was ("nats://flyball:s3cr,REDACTED@…"). In a list that
+// carries credentials, a piece without its own that does not parse, or
+// that stands before the rest of such a password, is not shown.
+func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
+	t.Parallel()
+	const placeholder = "(unparsable URL with credentials)"
+	for in, want := range map[string]string{
+		"nats://flyball:s3cr,etPart@127.0.0.1:1":  placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://flyball:abc:def,x@127.0.0.1:1":    placeholder + ",REDACTED@127.0.0.1:1",
+		"flyball:s3cr,etPart@127.0.0.1:1":         placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://flyball:2024,etPart@127.0.0.1:1":  placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://flyball:ab,cd,ef@127.0.0.1:1":     placeholder + "," + placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://n0:4222,nats://a:hunter2@n1:4222": "nats://n0:4222,nats://a:REDACTED@n1:4222",
+		"nats://a:hunter2@n1:4222,nats://n2:4222": "nats://a:REDACTED@n1:4222,nats://n2:4222",
+		"nats://n0:4222,nats://n1:4222":           "nats://n0:4222,nats://n1:4222",
+	} {
+		if got := redactURLs(in); got != want {
+			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
+	secrets := []string{"s3cr", "abc:def", "2024", "ab,", "cd"}
+	leaks := func(s string) string {
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				return secret
+			}
+		}
+		return ""
+	}
+	for _, bad := range []string{"nats://flyball:s3cr,etPart@127.0.0.1:1", "nats://flyball:abc:def,x@127.0.0.1:1"} {
+		f := natsFlags{url: bad, name: "test"}
+		_, _, err := f.connect()
+		if err == nil || leaks(err.Error()) != "" || !strings.Contains(err.Error(), "% / ? # @ ,") {
+			t.Errorf("connect to %s: error %v, want one without the password that says to percent-encode a comma", bad, err)
+		}
+	}
+	help := exec.Command(cliBinary, "serve", "--help")
+	help.Env = append(os.Environ(), "NATS_URL=nats://flyball:s3cr,etPart@127.0.0.1:1")
+	out, err := help.CombinedOutput()
+	if err != nil {
+		t.Fatalf("flyball serve --help: %v\n%s", err, out)
+	}
+	if secret := leaks(string(out)); secret != "" {
+		t.Errorf("flyball serve --help with a comma in NATS_URL's password shows %q", secret)
+	}
+}
+
 // TestPublishesAreNotBufferedWhileDisconnected: a service's connection has
 // no reconnect buffer. A publish made while it is disconnected fails, and
 // its caller retries it with fresh data; buffered, it was sent unchanged
