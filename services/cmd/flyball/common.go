@@ -96,6 +96,13 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.StringSliceVar(&f.allowCIDRs, "allow-cidr", splitEnv("FLYBALL_ALLOW_CIDRS"), "prefixes tasks may call even if the SSRF guard blocks them (cloud metadata addresses included), except those --deny-cidr holds, repeatable; give the executor, governor and API the same (env FLYBALL_ALLOW_CIDRS)")
 	fs.StringSliceVar(&f.denyCIDRs, "deny-cidr", splitEnv("FLYBALL_DENY_CIDRS"), "extra prefixes tasks may not call, repeatable; wins over --allow-cidr and --allow-loopback; give the executor, governor and API the same (env FLYBALL_DENY_CIDRS)")
 	fs.StringSliceVar(&f.redact, "redact-header", splitEnv("FLYBALL_REDACT_HEADERS"), "executor: a header or query parameter name whose value run records replace with [REDACTED], besides the built-in secret-looking names; repeatable (env FLYBALL_REDACT_HEADERS)")
+	// Given empty (a script's unset variable), a list replaced its
+	// variable's with none: --deny-cidr= dropped FLYBALL_DENY_CIDRS, and
+	// --redact-header= FLYBALL_REDACT_HEADERS, so those values went into
+	// RUNS as they were.
+	for _, name := range []string{"allow-cidr", "deny-cidr", "redact-header"} {
+		markNonEmpty(fs, name)
+	}
 	fs.IntVar(&f.concurrency, "concurrency", 64, "executor: calls in flight at once")
 	fs.IntVar(&f.perHost, "per-host", 16, "executor: calls in flight at once to one target host")
 	fs.IntVar(&f.govWorkers, "governor-workers", 16, "governor: messages decided at once per stream (sharded by task)")

@@ -164,6 +164,35 @@ func TestServeEnvMistakesNameTheVariable(t *testing.T) {
 	}
 }
 
+// TestEmptyGuardListFlagsAreRefused: an empty --deny-cidr, --allow-cidr
+// or --redact-header (a script's unset variable) read as an empty list
+// that replaced its variable's: FLYBALL_DENY_CIDRS was dropped, and with
+// FLYBALL_REDACT_HEADERS dropped, header values went into RUNS
+// unredacted. --concurrency 0 makes a binary without the check fail
+// before it starts.
+func TestEmptyGuardListFlagsAreRefused(t *testing.T) {
+	t.Parallel()
+	env := []string{"FLYBALL_DENY_CIDRS=10.0.0.0/8", "FLYBALL_ALLOW_CIDRS=192.168.0.0/16", "FLYBALL_REDACT_HEADERS=X-Tenant"}
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: env} // nothing listens there
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "executor", "--deny-cidr=", "--concurrency", "0"}, "flyball: --deny-cidr: empty; give a value, or leave the flag out"},
+		{[]string{"serve", "executor", "--allow-cidr", "", "--concurrency", "0"}, "flyball: --allow-cidr: empty; give a value, or leave the flag out"},
+		{[]string{"serve", "executor", "--redact-header=", "--concurrency", "0"}, "flyball: --redact-header: empty; give a value, or leave the flag out"},
+		{[]string{"serve", "executor", "--redact-header", "X-A", "--redact-header", " , ", "--concurrency", "0"}, "flyball: --redact-header: empty"},
+		{[]string{"dev", "--deny-cidr=", "--concurrency", "0"}, "flyball: --deny-cidr: empty"},
+		// A value in the list that is empty is refused by guard(), as before.
+		{[]string{"serve", "executor", "--redact-header=a,,b"}, `flyball: --redact-header: want a header or query parameter name, got ""`},
+	} {
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("flyball %s: exit %d, stderr %.200q; want exit 1 and one line starting %q", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}
+
 // TestServeNamesAnIdentityMistakeWhenItsPortIsTaken: a contradictory NATS
 // identity, or an nkey seed that does not read, is the mistake serve
 // reports, even when its metrics port is taken. It bound the port first, and CI's run of the table above failed
