@@ -134,7 +134,13 @@ after an unclean shutdown), dev waits without a deadline and logs every
 			}
 			stopMetrics := serveMetrics(ctx, ln, m, rf.pprof, log)
 			stopTokens := rf.tokenFile.start(ctx, tokenFilePoll, st.API, log)
-			printDevBanner(cmd, natsAddr, st.API.Addr(), rf.metricsAddr, storeDir, tokens[0], generated)
+			// The addresses listened on: --metrics-addr's port 0 is a random
+			// port, and a host left out is every interface.
+			metricsAddr := ""
+			if ln != nil {
+				metricsAddr = ln.Addr().String()
+			}
+			printDevBanner(cmd, natsAddr, st.API.Addr(), metricsAddr, storeDir, tokens[0], generated)
 			untilSignalled(ctx, stop, log)
 			log.Info("shutting down: api and timer first, then in-flight runs, then result consumers")
 			stopTokens()
@@ -156,11 +162,15 @@ after an unclean shutdown), dev waits without a deadline and logs every
 	return cmd
 }
 
+// printDevBanner prints where dev serves: apiAddr and metricsAddr ("":
+// off) are the listeners' addresses, printed as a client calls them
+// (dialable).
 func printDevBanner(cmd *cobra.Command, natsAddr, apiAddr, metricsAddr, storeDir, token string, generated bool) {
 	w := cmd.OutOrStdout()
+	apiAddr = dialable(apiAddr)
 	metricsAt := "off (--metrics-addr is empty)"
 	if metricsAddr != "" {
-		metricsAt = "http://" + metricsAddr + "/metrics"
+		metricsAt = "http://" + dialable(metricsAddr) + "/metrics"
 	}
 	tokenAt := "(bearer token: the one you set)"
 	if generated {
@@ -183,7 +193,7 @@ Watch runs and dead letters:
   nats --server nats://%[1]s sub 'flyball.run.>'
   nats --server nats://%[1]s sub 'flyball.deadletter.>'
 Press Ctrl-C to stop.
-`, natsAddr, dialable(apiAddr))
+`, natsAddr, apiAddr)
 }
 
 // dialable is a listen address as a client calls it: an unspecified host

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,6 +163,59 @@ func TestDevListenOnPortZeroPrintsThePortItGot(t *testing.T) {
 		t.Fatalf("connecting to the banner's %s: %v", natsURL, err)
 	}
 	nc.Close()
+}
+
+// TestDevBannerNamesTheAddressesListenedOn: the banner's metrics URL is
+// the listener's address, called on 127.0.0.1 when its host is
+// unspecified, as the API's is. It printed --metrics-addr as given:
+// http://:0/metrics for a random port, http://:9090/metrics for
+// FLYBALL_METRICS_ADDR=:9090.
+func TestDevBannerNamesTheAddressesListenedOn(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{dir: t.TempDir(), env: []string{"FLYBALL_API_TOKENS=", "FLYBALL_API_TOKEN_FILE=", "FLYBALL_METRICS_ADDR=:0"}}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "dev", "--listen", "127.0.0.1:0", "--api-addr", ":0",
+		"--data-dir", filepath.Join(e.dir, "store"), "--log-format", "json")
+	stdout, lines, raw := startJSONLogged(t, cmd, true)
+	var apiURL, metricsURL string
+	sc := bufio.NewScanner(stdout)
+	for metricsURL == "" && sc.Scan() {
+		switch f := strings.Fields(sc.Text()); {
+		case len(f) >= 3 && f[0] == "HTTP" && f[1] == "API":
+			apiURL = f[2]
+		case len(f) >= 2 && f[0] == "Metrics":
+			metricsURL = f[1]
+		}
+	}
+	stdoutDone := make(chan struct{})
+	go func() { defer close(stdoutDone); _, _ = io.Copy(io.Discard, stdout) }()
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		for range lines { // drain until dev exits
+		}
+		<-stdoutDone
+		_ = cmd.Wait()
+	}()
+	if metricsURL == "" {
+		t.Fatalf("dev printed no metrics address:\n%s", raw.String())
+	}
+	for _, u := range []string{apiURL, metricsURL} {
+		if !strings.HasPrefix(u, "http://127.0.0.1:") || strings.HasPrefix(u, "http://127.0.0.1:0/") {
+			t.Errorf("dev's banner names %q, want http://127.0.0.1:<the port it got>", u)
+		}
+	}
+	for _, u := range []string{apiURL + "/healthz", metricsURL} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Errorf("GET the banner's %s: %v", u, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET the banner's %s: %s", u, resp.Status)
+		}
+	}
 }
 
 // TestDevNamesDataDirForAnUnusableStore: a --data-dir where the store
