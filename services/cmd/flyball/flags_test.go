@@ -221,6 +221,29 @@ func TestServeNamesAnIdentityMistakeWhenItsPortIsTaken(t *testing.T) {
 	}
 }
 
+// TestHalfATLSClientPairIsRefused: a client certificate without its key
+// (or the key alone) went to nats.ClientCert as it was, and the connect
+// failed with "open : no such file or directory", naming neither flag.
+func TestHalfATLSClientPairIsRefused(t *testing.T) {
+	t.Parallel()
+	const want = "flyball: --tls-cert/--tls-key (NATS_CERT/NATS_KEY): give both"
+	for _, c := range []struct {
+		env  string
+		args []string
+	}{
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "timer", "--tls-cert", "/nonexistent/client.crt"}},
+		{"FLYBALL_LOG_LEVEL=info", []string{"provision", "--tls-key", "/nonexistent/client.key"}},
+		{"NATS_CERT=/nonexistent/client.crt", []string{"task", "list"}},
+		{"NATS_KEY=/nonexistent/client.key", []string{"serve", "executor"}},
+	} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}} // nothing listens there
+		r := e.run(t, c.args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s flyball %s: exit %d, stderr %.200q; want exit 1 and one line starting %q", c.env, strings.Join(c.args, " "), r.code, r.stderr, want)
+		}
+	}
+}
+
 // TestCLICommandMistakesFailInOneLine: a mistyped or missing command or
 // argument exits 1 with one line that names it. A mistyped subcommand of
 // task or dlq printed the group's help and exited 0, so a script's

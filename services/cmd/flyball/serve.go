@@ -120,7 +120,12 @@ func (f *natsFlags) identity() ([]nats.Option, error) {
 	if f.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(f.tlsCA))
 	}
-	if f.tlsCert != "" || f.tlsKey != "" {
+	// One without the other was passed on as it was, and the connect
+	// failed with "open : no such file or directory", naming neither.
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, errors.New("--tls-cert/--tls-key (NATS_CERT/NATS_KEY): give both")
+	}
+	if f.tlsCert != "" {
 		opts = append(opts, nats.ClientCert(f.tlsCert, f.tlsKey))
 	}
 	return opts, nil
