@@ -336,12 +336,15 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 			if err != nil {
 				return err
 			}
-			tokens, _, err := rf.tokens(false)
-			if err != nil {
-				return err
-			}
-			for _, a := range args {
-				if a == "api" && len(tokens) == 0 {
+			// Only the API reads its tokens: a shared environment naming a
+			// token file that only the API's pod mounts, or a short token,
+			// stopped the other services, which crash-looped.
+			var tokens []string
+			if slices.Contains(args, "api") {
+				if tokens, _, err = rf.tokens(false); err != nil {
+					return err
+				}
+				if len(tokens) == 0 {
 					return fmt.Errorf("api needs at least one token: --api-token, FLYBALL_API_TOKENS or --api-token-file")
 				}
 			}

@@ -194,6 +194,46 @@ func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 	}
 }
 
+// TestServeWithoutTheAPIDoesNotReadItsTokens: the API's tokens are read
+// and checked only when serve runs the API. A shared environment file
+// naming a token file that only the API's pod mounts, or a short token,
+// stopped the timer and the executors at start, and they crash-looped.
+func TestServeWithoutTheAPIDoesNotReadItsTokens(t *testing.T) {
+	t.Parallel()
+	_, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, dir: t.TempDir(), env: []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short"}}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "serve", "timer", "executor", "--metrics-addr", "", "--log-format", "json")
+	_, lines, raw := startJSONLogged(t, cmd, false)
+	serving := false
+	for m := range lines {
+		if m["msg"] == "serving" {
+			serving = true
+			break
+		}
+	}
+	if !serving {
+		_ = cmd.Wait()
+		t.Fatalf("serve timer executor ended before serving:\n%s", raw.String())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until serve exits
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
+	}
+	// With the API, both are still refused before anything starts.
+	for _, env := range []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short"} {
+		e := &cliEnv{url: url, dir: t.TempDir(), env: []string{env}}
+		if r := e.run(t, "serve", "timer", "api", "--metrics-addr", ""); r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") {
+			t.Errorf("%s flyball serve timer api: exit %d, stderr %q; want the token refused", env, r.code, r.stderr)
+		}
+	}
+}
+
 // TestPublishesAreNotBufferedWhileDisconnected: a service's connection has
 // no reconnect buffer. A publish made while it is disconnected fails, and
 // its caller retries it with fresh data; buffered, it was sent unchanged
