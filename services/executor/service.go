@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -67,9 +68,11 @@ type Service struct {
 	records  sync.WaitGroup     // background KV writes: attempt records, released probe claims
 	settles  *settler           // acks, naks and terms until the server confirms them
 	owed     *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
-	// eventBytes is the size of the run events held dispatches keep to
-	// publish again (held.event), at most eventBytesMax (keepsEvent).
-	eventBytes, eventBytesMax int
+	// eventBytes is the size of the run events kept to publish again
+	// (unconfirmedRun.kept), from their give-up to their settle, at most
+	// eventBytesMax (keepsEvent). Atomic: released under heldMu or not.
+	eventBytes    atomic.Int64
+	eventBytesMax int64
 
 	// stopping is closed when shutdown begins (releaseHeld, under
 	// heldMu): a new arrival, and a dispatch waiting for a call slot, a
@@ -482,9 +485,6 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	if h.parked {
 		s.parked[h.key]++
 	}
-	if h.event != nil {
-		s.eventBytes += len(h.event.msg.Data)
-	}
 	if h.retry > 0 {
 		s.retrying++
 	}
@@ -550,9 +550,6 @@ func (s *Service) unheld(h *held) {
 	}
 	if h.retry > 0 {
 		s.retrying--
-	}
-	if h.event != nil {
-		s.eventBytes -= len(h.event.msg.Data)
 	}
 }
 
@@ -1563,7 +1560,7 @@ func (s *Service) settleAfter(ctx context.Context, m jetstream.Msg, d *events.Di
 	if !run.StartedAt.IsZero() {
 		called = run.Attempt
 	}
-	s.publishThenSettle(ctx, m, d, &unconfirmedRun{called: called, msg: msg, hold: hold, settled: settled}, 0)
+	s.publishThenSettle(ctx, m, d, unconfirmedRun{called: called, msg: msg, hold: hold, settled: settled}, 0)
 	return true
 }
 
@@ -1571,19 +1568,25 @@ func (s *Service) settleAfter(ctx context.Context, m jetstream.Msg, d *events.Di
 // and settles m once it is stored (settleAfter). fails is how many times
 // in a row the outbox gave up on it before. A give-up keeps m, alive and
 // using none of its deliveries, for r to be published again (retryInfra,
-// republish); m is settled once, by r.settled or a nak.
-func (s *Service) publishThenSettle(ctx context.Context, m jetstream.Msg, d *events.Dispatch, r *unconfirmedRun, fails int) {
+// republish), its bytes counted from then until m is settled
+// (keepsEvent); m is settled once, by r.settled or a nak. r is a value,
+// copied to the heap only at a give-up: every run passes here.
+func (s *Service) publishThenSettle(ctx context.Context, m jetstream.Msg, d *events.Dispatch, r unconfirmedRun, fails int) {
 	s.out.publish(r.msg, r.hold, func(err error) {
 		if err == nil {
+			s.releaseEvent(&r)
 			r.settled(m)
 			return
 		}
 		md, mdErr := m.Metadata()
-		if !errors.Is(err, errUnconfirmed) || mdErr != nil || !s.keepsEvent(r) {
+		if !errors.Is(err, errUnconfirmed) || mdErr != nil || !r.kept && !s.keepsEvent(len(r.msg.Data)) {
+			s.releaseEvent(&r)
 			s.nak(m, time.Second, err)
 			return
 		}
-		s.retryInfra(ctx, m, md, d, s.unconfirmedFirst(), fails, r, "run event not confirmed stored", err)
+		kept := r
+		kept.kept = true
+		s.retryInfra(ctx, m, md, d, s.unconfirmedFirst(), fails, &kept, "run event not confirmed stored", err)
 	})
 }
 

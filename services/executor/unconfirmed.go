@@ -29,6 +29,9 @@ type unconfirmedRun struct {
 	msg     *nats.Msg
 	hold    time.Duration
 	settled func(jetstream.Msg)
+	// kept: its bytes are counted in eventBytes (keepsEvent), from the
+	// outbox's first give-up until the dispatch is settled (releaseEvent).
+	kept bool
 }
 
 // unconfirmedFirst is what retryInfra reads as the arrival of a
@@ -69,29 +72,46 @@ func (s *Service) republish(ctx context.Context, h *held) bool {
 			redelivered := *h.md
 			redelivered.NumDelivered = max(redelivered.NumDelivered, 2)
 			h.md = &redelivered
+			s.releaseEvent(r)
+			h.event = nil
 			return false
 		}
 	}
 	s.waitBegin(h.m, h.arrived) // until its settle, through the outbox
-	s.publishThenSettle(ctx, h.m, h.d, r, h.retry)
+	s.publishThenSettle(ctx, h.m, h.d, *r, h.retry)
 	return true
 }
 
-// keepsEvent reports whether a dispatch may be kept to publish r's event
-// again: the events kept so stay within eventBytesMax (outboxMaxBytes, as
-// the outbox's own), since a RUNS outage makes the outbox give up on every
-// event in flight, up to MaxAckPending of them and each up to max_payload.
-// Past it, the dispatch is nakked as before 2026-11-30: one delivery
-// used, and its redelivery calls the target again.
-func (s *Service) keepsEvent(r *unconfirmedRun) bool {
-	s.heldMu.Lock()
-	ok := s.eventBytes+len(r.msg.Data) <= s.eventBytesMax
-	s.heldMu.Unlock()
-	if !ok {
-		s.settles.warns.Log(time.Now(), slog.LevelWarn, "run event not confirmed stored, and the run events kept to publish again fill their bound; nakking the dispatch (its redelivery calls the target again)",
-			"bound_bytes", s.eventBytesMax)
+// keepsEvent reports whether a dispatch may be kept to publish its run
+// event of n bytes again, and counts them if so: the events kept stay
+// within eventBytesMax (outboxMaxBytes, as the outbox's own), since a RUNS
+// outage makes the outbox give up on every event in flight, up to
+// MaxAckPending of them and each up to max_payload. An event stays
+// counted until its dispatch is settled (releaseEvent), so the ones kept
+// first are never pushed out by later give-ups. Past the bound, the
+// dispatch is nakked: one delivery used, and its redelivery calls the
+// target again.
+func (s *Service) keepsEvent(n int) bool {
+	for {
+		cur := s.eventBytes.Load()
+		if cur+int64(n) > s.eventBytesMax {
+			s.settles.warns.Log(time.Now(), slog.LevelWarn, "run event not confirmed stored, and the run events kept to publish again fill their bound; nakking the dispatch (its redelivery calls the target again)",
+				"bound_bytes", s.eventBytesMax)
+			return false
+		}
+		if s.eventBytes.CompareAndSwap(cur, cur+int64(n)) {
+			return true
+		}
 	}
-	return ok
+}
+
+// releaseEvent stops counting r's bytes, if they are counted (keepsEvent):
+// its dispatch is settled, or handed back, or goes on without it.
+func (s *Service) releaseEvent(r *unconfirmedRun) {
+	if r.kept {
+		s.eventBytes.Add(-int64(len(r.msg.Data)))
+		r.kept = false
+	}
 }
 
 // handBackHeld hands h back at shutdown with a nak delayed by delay. One
@@ -99,6 +119,7 @@ func (s *Service) keepsEvent(r *unconfirmedRun) bool {
 // not marked handed back (handBackNak), as a mark says no call was made.
 func (s *Service) handBackHeld(h *held, delay time.Duration) {
 	if h.event != nil {
+		s.releaseEvent(h.event)
 		s.nak(h.m, delay, nil)
 		return
 	}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -141,5 +143,35 @@ func TestGivenUpRunEventIsNotPublishedAgainOverLaterAttempts(t *testing.T) {
 	}
 	if r, _ := f.attemptRecordOf(t, &d); r.Attempts != 4 || r.Outcome != events.OutcomeFailed {
 		t.Errorf("attempt record %+v; want 4 attempts, failed", r)
+	}
+}
+
+// TestKeptEventsStayCountedUntilSettled: the bytes of a run event kept to
+// publish again were counted only while its dispatch waited for its next
+// try, and left the count while the event was back in the outbox: a newer
+// give-up took that room, and the event kept first was then nakked at its
+// own next give-up, its target called again. An event now stays counted
+// from its first give-up until its dispatch is settled or handed back.
+func TestKeptEventsStayCountedUntilSettled(t *testing.T) {
+	s := &Service{eventBytesMax: 10, settles: &settler{warns: repeatlog.New(slog.New(slog.DiscardHandler), time.Minute)}}
+	first := unconfirmedRun{msg: &nats.Msg{Data: make([]byte, 6)}}
+	if !s.keepsEvent(len(first.msg.Data)) {
+		t.Fatal("the first event given up was not kept, with room for it")
+	}
+	first.kept = true
+	// The first event is published again: it stays counted meanwhile.
+	if s.keepsEvent(6) {
+		t.Fatal("a newer give-up was kept in the room of an event being published again")
+	}
+	s.releaseEvent(&first) // stored, its dispatch settled
+	if first.kept || s.eventBytes.Load() != 0 {
+		t.Fatalf("after the settle: kept %v, %d bytes counted; want none", first.kept, s.eventBytes.Load())
+	}
+	s.releaseEvent(&first) // a second release changes nothing
+	if n := s.eventBytes.Load(); n != 0 {
+		t.Fatalf("a second release counted %d bytes", n)
+	}
+	if !s.keepsEvent(6) {
+		t.Fatal("no room once the first event's dispatch was settled")
 	}
 }
