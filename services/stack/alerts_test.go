@@ -219,8 +219,10 @@ func TestGovernorRetryingFiresOnARealStack(t *testing.T) {
 // consumer lost, as by an operator's mistake or a failed restore). The
 // call ends; RUNS never confirms its run event, and the executor gives it
 // up after the outbox's 15 s, keeping the dispatch to publish the event
-// again. RUNS is then restored without the durable: the event is stored,
-// and the dispatch's ack is confirmed by no consumer. Prometheus scraped
+// again. RUNS is then created again, while the executor's durable on
+// DISPATCH stays deleted: the event is stored, and the dispatch's ack is
+// confirmed by no consumer. (A nak no consumer confirms is checked by
+// the unit tests of the settler, not here.) Prometheus scraped
 // the executor during the call and after: FlyballRunEventsAbandoned and
 // FlyballAcksUnconfirmed must fire. It takes about 20 s, the outbox's
 // budget, and the ack's confirmation tries.

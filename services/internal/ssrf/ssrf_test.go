@@ -143,8 +143,6 @@ func TestCheckTarget(t *testing.T) {
 	}
 }
 
-// TestNumericIPv4 decodes the spellings inet_aton accepts, and tells a
-// DNS name from numbers that stand for no address.
 // TestCheckTargetReadsTheHostAsHTTPClientsDo: net/http maps a host that
 // is not ASCII to its IDNA ASCII form before it looks it up or dials it
 // (full-width digits and dots, the ideographic full stop, full-width
@@ -175,6 +173,8 @@ func TestCheckTargetReadsTheHostAsHTTPClientsDo(t *testing.T) {
 	}
 }
 
+// TestNumericIPv4 decodes the spellings inet_aton accepts, and tells a
+// DNS name from numbers that stand for no address.
 func TestNumericIPv4(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
