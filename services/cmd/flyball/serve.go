@@ -219,21 +219,24 @@ func connectError(list string, err error) error {
 // one is therefore unparsableWithCredentials when it does not parse, or
 // when the pieces after it, up to and including the next with an "@",
 // have no scheme (the rest of such a password: nats://u:2024,x@host
-// parses as host u, port 2024).
+// parses as host u, port 2024). Such a rest may hold a ":" (s3cr,e:t),
+// so a schemeless piece with an "@" after the first has no user name
+// shown either: all its user info is REDACTED.
 func redactURLs(list string) string {
 	urls := strings.Split(list, ",")
 	withCredentials := strings.Contains(list, "@")
 	beforeRest := false // the pieces after this one may be a password's rest
 	for i := len(urls) - 1; i >= 0; i-- {
 		raw := strings.TrimSpace(urls[i])
-		shown, changed := redactURL(raw)
+		schemeless := !strings.Contains(raw, "://")
+		mayBeRest := i > 0 && schemeless && strings.Contains(raw, "@")
+		shown, changed := redactURL(raw, mayBeRest)
 		switch {
 		case changed:
 			urls[i] = shown
 		case withCredentials && (beforeRest || !parsesAsNATS(raw)):
 			urls[i] = unparsableWithCredentials
 		}
-		schemeless := !strings.Contains(raw, "://")
 		beforeRest = schemeless && (strings.Contains(raw, "@") || beforeRest)
 	}
 	return strings.Join(urls, ",")
@@ -260,8 +263,9 @@ const unparsableWithCredentials = "(unparsable URL with credentials)"
 // URL that does not parse, or one where the user info was not found
 // (nats://svc:2024/Xy+z@host reads as host svc, port 2024 and a path),
 // or an "@" left in the host, path, query or fragment, may hold a
-// password anywhere. changed is false if s is shown as it is.
-func redactURL(s string) (shown string, changed bool) {
+// password anywhere. With hideUser, the user name goes too (REDACTED@host).
+// changed is false if s is shown as it is.
+func redactURL(s string, hideUser bool) (shown string, changed bool) {
 	full, added := s, false
 	if !strings.Contains(s, "://") {
 		full, added = "nats://"+s, true
@@ -276,7 +280,7 @@ func redactURL(s string) (shown string, changed bool) {
 	if strings.Contains(u.Host+u.Path+u.RawPath+u.RawQuery+u.Fragment+u.Opaque, "@") {
 		return unparsableWithCredentials, true
 	}
-	if _, hasPassword := u.User.Password(); hasPassword {
+	if _, hasPassword := u.User.Password(); hasPassword && !hideUser {
 		u.User = url.UserPassword(u.User.Username(), "REDACTED")
 	} else {
 		u.User = url.User("REDACTED")

@@ -75,7 +75,7 @@ func TestNATSURLCredentialsURLParseMissesAreNotShown(t *testing.T) {
 		"nats://svc:2024#Xy@nats1:4222":                   placeholder,
 		"nats://a:b@n1:4222/x@y":                          placeholder,
 		"nats://n0:4222, nats://svc:2024/Xy+z@nats1:4222": "nats://n0:4222," + placeholder,
-		"nats://a:hunter2@n1:4222,cli:s3cretpass@n2:4222": "nats://a:REDACTED@n1:4222,cli:REDACTED@n2:4222",
+		"nats://a:hunter2@n1:4222,cli:s3cretpass@n2:4222": "nats://a:REDACTED@n1:4222,REDACTED@n2:4222",
 	} {
 		if got := redactURLs(in); got != want {
 			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
@@ -149,7 +149,9 @@ func TestNATSURLCredentialsURLParseMissesAreNotShown(t *testing.T) {
 // is cut in two: the part before it is a piece without an "@", which was
 // shown as it was ("nats://flyball:s3cr,REDACTED@…"). In a list that
 // carries credentials, a piece without its own that does not parse, or
-// that stands before the rest of such a password, is not shown.
+// that stands before the rest of such a password, is not shown. The rest
+// may hold a ":" ("nats://flyball:s3cr,e:tPart@h" showed "…,e:REDACTED@h"),
+// so a schemeless piece with an "@" after the first shows no user name.
 func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 	t.Parallel()
 	const placeholder = "(unparsable URL with credentials)"
@@ -162,12 +164,23 @@ func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 		"nats://n0:4222,nats://a:hunter2@n1:4222": "nats://n0:4222,nats://a:REDACTED@n1:4222",
 		"nats://a:hunter2@n1:4222,nats://n2:4222": "nats://a:REDACTED@n1:4222,nats://n2:4222",
 		"nats://n0:4222,nats://n1:4222":           "nats://n0:4222,nats://n1:4222",
+		// The rest of the password may hold a ":" too: what comes before
+		// it is no user name, and nothing before the "@" is shown.
+		"nats://flyball:s3cr,e:tPart@127.0.0.1:1":     placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://flyball:ab,cd,ef:gh@h:4222":           placeholder + "," + placeholder + ",REDACTED@h:4222",
+		"flyball:s3cr,eXtra:tPart@127.0.0.1:1":        placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://flyball:2024,eXtra:tPart@127.0.0.1:1": placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://flyball:s3cr,:tPart@127.0.0.1:1":      placeholder + ",REDACTED@127.0.0.1:1",
+		"nats://n0:4222,cli:s3cretpass@n2:4222":       placeholder + ",REDACTED@n2:4222",
+		"nats://flyball:s3cr,eXtra:tPart@h:1,n2:4222": placeholder + ",REDACTED@h:1,n2:4222",
+		// A piece with a scheme is no password's rest: its user is shown.
+		"nats://n0:4222,nats://a:hunter2@n1:4222,nats://b:hunter2@n2:4222": "nats://n0:4222,nats://a:REDACTED@n1:4222,nats://b:REDACTED@n2:4222",
 	} {
 		if got := redactURLs(in); got != want {
 			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
 		}
 	}
-	secrets := []string{"s3cr", "abc:def", "2024", "ab,", "cd"}
+	secrets := []string{"s3cr", "abc:def", "2024", "ab,", "cd", "eXtra"}
 	leaks := func(s string) string {
 		for _, secret := range secrets {
 			if strings.Contains(s, secret) {
@@ -176,21 +189,58 @@ func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 		}
 		return ""
 	}
-	for _, bad := range []string{"nats://flyball:s3cr,etPart@127.0.0.1:1", "nats://flyball:abc:def,x@127.0.0.1:1"} {
+	for _, bad := range []string{"nats://flyball:s3cr,etPart@127.0.0.1:1", "nats://flyball:abc:def,x@127.0.0.1:1", "nats://flyball:s3cr,eXtra:tPart@127.0.0.1:1"} {
 		f := natsFlags{url: bad, name: "test"}
 		_, _, err := f.connect()
 		if err == nil || leaks(err.Error()) != "" || !strings.Contains(err.Error(), "% / ? # @ ,") {
 			t.Errorf("connect to %s: error %v, want one without the password that says to percent-encode a comma", bad, err)
 		}
 	}
-	help := exec.Command(cliBinary, "serve", "--help")
-	help.Env = append(os.Environ(), "NATS_URL=nats://flyball:s3cr,etPart@127.0.0.1:1")
-	out, err := help.CombinedOutput()
-	if err != nil {
-		t.Fatalf("flyball serve --help: %v\n%s", err, out)
+	for _, list := range []string{"nats://flyball:s3cr,etPart@127.0.0.1:1", "nats://flyball:s3cr,eXtra:tPart@127.0.0.1:1"} {
+		help := exec.Command(cliBinary, "serve", "--help")
+		help.Env = append(os.Environ(), "NATS_URL="+list)
+		out, err := help.CombinedOutput()
+		if err != nil {
+			t.Fatalf("flyball serve --help: %v\n%s", err, out)
+		}
+		if secret := leaks(string(out)); secret != "" {
+			t.Errorf("flyball serve --help with NATS_URL=%s shows %q", list, secret)
+		}
 	}
-	if secret := leaks(string(out)); secret != "" {
-		t.Errorf("flyball serve --help with a comma in NATS_URL's password shows %q", secret)
+
+	// The first piece parses (host flyball, port 2024) and the second
+	// reaches a real server (it has no authorization, so it takes any):
+	// serve connects and logs the list.
+	_, url := natstest.StartListening(t)
+	hostPort := strings.TrimPrefix(url, "nats://")
+	e := &cliEnv{url: "nats://flyball:2024,eXtra:tPart@" + hostPort, dir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := e.command(ctx, "serve", "governor", "--metrics-addr", "", "--log-format", "json")
+	_, lines, raw := startJSONLogged(t, cmd, false)
+	var serving map[string]any
+	for m := range lines {
+		if m["msg"] == "serving" {
+			serving = m
+			break
+		}
+	}
+	if serving == nil {
+		t.Fatalf("serve ended before logging \"serving\":\n%s", raw.String())
+	}
+	if got, want := serving["nats"], placeholder+",REDACTED@"+hostPort; got != want {
+		t.Errorf("the serving line names NATS as %q, want %q", got, want)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until serve exits
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
+	}
+	if secret := leaks(raw.String()); secret != "" {
+		t.Errorf("serve's log shows %q of its NATS URL's password:\n%s", secret, raw.String())
 	}
 }
 
