@@ -10,11 +10,13 @@ import (
 //   - pacing: runs are at least 24h/maxRunsPerDay apart, so the steady rate
 //     never exceeds the budget; a shorter interval is stretched, and a cron
 //     task skips to the first occurrence far enough out. It measures from
-//     the last run's start when that run started late (paceFrom);
+//     the latest run's start when that is more than half the spacing
+//     after the last slot (paceFrom), so consecutive calls start at least
+//     half the spacing apart;
 //   - exhaustion: when the runs counted (in the hour they started) in the
-//     current UTC hour and the 23 before it reach the budget (bursts from requeues or a backlog), the
-//     next run waits for the hour at which the oldest counted hour leaves
-//     the window.
+//     current UTC hour and the 23 before it reach the budget (bursts from
+//     requeues or a backlog), the next run waits for the hour at which the
+//     oldest counted hour leaves the window.
 //
 // deadLetter applies it again to a dead-letter recheck, which it would
 // otherwise replace: only a requeue and bounds.max rank above the budget.
@@ -29,11 +31,11 @@ func (p *planner) budget() {
 	}
 	limit := b.MaxRunsPerDay
 	spacing := budgetSpacing(limit)
-	if from, started := p.paceFrom(); !from.IsZero() {
+	if from, started := p.paceFrom(spacing); !from.IsZero() {
 		if least := from.Add(spacing); p.next.Before(least) {
 			if started {
-				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart (the run of %s started at %s)",
-					limit, spacing, stamp(p.s.LastScheduledAt), stamp(from))
+				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart (a run started late, at %s)",
+					limit, spacing, stamp(from))
 			} else {
 				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
 			}
@@ -66,15 +68,18 @@ func (p *planner) quietAfterBudget() {
 }
 
 // paceFrom is what the budget's pacing measures from: the last slot
-// (last), or the start of the last run (State.LastStartedAt) when it
-// started more than MinGap after its slot and is later; started reports
-// the latter. A run started on time, a few milliseconds after its slot,
-// is paced from the slot: paced from its start, it moved the next slot of
-// a task whose cadence is the budget's spacing by those milliseconds, and
-// a cron task lost an occurrence.
-func (p *planner) paceFrom() (from time.Time, started bool) {
+// (last), or the latest run's start (State.LastStartedAt) when it is more
+// than half the spacing after the last completed slot and later than
+// last; started reports the latter. A run started within half the
+// spacing of its slot is paced from the slot: StartedAt is its last
+// attempt's start, so a retry or executor lag of a few seconds made an
+// on-time run late, moved the grid of an interval at the budget's spacing
+// by the delay every run, and cost a cron task its next occurrence.
+// Either way the next call starts at least half the spacing after the
+// last one, and the exhaustion window still bounds the daily total.
+func (p *planner) paceFrom(spacing time.Duration) (from time.Time, started bool) {
 	last := p.last()
-	if st := p.s.LastStartedAt; st.After(p.s.LastScheduledAt.Add(MinGap)) && st.After(last) {
+	if st := p.s.LastStartedAt; st.After(p.s.LastScheduledAt.Add(spacing/2)) && st.After(last) {
 		return st, true
 	}
 	return last, false

@@ -242,10 +242,10 @@ func (p *planner) applyOutcome(o *Outcome) {
 		s.LastFailureAt = finished
 	}
 	if ran && p.spec.Budget != nil {
-		// Counted and paced from when the call was made: counted in the
-		// hour of a late run's slot (a day back, or out of the window),
-		// and paced from that slot, it was followed by the next run at
-		// once.
+		// Counted in the hour the call was made, and paced from it when
+		// it was late (paceFrom): counted in the hour of a late run's
+		// slot (a day back, or out of the window), and paced from that
+		// slot, it was followed by the next run at once.
 		start := runStart(o, p.now)
 		s.Budget.add(hourOf(start))
 		if start.After(s.LastStartedAt) {

@@ -64,10 +64,17 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //   - while the run planned before is still ahead, no slot counts as
 //     missed: nothing is caught up;
 //   - with a budget, a run not placed by a requeue or bounds.max (a
-//     dead-letter recheck included) is at least 24h/maxRunsPerDay after
-//     the last slot, or after the last run's start when that run started
-//     more than MinGap after its slot (a late run), and, once the budget is used up, not before the hour
-//     that frees a run (unless nudging kept the run planned before);
+//     dead-letter recheck included) is at least the budget's spacing
+//     (24h/maxRunsPerDay) after the last slot, and after the last run's
+//     start when that run started more than half the spacing after its
+//     slot (a late run); so consecutive calls start at least half the
+//     spacing apart. Once the budget is used up, it is not before the
+//     hour that frees a run (unless nudging kept the run planned before);
+//   - with a budget, a run started within half the spacing of its slot
+//     (on time, a retry or executor lag included) keeps its cadence: the
+//     decision is the one made without the start, when the start and the
+//     slot fall in the same UTC hour (the ledger counts the run in the
+//     hour it started);
 //   - the source is a documented one, and the trail is not empty;
 //   - Decide is deterministic, does not mutate its input, and its Decision
 //     mirrors the State it returns;
@@ -99,6 +106,11 @@ func FuzzDecide(f *testing.F) {
 	f.Add(int64(1_772_445_930_500), int64(59), 0, uint8(1), int64(330_500), uint8(0), int64(60_000_000_000), int64(21), int64(0), uint8(0), int64(3_599_500), int64(0), int64(0), uint8(7), uint8(0), uint64(3<<47|1<<61), int64(3))
 	f.Add(int64(1_772_445_599_000), int64(86399), 0, uint8(1), int64(86_399_000), uint8(0), int64(0), int64(14), int64(0), uint8(2), int64(1_244_160_176_401_000), int64(0), int64(0), uint8(21), uint8(0), uint64(1<<42), int64(0))
 	f.Add(int64(1_768_520_430_000), int64(59), 0, uint8(1), int64(30_000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(1), uint8(0), uint64(1<<24|7<<32|1<<42), int64(3_542_447))
+
+	// A run on time but started after its slot: a retry's 5 s, executor
+	// lag's 1.5 s (a 1h interval and @hourly, each with 24 runs a day).
+	f.Add(int64(1_772_445_607_000), int64(3599), 0, uint8(1), int64(3_607_000), uint8(0), int64(5000), int64(0), int64(0), uint8(0), int64(7_193_000), int64(0), int64(0), uint8(218), uint8(0), uint64(1<<42), int64(23))
+	f.Add(int64(1_772_445_603_500), int64(0), 0, uint8(1), int64(3_603_500), uint8(0), int64(1500), int64(0), int64(0), uint8(0), int64(7_196_500), int64(0), int64(0), uint8(218), uint8(22), uint64(1<<42), int64(23))
 
 	f.Fuzz(func(t *testing.T, nowMs, intervalSec int64, failures int, lastMode uint8, lastOff int64,
 		hintMode uint8, hintIv, hintAt, hintTTL int64, pauseMode uint8, pauseOff int64,
@@ -349,6 +361,22 @@ func FuzzDecide(f *testing.F) {
 			return
 		}
 		s := d.State
+		// An on-time run (started within half the budget's spacing of its
+		// slot) keeps its cadence: its start changes nothing but the hour
+		// the ledger counts it in.
+		if b := spec.Budget; b != nil && !runStarted(st, in, now).After(s.LastScheduledAt.Add(budgetSpacing(b.MaxRunsPerDay)/2)) && sameHourAsSlot(in, now) {
+			st0, in0 := cloneState(st), in
+			st0.LastStartedAt = time.Time{}
+			if o := in.Outcome; o != nil {
+				o0 := *o
+				o0.StartedAt = time.Time{}
+				in0.Outcome = &o0
+			}
+			if d0 := governor.Decide(now, spec, st0, in0); !d.NextRunAt.Equal(d0.NextRunAt) || d.Source != d0.Source {
+				t.Fatalf("run started on time (at %s, slot %s): next run %s (%s), %s (%s) without its start\ntrail:\n%s",
+					fmtT(runStarted(st, in, now)), fmtT(s.LastScheduledAt), fmtT(d.NextRunAt), d.Source, fmtT(d0.NextRunAt), d0.Source, fmtTrail(d.Trail))
+			}
+		}
 		if len(s.RecentDispatchIDs) > governor.MaxRecentDispatchIDs {
 			t.Fatalf("%d recent dispatches kept, over %d", len(s.RecentDispatchIDs), governor.MaxRecentDispatchIDs)
 		}
@@ -508,17 +536,22 @@ func FuzzDecide(f *testing.F) {
 		// may move it), and bounds.max does too. Every other run, a
 		// dead-letter recheck included, keeps the budget's pacing and,
 		// unless nudging kept the run planned before, its exhaustion rule.
-		// Pacing measures from the last run's start when it started more
-		// than MinGap after its slot (a late run); the ledger counts the
-		// run in the hour it started.
+		// Pacing measures from the last slot, or from the last run's start
+		// when it started more than half the spacing after its slot (a
+		// late run), so consecutive calls start at least half the spacing
+		// apart; the ledger counts the run in the hour it started.
 		outranked := !s.RequeuedAt.IsZero() || d.Source == governor.SourceRequeue || d.Source == governor.SourceClampedMax
 		if b := spec.Budget; b != nil && !outranked {
-			pace := last
-			if started := runStarted(st, in, now); started.After(s.LastScheduledAt.Add(governor.MinGap)) && started.After(pace) {
-				pace = started
+			spacing := budgetSpacing(b.MaxRunsPerDay)
+			if gap < spacing {
+				t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
 			}
-			if spacing := 24 * time.Hour / time.Duration(b.MaxRunsPerDay); d.NextRunAt.Sub(pace) < spacing {
-				t.Fatalf("%s after the run started at %s, under the budget's %s%s", d.NextRunAt.Sub(pace), fmtT(pace), spacing, explain())
+			started := runStarted(st, in, now)
+			if started.After(s.LastScheduledAt.Add(spacing/2)) && d.NextRunAt.Sub(started) < spacing {
+				t.Fatalf("%s after the late run started at %s, under the budget's %s%s", d.NextRunAt.Sub(started), fmtT(started), spacing, explain())
+			}
+			if d.NextRunAt.Sub(started) < spacing/2 {
+				t.Fatalf("%s after the run started at %s, under half the budget's %s%s", d.NextRunAt.Sub(started), fmtT(started), spacing, explain())
 			}
 			if free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay)); !kept && d.NextRunAt.Before(free) {
 				t.Fatalf("budget of %d used up: next run before %s%s", b.MaxRunsPerDay, fmtT(free), explain())
@@ -549,6 +582,33 @@ func runStarted(st governor.State, in governor.Input, now time.Time) time.Time {
 		}
 	}
 	return started
+}
+
+// budgetSpacing is the budget's spacing, 24h/runsPerDay rounded up to
+// the nanosecond.
+func budgetSpacing(runsPerDay int) time.Duration {
+	n := time.Duration(runsPerDay)
+	return (24*time.Hour + n - 1) / n
+}
+
+// sameHourAsSlot reports whether the run whose outcome in applies, if it
+// made a call, started (at most now, not before its slot) in its slot's
+// UTC hour: the ledger then counts it in the same hour whether or not its
+// start is known.
+func sameHourAsSlot(in governor.Input, now time.Time) bool {
+	o := in.Outcome
+	if o == nil || o.StartedAt.IsZero() || (o.Result != "succeeded" && o.Result != "failed") {
+		return true
+	}
+	hour := func(t time.Time) int64 { return t.Truncate(time.Hour).Unix() / 3600 }
+	start := o.StartedAt
+	if start.After(now) {
+		start = now
+	}
+	if start.Before(o.ScheduledAt) {
+		start = o.ScheduledAt
+	}
+	return hour(start) == hour(o.ScheduledAt)
 }
 
 // budgetFree is the fuzz oracle of the budget's exhaustion rule: when the

@@ -892,7 +892,8 @@ func (p *planner) admissible(t time.Time) bool {
 		return false
 	}
 	if b := p.spec.Budget; b != nil && b.MaxRunsPerDay > 0 {
-		if from, _ := p.paceFrom(); t.Before(from.Add(budgetSpacing(b.MaxRunsPerDay))) {
+		spacing := budgetSpacing(b.MaxRunsPerDay)
+		if from, _ := p.paceFrom(spacing); t.Before(from.Add(spacing)) {
 			return false
 		}
 	}

@@ -127,13 +127,14 @@ type State struct {
 	Budget RunLedger `json:"budget,omitzero"`
 	// LastStartedAt is when the latest run that made a call started (its
 	// last attempt, on the executor's clock, at most the decision's now
-	// and not before its slot; its slot when the start is unknown). The
-	// budget's pacing measures from it when it is later than
-	// LastScheduledAt by more than MinGap: a run fired long after its slot
-	// (an overdue slot after a restart) was paced from the slot, and the
-	// next run followed it at once. Only kept while the spec has a budget;
-	// absent from states written by an older
-	// flyball (the slot is used).
+	// and not before its slot; its slot when the start is unknown), of
+	// whichever slot. The budget's pacing measures from it when it is
+	// later than LastScheduledAt by more than half the budget's spacing: a
+	// run fired long after its slot (an overdue slot after a restart) was
+	// paced from the slot, and the next run followed it at once. A run
+	// started within half the spacing (a retry, executor lag) is paced
+	// from its slot. Only kept while the spec has a budget; absent from
+	// states written by an older flyball (the slot is used).
 	LastStartedAt time.Time `json:"lastStartedAt,omitzero"`
 }
 
