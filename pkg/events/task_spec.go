@@ -176,8 +176,10 @@ type QuietHours struct {
 // The window is whole UTC hours, not any rolling 24 hours: runs at 09:59
 // and 10:59 leave it at 09:00 and 10:00 the next day, so a budget of 2
 // allows a third run at 09:00, 23h01m after the first. Pacing (runs at
-// least 24h / MaxRunsPerDay apart, measured from a late run's start rather
-// than its slot) keeps a steady stream under the budget in any 24 hours.
+// least 24h / MaxRunsPerDay apart, measured from the slot, or from the
+// start of a run started more than half that after its slot, so a retry
+// or executor lag keeps the grid) keeps a steady stream at the budget's
+// rate; the window above bounds the total.
 type Budget struct {
 	MaxRunsPerDay int `json:"maxRunsPerDay"`
 }

@@ -156,12 +156,15 @@
 // moves into the window, are kept at least the quiet interval after the
 // last run.
 //
-// The budget keeps runs at least 24h/maxRunsPerDay apart, measured from the
-// last run's start when it started more than MinGap after its slot (a late
-// run, an overdue slot fired after a restart), and when the runs counted
-// (in the hour they started) in the current UTC hour and the 23 before it
-// reach the budget,
-// the next run waits for the hour at which the window frees one. The
+// The budget keeps runs at least 24h/maxRunsPerDay (the spacing) apart,
+// measured from the last slot, or from the last run's start when it
+// started more than half the spacing after its slot (a late run, an
+// overdue slot fired after a restart; a retry or executor lag of a few
+// seconds is not late, so a cadence at the spacing keeps its grid):
+// consecutive calls start at least half the spacing apart. When the runs
+// counted (in the hour they started) in the current UTC hour and the 23
+// before it reach the budget, the next run waits for the hour at which
+// the window frees one. The
 // counts live in a fixed 24-slot ring in the state. Only a requeue (the
 // operator's) and bounds.max place a run the budget does not allow: a
 // dead-letter recheck waits for the budget when that is later.
