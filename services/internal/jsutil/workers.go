@@ -22,7 +22,8 @@ type Workers struct {
 	// handled by the same worker, in delivery order (a task's outcomes are
 	// applied in order). Without it any free worker takes the next message.
 	Key func(jetstream.Msg) string
-	// Buffer is each shard's queue length. Defaults to 64.
+	// Buffer is each shard's queue length when the durable's
+	// max_ack_pending cannot size it (shardBuffer). Defaults to 64.
 	Buffer int
 	// MaxWait is how long one pull waits for messages. Defaults to 5s.
 	MaxWait time.Duration
@@ -76,10 +77,8 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 		c.pin = &pinned{js: js, stream: stream, durable: durable, group: cfg.PriorityGroups[0]}
 	}
 	if w.Key != nil {
-		if c.pin != nil {
-			w.Buffer = pinnedBuffer(w.Buffer, cons.CachedInfo().Config.MaxAckPending)
-			c.w.Buffer = w.Buffer
-		}
+		w.Buffer = shardBuffer(w.Buffer, cons.CachedInfo().Config.MaxAckPending)
+		c.w.Buffer = w.Buffer
 		c.shards = make([]chan jetstream.Msg, w.N)
 		c.waiting = make([]waitQueue, w.N)
 		c.seed = maphash.MakeSeed()
@@ -88,7 +87,8 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 			q := make(chan jetstream.Msg, w.Buffer)
 			c.shards[i] = q
 			wq := &c.waiting[i]
-			wq.ring = make([]waiting, w.Buffer+2)
+			wq.max = w.Buffer + 2
+			wq.ring = make([]waiting, min(wq.max, ringStart))
 			c.wg.Go(func() {
 				for m := range q {
 					if len(q) == cap(q)-1 { // it was full: room may be waiting
@@ -127,21 +127,29 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 	return c, nil
 }
 
-// maxPinnedBuffer caps the shard queues of a pinned reader (pinnedBuffer).
-const maxPinnedBuffer = 1 << 16
+// maxShardBuffer caps the shard queues (shardBuffer).
+const maxShardBuffer = 1 << 16
 
-// pinnedBuffer is a shard queue's length for a pinned_client durable. A
-// sharded reader stops pulling while a shard's queue is full (shardRoom),
-// and a pinned reader that stops pulling loses its pin after the
+// shardBuffer is a shard queue's length: as many messages as the durable
+// lets one client have unacked (max_ack_pending), all of which could be
+// one key's, so a queue is never full and a pull asks for 2×N whatever
+// one key's worker holds (shardRoom). The server stops delivering at
+// max_ack_pending, but the reader's pulls go on. A bounded queue costs
+// twice over when one key's worker is slow (the governor retrying a
+// decision in place through an outage) while its key keeps getting
+// messages, as in a burst or a backlog: as the queue fills, every pull
+// of the durable shrinks, to one message and then to none, for every key.
+// A pinned reader that stops pulling also loses its pin after the
 // durable's priority_timeout, though it is alive: another replica is
 // pinned and handles the newer messages of the tasks whose older ones the
-// first still holds, out of their order. So each queue holds as many
-// messages as the durable lets one client have unacked (max_ack_pending):
-// all of them could be one task's. The server then stops delivering, but
-// the reader's pulls go on, each renewing the pin. A durable with no
-// max_ack_pending, or one over maxPinnedBuffer, keeps the bounded queue.
-func pinnedBuffer(buffer, maxAckPending int) int {
-	if maxAckPending <= 0 || maxAckPending > maxPinnedBuffer {
+// first still holds, out of their order. A durable with no
+// max_ack_pending, or one over maxShardBuffer, keeps the bounded queue.
+//
+// Each queue is a channel of that length, allocated up front (16 B a
+// message: 2.6 MB for the governor's RUNS durable, 10,000 on 16 workers);
+// the ring mirroring it grows as it fills (waitQueue).
+func shardBuffer(buffer, maxAckPending int) int {
+	if maxAckPending <= 0 || maxAckPending > maxShardBuffer {
 		return buffer
 	}
 	return max(buffer, maxAckPending)
@@ -361,10 +369,12 @@ func (c *WorkerConsume) room() int {
 // shardRoom blocks until every shard queue has room and returns how many
 // messages the next pull may ask for: no more than the fullest queue has
 // room for, since all of them may be one key's, so dispatch never waits
-// for a full queue. A message nats.go holds in a batch while dispatch
-// waits is marked in progress by nothing (keepWaitingAlive sees only the
-// queues), and after AckWait the server redelivers it to another replica,
-// which handles it before this one handles the key's messages ahead of it.
+// for a full queue. With queues sized by shardBuffer that is 2×N; it
+// binds only for a durable whose queues keep Buffer's length. A message
+// nats.go holds in a batch while dispatch waits is marked in progress by
+// nothing (keepWaitingAlive sees only the queues), and after AckWait the
+// server redelivers it to another replica, which handles it before this
+// one handles the key's messages ahead of it.
 // Only the fetch loop sends to the queues, so their room only grows until
 // the pull's messages are dispatched.
 func (c *WorkerConsume) shardRoom() int {
@@ -472,21 +482,40 @@ type waiting struct {
 // waitQueue mirrors a shard's channel: dispatch pushes each message just
 // before it sends it, and the worker pops it just after it receives it,
 // so the ring holds, in order, the messages sent or being sent and not
-// yet handled (at most the channel's length and two). The ring is
-// allocated once: the path of every message allocates nothing.
+// yet handled (at most the channel's length and two, max). The ring
+// starts at ringStart and doubles when full, up to max: a queue sized by
+// max_ack_pending (shardBuffer) takes 40 B a message it holds rather than
+// 6.4 MB up front for the governor's RUNS durable, and a message's path
+// allocates only when its queue holds more than it ever did.
 type waitQueue struct {
 	mu      sync.Mutex
 	ring    []waiting
 	head, n int
+	max     int
 }
+
+// ringStart is a waitQueue's first length: the default Buffer and two.
+const ringStart = 64 + 2
 
 func (q *waitQueue) push(m jetstream.Msg, now time.Time) {
 	q.mu.Lock()
-	if q.n < len(q.ring) { // always: the ring has room for the channel and two
+	if q.n == len(q.ring) && len(q.ring) < q.max {
+		q.grow()
+	}
+	if q.n < len(q.ring) { // always: the ring grows to the channel and two
 		q.ring[(q.head+q.n)%len(q.ring)] = waiting{m: m, at: now}
 		q.n++
 	}
 	q.mu.Unlock()
+}
+
+// grow doubles the ring, up to max, keeping its order.
+func (q *waitQueue) grow() {
+	ring := make([]waiting, min(2*len(q.ring), q.max))
+	for k := range q.n {
+		ring[k] = q.ring[(q.head+k)%len(q.ring)]
+	}
+	q.ring, q.head = ring, 0
 }
 
 func (q *waitQueue) pop() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -112,11 +113,12 @@ func TestShardedWorkersKeepPerKeyOrder(t *testing.T) {
 // held, and the fetch loop, blocked handing message 2 to the full queue,
 // held message 3 in the batch where nothing marked it in progress: after
 // AckWait the server gave it to the other replica, which applied it before
-// this client applied 1 and 2.
+// this client applied 1 and 2. The durable has no max_ack_pending, so the
+// queues keep Buffer's length (shardBuffer) and can fill.
 func TestBatchBehindAFullShardIsNotRedelivered(t *testing.T) {
 	js := workStream(t, time.Second)
 	ctx := t.Context()
-	cons, err := js.Consumer(ctx, "W", "w")
+	cons, err := js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxAckPending: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,5 +354,136 @@ func TestPullStreakBacksOffToTheCap(t *testing.T) {
 	s.recovered(log)
 	if got := s.failed(log, context.DeadlineExceeded, now); got != pullRetryFirst {
 		t.Fatalf("after recovery: wait %s, want %s", got, pullRetryFirst)
+	}
+}
+
+// TestOneHeldKeyDoesNotThrottleTheOthers: one key's worker is held (the
+// governor retrying a decision in place through an outage) while the key
+// keeps getting messages, as in a burst or a backlog. The messages of the
+// keys on the other shards must keep flowing, in full pulls. Before, each
+// shard queue held Buffer (64) messages and a pull asked for no more than
+// the fullest queue had room for: as the held key's queue filled, every
+// pull of the durable shrank to one message, then pulling stopped.
+func TestOneHeldKeyDoesNotThrottleTheOthers(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	const n, workers, heldEvery = 4000, 16, 20
+	// Every pull is a request on the durable's next-message subject: its
+	// count (seen on the same connection) is the number of pulls.
+	var mu sync.Mutex
+	pulls := 0
+	sub, err := js.Conn().Subscribe("$JS.API.CONSUMER.MSG.NEXT.W.w", func(*nats.Msg) {
+		mu.Lock()
+		pulls++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		key := "k" + strconv.Itoa(i%(heldEvery-1))
+		if i%heldEvery == 0 {
+			key = "held"
+		}
+		if _, err := js.PublishAsync("work."+key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish acks did not arrive")
+	}
+	release := make(chan struct{})
+	handled := map[string]int{}
+	progress := make(chan struct{}, 1)
+	cc, err := ConsumeWorkers(t.Context(), js, "W", "w", slog.Default(), Workers{N: workers, Key: lastToken, MaxWait: time.Minute}, func(m jetstream.Msg) {
+		if lastToken(m) == "held" {
+			<-release
+		}
+		mu.Lock()
+		handled[lastToken(m)]++
+		mu.Unlock()
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	t.Cleanup(func() { close(release) })
+	// The keys that share the held key's worker wait behind it.
+	shard := func(key string) uint64 { return maphash.String(cc.seed, key) % workers }
+	others, last := 0, 0
+	for i := range n {
+		key := "k" + strconv.Itoa(i%(heldEvery-1))
+		if i%heldEvery != 0 && shard(key) != shard("held") {
+			others++
+			last = i + 1 // every message up to it is pulled
+		}
+	}
+	flowing := func() int {
+		got := 0
+		for key, k := range handled {
+			if shard(key) != shard("held") {
+				got += k
+			}
+		}
+		return got
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		mu.Lock()
+		got := flowing()
+		mu.Unlock()
+		if got == others {
+			break
+		}
+		select {
+		case <-progress:
+		case <-timeout:
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("handled %d of the other shards' %d messages in %d pulls while one key's worker was held", flowing(), others, pulls)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	perPull := float64(last) / float64(pulls)
+	t.Logf("%d pulls for the first %d messages, %.1f per pull", pulls, last, perPull)
+	if perPull < workers {
+		t.Fatalf("%d pulls for the first %d messages (%.1f per pull) while one key's worker was held, want at least %d per pull", pulls, last, perPull, workers)
+	}
+}
+
+// TestWaitQueueGrowsInOrder: a ring that grows while it wraps keeps its
+// messages in the order they were pushed, and stops growing at max.
+func TestWaitQueueGrowsInOrder(t *testing.T) {
+	q := waitQueue{ring: make([]waiting, 3), max: 10}
+	at := func(i int) time.Time { return time.Unix(int64(i), 0) }
+	next, first := 0, 0
+	push := func(k int) {
+		for range k {
+			q.push(nil, at(next))
+			next++
+		}
+	}
+	push(2)
+	q.pop()
+	first++
+	push(12) // wraps the first ring, then grows to 6 and to 10, then is full
+	if len(q.ring) != 10 || q.n != 10 {
+		t.Fatalf("ring of %d holding %d, want 10 holding 10", len(q.ring), q.n)
+	}
+	for k := range q.n {
+		if got := q.ring[(q.head+k)%len(q.ring)].at; !got.Equal(at(first + k)) {
+			t.Fatalf("position %d holds message %d, want %d", k, got.Unix(), first+k)
+		}
 	}
 }
