@@ -534,9 +534,10 @@ func (s *Service) repeatedCommand(ctx context.Context, step Step) (*events.TaskA
 // written yet) is not overwritten by it. A creation stored after the
 // delete (the task created again) applies. It returns nil, nil for a
 // creation to apply: one with no task.deleted on TASKS (the common case,
-// a direct get answered "not found"), or whose last one is unreadable
-// (the governor rejected it, so it deleted nothing; an earlier delete is
-// not looked for).
+// a direct get answered "not found"), or whose last one deleted nothing:
+// one that is unreadable, or a conditional one (ifRevision) rejected as
+// a stale revision (rejectedDelete). The governor rejected either; an
+// earlier delete is not looked for.
 func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAccepted, error) {
 	if step.Seq == 0 {
 		return nil, nil
@@ -555,11 +556,48 @@ func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAcce
 	if err != nil || del.Input.Kind != gov.KindDeleted {
 		return nil, nil //nolint:nilerr // a delete the governor rejected deleted nothing
 	}
+	if rejected, err := s.rejectedDelete(ctx, del, raw.Sequence); rejected || err != nil {
+		return nil, err
+	}
 	s.log.Info("redelivered creation is older than the task's delete; acknowledged without creating the task again",
 		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "deleteCommandId", del.CommandID, "deleteSeq", raw.Sequence)
 	why := fmt.Sprintf("no change: a copy of a creation (stream sequence %d), redelivered after the task was deleted (task.deleted at sequence %d, %q): the task stays deleted",
 		step.Seq, raw.Sequence, del.CommandID)
 	return &events.TaskAccepted{ID: step.TaskID, Command: step.CommandType, CommandID: step.CommandID, Source: string(gov.SourceDeleted), Trail: []string{why}}, nil
+}
+
+// rejectedDelete reports whether del, the task's last task.deleted (at
+// stream sequence seq), is a conditional delete that deleted nothing: it
+// names a revision (ifRevision) other than that of the spec stored now,
+// and no task.created is stored after it. An applied delete removed the
+// spec, and only a creation stored after it writes one again (an update
+// of a task with no spec is rejected, and a copy of an older creation is
+// acked without effect, deletedSince), so the spec was there when the
+// delete was decided: it was rejected as a stale revision, or, not
+// decided yet, will be (a spec's revision only grows). A delete naming
+// the stored revision, not decided yet, will delete the task.
+func (s *Service) rejectedDelete(ctx context.Context, del Step, seq uint64) (bool, error) {
+	if del.IfRevision == 0 {
+		return false, nil
+	}
+	stored, err := s.tasks.Get(ctx, del.TaskID)
+	if jsutil.IsKeyMissing(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the spec of %s: %w", del.TaskID, err)
+	}
+	if stored.Revision() == del.IfRevision {
+		return false, nil
+	}
+	created, err := s.commands.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, del.TaskID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil // none stored after the delete either
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the last task.created of %s: %w", del.TaskID, err)
+	}
+	return created.Sequence < seq, nil
 }
 
 func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccepted, error) {

@@ -185,3 +185,71 @@ func TestRedeliveredCreationOfATaskCreatedAgainApplies(t *testing.T) {
 		t.Fatalf("spec after create-2's copy: interval %s, want 2h", got)
 	}
 }
+
+// TestRedeliveredCreationAfterARejectedConditionalDeleteApplies: a task
+// created again (create-2) whose replica died between its spec and
+// schedule writes, then a conditional delete (ifRevision, the API's
+// If-Match) naming the spec of the task deleted before, stored after
+// create-2 and rejected as a stale revision: the spec stays. create-2's
+// copy found the delete stored after it and was acked as "the task stays
+// deleted", though the delete deleted nothing: the spec sat with no
+// schedule until the sweeper's repair. The copy now finishes the
+// creation. A conditional delete that was applied still keeps the task
+// deleted (TestRedeliveredCreationDoesNotBringBackADeletedTask, and the
+// end of this test). It runs under the governor's compose user: telling
+// the delete rejected reads the task's last task.created on TASKS (a
+// direct get of flyball.task.created.<id>), which needs its permission.
+func TestRedeliveredCreationAfterARejectedConditionalDeleteApplies(t *testing.T) {
+	srv := natstest.StartCompose(t)
+	_, gjs := srv.Connect(t, "governor")
+	s := runGovernor(t, gjs)
+	js := srv.JS // admin: publishes the commands, reads the copy
+	const id = "kept"
+	created := events.TaskSubject(events.VerbCreated, id)
+	revision := func() uint64 {
+		t.Helper()
+		e, err := s.tasks.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-1", hourly(id))
+	old := revision()
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-1", events.TaskRef{ID: id})
+	second := publish(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-2", hourly(id))
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, second)
+	// A crash between create-2's two writes: the spec, no schedule.
+	if err := s.schedules.Delete(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	s.states.drop(id)
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-2", events.TaskDelete{TaskRef: events.TaskRef{ID: id}, IfRevision: old})
+	if reasons := lastRejection(t, js, id); len(reasons) != 1 || reasons[0].Field != "ifRevision" {
+		t.Fatalf("delete-2, naming the deleted task's revision %d: rejected with %+v, want a stale ifRevision", old, reasons)
+	}
+
+	m := redeliverSeq(t, js, streams.StreamTasks, created, second)
+	acc, err := s.applyCommand(t.Context(), stepOf(t, m))
+	if err != nil {
+		t.Fatalf("create-2's copy: %v", err)
+	}
+	if acc == nil || acc.CommandID != "create-2" || acc.Source == string(gov.SourceDeleted) {
+		t.Fatalf("create-2's copy, after the rejected delete-2: answered %+v; want the creation finished", acc)
+	}
+	st, rev, err := s.readState(t.Context(), id)
+	if err != nil || rev == 0 || st.LastCommandID != "create-2" || st.NextRunAt.IsZero() {
+		t.Fatalf("create-2's copy did not finish its creation: rev %d, state %+v, err %v", rev, st, err)
+	}
+
+	// A conditional delete naming the stored revision is applied, and a
+	// copy of the creation then leaves the task deleted.
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-3", events.TaskDelete{TaskRef: events.TaskRef{ID: id}, IfRevision: revision()})
+	acc, err = s.applyCommand(t.Context(), stepOf(t, m))
+	if err != nil || acc == nil || acc.Source != string(gov.SourceDeleted) {
+		t.Fatalf("create-2's copy after the applied delete-3: answered %+v, %v; want no change, the task deleted", acc, err)
+	}
+	if _, err := s.loadSpec(t.Context(), id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after create-2's last copy: the deleted task's spec is back (err %v)", err)
+	}
+}
