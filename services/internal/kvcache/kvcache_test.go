@@ -262,10 +262,14 @@ func TestDeletedKeysAreNotKept(t *testing.T) {
 
 // TestLookupRacingEndedIsUnknown: a Lookup that overlaps the end of the
 // watch answers unknown, never "known absent" for a key the view held.
-// The Lookup is parked after it passed its checks of the view's state
-// and before it reads the entries; the watch ends meanwhile, emptying
-// the view; then the Lookup goes on. Callers act on a known-absent key
-// (a paused task's target called, an open breaker's target called).
+// The Lookup is parked before it takes the view's lock (beforeRLock);
+// the watch ends meanwhile, emptying the view; then the Lookup goes on.
+// It must judge the view's state under the lock it reads the entries
+// with: a state check moved back before the lock but above the hook
+// fails here, one placed between the hook and the lock would not, which
+// is what the hook's place in Lookup guards. Callers act on a
+// known-absent key (a paused task's target called, an open breaker's
+// target called).
 func TestLookupRacingEndedIsUnknown(t *testing.T) {
 	kv := newBucket(t)
 	if _, err := kv.Put(t.Context(), "k", []byte("1")); err != nil {
