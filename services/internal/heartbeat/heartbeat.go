@@ -44,6 +44,18 @@ type Config struct {
 	NoClock bool
 }
 
+// maxAnnounceGap is the most beats between two tries at a start's
+// runtime.online that was not stored (16: 4 min at the default interval).
+const maxAnnounceGap = 16
+
+// announceTimeout bounds one try at the start's runtime.online: a publish
+// nobody answers (a subject the user may not publish to, a stream with no
+// leader) waits for its whole context, which was the beat's.
+const announceTimeout = 2 * time.Second
+
+// stopTimeout bounds Stop's deregistration and announcements.
+const stopTimeout = 2 * time.Second
+
 // SkewWarn is the clock offset from the NATS server past which the beater
 // warns (once on crossing, and once more when back within it).
 const SkewWarn = time.Second
@@ -90,9 +102,13 @@ type Beater struct {
 	// (warned once). Only the beat loop touches it.
 	unread bool
 	// announced is whether the start's runtime.online is stored: it is
-	// published once the instance is registered, and retried every beat
-	// until stored (under one event ID, so a retry is stored once).
+	// published once the instance is registered, and retried until
+	// stored (under one event ID, so a retry is stored once). failed
+	// counts the tries that failed; skip is the beats to let pass before
+	// the next (1, 2, 4, 8, then every maxAnnounceGap beats).
 	announced bool
+	failed    int
+	skip      int
 	// tried is closed once the loop has made its first try at the start's
 	// runtime.online (tests' BeatNow waits for it).
 	tried chan struct{}
@@ -114,8 +130,8 @@ type Beater struct {
 // flyball-runtime (each beat binds it again until it can). Once registered,
 // the instance announces runtime.online, from the beat loop (Start does not
 // wait for it: a publish to a missing HEALTH stream takes seconds), and
-// again each beat until it is stored. Nothing it meets stops it, so it
-// returns no error.
+// tries again, backing off, until it is stored (announceStart). Nothing it
+// meets stops it, so it returns no error.
 func Start(ctx context.Context, cfg Config) *Beater {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
@@ -364,26 +380,51 @@ func (b *Beater) announceReturn(ctx context.Context) bool {
 // that registered late (streams provisioned after it started, KV
 // unreachable at start) announced nothing: its one try, at Start, had
 // failed, and it showed online in flyball-runtime but never on HEALTH.
+// A failed try is warned once (then logged at debug, with the count) and
+// tried again 1, 2, 4, 8 and then every maxAnnounceGap beats later: one
+// never stored (a user that may not publish it) was tried, and warned,
+// at every beat for the life of the process, each try waiting up to a
+// beat. A try cut short by Stop counts for nothing: Stop tries again.
 func (b *Beater) announceStart(ctx context.Context) {
 	if b.announced || b.rev == 0 {
 		return
 	}
-	b.announced = b.announce(ctx, events.RuntimeOnline, "started; retrying next beat")
+	if b.skip > 0 {
+		b.skip--
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(announceTimeout, b.cfg.Interval/4))
+	defer cancel()
+	err := b.announce(ctx, events.RuntimeOnline)
+	switch {
+	case err == nil:
+		b.announced = true
+		if b.failed > 0 {
+			b.cfg.Logger.Info("the start's runtime.online published", "kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.failed+1)
+		}
+		return
+	case b.beating.Err() != nil:
+		return // stopping
+	}
+	b.failed++
+	gap := min(1<<min(b.failed-1, 30), maxAnnounceGap)
+	b.skip = gap - 1
+	level := slog.LevelDebug
+	if b.failed == 1 {
+		level = slog.LevelWarn
+	}
+	b.cfg.Logger.Log(ctx, level, "the start's runtime.online not published; tried again with backoff, up to every "+strconv.Itoa(maxAnnounceGap)+" beats",
+		"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.failed, "nextTryIn", time.Duration(gap)*b.cfg.Interval, "err", err)
 }
 
 // announce publishes st for this instance's start (its event ID, so a
-// retry is stored once), and reports whether it was stored.
-func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus, reason string) bool {
+// retry is stored once).
+func (b *Beater) announce(ctx context.Context, st events.RuntimeStatus) error {
 	hb := b.hb
 	hb.Status = st
 	id := b.source + ":" + string(st) + ":" + hb.StartedAt.Format(time.RFC3339Nano)
-	err := jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(st, b.cfg.Kind, b.cfg.Name), id,
+	return jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(st, b.cfg.Kind, b.cfg.Name), id,
 		st.Type(), b.source, b.cfg.Name, hb, time.Now().UTC())
-	if err != nil {
-		b.cfg.Logger.Warn("runtime event not published", "status", st, "reason", reason, "err", err)
-		return false
-	}
-	return true
 }
 
 // Stop deregisters the instance: it deletes its KV entry and announces
@@ -403,14 +444,38 @@ func (b *Beater) Stop() {
 	// (15s) for its reply: the process stopping would wait with it.
 	b.stopBeat()
 	<-b.done
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	if b.kv == nil {
-		b.announce(ctx, events.RuntimeOffline, "stopped")
-		return // never registered
+	if b.kv != nil {
+		b.deregister(ctx)
 	}
-	b.deregister(ctx)
-	b.announce(ctx, events.RuntimeOffline, "stopped")
+	b.announceStop(ctx)
+}
+
+// announceStop publishes runtime.offline, after the start's runtime.online
+// if the instance registered and the beat loop had not stored it yet: a
+// stop soon after the start (stack.Start stopping the services it started
+// when a later one fails: a crash loop) cancelled the loop's try, and
+// HEALTH held a runtime.offline with no runtime.online before it. That try
+// has half of what is left of the stop's time, so that the runtime.offline
+// still has the rest; if it fails, the runtime.offline is published alone
+// (the instance did stop), and the warning says so. An instance that never
+// registered announced no start, and announces its stop alone.
+func (b *Beater) announceStop(ctx context.Context) {
+	if b.rev != 0 && !b.announced {
+		deadline, _ := ctx.Deadline()
+		octx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+		err := b.announce(octx, events.RuntimeOnline)
+		cancel()
+		if err != nil {
+			b.cfg.Logger.Warn("runtime.offline published without the start's runtime.online, which could not be stored",
+				"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.failed+1, "err", err)
+		}
+		b.announced = err == nil
+	}
+	if err := b.announce(ctx, events.RuntimeOffline); err != nil {
+		b.cfg.Logger.Warn("runtime.offline not published at the stop", "kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
+	}
 }
 
 // deregister deletes the instance's entry if it is its own, and leaves

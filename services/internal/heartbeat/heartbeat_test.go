@@ -7,12 +7,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -560,4 +562,112 @@ func TestALateRegistrationIsAnnounced(t *testing.T) {
 		_, last = health.GetLastMsgForSubject(ctx, subject)
 		return last == nil
 	})
+}
+
+// lastSeq is the stream sequence of the last event HEALTH holds on
+// subject, 0 without one.
+func lastSeq(t *testing.T, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
+	health, err := js.Stream(t.Context(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := health.GetLastMsgForSubject(t.Context(), subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg.Sequence
+}
+
+// TestAStopRightAfterStartAnnouncesOnlineFirst: the beat loop publishes
+// the start's runtime.online, under the context Stop cancels, so a stop
+// soon after the start (stack.Start stopping the beaters already started
+// when a later service fails to start: a crash loop) cancelled it, and
+// Stop published runtime.offline alone; each stop also warned "retrying
+// next beat", which no beat would. Stop now stores the start's
+// runtime.online first when the loop had not, and warns of nothing.
+func TestAStopRightAfterStartAnnouncesOnlineFirst(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	var logs lockedBuffer
+	for i := range 5 {
+		name := "quick" + strconv.Itoa(i)
+		b := heartbeat.Start(t.Context(), heartbeat.Config{
+			JS: srv.JS, Kind: "executor", Name: name, Interval: time.Hour,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		b.Stop()
+		online := lastSeq(t, srv.JS, events.RuntimeSubject(events.RuntimeOnline, "executor", name))
+		offline := lastSeq(t, srv.JS, events.RuntimeSubject(events.RuntimeOffline, "executor", name))
+		if online == 0 || offline == 0 || online > offline {
+			t.Fatalf("stop %d: runtime.online at sequence %d, runtime.offline at %d on HEALTH (0: not stored); want both, online first", i, online, offline)
+		}
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("a stop right after the start warned:\n%s", logs.String())
+	}
+}
+
+// TestAStartAnnouncementNeverStoredBacksOff: a start's runtime.online
+// that is never stored (here a user that may not publish it) was tried
+// again at every beat for the life of the process, each try waiting up
+// to 5 s and each failure a warning (one every 15 s). It is now warned
+// once, tried after 1, 2, 4, 8 and then every 16 beats (at debug), and
+// each try is bounded well within the beat. The stop says the
+// runtime.offline goes alone, and publishes it.
+func TestAStartAnnouncementNeverStoredBacksOff(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithUsers(t,
+		&server.User{Username: "admin", Password: "pw"},
+		&server.User{Username: "executor", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"flyball.runtime.online.>"}},
+		}},
+	)
+	_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := streams.Ensure(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	_, js := natstest.ConnectAs(t, srv, "executor", "pw")
+	var logs lockedBuffer
+	b := heartbeat.Start(t.Context(), heartbeat.Config{
+		JS: js, Kind: "executor", Name: "mute", Interval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	t.Cleanup(b.Stop)
+	const msg = "the start's runtime.online not published"
+	// The loop's first try, then tries after 1, 2, 4, 8, 16, 16 beats.
+	tries := map[int]bool{0: true, 1: true, 3: true, 7: true, 15: true, 31: true}
+	want := 1
+	b.Tried()
+	for beat := 1; beat <= 40; beat++ {
+		began := time.Now()
+		b.BeatNow(t.Context())
+		if took := time.Since(began); took > 4*time.Second {
+			t.Errorf("beat %d took %s: the try at the runtime.online is not bounded", beat, took)
+		}
+		if tries[beat] {
+			want++
+		}
+		if n := strings.Count(logs.String(), msg); n != want {
+			t.Fatalf("%d tries at the start's runtime.online after %d beats, want %d:\n%s", n, beat, want, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\""+msg); n != 1 {
+		t.Fatalf("%d warnings for the start's runtime.online, want 1 (then debug):\n%s", n, logs.String())
+	}
+	b.Stop()
+	if !strings.Contains(logs.String(), "runtime.offline published without the start's runtime.online") {
+		t.Errorf("the stop did not say its runtime.offline went alone:\n%s", logs.String())
+	}
+	if n := lastSeq(t, admin, events.RuntimeSubject(events.RuntimeOffline, "executor", "mute")); n == 0 {
+		t.Error("no runtime.offline stored at the stop")
+	}
+	if n := lastSeq(t, admin, events.RuntimeSubject(events.RuntimeOnline, "executor", "mute")); n != 0 {
+		t.Errorf("runtime.online stored at %d by a user that may not publish it", n)
+	}
 }
