@@ -50,7 +50,8 @@ const maxAnnounceGap = 16
 
 // announceTimeout bounds one try at the start's runtime.online: a publish
 // nobody answers (a subject the user may not publish to, a stream with no
-// leader) waits for its whole context, which was the beat's.
+// leader) waits for its whole context, which was the beat's (15 s). A
+// fixed bound, not a share of the interval: tests beat every few ms.
 const announceTimeout = 2 * time.Second
 
 // stopTimeout bounds Stop's deregistration and announcements.
@@ -393,7 +394,7 @@ func (b *Beater) announceStart(ctx context.Context) {
 		b.skip--
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, min(announceTimeout, b.cfg.Interval/4))
+	ctx, cancel := context.WithTimeout(ctx, announceTimeout)
 	defer cancel()
 	err := b.announce(ctx, events.RuntimeOnline)
 	switch {
