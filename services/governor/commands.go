@@ -556,7 +556,7 @@ func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAcce
 	if err != nil || del.Input.Kind != gov.KindDeleted {
 		return nil, nil //nolint:nilerr // a delete the governor rejected deleted nothing
 	}
-	if rejected, err := s.rejectedDelete(ctx, del, raw.Sequence); rejected || err != nil {
+	if rejected, err := s.rejectedDelete(ctx, del, step.Seq); rejected || err != nil {
 		return nil, err
 	}
 	s.log.Info("redelivered creation is older than the task's delete; acknowledged without creating the task again",
@@ -566,17 +566,21 @@ func (s *Service) deletedSince(ctx context.Context, step Step) (*events.TaskAcce
 	return &events.TaskAccepted{ID: step.TaskID, Command: step.CommandType, CommandID: step.CommandID, Source: string(gov.SourceDeleted), Trail: []string{why}}, nil
 }
 
-// rejectedDelete reports whether del, the task's last task.deleted (at
-// stream sequence seq), is a conditional delete that deleted nothing: it
-// names a revision (ifRevision) other than that of the spec stored now,
-// and no task.created is stored after it. An applied delete removed the
-// spec, and only a creation stored after it writes one again (an update
-// of a task with no spec is rejected, and a copy of an older creation is
-// acked without effect, deletedSince), so the spec was there when the
-// delete was decided: it was rejected as a stale revision, or, not
-// decided yet, will be (a spec's revision only grows). A delete naming
-// the stored revision, not decided yet, will delete the task.
-func (s *Service) rejectedDelete(ctx context.Context, del Step, seq uint64) (bool, error) {
+// rejectedDelete reports whether del, the task's last task.deleted,
+// stored after the creation at stream sequence creation being judged, is
+// a conditional delete that deleted nothing, and that creation is the
+// task's last: del names a revision (ifRevision) other than that of the
+// spec stored now, and no task.created is stored after the one judged
+// (so none after the delete). An applied delete removed the spec, and
+// only a creation stored after it writes one again (an update of a task
+// with no spec is rejected, and a copy of an older creation is acked
+// without effect, deletedSince), so the spec was there when the delete
+// was decided: it was rejected as a stale revision, or, not decided yet,
+// will be (a spec's revision only grows). A delete naming the stored
+// revision, not decided yet, will delete the task. A creation older than
+// the task's last one is never finished here: an earlier delete may have
+// removed it, and the spec stored now may be the later creation's.
+func (s *Service) rejectedDelete(ctx context.Context, del Step, creation uint64) (bool, error) {
 	if del.IfRevision == 0 {
 		return false, nil
 	}
@@ -592,12 +596,12 @@ func (s *Service) rejectedDelete(ctx context.Context, del Step, seq uint64) (boo
 	}
 	created, err := s.commands.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, del.TaskID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return true, nil // none stored after the delete either
+		return false, nil // not even the one judged: keep the task deleted
 	}
 	if err != nil {
 		return false, fmt.Errorf("read the last task.created of %s: %w", del.TaskID, err)
 	}
-	return created.Sequence < seq, nil
+	return created.Sequence == creation, nil
 }
 
 func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccepted, error) {

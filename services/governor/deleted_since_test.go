@@ -253,3 +253,52 @@ func TestRedeliveredCreationAfterARejectedConditionalDeleteApplies(t *testing.T)
 		t.Fatalf("after create-2's last copy: the deleted task's spec is back (err %v)", err)
 	}
 }
+
+// TestRedeliveredOlderCreationAfterARejectedConditionalDeleteStaysDeleted:
+// create-1 is applied, delete-1 deletes the task, create-2 writes its
+// spec and its replica dies before the schedule; a conditional delete-2
+// naming create-1's revision is rejected. A copy of create-1 then came
+// after a last delete that deleted nothing, and was applied: it wrote
+// create-1's spec over create-2's, and create-2's own copy was refused as
+// "already exists". Only the task's last creation may finish after a
+// rejected delete; an older copy stays deleted by delete-1.
+func TestRedeliveredOlderCreationAfterARejectedConditionalDeleteStaysDeleted(t *testing.T) {
+	srv := natstest.StartCompose(t)
+	_, gjs := srv.Connect(t, "governor")
+	s := runGovernor(t, gjs)
+	js := srv.JS
+	const id = "kept"
+	created := events.TaskSubject(events.VerbCreated, id)
+	first := publish(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-1", hourly(id))
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, first)
+	e, err := s.tasks.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := e.Revision()
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-1", events.TaskRef{ID: id})
+	newer := hourly(id)
+	newer.Job = "newer"
+	second := publish(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-2", newer)
+	natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, second)
+	if err := s.schedules.Delete(t.Context(), id); err != nil { // create-2's crash
+		t.Fatal(err)
+	}
+	s.states.drop(id)
+	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-2", events.TaskDelete{TaskRef: events.TaskRef{ID: id}, IfRevision: old})
+	if reasons := lastRejection(t, js, id); len(reasons) != 1 || reasons[0].Field != "ifRevision" {
+		t.Fatalf("delete-2: rejected with %+v, want a stale ifRevision", reasons)
+	}
+
+	acc, err := s.applyCommand(t.Context(), stepOf(t, redeliverSeq(t, js, streams.StreamTasks, created, first)))
+	if err != nil || acc == nil || acc.Source != string(gov.SourceDeleted) {
+		t.Fatalf("create-1's copy after delete-1, create-2 and the rejected delete-2: answered %+v, %v; want no change, deleted by delete-1", acc, err)
+	}
+	if spec, err := s.loadSpec(t.Context(), id); err != nil || spec.Job != "newer" {
+		t.Fatalf("after create-1's copy: spec %+v, %v; want create-2's", spec, err)
+	}
+	acc, err = s.applyCommand(t.Context(), stepOf(t, redeliverSeq(t, js, streams.StreamTasks, created, second)))
+	if err != nil || acc == nil || acc.CommandID != "create-2" || acc.Source == string(gov.SourceDeleted) {
+		t.Fatalf("create-2's copy: answered %+v, %v; want the creation finished", acc, err)
+	}
+}
