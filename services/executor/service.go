@@ -1570,17 +1570,19 @@ func (s *Service) settleAfter(ctx context.Context, m jetstream.Msg, d *events.Di
 // using none of its deliveries, for r to be published again (retryInfra,
 // republish), its bytes counted from then until m is settled
 // (keepsEvent); m is settled once, by r.settled or a nak. r is a value,
-// copied to the heap only at a give-up: every run passes here.
+// copied into the closure, and to a heap object of its own only at a
+// give-up: every run passes here (taking its address in the closure
+// would move it to the heap on every run).
 func (s *Service) publishThenSettle(ctx context.Context, m jetstream.Msg, d *events.Dispatch, r unconfirmedRun, fails int) {
 	s.out.publish(r.msg, r.hold, func(err error) {
 		if err == nil {
-			s.releaseEvent(&r)
+			s.uncount(r.kept, r.msg)
 			r.settled(m)
 			return
 		}
 		md, mdErr := m.Metadata()
 		if !errors.Is(err, errUnconfirmed) || mdErr != nil || !r.kept && !s.keepsEvent(len(r.msg.Data)) {
-			s.releaseEvent(&r)
+			s.uncount(r.kept, r.msg)
 			s.nak(m, time.Second, err)
 			return
 		}

@@ -108,9 +108,14 @@ func (s *Service) keepsEvent(n int) bool {
 // releaseEvent stops counting r's bytes, if they are counted (keepsEvent):
 // its dispatch is settled, or handed back, or goes on without it.
 func (s *Service) releaseEvent(r *unconfirmedRun) {
-	if r.kept {
-		s.eventBytes.Add(-int64(len(r.msg.Data)))
-		r.kept = false
+	s.uncount(r.kept, r.msg)
+	r.kept = false
+}
+
+// uncount stops counting msg's bytes if kept (releaseEvent).
+func (s *Service) uncount(kept bool, msg *nats.Msg) {
+	if kept {
+		s.eventBytes.Add(-int64(len(msg.Data)))
 	}
 }
 
