@@ -22,8 +22,9 @@ type Workers struct {
 	// handled by the same worker, in delivery order (a task's outcomes are
 	// applied in order). Without it any free worker takes the next message.
 	Key func(jetstream.Msg) string
-	// Buffer is each shard's queue length when the durable's
-	// max_ack_pending cannot size it (shardBuffer). Defaults to 64.
+	// Buffer is each shard's queue length, unless the durable pins one
+	// client and its max_ack_pending sizes them (shardBuffer). Defaults
+	// to 64.
 	Buffer int
 	// MaxWait is how long one pull waits for messages. Defaults to 5s.
 	MaxWait time.Duration
@@ -36,8 +37,9 @@ const pinHeader = "Nats-Pin-Id"
 
 // ConsumeWorkers consumes the durable with w.N concurrent handlers, pulling
 // with Fetch: each pull asks the server for at most as many messages as
-// there is room for, so a message is never buffered where it cannot be
-// handled. Both alternatives fail when every worker is busy for a while:
+// there is room for (in sharded mode 2×N, and the next pull waits until
+// the last one's are all in their queues), so a message is never buffered
+// where it cannot be handled. Both alternatives fail when every worker is busy for a while:
 // a Consume callback that blocks can stall the pull until it expires
 // (docs/benchmarks.md finding 8), and the Messages iterator delivers into a
 // fixed channel whose overflow the client drops as a slow consumer, which
@@ -77,26 +79,25 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 		c.pin = &pinned{js: js, stream: stream, durable: durable, group: cfg.PriorityGroups[0]}
 	}
 	if w.Key != nil {
-		w.Buffer = shardBuffer(w.Buffer, cons.CachedInfo().Config.MaxAckPending)
-		c.w.Buffer = w.Buffer
+		if c.pin != nil {
+			w.Buffer = shardBuffer(w.Buffer, cons.CachedInfo().Config.MaxAckPending)
+			c.w.Buffer = w.Buffer
+		}
 		c.shards = make([]chan jetstream.Msg, w.N)
 		c.waiting = make([]waitQueue, w.N)
 		c.seed = maphash.MakeSeed()
-		c.freed = make(chan struct{}, 1)
+		c.pending = make([]pendingMsg, 0, 2*w.N)
+		c.behind = make([]bool, w.N)
 		for i := range c.shards {
 			q := make(chan jetstream.Msg, w.Buffer)
 			c.shards[i] = q
 			wq := &c.waiting[i]
-			wq.max = w.Buffer + 2
+			// The queue, a pull's messages waiting to be sent, and the
+			// one the worker has taken and not yet popped.
+			wq.max = w.Buffer + 2*w.N + 2
 			wq.ring = make([]waiting, min(wq.max, ringStart))
 			c.wg.Go(func() {
 				for m := range q {
-					if len(q) == cap(q)-1 { // it was full: room may be waiting
-						select {
-						case c.freed <- struct{}{}:
-						default:
-						}
-					}
 					wq.pop()
 					h(m)
 				}
@@ -127,27 +128,31 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 	return c, nil
 }
 
-// maxShardBuffer caps the shard queues (shardBuffer).
+// maxShardBuffer caps a pinned reader's shard queues (shardBuffer).
 const maxShardBuffer = 1 << 16
 
-// shardBuffer is a shard queue's length: as many messages as the durable
-// lets one client have unacked (max_ack_pending), all of which could be
-// one key's, so a queue is never full and a pull asks for 2×N whatever
-// one key's worker holds (shardRoom). The server stops delivering at
-// max_ack_pending, but the reader's pulls go on. A bounded queue costs
-// twice over when one key's worker is slow (the governor retrying a
-// decision in place through an outage) while its key keeps getting
-// messages, as in a burst or a backlog: as the queue fills, every pull
-// of the durable shrinks, to one message and then to none, for every key.
-// A pinned reader that stops pulling also loses its pin after the
-// durable's priority_timeout, though it is alive: another replica is
-// pinned and handles the newer messages of the tasks whose older ones the
-// first still holds, out of their order. A durable with no
-// max_ack_pending, or one over maxShardBuffer, keeps the bounded queue.
+// shardBuffer is a shard queue's length for a pinned_client durable. A
+// sharded reader stops pulling while a pull's messages wait for a full
+// queue (pull), and a pinned reader that stops pulling loses its pin
+// after the durable's priority_timeout, though it is alive: another
+// replica is pinned and handles the newer messages of the tasks whose
+// older ones the first still holds, out of their order. So each queue
+// holds as many messages as the durable lets one client have unacked
+// (max_ack_pending): all of them could be one task's. The server then
+// stops delivering, but the reader's pulls go on, each renewing the pin;
+// the pinned reader is the only one, so it holds nothing another could
+// take. A durable with no max_ack_pending, or one over maxShardBuffer,
+// keeps the bounded queue.
+//
+// An unpinned durable (the governor's RUNS and DEADLETTER) keeps Buffer:
+// its replicas share it, and a reader whose queue never fills would go on
+// pulling behind a stuck worker and hoard the stuck key's messages, kept
+// alive, up to max_ack_pending, when the server delivers to no replica.
+// With Buffer a stuck worker stops only its own reader, which holds at
+// most its queues and one pull.
 //
 // Each queue is a channel of that length, allocated up front (16 B a
-// message: 2.6 MB for the governor's RUNS durable, 10,000 on 16 workers);
-// the ring mirroring it grows as it fills (waitQueue).
+// message); the ring mirroring it grows as it fills (waitQueue).
 func shardBuffer(buffer, maxAckPending int) int {
 	if maxAckPending <= 0 || maxAckPending > maxShardBuffer {
 		return buffer
@@ -166,9 +171,11 @@ type WorkerConsume struct {
 
 	shards []chan jetstream.Msg // sharded mode: one queue per worker
 	seed   maphash.Seed
-	// freed wakes room (sharded mode): a worker took a message from a
-	// full queue.
-	freed chan struct{}
+	// pending holds a pull's messages that found their shard's queue full,
+	// or a message of their shard ahead of them here (sharded mode);
+	// behind marks those shards. Only the fetch loop uses them.
+	pending []pendingMsg
+	behind  []bool
 	// waiting mirrors each shard's queue (sharded mode), for
 	// keepWaitingAlive; ackWait is the durable's.
 	waiting []waitQueue
@@ -181,6 +188,13 @@ type WorkerConsume struct {
 	done   chan struct{}
 
 	pin *pinned // nil unless the durable pins one client
+}
+
+// pendingMsg is a message of the pull in progress waiting for its shard's
+// queue.
+type pendingMsg struct {
+	m     jetstream.Msg
+	shard int
 }
 
 // pinned is the state of a pinned_client durable's reader.
@@ -342,11 +356,13 @@ func (s *pullStreak) recovered(log *slog.Logger) {
 
 // room blocks until a worker is free and returns how many messages the
 // next pull may ask for: the idle workers (their slots are taken now), or
-// in sharded mode what the fullest shard queue has room for, at most
-// twice the worker count (shardRoom).
+// in sharded mode twice the worker count. A sharded pull follows only once
+// the previous one's messages are all in their queues (pull), so a stuck
+// worker stops this reader's pulls, and the other replicas take the rest
+// of the durable.
 func (c *WorkerConsume) room() int {
 	if c.slots == nil {
-		return c.shardRoom()
+		return 2 * c.w.N
 	}
 	select {
 	case <-c.slots:
@@ -364,34 +380,6 @@ func (c *WorkerConsume) room() int {
 		break
 	}
 	return n
-}
-
-// shardRoom blocks until every shard queue has room and returns how many
-// messages the next pull may ask for: no more than the fullest queue has
-// room for, since all of them may be one key's, so dispatch never waits
-// for a full queue. With queues sized by shardBuffer that is 2×N; it
-// binds only for a durable whose queues keep Buffer's length. A message
-// nats.go holds in a batch while dispatch waits is marked in progress by
-// nothing (keepWaitingAlive sees only the queues), and after AckWait the
-// server redelivers it to another replica, which handles it before this
-// one handles the key's messages ahead of it.
-// Only the fetch loop sends to the queues, so their room only grows until
-// the pull's messages are dispatched.
-func (c *WorkerConsume) shardRoom() int {
-	for {
-		n := 2 * c.w.N
-		for _, q := range c.shards {
-			n = min(n, cap(q)-len(q))
-		}
-		if n > 0 {
-			return n
-		}
-		select {
-		case <-c.freed:
-		case <-c.ctx.Done():
-			return 0
-		}
-	}
 }
 
 // pull fetches up to n messages and hands each to a worker as it arrives.
@@ -414,6 +402,7 @@ func (c *WorkerConsume) pull(n int) error {
 			got++
 			c.dispatch(m)
 		}
+		c.sendPending()
 		err = batch.Error()
 	}
 	for range n - got { // give back the slots no message used
@@ -439,12 +428,45 @@ func (c *WorkerConsume) dispatch(m jetstream.Msg) {
 		c.pin.seen(m)
 	}
 	if c.shards != nil {
-		i := maphash.String(c.seed, c.w.Key(m)) % uint64(len(c.shards))
-		c.waiting[i].push(m, time.Now())
-		c.shards[i] <- m // never blocks: shardRoom left room for the pull
+		c.dispatchShard(m)
 		return
 	}
 	c.work <- m // a worker is free: pull reserved its slot
+}
+
+// dispatchShard hands m to its shard's queue without blocking while the
+// batch is still arriving. It registers m in the shard's ring at once, so
+// keepWaitingAlive marks it in progress however long it waits: a message
+// left unregistered in nats.go's batch while the loop waited for a full
+// queue was redelivered to another replica after AckWait, which handled
+// it before this one handled the key's messages ahead of it. A message
+// that finds the queue full, or its shard's earlier ones pending, waits
+// in pending, in order, until the batch ends (sendPending).
+func (c *WorkerConsume) dispatchShard(m jetstream.Msg) {
+	i := int(maphash.String(c.seed, c.w.Key(m)) % uint64(len(c.shards)))
+	c.waiting[i].push(m, time.Now())
+	if !c.behind[i] {
+		select {
+		case c.shards[i] <- m:
+			return
+		default:
+			c.behind[i] = true
+		}
+	}
+	c.pending = append(c.pending, pendingMsg{m: m, shard: i})
+}
+
+// sendPending sends the pull's pending messages in order, waiting for
+// their queues: a full queue holds up this reader's next pull until its
+// worker takes them. Drain waits for them too, like for any message that
+// arrived.
+func (c *WorkerConsume) sendPending() {
+	for _, p := range c.pending {
+		c.shards[p.shard] <- p.m
+		c.behind[p.shard] = false
+	}
+	clear(c.pending)
+	c.pending = c.pending[:0]
 }
 
 // A message waiting in a shard's queue is this client's: nothing else
@@ -479,14 +501,15 @@ type waiting struct {
 	at time.Time
 }
 
-// waitQueue mirrors a shard's channel: dispatch pushes each message just
-// before it sends it, and the worker pops it just after it receives it,
-// so the ring holds, in order, the messages sent or being sent and not
-// yet handled (at most the channel's length and two, max). The ring
-// starts at ringStart and doubles when full, up to max: a queue sized by
-// max_ack_pending (shardBuffer) takes 40 B a message it holds rather than
-// 6.4 MB up front for the governor's RUNS durable, and a message's path
-// allocates only when its queue holds more than it ever did.
+// waitQueue mirrors a shard's channel: dispatch pushes each message as it
+// arrives, before it sends it, and the worker pops it just after it
+// receives it, so the ring holds, in order, the messages sent or waiting
+// to be sent and not yet handled (at most the channel's length, a pull's
+// 2×N and one, max). The ring starts at ringStart and doubles when full,
+// up to max: a queue sized by max_ack_pending (shardBuffer) takes 40 B a
+// message it holds rather than its whole length up front, and a
+// message's path allocates only when its queue holds more than it ever
+// did.
 type waitQueue struct {
 	mu      sync.Mutex
 	ring    []waiting
@@ -502,7 +525,7 @@ func (q *waitQueue) push(m jetstream.Msg, now time.Time) {
 	if q.n == len(q.ring) && len(q.ring) < q.max {
 		q.grow()
 	}
-	if q.n < len(q.ring) { // always: the ring grows to the channel and two
+	if q.n < len(q.ring) { // always: the ring grows to what it can hold
 		q.ring[(q.head+q.n)%len(q.ring)] = waiting{m: m, at: now}
 		q.n++
 	}

@@ -109,24 +109,27 @@ func TestShardedWorkersKeepPerKeyOrder(t *testing.T) {
 // message 0 (the governor's untilSettled through an outage); the key's
 // other messages arrive while its queue (one message here) is full. None
 // that this client took may be redelivered to another replica while it
-// holds them. Before, a pull asked for 2×N messages whatever the queues
-// held, and the fetch loop, blocked handing message 2 to the full queue,
-// held message 3 in the batch where nothing marked it in progress: after
-// AckWait the server gave it to the other replica, which applied it before
-// this client applied 1 and 2. The durable has no max_ack_pending, so the
-// queues keep Buffer's length (shardBuffer) and can fill.
+// holds them. Before, the fetch loop, blocked handing message 2 to the
+// full queue, held message 3 in the batch where nothing marked it in
+// progress: after AckWait the server gave it to the other replica, which
+// applied it before this client applied 1 and 2. The durable's
+// max_ack_pending (10,000) does not size an unpinned reader's queues
+// (shardBuffer), so they keep Buffer's length and can fill.
 func TestBatchBehindAFullShardIsNotRedelivered(t *testing.T) {
 	js := workStream(t, time.Second)
 	ctx := t.Context()
-	cons, err := js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxAckPending: -1})
+	cons, err := js.Consumer(ctx, "W", "w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	holding, release := make(chan struct{}), make(chan struct{})
+	var hold sync.Once // message 0 may come back once released
 	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 2, Buffer: 1, Key: lastToken, MaxWait: time.Minute}, func(m jetstream.Msg) {
 		if string(m.Data()) == "0" {
-			close(holding)
-			<-release
+			hold.Do(func() {
+				close(holding)
+				<-release
+			})
 		}
 		_ = m.Ack()
 	})
@@ -357,32 +360,28 @@ func TestPullStreakBacksOffToTheCap(t *testing.T) {
 	}
 }
 
-// TestOneHeldKeyDoesNotThrottleTheOthers: one key's worker is held (the
-// governor retrying a decision in place through an outage) while the key
-// keeps getting messages, as in a burst or a backlog. The messages of the
-// keys on the other shards must keep flowing, in full pulls. Before, each
-// shard queue held Buffer (64) messages and a pull asked for no more than
-// the fullest queue had room for: as the held key's queue filled, every
-// pull of the durable shrank to one message, then pulling stopped.
-func TestOneHeldKeyDoesNotThrottleTheOthers(t *testing.T) {
+// waitingIn is how many messages the ring of key's shard holds: those in
+// its queue and those of the pull in progress still waiting to be sent.
+func waitingIn(cc *WorkerConsume, key string) int {
+	q := &cc.waiting[maphash.String(cc.seed, key)%uint64(len(cc.shards))]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// TestOneHeldKeyHoldsABoundedShare: one key's worker is held (the governor
+// retrying a decision in place through an outage, or cut off from the KV
+// leader) while the key keeps getting messages, as in a burst or a
+// backlog. The reader stops pulling once the key's queue is full and its
+// pull's messages for the shard wait behind it, marked in progress; it
+// holds at most the queue, one pull and the message in hand, and leaves
+// the rest of the durable to the other replicas. Before, an unpinned
+// queue held max_ack_pending (10,000 here): the reader kept pulling 2×N
+// and hoarded the held key's messages up to the durable's limit.
+func TestOneHeldKeyHoldsABoundedShare(t *testing.T) {
 	js := workStream(t, 30*time.Second)
+	ctx := t.Context()
 	const n, workers, heldEvery = 4000, 16, 20
-	// Every pull is a request on the durable's next-message subject: its
-	// count (seen on the same connection) is the number of pulls.
-	var mu sync.Mutex
-	pulls := 0
-	sub, err := js.Conn().Subscribe("$JS.API.CONSUMER.MSG.NEXT.W.w", func(*nats.Msg) {
-		mu.Lock()
-		pulls++
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := js.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
 	for i := range n {
 		key := "k" + strconv.Itoa(i%(heldEvery-1))
 		if i%heldEvery == 0 {
@@ -398,18 +397,9 @@ func TestOneHeldKeyDoesNotThrottleTheOthers(t *testing.T) {
 		t.Fatal("publish acks did not arrive")
 	}
 	release := make(chan struct{})
-	handled := map[string]int{}
-	progress := make(chan struct{}, 1)
-	cc, err := ConsumeWorkers(t.Context(), js, "W", "w", slog.Default(), Workers{N: workers, Key: lastToken, MaxWait: time.Minute}, func(m jetstream.Msg) {
+	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: workers, Key: lastToken, MaxWait: time.Minute}, func(m jetstream.Msg) {
 		if lastToken(m) == "held" {
 			<-release
-		}
-		mu.Lock()
-		handled[lastToken(m)]++
-		mu.Unlock()
-		select {
-		case progress <- struct{}{}:
-		default:
 		}
 		_ = m.Ack()
 	})
@@ -418,47 +408,76 @@ func TestOneHeldKeyDoesNotThrottleTheOthers(t *testing.T) {
 	}
 	t.Cleanup(cc.Stop)
 	t.Cleanup(func() { close(release) })
-	// The keys that share the held key's worker wait behind it.
-	shard := func(key string) uint64 { return maphash.String(cc.seed, key) % workers }
-	others, last := 0, 0
-	for i := range n {
-		key := "k" + strconv.Itoa(i%(heldEvery-1))
-		if i%heldEvery != 0 && shard(key) != shard("held") {
-			others++
-			last = i + 1 // every message up to it is pulled
-		}
+	cons, err := js.Consumer(ctx, "W", "w")
+	if err != nil {
+		t.Fatal(err)
 	}
-	flowing := func() int {
-		got := 0
-		for key, k := range handled {
-			if shard(key) != shard("held") {
-				got += k
-			}
-		}
-		return got
+	// Stuck for good: the held shard's ring holds more than its queue, so
+	// the pull's last messages wait to be sent and no pull follows; every
+	// other message it took is acked, and the one in hand is the only
+	// unacked message outside the ring.
+	var info *jetstream.ConsumerInfo
+	natstest.Eventually(t, 20*time.Second, "the reader stuck behind the held key's full queue, holding only its shard's messages", func() bool {
+		ring := waitingIn(cc, "held")
+		info, err = cons.Info(ctx)
+		return err == nil && ring > cc.w.Buffer && info.NumWaiting == 0 && info.NumAckPending == ring+1
+	})
+	if limit := cc.w.Buffer + 2*workers + 1; info.NumAckPending > limit {
+		t.Fatalf("the reader holds %d messages of the durable, want at most %d (queue %d, one pull of %d, one in hand)", info.NumAckPending, limit, cc.w.Buffer, 2*workers)
 	}
-	timeout := time.After(20 * time.Second)
-	for {
-		mu.Lock()
-		got := flowing()
-		mu.Unlock()
-		if got == others {
-			break
-		}
-		select {
-		case <-progress:
-		case <-timeout:
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("handled %d of the other shards' %d messages in %d pulls while one key's worker was held", flowing(), others, pulls)
-		}
+	if info.NumPending == 0 {
+		t.Fatal("the reader took every message: none left for the other replicas")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	perPull := float64(last) / float64(pulls)
-	t.Logf("%d pulls for the first %d messages, %.1f per pull", pulls, last, perPull)
-	if perPull < workers {
-		t.Fatalf("%d pulls for the first %d messages (%.1f per pull) while one key's worker was held, want at least %d per pull", pulls, last, perPull, workers)
+	t.Logf("stuck holding %d messages; %d left for the other replicas", info.NumAckPending, info.NumPending)
+}
+
+// TestAStuckShardLeavesTheDurableToTheOtherReaders: one reader's worker is
+// stuck on a key that keeps getting messages; another replica (a plain
+// Fetch here) must go on receiving the durable's messages. Before, an
+// unpinned shard queue held max_ack_pending (200 here): the stuck reader
+// kept pulling and hoarded the key's messages, kept alive, until the
+// server, at max_ack_pending, delivered to no reader at all.
+func TestAStuckShardLeavesTheDurableToTheOtherReaders(t *testing.T) {
+	js := workStream(t, 30*time.Second)
+	ctx := t.Context()
+	const maxAckPending = 200
+	cons, err := js.CreateOrUpdateConsumer(ctx, "W", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: maxAckPending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	cc, err := ConsumeWorkers(ctx, js, "W", "w", slog.Default(), Workers{N: 4, Key: lastToken, MaxWait: time.Minute}, func(m jetstream.Msg) {
+		if lastToken(m) == "stuck" {
+			<-release
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	t.Cleanup(func() { close(release) })
+	publish(t, js, "work.stuck", 1000)
+	// The reader has taken what it will: it is stuck behind the key's full
+	// queue, or it holds the durable's max_ack_pending.
+	var info *jetstream.ConsumerInfo
+	natstest.Eventually(t, 20*time.Second, "the reader stuck", func() bool {
+		info, err = cons.Info(ctx)
+		return err == nil && (waitingIn(cc, "stuck") > cc.w.Buffer || info.NumAckPending >= maxAckPending)
+	})
+	publish(t, js, "work.other", 10)
+	batch, err := cons.Fetch(10, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range batch.Messages() {
+		got++
+		_ = m.Ack()
+	}
+	if got == 0 {
+		info, _ = cons.Info(ctx)
+		t.Fatalf("the other reader received nothing in 5s while the stuck one holds %d of the durable (max_ack_pending %d), %d waiting", info.NumAckPending, maxAckPending, info.NumPending)
 	}
 }
 
