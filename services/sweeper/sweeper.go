@@ -277,16 +277,12 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 // status: none for a key deleted since it was listed (the instance's
 // clean stop), which is no failure.
 func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (events.RuntimeStatus, error) {
-	ent, err := s.runtime.Get(ctx, key)
+	ent, hb, err := s.readEntry(ctx, key)
 	if jsutil.IsKeyMissing(err) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
-	}
-	var hb events.Heartbeat
-	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
-		return "", fmt.Errorf("unreadable heartbeat: %w", err)
 	}
 	// The key, <kind>.<name>, names the instance: a value written by hand
 	// may lack them, and its mark would go to flyball.runtime.offline.. ,
@@ -346,18 +342,25 @@ func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (ev
 // statusOf reads the status of the instance under key once more (none
 // without an entry). Its next sweep deals with what it finds.
 func (s *Service) statusOf(ctx context.Context, key string) (events.RuntimeStatus, error) {
-	ent, err := s.runtime.Get(ctx, key)
+	_, hb, err := s.readEntry(ctx, key)
 	if jsutil.IsKeyMissing(err) {
 		return "", nil
 	}
-	if err != nil {
-		return "", err
-	}
+	return hb.Status, err
+}
+
+// readEntry reads and decodes the registry entry under key; the error of
+// a key deleted since it was listed is the Get's (jsutil.IsKeyMissing).
+func (s *Service) readEntry(ctx context.Context, key string) (jetstream.KeyValueEntry, events.Heartbeat, error) {
 	var hb events.Heartbeat
-	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
-		return "", fmt.Errorf("unreadable heartbeat: %w", err)
+	ent, err := s.runtime.Get(ctx, key)
+	if err != nil {
+		return nil, hb, err
 	}
-	return hb.Status, nil
+	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+		return nil, hb, fmt.Errorf("unreadable heartbeat: %w", err)
+	}
+	return ent, hb, nil
 }
 
 // offlineAnnounceFor is how long after an offline mark was stored (the
