@@ -139,13 +139,14 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	// A success (run.recovered; run.succeeded from a filter set by hand,
 	// or delivered before the filter changed) for a breaker already
-	// settled here needs no decode at all: the executor's header names the
-	// key. (A malformed body is still terminated and counted by the
-	// governor.) One whose last transition is a closing is decoded first:
-	// the success may be the one that made it (settled).
+	// settled here needs no decode at all: the executor's headers name the
+	// key and the outcome. (A malformed body is still terminated and
+	// counted by the governor.) One whose last transition is a closing
+	// made by this very outcome goes on: its publish may have failed
+	// (settled).
 	ok := success(events.Outcome(subj.Action))
 	if ok {
-		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key, "") {
+		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key, successID(m.Headers().Get(jetstream.MsgIDHeader))) {
 			_ = m.Ack()
 			return
 		}
@@ -229,6 +230,20 @@ func validKey(key string) bool {
 // delivered, and counts as it always did).
 func success(o events.Outcome) bool {
 	return o == events.OutcomeRecovered || o == events.OutcomeSucceeded
+}
+
+// successID is the outcome ID (outcomeID) of a success whose event ID is
+// msgID: the executor publishes run.succeeded as
+// <dispatch>:<attempt>:succeeded and run.recovered as
+// <dispatch>:<attempt>:recovered. Empty for any other ID (one published
+// by hand): the body decides then.
+func successID(msgID string) string {
+	for _, suffix := range [...]string{":succeeded", ":recovered"} {
+		if id, ok := strings.CutSuffix(msgID, suffix); ok && strings.Contains(id, ":") {
+			return id + ":ok"
+		}
+	}
+	return ""
 }
 
 // settled reports whether a success (outcomeID outcome; empty when not
