@@ -179,6 +179,9 @@ func TestRunsOutageDoesNotExhaustTheDispatch(t *testing.T) {
 	if info := f.dispatchInfo(t); info.Delivered.Consumer != 1 {
 		t.Errorf("dispatch delivered %d times, want once: each give-up used a delivery", info.Delivered.Consumer)
 	}
+	if n := f.ex.eventBytes.Load(); n != 0 {
+		t.Errorf("%d bytes of kept run events still counted after the dispatch was settled, want 0", n)
+	}
 	select {
 	case <-exhausted:
 		t.Fatal("dispatch exhausted its deliveries")

@@ -69,7 +69,7 @@ type Service struct {
 	settles  *settler           // acks, naks and terms until the server confirms them
 	owed     *owed              // breaker keys whose next success is sent as run.recovered (recovered.go)
 	// eventBytes is the size of the run events kept to publish again
-	// (unconfirmedRun.kept), from their give-up to their settle, at most
+	// (unconfirmedRun.counted), from their give-up to their settle, at most
 	// eventBytesMax (keepsEvent). Atomic: released under heldMu or not.
 	eventBytes    atomic.Int64
 	eventBytesMax int64
@@ -1576,18 +1576,18 @@ func (s *Service) settleAfter(ctx context.Context, m jetstream.Msg, d *events.Di
 func (s *Service) publishThenSettle(ctx context.Context, m jetstream.Msg, d *events.Dispatch, r unconfirmedRun, fails int) {
 	s.out.publish(r.msg, r.hold, func(err error) {
 		if err == nil {
-			s.uncount(r.kept, r.msg)
+			s.uncount(r.counted, r.msg)
 			r.settled(m)
 			return
 		}
 		md, mdErr := m.Metadata()
-		if !errors.Is(err, errUnconfirmed) || mdErr != nil || !r.kept && !s.keepsEvent(len(r.msg.Data)) {
-			s.uncount(r.kept, r.msg)
+		if !errors.Is(err, errUnconfirmed) || mdErr != nil || !r.counted && !s.keepsEvent(len(r.msg.Data)) {
+			s.uncount(r.counted, r.msg)
 			s.nak(m, time.Second, err)
 			return
 		}
 		kept := r
-		kept.kept = true
+		kept.counted = true
 		s.retryInfra(ctx, m, md, d, s.unconfirmedFirst(), fails, &kept, "run event not confirmed stored", err)
 	})
 }

@@ -29,9 +29,9 @@ type unconfirmedRun struct {
 	msg     *nats.Msg
 	hold    time.Duration
 	settled func(jetstream.Msg)
-	// kept: its bytes are counted in eventBytes (keepsEvent), from the
+	// counted: its bytes are counted in eventBytes (keepsEvent), from the
 	// outbox's first give-up until the dispatch is settled (releaseEvent).
-	kept bool
+	counted bool
 }
 
 // unconfirmedFirst is what retryInfra reads as the arrival of a
@@ -108,13 +108,15 @@ func (s *Service) keepsEvent(n int) bool {
 // releaseEvent stops counting r's bytes, if they are counted (keepsEvent):
 // its dispatch is settled, or handed back, or goes on without it.
 func (s *Service) releaseEvent(r *unconfirmedRun) {
-	s.uncount(r.kept, r.msg)
-	r.kept = false
+	s.uncount(r.counted, r.msg)
+	r.counted = false
 }
 
-// uncount stops counting msg's bytes if kept (releaseEvent).
-func (s *Service) uncount(kept bool, msg *nats.Msg) {
-	if kept {
+// uncount stops counting msg's bytes if counted (releaseEvent; the
+// closure of publishThenSettle calls it on its copy of the event, as
+// releaseEvent(&r) there would move that copy to the heap on every run).
+func (s *Service) uncount(counted bool, msg *nats.Msg) {
+	if counted {
 		s.eventBytes.Add(-int64(len(msg.Data)))
 	}
 }

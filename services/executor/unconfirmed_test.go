@@ -158,14 +158,14 @@ func TestKeptEventsStayCountedUntilSettled(t *testing.T) {
 	if !s.keepsEvent(len(first.msg.Data)) {
 		t.Fatal("the first event given up was not kept, with room for it")
 	}
-	first.kept = true
+	first.counted = true
 	// The first event is published again: it stays counted meanwhile.
 	if s.keepsEvent(6) {
 		t.Fatal("a newer give-up was kept in the room of an event being published again")
 	}
 	s.releaseEvent(&first) // stored, its dispatch settled
-	if first.kept || s.eventBytes.Load() != 0 {
-		t.Fatalf("after the settle: kept %v, %d bytes counted; want none", first.kept, s.eventBytes.Load())
+	if first.counted || s.eventBytes.Load() != 0 {
+		t.Fatalf("after the settle: kept %v, %d bytes counted; want none", first.counted, s.eventBytes.Load())
 	}
 	s.releaseEvent(&first) // a second release changes nothing
 	if n := s.eventBytes.Load(); n != 0 {
