@@ -163,9 +163,7 @@ func Start(ctx context.Context, cfg Config) *Beater {
 
 func (b *Beater) loop() {
 	defer close(b.done)
-	ctx, cancel := context.WithTimeout(b.beating, b.cfg.Interval)
-	b.announceStart(ctx)
-	cancel()
+	b.announceStart(b.beating) // each try bounded by announceTimeout
 	close(b.tried)
 	t := time.NewTicker(b.cfg.Interval)
 	defer t.Stop()

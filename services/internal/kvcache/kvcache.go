@@ -140,7 +140,6 @@ func (c *Cache[T]) apply(key string, rev uint64, deleted bool, raw []byte) {
 	case deleted && (!ok || cur.rev <= rev): // its own record of this delete too
 		delete(c.entries, key)
 	case ok && cur.rev >= rev: // this process's own write, newer
-	case deleted:
 	default:
 		c.entries[key] = &entry[T]{rev: rev, raw: raw}
 	}
