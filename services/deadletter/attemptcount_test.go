@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -126,9 +127,11 @@ func TestExhaustedDispatchWaitsForItsAttemptCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dispatch.GetMsg(ctx, seq); err == nil {
-		t.Fatal("the dead-lettered dispatch is still in DISPATCH")
-	}
+	// The entry is stored before the dispatch is deleted.
+	natstest.Eventually(t, 10*time.Second, "the dead-lettered dispatch deleted from DISPATCH", func() bool {
+		_, err := dispatch.GetMsg(ctx, seq)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
 }
 
 // entryOf reads task's last dead-letter entry.
