@@ -44,12 +44,12 @@ type Config struct {
 	NoClock bool
 }
 
-// maxAnnounceGap is the most beats between two tries at a start's
-// runtime.online that was not stored (16: 4 min at the default interval).
+// maxAnnounceGap is the most beats between two tries at a runtime.online
+// that was not stored (16: 4 min at the default interval).
 const maxAnnounceGap = 16
 
-// announceTimeout bounds one try at the start's runtime.online: a publish
-// nobody answers (a subject the user may not publish to, a stream with no
+// announceTimeout bounds one try at a runtime.online: a publish nobody
+// answers (a subject the user may not publish to, a stream with no
 // leader) waits for its whole context, which was the beat's (15 s). A
 // fixed bound, not a share of the interval: tests beat every few ms.
 const announceTimeout = 2 * time.Second
@@ -102,20 +102,16 @@ type Beater struct {
 	// unread is whether the last read-back for the clock offset failed
 	// (warned once). Only the beat loop touches it.
 	unread bool
-	// announced is whether the start's runtime.online is stored: it is
-	// published once the instance is registered, and retried until
-	// stored (under one event ID, so a retry is stored once). failed
-	// counts the tries that failed; skip is the beats to let pass before
-	// the next (1, 2, 4, 8, then every maxAnnounceGap beats).
-	announced bool
-	failed    int
-	skip      int
+	// start is the start's runtime.online: published once the instance
+	// is registered, and retried until stored (announceStart).
+	start announcement
 	// tried is closed once the loop has made its first try at the start's
 	// runtime.online (tests' BeatNow waits for it).
 	tried chan struct{}
-	// back is the offline record the instance returned from, while its
-	// runtime.online is not yet published (retried every beat).
-	back *events.Heartbeat
+	// back is the runtime.online of the instance's return from an offline
+	// mark, while it is not stored (nil otherwise): retried as the
+	// start's is (announceReturn).
+	back *announcement
 	// samples are the last offsetSamples measurements of the clock
 	// offset, newest last; skewed is whether the offset reported last was
 	// past SkewWarn. Only the beat loop touches them. current is the one
@@ -155,6 +151,10 @@ func Start(ctx context.Context, cfg Config) *Beater {
 		},
 		stop: make(chan struct{}), done: make(chan struct{}), tried: make(chan struct{}),
 	}
+	b.start = announcement{
+		what:    "the start's runtime.online",
+		publish: func(ctx context.Context) error { return b.announce(ctx, events.RuntimeOnline) },
+	}
 	b.beating, b.stopBeat = context.WithCancel(context.Background())
 	b.register(ctx)
 	go b.loop()
@@ -184,9 +184,7 @@ func (b *Beater) beat(ctx context.Context) {
 		return
 	}
 	b.announceStart(ctx)
-	if b.back != nil && b.announceReturn(ctx) {
-		b.back = nil
-	}
+	b.announceReturn(ctx)
 }
 
 // register writes the instance's entry, and reports whether it was stored
@@ -248,7 +246,7 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 			readable := json.Unmarshal(ent.Value(), &prev) == nil
 			switch {
 			case readable && prev.Status == events.RuntimeOffline:
-				b.back = &prev
+				b.returned(&prev)
 			case !readable || !b.own(&prev):
 				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
 			}
@@ -361,17 +359,59 @@ func (b *Beater) own(hb *events.Heartbeat) bool {
 	return hb.PID == b.hb.PID && hb.Host == b.hb.Host && hb.StartedAt.Equal(b.hb.StartedAt)
 }
 
-// announceReturn publishes runtime.online for an instance back from an
-// offline mark (b.back), and reports whether it was stored.
-func (b *Beater) announceReturn(ctx context.Context) bool {
-	err := jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, b.cfg.Kind, b.cfg.Name),
-		returnID(Key(b.cfg.Kind, b.cfg.Name), b.back.LastBeat), events.TypeRuntimeOnline, b.source, b.cfg.Name, b.hb, time.Now().UTC())
-	if err != nil {
-		b.cfg.Logger.Warn("runtime.online (back from offline) not published; retrying next beat", "err", err)
+// announcement is a runtime.online the beat loop retries until it is
+// stored: the start's (Beater.start) and the return's from an offline
+// mark (Beater.back). publish stores it under one event ID, so a retry is
+// stored once. A failed try is warned once (then logged at debug, with
+// the count) and tried again 1, 2, 4, 8 and then every maxAnnounceGap
+// beats later; each try is bounded by announceTimeout. One never stored
+// (a user that may not publish it) was tried, and warned, at every beat
+// for the life of the process, each try waiting up to a beat.
+type announcement struct {
+	// what names it in the logs; attrs are added to its log lines. id is
+	// a return's event ID (returned), empty for the start's.
+	what    string
+	id      string
+	attrs   []any
+	publish func(context.Context) error
+	// stored is whether a try stored it. failed counts the tries that
+	// failed; skip is the beats to let pass before the next.
+	stored bool
+	failed int
+	skip   int
+}
+
+// try publishes a if it is not stored and a try is due at this beat, and
+// reports whether this try stored it. A try cut short by Stop counts for
+// nothing: Stop tries again (announceStop).
+func (b *Beater) try(ctx context.Context, a *announcement) bool {
+	if a.stored {
 		return false
 	}
-	b.cfg.Logger.Info("back online after being marked offline", "kind", b.cfg.Kind, "name", b.cfg.Name, "silentSince", b.back.LastBeat)
-	return true
+	if a.skip > 0 {
+		a.skip--
+		return false
+	}
+	tctx, cancel := context.WithTimeout(ctx, announceTimeout)
+	defer cancel()
+	err := a.publish(tctx)
+	switch {
+	case err == nil:
+		a.stored = true
+		return true
+	case b.beating.Err() != nil:
+		return false // stopping
+	}
+	a.failed++
+	gap := min(1<<min(a.failed-1, 30), maxAnnounceGap)
+	a.skip = gap - 1
+	level := slog.LevelDebug
+	if a.failed == 1 {
+		level = slog.LevelWarn
+	}
+	b.cfg.Logger.Log(ctx, level, a.what+" not published; tried again with backoff, up to every "+strconv.Itoa(maxAnnounceGap)+" beats",
+		append([]any{"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", a.failed, "nextTryIn", time.Duration(gap) * b.cfg.Interval, "err", err}, a.attrs...)...)
+	return false
 }
 
 // announceStart publishes the start's runtime.online once the instance is
@@ -379,41 +419,49 @@ func (b *Beater) announceReturn(ctx context.Context) bool {
 // that registered late (streams provisioned after it started, KV
 // unreachable at start) announced nothing: its one try, at Start, had
 // failed, and it showed online in flyball-runtime but never on HEALTH.
-// A failed try is warned once (then logged at debug, with the count) and
-// tried again 1, 2, 4, 8 and then every maxAnnounceGap beats later: one
-// never stored (a user that may not publish it) was tried, and warned,
-// at every beat for the life of the process, each try waiting up to a
-// beat. A try cut short by Stop counts for nothing: Stop tries again.
+// Failed tries back off (announcement).
 func (b *Beater) announceStart(ctx context.Context) {
-	if b.announced || b.rev == 0 {
+	if b.rev == 0 {
 		return
 	}
-	if b.skip > 0 {
-		b.skip--
+	if b.try(ctx, &b.start) && b.start.failed > 0 {
+		b.cfg.Logger.Info("the start's runtime.online published", "kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.start.failed+1)
+	}
+}
+
+// returned makes the runtime.online of the instance's return from the
+// offline mark from (the sweeper's record) the one to publish (back). A
+// mark made while the return from an earlier one was not stored yet
+// replaces it, tried at once and warned anew if it fails: HEALTH then
+// holds both runtime.offline and one runtime.online after them, which
+// tells the same. The same mark read again (the put that followed it
+// failed) keeps its tries.
+func (b *Beater) returned(from *events.Heartbeat) {
+	id := returnID(Key(b.cfg.Kind, b.cfg.Name), from.LastBeat)
+	if b.back != nil && b.back.id == id {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, announceTimeout)
-	defer cancel()
-	err := b.announce(ctx, events.RuntimeOnline)
-	switch {
-	case err == nil:
-		b.announced = true
-		if b.failed > 0 {
-			b.cfg.Logger.Info("the start's runtime.online published", "kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.failed+1)
-		}
+	b.back = &announcement{
+		what:  "the return's runtime.online",
+		id:    id,
+		attrs: []any{"silentSince", from.LastBeat},
+		publish: func(ctx context.Context) error {
+			return jsutil.PublishEvent(ctx, b.cfg.JS, events.RuntimeSubject(events.RuntimeOnline, b.cfg.Kind, b.cfg.Name),
+				id, events.TypeRuntimeOnline, b.source, b.cfg.Name, b.hb, time.Now().UTC())
+		},
+	}
+}
+
+// announceReturn publishes the runtime.online of the instance's return
+// from an offline mark (back), if one is not stored yet. Failed tries
+// back off as the start's do (announcement).
+func (b *Beater) announceReturn(ctx context.Context) {
+	if b.back == nil || !b.try(ctx, b.back) {
 		return
-	case b.beating.Err() != nil:
-		return // stopping
 	}
-	b.failed++
-	gap := min(1<<min(b.failed-1, 30), maxAnnounceGap)
-	b.skip = gap - 1
-	level := slog.LevelDebug
-	if b.failed == 1 {
-		level = slog.LevelWarn
-	}
-	b.cfg.Logger.Log(ctx, level, "the start's runtime.online not published; tried again with backoff, up to every "+strconv.Itoa(maxAnnounceGap)+" beats",
-		"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.failed, "nextTryIn", time.Duration(gap)*b.cfg.Interval, "err", err)
+	b.cfg.Logger.Info("back online after being marked offline",
+		append([]any{"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.back.failed + 1}, b.back.attrs...)...)
+	b.back = nil
 }
 
 // announce publishes st for this instance's start (its event ID, so a
@@ -452,29 +500,42 @@ func (b *Beater) Stop() {
 }
 
 // announceStop publishes runtime.offline, after the start's runtime.online
-// if the instance registered and the beat loop had not stored it yet: a
-// stop soon after the start (stack.Start stopping the services it started
-// when a later one fails: a crash loop) cancelled the loop's try, and
-// HEALTH held a runtime.offline with no runtime.online before it. That try
-// has half of what is left of the stop's time, so that the runtime.offline
-// still has the rest; if it fails, the runtime.offline is published alone
-// (the instance did stop), and the warning says so. An instance that never
-// registered announced no start, and announces its stop alone.
+// if the instance registered and the beat loop had not stored it yet, and
+// after the return's (back) if one is pending: a stop soon after the
+// start (stack.Start stopping the services it started when a later one
+// fails: a crash loop) cancelled the loop's try, and HEALTH held a
+// runtime.offline with no runtime.online before it. An instance that
+// never registered announced no start, and announces its stop alone.
 func (b *Beater) announceStop(ctx context.Context) {
-	if b.rev != 0 && !b.announced {
-		deadline, _ := ctx.Deadline()
-		octx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
-		err := b.announce(octx, events.RuntimeOnline)
-		cancel()
-		if err != nil {
-			b.cfg.Logger.Warn("runtime.offline published without the start's runtime.online, which could not be stored",
-				"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", b.failed+1, "err", err)
-		}
-		b.announced = err == nil
+	if b.rev != 0 {
+		b.lastTry(ctx, &b.start)
+	}
+	if b.back != nil {
+		b.lastTry(ctx, b.back)
 	}
 	if err := b.announce(ctx, events.RuntimeOffline); err != nil {
 		b.cfg.Logger.Warn("runtime.offline not published at the stop", "kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
 	}
+}
+
+// lastTry is the stop's try at a, unless it is stored: with half of what
+// is left of the stop's time, so that the runtime.offline still has the
+// rest. If it fails, the runtime.offline is published without it (the
+// instance did stop), and the warning says so.
+func (b *Beater) lastTry(ctx context.Context, a *announcement) {
+	if a.stored {
+		return
+	}
+	deadline, _ := ctx.Deadline()
+	tctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+	err := a.publish(tctx)
+	cancel()
+	if err != nil {
+		b.cfg.Logger.Warn("runtime.offline published without "+a.what+", which could not be stored",
+			append([]any{"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", a.failed + 1, "err", err}, a.attrs...)...)
+		return
+	}
+	a.stored = true
 }
 
 // deregister deletes the instance's entry if it is its own, and leaves

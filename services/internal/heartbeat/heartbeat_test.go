@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -669,5 +670,267 @@ func TestAStartAnnouncementNeverStoredBacksOff(t *testing.T) {
 	}
 	if n := lastSeq(t, admin, events.RuntimeSubject(events.RuntimeOnline, "executor", "mute")); n != 0 {
 		t.Errorf("runtime.online stored at %d by a user that may not publish it", n)
+	}
+}
+
+// muted is a JetStream that publishes through a connection of a user that
+// may not publish flyball.runtime.online.> while mute is set (a real
+// permissions violation, never answered), and through one that may
+// otherwise; tries counts the publishes of runtime.online made muted.
+type muted struct {
+	jetstream.JetStream
+	refused jetstream.JetStream
+	mute    atomic.Bool
+	tries   atomic.Int64
+}
+
+func (m *muted) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if !m.mute.Load() {
+		return m.JetStream.PublishMsg(ctx, msg, opts...)
+	}
+	if strings.HasPrefix(msg.Subject, "flyball.runtime.online.") {
+		m.tries.Add(1)
+	}
+	return m.refused.PublishMsg(ctx, msg, opts...)
+}
+
+// returnSetup starts a server with streams, a user that may publish
+// everything (admin) and one that may not publish runtime.online (mute),
+// and a beater named name whose publishes go through mute while js.mute
+// is set. Its start's runtime.online is stored (js is not muted yet).
+func returnSetup(t *testing.T, name string) (admin jetstream.JetStream, js *muted, b *heartbeat.Beater, logs *lockedBuffer) {
+	t.Helper()
+	srv := natstest.StartWithUsers(t,
+		&server.User{Username: "admin", Password: "pw"},
+		&server.User{Username: "mute", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"flyball.runtime.online.>"}},
+		}},
+	)
+	_, admin = natstest.ConnectAs(t, srv, "admin", "pw")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := streams.Ensure(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	_, open := natstest.ConnectAs(t, srv, "admin", "pw")
+	_, refused := natstest.ConnectAs(t, srv, "mute", "pw")
+	js = &muted{JetStream: open, refused: refused}
+	logs = &lockedBuffer{}
+	b = heartbeat.Start(t.Context(), heartbeat.Config{
+		JS: js, Kind: "executor", Name: name, Interval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	t.Cleanup(b.Stop)
+	b.Tried()
+	if n := storedIn(t, admin, events.RuntimeSubject(events.RuntimeOnline, "executor", name)); n != 1 {
+		t.Fatalf("%d runtime.online stored at the start, want 1", n)
+	}
+	return admin, js, b, logs
+}
+
+// storedIn counts the events HEALTH holds on subject.
+func storedIn(t *testing.T, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
+	st, err := js.Stream(t.Context(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subject]
+}
+
+// markEntryOffline writes the sweeper's offline mark over the instance's
+// entry, as the sweeper would, and returns the event ID of the
+// runtime.online that announces its return (the mark's lastBeat).
+func markEntryOffline(t *testing.T, admin jetstream.JetStream, name string) string {
+	t.Helper()
+	kv, err := admin.KeyValue(t.Context(), streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := heartbeat.Key("executor", name)
+	ent, err := kv.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb events.Heartbeat
+	if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+		t.Fatal(err)
+	}
+	hb.Status = events.RuntimeOffline
+	body, err := json.Marshal(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(t.Context(), key, body, ent.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	return "runtime:online:" + key + ":" + strconv.FormatInt(hb.LastBeat.UnixNano(), 10)
+}
+
+// lastID is the event ID (Nats-Msg-Id) of the last event HEALTH holds on
+// subject.
+func lastID(t *testing.T, js jetstream.JetStream, subject string) string {
+	t.Helper()
+	health, err := js.Stream(t.Context(), streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := health.GetLastMsgForSubject(t.Context(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg.Header.Get(jetstream.MsgIDHeader)
+}
+
+// warnings counts the warnings about a runtime.online in logs.
+func warnings(logs *lockedBuffer) int {
+	n := 0
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "runtime.online") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAReturnAnnouncementNeverStoredBacksOff: the runtime.online of an
+// instance back from the sweeper's offline mark was tried at every beat,
+// under the whole beat's context (a denied publish is never answered, so
+// each try waited for it), with a warning each time, for the life of the
+// process when it was never stored (a user that may not publish it). It
+// now backs off as the start's does: tried at once, then 1, 2, 4, 8 and
+// then every 16 beats later, each try bounded, warned once and then
+// logged at debug. Once it may be published, the next try stores it,
+// under the mark's event ID, once.
+func TestAReturnAnnouncementNeverStoredBacksOff(t *testing.T) {
+	t.Parallel()
+	admin, js, b, logs := returnSetup(t, "back")
+	subject := events.RuntimeSubject(events.RuntimeOnline, "executor", "back")
+	js.mute.Store(true)
+	id := markEntryOffline(t, admin, "back")
+	// Tries at the beat that finds the mark, then after 1, 2, 4, 8 beats.
+	tries := map[int]bool{1: true, 2: true, 4: true, 8: true, 16: true}
+	want := int64(0)
+	for beat := 1; beat <= 31; beat++ {
+		began := time.Now()
+		b.BeatNow(t.Context())
+		if took := time.Since(began); took > 4*time.Second {
+			t.Errorf("beat %d took %s: the try at the return's runtime.online is not bounded", beat, took)
+		}
+		if n := warnings(logs); n != 1 {
+			t.Fatalf("%d warnings about a runtime.online after %d beats, want 1 (then debug):\n%s", n, beat, logs.String())
+		}
+		if tries[beat] {
+			want++
+		}
+		if n := js.tries.Load(); n != want {
+			t.Fatalf("%d tries at the return's runtime.online after %d beats, want %d:\n%s", n, beat, want, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), "the return's runtime.online not published"); n != 5 {
+		t.Fatalf("%d failed tries logged, want 5:\n%s", n, logs.String())
+	}
+	if n := storedIn(t, admin, subject); n != 1 {
+		t.Fatalf("%d runtime.online stored while the user may not publish it, want 1 (the start)", n)
+	}
+
+	js.mute.Store(false)   // the user may publish it now
+	b.BeatNow(t.Context()) // beat 32: the next try (16 beats after the last)
+	if n := storedIn(t, admin, subject); n != 2 {
+		t.Fatalf("%d runtime.online stored at the try after the user may publish it, want 2 (the start, and the return)", n)
+	}
+	if got := lastID(t, admin, subject); got != id {
+		t.Fatalf("the return's runtime.online stored under event ID %q, want %q (the mark's)", got, id)
+	}
+	if n := strings.Count(logs.String(), "back online after being marked offline"); n != 1 {
+		t.Fatalf("%d lines \"back online after being marked offline\", want 1:\n%s", n, logs.String())
+	}
+	for range 3 {
+		b.BeatNow(t.Context())
+	}
+	if n := storedIn(t, admin, subject); n != 2 {
+		t.Fatalf("%d runtime.online stored after more beats, want 2 (the return stored once)", n)
+	}
+}
+
+// TestAStopAnnouncesAPendingReturnFirst: a return from an offline mark
+// whose runtime.online the beats had not stored was dropped at the stop,
+// and HEALTH held the sweeper's runtime.offline and then the stop's, as
+// if the instance never came back. The stop now publishes it before the
+// runtime.offline, as it does the start's; if it still cannot, the
+// runtime.offline goes alone and the warning says so.
+func TestAStopAnnouncesAPendingReturnFirst(t *testing.T) {
+	t.Parallel()
+	for _, allowed := range []bool{true, false} {
+		t.Run("allowed="+strconv.FormatBool(allowed), func(t *testing.T) {
+			t.Parallel()
+			admin, js, b, logs := returnSetup(t, "back")
+			online := events.RuntimeSubject(events.RuntimeOnline, "executor", "back")
+			offline := events.RuntimeSubject(events.RuntimeOffline, "executor", "back")
+			js.mute.Store(true)
+			id := markEntryOffline(t, admin, "back")
+			b.BeatNow(t.Context()) // the try fails: next in 1 beat
+			js.mute.Store(!allowed)
+			b.Stop()
+			if lastSeq(t, admin, offline) == 0 {
+				t.Fatal("no runtime.offline stored at the stop")
+			}
+			if !allowed {
+				if n := storedIn(t, admin, online); n != 1 {
+					t.Fatalf("%d runtime.online stored by a user that may not publish it, want 1 (the start)", n)
+				}
+				if !strings.Contains(logs.String(), "runtime.offline published without the return's runtime.online") {
+					t.Fatalf("the stop did not say its runtime.offline went without the return's runtime.online:\n%s", logs.String())
+				}
+				return
+			}
+			if n := storedIn(t, admin, online); n != 2 {
+				t.Fatalf("%d runtime.online stored after the stop, want 2 (the start, and the return)", n)
+			}
+			if got := lastID(t, admin, online); got != id {
+				t.Fatalf("the return's runtime.online stored under event ID %q, want %q (the mark's)", got, id)
+			}
+			if on, off := lastSeq(t, admin, online), lastSeq(t, admin, offline); on > off {
+				t.Fatalf("the return's runtime.online at sequence %d, after the stop's runtime.offline at %d", on, off)
+			}
+		})
+	}
+}
+
+// A second offline mark while the return from the first is not stored
+// replaces it: the next beat announces the return from the second, under
+// its own event ID, tried at once (and warned, as a new failure), and
+// the return from the first is never published.
+func TestASecondMarkReplacesAPendingReturn(t *testing.T) {
+	t.Parallel()
+	admin, js, b, logs := returnSetup(t, "twice")
+	subject := events.RuntimeSubject(events.RuntimeOnline, "executor", "twice")
+	js.mute.Store(true)
+	markEntryOffline(t, admin, "twice")
+	b.BeatNow(t.Context())
+	id := markEntryOffline(t, admin, "twice")
+	b.BeatNow(t.Context()) // finds the second mark: tried at once
+	if n := js.tries.Load(); n != 2 {
+		t.Fatalf("%d tries after two marks, want 2 (one at each)", n)
+	}
+	if n := warnings(logs); n != 2 {
+		t.Fatalf("%d warnings after two marks whose returns failed, want 2:\n%s", n, logs.String())
+	}
+	js.mute.Store(false)
+	b.BeatNow(t.Context()) // next try 1 beat after the failure
+	if n := storedIn(t, admin, subject); n != 2 {
+		t.Fatalf("%d runtime.online stored, want 2 (the start, and the return from the second mark)", n)
+	}
+	if got := lastID(t, admin, subject); got != id {
+		t.Fatalf("the return stored under event ID %q, want %q (the second mark's)", got, id)
+	}
+	b.BeatNow(t.Context())
+	b.BeatNow(t.Context())
+	if n := storedIn(t, admin, subject); n != 2 {
+		t.Fatalf("%d runtime.online stored after more beats, want 2", n)
 	}
 }
