@@ -127,6 +127,12 @@ type route struct {
 	// repeatable lists the parameters of query that take several values;
 	// any other given twice is a 400, as a JSON key given twice is.
 	repeatable []string
+	// conditional routes honour If-Match: their handler reads it (ifMatch)
+	// and carries it as a precondition. On every other route any If-Match
+	// is a 400 naming it, answered before the handler runs: ignored, it
+	// was taken for a precondition that held (If-Match: garbage on a
+	// pause was 202). A new route refuses If-Match unless it says so.
+	conditional bool
 }
 
 // routes is the API, in one table: Handler registers it and the OpenAPI
@@ -140,8 +146,8 @@ func (s *Service) routes() []route {
 		{method: http.MethodPost, path: "/api/v1/tasks", handler: s.createTask},
 		{method: http.MethodGet, path: "/api/v1/tasks", handler: s.listTasks, query: []string{"job", "label", "limit", "after"}, repeatable: []string{"label"}},
 		{method: http.MethodGet, path: "/api/v1/tasks/{id}", handler: s.getTask},
-		{method: http.MethodPut, path: "/api/v1/tasks/{id}", handler: s.updateTask},
-		{method: http.MethodDelete, path: "/api/v1/tasks/{id}", handler: s.deleteTask, query: []string{"reason"}},
+		{method: http.MethodPut, path: "/api/v1/tasks/{id}", handler: s.updateTask, conditional: true},
+		{method: http.MethodDelete, path: "/api/v1/tasks/{id}", handler: s.deleteTask, query: []string{"reason"}, conditional: true},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/pause", handler: s.pauseTask},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/resume", handler: s.resumeTask},
 		{method: http.MethodPost, path: "/api/v1/tasks/{id}/hint", handler: s.hintTask},
@@ -158,6 +164,20 @@ func (s *Service) routes() []route {
 // Handler returns the routes. It needs a started service (Start binds
 // the KV buckets the handlers read).
 func (s *Service) Handler() http.Handler {
+	return s.handler(s.routes())
+}
+
+// handler serves the route table routes: each route behind its checks,
+// in this order: the token (unless public), the query parameters
+// (knownQuery), If-Match (noIfMatch, unless conditional), then the
+// handler.
+func (s *Service) handler(routes []route) http.Handler {
+	var conditional []string
+	for _, rt := range routes {
+		if rt.conditional {
+			conditional = append(conditional, rt.method+" "+rt.path)
+		}
+	}
 	mux := http.NewServeMux()
 	// paths answers "does this path exist with another method?" for 405s,
 	// and allowed lists the methods it has (the Allow header of a 405).
@@ -166,8 +186,12 @@ func (s *Service) Handler() http.Handler {
 	// public holds the paths whose every route is public: another method
 	// on one is a 405 without a token too (POST /healthz was a 401).
 	public := map[string]bool{}
-	for _, rt := range s.routes() {
-		h := knownQuery(rt.query, rt.repeatable, withRawBody(rt.handler))
+	for _, rt := range routes {
+		next := withRawBody(rt.handler)
+		if !rt.conditional {
+			next = noIfMatch(conditional, next)
+		}
+		h := knownQuery(rt.query, rt.repeatable, next)
 		if !rt.public {
 			h = s.auth(h)
 		}
@@ -204,6 +228,24 @@ func (s *Service) Handler() http.Handler {
 func withRawBody(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		next(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, new([]byte))))
+	}
+}
+
+// noIfMatch answers 400 naming If-Match, before next, to a request with
+// any If-Match header: next's route takes no revision precondition, and
+// ignored, one was taken for a precondition that held. conditional lists
+// the routes that take one, for the answer.
+func noIfMatch(conditional []string, next http.HandlerFunc) http.HandlerFunc {
+	takes := "no route takes one"
+	if len(conditional) > 0 {
+		takes = "the routes that take one: " + strings.Join(conditional, ", ")
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if vals := r.Header.Values("If-Match"); len(vals) > 0 {
+			writeError(w, http.StatusBadRequest, "If-Match", fmt.Sprintf("%s takes no If-Match (%s): send it without, got %q", r.Pattern, takes, strings.Join(vals, ", ")))
+			return
+		}
+		next(w, r)
 	}
 }
 

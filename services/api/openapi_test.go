@@ -29,11 +29,13 @@ type openAPIOp struct {
 	OperationID string                     `json:"operationId"`
 	Security    *[]map[string][]string     `json:"security"`
 	Responses   map[string]json.RawMessage `json:"responses"`
-	Parameters  []struct {
-		Name   string      `json:"name"`
-		In     string      `json:"in"`
-		Schema *jsonSchema `json:"schema"`
-	} `json:"parameters"`
+	Parameters  []openAPIParameter         `json:"parameters"`
+}
+
+type openAPIParameter struct {
+	Name   string      `json:"name"`
+	In     string      `json:"in"`
+	Schema *jsonSchema `json:"schema"`
 }
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
@@ -90,6 +92,13 @@ func TestRoutesMatchOpenAPI(t *testing.T) {
 		}
 		if op.OperationID == "" {
 			t.Errorf("%s: no operationId", key)
+		}
+		// Handler refuses If-Match on a route that is not conditional.
+		ifMatch := slices.ContainsFunc(op.Parameters, func(p openAPIParameter) bool {
+			return p.In == "header" && strings.EqualFold(p.Name, "If-Match")
+		})
+		if ifMatch != rt.conditional {
+			t.Errorf("%s: openapi.json documents an If-Match header: %v, the route table says conditional=%v", key, ifMatch, rt.conditional)
 		}
 		var query, arrays []string
 		for _, p := range op.Parameters {

@@ -100,9 +100,6 @@ func (s *Service) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
-	if !noIfMatch(w, r) {
-		return
-	}
 	var req ReasonRequest
 	if !s.decodeBody(w, r, &req, true) {
 		return

@@ -217,9 +217,6 @@ func (s *Service) sentOr(w http.ResponseWriter, r *http.Request, verb events.Ver
 }
 
 func (s *Service) createTask(w http.ResponseWriter, r *http.Request) {
-	if !noIfMatch(w, r) {
-		return
-	}
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -290,18 +287,6 @@ func ifMatch(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 	return n, true
 }
 
-// noIfMatch answers 400 naming If-Match, and returns false, when a
-// command that takes no revision precondition is sent with one: ignored,
-// it was taken for a precondition that held (If-Match: garbage on a pause
-// was 202).
-func noIfMatch(w http.ResponseWriter, r *http.Request) bool {
-	if vals := r.Header.Values("If-Match"); len(vals) > 0 {
-		writeError(w, http.StatusBadRequest, "If-Match", fmt.Sprintf("%s takes no If-Match: only PUT and DELETE /api/v1/tasks/{id} are conditional; send it without, got %q", r.Pattern, strings.Join(vals, ", ")))
-		return false
-	}
-	return true
-}
-
 func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
@@ -341,7 +326,7 @@ type PauseRequest struct {
 
 func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok || !noIfMatch(w, r) {
+	if !ok {
 		return
 	}
 	var req PauseRequest
@@ -383,7 +368,7 @@ type ReasonRequest struct {
 
 func (s *Service) resumeTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok || !noIfMatch(w, r) {
+	if !ok {
 		return
 	}
 	var req ReasonRequest
@@ -409,7 +394,7 @@ type HintRequest struct {
 
 func (s *Service) hintTask(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok || !noIfMatch(w, r) {
+	if !ok {
 		return
 	}
 	var req HintRequest
@@ -434,7 +419,7 @@ type RunNowRequest struct {
 
 func (s *Service) runNow(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
-	if !ok || !noIfMatch(w, r) {
+	if !ok {
 		return
 	}
 	var req RunNowRequest
