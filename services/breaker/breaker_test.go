@@ -432,6 +432,12 @@ func TestSuccessStartedBeforeTheOpeningDoesNotClose(t *testing.T) {
 }
 
 // putOpen stores an open breaker record for key that falls due at retryAt.
+// A test that then sends a success stores it before start (prepare,
+// putOpen, start): the service acks a success without reading the bucket
+// when its view of flyball-breakers shows the key settled, and a view
+// whose watch has not yet delivered this write shows no record, a closed
+// breaker (as for another replica's write an instant old). Loaded before
+// it answers, the view holds the record. Failures read the bucket.
 func (h *harness) putOpen(key string, retryAt time.Time) {
 	h.t.Helper()
 	b, err := json.Marshal(executor.BreakerRecord{Key: key, State: events.BreakerOpen, Failures: 5, OpenDelay: events.Duration(time.Minute), RetryAt: retryAt, UpdatedAt: time.Now().UTC()})

@@ -40,11 +40,14 @@ func TestFailuresAfterTheClosingCountOnASlowExecutorClock(t *testing.T) {
 // the breaker: its failure is evidence since, and counts (one failure of
 // a closed breaker). The cut-off was the consumer's clock at the late
 // closing, and dropped it.
+//
+// The open record is stored before the service starts (putOpen).
 func TestSecondProbeFailureAfterALateClosingCounts(t *testing.T) {
-	h := newHarness(t)
+	h := prepare(t)
 	now := time.Now().UTC()
 	// Opened 2 min ago for 1 min: half-open since a minute.
 	h.putOpen("t1", now.Add(-time.Minute))
+	h.start()
 	probe1 := now.Add(-55 * time.Second)
 	probe2 := probe1.Add(50 * time.Second)
 	h.outcomeOf(events.OutcomeRecovered, "t1", "t1", probe1)
