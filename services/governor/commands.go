@@ -250,7 +250,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		specCreatedAt time.Time // the createdAt stored with the spec
 	)
 	if err == nil {
-		existing, specCreatedAt, err = decodeStoredSpec(id, stored.Value())
+		existing, specCreatedAt, err = kvcache.DecodeStoredSpec(id, stored.Value())
 	}
 	unreadable := errors.Is(err, kvcache.ErrUnreadable)
 	if err != nil && !jsutil.IsKeyMissing(err) && !unreadable {
@@ -378,19 +378,6 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		acc.NextRunAt = &t
 	}
 	return acc, nil
-}
-
-// decodeStoredSpec decodes a flyball-tasks value once: the spec,
-// normalized as kvcache.DecodeSpec does (a value that does not decode is
-// kvcache.ErrUnreadable), and the createdAt stored with it
-// (gov.StoredSpec).
-func decodeStoredSpec(id string, raw []byte) (*events.TaskSpec, time.Time, error) {
-	ss := gov.StoredSpec{TaskSpec: &events.TaskSpec{}}
-	if err := json.Unmarshal(raw, &ss); err != nil {
-		return nil, time.Time{}, fmt.Errorf("stored spec %s is %w: %w", id, kvcache.ErrUnreadable, err)
-	}
-	ss.Normalize()
-	return ss.TaskSpec, ss.CreatedAt, nil
 }
 
 // sameStoredSpec reports whether the stored spec (decoded and normalized,
