@@ -3,6 +3,7 @@ package kvcache_test
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -75,7 +76,7 @@ func TestDecodeStoredSpec(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeSpec: %v", err)
 			}
-			if alone.Retry == nil || alone.Target.HTTP.Method != "GET" || alone.StartAt.Location() != time.UTC {
+			if alone.Retry == nil || alone.Target.HTTP.Method != http.MethodGet || alone.StartAt.Location() != time.UTC {
 				t.Fatalf("DecodeSpec did not normalize the spec: %+v", alone)
 			}
 			if got != nil && !reflect.DeepEqual(got, alone) {
