@@ -147,10 +147,17 @@ func (p *planner) observe(o *Outcome) {
 	a := p.spec.Adaptive
 	changed, known, oldSpec := false, false, false
 	if o.Result == "succeeded" && o.Fingerprint != "" && (a != nil || p.spec.Activity != nil) {
-		started := o.StartedAt
-		if started.IsZero() {
-			started = o.ScheduledAt
-		}
+		// The start as the executor reported it (reportedStart), not
+		// runStart's: the question is which spec the executor read, on
+		// its own clock (FingerprintMargin covers its view's lag).
+		// runStart raises a start to its slot, which would count a run
+		// reported as started before the update as made under the new
+		// spec; and it lowers a start to now, which the budget needs
+		// (it stores the start) and which here would drop the
+		// fingerprint of a run reported as started after the update
+		// when this replica's clock is behind the executor's. The two
+		// differ only when clocks disagree or a start is forged.
+		started := reportedStart(o)
 		oldSpec = !s.FingerprintFrom.IsZero() && started.Before(s.FingerprintFrom.Add(FingerprintMargin))
 		if oldSpec {
 			p.tr.str("response fingerprint not used: the run started before the spec update of ").at(s.FingerprintFrom).end()

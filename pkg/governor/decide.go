@@ -266,16 +266,28 @@ func (p *planner) applyOutcome(o *Outcome) {
 // runStart is when the run of o made its call: its start, at most now
 // (another machine's clock, or a forged time) and not before its slot (the
 // executor holds a dispatch until then); its slot when the start is
-// unknown.
+// unknown. The budget counts the run in its hour and paces the next one
+// from it (State.LastStartedAt), so it is clamped: a start after now
+// would count the run in an hour to come and hold the next run back from
+// a time that has not come. observe compares the start unclamped, for
+// reasons given there.
 func runStart(o *Outcome, now time.Time) time.Time {
-	if o.StartedAt.IsZero() {
-		return o.ScheduledAt.UTC()
-	}
-	start := o.StartedAt
+	start := reportedStart(o)
 	if start.After(now) {
 		start = now
 	}
 	return maxTime(o.ScheduledAt, start).UTC()
+}
+
+// reportedStart is the start of the run of o as the executor reported it,
+// on its clock and not clamped: its start, or its slot when the start is
+// unknown. observe compares it with a spec update (FingerprintFrom) as it
+// is; runStart clamps it for the budget.
+func reportedStart(o *Outcome) time.Time {
+	if o.StartedAt.IsZero() {
+		return o.ScheduledAt
+	}
+	return o.StartedAt
 }
 
 // rememberLast keeps the dispatch applied last in RecentDispatchIDs when
