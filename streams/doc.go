@@ -24,12 +24,14 @@
 // deployment until it is rebuilt; change a limit with
 // `nats stream edit <STREAM> --max-age …` instead.
 //
-// A KV file holds exactly the stream config that jetstream.CreateKeyValue
+// A KV file holds the stream config that jetstream.CreateKeyValue
 // produces for that bucket (subjects $KV.<bucket>.>, max_msgs_per_subject =
-// history, discard new, allow_rollup_hdrs, deny_delete, allow_direct,
-// duplicate_window 2m, unlimited msgs/bytes/consumers/msg size), so
-// jetstream.JetStream.KeyValue binds to it and CreateKeyValue with the same
-// bucket and history is a no-op.
+// history, discard new, deny_delete, allow_direct, duplicate_window 2m,
+// unlimited msgs/bytes/consumers/msg size), but for allow_rollup_hdrs,
+// which is off: a "Nats-Rollup: all" header on a key any user may write
+// would otherwise empty the bucket. jetstream.JetStream.KeyValue binds to
+// it, and every KV operation but Purge works; CreateKeyValue over it
+// fails, the bucket existing with another config.
 //
 // # Subjects
 //

@@ -8,7 +8,6 @@ import (
 	"path"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -390,37 +389,51 @@ func TestKVBucketsUsable(t *testing.T) {
 	js := startJS(t)
 	mustEnsure(t, ctx, js)
 
-	// The files hold exactly what CreateKeyValue produces: creating the
-	// bucket again with the same settings (and the definitions version
-	// Ensure records) is accepted and changes nothing.
-	version, err := DefinitionsVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := map[string]string{MetadataVersion: strconv.Itoa(version)}
-	ttls := map[string]time.Duration{BucketAttempts: 3 * day, BucketProbes: time.Hour}
-	// Per-key TTLs (jetstream.KeyTTL) need limit markers on the bucket.
-	markers := map[string]time.Duration{BucketProbes: time.Minute}
-	for bucket, history := range map[string]int{BucketTasks: 5, BucketSchedules: 1, BucketBreakers: 1, BucketPauses: 1, BucketRuntime: 1, BucketLeases: 1, BucketAttempts: 1, BucketProbes: 1} {
-		s, err := js.Stream(ctx, "KV_"+bucket)
+	// Every bucket binds (jetstream.KeyValue checks only that it keeps a
+	// history), and takes what the services do to it: Create, Update,
+	// Get, Delete (revision-checked, as the sweeper and the executor do)
+	// and key lists. Roll-ups are off (TestKVBucketsRefuseRollups), so
+	// Purge, which sends "Nats-Rollup: sub", is refused.
+	for _, bucket := range []string{BucketTasks, BucketSchedules, BucketBreakers, BucketPauses, BucketRuntime, BucketLeases, BucketAttempts, BucketProbes} {
+		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
-			t.Fatalf("stream KV_%s: %v", bucket, err)
+			t.Fatalf("KeyValue(%s): %v", bucket, err)
 		}
-		before := s.CachedInfo().Config
-		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(history), TTL: ttls[bucket], LimitMarkerTTL: markers[bucket], Metadata: md})
+		rev, err := kv.Create(ctx, "k.1", []byte("a"))
 		if err != nil {
-			t.Errorf("CreateKeyValue(%s) over Ensure'd stream: %v", bucket, err)
-			continue
+			t.Fatalf("%s: Create: %v", bucket, err)
 		}
-		st, err := kv.Status(ctx)
+		if rev, err = kv.Update(ctx, "k.1", []byte("b"), rev); err != nil {
+			t.Fatalf("%s: Update: %v", bucket, err)
+		}
+		if e, err := kv.Get(ctx, "k.1"); err != nil || string(e.Value()) != "b" {
+			t.Fatalf("%s: Get: %v (%v)", bucket, e, err)
+		}
+		if err := kv.Delete(ctx, "k.1", jetstream.LastRevision(rev-1)); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			t.Errorf("%s: Delete at a stale revision: err %v, want ErrKeyRevisionMismatch", bucket, err)
+		}
+		if err := kv.Delete(ctx, "k.1", jetstream.LastRevision(rev)); err != nil {
+			t.Fatalf("%s: Delete: %v", bucket, err)
+		}
+		if _, err := kv.Get(ctx, "k.1"); !errors.Is(err, jetstream.ErrKeyDeleted) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("%s: Get after Delete: err %v, want the key gone", bucket, err)
+		}
+		if _, err := kv.Put(ctx, "k.2", []byte("c")); err != nil {
+			t.Fatalf("%s: Put: %v", bucket, err)
+		}
+		lister, err := kv.ListKeys(ctx)
 		if err != nil {
-			t.Fatalf("status %s: %v", bucket, err)
+			t.Fatalf("%s: ListKeys: %v", bucket, err)
 		}
-		if st.History() != int64(history) {
-			t.Errorf("%s: history %d, want %d", bucket, st.History(), history)
+		var keys []string
+		for k := range lister.Keys() {
+			keys = append(keys, k)
 		}
-		if after := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config; !reflect.DeepEqual(before, after) {
-			t.Errorf("%s: CreateKeyValue changed the stream:\nbefore %+v\nafter  %+v", bucket, before, after)
+		if !slices.Equal(keys, []string{"k.2"}) {
+			t.Errorf("%s: ListKeys = %q, want [k.2]", bucket, keys)
+		}
+		if err := kv.Purge(ctx, "k.2"); err == nil {
+			t.Errorf("%s: Purge accepted: the bucket allows roll-ups", bucket)
 		}
 	}
 

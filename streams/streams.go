@@ -224,7 +224,19 @@ func load() ([]streamDef, []consumerDef, error) {
 }
 
 // validateKV checks that cfg is a stream jetstream.KeyValue can bind to as
-// bucket and that jetstream.CreateKeyValue would accept unchanged.
+// bucket, with roll-ups off.
+//
+// jetstream.CreateKeyValue makes buckets with allow_rollup_hdrs, for
+// kv.Purge (a message with "Nats-Rollup: sub"). nats-server honours the
+// header on any message a user may publish into the stream, and
+// "Nats-Rollup: all" removes every other message of the stream: a user
+// that may write one key of a bucket (a service's own heartbeat entry)
+// could empty the whole bucket. flyball never purges a key (the sweeper
+// deletes, and compacts the markers: services/sweeper/compact.go), so no
+// bucket allows roll-ups, and so none sets subject_delete_marker_ttl,
+// which makes nats-server turn them back on. CreateKeyValue over these
+// streams fails (the bucket exists with another config); binding,
+// Get, Create, Update, Put, Delete, watches and key lists work.
 func validateKV(bucket string, cfg jetstream.StreamConfig) error {
 	if want := kvStreamPrefix + bucket; cfg.Name != want {
 		return fmt.Errorf("name %q must be %q", cfg.Name, want)
@@ -239,8 +251,10 @@ func validateKV(bucket string, cfg jetstream.StreamConfig) error {
 		return errors.New(`retention must be "limits"`)
 	case cfg.Discard != jetstream.DiscardNew:
 		return errors.New(`discard must be "new"`)
-	case !cfg.AllowRollup:
-		return errors.New("allow_rollup_hdrs must be true")
+	case cfg.AllowRollup:
+		return errors.New("allow_rollup_hdrs must be false: a Nats-Rollup header on any key a user may write would empty the bucket")
+	case cfg.SubjectDeleteMarkerTTL != 0:
+		return errors.New("subject_delete_marker_ttl must be unset: nats-server turns roll-ups on for it")
 	case !cfg.DenyDelete:
 		return errors.New("deny_delete must be true")
 	case !cfg.AllowDirect:
