@@ -11,7 +11,7 @@ import (
 
 // Deleting a task deletes its spec (flyball-tasks), its schedule
 // (flyball-schedules) and its breaker record (flyball-breakers); the
-// sweeper purges orphans and idle host breakers. A KV delete or purge
+// sweeper deletes orphans and idle host breakers. A KV delete or purge
 // stores a marker under the key, and flyball-tasks keeps up to 4 older
 // revisions of the spec behind it. None of the three buckets has a
 // max_age, so nothing removed them: 10,000 tasks created and deleted a

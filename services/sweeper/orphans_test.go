@@ -16,7 +16,7 @@ import (
 // recreatingTasks is flyball-tasks as the sweeper reads it, with the task
 // created again (spec, then schedule, as the governor writes them) right
 // after the sweeper found its spec missing: the moment between its check
-// and its purge.
+// and its delete.
 type recreatingTasks struct {
 	jetstream.KeyValue
 	recreate func(id string)
@@ -31,12 +31,13 @@ func (k *recreatingTasks) Get(ctx context.Context, key string) (jetstream.KeyVal
 	return e, err
 }
 
-// TestOrphanPurgeSparesATaskCreatedAgain: the sweeper purges the schedule
-// of a task whose spec is gone. A task created again under the same ID
-// between the sweeper's spec check and its purge lost its new schedule:
-// with a spec and no schedule it was never dispatched, the sweeper had no
-// schedule to find a zombie in, and nothing recorded it. The purge only
-// removes the revision the sweeper judged.
+// TestOrphanPurgeSparesATaskCreatedAgain: the sweeper deletes the
+// schedule of a task whose spec is gone. A task created again under the
+// same ID between the sweeper's spec check and its purge (now a delete)
+// lost its new schedule: with a spec and no schedule it was never
+// dispatched, the sweeper had no schedule to find a zombie in, and
+// nothing recorded it. The delete only removes the revision the sweeper
+// judged.
 func TestOrphanPurgeSparesATaskCreatedAgain(t *testing.T) {
 	ctx := t.Context()
 	s := unstartedSweeper(t)
@@ -58,7 +59,7 @@ func TestOrphanPurgeSparesATaskCreatedAgain(t *testing.T) {
 	s.removeOrphans(ctx, s.schedules, []string{"again"})
 	e, err := s.schedules.Get(ctx, "again")
 	if err != nil {
-		t.Fatalf("the schedule of the task created again was purged (%v): it never runs", err)
+		t.Fatalf("the schedule of the task created again was removed (%v): it never runs", err)
 	}
 	var st gov.State
 	if err := json.Unmarshal(e.Value(), &st); err != nil || !st.NextRunAt.Equal(now) {

@@ -48,7 +48,7 @@ type breakerSeen struct {
 }
 
 // hostBreakerIdle is how long a host breaker that no task names must go
-// unwritten before the sweeper purges it: a task just created (its spec
+// unwritten before the sweeper deletes it: a task just created (its spec
 // not yet in the view) whose outcomes wrote it keeps it, and a host no
 // task uses any more does not keep an open or half-open breaker (and
 // flyball_breakers_open) for good.
@@ -428,10 +428,13 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 	bucket := kv.Bucket()
 	for _, k := range keys {
 		// The watches of the two buckets are independent: a sweep can see
-		// a new task's schedule before its spec. Ask KV before purging,
-		// and purge only the revision read before asking: a task created
-		// again meanwhile has written a new one, which a plain purge
-		// would remove, leaving a spec that never runs.
+		// a new task's schedule before its spec. Ask KV before deleting,
+		// and delete only the revision read before asking: a task created
+		// again meanwhile has written a new one, which a plain delete
+		// would remove, leaving a spec that never runs. A delete, not a
+		// purge: a purge needs roll-ups, which no bucket allows (a key's
+		// writer could empty the bucket with one; streams.validateKV).
+		// The marker goes with the hourly compaction (compact.go).
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue // gone already, or unreadable: the next sweep decides
@@ -445,7 +448,7 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		default:
 			continue
 		}
-		if err := kv.Purge(ctx, k, jetstream.LastRevision(e.Revision())); jsutil.IsCASConflict(err) {
+		if err := kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); jsutil.IsCASConflict(err) {
 			continue // written since: the task is back
 		} else if err != nil {
 			s.cfg.Logger.Warn("orphan not removed", "bucket", bucket, "key", k, "err", err)

@@ -109,7 +109,7 @@ func TestViewPrunesWhatAReplayNoLongerHolds(t *testing.T) {
 // flyball-tasks the way nats.go does when it cannot re-create the watch's
 // consumer, and changes the bucket while no watch is up: after the
 // replay the view holds the spec written meanwhile, keeps the one left
-// alone, and has forgotten the one purged without a trace. A watch that
+// alone, and has forgotten the one removed without a trace. A watch that
 // stayed ended would leave the view as it was.
 func TestViewWatchesAgainWhenAWatchEnds(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
@@ -141,7 +141,8 @@ func TestViewWatchesAgainWhenAWatchEnds(t *testing.T) {
 		f.Loaded = func() { loaded(); loads <- struct{}{} }
 		f.Ended = func(error) {
 			put("during")
-			if err := tasks.Purge(context.Background(), "gone"); err != nil {
+			// Deleted, then its marker and history removed: no trace.
+			if err := tasks.Delete(context.Background(), "gone"); err != nil {
 				t.Error(err)
 			}
 			if err := tasks.PurgeDeletes(context.Background(), jetstream.DeleteMarkersOlderThan(-1)); err != nil {
