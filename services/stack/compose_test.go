@@ -527,3 +527,45 @@ func TestDeadLetterUserCreatesOnlyFailedRunLookups(t *testing.T) {
 		t.Fatalf("delete the lookup as deadletter: %v", err)
 	}
 }
+
+// TestSweeperAnnouncesOfflineButCannotForgeOnline: the sweeper's user
+// published anything under flyball.runtime.>, so a compromised sweeper
+// could forge another service's runtime.online. It may now publish only
+// runtime.offline (of the instances it marks offline) and its own
+// heartbeat events: it still marks a silent executor offline and
+// announces it, as its compose user, and another's online is refused.
+func TestSweeperAnnouncesOfflineButCannotForgeOnline(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	ctx := t.Context()
+	natstest.PutJSON(t, srv.JS, streams.BucketRuntime, "executor.gone", events.Heartbeat{
+		Kind: "executor", Name: "gone", Status: events.RuntimeOnline, LastBeat: time.Now().Add(-time.Hour).UTC(),
+	})
+	_, js := srv.Connect(t, "sweeper")
+	st, err := stack.Start(ctx, stack.Config{
+		JS: js, Services: []string{"sweeper"}, Instance: "sweeper1",
+		HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 2 * time.Second, SweepInterval: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	health, err := srv.JS.Stream(ctx, streams.StreamHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{
+		events.RuntimeSubject(events.RuntimeOffline, "executor", "gone"),
+		events.RuntimeSubject(events.RuntimeOnline, "sweeper", "sweeper1"),
+	} {
+		natstest.Eventually(t, 30*time.Second, subject+" published by the sweeper's user", func() bool {
+			_, err := health.GetLastMsgForSubject(ctx, subject)
+			return err == nil
+		})
+	}
+	expectRefused(t, srv, []refusal{
+		{"sweeper", events.RuntimeSubject(events.RuntimeOnline, "executor", "gone"), "{}"},
+		{"sweeper", events.RuntimeSubject(events.RuntimeOnline, "governor", "governor1"), "{}"},
+		{"sweeper", "flyball.runtime.other", "{}"},
+	})
+}
