@@ -65,3 +65,44 @@ func TestHostBreakerKeyIsPerCanonicalHost(t *testing.T) {
 		t.Errorf("one IPv6 host, two keys: %q and %q", a, b)
 	}
 }
+
+// TestHostBreakerKeyIsPerIDNAHost: canonicalHost lower-cased an
+// internationalized host name but left it in Unicode, and hostKey turned
+// each of its non-ASCII bytes into '_'. So https://bücher.example and
+// https://xn--bcher-kva.example, one host, kept two breakers, while
+// bücher.example and bächer.example, two hosts, shared
+// host_b__cher_example: one's failures opened the other's breaker. The
+// key now names the host's IDNA ASCII form, as net/http dials it; a name
+// IDNA refuses keeps its key apart with a hash of the host.
+func TestHostBreakerKeyIsPerIDNAHost(t *testing.T) {
+	key := func(url string) string {
+		return BreakerKey(&events.TaskSpec{
+			ID: "t", Target: events.Target{HTTP: &events.HTTPTarget{URL: url}},
+			Breaker: &events.BreakerPolicy{Scope: "host"},
+		})
+	}
+	const want = "host_xn--bcher-kva_example"
+	for _, u := range []string{"https://bücher.example/a", "https://xn--bcher-kva.example/b", "https://BÜCHER.example:443/c", "http://XN--BCHER-KVA.example/d"} {
+		if got := key(u); got != want {
+			t.Errorf("%s: breaker key %q, want %s (one host)", u, got, want)
+		}
+	}
+	if a, b := key("https://bücher.example/"), key("https://bächer.example/"); a == b {
+		t.Errorf("bücher.example and bächer.example, two hosts, share the breaker key %q", a)
+	}
+	// IDNA refuses "_": the name stays as written, and its key is hashed.
+	refused := []string{key("https://bü_cher.example/"), key("https://bä_cher.example/"), key("https://b___cher.example/")}
+	for i, k := range refused {
+		if !events.ValidToken(k) || !strings.HasPrefix(k, events.HostKeyPrefix) {
+			t.Errorf("host %d: key %q is not a token starting with %s", i, k, events.HostKeyPrefix)
+		}
+		for _, other := range refused[:i] {
+			if k == other {
+				t.Errorf("two hosts IDNA refuses, or one and an ASCII host, share the breaker key %q", k)
+			}
+		}
+	}
+	if a, b := key("https://bü_cher.example/"), key("https://BÜ_CHER.example:443/"); a != b {
+		t.Errorf("one host IDNA refuses, spelled twice: keys %q and %q, want one", a, b)
+	}
+}

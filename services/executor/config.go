@@ -26,8 +26,9 @@ type Config struct {
 	Metrics *metrics.Set
 	// Concurrency bounds calls in flight. Defaults to 64.
 	Concurrency int
-	// PerHost bounds calls in flight to one host: its name lower-cased,
-	// with its port unless that is the scheme's default (canonicalHost).
+	// PerHost bounds calls in flight to one host: its name in ASCII
+	// (punycode for an internationalized name) and lower-cased, with its
+	// port unless that is the scheme's default (canonicalHost).
 	// Defaults to 16.
 	PerHost int
 	// Guard is the SSRF guard. The zero value blocks loopback, link-local

@@ -24,7 +24,9 @@ import (
 // TestHostLimitIsPerCanonicalHost: the PerHost limit counts a host
 // however its tasks spell it. It was keyed by the URL's raw host, so
 // https://API.example.com and https://api.example.com:443 each had
-// their own 16 calls, and so did every other spelling of one host.
+// their own 16 calls, and so did every other spelling of one host. An
+// internationalized name was left in Unicode: https://bücher.example and
+// https://xn--bcher-kva.example, one host, had 16 calls each.
 func TestHostLimitIsPerCanonicalHost(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -42,6 +44,9 @@ func TestHostLimitIsPerCanonicalHost(t *testing.T) {
 		{"https://api.example.com/", "https://api.example.com:8443/", false},
 		{"https://api.example.com/", "https://other.example.com/", false},
 		{"http://[2001:db8::1]/", "http://[2001:db8::2]/", false},
+		{"https://bücher.example/", "https://xn--bcher-kva.example/", true},
+		{"https://Bücher.example/", "https://XN--BCHER-KVA.example:443/", true},
+		{"https://bücher.example/", "https://bächer.example/", false},
 	} {
 		s, err := New(Config{JS: srv.JS, PerHost: 1, Logger: quietLog()})
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/slotdone"
+	"github.com/flyballhq/flyball/services/internal/ssrf"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -1035,7 +1036,10 @@ func HostScoped(spec []byte) bool {
 // The host is canonicalHost's, as for the per-host call limit: one host
 // spelled https://API.example.com and https://api.example.com:443 is one
 // breaker (the raw URL host made three, and records under those
-// spellings are orphans the sweeper purges once idle).
+// spellings are orphans the sweeper purges once idle), and so is
+// https://bücher.example with https://xn--bcher-kva.example
+// (host_xn--bcher-kva_example; before, host_b__cher_example, which
+// bächer.example shared).
 func BreakerKey(spec *events.TaskSpec) string {
 	if spec.Breaker != nil && spec.Breaker.Scope == "host" && spec.Target.HTTP != nil {
 		if u, err := url.Parse(spec.Target.HTTP.URL); err == nil && u.Hostname() != "" {
@@ -1048,15 +1052,29 @@ func BreakerKey(spec *events.TaskSpec) string {
 // hostKey is host_<host> with every character outside a token's replaced.
 // The key is also the last token of the breaker's subjects, at most
 // events.MaxIDLength characters: a longer one keeps its first characters
-// and ends with 16 hex digits of the host's SHA-256, so that two long hosts
-// sharing a prefix keep two breakers.
+// and ends with "-" and 16 hex digits of the host's SHA-256, so that two
+// long hosts sharing a prefix keep two breakers. So does the key of a
+// host that is not ASCII (a name IDNA refuses, which canonicalHost leaves
+// in Unicode): each of its non-ASCII bytes becomes one '_', so
+// bü_cher.example and bä_cher.example would otherwise share
+// host_b___cher_example.
 func hostKey(host string) string {
 	key := events.HostKeyPrefix + events.SanitizeToken(host)
-	if len(key) <= events.MaxIDLength {
+	if len(key) <= events.MaxIDLength && isASCII(host) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(host))
-	return key[:events.MaxIDLength-17] + "-" + hex.EncodeToString(sum[:8])
+	return key[:min(len(key), events.MaxIDLength-17)] + "-" + hex.EncodeToString(sum[:8])
+}
+
+// isASCII reports whether s holds ASCII bytes only.
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // BreakerRecord is the value stored in KV flyball-breakers.
@@ -1674,20 +1692,24 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 	}
 }
 
-// canonicalHost is u's host as the PerHost limit counts it: its name
-// lower-cased (but an IPv6 zone), in brackets for an IPv6 literal, and
-// its port unless that is the scheme's default. https://API.example.com,
-// https://api.example.com:443 and https://api.example.com:/ are one host,
-// api.example.com, the same one as http://api.example.com; a host on
-// another port (:8443) is another. Computed once per spec revision
-// (decodeTask), not per call.
+// canonicalHost is u's host as the PerHost limit counts it: its name in
+// the ASCII form net/http dials (ssrf.ASCIIHost: an internationalized
+// name in punycode) and lower-cased (but an IPv6 zone), in brackets for
+// an IPv6 literal, and its port unless that is the scheme's default.
+// https://API.example.com, https://api.example.com:443 and
+// https://api.example.com:/ are one host, api.example.com, the same one
+// as http://api.example.com; a host on another port (:8443) is another.
+// https://bücher.example and https://xn--bcher-kva.example are one host,
+// xn--bcher-kva.example. A name IDNA refuses (bü_cher.example) stays in
+// Unicode, lower-cased (net/http dials it as written); hostKey hashes it.
+// Computed once per spec revision (decodeTask), not per call.
 func canonicalHost(u *url.URL) string {
 	name, port := u.Hostname(), u.Port()
 	zone := ""
 	if i := strings.IndexByte(name, '%'); i >= 0 {
 		name, zone = name[:i], name[i:] // an interface name is case-sensitive
 	}
-	name = strings.ToLower(name) + zone
+	name = strings.ToLower(ssrf.ASCIIHost(name)) + zone
 	if strings.IndexByte(name, ':') >= 0 {
 		name = "[" + name + "]"
 	}
