@@ -423,7 +423,7 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 	reconnects := nc.Stats().Reconnects
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
-	ctx, unwatch := s.pubViolations.watch(ctx, nc, t.Subject)
+	ctx, unwatch := s.pubViolations.watch(ctx, t.Subject)
 	defer unwatch()
 	m := &nats.Msg{Subject: t.Subject, Data: []byte(t.Payload), Header: nats.Header{}}
 	m.Header.Set("Idempotency-Key", d.DispatchID)
@@ -482,26 +482,34 @@ var pubViolationRe = regexp.MustCompile(`Permissions Violation for Publish to ("
 // pubWatch ends the NATS requests in flight whose subject the server
 // refused (callNATS). The server answers a refused publish with an
 // asynchronous -ERR, which nats.go hands to the connection's error
-// handler only; the first request installs a handler that passes it on
-// to the one set before.
+// handler only; install, called once by Start before any call, sets a
+// handler that passes it on to the one set before.
 type pubWatch struct {
-	once    sync.Once
 	mu      sync.Mutex
 	waiting map[string]map[*int]context.CancelCauseFunc // subject -> requests in flight
 }
 
-// watch returns ctx, cancelled with a *pubViolation if the server refuses
-// a publish to subject before unwatch is called.
-func (w *pubWatch) watch(ctx context.Context, nc *nats.Conn, subject string) (context.Context, func()) {
-	w.once.Do(func() {
-		prev := nc.ErrorHandler()
-		nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
-			w.refused(err)
-			if prev != nil {
-				prev(c, sub, err)
-			}
-		})
+// install wraps nc's asynchronous error handler: the violations it is
+// handed end the watched requests, and every error still reaches the
+// handler set before (nats.go's default prints it to stderr; flyball
+// serve's logs it). Start calls it once, before the first delivery can
+// start a call. The handler lives in the connection's options, so it
+// outlasts reconnects. Stop leaves it in place: with no request watched
+// it only passes errors on, and putting the old one back would drop a
+// handler set after Start.
+func (w *pubWatch) install(nc *nats.Conn) {
+	prev := nc.ErrorHandler()
+	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+		w.refused(err)
+		if prev != nil {
+			prev(c, sub, err)
+		}
 	})
+}
+
+// watch returns ctx, cancelled with a *pubViolation if the server refuses
+// a publish to subject before unwatch is called. It relies on install.
+func (w *pubWatch) watch(ctx context.Context, subject string) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	key := new(int)
 	w.mu.Lock()

@@ -229,6 +229,7 @@ func TestNATSTargetPublishViolationIsPermanent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ex.pubViolations.install(js.Conn()) // as Start does; the calls below skip Start
 	d := &events.Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Now()}
 	const timeout = 10 * time.Second
 	start := time.Now()
@@ -259,5 +260,78 @@ func TestNATSTargetPublishViolationIsPermanent(t *testing.T) {
 	}
 	if res := ex.callNATS(t.Context(), &events.NATSTarget{Subject: "targets.build", Timeout: events.Duration(timeout)}, nil, d, 1); !res.ok() || res.body != "ok" {
 		t.Fatalf("targets.build: ok %v body %q err %v, want the reply", res.ok(), res.body, res.err)
+	}
+}
+
+// TestNATSTargetPublishViolationHandlerSetAtStart: the handler that ends
+// a refused request is set on the executor's connection by Start, once,
+// not by the first NATS-target call. A started executor's very first
+// call, to a subject its user may not publish to, fails at once and for
+// good (run.failed, final, naming the violation), well inside its
+// timeout, and the handler set before Start still sees the violation.
+func TestNATSTargetPublishViolationHandlerSetAtStart(t *testing.T) {
+	t.Parallel()
+	s := natstest.StartWithUsers(t,
+		&server.User{Username: "admin", Password: "pw"},
+		&server.User{Username: "executor", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Deny: []string{"reports.>"}},
+		}},
+	)
+	_, admin := natstest.ConnectAs(t, s, "admin", "pw")
+	if err := streams.Ensure(t.Context(), admin); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 30 * time.Second
+	spec := events.TaskSpec{
+		ID:       "refused",
+		Target:   events.Target{NATS: &events.NATSTarget{Subject: "reports.build", Timeout: events.Duration(timeout)}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+		Retry:    &events.Retry{MaxAttempts: 3},
+	}
+	spec.Normalize()
+	natstest.PutJSON(t, admin, streams.BucketTasks, spec.ID, spec)
+
+	nc, js := natstest.ConnectAs(t, s, "executor", "pw")
+	seen := make(chan error, 16)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			seen <- err
+		}
+	})
+	ex, err := New(Config{JS: js, Logger: slog.New(slog.DiscardHandler), ShutdownGrace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// %p of a func is its code: the test's handler and the executor's
+	// wrapper differ.
+	before := fmt.Sprintf("%p", nc.ErrorHandler())
+	if err := ex.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ex.Stop)
+	if fmt.Sprintf("%p", nc.ErrorHandler()) == before {
+		t.Fatal("Start did not set the connection's error handler: the first NATS-target call would set it")
+	}
+
+	start := time.Now()
+	dispatchNow(t, admin, spec.ID)
+	var run events.Run
+	natstest.Eventually(t, timeout/2, "the refused task's run.failed, well inside its timeout", func() bool {
+		r, ok := lastRun(t, admin, events.OutcomeFailed, spec.ID)
+		run = r
+		return ok
+	})
+	want := "the executor's NATS user may not publish to reports.build (permissions violation)"
+	if !run.Final || run.Attempt != 1 || run.Error != want {
+		t.Fatalf("run.failed after %s: attempt %d final %v error %q; want attempt 1, final, %q",
+			time.Since(start).Round(time.Millisecond), run.Attempt, run.Final, run.Error, want)
+	}
+	select {
+	case err := <-seen:
+		if !strings.Contains(err.Error(), "reports.build") {
+			t.Fatalf("the handler set before Start got %v, want the violation on reports.build", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler set before Start did not see the violation")
 	}
 }

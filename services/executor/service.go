@@ -218,6 +218,9 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.client.CloseIdleConnections()
 	})
+	// Before the callers and the consumer: a NATS-target call needs it
+	// from its first request (pubWatch).
+	s.pubViolations.install(s.cfg.JS.Conn())
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.fire = make(chan *held)
 	for range s.cfg.Concurrency {
