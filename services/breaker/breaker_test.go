@@ -29,6 +29,7 @@ type harness struct {
 	breakers jetstream.KeyValue
 	tasks    jetstream.KeyValue
 	metrics  *metrics.Set
+	svc      *breaker.Service // the last started
 	n        int
 	lastSeq  uint64
 	// created is the taskCreatedAt of the outcomes published next.
@@ -83,6 +84,7 @@ func (h *harness) start(tune ...func(*breaker.Service)) {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(svc.Stop)
+	h.svc = svc
 }
 
 // putTask stores a spec for id with the default breaker policy.
@@ -100,7 +102,9 @@ func (h *harness) putTask(id string) {
 }
 
 // putFastBreakerTask stores a spec for t1 whose breaker opens after three
-// failures, for 200ms.
+// failures, for 200ms. The service reads t1's spec from its watch-fed
+// view, which holds t1's default spec from prepare: a test stores this one
+// before start (prepare, put, start), or waits for the view (awaitSpec).
 func (h *harness) putFastBreakerTask() {
 	h.t.Helper()
 	h.putBreakerTask("200ms")
@@ -114,6 +118,15 @@ func (h *harness) putBreakerTask(openDelay string) {
 	if _, err := h.tasks.Put(h.t.Context(), "t1", []byte(spec)); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// awaitSpec waits until the started service's view of flyball-tasks
+// holds id at revision rev or later.
+func (h *harness) awaitSpec(id string, rev uint64) {
+	h.t.Helper()
+	natstest.Eventually(h.t, 10*time.Second, "the service's view holds "+id+"'s spec written", func() bool {
+		return h.svc.SpecRevision(id) >= rev
+	})
 }
 
 // heldPublish holds the first publish of one key's transition to one

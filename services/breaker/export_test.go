@@ -38,3 +38,7 @@ func (s *Service) Checked(f func(key string, to events.BreakerState) bool) { s.c
 func (s *Service) PublishRecorded(ctx context.Context, key string, value []byte) error {
 	return s.publish(ctx, decodeRecord(key, value).Transition)
 }
+
+// SpecRevision is the revision of id's spec the view of flyball-tasks
+// holds (0: none, or the view is not loaded).
+func (s *Service) SpecRevision(id string) uint64 { return s.specs.Lookup(id).Revision }

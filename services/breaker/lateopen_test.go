@@ -23,9 +23,10 @@ import (
 // must never hold a transition after the one that superseded it.
 func TestLateOpenIsNotPublishedAfterALaterTransition(t *testing.T) {
 	hp, hook := holdFirstPublish("t1", events.BreakerOpen, nil)
-	h := newHarness(t, hook)
+	h := prepare(t)
+	h.putFastBreakerTask() // before start: the service's view holds it
+	h.start(hook)
 	t.Cleanup(hp.free) // before the service stops
-	h.putFastBreakerTask()
 	for range 2 {
 		h.outcomeOf(events.OutcomeFailed, "t1", "t1", time.Now())
 	}
@@ -69,7 +70,9 @@ func TestLateOpenIsNotPublishedAfterTheClosing(t *testing.T) {
 	free := func() { once.Do(func() { close(release) }) }
 	var mu sync.Mutex
 	opens := 0
-	h := newHarness(t, func(s *breaker.Service) {
+	h := prepare(t)
+	h.putBreakerTask("1m") // no half-open in the test's time; before start: the service's view holds it
+	h.start(func(s *breaker.Service) {
 		svc = s
 		s.Checked(func(key string, to events.BreakerState) bool {
 			if key != "t1" || to != events.BreakerOpen {
@@ -89,8 +92,7 @@ func TestLateOpenIsNotPublishedAfterTheClosing(t *testing.T) {
 			return true
 		})
 	})
-	t.Cleanup(free)        // before the service stops
-	h.putBreakerTask("1m") // no half-open in the test's time
+	t.Cleanup(free) // before the service stops
 	for range 3 {
 		h.outcomeOf(events.OutcomeFailed, "t1", "t1", time.Now())
 	}

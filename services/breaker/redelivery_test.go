@@ -15,12 +15,13 @@ import (
 // failure early. It must be recognised however many outcomes were
 // applied since.
 func TestFailureRedeliveredAfterManyOthersCountsOnce(t *testing.T) {
-	h := newHarness(t)
+	h := prepare(t)
 	const threshold = 20
 	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"scope":"host","failureThreshold":20}}`
 	if _, err := h.tasks.Put(t.Context(), "t1", []byte(spec)); err != nil {
 		t.Fatal(err)
 	}
+	h.start() // after the spec: the service's view holds it
 	host := events.HostKeyPrefix + events.SanitizeToken("example.com")
 	h.outcomeOf(events.OutcomeFailed, "t1", host, time.Now()) // d1: its ack is lost
 	first := h.n

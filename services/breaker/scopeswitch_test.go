@@ -28,7 +28,8 @@ func TestTaskSwitchedToHostScopeForgetsItsOwnRecord(t *testing.T) {
 		t.Fatalf("after three failures: %+v (present %v), want the breaker open", b, ok)
 	}
 	spec := `{"id":"t1","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1m"},"breaker":{"failureThreshold":3,"openDelay":"200ms","scope":"host"}}`
-	if _, err := h.tasks.Put(t.Context(), "t1", []byte(spec)); err != nil {
+	rev, err := h.tasks.Put(t.Context(), "t1", []byte(spec))
+	if err != nil {
 		t.Fatal(err)
 	}
 	var last events.BreakerState
@@ -46,7 +47,10 @@ func TestTaskSwitchedToHostScopeForgetsItsOwnRecord(t *testing.T) {
 		}
 		<-tick.C
 	}
-	// A failure under the old key, in flight across the switch.
+	// A failure under the old key, in flight across the switch, handled
+	// once the service's view of the spec holds the switch (the record's
+	// delete comes from another watch of flyball-tasks).
+	h.awaitSpec("t1", rev)
 	h.outcome(events.OutcomeFailed, "t1")
 	if b, _, ok := h.record("t1"); ok {
 		t.Fatalf("an outcome under the task's key after the switch to scope host wrote %+v", b)

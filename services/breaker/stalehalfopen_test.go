@@ -27,9 +27,10 @@ func TestStaleHalfOpenIsNotPublishedAfterTheReopening(t *testing.T) {
 			close(again)
 		}
 	})
-	h := newHarness(t, hook)
+	h := prepare(t)
+	h.putFastBreakerTask() // before start: the service's view holds it
+	h.start(hook)
 	t.Cleanup(hp.free) // before the service stops
-	h.putFastBreakerTask()
 	for range 3 {
 		h.outcomeOf(events.OutcomeFailed, "t1", "t1", time.Now())
 	}
