@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -142,10 +143,14 @@ func TestStorageCountsOneCopyOfEachStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := make([]byte, 64<<10)
-	for range 32 {
-		if _, err := js.Publish(ctx, "big.x", payload); err != nil {
-			t.Fatal(err)
-		}
+	for i := range 32 {
+		// The R3 stream may not have its leader yet ("no response from
+		// stream"): try again under one message ID, stored once.
+		id := jetstream.WithMsgID("big-" + strconv.Itoa(i))
+		natstest.Eventually(t, 10*time.Second, "a publish to the R3 stream stored", func() bool {
+			_, err := js.Publish(ctx, "big.x", payload, id)
+			return err == nil
+		})
 	}
 	if _, err := js.Publish(ctx, "mem.x", payload); err != nil {
 		t.Fatal(err)
