@@ -362,7 +362,10 @@ func (b *Beater) own(hb *events.Heartbeat) bool {
 // announcement is a runtime.online the beat loop retries until it is
 // stored: the start's (Beater.start) and the return's from an offline
 // mark (Beater.back). publish stores it under one event ID, so a retry is
-// stored once. A failed try is warned once (then logged at debug, with
+// stored once within HEALTH's duplicate window (2 min): a try stored
+// whose ack came after announceTimeout counts as failed, and a retry 8 or
+// 16 beats later stores the same event a second time (the same ID and
+// content). A failed try is warned once (then logged at debug, with
 // the count) and tried again 1, 2, 4, 8 and then every maxAnnounceGap
 // beats later; each try is bounded by announceTimeout. One never stored
 // (a user that may not publish it) was tried, and warned, at every beat
