@@ -533,13 +533,20 @@ func TestDeadLetterUserCreatesOnlyFailedRunLookups(t *testing.T) {
 // could forge another service's runtime.online. It may now publish only
 // runtime.offline (of the instances it marks offline) and its own
 // heartbeat events: it still marks a silent executor offline and
-// announces it, as its compose user, and another's online is refused.
+// announces it, as its compose user, one whose name holds a dot too
+// (flyball.runtime.offline.*.* refused that one), and another's online
+// is refused.
 func TestSweeperAnnouncesOfflineButCannotForgeOnline(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartCompose(t)
 	ctx := t.Context()
 	natstest.PutJSON(t, srv.JS, streams.BucketRuntime, "executor.gone", events.Heartbeat{
 		Kind: "executor", Name: "gone", Status: events.RuntimeOnline, LastBeat: time.Now().Add(-time.Hour).UTC(),
+	})
+	// A name with a dot: any service user may write such a key, and its
+	// mark goes to a subject of six tokens (refused under offline.*.*).
+	natstest.PutJSON(t, srv.JS, streams.BucketRuntime, "executor.a.b", events.Heartbeat{
+		Kind: "executor", Name: "a.b", Status: events.RuntimeOnline, LastBeat: time.Now().Add(-time.Hour).UTC(),
 	})
 	_, js := srv.Connect(t, "sweeper")
 	st, err := stack.Start(ctx, stack.Config{
@@ -556,6 +563,7 @@ func TestSweeperAnnouncesOfflineButCannotForgeOnline(t *testing.T) {
 	}
 	for _, subject := range []string{
 		events.RuntimeSubject(events.RuntimeOffline, "executor", "gone"),
+		events.RuntimeSubject(events.RuntimeOffline, "executor", "a.b"),
 		events.RuntimeSubject(events.RuntimeOnline, "sweeper", "sweeper1"),
 	} {
 		natstest.Eventually(t, 30*time.Second, subject+" published by the sweeper's user", func() bool {
@@ -566,6 +574,7 @@ func TestSweeperAnnouncesOfflineButCannotForgeOnline(t *testing.T) {
 	expectRefused(t, srv, []refusal{
 		{"sweeper", events.RuntimeSubject(events.RuntimeOnline, "executor", "gone"), "{}"},
 		{"sweeper", events.RuntimeSubject(events.RuntimeOnline, "governor", "governor1"), "{}"},
+		{"sweeper", events.RuntimeSubject(events.RuntimeOnline, "executor", "a.b"), "{}"},
 		{"sweeper", "flyball.runtime.other", "{}"},
 	})
 }
