@@ -383,7 +383,7 @@ var errOtherTask = errors.New("outcome of another task of the same ID")
 // signal can write a schedule back for a deleted task). In the moment
 // between the two deletes the schedule still names the deleted task, and
 // a failure whose spec this service's view still holds counts; the
-// record it writes goes with the sweeper's orphan purge. A schedule
+// record it writes goes with the sweeper's orphan removal. A schedule
 // without createdAt (written by hand, or by flyball before 2026-11-27)
 // tells nothing, and the run counts.
 func (s *Service) otherTask(ctx context.Context, run *events.Run) (bool, error) {

@@ -27,9 +27,9 @@ import (
 //     view. A switch back to scope task then starts from a closed breaker.
 //
 // The changes a watch replays (at start, or after a watch ended) are left
-// to the sweeper's orphan purge, so a start does not write for every task
+// to the sweeper's orphan removal, so a start does not write for every task
 // ever deleted or host-scoped. Host-scoped records belong to no task: the
-// sweeper purges one once no task names its host.
+// sweeper deletes one once no task names its host.
 func (s *Service) watchDeletes(ctx context.Context, tasks jetstream.KeyValue) error {
 	live := false // the watch has delivered its snapshot; only the follower goroutine touches it
 	f := kvcache.Follower{
@@ -97,6 +97,6 @@ func (s *Service) forget(ctx context.Context, key string, tasks jetstream.KeyVal
 	case jsutil.IsCASConflict(err), errors.Is(err, jetstream.ErrKeyNotFound):
 		// another replica removed it, or an outcome rewrote it
 	default:
-		s.cfg.Logger.Warn("breaker record of a "+why+" not removed; the sweeper purges it", "key", key, "err", err)
+		s.cfg.Logger.Warn("breaker record of a "+why+" not removed; the sweeper deletes it", "key", key, "err", err)
 	}
 }

@@ -1039,7 +1039,7 @@ func HostScoped(spec []byte) bool {
 // The host is canonicalHost's, as for the per-host call limit: one host
 // spelled https://API.example.com and https://api.example.com:443 is one
 // breaker (the raw URL host made three, and records under those
-// spellings are orphans the sweeper purges once idle), and so is
+// spellings are orphans the sweeper deletes once idle), and so is
 // https://bücher.example with https://xn--bcher-kva.example
 // (host_xn--bcher-kva_example; before, host_b__cher_example, which
 // bächer.example shared).

@@ -32,7 +32,7 @@ import (
 // and a host breaker that open, one turning half-open, a dead letter and
 // its retry, update, pause, hint, resume,
 // run-now, a slot dispatched again after it ran (skipped), every read of the API, a command from the CLI's user, delete
-// (the breaker removes the task's record), an orphan the sweeper purges,
+// (the breaker removes the task's record), an orphan the sweeper deletes,
 // and a clean stop. A permission
 // missing from accounts.conf, for any of it, fails the test
 // (natstest.Compose.Connect).
@@ -176,11 +176,11 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 	// An orphan (a record whose task is gone, written here by admin): the
-	// sweeper confirms the task is gone with a get, then purges it.
+	// sweeper confirms the task is gone with a get, then deletes it.
 	if _, err := kv.Put(context.Background(), "orphan", []byte(`{"key":"orphan","state":"open","failures":3}`)); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, "the sweeper purges an orphaned breaker record", func() bool {
+	natstest.Eventually(t, 10*time.Second, "the sweeper deletes an orphaned breaker record", func() bool {
 		_, err := kv.Get(context.Background(), "orphan")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})

@@ -1049,7 +1049,7 @@ func TestHeldDispatchesAreHandedBackAtShutdown(t *testing.T) {
 // TestRecreatedTaskStartsWithAClosedBreaker: a task deleted while its
 // breaker is open, and created again under the same ID before any sweep,
 // starts with a closed breaker. It inherited the open one before (the
-// sweeper's orphan purge comes only at a sweep that finds the task gone),
+// sweeper's orphan removal comes only at a sweep that finds the task gone),
 // and its calls were deferred until the old retryAt.
 func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
 	t.Parallel()

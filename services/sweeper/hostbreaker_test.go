@@ -125,18 +125,18 @@ func TestHostBreakerUnderAnOldSpellingIsPurged(t *testing.T) {
 	}
 }
 
-// TestIDNHostBreakerUnderItsOldKeyIsPurged: an internationalized host's
+// TestIDNHostBreakerUnderItsOldKeyIsDeleted: an internationalized host's
 // breaker key was built from its Unicode name, each non-ASCII byte an
 // '_' (https://bücher.example: host_b__cher_example). It is now built
 // from the host's punycode (host_xn--bcher-kva_example): the record under
-// the old key is no task's breaker any more, and the sweeper must purge
+// the old key is no task's breaker any more, and the sweeper must delete
 // it once idle and keep the new one.
-func TestIDNHostBreakerUnderItsOldKeyIsPurged(t *testing.T) {
+func TestIDNHostBreakerUnderItsOldKeyIsDeleted(t *testing.T) {
 	ctx := t.Context()
 	breakers, _ := sweepHostBreakers(t, "idn", "https://bücher.example/health", "host_b__cher_example", "host_xn--bcher-kva_example")
 	_, err := breakers.Get(ctx, "host_b__cher_example")
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the record under the old key host_b__cher_example after 3 sweeps: %v, want it purged", err)
+		t.Fatalf("the record under the old key host_b__cher_example after 3 sweeps: %v, want it deleted", err)
 	}
 	if _, err := breakers.Get(ctx, "host_xn--bcher-kva_example"); err != nil {
 		t.Fatalf("the record under the punycode key: %v, want it kept", err)

@@ -109,7 +109,7 @@ var RequiredServices = []MissingService{
 	{"governor", "commands, outcomes and transitions wait in their streams; no next run is planned"},
 	{"breaker", "breakers neither open nor close"},
 	{"deadletter", "final failures are not dead-lettered"},
-	{"sweeper", "no zombie re-dispatch, offline marking or orphan purge"},
+	{"sweeper", "no zombie re-dispatch, offline marking or orphan removal"},
 }
 
 // beatsMissed is how many heartbeat intervals of silence make an instance
