@@ -35,6 +35,7 @@ func TestSettlerRetriesOnItsProductionTimings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(st.stop) // on failure too: its ticker and reply subscription
 	if st.tick != settleTick || st.try != ackTry || st.retry != ackRetry {
 		t.Fatalf("newSettler's timings: tick %v, try %v, retry %v; want %v, %v, %v", st.tick, st.try, st.retry, settleTick, ackTry, ackRetry)
 	}
@@ -75,5 +76,4 @@ func TestSettlerRetriesOnItsProductionTimings(t *testing.T) {
 		t.Fatalf("confirmed after %v: the unanswered try was sent again before its %v wait", took, ackTry)
 	}
 	natstest.Eventually(t, 5*time.Second, "the ticker stopped again", func() bool { return !st.isTicking() })
-	st.stop()
 }
