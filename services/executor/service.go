@@ -1063,21 +1063,11 @@ func BreakerKey(spec *events.TaskSpec) string {
 // host_b___cher_example.
 func hostKey(host string) string {
 	key := events.HostKeyPrefix + events.SanitizeToken(host)
-	if len(key) <= events.MaxIDLength && isASCII(host) {
+	if len(key) <= events.MaxIDLength && ssrf.IsASCII(host) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(host))
 	return key[:min(len(key), events.MaxIDLength-17)] + "-" + hex.EncodeToString(sum[:8])
-}
-
-// isASCII reports whether s holds ASCII bytes only.
-func isASCII(s string) bool {
-	for i := range len(s) {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // BreakerRecord is the value stored in KV flyball-breakers.

@@ -306,15 +306,24 @@ func (g *Guard) CheckHost(host string) error {
 // punycode). An ASCII host, or one that has no such form, is returned
 // unchanged, as net/http uses it.
 func ASCIIHost(host string) string {
-	for i := range len(host) {
-		if host[i] >= utf8.RuneSelf {
-			if a, err := idna.Lookup.ToASCII(host); err == nil {
-				return a
-			}
-			return host
-		}
+	if IsASCII(host) {
+		return host
+	}
+	if a, err := idna.Lookup.ToASCII(host); err == nil {
+		return a
 	}
 	return host
+}
+
+// IsASCII reports whether s holds ASCII bytes only: a host net/http
+// dials as it is, with no IDNA mapping.
+func IsASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckTarget returns a *events.ValidationError naming target.http.url

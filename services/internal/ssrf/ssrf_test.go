@@ -326,3 +326,29 @@ func TestDenyWinsOverAllow(t *testing.T) {
 		t.Errorf("CheckTarget(denied address) = %+v, want a reason naming the deny-list prefix and --deny-cidr, not --allow-cidr", r)
 	}
 }
+
+// TestASCIIHostAndIsASCII: IsASCII, which the executor's breaker keys use
+// too, tells a host net/http dials as it is; ASCIIHost leaves such a host
+// unchanged (case included) and maps another to its IDNA ASCII form, or
+// leaves it when IDNA refuses it.
+func TestASCIIHostAndIsASCII(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		host, ascii string
+		isASCII     bool
+	}{
+		{"API.example.com", "API.example.com", true},
+		{"a_b.example.com", "a_b.example.com", true},
+		{"", "", true},
+		{"bücher.example", "xn--bcher-kva.example", false},
+		{"BÜCHER.example", "xn--bcher-kva.example", false},
+		{"bü_cher.example", "bü_cher.example", false},
+	} {
+		if got := IsASCII(c.host); got != c.isASCII {
+			t.Errorf("IsASCII(%q) = %v, want %v", c.host, got, c.isASCII)
+		}
+		if got := ASCIIHost(c.host); got != c.ascii {
+			t.Errorf("ASCIIHost(%q) = %q, want %q", c.host, got, c.ascii)
+		}
+	}
+}
