@@ -11,11 +11,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/bufpool"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/ssrf"
 )
 
@@ -423,7 +422,7 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 	reconnects := nc.Stats().Reconnects
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
-	ctx, unwatch := s.pubViolations.watch(ctx, t.Subject)
+	ctx, unwatch := s.pubViolations.Watch(ctx, t.Subject)
 	defer unwatch()
 	m := &nats.Msg{Subject: t.Subject, Data: []byte(t.Payload), Header: nats.Header{}}
 	m.Header.Set("Idempotency-Key", d.DispatchID)
@@ -432,10 +431,10 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 	m.Header.Set("Flyball-Attempt", strconv.Itoa(attempt))
 	reply, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		var v *pubViolation
+		var v *jsutil.PubViolation
 		switch {
 		case errors.As(context.Cause(ctx), &v):
-			res.err, res.permanent = v, true
+			res.err, res.permanent = &pubViolation{subject: v.Subject}, true
 		case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 			errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrDisconnected):
 			res.err, res.infra = fmt.Errorf("the executor's NATS connection is down, request not sent: %w", err), true
@@ -465,90 +464,10 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 }
 
 // pubViolation is the server's refusal of a request: the executor's NATS
-// user may not publish to its subject.
+// user may not publish to its subject (a *jsutil.PubViolation, worded for
+// the run's error).
 type pubViolation struct{ subject string }
 
 func (v *pubViolation) Error() string {
 	return "the executor's NATS user may not publish to " + v.subject + " (permissions violation)"
-}
-
-// pubViolationRe finds the subject in the -ERR a refused publish draws,
-// as nats.go reports it to the connection's error handler (wrapping
-// nats.ErrPermissionViolation).
-// The server quotes the subject as Go's %q does, so it is unquoted
-// (a subject may hold a quote or a backslash).
-var pubViolationRe = regexp.MustCompile(`Permissions Violation for Publish to ("(?:[^"\\]|\\.)*")`)
-
-// pubWatch ends the NATS requests in flight whose subject the server
-// refused (callNATS). The server answers a refused publish with an
-// asynchronous -ERR, which nats.go hands to the connection's error
-// handler only; install, called once by Start before any call, sets a
-// handler that passes it on to the one set before.
-type pubWatch struct {
-	mu      sync.Mutex
-	waiting map[string]map[*int]context.CancelCauseFunc // subject -> requests in flight
-}
-
-// install wraps nc's asynchronous error handler: the violations it is
-// handed end the watched requests, and every error still reaches the
-// handler set before (nats.go's default prints it to stderr; flyball
-// serve's logs it). Start calls it once, before the first delivery can
-// start a call. The handler lives in the connection's options, so it
-// outlasts reconnects. Stop leaves it in place: with no request watched
-// it only passes errors on, and putting the old one back would drop a
-// handler set after Start.
-func (w *pubWatch) install(nc *nats.Conn) {
-	prev := nc.ErrorHandler()
-	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
-		w.refused(err)
-		if prev != nil {
-			prev(c, sub, err)
-		}
-	})
-}
-
-// watch returns ctx, cancelled with a *pubViolation if the server refuses
-// a publish to subject before unwatch is called. It relies on install.
-func (w *pubWatch) watch(ctx context.Context, subject string) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	key := new(int)
-	w.mu.Lock()
-	if w.waiting == nil {
-		w.waiting = map[string]map[*int]context.CancelCauseFunc{}
-	}
-	if w.waiting[subject] == nil {
-		w.waiting[subject] = map[*int]context.CancelCauseFunc{}
-	}
-	w.waiting[subject][key] = cancel
-	w.mu.Unlock()
-	return ctx, func() {
-		w.mu.Lock()
-		delete(w.waiting[subject], key)
-		if len(w.waiting[subject]) == 0 {
-			delete(w.waiting, subject)
-		}
-		w.mu.Unlock()
-		cancel(nil)
-	}
-}
-
-// refused ends the requests in flight to the subject err names, if err is
-// a publish permissions violation.
-func (w *pubWatch) refused(err error) {
-	if !errors.Is(err, nats.ErrPermissionViolation) {
-		return
-	}
-	sm := pubViolationRe.FindStringSubmatch(err.Error())
-	if sm == nil {
-		return
-	}
-	subject, uerr := strconv.Unquote(sm[1])
-	if uerr != nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, cancel := range w.waiting[subject] {
-		cancel(&pubViolation{subject: subject})
-	}
 }

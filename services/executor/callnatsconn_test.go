@@ -229,7 +229,7 @@ func TestNATSTargetPublishViolationIsPermanent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex.pubViolations.install(js.Conn()) // as Start does; the calls below skip Start
+	ex.pubViolations.Install(js.Conn()) // as Start does; the calls below skip Start
 	d := &events.Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Now()}
 	const timeout = 10 * time.Second
 	start := time.Now()

@@ -109,7 +109,7 @@ type Service struct {
 	progressMu sync.Mutex
 
 	// pubViolations ends NATS-target requests the server refuses (callNATS).
-	pubViolations pubWatch
+	pubViolations jsutil.PubWatch
 }
 
 // New validates cfg and returns an executor ready to Start.
@@ -219,8 +219,8 @@ func (s *Service) Start(ctx context.Context) error {
 		s.client.CloseIdleConnections()
 	})
 	// Before the callers and the consumer: a NATS-target call needs it
-	// from its first request (pubWatch).
-	s.pubViolations.install(s.cfg.JS.Conn())
+	// from its first request (jsutil.PubWatch).
+	s.pubViolations.Install(s.cfg.JS.Conn())
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.fire = make(chan *held)
 	for range s.cfg.Concurrency {

@@ -1,0 +1,120 @@
+package jsutil
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+)
+
+// TestPubWatchEndsOnlyTheRefusedSubject: a request to a subject the
+// user may not publish to hears nothing back (the server's -ERR goes to
+// the connection's error handler). Watched, it ends at once with a
+// *PubViolation naming the subject, well inside its timeout; a request to
+// an allowed subject watched meanwhile is not ended; and the handler set
+// before Install still sees the violation.
+func TestPubWatchEndsOnlyTheRefusedSubject(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithUsers(t,
+		&server.User{Username: "svc", Password: "pw"},
+		&server.User{Username: "limited", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{"ok.>", "_INBOX.>"}},
+		}},
+	)
+	svc, _ := natstest.ConnectAs(t, srv, "svc", "pw")
+	if _, err := svc.Subscribe("ok.>", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := natstest.ConnectAs(t, srv, "limited", "pw")
+	seen := make(chan error, 16)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { seen <- err })
+	var w PubWatch
+	w.Install(nc)
+
+	const timeout = 30 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	other, unwatchOther := w.Watch(ctx, "ok.a")
+	defer unwatchOther()
+	rctx, unwatch := w.Watch(ctx, "no.a")
+	defer unwatch()
+	start := time.Now()
+	_, err := nc.RequestWithContext(rctx, "no.a", nil)
+	var v *PubViolation
+	if err == nil || !errors.As(context.Cause(rctx), &v) || v.Subject != "no.a" || time.Since(start) > timeout/2 {
+		t.Fatalf("request to no.a: err %v, cause %v after %s; want it ended at once by a *PubViolation for no.a",
+			err, context.Cause(rctx), time.Since(start).Round(time.Millisecond))
+	}
+	if other.Err() != nil {
+		t.Fatalf("the request watched on ok.a was ended too: %v", context.Cause(other))
+	}
+	if reply, err := nc.RequestWithContext(other, "ok.a", nil); err != nil || string(reply.Data) != "ok" {
+		t.Fatalf("request to ok.a: %v, want the reply", err)
+	}
+	select {
+	case err := <-seen:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("the handler set before Install got %v, want the permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler set before Install did not see the violation")
+	}
+}
+
+// TestAPISubjectIsWhereTheClientSends: APISubject names the subject
+// nats.go sends a JetStream API request to, for each way to make the
+// client (a watch on another subject would never fire). The subject is
+// taken from the client's own trace of a stream info request.
+func TestAPISubjectIsWhereTheClientSends(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc, _ := srv.Connect(t)
+	for _, tc := range []struct {
+		name string
+		make func(...jetstream.JetStreamOpt) (jetstream.JetStream, error)
+		want string
+	}{
+		{"default", func(o ...jetstream.JetStreamOpt) (jetstream.JetStream, error) { return jetstream.New(nc, o...) }, "$JS.API.STREAM.INFO.S"},
+		{"domain", func(o ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+			return jetstream.NewWithDomain(nc, "hub", o...)
+		}, "$JS.hub.API.STREAM.INFO.S"},
+		{"prefix", func(o ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+			return jetstream.NewWithAPIPrefix(nc, "imported.API", o...)
+		}, "imported.API.STREAM.INFO.S"},
+		{"prefix ending in a dot", func(o ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+			return jetstream.NewWithAPIPrefix(nc, "imported.API.", o...)
+		}, "imported.API.STREAM.INFO.S"},
+	} {
+		sent := make(chan string, 1)
+		js, err := tc.make(jetstream.WithClientTrace(&jetstream.ClientTrace{RequestSent: func(subj string, _ []byte) {
+			select {
+			case sent <- subj:
+			default:
+			}
+		}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		_, _ = js.Stream(ctx, "S") // no such stream, or no one answers: only the subject matters
+		cancel()
+		got := APISubject(js, "STREAM.INFO.S")
+		select {
+		case subj := <-sent:
+			if got != subj || got != tc.want {
+				t.Errorf("%s: APISubject = %q, the client sent to %q, want both %q", tc.name, got, subj, tc.want)
+			}
+		default:
+			t.Errorf("%s: the client traced no request", tc.name)
+		}
+	}
+}
