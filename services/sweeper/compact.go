@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 )
 
 // Deleting a task deletes its spec (flyball-tasks), its schedule
@@ -46,6 +48,12 @@ const maxCompactPerPass = 10_000
 // errWatchEnded is a watch that closed before it delivered every key.
 var errWatchEnded = errors.New("watch ended before it delivered every key")
 
+// purgeRefusedMsg is the warning of a pass whose purge the server refused:
+// the sweeper's NATS user may not publish to the subject in its
+// "permission" attribute. Each of the three buckets has its own.
+const purgeRefusedMsg = "old delete markers not removed: the sweeper's NATS user may not publish to the subject in permission; " +
+	"grant it in accounts.conf, or leave it out and the markers stay (this warning each hour)"
+
 // DeleteMarkerAge is the age of a delete marker the sweeper removes.
 const DeleteMarkerAge = 24 * time.Hour
 
@@ -78,7 +86,12 @@ func (s *Service) compactDue(ctx context.Context, now time.Time) {
 				s.cfg.Metrics.MarkersCompacted.WithLabelValues(kv.Bucket()).Add(float64(n))
 				s.cfg.Logger.Info("old delete markers removed", "bucket", kv.Bucket(), "markers", n, "olderThan", DeleteMarkerAge)
 			}
-			if err != nil && ctx.Err() == nil {
+			var refused *jsutil.PubViolation
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.As(err, &refused):
+				s.cfg.Logger.Warn(purgeRefusedMsg, "bucket", kv.Bucket(), "permission", refused.Subject, "removed", n, "err", err)
+			default:
 				s.cfg.Logger.Warn("removing old delete markers failed; the next pass retries", "bucket", kv.Bucket(), "removed", n, "err", err)
 			}
 		}
@@ -122,9 +135,17 @@ read:
 		}
 	}
 	_ = w.Stop()
+	// A purge the sweeper's user may not make draws no reply, only the
+	// server's asynchronous -ERR: watched, it ends the purge at once, and
+	// the bucket's other purges, refused alike, are not tried.
+	pctx, unwatch := s.purgeRefusals.Watch(ctx, jsutil.APISubject(s.cfg.JS, "STREAM.PURGE.KV_"+kv.Bucket()))
+	defer unwatch()
 	for i, m := range old {
 		// Up to and including the marker: a value written since stays.
-		if err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+		if err := stream.Purge(pctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
+			if v, ok := errors.AsType[*jsutil.PubViolation](context.Cause(pctx)); ok {
+				err = v
+			}
 			return i, fmt.Errorf("purge %s up to its marker: %w", m.key, err)
 		}
 	}

@@ -93,6 +93,9 @@ type Service struct {
 	compacting  atomic.Bool
 	compactions sync.WaitGroup
 	compactCap  int // markers a pass removes from one bucket (maxCompactPerPass)
+	// purgeRefusals ends a compaction's purge the server refuses at once
+	// (compactBucket); Start installs it on the connection.
+	purgeRefusals jsutil.PubWatch
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
@@ -191,6 +194,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.watchAll(runCtx); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
+	// Before the first sweep, whose compaction pass purges.
+	s.purgeRefusals.Install(s.cfg.JS.Conn())
 	s.Go(func() {
 		s.view.ready.Wait() // sweep only a complete picture: no false orphans
 		t := time.NewTicker(s.cfg.Interval)
