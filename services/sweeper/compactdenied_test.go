@@ -28,7 +28,8 @@ import (
 // 15 s a pass), and the warning said only "context deadline exceeded".
 // Each pass must log, for each of the three buckets, one warning that
 // names the refused subject and what to do, after one purge request (the
-// bucket's other markers are not tried: they would be refused alike),
+// bucket's other markers are not tried, as before the fix: they would be
+// refused alike),
 // ended by the refusal rather than by the timeout; remove nothing, count
 // nothing, and leave the markers. The violation still reaches the
 // connection's own error handler, where `flyball serve` logs it.

@@ -41,6 +41,10 @@ type PubWatch struct {
 	waiting map[string]map[*int]context.CancelCauseFunc // subject -> requests in flight
 }
 
+// installMu makes each Install's read and set of a connection's error
+// handler one step.
+var installMu sync.Mutex
+
 // Install wraps nc's asynchronous error handler: the violations it is
 // handed end the watched requests, and every error still reaches the
 // handler set before (nats.go's default prints it to stderr; flyball
@@ -51,6 +55,11 @@ type PubWatch struct {
 // Several PubWatches may be installed on one connection (services that
 // share it): each passes every error on to the next.
 func (w *PubWatch) Install(nc *nats.Conn) {
+	// The read and the set are one step: two services installing on one
+	// connection at once would otherwise both wrap the same handler, and
+	// one wrapper would be lost.
+	installMu.Lock()
+	defer installMu.Unlock()
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
 		w.refused(err)
