@@ -104,33 +104,12 @@ func TestNATSURLCredentialsURLParseMissesAreNotShown(t *testing.T) {
 	hostPort := strings.TrimPrefix(url, "nats://")
 	list := "cli:s3cretpass@" + hostPort + ", nats://" + hostPort + "/Xy+z@nats1:4222"
 	e := &cliEnv{url: list, dir: t.TempDir()}
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	cmd := e.command(ctx, "serve", "governor", "--metrics-addr", "", "--log-format", "json")
-	_, lines, raw := startJSONLogged(t, cmd, false)
-	var serving map[string]any
-	for m := range lines {
-		if m["msg"] == "serving" {
-			serving = m
-			break
-		}
-	}
-	if serving == nil {
-		t.Fatalf("serve ended before logging \"serving\":\n%s", raw.String())
-	}
+	serving, raw := serveUntilServing(t, e, "governor")
 	if got, want := serving["nats"], "cli:REDACTED@"+hostPort+","+placeholder; got != want {
 		t.Errorf("the serving line names NATS as %q, want %q", got, want)
 	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	for range lines { // drain until serve exits
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
-	}
-	if leaks(raw.String()) {
-		t.Errorf("serve's log shows a credential of its NATS URL:\n%s", raw.String())
+	if leaks(raw) {
+		t.Errorf("serve's log shows a credential of its NATS URL:\n%s", raw)
 	}
 
 	help := exec.Command(cliBinary, "serve", "-h")
@@ -214,33 +193,12 @@ func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 	_, url := natstest.StartListening(t)
 	hostPort := strings.TrimPrefix(url, "nats://")
 	e := &cliEnv{url: "nats://flyball:2024,eXtra:tPart@" + hostPort, dir: t.TempDir()}
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	cmd := e.command(ctx, "serve", "governor", "--metrics-addr", "", "--log-format", "json")
-	_, lines, raw := startJSONLogged(t, cmd, false)
-	var serving map[string]any
-	for m := range lines {
-		if m["msg"] == "serving" {
-			serving = m
-			break
-		}
-	}
-	if serving == nil {
-		t.Fatalf("serve ended before logging \"serving\":\n%s", raw.String())
-	}
+	serving, raw := serveUntilServing(t, e, "governor")
 	if got, want := serving["nats"], placeholder+",REDACTED@"+hostPort; got != want {
 		t.Errorf("the serving line names NATS as %q, want %q", got, want)
 	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	for range lines { // drain until serve exits
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
-	}
-	if secret := leaks(raw.String()); secret != "" {
-		t.Errorf("serve's log shows %q of its NATS URL's password:\n%s", secret, raw.String())
+	if secret := leaks(raw); secret != "" {
+		t.Errorf("serve's log shows %q of its NATS URL's password:\n%s", secret, raw)
 	}
 }
 
@@ -252,29 +210,7 @@ func TestServeWithoutTheAPIDoesNotReadItsTokens(t *testing.T) {
 	t.Parallel()
 	_, url := natstest.StartListening(t)
 	e := &cliEnv{url: url, dir: t.TempDir(), env: []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short"}}
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	cmd := e.command(ctx, "serve", "timer", "executor", "--metrics-addr", "", "--log-format", "json")
-	_, lines, raw := startJSONLogged(t, cmd, false)
-	serving := false
-	for m := range lines {
-		if m["msg"] == "serving" {
-			serving = true
-			break
-		}
-	}
-	if !serving {
-		_ = cmd.Wait()
-		t.Fatalf("serve timer executor ended before serving:\n%s", raw.String())
-	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	for range lines { // drain until serve exits
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
-	}
+	serveUntilServing(t, e, "timer", "executor")
 	// With the API, both are still refused before anything starts.
 	for _, env := range []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short"} {
 		e := &cliEnv{url: url, dir: t.TempDir(), env: []string{env}}
@@ -446,4 +382,35 @@ func startWithoutJetStream(t *testing.T) *server.Server {
 		t.Fatal("nats-server not ready")
 	}
 	return s
+}
+
+// serveUntilServing runs flyball serve with services under e, waits for
+// its "serving" log line, then interrupts it and waits for a clean exit.
+// It returns that line and the whole log.
+func serveUntilServing(t *testing.T, e *cliEnv, services ...string) (serving map[string]any, log string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	args := append(append([]string{"serve"}, services...), "--metrics-addr", "", "--log-format", "json")
+	cmd := e.command(ctx, args...)
+	_, lines, raw := startJSONLogged(t, cmd, false)
+	for m := range lines {
+		if m["msg"] == "serving" {
+			serving = m
+			break
+		}
+	}
+	if serving == nil {
+		_ = cmd.Wait()
+		t.Fatalf("serve %v ended before logging \"serving\":\n%s", services, raw.String())
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until serve exits
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
+	}
+	return serving, raw.String()
 }
