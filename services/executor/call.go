@@ -431,9 +431,9 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 	m.Header.Set("Flyball-Attempt", strconv.Itoa(attempt))
 	reply, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		var v *jsutil.PubViolation
+		v, refused := jsutil.Refusal(ctx)
 		switch {
-		case errors.As(context.Cause(ctx), &v):
+		case refused:
 			res.err, res.permanent = &pubViolation{subject: v.Subject}, true
 		case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 			errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrDisconnected):

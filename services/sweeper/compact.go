@@ -143,7 +143,7 @@ read:
 	for i, m := range old {
 		// Up to and including the marker: a value written since stays.
 		if err := stream.Purge(pctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+m.key), jetstream.WithPurgeSequence(m.rev+1)); err != nil {
-			if v, ok := errors.AsType[*jsutil.PubViolation](context.Cause(pctx)); ok {
+			if v, ok := jsutil.Refusal(pctx); ok {
 				err = v
 			}
 			return i, fmt.Errorf("purge %s up to its marker: %w", m.key, err)

@@ -71,8 +71,8 @@ func (w *PubWatch) Install(nc *nats.Conn) {
 
 // Watch returns ctx, cancelled with a *PubViolation if the server refuses
 // a publish to subject before unwatch is called. It relies on Install.
-// After a request made with it fails, errors.As(context.Cause(ctx), &v)
-// tells a refusal from any other failure.
+// After a request made with it fails, Refusal tells a refusal from any
+// other failure.
 func (w *PubWatch) Watch(ctx context.Context, subject string) (_ context.Context, unwatch func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	key := new(int)
@@ -94,6 +94,13 @@ func (w *PubWatch) Watch(ctx context.Context, subject string) (_ context.Context
 		w.mu.Unlock()
 		cancel(nil)
 	}
+}
+
+// Refusal is the *PubViolation that ended ctx, a context Watch returned:
+// whether a request made with it failed because the server refused its
+// subject, rather than for any other reason.
+func Refusal(ctx context.Context) (*PubViolation, bool) {
+	return errors.AsType[*PubViolation](context.Cause(ctx))
 }
 
 // refused ends the requests in flight to the subject err names, if err is
