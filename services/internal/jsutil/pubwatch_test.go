@@ -3,6 +3,7 @@ package jsutil
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,8 +38,15 @@ func TestPubWatchEndsOnlyTheRefusedSubject(t *testing.T) {
 	nc, _ := natstest.ConnectAs(t, srv, "limited", "pw")
 	seen := make(chan error, 16)
 	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { seen <- err })
-	var w PubWatch
-	w.Install(nc)
+	// Two watches on one connection, installed at once (two services
+	// sharing it): each must see the refusal, and so must the handler
+	// set before.
+	var w, w2 PubWatch
+	var wg sync.WaitGroup
+	for _, pw := range []*PubWatch{&w, &w2} {
+		wg.Go(func() { pw.Install(nc) })
+	}
+	wg.Wait()
 
 	const timeout = 30 * time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
@@ -47,12 +55,22 @@ func TestPubWatchEndsOnlyTheRefusedSubject(t *testing.T) {
 	defer unwatchOther()
 	rctx, unwatch := w.Watch(ctx, "no.a")
 	defer unwatch()
+	rctx2, unwatch2 := w2.Watch(ctx, "no.a")
+	defer unwatch2()
 	start := time.Now()
 	_, err := nc.RequestWithContext(rctx, "no.a", nil)
 	var v *PubViolation
 	if err == nil || !errors.As(context.Cause(rctx), &v) || v.Subject != "no.a" || time.Since(start) > timeout/2 {
 		t.Fatalf("request to no.a: err %v, cause %v after %s; want it ended at once by a *PubViolation for no.a",
 			err, context.Cause(rctx), time.Since(start).Round(time.Millisecond))
+	}
+	select {
+	case <-rctx2.Done():
+		if v2, ok := Refusal(rctx2); !ok || v2.Subject != "no.a" {
+			t.Fatalf("the second watch on the connection ended with %v, want a *PubViolation for no.a", context.Cause(rctx2))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second watch installed on the connection did not see the refusal: one wrapper was lost")
 	}
 	if other.Err() != nil {
 		t.Fatalf("the request watched on ok.a was ended too: %v", context.Cause(other))
