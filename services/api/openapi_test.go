@@ -422,7 +422,7 @@ func TestRoutesThatReadABodyDocument408And413(t *testing.T) {
 	for _, rt := range s.routes() {
 		key := rt.method + " " + rt.path
 		body := &countingBody{Reader: strings.NewReader(`{"reason":"over the cap"}`)}
-		req := httptest.NewRequest(rt.method, strings.NewReplacer("{id}", "web", "{seq}", "1").Replace(rt.path), nil)
+		req := httptest.NewRequest(rt.method, samplePath(rt.path), nil)
 		req.Body = body
 		req.SetPathValue("id", "web")
 		req.SetPathValue("seq", "1")
