@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -22,7 +24,7 @@ func TestHostBreakerKeyIsASubjectToken(t *testing.T) {
 		}
 		return s
 	}
-	if got := BreakerKey(spec("api.example.com:8443")); got != "host_api_example_com_8443" {
+	if got := BreakerKey(spec("api.example.com:8443")); got != "host_api_example_com_P8443" {
 		t.Fatalf("short host: key %q", got)
 	}
 	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 40) + ".example.com"
@@ -58,8 +60,8 @@ func TestHostBreakerKeyIsPerCanonicalHost(t *testing.T) {
 			t.Errorf("%s: breaker key %q, want host_api_example_com (one host)", u, got)
 		}
 	}
-	if got := key("https://api.example.com:8443/"); got != "host_api_example_com_8443" {
-		t.Errorf("another port: breaker key %q, want host_api_example_com_8443", got)
+	if got := key("https://api.example.com:8443/"); got != "host_api_example_com_P8443" {
+		t.Errorf("another port: breaker key %q, want host_api_example_com_P8443", got)
 	}
 	if a, b := key("https://[2001:DB8::1]/"), key("https://[2001:db8::1]:443/"); a != b {
 		t.Errorf("one IPv6 host, two keys: %q and %q", a, b)
@@ -105,4 +107,84 @@ func TestHostBreakerKeyIsPerIDNAHost(t *testing.T) {
 	if a, b := key("https://bü_cher.example/"), key("https://BÜ_CHER.example:443/"); a != b {
 		t.Errorf("one host IDNA refuses, spelled twice: keys %q and %q, want one", a, b)
 	}
+}
+
+// TestHostBreakerKeyIsPerHost: the host key replaced every character
+// outside a token's with '_', and a hashed key's "-<16 hex>" looked like
+// the end of a host name, so two hosts could share one breaker, and a
+// task owner could pick a host whose failures open another host's:
+// a_b.example.com and a.b.example.com, a.b:8080 and a.b.8080, and a
+// host named after another's hashed key. Each host now has its own key;
+// a plain lower-case name with no port keeps the key it had.
+func TestHostBreakerKeyIsPerHost(t *testing.T) {
+	key := func(host string) string {
+		return BreakerKey(&events.TaskSpec{
+			ID: "t", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://" + host + "/x"}},
+			Breaker: &events.BreakerPolicy{Scope: "host"},
+		})
+	}
+	hash := func(host string) string {
+		sum := sha256.Sum256([]byte(host))
+		return hex.EncodeToString(sum[:8])
+	}
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".example.com"
+	for _, pair := range [][2]string{
+		{"a_b.example.com", "a.b.example.com"},
+		{"a.b:8080", "a.b.8080"},
+		{"a.b:8080", "a.b.-8080"},
+		{"[::1]:8080", "[::1]-8080"},
+		{"a_b.example.com", "a.b.example.com-" + hash("a_b.example.com")},
+		{long, long[:106] + "-" + hash(long)},
+		{"bü_cher.example", "b___cher.example-" + hash("bü_cher.example")},
+	} {
+		if a, b := key(pair[0]), key(pair[1]); a == b {
+			t.Errorf("%s and %s, two hosts, share the breaker key %q", pair[0], pair[1], a)
+		}
+	}
+	for host, want := range map[string]string{
+		"api.example.com":       "host_api_example_com",
+		"10.0.0.7":              "host_10_0_0_7",
+		"xn--bcher-kva.example": "host_xn--bcher-kva_example",
+		"api.example.com:8443":  "host_api_example_com_P8443",
+	} {
+		if got := key(host); got != want {
+			t.Errorf("%s: breaker key %q, want %s", host, got, want)
+		}
+	}
+}
+
+// FuzzHostKeyInjective: two different hosts never share a key (but by a
+// 64-bit collision of SHA-256), every key is a token of at most
+// events.MaxIDLength characters starting with host_, and a plain
+// lower-case name with no port keeps host_<name with '_' for '.'>.
+func FuzzHostKeyInjective(f *testing.F) {
+	for _, pair := range [][2]string{
+		{"a_b.example.com", "a.b.example.com"},
+		{"a.b:8080", "a.b.8080"},
+		{"a.b:8080", "a.b_P8080"},
+		{"[2001:db8::1]:8443", "[2001:db8::1]"},
+		{"[fe80::1%eth0]", "[fe80::1%ETH0]"},
+		{"bü_cher.example", "bä_cher.example"},
+		{"a.example-0123456789abcdef", "a_example-0123456789abcdef"},
+		{strings.Repeat("a.", 70) + "com", strings.Repeat("a.", 70) + "co"},
+		{"", "_"},
+	} {
+		f.Add(pair[0], pair[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ka, kb := hostKey(a), hostKey(b)
+		if a != b && ka == kb {
+			t.Fatalf("hosts %q and %q share the key %q", a, b, ka)
+		}
+		for _, k := range []string{ka, kb} {
+			if !events.ValidToken(k) || !strings.HasPrefix(k, events.HostKeyPrefix) {
+				t.Fatalf("key %q (%d characters) is not a token starting with %s", k, len(k), events.HostKeyPrefix)
+			}
+		}
+		plain := a != "" && len(a) <= events.MaxIDLength-len(events.HostKeyPrefix) &&
+			strings.Trim(a, "abcdefghijklmnopqrstuvwxyz0123456789.-") == ""
+		if want := events.HostKeyPrefix + strings.ReplaceAll(a, ".", "_"); plain && ka != want {
+			t.Fatalf("plain host %q: key %q, want %q as before", a, ka, want)
+		}
+	})
 }

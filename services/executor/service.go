@@ -1035,7 +1035,8 @@ func HostScoped(spec []byte) bool {
 }
 
 // BreakerKey is the flyball-breakers key for a task: its ID, or with scope
-// "host" the target host (dots replaced, as KV keys are subject tokens).
+// "host" the key of the target host (hostKey: host_api_example_com, one
+// key per host, as KV keys are subject tokens).
 // The host is canonicalHost's, as for the per-host call limit: one host
 // spelled https://API.example.com and https://api.example.com:443 is one
 // breaker (the raw URL host made three, and records under those
@@ -1052,22 +1053,61 @@ func BreakerKey(spec *events.TaskSpec) string {
 	return spec.ID
 }
 
-// hostKey is host_<host> with every character outside a token's replaced.
-// The key is also the last token of the breaker's subjects, at most
-// events.MaxIDLength characters: a longer one keeps its first characters
-// and ends with "-" and 16 hex digits of the host's SHA-256, so that two
-// long hosts sharing a prefix keep two breakers. So does the key of a
-// host that is not ASCII (a name IDNA refuses, which canonicalHost leaves
-// in Unicode): each of its non-ASCII bytes becomes one '_', so
-// bü_cher.example and bä_cher.example would otherwise share
-// host_b___cher_example.
+// hostKey is the breaker key of host, a canonicalHost: one key per host,
+// at most events.MaxIDLength characters of a subject token, so that no
+// task owner can name a host whose failures open another host's breaker.
+//
+//   - A name of only [a-z0-9.-] is host_ and the name with '_' for '.':
+//     api.example.com is host_api_example_com, xn--bcher-kva.example is
+//     host_xn--bcher-kva_example. A port other than the scheme's default
+//     adds _P and its digits: api.example.com:8443 is
+//     host_api_example_com_P8443.
+//   - Any other host (one with '_' or another character outside
+//     [a-z0-9.-], an IPv6 literal, a name IDNA refuses, which stays in
+//     Unicode) and any key longer than events.MaxIDLength is hashed: host_,
+//     the host's first characters with '_' for each one outside a token's,
+//     then -H and 16 hex digits of the host's SHA-256. a_b.example.com is
+//     host_a_b_example_com-H<16 hex>.
+//
+// A canonical host is lower-case, so the upper-case P and H of a key
+// never come from a name: a plain key cannot be another host's with a
+// port, nor a hashed one. Before, each character outside a token's became
+// '_' and a hash was "-<16 hex>": a_b.example.com and a.b.example.com,
+// a.b:8080 and a.b.8080 shared a key, and so did a host named after
+// another's hashed key.
 func hostKey(host string) string {
-	key := events.HostKeyPrefix + events.SanitizeToken(host)
-	if len(key) <= events.MaxIDLength && ssrf.IsASCII(host) {
-		return key
+	name, port, hasPort := host, "", false
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		name, port, hasPort = host[:i], host[i+1:], true
+	}
+	if plainHostName(name) && (!hasPort || port != "" && strings.Trim(port, "0123456789") == "") {
+		key := events.HostKeyPrefix + strings.ReplaceAll(name, ".", "_")
+		if hasPort {
+			key += "_P" + port
+		}
+		if len(key) <= events.MaxIDLength {
+			return key
+		}
 	}
 	sum := sha256.Sum256([]byte(host))
-	return key[:min(len(key), events.MaxIDLength-17)] + "-" + hex.EncodeToString(sum[:8])
+	readable := events.SanitizeToken(host)
+	readable = readable[:min(len(readable), events.MaxIDLength-len(events.HostKeyPrefix)-len("-H")-16)]
+	return events.HostKeyPrefix + readable + "-H" + hex.EncodeToString(sum[:8])
+}
+
+// plainHostName reports whether name is non-empty and only of
+// [a-z0-9.-]: the names whose key is host_ and the name, '_' for '.'.
+func plainHostName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // BreakerRecord is the value stored in KV flyball-breakers.

@@ -143,6 +143,30 @@ func TestIDNHostBreakerUnderItsOldKeyIsDeleted(t *testing.T) {
 	}
 }
 
+// TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted: the key of a
+// host with a port (host_api_example_com_8443) or an '_'
+// (host_a_b_example_com) was shared by another host, and has changed
+// (host_api_example_com_P8443, a hash for '_'). The record under the old
+// key is no task's breaker any more: the sweeper must delete it once idle
+// and keep the new one.
+func TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted(t *testing.T) {
+	for _, c := range []struct{ url, old, key string }{
+		{"https://api.example.com:8443/health", "host_api_example_com_8443", "host_api_example_com_P8443"},
+		{"https://a_b.example.com/health", "host_a_b_example_com", "host_a_b_example_com-Hc91c532ecff4d5e8"},
+	} {
+		t.Run(c.old, func(t *testing.T) {
+			ctx := t.Context()
+			breakers, _ := sweepHostBreakers(t, "h", c.url, c.old, c.key)
+			if _, err := breakers.Get(ctx, c.old); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				t.Fatalf("the record under the old key %s after 3 sweeps: %v, want it deleted", c.old, err)
+			}
+			if _, err := breakers.Get(ctx, c.key); err != nil {
+				t.Fatalf("the record under the new key %s: %v, want it kept", c.key, err)
+			}
+		})
+	}
+}
+
 // sweepHostBreakers stores task id, host-scoped on url, and a half-open
 // record written an hour ago under each key, then starts a sweeper and
 // waits for three sweeps.
