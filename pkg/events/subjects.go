@@ -20,8 +20,9 @@ const (
 const MaxIDLength = 128
 
 // HostKeyPrefix starts the flyball-breakers key of a host-scoped breaker
-// (host_ plus the sanitized host and port). No task ID may start with it,
-// so a task's own breaker key never names a host's.
+// (host_ plus the host, one key per host: executor's hostKey, e.g.
+// host_api_example_com or host_api_example_com_P8443). No task ID may
+// start with it, so a task's own breaker key never names a host's.
 const HostKeyPrefix = "host_"
 
 // ValidToken reports whether s can be used as a task ID or any other single

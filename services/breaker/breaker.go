@@ -218,7 +218,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // validKey reports a key executor.BreakerKey can produce: a task ID, or
-// HostKeyPrefix and a sanitized host (up to 128 characters of its own).
+// a host key (HostKeyPrefix and the host, or its hash: a token too).
 func validKey(key string) bool {
 	host, isHost := strings.CutPrefix(key, events.HostKeyPrefix)
 	return events.ValidToken(key) || isHost && events.ValidToken(host)
