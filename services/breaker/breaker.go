@@ -235,11 +235,11 @@ func success(o events.Outcome) bool {
 // successID is the outcome ID (outcomeID) of a success whose event ID is
 // msgID: the executor publishes run.succeeded as
 // <dispatch>:<attempt>:succeeded and run.recovered as
-// <dispatch>:<attempt>:recovered. Empty for any other ID (one published
-// by hand): the body decides then.
+// <dispatch>:<attempt>:recovered (events.RunID). Empty for any other ID
+// (one published by hand): the body decides then.
 func successID(msgID string) string {
-	for _, suffix := range [...]string{":succeeded", ":recovered"} {
-		if id, ok := strings.CutSuffix(msgID, suffix); ok && strings.Contains(id, ":") {
+	for _, suffix := range [...]events.RunIDSuffix{events.RunIDSucceeded, events.RunIDRecovered} {
+		if id, ok := strings.CutSuffix(msgID, string(suffix)); ok && strings.Contains(id, ":") {
 			return id + ":ok"
 		}
 	}

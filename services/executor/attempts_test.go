@@ -240,6 +240,7 @@ func (f *attemptsFixture) dispatch(t *testing.T) uint64 {
 type storedRun struct {
 	outcome string // the subject's outcome token
 	run     events.Run
+	id      string // its Nats-Msg-Id
 }
 
 func (r storedRun) String() string {
@@ -270,7 +271,7 @@ func (f *attemptsFixture) stored(t *testing.T) []storedRun {
 		if !strings.HasSuffix(raw.Subject, "."+f.id) {
 			continue
 		}
-		out = append(out, storedRun{outcome: strings.Split(raw.Subject, ".")[2], run: runOf(t, raw)})
+		out = append(out, storedRun{outcome: strings.Split(raw.Subject, ".")[2], run: runOf(t, raw), id: raw.Header.Get(jetstream.MsgIDHeader)})
 	}
 	return out
 }

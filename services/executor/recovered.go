@@ -161,7 +161,7 @@ func (o *owed) take(key string, now time.Time) bool {
 // response: the breaker reads none of it, and the run.succeeded has it.
 // If it cannot be stored, the key is owed again, so the next success of
 // the key is sent.
-func (s *Service) recoveredAfter(run *events.Run, hold time.Duration, msgID string) {
+func (s *Service) recoveredAfter(run *events.Run, hold time.Duration) {
 	key := run.BreakerKey
 	if key == "" {
 		return
@@ -172,7 +172,7 @@ func (s *Service) recoveredAfter(run *events.Run, hold time.Duration, msgID stri
 	}
 	rec := *run
 	rec.Body, rec.BodyTruncated, rec.Fingerprint, rec.Request = "", false, "", nil
-	msg, err := s.runMsg(events.OutcomeRecovered, &rec, msgID+":recovered")
+	msg, err := s.runMsg(events.OutcomeRecovered, &rec, events.RunID(run.DispatchID, run.Attempt, events.RunIDRecovered))
 	if err != nil {
 		s.log.Warn("run.recovered not published", "task", run.TaskID, "breaker", key, "err", err)
 		s.owed.failed(key, time.Now())

@@ -192,6 +192,14 @@ func TestSuccessIsRepeatedOnlyWhenItCanChangeTheBreaker(t *testing.T) {
 			t.Fatalf("RUNS holds %v, want outcomes %v", got, want)
 		}
 	}
+	// The IDs the breaker's header shortcut reads (successID): built the
+	// one way both sides share.
+	for i, suffix := range []events.RunIDSuffix{events.RunIDFailed, events.RunIDSucceeded, events.RunIDRecovered} {
+		r := got[i+1]
+		if want := events.RunID(r.run.DispatchID, r.run.Attempt, suffix); r.id != want {
+			t.Fatalf("run.%s stored as %q, want %q", r.outcome, r.id, want)
+		}
+	}
 	succ, rec := got[2].run, got[3].run
 	if rec.DispatchID != succ.DispatchID || rec.Attempt != 2 || rec.BreakerKey != f.id || rec.Status != http.StatusOK ||
 		!rec.StartedAt.Equal(succ.StartedAt) || rec.Request != nil || rec.Fingerprint != "" {

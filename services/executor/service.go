@@ -12,7 +12,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1257,7 +1256,7 @@ const (
 func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch, why, reason string) {
 	run := d.Run()
 	run.Reason, run.FinishedAt = reason, time.Now().UTC()
-	s.settleAfter(ctx, m, d, outboxLinger, events.OutcomeSkipped, &run, d.DispatchID+":skipped", func(m jetstream.Msg) {
+	s.settleAfter(ctx, m, d, outboxLinger, events.OutcomeSkipped, &run, events.SkippedRunID(d.DispatchID), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.cfg.Metrics.SkipsTotal.WithLabelValues(why).Inc()
 		s.ack(m)
@@ -1338,7 +1337,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if s.cfg.EmitStarted {
 		started := d.Run()
 		started.Attempt, started.StartedAt, started.Source = attempt, time.Now().UTC(), d.Source
-		if err := s.publishRun(ctx, events.OutcomeStarted, &started, fmt.Sprintf("%s:%d:started", d.DispatchID, attempt)); err != nil {
+		if err := s.publishRun(ctx, events.OutcomeStarted, &started, events.RunID(d.DispatchID, attempt, events.RunIDStarted)); err != nil {
 			s.log.Warn("run.started not published", "task", d.TaskID, "err", err)
 		}
 	}
@@ -1374,10 +1373,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	run.Attempt, run.Source, run.BreakerKey = attempt, d.Source, t.breakerKey
 	run.StartedAt, run.FinishedAt, run.Duration = start.UTC(), finish.UTC(), events.Duration(finish.Sub(start))
 	run.Status, run.Body, run.BodyTruncated, run.Fingerprint, run.Request = res.status, res.body, res.truncated, res.fingerprint, res.request
-	msgID := d.DispatchID + ":" + strconv.Itoa(attempt)
 	hold := holdOf(t, d)
 	if res.ok() {
-		queued := s.settleAfter(ctx, m, d, hold, events.OutcomeSucceeded, &run, msgID+":succeeded", func(m jetstream.Msg) {
+		queued := s.settleAfter(ctx, m, d, hold, events.OutcomeSucceeded, &run, events.RunID(d.DispatchID, attempt, events.RunIDSucceeded), func(m jetstream.Msg) {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("succeeded").Inc()
 			if attempt == 1 { // no record to write: the common case costs no KV round trip
 				s.ack(m)
@@ -1386,7 +1384,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 			s.recordThenSettle(m, d, attemptRecord{Attempts: attempt, Outcome: events.OutcomeSucceeded}, "ack", ackBody)
 		})
 		if queued {
-			s.recoveredAfter(&run, hold, msgID)
+			s.recoveredAfter(&run, hold)
 		}
 		return
 	}
@@ -1407,7 +1405,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		// the earlier failure's ID was dropped by RUNS as a duplicate,
 		// while its dispatch was terminated: no final outcome, no dead
 		// letter. A republish of this same event still deduplicates.
-		if s.settleAfter(ctx, m, d, hold, events.OutcomeFailed, &run, msgID+":final", func(m jetstream.Msg) {
+		if s.settleAfter(ctx, m, d, hold, events.OutcomeFailed, &run, events.RunID(d.DispatchID, attempt, events.RunIDFinal), func(m jetstream.Msg) {
 			s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 			// Recorded as done before the term is sent, so a redelivery
 			// after a lost term terminates it again without a call.
@@ -1422,7 +1420,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	run.RetryIn = events.Duration(delay)
 	// The attempt is counted only once its event is stored: one the outbox
 	// cannot store is nakked uncounted, and the redelivery repeats it.
-	if s.settleAfter(ctx, m, d, hold, events.OutcomeFailed, &run, msgID+":failed", func(m jetstream.Msg) {
+	if s.settleAfter(ctx, m, d, hold, events.OutcomeFailed, &run, events.RunID(d.DispatchID, attempt, events.RunIDFailed), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.cfg.Metrics.RetriesTotal.Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: attempt}, "nak", nakBody(delay))
@@ -1442,7 +1440,7 @@ func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, t *task, d *event
 	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, time.Now().UTC(), d.Source, t.breakerKey
 	run.Final, run.Dispatch, run.ErrorKind = true, d, events.ErrorPermanent
 	run.Error = fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1)
-	s.settleAfter(ctx, m, d, holdOf(t, d), events.OutcomeFailed, &run, fmt.Sprintf("%s:%d:exhausted", d.DispatchID, made), func(m jetstream.Msg) {
+	s.settleAfter(ctx, m, d, holdOf(t, d), events.OutcomeFailed, &run, events.RunID(d.DispatchID, made, events.RunIDExhausted), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("failed").Inc()
 		s.recordThenSettle(m, d, attemptRecord{Attempts: made, Outcome: events.OutcomeFailed}, "term", termBody(run.Error))
 	})
