@@ -395,12 +395,9 @@ func (b *Beater) try(ctx context.Context, a *announcement) bool {
 		a.skip--
 		return false
 	}
-	tctx, cancel := context.WithTimeout(ctx, announceTimeout)
-	defer cancel()
-	err := a.publish(tctx)
+	err := a.publishWithin(ctx, announceTimeout)
 	switch {
 	case err == nil:
-		a.stored = true
 		return true
 	case b.beating.Err() != nil:
 		return false // stopping
@@ -530,15 +527,23 @@ func (b *Beater) lastTry(ctx context.Context, a *announcement) {
 		return
 	}
 	deadline, _ := ctx.Deadline()
-	tctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
-	err := a.publish(tctx)
-	cancel()
-	if err != nil {
+	if err := a.publishWithin(ctx, time.Until(deadline)/2); err != nil {
 		b.cfg.Logger.Warn("runtime.offline published without "+a.what+", which could not be stored",
 			append([]any{"kind", b.cfg.Kind, "name", b.cfg.Name, "tries", a.failed + 1, "err", err}, a.attrs...)...)
-		return
 	}
-	a.stored = true
+}
+
+// publishWithin is one try at a, bounded by timeout; a try that stores it
+// marks it stored. try and lastTry differ only in the timeout and in what
+// a failure does.
+func (a *announcement) publishWithin(ctx context.Context, timeout time.Duration) error {
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := a.publish(tctx)
+	if err == nil {
+		a.stored = true
+	}
+	return err
 }
 
 // deregister deletes the instance's entry if it is its own, and leaves
