@@ -228,8 +228,8 @@ func redactURLs(list string) string {
 	beforeRest := false // the pieces after this one may be a password's rest
 	for i := len(urls) - 1; i >= 0; i-- {
 		raw := strings.TrimSpace(urls[i])
-		schemeless := !strings.Contains(raw, "://")
-		mayBeRest := i > 0 && schemeless && strings.Contains(raw, "@")
+		schemeless, at := !strings.Contains(raw, "://"), strings.Contains(raw, "@")
+		mayBeRest := i > 0 && schemeless && at
 		shown, changed := redactURL(raw, mayBeRest)
 		switch {
 		case changed:
@@ -237,7 +237,7 @@ func redactURLs(list string) string {
 		case withCredentials && (beforeRest || !parsesAsNATS(raw)):
 			urls[i] = unparsableWithCredentials
 		}
-		beforeRest = schemeless && (strings.Contains(raw, "@") || beforeRest)
+		beforeRest = schemeless && (at || beforeRest)
 	}
 	return strings.Join(urls, ",")
 }
