@@ -763,6 +763,15 @@ var errInvalidSpec = errors.New("invalid stored spec")
 // validates every spec it stores, but a value written by hand or by an
 // older or newer governor may not pass, and the call path relies on it
 // (a spec without a target would dereference nil).
+//
+// It does not use kvcache.DecodeStoredSpec, which normalizes as it
+// decodes: the specs it accepts are the same, but the reasons given in
+// run.skipped and the log are not. Normalize is for a spec that
+// validated: on one with retry.initialDelay (or breaker.openDelay) over
+// 24h and no maxDelay (maxOpenDelay), it defaults that to the same value,
+// and validation then also blames a field the author never wrote
+// (TestStoredSpecReasonNamesOnlyWhatItHolds). An undecodable value would
+// also read "stored spec <id> is unreadable" instead of the JSON error.
 func (s *Service) decodeTask(_ string, raw []byte) (*task, error) {
 	var spec events.TaskSpec
 	stored := governor.StoredSpec{TaskSpec: &spec}

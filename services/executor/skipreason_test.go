@@ -55,3 +55,23 @@ func TestInvalidStoredURLWithASlashInItsPasswordIsNotQuoted(t *testing.T) {
 		t.Errorf("the run.skipped reason is %q, want it to name target.http.url without quoting the password", reason)
 	}
 }
+
+// TestStoredSpecReasonNamesOnlyWhatItHolds: decodeTask validates a stored
+// spec before it normalizes it. Normalizing first (as
+// kvcache.DecodeStoredSpec does) defaults an absent retry.maxDelay or
+// breaker.maxOpenDelay to an initialDelay or openDelay over 24h, and the
+// reason then also blames the field the spec never set.
+func TestStoredSpecReasonNamesOnlyWhatItHolds(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	for policy, absent := range map[string]string{`"retry":{"initialDelay":"30h"}`: "maxDelay", `"breaker":{"openDelay":"30h"}`: "maxOpenDelay"} {
+		raw := []byte(`{"id":"x","target":{"http":{"url":"https://api.example.com/"}},"schedule":{"interval":"1h"},` + policy + `}`)
+		_, err := s.decodeTask("x", raw)
+		if err == nil {
+			t.Fatalf("the spec with %s validated", policy)
+		}
+		if strings.Contains(err.Error(), absent) {
+			t.Errorf("the reason for %s names %s, which it does not set: %v", policy, absent, err)
+		}
+	}
+}
