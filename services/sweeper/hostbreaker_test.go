@@ -39,15 +39,15 @@ func TestHostBreakerNoTaskUsesIsForgotten(t *testing.T) {
 	})
 }
 
-// TestOwnRecordOfAHostScopedTaskIsPurged: task "moved" switched to
+// TestOwnRecordOfAHostScopedTaskIsDeleted: task "moved" switched to
 // breaker.scope: host with its own record open. The breaker service
 // deletes that record when its watch sees the switch; a switch made while
 // it was down (or a delete that lost a race) left the record, half-open
 // for good once its retryAt passed: the spec exists, so the sweeper never
-// purged it and counted it in flyball_breakers_open at every sweep. The
-// sweeper now purges a task's own record once its spec is host-scoped,
-// and keeps a task-scoped task's.
-func TestOwnRecordOfAHostScopedTaskIsPurged(t *testing.T) {
+// removed it and counted it in flyball_breakers_open at every sweep. The
+// sweeper now deletes a task's own record (on the revision it read) once
+// its spec is host-scoped, and keeps a task-scoped task's.
+func TestOwnRecordOfAHostScopedTaskIsDeleted(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
 	tasks := bucket(t, srv.JS, streams.BucketTasks)
@@ -64,7 +64,7 @@ func TestOwnRecordOfAHostScopedTaskIsPurged(t *testing.T) {
 		putHalfOpen(t, breakers, id, time.Now().UTC())
 	}
 	_, m := startSweeping(t, srv.JS)
-	natstest.Eventually(t, 10*time.Second, "the own record of a task switched to scope host is purged", func() bool {
+	natstest.Eventually(t, 10*time.Second, "the own record of a task switched to scope host is deleted", func() bool {
 		_, err := breakers.Get(ctx, "moved")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
@@ -107,18 +107,18 @@ func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set
 	return s, m
 }
 
-// TestHostBreakerUnderAnOldSpellingIsPurged: host breaker keys used to be
+// TestHostBreakerUnderAnOldSpellingIsDeleted: host breaker keys used to be
 // built from the raw URL host, and https://API.example.com:443 kept its
 // breaker under host_API_example_com_443. They are now built from the
 // canonical host (host_api_example_com): the record under the old
-// spelling is no task's breaker any more, and the sweeper must purge it
+// spelling is no task's breaker any more, and the sweeper must delete it
 // once idle, as any host breaker no task uses, and keep the new one.
-func TestHostBreakerUnderAnOldSpellingIsPurged(t *testing.T) {
+func TestHostBreakerUnderAnOldSpellingIsDeleted(t *testing.T) {
 	ctx := t.Context()
 	breakers, _ := sweepHostBreakers(t, "api", "https://API.example.com:443/health", "host_API_example_com_443", "host_api_example_com")
 	_, err := breakers.Get(ctx, "host_API_example_com_443")
 	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the record under the old spelling host_API_example_com_443 after 3 sweeps: %v, want it purged", err)
+		t.Fatalf("the record under the old spelling host_API_example_com_443 after 3 sweeps: %v, want it deleted", err)
 	}
 	if _, err := breakers.Get(ctx, "host_api_example_com"); err != nil {
 		t.Fatalf("the record under the canonical key: %v, want it kept", err)
