@@ -256,7 +256,7 @@ func successID(msgID string) string {
 // another replica's writes arrive through the watch a moment later.
 func (s *Service) settled(key, outcome string) bool {
 	r := s.records.Lookup(key)
-	if !executor.Settled(kvcache.Result[executor.BreakerRecord]{Known: r.Known, Found: r.Found, Value: r.Value.BreakerRecord, Err: r.Err}) {
+	if !executor.Settled(kvcache.MapResult(r, func(v viewed) executor.BreakerRecord { return v.BreakerRecord })) {
 		return false
 	}
 	return r.Value.closedBy == "" || outcome != "" && outcome != r.Value.closedBy

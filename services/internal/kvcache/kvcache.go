@@ -208,6 +208,13 @@ type Result[T any] struct {
 	Err error
 }
 
+// MapResult is r with its value passed through f and every other field
+// kept: the answer of a cache of a wider record (the breaker's view)
+// to a function that reads the narrower one (executor.Settled).
+func MapResult[T, U any](r Result[T], f func(T) U) Result[U] {
+	return Result[U]{Known: r.Known, Found: r.Found, Value: f(r.Value), Revision: r.Revision, Err: r.Err}
+}
+
 // Lookup returns the cached value of key.
 func (c *Cache[T]) Lookup(key string) Result[T] {
 	if c.beforeRLock != nil {
