@@ -34,12 +34,11 @@ func (p *planner) budget() {
 	if from, started := p.paceFrom(spacing); !from.IsZero() {
 		if least := from.Add(spacing); p.next.Before(least) {
 			if started {
-				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart (a run started late, at %s)",
+				p.budgetMove(least, "budget of %d runs a day: runs at least %s apart (a run started late, at %s)",
 					limit, spacing, stamp(from))
 			} else {
-				p.choosef(p.onOrAfter(least), SourceBudget, "budget of %d runs a day: runs at least %s apart", limit, spacing)
+				p.budgetMove(least, "budget of %d runs a day: runs at least %s apart", limit, spacing)
 			}
-			p.quietAfterBudget()
 		}
 	}
 	hour := hourOf(p.now)
@@ -49,10 +48,17 @@ func (p *planner) budget() {
 	}
 	free := time.Unix(p.s.Budget.freeHour(hour, int64(limit))*3600, 0).UTC()
 	if p.next.Before(free) {
-		p.choosef(p.onOrAfter(free), SourceBudget, "budget used up: %d runs in the last 24 hours (limit %d): waits until %s",
+		p.budgetMove(free, "budget used up: %d runs in the last 24 hours (limit %d): waits until %s",
 			used, limit, stamp(free))
-		p.quietAfterBudget()
 	}
+}
+
+// budgetMove moves the run to t, or for a cron task to its first
+// occurrence at or after t, with the trail line format, and applies
+// quiet hours to the new time (quietAfterBudget).
+func (p *planner) budgetMove(t time.Time, format string, args ...any) {
+	p.choosef(p.onOrAfter(t), SourceBudget, format, args...)
+	p.quietAfterBudget()
 }
 
 // quietAfterBudget applies quiet hours to a run the budget moved: quiet
