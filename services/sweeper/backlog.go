@@ -39,8 +39,8 @@ const backlogLogWindow = 5 * time.Minute
 // does not exist loses its series.
 func (s *Service) reportBacklog(ctx context.Context) {
 	var wg conc.WaitGroup
-	for i, d := range s.durables {
-		wg.Go(func() { s.readDurable(ctx, d, s.durableLogs[i]) })
+	for _, d := range s.durables {
+		wg.Go(func() { s.readDurable(ctx, d) })
 	}
 	wg.Go(func() { s.readAccount(ctx) })
 	wg.Wait()
@@ -52,19 +52,26 @@ func (s *Service) reportBacklog(ctx context.Context) {
 // until the next failure, which may come weeks later.
 func (s *Service) flushBacklogLogs(all bool) {
 	now := s.cfg.Now()
-	for _, l := range s.durableLogs {
-		l.Flush(now, all)
+	for _, d := range s.durables {
+		d.log.Flush(now, all)
 	}
 	s.accountLog.Flush(now, all)
 }
 
-// readDurable reads one durable's state into flyball_consumer_*; log
-// names the durable.
-func (s *Service) readDurable(parent context.Context, d streams.Durable, log *repeatlog.Log) {
+// durable is a consumer the backlog report reads and the log of its
+// failed reads. The log's lines, its count too, name the durable, so one
+// durable's failures are not counted in another's line.
+type durable struct {
+	streams.Durable
+	log *repeatlog.Log
+}
+
+// readDurable reads one durable's state into flyball_consumer_*.
+func (s *Service) readDurable(parent context.Context, d durable) {
 	ctx, cancel := context.WithTimeout(parent, backlogTimeout)
 	defer cancel()
 	m := s.cfg.Metrics
-	b, err := query.ReadBacklog(ctx, s.cfg.JS, d)
+	b, err := query.ReadBacklog(ctx, s.cfg.JS, d.Durable)
 	if err != nil {
 		if parent.Err() != nil { // stopping: not a failure of the read
 			return
@@ -75,7 +82,7 @@ func (s *Service) readDurable(parent context.Context, d streams.Durable, log *re
 				g.DeleteLabelValues(d.Stream, d.Name)
 			}
 		}
-		backlogWarn(s.cfg.Now(), log, "reading a durable consumer's state failed; its backlog metrics keep their last reading", err)
+		backlogWarn(s.cfg.Now(), d.log, "reading a durable consumer's state failed; its backlog metrics keep their last reading", err)
 		return
 	}
 	m.ConsumerPending.WithLabelValues(d.Stream, d.Name).Set(float64(b.Pending))

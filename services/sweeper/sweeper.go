@@ -109,14 +109,11 @@ type Service struct {
 	// sweep publishes it again while the entry stays so marked. Only the
 	// sweep goroutine touches it.
 	unannounced map[string]offlineMark
-	// durables are the consumers the backlog report reads (backlog.go).
-	durables []streams.Durable
-	// durableLogs (one per durable, in the order of durables) and
-	// accountLog keep a NATS outage from logging every failed backlog
-	// read of every sweep. A durable's lines, its count too, name it, so
-	// one durable's failures are not counted in another's line.
-	durableLogs []*repeatlog.Log
-	accountLog  *repeatlog.Log
+	// durables are the consumers the backlog report reads (backlog.go),
+	// each with its log. The logs keep a NATS outage from logging every
+	// failed backlog read of every sweep.
+	durables   []durable
+	accountLog *repeatlog.Log
 	// tuneFollow, when set, adjusts each bucket's watch before it starts
 	// (tests end a watch).
 	tuneFollow func(bucket string, f *kvcache.Follower)
@@ -148,14 +145,14 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	logs := make([]*repeatlog.Log, len(ds))
+	durables := make([]durable, len(ds))
 	for i, d := range ds {
-		logs[i] = repeatlog.New(cfg.Logger.With("stream", d.Stream, "consumer", d.Name), backlogLogWindow)
+		durables[i] = durable{Durable: d, log: repeatlog.New(cfg.Logger.With("stream", d.Stream, "consumer", d.Name), backlogLogWindow)}
 	}
 	return &Service{
 		cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), compactCap: maxCompactPerPass,
 		beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{},
-		durables: ds, durableLogs: logs, accountLog: repeatlog.New(cfg.Logger, backlogLogWindow),
+		durables: durables, accountLog: repeatlog.New(cfg.Logger, backlogLogWindow),
 	}, nil
 }
 
