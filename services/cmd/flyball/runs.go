@@ -120,16 +120,8 @@ type runPrinter struct {
 
 func (p *runPrinter) print(rec *query.RunRecord) error {
 	if c := rec.Run.TaskCreatedAt; !c.IsZero() {
-		if p.out == outTable && governor.OtherCreatedAt(p.created, c) {
-			var err error
-			if c.After(p.created) {
-				_, err = fmt.Fprintf(p.w, "-- task deleted and created again at %s: the runs below are the new task's --\n", fmtTime(c))
-			} else {
-				_, err = fmt.Fprintf(p.w, "-- the runs below are the deleted task's (created at %s), stored late --\n", fmtTime(c))
-			}
-			if err != nil {
-				return err
-			}
+		if err := p.changeover(c, "below"); err != nil {
+			return err
 		}
 		p.created = c
 	}
@@ -140,14 +132,21 @@ func (p *runPrinter) print(rec *query.RunRecord) error {
 // newer page, not printed) is of the other task: created is its
 // taskCreatedAt.
 func (p *runPrinter) end(created time.Time) error {
+	return p.changeover(created, "after these")
+}
+
+// changeover writes, in the table, the line that marks a pass from the
+// task of the last printed run to the task created at created, if that
+// is another; where says which runs are its ("below", "after these").
+func (p *runPrinter) changeover(created time.Time, where string) error {
 	if p.out != outTable || !governor.OtherCreatedAt(p.created, created) {
 		return nil
 	}
 	var err error
 	if created.After(p.created) {
-		_, err = fmt.Fprintf(p.w, "-- task deleted and created again at %s: the runs after these are the new task's --\n", fmtTime(created))
+		_, err = fmt.Fprintf(p.w, "-- task deleted and created again at %s: the runs %s are the new task's --\n", fmtTime(created), where)
 	} else {
-		_, err = fmt.Fprintf(p.w, "-- the runs after these are the deleted task's (created at %s), stored late --\n", fmtTime(created))
+		_, err = fmt.Fprintf(p.w, "-- the runs %s are the deleted task's (created at %s), stored late --\n", where, fmtTime(created))
 	}
 	return err
 }
