@@ -154,6 +154,11 @@ func redactError(err error, extra []string) error {
 	}
 	c := *ue
 	c.URL = redactErrorURL(ue.URL, extra)
+	if len(c.URL) > maxErrorURL {
+		// Cut before url.Error quotes it: a redirect's Location may be
+		// megabytes, and the cause after the URL is what an operator needs.
+		c.URL = runePrefix(c.URL, maxErrorURL-len(runTextCut)) + runTextCut
+	}
 	if ue.Err != nil {
 		switch msg := ue.Err.Error(); {
 		case strings.HasPrefix(msg, locationParseError):
@@ -164,6 +169,10 @@ func redactError(err error, extra []string) error {
 	}
 	return &c
 }
+
+// maxErrorURL caps the URL quoted in a call's error, cut after redaction
+// (a cut first could leave part of the user info looking like a host).
+const maxErrorURL = 1 << 10
 
 // locationParseError starts net/http's error for a redirect whose
 // Location does not parse (net/http/client.go).

@@ -167,3 +167,33 @@ func FuzzRedactURL(f *testing.F) {
 		}
 	})
 }
+
+// hugeURLError is a redirect's failure as net/http returns it when the
+// Location is about 1.1 MB (net/http takes headers up to 10 MB): the URL
+// percent-escaped, 3.3 MB, and the cause after it.
+func hugeURLError() *url.Error {
+	u := "http://127.0.0.1:1/" + url.PathEscape(strings.Repeat("é", 1100<<10/2)) + "?token=hunter2"
+	return &url.Error{Op: "Get", URL: u, Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}
+}
+
+// TestHugeURLInAnErrorIsCutAndTheCauseKept: a URL in an error is cut to
+// maxErrorURL before the error is quoted, so the cause that follows it
+// reaches run.error, and the executor does not quote megabytes only to
+// keep the first maxRunText.
+func TestHugeURLInAnErrorIsCutAndTheCauseKept(t *testing.T) {
+	t.Parallel()
+	got := redactError(hugeURLError(), nil).Error()
+	if len(got) > maxRunText || !strings.HasSuffix(got, "connection refused") || !strings.Contains(got, runTextCut) || strings.Contains(got, "hunter2") {
+		t.Fatalf("redactError of a 3.3 MB URL: %d bytes, ends %q; want at most %d bytes with the URL cut (%q) and the cause kept",
+			len(got), got[max(len(got)-60, 0):], maxRunText, runTextCut)
+	}
+}
+
+// BenchmarkHugeURLError: what an attempt that meets a 1.1 MB redirect
+// spends in the executor on the error, from redaction to run.error.
+func BenchmarkHugeURLError(b *testing.B) {
+	err := hugeURLError()
+	for b.Loop() {
+		_ = capText(redactError(err, nil).Error(), maxRunText)
+	}
+}
