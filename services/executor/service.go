@@ -1077,9 +1077,10 @@ func BreakerKey(spec *events.TaskSpec) string {
 //     then -H and 16 hex digits of the host's SHA-256. a_b.example.com is
 //     host_a_b_example_com-H<16 hex>.
 //
-// A canonical host is lower-case, so the upper-case P and H of a key
-// never come from a name: a plain key cannot be another host's with a
-// port, nor a hashed one. Before, each character outside a token's became
+// A canonical host's name is lower-case (an IPv6 zone keeps its case,
+// but a host with one is hashed), so the upper-case P and H of a plain
+// key never come from a name: a plain key cannot be another host's with
+// a port, nor a hashed one. Before, each character outside a token's became
 // '_' and a hash was "-<16 hex>": a_b.example.com and a.b.example.com,
 // a.b:8080 and a.b.8080 shared a key, and so did a host named after
 // another's hashed key.
