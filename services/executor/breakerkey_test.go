@@ -47,7 +47,11 @@ func TestHostBreakerKeyIsASubjectToken(t *testing.T) {
 // https://api.example.com:443 kept three breakers for one host, while the
 // per-host call limit already counted them as one (canonicalHost). The
 // key now names the canonical host: lower-cased, the scheme's default
-// port left out; another port is still another host.
+// port left out; another port is still another host. A port was compared
+// as written, so https://api.example.com:0443 (which dials 443) had
+// host_api_example_com_P0443, and a name's trailing dot kept its own key
+// (api.example.com. and api.example.com): a port's leading zeros and one
+// trailing dot are now left out.
 func TestHostBreakerKeyIsPerCanonicalHost(t *testing.T) {
 	key := func(url string) string {
 		return BreakerKey(&events.TaskSpec{
@@ -55,13 +59,18 @@ func TestHostBreakerKeyIsPerCanonicalHost(t *testing.T) {
 			Breaker: &events.BreakerPolicy{Scope: "host"},
 		})
 	}
-	for _, u := range []string{"https://api.example.com/a", "https://API.example.com/b", "https://api.example.com:443/c", "http://Api.Example.com:80/d"} {
+	for _, u := range []string{
+		"https://api.example.com/a", "https://API.example.com/b", "https://api.example.com:443/c", "http://Api.Example.com:80/d",
+		"https://api.example.com:0443/e", "https://api.example.com./f", "http://API.example.com.:080/g",
+	} {
 		if got := key(u); got != "host_api_example_com" {
 			t.Errorf("%s: breaker key %q, want host_api_example_com (one host)", u, got)
 		}
 	}
-	if got := key("https://api.example.com:8443/"); got != "host_api_example_com_P8443" {
-		t.Errorf("another port: breaker key %q, want host_api_example_com_P8443", got)
+	for _, u := range []string{"https://api.example.com:8443/", "https://api.example.com:08443/", "https://api.example.com.:8443/"} {
+		if got := key(u); got != "host_api_example_com_P8443" {
+			t.Errorf("%s: breaker key %q, want host_api_example_com_P8443", u, got)
+		}
 	}
 	if a, b := key("https://[2001:DB8::1]/"), key("https://[2001:db8::1]:443/"); a != b {
 		t.Errorf("one IPv6 host, two keys: %q and %q", a, b)

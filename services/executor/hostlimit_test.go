@@ -26,7 +26,10 @@ import (
 // https://API.example.com and https://api.example.com:443 each had
 // their own 16 calls, and so did every other spelling of one host. An
 // internationalized name was left in Unicode: https://bücher.example and
-// https://xn--bcher-kva.example, one host, had 16 calls each.
+// https://xn--bcher-kva.example, one host, had 16 calls each. A port
+// was compared as written (https://api.example.com:0443, which dials
+// 443, had its own calls), and so was a name's trailing dot
+// (api.example.com.).
 func TestHostLimitIsPerCanonicalHost(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
@@ -47,6 +50,13 @@ func TestHostLimitIsPerCanonicalHost(t *testing.T) {
 		{"https://bücher.example/", "https://xn--bcher-kva.example/", true},
 		{"https://Bücher.example/", "https://XN--BCHER-KVA.example:443/", true},
 		{"https://bücher.example/", "https://bächer.example/", false},
+		{"https://api.example.com:0443/", "https://api.example.com/", true},
+		{"https://api.example.com:08443/", "https://api.example.com:8443/", true},
+		{"http://api.example.com:00/", "http://api.example.com:0/", true},
+		{"https://api.example.com./", "https://api.example.com/", true},
+		{"https://API.example.com.:0443/", "https://api.example.com/", true},
+		{"https://bücher.example./", "https://xn--bcher-kva.example/", true},
+		{"https://api.example.com../", "https://api.example.com/", false},
 	} {
 		s, err := New(Config{JS: srv.JS, PerHost: 1, Logger: quietLog()})
 		if err != nil {

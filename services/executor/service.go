@@ -1743,6 +1743,11 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 // https://bücher.example and https://xn--bcher-kva.example are one host,
 // xn--bcher-kva.example. A name IDNA refuses (bü_cher.example) stays in
 // Unicode, lower-cased (net/http dials it as written); hostKey hashes it.
+// A port's leading zeros are left out (https://api.example.com:0443 dials
+// 443: it is api.example.com; :08443 is api.example.com:8443; :00 is :0),
+// and so is one trailing '.' of a name (api.example.com. is
+// api.example.com). Only the key and the limit see this: the URL dialled,
+// and the SSRF guard that checks its address, are as written.
 // Computed once per spec revision (decodeTask), not per call.
 func canonicalHost(u *url.URL) string {
 	name, port := u.Hostname(), u.Port()
@@ -1753,6 +1758,14 @@ func canonicalHost(u *url.URL) string {
 	name = strings.ToLower(ssrf.ASCIIHost(name)) + zone
 	if strings.IndexByte(name, ':') >= 0 {
 		name = "[" + name + "]"
+	} else if len(name) > 1 {
+		name = strings.TrimSuffix(name, ".")
+	}
+	if port != "" {
+		// url.Parse leaves only digits in a port.
+		if port = strings.TrimLeft(port, "0"); port == "" {
+			port = "0"
+		}
 	}
 	if port == "" || port == defaultPort[u.Scheme] {
 		return name
