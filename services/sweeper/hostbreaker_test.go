@@ -167,10 +167,51 @@ func TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted(t *testing.T) {
 	}
 }
 
+// TestHostBreakerUnderAnOldKeyStillWrittenIsKept: while old and new
+// executors both run, an old one still writes the host's breaker under
+// its old key (host_api_example_com_8443). No task names that key on the
+// new code, but the sweeper deletes a host breaker only once it has not
+// been written for 10 minutes: a record under an old key written a
+// minute ago must outlive the sweeps (and is counted in
+// flyball_breakers_open while open), while one written an hour ago is
+// deleted.
+func TestHostBreakerUnderAnOldKeyStillWrittenIsKept(t *testing.T) {
+	ctx := t.Context()
+	now := time.Now().UTC()
+	const recent, idle, key = "host_api_example_com_8443", "host_a_b_example_com", "host_api_example_com_P8443"
+	breakers, m := sweepHostBreakersWritten(t, "h", "https://api.example.com:8443/health", map[string]time.Time{
+		key: now.Add(-time.Hour), recent: now.Add(-time.Minute), idle: now.Add(-time.Hour),
+	})
+	if _, err := breakers.Get(ctx, recent); err != nil {
+		t.Fatalf("the record under the old key %s, written a minute ago, after 3 sweeps: %v, want it kept", recent, err)
+	}
+	if _, err := breakers.Get(ctx, idle); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the record under the old key %s, written an hour ago, after 3 sweeps: %v, want it deleted", idle, err)
+	}
+	if _, err := breakers.Get(ctx, key); err != nil {
+		t.Fatalf("the record under the new key %s: %v, want it kept", key, err)
+	}
+	if got := testutil.ToFloat64(m.BreakersOpen); got != 2 {
+		t.Errorf("flyball_breakers_open = %v, want 2: the new key's and the old key's still written", got)
+	}
+}
+
 // sweepHostBreakers stores task id, host-scoped on url, and a half-open
 // record written an hour ago under each key, then starts a sweeper and
 // waits for three sweeps.
 func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.KeyValue, *metrics.Set) {
+	t.Helper()
+	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
+	written := make(map[string]time.Time, len(keys))
+	for _, key := range keys {
+		written[key] = long
+	}
+	return sweepHostBreakersWritten(t, id, url, written)
+}
+
+// sweepHostBreakersWritten is sweepHostBreakers with a half-open record
+// under each key of written, written at its time.
+func sweepHostBreakersWritten(t *testing.T, id, url string, written map[string]time.Time) (jetstream.KeyValue, *metrics.Set) {
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
@@ -184,9 +225,8 @@ func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.
 	if _, err := tasks.Put(ctx, id, spec); err != nil {
 		t.Fatal(err)
 	}
-	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
-	for _, key := range keys {
-		putHalfOpen(t, breakers, key, long)
+	for key, at := range written {
+		putHalfOpen(t, breakers, key, at)
 	}
 	s, m := startSweeping(t, srv.JS)
 	for range 3 {
