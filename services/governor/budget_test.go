@@ -23,7 +23,9 @@ import (
 // decision's next run must start at least half the spacing after the
 // run just made, and at the time the rule gives: start + spacing for a
 // run started late, slot + spacing for one started within half the
-// spacing of its slot.
+// spacing of its slot. Two tasks of their own sit at the boundary: a run
+// 149s after its slot is paced from the slot, one 151s after from its
+// start.
 func TestBudgetPacesABurstOfRunsHalfTheSpacingApart(t *testing.T) {
 	s, js := startGovernor(t)
 	const (
@@ -31,34 +33,48 @@ func TestBudgetPacesABurstOfRunsHalfTheSpacingApart(t *testing.T) {
 		perDay  = 288
 		spacing = 24 * time.Hour / perDay // 5m
 	)
-	spec := minuteSpec(id)
-	spec.Budget = &events.Budget{MaxRunsPerDay: perDay}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.tasks.Put(t.Context(), id, raw); err != nil {
-		t.Fatal(err)
+	// create stores task id, budgeted, due at slot.
+	create := func(id string, slot time.Time) {
+		t.Helper()
+		spec := minuteSpec(id)
+		spec.Budget = &events.Budget{MaxRunsPerDay: perDay}
+		raw, err := json.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.tasks.Put(t.Context(), id, raw); err != nil {
+			t.Fatal(err)
+		}
+		body, err := json.Marshal(gov.State{TaskID: id, NextRunAt: slot, Source: gov.SourceBaselineInterval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.schedules.Create(t.Context(), id, body); err != nil {
+			t.Fatal(err)
+		}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	overdue := now.Add(-20 * time.Minute)
-	body, err := json.Marshal(gov.State{TaskID: id, NextRunAt: overdue, Source: gov.SourceBaselineInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.schedules.Create(t.Context(), id, body); err != nil {
-		t.Fatal(err)
-	}
+	create(id, overdue)
+	// At the boundary, each its own task: a run 149s after its slot
+	// (under half the spacing, 150s) is paced from the slot, one 151s
+	// after from its start.
+	edge := now.Add(-3 * time.Minute)
+	create("under-half", edge)
+	create("over-half", edge)
 
 	for _, run := range []struct {
-		name          string
+		name, id      string
 		slot, started time.Time
 		want          time.Time
 	}{
-		{"overdue slot started 19m late: paced from its start", overdue, now.Add(-60 * time.Second), now.Add(-60*time.Second + spacing)},
-		{"next overdue slot started 18m late: paced from its start", overdue.Add(time.Minute), now.Add(-50 * time.Second), now.Add(-50*time.Second + spacing)},
-		{"slot started 80s late (under half the spacing): paced from its slot", now.Add(-2 * time.Minute), now.Add(-40 * time.Second), now.Add(-2*time.Minute + spacing)},
+		{"overdue slot started 19m late: paced from its start", id, overdue, now.Add(-60 * time.Second), now.Add(-60*time.Second + spacing)},
+		{"next overdue slot started 18m late: paced from its start", id, overdue.Add(time.Minute), now.Add(-50 * time.Second), now.Add(-50*time.Second + spacing)},
+		{"slot started 80s late (under half the spacing): paced from its slot", id, now.Add(-2 * time.Minute), now.Add(-40 * time.Second), now.Add(-2*time.Minute + spacing)},
+		{"slot started 149s late (just under half the spacing): paced from its slot", "under-half", edge, edge.Add(149 * time.Second), edge.Add(spacing)},
+		{"slot started 151s late (just over half the spacing): paced from its start", "over-half", edge, edge.Add(151 * time.Second), edge.Add(151*time.Second + spacing)},
 	} {
+		id := run.id
 		publishRunAndWait(t, js, events.OutcomeSucceeded, events.Run{
 			DispatchID: events.DispatchID(id, run.slot), TaskID: id, ScheduledAt: run.slot, Attempt: 1,
 			StartedAt: run.started, FinishedAt: run.started.Add(time.Second), Status: 200,
