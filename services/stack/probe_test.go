@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -150,8 +150,8 @@ func TestHalfOpenHostBreakerLetsOneProbeThrough(t *testing.T) {
 	if probeDeferred < n-1 {
 		t.Errorf("flyball_breaker_probe_deferred_total = %v, want at least %d", probeDeferred, n-1)
 	}
-	u, _ := url.Parse(host.srv.URL)
-	checkOneProbeClaim(t, e, events.HostKeyPrefix+events.SanitizeToken(u.Host), retryAt)
+	opener := hostTask("opener", host.srv.URL+"/fail", openDelay)
+	checkOneProbeClaim(t, e, executor.BreakerKey(&opener), retryAt) // host_127_0_0_1_P<port>
 
 	// The probe succeeds: the breaker closes, and everyone calls.
 	close(host.release)
