@@ -131,7 +131,11 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 		return json.RawMessage(`{"id":"` + id + `","target":{"http":{"url":"http://h.example:8080/x"}},"schedule":{"interval":"` + interval + `"},` +
 			`"breaker":{"scope":"host"},"retry":{"maxAttempts":2}}`)
 	}
-	hostKey := "host_h_example_P8080" // executor.BreakerKey of the spec
+	var hostSpec events.TaskSpec
+	if err := json.Unmarshal(spec("1m"), &hostSpec); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := executor.BreakerKey(&hostSpec) // the host's breaker, as the executor keys it
 	cmd := func(verb events.Verb, ceID string, data any) func() {
 		return func() { publishEvent(t, js, events.TaskSubject(verb, id), verb.Type(), id, ceID, data) }
 	}
