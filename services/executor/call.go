@@ -434,7 +434,7 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 		v, refused := jsutil.Refusal(ctx)
 		switch {
 		case refused:
-			res.err, res.permanent = &pubViolation{subject: v.Subject}, true
+			res.err, res.permanent = fmt.Errorf("the executor's NATS user may not publish to %s (permissions violation)", v.Subject), true
 		case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 			errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrDisconnected):
 			res.err, res.infra = fmt.Errorf("the executor's NATS connection is down, request not sent: %w", err), true
@@ -461,13 +461,4 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 		res.permanent = n >= 400 && n < 500 && n != 408 && n != 429
 	}
 	return res
-}
-
-// pubViolation is the server's refusal of a request: the executor's NATS
-// user may not publish to its subject (a *jsutil.PubViolation, worded for
-// the run's error).
-type pubViolation struct{ subject string }
-
-func (v *pubViolation) Error() string {
-	return "the executor's NATS user may not publish to " + v.subject + " (permissions violation)"
 }
