@@ -306,7 +306,7 @@ func (g *Guard) CheckHost(host string) error {
 // punycode). An ASCII host, or one that has no such form, is returned
 // unchanged, as net/http uses it.
 func ASCIIHost(host string) string {
-	if IsASCII(host) {
+	if isASCII(host) {
 		return host
 	}
 	if a, err := idna.Lookup.ToASCII(host); err == nil {
@@ -315,9 +315,9 @@ func ASCIIHost(host string) string {
 	return host
 }
 
-// IsASCII reports whether s holds ASCII bytes only: a host net/http
+// isASCII reports whether s holds ASCII bytes only: a host net/http
 // dials as it is, with no IDNA mapping.
-func IsASCII(s string) bool {
+func isASCII(s string) bool {
 	for i := range len(s) {
 		if s[i] >= utf8.RuneSelf {
 			return false

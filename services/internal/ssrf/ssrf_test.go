@@ -327,10 +327,9 @@ func TestDenyWinsOverAllow(t *testing.T) {
 	}
 }
 
-// TestASCIIHostAndIsASCII: IsASCII, which the executor's breaker keys use
-// too, tells a host net/http dials as it is; ASCIIHost leaves such a host
-// unchanged (case included) and maps another to its IDNA ASCII form, or
-// leaves it when IDNA refuses it.
+// TestASCIIHostAndIsASCII: isASCII tells a host net/http dials as it
+// is; ASCIIHost leaves such a host unchanged (case included) and maps
+// another to its IDNA ASCII form, or leaves it when IDNA refuses it.
 func TestASCIIHostAndIsASCII(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -344,8 +343,8 @@ func TestASCIIHostAndIsASCII(t *testing.T) {
 		{"BÜCHER.example", "xn--bcher-kva.example", false},
 		{"bü_cher.example", "bü_cher.example", false},
 	} {
-		if got := IsASCII(c.host); got != c.isASCII {
-			t.Errorf("IsASCII(%q) = %v, want %v", c.host, got, c.isASCII)
+		if got := isASCII(c.host); got != c.isASCII {
+			t.Errorf("isASCII(%q) = %v, want %v", c.host, got, c.isASCII)
 		}
 		if got := ASCIIHost(c.host); got != c.ascii {
 			t.Errorf("ASCIIHost(%q) = %q, want %q", c.host, got, c.ascii)
