@@ -72,3 +72,54 @@ func TestDecideARunInFlightAtAnUpdateDoesNotRecordItsFingerprint(t *testing.T) {
 		t.Fatalf("lastFingerprint %q, fingerprintFrom %s; want the new run's recorded and the mark cleared", d2.State.LastFingerprint, d2.State.FingerprintFrom)
 	}
 }
+
+// observe compares the start the executor reported (reportedStart), not
+// runStart's. runStart raises a start to its slot: a run reported as
+// started before the update, with its slot after it (a forged start, or
+// an executor clock behind), would count as made under the new spec and
+// record the old spec's fingerprint.
+func TestDecideARunReportedAsStartedBeforeAnUpdateDoesNotRecordItsFingerprintWhateverItsSlot(t *testing.T) {
+	spec := withActivity(changeSpec())
+	st := stateWith(ran(t0), fingerprint("old-url"))
+
+	up := governor.Decide(t0.Add(time.Second), spec, st, updated)
+	from := up.State.FingerprintFrom
+	slot := up.NextRunAt
+	if from.IsZero() || !slot.After(from.Add(governor.FingerprintMargin)) {
+		t.Fatalf("setup: fingerprintFrom %s, next slot %s; want a slot after the update and its margin", from, slot)
+	}
+	o := outcomeFP("succeeded", slot, "old-url")
+	o.Outcome.StartedAt = from.Add(-time.Second) // before its slot and before the update
+	d := governor.Decide(slot.Add(2*time.Second), spec, up.State, o)
+	if d.State.LastFingerprint != "" || !d.State.FingerprintFrom.Equal(from) {
+		t.Fatalf("a run reported as started at %s, before the update of %s, recorded its fingerprint: lastFingerprint %q, fingerprintFrom %s; want none recorded and the mark kept",
+			o.Outcome.StartedAt, from, d.State.LastFingerprint, d.State.FingerprintFrom)
+	}
+	if tr := strings.Join(d.Trail, "\n"); !strings.Contains(tr, "the run started before the spec update") {
+		t.Fatalf("the trail does not say why the fingerprint was not used:\n%s", tr)
+	}
+}
+
+// runStart also lowers a start to now. When this replica's clock is
+// behind the executor's, a run reported as started after the update (and
+// its margin) would be taken as started at now, before them, and its
+// fingerprint dropped. observe takes the reported start as it is.
+func TestDecideARunReportedAsStartedAfterAnUpdateRecordsItsFingerprintWhenTheExecutorClockIsAhead(t *testing.T) {
+	spec := withActivity(changeSpec())
+	slot := t0.Add(time.Minute)
+	st := stateWith(ran(t0), fingerprint("old-url"), planned(slot, governor.SourceBaselineInterval))
+
+	up := governor.Decide(slot.Add(100*time.Millisecond), spec, st, updated)
+	from := up.State.FingerprintFrom
+	now := slot.Add(600 * time.Millisecond) // before the update's margin has passed here
+	o := outcomeFP("succeeded", slot, "new-url")
+	o.Outcome.StartedAt = slot.Add(3 * time.Second) // after now: the executor's clock is ahead
+	if from.IsZero() || !now.Before(from.Add(governor.FingerprintMargin)) || o.Outcome.StartedAt.Before(from.Add(governor.FingerprintMargin)) {
+		t.Fatalf("setup: fingerprintFrom %s, now %s, startedAt %s; want now within the update's margin and the start after it", from, now, o.Outcome.StartedAt)
+	}
+	d := governor.Decide(now, spec, up.State, o)
+	if d.State.LastFingerprint != "new-url" || !d.State.FingerprintFrom.IsZero() {
+		t.Fatalf("a run reported as started at %s, after the update of %s, decided at %s: lastFingerprint %q, fingerprintFrom %s; want its fingerprint recorded and the mark cleared\n%s",
+			o.Outcome.StartedAt, from, now, d.State.LastFingerprint, d.State.FingerprintFrom, strings.Join(d.Trail, "\n"))
+	}
+}
