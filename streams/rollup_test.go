@@ -63,14 +63,21 @@ func expectRollupRefused(t *testing.T, ctx context.Context, js jetstream.JetStre
 // A user allowed to write one key emptied the whole bucket: the api's
 // own heartbeat entry every service's, the executor's attempt records
 // (which keep a redelivered, already-finished dispatch from calling its
-// target again) everyone's. No bucket allows them now.
+// target again) everyone's. No bucket allows them now. A client that
+// calls jetstream.CreateKeyValue on a bucket (which would make it with
+// roll-ups on) is refused, the bucket existing with another config, and
+// leaves the bucket as it was.
 func TestKVBucketsRefuseRollups(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	js := startJS(t)
 	mustEnsure(t, ctx, js)
 	for _, cfg := range kvConfigs(t) {
-		expectRollupRefused(t, ctx, js, strings.TrimPrefix(cfg.Name, kvStreamPrefix))
+		bucket := strings.TrimPrefix(cfg.Name, kvStreamPrefix)
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: uint8(cfg.MaxMsgsPerSubject)}); !errors.Is(err, jetstream.ErrBucketExists) {
+			t.Errorf("CreateKeyValue(%s) over the provisioned bucket: %v, want it refused (the bucket exists with roll-ups off)", bucket, err)
+		}
+		expectRollupRefused(t, ctx, js, bucket)
 	}
 }
 
