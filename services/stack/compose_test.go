@@ -414,12 +414,7 @@ func expectRefused(t *testing.T, srv *natstest.Compose, reqs []refusal) {
 		srv.ExpectViolation(r.subject)
 		if conns[r.user] == nil {
 			// Quiet: nats.go's default handler prints every refusal.
-			nc, err := nats.Connect(srv.URL(r.user), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			conns[r.user] = nc
+			conns[r.user], _ = srv.Connect(t, r.user, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 		}
 	}
 	var wg sync.WaitGroup

@@ -34,13 +34,9 @@ func TestPushConsumerDeliversWhereItsCreatorMayNotPublish(t *testing.T) {
 
 	// First, that api may not publish to them: the server refuses it.
 	refused := make(chan error, 4)
-	direct, err := nats.Connect(srv.URL("api"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	direct, _ := srv.Connect(t, "api", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		refused <- err
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(direct.Close)
 	for _, subject := range []string{"targets.x", "flyball.dispatch.victim"} {
 		srv.ExpectViolation(subject)
 		if err := direct.Publish(subject, []byte(`{"direct":true}`)); err != nil {

@@ -72,15 +72,11 @@ func TestRefusedPurgeIsLoggedEachPass(t *testing.T) {
 
 	var mu sync.Mutex
 	var async []string // the connection's asynchronous errors
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("sweeper", "pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	nc, js := natstest.ConnectAs(t, srv, "sweeper", "pw", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		mu.Lock()
 		async = append(async, err.Error())
 		mu.Unlock()
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
 	// refusals counts the violations for subject handed to the
 	// connection's error handler: one per purge request the server refused.
 	refusals := func(subject string) int {
@@ -95,11 +91,8 @@ func TestRefusedPurgeIsLoggedEachPass(t *testing.T) {
 		return n
 	}
 	// A refused request is answered by no one: a purge not ended by the
-	// refusal waits out this timeout and fails "context deadline exceeded".
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// refusal waits out js's default timeout (5s) and fails "context
+	// deadline exceeded".
 	logs := &records{}
 	clock := &shiftedClock{}
 	s := startHourlyWith(t, svcconf.Common{JS: js, Now: clock.Now, Logger: slog.New(logs)})

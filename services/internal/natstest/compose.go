@@ -96,10 +96,12 @@ func (c *Compose) ExpectViolation(subject string) {
 }
 
 // Connect connects in-process as a compose user (admin, provisioner, governor, timer,
-// executor, breaker, deadletter, sweeper, api, cli).
-func (c *Compose) Connect(t testing.TB, user string) (*nats.Conn, jetstream.JetStream) {
+// executor, breaker, deadletter, sweeper, api, cli). opts come after its
+// own, so a test can add one (an error handler).
+func (c *Compose) Connect(t testing.TB, user string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	return connect(t, "", nats.InProcessServer(c.Server.Server), nats.UserInfo(user, user), nats.Name(user))
+	own := []nats.Option{nats.InProcessServer(c.Server.Server), nats.UserInfo(user, user), nats.Name(user)}
+	return connect(t, "", append(own, opts...)...)
 }
 
 // Each connects as each of users in turn (a service's user is its name)

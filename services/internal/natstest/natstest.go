@@ -98,10 +98,11 @@ func StartWithUsers(t testing.TB, users ...*server.User) *server.Server {
 	return s
 }
 
-// ConnectAs opens a connection to s as user, closed in t.Cleanup.
-func ConnectAs(t testing.TB, s *server.Server, user, password string) (*nats.Conn, jetstream.JetStream) {
+// ConnectAs opens a connection to s as user, closed in t.Cleanup. opts
+// come after its own, so a test can add one (an error handler).
+func ConnectAs(t testing.TB, s *server.Server, user, password string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	return connect(t, s.ClientURL(), nats.UserInfo(user, password))
+	return connect(t, s.ClientURL(), append([]nats.Option{nats.UserInfo(user, password)}, opts...)...)
 }
 
 // LostAcks starts a server with two users and connects as each: js as
