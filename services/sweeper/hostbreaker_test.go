@@ -107,56 +107,32 @@ func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set
 	return s, m
 }
 
-// TestHostBreakerUnderAnOldSpellingIsDeleted: host breaker keys used to be
-// built from the raw URL host, and https://API.example.com:443 kept its
-// breaker under host_API_example_com_443. They are now built from the
-// canonical host (host_api_example_com): the record under the old
-// spelling is no task's breaker any more, and the sweeper must delete it
-// once idle, as any host breaker no task uses, and keep the new one.
-func TestHostBreakerUnderAnOldSpellingIsDeleted(t *testing.T) {
-	ctx := t.Context()
-	breakers, _ := sweepHostBreakers(t, "api", "https://API.example.com:443/health", "host_API_example_com_443", "host_api_example_com")
-	_, err := breakers.Get(ctx, "host_API_example_com_443")
-	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the record under the old spelling host_API_example_com_443 after 3 sweeps: %v, want it deleted", err)
-	}
-	if _, err := breakers.Get(ctx, "host_api_example_com"); err != nil {
-		t.Fatalf("the record under the canonical key: %v, want it kept", err)
-	}
-}
-
-// TestIDNHostBreakerUnderItsOldKeyIsDeleted: an internationalized host's
-// breaker key was built from its Unicode name, each non-ASCII byte an
-// '_' (https://bücher.example: host_b__cher_example). It is now built
-// from the host's punycode (host_xn--bcher-kva_example): the record under
-// the old key is no task's breaker any more, and the sweeper must delete
-// it once idle and keep the new one.
-func TestIDNHostBreakerUnderItsOldKeyIsDeleted(t *testing.T) {
-	ctx := t.Context()
-	breakers, _ := sweepHostBreakers(t, "idn", "https://bücher.example/health", "host_b__cher_example", "host_xn--bcher-kva_example")
-	_, err := breakers.Get(ctx, "host_b__cher_example")
-	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("the record under the old key host_b__cher_example after 3 sweeps: %v, want it deleted", err)
-	}
-	if _, err := breakers.Get(ctx, "host_xn--bcher-kva_example"); err != nil {
-		t.Fatalf("the record under the punycode key: %v, want it kept", err)
-	}
-}
-
-// TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted: the key of a
-// host with a port (host_api_example_com_8443) or an '_'
-// (host_a_b_example_com) was shared by another host, and has changed
-// (host_api_example_com_P8443, a hash for '_'). The record under the old
-// key is no task's breaker any more: the sweeper must delete it once idle
-// and keep the new one.
+// TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted: a host's
+// breaker key has changed, and the record under its old key is no task's
+// breaker any more: the sweeper must delete it once idle, as any host
+// breaker no task uses, and keep the new one. The old keys:
+//   - the raw URL host (https://API.example.com:443:
+//     host_API_example_com_443), now the canonical host
+//     (host_api_example_com);
+//   - an internationalized host's Unicode name, each non-ASCII byte an
+//     '_' (https://bücher.example: host_b__cher_example), now its
+//     punycode (host_xn--bcher-kva_example);
+//   - a host with a port (host_api_example_com_8443) or an '_'
+//     (host_a_b_example_com), a key another host shared, now
+//     host_api_example_com_P8443 and a hash for '_'.
+//
+// The first two rows were tests of their own, and their subtests keep
+// those names.
 func TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted(t *testing.T) {
-	for _, c := range []struct{ url, old, key string }{
-		{"https://api.example.com:8443/health", "host_api_example_com_8443", "host_api_example_com_P8443"},
-		{"https://a_b.example.com/health", "host_a_b_example_com", "host_a_b_example_com-Hc91c532ecff4d5e8"},
+	for _, c := range []struct{ name, id, url, old, key string }{
+		{"TestHostBreakerUnderAnOldSpellingIsDeleted", "api", "https://API.example.com:443/health", "host_API_example_com_443", "host_api_example_com"},
+		{"TestIDNHostBreakerUnderItsOldKeyIsDeleted", "idn", "https://bücher.example/health", "host_b__cher_example", "host_xn--bcher-kva_example"},
+		{"host_api_example_com_8443", "h", "https://api.example.com:8443/health", "host_api_example_com_8443", "host_api_example_com_P8443"},
+		{"host_a_b_example_com", "h", "https://a_b.example.com/health", "host_a_b_example_com", "host_a_b_example_com-Hc91c532ecff4d5e8"},
 	} {
-		t.Run(c.old, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
-			breakers, _ := sweepHostBreakers(t, "h", c.url, c.old, c.key)
+			breakers, _ := sweepHostBreakers(t, c.id, c.url, c.old, c.key)
 			if _, err := breakers.Get(ctx, c.old); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				t.Fatalf("the record under the old key %s after 3 sweeps: %v, want it deleted", c.old, err)
 			}
