@@ -23,6 +23,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -178,13 +179,32 @@ func (e *env) collect(subject string) func() []events.Event {
 	})
 }
 
-// record subscribes to subject and keeps what decode accepts; the result
-// returns a copy of what arrived so far.
+// record subscribes to subject and keeps what decode accepts, each
+// Nats-Msg-Id once; the result returns a copy of what arrived so far.
+//
+// A subscription sees every publish, also a copy of an event its stream
+// dropped as a duplicate: a service publishes an event again, under the
+// same ID, when it did not learn that the first copy was stored (a
+// timeout, a redelivered outcome, a breaker transition whose conditional
+// publish lost a race and is tried again). The stream stores it once, and
+// so record keeps it once: TestBreakerProbeAtRetryAt saw breaker.closed
+// twice in CI, the second a retry of the first.
 func record[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nats.Msg) (T, bool)) func() []T {
 	t.Helper()
 	var mu sync.Mutex
 	var got []T
+	seen := make(map[string]bool)
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		mu.Lock()
+		dup := id != "" && seen[id]
+		if id != "" {
+			seen[id] = true
+		}
+		mu.Unlock()
+		if dup {
+			return
+		}
 		if v, ok := decode(m); ok {
 			mu.Lock()
 			got = append(got, v)
@@ -204,6 +224,41 @@ func record[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nat
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(got)
+	}
+}
+
+// TestRecordKeepsEachEventOnce shows what a core subscription sees on a
+// stream's subject, and so what record must leave out: a copy the stream
+// dropped as a duplicate arrives too (record keeps it once), and so does a
+// publish the stream refused on its expected last sequence (record keeps
+// it: only the stream knows it was refused, so a test of a conditional
+// publish reads the stream).
+func TestRecordKeepsEachEventOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	subject := events.BreakerSubject(events.BreakerOpen, "k")
+	seen := record(t, srv.NC, subject, func(m *nats.Msg) (string, bool) { return m.Header.Get(jetstream.MsgIDHeader), true })
+	for range 2 {
+		if _, err := srv.JS.PublishMsg(t.Context(), jsutil.EventMsg(subject, "first", []byte("{}"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := srv.JS.PublishMsg(t.Context(), jsutil.EventMsg(subject, "refused", []byte("{}")), jetstream.WithExpectLastSequenceForSubject(0, subject))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("conditional publish: %v, want wrong last sequence", err)
+	}
+	// A marker, sent last on the same connection, has arrived only after
+	// everything before it.
+	if _, err := srv.JS.PublishMsg(t.Context(), jsutil.EventMsg(subject, "marker", []byte("{}"))); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the marker", func() bool { return slices.Contains(seen(), "marker") })
+	if got := strings.Join(seen(), ","); got != "first,refused,marker" {
+		t.Fatalf("record kept %s, want first,refused,marker", got)
+	}
+	if n := len(natstest.Read(t, srv.JS, streams.StreamHealth, subject)); n != 2 {
+		t.Fatalf("HEALTH holds %d messages on %s, want 2 (first and marker)", n, subject)
 	}
 }
 
@@ -319,14 +374,21 @@ func TestBreakerProbeAtRetryAt(t *testing.T) {
 	// the open breaker past retryAt before the half-open is written. The
 	// breaker tests prove that the half-open is published when nothing
 	// supersedes it (TestHalfOpenTransitionSurvivesAFailedPublish).
-	var types []string
+	//
+	// The order is HEALTH's, not the subscription's: a superseded
+	// half-open's conditional publish is refused by the stream, but a
+	// subscription still sees it, after the closing.
 	natstest.Eventually(t, 5*time.Second, "breaker closed after the probe", func() bool {
-		types = types[:0]
-		for _, ev := range breakers() {
-			types = append(types, ev.Type())
-		}
-		return slices.Contains(types, events.TypeBreakerClosed)
+		return slices.ContainsFunc(breakers(), func(ev events.Event) bool { return ev.Type() == events.TypeBreakerClosed })
 	})
+	var types []string
+	for _, m := range natstest.Read(t, e.srv.JS, streams.StreamHealth, "flyball.breaker.>") {
+		ev, err := events.Decode(m.Headers(), m.Data())
+		if err != nil {
+			t.Fatalf("undecodable breaker event on HEALTH: %v", err)
+		}
+		types = append(types, ev.Type())
+	}
 	if got := strings.Join(types, ","); got != events.TypeBreakerOpen+","+events.TypeBreakerHalfOpen+","+events.TypeBreakerClosed &&
 		got != events.TypeBreakerOpen+","+events.TypeBreakerClosed {
 		t.Fatalf("breaker events %s, want open, half-open (unless the closing superseded it), then closed", got)
