@@ -3,12 +3,14 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -16,19 +18,33 @@ import (
 )
 
 // terminations records the reasons of the MSG_TERMINATED advisories the
-// server sends from now on.
+// server sends from now on, one per terminated message: a service sends
+// its term again when no confirmation came within a try, and the server
+// sends an advisory for each term it reads, also for a message the first
+// one already removed (TestTerminationsKeepEachMessageOnce).
 func terminations(t *testing.T, nc *nats.Conn) func() []string {
 	t.Helper()
+	type message struct {
+		Stream   string `json:"stream"`
+		Consumer string `json:"consumer"`
+		Seq      uint64 `json:"stream_seq"`
+	}
 	var mu sync.Mutex
 	var reasons []string
+	seen := make(map[message]bool)
 	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>", func(m *nats.Msg) {
 		var adv struct {
+			message
 			Reason string `json:"reason"`
 		}
 		_ = json.Unmarshal(m.Data, &adv)
 		mu.Lock()
+		defer mu.Unlock()
+		if seen[adv.message] {
+			return
+		}
+		seen[adv.message] = true
 		reasons = append(reasons, adv.Reason)
-		mu.Unlock()
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +54,54 @@ func terminations(t *testing.T, nc *nats.Conn) func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), reasons...)
+	}
+}
+
+// TestTerminationsKeepEachMessageOnce: a service sends its term as a
+// request and sends it again when no confirmation came within a try (2 s:
+// a loaded machine), and the server sends a MSG_TERMINATED advisory for
+// each term it reads, also one for a message the first term already
+// removed. terminations keeps one reason per message (stream, consumer,
+// stream sequence), as a test that counts terminations means.
+func TestTerminationsKeepEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	reasons := terminations(t, srv.NC)
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := srv.JS.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"t.a", "t.b"} {
+		if _, err := srv.JS.Publish(ctx, subj, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := cons.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("fetched %d messages, want 2 (%v)", len(msgs), batch.Error())
+	}
+	// The first message terminated twice (a retried term), the second once.
+	for _, m := range []jetstream.Msg{msgs[0], msgs[0], msgs[1]} {
+		if _, err := srv.NC.Request(m.Reply(), []byte("+TERM "+m.Subject()), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 5*time.Second, "the second message's termination", func() bool {
+		return slices.Contains(reasons(), "t.b")
+	})
+	if got := strings.Join(reasons(), ","); got != "t.a,t.b" {
+		t.Fatalf("terminations kept %s, want t.a,t.b", got)
 	}
 }
 
