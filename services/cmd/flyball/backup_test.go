@@ -28,16 +28,22 @@ import (
 )
 
 // TestBackupAndRestoreWithTheNatsCLI follows docs/operations.md, "Back up
-// and restore", with the real nats CLI: a live backup of a running stack,
-// one stream at a time in streams.BackupOrder, the stack stopped, every
-// stream restored into an empty server, and the stack started there. The
-// task runs on from its restored schedule, with its spec, its counters
-// and its run history. After each stream's snapshot a command is applied
-// (a hint, answered task.accepted), so every gap between two snapshots
-// holds one: no command the restored TASKS holds as applied may be
-// missing from the restored schedule. In name order (`nats backup
-// account`: the schedules before TASKS) the commands applied between the
-// two are.
+// and restore", with the real nats CLI: a backup one stream at a time in
+// streams.BackupOrder, the six streams while the stack runs and the
+// buckets with it stopped, every stream restored into an empty server,
+// and the stack started there. The task runs on from its restored
+// schedule, which is the one the stack stopped with, with its spec, its
+// counters and its run history. After each of the six streams' snapshots
+// a command is applied (a hint, answered task.accepted), so every gap
+// between two of them holds one: no command the restored TASKS holds as
+// applied may be missing from the restored schedule. In name order
+// (`nats backup account`: the schedules before TASKS) the commands
+// applied between the two are.
+//
+// Before the stop, the buckets were snapshotted live too, and the test
+// failed once in make test with "schedule of kept: nats: key not found":
+// the task's run rewrote its schedule during the bucket's snapshot, which
+// then held neither revision (TestLiveBucketSnapshotLosesAKeyRewrittenDuringIt).
 func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	t.Parallel()
 	natsCLI := natsCLIPath(t)
@@ -50,14 +56,24 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "flyball-backup")
 	var hints []string // in the order applied
+	var backedUp gov.State
+	running := true
 	for _, s := range streams.BackupOrder {
+		if strings.HasPrefix(s, "KV_") && running {
+			before.Stop() // the buckets: with flyball stopped, as the docs say
+			running = false
+			backedUp = schedule(t, src, "kept")
+		}
 		natsRun(t, natsCLI, srcURL, "backup", "stream", s, filepath.Join(dir, s))
-		id := "hint-after-" + s
-		hintKept(t, src, answers, id)
-		hints = append(hints, id)
+		if running {
+			id := "hint-after-" + s
+			hintKept(t, src, answers, id)
+			hints = append(hints, id)
+		}
 	}
-	before.Stop()
-	backedUp := schedule(t, src, "kept")
+	if running {
+		t.Fatalf("streams.BackupOrder %v names no bucket", streams.BackupOrder)
+	}
 
 	dst, dstURL := natstest.StartListeningEmpty(t)
 	natsRun(t, natsCLI, dstURL, "backup", "restore", "account", dir)
@@ -66,8 +82,9 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	// delivered and not acked; without the reset it waits AckWait (30 s).
 	natsRun(t, natsCLI, dstURL, "consumer", "reset", streams.StreamDispatch, streams.ConsumerExecutor, "-f")
 	restored := schedule(t, dst, "kept")
-	if restored.Runs < 2 || restored.Runs > backedUp.Runs {
-		t.Fatalf("restored schedule has %d runs; the backup was taken with at least 2, the stack stopped with %d", restored.Runs, backedUp.Runs)
+	if restored.Runs < 2 || restored.Runs != backedUp.Runs || !restored.NextRunAt.Equal(backedUp.NextRunAt) {
+		t.Fatalf("restored schedule has %d runs, next %v; the stack stopped before the buckets' snapshots with %d, next %v (at least 2 runs)",
+			restored.Runs, restored.NextRunAt, backedUp.Runs, backedUp.NextRunAt)
 	}
 	inTasks := commandIDs(t, dst, "flyball.task.hinted.kept")
 	noLostCommand(t, hints, inTasks, restored)
@@ -289,7 +306,8 @@ func TestSwitchPersistModeWithTheNatsCLI(t *testing.T) {
 }
 
 // TestDocsBackupLoopFollowsBackupOrder: the backup loop in
-// docs/operations.md names every stream, in streams.BackupOrder.
+// docs/operations.md names every stream, in streams.BackupOrder, and
+// stops flyball before the first bucket.
 func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
 	t.Parallel()
 	_, blocks := docBlocks(t)
@@ -300,14 +318,24 @@ func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
 		}
 		found++
 		var loop []string
+		stopAt := ""
 		for line := range strings.Lines(b.Body) {
 			if list, ok := strings.CutPrefix(line, "for s in "); ok {
 				list, _, _ = strings.Cut(list, ";")
 				loop = strings.Fields(list)
 			}
+			if name, ok := strings.CutPrefix(strings.TrimSpace(line), "if [ $s = "); ok {
+				stopAt, _, _ = strings.Cut(name, " ")
+			}
 		}
 		if !slices.Equal(loop, streams.BackupOrder) {
 			t.Errorf("%s: the loop backs up %v; streams.BackupOrder is %v", b.Where(), loop, streams.BackupOrder)
+		}
+		// A bucket snapshotted while flyball runs loses the keys rewritten
+		// during it (TestLiveBucketSnapshotLosesAKeyRewrittenDuringIt).
+		firstBucket := streams.BackupOrder[slices.IndexFunc(streams.BackupOrder, func(s string) bool { return strings.HasPrefix(s, "KV_") })]
+		if stopAt != firstBucket || !strings.Contains(b.Body, " stop ") || !strings.Contains(b.Body, " start ") {
+			t.Errorf("%s: the loop stops flyball at %q; it must stop every service before the first bucket, %s, and start them after the loop", b.Where(), stopAt, firstBucket)
 		}
 	}
 	if found != 1 {
