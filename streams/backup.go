@@ -28,7 +28,7 @@ package streams
 // The order is not enough for the buckets: a snapshot reads a stream's
 // messages up to the last sequence it had when it started, so a key of a
 // one-revision bucket rewritten meanwhile is in the backup neither way.
-// docs/operations.md snapshots the buckets with flyball stopped
+// docs/operations.md snapshots the buckets with flyball's writers stopped
 // (TestLiveBucketSnapshotLosesAKeyRewrittenDuringIt in cmd/flyball).
 //
 // The timer and the sweeper write from what they read in the buckets,

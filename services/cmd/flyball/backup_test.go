@@ -60,7 +60,7 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	running := true
 	for _, s := range streams.BackupOrder {
 		if strings.HasPrefix(s, "KV_") && running {
-			before.Stop() // the buckets: with flyball stopped, as the docs say
+			before.Stop() // the buckets: with flyball stopped, as the docs say (they keep the api up)
 			running = false
 			backedUp = schedule(t, src, "kept")
 		}
@@ -306,26 +306,40 @@ func TestSwitchPersistModeWithTheNatsCLI(t *testing.T) {
 }
 
 // TestDocsBackupLoopFollowsBackupOrder: the backup loop in
-// docs/operations.md names every stream, in streams.BackupOrder, and
-// stops flyball before the first bucket.
+// docs/operations.md names every stream, in streams.BackupOrder; it stops
+// every service that writes the buckets (each compose service of a
+// stack.All service but the api) right before the first bucket, ends if
+// the stop fails, and starts them after the loop.
 func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
 	t.Parallel()
-	_, blocks := docBlocks(t)
+	root, blocks := docBlocks(t)
+	firstBucket := streams.BackupOrder[slices.IndexFunc(streams.BackupOrder, func(s string) bool { return strings.HasPrefix(s, "KV_") })]
 	found := 0
 	for _, b := range blocks {
 		if b.Kind != "BackupOrder" {
 			continue
 		}
 		found++
-		var loop []string
-		stopAt := ""
+		var loop, writers []string
+		var stopAt, stop, start string
+		var lines []string
 		for line := range strings.Lines(b.Body) {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+		for i, line := range lines {
 			if list, ok := strings.CutPrefix(line, "for s in "); ok {
 				list, _, _ = strings.Cut(list, ";")
 				loop = strings.Fields(list)
 			}
-			if name, ok := strings.CutPrefix(strings.TrimSpace(line), "if [ $s = "); ok {
+			if list, ok := strings.CutPrefix(line, "writers="); ok {
+				writers = strings.Fields(strings.Trim(list, `"`))
+			}
+			if name, ok := strings.CutPrefix(line, "if [ $s = "); ok && i+1 < len(lines) {
 				stopAt, _, _ = strings.Cut(name, " ")
+				stop = lines[i+1]
+			}
+			if line == "done" && i+1 < len(lines) {
+				start = lines[i+1]
 			}
 		}
 		if !slices.Equal(loop, streams.BackupOrder) {
@@ -333,14 +347,46 @@ func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
 		}
 		// A bucket snapshotted while flyball runs loses the keys rewritten
 		// during it (TestLiveBucketSnapshotLosesAKeyRewrittenDuringIt).
-		firstBucket := streams.BackupOrder[slices.IndexFunc(streams.BackupOrder, func(s string) bool { return strings.HasPrefix(s, "KV_") })]
-		if stopAt != firstBucket || !strings.Contains(b.Body, " stop ") || !strings.Contains(b.Body, " start ") {
-			t.Errorf("%s: the loop stops flyball at %q; it must stop every service before the first bucket, %s, and start them after the loop", b.Where(), stopAt, firstBucket)
+		if stopAt != firstBucket || !strings.Contains(stop, " stop $writers ||") || !strings.Contains(stop, "break") {
+			t.Errorf("%s: the loop stops flyball at %q with %q; it must stop $writers right before the first bucket, %s, and end the loop if that fails", b.Where(), stopAt, stop, firstBucket)
+		}
+		if !strings.Contains(start, " start $writers") {
+			t.Errorf("%s: the line after the loop is %q, want the start of $writers", b.Where(), start)
+		}
+		if want := bucketWriters(t, root); !slices.Equal(writers, want) {
+			t.Errorf("%s: the loop stops %v; the compose services that write the buckets are %v", b.Where(), writers, want)
 		}
 	}
 	if found != 1 {
 		t.Fatalf("found %d blocks marked <!-- check:BackupOrder -->, want 1 (docs/operations.md, Back up and restore)", found)
 	}
+}
+
+// bucketWriters lists, in file order, the services of the compose stack
+// that write flyball's buckets: each one named after a stack.All service
+// (timer1, executor2, ...) but the api, which writes none (its heartbeat
+// key aside).
+func bucketWriters(t *testing.T, root string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for line := range strings.Lines(string(raw)) {
+		name, ok := strings.CutSuffix(strings.TrimRight(line, "\n"), ":")
+		if !ok || !strings.HasPrefix(name, "  ") || strings.HasPrefix(name, "   ") {
+			continue
+		}
+		name = strings.TrimSpace(name)
+		if base := strings.TrimRight(name, "0123456789"); base != "api" && slices.Contains(stack.All, base) {
+			names = append(names, name)
+		}
+	}
+	if len(names) < len(stack.All)-1 {
+		t.Fatalf("found %v in docker-compose.yml, want a service for each of %v but the api", names, stack.All)
+	}
+	return names
 }
 
 // bucketState describes what kv holds of key, for a failed read: the
