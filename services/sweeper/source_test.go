@@ -2,15 +2,21 @@ package sweeper
 
 import (
 	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestScheduleSourceFollowsTheWriteRate: with many more schedule writes
@@ -141,5 +147,79 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 	})
 	if _, ok := view("c"); ok {
 		t.Fatal("the restarted watch brought back a deleted schedule")
+	}
+}
+
+// TestAnEndedWatchDoesNotOverwriteTheScan: when the sweeper switches to
+// scanning, it ends the schedules watch and reads every schedule, but the
+// watch may still be delivering an older write. That delivery must not
+// reach the view: it overwrote the scan's schedule with the older one,
+// and TestScheduleSourceFollowsTheWriteRate failed once in CI with
+// "scanned a.nextRunAt = …:06, want the last write …:10".
+func TestAnEndedWatchDoesNotOverwriteTheScan(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	_, schedules := taskBuckets(t, srv.JS)
+	now := time.Now().UTC()
+	s, err := New(Config{Common: svcconf.Common{JS: srv.JS}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once armed, the watch's first delivery of "a" waits in entered
+	// until released, then reports it was applied (or dropped).
+	var armed atomic.Bool
+	entered, release, applied := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) }) // before Stop, which waits for the watch
+	s.tuneFollow = func(bucket string, f *kvcache.Follower) {
+		if bucket != streams.BucketSchedules {
+			return
+		}
+		apply := f.Apply
+		f.Apply = func(e jetstream.KeyValueEntry) {
+			if e.Key() == "a" && armed.CompareAndSwap(true, false) {
+				close(entered)
+				<-release
+				apply(e)
+				close(applied)
+				return
+			}
+			apply(e)
+		}
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	<-s.Swept() // the first sweep, of an empty bucket, learns the write rate
+	armed.Store(true)
+	var last time.Time
+	for i := range 10 { // 30 writes to 3 keys: the next sweep scans
+		last = now.Add(time.Hour + time.Duration(i)*time.Second)
+		for _, id := range []string{"a", "b", "c"} {
+			if _, err := schedules.Put(ctx, id, scheduleJSON(id, last)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-entered: // the watch holds a's first write
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch delivered no write of a")
+	}
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !s.scanning() {
+		t.Fatal("not scanning after 30 writes to 3 keys")
+	}
+	releaseOnce.Do(func() { close(release) })
+	<-applied
+	s.view.mu.Lock()
+	s.view.decodeStale()
+	st := s.view.schedules["a"]
+	s.view.mu.Unlock()
+	if !st.NextRunAt.Equal(last) {
+		t.Fatalf("a.nextRunAt = %v after the scan and a late delivery of the ended watch, want the scanned last write %v", st.NextRunAt, last)
 	}
 }

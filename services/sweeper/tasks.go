@@ -88,6 +88,12 @@ func newView() *view {
 // again if a watch ends (kvcache.Follower); prune forgets the keys a
 // replay no longer holds. loaded runs once, when the first load is done or
 // the watch gives up before it.
+//
+// Nothing reaches the view once ctx has ended: the sweeper ends the
+// schedules watch to scan instead (pickScheduleSource), and a delivery
+// the watch was still making would overwrite the scan's schedule with an
+// older one (TestAnEndedWatchDoesNotOverwriteTheScan). The check is
+// under v.mu, which the scan takes after the cancel.
 func (s *Service) watch(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), prune func(keep func(string) bool), caughtUp, loaded func()) error {
 	v := s.view
 	var once sync.Once
@@ -95,18 +101,24 @@ func (s *Service) watch(ctx context.Context, kv jetstream.KeyValue, apply func(j
 		KV: kv, Conn: s.cfg.JS.Conn(), Log: s.cfg.Logger,
 		Apply: func(e jetstream.KeyValueEntry) {
 			v.mu.Lock()
-			apply(e)
+			if ctx.Err() == nil {
+				apply(e)
+			}
 			v.mu.Unlock()
 		},
 		Prune: func(keep func(string) bool) {
 			v.mu.Lock()
-			prune(keep)
+			if ctx.Err() == nil {
+				prune(keep)
+			}
 			v.mu.Unlock()
 		},
 		Loaded: func() {
 			if caughtUp != nil {
 				v.mu.Lock()
-				caughtUp()
+				if ctx.Err() == nil {
+					caughtUp()
+				}
 				v.mu.Unlock()
 			}
 			once.Do(loaded)
