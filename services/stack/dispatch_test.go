@@ -3,9 +3,9 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,44 +18,30 @@ import (
 )
 
 // terminations records the reasons of the MSG_TERMINATED advisories the
-// server sends from now on, one per terminated message: a service sends
-// its term again when no confirmation came within a try, and the server
-// sends an advisory for each term it reads, also for a message the first
-// one already removed (TestTerminationsKeepEachMessageOnce).
+// server sends from now on, one per terminated message (stream, consumer,
+// stream sequence): a service sends its term again when no confirmation
+// came within a try, and the server sends an advisory for each term it
+// reads, also for a message the first one already removed
+// (TestTerminationsKeepEachMessageOnce).
 func terminations(t *testing.T, nc *nats.Conn) func() []string {
 	t.Helper()
-	type message struct {
-		Stream   string `json:"stream"`
-		Consumer string `json:"consumer"`
-		Seq      uint64 `json:"stream_seq"`
-	}
-	var mu sync.Mutex
-	var reasons []string
-	seen := make(map[message]bool)
-	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>", func(m *nats.Msg) {
+	return recordBy(t, nc, terminatedAdvisories, func(m *nats.Msg) (string, string, bool) {
 		var adv struct {
-			message
-			Reason string `json:"reason"`
+			Stream   string `json:"stream"`
+			Consumer string `json:"consumer"`
+			Seq      uint64 `json:"stream_seq"`
+			Reason   string `json:"reason"`
 		}
-		_ = json.Unmarshal(m.Data, &adv)
-		mu.Lock()
-		defer mu.Unlock()
-		if seen[adv.message] {
-			return
+		if err := json.Unmarshal(m.Data, &adv); err != nil {
+			t.Errorf("undecodable MSG_TERMINATED advisory: %v", err)
+			return "", "", false
 		}
-		seen[adv.message] = true
-		reasons = append(reasons, adv.Reason)
+		return adv.Reason, fmt.Sprintf("%s/%s/%d", adv.Stream, adv.Consumer, adv.Seq), true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), reasons...)
-	}
 }
+
+// terminatedAdvisories is the subject of every MSG_TERMINATED advisory.
+const terminatedAdvisories = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>"
 
 // TestTerminationsKeepEachMessageOnce: a service sends its term as a
 // request and sends it again when no confirmation came within a try (2 s:
@@ -68,6 +54,8 @@ func TestTerminationsKeepEachMessageOnce(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx := t.Context()
 	reasons := terminations(t, srv.NC)
+	// Every advisory the server sends, repeats and all.
+	sent := recordBy(t, srv.NC, terminatedAdvisories, func(m *nats.Msg) (string, string, bool) { return m.Subject, "", true })
 	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +91,7 @@ func TestTerminationsKeepEachMessageOnce(t *testing.T) {
 	if got := strings.Join(reasons(), ","); got != "t.a,t.b" {
 		t.Fatalf("terminations kept %s, want t.a,t.b", got)
 	}
+	natstest.Eventually(t, 5*time.Second, "three advisories: the server reports the retried term too", func() bool { return len(sent()) == 3 })
 }
 
 // publishDispatch publishes d as a run.due on its task's DISPATCH subject,

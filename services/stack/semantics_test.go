@@ -191,24 +191,32 @@ func (e *env) collect(subject string) func() []events.Event {
 // twice in CI, the second a retry of the first.
 func record[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nats.Msg) (T, bool)) func() []T {
 	t.Helper()
+	return recordBy(t, nc, subject, func(m *nats.Msg) (T, string, bool) {
+		v, ok := decode(m)
+		return v, m.Header.Get(jetstream.MsgIDHeader), ok
+	})
+}
+
+// recordBy is record with the key of each message from decode: a
+// message whose key was seen before is left out; an empty key is never
+// a repeat.
+func recordBy[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*nats.Msg) (v T, key string, ok bool)) func() []T {
+	t.Helper()
 	var mu sync.Mutex
 	var got []T
 	seen := make(map[string]bool)
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		id := m.Header.Get(jetstream.MsgIDHeader)
+		v, key, ok := decode(m)
 		mu.Lock()
-		dup := id != "" && seen[id]
-		if id != "" {
-			seen[id] = true
+		defer mu.Unlock()
+		if key != "" {
+			if seen[key] {
+				return
+			}
+			seen[key] = true
 		}
-		mu.Unlock()
-		if dup {
-			return
-		}
-		if v, ok := decode(m); ok {
-			mu.Lock()
+		if ok {
 			got = append(got, v)
-			mu.Unlock()
 		}
 	})
 	if err != nil {
