@@ -57,7 +57,10 @@ func (f *attemptsFixture) watchProgress(t *testing.T) *progressAcks {
 }
 
 // between is how many InProgress acks arrived in [from, to], and the
-// longest stretch in it without one (from from, up to to).
+// longest stretch that ended with one (from from, or from the ack
+// before). The stretch after the last ack is left out: a keep-alive that
+// stopped sends none after it, and so shows no long stretch that it
+// resumed from (starved).
 func (p *progressAcks) between(from, to time.Time) (n int, longest time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -70,5 +73,5 @@ func (p *progressAcks) between(from, to time.Time) (n int, longest time.Duration
 		longest = max(longest, at.Sub(last))
 		last = at
 	}
-	return n, max(longest, to.Sub(last))
+	return n, longest
 }

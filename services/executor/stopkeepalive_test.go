@@ -61,7 +61,7 @@ func TestDispatchIsKeptAliveWhileTheOutboxFlushesAtStop(t *testing.T) {
 		return info.NumAckPending == 0 && info.NumPending == 0
 	})
 	_, longest := progress.between(stopping, time.Now())
-	if f.delivered(t) > 1 && longestKeptAlive(t, ackWait, longest) {
+	if f.delivered(t) > 1 && starved(t, ackWait, longest) {
 		return
 	}
 	if got := target.attempts(); fmt.Sprint(got) != "[1]" {
