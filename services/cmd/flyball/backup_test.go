@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"sigs.k8s.io/yaml"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -353,6 +354,7 @@ func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
 		if !strings.Contains(start, " start $writers") {
 			t.Errorf("%s: the line after the loop is %q, want the start of $writers", b.Where(), start)
 		}
+		slices.Sort(writers)
 		if want := bucketWriters(t, root); !slices.Equal(writers, want) {
 			t.Errorf("%s: the loop stops %v; the compose services that write the buckets are %v", b.Where(), writers, want)
 		}
@@ -362,30 +364,34 @@ func TestDocsBackupLoopFollowsBackupOrder(t *testing.T) {
 	}
 }
 
-// bucketWriters lists, in file order, the services of the compose stack
-// that write flyball's buckets: each one named after a stack.All service
-// (timer1, executor2, ...) but the api, which writes none (its heartbeat
-// key aside).
+// bucketWriters lists, sorted, the services of the compose stack that
+// write flyball's buckets: each one that runs `flyball serve` of a
+// service other than the api, which writes none (its heartbeat key
+// aside).
 func bucketWriters(t *testing.T, root string) []string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "docker-compose.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var compose struct {
+		Services map[string]struct {
+			Command []string `json:"command"`
+		} `json:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
 	var names []string
-	for line := range strings.Lines(string(raw)) {
-		name, ok := strings.CutSuffix(strings.TrimRight(line, "\n"), ":")
-		if !ok || !strings.HasPrefix(name, "  ") || strings.HasPrefix(name, "   ") {
-			continue
-		}
-		name = strings.TrimSpace(name)
-		if base := strings.TrimRight(name, "0123456789"); base != "api" && slices.Contains(stack.All, base) {
+	for name, svc := range compose.Services {
+		if len(svc.Command) > 1 && svc.Command[0] == "serve" && svc.Command[1] != "api" {
 			names = append(names, name)
 		}
 	}
 	if len(names) < len(stack.All)-1 {
-		t.Fatalf("found %v in docker-compose.yml, want a service for each of %v but the api", names, stack.All)
+		t.Fatalf("found %v serving in docker-compose.yml, want a service for each of %v but the api", names, stack.All)
 	}
+	slices.Sort(names)
 	return names
 }
 

@@ -129,7 +129,7 @@ func restore(t *testing.T, nc *nats.Conn, started server.JSApiStreamSnapshotResp
 	var resp server.JSApiStreamRestoreResponse
 	apiRequest(t, nc, fmt.Sprintf(server.JSApiStreamRestoreT, started.Config.Name), req, &resp)
 	for len(backup) > 0 {
-		n := min(len(backup), 128<<10)
+		n := min(len(backup), 128<<10) // a piece per request, well under the 1 MiB max payload
 		if _, err := nc.Request(resp.DeliverSubject, backup[:n], 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
