@@ -170,8 +170,10 @@ func (c *Cache[T]) store(key string, rev uint64, deleted bool, raw []byte) *entr
 // Put records a value this process wrote at rev (read-your-writes).
 func (c *Cache[T]) Put(key string, rev uint64, raw []byte) { _ = c.store(key, rev, false, raw) }
 
-// Delete records a deletion this process made at rev (0 if unknown, which
-// drops the entry so the next Lookup reads the bucket).
+// Delete records a deletion this process made at rev. With rev 0
+// (unknown) it drops the entry instead: Lookup then reports the key
+// absent, as the watch will once it delivers the delete, and Get reads
+// the bucket (TestOwnWritesAreNotRolledBack).
 func (c *Cache[T]) Delete(key string, rev uint64) {
 	if rev == 0 {
 		c.mu.Lock()
