@@ -12,15 +12,20 @@ import (
 )
 
 // TestBenchmarksDocCommandsParse: every flyball-bench command that
-// docs/benchmarks.md shows (in a shell block or inline, where the reader
-// copies the exact measurement from) parses with today's flags, and names
-// tiers and systems that exist. Commands with a placeholder (… or <…>) are
-// checked up to it.
+// docs/benchmarks.md and the runs and findings split from it
+// (docs/benchmark-runs.md, docs/benchmark-findings.md) show (in a shell
+// block or inline, where the reader copies the exact measurement from)
+// parses with today's flags, and names tiers and systems that exist.
+// Commands with a placeholder (… or <…>) are checked up to it.
 func TestBenchmarksDocCommandsParse(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../docs/benchmarks.md")
-	if err != nil {
-		t.Fatal(err)
+	var raw []byte
+	for _, doc := range []string{"benchmarks.md", "benchmark-runs.md", "benchmark-findings.md"} {
+		b, err := os.ReadFile("../../../docs/" + doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = append(append(raw, b...), '\n')
 	}
 	spans := regexp.MustCompile("`([^`]*flyball-bench [^`]*)`").FindAllStringSubmatch(string(raw), -1)
 	var cmds []string

@@ -164,8 +164,9 @@ func TestDocsTaskFilesAreValid(t *testing.T) {
 }
 
 // TestDocsFlagsExist: every `--flag` the README and docs/ name (outside
-// docs/benchmarks.md, which documents flyball-bench) is a flag of some
-// flyball command.
+// docs/benchmarks.md, docs/benchmark-runs.md and
+// docs/benchmark-findings.md, which document flyball-bench) is a flag of
+// some flyball command.
 func TestDocsFlagsExist(t *testing.T) {
 	t.Parallel()
 	root := docexamples.Root(t)
@@ -182,7 +183,8 @@ func TestDocsFlagsExist(t *testing.T) {
 	flagRE := regexp.MustCompile("`--([a-z][a-z0-9-]*)")
 	seen := 0
 	for _, f := range docFiles(t, root) {
-		if f == filepath.Join("docs", "benchmarks.md") {
+		switch f {
+		case filepath.Join("docs", "benchmarks.md"), filepath.Join("docs", "benchmark-runs.md"), filepath.Join("docs", "benchmark-findings.md"):
 			continue
 		}
 		raw, err := os.ReadFile(filepath.Join(root, f))

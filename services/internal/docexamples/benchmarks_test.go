@@ -13,14 +13,21 @@ import (
 )
 
 // docs/benchmarks.md opens with "Where flyball stands": a count of the
-// full runs that met each target, and "Every full run", one row per run
-// of Latest results. Both are summaries a reader trusts without opening
-// the runs, so these tests hold them to the runs' own target tables.
+// full runs that met each target, and "Every full run", one row per full
+// run: the newest, in its Latest results, and every earlier one, in
+// docs/benchmark-runs.md. Both are summaries a reader trusts without
+// opening the runs, so these tests hold them to the runs' own target
+// tables, in whichever file each run is.
 
-const benchmarksDoc = "docs/benchmarks.md"
+const (
+	benchmarksDoc = "docs/benchmarks.md"
+	runsDoc       = "docs/benchmark-runs.md"
+)
 
 var (
-	runLinkRE = regexp.MustCompile(`^\[[^\]]+\]\(#([^)]+)\)$`)
+	// A row's link to its run: #anchor in benchmarks.md, or
+	// benchmark-runs.md#anchor.
+	runLinkRE = regexp.MustCompile(`^\[[^\]]+\]\(((?:benchmark-runs\.md)?#[^)]+)\)$`)
 	stressRE  = regexp.MustCompile(`at ([\d,]+) runs/s`)
 	ofRE      = regexp.MustCompile(`^\d+ of (\d+)`)
 )
@@ -47,11 +54,17 @@ type benchRun struct {
 	stress string   // the runs/s Stress completed
 }
 
-// benchRuns returns the runs of Latest results that have a standard
-// target table, by the anchor of their heading.
-func benchRuns(t *testing.T, tables []docexamples.MDTable) map[string]benchRun {
+// benchRuns adds to runs the runs of doc (relative to root) that have a
+// standard target table, by the link Every full run gives each: the
+// anchor of its heading after linkPrefix ("" for benchmarks.md's own).
+// It returns doc's tables.
+func benchRuns(t *testing.T, root, doc, linkPrefix string, runs map[string]benchRun) []docexamples.MDTable {
 	t.Helper()
-	runs := map[string]benchRun{}
+	tables, err := docexamples.Tables(root, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
 	for _, tb := range tables {
 		if !strings.HasPrefix(tb.Header, "| target | W1a |") {
 			continue
@@ -64,29 +77,38 @@ func benchRuns(t *testing.T, tables []docexamples.MDTable) map[string]benchRun {
 			case row[0] == "0 missed, 0 duplicates":
 				m := stressRE.FindStringSubmatch(row[5])
 				if m == nil {
-					t.Fatalf("%s: %q: Stress cell %q names no runs/s", benchmarksDoc, tb.Heading, row[5])
+					t.Fatalf("%s: %q: Stress cell %q names no runs/s", doc, tb.Heading, row[5])
 				}
 				r.stress = m[1]
 			}
 		}
 		if r.p99 == nil || r.stress == "" {
-			t.Fatalf("%s: %q: target table without the p99 or the missed row", benchmarksDoc, tb.Heading)
+			t.Fatalf("%s: %q: target table without the p99 or the missed row", doc, tb.Heading)
 		}
-		runs[docexamples.Anchor(tb.Heading)] = r
+		link := linkPrefix + "#" + docexamples.Anchor(tb.Heading)
+		if _, dup := runs[link]; dup {
+			t.Fatalf("%s: %q: two runs have the anchor %s", doc, tb.Heading, link)
+		}
+		runs[link] = r
+		found++
 	}
-	if len(runs) == 0 {
-		t.Fatalf("%s: no run's target table found", benchmarksDoc)
+	if found == 0 {
+		t.Fatalf("%s: no run's target table found", doc)
 	}
-	return runs
+	return tables
 }
 
 func TestEveryFullRunIsSummarised(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(docexamples.Root(t), benchmarksDoc))
+	root := docexamples.Root(t)
+	raw, err := os.ReadFile(filepath.Join(root, benchmarksDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := docexamples.TablesIn(string(raw))
-	runs := benchRuns(t, tables)
+	// The newest run is in benchmarks.md, every earlier one in
+	// benchmark-runs.md; a row must link to the file its run is in.
+	runs := map[string]benchRun{}
+	tables := benchRuns(t, root, benchmarksDoc, "", runs)
+	benchRuns(t, root, runsDoc, "benchmark-runs.md", runs)
 	rows, err := docexamples.FindTable(tables, benchmarksDoc, "| run (UTC) | commit | stack | W1a |")
 	if err != nil {
 		t.Fatal(err)
@@ -102,31 +124,31 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 		if m == nil {
 			t.Fatalf("Every full run: %q does not link to its run", row[0])
 		}
-		anchor := m[1]
-		if listed[anchor] {
-			t.Errorf("Every full run: #%s is listed twice", anchor)
+		link := m[1]
+		if listed[link] {
+			t.Errorf("Every full run: %s is listed twice", link)
 		}
-		listed[anchor] = true
+		listed[link] = true
 		for i, cell := range row[3:7] {
 			fig, ok := summaryCell(cell)
 			if ok {
 				met[i]++
 			}
-			run, found := runs[anchor]
+			run, found := runs[link]
 			if !found {
 				continue // an early run whose targets are a table of another shape
 			}
 			if want, wantOK := verdict(run.p99[i]); fig != want || ok != wantOK {
-				t.Errorf("Every full run: #%s W1%c is %q (met %v), its run says %q (met %v)", anchor, 'a'+i, cell, ok, want, wantOK)
+				t.Errorf("Every full run: %s W1%c is %q (met %v), its run says %q (met %v)", link, 'a'+i, cell, ok, want, wantOK)
 			}
 		}
-		if run, found := runs[anchor]; found && row[8] != run.stress {
-			t.Errorf("Every full run: #%s Stress is %s runs/s, its run says %s", anchor, row[8], run.stress)
+		if run, found := runs[link]; found && row[8] != run.stress {
+			t.Errorf("Every full run: %s Stress is %s runs/s, its run says %s", link, row[8], run.stress)
 		}
 	}
-	for anchor := range runs {
-		if !listed[anchor] {
-			t.Errorf("Every full run: the run #%s is not listed", anchor)
+	for link := range runs {
+		if !listed[link] {
+			t.Errorf("Every full run: the run %s is not listed (or its row links to the other file)", link)
 		}
 	}
 
