@@ -47,7 +47,7 @@ func WithReplicas(n int) Option {
 // outcome's decision: a forgotten decision of a command (a pause, an
 // update) whose ack the server kept would undo the command after it was
 // answered task.accepted, with nothing to notice it
-// (docs/benchmarks.md, finding 39).
+// (docs/benchmark-findings.md, finding 39).
 var AsyncPersistStreams = []string{StreamDispatch, StreamRuns}
 
 // WithAsyncPersist creates the [AsyncPersistStreams], when on is true, with

@@ -12,7 +12,7 @@ import (
 )
 
 // TestForgottenMessagesDoNotHideTheNextOnes pins the nats-server behaviour
-// that makes WithAsyncPersist safe for flyball (docs/benchmarks.md,
+// that makes WithAsyncPersist safe for flyball (docs/benchmark-findings.md,
 // finding 38). A server killed before its async flush forgets the last
 // messages of a stream but may have written its consumers' state past
 // them. At start it must move the consumer back with the stream

@@ -34,7 +34,7 @@ import (
 //     report it too, but only its v1 implementation names the field of
 //     an error from a type's own UnmarshalJSON: Go 1.27's, built on
 //     encoding/json/v2, said "data: must be a JSON object, got number"
-//     for a number given as schedule.interval (benchmarks.md, finding 46);
+//     for a number given as schedule.interval (benchmark-findings.md, finding 46);
 //   - any other value of the wrong JSON type, or a number that does not
 //     fit its field, with encoding/json's v1 reasons ("catchUpMax: wrong
 //     type: got number 1.5, want integer"), so that every problem comes

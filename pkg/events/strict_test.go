@@ -14,7 +14,7 @@ import (
 // names the field of a bad duration, with the rules DecodeData gives. Only
 // encoding/json's v1 implementation adds the field's path to an error from
 // Duration.UnmarshalJSON; Go 1.27's reports "data: must be a JSON object"
-// (benchmarks.md, finding 46).
+// (benchmark-findings.md, finding 46).
 func TestStrictShapeNamesADurationsField(t *testing.T) {
 	for _, tc := range []struct {
 		name, data, field, rule string

@@ -64,7 +64,7 @@ const DefaultSyncInterval = 2 * time.Minute
 // RecommendedSync is flyball's choice, the default of `flyball dev` and of
 // the compose stack's nats-server configs: a power loss takes at most
 // about a second of acknowledged messages, and the benchmark measured no
-// cost against DefaultSyncInterval (benchmarks.md, finding 41).
+// cost against DefaultSyncInterval (benchmark-findings.md, finding 41).
 var RecommendedSync = Sync{Interval: time.Second}
 
 // ParseSync reads a --nats-sync value: "always", or an interval such as

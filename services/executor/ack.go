@@ -69,7 +69,7 @@ const (
 	// settleLogWindow is the least time between two lines of the same
 	// give-up or late-confirmation message: when NATS is overloaded, every
 	// dispatch of a burst can give up at once, and each used to log a
-	// warning (about 6,000 in two seconds, benchmarks.md finding 41). The
+	// warning (about 6,000 in two seconds, benchmark-findings.md finding 41). The
 	// repeats are counted in one line; flyball_settles_unconfirmed_total
 	// counts every give-up.
 	settleLogWindow = 10 * time.Second

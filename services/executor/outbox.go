@@ -57,7 +57,7 @@ type outbox struct {
 // of the burst of calls it came from, which on a small machine competes
 // with the calls of that same burst for the CPU: a 1,000-call burst on 2
 // cores takes about 100 ms to start, a 10,000-call one over a second
-// (docs/benchmarks.md, findings 13, 14 and 16). An outcome is stored, and
+// (docs/benchmark-findings.md, findings 13, 14 and 16). An outcome is stored, and
 // its dispatch acked, at most its hold later (plus the publish); a lone
 // call's outcome is not held at all.
 const (

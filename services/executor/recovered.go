@@ -11,7 +11,7 @@ import (
 // The breaker service consumes failed attempts and run.recovered events,
 // not every success: nearly every success finds its breaker closed with no
 // failures counted, and consuming it only to ack it cost one delivery and
-// one ack per run (docs/benchmarks.md, findings 23 and 37). The executor
+// one ack per run (docs/benchmark-findings.md, findings 23 and 37). The executor
 // decides which successes the breaker must see, and publishes each of those
 // again as a run.recovered right after its run.succeeded, in the same
 // outbox, so it reaches RUNS after every failure this executor published

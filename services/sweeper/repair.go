@@ -23,7 +23,7 @@ import (
 // own instant, flyball-tasks after flyball-schedules), a key removed or
 // rewritten by hand, or a schedules bucket in nats-server's async persist
 // mode that a crash made forget its last milliseconds (flyball keeps the
-// bucket in the default mode: docs/benchmarks.md, finding 39).
+// bucket in the default mode: docs/benchmark-findings.md, finding 39).
 //
 //   - Lost write: the governor applied a slot's outcome and acked it, but
 //     its decision was forgotten, so the schedule still names the slot.

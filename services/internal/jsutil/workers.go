@@ -41,7 +41,7 @@ const pinHeader = "Nats-Pin-Id"
 // the last one's are all in their queues), so a message is never buffered
 // where it cannot be handled. Both alternatives fail when every worker is busy for a while:
 // a Consume callback that blocks can stall the pull until it expires
-// (docs/benchmarks.md finding 8), and the Messages iterator delivers into a
+// (docs/benchmark-findings.md finding 8), and the Messages iterator delivers into a
 // fixed channel whose overflow the client drops as a slow consumer, which
 // leaves the message to be redelivered only after AckWait.
 //

@@ -183,7 +183,7 @@ func TestBatchBehindAFullShardIsNotRedelivered(t *testing.T) {
 	}
 }
 
-// TestSaturatedWorkersKeepPulling is docs/benchmarks.md finding 8: with
+// TestSaturatedWorkersKeepPulling is docs/benchmark-findings.md finding 8: with
 // every worker blocked far longer than a pull's heartbeat, the consumer
 // must resume delivering as soon as they free up, with no stall until a
 // pull expires.

@@ -128,7 +128,7 @@ func (r *Reader) addSchedule(ctx context.Context, v *TaskView) error {
 // It streams them: each spec is decoded as it comes and only the views
 // are kept, then each schedule is attached to its view as it comes, so
 // a listing never holds either bucket's raw values (at 20,000 tasks that
-// was most of its peak heap; see docs/benchmarks.md, finding 48).
+// was most of its peak heap; see docs/benchmark-findings.md, finding 48).
 func (r *Reader) Tasks(ctx context.Context, f TaskFilter) ([]TaskView, error) {
 	return r.tasksAfter(ctx, f, "")
 }
