@@ -176,7 +176,7 @@ schedule:
 `, id, url, interval)
 }
 
-var acceptedLine = regexp.MustCompile(`^accepted web: next run \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(baseline-interval\)\n$`)
+var acceptedLine = regexp.MustCompile(`^accepted web: next run \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(baseline-interval\) \(revision \d+\)\n$`)
 
 func TestCLITaskCommands(t *testing.T) {
 	t.Parallel()
@@ -630,6 +630,11 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"serve", "sweeper", "--zombie-after", "90s"},
 		{"serve", "timer", "--timer-lease", "500ms"},
 		{"task", "list", "--label", "team=ops", "--label", "team=dev"},
+		{"task", "update", "-f", "web.yaml", "--if-revision", "0"},
+		{"task", "update", "-f", "web.yaml", "--if-revision", "-3"},
+		{"task", "delete", "web", "--if-revision", "seven"},
+		{"task", "delete", "web", "--if-revision", ""},
+		{"task", "create", "-f", "web.yaml", "--if-revision", "3"},
 		{"serve", "api", "--api-token", "short"},
 		{"serve", "governor", "--replicas", "0"},
 		{"serve", "governor", "--replicas", "6", "--ensure-streams=false"},
@@ -666,6 +671,18 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	}
 	if r := e.run(t, "task", "list", "--label", "team=ops", "--label", "team=dev"); !strings.Contains(r.stderr, `--label: label: key "team" given twice`) {
 		t.Errorf("conflicting --label selectors: %q", r.stderr)
+	}
+	for _, args := range [][]string{
+		{"task", "update", "-f", "web.yaml", "--if-revision", "0"},
+		{"task", "update", "-f", "web.yaml", "--if-revision", "-3"},
+		{"task", "delete", "web", "--if-revision", "seven"},
+	} {
+		if r := e.run(t, args...); !strings.Contains(r.stderr, "--if-revision: want the revision of the spec") {
+			t.Errorf("flyball %s: %q, want --if-revision named before any connection", strings.Join(args, " "), r.stderr)
+		}
+	}
+	if r := e.run(t, "task", "create", "-f", "web.yaml", "--if-revision", "3"); !strings.Contains(r.stderr, "unknown flag: --if-revision") {
+		t.Errorf("task create --if-revision: %q, want an unknown flag: a create has no revision to check", r.stderr)
 	}
 	if r := e.run(t, "serve", "api", "--api-token", "short"); !strings.Contains(r.stderr, "--api-token (or FLYBALL_API_TOKENS): token 1 has 5 characters, want at least 16") || strings.Contains(r.stderr, "short") {
 		t.Errorf("short --api-token: %q, want the flag named and the token not shown", r.stderr)
@@ -740,6 +757,94 @@ func TestTaskListAndGetShowAnUnreadableSpec(t *testing.T) {
 		t.Fatalf("task get:\n%s\nwant why the spec is unreadable and what repairs it", out)
 	}
 }
+
+// TestCLIIfRevision: task update and task delete with --if-revision apply
+// only while the spec is at that revision, as the API's If-Match does.
+// Without it, an operator's get → edit → update with the CLI undid a
+// change stored in between without a word.
+func TestCLIIfRevision(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusOK)
+	revOf := func(what, out string) string {
+		t.Helper()
+		m := revisionSuffix.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s printed %q, want it to end with the spec's (revision N)", what, out)
+		}
+		return m[1]
+	}
+	type getJSON struct {
+		query.TaskView
+		SpecRevision uint64 `json:"specRevision"`
+	}
+	get := func() getJSON {
+		t.Helper()
+		var v getJSON
+		if err := json.Unmarshal([]byte(e.ok(t, "task", "get", "web", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	created := revOf("create", e.ok(t, "task", "create", "-f", e.file(t, "web.yaml", taskYAML("web", tg.url, "1h"))))
+	if v := get(); fmt.Sprint(v.SpecRevision) != created || v.Spec.ID != "web" {
+		t.Fatalf("task get -o json: specRevision %d, spec %+v; want revision %s, as create printed", v.SpecRevision, v.Spec, created)
+	}
+	if out := e.ok(t, "task", "get", "web", "-o", "table"); !regexp.MustCompile(`(?m)^revision +` + created + `$`).MatchString(out) {
+		t.Fatalf("task get -o table:\n%s\nwant a revision row with %s", out, created)
+	}
+
+	// An update made from the revision stored applies, and says the new one.
+	out := e.ok(t, "task", "update", "-f", e.file(t, "web2.yaml", taskYAML("web", tg.url, "2h")), "--if-revision", created)
+	if !strings.HasPrefix(out, "updated web: next run ") {
+		t.Fatalf("update --if-revision printed %q", out)
+	}
+	updated := revOf("update", out)
+	if updated == created {
+		t.Fatalf("update printed revision %s, the one it replaced", updated)
+	}
+	var u events.TaskUpdate
+	natstest.LastData(t, e.srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbUpdated, "web"), &u)
+	if fmt.Sprint(u.IfRevision) != created {
+		t.Fatalf("task.updated carried ifRevision %d, want %s", u.IfRevision, created)
+	}
+
+	// One made from the revision before is refused, in one line, and the
+	// spec stays as the update in between left it.
+	stale := []string{
+		fmt.Sprintf("the task changed since revision %s: it is at revision %s now", created, updated),
+		"flyball task get web",
+	}
+	r := e.fails(t, []string{"task", "update", "-f", e.file(t, "web3.yaml", taskYAML("web", tg.url, "3h")), "--if-revision", created},
+		append(stale, `task.updated for "web" rejected by the governor`)...)
+	if strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("stale update: stderr %q, want one line", r.stderr)
+	}
+	if v := get(); v.Spec.Schedule.Interval.D() != 2*time.Hour || fmt.Sprint(v.SpecRevision) != updated {
+		t.Fatalf("after a stale update: interval %s at revision %d, want 2h at %s", v.Spec.Schedule.Interval, v.SpecRevision, updated)
+	}
+
+	// A delete decided on the revision before is refused too; the task stays.
+	r = e.fails(t, []string{"task", "delete", "web", "--if-revision", created}, append(stale, `task.deleted for "web" rejected by the governor`)...)
+	if strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("stale delete: stderr %q, want one line", r.stderr)
+	}
+	var d events.TaskDelete
+	natstest.LastData(t, e.srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbDeleted, "web"), &d)
+	if fmt.Sprint(d.IfRevision) != created || d.ID != "web" {
+		t.Fatalf("task.deleted carried %+v, want ifRevision %s", d, created)
+	}
+	if v := get(); fmt.Sprint(v.SpecRevision) != updated {
+		t.Fatalf("after a stale delete: revision %d, want the task still at %s", v.SpecRevision, updated)
+	}
+	if out := e.ok(t, "task", "delete", "web", "--if-revision", updated); out != "deleted web\n" {
+		t.Fatalf("delete --if-revision printed %q", out)
+	}
+	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
+}
+
+// revisionSuffix is the spec revision a create or an update prints last.
+var revisionSuffix = regexp.MustCompile(` \(revision (\d+)\)\n$`)
 
 // lastHint is the last task.hinted of task id stored on TASKS.
 func lastHint(t *testing.T, e *cliEnv, id string) events.TaskHint {

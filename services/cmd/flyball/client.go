@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -146,9 +148,69 @@ func (s *session) command(ctx context.Context, verb events.Verb, id string, data
 	case err != nil:
 		return nil, err
 	case ans.Rejected != nil:
+		if err := staleRevision(verb, id, data, ans.Rejected.Reasons); err != nil {
+			return nil, err
+		}
 		return nil, newReasonsError(fmt.Sprintf("task.%s for %q rejected by the governor", verb, id), ans.Rejected.Reasons)
 	}
 	return ans.Accepted, nil
+}
+
+// staleRevision is the governor's rejection of an --if-revision the spec
+// is no longer at, as one line that says what to do: read the task again.
+// nil for any other rejection, an older governor's "ifRevision: unknown
+// field" included (newReasonsError prints those).
+func staleRevision(verb events.Verb, id string, data any, reasons []events.FieldError) error {
+	if len(reasons) == 0 || reasons[0].Field != "ifRevision" || !strings.HasPrefix(reasons[0].Rule, events.StaleRevision) {
+		return nil
+	}
+	var sent uint64
+	switch d := data.(type) {
+	case events.TaskUpdate:
+		sent = d.IfRevision
+	case events.TaskDelete:
+		sent = d.IfRevision
+	}
+	now := ""
+	if m := staleAt.FindStringSubmatch(reasons[0].Rule); m != nil {
+		now = ": it is at revision " + m[1] + " now"
+	}
+	next := "apply your change to it and update again with --if-revision set to the revision it shows"
+	if verb == events.VerbDeleted {
+		next = "decide again whether to delete it"
+	}
+	return fmt.Errorf("task.%s for %q rejected by the governor: the task changed since revision %d%s; run 'flyball task get %s' to see the change, then %s",
+		verb, id, sent, now, id, next)
+}
+
+// staleAt finds the stored revision in the governor's stale-revision
+// reason ("… is at revision 9, not 7: …"). Worded otherwise, the line
+// leaves it out and flyball task get shows it.
+var staleAt = regexp.MustCompile(` is at revision (\d+), not `)
+
+// parseIfRevision reads --if-revision, the flyball-tasks revision the spec
+// must still be at for the command to apply; 0 when it is not given.
+// Given empty, markNonEmpty refuses it: read as not given, the command
+// would apply whatever the revision.
+func parseIfRevision(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	rev, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || rev == 0 {
+		return 0, fmt.Errorf("--if-revision: want the revision of the spec the change was made from (a positive integer: the revision row of flyball task get), got %q", s)
+	}
+	return rev, nil
+}
+
+// specRevision is the " (revision N)" an accepted create or update ends
+// with: the --if-revision of the next update made from it. Empty when the
+// answer carries none (a governor older than specRevision).
+func specRevision(a *events.TaskAccepted) string {
+	if a == nil || a.SpecRevision == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (revision %d)", a.SpecRevision)
 }
 
 // nextRun describes an accepted command's decision: "next run <t> (<source>)".

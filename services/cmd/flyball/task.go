@@ -46,9 +46,10 @@ buckets flyball-tasks and flyball-schedules.`,
 // newTaskSpecCmd is task create and task update: both read a spec file.
 func newTaskSpecCmd(verb events.Verb) *cobra.Command {
 	var (
-		cf     clientFlags
-		file   string
-		dryRun bool
+		cf         clientFlags
+		file       string
+		dryRun     bool
+		ifRevision string
 	)
 	name, done := "create", "accepted"
 	if verb == events.VerbUpdated {
@@ -61,10 +62,15 @@ func newTaskSpecCmd(verb events.Verb) *cobra.Command {
 (unknown fields are errors, naming the field) and validates it locally. With
 --dry-run it stops there: it prints "valid", or every reason and exits 1.
 Otherwise it publishes task.%s and waits for the governor's answer: it prints
-"%s <id>: next run <time> (<source>)", or every rejection reason and exits 1.`, name, verb, done),
+"%s <id>: next run <time> (<source>) (revision <n>)", or every rejection
+reason and exits 1.%s`, name, verb, done, ifRevisionHelp(verb)),
 		Example: "  flyball task " + name + " -f orders-health.yaml\n  flyball task " + name + " -f task.json --dry-run",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			rev, err := parseIfRevision(ifRevision)
+			if err != nil {
+				return err
+			}
 			spec, err := readSpec(file, cmd.InOrStdin())
 			if err != nil {
 				return err
@@ -77,11 +83,15 @@ Otherwise it publishes task.%s and waits for the governor's answer: it prints
 				return nil
 			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
-				acc, err := s.command(ctx, verb, spec.ID, spec)
+				var data any = spec
+				if verb == events.VerbUpdated {
+					data = events.TaskUpdate{TaskSpec: spec, IfRevision: rev}
+				}
+				acc, err := s.command(ctx, verb, spec.ID, data)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(s.out, "%s %s: %s\n", done, spec.ID, nextRun(acc))
+				fmt.Fprintf(s.out, "%s %s: %s%s\n", done, spec.ID, nextRun(acc), specRevision(acc))
 				return nil
 			})
 		},
@@ -90,7 +100,28 @@ Otherwise it publishes task.%s and waits for the governor's answer: it prints
 	cmd.Flags().StringVarP(&file, "file", "f", "", "task spec file, YAML or JSON ('-' for stdin)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate locally and print \"valid\"; publish nothing")
 	_ = cmd.MarkFlagRequired("file")
+	// A create has no spec to check the revision of.
+	if verb == events.VerbUpdated {
+		cmd.Example += "\n  flyball task update -f orders-health.yaml --if-revision 7"
+		cmd.Flags().StringVar(&ifRevision, "if-revision", "", "apply only while the spec is at this `revision` (the revision row of flyball task get); the governor refuses it otherwise")
+		markNonEmpty(cmd.Flags(), "if-revision")
+	}
 	return cmd
+}
+
+// ifRevisionHelp is what task update's help says about --if-revision.
+func ifRevisionHelp(verb events.Verb) string {
+	if verb != events.VerbUpdated {
+		return ""
+	}
+	return `
+
+An update replaces the whole spec: without --if-revision, one made from a
+spec read before another update undoes that update without a word. With
+--if-revision N (the revision 'flyball task get' shows, or the one the last
+create or update printed) the governor applies it only while the spec is
+still at revision N; otherwise it is refused ("the task changed since
+revision N"), exit 1, and the spec stays as it is.`
 }
 
 // openGuard is an SSRF guard that allows every address: what it still
@@ -192,13 +223,19 @@ func yamlDocuments(b []byte) (int, error) {
 
 func newTaskDeleteCmd() *cobra.Command {
 	var (
-		cf     clientFlags
-		reason string
+		cf         clientFlags
+		reason     string
+		ifRevision string
 	)
 	cmd := &cobra.Command{
 		Use:   "delete <id>",
 		Short: "Delete a task (publishes task.deleted); its history stays in RUNS and DEADLETTER",
-		Args:  oneArg("task id"),
+		Long: `delete publishes task.deleted and waits for the governor's answer. With
+--if-revision N (the revision 'flyball task get' shows) the governor deletes
+the task only while its spec is still at revision N; otherwise it is refused
+("the task changed since revision N"), exit 1, and the task stays.`,
+		Example: "  flyball task delete orders-health --reason 'service retired'\n  flyball task delete orders-health --if-revision 7",
+		Args:    oneArg("task id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if err := validID(id); err != nil {
@@ -206,6 +243,10 @@ func newTaskDeleteCmd() *cobra.Command {
 			}
 			if err := control.ValidateReason(reason); err != nil {
 				return flagError(err)
+			}
+			rev, err := parseIfRevision(ifRevision)
+			if err != nil {
+				return err
 			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
 				// The governor accepts a delete of a missing task (a
@@ -217,7 +258,9 @@ func newTaskDeleteCmd() *cobra.Command {
 				} else if err != nil {
 					return err
 				}
-				if _, err := s.command(ctx, events.VerbDeleted, id, events.TaskRef{ID: id, Reason: reason}); err != nil {
+				// Without ifRevision it is the TaskRef it was before.
+				del := events.TaskDelete{TaskRef: events.TaskRef{ID: id, Reason: reason}, IfRevision: rev}
+				if _, err := s.command(ctx, events.VerbDeleted, id, del); err != nil {
 					return err
 				}
 				fmt.Fprintf(s.out, "deleted %s\n", id)
@@ -227,7 +270,17 @@ func newTaskDeleteCmd() *cobra.Command {
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the event")
+	cmd.Flags().StringVar(&ifRevision, "if-revision", "", "delete only while the spec is at this `revision` (the revision row of flyball task get); the governor refuses it otherwise")
+	markNonEmpty(cmd.Flags(), "if-revision")
 	return cmd
+}
+
+// taskJSON is task get -o json: the view, and the spec's revision, which
+// the view leaves out of its JSON (the API sends it as the ETag). Named
+// as in task.accepted.
+type taskJSON struct {
+	*query.TaskView
+	SpecRevision uint64 `json:"specRevision"`
 }
 
 func newTaskGetCmd() *cobra.Command {
@@ -252,7 +305,7 @@ func newTaskGetCmd() *cobra.Command {
 					return err
 				}
 				if out == outJSON {
-					return printJSON(s.out, v)
+					return printJSON(s.out, taskJSON{TaskView: v, SpecRevision: v.SpecRevision})
 				}
 				printTask(s.out, v, time.Now())
 				return nil
@@ -328,6 +381,8 @@ func printTask(w io.Writer, v *query.TaskView, now time.Time) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	sp := v.Spec
 	row("id", sp.ID)
+	// The --if-revision of an update or a delete decided on what follows.
+	row("revision", fmt.Sprint(v.SpecRevision))
 	if v.Unreadable != "" {
 		row("UNREADABLE", v.Unreadable)
 	}
