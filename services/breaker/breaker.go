@@ -218,10 +218,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // validKey reports a key executor.BreakerKey can produce: a task ID, or
-// a host key (HostKeyPrefix and the host, or its hash: a token too).
+// a host key (HostKeyPrefix and the host, or its hash), a token too, that
+// names a host. It accepted host_ alone, and host_ followed by a token of
+// up to 128 characters, 133 in all, which no executor makes: it hashes a
+// host whose key would be longer than a token.
 func validKey(key string) bool {
-	host, isHost := strings.CutPrefix(key, events.HostKeyPrefix)
-	return events.ValidToken(key) || isHost && events.ValidToken(host)
+	return events.ValidToken(key) && key != events.HostKeyPrefix
 }
 
 // success reports whether an outcome on RUNS counts as a success: a

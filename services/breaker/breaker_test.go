@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -553,6 +554,11 @@ func TestForgedRunIsTerminated(t *testing.T) {
 		{events.TypeRunFailed, `{"taskId":"","dispatchId":"d:1","attempt":1}`},
 		{events.TypeRunFailed, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a.b"}`},
 		{events.TypeRunFailed, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"a*"}`},
+		// Host keys are tokens too, and name a host: host_ alone names
+		// none, and one longer than a token (host_ and 124 characters)
+		// is no key the executor makes (it hashes a host that long).
+		{events.TypeRunFailed, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"host_"}`},
+		{events.TypeRunFailed, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"breakerKey":"host_` + strings.Repeat("a", events.MaxIDLength-len(events.HostKeyPrefix)+1) + `"}`},
 		{events.TypeRunFailed, `{"taskId":"other","dispatchId":"d:1","attempt":1}`},
 		{events.TypeRunSucceeded, `{"taskId":"t1","dispatchId":"d:1","attempt":1,"status":200}`},
 	} {
@@ -566,8 +572,8 @@ func TestForgedRunIsTerminated(t *testing.T) {
 		}
 		natstest.AwaitAcked(t, h.js, streams.StreamRuns, streams.ConsumerBreaker, ack.Sequence)
 	}
-	if n := testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues("malformed run")); n != 5 {
-		t.Fatalf("flyball_rejected_events_total{reason=\"malformed run\"} = %v, want 5", n)
+	if n := testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues("malformed run")); n != 7 {
+		t.Fatalf("flyball_rejected_events_total{reason=\"malformed run\"} = %v, want 7", n)
 	}
 	if n := testutil.ToFloat64(h.metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
 		t.Fatalf("flyball_rejected_events_total{reason=\"malformed event\"} = %v, want 1", n)
