@@ -20,6 +20,7 @@ func TestCreateRefusesATargetTheGuardBlocks(t *testing.T) {
 	for i, c := range []struct{ url, why string }{
 		{"http://169.254.169.254/latest/meta-data/", "cloud metadata"},
 		{"http://[fd00:ec2::254]/latest/meta-data/", "cloud metadata"},
+		{"http://168.63.129.16/machine/?comp=goalstate", "168.63.129.16 is link-local or a cloud metadata address"},
 		{"http://metadata.google.internal/computeMetadata/v1/", "metadata hostname"},
 		{"http://0.0.0.0:8080/", "unspecified"},
 	} {

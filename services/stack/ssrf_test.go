@@ -81,6 +81,7 @@ func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
 	cases := []guardCase{
 		{"imds", "http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
 		{"imds6", "http://[fd00:ec2::254]/latest/meta-data/", "fd00:ec2::254 is link-local or a cloud metadata address"},
+		{"wire", "http://168.63.129.16:32526/vmSettings", "168.63.129.16 is link-local or a cloud metadata address"},
 		{"gcp", "http://Metadata.Google.Internal./computeMetadata/v1/", "metadata.google.internal is a cloud metadata hostname"},
 		{"loop", "http://127.0.0.1:8080/", "127.0.0.1 is a loopback address"},
 	}
@@ -125,23 +126,26 @@ func TestGovernorAcceptsWhatTheGuardAllows(t *testing.T) {
 	t.Parallel()
 	e := &env{t: t, srv: natstest.StartWithStreams(t)}
 	e.st = e.startWith(func(c *stack.Config) {
-		c.Guard = executor.Guard{AllowLoopback: true, Allow: []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}}
+		c.Guard = executor.Guard{AllowLoopback: true, Allow: []netip.Prefix{
+			netip.MustParsePrefix("169.254.169.254/32"), netip.MustParsePrefix("168.63.129.16/32"),
+		}}
 	}, "governor")
 	accepted := e.collect("flyball.task.accepted.>")
 	rejected := e.collect("flyball.task.rejected.>")
 	for id, url := range map[string]string{
 		"imds": "http://169.254.169.254/latest/meta-data/",
 		"gcp":  "http://metadata.google.internal/computeMetadata/v1/", // stands for 169.254.169.254, allowed
+		"wire": "http://168.63.129.16/machine/?comp=goalstate",        // Azure WireServer, allowed
 		"loop": "http://127.0.0.1:8080/",
 		"name": "http://internal.example/",
 	} {
 		e.create(id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, id, url))
 	}
-	natstest.Eventually(t, 10*time.Second, "four answers", func() bool { return len(accepted())+len(rejected()) == 4 })
+	natstest.Eventually(t, 10*time.Second, "five answers", func() bool { return len(accepted())+len(rejected()) == 5 })
 	if r := rejected(); len(r) != 0 {
 		t.Fatalf("rejected %d allowed targets: %s", len(r), r[0].Data())
 	}
-	for _, id := range []string{"imds", "gcp", "loop", "name"} {
+	for _, id := range []string{"imds", "gcp", "wire", "loop", "name"} {
 		if !e.storedSpec(id) {
 			t.Errorf("%s: accepted but not stored", id)
 		}

@@ -63,20 +63,31 @@ var metadataHosts = map[string]netip.Addr{
 
 // metadataPrefixes are link-local ranges and the cloud metadata and
 // credential endpoints outside them, each of which hands out the host's
-// or the workload's credentials. The IPv6 ones are in fc00::/7, which is
-// otherwise allowed as private.
+// or the workload's credentials or configuration. The IPv6 ones are in
+// fc00::/7, which is otherwise allowed as private; 168.63.129.16 is a
+// public address, which is otherwise allowed too.
+//
+// Blocking an address here does not block DNS through it (168.63.129.16
+// is the resolver of every Azure VM): the guard runs in the executor's
+// dialer, and Go's resolver dials its DNS servers with its own zero
+// net.Dialer (or libc does, with cgo), not with that one.
 var metadataPrefixes = []netip.Prefix{
 	// IPv4 link-local, which holds 169.254.169.254 (AWS IMDS, GCP, Azure
 	// IMDS, Oracle Cloud, DigitalOcean, OpenStack), 169.254.170.2 (AWS
 	// ECS task metadata and credentials) and 169.254.170.23 (AWS EKS Pod
 	// Identity agent).
 	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("fe80::/10"),          // IPv6 link-local
-	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS IMDS over IPv6
-	netip.MustParsePrefix("fd00:ec2::23/128"),   // AWS EKS Pod Identity agent over IPv6
-	netip.MustParsePrefix("fd20:ce::254/128"),   // GCP metadata server over IPv6
-	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud metadata
-	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata
+	netip.MustParsePrefix("fe80::/10"),             // IPv6 link-local
+	netip.MustParsePrefix("fd00:ec2::254/128"),     // AWS IMDS over IPv6
+	netip.MustParsePrefix("fd00:ec2::23/128"),      // AWS EKS Pod Identity agent over IPv6
+	netip.MustParsePrefix("fd20:ce::254/128"),      // GCP metadata server over IPv6
+	netip.MustParsePrefix("100.100.100.200/32"),    // Alibaba Cloud metadata
+	netip.MustParsePrefix("192.0.0.192/32"),        // Oracle Cloud metadata
+	netip.MustParsePrefix("fd00:a9fe:a9fe::1/128"), // Akamai (Linode) metadata over IPv6
+	// Azure WireServer, the host platform endpoint on every Azure VM: its
+	// goal state and extension settings (ports 80 and 32526) carry the
+	// extensions' protected settings and certificates.
+	netip.MustParsePrefix("168.63.129.16/32"),
 }
 
 // contains reports whether p holds addr, an unmapped address (Check

@@ -19,6 +19,7 @@ func TestCheckHost(t *testing.T) {
 	allowIMDS := &Guard{Allow: []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}}
 	loop := &Guard{AllowLoopback: true}
 	deny := &Guard{Deny: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
+	allowWire := &Guard{Allow: []netip.Prefix{netip.MustParsePrefix("168.63.129.16/32")}}
 	for _, c := range []struct {
 		g       *Guard
 		host    string
@@ -27,6 +28,17 @@ func TestCheckHost(t *testing.T) {
 		{def, "169.254.169.254", true},
 		{def, "fd00:ec2::254", true},
 		{def, "100.100.100.200", true},
+		// Azure's WireServer, a public-looking address on every Azure
+		// VM, and its IPv6 spellings; its neighbours are public.
+		{def, "168.63.129.16", true},
+		{def, "::ffff:168.63.129.16", true},
+		{def, "64:ff9b::a83f:8110", true},
+		{def, "2002:a83f:8110::1", true},
+		{def, "168.63.129.15", false},
+		{def, "168.63.129.17", false},
+		{allowWire, "168.63.129.16", false},
+		{allowWire, "64:ff9b::a83f:8110", false},
+		{allowWire, "169.254.169.254", true},
 		{def, "fe80::1%eth0", true},
 		{def, "64:ff9b::a9fe:a9fe", true},
 		{def, "127.0.0.1", true},
@@ -115,6 +127,11 @@ func TestCheckTarget(t *testing.T) {
 		{"http://[fe80::1%25eth0]/", "fe80::1 is link-local or a cloud metadata address"},
 		{"http://[::169.254.169.254]/", "IPv4-compatible address ::a9fe:a9fe embeds 169.254.169.254"},
 		{"http://[64:ff9b::a9fe:a9fe]/", "NAT64 address 64:ff9b::a9fe:a9fe embeds 169.254.169.254"},
+		{"http://168.63.129.16/machine/?comp=goalstate", "168.63.129.16 is link-local or a cloud metadata address"},
+		{"http://168.63.129.16:32526/vmSettings", "168.63.129.16 is link-local or a cloud metadata address"},
+		{"http://[::ffff:168.63.129.16]/", "168.63.129.16 is link-local or a cloud metadata address"},
+		{"http://[64:ff9b::a83f:8110]/", "NAT64 address 64:ff9b::a83f:8110 embeds 168.63.129.16"},
+		{"http://[fd00:a9fe:a9fe::1]/v1/user-data", "fd00:a9fe:a9fe::1 is link-local or a cloud metadata address"},
 	} {
 		r := events.Reasons(g.CheckTarget(spec(c.url)))
 		if len(r) != 1 || r[0].Field != "target.http.url" || !strings.Contains(r[0].Rule, "SSRF guard") || !strings.Contains(r[0].Rule, c.why) {
@@ -251,14 +268,16 @@ func TestCheckRefusesEveryMetadataAddress(t *testing.T) {
 	t.Parallel()
 	g := &Guard{}
 	for _, s := range []string{
-		"169.254.169.254", // AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
-		"fd00:ec2::254",   // AWS IMDS over IPv6
-		"fd20:ce::254",    // GCP metadata server over IPv6
-		"fd00:ec2::23",    // AWS EKS Pod Identity agent over IPv6
-		"169.254.170.2",   // AWS ECS task metadata and credentials
-		"169.254.170.23",  // AWS EKS Pod Identity agent
-		"100.100.100.200", // Alibaba Cloud
-		"192.0.0.192",     // Oracle Cloud
+		"169.254.169.254",   // AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
+		"fd00:ec2::254",     // AWS IMDS over IPv6
+		"fd20:ce::254",      // GCP metadata server over IPv6
+		"fd00:ec2::23",      // AWS EKS Pod Identity agent over IPv6
+		"169.254.170.2",     // AWS ECS task metadata and credentials
+		"169.254.170.23",    // AWS EKS Pod Identity agent
+		"100.100.100.200",   // Alibaba Cloud
+		"192.0.0.192",       // Oracle Cloud
+		"168.63.129.16",     // Azure WireServer (VM agent goal state, extension settings)
+		"fd00:a9fe:a9fe::1", // Akamai (Linode) metadata over IPv6
 	} {
 		err := g.Check(netip.MustParseAddr(s))
 		if !errors.Is(err, ErrBlocked) {
@@ -266,7 +285,7 @@ func TestCheckRefusesEveryMetadataAddress(t *testing.T) {
 		}
 	}
 	// Its neighbours in fc00::/7 stay private addresses the guard allows.
-	for _, s := range []string{"fd20:ce::253", "fd00:ec2::24", "fd12:3456::1"} {
+	for _, s := range []string{"fd20:ce::253", "fd00:ec2::24", "fd00:a9fe:a9fe::2", "fd12:3456::1"} {
 		if err := g.Check(netip.MustParseAddr(s)); err != nil {
 			t.Errorf("Check(%s) = %v, want it allowed (a private address)", s, err)
 		}
@@ -304,6 +323,9 @@ func TestDenyWinsOverAllow(t *testing.T) {
 		{"allow loopback, deny 127.0.0.1: other loopback", &Guard{AllowLoopback: true, Deny: pfx("127.0.0.1/32")}, "127.0.0.2", false},
 		{"allow loopback, deny ::1", &Guard{AllowLoopback: true, Deny: pfx("::1/128")}, "::1", true},
 		{"allow-cidr loopback, deny 127.0.0.1", &Guard{Allow: pfx("127.0.0.0/8"), Deny: pfx("127.0.0.1/32")}, "127.0.0.1", true},
+		// --allow-cidr 168.63.129.16/32 --deny-cidr 168.63.128.0/23
+		{"allow WireServer, deny its range", &Guard{Allow: pfx("168.63.129.16/32"), Deny: pfx("168.63.128.0/23")}, "168.63.129.16", true},
+		{"allow WireServer, deny its range: NAT64 spelling", &Guard{Allow: pfx("168.63.129.16/32"), Deny: pfx("168.63.128.0/23")}, "64:ff9b::a83f:8110", true},
 	} {
 		err := c.g.Check(netip.MustParseAddr(c.addr))
 		if got := errors.Is(err, ErrBlocked); got != c.blocked {
