@@ -267,6 +267,59 @@ func Read(t testing.TB, js jetstream.JetStream, stream, subject string) []jetstr
 	return msgs
 }
 
+// ReadEvents returns every message stream holds on subject, like Read,
+// decoded as CloudEvents. A message that does not decode fails the test,
+// naming its stream sequence and subject: a test reading events never
+// carries on with one it skipped.
+func ReadEvents(t testing.TB, js jetstream.JetStream, stream, subject string) []events.Event {
+	t.Helper()
+	msgs := Read(t, js, stream, subject)
+	evs := make([]events.Event, 0, len(msgs))
+	for _, m := range msgs {
+		e, err := events.Decode(m.Headers(), m.Data())
+		if err != nil {
+			var seq uint64
+			if meta, merr := m.Metadata(); merr == nil {
+				seq = meta.Sequence.Stream
+			}
+			t.Fatalf("%s sequence %d (%s): not a CloudEvent: %v", stream, seq, m.Subject(), err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// Subscribe subscribes nc to subject with cb and flushes, so that the
+// server has the interest before the caller publishes: without the flush
+// a message published right after can reach the server first and be
+// missed. The subscription ends in t.Cleanup.
+func Subscribe(t testing.TB, nc *nats.Conn, subject string, cb nats.MsgHandler) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.Subscribe(subject, cb)
+	return subscribed(t, nc, subject, sub, err)
+}
+
+// ChanSubscribe is Subscribe delivering to ch (nats.go's ChanSubscribe):
+// flushed, so the server has the interest before the caller publishes,
+// and ended in t.Cleanup.
+func ChanSubscribe(t testing.TB, nc *nats.Conn, subject string, ch chan *nats.Msg) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.ChanSubscribe(subject, ch)
+	return subscribed(t, nc, subject, sub, err)
+}
+
+func subscribed(t testing.TB, nc *nats.Conn, subject string, sub *nats.Subscription, err error) *nats.Subscription {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("natstest: subscribe to %s: %v", subject, err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatalf("natstest: flush the subscription to %s: %v", subject, err)
+	}
+	return sub
+}
+
 // CaughtUp reports whether durable has settled (acked or terminated)
 // every message its stream holds for it. It is a condition for
 // Eventually. NumPending and NumAckPending alone are not enough: the

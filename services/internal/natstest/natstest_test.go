@@ -3,10 +3,16 @@ package natstest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/pkg/events"
 )
 
 // TestSettleRetriesUntilTheCallSucceeds checks that Settle tries again
@@ -96,5 +102,108 @@ func TestCaughtUpWaitsForTheAckOfTheLastMatchingMessage(t *testing.T) {
 	take("all")
 	if !CaughtUp(ctx, js, "S", "all") {
 		t.Fatal("all is not caught up after acking both messages")
+	}
+}
+
+// TestSubscribeHasTheInterestWhenItReturns checks that a message
+// published from another connection right after Subscribe and
+// ChanSubscribe return reaches them (the flush made the interest the
+// server's), and that both subscriptions end with their test.
+func TestSubscribeHasTheInterestWhenItReturns(t *testing.T) {
+	t.Parallel()
+	srv := Start(t)
+	pub, _ := srv.Connect(t)
+	var subs []*nats.Subscription
+	t.Run("subscribe", func(t *testing.T) {
+		got := make(chan string, 1)
+		subs = append(subs, Subscribe(t, srv.NC, "cb.x", func(m *nats.Msg) { got <- string(m.Data) }))
+		if err := pub.Publish("cb.x", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d := <-got:
+			if d != "1" {
+				t.Fatalf("callback got %q, want 1", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the callback saw nothing within 5s")
+		}
+	})
+	t.Run("chan", func(t *testing.T) {
+		ch := make(chan *nats.Msg, 1)
+		subs = append(subs, ChanSubscribe(t, srv.NC, "ch.x", ch))
+		if err := pub.Publish("ch.x", []byte("2")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-ch:
+			if string(m.Data) != "2" {
+				t.Fatalf("channel got %q, want 2", m.Data)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the channel received nothing within 5s")
+		}
+	})
+	for _, sub := range subs {
+		if sub.IsValid() {
+			t.Errorf("the subscription to %s outlived its test", sub.Subject)
+		}
+	}
+}
+
+// fatalTB records the message of a Fatal call and ends the goroutine, as
+// testing's own does, so a test can check that a helper fails the test.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Fatal(args ...any) { f.msg = fmt.Sprint(args...); runtime.Goexit() }
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestReadEventsFailsOnAMessageThatIsNotACloudEvent checks that
+// ReadEvents decodes the events of a subject in stream order, and fails
+// the test naming the stream sequence and subject of a message that is
+// not a CloudEvent.
+func TestReadEventsFailsOnAMessageThatIsNotACloudEvent(t *testing.T) {
+	t.Parallel()
+	srv := Start(t)
+	ctx := t.Context()
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"e1", "e2"} {
+		b, err := events.Marshal("io.flyball.test", "natstest", "", map[string]string{"id": id}, time.Now(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.JS.Publish(ctx, "s.good", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.JS.Publish(ctx, "s.bad", []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range ReadEvents(t, srv.JS, "S", "s.good") {
+		ids = append(ids, e.ID())
+	}
+	if strings.Join(ids, ",") != "e1,e2" {
+		t.Fatalf("ReadEvents of s.good = %v, want e1,e2", ids)
+	}
+
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ReadEvents(f, srv.JS, "S", "s.>")
+	}()
+	<-done
+	if !strings.Contains(f.msg, "S sequence 3 (s.bad): not a CloudEvent") {
+		t.Fatalf("ReadEvents of a message that is not a CloudEvent failed with %q, want it to name S sequence 3 (s.bad)", f.msg)
 	}
 }
