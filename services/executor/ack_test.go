@@ -66,11 +66,7 @@ func TestSettlerRetriesUntilAnswered(t *testing.T) {
 	st.settle("ack.reply", "d.t", "nak", []byte("-NAK"), time.Now().Add(time.Minute))
 	natstest.Eventually(t, 10*time.Second, "three unanswered tries", func() bool { return st.triesOfPending() >= 3 })
 	var answered atomic.Int32
-	sub, err := nc.Subscribe("ack.reply", func(m *nats.Msg) { answered.Add(1); _ = m.Respond(nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	natstest.Subscribe(t, nc, "ack.reply", func(m *nats.Msg) { answered.Add(1); _ = m.Respond(nil) })
 	settled(t, st, 10*time.Second)
 	if answered.Load() == 0 {
 		t.Fatal("settled without an answer")

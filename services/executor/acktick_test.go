@@ -43,28 +43,17 @@ func TestSettlerRetriesOnItsProductionTimings(t *testing.T) {
 	// No responder yet: every try is answered "no responders".
 	st.settle("ack.one", "d.t", "ack", ackBody, time.Now().Add(time.Minute))
 	natstest.Eventually(t, 10*time.Second, "three tries answered no responders", func() bool { return st.triesOfPending() >= 3 })
-	sub, err := nc.Subscribe("ack.one", func(m *nats.Msg) { _ = m.Respond(nil) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	natstest.Subscribe(t, nc, "ack.one", func(m *nats.Msg) { _ = m.Respond(nil) })
 	settled(t, st, 10*time.Second)
 	natstest.Eventually(t, 5*time.Second, "the ticker stopped once nothing is pending", func() bool { return !st.isTicking() })
 
 	// The first try reaches the consumer, but its answer is lost.
 	var got atomic.Int32
-	lossy, err := nc.Subscribe("ack.two", func(m *nats.Msg) {
+	natstest.Subscribe(t, nc, "ack.two", func(m *nats.Msg) {
 		if got.Add(1) == 2 {
 			_ = m.Respond(nil)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lossy.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	st.settle("ack.two", "d.u", "ack", ackBody, time.Now().Add(time.Minute))
 	settled(t, st, 10*time.Second)

@@ -318,16 +318,9 @@ func (f *attemptsFixture) deliveriesExhausted(t *testing.T) <-chan struct{} {
 	t.Helper()
 	done := make(chan struct{})
 	var once sync.Once
-	sub, err := f.srv.NC.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+streams.StreamDispatch+"."+streams.ConsumerExecutor, func(*nats.Msg) {
+	natstest.Subscribe(t, f.srv.NC, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES."+streams.StreamDispatch+"."+streams.ConsumerExecutor, func(*nats.Msg) {
 		once.Do(func() { close(done) })
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return done
 }
 

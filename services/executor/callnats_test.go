@@ -124,7 +124,7 @@ func TestNATSTargetOutcomes(t *testing.T) {
 	}
 	reply := func(subject, code string) {
 		t.Helper()
-		sub, err := srv.NC.Subscribe(subject, func(m *nats.Msg) {
+		natstest.Subscribe(t, srv.NC, subject, func(m *nats.Msg) {
 			r := nats.NewMsg(m.Reply)
 			r.Data = []byte("answer")
 			if code != "" {
@@ -133,21 +133,12 @@ func TestNATSTargetOutcomes(t *testing.T) {
 			}
 			_ = m.RespondMsg(r)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
 	reply("svc.ok", "")
 	reply("svc.404", "404")
 	reply("svc.429", "429")
 	reply("svc.503", "503")
-	if _, err := srv.NC.Subscribe("svc.silent", func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Subscribe(t, srv.NC, "svc.silent", func(*nats.Msg) {})
 	d := &events.Dispatch{DispatchID: "t:1", TaskID: "t", ScheduledAt: time.Now()}
 	for _, c := range []struct {
 		subject   string

@@ -124,20 +124,13 @@ func TestExecutorsOwnNATSOutageIsNotATargetFailure(t *testing.T) {
 	// answers every later one.
 	held := make(chan struct{})
 	var requests atomic.Int32
-	sub, err := srv.NC.Subscribe("targets.svc", func(m *nats.Msg) {
+	natstest.Subscribe(t, srv.NC, "targets.svc", func(m *nats.Msg) {
 		if requests.Add(1) == 1 {
 			close(held)
 			return
 		}
 		_ = m.Respond([]byte("ok"))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	nc, err := nats.Connect(proxy.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		t.Fatal(err)
@@ -216,12 +209,7 @@ func TestNATSTargetPublishViolationIsPermanent(t *testing.T) {
 		}},
 	)
 	svc, _ := natstest.ConnectAs(t, s, "svc", "pw")
-	if _, err := svc.Subscribe(">", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Subscribe(t, svc, ">", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
 	seen := make(chan error, 16)
 	_, js := natstest.ConnectAs(t, s, "executor", "pw")
 	js.Conn().SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { seen <- err })

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -39,20 +40,13 @@ func firstDelivery(subject string) bool {
 func (f *attemptsFixture) watchProgress(t *testing.T) *progressAcks {
 	t.Helper()
 	p := &progressAcks{}
-	sub, err := f.srv.NC.Subscribe("$JS.ACK."+streams.StreamDispatch+".>", func(m *nats.Msg) {
+	natstest.Subscribe(t, f.srv.NC, "$JS.ACK."+streams.StreamDispatch+".>", func(m *nats.Msg) {
 		if string(m.Data) == "+WPI" && firstDelivery(m.Subject) {
 			p.mu.Lock()
 			p.at = append(p.at, time.Now())
 			p.mu.Unlock()
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return p
 }
 
