@@ -83,14 +83,7 @@ func TestScheduleSourceFollowsTheWriteRate(t *testing.T) {
 
 	// Still busy, and meanwhile a zombie appears and c is deleted.
 	dispatches := make(chan *nats.Msg, 4)
-	sub, err := srv.NC.ChanSubscribe(events.DispatchSubject("zombie"), dispatches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, srv.NC, events.DispatchSubject("zombie"), dispatches)
 	busy(10)
 	created := now.Add(-time.Hour).Add(123 * time.Nanosecond)
 	put("zombie", gov.State{NextRunAt: now.Add(-10 * time.Minute), LastScheduledAt: now.Add(-11 * time.Minute), Source: gov.SourceBaselineInterval, CreatedAt: created})
