@@ -21,14 +21,7 @@ func TestAckDeadlineSettlesTheRestOfABatchAtOnce(t *testing.T) {
 	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := srv.NC.Subscribe("lost.>", func(*nats.Msg) {}) // answers nothing
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Subscribe(t, srv.NC, "lost.>", func(*nats.Msg) {}) // answers nothing
 	_, js := srv.Connect(t)
 	publish := func(subject string) jetstream.PubAckFuture {
 		f, err := js.PublishAsync(subject, []byte("x"))

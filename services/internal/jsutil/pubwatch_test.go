@@ -29,12 +29,7 @@ func TestPubWatchEndsOnlyTheRefusedSubject(t *testing.T) {
 		}},
 	)
 	svc, _ := natstest.ConnectAs(t, srv, "svc", "pw")
-	if _, err := svc.Subscribe("ok.>", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Subscribe(t, svc, "ok.>", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
 	nc, _ := natstest.ConnectAs(t, srv, "limited", "pw")
 	seen := make(chan error, 16)
 	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { seen <- err })
