@@ -21,11 +21,7 @@ import (
 // the answering instance (the CloudEvents source) and the command id.
 func answers(t *testing.T, js jetstream.JetStream, id string) (sources, commands []string) {
 	t.Helper()
-	for _, m := range natstest.Read(t, js, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, id)) {
-		e, err := events.Decode(m.Headers(), m.Data())
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range natstest.ReadEvents(t, js, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, id)) {
 		var acc events.TaskAccepted
 		if err := events.DecodeData(e, &acc); err != nil {
 			t.Fatal(err)
