@@ -93,11 +93,7 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 		"retry":{"maxAttempts":2,"initialDelay":"100ms","multiplier":1,"maxDelay":"100ms","jitter":0},
 		"breaker":{"failureThreshold":2,"openDelay":"1s","maxOpenDelay":"2s"}}`, bad.srv.URL), http.StatusAccepted)
 	// A NATS target (targets.>), answered on the admin connection.
-	echo, err := srv.NC.Subscribe("targets.echo", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = echo.Unsubscribe() })
+	natstest.Subscribe(t, srv.NC, "targets.echo", func(m *nats.Msg) { _ = m.Respond([]byte("pong")) })
 	echoed := record(t, srv.NC, "flyball.run.succeeded.echo", func(m *nats.Msg) (string, bool) { return m.Subject, true })
 	call("POST", "/api/v1/tasks", `{"id":"echo","target":{"nats":{"subject":"targets.echo","payload":"ping"}},"schedule":{"interval":"1s"}}`, http.StatusAccepted)
 	// A host-scoped breaker (a host_ key) on the failing target.

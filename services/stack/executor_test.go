@@ -40,14 +40,10 @@ func TestNATSRequestReplyTarget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	keys := make(chan string, 4)
-	sub, err := e.srv.NC.Subscribe("orders.health", func(m *nats.Msg) {
+	natstest.Subscribe(t, e.srv.NC, "orders.health", func(m *nats.Msg) {
 		keys <- m.Header.Get("Idempotency-Key")
 		_ = m.Respond([]byte("healthy: " + string(m.Data)))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
 	succeeded := e.collect("flyball.run.succeeded.natsy")
 	e.create("natsy", `{"id":"natsy","target":{"nats":{"subject":"orders.health","payload":"ping","timeout":"2s"}},"schedule":{"interval":"1h"}}`)
 	natstest.Eventually(t, 10*time.Second, "a NATS request/reply run succeeds", func() bool { return len(succeeded()) == 1 })

@@ -261,11 +261,7 @@ func TestMissingScheduleRepairDoesNotBringBackADeletedTask(t *testing.T) {
 
 	m := metrics.New()
 	rejected := make(chan *nats.Msg, 4)
-	sub, err := srv.NC.ChanSubscribe(events.TaskSubject(events.VerbRejected, id), rejected)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	natstest.ChanSubscribe(t, srv.NC, events.TaskSubject(events.VerbRejected, id), rejected)
 	sw, err := stack.Start(context.Background(), stack.Config{
 		JS: srv.JS, Services: []string{"sweeper"}, Instance: "sw1", Metrics: m,
 		HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 10 * time.Second,

@@ -205,7 +205,7 @@ func recordBy[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*n
 	var mu sync.Mutex
 	var got []T
 	seen := make(map[string]bool)
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+	natstest.Subscribe(t, nc, subject, func(m *nats.Msg) {
 		v, key, ok := decode(m)
 		mu.Lock()
 		defer mu.Unlock()
@@ -219,15 +219,6 @@ func recordBy[T any](t *testing.T, nc *nats.Conn, subject string, decode func(*n
 			got = append(got, v)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The server must have the interest before anything the test starts
-	// next publishes on another connection, or the first messages are lost.
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return func() []T {
 		mu.Lock()
 		defer mu.Unlock()
@@ -389,11 +380,7 @@ func TestBreakerProbeAtRetryAt(t *testing.T) {
 	var types []string
 	natstest.Eventually(t, 5*time.Second, "breaker closed after the probe, on HEALTH", func() bool {
 		types = types[:0]
-		for _, m := range natstest.Read(t, e.srv.JS, streams.StreamHealth, "flyball.breaker.>") {
-			ev, err := events.Decode(m.Headers(), m.Data())
-			if err != nil {
-				t.Fatalf("undecodable breaker event on HEALTH: %v", err)
-			}
+		for _, ev := range natstest.ReadEvents(t, e.srv.JS, streams.StreamHealth, "flyball.breaker.>") {
 			types = append(types, ev.Type())
 		}
 		return slices.Contains(types, events.TypeBreakerClosed)

@@ -86,11 +86,7 @@ func intervalTaskRunsOnSchedule(t *testing.T, srv *natstest.Server) {
 	tg := newTarget(t)
 
 	runs := make(chan *nats.Msg, 64)
-	sub, err := srv.NC.ChanSubscribe("flyball.run.>", runs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	natstest.ChanSubscribe(t, srv.NC, "flyball.run.>", runs)
 
 	data := fmt.Sprintf(`{"id":"tick","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, tg.srv.URL)
 	if err := srv.NC.Publish("flyball.task.created.tick", createdEvent("tick", data)); err != nil {
@@ -157,11 +153,7 @@ func TestMalformedCommandsAreRejected(t *testing.T) {
 	tg := newTarget(t)
 
 	rejected := make(chan *nats.Msg, 64)
-	sub, err := srv.NC.ChanSubscribe("flyball.task.rejected.>", rejected)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	natstest.ChanSubscribe(t, srv.NC, "flyball.task.rejected.>", rejected)
 
 	url := tg.srv.URL
 	cases := []struct {

@@ -40,14 +40,7 @@ func putMinuteTask(t *testing.T, srv *natstest.Server, st gov.State) {
 func dispatches(t *testing.T, srv *natstest.Server, id string) (next func(what string) events.Dispatch) {
 	t.Helper()
 	ch := make(chan *nats.Msg, 4)
-	sub, err := srv.NC.ChanSubscribe(events.DispatchSubject(id), ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, srv.NC, events.DispatchSubject(id), ch)
 	return func(what string) events.Dispatch {
 		t.Helper()
 		select {
