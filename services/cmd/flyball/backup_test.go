@@ -20,7 +20,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -51,9 +50,7 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 	src, srcURL := natstest.StartListening(t)
 	before, calls := startKeptTask(t, src)
 	answers := make(chan *nats.Msg, 64)
-	if _, err := src.NC.ChanSubscribe("flyball.task.*.kept", answers); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, src.NC, "flyball.task.*.kept", answers)
 
 	dir := filepath.Join(t.TempDir(), "flyball-backup")
 	var hints []string // in the order applied
@@ -122,11 +119,7 @@ func hintKept(t *testing.T, srv *natstest.Server, answers <-chan *nats.Msg, id s
 func commandIDs(t *testing.T, srv *natstest.Server, subject string) []string {
 	t.Helper()
 	var ids []string
-	for _, m := range natstest.Read(t, srv.JS, streams.StreamTasks, subject) {
-		e, err := events.Decode(m.Headers(), m.Data())
-		if err != nil {
-			t.Fatalf("%s: %v", m.Subject(), err)
-		}
+	for _, e := range natstest.ReadEvents(t, srv.JS, streams.StreamTasks, subject) {
 		ids = append(ids, e.ID())
 	}
 	return ids

@@ -539,14 +539,7 @@ func TestCLIReplayStatusRuntime(t *testing.T) {
 
 	// Republishing: a dry run sends nothing, a real one copies each message.
 	copies := make(chan *nats.Msg, 64)
-	sub, err := e.srv.NC.ChanSubscribe("debug.tasks", copies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := e.srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, e.srv.NC, "debug.tasks", copies)
 	dry := e.run(t, "replay", "--stream", "TASKS", "--subject", "flyball.task.*.tick", "--to", "debug.tasks", "--dry-run")
 	if dry.code != 0 || !strings.Contains(dry.stderr, "dry run: would republish 2 message(s) from TASKS to debug.tasks") {
 		t.Fatalf("dry run: %+v", dry)

@@ -40,14 +40,7 @@ func TestCLIUnderItsComposeUser(t *testing.T) {
 	e := &cliEnv{url: srv.URL("cli"), srv: srv.Server, dir: t.TempDir()}
 	web, broken := newCLITarget(t, http.StatusOK), newCLITarget(t, http.StatusNotFound)
 	ran := make(chan *nats.Msg, 64)
-	sub, err := srv.NC.ChanSubscribe("flyball.run.succeeded.web1", ran)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, srv.NC, "flyball.run.succeeded.web1", ran)
 
 	tail, tailDone := e.startCLI(t, "listening on", "dlq", "tail", "--count", "1")
 	spec := e.file(t, "web1.yaml", taskYAML("web1", web.url, "1s"))

@@ -133,14 +133,7 @@ func TestDLQRetryInterruptedSaysTheRequeueWasStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	requeues := make(chan *nats.Msg, 1)
-	sub, err := srv.NC.ChanSubscribe(events.TaskSubject(events.VerbRequeued, "web"), requeues)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := srv.NC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, srv.NC, events.TaskSubject(events.VerbRequeued, "web"), requeues)
 
 	var out, errOut bytes.Buffer
 	cmd := e.command(t.Context(), "dlq", "retry", fmt.Sprint(ack.Sequence), "--timeout", "1m")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/docexamples"
+	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -73,14 +74,7 @@ func runPubsWithNatsCLI(t *testing.T, natsCLI string, pubs []docexamples.Pub) {
 	e := newCLIEnv(t)
 	nc, _ := e.srv.Connect(t)
 	answers := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe("flyball.task.*.*", answers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.ChanSubscribe(t, nc, "flyball.task.*.*", answers)
 	for _, p := range pubs {
 		id := commandID(p)
 		if id == "" {

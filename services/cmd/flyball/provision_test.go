@@ -206,12 +206,7 @@ func unansweredJetStream(t *testing.T) (string, *atomic.Int64) {
 	}
 	t.Cleanup(nc.Close)
 	requests := new(atomic.Int64)
-	if _, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) { requests.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	natstest.Subscribe(t, nc, "$JS.API.>", func(*nats.Msg) { requests.Add(1) })
 	return s.ClientURL(), requests
 }
 

@@ -311,10 +311,7 @@ func TestServeLogsNATSAsyncErrorsInItsLogFormat(t *testing.T) {
 	// and nats.go reports a slow consumer through the error handler.
 	block := make(chan struct{})
 	t.Cleanup(func() { close(block) })
-	sub, err := nc.Subscribe("slow", func(*nats.Msg) { <-block })
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := natstest.Subscribe(t, nc, "slow", func(*nats.Msg) { <-block })
 	if err := sub.SetPendingLimits(1, -1); err != nil {
 		t.Fatal(err)
 	}
