@@ -294,6 +294,12 @@ func TestCLITaskCommands(t *testing.T) {
 	if out := e.ok(t, "task", "delete", "web"); out != "deleted web\n" {
 		t.Fatalf("delete printed %q", out)
 	}
+	// Without --if-revision a delete sends what it sent before the flag:
+	// a TaskRef, with no ifRevision for an older governor to refuse.
+	var del events.TaskDelete
+	if data := natstest.LastData(t, e.srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbDeleted, "web"), &del); del.ID != "web" || strings.Contains(data, "ifRevision") {
+		t.Fatalf("a delete without --if-revision sent %s", data)
+	}
 	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
 	e.fails(t, []string{"task", "delete", "web"}, `no task "web"`)
 
@@ -672,6 +678,16 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 	} {
 		if r := e.run(t, args...); !strings.Contains(r.stderr, "--if-revision: want the revision of the spec") {
 			t.Errorf("flyball %s: %q, want --if-revision named before any connection", strings.Join(args, " "), r.stderr)
+		}
+	}
+	// Given empty (a script's unset variable), it would read as not
+	// given and apply whatever the revision: refused, naming the flag.
+	for _, args := range [][]string{
+		{"task", "update", "-f", "web.yaml", "--if-revision", ""},
+		{"task", "delete", "web", "--if-revision", ""},
+	} {
+		if r := e.run(t, args...); !strings.Contains(r.stderr, "--if-revision: empty") {
+			t.Errorf("flyball %s: %q, want the empty --if-revision refused", strings.Join(args, " "), r.stderr)
 		}
 	}
 	if r := e.run(t, "task", "create", "-f", "web.yaml", "--if-revision", "3"); !strings.Contains(r.stderr, "unknown flag: --if-revision") {
