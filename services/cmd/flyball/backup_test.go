@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
@@ -100,6 +103,96 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 		t.Fatalf("RUNS holds %d messages after new runs, %d after the restore", n, history)
 	}
 	noLostCommand(t, hints, inTasks, schedule(t, dst, "kept"))
+}
+
+// TestAPITakesCommandsWhileTheBucketWritersAreStopped backs a claim of
+// docs/operations.md, "Back up and restore": the loop stops every service
+// that writes the buckets for their snapshots, but not the api, which
+// keeps taking commands; they wait in TASKS and are applied after the
+// start. With the writers stopped, a hint sent through the api is stored
+// and answered pending (no governor answers within the api's wait), its
+// task can still be read, and once the writers start again the governor
+// applies it: the schedule names it as its last command.
+func TestAPITakesCommandsWhileTheBucketWritersAreStopped(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "test-token-0123456789"
+	_, js := srv.Connect(t)
+	apiStack, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Services: []string{"api"}, Guard: executor.Guard{AllowLoopback: true},
+		APIListener: ln, APITokens: []string{token},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(apiStack.Stop)
+	var writerNames []string
+	for _, s := range stack.All {
+		if s != "api" {
+			writerNames = append(writerNames, s)
+		}
+	}
+	startWriters := func() *stack.Stack {
+		_, js := srv.Connect(t)
+		st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: writerNames, Guard: executor.Guard{AllowLoopback: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Stop)
+		return st
+	}
+	base := "http://" + ln.Addr().String()
+	call := func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+
+	writers := startWriters()
+	calls := new(atomic.Int64)
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	t.Cleanup(target.Close)
+	if code, b := call(http.MethodPost, "/api/v1/tasks", fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)); code != http.StatusAccepted || !bytes.Contains(b, []byte(`"status":"accepted"`)) {
+		t.Fatalf("create with the stack up: %d %s", code, b)
+	}
+	natstest.Eventually(t, 15*time.Second, "a run of kept", func() bool { return calls.Load() >= 1 })
+
+	writers.Stop() // the backup loop's "$compose stop $writers"
+	code, b := call(http.MethodPost, "/api/v1/tasks/kept/hint", `{"interval":"2s","reason":"sent during the backup"}`)
+	var pending api.CommandResult
+	if err := json.Unmarshal(b, &pending); err != nil || code != http.StatusAccepted || pending.Status != "pending" || pending.CommandID == "" {
+		t.Fatalf("hint with the writers stopped: %d %s (%v), want 202 pending with its command id", code, b, err)
+	}
+	if code, b := call(http.MethodGet, "/api/v1/tasks/kept", ""); code != http.StatusOK {
+		t.Fatalf("read with the writers stopped: %d %s", code, b)
+	}
+	if st := schedule(t, srv, "kept"); st.LastCommandID == pending.CommandID {
+		t.Fatalf("the hint was applied with no governor running: %+v", st)
+	}
+
+	startWriters() // "$compose start $writers"
+	natstest.Eventually(t, 15*time.Second, "the hint sent during the stop applied after the start", func() bool {
+		st := schedule(t, srv, "kept")
+		return st.LastCommandID == pending.CommandID && st.IntervalHint != nil && st.IntervalHint.Interval == 2*time.Second
+	})
 }
 
 // hintKept publishes a task.hinted command for "kept" with id and waits
