@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/apitest"
 	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
@@ -58,27 +58,17 @@ func TestServicesRunUnderTheirComposeUsers(t *testing.T) {
 			api = st
 		}
 	})
-	base := "http://" + api.API.Addr()
+	client := apitest.Client{Base: "http://" + api.API.Addr(), Token: token}
 	idempotencyKey := ""
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()
-		req, err := http.NewRequestWithContext(context.Background(), method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		var header []string
 		if idempotencyKey != "" {
-			req.Header.Set("Idempotency-Key", idempotencyKey)
+			header = []string{"Idempotency-Key", idempotencyKey}
 		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, out, want)
+		code, out := client.Do(t, method, path, body, header...)
+		if code != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, code, out, want)
 		}
 		return out
 	}

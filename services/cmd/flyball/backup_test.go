@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +24,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/apitest"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
@@ -145,25 +145,10 @@ func TestAPITakesCommandsWhileTheBucketWritersAreStopped(t *testing.T) {
 		t.Cleanup(st.Stop)
 		return st
 	}
-	base := "http://" + ln.Addr().String()
+	client := apitest.Client{Base: "http://" + ln.Addr().String(), Token: token}
 	call := func(method, path, body string) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, b
+		return client.Do(t, method, path, body)
 	}
 
 	writers := startWriters()
