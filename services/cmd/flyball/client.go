@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -193,14 +192,7 @@ var staleAt = regexp.MustCompile(` is at revision (\d+), not `)
 // Given empty, markNonEmpty refuses it: read as not given, the command
 // would apply whatever the revision.
 func parseIfRevision(s string) (uint64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	rev, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || rev == 0 {
-		return 0, fmt.Errorf("--if-revision: want the revision of the spec the change was made from (a positive integer: the revision row of flyball task get), got %q", s)
-	}
-	return rev, nil
+	return parsePositive("if-revision", "the revision of the spec the change was made from (a positive integer: the revision row of flyball task get)", s)
 }
 
 // specRevision is the " (revision N)" an accepted create or update ends
