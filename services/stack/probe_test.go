@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +170,72 @@ func TestHalfOpenHostBreakerLetsOneProbeThrough(t *testing.T) {
 	})
 	if calls, _ := host.calls(); calls != n {
 		t.Fatalf("%d calls for %d dispatches, want one each", calls, n)
+	}
+}
+
+// TestHashedHostBreakerIsSharedEndToEnd: two host-scoped tasks on one
+// host whose breaker key is hashed (a name of 138 characters: host_ and
+// it would be over a token's 128) share one breaker through the whole
+// path. The first task's failure reaches the breaker on RUNS under the
+// hashed key, which opens it in flyball-breakers and says so on HEALTH;
+// the second task's dispatch is then deferred without a call. The unit
+// tests of hostKey, and the breaker's of hand-made host_ keys, would all
+// pass if the breaker refused the hashed form (validKey terminates such
+// a run as malformed, and the host's breaker never opens).
+// The host is under .invalid (RFC 2606): it never resolves, so every
+// call fails with a DNS error, a transient failure the breaker counts.
+func TestHashedHostBreakerIsSharedEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "breaker", "executor")
+	host := strings.Repeat("a", 60) + "." + strings.Repeat("b", 50) + ".flyball-stack-test.invalid"
+	// Long enough for the second dispatch to be deferred on a loaded
+	// machine; the test ends before it passes.
+	const openDelay = time.Minute
+	opener := hostTask("opener", "http://"+host+"/fail", openDelay)
+	key := executor.BreakerKey(&opener)
+	if !regexp.MustCompile(`^host_[a-z0-9_-]+-H[0-9a-f]{16}$`).MatchString(key) || len(key) > events.MaxIDLength {
+		t.Fatalf("breaker key %q of a %d-character host, want host_<its first characters>-H<16 hex>, at most %d characters", key, len(host), events.MaxIDLength)
+	}
+	opened := e.collect(events.BreakerSubject(events.BreakerOpen, ">"))
+	otherRuns := e.collect(events.RunSubject("*", "other"))
+
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "opener", opener)
+	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "other", hostTask("other", "http://"+host+":80/ok", openDelay))
+	dispatchAt(t, e.srv.JS, "opener", time.Now().UTC())
+	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 15*time.Second, "the hashed host key's breaker open in "+streams.BucketBreakers, func() bool {
+		ent, err := kv.Get(t.Context(), key)
+		if err != nil {
+			return false
+		}
+		b, err := executor.DecodeBreaker(key, ent.Value())
+		return err == nil && b.State == events.BreakerOpen
+	})
+	natstest.Eventually(t, 5*time.Second, "breaker.opened on HEALTH", func() bool { return len(opened()) > 0 })
+	for _, ev := range opened() {
+		var tr events.BreakerTransition
+		if err := events.DecodeData(ev, &tr); err != nil || tr.Key != key {
+			t.Errorf("breaker.opened for key %q (%v), want only %q", tr.Key, err, key)
+		}
+	}
+	if n := len(natstest.Read(t, e.srv.JS, streams.StreamHealth, events.BreakerSubject(events.BreakerOpen, key))); n != 1 {
+		t.Errorf("HEALTH holds %d breaker.opened on the hashed key, want 1", n)
+	}
+
+	// The other task's dispatch meets the open breaker: deferred, no call
+	// and so no outcome on RUNS.
+	dispatchAt(t, e.srv.JS, "other", time.Now().UTC())
+	natstest.Eventually(t, 10*time.Second, "the other task's dispatch deferred by the shared breaker", func() bool {
+		return testutil.ToFloat64(e.st.Metrics().RunsTotal.WithLabelValues("deferred")) >= 1
+	})
+	if runs := otherRuns(); len(runs) != 0 {
+		t.Errorf("the other task has %d outcomes on RUNS (first %s), want none while its host's breaker is open", len(runs), runs[0].Type())
+	}
+	if n := counterSum(t, e.st.Metrics().Registry, "flyball_rejected_events_total"); n != 0 {
+		t.Errorf("flyball_rejected_events_total = %v, want 0 (a run under the hashed key terminated as malformed?)", n)
 	}
 }
 
