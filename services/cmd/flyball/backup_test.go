@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -116,64 +115,39 @@ func TestBackupAndRestoreWithTheNatsCLI(t *testing.T) {
 func TestAPITakesCommandsWhileTheBucketWritersAreStopped(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const token = "test-token-0123456789"
-	_, js := srv.Connect(t)
-	apiStack, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Services: []string{"api"}, Guard: executor.Guard{AllowLoopback: true},
-		APIListener: ln, APITokens: []string{token},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(apiStack.Stop)
 	var writerNames []string
 	for _, s := range stack.All {
 		if s != "api" {
 			writerNames = append(writerNames, s)
 		}
 	}
-	startWriters := func() *stack.Stack {
-		_, js := srv.Connect(t)
-		st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: writerNames, Guard: executor.Guard{AllowLoopback: true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Stop)
-		return st
-	}
-	client := apitest.Client{Base: "http://" + ln.Addr().String(), Token: token}
-	call := func(method, path, body string) (int, []byte) {
-		t.Helper()
-		return client.Do(t, method, path, body)
-	}
+	apiOnly := startTestStack(t, srv, "api")
+	client := apitest.Client{Base: "http://" + apiOnly.API.Addr(), Token: testAPIToken}
+	call := client.Do
 
-	writers := startWriters()
+	writers := startTestStack(t, srv, writerNames...)
 	calls := new(atomic.Int64)
 	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 	t.Cleanup(target.Close)
-	if code, b := call(http.MethodPost, "/api/v1/tasks", fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)); code != http.StatusAccepted || !bytes.Contains(b, []byte(`"status":"accepted"`)) {
+	if code, b := call(t, http.MethodPost, "/api/v1/tasks", fmt.Sprintf(`{"id":"kept","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, target.URL)); code != http.StatusAccepted || !bytes.Contains(b, []byte(`"status":"accepted"`)) {
 		t.Fatalf("create with the stack up: %d %s", code, b)
 	}
 	natstest.Eventually(t, 15*time.Second, "a run of kept", func() bool { return calls.Load() >= 1 })
 
 	writers.Stop() // the backup loop's "$compose stop $writers"
-	code, b := call(http.MethodPost, "/api/v1/tasks/kept/hint", `{"interval":"2s","reason":"sent during the backup"}`)
+	code, b := call(t, http.MethodPost, "/api/v1/tasks/kept/hint", `{"interval":"2s","reason":"sent during the backup"}`)
 	var pending api.CommandResult
 	if err := json.Unmarshal(b, &pending); err != nil || code != http.StatusAccepted || pending.Status != "pending" || pending.CommandID == "" {
 		t.Fatalf("hint with the writers stopped: %d %s (%v), want 202 pending with its command id", code, b, err)
 	}
-	if code, b := call(http.MethodGet, "/api/v1/tasks/kept", ""); code != http.StatusOK {
+	if code, b := call(t, http.MethodGet, "/api/v1/tasks/kept", ""); code != http.StatusOK {
 		t.Fatalf("read with the writers stopped: %d %s", code, b)
 	}
 	if st := schedule(t, srv, "kept"); st.LastCommandID == pending.CommandID {
 		t.Fatalf("the hint was applied with no governor running: %+v", st)
 	}
 
-	startWriters() // "$compose start $writers"
+	startTestStack(t, srv, writerNames...) // "$compose start $writers"
 	natstest.Eventually(t, 15*time.Second, "the hint sent during the stop applied after the start", func() bool {
 		st := schedule(t, srv, "kept")
 		return st.LastCommandID == pending.CommandID && st.IntervalHint != nil && st.IntervalHint.Interval == 2*time.Second
@@ -240,14 +214,18 @@ func startKeptTask(t *testing.T, srv *natstest.Server) (*stack.Stack, *atomic.In
 	return st, calls
 }
 
-// startTestStack starts every service on srv; the caller may Stop it
-// earlier than the test's cleanup.
-func startTestStack(t *testing.T, srv *natstest.Server) *stack.Stack {
+// testAPIToken is the API token of the stacks startTestStack starts.
+const testAPIToken = "test-token-0123456789"
+
+// startTestStack starts services (every one when none is named) on srv,
+// the api on a free port; the caller may Stop it earlier than the test's
+// cleanup.
+func startTestStack(t *testing.T, srv *natstest.Server, services ...string) *stack.Stack {
 	t.Helper()
 	_, js := srv.Connect(t)
 	st, err := stack.Start(context.Background(), stack.Config{
-		JS: js, Guard: executor.Guard{AllowLoopback: true},
-		APIAddr: "127.0.0.1:0", APITokens: []string{"test-token-0123456789"},
+		JS: js, Services: services, Guard: executor.Guard{AllowLoopback: true},
+		APIAddr: "127.0.0.1:0", APITokens: []string{testAPIToken},
 	})
 	if err != nil {
 		t.Fatal(err)
