@@ -74,6 +74,19 @@ type TaskRejected struct {
 	CommandID string       `json:"commandId,omitempty"`
 	Subject   string       `json:"subject,omitempty"`
 	Reasons   []FieldError `json:"reasons"`
+	// SpecRevision, on the refusal of an update or a delete for a stale
+	// ifRevision (Stale), is the revision the stored spec is at: the
+	// ifRevision of a command made from it. Absent otherwise.
+	SpecRevision uint64 `json:"specRevision,omitempty"`
+}
+
+// Stale reports whether r refuses an update or a delete for an
+// ifRevision the stored spec is no longer at (its first reason names
+// ifRevision and starts with StaleRevision): the HTTP API answers it 412,
+// and the CLI says the task changed. Any other rejection naming
+// ifRevision (an older governor's "unknown field") is not.
+func (r *TaskRejected) Stale() bool {
+	return len(r.Reasons) > 0 && r.Reasons[0].Field == "ifRevision" && strings.HasPrefix(r.Reasons[0].Rule, StaleRevision)
 }
 
 // Dispatch is a due run: the data of run.due on DISPATCH. It also travels

@@ -51,6 +51,9 @@ func TestAConditionalUpdateRefusesAStaleRevision(t *testing.T) {
 	if again == etag {
 		t.Fatalf("the ETag %s did not change with the update", etag)
 	}
+	if want := `"specRevision":` + strings.Trim(again, `"`); !strings.Contains(string(second.raw), want) {
+		t.Fatalf("the stale update's 412: %s, want the rejection to name the revision the spec is at (%s)", second.raw, want)
+	}
 	expect(t, "PUT If-Match the new revision", put(again, "second"), http.StatusAccepted, "")
 	expect(t, "PUT If-Match *", put("*", "star"), http.StatusAccepted, "")
 	expect(t, "PUT without If-Match", put("", "plain"), http.StatusAccepted, "")

@@ -108,7 +108,7 @@ func commandReply(id, cmdID string, ans *control.Answer, err error, keyed bool, 
 		if len(rej.Reasons) > 0 {
 			body.Field = rej.Reasons[0].Field
 		}
-		if body.Field == "ifRevision" && strings.HasPrefix(rej.Reasons[0].Rule, events.StaleRevision) {
+		if rej.Stale() {
 			// A conditional update (If-Match) of a spec that changed since.
 			// A governor older than ifRevision refuses it as an unknown
 			// field: that is a 422, not a stale revision.

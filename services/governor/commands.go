@@ -21,6 +21,9 @@ import (
 // rejection is a refused command; it becomes a task.rejected event.
 type rejection struct {
 	reasons []events.FieldError
+	// specRevision is the stored spec's revision, for a stale ifRevision
+	// (TaskRejected.SpecRevision).
+	specRevision uint64
 }
 
 func (r *rejection) Error() string {
@@ -36,6 +39,15 @@ func reject(field, rule string) error {
 }
 
 func rejectErr(err error) error { return &rejection{reasons: events.Reasons(err)} }
+
+// rejectStale refuses an update or a delete whose ifRevision the stored
+// spec, at stored, is no longer at; what to do names the next step.
+func rejectStale(id string, stored, ifRevision uint64, what string) error {
+	return &rejection{
+		reasons:      []events.FieldError{{Field: "ifRevision", Rule: events.StaleRevision + fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and %s", id, stored, ifRevision, what)}},
+		specRevision: stored,
+	}
+}
 
 // permanentError is a failure that no redelivery mends: a value that
 // cannot be encoded, or a KV write too large for the server. Commands
@@ -151,7 +163,7 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	for i, fe := range r.reasons {
 		reasons[i] = events.FieldError{Field: cut(fe.Field, events.MaxReasonBytes), Rule: cut(fe.Rule, events.MaxReasonBytes)}
 	}
-	body := events.TaskRejected{ID: id, Command: clip(cmdType), CommandID: clip(cmdID), Subject: m.Subject(), Reasons: reasons}
+	body := events.TaskRejected{ID: id, Command: clip(cmdType), CommandID: clip(cmdID), Subject: m.Subject(), Reasons: reasons, SpecRevision: r.specRevision}
 	token := id
 	if token == "" {
 		token = "_invalid"
@@ -333,7 +345,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 					return nil, err
 				}
 				if !bytes.Equal(stored.Value(), body) && !sameStoredSpec(existing, specCreatedAt, body) {
-					return nil, reject("ifRevision", events.StaleRevision+fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and apply the change to it", id, stored.Revision(), step.IfRevision))
+					return nil, rejectStale(id, stored.Revision(), step.IfRevision, "apply the change to it")
 				}
 			}
 		}
@@ -343,7 +355,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		// lose: the task is gone already, or this same delete, tried again
 		// after it removed the spec, finishes.
 		if step.IfRevision != 0 && exists && stored.Revision() != step.IfRevision {
-			return nil, reject("ifRevision", events.StaleRevision+fmt.Sprintf("the spec of task %q is at revision %d, not %d: it changed since it was read; read it again and decide again whether to delete it", id, stored.Revision(), step.IfRevision))
+			return nil, rejectStale(id, stored.Revision(), step.IfRevision, "decide again whether to delete it")
 		}
 		return s.applyDelete(ctx, step)
 	default:

@@ -134,6 +134,12 @@ func TestADeleteWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	if len(reasons) != 1 || reasons[0].Field != "ifRevision" || !strings.HasPrefix(reasons[0].Rule, events.StaleRevision) {
 		t.Fatalf("a delete naming a replaced revision: rejected with %+v, want field ifRevision, a stale revision", reasons)
 	}
+	// The rejection names the revision the spec is at, for the next try.
+	var rej events.TaskRejected
+	natstest.LastData(t, js, streams.StreamTasks, events.TaskSubject(events.VerbRejected, "web"), &rej)
+	if now := revision(); !rej.Stale() || rej.SpecRevision != now {
+		t.Fatalf("the stale delete's task.rejected: stale %v, specRevision %d; want the stored spec's %d", rej.Stale(), rej.SpecRevision, now)
+	}
 	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Job != "moved" {
 		t.Fatalf("after the stale delete: spec %+v, %v; want the task kept", spec, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -147,22 +146,20 @@ func (s *session) command(ctx context.Context, verb events.Verb, id string, data
 	case err != nil:
 		return nil, err
 	case ans.Rejected != nil:
-		if err := staleRevision(verb, id, data, ans.Rejected.Reasons); err != nil {
-			return nil, err
+		if ans.Rejected.Stale() {
+			return nil, staleRevision(verb, id, data, ans.Rejected)
 		}
 		return nil, newReasonsError(fmt.Sprintf("task.%s for %q rejected by the governor", verb, id), ans.Rejected.Reasons)
 	}
 	return ans.Accepted, nil
 }
 
-// staleRevision is the governor's rejection of an --if-revision the spec
-// is no longer at, as one line that says what to do: read the task again.
-// nil for any other rejection, an older governor's "ifRevision: unknown
-// field" included (newReasonsError prints those).
-func staleRevision(verb events.Verb, id string, data any, reasons []events.FieldError) error {
-	if len(reasons) == 0 || reasons[0].Field != "ifRevision" || !strings.HasPrefix(reasons[0].Rule, events.StaleRevision) {
-		return nil
-	}
+// staleRevision is the governor's rejection (rej.Stale) of the
+// --if-revision that data, a TaskUpdate or a TaskDelete, carried, as one
+// line that says what to do: read the task again. It names the stored
+// revision when the rejection carries it (a governor older than
+// specRevision on task.rejected does not).
+func staleRevision(verb events.Verb, id string, data any, rej *events.TaskRejected) error {
 	var sent uint64
 	switch d := data.(type) {
 	case events.TaskUpdate:
@@ -171,8 +168,8 @@ func staleRevision(verb events.Verb, id string, data any, reasons []events.Field
 		sent = d.IfRevision
 	}
 	now := ""
-	if m := staleAt.FindStringSubmatch(reasons[0].Rule); m != nil {
-		now = ": it is at revision " + m[1] + " now"
+	if rej.SpecRevision != 0 {
+		now = fmt.Sprintf(": it is at revision %d now", rej.SpecRevision)
 	}
 	next := "apply your change to it and update again with --if-revision set to the revision it shows"
 	if verb == events.VerbDeleted {
@@ -181,11 +178,6 @@ func staleRevision(verb events.Verb, id string, data any, reasons []events.Field
 	return fmt.Errorf("task.%s for %q rejected by the governor: the task changed since revision %d%s; run 'flyball task get %s' to see the change, then %s",
 		verb, id, sent, now, id, next)
 }
-
-// staleAt finds the stored revision in the governor's stale-revision
-// reason ("… is at revision 9, not 7: …"). Worded otherwise, the line
-// leaves it out and flyball task get shows it.
-var staleAt = regexp.MustCompile(` is at revision (\d+), not `)
 
 // parseIfRevision reads --if-revision, the flyball-tasks revision the spec
 // must still be at for the command to apply; 0 when it is not given.
