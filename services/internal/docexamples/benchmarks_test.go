@@ -54,16 +54,11 @@ type benchRun struct {
 	stress string   // the runs/s Stress completed
 }
 
-// benchRuns adds to runs the runs of doc (relative to root) that have a
+// benchRuns adds to runs the runs among doc's tables that have a
 // standard target table, by the link Every full run gives each: the
 // anchor of its heading after linkPrefix ("" for benchmarks.md's own).
-// It returns doc's tables.
-func benchRuns(t *testing.T, root, doc, linkPrefix string, runs map[string]benchRun) []docexamples.MDTable {
+func benchRuns(t *testing.T, doc string, tables []docexamples.MDTable, linkPrefix string, runs map[string]benchRun) {
 	t.Helper()
-	tables, err := docexamples.Tables(root, doc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	found := 0
 	for _, tb := range tables {
 		if !strings.HasPrefix(tb.Header, "| target | W1a |") {
@@ -95,7 +90,6 @@ func benchRuns(t *testing.T, root, doc, linkPrefix string, runs map[string]bench
 	if found == 0 {
 		t.Fatalf("%s: no run's target table found", doc)
 	}
-	return tables
 }
 
 func TestEveryFullRunIsSummarised(t *testing.T) {
@@ -107,8 +101,13 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 	// The newest run is in benchmarks.md, every earlier one in
 	// benchmark-runs.md; a row must link to the file its run is in.
 	runs := map[string]benchRun{}
-	tables := benchRuns(t, root, benchmarksDoc, "", runs)
-	benchRuns(t, root, runsDoc, "benchmark-runs.md", runs)
+	tables := docexamples.TablesIn(string(raw))
+	benchRuns(t, benchmarksDoc, tables, "", runs)
+	older, err := docexamples.Tables(root, runsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	benchRuns(t, runsDoc, older, "benchmark-runs.md", runs)
 	rows, err := docexamples.FindTable(tables, benchmarksDoc, "| run (UTC) | commit | stack | W1a |")
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +151,32 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 		}
 	}
 
-	// Where flyball stands counts the same rows.
+	// Where flyball stands counts the same rows, and quotes the newest:
+	// the first row, whose run is this page's own Latest results.
 	stands, err := docexamples.FindTable(tables, benchmarksDoc, "| target | full runs that met it |")
 	if err != nil {
 		t.Fatal(err)
+	}
+	newestLink := runLinkRE.FindStringSubmatch(rows[0][0])[1]
+	newest, ok := runs[newestLink]
+	if !ok || !strings.HasPrefix(newestLink, "#") {
+		t.Fatalf("Every full run: its first row links to %s, want the run in this page's Latest results", newestLink)
+	}
+	when := strings.TrimPrefix(strings.SplitN(rows[0][0], "]", 2)[0], "[")
+	for _, tb := range tables {
+		if strings.HasPrefix(tb.Header, "| target | full runs that met it |") && !strings.Contains(tb.Header, "| newest run ("+when+") |") {
+			t.Errorf("Where flyball stands: header %q does not name the newest run, %s", tb.Header, when)
+		}
+	}
+	for _, row := range stands {
+		for i := range met {
+			if strings.HasPrefix(row[0], fmt.Sprintf("W1%c p99", 'a'+i)) && row[2] != newest.p99[i] {
+				t.Errorf("Where flyball stands: %s: the newest run's cell is %q, the run says %q", row[0], row[2], newest.p99[i])
+			}
+		}
+		if strings.HasPrefix(row[0], "Stress:") && !strings.HasPrefix(row[2], newest.stress+" runs/s") {
+			t.Errorf("Where flyball stands: Stress: the newest run's cell is %q, the run says %s runs/s", row[2], newest.stress)
+		}
 	}
 	counted := 0
 	for _, row := range stands {
