@@ -846,7 +846,18 @@ func TestCLIIfRevision(t *testing.T) {
 	if v := get(); fmt.Sprint(v.SpecRevision) != updated {
 		t.Fatalf("after a stale delete: revision %d, want the task still at %s", v.SpecRevision, updated)
 	}
-	if out := e.ok(t, "task", "delete", "web", "--if-revision", updated); out != "deleted web\n" {
+	// The first update run again from the same file, whose exact spec is
+	// the one stored, is applied whatever its stale --if-revision says: it
+	// undoes nothing (docs/operations.md, Update a task). It is written
+	// again, at a new revision.
+	again := revOf("the same update again", e.ok(t, "task", "update", "-f", e.file(t, "web2.yaml", taskYAML("web", tg.url, "2h")), "--if-revision", created))
+	if again == updated {
+		t.Fatalf("the same update again printed revision %s, the one it replaced", again)
+	}
+	if v := get(); v.Spec.Schedule.Interval.D() != 2*time.Hour || fmt.Sprint(v.SpecRevision) != again {
+		t.Fatalf("after the same update again: interval %s at revision %d, want 2h at %s", v.Spec.Schedule.Interval, v.SpecRevision, again)
+	}
+	if out := e.ok(t, "task", "delete", "web", "--if-revision", again); out != "deleted web\n" {
 		t.Fatalf("delete --if-revision printed %q", out)
 	}
 	e.fails(t, []string{"task", "get", "web"}, `no task "web"`)
