@@ -109,6 +109,16 @@ func TestCaughtUpWaitsForTheAckOfTheLastMatchingMessage(t *testing.T) {
 // published from another connection right after Subscribe and
 // ChanSubscribe return reaches them (the flush made the interest the
 // server's), and that both subscriptions end with their test.
+// hasInterest fails t unless the server already routes subject to a
+// subscription: read at once, with no wait, so a Subscribe that returned
+// before the server took its SUB (no flush) fails here.
+func hasInterest(t *testing.T, srv *Server, subject string) {
+	t.Helper()
+	if !srv.Server.GlobalAccount().SubscriptionInterest(subject) {
+		t.Fatalf("the server has no interest in %s when the subscribe returns", subject)
+	}
+}
+
 func TestSubscribeHasTheInterestWhenItReturns(t *testing.T) {
 	t.Parallel()
 	srv := Start(t)
@@ -117,6 +127,7 @@ func TestSubscribeHasTheInterestWhenItReturns(t *testing.T) {
 	t.Run("subscribe", func(t *testing.T) {
 		got := make(chan string, 1)
 		subs = append(subs, Subscribe(t, srv.NC, "cb.x", func(m *nats.Msg) { got <- string(m.Data) }))
+		hasInterest(t, srv, "cb.x")
 		if err := pub.Publish("cb.x", []byte("1")); err != nil {
 			t.Fatal(err)
 		}
@@ -132,6 +143,7 @@ func TestSubscribeHasTheInterestWhenItReturns(t *testing.T) {
 	t.Run("chan", func(t *testing.T) {
 		ch := make(chan *nats.Msg, 1)
 		subs = append(subs, ChanSubscribe(t, srv.NC, "ch.x", ch))
+		hasInterest(t, srv, "ch.x")
 		if err := pub.Publish("ch.x", []byte("2")); err != nil {
 			t.Fatal(err)
 		}
