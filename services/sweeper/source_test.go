@@ -184,7 +184,11 @@ func TestAnEndedWatchDoesNotOverwriteTheScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
-	<-s.Swept() // the first sweep, of an empty bucket, learns the write rate
+	select { // the first sweep, of an empty bucket, learns the write rate
+	case <-s.Swept():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first sweep within 10s")
+	}
 	armed.Store(true)
 	var last time.Time
 	for i := range 10 { // 30 writes to 3 keys: the next sweep scans
@@ -207,7 +211,11 @@ func TestAnEndedWatchDoesNotOverwriteTheScan(t *testing.T) {
 		t.Fatal("not scanning after 30 writes to 3 keys")
 	}
 	releaseOnce.Do(func() { close(release) })
-	<-applied
+	select {
+	case <-applied:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ended watch's held delivery did not return within 10s")
+	}
 	s.view.mu.Lock()
 	s.view.decodeStale()
 	st := s.view.schedules["a"]
