@@ -205,17 +205,8 @@ func TestHashedHostBreakerIsSharedEndToEnd(t *testing.T) {
 	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "opener", opener)
 	natstest.PutJSON(t, e.srv.JS, streams.BucketTasks, "other", hostTask("other", "http://"+host+":80/ok", openDelay))
 	dispatchAt(t, e.srv.JS, "opener", time.Now().UTC())
-	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 15*time.Second, "the hashed host key's breaker open in "+streams.BucketBreakers, func() bool {
-		ent, err := kv.Get(t.Context(), key)
-		if err != nil {
-			return false
-		}
-		b, err := executor.DecodeBreaker(key, ent.Value())
-		return err == nil && b.State == events.BreakerOpen
+	e.awaitBreaker(key, 15*time.Second, "the hashed host key's breaker open in "+streams.BucketBreakers, func(b executor.BreakerRecord) bool {
+		return b.State == events.BreakerOpen
 	})
 	natstest.Eventually(t, 5*time.Second, "breaker.opened on HEALTH", func() bool { return len(opened()) > 0 })
 	for _, ev := range opened() {

@@ -509,18 +509,7 @@ func TestFinalFailureOfARepeatedAttemptEndsTheRun(t *testing.T) {
 		}
 		return false
 	})
-	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the breaker counts both failed calls", func() bool {
-		ent, err := kv.Get(t.Context(), "repeat")
-		if err != nil {
-			return false
-		}
-		var b executor.BreakerRecord
-		return json.Unmarshal(ent.Value(), &b) == nil && b.Failures == 2
-	})
+	e.awaitBreaker("repeat", 10*time.Second, "the breaker counts both failed calls", func(b executor.BreakerRecord) bool { return b.Failures == 2 })
 }
 
 // shortenDispatch makes crash tests fast: a 1s AckWait and the given
@@ -1212,6 +1201,24 @@ func (e *env) storedSchedule(id string) gov.State {
 	return st
 }
 
+// awaitBreaker waits up to within for the flyball-breakers record of key
+// to hold cond (what names it in the failure).
+func (e *env) awaitBreaker(key string, within time.Duration, what string, cond func(executor.BreakerRecord) bool) {
+	e.t.Helper()
+	kv, err := e.srv.JS.KeyValue(e.t.Context(), streams.BucketBreakers)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	natstest.Eventually(e.t, within, what, func() bool {
+		ent, err := kv.Get(e.t.Context(), key)
+		if err != nil {
+			return false
+		}
+		b, err := executor.DecodeBreaker(key, ent.Value())
+		return err == nil && cond(b)
+	})
+}
+
 // leaveOverdue makes the schedule of the 5s task id what a downtime
 // leaves: it last ran 30 s ago, and its next slot, which it returns,
 // passed 25 s ago with nothing running it.
@@ -1340,16 +1347,7 @@ func TestSuccessBetweenFailuresResetsTheBreaker(t *testing.T) {
 			t.Fatalf("run.recovered %d is of %s attempt %d, want the success of %s attempt 3", i, second[i].DispatchID, second[i].Attempt, first[i].DispatchID)
 		}
 	}
-	kv, err := e.srv.JS.KeyValue(t.Context(), streams.BucketBreakers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the breaker record closed with no failures", func() bool {
-		ent, err := kv.Get(t.Context(), "reset")
-		if err != nil {
-			return false
-		}
-		var b executor.BreakerRecord
-		return json.Unmarshal(ent.Value(), &b) == nil && b.State == events.BreakerClosed && b.Failures == 0
+	e.awaitBreaker("reset", 10*time.Second, "the breaker record closed with no failures", func(b executor.BreakerRecord) bool {
+		return b.State == events.BreakerClosed && b.Failures == 0
 	})
 }
