@@ -116,3 +116,30 @@ func TestIfMatchIsRefusedWhereItIsNotEvaluated(t *testing.T) {
 		}
 	}
 }
+
+// TestAnIdenticalPutKeepsTheETag: a PUT of the spec the task has (the
+// same file applied again, a retried request) wrote it again under a new
+// revision, and another client's PUT with If-Match on the ETag it had
+// read was answered 412, though nothing had changed. The spec keeps its
+// revision now: the ETag stays, the PUT is answered 202 naming it, and
+// the other client's conditional PUT applies.
+func TestAnIdenticalPutKeepsTheETag(t *testing.T) {
+	t.Parallel()
+	b := setup(t, http.StatusOK)
+	expect(t, "create", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+	etag := b.call(t, http.MethodGet, "/api/v1/tasks/web", "").header.Get("ETag")
+	same := b.call(t, http.MethodPut, "/api/v1/tasks/web", b.task("web", ""))
+	expect(t, "PUT the same spec", same, http.StatusAccepted, "")
+	if want := `"specRevision":` + strings.Trim(etag, `"`); same.str("status") != "accepted" || !strings.Contains(string(same.raw), want) {
+		t.Fatalf("PUT the same spec: %s, want accepted naming the revision it has (%s)", same.raw, want)
+	}
+	if again := b.call(t, http.MethodGet, "/api/v1/tasks/web", "").header.Get("ETag"); again != etag {
+		t.Fatalf("PUT the same spec moved the ETag from %s to %s", etag, again)
+	}
+	h := http.Header{"Authorization": {"Bearer " + token}}
+	h.Set("If-Match", etag)
+	expect(t, "PUT If-Match the ETag read before the same spec was put", b.send(t, http.MethodPut, "/api/v1/tasks/web", h, b.task("web", `,"job":"changed"`)), http.StatusAccepted, "")
+	if got := b.call(t, http.MethodGet, "/api/v1/tasks/web", ""); got.str("spec", "job") != "changed" || got.header.Get("ETag") == etag {
+		t.Fatalf("after the conditional PUT: job %q, ETag %s; want the change applied under a new ETag", got.str("spec", "job"), got.header.Get("ETag"))
+	}
+}

@@ -344,7 +344,11 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				if body, err = s.storedBody(ctx, step); err != nil {
 					return nil, err
 				}
-				if !bytes.Equal(stored.Value(), body) && !sameStoredSpec(existing, specCreatedAt, body) {
+				// The same spec sent by another client on a revision it
+				// read before is taken alike: it changes nothing, so it
+				// loses no change, and it is accepted at the stored
+				// revision (unchanged below).
+				if !sameSpecStored(stored, existing, specCreatedAt, body) {
 					return nil, rejectStale(id, stored.Revision(), step.IfRevision, "apply the change to it")
 				}
 			}
@@ -371,10 +375,23 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				return nil, err
 			}
 		}
-		if rev, err = s.tasks.Put(ctx, id, body); err != nil {
-			return nil, permanent("", fmt.Errorf("store spec %s (%d bytes with its defaults): %w", id, len(body), err), false)
+		if step.Input.Kind == gov.KindUpdated && sameSpecStored(stored, existing, specCreatedAt, body) {
+			// An update to the spec stored (the same file applied
+			// again, a command tried again after its spec write) keeps
+			// its revision: written again, it moved the revision on, and
+			// every other client's If-Match on the one it had read was
+			// rejected as stale though nothing had changed. The schedule
+			// is still decided with it and the command answered, at the
+			// stored revision. A value stored with an offset time stays
+			// as it is: every reader normalizes it.
+			rev = stored.Revision()
+			s.specs.Put(id, rev, stored.Value())
+		} else {
+			if rev, err = s.tasks.Put(ctx, id, body); err != nil {
+				return nil, permanent("", fmt.Errorf("store spec %s (%d bytes with its defaults): %w", id, len(body), err), false)
+			}
+			s.specs.Put(id, rev, body)
 		}
-		s.specs.Put(id, rev, body)
 		spec, step.SpecRevision = step.Spec, rev
 	}
 	dec, err := s.decide(ctx, spec, step)
@@ -390,6 +407,16 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		acc.NextRunAt = &t
 	}
 	return acc, nil
+}
+
+// sameSpecStored reports whether the flyball-tasks entry stored (read,
+// and decoded into spec and createdAt, unless unreadable: spec nil) holds
+// the spec of body: byte for byte, or once decoded (sameStoredSpec).
+func sameSpecStored(stored jetstream.KeyValueEntry, spec *events.TaskSpec, createdAt time.Time, body []byte) bool {
+	if stored == nil {
+		return false
+	}
+	return bytes.Equal(stored.Value(), body) || spec != nil && sameStoredSpec(spec, createdAt, body)
 }
 
 // sameStoredSpec reports whether the stored spec (decoded and normalized,

@@ -107,6 +107,22 @@ func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Schedule.Interval.D() != time.Minute {
 		t.Fatalf("after update-1: spec %+v, %v; want the 1m interval", spec, err)
 	}
+	// The try found its own write and kept it: the answer names the
+	// revision of that write (the next of the bucket, which nothing else
+	// writes here), as the first try's would have.
+	written := e.Revision() + 1
+	now, err := s.tasks.Get(t.Context(), "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Revision() != written {
+		t.Fatalf("after update-1 tried again: spec at revision %d, want the revision of its first write, %d", now.Revision(), written)
+	}
+	var acc events.TaskAccepted
+	natstest.LastData(t, srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, "web"), &acc)
+	if acc.CommandID != "update-1" || acc.SpecRevision != written {
+		t.Fatalf("update-1 tried again: accepted %s with specRevision %d, want update-1 at %d", acc.CommandID, acc.SpecRevision, written)
+	}
 }
 
 // TestADeleteWithIfRevisionAppliesOnlyToThatRevision: task.deleted took
@@ -150,5 +166,64 @@ func TestADeleteWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, "web", "delete-3", events.TaskDelete{TaskRef: events.TaskRef{ID: "web"}, IfRevision: read})
 	if _, cmds := answers(t, js, "web"); len(cmds) == 0 || cmds[len(cmds)-1] != "delete-3" {
 		t.Fatalf("a conditional delete of a task already gone: accepted %v, want delete-3 last", cmds)
+	}
+}
+
+// TestAnIdenticalUpdateKeepsTheSpecRevision: an update whose spec is the
+// one stored (an operator applying the same file again, a retried
+// command) wrote it again, and the new flyball-tasks revision made every
+// other client's If-Match on the revision it had read fail as stale,
+// though nothing had changed. It is accepted at the stored revision
+// now, without a write: a conditional update at that revision still
+// applies, and a changed update still moves the revision on.
+func TestAnIdenticalUpdateKeepsTheSpecRevision(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
+	revision := func() uint64 {
+		e, err := s.tasks.Get(t.Context(), "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	accepted := func() events.TaskAccepted {
+		var acc events.TaskAccepted
+		natstest.LastData(t, js, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, "web"), &acc)
+		return acc
+	}
+	read := revision()
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "same-1", *minuteSpec("web"))
+	if now := revision(); now != read {
+		t.Fatalf("an update with the stored spec: flyball-tasks at revision %d, want %d kept", now, read)
+	}
+	if acc := accepted(); acc.CommandID != "same-1" || acc.SpecRevision != read {
+		t.Fatalf("an update with the stored spec: accepted %s with specRevision %d, want same-1 at %d", acc.CommandID, acc.SpecRevision, read)
+	}
+	if st, _, err := s.readState(t.Context(), "web"); err != nil || st.LastCommandID != "same-1" || st.SpecRevision != read {
+		t.Fatalf("after the identical update: state %+v, %v; want it decided (same-1) at specRevision %d", st, err, read)
+	}
+	// Another client's conditional update on the revision it read before.
+	changed := minuteSpec("web")
+	changed.Job = "changed"
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", updateIf(t, changed, read))
+	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Job != "changed" {
+		t.Fatalf("an update naming revision %d after an identical update: spec %+v, %v; want it applied", read, spec, err)
+	}
+	moved := revision()
+	if moved <= read {
+		t.Fatalf("a changed update: flyball-tasks at revision %d, want past %d", moved, read)
+	}
+	if acc := accepted(); acc.CommandID != "update-1" || acc.SpecRevision != moved {
+		t.Fatalf("a changed update: accepted %s with specRevision %d, want update-1 at %d", acc.CommandID, acc.SpecRevision, moved)
+	}
+	// The same spec again naming the replaced revision: it changes
+	// nothing, so it loses nothing, and is accepted at the stored one
+	// (as the same command tried again after its own write is).
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "same-2", updateIf(t, changed, read))
+	if now := revision(); now != moved {
+		t.Fatalf("an identical update naming a replaced revision: flyball-tasks at revision %d, want %d kept", now, moved)
+	}
+	if acc := accepted(); acc.CommandID != "same-2" || acc.SpecRevision != moved {
+		t.Fatalf("an identical update naming a replaced revision: accepted %s with specRevision %d, want same-2 at %d", acc.CommandID, acc.SpecRevision, moved)
 	}
 }

@@ -72,11 +72,20 @@ func TestAConditionalUpdateFindsItsOwnWriteWithAnOffset(t *testing.T) {
 	if !strings.Contains(string(old), "+02:00") {
 		t.Fatalf("the old write %s has no offset", old)
 	}
-	if _, err := s.tasks.Put(t.Context(), "off", old); err != nil {
+	written, err := s.tasks.Put(t.Context(), "off", old)
+	if err != nil {
 		t.Fatal(err)
 	}
 	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "off", "update-off", updateIf(t, update, ent.Revision()))
-	if st, _, err := s.readState(t.Context(), "off"); err != nil || st.LastCommandID != "update-off" {
+	st, _, err = s.readState(t.Context(), "off")
+	if err != nil || st.LastCommandID != "update-off" {
 		t.Fatalf("the update whose spec was stored with +02:00 before: state %+v, %v; want it applied (update-off)", st, err)
+	}
+	// The same spec: not written again, its revision kept.
+	if st.SpecRevision != written {
+		t.Fatalf("the update whose spec was stored with +02:00 before: decided at specRevision %d, want the stored %d", st.SpecRevision, written)
+	}
+	if now, err := s.tasks.Get(t.Context(), "off"); err != nil || now.Revision() != written {
+		t.Fatalf("the update whose spec was stored with +02:00 before: spec read %v; want it kept at revision %d", err, written)
 	}
 }

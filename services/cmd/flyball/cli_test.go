@@ -848,14 +848,16 @@ func TestCLIIfRevision(t *testing.T) {
 	}
 	// The first update run again from the same file, whose exact spec is
 	// the one stored, is applied whatever its stale --if-revision says: it
-	// undoes nothing (docs/operations.md, Update a task). It is written
-	// again, at a new revision.
+	// undoes nothing (docs/operations.md, Update a task). It is not
+	// written again: it prints the revision the spec is at, which a
+	// colleague's --if-revision read before it still matches (written
+	// again, at a new revision, it made theirs stale).
 	again := revOf("the same update again", e.ok(t, "task", "update", "-f", e.file(t, "web2.yaml", taskYAML("web", tg.url, "2h")), "--if-revision", created))
-	if again == updated {
-		t.Fatalf("the same update again printed revision %s, the one it replaced", again)
+	if again != updated {
+		t.Fatalf("the same update again printed revision %s, want the one the spec is at, %s", again, updated)
 	}
-	if v := get(); v.Spec.Schedule.Interval.D() != 2*time.Hour || fmt.Sprint(v.SpecRevision) != again {
-		t.Fatalf("after the same update again: interval %s at revision %d, want 2h at %s", v.Spec.Schedule.Interval, v.SpecRevision, again)
+	if v := get(); v.Spec.Schedule.Interval.D() != 2*time.Hour || fmt.Sprint(v.SpecRevision) != updated {
+		t.Fatalf("after the same update again: interval %s at revision %d, want 2h at %s", v.Spec.Schedule.Interval, v.SpecRevision, updated)
 	}
 	if out := e.ok(t, "task", "delete", "web", "--if-revision", again); out != "deleted web\n" {
 		t.Fatalf("delete --if-revision printed %q", out)
