@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/control"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/streams"
@@ -264,7 +266,10 @@ requeue runs the task again whatever entry it names. An entry of a task
 deleted and created again since is refused: its retry would run the new
 task; --force runs it anyway. The requeue names the task the entry is of
 (taskCreatedAt), so the governor rejects it if the task is deleted and
-created again before it applies it; with --force it names none.`,
+created again before it applies it; with --force it names none. When
+DEADLETTER stores no entry of --task (purged) but the task is still held
+for its dead-letter recheck, --all requeues the task (naming its
+createdAt) so that it runs now.`,
 		Example: "  flyball dlq retry 42\n  flyball dlq retry --all --task orders-health --reason 'fixed the endpoint'",
 		// cobra.MaximumNArgs said "accepts at most 1 arg(s), received 2",
 		// naming neither the command nor what it wants.
@@ -306,8 +311,7 @@ created again before it applies it; with --force it names none.`,
 						return err
 					}
 					if len(recs) == 0 {
-						fmt.Fprintf(s.out, "no dead letters of %q to retry\n", task)
-						return nil
+						return retryPurged(ctx, s, task, reason)
 					}
 				} else {
 					rec, err := s.q.DeadLetter(ctx, seq)
@@ -374,7 +378,9 @@ func newDLQPurgeCmd() *cobra.Command {
 		Short: "Delete stored dead letters (all, or one task's); refuses without --yes",
 		Long: `purge deletes entries from the DEADLETTER stream: every entry, or with
 --task that task's. It changes no task and no schedule: it only forgets the
-record. Without --yes it prints what it would delete and exits 1.`,
+record: a task held for its dead-letter recheck stays held (a warning
+says so), and 'flyball dlq retry --all --task <id>' runs it now. Without
+--yes it prints what it would delete and exits 1.`,
 		Example: "  flyball dlq purge --task orders-health          # shows what would go\n  flyball dlq purge --task orders-health --yes",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -411,6 +417,19 @@ record. Without --yes it prints what it would delete and exits 1.`,
 					return err
 				}
 				fmt.Fprintf(s.out, "purged %d dead letter(s) of %s\n", n, what)
+				if task == "" {
+					return nil
+				}
+				// The purge forgets the record only: the governor holds the
+				// task for its recheck still, up to deadLetter.recheckAfter.
+				v, err := s.q.Task(ctx, task)
+				if err != nil && !errors.Is(err, query.ErrNotFound) {
+					return err
+				}
+				if h := recheckHold(v); h != nil {
+					fmt.Fprintf(s.errOut, "warning: %s is still held for its dead-letter recheck at %s (a purge lifts no hold): 'flyball dlq retry --all --task %s' runs it now\n",
+						task, h.RecheckAt.UTC().Format(time.RFC3339), task)
+				}
 				return nil
 			})
 		},
@@ -419,4 +438,44 @@ record. Without --yes it prints what it would delete and exits 1.`,
 	taskFilterFlag(cmd, &task)
 	cmd.Flags().BoolVar(&yes, "yes", false, "really delete")
 	return cmd
+}
+
+// recheckHold is the dead-letter hold of v's schedule: the governor runs
+// the task at its recheck and no sooner. It is nil when the task (v may be
+// nil) is not held.
+func recheckHold(v *query.TaskView) *gov.DeadLetterHold {
+	if v == nil || v.Schedule == nil {
+		return nil
+	}
+	return v.Schedule.DeadLetter
+}
+
+// retryPurged is `dlq retry --all --task id` when DEADLETTER stores no entry
+// of id. A task whose entries were purged is still held for its recheck
+// (up to 30 min by default), and the retry run-now advises printed "no dead
+// letters to retry" and ran nothing: it requeues the held task, naming the
+// task's createdAt so that the governor rejects the requeue if the task is
+// deleted and created again before it applies it. A task not held has
+// nothing to retry (exit 0); an unknown task is an error, as for `task get`.
+func retryPurged(ctx context.Context, s *session, id, reason string) error {
+	v, err := s.q.Task(ctx, id)
+	if errors.Is(err, query.ErrNotFound) {
+		return fmt.Errorf("no task %q and no dead letters of it (flyball task list shows the tasks)", id)
+	}
+	if err != nil {
+		return err
+	}
+	h := recheckHold(v)
+	if h == nil {
+		fmt.Fprintf(s.out, "no dead letters of %q to retry\n", id)
+		return nil
+	}
+	req := events.TaskRequeue{ID: id, Reason: reason, TaskCreatedAt: v.Schedule.CreatedAt}
+	acc, err := s.command(ctx, events.VerbRequeued, id, req)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.out, "requeued %s: its dead letters are gone (purged), but it was held for its dead-letter recheck at %s: %s\n",
+		id, h.RecheckAt.UTC().Format(time.RFC3339), nextRun(acc))
+	return nil
 }

@@ -315,3 +315,63 @@ func TestDLQEmptyTaskIsRefused(t *testing.T) {
 		t.Fatalf("dlq list after the refused purge printed %d lines, want a header and 2 rows:\n%s", len(rows), strings.Join(rows, "\n"))
 	}
 }
+
+// TestDLQRetryAllRunsATaskWhoseDeadLettersWerePurged: a task held for its
+// dead-letter recheck whose entries were purged still runs with `dlq retry
+// --all --task`, the command run-now advises; and the purge warns that it
+// leaves the task held. The retry printed `no dead letters of "gone" to
+// retry`, exit 0, and the task waited for its recheck (30 min by default).
+func TestDLQRetryAllRunsATaskWhoseDeadLettersWerePurged(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusNotFound) // permanent: dead-lettered at the first run
+	spec := taskYAML("gone", tg.url, "1h") + "deadLetter:\n  recheckAfter: 1h\n"
+	e.ok(t, "task", "create", "-f", e.file(t, "gone.yaml", spec))
+	type state struct {
+		Schedule struct {
+			Source     string    `json:"source"`
+			RequeuedAt time.Time `json:"requeuedAt"`
+			DeadLetter *struct{} `json:"deadLetter"`
+		} `json:"schedule"`
+	}
+	get := func() state {
+		var v state
+		if err := json.Unmarshal([]byte(e.ok(t, "task", "get", "gone", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	natstest.Eventually(t, 30*time.Second, "gone held for its dead-letter recheck", func() bool {
+		return get().Schedule.Source == string(gov.SourceDeadLetterRecheck)
+	})
+	tg.status.Store(http.StatusOK)
+	before := tg.calls.Load()
+
+	r := e.run(t, "dlq", "purge", "--task", "gone", "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "purged 1 dead letter(s)") {
+		t.Fatalf("dlq purge: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if w := strings.TrimSpace(r.stderr); strings.Count(w, "\n") != 0 || !strings.Contains(w, "held for its dead-letter recheck") ||
+		!strings.Contains(w, "flyball dlq retry --all --task gone") {
+		t.Fatalf("dlq purge of a held task: stderr %q, want one line naming the recheck and the retry", r.stderr)
+	}
+
+	out := e.ok(t, "dlq", "retry", "--all", "--task", "gone")
+	if !strings.Contains(out, "purged") || !strings.Contains(out, "requeued gone") {
+		t.Fatalf("dlq retry --all after the purge printed %q, want the requeue of the held task", out)
+	}
+	natstest.Eventually(t, 30*time.Second, "the requeued run of gone", func() bool {
+		v := get()
+		return tg.calls.Load() > before && v.Schedule.Source != string(gov.SourceDeadLetterRecheck) && v.Schedule.DeadLetter == nil
+	})
+
+	// Not held any more: nothing to retry, exit 0, as before.
+	if out := e.ok(t, "dlq", "retry", "--all", "--task", "gone"); !strings.Contains(out, `no dead letters of "gone" to retry`) {
+		t.Fatalf("dlq retry --all of a task not held printed %q", out)
+	}
+	if r := e.run(t, "dlq", "purge", "--task", "gone", "--yes"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("dlq purge of a task not held: exit %d, stderr %q, want no warning", r.code, r.stderr)
+	}
+	// An unknown task with no dead letters is an error, as for task get.
+	e.fails(t, []string{"dlq", "retry", "--all", "--task", "ghost"}, `no task "ghost"`)
+}
