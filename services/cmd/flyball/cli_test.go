@@ -207,7 +207,7 @@ func TestCLITaskCommands(t *testing.T) {
 	if out := e.ok(t, "task", "create", "-f", spec); !acceptedLine.MatchString(out) {
 		t.Fatalf("create printed %q, want %s", out, acceptedLine)
 	}
-	e.fails(t, []string{"task", "create", "-f", spec}, `task.created for "web" rejected by the governor (1 reason):`, `id: task "web" already exists`)
+	e.fails(t, []string{"task", "create", "-f", spec}, `task.created for "web" rejected by the governor (1 reason):`, `id: task "web" already exists; publish task.updated to change it`)
 	natstest.Eventually(t, 10*time.Second, "the first run of web", func() bool { return tg.calls.Load() >= 1 })
 
 	view := func() query.TaskView {
