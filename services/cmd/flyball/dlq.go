@@ -387,9 +387,10 @@ says so), and 'flyball dlq retry --all --task <id>' runs it now. Without
 			if err := checkTaskFilter(cmd, task); err != nil {
 				return err
 			}
-			what := "every task"
+			what, none := "every task", "no dead letters stored"
 			if task != "" {
 				what = fmt.Sprintf("task %q", task)
+				none = "no dead letters of " + what
 			}
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
 				if !yes {
@@ -398,7 +399,7 @@ says so), and 'flyball dlq retry --all --task <id>' runs it now. Without
 						return err
 					}
 					if n == 0 {
-						fmt.Fprintf(s.out, "no dead letters of %s: nothing to purge\n", what)
+						fmt.Fprintf(s.out, "%s: nothing to purge\n", none)
 						return nil
 					}
 					list, err := s.q.DeadLetters(ctx, task, 20)
@@ -416,7 +417,11 @@ says so), and 'flyball dlq retry --all --task <id>' runs it now. Without
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(s.out, "purged %d dead letter(s) of %s\n", n, what)
+				if n == 0 {
+					fmt.Fprintf(s.out, "%s: nothing to purge\n", none)
+				} else {
+					fmt.Fprintf(s.out, "purged %d dead letter(s) of %s\n", n, what)
+				}
 				if task == "" {
 					return nil
 				}

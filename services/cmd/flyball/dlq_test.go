@@ -375,3 +375,23 @@ func TestDLQRetryAllRunsATaskWhoseDeadLettersWerePurged(t *testing.T) {
 	// An unknown task with no dead letters is an error, as for task get.
 	e.fails(t, []string{"dlq", "retry", "--all", "--task", "ghost"}, `no task "ghost"`)
 }
+
+// TestDLQPurgeOfNothingReadsNaturally: a purge with nothing stored said
+// "no dead letters of every task: nothing to purge".
+func TestDLQPurgeOfNothingReadsNaturally(t *testing.T) {
+	t.Parallel()
+	srv, url := natstest.StartListening(t)
+	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
+	for _, yes := range []bool{false, true} {
+		args := []string{"dlq", "purge"}
+		if yes {
+			args = append(args, "--yes")
+		}
+		if out := e.ok(t, args...); out != "no dead letters stored: nothing to purge\n" {
+			t.Errorf("flyball %s printed %q", strings.Join(args, " "), out)
+		}
+	}
+	if out := e.ok(t, "dlq", "purge", "--task", "gone"); out != "no dead letters of task \"gone\": nothing to purge\n" {
+		t.Errorf("dlq purge --task gone printed %q", out)
+	}
+}

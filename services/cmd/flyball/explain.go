@@ -72,7 +72,7 @@ of those it left out.`,
 						return err
 					}
 				} else {
-					printExplanation(s.out, ex)
+					printExplanation(s.out, ex, from)
 				}
 				// A mismatch exits 1 in either format: a script reading
 				// -o json checks the exit code as one reading the table.
@@ -91,10 +91,11 @@ of those it left out.`,
 	return cmd
 }
 
-func printExplanation(w io.Writer, ex *query.Explanation) {
+// printExplanation prints ex, explained from since (zero: from the start).
+func printExplanation(w io.Writer, ex *query.Explanation, since time.Time) {
 	switch {
 	case len(ex.Timeline) == 0 && ex.Hidden > 0:
-		fmt.Fprintf(w, "no decisions for %s since --since: %d were recorded before it (a wider --since shows them)\n", ex.TaskID, ex.Hidden)
+		fmt.Fprintf(w, "no decisions for %s since %s: %d were recorded before it (a wider --since shows them)\n", ex.TaskID, fmtTime(since), ex.Hidden)
 	case len(ex.Timeline) == 0:
 		fmt.Fprintf(w, "no decisions recorded for %s\n", ex.TaskID)
 	}

@@ -142,7 +142,12 @@ func TestExplainSaysWhatSinceHides(t *testing.T) {
 	// Both were answered, so stored before now.
 	since := time.Now().UTC().Format(time.RFC3339Nano)
 	out := e.ok(t, "explain", "quiet", "--since", since)
-	if want := "no decisions for quiet since --since: 2 were recorded before it (a wider --since shows them)"; !strings.Contains(out, want) {
+	// It names the time, not the flag: "since --since" read as a typo.
+	at, err := time.Parse(time.RFC3339Nano, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "no decisions for quiet since " + at.Format(tsFormat) + ": 2 were recorded before it (a wider --since shows them)"; !strings.Contains(out, want) {
 		t.Fatalf("explain --since %s:\n%s\nwant %q", since, out, want)
 	}
 	var ex query.Explanation

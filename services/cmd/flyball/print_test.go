@@ -78,7 +78,7 @@ func TestPrintExplanationSaysWhatIsPending(t *testing.T) {
 		},
 	}
 	var b bytes.Buffer
-	printExplanation(&b, ex)
+	printExplanation(&b, ex, time.Time{})
 	out := b.String()
 	for _, want := range []string{
 		"  task.created  ",
@@ -96,7 +96,7 @@ func TestPrintExplanationSaysWhatIsPending(t *testing.T) {
 
 	ex.Agrees, ex.Pending, ex.Timeline[1].Pending = false, 0, false
 	b.Reset()
-	printExplanation(&b, ex)
+	printExplanation(&b, ex, time.Time{})
 	if want := "MISMATCH: stored next run 2026-11-27T20:01:00.000Z (baseline-interval), replayed next run 2026-11-27T20:02:00.000Z (baseline-interval)\n"; !strings.HasSuffix(b.String(), want) {
 		t.Errorf("mismatch output:\n%s\nwant it to end with %q", b.String(), want)
 	}
