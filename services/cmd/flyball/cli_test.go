@@ -642,6 +642,8 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		{"provision", "--timeout", "0s"},
 		{"provision", "extra"},
 		{"provision", "--timeout", "1s"}, // nothing listens: connection refused
+		{"task", "list", "--creds", "/nope.creds"},
+		{"serve", "governor", "--creds", "/nope.creds"},
 		// cobra's own help and completion commands, too.
 		{"help", "nosuch"},
 		{"help", "task", "nosuch"},
@@ -652,6 +654,15 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: ") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one 'flyball: ' line", strings.Join(args, " "), r.code, r.stderr)
 		}
+	}
+	// A credentials file that does not read was named by nats.go only,
+	// inside "connect to NATS at …", not by the flag or variable that gave it.
+	if r := e.run(t, "task", "list", "--creds", "/nope.creds"); !strings.HasPrefix(r.stderr, "flyball: --creds (NATS_CREDS): ") || !strings.Contains(r.stderr, "/nope.creds") {
+		t.Errorf("unreadable --creds: %q, want the flag named", r.stderr)
+	}
+	envCreds := &cliEnv{url: e.url, dir: e.dir, env: []string{"NATS_CREDS=/nope.creds"}}
+	if r := envCreds.run(t, "status"); r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: --creds (NATS_CREDS): ") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("unreadable NATS_CREDS: exit %d, stderr %q, want one line naming it", r.code, r.stderr)
 	}
 	if r := e.run(t, "serve", "executor", "--concurrency", "0"); !strings.Contains(r.stderr, "--concurrency: want a number from 1") {
 		t.Errorf("bad --concurrency: %q", r.stderr)

@@ -108,6 +108,14 @@ func (f *natsFlags) identity() ([]nats.Option, error) {
 		return nil, errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
 	}
 	if f.creds != "" {
+		// nats.go reads the file only as it connects, and its error was
+		// "connect to NATS at …: nats: open /x.creds: …", naming neither
+		// the flag nor the variable that gave the file.
+		r, err := os.Open(f.creds)
+		if err != nil {
+			return nil, fmt.Errorf("--creds (NATS_CREDS): %w", err)
+		}
+		_ = r.Close()
 		opts = append(opts, nats.UserCredentials(f.creds))
 	}
 	if f.nkey != "" {
