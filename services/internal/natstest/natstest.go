@@ -391,11 +391,29 @@ func ElectionCluster(t *testing.T) (*Cluster, *nats.Conn, jetstream.JetStream) {
 // store in a per-test temporary directory; all are shut down in t.Cleanup.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	// A clustered JetStream server starts its route listener only once it
-	// is otherwise up, so the route ports are picked beforehand.
-	ports := make([]int, n)
-	for i := range n {
-		ports[i] = freePort(t)
+	// Each server binds a route port of its own choosing (RANDOM_PORT),
+	// and a link looks its target's up when a route connects through it
+	// (until then it refuses the route, which the server dials again). A
+	// clustered JetStream server binds its route listener only once it is
+	// otherwise up, and ports picked beforehand (freePort) were free only a
+	// moment: on a loaded runner another test's connection could take one
+	// first, and that server would never become ready, the likely cause of
+	// "cluster server n3 not ready within 20s" in
+	// TestProvisionWithoutReplicasKeepsAClustersReplicas while four test
+	// runs shared the machine.
+	var mu sync.Mutex
+	launched := make([]*server.Server, n)
+	routeAddr := func(j int) string {
+		mu.Lock()
+		s := launched[j]
+		mu.Unlock()
+		if s == nil {
+			return ""
+		}
+		if a := s.ClusterAddr(); a != nil {
+			return a.String()
+		}
+		return ""
 	}
 	c := &Cluster{}
 	for i := range n {
@@ -405,7 +423,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			if j == i {
 				continue
 			}
-			l := startLink(t, name, fmt.Sprintf("n%d", j+1), fmt.Sprintf("127.0.0.1:%d", ports[j]))
+			l := startLink(t, name, fmt.Sprintf("n%d", j+1), func() string { return routeAddr(j) })
 			c.links = append(c.links, l)
 			routes = append(routes, &url.URL{Scheme: "nats", Host: l.ln.Addr().String()})
 		}
@@ -414,9 +432,12 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
 			// NoAdvertise: peers must not learn the real route ports and
 			// connect around the proxies.
-			Cluster: server.ClusterOpts{Name: "flyball-test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
+			Cluster: server.ClusterOpts{Name: "flyball-test", Host: "127.0.0.1", Port: server.RANDOM_PORT, NoAdvertise: true},
 			Routes:  routes,
 		})
+		mu.Lock()
+		launched[i] = s
+		mu.Unlock()
 		c.Servers = append(c.Servers, s)
 	}
 	for _, s := range c.Servers {
@@ -535,14 +556,16 @@ func (c *Cluster) ConnectTo(t testing.TB, name string) (*nats.Conn, jetstream.Je
 // link is a TCP proxy carrying the routes one server dials to another.
 type link struct {
 	from, to string
-	target   string
-	ln       net.Listener
-	mu       sync.Mutex
-	conns    []net.Conn
-	down     bool
+	// target is the address of the route listener the link carries to,
+	// empty while that server has none yet.
+	target func() string
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	down   bool
 }
 
-func startLink(t testing.TB, from, to, target string) *link {
+func startLink(t testing.TB, from, to string, target func() string) *link {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -560,7 +583,12 @@ func (l *link) serve() {
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", l.target)
+		target := l.target()
+		if target == "" {
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", target)
 		if err != nil {
 			in.Close()
 			continue
