@@ -71,3 +71,70 @@ func TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone(t *testing.T)
 		t.Errorf("slot missed by 5 intervals on the server's clock: run.%s (reason %q), %d calls; want it skipped", got, run.Reason, target.of("missed"))
 	}
 }
+
+// TestAnExecutorBehindTheServerCallsOnTimeDispatches: the governor plans
+// slots on the NATS server's clock, and the executor judged a dispatch
+// "ahead" (more than MaxDispatchAhead) and waited for its slot on its own.
+// An executor 10 minutes behind the server terminated every on-time
+// dispatch as "malformed dispatch: scheduledAt ... is 10m0s ahead, more
+// than 5m0s": its target was never called, and no run event was written.
+// Judged and waited on the server's clock (serverNow), an on-time slot is
+// called, one due in a moment is held until the server's clock reaches it,
+// and one truly more than 5 minutes ahead of the server is still
+// terminated.
+func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	target := newPathTarget(t)
+	logs := newLogLines()
+	const behind = -10 * time.Minute // the executor's clock minus the server's
+	for _, id := range []string{"on-time", "soon", "far-ahead"} {
+		spec := target.spec(id)
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, governor.StoredSpec{TaskSpec: &spec})
+	}
+	nc, _ := srv.Connect(t)
+	js, err := jsutil.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := New(Config{
+		JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(logs), ShutdownGrace: time.Millisecond,
+		ClockOffset: func() (time.Duration, bool) { return behind, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ex.Stop)
+	// The test's clock is the executor's; the server's, as the executor
+	// reads it, is 10 minutes later.
+	server := time.Now().UTC().Add(-behind).Truncate(time.Millisecond)
+	slots := map[string]time.Time{
+		"on-time":   server,
+		"soon":      server.Add(300 * time.Millisecond),
+		"far-ahead": server.Add(MaxDispatchAhead + time.Minute),
+	}
+	for id, slot := range slots {
+		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: server, Source: string(governor.SourceBaselineInterval)}
+		body, err := events.Marshal(events.TypeRunDue, "test", id, d, server, d.DispatchID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"on-time", "soon"} {
+		if got, run := outcomeOf(t, srv.JS, id); got != events.OutcomeSucceeded || target.of(id) != 1 {
+			t.Errorf("%s dispatch seen by an executor %s behind the server: run.%s (reason %q), %d calls; want it called", id, -behind, got, run.Reason, target.of(id))
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, "the dispatch 6 minutes ahead of the server is terminated", func() bool {
+		return logs.count("terminating malformed message") == 1
+	})
+	if n := target.of("far-ahead"); n != 0 {
+		t.Errorf("dispatch 6 minutes ahead of the server: %d calls, want none", n)
+	}
+}

@@ -50,10 +50,11 @@ type Config struct {
 	EmitStarted bool
 	// ClockOffset, when set, reports this process's clock minus the NATS
 	// server's, as the heartbeat last measured it (heartbeat.Beater.Offset),
-	// and ok false before any measurement. The executor judges a slot
-	// missed under catchUp "none" on the server's clock (time.Now() less
-	// the offset), the clock the governor plans slots on. Unset, or not
-	// ok, it judges on time.Now().
+	// and ok false before any measurement. The executor waits for a slot,
+	// judges a dispatch too far ahead of it (MaxDispatchAhead), and judges
+	// a slot missed under catchUp "none" on the server's clock (time.Now()
+	// less the offset), the clock the governor plans slots on. Unset, or
+	// not ok, it uses time.Now().
 	ClockOffset func() (offset time.Duration, ok bool)
 }
 

@@ -256,9 +256,10 @@ func (s *Service) waitInflight() {
 }
 
 // MaxDispatchAhead is how far ahead of its scheduledAt a dispatch may
-// arrive. The timer publishes at most governor.MaxLead (1s) early, so this
-// leaves ample room for clock skew between hosts; the executor terminates
-// a dispatch due further ahead as malformed.
+// arrive, on the NATS server's clock (serverNow), which the governor plans
+// slots on. The timer publishes at most governor.MaxLead (1s) early, so
+// this leaves ample room for the skew of the timer's clock; the executor
+// terminates a dispatch due further ahead as malformed.
 const MaxDispatchAhead = 5 * time.Minute
 
 // handle processes one dispatch delivery.
@@ -292,8 +293,15 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	// A dispatch due far ahead would be nakked until its slot and, kept in
 	// the work queue, hold the task's one DISPATCH slot: every later
-	// dispatch of the task would be refused (10077) until then.
-	if ahead := time.Until(d.ScheduledAt); ahead > MaxDispatchAhead {
+	// dispatch of the task would be refused (10077) until then. Ahead, and
+	// the wait for the slot below, are on the server's clock, which the
+	// slot was planned on: judged on its own, an executor 5 minutes behind
+	// the server terminated every on-time dispatch as malformed, and one
+	// less behind held each for as long as it was behind (a 1 s task's
+	// next dispatch refused meanwhile, and the slot then skipped as missed
+	// under catchUp "none").
+	now := s.serverNow()
+	if ahead := d.ScheduledAt.Sub(now); ahead > MaxDispatchAhead {
 		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead), s.cfg.Metrics, s.log)
 		return
 	}
@@ -302,19 +310,17 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "not a JetStream message: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
-	wait := time.Until(d.ScheduledAt)
-	if wait > 0 {
+	if wait := d.ScheduledAt.Sub(now); wait > 0 {
 		s.hold(ctx, m, md, &d, arrived, wait)
 		return
 	}
 	// Kept alive from here to its settle (waitBegin), through the reads
 	// before the call too (run).
 	s.waitBegin(m, arrived)
-	// The wait for the slot is on this executor's clock (the timer fired
-	// it its lead early on the timer's); whether the slot was missed is
-	// judged on the server's clock, which the governor planned it on
-	// (serverNow): an executor whose clock runs ahead saw every on-time
-	// slot of a 1 s task as past its next one, and skipped them all.
+	// Whether the slot was missed is judged on the server's clock too,
+	// which the governor planned it on (serverNow): an executor whose
+	// clock runs ahead saw every on-time slot of a 1 s task as past its
+	// next one, and skipped them all.
 	if serverNow := s.serverNow(); serverNow.Sub(d.ScheduledAt) >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d, serverNow) {
 		return
 	}
@@ -396,15 +402,16 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 }
 
 // hold keeps a dispatch that arrived ahead of its slot (the timer publishes
-// Lead early) until its scheduledAt, without occupying a worker, then runs
-// it under the same call limit. One due further ahead than half the
-// AckWait goes back to the stream until then.
+// Lead early) for wait, until the server's clock reaches its scheduledAt
+// (handle), without occupying a worker, then runs it under the same call
+// limit. One due further ahead than half the AckWait goes back to the
+// stream until then.
 func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, wait time.Duration) {
 	if wait > s.cfg.AckWait/2 {
 		s.nak(m, wait, nil)
 		return
 	}
-	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived}, wait)
+	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, until: time.Now().Add(wait)}, wait)
 }
 
 // park keeps a dispatch its breaker defers (open until retryAt, or
@@ -519,10 +526,13 @@ type held struct {
 	d       *events.Dispatch
 	arrived time.Time
 	t       *time.Timer
-	parked  bool      // deferred by its breaker (park)
-	key     string    // parked: the breaker key (wakeDeferred)
-	woken   bool      // parked: woken early by a change of its breaker record
-	until   time.Time // parked or retry: when it is checked again
+	parked  bool   // deferred by its breaker (park)
+	key     string // parked: the breaker key (wakeDeferred)
+	woken   bool   // parked: woken early by a change of its breaker record
+	// until is when it is checked again (parked or retry), or when its
+	// slot comes (held for it: hold), on this executor's clock; zero for
+	// one due already (waitForHost).
+	until time.Time
 	// retry: kept after an infrastructure failure (retryInfra), the
 	// number of such failures in a row; 0 for any other.
 	retry int
@@ -574,12 +584,10 @@ const (
 // handBack is the delay of the nak that hands h back at shutdown: a
 // moment before its slot for a dispatch held for its slot, before its
 // next check for a parked one, and never less than handBackFloor.
+// Its slot is until, not scheduledAt: the wait for it is on the server's
+// clock (handle).
 func (h *held) handBack() time.Duration {
-	due := h.d.ScheduledAt
-	if h.deferred() {
-		due = h.until
-	}
-	return max(time.Until(due)-handBackLead, handBackFloor)
+	return max(time.Until(h.until)-handBackLead, handBackFloor)
 }
 
 // fireHeld hands a held dispatch whose slot has come to one of the
