@@ -271,16 +271,16 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		err = events.CheckType(events.Subject{Family: events.FamilyDispatch, ID: strings.TrimPrefix(m.Subject(), "flyball.dispatch.")}, e)
 	}
 	if err != nil {
-		jsutil.TerminateMalformed(m, err, s.cfg.Metrics, s.log)
+		s.terminate(m, jsutil.MalformedReason(err))
 		return
 	}
 	var d events.Dispatch
 	if err := events.DecodeDispatch(e, &d); err != nil {
-		jsutil.Terminate(m, "malformed dispatch: "+err.Error(), s.cfg.Metrics, s.log)
+		s.terminate(m, "malformed dispatch: "+err.Error())
 		return
 	}
 	if !events.ValidToken(d.TaskID) || events.DispatchSubject(d.TaskID) != m.Subject() {
-		jsutil.Terminate(m, "malformed dispatch: taskId does not match the subject", s.cfg.Metrics, s.log)
+		s.terminate(m, "malformed dispatch: taskId does not match the subject")
 		return
 	}
 	// The dispatch ID is the Idempotency-Key targets see and keys the
@@ -288,7 +288,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// slot's would pass another dispatch's identity to the target.
 	if !events.IsDispatchID(d.DispatchID, d.TaskID, d.ScheduledAt) {
 		want := events.DispatchID(d.TaskID, d.ScheduledAt)
-		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", capText(d.DispatchID, 80), want), s.cfg.Metrics, s.log)
+		s.terminate(m, fmt.Sprintf("malformed dispatch: dispatchId %q is not <taskId>:<scheduledAt Unix ms> (%q)", capText(d.DispatchID, 80), want))
 		return
 	}
 	// A dispatch due far ahead would be nakked until its slot and, kept in
@@ -302,11 +302,13 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// under catchUp "none").
 	now := s.serverNow()
 	if ahead := d.ScheduledAt.Sub(now); ahead > MaxDispatchAhead {
-		jsutil.Terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead), s.cfg.Metrics, s.log)
+		s.terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead))
 		return
 	}
 	md, err := m.Metadata()
 	if err != nil {
+		// No consumer leader to confirm a term: its reply subject is not
+		// one of JetStream's.
 		jsutil.Terminate(m, "not a JetStream message: "+err.Error(), s.cfg.Metrics, s.log)
 		return
 	}
@@ -329,6 +331,16 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	defer s.releaseCall()
 	s.run(ctx, m, md, &d, arrived, false, nil, 0)
+}
+
+// terminate ends a malformed dispatch, which can never run, with reason in
+// the MSG_TERMINATED advisory, and counts and logs it once (jsutil.Reject).
+// The term is a confirmed settle, retried until the consumer leader
+// answers, as every other (ack.go): a plain term lost in a leader
+// election left the dispatch in DISPATCH, holding its task's one slot,
+// until AckWait, and its redelivery was counted and logged again.
+func (s *Service) terminate(m jetstream.Msg, reason string) {
+	s.settle(m, "term", termBody(jsutil.Reject(m.Subject(), reason, s.cfg.Metrics, s.log)))
 }
 
 // run checks the task's spec, pause and breaker at the moment of the call,

@@ -207,22 +207,38 @@ func IsCASConflict(err error) bool {
 // Terminate ends a message that can never be processed, with a reason that
 // reaches the MSG_TERMINATED advisory, and counts it.
 func Terminate(msg jetstream.Msg, reason string, m *metrics.Set, log *slog.Logger) {
-	m.RejectedEvents.WithLabelValues(reasonLabel(reason)).Inc()
-	log.Warn("terminating malformed message", "subject", msg.Subject(), "reason", reason)
-	if err := msg.TermWithReason(truncate(reason, 200)); err != nil {
+	if err := msg.TermWithReason(Reject(msg.Subject(), reason, m, log)); err != nil {
 		log.Warn("term failed", "subject", msg.Subject(), "err", err)
 	}
 }
 
+// Reject counts and logs a message of subject about to be terminated as
+// one that can never be processed, and returns reason as the term carries
+// it to the MSG_TERMINATED advisory (cut to 200 bytes). It is Terminate
+// without the term, for a consumer that sends its terms itself (the
+// executor confirms each: a lost one redelivered the message, counted
+// again, after AckWait).
+func Reject(subject, reason string, m *metrics.Set, log *slog.Logger) string {
+	m.RejectedEvents.WithLabelValues(reasonLabel(reason)).Inc()
+	log.Warn("terminating malformed message", "subject", subject, "reason", reason)
+	return truncate(reason, 200)
+}
+
 // TerminateMalformed terminates msg as a malformed event, with err as the
-// reason: "malformed event: …", said once whether or not err's text
-// begins with it (events' decode errors wrap events.ErrMalformed).
+// reason (MalformedReason).
 func TerminateMalformed(msg jetstream.Msg, err error, m *metrics.Set, log *slog.Logger) {
+	Terminate(msg, MalformedReason(err), m, log)
+}
+
+// MalformedReason is the reason a malformed event is terminated with:
+// "malformed event: …", said once whether or not err's text begins with
+// it (events' decode errors wrap events.ErrMalformed).
+func MalformedReason(err error) string {
 	reason := err.Error()
 	if !strings.HasPrefix(reason, events.ErrMalformed.Error()) {
 		reason = events.ErrMalformed.Error() + ": " + reason
 	}
-	Terminate(msg, reason, m, log)
+	return reason
 }
 
 // DecodeRun decodes the run event msg carries into run, where subj is
