@@ -295,11 +295,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// the work queue, hold the task's one DISPATCH slot: every later
 	// dispatch of the task would be refused (10077) until then. Ahead, and
 	// the wait for the slot below, are on the server's clock, which the
-	// slot was planned on: judged on its own, an executor 5 minutes behind
-	// the server terminated every on-time dispatch as malformed, and one
-	// less behind held each for as long as it was behind (a 1 s task's
-	// next dispatch refused meanwhile, and the slot then skipped as missed
-	// under catchUp "none").
+	// slot was planned on: judged on its own, an executor more than 5
+	// minutes behind the server terminated every on-time dispatch as
+	// malformed, and one less behind held each for as long as it was
+	// behind (the task's next dispatch refused meanwhile, and under
+	// catchUp "none" the slot then skipped as missed once its next one
+	// had passed too).
 	now := s.serverNow()
 	if ahead := d.ScheduledAt.Sub(now); ahead > MaxDispatchAhead {
 		s.terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead))
