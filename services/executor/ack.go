@@ -355,6 +355,9 @@ func (s *Service) ack(m jetstream.Msg) { s.settle(m, "ack", ackBody) }
 // sending is waited out (progressMu). After an ack or a term the server
 // ignores it (TestInProgressAfterASettleIsHarmless), so those do not wait.
 func (s *Service) settle(m jetstream.Msg, kind string, body []byte) {
+	s.sentMu.Lock()
+	delete(s.sent, m)
+	s.sentMu.Unlock()
 	if due, kept := s.waitEnd(m); kept {
 		if kind == "nak" {
 			s.progressMu.Lock()

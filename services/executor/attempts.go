@@ -24,7 +24,8 @@ type attemptRecord struct {
 	// or terminated again, without calling the target.
 	Outcome events.Outcome `json:"outcome,omitempty"`
 	// HandedBack marks a dispatch an executor handed back at shutdown
-	// without calling its target in that delivery, while no attempt was
+	// without calling its target in that delivery (nor sending a request
+	// it may have processed: mayHaveCalled), while no attempt was
 	// counted (markHandedBack). It is written only with Attempts 0 and no
 	// Outcome, and removed before any call (unmarkHandedBack), so it tells
 	// a redelivery that no earlier delivery started a call: a slot missed
@@ -177,10 +178,11 @@ func (s *Service) settleAgain(m jetstream.Msg, d *events.Dispatch, r attemptReco
 // delivery of the dispatch, and a second dispatch of the slot is refused
 // by DISPATCH's duplicate window or fired LateRedispatch late, and read.
 
-// handBackNak hands m, whose delivery made no call of d's target, back at
-// shutdown with a nak delayed by delay. For a task under catchUp "none"
-// (or one the view does not know), d is first marked handed back; both
-// happen in the background, as the callers may hold heldMu, and Stop
+// handBackNak hands m, whose delivery made no call of d's target that
+// has an outcome, back at shutdown with a nak delayed by delay. For a
+// task under catchUp "none" (or one the view does not know), d is first
+// marked handed back, unless the delivery sent a request (mayHaveCalled);
+// both happen in the background, as the callers may hold heldMu, and Stop
 // waits for them (records) before it stops the settler.
 func (s *Service) handBackNak(m jetstream.Msg, d *events.Dispatch, delay time.Duration) {
 	// Only a first delivery is marked: no earlier one can have started a
@@ -188,7 +190,7 @@ func (s *Service) handBackNak(m jetstream.Msg, d *events.Dispatch, delay time.Du
 	// (leaving no record) or that removed the mark and then crashed;
 	// marked, that call would be reported skipped. A mark an earlier
 	// hand-back wrote stays as it is.
-	if md, err := m.Metadata(); err != nil || md.NumDelivered != 1 {
+	if md, err := m.Metadata(); err != nil || md.NumDelivered != 1 || s.mayHaveCalled(m) {
 		s.nak(m, delay, nil)
 		return
 	}
@@ -228,4 +230,27 @@ func (s *Service) unmarkHandedBack(ctx context.Context, d *events.Dispatch, rev 
 		return fmt.Errorf("remove the hand-back mark of %s before its call: %w", d.DispatchID, err)
 	}
 	return nil
+}
+
+// calledMaybe notes that m's delivery sent a NATS-target request that
+// may have reached its target, though its outcome was lost with the
+// executor's own connection (result.sent), until m is settled.
+func (s *Service) calledMaybe(m jetstream.Msg) {
+	s.sentMu.Lock()
+	s.sent[m] = struct{}{}
+	s.sentMu.Unlock()
+}
+
+// mayHaveCalled reports whether m's delivery sent a request that may have
+// reached its target (calledMaybe). Such a delivery is tried again in
+// place (retryInfra) and, handed back at shutdown meanwhile, is not marked
+// (handBackNak): it was, as if no call had been made, and after a restart
+// missedUnderNone reported the slot run.skipped as missed although the
+// target may have processed the request. Unmarked, the slot runs again,
+// late, at least once.
+func (s *Service) mayHaveCalled(m jetstream.Msg) bool {
+	s.sentMu.Lock()
+	defer s.sentMu.Unlock()
+	_, ok := s.sent[m]
+	return ok
 }

@@ -42,6 +42,10 @@ type result struct {
 	// connection (callNATS), not on its target: it is tried again in place
 	// (retryInfra), neither an attempt nor a breaker failure.
 	infra bool
+	// sent marks an infra call whose request was sent, or may have been:
+	// the target may have processed it, so its delivery is never marked
+	// handed back (mayHaveCalled).
+	sent bool
 }
 
 func (r *result) ok() bool { return r.err == nil }
@@ -410,7 +414,12 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 // transient target failures: they used up retry.maxAttempts, counted
 // toward the breaker, and dead-lettered a task of maxAttempts 1 during an
 // outage of the executor's own NATS node. They are infra now: tried again
-// in place, uncounted (retryInfra). A request the server refuses because
+// in place, uncounted (retryInfra). Only a refused publish is known not
+// to have been sent; a request whose reply was lost, or whose wait nats.go
+// ended when the connection closed or was forced to reconnect
+// (ErrConnectionClosed, ErrDisconnected: also a refused publish's, which
+// the error cannot tell apart), may have reached the target, and is sent
+// (mayHaveCalled). A request the server refuses because
 // the executor's user may not publish to its subject (a task aimed
 // outside targets.> in the compose stack) reached nobody either: the
 // server reports it only as an asynchronous -ERR, and the call timed out
@@ -435,11 +444,12 @@ func (s *Service) callNATS(ctx context.Context, t *events.NATSTarget, rec *event
 		switch {
 		case refused:
 			res.err, res.permanent = fmt.Errorf("the executor's NATS user may not publish to %s (permissions violation)", v.Subject), true
-		case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-			errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, nats.ErrDisconnected):
+		case errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrConnectionDraining):
 			res.err, res.infra = fmt.Errorf("the executor's NATS connection is down, request not sent: %w", err), true
+		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected):
+			res.err, res.infra, res.sent = fmt.Errorf("the executor's NATS connection was lost, the request perhaps sent: %w", err), true, true
 		case errors.Is(err, context.DeadlineExceeded) && (!nc.IsConnected() || nc.Stats().Reconnects != reconnects):
-			res.err, res.infra = fmt.Errorf("no reply within %s, and the executor's NATS connection was lost meanwhile: %w", t.Timeout, err), true
+			res.err, res.infra, res.sent = fmt.Errorf("no reply within %s, and the executor's NATS connection was lost meanwhile: %w", t.Timeout, err), true, true
 		case errors.Is(err, context.DeadlineExceeded):
 			res.err = fmt.Errorf("no reply within %s: %w", t.Timeout, err)
 		default:

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -286,5 +287,83 @@ func TestOnlyAFirstDeliveryIsMarkedHandedBack(t *testing.T) {
 	other := g.holdThenStop(t, time.Now().Add(8*time.Second).UTC().Truncate(time.Millisecond))
 	if r, found := g.attemptRecordOf(t, &other); found {
 		t.Fatalf("a hand-back of a task not under catchUp none left %+v in flyball-attempts, want no record", r)
+	}
+}
+
+// TestNATSCallLostWithTheConnectionIsNotMarkedHandedBack: a NATS-target
+// call under catchUp "none" whose reply is lost with the executor's own
+// connection (cut and back while the request waits) is tried again in
+// place, uncounted (retryInfra): it is infra, but the request was sent
+// and may have been processed. Handed back at shutdown while it waits for
+// that try, its first delivery must leave no hand-back mark. Before, it
+// was marked as if no call was made, and the next executor, the slot and
+// the next one passed, reported it run.skipped as missed: the run history
+// said no call was made although the target had been called.
+func TestNATSCallLostWithTheConnectionIsNotMarkedHandedBack(t *testing.T) {
+	t.Parallel()
+	srv, addr := natstest.StartListening(t)
+	proxy := startCuttableProxy(t, strings.TrimPrefix(addr, "nats://"))
+	f := &attemptsFixture{srv: srv, id: "nats-none"}
+	const interval = time.Second
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
+		ID:       f.id,
+		Target:   events.Target{NATS: &events.NATSTarget{Subject: "targets.svc", Timeout: events.Duration(2 * time.Second)}},
+		Schedule: events.Schedule{Interval: events.Duration(interval)},
+		CatchUp:  events.CatchUpNone,
+		Retry:    &events.Retry{MaxAttempts: 3},
+	})
+	// The target's service, on its own connection: it leaves the first
+	// request unanswered (its reply would be lost anyway) and answers
+	// every later one.
+	received := make(chan struct{})
+	var requests atomic.Int32
+	natstest.Subscribe(t, srv.NC, "targets.svc", func(m *nats.Msg) {
+		if requests.Add(1) == 1 {
+			close(received)
+			return
+		}
+		_ = m.Respond([]byte("ok"))
+	})
+	nc, err := nats.Connect(proxy.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ex := startExecutorOn(t, nc, "a", func(s *Service) {
+		// Held for its try until Stop; its hand-back is nakked for about
+		// as long.
+		s.infraRetryFirst, s.infraRetryMax = 3*time.Second, 3*time.Second
+	})
+	natstest.Eventually(t, 10*time.Second, "the executor's view holds catchUp none", func() bool {
+		r := ex.specs.Lookup(f.id)
+		return r.Found && r.Value.spec.CatchUp == events.CatchUpNone
+	})
+	d := f.publishSlot(t, time.Now().UTC().Truncate(time.Millisecond))
+	awaitClosed(t, received, 20*time.Second, "the NATS-target request")
+	proxy.setDown(true)
+	natstest.Eventually(t, 10*time.Second, "the executor's connection lost", func() bool { return !nc.IsConnected() })
+	proxy.setDown(false)
+	natstest.Eventually(t, 10*time.Second, "the executor's connection back", nc.IsConnected)
+	natstest.Eventually(t, 20*time.Second, "the call timed out and is held for its try in place", func() bool {
+		return testutil.ToFloat64(ex.cfg.Metrics.DispatchDeferred) == 1
+	})
+	ex.Stop()
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("%d requests before the stop, want 1: the try in place came first", n)
+	}
+	if r, found := f.attemptRecordOf(t, &d); found {
+		t.Fatalf("a dispatch whose request was sent, handed back, left %+v in flyball-attempts, want no record: a mark says no call was made", r)
+	}
+	natstest.Eventually(t, 10*time.Second, "the slot and the next one passed", func() bool {
+		return time.Now().After(d.ScheduledAt.Add(interval + 500*time.Millisecond))
+	})
+	other, _ := srv.Connect(t)
+	startExecutorOn(t, other, "b", nil)
+	natstest.Eventually(t, 20*time.Second, "a run event of the slot on RUNS", func() bool { return len(f.stored(t)) > 0 })
+	if got := successOf(f.stored(t)); len(got) != 1 || got[0].outcome != "succeeded" {
+		t.Fatalf("RUNS holds %v, want one run.succeeded: a slot whose target may have been called is not skipped as missed", got)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("%d requests, want 2 (the lost one and the run at least once)", n)
 	}
 }

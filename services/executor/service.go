@@ -107,6 +107,15 @@ type Service struct {
 	waiting    map[jetstream.Msg]time.Time
 	progressMu sync.Mutex
 
+	// sent holds the deliveries whose NATS-target request was sent, or
+	// may have been, before the executor's own connection failed
+	// (result.sent), from that call until their settle (settle): they are
+	// tried again in place (retryInfra) and may be handed back meanwhile,
+	// and must not be marked as having made no call (mayHaveCalled).
+	// Under sentMu.
+	sentMu sync.Mutex
+	sent   map[jetstream.Msg]struct{}
+
 	// pubViolations ends NATS-target requests the server refuses (callNATS).
 	pubViolations jsutil.PubWatch
 }
@@ -128,6 +137,7 @@ func New(cfg Config) (*Service, error) {
 		outBudget:   outboxBudget,
 		owed:        newOwed(),
 		stopping:    make(chan struct{}),
+		sent:        make(map[jetstream.Msg]struct{}),
 
 		infraRetryFirst: infraRetryFirst,
 		infraRetryMax:   infraRetryMax,
@@ -1396,6 +1406,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	if res.infra { // the executor's own NATS connection failed, not the target (callNATS)
 		if claimRev != 0 {
 			s.releaseProbe(claim, claimRev)
+		}
+		if res.sent {
+			s.calledMaybe(m)
 		}
 		s.retryInfra(ctx, m, md, d, arrived, fails, nil, "NATS-target call lost with the executor's own connection", res.err)
 		return
