@@ -655,14 +655,35 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 			t.Errorf("flyball %s: exit %d, stderr %q; want exit 1 and one 'flyball: ' line", strings.Join(args, " "), r.code, r.stderr)
 		}
 	}
-	// A credentials file that does not read was named by nats.go only,
-	// inside "connect to NATS at …", not by the flag or variable that gave it.
-	if r := e.run(t, "task", "list", "--creds", "/nope.creds"); !strings.HasPrefix(r.stderr, "flyball: --creds (NATS_CREDS): ") || !strings.Contains(r.stderr, "/nope.creds") {
-		t.Errorf("unreadable --creds: %q, want the flag named", r.stderr)
+	// A credentials, nkey or TLS file that does not read was named by
+	// nats.go only, inside "connect to NATS at …", not by the flag or
+	// variable that gave it.
+	for _, f := range []struct{ flag, env string }{
+		{"creds", "NATS_CREDS"}, {"nkey", "NATS_NKEY"}, {"tls-ca", "NATS_CA"}, {"tls-cert", "NATS_CERT"}, {"tls-key", "NATS_KEY"},
+	} {
+		want := "flyball: --" + f.flag + " (" + f.env + "): "
+		args := []string{"task", "list", "--" + f.flag, "/nope.file"}
+		env := []string{f.env + "=/nope.file"}
+		switch f.flag { // each needs its pair, or the pair's error comes first
+		case "tls-cert":
+			args, env = append(args, "--tls-key", "/dev/null"), append(env, "NATS_KEY=/dev/null")
+		case "tls-key":
+			args, env = append(args, "--tls-cert", "/dev/null"), append(env, "NATS_CERT=/dev/null")
+		}
+		if r := e.run(t, args...); r.code != 1 || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, "/nope.file") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("unreadable --%s: exit %d, stderr %q, want one line beginning %q", f.flag, r.code, r.stderr, want)
+		}
+		fromEnv := &cliEnv{url: e.url, dir: e.dir, env: env}
+		if r := fromEnv.run(t, "status"); r.code != 1 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("unreadable %s: exit %d, stderr %q, want one line beginning %q", f.env, r.code, r.stderr, want)
+		}
 	}
-	envCreds := &cliEnv{url: e.url, dir: e.dir, env: []string{"NATS_CREDS=/nope.creds"}}
-	if r := envCreds.run(t, "status"); r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: --creds (NATS_CREDS): ") || strings.Count(r.stderr, "\n") != 1 {
-		t.Errorf("unreadable NATS_CREDS: exit %d, stderr %q, want one line naming it", r.code, r.stderr)
+	// Files that read but hold no certificate failed at the connect too.
+	if r := e.run(t, "task", "list", "--tls-ca", "/dev/null"); r.code != 1 || r.stderr != "flyball: --tls-ca (NATS_CA): no PEM certificate in /dev/null\n" {
+		t.Errorf("--tls-ca with no certificate: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := e.run(t, "task", "list", "--tls-cert", "/dev/null", "--tls-key", "/dev/null"); r.code != 1 || !strings.HasPrefix(r.stderr, "flyball: --tls-cert/--tls-key (NATS_CERT/NATS_KEY): tls: ") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("--tls-cert/--tls-key with no certificate: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if r := e.run(t, "serve", "executor", "--concurrency", "0"); !strings.Contains(r.stderr, "--concurrency: want a number from 1") {
 		t.Errorf("bad --concurrency: %q", r.stderr)

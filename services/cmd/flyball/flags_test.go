@@ -211,7 +211,7 @@ func TestServeNamesAnIdentityMistakeWhenItsPortIsTaken(t *testing.T) {
 	}{
 		{"NATS_PASSWORD=secret", []string{"serve", "governor"}, "flyball: NATS_PASSWORD is set but NATS_USER is not: give both, or neither"},
 		{"NATS_USER=timer", []string{"serve", "timer", "--creds", "/nonexistent/timer.creds"}, "flyball: NATS_USER and --creds both name a NATS identity: give one of them"},
-		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "timer", "--nkey", "/nonexistent/timer.nk"}, "flyball: --nkey: "},
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "timer", "--nkey", "/nonexistent/timer.nk"}, "flyball: --nkey (NATS_NKEY): "},
 	} {
 		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}}
 		r := e.run(t, append(c.args, "--metrics-addr", ln.Addr().String())...)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -107,36 +109,66 @@ func (f *natsFlags) identity() ([]nats.Option, error) {
 		// it, as a server's no_auth_user if it has one.
 		return nil, errors.New("NATS_PASSWORD is set but NATS_USER is not: give both, or neither")
 	}
-	if f.creds != "" {
-		// nats.go reads the file only as it connects, and its error was
-		// "connect to NATS at …: nats: open /x.creds: …", naming neither
-		// the flag nor the variable that gave the file.
-		r, err := os.Open(f.creds)
-		if err != nil {
-			return nil, fmt.Errorf("--creds (NATS_CREDS): %w", err)
-		}
-		_ = r.Close()
-		opts = append(opts, nats.UserCredentials(f.creds))
-	}
-	if f.nkey != "" {
-		o, err := nats.NkeyOptionFromSeed(f.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, o)
-	}
-	if f.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(f.tlsCA))
-	}
 	// One without the other was passed on as it was, and the connect
 	// failed with "open : no such file or directory", naming neither.
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return nil, errors.New("--tls-cert/--tls-key (NATS_CERT/NATS_KEY): give both")
 	}
+	// nats.go reads each file only as it connects, and its error was
+	// "connect to NATS at …: nats: open /x.creds: …", naming neither the
+	// flag nor the variable that gave the file: each is opened here first.
+	for _, file := range []struct{ flag, env, path string }{
+		{"creds", "NATS_CREDS", f.creds},
+		{"nkey", "NATS_NKEY", f.nkey},
+		{"tls-ca", "NATS_CA", f.tlsCA},
+		{"tls-cert", "NATS_CERT", f.tlsCert},
+		{"tls-key", "NATS_KEY", f.tlsKey},
+	} {
+		if err := readable(file.path); err != nil {
+			return nil, fmt.Errorf("--%s (%s): %w", file.flag, file.env, err)
+		}
+	}
+	if f.creds != "" {
+		opts = append(opts, nats.UserCredentials(f.creds))
+	}
+	if f.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(f.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey (NATS_NKEY): %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if f.tlsCA != "" {
+		// A file with no certificate in it failed at the connect too.
+		pem, err := os.ReadFile(f.tlsCA)
+		if err == nil && !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			err = fmt.Errorf("no PEM certificate in %s", f.tlsCA)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca (NATS_CA): %w", err)
+		}
+		opts = append(opts, nats.RootCAs(f.tlsCA))
+	}
 	if f.tlsCert != "" {
+		if _, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey); err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key (NATS_CERT/NATS_KEY): %w", err)
+		}
 		opts = append(opts, nats.ClientCert(f.tlsCert, f.tlsKey))
 	}
 	return opts, nil
+}
+
+// readable reports why the file at path cannot be read, if it cannot; an
+// empty path (not given) is fine.
+func readable(path string) error {
+	if path == "" {
+		return nil
+	}
+	r, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return r.Close()
 }
 
 // connect connects with the flags' identity (identity).
