@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +111,29 @@ func TestReplayToARefusedSubjectFails(t *testing.T) {
 	r := e.run(t, "replay", "--stream", "TASKS", "--to", "debug.refused")
 	if r.code != 1 || !strings.Contains(r.stderr, "flyball: --to debug.refused: ") || !strings.Contains(r.stderr, "permissions violation") || strings.Contains(r.stderr, "republished ") {
 		t.Fatalf("replay --to a refused subject: exit %d, stderr:\n%s\nwant exit 1 and a 'flyball: --to debug.refused: ' error naming the permissions violation", r.code, r.stderr)
+	}
+}
+
+// TestNatsAccountInfoAsTheComposeCLIUser: docs/security.md gives the
+// compose `cli` user $JS.API.INFO for `nats account info` from the host,
+// but the nats CLI first asks $SYS.REQ.USER.INFO who it is: the command
+// printed the info after "Unexpected NATS error: Permissions Violation
+// for Publish to "$SYS.REQ.USER.INFO"", and nats-server logged a
+// Violation, which the audit in security.md greps for. StartCompose fails
+// the test on any violation.
+func TestNatsAccountInfoAsTheComposeCLIUser(t *testing.T) {
+	natsCLI := natsCLIPath(t)
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, natsCLI, "account", "info")
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.URL("cli"), "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nats account info as cli: %v\n%s", err, out)
+	}
+	if s := string(out); strings.Contains(s, "Permissions Violation") || !strings.Contains(s, "JetStream") {
+		t.Fatalf("nats account info as cli printed:\n%s\nwant the account's JetStream info and no permissions violation", s)
 	}
 }
