@@ -165,3 +165,47 @@ func TestOfflineMarkUnannouncedByAStoppedSweeperIsAnnouncedByTheNext(t *testing.
 		t.Fatalf("%d runtime.offline events of the mark a stopped sweeper left unannounced stored by the next one, want 1", n)
 	}
 }
+
+// TestOfflineMarkWaitsForTheFirstSweepPastOfflineAfter pins the bound
+// docs/operations.md states: the sweeper counts OfflineAfter from the
+// sweep that first saw the entry's revision (not from its lastBeat), and
+// marks the instance at the first sweep more than OfflineAfter after that.
+// With 15 s sweeps a beat is first seen up to 15 s after it is written and
+// marked on the third or fourth sweep after that, 45 to 75 s after the
+// beat: operations.md said "after 45 s without a beat", and an executor
+// killed on compose was marked 59 s after its last beat.
+func TestOfflineMarkWaitsForTheFirstSweepPastOfflineAfter(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	runtime, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
+	old := base.Add(-10 * time.Minute).UTC().Format(time.RFC3339Nano)
+	if _, err := runtime.Put(ctx, "executor.quiet", []byte(`{"kind":"executor","name":"quiet","status":"online","lastBeat":"`+old+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	const offlineAfter = 45 * time.Second // the default
+	var elapsed atomic.Int64
+	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
+	for _, c := range []struct {
+		at   time.Duration
+		want string
+	}{
+		{offlineAfter, "online"},                    // silent for OfflineAfter exactly, though its lastBeat is 10 min old
+		{offlineAfter + time.Nanosecond, "offline"}, // the first sweep past it marks it
+	} {
+		elapsed.Store(int64(c.at))
+		if err := s.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ent, err := runtime.Get(ctx, "executor.quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !jsonHas(ent.Value(), `"status":"`+c.want+`"`) {
+			t.Fatalf("a sweep %v after the one that first saw the entry: %s, want status %s", c.at, ent.Value(), c.want)
+		}
+	}
+}

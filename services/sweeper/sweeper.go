@@ -40,8 +40,13 @@ type Config struct {
 	svcconf.Common
 	// Interval between sweeps. Defaults to 15s.
 	Interval time.Duration
-	// OfflineAfter is the heartbeat age that marks an instance offline.
-	// Defaults to 45s.
+	// OfflineAfter is how long a sweep must be after the one that first
+	// saw an entry's revision to mark its instance offline. Sweeps see a
+	// beat up to an Interval after it is written and mark at the first
+	// sweep past OfflineAfter: an instance that dies is marked between
+	// OfflineAfter and OfflineAfter+2*Interval after its last beat (45 to
+	// 75s by default; docs/operations.md, Runtime registry). Defaults to
+	// 45s.
 	OfflineAfter time.Duration
 	// ZombieAfter is how long past its nextRunAt a run may stay without
 	// dispatch or outcome before it is re-dispatched, and how long a task

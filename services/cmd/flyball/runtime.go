@@ -20,8 +20,9 @@ func newRuntimeCmd() *cobra.Command {
 		Long: `runtime lists every registered service instance with its host, pid,
 version, status and the age of its last heartbeat. Instances beat every 15s;
 one whose last beat is older than 45s is listed offline (the sweeper also
-marks it so in the registry), and an instance that stops cleanly removes its
-entry.`,
+marks it so in the registry, 45 to 75s after the beat, as it measures 45s of
+silence from the 15s sweep that first saw the beat), and an instance that
+stops cleanly removes its entry.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.run(cmd, true, func(ctx context.Context, s *session) error {
