@@ -1,11 +1,13 @@
 package metrics
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
@@ -96,6 +98,8 @@ func TestAlertRulesAreSound(t *testing.T) {
 			// The Alerts table is the index an operator reads first.
 			if row := "| [" + r.Alert + "](#" + strings.ToLower(r.Alert) + ") | " + r.Labels["severity"] + " |"; !strings.Contains(string(ops), row) {
 				t.Errorf("%s: docs/operations.md's alerts table has no row %q", where, row)
+			} else if err := rowStatesFor(string(ops), row, r.For); err != nil {
+				t.Errorf("%s: docs/operations.md's alerts table: %v", where, err)
 			}
 			if want := "docs/operations.md#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
 				t.Errorf("%s: runbook_url %q, want %q", where, r.Annotations["runbook_url"], want)
@@ -149,6 +153,30 @@ func TestAlertRulesAreSound(t *testing.T) {
 
 // balanced reports whether the brackets of a PromQL expression pair up
 // outside its double-quoted strings, and every string is closed.
+// rowStatesFor checks that the alerts table's row (its start, row) says how
+// long the condition must hold before the alert fires: "for <n> min" with
+// a rule's `for`, and no such hold without one (a window instead). The
+// FlyballInstanceOffline row left out its `for: 1m`, and read as if the
+// alert fired at the sweeper's mark.
+func rowStatesFor(ops, row, forDur string) error {
+	line, _, _ := strings.Cut(ops[strings.Index(ops, row)+len(row):], "\n")
+	hold := regexp.MustCompile(`\bfor (\d+) min\b`).FindStringSubmatch(line)
+	if forDur == "" {
+		if hold != nil {
+			return fmt.Errorf("the rule has no `for`, but its row says %q", hold[0])
+		}
+		return nil
+	}
+	d, err := time.ParseDuration(forDur)
+	if err != nil || d%time.Minute != 0 {
+		return fmt.Errorf("`for: %s` is not whole minutes, which the row says as \"for <n> min\"", forDur)
+	}
+	if want := fmt.Sprintf("for %d min", d/time.Minute); hold == nil || hold[0] != want {
+		return fmt.Errorf("the rule has `for: %s`, but its row does not say %q:%s", forDur, want, line)
+	}
+	return nil
+}
+
 func balanced(expr string) bool {
 	var stack []rune
 	pair := map[rune]rune{')': '(', ']': '[', '}': '{'}
