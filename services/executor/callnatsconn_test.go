@@ -119,23 +119,9 @@ func TestExecutorsOwnNATSOutageIsNotATargetFailure(t *testing.T) {
 			Retry:    &events.Retry{MaxAttempts: 1},
 		})
 	}
-	// The target's service, on its own connection, which stays up. It
-	// keeps the first request unanswered (its reply would be lost) and
-	// answers every later one.
-	held := make(chan struct{})
-	var requests atomic.Int32
-	natstest.Subscribe(t, srv.NC, "targets.svc", func(m *nats.Msg) {
-		if requests.Add(1) == 1 {
-			close(held)
-			return
-		}
-		_ = m.Respond([]byte("ok"))
-	})
-	nc, err := nats.Connect(proxy.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	// The target's service, on its own connection, which stays up.
+	held, _ := answerAllButTheFirst(t, srv.NC, "targets.svc")
+	nc := connectThrough(t, proxy)
 	js, err := jsutil.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -322,4 +308,33 @@ func TestNATSTargetPublishViolationHandlerSetAtStart(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the handler set before Start did not see the violation")
 	}
+}
+
+// answerAllButTheFirst serves subject on nc as a NATS target: it leaves
+// the first request unanswered (its reply would be lost), closing first
+// when it comes, and answers every later one "ok"; requests counts them.
+func answerAllButTheFirst(t *testing.T, nc *nats.Conn, subject string) (first chan struct{}, requests *atomic.Int32) {
+	t.Helper()
+	first, requests = make(chan struct{}), new(atomic.Int32)
+	natstest.Subscribe(t, nc, subject, func(m *nats.Msg) {
+		if requests.Add(1) == 1 {
+			close(first)
+			return
+		}
+		_ = m.Respond([]byte("ok"))
+	})
+	return first, requests
+}
+
+// connectThrough connects through proxy the way flyball serve does (no
+// reconnect buffer), reconnecting every 20 ms for ever; it is closed in
+// t.Cleanup.
+func connectThrough(t *testing.T, proxy *cuttableProxy) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(proxy.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

@@ -32,22 +32,7 @@ func TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone(t *testing.T)
 		spec.CatchUp = events.CatchUpNone
 		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, governor.StoredSpec{TaskSpec: &spec})
 	}
-	nc, _ := srv.Connect(t)
-	js, err := jsutil.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := New(Config{
-		JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(newLogLines()), ShutdownGrace: time.Millisecond,
-		ClockOffset: func() (time.Duration, bool) { return ahead, true },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ex.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ex.Stop)
+	startSkewedExecutor(t, srv, newLogLines(), ahead)
 	// The test's clock is the server's and the executor's both: a slot
 	// fired on time, as the executor 1.3 s ahead sees it, is 1.3 s behind
 	// its clock. The missed one is 5 intervals ago on the server's clock.
@@ -92,22 +77,7 @@ func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
 		spec := target.spec(id)
 		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, governor.StoredSpec{TaskSpec: &spec})
 	}
-	nc, _ := srv.Connect(t)
-	js, err := jsutil.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := New(Config{
-		JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(logs), ShutdownGrace: time.Millisecond,
-		ClockOffset: func() (time.Duration, bool) { return behind, true },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ex.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ex.Stop)
+	startSkewedExecutor(t, srv, logs, behind)
 	// The test's clock is the executor's; the server's, as the executor
 	// reads it, is 10 minutes later.
 	server := time.Now().UTC().Add(-behind).Truncate(time.Millisecond)
@@ -137,4 +107,28 @@ func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
 	if n := target.of("far-ahead"); n != 0 {
 		t.Errorf("dispatch 6 minutes ahead of the server: %d calls, want none", n)
 	}
+}
+
+// startSkewedExecutor starts an executor on its own connection to srv
+// whose heartbeat measured its clock offset from the server's (its clock
+// minus the server's) as offset, logging to logs; it is stopped in
+// t.Cleanup.
+func startSkewedExecutor(t *testing.T, srv *natstest.Server, logs logLines, offset time.Duration) {
+	t.Helper()
+	nc, _ := srv.Connect(t)
+	js, err := jsutil.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := New(Config{
+		JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(logs), ShutdownGrace: time.Millisecond,
+		ClockOffset: func() (time.Duration, bool) { return offset, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ex.Stop)
 }

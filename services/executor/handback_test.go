@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -312,23 +311,9 @@ func TestNATSCallLostWithTheConnectionIsNotMarkedHandedBack(t *testing.T) {
 		CatchUp:  events.CatchUpNone,
 		Retry:    &events.Retry{MaxAttempts: 3},
 	})
-	// The target's service, on its own connection: it leaves the first
-	// request unanswered (its reply would be lost anyway) and answers
-	// every later one.
-	received := make(chan struct{})
-	var requests atomic.Int32
-	natstest.Subscribe(t, srv.NC, "targets.svc", func(m *nats.Msg) {
-		if requests.Add(1) == 1 {
-			close(received)
-			return
-		}
-		_ = m.Respond([]byte("ok"))
-	})
-	nc, err := nats.Connect(proxy.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectBufSize(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	// The target's service, on its own connection.
+	received, requests := answerAllButTheFirst(t, srv.NC, "targets.svc")
+	nc := connectThrough(t, proxy)
 	ex := startExecutorOn(t, nc, "a", func(s *Service) {
 		// Held for its try until Stop; its hand-back is nakked for about
 		// as long.

@@ -38,13 +38,7 @@ func updateIf(t *testing.T, spec *events.TaskSpec, rev uint64) map[string]any {
 func TestAnUpdateWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
-	revision := func() uint64 {
-		e, err := s.tasks.Get(t.Context(), "web")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.Revision()
-	}
+	revision := func() uint64 { return specRevisionOf(t, s, "web") }
 	read := revision()
 	first := minuteSpec("web")
 	first.Job = "first"
@@ -134,13 +128,7 @@ func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 func TestADeleteWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
-	revision := func() uint64 {
-		e, err := s.tasks.Get(t.Context(), "web")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.Revision()
-	}
+	revision := func() uint64 { return specRevisionOf(t, s, "web") }
 	read := revision()
 	moved := minuteSpec("web")
 	moved.Job = "moved"
@@ -179,13 +167,7 @@ func TestADeleteWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 func TestAnIdenticalUpdateKeepsTheSpecRevision(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
-	revision := func() uint64 {
-		e, err := s.tasks.Get(t.Context(), "web")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.Revision()
-	}
+	revision := func() uint64 { return specRevisionOf(t, s, "web") }
 	accepted := func() events.TaskAccepted {
 		var acc events.TaskAccepted
 		natstest.LastData(t, js, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, "web"), &acc)
@@ -226,4 +208,14 @@ func TestAnIdenticalUpdateKeepsTheSpecRevision(t *testing.T) {
 	if acc := accepted(); acc.CommandID != "same-2" || acc.SpecRevision != moved {
 		t.Fatalf("an identical update naming a replaced revision: accepted %s with specRevision %d, want same-2 at %d", acc.CommandID, acc.SpecRevision, moved)
 	}
+}
+
+// specRevisionOf is the flyball-tasks revision of task id's stored spec.
+func specRevisionOf(t *testing.T, s *Service, id string) uint64 {
+	t.Helper()
+	e, err := s.tasks.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Revision()
 }
