@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,11 +110,73 @@ func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
 	}
 }
 
+// TestADispatchAheadBeforeTheOffsetIsMeasuredIsJudgedAgain: right after
+// a start, before its heartbeat has measured its clock's offset from the
+// server's, an executor has only its own clock, and a restart's backlog
+// arrives then. One 10 minutes behind the server terminated an on-time
+// dispatch as more than 5 minutes ahead: the slot was lost. It hands the
+// dispatch back to be judged again, on the server's clock once the
+// offset is measured: the on-time one is called, and one truly more than
+// 5 minutes ahead is terminated then.
+func TestADispatchAheadBeforeTheOffsetIsMeasuredIsJudgedAgain(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	target := newPathTarget(t)
+	logs := newLogLines()
+	const behind = -10 * time.Minute // the executor's clock minus the server's
+	for _, id := range []string{"on-time", "far-ahead"} {
+		spec := target.spec(id)
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, governor.StoredSpec{TaskSpec: &spec})
+	}
+	var measured atomic.Bool
+	startExecutorWithOffset(t, srv, logs, func() (time.Duration, bool) { return behind, measured.Load() })
+	server := time.Now().UTC().Add(-behind).Truncate(time.Millisecond)
+	for id, slot := range map[string]time.Time{"on-time": server, "far-ahead": server.Add(MaxDispatchAhead + time.Minute)} {
+		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: server, Source: string(governor.SourceBaselineInterval)}
+		body, err := events.Marshal(events.TypeRunDue, "test", id, d, server, d.DispatchID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both handed back and delivered again while the offset is unknown.
+	natstest.Eventually(t, 10*time.Second, "both dispatches delivered again before the offset is measured", func() bool {
+		ci, err := srv.JS.Consumer(t.Context(), streams.StreamDispatch, streams.ConsumerExecutor)
+		if err != nil {
+			return false
+		}
+		info, err := ci.Info(t.Context())
+		return err == nil && info.Delivered.Consumer >= 4
+	})
+	if n := logs.count("terminating malformed message"); n != 0 || target.of("on-time") != 0 {
+		t.Fatalf("before the offset is measured: %d terminated, %d calls; want none", n, target.of("on-time"))
+	}
+	measured.Store(true)
+	if got, run := outcomeOf(t, srv.JS, "on-time"); got != events.OutcomeSucceeded || target.of("on-time") != 1 {
+		t.Errorf("on-time dispatch: run.%s (reason %q), %d calls; want it called once the offset is measured", got, run.Reason, target.of("on-time"))
+	}
+	natstest.Eventually(t, 10*time.Second, "the dispatch 6 minutes ahead of the server is terminated once the offset is measured", func() bool {
+		return logs.count("terminating malformed message") == 1
+	})
+	if n := target.of("far-ahead"); n != 0 {
+		t.Errorf("dispatch 6 minutes ahead of the server: %d calls, want none", n)
+	}
+}
+
 // startSkewedExecutor starts an executor on its own connection to srv
 // whose heartbeat measured its clock offset from the server's (its clock
 // minus the server's) as offset, logging to logs; it is stopped in
 // t.Cleanup.
 func startSkewedExecutor(t *testing.T, srv *natstest.Server, logs logLines, offset time.Duration) {
+	t.Helper()
+	startExecutorWithOffset(t, srv, logs, func() (time.Duration, bool) { return offset, true })
+}
+
+// startExecutorWithOffset starts an executor like startSkewedExecutor
+// whose heartbeat's measurement is clockOffset.
+func startExecutorWithOffset(t *testing.T, srv *natstest.Server, logs logLines, clockOffset func() (time.Duration, bool)) {
 	t.Helper()
 	nc, _ := srv.Connect(t)
 	js, err := jsutil.New(nc)
@@ -122,7 +185,7 @@ func startSkewedExecutor(t *testing.T, srv *natstest.Server, logs logLines, offs
 	}
 	ex, err := New(Config{
 		JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(logs), ShutdownGrace: time.Millisecond,
-		ClockOffset: func() (time.Duration, bool) { return offset, true },
+		ClockOffset: clockOffset,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -311,8 +311,20 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// behind (the task's next dispatch refused meanwhile, and under
 	// catchUp "none" the slot then skipped as missed once its next one
 	// had passed too).
-	now := s.serverNow()
+	//
+	// Until the heartbeat has measured the offset (right after a start,
+	// when a restart's backlog arrives), the executor's own clock is all
+	// it has: a dispatch that looks far ahead on it, or due beyond half
+	// the AckWait, is handed back for unmeasuredRecheck, to be judged
+	// again on the server's clock, not terminated or nakked until the
+	// slot as its own clock has it (an executor 10 minutes behind would
+	// lose the slot, or call it 10 minutes late).
+	now, measured := s.serverClock()
 	if ahead := d.ScheduledAt.Sub(now); ahead > MaxDispatchAhead {
+		if !measured {
+			s.nak(m, unmeasuredRecheck, nil)
+			return
+		}
 		s.terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead))
 		return
 	}
@@ -324,6 +336,10 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	if wait := d.ScheduledAt.Sub(now); wait > 0 {
+		if !measured && wait > s.cfg.AckWait/2 {
+			s.nak(m, unmeasuredRecheck, nil)
+			return
+		}
 		s.hold(ctx, m, md, &d, arrived, wait)
 		return
 	}
@@ -1218,14 +1234,29 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 // or its own before any measurement. The governor plans each slot at the
 // server's stamps of its inputs, so a slot's lateness is judged on it.
 func (s *Service) serverNow() time.Time {
-	now := time.Now()
-	if s.cfg.ClockOffset != nil {
-		if off, ok := s.cfg.ClockOffset(); ok {
-			return now.Add(-off)
-		}
-	}
+	now, _ := s.serverClock()
 	return now
 }
+
+// serverClock is serverNow, and whether it is the server's clock:
+// false while the heartbeat has measured no offset yet (serverNow is
+// then this executor's own clock). An executor given no ClockOffset
+// takes its own clock for the server's.
+func (s *Service) serverClock() (time.Time, bool) {
+	now := time.Now()
+	if s.cfg.ClockOffset == nil {
+		return now, true
+	}
+	if off, ok := s.cfg.ClockOffset(); ok {
+		return now.Add(-off), true
+	}
+	return now, false
+}
+
+// unmeasuredRecheck is how long a dispatch that cannot be judged before
+// the clock offset is measured (handle) is handed back for: the first
+// beat measures it at the start, and a redelivery is judged again.
+const unmeasuredRecheck = 2 * time.Second
 
 // missedUnderNone skips a dispatch whose task's next slot passed too,
 // under catchUp "none" (governor.MissedUnderNone): the overdue slot the
