@@ -678,6 +678,16 @@ func TestCLIErrorsAreOneLine(t *testing.T) {
 			t.Errorf("unreadable %s: exit %d, stderr %q, want one line beginning %q", f.env, r.code, r.stderr, want)
 		}
 	}
+	// nats.go expands a creds path ($VAR, a leading ~): an env file's
+	// NATS_CREDS=~/… must not be refused as a file that does not open.
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "cli.creds"), []byte("not used: nothing listens"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tilde := &cliEnv{url: e.url, dir: e.dir, env: []string{"HOME=" + home, "NATS_CREDS=~/cli.creds"}}
+	if r := tilde.run(t, "status"); r.code != 1 || strings.Contains(r.stderr, "--creds (NATS_CREDS)") || !strings.Contains(r.stderr, "connect to NATS") {
+		t.Errorf("NATS_CREDS=~/cli.creds with the file in $HOME: exit %d, stderr %q; want it passed on to the connect", r.code, r.stderr)
+	}
 	// Files that read but hold no certificate failed at the connect too.
 	if r := e.run(t, "task", "list", "--tls-ca", "/dev/null"); r.code != 1 || r.stderr != "flyball: --tls-ca (NATS_CA): no PEM certificate in /dev/null\n" {
 		t.Errorf("--tls-ca with no certificate: exit %d, stderr %q", r.code, r.stderr)

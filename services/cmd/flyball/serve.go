@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -124,7 +125,13 @@ func (f *natsFlags) identity() ([]nats.Option, error) {
 		{"tls-cert", "NATS_CERT", f.tlsCert},
 		{"tls-key", "NATS_KEY", f.tlsKey},
 	} {
-		if err := readable(file.path); err != nil {
+		path := file.path
+		if file.flag == "creds" {
+			// nats.go expands the creds path (UserCredentials: $VAR,
+			// a leading ~), and an env file's NATS_CREDS=~/… worked.
+			path = expandCredsPath(path)
+		}
+		if err := readable(path); err != nil {
 			return nil, fmt.Errorf("--%s (%s): %w", file.flag, file.env, err)
 		}
 	}
@@ -156,6 +163,20 @@ func (f *natsFlags) identity() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(f.tlsCert, f.tlsKey))
 	}
 	return opts, nil
+}
+
+// expandCredsPath expands path as nats.go does a credentials file's:
+// environment variables, then a leading ~ to the home directory.
+func expandCredsPath(path string) string {
+	path = os.ExpandEnv(path)
+	if !strings.HasPrefix(path, "~") {
+		return path
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return path
+	}
+	return filepath.Join(home, path[1:])
 }
 
 // readable reports why the file at path cannot be read, if it cannot; an
