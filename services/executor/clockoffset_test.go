@@ -40,15 +40,7 @@ func TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone(t *testing.T)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	slots := map[string]time.Time{"on-time": now.Add(-ahead), "missed": now.Add(-ahead - 5*time.Second)}
 	for id, slot := range slots {
-		fired := time.Now().UTC()
-		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: fired, Source: string(governor.SourceBaselineInterval)}
-		body, err := events.Marshal(events.TypeRunDue, "test", id, d, fired, d.DispatchID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
-			t.Fatal(err)
-		}
+		publishDispatchAt(t, srv, id, slot, time.Now().UTC())
 	}
 	if got, run := outcomeOf(t, srv.JS, "on-time"); got != events.OutcomeSucceeded || target.of("on-time") != 1 {
 		t.Errorf("on-time slot seen by an executor %s ahead: run.%s (reason %q), %d calls; want it called", ahead, got, run.Reason, target.of("on-time"))
@@ -88,14 +80,7 @@ func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
 		"far-ahead": server.Add(MaxDispatchAhead + time.Minute),
 	}
 	for id, slot := range slots {
-		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: server, Source: string(governor.SourceBaselineInterval)}
-		body, err := events.Marshal(events.TypeRunDue, "test", id, d, server, d.DispatchID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
-			t.Fatal(err)
-		}
+		publishDispatchAt(t, srv, id, slot, server)
 	}
 	for _, id := range []string{"on-time", "soon"} {
 		if got, run := outcomeOf(t, srv.JS, id); got != events.OutcomeSucceeded || target.of(id) != 1 {
@@ -132,14 +117,7 @@ func TestADispatchAheadBeforeTheOffsetIsMeasuredIsJudgedAgain(t *testing.T) {
 	startExecutorWithOffset(t, srv, logs, func() (time.Duration, bool) { return behind, measured.Load() })
 	server := time.Now().UTC().Add(-behind).Truncate(time.Millisecond)
 	for id, slot := range map[string]time.Time{"on-time": server, "far-ahead": server.Add(MaxDispatchAhead + time.Minute)} {
-		d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: server, Source: string(governor.SourceBaselineInterval)}
-		body, err := events.Marshal(events.TypeRunDue, "test", id, d, server, d.DispatchID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
-			t.Fatal(err)
-		}
+		publishDispatchAt(t, srv, id, slot, server)
 	}
 	// Both handed back and delivered again while the offset is unknown.
 	natstest.Eventually(t, 10*time.Second, "both dispatches delivered again before the offset is measured", func() bool {
@@ -194,4 +172,18 @@ func startExecutorWithOffset(t *testing.T, srv *natstest.Server, logs logLines, 
 		t.Fatal(err)
 	}
 	t.Cleanup(ex.Stop)
+}
+
+// publishDispatchAt publishes task id's dispatch of slot to DISPATCH, as
+// a timer fires it at fired.
+func publishDispatchAt(t *testing.T, srv *natstest.Server, id string, slot, fired time.Time) {
+	t.Helper()
+	d := events.Dispatch{DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, FiredAt: fired, Source: string(governor.SourceBaselineInterval)}
+	body, err := events.Marshal(events.TypeRunDue, "test", id, d, fired, d.DispatchID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.JS.Publish(context.Background(), events.DispatchSubject(id), body); err != nil {
+		t.Fatal(err)
+	}
 }
