@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 // TestConsumeResumesWhenItsDurableIsCreatedAgain: a durable deleted (by
@@ -31,9 +33,13 @@ func TestConsumeResumesWhenItsDurableIsCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteDurable(t, js, log)
-	if _, err := js.CreateConsumer(ctx, "W", cfg.CachedInfo().Config); err != nil {
-		t.Fatal(err)
-	}
+	// Created again at once, the durable can meet the deleted one's store
+	// still going: nats-server answered 500 (10012, "rename …/obs/w/o.dat.tmp
+	// …/obs/w/o.dat: no such file or directory") once in CI. The create is
+	// idempotent, so it is tried again.
+	natstest.Settle(t, 10*time.Second, "create the durable again", func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateConsumer(ctx, "W", cfg.CachedInfo().Config)
+	})
 	if _, err := js.Publish(ctx, "work.1", []byte("after")); err != nil {
 		t.Fatal(err)
 	}
