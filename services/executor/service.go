@@ -318,11 +318,13 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// the AckWait, is handed back for unmeasuredRecheck, to be judged
 	// again on the server's clock, not terminated or nakked until the
 	// slot as its own clock has it (an executor 10 minutes behind would
-	// lose the slot, or call it 10 minutes late).
+	// lose the slot, or call it 10 minutes late). It is handed back as
+	// at shutdown (handBackNak): no call was made, and the mark keeps its
+	// redelivery judged as a first one under catchUp "none".
 	now, measured := s.serverClock()
 	if ahead := d.ScheduledAt.Sub(now); ahead > MaxDispatchAhead {
 		if !measured {
-			s.nak(m, unmeasuredRecheck, nil)
+			s.handBackNak(m, &d, unmeasuredRecheck)
 			return
 		}
 		s.terminate(m, fmt.Sprintf("malformed dispatch: scheduledAt %s is %s ahead, more than %s", d.ScheduledAt.Format(time.RFC3339), ahead.Round(time.Second), MaxDispatchAhead))
@@ -337,7 +339,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	if wait := d.ScheduledAt.Sub(now); wait > 0 {
 		if !measured && wait > s.cfg.AckWait/2 {
-			s.nak(m, unmeasuredRecheck, nil)
+			s.handBackNak(m, &d, unmeasuredRecheck)
 			return
 		}
 		s.hold(ctx, m, md, &d, arrived, wait)
@@ -350,7 +352,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// which the governor planned it on (serverNow): an executor whose
 	// clock runs ahead saw every on-time slot of a 1 s task as past its
 	// next one, and skipped them all.
-	if serverNow := s.serverNow(); serverNow.Sub(d.ScheduledAt) >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d, serverNow) {
+	if now.Sub(d.ScheduledAt) >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d, now) {
 		return
 	}
 	if !s.acquireCall(ctx, m, &d, arrived) {
