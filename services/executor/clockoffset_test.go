@@ -56,7 +56,7 @@ func TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone(t *testing.T)
 // An executor 10 minutes behind the server terminated every on-time
 // dispatch as "malformed dispatch: scheduledAt ... is 10m0s ahead, more
 // than 5m0s": its target was never called, and no run event was written.
-// Judged and waited on the server's clock (serverNow), an on-time slot is
+// Judged and waited on the server's clock (serverClock), an on-time slot is
 // called, one due in a moment is held until the server's clock reaches it,
 // and one truly more than 5 minutes ahead of the server is still
 // terminated.

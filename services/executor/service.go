@@ -266,7 +266,7 @@ func (s *Service) waitInflight() {
 }
 
 // MaxDispatchAhead is how far ahead of its scheduledAt a dispatch may
-// arrive, on the NATS server's clock (serverNow), which the governor plans
+// arrive, on the NATS server's clock (serverClock), which the governor plans
 // slots on. The timer publishes at most governor.MaxLead (1s) early, so
 // this leaves ample room for the skew of the timer's clock; the executor
 // terminates a dispatch due further ahead as malformed.
@@ -349,7 +349,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	// before the call too (run).
 	s.waitBegin(m, arrived)
 	// Whether the slot was missed is judged on the server's clock too,
-	// which the governor planned it on (serverNow): an executor whose
+	// which the governor planned it on (serverClock): an executor whose
 	// clock runs ahead saw every on-time slot of a 1 s task as past its
 	// next one, and skipped them all.
 	if now.Sub(d.ScheduledAt) >= events.MinInterval && s.missedUnderNone(ctx, m, md, &d, now) {
@@ -1231,19 +1231,13 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 	s.park(ctx, m, md, d, arrived, key, wait)
 }
 
-// serverNow is the NATS server's clock as this executor reads it: its
-// own less the offset its heartbeat last measured (Config.ClockOffset),
-// or its own before any measurement. The governor plans each slot at the
-// server's stamps of its inputs, so a slot's lateness is judged on it.
-func (s *Service) serverNow() time.Time {
-	now, _ := s.serverClock()
-	return now
-}
-
-// serverClock is serverNow, and whether it is the server's clock:
-// false while the heartbeat has measured no offset yet (serverNow is
-// then this executor's own clock). An executor given no ClockOffset
-// takes its own clock for the server's.
+// serverClock is the NATS server's clock as this executor reads it: its
+// own less the offset its heartbeat last measured (Config.ClockOffset).
+// The governor plans each slot at the server's stamps of its inputs, so
+// a slot's lateness is judged on it. The bool is false while the
+// heartbeat has measured no offset yet: the time is then this executor's
+// own clock. An executor given no ClockOffset takes its own clock for
+// the server's.
 func (s *Service) serverClock() (time.Time, bool) {
 	now := time.Now()
 	if s.cfg.ClockOffset == nil {
@@ -1269,7 +1263,7 @@ const unmeasuredRecheck = 2 * time.Second
 // and crashed mid-call, and the slot runs late (at least once). The
 // governor plans the next slot from the run.skipped. It reports whether
 // it skipped. now is the server's clock as this executor reads it
-// (serverNow): the slot and its next one are on the server's.
+// (serverClock): the slot and its next one are on the server's.
 func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, now time.Time) bool {
 	t, _, err := s.specs.Get(ctx, d.TaskID)
 	if err != nil {
