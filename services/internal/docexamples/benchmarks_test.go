@@ -157,7 +157,14 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newestLink := runLinkRE.FindStringSubmatch(rows[0][0])[1]
+	if len(rows) == 0 {
+		t.Fatal("Every full run has no rows")
+	}
+	link := runLinkRE.FindStringSubmatch(rows[0][0])
+	if link == nil {
+		t.Fatalf("Every full run's first row starts %q, not a link to its run", rows[0][0])
+	}
+	newestLink := link[1]
 	newest, ok := runs[newestLink]
 	if !ok || !strings.HasPrefix(newestLink, "#") {
 		t.Fatalf("Every full run: its first row links to %s, want the run in this page's Latest results", newestLink)

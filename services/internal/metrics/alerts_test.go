@@ -151,8 +151,9 @@ func TestAlertRulesAreSound(t *testing.T) {
 	}
 }
 
-// balanced reports whether the brackets of a PromQL expression pair up
-// outside its double-quoted strings, and every string is closed.
+// holdRE is a table row's hold: "for <n> min".
+var holdRE = regexp.MustCompile(`\bfor (\d+) min\b`)
+
 // rowStatesFor checks that the alerts table's row (its start, row) says how
 // long the condition must hold before the alert fires: "for <n> min" with
 // a rule's `for`, and no such hold without one (a window instead). The
@@ -160,7 +161,7 @@ func TestAlertRulesAreSound(t *testing.T) {
 // alert fired at the sweeper's mark.
 func rowStatesFor(ops, row, forDur string) error {
 	line, _, _ := strings.Cut(ops[strings.Index(ops, row)+len(row):], "\n")
-	hold := regexp.MustCompile(`\bfor (\d+) min\b`).FindStringSubmatch(line)
+	hold := holdRE.FindStringSubmatch(line)
 	if forDur == "" {
 		if hold != nil {
 			return fmt.Errorf("the rule has no `for`, but its row says %q", hold[0])
@@ -177,6 +178,8 @@ func rowStatesFor(ops, row, forDur string) error {
 	return nil
 }
 
+// balanced reports whether the brackets of a PromQL expression pair up
+// outside its double-quoted strings, and every string is closed.
 func balanced(expr string) bool {
 	var stack []rune
 	pair := map[rune]rune{')': '(', ']': '[', '}': '{'}

@@ -401,11 +401,14 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	// "cluster server n3 not ready within 20s" in
 	// TestProvisionWithoutReplicasKeepsAClustersReplicas while four test
 	// runs shared the machine.
-	var mu sync.Mutex
-	launched := make([]*server.Server, n)
+	var mu sync.Mutex // c.Servers, while they are launched
+	c := &Cluster{}
 	routeAddr := func(j int) string {
 		mu.Lock()
-		s := launched[j]
+		var s *server.Server
+		if j < len(c.Servers) {
+			s = c.Servers[j]
+		}
 		mu.Unlock()
 		if s == nil {
 			return ""
@@ -415,7 +418,6 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		return ""
 	}
-	c := &Cluster{}
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
 		var routes []*url.URL
@@ -436,9 +438,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			Routes:  routes,
 		})
 		mu.Lock()
-		launched[i] = s
-		mu.Unlock()
 		c.Servers = append(c.Servers, s)
+		mu.Unlock()
 	}
 	for _, s := range c.Servers {
 		if !s.ReadyForConnections(20 * time.Second) {

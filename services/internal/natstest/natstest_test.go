@@ -105,10 +105,6 @@ func TestCaughtUpWaitsForTheAckOfTheLastMatchingMessage(t *testing.T) {
 	}
 }
 
-// TestSubscribeHasTheInterestWhenItReturns checks that a message
-// published from another connection right after Subscribe and
-// ChanSubscribe return reaches them (the flush made the interest the
-// server's), and that both subscriptions end with their test.
 // hasInterest fails t unless the server already routes subject to a
 // subscription: read at once, with no wait, so a Subscribe that returned
 // before the server took its SUB (no flush) fails here.
@@ -119,6 +115,10 @@ func hasInterest(t *testing.T, srv *Server, subject string) {
 	}
 }
 
+// TestSubscribeHasTheInterestWhenItReturns checks that a message
+// published from another connection right after Subscribe and
+// ChanSubscribe return reaches them (the flush made the interest the
+// server's), and that both subscriptions end with their test.
 func TestSubscribeHasTheInterestWhenItReturns(t *testing.T) {
 	t.Parallel()
 	srv := Start(t)
