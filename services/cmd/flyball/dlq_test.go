@@ -331,6 +331,7 @@ func TestDLQRetryAllRunsATaskWhoseDeadLettersWerePurged(t *testing.T) {
 		Schedule struct {
 			Source     string    `json:"source"`
 			RequeuedAt time.Time `json:"requeuedAt"`
+			CreatedAt  time.Time `json:"createdAt"`
 			DeadLetter *struct{} `json:"deadLetter"`
 		} `json:"schedule"`
 	}
@@ -341,8 +342,10 @@ func TestDLQRetryAllRunsATaskWhoseDeadLettersWerePurged(t *testing.T) {
 		}
 		return v
 	}
+	var held state
 	natstest.Eventually(t, 30*time.Second, "gone held for its dead-letter recheck", func() bool {
-		return get().Schedule.Source == string(gov.SourceDeadLetterRecheck)
+		held = get()
+		return held.Schedule.Source == string(gov.SourceDeadLetterRecheck)
 	})
 	tg.status.Store(http.StatusOK)
 	before := tg.calls.Load()
@@ -359,6 +362,12 @@ func TestDLQRetryAllRunsATaskWhoseDeadLettersWerePurged(t *testing.T) {
 	out := e.ok(t, "dlq", "retry", "--all", "--task", "gone")
 	if !strings.Contains(out, "purged") || !strings.Contains(out, "requeued gone") {
 		t.Fatalf("dlq retry --all after the purge printed %q, want the requeue of the held task", out)
+	}
+	// The requeue names the task it is for (its createdAt), so a task
+	// deleted and created again before it applies is not run by it, and
+	// no dead letter (there is none left).
+	if rq, _ := lastRequeue(t, e.srv.JS, "gone"); !rq.TaskCreatedAt.Equal(held.Schedule.CreatedAt) || rq.TaskCreatedAt.IsZero() || rq.DeadLetterSeq != 0 {
+		t.Fatalf("requeue after the purge: taskCreatedAt %v, deadLetterSeq %d; want the task's createdAt %v and no sequence", rq.TaskCreatedAt, rq.DeadLetterSeq, held.Schedule.CreatedAt)
 	}
 	natstest.Eventually(t, 30*time.Second, "the requeued run of gone", func() bool {
 		v := get()
