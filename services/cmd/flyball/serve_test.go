@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -197,7 +198,10 @@ func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 	if got, want := serving["nats"], placeholder+",REDACTED@"+hostPort; got != want {
 		t.Errorf("the serving line names NATS as %q, want %q", got, want)
 	}
-	if secret := leaks(raw); secret != "" {
+	// Not counting the log's timestamps and the server's address, whose
+	// digits may hold "2024" (a time of …:37.284202418 did).
+	scrubbed := strings.ReplaceAll(regexp.MustCompile(`"time":"[^"]*"`).ReplaceAllString(raw, ""), hostPort, "")
+	if secret := leaks(scrubbed); secret != "" {
 		t.Errorf("serve's log shows %q of its NATS URL's password:\n%s", secret, raw)
 	}
 }
