@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -273,5 +274,69 @@ func TestBreakerOfAPausedTaskIsNotCounted(t *testing.T) {
 	// running, pause-ended and host_b_example (b2 is not paused).
 	if got := testutil.ToFloat64(m.BreakersOpen); got != 3 {
 		t.Errorf("flyball_breakers_open = %v, want 3: the breakers of paused tasks not counted", got)
+	}
+}
+
+// reopeningBreakers is flyball-breakers as the sweeper reads it, with
+// the host breaker under key opened again (fresh updatedAt) by a new
+// task's failures right before the sweeper reads it to delete it: after
+// the sweep judged it an orphan, idle and named by no task, on the
+// record its watch had seen.
+type reopeningBreakers struct {
+	jetstream.KeyValue
+	key    string
+	reopen func()
+}
+
+func (k *reopeningBreakers) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if key == k.key && k.reopen != nil {
+		k.reopen()
+		k.reopen = nil
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// TestHostBreakerOpenedAfterTheOrphanJudgementIsKept: the sweeper judged
+// a host breaker an orphan on its view (no task names the host, not
+// written for 10 minutes), then read the record again and deleted that
+// revision: the only check between was the spec of a task named
+// host_…, always missing. A record opened meanwhile (a new task naming
+// the host, its spec not yet in the sweeper's view, failing) was deleted:
+// the executor saw a closed breaker and sent full traffic at the failing
+// host, and no breaker.closed was published. The sweeper deletes only
+// the revision it judged.
+func TestHostBreakerOpenedAfterTheOrphanJudgementIsKept(t *testing.T) {
+	s := unstartedSweeper(t)
+	runCtx, err := s.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	now := time.Now().UTC()
+	const key = "host_flaky_example"
+	putHalfOpen(t, s.breakers, key, now.Add(-time.Hour)) // idle, and no task names it
+	if err := s.watchAll(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	s.view.ready.Wait() // the view holds the idle record
+	breakers := s.breakers
+	s.breakers = &reopeningBreakers{KeyValue: breakers, key: key, reopen: func() {
+		b, _ := json.Marshal(executor.BreakerRecord{
+			Key: key, State: events.BreakerOpen, Failures: 5,
+			OpenDelay: events.Duration(time.Minute), RetryAt: now.Add(time.Minute), UpdatedAt: now,
+		})
+		if _, err := breakers.Put(ctx, key, b); err != nil {
+			t.Error(err)
+		}
+	}}
+	s.sweepTasks(ctx, now)
+	e, err := breakers.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("the host breaker opened after the sweep judged it an orphan was deleted (%v): the executor sees it closed", err)
+	}
+	b, err := executor.DecodeBreaker(key, e.Value())
+	if err != nil || b.State != events.BreakerOpen {
+		t.Fatalf("host breaker after the sweep = %s (%v), want the record opened again", e.Value(), err)
 	}
 }

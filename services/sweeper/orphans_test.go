@@ -56,7 +56,7 @@ func TestOrphanPurgeSparesATaskCreatedAgain(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	s.removeOrphans(ctx, s.schedules, []string{"again"})
+	s.removeOrphans(ctx, s.schedules, []string{"again"}, nil)
 	e, err := s.schedules.Get(ctx, "again")
 	if err != nil {
 		t.Fatalf("the schedule of the task created again was removed (%v): it never runs", err)

@@ -41,10 +41,13 @@ type view struct {
 	ready    sync.WaitGroup
 }
 
-// breakerSeen is the part of a flyball-breakers record a sweep reads.
+// breakerSeen is the part of a flyball-breakers record a sweep reads,
+// and the revision it read it at: a sweep that judges the record an
+// orphan deletes only that revision (removeOrphans).
 type breakerSeen struct {
 	State     events.BreakerState `json:"state"`
 	UpdatedAt time.Time           `json:"updatedAt"`
+	rev       uint64
 }
 
 // hostBreakerIdle is how long a host breaker that no task names must go
@@ -182,6 +185,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		}
 		var b breakerSeen
 		if json.Unmarshal(e.Value(), &b) == nil {
+			b.rev = e.Revision()
 			v.breakers[e.Key()] = b
 		}
 	}, forget(v.breakers), nil, v.ready.Done)
@@ -244,6 +248,7 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 	v.decodeStale()
 	var zombies []schedule
 	var orphanSchedules, orphanBreakers []string
+	judged := map[string]uint64{} // orphan breaker → the revision judged
 	maxScore, open := 0.0, 0
 	scores := make(map[string]float64, len(v.schedules))
 	pausedTasks := map[string]struct{}{}
@@ -293,6 +298,7 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 		case !strings.HasPrefix(key, events.HostKeyPrefix):
 			if _, ok := v.specs[key]; !ok {
 				orphanBreakers = append(orphanBreakers, key)
+				judged[key] = b.rev
 			} else if _, host := v.hostKeys[key]; host {
 				// The task's own record, from before its switch to
 				// breaker.scope: host: no outcome writes it again, and
@@ -300,12 +306,17 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 				// breaker service deletes it at the switch; this is the
 				// backstop.
 				orphanBreakers = append(orphanBreakers, key)
+				judged[key] = b.rev
 				continue
 			}
 		case !used && now.Sub(b.UpdatedAt) > hostBreakerIdle:
 			// No task names this host breaker any more: nothing probes
 			// it, and it would stay half-open (and counted) for good.
+			// Deleted only at the revision judged idle: one written
+			// since (a new task, its spec not yet in the view, opened
+			// it) is no orphan.
 			orphanBreakers = append(orphanBreakers, key)
+			judged[key] = b.rev
 			continue
 		}
 		if b.State == events.BreakerClosed {
@@ -332,8 +343,8 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 	for _, id := range s.unscheduledFor(missing, clock) {
 		s.reschedule(ctx, floors, id, now)
 	}
-	s.removeOrphans(ctx, s.schedules, orphanSchedules)
-	s.removeOrphans(ctx, s.breakers, orphanBreakers)
+	s.removeOrphans(ctx, s.schedules, orphanSchedules, nil)
+	s.removeOrphans(ctx, s.breakers, orphanBreakers, judged)
 }
 
 // Scores returns the staleness score of every task at the last sweep.
@@ -436,7 +447,10 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 	s.cfg.Logger.Warn("zombie run re-nudged: due long ago, never dispatched or never finished", "task", id, "due", st.NextRunAt)
 }
 
-func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string) {
+// removeOrphans deletes the keys of kv a sweep judged orphans. judged,
+// when it holds a key, is the revision the sweep judged: a key written
+// since is left for the next sweep to judge again.
+func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string, judged map[string]uint64) {
 	bucket := kv.Bucket()
 	for _, k := range keys {
 		// The watches of the two buckets are independent: a sweep can see
@@ -450,6 +464,14 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue // gone already, or unreadable: the next sweep decides
+		}
+		if rev, ok := judged[k]; ok && e.Revision() != rev {
+			// Written since the sweep judged it (a host breaker idle
+			// and named by no task, opened again by a task whose spec
+			// the view has not seen yet): asking for the spec of
+			// host_… says nothing of that, and the revision read
+			// here is no orphan the sweep judged.
+			continue
 		}
 		spec, err := s.tasks.Get(ctx, k)
 		what := "removed state of a deleted task"
