@@ -41,16 +41,26 @@ func (p *planner) budget() {
 			}
 		}
 	}
-	hour := hourOf(p.now)
-	used := p.s.Budget.count(hour-23, hour)
-	if used < int64(limit) {
+	free, used := p.budgetFree(limit)
+	if free.IsZero() {
 		return
 	}
-	free := time.Unix(p.s.Budget.freeHour(hour, int64(limit))*3600, 0).UTC()
 	if p.next.Before(free) {
 		p.budgetMove(free, "budget used up: %d runs in the last 24 hours (limit %d): waits until %s",
 			used, limit, stamp(free))
 	}
+}
+
+// budgetFree is the exhaustion rule: when the runs counted in now's UTC
+// hour and the 23 before it (used) reach limit, the hour at which the
+// oldest counted hour leaves the window and frees a run; else zero.
+func (p *planner) budgetFree(limit int) (free time.Time, used int64) {
+	hour := hourOf(p.now)
+	used = p.s.Budget.count(hour-23, hour)
+	if used < int64(limit) {
+		return time.Time{}, used
+	}
+	return time.Unix(p.s.Budget.freeHour(hour, int64(limit))*3600, 0).UTC(), used
 }
 
 // budgetMove moves the run to t, or for a cron task to its first

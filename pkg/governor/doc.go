@@ -201,5 +201,7 @@
 // planned, and an interval hint whose slot comes at or after its expiry
 // gives way to the task's own cadence at the expiry. A hint
 // moves the next run earlier at once (nudging); a hint that would only
-// delay the run already planned takes effect from the run after it.
+// delay the run already planned takes effect from the run after it, if
+// the rules above hints (the clamps, the budget, quiet hours, the breaker,
+// a dead-letter hold or a requeue) still allow that run.
 package governor

@@ -69,7 +69,7 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     start when that run started more than half the spacing after its
 //     slot (a late run); so consecutive calls start at least half the
 //     spacing apart. Once the budget is used up, it is not before the
-//     hour that frees a run (unless nudging kept the run planned before);
+//     hour that frees a run (nudging included);
 //   - with a budget, a run started within half the spacing of its slot
 //     (on time, a retry or executor lag included) keeps its cadence: the
 //     decision is the one made without the start, when the start and the
@@ -518,7 +518,7 @@ func FuzzDecide(f *testing.F) {
 		// in between, a rule that outranks quiet hours placed it (clamps,
 		// requeue, recheck, the breaker's retryAt) or it was floored to
 		// now.
-		if q := spec.QuietHours; q != nil && q.Timezone == "UTC" && q.Start != q.End && !kept && !d.NextRunAt.Equal(now) {
+		if q := spec.QuietHours; q != nil && q.Timezone == "UTC" && q.Start != q.End && (!kept || in.Kind == governor.KindHinted) && !d.NextRunAt.Equal(now) {
 			w := utcWindow(q.Start, q.End)
 			in, end := w.at(d.NextRunAt)
 			if d.Source == governor.SourceQuietHours && spec.Schedule.Cron == "" && !in && !w.isEdge(d.NextRunAt) {
@@ -535,7 +535,8 @@ func FuzzDecide(f *testing.F) {
 		// A requeue (the operator's) outranks the budget (then the clamps
 		// may move it), and bounds.max does too. Every other run, a
 		// dead-letter recheck included, keeps the budget's pacing and,
-		// unless nudging kept the run planned before, its exhaustion rule.
+		// its exhaustion rule: nudging keeps the run planned before only
+		// when the budget allows it.
 		// Pacing measures from the last slot, or from the last run's start
 		// when it started more than half the spacing after its slot (a
 		// late run), so consecutive calls start at least half the spacing
@@ -553,7 +554,7 @@ func FuzzDecide(f *testing.F) {
 			if d.NextRunAt.Sub(started) < spacing/2 {
 				t.Fatalf("%s after the run started at %s, under half the budget's %s%s", d.NextRunAt.Sub(started), fmtT(started), spacing, explain())
 			}
-			if free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay)); !kept && d.NextRunAt.Before(free) {
+			if free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay)); d.NextRunAt.Before(free) {
 				t.Fatalf("budget of %d used up: next run before %s%s", b.MaxRunsPerDay, fmtT(free), explain())
 			}
 		}

@@ -871,9 +871,15 @@ func (p *planner) nudge() {
 }
 
 // admissible reports whether a run planned by an earlier decision still
-// satisfies the hard rules: planned by a schedule rule, not in the past, at least MinGap after the last
-// run, within the clamps and the budget's pacing, not held by the breaker,
-// and no dead-letter or requeue to serve instead.
+// satisfies the rules that outrank a hint: planned by a schedule rule, not
+// in the past, at least MinGap after the last run, within the clamps, the
+// budget's pacing and its exhaustion rule, quiet hours' interval (unless
+// a rule above quiet hours placed it), not held by the breaker, and no
+// dead-letter or requeue to serve instead. Without the budget's
+// exhaustion rule and quiet hours, a hint kept a planned run that a state
+// stored under other rules held (a run before the hour that frees one of
+// a used-up budget; a run 1h after the last in quiet hours that allow
+// one every 2h): nudging is a hint's rule, and ranks below both.
 func (p *planner) admissible(t time.Time) bool {
 	s := &p.s
 	last := p.last()
@@ -896,8 +902,35 @@ func (p *planner) admissible(t time.Time) bool {
 		if from, _ := p.paceFrom(spacing); t.Before(from.Add(spacing)) {
 			return false
 		}
+		if free, _ := p.budgetFree(b.MaxRunsPerDay); t.Before(free) {
+			return false
+		}
 	}
-	return true
+	return p.quietAdmits(t, last)
+}
+
+// quietAdmits reports whether quiet hours allow the run t planned by an
+// earlier decision: outside the window, at least the quiet interval after
+// the last run (as the planner spaces it: jitter may shorten it on an
+// interval task), or placed by a rule that outranks quiet hours.
+func (p *planner) quietAdmits(t, last time.Time) bool {
+	switch p.prevSource {
+	case SourceClampedMin, SourceClampedMax, SourceRequeue, SourceDeadLetterRecheck, SourceBreakerOpen:
+		return true
+	}
+	if p.spec.QuietHours == nil {
+		return true
+	}
+	w, ok := p.quiet()
+	if !ok {
+		return true
+	}
+	least := w.interval
+	if p.spec.Schedule.Cron == "" {
+		least = min(least, p.stretch(w.interval, min(p.s.Failures, maxBackoffExponent), false))
+	}
+	in, _ := w.contains(t)
+	return !in || !t.Before(last.Add(least))
 }
 
 func maxTime(a, b time.Time) time.Time {
