@@ -289,7 +289,12 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		// and a delete removes it.
 		return nil, reject("id", fmt.Sprintf("%v; publish task.updated to replace it, or task.deleted", err))
 	}
-	var body []byte // the flyball-tasks value this command stores, once built
+	var (
+		body []byte // the flyball-tasks value this command stores, once built
+		// unchanged: the entry stored holds body's spec already
+		// (sameSpecStored), once body is built.
+		unchanged bool
+	)
 	switch step.Input.Kind {
 	case gov.KindAccepted:
 		// A spec with no schedule is a creation interrupted between its two
@@ -348,7 +353,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				// read before is taken alike: it changes nothing, so it
 				// loses no change, and it is accepted at the stored
 				// revision (unchanged below).
-				if !sameSpecStored(stored, existing, specCreatedAt, body) {
+				if unchanged = sameSpecStored(stored, existing, specCreatedAt, body); !unchanged {
 					return nil, rejectStale(id, stored.Revision(), step.IfRevision, "apply the change to it")
 				}
 			}
@@ -374,16 +379,26 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			if body, err = s.storedBody(ctx, step); err != nil {
 				return nil, err
 			}
+			unchanged = sameSpecStored(stored, existing, specCreatedAt, body)
 		}
-		if step.Input.Kind == gov.KindUpdated && sameSpecStored(stored, existing, specCreatedAt, body) {
-			// An update to the spec stored (the same file applied
-			// again, a command tried again after its spec write) keeps
-			// its revision: written again, it moved the revision on, and
-			// every other client's If-Match on the one it had read was
-			// rejected as stale though nothing had changed. The schedule
-			// is still decided with it and the command answered, at the
-			// stored revision. A value stored with an offset time stays
-			// as it is: every reader normalizes it.
+		if unchanged {
+			// A creation or an update to the spec stored (the same file
+			// applied again, a command tried again after its spec write)
+			// keeps its revision: written again, it moved the revision
+			// on, and every other client's If-Match on the one it had
+			// read was rejected as stale though nothing had changed. The
+			// schedule is still decided with it and the command
+			// answered, at the stored revision. A value stored with an
+			// offset time stays as it is: every reader normalizes it.
+			//
+			// A creation reaches here over a stored spec only when it
+			// completes a creation whose schedule was not written (or is
+			// its own, tried again after its ack was lost): another
+			// command's creation of an existing task was rejected above.
+			// Tried again, it is the same message, whose timestamp is its
+			// createdAt (createdAt), so its bytes are those of its first
+			// write. The sweeper's repair is a message of its own, with
+			// its own createdAt: it writes the spec (once), as before.
 			rev = stored.Revision()
 			s.specs.Put(id, rev, stored.Value())
 		} else {

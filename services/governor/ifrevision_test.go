@@ -119,6 +119,63 @@ func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 	}
 }
 
+// TestACreationTriedAgainAfterItsSpecWriteKeepsTheSpecRevision: a
+// task.created whose schedule write failed after its spec write is tried
+// again, and so is one delivered again after it was applied (its ack
+// lost, a crash before the ack). Each try wrote the same spec again at a
+// new flyball-tasks revision, so a client holding the revision of the
+// first write (the ETag of GET, the answer's specRevision) had its
+// If-Match refused as stale though nothing had changed. The spec written
+// first is kept, and the answer names its revision.
+func TestACreationTriedAgainAfterItsSpecWriteKeepsTheSpecRevision(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	js := &failingScheduleReads{JetStream: srv.JS, key: "web"}
+	s := runGovernorWith(t, Config{JS: js})
+	// The bucket's next revision is the creation's spec write: nothing
+	// else writes flyball-tasks here.
+	bucket, err := srv.JS.Stream(t.Context(), "KV_"+streams.BucketTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := bucket.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := info.State.LastSeq + 1
+	js.failCreate.Store(true)
+	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, "web", "create-web", *minuteSpec("web"))
+	if !js.createFailed.Load() {
+		t.Fatal("the schedule write of create-web did not fail: the test proves nothing")
+	}
+	if now := specRevisionOf(t, s, "web"); now != written {
+		t.Fatalf("create-web tried again after its spec write: flyball-tasks at revision %d, want %d, the revision of its first write, kept", now, written)
+	}
+	var acc events.TaskAccepted
+	natstest.LastData(t, srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbAccepted, "web"), &acc)
+	if acc.CommandID != "create-web" || acc.SpecRevision != written {
+		t.Fatalf("create-web tried again: accepted %s with specRevision %d, want create-web at %d", acc.CommandID, acc.SpecRevision, written)
+	}
+	st, _, err := s.readState(t.Context(), "web")
+	if err != nil || st.LastCommandID != "create-web" || st.SpecRevision != written {
+		t.Fatalf("after create-web: state %+v, %v; want it decided (create-web) at specRevision %d", st, err, written)
+	}
+
+	// Delivered again once applied: its answer is dropped as a duplicate
+	// of the first (TASKS's duplicate window), so the revision is all a
+	// client sees change.
+	s.handleCommand(t.Context(), redeliver(t, srv.JS, streams.StreamTasks, events.TaskSubject(events.VerbCreated, "web")))
+	if now := specRevisionOf(t, s, "web"); now != written {
+		t.Fatalf("create-web delivered again after it was applied: flyball-tasks at revision %d, want %d kept", now, written)
+	}
+	// A conditional update on the revision the first answer named applies.
+	changed := minuteSpec("web")
+	changed.Job = "changed"
+	command(t, srv.JS, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", updateIf(t, changed, acc.SpecRevision))
+	if spec, err := s.loadSpec(t.Context(), "web"); err != nil || spec.Job != "changed" {
+		t.Fatalf("an update naming revision %d, the creation's answer's: spec %+v, %v; want it applied", acc.SpecRevision, spec, err)
+	}
+}
+
 // TestADeleteWithIfRevisionAppliesOnlyToThatRevision: task.deleted took
 // no precondition, so the API's DELETE with If-Match deleted a task
 // updated since it was read. A delete may name the revision it was

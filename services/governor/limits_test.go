@@ -532,6 +532,7 @@ type failingScheduleReads struct {
 	failed atomic.Bool
 
 	failUpdate, updateFailed atomic.Bool
+	failCreate, createFailed atomic.Bool
 }
 
 func (j *failingScheduleReads) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
@@ -561,6 +562,14 @@ func (f *failingGet) Update(ctx context.Context, key string, value []byte, last 
 		return 0, nats.ErrTimeout
 	}
 	return f.KeyValue.Update(ctx, key, value, last)
+}
+
+func (f *failingGet) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if key == f.j.key && f.j.failCreate.CompareAndSwap(true, false) {
+		f.j.createFailed.Store(true)
+		return 0, nats.ErrTimeout
+	}
+	return f.KeyValue.Create(ctx, key, value, opts...)
 }
 
 // TestSecondCreationIsRejectedWhenAScheduleReadFails: a task.created for
