@@ -80,9 +80,9 @@ func TestRedactHeaders(t *testing.T) {
 	t.Parallel()
 	got := redactHeaders(map[string]string{
 		"Authorization": "Bearer s3cret", "X-Api-Key": "k", "X-Session-Token": "t", "Cookie": "c",
-		"Accept": "application/json", "X-Custom": "v",
+		"Accept": "application/json", "X-Custom": "v", "Cookie2": "c2", "X-Upstream-Cookie": "u",
 	}, []string{"x-custom"}) // Config.setDefaults lower-cases the extra names
-	for _, k := range []string{"Authorization", "X-Api-Key", "X-Session-Token", "Cookie", "X-Custom"} {
+	for _, k := range []string{"Authorization", "X-Api-Key", "X-Session-Token", "Cookie", "X-Custom", "Cookie2", "X-Upstream-Cookie"} {
 		if got[k] != Redacted {
 			t.Errorf("%s = %q, want redacted", k, got[k])
 		}

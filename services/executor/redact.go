@@ -19,8 +19,9 @@ var DefaultRedactHeaders = []string{"authorization", "proxy-authorization", "coo
 // secretFragments mark a header or query parameter name as secret when
 // the lower-cased name contains one: "pwd" and "passphrase" besides
 // "password", "sessid" for PHP's PHPSESSID, which holds no "session",
-// and "hmac" for a signature named after its algorithm (Shopify's ?hmac=).
-var secretFragments = []string{"token", "secret", "password", "passwd", "pwd", "passphrase", "key", "auth", "session", "sessid", "signature", "hmac", "credential", "jwt"}
+// "hmac" for a signature named after its algorithm (Shopify's ?hmac=),
+// and "cookie" for Cookie2 and the X-…-Cookie headers proxies forward.
+var secretFragments = []string{"token", "secret", "password", "passwd", "pwd", "passphrase", "key", "auth", "session", "sessid", "signature", "hmac", "credential", "jwt", "cookie"}
 
 // secretNames are secret only as the whole name: as fragments "sig" (an
 // Azure SAS signature) would catch "signal", and "pass" "compass".

@@ -29,10 +29,10 @@ import (
 var ErrBlocked = errors.New("destination blocked by SSRF guard")
 
 // Guard decides which destination addresses outbound calls may reach.
-// The zero value blocks loopback, link-local, unspecified, multicast and
-// known cloud-metadata addresses, and allows everything else (private
-// networks included: reaching internal services is the point of a
-// scheduler).
+// The zero value blocks loopback, link-local, unspecified ("this
+// network", 0.0.0.0/8, included), multicast and known cloud-metadata
+// addresses, and allows everything else (private networks included:
+// reaching internal services is the point of a scheduler).
 type Guard struct {
 	// AllowLoopback opens 127.0.0.0/8 and ::1 (flyball dev and tests).
 	AllowLoopback bool
@@ -60,6 +60,11 @@ var metadataHosts = map[string]netip.Addr{
 	"metadata.goog":              metadataAddr, // GCP
 	"instance-data.ec2.internal": metadataAddr, // AWS
 }
+
+// thisNetwork is RFC 1122's "this host on this network", 0.0.0.0/8: a
+// source address, never a destination. Only 0.0.0.0 is IsUnspecified;
+// what a connect to the rest reaches is the kernel's choice.
+var thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
 
 // metadataPrefixes are link-local ranges and the cloud metadata and
 // credential endpoints outside them, each of which hands out the host's
@@ -212,10 +217,11 @@ func embeddedIPv4(addr netip.Addr) []embedded {
 	case nat64LocalPrefix.Contains(addr):
 		out := make([]embedded, 0, len(nat64Layouts))
 		for _, l := range nat64Layouts {
-			// A layout that reads 0.0.0.0 reads only the prefix's own
-			// zero bits (64:ff9b:1::93.184.216.34 as a /48), not an
-			// address the gateway would translate to.
-			if v4 := at(l[:]...); !v4.IsUnspecified() {
+			// A layout that reads an address in 0.0.0.0/8 reads (mostly)
+			// the prefix's own zero bits (64:ff9b:1::93.184.216.34 as a
+			// /48 is 0.0.0.0, as a /64 0.0.0.93), not an address a
+			// gateway would translate to: none routes "this network".
+			if v4 := at(l[:]...); !thisNetwork.Contains(v4) {
 				out = append(out, embedded{v4, "local-use NAT64 address"})
 			}
 		}
@@ -241,6 +247,8 @@ func (g *Guard) check(addr netip.Addr) error {
 		return fmt.Errorf("%w: %s is a loopback address (--allow-loopback allows it)", ErrBlocked, addr)
 	case addr.IsUnspecified():
 		return fmt.Errorf("%w: %s is unspecified", ErrBlocked, addr)
+	case thisNetwork.Contains(addr):
+		return fmt.Errorf("%w: %s is in 0.0.0.0/8, \"this network\", a source address and never a destination", ErrBlocked, addr)
 	case addr.IsMulticast():
 		return fmt.Errorf("%w: %s is multicast", ErrBlocked, addr)
 	}

@@ -44,6 +44,11 @@ func TestCheckHost(t *testing.T) {
 		{def, "127.0.0.1", true},
 		{def, "::1", true},
 		{def, "0.0.0.0", true},
+		// "This network" (RFC 1122): a source, never a destination; a
+		// kernel that takes 0.0.0.0/8 as unicast may hold a local one.
+		{def, "0.1.2.3", true},
+		{def, "::ffff:0.255.255.255", true},
+		{def, "1.0.0.0", false},
 		{def, "224.0.0.1", true},
 		{def, "metadata.google.internal", true},
 		{def, "METADATA.GOOGLE.INTERNAL.", true},
