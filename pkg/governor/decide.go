@@ -59,7 +59,7 @@ const trailCap = 128
 // the same arguments always give the same Decision. It never modifies st.
 func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	in = storableInput(in)
-	p := planner{now: now, spec: spec, in: in.Kind, s: st, prevNext: st.NextRunAt, prevSource: st.Source}
+	p := planner{now: now, spec: spec, in: in.Kind, s: st, input: st, prevNext: st.NextRunAt, prevSource: st.Source}
 	s := &p.s
 	s.Trail = nil
 	p.tr.b.Grow(trailCap)

@@ -203,5 +203,7 @@
 // moves the next run earlier at once (nudging); a hint that would only
 // delay the run already planned takes effect from the run after it, if
 // the rules above hints (the clamps, the budget, quiet hours, the breaker,
-// a dead-letter hold or a requeue) still allow that run.
+// a dead-letter hold or a requeue) still allow that run. The run a timed
+// pause leads to is kept too once the pause has ended, with the source a
+// resume at the end gives it.
 package governor

@@ -61,6 +61,9 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     end, and, without jitter, a run in the window is at least the quiet
 //     interval after the last run unless the window ended in between or a
 //     rule above quiet hours placed it;
+//   - the source is paused only while the task is paused (the run a
+//     timed pause led to, kept by a hint after its end, carries the
+//     source a resume gives it);
 //   - while the run planned before is still ahead, no slot counts as
 //     missed: nothing is caught up;
 //   - with a budget, a run not placed by a requeue or bounds.max (a
@@ -433,7 +436,17 @@ func FuzzDecide(f *testing.F) {
 			return "\nnow:   " + fmtT(now) + "\nlast:  " + fmtT(s.LastScheduledAt) + "\nnext:  " + fmtT(d.NextRunAt) +
 				"\nsource: " + string(d.Source) + "\ntrail:\n" + fmtTrail(d.Trail)
 		}
-		kept := d.NextRunAt.Equal(st.NextRunAt) && d.Source == st.Source // nudging keeps the planned run
+		// Nudging keeps the planned run; the run after a timed pause that
+		// has ended keeps its time with the label a resume gives it.
+		relabelled := in.Kind == governor.KindHinted && st.Source == governor.SourcePaused && st.Paused && !s.Paused
+		kept := d.NextRunAt.Equal(st.NextRunAt) && (d.Source == st.Source || relabelled)
+		// "paused" labels a run only while the task is paused: the run a
+		// pause leads to, kept (by nudging) after the pause ended, carries
+		// the label a resume gives it, or a later input takes it for the
+		// run of a pause still in force (not a slot in flight).
+		if d.Source == governor.SourcePaused && !s.Paused {
+			t.Fatalf("source paused, but the task is not paused%s", explain())
+		}
 		if st.NextRunAt.After(now) && st.CatchUpPending == 0 && (s.CatchUpPending > 0 || (d.Source == governor.SourceCatchUp && !kept)) {
 			t.Fatalf("caught up slots that were never due (the run planned was at %s), pending %d%s", fmtT(st.NextRunAt), s.CatchUpPending, explain())
 		}

@@ -73,3 +73,72 @@ func notNudged(t *testing.T, d governor.Decision) {
 		}
 	}
 }
+
+// The run a timed pause leads to is planned as a resume at its end would
+// plan it (source paused until then). Once the pause has ended, a hint
+// that would only delay that run keeps it, as it keeps the run a resume
+// planned, and labels it as the resume did: the pause is over.
+func TestNudgingKeepsTheRunAfterAnEndedPause(t *testing.T) {
+	hourly := intervalSpec(time.Hour)
+	nine := t0.Add(-time.Hour) // last run 09:00
+	end := nine.Add(30 * time.Minute)
+	pauseIn := governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: end}}
+	paused := governor.Decide(nine.Add(5*time.Minute), hourly, ran(nine), pauseIn)
+	if !paused.NextRunAt.Equal(t0) || paused.Source != governor.SourcePaused {
+		t.Fatalf("pause until 09:30: next %s (%s), want 10:00 (paused)", fmtT(paused.NextRunAt), paused.Source)
+	}
+	resumed := governor.Decide(end.Add(5*time.Minute), hourly, paused.State, governor.Input{Kind: governor.KindResumed})
+	if !resumed.NextRunAt.Equal(t0) || resumed.Source != governor.SourceBaselineInterval {
+		t.Fatalf("resume at 09:35: next %s (%s), want 10:00 (baseline-interval)", fmtT(resumed.NextRunAt), resumed.Source)
+	}
+	hint := hinted(governor.Hint{Interval: 2 * time.Hour, TTL: 3 * time.Hour})
+
+	runDecideCases(t, []decideCase{
+		{
+			"resumed, then a 2h hint at 09:40: the 10:00 run is kept",
+			given{hourly, resumed.State, end.Add(10 * time.Minute), hint},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "nudge: the hint does not delay"},
+		},
+		{
+			"pause ended at 09:30 (no resume), then a 2h hint at 09:40: the 10:00 run is kept, labelled as a resume labels it",
+			given{hourly, paused.State, end.Add(10 * time.Minute), hint},
+			want{next: t0, source: governor.SourceBaselineInterval, trail: "nudge: the hint does not delay", check: func(t *testing.T, d governor.Decision) {
+				if d.State.Paused || !d.State.PausedUntil.IsZero() {
+					t.Errorf("still paused after the pause ended: Paused %v, PausedUntil %s", d.State.Paused, fmtT(d.State.PausedUntil))
+				}
+				if d.State.IntervalHint == nil {
+					t.Error("hint not stored")
+				}
+				// A later input sees a running schedule: a spec update
+				// while the kept run is in flight keeps it, as after a
+				// resume (labelled paused, with the pause gone, it was no
+				// slot in flight, and the update re-planned it to 11:00).
+				u := governor.Decide(t0.Add(-time.Second), hourly, d.State, updated)
+				if !u.NextRunAt.Equal(t0) || u.Source != governor.SourceBaselineInterval {
+					t.Errorf("update at 09:59:59, the kept run in flight: next %s (%s), want 10:00 kept\ntrail: %q", fmtT(u.NextRunAt), u.Source, u.Trail)
+				}
+			}},
+		},
+		{
+			"a 2h hint during the pause (09:20): no run inside the pause (the run after it is planned as a resume at its end would)",
+			given{hourly, paused.State, nine.Add(20 * time.Minute), hint},
+			want{next: nine.Add(2 * time.Hour), source: governor.SourcePaused, check: func(t *testing.T, d governor.Decision) {
+				if d.NextRunAt.Before(end) {
+					t.Errorf("run %s inside the pause until %s", fmtT(d.NextRunAt), fmtT(end))
+				}
+				if !d.State.Paused || !d.State.PausedUntil.Equal(end) {
+					t.Errorf("pause lost: Paused %v, PausedUntil %s", d.State.Paused, fmtT(d.State.PausedUntil))
+				}
+			}},
+		},
+		{
+			"a run-now hint during the pause: at the pause's end, not inside it",
+			given{hourly, paused.State, nine.Add(20 * time.Minute), hinted(governor.Hint{At: nine.Add(20 * time.Minute), TTL: time.Hour})},
+			want{next: end, source: governor.SourcePaused, check: func(t *testing.T, d governor.Decision) {
+				if d.NextRunAt.Before(end) {
+					t.Errorf("run %s inside the pause until %s", fmtT(d.NextRunAt), fmtT(end))
+				}
+			}},
+		},
+	})
+}

@@ -37,7 +37,13 @@ type planner struct {
 	// leftPause is set when this decision ends a pause: slots that fell in
 	// the pause are not caught up.
 	leftPause bool
-	cleared   bool
+	// pauseEnded is the end of the timed pause this decision found over
+	// (pause), zero otherwise.
+	pauseEnded time.Time
+	// input is the state Decide was given; nudge re-plans the run after
+	// a timed pause from it, as afterPause did.
+	input   State
+	cleared bool
 	// started is when the run of this decision's outcome started, at most
 	// now; zero for other inputs, or when unknown.
 	started time.Time
@@ -257,6 +263,7 @@ func (p *planner) pause() bool {
 		return true
 	}
 	p.tr.str("pause ended at ").at(s.PausedUntil).end()
+	p.pauseEnded = s.PausedUntil
 	s.Paused, s.PausedUntil, s.PauseReason = false, time.Time{}, ""
 	p.leftPause = true
 	return false
@@ -862,16 +869,47 @@ func (p *planner) nudge() {
 		}
 		return
 	}
-	if !p.admissible(prev) {
+	src := p.prevSource
+	if src == SourcePaused {
+		src = p.resumedSource()
+	}
+	if !p.admissible(prev, src) {
 		return
 	}
-	p.tr.str("nudge: the hint does not delay the run planned at ").at(prev).
-		str("; it applies from the next run").end()
-	p.next, p.source = prev.UTC(), p.prevSource
+	p.tr.str("nudge: the hint does not delay the run planned at ").at(prev)
+	if src != p.prevSource {
+		p.tr.str(" after the pause until ").at(p.pauseEnded).str(" (").str(string(src)).str(", as a resume at its end planned it)")
+	}
+	p.tr.str("; it applies from the next run").end()
+	p.next, p.source = prev.UTC(), src
 }
 
-// admissible reports whether a run planned by an earlier decision still
-// satisfies the rules that outrank a hint: planned by a schedule rule, not
+// resumedSource is the source of the run planned after a timed pause
+// that this decision found over (pause), as a resume at its end plans it:
+// the run is no longer held by the pause, and kept by nudging, it carries
+// the label of the rule that placed it, as it would after a resume. Kept
+// as "paused", a later input took it for the run of a pause still in
+// force. It is SourcePaused (never admissible) while the pause lasts, when
+// the run planned is not the one a resume at the end plans (a state
+// stored under other rules), or when that resume plans nothing.
+func (p *planner) resumedSource() Source {
+	until := p.pauseEnded
+	if until.IsZero() || !p.input.Paused || !p.input.PausedUntil.Equal(until) || p.prevNext.Before(until) {
+		return SourcePaused
+	}
+	st := p.input
+	st.Trail = nil
+	// As afterPause planned it, from the state the run was planned in.
+	d := Decide(until.Add(-time.Nanosecond), p.spec, st, Input{Kind: KindResumed})
+	if !d.NextRunAt.Equal(p.prevNext) || d.Source == SourcePaused {
+		return SourcePaused
+	}
+	return d.Source
+}
+
+// admissible reports whether a run planned by an earlier decision, placed
+// by the rule src, still satisfies the rules that outrank a hint: planned
+// by a schedule rule, not
 // in the past, at least MinGap after the last run, within the clamps, the
 // budget's pacing and its exhaustion rule, quiet hours' interval (unless
 // a rule above quiet hours placed it), not held by the breaker, and no
@@ -880,11 +918,11 @@ func (p *planner) nudge() {
 // stored under other rules held (a run before the hour that frees one of
 // a used-up budget; a run 1h after the last in quiet hours that allow
 // one every 2h): nudging is a hint's rule, and ranks below both.
-func (p *planner) admissible(t time.Time) bool {
+func (p *planner) admissible(t time.Time, src Source) bool {
 	s := &p.s
 	last := p.last()
 	switch {
-	case p.prevSource == "", p.prevSource == SourcePaused, p.prevSource == SourceDeleted:
+	case src == "", src == SourcePaused, src == SourceDeleted:
 		return false // nothing planned by a rule still in force
 	case t.Before(p.now), s.DeadLetter != nil, !s.RequeuedAt.IsZero(), t.Before(s.BreakerOpenUntil):
 		return false
@@ -906,15 +944,15 @@ func (p *planner) admissible(t time.Time) bool {
 			return false
 		}
 	}
-	return p.quietAdmits(t, last)
+	return p.quietAdmits(t, last, src)
 }
 
 // quietAdmits reports whether quiet hours allow the run t planned by an
-// earlier decision: outside the window, at least the quiet interval after
+// earlier decision, placed by the rule src: outside the window, at least the quiet interval after
 // the last run (as the planner spaces it: jitter may shorten it on an
 // interval task), or placed by a rule that outranks quiet hours.
-func (p *planner) quietAdmits(t, last time.Time) bool {
-	switch p.prevSource {
+func (p *planner) quietAdmits(t, last time.Time, src Source) bool {
+	switch src {
 	case SourceClampedMin, SourceClampedMax, SourceRequeue, SourceDeadLetterRecheck, SourceBreakerOpen:
 		return true
 	}
