@@ -628,6 +628,13 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			return
 		}
 		next = sched.Next(p.now, loc)
+		// Not caught up, the missed occurrences are dropped, but the last
+		// one has not passed while its jittered slot is ahead.
+		if p.spec.Jitter > 0 {
+			if last := p.pendingOccurrence(p.beforeLast(second)); !last.IsZero() {
+				next = last
+			}
+		}
 	}
 	if next.IsZero() {
 		p.choose(time.Time{}, SourceBaselineCron).str("cron ").quote(p.spec.Schedule.Cron).str(" never fires: nothing scheduled").end()
@@ -679,6 +686,23 @@ func (p *planner) pendingOccurrence(ref time.Time) time.Time {
 	}
 	p.tr.str("occurrence ").at(o).str(" passed, but its jittered slot ").at(o.Add(delay)).str(" has not: still the next run").end()
 	return o
+}
+
+// beforeLast is a time whose next occurrence is the last one at or before
+// now, given from, an occurrence at or before now. Occurrences fall on
+// whole seconds, so it bisects over them: a downtime of years costs a
+// few dozen steps, not one per occurrence.
+func (p *planner) beforeLast(from time.Time) time.Time {
+	lo, hi := from.Unix()-1, p.now.Unix() // next(lo) ≤ now < next(hi)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if o := p.sched.Next(time.Unix(mid, 0), p.loc); !o.IsZero() && !o.After(p.now) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return time.Unix(lo, 0).UTC()
 }
 
 // countMissed counts the cron occurrences in (anchor, now], given the

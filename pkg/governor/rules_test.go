@@ -1111,6 +1111,73 @@ func TestDecideCronJitterSlotSurvivesAReDecision(t *testing.T) {
 	}
 }
 
+// After two or more missed cron occurrences that are not caught up
+// (catchUp none; skip when the overdue slot's run was the catch-up), the
+// last occurrence at or before now is still the next run while its
+// jittered slot is ahead: last run 07:10, decided at 10:05, the 10:00
+// occurrence delayed past 10:05. Judged by the bare occurrence, the
+// decision planned 11:00 plus its delay and the 10:00 run was lost.
+func TestDecideCronJitterSlotSurvivesMissedOccurrences(t *testing.T) {
+	now := t0.Add(5 * time.Minute)                 // 10:05
+	last := t0.Add(-2*time.Hour - 50*time.Minute)  // 07:10, the last run's slot
+	overdue := t0.Add(-time.Hour - 50*time.Minute) // 08:10, fired late at 10:01
+	spec := func(policy string) *events.TaskSpec {
+		return mustValid(t, withCatchUp(withJitter(cronSpec("0 * * * *", "UTC"), 0.5), policy, 0))
+	}
+	// slot is the jittered slot of 10:00 for a task that has run runs
+	// times, as a decision at 09:59 (nothing missed) plans it.
+	slot := func(runs uint64) time.Time {
+		st := ran(t0.Add(-time.Hour))
+		st.Runs = runs
+		return governor.Decide(t0.Add(-time.Minute), spec(events.CatchUpSkip), st, updated).NextRunAt
+	}
+	runs := uint64(1) // the skip case counts one run before the outcome
+	for runs < 100 && !slot(runs).After(now.Add(5*time.Minute)) {
+		runs++
+	}
+	if runs == 100 {
+		t.Fatal("no run count delays the 10:00 occurrence past 10:10")
+	}
+	jittered := slot(runs)
+	none := ran(last)
+	none.Runs = runs
+	skip := stateWith(ran(last), planned(overdue, governor.SourceBaselineCron))
+	skip.Runs = runs - 1 // the outcome counts the run of 08:10
+	late := outcome("succeeded", overdue)
+	late.Outcome.StartedAt, late.Outcome.FinishedAt = t0.Add(time.Minute), t0.Add(2*time.Minute)
+	runDecideCases(t, []decideCase{
+		{
+			"catchUp none, a spec update at 10:05",
+			given{spec(events.CatchUpNone), none, now, updated},
+			want{next: jittered, source: governor.SourceBaselineCron, trail: "still the next run"},
+		},
+		{
+			"catchUp none, the outcome of the overdue slot",
+			given{spec(events.CatchUpNone), skip, now, late},
+			want{next: jittered, source: governor.SourceBaselineCron, trail: "still the next run"},
+		},
+		{
+			"catchUp skip, the overdue slot was the catch-up run",
+			given{spec(events.CatchUpSkip), skip, now, late},
+			want{next: jittered, source: governor.SourceBaselineCron, trail: "still the next run"},
+		},
+		{
+			"catchUp none, a week down (more occurrences missed than counted)",
+			given{spec(events.CatchUpNone), func() governor.State {
+				st := ran(last.Add(-7 * 24 * time.Hour))
+				st.Runs = runs
+				return st
+			}(), now, updated},
+			want{next: jittered, source: governor.SourceBaselineCron, trail: "more than 100 slots missed"},
+		},
+		{
+			"catchUp none, the jittered slot passed: the next occurrence",
+			given{spec(events.CatchUpNone), none, jittered.Add(time.Second), updated},
+			want{next: t0.Add(time.Hour).Add(jittered.Sub(t0)), source: governor.SourceBaselineCron},
+		},
+	})
+}
+
 // An input that re-plans while a slot is in flight (due, its outcome not
 // in yet; a hint, a requeue) plans the slot after it: the one in flight
 // runs first, whatever is decided, so the grid, the first-run rule,
