@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flyballhq/flyball/pkg/cron"
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/pkg/governor"
 )
@@ -66,6 +67,13 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     source a resume gives it);
 //   - while the run planned before is still ahead, no slot counts as
 //     missed: nothing is caught up;
+//   - catchUp "none" plans no catch-up run (but a backlog the state held,
+//     or a run planned before and kept); "all" leaves at most catchUpMax
+//     (100 if unset) runs pending;
+//   - a jittered cron slot the cron rule plans is no later than the next
+//     occurrence plus jitter of the gap after it, and is the next
+//     occurrence's only once the last occurrence at or before now ran or
+//     its slot (the same draw) passed (checkCronJitter);
 //   - with a budget, a run not placed by a requeue or bounds.max (a
 //     dead-letter recheck included) is at least the budget's spacing
 //     (24h/maxRunsPerDay) after the last slot, and after the last run's
@@ -511,6 +519,29 @@ func FuzzDecide(f *testing.F) {
 				t.Fatalf("the run after the pause planned again behind the slot in flight %s%s", fmtT(flying), explain())
 			}
 		}
+		// Catch-up: "none" never plans a catch-up run (but a backlog the
+		// state already held, or a run planned before and kept), and "all"
+		// backfills at most catchUpMax (100 if unset) runs.
+		if spec.CatchUp == events.CatchUpNone && d.Source == governor.SourceCatchUp && !kept && st.CatchUpPending == 0 {
+			t.Fatalf("catchUp none planned a catch-up run%s", explain())
+		}
+		if limit := spec.CatchUpMax; spec.CatchUp == events.CatchUpAll && s.CatchUpPending > st.CatchUpPending {
+			if limit <= 0 {
+				limit = events.DefaultCatchUpMax
+			}
+			if s.CatchUpPending > limit {
+				t.Fatalf("catchUp all, at most %d: %d runs pending%s", limit, s.CatchUpPending, explain())
+			}
+		}
+		// Cron with jitter: an occurrence's slot is delayed by less than
+		// jitter of the gap to the one after it, so the cron rule plans no
+		// later than the next occurrence's latest slot; and it plans the
+		// next occurrence only once the last one at or before now has
+		// passed: its slot, drawn as the next one's (the same run count),
+		// is not ahead (it is, if the last run came before it).
+		if spec.Schedule.Cron != "" && spec.Jitter > 0 && d.Source == governor.SourceBaselineCron && !kept {
+			checkCronJitter(t, spec, now, last, d.NextRunAt, explain)
+		}
 		// The run after a pause in flight and due counts as after its end;
 		// one still ahead is kept (above) but by a dead-letter hold, which
 		// re-plans as a resume at the end would, from the last completed slot.
@@ -572,6 +603,67 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkCronJitter is the fuzz oracle of a jittered cron slot that the
+// cron rule planned at next, the last slot (completed or in flight) being
+// last: next is no later than the first occurrence after now (after last,
+// if that is ahead) plus jitter
+// of the gap to the one after it; and when next is that occurrence's
+// slot, the last occurrence at or before now, after last, has passed:
+// its slot, delayed by the same fraction of its own gap, is not ahead.
+func checkCronJitter(t *testing.T, spec *events.TaskSpec, now, last, next time.Time, explain func() string) {
+	t.Helper()
+	sched, err := cron.Parse(spec.Schedule.Cron)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := time.LoadLocation(spec.Schedule.Timezone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := sched.Next(now, loc)
+	if last.After(now) {
+		n1 = sched.Next(last, loc) // a last slot ahead (clock skew): after it
+	}
+	n2 := sched.Next(n1, loc)
+	if n1.IsZero() || n2.IsZero() {
+		return
+	}
+	gap := n2.Sub(n1)
+	latest := n1.Add(time.Duration(float64(gap) * spec.Jitter))
+	if next.After(latest) {
+		t.Fatalf("cron slot after %s, the next occurrence %s plus jitter %g of %s%s", fmtT(latest), fmtT(n1), spec.Jitter, gap, explain())
+	}
+	if next.Before(n1) || last.IsZero() {
+		return
+	}
+	// The last occurrence at or before now: the largest whole second
+	// whose next occurrence is not after now precedes it.
+	lo, hi := now.Unix()-int64(gap/time.Second)-1, now.Unix()
+	for o := sched.Next(time.Unix(lo, 0), loc); o.IsZero() || o.After(now); o = sched.Next(time.Unix(lo, 0), loc) {
+		if lo < now.Unix()-400*366*86400 {
+			return
+		}
+		lo -= hi - lo
+	}
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; sched.Next(time.Unix(mid, 0), loc).After(now) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	prev := sched.Next(time.Unix(lo, 0), loc)
+	if !last.Before(prev) {
+		return // it ran (or is in flight)
+	}
+	f := float64(next.Sub(n1)) / float64(gap)
+	slack := time.Duration(float64(time.Millisecond)*float64(n1.Sub(prev))/float64(gap)) + 2*time.Millisecond
+	if slot := prev.Add(time.Duration(float64(n1.Sub(prev)) * f)); slot.After(now.Add(slack)) {
+		t.Fatalf("occurrence %s dropped for %s, though its jittered slot %s (%.1f%% of its gap) is still ahead%s",
+			fmtT(prev), fmtT(n1), fmtT(slot), 100*f, explain())
+	}
 }
 
 // runStarted is the fuzz oracle of the start the budget paces from: the
