@@ -1,6 +1,7 @@
 package query_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -218,9 +219,26 @@ func TestTaskIndexSurvivesTheLossOfItsWatch(t *testing.T) {
 // for the load with no limit, until its client gave up; it now lists
 // the keys itself once the load applied nothing for a second, and the
 // next page loads the index again.
+//
+// Seeding the keys is not what the test measures, and under -race on a
+// loaded 2-core machine it took 15 to 50 s, most or all of setup's 20 s
+// context, which the pages then had left: they failed with "context
+// deadline exceeded" (or "list keys of KV flyball-tasks: watch closed",
+// the listing's watch closed by that context). So the seeding and the
+// index live in a context of the test's own, and each page gets a minute
+// of its own (listing the 20000 keys took up to 20 s there), still far
+// short of the hour the consumer is paused for.
 func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	life, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	b.ctx = life
+	pageCtx := func() context.Context {
+		ctx, cancel := context.WithTimeout(life, time.Minute)
+		t.Cleanup(cancel)
+		return ctx
+	}
 	ix := indexed(t, b)
 	fellBack := recordFallbacks(ix)
 	// Enough keys that the load is still running when the test, which
@@ -258,8 +276,9 @@ func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 		err  error
 	}
 	done := make(chan result, 1)
+	ctx := pageCtx()
 	go func() {
-		page, next, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "", 3)
+		page, next, err := ix.TaskPage(ctx, query.TaskFilter{}, "", 3)
 		done <- result{page, next, err}
 	}()
 	var paused string
@@ -284,7 +303,7 @@ func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 		t.Fatalf("fallbacks reported %v; want one, saying the watch applied nothing", got)
 	}
 	// The next page loads the index again, on a new consumer.
-	page, next, err := ix.TaskPage(b.ctx, query.TaskFilter{}, "t19997", 3)
+	page, next, err := ix.TaskPage(pageCtx(), query.TaskFilter{}, "t19997", 3)
 	if err != nil || !slices.Equal(ids(page), []string{"t19998", "t19999"}) || next != "" {
 		t.Fatalf("page after the stall: %v, next %q, %v; want the last two tasks", ids(page), next, err)
 	}
