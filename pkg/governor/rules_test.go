@@ -1683,6 +1683,22 @@ func TestDecideSlowRunIsNotACatchUp(t *testing.T) {
 			}},
 		},
 		{
+			// With a budget (34 a day, 42m21s apart) too: the run started
+			// on time, so its start changes nothing for the budget, but it
+			// is what tells a slow run from a downtime (FuzzDecide's
+			// on-time invariant leaves such decisions out).
+			"cron, skip, with a budget: a 2h run on time is followed by the next occurrence",
+			given{withBudget(cronSpec("*/15 * * * *", ""), 34), stateWith(ran(t0), planned(t0.Add(15*time.Minute), governor.SourceBaselineCron)), t0.Add(2*time.Hour + 15*time.Minute + time.Second), slowRun(t0.Add(15*time.Minute), t0.Add(2*time.Hour+15*time.Minute))},
+			want{next: t0.Add(2*time.Hour + 30*time.Minute), source: governor.SourceBaselineCron, trail: "8 slots passed while the run of 2026-03-02T10:15:00.000Z ran"},
+		},
+		{
+			// Without its start the run's span is unknown: the slots since
+			// its slot count as missed, as after a downtime.
+			"cron, skip, with a budget: the same run without its start is caught up",
+			given{withBudget(cronSpec("*/15 * * * *", ""), 34), stateWith(ran(t0), planned(t0.Add(15*time.Minute), governor.SourceBaselineCron)), t0.Add(2*time.Hour + 15*time.Minute + time.Second), outcome("succeeded", t0.Add(15*time.Minute))},
+			want{next: t0.Add(2*time.Hour + 15*time.Minute + time.Second), source: governor.SourceCatchUp, trail: "catchUp skip"},
+		},
+		{
 			"cron, skip: occurrences after it ended are still caught up",
 			given{cronSpec(every5s, ""), cronDue, end.Add(11 * time.Second), slowRun(slot, end)},
 			want{next: end.Add(11 * time.Second), source: governor.SourceCatchUp, trail: "catchUp skip"},
