@@ -134,8 +134,8 @@ func decodeStructuredSDK(trimmed []byte) (Event, error) {
 		if e, ok := decodeFoldedJSON(members); ok {
 			return e, validate(e)
 		}
-		if field, rule := attributeProblem(trimmed); field != "" {
-			return Event{}, malformed(field, rule)
+		if problems := attributeProblems(trimmed); len(problems) > 0 {
+			return Event{}, malformedAll(problems)
 		}
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
@@ -237,13 +237,18 @@ func unmarshalEvent(b []byte, e *Event) (err error) {
 	return json.Unmarshal(b, e)
 }
 
+// decodeBinary reads a binary-mode message. It lists every problem of
+// the envelope it can tell apart (an attribute given twice or not UTF-8,
+// a bad source or time, data that is not the JSON its content type
+// says), with the sdk's own checks of the attributes not already named,
+// rather than stopping at the first: a sender fixed one to learn of the
+// next.
 func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 	if v := headerValue(header, "ce-specversion"); v != event.CloudEventsVersionV1 {
 		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(v, 16)))
 	}
-	if field, rule := binaryAttributeProblem(header); field != "" {
-		return Event{}, malformed(field, rule)
-	}
+	problems := binaryAttributeProblems(header)
+	add := func(field, rule string) { problems = append(problems, FieldError{Field: field, Rule: rule}) }
 	e := event.New(event.CloudEventsVersionV1)
 	e.SetID(headerValue(header, "ce-id"))
 	e.SetType(headerValue(header, "ce-type"))
@@ -252,7 +257,8 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 		// SetSource records a parse failure as a field error that
 		// Validate reports as "source: is required".
 		if _, err := url.Parse(source); err != nil {
-			return Event{}, malformed("source", fmt.Sprintf("must be a URI reference, got %q", truncate(source, 64)))
+			add("source", fmt.Sprintf("must be a URI reference, got %q", truncate(source, 64)))
+			source = ""
 		}
 	}
 	e.SetSource(source)
@@ -261,13 +267,14 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 	}
 	if s := headerValue(header, "ce-time"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return Event{}, malformed("time", fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40)))
+		switch {
+		case err != nil:
+			add("time", fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40)))
+		case !TimeInRange(t):
+			add("time", TimeRangeRule(t))
+		default:
+			e.SetTime(t)
 		}
-		if !TimeInRange(t) {
-			return Event{}, malformed("time", TimeRangeRule(t))
-		}
-		e.SetTime(t)
 	}
 	ct := headerValue(header, "content-type")
 	if ct == "" {
@@ -278,35 +285,62 @@ func decodeBinary(header map[string][]string, body []byte) (Event, error) {
 	// structured mode embeds it verbatim, so Encode could not re-render it.
 	if len(body) > 0 {
 		if isJSONMediaType(ct) && !json.Valid(body) {
-			return Event{}, malformed("data", fmt.Sprintf("not valid JSON for content type %q", truncate(ct, 64)))
+			add("data", fmt.Sprintf("not valid JSON for content type %q", truncate(ct, 64)))
 		}
 		e.DataEncoded = body
 	}
-	return e, validate(e)
+	if len(problems) == 0 {
+		return e, validate(e)
+	}
+	named := make(map[string]bool, len(problems))
+	for _, fe := range problems {
+		named[fe.Field] = true
+	}
+	// The sdk's checks, for the attributes not named already (a source
+	// refused above is not "required" as well).
+	if err := validate(e); err != nil {
+		for _, fe := range Reasons(err) {
+			if !named[fe.Field] {
+				add(fe.Field, fe.Rule)
+			}
+		}
+	}
+	slices.SortStableFunc(problems, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+	return Event{}, malformedAll(problems)
 }
 
-// binaryAttributeProblem names the first ce-* header of a binary-mode
+// binaryAttributeProblems names every ce-* header of a binary-mode
 // message that is given twice (two values, or two names that differ only
-// in case) or whose value is not UTF-8, as structured mode refuses a
-// repeated member or a string that is not UTF-8. Before, the first value
-// was taken, and one that was not UTF-8 came back in the answer with
-// U+FFFD, an id the sender could not match.
-func binaryAttributeProblem(header map[string][]string) (field, rule string) {
-	seen := make(map[string]struct{}, len(header))
+// in case) or whose value is not UTF-8, sorted by attribute name, as
+// structured mode refuses a repeated member or a string that is not
+// UTF-8. Before, the first value was taken, and one that was not UTF-8
+// came back in the answer with U+FFFD, an id the sender could not match.
+func binaryAttributeProblems(header map[string][]string) []FieldError {
+	var problems []FieldError
+	seen := make(map[string]bool, len(header))
 	for k, v := range header {
 		if len(v) == 0 || len(k) < 3 || !strings.EqualFold(k[:3], "ce-") {
 			continue // a name with no value is not given
 		}
 		name := strings.ToLower(k[3:])
-		if _, dup := seen[name]; dup || len(v) > 1 {
-			return name, "given twice: each attribute appears once"
+		if reported, dup := seen[name]; dup || len(v) > 1 {
+			if !reported {
+				problems = slices.DeleteFunc(problems, func(fe FieldError) bool { return fe.Field == name })
+				problems = append(problems, FieldError{Field: name, Rule: "given twice: each attribute appears once"})
+				seen[name] = true
+			}
+			continue
 		}
-		seen[name] = struct{}{}
-		if i := invalidUTF8([]byte(v[0])); i >= 0 {
-			return name, "not valid UTF-8" + byteAt([]byte(v[0]), i) + ": attribute values must be UTF-8"
+		seen[name] = false
+		for _, s := range v {
+			if i := invalidUTF8([]byte(s)); i >= 0 {
+				problems = append(problems, FieldError{Field: name, Rule: "not valid UTF-8" + byteAt([]byte(s), i) + ": attribute values must be UTF-8"})
+				break
+			}
 		}
 	}
-	return "", ""
+	slices.SortFunc(problems, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+	return problems
 }
 
 // isJSONMediaType reports whether ct is JSON, as the sdk decides it when it
@@ -334,17 +368,20 @@ func coreAttribute(name string) bool {
 // envelope is an extension, named by whoever sent it.
 func IsContextAttribute(name string) bool { return coreAttribute(name) }
 
-// attributeProblem names the attribute of the structured-mode message b
-// (a JSON object with specversion "1.0") that the sdk's decoder failed on,
-// and the rule it breaks; field is "" when no attribute explains it. The
-// sdk's errors name no attribute ("cannot parse uri ref: ::",
-// "ReadString: expects \" or n, but found 5"); binary mode always named
-// one. Every member is checked in document order, repeats
-// included, as the sdk reads them.
-func attributeProblem(b []byte) (field, rule string) {
+// attributeProblems names the attributes of the structured-mode message
+// b (a JSON object with specversion "1.0") that the sdk's decoder failed
+// on, each with the rule it breaks, in document order; it is empty when
+// no attribute explains the failure. The sdk's errors name no attribute
+// ("cannot parse uri ref: ::", "ReadString: expects \" or n, but found
+// 5") and stop at the first; binary mode always named one. Every member
+// is checked, repeats included, as the sdk reads them, and every problem
+// is listed: source "::" with time "yesterday" named source alone.
+func attributeProblems(b []byte) []FieldError {
+	var problems []FieldError
+	add := func(field, rule string) { problems = append(problems, FieldError{Field: field, Rule: rule}) }
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if _, err := dec.Token(); err != nil { // '{'
-		return "", ""
+		return nil
 	}
 	var dct string
 	var data json.RawMessage
@@ -353,15 +390,16 @@ func attributeProblem(b []byte) (field, rule string) {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", ""
+			return nil
 		}
 		key, _ := tok.(string)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return "", ""
+			return nil
 		}
 		if seen[key] {
-			return key, "given twice: each attribute appears once"
+			add(key, "given twice: each attribute appears once")
+			continue
 		}
 		seen[key] = true
 		kind := jsonKind(raw)
@@ -371,52 +409,62 @@ func attributeProblem(b []byte) (field, rule string) {
 			continue
 		case !coreAttribute(key):
 			if lower := strings.ToLower(key); lower == "data" || coreAttribute(lower) {
-				return key, "unknown attribute (attribute names are case-sensitive: did you mean " + strconv.Quote(lower) + "?)"
+				add(key, "unknown attribute (attribute names are case-sensitive: did you mean "+strconv.Quote(lower)+"?)")
+				continue
 			}
 			if !event.IsExtensionNameValid(key) {
 				if key == "" {
 					key = `""`
 				}
-				return key, "unknown attribute: an extension attribute's name must be ASCII letters and digits only"
+				add(key, "unknown attribute: an extension attribute's name must be ASCII letters and digits only")
+				continue
 			}
 			if kind == "object" || kind == "array" {
-				return key, "an extension attribute must be a string, number or boolean, got " + kind
+				add(key, "an extension attribute must be a string, number or boolean, got "+kind)
+				continue
 			}
 			if kind == "number" {
 				if f, err := strconv.ParseFloat(string(raw), 64); err != nil || f > math.MaxInt32 || f < math.MinInt32 {
-					return key, fmt.Sprintf("an extension attribute's number must be from %d to %d, got %s", math.MinInt32, math.MaxInt32, truncate(string(raw), 32))
+					add(key, fmt.Sprintf("an extension attribute's number must be from %d to %d, got %s", math.MinInt32, math.MaxInt32, truncate(string(raw), 32)))
+					continue
 				}
 			}
 			continue
 		}
 		if kind == "null" {
 			if key == "source" {
-				return key, "is required: a non-empty URI reference"
+				add(key, "is required: a non-empty URI reference")
+				continue
 			}
 			continue
 		}
 		if kind != "string" {
-			return key, "wrong type: got " + kind + ", want string"
+			add(key, "wrong type: got "+kind+", want string")
+			continue
 		}
 		var v string
 		if json.Unmarshal(raw, &v) != nil {
-			return "", ""
+			return nil
 		}
 		switch key {
 		case "source":
 			if v == "" {
-				return key, "is required: a non-empty URI reference"
+				add(key, "is required: a non-empty URI reference")
+				continue
 			}
 			if _, err := url.Parse(v); err != nil {
-				return key, fmt.Sprintf("must be a URI reference, got %q", truncate(v, 64))
+				add(key, fmt.Sprintf("must be a URI reference, got %q", truncate(v, 64)))
+				continue
 			}
 		case "time":
 			if _, err := types.ParseTime(v); err != nil {
-				return key, fmt.Sprintf("must be an RFC 3339 time such as \"2026-03-02T11:00:00Z\", got %q", truncate(v, 40))
+				add(key, fmt.Sprintf("must be an RFC 3339 time such as \"2026-03-02T11:00:00Z\", got %q", truncate(v, 40)))
+				continue
 			}
 		case "data_base64":
 			if _, err := base64.StdEncoding.DecodeString(v); err != nil {
-				return key, "not valid base64: " + err.Error()
+				add(key, "not valid base64: "+err.Error())
+				continue
 			}
 		case "datacontenttype":
 			dct = v
@@ -427,14 +475,14 @@ func attributeProblem(b []byte) (field, rule string) {
 	if !specVersion {
 		// The probe before the sdk matched a key such as "SpecVersion"
 		// (encoding/json ignores case); the sdk wants it exact.
-		return "specversion", `is required (structured mode, exactly "specversion") or send ce-* headers (binary mode)`
+		add("specversion", `is required (structured mode, exactly "specversion") or send ce-* headers (binary mode)`)
 	}
 	if data != nil && dct != "" {
 		if mt, _, _ := strings.Cut(dct, ";"); !isSDKJSON(strings.TrimSpace(mt)) && jsonKind(data) != "string" {
-			return "data", fmt.Sprintf("must be a JSON string for content type %q, got %s", truncate(dct, 64), jsonKind(data))
+			add("data", fmt.Sprintf("must be a JSON string for content type %q, got %s", truncate(dct, 64), jsonKind(data)))
 		}
 	}
-	return "", ""
+	return problems
 }
 
 func validate(e Event) error {
@@ -622,25 +670,90 @@ func malformed(field, rule string) error {
 	return &ValidationError{Errors: []FieldError{{Field: field, Rule: rule}}}
 }
 
+// malformedAll is the error listing problems, at most MaxReasons of them
+// and a last reason counting the rest.
+func malformedAll(problems []FieldError) error {
+	var c collector
+	for _, fe := range problems {
+		c.add(fe.Field, fe.Rule)
+	}
+	return c.err()
+}
+
 // PeekAttributes reads the type and id of a message that does not decode as
 // a CloudEvent (an unsupported specversion, a missing source), so that an
 // answer can name what it answers: the ce-type and ce-id headers in binary
 // mode, else the "type" and "id" strings of a JSON body. Each is cut to 256
-// bytes (and marked with …); what cannot be read stays empty.
+// bytes (and marked with …); what cannot be read stays empty, and so does
+// what cannot be read without doubt: an attribute given twice (two header
+// values, two names that differ only in case, a repeated JSON key), one
+// whose value is not UTF-8 or not a string, or a JSON key that only
+// differs in case ("ID"). An answer's id is built from the id read here:
+// it must be the one the sender chose, not one of several.
 func PeekAttributes(header map[string][]string, body []byte) (typ, id string) {
 	if headerValue(header, "ce-specversion") != "" {
-		typ, id = headerValue(header, "ce-type"), headerValue(header, "ce-id")
+		typ, id = onlyHeader(header, "ce-type"), onlyHeader(header, "ce-id")
 	} else {
-		var attrs struct {
-			Type any `json:"type"`
-			ID   any `json:"id"`
-		}
-		if json.Unmarshal(body, &attrs) == nil {
-			typ, _ = attrs.Type.(string)
-			id, _ = attrs.ID.(string)
-		}
+		typ, id = peekMembers(body)
 	}
 	return truncate(typ, 256), truncate(id, 256)
+}
+
+// onlyHeader is the value of header key (any case) when exactly one
+// value is given, under one name, and it is UTF-8; else "".
+func onlyHeader(h map[string][]string, key string) string {
+	var v []string
+	for k, vs := range h {
+		if len(vs) == 0 || !strings.EqualFold(k, key) {
+			continue
+		}
+		if v != nil {
+			return ""
+		}
+		v = vs
+	}
+	if len(v) != 1 || !utf8.ValidString(v[0]) {
+		return ""
+	}
+	return v[0]
+}
+
+// peekMembers reads the "type" and "id" members of the JSON object b,
+// each when it is given once, as a UTF-8 string; else "".
+func peekMembers(b []byte) (typ, id string) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", ""
+	}
+	var vals [2]string
+	var seen [2]int
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", ""
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", ""
+		}
+		i := slices.Index([]string{"type", "id"}, key)
+		if i < 0 {
+			continue
+		}
+		seen[i]++
+		if len(raw) > 0 && raw[0] == '"' && invalidUTF8(raw) < 0 {
+			_ = json.Unmarshal(raw, &vals[i])
+		} else {
+			vals[i] = ""
+		}
+	}
+	for i := range vals {
+		if seen[i] != 1 {
+			vals[i] = ""
+		}
+	}
+	return vals[0], vals[1]
 }
 
 func headerValue(h map[string][]string, key string) string {

@@ -82,3 +82,16 @@ func TestDecodeRefusesAttributesThatAreNotUTF8(t *testing.T) {
 		t.Fatalf("Decode of a UTF-8 id = %q, %v; want c-éé", e.ID(), err)
 	}
 }
+
+// A structured-mode envelope with several bad attributes was refused
+// naming only the first the sdk tripped on: source "::" and time
+// "yesterday" reported source alone. Every problem is listed, in
+// document order.
+func TestDecodeStructuredListsEveryEnvelopeProblem(t *testing.T) {
+	body := `{"specversion":"1.0","id":"c-1","source":"::","type":"io.flyball.task.created","time":"yesterday","x-foo":"v","data":{}}`
+	_, err := events.Decode(nil, []byte(body))
+	rs := events.Reasons(err)
+	if len(rs) != 3 || rs[0].Field != "source" || rs[1].Field != "time" || rs[2].Field != "x-foo" {
+		t.Fatalf("reasons %+v, want source, time and x-foo", rs)
+	}
+}

@@ -738,6 +738,17 @@ func TestPeekAttributes(t *testing.T) {
 		{"id not a string", nil, `{"type":"t","id":42}`, "t", ""},
 		{"not JSON", nil, `{nope`, "", ""},
 		{"long id", nil, `{"id":"` + long + `"}`, "", long[:256] + "…"},
+		// What the envelope holds ambiguously is not read: the answer's
+		// Nats-Msg-Id is rejected:<id>, and another command's id must
+		// not be taken for it.
+		{"id and ID", nil, `{"type":"t","id":"c-4","ID":"c"}`, "t", "c-4"},
+		{"only ID", nil, `{"TYPE":"t","ID":"c"}`, "", ""},
+		{"id given twice", nil, `{"id":"a","id":"b"}`, "", ""},
+		{"id not UTF-8", nil, "{\"id\":\"c\xff\"}", "", ""},
+		{"escaped key", nil, `{"\u0069d":"c-5"}`, "", "c-5"},
+		{"binary, ce-id twice", map[string][]string{"ce-specversion": {"1.0"}, "ce-id": {"a", "b"}}, ``, "", ""},
+		{"binary, ce-id in two cases", map[string][]string{"ce-specversion": {"1.0"}, "ce-id": {"a"}, "Ce-Id": {"b"}}, ``, "", ""},
+		{"binary, ce-id not UTF-8", map[string][]string{"ce-specversion": {"1.0"}, "ce-id": {"c\xff"}}, ``, "", ""},
 	}
 	for _, c := range cases {
 		typ, id := events.PeekAttributes(c.header, []byte(c.body))

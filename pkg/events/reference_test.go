@@ -101,8 +101,10 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 		}
 		// Deliberate change: the attribute the sdk failed on is named
 		// (the sdk's message named none; binary mode always did).
-		if field, rule := attributeProblem(trimmed); field != "" {
-			return Event{}, malformed(field, rule)
+		// Deliberate change: every attribute problem is listed, in
+		// document order, not only the first.
+		if problems := attributeProblems(trimmed); len(problems) > 0 {
+			return Event{}, malformedAll(problems)
 		}
 		return Event{}, malformed("", "invalid CloudEvent: "+err.Error())
 	}
@@ -124,38 +126,44 @@ func refDecodeBinary(header map[string][]string, body []byte) (Event, error) {
 	if v := headerValue(header, "ce-specversion"); v != event.CloudEventsVersionV1 {
 		return Event{}, malformed("specversion", fmt.Sprintf("must be %q, got %q", event.CloudEventsVersionV1, truncate(v, 16)))
 	}
+	// Deliberate change: every problem below is listed, not only the
+	// first (ce-source "::" with ce-time "yesterday" named source
+	// alone), with the sdk's checks of the attributes not named, sorted
+	// by attribute.
+	var problems []FieldError
 	// Deliberate change: a ce-* header given twice, or whose value is
 	// not UTF-8, is refused, as structured mode refuses such a member
 	// (the first value was taken, and bytes not UTF-8 came back as
 	// U+FFFD).
-	if field, rule := binaryAttributeProblem(header); field != "" {
-		return Event{}, malformed(field, rule)
-	}
+	problems = append(problems, binaryAttributeProblems(header)...)
 	e := event.New(event.CloudEventsVersionV1)
 	e.SetID(headerValue(header, "ce-id"))
 	e.SetType(headerValue(header, "ce-type"))
 	// Deliberate change: a source that does not parse is named as in
 	// structured mode (SetSource's error came out as "is required").
-	if source := headerValue(header, "ce-source"); source != "" {
+	source := headerValue(header, "ce-source")
+	if source != "" {
 		if _, err := url.Parse(source); err != nil {
-			return Event{}, malformed("source", fmt.Sprintf("must be a URI reference, got %q", truncate(source, 64)))
+			problems = append(problems, FieldError{Field: "source", Rule: fmt.Sprintf("must be a URI reference, got %q", truncate(source, 64))})
+			source = ""
 		}
 	}
-	e.SetSource(headerValue(header, "ce-source"))
+	e.SetSource(source)
 	if s := headerValue(header, "ce-subject"); s != "" {
 		e.SetSubject(s)
 	}
 	if s := headerValue(header, "ce-time"); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return Event{}, malformed("time", fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40)))
+		switch {
+		case err != nil:
+			problems = append(problems, FieldError{Field: "time", Rule: fmt.Sprintf("must be RFC 3339, got %q", truncate(s, 40))})
+		case !TimeInRange(t):
+			// Deliberate change: a time past year 9999 is refused (see
+			// refValidate).
+			problems = append(problems, FieldError{Field: "time", Rule: TimeRangeRule(t)})
+		default:
+			e.SetTime(t)
 		}
-		// Deliberate change: a time past year 9999 is refused (see
-		// refValidate).
-		if !TimeInRange(t) {
-			return Event{}, malformed("time", TimeRangeRule(t))
-		}
-		e.SetTime(t)
 	}
 	ct := headerValue(header, "content-type")
 	if ct == "" {
@@ -164,11 +172,20 @@ func refDecodeBinary(header map[string][]string, body []byte) (Event, error) {
 	e.SetDataContentType(ct)
 	if len(body) > 0 {
 		if isJSONMediaType(ct) && !json.Valid(body) {
-			return Event{}, malformed("data", fmt.Sprintf("not valid JSON for content type %q", truncate(ct, 64)))
+			problems = append(problems, FieldError{Field: "data", Rule: fmt.Sprintf("not valid JSON for content type %q", truncate(ct, 64))})
 		}
 		e.DataEncoded = body
 	}
-	return e, refValidate(e)
+	if len(problems) == 0 {
+		return e, refValidate(e)
+	}
+	for _, fe := range Reasons(refValidate(e)) {
+		if !slices.ContainsFunc(problems, func(p FieldError) bool { return p.Field == fe.Field }) {
+			problems = append(problems, fe)
+		}
+	}
+	slices.SortStableFunc(problems, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+	return Event{}, malformedAll(problems)
 }
 
 func refValidate(e Event) error {
