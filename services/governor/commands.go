@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -168,8 +169,14 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	if token == "" {
 		token = "_invalid"
 	}
-	answerID := "rejected:" + e.ID()
-	if e.ID() == "" || len(e.ID()) > MaxCommandID {
+	// The answer's id (its Nats-Msg-Id) is the command's, so that a
+	// command sent again is answered once, whatever check refused it (an
+	// envelope that does not decode too: PeekAttributes reads only an id
+	// given once, as a UTF-8 string). Without such an id, or with one too
+	// long or holding a control character (a CR or LF would end the
+	// header), the command's stream sequence takes its place.
+	answerID := "rejected:" + cmdID
+	if cmdID == "" || len(cmdID) > MaxCommandID || strings.ContainsFunc(cmdID, unicode.IsControl) {
 		if md, err := m.Metadata(); err == nil {
 			answerID = fmt.Sprintf("rejected:%s:%d", md.Stream, md.Sequence.Stream)
 		}

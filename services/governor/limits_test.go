@@ -604,3 +604,68 @@ func TestSecondCreationIsRejectedWhenAScheduleReadFails(t *testing.T) {
 		t.Fatalf("state after the second creation: createdAt %s, last command %q; want the first creation's (%s, create-a)", st.CreatedAt, st.LastCommandID, first.CreatedAt)
 	}
 }
+
+// TestRejectedAnswerIDIsTheCommandID: a task.rejected's Nats-Msg-Id is
+// rejected:<command id>, so that a command sent again is answered once.
+// A command refused for its envelope (an "x-foo" attribute, a text/plain
+// Content-Type, source "::", a binary-mode body "{bad") was answered
+// rejected:TASKS:<stream sequence> although its id was readable: each
+// copy got an answer of its own. What cannot be read without doubt (an
+// id given twice) still takes the stream sequence: another command's id
+// must not be taken for it.
+func TestRejectedAnswerIDIsTheCommandID(t *testing.T) {
+	_, js := startGovernor(t)
+	subject := events.TaskSubject(events.VerbCreated, "env")
+	structured := func(id, extra string) []byte {
+		return []byte(`{"specversion":"1.0","id":"` + id + `","source":"test","type":"io.flyball.task.created"` + extra + `,"data":{"id":"env"}}`)
+	}
+	for _, c := range []struct {
+		name   string
+		header nats.Header
+		body   []byte
+		want   string // "" for rejected:TASKS:<seq>
+	}{
+		{"extension x-foo", nil, structured("c-xfoo", `,"x-foo":"v"`), "rejected:c-xfoo"},
+		{"text/plain", nats.Header{"Content-Type": {"text/plain"}}, structured("c-ct", ""), "rejected:c-ct"},
+		{"source ::", nil, []byte(`{"specversion":"1.0","id":"c-src","source":"::","type":"io.flyball.task.created"}`), "rejected:c-src"},
+		{"binary {bad", nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"c-bin"}, "ce-source": {"test"}, "ce-type": {events.TypeTaskCreated}}, []byte(`{bad`), "rejected:c-bin"},
+		{"id given twice", nil, structured("d1", `,"id":"d2"`), ""},
+		{"id with a newline", nil, structured(`c\nx`, `,"x-foo":"v"`), ""},
+		{"no id", nil, []byte(`{bad`), ""},
+	} {
+		ack, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: subject, Header: c.header, Data: c.body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.AwaitAcked(t, js, streams.StreamTasks, streams.ConsumerGovernor, ack.Sequence)
+		want := c.want
+		if want == "" {
+			want = fmt.Sprintf("rejected:%s:%d", streams.StreamTasks, ack.Sequence)
+		}
+		if got := lastRejectionID(t, js, "env"); got != want {
+			t.Errorf("%s: answered with id %q, want %q", c.name, got, want)
+		}
+	}
+}
+
+// lastRejectionID returns the Nats-Msg-Id of the last task.rejected for
+// task id, after checking that its CloudEvents id is the same.
+func lastRejectionID(t *testing.T, js jetstream.JetStream, id string) string {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(t.Context(), events.TaskSubject(events.VerbRejected, id))
+	if err != nil {
+		t.Fatalf("no task.rejected for %s: %v", id, err)
+	}
+	e, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgID := m.Header.Get(jetstream.MsgIDHeader); msgID != e.ID() {
+		t.Fatalf("task.rejected with Nats-Msg-Id %q and id %q", msgID, e.ID())
+	}
+	return e.ID()
+}
