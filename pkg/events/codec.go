@@ -387,6 +387,7 @@ func attributeProblems(b []byte) []FieldError {
 	var data json.RawMessage
 	specVersion := false
 	seen := map[string]bool{}
+	values := map[string]string{} // of id and type
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -446,6 +447,7 @@ func attributeProblems(b []byte) []FieldError {
 		if json.Unmarshal(raw, &v) != nil {
 			return nil
 		}
+		values[key] = v
 		switch key {
 		case "source":
 			if v == "" {
@@ -470,6 +472,20 @@ func attributeProblems(b []byte) []FieldError {
 			dct = v
 		case "specversion":
 			specVersion = true
+		}
+	}
+	// Validate, which names a missing id, type or source, runs on what
+	// the sdk decoded: after a failure above it does not run.
+	if len(problems) > 0 {
+		for _, key := range []string{"id", "source", "type"} {
+			if slices.ContainsFunc(problems, func(fe FieldError) bool { return fe.Field == key }) {
+				continue
+			}
+			if key == "source" && !seen[key] {
+				add(key, "is required: a non-empty URI reference")
+			} else if key != "source" && strings.TrimSpace(values[key]) == "" {
+				add(key, "is required")
+			}
 		}
 	}
 	if !specVersion {

@@ -94,4 +94,12 @@ func TestDecodeStructuredListsEveryEnvelopeProblem(t *testing.T) {
 	if len(rs) != 3 || rs[0].Field != "source" || rs[1].Field != "time" || rs[2].Field != "x-foo" {
 		t.Fatalf("reasons %+v, want source, time and x-foo", rs)
 	}
+
+	// A missing id or type is named too, after them.
+	body = `{"specversion":"1.0","source":"::","type":" ","data":{}}`
+	_, err = events.Decode(nil, []byte(body))
+	rs = events.Reasons(err)
+	if len(rs) != 3 || rs[0].Field != "source" || rs[1].Field != "id" || rs[2].Field != "type" || rs[2].Rule != "is required" {
+		t.Fatalf("reasons %+v, want source, then id and type required", rs)
+	}
 }
