@@ -399,7 +399,11 @@ func attributeProblems(b []byte) []FieldError {
 			return nil
 		}
 		if seen[key] {
-			add(key, "given twice: each attribute appears once")
+			if key == "" {
+				add(`""`, "given twice: each attribute appears once")
+			} else {
+				add(key, "given twice: each attribute appears once")
+			}
 			continue
 		}
 		seen[key] = true
