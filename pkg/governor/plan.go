@@ -31,6 +31,10 @@ type planner struct {
 	// cadence is set while next comes from the interval grid or a cron
 	// occurrence (not an exact time such as a one-shot or "now").
 	cadence bool
+	// gridNext is the interval grid's slot and gridStep its step
+	// (State.CadenceStep), when intervalBaseline planned one.
+	gridNext time.Time
+	gridStep time.Duration
 	// sched and loc are the parsed cron baseline, if any.
 	sched *cron.Schedule
 	loc   *time.Location
@@ -374,6 +378,7 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 		p.choose(next, src).dur(full).str(" after the slot of ").at(anchor).end()
 	}
 	p.cadence = true
+	p.gridNext, p.gridStep = p.next, gap
 	p.quietCadence(anchor, exp, next)
 }
 

@@ -109,6 +109,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		w.Raw("]}")
 	}
 	w.TimeOmitZero(`,"lastStartedAt":`, s.LastStartedAt)
+	w.Int(`,"cadenceStep":`, int64(s.CadenceStep))
 	w.Raw("}")
 	return w.B, w.Err
 }

@@ -890,6 +890,9 @@ type scheduleView struct {
 	// LastScheduledAt is the slot before NextRunAt: the gap between the
 	// two is the cadence in force (missedUnderNone).
 	LastScheduledAt time.Time `json:"lastScheduledAt"`
+	// CadenceStep is the step of the grid NextRunAt is on, when it is one
+	// (governor.State.CadenceStep).
+	CadenceStep time.Duration `json:"cadenceStep"`
 }
 
 // LateRedispatch is how long after its slot a dispatch must be published
@@ -1270,13 +1273,20 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 		return false // run decides: deleted, invalid, or read again
 	}
 	source := governor.Source(d.Source)
-	next, missed := governor.MissedUnderNone(t.spec, source, time.Time{}, d.ScheduledAt, now)
+	next, missed := governor.MissedUnderNone(t.spec, source, 0, d.ScheduledAt, now)
 	if missed && source.Cadence() && source != governor.SourceBaselineInterval {
 		// A cadence the governor may have stretched past the spec's
 		// interval: the schedule that planned the slot gives the gap in
-		// force. Read only here, on a slot already late by an interval.
+		// force, its cadenceStep (the slot may lie several steps past
+		// lastScheduledAt when late slots were skipped), or the gap from
+		// lastScheduledAt. Read only here, on a slot already late by an
+		// interval.
 		if p := s.scheduleOf(ctx, d.TaskID); p.NextRunAt.Equal(d.ScheduledAt) {
-			next, missed = governor.MissedUnderNone(t.spec, source, p.LastScheduledAt, d.ScheduledAt, now)
+			step := p.CadenceStep
+			if step <= 0 && !p.LastScheduledAt.IsZero() {
+				step = d.ScheduledAt.Sub(p.LastScheduledAt)
+			}
+			next, missed = governor.MissedUnderNone(t.spec, source, step, d.ScheduledAt, now)
 		}
 	}
 	if !missed {
