@@ -39,15 +39,19 @@ type schedule struct {
 // falls back to json.Unmarshal, which then decides exactly as it always
 // did.
 //
-// The one behavioural difference: a value whose prefix holds the three
-// fields but whose tail is not valid JSON is scheduled from the prefix
-// instead of being refused. The governor never writes such a value, and
-// TestDecodeScheduleMatchesUnmarshal and FuzzDecodeSchedule check agreement
-// with json.Unmarshal on every valid input without a repeated field (the
-// scan returns once it has all three, so a later copy of one, which
-// json.Unmarshal would take, is never read).
+// The one behavioural difference: a value whose prefix, up to the three
+// fields (or to the end of an object with the first two), is valid JSON
+// but whose tail is not is scheduled from the prefix instead of being
+// refused; what the scan skips before and between the fields is checked
+// (skipValue), so invalid JSON there is refused as json.Unmarshal refuses
+// it. The governor never writes such a value, and
+// TestDecodeScheduleMatchesUnmarshal, TestDecodeScheduleEdges and
+// FuzzDecodeSchedule check agreement with json.Unmarshal on every input
+// without a repeated field (the scan returns once it has all three, so a
+// later copy of one, which json.Unmarshal would take, is never read),
+// invalid input included apart from that tail.
 func decodeSchedule(b []byte) (schedule, error) {
-	if sc, ok := scanSchedule(b); ok {
+	if sc, _, ok := scanSchedule(b); ok {
 		return sc, nil
 	}
 	var sc scheduled
@@ -63,22 +67,23 @@ func decodeSchedule(b []byte) (schedule, error) {
 // written by flyball before 2026-11-27 or by hand). It returns ok=false
 // whenever it has not found them or json.Unmarshal could read them
 // differently (see decodeSchedule), so it never has to be sure the input
-// is valid.
-func scanSchedule(b []byte) (sc schedule, ok bool) {
+// is valid. n is the length of the prefix read: up to the last field's
+// value, or the object's closing brace.
+func scanSchedule(b []byte) (sc schedule, n int, ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return schedule{}, false
+		return schedule{}, 0, false
 	}
 	i = skipSpace(b, i+1)
 	var haveNext, haveSource, haveCreated bool
 	for {
 		key, j, ok := plainString(b, i)
 		if !ok {
-			return schedule{}, false
+			return schedule{}, 0, false
 		}
 		i = skipSpace(b, j)
 		if i >= len(b) || b[i] != ':' {
-			return schedule{}, false
+			return schedule{}, 0, false
 		}
 		i = skipSpace(b, i+1)
 		switch {
@@ -86,40 +91,40 @@ func scanSchedule(b []byte) (sc schedule, ok bool) {
 			// The raw token, quotes included, is exactly what
 			// json.Unmarshal hands to time.Time.UnmarshalJSON.
 			if j, ok = rawTime(b, i, &sc.next); !ok {
-				return schedule{}, false
+				return schedule{}, 0, false
 			}
 			haveNext = true
 		case string(key) == "createdAt":
 			if j, ok = rawTime(b, i, &sc.created); !ok {
-				return schedule{}, false
+				return schedule{}, 0, false
 			}
 			haveCreated = true
 		case string(key) == "source":
 			if sc.source, j, ok = plainString(b, i); !ok {
-				return schedule{}, false
+				return schedule{}, 0, false
 			}
 			haveSource = true
 		case foldEqual(key, "nextRunAt") || foldEqual(key, "source") || foldEqual(key, "createdAt"):
 			// encoding/json matches field names case-insensitively.
-			return schedule{}, false
+			return schedule{}, 0, false
 		default:
 			if j, ok = skipValue(b, i); !ok {
-				return schedule{}, false
+				return schedule{}, 0, false
 			}
 		}
 		if haveNext && haveSource && haveCreated {
-			return sc, true
+			return sc, j, true
 		}
 		i = skipSpace(b, j)
 		if i < len(b) && b[i] == '}' && haveNext && haveSource {
-			return sc, true
+			return sc, i + 1, true
 		}
 		// Anything but a comma, including the end of the object (a
 		// state with no nextRunAt: deleted or paused indefinitely), is
 		// left to json.Unmarshal: those states are rare, and it also
 		// validates them.
 		if i >= len(b) || b[i] != ',' {
-			return schedule{}, false
+			return schedule{}, 0, false
 		}
 		i = skipSpace(b, i+1)
 	}
@@ -153,9 +158,11 @@ func plainString(b []byte, i int) (s []byte, end int, ok bool) {
 	return nil, 0, false
 }
 
-// skipValue returns the index after the JSON value starting at b[i]. It
-// does not validate: on valid JSON it is exact, on invalid JSON it may
-// return anything, and the caller then either fails or stops early.
+// skipValue returns the index after the JSON value starting at b[i], and
+// ok=false when that value is not valid JSON: a literal other than true,
+// false, null or a number, a string with a control byte or a bad escape,
+// or a malformed object or array. The caller then falls back to
+// json.Unmarshal, which refuses the value as it always did.
 func skipValue(b []byte, i int) (int, bool) {
 	if i >= len(b) {
 		return 0, false
@@ -164,7 +171,7 @@ func skipValue(b []byte, i int) (int, bool) {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
-		depth := 0
+		start, depth := i, 0
 		for i < len(b) {
 			switch b[i] {
 			case '"':
@@ -179,7 +186,12 @@ func skipValue(b []byte, i int) (int, bool) {
 			case '}', ']':
 				depth--
 				if depth == 0 {
-					return i + 1, true
+					// The brackets balance; the rest of the grammar
+					// (separators, literals, matching pairs) is checked
+					// here. The governor writes no object or array
+					// before the fields read, so this is off the hot
+					// path.
+					return i + 1, json.Valid(b[start : i+1])
 				}
 			}
 			i++
@@ -191,7 +203,7 @@ func skipValue(b []byte, i int) (int, bool) {
 		for j < len(b) {
 			switch b[j] {
 			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return j, j > i
+				return j, validLiteral(b[i:j])
 			}
 			j++
 		}
@@ -199,17 +211,94 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 }
 
-// skipString returns the index after the JSON string starting at b[i].
+// validLiteral reports whether lit is true, false, null or a JSON number.
+func validLiteral(lit []byte) bool {
+	switch string(lit) {
+	case "true", "false", "null":
+		return true
+	}
+	// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+	i := 0
+	if i < len(lit) && lit[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(lit) && lit[i] == '0':
+		i++
+	case i < len(lit) && '1' <= lit[i] && lit[i] <= '9':
+		i = digits(lit, i)
+	default:
+		return false
+	}
+	if i < len(lit) && lit[i] == '.' {
+		if j := digits(lit, i+1); j > i+1 {
+			i = j
+		} else {
+			return false
+		}
+	}
+	if i < len(lit) && (lit[i] == 'e' || lit[i] == 'E') {
+		i++
+		if i < len(lit) && (lit[i] == '+' || lit[i] == '-') {
+			i++
+		}
+		if j := digits(lit, i); j > i {
+			i = j
+		} else {
+			return false
+		}
+	}
+	return i == len(lit)
+}
+
+// digits returns the index after the decimal digits at b[i].
+func digits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the JSON string starting at b[i], and
+// ok=false when it is not a valid JSON string: unterminated, or holding a
+// control byte or an escape json.Unmarshal refuses. Other bytes, invalid
+// UTF-8 included, json.Unmarshal accepts too.
 func skipString(b []byte, i int) (int, bool) {
 	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++ // whatever is escaped, it does not end the string
-		case '"':
+		switch c := b[j]; {
+		case c == '"':
 			return j + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			if j++; j >= len(b) {
+				return 0, false
+			}
+			switch b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(b) || !hex4(b[j+1:j+5]) {
+					return 0, false
+				}
+				j += 4
+			default:
+				return 0, false
+			}
 		}
 	}
 	return 0, false
+}
+
+// hex4 reports whether h is four hexadecimal digits.
+func hex4(h []byte) bool {
+	for _, c := range h {
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func skipSpace(b []byte, i int) int {

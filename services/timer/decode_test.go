@@ -161,7 +161,7 @@ func TestDecodeScheduleMatchesUnmarshal(t *testing.T) {
 			}
 			// The governor's own output must take the fast path, or the
 			// scanner is not doing its job.
-			if _, ok := scanSchedule(b); !ok {
+			if _, _, ok := scanSchedule(b); !ok {
 				t.Fatalf("scanSchedule fell back on a governor state: %s", b)
 			}
 			fast++
@@ -297,6 +297,25 @@ func TestDecodeScheduleEdges(t *testing.T) {
 		`{"trail":["a","b\\\"c"],"nextRunAt":"2026-11-22T07:00:00Z","source":"x"}`,
 		`{"taskId":"a"`,
 		`{"taskId":}`,
+		// Invalid JSON before the three fields: json.Unmarshal refuses it,
+		// and so must the scanner (it scheduled each of these).
+		`{"taskId":"a","x":tru,"nextRunAt":"2026-03-02T10:00:00Z","source":"baseline-interval","createdAt":"2026-03-01T00:00:00Z"}`,
+		`{"taskId":tru,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z","trail":[}`,
+		"{\"taskId\":\"a\x01b\",\"nextRunAt\":\"2026-11-22T07:00:00Z\",\"source\":\"x\",\"createdAt\":\"2026-11-21T07:00:00Z\"}",
+		`{"taskId":"a\qb","nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"taskId":"a\u00zz","nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"taskId":"a\u00e9\/\b\f\n\r\t","nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":01,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":-,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":1.,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":1e,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":+1,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":nulls,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"n":-0.5E+10,"m":0,"t":true,"f":false,"z":null,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"x":[1,2},"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"x":{"a":tru},"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"x":["\q"],"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
+		`{"x":{"a" 1},"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"}`,
 		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00.123456789+01:00","trail":["a"]}`,
 		`{"createdAt":"2026-11-21T07:00:00Z","nextRunAt":"2026-11-22T07:00:00Z","source":"x"}`,
 		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","trail":["a"],"createdAt":"2026-11-21T07:00:00Z"}`,
@@ -315,7 +334,7 @@ func TestDecodeScheduleEdges(t *testing.T) {
 	for _, in := range []string{
 		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z"`,
 		`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x"} trailing`,
-		`{"taskId":tru,"nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z","trail":[}`,
+		`{"taskId":"a","nextRunAt":"2026-11-22T07:00:00Z","source":"x","createdAt":"2026-11-21T07:00:00Z","trail":[}`,
 	} {
 		t.Run(in, func(t *testing.T) {
 			sc, err := decodeSchedule([]byte(in))
@@ -327,9 +346,12 @@ func TestDecodeScheduleEdges(t *testing.T) {
 }
 
 // FuzzDecodeSchedule checks decodeSchedule against json.Unmarshal on any
-// valid JSON in which nextRunAt and source appear at most once (a later
+// input in which nextRunAt and source appear at most once (a later
 // duplicate is past the point where the scanner stops), and that it never
-// panics.
+// panics. On invalid JSON the two agree but for the one deliberate
+// difference: a tail past the fields the scanner read. Invalid JSON it
+// accepts must be a valid prefix (closed, it is valid JSON) that
+// json.Unmarshal decodes to the same schedule.
 func FuzzDecodeSchedule(f *testing.F) {
 	r := rand.New(rand.NewPCG(7, 7))
 	for range 20 {
@@ -342,13 +364,34 @@ func FuzzDecodeSchedule(f *testing.F) {
 	f.Add([]byte(`{"nextRunAt":"2026-11-22T07:00:00Z","source":"x"}`))
 	f.Add([]byte(`{"taskId":"a\\","nextRunAt":"2026-11-22T07:00:00.999999999-07:00","source":"y"}`))
 	f.Add([]byte(`{"x":[{"y":"}"}],"Source":"z","nextRunAt":"2026-11-22T07:00:00Z"}`))
+	f.Add([]byte(`{"taskId":"a","x":tru,"nextRunAt":"2026-03-02T10:00:00Z","source":"baseline-interval","createdAt":"2026-03-01T00:00:00Z"}`))
+	f.Add([]byte("{\"taskId\":\"a\x01\\q\",\"n\":-1.5e+3,\"nextRunAt\":\"2026-11-22T07:00:00Z\",\"source\":\"x\",\"createdAt\":\"2026-11-21T07:00:00Z\",\"trail\":[}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sc, err := decodeSchedule(b)
-		if !json.Valid(b) || repeatsField(b) {
+		in := b
+		if !json.Valid(b) {
+			_, n, ok := scanSchedule(b)
+			if !ok {
+				if err == nil {
+					t.Fatalf("decodeSchedule(%q) accepted invalid JSON through json.Unmarshal", b)
+				}
+				return
+			}
+			// Accepted from a prefix: the prefix must be valid JSON
+			// whose decoding agrees (the tail is the difference).
+			in = b[:n:n]
+			if in[n-1] != '}' {
+				in = append(in, '}')
+			}
+			if !json.Valid(in) {
+				t.Fatalf("decodeSchedule(%q) accepted the invalid prefix %q", b, b[:n])
+			}
+		}
+		if repeatsField(in) {
 			return
 		}
 		var want scheduled
-		wantErr := json.Unmarshal(b, &want)
+		wantErr := json.Unmarshal(in, &want)
 		if (err != nil) != (wantErr != nil) {
 			t.Fatalf("decodeSchedule(%q): err %v, json.Unmarshal err %v", b, err, wantErr)
 		}
@@ -388,4 +431,22 @@ func repeatsField(b []byte) bool {
 		}
 	}
 	return next > 1 || source > 1 || created > 1
+}
+
+// BenchmarkDecodeSchedule is decodeSchedule alone on governor-written
+// states (BenchmarkApplyLoad measures it within apply).
+func BenchmarkDecodeSchedule(b *testing.B) {
+	now := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
+	values := make([][]byte, 64)
+	for i := range values {
+		values[i] = acceptedState(b, now, fmt.Sprintf("scale-%07d", i), now.Add(time.Duration(i)*time.Minute))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := decodeSchedule(values[i%len(values)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }
