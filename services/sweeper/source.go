@@ -33,7 +33,10 @@ func (s *Service) pickScheduleSource(ctx context.Context) {
 	prev, known := s.lastSeq, s.seqKnown
 	s.lastSeq, s.seqKnown = seq, true
 	if !known || seq < prev {
-		return // the first sweep, or the bucket was re-created
+		// The first sweep, or the bucket was re-created: a scan reads
+		// the new one, and the schedules watch notices the new stream
+		// itself and replays it (kvcache.Follower, within 5 s).
+		return
 	}
 	writes := seq - prev
 	switch {

@@ -221,3 +221,74 @@ func runFollower(t *testing.T, f *Follower) {
 	go func() { defer close(done); loop() }()
 	t.Cleanup(func() { cancel(); <-done })
 }
+
+// TestFollowerReplaysABucketReCreatedUnderIt deletes the bucket's stream
+// and creates it again while the watch runs, quicker than nats.go's
+// missed-heartbeat check (two 5 s heartbeats): the watch does not end.
+// nats.go re-creates its consumer later at the old stream's last
+// sequence + 1, so the new bucket's first writes would never arrive.
+// The follower must notice the new stream, apply its writes and prune
+// the old keys.
+func TestFollowerReplaysABucketReCreatedUnderIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	cfg := jetstream.KeyValueConfig{Bucket: "recreated", History: 1}
+	kv, err := srv.JS.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := kv.Put(ctx, fmt.Sprintf("old-%d", i), []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	view := map[string]string{}
+	loads := make(chan struct{}, 4)
+	f := Follower{
+		KV: kv, Conn: srv.NC,
+		Apply: func(e jetstream.KeyValueEntry) {
+			mu.Lock()
+			defer mu.Unlock()
+			if e.Operation() == jetstream.KeyValuePut {
+				view[e.Key()] = string(e.Value())
+			} else {
+				delete(view, e.Key())
+			}
+		},
+		Prune: func(keep func(string) bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			maps.DeleteFunc(view, func(k, _ string) bool { return !keep(k) })
+		},
+		Loaded: func() { loads <- struct{}{} },
+	}
+	runFollower(t, &f)
+	recv(t, loads, "first snapshot")
+
+	recreate(t, srv.JS, cfg)
+	for _, k := range []string{"new-a", "new-b", "new-c"} {
+		if _, err := kv.Put(ctx, k, []byte("2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"new-a": "2", "new-b": "2", "new-c": "2"}
+	natstest.Eventually(t, 5*time.Second, "the follower's view is the re-created bucket (its writes applied, the old keys pruned)", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Equal(view, want)
+	})
+}
+
+// recreate deletes the bucket's stream and creates the bucket again, as
+// an operator deleting it and running flyball provision would.
+func recreate(t *testing.T, js jetstream.JetStream, cfg jetstream.KeyValueConfig) {
+	t.Helper()
+	if err := js.DeleteKeyValue(t.Context(), cfg.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -260,6 +260,9 @@ func (c *Cache[T]) Read(ctx context.Context, key string) (T, uint64, error) {
 		return zero, 0, err
 	}
 	e := c.store(key, ent.Revision(), false, ent.Value())
+	if e != nil && e.rev > ent.Revision() && c.stale(ctx, key, e) {
+		e = nil // the bucket's answer, from the stream there is now
+	}
 	if e == nil { // not cached (store): answered as read, decoded again
 		v, err := c.decode(key, ent.Value())
 		return v, ent.Revision(), err
@@ -269,6 +272,26 @@ func (c *Cache[T]) Read(ctx context.Context, key string) (T, uint64, error) {
 	}
 	v, err := e.value(key, c.decode)
 	return v, e.rev, err
+}
+
+// stale reports whether e, held for key at a revision above the one the
+// bucket just answered, is from a stream that is gone, and if so drops
+// it. The bucket was deleted and created again (or restored) and its
+// revisions started over: Read kept answering the old stream's value
+// over the new one until the follower replayed the bucket. A write of
+// this process to the stream there is now is at most its last sequence,
+// so it is kept. Only a read that finds the view ahead pays the request.
+func (c *Cache[T]) stale(ctx context.Context, key string, e *entry[T]) bool {
+	s, err := ReadStream(ctx, c.kv)
+	if err != nil || s.LastSeq >= e.rev {
+		return false
+	}
+	c.mu.Lock()
+	if c.entries[key] == e {
+		delete(c.entries, key)
+	}
+	c.mu.Unlock()
+	return true
 }
 
 // Len is the number of cached keys: those with a value, and deletions

@@ -111,7 +111,13 @@ func TestGetFallsBackToTheBucket(t *testing.T) {
 		t.Fatalf("Get = %d, %d, %v; want 5, %d, nil", v, gotRev, err, rev)
 	}
 	// A deletion this process recorded, newer than the bucket's value,
-	// wins over the bucket (it is still being applied there).
+	// wins over the bucket (it is still being applied there). The
+	// stream holds its revision (another key's write stands in for it):
+	// a revision above the stream's last is from a stream that is gone
+	// (TestCacheFollowsABucketReCreatedUnderIt).
+	if _, err := kv.Put(ctx, "other", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
 	c.Delete("k", rev+1)
 	if _, _, err := c.Get(ctx, "k"); !errors.Is(err, jetstream.ErrKeyDeleted) {
 		t.Fatalf("Get after a newer local delete: err = %v, want ErrKeyDeleted", err)
@@ -306,5 +312,48 @@ func BenchmarkLookup(b *testing.B) {
 				b.Fatalf("Lookup(k) = %+v", r)
 			}
 		}
+	})
+}
+
+// TestCacheFollowsABucketReCreatedUnderIt: the bucket's stream is deleted
+// and created again while the cache runs (its watch does not end, see
+// TestFollowerReplaysABucketReCreatedUnderIt). Read must answer the new
+// bucket's value, not the old one cached at a higher revision, and the
+// view must come to hold the new bucket only.
+func TestCacheFollowsABucketReCreatedUnderIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	ctx := t.Context()
+	cfg := jetstream.KeyValueConfig{Bucket: "recreated-cache", History: 1}
+	kv, err := srv.JS.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := kv.Put(ctx, "k", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "old", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	c := New(kv, decodeInt(&calls), nil)
+	c.Conn = srv.NC
+	run(t, c)
+	if r := c.Lookup("k"); !r.Found || r.Value != 9 {
+		t.Fatalf("Lookup(k) before the re-creation = %+v, want 9", r)
+	}
+
+	recreate(t, srv.JS, cfg)
+	if _, err := kv.Put(ctx, "k", []byte("100")); err != nil {
+		t.Fatal(err)
+	}
+	if v, rev, err := c.Read(ctx, "k"); err != nil || v != 100 || rev != 1 {
+		t.Fatalf("Read(k) after the bucket was re-created = %d at revision %d (err %v), want 100 at revision 1", v, rev, err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the cache's view is the re-created bucket (k=100, old gone)", func() bool {
+		k, old := c.Lookup("k"), c.Lookup("old")
+		return k.Found && k.Value == 100 && old.Known && !old.Found
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 )
 
 // catchUp bounds how long a page waits for the key index to apply the
@@ -171,29 +173,26 @@ func (x *keyIndex) watch(ctx context.Context, gen int) {
 // lastSeq is the last sequence stored in kv's stream, and when the
 // stream was created.
 func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, time.Time, error) {
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("read status of KV %s: %w", kv.Bucket(), err)
-	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return 0, time.Time{}, fmt.Errorf("read status of KV %s: no stream info", kv.Bucket())
-	}
-	info := bs.StreamInfo()
-	return info.State.LastSeq, info.Created, nil
+	s, err := kvcache.ReadStream(ctx, kv)
+	return s.LastSeq, s.Created, err
 }
 
 // replaced reports whether the watch reads another stream than the one
 // whose state a page read (last sequence want, created at created): the
 // bucket's stream was deleted and provisioned again, or restored, and
-// its sequences started again from 1. Its watch may still run, on the
-// old stream's keys, and its sequence, above the new stream's, would
-// make it current until the new stream passed it. x.mu is held.
+// its sequences started again from 1 (kvcache.Stream.Replaces, as the
+// services' views tell). Its watch may still run, on the old stream's
+// keys, and its sequence, above the new stream's, would make it current
+// until the new stream passed it. x.mu is held.
 func (x *keyIndex) replaced(want uint64, created time.Time) bool {
 	if !x.watching {
 		return false
 	}
-	return !x.created.IsZero() && !created.Equal(x.created) || x.live && want < x.seq
+	var seen uint64
+	if x.live {
+		seen = x.seq
+	}
+	return kvcache.Stream{LastSeq: want, Created: created}.Replaces(x.created, seen)
 }
 
 // current waits until the index holds every write stored before it was

@@ -1,0 +1,13 @@
+package kvcache
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	// A re-created bucket is noticed within this, not the 5 s of a service.
+	streamCheck = 100 * time.Millisecond
+	os.Exit(m.Run())
+}
