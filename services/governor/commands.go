@@ -568,8 +568,7 @@ func (s *Service) repeatedCommand(ctx context.Context, step Step) (*events.TaskA
 	}
 	s.log.Info("command already applied; acknowledged without applying it again",
 		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "lastCommandSeq", st.LastCommandSeq)
-	acc := unapplied(step, &st, fmt.Sprintf("no change: command %q was applied already (stream sequence %d); one event id is one command, send a new id for another",
-		step.CommandID, st.LastCommandSeq))
+	acc := unapplied(step, &st, repeatedWhy(step.CommandID, st.LastCommandSeq))
 	if step.Spec != nil {
 		// The revision the command's own spec write stored (no later
 		// command has been applied: it is the task's last), as its first

@@ -497,12 +497,60 @@ type Entry struct {
 // meant for another creation of the task than the one replayed
 // (otherCreation).
 func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
+	return ReplayAnswers(steps, func(i int) Answer {
+		accepted, known := answer(i)
+		return Answer{Accepted: accepted, Known: known}
+	})
+}
+
+// Answer is what the governor answered a command, as its task.accepted or
+// task.rejected says.
+type Answer struct {
+	// Known is set when the answer was read; Accepted tells which.
+	Known, Accepted bool
+	// NoChange, on an accepted command, is the why of an answer that
+	// says it changed nothing (unapplied: its trail's only line, starting
+	// "no change:"): the governor wrote neither its spec nor a decision.
+	NoChange string
+}
+
+// UnappliedWhy is the why of a task.accepted that says its command
+// changed nothing (the governor's unapplied answer: one trail line
+// starting "no change:"), or "" for an answer that applied it.
+func UnappliedWhy(acc *events.TaskAccepted) string {
+	if len(acc.Trail) == 1 && strings.HasPrefix(acc.Trail[0], "no change:") {
+		return acc.Trail[0]
+	}
+	return ""
+}
+
+// repeatedWhy is the why of the answer to a command stored again with
+// the id of the task's last applied command (repeatedCommand).
+func repeatedWhy(cmdID string, lastSeq uint64) string {
+	return fmt.Sprintf("no change: command %q was applied already (stream sequence %d); one event id is one command, send a new id for another", cmdID, lastSeq)
+}
+
+// ReplayAnswers is Replay with the governor's answers in full: a command
+// answered as changing nothing (Answer.NoChange), or stored again with
+// the id of the last command applied to the replayed schedule (whose
+// answer JetStream may have dropped as a duplicate of the first one's),
+// is listed unapplied, as the governor left it: its spec is not taken.
+// Taken (as it was), a task.created sent twice with one id and another
+// interval replayed every later run with the copy's interval.
+func ReplayAnswers(steps []Step, answer func(i int) Answer) []Entry {
 	var spec *events.TaskSpec
 	var st gov.State
 	var out []Entry
 	for i, step := range steps {
 		if step.CommandID != "" {
-			accepted, known := answer(i)
+			a := answer(i)
+			accepted, known := a.Accepted, a.Known
+			if known && accepted && a.NoChange != "" {
+				if spec != nil {
+					out = append(out, unappliedEntry(i, step, st, a.NoChange))
+				}
+				continue
+			}
 			if !known {
 				switch step.Input.Kind {
 				case gov.KindAccepted:
@@ -516,6 +564,10 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 				}
 			}
 			if !accepted {
+				continue
+			}
+			if spec != nil && step.Input.Kind != gov.KindDeleted && st.LastCommandID == step.CommandID && step.Seq != st.LastCommandSeq {
+				out = append(out, unappliedEntry(i, step, st, repeatedWhy(step.CommandID, st.LastCommandSeq)))
 				continue
 			}
 		}
@@ -539,6 +591,13 @@ func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
 		out = append(out, Entry{Index: i, Step: step, Decision: dec})
 	}
 	return out
+}
+
+// unappliedEntry is the line of a command the governor acked without
+// effect, for why: the schedule st as it stands.
+func unappliedEntry(i int, step Step, st gov.State, why string) Entry {
+	return Entry{Index: i, Step: step, NoChange: why,
+		Decision: gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}}
 }
 
 // noChange says why Decide ignored in given state st.
@@ -573,7 +632,7 @@ func noChange(st *gov.State, in gov.Input) string {
 	case gov.KindBreaker:
 		return "no change: a transition without its state"
 	}
-	return "no change"
+	return "no change: the input left the schedule as it was"
 }
 
 func otherTask(created time.Time, st *gov.State) string {

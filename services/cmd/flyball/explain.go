@@ -127,6 +127,11 @@ func printExplanation(w io.Writer, ex *query.Explanation, since time.Time) {
 	case ex.Agrees && ex.Pending > 0:
 		fmt.Fprintf(w, "stored: %s; the replay agrees up to the last %d input(s), marked (pending): the governor had not applied them yet (stored within %s); they lead to %s\n",
 			scheduleText(ex.Stored), ex.Pending, query.InFlight, scheduleText(ex.Replayed))
+	case ex.Stored == nil && ex.NothingReplayed && !ex.DeletedAt.IsZero():
+		// Nothing replayed: no agreement to claim, and no mismatch.
+		fmt.Fprintf(w, "stored: no schedule: the task was deleted at %s; nothing was replayed to compare with (see the warning)\n", fmtTime(ex.DeletedAt))
+	case ex.Stored == nil && ex.NothingReplayed:
+		fmt.Fprintln(w, "stored: no schedule (the task does not exist or was deleted); nothing was replayed to compare with")
 	case ex.Stored == nil && ex.Replayed == nil && !ex.DeletedAt.IsZero():
 		fmt.Fprintf(w, "stored: no schedule: the task was deleted at %s; the replay agrees\n", fmtTime(ex.DeletedAt))
 	case ex.Stored == nil && ex.Replayed == nil:

@@ -150,8 +150,13 @@ func TestExplainSaysWhatSinceHides(t *testing.T) {
 	if want := "no decisions for quiet since " + at.Format(tsFormat) + ": 2 were recorded before it (a wider --since shows them)"; !strings.Contains(out, want) {
 		t.Fatalf("explain --since %s:\n%s\nwant %q", since, out, want)
 	}
+	raw := e.ok(t, "explain", "quiet", "--since", since, "-o", "json")
+	// Every line hidden, the timeline is empty, not null.
+	if !strings.Contains(raw, `"timeline": []`) {
+		t.Errorf("explain --since -o json:\n%s\nwant \"timeline\": []", raw)
+	}
 	var ex query.Explanation
-	if err := json.Unmarshal([]byte(e.ok(t, "explain", "quiet", "--since", since, "-o", "json")), &ex); err != nil {
+	if err := json.Unmarshal([]byte(raw), &ex); err != nil {
 		t.Fatal(err)
 	}
 	if ex.Hidden != 2 || len(ex.Timeline) != 0 || !ex.Agrees {
@@ -188,9 +193,50 @@ func TestExplainSaysWhenATaskWasDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := e.ok(t, "explain", "old")
-	for _, want := range []string{"stored: no schedule: the task was deleted at ", "flyball replay --stream TASKS --subject 'flyball.task.*.old'"} {
+	for _, want := range []string{"stored: no schedule: the task was deleted at ", "flyball replay --stream TASKS --subject 'flyball.task.*.old'", "nothing was replayed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("explain of a deleted task whose creation aged out:\n%s\nwant %q", out, want)
 		}
+	}
+	// Nothing replayed, nothing agrees: it said "the replay agrees".
+	if strings.Contains(out, "the replay agrees") {
+		t.Errorf("explain of a task with nothing to replay claims agreement:\n%s", out)
+	}
+}
+
+// TestExplainKeepsTheSpecOfACommandAppliedAlready: a task.created stored
+// again with the id of the task's last applied command (nats pub run twice
+// without a Nats-Msg-Id) changes nothing (docs/events.md), but explain
+// replayed the later runs with the copy's spec: "1m0s after the slot" for
+// a task that ran every second, then a MISMATCH, exit 1.
+func TestExplainKeepsTheSpecOfACommandAppliedAlready(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	tg := newCLITarget(t, http.StatusOK)
+	publish := func(interval time.Duration) {
+		t.Helper()
+		spec := events.TaskSpec{ID: "dup1", Target: events.Target{HTTP: &events.HTTPTarget{URL: tg.url}}, Schedule: events.Schedule{Interval: events.Duration(interval)}}
+		body, err := events.Marshal(events.TypeTaskCreated, "cli/me", "dup1", spec, time.Now(), "d-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No Nats-Msg-Id: TASKS stores both copies.
+		if _, err := jsutil.Publish(t.Context(), e.srv.JS, events.TaskSubject(events.VerbCreated, "dup1"), "", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(time.Second)
+	natstest.Eventually(t, 15*time.Second, "a run", func() bool { return tg.calls.Load() >= 1 })
+	publish(time.Minute)
+	resent := tg.calls.Load()
+	natstest.Eventually(t, 15*time.Second, "runs after the copy", func() bool { return tg.calls.Load() > resent+2 })
+	// The outcome of the last run may still be on its way (pending): a
+	// later one is applied when the one after it is dispatched.
+	r := e.run(t, "explain", "dup1")
+	if r.code != 0 || !strings.Contains(r.stdout, "the replay agrees") || strings.Contains(r.stdout, "1m0s") {
+		t.Fatalf("explain dup1: exit %d\n%s%s\nwant the replay to agree, every run 1s apart", r.code, r.stdout, r.stderr)
+	}
+	if want := `no change: command "d-1" was applied already`; !strings.Contains(r.stdout, want) {
+		t.Fatalf("explain dup1:\n%s\nwant the copy's line to say %q", r.stdout, want)
 	}
 }

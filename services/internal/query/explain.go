@@ -45,6 +45,11 @@ type Explanation struct {
 	// a schedule (the replay has none to delete when the creation has
 	// aged out of TASKS, a year after it).
 	DeletedAt time.Time `json:"deletedAt,omitzero"`
+	// NothingReplayed is set when no input of the task could be
+	// replayed (its creation is no longer in TASKS, or never was): Agrees
+	// then only says there is no mismatch, there being no replay to
+	// compare with.
+	NothingReplayed bool `json:"nothingReplayed,omitempty"`
 	// Hidden counts the decisions replayed before since, left out of
 	// Timeline.
 	Hidden int `json:"hidden,omitempty"`
@@ -98,12 +103,15 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		msg  Message
 		step governor.Step
 		// answered is set once the command's answer is read: accepted
-		// tells which.
+		// tells which, and noChange, for an accepted one, why it changed
+		// nothing (governor.UnappliedWhy).
 		answered, accepted bool
+		noChange           string
 	}
 	var items []item
 	var deletedAt time.Time // the last task.deleted's stored time
-	ex := &Explanation{TaskID: id}
+	// An empty timeline (every line hidden by since) is [] in JSON, not null.
+	ex := &Explanation{TaskID: id, Timeline: []ExplainedStep{}}
 	// The governor answers a task's commands one by one, in stored
 	// order, so an answer (task.accepted or task.rejected) is the answer
 	// to the oldest unanswered command with its id: an id can be sent
@@ -112,10 +120,10 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	// as a duplicate: the governor answers under the Nats-Msg-Id
 	// accepted:<id> or rejected:<id>) is judged by Replay.
 	unanswered := map[string][]int{} // command id: its items waiting for an answer, oldest first
-	answer := func(cmdID string, accepted bool) {
+	answer := func(cmdID string, accepted bool, noChange string) {
 		if waiting := unanswered[cmdID]; len(waiting) > 0 {
 			if i := waiting[0]; i >= 0 { // -1: a command Translate refused, or one left out
-				items[i].answered, items[i].accepted = true, accepted
+				items[i].answered, items[i].accepted, items[i].noChange = true, accepted, noChange
 			}
 			// An answered id is forgotten: a task hinted every few
 			// seconds for a year sends millions of them.
@@ -147,7 +155,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		}
 		first := 0
 		for i := len(items) - 1; i > 0 && first == 0; i-- {
-			if it := &items[i]; it.step.Input.Kind == gov.KindAccepted && it.answered && it.accepted {
+			if it := &items[i]; it.step.Input.Kind == gov.KindAccepted && it.answered && it.accepted && it.noChange == "" {
 				first = i
 			}
 		}
@@ -268,7 +276,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 				if e, err := events.Decode(m.Header, m.Data); err == nil {
 					var acc events.TaskAccepted
 					if events.DecodeData(e, &acc) == nil {
-						answer(acc.CommandID, true)
+						answer(acc.CommandID, true, governor.UnappliedWhy(&acc))
 					}
 				}
 				return nil
@@ -277,7 +285,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 				if e, err := events.Decode(m.Header, m.Data); err == nil {
 					var rej events.TaskRejected
 					if events.DecodeData(e, &rej) == nil {
-						answer(rej.CommandID, false)
+						answer(rej.CommandID, false, "")
 					}
 				}
 				return nil
@@ -345,7 +353,9 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		for i := range items {
 			steps[i] = items[i].step
 		}
-		return governor.Replay(steps, func(i int) (bool, bool) { return items[i].accepted, items[i].answered })
+		return governor.ReplayAnswers(steps, func(i int) governor.Answer {
+			return governor.Answer{Known: items[i].answered, Accepted: items[i].accepted, NoChange: items[i].noChange}
+		})
 	}
 	entries := replay(items)
 	ex.Agrees, ex.Pending = agreement(entries, ex.Stored, readAt)
@@ -390,11 +400,12 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	if ex.Replayed == nil && ex.Stored == nil {
 		ex.DeletedAt = deletedAt
 	}
+	ex.NothingReplayed = len(entries) == 0
 	switch {
 	case len(entries) == 0 && ex.Stored != nil:
 		ex.Warnings = append(ex.Warnings, "the task's creation and updates are no longer in TASKS: nothing could be replayed")
 	case len(entries) == 0 && !ex.DeletedAt.IsZero():
-		ex.Warnings = append(ex.Warnings, fmt.Sprintf("the task's creation is no longer in TASKS, only commands up to its delete: nothing could be replayed (flyball replay --stream TASKS --subject 'flyball.task.*.%s' lists them)", id))
+		ex.Warnings = append(ex.Warnings, fmt.Sprintf("no creation of the task is in TASKS (aged out, or it never existed), only commands up to its delete: nothing could be replayed (flyball replay --stream TASKS --subject 'flyball.task.*.%s' lists them)", id))
 	case len(entries) > 0 && entries[0].Step.Input.Kind != gov.KindAccepted:
 		ex.Warnings = append(ex.Warnings, "the task's creation is no longer in TASKS: the replay starts mid-history and may differ from what was stored")
 	}
