@@ -186,9 +186,10 @@ flyball dev is running.
 		fmt.Fprintf(w, "  API token         %s   (generated; set FLYBALL_API_TOKENS to fix one)\n", token)
 	}
 	fmt.Fprintf(w, `
-Create a task that GETs the API's /healthz every 10s:
-  nats --server nats://%[1]s pub flyball.task.created.hello \
-    '{"specversion":"1.0","type":"io.flyball.task.created","source":"cli/me","id":"hello-1","subject":"hello","datacontenttype":"application/json","data":{"id":"hello","target":{"http":{"url":"http://%[2]s/healthz"}},"schedule":{"interval":"10s"}}}'
+Create a task that GETs the API's /healthz every 10s (one "id" is one
+command: publish another with a new id; the same id again changes nothing):
+  nats --server nats://%[1]s pub flyball.task.created.hello-dev \
+    '{"specversion":"1.0","type":"io.flyball.task.created","source":"cli/me","id":"hello-dev-1","subject":"hello-dev","datacontenttype":"application/json","data":{"id":"hello-dev","target":{"http":{"url":"http://%[2]s/healthz"}},"schedule":{"interval":"10s"}}}'
 Watch runs and dead letters:
   nats --server nats://%[1]s sub 'flyball.run.>'
   nats --server nats://%[1]s sub 'flyball.deadletter.>'
