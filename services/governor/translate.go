@@ -596,8 +596,8 @@ func ReplayAnswers(steps []Step, answer func(i int) Answer) []Entry {
 // unappliedEntry is the line of a command the governor acked without
 // effect, for why: the schedule st as it stands.
 func unappliedEntry(i int, step Step, st gov.State, why string) Entry {
-	return Entry{Index: i, Step: step, NoChange: why,
-		Decision: gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}}
+	dec := gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}
+	return Entry{Index: i, Step: step, Decision: dec, NoChange: why}
 }
 
 // noChange says why Decide ignored in given state st.
