@@ -547,23 +547,24 @@ func unapplied(step Step, st *gov.State, why string) *events.TaskAccepted {
 }
 
 // repeatedCommand answers, without applying it again, a second stored copy
-// of the last command applied to the task's schedule: a command other than
-// a delete with its id at another stream sequence (`nats pub` run twice
-// with one event id, an HTTP retry with one Idempotency-Key after TASKS's
-// duplicate window). Its decision would be ignored (Step.repeats), but a
-// creation's or update's spec was written before it: a creation's with the
-// copy's own time as createdAt, while the schedule kept the first one's,
-// and the executor, comparing the two for every dispatch, read the
-// schedule and the spec from KV again before every run. The applied message delivered again
-// (same sequence) still goes through, to finish writes its first delivery
-// may have left undone (a pause's hint). A delete is applied whatever its
-// id. It returns nil, nil for a command to apply.
+// of the last command applied to the task's schedule (Step.repeatsApplied:
+// a command other than a delete with its id at another stream sequence;
+// `nats pub` run twice with one event id, an HTTP retry with one
+// Idempotency-Key after TASKS's duplicate window). Its decision would be
+// ignored (Step.repeats), but a creation's or update's spec was written
+// before it: a creation's with the copy's own time as createdAt, while the
+// schedule kept the first one's, and the executor, comparing the two for
+// every dispatch, read the schedule and the spec from KV again before
+// every run. The applied message delivered again (same sequence) still
+// goes through, to finish writes its first delivery may have left undone
+// (a pause's hint). A delete is applied whatever its id. It returns nil,
+// nil for a command to apply.
 func (s *Service) repeatedCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
 	if step.CommandID == "" || step.Seq == 0 || step.Input.Kind == gov.KindDeleted {
-		return nil, nil
+		return nil, nil // not one whatever the state (Step.repeatsApplied): no read
 	}
 	st, rev, err := s.readState(ctx, step.TaskID)
-	if err != nil || rev == 0 || st.LastCommandID != step.CommandID || st.LastCommandSeq == step.Seq {
+	if err != nil || rev == 0 || !step.repeatsApplied(&st) {
 		return nil, err
 	}
 	s.log.Info("command already applied; acknowledged without applying it again",

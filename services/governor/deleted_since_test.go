@@ -127,7 +127,7 @@ func TestRedeliveredCreationDoesNotBringBackADeletedTask(t *testing.T) {
 		st.Seq = md.Sequence.Stream
 		steps = append(steps, st)
 	}
-	entries := Replay(steps, func(int) (bool, bool) { return true, true })
+	entries := ReplayAnswers(steps, func(int) Answer { return Answer{Accepted: true, Known: true} })
 	if n := len(entries); n != 2 || entries[n-1].Decision.Source != gov.SourceDeleted {
 		t.Fatalf("replay of TASKS: %+v; want the creation, then the delete", entries)
 	}

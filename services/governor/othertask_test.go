@@ -153,7 +153,7 @@ func TestReplayNamesARunOfTheDeletedTask(t *testing.T) {
 			DispatchID: events.DispatchID("n", slot), ScheduledAt: slot, Result: "failed", FinishedAt: t2, DeadLetterReason: events.DeadLetterMaxAttempts, TaskCreatedAt: t1,
 		}}},
 	}
-	entries := Replay(steps, func(int) (bool, bool) { return true, true })
+	entries := ReplayAnswers(steps, func(int) Answer { return Answer{Accepted: true, Known: true} })
 	if len(entries) != 4 {
 		t.Fatalf("%d entries, want 4", len(entries))
 	}
@@ -235,7 +235,7 @@ func TestReplaySaysWhyARepeatedOutcomeChangedNothing(t *testing.T) {
 		outcome(t1.Add(time.Second), "failed", t1.Add(4*time.Second)),
 		outcome(t1, "succeeded", t1.Add(time.Second)),
 	}
-	entries := Replay(steps, func(int) (bool, bool) { return true, true })
+	entries := ReplayAnswers(steps, func(int) Answer { return Answer{Accepted: true, Known: true} })
 	if len(entries) != 6 || entries[1].Decision.Ignored || entries[4].Decision.Ignored {
 		t.Fatalf("entries %+v: want 6, the first outcome and the run-now slot's applied", entries)
 	}

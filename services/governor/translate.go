@@ -84,6 +84,17 @@ func (s *Step) repeats(st *gov.State) bool {
 	return false
 }
 
+// repeatsApplied reports whether the step is another stored copy of the
+// last command applied to st: a command other than a delete with its id
+// at another stream sequence (Service.repeatedCommand answers it without
+// applying it again; ReplayAnswers lists it unapplied). The applied
+// message delivered again (same sequence) is not one, nor a step read
+// from no stream (Seq 0).
+func (s *Step) repeatsApplied(st *gov.State) bool {
+	return s.CommandID != "" && s.Seq != 0 && s.Input.Kind != gov.KindDeleted &&
+		st.LastCommandID == s.CommandID && st.LastCommandSeq != s.Seq
+}
+
 // olderThan reports whether the step is a redelivery at or below seq.
 func (s *Step) olderThan(seq uint64) bool {
 	return s.Redelivered && s.Seq != 0 && s.Seq <= seq
@@ -478,29 +489,13 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 
 // Entry is one line of a replayed timeline.
 type Entry struct {
-	// Index is the step's position in the slice given to Replay.
+	// Index is the step's position in the slice given to ReplayAnswers.
 	Index    int
 	Step     Step
 	Decision gov.Decision
 	// NoChange says why an input changed nothing (Decision.Ignored): the
 	// governor read it and kept the schedule.
 	NoChange string
-}
-
-// Replay applies steps (in stored order) to an empty state and returns the
-// timeline. answer reports whether the governor accepted the command of
-// steps[i] (known: it answered it with task.accepted or task.rejected);
-// rejected commands are skipped, exactly as the service skipped them. A
-// command whose answer is not known is judged as the service judges it
-// (applyCommand): a create is refused if the task exists under another
-// command, any other command but a delete if it does not, and a requeue
-// meant for another creation of the task than the one replayed
-// (otherCreation).
-func Replay(steps []Step, answer func(i int) (accepted, known bool)) []Entry {
-	return ReplayAnswers(steps, func(i int) Answer {
-		accepted, known := answer(i)
-		return Answer{Accepted: accepted, Known: known}
-	})
 }
 
 // Answer is what the governor answered a command, as its task.accepted or
@@ -530,11 +525,19 @@ func repeatedWhy(cmdID string, lastSeq uint64) string {
 	return fmt.Sprintf("no change: command %q was applied already (stream sequence %d); one event id is one command, send a new id for another", cmdID, lastSeq)
 }
 
-// ReplayAnswers is Replay with the governor's answers in full: a command
-// answered as changing nothing (Answer.NoChange), or stored again with
-// the id of the last command applied to the replayed schedule (whose
-// answer JetStream may have dropped as a duplicate of the first one's),
-// is listed unapplied, as the governor left it: its spec is not taken.
+// ReplayAnswers applies steps (in stored order) to an empty state and
+// returns the timeline. answer tells what the governor answered the
+// command of steps[i] (Answer.Known: it answered it with task.accepted or
+// task.rejected); rejected commands are skipped, exactly as the service
+// skipped them. A command whose answer is not known is judged as the
+// service judges it (applyCommand): a create is refused if the task
+// exists under another command, any other command but a delete if it
+// does not, and a requeue meant for another creation of the task than the
+// one replayed (otherCreation). A command answered as changing nothing
+// (Answer.NoChange), or stored again with the id of the last command
+// applied to the replayed schedule (Step.repeatsApplied; JetStream may
+// have dropped its answer as a duplicate of the first one's), is listed
+// unapplied, as the governor left it: its spec is not taken.
 // Taken (as it was), a task.created sent twice with one id and another
 // interval replayed every later run with the copy's interval.
 func ReplayAnswers(steps []Step, answer func(i int) Answer) []Entry {
@@ -566,7 +569,7 @@ func ReplayAnswers(steps []Step, answer func(i int) Answer) []Entry {
 			if !accepted {
 				continue
 			}
-			if spec != nil && step.Input.Kind != gov.KindDeleted && st.LastCommandID == step.CommandID && step.Seq != st.LastCommandSeq {
+			if spec != nil && step.repeatsApplied(&st) {
 				out = append(out, unappliedEntry(i, step, st, repeatedWhy(step.CommandID, st.LastCommandSeq)))
 				continue
 			}

@@ -219,10 +219,32 @@ func TestTranslateReadsTheRequeuesTaskCreatedAt(t *testing.T) {
 		requeue(t2.Add(2*time.Second), gov.CreatedAt(t2), "rq-new"),
 	}
 	var applied []string
-	for _, e := range Replay(steps, func(int) (bool, bool) { return false, false }) {
+	for _, e := range ReplayAnswers(steps, func(int) Answer { return Answer{Accepted: false, Known: false} }) {
 		applied = append(applied, e.Step.CommandID)
 	}
 	if fmt.Sprint(applied) != "[c1 d1 c2 rq-new]" {
 		t.Fatalf("replayed %v, want [c1 d1 c2 rq-new]", applied)
+	}
+}
+
+// TestRepeatsApplied: the one rule repeatedCommand and ReplayAnswers share
+// for another stored copy of the last command applied.
+func TestRepeatsApplied(t *testing.T) {
+	st := gov.State{LastCommandID: "c1", LastCommandSeq: 7}
+	for _, c := range []struct {
+		name string
+		step Step
+		want bool
+	}{
+		{"copy at another sequence", Step{CommandID: "c1", Seq: 9, Input: gov.Input{Kind: gov.KindUpdated}}, true},
+		{"the applied message again", Step{CommandID: "c1", Seq: 7, Input: gov.Input{Kind: gov.KindUpdated}}, false},
+		{"another id", Step{CommandID: "c2", Seq: 9, Input: gov.Input{Kind: gov.KindUpdated}}, false},
+		{"a delete", Step{CommandID: "c1", Seq: 9, Input: gov.Input{Kind: gov.KindDeleted}}, false},
+		{"no stream sequence", Step{CommandID: "c1", Input: gov.Input{Kind: gov.KindUpdated}}, false},
+		{"no command", Step{Seq: 9, Input: gov.Input{Kind: gov.KindOutcome}}, false},
+	} {
+		if got := c.step.repeatsApplied(&st); got != c.want {
+			t.Errorf("%s: repeatsApplied %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -118,7 +118,7 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 	// again, and the second command rejected (a create of a task that
 	// exists). A command left without one (JetStream dropped its answer
 	// as a duplicate: the governor answers under the Nats-Msg-Id
-	// accepted:<id> or rejected:<id>) is judged by Replay.
+	// accepted:<id> or rejected:<id>) is judged by ReplayAnswers.
 	unanswered := map[string][]int{} // command id: its items waiting for an answer, oldest first
 	answer := func(cmdID string, accepted bool, noChange string) {
 		if waiting := unanswered[cmdID]; len(waiting) > 0 {

@@ -54,7 +54,7 @@ func TestExplainFollowsTheOrderTheStoredScheduleRecords(t *testing.T) {
 		}
 	}
 	// create, pause, resume (TASKS), then the outcome (RUNS), stored before the resume
-	entries := governor.Replay(steps, func(int) (bool, bool) { return true, true })
+	entries := governor.ReplayAnswers(steps, func(int) governor.Answer { return governor.Answer{Accepted: true, Known: true} })
 	last := entries[len(entries)-1]
 	if last.Step.Input.Kind != gov.KindOutcome {
 		t.Fatalf("the governor's order ends with %s, want the outcome", last.Step.Input.Kind)
