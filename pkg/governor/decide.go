@@ -147,9 +147,9 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	s.NextRunAt, s.Source, s.Trail = p.next, p.source, p.tr.lines()
 	switch {
 	case p.gridStep > 0 && p.next.Equal(p.gridNext):
-		s.CadenceStep = p.gridStep
+		s.GridStep = p.gridStep
 	case !p.next.Equal(p.prevNext) || p.next.IsZero():
-		s.CadenceStep = 0 // not a grid slot; a slot kept keeps its step
+		s.GridStep = 0 // not a grid slot; a slot kept keeps its step
 	}
 	s.keepStorable()
 	return Decision{NextRunAt: s.NextRunAt, Source: s.Source, Trail: s.Trail, State: *s, ClearedHints: p.cleared}

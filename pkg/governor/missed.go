@@ -15,9 +15,9 @@ import (
 // backoff or a breaker probe asked for its time and runs late.
 //
 // step is the gap in force when slot was planned, or zero when unknown:
-// the schedule's cadenceStep (State.CadenceStep), the step of the grid
+// the schedule's gridStep (State.GridStep), the step of the grid
 // slot is on, or else slot − lastScheduledAt (a state written before
-// cadenceStep, a slot off the grid such as a cron slot clamped to
+// gridStep, a slot off the grid such as a cron slot clamped to
 // bounds.min). A cadence the governor stretched past the spec's interval
 // or cron gap (an adaptive relax, an idle or dormant task, bounds.min)
 // has its next slot judged that far on, not one interval or cron

@@ -65,7 +65,7 @@ func TestALateSlotAfterSkippedSlotsIsJudgedByOneStep(t *testing.T) {
 	if !d.NextRunAt.Equal(slot) || d.Source != governor.SourceAdaptiveRelax {
 		t.Fatalf("planned %s (%s), want %s (adaptive-relax)", d.NextRunAt.Format(time.RFC3339), d.Source, slot.Format(time.RFC3339))
 	}
-	next, missed := governor.MissedUnderNone(spec, d.Source, d.State.CadenceStep, slot, t0.Add(20*time.Minute))
+	next, missed := governor.MissedUnderNone(spec, d.Source, d.State.GridStep, slot, t0.Add(20*time.Minute))
 	if want := t0.Add(16 * time.Minute); !missed || !next.Equal(want) {
 		t.Fatalf("MissedUnderNone = %s, %v; want %s, true", next.Format(time.RFC3339), missed, want.Format(time.RFC3339))
 	}

@@ -32,7 +32,7 @@ type planner struct {
 	// occurrence (not an exact time such as a one-shot or "now").
 	cadence bool
 	// gridNext is the interval grid's slot and gridStep its step
-	// (State.CadenceStep), when intervalBaseline planned one.
+	// (State.GridStep), when intervalBaseline planned one.
 	gridNext time.Time
 	gridStep time.Duration
 	// sched and loc are the parsed cron baseline, if any.

@@ -136,14 +136,15 @@ type State struct {
 	// from its slot. Only kept while the spec has a budget; absent from
 	// states written by an older flyball (the slot is used).
 	LastStartedAt time.Time `json:"lastStartedAt,omitzero"`
-	// CadenceStep is the step of the interval grid NextRunAt is on (the
+	// GridStep is the step of the interval grid NextRunAt is on (the
 	// cadence in force, with backoff and jitter): NextRunAt may lie
 	// several steps past LastScheduledAt when late slots were skipped.
 	// The executor judges a late slot under catchUp "none" by it
 	// (MissedUnderNone). Zero when NextRunAt is not a grid slot, and in
-	// states written before 2026-12-01 (the gap from LastScheduledAt is
-	// used). Stored in nanoseconds, like AdaptiveInterval.
-	CadenceStep time.Duration `json:"cadenceStep,omitempty"`
+	// older states (the gap from LastScheduledAt is used). Stored in
+	// nanoseconds, like AdaptiveInterval. Not the planner's cadenceStep,
+	// the interval before backoff and jitter.
+	GridStep time.Duration `json:"gridStep,omitempty"`
 }
 
 // IntervalHint overrides the baseline interval until ExpiresAt.

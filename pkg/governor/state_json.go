@@ -109,7 +109,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		w.Raw("]}")
 	}
 	w.TimeOmitZero(`,"lastStartedAt":`, s.LastStartedAt)
-	w.Int(`,"cadenceStep":`, int64(s.CadenceStep))
+	w.Int(`,"gridStep":`, int64(s.GridStep))
 	w.Raw("}")
 	return w.B, w.Err
 }

@@ -34,7 +34,7 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 		LastCommandID: "c", LastCommandSeq: 1<<64 - 1, LastBreakerSeq: 7, Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
 		AdaptiveInterval: -time.Minute, BreakerOpenUntil: t0, DeadLetter: &DeadLetterHold{Reason: "x", At: t0},
 		RequeuedAt: t0, CatchUpPending: 4, Budget: RunLedger{Counts: [24]uint32{3: 7}}, LastStartedAt: t0.In(zone),
-		CadenceStep: 4 * time.Minute,
+		GridStep: 4 * time.Minute,
 	}
 	for name, s := range map[string]State{
 		"zero":             {},
@@ -95,7 +95,7 @@ func FuzzStateAppendJSON(f *testing.F) {
 			PauseReason: in.str(), LastCommandID: in.str(), LastCommandSeq: in.u64(), LastBreakerSeq: in.u64(), Deleted: flags&2 != 0, LastActivityAt: in.time(),
 			LastFingerprint: in.str(), UnchangedRuns: int(in.u64()), AdaptiveInterval: time.Duration(in.u64()),
 			BreakerOpenUntil: in.time(), RequeuedAt: in.time(), CatchUpPending: int(in.u64()), LastStartedAt: in.time(),
-			CadenceStep: time.Duration(in.u64()),
+			GridStep: time.Duration(in.u64()),
 		}
 		for range flags >> 8 % 4 {
 			s.Trail = append(s.Trail, in.str())

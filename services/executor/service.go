@@ -890,9 +890,9 @@ type scheduleView struct {
 	// LastScheduledAt is the slot before NextRunAt: the gap between the
 	// two is the cadence in force (missedUnderNone).
 	LastScheduledAt time.Time `json:"lastScheduledAt"`
-	// CadenceStep is the step of the grid NextRunAt is on, when it is one
-	// (governor.State.CadenceStep).
-	CadenceStep time.Duration `json:"cadenceStep"`
+	// GridStep is the step of the grid NextRunAt is on, when it is one
+	// (governor.State.GridStep).
+	GridStep time.Duration `json:"gridStep"`
 }
 
 // LateRedispatch is how long after its slot a dispatch must be published
@@ -1277,12 +1277,12 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 	if missed && source.Cadence() && source != governor.SourceBaselineInterval {
 		// A cadence the governor may have stretched past the spec's
 		// interval: the schedule that planned the slot gives the gap in
-		// force, its cadenceStep (the slot may lie several steps past
+		// force, its gridStep (the slot may lie several steps past
 		// lastScheduledAt when late slots were skipped), or the gap from
 		// lastScheduledAt. Read only here, on a slot already late by an
 		// interval.
 		if p := s.scheduleOf(ctx, d.TaskID); p.NextRunAt.Equal(d.ScheduledAt) {
-			step := p.CadenceStep
+			step := p.GridStep
 			if step <= 0 && !p.LastScheduledAt.IsZero() {
 				step = d.ScheduledAt.Sub(p.LastScheduledAt)
 			}

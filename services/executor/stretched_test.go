@@ -19,7 +19,7 @@ import (
 // as "missed" although its next slot was still ahead, and the task then
 // waited a whole stretched interval. The schedule that planned the slot
 // gives the interval in force (slot − its previous slot); a slot late by
-// less than that runs, one late by more is still skipped. Its cadenceStep,
+// less than that runs, one late by more is still skipped. Its gridStep,
 // when stored, is that interval: a slot planned after late slots were
 // skipped lies several steps past its previous slot, and judged by the
 // whole distance it ran late although its next slot had passed.
@@ -32,7 +32,7 @@ func TestALateSlotOfAStretchedCadenceIsJudgedByItsInterval(t *testing.T) {
 		id     string
 		source governor.Source
 		prev   time.Time     // the schedule's previous slot
-		step   time.Duration // the schedule's cadenceStep (0: none stored)
+		step   time.Duration // the schedule's gridStep (0: none stored)
 		want   events.Outcome
 	}{
 		{id: "dormant", source: governor.SourceActivityDormant, prev: slot.Add(-time.Minute), want: events.OutcomeSucceeded},
@@ -46,7 +46,7 @@ func TestALateSlotOfAStretchedCadenceIsJudgedByItsInterval(t *testing.T) {
 		spec.CatchUp = events.CatchUpNone
 		natstest.PutJSON(t, srv.JS, streams.BucketTasks, c.id, governor.StoredSpec{TaskSpec: &spec})
 		natstest.PutJSON(t, srv.JS, streams.BucketSchedules, c.id, map[string]any{
-			"taskId": c.id, "nextRunAt": slot, "lastScheduledAt": c.prev, "source": c.source, "cadenceStep": c.step,
+			"taskId": c.id, "nextRunAt": slot, "lastScheduledAt": c.prev, "source": c.source, "gridStep": c.step,
 		})
 	}
 	startExecutor(t, srv, newLogLines())
