@@ -14,28 +14,29 @@ import (
 // source, or baseline-cron); a hint, a requeue, a recheck, a retry
 // backoff or a breaker probe asked for its time and runs late.
 //
-// step is the gap in force when slot was planned, or zero when unknown:
-// the schedule's gridStep (State.GridStep), the step of the grid
-// slot is on, or else slot − lastScheduledAt (a state written before
-// gridStep, a slot off the grid such as a cron slot clamped to
-// bounds.min). A cadence the governor stretched past the spec's interval
-// or cron gap (an adaptive relax, an idle or dormant task, bounds.min)
-// has its next slot judged that far on, not one interval or cron
-// occurrence on, which skipped a slot late by a little more than that
-// although the next was still far ahead. A shorter gap (an adaptive
-// tighten, a bounds.max under a cron gap) keeps the baseline, so a late
-// slot is never skipped sooner than before. The gap from lastScheduledAt
-// alone overstates the step once late slots were skipped: the slot then
-// lies several steps past it (a 4m cadence whose 10:00 outcome was
-// applied at 10:09 plans 10:12), and a dispatch at 10:20 was judged
-// against 10:24 and ran late although 10:16 had passed.
+// gridStep and lastScheduledAt are the fields of the schedule that
+// planned slot (State.GridStep, State.LastScheduledAt), as stored, or zero
+// when unknown. They give the gap in force when slot was planned: the
+// gridStep, the step of the grid slot is on, or else, when none is stored
+// (an older state, a slot off the grid such as a cron slot clamped to
+// bounds.min), slot − lastScheduledAt. A cadence the governor stretched
+// past the spec's interval or cron gap (an adaptive relax, an idle or
+// dormant task, bounds.min) has its next slot judged that far on, not one
+// interval or cron occurrence on, which skipped a slot late by a little
+// more than that although the next was still far ahead. A shorter gap (an
+// adaptive tighten, a bounds.max under a cron gap) keeps the baseline, so
+// a late slot is never skipped sooner than before. The gap from
+// lastScheduledAt alone overstates the step once late slots were skipped:
+// the slot then lies several steps past it (a 4m cadence whose 10:00
+// outcome was applied at 10:09 plans 10:12), and a dispatch at 10:20 was
+// judged against 10:24 and ran late although 10:16 had passed.
 //
 // After a downtime the timer fires each overdue slot at once, and the
 // governor, which decides at each input's stored time, can plan a slot that
 // had passed when it applied a backlog. Under "none" such a run is the
 // late run the policy forbids: the executor skips it instead, and the
 // governor plans the next slot from the skip.
-func MissedUnderNone(spec *events.TaskSpec, source Source, step time.Duration, slot, now time.Time) (time.Time, bool) {
+func MissedUnderNone(spec *events.TaskSpec, source Source, gridStep time.Duration, lastScheduledAt, slot, now time.Time) (time.Time, bool) {
 	if spec == nil || spec.CatchUp != events.CatchUpNone || !now.After(slot) {
 		return time.Time{}, false
 	}
@@ -71,6 +72,10 @@ func MissedUnderNone(spec *events.TaskSpec, source Source, step time.Duration, s
 	// A cadence stretched past the baseline (for a cron task: bounds.min
 	// past the gap to the next occurrence) puts its next slot the slot's
 	// own gap on; jitter is in that gap already.
+	step := gridStep
+	if step <= 0 && !lastScheduledAt.IsZero() {
+		step = slot.Sub(lastScheduledAt)
+	}
 	if source != SourceBaselineInterval && source != SourceBaselineCron && step > 0 {
 		if stretched := slot.Add(step); stretched.After(next) {
 			next = stretched

@@ -887,12 +887,12 @@ type scheduleView struct {
 	PausedUntil time.Time `json:"pausedUntil"`
 	CreatedAt   time.Time `json:"createdAt"`
 	NextRunAt   time.Time `json:"nextRunAt"`
-	// LastScheduledAt is the slot before NextRunAt: the gap between the
-	// two is the cadence in force (missedUnderNone).
-	LastScheduledAt time.Time `json:"lastScheduledAt"`
-	// GridStep is the step of the grid NextRunAt is on, when it is one
-	// (governor.State.GridStep).
-	GridStep time.Duration `json:"gridStep"`
+	// LastScheduledAt is the slot before NextRunAt and GridStep the step
+	// of the grid NextRunAt is on, when it is one (governor.State's
+	// fields): governor.MissedUnderNone takes both as stored, for the gap
+	// in force (missedUnderNone).
+	LastScheduledAt time.Time     `json:"lastScheduledAt"`
+	GridStep        time.Duration `json:"gridStep"`
 }
 
 // LateRedispatch is how long after its slot a dispatch must be published
@@ -1273,20 +1273,14 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 		return false // run decides: deleted, invalid, or read again
 	}
 	source := governor.Source(d.Source)
-	next, missed := governor.MissedUnderNone(t.spec, source, 0, d.ScheduledAt, now)
+	next, missed := governor.MissedUnderNone(t.spec, source, 0, time.Time{}, d.ScheduledAt, now)
 	if missed && source.Cadence() && source != governor.SourceBaselineInterval {
 		// A cadence the governor may have stretched past the spec's
 		// interval: the schedule that planned the slot gives the gap in
-		// force, its gridStep (the slot may lie several steps past
-		// lastScheduledAt when late slots were skipped), or the gap from
-		// lastScheduledAt. Read only here, on a slot already late by an
-		// interval.
+		// force (its gridStep and lastScheduledAt, as stored). Read only
+		// here, on a slot already late by an interval.
 		if p := s.scheduleOf(ctx, d.TaskID); p.NextRunAt.Equal(d.ScheduledAt) {
-			step := p.GridStep
-			if step <= 0 && !p.LastScheduledAt.IsZero() {
-				step = d.ScheduledAt.Sub(p.LastScheduledAt)
-			}
-			next, missed = governor.MissedUnderNone(t.spec, source, step, d.ScheduledAt, now)
+			next, missed = governor.MissedUnderNone(t.spec, source, p.GridStep, p.LastScheduledAt, d.ScheduledAt, now)
 		}
 	}
 	if !missed {
