@@ -645,25 +645,30 @@ func checkCronJitter(t *testing.T, spec *events.TaskSpec, now, last, next time.T
 	if next.Before(n1) || last.IsZero() {
 		return
 	}
-	// The last occurrence at or before now: the largest whole second
-	// whose next occurrence is not after now precedes it.
-	lo, hi := now.Unix()-int64(gap/time.Second)-1, now.Unix()
-	for o := sched.Next(time.Unix(lo, 0), loc); o.IsZero() || o.After(now); o = sched.Next(time.Unix(lo, 0), loc) {
-		if lo < now.Unix()-400*366*86400 {
-			return
-		}
-		lo -= hi - lo
+	// The last occurrence at or before now, after last, found apart from
+	// the planner's bisection (beforeLast): by walking forward through the
+	// occurrences from last, or, when last is further back, from 64 gaps
+	// before now (the fuzz crons' gaps differ by a factor of 16 at most).
+	// A zero Next (no occurrence within cron's horizon) ends the walk, as
+	// beforeLast counts it after now. None found: it ran (or is in
+	// flight), or the window missed it; no check.
+	from := last
+	back := time.Duration(math.MaxInt64)
+	if gap < back/64 {
+		back = 64 * gap
 	}
-	for hi-lo > 1 {
-		if mid := lo + (hi-lo)/2; sched.Next(time.Unix(mid, 0), loc).After(now) {
-			hi = mid
-		} else {
-			lo = mid
-		}
+	if w := now.Add(-back); w.After(from) {
+		from = w
 	}
-	prev := sched.Next(time.Unix(lo, 0), loc)
-	if !last.Before(prev) {
-		return // it ran (or is in flight)
+	var prev time.Time
+	for o, steps := sched.Next(from, loc), 0; !o.IsZero() && !o.After(now); o, steps = sched.Next(o, loc), steps+1 {
+		if steps == 10_000 {
+			return // too far to walk
+		}
+		prev = o
+	}
+	if prev.IsZero() {
+		return
 	}
 	f := float64(next.Sub(n1)) / float64(gap)
 	slack := time.Duration(float64(time.Millisecond)*float64(n1.Sub(prev))/float64(gap)) + 2*time.Millisecond

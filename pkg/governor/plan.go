@@ -696,7 +696,8 @@ func (p *planner) pendingOccurrence(ref time.Time) time.Time {
 // beforeLast is a time whose next occurrence is the last one at or before
 // now, given from, an occurrence at or before now. Occurrences fall on
 // whole seconds, so it bisects over them: a downtime of years costs a
-// few dozen steps, not one per occurrence.
+// few dozen steps, not one per occurrence (three years of an hourly cron
+// in TestDecideCronJitterSlotSurvivesMissedOccurrences).
 func (p *planner) beforeLast(from time.Time) time.Time {
 	lo, hi := from.Unix()-1, p.now.Unix() // next(lo) ≤ now < next(hi)
 	for hi-lo > 1 {

@@ -1171,6 +1171,26 @@ func TestDecideCronJitterSlotSurvivesMissedOccurrences(t *testing.T) {
 			want{next: jittered, source: governor.SourceBaselineCron, trail: "more than 100 slots missed"},
 		},
 		{
+			// beforeLast bisects to the 10:00 occurrence over the whole
+			// downtime (about 26,000 occurrences).
+			"catchUp none, three years down",
+			given{spec(events.CatchUpNone), func() governor.State {
+				st := ran(last.AddDate(-3, 0, 0))
+				st.Runs = runs
+				return st
+			}(), now, updated},
+			want{next: jittered, source: governor.SourceBaselineCron, trail: "still the next run"},
+		},
+		{
+			"catchUp none, three years down, the jittered slot passed: the next occurrence",
+			given{spec(events.CatchUpNone), func() governor.State {
+				st := ran(last.AddDate(-3, 0, 0))
+				st.Runs = runs
+				return st
+			}(), jittered.Add(time.Second), updated},
+			want{next: t0.Add(time.Hour).Add(jittered.Sub(t0)), source: governor.SourceBaselineCron},
+		},
+		{
 			"catchUp none, the jittered slot passed: the next occurrence",
 			given{spec(events.CatchUpNone), none, jittered.Add(time.Second), updated},
 			want{next: t0.Add(time.Hour).Add(jittered.Sub(t0)), source: governor.SourceBaselineCron},

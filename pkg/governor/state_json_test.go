@@ -52,6 +52,29 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 	}
 }
 
+// TestStateAppendJSONGridStep: the grid's step is written as gridStep in
+// nanoseconds, and a zero step (no grid slot, an older state) writes no
+// key, as json.Marshal's omitempty does.
+func TestStateAppendJSONGridStep(t *testing.T) {
+	for _, c := range []struct {
+		step time.Duration
+		want string
+	}{
+		{0, `{"taskId":"t"`},
+		{4 * time.Minute, `"gridStep":240000000000}`},
+	} {
+		s := State{TaskID: "t", GridStep: c.step}
+		got, err := s.AppendJSON(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(got, []byte(c.want)) || (c.step == 0) == bytes.Contains(got, []byte(`"gridStep"`)) {
+			t.Errorf("step %s: %s; want %s, a gridStep key only for a step", c.step, got, c.want)
+		}
+		compareStateJSON(t, s)
+	}
+}
+
 // fuzzBytes hands out the fuzzer's bytes as field values.
 type fuzzBytes []byte
 
