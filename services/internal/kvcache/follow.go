@@ -30,10 +30,13 @@ import (
 // nats.go's missed-heartbeat check (two 5 s heartbeats). nats.go then
 // re-creates the watch's consumer on the new stream at the old stream's
 // last sequence + 1, and never closes the watch: the new bucket's writes
-// below that sequence never arrive. Every streamCheck the follower reads
-// the stream's state (one request, off the watch's goroutine) and ends
-// the watch, to replay the bucket, when the stream is another one
-// (Stream.Replaces).
+// below that sequence never arrive. As a watch starts, and every
+// streamCheck after, the follower reads the stream's state (one request,
+// off the watch's goroutine: a watch never waits for it) and ends the
+// watch, to replay the bucket, when the stream is another one
+// (Stream.Replaces). A read that keeps failing (NATS slow, or an ACL
+// without $JS.API.STREAM.INFO) is logged once: until one succeeds, a
+// re-created bucket goes unnoticed.
 type Follower struct {
 	KV  jetstream.KeyValue
 	Log *slog.Logger
@@ -77,8 +80,12 @@ var errReplaced = errors.New("the bucket's stream was replaced (deleted and crea
 // watch per period.
 var streamCheck = 5 * time.Second
 
-// streamReadTimeout bounds the read of the stream's state before a watch.
-const streamReadTimeout = 2 * time.Second
+// streamReadTimeout bounds one read of the stream's state.
+var streamReadTimeout = 5 * time.Second
+
+// streamCheckFailures is how many reads of the stream's state in a row
+// fail before the follower warns that it cannot tell a re-created bucket.
+const streamCheckFailures = 3
 
 // Stream is the state of a bucket's stream that tells one stream from
 // the next of the same name.
@@ -124,27 +131,33 @@ var (
 // or not permitted) fails the caller's start, and returns the loop that
 // follows it until ctx ends; run that on its own goroutine.
 func (f Follower) Start(ctx context.Context) (func(), error) {
-	created := f.created(ctx)
+	first := f.readStream(ctx, 0)
 	w, err := f.KV.WatchAll(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return func() { f.run(ctx, w, created) }, nil
+	return func() { f.run(ctx, w, first) }, nil
 }
 
-// created is when the bucket's stream was created, read before a watch
-// starts (so a stream replaced meanwhile reads as replaced, and the
-// watch is replayed once more, never the other way): zero when it cannot
-// be read within streamReadTimeout, and the first periodic check fills
-// it in. A status request that hangs does not hold up the watch.
-func (f Follower) created(ctx context.Context) time.Time {
-	ctx, cancel := context.WithTimeout(ctx, streamReadTimeout)
-	defer cancel()
-	s, err := ReadStream(ctx, f.KV)
-	if err != nil {
-		return time.Time{}
-	}
-	return s.Created
+// checked is a read of the stream's state, and the newest revision the
+// watch had applied when it was asked for (the stream held it).
+type checked struct {
+	s    Stream
+	err  error
+	seen uint64
+}
+
+// readStream reads the stream's state on its own goroutine, and answers
+// on the channel it returns, once.
+func (f Follower) readStream(ctx context.Context, seen uint64) <-chan checked {
+	ch := make(chan checked, 1) // never blocks, read or not
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, streamReadTimeout)
+		defer cancel()
+		s, err := ReadStream(ctx, f.KV)
+		ch <- checked{s: s, err: err, seen: seen}
+	}()
+	return ch
 }
 
 func (f Follower) logger() *slog.Logger {
@@ -155,15 +168,18 @@ func (f Follower) logger() *slog.Logger {
 }
 
 // Run follows the bucket until ctx ends, retrying the first watch too.
-func (f Follower) Run(ctx context.Context) { f.run(ctx, nil, time.Time{}) }
+func (f Follower) Run(ctx context.Context) { f.run(ctx, nil, nil) }
 
-func (f Follower) run(ctx context.Context, w jetstream.KeyWatcher, created time.Time) {
+// run follows the bucket with w, when not nil, and first, the read of
+// the stream's state started before w.
+func (f Follower) run(ctx context.Context, w jetstream.KeyWatcher, first <-chan checked) {
 	log := f.logger()
 	wait := followRetry
 	var err error
+	checks := &streamChecks{}
 	for replay := false; ; replay = true {
 		for w == nil {
-			created = f.created(ctx)
+			first = f.readStream(ctx, 0)
 			if w, err = f.KV.WatchAll(ctx); err == nil {
 				break
 			}
@@ -176,7 +192,7 @@ func (f Follower) run(ctx context.Context, w jetstream.KeyWatcher, created time.
 			}
 			wait = min(2*wait, followMaxRetry)
 		}
-		loaded, ended := f.follow(ctx, w, replay, created)
+		loaded, ended := f.follow(ctx, w, replay, first, checks)
 		w = nil
 		if ctx.Err() != nil {
 			return
@@ -198,9 +214,19 @@ func (f Follower) run(ctx context.Context, w jetstream.KeyWatcher, created time.
 // follow applies one watch until it ends, and reports whether it
 // delivered its snapshot. On a replay it tracks the keys the snapshot
 // holds, to prune the rest. Every streamCheck it reads the stream's
-// state, and ends when the stream is not the one it watches (created at
-// created, zero if not known).
-func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay bool, created time.Time) (bool, error) {
+// state, and ends when the stream is not the one it watches.
+//
+// Which stream the watch reads is told by first, a read sent before
+// WatchAll but not waited for: a watch (every view's, after each
+// reconnect) never waits on it while JetStream comes up. A stream
+// replaced between that read and WatchAll reads as replaced, and the
+// bucket is replayed once more, never the other way. When first fails
+// (NATS slow, not permitted) the first later read that succeeds stands
+// for the watch's stream: one replaced before it is still noticed by its
+// sequence (the new stream's last sequence is below the revisions the
+// watch applied from the old one), but not once the new bucket has had
+// more writes than the view saw.
+func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay bool, first <-chan checked, checks *streamChecks) (bool, error) {
 	defer func() {
 		// Stopping a watcher deletes its consumer, a JetStream request
 		// that waits out its 5s timeout while NATS is unreachable: a
@@ -226,14 +252,9 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 	}
 	check := time.NewTicker(streamCheck)
 	defer check.Stop()
-	type checked struct {
-		s    Stream
-		err  error
-		seen uint64
-	}
-	results := make(chan checked, 1) // one check in flight: never blocks
-	checking := false
-	var seen uint64 // the newest revision applied
+	results := first      // the read in flight, one at most; nil: none
+	var created time.Time // the watched stream's, once a read succeeds
+	var seen uint64       // the newest revision applied
 	loaded := false
 	for {
 		select {
@@ -242,23 +263,21 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 		case <-reconnected:
 			return loaded, errReconnected
 		case <-check.C:
-			if checking {
-				continue
+			if results == nil {
+				results = f.readStream(ctx, seen)
 			}
-			checking = true
-			go func(seen uint64) {
-				cctx, cancel := context.WithTimeout(ctx, streamCheck)
-				defer cancel()
-				s, err := ReadStream(cctx, f.KV)
-				results <- checked{s: s, err: err, seen: seen}
-			}(seen) // seen before the request: the stream holds it
 		case r := <-results:
-			checking = false
+			results = nil
 			if r.err != nil {
-				// NATS unreachable, or the stream gone: the watch's
-				// own recovery, or the reconnect, deals with it.
+				// NATS unreachable or the stream gone (the watch's own
+				// recovery, or the reconnect, deals with it), or not
+				// permitted: said once if it lasts.
+				if ctx.Err() == nil {
+					checks.failed(f.logger(), f.KV.Bucket(), r.err)
+				}
 				continue
 			}
+			checks.succeeded(f.logger(), f.KV.Bucket())
 			if created.IsZero() {
 				created = r.s.Created
 			}
@@ -289,6 +308,31 @@ func (f Follower) follow(ctx context.Context, w jetstream.KeyWatcher, replay boo
 			f.Apply(e)
 		}
 	}
+}
+
+// streamChecks counts a follower's reads of its stream's state that
+// failed in a row, across its watches, to warn once when they keep
+// failing and say when they work again.
+type streamChecks struct {
+	failures int
+	warned   bool
+}
+
+func (c *streamChecks) failed(log *slog.Logger, bucket string, err error) {
+	c.failures++
+	if c.failures == streamCheckFailures {
+		c.warned = true
+		log.Warn("cannot read the kv bucket's stream state (needs $JS.API.STREAM.INFO); noticing a bucket deleted and created again, or restored, under the watch is off until a read succeeds",
+			"bucket", bucket, "err", err, "failures", c.failures)
+	}
+}
+
+func (c *streamChecks) succeeded(log *slog.Logger, bucket string) {
+	if c.warned {
+		log.Info("reading the kv bucket's stream state works again; a re-created bucket is noticed again",
+			"bucket", bucket, "after_failures", c.failures)
+	}
+	c.failures, c.warned = 0, false
 }
 
 // keySet is the set of keys a replay's snapshot holds, kept as sorted

@@ -3,11 +3,16 @@ package kvcache
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -228,57 +233,72 @@ func runFollower(t *testing.T, f *Follower) {
 // nats.go re-creates its consumer later at the old stream's last
 // sequence + 1, so the new bucket's first writes would never arrive.
 // The follower must notice the new stream, apply its writes and prune
-// the old keys.
+// the old keys: with fewer writes in the new bucket than the view saw
+// (its sequence went back, and it was created again), and with more
+// (only its creation time tells it from the old one).
 func TestFollowerReplaysABucketReCreatedUnderIt(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	ctx := t.Context()
-	cfg := jetstream.KeyValueConfig{Bucket: "recreated", History: 1}
-	kv, err := srv.JS.CreateKeyValue(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		if _, err := kv.Put(ctx, fmt.Sprintf("old-%d", i), []byte("1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var mu sync.Mutex
-	view := map[string]string{}
-	loads := make(chan struct{}, 4)
-	f := Follower{
-		KV: kv, Conn: srv.NC,
-		Apply: func(e jetstream.KeyValueEntry) {
-			mu.Lock()
-			defer mu.Unlock()
-			if e.Operation() == jetstream.KeyValuePut {
-				view[e.Key()] = string(e.Value())
-			} else {
-				delete(view, e.Key())
+	for _, tc := range []struct {
+		name   string
+		writes int // to the new bucket; the old one got 10
+	}{
+		{"fewer writes", 3},
+		{"more writes", 25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.Start(t)
+			ctx := t.Context()
+			cfg := jetstream.KeyValueConfig{Bucket: "recreated", History: 1}
+			kv, err := srv.JS.CreateKeyValue(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-		},
-		Prune: func(keep func(string) bool) {
-			mu.Lock()
-			defer mu.Unlock()
-			maps.DeleteFunc(view, func(k, _ string) bool { return !keep(k) })
-		},
-		Loaded: func() { loads <- struct{}{} },
-	}
-	runFollower(t, &f)
-	recv(t, loads, "first snapshot")
+			for i := range 10 {
+				if _, err := kv.Put(ctx, fmt.Sprintf("old-%d", i), []byte("1")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			view := map[string]string{}
+			loads := make(chan struct{}, 4)
+			f := Follower{
+				KV: kv, Conn: srv.NC,
+				Apply: func(e jetstream.KeyValueEntry) {
+					mu.Lock()
+					defer mu.Unlock()
+					if e.Operation() == jetstream.KeyValuePut {
+						view[e.Key()] = string(e.Value())
+					} else {
+						delete(view, e.Key())
+					}
+				},
+				Prune: func(keep func(string) bool) {
+					mu.Lock()
+					defer mu.Unlock()
+					maps.DeleteFunc(view, func(k, _ string) bool { return !keep(k) })
+				},
+				Loaded: func() { trySend(loads) }, // replays past the buffer must not block
+			}
+			runFollower(t, &f)
+			recv(t, loads, "first snapshot")
 
-	recreate(t, srv.JS, cfg)
-	for _, k := range []string{"new-a", "new-b", "new-c"} {
-		if _, err := kv.Put(ctx, k, []byte("2")); err != nil {
-			t.Fatal(err)
-		}
+			recreate(t, srv.JS, cfg)
+			want := map[string]string{}
+			for i := range tc.writes {
+				k := fmt.Sprintf("new-%d", i)
+				if _, err := kv.Put(ctx, k, []byte("2")); err != nil {
+					t.Fatal(err)
+				}
+				want[k] = "2"
+			}
+			natstest.Eventually(t, 15*time.Second, "the follower's view is the re-created bucket (its writes applied, the old keys pruned)", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return maps.Equal(view, want)
+			})
+		})
 	}
-	want := map[string]string{"new-a": "2", "new-b": "2", "new-c": "2"}
-	natstest.Eventually(t, 5*time.Second, "the follower's view is the re-created bucket (its writes applied, the old keys pruned)", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Equal(view, want)
-	})
 }
 
 // recreate deletes the bucket's stream and creates the bucket again, as
@@ -290,5 +310,103 @@ func recreate(t *testing.T, js jetstream.JetStream, cfg jetstream.KeyValueConfig
 	}
 	if _, err := js.CreateKeyValue(t.Context(), cfg); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFollowerSaysWhenItCannotReadItsStream: the follower's user loses
+// $JS.API.STREAM.INFO on the bucket's stream (a custom ACL), so the
+// follower cannot tell a re-created bucket any more. Before, each failed
+// read was dropped without a word and detection was off for good,
+// silently. It must warn once, naming the bucket and the error, and say
+// when reading works again.
+func TestFollowerSaysWhenItCannotReadItsStream(t *testing.T) {
+	t.Parallel()
+	const bucket = "unreadable"
+	users := func(deny ...string) []*server.User {
+		return []*server.User{{Username: "svc", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
+		}}}
+	}
+	srv := natstest.StartWithUsers(t, users()...)
+	nc, js := natstest.ConnectAs(t, srv, "svc", "pw", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := make(chan slog.Record, 64)
+	loads := make(chan struct{}, 16)
+	f := Follower{
+		KV: kv, Conn: nc, Log: slog.New(recordHandler(logs)),
+		Apply:  func(jetstream.KeyValueEntry) {},
+		Loaded: func() { trySend(loads) },
+	}
+	runFollower(t, &f)
+	recv(t, loads, "first snapshot")
+
+	reload := func(deny ...string) {
+		t.Helper()
+		opts := &server.Options{
+			Host: "127.0.0.1", Port: srv.Addr().(*net.TCPAddr).Port,
+			JetStream: true, StoreDir: filepath.Dir(srv.StoreDir()), NoSigs: true, NoLog: true,
+			Users: users(deny...),
+		}
+		if err := srv.ReloadOptions(opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload("$JS.API.STREAM.INFO.KV_" + bucket)
+	warn := awaitLog(t, logs, slog.LevelWarn, "warning that the stream cannot be read")
+	if got := recordAttr(warn, "bucket"); got != bucket {
+		t.Fatalf("warning %q names bucket %q, want %q", warn.Message, got, bucket)
+	}
+	if recordAttr(warn, "err") == "" {
+		t.Fatalf("warning %q has no err", warn.Message)
+	}
+	reload()
+	awaitLog(t, logs, slog.LevelInfo, "note that reading the stream works again")
+}
+
+// awaitLog returns the next record at level from logs.
+func awaitLog(t *testing.T, logs <-chan slog.Record, level slog.Level, what string) slog.Record {
+	t.Helper()
+	for {
+		if r := recv(t, logs, what); r.Level == level {
+			return r
+		}
+	}
+}
+
+func recordAttr(r slog.Record, key string) string {
+	var v string
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+// recordHandler is a slog.Handler that sends each record to ch, dropping
+// it when ch is full.
+type recordHandler chan<- slog.Record
+
+func (recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r:
+	default:
+	}
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// trySend signals ch without blocking the follower when nobody reads it.
+func trySend(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }

@@ -352,7 +352,7 @@ func TestCacheFollowsABucketReCreatedUnderIt(t *testing.T) {
 	if v, rev, err := c.Read(ctx, "k"); err != nil || v != 100 || rev != 1 {
 		t.Fatalf("Read(k) after the bucket was re-created = %d at revision %d (err %v), want 100 at revision 1", v, rev, err)
 	}
-	natstest.Eventually(t, 5*time.Second, "the cache's view is the re-created bucket (k=100, old gone)", func() bool {
+	natstest.Eventually(t, 15*time.Second, "the cache's view is the re-created bucket (k=100, old gone)", func() bool {
 		k, old := c.Lookup("k"), c.Lookup("old")
 		return k.Found && k.Value == 100 && old.Known && !old.Found
 	})
