@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -281,9 +282,20 @@ func (c *Cache[T]) Read(ctx context.Context, key string) (T, uint64, error) {
 // over the new one until the follower replayed the bucket. A write of
 // this process to the stream there is now is at most its last sequence,
 // so it is kept. Only a read that finds the view ahead pays the request.
+// The test is Stream.Replaces by sequence alone: the entry does not say
+// when its stream was created (the follower tells that).
+//
+// When the state cannot be read the entry is kept, and Read answers it
+// as before this check: the follower replays a replaced bucket, and
+// warns when it cannot read the state either.
 func (c *Cache[T]) stale(ctx context.Context, key string, e *entry[T]) bool {
 	s, err := ReadStream(ctx, c.kv)
-	if err != nil || s.LastSeq >= e.rev {
+	if err != nil {
+		c.log.Debug("kv cache: cannot tell whether a cached entry is from a stream since replaced; keeping it",
+			"bucket", c.kv.Bucket(), "key", key, "revision", e.rev, "err", err)
+		return false
+	}
+	if !s.Replaces(time.Time{}, e.rev) {
 		return false
 	}
 	c.mu.Lock()
