@@ -116,14 +116,15 @@ func (x *keyIndex) watch(ctx context.Context, gen int) {
 	// Every write up to last is in the initial values: the index is
 	// current up to it once they are in, even when the stream's last
 	// message was since removed and never comes through the watch.
-	last, created, err := lastSeq(ctx, x.kv)
+	st, err := kvcache.ReadStream(ctx, x.kv)
 	if err != nil {
 		fail()
 		return
 	}
+	last := st.LastSeq
 	x.mu.Lock()
 	if gen == x.gen {
-		x.created = created
+		x.created = st.Created
 	}
 	x.mu.Unlock()
 	w, err := x.kv.WatchAll(ctx, jetstream.MetaOnly())
@@ -170,21 +171,13 @@ func (x *keyIndex) watch(ctx context.Context, gen int) {
 	}
 }
 
-// lastSeq is the last sequence stored in kv's stream, and when the
-// stream was created.
-func lastSeq(ctx context.Context, kv jetstream.KeyValue) (uint64, time.Time, error) {
-	s, err := kvcache.ReadStream(ctx, kv)
-	return s.LastSeq, s.Created, err
-}
-
-// replaced reports whether the watch reads another stream than the one
-// whose state a page read (last sequence want, created at created): the
-// bucket's stream was deleted and provisioned again, or restored, and
-// its sequences started again from 1 (kvcache.Stream.Replaces, as the
-// services' views tell). Its watch may still run, on the old stream's
+// replaced reports whether the watch reads another stream than now,
+// whose state a page read: the bucket's stream was deleted and
+// provisioned again, or restored, and its sequences started again from
+// 1 (kvcache.Stream.Replaces, as the services' views tell). Its watch may still run, on the old stream's
 // keys, and its sequence, above the new stream's, would make it current
 // until the new stream passed it. x.mu is held.
-func (x *keyIndex) replaced(want uint64, created time.Time) bool {
+func (x *keyIndex) replaced(now kvcache.Stream) bool {
 	if !x.watching {
 		return false
 	}
@@ -192,7 +185,7 @@ func (x *keyIndex) replaced(want uint64, created time.Time) bool {
 	if x.live {
 		seen = x.seq
 	}
-	return kvcache.Stream{LastSeq: want, Created: created}.Replaces(x.created, seen)
+	return now.Replaces(x.created, seen)
 }
 
 // current waits until the index holds every write stored before it was
@@ -203,13 +196,14 @@ func (x *keyIndex) replaced(want uint64, created time.Time) bool {
 // again by the next page. Without this bound a load that stalled held
 // every page until its client gave up.
 func (x *keyIndex) current(ctx context.Context) error {
-	want, created, err := lastSeq(ctx, x.kv)
+	st, err := kvcache.ReadStream(ctx, x.kv)
 	if err != nil {
 		return err
 	}
+	want := st.LastSeq
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.replaced(want, created) {
+	if x.replaced(st) {
 		x.drop(x.gen) // a new watch, of the stream there is now
 	}
 	x.start()
