@@ -308,9 +308,12 @@ func recreate(t *testing.T, js jetstream.JetStream, cfg jetstream.KeyValueConfig
 	if err := js.DeleteKeyValue(t.Context(), cfg.Bucket); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateKeyValue(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	// The server may still be removing the old stream's store: creating
+	// it again failed now and then under -race with "error creating
+	// store for stream" (err_code 10049).
+	natstest.Settle(t, 10*time.Second, "create the bucket again", func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateKeyValue(ctx, cfg)
+	})
 }
 
 // TestFollowerSaysWhenItCannotReadItsStream: the follower's user loses
