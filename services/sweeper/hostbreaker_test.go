@@ -279,21 +279,21 @@ func TestBreakerOfAPausedTaskIsNotCounted(t *testing.T) {
 
 // reopeningBreakers is flyball-breakers as the sweeper reads it, with
 // the host breaker under key opened again (fresh updatedAt) by a new
-// task's failures right before the sweeper reads it to delete it: after
-// the sweep judged it an orphan, idle and named by no task, on the
-// record its watch had seen.
+// task's failures right before the sweeper deletes it: after the sweep
+// judged it an orphan, idle and named by no task, on the record its
+// watch had seen.
 type reopeningBreakers struct {
 	jetstream.KeyValue
 	key    string
 	reopen func()
 }
 
-func (k *reopeningBreakers) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+func (k *reopeningBreakers) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
 	if key == k.key && k.reopen != nil {
 		k.reopen()
 		k.reopen = nil
 	}
-	return k.KeyValue.Get(ctx, key)
+	return k.KeyValue.Delete(ctx, key, opts...)
 }
 
 // TestHostBreakerOpenedAfterTheOrphanJudgementIsKept: the sweeper judged

@@ -457,21 +457,22 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		// a new task's schedule before its spec. Ask KV before deleting,
 		// and delete only the revision read before asking: a task created
 		// again meanwhile has written a new one, which a plain delete
-		// would remove, leaving a spec that never runs. A delete, not a
-		// purge: a purge needs roll-ups, which no bucket allows (a key's
-		// writer could empty the bucket with one; streams.validateKV).
-		// The marker goes with the hourly compaction (compact.go).
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue // gone already, or unreadable: the next sweep decides
-		}
-		if rev, ok := judged[k]; ok && e.Revision() != rev {
-			// Written since the sweep judged it (a host breaker idle
-			// and named by no task, opened again by a task whose spec
-			// the view has not seen yet): asking for the spec of
-			// host_… says nothing of that, and the revision read
-			// here is no orphan the sweep judged.
-			continue
+		// would remove, leaving a spec that never runs. A key in judged
+		// is deleted only at the revision the sweep judged: one written
+		// since (a host breaker idle and named by no task, opened again
+		// by a task whose spec the view has not seen yet; asking for the
+		// spec of host_… says nothing of that) fails the delete as a
+		// CAS conflict. A delete, not a purge: a purge needs roll-ups,
+		// which no bucket allows (a key's writer could empty the bucket
+		// with one; streams.validateKV). The marker goes with the hourly
+		// compaction (compact.go).
+		rev, ok := judged[k]
+		if !ok {
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				continue // gone already, or unreadable: the next sweep decides
+			}
+			rev = e.Revision()
 		}
 		spec, err := s.tasks.Get(ctx, k)
 		what := "removed state of a deleted task"
@@ -482,8 +483,8 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		default:
 			continue
 		}
-		if err := kv.Delete(ctx, k, jetstream.LastRevision(e.Revision())); jsutil.IsCASConflict(err) {
-			continue // written since: the task is back
+		if err := kv.Delete(ctx, k, jetstream.LastRevision(rev)); jsutil.IsCASConflict(err) {
+			continue // written since (or deleted already): the task is back, or the breaker open again
 		} else if err != nil {
 			s.cfg.Logger.Warn("orphan not removed", "bucket", bucket, "key", k, "err", err)
 			continue
