@@ -164,6 +164,35 @@ func TestExplainSaysWhatSinceHides(t *testing.T) {
 	}
 }
 
+// TestExplainJSONOfAnIDOnlyDeleted: explain -o json of an id whose only
+// input is a task.deleted (deleted without ever being created: a delete
+// always succeeds) has nothing to replay: it says so with
+// "nothingReplayed": true and exits 0, as docs/operations.md says, since
+// there is no mismatch either. (flyball task delete refuses an unknown
+// id; a delete published directly is applied.)
+func TestExplainJSONOfAnIDOnlyDeleted(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	body, err := events.Marshal(events.TypeTaskDeleted, "test", "never", events.TaskRef{ID: "never", Reason: "no such task"}, time.Now(), "delete-never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jsutil.Publish(t.Context(), e.srv.JS, events.TaskSubject(events.VerbDeleted, "never"), "", body); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(t, "explain", "never", "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"nothingReplayed": true`) {
+		t.Fatalf("explain never -o json: exit %d\n%s%s\nwant exit 0 and \"nothingReplayed\": true", r.code, r.stdout, r.stderr)
+	}
+	var ex query.Explanation
+	if err := json.Unmarshal([]byte(r.stdout), &ex); err != nil {
+		t.Fatal(err)
+	}
+	if !ex.NothingReplayed || ex.Stored != nil || ex.Replayed != nil {
+		t.Fatalf("explain never -o json: nothingReplayed %v, stored %+v, replayed %+v; want nothing replayed or stored", ex.NothingReplayed, ex.Stored, ex.Replayed)
+	}
+}
+
 // TestExplainSaysWhenATaskWasDeleted: explain of a deleted task says when
 // it was deleted. Its creation aged out of TASKS (a year) and only its
 // delete left, explain failed with `no task`, as for an id never used.
@@ -230,8 +259,31 @@ func TestExplainKeepsTheSpecOfACommandAppliedAlready(t *testing.T) {
 	publish(time.Minute)
 	resent := tg.calls.Load()
 	natstest.Eventually(t, 15*time.Second, "runs after the copy", func() bool { return tg.calls.Load() > resent+2 })
-	// The outcome of the last run may still be on its way (pending): a
-	// later one is applied when the one after it is dispatched.
+	// Stop the inputs before explain reads them: runs landing every second
+	// while it reads TASKS, RUNS and the stored schedule could make it
+	// disagree for that alone. Paused, no slot is dispatched again; the
+	// one dispatched before the pause has run (or been skipped) and its
+	// outcome is applied once DISPATCH's executor and the governor's
+	// consumers have nothing left to settle.
+	e.ok(t, "task", "pause", "dup1", "--reason", "explain reads a still history")
+	ctx := t.Context()
+	natstest.Eventually(t, 15*time.Second, "the runs dispatched before the pause are applied", func() bool {
+		for _, c := range []struct{ stream, durable string }{
+			{streams.StreamDispatch, streams.ConsumerExecutor},
+			{streams.StreamRuns, streams.ConsumerGovernor},
+			{streams.StreamTasks, streams.ConsumerGovernor},
+		} {
+			cons, err := e.srv.JS.Consumer(ctx, c.stream, c.durable)
+			if err != nil {
+				return false
+			}
+			info, err := cons.Info(ctx)
+			if err != nil || info.NumPending != 0 || info.NumAckPending != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	r := e.run(t, "explain", "dup1")
 	if r.code != 0 || !strings.Contains(r.stdout, "the replay agrees") || strings.Contains(r.stdout, "1m0s") {
 		t.Fatalf("explain dup1: exit %d\n%s%s\nwant the replay to agree, every run 1s apart", r.code, r.stdout, r.stderr)
