@@ -220,7 +220,7 @@ func embeddedIPv4(addr netip.Addr) []embedded {
 			// A layout that reads an address in 0.0.0.0/8 reads (mostly)
 			// the prefix's own zero bits (64:ff9b:1::93.184.216.34 as a
 			// /48 is 0.0.0.0, as a /64 0.0.0.93), not an address a
-			// gateway would translate to: none routes "this network".
+			// gateway translates to.
 			if v4 := at(l[:]...); !thisNetwork.Contains(v4) {
 				out = append(out, embedded{v4, "local-use NAT64 address"})
 			}
