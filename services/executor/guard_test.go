@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"math"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"testing"
@@ -89,6 +90,14 @@ func TestRedactHeaders(t *testing.T) {
 	}
 	if got["Accept"] != "application/json" {
 		t.Errorf("Accept = %q, want kept", got["Accept"])
+	}
+	// The documented defaults are redacted by secretFragments (isSecretName
+	// checks no list of whole header names): one added to the list that
+	// no fragment catches fails here.
+	for _, name := range DefaultRedactHeaders {
+		if !isSecretName(name, nil) || !isSecretName(http.CanonicalHeaderKey(name), nil) {
+			t.Errorf("default redact header %q is not redacted", name)
+		}
 	}
 }
 

@@ -12,8 +12,10 @@ import (
 const Redacted = "[REDACTED]"
 
 // DefaultRedactHeaders are header names (case-insensitive) whose values
-// never reach a run record. Names containing one of secretFragments are
-// redacted too, and so are query parameters named like either.
+// never reach a run record, as docs/security.md lists them. Each contains
+// one of secretFragments ("auth", "cookie", "key"), which is what redacts
+// it, and every other header or query parameter named like one
+// (TestRedactHeaders keeps the list covered).
 var DefaultRedactHeaders = []string{"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 
 // secretFragments mark a header or query parameter name as secret when
@@ -46,7 +48,7 @@ func redactHeaders(h map[string]string, extra []string) map[string]string {
 // (Config.setDefaults does that).
 func isSecretName(name string, extra []string) bool {
 	n := strings.ToLower(name)
-	if slices.Contains(secretNames, n) || slices.Contains(DefaultRedactHeaders, n) || slices.Contains(extra, n) {
+	if slices.Contains(secretNames, n) || slices.Contains(extra, n) {
 		return true
 	}
 	for _, frag := range secretFragments {

@@ -24,6 +24,7 @@ func TestRedactURL(t *testing.T) {
 		{"https://h/p?my%5Ftoken=abc", "https://h/p?my%5Ftoken=[REDACTED]"}, // an escaped name is still recognised
 		{"https://h/p?signal=on&token", "https://h/p?signal=on&token"},      // a bare name has no value to hide
 		{"https://h/p?tenant=acme", "https://h/p?tenant=acme"},
+		{"https://h/p?nocookie=1&page=2", "https://h/p?nocookie=[REDACTED]&page=2"},         // named like cookie, as docs/security.md says
 		{"https://h/p?partner=x&X-Custom=abc", "https://h/p?partner=x&X-Custom=[REDACTED]"}, // the extra list
 		// User info, as a redirect's Location may carry it (net/http
 		// masks only a password); a query or path "@" is no user info.
