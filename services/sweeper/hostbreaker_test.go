@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -27,11 +28,20 @@ import (
 // not been written for a while, and keep one a task still uses.
 func TestHostBreakerNoTaskUsesIsForgotten(t *testing.T) {
 	ctx := t.Context()
-	breakers, m := sweepHostBreakers(t, "live", "https://live.example/health", "host_live_example", "host_gone_example")
+	breakers, m, logs := sweepHostBreakers(t, "live", "https://live.example/health", "host_live_example", "host_gone_example")
 	natstest.Eventually(t, 10*time.Second, "the host breaker no task uses is forgotten", func() bool {
 		_, err := breakers.Get(ctx, "host_gone_example")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
+	// Said as what it is: it was no task's state, and "removed state of a
+	// deleted task" sent an operator looking for a task that never was.
+	removed := logs.named("removed a host breaker that no task names")
+	if len(removed) != 1 || removed[0].attrs["key"] != "host_gone_example" {
+		t.Errorf("logged %+v, want one record naming key host_gone_example", removed)
+	}
+	if wrong := logs.named("removed state of a deleted task"); len(wrong) != 0 {
+		t.Errorf("a host breaker logged as a deleted task's state: %+v", wrong)
+	}
 	if _, err := breakers.Get(ctx, "host_live_example"); err != nil {
 		t.Fatalf("the host breaker a task uses: %v, want it kept", err)
 	}
@@ -64,7 +74,7 @@ func TestOwnRecordOfAHostScopedTaskIsDeleted(t *testing.T) {
 		}
 		putHalfOpen(t, breakers, id, time.Now().UTC())
 	}
-	_, m := startSweeping(t, srv.JS)
+	s, m := startSweeping(t, srv.JS)
 	natstest.Eventually(t, 10*time.Second, "the own record of a task switched to scope host is deleted", func() bool {
 		_, err := breakers.Get(ctx, "moved")
 		return errors.Is(err, jetstream.ErrKeyNotFound)
@@ -75,6 +85,9 @@ func TestOwnRecordOfAHostScopedTaskIsDeleted(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "flyball_breakers_open counts only the task-scoped task's breaker", func() bool {
 		return testutil.ToFloat64(m.BreakersOpen) == 1
 	})
+	if got := logsOf(s).named("removed the own breaker record of a task switched to breaker scope host"); len(got) != 1 || got[0].attrs["key"] != "moved" {
+		t.Errorf("logged %+v, want one record naming key moved", got)
+	}
 }
 
 // putHalfOpen stores a half-open breaker record under key, written at.
@@ -93,11 +106,12 @@ func putHalfOpen(t *testing.T, breakers jetstream.KeyValue, key string, at time.
 }
 
 // startSweeping starts a sweeper that sweeps every 50 ms, stopped in
-// t.Cleanup, and returns it and its metrics.
+// t.Cleanup, and returns it and its metrics; logsOf(s) has what it
+// logged.
 func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set) {
 	t.Helper()
 	m := metrics.New()
-	s, err := New(Config{Common: svcconf.Common{JS: js, Metrics: m}, Interval: 50 * time.Millisecond})
+	s, err := New(Config{Common: svcconf.Common{JS: js, Metrics: m, Logger: slog.New(&records{})}, Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +121,9 @@ func startSweeping(t *testing.T, js jetstream.JetStream) (*Service, *metrics.Set
 	t.Cleanup(s.Stop)
 	return s, m
 }
+
+// logsOf is what a sweeper of startSweeping logged.
+func logsOf(s *Service) *records { return s.cfg.Logger.Handler().(*records) }
 
 // TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted: a host's
 // breaker key has changed, and the record under its old key is no task's
@@ -133,7 +150,7 @@ func TestHostBreakerUnderItsOldPortOrUnderscoreKeyIsDeleted(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
-			breakers, _ := sweepHostBreakers(t, c.id, c.url, c.old, c.key)
+			breakers, _, _ := sweepHostBreakers(t, c.id, c.url, c.old, c.key)
 			if _, err := breakers.Get(ctx, c.old); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				t.Fatalf("the record under the old key %s after 3 sweeps: %v, want it deleted", c.old, err)
 			}
@@ -156,7 +173,7 @@ func TestHostBreakerUnderAnOldKeyStillWrittenIsKept(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now().UTC()
 	const recent, idle, key = "host_api_example_com_8443", "host_a_b_example_com", "host_api_example_com_P8443"
-	breakers, m := sweepHostBreakersWritten(t, "h", "https://api.example.com:8443/health", map[string]time.Time{
+	breakers, m, _ := sweepHostBreakersWritten(t, "h", "https://api.example.com:8443/health", map[string]time.Time{
 		key: now.Add(-time.Hour), recent: now.Add(-time.Minute), idle: now.Add(-time.Hour),
 	})
 	if _, err := breakers.Get(ctx, recent); err != nil {
@@ -176,7 +193,7 @@ func TestHostBreakerUnderAnOldKeyStillWrittenIsKept(t *testing.T) {
 // sweepHostBreakers stores task id, host-scoped on url, and a half-open
 // record written an hour ago under each key, then starts a sweeper and
 // waits for three sweeps.
-func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.KeyValue, *metrics.Set) {
+func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.KeyValue, *metrics.Set, *records) {
 	t.Helper()
 	long := time.Now().UTC().Add(-time.Hour) // written an hour ago
 	written := make(map[string]time.Time, len(keys))
@@ -188,7 +205,7 @@ func sweepHostBreakers(t *testing.T, id, url string, keys ...string) (jetstream.
 
 // sweepHostBreakersWritten is sweepHostBreakers with a half-open record
 // under each key of written, written at its time.
-func sweepHostBreakersWritten(t *testing.T, id, url string, written map[string]time.Time) (jetstream.KeyValue, *metrics.Set) {
+func sweepHostBreakersWritten(t *testing.T, id, url string, written map[string]time.Time) (jetstream.KeyValue, *metrics.Set, *records) {
 	t.Helper()
 	srv := natstest.StartWithStreams(t)
 	ctx := t.Context()
@@ -213,7 +230,7 @@ func sweepHostBreakersWritten(t *testing.T, id, url string, written map[string]t
 			t.Fatal("no sweep in 30s")
 		}
 	}
-	return breakers, m
+	return breakers, m, logsOf(s)
 }
 
 // TestBreakerOfAPausedTaskIsNotCounted: a paused task is not dispatched,

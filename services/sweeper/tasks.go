@@ -476,6 +476,11 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		}
 		spec, err := s.tasks.Get(ctx, k)
 		what := "removed state of a deleted task"
+		if strings.HasPrefix(k, events.HostKeyPrefix) {
+			// No task has a host_ id (events.ValidateID): this is a host
+			// breaker that no task's spec names any more.
+			what = "removed a host breaker that no task names"
+		}
 		switch {
 		case jsutil.IsKeyMissing(err):
 		case err == nil && kv == s.breakers && executor.HostScoped(spec.Value()):
