@@ -12,6 +12,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/services/internal/slotdone"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -95,6 +96,22 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 	}
 	if rec.Outcome == events.OutcomeSucceeded {
 		s.cfg.Logger.Info("dispatch exhausted its deliveries after its run succeeded (its ack was lost); deleting it without a dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
+		return d.TaskID, false, s.deleteDispatch(ctx, seq)
+	}
+	// A run that succeeded at its first attempt and a skipped dispatch
+	// write no attempt record, and a final failure's entry comes from
+	// RUNS with its own reason: look for the slot's stored outcome, as the
+	// executor does for a slot dispatched again (slotdone). Found, the
+	// dispatch's acks (or terms) were lost, not its run: an entry here
+	// alarmed an operator for a run that had succeeded or been skipped,
+	// and made the governor hold the task until a recheck; or, ahead of
+	// the RUNS backlog, labelled a final failure max-deliveries.
+	// DISPATCH holds one dispatch per task, so no later slot of the task
+	// has run meanwhile to hide this one's outcome.
+	if _, done, err := slotdone.Find(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly); err != nil {
+		return "", false, fmt.Errorf("read the slot's outcome: %w", err)
+	} else if done {
+		s.cfg.Logger.Info("dispatch exhausted its deliveries after its slot's outcome was stored (its acks were lost); deleting it without a max-deliveries dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
 		return d.TaskID, false, s.deleteDispatch(ctx, seq)
 	}
 	attempts := rec.Attempts

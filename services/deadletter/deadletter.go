@@ -39,7 +39,9 @@ type Service struct {
 	cfg      Config
 	source   string
 	dispatch jetstream.Stream
-	attempts jetstream.KeyValue
+	// runs and dead are read for an exhausted dispatch's stored outcome.
+	runs, dead jetstream.Stream
+	attempts   jetstream.KeyValue
 	// recMu serialises reconcile passes; suspects holds the DISPATCH
 	// sequences the last pass found exhausted (reconcile.go).
 	recMu    sync.Mutex
@@ -69,6 +71,12 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if err := streams.Check(&s.dispatch.CachedInfo().Config); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
+	}
+	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
+		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamRuns, err)
+	}
+	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
+		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamDeadLetter, err)
 	}
 	if s.attempts, err = s.cfg.JS.KeyValue(ctx, streams.BucketAttempts); err != nil {
 		return fmt.Errorf("deadletter: bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.BucketAttempts, err)

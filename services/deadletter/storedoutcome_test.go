@@ -1,0 +1,81 @@
+package deadletter_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// TestExhaustedDispatchOfAStoredOutcomeIsNotDeadLettered: a run that
+// succeeded at its first attempt, and a skipped dispatch, write no
+// attempt record. When their acks were lost on every delivery until
+// MaxDeliver, the MAX_DELIVERIES advisory found no record and wrote a
+// max-deliveries entry (attempts 0, no errors), counted it and made the
+// governor hold the task for its recheck, for a run whose outcome was on
+// RUNS. The dispatch is deleted without an entry when its slot's outcome
+// is stored; a stored outcome of another slot does not count.
+func TestExhaustedDispatchOfAStoredOutcomeIsNotDeadLettered(t *testing.T) {
+	slot := time.UnixMilli(1772442000000).UTC() // publishDispatch's
+	for _, c := range []struct {
+		name     string
+		outcome  events.Outcome
+		typ      string
+		run      events.Run
+		wantDead uint64
+	}{
+		{"succeeded at the first attempt", events.OutcomeSucceeded, events.TypeRunSucceeded,
+			events.Run{Attempt: 1, Status: 200}, 0},
+		{"skipped", events.OutcomeSkipped, events.TypeRunSkipped,
+			events.Run{Reason: "paused"}, 0},
+		{"an earlier slot succeeded", events.OutcomeSucceeded, events.TypeRunSucceeded,
+			events.Run{ScheduledAt: slot.Add(-time.Minute), Attempt: 1, Status: 200}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			ctx := t.Context()
+			seq := publishDispatch(t, h.js, "t1")
+			r := c.run
+			if r.ScheduledAt.IsZero() {
+				r.ScheduledAt = slot
+			}
+			r.DispatchID, r.TaskID = events.DispatchID("t1", r.ScheduledAt), "t1"
+			body, err := events.Marshal(c.typ, "test", "t1", r, time.Now(), r.DispatchID+"/1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.js.Publish(ctx, events.RunSubject(c.outcome, "t1"), body); err != nil {
+				t.Fatal(err)
+			}
+			adv, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": seq, "deliveries": 50})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ack, err := h.js.Publish(ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", adv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			natstest.AwaitAcked(t, h.js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
+			if n := h.entries("t1"); n != c.wantDead {
+				t.Fatalf("%d dead-letter entries, want %d", n, c.wantDead)
+			}
+			if n := testutil.ToFloat64(h.metrics.DeadLetterTotal.WithLabelValues(events.DeadLetterMaxDeliveries)); n != float64(c.wantDead) {
+				t.Fatalf(`flyball_deadletter_total{reason="max-deliveries"} = %v, want %d`, n, c.wantDead)
+			}
+			dispatch, err := h.js.Stream(ctx, streams.StreamDispatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := dispatch.GetMsg(ctx, seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				t.Fatalf("the exhausted dispatch is still in DISPATCH (%v): it holds the task's slot", err)
+			}
+		})
+	}
+}
