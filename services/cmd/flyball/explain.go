@@ -132,6 +132,8 @@ func printExplanation(w io.Writer, ex *query.Explanation, since time.Time) {
 		fmt.Fprintf(w, "stored: no schedule: the task was deleted at %s; nothing was replayed to compare with (see the warning)\n", fmtTime(ex.DeletedAt))
 	case ex.Stored == nil && ex.NothingReplayed:
 		fmt.Fprintln(w, "stored: no schedule (the task does not exist or was deleted); nothing was replayed to compare with")
+	case ex.NothingReplayed:
+		fmt.Fprintf(w, "stored: %s; nothing was replayed to compare with (see the warning)\n", scheduleText(ex.Stored))
 	case ex.Stored == nil && ex.Replayed == nil && !ex.DeletedAt.IsZero():
 		fmt.Fprintf(w, "stored: no schedule: the task was deleted at %s; the replay agrees\n", fmtTime(ex.DeletedAt))
 	case ex.Stored == nil && ex.Replayed == nil:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
@@ -110,12 +112,25 @@ func TestExplainJSONExitsOneOnAMismatch(t *testing.T) {
 	t.Parallel()
 	srv, url := natstest.StartListening(t)
 	e := &cliEnv{url: url, srv: srv, dir: t.TempDir()}
-	// A stored schedule with no input behind it: the replay has none.
+	// A creation in TASKS, and a stored schedule decided after it that
+	// the replay of that creation does not lead to. (A stored schedule
+	// with no input behind it at all is no mismatch: nothing is replayed,
+	// TestExplainOfALiveTaskWhoseHistoryAgedOut.)
+	spec := events.TaskSpec{ID: "ghost", Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+		Target: events.Target{HTTP: &events.HTTPTarget{URL: "http://127.0.0.1:1/x"}}}
+	body, err := events.Marshal(events.TypeTaskCreated, "test", "ghost", spec, time.Now(), "create-ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jsutil.Publish(t.Context(), srv.JS, events.TaskSubject(events.VerbCreated, "ghost"), "", body); err != nil {
+		t.Fatal(err)
+	}
 	kv, err := srv.JS.KeyValue(t.Context(), streams.BucketSchedules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := gov.State{TaskID: "ghost", NextRunAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Source: gov.SourceBaselineInterval}
+	st := gov.State{TaskID: "ghost", NextRunAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Source: gov.SourceBaselineInterval,
+		DecidedAt: time.Now().Add(time.Minute)}
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -290,5 +305,45 @@ func TestExplainKeepsTheSpecOfACommandAppliedAlready(t *testing.T) {
 	}
 	if want := `no change: command "d-1" was applied already`; !strings.Contains(r.stdout, want) {
 		t.Fatalf("explain dup1:\n%s\nwant the copy's line to say %q", r.stdout, want)
+	}
+}
+
+// TestExplainOfALiveTaskWhoseHistoryAgedOut: a task whose creation and
+// updates are no longer in TASKS (a year by default, sooner with a lower
+// MaxAge, or TASKS re-created or restored) still has its schedule
+// stored. explain replays nothing and warns so; it printed "MISMATCH:
+// stored …, replayed no schedule" and exited 1, as if the schedule were
+// wrong, while docs/operations.md says it ends "nothing was replayed to
+// compare with" and exits 0.
+func TestExplainOfALiveTaskWhoseHistoryAgedOut(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	e.ok(t, "task", "create", "-f", e.file(t, "aged.yaml", "id: aged\ntarget:\n  http:\n    url: http://127.0.0.1:1/x\nschedule:\n  interval: 1h\n"))
+	schedules, err := e.srv.JS.KeyValue(t.Context(), streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the governor stores aged's schedule", func() bool {
+		_, err := schedules.Get(t.Context(), "aged")
+		return err == nil
+	})
+	tasks, err := e.srv.JS.Stream(t.Context(), streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tasks.Purge(t.Context(), jetstream.WithPurgeSubject("flyball.task.*.aged")); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(t, "explain", "aged")
+	if r.code != 0 || !strings.Contains(r.stdout, "; nothing was replayed to compare with") || strings.Contains(r.stdout, "MISMATCH") {
+		t.Fatalf("explain of a task whose history aged out: exit %d\n%s%s\nwant exit 0, \"nothing was replayed to compare with\", no MISMATCH", r.code, r.stdout, r.stderr)
+	}
+	r = e.run(t, "explain", "aged", "-o", "json")
+	var ex query.Explanation
+	if err := json.Unmarshal([]byte(r.stdout), &ex); err != nil {
+		t.Fatalf("explain aged -o json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	if r.code != 0 || !ex.NothingReplayed || ex.Stored == nil || !ex.Agrees {
+		t.Fatalf("explain aged -o json: exit %d, nothingReplayed %v, stored %+v, agrees %v; want exit 0, nothing replayed, the schedule stored, no mismatch", r.code, ex.NothingReplayed, ex.Stored, ex.Agrees)
 	}
 }

@@ -401,6 +401,12 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		ex.DeletedAt = deletedAt
 	}
 	ex.NothingReplayed = len(entries) == 0
+	if ex.NothingReplayed {
+		// No replay, no mismatch: agreement compared the stored schedule
+		// with none, and a task whose creation has aged out of TASKS
+		// exited 1 as a MISMATCH.
+		ex.Agrees, ex.Pending = true, 0
+	}
 	switch {
 	case len(entries) == 0 && ex.Stored != nil:
 		ex.Warnings = append(ex.Warnings, "the task's creation and updates are no longer in TASKS: nothing could be replayed")
