@@ -31,12 +31,18 @@ func TestExhaustedDispatchOfAStoredOutcomeIsNotDeadLettered(t *testing.T) {
 		run      events.Run
 		wantDead uint64
 	}{
-		{"succeeded at the first attempt", events.OutcomeSucceeded, events.TypeRunSucceeded,
-			events.Run{Attempt: 1, Status: 200}, 0},
-		{"skipped", events.OutcomeSkipped, events.TypeRunSkipped,
-			events.Run{Reason: "paused"}, 0},
-		{"an earlier slot succeeded", events.OutcomeSucceeded, events.TypeRunSucceeded,
-			events.Run{ScheduledAt: slot.Add(-time.Minute), Attempt: 1, Status: 200}, 1},
+		{
+			name: "succeeded at the first attempt", outcome: events.OutcomeSucceeded, typ: events.TypeRunSucceeded,
+			run: events.Run{Attempt: 1, Status: 200},
+		},
+		{
+			name: "skipped", outcome: events.OutcomeSkipped, typ: events.TypeRunSkipped,
+			run: events.Run{Reason: "paused"},
+		},
+		{
+			name: "an earlier slot succeeded", outcome: events.OutcomeSucceeded, typ: events.TypeRunSucceeded,
+			run: events.Run{ScheduledAt: slot.Add(-time.Minute), Attempt: 1, Status: 200}, wantDead: 1,
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t)

@@ -116,8 +116,10 @@ func TestExplainJSONExitsOneOnAMismatch(t *testing.T) {
 	// the replay of that creation does not lead to. (A stored schedule
 	// with no input behind it at all is no mismatch: nothing is replayed,
 	// TestExplainOfALiveTaskWhoseHistoryAgedOut.)
-	spec := events.TaskSpec{ID: "ghost", Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
-		Target: events.Target{HTTP: &events.HTTPTarget{URL: "http://127.0.0.1:1/x"}}}
+	spec := events.TaskSpec{
+		ID: "ghost", Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+		Target: events.Target{HTTP: &events.HTTPTarget{URL: "http://127.0.0.1:1/x"}},
+	}
 	body, err := events.Marshal(events.TypeTaskCreated, "test", "ghost", spec, time.Now(), "create-ghost")
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +131,10 @@ func TestExplainJSONExitsOneOnAMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := gov.State{TaskID: "ghost", NextRunAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Source: gov.SourceBaselineInterval,
-		DecidedAt: time.Now().Add(time.Minute)}
+	st := gov.State{
+		TaskID: "ghost", NextRunAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Source: gov.SourceBaselineInterval,
+		DecidedAt: time.Now().Add(time.Minute),
+	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
