@@ -2,7 +2,6 @@ package deadletter_test
 
 import (
 	"encoding/json"
-	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,22 +146,8 @@ func TestAdvisoryEntryTooLargeFreesTheSlot(t *testing.T) {
 	for attempt := range 2 {
 		h.failed("t1", `{"dispatchId":"t1:1772442000000","taskId":"t1","scheduledAt":"2026-03-02T09:00:00Z","error":"`+big+`","attempt":`+strconv.Itoa(attempt+1)+`}`)
 	}
-	adv, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": pub.Sequence, "deliveries": 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := h.js.Publish(t.Context(), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", adv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, h.js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
-	st, err := h.js.Stream(t.Context(), streams.StreamDispatch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.GetMsg(t.Context(), pub.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatalf("the dispatch is still in DISPATCH (%v): it holds the task's slot", err)
-	}
+	advise(t, h.js, pub.Sequence, 50)
+	requireDispatchGone(t, h.js, pub.Sequence)
 	if n := h.rejected("cannot be dead-lettered"); n != 1 {
 		t.Fatalf(`flyball_rejected_events_total{reason="cannot be dead-lettered"} = %v, want 1`, n)
 	}

@@ -32,6 +32,35 @@ func publishDispatch(t *testing.T, js jetstream.JetStream, task string) uint64 {
 	return pub.Sequence
 }
 
+// advise publishes JetStream's MAX_DELIVERIES advisory for the DISPATCH
+// message at seq, as the server sends it after deliveries deliveries,
+// and waits until the dead-letter service has acked it.
+func advise(t *testing.T, js jetstream.JetStream, seq uint64, deliveries int) {
+	t.Helper()
+	adv, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": seq, "deliveries": deliveries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(t.Context(), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", adv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
+}
+
+// requireDispatchGone fails unless the DISPATCH message at seq was
+// deleted: an exhausted dispatch left there holds its task's one slot.
+func requireDispatchGone(t *testing.T, js jetstream.JetStream, seq uint64) {
+	t.Helper()
+	dispatch, err := js.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dispatch.GetMsg(t.Context(), seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the exhausted dispatch is still in DISPATCH (%v): it holds the task's slot", err)
+	}
+}
+
 // startReconciling starts a dead-letter service that looks for exhausted
 // dispatches every 20ms.
 func startReconciling(t *testing.T, js jetstream.JetStream) (*deadletter.Service, *metrics.Set) {
@@ -82,15 +111,7 @@ func TestExhaustedDispatchWithoutAdvisoryIsDeadLettered(t *testing.T) {
 	})
 
 	// The advisory arrives after all.
-	body, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": seq, "deliveries": 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := js.Publish(ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.AwaitAcked(t, js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
+	advise(t, js, seq, 2)
 	if n := h.entries("t1"); n != 1 {
 		t.Fatalf("%d dead-letter entries for t1 after the late advisory, want 1", n)
 	}

@@ -1,17 +1,12 @@
 package deadletter_test
 
 import (
-	"encoding/json"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // TestExhaustedDispatchOfAStoredOutcomeIsNotDeadLettered: a run that
@@ -60,28 +55,14 @@ func TestExhaustedDispatchOfAStoredOutcomeIsNotDeadLettered(t *testing.T) {
 			if _, err := h.js.Publish(ctx, events.RunSubject(c.outcome, "t1"), body); err != nil {
 				t.Fatal(err)
 			}
-			adv, err := json.Marshal(map[string]any{"stream": streams.StreamDispatch, "consumer": streams.ConsumerExecutor, "stream_seq": seq, "deliveries": 50})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ack, err := h.js.Publish(ctx, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.DISPATCH.executor", adv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			natstest.AwaitAcked(t, h.js, streams.StreamAdvisories, streams.ConsumerDeadLetter, ack.Sequence)
+			advise(t, h.js, seq, 50)
 			if n := h.entries("t1"); n != c.wantDead {
 				t.Fatalf("%d dead-letter entries, want %d", n, c.wantDead)
 			}
 			if n := testutil.ToFloat64(h.metrics.DeadLetterTotal.WithLabelValues(events.DeadLetterMaxDeliveries)); n != float64(c.wantDead) {
 				t.Fatalf(`flyball_deadletter_total{reason="max-deliveries"} = %v, want %d`, n, c.wantDead)
 			}
-			dispatch, err := h.js.Stream(ctx, streams.StreamDispatch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := dispatch.GetMsg(ctx, seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
-				t.Fatalf("the exhausted dispatch is still in DISPATCH (%v): it holds the task's slot", err)
-			}
+			requireDispatchGone(t, h.js, seq)
 		})
 	}
 }
