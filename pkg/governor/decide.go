@@ -119,7 +119,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		}
 		p.applyBreaker(in.Breaker)
 	case KindDeadLettered:
-		if in.DeadLetter == nil || OtherTask(in.DeadLetter.TaskCreatedAt, st) || !p.applyDeadLetter(in.DeadLetter) {
+		if in.DeadLetter == nil || OtherTask(in.DeadLetter.TaskCreatedAt, st) || heldAlready(in.DeadLetter, st) || !p.applyDeadLetter(in.DeadLetter) {
 			return ignored()
 		}
 	case KindRequeued:
@@ -439,6 +439,24 @@ func (p *planner) applyDeadLetter(d *DeadLetterSignal) bool {
 	s.DeadLetter = &DeadLetterHold{DispatchID: d.DispatchID, Reason: d.Reason, At: at, RecheckAt: at.Add(after)}
 	s.RequeuedAt = time.Time{}
 	return true
+}
+
+// heldAlready reports an entry whose hold st applied already, with the
+// final failure it was written from: an entry of reason permanent or
+// max-attempts comes from a final run.failed (events.Run's
+// DeadLetterReason), which holds the task when it is applied. Such an
+// entry is ignored once st has applied that failure (its dispatch) or an
+// outcome of the same slot or a later one. Reaching the governor after a
+// requeue or a success had cleared the hold (the dead-letter service down
+// or behind: it writes the entry from RUNS), it held the task again for
+// recheckAfter and undid the requeue; only the entry's stored time was
+// compared with theirs, and it was stored after them. A max-deliveries
+// entry follows no run event, so it is the only signal of its hold.
+func heldAlready(d *DeadLetterSignal, st State) bool {
+	if d.Reason == events.DeadLetterMaxDeliveries {
+		return false
+	}
+	return Applied(d.DispatchID, st) || (!d.ScheduledAt.IsZero() && !st.LastScheduledAt.Before(d.ScheduledAt))
 }
 
 // hourOf is t's hour since the Unix epoch (floored, also before 1970).

@@ -67,9 +67,11 @@ func ExampleDecide_adaptive() {
 	// v3 -> adaptive-relax   every 3m6.563s
 }
 
-// A run that keeps failing opens the breaker, which holds the next run
-// until its retryAt; a dead-letter entry then schedules a recheck 30
-// minutes out, and an operator's requeue runs the task at once.
+// A run that fails for good holds the task for a recheck 30 minutes
+// out, whatever its breaker says meanwhile; the dead-letter entry written
+// from that failure changes nothing more, an operator's requeue runs the
+// task at once, and the entry arriving only after the requeue (the
+// dead-letter service was down) does not undo it.
 func ExampleDecide_breakerAndDeadLetter() {
 	spec := &events.TaskSpec{
 		ID:       "billing-sync",
@@ -81,10 +83,10 @@ func ExampleDecide_breakerAndDeadLetter() {
 	d := governor.Decide(now, spec, governor.State{}, governor.Input{Kind: governor.KindAccepted})
 	show := func(what string) { fmt.Printf("%-13s %-18s %s\n", what, d.Source, d.NextRunAt.Format("15:04:05")) }
 
-	// The first run fails for good; then its breaker opens.
+	// The first run fails for good (its last attempt); then its breaker opens.
 	d = governor.Decide(now.Add(time.Second), spec, d.State, governor.Input{
 		Kind:    governor.KindOutcome,
-		Outcome: &governor.Outcome{DispatchID: "billing-sync:1", ScheduledAt: now, Result: "failed"},
+		Outcome: &governor.Outcome{DispatchID: "billing-sync:1", ScheduledAt: now, Result: "failed", DeadLetterReason: "max-attempts"},
 	})
 	show("failed")
 	now = now.Add(2 * time.Second)
@@ -93,19 +95,25 @@ func ExampleDecide_breakerAndDeadLetter() {
 		Breaker: &governor.BreakerSignal{State: "open", RetryAt: now.Add(time.Minute)},
 	})
 	show("breaker open")
-	d = governor.Decide(now, spec, d.State, governor.Input{
+	entry := governor.Input{
 		Kind:       governor.KindDeadLettered,
-		DeadLetter: &governor.DeadLetterSignal{DispatchID: "billing-sync:1", Reason: "max-attempts", At: now},
-	})
+		DeadLetter: &governor.DeadLetterSignal{DispatchID: "billing-sync:1", Reason: "max-attempts", At: now, ScheduledAt: now.Add(-2 * time.Second)},
+	}
+	d = governor.Decide(now, spec, d.State, entry)
 	show("dead-letter")
 	now = now.Add(5 * time.Minute)
 	d = governor.Decide(now, spec, d.State, governor.Input{Kind: governor.KindRequeued})
 	show("requeued")
+	late := *entry.DeadLetter
+	late.At = now.Add(time.Second)
+	d = governor.Decide(now.Add(time.Second), spec, d.State, governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &late})
+	show("late entry")
 	// Output:
-	// failed        failure-backoff    12:00:20
-	// breaker open  breaker-open       12:01:02
-	// dead-letter   deadletter-recheck 12:30:02
+	// failed        deadletter-recheck 12:30:01
+	// breaker open  deadletter-recheck 12:30:01
+	// dead-letter   deadletter-recheck 12:30:01
 	// requeued      requeue            12:05:02
+	// late entry    requeue            12:05:02
 }
 
 // Every decision explains itself: the trail lists the rules that applied,

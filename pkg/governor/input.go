@@ -68,6 +68,8 @@ type DeadLetterSignal struct {
 	// entry of a deleted task of the same ID is ignored (see
 	// Outcome.TaskCreatedAt).
 	TaskCreatedAt time.Time
+	// ScheduledAt is the dead-lettered dispatch's slot (zero if unknown).
+	ScheduledAt time.Time
 }
 
 // Outcome is the final result of one run.

@@ -926,11 +926,39 @@ func TestDecideDeadLetter(t *testing.T) {
 		"entry older than requeue":  {stateWith(ran(t0), func(s *governor.State) { s.RequeuedAt = at.Add(time.Second) }), deadLetterInput("t:1", at)},
 		"entry older than success":  {stateWith(ran(t0), func(s *governor.State) { s.LastSuccessAt = at.Add(time.Second) }), deadLetterInput("t:1", at)},
 		"dead-letter without entry": {ran(t0), governor.Input{Kind: governor.KindDeadLettered}},
+		// The entry of a final failure applied already (its hold, then a
+		// requeue or a success, cleared since), stored after them: the
+		// dead-letter service was down or behind. It held the task again
+		// for recheckAfter and undid the requeue.
+		"entry of the applied failure, after a requeue": {
+			stateWith(ran(t0), func(s *governor.State) { s.LastDispatchID, s.LastOutcome, s.RequeuedAt = "t:1", "failed", at }),
+			lateEntry("t:1", t0, events.DeadLetterMaxAttempts, at.Add(time.Second)),
+		},
+		"entry of an earlier slot, after a later success": {
+			stateWith(ran(t0.Add(time.Minute)), func(s *governor.State) { s.LastDispatchID, s.LastSuccessAt = "t:2", at }),
+			lateEntry("t:1", t0, events.DeadLetterPermanent, at.Add(time.Second)),
+		},
 	} {
 		if d := governor.Decide(at.Add(time.Minute), intervalSpec(time.Minute), tc.st, tc.in); !d.Ignored {
 			t.Errorf("%s: not ignored: %s %s", name, d.Source, d.Trail)
 		}
 	}
+	// A max-deliveries entry follows no run event that held the task: it
+	// holds it, whatever slots were applied (a run of the slot that the
+	// sweeper dispatched again, skipped as dead-lettered, say).
+	st := stateWith(ran(t0), func(s *governor.State) { s.LastDispatchID = "t:1" })
+	if d := governor.Decide(at.Add(time.Minute), intervalSpec(time.Minute), st, lateEntry("t:1", t0, events.DeadLetterMaxDeliveries, at)); d.Ignored || d.State.DeadLetter == nil {
+		t.Errorf("max-deliveries entry of an applied slot: ignored %v, hold %+v; want it held", d.Ignored, d.State.DeadLetter)
+	}
+	// An entry applied before its final failure holds the task.
+	if d := governor.Decide(at.Add(time.Minute), intervalSpec(time.Minute), ran(t0), lateEntry("t:2", t0.Add(time.Minute), events.DeadLetterPermanent, at)); d.Ignored || d.State.DeadLetter == nil {
+		t.Errorf("entry ahead of its final failure: ignored %v, hold %+v; want it held", d.Ignored, d.State.DeadLetter)
+	}
+}
+
+// lateEntry is the dead-letter entry of dispatch id, of slot, stored at.
+func lateEntry(id string, slot time.Time, reason string, at time.Time) governor.Input {
+	return governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{DispatchID: id, Reason: reason, At: at, ScheduledAt: slot}}
 }
 
 func TestDecideRequeue(t *testing.T) {

@@ -56,3 +56,37 @@ func TestSkewedDeadLetterClockDoesNotUndoARequeue(t *testing.T) {
 			entry.DeadLetteredAt, got.RequeuedAt, before.RequeuedAt, got.DeadLetter, got.NextRunAt, got.Source)
 	}
 }
+
+// TestLateEntryOfAFailureDoesNotUndoARequeue: the final failure of a run
+// holds the task; the operator requeues it (flyball dlq retry --all
+// --task sends a requeue when no entry is stored yet); the dead-letter
+// service, down or behind, stores the run's entry only then. The entry
+// was stored after the requeue, so the governor took it for a dead
+// letter since, held the task for another recheck and dropped the
+// requeue. Its hold was applied with the failure: it changes nothing.
+func TestLateEntryOfAFailureDoesNotUndoARequeue(t *testing.T) {
+	s, js := startGovernor(t)
+	const id = "late"
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", *minuteSpec(id))
+	held := deadLettered(t, s, js, id)
+	requeueJSON(t, js, id, "requeue", held.CreatedAt)
+	if !requeued(t, js, id, "requeue") {
+		t.Fatalf("requeue not accepted; rejected with %+v", lastRejection(t, js, id))
+	}
+	before := storedState(t, s, id)
+	d := events.Dispatch{
+		DispatchID: held.DeadLetter.DispatchID, TaskID: id, ScheduledAt: held.LastScheduledAt,
+		FiredAt: held.LastScheduledAt, TaskCreatedAt: held.CreatedAt,
+	}
+	entry := events.DeadLetter{TaskID: id, Reason: held.DeadLetter.Reason, Dispatch: d, Attempts: 1, DeadLetteredAt: time.Now().UTC()}
+	body, err := events.Marshal(events.TypeDeadLettered, "test", id, entry, entry.DeadLetteredAt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.AwaitAcked(t, js, streams.StreamDeadLetter, streams.ConsumerGovernor, publishRaw(t, js, events.DeadLetterSubject(id), body))
+	got := storedState(t, s, id)
+	if got.DeadLetter != nil || !got.RequeuedAt.Equal(before.RequeuedAt) || got.Source != gov.SourceRequeue {
+		t.Fatalf("the entry of the failure already applied, stored after the requeue, undid it: requeuedAt %v (was %v), dead letter %+v, next %v (%s)",
+			got.RequeuedAt, before.RequeuedAt, got.DeadLetter, got.NextRunAt, got.Source)
+	}
+}

@@ -184,6 +184,7 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		// a requeue (delivered again, or late) look newer and undo it.
 		step.Input = gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
 			DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason, At: step.At, TaskCreatedAt: dl.Dispatch.TaskCreatedAt,
+			ScheduledAt: dl.Dispatch.ScheduledAt,
 		}}
 		step.Summary = fmt.Sprintf("dead-lettered (%s, %d attempts)", dl.Reason, dl.Attempts)
 		return step, nil
