@@ -128,6 +128,9 @@ type Service struct {
 	// tuneFollow, when set, adjusts the watch of flyball-schedules before
 	// it starts (tests end the watch and observe its replays).
 	tuneFollow func(*kvcache.Follower)
+	// tuneLease, when set, adjusts the lease before it runs (tests stall
+	// its renewals).
+	tuneLease func(*lease.Config)
 
 	mu    sync.Mutex
 	items map[string]*item
@@ -340,11 +343,13 @@ func (s *Service) Start(ctx context.Context) error {
 		if err := w.Stop(); err != nil {
 			s.log.Debug("stopping the start-up watch check failed", "err", err)
 		}
-		s.Go(func() {
-			lease.Run(runCtx, lease.Config{
-				KV: leases, Key: streams.LeaseTimer, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
-			})
-		})
+		lc := lease.Config{
+			KV: leases, Key: streams.LeaseTimer, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
+		}
+		if s.tuneLease != nil {
+			s.tuneLease(&lc)
+		}
+		s.Go(func() { lease.Run(runCtx, lc) })
 	}
 	s.Go(func() { s.fire(runCtx) })
 	return nil
