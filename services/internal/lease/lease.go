@@ -14,6 +14,12 @@
 // holders, or none, for a moment: the lease saves work, it does not guard
 // it.
 //
+// A stall of the whole process (SIGSTOP, docker pause, a VM paused or
+// migrated) stops Run too, and on waking the holder's work may run before
+// Run's next rewrite finds the lease taken. A Fence bounds that work by
+// the holder's own clock: it stops holding once TTL, less a margin, has
+// passed since the lease was last confirmed.
+//
 // A holder that stops releases the key (a delete with its revision), so a
 // replica that stands by takes over at its next read instead of after
 // TTL.
@@ -34,6 +40,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,8 +70,12 @@ type Config struct {
 	// holder held up in it for TTL is taken over while it still believes
 	// it holds the lease.
 	OnChange func(held bool)
+	// Fence, if set, is kept by Run: it holds while this replica holds
+	// the lease and has confirmed it recently enough that no other
+	// replica can have taken it yet (see Fence).
+	Fence *Fence
 	// now is the clock, and wait how Run waits between its steps (tests;
-	// ticks by default).
+	// ticks by default). A Fence is read on the same clock.
 	now  func() time.Time
 	wait waitFunc
 }
@@ -243,7 +254,7 @@ func (st *state) renew(parent context.Context, now time.Time, tick time.Duration
 	rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, st.rev)
 	switch {
 	case err == nil:
-		st.rev, st.renewed = rev, now
+		st.confirm(rev, now)
 		return
 	case jsutil.IsCASConflict(err) && st.wroteLast(ctx):
 		// A renewal stored whose reply was lost moved the revision
@@ -289,16 +300,31 @@ func (st *state) wroteLast(ctx context.Context) bool {
 	return true
 }
 
+// take records the lease taken by a write sent at now, and says so. The
+// fence holds before OnChange is told, so the holder's work finds it
+// holding.
 func (st *state) take(rev uint64, now time.Time, msg string, args ...any) {
-	st.held, st.rev, st.renewed = true, rev, now
+	st.held = true
+	st.confirm(rev, now)
 	st.log.Info("took the lease: "+msg, args...)
 	st.notify()
 }
 
+// confirm records a write of the key at revision rev, sent at now, that
+// was stored: the lease is confirmed as of now. The time it was sent, not
+// the time its reply came, bounds when a standby can have seen it.
+func (st *state) confirm(rev uint64, now time.Time) {
+	st.rev, st.renewed = rev, now
+	st.cfg.Fence.confirm(now, st.cfg.TTL)
+}
+
+// lose records the lease lost. OnChange is told before the fence is
+// cleared, so the holder's work stops as standing by, not as fenced off.
 func (st *state) lose(msg string, args ...any) {
 	st.held, st.seen = false, time.Time{}
 	st.log.Warn("lost the lease: "+msg, args...)
 	st.notify()
+	st.cfg.Fence.clear()
 }
 
 func (st *state) notify() {
@@ -316,6 +342,7 @@ func (st *state) release() {
 	}
 	st.held = false
 	st.notify()
+	st.cfg.Fence.clear()
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := st.cfg.KV.Delete(ctx, st.cfg.Key, jetstream.LastRevision(st.rev)); err != nil &&
@@ -324,6 +351,68 @@ func (st *state) release() {
 		return
 	}
 	st.log.Info("released the lease")
+}
+
+// Fence bounds a holder's work by its own clock. Run learns that another
+// replica took the lease only at its next rewrite; a process stalled as a
+// whole wakes with that rewrite and its work both ready, in either order,
+// and work that runs first overlaps with the new holder's. A Fence holds
+// until TTL less FenceMargin after the lease was last confirmed (taken or
+// renewed), timed when its write was sent: a standby first sees the write
+// after it was sent, and takes over only once TTL has passed since by its
+// own clock. Work checked against Holds on the clock Run reads (time.Now,
+// whose monotonic reading a wall clock step does not move) therefore
+// stops before another replica can hold the lease, whether or not Run has
+// run since; what it admitted just before, it may still be doing.
+//
+// The zero Fence does not hold. Its methods are safe for concurrent use.
+type Fence struct {
+	last atomic.Pointer[confirmation]
+}
+
+// confirmation is a Fence's last confirmation: when its write was sent,
+// and until when it holds.
+type confirmation struct{ sent, until time.Time }
+
+// FenceMargin is how long before the TTL runs out a Fence stops holding:
+// a tenth of it, 100 ms for the shortest lease the timer accepts (1s) and
+// 300 ms for the compose stack's 3s. It covers the work a check admitted
+// just before (a publish written to the connection and sent to the
+// server) and the rate at which the standby's clock may gain on the
+// holder's (NTP slews a clock by at most 500 ppm: 1.5 ms of a 3s TTL). It
+// costs nothing while Run runs: a holder renews every TTL/3, waits for a
+// renewal at most TTL/3, and gives the lease up when one fails more than
+// TTL/2 after the last (renew), so its fence never runs out while it
+// holds the lease unless Run itself stalled.
+func FenceMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// Holds reports whether, at now, the lease was confirmed less than TTL
+// less FenceMargin ago and is not known to be lost or released.
+func (f *Fence) Holds(now time.Time) bool {
+	c := f.last.Load()
+	return c != nil && now.Before(c.until)
+}
+
+// Confirmed returns when the write that last confirmed the lease was
+// sent, and until when the fence holds; both zero while the lease is not
+// held.
+func (f *Fence) Confirmed() (sent, until time.Time) {
+	if c := f.last.Load(); c != nil {
+		return c.sent, c.until
+	}
+	return time.Time{}, time.Time{}
+}
+
+func (f *Fence) confirm(sent time.Time, ttl time.Duration) {
+	if f != nil {
+		f.last.Store(&confirmation{sent: sent, until: sent.Add(ttl - FenceMargin(ttl))})
+	}
+}
+
+func (f *Fence) clear() {
+	if f != nil {
+		f.last.Store(nil)
+	}
 }
 
 // tokenSep separates the holder's name from its Run's token in the key.

@@ -613,3 +613,100 @@ func TestUnreadableLeaseWarnsOncePerMinute(t *testing.T) {
 		t.Fatalf("a second outage, within a minute of the last warning, logged %q, want %q", got, want)
 	}
 }
+
+// lateReplyKV is the real bucket whose updates are answered late: each
+// moves the replica's clock on by late once it is stored.
+type lateReplyKV struct {
+	jetstream.KeyValue
+	r    *replica
+	late time.Duration
+}
+
+func (k *lateReplyKV) Update(ctx context.Context, key string, v []byte, rev uint64) (uint64, error) {
+	rev, err := k.KeyValue.Update(ctx, key, v, rev)
+	k.r.advance(k.late)
+	return rev, err
+}
+
+// TestFenceHoldsUntilTTLLessItsMarginAfterTheWriteWasSent: a holder's
+// fence holds from the moment it takes the lease until TTL less
+// FenceMargin after its last confirmed write, counted from when that
+// write was sent, not from its late reply: a standby may have seen the
+// write as soon as it was stored. A renewal whose reply was lost confirms
+// nothing, and a lease lost or released clears the fence.
+func TestFenceHoldsUntilTTLLessItsMarginAfterTheWriteWasSent(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	late := &lateReplyKV{KeyValue: kv}
+	a := newReplica(t, late, "timer-a")
+	late.r = a
+	fence := &Fence{}
+	a.cfg.Fence = fence
+	var heldAtChange []bool
+	a.cfg.OnChange = func(held bool) { heldAtChange = append(heldAtChange, fence.Holds(a.clock)) }
+	bound := ttl - FenceMargin(ttl)
+	if fence.Holds(a.clock) {
+		t.Fatal("the fence holds before the lease was taken")
+	}
+
+	a.step(ctx)
+	taken := a.clock
+	if !a.held || !fence.Holds(taken) || !fence.Holds(taken.Add(bound-time.Nanosecond)) || fence.Holds(taken.Add(bound)) {
+		t.Fatalf("after the take at %s: held %v, fence until %s; want it to hold until %s", taken, a.held, until(fence), taken.Add(bound))
+	}
+
+	// A renewal sent at sent, answered ttl/6 later.
+	late.late = ttl / 6
+	a.advance(ttl / 3)
+	sent := a.clock
+	a.step(ctx)
+	if got := until(fence); !a.held || !got.Equal(sent.Add(bound)) {
+		t.Fatalf("after a renewal sent at %s and answered at %s: fence until %s, want %s", sent, a.clock, got, sent.Add(bound))
+	}
+
+	// A renewal stored whose reply was lost: adopted, but not confirmed.
+	late.late = 0
+	if _, err := kv.Update(ctx, "timer", a.value, a.rev); err != nil {
+		t.Fatal(err)
+	}
+	a.advance(ttl / 3)
+	a.step(ctx)
+	if got := until(fence); !a.held || !got.Equal(sent.Add(bound)) {
+		t.Fatalf("after a renewal whose reply was lost: held %v, fence until %s, want still %s", a.held, got, sent.Add(bound))
+	}
+
+	// Another replica's write: the lease is lost, and the fence with it.
+	if _, err := kv.Put(ctx, "timer", []byte("timer-b#00000000")); err != nil {
+		t.Fatal(err)
+	}
+	a.step(ctx)
+	if a.held || fence.Holds(a.clock) || !until(fence).IsZero() {
+		t.Fatalf("after losing the lease: held %v, fence until %s", a.held, until(fence))
+	}
+	// OnChange learns of the take with the fence holding, and of the loss
+	// before it is cleared.
+	if want := []bool{true, true}; !slices.Equal(heldAtChange, want) {
+		t.Fatalf("fence held at the changes: %v, want %v", heldAtChange, want)
+	}
+
+	// Released: cleared too.
+	if err := kv.Delete(ctx, "timer"); err != nil {
+		t.Fatal(err)
+	}
+	a.step(ctx)
+	if !a.held || !fence.Holds(a.clock) {
+		t.Fatalf("a did not take the free lease back (held %v, fence until %s)", a.held, until(fence))
+	}
+	if sent, _ := fence.Confirmed(); !sent.Equal(a.clock) {
+		t.Fatalf("fence confirmed at %s, want %s", sent, a.clock)
+	}
+	a.release()
+	if fence.Holds(a.clock) {
+		t.Fatalf("the fence holds until %s after the release", until(fence))
+	}
+}
+
+func until(f *Fence) time.Time {
+	_, u := f.Confirmed()
+	return u
+}
