@@ -119,6 +119,16 @@ type Service struct {
 	// standby is set while a lease is configured and another replica
 	// holds it: the dispatcher then publishes nothing.
 	standby atomic.Bool
+	// fence, with a lease, holds while the lease was confirmed recently
+	// enough that no other replica can have taken it: standby is set only
+	// once the lease's goroutine runs, which after a stall of the whole
+	// process (SIGSTOP, docker pause, a VM paused) can be after the
+	// dispatcher's. The dispatcher publishes nothing while it does not
+	// hold. fenced is set while the dispatcher holds its dispatches back
+	// for it, since fencedAt; only the dispatcher's goroutine uses them.
+	fence    lease.Fence
+	fenced   bool
+	fencedAt time.Time
 	// follower watches flyball-schedules; with a lease, only while this
 	// replica holds it, and unfollow (set then) ends the watch. Only the
 	// lease's goroutine (onLease) uses unfollow.
@@ -345,6 +355,7 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		lc := lease.Config{
 			KV: leases, Key: streams.LeaseTimer, Holder: s.cfg.Instance, TTL: s.cfg.Lease, Logger: s.log, OnChange: s.onLease,
+			Fence: &s.fence,
 		}
 		if s.tuneLease != nil {
 			s.tuneLease(&lc)
@@ -627,12 +638,19 @@ func (s *Service) dispatchDue(ctx context.Context) time.Duration {
 
 // takeDue takes up to s.batch due items off the heap, in one lock hold.
 // With none due it returns nil and how long to wait for the next one; a
-// replica standing by for the lease takes none, and waits for onLease.
+// replica standing by for the lease takes none, and waits for onLease,
+// and one whose lease is unconfirmed (unfenced) takes none until it is
+// confirmed again or lost.
 func (s *Service) takeDue() ([]dueRun, time.Duration) {
 	if s.standby.Load() {
+		s.fenced = false // lost: the lease's goroutine said so
 		return nil, time.Hour
 	}
-	now := time.Now().UnixNano()
+	clock := time.Now()
+	if s.unfenced(clock) {
+		return nil, fenceRecheck
+	}
+	now := clock.UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var runs []dueRun
@@ -687,8 +705,51 @@ func waitUntil(at, now int64) time.Duration {
 	return maxWait
 }
 
+// fenceRecheck is how often a dispatcher whose lease is unconfirmed
+// checks whether it was confirmed again. That happens only after the
+// whole process stalled past the lease, at the lease's next renewal,
+// which comes at once on waking (its overdue tick fires): the runs held
+// back are late by the stall already, and a few checks cost nothing.
+const fenceRecheck = 50 * time.Millisecond
+
+// msgUnfenced is the warning of a timer that holds its dispatches back
+// because its lease went unconfirmed for its TTL.
+const msgUnfenced = "lease not confirmed within its TTL; holding dispatches until it is renewed or lost"
+
+// unfenced reports whether, at now, the timer's lease is configured and
+// its fence does not hold: the lease has gone unconfirmed for its TTL
+// (less lease.FenceMargin), so a standby may have taken it over although
+// the lease's goroutine has not said so. The dispatcher then publishes
+// nothing: the runs stay queued, and go out if the next renewal confirms
+// the lease, or are forgotten with the schedules if it finds the lease
+// taken. It warns once per such stall, and counts it.
+func (s *Service) unfenced(now time.Time) bool {
+	if s.cfg.Lease == 0 {
+		return false
+	}
+	if s.fence.Holds(now) {
+		if s.fenced {
+			s.fenced = false
+			s.log.Info("lease confirmed again; dispatching", "held", now.Sub(s.fencedAt))
+		}
+		return false
+	}
+	if !s.fenced {
+		s.fenced, s.fencedAt = true, now
+		args := []any{"lease", s.cfg.Lease}
+		if sent, _ := s.fence.Confirmed(); !sent.IsZero() {
+			args = append(args, "unconfirmedFor", now.Sub(sent))
+		}
+		s.log.Warn(msgUnfenced, args...)
+		s.cfg.Metrics.TimerLeaseStalls.Inc()
+	}
+	return true
+}
+
 // publishAll publishes a batch of due runs without waiting for their acks.
-// A run that cannot even be sent is counted and re-queued at once.
+// A run that cannot even be sent is counted and re-queued at once; one
+// due while the lease is unconfirmed (a stall between takeDue and here)
+// is re-queued unsent and uncounted.
 func (s *Service) publishAll(runs []dueRun) {
 	// One log line per batch and kind of failure, not one per run: when
 	// the server is away, every run of every batch fails.
@@ -696,6 +757,10 @@ func (s *Service) publishAll(runs []dueRun) {
 	for i := range runs {
 		r := &runs[i]
 		now := time.Now()
+		if s.unfenced(now) {
+			s.requeue(r.it, r.at, 0, false, 0)
+			continue
+		}
 		r.sent = now.UnixNano()
 		f, err := s.publish(r, now)
 		if err != nil {

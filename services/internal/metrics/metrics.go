@@ -24,6 +24,7 @@ type Set struct {
 	DispatchTotal      *prometheus.CounterVec
 	DispatchPending    prometheus.Gauge
 	TimerDispatching   prometheus.Gauge
+	TimerLeaseStalls   prometheus.Counter
 	DispatchHeld       prometheus.Gauge
 	DispatchDeferred   prometheus.Gauge
 	Inflight           prometheus.Gauge
@@ -125,6 +126,9 @@ func New() *Set {
 		}),
 		TimerDispatching: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_timer_dispatching", Help: "1 while this timer publishes due runs, 0 while it stands by for the lease another replica holds (--timer-lease).",
+		}),
+		TimerLeaseStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flyball_timer_lease_stalls_total", Help: "Times this timer, holding the lease (--timer-lease), found it unconfirmed for the lease's duration less a tenth (the process or its lease renewals stalled that long, so a standby may have taken over) and held its dispatches back until a renewal confirmed the lease or found it taken.",
 		}),
 		DispatchHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_held", Help: "Dispatches this executor holds until their slot (the timer publishes them up to --timer-lead early).",
@@ -262,7 +266,7 @@ func New() *Set {
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
-		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
+		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.TimerLeaseStalls, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.MarkersCompacted, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
