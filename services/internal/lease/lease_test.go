@@ -643,7 +643,7 @@ func TestFenceHoldsUntilTTLLessItsMarginAfterTheWriteWasSent(t *testing.T) {
 	fence := &Fence{}
 	a.cfg.Fence = fence
 	var heldAtChange []bool
-	a.cfg.OnChange = func(held bool) { heldAtChange = append(heldAtChange, fence.Holds(a.clock)) }
+	a.cfg.OnChange = func(bool) { heldAtChange = append(heldAtChange, fence.Holds(a.clock)) }
 	bound := ttl - FenceMargin(ttl)
 	if fence.Holds(a.clock) {
 		t.Fatal("the fence holds before the lease was taken")
