@@ -14,7 +14,7 @@ import (
 const maxReplicas = 5
 
 type options struct {
-	replicas     int // 0: an existing stream's own, a new one's as in the files
+	replicas     int // 0: an existing stream's own, a new one's inherited (newReplicas)
 	asyncPersist bool
 	report       func(Difference)
 	err          error
@@ -27,7 +27,9 @@ type Option func(*options)
 // streams backing KV buckets. Consumers keep num_replicas 0 and so inherit
 // the replica count of their stream. n must be between 1 and 5. Without
 // it, a stream that exists keeps its replica count and a new one gets the
-// definition's (1).
+// highest replica count among flyball's existing streams (the
+// definition's 1 when there are none), reported as a [LimitReplicas]
+// [Difference].
 func WithReplicas(n int) Option {
 	return func(o *options) {
 		if n < 1 || n > maxReplicas {
@@ -72,7 +74,8 @@ func WithAsyncPersist(on bool) Option {
 // configs match the embedded definitions. It is idempotent: on a server that
 // already matches, it changes nothing. Settings the server cannot change in
 // place (for example storage type or retention policy) make Ensure fail.
-// Without [WithReplicas], existing streams keep their replica count.
+// Without [WithReplicas], existing streams keep their replica count and
+// new ones take the highest among them ([LimitReplicas]).
 // Existing [HistoryStreams] keep their retention limits (max_age,
 // max_bytes, max_msgs, max_msgs_per_subject) as an operator set them,
 // and a duplicate window no longer than the max age kept
@@ -105,6 +108,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 		if plans[i], err = e.planStream(ctx, d); err != nil {
 			return err
 		}
+		e.inherit = max(e.inherit, plans[i].liveReplicas)
+	}
+	for i, d := range streams {
+		if err := e.finishPlan(d, &plans[i]); err != nil {
+			return err
+		}
 	}
 	if testHookPlanned != nil {
 		testHookPlanned()
@@ -131,6 +140,9 @@ type ensurer struct {
 	js      jetstream.JetStream
 	o       *options
 	version int
+	// inherit is the highest replica count among the streams found,
+	// which a new stream takes without WithReplicas (0: none found).
+	inherit int
 }
 
 // report passes d to the caller's WithReport, if any.
@@ -142,16 +154,22 @@ func (e *ensurer) report(d Difference) {
 
 // streamPlan is what Ensure writes to one stream: cfg, with a create-only
 // call when the stream was absent (exists false), nothing when newer
-// definitions are in place (skip).
+// definitions are in place (skip). liveReplicas is the found stream's
+// replica count (0: absent), liveRetention its retention.
 type streamPlan struct {
-	cfg    jetstream.StreamConfig
-	exists bool
-	skip   bool
+	cfg           jetstream.StreamConfig
+	exists        bool
+	skip          bool
+	liveReplicas  int
+	liveRetention jetstream.RetentionPolicy
+	// inherited: cfg.Replicas is e.inherit, not the definition's.
+	inherited bool
 }
 
 // planStream reads d's stream and plans its config from the definition
 // and the live config, if any: its replicas (without WithReplicas), a
-// history stream's retention limits, its metadata.
+// history stream's retention limits, its metadata. finishPlan completes
+// it.
 func (e *ensurer) planStream(ctx context.Context, d streamDef) (streamPlan, error) {
 	cfg := d.cfg
 	var live *jetstream.StreamConfig
@@ -163,7 +181,7 @@ func (e *ensurer) planStream(ctx context.Context, d streamDef) (streamPlan, erro
 		// instances) is not undone by an old instance's restart.
 		if v := recordedVersion(live.Metadata); v > e.version {
 			e.report(newerDifference(cfg.Name, v))
-			return streamPlan{skip: true}, nil
+			return streamPlan{skip: true, liveReplicas: live.Replicas}, nil
 		}
 		// Limits the definition re-applied were lost data: an
 		// operator's raised max_msgs_per_subject on RUNS dropped
@@ -183,19 +201,39 @@ func (e *ensurer) planStream(ctx context.Context, d streamDef) (streamPlan, erro
 		// --replicas then lost the data of a lost node.
 		cfg.Replicas = live.Replicas
 	}
+	var md map[string]string
+	plan := streamPlan{exists: live != nil}
+	if live != nil {
+		md = live.Metadata
+		plan.liveReplicas, plan.liveRetention = live.Replicas, live.Retention
+	}
+	cfg.Metadata = withVersion(md, e.version)
+	plan.cfg = cfg
+	return plan, nil
+}
+
+// finishPlan completes a plan once every stream is read: a new stream
+// without WithReplicas takes e.inherit, the highest replica count among
+// the streams found (a DISPATCH an operator deleted, or a bucket a new
+// version adds, came back at the files' 1 on a cluster provisioned with
+// --replicas 3, one node's loss from losing its data), and the
+// AsyncPersistStreams their persist mode.
+func (e *ensurer) finishPlan(d streamDef, plan *streamPlan) error {
+	if plan.skip {
+		return nil
+	}
+	cfg := &plan.cfg
+	if !plan.exists && e.o.replicas == 0 && e.inherit > 0 && e.inherit != cfg.Replicas {
+		cfg.Replicas, plan.inherited = e.inherit, true
+	}
 	if e.o.asyncPersist && slices.Contains(AsyncPersistStreams, cfg.Name) {
 		// Refused before any stream is touched.
 		if cfg.Replicas > 1 {
-			return streamPlan{}, fmt.Errorf("streams: ensure stream %s (%s): async persist applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", cfg.Name, d.file, cfg.Replicas)
+			return fmt.Errorf("streams: ensure stream %s (%s): async persist applies to replicas 1 only, not %d: replicated streams already write asynchronously behind their Raft log", cfg.Name, d.file, cfg.Replicas)
 		}
 		cfg.PersistMode = jetstream.AsyncPersistMode
 	}
-	var md map[string]string
-	if live != nil {
-		md = live.Metadata
-	}
-	cfg.Metadata = withVersion(md, e.version)
-	return streamPlan{cfg: cfg, exists: live != nil}, nil
+	return nil
 }
 
 // applyStream writes plan. A stream planned absent is created with a
@@ -219,11 +257,17 @@ func (e *ensurer) applyStream(ctx context.Context, d streamDef, plan streamPlan)
 				if plan, err = e.planStream(ctx, d); err != nil {
 					return err
 				}
+				if err = e.finishPlan(d, &plan); err != nil {
+					return err
+				}
 				continue
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("streams: ensure stream %s (%s): %w%s", plan.cfg.Name, d.file, err, persistHint(err, e.o.asyncPersist))
+		}
+		if plan.inherited {
+			e.report(Difference{Stream: plan.cfg.Name, Limit: LimitReplicas, Live: fmt.Sprint(plan.cfg.Replicas), Def: fmt.Sprint(d.cfg.Replicas)})
 		}
 		return nil
 	}

@@ -52,13 +52,20 @@ var RetentionLimits = []string{"max_age", "max_bytes", "max_msgs", "max_msgs_per
 // stored again.
 const LimitDuplicateWindow = "duplicate_window"
 
+// LimitReplicas is the [Difference.Limit] of a stream [Ensure] created,
+// without [WithReplicas], with the highest replica count among flyball's
+// existing streams (Live) instead of its definition's (Def).
+const LimitReplicas = "num_replicas"
+
 // A Difference is a retention limit of an existing stream that differs
 // from flyball's definition, which [Ensure] reports through
 // [WithReport]: Kept (a [HistoryStreams] limit, left as it was) or set
-// back to the definition's.
+// back to the definition's; or a stream or consumer left under newer
+// definitions ([LimitDefinitions]), or a new stream created with the
+// existing streams' replica count ([LimitReplicas]).
 type Difference struct {
 	Stream string // "<stream>.<durable>" for a consumer's LimitDefinitions
-	Limit  string // one of RetentionLimits, LimitDuplicateWindow or LimitDefinitions
+	Limit  string // one of RetentionLimits, LimitDuplicateWindow, LimitDefinitions or LimitReplicas
 	Live   string // the stream's value before Ensure ("unlimited" for none)
 	Def    string // the definition's value
 	Kept   bool
@@ -67,6 +74,9 @@ type Difference struct {
 // String is the line provision prints, such as
 // "RUNS: max_age 72h kept (flyball's default is 168h)".
 func (d Difference) String() string {
+	if d.Limit == LimitReplicas {
+		return fmt.Sprintf("%s: created with %s replicas, the highest among flyball's existing streams (the definition's is %s)", d.Stream, d.Live, d.Def)
+	}
 	if d.Limit == LimitDefinitions {
 		return fmt.Sprintf("%s: newer definitions in place (%s), left as they are", d.Stream, d.Live)
 	}

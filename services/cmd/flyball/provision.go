@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,7 +75,7 @@ printed when --timeout ends.`,
 			errOut := cmd.ErrOrStderr()
 			replicas := fmt.Sprint(nf.replicas)
 			if !cmd.Flags().Changed("replicas") {
-				replicas = "as they were, 1 for new streams"
+				replicas = "as they were, new streams at the highest found or 1"
 			}
 			start := time.Now()
 			tries, diffs, err := ensureTrying(ctx, js, nf.ensureOptions(cmd, async), tryTimeout, "--try-timeout "+tryTimeout.String(), nil, func(try int, err error) {
@@ -82,9 +83,12 @@ printed when --timeout ends.`,
 			})
 			out := cmd.OutOrStdout()
 			kept, newer := 0, 0
+			var created []string // "DISPATCH with 3", streams.LimitReplicas
 			for _, d := range diffs {
 				fmt.Fprintf(out, "provision: %s\n", d)
 				switch {
+				case d.Limit == streams.LimitReplicas:
+					created = append(created, d.Stream+" with "+d.Live)
 				case d.Limit == streams.LimitDefinitions:
 					newer++
 				case d.Kept:
@@ -105,8 +109,13 @@ printed when --timeout ends.`,
 					// definitions stay (streams.MetadataVersion).
 					but += fmt.Sprintf(", and for the %d left above under newer definitions", newer)
 				}
-				fmt.Fprintf(out, "provisioned: streams, consumers and KV buckets match this binary's definitions%s (replicas %s, %d tries, %s)\n",
-					but, replicas, tries, time.Since(start).Round(time.Millisecond))
+				sep := ", "
+				if len(created) > 0 {
+					replicas += "; created " + strings.Join(created, ", ")
+					sep = "; "
+				}
+				fmt.Fprintf(out, "provisioned: streams, consumers and KV buckets match this binary's definitions%s (replicas %s%s%d tries, %s)\n",
+					but, replicas, sep, tries, time.Since(start).Round(time.Millisecond))
 				return nil
 			}
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -116,7 +125,7 @@ printed when --timeout ends.`,
 		},
 	}
 	nf.register(cmd)
-	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get 1")
+	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get the highest of theirs, or 1 with none")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
 	cmd.Flags().DurationVar(&tryTimeout, "try-timeout", 10*time.Second, "give one try this long, then try again (a request to a stream still electing its leader is never answered)")
@@ -186,6 +195,10 @@ var errUnanswered = errors.New("no answer")
 // warn (a limit flyball relies on, changed by hand).
 func logDifferences(log *slog.Logger, diffs []streams.Difference) {
 	for _, d := range diffs {
+		if d.Limit == streams.LimitReplicas {
+			log.Info("--ensure-streams: new stream created with the replicas of the existing ones", "stream", d.Stream, "replicas", d.Live)
+			continue
+		}
 		if d.Limit == streams.LimitDefinitions {
 			log.Warn("--ensure-streams: newer definitions in place, left as they are (an older binary during a rolling upgrade)", "object", d.Stream, "recorded", d.Live)
 			continue

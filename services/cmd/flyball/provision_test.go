@@ -126,6 +126,58 @@ func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
 	}
 }
 
+// TestProvisionWithoutReplicasCreatesAtTheClustersReplicas: on a 3-node
+// cluster provisioned with --replicas 3, a stream created again by a
+// provision without --replicas (DISPATCH deleted, as the cure of a
+// drifted retention says; a bucket a new version adds) takes the 3 of
+// the existing streams, and the summary names it. It came back at the
+// definition's 1 replica, one node's loss from losing its data.
+func TestProvisionWithoutReplicasCreatesAtTheClustersReplicas(t *testing.T) {
+	t.Parallel()
+	cl := natstest.StartCluster(t, 3)
+	urls := make([]string, len(cl.Servers))
+	for i, s := range cl.Servers {
+		urls[i] = s.ClientURL()
+	}
+	url := strings.Join(urls, ",")
+	e := &cliEnv{url: url, dir: t.TempDir()}
+	e.ok(t, "provision", "--replicas", "3")
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := "KV_" + streams.BucketProbes
+	for _, name := range []string{streams.StreamDispatch, probes} {
+		if err := js.DeleteStream(t.Context(), name); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	out := e.ok(t, "provision")
+	for _, name := range []string{streams.StreamDispatch, probes} {
+		st, err := js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		if got := st.CachedInfo().Config.Replicas; got != 3 {
+			t.Errorf("stream %s: created with %d replicas by a provision without --replicas, want the 3 of the existing streams", name, got)
+		}
+	}
+	for _, w := range []string{
+		"provision: DISPATCH: created with 3 replicas",
+		"created DISPATCH with 3, " + probes + " with 3;",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("provision's output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
 // TestServeWithoutStreamsSaysWhatIsMissing: a service started with
 // --ensure-streams=false where flyball's streams or buckets are missing
 // exits 1 with one line that names what is missing and how it is made.

@@ -80,7 +80,8 @@ func (f *natsFlags) checkReplicas() error {
 // ensureOptions gives streams.Ensure --replicas only when it was given:
 // its default, 1, moved a cluster's R3 streams down to one copy whenever
 // a serve or provision ran without it. Without it, existing streams keep
-// their replica count and new ones get 1.
+// their replica count and new ones take the highest among them (1 with
+// none: streams.WithReplicas).
 func (f *natsFlags) ensureOptions(cmd *cobra.Command, async bool) []streams.Option {
 	opts := []streams.Option{streams.WithAsyncPersist(async)}
 	if cmd.Flags().Changed("replicas") {
@@ -482,7 +483,7 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 	rf.register(cmd.Flags(), false)
 	nf.register(cmd)
 	cmd.Flags().BoolVar(&ensure, "ensure-streams", true, "create or update streams, consumers and KV buckets at start")
-	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas when ensuring (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get 1")
+	cmd.Flags().IntVar(&nf.replicas, "replicas", 1, "stream and KV replicas when ensuring (3 on a 3-node cluster); without it, existing streams keep theirs and new ones get the highest of theirs, or 1 with none")
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().StringVar(&instance, "instance", envOr("FLYBALL_INSTANCE", ""), "this replica's name in heartbeats and event sources; defaults to host-pid (env FLYBALL_INSTANCE)")
 	return cmd
