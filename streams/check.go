@@ -46,7 +46,7 @@ func Check(cfg *jetstream.StreamConfig) error {
 	if cfg.Name == StreamDispatch {
 		if cfg.Retention != want.Retention {
 			retention = true
-			bad = append(bad, fmt.Sprintf("retention %s, want %s", cfg.Retention, want.Retention))
+			bad = append(bad, retentionDrift(cfg.Retention, want.Retention))
 		}
 		if cfg.MaxMsgsPerSubject != want.MaxMsgsPerSubject {
 			bad = append(bad, fmt.Sprintf("max_msgs_per_subject %d, want %d", cfg.MaxMsgsPerSubject, want.MaxMsgsPerSubject))
@@ -64,9 +64,18 @@ func Check(cfg *jetstream.StreamConfig) error {
 	}
 	cure := `run "flyball provision"`
 	if retention {
-		// nats-server refuses to change a stream's retention in place,
-		// so provision alone fails on it.
-		cure = `delete the stream (its pending dispatches are re-created by the sweeper), then run "flyball provision"`
+		cure = cureRetention
 	}
 	return fmt.Errorf("stream %s: %s: %w: %s", cfg.Name, strings.Join(bad, "; "), ErrDrift, cure)
+}
+
+// cureRetention is the cure of a DISPATCH whose retention is not its
+// definition's work-queue, which [Check] and [Ensure] give: nats-server
+// refuses to change a stream's retention to or from work-queue in
+// place, so provision alone fails on it.
+const cureRetention = `delete the stream (its pending dispatches are re-created by the sweeper), then run "flyball provision"`
+
+// retentionDrift names a retention found and the one wanted.
+func retentionDrift(live, want jetstream.RetentionPolicy) string {
+	return fmt.Sprintf("retention %s, want %s", live, want)
 }

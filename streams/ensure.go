@@ -264,7 +264,7 @@ func (e *ensurer) applyStream(ctx context.Context, d streamDef, plan streamPlan)
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("streams: ensure stream %s (%s): %w%s", plan.cfg.Name, d.file, err, persistHint(err, e.o.asyncPersist))
+			return fmt.Errorf("streams: ensure stream %s (%s): %w%s%s", plan.cfg.Name, d.file, err, persistHint(err, e.o.asyncPersist), retentionHint(plan))
 		}
 		if plan.inherited {
 			e.report(Difference{Stream: plan.cfg.Name, Limit: LimitReplicas, Live: fmt.Sprint(plan.cfg.Replicas), Def: fmt.Sprint(d.cfg.Replicas)})
@@ -328,6 +328,17 @@ var (
 	testHookPlanned      func()
 	testHookConsumerRead func(stream, name string)
 )
+
+// retentionHint gives the cure of a stream found with another retention
+// than its definition's, which nats-server refuses to change in place
+// (to or from work-queue: a DISPATCH an old deployment created with
+// limits retention) with an error that names no way out. It is Check's.
+func retentionHint(plan streamPlan) string {
+	if !plan.exists || plan.liveRetention == plan.cfg.Retention {
+		return ""
+	}
+	return fmt.Sprintf(" (%s: %s)", retentionDrift(plan.liveRetention, plan.cfg.Retention), cureRetention)
+}
 
 // persistHint explains nats-server's refusal to change a stream's persist
 // mode, which names neither mode nor way out.

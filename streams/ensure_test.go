@@ -692,3 +692,36 @@ func TestDurablesListEveryConsumerInOrder(t *testing.T) {
 		t.Fatalf("Durables() = %v, want %v", ds, want)
 	}
 }
+
+// TestEnsureNamesTheCureOfALimitsDispatch: a DISPATCH created with limits
+// retention (an old deployment's) cannot be changed to work-queue in
+// place; Ensure (provision, serve --ensure-streams) fails naming the
+// retention and the cure streams.Check gives with --ensure-streams=false.
+// It failed with the server's "can not change retention policy to/from
+// workqueue" alone.
+func TestEnsureNamesTheCureOfALimitsDispatch(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	defs, err := StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := defs[slices.IndexFunc(defs, func(c jetstream.StreamConfig) bool { return c.Name == StreamDispatch })]
+	cfg.Retention = jetstream.LimitsPolicy
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatalf("pre-create DISPATCH: %v", err)
+	}
+	err = Ensure(ctx, js)
+	if err == nil {
+		t.Fatal("Ensure succeeded on a DISPATCH with limits retention")
+	}
+	for _, w := range []string{
+		"retention Limits, want WorkQueue",
+		`delete the stream (its pending dispatches are re-created by the sweeper), then run "flyball provision"`,
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Ensure: %v\nwant it to contain %q", err, w)
+		}
+	}
+}
