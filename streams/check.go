@@ -14,18 +14,21 @@ import (
 var ErrDrift = errors.New("stream config drifted from its definition")
 
 // dedupStreams are the streams whose duplicate window the services rely
-// on: a command retried, a run event republished or a slot dispatched
-// again within it is stored once. A shorter window stores the copy.
-var dedupStreams = []string{StreamTasks, StreamDispatch, StreamRuns}
+// on: a command retried, a run event republished, a slot dispatched
+// again or a dispatch dead-lettered again (its entry's Nats-Msg-Id, one
+// per dispatch) within it is stored once. A shorter window stores the
+// copy.
+var dedupStreams = []string{StreamTasks, StreamDispatch, StreamRuns, StreamDeadLetter}
 
 // Check compares the config of a stream a service binds with its
 // definition, in the settings whose drift breaks a guarantee without an
 // error: DISPATCH's work-queue retention and one message per subject (an
 // acked dispatch that stays, or a second one stored or replacing the
 // first), and the duplicate windows of [dedupStreams] (at least the
-// definition's). Services run with --ensure-streams=false trust what
-// "flyball provision" left, which an old deployment, an operator's edit
-// or a provision that failed partway may not be. Other settings, and
+// definition's, but for one kept under a shorter max age). Services run
+// with --ensure-streams=false trust what "flyball provision" left, which
+// an old deployment, an operator's edit or a provision that failed
+// partway may not be. Other settings, and
 // streams flyball does not define, pass. Its error names the stream,
 // every setting found and wanted, and the cure.
 func Check(cfg *jetstream.StreamConfig) error {
@@ -56,7 +59,11 @@ func Check(cfg *jetstream.StreamConfig) error {
 				cfg.Discard, cfg.DiscardNewPerSubject, want.Discard, want.DiscardNewPerSubject))
 		}
 	}
-	if slices.Contains(dedupStreams, cfg.Name) && cfg.Duplicates < want.Duplicates {
+	// A history stream's max_age an operator set below the window
+	// leaves the window theirs: Ensure keeps it (LimitDuplicateWindow),
+	// as nats-server refuses a window longer than the max age.
+	keptWindow := isHistory(cfg.Name) && cfg.MaxAge > 0 && cfg.MaxAge < want.Duplicates
+	if slices.Contains(dedupStreams, cfg.Name) && !keptWindow && cfg.Duplicates < want.Duplicates {
 		bad = append(bad, fmt.Sprintf("duplicate_window %s, want at least %s", cfg.Duplicates, want.Duplicates))
 	}
 	if len(bad) == 0 {

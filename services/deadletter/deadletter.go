@@ -78,6 +78,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
 		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamDeadLetter, err)
 	}
+	// An entry is stored once per dispatch by its Nats-Msg-Id only
+	// within DEADLETTER's duplicate window (write).
+	if err := streams.Check(&s.dead.CachedInfo().Config); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
 	if s.attempts, err = s.cfg.JS.KeyValue(ctx, streams.BucketAttempts); err != nil {
 		return fmt.Errorf("deadletter: bind KV %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.BucketAttempts, err)
 	}

@@ -52,6 +52,11 @@ func TestServicesRefuseStreamsThatDrifted(t *testing.T) {
 			edit: func(c *jetstream.StreamConfig) { c.Duplicates = 10 * time.Second },
 			want: "executor: stream RUNS: duplicate_window 10s, want at least 2m0s",
 		},
+		{
+			name: "DEADLETTER with a short duplicate window", service: "deadletter", stream: streams.StreamDeadLetter,
+			edit: func(c *jetstream.StreamConfig) { c.Duplicates = 10 * time.Second },
+			want: "deadletter: stream DEADLETTER: duplicate_window 10s, want at least 24h0m0s",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
