@@ -117,11 +117,12 @@ var RequiredServices = []MissingService{
 const beatsMissed = 3
 
 // online reports whether an instance is beating at now. Its silence runs
-// from the later of the lastBeat it stamped and the time NATS stored that
-// beat: an instance whose clock runs behind stamps a fresh beat as old, and
-// comparing that stamp alone with the reader's clock listed it offline
-// while it beat (the sweeper measures silence by its own clock for the
-// same reason).
+// from lastSeen: the time NATS stored its beat, by the server's clock, so
+// neither an instance whose clock runs behind (its fresh beat stamped as
+// old, listed offline while it beat) nor one whose clock runs ahead (its
+// last beat stamped in the future, listed online for its skew past 45 s
+// after it died) is misjudged (the sweeper measures silence by its own
+// clock for the same reason).
 func online(in *Instance, now time.Time) bool {
 	every := in.Interval.D()
 	if every <= 0 {
@@ -130,15 +131,15 @@ func online(in *Instance, now time.Time) bool {
 	return in.Status != events.RuntimeOffline && now.Sub(in.lastSeen()) <= beatsMissed*every
 }
 
-// lastSeen is when the instance last beat: the later of the lastBeat it
-// stamped and the time NATS stored that beat (online). LastBeatAge runs
-// from it too: from lastBeat alone, an instance whose clock runs ahead
-// was listed as beating in the future ("-1m50s ago"), one whose clock
-// runs behind as silent longer than it was. An entry stored offline is
-// the sweeper's mark, stored at least 45 s after the beat: its StoredAt
-// is the mark's, and lastBeat alone tells the beat.
+// lastSeen is when the instance last beat: the time NATS stored that beat
+// (online), or the lastBeat it stamped when that time is unknown.
+// LastBeatAge runs from it too: from lastBeat, an instance whose clock
+// runs ahead was listed as beating in the future ("-1m50s ago"), one
+// whose clock runs behind as silent longer than it was. An entry stored
+// offline is the sweeper's mark, stored at least 45 s after the beat: its
+// StoredAt is the mark's, and lastBeat alone tells the beat.
 func (in *Instance) lastSeen() time.Time {
-	if in.Status != events.RuntimeOffline && in.StoredAt.After(in.LastBeat) {
+	if in.Status != events.RuntimeOffline && !in.StoredAt.IsZero() {
 		return in.StoredAt
 	}
 	return in.LastBeat

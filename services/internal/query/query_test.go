@@ -440,9 +440,8 @@ func TestHealthServices(t *testing.T) {
 // instance stamped with its own clock against the reader's clock, so an
 // executor beating every 15 s with a clock 2 minutes behind was listed
 // offline and its kind NONE ONLINE. Silence is now measured from the
-// later of lastBeat and the time NATS stored the beat (the server's
-// clock): a beat stored just now is fresh, however the instance's clock
-// reads.
+// time NATS stored the beat (the server's clock): a beat stored just now
+// is fresh, however the instance's clock reads.
 func TestHealthServicesIgnoresAnInstanceClockBehind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -635,8 +634,8 @@ func TestRuntimeListsInstancesWithAge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The online entry's age runs from the later of its lastBeat and its
-	// stored time (TestRuntimeAgeRunsFromTheLaterOfLastBeatAndStoredAt);
+	// The online entry's age runs from its stored time
+	// (TestRuntimeListsASilentInstanceWithItsClockAheadOffline);
 	// the offline mark's, stored by the sweeper, from its lastBeat.
 	if len(list) != 2 || list[0].Key != "api.y" || list[0].Status != events.RuntimeOffline || list[0].LastBeatAge.D() != at.Sub(now.Add(-time.Minute)) ||
 		list[1].Kind != "timer" || list[1].LastBeatAge.D() != max(0, at.Sub(list[1].StoredAt)) {
@@ -821,5 +820,38 @@ func TestTasksServeAStoredStartAtInUTC(t *testing.T) {
 		if got, err := json.Marshal(v.Spec.StartAt); err != nil || string(got) != `"2026-03-31T22:00:00Z"` {
 			t.Fatalf("task s served with startAt %s, want 2026-03-31T22:00:00Z", got)
 		}
+	}
+}
+
+// TestRuntimeListsASilentInstanceWithItsClockAheadOffline: an instance's
+// silence ran from the later of the lastBeat it stamped and the time NATS
+// stored the beat, so one whose clock runs ahead (by 2 min here) stayed
+// listed online for its skew plus 45 s after it died, while no sweeper
+// marked it. Silence now runs from the stored time, by the server's clock.
+func TestRuntimeListsASilentInstanceWithItsClockAheadOffline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body, err := json.Marshal(events.Heartbeat{
+		Kind: "executor", Name: "ahead", Status: events.RuntimeOnline,
+		LastBeat: time.Now().UTC().Add(2 * time.Minute), Interval: events.Duration(15 * time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := b.putRaw(t, streams.BucketRuntime, "executor.ahead", string(body))
+	b.r.Now = func() time.Time { return stored.Add(60 * time.Second) }
+	list, err := b.r.Runtime(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Status != events.RuntimeOffline || list[0].LastBeatAge.D() != 60*time.Second {
+		t.Errorf("an executor with its clock 2 min ahead, silent for 60 s: %+v; want offline, last beat 60s ago", list)
+	}
+	h, err := b.r.Health(b.ctx, query.MaxStaleness)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Services.Offline) != 1 || h.Services.Offline[0].Key != "executor.ahead" {
+		t.Errorf("health's offline list = %+v, want executor.ahead", h.Services.Offline)
 	}
 }

@@ -16,11 +16,11 @@ type Instance struct {
 	// Key is the KV key, <kind>.<name>.
 	Key string `json:"key"`
 	events.Heartbeat
-	// LastBeatAge is how long ago the instance last beat: since the later
-	// of LastBeat and StoredAt (lastSeen), as its status judges it, so a
-	// clock ahead shows no negative age and one behind no inflated one;
-	// for an entry the sweeper marked offline, since LastBeat (StoredAt is
-	// the mark's). Never negative.
+	// LastBeatAge is how long ago the instance last beat: since StoredAt
+	// (lastSeen), as its status judges it, so a clock ahead shows no
+	// negative age and one behind no inflated one; for an entry the
+	// sweeper marked offline, since LastBeat (StoredAt is the mark's).
+	// Never negative.
 	LastBeatAge events.Duration `json:"lastBeatAge"`
 	// StoredAt is when NATS stored the entry, by the server's clock: an
 	// instance whose clock is off stamps lastBeat off by as much.
