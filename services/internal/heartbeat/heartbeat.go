@@ -203,14 +203,23 @@ func (b *Beater) register(ctx context.Context) bool {
 	return true
 }
 
+// writeTries bounds the reads and conditional writes of one beat that
+// found the entry written by someone else: each conflict is a write in
+// between, and a beat that loses them all fails, counted and retried at
+// the next tick.
+const writeTries = 3
+
 // write stores body as the instance's entry. The first beat puts it; each
 // later one updates the revision of the beat before, and a conflict means
 // someone else wrote the key since. If that was the sweeper marking this
 // instance offline (it was silent too long: a pause, a partition), the
 // beat puts it back online and the return is announced (back). Anything
 // else (a second instance under the same kind and name, a deleted key, a
-// beat of its own whose Update reply was lost) is overwritten, as a plain
-// put would.
+// beat of its own whose Update reply was lost) is overwritten. That
+// write is conditional on the revision read (a create if there is none),
+// and a conflict reads again: an unconditional put erased an offline
+// mark stored between the read and the write, unseen, so no return was
+// announced and HEALTH left the live instance offline.
 func (b *Beater) write(ctx context.Context, body []byte) error {
 	if b.kv == nil {
 		// Not bound at start (a request that timed out, a stream electing
@@ -223,23 +232,34 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 		b.kv = kv
 	}
 	key := Key(b.cfg.Kind, b.cfg.Name)
-	if b.rev != 0 {
+	if b.rev == 0 {
 		t0 := b.cfg.Now()
-		rev, err := b.kv.Update(ctx, key, body, b.rev)
-		if err == nil {
-			b.rev = rev
-			b.measure(ctx, key, rev, t0, b.cfg.Now())
-			return nil
-		}
-		if !jsutil.IsCASConflict(err) {
+		rev, err := b.kv.Put(ctx, key, body)
+		if err != nil {
 			return err
 		}
+		b.wrote(ctx, key, rev, t0)
+		return nil
+	}
+	t0 := b.cfg.Now()
+	rev, err := b.kv.Update(ctx, key, body, b.rev)
+	if err == nil {
+		b.wrote(ctx, key, rev, t0)
+		return nil
+	}
+	if !jsutil.IsCASConflict(err) {
+		return err
+	}
+	warned, conflict := false, err
+	for range writeTries {
 		ent, err := b.kv.Get(ctx, key)
+		var read uint64
 		switch {
 		case jsutil.IsKeyMissing(err):
 		case err != nil:
 			return err
 		default:
+			read = ent.Revision()
 			// Not reported: this instance's own beat, stored although its
 			// Update failed (the reply was lost).
 			var prev events.Heartbeat
@@ -247,19 +267,34 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 			switch {
 			case readable && prev.Status == events.RuntimeOffline:
 				b.returned(&prev)
-			case !readable || !b.own(&prev):
+			case (!readable || !b.own(&prev)) && !warned:
+				warned = true
 				b.cfg.Logger.Warn("another instance beats under this kind and name", "kind", b.cfg.Kind, "name", b.cfg.Name)
 			}
 		}
+		t0 = b.cfg.Now()
+		if read == 0 {
+			rev, err = b.kv.Create(ctx, key, body)
+		} else {
+			rev, err = b.kv.Update(ctx, key, body, read)
+		}
+		if err == nil {
+			b.wrote(ctx, key, rev, t0)
+			return nil
+		}
+		if !jsutil.IsCASConflict(err) {
+			return err
+		}
+		conflict = err
 	}
-	t0 := b.cfg.Now()
-	rev, err := b.kv.Put(ctx, key, body)
-	if err != nil {
-		return err
-	}
+	return fmt.Errorf("the entry was written by someone else at each of %d tries: %w", writeTries, conflict)
+}
+
+// wrote records the beater's write of revision rev, sent at t0, and
+// measures the clock offset by it.
+func (b *Beater) wrote(ctx context.Context, key string, rev uint64, t0 time.Time) {
 	b.rev = rev
 	b.measure(ctx, key, rev, t0, b.cfg.Now())
-	return nil
 }
 
 // measure estimates the process's clock minus the NATS server's, as NTP

@@ -934,3 +934,90 @@ func TestASecondMarkReplacesAPendingReturn(t *testing.T) {
 		t.Fatalf("%d runtime.online stored after more beats, want 2", n)
 	}
 }
+
+// markAfterGet is a JetStream whose flyball-runtime runs after (once
+// armed, and once) right after a Get returns: the sweeper's offline mark
+// landing between the read of a beat whose Update conflicted and its
+// write.
+type markAfterGet struct {
+	jetstream.JetStream
+	after atomic.Pointer[func()]
+}
+
+func (j *markAfterGet) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	return &hookedGet{KeyValue: kv, after: &j.after}, nil
+}
+
+type hookedGet struct {
+	jetstream.KeyValue
+	after *atomic.Pointer[func()]
+}
+
+func (k *hookedGet) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	ent, err := k.KeyValue.Get(ctx, key)
+	if f := k.after.Swap(nil); f != nil {
+		(*f)()
+	}
+	return ent, err
+}
+
+// TestAMarkBetweenAConflictsReadAndItsWriteIsAnnounced: after a beat's
+// Update conflicted, the beater read the entry and, finding its own,
+// wrote an unconditional Put. The sweeper's offline mark stored between
+// that read and the Put was erased unseen: KV said online, but no
+// runtime.online followed the sweeper's runtime.offline, and HEALTH left
+// a live instance offline. The write is now conditional on the revision
+// read, and a conflict reads again: the mark is seen, and the return
+// announced under its event ID.
+func TestAMarkBetweenAConflictsReadAndItsWriteIsAnnounced(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	js := &markAfterGet{JetStream: srv.JS}
+	b := heartbeat.Start(t.Context(), heartbeat.Config{JS: js, Kind: "executor", Name: "raced", Interval: time.Hour, NoClock: true})
+	t.Cleanup(b.Stop)
+	b.Tried()
+	subject := events.RuntimeSubject(events.RuntimeOnline, "executor", "raced")
+	if n := storedIn(t, srv.JS, subject); n != 1 {
+		t.Fatalf("%d runtime.online stored at the start, want 1", n)
+	}
+	// The instance's own beat whose reply was lost: the next Update
+	// conflicts, and the beater reads the entry.
+	kv, err := srv.JS.KeyValue(t.Context(), streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := b.Entry()
+	hb.LastBeat = time.Now().UTC()
+	body, err := json.Marshal(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), heartbeat.Key("executor", "raced"), body); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	mark := func() { id = markEntryOffline(t, srv.JS, "raced") }
+	js.after.Store(&mark)
+	b.BeatNow(t.Context())
+	if id == "" {
+		t.Fatal("the beat read no entry after its conflict")
+	}
+	ent, err := kv.Get(t.Context(), heartbeat.Key("executor", "raced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now events.Heartbeat
+	if err := json.Unmarshal(ent.Value(), &now); err != nil || now.Status != events.RuntimeOnline {
+		t.Fatalf("entry after the beat: %s (%v), want online", ent.Value(), err)
+	}
+	if n := storedIn(t, srv.JS, subject); n != 2 {
+		t.Fatalf("%d runtime.online stored after a beat over the sweeper's offline mark, want 2 (the start, and the return)", n)
+	}
+	if got := lastID(t, srv.JS, subject); got != id {
+		t.Fatalf("the return's runtime.online stored under event ID %q, want %q (the mark's)", got, id)
+	}
+}
