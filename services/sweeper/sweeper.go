@@ -45,8 +45,9 @@ type Config struct {
 	// beat up to an Interval after it is written and mark at the first
 	// sweep past OfflineAfter: an instance that dies is marked between
 	// OfflineAfter and OfflineAfter+2*Interval after its last beat (45 to
-	// 75s by default; docs/operations.md, Runtime registry). Defaults to
-	// 45s.
+	// 75s by default; docs/operations.md, Runtime registry). A sweep that
+	// cannot read the registry restarts it for every instance (blind).
+	// Defaults to 45s.
 	OfflineAfter time.Duration
 	// ZombieAfter is how long past its nextRunAt a run may stay without
 	// dispatch or outcome before it is re-dispatched, and how long a task
@@ -252,11 +253,12 @@ type beatSeen struct {
 }
 
 func (s *Service) sweepRuntime(ctx context.Context) error {
+	clock := s.cfg.Now() // not UTC: it keeps the monotonic reading (beatSeen)
 	lister, err := s.runtime.ListKeys(ctx)
 	if err != nil {
+		s.blind(clock)
 		return err
 	}
-	clock := s.cfg.Now() // not UTC: it keeps the monotonic reading (beatSeen)
 	counts := map[events.RuntimeStatus]int{}
 	listed := map[string]bool{}
 	for key := range lister.Keys() {
@@ -277,6 +279,21 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 		s.cfg.Metrics.RuntimeInstances.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
 	return nil
+}
+
+// blind restarts, at clock, the silence of every instance the sweeper
+// knows, after a sweep that could not read the registry (NATS
+// unreachable): their silence cannot be judged across a time it could not
+// see. Without it, the first sweep after an outage longer than
+// OfflineAfter marked offline every live instance that had not beaten
+// since NATS came back (runtime.offline, a warning, then its return at
+// its next beat). The price: a dead instance is marked OfflineAfter after
+// the last such sweep, up to the outage later than it would have been.
+func (s *Service) blind(clock time.Time) {
+	for key, seen := range s.beats {
+		seen.at = clock
+		s.beats[key] = seen
+	}
 }
 
 // sweepOne sweeps the registry entry under key at clock, a reading of

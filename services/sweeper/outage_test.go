@@ -1,0 +1,90 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
+)
+
+// unlistable is KV flyball-runtime whose key list fails while down is
+// set: NATS unreachable.
+type unlistable struct {
+	jetstream.KeyValue
+	down *atomic.Bool
+}
+
+func (u unlistable) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error) {
+	if u.down.Load() {
+		return nil, errors.New("nats: connection closed (injected)")
+	}
+	return u.KeyValue.ListKeys(ctx, opts...)
+}
+
+// TestAnOutageMarksNoInstanceThatHasNotBeatenSince: a sweep that could
+// not read the registry (NATS unreachable) kept each instance's silence
+// clock from before, so the first sweep after an outage longer than
+// OfflineAfter marked offline every live instance that had not beaten
+// since NATS came back (runtime.offline, a warning, then runtime.online
+// at its next beat). A sweep that cannot read the registry now restarts
+// those clocks: silence is not judged across a time the sweeper could not
+// see, and a dead instance is marked OfflineAfter after the last such
+// sweep instead.
+func TestAnOutageMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	runtime, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.Put(ctx, "executor.live", []byte(`{"kind":"executor","name":"live","status":"online","lastBeat":"`+time.Now().UTC().Format(time.RFC3339Nano)+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
+	var elapsed atomic.Int64
+	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
+	var down atomic.Bool
+	s.runtime = unlistable{KeyValue: s.runtime, down: &down}
+	status := func() string {
+		t.Helper()
+		ent, err := runtime.Get(ctx, "executor.live")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jsonHas(ent.Value(), `"status":"offline"`) {
+			return "offline"
+		}
+		return "online"
+	}
+	down.Store(true)
+	for _, at := range []time.Duration{15 * time.Second, 30 * time.Second, 45 * time.Second, 60 * time.Second} {
+		elapsed.Store(int64(at))
+		if err := s.Sweep(ctx); err == nil {
+			t.Fatalf("a sweep %v in, with the registry unreadable: no error", at)
+		}
+	}
+	down.Store(false)
+	elapsed.Store(int64(75 * time.Second)) // the first sweep after the outage; the instance has not beaten yet
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != "online" {
+		t.Fatalf("the first sweep after a 60 s outage marked an instance that had not beaten since: status %s, want online", got)
+	}
+	// A dead instance is still marked: OfflineAfter (45 s) after the last
+	// sweep that could not read the registry.
+	elapsed.Store(int64(60*time.Second + 45*time.Second + time.Nanosecond))
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != "offline" {
+		t.Fatalf("a sweep 45 s after the outage's last: status %s, want offline", got)
+	}
+}
