@@ -45,9 +45,6 @@ import (
 // sweep, rather than holding one sweep for minutes. Deletes at up to 240,000 a day keep up.
 const maxCompactPerPass = 10_000
 
-// errWatchEnded is a watch that closed before it delivered every key.
-var errWatchEnded = errors.New("watch ended before it delivered every key")
-
 // purgeRefusedMsg is the warning of a pass whose purge the server refused:
 // the sweeper's NATS user may not publish to the subject in its
 // "permission" attribute. Each of the three buckets has its own.
@@ -123,7 +120,7 @@ read:
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok:
-				return 0, errWatchEnded
+				return 0, jsutil.WatchClosed(ctx, "read KV "+kv.Bucket())
 			case e == nil:
 				break read // the latest entry of every key is in
 			case e.Operation() != jetstream.KeyValuePut && e.Created().Before(cutoff):

@@ -199,6 +199,21 @@ func IsKeyMissing(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
 }
 
+// WatchClosed is the error of a KV watch whose updates channel closed
+// before it had delivered every stored value; what names the read, as
+// "read KV flyball-tasks". nats.go stops a watch when the context it was
+// started with ends, and the closed channel can win a select over
+// ctx.Done(): the context's error is then the cause, so a caller's
+// errors.Is(err, context.DeadlineExceeded) holds and the caller is not
+// told the server cut the watch off. With the context live it says
+// "watch closed".
+func WatchClosed(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return errors.New(what + ": watch closed")
+}
+
 // IsCASConflict reports whether a KV write lost a compare-and-set race.
 func IsCASConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)

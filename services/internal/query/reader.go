@@ -108,7 +108,7 @@ func eachEntry(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Key
 			return fmt.Errorf("read KV %s: %w", kv.Bucket(), ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return watchClosed(ctx, "read KV "+kv.Bucket())
+				return jsutil.WatchClosed(ctx, "read KV "+kv.Bucket())
 			}
 			if e == nil { // every stored value has been delivered
 				return nil
@@ -116,19 +116,6 @@ func eachEntry(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Key
 			fn(e)
 		}
 	}
-}
-
-// watchClosed is the error of a watch whose updates ended before it had
-// delivered every stored value. nats.go stops a watch when its context
-// ends, and the closed channel can win the select over ctx.Done(): the
-// context's error is then the cause, so a caller's errors.Is(err,
-// context.DeadlineExceeded) holds, and the caller is not told the
-// server cut it off.
-func watchClosed(ctx context.Context, what string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return errors.New(what + ": watch closed")
 }
 
 // decodeEntries decodes every value of a bucket into T, skipping values

@@ -310,7 +310,7 @@ func keysAfter(ctx context.Context, kv jetstream.KeyValue, after string) ([]stri
 			return nil, fmt.Errorf("list keys of KV %s: %w", kv.Bucket(), ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, watchClosed(ctx, "list keys of KV "+kv.Bucket())
+				return nil, jsutil.WatchClosed(ctx, "list keys of KV "+kv.Bucket())
 			}
 			if e == nil { // every stored key has been delivered
 				slices.Sort(keys)

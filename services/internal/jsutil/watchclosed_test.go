@@ -1,4 +1,4 @@
-package query
+package jsutil
 
 import (
 	"context"
@@ -8,18 +8,19 @@ import (
 
 // TestAWatchClosedByItsContextSaysTheContextEnded: nats.go stops a KV
 // watch when the context it was started with ends, closing its updates,
-// and eachEntry's and keysAfter's select can take that closed channel
-// before ctx.Done(). They said "watch closed", which hid the deadline
-// from errors.Is and told an operator the server had cut the watch off.
+// and a reader's select (query's eachEntry and keysAfter, the sweeper's
+// compaction) can take that closed channel before ctx.Done(). They said
+// "watch closed", which hid the deadline from errors.Is and told an
+// operator the server had cut the watch off.
 // A watch closed while its context is live still says "watch closed".
 func TestAWatchClosedByItsContextSaysTheContextEnded(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := watchClosed(ctx, "read KV flyball-tasks")
+	err := WatchClosed(ctx, "read KV flyball-tasks")
 	if !errors.Is(err, context.Canceled) || err.Error() != "read KV flyball-tasks: context canceled" {
 		t.Errorf("watch closed after its context was cancelled: %v, want read KV flyball-tasks: context canceled", err)
 	}
-	err = watchClosed(t.Context(), "list keys of KV flyball-tasks")
+	err = WatchClosed(t.Context(), "list keys of KV flyball-tasks")
 	if errors.Is(err, context.Canceled) || err.Error() != "list keys of KV flyball-tasks: watch closed" {
 		t.Errorf("watch closed with its context live: %v, want list keys of KV flyball-tasks: watch closed", err)
 	}
