@@ -86,7 +86,8 @@ type ServicesHealth struct {
 	Missing []MissingService `json:"missing"`
 	// Offline are the registered instances that stopped beating: marked
 	// offline by the sweeper, or silent for three heartbeat intervals
-	// since the later of their lastBeat and when NATS stored that beat.
+	// since NATS stored their last beat (their lastBeat when that time is
+	// unknown).
 	Offline []Instance `json:"offline"`
 	// TimerLease names the timer that holds the timers' lease (KV
 	// flyball-leases, --timer-lease): the one that dispatches. Empty when
