@@ -46,6 +46,8 @@ type Service struct {
 	// sequences the last pass found exhausted (reconcile.go).
 	recMu    sync.Mutex
 	suspects map[uint64]bool
+	// infoRefusals ends a stream bind the server refused (bindStream).
+	infoRefusals jsutil.PubWatch
 }
 
 // New validates cfg.
@@ -65,18 +67,20 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
+	// Before the first stream bind (bindStream).
+	s.infoRefusals.Install(s.cfg.JS.Conn())
 	// Each names what is missing: the server's "stream not found" does not.
-	if s.dispatch, err = s.cfg.JS.Stream(ctx, streams.StreamDispatch); err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamDispatch, err)
+	if s.dispatch, err = s.bindStream(ctx, streams.StreamDispatch); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
 	}
 	if err := streams.Check(&s.dispatch.CachedInfo().Config); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
 	}
-	if s.runs, err = s.cfg.JS.Stream(ctx, streams.StreamRuns); err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamRuns, err)
+	if s.runs, err = s.bindStream(ctx, streams.StreamRuns); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
 	}
-	if s.dead, err = s.cfg.JS.Stream(ctx, streams.StreamDeadLetter); err != nil {
-		return fmt.Errorf("deadletter: stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", streams.StreamDeadLetter, err)
+	if s.dead, err = s.bindStream(ctx, streams.StreamDeadLetter); err != nil {
+		return fmt.Errorf("deadletter: %w", err)
 	}
 	// An entry is stored once per dispatch by its Nats-Msg-Id only
 	// within DEADLETTER's duplicate window (write).
@@ -100,6 +104,32 @@ func (s *Service) Start(ctx context.Context) error {
 	s.Track(cc, s.cfg.JS.Conn())
 	s.Go(func() { s.reconcileEvery(runCtx) })
 	return nil
+}
+
+// bindStream binds the stream name. A stream info request the service's
+// NATS user may not publish draws no reply, only the server's
+// asynchronous -ERR (jsutil.PubWatch): the bind ends at it, and the error
+// names the refused subject. It said "context deadline exceeded" after
+// the JetStream timeout, with a hint to provision, to a deployment with
+// its own NATS users that had upgraded without granting the deadletter
+// user RUNS's and DEADLETTER's stream info and direct gets
+// (docs/operations.md, upgrading).
+func (s *Service) bindStream(ctx context.Context, name string) (jetstream.Stream, error) {
+	wctx, unwatch := s.infoRefusals.Watch(ctx, jsutil.APISubject(s.cfg.JS, "STREAM.INFO."+name))
+	defer unwatch()
+	st, err := s.cfg.JS.Stream(wctx, name)
+	if err == nil {
+		return st, nil
+	}
+	if v, ok := jsutil.Refusal(wctx); ok {
+		also := ""
+		if name != streams.StreamDispatch {
+			// Read for an exhausted dispatch's stored outcome.
+			also = ", and " + jsutil.APISubject(s.cfg.JS, "DIRECT.GET."+name+".>")
+		}
+		return nil, fmt.Errorf("stream %s: %w; the deadletter service's NATS user needs it%s (docs/security.md lists its subjects)", name, v, also)
+	}
+	return nil, fmt.Errorf("stream %s: %w (run flyball provision, or flyball serve with --ensure-streams)", name, err)
 }
 
 // EntryID is the Nats-Msg-Id (and event id) of a dispatch's dead-letter entry.
