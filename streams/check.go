@@ -62,8 +62,7 @@ func Check(cfg *jetstream.StreamConfig) error {
 	// A history stream's max_age an operator set below the window
 	// leaves the window theirs: Ensure keeps it (LimitDuplicateWindow),
 	// as nats-server refuses a window longer than the max age.
-	keptWindow := isHistory(cfg.Name) && cfg.MaxAge > 0 && cfg.MaxAge < want.Duplicates
-	if slices.Contains(dedupStreams, cfg.Name) && !keptWindow && cfg.Duplicates < want.Duplicates {
+	if slices.Contains(dedupStreams, cfg.Name) && !keepsShorterWindow(cfg.Name, cfg.MaxAge, want.Duplicates) && cfg.Duplicates < want.Duplicates {
 		bad = append(bad, fmt.Sprintf("duplicate_window %s, want at least %s", cfg.Duplicates, want.Duplicates))
 	}
 	if len(bad) == 0 {

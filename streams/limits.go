@@ -122,7 +122,7 @@ func limits(cfg *jetstream.StreamConfig, live *jetstream.StreamConfig) []Differe
 	// Ensure, and with it every provision and every serve. The window
 	// is kept at the max age, or the live window if smaller: messages
 	// are deduplicated across that shorter window only.
-	if keep && cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
+	if keepsShorterWindow(cfg.Name, cfg.MaxAge, cfg.Duplicates) {
 		window := min(cfg.MaxAge, live.Duplicates)
 		if window <= 0 {
 			window = cfg.MaxAge
@@ -137,6 +137,16 @@ func limits(cfg *jetstream.StreamConfig, live *jetstream.StreamConfig) []Differe
 }
 
 func isHistory(name string) bool { return slices.Contains(HistoryStreams, name) }
+
+// keepsShorterWindow reports whether the stream name, with the max age
+// maxAge it keeps, keeps a duplicate window shorter than window, its
+// definition's: a history stream whose max_age (an operator's) is below
+// it, since nats-server refuses a window longer than the max age. Ensure
+// (limits) keeps the shorter window, and Check accepts it, by this one
+// rule.
+func keepsShorterWindow(name string, maxAge, window time.Duration) bool {
+	return isHistory(name) && maxAge > 0 && maxAge < window
+}
 
 // fmtAge spells a max age as nats stream edit --max-age takes it: 72h,
 // 1h30m; 0 is unlimited.
