@@ -88,3 +88,55 @@ func TestAnOutageMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 		t.Fatalf("a sweep 45 s after the outage's last: status %s, want offline", got)
 	}
 }
+
+// TestAReconnectMarksNoInstanceThatHasNotBeatenSince: NATS restarted
+// between two sweeps, and back by the time the second reads the registry
+// (the sweep's earlier steps can wait out a whole outage on their
+// timeouts). That read succeeds, so only the connection's reconnect tells
+// the sweeper it could not see: before, it judged silence across the
+// outage and marked a live instance that had not beaten since.
+func TestAReconnectMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
+	r := natstest.StartRestartable(t)
+	nc, js := r.Connect(t)
+	ctx := t.Context()
+	runtime, err := js.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.Put(ctx, "executor.live", []byte(`{"kind":"executor","name":"live","status":"online","lastBeat":"`+time.Now().UTC().Format(time.RFC3339Nano)+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
+	var elapsed atomic.Int64
+	s := startHourlyWith(t, svcconf.Common{JS: js, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
+	status := func() string {
+		t.Helper()
+		ent, err := runtime.Get(ctx, "executor.live")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if jsonHas(ent.Value(), `"status":"offline"`) {
+			return "offline"
+		}
+		return "online"
+	}
+	r.Restart(t)
+	natstest.Eventually(t, 10*time.Second, "the client reconnected", func() bool {
+		return nc.IsConnected() && nc.Stats().Reconnects > 0
+	})
+	elapsed.Store(int64(60 * time.Second)) // the outage, as the sweep's earlier steps waited it out
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != "online" {
+		t.Fatalf("the first sweep after a reconnect marked an instance that had not beaten since: status %s, want online", got)
+	}
+	// A dead instance is still marked: OfflineAfter (45 s) after that sweep.
+	elapsed.Store(int64(60*time.Second + 45*time.Second + time.Nanosecond))
+	if err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != "offline" {
+		t.Fatalf("a sweep 45 s after the reconnect's: status %s, want offline", got)
+	}
+}

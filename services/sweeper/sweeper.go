@@ -46,7 +46,8 @@ type Config struct {
 	// sweep past OfflineAfter: an instance that dies is marked between
 	// OfflineAfter and OfflineAfter+2*Interval after its last beat (45 to
 	// 75s by default; docs/operations.md, Runtime registry). A sweep that
-	// cannot read the registry restarts it for every instance (blind).
+	// cannot read the registry, or finds NATS reconnected since the
+	// previous sweep, restarts it for every instance (blind).
 	// Defaults to 45s.
 	OfflineAfter time.Duration
 	// ZombieAfter is how long past its nextRunAt a run may stay without
@@ -110,6 +111,10 @@ type Service struct {
 	// sweep saw and when (a reading of the sweeper's clock that keeps its
 	// monotonic part); only the sweep goroutine touches it.
 	beats map[string]beatSeen
+	// reconnects is the connection's reconnect count at the previous
+	// sweep's registry read (sweepRuntime); only the sweep goroutine
+	// touches it.
+	reconnects uint64
 	// unannounced holds, per registry key, an offline mark whose
 	// runtime.offline is not stored yet (HEALTH did not take it): each
 	// sweep publishes it again while the entry stays so marked. Only the
@@ -259,6 +264,13 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 		s.blind(clock)
 		return err
 	}
+	// Read after the list is open: a reconnect that let it through is
+	// counted. The sweep's earlier steps can wait out a whole outage on
+	// their timeouts, and NATS be back by the time the registry is read.
+	if n := s.reconnectCount(); n != s.reconnects {
+		s.reconnects = n
+		s.blind(clock)
+	}
 	counts := map[events.RuntimeStatus]int{}
 	listed := map[string]bool{}
 	for key := range lister.Keys() {
@@ -283,17 +295,30 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 
 // blind restarts, at clock, the silence of every instance the sweeper
 // knows, after a sweep that could not read the registry (NATS
-// unreachable): their silence cannot be judged across a time it could not
-// see. Without it, the first sweep after an outage longer than
-// OfflineAfter marked offline every live instance that had not beaten
-// since NATS came back (runtime.offline, a warning, then its return at
-// its next beat). The price: a dead instance is marked OfflineAfter after
-// the last such sweep, up to the outage later than it would have been.
+// unreachable) or that finds the connection reconnected since the
+// previous sweep (NATS was unreachable in between, maybe while an earlier
+// step of this sweep waited out its timeouts): their silence cannot be
+// judged across a time it could not see. Without it, the first sweep
+// after an outage longer than OfflineAfter marked offline every live
+// instance that had not beaten since NATS came back (runtime.offline, a
+// warning, then its return at its next beat). The price: a dead instance
+// is marked OfflineAfter after the last such sweep, up to the outage and
+// an Interval later than it would have been.
 func (s *Service) blind(clock time.Time) {
 	for key, seen := range s.beats {
 		seen.at = clock
 		s.beats[key] = seen
 	}
+}
+
+// reconnectCount is how many times the sweeper's NATS connection has
+// reconnected.
+func (s *Service) reconnectCount() uint64 {
+	nc := s.cfg.JS.Conn()
+	if nc == nil {
+		return 0
+	}
+	return nc.Stats().Reconnects
 }
 
 // sweepOne sweeps the registry entry under key at clock, a reading of
