@@ -706,10 +706,12 @@ func waitUntil(at, now int64) time.Duration {
 }
 
 // fenceRecheck is how often a dispatcher whose lease is unconfirmed
-// checks whether it was confirmed again. That happens only after the
-// whole process stalled past the lease, at the lease's next renewal,
-// which comes at once on waking (its overdue tick fires): the runs held
-// back are late by the stall already, and a few checks cost nothing.
+// checks whether it was confirmed again. That happens after the whole
+// process stalled past the lease, at the lease's next renewal, which
+// comes at once on waking (its overdue tick fires), or after a renewal
+// that failed and a next one that came late (a NATS leader election, a
+// slow server), at most a tenth of the lease later: the runs held back
+// are late already, and a few checks cost nothing.
 const fenceRecheck = 50 * time.Millisecond
 
 // msgUnfenced is the warning of a timer that holds its dispatches back

@@ -379,11 +379,17 @@ type confirmation struct{ sent, until time.Time }
 // 300 ms for the compose stack's 3s. It covers the work a check admitted
 // just before (a publish written to the connection and sent to the
 // server) and the rate at which the standby's clock may gain on the
-// holder's (NTP slews a clock by at most 500 ppm: 1.5 ms of a 3s TTL). It
-// costs nothing while Run runs: a holder renews every TTL/3, waits for a
-// renewal at most TTL/3, and gives the lease up when one fails more than
-// TTL/2 after the last (renew), so its fence never runs out while it
-// holds the lease unless Run itself stalled.
+// holder's (NTP slews a clock by at most 500 ppm: 1.5 ms of a 3s TTL).
+//
+// While renewals succeed on time it costs nothing: a holder renews every
+// TTL/3, so the fence is renewed long before it runs out. It runs out
+// while the holder still holds the lease when Run stalls, and also when a
+// renewal fails and the next is slow: one that fails at once at TTL/3
+// (no responders while the bucket elects a leader) keeps the lease, since
+// the next is due before the TTL runs out (renew), and the next, sent at
+// 2TTL/3, may wait until the TTL runs out, so one that succeeds after
+// TTL less the margin confirms the lease only after the fence ran out.
+// The holder's work holds back meanwhile, which is safe, if late.
 func FenceMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // Holds reports whether, at now, the lease was confirmed less than TTL
