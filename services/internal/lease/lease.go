@@ -376,10 +376,14 @@ type confirmation struct{ sent, until time.Time }
 
 // FenceMargin is how long before the TTL runs out a Fence stops holding:
 // a tenth of it, 100 ms for the shortest lease the timer accepts (1s) and
-// 300 ms for the compose stack's 3s. It covers the work a check admitted
-// just before (a publish written to the connection and sent to the
-// server) and the rate at which the standby's clock may gain on the
-// holder's (NTP slews a clock by at most 500 ppm: 1.5 ms of a 3s TTL).
+// 300 ms for the compose stack's 3s. It covers the rate at which the
+// standby's clock may gain on the holder's (NTP slews a clock by at most
+// 500 ppm: 1.5 ms of a 3s TTL), and leaves the work a check admitted just
+// before that long to reach the server while the process runs (a publish
+// written to the connection and flushed). It bounds nothing that a
+// freeze after the check holds up: a process frozen between the check
+// and the write, or between a publish buffered and nats.go flushing it,
+// sends that publish when it wakes, however late.
 //
 // While renewals succeed on time it costs nothing: a holder renews every
 // TTL/3, so the fence is renewed long before it runs out. It runs out
