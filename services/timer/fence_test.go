@@ -88,8 +88,6 @@ func startStalling(t *testing.T, js jetstream.JetStream, instance string, ttl ti
 	return s, kv, logs
 }
 
-const msgLapsed = msgUnfenced
-
 func published(s *Service) int {
 	r := results(s)
 	return r[resultNew] + r[resultDuplicate] + r[resultPending] + r[resultError]
@@ -113,7 +111,7 @@ func TestTimerHoldsDispatchesWhileItsLeaseIsUnconfirmed(t *testing.T) {
 	// (less its margin) when the slot falls due.
 	putSchedule(t, srv.JS, "task", time.Now().Add(2*ttl).UTC(), gov.SourceBaselineInterval)
 	natstest.Eventually(t, within, "timer-a publishes the slot or holds it back", func() bool {
-		return published(a) > 0 || logs.with(msgLapsed)
+		return published(a) > 0 || logs.with(msgUnfenced)
 	})
 	if n := published(a); n != 0 || !dispatching(a) {
 		t.Fatalf("timer-a published %d dispatches (%v) while its lease had gone unconfirmed past its TTL (dispatching %v)", n, results(a), dispatching(a))
@@ -134,7 +132,7 @@ func TestTimerHoldsDispatchesWhileItsLeaseIsUnconfirmed(t *testing.T) {
 	defer logs.mu.Unlock()
 	n := 0
 	for _, l := range logs.list {
-		if strings.HasPrefix(l, msgLapsed) {
+		if strings.HasPrefix(l, msgUnfenced) {
 			n++
 		}
 	}
@@ -160,7 +158,7 @@ func TestTimerWhoseLeaseWasTakenOverPublishesNothingStale(t *testing.T) {
 	putSchedule(t, srv.JS, "task", time.Now().Add(2*ttl).UTC(), gov.SourceBaselineInterval)
 	natstest.Eventually(t, within, "timer-b takes the unrenewed lease and dispatches", func() bool { return published(b) > 0 })
 	natstest.Eventually(t, within, "timer-a publishes the slot or holds it back", func() bool {
-		return published(a) > 0 || logs.with(msgLapsed)
+		return published(a) > 0 || logs.with(msgUnfenced)
 	})
 	if n := published(a); n != 0 {
 		t.Fatalf("timer-a published %d dispatches (%v) after timer-b took its lease over (timer-b: %v)", n, results(a), results(b))
