@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,25 +45,13 @@ func TestAnOutageMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runtime.Put(ctx, "executor.live", []byte(`{"kind":"executor","name":"live","status":"online","lastBeat":"`+time.Now().UTC().Format(time.RFC3339Nano)+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	putOnline(t, runtime, "executor.live")
 	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
 	var elapsed atomic.Int64
 	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
 	var down atomic.Bool
 	s.runtime = unlistable{KeyValue: s.runtime, down: &down}
-	status := func() string {
-		t.Helper()
-		ent, err := runtime.Get(ctx, "executor.live")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if jsonHas(ent.Value(), `"status":"offline"`) {
-			return "offline"
-		}
-		return "online"
-	}
+	status := func() string { return instanceStatus(t, runtime, "executor.live") }
 	down.Store(true)
 	for _, at := range []time.Duration{15 * time.Second, 30 * time.Second, 45 * time.Second, 60 * time.Second} {
 		elapsed.Store(int64(at))
@@ -103,23 +92,11 @@ func TestAReconnectMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runtime.Put(ctx, "executor.live", []byte(`{"kind":"executor","name":"live","status":"online","lastBeat":"`+time.Now().UTC().Format(time.RFC3339Nano)+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	putOnline(t, runtime, "executor.live")
 	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
 	var elapsed atomic.Int64
 	s := startHourlyWith(t, svcconf.Common{JS: js, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
-	status := func() string {
-		t.Helper()
-		ent, err := runtime.Get(ctx, "executor.live")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if jsonHas(ent.Value(), `"status":"offline"`) {
-			return "offline"
-		}
-		return "online"
-	}
+	status := func() string { return instanceStatus(t, runtime, "executor.live") }
 	r.Restart(t)
 	natstest.Eventually(t, 10*time.Second, "the client reconnected", func() bool {
 		return nc.IsConnected() && nc.Stats().Reconnects > 0
@@ -139,4 +116,29 @@ func TestAReconnectMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 	if got := status(); got != "offline" {
 		t.Fatalf("a sweep 45 s after the reconnect's: status %s, want offline", got)
 	}
+}
+
+// putOnline stores key in KV flyball-runtime as an online instance that
+// beat just now.
+func putOnline(t *testing.T, runtime jetstream.KeyValue, key string) {
+	t.Helper()
+	kind, name, _ := strings.Cut(key, ".")
+	beat := `{"kind":"` + kind + `","name":"` + name + `","status":"online","lastBeat":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}`
+	if _, err := runtime.Put(t.Context(), key, []byte(beat)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// instanceStatus is "offline" while key's entry in KV flyball-runtime is
+// the sweeper's offline mark, else "online".
+func instanceStatus(t *testing.T, runtime jetstream.KeyValue, key string) string {
+	t.Helper()
+	ent, err := runtime.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jsonHas(ent.Value(), `"status":"offline"`) {
+		return "offline"
+	}
+	return "online"
 }

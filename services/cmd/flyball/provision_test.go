@@ -92,25 +92,8 @@ func TestProvisionReportsAKeptRetentionLimit(t *testing.T) {
 // replica, the default of --replicas, and a node's loss then lost data.
 func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
 	t.Parallel()
-	cl := natstest.StartCluster(t, 3)
-	urls := make([]string, len(cl.Servers))
-	for i, s := range cl.Servers {
-		urls[i] = s.ClientURL()
-	}
-	url := strings.Join(urls, ",")
-	e := &cliEnv{url: url, dir: t.TempDir()}
-	e.ok(t, "provision", "--replicas", "3")
+	e, js := provisionedAtR3(t)
 	e.ok(t, "provision")
-
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfgs, err := streams.StreamConfigs()
 	if err != nil {
 		t.Fatal(err)
@@ -134,24 +117,7 @@ func TestProvisionWithoutReplicasKeepsAClustersReplicas(t *testing.T) {
 // definition's 1 replica, one node's loss from losing its data.
 func TestProvisionWithoutReplicasCreatesAtTheClustersReplicas(t *testing.T) {
 	t.Parallel()
-	cl := natstest.StartCluster(t, 3)
-	urls := make([]string, len(cl.Servers))
-	for i, s := range cl.Servers {
-		urls[i] = s.ClientURL()
-	}
-	url := strings.Join(urls, ",")
-	e := &cliEnv{url: url, dir: t.TempDir()}
-	e.ok(t, "provision", "--replicas", "3")
-
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, js := provisionedAtR3(t)
 	probes := "KV_" + streams.BucketProbes
 	for _, name := range []string{streams.StreamDispatch, probes} {
 		if err := js.DeleteStream(t.Context(), name); err != nil {
@@ -176,6 +142,31 @@ func TestProvisionWithoutReplicasCreatesAtTheClustersReplicas(t *testing.T) {
 			t.Errorf("provision's output lacks %q:\n%s", w, out)
 		}
 	}
+}
+
+// provisionedAtR3 starts a 3-node cluster, provisions it with
+// --replicas 3, and returns the CLI's environment on it and a JetStream
+// client of it, closed in t.Cleanup.
+func provisionedAtR3(t *testing.T) (*cliEnv, jetstream.JetStream) {
+	t.Helper()
+	cl := natstest.StartCluster(t, 3)
+	urls := make([]string, len(cl.Servers))
+	for i, s := range cl.Servers {
+		urls[i] = s.ClientURL()
+	}
+	url := strings.Join(urls, ",")
+	e := &cliEnv{url: url, dir: t.TempDir()}
+	e.ok(t, "provision", "--replicas", "3")
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, js
 }
 
 // TestServeWithoutStreamsSaysWhatIsMissing: a service started with
