@@ -73,10 +73,7 @@ func TestOfflineMarksFollowElapsedTimeNotAWallClockStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			beat := time.Now().UTC().Format(time.RFC3339Nano)
-			if _, err := runtime.Put(ctx, "executor.one", []byte(`{"kind":"executor","name":"one","status":"online","lastBeat":"`+beat+`"}`)); err != nil {
-				t.Fatal(err)
-			}
+			putOnline(t, runtime, "executor.one", time.Now())
 			clock := &steppedClock{}
 			s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: clock.Now}) // its first sweep sees the entry's revision
 			clock.elapsed.Store(int64(c.elapsed))

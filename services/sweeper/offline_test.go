@@ -32,9 +32,7 @@ func TestOfflineMarkAnnouncedOnceHEALTHTakesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now().UTC()
-	if _, err := runtime.Put(ctx, "executor.gone", []byte(`{"kind":"executor","name":"gone","status":"online","lastBeat":"`+t0.Format(time.RFC3339Nano)+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	putOnline(t, runtime, "executor.gone", t0)
 	var ahead atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Now: clock}, Interval: time.Hour})
@@ -108,9 +106,7 @@ func TestOfflineMarkUnannouncedByAStoppedSweeperIsAnnouncedByTheNext(t *testing.
 		t.Fatal(err)
 	}
 	t0 := time.Now().UTC()
-	if _, err := runtime.Put(ctx, "executor.gone", []byte(`{"kind":"executor","name":"gone","status":"online","lastBeat":"`+t0.Format(time.RFC3339Nano)+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	putOnline(t, runtime, "executor.gone", t0)
 	start := func(ahead time.Duration) *Service {
 		s, err := New(Config{Common: svcconf.Common{JS: srv.JS, Now: func() time.Time { return time.Now().Add(ahead) }}, Interval: time.Hour})
 		if err != nil {
@@ -182,10 +178,7 @@ func TestOfflineMarkWaitsForTheFirstSweepPastOfflineAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
-	old := base.Add(-10 * time.Minute).UTC().Format(time.RFC3339Nano)
-	if _, err := runtime.Put(ctx, "executor.quiet", []byte(`{"kind":"executor","name":"quiet","status":"online","lastBeat":"`+old+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	putOnline(t, runtime, "executor.quiet", base.Add(-10*time.Minute))
 	const offlineAfter = 45 * time.Second // the default
 	var elapsed atomic.Int64
 	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base

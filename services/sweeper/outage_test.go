@@ -45,7 +45,7 @@ func TestAnOutageMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	putOnline(t, runtime, "executor.live")
+	putOnline(t, runtime, "executor.live", time.Now())
 	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
 	var elapsed atomic.Int64
 	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
@@ -92,7 +92,7 @@ func TestAReconnectMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	putOnline(t, runtime, "executor.live")
+	putOnline(t, runtime, "executor.live", time.Now())
 	base := time.Now() // keeps its monotonic reading, as the sweeper's clock does
 	var elapsed atomic.Int64
 	s := startHourlyWith(t, svcconf.Common{JS: js, Now: func() time.Time { return base.Add(time.Duration(elapsed.Load())) }}) // its first sweep sees the revision at base
@@ -118,12 +118,12 @@ func TestAReconnectMarksNoInstanceThatHasNotBeatenSince(t *testing.T) {
 	}
 }
 
-// putOnline stores key in KV flyball-runtime as an online instance that
-// beat just now.
-func putOnline(t *testing.T, runtime jetstream.KeyValue, key string) {
+// putOnline stores key (kind.name) in KV flyball-runtime as an online
+// instance whose last beat was at.
+func putOnline(t *testing.T, runtime jetstream.KeyValue, key string, at time.Time) {
 	t.Helper()
 	kind, name, _ := strings.Cut(key, ".")
-	beat := `{"kind":"` + kind + `","name":"` + name + `","status":"online","lastBeat":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}`
+	beat := `{"kind":"` + kind + `","name":"` + name + `","status":"online","lastBeat":"` + at.UTC().Format(time.RFC3339Nano) + `"}`
 	if _, err := runtime.Put(t.Context(), key, []byte(beat)); err != nil {
 		t.Fatal(err)
 	}

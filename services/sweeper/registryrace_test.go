@@ -71,9 +71,7 @@ func startRegistrySweeper(t *testing.T, logs *syncBuffer) (*Service, *metrics.Se
 		t.Fatal(err)
 	}
 	t0 := time.Now().UTC()
-	if _, err := runtime.Put(ctx, "executor.gone", []byte(`{"kind":"executor","name":"gone","status":"online","lastBeat":"`+t0.Format(time.RFC3339Nano)+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	putOnline(t, runtime, "executor.gone", t0)
 	var ahead atomic.Int64
 	m := metrics.New()
 	s, err := New(Config{Common: svcconf.Common{
