@@ -108,7 +108,7 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 	// the RUNS backlog, labelled a final failure max-deliveries.
 	// DISPATCH holds one dispatch per task, so no later slot of the task
 	// has run meanwhile to hide this one's outcome.
-	if _, done, err := slotdone.Find(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly); err != nil {
+	if done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly); err != nil {
 		return "", false, fmt.Errorf("read the slot's outcome: %w", err)
 	} else if done {
 		s.cfg.Logger.Info("dispatch exhausted its deliveries after its slot's outcome was stored (its acks were lost); deleting it without a max-deliveries dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
