@@ -441,17 +441,11 @@ func (p *planner) applyDeadLetter(d *DeadLetterSignal) bool {
 	return true
 }
 
-// heldAlready reports an entry whose hold st applied already, with the
-// final failure it was written from: an entry of reason permanent or
-// max-attempts comes from a final run.failed (events.Run's
-// DeadLetterReason), which holds the task when it is applied. Such an
-// entry is ignored once st has applied that failure (its dispatch) or an
-// outcome of the same slot or a later one. Reaching the governor after a
-// requeue or a success had cleared the hold (the dead-letter service down
-// or behind: it writes the entry from RUNS), it held the task again for
-// recheckAfter and undid the requeue; only the entry's stored time was
-// compared with theirs, and it was stored after them. A max-deliveries
-// entry follows no run event, so it is the only signal of its hold.
+// heldAlready reports a permanent or max-attempts entry whose final
+// run.failed st has applied (its dispatch, or its slot or a later one):
+// that failure held the task already (Outcome.DeadLetterReason), and a
+// requeue or success may have cleared the hold since. A max-deliveries
+// entry follows no run event, so it always applies.
 func heldAlready(d *DeadLetterSignal, st State) bool {
 	if d.Reason == events.DeadLetterMaxDeliveries {
 		return false
