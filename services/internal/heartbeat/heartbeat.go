@@ -250,20 +250,13 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 	if !jsutil.IsCASConflict(err) {
 		return err
 	}
-	warned, conflict := false, err
-	for range writeTries {
-		ent, err := b.kv.Get(ctx, key)
-		var read uint64
-		switch {
-		case jsutil.IsKeyMissing(err):
-		case err != nil:
-			return err
-		default:
-			read = ent.Revision()
+	warned := false
+	rev, err = jsutil.CAS(ctx, b.kv, key, writeTries, func(cur []byte) ([]byte, error) {
+		if cur != nil {
 			// Not reported: this instance's own beat, stored although its
 			// Update failed (the reply was lost).
 			var prev events.Heartbeat
-			readable := json.Unmarshal(ent.Value(), &prev) == nil
+			readable := json.Unmarshal(cur, &prev) == nil
 			switch {
 			case readable && prev.Status == events.RuntimeOffline:
 				b.returned(&prev)
@@ -273,21 +266,13 @@ func (b *Beater) write(ctx context.Context, body []byte) error {
 			}
 		}
 		t0 = b.cfg.Now()
-		if read == 0 {
-			rev, err = b.kv.Create(ctx, key, body)
-		} else {
-			rev, err = b.kv.Update(ctx, key, body, read)
-		}
-		if err == nil {
-			b.wrote(ctx, key, rev, t0)
-			return nil
-		}
-		if !jsutil.IsCASConflict(err) {
-			return err
-		}
-		conflict = err
+		return body, nil
+	})
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("the entry was written by someone else at each of %d tries: %w", writeTries, conflict)
+	b.wrote(ctx, key, rev, t0)
+	return nil
 }
 
 // wrote records the beater's write of revision rev, sent at t0, and
