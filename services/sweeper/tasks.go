@@ -474,19 +474,20 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 			}
 			rev = e.Revision()
 		}
-		spec, err := s.tasks.Get(ctx, k)
-		what := "removed state of a deleted task"
-		if strings.HasPrefix(k, events.HostKeyPrefix) {
-			// No task has a host_ id (events.ValidateID): this is a host
-			// breaker that no task's spec names any more.
-			what = "removed a host breaker that no task names"
-		}
-		switch {
-		case jsutil.IsKeyMissing(err):
-		case err == nil && kv == s.breakers && executor.HostScoped(spec.Value()):
-			what = "removed the own breaker record of a task switched to breaker scope host"
-		default:
-			continue
+		what := "removed a host breaker that no task names"
+		// No task has a host_ id (events.ValidateID): a host breaker the
+		// sweep judged is no task's state, and asking for its spec would
+		// only answer that.
+		if !strings.HasPrefix(k, events.HostKeyPrefix) {
+			spec, err := s.tasks.Get(ctx, k)
+			switch {
+			case jsutil.IsKeyMissing(err):
+				what = "removed state of a deleted task"
+			case err == nil && kv == s.breakers && executor.HostScoped(spec.Value()):
+				what = "removed the own breaker record of a task switched to breaker scope host"
+			default:
+				continue
+			}
 		}
 		if err := kv.Delete(ctx, k, jetstream.LastRevision(rev)); jsutil.IsCASConflict(err) {
 			continue // written since (or deleted already): the task is back, or the breaker open again
