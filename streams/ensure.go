@@ -332,9 +332,11 @@ var (
 // retentionHint gives the cure of a stream found with another retention
 // than its definition's, which nats-server refuses to change in place
 // (to or from work-queue: a DISPATCH an old deployment created with
-// limits retention) with an error that names no way out. It is Check's.
+// limits retention) with an error that names no way out. It is Check's,
+// and DISPATCH's only: its cure names the sweeper re-creating pending
+// dispatches, and only work-queue retention cannot change in place.
 func retentionHint(plan streamPlan) string {
-	if !plan.exists || plan.liveRetention == plan.cfg.Retention {
+	if !plan.exists || plan.cfg.Name != StreamDispatch || plan.liveRetention == plan.cfg.Retention {
 		return ""
 	}
 	return fmt.Sprintf(" (%s: %s)", retentionDrift(plan.liveRetention, plan.cfg.Retention), cureRetention)
