@@ -401,6 +401,12 @@ func (r *Reader) Explain(ctx context.Context, id string, since time.Time) (*Expl
 		ex.DeletedAt = deletedAt
 	}
 	ex.NothingReplayed = len(entries) == 0
+	if ex.NothingReplayed {
+		// No replay, no mismatch: agreement compared the stored schedule
+		// with none, and a task whose creation has aged out of TASKS
+		// exited 1 as a MISMATCH.
+		ex.Agrees, ex.Pending = true, 0
+	}
 	switch {
 	case len(entries) == 0 && ex.Stored != nil:
 		ex.Warnings = append(ex.Warnings, "the task's creation and updates are no longer in TASKS: nothing could be replayed")
@@ -571,12 +577,6 @@ func sameSchedule(a, b *gov.State) bool {
 // governor. pending counts them.
 func agreement(entries []governor.Entry, stored *gov.State, readAt time.Time) (agrees bool, pending int) {
 	n := len(entries)
-	if n == 0 {
-		// Nothing replayed: no mismatch either (NothingReplayed). Compared
-		// with no schedule, a stored one of a task whose creation has aged
-		// out of TASKS was a MISMATCH, and explain exited 1.
-		return true, 0
-	}
 	if sameSchedule(stored, stateAfter(entries, n-1)) {
 		return true, 0
 	}
