@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -71,6 +72,9 @@ func (w *PubWatch) Install(nc *nats.Conn) {
 
 // Watch returns ctx, cancelled with a *PubViolation if the server refuses
 // a publish to subject before unwatch is called. It relies on Install.
+// subject may hold wildcards, for a request whose subject names what it
+// asks for (a direct get of a subject's last message): the refusal of any
+// subject they match ends the watch, and the *PubViolation names that one.
 // After a request made with it fails, Refusal tells a refusal from any
 // other failure.
 func (w *PubWatch) Watch(ctx context.Context, subject string) (_ context.Context, unwatch func()) {
@@ -103,8 +107,8 @@ func Refusal(ctx context.Context) (*PubViolation, bool) {
 	return errors.AsType[*PubViolation](context.Cause(ctx))
 }
 
-// refused ends the requests in flight to the subject err names, if err is
-// a publish permissions violation.
+// refused ends the requests in flight to the subject err names (or to
+// wildcards matching it), if err is a publish permissions violation.
 func (w *PubWatch) refused(err error) {
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return
@@ -119,8 +123,13 @@ func (w *PubWatch) refused(err error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, cancel := range w.waiting[subject] {
-		cancel(&PubViolation{Subject: subject})
+	for watched, waiting := range w.waiting {
+		if !server.SubjectMatchesFilter(subject, watched) {
+			continue
+		}
+		for _, cancel := range waiting {
+			cancel(&PubViolation{Subject: subject})
+		}
 	}
 }
 

@@ -131,3 +131,51 @@ func TestAPISubjectIsWhereTheClientSends(t *testing.T) {
 		}
 	}
 }
+
+// TestPubWatchOfAWildcardEndsAtEachSubjectUnderIt: a request whose
+// subject names what it reads (a direct get of a subject's last message,
+// $JS.API.DIRECT.GET.<stream>.<subject>) is watched by the subjects the
+// permission covers. The server's -ERR names the subject refused: it ends
+// the watches whose wildcards match it, with a *PubViolation naming it,
+// and no other.
+func TestPubWatchOfAWildcardEndsAtEachSubjectUnderIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithUsers(t, &server.User{Username: "limited", Password: "pw", Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{"ok.>", "_INBOX.>"}},
+	}})
+	nc, _ := natstest.ConnectAs(t, srv, "limited", "pw")
+	seen := make(chan error, 16)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { seen <- err })
+	var w PubWatch
+	w.Install(nc)
+	watch := func(subject string) context.Context {
+		wctx, unwatch := w.Watch(t.Context(), subject)
+		t.Cleanup(unwatch)
+		return wctx
+	}
+	ended := []context.Context{watch("no.>"), watch("no.*.c"), watch(">"), watch("no.b.c")}
+	kept := map[string]context.Context{"no.*": watch("no.*"), "no.b": watch("no.b"), "no.b.c.>": watch("no.b.c.>"), "ok.>": watch("ok.>")}
+	rctx, cancel := context.WithTimeout(ended[0], 5*time.Second)
+	defer cancel()
+	if _, err := nc.RequestWithContext(rctx, "no.b.c", nil); err == nil {
+		t.Fatal("a request to no.b.c was answered")
+	}
+	select {
+	case err := <-seen: // the watches have had it: the handler set before Install is called after them
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("the connection's error was %v, want the permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler set before Install did not see the violation")
+	}
+	for i, c := range ended {
+		if v, ok := Refusal(c); !ok || v.Subject != "no.b.c" {
+			t.Errorf("watch %d ended with %v, want a *PubViolation for no.b.c", i, context.Cause(c))
+		}
+	}
+	for pattern, c := range kept {
+		if c.Err() != nil {
+			t.Errorf("the watch of %s was ended by the refusal of no.b.c: %v", pattern, context.Cause(c))
+		}
+	}
+}
