@@ -46,8 +46,9 @@ type Service struct {
 	// sequences the last pass found exhausted (reconcile.go).
 	recMu    sync.Mutex
 	suspects map[uint64]bool
-	// infoRefusals ends a stream bind the server refused (bindStream).
-	infoRefusals jsutil.PubWatch
+	// refusals ends a stream bind (bindStream) or a read of a slot's
+	// outcome (slotDone) that the server refused.
+	refusals jsutil.PubWatch
 }
 
 // New validates cfg.
@@ -68,7 +69,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("deadletter: %w", err)
 	}
 	// Before the first stream bind (bindStream).
-	s.infoRefusals.Install(s.cfg.JS.Conn())
+	s.refusals.Install(s.cfg.JS.Conn())
 	// Each names what is missing: the server's "stream not found" does not.
 	if s.dispatch, err = s.bindStream(ctx, streams.StreamDispatch); err != nil {
 		return fmt.Errorf("deadletter: %w", err)
@@ -115,7 +116,7 @@ func (s *Service) Start(ctx context.Context) error {
 // user RUNS's and DEADLETTER's stream info and direct gets
 // (docs/operations.md, upgrading).
 func (s *Service) bindStream(ctx context.Context, name string) (jetstream.Stream, error) {
-	wctx, unwatch := s.infoRefusals.Watch(ctx, jsutil.APISubject(s.cfg.JS, "STREAM.INFO."+name))
+	wctx, unwatch := s.refusals.Watch(ctx, jsutil.APISubject(s.cfg.JS, "STREAM.INFO."+name))
 	defer unwatch()
 	st, err := s.cfg.JS.Stream(wctx, name)
 	if err == nil {
