@@ -1021,3 +1021,88 @@ func TestAMarkBetweenAConflictsReadAndItsWriteIsAnnounced(t *testing.T) {
 		t.Fatalf("the return's runtime.online stored under event ID %q, want %q (the mark's)", got, id)
 	}
 }
+
+// TestABeatThatLosesEveryCASTryFailsAndTheNextBeatRegisters: a second
+// instance under the same kind and name writes the entry between each of
+// a beat's reads and its compare-and-set, every time. The beat gives up
+// after writeTries (3) conflicts with an error naming the key, counts and
+// logs it, and the beat loop goes on: its next beat, with no one writing
+// in between, puts the instance back.
+func TestABeatThatLosesEveryCASTryFailsAndTheNextBeatRegisters(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	js := &markAfterGet{JetStream: srv.JS}
+	var logs lockedBuffer
+	m := metrics.New()
+	// The beat loop's own ticker beats, as in a service; no read-back, so
+	// that the only reads are the CAS's.
+	b := heartbeat.Start(t.Context(), heartbeat.Config{
+		JS: js, Kind: "executor", Name: "twin", Interval: 200 * time.Millisecond, NoClock: true, Metrics: m,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	t.Cleanup(b.Stop)
+	b.Tried()
+	kv, err := srv.JS.KeyValue(t.Context(), streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := heartbeat.Key("executor", "twin")
+	entry := func() (events.Heartbeat, uint64) {
+		ent, err := kv.Get(t.Context(), key)
+		if err != nil {
+			return events.Heartbeat{}, 0
+		}
+		var hb events.Heartbeat
+		if err := json.Unmarshal(ent.Value(), &hb); err != nil {
+			t.Fatalf("entry %s: %v", ent.Value(), err)
+		}
+		return hb, ent.Revision()
+	}
+	own := b.Entry()
+	twin := own
+	twin.PID++
+	body, err := json.Marshal(twin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The twin wins each of the next 3 tries: it writes right after each
+	// read, so the write conditional on that read conflicts.
+	var wins atomic.Int32
+	var rival func()
+	rival = func() {
+		if _, err := kv.Put(context.Background(), key, body); err != nil {
+			t.Errorf("the twin's write: %v", err)
+			return
+		}
+		if wins.Add(1) < 3 {
+			js.after.Store(&rival)
+		}
+	}
+	js.after.Store(&rival)
+	// The twin's first write: the next beat's update conflicts, and the
+	// CAS reads.
+	if _, err := kv.Put(t.Context(), key, body); err != nil {
+		t.Fatal(err)
+	}
+	want := `"heartbeat failed; retrying next tick" kind=executor name=twin err="write executor.twin: 3 CAS conflicts in a row`
+	natstest.Eventually(t, 5*time.Second, "the beat that lost every CAS try logged", func() bool { return strings.Contains(logs.String(), want) })
+	if n := wins.Load(); n != 3 {
+		t.Fatalf("the twin won %d tries, want 3", n)
+	}
+	if n := testutil.ToFloat64(m.HeartbeatFailures); n < 1 {
+		t.Errorf("flyball_heartbeat_failures_total %v after the failed beat, want it counted", n)
+	}
+	var back uint64
+	natstest.Eventually(t, 5*time.Second, "the instance's own entry back at a later beat", func() bool {
+		hb, rev := entry()
+		back = rev
+		return hb.PID == own.PID && hb.Status == events.RuntimeOnline
+	})
+	natstest.Eventually(t, 5*time.Second, "the loop beating on", func() bool {
+		_, rev := entry()
+		return rev > back
+	})
+	if !strings.Contains(logs.String(), "another instance beats under this kind and name") {
+		t.Errorf("the twin was not logged:\n%s", logs.String())
+	}
+}
