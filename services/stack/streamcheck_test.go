@@ -57,6 +57,11 @@ func TestServicesRefuseStreamsThatDrifted(t *testing.T) {
 			edit: func(c *jetstream.StreamConfig) { c.Duplicates = 10 * time.Second },
 			want: "deadletter: stream DEADLETTER: duplicate_window 10s, want at least 24h0m0s",
 		},
+		{
+			name: "DEADLETTER with a short duplicate window, at the sweeper", service: "sweeper", stream: streams.StreamDeadLetter,
+			edit: func(c *jetstream.StreamConfig) { c.Duplicates = 10 * time.Second },
+			want: "sweeper: stream DEADLETTER: duplicate_window 10s, want at least 24h0m0s",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
