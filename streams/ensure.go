@@ -80,7 +80,8 @@ func WithAsyncPersist(on bool) Option {
 // max_bytes, max_msgs, max_msgs_per_subject) as an operator set them,
 // and a duplicate window no longer than the max age kept
 // ([LimitDuplicateWindow]); every other setting is the definition's:
-// [WithReport] is told of each limit that differs, kept or set back.
+// [WithReport] is told of each limit and duplicate window that differs,
+// kept or set back.
 // Errors name the definition file and wrap the underlying error.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts ...Option) error {
 	if js == nil {

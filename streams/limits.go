@@ -43,9 +43,10 @@ var HistoryStreams = []string{StreamAdvisories, StreamDeadLetter, StreamHealth, 
 // keeps as it finds them, in the server API's JSON names.
 var RetentionLimits = []string{"max_age", "max_bytes", "max_msgs", "max_msgs_per_subject"}
 
-// LimitDuplicateWindow is the [Difference.Limit] of a history stream's
-// duplicate window that [Ensure] keeps below the definition's because
-// the stream's kept max_age is shorter than the definition's window:
+// LimitDuplicateWindow is the [Difference.Limit] of a stream's duplicate
+// window that differs from its definition's. [Ensure] sets it back, but
+// keeps a history stream's below the definition's (Kept) when the
+// stream's kept max_age is shorter than the definition's window:
 // nats-server refuses a window longer than max_age. The window is then
 // the max age, or the stream's own window if smaller, and a copy
 // published after it (a retried command, a republished dead letter) is
@@ -57,8 +58,9 @@ const LimitDuplicateWindow = "duplicate_window"
 // existing streams (Live) instead of its definition's (Def).
 const LimitReplicas = "num_replicas"
 
-// A Difference is a retention limit of an existing stream that differs
-// from flyball's definition, which [Ensure] reports through
+// A Difference is a retention limit or the duplicate window of an
+// existing stream that differs from flyball's definition, which [Ensure]
+// reports through
 // [WithReport]: Kept (a [HistoryStreams] limit, left as it was) or set
 // back to the definition's; or a stream or consumer left under newer
 // definitions ([LimitDefinitions]), or a new stream created with the
@@ -89,8 +91,9 @@ func (d Difference) String() string {
 	return fmt.Sprintf("%s: %s %s set back to %s (flyball relies on its definition's)", d.Stream, d.Limit, d.Live, d.Def)
 }
 
-// WithReport calls fn with each retention limit of an existing stream
-// that differs from its definition, before Ensure updates the stream:
+// WithReport calls fn with each retention limit, and the duplicate
+// window, of an existing stream that differs from its definition, before
+// Ensure updates the stream:
 // see [HistoryStreams]. A failed Ensure may have reported differences it
 // did not get to apply.
 func WithReport(fn func(Difference)) Option {
@@ -129,6 +132,11 @@ func limits(cfg *jetstream.StreamConfig, live *jetstream.StreamConfig) []Differe
 		}
 		out = append(out, Difference{Stream: cfg.Name, Limit: LimitDuplicateWindow, Live: fmtAge(window), Def: fmtAge(cfg.Duplicates), Kept: true})
 		cfg.Duplicates = window
+	} else if live.Duplicates != cfg.Duplicates {
+		// Any other window is flyball's, written back and reported so:
+		// a raised one (DEADLETTER's 48h) is cut to the definition's,
+		// and a shortened one (which Check refuses) lengthened.
+		out = append(out, Difference{Stream: cfg.Name, Limit: LimitDuplicateWindow, Live: fmtAge(live.Duplicates), Def: fmtAge(cfg.Duplicates)})
 	}
 	field("max_bytes", &cfg.MaxBytes, live.MaxBytes, fmtCount)
 	field("max_msgs", &cfg.MaxMsgs, live.MaxMsgs, fmtCount)

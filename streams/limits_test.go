@@ -200,9 +200,44 @@ func TestEnsureKeepsWindowWithinKeptMaxAge(t *testing.T) {
 		"DEADLETTER: duplicate_window 12h kept (flyball's default is 24h; nats-server refuses a window longer than the max_age kept)",
 		"HEALTH: max_age 1m kept (flyball's default is 168h)",
 		"HEALTH: duplicate_window 30s kept (flyball's default is 2m; nats-server refuses a window longer than the max_age kept)",
+		"TASKS: duplicate_window 30s set back to 2m (flyball relies on its definition's)",
 	}
 	if !slices.Equal(report, want) {
 		t.Errorf("report %q, want %q", report, want)
 	}
 	mustEnsureReport(t, js, new([]string))
+}
+
+// TestEnsureSaysWhenItSetsDeadLetterWindowBack: DEADLETTER's duplicate
+// window is flyball's (24h), not a retention limit an operator keeps:
+// Ensure writes it back whether it was shortened (which Check refuses,
+// and whose cure is a provision) or raised. Either way it never leaves
+// it shorter than the definition's, and never changes it unseen: a
+// raised window was cut back to 24h and provision printed that
+// everything matched.
+func TestEnsureSaysWhenItSetsDeadLetterWindowBack(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	js := startJS(t)
+	mustEnsure(t, ctx, js)
+
+	for _, live := range []time.Duration{10 * time.Second, 48 * time.Hour} {
+		s := editStream(t, js, StreamDeadLetter, func(c *jetstream.StreamConfig) { c.Duplicates = live })
+		var report []string
+		mustEnsureReport(t, js, &report)
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Config.Duplicates; got != 24*time.Hour {
+			t.Errorf("DEADLETTER duplicate_window %v after Ensure on %v, want the definition's 24h", got, live)
+		}
+		if err := Check(&info.Config); err != nil {
+			t.Errorf("Check after Ensure on %v: %v", live, err)
+		}
+		want := []string{fmt.Sprintf("DEADLETTER: duplicate_window %s set back to 24h (flyball relies on its definition's)", fmtAge(live))}
+		if !slices.Equal(report, want) {
+			t.Errorf("report of an Ensure on a %v window %q, want %q", live, report, want)
+		}
+	}
 }
