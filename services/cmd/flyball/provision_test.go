@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -141,6 +142,37 @@ func TestProvisionWithoutReplicasCreatesAtTheClustersReplicas(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("provision's output lacks %q:\n%s", w, out)
 		}
+	}
+}
+
+// TestServeLogsStreamsCreatedAtTheClustersReplicas: serve with
+// --ensure-streams (its default) on a 3-node cluster provisioned with
+// --replicas 3 creates a deleted DISPATCH with the 3 replicas of the
+// existing streams, as provision does, and logs it at info, naming the
+// stream and the count.
+func TestServeLogsStreamsCreatedAtTheClustersReplicas(t *testing.T) {
+	t.Parallel()
+	e, js := provisionedAtR3(t)
+	if err := js.DeleteStream(t.Context(), streams.StreamDispatch); err != nil {
+		t.Fatalf("delete %s: %v", streams.StreamDispatch, err)
+	}
+	_, raw := serveUntilServing(t, e, "governor")
+	st, err := js.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.Replicas; got != 3 {
+		t.Errorf("DISPATCH created with %d replicas by serve, want the 3 of the existing streams", got)
+	}
+	var logged []map[string]any
+	for line := range strings.SplitSeq(raw, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "--ensure-streams: new stream created with the replicas of the existing ones" {
+			logged = append(logged, m)
+		}
+	}
+	if len(logged) != 1 || logged[0]["level"] != "INFO" || logged[0]["stream"] != streams.StreamDispatch || logged[0]["replicas"] != "3" {
+		t.Errorf("serve logged %v for the streams it created, want one info line for DISPATCH with replicas 3:\n%s", logged, raw)
 	}
 }
 
