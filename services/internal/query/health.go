@@ -133,17 +133,16 @@ func online(in *Instance, now time.Time) bool {
 }
 
 // lastSeen is when the instance last beat: the time NATS stored that beat
-// (online), or the lastBeat it stamped when that time is unknown.
-// LastBeatAge runs from it too: from lastBeat, an instance whose clock
-// runs ahead was listed as beating in the future ("-1m50s ago"), one
-// whose clock runs behind as silent longer than it was. An entry stored
-// offline is the sweeper's mark, stored at least 45 s after the beat: its
-// StoredAt is the mark's, and lastBeat alone tells the beat.
+// (online). LastBeatAge runs from it too: from lastBeat, an instance
+// whose clock runs ahead was listed as beating in the future ("-1m50s
+// ago"), one whose clock runs behind as silent longer than it was. An
+// entry stored offline is the sweeper's mark, stored at least 45 s after
+// the beat: its StoredAt is the mark's, and lastBeat alone tells the beat.
 func (in *Instance) lastSeen() time.Time {
-	if in.Status != events.RuntimeOffline && !in.StoredAt.IsZero() {
-		return in.StoredAt
+	if in.Status == events.RuntimeOffline {
+		return in.LastBeat
 	}
-	return in.LastBeat
+	return in.StoredAt
 }
 
 // QueueHealth describes the scheduled runs.
