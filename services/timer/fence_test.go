@@ -2,13 +2,16 @@ package timer
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -64,7 +67,7 @@ func (k *stalledKV) release() {
 // schedules.
 func startStalling(t *testing.T, js jetstream.JetStream, instance string, ttl time.Duration) (*Service, *stalledKV, *warnings) {
 	t.Helper()
-	logs := &warnings{}
+	logs := &warnings{info: true}
 	s, err := New(Config{JS: js, Instance: instance, Logger: slog.New(logs), Metrics: metrics.New(), RetryDelay: 20 * time.Millisecond, Lease: ttl})
 	if err != nil {
 		t.Fatal(err)
@@ -201,5 +204,132 @@ func TestTimerWhoseLeaseWasTakenOverPublishesNothingStale(t *testing.T) {
 	// once, and timer-a published nothing, before or after its release.
 	if r := results(b); r[resultNew] != 1 || published(a) != 0 {
 		t.Fatalf("results timer-a %v, timer-b %v; want the slot stored once, by timer-b", results(a), r)
+	}
+}
+
+// frozenJS is the timer's JetStream whose next async publish, once
+// frozen, waits until thawed: the dispatcher stops between its check of
+// the fence and its write to the connection, as in a process stopped
+// there. For each publish it sends it records whether the timer's fence
+// held as the publish went out.
+type frozenJS struct {
+	jetstream.JetStream
+	fence  atomic.Pointer[lease.Fence]
+	frozen atomic.Bool // a publish waits at the gate, or went through it
+	mu     sync.Mutex
+	gate   chan struct{} // taken by the next publish
+	thawed chan struct{} // closed by thaw
+	held   []bool        // the fence held as each publish went out
+}
+
+func (j *frozenJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	j.mu.Lock()
+	gate := j.gate
+	j.gate = nil // one publish freezes
+	j.mu.Unlock()
+	if gate != nil {
+		j.frozen.Store(true)
+		<-gate
+	}
+	j.mu.Lock()
+	j.held = append(j.held, j.fence.Load().Holds(time.Now()))
+	j.mu.Unlock()
+	return j.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// freeze makes the next publish wait until thaw.
+func (j *frozenJS) freeze() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.gate = make(chan struct{})
+	j.thawed = j.gate
+}
+
+func (j *frozenJS) thaw() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.thawed != nil {
+		close(j.thawed)
+		j.thawed = nil
+	}
+}
+
+// sent is, for each publish sent, whether the fence held as it went out.
+func (j *frozenJS) sent() []bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.held)
+}
+
+// TestTimerFrozenMidBatchPastItsFenceSendsOnlyTheDispatchItHadChecked:
+// a holder frozen while it publishes a batch (between its check of the
+// fence for the first dispatch and the write), and whose lease goes
+// unconfirmed meanwhile, wakes past its fence. The dispatch it had
+// checked goes out, late: nothing bounds a freeze after the check (see
+// lease.FenceMargin). The rest of the batch is checked on waking: held
+// back, not dropped and not published, re-queued, with one warning and
+// one stall counted for the stall however often the dispatcher checks;
+// once a renewal confirms the lease again (the one that stalled, sent
+// before the fence ran out, so the lease is kept and not given up) the
+// timer logs so, once, and publishes them.
+func TestTimerFrozenMidBatchPastItsFenceSendsOnlyTheDispatchItHadChecked(t *testing.T) {
+	const n = 3
+	srv := natstest.StartWithStreams(t)
+	js := &frozenJS{JetStream: srv.JS}
+	a, kv, logs := startStalling(t, js, "timer-a", fenceTTL)
+	js.fence.Store(&a.fence)
+	t.Cleanup(js.thaw) // before the stop: the stop waits for the dispatcher
+
+	// The slots are all queued before they fall due, so the dispatcher
+	// takes them as one batch.
+	js.freeze()
+	slot := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	for i := range n {
+		putSchedule(t, srv.JS, fmt.Sprintf("task-%d", i), slot, gov.SourceBaselineInterval)
+	}
+	natstest.Eventually(t, within, "timer-a freezes publishing the batch", js.frozen.Load)
+	if q := queued(a); q != 0 {
+		t.Fatalf("timer-a took %d of the %d slots in the batch it froze in", n-q, n)
+	}
+
+	before, warned := stalls(a), logs.count(msgUnfenced)
+	kv.stall()
+	natstest.Eventually(t, within, "the holder's renewal stalls", func() bool { return kv.stalled.Load() > 0 })
+	natstest.Eventually(t, within, "timer-a's fence runs out", func() bool { return !a.fence.Holds(time.Now()) })
+	js.thaw()
+
+	// The dispatch it had checked goes out, and the dispatcher finds the
+	// fence out as it checks the next. Its ack is collected after the
+	// dispatcher checked the fence again, and a few checks more pass.
+	natstest.Eventually(t, within, "the frozen dispatch acked and the fence found out", func() bool {
+		return published(a) > 0 && logs.with(msgUnfenced)
+	})
+	acked := time.Now()
+	natstest.Eventually(t, within, "a few of the dispatcher's checks pass", func() bool {
+		return published(a) > 1 || time.Now().After(acked.Add(3*fenceRecheck))
+	})
+	if sent := js.sent(); len(sent) != 1 || sent[0] || published(a) != 1 || queued(a) != n-1 {
+		t.Fatalf("while the fence is out timer-a sent %d dispatches (the fence held as each went out: %v; results %v) and holds %d back; "+
+			"want only the one frozen after its check, sent past the fence, and the other %d held back", len(sent), sent, results(a), queued(a), n-1)
+	}
+	if got, w := stalls(a)-before, logs.count(msgUnfenced)-warned; got != 1 || w != 1 {
+		t.Fatalf("flyball_timer_lease_stalls_total rose by %d and %d warnings were logged during one stall, want 1 each: %q", got, w, logs.list)
+	}
+
+	kv.release()
+	natstest.Eventually(t, within, "timer-a publishes the slots it held back once its lease is confirmed again", func() bool {
+		return results(a)[resultNew] == n
+	})
+	if logs.with("lost the lease") {
+		t.Fatalf("timer-a gave the lease up: the renewal let through came after the fence it would confirm ran out too (the test waited too long): %q", logs.list)
+	}
+	if c := logs.count(msgConfirmed); c != 1 {
+		t.Fatalf("%d %q logged, want 1: %q", c, msgConfirmed, logs.list)
+	}
+	if sent := js.sent(); !slices.Equal(sent, []bool{false, true, true}) {
+		t.Fatalf("the fence held as each publish went out: %v, want only the frozen first one sent past it", sent)
+	}
+	if got := stalls(a) - before; got != 1 {
+		t.Fatalf("flyball_timer_lease_stalls_total rose by %d, want 1 for the one stall", got)
 	}
 }

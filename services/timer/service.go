@@ -718,6 +718,10 @@ const fenceRecheck = 50 * time.Millisecond
 // because its lease went unconfirmed for its TTL.
 const msgUnfenced = "lease not confirmed within its TTL; holding dispatches until it is renewed or lost"
 
+// msgConfirmed is the Info that ends a stall msgUnfenced began, when a
+// renewal confirms the lease again.
+const msgConfirmed = "lease confirmed again; dispatching"
+
 // unfenced reports whether, at now, the timer's lease is configured and
 // its fence does not hold: the lease has gone unconfirmed for its TTL
 // (less lease.FenceMargin), so a standby may have taken it over although
@@ -732,7 +736,7 @@ func (s *Service) unfenced(now time.Time) bool {
 	if s.fence.Holds(now) {
 		if s.fenced {
 			s.fenced = false
-			s.log.Info("lease confirmed again; dispatching", "held", now.Sub(s.fencedAt))
+			s.log.Info(msgConfirmed, "held", now.Sub(s.fencedAt))
 		}
 		return false
 	}

@@ -18,13 +18,17 @@ import (
 	"github.com/flyballhq/flyball/streams"
 )
 
-// warnings records the Warn lines a timer logs.
+// warnings records the Warn lines a timer logs, and its Info lines too
+// if info is set.
 type warnings struct {
+	info bool
 	mu   sync.Mutex
 	list []string // message, then each attribute as key=value
 }
 
-func (*warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || w.info && l >= slog.LevelInfo
+}
 
 func (w *warnings) Handle(_ context.Context, r slog.Record) error {
 	line := []string{r.Message}
