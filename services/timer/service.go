@@ -754,8 +754,26 @@ func (s *Service) unfenced(now time.Time) bool {
 
 // publishAll publishes a batch of due runs without waiting for their acks.
 // A run that cannot even be sent is counted and re-queued at once; one
-// due while the lease is unconfirmed (a stall between takeDue and here)
-// is re-queued unsent and uncounted.
+// due while the lease is unconfirmed (a stall between takeDue and here,
+// or during the batch) is re-queued unsent and uncounted.
+//
+// Each run is checked against the fence just before its write, and
+// nothing bounds a freeze of the whole process that falls after the
+// check (lease.FenceMargin). On waking it sends the run it had checked,
+// and nats.go flushes what the batch wrote to the connection before the
+// freeze and had not flushed yet: at most its 32 KiB write buffer, which
+// it flushes once full and otherwise at once from its flusher goroutine.
+// These go out however late: the ack timeouts (ackTimeout, nats.go's)
+// bound the wait for an ack, not the write. Every one of them passed its
+// check while the fence held; the runs not checked yet are held back
+// (TestTimerFrozenMidBatchPastItsFenceSendsOnlyTheDispatchItHadChecked).
+// Each carries its slot's Nats-Msg-Id, so DISPATCH drops it if the new
+// holder stored the slot within the duplicate window, or refuses it while
+// the task has a dispatch pending; stored later still, long after its
+// slot, it is skipped by the executor if the slot's outcome is stored
+// (executor.LateRedispatch). Closing the window would take a fence the
+// server checks as it stores the dispatch, and JetStream checks only
+// expectations within the stream written to.
 func (s *Service) publishAll(runs []dueRun) {
 	// One log line per batch and kind of failure, not one per run: when
 	// the server is away, every run of every batch fails.

@@ -383,7 +383,10 @@ type confirmation struct{ sent, until time.Time }
 // written to the connection and flushed). It bounds nothing that a
 // freeze after the check holds up: a process frozen between the check
 // and the write, or between a publish buffered and nats.go flushing it,
-// sends that publish when it wakes, however late.
+// sends that publish when it wakes, however late; a timeout on the
+// write bounds only the wait for its reply. What the holder's work
+// admitted before the freeze is what may go out late (the timer bounds
+// it: see its publishAll).
 //
 // While renewals succeed on time it costs nothing: a holder renews every
 // TTL/3, so the fence is renewed long before it runs out. It runs out
