@@ -124,11 +124,11 @@ type Service struct {
 	// once the lease's goroutine runs, which after a stall of the whole
 	// process (SIGSTOP, docker pause, a VM paused) can be after the
 	// dispatcher's. The dispatcher publishes nothing while it does not
-	// hold. fenced is set while the dispatcher holds its dispatches back
-	// for it, since fencedAt; only the dispatcher's goroutine uses them.
-	fence    lease.Fence
-	fenced   bool
-	fencedAt time.Time
+	// hold. fencedSince is when the dispatcher began to hold its
+	// dispatches back for it, zero while it does not; only the
+	// dispatcher's goroutine uses it.
+	fence       lease.Fence
+	fencedSince time.Time
 	// follower watches flyball-schedules; with a lease, only while this
 	// replica holds it, and unfollow (set then) ends the watch. Only the
 	// lease's goroutine (onLease) uses unfollow.
@@ -643,7 +643,7 @@ func (s *Service) dispatchDue(ctx context.Context) time.Duration {
 // confirmed again or lost.
 func (s *Service) takeDue() ([]dueRun, time.Duration) {
 	if s.standby.Load() {
-		s.fenced = false // lost: the lease's goroutine said so
+		s.fencedSince = time.Time{} // lost: the lease's goroutine said so
 		return nil, time.Hour
 	}
 	clock := time.Now()
@@ -734,16 +734,16 @@ func (s *Service) unfenced(now time.Time) bool {
 		return false
 	}
 	if s.fence.Holds(now) {
-		if s.fenced {
-			s.fenced = false
-			s.log.Info(msgConfirmed, "held", now.Sub(s.fencedAt))
+		if !s.fencedSince.IsZero() {
+			s.log.Info(msgConfirmed, "held", now.Sub(s.fencedSince))
+			s.fencedSince = time.Time{}
 		}
 		return false
 	}
-	if !s.fenced {
-		s.fenced, s.fencedAt = true, now
+	if s.fencedSince.IsZero() {
+		s.fencedSince = now
 		args := []any{"lease", s.cfg.Lease}
-		if sent, _ := s.fence.Confirmed(); !sent.IsZero() {
+		if sent := s.fence.Confirmed(); !sent.IsZero() {
 			args = append(args, "unconfirmedFor", now.Sub(sent))
 		}
 		s.log.Warn(msgUnfenced, args...)

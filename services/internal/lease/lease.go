@@ -407,13 +407,12 @@ func (f *Fence) Holds(now time.Time) bool {
 }
 
 // Confirmed returns when the write that last confirmed the lease was
-// sent, and until when the fence holds; both zero while the lease is not
-// held.
-func (f *Fence) Confirmed() (sent, until time.Time) {
+// sent; zero while the lease is not held.
+func (f *Fence) Confirmed() time.Time {
 	if c := f.last.Load(); c != nil {
-		return c.sent, c.until
+		return c.sent
 	}
-	return time.Time{}, time.Time{}
+	return time.Time{}
 }
 
 func (f *Fence) confirm(sent time.Time, ttl time.Duration) {
