@@ -130,32 +130,11 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 	return d.TaskID, wrote, s.deleteDispatch(ctx, seq)
 }
 
-// slotDone is slotdone.Done for d's slot. Its direct gets of RUNS and
-// DEADLETTER, if the service's NATS user may not publish them, draw no
-// reply, only the server's asynchronous -ERR (jsutil.PubWatch): the read
-// ends at it, and the error names the refused subject and the permission
-// needed. It said "context deadline exceeded" after the JetStream timeout,
-// for each try of the exhausted dispatch, to a deployment with its own
-// NATS users that had granted the streams' info but not the direct gets.
+// slotDone is slotdone.Done for d's slot, its direct gets watched: a
+// refused one ends the read, naming its subject (slotdone.Watched).
 func (s *Service) slotDone(ctx context.Context, d *events.Dispatch) (bool, error) {
-	runsGets := jsutil.APISubject(s.cfg.JS, "DIRECT.GET."+streams.StreamRuns+".>")
-	deadGets := jsutil.APISubject(s.cfg.JS, "DIRECT.GET."+streams.StreamDeadLetter+".>")
-	runsCtx, unwatchRuns := s.refusals.Watch(ctx, runsGets)
-	defer unwatchRuns()
-	wctx, unwatchDead := s.refusals.Watch(runsCtx, deadGets)
-	defer unwatchDead()
-	done, err := slotdone.Done(wctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly)
-	if err == nil {
-		return done, nil
-	}
-	needs := deadGets
-	v, ok := jsutil.Refusal(runsCtx)
-	if ok {
-		needs = runsGets
-	} else if v, ok = jsutil.Refusal(wctx); !ok {
-		return false, err
-	}
-	return false, fmt.Errorf("%w; the deadletter service's NATS user needs %s (docs/security.md lists its subjects)", v, needs)
+	w := slotdone.Watched{Refusals: &s.refusals, JS: s.cfg.JS, Service: "deadletter"}
+	return w.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly)
 }
 
 func (s *Service) deleteDispatch(ctx context.Context, seq uint64) error {

@@ -7,19 +7,24 @@
 // sweeper for a zombie, or by a timer that restarted) after DISPATCH's
 // 2-minute duplicate window would run it again. The sweeper asks before
 // it re-dispatches; the executor asks before it calls for a dispatch
-// fired long after its slot.
+// fired long after its slot; the deadletter service asks before it
+// dead-letters an exhausted dispatch. Each asks through Watched, which
+// names a direct get the service's NATS user may not make.
 package slotdone
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/jsutil"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // Match says which stored outcomes count for a slot.
@@ -101,4 +106,53 @@ func Find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 		return Outcome{Seq: raw.Sequence, DeadLetter: true}, true, nil
 	}
 	return Outcome{}, false, nil
+}
+
+// Watched is Find and Done as a service asks them: their direct gets of
+// RUNS and DEADLETTER watched by the service's PubWatch. A direct get its
+// NATS user may not publish draws no reply, only the server's
+// asynchronous -ERR: the read waited out the JetStream timeout (5 s), for
+// each slot asked about, and said "context deadline exceeded", to a
+// deployment with its own NATS users that had granted the streams' info
+// but not the gets. Watched, the read ends at the refusal, and the error
+// names the refused subject and the permission the user needs.
+type Watched struct {
+	// Refusals is the service's PubWatch, installed on JS's connection.
+	Refusals *jsutil.PubWatch
+	JS       jetstream.JetStream
+	// Service names the service whose NATS user reads ("executor"), in
+	// the error.
+	Service string
+}
+
+// Done is slotdone.Done, watched.
+func (w Watched) Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (bool, error) {
+	_, done, err := w.Find(ctx, runs, dead, id, slot, created, match)
+	return done, err
+}
+
+// Find is slotdone.Find, watched. Only the task's own subjects are
+// watched: a refusal ends no other task's read in flight, which a user
+// granted some of RUNS's subjects but not others could still answer.
+func (w Watched) Find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (Outcome, bool, error) {
+	runsGets := jsutil.APISubject(w.JS, "DIRECT.GET."+streams.StreamRuns+".")
+	deadGets := jsutil.APISubject(w.JS, "DIRECT.GET."+streams.StreamDeadLetter+".")
+	runsCtx, unwatchRuns := w.Refusals.Watch(ctx, runsGets+events.RunSubject("*", id))
+	defer unwatchRuns()
+	wctx, unwatchDead := w.Refusals.Watch(runsCtx, deadGets+events.DeadLetterSubject(id))
+	defer unwatchDead()
+	o, done, err := Find(wctx, runs, dead, id, slot, created, match)
+	if err == nil {
+		return o, done, nil
+	}
+	// wctx's cause is runsCtx's when that ended first.
+	v, ok := jsutil.Refusal(wctx)
+	if !ok {
+		return Outcome{}, false, err
+	}
+	needs := deadGets + ">"
+	if strings.HasPrefix(v.Subject, runsGets) {
+		needs = runsGets + ">"
+	}
+	return Outcome{}, false, fmt.Errorf("%w; the %s service's NATS user needs %s (docs/security.md lists its subjects)", v, w.Service, needs)
 }
