@@ -116,7 +116,8 @@ type Service struct {
 	sentMu sync.Mutex
 	sent   map[jetstream.Msg]struct{}
 
-	// pubViolations ends NATS-target requests the server refuses (callNATS).
+	// pubViolations ends NATS-target requests (callNATS) and the direct
+	// gets of a late slot's outcome (ranAlready) the server refuses.
 	pubViolations jsutil.PubWatch
 }
 
@@ -227,8 +228,8 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 		s.client.CloseIdleConnections()
 	})
-	// Before the callers and the consumer: a NATS-target call needs it
-	// from its first request (jsutil.PubWatch).
+	// Before the callers and the consumer: a NATS-target call and a late
+	// slot's read need it from their first request (jsutil.PubWatch).
 	s.pubViolations.Install(s.cfg.JS.Conn())
 	s.calls = make(chan struct{}, s.cfg.Concurrency)
 	s.fire = make(chan *held)
@@ -953,7 +954,11 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, md *jetstream
 	if d.Reason == events.ReasonLostWrite {
 		match = slotdone.SlotOrLater
 	}
-	done, err := slotdone.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, match)
+	// Watched: a direct get the executor's user may not make ends the
+	// read at once, naming it, rather than holding the call for the
+	// JetStream timeout.
+	w := slotdone.Watched{Refusals: &s.pubViolations, JS: s.cfg.JS, Service: "executor"}
+	done, err := w.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, match)
 	if err != nil {
 		s.log.Warn("could not read whether a slot dispatched again long after it fell due already ran; calling it", "dispatch", d.DispatchID, "err", err)
 		return false
