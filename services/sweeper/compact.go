@@ -135,7 +135,7 @@ read:
 	// A purge the sweeper's user may not make draws no reply, only the
 	// server's asynchronous -ERR: watched, it ends the purge at once, and
 	// the bucket's other purges, refused alike, are not tried.
-	pctx, unwatch := s.purgeRefusals.Watch(ctx, jsutil.APISubject(s.cfg.JS, "STREAM.PURGE.KV_"+kv.Bucket()))
+	pctx, unwatch := s.refusals.Watch(ctx, jsutil.APISubject(s.cfg.JS, "STREAM.PURGE.KV_"+kv.Bucket()))
 	defer unwatch()
 	for i, m := range old {
 		// Up to and including the marker: a value written since stays.

@@ -100,9 +100,10 @@ type Service struct {
 	compacting  atomic.Bool
 	compactions sync.WaitGroup
 	compactCap  int // markers a pass removes from one bucket (maxCompactPerPass)
-	// purgeRefusals ends a compaction's purge the server refuses at once
-	// (compactBucket); Start installs it on the connection.
-	purgeRefusals jsutil.PubWatch
+	// refusals ends a compaction's purge (compactBucket) or a zombie
+	// check's read of a slot's outcome (renudge) the server refuses, at
+	// once; Start installs it on the connection.
+	refusals jsutil.PubWatch
 	// perTaskOff records that per-task series were dropped for size; only
 	// the sweep goroutine touches it.
 	perTaskOff bool
@@ -202,8 +203,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.watchAll(runCtx); err != nil {
 		return fmt.Errorf("sweeper: %w", err)
 	}
-	// Before the first sweep, whose compaction pass purges.
-	s.purgeRefusals.Install(s.cfg.JS.Conn())
+	// Before the first sweep, whose compaction pass purges and whose
+	// zombie checks read.
+	s.refusals.Install(s.cfg.JS.Conn())
 	s.Go(func() {
 		s.view.ready.Wait() // sweep only a complete picture: no false orphans
 		t := time.NewTicker(s.cfg.Interval)

@@ -393,7 +393,11 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 	// it has acked it. Re-dispatching would otherwise call the target again
 	// for a run that is done.
 	lost := false
-	if o, done, err := slotdone.Find(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt, slotdone.SlotOrLater); err != nil {
+	// Watched: a direct get the sweeper's user may not make ends the read
+	// at once, naming it, rather than holding the sweep for the JetStream
+	// timeout, zombie after zombie.
+	w := slotdone.Watched{Refusals: &s.refusals, JS: s.cfg.JS, Service: "sweeper"}
+	if o, done, err := w.Find(ctx, s.runs, s.dead, id, st.NextRunAt, st.CreatedAt, slotdone.SlotOrLater); err != nil {
 		s.cfg.Logger.Warn("zombie check failed", "task", id, "err", err)
 		return // the next sweep looks again
 	} else if done {
