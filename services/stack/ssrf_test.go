@@ -81,6 +81,8 @@ func TestGovernorRejectsATargetTheGuardBlocks(t *testing.T) {
 	cases := []guardCase{
 		{"imds", "http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local or a cloud metadata address"},
 		{"imds6", "http://[fd00:ec2::254]/latest/meta-data/", "fd00:ec2::254 is link-local or a cloud metadata address"},
+		{"oci6", "http://[fd00:c1::a9fe:a9fe]/opc/v2/identity/key.pem", "fd00:c1::a9fe:a9fe is link-local or a cloud metadata address"},
+		{"scw6", "http://[fd00:42::42]/conf", "fd00:42::42 is link-local or a cloud metadata address"},
 		{"wire", "http://168.63.129.16:32526/vmSettings", "168.63.129.16 is link-local or a cloud metadata address"},
 		{"gcp", "http://Metadata.Google.Internal./computeMetadata/v1/", "metadata.google.internal is a cloud metadata hostname"},
 		{"loop", "http://127.0.0.1:8080/", "127.0.0.1 is a loopback address"},

@@ -82,13 +82,15 @@ var metadataPrefixes = []netip.Prefix{
 	// ECS task metadata and credentials) and 169.254.170.23 (AWS EKS Pod
 	// Identity agent).
 	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("fe80::/10"),             // IPv6 link-local
-	netip.MustParsePrefix("fd00:ec2::254/128"),     // AWS IMDS over IPv6
-	netip.MustParsePrefix("fd00:ec2::23/128"),      // AWS EKS Pod Identity agent over IPv6
-	netip.MustParsePrefix("fd20:ce::254/128"),      // GCP metadata server over IPv6
-	netip.MustParsePrefix("100.100.100.200/32"),    // Alibaba Cloud metadata
-	netip.MustParsePrefix("192.0.0.192/32"),        // Oracle Cloud metadata
-	netip.MustParsePrefix("fd00:a9fe:a9fe::1/128"), // Akamai (Linode) metadata over IPv6
+	netip.MustParsePrefix("fe80::/10"),              // IPv6 link-local
+	netip.MustParsePrefix("fd00:ec2::254/128"),      // AWS IMDS over IPv6
+	netip.MustParsePrefix("fd00:ec2::23/128"),       // AWS EKS Pod Identity agent over IPv6
+	netip.MustParsePrefix("fd20:ce::254/128"),       // GCP metadata server over IPv6
+	netip.MustParsePrefix("100.100.100.200/32"),     // Alibaba Cloud metadata
+	netip.MustParsePrefix("192.0.0.192/32"),         // Oracle Cloud metadata
+	netip.MustParsePrefix("fd00:a9fe:a9fe::1/128"),  // Akamai (Linode) metadata over IPv6
+	netip.MustParsePrefix("fd00:c1::a9fe:a9fe/128"), // Oracle Cloud IMDS over IPv6
+	netip.MustParsePrefix("fd00:42::42/128"),        // Scaleway metadata over IPv6
 	// Azure WireServer, the host platform endpoint on every Azure VM: its
 	// goal state and extension settings (ports 80 and 32526) carry the
 	// extensions' protected settings and certificates.

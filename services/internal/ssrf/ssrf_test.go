@@ -273,16 +273,18 @@ func TestCheckRefusesEveryMetadataAddress(t *testing.T) {
 	t.Parallel()
 	g := &Guard{}
 	for _, s := range []string{
-		"169.254.169.254",   // AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
-		"fd00:ec2::254",     // AWS IMDS over IPv6
-		"fd20:ce::254",      // GCP metadata server over IPv6
-		"fd00:ec2::23",      // AWS EKS Pod Identity agent over IPv6
-		"169.254.170.2",     // AWS ECS task metadata and credentials
-		"169.254.170.23",    // AWS EKS Pod Identity agent
-		"100.100.100.200",   // Alibaba Cloud
-		"192.0.0.192",       // Oracle Cloud
-		"168.63.129.16",     // Azure WireServer (VM agent goal state, extension settings)
-		"fd00:a9fe:a9fe::1", // Akamai (Linode) metadata over IPv6
+		"169.254.169.254",    // AWS, GCP, Azure, Oracle, DigitalOcean, OpenStack
+		"fd00:ec2::254",      // AWS IMDS over IPv6
+		"fd20:ce::254",       // GCP metadata server over IPv6
+		"fd00:ec2::23",       // AWS EKS Pod Identity agent over IPv6
+		"169.254.170.2",      // AWS ECS task metadata and credentials
+		"169.254.170.23",     // AWS EKS Pod Identity agent
+		"100.100.100.200",    // Alibaba Cloud
+		"192.0.0.192",        // Oracle Cloud
+		"168.63.129.16",      // Azure WireServer (VM agent goal state, extension settings)
+		"fd00:a9fe:a9fe::1",  // Akamai (Linode) metadata over IPv6
+		"fd00:c1::a9fe:a9fe", // Oracle Cloud IMDS over IPv6
+		"fd00:42::42",        // Scaleway metadata over IPv6
 	} {
 		err := g.Check(netip.MustParseAddr(s))
 		if !errors.Is(err, ErrBlocked) {
@@ -290,7 +292,7 @@ func TestCheckRefusesEveryMetadataAddress(t *testing.T) {
 		}
 	}
 	// Its neighbours in fc00::/7 stay private addresses the guard allows.
-	for _, s := range []string{"fd20:ce::253", "fd00:ec2::24", "fd00:a9fe:a9fe::2", "fd12:3456::1"} {
+	for _, s := range []string{"fd20:ce::253", "fd00:ec2::24", "fd00:a9fe:a9fe::2", "fd00:c1::a9fe:a9ff", "fd00:42::43", "fd12:3456::1"} {
 		if err := g.Check(netip.MustParseAddr(s)); err != nil {
 			t.Errorf("Check(%s) = %v, want it allowed (a private address)", s, err)
 		}
