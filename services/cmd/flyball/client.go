@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -268,14 +270,57 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format(tsFormat)
 }
 
-// preview cuts s to n runes on one line, marking a cut with "…".
+// preview cuts s to n runes on one line, marking a cut with "…", and
+// escapes what printable escapes. A cut falls between escapes, never
+// inside one.
 func preview(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
+	var b strings.Builder
+	width, room := 0, 0 // room: b's length while it left a rune for "…"
+	for s != "" {
+		piece, size := printableRune(s)
+		s = s[size:]
+		if width += utf8.RuneCountInString(piece); width > n {
+			return b.String()[:room] + "…"
+		}
+		b.WriteString(piece)
+		if width < n {
+			room = b.Len()
+		}
 	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
+	return b.String()
+}
+
+// printable returns s with every control character (C0, DEL, C1), bidi
+// control (U+202E and the like) and byte that is not UTF-8 escaped as Go
+// writes it in a quoted string (\x1b, \a, \n, \u202e, \x9b): s is
+// text a target, a NATS service or a publisher chose (a run's body or
+// error, a reason), which the tables print to a terminal, where an escape
+// sequence could retitle the window, clear the screen or rewrite the rows
+// above, and a bidi override reorder what follows. A backslash is left as
+// it is: the form is for reading, -o json for the exact text.
+func printable(s string) string {
+	var b strings.Builder
+	for s != "" {
+		piece, size := printableRune(s)
+		b.WriteString(piece)
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// printableRune returns the first rune of s as printable prints it, and
+// its size in s.
+func printableRune(s string) (piece string, size int) {
+	r, size := utf8.DecodeRuneInString(s)
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return fmt.Sprintf(`\x%02x`, s[0]), 1
+	case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+		q := strconv.QuoteRune(r)
+		return q[1 : len(q)-1], size
+	}
+	return s[:size], size
 }
 
 // validID checks a task id argument before anything is sent.

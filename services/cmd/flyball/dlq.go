@@ -54,8 +54,8 @@ func printDeadLetter(w io.Writer, out output, rec *query.DeadLetterRecord) error
 	if at.IsZero() {
 		at = rec.Time
 	}
-	_, err := fmt.Fprintf(w, "%-7s %-25s %-25s %-15s %8d  %s\n", seq, fmtTime(at), rec.Entry.TaskID,
-		orDash(rec.Entry.Reason), rec.Entry.Attempts, preview(rec.LastError(), 80))
+	_, err := fmt.Fprintf(w, "%-7s %-25s %-25s %-15s %8d  %s\n", seq, fmtTime(at), printable(rec.Entry.TaskID),
+		orDash(printable(rec.Entry.Reason)), rec.Entry.Attempts, preview(rec.LastError(), 80))
 	return err
 }
 

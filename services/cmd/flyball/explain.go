@@ -117,11 +117,11 @@ func printExplanation(w io.Writer, ex *query.Explanation, since time.Time) {
 		if st.Pending {
 			input = "(pending) " + input
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(st.At), input, next, st.Source, why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(st.At), printable(input), next, st.Source, printable(why))
 	}
 	_ = tw.Flush()
 	for _, wn := range ex.Warnings {
-		fmt.Fprintln(w, "warning: "+wn)
+		fmt.Fprintln(w, "warning: "+printable(wn))
 	}
 	switch {
 	case ex.Agrees && ex.Pending > 0:

@@ -298,6 +298,6 @@ func printReplayed(w io.Writer, out output, m *query.Message) error {
 	if e, err := events.Decode(m.Header, m.Data); err == nil {
 		typ, data = e.Type(), string(e.Data())
 	}
-	_, err := fmt.Fprintf(w, "%-9d %-25s %-41s %-28s %s\n", m.Seq, fmtTime(m.Time), m.Subject, typ, preview(data, 80))
+	_, err := fmt.Fprintf(w, "%-9d %-25s %-41s %-28s %s\n", m.Seq, fmtTime(m.Time), printable(m.Subject), printable(typ), preview(data, 80))
 	return err
 }

@@ -97,7 +97,7 @@ func printHealth(w io.Writer, h *query.Health) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SEQ\tDEAD-LETTERED\tTASK\tREASON\tATTEMPTS\tLAST ERROR")
 		for _, d := range h.DeadLetter.Tasks {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\n", d.Seq, fmtTime(d.DeadLetteredAt), d.TaskID, d.Reason, d.Attempts, preview(d.LastError, 60))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\n", d.Seq, fmtTime(d.DeadLetteredAt), printable(d.TaskID), printable(d.Reason), d.Attempts, preview(d.LastError, 60))
 		}
 		_ = tw.Flush()
 	}

@@ -378,7 +378,8 @@ func untilNextRun(t, now time.Time) string {
 
 func printTask(w io.Writer, v *query.TaskView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	// Reasons, the URL and an unreadable spec's error are free text.
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(v)) }
 	sp := v.Spec
 	row("id", sp.ID)
 	// The --if-revision of an update or a delete decided on what follows.
@@ -491,7 +492,7 @@ func newTaskListCmd() *cobra.Command {
 						sched = "UNREADABLE SPEC (flyball task get " + v.Spec.ID + ")"
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Spec.ID, orDash(v.Spec.Job), sched,
-						next, src, describeState(v.Schedule, time.Now()), last)
+						next, src, printable(describeState(v.Schedule, time.Now())), printable(last))
 				}
 				return tw.Flush()
 			})
