@@ -10,13 +10,15 @@
 // saw, at most TTL + TTL/3 after the holder's last renewal. No clock is
 // compared with another's, so skew cannot elect two holders; a holder
 // that stalls for longer than TTL can overlap with its successor until
-// its next rewrite fails. Callers must therefore stay correct with two
-// holders, or none, for a moment: the lease saves work, it does not guard
-// it.
+// Run's next step, which finds the TTL run out since the last renewal by
+// its own clock and gives the lease up unrenewed (then takes it back if
+// nobody wrote the key meanwhile). Callers must therefore stay correct
+// with two holders, or none, for a moment: the lease saves work, it does
+// not guard it.
 //
 // A stall of the whole process (SIGSTOP, docker pause, a VM paused or
 // migrated) stops Run too, and on waking the holder's work may run before
-// Run's next rewrite finds the lease taken. A Fence bounds that work by
+// Run's next step gives the lease up. A Fence bounds that work by
 // the holder's own clock: it stops holding once TTL, less a margin, has
 // passed since the lease was last confirmed.
 //
@@ -38,6 +40,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -166,8 +169,21 @@ func (st *state) step(ctx context.Context) {
 	tick := st.cfg.TTL / 3
 	now := st.cfg.now()
 	if st.held {
-		st.renew(ctx, now, tick)
-		return
+		elapsed := now.Sub(st.renewed)
+		if elapsed < st.cfg.TTL {
+			st.renew(ctx, now, tick)
+			return
+		}
+		// TTL since the last renewal by this replica's own clock, and no
+		// step gave the lease up: it did not run (renewals come TTL/3
+		// apart, and one that fails near the TTL gives the lease up). A
+		// standby may hold the lease already, and a renewal may wait
+		// for nothing of the TTL: none is sent. The log says so rather
+		// than "context deadline exceeded", which reads as NATS. Then
+		// the key is read as a standby reads it: a key nobody wrote
+		// since is taken back now, not a tick later.
+		st.lose(fmt.Sprintf("lease not renewed for %s, past its %s TTL: the process did not run for that long (stopped, paused or starved?)",
+			elapsed.Round(time.Millisecond), st.cfg.TTL))
 	}
 	ctx, cancel := context.WithTimeout(ctx, tick)
 	defer cancel()
@@ -184,10 +200,11 @@ func (st *state) step(ctx context.Context) {
 			st.take(rev, now, "lease was free")
 		}
 	case e.Revision() == st.rev && string(e.Value()) == string(st.value):
-		// This replica stood down when it could not renew, and nobody has
-		// written the key since: it is still this replica's.
+		// This replica stood down when it could not renew, or had not
+		// run for its TTL, and nobody has written the key since: it is
+		// still this replica's.
 		if rev, err := st.cfg.KV.Update(ctx, st.cfg.Key, st.value, e.Revision()); err == nil {
-			st.take(rev, now, "lease still held after renewals failed")
+			st.take(rev, now, "lease untouched since this replica gave it up")
 		}
 	case e.Revision() != st.rev || st.seen.IsZero():
 		st.rev, st.seen = e.Revision(), now
@@ -244,10 +261,11 @@ func (st *state) readWorks(now time.Time) {
 // last renewal may take the lease TTL after it, and this replica must
 // have given it up by that time, not a tick later.
 func (st *state) renew(parent context.Context, now time.Time, tick time.Duration) {
-	// A renewal waits at most for what is left of the TTL.
+	// A renewal waits at most for what is left of the TTL (step sends
+	// none once it has run out).
 	timeout := tick
 	if left := st.cfg.TTL - now.Sub(st.renewed); left < timeout {
-		timeout = max(left, 0)
+		timeout = left
 	}
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()

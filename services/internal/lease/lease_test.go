@@ -713,3 +713,54 @@ func until(f *Fence) time.Time {
 	}
 	return time.Time{}
 }
+
+// TestHolderFrozenPastItsTTLSaysSoAndTakesBackAnUntouchedLease: a holder
+// whose own clock shows it went longer than its TTL without running (a
+// process stopped, paused or starved) may have been replaced already, and
+// a renewal could wait for none of the TTL: it gives the lease up unsent,
+// saying how long it went unrenewed against its TTL, not "context
+// deadline exceeded", which the runbook reads as a bucket with no leader.
+// It then reads the key as a standby does: nobody wrote it, and it takes
+// it back in the same step, not a tick later; taken, it stands by.
+func TestHolderFrozenPastItsTTLSaysSoAndTakesBackAnUntouchedLease(t *testing.T) {
+	_, kv := leases(t)
+	ctx := context.Background()
+	a, b := newReplica(t, kv, "timer-a"), newReplica(t, kv, "timer-b")
+	logged := &records{}
+	a.log = slog.New(logged)
+	a.step(ctx)
+	b.step(ctx)
+	logged.take()
+
+	// Frozen for more than two TTLs; nobody took the lease meanwhile.
+	a.advance(2*ttl + 400*time.Millisecond)
+	a.step(ctx)
+	if got, want := logged.take("err"), []string{
+		"WARN lost the lease: lease not renewed for 6.4s, past its 3s TTL: the process did not run for that long (stopped, paused or starved?)",
+		"INFO took the lease: lease untouched since this replica gave it up",
+	}; !slices.Equal(got, want) {
+		t.Fatalf("a holder frozen past its TTL logged %q, want %q", got, want)
+	}
+	if !a.held || holder(t, kv) != "timer-a" || !slices.Equal(a.changes, []bool{true, false, true}) {
+		t.Fatalf("a after a freeze nobody took the lease in: held %v, key %q, changes %v; want it taken back", a.held, holder(t, kv), a.changes)
+	}
+
+	// Frozen again; this time b takes the lease over meanwhile.
+	a.advance(ttl + time.Second)
+	b.advance(ttl)
+	b.step(ctx) // sees a's take-back
+	b.advance(ttl)
+	b.step(ctx)
+	if !b.held {
+		t.Fatal("b did not take the lease a left unrenewed for its TTL")
+	}
+	a.step(ctx)
+	if got, want := logged.take("err"), []string{
+		"WARN lost the lease: lease not renewed for 4s, past its 3s TTL: the process did not run for that long (stopped, paused or starved?)",
+	}; !slices.Equal(got, want) {
+		t.Fatalf("a holder frozen past its TTL, replaced meanwhile, logged %q, want %q", got, want)
+	}
+	if a.held || holder(t, kv) != "timer-b" {
+		t.Fatalf("a after a freeze b took the lease in: held %v, key %q; want b alone", a.held, holder(t, kv))
+	}
+}
