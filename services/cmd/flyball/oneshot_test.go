@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +36,7 @@ func TestOneShotOverruled(t *testing.T) {
 			[]string{"does not run at its time: breaker-open: open until 10:01"},
 		},
 	} {
-		got := oneShotOverruled("web", at, c.acc)
+		got := oneShotOverruled("web", at, at, c.acc)
 		if len(c.want) == 0 && got != "" {
 			t.Errorf("%s: note %q, want none", c.name, got)
 		}
@@ -71,9 +73,85 @@ func TestOneShotUsedUpByTheSlotInFlightHasNoNote(t *testing.T) {
 		// The CLI's clock may lag the server's: run-now's time is the
 		// server's, not the CLI's.
 		for _, skew := range []time.Duration{0, -3 * time.Second} {
-			if note := oneShotOverruled("web", now.Add(skew), acc); note != "" {
+			if note := oneShotOverruled("web", time.Time{}, now.Add(skew), acc); note != "" {
 				t.Errorf("slot %s ahead, CLI clock off by %s: note %q, want none", ahead, skew, note)
 			}
 		}
+	}
+}
+
+// TestOneShotAtAPastTimeHasNoNoteWhenItRunsNow: the governor runs a
+// one-shot whose time has passed at once (floored to its now), or counts
+// it served by the slot in flight, running at or after that time (a
+// one-shot is consumed by the first run at or after its time). Neither
+// overrules it. The note compared the next run with the --at given, so
+// "hint --at <an hour ago>" under an interval hint of 10s printed "note:
+// the one-shot does not run at its time" about a run due that moment.
+// Overruled, it still gets its note.
+func TestOneShotAtAPastTimeHasNoNoteWhenItRunsNow(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 3, 5, 5, 59, 21, 0, time.UTC)
+	past := sent.Add(-time.Hour)
+	due := sent.Add(200 * time.Millisecond)
+	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{
+		NextRunAt: &due, Source: "hint-interval",
+		Trail: []string{"hint-interval: 10s after the slot of 2026-03-05T05:59:11.200Z", "nudged: earlier than the run planned at 2026-03-05T05:59:31.200Z"},
+	}); note != "" {
+		t.Errorf("past one-shot, next run at the time the hint was sent (hint-interval): note %q, want none", note)
+	}
+
+	// A slot of the interval hint is running: it serves the one-shot.
+	spec := &events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}}
+	st := gov.State{
+		TaskID: "web", CreatedAt: sent.Add(-time.Hour), LastScheduledAt: sent.Add(-11 * time.Second),
+		NextRunAt: sent.Add(-time.Second), Source: gov.SourceHintInterval,
+		IntervalHint: &gov.IntervalHint{Interval: 10 * time.Second, ExpiresAt: sent.Add(time.Hour)},
+	}
+	d := gov.Decide(sent, spec, st, gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: past}})
+	if d.State.OneShotHint != nil || !d.NextRunAt.Equal(sent.Add(9*time.Second)) {
+		t.Fatalf("the governor planned %s (%s) and kept the one-shot %+v, want it served by the slot in flight; trail %q", d.NextRunAt, d.Source, d.State.OneShotHint, d.Trail)
+	}
+	acc := &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: d.Trail}
+	if note := oneShotOverruled("web", past, sent, acc); note != "" {
+		t.Errorf("past one-shot served by the slot in flight: note %q, want none", note)
+	}
+
+	recheck := sent.Add(30 * time.Minute)
+	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{NextRunAt: &recheck, Source: "deadletter-recheck"}); !strings.Contains(note, "does not run at its time") {
+		t.Errorf("past one-shot of a dead-lettered task: note %q, want one", note)
+	}
+}
+
+// TestCLIHintAtAPastTimeDuringARunHasNoNote: `flyball task hint --at`
+// a time already past, while a run of the task calls its target: that
+// run is the one-shot's, and the CLI prints the next run without a note.
+func TestCLIHintAtAPastTimeDuringARunHasNoNote(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	calls, release := make(chan struct{}, 1), make(chan struct{})
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(s.Close)
+	t.Cleanup(func() { close(release) }) // before the close, which waits for the call
+	spec := e.file(t, "web.yaml", strings.Replace(taskYAML("web", s.URL, "1h"), "timeout: 5s", "timeout: 1m", 1))
+	e.ok(t, "task", "create", "-f", spec)
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first run of web did not call its target")
+	}
+
+	r := e.run(t, "task", "hint", "web", "--at", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "hinted web: next run ") || r.stderr != "" {
+		t.Fatalf("hint --at an hour ago during a run: exit %d\nstdout %q\nstderr %q; want the next run and no note", r.code, r.stdout, r.stderr)
 	}
 }

@@ -535,11 +535,7 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 				}
 				fmt.Fprintf(s.out, "%s %s: %s\n", done, id, nextRun(acc))
 				if h, ok := d.(events.TaskHint); ok && h.At != nil {
-					at := *h.At
-					if at.IsZero() { // run-now: the governor's now
-						at = sent
-					}
-					if note := oneShotOverruled(id, at, acc); note != "" {
+					if note := oneShotOverruled(id, *h.At, sent, acc); note != "" {
 						fmt.Fprintln(s.errOut, note)
 					}
 				}
@@ -671,17 +667,27 @@ func newTaskRunNowCmd() *cobra.Command {
 // --at) whose run was put after its time: a rule above hints (pause,
 // dead-letter, breaker, budget, quiet hours, clamps) chose the next run. A
 // run-now answered "next run in 30m (deadletter-recheck)" left the
-// operator to guess why and what to do.
+// operator to guess why and what to do. at is the hint's time, zero for
+// run-now; sent is when the command was sent.
 //
-// No note either when the governor kept a slot in flight as the run the
-// one-shot asked for (its trail says so): that slot, up to
-// gov.InFlightWindow ahead by the server's clock, uses the hint up, as
-// docs/operations.md says. The clocks cannot tell it: the check allowed
+// Its time is at, or sent if that is later: the governor runs a one-shot
+// whose time has passed at once, and run-now's zero time is its now. By
+// at alone, "hint --at" an hour ago got a note about a run due that
+// moment.
+//
+// No note either when the governor took a slot in flight, at or after
+// the one-shot's time, as the run it asked for (its trail says so): one
+// up to gov.InFlightWindow ahead by the server's clock is kept and uses
+// the hint up, as docs/operations.md says, and one already running (a
+// past --at) has used it up. The clocks cannot tell it: the check allowed
 // 1 s by the CLI's clock, and a run-now during "hint --interval 2s" got
 // a note about half the time.
-func oneShotOverruled(id string, at time.Time, a *events.TaskAccepted) string {
+func oneShotOverruled(id string, at, sent time.Time, a *events.TaskAccepted) string {
+	if at.Before(sent) {
+		at = sent
+	}
 	if a == nil || gov.Source(a.Source) == gov.SourceHintOneShot || (a.NextRunAt != nil && !a.NextRunAt.After(at.Add(time.Second))) ||
-		slices.ContainsFunc(a.Trail, inFlightSlotIsTheOneShot) {
+		slices.ContainsFunc(a.Trail, oneShotServedInFlight) {
 		return ""
 	}
 	why := "note: the one-shot does not run at its time"
@@ -697,9 +703,14 @@ func oneShotOverruled(id string, at time.Time, a *events.TaskAccepted) string {
 	return why
 }
 
-// inFlightSlotIsTheOneShot reports whether a trail line is the governor's
-// "slot … is in flight (…) and is the one-shot hint for …: kept".
-func inFlightSlotIsTheOneShot(line string) bool {
-	return strings.HasPrefix(line, "slot ") && strings.Contains(line, " is in flight ") &&
+// oneShotServedInFlight reports whether a trail line is the governor's
+// "slot … is in flight (…) and is the one-shot hint for …: kept" (a slot
+// still ahead) or "one-shot hint for … is served by the slot in flight
+// …: consumed, not planned again" (a slot running).
+func oneShotServedInFlight(line string) bool {
+	kept := strings.HasPrefix(line, "slot ") && strings.Contains(line, " is in flight ") &&
 		strings.Contains(line, " and is the one-shot hint for ") && strings.Contains(line, ": kept")
+	consumed := strings.HasPrefix(line, "one-shot hint for ") && strings.Contains(line, " is served by the slot in flight ") &&
+		strings.Contains(line, ": consumed")
+	return kept || consumed
 }
