@@ -303,11 +303,19 @@ func TestHolderThatCouldNotRenewTakesBackAnUnchangedKey(t *testing.T) {
 	a, b := newReplica(t, flaky, "timer-a"), newReplica(t, kv, "timer-b")
 	a.step(ctx)
 	b.step(ctx)
+	// Renewals sent a tick apart fail: the second leaves too little of
+	// the TTL for the next, and a gives the lease up (not the path of a
+	// holder that did not run for its TTL, which sends none).
 	flaky.fail = true
-	a.advance(ttl)
+	a.advance(ttl / 3)
+	a.step(ctx)
+	if !a.held {
+		t.Fatal("a gave the lease up after one failed renewal, with 2/3 of its TTL left")
+	}
+	a.advance(ttl / 3)
 	a.step(ctx)
 	if a.held {
-		t.Fatal("a kept a lease it could not renew for TTL")
+		t.Fatal("a kept a lease it could not renew with a tick of its TTL left")
 	}
 	flaky.fail = false
 	a.step(ctx)
