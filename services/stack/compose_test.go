@@ -379,6 +379,49 @@ func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
 	}
 }
 
+// TestSysUserCannotPurgeFlyball: the system account's user `sys` is for
+// monitoring (`nats --user sys server report jetstream`), but it could
+// send every request the system account may: $JS.API.ACCOUNT.PURGE.FLYBALL
+// answered {"initiated":true} and deleted every flyball stream and KV
+// bucket, and the other system JetStream and server requests (remove a
+// peer, step the meta leader down, move or cancel-move a stream, kick a
+// client, reload the config) were open too. It may now send only the
+// server's and the accounts' monitoring requests: those are refused,
+// the streams stay, and a JSZ request is still answered.
+func TestSysUserCannotPurgeFlyball(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	id := srv.Server.Server.ID()
+	expectRefused(t, srv, []refusal{
+		{"sys", "$JS.API.ACCOUNT.PURGE.FLYBALL", ""},
+		{"sys", "$JS.API.SERVER.REMOVE", `{"peer":"` + srv.Server.Server.Name() + `"}`},
+		{"sys", "$JS.API.SERVER.EVACUATE", ""},
+		{"sys", "$JS.API.META.LEADER.STEPDOWN", ""},
+		{"sys", "$JS.API.ACCOUNT.STREAM.MOVE.FLYBALL.TASKS", "{}"},
+		{"sys", "$JS.API.ACCOUNT.STREAM.CANCEL_MOVE.FLYBALL.TASKS", ""},
+		{"sys", "$SYS.REQ.SERVER." + id + ".KICK", `{"cid":999999}`},
+		{"sys", "$SYS.REQ.SERVER." + id + ".RELOAD", ""},
+	})
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range cfgs {
+		if _, err := srv.JS.Stream(t.Context(), cfg.Name); err != nil {
+			t.Errorf("stream %s after the sys user's requests: %v", cfg.Name, err)
+		}
+	}
+	// What it is for: the servers' JetStream report.
+	nc, _ := srv.Connect(t, "sys")
+	m, err := nc.Request("$SYS.REQ.SERVER.PING.JSZ", []byte(`{"accounts":true}`), 5*time.Second)
+	if err != nil {
+		t.Fatalf("JSZ request as sys: %v", err)
+	}
+	if !bytes.Contains(m.Data, []byte(`"FLYBALL"`)) {
+		t.Errorf("JSZ as sys answered %.300s, want the FLYBALL account's JetStream usage", m.Data)
+	}
+}
+
 // sweeperPurges are the streams the sweeper may purge: the task buckets,
 // whose delete markers older than a day it removes (sweeper/compact.go).
 // A purge request's scope travels in its body, where permissions cannot

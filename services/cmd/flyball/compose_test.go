@@ -137,3 +137,36 @@ func TestNatsAccountInfoAsTheComposeCLIUser(t *testing.T) {
 		t.Fatalf("nats account info as cli printed:\n%s\nwant the account's JetStream info and no permissions violation", s)
 	}
 }
+
+// TestNatsServerReportsAsTheComposeSysUser: docs/security.md and
+// operations.md give the compose `sys` user for the nats CLI's server
+// reports. Its permissions are now the monitoring requests only
+// (accounts.conf, SYS_MONITOR; TestSysUserCannotPurgeFlyball): each
+// report the docs name still runs as sys, with no permissions violation.
+func TestNatsServerReportsAsTheComposeSysUser(t *testing.T) {
+	natsCLI := natsCLIPath(t)
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "report", "jetstream"}, "JetStream Summary"},
+		{[]string{"server", "report", "connections"}, "admin"},
+		{[]string{"server", "list"}, srv.Server.Server.Name()},
+		{[]string{"server", "info"}, "Server information"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, natsCLI, c.args...)
+		cmd.Env = append(os.Environ(), "NATS_URL="+srv.URL("sys"), "HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Errorf("nats %s as sys: %v\n%s", strings.Join(c.args, " "), err, out)
+			continue
+		}
+		if s := string(out); strings.Contains(s, "Permissions Violation") || !strings.Contains(s, c.want) {
+			t.Errorf("nats %s as sys printed:\n%s\nwant %q and no permissions violation", strings.Join(c.args, " "), s, c.want)
+		}
+	}
+}
