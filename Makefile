@@ -274,7 +274,9 @@ images: build build-nats ## Build bin/flyball, bin/nats-server and the FROM-scra
 
 # nats-server parses each $$FLYBALL_NATS_<USER>_PASSWORD of accounts.conf as
 # config syntax (12345678 a number, true a boolean, a space a parse error):
-# refuse such a value, by name, before building or starting anything.
+# refuse such a value, by name, before building or starting anything; and
+# warn of every secret left at its published dev default (refuse them with
+# FLYBALL_REQUIRE_SECRETS=1).
 .PHONY: up-passwords
 up-passwords:
 	@$(COMPOSE_DIR)/check-passwords.sh $(COMPOSE_DIR)/.env

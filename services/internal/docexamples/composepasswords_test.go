@@ -3,10 +3,13 @@ package docexamples_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -44,6 +47,10 @@ func TestComposePasswordsParseAsGiven(t *testing.T) {
 	for _, u := range passwordUsers {
 		t.Setenv("FLYBALL_NATS_"+u+"_PASSWORD", "dev-"+strings.ToLower(u))
 	}
+	// Not refused for dev defaults or an unread FLYBALL_API_TOKENS
+	// (TestCheckPasswordsWarnsOfDevDefaults).
+	t.Setenv("FLYBALL_REQUIRE_SECRETS", "")
+	t.Setenv("FLYBALL_API_TOKENS", "")
 	// parses reports whether nats-server reads v back as cli's password.
 	parses := func(v string) (bool, error) {
 		t.Setenv("FLYBALL_NATS_CLI_PASSWORD", v)
@@ -132,5 +139,147 @@ func TestComposePasswordsParseAsGiven(t *testing.T) {
 				t.Errorf("check-passwords.sh refuses %q and prints it: %s", v, msg)
 			}
 		}
+	}
+}
+
+// TestCheckPasswordsWarnsOfDevDefaults: docker-compose.yml gives every
+// secret a published dev default (dev-<user> for the NATS users,
+// flyball-dev-token for the API, admin for Grafana), and make up started
+// on them without a word; an operator who set FLYBALL_API_TOKENS, the
+// name the binary documents, got the dev token, since the compose files
+// read FLYBALL_API_TOKEN. check-passwords.sh (make up) now warns once,
+// naming every secret left at its default, refuses them one line each
+// with FLYBALL_REQUIRE_SECRETS=1, says nothing once all are set, and
+// refuses FLYBALL_API_TOKENS without FLYBALL_API_TOKEN. It never prints a
+// value.
+func TestCheckPasswordsWarnsOfDevDefaults(t *testing.T) {
+	t.Parallel()
+	root := docexamples.Root(t)
+	script := filepath.Join(root, "deploy", "compose", "check-passwords.sh")
+	compose, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The secrets, in the order the file names them first, and strong
+	// values for them.
+	var secrets []string
+	defaults, strong := map[string]string{}, map[string]string{}
+	for _, m := range regexp.MustCompile(`\$\{(FLYBALL_[A-Z0-9_]*_(?:PASSWORD|TOKEN)):-([^}]*)\}`).FindAllStringSubmatch(string(compose), -1) {
+		if _, ok := defaults[m[1]]; !ok {
+			secrets = append(secrets, m[1])
+			defaults[m[1]] = m[2]
+			strong[m[1]] = "p" + strings.Repeat(fmt.Sprintf("%02x", len(secrets)), 12)
+		}
+	}
+	for _, s := range []string{"FLYBALL_NATS_SYS_PASSWORD", "FLYBALL_NATS_CLI_PASSWORD", "FLYBALL_API_TOKEN", "FLYBALL_GRAFANA_PASSWORD"} {
+		if _, ok := defaults[s]; !ok {
+			t.Fatalf("docker-compose.yml gives %s no dev default: the file did not parse as expected (found %v)", s, secrets)
+		}
+	}
+	// run runs the script with env and, if not empty, an env file of
+	// fileLines, and no other FLYBALL_ variable.
+	run := func(env map[string]string, fileLines ...string) (ok bool, lines []string) {
+		t.Helper()
+		cmd := exec.Command("bash", script)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "FLYBALL_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		if len(fileLines) > 0 {
+			f := filepath.Join(t.TempDir(), ".env")
+			if err := os.WriteFile(f, []byte(strings.Join(fileLines, "\n")+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd.Args = append(cmd.Args, f)
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if exit := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exit) {
+			t.Fatalf("%s: %v", script, err)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("check-passwords.sh wrote to stdout: %s", stdout.String())
+		}
+		out := strings.TrimSuffix(stderr.String(), "\n")
+		for _, v := range strong {
+			if strings.Contains(out, v) {
+				t.Errorf("check-passwords.sh printed a secret's value: %s", out)
+			}
+		}
+		if out == "" {
+			return err == nil, nil
+		}
+		return err == nil, strings.Split(out, "\n")
+	}
+	allSet := func(except ...string) map[string]string {
+		env := maps.Clone(strong)
+		for _, e := range except {
+			delete(env, e)
+		}
+		return env
+	}
+	// naming reports which of names each line names, in order.
+	named := func(lines []string) []string {
+		var got []string
+		for _, l := range lines {
+			for _, s := range secrets {
+				if strings.Contains(l, s+" ") || strings.Contains(l, s+".") {
+					got = append(got, s)
+				}
+			}
+		}
+		return got
+	}
+
+	// Defaults: one warning naming every secret, exit 0.
+	ok, lines := run(nil)
+	if !ok || len(lines) != 1 || !strings.Contains(lines[0], "warning") || !slices.Equal(named(lines), secrets) {
+		t.Errorf("defaults: ok %v, stderr:\n%s\nwant exit 0 and one warning naming %v", ok, strings.Join(lines, "\n"), secrets)
+	}
+	// FLYBALL_REQUIRE_SECRETS=1 with the defaults: refused, one line each.
+	ok, lines = run(map[string]string{"FLYBALL_REQUIRE_SECRETS": "1"})
+	if ok || len(lines) != len(secrets) || !slices.Equal(named(lines), secrets) {
+		t.Errorf("FLYBALL_REQUIRE_SECRETS=1, defaults: ok %v, stderr:\n%s\nwant a refusal, one line for each of %v", ok, strings.Join(lines, "\n"), secrets)
+	}
+	// All set: silent, exit 0, with or without the switch.
+	for _, req := range []string{"", "1"} {
+		env := allSet()
+		env["FLYBALL_REQUIRE_SECRETS"] = req
+		if ok, lines := run(env); !ok || len(lines) != 0 {
+			t.Errorf("all set (FLYBALL_REQUIRE_SECRETS=%q): ok %v, stderr:\n%s\nwant exit 0 and nothing", req, ok, strings.Join(lines, "\n"))
+		}
+	}
+	// A secret set to its dev default counts as one, and the switch and
+	// the secrets may come from the env file.
+	ok, lines = run(allSet("FLYBALL_NATS_CLI_PASSWORD", "FLYBALL_GRAFANA_PASSWORD"),
+		"FLYBALL_REQUIRE_SECRETS=1", "FLYBALL_NATS_CLI_PASSWORD="+defaults["FLYBALL_NATS_CLI_PASSWORD"],
+		"FLYBALL_GRAFANA_PASSWORD="+strong["FLYBALL_GRAFANA_PASSWORD"])
+	if want := []string{"FLYBALL_NATS_CLI_PASSWORD"}; ok || !slices.Equal(named(lines), want) || len(lines) != 1 {
+		t.Errorf("FLYBALL_NATS_CLI_PASSWORD at its default in .env, FLYBALL_REQUIRE_SECRETS=1 there: ok %v, stderr:\n%s\nwant a refusal naming %v only", ok, strings.Join(lines, "\n"), want)
+	}
+	// FLYBALL_API_TOKENS, which compose does not read, without
+	// FLYBALL_API_TOKEN: refused, in the environment or the file; with it,
+	// nothing to say.
+	for _, inFile := range []bool{false, true} {
+		env, file := allSet("FLYBALL_API_TOKEN"), []string{"# other settings"}
+		if inFile {
+			file = append(file, "FLYBALL_API_TOKENS="+strong["FLYBALL_API_TOKEN"])
+		} else {
+			env["FLYBALL_API_TOKENS"] = strong["FLYBALL_API_TOKEN"]
+		}
+		ok, lines := run(env, file...)
+		if ok || len(lines) < 1 || !strings.Contains(lines[0], "FLYBALL_API_TOKENS (from ") || !strings.Contains(lines[0], "set FLYBALL_API_TOKEN instead") {
+			t.Errorf("FLYBALL_API_TOKENS without FLYBALL_API_TOKEN (in the env file: %v): ok %v, stderr:\n%s\nwant a refusal that names both", inFile, ok, strings.Join(lines, "\n"))
+		}
+	}
+	env := allSet()
+	env["FLYBALL_API_TOKENS"] = strong["FLYBALL_API_TOKEN"]
+	if ok, lines := run(env); !ok || len(lines) != 0 {
+		t.Errorf("FLYBALL_API_TOKENS and FLYBALL_API_TOKEN: ok %v, stderr:\n%s\nwant exit 0 and nothing", ok, strings.Join(lines, "\n"))
 	}
 }
