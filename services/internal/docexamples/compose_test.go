@@ -23,7 +23,38 @@ type composeFile struct {
 			Test    []string `json:"test"`
 			Disable bool     `json:"disable"`
 		} `json:"healthcheck"`
+		// A list of names, or a map keyed by them; none is the default
+		// network.
+		Networks any `json:"networks"`
 	} `json:"services"`
+}
+
+// networks are the networks service name of c is on.
+func (c composeFile) networks(t *testing.T, name string) []string {
+	t.Helper()
+	svc, ok := c.Services[name]
+	if !ok {
+		t.Fatalf("no service %s", name)
+	}
+	switch n := svc.Networks.(type) {
+	case nil:
+		return []string{"default"}
+	case []any:
+		var names []string
+		for _, v := range n {
+			s, ok := v.(string)
+			if !ok {
+				t.Fatalf("service %s: networks entry %v is not a name", name, v)
+			}
+			names = append(names, s)
+		}
+		return names
+	case map[string]any:
+		return slices.Sorted(maps.Keys(n))
+	default:
+		t.Fatalf("service %s: networks %v is neither a list nor a map", name, n)
+		return nil
+	}
 }
 
 func readCompose(t *testing.T, name string) composeFile {
@@ -132,6 +163,38 @@ func TestComposeFlyballImageHealthchecksProbeAListener(t *testing.T) {
 		}
 		if others < 3 {
 			t.Fatalf("%s: %d flyball-image services that do not serve, want at least 3 (provision, target, cli): the file did not parse as expected", file, others)
+		}
+	}
+}
+
+// TestComposeTasksCannotReachGrafana: the executors call whatever a task
+// names, and the SSRF guard allows private ranges, so every container on
+// an executor's network is reachable by anyone who may create a task.
+// Grafana was on it, with its admin password at the dev default: a task
+// could call http://grafana:3000/api/... as admin, add a data source
+// pointing at 169.254.169.254 and read the cloud metadata through
+// Grafana, past the guard. Grafana is now on a network of its own with
+// Prometheus, which it queries; Prometheus stays on the services'
+// network, to scrape every flyball service.
+func TestComposeTasksCannotReachGrafana(t *testing.T) {
+	for _, file := range []string{"docker-compose.yml", "docker-compose.single.yml"} {
+		c := readCompose(t, file)
+		grafana, prometheus := c.networks(t, "grafana"), c.networks(t, "prometheus")
+		shared := func(a, b []string) []string {
+			return slices.DeleteFunc(slices.Clone(a), func(n string) bool { return !slices.Contains(b, n) })
+		}
+		for _, e := range []string{"executor1", "executor2"} {
+			if s := shared(c.networks(t, e), grafana); len(s) > 0 {
+				t.Errorf("%s: %s and grafana share the network %v: tasks can call Grafana", file, e, s)
+			}
+		}
+		if len(shared(grafana, prometheus)) == 0 {
+			t.Errorf("%s: grafana (%v) and prometheus (%v) share no network: Grafana cannot query Prometheus", file, grafana, prometheus)
+		}
+		for name, svc := range c.Services {
+			if slices.Contains(svc.Command, "serve") && len(shared(c.networks(t, name), prometheus)) == 0 {
+				t.Errorf("%s: %s shares no network with prometheus, which scrapes it", file, name)
+			}
 		}
 	}
 }
