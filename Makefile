@@ -245,6 +245,10 @@ UP_TIMEOUT      ?= 240
 KEEP_VOLUMES    ?=
 # Arguments for `make logs`, e.g. LOGS_ARGS='--tail=50 executor1'.
 LOGS_ARGS       ?= -f --tail=200
+# The .env file compose reads (next to the compose files): make up checks
+# the secrets in it and up-info prints its settings, a variable set in the
+# environment winning as in compose (deploy/compose/dotenv.sh).
+COMPOSE_ENV     ?= $(COMPOSE_DIR)/.env
 
 compose = env FLYBALL_IMAGE=$(FLYBALL_IMAGE) FLYBALL_NATS_IMAGE=$(NATS_IMAGE) \
   $(COMPOSE) -p $(COMPOSE_PROJECT) $(foreach f,$(COMPOSE_FILES),-f $(COMPOSE_DIR)/$(f))
@@ -279,7 +283,7 @@ images: build build-nats ## Build bin/flyball, bin/nats-server and the FROM-scra
 # FLYBALL_REQUIRE_SECRETS=1).
 .PHONY: up-passwords
 up-passwords:
-	@$(COMPOSE_DIR)/check-passwords.sh $(COMPOSE_DIR)/.env
+	@$(COMPOSE_DIR)/check-passwords.sh "$(COMPOSE_ENV)"
 
 .PHONY: up
 up: up-passwords images ## Start the compose stack (3-node NATS, every service, demo target) and wait until all are healthy
@@ -294,21 +298,34 @@ up_tls      = $(filter docker-compose.tls.yml,$(COMPOSE_FILES))
 up_vars     = $(if $(filter-out flyball,$(COMPOSE_PROJECT)), COMPOSE_PROJECT=$(COMPOSE_PROJECT))$(if $(filter-out docker-compose.yml,$(COMPOSE_FILES)), COMPOSE_FILES=\"$(COMPOSE_FILES)\")
 
 .PHONY: up-info
+# Settings as compose reads them: the environment, else $(COMPOSE_ENV). A
+# secret that is set is printed as its variable, never its value; one at
+# its published dev default as that default.
 up-info: ## Print the compose stack's addresses and a quickstart (the end of make up)
-	@api="http://127.0.0.1:$${FLYBALL_API_PORT:-8080}"; tok="$${FLYBALL_API_TOKEN:-flyball-dev-token}"; \
+	@. $(COMPOSE_DIR)/dotenv.sh; read_env_file "$(COMPOSE_ENV)"; \
+	setting() { lookup "$$1"; echo "$${v:-$$2}"; }; \
+	load=; ref() { lookup "$$1"; if [[ -z $$v ]]; then r=$$2; else r="\$$$$1"; [[ $$where == "the environment" ]] || load=1; fi; }; \
+	ref FLYBALL_API_TOKEN flyball-dev-token; tok=$$r; \
+	ref FLYBALL_NATS_CLI_PASSWORD dev-cli; pw=$$r; [[ $$pw == dev-cli ]] || pw="\"$$pw\""; \
+	api="http://127.0.0.1:$$(setting FLYBALL_API_PORT 8080)"; nats_port=$$(setting FLYBALL_NATS_PORT 4222); \
+	target_port=$$(setting FLYBALL_TARGET_PORT 8000); monitor_port=$$(setting FLYBALL_NATS_MONITOR_PORT 8222); \
 	echo; \
 	echo "flyball is up ($(COMPOSE_PROJECT)):"; \
-	echo "  HTTP API     $$api   (token: $$tok)"; \
-	echo "  demo target  http://127.0.0.1:$${FLYBALL_TARGET_PORT:-8000}   (http://target:8000 inside the stack)"; \
-	echo "  NATS         $(if $(up_tls),tls,nats)://127.0.0.1:$${FLYBALL_NATS_PORT:-4222}   monitoring http://127.0.0.1:$${FLYBALL_NATS_MONITOR_PORT:-8222}"; \
+	echo "  HTTP API     $$api   (token: $$tok$$([[ $$tok == flyball-dev-token ]] && echo ', the dev default'))"; \
+	echo "  demo target  http://127.0.0.1:$$target_port   (http://target:8000 inside the stack)"; \
+	echo "  NATS         $(if $(up_tls),tls,nats)://127.0.0.1:$$nats_port   monitoring http://127.0.0.1:$$monitor_port"; \
 	echo; \
+	if [[ -n $$load ]]; then \
+	  echo "Secrets below are set in $(COMPOSE_ENV), not in this shell; load them first:"; \
+	  echo "  set -a; . $(COMPOSE_ENV); set +a"; \
+	fi; \
 	echo "Quickstart: a task that calls the demo target every 5s (the CLI connects as NATS user cli):"; \
-	echo "  export NATS_URL=$(if $(up_tls),tls,nats)://127.0.0.1:$${FLYBALL_NATS_PORT:-4222} NATS_USER=cli NATS_PASSWORD=$${FLYBALL_NATS_CLI_PASSWORD:-dev-cli}$(if $(up_tls), NATS_CA=$(COMPOSE_DIR)/tls/ca.pem)"; \
+	echo "  export NATS_URL=$(if $(up_tls),tls,nats)://127.0.0.1:$$nats_port NATS_USER=cli NATS_PASSWORD=$$pw$(if $(up_tls), NATS_CA=$(COMPOSE_DIR)/tls/ca.pem)"; \
 	echo "  bin/flyball task create -f $(COMPOSE_DIR)/examples/demo-task.json"; \
 	echo "  bin/flyball runs demo"; \
-	echo "  curl -s 'http://127.0.0.1:$${FLYBALL_TARGET_PORT:-8000}/requests?task=demo'"; \
+	echo "  curl -s 'http://127.0.0.1:$$target_port/requests?task=demo'"; \
 	echo "The same through the HTTP API, or with the CLI inside the compose network:"; \
-	echo "  curl -s -H 'Authorization: Bearer $$tok' $$api/api/v1/tasks -d @$(COMPOSE_DIR)/examples/demo-task.json"; \
+	echo "  curl -s -H \"Authorization: Bearer $$tok\" $$api/api/v1/tasks -d @$(COMPOSE_DIR)/examples/demo-task.json"; \
 	echo "  $(COMPOSE) -p $(COMPOSE_PROJECT) $(foreach f,$(COMPOSE_FILES),-f $(COMPOSE_DIR)/$(f)) run --rm cli runs demo"; \
 	echo "Logs: make logs$(up_vars)    Stop and remove everything (volumes too): make down$(up_vars)"
 

@@ -30,33 +30,18 @@
 #
 # A variable set (non-empty) in the environment wins over ENV_FILE
 # (deploy/compose/.env), as in docker-compose; an unset or empty one gets
-# the compose file's dev default.
+# the compose file's dev default (dotenv.sh).
 set -euo pipefail
 
-env_file=${1:-}
-compose_file=docker-compose.yml
-if [[ ${BASH_SOURCE[0]} == */* ]]; then compose_file=${BASH_SOURCE[0]%/*}/$compose_file; fi
+here=.
+if [[ ${BASH_SOURCE[0]} == */* ]]; then here=${BASH_SOURCE[0]%/*}; fi
+# shellcheck source=dotenv.sh
+. "$here/dotenv.sh"
+read_env_file "${1:-}"
+compose_file=$here/docker-compose.yml
 users=(SYS ADMIN PROVISIONER GOVERNOR TIMER EXECUTOR BREAKER DEADLETTER SWEEPER API CLI)
 allowed='^[A-Za-z][A-Za-z0-9_.~+/=@%^*!-]*$'
 boolean='^(true|false|yes|no|on|off)$'
-
-declare -A from_file=()
-if [[ -n $env_file && -f $env_file ]]; then
-	line_re='^[[:space:]]*(export[[:space:]]+)?(FLYBALL_[A-Z0-9_]+)[[:space:]]*=(.*)$'
-	while IFS= read -r line || [[ -n $line ]]; do
-		[[ $line =~ $line_re ]] || continue
-		name=${BASH_REMATCH[2]} v=${BASH_REMATCH[3]}
-		if [[ $v =~ ^\"(.*)\"$ || $v =~ ^\'(.*)\'$ ]]; then v=${BASH_REMATCH[1]}; fi
-		from_file[$name]=$v
-	done <"$env_file"
-fi
-
-# lookup NAME sets v to NAME's value as compose reads it, and where to
-# where it came from.
-lookup() {
-	v=${!1:-} where="the environment"
-	if [[ -z $v ]]; then v=${from_file[$1]:-} where=$env_file; fi
-}
 
 bad=0
 for u in "${users[@]}"; do

@@ -124,7 +124,9 @@ func TestMakeUpPrintsWhatTheStackNeeds(t *testing.T) {
 			not:  []string{"NATS_CA"},
 		},
 	} {
-		cmd := exec.Command(makeBin, append([]string{"-s", "-C", root, "up-info"}, c.args...)...)
+		// Not a deploy/compose/.env of the checkout's own.
+		args := append([]string{"-s", "-C", root, "up-info", "COMPOSE_ENV=" + filepath.Join(t.TempDir(), ".env")}, c.args...)
+		cmd := exec.Command(makeBin, args...)
 		cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=",
 			"FLYBALL_NATS_PORT=", "FLYBALL_API_PORT=", "FLYBALL_TARGET_PORT=", "FLYBALL_NATS_MONITOR_PORT=")
 		out, err := cmd.CombinedOutput()
@@ -142,4 +144,77 @@ func TestMakeUpPrintsWhatTheStackNeeds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMakeUpInfoReadsTheEnvFileAndPrintsNoSecret: compose reads
+// deploy/compose/.env (docs/security.md recommends it for the secrets),
+// but `make up` printed its addresses and quickstart from the shell's
+// environment only: the dev token, password and ports while the stack
+// ran on the file's. And a token or password set in the shell was
+// printed in clear, into the terminal's scrollback and CI logs. make
+// up-info now reads the file as compose does (the shell's value wins) and
+// prints a secret that is set as the variable to use, never its value;
+// one at its published dev default is printed as such.
+func TestMakeUpInfoReadsTheEnvFileAndPrintsNoSecret(t *testing.T) {
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make is required (README): %v", err)
+	}
+	root := docexamples.Root(t)
+	const (
+		fileToken, filePassword   = "file-token-0123456789abcdef", "pFileCliPassword42"
+		shellToken, shellPassword = "shell-token-0123456789abcdef", "pShellCliPassword42"
+	)
+	upInfo := func(envFile string, env ...string) string {
+		t.Helper()
+		cmd := exec.Command(makeBin, "-s", "-C", root, "up-info", "COMPOSE_ENV="+envFile)
+		cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=",
+			"FLYBALL_NATS_PORT=", "FLYBALL_API_PORT=", "FLYBALL_TARGET_PORT=", "FLYBALL_NATS_MONITOR_PORT=",
+			"FLYBALL_API_TOKEN=", "FLYBALL_NATS_CLI_PASSWORD=")
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make up-info: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	check := func(name, out string, want, not []string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: make up-info does not print %q:\n%s", name, w, out)
+			}
+		}
+		for _, n := range not {
+			if strings.Contains(out, n) {
+				t.Errorf("%s: make up-info prints %q:\n%s", name, n, out)
+			}
+		}
+	}
+	envFile := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(envFile, []byte(strings.Join([]string{
+		"# the deployment's settings",
+		"FLYBALL_API_PORT=18080",
+		"FLYBALL_NATS_PORT=14222",
+		`FLYBALL_API_TOKEN="` + fileToken + `"`,
+		"export FLYBALL_NATS_CLI_PASSWORD=" + filePassword,
+	}, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load := "set -a; . " + envFile + "; set +a"
+	const tokenRef, passwordRef = `-H "Authorization: Bearer $FLYBALL_API_TOKEN"`, `NATS_PASSWORD="$FLYBALL_NATS_CLI_PASSWORD"`
+
+	// The file's settings, but the shell's NATS port.
+	check("settings in the env file", upInfo(envFile, "FLYBALL_NATS_PORT=24222"),
+		[]string{"http://127.0.0.1:18080", "nats://127.0.0.1:24222", tokenRef, passwordRef, load},
+		[]string{fileToken, filePassword, "flyball-dev-token", "dev-cli", ":8080", "14222"})
+	// Secrets in the shell: named, not printed, and nothing to load.
+	none := filepath.Join(t.TempDir(), ".env")
+	check("secrets in the shell", upInfo(none, "FLYBALL_API_TOKEN="+shellToken, "FLYBALL_NATS_CLI_PASSWORD="+shellPassword),
+		[]string{tokenRef, passwordRef, "http://127.0.0.1:8080"},
+		[]string{shellToken, shellPassword, "flyball-dev-token", "dev-cli", "set -a"})
+	// Nothing set: the published dev defaults, as they are.
+	check("dev defaults", upInfo(none),
+		[]string{"flyball-dev-token", "NATS_PASSWORD=dev-cli", "http://127.0.0.1:8080"},
+		[]string{"$FLYBALL_API_TOKEN", "$FLYBALL_NATS_CLI_PASSWORD", "set -a"})
 }
