@@ -90,6 +90,19 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     from a downtime (slots that passed while the run ran were not
 //     missed), so a long run on time is not caught up, and the same
 //     outcome without its start is (caughtUp);
+//   - the adaptive interval: none after an acceptance or a spec update;
+//     only a run's outcome of an adaptive interval task moves it, into
+//     the documented range (bounds.min or a quarter of the baseline, at
+//     least 1s, to bounds.max or four times the baseline), in whole
+//     milliseconds but for the target a step stops on, and toward the end
+//     the outcome asks for (checkAdaptiveStep); adaptive-tighten and
+//     adaptive-relax name an interval in force shorter or longer than the
+//     baseline;
+//   - a cron slot without jitter that the cron rule plans is the first
+//     occurrence after the later of the last slot and now (checkCronSlot;
+//     FuzzNextDST holds cron.Next to the DST rule): after the last slot,
+//     never a repeated wall time a second time, and no occurrence dropped
+//     but the missed ones the catch-up policy drops;
 //   - the source is a documented one, and the trail is not empty;
 //   - Decide is deterministic, does not mutate its input, and its Decision
 //     mirrors the State it returns;
@@ -126,6 +139,33 @@ func FuzzDecide(f *testing.F) {
 	// lag's 1.5 s (a 1h interval and @hourly, each with 24 runs a day).
 	f.Add(int64(1_772_445_607_000), int64(3599), 0, uint8(1), int64(3_607_000), uint8(0), int64(5000), int64(0), int64(0), uint8(0), int64(7_193_000), int64(0), int64(0), uint8(218), uint8(0), uint64(1<<42), int64(23))
 	f.Add(int64(1_772_445_603_500), int64(0), 0, uint8(1), int64(3_603_500), uint8(0), int64(1500), int64(0), int64(0), uint8(0), int64(7_196_500), int64(0), int64(0), uint8(218), uint8(22), uint64(1<<42), int64(23))
+
+	// Adaptive cadence at its ends: a 1m task (mode change, unchangedRuns
+	// 1, smoothing 1) with an adaptive interval of 3h stored, its last
+	// fingerprint "a" seen twice: "a" again relaxes it to the ceiling,
+	// 4m (kind 74), "b" tightens it to the floor, 15s (kind 122).
+	for _, kind := range []uint8{74, 122} {
+		f.Add(int64(1_772_445_600_000), int64(59), 0, uint8(1), int64(60_000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(7_199_500), int64(0), int64(0), kind, uint8(0), uint64(1|1<<2|0xF<<6|1<<54|1<<56), int64(time.Hour))
+	}
+	// Cron across DST (sched 22: @hourly in New York, 30: 30 2 * * * in
+	// Berlin), a run's outcome (kind 26) of the slot pauseOff sets:
+	// 01:00 EDT (05:00Z) on 2026-11-01, applied 5 s later and in the
+	// second pass of the repeated hour (06:30Z): next 02:00 EST (07:00Z),
+	// not 01:00 EST; 02:30 CEST (00:30Z) on 2026-10-25 applied at 02:35
+	// CET: next 2026-10-26 01:30Z; 2026-03-28 02:30 CET: next 03:00 CEST
+	// on 2026-03-29 (01:00Z), the end of the gap.
+	f.Add(int64(1_793_509_205_000), int64(0), 0, uint8(1), int64(hour), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(7_195_000), int64(0), int64(0), uint8(26), uint8(22), uint64(0), int64(0))
+	f.Add(int64(1_793_514_600_000), int64(0), 0, uint8(1), int64(hour), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(1_800_000), int64(0), int64(0), uint8(26), uint8(22), uint64(0), int64(0))
+	f.Add(int64(1_792_892_100_000), int64(0), 0, uint8(1), int64(hour), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(3_300_000), int64(0), int64(0), uint8(26), uint8(30), uint64(0), int64(0))
+	f.Add(int64(1_774_661_403_000), int64(0), 0, uint8(1), int64(hour), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(7_197_000), int64(0), int64(0), uint8(26), uint8(30), uint64(0), int64(0))
+	// Catch-up across New York's fall-back hour: last slot 00:00 EDT
+	// (04:00Z), a resume at 08:30Z with no run planned by a rule (source
+	// ""): 01:00 EDT, 02:00 EST and 03:00 EST passed, three, not four.
+	// skip runs once now, none waits for 04:00 EST (09:00Z), all
+	// backfills three.
+	for _, policy := range []uint64{0, 2 << 47, 3 << 47} {
+		f.Add(int64(1_793_521_800_000), int64(0), 0, uint8(1), int64(9*hour/2), uint8(0), int64(0), int64(9*hour/2)^int64(len(governor.AllSources())), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(6), uint8(22), policy, int64(0))
+	}
 
 	f.Fuzz(func(t *testing.T, nowMs, intervalSec int64, failures int, lastMode uint8, lastOff int64,
 		hintMode uint8, hintIv, hintAt, hintTTL int64, pauseMode uint8, pauseOff int64,
@@ -376,6 +416,7 @@ func FuzzDecide(f *testing.F) {
 			return
 		}
 		s := d.State
+		checkAdaptiveStep(t, spec, now, st, s, in)
 		// An on-time run (started within half the budget's spacing of its
 		// slot) keeps its cadence: its start changes nothing but the hour
 		// the ledger counts it in, and, for the outcome that carries it,
@@ -455,6 +496,19 @@ func FuzzDecide(f *testing.F) {
 		// has ended keeps its time with the label a resume gives it.
 		relabelled := in.Kind == governor.KindHinted && st.Source == governor.SourcePaused && st.Paused && !s.Paused
 		kept := d.NextRunAt.Equal(st.NextRunAt) && (d.Source == st.Source || relabelled)
+		// adaptive-tighten and adaptive-relax name an adaptive interval,
+		// as the cadence takes it (within its range), shorter or longer
+		// than the baseline.
+		if (d.Source == governor.SourceAdaptiveTighten || d.Source == governor.SourceAdaptiveRelax) && !kept {
+			base := spec.Schedule.Interval.D()
+			lo, hi := adaptiveRange(spec)
+			if spec.Adaptive == nil || spec.Schedule.Cron != "" || s.AdaptiveInterval <= 0 {
+				t.Fatalf("source %s without an adaptive interval (%s)%s", d.Source, s.AdaptiveInterval, explain())
+			}
+			if iv := min(max(s.AdaptiveInterval, lo), max(hi, lo)); (d.Source == governor.SourceAdaptiveTighten) != (iv < base) || iv == base {
+				t.Fatalf("source %s for the adaptive interval %s (in force %s), baseline %s%s", d.Source, s.AdaptiveInterval, iv, base, explain())
+			}
+		}
 		// "paused" labels a run only while the task is paused: the run a
 		// pause leads to, kept (by nudging) after the pause ended, carries
 		// the label a resume gives it, or a later input takes it for the
@@ -549,6 +603,16 @@ func FuzzDecide(f *testing.F) {
 		if spec.Schedule.Cron != "" && spec.Jitter > 0 && d.Source == governor.SourceBaselineCron && !kept {
 			checkCronJitter(t, spec, now, last, d.NextRunAt, explain)
 		}
+		// Cron without jitter: the slot the cron rule plans is the first
+		// occurrence after the last slot and after now, by the DST rule
+		// (FuzzNextDST holds cron.Next to it): strictly after the last
+		// slot, no wall time a second time across a fall-back hour, and
+		// no occurrence dropped but those the catch-up policy drops (the
+		// missed ones before now). Only the MinGap floor moves it, after
+		// a last slot off the whole second.
+		if spec.Schedule.Cron != "" && spec.Jitter == 0 && d.Source == governor.SourceBaselineCron && !kept && !d.NextRunAt.Equal(last.Add(governor.MinGap)) {
+			checkCronSlot(t, spec, now, last, d.NextRunAt, explain)
+		}
 		// The run after a pause in flight and due counts as after its end;
 		// one still ahead is kept (above) but by a dead-letter hold, which
 		// re-plans as a resume at the end would, from the last completed slot.
@@ -610,6 +674,145 @@ func FuzzDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkCronSlot is the fuzz oracle of an unjittered cron slot that the
+// cron rule planned at next, the last slot (completed or in flight) being
+// last: the first occurrence after both last and now.
+func checkCronSlot(t *testing.T, spec *events.TaskSpec, now, last, next time.Time, explain func() string) {
+	t.Helper()
+	sched, err := cron.Parse(spec.Schedule.Cron)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := time.LoadLocation(spec.Schedule.Timezone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := now
+	if last.After(now) {
+		from = last
+	}
+	if want := sched.Next(from, loc); !next.Equal(want) {
+		t.Fatalf("cron slot %s (wall %s), want the next occurrence after %s: %s (wall %s)%s",
+			fmtT(next), next.In(loc).Format(time.DateTime), fmtT(from), fmtT(want), want.In(loc).Format(time.DateTime), explain())
+	}
+}
+
+// adaptiveRange is the documented range of the adaptive interval
+// (docs/governor.md, Adaptive cadence): bounds.min, or a quarter of the
+// baseline but at least 1 s, to bounds.max, or four times the baseline.
+// With bounds.max under a quarter of the baseline and no bounds.min, the
+// documented range is empty: hi < lo.
+func adaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
+	base := spec.Schedule.Interval.D()
+	lo = max(base/4, time.Second)
+	hi = time.Duration(math.MaxInt64)
+	if base <= math.MaxInt64/4 {
+		hi = 4 * base
+	}
+	if b := spec.Bounds; b != nil && b.Min > 0 {
+		lo = b.Min.D()
+	}
+	if b := spec.Bounds; b != nil && b.Max > 0 {
+		hi = b.Max.D()
+	}
+	return lo, hi
+}
+
+// checkAdaptiveStep checks what one applied input does to the adaptive
+// interval s.AdaptiveInterval (docs/governor.md, Adaptive cadence): an
+// acceptance starts without one and a spec update removes it (it restarts
+// from the new baseline); any other input but a run's outcome leaves it
+// (re-deciding never moves it); an outcome moves it only for an adaptive
+// interval task, into the documented range, in whole milliseconds, and
+// toward its end that the outcome asks for: a failure or a changed
+// response toward the lower end (mode change), an unchanged one toward
+// the upper end, and in mode staleness toward a target between the
+// lower end and the baseline.
+func checkAdaptiveStep(t *testing.T, spec *events.TaskSpec, now time.Time, st, s governor.State, in governor.Input) {
+	t.Helper()
+	got := s.AdaptiveInterval
+	switch {
+	case in.Kind == governor.KindAccepted || in.Kind == governor.KindUpdated:
+		if got != 0 {
+			t.Fatalf("a %s input left the adaptive interval %s, want none (the baseline)", in.Kind, got)
+		}
+		return
+	case got == st.AdaptiveInterval:
+		return
+	case in.Kind != governor.KindOutcome:
+		t.Fatalf("a %s input moved the adaptive interval from %s to %s: only a run's outcome moves it", in.Kind, st.AdaptiveInterval, got)
+	}
+	a, base := spec.Adaptive, spec.Schedule.Interval.D()
+	if a == nil || spec.Schedule.Cron != "" || base <= 0 {
+		t.Fatalf("adaptive interval moved from %s to %s on a task without adaptive cadence", st.AdaptiveInterval, got)
+	}
+	lo, hi := adaptiveRange(spec)
+	if hi < lo {
+		return // bounds.max under the floor: no documented range (reported, not checked)
+	}
+	if got < lo || got > hi {
+		t.Fatalf("adaptive interval %s (from %s) outside its range [%s, %s]", got, st.AdaptiveInterval, lo, hi)
+	}
+	// Whole milliseconds, but for the target itself: a step stops on it,
+	// and a range end or staleness target need not be whole (a baseline
+	// of 1.000000016s; a staleness target is a fraction of the range).
+	// docs/governor.md says whole milliseconds without the exception.
+	target := staleTarget(spec, s, now, lo, hi)
+	if got%time.Millisecond != 0 && got != lo && got != hi && (a.Mode != events.AdaptiveStaleness || got != target) {
+		t.Fatalf("adaptive interval %s (from %s, range [%s, %s]) not in whole milliseconds", got, st.AdaptiveInterval, lo, hi)
+	}
+	cur := st.AdaptiveInterval
+	if cur <= 0 {
+		cur = base
+	}
+	cur = min(max(cur, lo), hi)
+	o := in.Outcome
+	switch {
+	case a.Mode == events.AdaptiveStaleness:
+		if got < min(cur, target) || got > max(cur, target) {
+			t.Fatalf("staleness moved the adaptive interval from %s (in force) to %s, not toward its target %s", cur, got, target)
+		}
+	case o.Result == "failed" || (o.Fingerprint != "" && st.LastFingerprint != "" && o.Fingerprint != st.LastFingerprint):
+		if got > cur {
+			t.Fatalf("a %s run (fingerprint %q after %q) relaxed the adaptive interval from %s (in force) to %s", o.Result, o.Fingerprint, st.LastFingerprint, cur, got)
+		}
+	default:
+		if got < cur {
+			t.Fatalf("an unchanged response (fingerprint %q after %q) tightened the adaptive interval from %s (in force) to %s", o.Fingerprint, st.LastFingerprint, cur, got)
+		}
+	}
+}
+
+// staleTarget is the staleness mode's target after an outcome that
+// left the state s (docs/governor.md, Adaptive cadence): baseline −
+// (baseline − floor) × staleness, the staleness 0 while the last success
+// (or the creation) is at most one baseline old and rising linearly to 1
+// at adaptive.target (three baselines if unset), within [lo, hi].
+func staleTarget(spec *events.TaskSpec, s governor.State, now time.Time, lo, hi time.Duration) time.Duration {
+	base := spec.Schedule.Interval.D()
+	goal := spec.Adaptive.Target.D()
+	if goal <= 0 {
+		goal = time.Duration(math.MaxInt64)
+		if base <= math.MaxInt64/3 {
+			goal = 3 * base
+		}
+	}
+	ref := s.LastSuccessAt
+	if ref.IsZero() {
+		ref = s.CreatedAt
+	}
+	age := now.Sub(ref)
+	var frac float64
+	switch {
+	case age <= base:
+	case goal <= base || age >= goal:
+		frac = 1
+	default:
+		frac = float64(age-base) / float64(goal-base)
+	}
+	return min(max(base-time.Duration(float64(base-lo)*frac), lo), hi)
 }
 
 // checkCronJitter is the fuzz oracle of a jittered cron slot that the
