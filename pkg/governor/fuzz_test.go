@@ -97,7 +97,7 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     milliseconds but for the target a step stops on, and toward the end
 //     the outcome asks for (checkAdaptiveStep); adaptive-tighten and
 //     adaptive-relax name an interval in force shorter or longer than the
-//     baseline;
+//     baseline. FuzzDecideSequence follows it over many outcomes;
 //   - a cron slot without jitter that the cron rule plans is the first
 //     occurrence after the later of the last slot and now (checkCronSlot;
 //     FuzzNextDST holds cron.Next to the DST rule): after the last slot,
