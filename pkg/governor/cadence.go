@@ -282,19 +282,24 @@ func staleFraction(age, base, goal time.Duration) float64 {
 // bounds.max, float64(target-cur) rounds up to 2^63, which converted back
 // to a Duration wraps negative and (clamped to cur) held the cadence.
 //
-// A step that rounds to nothing moves a whole millisecond instead, so the
-// interval reaches target: rounded back to cur, it stalled short of it
-// (15.001s for a floor of 15s at the default smoothing, 3m59.999s for a
-// ceiling of 4m at a smoothing of 0.3).
+// A step that rounds to nothing moves to the next whole millisecond
+// toward target instead, so the interval reaches target: rounded back to
+// cur, it stalled short of it (15.001s for a floor of 15s at the default
+// smoothing, 3m59.999s for a ceiling of 4m at a smoothing of 0.3). So does
+// a step that rounds behind cur, which happens when cur is off the whole
+// millisecond (a staleness target, or a baseline such as 1.000000059s
+// that cur starts from): kept between cur and target, it did not move
+// either (59.9991s toward a baseline of 1m, for good).
 func ema(cur, target time.Duration, alpha float64) time.Duration {
 	next := addSat(cur, scale(subSat(target, cur), alpha))
 	next = next.Round(time.Millisecond)
 	switch {
-	case next != cur || cur == target:
-	case target > cur:
-		next = addSat(cur, time.Millisecond)
-	default:
-		next = subSat(cur, time.Millisecond)
+	case target > cur && next <= cur:
+		next = addSat(cur.Truncate(time.Millisecond), time.Millisecond)
+	case target < cur && next >= cur:
+		if next = cur.Truncate(time.Millisecond); next == cur {
+			next = subSat(cur, time.Millisecond)
+		}
 	}
 	lo, hi := min(cur, target), max(cur, target)
 	return clampDur(next, lo, hi)
