@@ -30,6 +30,9 @@ type Workers struct {
 	MaxWait time.Duration
 	// PullFailures, when set, counts failed pulls.
 	PullFailures prometheus.Counter
+	// PullStalls, when set, counts the pulls a stall of the process
+	// outlasted (stalled).
+	PullStalls prometheus.Counter
 }
 
 // pinHeader names the pin a message was delivered under (see pinned).
@@ -78,6 +81,10 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 	if cfg := cons.CachedInfo().Config; cfg.PriorityPolicy == jetstream.PriorityPolicyPinned && len(cfg.PriorityGroups) > 0 {
 		c.pin = &pinned{js: js, stream: stream, durable: durable, group: cfg.PriorityGroups[0]}
 	}
+	c.ackWait = cons.CachedInfo().Config.AckWait
+	if c.ackWait <= 0 {
+		c.ackWait = 30 * time.Second
+	}
 	if w.Key != nil {
 		if c.pin != nil {
 			w.Buffer = shardBuffer(w.Buffer, cons.CachedInfo().Config.MaxAckPending)
@@ -102,10 +109,6 @@ func ConsumeWorkers(ctx context.Context, js jetstream.JetStream, stream, durable
 					h(m)
 				}
 			})
-		}
-		c.ackWait = cons.CachedInfo().Config.AckWait
-		if c.ackWait <= 0 {
-			c.ackWait = 30 * time.Second
 		}
 		go c.keepWaitingAlive()
 	} else {
@@ -177,9 +180,9 @@ type WorkerConsume struct {
 	pending []pendingMsg
 	behind  []bool
 	// waiting mirrors each shard's queue (sharded mode), for
-	// keepWaitingAlive; ackWait is the durable's.
+	// keepWaitingAlive.
 	waiting []waitQueue
-	ackWait time.Duration
+	ackWait time.Duration // the durable's
 	slots   chan struct{} // unsharded mode: a token per idle worker
 	work    chan jetstream.Msg
 	wg      sync.WaitGroup
@@ -386,6 +389,7 @@ func (c *WorkerConsume) room() int {
 func (c *WorkerConsume) pull(n int) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.w.MaxWait)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
 	if hb := c.w.MaxWait / 4; hb >= 500*time.Millisecond {
 		// A pull sent to a consumer leader that then dies is lost; the
@@ -396,12 +400,14 @@ func (c *WorkerConsume) pull(n int) error {
 		opts = append(opts, jetstream.FetchPriorityGroup(c.pin.group))
 	}
 	batch, err := c.cons.Fetch(n, opts...)
-	got := 0
+	got, stalled := 0, false
 	if err == nil {
 		for m := range batch.Messages() {
 			got++
 			c.dispatch(m)
 		}
+		// Before sendPending, which waits for the workers.
+		stalled = got < n && c.stalled(deadline)
 		c.sendPending()
 		err = batch.Error()
 	}
@@ -413,6 +419,8 @@ func (c *WorkerConsume) pull(n int) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrTimeout):
 		return nil // an idle pull expiring, or Drain
+	case stalled && errors.Is(err, jetstream.ErrNoHeartbeat):
+		return nil // the stall, reported, not the consumer's leader
 	case errors.Is(err, jetstream.ErrPinIDMismatch):
 		// The pin moved to another client (this one stopped pulling for
 		// the priority timeout, or a new consumer leader); nats.go has
@@ -421,6 +429,45 @@ func (c *WorkerConsume) pull(n int) error {
 		return nil
 	}
 	return err
+}
+
+// stallMargin is how long past its deadline a pull may come back before
+// stalled takes it for a stall of the process. A pull ends at the
+// server's expiry, a tenth of MaxWait (at most 1 s) before the deadline,
+// or, when that answer is lost, at the deadline itself: a goroutine wakes
+// milliseconds late, and a CPU quota's throttling holds it a period
+// (100 ms). Half a second more means the process did not run.
+const stallMargin = 500 * time.Millisecond
+
+// msgPullStalled is stalled's warning.
+const msgPullStalled = "pull came back late: this process stalled (stopped, paused or starved of CPU); " +
+	"messages delivered to it meanwhile may come back only after the durable's AckWait"
+
+// stalled reports whether a pull that did not fill its batch (one that
+// did ended on its last message, and lost none) came back more than
+// stallMargin past its deadline, and if so warns and counts it: the
+// process stalled (SIGSTOP, docker pause, a paused VM, CPU starvation)
+// for at least that long. When it wakes, the messages the server
+// delivered meanwhile wait in its socket and the pull's timers (the
+// deadline, the missing heartbeats, nats.go's own) have run out; nats.go's
+// fetch selects between them at random, and when a timer wins it
+// unsubscribes and drops the messages without a nak (a stall of a few
+// heartbeats can also overflow the pull's subscription, which drops the
+// rest as a slow consumer). JetStream redelivers them after AckWait. No
+// option of nats.go's Fetch avoids it, as every client timer a stall
+// outlasts races the messages, and the pull's error does not tell a
+// dropped batch from an idle pull's end: so the stall is reported, once,
+// as the pull in progress is the only one it outlasts.
+func (c *WorkerConsume) stalled(deadline time.Time) bool {
+	late := time.Since(deadline)
+	if late <= stallMargin || c.ctx.Err() != nil {
+		return false
+	}
+	if c.w.PullStalls != nil {
+		c.w.PullStalls.Inc()
+	}
+	c.log.Warn(msgPullStalled, "stalled", late.Round(time.Millisecond), "ack_wait", c.ackWait)
+	return true
 }
 
 func (c *WorkerConsume) dispatch(m jetstream.Msg) {
