@@ -240,7 +240,11 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
-		jsutil.Workers{N: s.cfg.Concurrency, PullFailures: s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamDispatch)},
+		jsutil.Workers{
+			N:            s.cfg.Concurrency,
+			PullFailures: s.cfg.Metrics.PullFailures.WithLabelValues(streams.StreamDispatch),
+			PullStalls:   s.cfg.Metrics.PullStalls.WithLabelValues(streams.StreamDispatch),
+		},
 		func(m jetstream.Msg) { s.handle(runCtx, m) })
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)

@@ -188,6 +188,7 @@ func (s *Service) Start(ctx context.Context) error {
 		{streams.StreamDeadLetter, s.handleSignal},
 	} {
 		workers.PullFailures = s.cfg.Metrics.PullFailures.WithLabelValues(c.stream)
+		workers.PullStalls = s.cfg.Metrics.PullStalls.WithLabelValues(c.stream)
 		cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, c.stream, streams.ConsumerGovernor, s.log, workers,
 			func(m jetstream.Msg) { c.h(runCtx, m) })
 		if err != nil {

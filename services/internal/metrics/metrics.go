@@ -48,6 +48,7 @@ type Set struct {
 	SchedulesRepaired  *prometheus.CounterVec
 	SweeperScanning    prometheus.Gauge
 	PullFailures       *prometheus.CounterVec
+	PullStalls         *prometheus.CounterVec
 	GovernorRetries    *prometheus.CounterVec
 	OutboxRepublished  prometheus.Counter
 	OutboxAbandoned    prometheus.Counter
@@ -205,6 +206,10 @@ func New() *Set {
 			Name: "flyball_pull_failures_total",
 			Help: "Failed pulls from a durable consumer, and tries to bind a deleted one again, by stream (no leader during an election, NATS unreachable, the durable deleted); each is retried within 1s.",
 		}, []string{"stream"}),
+		PullStalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flyball_pull_stalls_total",
+			Help: "Pulls from a durable consumer that came back more than 0.5s past their deadline, by stream: the process stalled (stopped, paused, starved of CPU) while the pull waited; messages delivered in the stall may have been dropped with the pull and come back after the durable's AckWait.",
+		}, []string{"stream"}),
 		GovernorRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_governor_retries_total",
 			Help: "Messages the governor tried again after a transient failure (NATS or KV trouble), by stream; each is retried in place, ahead of the messages behind it.",
@@ -269,7 +274,7 @@ func New() *Set {
 		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.TimerLeaseStalls, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.MarkersCompacted, s.SchedulesRepaired,
-		s.SweeperScanning, s.PullFailures, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
+		s.SweeperScanning, s.PullFailures, s.PullStalls, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
 		s.JetStreamStorage, s.JetStreamAccountStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,
 	} {
