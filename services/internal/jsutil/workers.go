@@ -440,8 +440,7 @@ func (c *WorkerConsume) pull(n int) error {
 const stallMargin = 500 * time.Millisecond
 
 // msgPullStalled is stalled's warning.
-const msgPullStalled = "pull came back late: this process stalled (stopped, paused or starved of CPU); " +
-	"messages delivered to it meanwhile may come back only after the durable's AckWait"
+const msgPullStalled = "pull came back late: this process stalled (stopped, paused or starved of CPU); messages delivered to it meanwhile may come back only after the durable's AckWait"
 
 // stalled reports whether a pull that did not fill its batch (one that
 // did ended on its last message, and lost none) came back more than
