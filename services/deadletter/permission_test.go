@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -34,19 +33,9 @@ func TestStartNamesTheStreamInfoItsUserMayNotRead(t *testing.T) {
 		t.Run(stream, func(t *testing.T) {
 			t.Parallel()
 			denied := "$JS.API.STREAM.INFO." + stream
-			srv := natstest.StartWithUsers(t,
-				&server.User{Username: "admin", Password: "pw"},
-				&server.User{Username: "deadletter", Password: "pw", Permissions: &server.Permissions{
-					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{denied}},
-				}},
-			)
-			_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-			if err := streams.Ensure(t.Context(), admin); err != nil {
-				t.Fatal(err)
-			}
 			// The violation also reaches the connection's handler: keep
 			// nats.go's default from printing it.
-			_, js := natstest.ConnectAs(t, srv, "deadletter", "pw", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			_, _, js := natstest.StartDenying(t, "deadletter", denied, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 			cfg := deadletter.Config{}
 			cfg.JS = js
 			cfg.Metrics = metrics.New()
@@ -96,16 +85,7 @@ func TestExhaustedDispatchNamesTheDirectGetItsUserMayNotRead(t *testing.T) {
 			t.Run(c.stream+"/"+path.name, func(t *testing.T) {
 				t.Parallel()
 				denied := "$JS.API.DIRECT.GET." + c.stream + ".>"
-				srv := natstest.StartWithUsers(t,
-					&server.User{Username: "admin", Password: "pw"},
-					&server.User{Username: "deadletter", Password: "pw", Permissions: &server.Permissions{
-						Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{denied}},
-					}},
-				)
-				_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-				if err := streams.Ensure(t.Context(), admin); err != nil {
-					t.Fatal(err)
-				}
+				_, admin, js := natstest.StartDenying(t, "deadletter", denied, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 				seq := publishDispatch(t, admin, "t1")
 				cfg := deadletter.Config{ReconcileInterval: time.Hour}
 				if path.reconcile {
@@ -113,7 +93,7 @@ func TestExhaustedDispatchNamesTheDirectGetItsUserMayNotRead(t *testing.T) {
 					cfg.ReconcileInterval = 20 * time.Millisecond
 				}
 				warned := make(warnings, 64)
-				_, cfg.JS = natstest.ConnectAs(t, srv, "deadletter", "pw", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+				cfg.JS = js
 				cfg.Metrics, cfg.Logger = metrics.New(), slog.New(warned)
 				svc, err := deadletter.New(cfg)
 				if err != nil {

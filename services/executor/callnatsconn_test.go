@@ -245,16 +245,7 @@ func TestNATSTargetPublishViolationIsPermanent(t *testing.T) {
 // timeout, and the handler set before Start still sees the violation.
 func TestNATSTargetPublishViolationHandlerSetAtStart(t *testing.T) {
 	t.Parallel()
-	s := natstest.StartWithUsers(t,
-		&server.User{Username: "admin", Password: "pw"},
-		&server.User{Username: "executor", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Deny: []string{"reports.>"}},
-		}},
-	)
-	_, admin := natstest.ConnectAs(t, s, "admin", "pw")
-	if err := streams.Ensure(t.Context(), admin); err != nil {
-		t.Fatal(err)
-	}
+	_, admin, js := natstest.StartDenying(t, "executor", "reports.>")
 	const timeout = 30 * time.Second
 	spec := events.TaskSpec{
 		ID:       "refused",
@@ -265,7 +256,7 @@ func TestNATSTargetPublishViolationHandlerSetAtStart(t *testing.T) {
 	spec.Normalize()
 	natstest.PutJSON(t, admin, streams.BucketTasks, spec.ID, spec)
 
-	nc, js := natstest.ConnectAs(t, s, "executor", "pw")
+	nc := js.Conn()
 	seen := make(chan error, 16)
 	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -37,20 +36,10 @@ func TestALateSlotsReadNamesTheDirectGetItsUserMayNotRead(t *testing.T) {
 		t.Run(c.stream, func(t *testing.T) {
 			t.Parallel()
 			denied := "$JS.API.DIRECT.GET." + c.stream + ".>"
-			srv := natstest.StartWithUsers(t,
-				&server.User{Username: "admin", Password: "pw"},
-				&server.User{Username: "executor", Password: "pw", Permissions: &server.Permissions{
-					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{denied}},
-				}},
-			)
-			_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-			if err := streams.Ensure(t.Context(), admin); err != nil {
-				t.Fatal(err)
-			}
+			_, admin, js := natstest.StartDenying(t, "executor", denied, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 			target := newPathTarget(t)
 			natstest.PutJSON(t, admin, streams.BucketTasks, "late", target.spec("late"))
 			logs := newLogLines()
-			_, js := natstest.ConnectAs(t, srv, "executor", "pw", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 			ex, err := New(Config{JS: js, Guard: Guard{AllowLoopback: true}, Logger: slog.New(logs), ShutdownGrace: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -35,17 +34,15 @@ import (
 // connection's own error handler, where `flyball serve` logs it.
 func TestRefusedPurgeIsLoggedEachPass(t *testing.T) {
 	t.Parallel()
-	srv := natstest.StartWithUsers(t,
-		&server.User{Username: "admin", Password: "pw"},
-		&server.User{Username: "sweeper", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.PURGE.>"}},
-		}},
-	)
+	var mu sync.Mutex
+	var async []string // the connection's asynchronous errors
+	_, admin, js := natstest.StartDenying(t, "sweeper", "$JS.API.STREAM.PURGE.>", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		async = append(async, err.Error())
+		mu.Unlock()
+	}))
+	nc := js.Conn()
 	ctx := t.Context()
-	_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-	if err := streams.Ensure(ctx, admin); err != nil {
-		t.Fatal(err)
-	}
 	names := []string{streams.BucketTasks, streams.BucketSchedules, streams.BucketBreakers}
 	msgs := func(b string) uint64 {
 		st, err := bucket(t, admin, b).Status(ctx)
@@ -70,13 +67,6 @@ func TestRefusedPurgeIsLoggedEachPass(t *testing.T) {
 		before[b] = msgs(b)
 	}
 
-	var mu sync.Mutex
-	var async []string // the connection's asynchronous errors
-	nc, js := natstest.ConnectAs(t, srv, "sweeper", "pw", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		mu.Lock()
-		async = append(async, err.Error())
-		mu.Unlock()
-	}))
 	// refusals counts the violations for subject handed to the
 	// connection's error handler: one per purge request the server refused.
 	refusals := func(subject string) int {

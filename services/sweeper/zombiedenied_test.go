@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -42,18 +41,8 @@ func TestAZombieCheckNamesTheDirectGetItsUserMayNotRead(t *testing.T) {
 		t.Run(c.stream, func(t *testing.T) {
 			t.Parallel()
 			denied := "$JS.API.DIRECT.GET." + c.stream + ".>"
-			srv := natstest.StartWithUsers(t,
-				&server.User{Username: "admin", Password: "pw"},
-				&server.User{Username: "sweeper", Password: "pw", Permissions: &server.Permissions{
-					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{denied}},
-				}},
-			)
 			ctx := t.Context()
-			_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-			if err := streams.Ensure(ctx, admin); err != nil {
-				t.Fatal(err)
-			}
-			_, js := natstest.ConnectAs(t, srv, "sweeper", "pw", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			_, admin, js := natstest.StartDenying(t, "sweeper", denied, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 			logs := &records{}
 			s := startHourlyWith(t, svcconf.Common{JS: js, Logger: slog.New(logs)}) // its first sweep: no task yet
 

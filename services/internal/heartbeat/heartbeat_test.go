@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -621,19 +620,7 @@ func TestAStopRightAfterStartAnnouncesOnlineFirst(t *testing.T) {
 // runtime.offline goes alone, and publishes it.
 func TestAStartAnnouncementNeverStoredBacksOff(t *testing.T) {
 	t.Parallel()
-	srv := natstest.StartWithUsers(t,
-		&server.User{Username: "admin", Password: "pw"},
-		&server.User{Username: "executor", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"flyball.runtime.online.>"}},
-		}},
-	)
-	_, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := streams.Ensure(ctx, admin); err != nil {
-		t.Fatal(err)
-	}
-	_, js := natstest.ConnectAs(t, srv, "executor", "pw")
+	_, admin, js := natstest.StartDenying(t, "executor", "flyball.runtime.online.>")
 	var logs lockedBuffer
 	b := heartbeat.Start(t.Context(), heartbeat.Config{
 		JS: js, Kind: "executor", Name: "mute", Interval: time.Hour,
@@ -700,20 +687,8 @@ func (m *muted) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream
 // is set. Its start's runtime.online is stored (js is not muted yet).
 func returnSetup(t *testing.T, name string) (admin jetstream.JetStream, js *muted, b *heartbeat.Beater, logs *lockedBuffer) {
 	t.Helper()
-	srv := natstest.StartWithUsers(t,
-		&server.User{Username: "admin", Password: "pw"},
-		&server.User{Username: "mute", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"flyball.runtime.online.>"}},
-		}},
-	)
-	_, admin = natstest.ConnectAs(t, srv, "admin", "pw")
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := streams.Ensure(ctx, admin); err != nil {
-		t.Fatal(err)
-	}
+	srv, admin, refused := natstest.StartDenying(t, "mute", "flyball.runtime.online.>")
 	_, open := natstest.ConnectAs(t, srv, "admin", "pw")
-	_, refused := natstest.ConnectAs(t, srv, "mute", "pw")
 	js = &muted{JetStream: open, refused: refused}
 	logs = &lockedBuffer{}
 	b = heartbeat.Start(t.Context(), heartbeat.Config{

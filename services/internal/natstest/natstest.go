@@ -105,6 +105,26 @@ func ConnectAs(t testing.TB, s *server.Server, user, password string, opts ...na
 	return connect(t, s.ClientURL(), append([]nats.Option{nats.UserInfo(user, password)}, opts...)...)
 }
 
+// StartDenying starts a server like StartWithUsers with two users, both
+// with password "pw": admin, with every permission, and user, who may
+// publish to any subject but deny (a service user missing one grant). It
+// creates every flyball stream, consumer and KV bucket as admin and
+// returns the server, admin's connection, and one as user with opts (an
+// error handler, for the violations the server reports asynchronously).
+func StartDenying(t testing.TB, user, deny string, opts ...nats.Option) (srv *server.Server, admin, js jetstream.JetStream) {
+	t.Helper()
+	srv = StartWithUsers(t,
+		&server.User{Username: "admin", Password: "pw"},
+		&server.User{Username: user, Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{deny}},
+		}},
+	)
+	nc, admin := ConnectAs(t, srv, "admin", "pw")
+	ensure(t, &Server{Server: srv, NC: nc, JS: admin})
+	_, js = ConnectAs(t, srv, user, "pw", opts...)
+	return srv, admin, js
+}
+
 // LostAcks starts a server with two users and connects as each: js as
 // one with every permission, and lossy as one that may not subscribe to
 // its inboxes, so that its publishes are stored but their acks reach

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,17 +28,9 @@ import (
 func TestAWatchedReadEndsAtItsOwnTasksRefusalOnly(t *testing.T) {
 	t.Parallel()
 	const prefix = "held.API"
-	srv := natstest.StartWithUsers(t,
-		&server.User{Username: "admin", Password: "pw"},
-		&server.User{Username: "reader", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{prefix + ".DIRECT.GET.RUNS.flyball.run.*.a"}},
-		}},
-	)
+	_, admin, reader := natstest.StartDenying(t, "reader", prefix+".DIRECT.GET.RUNS.flyball.run.*.a", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	ctx := t.Context()
-	adminNC, admin := natstest.ConnectAs(t, srv, "admin", "pw")
-	if err := streams.Ensure(ctx, admin); err != nil {
-		t.Fatal(err)
-	}
+	adminNC := admin.Conn()
 	// The relay: every request under prefix to $JS.API, but task b's
 	// direct gets of RUNS, held unanswered.
 	held := make(chan string, 4)
@@ -54,7 +45,7 @@ func TestAWatchedReadEndsAtItsOwnTasksRefusalOnly(t *testing.T) {
 		}
 		_ = m.RespondMsg(&nats.Msg{Data: resp.Data, Header: resp.Header})
 	})
-	nc, _ := natstest.ConnectAs(t, srv, "reader", "pw", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	nc := reader.Conn()
 	var refusals jsutil.PubWatch
 	refusals.Install(nc)
 	js, err := jetstream.NewWithAPIPrefix(nc, prefix)
