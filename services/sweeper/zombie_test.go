@@ -44,29 +44,12 @@ func TestAZombieDispatchedWithinTheDuplicateWindowIsReNudgedAfterIt(t *testing.T
 	}
 
 	now := time.Now().UTC()
-	tasks, schedules := taskBuckets(t, srv.JS)
-	if _, err := tasks.Put(ctx, "late", []byte(`{"id":"late","schedule":{"interval":"1h"}}`)); err != nil {
-		t.Fatal(err)
-	}
-	due := now.Add(-10 * time.Minute).Truncate(time.Millisecond)
-	st := gov.State{TaskID: "late", NextRunAt: due, Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-70 * time.Minute)}
-	if _, err := schedules.Put(ctx, "late", stateJSON(st)); err != nil {
-		t.Fatal(err)
-	}
-	// The spec too: a sweep that does not know it yet takes the schedule
-	// for an orphan, not a zombie, and would re-nudge nothing.
-	natstest.Eventually(t, 10*time.Second, "the schedule and the spec in the sweeper's view", func() bool {
-		s.view.mu.Lock()
-		defer s.view.mu.Unlock()
-		_, decoded := s.view.schedules["late"]
-		_, stale := s.view.stale["late"]
-		_, spec := s.view.specs["late"]
-		return (decoded || stale) && spec
-	})
+	due := putZombie(t, srv.JS, "late", now)
+	awaitInView(t, s, "late")
 
 	// The slot's own dispatch, published late with the timer's ID, then
 	// taken off the work queue with no outcome.
-	d := events.Dispatch{DispatchID: events.DispatchID("late", due), TaskID: "late", ScheduledAt: due, FiredAt: now, Source: string(st.Source)}
+	d := events.Dispatch{DispatchID: events.DispatchID("late", due), TaskID: "late", ScheduledAt: due, FiredAt: now, Source: string(gov.SourceBaselineInterval)}
 	if stored, err := jsutil.PublishNewEvent(ctx, srv.JS, events.DispatchSubject("late"), d.DispatchID, events.TypeRunDue, "timer", "late", d, now); err != nil || !stored {
 		t.Fatalf("the slot's first dispatch: stored %t, err %v", stored, err)
 	}
@@ -166,4 +149,19 @@ func (r *records) named(msg string) []record {
 		}
 	}
 	return out
+}
+
+// awaitInView waits until the spec and the schedule of task id are in s's
+// view: a sweep that does not know the spec yet takes the schedule for an
+// orphan, not a zombie, and would re-nudge nothing.
+func awaitInView(t *testing.T, s *Service, id string) {
+	t.Helper()
+	natstest.Eventually(t, 10*time.Second, "the schedule and the spec in the sweeper's view", func() bool {
+		s.view.mu.Lock()
+		defer s.view.mu.Unlock()
+		_, decoded := s.view.schedules[id]
+		_, stale := s.view.stale[id]
+		_, spec := s.view.specs[id]
+		return (decoded || stale) && spec
+	})
 }

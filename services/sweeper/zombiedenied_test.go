@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
-	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
@@ -47,23 +46,8 @@ func TestAZombieCheckNamesTheDirectGetItsUserMayNotRead(t *testing.T) {
 			s := startHourlyWith(t, svcconf.Common{JS: js, Logger: slog.New(logs)}) // its first sweep: no task yet
 
 			now := time.Now().UTC()
-			tasks, schedules := taskBuckets(t, admin)
-			if _, err := tasks.Put(ctx, "late", []byte(`{"id":"late","schedule":{"interval":"1h"}}`)); err != nil {
-				t.Fatal(err)
-			}
-			due := now.Add(-10 * time.Minute).Truncate(time.Millisecond)
-			st := gov.State{TaskID: "late", NextRunAt: due, Source: gov.SourceBaselineInterval, LastScheduledAt: now.Add(-70 * time.Minute)}
-			if _, err := schedules.Put(ctx, "late", stateJSON(st)); err != nil {
-				t.Fatal(err)
-			}
-			natstest.Eventually(t, 10*time.Second, "the schedule and the spec in the sweeper's view", func() bool {
-				s.view.mu.Lock()
-				defer s.view.mu.Unlock()
-				_, decoded := s.view.schedules["late"]
-				_, stale := s.view.stale["late"]
-				_, spec := s.view.specs["late"]
-				return (decoded || stale) && spec
-			})
+			putZombie(t, admin, "late", now)
+			awaitInView(t, s, "late")
 
 			want := "permissions violation: may not publish to " + jsutil.APISubject(js, "DIRECT.GET."+c.stream+"."+c.read) +
 				"; the sweeper service's NATS user needs " + denied + " (docs/security.md lists its subjects)"
