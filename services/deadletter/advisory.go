@@ -108,7 +108,8 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 	// the RUNS backlog, labelled a final failure max-deliveries.
 	// DISPATCH holds one dispatch per task, so no later slot of the task
 	// has run meanwhile to hide this one's outcome.
-	if done, err := s.slotDone(ctx, &d); err != nil {
+	outcomes := slotdone.Watched{Refusals: &s.refusals, JS: s.cfg.JS, Service: "deadletter"}
+	if done, err := outcomes.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly); err != nil {
 		return "", false, fmt.Errorf("read the slot's outcome: %w", err)
 	} else if done {
 		s.cfg.Logger.Info("dispatch exhausted its deliveries after its slot's outcome was stored (its acks were lost); deleting it without a max-deliveries dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
@@ -128,13 +129,6 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 		return "", false, err
 	}
 	return d.TaskID, wrote, s.deleteDispatch(ctx, seq)
-}
-
-// slotDone is slotdone.Done for d's slot, its direct gets watched: a
-// refused one ends the read, naming its subject (slotdone.Watched).
-func (s *Service) slotDone(ctx context.Context, d *events.Dispatch) (bool, error) {
-	w := slotdone.Watched{Refusals: &s.refusals, JS: s.cfg.JS, Service: "deadletter"}
-	return w.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly)
 }
 
 func (s *Service) deleteDispatch(ctx context.Context, seq uint64) error {

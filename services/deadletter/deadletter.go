@@ -47,7 +47,7 @@ type Service struct {
 	recMu    sync.Mutex
 	suspects map[uint64]bool
 	// refusals ends a stream bind (bindStream) or a read of a slot's
-	// outcome (slotDone) that the server refused.
+	// outcome (slotdone.Watched) that the server refused.
 	refusals jsutil.PubWatch
 }
 

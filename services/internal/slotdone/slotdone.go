@@ -52,21 +52,16 @@ type Outcome struct {
 	DeadLetter bool
 }
 
-// Done reports whether task id's slot at slot (or, with SlotOrLater, a
+// find reports whether task id's slot at slot (or, with SlotOrLater, a
 // later one) has a final outcome on runs (run.succeeded, run.skipped, or
-// run.failed with no retry to follow) or a dead-letter entry on dead. A
-// failure with a retry to follow is no outcome: the slot is not done. Nor
-// is an event of another task of the same ID: one naming a taskCreatedAt
-// other than created (the schedule's), when both are known. An error
-// reading either stream is returned; an event that does not decode counts
-// as none.
-func Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (bool, error) {
-	_, done, err := Find(ctx, runs, dead, id, slot, created, match)
-	return done, err
-}
-
-// Find is Done that also returns the event that made the slot done.
-func Find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (Outcome, bool, error) {
+// run.failed with no retry to follow) or a dead-letter entry on dead, and
+// the event that made it done. A failure with a retry to follow is no
+// outcome: the slot is not done. Nor is an event of another task of the
+// same ID: one naming a taskCreatedAt other than created (the
+// schedule's), when both are known. An error reading either stream is
+// returned; an event that does not decode counts as none. Services ask
+// through Watched.
+func find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (Outcome, bool, error) {
 	covers := func(t time.Time) bool {
 		if match == SlotOnly {
 			return t.Equal(slot)
@@ -108,7 +103,7 @@ func Find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 	return Outcome{}, false, nil
 }
 
-// Watched is Find and Done as a service asks them: their direct gets of
+// Watched is how a service asks whether a slot is done: find with its direct gets of
 // RUNS and DEADLETTER watched by the service's PubWatch. A direct get its
 // NATS user may not publish draws no reply, only the server's
 // asynchronous -ERR: the read waited out the JetStream timeout (5 s), for
@@ -125,13 +120,14 @@ type Watched struct {
 	Service string
 }
 
-// Done is slotdone.Done, watched.
+// Done is Find without the event.
 func (w Watched) Done(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (bool, error) {
 	_, done, err := w.Find(ctx, runs, dead, id, slot, created, match)
 	return done, err
 }
 
-// Find is slotdone.Find, watched. Only the task's own subjects are
+// Find reports whether the slot is done (find), and the event that made it
+// done, with the task's direct gets watched. Only the task's own subjects are
 // watched: a refusal ends no other task's read in flight, which a user
 // granted some of RUNS's subjects but not others could still answer.
 func (w Watched) Find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, created time.Time, match Match) (Outcome, bool, error) {
@@ -141,7 +137,7 @@ func (w Watched) Find(ctx context.Context, runs, dead jetstream.Stream, id strin
 	defer unwatchRuns()
 	wctx, unwatchDead := w.Refusals.Watch(runsCtx, deadGets+events.DeadLetterSubject(id))
 	defer unwatchDead()
-	o, done, err := Find(wctx, runs, dead, id, slot, created, match)
+	o, done, err := find(wctx, runs, dead, id, slot, created, match)
 	if err == nil {
 		return o, done, nil
 	}
