@@ -681,14 +681,7 @@ func FuzzDecide(f *testing.F) {
 // last: the first occurrence after both last and now.
 func checkCronSlot(t *testing.T, spec *events.TaskSpec, now, last, next time.Time, explain func() string) {
 	t.Helper()
-	sched, err := cron.Parse(spec.Schedule.Cron)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := time.LoadLocation(spec.Schedule.Timezone)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched, loc := cronOf(t, spec)
 	from := now
 	if last.After(now) {
 		from = last
@@ -824,14 +817,7 @@ func staleTarget(spec *events.TaskSpec, s governor.State, now time.Time, lo, hi 
 // its slot, delayed by the same fraction of its own gap, is not ahead.
 func checkCronJitter(t *testing.T, spec *events.TaskSpec, now, last, next time.Time, explain func() string) {
 	t.Helper()
-	sched, err := cron.Parse(spec.Schedule.Cron)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loc, err := time.LoadLocation(spec.Schedule.Timezone)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched, loc := cronOf(t, spec)
 	n1 := sched.Next(now, loc)
 	if last.After(now) {
 		n1 = sched.Next(last, loc) // a last slot ahead (clock skew): after it
@@ -1087,4 +1073,18 @@ func (w quietUTC) isEdge(t time.Time) bool {
 	t = t.UTC()
 	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 	return t.Sub(day) == time.Duration(w.end)*time.Second
+}
+
+// cronOf parses spec's cron schedule and loads its time zone.
+func cronOf(t *testing.T, spec *events.TaskSpec) (*cron.Schedule, *time.Location) {
+	t.Helper()
+	sched, err := cron.Parse(spec.Schedule.Cron)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := time.LoadLocation(spec.Schedule.Timezone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sched, loc
 }
