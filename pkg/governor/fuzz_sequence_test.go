@@ -340,15 +340,9 @@ func (q *sequence) step(b byte) {
 		}
 		q.expect(what, q.bound(q.st.LastScheduledAt, want), "")
 		// Re-deciding moves nothing (a spec update restarts the adaptive
-		// interval, which may). Not for a slot bounds.min raised: once the
-		// cadence's own slot (the cron occurrence, the grid slot) has
-		// passed, the rules plan the next one after now (its gap passes
-		// bounds.min), a breaker transition or a spec update between the
-		// two drops the raised slot and runs later (*/30 with bounds.min
-		// 56m, last run 09:00: 09:56, or 10:00 after a transition at
-		// 09:31). docs/governor.md promises a kept slot only for a cron
-		// occurrence's jittered slot; reported, not changed.
-		if before.Source != governor.SourceClampedMin && (op == 5 || q.sched != nil || q.spec.Adaptive == nil) {
+		// interval, which may), a slot bounds.min raised included: its
+		// cadence slot may have passed, but the raised one is ahead.
+		if op == 5 || q.sched != nil || q.spec.Adaptive == nil {
 			q.expect(what+" moves nothing", before.NextRunAt, before.Source)
 		}
 	}
@@ -452,7 +446,7 @@ func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want tim
 	var after func() time.Time // the next slot after now
 	if q.sched != nil {
 		first := q.sched.Next(last, q.loc)
-		if first.After(now) {
+		if first.After(now) || q.heldByMin(last, first, now) {
 			return first, 0
 		}
 		if second := q.sched.Next(first, q.loc); second.After(now) {
@@ -475,6 +469,9 @@ func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want tim
 			step = min(max(s.AdaptiveInterval, lo), hi)
 		}
 		full := step << min(s.Failures, 5)
+		if q.heldByMin(last, last.Add(full), now) {
+			return last.Add(full), 0
+		}
 		k := int64(now.Sub(last) / full)
 		if k < 2 {
 			return last.Add(time.Duration(k+1) * full), 0
@@ -503,6 +500,14 @@ func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want tim
 		limit = events.DefaultCatchUpMax
 	}
 	return want, int(min(missed, int64(limit)))
+}
+
+// heldByMin reports whether first, the cadence's first slot after last,
+// is still the next run at now although it has passed: bounds.min raises
+// it to a time still ahead.
+func (q *sequence) heldByMin(last, first, now time.Time) bool {
+	b := q.spec.Bounds
+	return b != nil && b.Min > 0 && first.Before(last.Add(b.Min.D())) && last.Add(b.Min.D()).After(now)
 }
 
 // bound applies bounds to a slot after last (from the second run on),

@@ -347,7 +347,11 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 		src = SourceBackoff
 	}
 	full := p.stretch(step, exp, true)
-	next, missed := grid(anchor, full, p.now)
+	at := p.now // the grid's first slot after at
+	if first := anchor.Add(full); !first.After(p.now) && p.heldByMin(anchor, first) {
+		at = anchor
+	}
+	next, missed := grid(anchor, full, at)
 	gap := full // the step of the grid next is on
 	if h := p.s.IntervalHint; h != nil && !next.Before(h.ExpiresAt) {
 		next, src, gap = p.afterHint(h, anchor, exp, next, src, full)
@@ -618,7 +622,7 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			next = sched.Next(p.now, loc)
 			break
 		}
-		if first.After(p.now) || p.pendingOccurrence(anchor).Equal(first) {
+		if first.After(p.now) || p.pendingOccurrence(anchor).Equal(first) || p.heldByMin(anchor, first) {
 			next = first
 			break
 		}
@@ -691,6 +695,28 @@ func (p *planner) pendingOccurrence(ref time.Time) time.Time {
 	}
 	p.tr.str("occurrence ").at(o).str(" passed, but its jittered slot ").at(o.Add(delay)).str(" has not: still the next run").end()
 	return o
+}
+
+// heldByMin reports whether slot, the cadence's first slot after anchor
+// (the grid's, or the cron expression's next occurrence), has passed but
+// was never due: bounds.min raises it to anchor + bounds.min, still ahead,
+// and clamp raises it there again. Judged by the bare slot, a decision in
+// between (a breaker transition, a spec update) dropped the raised run
+// for the cadence's next slot (a daily cron with bounds.min 36h, last run
+// at midnight, ran at the second midnight instead of noon the next day),
+// and an outcome applied late, after a downtime, counted the slots
+// bounds.min forbade as missed (with catchUp all it backfilled them).
+func (p *planner) heldByMin(anchor, slot time.Time) bool {
+	b := p.spec.Bounds
+	if b == nil || b.Min <= 0 {
+		return false
+	}
+	until := anchor.Add(b.Min.D())
+	if !until.After(p.now) || !slot.Before(until) {
+		return false
+	}
+	p.tr.str("slot ").at(slot).str(" passed, but bounds.min ").dur(b.Min.D()).str(" holds it until ").at(until).str(": still the next run").end()
+	return true
 }
 
 // beforeLast is a time whose next occurrence is the last one at or before

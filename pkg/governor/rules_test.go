@@ -1226,6 +1226,80 @@ func TestDecideCronJitterSlotSurvivesMissedOccurrences(t *testing.T) {
 	})
 }
 
+// A slot bounds.min raised (the cadence's own slot comes sooner after the
+// last run than bounds.min) is the task's next run until its raised time,
+// even once the cadence's slot has passed: a breaker transition or a spec
+// update in between keeps it, and an outcome applied late does not count
+// the slots bounds.min forbade as missed. Judged by the bare slot, a daily
+// cron with bounds.min 36h, last run at midnight, re-planned at 06:00
+// the next day for the second midnight, 12 hours after its raised slot;
+// and with catchUp all, a late outcome backfilled slots that were never
+// due.
+func TestDecideMinRaisedSlotSurvivesAReDecision(t *testing.T) {
+	midnight := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	daily := mustValid(t, withBounds(cronSpec("0 0 * * *", "UTC"), 36*time.Hour, 0))
+	halfHour := mustValid(t, withBounds(intervalSpec(30*time.Minute), 56*time.Minute, 0))
+	raised := func(spec *events.TaskSpec, last time.Time) governor.State {
+		t.Helper()
+		d := governor.Decide(last.Add(2*time.Second), spec, ran(last), outcome("succeeded", last))
+		if d.Source != governor.SourceClampedMin {
+			t.Fatalf("the decision after the run planned %s (%s), want a slot raised to bounds.min\ntrail: %q", fmtT(d.NextRunAt), d.Source, d.Trail)
+		}
+		return d.State
+	}
+	dailyNext := midnight.Add(36 * time.Hour) // noon on the second day
+	halfNext := t0.Add(56 * time.Minute)
+	var cases []decideCase
+	for _, in := range []governor.Input{updated, breakerInput("closed", time.Time{}), breakerInput("half-open", time.Time{})} {
+		what := string(in.Kind)
+		if in.Breaker != nil {
+			what += " " + in.Breaker.State
+		}
+		cases = append(cases,
+			decideCase{
+				"daily cron, " + what + " the morning after the occurrence",
+				given{daily, raised(daily, midnight), midnight.Add(30 * time.Hour), in},
+				want{next: dailyNext, source: governor.SourceClampedMin, trail: "holds it until"},
+			},
+			decideCase{
+				"30m interval, " + what + " after its grid slot",
+				given{halfHour, raised(halfHour, t0), t0.Add(31 * time.Minute), in},
+				want{next: halfNext, source: governor.SourceClampedMin, trail: "holds it until"},
+			},
+		)
+	}
+	late := func(slot, end time.Time) governor.Input {
+		in := outcome("succeeded", slot)
+		in.Outcome.FinishedAt = end // started unknown, as after a downtime
+		return in
+	}
+	tenSeconds := mustValid(t, withCatchUp(withBounds(intervalSpec(10*time.Second), time.Minute, 0), events.CatchUpAll, 0))
+	everyMinute := mustValid(t, withCatchUp(withBounds(cronSpec("* * * * *", "UTC"), 5*time.Minute, 0), events.CatchUpAll, 0))
+	noBackfill := func(t *testing.T, d governor.Decision) {
+		if d.State.CatchUpPending != 0 {
+			t.Errorf("%d backfill runs pending for slots bounds.min never let run", d.State.CatchUpPending)
+		}
+	}
+	cases = append(cases,
+		decideCase{
+			"catchUp all, a 10s interval's outcome applied 35s late",
+			given{tenSeconds, ran(t0.Add(-time.Minute)), t0.Add(35 * time.Second), late(t0, t0.Add(35*time.Second))},
+			want{next: t0.Add(time.Minute), source: governor.SourceClampedMin, trail: "holds it until", check: noBackfill},
+		},
+		decideCase{
+			"catchUp all, a minutely cron's outcome applied 2m30s late",
+			given{everyMinute, ran(t0.Add(-5 * time.Minute)), t0.Add(150 * time.Second), late(t0, t0.Add(150*time.Second))},
+			want{next: t0.Add(5 * time.Minute), source: governor.SourceClampedMin, trail: "holds it until", check: noBackfill},
+		},
+		decideCase{
+			"a spec update lowers bounds.min below the time passed: the next occurrence",
+			given{mustValid(t, withBounds(cronSpec("0 0 * * *", "UTC"), 3*time.Hour, 0)), raised(daily, midnight), midnight.Add(30 * time.Hour), updated},
+			want{next: midnight.Add(48 * time.Hour), source: governor.SourceBaselineCron, trail: "already passed: next occurrence"},
+		},
+	)
+	runDecideCases(t, cases)
+}
+
 // An input that re-plans while a slot is in flight (due, its outcome not
 // in yet; a hint, a requeue) plans the slot after it: the one in flight
 // runs first, whatever is decided, so the grid, the first-run rule,
