@@ -139,6 +139,8 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	p.flying = p.slotInFlight()
 	if p.inFlight() {
 		p.keep()
+	} else if p.in == KindOutcome && !p.flying.IsZero() {
+		p.keepQueued()
 	} else if what := p.servesAhead(); what != "" {
 		p.keepServing(what)
 	} else {

@@ -82,6 +82,12 @@
 // request again; a one-shot hint and a requeue are consumed then, so a
 // second input during the run does not plan them again either.
 //
+// The outcome of the run during which a slot was planned (by a hint or a
+// requeue) keeps that slot, due or ahead: it has not run, and its dispatch
+// waits behind the run's own in DISPATCH, which holds one per task.
+// Planned after, it was replaced in the timer before the timer's retry
+// published it, and the run asked for never ran.
+//
 // # Baseline, backoff and past slots
 //
 // After a failed run an interval cadence backs off: the next slot is

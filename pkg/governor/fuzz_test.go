@@ -473,6 +473,16 @@ func FuzzDecide(f *testing.F) {
 			}
 			return // the rest holds for the decision that planned it
 		}
+		// A slot planned while the run of this outcome ran (by a run-now
+		// hint, a requeue, an interval hint) is kept, due or ahead: its
+		// dispatch waits for that run's to leave DISPATCH, and planned
+		// after, it was replaced in the timer before it was published.
+		if in.Kind == governor.KindOutcome && !d.Ignored && !slotInFlight(now, st, d.State, in).IsZero() {
+			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "was planned while the run of") {
+				t.Fatalf("the outcome of %s moved the slot planned while it ran, %s (%s), to %s (%s)\n%s", fmtT(in.Outcome.ScheduledAt), fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source, fmtTrail(d.Trail))
+			}
+			return
+		}
 		// A slot in flight still ahead (perhaps not published yet) that
 		// serves a request is kept, unless the input stops the task:
 		// planned after, the unpublished slot was dropped with the request.

@@ -178,6 +178,24 @@ func (p *planner) keep() {
 	p.tr.str("slot ").at(p.prevNext).str(" is in flight (its outcome is not in yet): kept; the slot after it is planned from that outcome").end()
 }
 
+// keepQueued leaves where it is the slot in flight when the input is the
+// outcome of an earlier slot: an input during that run (a run-now hint, a
+// requeue, an interval hint) planned it. It cannot have run yet, and may
+// not be dispatched at all: DISPATCH holds one dispatch per task, so the
+// timer's publish of it is refused until the run of this outcome leaves
+// DISPATCH (its ack follows its outcome), and retried with a backoff of
+// up to 4 s. Planned after, as a slot in flight is otherwise, it was
+// replaced in the timer before that retry, and the run it was planned for
+// (the run-now, the requeue) never ran, without a word. Kept, it runs
+// once whether or not it was published, and its outcome plans the slot
+// after it.
+func (p *planner) keepQueued() {
+	p.expireHints()
+	p.setNext(p.prevNext, p.prevSource)
+	p.tr.str("slot ").at(p.prevNext).str(" was planned while the run of ").at(p.s.LastScheduledAt).
+		str(" ran; its dispatch waits for that run's to leave DISPATCH: kept; the slot after it is planned from its outcome").end()
+}
+
 // servesAhead names the request that the slot in flight, still ahead of
 // now, serves: the run a timed pause leads to, a one-shot hint or a
 // requeue at or before it, a dead-letter recheck it is, or the next

@@ -1300,6 +1300,54 @@ func TestDecideMinRaisedSlotSurvivesAReDecision(t *testing.T) {
 	runDecideCases(t, cases)
 }
 
+// A slot planned while a run ran (by a run-now hint, a requeue, an
+// interval hint) is still the next run when that run's outcome is
+// applied, due or not: DISPATCH holds one dispatch per task, so the
+// timer's publish of it waits, refused, until the run's dispatch is acked
+// after its outcome is stored. Planned after, as the slot in flight it
+// looked like, it was replaced in the timer before the timer's next try,
+// and the run-now or requeue never ran, without a word (an hourly task
+// ran again an hour later).
+func TestDecideSlotPlannedDuringARunSurvivesItsOutcome(t *testing.T) {
+	spec := mustValid(t, intervalSpec(time.Hour))
+	running := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)) // the 10:00 run is under way
+	during := t0.Add(time.Second)
+	inputs := map[string]governor.Input{
+		"a run-now hint":     hinted(governor.Hint{At: during}),
+		"a requeue":          requeued,
+		"an interval hint":   hinted(governor.Hint{Interval: 3 * time.Second, TTL: time.Hour}),
+		"a one-shot hint 4s": hinted(governor.Hint{At: during.Add(4 * time.Second)}),
+	}
+	for name, in := range inputs {
+		d := governor.Decide(during, spec, running, in)
+		if !d.NextRunAt.After(t0) {
+			t.Fatalf("%s during the run planned %s (%s), not after it\ntrail: %q", name, fmtT(d.NextRunAt), d.Source, d.Trail)
+		}
+		queued := d.NextRunAt
+		for _, end := range []time.Time{queued.Add(-time.Second), queued.Add(time.Second), queued.Add(30 * time.Second)} {
+			if end.Before(during) {
+				continue
+			}
+			o := outcome("succeeded", t0)
+			o.Outcome.FinishedAt = end
+			runDecideCases(t, []decideCase{{
+				fmt.Sprintf("%s, the run's outcome at %s", name, fmtT(end)),
+				given{spec, d.State, end, o},
+				want{next: queued, source: d.Source, trail: "was planned while the run of"},
+			}})
+		}
+		// Its own outcome plans the slot after it, as any outcome does.
+		o := outcome("succeeded", t0)
+		o.Outcome.FinishedAt = queued.Add(time.Second)
+		kept := governor.Decide(queued.Add(time.Second), spec, d.State, o)
+		after := governor.Decide(queued.Add(2*time.Second), spec, kept.State, outcome("succeeded", queued))
+		if !after.NextRunAt.After(queued) || after.State.OneShotHint != nil || !after.State.RequeuedAt.IsZero() {
+			t.Errorf("%s: after the kept slot %s ran: next %s (%s), one-shot %v, requeued at %s\ntrail: %q",
+				name, fmtT(queued), fmtT(after.NextRunAt), after.Source, after.State.OneShotHint, fmtT(after.State.RequeuedAt), after.Trail)
+		}
+	}
+}
+
 // An input that re-plans while a slot is in flight (due, its outcome not
 // in yet; a hint, a requeue) plans the slot after it: the one in flight
 // runs first, whatever is decided, so the grid, the first-run rule,

@@ -648,6 +648,55 @@ func TestRequeueRunsTheTaskAgain(t *testing.T) {
 	}
 }
 
+// TestARunAskedForDuringARunRunsAfterIt: a run-now hint or a requeue sent
+// while a slot's call is running plans a slot that waits behind it, since
+// DISPATCH holds one dispatch per task: the timer's publish is refused
+// (10077) and retried, backing off to 4 s. The running slot's outcome was
+// applied before that retry and planned the next slot after the waiting
+// one, which took its place in the timer: the run asked for never ran and
+// the hourly task was next called an hour later, without a word.
+func TestARunAskedForDuringARunRunsAfterIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, typ, data string }{
+		{"run-now", "task.hinted", `{"id":"slow","at":%q}`},
+		{"requeue", "task.requeued", `{"id":"slow"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tg := newScripted(t, 200)
+			release := make(chan struct{})
+			tg.mu.Lock()
+			tg.hang = release
+			tg.mu.Unlock()
+			e.create("slow", fmt.Sprintf(`{"id":"slow","target":{"http":{"url":%q,"timeout":"60s"}},"schedule":{"interval":"1h"}}`, tg.srv.URL))
+			tg.awaitCall(t, "the first run")
+			data := tc.data
+			if strings.Contains(data, "%q") {
+				data = fmt.Sprintf(data, time.Now().UTC().Format(time.RFC3339Nano))
+			}
+			body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":"cmd-1","subject":"slow","datacontenttype":"application/json","data":%s}`, tc.typ, data)
+			if err := e.srv.NC.Publish("flyball."+tc.typ+".slow", []byte(body)); err != nil {
+				t.Fatal(err)
+			}
+			// Five refusals: the timer's next try of the slot asked for is
+			// 4 s away, long after the running slot's outcome is applied.
+			pending := e.st.Metrics().DispatchTotal.WithLabelValues("pending")
+			natstest.Eventually(t, 15*time.Second, "the slot asked for refused 5 times behind the running one", func() bool {
+				return testutil.ToFloat64(pending) >= 5
+			})
+			tg.mu.Lock()
+			close(release)
+			tg.hang = nil
+			tg.mu.Unlock()
+			tg.awaitCall(t, "the run asked for during the first run")
+			if n := len(tg.Calls()); n != 2 {
+				t.Fatalf("target got %d calls, want 2", n)
+			}
+		})
+	}
+}
+
 func TestMalformedMessagesAreTerminatedAndCounted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
