@@ -193,11 +193,13 @@ func envelopeMembers(b []byte) (members map[string]json.RawMessage, field, rule 
 }
 
 // decodeFoldedJSON decodes a message whose datacontenttype is a JSON media
-// type in another case ("Application/JSON") and whose data is not a
-// string. The sdk's decoder compares the media type case-sensitively and
-// wants such data as a JSON string, while its encoder (and DecodeData)
-// fold the case: the data is read as JSON, as for "application/json".
-// ok is false for any other message.
+// type the sdk's decoder does not know as one, in another case
+// ("Application/JSON") or a +json type ("application/vnd.x+json"), and
+// whose data is not a string. The sdk's decoder compares the media type
+// case-sensitively against four names and wants any other type's data as a
+// JSON string, while binary mode, its encoder and DecodeData fold the case
+// and take +json types as JSON (isJSONMediaType): the data is read as JSON,
+// as for "application/json". ok is false for any other message.
 func decodeFoldedJSON(members map[string]json.RawMessage) (e Event, ok bool) {
 	var dct string
 	data, hasData := members["data"]
@@ -205,7 +207,7 @@ func decodeFoldedJSON(members map[string]json.RawMessage) (e Event, ok bool) {
 		return Event{}, false
 	}
 	mt, _, _ := strings.Cut(dct, ";")
-	if isSDKJSON(mt) || mt == "" || !isSDKJSON(strings.ToLower(strings.TrimSpace(mt))) || jsonKind(data) == "string" {
+	if isSDKJSON(mt) || mt == "" || !isJSONMediaType(dct) || jsonKind(data) == "string" {
 		return Event{}, false
 	}
 	rest := make(map[string]json.RawMessage, len(members))
@@ -498,7 +500,7 @@ func attributeProblems(b []byte) []FieldError {
 		add("specversion", `is required (structured mode, exactly "specversion") or send ce-* headers (binary mode)`)
 	}
 	if data != nil && dct != "" {
-		if mt, _, _ := strings.Cut(dct, ";"); !isSDKJSON(strings.TrimSpace(mt)) && jsonKind(data) != "string" {
+		if mt, _, _ := strings.Cut(dct, ";"); !isSDKJSON(strings.TrimSpace(mt)) && !isJSONMediaType(dct) && jsonKind(data) != "string" {
 			add("data", fmt.Sprintf("must be a JSON string for content type %q, got %s", truncate(dct, 64), jsonKind(data)))
 		}
 	}

@@ -33,7 +33,10 @@ func TestDataContentTypeIsAMediaType(t *testing.T) {
 			}
 		})
 	}
-	for _, ct := range []string{"Application/JSON", "APPLICATION/JSON; charset=utf-8"} {
+	// Structured mode reads data as JSON for the media types binary mode
+	// does: application/json and any +json type, in any case and with
+	// parameters.
+	for _, ct := range []string{"Application/JSON", "APPLICATION/JSON; charset=utf-8", "application/vnd.flyball.task+json", "Application/Vnd.Flyball+JSON; charset=utf-8"} {
 		for _, extra := range []string{"", `"ext":"1"`} {
 			members := []string{envSpec, envID, envType, envSource, `"datacontenttype":"` + ct + `"`, envData}
 			if extra != "" {
@@ -63,6 +66,18 @@ func TestDataContentTypeIsAMediaType(t *testing.T) {
 			})
 		}
 	}
+	// A message refused for another attribute does not blame JSON data
+	// under a JSON media type.
+	for _, ct := range []string{"Application/JSON", "application/vnd.flyball.task+json"} {
+		t.Run("structured bad time "+ct, func(t *testing.T) {
+			_, err := events.Decode(nil, envelope(envSpec, envID, envType, envSource, `"time":"nope"`, `"datacontenttype":"`+ct+`"`, envData))
+			assertOneMalformed(t, err, wantErr{"time", []string{"RFC 3339", "nope"}})
+		})
+	}
+	t.Run("structured text/plain object data", func(t *testing.T) {
+		_, err := events.Decode(nil, envelope(envSpec, envID, envType, envSource, `"datacontenttype":"text/plain"`, envData))
+		assertOneMalformed(t, err, wantErr{"data", []string{"must be a JSON string", "text/plain"}})
+	})
 }
 
 // decodeBinaryAs decodes the minimal binary-mode event with content type ct.

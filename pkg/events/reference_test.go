@@ -93,9 +93,9 @@ func refDecode(header map[string][]string, body []byte) (Event, error) {
 	var e Event
 	if err := unmarshalEvent(trimmed, &e); err != nil {
 		// Deliberate change: non-string data under a JSON media type in
-		// another case ("Application/JSON") is JSON, as DecodeData and
-		// the sdk's encoder read that type (the sdk's decoder wanted a
-		// string).
+		// another case ("Application/JSON") or a +json type
+		// ("application/vnd.x+json") is JSON, as binary mode and
+		// DecodeData read that type (the sdk's decoder wanted a string).
 		if e, ok := decodeFoldedJSON(members); ok {
 			return e, refValidate(e)
 		}
