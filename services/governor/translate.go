@@ -105,9 +105,15 @@ func (s *Step) olderThan(seq uint64) bool {
 // error wrapping events.ErrMalformed; messages that change nothing return
 // ErrNoEffect.
 func Translate(subject string, header map[string][]string, data []byte, at time.Time) (Step, error) {
+	// The governor's own answers come first: one on their subject is
+	// never answered, whatever it holds (an answer to an answer could be
+	// answered again), nor counted.
+	if answerSubject(subject) {
+		return Step{}, ErrNoEffect
+	}
 	subj, err := events.ParseSubject(subject)
 	if err != nil {
-		if len(subject) > len("flyball.task.") && subject[:len("flyball.task.")] == "flyball.task." {
+		if len(subject) > len(taskSubjectPrefix) && strings.HasPrefix(subject, taskSubjectPrefix) {
 			return Step{}, reject("subject", err.Error())
 		}
 		return Step{}, fmt.Errorf("%w: %w", events.ErrMalformed, err)
@@ -192,6 +198,23 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 	return Step{}, ErrNoEffect
 }
 
+// taskSubjectPrefix starts every command subject, and the answers'.
+const taskSubjectPrefix = events.SubjectRoot + "." + string(events.FamilyTask) + "."
+
+// answerSubject reports whether subject is one of the governor's own
+// answer verbs (flyball.task.accepted.…, flyball.task.rejected.…), with
+// whatever tokens follow: docs/events.md says such a message is never
+// answered. Before, one that did not decode, or had a token too many or
+// too few, was rejected before its verb was looked at.
+func answerSubject(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, taskSubjectPrefix)
+	if !ok {
+		return false
+	}
+	verb, _, _ := strings.Cut(rest, ".")
+	return verb == string(events.VerbAccepted) || verb == string(events.VerbRejected)
+}
+
 // TaskCreatedAt is the createdAt of the schedule the step's run was
 // dispatched from (see gov.Outcome.TaskCreatedAt), or of the task a
 // requeue is meant for (RequeueFor), or zero.
@@ -252,9 +275,6 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 
 func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error) {
 	id := step.TaskID
-	if verb == events.VerbAccepted || verb == events.VerbRejected {
-		return Step{}, ErrNoEffect
-	}
 	if e.Type() != verb.Type() {
 		return Step{}, reject("type", fmt.Sprintf("must be %q on subject %s, got %q", verb.Type(), events.TaskSubject(verb, id), clip(e.Type())))
 	}
