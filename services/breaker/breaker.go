@@ -137,15 +137,21 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "bad subject: "+m.Subject(), s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	// A success (run.recovered; run.succeeded from a filter set by hand,
-	// or delivered before the filter changed) for a breaker already
-	// settled here needs no decode at all: the executor's headers name the
-	// key and the outcome. (A malformed body is still terminated and
-	// counted by the governor.) One whose last transition is a closing
-	// made by this very outcome goes on: its publish may have failed
-	// (settled).
-	ok := success(events.Outcome(subj.Action))
-	if ok {
+	// A run.succeeded (from a filter set by hand, or delivered before the
+	// filter changed) for a breaker already settled here needs no decode
+	// at all: the executor's headers name the key and the outcome, and the
+	// governor, which consumes every run.succeeded, terminates and counts
+	// a malformed body. One whose last transition is a closing made by
+	// this very outcome goes on: its publish may have failed (settled).
+	// A run.recovered is decoded first: this service is its only
+	// consumer, so a malformed one acked here was acked unread and
+	// uncounted. The decode costs microseconds, and a settled breaker
+	// still needs no KV access (the check after it); the executor sends
+	// run.recovered only for a breaker its view shows unsettled, which
+	// nearly always goes on to a write anyway.
+	o := events.Outcome(subj.Action)
+	ok := success(o)
+	if o == events.OutcomeSucceeded {
 		if key := m.Headers().Get(events.HeaderBreakerKey); key != "" && s.settled(key, successID(m.Headers().Get(jetstream.MsgIDHeader))) {
 			_ = m.Ack()
 			return

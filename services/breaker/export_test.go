@@ -42,3 +42,7 @@ func (s *Service) PublishRecorded(ctx context.Context, key string, value []byte)
 // SpecRevision is the revision of id's spec the view of flyball-tasks
 // holds (0: none, or the view is not loaded).
 func (s *Service) SpecRevision(id string) uint64 { return s.specs.Lookup(id).Revision }
+
+// RecordsLoaded is closed once the view of flyball-breakers has loaded:
+// from then on a success for a settled breaker takes the header shortcut.
+func (s *Service) RecordsLoaded() <-chan struct{} { return s.records.Ready() }
