@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -132,7 +133,7 @@ func (s *Service) command(ctx context.Context, m jetstream.Msg) error {
 	case err != nil:
 		return err
 	default:
-		id := "accepted:" + step.CommandID
+		id := answerID(events.VerbAccepted, step.CommandID, m)
 		if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbAccepted, acc.ID), id,
 			events.TypeTaskAccepted, s.source, acc.ID, acc, at); err != nil {
 			return err
@@ -169,23 +170,15 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	if token == "" {
 		token = "_invalid"
 	}
-	// The answer's id (its Nats-Msg-Id) is the command's, so that a
-	// command sent again is answered once, whatever check refused it (an
+	// The answer's id names the command's whatever check refused it (an
 	// envelope that does not decode too: PeekAttributes reads only an id
-	// given once, as a UTF-8 string). Without such an id, or with one too
-	// long or holding a control character (a CR or LF would end the
-	// header), the command's stream sequence takes its place.
-	answerID := "rejected:" + cmdID
-	if cmdID == "" || len(cmdID) > MaxCommandID || strings.ContainsFunc(cmdID, unicode.IsControl) {
-		if md, err := m.Metadata(); err == nil {
-			answerID = fmt.Sprintf("rejected:%s:%d", md.Stream, md.Sequence.Stream)
-		}
-	}
+	// given once, as a UTF-8 string).
+	msgID := answerID(events.VerbRejected, cmdID, m)
 	label := "invalid"
 	if len(r.reasons) > 0 && r.reasons[0].Field != "" {
 		label = rejectionLabel(r.reasons[0])
 	}
-	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbRejected, token), answerID,
+	if err := jsutil.PublishEvent(ctx, s.cfg.JS, events.TaskSubject(events.VerbRejected, token), msgID,
 		events.TypeTaskRejected, s.source, id, body, at); err != nil {
 		return err
 	}
@@ -193,6 +186,26 @@ func (s *Service) answerRejected(ctx context.Context, m jetstream.Msg, r *reject
 	s.log.Info("command rejected", "subject", m.Subject(), "reasons", r.Error())
 	s.ack(m)
 	return nil
+}
+
+// answerID is the id, and Nats-Msg-Id, of the answer verb (accepted or
+// rejected) to the command m whose id is cmdID: <verb>:<cmdID>, so that a
+// command sent again is answered once. Without such an id, or with one
+// too long, holding a control character or ending in white space, the
+// command's stream sequence takes its place (<verb>:TASKS:<sequence>):
+// nats.go writes a header value with each CR or LF replaced by a space and
+// its ends trimmed, and events.Marshal trims the id, so the stored
+// Nats-Msg-Id would differ from the event's id, and two commands ("a\nb"
+// and "a b", "c " and "c") would share one answer, the second dropped as
+// a duplicate.
+func answerID(verb events.Verb, cmdID string, m jetstream.Msg) string {
+	last, _ := utf8.DecodeLastRuneInString(cmdID)
+	if cmdID == "" || len(cmdID) > MaxCommandID || strings.ContainsFunc(cmdID, unicode.IsControl) || unicode.IsSpace(last) {
+		if md, err := m.Metadata(); err == nil {
+			return fmt.Sprintf("%s:%s:%d", verb, md.Stream, md.Sequence.Stream)
+		}
+	}
+	return string(verb) + ":" + cmdID
 }
 
 // rejectionLabel is the flyball_rejected_events_total label of a

@@ -631,6 +631,10 @@ func TestRejectedAnswerIDIsTheCommandID(t *testing.T) {
 		{"binary {bad", nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"c-bin"}, "ce-source": {"test"}, "ce-type": {events.TypeTaskCreated}}, []byte(`{bad`), "rejected:c-bin"},
 		{"id given twice", nil, structured("d1", `,"id":"d2"`), ""},
 		{"id with a newline", nil, structured(`c\nx`, `,"x-foo":"v"`), ""},
+		// The id and the Nats-Msg-Id would both lose the space, and the
+		// answer be taken for command "c-sp"'s.
+		{"id ending in a space", nil, structured(`c-sp `, `,"x-foo":"v"`), ""},
+		{"id ending in a no-break space", nil, structured("c-sp\u00a0", `,"x-foo":"v"`), ""},
 		{"no id", nil, []byte(`{bad`), ""},
 	} {
 		ack, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: subject, Header: c.header, Data: c.body})
