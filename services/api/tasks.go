@@ -38,9 +38,10 @@ type CommandResult struct {
 // stored (status "unknown", with its commandId: control.ErrMaybeStored).
 //
 // With an Idempotency-Key header the command id is derived from the key,
-// the command, the task, the query and the body, so the same request
-// retried within TASKS's duplicate window (2 minutes) is stored once and
-// answered with the first one's verdict.
+// the command, the task, the URL path, the query, the body and any
+// If-Match (idempotentID), so the same request retried within TASKS's
+// duplicate window (2 minutes) is stored once and answered with the first
+// one's verdict.
 func (s *Service) send(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, data any) {
 	cmdID, ok := idempotentID(w, r, verb, id)
 	if !ok {
