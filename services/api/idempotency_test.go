@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
+	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
 )
 
@@ -178,4 +182,49 @@ func (b *bundle) keyed(t *testing.T, method, path, key, body string) *reply {
 	h.Set("Authorization", "Bearer "+token)
 	h.Set("Idempotency-Key", key)
 	return b.send(t, method, path, h, body)
+}
+
+// TestAKeyedPauseRetriedAfterItsUntilGetsTheFirstVerdict: a pause's
+// until must lie in the future, and that check ran before the
+// Idempotency-Key was looked at. A client that retried its pause (same
+// key, same body) once the until had passed got 400 "until: must be in
+// the future", although the first one was applied. A retry whose command
+// TASKS holds now gets the first verdict and commandId; a request with
+// another key is still a 400, and nothing more is stored. The API's clock
+// is moved past until; the governor's is not touched.
+func TestAKeyedPauseRetriedAfterItsUntilGetsTheFirstVerdict(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	st, err := stack.Start(context.Background(), stack.Config{JS: js, Services: []string{"governor"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	var ahead atomic.Int64 // how far the API's clock is ahead, in ns
+	s := startAPI(t, api.Config{
+		Common: svcconf.Common{JS: js, Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }},
+		Addr:   "127.0.0.1:0", Tokens: []string{token},
+	})
+	b := &bundle{js: js, base: "http://" + s.Addr(), url: "https://orders.example/healthz"}
+	expect(t, "create web", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+
+	body := fmt.Sprintf(`{"until":%q,"reason":"deploy"}`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	first := b.keyed(t, http.MethodPost, "/api/v1/tasks/web/pause", "pause-1", body)
+	expect(t, "pause", first, http.StatusAccepted, "")
+	if first.str("status") != "accepted" {
+		t.Fatalf("pause: %s, want accepted", first.raw)
+	}
+
+	ahead.Store(int64(2 * time.Hour)) // the until has passed, for the API
+	again := b.keyed(t, http.MethodPost, "/api/v1/tasks/web/pause", "pause-1", body)
+	if again.status != first.status || again.str("commandId") != first.str("commandId") || again.str("status") != first.str("status") {
+		t.Fatalf("pause retried with the same key after its until: %d %s, want the first verdict %d %s", again.status, again.raw, first.status, first.raw)
+	}
+	// Another key is another command, whose until has passed.
+	expect(t, "pause with another key after its until", b.keyed(t, http.MethodPost, "/api/v1/tasks/web/pause", "pause-2", body), http.StatusBadRequest, "until")
+	expect(t, "pause without a key after its until", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", body), http.StatusBadRequest, "until")
+	if n := len(natstest.Read(t, js, streams.StreamTasks, "flyball.task.paused.web")); n != 1 {
+		t.Fatalf("TASKS holds %d task.paused of web, want 1", n)
+	}
 }

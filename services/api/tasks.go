@@ -196,8 +196,10 @@ func (s *Service) existing(w http.ResponseWriter, r *http.Request, verb events.V
 // to be answered with the first one's verdict by sending it again (send
 // stores it once), not refused by a check of the task the first one may
 // have changed (a retried DELETE found its own delete applied and
-// answered 404). Otherwise it answers the refusal (status, field,
-// detail) the check found, or 400 (a bad key) or 503, and returns false.
+// answered 404), or of a time that has come since (a retried pause whose
+// until had passed answered 400). Otherwise it answers the refusal
+// (status, field, detail) the check found, or 400 (a bad key) or 503, and
+// returns false.
 func (s *Service) sentOr(w http.ResponseWriter, r *http.Request, verb events.Verb, id string, status int, field, detail string) bool {
 	cmdID, ok := idempotentID(w, r, verb, id)
 	if !ok {
@@ -345,8 +347,14 @@ func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "for", fmt.Sprintf("must be positive, got %s", req.For))
 		return
 	case req.Until != nil && !req.Until.After(now):
-		writeError(w, http.StatusBadRequest, "until", fmt.Sprintf("must be in the future, got %s", req.Until.Format(time.RFC3339)))
-		return
+		// The one check that depends on when the request comes: a keyed
+		// retry of a pause sent while its until was ahead gets that
+		// pause's verdict (sentOr), not a 400 for a pause that was
+		// applied. (A "for" is counted from now, but the command id
+		// hashes the body as sent, so its retry is the same command.)
+		if !s.sentOr(w, r, events.VerbPaused, id, http.StatusBadRequest, "until", fmt.Sprintf("must be in the future, got %s", req.Until.Format(time.RFC3339))) {
+			return
+		}
 	}
 	p := events.TaskPause{ID: id, Until: req.Until, Reason: req.Reason}
 	if req.For != nil {
