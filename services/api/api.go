@@ -9,6 +9,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,13 @@ type Config struct {
 	// or a well-known metadata hostname it refuses is answered 400, as the
 	// governor would reject it. The zero value is the executor's default.
 	Guard ssrf.Guard
+	// TLSCertFile and TLSKeyFile, both or neither, are the PEM
+	// certificate (chain) and private key the API serves HTTPS with, TLS
+	// 1.2 or later (TLSConfig). New reads them; they are not read again.
+	// Without them the API is plain HTTP and its bearer tokens cross the
+	// network in the clear: keep it on loopback or behind a TLS proxy.
+	TLSCertFile string
+	TLSKeyFile  string
 }
 
 // MinTokenLength is the shortest bearer token the API accepts.
@@ -78,6 +86,20 @@ type Service struct {
 	q      *query.Reader
 	srv    *http.Server
 	ln     net.Listener
+	// tls is the HTTPS configuration; nil serves plain HTTP.
+	tls *tls.Config
+}
+
+// TLSConfig is the API's HTTPS configuration for the PEM certificate
+// (chain) in certFile and its private key in keyFile: TLS 1.2 or later.
+// It reads both files, so a caller can check them before it starts
+// anything.
+func TLSConfig(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // New validates cfg.
@@ -106,6 +128,17 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.WriteTimeout <= cfg.AnswerTimeout {
 		return nil, fmt.Errorf("api: Config.WriteTimeout: must exceed AnswerTimeout (%s), got %s", cfg.AnswerTimeout, cfg.WriteTimeout)
+	}
+	switch {
+	case cfg.TLSCertFile != "" && cfg.TLSKeyFile == "":
+		return nil, errors.New("api: Config.TLSCertFile is set but Config.TLSKeyFile is not: give both, or neither")
+	case cfg.TLSKeyFile != "" && cfg.TLSCertFile == "":
+		return nil, errors.New("api: Config.TLSKeyFile is set but Config.TLSCertFile is not: give both, or neither")
+	case cfg.TLSCertFile != "":
+		var err error
+		if s.tls, err = TLSConfig(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("api: Config.TLSCertFile/TLSKeyFile: %w", err)
+		}
 	}
 	s.cfg = cfg
 	return s, nil
@@ -309,8 +342,18 @@ func (s *Service) Start(ctx context.Context) error {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
+	serve := func() error { return s.srv.Serve(s.ln) }
+	if s.tls != nil {
+		s.srv.TLSConfig = s.tls.Clone()
+		// HTTP/1.1, as over plain HTTP: the timeouts above (a body late
+		// by ReadTimeout answered 408, an idle keep-alive closed, a
+		// response not read cut off) are HTTP/1.1's.
+		s.srv.Protocols = new(http.Protocols)
+		s.srv.Protocols.SetHTTP1(true)
+		serve = func() error { return s.srv.ServeTLS(s.ln, "", "") }
+	}
 	s.Go(func() {
-		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.cfg.Logger.Error("api server stopped", "err", err)
 		}
 	})

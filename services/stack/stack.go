@@ -81,6 +81,10 @@ type Config struct {
 	// APIListener is api.Config.Listener: a listener the caller bound,
 	// served instead of listening on APIAddr. Defaults to nil.
 	APIListener net.Listener
+	// APITLSCertFile and APITLSKeyFile are api.Config.TLSCertFile and
+	// TLSKeyFile: both, and the API serves HTTPS; neither, plain HTTP.
+	APITLSCertFile string
+	APITLSKeyFile  string
 	// HeartbeatInterval defaults to 15s; OfflineAfter to 45s; SweepInterval to 15s.
 	HeartbeatInterval time.Duration
 	OfflineAfter      time.Duration
@@ -234,7 +238,10 @@ func (st *Stack) build(name string) (service, error) {
 		st.Timer = t
 		return t, err
 	case "api":
-		a, err := api.New(api.Config{Common: c, Addr: st.cfg.APIAddr, Listener: st.cfg.APIListener, Tokens: st.cfg.APITokens, Guard: st.cfg.Guard})
+		a, err := api.New(api.Config{
+			Common: c, Addr: st.cfg.APIAddr, Listener: st.cfg.APIListener, Tokens: st.cfg.APITokens, Guard: st.cfg.Guard,
+			TLSCertFile: st.cfg.APITLSCertFile, TLSKeyFile: st.cfg.APITLSKeyFile,
+		})
 		st.API = a
 		return a, err
 	}

@@ -36,6 +36,10 @@ type runFlags struct {
 	apiAddr      string
 	apiTokens    []string
 	apiTokenFile string
+	// apiTLSCert and apiTLSKey, both or neither (serve only), are the
+	// API's HTTPS certificate and key files.
+	apiTLSCert string
+	apiTLSKey  string
 	// tokenFile, set by tokens() when there is an apiTokenFile, re-reads
 	// it into the running API.
 	tokenFile     *tokenFile
@@ -81,6 +85,14 @@ func (f *runFlags) register(fs *pflag.FlagSet, dev bool) {
 		fs.Lookup("api-token").DefValue = "[REDACTED]"
 	}
 	fs.StringVar(&f.apiTokenFile, "api-token-file", os.Getenv("FLYBALL_API_TOKEN_FILE"), "file with one API bearer token per line, read again on SIGHUP and when it changes (env FLYBALL_API_TOKEN_FILE)")
+	if !dev { // dev's API listens on loopback
+		fs.StringVar(&f.apiTLSCert, "api-tls-cert", os.Getenv("FLYBALL_API_TLS_CERT"), "PEM certificate (chain) file the API serves HTTPS with, TLS 1.2 or later; give --api-tls-key with it. Without both the API is plain HTTP: keep it on loopback or behind TLS (env FLYBALL_API_TLS_CERT)")
+		fs.StringVar(&f.apiTLSKey, "api-tls-key", os.Getenv("FLYBALL_API_TLS_KEY"), "PEM private key file of --api-tls-cert (env FLYBALL_API_TLS_KEY)")
+		// Given empty (a script's unset variable), the API was plain
+		// HTTP without a word.
+		markNonEmpty(fs, "api-tls-cert")
+		markNonEmpty(fs, "api-tls-key")
+	}
 	defMetrics := ":9090"
 	if dev {
 		defMetrics = "127.0.0.1:9090"
@@ -125,7 +137,29 @@ func (f *runFlags) stackConfig(js jetstream.JetStream, log *slog.Logger, m *metr
 		JS: js, Logger: log, Metrics: m, Guard: guard,
 		Concurrency: f.concurrency, PerHost: f.perHost, RedactHeaders: f.redact, GovernorWorkers: f.govWorkers,
 		TimerLead: f.lead(), TimerLease: f.timerLease, ZombieAfter: f.zombieAfter, APIAddr: f.apiAddr, APITokens: tokens, PerTaskMetrics: f.perTask,
+		APITLSCertFile: f.apiTLSCert, APITLSKeyFile: f.apiTLSKey,
 	}
+}
+
+// checkAPITLS refuses --api-tls-cert without --api-tls-key or the other
+// way round, and files that do not hold a certificate and its key, naming
+// where each came from, before anything connects or listens: found only
+// by api.New, they would stop serve after it had connected and started
+// the services before the API.
+func (f *runFlags) checkAPITLS() error {
+	cert := f.origin("api-tls-cert", "FLYBALL_API_TLS_CERT")
+	key := f.origin("api-tls-key", "FLYBALL_API_TLS_KEY")
+	switch {
+	case f.apiTLSCert != "" && f.apiTLSKey == "":
+		return fmt.Errorf("%s is set but --api-tls-key (FLYBALL_API_TLS_KEY) is not: give both (HTTPS), or neither (plain HTTP)", cert)
+	case f.apiTLSKey != "" && f.apiTLSCert == "":
+		return fmt.Errorf("%s is set but --api-tls-cert (FLYBALL_API_TLS_CERT) is not: give both (HTTPS), or neither (plain HTTP)", key)
+	case f.apiTLSCert != "":
+		if _, err := api.TLSConfig(f.apiTLSCert, f.apiTLSKey); err != nil {
+			return fmt.Errorf("%s/%s: %w", cert, key, err)
+		}
+	}
+	return nil
 }
 
 // lead maps --timer-lead to timer.Config.Lead, where 0 means the default

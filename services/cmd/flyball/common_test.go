@@ -25,6 +25,7 @@ func TestStackConfigCarriesTheRunFlags(t *testing.T) {
 	err := fs.Parse([]string{
 		"--concurrency", "32", "--per-host", "4", "--governor-workers", "3", "--timer-lead", "500ms", "--timer-lease", "5s", "--zombie-after", "10m",
 		"--redact-header", "X-Tenant", "--redact-header", "account", "--api-addr", "127.0.0.1:0", "--per-task-metrics",
+		"--api-tls-cert", "/etc/flyball/api.pem", "--api-tls-key", "/etc/flyball/api-key.pem",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +45,8 @@ func TestStackConfigCarriesTheRunFlags(t *testing.T) {
 		t.Errorf("redact names %q, want the two given", cfg.RedactHeaders)
 	case cfg.APIAddr != "127.0.0.1:0" || len(cfg.APITokens) != 1 || !cfg.PerTaskMetrics:
 		t.Errorf("api %q tokens %d per-task %v", cfg.APIAddr, len(cfg.APITokens), cfg.PerTaskMetrics)
+	case cfg.APITLSCertFile != "/etc/flyball/api.pem" || cfg.APITLSKeyFile != "/etc/flyball/api-key.pem":
+		t.Errorf("api TLS certificate %q and key %q, want the files given", cfg.APITLSCertFile, cfg.APITLSKeyFile)
 	case cfg.Metrics != m || cfg.Guard.AllowLoopback:
 		t.Errorf("metrics not passed through, or serve's guard allows loopback: %+v", cfg.Guard)
 	}

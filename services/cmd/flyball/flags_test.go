@@ -244,6 +244,37 @@ func TestHalfATLSClientPairIsRefused(t *testing.T) {
 	}
 }
 
+// TestAPITLSFlagsGoTogether: serve's API takes a certificate and its
+// key, both or neither; one without the other, an empty one, or files
+// that do not read are refused in one line naming where each came from,
+// before anything connects or listens. Only a serve that runs the API
+// reads them.
+func TestAPITLSFlagsGoTogether(t *testing.T) {
+	t.Parallel()
+	const tok = "0123456789abcdef"
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "api", "--api-token", tok, "--api-tls-cert", "/nonexistent/api.pem"}, "flyball: --api-tls-cert is set but --api-tls-key (FLYBALL_API_TLS_KEY) is not: give both (HTTPS), or neither (plain HTTP)"},
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "api", "--api-token", tok, "--api-tls-key", "/nonexistent/api-key.pem"}, "flyball: --api-tls-key is set but --api-tls-cert (FLYBALL_API_TLS_CERT) is not: give both (HTTPS), or neither (plain HTTP)"},
+		{"FLYBALL_API_TLS_CERT=/nonexistent/api.pem", []string{"serve", "api", "--api-token", tok}, "flyball: FLYBALL_API_TLS_CERT is set but --api-tls-key (FLYBALL_API_TLS_KEY) is not: give both (HTTPS), or neither (plain HTTP)"},
+		{"FLYBALL_API_TLS_KEY=/nonexistent/api-key.pem", []string{"serve", "timer", "api", "--api-token", tok}, "flyball: FLYBALL_API_TLS_KEY is set but --api-tls-cert (FLYBALL_API_TLS_CERT) is not: give both (HTTPS), or neither (plain HTTP)"},
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "api", "--api-token", tok, "--api-tls-cert", "/nonexistent/api.pem", "--api-tls-key", "/nonexistent/api-key.pem"}, "flyball: --api-tls-cert/--api-tls-key: open /nonexistent/api.pem: no such file or directory"},
+		{"FLYBALL_API_TLS_KEY=/nonexistent/api-key.pem", []string{"serve", "api", "--api-token", tok, "--api-tls-cert", "/nonexistent/api.pem"}, "flyball: --api-tls-cert/FLYBALL_API_TLS_KEY: open /nonexistent/api.pem: no such file or directory"},
+		// Given empty (a script's unset variable), the API would be
+		// plain HTTP without a word.
+		{"FLYBALL_LOG_LEVEL=info", []string{"serve", "api", "--api-token", tok, "--api-tls-cert=", "--api-tls-key", "/nonexistent/api-key.pem"}, "flyball: --api-tls-cert: empty"},
+	} {
+		e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir(), env: []string{c.env}} // nothing listens there
+		r := e.run(t, append(c.args, "--api-addr", "127.0.0.1:0", "--metrics-addr", "")...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s flyball %s: exit %d, stderr %.200q; want exit 1 and one line starting %q", c.env, strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		}
+	}
+}
+
 // TestCLICommandMistakesFailInOneLine: a mistyped or missing command or
 // argument exits 1 with one line that names it. A mistyped subcommand of
 // task or dlq printed the group's help and exited 0, so a script's

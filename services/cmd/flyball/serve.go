@@ -413,6 +413,9 @@ the work, timers deduplicate dispatches, and KV writes use compare-and-set.`,
 				if len(tokens) == 0 {
 					return fmt.Errorf("api needs at least one token: --api-token, FLYBALL_API_TOKENS or --api-token-file")
 				}
+				if err := rf.checkAPITLS(); err != nil {
+					return err
+				}
 			}
 			ln, err := rf.listenMetrics()
 			if err != nil {

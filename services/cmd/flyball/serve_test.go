@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/flyballhq/flyball/services/internal/apitest"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
@@ -206,14 +208,15 @@ func TestNATSURLPasswordWithACommaIsNotShown(t *testing.T) {
 	}
 }
 
-// TestServeWithoutTheAPIDoesNotReadItsTokens: the API's tokens are read
-// and checked only when serve runs the API. A shared environment file
-// naming a token file that only the API's pod mounts, or a short token,
-// stopped the timer and the executors at start, and they crash-looped.
+// TestServeWithoutTheAPIDoesNotReadItsTokens: the API's tokens (and its
+// TLS files) are read and checked only when serve runs the API. A shared
+// environment file naming a token file that only the API's pod mounts,
+// or a short token, stopped the timer and the executors at start, and
+// they crash-looped.
 func TestServeWithoutTheAPIDoesNotReadItsTokens(t *testing.T) {
 	t.Parallel()
 	_, url := natstest.StartListening(t)
-	e := &cliEnv{url: url, dir: t.TempDir(), env: []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short"}}
+	e := &cliEnv{url: url, dir: t.TempDir(), env: []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short", "FLYBALL_API_TLS_CERT=/nonexistent/api.pem"}}
 	serveUntilServing(t, e, "timer", "executor")
 	// With the API, both are still refused before anything starts.
 	for _, env := range []string{"FLYBALL_API_TOKEN_FILE=/nonexistent/tokens", "FLYBALL_API_TOKENS=short"} {
@@ -390,6 +393,13 @@ func startWithoutJetStream(t *testing.T) *server.Server {
 // It returns that line and the whole log.
 func serveUntilServing(t *testing.T, e *cliEnv, services ...string) (serving map[string]any, log string) {
 	t.Helper()
+	return serveWhile(t, e, nil, services...)
+}
+
+// serveWhile is serveUntilServing calling during (unless nil) with the
+// "serving" line before it interrupts serve. services may hold flags.
+func serveWhile(t *testing.T, e *cliEnv, during func(serving map[string]any), services ...string) (serving map[string]any, log string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	args := append(append([]string{"serve"}, services...), "--metrics-addr", "", "--log-format", "json")
@@ -405,6 +415,9 @@ func serveUntilServing(t *testing.T, e *cliEnv, services ...string) (serving map
 		_ = cmd.Wait()
 		t.Fatalf("serve %v ended before logging \"serving\":\n%s", services, raw.String())
 	}
+	if during != nil {
+		during(serving)
+	}
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -414,4 +427,27 @@ func serveUntilServing(t *testing.T, e *cliEnv, services ...string) (serving map
 		t.Fatalf("serve after an interrupt: %v\n%s", err, raw.String())
 	}
 	return serving, raw.String()
+}
+
+// TestServeAPIOverTLS: serve's API spoke plain HTTP only, on every
+// interface by default (:8080), so bearer tokens crossed the network in
+// the clear. With --api-tls-cert and --api-tls-key (here the key from
+// FLYBALL_API_TLS_KEY) it serves HTTPS: an authenticated request works
+// over https, and plain http to the port gets no API answer.
+func TestServeAPIOverTLS(t *testing.T) {
+	t.Parallel()
+	_, url := natstest.StartListening(t)
+	certFile, keyFile, roots := apitest.SelfSigned(t)
+	e := &cliEnv{url: url, dir: t.TempDir(), env: []string{"FLYBALL_API_TLS_KEY=" + keyFile}}
+	serveWhile(t, e, func(serving map[string]any) {
+		addr, _ := serving["api"].(string)
+		c := apitest.Client{Base: "https://" + addr, Token: fixedToken, HTTP: apitest.TLSClient(t, roots)}
+		if code, body := c.Do(t, http.MethodGet, "/api/v1/tasks", ""); code != http.StatusOK || !strings.Contains(string(body), `"tasks"`) {
+			t.Errorf("GET /api/v1/tasks over https: %d %s, want 200 and the tasks", code, body)
+		}
+		plain := apitest.Client{Base: "http://" + addr, Token: fixedToken}
+		if code, body := plain.Do(t, http.MethodGet, "/api/v1/tasks", ""); code == http.StatusOK || strings.Contains(string(body), `"tasks"`) {
+			t.Errorf("GET /api/v1/tasks over plain http to the TLS port: %d %s, want it refused", code, body)
+		}
+	}, "api", "--api-addr", "127.0.0.1:0", "--api-token", fixedToken, "--api-tls-cert", certFile)
 }

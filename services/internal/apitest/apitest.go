@@ -10,10 +10,12 @@ import (
 	"testing"
 )
 
-// Client calls the API at Base ("http://127.0.0.1:8080") with Token.
+// Client calls the API at Base ("http://127.0.0.1:8080") with Token,
+// through HTTP (http.DefaultClient when nil: TLSClient for an https Base).
 type Client struct {
 	Base  string
 	Token string
+	HTTP  *http.Client
 }
 
 // Do sends method path with body, as JSON, and the headers given as
@@ -30,7 +32,11 @@ func (c Client) Do(t testing.TB, method, path, body string, header ...string) (i
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
