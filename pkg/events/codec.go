@@ -798,19 +798,38 @@ func headerValue(h map[string][]string, key string) string {
 // the same task. The spec is returned normalized.
 func DecodeTaskSpec(e Event) (TaskSpec, error) {
 	var s TaskSpec
-	if err := decodeSpec(e, &s, &s); err != nil {
+	if err := decodeSpec(e, &s, &s, false); err != nil {
+		return TaskSpec{}, err
+	}
+	return s, nil
+}
+
+// DecodeStoredTaskSpec is DecodeTaskSpec with the rules of a spec already
+// stored (TaskSpec.ValidateStored) instead of those of a new one. Only
+// the sweeper's repair of a task with no schedule, which re-creates the
+// spec stored, is decoded so, and the governor applies it only when it
+// carries exactly that spec: anyone who may publish a task.created can
+// choose its command ID.
+func DecodeStoredTaskSpec(e Event) (TaskSpec, error) {
+	var s TaskSpec
+	if err := decodeSpec(e, &s, &s, true); err != nil {
 		return TaskSpec{}, err
 	}
 	return s, nil
 }
 
 // decodeSpec decodes e's data into dst, whose spec is s, then validates
-// s, checks the event's subject against it and normalizes it.
-func decodeSpec(e Event, dst any, s *TaskSpec) error {
+// s (with the stored-spec rules when stored is set), checks the event's
+// subject against it and normalizes it.
+func decodeSpec(e Event, dst any, s *TaskSpec, stored bool) error {
 	if err := DecodeData(e, dst); err != nil {
 		return err
 	}
-	if err := s.Validate(); err != nil {
+	validate := s.Validate
+	if stored {
+		validate = s.ValidateStored
+	}
+	if err := validate(); err != nil {
 		return err
 	}
 	if subj := e.Subject(); subj != "" && subj != s.ID {

@@ -136,7 +136,10 @@ const ReasonLostWrite = "lost-write"
 // duplicate window) and new once the governor has written the spec again.
 // It finishes a creation whose schedule write was lost; it never creates a
 // task, so the governor refuses it once the spec is gone (the task was
-// deleted meanwhile).
+// deleted meanwhile). Its spec is held to the rules of a stored spec
+// (TaskSpec.ValidateStored) when it is the spec stored, and to those of a
+// new one otherwise: the prefix alone, which anyone may choose, lets
+// nothing through.
 const RepairCreatePrefix = "sweeper:unscheduled:"
 
 // DispatchID builds the ID of the run of task id due at t.

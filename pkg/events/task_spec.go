@@ -272,7 +272,10 @@ func (s *TaskSpec) Validate() error { return s.validate(false) }
 // headers (refused because every call to an HTTP/2 target fails, while
 // an HTTP/1.1 target answers), the cap on bounds.min, bounds.max and
 // deadLetter.recheckAfter, and the spelling of time zones (a name such as "localtime" loads where the
-// host has zoneinfo). task.created and task.updated are held to Validate.
+// host has zoneinfo). task.created and task.updated are held to Validate,
+// but for the sweeper's repair of a task with no schedule when it carries
+// the spec stored (RepairCreatePrefix, DecodeStoredTaskSpec): the sweeper
+// checks that spec with ValidateStored, and the governor too.
 func (s *TaskSpec) ValidateStored() error { return s.validate(true) }
 
 func (s *TaskSpec) validate(stored bool) error {

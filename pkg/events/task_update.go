@@ -17,7 +17,7 @@ type TaskUpdate struct {
 // task.updated event, as DecodeTaskSpec does a task.created's.
 func DecodeTaskUpdate(e Event) (TaskUpdate, error) {
 	var u TaskUpdate
-	if err := decodeSpec(e, &u, &u.TaskSpec); err != nil {
+	if err := decodeSpec(e, &u, &u.TaskSpec, false); err != nil {
 		return TaskUpdate{}, err
 	}
 	return u, nil
