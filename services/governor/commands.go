@@ -253,6 +253,21 @@ func repairsStoredTarget(step Step, stored *events.TaskSpec) bool {
 		stored != nil && reflect.DeepEqual(stored.Target, step.Spec.Target)
 }
 
+// repairsStoredSpec reports whether step carries stored, the spec
+// stored for the task (nil when there is none, or it is unreadable), as
+// the sweeper's repair does: the one task.created that the stored-spec
+// rules let through (Step.newSpecRules). Both are normalized; they are
+// compared as they encode, so a map or a list stored empty matches one
+// left out.
+func repairsStoredSpec(step Step, stored *events.TaskSpec) bool {
+	if stored == nil || step.Spec == nil {
+		return false
+	}
+	a, errA := json.Marshal(stored)
+	b, errB := json.Marshal(step.Spec)
+	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
 // applyCommand checks a translated command against the stored task and
 // applies it. It returns a *rejection for commands that cannot apply and
 // any other error for transient failures.
@@ -348,6 +363,12 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			// The sweeper's repair of a spec with no schedule, stored behind
 			// a task.deleted: applied, it would bring the deleted task back.
 			return nil, reject("id", fmt.Sprintf("no task %q: it was deleted after the sweeper found it with no schedule, and a repair does not create a task", id))
+		}
+		// A repair that only the stored-spec rules accept re-creates the
+		// spec stored, or nothing: under its command ID, which anyone may
+		// choose, another spec would get past the rules for new specs.
+		if step.newSpecRules != nil && !repairsStoredSpec(step, existing) {
+			return nil, rejectErr(step.newSpecRules)
 		}
 	case gov.KindUpdated:
 		if !exists {

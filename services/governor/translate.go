@@ -69,6 +69,14 @@ type Step struct {
 	// task's spec but no schedule completes its creation with it
 	// (Service.decide, completeCreation).
 	specCreatedAt time.Time
+	// newSpecRules is what the rules for new specs (TaskSpec.Validate)
+	// refuse in a sweeper's repair (a task.created whose command ID
+	// starts events.RepairCreatePrefix) that the stored-spec rules
+	// (TaskSpec.ValidateStored) accept; nil for every other step. Such a
+	// repair applies only when its spec is the one stored
+	// (repairsStoredSpec): a command ID is anyone's to choose, and any
+	// other spec is refused with these reasons, as it was before.
+	newSpecRules error
 }
 
 // repeats reports whether the step is an input already applied to st: the
@@ -296,6 +304,18 @@ func translateCommand(step Step, verb events.Verb, e events.Event) (Step, error)
 			spec, step.IfRevision = u.TaskSpec, u.IfRevision
 		} else {
 			spec, err = events.DecodeTaskSpec(e)
+			if err != nil && strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+				// The sweeper's repair of a task with no schedule carries
+				// the spec stored, which the executor runs if it passes
+				// the stored-spec rules (a spec stored before a newer
+				// rule). Refused by the rules for new specs, it was
+				// published again every ZombieAfter, and the task never
+				// ran again. It is applied only as the spec stored
+				// (applyCommand), which newSpecRules tells.
+				if stored, serr := events.DecodeStoredTaskSpec(e); serr == nil {
+					spec, step.newSpecRules, err = stored, err, nil
+				}
+			}
 		}
 		if err != nil {
 			return Step{}, rejectErr(err)

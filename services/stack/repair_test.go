@@ -304,3 +304,60 @@ func TestMissingScheduleRepairDoesNotBringBackADeletedTask(t *testing.T) {
 		t.Fatal("the repair's task.created was not answered with task.rejected")
 	}
 }
+
+// TestMissingScheduleRepairOfASpecStoredBeforeANewerRule: a task stored
+// before a rule for new specs (here a connection-level header, Upgrade:
+// h2c, and deadLetter.recheckAfter past 366 days) still runs: the
+// executor checks a stored spec with the stored-spec rules
+// (TaskSpec.ValidateStored). Its schedule lost (a restore, a key deleted
+// by hand), the sweeper's repair, a task.created with the stored spec,
+// was checked with the new-task rules and rejected, every 5 minutes for
+// good, each time counted as a repair: the task never ran again. The
+// repair of the spec stored is now checked with the stored-spec rules,
+// and the task is scheduled.
+func TestMissingScheduleRepairOfASpecStoredBeforeANewerRule(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	const id = "legacy"
+	spec := events.TaskSpec{
+		ID:         id,
+		Target:     events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/", Headers: map[string]string{"Upgrade": "h2c"}}},
+		Schedule:   events.Schedule{Interval: events.Duration(time.Hour)},
+		DeadLetter: &events.DeadLetterPolicy{RecheckAfter: events.Duration(9000 * time.Hour)},
+	}
+	if spec.Validate() == nil || spec.ValidateStored() != nil {
+		t.Fatalf("the spec must break only rules for new specs: Validate %v, ValidateStored %v", spec.Validate(), spec.ValidateStored())
+	}
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, id, spec) // stored before the rules; its schedule lost
+	rejected := record(t, srv.NC, events.TaskSubject(events.VerbRejected, id), func(m *nats.Msg) (events.TaskRejected, bool) {
+		e, err := events.Decode(m.Header, m.Data)
+		var r events.TaskRejected
+		return r, err == nil && events.DecodeData(e, &r) == nil
+	})
+	m := metrics.New()
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: srv.JS, Services: []string{"governor", "sweeper"}, Instance: "gs1", Metrics: m,
+		HeartbeatInterval: 100 * time.Millisecond, OfflineAfter: 10 * time.Second,
+		SweepInterval: 50 * time.Millisecond, ZombieAfter: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the sweeper's repair schedules "+id, func() bool {
+		if r := rejected(); len(r) > 0 {
+			t.Fatalf("the sweeper's repair %s of a spec stored before a newer rule was rejected: %+v", r[0].CommandID, r[0].Reasons)
+		}
+		e, err := schedules.Get(ctx, id)
+		var s gov.State
+		return err == nil && json.Unmarshal(e.Value(), &s) == nil && !s.NextRunAt.IsZero()
+	})
+	if got := testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")); got != 1 {
+		t.Errorf("flyball_schedules_repaired_total{reason=missing} = %v, want 1", got)
+	}
+}
