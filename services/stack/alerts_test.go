@@ -112,7 +112,7 @@ func TestRepairAlertsFireOnARealStack(t *testing.T) {
 		LastScheduledAt: now.Add(-11 * time.Minute), LastSuccessAt: now.Add(-11 * time.Minute),
 	})
 	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "unscheduled",
-		events.TaskSpec{ID: "unscheduled", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+		events.TaskSpec{ID: "unscheduled", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
 	natstest.Eventually(t, 10*time.Second, "a zombie re-nudged and a missing schedule repaired", func() bool {
 		return testutil.ToFloat64(m.ZombiesRenudged) >= 1 &&
 			testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")) >= 1

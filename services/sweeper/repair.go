@@ -38,7 +38,11 @@ import (
 //     backup was taken, then restored; a schedule deleted by hand) is
 //     never dispatched. Once one has had none for ZombieAfter, the sweeper
 //     publishes task.created with the stored spec; the governor finishes
-//     the creation, as for a redelivered task.created.
+//     the creation, as for a redelivered task.created. Both hold it to
+//     the rules of a stored spec (TaskSpec.ValidateStored), as the
+//     executor does: a spec stored before a newer rule for new specs is
+//     repaired, and one that breaks a rule of stored specs is not
+//     published (it would not run), but logged.
 
 // ackFloors holds, for one sweep, the ack floors of the governor's
 // consumers: every message at or below a floor's stream sequence has been
@@ -183,6 +187,20 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 	spec, err := kvcache.DecodeSpec(id, ent.Value())
 	if err != nil {
 		s.cfg.Logger.Warn("task has no schedule and its spec is unreadable: publish task.updated to replace it, or task.deleted", "task", id, "err", err)
+		return
+	}
+	// The governor checks the repair with the rules of a stored spec, as
+	// the executor checks one before it runs it: a spec that breaks one
+	// would not run if it were scheduled, and its repair is rejected.
+	// Published, it was rejected every ZombieAfter for good, each time
+	// counted as a repair, and only the governor's log said why.
+	err = spec.ValidateStored()
+	if err == nil && spec.ID != id {
+		err = fmt.Errorf("id: must equal the task's key in flyball-tasks, %q, got %q", id, spec.ID)
+	}
+	if err != nil {
+		delete(s.unscheduled, id) // said again after ZombieAfter, not at every sweep
+		s.cfg.Logger.Warn("task has no schedule and its stored spec breaks a rule, so it is not repaired: publish task.updated with a valid spec, or task.deleted", "task", id, "err", err)
 		return
 	}
 	msgID := fmt.Sprintf("%s%s:%d", events.RepairCreatePrefix, id, ent.Revision())

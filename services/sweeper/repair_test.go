@@ -1,7 +1,9 @@
 package sweeper
 
 import (
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -210,5 +212,45 @@ func TestAMissingScheduleRepairedByTwoReplicasCountsOnce(t *testing.T) {
 	}
 	if n := missing(a) + missing(b); n != 1 {
 		t.Fatalf(`flyball_schedules_repaired_total{reason="missing"} over both replicas = %v for one task.created stored, want 1`, n)
+	}
+}
+
+// TestMissingScheduleOfASpecNoRuleAcceptsIsNotRepaired: a task with no
+// schedule whose stored spec breaks a rule even of a spec already stored
+// (TaskSpec.ValidateStored: written by hand, say) would not run if it
+// were scheduled, and the governor rejects its repair. The sweeper
+// published it anyway, every 5 minutes for good, and counted each as a
+// repair in flyball_schedules_repaired_total{reason="missing"}, with
+// nothing in its log to say why the task stayed unscheduled. It now
+// publishes nothing, counts nothing, and logs the rules the spec breaks.
+func TestMissingScheduleOfASpecNoRuleAcceptsIsNotRepaired(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks, _ := taskBuckets(t, srv.JS)
+	const raw = `{"id":"broken","target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"200ms"}}`
+	var spec events.TaskSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.ValidateStored() == nil {
+		t.Fatalf("the spec must break a rule of stored specs: %v", err)
+	}
+	if _, err := tasks.Put(ctx, "broken", []byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s.reschedule(ctx, newAckFloors(), "broken", time.Now())
+	cmds, err := srv.JS.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := cmds.GetLastMsgForSubject(ctx, events.TaskSubject(events.VerbCreated, "broken")); err == nil {
+		t.Errorf("a repair the governor rejects was published: %s %s", m.Header.Get(jetstream.MsgIDHeader), m.Data)
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing)); n != 0 {
+		t.Errorf(`flyball_schedules_repaired_total{reason="missing"} = %v for a spec no rule accepts, want 0`, n)
+	}
+	if got := linesWith(logs.String(), "task has no schedule and its stored spec breaks a rule", "task=broken", "schedule.interval"); len(got) != 1 {
+		t.Errorf("want one line saying why broken is not repaired; the sweeper wrote:\n%s", logs.String())
 	}
 }
