@@ -52,10 +52,15 @@ type Config struct {
 	// server's, as the heartbeat last measured it (heartbeat.Beater.Offset),
 	// and ok false before any measurement. The executor waits for a slot,
 	// judges a dispatch too far ahead of it (MaxDispatchAhead), and judges
-	// a slot missed under catchUp "none" on the server's clock (time.Now()
-	// less the offset), the clock the governor plans slots on. Unset, or
-	// not ok, it uses time.Now().
+	// a slot missed under catchUp "none" on the server's clock (Now less
+	// the offset), the clock the governor plans slots on. Unset, or not
+	// ok, it uses Now.
 	ClockOffset func() (offset time.Duration, ok bool)
+	// Now is this process's own clock: the one ClockOffset corrects to the
+	// server's, and the one run events are stamped with. Tests run an
+	// executor whose clock is off the server's with it. Defaults to
+	// time.Now.
+	Now func() time.Time
 }
 
 func (c *Config) setDefaults() error {
@@ -83,6 +88,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	// Lower-cased once here: isSecretName compares lower-cased names.
 	c.RedactHeaders = slices.Clone(c.RedactHeaders)

@@ -112,7 +112,7 @@ func TestALostTermOfAMalformedDispatchIsSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.try, st.tick = 200*time.Millisecond, time.Millisecond
-	s := &Service{cfg: Config{JS: srv.JS, AckWait: 30 * time.Second, Metrics: met}, log: slog.New(logs), settles: st}
+	s := &Service{cfg: Config{JS: srv.JS, AckWait: 30 * time.Second, Metrics: met, Now: time.Now}, log: slog.New(logs), settles: st}
 	s.handle(ctx, lossyDelivery{Msg: m, nc: srv.JS.Conn(), relay: "relay.settle"})
 	natstest.Eventually(t, 10*time.Second, "the dispatch leaves DISPATCH well before AckWait (30 s)", func() bool {
 		info, err := cons.Info(ctx)

@@ -1251,7 +1251,7 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 // own clock. An executor given no ClockOffset takes its own clock for
 // the server's.
 func (s *Service) serverClock() (time.Time, bool) {
-	now := time.Now()
+	now := s.cfg.Now()
 	if s.cfg.ClockOffset == nil {
 		return now, true
 	}
@@ -1336,7 +1336,7 @@ const (
 // skip reports d as run.skipped with reason, counted under label why.
 func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch, why, reason string) {
 	run := d.Run()
-	run.Reason, run.FinishedAt = reason, time.Now().UTC()
+	run.Reason, run.FinishedAt = reason, s.cfg.Now().UTC()
 	s.settleAfter(ctx, m, d, outboxLinger, events.OutcomeSkipped, &run, events.SkippedRunID(d.DispatchID), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.cfg.Metrics.SkipsTotal.WithLabelValues(why).Inc()
@@ -1417,20 +1417,20 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	// settle: together they may outlast any AckWait (waitBegin).
 	if s.cfg.EmitStarted {
 		started := d.Run()
-		started.Attempt, started.StartedAt, started.Source = attempt, time.Now().UTC(), d.Source
+		started.Attempt, started.StartedAt, started.Source = attempt, s.cfg.Now().UTC(), d.Source
 		if err := s.publishRun(ctx, events.OutcomeStarted, &started, events.RunID(d.DispatchID, attempt, events.RunIDStarted)); err != nil {
 			s.log.Warn("run.started not published", "task", d.TaskID, "err", err)
 		}
 	}
 	s.cfg.Metrics.Inflight.Inc()
-	start := time.Now()
+	start := s.cfg.Now()
 	var res *result
 	if spec.Target.HTTP != nil {
 		res = s.callHTTP(ctx, spec.Target.HTTP, t.record, d, attempt)
 	} else {
 		res = s.callNATS(ctx, spec.Target.NATS, t.record, d, attempt)
 	}
-	finish := time.Now()
+	finish := s.cfg.Now()
 	s.cfg.Metrics.Inflight.Dec()
 	s.cfg.Metrics.RunDuration.Observe(finish.Sub(start).Seconds())
 	if ctx.Err() != nil {
@@ -1521,7 +1521,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 // count a call that was not made; it is dead-lettered as permanent.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, t *task, d *events.Dispatch, made int) {
 	run := d.Run()
-	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, time.Now().UTC(), d.Source, t.breakerKey
+	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, s.cfg.Now().UTC(), d.Source, t.breakerKey
 	run.Final, run.Dispatch, run.ErrorKind = true, d, events.ErrorPermanent
 	run.Error = fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1)
 	s.settleAfter(ctx, m, d, holdOf(t, d), events.OutcomeFailed, &run, events.RunID(d.DispatchID, made, events.RunIDExhausted), func(m jetstream.Msg) {
