@@ -59,7 +59,9 @@ func TestAnExecutorAheadOfTheServerRunsOnTimeSlotsUnderCatchUpNone(t *testing.T)
 // Judged and waited on the server's clock (serverClock), an on-time slot is
 // called, one due in a moment is held until the server's clock reaches it,
 // and one truly more than 5 minutes ahead of the server is still
-// terminated.
+// terminated. The runs are stamped on the server's clock too (stamp): by
+// its own, each started and finished 10 minutes before its slot, and the
+// governor ignored such an outcome as outdated.
 func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -82,10 +84,18 @@ func TestAnExecutorBehindTheServerCallsOnTimeDispatches(t *testing.T) {
 	for id, slot := range slots {
 		publishDispatchAt(t, srv, id, slot, server)
 	}
+	publishDispatchAt(t, srv, "deleted", server, server) // no spec: skipped
 	for _, id := range []string{"on-time", "soon"} {
-		if got, run := outcomeOf(t, srv.JS, id); got != events.OutcomeSucceeded || target.of(id) != 1 {
+		got, run := outcomeOf(t, srv.JS, id)
+		if got != events.OutcomeSucceeded || target.of(id) != 1 {
 			t.Errorf("%s dispatch seen by an executor %s behind the server: run.%s (reason %q), %d calls; want it called", id, -behind, got, run.Reason, target.of(id))
 		}
+		if run.StartedAt.Before(slots[id]) || run.FinishedAt.Before(run.StartedAt) || run.FinishedAt.Sub(run.StartedAt) != run.Duration.D() {
+			t.Errorf("%s run of %s: started %s, finished %s, took %s; want it stamped on the server's clock, from its slot on", id, slots[id], run.StartedAt, run.FinishedAt, run.Duration)
+		}
+	}
+	if got, run := outcomeOf(t, srv.JS, "deleted"); got != events.OutcomeSkipped || run.FinishedAt.Before(server) {
+		t.Errorf("dispatch of a deleted task at %s: run.%s finished %s; want it skipped, stamped on the server's clock", server, got, run.FinishedAt)
 	}
 	natstest.Eventually(t, 10*time.Second, "the dispatch 6 minutes ahead of the server is terminated", func() bool {
 		return logs.count("terminating malformed message") == 1

@@ -51,15 +51,15 @@ type Config struct {
 	// ClockOffset, when set, reports this process's clock minus the NATS
 	// server's, as the heartbeat last measured it (heartbeat.Beater.Offset),
 	// and ok false before any measurement. The executor waits for a slot,
-	// judges a dispatch too far ahead of it (MaxDispatchAhead), and judges
-	// a slot missed under catchUp "none" on the server's clock (Now less
-	// the offset), the clock the governor plans slots on. Unset, or not
-	// ok, it uses Now.
+	// judges a dispatch too far ahead of it (MaxDispatchAhead), judges a
+	// slot missed under catchUp "none", and stamps its run events'
+	// startedAt and finishedAt, on the server's clock (Now less the
+	// offset), the clock the governor plans slots on. Unset, or not ok, it
+	// uses Now.
 	ClockOffset func() (offset time.Duration, ok bool)
-	// Now is this process's own clock: the one ClockOffset corrects to the
-	// server's, and the one run events are stamped with. Tests run an
-	// executor whose clock is off the server's with it. Defaults to
-	// time.Now.
+	// Now is this process's own clock, the one ClockOffset corrects to the
+	// server's. Tests run an executor whose clock is off the server's with
+	// it. Defaults to time.Now.
 	Now func() time.Time
 }
 

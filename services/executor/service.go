@@ -1246,19 +1246,39 @@ func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.
 // serverClock is the NATS server's clock as this executor reads it: its
 // own less the offset its heartbeat last measured (Config.ClockOffset).
 // The governor plans each slot at the server's stamps of its inputs, so
-// a slot's lateness is judged on it. The bool is false while the
-// heartbeat has measured no offset yet: the time is then this executor's
-// own clock. An executor given no ClockOffset takes its own clock for
-// the server's.
+// a slot's lateness is judged on it, and the runs are stamped on it
+// (stamp, onServerClock). The bool is false while the heartbeat has
+// measured no offset yet: the time is then this executor's own clock.
+// An executor given no ClockOffset takes its own clock for the server's.
 func (s *Service) serverClock() (time.Time, bool) {
-	now := s.cfg.Now()
+	return s.onServerClock(s.cfg.Now())
+}
+
+// onServerClock is t, a reading of this executor's own clock
+// (Config.Now), on the server's clock as serverClock reads it now: t
+// itself, and false, while no offset is measured.
+func (s *Service) onServerClock(t time.Time) (time.Time, bool) {
 	if s.cfg.ClockOffset == nil {
-		return now, true
+		return t, true
 	}
 	if off, ok := s.cfg.ClockOffset(); ok {
-		return now.Add(-off), true
+		return t.Add(-off), true
 	}
-	return now, false
+	return t, false
+}
+
+// stamp is the time a run event reports (run.started's startedAt, a
+// skip's or give-up's finishedAt): now on the server's clock
+// (serverClock), the one its slot was judged on. The governor plans on
+// the server's clock and ignores an outcome that finished before the
+// slot of the last one it applied (governor's outdated): stamped by its
+// own clock, an executor 1.5 s behind the server finished each on-time
+// run of a 1 s task before the slot before it, and the task stalled
+// until the sweeper's repair. Before the offset is measured it is this
+// executor's own clock, as for lateness.
+func (s *Service) stamp() time.Time {
+	now, _ := s.serverClock()
+	return now.UTC()
 }
 
 // unmeasuredRecheck is how long a dispatch that cannot be judged before
@@ -1336,7 +1356,7 @@ const (
 // skip reports d as run.skipped with reason, counted under label why.
 func (s *Service) skip(ctx context.Context, m jetstream.Msg, d *events.Dispatch, why, reason string) {
 	run := d.Run()
-	run.Reason, run.FinishedAt = reason, s.cfg.Now().UTC()
+	run.Reason, run.FinishedAt = reason, s.stamp()
 	s.settleAfter(ctx, m, d, outboxLinger, events.OutcomeSkipped, &run, events.SkippedRunID(d.DispatchID), func(m jetstream.Msg) {
 		s.cfg.Metrics.RunsTotal.WithLabelValues("skipped").Inc()
 		s.cfg.Metrics.SkipsTotal.WithLabelValues(why).Inc()
@@ -1417,7 +1437,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	// settle: together they may outlast any AckWait (waitBegin).
 	if s.cfg.EmitStarted {
 		started := d.Run()
-		started.Attempt, started.StartedAt, started.Source = attempt, s.cfg.Now().UTC(), d.Source
+		started.Attempt, started.StartedAt, started.Source = attempt, s.stamp(), d.Source
 		if err := s.publishRun(ctx, events.OutcomeStarted, &started, events.RunID(d.DispatchID, attempt, events.RunIDStarted)); err != nil {
 			s.log.Warn("run.started not published", "task", d.TaskID, "err", err)
 		}
@@ -1430,9 +1450,9 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	} else {
 		res = s.callNATS(ctx, spec.Target.NATS, t.record, d, attempt)
 	}
-	finish := s.cfg.Now()
+	took := s.cfg.Now().Sub(start) // on the monotonic clock
 	s.cfg.Metrics.Inflight.Dec()
-	s.cfg.Metrics.RunDuration.Observe(finish.Sub(start).Seconds())
+	s.cfg.Metrics.RunDuration.Observe(took.Seconds())
 	if ctx.Err() != nil {
 		// Cancelled mid-call by shutdown: hand the dispatch straight back so
 		// another executor runs it, without counting the attempt. Had this
@@ -1455,7 +1475,11 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 	}
 	run := d.Run()
 	run.Attempt, run.Source, run.BreakerKey = attempt, d.Source, t.breakerKey
-	run.StartedAt, run.FinishedAt, run.Duration = start.UTC(), finish.UTC(), events.Duration(finish.Sub(start))
+	// Stamped on the server's clock (stamp), by the offset known now;
+	// the call's end is its start plus its duration, so a new offset
+	// measured mid-call moves neither apart.
+	started, _ := s.onServerClock(start)
+	run.StartedAt, run.FinishedAt, run.Duration = started.UTC(), started.Add(took).UTC(), events.Duration(took)
 	run.Status, run.Body, run.BodyTruncated, run.Fingerprint, run.Request = res.status, res.body, res.truncated, res.fingerprint, res.request
 	hold := holdOf(t, d)
 	if res.ok() {
@@ -1521,7 +1545,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 // count a call that was not made; it is dead-lettered as permanent.
 func (s *Service) giveUp(ctx context.Context, m jetstream.Msg, t *task, d *events.Dispatch, made int) {
 	run := d.Run()
-	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, s.cfg.Now().UTC(), d.Source, t.breakerKey
+	run.Attempt, run.FinishedAt, run.Source, run.BreakerKey = made, s.stamp(), d.Source, t.breakerKey
 	run.Final, run.Dispatch, run.ErrorKind = true, d, events.ErrorPermanent
 	run.Error = fmt.Sprintf("retry.maxAttempts is now %d: attempt %d not made", t.spec.Retry.MaxAttempts, made+1)
 	s.settleAfter(ctx, m, d, holdOf(t, d), events.OutcomeFailed, &run, events.RunID(d.DispatchID, made, events.RunIDExhausted), func(m jetstream.Msg) {
