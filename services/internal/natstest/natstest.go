@@ -172,6 +172,30 @@ func PutJSON(t testing.TB, js jetstream.JetStream, bucket, key string, v any) {
 	}
 }
 
+// PublishMany publishes n messages, the i-th one's subject and data
+// from msg, asynchronously: thousands of tasks are seeded in a fraction
+// of the time a Put each takes. It waits for the acks every 1,000 (nats.go
+// lets 4,000 wait at most, and a publish past that gives up after 200 ms,
+// "stalled with too many outstanding async published messages", which a
+// loaded machine's server took to ack one), until ctx ends.
+func PublishMany(ctx context.Context, t testing.TB, js jetstream.JetStream, n int, msg func(i int) (subject string, data []byte)) {
+	t.Helper()
+	const batch = 1000
+	for i := range n {
+		subject, data := msg(i)
+		if _, err := js.PublishAsync(subject, data); err != nil {
+			t.Fatal(err)
+		}
+		if (i+1)%batch == 0 || i == n-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatalf("natstest: publishing %d messages did not complete: %v", n, ctx.Err())
+			}
+		}
+	}
+}
+
 // StartWithStreams starts a server and creates every flyball stream,
 // consumer and KV bucket, with opts.
 func StartWithStreams(t testing.TB, opts ...streams.Option) *Server {

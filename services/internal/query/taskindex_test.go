@@ -243,28 +243,15 @@ func TestAPageDoesNotWaitForAStalledLoad(t *testing.T) {
 	fellBack := recordFallbacks(ix)
 	// Enough keys that the load is still running when the test, which
 	// polls for its consumer, pauses it.
-	const n, seedBatch = 20000, 1000
-	for i := range n {
+	const n = 20000
+	natstest.PublishMany(b.ctx, t, b.srv.JS, n, func(i int) (string, []byte) {
 		id := fmt.Sprintf("t%05d", i)
 		body, err := json.Marshal(spec(id, "orders", "10s"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.srv.JS.PublishAsync("$KV."+streams.BucketTasks+"."+id, body); err != nil {
-			t.Fatal(err)
-		}
-		// Wait for the acks every seedBatch: nats.go lets 4000 wait at
-		// most, and a publish past that gives up after 200 ms ("stalled
-		// with too many outstanding async published messages"), which a
-		// loaded machine's server took to ack one.
-		if (i+1)%seedBatch == 0 || i == n-1 {
-			select {
-			case <-b.srv.JS.PublishAsyncComplete():
-			case <-b.ctx.Done():
-				t.Fatal("seeding the tasks did not complete")
-			}
-		}
-	}
+		return "$KV." + streams.BucketTasks + "." + id, body
+	})
 	stream, err := b.srv.JS.Stream(b.ctx, "KV_"+streams.BucketTasks)
 	if err != nil {
 		t.Fatal(err)
