@@ -55,8 +55,10 @@ type Config struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds handling one request and writing its response,
 	// from the end of its headers: a client that does not read the
-	// response is disconnected after it. It must exceed AnswerTimeout.
-	// Defaults to 60s.
+	// response is disconnected after it. A handler has it less a
+	// quarter (at most 1s) to answer: its reads of NATS end then, and
+	// it answers 503 saying what did not finish. That must exceed
+	// AnswerTimeout. Defaults to 60s.
 	WriteTimeout time.Duration
 	// Guard is the executors' SSRF guard (give it the same settings): a
 	// created or updated task whose target.http.url is a literal address
@@ -126,8 +128,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 60 * time.Second
 	}
-	if cfg.WriteTimeout <= cfg.AnswerTimeout {
-		return nil, fmt.Errorf("api: Config.WriteTimeout: must exceed AnswerTimeout (%s), got %s", cfg.AnswerTimeout, cfg.WriteTimeout)
+	if d := cfg.handlerTimeout(); d <= cfg.AnswerTimeout {
+		return nil, fmt.Errorf("api: Config.WriteTimeout: must exceed AnswerTimeout (%s) plus the %s kept to write the answer in (a quarter of it, at most 1s), got %s", cfg.AnswerTimeout, cfg.WriteTimeout-d, cfg.WriteTimeout)
 	}
 	switch {
 	case cfg.TLSCertFile != "" && cfg.TLSKeyFile == "":
@@ -142,6 +144,14 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.cfg = cfg
 	return s, nil
+}
+
+// handlerTimeout is how long a handler has to answer, from its start:
+// WriteTimeout less a quarter of it, at most 1s, which leaves the answer
+// time to be written before the write deadline cuts the connection. Zero
+// (no deadline) without a WriteTimeout.
+func (c *Config) handlerTimeout() time.Duration {
+	return c.WriteTimeout - min(c.WriteTimeout/4, time.Second)
 }
 
 // Addr is the bound address, available after Start.
@@ -253,8 +263,38 @@ func (s *Service) handler(routes []route) http.Handler {
 		}
 		authed.ServeHTTP(w, r)
 	})
-	return mux
+	return s.withTimeLimit(mux)
 }
+
+// withTimeLimit ends each request's context after Config.handlerTimeout,
+// with errOutOfTime as its cause. The server's WriteTimeout does not
+// cancel the request's context: a handler that read NATS for longer (a
+// task page filtered by a job that few tasks have reads spec after spec)
+// ran on past it, and its client got the connection closed, with no
+// status, once it was done. Now its reads end in time for its answer, a
+// 503 saying so (unavailable). The context is cancelled rather than
+// given a deadline: nats.go's JetStream takes a context's deadline in
+// place of its own per-request timeout (5s), so a publish whose ack was
+// lost, say, waited out the handler's whole time instead of being tried
+// again.
+func (s *Service) withTimeLimit(next http.Handler) http.Handler {
+	d := s.cfg.handlerTimeout()
+	if d <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancelCause(r.Context())
+		timer := time.AfterFunc(d, func() { cancel(errOutOfTime) })
+		defer func() {
+			timer.Stop()
+			cancel(nil)
+		}()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// errOutOfTime is the cause of a request's context ended by withTimeLimit.
+var errOutOfTime = errors.New("the request ran out of time")
 
 // withRawBody gives the request a place for readBody to keep the body it
 // read, for the idempotency key's hash.

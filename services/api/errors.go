@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,22 @@ func errorBody(code int, field, detail string) apiError {
 		e.Errors = []events.FieldError{{Field: field, Rule: detail}}
 	}
 	return e
+}
+
+// unavailable answers 503 to a request whose read of NATS (or command)
+// failed with err. When the request ran out of its time (withTimeLimit),
+// it says which request did not finish in how long, and why it has no
+// longer, then hint, if any: what to ask for instead.
+func (s *Service) unavailable(w http.ResponseWriter, r *http.Request, err error, hint string) {
+	detail := err.Error()
+	if errors.Is(context.Cause(r.Context()), errOutOfTime) {
+		detail = fmt.Sprintf("%s %s did not finish within %s, the time a request has to answer before the API's write timeout (%s) cuts its connection: %v",
+			r.Method, r.URL.Path, s.cfg.handlerTimeout(), s.cfg.WriteTimeout, err)
+		if hint != "" {
+			detail += "; " + hint
+		}
+	}
+	writeError(w, http.StatusServiceUnavailable, "", detail)
 }
 
 // writeInvalid answers 400 with every reason of a validation error.

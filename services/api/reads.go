@@ -36,7 +36,7 @@ func (s *Service) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	runs, next, err := s.q.RunPage(r.Context(), id, query.Page{Limit: limit, Before: before})
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "ask for fewer runs (limit)")
 		return
 	}
 	body := map[string]any{"taskId": id, "runs": runs}
@@ -63,7 +63,7 @@ func (s *Service) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	list, next, err := s.q.DeadLetterPage(r.Context(), task, query.Page{Limit: limit, Before: before})
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "ask for fewer entries (limit), or for one task's (task)")
 		return
 	}
 	body := map[string]any{"deadLetters": list}
@@ -87,7 +87,7 @@ func (s *Service) deadLetter(w http.ResponseWriter, r *http.Request) (*query.Dea
 		writeError(w, http.StatusNotFound, "seq", fmt.Sprintf("no dead letter at sequence %d", seq))
 		return nil, false
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "")
 		return nil, false
 	}
 	return rec, true
@@ -137,7 +137,7 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "")
 		return
 	}
 	// The entry of a task deleted and created again under the same ID is
@@ -157,7 +157,7 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 func (s *Service) runtime(w http.ResponseWriter, r *http.Request) {
 	list, err := s.q.Runtime(r.Context())
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"instances": list})
@@ -173,7 +173,7 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 	}
 	h, err := s.q.Health(r.Context(), n)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "")
 		return
 	}
 	writeJSON(w, http.StatusOK, h)

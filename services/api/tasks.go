@@ -185,7 +185,7 @@ func (s *Service) existing(w http.ResponseWriter, r *http.Request, verb events.V
 	case errors.Is(err, query.ErrNotFound):
 		return s.sentOr(w, r, verb, id, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "")
 		return false
 	}
 	return true
@@ -208,7 +208,7 @@ func (s *Service) sentOr(w http.ResponseWriter, r *http.Request, verb events.Ver
 	if cmdID != "" {
 		sent, err := s.ctl.Stored(r.Context(), verb, id, cmdID)
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			s.unavailable(w, r, err, "")
 			return false
 		}
 		if sent {
@@ -455,7 +455,7 @@ func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, query.ErrNotFound):
 		writeError(w, http.StatusNotFound, "id", fmt.Sprintf("no task %q", id))
 	case err != nil:
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		s.unavailable(w, r, err, "")
 	default:
 		// The spec's revision: a PUT's If-Match (a conditional update).
 		w.Header().Set("ETag", fmt.Sprintf("%q", strconv.FormatUint(v.SpecRevision, 10)))
@@ -484,9 +484,15 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "job", "must be a job name, got \"\": leave the parameter out to list every job's tasks")
 		return
 	}
-	tasks, next, err := s.q.TaskPage(r.Context(), query.TaskFilter{Job: job, Labels: labels}, after, limit)
+	filter := query.TaskFilter{Job: job, Labels: labels}
+	tasks, next, err := s.q.TaskPage(r.Context(), filter, after, limit)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		hint := "ask for fewer tasks (limit)"
+		if filter.Job != "" || len(filter.Labels) > 0 {
+			hint = "a job or label filter reads the specs of the tasks after the cursor one by one until the page is full, so one that few tasks match reads most of them: " +
+				"ask for a smaller limit, or list every match in one pass with flyball task list and the same --job and --label, without --limit"
+		}
+		s.unavailable(w, r, err, hint)
 		return
 	}
 	body := map[string]any{"tasks": tasks}

@@ -3,7 +3,10 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +19,7 @@ import (
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // TestSlowClientsAreCutOff: a client that sends its headers and then
@@ -102,7 +106,7 @@ func TestAClientThatDoesNotReadIsCutOff(t *testing.T) {
 	}
 	s := startAPI(t, api.Config{
 		Common: svcconf.Common{JS: js}, Addr: "127.0.0.1:0", Tokens: []string{token},
-		AnswerTimeout: 100 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		AnswerTimeout: 100 * time.Millisecond, WriteTimeout: 2 * time.Second,
 	})
 
 	c, err := net.Dial("tcp", s.Addr())
@@ -124,20 +128,22 @@ func TestAClientThatDoesNotReadIsCutOff(t *testing.T) {
 	// it. So the client first waits for the server to act on the request,
 	// with a bound that only catches a hang: either the response begins
 	// (the handler is writing, and blocks once the kernel buffers are
-	// full) or the connection is closed (the handler took longer than
-	// WriteTimeout, so its first write failed and nothing was sent). One
-	// byte read leaves the receive window all but closed.
+	// full), or the handler's reads ran out of its time (WriteTimeout less
+	// a quarter) and it answered a short 503, or the connection is closed
+	// (nothing was sent in time). The status line read leaves the receive
+	// window all but closed.
 	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
-	n, err := c.Read(make([]byte, 1))
-	if err != nil {
+	status := make([]byte, len("HTTP/1.1 200"))
+	if _, err := io.ReadFull(c, status); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatal("the server neither began its response nor closed the connection within a minute")
 		}
 		t.Logf("cut off before the response began: %v", err)
 		return
 	}
-	if n != 1 {
-		t.Fatalf("read %d bytes, want 1", n)
+	if string(status) != "HTTP/1.1 200" {
+		t.Logf("reading the history took the handler's whole time: %q", status)
+		return
 	}
 	// The response has begun and the client reads no more of it. It
 	// notices that the server closed the connection by writing to it:
@@ -147,7 +153,7 @@ func TestAClientThatDoesNotReadIsCutOff(t *testing.T) {
 	// a next request line, which the server waits for (ReadHeaderTimeout,
 	// 10s, counted from after the full response, so after its first byte)
 	// with the connection open: that fails the 8s bound.
-	natstest.Eventually(t, 8*time.Second, "a client that does not read its response is still connected; want it cut off after WriteTimeout (300ms)", func() bool {
+	natstest.Eventually(t, 8*time.Second, "a client that does not read its response is still connected; want it cut off after WriteTimeout (2s)", func() bool {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, err := c.Write([]byte("x"))
 		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
@@ -178,4 +184,77 @@ func startAPI(t *testing.T, cfg api.Config) *api.Service {
 	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// TestASlowListIsAnsweredBeforeTheWriteTimeout: a filtered task page
+// that few tasks match reads spec after spec until it is full. The
+// handlers ran with the request's context, which nothing cancels when
+// the write timeout passes, so with many tasks the scan ran on past it
+// and the client got a bare EOF, with no status, once the handler was
+// done (40,000 tasks, WriteTimeout 500ms: after 1.9 s). The scan now
+// stops short of the write timeout, and the client gets a 503 naming
+// what timed out and what to do instead.
+func TestASlowListIsAnsweredBeforeTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	// Tasks of another job: enough that reading each one's spec takes
+	// several times the write timeout (a read takes 40-100 µs, several
+	// times that under -race).
+	const tasks = 15000
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	natstest.PublishMany(ctx, t, js, tasks, func(i int) (string, []byte) {
+		id := fmt.Sprintf("t%05d", i)
+		return "$KV." + streams.BucketTasks + "." + id, fmt.Appendf(nil, `{"id":%q,"job":"other"}`, id)
+	})
+	const writeTimeout = 200 * time.Millisecond
+	s := startAPI(t, api.Config{
+		Common: svcconf.Common{JS: js}, Addr: "127.0.0.1:0", Tokens: []string{token},
+		AnswerTimeout: 50 * time.Millisecond, WriteTimeout: writeTimeout,
+	})
+	client := &http.Client{Timeout: 8 * time.Second}
+	// get returns the status and body of GET path.
+	get := func(path string) (int, []byte, error) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+s.Addr()+path, http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, body, err
+	}
+	// An unfiltered page reads one spec: once the task index is loaded
+	// (by the first page), it is answered in time.
+	natstest.Eventually(t, 5*time.Second, "an unfiltered page of one task is answered 200", func() bool {
+		status, _, err := get("/api/v1/tasks?limit=1")
+		return err == nil && status == http.StatusOK
+	})
+
+	// Any status is proof enough that the answer came in time: the server
+	// can write none after its write deadline.
+	start := time.Now()
+	status, body, err := get("/api/v1/tasks?job=nomatch&limit=1")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("a filtered page matching none of %d tasks: %v after %s; want a status before the write timeout (%s)", tasks, err, took, writeTimeout)
+	}
+	var e struct{ Error, Detail string }
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("a filtered page matching none of %d tasks: %v: %s", tasks, err, body)
+	}
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("a filtered page matching none of %d tasks: status %d after %s, want 503: %s", tasks, status, took, body)
+	}
+	for _, want := range []string{"GET /api/v1/tasks did not finish within", "write timeout", `read task "`, "filter"} {
+		if !strings.Contains(e.Detail, want) {
+			t.Errorf("detail %q: want it to say %q", e.Detail, want)
+		}
+	}
+	t.Logf("answered %d after %s: %s", status, took, e.Detail)
 }
