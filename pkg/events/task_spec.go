@@ -271,8 +271,9 @@ func (s *TaskSpec) Validate() error { return s.validate(false) }
 // stop such a task after an upgrade. They are the connection-level
 // headers (refused because every call to an HTTP/2 target fails, while
 // an HTTP/1.1 target answers), the cap on bounds.min, bounds.max and
-// deadLetter.recheckAfter, and the spelling of time zones (a name such as "localtime" loads where the
-// host has zoneinfo). task.created and task.updated are held to Validate,
+// deadLetter.recheckAfter, the spelling of time zones (a name such as "localtime" loads where the
+// host has zoneinfo), and "=" in a label key (no label selector matches
+// it). task.created and task.updated are held to Validate,
 // but for the sweeper's repair of a task with no schedule when it carries
 // the spec stored (RepairCreatePrefix, DecodeStoredTaskSpec): the sweeper
 // checks that spec with ValidateStored, and the governor too.
@@ -294,6 +295,12 @@ func (s *TaskSpec) validate(stored bool) error {
 	for k, v := range s.Labels {
 		if k == "" || len(k) > 63 || len(v) > 256 {
 			c.add("labels."+truncate(k, 64), "keys must be 1-63 bytes and values at most 256 bytes")
+		}
+		// A label selector (the API's ?label=, the CLI's --label) is
+		// key=value, split at the first "=": no selector matched a key
+		// that holds one. A new rule, so a stored spec keeps such a key.
+		if strings.Contains(k, "=") && !c.stored {
+			c.add("labels", fmt.Sprintf(`key %q must not contain "=": a label selector is key=value, split at the first "="`, truncate(k, 64)))
 		}
 	}
 	s.validateTarget(&c)

@@ -640,7 +640,7 @@ func TestValidateListsAtMostMaxReasons(t *testing.T) {
 // TestValidateStoredKeepsRulesForNewSpecsOut: the executor checks a stored
 // spec again before it runs it. The rules added for new specs (the
 // connection-level headers, the cap on bounds, the spelling of time
-// zones) refuse what a task stored before them ran with, over HTTP/1.1,
+// zones, "=" in a label key) refuse what a task stored before them ran with, over HTTP/1.1,
 // for years: ValidateStored leaves them out, and Validate keeps them.
 func TestValidateStoredKeepsRulesForNewSpecsOut(t *testing.T) {
 	for name, mutate := range map[string]func(*events.TaskSpec){
@@ -649,6 +649,7 @@ func TestValidateStoredKeepsRulesForNewSpecsOut(t *testing.T) {
 		"bounds.max past a year":    func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Max: dur(9000 * time.Hour)} },
 		"recheckAfter past a year":  func(s *events.TaskSpec) { s.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: dur(9000 * time.Hour)} },
 		"zone spelled with a dot":   func(s *events.TaskSpec) { s.Schedule = events.Schedule{Cron: "@daily", Timezone: "Etc/./UTC"} },
+		"label key with =":          func(s *events.TaskSpec) { s.Labels = map[string]string{"a=b": "c"} },
 	} {
 		s := minimalSpec(t)
 		mutate(&s)
@@ -682,5 +683,26 @@ func TestNormalizeWritesStartAtInUTC(t *testing.T) {
 	got, err := json.Marshal(s.StartAt)
 	if err != nil || string(got) != `"2026-03-31T22:00:00Z"` {
 		t.Fatalf("startAt normalized to %s, want \"2026-03-31T22:00:00Z\"", got)
+	}
+}
+
+// TestALabelKeyMustNotContainEquals: a label selector (the API's ?label=,
+// the CLI's --label) is key=value, split at the first "=", so a task
+// labelled {"a=b": "c"} was accepted and then matched by no selector:
+// ?label=a=b=c looks for the key "a" with the value "b=c". Validate
+// refuses the key, naming it; "=" in a value is fine.
+func TestALabelKeyMustNotContainEquals(t *testing.T) {
+	s := minimalSpec(t)
+	s.Labels = map[string]string{"a=b": "c", "team": "ops"}
+	err := s.Validate()
+	if err == nil || !strings.Contains(err.Error(), `labels: key "a=b" must not contain "="`) {
+		t.Fatalf("Validate of labels {\"a=b\": \"c\"} = %v, want an error naming the key and \"=\"", err)
+	}
+	if r := events.Reasons(err); len(r) != 1 || r[0].Field != "labels" {
+		t.Fatalf("reasons %+v, want one, of field labels", r)
+	}
+	s.Labels = map[string]string{"a": "b=c"}
+	if err := s.Validate(); err != nil {
+		t.Fatalf("Validate of labels {\"a\": \"b=c\"} = %v, want nil: a value may hold \"=\"", err)
 	}
 }

@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,4 +94,43 @@ func TestEmptyQueryValuesAreRefused(t *testing.T) {
 		expect(t, c.method+" "+c.path, b.call(t, c.method, c.path, ""), http.StatusBadRequest, c.field)
 	}
 	expect(t, "DELETE ?reason= (no reason)", b.call(t, http.MethodDelete, "/api/v1/tasks/nope?reason=", ""), http.StatusNotFound, "id")
+}
+
+// TestALabelIsSelectedByItsSelector: ?label= is key=value, split at the
+// first "=", so a task created with the label key "a=b" was selected by
+// no selector (?label=a=b=c looks for the key "a"). Such a key is
+// refused at creation, naming it; a value holding "=" is selected by
+// ?label=a=b=c; and a task stored with such a key before (which the
+// executor still runs) is still listed.
+func TestALabelIsSelectedByItsSelector(t *testing.T) {
+	t.Parallel()
+	b, js := apiOnly(t)
+	b.url = "https://example.com/"
+	body := strings.Replace(b.task("eqkey", ""), `"labels":{"team":"ops"}`, `"labels":{"a=b":"c"}`, 1)
+	r := b.call(t, http.MethodPost, "/api/v1/tasks", body)
+	expect(t, `create with the label key "a=b"`, r, http.StatusBadRequest, "labels")
+	if !strings.Contains(r.str("detail"), `key "a=b" must not contain "="`) {
+		t.Fatalf(`create with the label key "a=b": the detail does not name the key: %s`, r.raw)
+	}
+
+	// As the governor stores them: one with "=" in a value, one stored
+	// with "=" in a key before keys were checked, and one without.
+	kv := putSpecs(t, js)
+	for id, labels := range map[string]string{"eqvalue": `{"a":"b=c"}`, "eqkey": `{"a=b":"c"}`, "other": `{"a":"b"}`} {
+		if _, err := kv.Put(t.Context(), id, fmt.Appendf(nil, `{"id":%q,"labels":%s,"target":{"http":{"url":"https://example.com/"}},"schedule":{"interval":"1h"}}`, id, labels)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{"/api/v1/tasks?label=a=b=c", []string{"eqvalue"}},
+		{"/api/v1/tasks?label=a=b", []string{"other"}},
+		{"/api/v1/tasks", []string{"eqkey", "eqvalue", "other"}},
+	} {
+		if got, _ := pageOf(t, b, c.path, "tasks", specID); !slices.Equal(got, c.want) {
+			t.Errorf("GET %s = %v, want %v", c.path, got, c.want)
+		}
+	}
 }
