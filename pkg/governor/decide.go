@@ -109,7 +109,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		}
 	case KindDeleted:
 		s.Deleted = true
-		s.NextRunAt, s.Source = time.Time{}, SourceDeleted
+		s.NextRunAt, s.Source, s.RunningSlot = time.Time{}, SourceDeleted, time.Time{}
 		s.Trail = []string{"task deleted: nothing scheduled"}
 		s.DecidedAt, s.Input = now, in.Kind
 		return Decision{Source: s.Source, Trail: s.Trail, State: *s}
@@ -136,10 +136,14 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	}
 	s.Input = in.Kind
 	s.DecidedAt = now
-	p.flying = p.slotInFlight()
+	p.planned, p.running = p.slotInFlight(), p.runningSlot()
+	p.flying = p.planned
+	if p.flying.IsZero() || p.running.After(p.flying) { // a slot may lie before the zero time (year 0)
+		p.flying = p.running
+	}
 	if p.inFlight() {
 		p.keep()
-	} else if p.in == KindOutcome && !p.flying.IsZero() {
+	} else if p.in == KindOutcome && !p.planned.IsZero() {
 		p.keepQueued()
 	} else if what := p.servesAhead(); what != "" {
 		p.keepServing(what)
@@ -147,6 +151,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		p.plan()
 	}
 	s.NextRunAt, s.Source, s.Trail = p.next, p.source, p.tr.lines()
+	p.rememberRunning()
 	switch {
 	case p.gridStep > 0 && p.next.Equal(p.gridNext):
 		s.GridStep = p.gridStep

@@ -268,6 +268,13 @@ func (q *sequence) decide(in governor.Input) {
 	if d.NextRunAt.IsZero() || d.NextRunAt.Before(q.now) {
 		q.fatalf("next run %s at %s", fmtT(d.NextRunAt), fmtT(q.now))
 	}
+	// Every input here comes between runs (a breaker transition or a
+	// spec update with the slot still ahead) or is the outcome of the
+	// planned slot: none plans past a slot in flight, so no running slot
+	// is remembered.
+	if !d.State.RunningSlot.IsZero() {
+		q.fatalf("running slot %s remembered after a %s input", fmtT(d.State.RunningSlot), in.Kind)
+	}
 	if n := len(q.ran); n > 0 && d.NextRunAt.Before(q.ran[n-1].Add(governor.MinGap)) {
 		q.fatalf("next run %s less than %s after the slot %s that ran", fmtT(d.NextRunAt), governor.MinGap, fmtT(q.ran[n-1]))
 	}

@@ -135,6 +135,13 @@ func FuzzDecide(f *testing.F) {
 	f.Add(int64(1_772_445_599_000), int64(86399), 0, uint8(1), int64(86_399_000), uint8(0), int64(0), int64(14), int64(0), uint8(2), int64(1_244_160_176_401_000), int64(0), int64(0), uint8(21), uint8(0), uint64(1<<42), int64(0))
 	f.Add(int64(1_768_520_430_000), int64(59), 0, uint8(1), int64(30_000), uint8(0), int64(0), int64(0), int64(0), uint8(0), int64(0), int64(0), int64(0), uint8(1), uint8(0), uint64(1<<24|7<<32|1<<42), int64(3_542_447))
 
+	// A breaker transition during a run that a hint planned past (the
+	// running slot 1 s back, the next run 10m ahead): a requeue at or
+	// before the running slot is not planned again, nor (catchUp all) the
+	// next backfill run before its success.
+	f.Add(int64(1_772_445_600_000), int64(3599), 0, uint8(1), int64(hour), uint8(4), int64(0), int64(1000^4_200_000), int64(0), uint8(0), int64(4_200_000), int64(0), int64(0), uint8(9), uint8(0), uint64(1<<60), int64(2000))
+	f.Add(int64(1_772_445_600_000), int64(59), 0, uint8(1), int64(hour), uint8(4), int64(0), int64(1000^4_200_000), int64(0), uint8(0), int64(4_200_000), int64(0), int64(0), uint8(1), uint8(0), uint64(1<<61|3<<47), int64(2001))
+
 	// A run on time but started after its slot: a retry's 5 s, executor
 	// lag's 1.5 s (a 1h interval and @hourly, each with 24 runs a day).
 	f.Add(int64(1_772_445_607_000), int64(3599), 0, uint8(1), int64(3_607_000), uint8(0), int64(5000), int64(0), int64(0), uint8(0), int64(7_193_000), int64(0), int64(0), uint8(218), uint8(0), uint64(1<<42), int64(23))
@@ -283,6 +290,9 @@ func FuzzDecide(f *testing.F) {
 			st.Paused, st.PausedUntil = true, now.Add(ms(signed(pauseOff, 48*hour)))
 		}
 		st.NextRunAt = now.Add(ms(signed(pauseOff, hour)))
+		if hintMode&4 != 0 { // a running slot remembered: due, or (clocks apart) a little ahead
+			st.RunningSlot = now.Add(-ms(mod(hintAt^pauseOff, 2*hour))).Add(time.Duration(hintMode>>5) * 700 * time.Millisecond)
+		}
 		// The rule that planned it, or none (a state older than sources).
 		sources := append(governor.AllSources(), "")
 		st.Source = sources[mod(hintAt^lastOff, int64(len(sources)))]
@@ -417,6 +427,12 @@ func FuzzDecide(f *testing.F) {
 		}
 		s := d.State
 		checkAdaptiveStep(t, spec, now, st, s, in)
+		// The state remembers the slot in flight a decision planned past
+		// while it is due, and keeps the one it remembers while it counts.
+		if want := runningAfter(now, st, d, in); !s.RunningSlot.Equal(want) {
+			t.Fatalf("RunningSlot %s after a %s input, want %s (stored %s, planned %s, next %s)\n%s",
+				fmtT(s.RunningSlot), in.Kind, fmtT(want), fmtT(st.RunningSlot), fmtT(st.NextRunAt), fmtT(d.NextRunAt), fmtTrail(d.Trail))
+		}
 		// An on-time run (started within half the budget's spacing of its
 		// slot) keeps its cadence: its start changes nothing but the hour
 		// the ledger counts it in, and, for the outcome that carries it,
@@ -477,7 +493,7 @@ func FuzzDecide(f *testing.F) {
 		// hint, a requeue, an interval hint) is kept, due or ahead: its
 		// dispatch waits for that run's to leave DISPATCH, and planned
 		// after, it was replaced in the timer before it was published.
-		if in.Kind == governor.KindOutcome && !d.Ignored && !slotInFlight(now, st, d.State, in).IsZero() {
+		if in.Kind == governor.KindOutcome && !d.Ignored && !plannedInFlight(now, st, d.State, in).IsZero() {
 			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "was planned while the run of") {
 				t.Fatalf("the outcome of %s moved the slot planned while it ran, %s (%s), to %s (%s)\n%s", fmtT(in.Outcome.ScheduledAt), fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source, fmtTrail(d.Trail))
 			}
@@ -486,7 +502,7 @@ func FuzzDecide(f *testing.F) {
 		// A slot in flight still ahead (perhaps not published yet) that
 		// serves a request is kept, unless the input stops the task:
 		// planned after, the unpublished slot was dropped with the request.
-		if flying := slotInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && servesAhead(flying, d.State, in.Kind) {
+		if flying := plannedInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && servesAhead(flying, d.State, in.Kind) {
 			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "in flight") {
 				t.Fatalf("a %s input moved the slot in flight %s (%s), still ahead and serving a request, to %s (%s)\n%s", in.Kind, fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source, fmtTrail(d.Trail))
 			}
@@ -547,7 +563,8 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("NextRunAt before now%s", explain())
 		}
 		// The gaps are measured from the last completed slot, or from the
-		// slot in flight, which runs before this decision's.
+		// slot in flight (planned or remembered running), which runs before
+		// this decision's.
 		last := s.LastScheduledAt
 		flying := slotInFlight(now, st, s, in)
 		if !flying.IsZero() && (last.IsZero() || flying.After(last)) {
@@ -568,8 +585,12 @@ func FuzzDecide(f *testing.F) {
 		// one-shot's time, a requeue, a recheck time) and a backlog waits
 		// for its success: no rule plans them again behind it once it is
 		// due (running; one still ahead that serves a request is kept,
-		// above, unless the input stops the task, which re-plans).
-		if !flying.IsZero() && !flying.After(now) {
+		// above, unless the input stops the task, which re-plans). A slot
+		// an earlier decision planned and nudging keeps is not planned
+		// again: only a hostile state holds one that a running slot it
+		// remembers serves (no decision plans a request such a slot
+		// serves, nor a catch-up run while one is in flight).
+		if !flying.IsZero() && !flying.After(now) && !kept {
 			served := func(at time.Time) bool { return !flying.Before(at) }
 			switch d.Source {
 			case governor.SourceHintOneShot:
@@ -988,12 +1009,51 @@ func inFlight(now time.Time, st governor.State, in governor.Input) bool {
 	return st.NextRunAt.After(st.LastScheduledAt) && !st.NextRunAt.After(now.Add(governor.InFlightWindow))
 }
 
-// slotInFlight is the fuzz oracle's slot in flight: the slot planned
-// before the input by a schedule rule, due (or within InFlightWindow) and
-// after the last completed slot (s is the state after the input), for
-// any input but an acceptance, a resume that ends a pause, a pause or a
-// delete. The run a timed pause leads to is one too.
+// slotInFlight is the fuzz oracle's slot in flight: the later of the
+// planned one (plannedInFlight) and the running one the state remembers
+// (runningInFlight).
 func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
+	planned, running := plannedInFlight(now, st, s, in), runningInFlight(now, st, s, in)
+	if planned.IsZero() || running.After(planned) {
+		return running
+	}
+	return planned
+}
+
+// runningInFlight is the fuzz oracle's running slot: the slot in flight
+// a decision planned past (st.RunningSlot), while it is due (or within
+// InFlightWindow) and after the last completed slot (s is the state
+// after the input), for any input but an acceptance, a resume that ends a
+// pause, a pause or a delete, and a task neither paused nor deleted.
+func runningInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
+	r := st.RunningSlot
+	switch {
+	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed && st.Paused, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
+		st.Paused, st.Deleted, r.IsZero():
+		return time.Time{}
+	}
+	if !r.After(s.LastScheduledAt) || r.After(now.Add(governor.InFlightWindow)) {
+		return time.Time{}
+	}
+	return r
+}
+
+// runningAfter is the fuzz oracle of State.RunningSlot after decision d:
+// the planned slot in flight when it is due and d planned past it, else
+// the running slot while it counts.
+func runningAfter(now time.Time, st governor.State, d governor.Decision, in governor.Input) time.Time {
+	if planned := plannedInFlight(now, st, d.State, in); !planned.IsZero() && !planned.After(now) && !d.NextRunAt.Equal(planned) {
+		return planned
+	}
+	return runningInFlight(now, st, d.State, in)
+}
+
+// plannedInFlight is the fuzz oracle's planned slot in flight: the slot
+// planned before the input by a schedule rule, due (or within
+// InFlightWindow) and after the last completed slot (s is the state after
+// the input), for any input but an acceptance, a resume that ends a
+// pause, a pause or a delete. The run a timed pause leads to is one too.
+func plannedInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
 	switch {
 	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed && st.Paused, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
 		st.Source == "", st.Source == governor.SourceDeleted, st.Deleted, st.NextRunAt.IsZero():

@@ -20,9 +20,16 @@ type planner struct {
 	// prevNext and prevSource are the input state's decision.
 	prevNext   time.Time
 	prevSource Source
-	// flying is prevNext when that slot is in flight (slotInFlight), else
-	// zero.
-	flying time.Time
+	// planned is prevNext when that slot is in flight (slotInFlight),
+	// else zero; running is the slot in flight that the input state
+	// remembers (State.RunningSlot) when it still counts (runningSlot),
+	// else zero. flying is the later of the two: the slot in flight the
+	// rules plan after, and the one that serves the requests at or before
+	// it. The keep rules (inFlight, keepQueued, servesAhead) are about
+	// planned, the slot the timer holds.
+	planned time.Time
+	running time.Time
+	flying  time.Time
 
 	next   time.Time
 	source Source
@@ -111,7 +118,7 @@ func (p *planner) plan() {
 // Other inputs re-plan as before: a pause, delete or dead-letter hold
 // stops the task, and a hint, resume or requeue asks for a run.
 func (p *planner) inFlight() bool {
-	return (p.in == KindBreaker || p.in == KindUpdated) && !p.flying.IsZero() && p.prevSource != SourcePaused
+	return (p.in == KindBreaker || p.in == KindUpdated) && !p.planned.IsZero() && p.prevSource != SourcePaused
 }
 
 // slotInFlight is the input state's slot when it is in flight: planned by a
@@ -154,8 +161,47 @@ func (p *planner) slotInFlight() time.Time {
 	return prev.UTC()
 }
 
+// runningSlot is the slot in flight that the input state remembers
+// (State.RunningSlot: an earlier decision planned NextRunAt after it)
+// when it still counts: its outcome is not applied (it is after the last
+// completed slot), it is due (or within InFlightWindow, as slotInFlight
+// judges the planned slot, for clocks a little apart), and the input and
+// state are not those slotInFlight leaves out (an acceptance, a resume
+// that ends a pause, a deleted or paused task). It is zero otherwise, and
+// the decision then forgets it (rememberRunning).
+//
+// Without it, a second input during the same run no longer knew the slot
+// in flight: it measured from the last completed slot (a second 10m hint
+// during a 10:05 run → 10:10), planned again the requeue the running slot
+// serves (its outcome then kept that slot, keepQueued, and the requeued
+// run ran twice), a second recheck right behind the running one, and the
+// next backfill run before the running one's success.
+func (p *planner) runningSlot() time.Time {
+	if p.in == KindAccepted || (p.in == KindResumed && p.leftPause) {
+		return time.Time{}
+	}
+	s, r := &p.s, p.s.RunningSlot
+	if r.IsZero() || s.Deleted || s.Paused || !r.After(s.LastScheduledAt) || r.After(p.now.Add(InFlightWindow)) {
+		return time.Time{}
+	}
+	return r.UTC()
+}
+
+// rememberRunning sets State.RunningSlot after the decision: the planned
+// slot in flight when it is due and the decision planned past it (it did
+// not keep it), else the running slot that still counts, if any. A
+// planned slot still ahead and not kept is not remembered: the timer may
+// not have published it, and then it never runs.
+func (p *planner) rememberRunning() {
+	p.s.RunningSlot = p.running
+	if !p.planned.IsZero() && !p.planned.After(p.now) && !p.next.Equal(p.planned) {
+		p.s.RunningSlot = p.planned
+	}
+}
+
 // last is the slot the next run is planned after: the last completed one,
-// or the slot in flight, which runs before anything this decision plans.
+// or the slot in flight (planned, or remembered running), which runs
+// before anything this decision plans.
 // The grid, the first-run rule, catch-up counting, the budget's pacing,
 // quiet-hours spacing, the clamps and the MinGap floor all measure from
 // it. Measured from the last completed slot, an input during a run (a
@@ -211,7 +257,7 @@ func (p *planner) keepQueued() {
 // pause was lost). Kept, the slot runs once whether or not it was
 // published, and its outcome settles the request.
 func (p *planner) servesAhead() string {
-	if !p.flying.After(p.now) {
+	if !p.planned.After(p.now) {
 		return ""
 	}
 	switch p.in {
@@ -220,17 +266,17 @@ func (p *planner) servesAhead() string {
 	}
 	p.expireHints()
 	s := &p.s
-	if dl := s.DeadLetter; dl != nil && dl.RecheckAt.After(p.flying) {
+	if dl := s.DeadLetter; dl != nil && dl.RecheckAt.After(p.planned) {
 		return "" // a dead-letter hold stops the task until its recheck
 	}
 	switch {
 	case s.Paused: // the slot in flight is the run a timed pause leads to (slotInFlight)
 		return "the run after the pause until " + stamp(s.PausedUntil).String()
-	case s.OneShotHint != nil && p.served(s.OneShotHint.At):
+	case s.OneShotHint != nil && servedBy(p.planned, s.OneShotHint.At):
 		return "the one-shot hint for " + stamp(s.OneShotHint.At).String()
-	case !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt):
+	case !s.RequeuedAt.IsZero() && servedBy(p.planned, s.RequeuedAt):
 		return "the requeue at " + stamp(s.RequeuedAt).String()
-	case p.recheckInFlight():
+	case p.recheckBy(p.planned):
 		return "the dead-letter recheck at " + stamp(s.DeadLetter.RecheckAt).String()
 	case s.CatchUpPending > 0 && s.Failures == 0:
 		return "the next backfill run"
@@ -789,9 +835,7 @@ func (p *planner) oneShot() {
 	}
 	if p.served(h.At) {
 		// The slot is running (servesAhead keeps one still ahead): the
-		// hint is consumed now, as its outcome would, so that a second
-		// input during the run, which no longer sees the slot in flight,
-		// does not plan it again.
+		// hint is consumed now, as its outcome would.
 		p.tr.str("one-shot hint for ").at(h.At).str(" is served by the slot in flight ").at(p.flying).str(": consumed, not planned again").end()
 		p.s.OneShotHint = nil
 		return
@@ -841,10 +885,11 @@ func (p *planner) breaker() {
 // operator's, ranks above the budget; a recheck does not). A slot in
 // flight at or after the requeue, or at or after the recheck time, is
 // that run: still ahead, servesAhead keeps it; due, the next one is
-// planned after it by the other rules (the requeue is consumed at once,
-// as the outcome of a run at or after it would; a recheck counts as run
-// once a slot at or after it is the last one). Planned again, the run was
-// made a second time right behind it.
+// planned after it by the other rules (the requeue stays until that run's
+// outcome, and the inputs after this one during the run find it served by
+// the running slot the state then remembers, State.RunningSlot; a recheck
+// counts as run once a slot at or after it is the last one). Planned
+// again, the run was made a second time right behind it.
 func (p *planner) deadLetter() {
 	s := &p.s
 	if !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt) {
@@ -886,16 +931,21 @@ func (p *planner) deadLetter() {
 // served reports whether the slot in flight, if any, is at or after t: it
 // is the run a request for a run at t (a one-shot hint, a requeue) asked
 // for, as its outcome will tell.
-func (p *planner) served(t time.Time) bool {
-	return !p.flying.IsZero() && !p.flying.Before(t)
-}
+func (p *planner) served(t time.Time) bool { return servedBy(p.flying, t) }
+
+// servedBy reports whether slot, if not zero, is at or after t.
+func servedBy(slot, t time.Time) bool { return !slot.IsZero() && !slot.Before(t) }
 
 // recheckInFlight reports whether the slot in flight is the dead-letter
 // recheck: at or after its time (served), which no completed slot has
 // reached yet.
-func (p *planner) recheckInFlight() bool {
+func (p *planner) recheckInFlight() bool { return p.recheckBy(p.flying) }
+
+// recheckBy reports whether slot is the dead-letter recheck: at or after
+// its time, which no completed slot has reached yet.
+func (p *planner) recheckBy(slot time.Time) bool {
 	dl := p.s.DeadLetter
-	return dl != nil && p.served(dl.RecheckAt) && dl.RecheckAt.After(p.s.LastScheduledAt)
+	return dl != nil && servedBy(slot, dl.RecheckAt) && dl.RecheckAt.After(p.s.LastScheduledAt)
 }
 
 // clamp applies bounds.min and bounds.max to the gap after the last run.

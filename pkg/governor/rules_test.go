@@ -2103,37 +2103,113 @@ func TestDecideRequestServedByASlotAheadKeepsIt(t *testing.T) {
 	})
 }
 
-// Two inputs during one run: the first plans after the running slot, so
-// the second sees no slot in flight; the request that slot serves must not
-// be planned again behind it (old: 10:05:01 hint-oneshot, t0+0.5 s
-// hint-oneshot). A requeue is not covered: it stays in the state until
-// the run's outcome (applyDeadLetter reads it), so a second input during
-// a requeued run still plans it again, as before.
+// Two or more inputs during one run: the first plans after the running
+// slot, which the state then remembers (RunningSlot) until that slot's
+// outcome, so the inputs after it measure from it too, and none plans
+// again the request it serves. Before 2026-12-02 the state no longer named
+// the running slot: a second input measured from the last completed one
+// (a second 10m hint during the 10:05 one-shot's run → 10:10), planned a
+// requeue still in the state again right behind the requeued run (kept by
+// the run's outcome, it ran twice), a second recheck behind the running
+// one, and the next backfill run before the running one's success.
 func TestDecideSecondInputDuringARunDoesNotPlanTheServedRequestAgain(t *testing.T) {
-	twice := func(spec *events.TaskSpec, st governor.State, first, second time.Time, in1, in2 governor.Input) governor.Decision {
-		d := governor.Decide(first, spec, st, in1)
-		return governor.Decide(second, spec, d.State, in2)
+	after := func(spec *events.TaskSpec, st governor.State, steps ...any) governor.Decision {
+		var d governor.Decision
+		for i := 0; i < len(steps); i += 2 {
+			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
+			st = d.State
+		}
+		return d
 	}
 	hint10m := hinted(governor.Hint{Interval: 10 * time.Minute})
+	closed := breakerInput("closed", time.Time{})
+	oneShotRun := stateWith(ran(t0), oneShotHint(t0.Add(5*time.Minute), t0.Add(30*time.Minute)), planned(t0.Add(5*time.Minute), governor.SourceHintOneShot))
+	requeuedRun := stateWith(ran(t0.Add(-time.Hour)), requeuedAt(t0), planned(t0, governor.SourceRequeue))
+	recheckRun := stateWith(ran(t0), failures(1), deadLettered(t0, t0.Add(30*time.Minute)), planned(t0.Add(30*time.Minute), governor.SourceDeadLetterRecheck))
+	backfillRun := stateWith(ran(t0), pending(3), planned(t0.Add(5*time.Minute+30*time.Second), governor.SourceCatchUp))
+	backfill := withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0)
+	half := 500 * time.Millisecond
 	tests := []struct {
-		name string
-		d    governor.Decision
-		next time.Time
-		src  governor.Source
+		name  string
+		d     governor.Decision
+		next  time.Time
+		src   governor.Source
+		check func(t *testing.T, s governor.State)
 	}{
 		{
-			// The second decision measures the hint from the last
-			// completed slot (10:00): the running one is no longer known.
+			// Measured from the last completed slot (10:00): 10:10.
 			"one-shot at 10:05 running, two hints",
-			twice(intervalSpec(time.Hour), stateWith(ran(t0), oneShotHint(t0.Add(5*time.Minute), t0.Add(30*time.Minute)), planned(t0.Add(5*time.Minute), governor.SourceHintOneShot)),
-				t0.Add(5*time.Minute+500*time.Millisecond), t0.Add(5*time.Minute+time.Second), hint10m, hint10m),
+			after(intervalSpec(time.Hour), oneShotRun, t0.Add(5*time.Minute+half), hint10m, t0.Add(5*time.Minute+time.Second), hint10m),
+			t0.Add(15 * time.Minute), governor.SourceHintInterval, nil,
+		},
+		{
+			"requeued run at 10:00 running, a hint then a breaker transition",
+			after(intervalSpec(time.Hour), requeuedRun, t0.Add(half), hint10m, t0.Add(time.Second), closed),
 			t0.Add(10 * time.Minute), governor.SourceHintInterval,
+			func(t *testing.T, s governor.State) {
+				if !s.RequeuedAt.Equal(t0) {
+					t.Errorf("RequeuedAt = %s, want %s until the run's outcome", fmtT(s.RequeuedAt), fmtT(t0))
+				}
+			},
+		},
+		{
+			"requeued run at 10:00 running, a hint then a spec update",
+			after(intervalSpec(time.Hour), requeuedRun, t0.Add(half), hint10m, t0.Add(time.Second), updated),
+			t0.Add(10 * time.Minute), governor.SourceHintInterval, nil,
+		},
+		{
+			"requeued run at 10:00 running, two hints",
+			after(intervalSpec(time.Hour), requeuedRun, t0.Add(half), hint10m, t0.Add(time.Second), hint10m),
+			t0.Add(10 * time.Minute), governor.SourceHintInterval, nil,
+		},
+		{
+			// Its outcome kept the second run (keepQueued): the requeue
+			// ran twice.
+			"requeued run at 10:00 running, a hint, a breaker transition, then the run's outcome",
+			after(intervalSpec(time.Hour), requeuedRun, t0.Add(half), hint10m, t0.Add(time.Second), closed, t0.Add(3*time.Second), outcome("succeeded", t0)),
+			t0.Add(10 * time.Minute), governor.SourceHintInterval,
+			func(t *testing.T, s governor.State) {
+				if !s.RequeuedAt.IsZero() || !s.RunningSlot.IsZero() {
+					t.Errorf("RequeuedAt = %s, RunningSlot = %s after the run's outcome", fmtT(s.RequeuedAt), fmtT(s.RunningSlot))
+				}
+			},
+		},
+		{
+			"recheck at 10:30 running, two hints",
+			after(intervalSpec(time.Minute), recheckRun, t0.Add(30*time.Minute+half), hint10m, t0.Add(30*time.Minute+time.Second), hint10m),
+			t0.Add(50 * time.Minute), governor.SourceBackoff, nil,
+		},
+		{
+			"recheck at 10:30 running, a hint then a breaker transition",
+			after(intervalSpec(time.Minute), recheckRun, t0.Add(30*time.Minute+half), hint10m, t0.Add(30*time.Minute+time.Second), closed),
+			t0.Add(50 * time.Minute), governor.SourceBackoff, nil,
+		},
+		{
+			"backfill run in flight, two hints",
+			after(backfill, backfillRun, t0.Add(5*time.Minute+30*time.Second+half), hinted(governor.Hint{Interval: time.Minute}), t0.Add(5*time.Minute+31*time.Second), hinted(governor.Hint{Interval: time.Minute})),
+			t0.Add(6*time.Minute + 30*time.Second), governor.SourceHintInterval,
+			func(t *testing.T, s governor.State) {
+				if s.CatchUpPending != 3 {
+					t.Errorf("CatchUpPending = %d", s.CatchUpPending)
+				}
+			},
+		},
+		{
+			"backfill run in flight, a hint then a spec update",
+			after(backfill, backfillRun, t0.Add(5*time.Minute+30*time.Second+half), hinted(governor.Hint{Interval: time.Minute}), t0.Add(5*time.Minute+31*time.Second), updated),
+			t0.Add(6*time.Minute + 30*time.Second), governor.SourceHintInterval, nil,
 		},
 		{
 			"breaker closed 1 s before the pause ends, then a run-now hint just after: budget 1 a day",
-			twice(withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
-				t0.Add(-time.Second), t0.Add(500*time.Millisecond), breakerInput("closed", time.Time{}), hinted(governor.Hint{At: t0.Add(500 * time.Millisecond)})),
-			t0.Add(24 * time.Hour), governor.SourceBudget,
+			after(withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
+				t0.Add(-time.Second), closed, t0.Add(half), hinted(governor.Hint{At: t0.Add(half)})),
+			t0.Add(24 * time.Hour), governor.SourceBudget, nil,
+		},
+		{
+			"breaker closed 1 s before the pause ends, then two run-now hints: budget 1 a day",
+			after(withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
+				t0.Add(-time.Second), closed, t0.Add(half), hinted(governor.Hint{At: t0.Add(half)}), t0.Add(time.Second), hinted(governor.Hint{At: t0.Add(time.Second)})),
+			t0.Add(24 * time.Hour), governor.SourceBudget, nil,
 		},
 	}
 	for _, tt := range tests {
@@ -2141,7 +2217,55 @@ func TestDecideSecondInputDuringARunDoesNotPlanTheServedRequestAgain(t *testing.
 			if !tt.d.NextRunAt.Equal(tt.next) || tt.d.Source != tt.src {
 				t.Errorf("NextRunAt = %s (%s), want %s (%s)\n%s", fmtT(tt.d.NextRunAt), tt.d.Source, fmtT(tt.next), tt.src, fmtTrail(tt.d.Trail))
 			}
+			if tt.check != nil {
+				tt.check(t, tt.d.State)
+			}
 		})
+	}
+}
+
+// The state remembers the slot in flight that a decision planned past
+// (RunningSlot) while its outcome is not in: later decisions keep it, the
+// outcome of that slot or a later one clears it, and so do the inputs
+// that do not plan after it (an acceptance, a delete, a pause, a resume
+// that ends one).
+func TestDecideRemembersTheRunningSlot(t *testing.T) {
+	spec := intervalSpec(time.Hour)
+	running := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)) // 10:00 runs
+	first := governor.Decide(t0.Add(time.Second), spec, running, hinted(governor.Hint{Interval: 10 * time.Minute}))
+	if got := first.State.RunningSlot; !got.Equal(t0) || !first.NextRunAt.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("a hint during the 10:00 run: RunningSlot %s, next %s; want 10:00, 10:10\n%s", fmtT(got), fmtT(first.NextRunAt), fmtTrail(first.Trail))
+	}
+	st := first.State
+	for _, c := range []struct {
+		name string
+		now  time.Time
+		in   governor.Input
+		want time.Time
+	}{
+		{"a breaker transition keeps it", t0.Add(2 * time.Second), breakerInput("open", t0.Add(time.Minute)), t0},
+		{"a spec update keeps it", t0.Add(2 * time.Second), updated, t0},
+		{"a second hint keeps it", t0.Add(2 * time.Second), hinted(governor.Hint{At: t0.Add(5 * time.Minute)}), t0},
+		{"a requeue keeps it", t0.Add(2 * time.Second), requeued, t0},
+		{"a dead letter keeps it", t0.Add(2 * time.Second), deadLetterInput("t:other", t0.Add(time.Second)), t0},
+		{"the outcome of an earlier slot keeps it", t0.Add(2 * time.Second), outcome("succeeded", t0.Add(-30*time.Minute)), t0},
+		{"its outcome clears it", t0.Add(3 * time.Second), outcome("failed", t0), time.Time{}},
+		{"a later slot's outcome clears it", t0.Add(11 * time.Minute), outcome("succeeded", t0.Add(10*time.Minute)), time.Time{}},
+		{"a delete clears it", t0.Add(2 * time.Second), governor.Input{Kind: governor.KindDeleted}, time.Time{}},
+		{"an acceptance clears it", t0.Add(2 * time.Second), accepted, time.Time{}},
+		{"a pause clears it", t0.Add(2 * time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour)}}, time.Time{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := governor.Decide(c.now, spec, st, c.in)
+			if !d.State.RunningSlot.Equal(c.want) {
+				t.Errorf("RunningSlot = %s, want %s\n%s", fmtT(d.State.RunningSlot), fmtT(c.want), fmtTrail(d.Trail))
+			}
+		})
+	}
+	// A breaker transition or spec update keeps a slot in flight in
+	// place: nothing was planned past it, nothing to remember.
+	if d := governor.Decide(t0.Add(time.Second), spec, running, updated); !d.State.RunningSlot.IsZero() || !d.NextRunAt.Equal(t0) {
+		t.Errorf("a spec update during the run: next %s, RunningSlot %s", fmtT(d.NextRunAt), fmtT(d.State.RunningSlot))
 	}
 }
 

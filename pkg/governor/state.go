@@ -38,6 +38,17 @@ type State struct {
 	Runs uint64 `json:"runs,omitempty"`
 	// LastScheduledAt is the slot of the last completed run: the grid anchor.
 	LastScheduledAt time.Time `json:"lastScheduledAt,omitzero"`
+	// RunningSlot is the slot in flight (due, its outcome not applied)
+	// that a decision planned NextRunAt after: an input during a run (a
+	// hint, a requeue) plans the slot after the running one, and from then
+	// on NextRunAt no longer names it. Later decisions measure from it and
+	// do not plan again the request it serves (a requeue, a one-shot, a
+	// recheck, the next backfill run), as the first one did. The outcome of
+	// that slot or a later one clears it (it is then at or before
+	// LastScheduledAt), and so does an acceptance, a delete, a pause and a
+	// resume that ends one. Zero when no such slot is known, and in states
+	// written before 2026-12-02.
+	RunningSlot time.Time `json:"runningSlot,omitzero"`
 	// LastDispatchID is the dispatch whose outcome was applied last; a
 	// redelivered outcome with the same ID is ignored.
 	LastDispatchID string `json:"lastDispatchId,omitempty"`

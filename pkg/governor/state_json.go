@@ -26,6 +26,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		w.B = strconv.AppendUint(w.B, s.Runs, 10)
 	}
 	w.TimeOmitZero(`,"lastScheduledAt":`, s.LastScheduledAt)
+	w.TimeOmitZero(`,"runningSlot":`, s.RunningSlot)
 	w.Str(`,"lastDispatchId":`, s.LastDispatchID)
 	w.Strings(`,"recentDispatchIds":`, s.RecentDispatchIDs)
 	w.Str(`,"lastOutcome":`, s.LastOutcome)

@@ -27,7 +27,7 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 	full := State{
 		TaskID: "t1", NextRunAt: t0, Source: SourceBaselineInterval, Trail: []string{"a", "b <c> & \"d\""},
 		DecidedAt: t0, CreatedAt: t0.In(zone), Input: KindOutcome, Failures: -2, Runs: 1 << 63,
-		LastScheduledAt: t0, LastDispatchID: "t1:1", RecentDispatchIDs: []string{"t1:0", "t\"<>"}, LastOutcome: "succeeded",
+		LastScheduledAt: t0, RunningSlot: t0.In(zone), LastDispatchID: "t1:1", RecentDispatchIDs: []string{"t1:0", "t\"<>"}, LastOutcome: "succeeded",
 		LastSuccessAt: t0, LastFailureAt: t0, Paused: true, PausedUntil: t0, PauseReason: "maintenance\n\t\u2028é\xff",
 		IntervalHint:  &IntervalHint{Interval: time.Second, ExpiresAt: t0},
 		OneShotHint:   &OneShotHint{Reason: "r"},
@@ -118,7 +118,7 @@ func FuzzStateAppendJSON(f *testing.F) {
 			PauseReason: in.str(), LastCommandID: in.str(), LastCommandSeq: in.u64(), LastBreakerSeq: in.u64(), Deleted: flags&2 != 0, LastActivityAt: in.time(),
 			LastFingerprint: in.str(), UnchangedRuns: int(in.u64()), AdaptiveInterval: time.Duration(in.u64()),
 			BreakerOpenUntil: in.time(), RequeuedAt: in.time(), CatchUpPending: int(in.u64()), LastStartedAt: in.time(),
-			GridStep: time.Duration(in.u64()),
+			GridStep: time.Duration(in.u64()), RunningSlot: in.time(),
 		}
 		for range flags >> 8 % 4 {
 			s.Trail = append(s.Trail, in.str())

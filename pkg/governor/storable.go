@@ -71,7 +71,7 @@ func storableInput(in Input) Input {
 // dated at the end of it, a startAt in a spec stored long ago).
 func (s *State) keepStorable() {
 	for _, t := range []*time.Time{
-		&s.NextRunAt, &s.DecidedAt, &s.CreatedAt, &s.LastScheduledAt, &s.LastSuccessAt, &s.LastFailureAt,
+		&s.NextRunAt, &s.DecidedAt, &s.CreatedAt, &s.LastScheduledAt, &s.RunningSlot, &s.LastSuccessAt, &s.LastFailureAt,
 		&s.PausedUntil, &s.LastActivityAt, &s.BreakerOpenUntil, &s.RequeuedAt,
 	} {
 		*t = storable(*t)
