@@ -79,8 +79,14 @@
 // the pause ends). While it is still ahead of now (the timer may not have
 // published it yet), every input but a pause, a delete or a dead-letter
 // hold keeps it. Once it is due, a re-plan plans after it and not the
-// request again; a one-shot hint and a requeue are consumed then, so a
-// second input during the run does not plan them again either.
+// request again (a one-shot hint is consumed then; a requeue stays until
+// the run's outcome). From then on NextRunAt no longer names the running
+// slot: the state remembers it ([State.RunningSlot]) until the outcome of
+// that slot or a later one, and every later input during the run treats
+// it as the slot in flight too (an acceptance, a delete, a pause and a
+// resume that ends one forget it). Without it, a second input during the
+// run measured from the last completed slot and planned again the
+// requeue, recheck or backfill run the running slot serves.
 //
 // The outcome of the run during which a slot was planned (by a hint or a
 // requeue) keeps that slot, due or ahead: it has not run, and its dispatch
