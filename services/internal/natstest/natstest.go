@@ -229,6 +229,12 @@ func connect(t testing.TB, addr string, opts ...nats.Option) (*nats.Conn, jetstr
 
 func connectJS(t testing.TB, addr string, jsOpts []jetstream.JetStreamOpt, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
+	// nats.go's 2 s connect timeout is shorter than the stalls a loaded
+	// CI machine gives a -race run (make test failed once with "read
+	// pipe: i/o timeout" while every pull of the test missed its
+	// heartbeat at the same instant); the caller's options come after,
+	// so a test of the timeout itself can set its own.
+	opts = append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)
 	nc, err := nats.Connect(addr, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
