@@ -321,6 +321,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 		}
 		to = base
 		to.BreakerRecord = Next(base.BreakerRecord, pol, ok, run.StartedAt, now)
+		to.TaskCreatedAt = base.TaskCreatedAt // Next's closing starts a record afresh
 		if base.State != events.BreakerClosed && to.State == events.BreakerClosed {
 			to.ClosedAt = now
 			to.CountFrom = countFrom(base.BreakerRecord, run.StartedAt, now)

@@ -16,10 +16,14 @@ import (
 // record nothing will write again:
 //
 //   - when a task is deleted, its record. A task re-created under the
-//     same ID then starts with a closed breaker: before, it inherited the
-//     old task's open breaker, and its calls were deferred until the old
-//     retryAt (up to maxOpenDelay), unless a sweep found the task gone in
-//     between and purged the record;
+//     same ID starts with a closed breaker whether or not it goes: the
+//     record names the task it counts (taskCreatedAt), the executor does
+//     not apply it to another task's calls (executor.BreakerRecord.OtherTask),
+//     and the new task's first outcome starts from a closed breaker
+//     (apply). A delete this watch misses (replayed, seen after a watch
+//     ended, a CAS conflict, a failed read) leaves the record to the
+//     sweeper, which deletes it once no spec has its ID, or the spec
+//     names another createdAt;
 //   - when a task's spec switches to breaker.scope: host, its own record:
 //     the executor keys its outcomes host_<host> since, so an open record
 //     turned half-open at retryAt and stayed so for good, counted in

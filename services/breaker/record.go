@@ -30,9 +30,11 @@ const (
 )
 
 // record is a flyball-breakers value as this service writes it: the state
-// every reader decodes (executor.BreakerRecord), and what makes applying
-// an outcome idempotent. Readers that decode only executor.BreakerRecord
-// ignore the rest.
+// every reader decodes (executor.BreakerRecord, with the taskCreatedAt of
+// the outcomes a task-scoped record counts: an outcome of an older task
+// of the same ID is ignored, and the first outcome of a newer one starts
+// from a closed breaker), and what makes applying an outcome idempotent.
+// Readers that decode only executor.BreakerRecord ignore the rest.
 type record struct {
 	executor.BreakerRecord
 	// Applied names the newest outcomes applied to the record
@@ -49,11 +51,6 @@ type record struct {
 	// outcome (or the retried half-open) publishes it again, and the
 	// event's deterministic Nats-Msg-Id drops a copy already stored.
 	Transition *storedTransition `json:"transition,omitempty"`
-	// TaskCreatedAt is the taskCreatedAt of the outcomes a task-scoped
-	// record counts (zero for host keys, and for records written before
-	// it existed): an outcome of an older task of the same ID is ignored,
-	// and the first outcome of a newer one starts from a closed breaker.
-	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
 	// ClosedAt is when an open or half-open breaker last closed, by this
 	// service's clock (zero before it first did).
 	ClosedAt time.Time `json:"closedAt,omitzero"`

@@ -439,7 +439,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		s.skip(ctx, m, d, skipPaused, "task paused")
 		return
 	}
-	g := s.breakerGate(ctx, t.breakerKey)
+	g := s.breakerGate(ctx, t.breakerKey, d)
 	if g.wait > 0 {
 		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, "breaker open")
 		return
@@ -1188,6 +1188,26 @@ type BreakerRecord struct {
 	OpenDelay events.Duration     `json:"openDelay,omitempty"`
 	RetryAt   time.Time           `json:"retryAt,omitzero"`
 	UpdatedAt time.Time           `json:"updatedAt"`
+	// TaskCreatedAt is the createdAt of the task whose outcomes a
+	// task-scoped record counts (events.Run.TaskCreatedAt); zero for a
+	// host key, and in a record written before the breaker service
+	// stored it (or by an outcome that named none). A record naming
+	// another createdAt than a dispatch's is the breaker of a task
+	// deleted since, not of the task created again under its ID
+	// (breakerGate).
+	TaskCreatedAt time.Time `json:"taskCreatedAt,omitzero"`
+}
+
+// OtherTask reports whether b, the record under key, is the breaker of
+// another task of id than the one created at createdAt: a task-scoped
+// record (key is id) naming another createdAt. The record of a task
+// deleted and created again while the breaker service was not watching
+// (down, or its watch of flyball-tasks ended by a reconnect) outlives
+// the old task; the new one starts with a closed breaker. A record or a
+// createdAt that names none, and a host breaker, shared by every task of
+// the host, are no other task's.
+func (b *BreakerRecord) OtherTask(key, id string, createdAt time.Time) bool {
+	return key == id && governor.OtherCreatedAt(b.TaskCreatedAt, createdAt)
 }
 
 // DecodeBreaker decodes a flyball-breakers value. An unreadable record
@@ -1200,14 +1220,18 @@ func DecodeBreaker(key string, raw []byte) (BreakerRecord, error) {
 	return b, nil
 }
 
-// breakerGate reports whether to defer a call while the breaker is open
+// breakerGate reports whether to defer d's call while the breaker is open
 // (until retryAt), or whether the call would be the probe of a half-open
 // breaker (half-open, or open past retryAt: a lagging breaker service
 // never blocks the probe), which execute must claim first (claimProbe). A
 // closed breaker returns the zero gate at no KV cost: it reads the
 // watch-fed view of flyball-breakers, where a key without a record is a
-// closed breaker.
-func (s *Service) breakerGate(ctx context.Context, key string) gate {
+// closed breaker. So is a task-scoped record of another task of d's ID
+// (BreakerRecord.OtherTask): applied to the task created again, it
+// deferred every call until the old task's retryAt (up to
+// breaker.maxOpenDelay), and no outcome came for the breaker service to
+// start the new task's breaker closed.
+func (s *Service) breakerGate(ctx context.Context, key string, d *events.Dispatch) gate {
 	var b BreakerRecord
 	if r := s.breakers.Lookup(key); r.Known {
 		if !r.Found || r.Err != nil {
@@ -1222,6 +1246,11 @@ func (s *Service) breakerGate(ctx context.Context, key string) gate {
 		if b, err = DecodeBreaker(key, ent.Value()); err != nil {
 			return gate{}
 		}
+	}
+	if b.State != events.BreakerClosed && b.OtherTask(key, d.TaskID, d.TaskCreatedAt) {
+		s.log.Debug("breaker record of a deleted task of the same ID: not applied", "task", d.TaskID,
+			"dispatch", d.DispatchID, "recordFor", b.TaskCreatedAt, "taskCreatedAt", d.TaskCreatedAt)
+		return gate{}
 	}
 	switch b.State {
 	case events.BreakerOpen:

@@ -1251,6 +1251,96 @@ func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
 	}
 }
 
+// TestTaskRecreatedWhileTheBreakerServiceIsDownStartsClosed: a task
+// deleted while its breaker is open, and created again while the breaker
+// service is down (a restart, or its watch of flyball-tasks ended by a
+// reconnect), kept the old task's open breaker: the breaker service
+// removes the record only for a delete its live watch sees, the sweeper
+// only once no spec has the ID, and the executor applied the record to
+// the new task's calls, each deferred until the old retryAt (an hour
+// here). No outcome came to apply the breaker service's own rule (a newer
+// taskCreatedAt starts closed). The executor now lets the new task's
+// calls through a record made for another task of its ID, and once the
+// breaker service and the sweeper are back, no open record of the old
+// task is left (the new task's outcome starts it closed, or the sweeper
+// deletes it).
+func TestTaskRecreatedWhileTheBreakerServiceIsDownStartsClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "governor", "executor", "timer")
+	br := e.start("breaker")
+	failing, healthy := newScripted(t, 500), newScripted(t, 200)
+	opened := e.collect("flyball.breaker.open.again")
+	accepted := e.collect("flyball.task.accepted.again")
+	schedules := e.watchSchedule("again")
+	e.create("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"},
+		"retry":{"maxAttempts":1},"breaker":{"failureThreshold":1,"openDelay":"1h","maxOpenDelay":"1h"}}`, failing.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the breaker opens", func() bool { return len(opened()) == 1 })
+	br.Stop()
+
+	deleted, err := events.Marshal(events.TypeTaskDeleted, "test/user", "again", events.TaskRef{ID: "again"}, time.Now(), "cmd-delete-again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.NC.Publish("flyball.task.deleted.again", deleted); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the delete is applied", func() bool { return len(accepted()) == 2 })
+	created := strings.Replace(string(createdEvent("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, healthy.srv.URL))),
+		`"id":"cmd-again"`, `"id":"cmd-again-2"`, 1)
+	if err := e.srv.NC.Publish("flyball.task.created.again", []byte(created)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the task created again calls its target, the breaker service still down", func() bool { return len(healthy.Calls()) >= 1 })
+
+	e.start("breaker", "sweeper")
+	var createdAt []time.Time
+	for _, s := range schedules() {
+		if len(createdAt) == 0 || !s.CreatedAt.Equal(createdAt[len(createdAt)-1]) {
+			createdAt = append(createdAt, s.CreatedAt)
+		}
+	}
+	if len(createdAt) != 2 {
+		t.Fatalf("schedules' createdAt %v: want the old task's, then the new one's", createdAt)
+	}
+	e.awaitBreakerGone("again", createdAt[1], 10*time.Second)
+	if n := len(failing.Calls()); n != 1 {
+		t.Fatalf("the old target got %d calls, want 1 (the failure that opened the breaker)", n)
+	}
+}
+
+// awaitBreakerGone waits up to within for task id's flyball-breakers
+// record to be no open breaker of another task of its ID: absent, or
+// closed, or naming the task created at createdAt.
+func (e *env) awaitBreakerGone(id string, createdAt time.Time, within time.Duration) {
+	e.t.Helper()
+	kv, err := e.srv.JS.KeyValue(e.t.Context(), streams.BucketBreakers)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var last string
+	defer func() {
+		if e.t.Failed() {
+			e.t.Logf("the last record of %s read: %s", id, last)
+		}
+	}()
+	natstest.Eventually(e.t, within, "the breaker record of "+id+" is gone, closed, or the new task's", func() bool {
+		ent, err := kv.Get(e.t.Context(), id)
+		if jsutil.IsKeyMissing(err) {
+			return true
+		}
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = string(ent.Value())
+		var b struct {
+			State         events.BreakerState `json:"state"`
+			TaskCreatedAt time.Time           `json:"taskCreatedAt"`
+		}
+		return json.Unmarshal(ent.Value(), &b) == nil && (b.State == events.BreakerClosed || b.TaskCreatedAt.Equal(createdAt))
+	})
+}
+
 // TestRestartAfterDowntimeRunsOnce: after a downtime the timer fires a
 // task's overdue slot at once. Under catchUp skip (the default) that late
 // run is the catch-up, and the task resumes its grid. Before, the governor

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
@@ -95,12 +96,82 @@ func TestOwnRecordOfAHostScopedTaskIsDeleted(t *testing.T) {
 	}
 }
 
+// TestBreakerRecordOfATaskCreatedAgainIsDeleted: task "again" was
+// deleted with its breaker open and created again while the breaker
+// service was not watching (down, or its watch ended by a reconnect), so
+// the old task's record stayed. A spec of that ID exists, so the sweeper
+// never judged the record an orphan: it counted it in
+// flyball_breakers_open at every sweep, and the executor deferred the new
+// task's calls until the old retryAt. The sweeper now deletes a
+// task-scoped record naming another createdAt than the spec's (on the
+// revision it read), and keeps the record of the task the spec is, one
+// naming no task (written before 2026-11-29), and a host breaker.
+func TestBreakerRecordOfATaskCreatedAgainIsDeleted(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks := bucket(t, srv.JS, streams.BucketTasks)
+	breakers := bucket(t, srv.JS, streams.BucketBreakers)
+	old := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	cur := old.Add(30 * time.Minute)
+	for _, c := range []struct {
+		id, scope       string
+		recordCreatedAt time.Time
+	}{
+		{"again", "task", old}, // the deleted task's, left behind
+		{"same", "task", cur},  // the task's own
+		{"legacy", "task", time.Time{}},
+		{"shared", "host", old},
+	} {
+		spec, _ := json.Marshal(gov.StoredSpec{TaskSpec: &events.TaskSpec{
+			ID: c.id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)},
+			Target:  events.Target{HTTP: &events.HTTPTarget{URL: "https://" + c.id + ".example/health"}},
+			Breaker: &events.BreakerPolicy{Scope: c.scope},
+		}, CreatedAt: cur})
+		if _, err := tasks.Put(ctx, c.id, spec); err != nil {
+			t.Fatal(err)
+		}
+		key := c.id
+		if c.scope == "host" {
+			key = "host_shared_example"
+		}
+		putHalfOpenOf(t, breakers, key, time.Now().UTC(), c.recordCreatedAt)
+	}
+	s, m := startSweeping(t, srv.JS)
+	natstest.Eventually(t, 10*time.Second, "the record of the deleted task of the same ID is deleted", func() bool {
+		_, err := breakers.Get(ctx, "again")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	for _, key := range []string{"same", "legacy", "host_shared_example"} {
+		if _, err := breakers.Get(ctx, key); err != nil {
+			t.Fatalf("the record %s: %v, want it kept", key, err)
+		}
+	}
+	natstest.Eventually(t, 10*time.Second, "flyball_breakers_open counts the three other breakers", func() bool {
+		return testutil.ToFloat64(m.BreakersOpen) == 3
+	})
+	const removed = "removed the breaker record of a deleted task of the same ID"
+	natstest.Eventually(t, 10*time.Second, "the removal is logged", func() bool {
+		return len(logsOf(s).named(removed)) > 0
+	})
+	if got := logsOf(s).named(removed); len(got) != 1 || got[0].attrs["key"] != "again" {
+		t.Errorf("logged %+v, want one record naming key again", got)
+	}
+}
+
 // putHalfOpen stores a half-open breaker record under key, written at.
 func putHalfOpen(t *testing.T, breakers jetstream.KeyValue, key string, at time.Time) {
 	t.Helper()
+	putHalfOpenOf(t, breakers, key, at, time.Time{})
+}
+
+// putHalfOpenOf stores a half-open breaker record under key, written at,
+// counting the outcomes of the task created at created (zero: it names
+// none).
+func putHalfOpenOf(t *testing.T, breakers jetstream.KeyValue, key string, at, created time.Time) {
+	t.Helper()
 	b, err := json.Marshal(executor.BreakerRecord{
 		Key: key, State: events.BreakerHalfOpen, Failures: 3,
-		OpenDelay: events.Duration(5 * time.Second), RetryAt: at, UpdatedAt: at,
+		OpenDelay: events.Duration(5 * time.Second), RetryAt: at, UpdatedAt: at, TaskCreatedAt: created,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,10 @@ type view struct {
 	stale    map[string][]byte
 	caughtUp bool // the schedules watch has delivered every stored value
 	breakers map[string]breakerSeen
+	// created is the createdAt stored with each task's spec, when it has
+	// one: a task-scoped breaker record naming another is a deleted
+	// task's of the same ID (sweepTasks).
+	created map[string]time.Time
 	// hostKeys is the host breaker key of each host-scoped task: a host
 	// breaker that none of them names is forgotten (hostBreakerIdle).
 	hostKeys map[string]string
@@ -47,7 +51,10 @@ type view struct {
 type breakerSeen struct {
 	State     events.BreakerState `json:"state"`
 	UpdatedAt time.Time           `json:"updatedAt"`
-	rev       uint64
+	// TaskCreatedAt is the createdAt of the task whose outcomes a
+	// task-scoped record counts (executor.BreakerRecord), or zero.
+	TaskCreatedAt time.Time `json:"taskCreatedAt"`
+	rev           uint64
 }
 
 // hostBreakerIdle is how long a host breaker that no task names must go
@@ -81,7 +88,7 @@ func newView() *view {
 	v := &view{
 		specs: map[string]query.Expectation{}, schedules: map[string]schedule{},
 		stale: map[string][]byte{}, breakers: map[string]breakerSeen{},
-		hostKeys: map[string]string{},
+		created: map[string]time.Time{}, hostKeys: map[string]string{},
 	}
 	v.ready.Add(3)
 	return v
@@ -153,12 +160,18 @@ func (s *Service) watchAll(ctx context.Context) error {
 	if err := s.watch(ctx, s.tasks, func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(v.specs, e.Key())
+			delete(v.created, e.Key())
 			delete(v.hostKeys, e.Key())
 			return
 		}
 		var spec events.TaskSpec
 		if json.Unmarshal(e.Value(), &spec) == nil {
 			v.specs[e.Key()] = query.Expect(&spec)
+			if at := storedCreatedAt(e.Value()); !at.IsZero() {
+				v.created[e.Key()] = at
+			} else {
+				delete(v.created, e.Key())
+			}
 			if key := executor.BreakerKey(&spec); key != spec.ID {
 				v.hostKeys[e.Key()] = key
 			} else {
@@ -167,6 +180,7 @@ func (s *Service) watchAll(ctx context.Context) error {
 		}
 	}, func(keep func(string) bool) {
 		forget(v.specs)(keep)
+		forget(v.created)(keep)
 		forget(v.hostKeys)(keep)
 	}, nil, v.ready.Done); err != nil {
 		return err
@@ -248,7 +262,7 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 	v.decodeStale()
 	var zombies []schedule
 	var orphanSchedules, orphanBreakers []string
-	judged := map[string]uint64{} // orphan breaker → the revision judged
+	judged := map[string]breakerSeen{} // orphan breaker → the record judged, and its revision
 	maxScore, open := 0.0, 0
 	scores := make(map[string]float64, len(v.schedules))
 	pausedTasks := map[string]struct{}{}
@@ -298,7 +312,7 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 		case !strings.HasPrefix(key, events.HostKeyPrefix):
 			if _, ok := v.specs[key]; !ok {
 				orphanBreakers = append(orphanBreakers, key)
-				judged[key] = b.rev
+				judged[key] = b
 			} else if _, host := v.hostKeys[key]; host {
 				// The task's own record, from before its switch to
 				// breaker.scope: host: no outcome writes it again, and
@@ -306,7 +320,17 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 				// breaker service deletes it at the switch; this is the
 				// backstop.
 				orphanBreakers = append(orphanBreakers, key)
-				judged[key] = b.rev
+				judged[key] = b
+				continue
+			} else if gov.OtherCreatedAt(b.TaskCreatedAt, v.created[key]) {
+				// The record of a deleted task of the same ID: the breaker
+				// service deletes it when its watch sees the delete, and
+				// missed it (down, or its watch ended: every reconnect
+				// ends it). The executor does not apply it to the task
+				// created again, whose first outcome starts from a closed
+				// breaker; until then it would be counted open.
+				orphanBreakers = append(orphanBreakers, key)
+				judged[key] = b
 				continue
 			}
 		case !used && now.Sub(b.UpdatedAt) > hostBreakerIdle:
@@ -316,7 +340,7 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 			// since (a new task, its spec not yet in the view, opened
 			// it) is no orphan.
 			orphanBreakers = append(orphanBreakers, key)
-			judged[key] = b.rev
+			judged[key] = b
 			continue
 		}
 		if b.State == events.BreakerClosed {
@@ -452,9 +476,10 @@ func (s *Service) renudge(ctx context.Context, floors *ackFloors, st schedule, n
 }
 
 // removeOrphans deletes the keys of kv a sweep judged orphans. judged,
-// when it holds a key, is the revision the sweep judged: a key written
-// since is left for the next sweep to judge again.
-func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string, judged map[string]uint64) {
+// when it holds a key, is the breaker record the sweep judged, and its
+// revision: a key written since is left for the next sweep to judge
+// again.
+func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys []string, judged map[string]breakerSeen) {
 	bucket := kv.Bucket()
 	for _, k := range keys {
 		// The watches of the two buckets are independent: a sweep can see
@@ -470,7 +495,8 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		// which no bucket allows (a key's writer could empty the bucket
 		// with one; streams.validateKV). The marker goes with the hourly
 		// compaction (compact.go).
-		rev, ok := judged[k]
+		seen, ok := judged[k]
+		rev := seen.rev
 		if !ok {
 			e, err := kv.Get(ctx, k)
 			if err != nil {
@@ -489,6 +515,8 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 				what = "removed state of a deleted task"
 			case err == nil && kv == s.breakers && executor.HostScoped(spec.Value()):
 				what = "removed the own breaker record of a task switched to breaker scope host"
+			case err == nil && kv == s.breakers && gov.OtherCreatedAt(seen.TaskCreatedAt, storedCreatedAt(spec.Value())):
+				what = "removed the breaker record of a deleted task of the same ID"
 			default:
 				continue
 			}
@@ -502,6 +530,18 @@ func (s *Service) removeOrphans(ctx context.Context, kv jetstream.KeyValue, keys
 		s.cfg.Metrics.OrphansRemoved.WithLabelValues(bucket).Inc()
 		s.cfg.Logger.Info(what, "bucket", bucket, "key", k)
 	}
+}
+
+// storedCreatedAt is the createdAt stored with a flyball-tasks value
+// (gov.StoredSpec), or zero: none, or one that does not decode.
+func storedCreatedAt(spec []byte) time.Time {
+	var v struct {
+		CreatedAt time.Time `json:"createdAt"`
+	}
+	if json.Unmarshal(spec, &v) != nil {
+		return time.Time{}
+	}
+	return v.CreatedAt
 }
 
 // exportPerTask publishes per-task staleness when enabled and within the
