@@ -114,7 +114,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		s.DecidedAt, s.Input = now, in.Kind
 		return Decision{Source: s.Source, Trail: s.Trail, State: *s}
 	case KindBreaker:
-		if in.Breaker == nil || OtherTask(in.Breaker.TaskCreatedAt, st) {
+		if in.Breaker == nil || OtherTask(in.Breaker.TaskCreatedAt, st) || OtherBreaker(in) {
 			return ignored()
 		}
 		p.applyBreaker(in.Breaker)
@@ -128,6 +128,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		s.Failures = 0
 		p.tr.str("requeued: dead-letter cleared, failures reset").end()
 	}
+	p.leftBreaker(in.BreakerKey)
 	if spec.Budget == nil {
 		s.Budget, s.LastStartedAt = RunLedger{}, time.Time{}
 	}
@@ -404,15 +405,38 @@ func (p *planner) applyBreaker(b *BreakerSignal) {
 			until = p.now.Add(d).UTC()
 			p.tr.linef("breaker opened without retryAt: assuming %s", d)
 		}
-		s.BreakerOpenUntil = until
+		s.BreakerOpenUntil, s.BreakerKey = until, b.Key
 	case events.BreakerClosed, events.BreakerHalfOpen:
 		if !s.BreakerOpenUntil.IsZero() {
 			p.tr.linef("breaker %s: no longer holding runs", b.State)
 		}
-		s.BreakerOpenUntil = time.Time{}
+		s.BreakerOpenUntil, s.BreakerKey = time.Time{}, ""
 	default:
 		p.tr.linef("unknown breaker state %q: ignored", b.State)
 	}
+}
+
+// leftBreaker lifts a hold set by a breaker the task no longer uses: the
+// state's hold names another key (State.BreakerKey) than the task's
+// breaker key under the spec decided with (key, Input.BreakerKey), both
+// known. An update switched breaker.scope, or moved a host-scoped task to
+// another host: the executor calls under the new key at once, while the
+// hold kept every run back until the old breaker's retryAt (up to
+// breaker.maxOpenDelay), since no transition of the old breaker came to
+// lift it. Checked at every decision, not only an update's: a decision
+// made with the new spec lifts it whatever input comes first.
+func (p *planner) leftBreaker(key string) {
+	s := &p.s
+	if s.BreakerOpenUntil.IsZero() {
+		s.BreakerKey = "" // no hold: a key stored without one says nothing
+		return
+	}
+	if s.BreakerKey == "" || key == "" || s.BreakerKey == key {
+		return
+	}
+	p.tr.str("breaker ").quote(s.BreakerKey).str(" open until ").at(s.BreakerOpenUntil).
+		str(" is no longer the task's (its breaker is ").quote(key).str(" since an update): no longer holding runs").end()
+	s.BreakerOpenUntil, s.BreakerKey = time.Time{}, ""
 }
 
 // applyDeadLetter records a dead-letter entry. It reports false for an

@@ -306,8 +306,12 @@ func FuzzDecide(f *testing.F) {
 			st.LastActivityAt = now.Add(-ms(mod(extra, 72*hour)))
 			st.CreatedAt = st.LastActivityAt.Add(-ms(mod(lastOff, 72*hour)))
 		}
+		// A breaker key: none (unknown, a state or caller before it was
+		// passed), the task's own, or a host's.
+		breakerKeys := []string{"", "t", "host_example_com"}
 		if bit(58) {
 			st.BreakerOpenUntil = now.Add(ms(signed(extra, 2*hour)))
+			st.BreakerKey = breakerKeys[mod(hintTTL, 3)]
 		}
 		if bit(59) {
 			at := now.Add(-ms(mod(extra, 2*hour)))
@@ -380,6 +384,7 @@ func FuzzDecide(f *testing.F) {
 			if pauseMode&8 != 0 {
 				sig.RetryAt = now.Add(ms(signed(pauseOff, 2*hour)))
 			}
+			sig.Key = breakerKeys[mod(hintIv, 3)]
 			in = governor.Input{Kind: governor.KindBreaker, Breaker: sig}
 		case 10:
 			in = governor.Input{Kind: governor.KindDeadLettered, DeadLetter: &governor.DeadLetterSignal{
@@ -398,6 +403,7 @@ func FuzzDecide(f *testing.F) {
 			in.DeadLetter.TaskCreatedAt = created
 		}
 
+		in.BreakerKey = breakerKeys[mod(lastOff, 3)] // the task's key under spec, as its caller derives it
 		before := cloneState(st)
 		d := governor.Decide(now, spec, st, in)
 		if !reflect.DeepEqual(st, before) {
@@ -410,6 +416,13 @@ func FuzzDecide(f *testing.F) {
 			if !d.Ignored {
 				t.Fatalf("applied a %s of another task of the same ID (created %s, this one %s)", in.Kind, fmtT(created), fmtT(st.CreatedAt))
 			}
+		}
+		if governor.OtherBreaker(in) && !d.Ignored {
+			t.Fatalf("applied a transition of breaker %q to a task whose breaker is %q", in.Breaker.Key, in.BreakerKey)
+		}
+		if s := d.State; !d.Ignored && in.Kind != governor.KindDeleted && (s.BreakerOpenUntil.IsZero() && s.BreakerKey != "" ||
+			s.BreakerKey != "" && in.BreakerKey != "" && s.BreakerKey != in.BreakerKey) {
+			t.Fatalf("breaker hold until %s by %q after a %s decision with breaker key %q: want none, or one by that key", fmtT(s.BreakerOpenUntil), s.BreakerKey, in.Kind, in.BreakerKey)
 		}
 		if o := in.Outcome; o != nil && governor.Applied(o.DispatchID, st) && !d.Ignored {
 			t.Fatalf("applied outcome %s again (last %s, recent %q)", o.DispatchID, st.LastDispatchID, st.RecentDispatchIDs)

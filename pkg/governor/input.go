@@ -40,6 +40,17 @@ type Input struct {
 	Hint *Hint
 	// Breaker is set for KindBreaker.
 	Breaker *BreakerSignal
+	// BreakerKey is the task's breaker key under the spec the input is
+	// decided with: the flyball-breakers key the executor defers its
+	// calls by (services/executor.BreakerKey: the task's ID, or
+	// host_<host> for breaker.scope host, of the host canonicalized as
+	// this package cannot). The caller sets it at least for a breaker
+	// transition and while the state holds a breaker (State.BreakerKey);
+	// empty, it is not known, and nothing is compared. A hold set by another key's
+	// breaker (State.BreakerKey) is lifted, and another key's transition
+	// changes nothing (OtherBreaker): the task moved to another breaker
+	// since, by an update.
+	BreakerKey string
 	// DeadLetter is set for KindDeadLettered.
 	DeadLetter *DeadLetterSignal
 }
@@ -54,6 +65,23 @@ type BreakerSignal struct {
 	// transition of a deleted task of the same ID is ignored (see
 	// Outcome.TaskCreatedAt).
 	TaskCreatedAt time.Time
+	// Key is the breaker's flyball-breakers key (the transition's): the
+	// task's ID, or host_<host> for breaker.scope host. Empty when not
+	// known: the transition is taken for the task's breaker.
+	Key string
+}
+
+// OtherBreaker reports whether in is a transition of a breaker the task
+// does not use: its key is not the task's breaker key (in.BreakerKey),
+// both known. The task moved to another breaker by an update (a switch of
+// breaker.scope, or a host-scoped task's URL to another host), and the
+// old breaker's transition came late (HEALTH and TASKS are not ordered
+// with each other), or names the task as the last one whose call moved
+// the old host's breaker. The executor does not defer the task's calls
+// by that breaker, so it neither holds nor lifts anything.
+func OtherBreaker(in Input) bool {
+	b := in.Breaker
+	return b != nil && b.Key != "" && in.BreakerKey != "" && b.Key != in.BreakerKey
 }
 
 // DeadLetterSignal is a dead-letter entry for one of the task's runs.

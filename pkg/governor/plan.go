@@ -867,7 +867,7 @@ func (p *planner) breaker() {
 	}
 	if !until.After(p.now) {
 		p.tr.str("breaker retry time ").at(until).str(" passed: the next run is the probe").end()
-		s.BreakerOpenUntil = time.Time{}
+		s.BreakerOpenUntil, s.BreakerKey = time.Time{}, ""
 		return
 	}
 	switch {

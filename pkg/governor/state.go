@@ -122,6 +122,17 @@ type State struct {
 	// BreakerOpenUntil is the retryAt of the task's open breaker; zero
 	// while the breaker is closed or half-open.
 	BreakerOpenUntil time.Time `json:"breakerOpenUntil,omitzero"`
+	// BreakerKey is the key of the breaker whose breaker.open set
+	// BreakerOpenUntil (BreakerSignal.Key). It is empty without a hold,
+	// and for a hold set before 2026-12-02 (or by a transition naming no
+	// key). A decision whose spec keys the task's breaker otherwise
+	// (Input.BreakerKey: an update switched breaker.scope, or a
+	// host-scoped task's URL to another host) lifts the hold: the
+	// executor calls under the new key at once, and no transition of the
+	// old breaker would lift it before its retryAt (the task's own record
+	// is deleted at a switch to scope host, without a transition; a host
+	// breaker's transitions name the task whose call moved it).
+	BreakerKey string `json:"breakerKey,omitempty"`
 	// DeadLetter is set from a dead-letter entry until a run succeeds or
 	// the task is requeued.
 	DeadLetter *DeadLetterHold `json:"deadLetter,omitempty"`

@@ -71,6 +71,7 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 	w.TimeOmitZero(`,"fingerprintFrom":`, s.FingerprintFrom)
 	w.Int(`,"adaptiveInterval":`, int64(s.AdaptiveInterval))
 	w.TimeOmitZero(`,"breakerOpenUntil":`, s.BreakerOpenUntil)
+	w.Str(`,"breakerKey":`, s.BreakerKey)
 	if d := s.DeadLetter; d != nil {
 		// Every member but the last two is optional: write each with a
 		// trailing comma instead.

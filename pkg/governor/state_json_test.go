@@ -32,7 +32,7 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 		IntervalHint:  &IntervalHint{Interval: time.Second, ExpiresAt: t0},
 		OneShotHint:   &OneShotHint{Reason: "r"},
 		LastCommandID: "c", LastCommandSeq: 1<<64 - 1, LastBreakerSeq: 7, Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
-		AdaptiveInterval: -time.Minute, BreakerOpenUntil: t0, DeadLetter: &DeadLetterHold{Reason: "x", At: t0},
+		AdaptiveInterval: -time.Minute, BreakerOpenUntil: t0, BreakerKey: "host_\"<a>", DeadLetter: &DeadLetterHold{Reason: "x", At: t0},
 		RequeuedAt: t0, CatchUpPending: 4, Budget: RunLedger{Counts: [24]uint32{3: 7}}, LastStartedAt: t0.In(zone),
 		GridStep: 4 * time.Minute,
 	}
@@ -118,7 +118,7 @@ func FuzzStateAppendJSON(f *testing.F) {
 			PauseReason: in.str(), LastCommandID: in.str(), LastCommandSeq: in.u64(), LastBreakerSeq: in.u64(), Deleted: flags&2 != 0, LastActivityAt: in.time(),
 			LastFingerprint: in.str(), UnchangedRuns: int(in.u64()), AdaptiveInterval: time.Duration(in.u64()),
 			BreakerOpenUntil: in.time(), RequeuedAt: in.time(), CatchUpPending: int(in.u64()), LastStartedAt: in.time(),
-			GridStep: time.Duration(in.u64()), RunningSlot: in.time(),
+			GridStep: time.Duration(in.u64()), RunningSlot: in.time(), BreakerKey: in.str(),
 		}
 		for range flags >> 8 % 4 {
 			s.Trail = append(s.Trail, in.str())

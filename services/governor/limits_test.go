@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flyballhq/flyball/pkg/events"
+	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -479,11 +480,13 @@ func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
 // breaker's transition. It was applied to task b (held until its
 // retryAt); it is now terminated and counted as malformed, as the docs
 // said. A host breaker's transition names the task whose call moved it,
-// and still applies.
+// and still applies to that task, host-scoped on the host.
 func TestBreakerTransitionForAnotherTaskIsTerminated(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
-	command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *minuteSpec("b"))
+	b := minuteSpec("b")
+	b.Breaker.Scope = "host"
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *b)
 	before, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
@@ -510,7 +513,7 @@ func TestBreakerTransitionForAnotherTaskIsTerminated(t *testing.T) {
 	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("malformed event")); n != 1 {
 		t.Fatalf("%v messages terminated as malformed, want 1", n)
 	}
-	open(events.HostKeyPrefix + "e_com_443")
+	open(executor.BreakerKey(b))
 	host, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)

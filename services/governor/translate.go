@@ -10,6 +10,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/executor"
 	"github.com/flyballhq/flyball/services/internal/control"
 )
 
@@ -170,7 +171,7 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 					"%s is %s after the transition was stored, more than %s: a breaker opens for at most 24h", tr.RetryAt.UTC().Format(time.RFC3339), ahead.Round(time.Second), MaxRetryAhead)}}}
 			}
 		}
-		sig := &gov.BreakerSignal{State: string(tr.To), TaskCreatedAt: tr.TaskCreatedAt}
+		sig := &gov.BreakerSignal{State: string(tr.To), TaskCreatedAt: tr.TaskCreatedAt, Key: subj.ID}
 		if tr.RetryAt != nil {
 			sig.RetryAt = *tr.RetryAt
 		}
@@ -513,7 +514,7 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 	if step.repeats(&st) {
 		return gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}
 	}
-	dec := gov.Decide(step.At, spec, st, step.Input)
+	dec := gov.Decide(step.At, spec, st, inputFor(spec, &st, step.Input))
 	if !dec.Ignored {
 		switch {
 		case step.CommandID != "":
@@ -526,6 +527,20 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 		}
 	}
 	return dec
+}
+
+// inputFor is in as Decide takes it for spec and st: with the task's
+// breaker key under spec (gov.Input.BreakerKey), which the executor
+// defers its calls by, when Decide compares it: for a breaker transition
+// (one of another key holds nothing) and while st holds the task for a
+// breaker (one of another key is lifted: an update moved the task to
+// another breaker). Other decisions, nearly all, skip the derivation (a
+// URL parse for a host-scoped task).
+func inputFor(spec *events.TaskSpec, st *gov.State, in gov.Input) gov.Input {
+	if in.Kind == gov.KindBreaker || st.BreakerKey != "" {
+		in.BreakerKey = executor.BreakerKey(spec)
+	}
+	return in
 }
 
 // Entry is one line of a replayed timeline.
@@ -628,7 +643,7 @@ func ReplayAnswers(steps []Step, answer func(i int) Answer) []Entry {
 		}
 		dec := Apply(spec, st, step)
 		if dec.Ignored {
-			out = append(out, Entry{Index: i, Step: step, Decision: dec, NoChange: noChange(&st, step.Input)})
+			out = append(out, Entry{Index: i, Step: step, Decision: dec, NoChange: noChange(&st, inputFor(spec, &st, step.Input))})
 			continue
 		}
 		st = dec.State
@@ -674,6 +689,14 @@ func noChange(st *gov.State, in gov.Input) string {
 		}
 		return "no change: a run succeeded since"
 	case gov.KindBreaker:
+		switch {
+		case in.Breaker == nil:
+			return "no change: a transition without its state"
+		case gov.OtherTask(in.Breaker.TaskCreatedAt, *st):
+			return otherTask(in.Breaker.TaskCreatedAt, st)
+		case gov.OtherBreaker(in):
+			return "no change: a transition of breaker " + strconv.Quote(in.Breaker.Key) + ", which the task does not use (its spec keys its breaker " + strconv.Quote(in.BreakerKey) + ")"
+		}
 		return "no change: a transition without its state"
 	}
 	return "no change: the input left the schedule as it was"

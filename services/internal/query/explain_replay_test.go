@@ -210,17 +210,22 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 		perStream[s.Stream]++
 		if s.NoChange != "" {
 			noChange[s.Stream]++
+			if s.Stream == streams.StreamHealth && !strings.Contains(s.NoChange, `a transition of breaker "every", which the task does not use (its spec keys its breaker "`+hostKey+`")`) {
+				t.Errorf("the task breaker's transition changed nothing, said as %q", s.NoChange)
+			}
 		}
 	}
 	// 12 commands; 5 outcomes (d1, d1 again, d2, d0, d7: d6 came for the
 	// deleted task), of which the second d1 and d0 changed nothing; the
 	// host breaker's open and close, the task breaker's open and
-	// half-open; the dead letter, which changed nothing either: d2's final
-	// failure had held the task for its recheck.
+	// half-open, which changed nothing: the task is host-scoped, so its
+	// calls are deferred by the host's breaker, not by a breaker keyed by
+	// its ID (gov.OtherBreaker); the dead letter, which changed nothing
+	// either: d2's final failure had held the task for its recheck.
 	if want := map[string]int{streams.StreamTasks: 12, streams.StreamRuns: 5, streams.StreamHealth: 4, streams.StreamDeadLetter: 1}; !maps.Equal(perStream, want) {
 		t.Errorf("timeline lines per stream = %v, want %v", perStream, want)
 	}
-	if want := map[string]int{streams.StreamRuns: 2, streams.StreamDeadLetter: 1}; !maps.Equal(noChange, want) {
+	if want := map[string]int{streams.StreamRuns: 2, streams.StreamHealth: 2, streams.StreamDeadLetter: 1}; !maps.Equal(noChange, want) {
 		t.Errorf("timeline lines that changed nothing, per stream = %v, want %v", noChange, want)
 	}
 }
