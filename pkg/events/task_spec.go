@@ -78,7 +78,9 @@ type Target struct {
 type HTTPTarget struct {
 	// Method defaults to GET.
 	Method string `json:"method,omitempty"`
-	// URL is absolute, http or https.
+	// URL is absolute, http or https, with a host name (not a port
+	// alone: http://:8080), a port, if given, in 1-65535, and no user
+	// info.
 	URL string `json:"url"`
 	// Headers are sent with every call. Authorization-like headers are
 	// redacted in run records.
@@ -276,7 +278,10 @@ func (s *TaskSpec) Validate() error { return s.validate(false) }
 // it). task.created and task.updated are held to Validate,
 // but for the sweeper's repair of a task with no schedule when it carries
 // the spec stored (RepairCreatePrefix, DecodeStoredTaskSpec): the sweeper
-// checks that spec with ValidateStored, and the governor too.
+// checks that spec with ValidateStored, and the governor too. A rule that
+// refuses only what no call ever reached (a target.http.url with no host
+// name or a port outside 1-65535) is one of both: the executor skips each
+// run of such a stored spec, naming the rule, where every call failed.
 func (s *TaskSpec) ValidateStored() error { return s.validate(true) }
 
 func (s *TaskSpec) validate(stored bool) error {
@@ -359,6 +364,12 @@ func (s *TaskSpec) validateTarget(c *collector) {
 			c.add("target.http.url", "must have a host")
 		case u.User != nil:
 			c.add("target.http.url", "must not embed credentials; use target.http.headers")
+		default:
+			// Not a rule for new specs only: no call to such a URL
+			// was ever made.
+			if rule := hostPortProblem(h.URL, u); rule != "" {
+				c.add("target.http.url", rule)
+			}
 		}
 		// net/http refuses to send what these reject, on every attempt,
 		// over HTTP/1.1 or HTTP/2 (whichever the target speaks), or drops
@@ -398,6 +409,44 @@ func (s *TaskSpec) validateTarget(c *collector) {
 		}
 		checkTimeout(c, "target.nats.timeout", n.Timeout)
 	}
+}
+
+// hostPortProblem is the rule a parsed http(s) URL with a host breaks,
+// or "": a port with no host name (http://:8080, whose u.Host is ":8080",
+// which net/http dials as ":8080" and the executor's SSRF guard refuses
+// as "bad address"), or a port outside 1-65535 (net/http refuses a larger
+// one, "invalid port", and nothing listens on port 0). Every call to such
+// a URL fails, so a stored spec is held to it too. The host or port is
+// quoted unless the URL may hold a password cut short by a "/", "?" or
+// "#" (an "@" after the host url.Parse found), whose start url.Parse
+// then reads as the host and port: this reason goes into task.rejected
+// and run.skipped events and the executor's log (urlProblem).
+func hostPortProblem(raw string, u *url.URL) string {
+	// A password cut short: url.Parse found no user info, yet the URL
+	// holds an "@".
+	cut := u.User == nil && strings.Contains(raw, "@")
+	const cutHint = ` (a "/", "?" or "#" in a password ends the host early; put credentials in target.http.headers)`
+	if u.Hostname() == "" {
+		if cut {
+			return "must have a host name" + cutHint
+		}
+		return fmt.Sprintf("must have a host name, got %q", truncate(u.Host, 64))
+	}
+	// url.Parse leaves only digits in a port; "" is the scheme's default.
+	p := u.Port()
+	if p == "" {
+		return ""
+	}
+	if n, err := strconv.ParseUint(p, 10, 16); err == nil && n > 0 {
+		return ""
+	}
+	if cut {
+		return "port must be 1-65535" + cutHint
+	}
+	if p = strings.TrimLeft(p, "0"); p == "" {
+		p = "0"
+	}
+	return "port must be 1-65535, got " + truncate(p, 32)
 }
 
 // urlProblem says in general terms what is wrong with a URL that

@@ -75,6 +75,16 @@ func TestValidateRules(t *testing.T) {
 		{"http url scheme", func(s *events.TaskSpec) { s.Target.HTTP.URL = "ftp://example.com/" }, wantErr{"target.http.url", []string{"scheme must be http or https", `"ftp"`}}},
 		{"http url relative", func(s *events.TaskSpec) { s.Target.HTTP.URL = "/path" }, wantErr{"target.http.url", []string{"scheme", `""`}}},
 		{"http url without host", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https:///path" }, wantErr{"target.http.url", []string{"must have a host"}}},
+		// A port alone is a host to url.Parse (u.Host ":8080"), but no
+		// name to dial: every run failed at the executor, as "destination
+		// blocked by SSRF guard: bad address", and was dead-lettered.
+		{"http url with a port and no host name", func(s *events.TaskSpec) { s.Target.HTTP.URL = "http://:8080" }, wantErr{"target.http.url", []string{"must have a host name", `":8080"`}}},
+		{"https url with a port and no host name", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://:443/x" }, wantErr{"target.http.url", []string{"must have a host name", `":443"`}}},
+		// net/http refuses a port past 65535 on every attempt ("invalid
+		// port"), and nothing listens on port 0.
+		{"http url port too large", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com:99999/" }, wantErr{"target.http.url", []string{"port must be 1-65535", "got 99999"}}},
+		{"http url port 0", func(s *events.TaskSpec) { s.Target.HTTP.URL = "http://example.com:0/" }, wantErr{"target.http.url", []string{"port must be 1-65535", "got 0"}}},
+		{"http url port past any integer", func(s *events.TaskSpec) { s.Target.HTTP.URL = "http://example.com:123456789012345678901234567890/" }, wantErr{"target.http.url", []string{"port must be 1-65535"}}},
 		{"http url invalid", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com/%zz" }, wantErr{"target.http.url", []string{"must be a valid URL", "% not followed by two hex digits"}}},
 		{"http url with credentials", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://user:pw@example.com/" }, wantErr{"target.http.url", []string{"must not embed credentials", "headers"}}},
 		{"http header empty", func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"": "v"} }, wantErr{"target.http.headers", []string{"invalid header name"}}},
@@ -342,6 +352,10 @@ func TestValidateAccepts(t *testing.T) {
 				ExpectStatus: []string{"204", "3xx", "599", "100"},
 			}
 		}},
+		{"http url ports at the limits", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com:65535/" }},
+		{"http url port 1", func(s *events.TaskSpec) { s.Target.HTTP.URL = "http://[2001:db8::1]:1/" }},
+		{"http url port with leading zeros", func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com:000443/" }}, // net/http dials 443
+		{"http url with an empty port", func(s *events.TaskSpec) { s.Target.HTTP.URL = "http://example.com:/" }},             // the default port
 		{"jitter 0.5", func(s *events.TaskSpec) { s.Jitter = 0.5 }},
 		{"bounds at the interval limit", func(s *events.TaskSpec) {
 			s.Bounds = &events.Bounds{Min: dur(events.MaxInterval), Max: dur(events.MaxInterval)}
@@ -619,6 +633,52 @@ func TestValidateKeepsURLSecretsOutOfTheError(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "hunter") {
 			t.Errorf("%q: Validate's error quotes the URL: %v", c.url, err)
+		}
+	}
+}
+
+// TestValidateStoredRefusesAURLNoCallCanReach: a stored spec whose
+// target.http.url has no host name (http://:8080) or a port outside
+// 1-65535 never ran: every attempt failed at the executor, as
+// "destination blocked by SSRF guard: bad address" or "invalid port", was
+// retried and dead-lettered, and every recheck failed again. It is not a
+// rule for new specs only: ValidateStored refuses it too, so the executor
+// skips each run with the rule as its reason (the task stays stored, to
+// be seen, updated or deleted).
+func TestValidateStoredRefusesAURLNoCallCanReach(t *testing.T) {
+	for url, want := range map[string]string{
+		"http://:8080/":            `target.http.url: must have a host name, got ":8080"`,
+		"https://example.com:0/":   "target.http.url: port must be 1-65535, got 0",
+		"http://example.com:65536": "target.http.url: port must be 1-65535, got 65536",
+	} {
+		s := minimalSpec(t)
+		s.Target.HTTP.URL = url
+		for name, validate := range map[string]func() error{"Validate": s.Validate, "ValidateStored": s.ValidateStored} {
+			if err := validate(); err == nil || err.Error() != want {
+				t.Errorf("%s: %s() = %v, want %q", url, name, err, want)
+			}
+		}
+	}
+}
+
+// TestValidateKeepsPasswordsOutOfTheHostRules: a "/" in a password ends
+// the host early, so that what url.Parse takes for the host or the port
+// is part of the password. The rules on the host name and the port then
+// say what is wrong without quoting it.
+func TestValidateKeepsPasswordsOutOfTheHostRules(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"https://admin:99999/hunter2@api.example.com/", "port must be 1-65535"},
+		{"https://:12345/hunter2@api.example.com/", "must have a host name"},
+	} {
+		s := minimalSpec(t)
+		s.Target.HTTP.URL = c.url
+		err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "password") {
+			t.Errorf("%q: Validate = %v, want a target.http.url error saying %q and why a password may be involved", c.url, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "99999") || strings.Contains(err.Error(), "12345") || strings.Contains(err.Error(), "hunter") {
+			t.Errorf("%q: Validate's error quotes what may be a password: %v", c.url, err)
 		}
 	}
 }

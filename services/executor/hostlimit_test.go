@@ -52,7 +52,7 @@ func TestHostLimitIsPerCanonicalHost(t *testing.T) {
 		{"https://bücher.example/", "https://bächer.example/", false},
 		{"https://api.example.com:0443/", "https://api.example.com/", true},
 		{"https://api.example.com:08443/", "https://api.example.com:8443/", true},
-		{"http://api.example.com:00/", "http://api.example.com:0/", true},
+		{"http://api.example.com:00080/", "http://api.example.com:080/", true}, // a port of 0 does not validate
 		{"https://api.example.com./", "https://api.example.com/", true},
 		{"https://API.example.com.:0443/", "https://api.example.com/", true},
 		{"https://bücher.example./", "https://xn--bcher-kva.example/", true},

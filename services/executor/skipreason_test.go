@@ -75,3 +75,41 @@ func TestStoredSpecReasonNamesOnlyWhatItHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredURLWithNoHostNameIsSkippedNamingTheURL: a stored spec whose
+// target.http.url names a port and no host (http://:8080/, which older
+// versions accepted) can never be called. Each run failed at the dial as
+// "destination blocked by SSRF guard: bad address \":8080\"", which
+// blames the guard, and was dead-lettered, its rechecks too. The stored
+// spec does not validate (ValidateStored): the run is skipped, with the
+// rule on the URL as its reason, and the task stays stored, to be
+// updated or deleted.
+func TestStoredURLWithNoHostNameIsSkippedNamingTheURL(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	const id = "nohost"
+	startExecutor(t, srv, newLogLines(), events.TaskSpec{
+		ID:       id,
+		Target:   events.Target{HTTP: &events.HTTPTarget{URL: "http://:8080/"}},
+		Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+	})
+	dispatchNow(t, srv.JS, id)
+	var (
+		run     events.Run
+		skipped bool
+	)
+	natstest.Eventually(t, 20*time.Second, "a run.skipped or run.failed", func() bool {
+		if run, skipped = lastRun(t, srv.JS, events.OutcomeSkipped, id); skipped {
+			return true
+		}
+		var failed bool
+		run, failed = lastRun(t, srv.JS, events.OutcomeFailed, id)
+		return failed
+	})
+	if !skipped {
+		t.Fatalf("the run failed (%q); want it skipped, naming target.http.url", run.Error)
+	}
+	if want := `target.http.url: must have a host name, got ":8080"`; !strings.Contains(run.Reason, want) || strings.Contains(run.Reason, "SSRF") {
+		t.Errorf("reason %q, want it to say %q and not blame the SSRF guard", run.Reason, want)
+	}
+}

@@ -283,3 +283,52 @@ func TestRepairCommandIDExemptsOnlyTheStoredTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestGovernorRejectsAURLWithNoHostNameOrABadPort: a task.created
+// published straight to NATS whose target.http.url names a port and no
+// host (http://:8080/: url.Parse's host is ":8080", its host name empty,
+// which the SSRF guard's create-time check let through) or a port
+// outside 1-65535 is answered with task.rejected naming target.http.url,
+// and not stored. It used to be accepted, and every run failed at the
+// executor for good ("destination blocked by SSRF guard: bad address
+// \":8080\"", "invalid port") and was dead-lettered, its rechecks too.
+func TestGovernorRejectsAURLWithNoHostNameOrABadPort(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, srv: natstest.StartWithStreams(t)}
+	e.st = e.startWith(func(c *stack.Config) { c.Guard = executor.Guard{} }, "governor") // production default
+	cases := []guardCase{
+		{"noname", "http://:8080/", `must have a host name, got ":8080"`},
+		{"noname-tls", "https://:443/x", `must have a host name, got ":443"`},
+		{"bigport", "https://example.com:99999/", "port must be 1-65535, got 99999"},
+		{"port0", "http://example.com:0/", "port must be 1-65535, got 0"},
+	}
+	accepted := e.collect("flyball.task.accepted.>")
+	rejected := e.collect("flyball.task.rejected.>")
+	for _, c := range cases {
+		e.create(c.id, fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1m"}}`, c.id, c.url))
+	}
+	natstest.Eventually(t, 10*time.Second, "an answer per task", func() bool { return len(accepted())+len(rejected()) == len(cases) })
+	for _, ev := range accepted() {
+		t.Errorf("task %s accepted; every run of it would fail", ev.Subject())
+	}
+	got := map[string]events.TaskRejected{}
+	for _, ev := range rejected() {
+		var r events.TaskRejected
+		if err := events.DecodeData(ev, &r); err != nil {
+			t.Fatal(err)
+		}
+		got[r.ID] = r
+	}
+	for _, c := range cases {
+		r, ok := got[c.id]
+		if !ok {
+			continue // reported as accepted
+		}
+		if len(r.Reasons) != 1 || r.Reasons[0].Field != "target.http.url" || !strings.Contains(r.Reasons[0].Rule, c.why) {
+			t.Errorf("%s: reasons %+v, want one naming target.http.url and saying %q", c.id, r.Reasons, c.why)
+		}
+		if e.storedSpec(c.id) {
+			t.Errorf("%s: the rejected task was stored", c.id)
+		}
+	}
+}
