@@ -47,3 +47,21 @@ func TestDryRunChecksTheTargetHost(t *testing.T) {
 		t.Fatalf("dry run of an ordinary host: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestDryRunReadsAFlowMappingAsYAML: a task file written as a YAML flow
+// mapping ({id: a, …}) starts like JSON and was refused as `not valid
+// JSON: invalid character 'i'`; it is valid. A file that is neither JSON
+// nor YAML says why for both, in one line, and exits 1.
+func TestDryRunReadsAFlowMappingAsYAML(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{url: "nats://127.0.0.1:1", dir: t.TempDir()} // a dry run connects to nothing
+	flow := e.file(t, "flow.yaml", "{id: flow, target: {http: {url: \"https://api.example.com/\"}}, schedule: {interval: 30s}}\n")
+	if r := e.run(t, "task", "create", "-f", flow, "--dry-run"); r.code != 0 || r.stdout != "valid\n" || r.stderr != "" {
+		t.Fatalf("dry run of a flow mapping: exit %d, stdout %q, stderr %q; want 0 and \"valid\"", r.code, r.stdout, r.stderr)
+	}
+	broken := e.file(t, "broken.json", `{"id": "flow", "schedule": {`)
+	r := e.fails(t, []string{"task", "create", "-f", broken, "--dry-run"}, "broken.json: neither JSON (not valid JSON: unexpected end of JSON input) nor YAML (line 1: ")
+	if strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("stderr %q, want one line", r.stderr)
+	}
+}

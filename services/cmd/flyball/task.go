@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +17,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	yamlv2 "go.yaml.in/yaml/v2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
@@ -177,48 +176,39 @@ func readSpec(path string, stdin io.Reader) (events.TaskSpec, error) {
 		return events.TaskSpec{}, fmt.Errorf("read task spec: %w", err)
 	}
 	doc := bytes.TrimSpace(b)
-	if len(doc) > 0 && doc[0] != '{' {
-		// YAML (JSON is YAML too, but its own errors read better). Strict:
-		// a key given twice is an error, not a silent override.
-		if doc, err = yaml.YAMLToJSONStrict(b); err != nil {
+	var notJSON error
+	if len(doc) > 0 && doc[0] == '{' {
+		// JSON (JSON is YAML too, but its own errors read better), or a
+		// YAML flow mapping ({id: a, …}), which is no JSON: read as YAML.
+		spec, err := control.DecodeSpec(doc)
+		if err == nil || json.Valid(doc) {
+			return spec, specError(path, err)
+		}
+		notJSON = err
+	}
+	if len(doc) > 0 {
+		y, err := yamlToJSON(b)
+		switch {
+		case errors.Is(err, errYAMLDocuments):
+			return events.TaskSpec{}, fmt.Errorf("%s: holds %w; want one task per file (split it at each ---)", path, err)
+		case err != nil && notJSON != nil:
+			return events.TaskSpec{}, fmt.Errorf("%s: neither JSON (%s) nor YAML (%w)", path, events.Reasons(notJSON)[0].Rule, err)
+		case err != nil:
 			return events.TaskSpec{}, fmt.Errorf("%s: not valid YAML: %w", path, err)
 		}
-		// YAMLToJSONStrict reads the first document and ignores the rest,
-		// so a second task (or anything after a ---) would be dropped
-		// without a word.
-		n, err := yamlDocuments(b)
-		if err != nil {
-			return events.TaskSpec{}, fmt.Errorf("%s: not valid YAML: %w", path, err)
-		}
-		if n > 1 {
-			return events.TaskSpec{}, fmt.Errorf("%s: holds %d YAML documents; want one task per file (split it at each ---)", path, n)
-		}
+		doc = y
 	}
 	spec, err := control.DecodeSpec(doc)
-	if err != nil {
-		return events.TaskSpec{}, newReasonsError(path+": invalid task spec", events.Reasons(err))
-	}
-	return spec, nil
+	return spec, specError(path, err)
 }
 
-// yamlDocuments counts the documents of a YAML stream that hold
-// something; an empty one, such as a trailing ---, does not count.
-func yamlDocuments(b []byte) (int, error) {
-	dec := yamlv2.NewDecoder(bytes.NewReader(b))
-	n := 0
-	for {
-		var v any
-		err := dec.Decode(&v)
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		if v != nil {
-			n++
-		}
+// specError is readSpec's error for a spec that does not decode or
+// validate: every reason, on a line of its own.
+func specError(path string, err error) error {
+	if err == nil {
+		return nil
 	}
+	return newReasonsError(path+": invalid task spec", events.Reasons(err))
 }
 
 func newTaskDeleteCmd() *cobra.Command {
