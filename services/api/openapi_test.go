@@ -2,10 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	gov "github.com/flyballhq/flyball/pkg/governor"
+	"github.com/flyballhq/flyball/services/internal/docexamples"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/query"
 	"github.com/flyballhq/flyball/services/internal/svcconf"
@@ -486,6 +490,97 @@ func TestOpenAPIMaxResponseBytesRange(t *testing.T) {
 	for _, s := range found {
 		if s["minimum"] != float64(1) || s["maximum"] != float64(events.MaxMaxResponseBytes) {
 			t.Errorf("maxResponseBytes: minimum %v, maximum %v; want 1 and %d", s["minimum"], s["maximum"], events.MaxMaxResponseBytes)
+		}
+	}
+}
+
+// TestOpenAPIRangesAndTheBudgetWindowMatchTheRules: the schema's texts
+// state the ranges Validate enforces and the window the governor counts
+// a budget in. They drifted: budget.maxRunsPerDay said "per rolling 24
+// hours", where the governor counts whole UTC hours (the current one and
+// the 23 before it), as docs/events.md says, and deadLetter.recheckAfter
+// and a hint's interval said "at least 1s" with no word of the 8784h cap
+// Validate enforces.
+func TestOpenAPIRangesAndTheBudgetWindowMatchTheRules(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]any `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	prop := func(schema string, path ...string) map[string]any {
+		t.Helper()
+		s, _ := doc.Components.Schemas[schema].(map[string]any)
+		for _, p := range path {
+			props, _ := s["properties"].(map[string]any)
+			if s, _ = props[p].(map[string]any); s == nil {
+				t.Fatalf("openapi.json: %s has no property %s", schema, strings.Join(path, "."))
+			}
+		}
+		return s
+	}
+	description := func(s map[string]any) string { d, _ := s["description"].(string); return d }
+
+	// Every duration Validate holds to [MinInterval, MaxInterval].
+	durations := fmt.Sprintf("[%s, %dh]", events.MinInterval, int(events.MaxInterval.Hours()))
+	for _, p := range []struct {
+		schema string
+		path   []string
+	}{
+		{"TaskSpec", []string{"schedule", "interval"}},
+		{"TaskSpec", []string{"bounds", "min"}},
+		{"TaskSpec", []string{"bounds", "max"}},
+		{"TaskSpec", []string{"quietHours", "interval"}},
+		{"TaskSpec", []string{"deadLetter", "recheckAfter"}},
+		{"HintRequest", []string{"interval"}},
+	} {
+		if d := description(prop(p.schema, p.path...)); !strings.Contains(d, durations) {
+			t.Errorf("%s.%s: description %q does not state the range %s", p.schema, strings.Join(p.path, "."), d, durations)
+		}
+	}
+	spec := func(mutate func(*events.TaskSpec)) error {
+		s := events.TaskSpec{ID: "x", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}}
+		mutate(&s)
+		return s.Validate()
+	}
+	recheck := func(d time.Duration) func(*events.TaskSpec) {
+		return func(s *events.TaskSpec) { s.DeadLetter = &events.DeadLetterPolicy{RecheckAfter: events.Duration(d)} }
+	}
+	if spec(recheck(events.MaxInterval)) != nil || spec(recheck(events.MaxInterval+time.Second)) == nil {
+		t.Errorf("deadLetter.recheckAfter: Validate does not hold it to %s, which openapi.json states", durations)
+	}
+
+	// budget.maxRunsPerDay: the range Validate enforces, stated and given
+	// as minimum and maximum.
+	budget := prop("TaskSpec", "budget", "maxRunsPerDay")
+	lo, _ := budget["minimum"].(float64)
+	hi, _ := budget["maximum"].(float64)
+	runs := func(n int) func(*events.TaskSpec) {
+		return func(s *events.TaskSpec) { s.Budget = &events.Budget{MaxRunsPerDay: n} }
+	}
+	if lo < 1 || spec(runs(int(lo))) != nil || spec(runs(int(lo)-1)) == nil || spec(runs(int(hi))) != nil || spec(runs(int(hi)+1)) == nil {
+		t.Errorf("budget.maxRunsPerDay: minimum %v and maximum %v are not the range Validate enforces", budget["minimum"], budget["maximum"])
+	}
+	if d := description(budget); !strings.Contains(d, fmt.Sprintf("in [%d, %d]", int(lo), int(hi))) {
+		t.Errorf("budget.maxRunsPerDay: description %q does not state the range [%d, %d]", d, int(lo), int(hi))
+	}
+	// Its window, in the words of docs/events.md's Budget section.
+	b, err := os.ReadFile(filepath.Join(docexamples.Root(t), "docs", "events.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "\n#### Budget\n")
+	section, _, _ = strings.Cut(section, "\n#### ")
+	section = strings.Join(strings.Fields(section), " ")
+	for _, words := range []string{"the current UTC hour and the 23 before it", "The window is whole UTC hours, not any rolling 24 hours"} {
+		if !strings.Contains(section, words) {
+			t.Errorf("docs/events.md's Budget section no longer says %q: state the window anew here and in openapi.json", words)
+		}
+		if d := description(budget); !strings.Contains(d, words) {
+			t.Errorf("budget.maxRunsPerDay: description %q does not say %q, as docs/events.md does", d, words)
 		}
 	}
 }
