@@ -146,6 +146,18 @@ func (e *env) create(id, data string) {
 	}
 }
 
+// deleteTask publishes task.deleted for id, as a user would.
+func (e *env) deleteTask(id string) {
+	e.t.Helper()
+	deleted, err := events.Marshal(events.TypeTaskDeleted, "test/user", id, events.TaskRef{ID: id}, time.Now(), "cmd-delete-"+id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.srv.NC.Publish(events.TaskSubject(events.VerbDeleted, id), deleted); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // collect subscribes to subject and returns a function listing the decoded
 // events seen so far.
 // watchSchedule records every schedule the governor writes for task id.
@@ -1222,14 +1234,7 @@ func TestRecreatedTaskStartsWithAClosedBreaker(t *testing.T) {
 	// old task's final failure may reach it after the new task's creation.
 	// Its dispatch named the old schedule's createdAt, so it does not hold
 	// the new task for a dead-letter recheck.
-
-	deleted, err := events.Marshal(events.TypeTaskDeleted, "test/user", "again", events.TaskRef{ID: "again"}, time.Now(), "cmd-delete-again")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.srv.NC.Publish("flyball.task.deleted.again", deleted); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteTask("again")
 	natstest.Eventually(t, 5*time.Second, "the delete is applied", func() bool { return len(accepted()) == 2 })
 	e.create("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, healthy.srv.URL))
 	natstest.Eventually(t, 10*time.Second, "the re-created task runs", func() bool { return len(succeeded()) >= 1 })
@@ -1276,14 +1281,7 @@ func TestTaskRecreatedWhileTheBreakerServiceIsDownStartsClosed(t *testing.T) {
 		"retry":{"maxAttempts":1},"breaker":{"failureThreshold":1,"openDelay":"1h","maxOpenDelay":"1h"}}`, failing.srv.URL))
 	natstest.Eventually(t, 10*time.Second, "the breaker opens", func() bool { return len(opened()) == 1 })
 	br.Stop()
-
-	deleted, err := events.Marshal(events.TypeTaskDeleted, "test/user", "again", events.TaskRef{ID: "again"}, time.Now(), "cmd-delete-again")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.srv.NC.Publish("flyball.task.deleted.again", deleted); err != nil {
-		t.Fatal(err)
-	}
+	e.deleteTask("again")
 	natstest.Eventually(t, 5*time.Second, "the delete is applied", func() bool { return len(accepted()) == 2 })
 	created := strings.Replace(string(createdEvent("again", fmt.Sprintf(`{"id":"again","target":{"http":{"url":%q}},"schedule":{"interval":"1s"}}`, healthy.srv.URL))),
 		`"id":"cmd-again"`, `"id":"cmd-again-2"`, 1)
