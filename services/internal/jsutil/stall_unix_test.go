@@ -59,16 +59,8 @@ func TestAStalledReaderReportsItsStall(t *testing.T) {
 		stallChild(t, url)
 		return
 	}
-	_, url := natstest.StartListeningEmpty(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, url := natstest.StartListeningEmpty(t)
+	js := srv.JS
 	ctx := t.Context()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "W", Subjects: []string{"work.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
 		t.Fatal(err)
