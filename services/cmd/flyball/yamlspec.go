@@ -124,14 +124,14 @@ func (c *yamlConverter) value(n *yaml.Node, depth int) (any, error) {
 // the first that has a key giving it, as YAML's merge key has it.
 func (c *yamlConverter) mapping(n *yaml.Node, depth int) (map[string]any, error) {
 	m := make(map[string]any, len(n.Content)/2)
-	var merges []*yaml.Node
+	var merge *yaml.Node // the value of <<, if given
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			if len(merges) > 0 {
+			if merge != nil {
 				return nil, fmt.Errorf("line %d: key %q given twice", k.Line, k.Value)
 			}
-			merges = append(merges, v)
+			merge = v
 			continue
 		}
 		key, err := yamlKey(k)
@@ -145,23 +145,24 @@ func (c *yamlConverter) mapping(n *yaml.Node, depth int) (map[string]any, error)
 			return nil, err
 		}
 	}
-	for _, v := range merges {
-		from := []*yaml.Node{v}
-		if unalias(v).Kind == yaml.SequenceNode {
-			from = unalias(v).Content
+	if merge == nil {
+		return m, nil
+	}
+	from := []*yaml.Node{merge}
+	if unalias(merge).Kind == yaml.SequenceNode {
+		from = unalias(merge).Content
+	}
+	for _, f := range from {
+		if unalias(f).Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", f.Line)
 		}
-		for _, f := range from {
-			if unalias(f).Kind != yaml.MappingNode {
-				return nil, fmt.Errorf("line %d: a merge (<<) takes a mapping or a list of mappings", f.Line)
-			}
-			merged, err := c.value(f, depth)
-			if err != nil {
-				return nil, err
-			}
-			for k, v := range merged.(map[string]any) {
-				if _, ok := m[k]; !ok {
-					m[k] = v
-				}
+		merged, err := c.value(f, depth)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range merged.(map[string]any) {
+			if _, ok := m[k]; !ok {
+				m[k] = v
 			}
 		}
 	}
