@@ -11,6 +11,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestStopWithNATSGoneDoesNotHang: stopping every service after NATS went
@@ -128,11 +129,15 @@ func TestAServiceWhoseStartFailedIsStopped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ci, err := cons.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ci.Delivered.Stream >= ack.Sequence || ci.NumPending == 0 {
+			// The server tells a stream's consumers about a stored message
+			// after it acks the publish (signalConsumersLoop), so wait until
+			// the consumer has counted the command, as pending or delivered.
+			var ci *jetstream.ConsumerInfo
+			natstest.Eventually(t, 10*time.Second, "TASKS/governor counts the command published", func() bool {
+				ci, err = cons.Info(ctx)
+				return err == nil && (ci.NumPending > 0 || ci.Delivered.Stream >= ack.Sequence)
+			})
+			if ci.Delivered.Stream >= ack.Sequence {
 				t.Fatalf("TASKS/governor delivered the command (delivered %d, pending %d) after the governor's Start failed", ci.Delivered.Stream, ci.NumPending)
 			}
 			tasks, err := srv.JS.KeyValue(ctx, streams.BucketTasks)
