@@ -46,7 +46,7 @@ func (p *planner) budget() {
 		return
 	}
 	if p.next.Before(free) {
-		p.budgetMove(free, "budget used up: %d runs in the last 24 hours (limit %d): waits until %s",
+		p.budgetMove(free, "budget used up: %d runs counted in this UTC hour and the 23 before it (limit %d): waits until %s",
 			used, limit, stamp(free))
 	}
 }

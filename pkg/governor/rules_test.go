@@ -531,7 +531,7 @@ func TestDecideBudget(t *testing.T) {
 				return s
 			}(), t0.Add(30 * time.Minute), updated},
 			// 10 runs counted; the 4 of 14:00 yesterday leave the window at 14:00.
-			want{next: t0.Add(4 * time.Hour), source: governor.SourceBudget, trail: "budget used up: 10 runs in the last 24 hours (limit 10): waits until 2026-03-02T14:00:00.000Z"},
+			want{next: t0.Add(4 * time.Hour), source: governor.SourceBudget, trail: "budget used up: 10 runs counted in this UTC hour and the 23 before it (limit 10): waits until 2026-03-02T14:00:00.000Z"},
 		},
 		{
 			"a cron task skips to the first occurrence far enough out",
@@ -844,7 +844,7 @@ func TestDecideDeadLetter(t *testing.T) {
 				s.Budget.Counts[h%24] = 1      // 10:00
 				return s
 			}(), at, deadLetterInput("t:1", at)},
-			want{next: t0.Add(22 * time.Hour), source: governor.SourceBudget, trail: "budget used up: 24 runs in the last 24 hours (limit 24): waits until 2026-03-03T08:00:00.000Z"},
+			want{next: t0.Add(22 * time.Hour), source: governor.SourceBudget, trail: "budget used up: 24 runs counted in this UTC hour and the 23 before it (limit 24): waits until 2026-03-03T08:00:00.000Z"},
 		},
 		{
 			"deadLetter.recheckAfter",
