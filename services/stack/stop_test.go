@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/services/stack"
 	"github.com/flyballhq/flyball/streams"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestStopWithNATSGoneDoesNotHang: stopping every service after NATS went
