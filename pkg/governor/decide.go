@@ -144,7 +144,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	}
 	if p.inFlight() {
 		p.keep()
-	} else if p.in == KindOutcome && !p.planned.IsZero() {
+	} else if p.queued() {
 		p.keepQueued()
 	} else if what := p.servesAhead(); what != "" {
 		p.keepServing(what)

@@ -88,11 +88,15 @@
 // run measured from the last completed slot and planned again the
 // requeue, recheck or backfill run the running slot serves.
 //
-// The outcome of the run during which a slot was planned (by a hint or a
-// requeue) keeps that slot, due or ahead: it has not run, and its dispatch
+// A slot planned during a run (by a hint or a requeue) is kept, due or
+// ahead, by the outcome of that run and by every other input during it
+// (another hint, a resume, a requeue) but one that stops the task (a
+// pause, a delete, a dead-letter hold): it has not run, and its dispatch
 // waits behind the run's own in DISPATCH, which holds one per task.
 // Planned after, it was replaced in the timer before the timer's retry
-// published it, and the run asked for never ran.
+// published it, and the run asked for never ran. It serves a one-shot
+// hint whose time comes while it waits (it runs after it): the hint is
+// consumed then.
 //
 // # Baseline, backoff and past slots
 //

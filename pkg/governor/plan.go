@@ -116,7 +116,9 @@ func (p *planner) plan() {
 // breaker state.
 //
 // Other inputs re-plan as before: a pause, delete or dead-letter hold
-// stops the task, and a hint, resume or requeue asks for a run.
+// stops the task, and a hint, resume or requeue asks for a run (but a slot
+// planned during a run that is still running waits behind it, and is kept:
+// queued).
 func (p *planner) inFlight() bool {
 	return (p.in == KindBreaker || p.in == KindUpdated) && !p.planned.IsZero() && p.prevSource != SourcePaused
 }
@@ -224,22 +226,64 @@ func (p *planner) keep() {
 	p.tr.str("slot ").at(p.prevNext).str(" is in flight (its outcome is not in yet): kept; the slot after it is planned from that outcome").end()
 }
 
-// keepQueued leaves where it is the slot in flight when the input is the
-// outcome of an earlier slot: an input during that run (a run-now hint, a
-// requeue, an interval hint) planned it. It cannot have run yet, and may
-// not be dispatched at all: DISPATCH holds one dispatch per task, so the
-// timer's publish of it is refused until the run of this outcome leaves
-// DISPATCH (its ack follows its outcome), and retried with a backoff of
-// up to 4 s. Planned after, as a slot in flight is otherwise, it was
-// replaced in the timer before that retry, and the run it was planned for
-// (the run-now, the requeue) never ran, without a word. Kept, it runs
-// once whether or not it was published, and its outcome plans the slot
-// after it.
+// queued reports whether the slot in flight was planned while an earlier
+// slot ran, and so waits behind it: the input is the outcome of that
+// earlier run, or the state remembers the earlier slot as running
+// (runningSlot) and the planned slot comes after it. An input during that
+// run (a run-now hint, a requeue, an interval hint) planned it. It cannot
+// have run yet, and may not be dispatched at all: DISPATCH holds one
+// dispatch per task, so the timer's publish of it is refused until the
+// running slot's dispatch leaves DISPATCH (its ack follows its outcome),
+// and retried with a backoff of up to 4 s. Planned after, as a slot in
+// flight is otherwise, it was replaced in the timer before that retry,
+// and the run it was planned for (the run-now, the requeue) never ran,
+// without a word: by the running slot's outcome, and by any other input
+// during the same run (an interval hint, a one-shot hint for later, a
+// resume).
+//
+// Every input keeps it but those that stop the task: a pause or a delete
+// (they leave no slot in flight), and a dead-letter hold, from a
+// dead-letter input or one in the state whose recheck is after the slot.
+// This keeps the precedence of the clamps and the budget: the slot was
+// planned under them, measured from the running slot, and the inputs that
+// keep it do not change them (a spec update or a breaker transition keeps
+// any slot in flight: inFlight). The outcome keeps it as before, whatever
+// it applied.
+func (p *planner) queued() bool {
+	switch {
+	case p.planned.IsZero():
+		return false
+	case p.in == KindOutcome:
+		return true
+	case p.in == KindDeadLettered, p.running.IsZero(), !p.planned.After(p.running):
+		return false
+	}
+	dl := p.s.DeadLetter
+	return dl == nil || !dl.RecheckAt.After(p.planned)
+}
+
+// keepQueued leaves the queued slot (see queued) where it is, due or still
+// ahead. Kept, it runs once whether or not it was published, and its
+// outcome plans the slot after it. A one-shot hint whose time came while
+// the slot waited (after the slot, at or before now) is consumed: the slot
+// runs after it, so it is the run the hint asked for. Left to the slot's
+// outcome, which consumes only a hint at or before the slot, a second
+// run-now hint during the run would run a second time right behind it. A
+// requeue is not consumed early (applyDeadLetter reads it, see deadLetter):
+// one sent while the slot waits, after its time, runs after its outcome.
 func (p *planner) keepQueued() {
 	p.expireHints()
+	run := p.running
+	if run.IsZero() {
+		run = p.s.LastScheduledAt
+	}
 	p.setNext(p.prevNext, p.prevSource)
-	p.tr.str("slot ").at(p.prevNext).str(" was planned while the run of ").at(p.s.LastScheduledAt).
+	p.tr.str("slot ").at(p.prevNext).str(" was planned while the run of ").at(run).
 		str(" ran; its dispatch waits for that run's to leave DISPATCH: kept; the slot after it is planned from its outcome").end()
+	if h := p.s.OneShotHint; h != nil && h.At.After(p.planned) && !h.At.After(p.now) {
+		p.tr.str("one-shot hint for ").at(h.At).str(" came while the slot ").at(p.planned).str(" waits, which runs after it: consumed").end()
+		p.s.OneShotHint = nil
+	}
 }
 
 // servesAhead names the request that the slot in flight, still ahead of

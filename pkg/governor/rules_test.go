@@ -1348,6 +1348,118 @@ func TestDecideSlotPlannedDuringARunSurvivesItsOutcome(t *testing.T) {
 	}
 }
 
+// A slot planned while a run ran is still the next run when a second
+// input comes during that run (a hint, a resume, a requeue), due or not:
+// its dispatch waits behind the running one's, as for the run's outcome
+// (TestDecideSlotPlannedDuringARunSurvivesItsOutcome). Before 2026-12-02
+// the second input took it for a slot in flight and planned after it, and
+// the timer replaced it before it was published: a run-now hint, then an
+// interval hint during a run, and the run-now never ran. Only an input
+// that stops the task (a pause, a dead-letter hold) re-plans. A run-now
+// sent while the slot waits is served by it (it runs after it); a requeue
+// stays pending until a slot at or after it, so it gets its own run.
+func TestDecideSlotPlannedDuringARunSurvivesALaterInput(t *testing.T) {
+	spec := mustValid(t, intervalSpec(time.Hour))
+	running := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)) // the 10:00 run is under way
+	during := t0.Add(time.Second)
+	firsts := []struct {
+		name  string
+		in    governor.Input
+		every time.Duration // the interval hint's
+	}{
+		{"a run-now hint", hinted(governor.Hint{At: during}), 0},
+		{"a requeue", requeued, 0},
+		{"an interval hint of 30s", hinted(governor.Hint{Interval: 30 * time.Second, TTL: time.Hour}), 30 * time.Second},
+	}
+	for _, first := range firsts {
+		d := governor.Decide(during, spec, running, first.in)
+		queued := d.NextRunAt
+		if !queued.After(t0) || !d.State.RunningSlot.Equal(t0) {
+			t.Fatalf("%s during the run planned %s (%s), running slot %s\ntrail: %q", first.name, fmtT(queued), d.Source, fmtT(d.State.RunningSlot), d.Trail)
+		}
+		times := map[string]time.Time{"due": queued.Add(2 * time.Second)}
+		if ahead := queued.Add(-500 * time.Millisecond); ahead.After(during) {
+			times["ahead"] = ahead
+		}
+		seconds := []struct {
+			name string
+			in   governor.Input
+			// after is the decision on the kept slot's own outcome.
+			after want
+		}{
+			{"an interval hint of 10m", hinted(governor.Hint{Interval: 10 * time.Minute}), want{next: queued.Add(10 * time.Minute), source: governor.SourceHintInterval}},
+			{"a one-shot hint for 10:10", hinted(governor.Hint{At: t0.Add(10 * time.Minute)}), want{next: t0.Add(10 * time.Minute), source: governor.SourceHintOneShot}},
+			{"a resume", governor.Input{Kind: governor.KindResumed}, want{}},
+			{"a spec update", updated, want{}},
+			{"a breaker transition", breakerInput("closed", time.Time{}), want{}},
+		}
+		for when, at := range times {
+			for _, second := range seconds {
+				name := fmt.Sprintf("%s, then %s (the slot %s)", first.name, second.name, when)
+				d2 := governor.Decide(at, spec, d.State, second.in)
+				if !d2.NextRunAt.Equal(queued) || d2.Source != d.Source || !d2.State.RunningSlot.Equal(t0) {
+					t.Errorf("%s: next %s (%s), running %s; want %s (%s) kept, running %s\n%s",
+						name, fmtT(d2.NextRunAt), d2.Source, fmtT(d2.State.RunningSlot), fmtT(queued), d.Source, fmtT(t0), fmtTrail(d2.Trail))
+					continue
+				}
+				// The running slot's outcome keeps it too, and its own
+				// outcome plans the slot after it, the second input applied.
+				o := outcome("succeeded", t0)
+				o.Outcome.FinishedAt = at.Add(time.Second)
+				kept := governor.Decide(at.Add(time.Second), spec, d2.State, o)
+				if !kept.NextRunAt.Equal(queued) {
+					t.Errorf("%s: the running slot's outcome moved %s to %s (%s)\n%s", name, fmtT(queued), fmtT(kept.NextRunAt), kept.Source, fmtTrail(kept.Trail))
+					continue
+				}
+				end := maxTime(queued, at).Add(3 * time.Second)
+				after := governor.Decide(end, spec, kept.State, outcome("succeeded", queued))
+				w := second.after
+				if first.every != 0 && second.name != "an interval hint of 10m" { // the first's cadence
+					w = want{next: queued.Add(first.every), source: governor.SourceHintInterval}
+				} else if w.next.IsZero() {
+					w = want{next: queued.Add(time.Hour), source: governor.SourceBaselineInterval}
+				}
+				if !after.NextRunAt.Equal(w.next) || after.Source != w.source {
+					t.Errorf("%s: after the kept slot %s ran: next %s (%s), want %s (%s)\n%s", name, fmtT(queued), fmtT(after.NextRunAt), after.Source, fmtT(w.next), w.source, fmtTrail(after.Trail))
+				}
+			}
+		}
+		due := queued.Add(2 * time.Second)
+		runDecideCases(t, []decideCase{
+			{
+				first.name + ", then a run-now hint while it waits: served by it",
+				given{spec, d.State, due, hinted(governor.Hint{At: due})},
+				want{next: queued, source: d.Source, trail: "was planned while the run of", check: func(t *testing.T, d governor.Decision) {
+					if d.State.OneShotHint != nil {
+						t.Errorf("one-shot hint %+v left for a run after the slot that serves it", d.State.OneShotHint)
+					}
+				}},
+			},
+			{
+				first.name + ", then a requeue while it waits: its own run after it",
+				given{spec, d.State, due, requeued},
+				want{next: queued, source: d.Source, trail: "was planned while the run of", check: func(t *testing.T, d governor.Decision) {
+					after := governor.Decide(due.Add(time.Second), spec, d.State, outcome("succeeded", t0))
+					after = governor.Decide(due.Add(2*time.Second), spec, after.State, outcome("succeeded", queued))
+					if after.Source != governor.SourceRequeue || !after.NextRunAt.Equal(due.Add(2*time.Second)) {
+						t.Errorf("after the kept slot ran: next %s (%s), want the requeue at once\n%s", fmtT(after.NextRunAt), after.Source, fmtTrail(after.Trail))
+					}
+				}},
+			},
+			{
+				first.name + ", then a pause: it stops the task",
+				given{spec, d.State, due, governor.Input{Kind: governor.KindPaused}},
+				want{next: time.Time{}, source: governor.SourcePaused},
+			},
+			{
+				first.name + ", then a dead-letter hold: it waits for its recheck",
+				given{spec, d.State, due, deadLetterInput("t:other", due)},
+				want{next: due.Add(30 * time.Minute), source: governor.SourceDeadLetterRecheck},
+			},
+		})
+	}
+}
+
 // An input that re-plans while a slot is in flight (due, its outcome not
 // in yet; a hint, a requeue) plans the slot after it: the one in flight
 // runs first, whatever is decided, so the grid, the first-run rule,
