@@ -666,12 +666,17 @@ func TestRequeueRunsTheTaskAgain(t *testing.T) {
 // (10077) and retried, backing off to 4 s. The running slot's outcome was
 // applied before that retry and planned the next slot after the waiting
 // one, which took its place in the timer: the run asked for never ran and
-// the hourly task was next called an hour later, without a word.
+// the hourly task was next called an hour later, without a word. A second
+// input during the same run (an interval hint, then, sent while the slot
+// asked for waits) planned after the waiting slot in the same way.
 func TestARunAskedForDuringARunRunsAfterIt(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ name, typ, data string }{
-		{"run-now", "task.hinted", `{"id":"slow","at":%q}`},
-		{"requeue", "task.requeued", `{"id":"slow"}`},
+	const intervalHint = `{"id":"slow","interval":"10m"}`
+	for _, tc := range []struct{ name, typ, data, then string }{
+		{"run-now", "task.hinted", `{"id":"slow","at":%q}`, ""},
+		{"requeue", "task.requeued", `{"id":"slow"}`, ""},
+		{"run-now, then an interval hint", "task.hinted", `{"id":"slow","at":%q}`, intervalHint},
+		{"requeue, then an interval hint", "task.requeued", `{"id":"slow"}`, intervalHint},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -687,16 +692,33 @@ func TestARunAskedForDuringARunRunsAfterIt(t *testing.T) {
 			if strings.Contains(data, "%q") {
 				data = fmt.Sprintf(data, time.Now().UTC().Format(time.RFC3339Nano))
 			}
-			body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":"cmd-1","subject":"slow","datacontenttype":"application/json","data":%s}`, tc.typ, data)
-			if err := e.srv.NC.Publish("flyball."+tc.typ+".slow", []byte(body)); err != nil {
-				t.Fatal(err)
+			command := func(typ, id, data string) {
+				t.Helper()
+				body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":%q,"subject":"slow","datacontenttype":"application/json","data":%s}`, typ, id, data)
+				if err := e.srv.NC.Publish("flyball."+typ+".slow", []byte(body)); err != nil {
+					t.Fatal(err)
+				}
 			}
-			// Five refusals: the timer's next try of the slot asked for is
-			// 4 s away, long after the running slot's outcome is applied.
+			command(tc.typ, "cmd-1", data)
 			pending := e.st.Metrics().DispatchTotal.WithLabelValues("pending")
-			natstest.Eventually(t, 15*time.Second, "the slot asked for refused 5 times behind the running one", func() bool {
-				return testutil.ToFloat64(pending) >= 5
-			})
+			if tc.then != "" {
+				// Once its slot is due: still ahead, any hint keeps it.
+				natstest.Eventually(t, 15*time.Second, "the slot asked for refused behind the running one, and due", func() bool {
+					next := e.storedSchedule("slow").NextRunAt
+					return testutil.ToFloat64(pending) >= 1 && !next.IsZero() && time.Now().After(next)
+				})
+				command("task.hinted", "cmd-2", tc.then)
+				natstest.Eventually(t, 10*time.Second, "the interval hint applied while the slot asked for waits", func() bool {
+					return e.storedSchedule("slow").IntervalHint != nil
+				})
+			} else {
+				// Five refusals: the timer's next try of the slot asked for
+				// is 4 s away, long after the running slot's outcome is
+				// applied.
+				natstest.Eventually(t, 15*time.Second, "the slot asked for refused 5 times behind the running one", func() bool {
+					return testutil.ToFloat64(pending) >= 5
+				})
+			}
 			tg.mu.Lock()
 			close(release)
 			tg.hang = nil
