@@ -289,17 +289,23 @@ func (b *Beater) wrote(ctx context.Context, key string, rev uint64, t0 time.Time
 // lies in [t0 − created, t1 − created]: the estimate is the midpoint,
 // within half the round trip. The entry is read back for its stamp (one
 // KV read a beat); one written since by anyone else (another revision)
-// measures nothing, and neither does a failed read, which is logged
-// once until a read succeeds again: a NATS user without the direct get
-// of its own entry would otherwise leave the offset unmeasured (the gauge
-// at 0, the executor on its own clock) without a word.
+// measures nothing, and neither does a failed read: it sets
+// flyball_clock_offset_measured to 0 (record sets it to 1), and is logged
+// once until a read succeeds again. A NATS user without the direct get of
+// its own entry left the offset unmeasured (its gauge at 0, the executor
+// on its own clock) with no alert: its writes were stored, so no
+// heartbeat failure was counted either.
 func (b *Beater) measure(ctx context.Context, key string, rev uint64, t0, t1 time.Time) {
 	if b.cfg.NoClock {
 		return
 	}
 	ent, err := b.kv.Get(ctx, key)
 	if err != nil {
-		if !b.unread && ctx.Err() == nil {
+		if ctx.Err() != nil {
+			return // stopping, or the beat ran out of time
+		}
+		b.cfg.Metrics.ClockOffsetMeasured.Set(0)
+		if !b.unread {
 			b.unread = true
 			b.cfg.Logger.Warn("clock offset not measured: the heartbeat could not be read back; it is tried again each beat",
 				"kind", b.cfg.Kind, "name", b.cfg.Name, "err", err)
@@ -327,6 +333,7 @@ func (b *Beater) record(s sample) {
 	changed := crossed != b.skewed
 	b.skewed = crossed
 	b.cfg.Metrics.ClockOffset.Set(best.offset.Seconds())
+	b.cfg.Metrics.ClockOffsetMeasured.Set(1)
 	switch {
 	case changed && crossed:
 		b.cfg.Logger.Warn("this host's clock is off the NATS server's by more than "+SkewWarn.String()+"; keep both synchronized (NTP, chrony)",

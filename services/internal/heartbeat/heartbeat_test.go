@@ -351,6 +351,9 @@ func TestBeatMeasuresTheClockOffsetFromTheServer(t *testing.T) {
 			if got := testutil.ToFloat64(m.ClockOffset); got != offset.Seconds() {
 				t.Errorf("flyball_clock_offset_seconds %v, want %v", got, offset.Seconds())
 			}
+			if got := testutil.ToFloat64(m.ClockOffsetMeasured); got != 1 {
+				t.Errorf("flyball_clock_offset_measured %v, want 1", got)
+			}
 			// Warned once, on crossing 1 s, not at every beat.
 			want := 0
 			if skew.Abs() > heartbeat.SkewWarn {
@@ -410,41 +413,94 @@ func TestASteppedClockIsMeasuredAnewAtTheNextBeat(t *testing.T) {
 // own runtime entry) measures no offset, and says so once, not at every
 // beat; before, nothing said the offset went unmeasured (the gauge at 0,
 // the executor judging catchUp none on its own clock).
+//
+// It says so in a metric too: the write succeeds, so
+// flyball_heartbeat_failures_total stays 0, and flyball_clock_offset_seconds
+// stays 0 however far off the clock is, so neither FlyballHeartbeatFailing
+// nor FlyballClockSkew fired, while an executor 30 s behind the server
+// handed back every dispatch more than 15 s ahead by its clock until it was
+// dead-lettered. flyball_clock_offset_measured is 0 until a beat measures
+// the offset and whenever a read-back fails, 1 once one measures it
+// (FlyballClockOffsetUnmeasured).
 func TestAFailedReadBackIsWarnedOnce(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartCompose(t)
 	_, js := srv.Connect(t, "executor")
 	var logs lockedBuffer
+	m := metrics.New()
+	var refused atomic.Bool
+	refused.Store(true)
 	b := heartbeat.Start(context.Background(), heartbeat.Config{
-		JS: noReadBack{js}, Kind: "executor", Name: "unread", Interval: time.Hour, Metrics: metrics.New(),
+		JS: noReadBack{JetStream: js, refused: &refused}, Kind: "executor", Name: "unread", Interval: time.Hour, Metrics: m,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Now:    func() time.Time { return time.Now().Add(-30 * time.Second) },
 	})
 	t.Cleanup(b.Stop)
-	b.BeatNow(context.Background())
-	b.BeatNow(context.Background())
+	for range 4 {
+		b.BeatNow(context.Background())
+	}
 	if _, _, ok := b.Offset(); ok {
 		t.Fatal("an offset measured though no beat could be read back")
 	}
 	if n := strings.Count(logs.String(), "clock offset not measured"); n != 1 {
-		t.Fatalf("%d warnings after three beats whose read-back failed, want 1:\n%s", n, logs.String())
+		t.Fatalf("%d warnings after five beats whose read-back failed, want 1:\n%s", n, logs.String())
+	}
+	if n := testutil.ToFloat64(m.HeartbeatFailures); n != 0 {
+		t.Errorf("flyball_heartbeat_failures_total %v, want 0: every write was stored", n)
+	}
+	if got := testutil.ToFloat64(m.ClockOffsetMeasured); got != 0 {
+		t.Fatalf("flyball_clock_offset_measured %v after five beats whose read-back failed, want 0", got)
+	}
+
+	refused.Store(false) // the user may read its entry now
+	b.BeatNow(context.Background())
+	if offset, _, ok := b.Offset(); !ok || offset > -29*time.Second {
+		t.Fatalf("offset %s (measured %v) once the read-back succeeds, want about -30s", offset, ok)
+	}
+	if got := testutil.ToFloat64(m.ClockOffsetMeasured); got != 1 {
+		t.Fatalf("flyball_clock_offset_measured %v after a beat measured the offset, want 1", got)
+	}
+
+	// Refused again: the executor keeps the last offset, but the gauge
+	// says it is not measured any more, and the beater warns anew.
+	refused.Store(true)
+	b.BeatNow(context.Background())
+	if _, _, ok := b.Offset(); !ok {
+		t.Fatal("the offset measured before was dropped at a failed read-back")
+	}
+	if got := testutil.ToFloat64(m.ClockOffsetMeasured); got != 0 {
+		t.Fatalf("flyball_clock_offset_measured %v after a failed read-back, want 0", got)
+	}
+	if n := strings.Count(logs.String(), "clock offset not measured"); n != 2 {
+		t.Fatalf("%d warnings after the read-back failed again, want 2:\n%s", n, logs.String())
 	}
 }
 
 // noReadBack is a JetStream whose flyball-runtime refuses reads, as for a
-// user without the direct get of its entries.
-type noReadBack struct{ jetstream.JetStream }
+// user without the direct get of its entries: always, or while refused
+// is set when it is not nil.
+type noReadBack struct {
+	jetstream.JetStream
+	refused *atomic.Bool
+}
 
 func (j noReadBack) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
 	kv, err := j.JetStream.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
-	return refusedGet{kv}, nil
+	return refusedGet{KeyValue: kv, refused: j.refused}, nil
 }
 
-type refusedGet struct{ jetstream.KeyValue }
+type refusedGet struct {
+	jetstream.KeyValue
+	refused *atomic.Bool
+}
 
-func (refusedGet) Get(context.Context, string) (jetstream.KeyValueEntry, error) {
+func (k refusedGet) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.refused != nil && !k.refused.Load() {
+		return k.KeyValue.Get(ctx, key)
+	}
 	return nil, errors.New("nats: permissions violation (injected)")
 }
 
@@ -457,7 +513,7 @@ func TestANoClockBeaterDoesNotReadBack(t *testing.T) {
 	_, js := srv.Connect(t, "executor")
 	var logs lockedBuffer
 	b := heartbeat.Start(context.Background(), heartbeat.Config{
-		JS: noReadBack{js}, Kind: "executor", Name: "second", Interval: time.Hour, Metrics: metrics.New(),
+		JS: noReadBack{JetStream: js}, Kind: "executor", Name: "second", Interval: time.Hour, Metrics: metrics.New(),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), NoClock: true,
 	})
 	t.Cleanup(b.Stop)

@@ -41,19 +41,22 @@ type Set struct {
 	HeartbeatFailures  prometheus.Counter
 	// ClockOffset is the process's clock minus the NATS server's, as its
 	// heartbeats measure it.
-	ClockOffset        prometheus.Gauge
-	ZombiesRenudged    prometheus.Counter
-	OrphansRemoved     *prometheus.CounterVec
-	MarkersCompacted   *prometheus.CounterVec
-	SchedulesRepaired  *prometheus.CounterVec
-	SweeperScanning    prometheus.Gauge
-	PullFailures       *prometheus.CounterVec
-	PullStalls         *prometheus.CounterVec
-	GovernorRetries    *prometheus.CounterVec
-	OutboxRepublished  prometheus.Counter
-	OutboxAbandoned    prometheus.Counter
-	SettlesUnconfirmed *prometheus.CounterVec
-	OutboxEvents       prometheus.Gauge
+	ClockOffset prometheus.Gauge
+	// ClockOffsetMeasured is 1 while the heartbeats measure ClockOffset,
+	// 0 before the first measurement and after a failed read-back.
+	ClockOffsetMeasured prometheus.Gauge
+	ZombiesRenudged     prometheus.Counter
+	OrphansRemoved      *prometheus.CounterVec
+	MarkersCompacted    *prometheus.CounterVec
+	SchedulesRepaired   *prometheus.CounterVec
+	SweeperScanning     prometheus.Gauge
+	PullFailures        *prometheus.CounterVec
+	PullStalls          *prometheus.CounterVec
+	GovernorRetries     *prometheus.CounterVec
+	OutboxRepublished   prometheus.Counter
+	OutboxAbandoned     prometheus.Counter
+	SettlesUnconfirmed  *prometheus.CounterVec
+	OutboxEvents        prometheus.Gauge
 	// DeadLetterReconciled counts dispatches dead-lettered without their
 	// MAX_DELIVERIES advisory (deadletter.Service.Reconcile).
 	DeadLetterReconciled prometheus.Counter
@@ -184,6 +187,10 @@ func New() *Set {
 			Name: "flyball_clock_offset_seconds",
 			Help: "This process's clock minus the NATS server's, measured by each heartbeat (the write's round trip bounds it); 0 until the first measurement. Past 1s either way, catchUp none and slot precision suffer: synchronize the clocks (NTP, chrony).",
 		}),
+		ClockOffsetMeasured: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_clock_offset_measured",
+			Help: "1 while this process's heartbeat measures its clock offset (flyball_clock_offset_seconds), 0 before the first measurement and while the heartbeat cannot read its entry back (a NATS user without the direct get of its own flyball-runtime entry): flyball_clock_offset_seconds then holds its last measurement, 0 if none, and an executor that has measured none goes by its own clock.",
+		}),
 		ZombiesRenudged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_zombies_renudged_total", Help: "Runs re-dispatched because they fell due long ago and never completed.",
 		}),
@@ -273,7 +280,7 @@ func New() *Set {
 	for _, c := range []prometheus.Collector{
 		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.TimerLeaseStalls, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
-		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ZombiesRenudged, s.OrphansRemoved, s.MarkersCompacted, s.SchedulesRepaired,
+		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ClockOffsetMeasured, s.ZombiesRenudged, s.OrphansRemoved, s.MarkersCompacted, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.PullStalls, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
 		s.SettlesUnconfirmed, s.ConsumerPending, s.ConsumerAckPending, s.ConsumerMaxAckPending, s.ConsumerRedelivered,
 		s.JetStreamStorage, s.JetStreamAccountStorage, s.JetStreamStorageLimit, s.BacklogReadFailures, s.TaskIndexFallbacks,
