@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +204,51 @@ func TestSettingsNameTheSyncInterval(t *testing.T) {
 		if !strings.Contains(md.String(), tc.want+"\n") {
 			t.Errorf("settings %+v: the report does not say %q:\n%s", tc.s, tc.want, md.String())
 		}
+	}
+}
+
+// TestDuplicatesVerdictCountsTheGridCheck: a fourth call in three slots
+// whose header names a time off the grid is no header duplicate, but the
+// grid check sees slot 2 called twice: "0 duplicates" is not met, and the
+// markdown's dup column shows the off-grid call.
+func TestDuplicatesVerdictCountsTheGridCheck(t *testing.T) {
+	t.Parallel()
+	iv := time.Second
+	anchor := time.Unix(1_000_000, 0).UnixNano()
+	slot := func(k int) int64 { return anchor + int64(k)*int64(iv) }
+	call := func(at, scheduled int64) stats.Arrival {
+		return stats.Arrival{At: at, Task: "t", Scheduled: scheduled, Key: fmt.Sprintf("t:%d", scheduled/int64(time.Millisecond))}
+	}
+	arrivals := []stats.Arrival{
+		call(slot(0)+int64(3*time.Millisecond), slot(0)),
+		call(slot(1)+int64(3*time.Millisecond), slot(1)),
+		call(slot(2)+int64(3*time.Millisecond), slot(2)),
+		// The extra call: at slot 2 + 5 ms, labelled slot 2 + 300 ms.
+		call(slot(2)+int64(5*time.Millisecond), slot(2)+int64(300*time.Millisecond)),
+	}
+	w := stats.Window{From: anchor - int64(iv)/2, To: anchor + 5*int64(iv)/2}
+	st := stats.Analyze(arrivals, stats.Grid{Interval: iv, Anchors: map[string]int64{"t": anchor}}, w)
+	if st.Expected != 3 || st.Missed != 0 || st.GridMissed != 0 || st.Duplicates != 0 || st.GridDuplicates != 1 || st.OffGrid != 1 {
+		t.Fatalf("Analyze = %+v: want 3 expected, none missed, no header duplicate, 1 grid duplicate, 1 off grid", st)
+	}
+	fly := &SystemResult{System: SystemFlyball, Tasks: 1, Interval: iv, Window: w, Stats: st}
+	res := &Result{Tiers: []*TierResult{{
+		Tier:    Tier{Name: TierW1a, Title: "W1a", Kind: KindRuns},
+		Systems: []*SystemResult{fly},
+	}}}
+	if v := verdict(t, res, "W1: 0 missed"); !v.Met {
+		t.Errorf("missed verdict = %+v, want met: every slot was called", v)
+	}
+	dup := verdict(t, res, "W1: 0 duplicates")
+	if dup.Met {
+		t.Errorf("duplicates verdict = %+v, want not met: slot 2 was called twice", dup)
+	}
+	res.Targets = evaluate(res)
+	var md strings.Builder
+	if err := RenderMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| 0, 1 off grid | 0/1 |"; !strings.Contains(md.String(), want) {
+		t.Errorf("markdown lacks the dup cells %q:\n%s", want, md.String())
 	}
 }
