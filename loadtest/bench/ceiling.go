@@ -45,7 +45,7 @@ func (r *runner) measureCeiling(ctx context.Context, c *Ceiling) error {
 		payload[i] = 'a' + byte(i%26)
 	}
 	pids := append([]int{procstat.Self}, env.pids(r.cfg.StackPIDs)...)
-	before := procstat.Take(pids...)
+	before, berr := procstat.Take(pids...)
 	start := time.Now()
 	for range c.Msgs {
 		if _, err := env.js.PublishAsync(subject, payload, jetstream.WithStallWait(time.Minute)); err != nil {
@@ -56,8 +56,11 @@ func (r *runner) measureCeiling(ctx context.Context, c *Ceiling) error {
 		return err
 	}
 	elapsed := time.Since(start)
-	for _, d := range procstat.Take(pids...).Since(before) {
-		c.CPUSeconds += d.Seconds()
+	after, aerr := procstat.Take(pids...)
+	if c.Uncharged = errText(berr, aerr); c.Uncharged == "" {
+		for _, d := range after.Since(before) {
+			c.CPUSeconds += d.Seconds()
+		}
 	}
 	c.Seconds = elapsed.Seconds()
 	c.MsgsPerSec = float64(c.Msgs) / elapsed.Seconds()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flyballhq/flyball/loadtest/procstat"
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/embedded"
 )
@@ -99,7 +100,8 @@ type Config struct {
 	NATSURL string
 	// StackPIDs are processes whose CPU and memory are charged to flyball
 	// (and to the nats-server baseline) with StackExternal: the nats-server
-	// and flyball processes of the stack behind NATSURL.
+	// and flyball processes of the stack behind NATSURL. Required there,
+	// and each must be readable (/proc/<pid>/stat).
 	StackPIDs []int
 	// AsyncPersist creates flyball's DISPATCH and RUNS streams
 	// (streams.AsyncPersistStreams) with nats-server's async persist mode
@@ -270,6 +272,17 @@ func (c *Config) validate() error {
 		}
 		if c.NATSURL == "" {
 			add("stack: %q needs a NATS URL", StackExternal)
+		}
+		// Without the stack's processes the CPU and peak RSS charged
+		// would be the load generator's alone, and the CPU target judged
+		// on them.
+		if len(c.StackPIDs) == 0 {
+			add("stack-pid: --nats-url needs the PIDs of the stack's processes (nats-server, flyball), whose CPU and RSS are the stack's")
+		}
+		for _, p := range c.StackPIDs {
+			if _, err := procstat.CPUTotal(p); err != nil {
+				add("stack-pid: %d cannot be read: %w", p, err)
+			}
 		}
 	default:
 		add("stack: want %s, %s or %s, got %q", StackInProcess, StackProcess, StackExternal, c.Stack)

@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"fmt"
+	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +34,11 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{"process without the flyball binary", func(c *Config) { c.Stack = StackProcess }, "flyball-bin: stack \"process\" needs the flyball binary"},
 		{"stack pid without an external stack", func(c *Config) { c.StackPIDs = []int{1234} }, "stack-pid: applies to a stack behind --nats-url only"},
 		{"external without URL", func(c *Config) { c.Stack = StackExternal }, "stack: \"external\" needs a NATS URL"},
+		{"external without stack pids", func(c *Config) { c.NATSURL = "nats://127.0.0.1:4222" }, "stack-pid: --nats-url needs the PIDs of the stack's processes"},
+		{"a stack pid that cannot be read", func(c *Config) {
+			c.NATSURL = "nats://127.0.0.1:4222"
+			c.StackPIDs = []int{os.Getpid(), math.MaxInt32}
+		}, fmt.Sprintf("stack-pid: %d cannot be read", math.MaxInt32)},
 		{"timer lead too long", func(c *Config) { c.TimerLead = 1001 * time.Millisecond }, "timer-lead: must be at most 1s"},
 		{"pipeline on an external stack", func(c *Config) {
 			c.NATSURL = "nats://127.0.0.1:4222"
@@ -69,6 +77,7 @@ func TestConfigDefaultSystemsLeaveThePipelineOutOnAnExternalStack(t *testing.T) 
 	}
 	c = validConfig()
 	c.NATSURL = "nats://127.0.0.1:4222"
+	c.StackPIDs = []int{os.Getpid()}
 	if err := c.validate(); err != nil || slices.Contains(c.Systems, SystemPipeline) || !slices.Contains(c.Systems, SystemFlyball) {
 		t.Fatalf("external: systems %v (%v), want every system but the pipeline", c.Systems, err)
 	}

@@ -81,8 +81,9 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	if err := waitUntil(ctx, time.Unix(0, w.From)); err != nil {
 		return err
 	}
+	var resetErrs []error
 	for _, p := range charged {
-		_ = procstat.ResetPeak(p)
+		resetErrs = append(resetErrs, procstat.ResetPeak(p))
 	}
 	if m.onOpen != nil {
 		m.onOpen(ctx)
@@ -93,7 +94,7 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	// The first CPU sample after the probe's reads and the heap profile,
 	// which are not the system's work; only the drain must follow it, and
 	// the calls it keeps (arrived since w.From) are counted either way.
-	before := procstat.Take(sampled...)
+	before, berr := procstat.Take(sampled...)
 	// Warm-up arrivals belong to slots before the window; calls that
 	// arrived since w.From stay with the target for the window's count.
 	warm, err := r.target.DrainBefore(ctx, w.From)
@@ -106,7 +107,7 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 		return err
 	}
 	werr := waitUntil(ctx, time.Unix(0, w.To))
-	after := procstat.Take(sampled...)
+	after, aerr := procstat.Take(sampled...)
 	perr := stopProfile()
 	if werr != nil {
 		return werr
@@ -121,14 +122,33 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 		return err
 	}
 	used := after.Since(before)
+	// A process that cannot be read is not charged: the system's CPU and
+	// peak RSS are then not measured, rather than what the others used.
+	var unread []error
 	for _, p := range charged {
-		m.sys.CPUSeconds += used[p].Seconds()
-		if mem, err := procstat.ReadMemory(p); err == nil {
-			m.sys.PeakRSSBytes += mem.Peak
+		d, ok := used[p]
+		if !ok {
+			unread = append(unread, berr, aerr)
 		}
+		mem, err := procstat.ReadMemory(p)
+		if err != nil {
+			unread = append(unread, err)
+		}
+		m.sys.CPUSeconds += d.Seconds()
+		m.sys.PeakRSSBytes += mem.Peak
+	}
+	if len(unread) > 0 {
+		m.sys.Uncharged = errText(unread...)
+		m.sys.CPUSeconds, m.sys.PeakRSSBytes = 0, 0
+	} else if msg := errText(resetErrs...); msg != "" {
+		m.sys.Notes = append(m.sys.Notes, "peak RSS counts from the process's start, not the window's: "+msg)
 	}
 	if tp := r.target.PID(); tp != 0 {
-		m.sys.TargetCPUSeconds = used[tp].Seconds()
+		if d, ok := used[tp]; ok {
+			m.sys.TargetCPUSeconds = d.Seconds()
+		} else {
+			m.sys.Notes = append(m.sys.Notes, "the target's CPU was not measured: "+errText(berr, aerr))
+		}
 	}
 	if err := waitUntil(ctx, time.Unix(0, w.To).Add(r.cfg.Grace)); err != nil {
 		return err
@@ -140,7 +160,7 @@ func (r *runner) measure(ctx context.Context, m measurement) error {
 	m.sys.Stats = stats.Analyze(arrivals, m.grid, w)
 	m.sys.WindowArrivals = windowCalls(arrivals, m.grid, w)
 	m.sys.RunsPerSec = float64(m.sys.WindowArrivals) / w.Duration().Seconds()
-	if m.sys.WindowArrivals > 0 {
+	if m.sys.WindowArrivals > 0 && m.sys.Uncharged == "" {
 		m.sys.CPUPer1kRuns = m.sys.CPUSeconds / float64(m.sys.WindowArrivals) * 1000
 	}
 	return nil
@@ -159,6 +179,23 @@ func windowCalls(arrivals []stats.Arrival, g stats.Grid, w stats.Window) int {
 		}
 	}
 	return n
+}
+
+// errText is the distinct lines of errs' messages, joined with "; " (nil
+// errors are skipped; errors.Join puts each error on a line of its own).
+func errText(errs ...error) string {
+	var lines []string
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		for l := range strings.Lines(err.Error()) {
+			if l = strings.TrimSpace(l); l != "" && !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // startName is path with ".start" before its extension ("" stays "").

@@ -62,7 +62,14 @@ func evaluate(res *Result) []Verdict {
 			add(missedVerdict("Stress: 0 missed", name, fly))
 			add(latenessVerdict("Stress: lateness p99 ≤ floor p99 + 25 ms", name, fly, floor, stressSlack))
 		}
-		if fly.Stats.Completed > 0 {
+		switch {
+		case fly.Stats.Completed > 0 && fly.Uncharged != "":
+			add(Verdict{
+				Target: "CPU ≤ 0.15 s per 1,000 runs", Tier: name,
+				Measured: "not measured",
+				Reason:   "a process to charge could not be read: " + fly.Uncharged,
+			})
+		case fly.Stats.Completed > 0:
 			add(Verdict{
 				Target: "CPU ≤ 0.15 s per 1,000 runs", Tier: name,
 				Met:      fly.CPUPer1kRuns <= maxCPUPer1kRuns,
@@ -267,8 +274,12 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 		if c.Error != "" {
 			fmt.Fprintf(&b, "Ceiling: failed: %s\n\n", c.Error)
 		} else {
-			fmt.Fprintf(&b, "Ceiling: raw JetStream async publish of %d × %d B messages: %.0f msg/s (%.2f s, %.2f CPU-s).\n\n",
-				c.Msgs, c.Size, c.MsgsPerSec, c.Seconds, c.CPUSeconds)
+			cpu := fmt.Sprintf("%.2f CPU-s", c.CPUSeconds)
+			if c.Uncharged != "" {
+				cpu = "CPU not measured: " + c.Uncharged
+			}
+			fmt.Fprintf(&b, "Ceiling: raw JetStream async publish of %d × %d B messages: %.0f msg/s (%.2f s, %s).\n\n",
+				c.Msgs, c.Size, c.MsgsPerSec, c.Seconds, cpu)
 		}
 	}
 
@@ -293,16 +304,21 @@ func RenderMarkdown(w io.Writer, res *Result) error {
 				for _, n := range sr.Notes {
 					notes = append(notes, fmt.Sprintf("%s/%s: %s", tr.Tier.Name, sr.System, n))
 				}
+				cpu, rss := fmt.Sprintf("%.3f", sr.CPUPer1kRuns), fmtBytes(sr.PeakRSSBytes)
+				if sr.Uncharged != "" {
+					cpu, rss = "not measured", "not measured"
+					notes = append(notes, fmt.Sprintf("%s/%s: CPU and peak RSS not measured: %s", tr.Tier.Name, sr.System, sr.Uncharged))
+				}
 				if sr.Error != "" {
 					fmt.Fprintf(&b, "| %s | %s | failed: %s |||||||||||||\n", tr.Tier.Title, sr.System, oneLine(sr.Error))
 					continue
 				}
 				st := sr.Stats
 				l := st.Lateness
-				fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %d/%d | %s | %s | %s | %s | %.0f | %.3f | %s | %.4f |\n",
+				fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %d/%d | %s | %s | %s | %s | %.0f | %s | %s | %.4f |\n",
 					tr.Tier.Title, sr.System, st.Expected, st.Completed, st.Missed, dupCell(st),
 					st.GridMissed, st.GridDuplicates, fmtDur(l.P50), fmtDur(l.P99), fmtDur(l.P999), fmtDur(l.Max),
-					sr.RunsPerSec, sr.CPUPer1kRuns, fmtBytes(sr.PeakRSSBytes), sr.CeilingRatio)
+					sr.RunsPerSec, cpu, rss, sr.CeilingRatio)
 			}
 		}
 		b.WriteString("\n")

@@ -252,3 +252,33 @@ func TestDuplicatesVerdictCountsTheGridCheck(t *testing.T) {
 		t.Errorf("markdown lacks the dup cells %q:\n%s", want, md.String())
 	}
 }
+
+// TestCPUVerdictNotMeasuredWhenTheStackWasNotCharged: when a process to
+// charge could not be read, the CPU verdict and the table say "not
+// measured" instead of judging what was left.
+func TestCPUVerdictNotMeasuredWhenTheStackWasNotCharged(t *testing.T) {
+	t.Parallel()
+	fly := runResult(SystemFlyball, 0, 0, 0)
+	fly.CPUPer1kRuns, fly.PeakRSSBytes = 0, 0
+	fly.Uncharged = "open /proc/4321/stat: no such file or directory"
+	res := &Result{Tiers: []*TierResult{{
+		Tier: Tier{Name: TierW1c, Title: "W1c", Kind: KindRuns}, Systems: []*SystemResult{fly},
+	}}}
+	cpu := verdict(t, res, "CPU")
+	if cpu.Met || cpu.Measured != "not measured" || !strings.Contains(cpu.Reason, fly.Uncharged) {
+		t.Errorf("CPU verdict = %+v, want not met, measured \"not measured\", the reason naming the process", cpu)
+	}
+	res.Targets = evaluate(res)
+	var md strings.Builder
+	if err := RenderMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| 100 | not measured | not measured |",
+		"- w1c/flyball: CPU and peak RSS not measured: " + fly.Uncharged,
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}

@@ -69,7 +69,10 @@ type Ceiling struct {
 	Seconds    float64 `json:"seconds"`
 	MsgsPerSec float64 `json:"msgsPerSec"`
 	CPUSeconds float64 `json:"cpuSeconds"`
-	Error      string  `json:"error,omitempty"`
+	// Uncharged, when set, says which process could not be read:
+	// CPUSeconds is then not measured (zero).
+	Uncharged string `json:"uncharged,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // TierResult is one tier.
@@ -114,18 +117,24 @@ type SystemResult struct {
 	WindowArrivals int `json:"windowArrivals"`
 	// RunsPerSec is WindowArrivals per second of window: completed runs/s.
 	RunsPerSec float64 `json:"runsPerSec"`
-	// CPUSeconds is the CPU used during the window by this process plus
-	// every stack process (StackPIDs), not the target's.
+	// CPUSeconds is the CPU used during the window by the processes
+	// charged: this process plus every stack process (StackPIDs, or the
+	// child of StackProcess), or with StackProcess flyball's child alone;
+	// not the target's.
 	CPUSeconds float64 `json:"cpuSeconds"`
 	// CPUPer1kRuns is CPUSeconds per 1,000 WindowArrivals.
 	CPUPer1kRuns float64 `json:"cpuPer1kRuns"`
 	// TargetCPUSeconds is the target's CPU during the window (a child
 	// process; zero for an in-process target, whose CPU is then inside
-	// CPUSeconds).
+	// CPUSeconds when this process is charged).
 	TargetCPUSeconds float64 `json:"targetCpuSeconds"`
-	// PeakRSSBytes is the largest RSS during the window, summed over this
-	// process and the stack processes.
+	// PeakRSSBytes is the largest RSS during the window, summed over the
+	// processes charged.
 	PeakRSSBytes int64 `json:"peakRssBytes"`
+	// Uncharged, when set, says which process to charge could not be
+	// read: CPUSeconds, CPUPer1kRuns and PeakRSSBytes are then not
+	// measured (zero), and the CPU verdict says so.
+	Uncharged string `json:"uncharged,omitempty"`
 	// CeilingRatio is RunsPerSec ÷ raw publish msg/s.
 	CeilingRatio float64 `json:"ceilingRatio,omitempty"`
 	// Breakdown splits flyball's lateness and cost by stage.

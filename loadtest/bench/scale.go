@@ -53,7 +53,7 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 	}
 	// This process only: with StackProcess the nats-server child serving
 	// the timer's reads is not charged (docs/benchmarks.md, Scale tier).
-	cpu0 := procstat.Take(procstat.Self)
+	cpu0, cerr := procstat.Take(procstat.Self)
 	t0 := time.Now()
 	st, err := r.startStack(ctx, env, "timer")
 	if err != nil {
@@ -63,7 +63,11 @@ func (r *runner) scale(ctx context.Context, tier Tier) (*ScaleResult, error) {
 	err = r.loadTimer(ctx, st, sc, t0, len(ids))
 	stopProfile()
 	if err == nil {
-		for _, d := range procstat.Take(procstat.Self).Since(cpu0) {
+		cpu1, terr := procstat.Take(procstat.Self)
+		if msg := errText(cerr, terr); msg != "" {
+			sc.Notes = append(sc.Notes, "CPU-s not measured: "+msg)
+		}
+		for _, d := range cpu1.Since(cpu0) {
 			sc.CPUSeconds += d.Seconds()
 		}
 		if mem, err := procstat.ReadMemory(procstat.Self); err == nil {

@@ -28,13 +28,18 @@ func path(pid int, file string) string {
 	return "/proc/" + strconv.Itoa(pid) + "/" + file
 }
 
-// CPU returns the user and system CPU time pid has used so far.
+// CPU returns the user and system CPU time pid has used so far. An error
+// names the file it could not read.
 func CPU(pid int) (user, system time.Duration, err error) {
 	b, err := os.ReadFile(path(pid, "stat"))
 	if err != nil {
 		return 0, 0, err
 	}
-	return parseStat(b)
+	user, system, err = parseStat(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", path(pid, "stat"), err)
+	}
+	return user, system, nil
 }
 
 // CPUTotal is user + system CPU time.
@@ -133,16 +138,20 @@ type Sample struct {
 	CPU map[int]time.Duration
 }
 
-// Take reads the CPU time of every pid (Self for this process). Processes
-// that cannot be read are left out.
-func Take(pids ...int) Sample {
+// Take reads the CPU time of every pid (Self for this process). A process
+// that cannot be read is left out of the sample, and the error names it.
+func Take(pids ...int) (Sample, error) {
 	s := Sample{At: time.Now(), CPU: make(map[int]time.Duration, len(pids))}
+	var errs []error
 	for _, p := range pids {
-		if c, err := CPUTotal(p); err == nil {
-			s.CPU[p] = c
+		c, err := CPUTotal(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		s.CPU[p] = c
 	}
-	return s
+	return s, errors.Join(errs...)
 }
 
 // Since returns the CPU each pid used between earlier and s.

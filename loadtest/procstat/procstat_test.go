@@ -1,6 +1,9 @@
 package procstat
 
 import (
+	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,14 +60,15 @@ func TestParseStatus(t *testing.T) {
 
 func TestSelf(t *testing.T) {
 	t.Parallel()
-	before := Take(Self)
+	before, _ := Take(Self)
 	// Burn CPU until the counter moves by at least one tick; a loaded
 	// machine may take a while to give us that tick.
 	deadline := time.Now().Add(20 * time.Second)
 	var used time.Duration
 	for x := 0; used <= 0 && time.Now().Before(deadline); x++ {
 		if x%100_000 == 0 {
-			used = Take(Self).Since(before)[Self]
+			now, _ := Take(Self)
+			used = now.Since(before)[Self]
 		}
 	}
 	if used <= 0 {
@@ -79,5 +83,25 @@ func TestSelf(t *testing.T) {
 	}
 	if err := ResetPeak(Self); err != nil {
 		t.Logf("ResetPeak not permitted here: %v", err)
+	}
+}
+
+// TestTakeReportsAProcessItCannotRead: a PID that cannot be read is left
+// out of the sample and named in the error, not dropped silently.
+func TestTakeReportsAProcessItCannotRead(t *testing.T) {
+	t.Parallel()
+	gone := math.MaxInt32 // above any pid_max: never a process
+	s, err := Take(Self, gone)
+	if _, ok := s.CPU[Self]; !ok {
+		t.Errorf("sample %v lacks this process", s.CPU)
+	}
+	if _, ok := s.CPU[gone]; ok {
+		t.Errorf("sample %v has a process that does not exist", s.CPU)
+	}
+	if err == nil || !strings.Contains(err.Error(), "/proc/"+strconv.Itoa(gone)+"/stat") {
+		t.Errorf("Take error = %v, want one naming /proc/%d/stat", err, gone)
+	}
+	if _, err := Take(Self); err != nil {
+		t.Errorf("Take(Self) = %v, want no error", err)
 	}
 }

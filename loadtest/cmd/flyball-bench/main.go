@@ -211,7 +211,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.natsSync, "nats-sync", embedded.RecommendedSync.String(), "when the servers the benchmark starts fsync JetStream writes: always, or an interval, as flyball dev --nats-sync, whose default this is (not with --nats-url)")
 	fs.StringVar(&o.cfg.FlyballBin, "flyball-bin", "", "with --stack process: the flyball binary to run as `flyball dev` (default: go build it from this workspace)")
 	fs.StringVar(&o.cfg.NATSURL, "nats-url", "", "use the flyball stack behind this NATS URL instead of starting one")
-	fs.StringVar(&o.stackPIDs, "stack-pid", "", "with --nats-url: comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
+	fs.StringVar(&o.stackPIDs, "stack-pid", "", "with --nats-url (required there): comma-separated PIDs (nats-server, flyball) whose CPU and RSS count as the stack's")
 	fs.IntVar(&o.cfg.Concurrency, "concurrency", cfg.Concurrency, "executor concurrency, and concurrent calls of the floor and the nats-server baseline")
 	fs.DurationVar(&o.cfg.TimerLead, "timer-lead", cfg.TimerLead, "stack inproc or process: the longest the timer publishes a dispatch before its slot (0: flyball's default, negative: at the slot)")
 	fs.StringVar(&o.cfg.Target, "target", cfg.Target, "where the HTTP target runs: process (a child, so its CPU is not charged) or inproc")
