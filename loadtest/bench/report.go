@@ -186,7 +186,9 @@ func cpuReason(res *Result, fly, pipe *SystemResult) string {
 		parts = append(parts, fmt.Sprintf("the pipeline (flyball's streams and messages, no logic) took %.3f s: flyball %.2f× that",
 			pipe.CPUPer1kRuns, fly.CPUPer1kRuns/pipe.CPUPer1kRuns))
 	}
-	if res.Settings.Target == TargetInProcess {
+	// With StackProcess flyball is charged its child alone, so the
+	// target in the benchmark process is not in its CPU.
+	if res.Settings.Target == TargetInProcess && res.Settings.Stack != StackProcess {
 		parts = append(parts, "includes the in-process target's CPU")
 	}
 	if fly.Stats.Missed > 0 {

@@ -282,3 +282,25 @@ func TestCPUVerdictNotMeasuredWhenTheStackWasNotCharged(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUVerdictSaysWhenItHoldsTheInProcessTarget: an in-process target
+// is inside flyball's CPU only when the benchmark process is charged;
+// with --stack process flyball is charged its child alone.
+func TestCPUVerdictSaysWhenItHoldsTheInProcessTarget(t *testing.T) {
+	t.Parallel()
+	const holds = "includes the in-process target's CPU"
+	for _, tc := range []struct {
+		stack string
+		want  bool
+	}{{StackInProcess, true}, {StackExternal, true}, {StackProcess, false}} {
+		res := &Result{
+			Settings: Settings{Stack: tc.stack, Target: TargetInProcess},
+			Tiers: []*TierResult{{
+				Tier: Tier{Name: TierW1c, Title: "W1c", Kind: KindRuns}, Systems: []*SystemResult{runResult(SystemFlyball, 0, 0, 0)},
+			}},
+		}
+		if got := strings.Contains(verdict(t, res, "CPU").Reason, holds); got != tc.want {
+			t.Errorf("stack %s, in-process target: reason says %q: %v, want %v", tc.stack, holds, got, tc.want)
+		}
+	}
+}
