@@ -1,6 +1,7 @@
 package docexamples_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,6 +53,34 @@ func summaryCell(cell string) (figure string, met bool) {
 type benchRun struct {
 	p99    []string // W1a–W1d cells of the p99 row
 	stress string   // the runs/s Stress completed
+	cpu    string   // the cheapest and dearest tier's CPU-ms per run: "0.277–0.543"
+}
+
+// cpuRange is the cheapest and dearest of a CPU row's tier cells, every
+// tier that has one (W1a to Peak), as Every full run gives them.
+func cpuRange(cells []string) (string, error) {
+	lo, hi := "", ""
+	var loV, hiV float64
+	for _, cell := range cells {
+		fig, _ := verdict(cell)
+		if fig == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(fig, 64)
+		if err != nil {
+			return "", fmt.Errorf("CPU cell %q: %w", cell, err)
+		}
+		if lo == "" || v < loV {
+			lo, loV = fig, v
+		}
+		if hi == "" || v > hiV {
+			hi, hiV = fig, v
+		}
+	}
+	if lo == "" {
+		return "", errors.New("no CPU figure")
+	}
+	return lo + "–" + hi, nil
 }
 
 // benchRuns adds to runs the runs among doc's tables that have a
@@ -69,6 +98,12 @@ func benchRuns(t *testing.T, doc string, tables []docexamples.MDTable, linkPrefi
 			switch {
 			case strings.HasPrefix(row[0], "p99 over the floor"):
 				r.p99 = row[1:5]
+			case strings.HasPrefix(row[0], "CPU-s per 1,000 runs"):
+				cpu, err := cpuRange(row[1:])
+				if err != nil {
+					t.Fatalf("%s: %q: %v", doc, tb.Heading, err)
+				}
+				r.cpu = cpu
 			case row[0] == "0 missed, 0 duplicates":
 				m := stressRE.FindStringSubmatch(row[5])
 				if m == nil {
@@ -77,8 +112,8 @@ func benchRuns(t *testing.T, doc string, tables []docexamples.MDTable, linkPrefi
 				r.stress = m[1]
 			}
 		}
-		if r.p99 == nil || r.stress == "" {
-			t.Fatalf("%s: %q: target table without the p99 or the missed row", doc, tb.Heading)
+		if r.p99 == nil || r.stress == "" || r.cpu == "" {
+			t.Fatalf("%s: %q: target table without the p99, the missed or the CPU row", doc, tb.Heading)
 		}
 		link := linkPrefix + "#" + docexamples.Anchor(tb.Heading)
 		if _, dup := runs[link]; dup {
@@ -143,6 +178,9 @@ func TestEveryFullRunIsSummarised(t *testing.T) {
 		}
 		if run, found := runs[link]; found && row[8] != run.stress {
 			t.Errorf("Every full run: %s Stress is %s runs/s, its run says %s", link, row[8], run.stress)
+		}
+		if run, found := runs[link]; found && row[7] != run.cpu {
+			t.Errorf("Every full run: %s CPU-ms per run is %s, its run's cheapest and dearest tier say %s", link, row[7], run.cpu)
 		}
 	}
 	for link := range runs {
