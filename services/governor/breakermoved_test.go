@@ -68,7 +68,7 @@ func TestAnUpdateThatMovesTheBreakerLiftsItsHold(t *testing.T) {
 			}
 			before, after := spec(c.scope, c.url, time.Minute), spec(c.newScope, c.newURL, 2*time.Minute)
 			command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-1", before)
-			st, _, err := s.readState(t.Context(), id)
+			st, _, _, err := s.readState(t.Context(), id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,11 +82,11 @@ func TestAnUpdateThatMovesTheBreakerLiftsItsHold(t *testing.T) {
 			})
 			retryAt := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 			breakerOpened(t, js, executor.BreakerKey(&before), id, st.CreatedAt, retryAt)
-			if st, _, err = s.readState(t.Context(), id); err != nil || !st.BreakerOpenUntil.Equal(retryAt) || st.Source != gov.SourceBreakerOpen {
+			if st, _, _, err = s.readState(t.Context(), id); err != nil || !st.BreakerOpenUntil.Equal(retryAt) || st.Source != gov.SourceBreakerOpen {
 				t.Fatalf("after breaker.open: next run %s (%s), breakerOpenUntil %s (%v); want held until %s", st.NextRunAt, st.Source, st.BreakerOpenUntil, err, retryAt)
 			}
 			command(t, js, events.VerbUpdated, events.TypeTaskUpdated, id, "update-1", after)
-			if st, _, err = s.readState(t.Context(), id); err != nil {
+			if st, _, _, err = s.readState(t.Context(), id); err != nil {
 				t.Fatal(err)
 			}
 			held := st.Source == gov.SourceBreakerOpen || !st.BreakerOpenUntil.IsZero()
@@ -104,13 +104,13 @@ func TestAnUpdateThatMovesTheBreakerLiftsItsHold(t *testing.T) {
 			// The old breaker's breaker.open, late (HEALTH and TASKS are
 			// not ordered with each other): the task no longer uses it.
 			breakerOpened(t, js, executor.BreakerKey(&before), id, st.CreatedAt, retryAt.Add(time.Minute))
-			if st, _, err = s.readState(t.Context(), id); err != nil || st.Source == gov.SourceBreakerOpen || !st.BreakerOpenUntil.IsZero() {
+			if st, _, _, err = s.readState(t.Context(), id); err != nil || st.Source == gov.SourceBreakerOpen || !st.BreakerOpenUntil.IsZero() {
 				t.Fatalf("after a late breaker.open of %s, which the task left: next run %s (%s), breakerOpenUntil %s (%v); want no hold",
 					executor.BreakerKey(&before), st.NextRunAt.Format(time.RFC3339), st.Source, st.BreakerOpenUntil.Format(time.RFC3339), err)
 			}
 			// Its new breaker's holds it.
 			breakerOpened(t, js, executor.BreakerKey(&after), id, st.CreatedAt, retryAt)
-			if st, _, err = s.readState(t.Context(), id); err != nil || !st.BreakerOpenUntil.Equal(retryAt) {
+			if st, _, _, err = s.readState(t.Context(), id); err != nil || !st.BreakerOpenUntil.Equal(retryAt) {
 				t.Fatalf("after breaker.open of its new breaker %s: breakerOpenUntil %s (%v), want %s", executor.BreakerKey(&after), st.BreakerOpenUntil, err, retryAt)
 			}
 		})

@@ -340,11 +340,11 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			// A read that failed is retried, never taken for a missing
 			// schedule: taken so (as it once was), a second creation
 			// replaced the task and reset its state.
-			st, rev, err := s.readState(ctx, id)
+			st, _, scheduled, err := s.readState(ctx, id)
 			if err != nil {
 				return nil, err
 			}
-			if rev != 0 && st.LastCommandID != step.CommandID && strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
+			if scheduled && st.LastCommandID != step.CommandID && strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
 				// The sweeper's repair of a spec it saw with no schedule,
 				// which a command of the task has written since (a command
 				// completes the creation of a task with no schedule,
@@ -356,7 +356,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 				return unapplied(step, &st, fmt.Sprintf("no change: the sweeper's repair of task %q, seen with no schedule, found its schedule written since (by command %q); nothing to repair",
 					id, st.LastCommandID)), nil
 			}
-			if rev != 0 && st.LastCommandID != step.CommandID {
+			if scheduled && st.LastCommandID != step.CommandID {
 				return nil, reject("id", fmt.Sprintf("task %q already exists; publish task.updated to change it", id))
 			}
 		} else if strings.HasPrefix(step.CommandID, events.RepairCreatePrefix) {
@@ -516,13 +516,13 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 	if step.Input.Kind == gov.KindAccepted {
 		return gov.CreatedAt(step.At), nil
 	}
-	st, rev, err := s.readState(ctx, step.TaskID)
+	st, _, scheduled, err := s.readState(ctx, step.TaskID)
 	switch {
 	case err != nil:
 		return time.Time{}, err
 	case !st.CreatedAt.IsZero():
 		return st.CreatedAt, nil
-	case rev == 0:
+	case !scheduled:
 		return step.completedCreatedAt(), nil
 	}
 	return step.specCreatedAt, nil
@@ -540,11 +540,11 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 // schedule, so the sequences of the deleted one never hold back its
 // commands.
 func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
-	st, rev, err := s.readState(ctx, step.TaskID)
+	st, _, scheduled, err := s.readState(ctx, step.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	if rev == 0 {
+	if !scheduled {
 		if step.Input.Kind == gov.KindAccepted {
 			return s.deletedSince(ctx, step)
 		}
@@ -597,8 +597,8 @@ func (s *Service) repeatedCommand(ctx context.Context, step Step) (*events.TaskA
 	if step.CommandID == "" || step.Seq == 0 || step.Input.Kind == gov.KindDeleted {
 		return nil, nil // not one whatever the state (Step.repeatsApplied): no read
 	}
-	st, rev, err := s.readState(ctx, step.TaskID)
-	if err != nil || rev == 0 || !step.repeatsApplied(&st) {
+	st, _, scheduled, err := s.readState(ctx, step.TaskID)
+	if err != nil || !scheduled || !step.repeatsApplied(&st) {
 		return nil, err
 	}
 	s.log.Info("command already applied; acknowledged without applying it again",

@@ -94,7 +94,7 @@ func TestRedeliveredCreationDoesNotBringBackADeletedTask(t *testing.T) {
 		if _, err := s.loadSpec(t.Context(), id); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Fatalf("%s: the deleted task's spec is back (err %v)", when, err)
 		}
-		if st, rev, err := s.readState(t.Context(), id); err != nil || rev != 0 {
+		if st, rev, _, err := s.readState(t.Context(), id); err != nil || rev != 0 {
 			t.Fatalf("%s: the deleted task has a schedule again: rev %d, lastCommandId %q, err %v", when, rev, st.LastCommandID, err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestRedeliveredCreationOfATaskCreatedAgainApplies(t *testing.T) {
 		}
 		return spec.Schedule.Interval.D()
 	}
-	if st, rev, err := s.readState(t.Context(), id); err != nil || rev == 0 || st.LastCommandID != "create-2" || interval("created again") != 2*time.Hour {
+	if st, rev, _, err := s.readState(t.Context(), id); err != nil || rev == 0 || st.LastCommandID != "create-2" || interval("created again") != 2*time.Hour {
 		t.Fatalf("created again: schedule rev %d, lastCommandId %q, err %v", rev, st.LastCommandID, err)
 	}
 	// A crash between create-2's two writes: the spec, no schedule.
@@ -172,12 +172,12 @@ func TestRedeliveredCreationOfATaskCreatedAgainApplies(t *testing.T) {
 	if got := interval("after create-1's copy"); got != 2*time.Hour {
 		t.Fatalf("create-1's copy, redelivered after the delete, overwrote create-2's spec: interval %s, want 2h", got)
 	}
-	if st, rev, err := s.readState(t.Context(), id); err != nil || rev != 0 {
+	if st, rev, _, err := s.readState(t.Context(), id); err != nil || rev != 0 {
 		t.Fatalf("create-1's copy wrote a schedule: rev %d, lastCommandId %q, err %v", rev, st.LastCommandID, err)
 	}
 
 	s.handleCommand(t.Context(), redeliverSeq(t, js, streams.StreamTasks, created, second))
-	st, rev, err := s.readState(t.Context(), id)
+	st, rev, _, err := s.readState(t.Context(), id)
 	if err != nil || rev == 0 || st.LastCommandID != "create-2" || st.LastCommandSeq != second || st.NextRunAt.IsZero() {
 		t.Fatalf("create-2's copy did not finish its creation: rev %d, state %+v, err %v", rev, st, err)
 	}
@@ -237,7 +237,7 @@ func TestRedeliveredCreationAfterARejectedConditionalDeleteApplies(t *testing.T)
 	if acc == nil || acc.CommandID != "create-2" || acc.Source == string(gov.SourceDeleted) {
 		t.Fatalf("create-2's copy, after the rejected delete-2: answered %+v; want the creation finished", acc)
 	}
-	st, rev, err := s.readState(t.Context(), id)
+	st, rev, _, err := s.readState(t.Context(), id)
 	if err != nil || rev == 0 || st.LastCommandID != "create-2" || st.NextRunAt.IsZero() {
 		t.Fatalf("create-2's copy did not finish its creation: rev %d, state %+v, err %v", rev, st, err)
 	}

@@ -43,7 +43,7 @@ func TestAnUpdateWithIfRevisionAppliesOnlyToThatRevision(t *testing.T) {
 	first := minuteSpec("web")
 	first.Job = "first"
 	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "web", "update-1", updateIf(t, first, read))
-	if st, _, err := s.readState(t.Context(), "web"); err != nil || st.LastCommandID != "update-1" {
+	if st, _, _, err := s.readState(t.Context(), "web"); err != nil || st.LastCommandID != "update-1" {
 		t.Fatalf("an update naming the stored revision %d: state %+v, %v; want it applied (update-1)", read, st, err)
 	}
 	second := minuteSpec("web")
@@ -94,7 +94,7 @@ func TestAConditionalUpdateTriedAgainAfterItsSpecWriteIsApplied(t *testing.T) {
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatal(err)
 	}
-	st, _, err := s.readState(t.Context(), "web")
+	st, _, _, err := s.readState(t.Context(), "web")
 	if err != nil || st.LastCommandID != "update-1" {
 		t.Fatalf("after update-1: state %+v, %v; want it decided with the update (lastCommandId update-1)", st, err)
 	}
@@ -155,7 +155,7 @@ func TestACreationTriedAgainAfterItsSpecWriteKeepsTheSpecRevision(t *testing.T) 
 	if acc.CommandID != "create-web" || acc.SpecRevision != written {
 		t.Fatalf("create-web tried again: accepted %s with specRevision %d, want create-web at %d", acc.CommandID, acc.SpecRevision, written)
 	}
-	st, _, err := s.readState(t.Context(), "web")
+	st, _, _, err := s.readState(t.Context(), "web")
 	if err != nil || st.LastCommandID != "create-web" || st.SpecRevision != written {
 		t.Fatalf("after create-web: state %+v, %v; want it decided (create-web) at specRevision %d", st, err, written)
 	}
@@ -238,7 +238,7 @@ func TestAnIdenticalUpdateKeepsTheSpecRevision(t *testing.T) {
 	if acc := accepted(); acc.CommandID != "same-1" || acc.SpecRevision != read {
 		t.Fatalf("an update with the stored spec: accepted %s with specRevision %d, want same-1 at %d", acc.CommandID, acc.SpecRevision, read)
 	}
-	if st, _, err := s.readState(t.Context(), "web"); err != nil || st.LastCommandID != "same-1" || st.SpecRevision != read {
+	if st, _, _, err := s.readState(t.Context(), "web"); err != nil || st.LastCommandID != "same-1" || st.SpecRevision != read {
 		t.Fatalf("after the identical update: state %+v, %v; want it decided (same-1) at specRevision %d", st, err, read)
 	}
 	// Another client's conditional update on the revision it read before.

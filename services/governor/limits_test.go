@@ -244,7 +244,7 @@ func TestUnreadableStoredSpecIsNotRetriedForever(t *testing.T) {
 	}
 
 	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "garbled", "update-garbled", *minuteSpec("garbled"))
-	st, _, err := s.readState(t.Context(), "garbled")
+	st, _, _, err := s.readState(t.Context(), "garbled")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestHugeCommandIDIsRejected(t *testing.T) {
 func TestRunAheadOfItsSlotIsTerminated(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "a", "create-a", *minuteSpec("a"))
-	before, _, err := s.readState(t.Context(), "a")
+	before, _, _, err := s.readState(t.Context(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestRunAheadOfItsSlotIsTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.AwaitAcked(t, js, streams.StreamRuns, streams.ConsumerGovernor, publishRaw(t, js, events.RunSubject(events.OutcomeSucceeded, "a"), body))
-	after, _, err := s.readState(t.Context(), "a")
+	after, _, _, err := s.readState(t.Context(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestSpecNotUTF8IsRejected(t *testing.T) {
 	if _, err := s.loadSpec(t.Context(), "u"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the rejected spec was stored (err %v)", err)
 	}
-	if _, rev, err := s.readState(t.Context(), "u"); err != nil || rev != 0 {
+	if _, rev, _, err := s.readState(t.Context(), "u"); err != nil || rev != 0 {
 		t.Fatalf("the rejected task has a schedule: rev %d, err %v", rev, err)
 	}
 }
@@ -451,7 +451,7 @@ func TestRejectedExtensionLabelsAreBounded(t *testing.T) {
 func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
 	s, js := startGovernor(t)
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *minuteSpec("b"))
-	before, _, err := s.readState(t.Context(), "b")
+	before, _, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestBreakerOpenFarAheadIsTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(events.BreakerOpen, "b"), body))
-	after, _, err := s.readState(t.Context(), "b")
+	after, _, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestBreakerTransitionForAnotherTaskIsTerminated(t *testing.T) {
 	b := minuteSpec("b")
 	b.Breaker.Scope = "host"
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, "b", "create-b", *b)
-	before, _, err := s.readState(t.Context(), "b")
+	before, _, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestBreakerTransitionForAnotherTaskIsTerminated(t *testing.T) {
 		natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(events.BreakerOpen, key), body))
 	}
 	open("a")
-	after, _, err := s.readState(t.Context(), "b")
+	after, _, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +514,7 @@ func TestBreakerTransitionForAnotherTaskIsTerminated(t *testing.T) {
 		t.Fatalf("%v messages terminated as malformed, want 1", n)
 	}
 	open(executor.BreakerKey(b))
-	host, _, err := s.readState(t.Context(), "b")
+	host, _, _, err := s.readState(t.Context(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}

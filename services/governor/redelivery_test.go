@@ -53,7 +53,7 @@ func TestRedeliveredCommandOlderThanTheLastAppliedIsIgnored(t *testing.T) {
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
 	command(t, js, events.VerbPaused, events.TypeTaskPaused, id, "pause-1", events.TaskPause{ID: id})
 	command(t, js, events.VerbResumed, events.TypeTaskResumed, id, "resume-2", events.TaskRef{ID: id})
-	before, _, err := s.readState(t.Context(), id)
+	before, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestRedeliveredCommandOlderThanTheLastAppliedIsIgnored(t *testing.T) {
 	}
 
 	s.handleCommand(t.Context(), redeliver(t, js, streams.StreamTasks, events.TaskSubject(events.VerbPaused, id)))
-	after, _, err := s.readState(t.Context(), id)
+	after, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRedeliveredDeleteDoesNotDeleteATaskCreatedAgain(t *testing.T) {
 	if _, err := s.loadSpec(t.Context(), id); err != nil {
 		t.Fatalf("the task created again was deleted by the first delete's copy: %v", err)
 	}
-	st, rev, err := s.readState(t.Context(), id)
+	st, rev, _, err := s.readState(t.Context(), id)
 	if err != nil || rev == 0 || st.LastCommandID != "create-2" {
 		t.Fatalf("schedule after the copy: rev %d, lastCommandId %q, err %v", rev, st.LastCommandID, err)
 	}
@@ -116,7 +116,7 @@ func TestRedeliveredBreakerTransitionOlderThanTheLastAppliedIsIgnored(t *testing
 		}
 		natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(tr.To, id), body))
 	}
-	before, _, err := s.readState(t.Context(), id)
+	before, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestRedeliveredBreakerTransitionOlderThanTheLastAppliedIsIgnored(t *testing
 	}
 
 	s.handleSignal(t.Context(), redeliver(t, js, streams.StreamHealth, events.BreakerSubject(events.BreakerOpen, id)))
-	after, _, err := s.readState(t.Context(), id)
+	after, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestCommandsWaitingBehindARetryAreNotRedelivered(t *testing.T) {
 	// before it.
 	command(t, srv.JS, events.VerbHinted, events.TypeTaskHinted, id, "hint-3", events.TaskHint{ID: id, Interval: events.Duration(3 * time.Hour)})
 
-	st, _, err := s.readState(ctx, id)
+	st, _, _, err := s.readState(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func appliedInOrder(t *testing.T, js jetstream.JetStream, g *Service, id string)
 	if _, commands := answers(t, js, id); fmt.Sprint(commands) != "[create pause-1 resume-2]" {
 		t.Fatalf("commands answered in the order %v, want [create pause-1 resume-2]", commands)
 	}
-	st, _, err := g.readState(t.Context(), id)
+	st, _, _, err := g.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestReplicasApplyCommandsInOrder(t *testing.T) {
 			t.Fatalf("answer %d (%s) came from %s, answer 0 from %s: two replicas read TASKS/governor at once", i, commands[i], src, pinned)
 		}
 	}
-	st, _, err := replicas[pinned].readState(t.Context(), id)
+	st, _, _, err := replicas[pinned].readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestCommandRidesOutAFullBucket(t *testing.T) {
 	if _, commands := answers(t, srv.JS, id); fmt.Sprint(commands) != "[create pause-1]" {
 		t.Fatalf("answers %v, want [create pause-1]: the refused pause must be applied, not rejected", commands)
 	}
-	st, _, err := s.readState(t.Context(), id)
+	st, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestACreationStoredAgainKeepsTheTaskItsCreatedAt(t *testing.T) {
 	s := runGovernor(t, srv.JS)
 	const id = "twice"
 	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create-1", hourly(id))
-	st, _, err := s.readState(t.Context(), id)
+	st, _, _, err := s.readState(t.Context(), id)
 	if err != nil || st.CreatedAt.IsZero() {
 		t.Fatalf("schedule after the creation: %+v, %v", st, err)
 	}
@@ -32,7 +32,7 @@ func TestACreationStoredAgainKeepsTheTaskItsCreatedAt(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "a later millisecond", func() bool { return gov.CreatedAt(time.Now()).After(st.CreatedAt) })
 	command(t, srv.JS, events.VerbCreated, events.TypeTaskCreated, id, "create-1", hourly(id))
 
-	again, _, err := s.readState(t.Context(), id)
+	again, _, _, err := s.readState(t.Context(), id)
 	if err != nil || !again.CreatedAt.Equal(st.CreatedAt) {
 		t.Fatalf("schedule's createdAt after the copy: %v (%v), want %v", again.CreatedAt, err, st.CreatedAt)
 	}

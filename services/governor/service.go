@@ -338,13 +338,17 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// and the creation): KV tells which.
 			ok = false
 		}
+		// scheduled: a readable schedule is stored (a cached state is one
+		// this replica wrote). An unreadable one is taken for none, and
+		// the write replaces it at its revision (rev).
+		scheduled := ok
 		if !ok || attempt > 0 {
 			var err error
-			if st, rev, err = s.readState(ctx, id); err != nil {
+			if st, rev, scheduled, err = s.readState(ctx, id); err != nil {
 				return gov.Decision{}, err
 			}
 		}
-		if step.CommandID == "" && rev == 0 {
+		if step.CommandID == "" && !scheduled {
 			// A signal never creates a schedule. With no schedule the task
 			// is deleted, or its creation was interrupted between its spec
 			// and schedule writes (a crash): the creation's redelivery, or
@@ -355,7 +359,7 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// the redelivered creation was rejected as a duplicate.
 			return gov.Decision{}, s.gone(ctx, id, hinted, errNoSchedule)
 		}
-		if rev == 0 && step.completesCreation() {
+		if !scheduled && step.completesCreation() {
 			// A command of a task whose spec is stored and whose schedule
 			// is not: it completes the creation from the stored spec, then
 			// applies (completeCreation). The sweeper's repair, should it
@@ -487,20 +491,27 @@ var stateBufs = bufpool.New(stateBufSize, 16<<10)
 // has fits (TestPlainStatesFitTheirBuffer).
 const stateBufSize = 1024
 
-// readState reads a task's schedule state and revision from KV; a missing
-// key is the zero state at revision 0 (the write will be a Create).
-func (s *Service) readState(ctx context.Context, id string) (gov.State, uint64, error) {
+// readState reads a task's schedule state and revision from KV, and
+// whether a readable schedule is stored (scheduled). A missing key is the
+// zero state at revision 0 (the write will be a Create). An unreadable
+// value (written by hand or by another version, a bad restore) is taken
+// for a missing schedule at its revision, which the write replaces: a
+// command completes the creation (decide), as does the sweeper's repair,
+// and a signal is acked without effect. Taken for a schedule written by
+// another command (as it was), it was never rebuilt: the sweeper's repair
+// was acked without effect every 5 minutes, and the timer never
+// dispatched the task again.
+func (s *Service) readState(ctx context.Context, id string) (st gov.State, rev uint64, scheduled bool, err error) {
 	ent, err := s.schedules.Get(ctx, id)
 	if jsutil.IsKeyMissing(err) {
-		return gov.State{}, 0, nil
+		return gov.State{}, 0, false, nil
 	}
 	if err != nil {
-		return gov.State{}, 0, fmt.Errorf("get schedule %s: %w", id, err)
+		return gov.State{}, 0, false, fmt.Errorf("get schedule %s: %w", id, err)
 	}
-	var st gov.State
 	if err := json.Unmarshal(ent.Value(), &st); err != nil {
-		s.log.Error("stored schedule is corrupt; rebuilding it", "task", id, "err", err)
-		st = gov.State{TaskID: id}
+		s.log.Error("stored schedule is unreadable; taking the task for one with no schedule", "task", id, "revision", ent.Revision(), "err", err)
+		return gov.State{}, ent.Revision(), false, nil
 	}
-	return st, ent.Revision(), nil
+	return st, ent.Revision(), true, nil
 }

@@ -175,7 +175,7 @@ func TestPauseHintFollowsThePause(t *testing.T) {
 		command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-"+id, spec)
 	}
 	paused := func(id string) bool {
-		st, _, err := s.readState(t.Context(), id)
+		st, _, _, err := s.readState(t.Context(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
 	const id = "reborn"
 	spec := events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-1", spec)
-	old, _, err := s.readState(t.Context(), id)
+	old, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
 	retryAt := opened.Add(10 * time.Minute)
 	command(t, js, events.VerbDeleted, events.TypeTaskDeleted, id, "delete-1", events.TaskRef{ID: id})
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-2", spec)
-	st, _, err := s.readState(t.Context(), id)
+	st, _, _, err := s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
 	}
 	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishRaw(t, js, events.BreakerSubject(events.BreakerOpen, id), body))
 
-	st, _, err = s.readState(t.Context(), id)
+	st, _, _, err = s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestBreakerTransitionOfADeletedTaskIsIgnored(t *testing.T) {
 	publishRunAndWait(t, js, events.OutcomeSucceeded, events.Run{
 		DispatchID: events.DispatchID(id, slot), TaskID: id, ScheduledAt: slot, Attempt: 1, StartedAt: slot, FinishedAt: time.Now().UTC(), Status: 200, TaskCreatedAt: created,
 	})
-	st, _, err = s.readState(t.Context(), id)
+	st, _, _, err = s.readState(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

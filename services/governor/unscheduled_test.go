@@ -20,7 +20,9 @@ import (
 // with a zero createdAt, and the sweeper's repair was then answered
 // task.rejected ("already exists"). The command now completes the
 // creation from the stored spec (its createdAt) and applies on top, and
-// the repair is a harmless duplicate, answered task.accepted.
+// the repair is a harmless duplicate, answered task.accepted. A schedule
+// that does not decode (written by hand or by another version) is one
+// with no schedule: the command used to apply to a zero state over it.
 func TestACommandCompletesTheCreationOfATaskWithNoSchedule(t *testing.T) {
 	s, js := startGovernor(t)
 	cases := []struct {
@@ -55,21 +57,32 @@ func TestACommandCompletesTheCreationOfATaskWithNoSchedule(t *testing.T) {
 			func(gov.State) error { return nil },
 		},
 	}
-	for _, c := range cases {
-		t.Run(string(c.verb), func(t *testing.T) {
-			id := "unscheduled-" + string(c.verb)
+	// Each case twice: the schedule key deleted, then rewritten unreadable.
+	for i := range 2 * len(cases) {
+		c, unreadable, name := cases[i%len(cases)], i >= len(cases), string(cases[i%len(cases)].verb)
+		if unreadable {
+			name += "-unreadable"
+		}
+		t.Run(name, func(t *testing.T) {
+			id := "unscheduled-" + name
 			command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-"+id, *minuteSpec(id))
 			createdAt := storedSpecCreatedAt(t, s, id)
 			if createdAt.IsZero() {
 				t.Fatal("the stored spec has no createdAt")
 			}
-			// The schedule key deleted by hand.
-			if err := s.schedules.Delete(t.Context(), id); err != nil {
+			// The schedule key deleted, or rewritten, by hand.
+			var err error
+			if unreadable {
+				_, err = s.schedules.PutString(t.Context(), id, "not json")
+			} else {
+				err = s.schedules.Delete(t.Context(), id)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			s.states.drop(id)
 
-			command(t, js, c.verb, c.typ, id, string(c.verb)+"-"+id, c.data(id))
+			command(t, js, c.verb, c.typ, id, name+"-"+id, c.data(id))
 			if rej := natstest.Read(t, js, streams.StreamTasks, events.TaskSubject(events.VerbRejected, id)); len(rej) != 0 {
 				t.Fatalf("the %s was rejected", c.verb)
 			}
@@ -106,7 +119,7 @@ func TestACommandCompletesTheCreationOfATaskWithNoSchedule(t *testing.T) {
 				t.Fatalf("task.accepted answers %v, want the repair's last", commands)
 			}
 			after := storedState(t, s, id)
-			if after.TaskID != id || !after.CreatedAt.Equal(createdAt) || after.LastCommandID != string(c.verb)+"-"+id {
+			if after.TaskID != id || !after.CreatedAt.Equal(createdAt) || after.LastCommandID != name+"-"+id {
 				t.Fatalf("schedule after the repair: taskId %q, createdAt %v (was %v), lastCommandId %q",
 					after.TaskID, after.CreatedAt, createdAt, after.LastCommandID)
 			}

@@ -58,7 +58,7 @@ func TestAConditionalUpdateFindsItsOwnWriteWithAnOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := s.readState(t.Context(), "off")
+	st, _, _, err := s.readState(t.Context(), "off")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestAConditionalUpdateFindsItsOwnWriteWithAnOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "off", "update-off", updateIf(t, update, ent.Revision()))
-	st, _, err = s.readState(t.Context(), "off")
+	st, _, _, err = s.readState(t.Context(), "off")
 	if err != nil || st.LastCommandID != "update-off" {
 		t.Fatalf("the update whose spec was stored with +02:00 before: state %+v, %v; want it applied (update-off)", st, err)
 	}
