@@ -86,11 +86,12 @@ func TestAlertsFireOnARealStack(t *testing.T) {
 }
 
 // TestRepairAlertsFireOnARealStack: a sweeper finds a run that fell due
-// 10 minutes ago and never ran (a lost dispatch) and a task with no
-// schedule (a lost schedule write); it re-nudges the one and publishes
-// the other's task.created again. Prometheus scraped the sweeper before
-// (its counters at 0) and after: FlyballZombieRuns and
-// FlyballSchedulesRepaired (reason "missing") must fire.
+// 10 minutes ago and never ran (a lost dispatch), a task with no
+// schedule (a lost schedule write) and one whose schedule is unreadable;
+// it re-nudges the first and publishes the others' task.created again.
+// Prometheus scraped the sweeper before (its counters at 0) and after:
+// FlyballZombieRuns and FlyballSchedulesRepaired (reasons "missing" and
+// "unreadable") must fire.
 func TestRepairAlertsFireOnARealStack(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -111,16 +112,27 @@ func TestRepairAlertsFireOnARealStack(t *testing.T) {
 		TaskID: "zombie", NextRunAt: now.Add(-10 * time.Minute), Source: gov.SourceBaselineInterval,
 		LastScheduledAt: now.Add(-11 * time.Minute), LastSuccessAt: now.Add(-11 * time.Minute),
 	})
-	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "unscheduled",
-		events.TaskSpec{ID: "unscheduled", Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
-	natstest.Eventually(t, 10*time.Second, "a zombie re-nudged and a missing schedule repaired", func() bool {
+	for _, id := range []string{"unscheduled", "garbled"} {
+		natstest.PutJSON(t, srv.JS, streams.BucketTasks, id,
+			events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}})
+	}
+	schedules, err := srv.JS.KeyValue(t.Context(), streams.BucketSchedules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schedules.PutString(t.Context(), "garbled", "not json"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "a zombie re-nudged, a missing and an unreadable schedule repaired", func() bool {
 		return testutil.ToFloat64(m.ZombiesRenudged) >= 1 &&
-			testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")) >= 1
+			testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")) >= 1 &&
+			testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("unreadable")) >= 1
 	})
 
 	checkAlertsOver(t, [][]scraped{before, scrapeSeries(t, m)}, []expectedAlert{
 		{"FlyballZombieRuns", "10m", map[string]string{"severity": "warning"}},
 		{"FlyballSchedulesRepaired", "10m", map[string]string{"severity": "warning", "reason": "missing"}},
+		{"FlyballSchedulesRepaired", "10m", map[string]string{"severity": "warning", "reason": "unreadable"}},
 	})
 }
 
@@ -357,6 +369,12 @@ func checkAlertsOver(t *testing.T, scrapes [][]scraped, want []expectedAlert) {
 	}
 	var tests []ruleTest
 	for _, w := range want {
+		// Entries in a row for one alert at one time are one test:
+		// promtool expects every alert of the name firing then.
+		if n := len(tests); n > 0 && tests[n-1].Alertname == w.name && tests[n-1].EvalTime == w.at {
+			tests[n-1].ExpAlerts = append(tests[n-1].ExpAlerts, exp{ExpLabels: w.labels})
+			continue
+		}
 		tests = append(tests, ruleTest{EvalTime: w.at, Alertname: w.name, ExpAlerts: []exp{{ExpLabels: w.labels}}})
 	}
 	var input []map[string]string

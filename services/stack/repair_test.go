@@ -361,3 +361,95 @@ func TestMissingScheduleRepairOfASpecStoredBeforeANewerRule(t *testing.T) {
 		t.Errorf("flyball_schedules_repaired_total{reason=missing} = %v, want 1", got)
 	}
 }
+
+// TestSweeperRepairsAnUnreadableSchedule: a task's schedule in
+// flyball-schedules does not decode (written by hand, by another
+// version, a bad restore). The timer skips it until it is rewritten, so
+// the task never ran again. The sweeper published its task.created every
+// ZombieAfter, counted as a missing schedule, and the governor acked each
+// without applying it: it took the unreadable value for a schedule
+// written since. A sweeper that had a readable copy in its view before
+// kept it, and did nothing at all. Now the sweeper takes an unreadable
+// schedule for one to repair (reason unreadable), the governor rebuilds
+// it as for a missing one, and the task runs again.
+func TestSweeperRepairsAnUnreadableSchedule(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		// seenFirst starts the sweeper before the schedule goes bad, and
+		// waits until its view holds the readable value.
+		seenFirst bool
+	}{
+		{"unreadable when the sweeper starts", false},
+		{"readable in the sweeper's view first", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.StartWithStreams(t)
+			ctx := t.Context()
+			target := newScripted(t, 200)
+			for _, name := range []string{"governor", "timer", "executor"} {
+				startRepairStack(t, name, srv.JS)
+			}
+			var sweeper *stack.Stack
+			if c.seenFirst {
+				sweeper = startRepairStack(t, "sweeper", srv.JS)
+			}
+			schedules, err := srv.JS.KeyValue(ctx, streams.BucketSchedules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const id = "garbled"
+			readState := func() (gov.State, uint64, bool) {
+				e, err := schedules.Get(ctx, id)
+				if err != nil {
+					return gov.State{}, 0, false
+				}
+				var st gov.State
+				return st, e.Revision(), json.Unmarshal(e.Value(), &st) == nil
+			}
+			spec := events.TaskSpec{ID: id, Target: events.Target{HTTP: &events.HTTPTarget{URL: target.srv.URL}}, Schedule: events.Schedule{Interval: events.Duration(time.Hour)}}
+			if err := jsutil.PublishEvent(ctx, srv.JS, events.TaskSubject(events.VerbCreated, id), "create-"+id,
+				events.TypeTaskCreated, "test", id, spec, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			target.awaitCall(t, "the task's first run")
+			natstest.Eventually(t, 10*time.Second, "the governor applies the first run's outcome", func() bool {
+				st, _, ok := readState()
+				return ok && !st.LastSuccessAt.IsZero()
+			})
+			if c.seenFirst {
+				natstest.Eventually(t, 10*time.Second, "the sweeper's view holds the readable schedule", func() bool {
+					_, ok := sweeper.Sweeper.Scores()[id]
+					return ok
+				})
+			}
+			garbled, err := schedules.PutString(ctx, id, "not json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.seenFirst {
+				sweeper = startRepairStack(t, "sweeper", srv.JS)
+			}
+			natstest.Eventually(t, 10*time.Second, "the unreadable schedule rebuilt with a next run", func() bool {
+				st, rev, ok := readState()
+				return ok && rev > garbled && st.TaskID == id && !st.NextRunAt.IsZero() && !st.CreatedAt.IsZero()
+			})
+			target.awaitCall(t, "the task runs again once its schedule is rebuilt")
+			m := sweeper.Metrics()
+			unreadable := m.SchedulesRepaired.WithLabelValues("unreadable")
+			natstest.Eventually(t, 10*time.Second, "the repair counted", func() bool { return testutil.ToFloat64(unreadable) >= 1 })
+			// ZombieAfter is 300ms and sweeps come every 50ms: 30 sweeps
+			// give the sweeper five chances to repair it again.
+			for range 30 {
+				<-sweeper.Sweeper.Swept()
+			}
+			if got := testutil.ToFloat64(unreadable); got != 1 {
+				t.Errorf(`flyball_schedules_repaired_total{reason="unreadable"} = %v, want 1`, got)
+			}
+			if got := testutil.ToFloat64(m.SchedulesRepaired.WithLabelValues("missing")); got != 0 {
+				t.Errorf(`flyball_schedules_repaired_total{reason="missing"} = %v, want 0: the schedule was there, unreadable`, got)
+			}
+		})
+	}
+}

@@ -36,9 +36,12 @@ import (
 //     the next slot from that.
 //   - Missing schedule: a spec with no schedule (a task created while a
 //     backup was taken, then restored; a schedule deleted by hand) is
-//     never dispatched. Once one has had none for ZombieAfter, the sweeper
-//     publishes task.created with the stored spec; the governor finishes
-//     the creation, as for a redelivered task.created. Both hold it to
+//     never dispatched, nor one whose schedule does not decode (written
+//     by hand or by another version, a bad restore), which the timer
+//     skips. Once one has had none (or an unreadable one) for
+//     ZombieAfter, the sweeper publishes task.created with the stored
+//     spec; the governor finishes the creation, as for a redelivered
+//     task.created, over an unreadable value at its revision. Both hold it to
 //     the rules of a stored spec (TaskSpec.ValidateStored), as the
 //     executor does: a spec stored before a newer rule for new specs is
 //     repaired, and one that breaks a rule of stored specs is not
@@ -103,16 +106,18 @@ func (s *Service) current(ctx context.Context, st schedule, now time.Time) (sche
 		}
 		return st, false // gone: a deleted task, or a schedule the missing-schedule repair restores
 	}
+	v := s.view
+	v.mu.Lock()
+	if _, newer := v.stale[st.TaskID]; !newer {
+		// Unreadable, it leaves the view: the missing-schedule repair
+		// rebuilds it.
+		v.decode(st.TaskID, ent.Value())
+	}
+	v.mu.Unlock()
 	var stored schedule
 	if json.Unmarshal(ent.Value(), &stored) != nil {
 		return st, false
 	}
-	v := s.view
-	v.mu.Lock()
-	if _, newer := v.stale[st.TaskID]; !newer {
-		v.schedules[st.TaskID] = stored
-	}
-	v.mu.Unlock()
 	return stored, s.zombie(stored, now)
 }
 
@@ -150,10 +155,10 @@ func (s *Service) unscheduledFor(missing []string, now time.Time) []string {
 }
 
 // reschedule publishes task.created with the stored spec of a task that
-// has had no schedule for ZombieAfter, unless KV now holds a readable
-// schedule of it (the view was behind), its spec is gone, or the
-// sweeper's previous task.created of it is still waiting for the
-// governor.
+// has had no schedule, or an unreadable one, for ZombieAfter, unless KV
+// now holds a readable schedule of it (the view was behind), its spec is
+// gone, or the sweeper's previous task.created of it is still waiting for
+// the governor.
 func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, now time.Time) {
 	ent, err := s.tasks.Get(ctx, id)
 	if err != nil {
@@ -168,12 +173,15 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 		s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
 		return
 	}
+	reason := repairMissing
 	if sched, err := s.schedules.Get(ctx, id); err == nil {
 		var st schedule
 		if json.Unmarshal(sched.Value(), &st) == nil {
 			return
 		}
-		// Unreadable: the governor rebuilds it when it applies a command.
+		// Unreadable: the governor takes it for a missing schedule, and
+		// the repair replaces it.
+		reason = repairUnreadable
 	} else if !jsutil.IsKeyMissing(err) {
 		s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)
 		return
@@ -216,7 +224,11 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 		// revision) within TASKS's duplicate window: counted there.
 		return
 	}
-	s.cfg.Metrics.SchedulesRepaired.WithLabelValues(repairMissing).Inc()
+	s.cfg.Metrics.SchedulesRepaired.WithLabelValues(reason).Inc()
+	if reason == repairUnreadable {
+		s.cfg.Logger.Warn("task's schedule is unreadable: re-published its task.created for the governor to rebuild it", "task", id, "command", msgID)
+		return
+	}
 	s.cfg.Logger.Warn("task had no schedule: re-published its task.created for the governor to schedule it", "task", id, "command", msgID)
 }
 
@@ -240,6 +252,7 @@ func (s *Service) reschedulePending(ctx context.Context, floors *ackFloors, id s
 
 // Labels of flyball_schedules_repaired_total.
 const (
-	repairLostWrite = "lost-write"
-	repairMissing   = "missing"
+	repairLostWrite  = "lost-write"
+	repairMissing    = "missing"
+	repairUnreadable = "unreadable"
 )

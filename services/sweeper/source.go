@@ -70,8 +70,8 @@ func (s *Service) pickScheduleSource(ctx context.Context) {
 func (s *Service) scanning() bool { return s.stopWatch == nil }
 
 // scanSchedules replaces the view's schedules with every schedule stored
-// now. A value that cannot be decoded keeps the previous one, as in the
-// watch. On error the view keeps the previous scan.
+// now. A value that cannot be decoded is left out, as in the watch
+// (view.decode). On error the view keeps the previous scan.
 func (s *Service) scanSchedules(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
@@ -80,23 +80,15 @@ func (s *Service) scanSchedules(ctx context.Context) error {
 		return err
 	}
 	fresh := make(map[string]schedule, len(raw))
-	var unreadable []string
 	for k, e := range raw {
 		var st schedule
-		if json.Unmarshal(e.Value(), &st) != nil {
-			unreadable = append(unreadable, k)
-			continue
+		if json.Unmarshal(e.Value(), &st) == nil {
+			fresh[k] = st
 		}
-		fresh[k] = st
 	}
 	v := s.view
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for _, k := range unreadable {
-		if st, ok := v.schedules[k]; ok {
-			fresh[k] = st
-		}
-	}
 	v.schedules = fresh
 	clear(v.stale)
 	return nil

@@ -232,13 +232,17 @@ func (v *view) deleteSchedule(key string) {
 	delete(v.stale, key)
 }
 
-// decode stores one schedule. An unreadable value keeps the previous one.
-// Callers hold v.mu.
+// decode stores one schedule. An unreadable value (written by hand or by
+// another version, a bad restore) drops it: the task is one with no
+// schedule, which the sweeper repairs (reschedule). Kept (as it was), the
+// previous value hid it, and the task never ran again. Callers hold v.mu.
 func (v *view) decode(key string, raw []byte) {
 	var st schedule
-	if json.Unmarshal(raw, &st) == nil {
-		v.schedules[key] = st
+	if json.Unmarshal(raw, &st) != nil {
+		delete(v.schedules, key)
+		return
 	}
+	v.schedules[key] = st
 }
 
 // decodeStale decodes the schedules written since the last call. Callers
@@ -287,7 +291,8 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 			zombies = append(zombies, st)
 		}
 	}
-	// A spec with no schedule is never dispatched (repair.go).
+	// A spec with no schedule, or an unreadable one, is never dispatched
+	// (repair.go).
 	var missing []string
 	for id := range v.specs {
 		if _, ok := v.schedules[id]; !ok {

@@ -203,7 +203,7 @@ func New() *Set {
 		}, []string{"bucket"}),
 		SchedulesRepaired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flyball_schedules_repaired_total",
-			Help: "Schedules the sweeper repaired, by reason: lost-write (the governor applied the outcome of a slot, or of a later one, but its schedule write was lost; the slot is dispatched again and skipped), missing (a task with no schedule; its task.created is published again).",
+			Help: "Schedules the sweeper repaired, by reason: lost-write (the governor applied the outcome of a slot, or of a later one, but its schedule write was lost; the slot is dispatched again and skipped), missing (a task with no schedule; its task.created is published again), unreadable (a task whose schedule does not decode; its task.created is published again, and the governor rebuilds the schedule).",
 		}, []string{"reason"}),
 		SweeperScanning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_sweeper_scanning",
