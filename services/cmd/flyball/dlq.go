@@ -165,8 +165,8 @@ func newDLQListCmd() *cobra.Command {
 			if err := checkTaskFilter(cmd, task); err != nil {
 				return err
 			}
-			if limit < 0 {
-				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
+			if err := checkLimit(limit); err != nil {
+				return err
 			}
 			seq, err := parseBefore(before)
 			if err != nil {

@@ -54,7 +54,14 @@ func TestCLIFlagMistakesNameTheFlag(t *testing.T) {
 		{[]string{"dlq", "list", "--before", "seven"}, `flyball: --before: want a stream sequence (a positive integer, as the last page's hint gave), got "seven"`},
 		{[]string{"runs", "web", "--before", "9", "--follow"}, "flyball: --before lists older runs and --follow newer ones: give one of them"},
 		{[]string{"task", "list", "--after", "a.b"}, `flyball: --after: task id "a.b": must be 1-128 characters`},
-		{[]string{"task", "list", "--limit", "-1"}, "flyball: --limit: must be >= 0, got -1"},
+		{[]string{"task", "list", "--limit", "-1"}, "flyball: --limit: must be in [0, 1000000] (0: all), got -1"},
+		// A limit past math.MaxInt-1 overflowed in the listing: a Go
+		// panic, exit 2.
+		{[]string{"dlq", "list", "--limit", "9223372036854775807"}, "flyball: --limit: must be in [0, 1000000] (0: all), got 9223372036854775807"},
+		{[]string{"dlq", "list", "--task", "x", "--limit", "5000000000000000000"}, "flyball: --limit: must be in [0, 1000000] (0: all)"},
+		{[]string{"runs", "web", "--limit", "5000000000000000000"}, "flyball: --limit: must be in [0, 1000000] (0: all)"},
+		{[]string{"runs", "web", "--follow", "--limit", "1000001"}, "flyball: --limit: must be in [0, 1000000] (0: all), got 1000001"},
+		{[]string{"task", "list", "--limit", "1000001"}, "flyball: --limit: must be in [0, 1000000] (0: all), got 1000001"},
 		// status printed every task's staleness; --stale caps it, as the
 		// API's staleness parameter does.
 		{[]string{"status", "--stale", "1001"}, "flyball: --stale: must be in [0, 1000], got 1001"},

@@ -6,6 +6,20 @@ import (
 	"strconv"
 )
 
+// maxListLimit is the largest --limit of task list, runs and dlq list.
+// A page is read into memory whole; one larger than this is no page (0
+// lists every entry), and a limit near math.MaxInt overflowed in the
+// listing.
+const maxListLimit = 1_000_000
+
+// checkLimit refuses a --limit out of [0, maxListLimit].
+func checkLimit(limit int) error {
+	if limit < 0 || limit > maxListLimit {
+		return fmt.Errorf("--limit: must be in [0, %d] (0: all), got %d", maxListLimit, limit)
+	}
+	return nil
+}
+
 // parseBefore parses a --before cursor: empty, not given (the newest
 // page; markNonEmpty refuses one given empty).
 func parseBefore(s string) (uint64, error) {

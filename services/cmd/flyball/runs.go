@@ -45,8 +45,8 @@ the older page's last.`,
 			if err := validID(id); err != nil {
 				return err
 			}
-			if limit < 0 {
-				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
+			if err := checkLimit(limit); err != nil {
+				return err
 			}
 			seq, err := parseBefore(before)
 			if err != nil {

@@ -449,8 +449,8 @@ func newTaskListCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--label: %w", err)
 			}
-			if limit < 0 {
-				return fmt.Errorf("--limit: must be >= 0, got %d", limit)
+			if err := checkLimit(limit); err != nil {
+				return err
 			}
 			// Given empty, it read as not given: the first page again.
 			if after != "" {

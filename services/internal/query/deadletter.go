@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -176,7 +177,12 @@ func (r *Reader) newestDeadLetters(ctx context.Context, limit int, end uint64) (
 			}
 			return out, err
 		}
-		hi, window = lo-1, 2*window
+		hi = lo - 1
+		if window > math.MaxUint64/2 {
+			window = math.MaxUint64 // doubled, it overflowed
+		} else {
+			window *= 2
+		}
 	}
 }
 

@@ -272,7 +272,7 @@ func (x *keyIndex) after(ctx context.Context, after string, n int, check bool) (
 	if !x.live {
 		return nil, fmt.Errorf("%w: its watch of %s ended (the next page starts another)", errIndexDown, x.kv.Bucket())
 	}
-	return x.keys.after(make([]string, 0, n), after, n), nil
+	return x.keys.after(make([]string, 0, min(n, x.keys.n)), after, n), nil
 }
 
 // stop ends the watch and waits for it. cancel ends x.life; it is
@@ -363,7 +363,7 @@ func (s *sortedKeys) after(dst []string, k string, n int) []string {
 		if found {
 			j++
 		}
-		dst = append(dst, c[j:min(len(c), j+n-len(dst))]...)
+		dst = append(dst, c[j:j+min(len(c)-j, n-len(dst))]...)
 	}
 	return dst
 }

@@ -1,5 +1,7 @@
 package query
 
+import "math"
+
 // Page selects one page of a listing read back from the newest end of a
 // stream (runs, dead letters): the newest Limit entries stored before the
 // sequence Before, oldest first. The page of older entries is asked for
@@ -32,7 +34,18 @@ func (p Page) keep() int {
 	if p.Limit <= 0 {
 		return 0
 	}
-	return p.Limit + 1
+	return plusOne(p.Limit)
+}
+
+// plusOne is n+1 for a limit n, but math.MaxInt for math.MaxInt: no
+// listing holds that many, so it keeps every entry either way, where n+1
+// overflowed to a negative count (flyball dlq list --limit
+// 9223372036854775807 panicked).
+func plusOne(n int) int {
+	if n == math.MaxInt {
+		return n
+	}
+	return n + 1
 }
 
 // cut trims items (oldest first, at most p.keep() of them) to the page and

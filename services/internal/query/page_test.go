@@ -3,6 +3,7 @@ package query_test
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -254,6 +255,58 @@ func TestRunPageEdgesNameTheNeighbours(t *testing.T) {
 		for _, r := range res.Runs {
 			if !r.Run.TaskCreatedAt.Equal(created[r.Seq]) {
 				t.Errorf("%s: run %d created %s, want %s", c.name, r.Seq, r.Run.TaskCreatedAt, created[r.Seq])
+			}
+		}
+	}
+}
+
+// TestHugeLimitsListEverything: a limit too large to add one to, or to
+// double, lists every entry, as no limit does. keep (Limit+1), lastN
+// (2*n) and the task batch (limit+1) overflowed: a page of runs or of one
+// task's dead letters, a follow, an indexed page of tasks and a page of
+// every dead letter with a purge gap panicked with a slice bounds or
+// makeslice error (flyball dlq list --limit 9223372036854775807).
+func TestHugeLimitsListEverything(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ix := indexed(t, b)
+	for i := 1; i <= 3; i++ {
+		b.run(t, events.OutcomeSucceeded, "a", i)                                                     // seqs 1, 2, 3
+		b.publish(t, events.DeadLetterSubject("a"), events.TypeDeadLettered, "a", deadLetter("a", i)) // seqs 1, 3, 5
+		b.publish(t, events.DeadLetterSubject("b"), events.TypeDeadLettered, "b", deadLetter("b", i)) // seqs 2, 4, 6
+		b.put(t, streams.BucketTasks, fmt.Sprintf("t%d", i), spec(fmt.Sprintf("t%d", i), "orders", "10s"))
+	}
+	// A purge gap: the span read back from the end of DEADLETTER adds
+	// the deleted count to the limit.
+	if _, err := b.r.PurgeDeadLetters(b.ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	runSeq := func(r *query.RunRecord) uint64 { return r.Seq }
+	dlSeq := func(r *query.DeadLetterRecord) uint64 { return r.Seq }
+	for _, limit := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt/2 + 1, 5_000_000_000_000_000_000} {
+		p := query.Page{Limit: limit}
+		runs, next, err := b.r.RunPage(b.ctx, "a", p)
+		if got := seqs(runs, runSeq); err != nil || !slices.Equal(got, []uint64{1, 2, 3}) || next != 0 {
+			t.Errorf("limit %d: runs %v, next %d, %v; want [1 2 3], no next", limit, got, next, err)
+		}
+		for _, task := range []string{"", "a"} {
+			list, next, err := b.r.DeadLetterPage(b.ctx, task, p)
+			if got := seqs(list, dlSeq); err != nil || !slices.Equal(got, []uint64{1, 3, 5}) || next != 0 {
+				t.Errorf("limit %d, task %q: dead letters %v, next %d, %v; want [1 3 5], no next", limit, task, got, next, err)
+			}
+		}
+		var followed []uint64
+		err = b.r.FollowRuns(b.ctx, "a", limit, false, func(rec query.RunRecord) error {
+			followed = append(followed, rec.Seq)
+			return nil
+		})
+		if err != nil || !slices.Equal(followed, []uint64{1, 2, 3}) {
+			t.Errorf("limit %d: followed runs %v, %v; want [1 2 3]", limit, followed, err)
+		}
+		for name, r := range map[string]*query.Reader{"listing": b.r, "indexed": ix} {
+			tasks, next, err := r.TaskPage(b.ctx, query.TaskFilter{}, "", limit)
+			if got := ids(tasks); err != nil || !slices.Equal(got, []string{"t1", "t2", "t3"}) || next != "" {
+				t.Errorf("limit %d, %s: tasks %v, next %q, %v; want [t1 t2 t3], no next", limit, name, got, next, err)
 			}
 		}
 	}

@@ -143,7 +143,8 @@ type lastN[T any] struct {
 
 func (l *lastN[T]) push(v T) {
 	l.items = append(l.items, v)
-	if l.n > 0 && len(l.items) > 2*l.n {
+	// len > 2n, without the overflow of 2n for a huge n.
+	if l.n > 0 && len(l.items)-l.n > l.n {
 		l.items = append(l.items[:0], l.items[len(l.items)-l.n:]...)
 	}
 }

@@ -235,7 +235,7 @@ func (r *Reader) TaskPage(ctx context.Context, f TaskFilter, after string, limit
 	filtered := f.Job != "" || len(f.Labels) > 0
 	// The next page's first task tells whether there is one; a filter
 	// reads on past the tasks it leaves out.
-	batch := limit + 1
+	batch := plusOne(limit)
 	if filtered {
 		batch = max(batch, 256)
 	}
