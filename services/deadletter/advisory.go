@@ -65,9 +65,10 @@ func (s *Service) handleAdvisory(ctx context.Context, m jetstream.Msg) {
 
 // deadLetterBySeq dead-letters the DISPATCH message at seq, which
 // exhausted its deliveries, and deletes it; it returns the message's task
-// ("" if it is gone already or unreadable) and whether this call stored
+// ("" if it is gone already or unreadable) and whether this call counted
 // its entry (false when the message was gone, unreadable, too large to
-// dead-letter, its run succeeded, or its entry was stored already).
+// dead-letter, its run succeeded, or its entry was stored and counted
+// already: write).
 // The advisory and the reconcile pass (reconcile.go) both come here:
 // whichever is second finds the message gone, and two at once write one
 // entry (its Nats-Msg-Id).
@@ -107,11 +108,15 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 	// and made the governor hold the task until a recheck; or, ahead of
 	// the RUNS backlog, labelled a final failure max-deliveries.
 	// DISPATCH holds one dispatch per task, so no later slot of the task
-	// has run meanwhile to hide this one's outcome.
+	// has run meanwhile to hide this one's outcome. The dispatch's own
+	// max-deliveries entry is no such outcome: a try before this one
+	// stored it and did not get to count it (its PubAck was lost, or the
+	// service stopped) nor to delete the dispatch. write finds it stored,
+	// and counts it.
 	outcomes := slotdone.Watched{Refusals: &s.refusals, JS: s.cfg.JS, Service: "deadletter"}
-	if done, err := outcomes.Done(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly); err != nil {
+	if o, done, err := outcomes.Find(ctx, s.runs, s.dead, d.TaskID, d.ScheduledAt, d.TaskCreatedAt, slotdone.SlotOnly); err != nil {
 		return "", false, fmt.Errorf("read the slot's outcome: %w", err)
-	} else if done {
+	} else if done && (!o.DeadLetter || o.DispatchID != d.DispatchID || o.Reason != events.DeadLetterMaxDeliveries) {
 		s.cfg.Logger.Info("dispatch exhausted its deliveries after its slot's outcome was stored (its acks were lost); deleting it without a max-deliveries dead letter", "seq", seq, "task", d.TaskID, "dispatch", d.DispatchID)
 		return d.TaskID, false, s.deleteDispatch(ctx, seq)
 	}
@@ -120,7 +125,9 @@ func (s *Service) deadLetterBySeq(ctx context.Context, seq uint64) (string, bool
 	final := &run
 	final.Attempt, final.FinishedAt = attempts, s.cfg.Now().UTC()
 	final.Error = maxDeliveriesError
-	wrote, err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries)
+	// The dispatch is deleted only once its entry is stored and counted:
+	// still here, an entry stored for it may be uncounted (a retry).
+	wrote, err := s.write(ctx, final, d, events.DeadLetterMaxDeliveries, true)
 	if jsutil.TooLarge(err) {
 		// No retry makes it fit: free the slot anyway, and count it.
 		s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be dead-lettered").Inc()

@@ -49,6 +49,8 @@ type Service struct {
 	// refusals ends a stream bind (bindStream) or a read of a slot's
 	// outcome (slotdone.Watched) that the server refused.
 	refusals jsutil.PubWatch
+	// counted holds the entries this process counted lately (write).
+	counted recentIDs
 }
 
 // New validates cfg.
@@ -156,7 +158,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		jsutil.Terminate(m, "malformed run: final failure without its dispatch", s.cfg.Metrics, s.cfg.Logger)
 		return
 	}
-	_, err = s.write(ctx, &run, *run.Dispatch, run.DeadLetterReason())
+	// Redelivered, an earlier delivery may have stored the entry without
+	// counting it (write). Metadata that does not read counts as a
+	// redelivery: better a count twice than none.
+	md, err := m.Metadata()
+	retry := err != nil || md.NumDelivered > 1
+	_, err = s.write(ctx, &run, *run.Dispatch, run.DeadLetterReason(), retry)
 	if jsutil.TooLarge(err) {
 		// No redelivery makes it fit (the attempts' errors add up past
 		// max_payload): one forged attempt must not be nakked forever.
@@ -172,10 +179,28 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 }
 
 // write publishes the dead-letter entry for a dispatch whose last word is
-// final. Its Nats-Msg-Id makes a second write of the same failure a no-op,
-// neither counted nor logged: it reports whether this write stored the
-// entry (false: DEADLETTER already held it).
-func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatch, reason string) (bool, error) {
+// final, and reports whether it counted the entry in
+// flyball_deadletter_total and logged it. Its Nats-Msg-Id makes a second
+// write of the same failure store nothing; whether that write counts is
+// the rule below.
+//
+// The entry is counted (and logged) by the write that stores it, or, when
+// that write never learnt it did (its PubAck lost: an error, the trigger
+// nakked) or stopped before the count, by a retry of the same trigger
+// that finds it stored: a redelivered final failure or advisory, or a
+// dispatch still in DISPATCH, which is deleted only after its entry is
+// counted. retry says the write is one. A write that finds the entry
+// stored without being a retry does not count it: another trigger of
+// the same failure stored it, and counts it or is retried itself. Each
+// process remembers the entries it counted for countedKeep and counts
+// none twice, so an ack lost after the count is not counted again. So
+// no entry goes uncounted, and one is counted twice only when its
+// trigger comes back to another process (or after a restart, or past
+// countedKeep) after the count: the process that counted it stopped
+// before the ack (or the dispatch's delete), or its ack was lost; or
+// the first handling found the entry stored by another trigger and
+// its ack was lost.
+func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatch, reason string, retry bool) (bool, error) {
 	entry := events.DeadLetter{
 		TaskID: final.TaskID, Reason: reason, Dispatch: d, Attempts: final.Attempt,
 		DeadLetteredAt: s.cfg.Now().UTC(),
@@ -194,10 +219,10 @@ func (s *Service) write(ctx context.Context, final *events.Run, d events.Dispatc
 	if err != nil {
 		return false, err
 	}
-	if !stored {
-		// A redelivered final failure (its ack was lost, or the service
-		// stopped before it), or the advisory and the reconcile pass both
-		// at once: the entry is stored and was counted when it was.
+	if !stored && !retry || !s.counted.add(EntryID(final.DispatchID), s.cfg.Now()) {
+		// Another final failure of the same dispatch, the advisory and
+		// the reconcile pass both at once, or a redelivery after the
+		// count (its ack was lost): the entry is stored and was counted.
 		s.cfg.Logger.Debug("dead letter already stored", "task", final.TaskID, "dispatch", final.DispatchID)
 		return false, nil
 	}
@@ -290,4 +315,38 @@ func (s *Service) deleteLookup(ctx context.Context, cons jetstream.Consumer) {
 	if err := jsutil.DeleteOrdered(ctx, s.cfg.JS, streams.StreamRuns, cons); err != nil {
 		s.cfg.Logger.Debug("attempt lookup's consumer not deleted; the server removes it once idle", "idleFor", jsutil.OrderedInactiveThreshold, "err", err)
 	}
+}
+
+// countedKeep is how long a process remembers an entry it counted
+// (write): past the redeliveries of its trigger (AckWait 30 s, a nak's
+// 1 s) and the reconcile passes (two of ReconcileInterval, 1m by
+// default) that can handle it again. One handled again later is counted
+// again.
+const countedKeep = 10 * time.Minute
+
+// recentIDs is the set of the entry IDs counted in the last countedKeep.
+type recentIDs struct {
+	mu    sync.Mutex
+	at    map[string]time.Time
+	order []string // oldest first
+}
+
+// add records id and reports whether it was not recorded, forgetting the
+// IDs recorded more than countedKeep before now.
+func (r *recentIDs) add(id string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.order) > 0 && now.Sub(r.at[r.order[0]]) > countedKeep {
+		delete(r.at, r.order[0])
+		r.order = r.order[1:]
+	}
+	if _, ok := r.at[id]; ok {
+		return false
+	}
+	if r.at == nil {
+		r.at = map[string]time.Time{}
+	}
+	r.at[id] = now
+	r.order = append(r.order, id)
+	return true
 }

@@ -74,7 +74,12 @@ func (h *harness) entries(task string) uint64 {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return info.State.Msgs
+	// State.Msgs counts every task's.
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
 }
 
 func (h *harness) rejected(reason string) float64 {

@@ -50,6 +50,8 @@ const (
 type Outcome struct {
 	Seq        uint64
 	DeadLetter bool
+	// DispatchID and Reason are the entry's, when DeadLetter is set.
+	DispatchID, Reason string
 }
 
 // find reports whether task id's slot at slot (or, with SlotOrLater, a
@@ -98,7 +100,7 @@ func find(ctx context.Context, runs, dead jetstream.Stream, id string, slot, cre
 	}
 	var dl events.DeadLetter
 	if events.DecodeData(e, &dl) == nil && covers(dl.Dispatch.ScheduledAt) && !governor.OtherCreatedAt(dl.Dispatch.TaskCreatedAt, created) {
-		return Outcome{Seq: raw.Sequence, DeadLetter: true}, true, nil
+		return Outcome{Seq: raw.Sequence, DeadLetter: true, DispatchID: dl.Dispatch.DispatchID, Reason: dl.Reason}, true, nil
 	}
 	return Outcome{}, false, nil
 }
