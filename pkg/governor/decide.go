@@ -119,7 +119,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		}
 		p.applyBreaker(in.Breaker)
 	case KindDeadLettered:
-		if in.DeadLetter == nil || OtherTask(in.DeadLetter.TaskCreatedAt, st) || heldAlready(in.DeadLetter, st) || !p.applyDeadLetter(in.DeadLetter) {
+		if in.DeadLetter == nil || OtherTask(in.DeadLetter.TaskCreatedAt, st) || HeldAlready(in.DeadLetter, st) || !p.applyDeadLetter(in.DeadLetter) {
 			return ignored()
 		}
 	case KindRequeued:
@@ -472,12 +472,13 @@ func (p *planner) applyDeadLetter(d *DeadLetterSignal) bool {
 	return true
 }
 
-// heldAlready reports a permanent or max-attempts entry whose final
+// HeldAlready reports a permanent or max-attempts entry whose final
 // run.failed st has applied (its dispatch, or its slot or a later one):
 // that failure held the task already (Outcome.DeadLetterReason), and a
-// requeue or success may have cleared the hold since. A max-deliveries
-// entry follows no run event, so it always applies.
-func heldAlready(d *DeadLetterSignal, st State) bool {
+// requeue, a success or a later run's hold may have replaced the hold
+// since. A max-deliveries entry follows no run event, so it always
+// applies. Decide ignores such an entry.
+func HeldAlready(d *DeadLetterSignal, st State) bool {
 	if d.Reason == events.DeadLetterMaxDeliveries {
 		return false
 	}

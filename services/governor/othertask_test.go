@@ -249,3 +249,37 @@ func TestReplaySaysWhyARepeatedOutcomeChangedNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaySaysALateDeadLetterWasHeldAlready: the dead-letter service
+// down longer than the recheck, a slot fails for good, its recheck slot
+// fails for good, and only then does the first slot's entry arrive. Its
+// final failure held the task already, and the hold is now the recheck
+// slot's; the task was neither requeued nor did a run succeed. explain
+// said "a run succeeded since".
+func TestReplaySaysALateDeadLetterWasHeldAlready(t *testing.T) {
+	spec := minuteSpec("l")
+	t1 := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	s2 := t1.Add(events.DefaultRecheckAfter + time.Second) // the recheck slot
+	failed := func(slot time.Time) Step {
+		return Step{TaskID: "l", At: slot.Add(time.Second), Input: gov.Input{Kind: gov.KindOutcome, Outcome: &gov.Outcome{
+			DispatchID: events.DispatchID("l", slot), ScheduledAt: slot, Result: "failed", FinishedAt: slot.Add(time.Second),
+			DeadLetterReason: events.DeadLetterMaxAttempts, TaskCreatedAt: t1,
+		}}}
+	}
+	steps := []Step{
+		{TaskID: "l", At: t1, Spec: spec, CommandID: "c1", CommandType: events.TypeTaskCreated, Input: gov.Input{Kind: gov.KindAccepted}},
+		failed(t1),
+		failed(s2),
+		{TaskID: "l", At: s2.Add(time.Minute), Input: gov.Input{Kind: gov.KindDeadLettered, DeadLetter: &gov.DeadLetterSignal{
+			DispatchID: events.DispatchID("l", t1), Reason: events.DeadLetterMaxAttempts, At: s2.Add(time.Minute), TaskCreatedAt: t1, ScheduledAt: t1,
+		}}},
+	}
+	entries := ReplayAnswers(steps, func(int) Answer { return Answer{Accepted: true, Known: true} })
+	if len(entries) != 4 || entries[2].Decision.State.DeadLetter == nil || entries[2].Decision.State.DeadLetter.DispatchID != events.DispatchID("l", s2) {
+		t.Fatalf("entries %+v: want 4, the recheck slot's failure holding the task", entries)
+	}
+	want := "no change: this run's final failure held the task already"
+	if e := entries[3]; !e.Decision.Ignored || !strings.HasPrefix(e.NoChange, want) {
+		t.Fatalf("the late entry: ignored %v, %q; want it ignored, saying %q", e.Decision.Ignored, e.NoChange, want)
+	}
+}

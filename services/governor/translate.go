@@ -684,6 +684,10 @@ func noChange(st *gov.State, in gov.Input) string {
 			return otherTask(dl.TaskCreatedAt, st)
 		case st.DeadLetter != nil && st.DeadLetter.DispatchID == dl.DispatchID:
 			return "no change: the task was already held for this run's recheck (since its final failure)"
+		case gov.HeldAlready(dl, *st):
+			// The entry came late: a requeue, a success or a later run's
+			// hold has replaced the one its final failure made.
+			return "no change: this run's final failure held the task already, before its entry arrived"
 		case !st.RequeuedAt.IsZero():
 			return "no change: the task was requeued since"
 		}
