@@ -340,7 +340,12 @@ createdAt) so that it runs now.`,
 				// governor rejects it if the task is deleted and created
 				// again between this check and the requeue.
 				v, err := s.q.Task(ctx, id)
-				if err != nil && !errors.Is(err, query.ErrNotFound) {
+				// Deleted and not created again: the governor rejects a
+				// requeue, over two lines. --force runs no task either.
+				if errors.Is(err, query.ErrNotFound) {
+					return fmt.Errorf("no task %q: dead letter %d is of a task deleted since, nothing to retry (flyball task list shows the tasks)", id, rec.Seq)
+				}
+				if err != nil {
 					return err
 				}
 				if why := rec.Recreated(v); why != "" && !force {

@@ -132,6 +132,8 @@ func TestDLQRetryInterruptedSaysTheRequeueWasStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The task exists: the retry of a deleted task's entry sends nothing.
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "web", events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Hour)}})
 	requeues := make(chan *nats.Msg, 1)
 	natstest.ChanSubscribe(t, srv.NC, events.TaskSubject(events.VerbRequeued, "web"), requeues)
 
@@ -402,5 +404,45 @@ func TestDLQPurgeOfNothingReadsNaturally(t *testing.T) {
 	}
 	if out := e.ok(t, "dlq", "purge", "--task", "gone"); out != "no dead letters of task \"gone\": nothing to purge\n" {
 		t.Errorf("dlq purge --task gone printed %q", out)
+	}
+}
+
+// TestDLQRetryOfADeletedTasksEntryIsOneLine: the entry of a task deleted
+// since (and not created again) has nothing to retry. The requeue was
+// sent, and the governor's rejection printed over two lines ("rejected
+// by the governor (1 reason):" and the reason below); it is now refused
+// in one line, as `dlq retry --all --task` of a task with no entries
+// left is, and nothing is sent.
+func TestDLQRetryOfADeletedTasksEntryIsOneLine(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	entry := events.DeadLetter{
+		TaskID: "gone", Reason: events.DeadLetterPermanent, Attempts: 1, DeadLetteredAt: time.Now().UTC(),
+		Dispatch: events.Dispatch{DispatchID: "gone:1", TaskID: "gone"},
+	}
+	data, err := events.Marshal(events.TypeDeadLettered, "test", "gone", entry, entry.DeadLetteredAt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := e.srv.JS.Publish(t.Context(), events.DeadLetterSubject("gone"), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"dlq", "retry", fmt.Sprint(ack.Sequence)},
+		{"dlq", "retry", "--all", "--task", "gone"},
+		{"dlq", "retry", fmt.Sprint(ack.Sequence), "--force"},
+	} {
+		r := e.fails(t, args, fmt.Sprintf(`no task "gone": dead letter %d is of a task deleted since`, ack.Sequence))
+		if strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("flyball %s: stderr %q, want one line", strings.Join(args, " "), r.stderr)
+		}
+	}
+	st, err := e.srv.JS.Stream(t.Context(), streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(events.TaskSubject(events.VerbRequeued, "gone"))); err != nil || len(info.State.Subjects) != 0 {
+		t.Fatalf("task.requeued stored for the deleted task: %v, %v; want none", info.State.Subjects, err)
 	}
 }
