@@ -137,7 +137,8 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	}
 	s.Input = in.Kind
 	s.DecidedAt = now
-	p.planned, p.running = p.slotInFlight(), p.runningSlot()
+	p.running = p.runningSlot()
+	p.planned = p.slotInFlight()
 	p.flying = p.planned
 	if p.flying.IsZero() || p.running.After(p.flying) { // a slot may lie before the zero time (year 0)
 		p.flying = p.running

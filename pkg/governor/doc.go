@@ -66,9 +66,10 @@
 // input re-plans: a pause, a delete or a dead-letter stops the task, and
 // a hint, a resume or a requeue asks for a run.
 //
-// Such a re-plan (but for an acceptance or a resume that ends a pause; a
-// resume of a task that is not paused is an input like any other) plans the
-// slot after the one in flight, which runs first whatever is decided: the
+// Such a re-plan (but for an acceptance, and a resume that ends a pause
+// while the slot is still ahead; a resume of a task that is not paused is
+// an input like any other) plans the slot after the one in flight, which
+// runs first whatever is decided: the
 // grid, the first-run rule, catch-up counting, the budget's pacing,
 // quiet-hours spacing, the clamps and the MinGap floor measure from the
 // slot in flight when it is later than the last completed one. Slots that
@@ -83,10 +84,13 @@
 // the run's outcome). From then on NextRunAt no longer names the running
 // slot: the state remembers it ([State.RunningSlot]) until the outcome of
 // that slot or a later one, and every later input during the run treats
-// it as the slot in flight too (an acceptance, a delete, a pause and a
-// resume that ends one forget it). Without it, a second input during the
-// run measured from the last completed slot and planned again the
-// requeue, recheck or backfill run the running slot serves.
+// it as the slot in flight too (an acceptance and a delete forget it).
+// Without it, a second input during the run measured from the last
+// completed slot and planned again the requeue, recheck or backfill run
+// the running slot serves. A pause does not stop a slot already due (the
+// executor checks the pause before a call, and the run's outcome
+// follows): the pause remembers it, and the resume that ends the pause
+// plans after it, as any input during the run does.
 //
 // A slot planned during a run (by a hint or a requeue) is kept, due or
 // ahead, by the outcome of that run and by every other input during it

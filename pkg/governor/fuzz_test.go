@@ -522,7 +522,7 @@ func FuzzDecide(f *testing.F) {
 		// A slot in flight still ahead (perhaps not published yet) that
 		// serves a request is kept, unless the input stops the task:
 		// planned after, the unpublished slot was dropped with the request.
-		if flying := plannedInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && servesAhead(flying, d.State, in.Kind) {
+		if flying := plannedInFlight(now, st, d.State, in); flying.After(now) && in.Kind != governor.KindDeadLettered && in.Kind != governor.KindPaused && servesAhead(flying, d.State, in.Kind) {
 			if !d.NextRunAt.Equal(st.NextRunAt) || d.Source != st.Source || !strings.Contains(strings.Join(d.Trail, "\n"), "in flight") {
 				t.Fatalf("a %s input moved the slot in flight %s (%s), still ahead and serving a request, to %s (%s)\n%s", in.Kind, fmtT(st.NextRunAt), st.Source, fmtT(d.NextRunAt), d.Source, fmtTrail(d.Trail))
 			}
@@ -627,7 +627,10 @@ func FuzzDecide(f *testing.F) {
 				}
 			case governor.SourceCatchUp:
 				t.Fatalf("catch-up run planned behind the slot in flight %s%s", fmtT(flying), explain())
-			case governor.SourcePaused: // the slot in flight is the run the pause leads to
+			case governor.SourcePaused: // the slot in flight is the run the pause leads to (a new pause stops it)
+				if in.Kind == governor.KindPaused || st.Source != governor.SourcePaused || !flying.Equal(st.NextRunAt) {
+					break
+				}
 				t.Fatalf("the run after the pause planned again behind the slot in flight %s%s", fmtT(flying), explain())
 			}
 		}
@@ -664,10 +667,11 @@ func FuzzDecide(f *testing.F) {
 		if spec.Schedule.Cron != "" && spec.Jitter == 0 && d.Source == governor.SourceBaselineCron && !kept && !d.NextRunAt.Equal(last.Add(governor.MinGap)) {
 			checkCronSlot(t, spec, now, last, d.NextRunAt, explain)
 		}
-		// The run after a pause in flight and due counts as after its end;
-		// one still ahead is kept (above) but by a dead-letter hold, which
-		// re-plans as a resume at the end would, from the last completed slot.
-		if last.IsZero() || (s.Paused && (flying.IsZero() || flying.After(now))) {
+		// A pause outranks the clamps, the budget and quiet hours: the
+		// run after a timed pause is planned as a resume at its end plans
+		// it, but never before the end. Once the pause has ended, the run
+		// it led to, in flight and due, counts as the last slot (above).
+		if last.IsZero() || s.Paused {
 			return
 		}
 		gap := d.NextRunAt.Sub(last)
@@ -1023,7 +1027,7 @@ func inFlight(now time.Time, st governor.State, in governor.Input) bool {
 	switch {
 	case in.Kind != governor.KindBreaker && in.Kind != governor.KindUpdated,
 		st.Source == "", st.Source == governor.SourcePaused, st.Source == governor.SourceDeleted,
-		st.Paused, st.Deleted, st.NextRunAt.IsZero():
+		st.PausedAt(st.NextRunAt), st.Deleted, st.NextRunAt.IsZero():
 		return false
 	}
 	return st.NextRunAt.After(st.LastScheduledAt) && !st.NextRunAt.After(now.Add(governor.InFlightWindow))
@@ -1043,13 +1047,12 @@ func slotInFlight(now time.Time, st, s governor.State, in governor.Input) time.T
 // runningInFlight is the fuzz oracle's running slot: the slot in flight
 // a decision planned past (st.RunningSlot), while it is due (or within
 // InFlightWindow) and after the last completed slot (s is the state
-// after the input), for any input but an acceptance, a resume that ends a
-// pause, a pause or a delete, and a task neither paused nor deleted.
+// after the input), for any input but an acceptance or a delete (a pause
+// and a resume keep it: the run goes on).
 func runningInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
 	r := st.RunningSlot
 	switch {
-	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed && st.Paused, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
-		st.Paused, st.Deleted, r.IsZero():
+	case in.Kind == governor.KindAccepted, in.Kind == governor.KindDeleted, st.Deleted, r.IsZero():
 		return time.Time{}
 	}
 	if !r.After(s.LastScheduledAt) || r.After(now.Add(governor.InFlightWindow)) {
@@ -1071,19 +1074,20 @@ func runningAfter(now time.Time, st governor.State, d governor.Decision, in gove
 // plannedInFlight is the fuzz oracle's planned slot in flight: the slot
 // planned before the input by a schedule rule, due (or within
 // InFlightWindow) and after the last completed slot (s is the state after
-// the input), for any input but an acceptance, a resume that ends a
-// pause, a pause or a delete. The run a timed pause leads to is one too.
+// the input), for any input but an acceptance or a delete, and a slot
+// the task was not paused at (the executor skips those). The run a timed
+// pause leads to is one too; a resume that ends the pause counts it only
+// once due, and a pause does not count a slot queued behind the running
+// one (it has not run, and the pause replaces it).
 func plannedInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
 	switch {
-	case in.Kind == governor.KindAccepted, in.Kind == governor.KindResumed && st.Paused, in.Kind == governor.KindPaused, in.Kind == governor.KindDeleted,
-		st.Source == "", st.Source == governor.SourceDeleted, st.Deleted, st.NextRunAt.IsZero():
+	case in.Kind == governor.KindAccepted, in.Kind == governor.KindDeleted,
+		st.Source == "", st.Source == governor.SourceDeleted, st.Deleted, st.NextRunAt.IsZero(),
+		st.PausedAt(st.NextRunAt), st.Source == governor.SourcePaused && !st.Paused,
+		in.Kind == governor.KindResumed && st.Paused && st.NextRunAt.After(now):
 		return time.Time{}
-	case st.Source == governor.SourcePaused:
-		// The run a timed pause leads to, at or after the pause's end.
-		if !st.Paused || st.PausedUntil.IsZero() || st.NextRunAt.Before(st.PausedUntil) {
-			return time.Time{}
-		}
-	case st.Paused:
+	}
+	if r := runningInFlight(now, st, s, in); in.Kind == governor.KindPaused && !r.IsZero() && st.NextRunAt.After(r) {
 		return time.Time{}
 	}
 	if !st.NextRunAt.After(s.LastScheduledAt) || st.NextRunAt.After(now.Add(governor.InFlightWindow)) {

@@ -126,12 +126,22 @@ func (p *planner) inFlight() bool {
 // slotInFlight is the input state's slot when it is in flight: planned by a
 // schedule rule, due (or within InFlightWindow), and after the last
 // completed slot, so its outcome is not applied yet. It is zero otherwise,
-// and for an acceptance (a new state) and a resume that ends a pause (the
-// slot a pause ended on is not kept). A resume of a task that was not
-// paused is an input like any other: counted from the last completed slot
-// instead, the slots that passed while the slot in flight ran were caught
-// up at once (a 10 s task resumed 35 s into a run planned "catch-up: 4
-// slots missed", and with catchUp all backfilled them).
+// for an acceptance (a new state), and for a slot the input state was
+// paused at (the executor skips it). A resume that ends a pause counts
+// the slot only once it is due: it runs, and the resume plans after it
+// (planned again, a requeue or run-now it serves ran twice); still ahead,
+// it is the run the pause led to, and the resume plans that run afresh.
+// A resume of a task that was not paused is an input like any other:
+// counted from the last completed slot instead, the slots that passed
+// while the slot in flight ran were caught up at once (a 10 s task
+// resumed 35 s into a run planned "catch-up: 4 slots missed", and with
+// catchUp all backfilled them).
+//
+// A pause does not stop a slot already due: the executor checks the pause
+// before each call, and the slot's outcome follows (a run, or a skip), so
+// the pause plans after it and remembers it (rememberRunning). But a slot
+// planned during a run (queued: after the running slot) has not run, and
+// the pause replaces it: it is not in flight.
 //
 // The run a timed pause leads to (source paused, at or after the pause's
 // end) is a slot too: the executor runs it, since the pause has ended by
@@ -141,24 +151,22 @@ func (p *planner) inFlight() bool {
 // run-now hint during it ran right behind it, whatever the budget,
 // bounds.min or MinGap.
 func (p *planner) slotInFlight() time.Time {
-	if p.in == KindAccepted || (p.in == KindResumed && p.leftPause) {
+	if p.in == KindAccepted {
 		return time.Time{}
 	}
 	s, prev := &p.s, p.prevNext
 	if prev.IsZero() || s.Deleted || !prev.After(s.LastScheduledAt) || prev.After(p.now.Add(InFlightWindow)) {
 		return time.Time{}
 	}
-	switch p.prevSource {
-	case "", SourceDeleted:
+	switch {
+	case p.prevSource == "", p.prevSource == SourceDeleted, p.input.PausedAt(prev):
 		return time.Time{}
-	case SourcePaused:
-		if p.in == KindPaused || s.PausedUntil.IsZero() || prev.Before(s.PausedUntil) {
-			return time.Time{}
-		}
-	default:
-		if s.Paused {
-			return time.Time{}
-		}
+	case p.prevSource == SourcePaused && !p.input.Paused:
+		return time.Time{} // not the run of a pause: a state stored under other rules
+	case p.in == KindResumed && p.leftPause && prev.After(p.now):
+		return time.Time{}
+	case p.in == KindPaused && !p.running.IsZero() && prev.After(p.running):
+		return time.Time{} // queued behind the running slot: the pause replaces it
 	}
 	return prev.UTC()
 }
@@ -167,23 +175,24 @@ func (p *planner) slotInFlight() time.Time {
 // (State.RunningSlot: an earlier decision planned NextRunAt after it)
 // when it still counts: its outcome is not applied (it is after the last
 // completed slot), it is due (or within InFlightWindow, as slotInFlight
-// judges the planned slot, for clocks a little apart), and the input and
-// state are not those slotInFlight leaves out (an acceptance, a resume
-// that ends a pause, a deleted or paused task). It is zero otherwise, and
-// the decision then forgets it (rememberRunning).
+// judges the planned slot, for clocks a little apart), and the input is
+// not an acceptance nor the task deleted. It is zero otherwise, and the
+// decision then forgets it (rememberRunning). A pause and a resume keep
+// it: the run goes on, and its outcome follows.
 //
 // Without it, a second input during the same run no longer knew the slot
 // in flight: it measured from the last completed slot (a second 10m hint
 // during a 10:05 run → 10:10), planned again the requeue the running slot
 // serves (its outcome then kept that slot, keepQueued, and the requeued
 // run ran twice), a second recheck right behind the running one, and the
-// next backfill run before the running one's success.
+// next backfill run before the running one's success. Forgotten by a
+// pause, the resume after it did the same.
 func (p *planner) runningSlot() time.Time {
-	if p.in == KindAccepted || (p.in == KindResumed && p.leftPause) {
+	if p.in == KindAccepted {
 		return time.Time{}
 	}
 	s, r := &p.s, p.s.RunningSlot
-	if r.IsZero() || s.Deleted || s.Paused || !r.After(s.LastScheduledAt) || r.After(p.now.Add(InFlightWindow)) {
+	if r.IsZero() || s.Deleted || !r.After(s.LastScheduledAt) || r.After(p.now.Add(InFlightWindow)) {
 		return time.Time{}
 	}
 	return r.UTC()
@@ -194,11 +203,15 @@ func (p *planner) runningSlot() time.Time {
 // not keep it), else the running slot that still counts, if any. A
 // planned slot still ahead and not kept is not remembered: the timer may
 // not have published it, and then it never runs.
-func (p *planner) rememberRunning() {
-	p.s.RunningSlot = p.running
-	if !p.planned.IsZero() && !p.planned.After(p.now) && !p.next.Equal(p.planned) {
-		p.s.RunningSlot = p.planned
+func (p *planner) rememberRunning() { p.s.RunningSlot = p.runningAfter(p.next) }
+
+// runningAfter is the running slot a decision that plans next leaves in
+// the state (rememberRunning).
+func (p *planner) runningAfter(next time.Time) time.Time {
+	if !p.planned.IsZero() && !p.planned.After(p.now) && !next.Equal(p.planned) {
+		return p.planned
 	}
+	return p.running
 }
 
 // last is the slot the next run is planned after: the last completed one,
@@ -241,8 +254,9 @@ func (p *planner) keep() {
 // during the same run (an interval hint, a one-shot hint for later, a
 // resume).
 //
-// Every input keeps it but those that stop the task: a pause or a delete
-// (they leave no slot in flight), and a dead-letter hold, from a
+// Every input keeps it but those that stop the task: a pause (it counts
+// only the running slot as in flight, slotInFlight) or a delete (it plans
+// nothing), and a dead-letter hold, from a
 // dead-letter input or one in the state whose recheck is after the slot.
 // This keeps the precedence of the clamps and the budget: the slot was
 // planned under them, measured from the running slot, and the inputs that
@@ -391,6 +405,10 @@ func (p *planner) afterPause() time.Time {
 	until := p.s.PausedUntil
 	st := p.s
 	st.Trail = nil
+	// After the slot in flight, which runs before the pause ends: as a
+	// resume at the end, the decision remembers it (a pause never keeps
+	// it, the end being after now).
+	st.RunningSlot = p.runningAfter(time.Time{})
 	// Planned from just before the end, so that a slot falling on the end
 	// itself is the run after it (a resume plans strictly after now).
 	d := Decide(until.Add(-time.Nanosecond), p.spec, st, Input{Kind: KindResumed})

@@ -2339,8 +2339,8 @@ func TestDecideSecondInputDuringARunDoesNotPlanTheServedRequestAgain(t *testing.
 // The state remembers the slot in flight that a decision planned past
 // (RunningSlot) while its outcome is not in: later decisions keep it, the
 // outcome of that slot or a later one clears it, and so do the inputs
-// that do not plan after it (an acceptance, a delete, a pause, a resume
-// that ends one).
+// that do not plan after it (an acceptance, a delete). A pause keeps it:
+// the run goes on, and its outcome follows.
 func TestDecideRemembersTheRunningSlot(t *testing.T) {
 	spec := intervalSpec(time.Hour)
 	running := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval)) // 10:00 runs
@@ -2365,7 +2365,7 @@ func TestDecideRemembersTheRunningSlot(t *testing.T) {
 		{"a later slot's outcome clears it", t0.Add(11 * time.Minute), outcome("succeeded", t0.Add(10*time.Minute)), time.Time{}},
 		{"a delete clears it", t0.Add(2 * time.Second), governor.Input{Kind: governor.KindDeleted}, time.Time{}},
 		{"an acceptance clears it", t0.Add(2 * time.Second), accepted, time.Time{}},
-		{"a pause clears it", t0.Add(2 * time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour)}}, time.Time{}},
+		{"a pause keeps it (the run goes on)", t0.Add(2 * time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(time.Hour)}}, t0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := governor.Decide(c.now, spec, st, c.in)
@@ -2524,4 +2524,73 @@ func TestDecideStepsAreCappedAtMaxInterval(t *testing.T) {
 			want{next: t0.Add(events.MaxInterval), source: governor.SourceActivityDormant},
 		},
 	})
+}
+
+// A pause during a run does not stop that run (the executor checks the
+// pause before a call, and the run's outcome follows), so the state still
+// remembers it (RunningSlot), and the resume that ends the pause plans
+// after it, as any input during the run does. Before, the pause and the
+// resume forgot it: the resume planned again the requeue or run-now the
+// running slot serves, at once, and the run's outcome kept that slot
+// (planned while it ran), so the target was called twice; under a budget
+// the resume planned from the slot before the running one.
+func TestDecideAPauseDuringARunDoesNotForgetIt(t *testing.T) {
+	paused := governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{}}
+	pausedUntil := func(at time.Time) governor.Input {
+		return governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: at}}
+	}
+	resumed := governor.Input{Kind: governor.KindResumed}
+	steps := func(spec *events.TaskSpec, st governor.State, steps ...any) []governor.Decision {
+		var ds []governor.Decision
+		for i := 0; i < len(steps); i += 2 {
+			d := governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
+			ds = append(ds, d)
+			st = d.State
+		}
+		return ds
+	}
+	hourly := intervalSpec(time.Hour)
+	requeuedRun := stateWith(ran(t0.Add(-time.Hour)), requeuedAt(t0), planned(t0, governor.SourceRequeue))
+	runNowRun := stateWith(ran(t0.Add(-time.Hour)), oneShotHint(t0, t0.Add(30*time.Minute)), planned(t0, governor.SourceHintOneShot))
+	budget := mustValid(t, withBudget(intervalSpec(time.Minute), 60)) // 24m apart
+	budgetRun := stateWith(ran(t0.Add(-24*time.Minute)), planned(t0, governor.SourceBudget))
+	done := outcome("succeeded", t0)
+	done.Outcome.FinishedAt = t0.Add(5 * time.Second)
+	s1, s2, s5 := t0.Add(time.Second), t0.Add(2*time.Second), t0.Add(5*time.Second)
+	for _, tt := range []struct {
+		name string
+		ds   []governor.Decision
+		next time.Time // after the last step
+		src  governor.Source
+	}{
+		{"requeued run: pause, resume, the run's outcome", steps(hourly, requeuedRun, s1, paused, s2, resumed, s5, done), t0.Add(time.Hour), governor.SourceBaselineInterval},
+		{"requeued run: pause, resume", steps(hourly, requeuedRun, s1, paused, s2, resumed), t0.Add(time.Hour), governor.SourceBaselineInterval},
+		{"run-now's run: pause, resume, the run's outcome", steps(hourly, runNowRun, s1, paused, s2, resumed, s5, done), t0.Add(time.Hour), governor.SourceBaselineInterval},
+		{"budget of 60 a day: pause, resume", steps(budget, budgetRun, s1, paused, s2, resumed), t0.Add(24 * time.Minute), governor.SourceBudget},
+		{"requeued run: a pause until a time past", steps(hourly, requeuedRun, s1, pausedUntil(t0), s5, done), t0.Add(time.Hour), governor.SourceBaselineInterval},
+		{"requeued run: a pause until now (the service's reading of the zero time)", steps(hourly, requeuedRun, s1, pausedUntil(s1), s5, done), t0.Add(time.Hour), governor.SourceBaselineInterval},
+		{"requeued run: a pause that ends before its outcome", steps(hourly, requeuedRun, s1, pausedUntil(t0.Add(3*time.Second)), s5, done), t0.Add(time.Hour), governor.SourceBaselineInterval},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.ds[len(tt.ds)-1]
+			if !d.NextRunAt.Equal(tt.next) || d.Source != tt.src {
+				t.Errorf("NextRunAt = %s (%s), want %s (%s)\n%s", fmtT(d.NextRunAt), d.Source, fmtT(tt.next), tt.src, fmtTrail(d.Trail))
+			}
+			if got := tt.ds[0].State.RunningSlot; !got.Equal(t0) {
+				t.Errorf("the pause: RunningSlot = %s, want %s\n%s", fmtT(got), fmtT(t0), fmtTrail(tt.ds[0].Trail))
+			}
+		})
+	}
+	// A slot a run-now planned during the run waits behind it: a pause
+	// drops it, but the running slot is still the one remembered, and the
+	// run-now is planned again by the resume.
+	st := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval))
+	ds := steps(hourly, st, s1, hinted(governor.Hint{At: s1}), s2, paused, t0.Add(3*time.Second), resumed, s5, done)
+	if got := ds[1].State.RunningSlot; !got.Equal(t0) {
+		t.Errorf("a pause while a run-now waits behind the run: RunningSlot = %s, want %s\n%s", fmtT(got), fmtT(t0), fmtTrail(ds[1].Trail))
+	}
+	if d := ds[3]; !d.NextRunAt.Equal(t0.Add(3*time.Second)) || d.Source != governor.SourceHintOneShot {
+		t.Errorf("the run-now after the resume and the run's outcome: next %s (%s), want %s (%s)\n%s",
+			fmtT(d.NextRunAt), d.Source, fmtT(t0.Add(3*time.Second)), governor.SourceHintOneShot, fmtTrail(d.Trail))
+	}
 }

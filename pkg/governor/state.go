@@ -45,9 +45,9 @@ type State struct {
 	// do not plan again the request it serves (a requeue, a one-shot, a
 	// recheck, the next backfill run), as the first one did. The outcome of
 	// that slot or a later one clears it (it is then at or before
-	// LastScheduledAt), and so does an acceptance, a delete, a pause and a
-	// resume that ends one. Zero when no such slot is known, and in states
-	// written before 2026-12-02.
+	// LastScheduledAt), and so does an acceptance or a delete; a pause and
+	// a resume keep it (the run goes on). Zero when no such slot is known,
+	// and in states written before 2026-12-02.
 	RunningSlot time.Time `json:"runningSlot,omitzero"`
 	// LastDispatchID is the dispatch whose outcome was applied last; a
 	// redelivered outcome with the same ID is ignored.

@@ -737,57 +737,83 @@ func TestARunAskedForDuringARunRunsAfterIt(t *testing.T) {
 // requeue again, now, behind it; that run's outcome kept the waiting slot
 // (it was planned while the run ran), and the requeued task was called
 // twice. The schedule now remembers the running slot (runningSlot) until
-// its outcome, and the second input plans after it as the first did.
+// its outcome, and the second input plans after it as the first did. A
+// pause and a resume during the run did the same: the pause forgot the
+// running slot, and the resume planned the requeue again; the pause now
+// keeps it (the run goes on), and the resume plans after it.
 func TestARequeuedRunRunsOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	tg := newScripted(t, 200)
-	const task = `{"id":"rq","target":{"http":{"url":%q,"timeout":"60s"}},"schedule":{"interval":"1h"}}`
-	e.create("rq", fmt.Sprintf(task, tg.srv.URL))
-	tg.awaitCall(t, "the first run")
-	natstest.Eventually(t, 10*time.Second, "the first run's outcome applied", func() bool { return e.storedSchedule("rq").Runs == 1 })
-	release := make(chan struct{})
-	tg.mu.Lock()
-	tg.hang = release
-	tg.mu.Unlock()
-	command := func(typ, id, data string) {
-		t.Helper()
-		body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":%q,"subject":"rq","datacontenttype":"application/json","data":%s}`, typ, id, data)
-		if err := e.srv.NC.Publish("flyball."+typ+".rq", []byte(body)); err != nil {
-			t.Fatal(err)
-		}
+	type command struct {
+		typ, data string
+		kind      gov.Kind
 	}
-	command("task.requeued", "rq-requeue", `{"id":"rq"}`)
-	tg.awaitCall(t, "the requeued run")
-	var slot time.Time
-	natstest.Eventually(t, 10*time.Second, "the requeued run planned", func() bool {
-		st := e.storedSchedule("rq")
-		slot = st.NextRunAt
-		return st.Source == gov.SourceRequeue
-	})
-	command("task.hinted", "rq-hint", `{"id":"rq","interval":"10m"}`)
-	natstest.Eventually(t, 10*time.Second, "the hint applied during the requeued run", func() bool {
-		st := e.storedSchedule("rq")
-		return st.Input == gov.KindHinted && st.NextRunAt.Equal(slot.Add(10*time.Minute))
-	})
-	command("task.updated", "rq-update", fmt.Sprintf(task, tg.srv.URL))
-	natstest.Eventually(t, 10*time.Second, "the update applied during the requeued run", func() bool { return e.storedSchedule("rq").Input == gov.KindUpdated })
-	if st := e.storedSchedule("rq"); !st.NextRunAt.Equal(slot.Add(10*time.Minute)) || !st.RunningSlot.Equal(slot) {
-		t.Errorf("after the update during the requeued run of %s: next run %s (%s), running slot %s; want %s after it\ntrail: %q",
-			slot.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano), st.Source, st.RunningSlot.Format(time.RFC3339Nano), (10 * time.Minute), st.Trail)
-	}
-	tg.mu.Lock()
-	close(release)
-	tg.hang = nil
-	tg.mu.Unlock()
-	natstest.Eventually(t, 10*time.Second, "the requeued run's outcome applied", func() bool { return !e.storedSchedule("rq").LastScheduledAt.Before(slot) })
-	st := e.storedSchedule("rq")
-	if !st.NextRunAt.Equal(slot.Add(10*time.Minute)) || !st.RequeuedAt.IsZero() || !st.RunningSlot.IsZero() {
-		t.Fatalf("after the requeued run of %s: next run %s (%s), requeued at %s, running slot %s; want the hint's slot 10m after it\ntrail: %q",
-			slot.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano), st.Source, st.RequeuedAt, st.RunningSlot, st.Trail)
-	}
-	if n := len(tg.Calls()); n != 2 {
-		t.Fatalf("target got %d calls, want 2 (the first run, the requeued one)", n)
+	for _, tc := range []struct {
+		name   string
+		during []command
+		next   time.Duration // after the requeued slot
+	}{
+		{"a hint then a spec update", []command{
+			{"task.hinted", `{"id":"rq","interval":"10m"}`, gov.KindHinted},
+			{"task.updated", "", gov.KindUpdated},
+		}, 10 * time.Minute},
+		{"a pause then a resume", []command{
+			{"task.paused", `{"id":"rq"}`, gov.KindPaused},
+			{"task.resumed", `{"id":"rq"}`, gov.KindResumed},
+		}, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tg := newScripted(t, 200)
+			const task = `{"id":"rq","target":{"http":{"url":%q,"timeout":"60s"}},"schedule":{"interval":"1h"}}`
+			e.create("rq", fmt.Sprintf(task, tg.srv.URL))
+			tg.awaitCall(t, "the first run")
+			natstest.Eventually(t, 10*time.Second, "the first run's outcome applied", func() bool { return e.storedSchedule("rq").Runs == 1 })
+			release := make(chan struct{})
+			tg.mu.Lock()
+			tg.hang = release
+			tg.mu.Unlock()
+			send := func(typ, id, data string) {
+				t.Helper()
+				body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":%q,"subject":"rq","datacontenttype":"application/json","data":%s}`, typ, id, data)
+				if err := e.srv.NC.Publish("flyball."+typ+".rq", []byte(body)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			send("task.requeued", "rq-requeue", `{"id":"rq"}`)
+			tg.awaitCall(t, "the requeued run")
+			var slot time.Time
+			natstest.Eventually(t, 10*time.Second, "the requeued run planned", func() bool {
+				st := e.storedSchedule("rq")
+				slot = st.NextRunAt
+				return st.Source == gov.SourceRequeue
+			})
+			for i, c := range tc.during {
+				data := c.data
+				if data == "" {
+					data = fmt.Sprintf(task, tg.srv.URL)
+				}
+				send(c.typ, fmt.Sprintf("rq-%d", i), data)
+				natstest.Eventually(t, 10*time.Second, c.typ+" applied during the requeued run", func() bool { return e.storedSchedule("rq").Input == c.kind })
+			}
+			if st := e.storedSchedule("rq"); !st.NextRunAt.Equal(slot.Add(tc.next)) || !st.RunningSlot.Equal(slot) {
+				t.Errorf("after %s during the requeued run of %s: next run %s (%s), running slot %s; want %s after it\ntrail: %q",
+					tc.name, slot.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano), st.Source, st.RunningSlot.Format(time.RFC3339Nano), tc.next, st.Trail)
+			}
+			tg.mu.Lock()
+			close(release)
+			tg.hang = nil
+			tg.mu.Unlock()
+			natstest.Eventually(t, 10*time.Second, "the requeued run's outcome applied", func() bool { return !e.storedSchedule("rq").LastScheduledAt.Before(slot) })
+			st := e.storedSchedule("rq")
+			if !st.NextRunAt.Equal(slot.Add(tc.next)) || !st.RequeuedAt.IsZero() || !st.RunningSlot.IsZero() {
+				t.Fatalf("after the requeued run of %s: next run %s (%s), requeued at %s, running slot %s; want the slot %s after it\ntrail: %q",
+					slot.Format(time.RFC3339Nano), st.NextRunAt.Format(time.RFC3339Nano), st.Source, st.RequeuedAt, st.RunningSlot, tc.next, st.Trail)
+			}
+			if n := len(tg.Calls()); n != 2 {
+				t.Fatalf("target got %d calls, want 2 (the first run, the requeued one)", n)
+			}
+		})
 	}
 }
 
