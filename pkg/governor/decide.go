@@ -139,6 +139,12 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	s.DecidedAt = now
 	p.running = p.runningSlot()
 	p.planned = p.slotInFlight()
+	if !p.inFlight() && p.waits() && !p.keepsWaiting() {
+		// It has not run (it waits behind the running slot), and this
+		// decision replaces it: not a slot to plan after, nor to remember
+		// as running.
+		p.planned = time.Time{}
+	}
 	p.flying = p.planned
 	if p.flying.IsZero() || p.running.After(p.flying) { // a slot may lie before the zero time (year 0)
 		p.flying = p.running

@@ -55,7 +55,9 @@
 // planned slot itself is running or retrying (it is due, or within
 // [InFlightWindow] of now, and its outcome has not been applied), a breaker
 // transition or a spec update does not run them: the decision keeps that
-// slot, its source and time, and says so in the trail. A new slot planned
+// slot, its source and time, and says so in the trail (the run a timed
+// pause leads to, at or after the pause's end, is such a slot too: the
+// executor runs it, the pause having ended). A new slot planned
 // then would be dispatched the moment the running one ends, before its
 // outcome (a final failure, a dead-letter) could cancel it: one call more
 // than the task's policy allows. The kept slot honours the input anyway,
@@ -95,7 +97,9 @@
 // A slot planned during a run (by a hint or a requeue) is kept, due or
 // ahead, by the outcome of that run and by every other input during it
 // (another hint, a resume, a requeue) but one that stops the task (a
-// pause, a delete, a dead-letter hold): it has not run, and its dispatch
+// pause, a delete, a dead-letter hold, the final failure's included, but
+// for the slot of a requeue sent during the run, which outranks the
+// recheck): it has not run, and its dispatch
 // waits behind the run's own in DISPATCH, which holds one per task.
 // Planned after, it was replaced in the timer before the timer's retry
 // published it, and the run asked for never ran. It serves a one-shot

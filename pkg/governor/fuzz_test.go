@@ -1021,16 +1021,11 @@ func budgetFree(l governor.RunLedger, now time.Time, limit int64) time.Time {
 }
 
 // inFlight is the fuzz oracle of the in-flight rule: a breaker transition
-// or a spec update arriving while a slot planned by a schedule rule is due
-// (or within InFlightWindow) and its outcome is not in yet.
+// or a spec update arriving while a slot planned by a schedule rule (the
+// run a timed pause leads to included) is due (or within InFlightWindow)
+// and its outcome is not in yet.
 func inFlight(now time.Time, st governor.State, in governor.Input) bool {
-	switch {
-	case in.Kind != governor.KindBreaker && in.Kind != governor.KindUpdated,
-		st.Source == "", st.Source == governor.SourcePaused, st.Source == governor.SourceDeleted,
-		st.PausedAt(st.NextRunAt), st.Deleted, st.NextRunAt.IsZero():
-		return false
-	}
-	return st.NextRunAt.After(st.LastScheduledAt) && !st.NextRunAt.After(now.Add(governor.InFlightWindow))
+	return (in.Kind == governor.KindBreaker || in.Kind == governor.KindUpdated) && !rawPlanned(now, st, st, in).IsZero()
 }
 
 // slotInFlight is the fuzz oracle's slot in flight: the later of the
@@ -1072,22 +1067,28 @@ func runningAfter(now time.Time, st governor.State, d governor.Decision, in gove
 }
 
 // plannedInFlight is the fuzz oracle's planned slot in flight: the slot
-// planned before the input by a schedule rule, due (or within
-// InFlightWindow) and after the last completed slot (s is the state after
-// the input), for any input but an acceptance or a delete, and a slot
-// the task was not paused at (the executor skips those). The run a timed
-// pause leads to is one too; a resume that ends the pause counts it only
-// once due, and a pause does not count a slot queued behind the running
-// one (it has not run, and the pause replaces it).
+// rawPlanned names, but for one that waits behind a running one and that
+// the input replaces (queuedBehind): it has not run.
 func plannedInFlight(now time.Time, st, s governor.State, in governor.Input) time.Time {
+	planned := rawPlanned(now, st, s, in)
+	if !inFlight(now, st, in) && waitsBehind(now, st, s, in, planned) && !queuedBehind(now, st, s, in, planned) {
+		return time.Time{}
+	}
+	return planned
+}
+
+// rawPlanned is the slot planned before the input by a schedule rule, due
+// (or within InFlightWindow) and after the last completed slot (s is the
+// state after the input), for any input but an acceptance or a delete,
+// and a slot the task was not paused at (the executor skips those). The
+// run a timed pause leads to is one too; a resume that ends the pause
+// counts it only once due.
+func rawPlanned(now time.Time, st, s governor.State, in governor.Input) time.Time {
 	switch {
 	case in.Kind == governor.KindAccepted, in.Kind == governor.KindDeleted,
 		st.Source == "", st.Source == governor.SourceDeleted, st.Deleted, st.NextRunAt.IsZero(),
 		st.PausedAt(st.NextRunAt), st.Source == governor.SourcePaused && !st.Paused,
 		in.Kind == governor.KindResumed && st.Paused && st.NextRunAt.After(now):
-		return time.Time{}
-	}
-	if r := runningInFlight(now, st, s, in); in.Kind == governor.KindPaused && !r.IsZero() && st.NextRunAt.After(r) {
 		return time.Time{}
 	}
 	if !st.NextRunAt.After(s.LastScheduledAt) || st.NextRunAt.After(now.Add(governor.InFlightWindow)) {
@@ -1096,22 +1097,34 @@ func plannedInFlight(now time.Time, st, s governor.State, in governor.Input) tim
 	return st.NextRunAt
 }
 
-// queuedBehind is the fuzz oracle of a slot planned during a run that
-// waits behind it: planned, the slot in flight before the input, is kept
-// when the input is an outcome, or when the state remembers a running slot
-// before it (runningInFlight) and the input does not stop the task (a
-// dead-letter input, or a dead-letter hold in s, the state after it,
-// whose recheck is after the slot; a pause and a delete leave no slot in
-// flight).
-func queuedBehind(now time.Time, st, s governor.State, in governor.Input, planned time.Time) bool {
+// waitsBehind is the fuzz oracle of a slot planned during a run that
+// waits behind it: planned, the slot in flight before the input, when the
+// input is an outcome, or when the state remembers a running slot before
+// it (runningInFlight).
+func waitsBehind(now time.Time, st, s governor.State, in governor.Input, planned time.Time) bool {
+	if planned.IsZero() {
+		return false
+	}
 	if in.Kind == governor.KindOutcome {
 		return true
 	}
 	running := runningInFlight(now, st, s, in)
-	if in.Kind == governor.KindDeadLettered || running.IsZero() || !planned.After(running) {
+	return !running.IsZero() && planned.After(running)
+}
+
+// queuedBehind is the fuzz oracle of a slot that waits behind a run
+// (waitsBehind) and that the input keeps: any input but one that stops
+// the task (a pause, a dead-letter input, or a dead-letter hold in s, the
+// state after it, whose recheck is after the slot, unless the slot is at
+// or after a requeue st held that no completed slot served: the
+// operator's requeue outranks the hold).
+func queuedBehind(now time.Time, st, s governor.State, in governor.Input, planned time.Time) bool {
+	if !waitsBehind(now, st, s, in, planned) || in.Kind == governor.KindPaused || in.Kind == governor.KindDeadLettered {
 		return false
 	}
-	return s.DeadLetter == nil || !s.DeadLetter.RecheckAt.After(planned)
+	r := st.RequeuedAt
+	return s.DeadLetter == nil || !s.DeadLetter.RecheckAt.After(planned) ||
+		(!r.IsZero() && r.After(s.LastScheduledAt) && !planned.Before(r))
 }
 
 // servesAhead reports whether the slot in flight, flying, is the run a

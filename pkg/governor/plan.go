@@ -115,12 +115,17 @@ func (p *planner) plan() {
 // slot after it is planned from its outcome, under the new spec and
 // breaker state.
 //
+// The run a timed pause leads to is such a slot too, once the pause has
+// ended (slotInFlight): left out, a breaker transition during its retries
+// planned a slot past it (the breaker's retryAt), which waited behind it
+// and ran after its final failure, despite the dead-letter hold.
+//
 // Other inputs re-plan as before: a pause, delete or dead-letter hold
 // stops the task, and a hint, resume or requeue asks for a run (but a slot
 // planned during a run that is still running waits behind it, and is kept:
 // queued).
 func (p *planner) inFlight() bool {
-	return (p.in == KindBreaker || p.in == KindUpdated) && !p.planned.IsZero() && p.prevSource != SourcePaused
+	return (p.in == KindBreaker || p.in == KindUpdated) && !p.planned.IsZero()
 }
 
 // slotInFlight is the input state's slot when it is in flight: planned by a
@@ -140,8 +145,9 @@ func (p *planner) inFlight() bool {
 // A pause does not stop a slot already due: the executor checks the pause
 // before each call, and the slot's outcome follows (a run, or a skip), so
 // the pause plans after it and remembers it (rememberRunning). But a slot
-// planned during a run (queued: after the running slot) has not run, and
-// the pause replaces it: it is not in flight.
+// planned during a run that waits behind it has not run, and an input
+// that does not keep it (a pause, a dead-letter hold) replaces it: Decide
+// then drops it (see waits).
 //
 // The run a timed pause leads to (source paused, at or after the pause's
 // end) is a slot too: the executor runs it, since the pause has ended by
@@ -165,8 +171,6 @@ func (p *planner) slotInFlight() time.Time {
 		return time.Time{} // not the run of a pause: a state stored under other rules
 	case p.in == KindResumed && p.leftPause && prev.After(p.now):
 		return time.Time{}
-	case p.in == KindPaused && !p.running.IsZero() && prev.After(p.running):
-		return time.Time{} // queued behind the running slot: the pause replaces it
 	}
 	return prev.UTC()
 }
@@ -239,42 +243,62 @@ func (p *planner) keep() {
 	p.tr.str("slot ").at(p.prevNext).str(" is in flight (its outcome is not in yet): kept; the slot after it is planned from that outcome").end()
 }
 
-// queued reports whether the slot in flight was planned while an earlier
+// waits reports whether the slot in flight was planned while an earlier
 // slot ran, and so waits behind it: the input is the outcome of that
 // earlier run, or the state remembers the earlier slot as running
 // (runningSlot) and the planned slot comes after it. An input during that
-// run (a run-now hint, a requeue, an interval hint) planned it. It cannot
-// have run yet, and may not be dispatched at all: DISPATCH holds one
-// dispatch per task, so the timer's publish of it is refused until the
-// running slot's dispatch leaves DISPATCH (its ack follows its outcome),
-// and retried with a backoff of up to 4 s. Planned after, as a slot in
-// flight is otherwise, it was replaced in the timer before that retry,
-// and the run it was planned for (the run-now, the requeue) never ran,
-// without a word: by the running slot's outcome, and by any other input
-// during the same run (an interval hint, a one-shot hint for later, a
-// resume).
-//
-// Every input keeps it but those that stop the task: a pause (it counts
-// only the running slot as in flight, slotInFlight) or a delete (it plans
-// nothing), and a dead-letter hold, from a
-// dead-letter input or one in the state whose recheck is after the slot.
-// This keeps the precedence of the clamps and the budget: the slot was
-// planned under them, measured from the running slot, and the inputs that
-// keep it do not change them (a spec update or a breaker transition keeps
-// any slot in flight: inFlight). The outcome keeps it as before, whatever
-// it applied.
-func (p *planner) queued() bool {
+// run (a run-now hint, a requeue, an interval hint, a spec update past a
+// remembered running slot) planned it. It cannot have run yet, and may
+// not be dispatched at all: DISPATCH holds one dispatch per task, so the
+// timer's publish of it is refused until the running slot's dispatch
+// leaves DISPATCH (its ack follows its outcome), and retried with a
+// backoff of up to 4 s. Planned after, as a slot in flight is otherwise,
+// it was replaced in the timer before that retry, and the run it was
+// planned for (the run-now, the requeue) never ran, without a word: by
+// the running slot's outcome, and by any other input during the same run
+// (an interval hint, a one-shot hint for later, a resume).
+func (p *planner) waits() bool {
 	switch {
 	case p.planned.IsZero():
 		return false
 	case p.in == KindOutcome:
 		return true
-	case p.in == KindDeadLettered, p.running.IsZero(), !p.planned.After(p.running):
+	}
+	return !p.running.IsZero() && p.planned.After(p.running)
+}
+
+// keepsWaiting reports whether the input keeps the slot that waits behind
+// a running one (waits). Every input does but those that stop the task: a
+// pause, a delete (it plans nothing), and a dead-letter hold, from a
+// dead-letter input or one in the state whose recheck is after the slot,
+// the outcome's included: a final failure holds the task for its recheck,
+// and the slot planned during its run (by a breaker transition, a spec
+// update or a hint: rules below the recheck) would run after it, one call
+// more than the policy allows. Only the operator's requeue outranks the
+// hold: a slot at or after a requeue that no completed slot has served
+// (the requeue sent during the failing run, which the hold clears) is
+// kept, and runs.
+//
+// This keeps the precedence of the clamps and the budget: the slot was
+// planned under them, measured from the running slot, and the inputs that
+// keep it do not change them (a spec update or a breaker transition keeps
+// any slot in flight: inFlight).
+func (p *planner) keepsWaiting() bool {
+	switch p.in {
+	case KindPaused, KindDeadLettered:
 		return false
 	}
 	dl := p.s.DeadLetter
-	return dl == nil || !dl.RecheckAt.After(p.planned)
+	if dl == nil || !dl.RecheckAt.After(p.planned) {
+		return true
+	}
+	r := p.input.RequeuedAt
+	return !r.IsZero() && r.After(p.s.LastScheduledAt) && servedBy(p.planned, r)
 }
+
+// queued reports whether the slot in flight waits behind a running one
+// (waits) and the input keeps it (keepsWaiting).
+func (p *planner) queued() bool { return p.waits() && p.keepsWaiting() }
 
 // keepQueued leaves the queued slot (see queued) where it is, due or still
 // ahead. Kept, it runs once whether or not it was published, and its

@@ -774,6 +774,13 @@ func TestDecideKeepsTheSlotInFlight(t *testing.T) {
 			want{next: t0.Add(30 * time.Second), source: governor.SourceBreakerOpen, trail: "is in flight"},
 		},
 		{
+			// Before 2026-12-02 an input re-planned it: 10:02, and a
+			// breaker's retryAt planned past it ran after its final failure.
+			"the run a timed pause led to",
+			given{intervalSpec(time.Minute), stateWith(ran(t0), pausedUntil(t0.Add(time.Minute)), planned(t0.Add(time.Minute), governor.SourcePaused)), due, updated},
+			want{next: t0.Add(time.Minute), source: governor.SourcePaused, trail: "is in flight"},
+		},
+		{
 			"expired hints are still cleared",
 			given{intervalSpec(time.Minute), stateWith(ran(t0), inFlight, intervalHint(10*time.Second, due.Add(-time.Second))), due, updated},
 			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "expired", check: func(t *testing.T, d governor.Decision) {
@@ -793,11 +800,6 @@ func TestDecideKeepsTheSlotInFlight(t *testing.T) {
 			"its outcome is in (the slot is the last one)",
 			given{intervalSpec(time.Minute), stateWith(ran(t0.Add(time.Minute)), inFlight), due, breakerInput("open", due.Add(time.Minute))},
 			want{next: due.Add(time.Minute), source: governor.SourceBreakerOpen},
-		},
-		{
-			"the slot a pause ended on",
-			given{intervalSpec(time.Minute), stateWith(ran(t0), pausedUntil(t0.Add(time.Minute)), planned(t0.Add(time.Minute), governor.SourcePaused)), due, updated},
-			want{next: t0.Add(2 * time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"},
 		},
 		{
 			"a hint asks for a run",
@@ -1568,7 +1570,7 @@ func TestDecideInputDuringARunPlansAfterTheSlotInFlight(t *testing.T) {
 				withBudget(intervalSpec(24*time.Hour), 1), stateWith(ran(t0.Add(-24*time.Hour)), pausedUntil(t0), planned(t0, governor.SourcePaused)),
 				t0.Add(-time.Second), breakerInput("closed", time.Time{}),
 			},
-			want{next: t0, source: governor.SourcePaused, trail: "the run after the pause", check: func(t *testing.T, d governor.Decision) {
+			want{next: t0, source: governor.SourcePaused, trail: "is in flight", check: func(t *testing.T, d governor.Decision) {
 				if !d.State.Paused || !d.State.PausedAt(t0.Add(-time.Second)) {
 					t.Error("the pause ended before its end")
 				}
@@ -2592,5 +2594,66 @@ func TestDecideAPauseDuringARunDoesNotForgetIt(t *testing.T) {
 	if d := ds[3]; !d.NextRunAt.Equal(t0.Add(3*time.Second)) || d.Source != governor.SourceHintOneShot {
 		t.Errorf("the run-now after the resume and the run's outcome: next %s (%s), want %s (%s)\n%s",
 			fmtT(d.NextRunAt), d.Source, fmtT(t0.Add(3*time.Second)), governor.SourceHintOneShot, fmtTrail(d.Trail))
+	}
+}
+
+// A final failure holds the task for its dead-letter recheck, and no slot
+// planned before it runs after it. The run a timed pause leads to is a
+// slot in flight like any other: a breaker transition or a spec update
+// during its retries keeps it (before, they planned a slot past it,
+// which waited behind it and ran after its final failure, despite the
+// hold, for a second dead letter). And the hold outranks a slot planned
+// during the run by a rule below it (a spec update, a run-now hint): the
+// final failure's outcome no longer keeps it. Only the operator's
+// requeue outranks the recheck: a requeue sent during the run still runs
+// after it.
+func TestDecideAFinalFailureHoldsTheTaskOverASlotPlannedDuringItsRun(t *testing.T) {
+	spec := mustValid(t, intervalSpec(time.Minute))
+	final := func(at time.Time) governor.Input {
+		in := finalFailure(t0, events.DeadLetterMaxAttempts)
+		in.Outcome.FinishedAt = at
+		return in
+	}
+	steps := func(st governor.State, steps ...any) governor.Decision {
+		var d governor.Decision
+		for i := 0; i < len(steps); i += 2 {
+			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
+			st = d.State
+		}
+		return d
+	}
+	afterPause := stateWith(ran(t0.Add(-30*time.Minute)), pausedUntil(t0), planned(t0, governor.SourcePaused)) // 10:00 is the run after the pause
+	onTime := stateWith(ran(t0.Add(-time.Minute)), planned(t0, governor.SourceBaselineInterval))
+	open := breakerInput("open", t0.Add(90*time.Second))
+	s1, s5, failed := t0.Add(time.Second), t0.Add(5*time.Second), t0.Add(95*time.Second)
+	recheck := failed.Add(30 * time.Minute)
+	for _, tt := range []struct {
+		name string
+		d    governor.Decision
+		next time.Time
+		src  governor.Source
+	}{
+		{"the run after a pause: breaker open during its retries, then its final failure", steps(afterPause, s5, open, failed, final(failed)), recheck, governor.SourceDeadLetterRecheck},
+		{"the run after a pause: a spec update during its retries, then its final failure", steps(afterPause, s5, updated, failed, final(failed)), recheck, governor.SourceDeadLetterRecheck},
+		{"without the pause", steps(onTime, s5, open, failed, final(failed)), recheck, governor.SourceDeadLetterRecheck},
+		{"a run-now hint during the run, then its final failure", steps(onTime, s1, hinted(governor.Hint{At: s1}), failed, final(failed)), recheck, governor.SourceDeadLetterRecheck},
+		{"a requeue during the run, then its final failure: the requeue still runs", steps(onTime, s1, requeued, failed, final(failed)), s1, governor.SourceRequeue},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if !tt.d.NextRunAt.Equal(tt.next) || tt.d.Source != tt.src {
+				t.Errorf("NextRunAt = %s (%s), want %s (%s)\n%s", fmtT(tt.d.NextRunAt), tt.d.Source, fmtT(tt.next), tt.src, fmtTrail(tt.d.Trail))
+			}
+			if dl := tt.d.State.DeadLetter; dl == nil || !dl.RecheckAt.Equal(recheck) {
+				t.Errorf("DeadLetter = %+v, want the recheck at %s", dl, fmtT(recheck))
+			}
+			if r := tt.d.State.RunningSlot; !r.IsZero() {
+				t.Errorf("RunningSlot = %s after the run's outcome, want none", fmtT(r))
+			}
+		})
+	}
+	// The breaker transition itself keeps the run after the pause.
+	d := governor.Decide(s5, spec, afterPause, open)
+	if !d.NextRunAt.Equal(t0) || d.Source != governor.SourcePaused || !d.State.RunningSlot.IsZero() {
+		t.Errorf("breaker open during the run after the pause: next %s (%s), running %s; want %s kept\n%s", fmtT(d.NextRunAt), d.Source, fmtT(d.State.RunningSlot), fmtT(t0), fmtTrail(d.Trail))
 	}
 }
