@@ -574,8 +574,21 @@ func TestDecidePause(t *testing.T) {
 		},
 		{
 			"pause until the past is cleared at once",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(30 * time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0}}},
+			want{next: t0.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"},
+		},
+		{
+			// No slot fell in it (it ended at the last slot): the two
+			// missed since are caught up (before 2026-12-02 they counted
+			// as in the pause).
+			"pause until the past, after missed slots",
 			given{intervalSpec(time.Minute), ran(t0), t0.Add(2 * time.Minute), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0}}},
-			want{next: t0.Add(3 * time.Minute), source: governor.SourceBaselineInterval, trail: "pause ended"},
+			want{next: t0.Add(2 * time.Minute), source: governor.SourceCatchUp, trail: "pause ended"},
+		},
+		{
+			"pause until the past, after missed slots: only those in it are dropped",
+			given{intervalSpec(time.Minute), ran(t0), t0.Add(3*time.Minute + 30*time.Second), governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: t0.Add(90 * time.Second)}}},
+			want{next: t0.Add(3*time.Minute + 30*time.Second), source: governor.SourceCatchUp, trail: "fell in the pause: not caught up; 2 missed after it"},
 		},
 		{
 			"pause ending before a future last slot does not repeat it",

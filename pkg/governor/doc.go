@@ -138,7 +138,8 @@
 // "all" backfills the missed slots one by one, at most catchUpMax (100),
 // each run scheduled as soon as the previous one succeeded, and at least
 // MinGap after it started. Slots that fell
-// in a pause are not caught up, nor slots that were never due (the run
+// in a pause are not caught up (those missed after a timed pause ended
+// are), nor slots that were never due (the run
 // planned before the decision is still ahead, and a spec update or an
 // interval hint shortened the cadence), nor slots that passed while the
 // task's own run was running (a run that outlasted two slots is followed

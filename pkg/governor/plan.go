@@ -514,6 +514,7 @@ func (p *planner) intervalBaseline(anchor time.Time) {
 			return min(b-a, limit)
 		}
 		missed, afterRun := p.ownRun(anchor, missed, onGrid)
+		missed = p.outsidePause(anchor, missed, onGrid)
 		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterRun) { // < 0: more than the cap
 			return
 		}
@@ -654,6 +655,61 @@ func (p *planner) ownRun(anchor time.Time, missed int64, between func(from, to t
 	return missed, between(end, p.now, 2)
 }
 
+// outsidePause sets apart, of the missed slots since anchor (ownRun's
+// count), those that fell in the pause this decision ends (leftPause):
+// they are not caught up. Those after the pause's end were missed like
+// any (flyball was down, or behind), and are. It returns the missed slots
+// left: the slots after the end, but for those the run of this outcome
+// spanned (ownRun set them apart); more than the cap (negative) as long
+// as they are. between counts the schedule's slots in (from, to],
+// stopping at limit. Before, every missed slot counted as in the pause,
+// and catchUp all dropped the backlog of an outage that began after a
+// timed pause had ended, when the run after the pause, overdue, ran once
+// flyball was back.
+func (p *planner) outsidePause(anchor time.Time, missed int64, between func(from, to time.Time, limit int64) int64) int64 {
+	if !p.leftPause || missed == 0 {
+		return missed
+	}
+	end := p.pauseEnd()
+	if !end.After(anchor) {
+		return missed // the pause ended before the last slot: none fell in it
+	}
+	limit := missed
+	if missed < 0 {
+		limit = -missed
+	}
+	after := between(end, p.now, limit+1)
+	if from := maxTime(end, p.started); !p.started.IsZero() && p.finished.After(from) {
+		after -= min(between(from, p.finished, limit+1), after)
+	}
+	if after > limit { // only for more than the cap: ownRun's count is at least this
+		p.tr.str("slots up to the pause's end at ").at(end).str(" fell in the pause: not caught up").end()
+		return missed // still more than the cap
+	}
+	switch after {
+	case missed:
+		return missed // none fell in it
+	case 0:
+		p.tr.linef("%s slots fell in the pause: not caught up", countText(missed))
+	default:
+		p.tr.str("slots up to the pause's end at ").at(end).str(" fell in the pause: not caught up; ").num(after).str(" missed after it").end()
+	}
+	return after
+}
+
+// pauseEnd is when the pause this decision ends (leftPause) ended: the
+// end of a timed pause found over, or now for a resume (the end of a
+// timed pause already past that no decision applied yet, if any).
+func (p *planner) pauseEnd() time.Time {
+	if !p.pauseEnded.IsZero() {
+		return p.pauseEnded
+	}
+	if u := p.input.PausedUntil; !u.IsZero() && u.Before(p.now) {
+		return u
+	}
+	return p.now
+}
+
 // cronBetween counts the occurrences in (from, to], stopping at limit.
 func (p *planner) cronBetween(from, to time.Time, limit int64) int64 {
 	n := int64(0)
@@ -667,8 +723,8 @@ func (p *planner) cronBetween(from, to time.Time, limit int64) int64 {
 
 // catchUp applies the catch-up policy after downtime: missed (≥ 2) slots
 // passed since the anchor. Slots count as missed only if the task was due:
-// not when they fell in a pause, nor when the run planned before this
-// decision is still ahead. afterRun counts, up to 2, the slots that fell
+// not when they fell in a pause (outsidePause sets those apart), nor when
+// the run planned before this decision is still ahead. afterRun counts, up to 2, the slots that fell
 // after the run of this outcome (ownRun; -1: not an outcome, or its start
 // is unknown): under "skip", fewer than 2 means the run started late,
 // after the others, and it was the run the policy asks for. It reports
@@ -676,9 +732,6 @@ func (p *planner) cronBetween(from, to time.Time, limit int64) int64 {
 func (p *planner) catchUp(anchor time.Time, missed, afterRun int64) bool {
 	policy := p.spec.CatchUp
 	switch {
-	case p.leftPause:
-		p.tr.linef("%s slots fell in the pause: not caught up", countText(missed))
-		return false
 	case p.prevNext.After(p.now):
 		// The run planned before this decision is still ahead: nothing was
 		// due, so these slots exist only on a cadence this input just
@@ -783,6 +836,7 @@ func (p *planner) cronBaseline(anchor time.Time) {
 			break
 		}
 		missed, afterRun := p.ownRun(anchor, p.countMissed(second), p.cronBetween)
+		missed = p.outsidePause(anchor, missed, p.cronBetween)
 		if (missed >= 2 || missed < 0) && p.catchUp(anchor, missed, afterRun) { // < 0: more than the cap
 			return
 		}

@@ -2657,3 +2657,49 @@ func TestDecideAFinalFailureHoldsTheTaskOverASlotPlannedDuringItsRun(t *testing.
 		t.Errorf("breaker open during the run after the pause: next %s (%s), running %s; want %s kept\n%s", fmtT(d.NextRunAt), d.Source, fmtT(d.State.RunningSlot), fmtT(t0), fmtTrail(d.Trail))
 	}
 }
+
+// Only the slots that fell in a pause are not caught up. An outage that
+// began after a timed pause ended is a downtime like any other: catchUp
+// all backfills the slots after the pause's end. Before, the outcome of
+// the run after the pause, applied once flyball was back, found the pause
+// over and counted every missed slot as in it ("90 slots fell in the
+// pause: not caught up"), and the backlog was dropped.
+func TestDecideCatchUpAfterATimedPauseCountsOnlyTheSlotsInIt(t *testing.T) {
+	// Paused from 09:00 until 09:30; flyball down from before 09:30 until
+	// 11:00, when the overdue 09:30 slot runs.
+	pausedState := stateWith(ran(t0.Add(-time.Hour)), pausedUntil(t0.Add(-30*time.Minute)), planned(t0.Add(-30*time.Minute), governor.SourcePaused))
+	back := t0.Add(time.Hour)
+	late := outcome("succeeded", t0.Add(-30*time.Minute))
+	late.Outcome.StartedAt, late.Outcome.FinishedAt = back, back.Add(2*time.Second)
+	backlog := func(n int) func(t *testing.T, d governor.Decision) {
+		return func(t *testing.T, d governor.Decision) {
+			if d.State.CatchUpPending != n || d.State.Paused {
+				t.Errorf("CatchUpPending = %d, paused %v; want %d, not paused", d.State.CatchUpPending, d.State.Paused, n)
+			}
+		}
+	}
+	runDecideCases(t, []decideCase{
+		{
+			"interval, catchUp all: the 90 slots after the pause's end",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), pausedState, back.Add(2 * time.Second), late},
+			want{next: back.Add(2 * time.Second), source: governor.SourceCatchUp, trail: "90 slots missed", check: backlog(90)},
+		},
+		{
+			"cron every minute, catchUp all",
+			given{withCatchUp(cronSpec("* * * * *", "UTC"), events.CatchUpAll, 0), pausedState, back.Add(2 * time.Second), late},
+			want{next: back.Add(2 * time.Second), source: governor.SourceCatchUp, check: backlog(90)},
+		},
+		{
+			// The overdue slot's late run was the run skip asks for.
+			"interval, catchUp skip: the late run was the catch-up run",
+			given{intervalSpec(time.Minute), pausedState, back.Add(2 * time.Second), late},
+			want{next: back.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "it was the run catch-up skip asks for", check: backlog(0)},
+		},
+		{
+			// Resumed at 11:00 (the pause until then): every slot fell in it.
+			"a resume still drops the slots in the pause",
+			given{withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0), stateWith(ran(t0.Add(-time.Hour)), pausedUntil(time.Time{})), back, governor.Input{Kind: governor.KindResumed}},
+			want{next: back.Add(time.Minute), source: governor.SourceBaselineInterval, trail: "120 slots fell in the pause: not caught up", check: backlog(0)},
+		},
+	})
+}
