@@ -784,6 +784,7 @@ func TestDecideHints(t *testing.T) {
 // to the cadence after it at the TTL.
 func TestDecideHintsEndAtTheirTTL(t *testing.T) {
 	hourly := stateWith(ran(t0), planned(t0.Add(time.Hour), governor.SourceBaselineInterval))
+	weekHint := governor.Decide(t0.Add(30*time.Second), intervalSpec(time.Hour), hourly, hinted(governor.Hint{Interval: 200 * time.Hour, TTL: 168 * time.Hour}))
 	runDecideCases(t, []decideCase{
 		{
 			"a one-shot after its TTL expires unused",
@@ -838,6 +839,20 @@ func TestDecideHintsEndAtTheirTTL(t *testing.T) {
 			"... the same slot decided at the expiry",
 			given{intervalSpec(time.Hour), stateWith(hourly, intervalHint(15*time.Minute, t0.Add(15*time.Minute))), t0.Add(15 * time.Minute), updated},
 			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "expired"},
+		},
+		{
+			// docs/governor.md's example: a hint longer than its TTL runs
+			// nothing of its own; nudging keeps the run already planned
+			// (11:00), and the run after it is the cadence's first slot at
+			// or after the TTL, a week later.
+			"hourly task, --interval 200h --ttl 168h: the planned 11:00 run stays",
+			given{intervalSpec(time.Hour), hourly, t0.Add(30 * time.Second), hinted(governor.Hint{Interval: 200 * time.Hour, TTL: 168 * time.Hour})},
+			want{next: t0.Add(time.Hour), source: governor.SourceBaselineInterval, trail: "nudge: the hint does not delay the run planned at 2026-03-02T11:00:00.000Z"},
+		},
+		{
+			"... and the run after it is a week later",
+			given{intervalSpec(time.Hour), weekHint.State, t0.Add(time.Hour + 2*time.Second), outcome("succeeded", t0.Add(time.Hour))},
+			want{next: t0.Add(169 * time.Hour), source: governor.SourceBaselineInterval, trail: "interval hint 200h0m0s expires at 2026-03-09T10:00:30.000Z before its slot"},
 		},
 		{
 			"an interval hint within its TTL holds",
