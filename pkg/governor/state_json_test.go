@@ -119,6 +119,7 @@ func FuzzStateAppendJSON(f *testing.F) {
 			LastFingerprint: in.str(), UnchangedRuns: int(in.u64()), AdaptiveInterval: time.Duration(in.u64()),
 			BreakerOpenUntil: in.time(), RequeuedAt: in.time(), CatchUpPending: int(in.u64()), LastStartedAt: in.time(),
 			GridStep: time.Duration(in.u64()), RunningSlot: in.time(), BreakerKey: in.str(),
+			SpecRevision: in.u64(), FingerprintFrom: in.time(),
 		}
 		for range flags >> 8 % 4 {
 			s.Trail = append(s.Trail, in.str())
