@@ -204,6 +204,40 @@ func AppendJSONTime(dst []byte, t time.Time) ([]byte, error) {
 	return append(b, '"'), nil
 }
 
+// JSONStringPrefix returns the longest prefix of s that AppendJSONString
+// writes in at most n bytes, its quotes not counted, and that length:
+// width is the encoded length of s when the prefix is s whole. The cut
+// never splits a character (each byte of invalid UTF-8 counts as one,
+// written \ufffd), so the prefix's encoding is the start of s's. Only as
+// much of s is read as the prefix holds, plus one character.
+func JSONStringPrefix(s string, n int) (prefix string, width int) {
+	for i := 0; i < len(s); {
+		size, w := 1, 1
+		if c := s[i]; c < utf8.RuneSelf {
+			switch {
+			case c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&':
+			case c == '"', c == '\\', c == '\b', c == '\f', c == '\n', c == '\r', c == '\t':
+				w = 2
+			default:
+				w = 6 // \u00XX
+			}
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			w = size
+			if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+				w = 6 // \ufffd, \u2028, \u2029
+			}
+		}
+		if width+w > n {
+			return s[:i], width
+		}
+		width += w
+		i += size
+	}
+	return s, width
+}
+
 // AppendJSONString appends s as a JSON string exactly as encoding/json
 // writes it by default: ", \ and control characters escaped (\b \f \n \r
 // \t short), <, > and & as \u003c \u003e \u0026, U+2028 and U+2029

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // compareRunJSON checks Run.AppendJSON against json.Marshal.
@@ -59,6 +60,36 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 		r := Run{TaskID: s, Body: s, Request: &RequestRecord{Headers: map[string]string{s: s, "x": s}}, Trail: []string{s}}
 		compareRunJSON(t, r)
+	})
+}
+
+// FuzzJSONStringPrefix checks JSONStringPrefix against AppendJSONString
+// for every n: the prefix's encoding is the start of s's, at most n bytes,
+// its length is the width returned, and the next character would not fit.
+func FuzzJSONStringPrefix(f *testing.F) {
+	f.Add("plain")
+	f.Add("a\"b\\c\b\f\n\r\t\x00\x1f\x7f<>&\u2028\u2029é\xff\xe2\x80😀")
+	f.Fuzz(func(t *testing.T, s string) {
+		all := AppendJSONString(nil, s)
+		all = all[1 : len(all)-1]
+		if s == "" {
+			return
+		}
+		if p, w := JSONStringPrefix(s, len(all)); p != s || w != len(all) {
+			t.Fatalf("JSONStringPrefix(%q, %d) = %q, %d; want all of it, %d", s, len(all), p, w, len(all))
+		}
+		for n := -1; n < len(all); n++ {
+			p, w := JSONStringPrefix(s, n)
+			enc := AppendJSONString(nil, p)
+			enc = enc[1 : len(enc)-1]
+			if len(p) >= len(s) || s[:len(p)] != p || w != len(enc) || w > max(n, 0) || !bytes.HasPrefix(all, enc) {
+				t.Fatalf("JSONStringPrefix(%q, %d) = %q, %d: encoded %q, of %q", s, n, p, w, enc, all)
+			}
+			_, size := utf8.DecodeRuneInString(s[len(p):])
+			if _, nw := JSONStringPrefix(s[:len(p)+size], len(all)); nw <= n {
+				t.Fatalf("JSONStringPrefix(%q, %d) = %q: the next character fits too (%d bytes)", s, n, p, nw)
+			}
+		}
 	})
 }
 

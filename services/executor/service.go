@@ -1656,15 +1656,25 @@ const runEventHeadroom = 4 << 10
 // runMsg encodes a run event; msgID is its id and Nats-Msg-Id. Its error
 // and reason are capped at maxRunText first, and an event still larger
 // than the connection's max_payload is cut to fit (fitRunBody), so the
-// event can always be stored.
+// event can always be stored. A body that could take more than the
+// limit in JSON (maxJSONGrowth bytes a byte) is cut to the limit's worth
+// before it is encoded: maxResponseBytes may be 10 MiB, and its encoding
+// up to six times that, only to be cut away.
 func (s *Service) runMsg(o events.Outcome, run *events.Run, msgID string) (*nats.Msg, error) {
 	run.Error, run.Reason = capText(run.Error, maxRunText), capText(run.Reason, maxRunText)
-	body, err := events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID)
+	limit := s.cfg.JS.Conn().MaxPayload() - runEventHeadroom
+	if limit > 0 && int64(len(run.Body))*maxJSONGrowth > limit {
+		if cut, _ := events.JSONStringPrefix(run.Body, int(limit)); len(cut) < len(run.Body) {
+			run.Body, run.BodyTruncated = cut, true
+		}
+	}
+	at := time.Now().UTC()
+	body, err := events.Marshal(o.Type(), s.source, run.TaskID, run, at, msgID)
 	if err != nil {
 		return nil, err
 	}
-	if limit := s.cfg.JS.Conn().MaxPayload() - runEventHeadroom; limit > 0 && int64(len(body)) > limit {
-		if body, err = s.fitRunBody(o, run, msgID, body, limit); err != nil {
+	if limit > 0 && int64(len(body)) > limit {
+		if body, err = s.fitRunBody(o, run, msgID, at, body, limit); err != nil {
 			return nil, err
 		}
 	}
@@ -1674,27 +1684,42 @@ func (s *Service) runMsg(o events.Outcome, run *events.Run, msgID string) (*nats
 	return jsutil.EventMsg(events.RunSubject(o, run.TaskID), msgID, body, events.HeaderBreakerKey, run.BreakerKey), nil
 }
 
+// maxJSONGrowth is the most bytes of JSON one byte of a string takes:
+// <, >, & and other control bytes are \u00XX, a byte of invalid UTF-8
+// \ufffd.
+const maxJSONGrowth = 6
+
+// bodyTruncatedJSON is what setting BodyTruncated adds to a run's JSON.
+const bodyTruncatedJSON = `,"bodyTruncated":true`
+
 // fitRunBody cuts run.Body until the encoded event (body, as encoded
-// now) is at most limit bytes, and sets BodyTruncated. maxResponseBytes
-// may be up to 10 MiB while NATS refuses a message over its max_payload
-// (1 MiB by default): such an event could never be stored, and the
-// dispatch would be nakked and its target called again until MaxDeliver.
-// Each round drops from the end of the body as many bytes as the event is
-// over: every body byte takes at least one byte of JSON, so one round
-// nearly always suffices (the event's time, encoded again, may take a few
-// bytes more), and each round shortens the body, so the loop ends. The cut
-// falls on a UTF-8 boundary, so it adds no replacement characters.
-// An event still over limit with no body left (a server with a tiny
-// max_payload, a spec with a huge URL or headers) loses its request
-// record, then its error and reason are cut to 256 bytes; only an event
-// over limit even then is an error.
-func (s *Service) fitRunBody(o events.Outcome, run *events.Run, msgID string, body []byte, limit int64) ([]byte, error) {
+// now, at time at) is at most limit bytes, and sets BodyTruncated.
+// maxResponseBytes may be up to 10 MiB while NATS refuses a message over
+// its max_payload (1 MiB by default): such an event could never be
+// stored, and the dispatch would be nakked and its target called again
+// until MaxDeliver. The body's JSON is in the event once, as is, and
+// nothing else changes with its cut but bodyTruncated: the body keeps as
+// many bytes of JSON (events.JSONStringPrefix; <, >, & take 6 bytes, "
+// and a newline 2) as the event is under the limit without them, less
+// at most a character's: one round fits (the loop is a guard).
+// The cut falls on a character boundary, so it adds no replacement
+// characters. An event still over limit with no body left (a server with
+// a tiny max_payload, a spec with a huge URL or headers) loses its
+// request record, then its error and reason are cut to 256 bytes; only
+// an event over limit even then is an error.
+func (s *Service) fitRunBody(o events.Outcome, run *events.Run, msgID string, at time.Time, body []byte, limit int64) ([]byte, error) {
 	marshal := func() (err error) {
-		body, err = events.Marshal(o.Type(), s.source, run.TaskID, run, time.Now().UTC(), msgID)
+		body, err = events.Marshal(o.Type(), s.source, run.TaskID, run, at, msgID)
 		return err
 	}
 	for int64(len(body)) > limit && run.Body != "" {
-		run.Body, run.BodyTruncated = runePrefix(run.Body, len(run.Body)-int(int64(len(body))-limit)), true
+		_, width := events.JSONStringPrefix(run.Body, math.MaxInt)
+		keep := width - int(int64(len(body))-limit)
+		if !run.BodyTruncated {
+			keep -= len(bodyTruncatedJSON)
+		}
+		run.Body, _ = events.JSONStringPrefix(run.Body, keep)
+		run.BodyTruncated = true
 		if err := marshal(); err != nil {
 			return nil, err
 		}
