@@ -35,6 +35,8 @@ type attemptTarget struct {
 	gate   chan struct{}
 	// gateAfter: the gate holds the call made after this many.
 	gateAfter int
+	// location, if set, is sent as the Location header of every answer.
+	location string
 }
 
 func newAttemptTarget(t *testing.T, statuses ...int) *attemptTarget {
@@ -50,6 +52,7 @@ func newAttemptTarget(t *testing.T, statuses ...int) *attemptTarget {
 		if i == a.gateAfter {
 			gate = a.gate
 		}
+		location := a.location
 		a.mu.Unlock()
 		if gate != nil {
 			select {
@@ -57,6 +60,9 @@ func newAttemptTarget(t *testing.T, statuses ...int) *attemptTarget {
 			case <-r.Context().Done():
 				return
 			}
+		}
+		if location != "" {
+			w.Header().Set("Location", location)
 		}
 		w.WriteHeader(status)
 	}))

@@ -79,6 +79,14 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 			if len(via) >= 5 {
 				return errors.New("stopped after 5 redirects")
 			}
+			// Only http(s) with a host can be called: any other fails
+			// the same way on every attempt. The URL is not quoted.
+			if s := req.URL.Scheme; s != "http" && s != "https" {
+				return fmt.Errorf("%w: %d to a %q URL, not http or https", ErrUnfollowableRedirect, req.Response.StatusCode, capText(s, 32))
+			}
+			if req.URL.Host == "" {
+				return fmt.Errorf("%w: %d to a URL with no host", ErrUnfollowableRedirect, req.Response.StatusCode)
+			}
 			// net/http drops Authorization and Cookie (and their
 			// like) on a redirect to another host, but sends every
 			// other header on: a task's X-Api-Key or session token
@@ -193,6 +201,11 @@ func downgraded(req *http.Request, via []*http.Request) bool {
 // 307 or 308, which sends the request body again, to another host or from
 // https to http.
 var ErrBodyRedirect = errors.New("refused a redirect that would send the request body on")
+
+// ErrUnfollowableRedirect is the permanent error of a call whose target
+// redirected to a Location that is not an http(s) URL with a host
+// (ftp://, file://), or that does not parse (redactError).
+var ErrUnfollowableRedirect = errors.New("refused a redirect that cannot be followed")
 
 // ErrInsecureRedirect is the permanent error of a call whose target
 // redirected from https to http while the request carried a secret
@@ -315,7 +328,7 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	if err != nil {
 		err = redactError(err, s.cfg.RedactHeaders)
 		res.err = err
-		res.permanent = errors.Is(err, ErrBlocked) || errors.Is(err, ErrInsecureRedirect) || errors.Is(err, ErrBodyRedirect)
+		res.permanent = errors.Is(err, ErrBlocked) || errors.Is(err, ErrInsecureRedirect) || errors.Is(err, ErrBodyRedirect) || errors.Is(err, ErrUnfollowableRedirect)
 		if ctx.Err() != nil && !res.permanent {
 			res.err = fmt.Errorf("timed out after %s: %w", t.Timeout, err)
 		}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -149,7 +150,8 @@ func redactUserinfo(raw string) string {
 // redirect's Location that does not parse in the cause ("failed to parse
 // Location header \"https://user:pass@…\": parse …"), where the
 // Location is dropped, and with it url.Parse's reason, which may quote
-// part of it (`invalid port ":pass" after host`).
+// part of it (`invalid port ":pass" after host`); that error is an
+// ErrUnfollowableRedirect, permanent, as every attempt fails alike.
 func redactError(err error, extra []string) error {
 	ue, ok := err.(*url.Error) //nolint:errorlint // see above: a wrapped one cannot be rewritten
 	if !ok {
@@ -165,7 +167,7 @@ func redactError(err error, extra []string) error {
 	if ue.Err != nil {
 		switch msg := ue.Err.Error(); {
 		case strings.HasPrefix(msg, locationParseError):
-			c.Err = &redactedError{msg: "the redirect's Location header is not a valid URL (not quoted: it may hold credentials)", err: ue.Err}
+			c.Err = &redactedError{msg: "the redirect's Location header is not a valid URL (not quoted: it may hold credentials)", err: fmt.Errorf("%w: %w", ErrUnfollowableRedirect, ue.Err)}
 		case strings.Contains(msg, "://"):
 			c.Err = &redactedError{msg: redactURLsIn(msg, extra), err: ue.Err}
 		}

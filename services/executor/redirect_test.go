@@ -2,6 +2,7 @@ package executor
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -360,6 +361,66 @@ func TestRedirectToALocationThatDoesNotParseIsNotQuoted(t *testing.T) {
 		if msg := res.err.Error(); strings.Contains(msg, "hunter") || !strings.Contains(msg, "Location header is not a valid URL") {
 			t.Errorf("Location %s: the run's error is %q, want it to say the Location does not parse without quoting it", loc, msg)
 		}
+	}
+}
+
+// TestUnfollowableRedirectIsPermanent: a redirect to a Location that is
+// not an http(s) URL with a host (ftp://, file://, gopher://), or that
+// does not parse, fails the same way on every attempt. It was a
+// transient failure (net/http's `unsupported protocol scheme "ftp"`):
+// retried up to retry.maxAttempts, each attempt counted by the breaker,
+// then dead-lettered. It is permanent now, and the error names the
+// scheme, never the Location itself (it may hold credentials).
+func TestUnfollowableRedirectIsPermanent(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	locations := map[string]string{
+		"/ftp":     "ftp://admin:hunter2@files.example.com/report.csv?token=hunter3",
+		"/file":    "file:///etc/passwd",
+		"/gopher":  "gopher://example.com/1",
+		"/nohost":  "http:///hunter2",
+		"/noparse": "https://admin:hunter2@files.example.com/%zz",
+	}
+	want := map[string]string{
+		"/ftp":     `refused a redirect that cannot be followed: 302 to a "ftp" URL, not http or https`,
+		"/file":    `refused a redirect that cannot be followed: 302 to a "file" URL, not http or https`,
+		"/gopher":  `refused a redirect that cannot be followed: 302 to a "gopher" URL, not http or https`,
+		"/nohost":  `refused a redirect that cannot be followed: 302 to a URL with no host`,
+		"/noparse": `the redirect's Location header is not a valid URL`,
+	}
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", locations[r.URL.Path])
+		w.WriteHeader(http.StatusFound)
+	}))
+	t.Cleanup(first.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	for path, loc := range locations {
+		tg := &events.HTTPTarget{Method: "GET", URL: first.URL + path, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}
+		res := s.callHTTP(t.Context(), tg, nil, d, 1)
+		if res.ok() || !res.permanent || !strings.Contains(res.err.Error(), want[path]) || strings.Contains(res.err.Error(), "hunter") {
+			t.Errorf("Location %s: ok=%v permanent=%v err=%v; want a permanent failure saying %q, the Location not quoted", loc, res.ok(), res.permanent, res.err, want[path])
+		}
+	}
+}
+
+// TestUnfollowableRedirectIsCalledOnce: a task whose target redirects
+// to ftp:// is called once, its run failed for good at attempt 1, not
+// retried up to retry.maxAttempts.
+func TestUnfollowableRedirectIsCalledOnce(t *testing.T) {
+	t.Parallel()
+	target := newAttemptTarget(t, http.StatusFound)
+	target.mu.Lock()
+	target.location = "ftp://files.example.com/report.csv"
+	target.mu.Unlock()
+	f := newAttemptsFixture(t, target, 3, 0, 0)
+	f.dispatch(t)
+	natstest.Eventually(t, 10*time.Second, "a final run.failed", func() bool {
+		got := f.stored(t)
+		return len(got) > 0 && got[len(got)-1].run.Final
+	})
+	got := f.stored(t)
+	if calls := target.attempts(); fmt.Sprint(calls) != "[1]" || fmt.Sprint(got) != "[failed(attempt 1, final true)]" || got[0].run.ErrorKind != "permanent" {
+		t.Fatalf("target called with attempts %v, RUNS holds %v (%+v); want one call, its run failed for good (permanent)", calls, got, got[len(got)-1].run)
 	}
 }
 
