@@ -1,7 +1,9 @@
 package governor
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -263,6 +265,51 @@ func AdaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
 		}
 	}
 	return lo, max(hi, lo)
+}
+
+// AdaptiveRestarts reports whether an update from old to spec changes
+// what the adaptive cadence and change detection rest on, so that they
+// restart (State.AdaptiveInterval, LastFingerprint, UnchangedRuns):
+//
+//   - the call, whose response is fingerprinted: the target but its
+//     timeout (HTTP method, URL, headers, body, maxResponseBytes,
+//     expectStatus; NATS subject and payload; one kind for the other);
+//   - schedule.interval, the baseline (a switch to or from cron changes
+//     it);
+//   - bounds, the range of the adaptive interval;
+//   - adaptive, any of its settings, or its presence;
+//   - whether fingerprints are kept at all (adaptive or activity set).
+//
+// Nothing else does: the same spec applied again, or one that changes
+// job, labels, jitter, retry, breaker, budget, quiet hours, catch-up,
+// the timeouts or activity's thresholds and multipliers (applied at each
+// decision from LastActivityAt, nothing stored depends on them).
+func AdaptiveRestarts(old, spec *events.TaskSpec) bool {
+	keeps := func(s *events.TaskSpec) bool { return s.Adaptive != nil || s.Activity != nil }
+	return !sameCall(&old.Target, &spec.Target) ||
+		old.Schedule.Interval != spec.Schedule.Interval ||
+		!equalPtr(old.Bounds, spec.Bounds) ||
+		!equalPtr(old.Adaptive, spec.Adaptive) ||
+		keeps(old) != keeps(spec)
+}
+
+// sameCall reports whether two targets make the same call, timeouts
+// aside: their responses are fingerprinted alike.
+func sameCall(a, b *events.Target) bool {
+	switch {
+	case a.HTTP != nil && b.HTTP != nil:
+		x, y := a.HTTP, b.HTTP
+		return x.Method == y.Method && x.URL == y.URL && maps.Equal(x.Headers, y.Headers) && x.Body == y.Body &&
+			x.MaxResponseBytes == y.MaxResponseBytes && slices.Equal(x.ExpectStatus, y.ExpectStatus)
+	case a.NATS != nil && b.NATS != nil:
+		return a.NATS.Subject == b.NATS.Subject && a.NATS.Payload == b.NATS.Payload
+	}
+	return a.HTTP == nil && b.HTTP == nil && a.NATS == nil && b.NATS == nil
+}
+
+// equalPtr reports whether a and b are both nil, or point to equal values.
+func equalPtr[T comparable](a, b *T) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 // staleFraction is 0 while age is within one baseline interval, rising

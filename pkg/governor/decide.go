@@ -71,7 +71,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		*s = State{TaskID: spec.ID, CreatedAt: CreatedAt(now), LastActivityAt: now.UTC()}
 	case KindUpdated:
 		s.TaskID = spec.ID
-		p.restartAdaptive()
+		p.restartAdaptive(in.Replaced)
 	case KindOutcome:
 		o := in.Outcome
 		if o == nil || Applied(o.DispatchID, st) || outdated(o, st) || OtherTask(o.TaskCreatedAt, st) {
@@ -346,11 +346,12 @@ func (p *planner) rememberLast(o *Outcome) {
 	s.RecentDispatchIDs = ids
 }
 
-// restartAdaptive drops the adaptive interval on a spec update. It is a
-// duration smoothed for the old baseline and bounds; clamped into the new
-// range it could mean the opposite (relaxed to 4m on a 1m baseline is the
-// floor of a 1h one). The runs after the update move it from the new
-// baseline.
+// restartAdaptive drops the adaptive interval on a spec update that
+// changes what it rests on (AdaptiveRestarts, against the replaced spec;
+// any update when that is not known). It is a duration smoothed for the
+// old baseline and bounds; clamped into the new range it could mean the
+// opposite (relaxed to 4m on a 1m baseline is the floor of a 1h one). The
+// runs after the update move it from the new baseline.
 //
 // Change detection restarts too: the update may change what a
 // fingerprint is taken of (the URL, the method, maxResponseBytes, a NATS
@@ -360,8 +361,19 @@ func (p *planner) rememberLast(o *Outcome) {
 // the old spec's, an unchanged target read as "response changed"
 // (tightening, and waking a dormant task), and the unchanged runs counted
 // before the update relaxed it at once.
-func (p *planner) restartAdaptive() {
+//
+// An update that changes none of it (the same spec applied again, as a
+// GitOps loop does; new labels) keeps both: restarted, a relaxed task
+// went back to its baseline at every re-apply, and a response that
+// changed across one was only recorded.
+func (p *planner) restartAdaptive(replaced *events.TaskSpec) {
 	s := &p.s
+	if replaced != nil && !AdaptiveRestarts(replaced, p.spec) {
+		if s.AdaptiveInterval != 0 || s.LastFingerprint != "" {
+			p.tr.str("spec updated: adaptive cadence and change detection go on (the call, baseline, bounds and adaptive settings are unchanged)").end()
+		}
+		return
+	}
 	if p.spec.Adaptive != nil || p.spec.Activity != nil {
 		s.FingerprintFrom = p.now.UTC()
 	}

@@ -1,6 +1,10 @@
 package governor
 
-import "time"
+import (
+	"time"
+
+	"github.com/flyballhq/flyball/pkg/events"
+)
 
 // Kind is the kind of event an Input carries.
 type Kind string
@@ -53,6 +57,12 @@ type Input struct {
 	BreakerKey string
 	// DeadLetter is set for KindDeadLettered.
 	DeadLetter *DeadLetterSignal
+	// Replaced is, for KindUpdated, the spec the update replaces: the
+	// one the state was decided with last. The adaptive cadence and
+	// change detection restart only when the update changes what they
+	// rest on (AdaptiveRestarts). Nil when it is not known: they
+	// restart.
+	Replaced *events.TaskSpec
 }
 
 // BreakerSignal is a transition of the task's circuit breaker.

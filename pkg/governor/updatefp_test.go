@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flyballhq/flyball/pkg/events"
 	governor "github.com/flyballhq/flyball/pkg/governor"
 )
 
@@ -121,5 +122,68 @@ func TestDecideARunReportedAsStartedAfterAnUpdateRecordsItsFingerprintWhenTheExe
 	if d.State.LastFingerprint != "new-url" || !d.State.FingerprintFrom.IsZero() {
 		t.Fatalf("a run reported as started at %s, after the update of %s, decided at %s: lastFingerprint %q, fingerprintFrom %s; want its fingerprint recorded and the mark cleared\n%s",
 			o.Outcome.StartedAt, from, now, d.State.LastFingerprint, d.State.FingerprintFrom, strings.Join(d.Trail, "\n"))
+	}
+}
+
+// An update restarts the adaptive cadence and change detection only when
+// it changes what they rest on (docs/governor.md, Adaptive cadence): the
+// call (target but its timeout), the baseline, bounds, adaptive, or
+// whether fingerprints are kept at all. The same spec applied again, or
+// one that changes only labels, job, retry or jitter, restarted them: a
+// relaxed task went back to its baseline, and the first run after the
+// update only recorded its fingerprint, so a change across it was missed.
+// An update whose replaced spec is not known restarts, as before.
+func TestDecideUpdateRestartsAdaptiveOnlyWhenItsInputsChange(t *testing.T) {
+	base := func() *events.TaskSpec {
+		s := withActivity(changeSpec())
+		s.Labels = map[string]string{"team": "a"}
+		return s
+	}
+	for _, c := range []struct {
+		name     string
+		edit     func(*events.TaskSpec)
+		unknown  bool // the replaced spec is not known (Input.Replaced nil)
+		restarts bool
+	}{
+		{name: "the same spec", edit: func(*events.TaskSpec) {}},
+		{name: "labels only", edit: func(s *events.TaskSpec) { s.Labels = map[string]string{"team": "b"} }},
+		{name: "job, jitter, retry, timeout", edit: func(s *events.TaskSpec) {
+			s.Job, s.Jitter = "nightly", 0.1
+			s.Retry = &events.Retry{MaxAttempts: 2}
+			s.Target.HTTP.Timeout = events.Duration(5 * time.Second)
+		}},
+		{name: "activity thresholds", edit: func(s *events.TaskSpec) { s.Activity.IdleAfter = events.Duration(2 * time.Hour) }},
+		{name: "the URL", edit: func(s *events.TaskSpec) { s.Target.HTTP.URL = "https://example.com/other" }, restarts: true},
+		{name: "the method", edit: func(s *events.TaskSpec) { s.Target.HTTP.Method = "POST" }, restarts: true},
+		{name: "a header", edit: func(s *events.TaskSpec) { s.Target.HTTP.Headers = map[string]string{"Accept": "text/plain"} }, restarts: true},
+		{name: "maxResponseBytes", edit: func(s *events.TaskSpec) { s.Target.HTTP.MaxResponseBytes = 10 }, restarts: true},
+		{name: "expectStatus", edit: func(s *events.TaskSpec) { s.Target.HTTP.ExpectStatus = []string{"301"} }, restarts: true},
+		{name: "a NATS target", edit: func(s *events.TaskSpec) {
+			s.Target = events.Target{NATS: &events.NATSTarget{Subject: "svc.status"}}
+		}, restarts: true},
+		{name: "the baseline", edit: func(s *events.TaskSpec) { s.Schedule.Interval = events.Duration(2 * time.Minute) }, restarts: true},
+		{name: "bounds", edit: func(s *events.TaskSpec) { s.Bounds = &events.Bounds{Max: events.Duration(10 * time.Minute)} }, restarts: true},
+		{name: "adaptive", edit: func(s *events.TaskSpec) { s.Adaptive.Smoothing = 0.2 }, restarts: true},
+		{name: "fingerprints no longer kept", edit: func(s *events.TaskSpec) { s.Adaptive, s.Activity = nil, nil }, restarts: true},
+		{name: "the replaced spec not known", edit: func(*events.TaskSpec) {}, unknown: true, restarts: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			old, spec := base(), base()
+			c.edit(spec)
+			spec.Normalize()
+			st := stateWith(ran(t0), fingerprint("seen"), unchangedRuns(2), adaptiveInterval(3*time.Minute))
+			in := governor.Input{Kind: governor.KindUpdated, Replaced: old}
+			if c.unknown {
+				in.Replaced = nil
+			}
+			d := governor.Decide(t0.Add(time.Second), spec, st, in)
+			got := d.State
+			kept := got.AdaptiveInterval == 3*time.Minute && got.LastFingerprint == "seen" && got.UnchangedRuns == 2 && got.FingerprintFrom.IsZero()
+			restarted := got.AdaptiveInterval == 0 && got.LastFingerprint == "" && got.UnchangedRuns == 0
+			if c.restarts && !restarted || !c.restarts && !kept {
+				t.Fatalf("restarts %v: adaptive interval %s, last fingerprint %q, unchanged runs %d, fingerprintFrom %s\n%s",
+					c.restarts, got.AdaptiveInterval, got.LastFingerprint, got.UnchangedRuns, got.FingerprintFrom, strings.Join(d.Trail, "\n"))
+			}
+		})
 	}
 }

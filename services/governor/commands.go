@@ -449,6 +449,11 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			s.specs.Put(id, rev, body)
 		}
 		spec, step.SpecRevision = step.Spec, rev
+		if step.Input.Kind == gov.KindUpdated && existing != nil {
+			// What the update replaces: the adaptive cadence restarts only
+			// when the update changes what it rests on (Step.replacedOf).
+			step.replaced, step.replacedRevision = existing, stored.Revision()
+		}
 	}
 	dec, err := s.decide(ctx, spec, step)
 	if err != nil {

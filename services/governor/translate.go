@@ -78,6 +78,12 @@ type Step struct {
 	// (repairsStoredSpec): a command ID is anyone's to choose, and any
 	// other spec is refused with these reasons, as it was before.
 	newSpecRules error
+	// replaced is the spec an update replaces (gov.Input.Replaced), and
+	// replacedRevision its flyball-tasks revision: the service reads both
+	// from the bucket; a replay (ReplayAnswers) knows the spec it decided
+	// with last, and leaves the revision zero. See replacedOf.
+	replaced         *events.TaskSpec
+	replacedRevision uint64
 }
 
 // repeats reports whether the step is an input already applied to st: the
@@ -514,7 +520,11 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 	if step.repeats(&st) {
 		return gov.Decision{NextRunAt: st.NextRunAt, Source: st.Source, Trail: st.Trail, State: st, Ignored: true}
 	}
-	dec := gov.Decide(step.At, spec, st, inputFor(spec, &st, step.Input))
+	in := inputFor(spec, &st, step.Input)
+	if in.Kind == gov.KindUpdated {
+		in.Replaced = step.replacedOf(&st)
+	}
+	dec := gov.Decide(step.At, spec, st, in)
 	if !dec.Ignored {
 		switch {
 		case step.CommandID != "":
@@ -527,6 +537,20 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 		}
 	}
 	return dec
+}
+
+// replacedOf is the spec an update replaces, as Decide compares the
+// update with it (gov.Input.Replaced): the one st was decided with last,
+// or nil when that is not known (the adaptive cadence restarts). The
+// spec the service read from the bucket is st's only when st was decided
+// with its revision: an update tried again after its spec write (a crash,
+// a failed schedule write) finds its own spec stored, while st was
+// decided with the one before, which is gone.
+func (s *Step) replacedOf(st *gov.State) *events.TaskSpec {
+	if s.replacedRevision != 0 && s.replacedRevision != st.SpecRevision {
+		return nil
+	}
+	return s.replaced
 }
 
 // inputFor is in as Decide takes it for spec and st: with the task's
@@ -631,7 +655,7 @@ func ReplayAnswers(steps []Step, answer func(i int) Answer) []Entry {
 			}
 		}
 		if step.Spec != nil {
-			spec = step.Spec
+			step.replaced, spec = spec, step.Spec
 		}
 		if spec == nil {
 			continue // before the task existed, or after it was deleted
