@@ -56,8 +56,9 @@ func (p *planner) specStep() (time.Duration, Source) {
 				// A multiplier of up to 1000 on an interval of up to a
 				// year saturated near 292 years: a slot after 2262,
 				// which the timer cannot queue. The stretch stops at
-				// MaxInterval (an unstretched step longer than that, from
-				// a stored bounds.max, is left as it is).
+				// MaxInterval (the baseline and AdaptiveRange are
+				// within it; a longer step, from a spec written by
+				// hand, is left as it is).
 				p.tr.str("activity: stretched interval capped at ").dur(capped).end()
 				stretched = capped
 			}
@@ -251,8 +252,14 @@ func modeName(a *events.Adaptive) string {
 
 // AdaptiveRange is the interval range adaptive cadence moves in:
 // bounds.min (or a quarter of the baseline, at least 1s) to bounds.max (or
-// four times the baseline). lo, less the jitter, is also the tightest gap
-// the task's own cadence (a Source whose Cadence is true) can take.
+// four times the baseline), at most events.MaxInterval. lo, less the
+// jitter, is also the tightest gap the task's own cadence (a Source whose
+// Cadence is true) can take.
+//
+// The cap holds for a spec stored before validation refused bounds past
+// MaxInterval (ValidateStored still loads it): a 1h task with bounds.max
+// 2190000h relaxed to a slot in 2276, which the timer cannot queue, and
+// never ran again.
 func AdaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
 	base := spec.Schedule.Interval.D()
 	lo, hi = max(base/4, events.MinInterval), satMul(base, 4)
@@ -264,6 +271,7 @@ func AdaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
 			hi = b.Max.D()
 		}
 	}
+	lo, hi = min(lo, events.MaxInterval), min(hi, events.MaxInterval)
 	return lo, max(hi, lo)
 }
 

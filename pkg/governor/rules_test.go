@@ -1870,7 +1870,8 @@ func TestDecideOverflow(t *testing.T) {
 // converted back it wrapped negative, was clamped to the current
 // interval, and the cadence never relaxed. The step now saturates.
 // Validation caps bounds.max at events.MaxInterval since 2026-11-30, but
-// a spec stored before (or by hand) still reaches Decide.
+// a spec stored before (or by hand) still reaches Decide: it relaxes to
+// MaxInterval (TestDecideStoredBoundsMaxPastTheCapStopsAtMaxInterval).
 func TestDecideAdaptiveRelaxesToAHugeBoundsMax(t *testing.T) {
 	s := withBounds(intervalSpec(time.Minute), 0, time.Duration(math.MaxInt64))
 	s = withAdaptive(s, events.AdaptiveChange, 1, 1, 0)
@@ -1879,12 +1880,42 @@ func TestDecideAdaptiveRelaxesToAHugeBoundsMax(t *testing.T) {
 	}
 	slot := t0.Add(time.Minute)
 	d := governor.Decide(slot.Add(time.Second), s, stateWith(ran(t0), fingerprint("a")), outcomeFP("succeeded", slot, "a"))
-	if d.State.AdaptiveInterval != math.MaxInt64 || d.Source != governor.SourceAdaptiveRelax {
-		t.Fatalf("unchanged response with smoothing 1: adaptive interval %s, source %s; want bounds.max, adaptive-relax\ntrail %q",
-			d.State.AdaptiveInterval, d.Source, d.Trail)
+	if d.State.AdaptiveInterval != events.MaxInterval || d.Source != governor.SourceAdaptiveRelax {
+		t.Fatalf("unchanged response with smoothing 1: adaptive interval %s, source %s; want %s, adaptive-relax\ntrail %q",
+			d.State.AdaptiveInterval, d.Source, events.MaxInterval, d.Trail)
 	}
 	if _, err := d.State.AppendJSON(nil); err != nil {
 		t.Fatalf("decision cannot be stored: %v", err)
+	}
+}
+
+// TestDecideStoredBoundsMaxPastTheCapStopsAtMaxInterval: validation
+// refuses a bounds.max past events.MaxInterval only for new specs; one
+// stored before the rule still loads. Adaptive cadence took it as its
+// ceiling as it was: a 1h task with bounds.max 2190000h relaxed, on its
+// second unchanged response, to a slot in 2276, past what the timer can
+// queue (2262), and never ran again. The range stops at MaxInterval, as
+// deadLetter.recheckAfter's recheck does.
+func TestDecideStoredBoundsMaxPastTheCapStopsAtMaxInterval(t *testing.T) {
+	for _, activity := range []bool{false, true} {
+		s := withBounds(intervalSpec(time.Hour), 0, 2_190_000*time.Hour)
+		s = withAdaptive(s, events.AdaptiveChange, 1, 1, 0)
+		if activity {
+			s = withActivity(s)
+		}
+		if err := s.ValidateStored(); err != nil {
+			t.Fatalf("a stored spec with bounds.max %s no longer loads: %v", s.Bounds.Max, err)
+		}
+		if lo, hi := governor.AdaptiveRange(s); hi != events.MaxInterval || lo != 15*time.Minute {
+			t.Errorf("AdaptiveRange = %s, %s; want 15m0s, %s", lo, hi, events.MaxInterval)
+		}
+		slot := t0.Add(time.Hour)
+		st := stateWith(ran(t0), fingerprint("a"), lastActivity(t0.Add(-48*time.Hour)))
+		d := governor.Decide(slot.Add(time.Second), s, st, outcomeFP("succeeded", slot, "a"))
+		if d.State.AdaptiveInterval != events.MaxInterval || d.NextRunAt.After(slot.Add(events.MaxInterval)) {
+			t.Errorf("activity %v: second unchanged response: adaptive interval %s, next run %s (%s); want %s at most, by %s\ntrail %q",
+				activity, d.State.AdaptiveInterval, fmtT(d.NextRunAt), d.Source, events.MaxInterval, fmtT(slot.Add(events.MaxInterval)), d.Trail)
+		}
 	}
 }
 
