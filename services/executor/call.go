@@ -346,8 +346,7 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	if req.Method == http.MethodHead {
 		res.fingerprint = validatorsFingerprint(resp)
 	} else {
-		sum := sha256.Sum256(buf)
-		res.fingerprint = hex.EncodeToString(sum[:16])
+		res.fingerprint = bodyFingerprint(resp, buf)
 	}
 	bodyBufs.Put(bp, buf)
 	if res.truncated {
@@ -378,18 +377,45 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	return res
 }
 
+// bodyFingerprint is the fingerprint of a response with its body (cut at
+// maxResponseBytes): the body's hash for a 2xx; for any other status (one
+// expectStatus lists, a checked redirect above all) of the status, the
+// Location header and the body. A checked redirect's result is where it
+// points, and its body is mostly empty: hashed alone, every 301 had the
+// empty body's hash, change mode relaxed to bounds.max, and a redirect
+// that moved was never seen. A 2xx keeps the hash it always had.
+func bodyFingerprint(resp *http.Response, body []byte) string {
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		sum := sha256.Sum256(body)
+		return hex.EncodeToString(sum[:16])
+	}
+	h := sha256.New()
+	_, _ = io.WriteString(h, strconv.Itoa(resp.StatusCode)+"\n"+resp.Header.Get("Location")+"\n")
+	_, _ = h.Write(body)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // validatorsFingerprint is the fingerprint of a response with no body by
-// method (HEAD): of its status, ETag and Last-Modified, or empty when it
-// has neither validator, so that the run holds the adaptive cadence
-// instead of reporting the hash of an empty body every time (which
-// relaxed change mode to bounds.max for good). A GET's empty body is a
-// real result and keeps its hash.
+// method (HEAD): of its status, ETag and Last-Modified, and a 3xx's
+// Location (a checked redirect's result), or empty when it has none of
+// them, so that the run holds the adaptive cadence instead of reporting
+// the hash of an empty body every time (which relaxed change mode to
+// bounds.max for good). A GET's empty body is a real result and keeps its
+// hash.
 func validatorsFingerprint(resp *http.Response) string {
 	etag, lm := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
-	if etag == "" && lm == "" {
+	var loc string
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		loc = resp.Header.Get("Location")
+	}
+	if etag == "" && lm == "" && loc == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(strconv.Itoa(resp.StatusCode) + "\n" + etag + "\n" + lm))
+	v := strconv.Itoa(resp.StatusCode) + "\n" + etag + "\n" + lm
+	if loc != "" {
+		v += "\n" + loc // only then: the fingerprint of a response without one stays as it was
+	}
+	sum := sha256.Sum256([]byte(v))
 	return hex.EncodeToString(sum[:16])
 }
 

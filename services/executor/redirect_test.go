@@ -245,6 +245,63 @@ func TestExpectedRedirectIsNotFollowed(t *testing.T) {
 	}
 }
 
+// TestCheckedRedirectFingerprintIsOfItsLocation: a task that checks a
+// redirect (expectStatus "301") gets the redirect as its result, and what
+// it points to is the response: its body is mostly empty. The fingerprint
+// hashed the body alone, so every run had the empty body's hash, change
+// mode relaxed to bounds.max, and a redirect that moved was never seen.
+// A response whose status is not 2xx hashes its status and Location with
+// its body (a HEAD its Location with the validators); a 2xx keeps the
+// body's hash, and a 200 and a 404 with the same body differ.
+func TestCheckedRedirectFingerprintIsOfItsLocation(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	var (
+		mu       sync.Mutex
+		location = "/a"
+	)
+	moveTo := func(l string) {
+		mu.Lock()
+		defer mu.Unlock()
+		location = l
+	}
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/old":
+			w.Header().Set("Location", location)
+			w.WriteHeader(http.StatusMovedPermanently)
+		case "/missing":
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	call := func(method, path string, expect ...string) string {
+		t.Helper()
+		h := &events.HTTPTarget{Method: method, URL: tg.URL + path, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: expect}
+		res := s.callHTTP(t.Context(), h, nil, d, 1)
+		if !res.ok() {
+			t.Fatalf("%s %s, expectStatus %v: %v", method, path, expect, res.err)
+		}
+		return res.fingerprint
+	}
+	const emptyBody = "e3b0c44298fc1c149afbf4c8996fb924"
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		moveTo("/a")
+		a, again := call(method, "/old", "301"), call(method, "/old", "301")
+		moveTo("/b")
+		b := call(method, "/old", "301")
+		if a == "" || a == emptyBody || a != again || a == b {
+			t.Errorf("%s 301 to /a, /a, then /b: fingerprints %q, %q, %q; want one for /a (not the empty body's) and another for /b", method, a, again, b)
+		}
+	}
+	if ok, missing := call(http.MethodGet, "/", "200", "404"), call(http.MethodGet, "/missing", "200", "404"); ok != emptyBody || missing == ok {
+		t.Errorf("expectStatus 200, 404: an empty 200 has %q, an empty 404 %q; want the empty body's hash, then another", ok, missing)
+	}
+}
+
 // TestRedirectBackToTheTaskHostGetsNoSecrets: net/http copies the task's
 // headers again on every hop, and secret headers were dropped only for a
 // hop to a host other than the task's, and https to http refused only
