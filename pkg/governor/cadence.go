@@ -265,15 +265,24 @@ func AdaptiveRange(spec *events.TaskSpec) (lo, hi time.Duration) {
 	lo, hi = max(base/4, events.MinInterval), satMul(base, 4)
 	if b := spec.Bounds; b != nil {
 		if b.Min > 0 {
-			lo = b.Min.D()
+			lo = boundsMin(b)
 		}
 		if b.Max > 0 {
-			hi = b.Max.D()
+			hi = boundsMax(b)
 		}
 	}
 	lo, hi = min(lo, events.MaxInterval), min(hi, events.MaxInterval)
 	return lo, max(hi, lo)
 }
+
+// boundsMin and boundsMax are a spec's bounds.min and bounds.max, capped
+// at events.MaxInterval (8784h). A new spec is refused past it, but one
+// stored before the cap loads as it is: uncapped, bounds.min raised a
+// slot, and bounds.max let the adaptive cadence relax, past 2262, where
+// the timer queues nothing, and the task never ran again.
+func boundsMin(b *events.Bounds) time.Duration { return min(b.Min.D(), events.MaxInterval) }
+
+func boundsMax(b *events.Bounds) time.Duration { return min(b.Max.D(), events.MaxInterval) }
 
 // AdaptiveRestarts reports whether an update from old to spec changes
 // what the adaptive cadence and change detection rest on, so that they

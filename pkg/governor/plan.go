@@ -915,11 +915,11 @@ func (p *planner) heldByMin(anchor, slot time.Time) bool {
 	if b == nil || b.Min <= 0 {
 		return false
 	}
-	until := anchor.Add(b.Min.D())
+	until := anchor.Add(boundsMin(b))
 	if !until.After(p.now) || !slot.Before(until) {
 		return false
 	}
-	p.tr.str("slot ").at(slot).str(" passed, but bounds.min ").dur(b.Min.D()).str(" holds it until ").at(until).str(": still the next run").end()
+	p.tr.str("slot ").at(slot).str(" passed, but bounds.min ").dur(boundsMin(b)).str(" holds it until ").at(until).str(": still the next run").end()
 	return true
 }
 
@@ -1096,10 +1096,10 @@ func (p *planner) clamp() {
 		return
 	}
 	gap := p.next.Sub(ref)
-	if b.Min != 0 && gap < b.Min.D() {
-		p.choose(ref.Add(b.Min.D()), SourceClampedMin).str("gap ").dur(gap).str(" raised to bounds.min ").dur(b.Min.D()).end()
-	} else if b.Max != 0 && gap > b.Max.D() {
-		p.choose(ref.Add(b.Max.D()), SourceClampedMax).str("gap ").dur(gap).str(" lowered to bounds.max ").dur(b.Max.D()).end()
+	if lo := boundsMin(b); b.Min != 0 && gap < lo {
+		p.choose(ref.Add(lo), SourceClampedMin).str("gap ").dur(gap).str(" raised to bounds.min ").dur(lo).end()
+	} else if hi := boundsMax(b); b.Max != 0 && gap > hi {
+		p.choose(ref.Add(hi), SourceClampedMax).str("gap ").dur(gap).str(" lowered to bounds.max ").dur(hi).end()
 	}
 }
 
@@ -1196,7 +1196,7 @@ func (p *planner) admissible(t time.Time, src Source) bool {
 		return false
 	}
 	gap := t.Sub(last)
-	if b := p.spec.Bounds; b != nil && ((b.Min > 0 && gap < b.Min.D()) || (b.Max > 0 && gap > b.Max.D())) {
+	if b := p.spec.Bounds; b != nil && ((b.Min > 0 && gap < boundsMin(b)) || (b.Max > 0 && gap > boundsMax(b))) {
 		return false
 	}
 	if b := p.spec.Budget; b != nil && b.MaxRunsPerDay > 0 {

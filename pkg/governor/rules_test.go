@@ -1919,6 +1919,21 @@ func TestDecideStoredBoundsMaxPastTheCapStopsAtMaxInterval(t *testing.T) {
 	}
 }
 
+// A stored bounds.min past the cap, like bounds.max, is held to
+// events.MaxInterval: clamp raised the next run to 2276, past what the
+// timer queues, and the task never ran again.
+func TestDecideStoredBoundsMinPastTheCapStopsAtMaxInterval(t *testing.T) {
+	s := withBounds(intervalSpec(time.Hour), 2_190_000*time.Hour, 0)
+	if err := s.ValidateStored(); err != nil {
+		t.Fatalf("a stored spec with bounds.min %s no longer loads: %v", s.Bounds.Min, err)
+	}
+	slot := t0.Add(time.Hour)
+	d := governor.Decide(slot.Add(time.Second), s, stateWith(ran(t0)), outcome("succeeded", slot))
+	if want := slot.Add(events.MaxInterval); !d.NextRunAt.Equal(want) || d.Source != governor.SourceClampedMin {
+		t.Errorf("next run %s (%s), want %s (%s)\ntrail %q", fmtT(d.NextRunAt), d.Source, fmtT(want), governor.SourceClampedMin, d.Trail)
+	}
+}
+
 // slowRun is the outcome of the run of slot, which started on time and
 // ended at end.
 func slowRun(slot, end time.Time) governor.Input {
