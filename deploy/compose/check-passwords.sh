@@ -28,9 +28,13 @@
 #    real deployment sets) it refuses them instead, one line each.
 #    TestCheckPasswordsWarnsOfDevDefaults.
 #
-# A variable set (non-empty) in the environment wins over ENV_FILE
-# (deploy/compose/.env), as in docker-compose; an unset or empty one gets
-# the compose file's dev default (dotenv.sh).
+# A variable set in the environment wins over ENV_FILE
+# (deploy/compose/.env) even when empty, as in docker-compose, and an
+# unset or empty one gets the compose file's dev default (dotenv.sh): a
+# deploy shell that exports FLYBALL_API_TOKEN= runs the API on the dev
+# token whatever the file holds. FLYBALL_API_TOKENS and
+# FLYBALL_REQUIRE_SECRETS, which compose does not read, are taken from
+# ENV_FILE when empty in the environment.
 set -euo pipefail
 
 here=.
@@ -38,6 +42,11 @@ if [[ ${BASH_SOURCE[0]} == */* ]]; then here=${BASH_SOURCE[0]%/*}; fi
 # shellcheck source=dotenv.sh
 . "$here/dotenv.sh"
 read_env_file "${1:-}"
+# lookup_own NAME: lookup for a setting of this script's, not compose's.
+lookup_own() {
+	lookup "$1"
+	if [[ -z $v ]]; then v=${from_file[$1]:-} where=$env_file; fi
+}
 compose_file=$here/docker-compose.yml
 users=(SYS ADMIN PROVISIONER GOVERNOR TIMER EXECUTOR BREAKER DEADLETTER SWEEPER API CLI)
 allowed='^[A-Za-z][A-Za-z0-9_.~+/=@%^*!-]*$'
@@ -56,7 +65,7 @@ for u in "${users[@]}"; do
 	fi
 done
 
-lookup FLYBALL_API_TOKENS
+lookup_own FLYBALL_API_TOKENS
 if [[ -n $v ]]; then
 	tokens_from=$where
 	lookup FLYBALL_API_TOKEN
@@ -67,7 +76,7 @@ if [[ -n $v ]]; then
 	fi
 fi
 
-lookup FLYBALL_REQUIRE_SECRETS
+lookup_own FLYBALL_REQUIRE_SECRETS
 case ${v,,} in
 1 | true | yes) require=1 ;;
 '' | 0 | false | no) require=0 ;;
@@ -96,8 +105,13 @@ fi
 if ((${#defaults[@]})); then
 	if ((require)); then
 		for name in "${defaults[@]}"; do
-			echo "make up: $name is unset or at its published dev default, which FLYBALL_REQUIRE_SECRETS=1 refuses:" \
-				"set it in the environment or ${env_file:-deploy/compose/.env} (docs/security.md)" >&2
+			if [[ -v $name && -z ${!name} ]]; then
+				echo "make up: $name is set but empty in the environment, which wins over ${env_file:-deploy/compose/.env} in compose" \
+					"and gives the published dev default, which FLYBALL_REQUIRE_SECRETS=1 refuses: set it there or unset it (docs/security.md)" >&2
+			else
+				echo "make up: $name is unset or at its published dev default, which FLYBALL_REQUIRE_SECRETS=1 refuses:" \
+					"set it in the environment or ${env_file:-deploy/compose/.env} (docs/security.md)" >&2
+			fi
 		done
 		bad=1
 	else

@@ -7,8 +7,9 @@
 # from_file; a FILE that does not exist holds none.
 #
 # lookup NAME sets v to NAME's value and where to where it came from: the
-# environment when set there and not empty, else FILE. An unset or empty
-# v gets the compose file's dev default.
+# environment when set there, even to nothing, else FILE. As in compose:
+# a variable set but empty in the shell wins over the file, and an unset
+# or empty v gets the compose file's dev default.
 
 declare -A from_file=()
 env_file=
@@ -26,6 +27,9 @@ read_env_file() {
 }
 
 lookup() {
-	v=${!1:-} where="the environment"
-	if [[ -z $v ]]; then v=${from_file[$1]:-} where=$env_file; fi
+	if [[ -v $1 ]]; then
+		v=${!1} where="the environment"
+	else
+		v=${from_file[$1]:-} where=$env_file
+	fi
 }

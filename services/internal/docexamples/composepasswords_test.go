@@ -76,7 +76,9 @@ func TestComposePasswordsParseAsGiven(t *testing.T) {
 			if err := os.WriteFile(f, []byte("# comment\nFLYBALL_NATS_CLI_PASSWORD="+v+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cmd.Env = append(os.Environ(), "FLYBALL_NATS_CLI_PASSWORD=")
+			// Unset in the environment: set there, even to nothing, it
+			// would win over the file, as in compose.
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "FLYBALL_NATS_CLI_PASSWORD=") })
 			cmd.Args = append(cmd.Args, f)
 		}
 		var stderr bytes.Buffer
@@ -142,6 +144,109 @@ func TestComposePasswordsParseAsGiven(t *testing.T) {
 	}
 }
 
+// checkPasswords runs deploy/compose/check-passwords.sh for the tests of
+// its secrets checks. secrets are docker-compose.yml's secrets, in the
+// order the file names them first, defaults their published dev defaults
+// and strong a strong value for each.
+type checkPasswords struct {
+	t                *testing.T
+	script           string
+	secrets          []string
+	defaults, strong map[string]string
+}
+
+func newCheckPasswords(t *testing.T) *checkPasswords {
+	t.Helper()
+	root := docexamples.Root(t)
+	compose, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &checkPasswords{
+		t:        t,
+		script:   filepath.Join(root, "deploy", "compose", "check-passwords.sh"),
+		defaults: map[string]string{},
+		strong:   map[string]string{},
+	}
+	for _, m := range regexp.MustCompile(`\$\{(FLYBALL_[A-Z0-9_]*_(?:PASSWORD|TOKEN)):-([^}]*)\}`).FindAllStringSubmatch(string(compose), -1) {
+		if _, ok := c.defaults[m[1]]; !ok {
+			c.secrets = append(c.secrets, m[1])
+			c.defaults[m[1]] = m[2]
+			c.strong[m[1]] = "p" + strings.Repeat(fmt.Sprintf("%02x", len(c.secrets)), 12)
+		}
+	}
+	for _, s := range []string{"FLYBALL_NATS_SYS_PASSWORD", "FLYBALL_NATS_CLI_PASSWORD", "FLYBALL_API_TOKEN", "FLYBALL_GRAFANA_PASSWORD"} {
+		if _, ok := c.defaults[s]; !ok {
+			t.Fatalf("docker-compose.yml gives %s no dev default: the file did not parse as expected (found %v)", s, c.secrets)
+		}
+	}
+	return c
+}
+
+// run runs the script with env and, if not empty, an env file of
+// fileLines, and no other FLYBALL_ variable.
+func (c *checkPasswords) run(env map[string]string, fileLines ...string) (ok bool, lines []string) {
+	t := c.t
+	t.Helper()
+	cmd := exec.Command("bash", c.script)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLYBALL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if len(fileLines) > 0 {
+		f := filepath.Join(t.TempDir(), ".env")
+		if err := os.WriteFile(f, []byte(strings.Join(fileLines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Args = append(cmd.Args, f)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if exit := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exit) {
+		t.Fatalf("%s: %v", c.script, err)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("check-passwords.sh wrote to stdout: %s", stdout.String())
+	}
+	out := strings.TrimSuffix(stderr.String(), "\n")
+	for _, v := range c.strong {
+		if strings.Contains(out, v) {
+			t.Errorf("check-passwords.sh printed a secret's value: %s", out)
+		}
+	}
+	if out == "" {
+		return err == nil, nil
+	}
+	return err == nil, strings.Split(out, "\n")
+}
+
+// allSet is every secret at its strong value but except.
+func (c *checkPasswords) allSet(except ...string) map[string]string {
+	env := maps.Clone(c.strong)
+	for _, e := range except {
+		delete(env, e)
+	}
+	return env
+}
+
+// named reports which of the secrets each line names, in order.
+func (c *checkPasswords) named(lines []string) []string {
+	var got []string
+	for _, l := range lines {
+		for _, s := range c.secrets {
+			if strings.Contains(l, s+" ") || strings.Contains(l, s+".") {
+				got = append(got, s)
+			}
+		}
+	}
+	return got
+}
+
 // TestCheckPasswordsWarnsOfDevDefaults: docker-compose.yml gives every
 // secret a published dev default (dev-<user> for the NATS users,
 // flyball-dev-token for the API, admin for Grafana), and make up started
@@ -154,132 +259,87 @@ func TestComposePasswordsParseAsGiven(t *testing.T) {
 // value.
 func TestCheckPasswordsWarnsOfDevDefaults(t *testing.T) {
 	t.Parallel()
-	root := docexamples.Root(t)
-	script := filepath.Join(root, "deploy", "compose", "check-passwords.sh")
-	compose, err := os.ReadFile(filepath.Join(root, "deploy", "compose", "docker-compose.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The secrets, in the order the file names them first, and strong
-	// values for them.
-	var secrets []string
-	defaults, strong := map[string]string{}, map[string]string{}
-	for _, m := range regexp.MustCompile(`\$\{(FLYBALL_[A-Z0-9_]*_(?:PASSWORD|TOKEN)):-([^}]*)\}`).FindAllStringSubmatch(string(compose), -1) {
-		if _, ok := defaults[m[1]]; !ok {
-			secrets = append(secrets, m[1])
-			defaults[m[1]] = m[2]
-			strong[m[1]] = "p" + strings.Repeat(fmt.Sprintf("%02x", len(secrets)), 12)
-		}
-	}
-	for _, s := range []string{"FLYBALL_NATS_SYS_PASSWORD", "FLYBALL_NATS_CLI_PASSWORD", "FLYBALL_API_TOKEN", "FLYBALL_GRAFANA_PASSWORD"} {
-		if _, ok := defaults[s]; !ok {
-			t.Fatalf("docker-compose.yml gives %s no dev default: the file did not parse as expected (found %v)", s, secrets)
-		}
-	}
-	// run runs the script with env and, if not empty, an env file of
-	// fileLines, and no other FLYBALL_ variable.
-	run := func(env map[string]string, fileLines ...string) (ok bool, lines []string) {
-		t.Helper()
-		cmd := exec.Command("bash", script)
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "FLYBALL_") {
-				cmd.Env = append(cmd.Env, kv)
-			}
-		}
-		for k, v := range env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		if len(fileLines) > 0 {
-			f := filepath.Join(t.TempDir(), ".env")
-			if err := os.WriteFile(f, []byte(strings.Join(fileLines, "\n")+"\n"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cmd.Args = append(cmd.Args, f)
-		}
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		if exit := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exit) {
-			t.Fatalf("%s: %v", script, err)
-		}
-		if stdout.Len() > 0 {
-			t.Errorf("check-passwords.sh wrote to stdout: %s", stdout.String())
-		}
-		out := strings.TrimSuffix(stderr.String(), "\n")
-		for _, v := range strong {
-			if strings.Contains(out, v) {
-				t.Errorf("check-passwords.sh printed a secret's value: %s", out)
-			}
-		}
-		if out == "" {
-			return err == nil, nil
-		}
-		return err == nil, strings.Split(out, "\n")
-	}
-	allSet := func(except ...string) map[string]string {
-		env := maps.Clone(strong)
-		for _, e := range except {
-			delete(env, e)
-		}
-		return env
-	}
-	// naming reports which of names each line names, in order.
-	named := func(lines []string) []string {
-		var got []string
-		for _, l := range lines {
-			for _, s := range secrets {
-				if strings.Contains(l, s+" ") || strings.Contains(l, s+".") {
-					got = append(got, s)
-				}
-			}
-		}
-		return got
-	}
+	c := newCheckPasswords(t)
 
 	// Defaults: one warning naming every secret, exit 0.
-	ok, lines := run(nil)
-	if !ok || len(lines) != 1 || !strings.Contains(lines[0], "warning") || !slices.Equal(named(lines), secrets) {
-		t.Errorf("defaults: ok %v, stderr:\n%s\nwant exit 0 and one warning naming %v", ok, strings.Join(lines, "\n"), secrets)
+	ok, lines := c.run(nil)
+	if !ok || len(lines) != 1 || !strings.Contains(lines[0], "warning") || !slices.Equal(c.named(lines), c.secrets) {
+		t.Errorf("defaults: ok %v, stderr:\n%s\nwant exit 0 and one warning naming %v", ok, strings.Join(lines, "\n"), c.secrets)
 	}
 	// FLYBALL_REQUIRE_SECRETS=1 with the defaults: refused, one line each.
-	ok, lines = run(map[string]string{"FLYBALL_REQUIRE_SECRETS": "1"})
-	if ok || len(lines) != len(secrets) || !slices.Equal(named(lines), secrets) {
-		t.Errorf("FLYBALL_REQUIRE_SECRETS=1, defaults: ok %v, stderr:\n%s\nwant a refusal, one line for each of %v", ok, strings.Join(lines, "\n"), secrets)
+	ok, lines = c.run(map[string]string{"FLYBALL_REQUIRE_SECRETS": "1"})
+	if ok || len(lines) != len(c.secrets) || !slices.Equal(c.named(lines), c.secrets) {
+		t.Errorf("FLYBALL_REQUIRE_SECRETS=1, defaults: ok %v, stderr:\n%s\nwant a refusal, one line for each of %v", ok, strings.Join(lines, "\n"), c.secrets)
 	}
 	// All set: silent, exit 0, with or without the switch.
 	for _, req := range []string{"", "1"} {
-		env := allSet()
+		env := c.allSet()
 		env["FLYBALL_REQUIRE_SECRETS"] = req
-		if ok, lines := run(env); !ok || len(lines) != 0 {
+		if ok, lines := c.run(env); !ok || len(lines) != 0 {
 			t.Errorf("all set (FLYBALL_REQUIRE_SECRETS=%q): ok %v, stderr:\n%s\nwant exit 0 and nothing", req, ok, strings.Join(lines, "\n"))
 		}
 	}
 	// A secret set to its dev default counts as one, and the switch and
 	// the secrets may come from the env file.
-	ok, lines = run(allSet("FLYBALL_NATS_CLI_PASSWORD", "FLYBALL_GRAFANA_PASSWORD"),
-		"FLYBALL_REQUIRE_SECRETS=1", "FLYBALL_NATS_CLI_PASSWORD="+defaults["FLYBALL_NATS_CLI_PASSWORD"],
-		"FLYBALL_GRAFANA_PASSWORD="+strong["FLYBALL_GRAFANA_PASSWORD"])
-	if want := []string{"FLYBALL_NATS_CLI_PASSWORD"}; ok || !slices.Equal(named(lines), want) || len(lines) != 1 {
+	ok, lines = c.run(c.allSet("FLYBALL_NATS_CLI_PASSWORD", "FLYBALL_GRAFANA_PASSWORD"),
+		"FLYBALL_REQUIRE_SECRETS=1", "FLYBALL_NATS_CLI_PASSWORD="+c.defaults["FLYBALL_NATS_CLI_PASSWORD"],
+		"FLYBALL_GRAFANA_PASSWORD="+c.strong["FLYBALL_GRAFANA_PASSWORD"])
+	if want := []string{"FLYBALL_NATS_CLI_PASSWORD"}; ok || !slices.Equal(c.named(lines), want) || len(lines) != 1 {
 		t.Errorf("FLYBALL_NATS_CLI_PASSWORD at its default in .env, FLYBALL_REQUIRE_SECRETS=1 there: ok %v, stderr:\n%s\nwant a refusal naming %v only", ok, strings.Join(lines, "\n"), want)
 	}
 	// FLYBALL_API_TOKENS, which compose does not read, without
 	// FLYBALL_API_TOKEN: refused, in the environment or the file; with it,
 	// nothing to say.
 	for _, inFile := range []bool{false, true} {
-		env, file := allSet("FLYBALL_API_TOKEN"), []string{"# other settings"}
+		env, file := c.allSet("FLYBALL_API_TOKEN"), []string{"# other settings"}
 		if inFile {
-			file = append(file, "FLYBALL_API_TOKENS="+strong["FLYBALL_API_TOKEN"])
+			file = append(file, "FLYBALL_API_TOKENS="+c.strong["FLYBALL_API_TOKEN"])
 		} else {
-			env["FLYBALL_API_TOKENS"] = strong["FLYBALL_API_TOKEN"]
+			env["FLYBALL_API_TOKENS"] = c.strong["FLYBALL_API_TOKEN"]
 		}
-		ok, lines := run(env, file...)
+		ok, lines := c.run(env, file...)
 		if ok || len(lines) < 1 || !strings.Contains(lines[0], "FLYBALL_API_TOKENS (from ") || !strings.Contains(lines[0], "set FLYBALL_API_TOKEN instead") {
 			t.Errorf("FLYBALL_API_TOKENS without FLYBALL_API_TOKEN (in the env file: %v): ok %v, stderr:\n%s\nwant a refusal that names both", inFile, ok, strings.Join(lines, "\n"))
 		}
 	}
-	env := allSet()
-	env["FLYBALL_API_TOKENS"] = strong["FLYBALL_API_TOKEN"]
-	if ok, lines := run(env); !ok || len(lines) != 0 {
+	env := c.allSet()
+	env["FLYBALL_API_TOKENS"] = c.strong["FLYBALL_API_TOKEN"]
+	if ok, lines := c.run(env); !ok || len(lines) != 0 {
 		t.Errorf("FLYBALL_API_TOKENS and FLYBALL_API_TOKEN: ok %v, stderr:\n%s\nwant exit 0 and nothing", ok, strings.Join(lines, "\n"))
+	}
+}
+
+// TestCheckPasswordsJudgesAnEmptySecretAsComposeDoes: a variable set in
+// the shell wins over deploy/compose/.env in docker-compose even when it
+// is empty, and ${FLYBALL_API_TOKEN:-flyball-dev-token} then gives the
+// dev default. check-passwords.sh read an empty one from the file
+// instead, so a deploy shell exporting FLYBALL_API_TOKEN= (a missing CI
+// secret) passed FLYBALL_REQUIRE_SECRETS=1 on the file's strong secrets
+// while the API accepted flyball-dev-token. It now judges the empty
+// value compose uses: refused with the switch, warned of without. An
+// empty switch in the shell does not turn off the file's (compose does
+// not read it).
+func TestCheckPasswordsJudgesAnEmptySecretAsComposeDoes(t *testing.T) {
+	t.Parallel()
+	c := newCheckPasswords(t)
+
+	var file []string
+	for _, s := range c.secrets {
+		file = append(file, s+"="+c.strong[s])
+	}
+	want := []string{"FLYBALL_API_TOKEN"}
+	for _, env := range []map[string]string{
+		{"FLYBALL_API_TOKEN": ""},
+		{"FLYBALL_API_TOKEN": "", "FLYBALL_REQUIRE_SECRETS": ""},
+	} {
+		ok, lines := c.run(env, append(slices.Clone(file), "FLYBALL_REQUIRE_SECRETS=1")...)
+		if ok || len(lines) != 1 || !slices.Equal(c.named(lines), want) {
+			t.Errorf("every secret and FLYBALL_REQUIRE_SECRETS=1 in .env, %v in the shell: ok %v, stderr:\n%s\nwant a refusal naming %v only",
+				env, ok, strings.Join(lines, "\n"), want)
+		}
+	}
+	ok, lines := c.run(map[string]string{"FLYBALL_API_TOKEN": ""}, file...)
+	if !ok || len(lines) != 1 || !strings.Contains(lines[0], "warning") || !slices.Equal(c.named(lines), want) {
+		t.Errorf("every secret in .env, FLYBALL_API_TOKEN= in the shell: ok %v, stderr:\n%s\nwant exit 0 and a warning naming %v only", ok, strings.Join(lines, "\n"), want)
 	}
 }

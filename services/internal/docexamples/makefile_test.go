@@ -168,9 +168,14 @@ func TestMakeUpInfoReadsTheEnvFileAndPrintsNoSecret(t *testing.T) {
 	upInfo := func(envFile string, env ...string) string {
 		t.Helper()
 		cmd := exec.Command(makeBin, "-s", "-C", root, "up-info", "COMPOSE_ENV="+envFile)
-		cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=",
-			"FLYBALL_NATS_PORT=", "FLYBALL_API_PORT=", "FLYBALL_TARGET_PORT=", "FLYBALL_NATS_MONITOR_PORT=",
-			"FLYBALL_API_TOKEN=", "FLYBALL_NATS_CLI_PASSWORD=")
+		// No FLYBALL_ variable but env's: one set in the shell, even to
+		// nothing, wins over the file.
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "FLYBALL_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=")
 		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -208,6 +213,11 @@ func TestMakeUpInfoReadsTheEnvFileAndPrintsNoSecret(t *testing.T) {
 	check("settings in the env file", upInfo(envFile, "FLYBALL_NATS_PORT=24222"),
 		[]string{"http://127.0.0.1:18080", "nats://127.0.0.1:24222", tokenRef, passwordRef, load},
 		[]string{fileToken, filePassword, "flyball-dev-token", "dev-cli", ":8080", "14222"})
+	// A token set but empty in the shell: compose gives the API the dev
+	// default, not the file's token.
+	check("token empty in the shell", upInfo(envFile, "FLYBALL_API_TOKEN="),
+		[]string{`-H "Authorization: Bearer flyball-dev-token"`, "the dev default", passwordRef, load},
+		[]string{tokenRef, fileToken, filePassword})
 	// Secrets in the shell: named, not printed, and nothing to load.
 	none := filepath.Join(t.TempDir(), ".env")
 	check("secrets in the shell", upInfo(none, "FLYBALL_API_TOKEN="+shellToken, "FLYBALL_NATS_CLI_PASSWORD="+shellPassword),
