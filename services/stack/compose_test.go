@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -375,6 +377,68 @@ func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
 		}
 		if got := st.CachedInfo().Config.Subjects; len(got) != len(cfg.Subjects) {
 			t.Errorf("stream %s has subjects %v, want %v", cfg.Name, got, cfg.Subjects)
+		}
+	}
+}
+
+// TestProvisionerCreatesOnlyTheDurables: the provisioner could create
+// any consumer on any stream ($JS.API.CONSUMER.CREATE.*.*[.>]), so a push
+// consumer on KV_flyball-tasks delivering to _INBOX.x, which it may
+// subscribe to, handed it every task spec with its unredacted headers. It
+// may now create only the durables flyball provision makes, each on its
+// own stream: any other name, or a durable's name on another stream, is
+// refused, with either create subject, and no consumer is left behind.
+func TestProvisionerCreatesOnlyTheDurables(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartCompose(t)
+	natstest.PutJSON(t, srv.JS, streams.BucketTasks, "victim", map[string]any{
+		"target": map[string]any{"headers": map[string]string{"Authorization": "Bearer victim-secret"}},
+	})
+	cfgs, err := streams.StreamConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	durables, err := streams.ConsumerConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, cs := range durables {
+		for _, c := range cs {
+			names[c.Durable] = true
+		}
+	}
+	var attempts []refusal
+	for _, st := range cfgs {
+		own := map[string]bool{}
+		for _, c := range durables[st.Name] {
+			own[c.Durable] = true
+		}
+		for _, name := range append([]string{"snoop"}, slices.Sorted(maps.Keys(names))...) {
+			if own[name] {
+				continue
+			}
+			body, err := json.Marshal(map[string]any{"stream_name": st.Name, "config": map[string]any{
+				"name": name, "durable_name": name, "deliver_subject": "_INBOX.snoop",
+				"deliver_policy": "all", "ack_policy": "none", "filter_subject": st.Subjects[0],
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			attempts = append(attempts,
+				refusal{"provisioner", "$JS.API.CONSUMER.CREATE." + st.Name + "." + name, string(body)},
+				refusal{"provisioner", "$JS.API.CONSUMER.CREATE." + st.Name + "." + name + "." + st.Subjects[0], string(body)},
+			)
+		}
+	}
+	expectRefused(t, srv, attempts)
+	for _, st := range cfgs {
+		s, err := srv.JS.Stream(t.Context(), st.Name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", st.Name, err)
+		}
+		if got, want := s.CachedInfo().State.Consumers, len(durables[st.Name]); got != want {
+			t.Errorf("stream %s has %d consumers, want its %d durables", st.Name, got, want)
 		}
 	}
 }
