@@ -40,9 +40,16 @@ func (f *attemptsFixture) dispatchInfo(t *testing.T) *jetstream.ConsumerInfo {
 // next meets it (the view follows a watch, a moment behind the bucket).
 func (f *attemptsFixture) putBreaker(t *testing.T, rec BreakerRecord) {
 	t.Helper()
-	natstest.PutJSON(t, f.srv.JS, streams.BucketBreakers, f.id, rec)
+	putBreakerSeen(t, f.srv.JS, f.ex, f.id, rec)
+}
+
+// putBreakerSeen stores rec under key in flyball-breakers and waits until
+// ex's view holds it.
+func putBreakerSeen(t *testing.T, js jetstream.JetStream, ex *Service, key string, rec BreakerRecord) {
+	t.Helper()
+	natstest.PutJSON(t, js, streams.BucketBreakers, key, rec)
 	natstest.Eventually(t, 10*time.Second, "the executor's view holds the breaker record", func() bool {
-		r := f.ex.breakers.Lookup(f.id)
+		r := ex.breakers.Lookup(key)
 		return r.Found && r.Value.State == rec.State && r.Value.RetryAt.Equal(rec.RetryAt)
 	})
 }

@@ -28,6 +28,8 @@
 //   - open breaker: the delivery is kept (marked in progress) until the
 //     breaker's retryAt or its next change, without calling the target,
 //     counting an attempt or using one of the consumer's deliveries (park);
+//     past the room such waits may take in the consumer's max_ack_pending
+//     (half of it: parkroom.go), publish run.skipped, then ack;
 //   - half-open breaker (or open past retryAt): one call per breaker key
 //     and half-open period, across every executor, is the probe: the one
 //     whose Create of the claim in KV flyball-probes wins. Every other

@@ -190,13 +190,20 @@ func startExecutorOn(t *testing.T, nc *nats.Conn, instance string, prepare func(
 // shortenAckWait gives the DISPATCH consumer a 1 s AckWait.
 func shortenAckWait(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
+	changeDispatchConsumer(t, js, func(c *jetstream.ConsumerConfig) { c.AckWait = time.Second })
+}
+
+// changeDispatchConsumer updates the DISPATCH consumer with change (before
+// an executor starts: it reads the consumer at Start).
+func changeDispatchConsumer(t *testing.T, js jetstream.JetStream, change func(*jetstream.ConsumerConfig)) {
+	t.Helper()
 	ctx := context.Background()
 	c, err := js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := c.CachedInfo().Config
-	cfg.AckWait = time.Second
+	change(&cfg)
 	if _, err := js.UpdateConsumer(ctx, streams.StreamDispatch, cfg); err != nil {
 		t.Fatal(err)
 	}

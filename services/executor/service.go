@@ -26,6 +26,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 	"github.com/flyballhq/flyball/services/internal/slotdone"
 	"github.com/flyballhq/flyball/services/internal/ssrf"
 	"github.com/flyballhq/flyball/streams"
@@ -62,6 +63,7 @@ type Service struct {
 	heldMu   sync.Mutex
 	held     map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
 	parked   map[string]int     // of held, those deferred by their breaker (park), by breaker key
+	nParked  int                // of held, those deferred by their breaker: the sum of parked
 	retrying int                // of held, those tried again after an infrastructure failure (retryInfra)
 	firing   sync.WaitGroup     // held dispatches not yet settled
 	fire     chan *held         // held dispatches whose slot came, to the callers
@@ -119,6 +121,21 @@ type Service struct {
 	// pubViolations ends NATS-target requests (callNATS) and the direct
 	// gets of a late slot's outcome (ranAlready) the server refuses.
 	pubViolations jsutil.PubWatch
+
+	// The room a dispatch an open breaker defers may take in the DISPATCH
+	// consumer's max_ack_pending (parkRefused): set at Start from the
+	// consumer (setParkRoom), all zero for a consumer with no limit.
+	// maxAckPending is that limit; parkCap, half of it, the most this
+	// executor parks for an open breaker, and the consumer's ack pending
+	// past which none is parked; shedAt the consumer's ack pending at
+	// which it sheds those it parks (watchParkRoom).
+	maxAckPending, parkCap, shedAt int
+	// ackPending is the consumer's ack pending as watchParkRoom last read
+	// it, every parkPoll while this executor parks a dispatch; 0 while it
+	// parks none.
+	ackPending atomic.Int64
+	parkPoll   time.Duration
+	parkWarns  *repeatlog.Log // skipParked's warning, once per settleLogWindow
 }
 
 // New validates cfg and returns an executor ready to Start.
@@ -126,9 +143,10 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("service", "executor")
 	return &Service{
 		cfg:         cfg,
-		log:         cfg.Logger.With("service", "executor"),
+		log:         log,
 		source:      jsutil.Source("executor", cfg.Instance),
 		userAgent:   "flyball/" + cfg.Version,
 		client:      newHTTPClient(&cfg.Guard, cfg.PerHost, cfg.Concurrency, cfg.RedactHeaders),
@@ -143,6 +161,8 @@ func New(cfg Config) (*Service, error) {
 		infraRetryFirst: infraRetryFirst,
 		infraRetryMax:   infraRetryMax,
 		eventBytesMax:   outboxMaxBytes,
+		parkPoll:        parkPoll,
+		parkWarns:       repeatlog.New(log, settleLogWindow),
 	}, nil
 }
 
@@ -193,6 +213,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: consumer %s/%s: %w", streams.StreamDispatch, streams.ConsumerExecutor, err)
 	}
 	s.maxDeliver = cons.CachedInfo().Config.MaxDeliver
+	s.setParkRoom(cons.CachedInfo().Config.MaxAckPending)
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
@@ -238,6 +259,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.settles, err = newSettler(s.cfg.JS.Conn(), s.log, s.cfg.Metrics); err != nil {
 		return fmt.Errorf("executor: %w", err)
+	}
+	if s.maxAckPending > 0 {
+		s.Go(func() { s.watchParkRoom(runCtx, cons) })
 	}
 	cc, err := jsutil.ConsumeWorkers(ctx, s.cfg.JS, streams.StreamDispatch, streams.ConsumerExecutor, s.log,
 		jsutil.Workers{
@@ -441,7 +465,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 	}
 	g := s.breakerGate(ctx, t.breakerKey, d)
 	if g.wait > 0 {
-		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, "breaker open")
+		s.deferCall(ctx, m, md, d, arrived, t.breakerKey, g.wait, g.retryAt, "breaker open")
 		return
 	}
 	s.execute(ctx, m, md, t, d, arrived, g, slot, fails)
@@ -469,8 +493,24 @@ func (s *Service) hold(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMe
 // 0.5 s or more) or a long outage of its host (an open period per
 // re-open, doubling up to breaker.maxOpenDelay) used them all up and was
 // dead-lettered as max-deliveries without ever calling its target.
-func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration) {
-	s.keep(ctx, &held{m: m, md: md, d: d, arrived: arrived, parked: true, key: key, until: time.Now().Add(wait)}, wait)
+//
+// A parked dispatch is delivered and unacked, so it counts toward the
+// DISPATCH consumer's max_ack_pending (20,000), across all executors, as
+// a NakWithDelay would too (the server keeps a nakked message pending
+// until its redelivery). A breaker open over 20,000 pending runs (a host
+// breaker, a datacenter outage) left no room for any other dispatch: every
+// task stopped until the breakers closed. So a dispatch waiting for an
+// open breaker's retryAt (not for a probe: that ends with the probe's
+// call) longer than half an AckWait is parked only while there is room
+// for it (parkRefused); otherwise it is reported run.skipped and acked
+// (skipParked), and the governor plans the task's next slot, as after
+// any skip: no earlier than retryAt when the breaker is the task's own
+// (its breaker hold).
+func (s *Service) park(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration, retryAt time.Time) {
+	h := &held{m: m, md: md, d: d, arrived: arrived, parked: true, key: key, retryAt: retryAt, until: time.Now().Add(wait)}
+	if full := s.keep(ctx, h, wait); full != "" {
+		s.skipParked(ctx, h, full)
+	}
 }
 
 // retryInfra keeps a dispatch whose try met a failure of flyball's own
@@ -503,6 +543,7 @@ func (s *Service) retryInfra(ctx context.Context, m jetstream.Msg, md *jetstream
 
 // unpark counts a parked dispatch of key out. The caller holds heldMu.
 func (s *Service) unpark(key string) {
+	s.nParked--
 	if s.parked[key]--; s.parked[key] <= 0 {
 		delete(s.parked, key)
 	}
@@ -529,17 +570,23 @@ func (s *Service) wakeDeferred(key string) {
 }
 
 // keep holds h for wait, then hands it to a caller (fireHeld). Once
-// shutdown has begun, it is handed back instead (handBack).
-func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
+// shutdown has begun, it is handed back instead (handBack). A dispatch
+// parked for an open breaker that finds no room (parkRefused) is not
+// kept: keep returns why, and the caller settles it.
+func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) (full string) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	if s.stopped() {
 		s.handBackHeld(h, h.handBack())
-		return
+		return ""
+	}
+	if full := s.parkRefused(h, wait); full != "" {
+		return full
 	}
 	s.held[h] = struct{}{}
 	if h.parked {
 		s.parked[h.key]++
+		s.nParked++
 	}
 	if h.retry > 0 {
 		s.retrying++
@@ -551,15 +598,13 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) {
 	s.heldChanged()
 	s.firing.Add(1)
 	h.t = time.AfterFunc(wait, func() { s.fireHeld(ctx, h) })
+	return ""
 }
 
 // heldChanged updates the gauges of held and parked dispatches. The
 // caller holds heldMu.
 func (s *Service) heldChanged() {
-	parked := s.retrying
-	for _, n := range s.parked {
-		parked += n
-	}
+	parked := s.retrying + s.nParked
 	s.cfg.Metrics.DispatchHeld.Set(float64(len(s.held) - parked))
 	s.cfg.Metrics.DispatchDeferred.Set(float64(parked))
 }
@@ -575,6 +620,9 @@ type held struct {
 	parked  bool   // deferred by its breaker (park)
 	key     string // parked: the breaker key (wakeDeferred)
 	woken   bool   // parked: woken early by a change of its breaker record
+	// retryAt: parked for an open breaker, its retryAt; zero for one
+	// waiting for another call's probe.
+	retryAt time.Time
 	// until is when it is checked again (parked or retry), or when its
 	// slot comes (held for it: hold), on this executor's clock; zero for
 	// one due already (waitForHost).
@@ -1255,7 +1303,7 @@ func (s *Service) breakerGate(ctx context.Context, key string, d *events.Dispatc
 	switch b.State {
 	case events.BreakerOpen:
 		if wait := time.Until(b.RetryAt); wait > 0 {
-			return gate{wait: wait}
+			return gate{wait: wait, retryAt: b.RetryAt}
 		}
 	case events.BreakerHalfOpen:
 	default:
@@ -1265,11 +1313,12 @@ func (s *Service) breakerGate(ctx context.Context, key string, d *events.Dispatc
 }
 
 // deferCall keeps d for wait without calling its target (park; why says
-// what the breaker said), and counts it as deferred.
-func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration, why string) {
+// what the breaker said), and counts it as deferred. retryAt is an open
+// breaker's, zero for a wait for another call's probe.
+func (s *Service) deferCall(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMetadata, d *events.Dispatch, arrived time.Time, key string, wait time.Duration, retryAt time.Time, why string) {
 	s.cfg.Metrics.RunsTotal.WithLabelValues("deferred").Inc()
 	s.log.Debug(why+": deferring", "task", d.TaskID, "wait", wait)
-	s.park(ctx, m, md, d, arrived, key, wait)
+	s.park(ctx, m, md, d, arrived, key, wait, retryAt)
 }
 
 // serverClock is the NATS server's clock as this executor reads it: its
@@ -1380,6 +1429,7 @@ const (
 	skipMissed      = "missed"       // catchUp none: the next slot passed too (missedUnderNone)
 	skipInvalidSpec = "invalid-spec" // the stored spec does not decode or validate
 	skipAlreadyRan  = "already-ran"  // a slot dispatched again after it ran (ranAlready)
+	skipBreaker     = "breaker"      // an open breaker's wait, with no room for it in DISPATCH (skipParked)
 )
 
 // skip reports d as run.skipped with reason, counted under label why.
@@ -1446,7 +1496,7 @@ func (s *Service) execute(ctx context.Context, m jetstream.Msg, md *jetstream.Ms
 		}
 		if wait > 0 {
 			s.cfg.Metrics.ProbeDeferred.Inc()
-			s.deferCall(ctx, m, md, d, arrived, t.breakerKey, wait, "breaker half-open and another call is its probe ("+claim+")")
+			s.deferCall(ctx, m, md, d, arrived, t.breakerKey, wait, time.Time{}, "breaker half-open and another call is its probe ("+claim+")")
 			return
 		}
 		s.log.Info("breaker half-open: this call is its probe", "task", d.TaskID, "breaker", t.breakerKey, "claim", claim)

@@ -534,13 +534,20 @@ func shortenDispatch(t *testing.T, js jetstream.JetStream, maxDeliver int) {
 // shortenDispatchTo is shortenDispatch with an AckWait of ackWait.
 func shortenDispatchTo(t *testing.T, js jetstream.JetStream, maxDeliver int, ackWait time.Duration) {
 	t.Helper()
+	changeDispatch(t, js, func(c *jetstream.ConsumerConfig) { c.AckWait, c.MaxDeliver = ackWait, maxDeliver })
+}
+
+// changeDispatch updates the executor's consumer with change (before an
+// executor starts: it reads the consumer at Start).
+func changeDispatch(t *testing.T, js jetstream.JetStream, change func(*jetstream.ConsumerConfig)) {
+	t.Helper()
 	ctx := context.Background()
 	c, err := js.Consumer(ctx, streams.StreamDispatch, streams.ConsumerExecutor)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := c.CachedInfo().Config
-	cfg.AckWait, cfg.MaxDeliver = ackWait, maxDeliver
+	change(&cfg)
 	if _, err := js.UpdateConsumer(ctx, streams.StreamDispatch, cfg); err != nil {
 		t.Fatal(err)
 	}

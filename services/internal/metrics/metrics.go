@@ -39,6 +39,9 @@ type Set struct {
 	RuntimeInstances   *prometheus.GaugeVec
 	StalenessMax       prometheus.Gauge
 	HeartbeatFailures  prometheus.Counter
+	// DispatchDeferredLimit is the most dispatches an executor keeps for
+	// an open breaker's retryAt: half of DISPATCH's max_ack_pending.
+	DispatchDeferredLimit prometheus.Gauge
 	// ClockOffset is the process's clock minus the NATS server's, as its
 	// heartbeats measure it.
 	ClockOffset prometheus.Gauge
@@ -112,7 +115,7 @@ func New() *Set {
 			Name: "flyball_runs_total", Help: "Run attempts by result (succeeded, failed, skipped, deferred).",
 		}, []string{"result"}),
 		SkipsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyball_skips_total", Help: "Runs skipped without a call, by reason (deleted, recreated, paused, missed, invalid-spec, already-ran).",
+			Name: "flyball_skips_total", Help: "Runs skipped without a call, by reason (deleted, recreated, paused, missed, invalid-spec, already-ran, breaker).",
 		}, []string{"reason"}),
 		RunDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "flyball_run_duration_seconds", Help: "Duration of target calls, in buckets up to 1800 s (events.MaxTargetTimeout, the longest timeout a task may set).",
@@ -140,6 +143,10 @@ func New() *Set {
 		DispatchDeferred: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_deferred",
 			Help: "Dispatches this executor keeps while their breaker defers them (open until retryAt, or half-open while another call probes), or to try again in place after a read or write of its own KV state failed.",
+		}),
+		DispatchDeferredLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flyball_dispatch_deferred_limit",
+			Help: "The most dispatches this executor keeps for an open breaker's retryAt (in flyball_dispatch_deferred): half the DISPATCH consumer's max_ack_pending, read at start. Past it, or while the consumer has half of it delivered and unacked, such a dispatch is reported run.skipped (reason breaker). 0: the consumer sets no max_ack_pending.",
 		}),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_inflight", Help: "Runs being executed by this process.",
@@ -278,7 +285,7 @@ func New() *Set {
 		Name: "flyball_task_staleness_score", Help: "Per-task staleness in [0,1] (opt-in; off above the task limit).",
 	}, []string{"task"})
 	for _, c := range []prometheus.Collector{
-		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.TimerLeaseStalls, s.DispatchHeld, s.DispatchDeferred, s.Inflight,
+		s.RunsTotal, s.SkipsTotal, s.RunDuration, s.DispatchLateness, s.DispatchTotal, s.DispatchPending, s.TimerDispatching, s.TimerLeaseStalls, s.DispatchHeld, s.DispatchDeferred, s.DispatchDeferredLimit, s.Inflight,
 		s.RetriesTotal, s.BreakerTransitions, s.BreakersOpen, s.ProbeDeferred, s.BreakerRecovered, s.DeadLetterTotal, s.Decisions,
 		s.RejectedEvents, s.RuntimeInstances, s.StalenessMax, s.HeartbeatFailures, s.ClockOffset, s.ClockOffsetMeasured, s.ZombiesRenudged, s.OrphansRemoved, s.MarkersCompacted, s.SchedulesRepaired,
 		s.SweeperScanning, s.PullFailures, s.PullStalls, s.GovernorRetries, s.OutboxRepublished, s.OutboxAbandoned, s.OutboxEvents, s.DeadLetterReconciled,
