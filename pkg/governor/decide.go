@@ -79,7 +79,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		}
 		p.applyOutcome(o)
 		if o.Result == "failed" && o.DeadLetterReason != "" {
-			p.applyDeadLetter(&DeadLetterSignal{DispatchID: o.DispatchID, Reason: o.DeadLetterReason, At: s.LastFailureAt})
+			p.applyDeadLetter(&DeadLetterSignal{DispatchID: o.DispatchID, Reason: o.DeadLetterReason, At: s.LastFailureAt, ScheduledAt: o.ScheduledAt})
 		}
 		if o.Result != "skipped" && !o.StartedAt.IsZero() && o.ScheduledAt.Equal(s.LastScheduledAt) {
 			p.started = o.StartedAt.UTC()
@@ -461,6 +461,14 @@ func (p *planner) leftBreaker(key string) {
 // applyDeadLetter records a dead-letter entry. It reports false for an
 // entry that changes nothing: a redelivery, or one that a later requeue or
 // success superseded.
+//
+// A requeue sent after the dead-lettered run's slot (during its retries:
+// the operator asked for a run while it was failing) outranks the hold
+// and stays pending: it runs, and its outcome clears it. Judged by when
+// the failure or its entry arrived (after the requeue), the hold cleared
+// it, and neither the requeue nor a run-now queued before it ran until
+// the recheck. A requeue before the slot is the one the failed run
+// served: the hold replaces it.
 func (p *planner) applyDeadLetter(d *DeadLetterSignal) bool {
 	s := &p.s
 	at := d.At.UTC()
@@ -487,7 +495,12 @@ func (p *planner) applyDeadLetter(d *DeadLetterSignal) bool {
 		after = events.MaxInterval
 	}
 	s.DeadLetter = &DeadLetterHold{DispatchID: d.DispatchID, Reason: d.Reason, At: at, RecheckAt: at.Add(after)}
-	s.RequeuedAt = time.Time{}
+	if d.ScheduledAt.IsZero() || !s.RequeuedAt.After(d.ScheduledAt) {
+		s.RequeuedAt = time.Time{}
+	} else {
+		p.tr.str("requeued at ").at(s.RequeuedAt).str(" during the dead-lettered run of ").at(d.ScheduledAt).
+			str(": the requeue outranks the hold and runs").end()
+	}
 	return true
 }
 

@@ -275,9 +275,10 @@ func (p *planner) waits() bool {
 // and the slot planned during its run (by a breaker transition, a spec
 // update or a hint: rules below the recheck) would run after it, one call
 // more than the policy allows. Only the operator's requeue outranks the
-// hold: a slot at or after a requeue that no completed slot has served
-// (the requeue sent during the failing run, which the hold clears) is
-// kept, and runs.
+// hold: a requeue sent during the failing run stays pending
+// (applyDeadLetter), and a slot at or after it is kept, and runs; a slot
+// before it (a run-now queued before the requeue) is dropped, and the
+// requeue runs now in its place.
 //
 // This keeps the precedence of the clamps and the budget: the slot was
 // planned under them, measured from the running slot, and the inputs that
@@ -292,8 +293,8 @@ func (p *planner) keepsWaiting() bool {
 	if dl == nil || !dl.RecheckAt.After(p.planned) {
 		return true
 	}
-	r := p.input.RequeuedAt
-	return !r.IsZero() && r.After(p.s.LastScheduledAt) && servedBy(p.planned, r)
+	r := p.s.RequeuedAt
+	return !r.IsZero() && servedBy(p.planned, r)
 }
 
 // queued reports whether the slot in flight waits behind a running one

@@ -2749,3 +2749,61 @@ func TestDecideCatchUpAfterATimedPauseCountsOnlyTheSlotsInIt(t *testing.T) {
 		},
 	})
 }
+
+// A requeue sent during a run that then fails finally outranks the hold
+// that failure makes, as a requeue after it does: it stays pending and
+// runs. Before, the hold was judged by when the failure (or its entry)
+// arrived, after the requeue, so it cleared the requeue; and the slot a
+// run-now or interval hint had queued before the requeue was dropped by
+// the hold: neither ran, and the task waited for its recheck.
+func TestDecideARequeueDuringAFailingRunSurvivesItsFinalFailure(t *testing.T) {
+	hourly := mustValid(t, intervalSpec(time.Hour))
+	minTen := mustValid(t, withBounds(intervalSpec(time.Minute), 10*time.Minute, 0))
+	paused := governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{}}
+	resumed := governor.Input{Kind: governor.KindResumed}
+	onTime := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval))
+	onTimeMin := stateWith(ran(t0.Add(-10*time.Minute)), planned(t0, governor.SourceBaselineInterval))
+	s1, s2, failed := t0.Add(time.Second), t0.Add(2*time.Second), t0.Add(95*time.Second)
+	final := finalFailure(t0, events.DeadLetterMaxAttempts)
+	final.Outcome.FinishedAt = failed
+	entry := lateEntry(events.DispatchID("t", t0), t0, events.DeadLetterMaxAttempts, failed)
+	steps := func(spec *events.TaskSpec, st governor.State, steps ...any) governor.Decision {
+		var d governor.Decision
+		for i := 0; i < len(steps); i += 2 {
+			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
+			st = d.State
+		}
+		return d
+	}
+	runNow, every10s := hinted(governor.Hint{At: s1}), hinted(governor.Hint{Interval: 10 * time.Second})
+	for _, tt := range []struct {
+		name string
+		d    governor.Decision
+		next time.Time
+		src  governor.Source
+	}{
+		{"run-now, requeue, final failure", steps(hourly, onTime, s1, runNow, s2, requeued, failed, final), failed, governor.SourceRequeue},
+		{"10s interval hint, requeue once its slot is due, final failure", steps(hourly, onTime, s1, every10s, t0.Add(11*time.Second), requeued, failed, final), failed, governor.SourceRequeue},
+		{"10s interval hint, requeue, final failure: the requeue's slot", steps(hourly, onTime, s1, every10s, s2, requeued, failed, final), s2, governor.SourceRequeue},
+		{"run-now, requeue, the entry before the final failure", steps(hourly, onTime, s1, runNow, s2, requeued, failed, entry, failed.Add(time.Second), final), failed, governor.SourceRequeue},
+		{"requeue, the entry before the final failure", steps(hourly, onTime, s1, requeued, failed, entry), failed, governor.SourceRequeue},
+		{"requeue, pause, final failure, resume", steps(hourly, onTime, s1, requeued, s2, paused, failed, final, failed.Add(5*time.Second), resumed), failed.Add(5 * time.Second), governor.SourceRequeue},
+		{"bounds.min 10m: requeue, final failure", steps(minTen, onTimeMin, s1, requeued, failed, final), t0.Add(10 * time.Minute), governor.SourceClampedMin},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if !tt.d.NextRunAt.Equal(tt.next) || tt.d.Source != tt.src {
+				t.Errorf("NextRunAt = %s (%s), want %s (%s)\n%s", fmtT(tt.d.NextRunAt), tt.d.Source, fmtT(tt.next), tt.src, fmtTrail(tt.d.Trail))
+			}
+			if tt.d.State.RequeuedAt.IsZero() {
+				t.Errorf("RequeuedAt cleared before the requeue ran\n%s", fmtTrail(tt.d.Trail))
+			}
+		})
+	}
+	// The requeued run's outcome settles the requeue, and the run-now
+	// hint with it: one run for both.
+	d := steps(hourly, onTime, s1, runNow, s2, requeued, failed, final, failed.Add(3*time.Second), outcome("succeeded", failed))
+	if !d.NextRunAt.Equal(failed.Add(time.Hour)) || !d.State.RequeuedAt.IsZero() || d.State.OneShotHint != nil || d.State.DeadLetter != nil {
+		t.Errorf("after the requeued run: next %s (%s), requeue %s, hint %+v, hold %+v\n%s", fmtT(d.NextRunAt), d.Source,
+			fmtT(d.State.RequeuedAt), d.State.OneShotHint, d.State.DeadLetter, fmtTrail(d.Trail))
+	}
+}
