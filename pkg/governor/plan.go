@@ -304,10 +304,14 @@ func (p *planner) queued() bool { return p.waits() && p.keepsWaiting() }
 // keepQueued leaves the queued slot (see queued) where it is, due or still
 // ahead. Kept, it runs once whether or not it was published, and its
 // outcome plans the slot after it. A one-shot hint whose time came while
-// the slot waited (after the slot, at or before now) is consumed: the slot
-// runs after it, so it is the run the hint asked for. Left to the slot's
-// outcome, which consumes only a hint at or before the slot, a second
-// run-now hint during the run would run a second time right behind it. A
+// the slot waited (after the slot, at or before now) is served by it: the
+// slot runs after it, so it is the run the hint asked for. The hint is
+// dated back to the slot, so that the slot's outcome, which consumes only
+// a hint at or before the slot, consumes it: left as it was, a second
+// run-now hint during the run ran a second time right behind it. It is
+// not consumed at once: a pause drops the queued slot, and the resume
+// plans the hint again (consumed, and having replaced the first hint, the
+// run-now was lost). A
 // requeue is not consumed early (applyDeadLetter reads it, see deadLetter):
 // one sent while the slot waits, after its time, runs after its outcome.
 func (p *planner) keepQueued() {
@@ -320,8 +324,11 @@ func (p *planner) keepQueued() {
 	p.tr.str("slot ").at(p.prevNext).str(" was planned while the run of ").at(run).
 		str(" ran; its dispatch waits for that run's to leave DISPATCH: kept; the slot after it is planned from its outcome").end()
 	if h := p.s.OneShotHint; h != nil && h.At.After(p.planned) && !h.At.After(p.now) {
-		p.tr.str("one-shot hint for ").at(h.At).str(" came while the slot ").at(p.planned).str(" waits, which runs after it: consumed").end()
-		p.s.OneShotHint = nil
+		p.tr.str("one-shot hint for ").at(h.At).str(" came while the slot ").at(p.planned).
+			str(" waits, which runs after it: served by that slot, whose outcome consumes it").end()
+		served := *h // the input state's hint is shared: Decide never modifies it
+		served.At = p.planned
+		p.s.OneShotHint = &served
 	}
 }
 

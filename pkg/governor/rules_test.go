@@ -1432,8 +1432,15 @@ func TestDecideSlotPlannedDuringARunSurvivesALaterInput(t *testing.T) {
 				first.name + ", then a run-now hint while it waits: served by it",
 				given{spec, d.State, due, hinted(governor.Hint{At: due})},
 				want{next: queued, source: d.Source, trail: "was planned while the run of", check: func(t *testing.T, d governor.Decision) {
-					if d.State.OneShotHint != nil {
-						t.Errorf("one-shot hint %+v left for a run after the slot that serves it", d.State.OneShotHint)
+					// Kept until the slot's outcome (a pause drops the
+					// slot, and the resume plans the hint again), dated
+					// to the slot, whose outcome consumes it.
+					if h := d.State.OneShotHint; h != nil && h.At.After(queued) {
+						t.Errorf("one-shot hint %+v left for a run after the slot that serves it", h)
+					}
+					after := governor.Decide(due.Add(2*time.Second), spec, d.State, outcome("succeeded", queued))
+					if h := after.State.OneShotHint; h != nil {
+						t.Errorf("one-shot hint %+v left after the slot that serves it ran", h)
 					}
 				}},
 			},
@@ -2805,5 +2812,56 @@ func TestDecideARequeueDuringAFailingRunSurvivesItsFinalFailure(t *testing.T) {
 	if !d.NextRunAt.Equal(failed.Add(time.Hour)) || !d.State.RequeuedAt.IsZero() || d.State.OneShotHint != nil || d.State.DeadLetter != nil {
 		t.Errorf("after the requeued run: next %s (%s), requeue %s, hint %+v, hold %+v\n%s", fmtT(d.NextRunAt), d.Source,
 			fmtT(d.State.RequeuedAt), d.State.OneShotHint, d.State.DeadLetter, fmtTrail(d.Trail))
+	}
+}
+
+// A second run-now hint while the first one's slot waits behind the run
+// is served by that slot, and stays in the state until its outcome: a
+// pause then drops the slot, and the resume plans the run-now again.
+// Before, the second hint was consumed at once, and it had replaced the
+// first: the resume found no hint, and the run-now never ran. Without the
+// pause, the two hints still make one run.
+func TestDecideASecondRunNowDuringARunSurvivesAPause(t *testing.T) {
+	hourly := mustValid(t, intervalSpec(time.Hour))
+	paused := governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{}}
+	resumed := governor.Input{Kind: governor.KindResumed}
+	onTime := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval))
+	s1, s3, s4, s5 := t0.Add(time.Second), t0.Add(3*time.Second), t0.Add(4*time.Second), t0.Add(5*time.Second)
+	steps := func(st governor.State, steps ...any) []governor.Decision {
+		var ds []governor.Decision
+		for i := 0; i < len(steps); i += 2 {
+			d := governor.Decide(steps[i].(time.Time), hourly, st, steps[i+1].(governor.Input))
+			ds = append(ds, d)
+			st = d.State
+		}
+		return ds
+	}
+	done := func(slot, at time.Time) governor.Input {
+		in := outcome("succeeded", slot)
+		in.Outcome.FinishedAt = at
+		return in
+	}
+	check := func(name string, d governor.Decision, next time.Time, src governor.Source) {
+		t.Helper()
+		if !d.NextRunAt.Equal(next) || d.Source != src {
+			t.Errorf("%s: NextRunAt = %s (%s), want %s (%s)\n%s", name, fmtT(d.NextRunAt), d.Source, fmtT(next), src, fmtTrail(d.Trail))
+		}
+	}
+	ds := steps(onTime, s1, hinted(governor.Hint{At: s1}), s3, hinted(governor.Hint{At: s3}), s4, paused, s5, resumed,
+		t0.Add(6*time.Second), done(t0, t0.Add(6*time.Second)), t0.Add(8*time.Second), done(s5, t0.Add(8*time.Second)))
+	check("the second run-now", ds[1], s1, governor.SourceHintOneShot)
+	check("the resume", ds[3], s5, governor.SourceHintOneShot)
+	check("the run's outcome", ds[4], s5, governor.SourceHintOneShot)
+	check("the run-now's outcome", ds[5], s5.Add(time.Hour), governor.SourceBaselineInterval)
+	if h := ds[5].State.OneShotHint; h != nil {
+		t.Errorf("hint %+v left after the run-now ran", h)
+	}
+	// Without the pause: one run for both hints.
+	ds = steps(onTime, s1, hinted(governor.Hint{At: s1}), s3, hinted(governor.Hint{At: s3}),
+		t0.Add(6*time.Second), done(t0, t0.Add(6*time.Second)), t0.Add(8*time.Second), done(s1, t0.Add(8*time.Second)))
+	check("no pause: the run's outcome", ds[2], s1, governor.SourceHintOneShot)
+	check("no pause: the run-now's outcome", ds[3], s1.Add(time.Hour), governor.SourceBaselineInterval)
+	if h := ds[3].State.OneShotHint; h != nil {
+		t.Errorf("no pause: hint %+v left after the run-now ran", h)
 	}
 }
