@@ -77,6 +77,9 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 		if o == nil || Applied(o.DispatchID, st) || outdated(o, st) || OtherTask(o.TaskCreatedAt, st) {
 			return ignored()
 		}
+		if o.ScheduledAt.After(st.LastScheduledAt) {
+			p.waitedUntil = minTime(st.lastEnd(), now.UTC())
+		}
 		p.applyOutcome(o)
 		if o.Result == "failed" && o.DeadLetterReason != "" {
 			p.applyDeadLetter(&DeadLetterSignal{DispatchID: o.DispatchID, Reason: o.DeadLetterReason, At: s.LastFailureAt, ScheduledAt: o.ScheduledAt})
@@ -323,14 +326,7 @@ func (p *planner) rememberLast(o *Outcome) {
 	if s.LastDispatchID == "" || s.LastDispatchID == o.DispatchID {
 		return
 	}
-	var end time.Time
-	switch s.LastOutcome {
-	case "succeeded":
-		end = s.LastSuccessAt
-	case "failed":
-		end = s.LastFailureAt
-	}
-	if !end.IsZero() && end.Before(maxTime(s.LastScheduledAt, o.ScheduledAt)) {
+	if end := s.lastEnd(); !end.IsZero() && end.Before(maxTime(s.LastScheduledAt, o.ScheduledAt)) {
 		return
 	}
 	ids := make([]string, 0, MaxRecentDispatchIDs)
@@ -344,6 +340,19 @@ func (p *planner) rememberLast(o *Outcome) {
 		}
 	}
 	s.RecentDispatchIDs = ids
+}
+
+// lastEnd is when the run whose outcome st applied last ended (its
+// finishedAt, or the decision's now when unknown); zero for a skip, or
+// when there is none.
+func (st *State) lastEnd() time.Time {
+	switch st.LastOutcome {
+	case "succeeded":
+		return st.LastSuccessAt
+	case "failed":
+		return st.LastFailureAt
+	}
+	return time.Time{}
 }
 
 // restartAdaptive drops the adaptive interval on a spec update that

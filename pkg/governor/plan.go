@@ -61,6 +61,11 @@ type planner struct {
 	// finished is when that run ended, between started and now; zero
 	// when unknown.
 	finished time.Time
+	// waitedUntil is, for an outcome of a slot after the last completed
+	// one, when the run applied before it ended (at most now; zero for a
+	// skip or none): after the outcome's slot when that slot waited behind
+	// it (waitedBehind).
+	waitedUntil time.Time
 }
 
 // choose sets the candidate and starts a trail line naming its source; the
@@ -633,6 +638,7 @@ func (p *planner) catchUpAt() time.Time {
 // is unknown. between counts the schedule's slots in (from, to], stopping
 // at limit.
 func (p *planner) ownRun(anchor time.Time, missed int64, between func(from, to time.Time, limit int64) int64) (int64, int64) {
+	missed = p.waitedBehind(anchor, missed, between)
 	if p.started.IsZero() {
 		return missed, -1
 	}
@@ -663,6 +669,52 @@ func (p *planner) ownRun(anchor time.Time, missed int64, between func(from, to t
 	return missed, between(end, p.now, 2)
 }
 
+// waited is the end of the run that the slot of this outcome (anchor)
+// waited behind, after anchor (see waitedBehind), at most the outcome's
+// start when known; zero when the slot did not wait.
+func (p *planner) waited(anchor time.Time) time.Time {
+	w := p.waitedUntil
+	if !p.started.IsZero() {
+		w = minTime(w, p.started)
+	}
+	if !w.After(anchor) {
+		return time.Time{}
+	}
+	return w
+}
+
+// waitedBehind sets apart, of the missed slots since anchor, those that
+// passed while the slot of this outcome waited behind the run before it
+// (planned during it: the run after a pause, a run-now, a requeue): that
+// run ended after the slot (waited), and DISPATCH holds one dispatch per
+// task, so the slot started only then. The task was busy, not down.
+// Counted as missed, a slot queued behind a 45-minute run of a 1m task
+// with catchUp all backfilled 45 runs. It returns the missed slots left;
+// more than the cap (negative) as long as they are. The slots after that
+// run's end, before this one's start, were missed (flyball down, or
+// behind).
+func (p *planner) waitedBehind(anchor time.Time, missed int64, between func(from, to time.Time, limit int64) int64) int64 {
+	w := p.waited(anchor)
+	if w.IsZero() || missed == 0 {
+		return missed
+	}
+	if missed > 0 {
+		if during := between(anchor, w, missed); during > 0 {
+			p.tr.linef("%d slots passed while the slot of %s waited behind the run before it (until %s): not missed",
+				during, stamp(anchor), stamp(w))
+			missed -= during
+		}
+		return missed
+	}
+	limit := -missed // more than the cap: count those after the wait instead
+	if left := between(w, p.now, limit+1); left <= limit {
+		p.tr.linef("%d or more slots passed while the slot of %s waited behind the run before it (until %s): not missed",
+			limit+1-left, stamp(anchor), stamp(w))
+		return left
+	}
+	return missed
+}
+
 // outsidePause sets apart, of the missed slots since anchor (ownRun's
 // count), those that fell in the pause this decision ends (leftPause):
 // they are not caught up. Those after the pause's end were missed like
@@ -689,6 +741,9 @@ func (p *planner) outsidePause(anchor time.Time, missed int64, between func(from
 	after := between(end, p.now, limit+1)
 	if from := maxTime(end, p.started); !p.started.IsZero() && p.finished.After(from) {
 		after -= min(between(from, p.finished, limit+1), after)
+	}
+	if w := p.waited(anchor); w.After(end) { // waitedBehind set them apart
+		after -= min(between(end, w, limit+1), after)
 	}
 	if after > limit { // only for more than the cap: ownRun's count is at least this
 		p.tr.str("slots up to the pause's end at ").at(end).str(" fell in the pause: not caught up").end()
@@ -1245,6 +1300,13 @@ func (p *planner) quietAdmits(t, last time.Time, src Source) bool {
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

@@ -2865,3 +2865,62 @@ func TestDecideASecondRunNowDuringARunSurvivesAPause(t *testing.T) {
 		t.Errorf("no pause: hint %+v left after the run-now ran", h)
 	}
 }
+
+// A slot that waited behind a long run (the run after a pause, or a
+// run-now, planned during it) started once that run ended: the slots that
+// passed while the task was busy with it were not missed, and catchUp all
+// does not backfill them. Before, the waiting slot's outcome counted them
+// from its own slot ("3 slots missed … backfilling 3", 45 after a 45-minute
+// run).
+func TestDecideSlotsPassedBehindALongRunAreNotCaughtUp(t *testing.T) {
+	all := mustValid(t, withCatchUp(intervalSpec(time.Minute), events.CatchUpAll, 0))
+	allCron := mustValid(t, withCatchUp(cronSpec("* * * * *", "UTC"), events.CatchUpAll, 0))
+	onTime := stateWith(ran(t0.Add(-time.Minute)), planned(t0, governor.SourceBaselineInterval))
+	onTimeCron := stateWith(ran(t0.Add(-time.Minute)), planned(t0, governor.SourceBaselineCron))
+	s1 := t0.Add(time.Second)
+	pauseTo := func(at time.Time) governor.Input {
+		return governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: at}}
+	}
+	// run is the outcome of slot, started at start and ended at end.
+	run := func(slot, start, end time.Time) governor.Input {
+		in := outcome("succeeded", slot)
+		in.Outcome.StartedAt, in.Outcome.FinishedAt = start, end
+		return in
+	}
+	steps := func(spec *events.TaskSpec, st governor.State, steps ...any) governor.Decision {
+		var d governor.Decision
+		for i := 0; i < len(steps); i += 2 {
+			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
+			st = d.State
+		}
+		return d
+	}
+	behind := func(spec *events.TaskSpec, st governor.State, long time.Duration, first governor.Input, queued time.Time) governor.Decision {
+		end := t0.Add(long)
+		start := end.Add(2 * time.Second) // the timer's retry once the long run's dispatch left DISPATCH
+		return steps(spec, st, s1, first, end, run(t0, t0, end), start.Add(time.Second), run(queued, start, start.Add(time.Second)))
+	}
+	for _, tt := range []struct {
+		name string
+		d    governor.Decision
+	}{
+		{"a 5-minute run, paused until 10:02 during it", behind(all, onTime, 5*time.Minute, pauseTo(t0.Add(2*time.Minute)), t0.Add(2*time.Minute))},
+		{"a 45-minute run, paused until 10:02 during it", behind(all, onTime, 45*time.Minute, pauseTo(t0.Add(2*time.Minute)), t0.Add(2*time.Minute))},
+		{"cron: a 45-minute run, paused until 10:02 during it", behind(allCron, onTimeCron, 45*time.Minute, pauseTo(t0.Add(2*time.Minute)), t0.Add(2*time.Minute))},
+		{"a 45-minute run, a run-now hint during it", behind(all, onTime, 45*time.Minute, hinted(governor.Hint{At: s1}), s1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if n := tt.d.State.CatchUpPending; n != 0 || tt.d.Source == governor.SourceCatchUp {
+				t.Errorf("CatchUpPending = %d, next %s (%s); want no backlog\n%s", n, fmtT(tt.d.NextRunAt), tt.d.Source, fmtTrail(tt.d.Trail))
+			}
+		})
+	}
+	// A downtime after the long run is still caught up: the slots after
+	// its end.
+	end := t0.Add(5 * time.Minute)
+	back := end.Add(10 * time.Minute)
+	d := steps(all, onTime, s1, hinted(governor.Hint{At: s1}), end, run(t0, t0, end), back.Add(time.Second), run(s1, back, back.Add(time.Second)))
+	if n := d.State.CatchUpPending; n != 10 {
+		t.Errorf("a downtime of 10 minutes after the long run: CatchUpPending = %d, want 10\n%s", n, fmtTrail(d.Trail))
+	}
+}
