@@ -2595,15 +2595,7 @@ func TestDecideAPauseDuringARunDoesNotForgetIt(t *testing.T) {
 		return governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: at}}
 	}
 	resumed := governor.Input{Kind: governor.KindResumed}
-	steps := func(spec *events.TaskSpec, st governor.State, steps ...any) []governor.Decision {
-		var ds []governor.Decision
-		for i := 0; i < len(steps); i += 2 {
-			d := governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
-			ds = append(ds, d)
-			st = d.State
-		}
-		return ds
-	}
+	steps := decideSteps
 	hourly := intervalSpec(time.Hour)
 	requeuedRun := stateWith(ran(t0.Add(-time.Hour)), requeuedAt(t0), planned(t0, governor.SourceRequeue))
 	runNowRun := stateWith(ran(t0.Add(-time.Hour)), oneShotHint(t0, t0.Add(30*time.Minute)), planned(t0, governor.SourceHintOneShot))
@@ -2667,14 +2659,7 @@ func TestDecideAFinalFailureHoldsTheTaskOverASlotPlannedDuringItsRun(t *testing.
 		in.Outcome.FinishedAt = at
 		return in
 	}
-	steps := func(st governor.State, steps ...any) governor.Decision {
-		var d governor.Decision
-		for i := 0; i < len(steps); i += 2 {
-			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
-			st = d.State
-		}
-		return d
-	}
+	steps := func(st governor.State, steps ...any) governor.Decision { return decideLast(spec, st, steps...) }
 	afterPause := stateWith(ran(t0.Add(-30*time.Minute)), pausedUntil(t0), planned(t0, governor.SourcePaused)) // 10:00 is the run after the pause
 	onTime := stateWith(ran(t0.Add(-time.Minute)), planned(t0, governor.SourceBaselineInterval))
 	open := breakerInput("open", t0.Add(90*time.Second))
@@ -2774,14 +2759,7 @@ func TestDecideARequeueDuringAFailingRunSurvivesItsFinalFailure(t *testing.T) {
 	final := finalFailure(t0, events.DeadLetterMaxAttempts)
 	final.Outcome.FinishedAt = failed
 	entry := lateEntry(events.DispatchID("t", t0), t0, events.DeadLetterMaxAttempts, failed)
-	steps := func(spec *events.TaskSpec, st governor.State, steps ...any) governor.Decision {
-		var d governor.Decision
-		for i := 0; i < len(steps); i += 2 {
-			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
-			st = d.State
-		}
-		return d
-	}
+	steps := decideLast
 	runNow, every10s := hinted(governor.Hint{At: s1}), hinted(governor.Hint{Interval: 10 * time.Second})
 	for _, tt := range []struct {
 		name string
@@ -2827,15 +2805,7 @@ func TestDecideASecondRunNowDuringARunSurvivesAPause(t *testing.T) {
 	resumed := governor.Input{Kind: governor.KindResumed}
 	onTime := stateWith(ran(t0.Add(-time.Hour)), planned(t0, governor.SourceBaselineInterval))
 	s1, s3, s4, s5 := t0.Add(time.Second), t0.Add(3*time.Second), t0.Add(4*time.Second), t0.Add(5*time.Second)
-	steps := func(st governor.State, steps ...any) []governor.Decision {
-		var ds []governor.Decision
-		for i := 0; i < len(steps); i += 2 {
-			d := governor.Decide(steps[i].(time.Time), hourly, st, steps[i+1].(governor.Input))
-			ds = append(ds, d)
-			st = d.State
-		}
-		return ds
-	}
+	steps := func(st governor.State, steps ...any) []governor.Decision { return decideSteps(hourly, st, steps...) }
 	done := func(slot, at time.Time) governor.Input {
 		in := outcome("succeeded", slot)
 		in.Outcome.FinishedAt = at
@@ -2887,14 +2857,7 @@ func TestDecideSlotsPassedBehindALongRunAreNotCaughtUp(t *testing.T) {
 		in.Outcome.StartedAt, in.Outcome.FinishedAt = start, end
 		return in
 	}
-	steps := func(spec *events.TaskSpec, st governor.State, steps ...any) governor.Decision {
-		var d governor.Decision
-		for i := 0; i < len(steps); i += 2 {
-			d = governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
-			st = d.State
-		}
-		return d
-	}
+	steps := decideLast
 	behind := func(spec *events.TaskSpec, st governor.State, long time.Duration, first governor.Input, queued time.Time) governor.Decision {
 		end := t0.Add(long)
 		start := end.Add(2 * time.Second) // the timer's retry once the long run's dispatch left DISPATCH
@@ -2923,4 +2886,23 @@ func TestDecideSlotsPassedBehindALongRunAreNotCaughtUp(t *testing.T) {
 	if n := d.State.CatchUpPending; n != 10 {
 		t.Errorf("a downtime of 10 minutes after the long run: CatchUpPending = %d, want 10\n%s", n, fmtTrail(d.Trail))
 	}
+}
+
+// decideSteps applies Decide to st for each pair of steps (the time of
+// the input, the input), the state of each decision feeding the next,
+// and returns every decision.
+func decideSteps(spec *events.TaskSpec, st governor.State, steps ...any) []governor.Decision {
+	var ds []governor.Decision
+	for i := 0; i < len(steps); i += 2 {
+		d := governor.Decide(steps[i].(time.Time), spec, st, steps[i+1].(governor.Input))
+		ds = append(ds, d)
+		st = d.State
+	}
+	return ds
+}
+
+// decideLast is decideSteps' last decision.
+func decideLast(spec *events.TaskSpec, st governor.State, steps ...any) governor.Decision {
+	ds := decideSteps(spec, st, steps...)
+	return ds[len(ds)-1]
 }
