@@ -2,12 +2,10 @@ package deadletter_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +15,6 @@ import (
 	"github.com/flyballhq/flyball/services/deadletter"
 	"github.com/flyballhq/flyball/services/internal/metrics"
 	"github.com/flyballhq/flyball/services/internal/natstest"
-	"github.com/flyballhq/flyball/streams"
 )
 
 // lostPubAck is a JetStream that stores the first dead-letter entry
@@ -89,23 +86,12 @@ func TestDeadLetterWhosePubAckWasLostIsCountedOnce(t *testing.T) {
 // whose PubAck was lost finds the entry stored and counts it, once.
 func TestReconciledDeadLetterWhosePubAckWasLostIsCountedOnce(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
-	ctx := t.Context()
 	js := &lostPubAck{JetStream: srv.JS}
 	seq := publishDispatch(t, srv.JS, "t1")
 	exhaustWithoutAdvisory(t, srv.JS, 2)
 
 	_, m := startReconciling(t, js)
-	dispatch, err := srv.JS.Stream(ctx, streams.StreamDispatch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the exhausted dispatch leaves DISPATCH", func() bool {
-		_, err := dispatch.GetMsg(ctx, seq)
-		return errors.Is(err, jetstream.ErrMsgNotFound)
-	})
-	natstest.Eventually(t, 10*time.Second, "flyball_deadletter_reconciled_total reaches 1", func() bool {
-		return testutil.ToFloat64(m.DeadLetterReconciled) == 1
-	})
+	waitReconciled(t, srv.JS, m, seq)
 	h := &harness{t: t, js: srv.JS, metrics: m}
 	if n, c := h.entries("t1"), testutil.ToFloat64(m.DeadLetterTotal.WithLabelValues(events.DeadLetterMaxDeliveries)); !js.lost.Load() || n != 1 || c != 1 {
 		t.Fatalf(`PubAck lost %v, %d entries, flyball_deadletter_total{reason="max-deliveries"} = %v; want true, 1, 1`, js.lost.Load(), n, c)

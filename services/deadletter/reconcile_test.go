@@ -88,7 +88,6 @@ func startReconciling(t *testing.T, js jetstream.JetStream) (*deadletter.Service
 // late after all adds no second entry.
 func TestExhaustedDispatchWithoutAdvisoryIsDeadLettered(t *testing.T) {
 	srv := natstest.StartWithStreams(t)
-	ctx := t.Context()
 	js := srv.JS
 	seq := publishDispatch(t, js, "t1")
 	exhaustWithoutAdvisory(t, js, 2)
@@ -96,19 +95,7 @@ func TestExhaustedDispatchWithoutAdvisoryIsDeadLettered(t *testing.T) {
 	_, m := startReconciling(t, js)
 	h := &harness{t: t, js: js, metrics: m}
 	natstest.Eventually(t, 10*time.Second, "the exhausted dispatch is dead-lettered", func() bool { return h.entries("t1") == 1 })
-	dispatch, err := js.Stream(ctx, streams.StreamDispatch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	natstest.Eventually(t, 10*time.Second, "the exhausted dispatch leaves DISPATCH", func() bool {
-		_, err := dispatch.GetMsg(ctx, seq)
-		return errors.Is(err, jetstream.ErrMsgNotFound)
-	})
-	// Counted once the delete returns, which is an instant after the
-	// server has removed the message.
-	natstest.Eventually(t, 10*time.Second, "flyball_deadletter_reconciled_total reaches 1", func() bool {
-		return testutil.ToFloat64(m.DeadLetterReconciled) == 1
-	})
+	waitReconciled(t, js, m, seq)
 
 	// The advisory arrives after all.
 	advise(t, js, seq, 2)
@@ -228,4 +215,23 @@ func exhaustWithoutAdvisory(t *testing.T, js jetstream.JetStream, maxDeliver int
 	if err := adv.Purge(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitReconciled waits for the exhausted dispatch at seq to leave
+// DISPATCH and for the reconcile pass to count it, once.
+func waitReconciled(t *testing.T, js jetstream.JetStream, m *metrics.Set, seq uint64) {
+	t.Helper()
+	dispatch, err := js.Stream(t.Context(), streams.StreamDispatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the exhausted dispatch leaves DISPATCH", func() bool {
+		_, err := dispatch.GetMsg(t.Context(), seq)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
+	// Counted once the delete returns, which is an instant after the
+	// server has removed the message.
+	natstest.Eventually(t, 10*time.Second, "flyball_deadletter_reconciled_total reaches 1", func() bool {
+		return testutil.ToFloat64(m.DeadLetterReconciled) == 1
+	})
 }
