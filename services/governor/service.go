@@ -339,14 +339,29 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			ok = false
 		}
 		// scheduled: a readable schedule is stored (a cached state is one
-		// this replica wrote). An unreadable one is taken for none, and
-		// the write replaces it at its revision (rev).
-		scheduled := ok
+		// this replica wrote). An unreadable one (rev not 0) is rebuilt,
+		// and the write replaces it at its revision (rev).
+		scheduled, rebuilt := ok, false
 		if !ok || attempt > 0 {
 			var err error
 			if st, rev, scheduled, err = s.readState(ctx, id); err != nil {
 				return gov.Decision{}, err
 			}
+		}
+		if step.CommandID == "" && !scheduled && rev != 0 {
+			// A signal of a task whose schedule is stored and does not
+			// decode here: the timer and the sweeper, which read fewer
+			// fields, may read it (a wrong type in failures, say), so
+			// the timer dispatches its slot and the sweeper repairs
+			// nothing. Acked without effect (as it was), the outcome left
+			// the slot due for ever: re-dispatched by the sweeper, skipped
+			// by the executor, and the skip dropped again. The signal is
+			// applied to the schedule as the task's creation writes it.
+			var err error
+			if spec, st, err = s.rebuildFor(ctx, &step); err != nil {
+				return gov.Decision{}, s.gone(ctx, id, hinted, err)
+			}
+			scheduled, rebuilt = true, true
 		}
 		if step.CommandID == "" && !scheduled {
 			// A signal never creates a schedule. With no schedule the task
@@ -392,6 +407,11 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			return gov.Decision{}, err
 		}
 		dec := Apply(spec, st, step)
+		if dec.Ignored && rebuilt {
+			// A rebuilt schedule is written even when its signal is
+			// ignored (a deleted namesake's): the unreadable value goes.
+			dec.Ignored = false
+		}
 		if dec.Ignored && ok && attempt == 0 {
 			// An input is ignored without a write, so no compare-and-set
 			// checks the cached state it was judged on; KV does. A copy
@@ -452,6 +472,33 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 	return gov.Decision{}, fmt.Errorf("write schedule %s: %d CAS conflicts in a row: %w", id, s.cfg.CASAttempts, jetstream.ErrKeyRevisionMismatch)
 }
 
+// rebuildFor is the schedule a signal of a task whose stored schedule
+// does not decode (readState) is applied to, and the spec it is decided
+// with: both read from KV, the schedule as the task's creation writes it
+// (completeCreation), with the createdAt stored with the spec, or, for a
+// spec stored with none, the signal's (the timer read it from the value),
+// else the signal's time. A spec gone is the task deleted (gone); one that
+// does not decode cannot be applied.
+func (s *Service) rebuildFor(ctx context.Context, step *Step) (*events.TaskSpec, gov.State, error) {
+	ent, err := s.tasks.Get(ctx, step.TaskID)
+	if err != nil {
+		return nil, gov.State{}, err
+	}
+	spec, createdAt, err := kvcache.DecodeStoredSpec(step.TaskID, ent.Value())
+	if err != nil {
+		return nil, gov.State{}, permanent("", err, true)
+	}
+	if createdAt.IsZero() {
+		createdAt = step.TaskCreatedAt()
+	}
+	step.specCreatedAt, step.SpecRevision = createdAt, ent.Revision()
+	st := completeCreation(spec, step)
+	st.SpecRevision = ent.Revision()
+	s.log.Info("signal of a task whose schedule is unreadable; rebuilding it from its spec first",
+		"task", step.TaskID, "createdAt", st.CreatedAt)
+	return spec, st, nil
+}
+
 // errNoSchedule ends the decision of a signal of a task with no schedule
 // (decide): acked without effect.
 var errNoSchedule = errors.New("no schedule: a signal does not create one")
@@ -497,10 +544,13 @@ const stateBufSize = 1024
 // value (written by hand or by another version, a bad restore) is taken
 // for a missing schedule at its revision, which the write replaces: a
 // command completes the creation (decide), as does the sweeper's repair,
-// and a signal is acked without effect. Taken for a schedule written by
-// another command (as it was), it was never rebuilt: the sweeper's repair
-// was acked without effect every 5 minutes, and the timer never
-// dispatched the task again.
+// and a signal is applied to the schedule rebuilt from the spec
+// (rebuildFor). Taken for a schedule written by another command (as it
+// was), it was never rebuilt: the sweeper's repair was acked without
+// effect every 5 minutes, and the timer never dispatched the task again.
+// A value whose fields the timer and the sweeper read decodes for them
+// (they repair nothing) while a governor-only field may not: its signals
+// rebuild it.
 func (s *Service) readState(ctx context.Context, id string) (st gov.State, rev uint64, scheduled bool, err error) {
 	ent, err := s.schedules.Get(ctx, id)
 	if jsutil.IsKeyMissing(err) {
@@ -510,7 +560,7 @@ func (s *Service) readState(ctx context.Context, id string) (st gov.State, rev u
 		return gov.State{}, 0, false, fmt.Errorf("get schedule %s: %w", id, err)
 	}
 	if err := json.Unmarshal(ent.Value(), &st); err != nil {
-		s.log.Error("stored schedule is unreadable; taking the task for one with no schedule", "task", id, "revision", ent.Revision(), "err", err)
+		s.log.Error("stored schedule is unreadable; rebuilding it from the task's spec", "task", id, "revision", ent.Revision(), "err", err)
 		return gov.State{}, ent.Revision(), false, nil
 	}
 	return st, ent.Revision(), true, nil

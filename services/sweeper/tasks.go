@@ -235,7 +235,13 @@ func (v *view) deleteSchedule(key string) {
 // decode stores one schedule. An unreadable value (written by hand or by
 // another version, a bad restore) drops it: the task is one with no
 // schedule, which the sweeper repairs (reschedule). Kept (as it was), the
-// previous value hid it, and the task never ran again. Callers hold v.mu.
+// previous value hid it, and the task never ran again. Only the fields
+// the sweeper reads (schedule) count: a wrong type in a field only the
+// governor reads decodes here, and for the timer, which dispatches the
+// slot; the governor rebuilds such a value at the slot's outcome (or the
+// zombie re-dispatch's skip), and at any command. Decoding every write
+// into the governor's whole state would cost each write for a value the
+// governor mends at the task's next signal. Callers hold v.mu.
 func (v *view) decode(key string, raw []byte) {
 	var st schedule
 	if json.Unmarshal(raw, &st) != nil {
