@@ -97,7 +97,8 @@ func TestBreakerDeferralsLeaveRoomForOtherTasks(t *testing.T) {
 // is 4, and the executor keeps two more, its own half: the consumer is
 // full and delivers nothing. The executor reads the consumer's ack
 // pending while it keeps deferrals, finds it full, and reports them
-// run.skipped: the healthy task runs.
+// run.skipped: the healthy task runs. It sheds its share of what is past
+// parkCap, in proportion to what it parks (half here), tick by tick.
 func TestBreakerDeferralsAreShedWhenTheConsumerFills(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -130,6 +131,9 @@ func TestBreakerDeferralsAreShedWhenTheConsumerFills(t *testing.T) {
 	dispatchNow(t, srv.JS, "healthy")
 	natstest.Eventually(t, 10*time.Second, "the healthy task called while the consumer was full", func() bool {
 		return target.of("healthy") == 1
+	})
+	natstest.Eventually(t, 10*time.Second, "both dispatches skipped, down to parkCap", func() bool {
+		return breakerSkips(ex) == 2 // its share of 2 past parkCap in 4 delivered is 1, then of 1 in 3
 	})
 	for _, id := range []string{"down1", "down2"} {
 		checkBreakerSkip(t, srv.JS, id, retryAt, "of its max_ack_pending 4 delivered and unacked")

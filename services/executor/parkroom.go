@@ -96,32 +96,45 @@ func (s *Service) watchParkRoom(ctx context.Context, cons jetstream.Consumer) {
 		}
 		n := int64(info.NumAckPending)
 		s.ackPending.Store(n)
-		if n >= int64(s.shedAt) {
-			s.shedParked(ctx, int(n)-s.parkCap, s.consumerFull(n))
-		}
+		s.shedFor(ctx, n)
 	}
 }
 
-// shedParked reports up to n of the dispatches this executor parks for
-// an open breaker as skipped (skipParked), the longest waits first: those
-// parkRefused would refuse now. One whose timer has fired is on its way
-// to a caller already.
-func (s *Service) shedParked(ctx context.Context, n int, full string) {
+// shedFor sheds what this executor parks (shedParked) when the consumer
+// has n delivered and unacked, n at shedAt or more. n counts what every
+// executor parks: each sheds its share of the n − parkCap to shed, in
+// proportion to what it parks (rounded up), so that executors that read
+// n at the same moment, before any of their skips is acked, shed it once
+// between them and keep about parkCap, not each the whole of it.
+func (s *Service) shedFor(ctx context.Context, n int64) {
+	if n >= int64(s.shedAt) {
+		s.shedParked(ctx, n, s.consumerFull(n))
+	}
+}
+
+// shedParked reports this executor's share (shedFor) of the dispatches
+// parked for an open breaker past parkCap, when the consumer has n (> 0)
+// delivered and unacked, as skipped (skipParked), the longest waits
+// first: those parkRefused would refuse now. One whose timer has fired
+// is on its way to a caller already, and one its breaker's change woke
+// is about to be (wakeDeferred).
+func (s *Service) shedParked(ctx context.Context, n int64, full string) {
 	s.heldMu.Lock()
 	if s.stopped() {
 		s.heldMu.Unlock()
 		return // releaseHeld hands them back
 	}
+	share := int(((n-int64(s.parkCap))*int64(s.nParked) + n - 1) / n)
 	var shed []*held
 	for h := range s.held {
-		if h.parked && !h.retryAt.IsZero() && time.Until(h.until) > s.cfg.AckWait/2 {
+		if h.parked && !h.woken && !h.retryAt.IsZero() && time.Until(h.until) > s.cfg.AckWait/2 {
 			shed = append(shed, h)
 		}
 	}
 	slices.SortFunc(shed, func(a, b *held) int { return b.until.Compare(a.until) })
 	taken := shed[:0]
 	for _, h := range shed {
-		if len(taken) == n {
+		if len(taken) >= share {
 			break
 		}
 		if h.t.Stop() {
