@@ -69,11 +69,11 @@ func newHTTPClient(g *Guard, perHost, concurrency int, redact []string) *http.Cl
 		ForceAttemptHTTP2:     true,
 	}
 	return &http.Client{
-		Transport: tr,
+		Transport: checkedRedirects{tr},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			// A task that lists the redirect's status in expectStatus
 			// wants to see the redirect itself (callHTTP).
-			if t, ok := req.Context().Value(expectRedirect{}).(*events.HTTPTarget); ok && t.StatusExpected(req.Response.StatusCode) {
+			if c, ok := req.Context().Value(expectRedirect{}).(*checkedRedirect); ok && c.t.StatusExpected(req.Response.StatusCode) {
 				return http.ErrUseLastResponse
 			}
 			if len(via) >= 5 {
@@ -176,9 +176,42 @@ func (d *guardedDialer) DialContext(ctx context.Context, network, addr string) (
 	return conn, err
 }
 
-// expectRedirect is the context key under which callHTTP passes a target
-// whose expectStatus lists a 3xx status to CheckRedirect.
+// expectRedirect is the context key under which callHTTP passes a
+// *checkedRedirect, for a target whose expectStatus lists a 3xx status,
+// to CheckRedirect and checkedRedirects.
 type expectRedirect struct{}
+
+// checkedRedirect is a call whose target expects a 3xx status.
+type checkedRedirect struct {
+	t *events.HTTPTarget
+	// location is the Location of a redirect the target expects that
+	// does not parse, taken out of the response (checkedRedirects).
+	location []string
+}
+
+// checkedRedirects is the executor's transport. net/http parses a
+// redirect's Location before it asks CheckRedirect, and fails the call
+// when it does not parse: a task that expects the redirect's status,
+// which is its response, not followed, failed permanently (redactError).
+// For such a response the Location is taken out, so net/http returns it
+// as a redirect with none, and callHTTP puts it back.
+type checkedRedirects struct{ *http.Transport }
+
+func (c checkedRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.Transport.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	if cr, ok := req.Context().Value(expectRedirect{}).(*checkedRedirect); ok && resp.StatusCode >= 300 && resp.StatusCode <= 399 && cr.t.StatusExpected(resp.StatusCode) {
+		if loc := resp.Header.Get("Location"); loc != "" {
+			if _, perr := req.URL.Parse(loc); perr != nil {
+				cr.location = resp.Header.Values("Location")
+				resp.Header.Del("Location")
+			}
+		}
+	}
+	return resp, nil
+}
 
 // expectsRedirect reports whether an expectStatus entry is a 3xx status or
 // the 3xx class.
@@ -302,8 +335,10 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 	res := &result{request: rec}
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout.D())
 	defer cancel()
+	var checked *checkedRedirect
 	if expectsRedirect(t) {
-		ctx = context.WithValue(ctx, expectRedirect{}, t)
+		checked = &checkedRedirect{t: t}
+		ctx = context.WithValue(ctx, expectRedirect{}, checked)
 	}
 	var body io.Reader
 	if t.Body != "" {
@@ -335,6 +370,9 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 		return res
 	}
 	defer resp.Body.Close()
+	if checked != nil && checked.location != nil && resp.Header.Get("Location") == "" {
+		resp.Header["Location"] = checked.location // the response, as it came
+	}
 	res.status = resp.StatusCode
 	limit := t.MaxResponseBytes
 	bp := bodyBufs.Get()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"testing"
@@ -104,7 +103,7 @@ func TestPartlyBlockedNameFailsTransiently(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.client.Transport.(*http.Transport).DialContext = (&guardedDialer{
+		httpTransport(s.client).DialContext = (&guardedDialer{
 			guard: &s.cfg.Guard, dialer: net.Dialer{Timeout: 5 * time.Second, Resolver: fakeResolver(c.addrs...)},
 		}).DialContext
 		tg := &events.HTTPTarget{Method: "GET", URL: "http://two.flyball.test:" + strconv.Itoa(port) + "/", Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 100, ExpectStatus: []string{"2xx"}}

@@ -151,7 +151,8 @@ func redactUserinfo(raw string) string {
 // Location header \"https://user:pass@…\": parse …"), where the
 // Location is dropped, and with it url.Parse's reason, which may quote
 // part of it (`invalid port ":pass" after host`); that error is an
-// ErrUnfollowableRedirect, permanent, as every attempt fails alike.
+// ErrUnfollowableRedirect, permanent, as every attempt fails alike (but
+// for a task that expects the redirect's status: checkedRedirects).
 func redactError(err error, extra []string) error {
 	ue, ok := err.(*url.Error) //nolint:errorlint // see above: a wrapped one cannot be rewritten
 	if !ok {

@@ -20,6 +20,12 @@ import (
 	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
+// httpTransport is the *http.Transport under newHTTPClient's
+// checkedRedirects.
+func httpTransport(client *http.Client) *http.Transport {
+	return client.Transport.(checkedRedirects).Transport
+}
+
 // headerSink records the request headers it receives.
 type headerSink struct {
 	mu  sync.Mutex
@@ -159,7 +165,7 @@ func TestRedirectFromHTTPSToHTTPKeepsSecretsEncrypted(t *testing.T) {
 	t.Cleanup(plain.Close)
 	secure := httptest.NewTLSServer(http.RedirectHandler(plain.URL+"/landing", http.StatusFound))
 	t.Cleanup(secure.Close)
-	s.client.Transport.(*http.Transport).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	httpTransport(s.client).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 
 	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
 	call := func(headers map[string]string) *result {
@@ -336,7 +342,7 @@ func TestRedirectBackToTheTaskHostGetsNoSecrets(t *testing.T) {
 	if !strings.HasPrefix(secure.URL, "https://127.0.0.1:") {
 		t.Fatalf("the https server is at %s, want 127.0.0.1", secure.URL)
 	}
-	s.client.Transport.(*http.Transport).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	httpTransport(s.client).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
 	tg := &events.HTTPTarget{
 		Method: "GET", URL: secure.URL, Headers: map[string]string{"X-Api-Key": "hunter2", "Authorization": "Bearer hunter3", "X-Custom": "kept"},
@@ -418,6 +424,50 @@ func TestRedirectToALocationThatDoesNotParseIsNotQuoted(t *testing.T) {
 		if msg := res.err.Error(); strings.Contains(msg, "hunter") || !strings.Contains(msg, "Location header is not a valid URL") {
 			t.Errorf("Location %s: the run's error is %q, want it to say the Location does not parse without quoting it", loc, msg)
 		}
+	}
+}
+
+// TestCheckedRedirectToALocationThatDoesNotParseIsTheResponse: a task
+// whose expectStatus lists the redirect's status gets the redirect as its
+// result, not followed. net/http parses Location before CheckRedirect
+// runs, so one that does not parse failed the call, permanently, and
+// dead-lettered the task at once. It is the response now, a success
+// whose fingerprint holds the Location as it came; a status the task
+// does not expect still fails permanently, the Location not quoted.
+func TestCheckedRedirectToALocationThatDoesNotParseIsTheResponse(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	var (
+		mu       sync.Mutex
+		location = "http://exa mple.com/moved"
+	)
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header()["Location"] = []string{location}
+		w.WriteHeader(http.StatusMovedPermanently)
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	call := func(method string, expect ...string) *result {
+		h := &events.HTTPTarget{Method: method, URL: tg.URL, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: expect}
+		return s.callHTTP(t.Context(), h, nil, d, 1)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		mu.Lock()
+		location = "http://exa mple.com/moved"
+		mu.Unlock()
+		a := call(method, "301")
+		mu.Lock()
+		location = "http://exa mple.com/elsewhere"
+		mu.Unlock()
+		b := call(method, "301")
+		if !a.ok() || a.status != http.StatusMovedPermanently || a.fingerprint == "" || a.fingerprint == b.fingerprint {
+			t.Errorf("%s, expectStatus 301, a 301 to a Location that does not parse: status %d, err %v (permanent %v), fingerprints %q then %q for another; want the 301 as a success, fingerprinted by its Location", method, a.status, a.err, a.permanent, a.fingerprint, b.fingerprint)
+		}
+	}
+	if res := call(http.MethodGet, "302"); res.ok() || !res.permanent || !strings.Contains(res.err.Error(), "Location header is not a valid URL") {
+		t.Errorf("expectStatus 302, a 301 to a Location that does not parse: ok=%v permanent=%v err=%v; want a permanent failure, the Location not quoted", res.ok(), res.permanent, res.err)
 	}
 }
 
@@ -536,7 +586,7 @@ func TestRedirectDoesNotCarryTheBodyElsewhere(t *testing.T) {
 	t.Cleanup(plain.Close)
 	secure := httptest.NewTLSServer(http.RedirectHandler(plain.URL+"/landing", http.StatusTemporaryRedirect))
 	t.Cleanup(secure.Close)
-	s.client.Transport.(*http.Transport).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	httpTransport(s.client).TLSClientConfig = secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 
 	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
 	call := func(u string) *result {
@@ -579,7 +629,7 @@ func TestRedirectToTheSameHostInASCIIKeepsSecretHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.client.Transport.(*http.Transport).DialContext = (&guardedDialer{
+	httpTransport(s.client).DialContext = (&guardedDialer{
 		guard: &s.cfg.Guard, dialer: net.Dialer{Timeout: 5 * time.Second, Resolver: fakeResolver(netip.MustParseAddr("127.0.0.1"))},
 	}).DialContext
 	sink := &headerSink{}
