@@ -417,25 +417,27 @@ func (s *Service) callHTTP(ctx context.Context, t *events.HTTPTarget, rec *event
 
 // bodyFingerprint is the fingerprint of a response with its body (cut at
 // maxResponseBytes): the body's hash for a 2xx; for any other status (one
-// expectStatus lists, a checked redirect above all) of the status, the
-// Location header and the body. A checked redirect's result is where it
-// points, and its body is mostly empty: hashed alone, every 301 had the
-// empty body's hash, change mode relaxed to bounds.max, and a redirect
-// that moved was never seen. A 2xx keeps the hash it always had.
+// expectStatus lists, a checked redirect above all) of the status, where
+// the Location header points (locationTarget) and the body. A checked
+// redirect's result is where it points, and its body is mostly empty:
+// hashed alone, every 301 had the empty body's hash, change mode relaxed
+// to bounds.max, and a redirect that moved was never seen. A 2xx keeps
+// the hash it always had.
 func bodyFingerprint(resp *http.Response, body []byte) string {
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		sum := sha256.Sum256(body)
 		return hex.EncodeToString(sum[:16])
 	}
 	h := sha256.New()
-	_, _ = io.WriteString(h, strconv.Itoa(resp.StatusCode)+"\n"+resp.Header.Get("Location")+"\n")
+	_, _ = io.WriteString(h, strconv.Itoa(resp.StatusCode)+"\n"+locationTarget(resp.Header.Get("Location"))+"\n")
 	_, _ = h.Write(body)
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // validatorsFingerprint is the fingerprint of a response with no body by
-// method (HEAD): of its status, ETag and Last-Modified, and a 3xx's
-// Location (a checked redirect's result), or empty when it has none of
+// method (HEAD): of its status, ETag and Last-Modified, and where a 3xx's
+// Location points (a checked redirect's result, locationTarget), or empty
+// when it has none of
 // them, so that the run holds the adaptive cadence instead of reporting
 // the hash of an empty body every time (which relaxed change mode to
 // bounds.max for good). A GET's empty body is a real result and keeps its
@@ -444,7 +446,7 @@ func validatorsFingerprint(resp *http.Response) string {
 	etag, lm := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
 	var loc string
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		loc = resp.Header.Get("Location")
+		loc = locationTarget(resp.Header.Get("Location"))
 	}
 	if etag == "" && lm == "" && loc == "" {
 		return ""
@@ -455,6 +457,25 @@ func validatorsFingerprint(resp *http.Response) string {
 	}
 	sum := sha256.Sum256([]byte(v))
 	return hex.EncodeToString(sum[:16])
+}
+
+// locationTarget is what of a Location a fingerprint hashes: its scheme,
+// host and path, without the path's ;parameters, its query or fragment.
+// Those often carry a token made for each request (an OAuth state, a
+// ;jsessionid=, a presigned URL's X-Amz-Date and Signature), and a
+// checked redirect to the same place read as changed on every run, which
+// held adaptive change mode at bounds.min. A Location that does not parse
+// counts whole.
+func locationTarget(loc string) string {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return loc
+	}
+	segs := strings.Split(u.EscapedPath(), "/")
+	for i, seg := range segs {
+		segs[i], _, _ = strings.Cut(seg, ";")
+	}
+	return (&url.URL{Scheme: u.Scheme, Opaque: u.Opaque, Host: u.Host}).String() + strings.Join(segs, "/")
 }
 
 // drainWait bounds the drain of a body cut at maxResponseBytes (callHTTP).

@@ -308,6 +308,61 @@ func TestCheckedRedirectFingerprintIsOfItsLocation(t *testing.T) {
 	}
 }
 
+// TestCheckedRedirectFingerprintIsOfWhereItPoints: a checked redirect's
+// fingerprint hashed its whole Location, and one that carries a
+// per-request token (an OAuth state, a ;jsessionid=, a presigned URL's
+// X-Amz-Date and Signature) changed every run: adaptive change mode held
+// the task at bounds.min for good. Only the Location's scheme, host and
+// path count now, without the path's ;parameters: another query,
+// fragment or session ID is the same redirect, another path another.
+func TestCheckedRedirectFingerprintIsOfWhereItPoints(t *testing.T) {
+	t.Parallel()
+	s := loopbackCaller(t)
+	var (
+		mu       sync.Mutex
+		location string
+	)
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Location", location)
+		w.WriteHeader(http.StatusFound)
+	}))
+	t.Cleanup(tg.Close)
+	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
+	fingerprint := func(method, loc string) string {
+		t.Helper()
+		mu.Lock()
+		location = loc
+		mu.Unlock()
+		h := &events.HTTPTarget{Method: method, URL: tg.URL, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: []string{"302"}}
+		res := s.callHTTP(t.Context(), h, nil, d, 1)
+		if !res.ok() || res.fingerprint == "" {
+			t.Fatalf("%s, a 302 to %s: err %v, fingerprint %q; want a success with a fingerprint", method, loc, res.err, res.fingerprint)
+		}
+		return res.fingerprint
+	}
+	const base = "https://sso.example.com/authorize"
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		want := fingerprint(method, base+"?state=1")
+		for _, same := range []string{
+			base + "?state=2",
+			base + "?state=3#frag",
+			base + ";jsessionid=F00D?state=4",
+			base + "?X-Amz-Date=20261202T144000Z&X-Amz-Signature=abc",
+		} {
+			if got := fingerprint(method, same); got != want {
+				t.Errorf("%s, a 302 to %s: fingerprint %q, want %q as for %s?state=1", method, same, got, want, base)
+			}
+		}
+		for _, other := range []string{"https://sso.example.com/login?state=1", "https://other.example.com/authorize?state=1", "http://sso.example.com/authorize?state=1"} {
+			if got := fingerprint(method, other); got == want {
+				t.Errorf("%s, a 302 to %s: fingerprint %q, the same as for %s?state=1; want another", method, other, got, base)
+			}
+		}
+	}
+}
+
 // TestRedirectBackToTheTaskHostGetsNoSecrets: net/http copies the task's
 // headers again on every hop, and secret headers were dropped only for a
 // hop to a host other than the task's, and https to http refused only
