@@ -318,24 +318,12 @@ func TestCheckedRedirectFingerprintIsOfItsLocation(t *testing.T) {
 func TestCheckedRedirectFingerprintIsOfWhereItPoints(t *testing.T) {
 	t.Parallel()
 	s := loopbackCaller(t)
-	var (
-		mu       sync.Mutex
-		location string
-	)
-	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		w.Header().Set("Location", location)
-		w.WriteHeader(http.StatusFound)
-	}))
-	t.Cleanup(tg.Close)
+	url, moveTo := redirector(t, http.StatusFound, "")
 	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
 	fingerprint := func(method, loc string) string {
 		t.Helper()
-		mu.Lock()
-		location = loc
-		mu.Unlock()
-		h := &events.HTTPTarget{Method: method, URL: tg.URL, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: []string{"302"}}
+		moveTo(loc)
+		h := &events.HTTPTarget{Method: method, URL: url, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: []string{"302"}}
 		res := s.callHTTP(t.Context(), h, nil, d, 1)
 		if !res.ok() || res.fingerprint == "" {
 			t.Fatalf("%s, a 302 to %s: err %v, fingerprint %q; want a success with a fingerprint", method, loc, res.err, res.fingerprint)
@@ -492,30 +480,16 @@ func TestRedirectToALocationThatDoesNotParseIsNotQuoted(t *testing.T) {
 func TestCheckedRedirectToALocationThatDoesNotParseIsTheResponse(t *testing.T) {
 	t.Parallel()
 	s := loopbackCaller(t)
-	var (
-		mu       sync.Mutex
-		location = "http://exa mple.com/moved"
-	)
-	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		w.Header()["Location"] = []string{location}
-		w.WriteHeader(http.StatusMovedPermanently)
-	}))
-	t.Cleanup(tg.Close)
+	url, moveTo := redirector(t, http.StatusMovedPermanently, "http://exa mple.com/moved")
 	d := &events.Dispatch{DispatchID: "x:1", TaskID: "x", ScheduledAt: time.Now()}
 	call := func(method string, expect ...string) *result {
-		h := &events.HTTPTarget{Method: method, URL: tg.URL, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: expect}
+		h := &events.HTTPTarget{Method: method, URL: url, Timeout: events.Duration(5 * time.Second), MaxResponseBytes: 1000, ExpectStatus: expect}
 		return s.callHTTP(t.Context(), h, nil, d, 1)
 	}
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
-		mu.Lock()
-		location = "http://exa mple.com/moved"
-		mu.Unlock()
+		moveTo("http://exa mple.com/moved")
 		a := call(method, "301")
-		mu.Lock()
-		location = "http://exa mple.com/elsewhere"
-		mu.Unlock()
+		moveTo("http://exa mple.com/elsewhere")
 		b := call(method, "301")
 		if !a.ok() || a.status != http.StatusMovedPermanently || a.fingerprint == "" || a.fingerprint == b.fingerprint {
 			t.Errorf("%s, expectStatus 301, a 301 to a Location that does not parse: status %d, err %v (permanent %v), fingerprints %q then %q for another; want the 301 as a success, fingerprinted by its Location", method, a.status, a.err, a.permanent, a.fingerprint, b.fingerprint)
@@ -712,5 +686,24 @@ func TestRedirectToTheSameHostInASCIIKeepsSecretHeaders(t *testing.T) {
 		if got.Get(k) != v {
 			t.Errorf("a redirect to the same host in its ASCII form lost %s (got %q)", k, got.Get(k))
 		}
+	}
+}
+
+// redirector serves status with the Location location, as it is (one
+// that does not parse included), until moveTo sets another.
+func redirector(t *testing.T, status int, location string) (url string, moveTo func(string)) {
+	t.Helper()
+	var mu sync.Mutex
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header()["Location"] = []string{location}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(tg.Close)
+	return tg.URL, func(l string) {
+		mu.Lock()
+		defer mu.Unlock()
+		location = l
 	}
 }
