@@ -30,6 +30,14 @@ func newHarness(t *testing.T) *harness {
 	cfg := deadletter.Config{}
 	cfg.JS = srv.JS
 	cfg.Metrics = metrics.New()
+	startService(t, cfg)
+	return &harness{t: t, js: srv.JS, metrics: cfg.Metrics}
+}
+
+// startService starts a dead-letter service with cfg, stopped when the
+// test ends.
+func startService(t *testing.T, cfg deadletter.Config) *deadletter.Service {
+	t.Helper()
 	svc, err := deadletter.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +46,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Stop)
-	return &harness{t: t, js: srv.JS, metrics: cfg.Metrics}
+	return svc
 }
 
 // failed publishes a run.failed with data on flyball.run.failed.<task>

@@ -48,14 +48,7 @@ func TestDeadLetterWhosePubAckWasLostIsCountedOnce(t *testing.T) {
 	cfg.JS = js
 	cfg.Metrics = metrics.New()
 	cfg.Logger = slog.New(warnCounter{msg: "run dead-lettered", n: &logged})
-	svc, err := deadletter.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(svc.Stop)
+	startService(t, cfg)
 	h := &harness{t: t, js: srv.JS, metrics: cfg.Metrics}
 	total := func(reason string) float64 {
 		return testutil.ToFloat64(cfg.Metrics.DeadLetterTotal.WithLabelValues(reason))

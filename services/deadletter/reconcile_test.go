@@ -68,14 +68,7 @@ func startReconciling(t *testing.T, js jetstream.JetStream) (*deadletter.Service
 	cfg := deadletter.Config{ReconcileInterval: 20 * time.Millisecond}
 	cfg.JS = js
 	cfg.Metrics = metrics.New()
-	svc, err := deadletter.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(svc.Stop)
+	svc := startService(t, cfg)
 	return svc, cfg.Metrics
 }
 
