@@ -95,3 +95,34 @@ func TestACommandWhoseAckWasLostIsNotAnsweredNotStored(t *testing.T) {
 		})
 	}
 }
+
+// TestACommandSentWhileNATSIsDownIsAnsweredNotStored: flyball serve
+// connects with no reconnect buffer, so a publish made while NATS is
+// unreachable fails at once in the client (nats: outbound buffer limit
+// exceeded) and never reaches a stream. The API took that for a lost ack
+// and answered 503 "may or may not have been stored" with a commandId,
+// sending the client to look at the task or retry with the same key for
+// a command nobody stored. It is 503 "command not stored", with no
+// commandId, as the status table says.
+func TestACommandSentWhileNATSIsDownIsAnsweredNotStored(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartRestartable(t)
+	nc, js := srv.Connect(t, nats.ReconnectBufSize(-1))
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Services: []string{"api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	b := &bundle{base: "http://" + st.API.Addr(), url: "http://example.com"}
+
+	srv.Server.Shutdown()
+	srv.Server.WaitForShutdown()
+	natstest.Eventually(t, 10*time.Second, "the client disconnected", func() bool { return nc.Status() == nats.RECONNECTING })
+	r := b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", ""))
+	expect(t, "create while NATS is down", r, http.StatusServiceUnavailable, "")
+	if r.str("commandId") != "" || r.str("status") != "" || !strings.Contains(r.str("detail"), "command not stored") {
+		t.Fatalf("create while NATS is down: %s, want \"command not stored\" with no commandId or status", r.raw)
+	}
+}

@@ -167,14 +167,18 @@ const (
 // NotStored reports a publish error after which the message is certainly
 // not stored: no stream took it (the server refused it, or no stream
 // listens on its subject), or the client never sent it (over max_payload,
-// an invalid subject). A duplicate being stored right now (10158) is
-// stored, so it is not; nor is a timeout or a lost connection, after
+// an invalid subject, a connection draining, or one disconnected with no
+// reconnect buffer, as flyball serve connects: nats: outbound buffer limit
+// exceeded). A duplicate being stored right now (10158) is stored, so it
+// is not; nor is a timeout or a lost connection (nats: connection closed
+// comes also when the connection closes while the ack is awaited), after
 // which the message may have been stored.
 func NotStored(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && !IsDuplicateInProcess(err) ||
 		TooLarge(err) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg)
+		errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) ||
+		errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionDraining)
 }
 
 // IsDuplicateInProcess reports JetStream error 10158: a message with the

@@ -9,7 +9,8 @@ import (
 )
 
 // TestNotStored: a publish the server answered with an error, that no
-// stream took or that was never sent is not stored; one whose ack timed
+// stream took or that was never sent (a connection disconnected with no
+// reconnect buffer fails it at once) is not stored; one whose ack timed
 // out or was lost with the connection may be, and so is a duplicate being
 // stored right now (10158). The timer dates a dispatch's lateness by the
 // first try that may be stored, and control answers "may be stored" on
@@ -29,6 +30,8 @@ func TestNotStored(t *testing.T) {
 		{jetstream.ErrNoStreamResponse, true},
 		{nats.ErrNoResponders, true},
 		{nats.ErrMaxPayload, true},
+		{fmt.Errorf("publish x: %w", nats.ErrReconnectBufExceeded), true},
+		{nats.ErrConnectionDraining, true},
 	} {
 		if got := NotStored(c.err); got != c.want {
 			t.Errorf("NotStored(%v) = %v, want %v", c.err, got, c.want)

@@ -729,10 +729,11 @@ func StartRestartable(t testing.TB) *Restartable {
 }
 
 // Connect opens a client that reconnects forever, every 50ms, as the
-// services' connections do, closed at the end of the test.
-func (r *Restartable) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+// services' connections do, closed at the end of the test. opts come
+// after those (nats.ReconnectBufSize(-1), as flyball serve connects).
+func (r *Restartable) Connect(t testing.TB, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(r.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(r.URL, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
