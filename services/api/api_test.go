@@ -474,3 +474,34 @@ func TestDeleteWithABodyIsRefused(t *testing.T) {
 	expect(t, "get after the refused delete", b.call(t, http.MethodGet, "/api/v1/tasks/web", ""), http.StatusOK, "")
 	expect(t, "delete", b.call(t, http.MethodDelete, "/api/v1/tasks/web?reason=retired", ""), http.StatusAccepted, "")
 }
+
+// TestA400ListsEveryProblem: the errors of a 400 list every problem of
+// the request, as the OpenAPI BadRequest says, but a pause with a
+// negative for and an oversized reason named only for, an update with a
+// mismatched id and a 1ms interval only id, and a dead letter's retry
+// with an oversized reason and ?force=maybe only reason.
+func TestA400ListsEveryProblem(t *testing.T) {
+	t.Parallel()
+	b, _, _ := startAPIOnly(t)
+	long := strings.Repeat("x", 3000)
+	for _, c := range []struct {
+		method, path, body string
+		fields             []string
+	}{
+		{http.MethodPost, "/api/v1/tasks/web/pause", `{"for":"-1h","reason":"` + long + `"}`, []string{"for", "reason"}},
+		{http.MethodPost, "/api/v1/tasks/web/pause", `{"for":"1h","until":"2000-01-01T00:00:00Z","reason":"` + long + `"}`, []string{"for", "reason", "until"}},
+		{http.MethodPut, "/api/v1/tasks/web", `{"id":"other","target":{"http":{"url":"https://orders.example/x"}},"schedule":{"interval":"1ms"}}`, []string{"id", "schedule.interval"}},
+		{http.MethodPost, "/api/v1/deadletter/1/retry?force=maybe", `{"reason":"` + long + `"}`, []string{"reason", "force"}},
+	} {
+		what := c.method + " " + c.path
+		r := b.call(t, c.method, c.path, c.body)
+		expect(t, what, r, http.StatusBadRequest, c.fields[0])
+		var got []string
+		for _, e := range r.body["errors"].([]any) {
+			got = append(got, e.(map[string]any)["field"].(string))
+		}
+		if !slices.Equal(got, c.fields) {
+			t.Errorf("%s: errors name %q, want %q: %s", what, got, c.fields, r.raw[:min(len(r.raw), 600)])
+		}
+	}
+}

@@ -104,18 +104,19 @@ func (s *Service) retryDeadLetter(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &req, true) {
 		return
 	}
-	if err := control.ValidateReason(req.Reason); err != nil {
-		writeInvalid(w, err)
-		return
-	}
+	// Every problem at once: an oversized reason named only reason.
+	problems := events.Reasons(control.ValidateReason(req.Reason))
 	force := false
 	if q := r.URL.Query(); q.Has("force") { // "?force=" too: neither true nor false
 		v := q.Get("force")
 		var err error
 		if force, err = strconv.ParseBool(v); err != nil {
-			writeError(w, http.StatusBadRequest, "force", fmt.Sprintf("want true or false, got %q", v))
-			return
+			problems = append(problems, events.FieldError{Field: "force", Rule: fmt.Sprintf("want true or false, got %q", v)})
 		}
+	}
+	if len(problems) > 0 {
+		writeInvalid(w, &events.ValidationError{Errors: problems})
+		return
 	}
 	rec, ok := s.deadLetter(w, r)
 	if !ok {

@@ -244,17 +244,18 @@ func (s *Service) updateTask(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &spec, false) {
 		return
 	}
+	// Every problem at once: a mismatched id named only id.
+	var problems []events.FieldError
 	spec.ID = cmp.Or(spec.ID, id)
 	if spec.ID != id {
-		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("must equal the task id in the path %q, got %q", id, spec.ID))
-		return
+		problems = append(problems, events.FieldError{Field: "id", Rule: fmt.Sprintf("must equal the task id in the path %q, got %q", id, spec.ID)})
 	}
 	err := spec.Validate()
 	if err == nil {
 		err = s.cfg.Guard.CheckTarget(&spec)
 	}
-	if err != nil {
-		writeInvalid(w, err)
+	if problems = append(problems, events.Reasons(err)...); len(problems) > 0 {
+		writeInvalid(w, &events.ValidationError{Errors: problems})
 		return
 	}
 	ifRevision, ok := ifMatch(w, r)
@@ -337,32 +338,39 @@ func (s *Service) pauseTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Now().UTC()
+	// Every problem is answered at once, as a validation failure's are:
+	// {"for": "-1h"} with an oversized reason named only for.
+	var problems []events.FieldError
+	p := events.TaskPause{ID: id, Until: req.Until, Reason: req.Reason}
 	// A "for" that is given must be positive: "0s" read as unset made a
 	// pause meant to last no time last until a resume.
 	switch {
 	case req.Until != nil && req.For != nil:
-		writeError(w, http.StatusBadRequest, "for", "give until or for, not both")
-		return
+		problems = append(problems, events.FieldError{Field: "for", Rule: "give until or for, not both"})
 	case req.For != nil && *req.For <= 0:
-		writeError(w, http.StatusBadRequest, "for", fmt.Sprintf("must be positive, got %s", req.For))
-		return
-	case req.Until != nil && !req.Until.After(now):
-		// The one check that depends on when the request comes: a keyed
-		// retry of a pause sent while its until was ahead gets that
-		// pause's verdict (sentOr), not a 400 for a pause that was
-		// applied. (A "for" is counted from now, but the command id
-		// hashes the body as sent, so its retry is the same command.)
-		if !s.sentOr(w, r, events.VerbPaused, id, http.StatusBadRequest, "until", fmt.Sprintf("must be in the future, got %s", req.Until.Format(time.RFC3339))) {
-			return
-		}
-	}
-	p := events.TaskPause{ID: id, Until: req.Until, Reason: req.Reason}
-	if req.For != nil {
+		problems = append(problems, events.FieldError{Field: "for", Rule: fmt.Sprintf("must be positive, got %s", req.For)})
+	case req.For != nil:
 		t := now.Add(req.For.D())
 		p.Until = &t
 	}
-	if err := control.ValidatePause(&p); err != nil {
-		writeInvalid(w, err)
+	problems = append(problems, events.Reasons(control.ValidatePause(&p))...)
+	// The one check that depends on when the request comes: a keyed
+	// retry of a pause sent while its until was ahead gets that pause's
+	// verdict (sentOr), not a 400 for a pause that was applied. (A "for"
+	// is counted from now, but the command id hashes the body as sent,
+	// so its retry is the same command.)
+	var past string
+	if req.Until != nil && !req.Until.After(now) {
+		past = fmt.Sprintf("must be in the future, got %s", req.Until.Format(time.RFC3339))
+	}
+	switch {
+	case len(problems) > 0:
+		if past != "" {
+			problems = append(problems, events.FieldError{Field: "until", Rule: past})
+		}
+		writeInvalid(w, &events.ValidationError{Errors: problems})
+		return
+	case past != "" && !s.sentOr(w, r, events.VerbPaused, id, http.StatusBadRequest, "until", past):
 		return
 	}
 	if s.existing(w, r, events.VerbPaused, id) {
