@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/api"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
@@ -226,5 +228,73 @@ func TestAKeyedPauseRetriedAfterItsUntilGetsTheFirstVerdict(t *testing.T) {
 	expect(t, "pause without a key after its until", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", body), http.StatusBadRequest, "until")
 	if n := len(natstest.Read(t, js, streams.StreamTasks, "flyball.task.paused.web")); n != 1 {
 		t.Fatalf("TASKS holds %d task.paused of web, want 1", n)
+	}
+}
+
+// TestAKeyedPauseRetriedPastTheDuplicateWindowIsANewPause: a keyed pause
+// retried once its until had passed skipped the "until must be in the
+// future" check when TASKS held its first send. The API looked for that
+// send a minute further back than TASKS's duplicate window (a margin for
+// its clock running ahead of the server's), and a retry found in that
+// minute was not deduplicated: it was stored as a new pause whose until
+// had passed, which the governor applied by ending the task's pause at
+// once, an operator's newer indefinite pause with it, and answered 202.
+// The API now judges the window by the NATS server's clock, so a retry
+// past it is a new pause with a past until: 400, and nothing is stored.
+// (TASKS's window is 1 s here, standing in for its 2 minutes.)
+func TestAKeyedPauseRetriedPastTheDuplicateWindowIsANewPause(t *testing.T) {
+	t.Parallel()
+	srv := natstest.StartWithStreams(t)
+	_, js := srv.Connect(t)
+	ctx := t.Context()
+	tasks, err := js.Stream(ctx, streams.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := stack.Start(context.Background(), stack.Config{
+		JS: js, Services: []string{"governor", "api"}, APIAddr: "127.0.0.1:0", APITokens: []string{token},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	cfg := tasks.CachedInfo().Config
+	cfg.Duplicates = time.Second // after the governor's start, which wants 2 minutes
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{js: js, base: "http://" + st.API.Addr(), url: "https://orders.example/healthz"}
+	expect(t, "create web", b.call(t, http.MethodPost, "/api/v1/tasks", b.task("web", "")), http.StatusAccepted, "")
+
+	// A pauses for a moment, B pauses indefinitely after it.
+	until := time.Now().Add(500 * time.Millisecond)
+	body := fmt.Sprintf(`{"until":%q}`, until.UTC().Format(time.RFC3339Nano))
+	first := b.keyed(t, http.MethodPost, "/api/v1/tasks/web/pause", "pause-1", body)
+	expect(t, "timed pause", first, http.StatusAccepted, "")
+	expect(t, "indefinite pause", b.call(t, http.MethodPost, "/api/v1/tasks/web/pause", `{"reason":"maintenance"}`), http.StatusAccepted, "")
+	md, err := natstest.Read(t, js, streams.StreamTasks, "flyball.task.paused.web")[0].Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, "the first pause's until and TASKS's duplicate window passed, by the server's clock", func() bool {
+		info, err := tasks.Info(ctx)
+		return err == nil && info.TimeStamp.After(md.Timestamp.Add(2*cfg.Duplicates)) && time.Now().After(until)
+	})
+
+	// A retries its pause, past the window.
+	again := b.keyed(t, http.MethodPost, "/api/v1/tasks/web/pause", "pause-1", body)
+	expect(t, "timed pause retried past the duplicate window, after its until", again, http.StatusBadRequest, "until")
+	if g := b.call(t, http.MethodGet, "/api/v1/tasks/web", ""); g.body["schedule"].(map[string]any)["paused"] != true ||
+		g.str("schedule", "pausedUntil") != "" || g.str("schedule", "pauseReason") != "maintenance" {
+		t.Fatalf("schedule after the retry: %s, want B's indefinite pause", g.raw)
+	}
+	n := 0
+	for _, m := range natstest.Read(t, js, streams.StreamTasks, "flyball.task.paused.web") {
+		if m.Headers().Get(jetstream.MsgIDHeader) == first.str("commandId") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("TASKS holds %d task.paused with the retried pause's id %s, want 1", n, first.str("commandId"))
 	}
 }

@@ -245,32 +245,35 @@ func (c *Client) storedAnswer(ctx context.Context, id, cmdID string, since time.
 	return a, nil
 }
 
-// ControlClockSkew is how far this host's clock may run ahead of the NATS
-// server's for Stored: TASKS stamps commands by the server's clock, and
-// Stored looks back from this one. Without it, a host ahead missed a
-// command stored near the window's start.
-const ControlClockSkew = time.Minute
-
 // Stored reports whether TASKS holds command cmdID (its Nats-Msg-Id) of
-// task id, stored within TASKS's duplicate window: SendID with that id
-// then stores nothing and answers with the first one's verdict. A
-// caller that would refuse the command (its task is missing) asks this
-// first when a client retries with the same id, and sends it again if
-// it was stored: its own command may be what removed the task.
+// task id, stored within TASKS's duplicate window less a tenth of it:
+// SendID with that id then stores nothing and answers with the first
+// one's verdict. A caller that would refuse the command (its task is
+// missing, its pause's until has passed) asks this first when a client
+// retries with the same id, and sends it again if it was stored: its own
+// command may be what removed the task.
 //
-// It looks back the window and ControlClockSkew from this host's clock.
-// A command found up to that much past the server's window (a host
-// behind the server, or one in sync) is stored again when sent: the
-// governor then rejects a command other than a delete on the missing
-// task ("no task", 422 where the look would have answered 404), and
-// applies a delete, which removes nothing that is not there. Either way
-// the command the client retried is the one applied.
+// The window is judged by the NATS server's clock (the time of TASKS's
+// stream info), which stamps the commands and times the window, not by
+// this host's: it looked back the window and a minute for clock skew
+// from this host's clock, and a command found in that extra minute was
+// stored again when sent, a pause whose until had passed with it, which
+// the governor applied by ending the task's newer pause. The tenth left
+// is for the retry to be stored before the window closes; a command sent
+// longer ago than that is not found, and the caller refuses the retry as
+// a new request.
 func (c *Client) Stored(ctx context.Context, verb events.Verb, id, cmdID string) (bool, error) {
 	st, err := c.JS.Stream(ctx, streams.StreamTasks)
 	if err != nil {
 		return false, fmt.Errorf("look for a repeated command: stream %s: %w", streams.StreamTasks, err)
 	}
-	since := c.clock().UTC().Add(-st.CachedInfo().Config.Duplicates - ControlClockSkew)
+	info := st.CachedInfo()
+	now := info.TimeStamp
+	if now.IsZero() { // a server that does not say its time
+		now = c.clock()
+	}
+	window := info.Config.Duplicates
+	since := now.UTC().Add(-window + window/10)
 	found := false
 	err = c.scanTasks(ctx, since, func(m jetstream.Msg) bool {
 		found = m.Headers().Get(jetstream.MsgIDHeader) == cmdID
