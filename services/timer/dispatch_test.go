@@ -69,7 +69,7 @@ func putSchedule(t *testing.T, js jetstream.JetStream, id string, at time.Time, 
 // results reads flyball_dispatch_total by result.
 func results(s *Service) map[string]int {
 	m := map[string]int{}
-	for _, l := range []string{resultNew, resultDuplicate, resultPending, resultError} {
+	for _, l := range []string{resultNew, resultDuplicate, resultPending, resultInProcess, resultError} {
 		m[l] = int(counterValue(s.cfg.Metrics.DispatchTotal, l))
 	}
 	return m
@@ -403,7 +403,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{&jetstream.PubAck{Stream: "DISPATCH", Sequence: 1}, nil, resultNew},
 		{&jetstream.PubAck{Stream: "DISPATCH", Sequence: 1, Duplicate: true}, nil, resultDuplicate},
-		{nil, apiErr(10158, "x"), resultDuplicate},
+		{nil, apiErr(10158, "duplicate message id is in process"), resultInProcess},
 		{nil, apiErr(10077, "maximum messages per subject exceeded"), resultPending},
 		{nil, apiErr(10077, "maximum messages exceeded"), resultError},
 		{nil, apiErr(10077, "maximum bytes exceeded"), resultError},

@@ -6,14 +6,19 @@
 //
 // Several timer replicas may run at once: they all fire, JetStream keeps one
 // message per Nats-Msg-Id, and DISPATCH holds at most one pending run per
-// task. A duplicate PubAck, error 10158 (the same Nats-Msg-Id is being
-// stored by another replica) or error 10077 for the per-subject limit (the
+// task. A duplicate PubAck or error 10077 for the per-subject limit (the
 // subject already holds a pending run; 10077 for a stream-wide limit or a
 // storage error is a failure) therefore means the run is already
-// dispatched: success, not failure. For 10077 that holds only if the pending run is this slot; an
-// earlier slot still pending (its ack not yet processed) makes the timer
-// retry the new slot with a backoff until it is stored or superseded. Any other publish error is retried with a short backoff; a run is
-// never silently dropped.
+// dispatched: success, not failure. For 10077 that holds only if the
+// pending run is this slot; an earlier slot still pending (its ack not yet
+// processed) makes the timer retry the new slot with a backoff until it is
+// stored or superseded. Error 10158 (a publish of the same Nats-Msg-Id,
+// another replica's or this timer's own earlier try, is being stored right
+// now) is not success: that publish may yet fail (a stream leader that
+// lost its quorum never commits it), so the slot is published again, every
+// RetryDelay, until the stream answers stored or duplicate. Any other
+// publish error is retried with a short backoff; a run is never silently
+// dropped.
 //
 // Each slot is published its lead early (the executor holds it until the
 // slot): a quarter of the time since the task's previous slot, at most

@@ -102,3 +102,32 @@ func TestLatenessCountsFromTheScheduleWrite(t *testing.T) {
 		t.Errorf("a slot written for now: lateness %v (%d observations), want under 500ms", late, n)
 	}
 }
+
+// TestLatenessIsNotRecordedForAnotherTimersDispatch: a timer that starts
+// (a restart, a lease takeover) publishes again the slots its predecessor
+// dispatched within DISPATCH's 2-minute duplicate window, and each is
+// answered duplicate. The new timer did not store them: their lateness is
+// the old timer's (recorded there, on time), and the time of the copy,
+// up to 2 minutes after its slot, is not it. It recorded them all the
+// same, a p99 spike after every failover.
+func TestLatenessIsNotRecordedForAnotherTimersDispatch(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	a := startTimer(t, srv.JS, nil)
+	putSchedule(t, srv.JS, "task", time.Now().Add(-time.Second).UTC(), gov.SourceBaselineInterval)
+	natstest.Eventually(t, within, "timer a stores the slot", func() bool { return results(a)[resultNew] == 1 })
+	if n, _ := lateness(t, a); n != 1 {
+		t.Fatalf("timer a: lateness observed %d times for the dispatch it stored, want 1", n)
+	}
+	a.Stop()
+	b := startTimer(t, srv.JS, nil)
+	natstest.Eventually(t, within, "timer b publishes the slot again", func() bool {
+		r := results(b)
+		return r[resultDuplicate]+r[resultPending]+r[resultNew] >= 1
+	})
+	if r := results(b); r[resultDuplicate] != 1 {
+		t.Fatalf("timer b: results %v, want the slot answered duplicate", r)
+	}
+	if n, sum := lateness(t, b); n != 0 {
+		t.Fatalf("timer b: lateness observed %d times (summing to %v) for a dispatch timer a stored, want 0", n, sum)
+	}
+}

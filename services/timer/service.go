@@ -99,7 +99,7 @@ type Service struct {
 
 	// Dispatch results, resolved once: WithLabelValues hashes its labels
 	// on every call, and a burst counts thousands of results.
-	resultNew, resultDuplicate, resultPending, resultError prometheus.Counter
+	resultNew, resultDuplicate, resultPending, resultInProcess, resultError prometheus.Counter
 
 	// sources interns schedule sources, so a million items share a handful
 	// of strings. Only the watch goroutine (apply) uses it.
@@ -231,6 +231,7 @@ func New(cfg Config) (*Service, error) {
 		resultNew:       total.WithLabelValues(resultNew),
 		resultDuplicate: total.WithLabelValues(resultDuplicate),
 		resultPending:   total.WithLabelValues(resultPending),
+		resultInProcess: total.WithLabelValues(resultInProcess),
 		resultError:     total.WithLabelValues(resultError),
 		sources:         make(map[string]string),
 		batch:           defaultBatch,
@@ -818,7 +819,10 @@ func (s *Service) collect(ctx context.Context, runs []dueRun) {
 		if ctx.Err() != nil {
 			return
 		}
-		if !s.settle(r, ack, err) {
+		// A 10158 is retried without a warning: two timers without a
+		// lease publishing a slot at once to a replicated DISPATCH can
+		// meet it in the normal course.
+		if !s.settle(r, ack, err) && !jsutil.IsDuplicateInProcess(err) {
 			unstored.add(r.id, err)
 		}
 	}
@@ -849,17 +853,22 @@ const (
 	resultNew       = "new"
 	resultDuplicate = "duplicate"
 	resultPending   = "pending"
+	resultInProcess = "in-process"
 	resultError     = "error"
 )
 
-// classify names the result of a dispatch publish. Only resultError needs
-// a retry: a duplicate PubAck or error 10158 (the same Nats-Msg-Id is being
-// stored right now, by another replica) means the run is stored, and error
-// 10077 for DISPATCH's per-subject limit (the subject already holds its one
-// message) means a run of the task is already pending. Error 10077 for any
-// other cause (a stream-wide max_msgs or max_bytes reached, a storage
-// error) is a dispatch not stored: resultError, retried and logged at Warn
-// like any other.
+// classify names the result of a dispatch publish. A duplicate PubAck
+// means the run is stored, and error 10077 for DISPATCH's per-subject
+// limit (the subject already holds its one message) means a run of the
+// task is already pending. Error 10158 (IsDuplicateInProcess: a publish
+// with the same Nats-Msg-Id is being stored right now, another replica's
+// or this timer's own earlier try whose ack timed out) is
+// resultInProcess: that publish may yet fail (a stream leader that lost
+// its quorum never commits it), so, as jsutil.PublishNewEvent does, the
+// slot is published again until the stream answers stored or duplicate.
+// Error 10077 for any other cause (a stream-wide max_msgs or max_bytes
+// reached, a storage error) is a dispatch not stored: resultError,
+// retried and logged at Warn like any other.
 func classify(ack *jetstream.PubAck, err error) string {
 	switch {
 	case err == nil && ack != nil && ack.Duplicate:
@@ -867,7 +876,7 @@ func classify(ack *jetstream.PubAck, err error) string {
 	case err == nil:
 		return resultNew
 	case jsutil.IsDuplicateInProcess(err):
-		return resultDuplicate
+		return resultInProcess
 	case streams.IsSubjectFull(err):
 		return resultPending
 	default:
@@ -879,15 +888,19 @@ func classify(ack *jetstream.PubAck, err error) string {
 // stored, reporting false then.
 func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 	result := classify(ack, err)
-	if result == resultNew || result == resultDuplicate {
+	if result == resultNew || result == resultDuplicate && r.tried != 0 {
 		// Once per dispatch, for the try that was stored: tries that were
 		// not are counted in flyball_dispatch_total, and retried. A retry
 		// answered duplicate was not that try: an earlier one whose ack
-		// was lost was (or another replica's copy, sent about as early),
-		// and recording the retry's time would add the ack timeout (3 s)
-		// and the retry delay to a dispatch stored on time.
+		// was lost was, and recording the retry's time would add the ack
+		// timeout (3 s) and the retry delay to a dispatch stored on time.
+		// A duplicate with no such earlier try is another timer's copy (a
+		// replica's, or its predecessor's before a restart or a lease
+		// takeover, which publishes again the slots dispatched within the
+		// 2-minute duplicate window): that timer recorded it, and this
+		// copy's time, up to 2 minutes late, says nothing of it.
 		sent := r.sent
-		if result == resultDuplicate && r.tried != 0 {
+		if result == resultDuplicate {
 			sent = r.tried
 		}
 		s.cfg.Metrics.DispatchLateness.Observe(time.Duration(max(sent-r.planned, 0)).Seconds())
@@ -897,6 +910,14 @@ func (s *Service) settle(r *dueRun, ack *jetstream.PubAck, err error) bool {
 		s.resultNew.Inc()
 	case resultDuplicate:
 		s.resultDuplicate.Inc()
+	case resultInProcess:
+		// The slot is not stored yet, and may never be by the publish in
+		// process: try again. This try was refused, so it is not one that
+		// may have been stored (an earlier try whose ack timed out is
+		// already in the item's tried).
+		s.resultInProcess.Inc()
+		s.retryLater(r.it, r.at, 0)
+		return false
 	case resultPending:
 		// The subject still holds an earlier dispatch of the task. Either
 		// its run is still going (a re-plan while it retries) or it has

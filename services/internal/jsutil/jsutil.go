@@ -169,8 +169,8 @@ const (
 // listens on its subject), or the client never sent it (over max_payload,
 // an invalid subject, a connection draining, or one disconnected with no
 // reconnect buffer, as flyball serve connects: nats: outbound buffer limit
-// exceeded). A duplicate being stored right now (10158) is stored, so it
-// is not; nor is a timeout or a lost connection (nats: connection closed
+// exceeded). A duplicate being stored right now (10158) may be stored, so
+// it is not; nor is a timeout or a lost connection (nats: connection closed
 // comes also when the connection closes while the ack is awaited), after
 // which the message may have been stored.
 func NotStored(err error) bool {
@@ -182,9 +182,10 @@ func NotStored(err error) bool {
 }
 
 // IsDuplicateInProcess reports JetStream error 10158: a message with the
-// same Nats-Msg-Id is being stored right now (another timer replica won the
-// race). That other publish may still fail: PublishNewEvent publishes again
-// until the stream answers stored or duplicate.
+// same Nats-Msg-Id is being stored right now (another replica won the race,
+// or an earlier try whose ack timed out is not committed yet). That other
+// publish may still fail: PublishNewEvent, and the timer for a dispatch,
+// publish again until the stream answers stored or duplicate.
 func IsDuplicateInProcess(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158

@@ -122,11 +122,11 @@ func New() *Set {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 600, 1200, 1800},
 		}),
 		DispatchLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "flyball_dispatch_lateness_seconds", Help: "Per stored dispatch: the publish time of the try that was stored (for a retry answered duplicate, the earliest earlier try whose ack was lost) minus when the timer first planned it, its lead before nextRunAt (a retried dispatch: at most 250ms before it), or when its schedule was written if later (a slot written for now or the past: a run-now hint, a requeue, a catch-up).",
+			Name: "flyball_dispatch_lateness_seconds", Help: "Per dispatch this timer stored: the publish time of the try that was stored (for a retry answered duplicate, the earliest earlier try whose ack was lost; a duplicate of another timer's dispatch is not recorded) minus when the timer first planned it, its lead before nextRunAt (a retried dispatch: at most 250ms before it), or when its schedule was written if later (a slot written for now or the past: a run-now hint, a requeue, a catch-up).",
 			Buckets: latencyBuckets,
 		}),
 		DispatchTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flyball_dispatch_total", Help: "Timer dispatch publishes by result (new, duplicate, pending, error).",
+			Name: "flyball_dispatch_total", Help: "Timer dispatch publishes by result (new, duplicate, pending, in-process, error).",
 		}, []string{"result"}),
 		DispatchPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flyball_dispatch_pending", Help: "Schedules held by this timer that are waiting to fall due.",
