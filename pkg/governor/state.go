@@ -88,6 +88,15 @@ type State struct {
 	// replay that has no sequences) judges nothing.
 	LastCommandSeq uint64 `json:"lastCommandSeq,omitempty"`
 	LastBreakerSeq uint64 `json:"lastBreakerSeq,omitempty"`
+	// LastCommandAt and LastBreakerAt are when that command and that
+	// transition were stored (their stream timestamps). A redelivery at or
+	// below the sequence but stored after it is not a copy: the stream
+	// starts its sequences over below the schedule's (a schedule restored
+	// from a backup that snapshotted the stream before the bucket, a
+	// stream created again from scratch). Zero (no command, or no
+	// transition, applied since 2026-12-02) judges by the sequence alone.
+	LastCommandAt time.Time `json:"lastCommandAt,omitzero"`
+	LastBreakerAt time.Time `json:"lastBreakerAt,omitzero"`
 	// SpecRevision is the flyball-tasks revision of the spec the last
 	// command that wrote one stored (task.created, task.updated). A signal
 	// whose view of the spec is older reads it again before deciding:

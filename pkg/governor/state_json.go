@@ -60,6 +60,8 @@ func (s *State) AppendJSON(b []byte) ([]byte, error) {
 		w.Raw(`,"lastBreakerSeq":`)
 		w.B = strconv.AppendUint(w.B, s.LastBreakerSeq, 10)
 	}
+	w.TimeOmitZero(`,"lastCommandAt":`, s.LastCommandAt)
+	w.TimeOmitZero(`,"lastBreakerAt":`, s.LastBreakerAt)
 	if s.SpecRevision != 0 {
 		w.Raw(`,"specRevision":`)
 		w.B = strconv.AppendUint(w.B, s.SpecRevision, 10)

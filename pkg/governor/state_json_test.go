@@ -31,7 +31,7 @@ func TestStateAppendJSONMatchesMarshal(t *testing.T) {
 		LastSuccessAt: t0, LastFailureAt: t0, Paused: true, PausedUntil: t0, PauseReason: "maintenance\n\t\u2028é\xff",
 		IntervalHint:  &IntervalHint{Interval: time.Second, ExpiresAt: t0},
 		OneShotHint:   &OneShotHint{Reason: "r"},
-		LastCommandID: "c", LastCommandSeq: 1<<64 - 1, LastBreakerSeq: 7, Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
+		LastCommandID: "c", LastCommandSeq: 1<<64 - 1, LastBreakerSeq: 7, LastCommandAt: t0, LastBreakerAt: t0.In(zone), Deleted: true, LastActivityAt: t0, LastFingerprint: "f", UnchangedRuns: 3,
 		AdaptiveInterval: -time.Minute, BreakerOpenUntil: t0, BreakerKey: "host_\"<a>", DeadLetter: &DeadLetterHold{Reason: "x", At: t0},
 		RequeuedAt: t0, CatchUpPending: 4, Budget: RunLedger{Counts: [24]uint32{3: 7}}, LastStartedAt: t0.In(zone),
 		GridStep: 4 * time.Minute,
@@ -119,7 +119,7 @@ func FuzzStateAppendJSON(f *testing.F) {
 			LastFingerprint: in.str(), UnchangedRuns: int(in.u64()), AdaptiveInterval: time.Duration(in.u64()),
 			BreakerOpenUntil: in.time(), RequeuedAt: in.time(), CatchUpPending: int(in.u64()), LastStartedAt: in.time(),
 			GridStep: time.Duration(in.u64()), RunningSlot: in.time(), BreakerKey: in.str(),
-			SpecRevision: in.u64(), FingerprintFrom: in.time(),
+			SpecRevision: in.u64(), FingerprintFrom: in.time(), LastCommandAt: in.time(), LastBreakerAt: in.time(),
 		}
 		for range flags >> 8 % 4 {
 			s.Trail = append(s.Trail, in.str())

@@ -535,8 +535,9 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 
 // staleCommand answers a redelivered command that is older than what the
 // task's schedule has applied, without applying it: a command other than
-// a delete at or below the schedule's lastCommandSeq (a later command of
-// the task was applied), or a delete stored before the task was created
+// a delete at or below the schedule's lastCommandSeq and stored no later
+// than its lastCommandAt (a later command of the task was applied:
+// Step.olderThan), or a delete stored before the task was created
 // (a delete is judged by the task's creation, not by its last command: a
 // delete left unacked by a replica that died still applies after the
 // commands published behind it). A creation of a task with no schedule
@@ -563,7 +564,7 @@ func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAcce
 		}
 		why = fmt.Sprintf("no change: a delete stored before the task was created again (at %s); it was applied to the task deleted then",
 			st.CreatedAt.Format(time.RFC3339Nano))
-	case st.LastCommandID != step.CommandID && step.olderThan(st.LastCommandSeq):
+	case st.LastCommandID != step.CommandID && step.olderThan(st.LastCommandSeq, st.LastCommandAt):
 		why = fmt.Sprintf("no change: a copy of a command applied before (stream sequence %d), redelivered after a later one (sequence %d, %q) was applied",
 			step.Seq, st.LastCommandSeq, st.LastCommandID)
 	default:

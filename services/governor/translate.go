@@ -52,11 +52,14 @@ type Step struct {
 	// the server delivered it before (metadata; the service sets both, a
 	// replay leaves them zero). A redelivered command (TASKS) or breaker
 	// transition (HEALTH) at or below the last one applied to the task
-	// (State.LastCommandSeq, LastBreakerSeq) is a copy of an input applied
-	// before later ones, and is ignored (Apply). A first delivery is never
-	// judged so: a pinned durable delivers each message first in stream
-	// order, and a stream created again from scratch (lower sequences)
-	// must not make its commands look old.
+	// (State.LastCommandSeq, LastBreakerSeq), and stored no later than it
+	// (LastCommandAt, LastBreakerAt), is a copy of an input applied before
+	// later ones, and is ignored (Apply). One stored later is new: the
+	// stream's sequences started over below the schedule's (a schedule
+	// restored from a backup that snapshotted the stream before the
+	// bucket, a stream created again from scratch). A first delivery is
+	// never judged so: a pinned durable delivers each message first in
+	// stream order.
 	Seq         uint64
 	Redelivered bool
 	// RequeueFor is the taskCreatedAt of a task.requeued: the createdAt of
@@ -88,13 +91,14 @@ type Step struct {
 
 // repeats reports whether the step is an input already applied to st: the
 // command named by LastCommandID, or a redelivered command or breaker
-// transition at or below the last sequence applied from its stream.
+// transition at or below the last sequence applied from its stream
+// (olderThan).
 func (s *Step) repeats(st *gov.State) bool {
 	switch {
 	case s.CommandID != "":
-		return st.LastCommandID == s.CommandID || s.olderThan(st.LastCommandSeq)
+		return st.LastCommandID == s.CommandID || s.olderThan(st.LastCommandSeq, st.LastCommandAt)
 	case s.Input.Kind == gov.KindBreaker:
-		return s.olderThan(st.LastBreakerSeq)
+		return s.olderThan(st.LastBreakerSeq, st.LastBreakerAt)
 	}
 	return false
 }
@@ -110,9 +114,17 @@ func (s *Step) repeatsApplied(st *gov.State) bool {
 		st.LastCommandID == s.CommandID && st.LastCommandSeq != s.Seq
 }
 
-// olderThan reports whether the step is a redelivery at or below seq.
-func (s *Step) olderThan(seq uint64) bool {
-	return s.Redelivered && s.Seq != 0 && s.Seq <= seq
+// olderThan reports whether the step is a redelivery at or below seq, the
+// last sequence applied from its stream, stored no later than at, that
+// message's stored time (zero: not known, none applied since
+// 2026-12-02). A message stored after it is new, whatever its sequence: a
+// backup snapshots TASKS and HEALTH before the buckets, so a restored
+// schedule can hold a sequence past the restored stream's last, which the
+// messages published after the restore take again. Judged by its sequence
+// alone, one redelivered before it was applied (its replica stopped or
+// died) was acked without effect.
+func (s *Step) olderThan(seq uint64, at time.Time) bool {
+	return s.Redelivered && s.Seq != 0 && s.Seq <= seq && (at.IsZero() || !s.At.After(at))
 }
 
 // Translate decodes one stored message. Commands that break a rule return
@@ -528,12 +540,12 @@ func Apply(spec *events.TaskSpec, st gov.State, step Step) gov.Decision {
 	if !dec.Ignored {
 		switch {
 		case step.CommandID != "":
-			dec.State.LastCommandID, dec.State.LastCommandSeq = step.CommandID, step.Seq
+			dec.State.LastCommandID, dec.State.LastCommandSeq, dec.State.LastCommandAt = step.CommandID, step.Seq, step.At
 			if step.Spec != nil && step.SpecRevision != 0 {
 				dec.State.SpecRevision = step.SpecRevision
 			}
 		case step.Input.Kind == gov.KindBreaker:
-			dec.State.LastBreakerSeq = step.Seq
+			dec.State.LastBreakerSeq, dec.State.LastBreakerAt = step.Seq, step.At
 		}
 	}
 	return dec
