@@ -218,6 +218,16 @@ type Run struct {
 	Dispatch *Dispatch `json:"dispatch,omitempty"`
 }
 
+// Reasons of a run.skipped (Run.Reason) that the governor tells apart
+// (governor.SkipOf); the executor writes them.
+const (
+	// SkipReasonPaused is the reason of a slot that fell in a pause.
+	SkipReasonPaused = "task paused"
+	// SkipReasonAlreadyRan begins the reason of a slot dispatched again
+	// after it ran (its outcome is stored): the skip is no loss of a run.
+	SkipReasonAlreadyRan = "already ran: "
+)
+
 // Dead-letter reasons.
 const (
 	DeadLetterPermanent     = "permanent"

@@ -201,7 +201,12 @@
 // schedules a recheck at its time + deadLetter.recheckAfter (30m by
 // default, or later when the budget says so), kept until a run succeeds
 // or the task is requeued; a requeue
-// clears the dead-letter and the failure count and runs the task now.
+// clears the dead-letter and the failure count and runs the task now. It
+// stays pending until a run: a skip is none, but for a slot that ran
+// already ([Outcome.Skip]). After a skip in a pause it runs at the
+// resume; after another skip it is not planned again by that decision
+// (the next dispatch could be skipped again at once), but by the next
+// run or the next input that plans.
 // Clamps rank above both: a bounds.max shorter than the breaker's delay
 // dispatches the run earlier, and the executor then defers it to retryAt
 // itself; "within the clamps" therefore holds for every decision but a

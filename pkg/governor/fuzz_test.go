@@ -355,6 +355,9 @@ func FuzzDecide(f *testing.F) {
 				DispatchID: id, ScheduledAt: slot, Result: []string{"succeeded", "failed", "skipped"}[kind%12-2], FinishedAt: now,
 				Fingerprint: []string{"", "a", "b", "c"}[(kind/48)%4],
 			}}
+			if in.Outcome.Result == "skipped" { // why, from the fingerprint's bits (a skip has none)
+				in.Outcome.Skip = []governor.Skip{governor.SkipNotRun, governor.SkipPaused, governor.SkipRan, governor.SkipNotRun}[(kind/48)%4]
+			}
 			if in.Outcome.Result == "failed" && pauseMode&32 != 0 { // final: a dead letter follows
 				in.Outcome.DeadLetterReason = events.DeadLetterMaxAttempts
 			}
@@ -1116,15 +1119,18 @@ func waitsBehind(now time.Time, st, s governor.State, in governor.Input, planned
 // (waitsBehind) and that the input keeps: any input but one that stops
 // the task (a pause, a dead-letter input, or a dead-letter hold in s, the
 // state after it, whose recheck is after the slot, unless the slot is at
-// or after a requeue st held that no completed slot served: the
-// operator's requeue outranks the hold).
+// or after a requeue st held that the input's outcome does not serve: a
+// run at or after it, or the skip of a slot at or after it that ran
+// already; the operator's requeue outranks the hold).
 func queuedBehind(now time.Time, st, s governor.State, in governor.Input, planned time.Time) bool {
 	if !waitsBehind(now, st, s, in, planned) || in.Kind == governor.KindPaused || in.Kind == governor.KindDeadLettered {
 		return false
 	}
 	r := st.RequeuedAt
-	return s.DeadLetter == nil || !s.DeadLetter.RecheckAt.After(planned) ||
-		(!r.IsZero() && r.After(s.LastScheduledAt) && !planned.Before(r))
+	if o := in.Outcome; o != nil && !o.ScheduledAt.Before(r) && (o.Result != "skipped" || o.Skip == governor.SkipRan) {
+		r = time.Time{}
+	}
+	return s.DeadLetter == nil || !s.DeadLetter.RecheckAt.After(planned) || (!r.IsZero() && !planned.Before(r))
 }
 
 // servesAhead reports whether the slot in flight, flying, is the run a

@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"strings"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -116,6 +117,9 @@ type Outcome struct {
 	ScheduledAt time.Time
 	// Result is "succeeded", "failed" or "skipped".
 	Result string
+	// Skip is, for a skipped run, what its reason says of the slot
+	// (SkipOf): whether it ran after all, or why it did not.
+	Skip Skip
 	// StartedAt is when the run's call started (zero if unknown, or for a
 	// skipped run). A run that started after slots it was late for (the
 	// timer fires an overdue slot at once after a downtime) is the run
@@ -136,6 +140,35 @@ type Outcome struct {
 	// old task's final failure held the new one for a dead-letter recheck,
 	// and its failures put the new one into backoff.
 	TaskCreatedAt time.Time
+}
+
+// Skip is what the reason of a run.skipped says of its slot, as far as
+// a requeue cares: a skip is no run, but for a slot that ran already.
+type Skip string
+
+// Kinds of skip.
+const (
+	// SkipNotRun is a slot that did not run, for a reason a run planned
+	// at once may meet again: an open breaker with no room left to wait
+	// for its retryAt, a stored spec that does not validate, a catchUp
+	// "none" slot missed, a reason not known.
+	SkipNotRun Skip = ""
+	// SkipPaused is a slot that fell in a pause.
+	SkipPaused Skip = "paused"
+	// SkipRan is a slot dispatched again after it ran: its outcome is
+	// stored, and the skip stands for that run.
+	SkipRan Skip = "already-ran"
+)
+
+// SkipOf is the kind of skip of a run.skipped with reason.
+func SkipOf(reason string) Skip {
+	switch {
+	case reason == events.SkipReasonPaused:
+		return SkipPaused
+	case strings.HasPrefix(reason, events.SkipReasonAlreadyRan):
+		return SkipRan
+	}
+	return SkipNotRun
 }
 
 // Pause pauses a task until Until, or indefinitely when Until is zero.

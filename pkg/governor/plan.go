@@ -61,6 +61,11 @@ type planner struct {
 	// finished is when that run ended, between started and now; zero
 	// when unknown.
 	finished time.Time
+	// requeueSkipped is set when this decision applies the skip of a
+	// slot at or after the requeue for a reason that may skip a run
+	// planned at once again (requeueOutcome): the requeue stays pending,
+	// but this decision does not plan it.
+	requeueSkipped bool
 	// waitedUntil is, for an outcome of a slot after the last completed
 	// one, when the run applied before it ended (at most now; zero for a
 	// skip or none): after the outcome's slot when that slot waited behind
@@ -1092,7 +1097,9 @@ func (p *planner) breaker() {
 // outcome, and the inputs after this one during the run find it served by
 // the running slot the state then remembers, State.RunningSlot; a recheck
 // counts as run once a slot at or after it is the last one). Planned
-// again, the run was made a second time right behind it.
+// again, the run was made a second time right behind it. A requeue
+// whose slot this decision's outcome skipped (requeueSkipped) is left to
+// the other rules: it stays pending, and is not planned again at once.
 func (p *planner) deadLetter() {
 	s := &p.s
 	if !s.RequeuedAt.IsZero() && p.served(s.RequeuedAt) {
@@ -1102,7 +1109,7 @@ func (p *planner) deadLetter() {
 		p.tr.str("requeued at ").at(s.RequeuedAt).str(": served by the slot in flight ").at(p.flying).end()
 		return
 	}
-	if !s.RequeuedAt.IsZero() {
+	if !s.RequeuedAt.IsZero() && !p.requeueSkipped {
 		p.choose(p.now, SourceRequeue).str("requeued at ").at(s.RequeuedAt).str(": runs now").end()
 		p.cadence = false
 		return

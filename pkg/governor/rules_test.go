@@ -1012,6 +1012,101 @@ func TestDecideRequeue(t *testing.T) {
 	})
 }
 
+// TestDecideARequeueWhoseRunWasSkippedStaysPending: a skip is no run.
+// The requeued slot dispatched, then skipped by the executor because the
+// task was paused meanwhile, cleared the requeue as a run at or after it
+// would, and the resume planned the next hourly slot: the run the
+// operator asked for never came. The requeue now stays pending until a
+// run: the resume runs it at once, and a timed pause plans it at its end.
+// A slot that ran already (skipped as dispatched again) consumes it, and
+// a skip for another reason (a breaker with no room to wait, an invalid
+// stored spec) does not plan it again at once, where the next dispatch
+// could be skipped again, once a second: the next run serves it, or the
+// next input that plans runs it at once.
+func TestDecideARequeueWhoseRunWasSkippedStaysPending(t *testing.T) {
+	spec := intervalSpec(time.Hour)
+	rq := t0.Add(10 * time.Minute) // the requeue, and its slot
+	pause := func(until time.Time) governor.Input {
+		return governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: until}}
+	}
+	resumed := governor.Input{Kind: governor.KindResumed}
+	skipped := func(slot time.Time, why governor.Skip) governor.Input {
+		in := outcome("skipped", slot)
+		in.Outcome.Skip = why
+		return in
+	}
+	var nothing time.Time // nothing planned
+	pausedThen := func(steps ...any) []any {
+		return append([]any{rq.Add(500 * time.Millisecond), pause(time.Time{})}, steps...)
+	}
+	for _, tt := range []struct {
+		name    string
+		steps   []any // after the requeue at rq
+		next    time.Time
+		source  governor.Source
+		pending bool // the requeue of rq
+	}{
+		{
+			"paused, skipped, resumed: the requeue runs at the resume",
+			pausedThen(rq.Add(time.Second), outcome("skipped", rq), rq.Add(time.Hour), resumed),
+			rq.Add(time.Hour), governor.SourceRequeue, true,
+		},
+		{
+			"paused, skipped (paused), resumed: the requeue runs at the resume",
+			pausedThen(rq.Add(time.Second), skipped(rq, governor.SkipPaused), rq.Add(time.Hour), resumed),
+			rq.Add(time.Hour), governor.SourceRequeue, true,
+		},
+		{
+			"paused, skipped: nothing runs while paused",
+			pausedThen(rq.Add(time.Second), skipped(rq, governor.SkipPaused)),
+			nothing, governor.SourcePaused, true,
+		},
+		{
+			"paused until 11:00, skipped: the requeue runs at the pause's end",
+			[]any{rq.Add(500 * time.Millisecond), pause(t0.Add(time.Hour)), rq.Add(time.Second), skipped(rq, governor.SkipPaused)},
+			t0.Add(time.Hour), governor.SourcePaused, true,
+		},
+		{
+			"paused, resumed, then the skip (paused) applied: the requeue runs at once",
+			pausedThen(rq.Add(time.Second), resumed, rq.Add(2*time.Second), skipped(rq, governor.SkipPaused)),
+			rq.Add(2 * time.Second), governor.SourceRequeue, true,
+		},
+		{
+			"skipped, the slot ran already: consumed",
+			[]any{rq.Add(time.Minute), skipped(rq, governor.SkipRan)},
+			rq.Add(time.Hour), governor.SourceBaselineInterval, false,
+		},
+		{
+			"skipped for another reason: pending, not planned again at once",
+			[]any{rq.Add(time.Second), skipped(rq, governor.SkipNotRun)},
+			rq.Add(time.Hour), governor.SourceBaselineInterval, true,
+		},
+		{
+			"skipped for another reason, then a breaker transition: the requeue runs at once",
+			[]any{rq.Add(time.Second), skipped(rq, governor.SkipNotRun), rq.Add(time.Minute), breakerInput("closed", time.Time{})},
+			rq.Add(time.Minute), governor.SourceRequeue, true,
+		},
+		{
+			"skipped for another reason, then the next run: consumed",
+			[]any{rq.Add(time.Second), skipped(rq, governor.SkipNotRun), rq.Add(time.Hour + 2*time.Second), outcome("succeeded", rq.Add(time.Hour))},
+			rq.Add(2 * time.Hour), governor.SourceBaselineInterval, false,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ds := decideSteps(spec, ran(t0), append([]any{rq, requeued}, tt.steps...)...)
+			d := ds[len(ds)-1]
+			want := rq
+			if !tt.pending {
+				want = time.Time{}
+			}
+			if !d.NextRunAt.Equal(tt.next) || d.Source != tt.source || !d.State.RequeuedAt.Equal(want) {
+				t.Errorf("next run %s (%s), requeued at %s; want %s (%s), requeued at %s\n%s",
+					fmtT(d.NextRunAt), d.Source, fmtT(d.State.RequeuedAt), fmtT(tt.next), tt.source, fmtT(want), fmtTrail(d.Trail))
+			}
+		})
+	}
+}
+
 func TestDecideJitter(t *testing.T) {
 	spec := withJitter(intervalSpec(time.Minute), 0.1)
 	seen := map[time.Duration]bool{}

@@ -146,7 +146,8 @@ type State struct {
 	// the task is requeued.
 	DeadLetter *DeadLetterHold `json:"deadLetter,omitempty"`
 	// RequeuedAt is when an operator requeued the task; it is cleared by
-	// the outcome of a run scheduled at or after it.
+	// the outcome of a run scheduled at or after it. A skip is no run
+	// (but for a slot that ran already: Outcome.Skip), and leaves it.
 	RequeuedAt time.Time `json:"requeuedAt,omitzero"`
 
 	// CatchUpPending is the number of backfill runs still owed after a

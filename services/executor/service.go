@@ -460,7 +460,7 @@ func (s *Service) run(ctx context.Context, m jetstream.Msg, md *jetstream.MsgMet
 		return
 	}
 	if governor.PausedAt(p.Paused, p.PausedUntil, d.ScheduledAt) {
-		s.skip(ctx, m, d, skipPaused, "task paused")
+		s.skip(ctx, m, d, skipPaused, events.SkipReasonPaused)
 		return
 	}
 	g := s.breakerGate(ctx, t.breakerKey, d)
@@ -1022,7 +1022,7 @@ func (s *Service) ranAlready(ctx context.Context, m jetstream.Msg, md *jetstream
 	if match == slotdone.SlotOrLater {
 		what = "the outcome of this slot or of a later one is stored, applied by the governor (lost-write repair)"
 	}
-	reason := "already ran: " + what + "; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
+	reason := events.SkipReasonAlreadyRan + what + "; it was dispatched again at " + d.FiredAt.UTC().Format(time.RFC3339Nano) +
 		" (stored at " + md.Timestamp.UTC().Format(time.RFC3339Nano) + "), after the duplicate window, while the governor was behind"
 	s.log.Warn("dispatch of a slot that already ran: skipping it", "dispatch", d.DispatchID, "firedAt", d.FiredAt, "storedAt", md.Timestamp)
 	s.skip(ctx, m, d, skipAlreadyRan, reason)

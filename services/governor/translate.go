@@ -287,8 +287,11 @@ func translateRun(step Step, outcome events.Outcome, e events.Event) (Step, erro
 		Fingerprint:   run.Fingerprint,
 		TaskCreatedAt: run.TaskCreatedAt,
 	}}
-	if outcome == events.OutcomeFailed {
+	switch outcome {
+	case events.OutcomeFailed:
 		step.Input.Outcome.DeadLetterReason = run.DeadLetterReason()
+	case events.OutcomeSkipped:
+		step.Input.Outcome.Skip = gov.SkipOf(run.Reason)
 	}
 	// Built by hand: one allocation, where Sprintf took a sixth of the
 	// governor's decode time per outcome.

@@ -42,6 +42,33 @@ func TestTranslateRun(t *testing.T) {
 	}
 }
 
+// TestTranslateSkipReadsItsReason: a run.skipped carries what its reason
+// says of the slot, which a requeue pending at it needs: a slot that ran
+// already serves it, one skipped in a pause or otherwise does not.
+func TestTranslateSkipReadsItsReason(t *testing.T) {
+	slot := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for reason, want := range map[string]gov.Skip{
+		events.SkipReasonPaused: gov.SkipPaused,
+		events.SkipReasonAlreadyRan + "the outcome of this slot is stored; it was dispatched again at …": gov.SkipRan,
+		"breaker open until 2026-11-23T10:05:00Z (key t1): not kept waiting, as …":                       gov.SkipNotRun,
+		"invalid stored spec: target: must set exactly one of http or nats":                              gov.SkipNotRun,
+		"": gov.SkipNotRun,
+	} {
+		run := events.Run{DispatchID: events.DispatchID("t1", slot), TaskID: "t1", ScheduledAt: slot, FinishedAt: slot, Reason: reason}
+		body, err := events.Marshal(events.OutcomeSkipped.Type(), "test", "t1", run, slot, "ev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		step, err := Translate(events.RunSubject(events.OutcomeSkipped, "t1"), nil, body, slot.Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := step.Input.Outcome; o == nil || o.Result != "skipped" || o.Skip != want {
+			t.Errorf("reason %q: outcome %+v, want a skip %q", reason, o, want)
+		}
+	}
+}
+
 // minuteSpec is a normalized 1-minute interval task.
 func minuteSpec(id string) *events.TaskSpec {
 	s := &events.TaskSpec{ID: id, Schedule: events.Schedule{Interval: events.Duration(time.Minute)}, Target: events.Target{HTTP: &events.HTTPTarget{URL: "https://example.com/"}}}
