@@ -441,6 +441,12 @@ func FuzzDecide(f *testing.F) {
 			}
 			return
 		}
+		// The readers take a state that names no decision for an
+		// unreadable one, and rebuild it: none that Decide writes may be.
+		if d.State.Undecided() {
+			t.Fatalf("a %s decision wrote a state that names no decision (State.Undecided): next %s, source %q, paused %v",
+				in.Kind, fmtT(d.NextRunAt), d.Source, d.State.Paused)
+		}
 		s := d.State
 		checkAdaptiveStep(t, spec, now, st, s, in)
 		// The state remembers the slot in flight a decision planned past

@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"errors"
 	"time"
 
 	"github.com/flyballhq/flyball/pkg/events"
@@ -213,6 +214,26 @@ type RunLedger struct {
 	// Counts[h mod 24] is the number of runs started in hour h, for h in
 	// (Hour-24, Hour].
 	Counts [24]uint32 `json:"counts"`
+}
+
+// Undecided reports whether the state names no decision: no next run, no
+// source and no pause. Every state the governor writes names its
+// decision's source, one with no next run too (a task paused
+// indefinitely, or whose cron expression never fires), so such a value
+// (JSON null or {}, a taskId alone: written by hand, a bad restore) was
+// not written by a decision. The readers take it for an unreadable
+// schedule: the governor rebuilds it from the task's spec, and the
+// sweeper repairs it. Taken for a state with no next run (as it was),
+// the task never ran again, and nothing repaired it.
+func (s *State) Undecided() bool { return Undecided(s.NextRunAt, s.Source, s.Paused) }
+
+// ErrUndecided is why a reader refused an Undecided state.
+var ErrUndecided = errors.New("it names no decision: no nextRunAt, no source, not paused")
+
+// Undecided is State.Undecided for a reader that decodes only the three
+// fields of a stored schedule (the sweeper, the timer).
+func Undecided(next time.Time, source Source, paused bool) bool {
+	return next.IsZero() && source == "" && !paused
 }
 
 // StoredSpec is a flyball-tasks value: the spec as the governor accepted

@@ -550,7 +550,10 @@ const stateBufSize = 1024
 // effect every 5 minutes, and the timer never dispatched the task again.
 // A value whose fields the timer and the sweeper read decodes for them
 // (they repair nothing) while a governor-only field may not: its signals
-// rebuild it.
+// rebuild it. A value that decodes but names no decision (State.Undecided:
+// JSON null, {}) is unreadable too: applied to as a zero state (as it
+// was), a signal or command wrote a schedule with no taskId and no
+// createdAt, and a repair was acked without effect.
 func (s *Service) readState(ctx context.Context, id string) (st gov.State, rev uint64, scheduled bool, err error) {
 	ent, err := s.schedules.Get(ctx, id)
 	if jsutil.IsKeyMissing(err) {
@@ -559,7 +562,11 @@ func (s *Service) readState(ctx context.Context, id string) (st gov.State, rev u
 	if err != nil {
 		return gov.State{}, 0, false, fmt.Errorf("get schedule %s: %w", id, err)
 	}
-	if err := json.Unmarshal(ent.Value(), &st); err != nil {
+	err = json.Unmarshal(ent.Value(), &st)
+	if err == nil && st.Undecided() {
+		err = gov.ErrUndecided
+	}
+	if err != nil {
 		s.log.Error("stored schedule is unreadable; rebuilding it from the task's spec", "task", id, "revision", ent.Revision(), "err", err)
 		return gov.State{}, ent.Revision(), false, nil
 	}

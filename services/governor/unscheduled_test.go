@@ -21,8 +21,9 @@ import (
 // task.rejected ("already exists"). The command now completes the
 // creation from the stored spec (its createdAt) and applies on top, and
 // the repair is a harmless duplicate, answered task.accepted. A schedule
-// that does not decode (written by hand or by another version) is one
-// with no schedule: the command used to apply to a zero state over it.
+// that does not decode (written by hand or by another version), or that
+// names no decision (JSON null or {}), is one with no schedule: the
+// command used to apply to a zero state over it.
 func TestACommandCompletesTheCreationOfATaskWithNoSchedule(t *testing.T) {
 	s, js := startGovernor(t)
 	cases := []struct {
@@ -57,12 +58,14 @@ func TestACommandCompletesTheCreationOfATaskWithNoSchedule(t *testing.T) {
 			func(gov.State) error { return nil },
 		},
 	}
-	// Each case twice: the schedule key deleted, then rewritten unreadable.
-	for i := range 2 * len(cases) {
-		c, unreadable, name := cases[i%len(cases)], i >= len(cases), string(cases[i%len(cases)].verb)
-		if unreadable {
-			name += "-unreadable"
-		}
+	// Each case with the schedule key deleted, then rewritten by hand with
+	// a value that does not decode, or that names no decision.
+	values := []struct{ suffix, value string }{
+		{"", ""}, {"-unreadable", "not json"}, {"-null", "null"}, {"-empty", "{}"},
+	}
+	for i := range len(values) * len(cases) {
+		c, v := cases[i%len(cases)], values[i/len(cases)]
+		name := string(c.verb) + v.suffix
 		t.Run(name, func(t *testing.T) {
 			id := "unscheduled-" + name
 			command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create-"+id, *minuteSpec(id))
@@ -72,8 +75,8 @@ func TestACommandCompletesTheCreationOfATaskWithNoSchedule(t *testing.T) {
 			}
 			// The schedule key deleted, or rewritten, by hand.
 			var err error
-			if unreadable {
-				_, err = s.schedules.PutString(t.Context(), id, "not json")
+			if v.value != "" {
+				_, err = s.schedules.PutString(t.Context(), id, v.value)
 			} else {
 				err = s.schedules.Delete(t.Context(), id)
 			}

@@ -371,18 +371,27 @@ func TestMissingScheduleRepairOfASpecStoredBeforeANewerRule(t *testing.T) {
 // written since. A sweeper that had a readable copy in its view before
 // kept it, and did nothing at all. Now the sweeper takes an unreadable
 // schedule for one to repair (reason unreadable), the governor rebuilds
-// it as for a missing one, and the task runs again.
+// it as for a missing one, and the task runs again. A value that decodes
+// but names no decision (gov.Undecided: JSON null, {}, a taskId alone)
+// is one too: every reader took it for a schedule with no next run, the
+// timer skipped the task, the sweeper repaired nothing, and the task
+// never ran again.
 func TestSweeperRepairsAnUnreadableSchedule(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
+	type tc struct {
 		name string
 		// seenFirst starts the sweeper before the schedule goes bad, and
 		// waits until its view holds the readable value.
 		seenFirst bool
-	}{
-		{"unreadable when the sweeper starts", false},
-		{"readable in the sweeper's view first", true},
-	} {
+		value     string // the schedule's value, written by hand
+	}
+	var cases []tc
+	for _, value := range []string{"not json", "null", "{}", `{"taskId":"garbled"}`} {
+		cases = append(cases,
+			tc{"unreadable when the sweeper starts: " + value, false, value},
+			tc{"readable in the sweeper's view first: " + value, true, value})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := natstest.StartWithStreams(t)
@@ -424,7 +433,7 @@ func TestSweeperRepairsAnUnreadableSchedule(t *testing.T) {
 					return ok
 				})
 			}
-			garbled, err := schedules.PutString(ctx, id, "not json")
+			garbled, err := schedules.PutString(ctx, id, c.value)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,7 +2,6 @@ package sweeper
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -37,7 +36,8 @@ import (
 //   - Missing schedule: a spec with no schedule (a task created while a
 //     backup was taken, then restored; a schedule deleted by hand) is
 //     never dispatched, nor one whose schedule does not decode (written
-//     by hand or by another version, a bad restore), which the timer
+//     by hand or by another version, a bad restore) or decodes but
+//     names no decision (gov.Undecided: JSON null, {}), which the timer
 //     skips. Once one has had none (or an unreadable one) for
 //     ZombieAfter, the sweeper publishes task.created with the stored
 //     spec; the governor finishes the creation, as for a redelivered
@@ -114,8 +114,8 @@ func (s *Service) current(ctx context.Context, st schedule, now time.Time) (sche
 		v.decode(st.TaskID, ent.Value())
 	}
 	v.mu.Unlock()
-	var stored schedule
-	if json.Unmarshal(ent.Value(), &stored) != nil {
+	stored, ok := decodeSchedule(ent.Value())
+	if !ok {
 		return st, false
 	}
 	return stored, s.zombie(stored, now)
@@ -175,12 +175,11 @@ func (s *Service) reschedule(ctx context.Context, floors *ackFloors, id string, 
 	}
 	reason := repairMissing
 	if sched, err := s.schedules.Get(ctx, id); err == nil {
-		var st schedule
-		if json.Unmarshal(sched.Value(), &st) == nil {
+		if _, ok := decodeSchedule(sched.Value()); ok {
 			return
 		}
-		// Unreadable: the governor takes it for a missing schedule, and
-		// the repair replaces it.
+		// Unreadable, or naming no decision: the governor takes it for a
+		// missing schedule, and the repair replaces it.
 		reason = repairUnreadable
 	} else if !jsutil.IsKeyMissing(err) {
 		s.cfg.Logger.Warn("missing-schedule check failed", "task", id, "err", err)

@@ -2,7 +2,6 @@ package sweeper
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -70,8 +69,8 @@ func (s *Service) pickScheduleSource(ctx context.Context) {
 func (s *Service) scanning() bool { return s.stopWatch == nil }
 
 // scanSchedules replaces the view's schedules with every schedule stored
-// now. A value that cannot be decoded is left out, as in the watch
-// (view.decode). On error the view keeps the previous scan.
+// now. A value that cannot be decoded, or names no decision, is left
+// out, as in the watch (view.decode). On error the view keeps the previous scan.
 func (s *Service) scanSchedules(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
@@ -81,8 +80,7 @@ func (s *Service) scanSchedules(ctx context.Context) error {
 	}
 	fresh := make(map[string]schedule, len(raw))
 	for k, e := range raw {
-		var st schedule
-		if json.Unmarshal(e.Value(), &st) == nil {
+		if st, ok := decodeSchedule(e.Value()); ok {
 			fresh[k] = st
 		}
 	}

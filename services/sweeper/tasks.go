@@ -243,12 +243,25 @@ func (v *view) deleteSchedule(key string) {
 // into the governor's whole state would cost each write for a value the
 // governor mends at the task's next signal. Callers hold v.mu.
 func (v *view) decode(key string, raw []byte) {
-	var st schedule
-	if json.Unmarshal(raw, &st) != nil {
+	st, ok := decodeSchedule(raw)
+	if !ok {
 		delete(v.schedules, key)
 		return
 	}
 	v.schedules[key] = st
+}
+
+// decodeSchedule decodes a stored schedule, and reports whether it is
+// one: a value that does not decode is not, nor one that decodes but
+// names no decision (gov.Undecided: JSON null, {}), which the governor
+// takes for unreadable too. Taken for a schedule with no next run (as it
+// was), it was never repaired, and the task never ran again.
+func decodeSchedule(raw []byte) (schedule, bool) {
+	var st schedule
+	if json.Unmarshal(raw, &st) != nil || gov.Undecided(st.NextRunAt, st.Source, st.Paused) {
+		return schedule{}, false
+	}
+	return st, true
 }
 
 // decodeStale decodes the schedules written since the last call. Callers

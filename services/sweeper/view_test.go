@@ -74,6 +74,41 @@ func TestViewDecodesSchedulesAtTheSweep(t *testing.T) {
 	}
 }
 
+// TestViewTakesAScheduleThatNamesNoDecisionForNone: a value that decodes
+// but names no decision (JSON null, {}, a taskId alone: no nextRunAt, no
+// source, not paused) is one with no schedule, which the sweeper repairs,
+// as an unreadable one. Kept, the task had no next run and nothing
+// repaired it. A state the governor writes with no next run names its
+// source, and stays.
+func TestViewTakesAScheduleThatNamesNoDecisionForNone(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	for _, raw := range []string{`null`, `{}`, `{"taskId":"a"}`, `{"taskId":"a","failures":3,"createdAt":"2026-12-01T00:00:00Z"}`} {
+		v := newView()
+		v.putSchedule("a", scheduleJSON("a", t0))
+		v.caughtUp = true
+		v.putSchedule("a", []byte(raw))
+		v.decodeStale()
+		if st, ok := v.schedules["a"]; ok {
+			t.Errorf("%s: kept in the view as a schedule: %+v", raw, st)
+		}
+	}
+	for name, st := range map[string]gov.State{
+		"paused indefinitely": {TaskID: "a", Source: gov.SourcePaused, Paused: true},
+		"cron never fires":    {TaskID: "a", Source: gov.SourceBaselineCron},
+	} {
+		v := newView()
+		v.putSchedule("a", stateJSON(st))
+		if _, ok := v.schedules["a"]; !ok {
+			t.Errorf("%s: a state the governor writes with no next run was dropped", name)
+		}
+	}
+	v := newView()
+	v.putSchedule("a", []byte(`{"taskId":"a","paused":true}`))
+	if _, ok := v.schedules["a"]; !ok {
+		t.Error("a paused state with no source was dropped: it is paused indefinitely")
+	}
+}
+
 func TestViewDecodesAtTheCap(t *testing.T) {
 	v := newView()
 	v.caughtUp = true

@@ -3,6 +3,8 @@ package timer
 import (
 	"encoding/json"
 	"time"
+
+	gov "github.com/flyballhq/flyball/pkg/governor"
 )
 
 // scheduled is the part of a stored schedule (a JSON-encoded gov.State)
@@ -128,6 +130,18 @@ func scanSchedule(b []byte) (sc schedule, n int, ok bool) {
 		}
 		i = skipSpace(b, i+1)
 	}
+}
+
+// undecided reports whether raw, a stored schedule that decoded with no
+// nextRunAt and no source, names no decision (gov.Undecided): it is not
+// paused either. The governor writes no such value, so only a value
+// written by hand (JSON null, {}) pays for this second decode; one whose
+// paused does not decode is unreadable to the governor too.
+func undecided(raw []byte) bool {
+	var p struct {
+		Paused bool `json:"paused"`
+	}
+	return json.Unmarshal(raw, &p) != nil || gov.Undecided(time.Time{}, "", p.Paused)
 }
 
 // rawTime reads the plain JSON string at b[i] into *t as json.Unmarshal

@@ -427,6 +427,12 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	if sc.next.IsZero() {
+		if len(sc.source) == 0 && undecided(e.Value()) {
+			// JSON null or {}: not a state with no next run (paused,
+			// deleted), which names its source. The sweeper repairs it,
+			// as an unreadable one; it was skipped without a word.
+			s.log.Error("unreadable schedule; task not scheduled until it is rewritten", "task", id, "err", gov.ErrUndecided)
+		}
 		s.remove(id)
 		return
 	}
