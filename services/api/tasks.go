@@ -75,7 +75,7 @@ func commandReply(id, cmdID string, ans *control.Answer, err error, keyed bool, 
 		// (the governor may reject it), and "not stored" (an error after
 		// the publish was acked) had the client send it again as a second
 		// command.
-		learn := fmt.Sprintf("to learn its verdict, send the request again with the same Idempotency-Key within 2 minutes (the command is stored once, and the retry is answered with its verdict), or read the task (GET /api/v1/tasks/%s) or TASKS (flyball.task.accepted.%s and flyball.task.rejected.%s, commandId %s)", id, id, id, cmdID)
+		learn := fmt.Sprintf("to learn its verdict, send the request again with the same Idempotency-Key within 108 s (the command is stored once, and the retry is answered with its verdict), or read the task (GET /api/v1/tasks/%s) or TASKS (flyball.task.accepted.%s and flyball.task.rejected.%s, commandId %s)", id, id, id, cmdID)
 		if !keyed {
 			learn += "; this request had no Idempotency-Key, so sending it again is a second command"
 		}
