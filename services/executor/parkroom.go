@@ -116,8 +116,8 @@ func (s *Service) shedFor(ctx context.Context, n int64) {
 // parked for an open breaker past parkCap, when the consumer has n (> 0)
 // delivered and unacked, as skipped (skipParked), the longest waits
 // first: those parkRefused would refuse now. One whose timer has fired
-// is on its way to a caller already, and one its breaker's change woke
-// is about to be (wakeDeferred).
+// is on its way to a caller already, and one a change of its breaker or
+// its spec woke is about to be (wakeDeferred, wakeTask).
 func (s *Service) shedParked(ctx context.Context, n int64, full string) {
 	s.heldMu.Lock()
 	if s.stopped() {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ type Service struct {
 	heldMu   sync.Mutex
 	held     map[*held]struct{} // dispatches waiting for their slot, or deferred by their breaker
 	parked   map[string]int     // of held, those deferred by their breaker (park), by breaker key
+	byTask   map[string][]*held // of held, those deferred by their breaker, by task ID (wakeTask)
 	nParked  int                // of held, those deferred by their breaker: the sum of parked
 	retrying int                // of held, those tried again after an infrastructure failure (retryInfra)
 	firing   sync.WaitGroup     // held dispatches not yet settled
@@ -204,7 +206,9 @@ func (s *Service) Start(ctx context.Context) error {
 	s.specs.Conn, s.pauses.Conn, s.breakers.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn(), s.cfg.JS.Conn()
 	s.held = make(map[*held]struct{}) // before the breakers' watch: wakeDeferred reads it
 	s.parked = make(map[string]int)
+	s.byTask = make(map[string][]*held)
 	s.breakers.Changed = s.wakeDeferred
+	s.specs.Changed = s.wakeTask
 	s.Go(func() { s.specs.Run(runCtx) })
 	s.Go(func() { s.pauses.Run(runCtx) })
 	s.Go(func() { s.breakers.Run(runCtx) })
@@ -405,7 +409,8 @@ func (s *Service) terminate(m jetstream.Msg, reason string) {
 // then calls it. arrived is when the delivery reached this executor. fresh
 // reads the spec from the bucket, not the view: a dispatch woken because
 // its breaker record was removed with its deleted task can get here before
-// the view of flyball-tasks has the delete, and would call the old target.
+// the view of flyball-tasks has the delete, and would call the old target
+// (one woken by a change of its spec, wakeTask, is read again too).
 // slot is a host slot the dispatch already holds (held.slot), or nil.
 // fails is how many tries of this delivery in a row met an
 // infrastructure failure (retryInfra), 0 on its first.
@@ -541,11 +546,16 @@ func (s *Service) retryInfra(ctx context.Context, m jetstream.Msg, md *jetstream
 	s.keep(ctx, h, wait)
 }
 
-// unpark counts a parked dispatch of key out. The caller holds heldMu.
-func (s *Service) unpark(key string) {
+// unpark counts the parked dispatch h out. The caller holds heldMu.
+func (s *Service) unpark(h *held) {
 	s.nParked--
-	if s.parked[key]--; s.parked[key] <= 0 {
-		delete(s.parked, key)
+	if s.parked[h.key]--; s.parked[h.key] <= 0 {
+		delete(s.parked, h.key)
+	}
+	if hs := slices.DeleteFunc(s.byTask[h.d.TaskID], func(o *held) bool { return o == h }); len(hs) > 0 {
+		s.byTask[h.d.TaskID] = hs
+	} else {
+		delete(s.byTask, h.d.TaskID)
 	}
 }
 
@@ -562,10 +572,35 @@ func (s *Service) wakeDeferred(key string) {
 		return // the common case: every failure writes its breaker's record
 	}
 	for h := range s.held {
-		if h.parked && h.key == key && h.t.Stop() {
-			h.woken = true
-			h.t.Reset(0) // stopped before it ran: it runs once, now
+		if h.parked && h.key == key {
+			h.wake()
 		}
+	}
+}
+
+// wakeTask checks the dispatches of task id parked by their breaker again
+// now: its spec changed or was deleted. They run again from the top, on
+// the spec as it is now: one whose spec keys its breaker otherwise (a
+// switch of breaker.scope, a host-scoped task moved to another host)
+// meets that breaker, and one of a deleted task is skipped. Woken only by
+// the old key's record, they waited for its retryAt, up to
+// breaker.maxOpenDelay, while the governor had lifted its hold, holding
+// the task's one DISPATCH subject (and a deleted task's, the task created
+// again under its ID) meanwhile.
+func (s *Service) wakeTask(id string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for _, h := range s.byTask[id] { // none, the common case
+		h.wake()
+	}
+}
+
+// wake runs the parked h once, now, unless its timer has fired already.
+// The caller holds heldMu.
+func (h *held) wake() {
+	if h.t.Stop() {
+		h.woken = true
+		h.t.Reset(0) // stopped before it ran: it runs once, now
 	}
 }
 
@@ -586,6 +621,7 @@ func (s *Service) keep(ctx context.Context, h *held, wait time.Duration) (full s
 	s.held[h] = struct{}{}
 	if h.parked {
 		s.parked[h.key]++
+		s.byTask[h.d.TaskID] = append(s.byTask[h.d.TaskID], h)
 		s.nParked++
 	}
 	if h.retry > 0 {
@@ -619,7 +655,7 @@ type held struct {
 	t       *time.Timer
 	parked  bool   // deferred by its breaker (park)
 	key     string // parked: the breaker key (wakeDeferred)
-	woken   bool   // parked: woken early by a change of its breaker record
+	woken   bool   // parked: woken early by a change of its breaker record or its spec
 	// retryAt: parked for an open breaker, its retryAt; zero for one
 	// waiting for another call's probe.
 	retryAt time.Time
@@ -653,7 +689,7 @@ func (h *held) deferred() bool { return h.parked || h.retry > 0 }
 // holds heldMu.
 func (s *Service) unheld(h *held) {
 	if h.parked {
-		s.unpark(h.key)
+		s.unpark(h)
 	}
 	if h.retry > 0 {
 		s.retrying--
