@@ -9,7 +9,8 @@
 //
 // Rules (defaults from the task's breaker policy):
 //   - closed: count consecutive failed attempts; at failureThreshold, open
-//     with retryAt = now + openDelay;
+//     with retryAt = openDelay after that failure (its finishedAt, never
+//     later than now: a lagging breaker dates it as it happened, Next);
 //   - open: the executor defers deliveries until retryAt; at retryAt this
 //     service moves the breaker to half-open, and the next call is the probe
 //     (the executor also lets a call through an open breaker past retryAt,
@@ -320,7 +321,7 @@ func (s *Service) apply(ctx context.Context, key string, spec *events.TaskSpec, 
 			return nil, errBeforeClose
 		}
 		to = base
-		to.BreakerRecord = Next(base.BreakerRecord, pol, ok, run.StartedAt, now)
+		to.BreakerRecord = Next(base.BreakerRecord, pol, ok, run.StartedAt, run.FinishedAt, now)
 		to.TaskCreatedAt = base.TaskCreatedAt // Next's closing starts a record afresh
 		if base.State != events.BreakerClosed && to.State == events.BreakerClosed {
 			to.ClosedAt = now
@@ -441,9 +442,20 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 }
 
 // Next is the breaker state machine: the record after one attempt outcome
-// whose call started at started (zero when the event does not say).
-// An open breaker whose retryAt passed is treated as half-open: the attempt
-// that reached the target was the probe.
+// whose call started at started and ended at finished (zero when the
+// event does not say), applied at now. An open breaker whose retryAt
+// passed is treated as half-open: the attempt that reached the target was
+// the probe.
+//
+// A failure is dated by its finished, never later than now (now when the
+// event does not say): the opening it makes and its retryAt, and whether
+// it came before retryAt. A lagging breaker service (down, or behind on
+// RUNS) dated them by its own clock when it caught up: a success of a
+// call started after the failures tripped the breaker, and before it
+// caught up, was then taken for a call in flight at the opening and
+// ignored, and the recovered target held for a whole openDelay. A retryAt
+// already past when the failure is applied makes the breaker half-open at
+// once (watchOpen): the next call is the probe.
 //
 // A success closes the breaker from any state, except that an open or
 // half-open breaker ignores one whose call started before it opened: the
@@ -467,8 +479,12 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 // only if its call started after the opening (or does not say when): a
 // call in flight when the breaker opened may fail long after retryAt (a
 // timeout), and is no probe.
-func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started, now time.Time) executor.BreakerRecord {
+func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started, finished, now time.Time) executor.BreakerRecord {
 	b.UpdatedAt = now
+	at := now // when the failure happened
+	if !finished.IsZero() && finished.Before(now) {
+		at = finished.UTC()
+	}
 	if ok {
 		if b.State != events.BreakerClosed && !started.IsZero() && started.Before(openedAt(b)) {
 			return b
@@ -478,10 +494,15 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started,
 	b.Failures++
 	switch b.State {
 	case events.BreakerOpen, events.BreakerHalfOpen:
-		if b.State == events.BreakerOpen && now.Before(b.RetryAt) ||
+		if b.State == events.BreakerOpen && at.Before(b.RetryAt) ||
+			at.Before(b.RetryAt.Add(-closeClockMargin)) ||
 			!started.IsZero() && started.Before(openedAt(b)) {
 			// A failure reported while open (an attempt already in flight
-			// when it opened) does not extend the delay. Nor does one of a
+			// when it opened) does not extend the delay. Nor does one
+			// that happened well before retryAt, applied once the breaker
+			// is half-open (a lagging breaker service, whose retryAt
+			// passed before it caught up): no probe starts before retryAt,
+			// less the clocks' skew. Nor does one of a
 			// call that started before the opening and ends past retryAt:
 			// it is not the probe, and taking it for the probe's failure
 			// re-opened the breaker for twice as long, and the real probe,
@@ -497,10 +518,10 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started,
 		if d <= 0 {
 			d = pol.OpenDelay
 		}
-		b.State, b.OpenDelay, b.RetryAt = events.BreakerOpen, d, now.Add(d.D())
+		b.State, b.OpenDelay, b.RetryAt = events.BreakerOpen, d, at.Add(d.D())
 	default:
 		if b.Failures >= pol.FailureThreshold {
-			b.State, b.OpenDelay, b.RetryAt = events.BreakerOpen, pol.OpenDelay, now.Add(pol.OpenDelay.D())
+			b.State, b.OpenDelay, b.RetryAt = events.BreakerOpen, pol.OpenDelay, at.Add(pol.OpenDelay.D())
 		}
 	}
 	return b
@@ -534,10 +555,11 @@ func countFrom(b executor.BreakerRecord, started, now time.Time) time.Time {
 	return cut.UTC()
 }
 
-// openedAt is when an open or half-open breaker last opened: every
-// opening sets retryAt to that instant plus the openDelay it stores, and
-// half-open keeps both, so the record needs no field of its own (and
-// records written before this rule have it too).
+// openedAt is when an open or half-open breaker last opened (when the
+// failure that opened it happened, Next): every opening sets retryAt to
+// that instant plus the openDelay it stores, and half-open keeps both, so
+// the record needs no field of its own (and records written before this
+// rule have it too).
 func openedAt(b executor.BreakerRecord) time.Time {
 	return b.RetryAt.Add(-b.OpenDelay.D())
 }

@@ -35,6 +35,9 @@ type harness struct {
 	lastSeq  uint64
 	// created is the taskCreatedAt of the outcomes published next.
 	created time.Time
+	// finished is the finishedAt of the outcomes published next (zero:
+	// the event does not say).
+	finished time.Time
 }
 
 // newHarness starts a breaker service on its own embedded server; each
@@ -213,7 +216,7 @@ func (h *harness) outcomeOfDispatch(o events.Outcome, task, breakerKey string, s
 // the breaker service to ack it, and returns its sequence on RUNS.
 func (h *harness) send(o events.Outcome, task, breakerKey string, started time.Time) uint64 {
 	h.t.Helper()
-	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC(), TaskCreatedAt: h.created}
+	run := events.Run{DispatchID: fmt.Sprintf("d%d", h.n), TaskID: task, ScheduledAt: time.Now().UTC(), Attempt: 1, BreakerKey: breakerKey, StartedAt: started.UTC(), FinishedAt: h.finished.UTC(), TaskCreatedAt: h.created}
 	if o == events.OutcomeFailed {
 		run.Status, run.Error, run.ErrorKind = 500, "status 500", events.ErrorTransient
 	} else {
