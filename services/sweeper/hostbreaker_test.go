@@ -344,7 +344,9 @@ func TestBreakerOfAPausedTaskIsNotCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _ := json.Marshal(schedule{
-			TaskID: c.id, NextRunAt: now.Add(time.Hour), Paused: c.paused, PausedUntil: c.until,
+			// Due: a half-open breaker none of whose tasks has a run due is
+			// not counted (TestHalfOpenBreakerWithNoRunDueIsNotCounted).
+			TaskID: c.id, NextRunAt: now, Paused: c.paused, PausedUntil: c.until,
 			CreatedAt: now, LastScheduledAt: now, LastSuccessAt: now,
 		})
 		if _, err := schedules.Put(ctx, c.id, st); err != nil {
@@ -367,6 +369,70 @@ func TestBreakerOfAPausedTaskIsNotCounted(t *testing.T) {
 	// running, pause-ended and host_b_example (b2 is not paused).
 	if got := testutil.ToFloat64(m.BreakersOpen); got != 3 {
 		t.Errorf("flyball_breakers_open = %v, want 3: the breakers of paused tasks not counted", got)
+	}
+}
+
+// TestHalfOpenBreakerWithNoRunDueIsNotCounted: an hourly task whose last
+// attempt re-opened its breaker turns half-open at retryAt and stays so
+// until its next run, 50 minutes on: nothing is held back, the next call
+// is the probe. flyball_breakers_open counted it, and FlyballBreakerOpen
+// fired for as long. A half-open breaker counts only while a task of it
+// has a run due (the probe pending or in flight); an open one counts
+// whatever the runs.
+func TestHalfOpenBreakerWithNoRunDueIsNotCounted(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx := t.Context()
+	tasks, schedules := taskBuckets(t, srv.JS)
+	breakers := bucket(t, srv.JS, streams.BucketBreakers)
+	now := time.Now().UTC()
+	later := now.Add(50 * time.Minute)
+	for _, c := range []struct {
+		id, host, scope string
+		next            time.Time
+	}{
+		{"later", "l", "task", later}, // half-open, not counted
+		{"due", "d", "task", now},     // half-open, its probe due
+		{"open", "o", "task", later},  // open: counted
+		{"h1", "h", "host", later},    // a host breaker none of whose tasks is due
+		{"h2", "h", "host", later},
+		{"g1", "g", "host", later}, // one of whose tasks is due
+		{"g2", "g", "host", now},
+	} {
+		spec, _ := json.Marshal(events.TaskSpec{
+			ID: c.id, Schedule: events.Schedule{Interval: events.Duration(time.Hour)},
+			Target:  events.Target{HTTP: &events.HTTPTarget{URL: "https://" + c.host + ".example/health"}},
+			Breaker: &events.BreakerPolicy{Scope: c.scope},
+		})
+		if _, err := tasks.Put(ctx, c.id, spec); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := json.Marshal(schedule{TaskID: c.id, NextRunAt: c.next, CreatedAt: now, LastScheduledAt: now, LastSuccessAt: now})
+		if _, err := schedules.Put(ctx, c.id, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putHalfOpen(t, breakers, "later", now.Add(-time.Minute))
+	putHalfOpen(t, breakers, "due", now.Add(-time.Minute))
+	putHalfOpen(t, breakers, "host_h_example", now.Add(-time.Minute))
+	putHalfOpen(t, breakers, "host_g_example", now.Add(-time.Minute))
+	open, _ := json.Marshal(executor.BreakerRecord{
+		Key: "open", State: events.BreakerOpen, Failures: 3,
+		OpenDelay: events.Duration(time.Hour), RetryAt: later, UpdatedAt: now,
+	})
+	if _, err := breakers.Put(ctx, "open", open); err != nil {
+		t.Fatal(err)
+	}
+	s, m := startSweeping(t, srv.JS)
+	for range 2 {
+		select {
+		case <-s.Swept():
+		case <-time.After(30 * time.Second):
+			t.Fatal("no sweep in 30s")
+		}
+	}
+	// due, open and host_g_example.
+	if got := testutil.ToFloat64(m.BreakersOpen); got != 3 {
+		t.Errorf("flyball_breakers_open = %v, want 3: a half-open breaker none of whose tasks has a run due not counted", got)
 	}
 }
 

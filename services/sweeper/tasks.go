@@ -330,6 +330,28 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 			hostsActive[key] = struct{}{}
 		}
 	}
+	// Nor is a half-open breaker none of whose tasks has a run due: the
+	// next call is the probe, and nothing is held back until it comes. A
+	// daily task whose last attempt re-opened its breaker is half-open
+	// from retryAt until its next run, and FlyballBreakerOpen fired for
+	// hours. It counts while a task of it is due (its probe pending or in
+	// flight, the other calls waiting for it: an open breaker flapping
+	// through half-open stays counted), or has no schedule yet (the
+	// sweeper repairs it, and its run comes).
+	probing := make(map[string]struct{})
+	for id := range v.specs {
+		if _, p := pausedTasks[id]; p {
+			continue
+		}
+		if st, ok := v.schedules[id]; ok && (st.NextRunAt.IsZero() || st.NextRunAt.After(now)) {
+			continue
+		}
+		key := id
+		if host, ok := v.hostKeys[id]; ok {
+			key = host
+		}
+		probing[key] = struct{}{}
+	}
 	for key, b := range v.breakers {
 		_, used := hostsInUse[key]
 		switch {
@@ -375,6 +397,11 @@ func (s *Service) sweepTasks(ctx context.Context, clock time.Time) {
 		}
 		if _, active := hostsActive[key]; used && !active {
 			continue
+		}
+		if _, spec := v.specs[key]; b.State == events.BreakerHalfOpen && (used || spec) {
+			if _, p := probing[key]; !p {
+				continue
+			}
 		}
 		open++
 	}

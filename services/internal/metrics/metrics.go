@@ -158,7 +158,7 @@ func New() *Set {
 			Name: "flyball_breaker_transitions_total", Help: "Breaker transitions by target state.",
 		}, []string{"to"}),
 		BreakersOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flyball_breakers_open", Help: "Breakers this process last saw open or half-open, not counting the breaker of a paused task or a host breaker all of whose tasks are paused (nothing probes them until a resume).",
+			Name: "flyball_breakers_open", Help: "Breakers this process last saw open, or half-open with a run of one of their tasks due (the probe pending or in flight), not counting the breaker of a paused task or a host breaker all of whose tasks are paused (nothing probes them until a resume).",
 		}),
 		ProbeDeferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flyball_breaker_probe_deferred_total",
