@@ -135,6 +135,28 @@ func checkStoreDir(dir string) error {
 	return nil
 }
 
+// lockFile is the file in Config.StoreDir whose lock (lockStore) a
+// server holds while it runs.
+const lockFile = "flyball.lock"
+
+// StoreInUseError is StartContext's error for a store directory another
+// server holds, in this process or another one: two servers on one file
+// store would each run every task (the target called twice a run) and
+// could damage the store.
+type StoreInUseError struct {
+	Dir string // Config.StoreDir
+	PID int    // the holder's process id; 0 if unknown
+}
+
+// Error names the store and its holder.
+func (e *StoreInUseError) Error() string {
+	holder := "another process"
+	if e.PID > 0 {
+		holder += fmt.Sprintf(" (pid %d)", e.PID)
+	}
+	return fmt.Sprintf("embedded nats-server: JetStream store %s is in use by %s", e.Dir, holder)
+}
+
 // Start is StartContext without a context: it waits as long as the
 // server is starting.
 func Start(cfg Config) (*server.Server, error) {
@@ -143,6 +165,14 @@ func Start(cfg Config) (*server.Server, error) {
 
 // StartContext starts the server and waits until it accepts connections,
 // it fails, or ctx is done.
+//
+// The server holds an exclusive lock on cfg.StoreDir (its file
+// flyball.lock, where flock(2) exists) from before it starts until it
+// has shut down: a second server on the same store, in this process or
+// another, fails with a *StoreInUseError. The lock is given back once
+// WaitForShutdown returns, by a goroutine that waits for it: a server
+// started again on the same store in the same process may find it still
+// held for a moment.
 //
 // nats-server reports a failure to start (JetStream's store directory,
 // the port) only to its logger, and then gives up without listening:
@@ -161,6 +191,20 @@ func StartContext(ctx context.Context, cfg Config) (*server.Server, error) {
 	if err := checkStoreDir(cfg.StoreDir); err != nil {
 		return nil, fmt.Errorf("embedded nats-server: JetStream store %s: %w (%w)", cfg.StoreDir, err, ErrStoreDir)
 	}
+	unlock, err := lockStore(cfg.StoreDir)
+	var inUse *StoreInUseError
+	switch {
+	case errors.As(err, &inUse):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("embedded nats-server: JetStream store %s: %w (%w)", cfg.StoreDir, err, ErrStoreDir)
+	}
+	locked := false // until the server runs, each return below unlocks
+	defer func() {
+		if !locked {
+			unlock()
+		}
+	}()
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -232,6 +276,11 @@ func StartContext(ctx context.Context, cfg Config) (*server.Server, error) {
 				}
 				return fail(fmt.Errorf("embedded nats-server (store %s): %w", cfg.StoreDir, err))
 			}
+			locked = true
+			go func() {
+				s.WaitForShutdown()
+				unlock()
+			}()
 			return s, nil
 		case <-progress.C:
 			if cfg.Log != nil {

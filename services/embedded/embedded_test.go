@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 func TestParseListen(t *testing.T) {
@@ -234,6 +236,42 @@ func TestStartContextEndsWithItsContext(t *testing.T) {
 	if err := <-done; err == nil || !strings.Contains(err.Error(), dir) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("StartContext cancelled while starting: %v, want context.Canceled naming %s", err, dir)
 	}
+}
+
+// TestStartRefusesAStoreInUse: a second server on a store directory a
+// running one holds fails at once with a *StoreInUseError naming the
+// store and the holder's pid; once the first has shut down, the store
+// starts again. Two servers on one store (two flyball dev on one
+// --data-dir) both started: both ran every task, and the store could be
+// damaged.
+func TestStartRefusesAStoreInUse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := Start(Config{Port: -1, StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { first.Shutdown(); first.WaitForShutdown() }()
+	second, err := Start(Config{Port: -1, StoreDir: dir})
+	if second != nil {
+		second.Shutdown()
+		second.WaitForShutdown()
+	}
+	var inUse *StoreInUseError
+	if !errors.As(err, &inUse) || inUse.PID != os.Getpid() || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second Start on the store %s while the first runs: %v; want a StoreInUseError naming it and pid %d", dir, err, os.Getpid())
+	}
+	first.Shutdown()
+	first.WaitForShutdown()
+	natstest.Eventually(t, 10*time.Second, "the store starts again once its server has shut down", func() bool {
+		again, err := Start(Config{Port: -1, StoreDir: dir})
+		if err != nil {
+			return false
+		}
+		again.Shutdown()
+		again.WaitForShutdown()
+		return true
+	})
 }
 
 // chanWriter sends each write (a log line) on a channel.

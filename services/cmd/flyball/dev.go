@@ -50,6 +50,10 @@ localhost; any other host (0.0.0.0, a LAN address) is refused unless
 --listen-insecure is also given (docs/security.md). Port 0 picks a free
 port, which the banner prints.
 
+dev locks --data-dir while it runs (a file flyball.lock in its store):
+a second dev on the same directory is refused, as it would run every task
+a second time and could damage the store.
+
 While JetStream recovers its store (longer the larger the store, and
 after an unclean shutdown), dev waits without a deadline and logs every
 5 s that the server is still starting; Ctrl-C stops the wait.`,
@@ -99,10 +103,14 @@ after an unclean shutdown), dev waits without a deadline and logs every
 			defer stop()
 
 			srv, err := embedded.StartContext(ctx, srvCfg)
-			if errors.Is(err, embedded.ErrStoreDir) {
+			var inUse *embedded.StoreInUseError
+			switch {
+			case errors.As(err, &inUse):
+				// A second dev on the store ran every task a second time.
+				return fmt.Errorf("--data-dir %s is in use by another flyball dev%s", dataDir, pidSuffix(inUse.PID))
+			case errors.Is(err, embedded.ErrStoreDir):
 				return fmt.Errorf("--data-dir %s: %w", dataDir, err)
-			}
-			if err != nil {
+			case err != nil:
 				return err
 			}
 			natsAddr := listenedAddr(srvCfg.Host, srv)
@@ -160,6 +168,14 @@ after an unclean shutdown), dev waits without a deadline and logs every
 	cmd.Flags().BoolVar(&async, "async-persist", false, asyncPersistUsage)
 	cmd.Flags().StringVar(&sync, "nats-sync", embedded.RecommendedSync.String(), natsSyncUsage)
 	return cmd
+}
+
+// pidSuffix is " (pid N)", or "" for an unknown pid (0).
+func pidSuffix(pid int) string {
+	if pid <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (pid %d)", pid)
 }
 
 // printDevBanner prints where dev serves: apiAddr and metricsAddr ("":

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -237,5 +238,50 @@ func TestDevNamesDataDirForAnUnusableStore(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.HasPrefix(stderr.String(), "flyball: --data-dir file/sub: ") || strings.Count(stderr.String(), "\n") != 1 {
 		t.Fatalf("dev with a store under a file: %v, stderr %q; want exit 1 and one line naming --data-dir", err, stderr.String())
+	}
+}
+
+// TestDevRefusesADataDirInUse: a second dev on the --data-dir of one
+// running is refused at once, in one line naming --data-dir and the
+// running one's pid. It started on the same JetStream store: both ran
+// every task (the target called twice a run), and the store could be
+// damaged.
+func TestDevRefusesADataDirInUse(t *testing.T) {
+	t.Parallel()
+	e := &cliEnv{dir: t.TempDir(), env: []string{"FLYBALL_API_TOKENS=", "FLYBALL_API_TOKEN_FILE="}}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	first := e.command(ctx, "dev", "--listen", "127.0.0.1:0", "--api-addr", freeLoopback(t), "--metrics-addr", "",
+		"--data-dir", "store", "--log-format", "json")
+	stdout, lines, raw := startJSONLogged(t, first, true)
+	running := false
+	sc := bufio.NewScanner(stdout)
+	for !running && sc.Scan() {
+		running = strings.HasPrefix(sc.Text(), "flyball dev is running.")
+	}
+	stdoutDone := make(chan struct{})
+	go func() { defer close(stdoutDone); _, _ = io.Copy(io.Discard, stdout) }()
+	defer func() {
+		_ = first.Process.Signal(os.Interrupt)
+		for range lines { // drain until dev exits
+		}
+		<-stdoutDone
+		_ = first.Wait()
+	}()
+	if !running {
+		t.Fatalf("the first dev printed no banner:\n%s", raw.String())
+	}
+
+	args := []string{"dev", "--listen", "127.0.0.1:0", "--api-addr", freeLoopback(t), "--metrics-addr", "", "--data-dir", "store"}
+	secondCtx, cancelSecond := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelSecond()
+	var stderr bytes.Buffer
+	second := e.command(secondCtx, args...)
+	second.Stderr = &stderr
+	err := second.Run()
+	var ee *exec.ExitError
+	want := fmt.Sprintf("flyball: --data-dir store is in use by another flyball dev (pid %d)\n", first.Process.Pid)
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || stderr.String() != want {
+		t.Fatalf("flyball %s while another dev runs on it: %v, stderr %q; want exit 1 and %q", strings.Join(args, " "), err, stderr.String(), want)
 	}
 }
