@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -125,6 +126,13 @@ func (f *replayFlags) check(now time.Time) error {
 		if f.startTime, err = time.Parse(time.RFC3339Nano, f.fromTime); err != nil {
 			return fmt.Errorf("--from-time: want an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", f.fromTime)
 		}
+		// The server reads a start time in Unix nanoseconds, which wrap
+		// outside their range: 3000-01-01 replayed the whole stream (with
+		// --to, republished it), and 1600-01-01 none of it.
+		if !inUnixNanos(f.startTime) {
+			return fmt.Errorf("--from-time %s: outside the times a stream can be read from, %s to %s",
+				f.fromTime, time.Unix(0, math.MinInt64).UTC().Format(time.RFC3339), time.Unix(0, math.MaxInt64).UTC().Format(time.RFC3339))
+		}
 	}
 	if f.until != "" {
 		if f.untilTime, err = parseWhen("until", f.until, now, false); err != nil {
@@ -165,6 +173,12 @@ func (f *replayFlags) check(now time.Time) error {
 		f.republish = !f.dryRun
 	}
 	return nil
+}
+
+// inUnixNanos reports whether Unix nanoseconds hold t (from 1677-09-21
+// to 2262-04-11): past them, UnixNano wraps.
+func inUnixNanos(t time.Time) bool {
+	return time.Unix(0, t.UnixNano()).Equal(t)
 }
 
 // notInSubject reports a rune a concrete subject cannot hold: a wildcard,
