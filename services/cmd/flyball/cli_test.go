@@ -437,6 +437,17 @@ func TestCLIDeadLetters(t *testing.T) {
 		!strings.Contains(r.stderr, "note: the one-shot does not run at its time: deadletter-recheck:") || !strings.Contains(r.stderr, "'flyball dlq retry --all --task gone' runs it now") {
 		t.Fatalf("run-now on a dead-lettered task: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
 	}
+	// Paused as well, the pause overrules it, and a resume alone leaves
+	// it held until the recheck: the note names the retry too. It said
+	// "'flyball task resume gone' runs it".
+	e.ok(t, "task", "pause", "gone", "--until", "30s")
+	if r := e.run(t, "task", "run-now", "gone"); r.code != 0 || !strings.Contains(r.stdout, "(paused)") ||
+		!strings.Contains(r.stderr, "the task is paused and dead-lettered: 'flyball task resume gone' and 'flyball dlq retry --all --task gone' run it now") {
+		t.Fatalf("run-now on a paused, dead-lettered task: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	if out := e.ok(t, "task", "resume", "gone"); !strings.Contains(out, "(deadletter-recheck)") {
+		t.Fatalf("resume of a dead-lettered task printed %q, want its recheck", out)
+	}
 
 	// List and show.
 	var list []query.DeadLetterRecord

@@ -36,7 +36,7 @@ func TestOneShotOverruled(t *testing.T) {
 			[]string{"does not run at its time: breaker-open: open until 10:01"},
 		},
 	} {
-		got := oneShotOverruled("web", at, at, c.acc)
+		got := oneShotOverruled("web", at, at, c.acc, nil)
 		if len(c.want) == 0 && got != "" {
 			t.Errorf("%s: note %q, want none", c.name, got)
 		}
@@ -44,6 +44,65 @@ func TestOneShotOverruled(t *testing.T) {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: note %q lacks %q", c.name, got, w)
 			}
+		}
+	}
+}
+
+// TestOneShotOverruledByAPauseOverADeadLetterHold: a run-now on a task
+// paused while held for its dead-letter recheck is overruled by the
+// pause, and the note names the dead-letter retry as well as the resume,
+// which alone waits for the recheck. It said "the task is paused:
+// 'flyball task resume web' runs it", and the resume answered "next run
+// in 30m (deadletter-recheck)". The governor checks the advice: resume
+// alone waits for the recheck, resume and retry (either order) run it.
+func TestOneShotOverruledByAPauseOverADeadLetterHold(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	spec := &events.TaskSpec{ID: "web", Schedule: events.Schedule{Interval: events.Duration(time.Minute)}}
+	recheck := now.Add(29 * time.Minute)
+	held := gov.State{
+		TaskID: "web", CreatedAt: now.Add(-time.Hour), LastScheduledAt: now.Add(-time.Minute), LastFailureAt: now.Add(-time.Minute),
+		NextRunAt: recheck, Source: gov.SourceDeadLetterRecheck,
+		DeadLetter: &gov.DeadLetterHold{At: now.Add(-time.Minute), RecheckAt: recheck},
+	}
+	decide := func(st gov.State, in gov.Input) gov.Decision {
+		t.Helper()
+		d := gov.Decide(now, spec, st, in)
+		if d.Ignored {
+			t.Fatalf("%s ignored", in.Kind)
+		}
+		return d
+	}
+	resume, requeue := gov.Input{Kind: gov.KindResumed}, gov.Input{Kind: gov.KindRequeued}
+	paused := decide(held, gov.Input{Kind: gov.KindPaused, Pause: &gov.Pause{Until: now.Add(30 * time.Second)}}).State
+	d := decide(paused, gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: now}})
+	acc := &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: d.Trail}
+	note := oneShotOverruled("web", time.Time{}, now, acc, &d.State)
+	for _, want := range []string{"does not run at its time", "'flyball task resume web' and 'flyball dlq retry --all --task web' run it now", fmtTime(recheck)} {
+		if !strings.Contains(note, want) {
+			t.Errorf("run-now on a task paused over a dead-letter hold: note %q lacks %q", note, want)
+		}
+	}
+	if strings.Contains(note, "'flyball task resume web' runs it") {
+		t.Errorf("run-now on a task paused over a dead-letter hold: note %q says a resume alone runs it", note)
+	}
+	if r := decide(d.State, resume); r.Source != gov.SourceDeadLetterRecheck || !r.NextRunAt.Equal(recheck) {
+		t.Errorf("resume alone: next run %s (%s), want the recheck at %s", r.NextRunAt, r.Source, recheck)
+	}
+	for _, order := range [][2]gov.Input{{resume, requeue}, {requeue, resume}} {
+		if r := decide(decide(d.State, order[0]).State, order[1]); r.NextRunAt.After(now) {
+			t.Errorf("%s then %s: next run %s (%s), want now", order[0].Kind, order[1].Kind, r.NextRunAt, r.Source)
+		}
+	}
+
+	// Without the stored state (not read), or with no hold in it, the
+	// note names the resume as before.
+	for _, st := range []*gov.State{nil, &paused} {
+		if st != nil {
+			st.DeadLetter = nil
+		}
+		if note := oneShotOverruled("web", time.Time{}, now, acc, st); !strings.Contains(note, "the task is paused: 'flyball task resume web' runs it") {
+			t.Errorf("run-now on a paused task, stored state %+v: note %q, want the resume named", st, note)
 		}
 	}
 }
@@ -73,7 +132,7 @@ func TestOneShotUsedUpByTheSlotInFlightHasNoNote(t *testing.T) {
 		// The CLI's clock may lag the server's: run-now's time is the
 		// server's, not the CLI's.
 		for _, skew := range []time.Duration{0, -3 * time.Second} {
-			if note := oneShotOverruled("web", time.Time{}, now.Add(skew), acc); note != "" {
+			if note := oneShotOverruled("web", time.Time{}, now.Add(skew), acc, nil); note != "" {
 				t.Errorf("slot %s ahead, CLI clock off by %s: note %q, want none", ahead, skew, note)
 			}
 		}
@@ -96,7 +155,7 @@ func TestOneShotAtAPastTimeHasNoNoteWhenItRunsNow(t *testing.T) {
 	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{
 		NextRunAt: &due, Source: "hint-interval",
 		Trail: []string{"hint-interval: 10s after the slot of 2026-03-05T05:59:11.200Z", "nudged: earlier than the run planned at 2026-03-05T05:59:31.200Z"},
-	}); note != "" {
+	}, nil); note != "" {
 		t.Errorf("past one-shot, next run at the time the hint was sent (hint-interval): note %q, want none", note)
 	}
 
@@ -112,12 +171,12 @@ func TestOneShotAtAPastTimeHasNoNoteWhenItRunsNow(t *testing.T) {
 		t.Fatalf("the governor planned %s (%s) and kept the one-shot %+v, want it served by the slot in flight; trail %q", d.NextRunAt, d.Source, d.State.OneShotHint, d.Trail)
 	}
 	acc := &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: d.Trail}
-	if note := oneShotOverruled("web", past, sent, acc); note != "" {
+	if note := oneShotOverruled("web", past, sent, acc, nil); note != "" {
 		t.Errorf("past one-shot served by the slot in flight: note %q, want none", note)
 	}
 
 	recheck := sent.Add(30 * time.Minute)
-	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{NextRunAt: &recheck, Source: "deadletter-recheck"}); !strings.Contains(note, "does not run at its time") {
+	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{NextRunAt: &recheck, Source: "deadletter-recheck"}, nil); !strings.Contains(note, "does not run at its time") {
 		t.Errorf("past one-shot of a dead-lettered task: note %q, want one", note)
 	}
 }

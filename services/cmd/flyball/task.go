@@ -525,7 +525,15 @@ func newControlCmd(use, short, done string, verb events.Verb, setup func(*cobra.
 				}
 				fmt.Fprintf(s.out, "%s %s: %s\n", done, id, nextRun(acc))
 				if h, ok := d.(events.TaskHint); ok && h.At != nil {
-					if note := oneShotOverruled(id, *h.At, sent, acc); note != "" {
+					// A pause says nothing of a dead-letter hold under it,
+					// which a resume leaves in place: the stored state does.
+					var st *gov.State
+					if acc != nil && gov.Source(acc.Source) == gov.SourcePaused {
+						if v, err := s.q.Task(ctx, id); err == nil {
+							st = v.Schedule
+						}
+					}
+					if note := oneShotOverruled(id, *h.At, sent, acc, st); note != "" {
 						fmt.Fprintln(s.errOut, note)
 					}
 				}
@@ -658,7 +666,11 @@ func newTaskRunNowCmd() *cobra.Command {
 // dead-letter, breaker, budget, quiet hours, clamps) chose the next run. A
 // run-now answered "next run in 30m (deadletter-recheck)" left the
 // operator to guess why and what to do. at is the hint's time, zero for
-// run-now; sent is when the command was sent.
+// run-now; sent is when the command was sent. st is the task's stored
+// state, read for a paused task (nil: not read): a resume runs a paused
+// task only when it holds no dead-letter hold, which stays after the
+// pause, so that the note named resume to a task that then waited for
+// its recheck.
 //
 // Its time is at, or sent if that is later: the governor runs a one-shot
 // whose time has passed at once, and run-now's zero time is its now. By
@@ -672,7 +684,7 @@ func newTaskRunNowCmd() *cobra.Command {
 // past --at) has used it up. The clocks cannot tell it: the check allowed
 // 1 s by the CLI's clock, and a run-now during "hint --interval 2s" got
 // a note about half the time.
-func oneShotOverruled(id string, at, sent time.Time, a *events.TaskAccepted) string {
+func oneShotOverruled(id string, at, sent time.Time, a *events.TaskAccepted, st *gov.State) string {
 	if at.Before(sent) {
 		at = sent
 	}
@@ -688,6 +700,10 @@ func oneShotOverruled(id string, at, sent time.Time, a *events.TaskAccepted) str
 	case gov.SourceDeadLetterRecheck:
 		return why + fmt.Sprintf("\nthe task is dead-lettered: 'flyball dlq retry --all --task %s' runs it now", id)
 	case gov.SourcePaused:
+		if st != nil && st.DeadLetter != nil {
+			return why + fmt.Sprintf("\nthe task is paused and dead-lettered: 'flyball task resume %[1]s' and 'flyball dlq retry --all --task %[1]s' run it now "+
+				"(a resume alone waits for the dead-letter recheck at %[2]s)", id, fmtTime(st.DeadLetter.RecheckAt))
+		}
 		return why + fmt.Sprintf("\nthe task is paused: 'flyball task resume %s' runs it", id)
 	}
 	return why
