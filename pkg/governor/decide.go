@@ -277,42 +277,49 @@ func (p *planner) applyOutcome(o *Outcome) {
 		}
 	}
 	if h := s.OneShotHint; h != nil && !o.ScheduledAt.Before(h.At) {
-		s.OneShotHint = nil
+		var keep bool
+		if keep, p.oneShotSkipped = p.skipKeeps(o, "one-shot hint for ", h.At, "hint"); !keep {
+			s.OneShotHint = nil
+		}
 	}
 	if r := s.RequeuedAt; !r.IsZero() && !o.ScheduledAt.Before(r) {
-		p.requeueOutcome(o, r)
+		var keep bool
+		if keep, p.requeueSkipped = p.skipKeeps(o, "requeued at ", r, "requeue"); !keep {
+			s.RequeuedAt = time.Time{}
+		}
 	}
 	if ran {
 		p.observe(o)
 	}
 }
 
-// requeueOutcome applies to the requeue at r the outcome o of a slot at
-// or after it. A run, or the skip of a slot that ran already (SkipRan),
-// is the run the requeue asked for: it is consumed. Any other skip is no
-// run, and the requeue stays pending until one: consumed, a requeued
-// slot skipped because the task was paused meanwhile never ran, and the
-// resume planned the next slot of the cadence. After a skip in a pause
-// (SkipPaused) it is planned as before: the pause holds it until it
-// ends, and a resume applied before the skip runs it at once. After any
-// other skip (SkipNotRun) this decision does not plan it (requeueSkipped):
-// planned at once, the next dispatch could meet what skipped this one (an
-// open breaker with no room to wait, a spec that does not validate), and
-// be skipped again, once a second. The next run the other rules plan
-// serves it, or the next input that plans runs it at once.
-func (p *planner) requeueOutcome(o *Outcome, r time.Time) {
-	s := &p.s
+// skipKeeps tells what the outcome o of a slot at or after a request
+// pending since at (what: "requeued at ", "one-shot hint for "; name:
+// "requeue", "hint") does to it. A run, or the skip of a slot that ran
+// already (SkipRan), is the run the request asked for: it is consumed
+// (keep false). Any other skip is no run, and the request stays pending
+// until one (keep): consumed, a requeued or run-now slot skipped because
+// the task was paused meanwhile never ran, and the resume planned the
+// next slot of the cadence. After a skip in a pause (SkipPaused) it is
+// planned as before: the pause holds it until it ends, and a resume
+// applied before the skip runs it at once. After any other skip
+// (SkipNotRun) this decision does not plan it (hold: requeueSkipped,
+// oneShotSkipped): planned at once, the next dispatch could meet what
+// skipped this one (an open breaker with no room to wait, a spec that
+// does not validate), and be skipped again, once a second. The next run
+// the other rules plan serves it, or the next input that plans runs it at
+// once. A one-shot hint kept still expires at its TTL (expireHints).
+func (p *planner) skipKeeps(o *Outcome, what string, at time.Time, name string) (keep, hold bool) {
 	if o.Result != "skipped" || o.Skip == SkipRan {
-		s.RequeuedAt = time.Time{}
-		return
+		return false, false
 	}
-	p.tr.str("requeued at ").at(r).str(": the slot ").at(o.ScheduledAt).str(" was skipped")
+	p.tr.str(what).at(at).str(": the slot ").at(o.ScheduledAt).str(" was skipped")
 	if o.Skip == SkipPaused {
-		p.tr.str(" (paused), not run: the requeue stays pending").end()
-		return
+		p.tr.str(" (paused), not run: the ").str(name).str(" stays pending").end()
+		return true, false
 	}
-	p.requeueSkipped = true
-	p.tr.str(", not run: the requeue stays pending for the next run planned, and is not planned again at once").end()
+	p.tr.str(", not run: the ").str(name).str(" stays pending for the next run planned, and is not planned again at once").end()
+	return true, true
 }
 
 // runStart is when the run of o made its call: its start, at most now

@@ -82,8 +82,8 @@
 // the pause ends). While it is still ahead of now (the timer may not have
 // published it yet), every input but a pause, a delete or a dead-letter
 // hold keeps it. Once it is due, a re-plan plans after it and not the
-// request again (a one-shot hint is consumed then; a requeue stays until
-// the run's outcome). From then on NextRunAt no longer names the running
+// request again (a one-shot hint or a requeue stays until the run's
+// outcome, which consumes it unless it is a skip: [Outcome.Skip]). From then on NextRunAt no longer names the running
 // slot: the state remembers it ([State.RunningSlot]) until the outcome of
 // that slot or a later one, and every later input during the run treats
 // it as the slot in flight too (an acceptance and a delete forget it).
@@ -228,8 +228,9 @@
 // one-shots by default). An expired hint is ignored, removed from the
 // state, and reported by [Decision.ClearedHints] and the trail. A hint
 // holds no run past its TTL: a one-shot at or after its expiry is not
-// planned, and an interval hint whose slot comes at or after its expiry
-// gives way to the task's own cadence at the expiry. A hint
+// planned, and one whose slot was skipped stays as a requeue does (see
+// above), until its TTL. An interval hint whose slot comes at or after
+// its expiry gives way to the task's own cadence at the expiry. A hint
 // moves the next run earlier at once (nudging); a hint that would only
 // delay the run already planned takes effect from the run after it, if
 // the rules above hints (the clamps, the budget, quiet hours, the breaker,

@@ -498,9 +498,13 @@ func FuzzDecide(f *testing.F) {
 			if h := in.Hint; in.Kind == governor.KindHinted && h != nil {
 				newIv, newAt = h.Interval > 0, !h.At.IsZero()
 			}
+			// A run at or after a one-shot's time consumes it, as does the
+			// skip of a slot that ran already; any other skip keeps it.
+			o := in.Outcome
+			consumed := in.Kind == governor.KindOutcome && o != nil && st.OneShotHint != nil && !o.ScheduledAt.Before(st.OneShotHint.At) &&
+				(o.Result != "skipped" || o.Skip == governor.SkipRan)
 			expired := (st.IntervalHint != nil && !newIv && !st.IntervalHint.ExpiresAt.After(now)) ||
-				(st.OneShotHint != nil && !newAt && !st.OneShotHint.ExpiresAt.After(now) &&
-					(in.Kind != governor.KindOutcome || in.Outcome == nil || in.Outcome.ScheduledAt.Before(st.OneShotHint.At)))
+				(st.OneShotHint != nil && !newAt && !st.OneShotHint.ExpiresAt.After(now) && !consumed)
 			if expired != d.ClearedHints {
 				t.Fatalf("ClearedHints = %v with an expired hint in the state: %v\nin %s %+v\nst %+v %+v\nnow %s trail %q", d.ClearedHints, expired, in.Kind, in.Outcome, st.IntervalHint, st.OneShotHint, fmtT(now), d.Trail)
 			}

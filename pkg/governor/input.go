@@ -143,7 +143,8 @@ type Outcome struct {
 }
 
 // Skip is what the reason of a run.skipped says of its slot, as far as
-// a requeue cares: a skip is no run, but for a slot that ran already.
+// a requeue or a one-shot hint cares: a skip is no run, but for a slot
+// that ran already.
 type Skip string
 
 // Kinds of skip.

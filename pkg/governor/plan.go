@@ -61,11 +61,13 @@ type planner struct {
 	// finished is when that run ended, between started and now; zero
 	// when unknown.
 	finished time.Time
-	// requeueSkipped is set when this decision applies the skip of a
-	// slot at or after the requeue for a reason that may skip a run
-	// planned at once again (requeueOutcome): the requeue stays pending,
-	// but this decision does not plan it.
+	// requeueSkipped (oneShotSkipped) is set when this decision applies
+	// the skip of a slot at or after the requeue (the one-shot hint's
+	// time) for a reason that may skip a run planned at once again
+	// (skipKeeps): the request stays pending, but this decision does not
+	// plan it.
 	requeueSkipped bool
+	oneShotSkipped bool
 	// waitedUntil is, for an outcome of a slot after the last completed
 	// one, when the run applied before it ended (at most now; zero for a
 	// skip or none): after the outcome's slot when that slot waited behind
@@ -1034,18 +1036,25 @@ func (p *planner) countMissed(second time.Time) int64 {
 // whose time comes at or after its expiry is not planned: it expires
 // unused. Nor is one that the slot in flight serves (it is at or after
 // the hint's time): still ahead, servesAhead keeps that slot; due, the
-// hint is consumed at once, as the run's outcome would (applyOutcome);
-// planned again, it ran a second time right behind it.
+// hint stays until that slot's outcome, which consumes it (applyOutcome)
+// unless it is a skip, as a requeue does; planned again, it ran a second
+// time right behind it. Consumed at once, a run-now whose slot was then
+// skipped (a pause, a resume before the skip was applied) was lost. A
+// hint whose slot this decision's outcome skipped (oneShotSkipped) stays,
+// and is not planned again at once.
 func (p *planner) oneShot() {
 	h := p.s.OneShotHint
 	if h == nil {
 		return
 	}
 	if p.served(h.At) {
-		// The slot is running (servesAhead keeps one still ahead): the
-		// hint is consumed now, as its outcome would.
-		p.tr.str("one-shot hint for ").at(h.At).str(" is served by the slot in flight ").at(p.flying).str(": consumed, not planned again").end()
-		p.s.OneShotHint = nil
+		// The slot is running (servesAhead keeps one still ahead): its
+		// outcome consumes the hint (applyOutcome), or keeps it when it is
+		// a skip.
+		p.tr.str("one-shot hint for ").at(h.At).str(" is served by the slot in flight ").at(p.flying).str(": not planned again; its outcome consumes it").end()
+		return
+	}
+	if p.oneShotSkipped {
 		return
 	}
 	at := h.At

@@ -1012,20 +1012,21 @@ func TestDecideRequeue(t *testing.T) {
 	})
 }
 
-// TestDecideARequeueWhoseRunWasSkippedStaysPending: a skip is no run.
-// The requeued slot dispatched, then skipped by the executor because the
-// task was paused meanwhile, cleared the requeue as a run at or after it
-// would, and the resume planned the next hourly slot: the run the
-// operator asked for never came. The requeue now stays pending until a
-// run: the resume runs it at once, and a timed pause plans it at its end.
-// A slot that ran already (skipped as dispatched again) consumes it, and
-// a skip for another reason (a breaker with no room to wait, an invalid
-// stored spec) does not plan it again at once, where the next dispatch
-// could be skipped again, once a second: the next run serves it, or the
-// next input that plans runs it at once.
-func TestDecideARequeueWhoseRunWasSkippedStaysPending(t *testing.T) {
+// TestDecideARequestWhoseRunWasSkippedStaysPending: a skip is no run.
+// The slot of a requeue (or of a run-now hint) dispatched, then skipped
+// by the executor because the task was paused meanwhile, cleared the
+// request as a run at or after it would, and the resume planned the next
+// hourly slot: the run the operator asked for never came. The request now
+// stays pending until a run: the resume runs it at once, and a timed
+// pause plans it at its end. A slot that ran already (skipped as
+// dispatched again) consumes it, and a skip for another reason (a breaker
+// with no room to wait, an invalid stored spec) does not plan it again at
+// once, where the next dispatch could be skipped again, once a second:
+// the next run serves it, or the next input that plans runs it at once.
+// A run-now hint kept so still expires at its TTL.
+func TestDecideARequestWhoseRunWasSkippedStaysPending(t *testing.T) {
 	spec := intervalSpec(time.Hour)
-	rq := t0.Add(10 * time.Minute) // the requeue, and its slot
+	rq := t0.Add(10 * time.Minute) // the request, and its slot
 	pause := func(until time.Time) governor.Input {
 		return governor.Input{Kind: governor.KindPaused, Pause: &governor.Pause{Until: until}}
 	}
@@ -1039,22 +1040,34 @@ func TestDecideARequeueWhoseRunWasSkippedStaysPending(t *testing.T) {
 	pausedThen := func(steps ...any) []any {
 		return append([]any{rq.Add(500 * time.Millisecond), pause(time.Time{})}, steps...)
 	}
+	const asked = governor.Source("asked") // the request's own source
+	kinds := []struct {
+		name    string
+		in      governor.Input
+		source  governor.Source
+		pending func(governor.State) bool
+	}{
+		{"requeue", requeued, governor.SourceRequeue, func(s governor.State) bool { return s.RequeuedAt.Equal(rq) }},
+		{"run-now", hinted(governor.Hint{At: rq, TTL: 2 * time.Hour}), governor.SourceHintOneShot, func(s governor.State) bool {
+			return s.OneShotHint != nil && s.OneShotHint.At.Equal(rq)
+		}},
+	}
 	for _, tt := range []struct {
 		name    string
-		steps   []any // after the requeue at rq
+		steps   []any // after the request at rq
 		next    time.Time
 		source  governor.Source
-		pending bool // the requeue of rq
+		pending bool
 	}{
 		{
-			"paused, skipped, resumed: the requeue runs at the resume",
+			"paused, skipped, resumed: the request runs at the resume",
 			pausedThen(rq.Add(time.Second), outcome("skipped", rq), rq.Add(time.Hour), resumed),
-			rq.Add(time.Hour), governor.SourceRequeue, true,
+			rq.Add(time.Hour), asked, true,
 		},
 		{
-			"paused, skipped (paused), resumed: the requeue runs at the resume",
+			"paused, skipped (paused), resumed: the request runs at the resume",
 			pausedThen(rq.Add(time.Second), skipped(rq, governor.SkipPaused), rq.Add(time.Hour), resumed),
-			rq.Add(time.Hour), governor.SourceRequeue, true,
+			rq.Add(time.Hour), asked, true,
 		},
 		{
 			"paused, skipped: nothing runs while paused",
@@ -1062,14 +1075,14 @@ func TestDecideARequeueWhoseRunWasSkippedStaysPending(t *testing.T) {
 			nothing, governor.SourcePaused, true,
 		},
 		{
-			"paused until 11:00, skipped: the requeue runs at the pause's end",
+			"paused until 11:00, skipped: the request runs at the pause's end",
 			[]any{rq.Add(500 * time.Millisecond), pause(t0.Add(time.Hour)), rq.Add(time.Second), skipped(rq, governor.SkipPaused)},
 			t0.Add(time.Hour), governor.SourcePaused, true,
 		},
 		{
-			"paused, resumed, then the skip (paused) applied: the requeue runs at once",
+			"paused, resumed, then the skip (paused) applied: the request runs at once",
 			pausedThen(rq.Add(time.Second), resumed, rq.Add(2*time.Second), skipped(rq, governor.SkipPaused)),
-			rq.Add(2 * time.Second), governor.SourceRequeue, true,
+			rq.Add(2 * time.Second), asked, true,
 		},
 		{
 			"skipped, the slot ran already: consumed",
@@ -1082,9 +1095,9 @@ func TestDecideARequeueWhoseRunWasSkippedStaysPending(t *testing.T) {
 			rq.Add(time.Hour), governor.SourceBaselineInterval, true,
 		},
 		{
-			"skipped for another reason, then a breaker transition: the requeue runs at once",
+			"skipped for another reason, then a breaker transition: the request runs at once",
 			[]any{rq.Add(time.Second), skipped(rq, governor.SkipNotRun), rq.Add(time.Minute), breakerInput("closed", time.Time{})},
-			rq.Add(time.Minute), governor.SourceRequeue, true,
+			rq.Add(time.Minute), asked, true,
 		},
 		{
 			"skipped for another reason, then the next run: consumed",
@@ -1092,18 +1105,28 @@ func TestDecideARequeueWhoseRunWasSkippedStaysPending(t *testing.T) {
 			rq.Add(2 * time.Hour), governor.SourceBaselineInterval, false,
 		},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			ds := decideSteps(spec, ran(t0), append([]any{rq, requeued}, tt.steps...)...)
-			d := ds[len(ds)-1]
-			want := rq
-			if !tt.pending {
-				want = time.Time{}
-			}
-			if !d.NextRunAt.Equal(tt.next) || d.Source != tt.source || !d.State.RequeuedAt.Equal(want) {
-				t.Errorf("next run %s (%s), requeued at %s; want %s (%s), requeued at %s\n%s",
-					fmtT(d.NextRunAt), d.Source, fmtT(d.State.RequeuedAt), fmtT(tt.next), tt.source, fmtT(want), fmtTrail(d.Trail))
-			}
-		})
+		for _, k := range kinds {
+			t.Run(k.name+"/"+tt.name, func(t *testing.T) {
+				ds := decideSteps(spec, ran(t0), append([]any{rq, k.in}, tt.steps...)...)
+				d := ds[len(ds)-1]
+				source := tt.source
+				if source == asked {
+					source = k.source
+				}
+				if !d.NextRunAt.Equal(tt.next) || d.Source != source || k.pending(d.State) != tt.pending {
+					t.Errorf("next run %s (%s), pending %v; want %s (%s), pending %v\n%s",
+						fmtT(d.NextRunAt), d.Source, k.pending(d.State), fmtT(tt.next), source, tt.pending, fmtTrail(d.Trail))
+				}
+			})
+		}
+	}
+	// A run-now hint its skip kept expires at its TTL: the resume after it
+	// goes back to the cadence.
+	d := decideLast(spec, ran(t0), append([]any{rq, hinted(governor.Hint{At: rq})},
+		pausedThen(rq.Add(time.Second), skipped(rq, governor.SkipPaused), rq.Add(governor.DefaultOneShotHintTTL), resumed)...)...)
+	if d.State.OneShotHint != nil || d.Source != governor.SourceBaselineInterval || !d.NextRunAt.Equal(rq.Add(time.Hour)) || !d.ClearedHints {
+		t.Errorf("resumed at the run-now hint's TTL: next run %s (%s), hint %+v, cleared %v; want %s (%s), the hint expired\n%s",
+			fmtT(d.NextRunAt), d.Source, d.State.OneShotHint, d.ClearedHints, fmtT(rq.Add(time.Hour)), governor.SourceBaselineInterval, fmtTrail(d.Trail))
 	}
 }
 

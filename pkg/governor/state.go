@@ -74,7 +74,9 @@ type State struct {
 	PauseReason string    `json:"pauseReason,omitempty"`
 
 	// IntervalHint and OneShotHint are the active hints, if any. Expired
-	// hints are removed by the next decision.
+	// hints are removed by the next decision. A one-shot is cleared by the
+	// outcome of a run scheduled at or after its At; a skip is no run (but
+	// for a slot that ran already: Outcome.Skip), and leaves it.
 	IntervalHint *IntervalHint `json:"intervalHint,omitempty"`
 	OneShotHint  *OneShotHint  `json:"oneShotHint,omitempty"`
 

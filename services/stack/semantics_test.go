@@ -824,65 +824,81 @@ func TestARequeuedRunRunsOnce(t *testing.T) {
 	}
 }
 
-// TestARequeuedRunSkippedInAPauseRunsAtTheResume: a task requeued, then
-// paused before its requeued slot was called (here: no executor was
-// running), has that slot skipped (run.skipped, task paused). The skip
-// cleared the requeue as a run at or after it would, and the resume
-// planned the next hourly slot: the run the operator asked for never
-// came. The requeue now stays pending until a run, and the resume runs
-// it at once.
-func TestARequeuedRunSkippedInAPauseRunsAtTheResume(t *testing.T) {
+// TestARunAskedForSkippedInAPauseRunsAtTheResume: a task requeued (or
+// run now, a one-shot hint), then paused before the slot asked for was
+// called (here: no executor was running), has that slot skipped
+// (run.skipped, task paused). The skip cleared the request as a run at or
+// after it would, and the resume planned the next hourly slot: the run
+// the operator asked for never came. The request now stays pending until
+// a run, and the resume runs it at once.
+func TestARunAskedForSkippedInAPauseRunsAtTheResume(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "governor", "timer")
-	ex := e.start("executor")
-	tg := newScripted(t, 200)
-	e.create("rqp", fmt.Sprintf(`{"id":"rqp","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, tg.srv.URL))
-	tg.awaitCall(t, "the first run")
-	natstest.Eventually(t, 10*time.Second, "the first run's outcome applied", func() bool { return e.storedSchedule("rqp").Runs == 1 })
-	ex.Stop() // the requeued slot waits in DISPATCH
-	send := func(typ, id string) {
-		t.Helper()
-		body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":%q,"subject":"rqp","datacontenttype":"application/json","data":{"id":"rqp"}}`, typ, id)
-		if err := e.srv.NC.Publish("flyball."+typ+".rqp", []byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dispatch, err := e.srv.JS.Stream(t.Context(), streams.StreamDispatch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	send("task.requeued", "rqp-requeue")
-	var slot time.Time
-	natstest.Eventually(t, 10*time.Second, "the requeued slot dispatched", func() bool {
-		st := e.storedSchedule("rqp")
-		slot = st.NextRunAt
-		raw, err := dispatch.GetLastMsgForSubject(t.Context(), events.DispatchSubject("rqp"))
-		if err != nil || st.Source != gov.SourceRequeue {
-			return false
-		}
-		ev, err := events.Decode(raw.Header, raw.Data)
-		var d events.Dispatch
-		return err == nil && events.DecodeData(ev, &d) == nil && d.DispatchID == events.DispatchID("rqp", slot)
-	})
-	send("task.paused", "rqp-pause")
-	natstest.Eventually(t, 10*time.Second, "the pause applied", func() bool { return e.storedSchedule("rqp").Paused })
-	e.start("executor")
-	natstest.Eventually(t, 10*time.Second, "the requeued slot's skip applied", func() bool {
-		st := e.storedSchedule("rqp")
-		return st.LastScheduledAt.Equal(slot) && st.LastOutcome == "skipped"
-	})
-	if st := e.storedSchedule("rqp"); st.RequeuedAt.IsZero() {
-		t.Errorf("the skip of the requeued slot %s cleared the requeue\ntrail: %q", slot.Format(time.RFC3339Nano), st.Trail)
-	}
-	send("task.resumed", "rqp-resume")
-	tg.awaitCall(t, "the requeued run, at the resume")
-	natstest.Eventually(t, 10*time.Second, "the requeued run's outcome applied", func() bool { return e.storedSchedule("rqp").Runs == 2 })
-	if st := e.storedSchedule("rqp"); !st.RequeuedAt.IsZero() || st.Source != gov.SourceBaselineInterval {
-		t.Fatalf("after the requeued run: requeued at %s, next run %s (%s); want the requeue consumed and the hourly cadence\ntrail: %q",
-			st.RequeuedAt, st.NextRunAt.Format(time.RFC3339Nano), st.Source, st.Trail)
-	}
-	if n := len(tg.Calls()); n != 2 {
-		t.Fatalf("target got %d calls, want 2 (the first run, the requeued one)", n)
+	for _, tc := range []struct {
+		name, typ, data string
+		source          gov.Source
+		pending         func(gov.State) bool
+	}{
+		{"requeue", "task.requeued", `{"id":"rqp"}`, gov.SourceRequeue, func(st gov.State) bool { return !st.RequeuedAt.IsZero() }},
+		{"run-now", "task.hinted", `{"id":"rqp","at":%q}`, gov.SourceHintOneShot, func(st gov.State) bool { return st.OneShotHint != nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, "governor", "timer")
+			ex := e.start("executor")
+			tg := newScripted(t, 200)
+			e.create("rqp", fmt.Sprintf(`{"id":"rqp","target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, tg.srv.URL))
+			tg.awaitCall(t, "the first run")
+			natstest.Eventually(t, 10*time.Second, "the first run's outcome applied", func() bool { return e.storedSchedule("rqp").Runs == 1 })
+			ex.Stop() // the slot asked for waits in DISPATCH
+			send := func(typ, id, data string) {
+				t.Helper()
+				body := fmt.Sprintf(`{"specversion":"1.0","type":"io.flyball.%s","source":"test","id":%q,"subject":"rqp","datacontenttype":"application/json","data":%s}`, typ, id, data)
+				if err := e.srv.NC.Publish("flyball."+typ+".rqp", []byte(body)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dispatch, err := e.srv.JS.Stream(t.Context(), streams.StreamDispatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := tc.data
+			if strings.Contains(data, "%q") {
+				data = fmt.Sprintf(data, time.Now().UTC().Format(time.RFC3339Nano))
+			}
+			send(tc.typ, "rqp-ask", data)
+			var slot time.Time
+			natstest.Eventually(t, 10*time.Second, "the slot asked for dispatched", func() bool {
+				st := e.storedSchedule("rqp")
+				slot = st.NextRunAt
+				raw, err := dispatch.GetLastMsgForSubject(t.Context(), events.DispatchSubject("rqp"))
+				if err != nil || st.Source != tc.source {
+					return false
+				}
+				ev, err := events.Decode(raw.Header, raw.Data)
+				var d events.Dispatch
+				return err == nil && events.DecodeData(ev, &d) == nil && d.DispatchID == events.DispatchID("rqp", slot)
+			})
+			send("task.paused", "rqp-pause", `{"id":"rqp"}`)
+			natstest.Eventually(t, 10*time.Second, "the pause applied", func() bool { return e.storedSchedule("rqp").Paused })
+			e.start("executor")
+			natstest.Eventually(t, 10*time.Second, "the skip of the slot asked for applied", func() bool {
+				st := e.storedSchedule("rqp")
+				return st.LastScheduledAt.Equal(slot) && st.LastOutcome == "skipped"
+			})
+			if st := e.storedSchedule("rqp"); !tc.pending(st) {
+				t.Errorf("the skip of the slot asked for, %s, cleared the %s\ntrail: %q", slot.Format(time.RFC3339Nano), tc.name, st.Trail)
+			}
+			send("task.resumed", "rqp-resume", `{"id":"rqp"}`)
+			tg.awaitCall(t, "the run asked for, at the resume")
+			natstest.Eventually(t, 10*time.Second, "the outcome of the run asked for applied", func() bool { return e.storedSchedule("rqp").Runs == 2 })
+			if st := e.storedSchedule("rqp"); tc.pending(st) || st.Source != gov.SourceBaselineInterval {
+				t.Fatalf("after the run asked for: pending %v, next run %s (%s); want the %s consumed and the hourly cadence\ntrail: %q",
+					tc.pending(st), st.NextRunAt.Format(time.RFC3339Nano), st.Source, tc.name, st.Trail)
+			}
+			if n := len(tg.Calls()); n != 2 {
+				t.Fatalf("target got %d calls, want 2 (the first run, the one asked for)", n)
+			}
+		})
 	}
 }
 

@@ -167,12 +167,20 @@ func TestOneShotAtAPastTimeHasNoNoteWhenItRunsNow(t *testing.T) {
 		IntervalHint: &gov.IntervalHint{Interval: 10 * time.Second, ExpiresAt: sent.Add(time.Hour)},
 	}
 	d := gov.Decide(sent, spec, st, gov.Input{Kind: gov.KindHinted, Hint: &gov.Hint{At: past}})
-	if d.State.OneShotHint != nil || !d.NextRunAt.Equal(sent.Add(9*time.Second)) {
-		t.Fatalf("the governor planned %s (%s) and kept the one-shot %+v, want it served by the slot in flight; trail %q", d.NextRunAt, d.Source, d.State.OneShotHint, d.Trail)
+	if h := d.State.OneShotHint; h == nil || !h.At.Equal(past) || !d.NextRunAt.Equal(sent.Add(9*time.Second)) {
+		t.Fatalf("the governor planned %s (%s) with the one-shot %+v, want it served by the slot in flight (kept for its outcome); trail %q", d.NextRunAt, d.Source, h, d.Trail)
 	}
 	acc := &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: d.Trail}
 	if note := oneShotOverruled("web", past, sent, acc, nil); note != "" {
 		t.Errorf("past one-shot served by the slot in flight: note %q, want none", note)
+	}
+	// The trail of a governor before 2026-12-02, which consumed it at once.
+	old := []string{
+		"baseline-interval: 1h0m0s after the slot of 2026-03-05T05:59:20.000Z",
+		"one-shot hint for 2026-03-05T04:59:21.000Z is served by the slot in flight 2026-03-05T05:59:20.000Z: consumed, not planned again",
+	}
+	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: old}); note != "" {
+		t.Errorf("past one-shot served by the slot in flight (an older governor's trail): note %q, want none", note)
 	}
 
 	recheck := sent.Add(30 * time.Minute)

@@ -681,7 +681,7 @@ func newTaskRunNowCmd() *cobra.Command {
 // the one-shot's time, as the run it asked for (its trail says so): one
 // up to gov.InFlightWindow ahead by the server's clock is kept and uses
 // the hint up, as docs/operations.md says, and one already running (a
-// past --at) has used it up. The clocks cannot tell it: the check allowed
+// past --at) is its run. The clocks cannot tell it: the check allowed
 // 1 s by the CLI's clock, and a run-now during "hint --interval 2s" got
 // a note about half the time.
 func oneShotOverruled(id string, at, sent time.Time, a *events.TaskAccepted, st *gov.State) string {
@@ -712,11 +712,11 @@ func oneShotOverruled(id string, at, sent time.Time, a *events.TaskAccepted, st 
 // oneShotServedInFlight reports whether a trail line is the governor's
 // "slot … is in flight (…) and is the one-shot hint for …: kept" (a slot
 // still ahead) or "one-shot hint for … is served by the slot in flight
-// …: consumed, not planned again" (a slot running).
+// …: not planned again; its outcome consumes it" (a slot running; ":
+// consumed, not planned again" from a governor before 2026-12-02).
 func oneShotServedInFlight(line string) bool {
 	kept := strings.HasPrefix(line, "slot ") && strings.Contains(line, " is in flight ") &&
 		strings.Contains(line, " and is the one-shot hint for ") && strings.Contains(line, ": kept")
-	consumed := strings.HasPrefix(line, "one-shot hint for ") && strings.Contains(line, " is served by the slot in flight ") &&
-		strings.Contains(line, ": consumed")
-	return kept || consumed
+	served := strings.HasPrefix(line, "one-shot hint for ") && strings.Contains(line, " is served by the slot in flight ")
+	return kept || served
 }
