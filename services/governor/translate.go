@@ -124,7 +124,30 @@ func (s *Step) repeatsApplied(st *gov.State) bool {
 // alone, one redelivered before it was applied (its replica stopped or
 // died) was acked without effect.
 func (s *Step) olderThan(seq uint64, at time.Time) bool {
-	return s.Redelivered && s.Seq != 0 && s.Seq <= seq && (at.IsZero() || !s.At.After(at))
+	return s.Redelivered && s.within(seq, at)
+}
+
+// within reports whether the step, read from a stream, is at or below
+// seq and stored no later than at (zero: judged by the sequence alone):
+// olderThan, for a delivery of any kind.
+func (s *Step) within(seq uint64, at time.Time) bool {
+	return s.Seq != 0 && s.Seq <= seq && (at.IsZero() || !s.At.After(at))
+}
+
+// AppliedBy reports whether st records the step as applied: a command or
+// breaker transition at or below the last sequence applied from its
+// stream (LastCommandSeq, LastBreakerSeq) and stored no later than that
+// message (LastCommandAt, LastBreakerAt), as olderThan judges a
+// redelivery. A replay (explain), which reads each message once in
+// stream order, asks it of the stored schedule.
+func (s *Step) AppliedBy(st *gov.State) bool {
+	switch {
+	case s.CommandID != "":
+		return s.within(st.LastCommandSeq, st.LastCommandAt)
+	case s.Input.Kind == gov.KindBreaker:
+		return s.within(st.LastBreakerSeq, st.LastBreakerAt)
+	}
+	return false
 }
 
 // Translate decodes one stored message. Commands that break a rule return

@@ -543,20 +543,14 @@ func crossed(entries []governor.Entry, stored *gov.State) (j, k int) {
 
 // applied reports whether stored records step as applied: a command or
 // breaker transition at or below the last sequence applied from its
-// stream, which the governor reads in order. Stored after the decision
-// stored holds, it was applied before it all the same: the governor
-// reads each stream on its own, so it is not on its way.
+// stream, which the governor reads in order, and stored no later than
+// that message (Step.AppliedBy, as the governor judges a redelivery: one
+// stored later is new, its stream's sequences started over below the
+// schedule's after a restore). Stored after the decision stored holds, it
+// was applied before it all the same: the governor reads each stream on
+// its own, so it is not on its way.
 func applied(stored *gov.State, step *governor.Step) bool {
-	if stored == nil || step.Seq == 0 {
-		return false
-	}
-	switch {
-	case step.CommandID != "":
-		return step.Seq <= stored.LastCommandSeq
-	case step.Input.Kind == gov.KindBreaker:
-		return step.Seq <= stored.LastBreakerSeq
-	}
-	return false
+	return stored != nil && step.AppliedBy(stored)
 }
 
 // sameSchedule reports whether two schedules (nil: none) name the same

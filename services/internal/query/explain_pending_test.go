@@ -67,6 +67,20 @@ func TestAgreementAllowsOnlyRecentInputsAfterTheStoredDecision(t *testing.T) {
 			st.LastBreakerSeq = 2
 			return st
 		}(), false, 0},
+		{"a command stored after the last one applied is pending, whatever its sequence", []governor.Entry{created, run1, update}, func() *gov.State {
+			st := stored(run1) // restored: its last command is past the restored TASKS, whose new messages take its sequences again
+			st.LastCommandID, st.LastCommandSeq, st.LastCommandAt = "old", 5, ago(time.Hour)
+			return st
+		}(), true, 1},
+		{"a breaker transition stored after the last one applied is pending, whatever its sequence", []governor.Entry{created, run1, func() governor.Entry {
+			e := update
+			e.Step.CommandID, e.Step.Input.Kind = "", gov.KindBreaker
+			return e
+		}()}, func() *gov.State {
+			st := stored(run1)
+			st.LastBreakerSeq, st.LastBreakerAt = 5, ago(time.Hour)
+			return st
+		}(), true, 1},
 		{"an input at or before the stored decision is not pending", []governor.Entry{created, run1, run2}, func() *gov.State {
 			st := stored(run1)
 			st.DecidedAt = run2.Step.At // a decision as late as run2, yet run1's schedule
