@@ -93,11 +93,15 @@ type State struct {
 	LastBreakerSeq uint64 `json:"lastBreakerSeq,omitempty"`
 	// LastCommandAt and LastBreakerAt are when that command and that
 	// transition were stored (their stream timestamps). A redelivery at or
-	// below the sequence but stored after it is not a copy: the stream
-	// starts its sequences over below the schedule's (a schedule restored
+	// below the sequence but stored after it is not a copy if the stream
+	// no longer holds, at the sequence, the message stored then: its
+	// sequences started over below the schedule's (a schedule restored
 	// from a backup that snapshotted the stream before the bucket, a
-	// stream created again from scratch). Zero (no command, or no
-	// transition, applied since 2026-12-02) judges by the sequence alone.
+	// stream created again from scratch). If it does, the stream
+	// leader's clock stepped back, and the sequence decides (the
+	// governor service reads the stream: services/governor
+	// Step.SequencesRestarted). Zero (no command, or no transition,
+	// applied since 2026-12-02) judges by the sequence alone.
 	LastCommandAt time.Time `json:"lastCommandAt,omitzero"`
 	LastBreakerAt time.Time `json:"lastBreakerAt,omitzero"`
 	// SpecRevision is the flyball-tasks revision of the spec the last

@@ -282,7 +282,7 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 		// A copy of a command applied before later ones (redelivered after
 		// its ack was lost, or after AckWait while it waited) must not
 		// undo them: not even its spec may be written again.
-		if acc, err := s.staleCommand(ctx, step); acc != nil || err != nil {
+		if acc, err := s.staleCommand(ctx, &step); acc != nil || err != nil {
 			return acc, err
 		}
 	}
@@ -535,9 +535,10 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 
 // staleCommand answers a redelivered command that is older than what the
 // task's schedule has applied, without applying it: a command other than
-// a delete at or below the schedule's lastCommandSeq and stored no later
-// than its lastCommandAt (a later command of the task was applied:
-// Step.olderThan), or a delete stored before the task was created
+// a delete at or below the schedule's lastCommandSeq (a later command of
+// the task was applied: Step.olderThan; stored after its lastCommandAt,
+// only if TASKS no longer holds that command: resolveRestart), or a
+// delete stored before the task was created
 // (a delete is judged by the task's creation, not by its last command: a
 // delete left unacked by a replica that died still applies after the
 // commands published behind it). A creation of a task with no schedule
@@ -545,16 +546,21 @@ func (s *Service) createdAt(ctx context.Context, step Step) (time.Time, error) {
 // returns nil, nil for a command to apply. A re-created task has a new
 // schedule, so the sequences of the deleted one never hold back its
 // commands.
-func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAccepted, error) {
+func (s *Service) staleCommand(ctx context.Context, step *Step) (*events.TaskAccepted, error) {
 	st, _, scheduled, err := s.readState(ctx, step.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if !scheduled {
 		if step.Input.Kind == gov.KindAccepted {
-			return s.deletedSince(ctx, step)
+			return s.deletedSince(ctx, *step)
 		}
 		return nil, nil
+	}
+	if step.Input.Kind != gov.KindDeleted {
+		if err := s.resolveRestart(ctx, step, &st); err != nil {
+			return nil, err
+		}
 	}
 	var why string
 	switch {
@@ -572,7 +578,52 @@ func (s *Service) staleCommand(ctx context.Context, step Step) (*events.TaskAcce
 	}
 	s.log.Info("redelivered command is older than the task's last one; acknowledged without applying it",
 		"task", step.TaskID, "command", step.CommandID, "seq", step.Seq, "lastCommandId", st.LastCommandID, "lastCommandSeq", st.LastCommandSeq)
-	return unapplied(step, &st, why), nil
+	return unapplied(*step, &st, why), nil
+}
+
+// resolveRestart sets step.SequencesRestarted for st, the schedule it is
+// about to be judged on, when the two rules of Step.olderThan disagree
+// (Step.disagrees): a redelivered command (breaker transition) at or
+// below st's lastCommandSeq (lastBreakerSeq) stored after its
+// lastCommandAt (lastBreakerAt). It reads the message at that sequence
+// from TASKS (HEALTH): the one applied then, stored at that time, is the
+// same history, and the stored times disagree only because the stream
+// leader's clock stepped back (a leader change to a server whose clock is
+// behind, an NTP step): the sequence decides. Missing, or stored at
+// another time, the stream's sequences started over (a restore, a stream
+// created again): the time decides. Every other step, the hot path,
+// reads nothing. A read that fails is returned, for the message to be
+// tried again: guessed, either rule loses a command in one of the cases.
+func (s *Service) resolveRestart(ctx context.Context, step *Step, st *gov.State) error {
+	stream, seq, at := s.commands, st.LastCommandSeq, st.LastCommandAt
+	switch {
+	case step.CommandID != "":
+		if st.LastCommandID == step.CommandID {
+			return nil // the last command itself: Step.repeats
+		}
+	case step.Input.Kind == gov.KindBreaker:
+		stream, seq, at = s.health, st.LastBreakerSeq, st.LastBreakerAt
+	default:
+		return nil
+	}
+	if !step.disagrees(seq, at) || step.restartSeq == seq && step.restartAt.Equal(at) {
+		return nil
+	}
+	name := stream.CachedInfo().Config.Name
+	raw, err := stream.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		step.SequencesRestarted = true
+	case err != nil:
+		return fmt.Errorf("read %s sequence %d, the last applied to %s: %w", name, seq, step.TaskID, err)
+	default:
+		step.SequencesRestarted = !raw.Time.Equal(at)
+	}
+	step.restartSeq, step.restartAt = seq, at
+	s.log.Info("redelivery at or below the schedule's last sequence, stored after it; read that message to tell a copy from a new message",
+		"task", step.TaskID, "stream", name, "seq", step.Seq, "storedAt", step.At, "lastSeq", seq, "lastAt", at,
+		"found", err == nil, "sequencesRestarted", step.SequencesRestarted)
+	return nil
 }
 
 // unapplied is the answer to a command acked without effect, for why: the

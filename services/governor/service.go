@@ -98,8 +98,10 @@ type Service struct {
 	tasks     jetstream.KeyValue
 	schedules jetstream.KeyValue
 	// commands is TASKS, for the last task.deleted of a task whose
-	// creation is redelivered (deletedSince).
+	// creation is redelivered (deletedSince); commands and health (HEALTH)
+	// for the message at a schedule's last sequence (resolveRestart).
 	commands jetstream.Stream
+	health   jetstream.Stream
 	// specs is a watch-fed view of flyball-tasks for the outcome path;
 	// commands read the bucket itself, as they decide whether a task exists.
 	specs  *kvcache.Cache[*events.TaskSpec]
@@ -157,6 +159,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if err := streams.Check(&s.commands.CachedInfo().Config); err != nil {
 		return fmt.Errorf("governor: %w", err)
+	}
+	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
+		return fmt.Errorf("governor: stream %s: %w", streams.StreamHealth, err)
 	}
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)
@@ -404,6 +409,9 @@ func (s *Service) decide(ctx context.Context, spec *events.TaskSpec, step Step) 
 			// another task was re-read above); a copy that agrees with
 			// the requeue but is stale fails the compare-and-set below,
 			// and the requeue is judged again on KV.
+			return gov.Decision{}, err
+		}
+		if err := s.resolveRestart(ctx, &step, &st); err != nil {
 			return gov.Decision{}, err
 		}
 		dec := Apply(spec, st, step)

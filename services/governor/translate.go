@@ -52,16 +52,32 @@ type Step struct {
 	// the server delivered it before (metadata; the service sets both, a
 	// replay leaves them zero). A redelivered command (TASKS) or breaker
 	// transition (HEALTH) at or below the last one applied to the task
-	// (State.LastCommandSeq, LastBreakerSeq), and stored no later than it
-	// (LastCommandAt, LastBreakerAt), is a copy of an input applied before
-	// later ones, and is ignored (Apply). One stored later is new: the
-	// stream's sequences started over below the schedule's (a schedule
-	// restored from a backup that snapshotted the stream before the
-	// bucket, a stream created again from scratch). A first delivery is
+	// (State.LastCommandSeq, LastBreakerSeq) is a copy of an input applied
+	// before later ones, and is ignored (Apply), unless the stream's
+	// sequences started over (SequencesRestarted). A first delivery is
 	// never judged so: a pinned durable delivers each message first in
 	// stream order.
 	Seq         uint64
 	Redelivered bool
+	// SequencesRestarted is set by the service (Service.resolveRestart)
+	// when the stream no longer holds, at the last sequence applied from
+	// it to the task, the message stored then (State.LastCommandAt,
+	// LastBreakerAt): missing, or stored at another time. Its sequences
+	// started over below the schedule's (a schedule restored from a
+	// backup that snapshotted the stream before the bucket, a stream
+	// created again from scratch), and a redelivery at or below the
+	// sequence is a copy only if it was stored no later than that time
+	// (olderThan). The service reads the stream only for a redelivery the
+	// two rules judge differently (disagrees): judged by the time alone,
+	// a copy stored by a stream leader whose clock ran ahead of the next
+	// one's (or before an NTP step back) undid the commands applied after
+	// it. A replay leaves it false: explain judges by the sequence.
+	SequencesRestarted bool
+	// restartSeq and restartAt are the sequence and stored time
+	// SequencesRestarted was resolved for (zero: not resolved), so a
+	// decision tried again on the same state reads the stream once.
+	restartSeq uint64
+	restartAt  time.Time
 	// RequeueFor is the taskCreatedAt of a task.requeued: the createdAt of
 	// the task it is meant for (the retried dead letter's). Zero: any task
 	// of the ID. A requeue meant for a task deleted since is rejected
@@ -115,21 +131,25 @@ func (s *Step) repeatsApplied(st *gov.State) bool {
 }
 
 // olderThan reports whether the step is a redelivery at or below seq, the
-// last sequence applied from its stream, stored no later than at, that
-// message's stored time (zero: not known, none applied since
-// 2026-12-02). A message stored after it is new, whatever its sequence: a
-// backup snapshots TASKS and HEALTH before the buckets, so a restored
-// schedule can hold a sequence past the restored stream's last, which the
-// messages published after the restore take again. Judged by its sequence
-// alone, one redelivered before it was applied (its replica stopped or
-// died) was acked without effect.
+// last sequence applied from its stream, whose stored time was at (zero:
+// not known, none applied since 2026-12-02): a copy of an input applied
+// before that one. Only when the stream's sequences started over
+// (SequencesRestarted) is one stored after at new, whatever its
+// sequence: a backup snapshots TASKS and HEALTH before the buckets, so a
+// restored schedule can hold a sequence past the restored stream's last,
+// which the messages published after the restore take again. In the
+// same history the sequence decides: stored times follow the stream
+// leader's clock, which may step back.
 func (s *Step) olderThan(seq uint64, at time.Time) bool {
-	return s.Redelivered && s.within(seq, at)
+	return s.Redelivered && s.Seq != 0 && s.Seq <= seq && (!s.SequencesRestarted || at.IsZero() || !s.At.After(at))
 }
 
 // within reports whether the step, read from a stream, is at or below
-// seq and stored no later than at (zero: judged by the sequence alone):
-// olderThan, for a delivery of any kind.
+// seq and stored no later than at (zero: judged by the sequence alone).
+// Unlike olderThan it cannot read the stream to learn whether its
+// sequences started over, so it takes the stored time's word: after a
+// restore that is right, and only a stream leader's clock stepping back
+// makes it call an applied input unapplied.
 func (s *Step) within(seq uint64, at time.Time) bool {
 	return s.Seq != 0 && s.Seq <= seq && (at.IsZero() || !s.At.After(at))
 }
@@ -137,9 +157,9 @@ func (s *Step) within(seq uint64, at time.Time) bool {
 // AppliedBy reports whether st records the step as applied: a command or
 // breaker transition at or below the last sequence applied from its
 // stream (LastCommandSeq, LastBreakerSeq) and stored no later than that
-// message (LastCommandAt, LastBreakerAt), as olderThan judges a
-// redelivery. A replay (explain), which reads each message once in
-// stream order, asks it of the stored schedule.
+// message (LastCommandAt, LastBreakerAt). A replay (explain), which reads each message once in
+// stream order, asks it of the stored schedule; it judges by stored
+// time too (within), where the service reads the stream first.
 func (s *Step) AppliedBy(st *gov.State) bool {
 	switch {
 	case s.CommandID != "":
@@ -148,6 +168,14 @@ func (s *Step) AppliedBy(st *gov.State) bool {
 		return s.within(st.LastBreakerSeq, st.LastBreakerAt)
 	}
 	return false
+}
+
+// disagrees reports whether the sequence rule and the stored-time rule
+// judge the step differently against seq and at (olderThan): a
+// redelivery at or below seq stored after at. Only then does
+// SequencesRestarted matter.
+func (s *Step) disagrees(seq uint64, at time.Time) bool {
+	return s.Redelivered && s.Seq != 0 && s.Seq <= seq && !at.IsZero() && s.At.After(at)
 }
 
 // Translate decodes one stored message. Commands that break a rule return
