@@ -179,7 +179,7 @@ func TestOneShotAtAPastTimeHasNoNoteWhenItRunsNow(t *testing.T) {
 		"baseline-interval: 1h0m0s after the slot of 2026-03-05T05:59:20.000Z",
 		"one-shot hint for 2026-03-05T04:59:21.000Z is served by the slot in flight 2026-03-05T05:59:20.000Z: consumed, not planned again",
 	}
-	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: old}); note != "" {
+	if note := oneShotOverruled("web", past, sent, &events.TaskAccepted{NextRunAt: &d.NextRunAt, Source: string(d.Source), Trail: old}, nil); note != "" {
 		t.Errorf("past one-shot served by the slot in flight (an older governor's trail): note %q, want none", note)
 	}
 
