@@ -187,6 +187,15 @@ func newTunedAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts in
 			t.Fatal(err)
 		}
 	}
+	nc, _ := srv.Connect(t)
+	return startAttemptsFixture(t, srv, nc, target, maxAttempts, tune)
+}
+
+// startAttemptsFixture puts the fixture's task on srv and starts its
+// executor on nc, with tune as in newTunedAttemptsFixture.
+func startAttemptsFixture(t *testing.T, srv *natstest.Server, nc *nats.Conn, target *attemptTarget, maxAttempts int, tune func(*Service)) *attemptsFixture {
+	t.Helper()
+	ctx := t.Context()
 	f := &attemptsFixture{srv: srv, logs: newLogLines(), id: "flaky"}
 	jitter := 0.0
 	natstest.PutJSON(t, srv.JS, streams.BucketTasks, f.id, events.TaskSpec{
@@ -198,7 +207,6 @@ func newTunedAttemptsFixture(t *testing.T, target *attemptTarget, maxAttempts in
 			Multiplier: 1, MaxDelay: events.Duration(100 * time.Millisecond), Jitter: &jitter,
 		},
 	})
-	nc, _ := srv.Connect(t)
 	js, err := jsutil.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -41,9 +41,10 @@ type outbox struct {
 	busy func() bool
 	idle chan struct{}
 
-	in     chan *outItem
-	room   *room // bounds the events, and their bytes, waiting in the outbox
-	closed chan struct{}
+	in       chan *outItem
+	room     *room         // bounds the events, and their bytes, waiting in the outbox
+	stopping chan struct{} // closed by close: no more waiting for NATS to come back
+	closed   chan struct{}
 }
 
 // outboxLinger is the shortest time a run event waits for company while
@@ -114,7 +115,7 @@ func newOutbox(js jetstream.JetStream, log *slog.Logger, capacity int, m *metric
 	o := &outbox{
 		js: js, log: log, m: m, max: outboxMaxBatch, round: outboxRound, budget: outboxBudget,
 		busy: busy, idle: make(chan struct{}, 1),
-		in: make(chan *outItem, capacity), closed: make(chan struct{}),
+		in: make(chan *outItem, capacity), stopping: make(chan struct{}), closed: make(chan struct{}),
 	}
 	o.room = newRoom(capacity, outboxMaxBytes, o.wake, m.OutboxEvents)
 	go o.run()
@@ -141,8 +142,10 @@ func (o *outbox) wake() {
 }
 
 // close publishes and settles everything queued, then returns. No publish
-// may follow.
+// may follow. While NATS is unreachable, what cannot be published settles
+// with its error at once (flush), so a stop does not wait for NATS.
 func (o *outbox) close() {
+	close(o.stopping)
 	close(o.in)
 	<-o.closed
 }
@@ -211,7 +214,13 @@ func (o *outbox) collectQueued(batch []*outItem) []*outItem {
 // RUNS leader that died, "no responders" while the new one is elected) is
 // published again, with the same Nats-Msg-Id so a stored event is not
 // stored twice, until outboxBudget has passed since the batch's first
-// round. Only then does the outbox give up (errUnconfirmed): the executor
+// round. A round that met the connection down (jsutil.Reconnecting: with
+// no reconnect buffer, as flyball serve connects, a publish fails at once
+// while nats.go reconnects) is followed by the next only once the
+// connection is back (awaitConnected), within the same budget: a NATS
+// restart or the loss of the node the executor was connected to costs
+// the event a wait, not its dispatch a nak and its target a second call.
+// Only once the budget is spent does the outbox give up (errUnconfirmed): the executor
 // keeps the dispatch and hands the same event back to it later (republish).
 // The budget outlasts a raft election (4-9 s in nats-server); the round is
 // short because every task whose outcome waits here is held back from its
@@ -244,6 +253,7 @@ func (o *outbox) flush(batch []*outItem) {
 		end := time.NewTimer(max(min(o.round, time.Until(deadline)), 0))
 		acks := jsutil.NewAckDeadline(end.C)
 		var lastErr error
+		down := false     // a publish failed as the connection was down
 		batch = batch[:0] // what is left for the next round
 		for _, p := range sent {
 			err := p.err
@@ -257,6 +267,7 @@ func (o *outbox) flush(batch []*outItem) {
 				lastErr = err
 				p.it.failed(err)
 				batch = append(batch, p.it)
+				down = down || jsutil.Reconnecting(err)
 			default:
 				o.done(p.it, err)
 			}
@@ -282,8 +293,53 @@ func (o *outbox) flush(batch []*outItem) {
 			}
 			return
 		}
+		if down && o.isStopping() {
+			// The executor stops while NATS is unreachable: it does not
+			// wait for NATS (the dispatches are nakked, or redelivered
+			// once NATS is back, as after a crash).
+			for _, it := range batch {
+				o.done(it, it.cause)
+			}
+			return
+		}
 		o.m.OutboxRepublished.Add(float64(len(batch)))
 		o.log.Warn("run events not stored yet; publishing them again", "events", len(batch), "round", round, "err", lastErr)
+		if down {
+			o.awaitConnected(deadline)
+		}
+	}
+}
+
+// awaitConnected waits until the connection is back from a reconnect, the
+// deadline passes or the outbox is closed. Publishing again at once would
+// fail the same way, with no ack to wait on: the rounds would spin
+// through the budget.
+func (o *outbox) awaitConnected(deadline time.Time) {
+	nc := o.js.Conn()
+	if nc == nil {
+		return
+	}
+	back := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(back)
+	if st := nc.Status(); st != nats.RECONNECTING && st != nats.DISCONNECTED && st != nats.CONNECTING {
+		return // back already (or closed for good)
+	}
+	t := time.NewTimer(max(time.Until(deadline), 0))
+	defer t.Stop()
+	select {
+	case <-back:
+	case <-t.C:
+	case <-o.stopping:
+	}
+}
+
+// isStopping reports whether close was called.
+func (o *outbox) isStopping() bool {
+	select {
+	case <-o.stopping:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -300,14 +356,15 @@ type sentItem struct {
 
 // retryable reports whether publishing again (same Nats-Msg-Id) may store
 // an event that failed with err: its ack is late or lost, the stream has
-// no leader, too many acks are pending, or the connection dropped while
-// the ack was pending (nats.go fails those acks with ErrDisconnected when
-// it starts to reconnect; the next round's publish waits in its reconnect
-// buffer).
+// no leader, too many acks are pending, or the connection is down
+// (jsutil.Reconnecting: nats.go fails the acks pending when it starts to
+// reconnect with ErrDisconnected, and, with no reconnect buffer, a
+// publish made while it reconnects with ErrReconnectBufExceeded; the next
+// round waits for the connection).
 func retryable(err error) bool {
 	return errors.Is(err, jsutil.ErrAckTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, jetstream.ErrTooManyStalledMsgs) ||
-		errors.Is(err, nats.ErrDisconnected) ||
+		jsutil.Reconnecting(err) ||
 		// 10158: the same event is being stored right now (an earlier
 		// round's publish); the next round gets its duplicate ack.
 		jsutil.IsDuplicateInProcess(err)

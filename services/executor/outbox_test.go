@@ -186,9 +186,14 @@ func TestOutboxSettlesPermanentErrorsAtOnce(t *testing.T) {
 // outbox used to settle it with the error instead, so a NATS restart
 // nakked the dispatch of every call that had just ended, and the target
 // was called again, even with NATS back well within the budget.
+//
+// The client connects as flyball serve does, with no reconnect buffer:
+// the next round's publish, while still reconnecting, fails at once with
+// nats.ErrReconnectBufExceeded. The outbox settled the event with that
+// error too; it now waits for the connection and publishes it again.
 func TestOutboxRidesOutANATSRestart(t *testing.T) {
 	srv := natstest.StartRestartable(t)
-	nc, js := srv.Connect(t)
+	nc, js := srv.Connect(t, nats.ReconnectBufSize(-1))
 	// A subscriber that never answers holds the event's ack pending until
 	// the server goes down.
 	sink, err := nats.Connect(srv.URL, nats.NoReconnect())
@@ -220,6 +225,83 @@ func TestOutboxRidesOutANATSRestart(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "the client reconnected", nc.IsConnected)
 	createOut(t, js)
 	awaitStored(t, o, settled, 1, "the event, once NATS was back")
+}
+
+// TestOutboxWaitsForNATSButNotAtStop: with NATS down and no reconnect
+// buffer every publish fails at once, with no ack to wait on. The outbox
+// publishes again only once the connection is back (one round here, not
+// a spin through its budget), and a stop does not wait for NATS: what is
+// left settles with its error at once, as before the outbox waited.
+func TestOutboxWaitsForNATSButNotAtStop(t *testing.T) {
+	srv := natstest.StartRestartable(t)
+	nc, js := srv.Connect(t, nats.ReconnectBufSize(-1))
+	srv.Server.Shutdown()
+	srv.Server.WaitForShutdown()
+	natstest.Eventually(t, 10*time.Second, "the client disconnected", func() bool { return !nc.IsConnected() })
+	o := newOutbox(js, slog.New(slog.DiscardHandler), 16, metrics.New(), nil)
+	settled := make(chan error, 1)
+	o.publish(outMsg("ev-1"), outboxLinger, func(err error) { settled <- err })
+	natstest.Eventually(t, 10*time.Second, "a round that met the connection down", func() bool { return republished(o) >= 1 })
+	closed := make(chan struct{})
+	go func() {
+		o.close()
+		close(closed)
+	}()
+	awaitClosed(t, closed, 5*time.Second, "the outbox's close with NATS down")
+	if err := <-settled; !errors.Is(err, nats.ErrReconnectBufExceeded) {
+		t.Errorf("settled with %v at the stop, want %v", err, nats.ErrReconnectBufExceeded)
+	}
+	if n := republished(o); n != 1 {
+		t.Errorf("published again %v times while NATS was down, want 1 (the rounds wait for the connection)", n)
+	}
+}
+
+// TestCallEndingDuringANATSRestartIsNotCalledAgain: a call ends, 200,
+// while the executor's connection (no reconnect buffer, as flyball serve
+// connects) is down, NATS restarting. Its run event's publish fails at
+// once (nats: outbound buffer limit exceeded); the outbox used to settle
+// it with that error, the dispatch was nakked, and the target was called
+// again a second later with the same attempt. The outbox now waits for
+// the connection and stores the event: one call, one run.succeeded, the
+// dispatch delivered once.
+func TestCallEndingDuringANATSRestartIsNotCalledAgain(t *testing.T) {
+	r := natstest.StartRestartable(t)
+	adminNC, adminJS := r.Connect(t)
+	exNC, _ := r.Connect(t, nats.ReconnectBufSize(-1))
+	target := newAttemptTarget(t, http.StatusOK)
+	target.gate = make(chan struct{})
+	f := startAttemptsFixture(t, &natstest.Server{Server: r.Server, NC: adminNC, JS: adminJS}, exNC, target, 3, nil)
+	f.dispatch(t)
+	natstest.Eventually(t, 10*time.Second, "the call", func() bool { return len(target.attempts()) == 1 })
+	r.Server.Shutdown()
+	r.Server.WaitForShutdown()
+	natstest.Eventually(t, 10*time.Second, "the executor disconnected", func() bool { return !exNC.IsConnected() })
+	close(target.gate) // the call ends while NATS is down
+	natstest.Eventually(t, 10*time.Second, "the run event's publish failed", func() bool {
+		return f.logs.count("run events not stored yet; publishing them again")+f.logs.count("transient failure; redelivering") > 0
+	})
+	r.Restart(t)
+	natstest.Eventually(t, 30*time.Second, "the run event stored and the dispatch settled", func() bool {
+		if !adminNC.IsConnected() {
+			return false
+		}
+		c, err := adminJS.Consumer(t.Context(), streams.StreamDispatch, streams.ConsumerExecutor)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && len(f.stored(t)) > 0
+	})
+	if got := target.attempts(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("target called with attempts %v, want [1]: the call that ended while NATS restarted was made again (nakked: %q)",
+			got, f.logs.errs("transient failure; redelivering"))
+	}
+	if got := successOf(f.stored(t)); fmt.Sprint(got) != "[succeeded(attempt 1, final false)]" {
+		t.Errorf("RUNS holds %v, want the one run.succeeded of attempt 1", got)
+	}
+	if n := f.delivered(t); n != 1 {
+		t.Errorf("%d deliveries, want 1", n)
+	}
 }
 
 // TestOutboxRidesOutALeaderElection cuts off, without warning, the leader

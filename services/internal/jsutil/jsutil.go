@@ -181,6 +181,20 @@ func NotStored(err error) bool {
 		errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionDraining)
 }
 
+// Reconnecting reports a publish error that says only that the
+// connection was down while nats.go reconnects it: the message was never
+// sent (no reconnect buffer, as flyball serve connects: nats: outbound
+// buffer limit exceeded; or nats: connection reconnecting), or the
+// disconnect cut off its ack (nats: server is disconnected), after which
+// it may be stored. Publishing it again with the same Nats-Msg-Id once
+// the connection is back settles it either way; a publish made before
+// then fails the same way at once. A closed connection (nats: connection
+// closed) is not reconnecting: it never comes back.
+func Reconnecting(err error) bool {
+	return errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected)
+}
+
 // IsDuplicateInProcess reports JetStream error 10158: a message with the
 // same Nats-Msg-Id is being stored right now (another replica won the race,
 // or an earlier try whose ack timed out is not committed yet). That other

@@ -38,3 +38,26 @@ func TestNotStored(t *testing.T) {
 		}
 	}
 }
+
+// TestReconnecting: a publish that met the connection down while nats.go
+// reconnects (never sent, with no reconnect buffer; or its ack cut off by
+// the disconnect) is worth publishing again once it is back; a closed
+// connection, a timeout or a refusal is not that.
+func TestReconnecting(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("publish x: %w", nats.ErrReconnectBufExceeded), true},
+		{nats.ErrDisconnected, true},
+		{nats.ErrConnectionReconnecting, true},
+		{nats.ErrConnectionClosed, false},
+		{nats.ErrConnectionDraining, false},
+		{ErrAckTimeout, false},
+		{jetstream.ErrNoStreamResponse, false},
+	} {
+		if got := Reconnecting(c.err); got != c.want {
+			t.Errorf("Reconnecting(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
