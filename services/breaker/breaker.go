@@ -478,8 +478,16 @@ func transitionOf(key, taskID string, from events.BreakerState, to executor.Brea
 // A failure re-opens an open breaker past retryAt, or a half-open one,
 // only if its call started after the opening (or does not say when): a
 // call in flight when the breaker opened may fail long after retryAt (a
-// timeout), and is no probe.
+// timeout), and is no probe. A half-open breaker last written more than
+// closeClockMargin after retryAt, by this service's clock (it turned
+// half-open late, or has applied outcomes since: lagged), also ignores a
+// failure that happened more than closeClockMargin before retryAt: the
+// backlog of a lagging breaker service. One that turned half-open on time
+// does not: the runs are stamped by the NATS server's clock, which may be
+// behind this service's by more than that margin, and its probe's
+// failure looked earlier than retryAt.
 func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started, finished, now time.Time) executor.BreakerRecord {
+	lagged := b.State == events.BreakerHalfOpen && b.UpdatedAt.After(b.RetryAt.Add(closeClockMargin))
 	b.UpdatedAt = now
 	at := now // when the failure happened
 	if !finished.IsZero() && finished.Before(now) {
@@ -495,14 +503,21 @@ func Next(b executor.BreakerRecord, pol *events.BreakerPolicy, ok bool, started,
 	switch b.State {
 	case events.BreakerOpen, events.BreakerHalfOpen:
 		if b.State == events.BreakerOpen && at.Before(b.RetryAt) ||
-			at.Before(b.RetryAt.Add(-closeClockMargin)) ||
+			lagged && at.Before(b.RetryAt.Add(-closeClockMargin)) ||
 			!started.IsZero() && started.Before(openedAt(b)) {
 			// A failure reported while open (an attempt already in flight
 			// when it opened) does not extend the delay. Nor does one
 			// that happened well before retryAt, applied once the breaker
-			// is half-open (a lagging breaker service, whose retryAt
-			// passed before it caught up): no probe starts before retryAt,
-			// less the clocks' skew. Nor does one of a
+			// is half-open, if it turned half-open late (lagged): a
+			// lagging breaker service, whose retryAt passed before it
+			// caught up, applies the failures of the calls the executors
+			// made while its record still said closed, and no probe
+			// starts before retryAt, less the clocks' skew. A breaker
+			// that turned half-open on time takes such a failure for the
+			// probe's: its clock may run ahead of the server's that
+			// stamps finishedAt, and the probe it let through fails
+			// "before" retryAt (it stayed half-open, and the executors
+			// probed again once the probe claim ran out). Nor does one of a
 			// call that started before the opening and ends past retryAt:
 			// it is not the probe, and taking it for the probe's failure
 			// re-opened the breaker for twice as long, and the real probe,

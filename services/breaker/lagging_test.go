@@ -7,6 +7,7 @@ import (
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/breaker"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/natstest"
 )
 
 // TestALaggingBreakerDatesTheOpeningByTheFailure: a breaker service that
@@ -129,5 +130,46 @@ func TestALaggingBreakerWhoseRetryAtPassedTurnsHalfOpen(t *testing.T) {
 	awaitHealthEvent(t, h.js, events.BreakerSubject(events.BreakerHalfOpen, "t1"))
 	if b, _, _ := h.record("t1"); b.State != events.BreakerHalfOpen || !b.RetryAt.Equal(h.finished.Add(5*time.Second)) {
 		t.Fatalf("after 3 failures applied a minute late: %s, retryAt %s; want half-open, retryAt %s", b.State, b.RetryAt, h.finished.Add(5*time.Second))
+	}
+}
+
+// TestAProbeFailingOnAServerClockBehindTheBreakerReopens: the breaker
+// service's clock runs 1.5 s ahead of the NATS server's, which stamps the
+// runs (startedAt, finishedAt). It turns the breaker half-open at
+// retryAt by its own clock, the executor lets the probe through at once,
+// and the probe fails 200 ms later, stamped 1.3 s before retryAt. A
+// failure more than a second before retryAt was taken for one applied
+// late by a lagging breaker, even by a breaker that turned half-open on
+// time: the probe's failure was ignored, the breaker stayed half-open
+// with no breaker.open, and the executors probed again once the probe
+// claim ran out. It re-opens the breaker, as before a lagging breaker
+// dated its openings by the failures. Next alone, then through RUNS.
+func TestAProbeFailingOnAServerClockBehindTheBreakerReopens(t *testing.T) {
+	const ahead = 1500 * time.Millisecond
+	pol := &events.BreakerPolicy{FailureThreshold: 3, OpenDelay: events.Duration(5 * time.Second), MaxOpenDelay: events.Duration(time.Hour)}
+	r := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	// Turned half-open at r by the breaker's clock.
+	b := executor.BreakerRecord{Key: "t1", State: events.BreakerHalfOpen, Failures: 3, OpenDelay: pol.OpenDelay, RetryAt: r, UpdatedAt: r}
+	started, finished := r.Add(-ahead), r.Add(-ahead+200*time.Millisecond)
+	got := breaker.Next(b, pol, false, started, finished, r.Add(300*time.Millisecond))
+	if want := finished.Add(10 * time.Second); got.State != events.BreakerOpen || !got.RetryAt.Equal(want) {
+		t.Errorf("the probe's failure, stamped %s before retryAt by a server clock %s behind the breaker's: %s, retryAt %s; want open, retryAt %s (the doubled delay after the failure)",
+			r.Sub(finished), ahead, got.State, got.RetryAt, want)
+	}
+
+	// The runs are stamped by a clock 1.5 s behind the service's.
+	h := prepare(t)
+	retryAt := time.Now().Add(500 * time.Millisecond).UTC()
+	h.putOpen("t1", retryAt) // opened a minute before retryAt
+	h.start()
+	natstest.Eventually(t, 10*time.Second, "the breaker turns half-open", func() bool {
+		b, _, _ := h.record("t1")
+		return b.State == events.BreakerHalfOpen
+	})
+	h.finished = retryAt.Add(-ahead + 200*time.Millisecond)
+	h.outcomeOf(events.OutcomeFailed, "t1", "t1", retryAt.Add(-ahead))
+	if b, _, _ := h.record("t1"); b.State != events.BreakerOpen || !b.RetryAt.Equal(h.finished.Add(2*time.Minute)) {
+		t.Fatalf("through RUNS: the probe's failure, stamped %s before retryAt: %s, failures %d, retryAt %s; want open, retryAt %s (the doubled delay after the failure)",
+			retryAt.Sub(h.finished), b.State, b.Failures, b.RetryAt, h.finished.Add(2*time.Minute))
 	}
 }
