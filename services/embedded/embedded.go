@@ -34,7 +34,8 @@ type Config struct {
 	// value is nats-server's default.
 	Sync Sync
 	// Log, if set, gets a line every few seconds while the server is
-	// still starting, which is JetStream recovering its store.
+	// still starting, which is JetStream recovering its store, and a
+	// warning when the store's filesystem cannot lock it.
 	Log *slog.Logger
 
 	// progressEvery is how often Log hears of a start still under way;
@@ -135,6 +136,11 @@ func checkStoreDir(dir string) error {
 	return nil
 }
 
+// errNoLock marks a lockStore failure of the lock itself on a
+// filesystem without working flock(2): StartContext warns and runs
+// without the lock.
+var errNoLock = errors.New("the filesystem does not support file locks")
+
 // lockFile is the file in Config.StoreDir whose lock (lockStore) a
 // server holds while it runs.
 const lockFile = "flyball.lock"
@@ -169,7 +175,11 @@ func Start(cfg Config) (*server.Server, error) {
 // The server holds an exclusive lock on cfg.StoreDir (its file
 // flyball.lock, where flock(2) exists) from before it starts until it
 // has shut down: a second server on the same store, in this process or
-// another, fails with a *StoreInUseError. The lock is given back once
+// another, fails with a *StoreInUseError. On a filesystem without
+// working flock (NFS without lockd, some FUSE and CIFS mounts) it runs
+// without the lock, as where there is no flock, and warns on cfg.Log that
+// a second server on the store would not be refused: refused, it would
+// not start at all there. The lock is given back once
 // WaitForShutdown returns, by a goroutine that waits for it: a server
 // started again on the same store in the same process may find it still
 // held for a moment.
@@ -196,6 +206,13 @@ func StartContext(ctx context.Context, cfg Config) (*server.Server, error) {
 	switch {
 	case errors.As(err, &inUse):
 		return nil, err
+	case errors.Is(err, errNoLock):
+		// Refused, dev would not start at all on such a filesystem.
+		if cfg.Log != nil {
+			cfg.Log.Warn("the JetStream store's filesystem has no working file lock; running without it, so a second server on this store (another flyball dev on its --data-dir) would not be refused",
+				"store", cfg.StoreDir, "err", err)
+		}
+		unlock = func() {}
 	case err != nil:
 		return nil, fmt.Errorf("embedded nats-server: JetStream store %s: %w (%w)", cfg.StoreDir, err, ErrStoreDir)
 	}

@@ -15,26 +15,32 @@ import (
 // lockStore takes the exclusive lock of the store directory dir, an
 // flock(2) on its file lockFile, and writes this process's id in it for
 // the next one refused; release gives the lock back. A lock another
-// holds is a *StoreInUseError. The kernel drops an flock when its holder
-// exits, killed or not, so a crash leaves no stale lock, and the file
-// left behind locks nothing.
+// holds is a *StoreInUseError. Any other failure of flock (ENOLCK on NFS
+// without lockd, EOPNOTSUPP or EINVAL on some FUSE and CIFS mounts) wraps
+// errNoLock: the filesystem has no working lock, and the caller runs
+// without one, as where there is no flock(2). The kernel drops an flock
+// when its holder exits, killed or not, so a crash leaves no stale lock,
+// and the file left behind locks nothing.
 func lockStore(dir string) (release func(), err error) {
 	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, &StoreInUseError{Dir: dir, PID: readPID(f)}
 		}
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		return nil, fmt.Errorf("lock %s: %w (%w)", f.Name(), err, errNoLock)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return func() { _ = f.Close() }, nil
 }
+
+// flock is flock(2); tests replace it.
+var flock = syscall.Flock
 
 // readPID is the process id a lock file holds, or 0: the holder writes it
 // just after it takes the lock.
