@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"time"
@@ -594,6 +595,15 @@ func (s *Service) staleCommand(ctx context.Context, step *Step) (*events.TaskAcc
 // created again): the time decides. Every other step, the hot path,
 // reads nothing. A read that fails is returned, for the message to be
 // tried again: guessed, either rule loses a command in one of the cases.
+//
+// The read is a direct get by sequence on TASKS and a message get on
+// HEALTH (GetMsg's request: a direct get where the stream allows one),
+// which a deployment with its own NATS users may not have granted the
+// governor. Refused, the message was tried again for ever, its task's
+// later messages waiting behind it, and the log said only "context
+// deadline exceeded" each time. The read now ends at the refusal, the
+// error names the permission, and an Error line says so once per
+// readErrorWindow.
 func (s *Service) resolveRestart(ctx context.Context, step *Step, st *gov.State) error {
 	stream, seq, at := s.commands, st.LastCommandSeq, st.LastCommandAt
 	switch {
@@ -609,12 +619,25 @@ func (s *Service) resolveRestart(ctx context.Context, step *Step, st *gov.State)
 	if !step.disagrees(seq, at) || step.restartSeq == seq && step.restartAt.Equal(at) {
 		return nil
 	}
-	name := stream.CachedInfo().Config.Name
-	raw, err := stream.GetMsg(ctx, seq)
+	cfg := stream.CachedInfo().Config
+	name, op := cfg.Name, "STREAM.MSG.GET."+cfg.Name
+	if cfg.AllowDirect {
+		op = "DIRECT.GET." + name
+	}
+	needs := jsutil.APISubject(s.cfg.JS, op)
+	wctx, unwatch := s.refusals.Watch(ctx, needs)
+	defer unwatch()
+	raw, err := stream.GetMsg(wctx, seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		step.SequencesRestarted = true
 	case err != nil:
+		if v, ok := jsutil.Refusal(wctx); ok {
+			s.readErrors.Log(s.cfg.Now(), slog.LevelError,
+				"redelivery not judged: the governor service's NATS user needs "+needs+" (docs/security.md lists its subjects); it is tried again, and the task's later messages wait behind it",
+				"task", step.TaskID, "subject", step.Subject, "seq", step.Seq, "err", v)
+			return fmt.Errorf("read %s sequence %d, the last applied to %s: %w; the governor service's NATS user needs %s (docs/security.md lists its subjects)", name, seq, step.TaskID, v, needs)
+		}
 		return fmt.Errorf("read %s sequence %d, the last applied to %s: %w", name, seq, step.TaskID, err)
 	default:
 		step.SequencesRestarted = !raw.Time.Equal(at)
@@ -625,6 +648,10 @@ func (s *Service) resolveRestart(ctx context.Context, step *Step, st *gov.State)
 		"found", err == nil, "sequencesRestarted", step.SequencesRestarted)
 	return nil
 }
+
+// readErrorWindow is how often resolveRestart's Error line for a read
+// the governor's NATS user may not make is written: once, then a count.
+const readErrorWindow = time.Minute
 
 // unapplied is the answer to a command acked without effect, for why: the
 // task's schedule st as it stands.

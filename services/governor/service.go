@@ -21,6 +21,7 @@ import (
 	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/lifecycle"
 	"github.com/flyballhq/flyball/services/internal/metrics"
+	"github.com/flyballhq/flyball/services/internal/repeatlog"
 	"github.com/flyballhq/flyball/services/internal/ssrf"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -102,6 +103,11 @@ type Service struct {
 	// for the message at a schedule's last sequence (resolveRestart).
 	commands jetstream.Stream
 	health   jetstream.Stream
+	// refusals ends a read of those streams that the governor's NATS
+	// user may not make at the server's refusal (resolveRestart), and
+	// readErrors says so, once per readErrorWindow.
+	refusals   jsutil.PubWatch
+	readErrors *repeatlog.Log
 	// specs is a watch-fed view of flyball-tasks for the outcome path;
 	// commands read the bucket itself, as they decide whether a task exists.
 	specs  *kvcache.Cache[*events.TaskSpec]
@@ -128,11 +134,13 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("service", "governor")
 	return &Service{
-		cfg:    cfg,
-		log:    cfg.Logger.With("service", "governor"),
-		source: jsutil.Source("governor", cfg.Instance),
-		states: newStateCache(cfg.StateCacheSize),
+		cfg:        cfg,
+		log:        log,
+		source:     jsutil.Source("governor", cfg.Instance),
+		states:     newStateCache(cfg.StateCacheSize),
+		readErrors: repeatlog.New(log, readErrorWindow),
 
 		stopping:   make(chan struct{}),
 		handedBack: map[string]bool{},
@@ -163,6 +171,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
 		return fmt.Errorf("governor: stream %s: %w", streams.StreamHealth, err)
 	}
+	// Before the consumers: a redelivery's read needs it (resolveRestart).
+	s.refusals.Install(s.cfg.JS.Conn())
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)
 	s.specs.Conn, s.pauseHints.Conn = s.cfg.JS.Conn(), s.cfg.JS.Conn()
