@@ -18,6 +18,10 @@ import (
 //     requeues or a backlog), the next run waits for the hour at which the
 //     oldest counted hour leaves the window.
 //
+// A candidate on the cron calendar is judged by its occurrence, before
+// jitter (calendarPaced, calendarFreed): a budget equal to the cron's own
+// rate never moves one of its occurrences.
+//
 // deadLetter applies it again to a dead-letter recheck, which it would
 // otherwise replace: only a requeue and bounds.max rank above the budget.
 //
@@ -31,8 +35,9 @@ func (p *planner) budget() {
 	}
 	limit := b.MaxRunsPerDay
 	spacing := budgetSpacing(limit)
-	if from, started := p.paceFrom(spacing); !from.IsZero() {
-		if least := from.Add(spacing); p.next.Before(least) {
+	from, started := p.paceFrom(spacing)
+	if !from.IsZero() {
+		if least := from.Add(spacing); p.next.Before(least) && !p.calendarPaced(from, spacing) {
 			if started {
 				p.budgetMove(least, "budget of %d runs a day: runs at least %s apart (a run started late, at %s)",
 					limit, spacing, stamp(from))
@@ -45,10 +50,74 @@ func (p *planner) budget() {
 	if free.IsZero() {
 		return
 	}
-	if p.next.Before(free) {
+	if p.next.Before(free) && !p.calendarFreed(free) {
 		p.budgetMove(free, "budget used up: %d runs counted in this UTC hour and the 23 before it (limit %d): waits until %s",
 			used, limit, stamp(free))
 	}
+}
+
+// calendarPaced reports whether the budget's pacing admits a candidate on
+// the cron calendar less than the spacing after from: its occurrence is
+// at least the spacing after from's on the wall clock (calendarMin).
+func (p *planner) calendarPaced(from time.Time, spacing time.Duration) bool {
+	if !p.onCalendar() {
+		return false
+	}
+	c := p.calendar(from, p.next)
+	ok := p.calendarMin(c, spacing)
+	if ok {
+		p.calendarLine("budget: ", c, "within the spacing of "+spacing.String())
+	}
+	return ok
+}
+
+// calendarFrees reports whether the budget's exhaustion rule admits the
+// candidate t on the cron calendar before free, the hour that frees a
+// run: on the wall clock (wallAt), the latest slot jitter may draw for
+// its occurrence (latestDelay, at most jitter × 24h) is at least a day
+// after the hour whose runs leave the window then (free − 24h). On a day
+// of 23 hours that is an hour sooner than free.
+func (p *planner) calendarFrees(t, free time.Time) (ok bool, o time.Time, delay time.Duration) {
+	o = p.occurrence(t)
+	delay = min(p.latestDelay(o), scale(24*time.Hour, p.spec.Jitter))
+	day := p.wallAt(free.Add(-24*time.Hour), true).Add(24 * time.Hour)
+	return !p.wallAt(o, false).Add(delay).Before(day), o, delay
+}
+
+// calendarFreed is calendarFrees for the candidate, said in the trail.
+func (p *planner) calendarFreed(free time.Time) bool {
+	if !p.onCalendar() {
+		return false
+	}
+	ok, o, delay := p.calendarFrees(p.next, free)
+	if ok {
+		p.tr.str("budget: occurrence ").at(o).str(" (jitter may delay it by ").dur(delay).str(") is a day after the hour of ").
+			at(free.Add(-24 * time.Hour)).str(" on the clock of ").str(p.loc.String()).str(", whose runs leave the window at ").at(free).end()
+	}
+	return ok
+}
+
+// budgetAdmits reports whether the budget allows the run t planned by an
+// earlier decision, placed by the rule src: as budget judges the
+// candidate, by its occurrence when it is on the cron calendar.
+func (p *planner) budgetAdmits(t time.Time, src Source) bool {
+	b := p.spec.Budget
+	if b == nil || b.MaxRunsPerDay <= 0 {
+		return true
+	}
+	cal := p.onCalendarAt(t, src)
+	spacing := budgetSpacing(b.MaxRunsPerDay)
+	if from, _ := p.paceFrom(spacing); t.Before(from.Add(spacing)) && (!cal || !p.calendarMin(p.calendar(from, t), spacing)) {
+		return false
+	}
+	if free, _ := p.budgetFree(b.MaxRunsPerDay); t.Before(free) {
+		if !cal {
+			return false
+		}
+		ok, _, _ := p.calendarFrees(t, free)
+		return ok
+	}
+	return true
 }
 
 // budgetFree is the exhaustion rule: when the runs counted in now's UTC

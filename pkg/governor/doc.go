@@ -192,7 +192,10 @@
 // the window frees one. The
 // counts live in a fixed 24-slot ring in the state. Only a requeue (the
 // operator's) and bounds.max place a run the budget does not allow: a
-// dead-letter recheck waits for the budget when that is later.
+// dead-letter recheck waits for the budget when that is later. A cron
+// occurrence is judged, by the budget and the bounds alike, by its
+// occurrence before jitter on the wall clock of its zone (calendar.go):
+// a budget or bound at the cron's own rate never moves one.
 //
 // # Breaker, dead-letter and requeue
 //

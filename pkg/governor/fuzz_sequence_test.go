@@ -43,7 +43,8 @@ var seqCrons = []struct{ expr, tz string }{
 //     none waits for the next slot, all backfills at most catchUpMax one
 //     by one (each after the success of the one before), and slots that
 //     passed while the run ran, or after a late run under skip, are not
-//     caught up; then bounds and the 1 s floor;
+//     caught up; then bounds (a cron occurrence judged on the wall clock,
+//     cronCalendar) and the 1 s floor;
 //   - re-deciding (a breaker transition) moves nothing, a spec update only
 //     restarts the adaptive interval;
 //   - slots run strictly one after the other, never the same twice, and a
@@ -342,10 +343,11 @@ func (q *sequence) step(b byte) {
 			q.decide(governor.Input{Kind: governor.KindUpdated})
 		}
 		want := q.now // a backlog goes on: its next run now
+		cal := false
 		if q.st.CatchUpPending == 0 || q.st.Failures > 0 {
-			want, _ = q.cadence(q.st.LastScheduledAt, time.Time{}, q.now, false)
+			want, _, cal = q.cadence(q.st.LastScheduledAt, time.Time{}, q.now, false)
 		}
-		q.expect(what, q.bound(q.st.LastScheduledAt, want), "")
+		q.expect(what, q.bound(q.st.LastScheduledAt, want, cal), "")
 		// Re-deciding moves nothing (a spec update restarts the adaptive
 		// interval, which may), a slot bounds.min raised included: its
 		// cadence slot may have passed, but the raised one is ahead.
@@ -416,20 +418,20 @@ func (q *sequence) run(slot, started, end time.Time, result, fp string) {
 		if !started.IsZero() && started.Add(time.Second).After(want) {
 			want = started.Add(time.Second)
 		}
-		q.expect("the next backfill run", q.bound(slot, want), "")
+		q.expect("the next backfill run", q.bound(slot, want, false), "")
 		if s.CatchUpPending != pending {
 			q.fatalf("%d backfill runs pending, want %d", s.CatchUpPending, pending)
 		}
 		return
 	}
-	want, caught := q.cadence(slot, started, q.now, true)
+	want, caught, cal := q.cadence(slot, started, q.now, true)
 	if caught > 0 {
 		pending = caught
 	}
 	if s.CatchUpPending != pending {
 		q.fatalf("%d backfill runs pending, want %d", s.CatchUpPending, pending)
 	}
-	q.expect("after the run of "+fmtT(slot), q.bound(slot, want), "")
+	q.expect("after the run of "+fmtT(slot), q.bound(slot, want, cal), "")
 }
 
 // cadence is the oracle of the slot after last, decided at now: the
@@ -439,14 +441,14 @@ func (q *sequence) run(slot, started, end time.Time, result, fp string) {
 // run of last, started when it started (zero: unknown); other inputs
 // catch nothing up, the run planned before being still ahead. caught is
 // the backlog catchUp all sets.
-func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want time.Time, caught int) {
+func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want time.Time, caught int, cal bool) {
 	q.t.Helper()
 	s, spec := q.st, q.spec
 	if last.IsZero() { // no run yet: the first one
 		if q.sched != nil {
-			return q.sched.Next(now, q.loc), 0
+			return q.sched.Next(now, q.loc), 0, true
 		}
-		return now, 0
+		return now, 0, false
 	}
 	var missed int64 // slots in (last, now]
 	var between func(from, to time.Time) int64
@@ -454,10 +456,10 @@ func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want tim
 	if q.sched != nil {
 		first := q.sched.Next(last, q.loc)
 		if first.After(now) || q.heldByMin(last, first, now) {
-			return first, 0
+			return first, 0, true
 		}
 		if second := q.sched.Next(first, q.loc); second.After(now) {
-			return second, 0
+			return second, 0, true
 		}
 		between = func(from, to time.Time) int64 {
 			n := int64(0)
@@ -477,11 +479,11 @@ func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want tim
 		}
 		full := step << min(s.Failures, 5)
 		if q.heldByMin(last, last.Add(full), now) {
-			return last.Add(full), 0
+			return last.Add(full), 0, false
 		}
 		k := int64(now.Sub(last) / full)
 		if k < 2 {
-			return last.Add(time.Duration(k+1) * full), 0
+			return last.Add(time.Duration(k+1) * full), 0, false
 		}
 		between = func(from, to time.Time) int64 { return int64(to.Sub(last)/full) - int64(from.Sub(last)/full) }
 		after = func() time.Time { return last.Add(time.Duration(k+1) * full) }
@@ -493,42 +495,48 @@ func (q *sequence) cadence(last, started, now time.Time, outcome bool) (want tim
 		late = spec.CatchUp == "" || spec.CatchUp == events.CatchUpSkip
 	}
 	if missed < 2 || s.Failures > 0 || late || spec.CatchUp == events.CatchUpNone || !outcome {
-		return after(), 0
+		return after(), 0, q.sched != nil
 	}
 	want = now
 	if !started.IsZero() && started.Add(time.Second).After(now) {
 		want = started.Add(time.Second)
 	}
 	if spec.CatchUp != events.CatchUpAll {
-		return want, 0
+		return want, 0, false
 	}
 	limit := spec.CatchUpMax
 	if limit <= 0 {
 		limit = events.DefaultCatchUpMax
 	}
-	return want, int(min(missed, int64(limit)))
+	return want, int(min(missed, int64(limit))), false
 }
 
 // heldByMin reports whether first, the cadence's first slot after last,
 // is still the next run at now although it has passed: bounds.min raises
-// it to a time still ahead.
+// it to a time still ahead (a cron occurrence bounds.min admits on the
+// wall clock, cronCalendar, is not raised).
 func (q *sequence) heldByMin(last, first, now time.Time) bool {
 	b := q.spec.Bounds
+	if q.sched != nil && b != nil && q.calendar().admitsMinAt(last, first, b.Min.D()) {
+		return false
+	}
 	return b != nil && b.Min > 0 && first.Before(last.Add(b.Min.D())) && last.Add(b.Min.D()).After(now)
 }
 
 // bound applies bounds to a slot after last (from the second run on),
-// then the floors: not before now, and at least MinGap after last.
-func (q *sequence) bound(last, t time.Time) time.Time {
+// then the floors: not before now, and at least MinGap after last. A cron
+// occurrence (cal) is judged by its gap after last on the wall clock
+// (cronCalendar).
+func (q *sequence) bound(last, t time.Time, cal bool) time.Time {
 	if last.IsZero() {
 		return maxTime(t, q.now).UTC()
 	}
 	if b := q.spec.Bounds; b != nil {
 		gap := t.Sub(last)
 		switch {
-		case b.Min > 0 && gap < b.Min.D():
+		case b.Min > 0 && gap < b.Min.D() && (!cal || !q.calendar().admitsMinAt(last, t, b.Min.D())):
 			t = last.Add(b.Min.D())
-		case b.Max > 0 && gap > b.Max.D():
+		case b.Max > 0 && gap > b.Max.D() && (!cal || !q.calendar().admitsMax(last, t, b.Max.D())):
 			t = last.Add(b.Max.D())
 		}
 	}
@@ -539,6 +547,12 @@ func (q *sequence) bound(last, t time.Time) time.Time {
 		t = last.Add(governor.MinGap)
 	}
 	return t.UTC()
+}
+
+// calendar is the cron calendar oracle of the sequence's cron task (no
+// jitter).
+func (q *sequence) calendar() *cronCalendar {
+	return &cronCalendar{sched: q.sched, loc: q.loc}
 }
 
 // converge runs an adaptive interval task's slots on time with a response

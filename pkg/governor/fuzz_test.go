@@ -74,6 +74,12 @@ var fuzzZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Australia/
 //     occurrence plus jitter of the gap after it, and is the next
 //     occurrence's only once the last occurrence at or before now ran or
 //     its slot (the same draw) passed (checkCronJitter);
+//   - a cron run on the calendar (baseline-cron, or an occurrence the
+//     budget or quiet hours placed) keeps the budget and the bounds as
+//     the cron calendar judges it (cronCalendar: between occurrences on
+//     the wall clock, exhaustion less the delay jitter may draw); one the
+//     breaker or bounds.min delayed, by the latest occurrence before it;
+//     every other run as follows:
 //   - with a budget, a run not placed by a requeue or bounds.max (a
 //     dead-letter recheck included) is at least the budget's spacing
 //     (24h/maxRunsPerDay) after the last slot, and after the last run's
@@ -688,8 +694,27 @@ func FuzzDecide(f *testing.F) {
 			return
 		}
 		gap := d.NextRunAt.Sub(last)
+		// A run on the cron calendar (the cron rule's slot, or an
+		// occurrence quiet hours or the budget moved it to) is judged by
+		// its occurrence; a run the breaker or bounds.min delayed, by the
+		// latest occurrence before it (cronCalendar).
+		var cal *cronCalendar
+		if spec.Schedule.Cron != "" {
+			sched, loc := cronOf(t, spec)
+			cal = &cronCalendar{sched: sched, loc: loc, jitter: spec.Jitter}
+		}
+		onCal := cal != nil && (d.Source == governor.SourceBaselineCron ||
+			((d.Source == governor.SourceQuietHours || d.Source == governor.SourceBudget) && cal.isOccurrence(d.NextRunAt)))
+		delayed := cal != nil && (d.Source == governor.SourceBreakerOpen || d.Source == governor.SourceClampedMin)
 		if spec.Bounds != nil && !d.NextRunAt.Equal(now) {
-			if (lo != 0 && gap < lo) || (hi != 0 && gap > hi) {
+			short, long := lo != 0 && gap < lo, hi != 0 && gap > hi
+			if onCal && short && cal.admitsMinAt(last, d.NextRunAt, lo) {
+				short = false
+			}
+			if onCal && long && cal.admitsMax(last, d.NextRunAt, hi) {
+				long = false
+			}
+			if short || long {
 				t.Fatalf("gap %s outside bounds [%s, %s]%s", gap, lo, hi, explain())
 			}
 		}
@@ -727,21 +752,52 @@ func FuzzDecide(f *testing.F) {
 		outranked := !s.RequeuedAt.IsZero() || d.Source == governor.SourceRequeue || d.Source == governor.SourceClampedMax
 		if b := spec.Budget; b != nil && !outranked {
 			spacing := budgetSpacing(b.MaxRunsPerDay)
-			if gap < spacing {
-				t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
-			}
 			started := runStarted(st, in, now)
-			if started.After(s.LastScheduledAt.Add(spacing/2)) && d.NextRunAt.Sub(started) < spacing {
-				t.Fatalf("%s after the late run started at %s, under the budget's %s%s", d.NextRunAt.Sub(started), fmtT(started), spacing, explain())
-			}
-			if d.NextRunAt.Sub(started) < spacing/2 {
-				t.Fatalf("%s after the run started at %s, under half the budget's %s%s", d.NextRunAt.Sub(started), fmtT(started), spacing, explain())
-			}
-			if free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay)); d.NextRunAt.Before(free) {
-				t.Fatalf("budget of %d used up: next run before %s%s", b.MaxRunsPerDay, fmtT(free), explain())
+			free := budgetFree(s.Budget, now, int64(b.MaxRunsPerDay))
+			if onCal || delayed {
+				// Paced from the late start, or from the last slot.
+				from := last
+				if started.After(s.LastScheduledAt.Add(spacing/2)) && started.After(last) {
+					from = started
+				}
+				o := d.NextRunAt
+				if delayed {
+					if x := cal.latest(d.NextRunAt); !x.IsZero() {
+						o = x
+					}
+				}
+				if d.NextRunAt.Sub(from) < spacing && !cal.admitsMinAt(from, o, spacing) {
+					t.Fatalf("occurrence %s under the budget's %s after the occurrence of %s%s", fmtT(cal.occurrence(o)), spacing, fmtT(from), explain())
+				}
+				if d.NextRunAt.Before(free) && !cal.frees(o, free) {
+					t.Fatalf("budget of %d used up: occurrence %s before %s%s", b.MaxRunsPerDay, fmtT(cal.occurrence(o)), fmtT(free), explain())
+				}
+			} else {
+				checkBudget(t, d.NextRunAt, gap, started, s.LastScheduledAt, spacing, free, b.MaxRunsPerDay, explain)
 			}
 		}
 	})
+}
+
+// checkBudget is the fuzz oracle of the budget for a run next off the cron
+// calendar, gap after the last slot: at least the spacing after it, and
+// after the last run's start when that was late (more than half the
+// spacing after its slot, lastSlot), at least half the spacing after any
+// start, and not before free once the budget is used up.
+func checkBudget(t *testing.T, next time.Time, gap time.Duration, started, lastSlot time.Time, spacing time.Duration, free time.Time, limit int, explain func() string) {
+	t.Helper()
+	if gap < spacing {
+		t.Fatalf("gap %s under the budget's %s%s", gap, spacing, explain())
+	}
+	if started.After(lastSlot.Add(spacing/2)) && next.Sub(started) < spacing {
+		t.Fatalf("%s after the late run started at %s, under the budget's %s%s", next.Sub(started), fmtT(started), spacing, explain())
+	}
+	if next.Sub(started) < spacing/2 {
+		t.Fatalf("%s after the run started at %s, under half the budget's %s%s", next.Sub(started), fmtT(started), spacing, explain())
+	}
+	if next.Before(free) {
+		t.Fatalf("budget of %d used up: next run before %s%s", limit, fmtT(free), explain())
+	}
 }
 
 // checkCronSlot is the fuzz oracle of an unjittered cron slot that the
@@ -1228,4 +1284,120 @@ func cronOf(t *testing.T, spec *events.TaskSpec) (*cron.Schedule, *time.Location
 		t.Fatal(err)
 	}
 	return sched, loc
+}
+
+// cronCalendar is the fuzz oracle of a cron task's calendar, as the budget
+// and the bounds judge a run on it (docs/governor.md, "Budget and bounds
+// on the cron calendar"): by occurrences before jitter, allowing the hour
+// the clocks moved in between.
+type cronCalendar struct {
+	sched  *cron.Schedule
+	loc    *time.Location
+	jitter float64
+}
+
+func (c *cronCalendar) isOccurrence(t time.Time) bool {
+	return c.sched.Next(t.Add(-time.Nanosecond), c.loc).Equal(t)
+}
+
+// latest is the latest occurrence at or before t (zero if none within
+// about 20 years): found by looking back twice as far each time, then
+// walking forward.
+func (c *cronCalendar) latest(t time.Time) time.Time {
+	for back := time.Second; back < 20*8784*time.Hour; back *= 2 {
+		o := c.sched.Next(t.Add(-back), c.loc)
+		if o.IsZero() || o.After(t) {
+			continue
+		}
+		for {
+			n := c.sched.Next(o, c.loc)
+			if n.IsZero() || n.After(t) {
+				return o
+			}
+			o = n
+		}
+	}
+	return time.Time{}
+}
+
+// latestDelay is the most jitter delays the occurrence o: jitter × the
+// gap to the occurrence after it.
+func (c *cronCalendar) latestDelay(o time.Time) time.Duration {
+	n := c.sched.Next(o, c.loc)
+	if n.IsZero() {
+		return 0
+	}
+	return time.Duration(float64(n.Sub(o)) * c.jitter)
+}
+
+// occurrence is the occurrence of the slot t: the latest one at or before
+// it when t is at most its latestDelay after it, else t.
+func (c *cronCalendar) occurrence(t time.Time) time.Time {
+	if o := c.latest(t); !o.IsZero() && t.Sub(o) <= c.latestDelay(o) {
+		return o
+	}
+	return t
+}
+
+// wallAt is the wall-clock time of t in the zone, read as UTC; at the
+// instant the clocks sprang forward, the wall times the change skipped
+// that the expression names, and its own if it names it too, read as the
+// latest of them (first: the slot measured from) or the earliest.
+func (c *cronCalendar) wallAt(t time.Time, first bool) time.Time {
+	l := t.In(c.loc)
+	wall := time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+	_, before := t.Add(-time.Nanosecond).In(c.loc).Zone()
+	_, after := l.Zone()
+	shift := time.Duration(after-before) * time.Second
+	if shift <= 0 {
+		return wall
+	}
+	utc := cronCalendar{sched: c.sched, loc: time.UTC}
+	var named []time.Time // the wall times t stands for
+	for w := utc.latest(wall); !w.IsZero() && wall.Sub(w) <= shift; w = utc.latest(w.Add(-time.Second)) {
+		named = append(named, w)
+	}
+	if len(named) == 0 {
+		return wall
+	}
+	if first {
+		return named[0]
+	}
+	return named[len(named)-1]
+}
+
+// wallGap is the gap from the occurrence of ref to that of t on the wall
+// clock.
+func (c *cronCalendar) wallGap(ref, t time.Time) time.Duration {
+	return c.wallAt(c.occurrence(t), false).Sub(c.wallAt(c.occurrence(ref), true))
+}
+
+// admitsMinAt reports whether a lower bound lo (bounds.min, the budget's
+// spacing) admits the run t after ref: their occurrences are at least lo
+// apart on the wall clock.
+func (c *cronCalendar) admitsMinAt(ref, t time.Time, lo time.Duration) bool {
+	return c.wallGap(ref, t) >= lo
+}
+
+// admitsMax reports whether bounds.max hi admits the run t after ref:
+// their occurrences are at most hi apart on the wall clock, and t is at
+// most jitter × hi after its occurrence (hi plus the hour the clocks fall
+// back before the occurrence after it).
+func (c *cronCalendar) admitsMax(ref, t time.Time, hi time.Duration) bool {
+	o := c.occurrence(t)
+	span := hi
+	if n := c.sched.Next(o, c.loc); !n.IsZero() {
+		span += max(n.Sub(o)-c.wallAt(n, false).Sub(c.wallAt(o, true)), 0)
+	}
+	return c.wallGap(ref, t) <= hi && t.Sub(o) <= time.Duration(float64(span)*c.jitter)
+}
+
+// frees reports whether the budget's exhaustion rule admits the run t
+// before free: on the wall clock, the latest slot jitter may draw for its
+// occurrence (at most jitter × 24h after it) is at least a day after free
+// − 24h.
+func (c *cronCalendar) frees(t, free time.Time) bool {
+	o := c.occurrence(t)
+	delay := min(c.latestDelay(o), time.Duration(float64(24*time.Hour)*c.jitter))
+	return !c.wallAt(o, false).Add(delay).Before(c.wallAt(free.Add(-24*time.Hour), true).Add(24 * time.Hour))
 }

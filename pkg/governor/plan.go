@@ -989,6 +989,11 @@ func (p *planner) heldByMin(anchor, slot time.Time) bool {
 	if !until.After(p.now) || !slot.Before(until) {
 		return false
 	}
+	if p.sched != nil {
+		if p.calendarMin(p.calendar(anchor, slot), boundsMin(b)) {
+			return false // a cron occurrence bounds.min admits (calendarBound): it passed
+		}
+	}
 	p.tr.str("slot ").at(slot).str(" passed, but bounds.min ").dur(boundsMin(b)).str(" holds it until ").at(until).str(": still the next run").end()
 	return true
 }
@@ -1168,6 +1173,8 @@ func (p *planner) recheckBy(slot time.Time) bool {
 }
 
 // clamp applies bounds.min and bounds.max to the gap after the last run.
+// A candidate on the cron calendar is judged by its occurrence
+// (calendarBound).
 func (p *planner) clamp() {
 	b := p.spec.Bounds
 	ref := p.last()
@@ -1175,11 +1182,29 @@ func (p *planner) clamp() {
 		return
 	}
 	gap := p.next.Sub(ref)
-	if lo := boundsMin(b); b.Min != 0 && gap < lo {
+	if lo := boundsMin(b); b.Min != 0 && gap < lo && !p.calendarBound(ref, lo, false) {
 		p.choose(ref.Add(lo), SourceClampedMin).str("gap ").dur(gap).str(" raised to bounds.min ").dur(lo).end()
-	} else if hi := boundsMax(b); b.Max != 0 && gap > hi {
+	} else if hi := boundsMax(b); b.Max != 0 && gap > hi && !p.calendarBound(ref, hi, true) {
 		p.choose(ref.Add(hi), SourceClampedMax).str("gap ").dur(gap).str(" lowered to bounds.max ").dur(hi).end()
 	}
+}
+
+// boundsAdmit reports whether the bounds allow the run t planned by an
+// earlier decision, placed by the rule src, after last: as clamp judges
+// the candidate, by its occurrence when it is on the cron calendar.
+func (p *planner) boundsAdmit(t, last time.Time, src Source) bool {
+	b := p.spec.Bounds
+	if b == nil {
+		return true
+	}
+	gap := t.Sub(last)
+	if lo := boundsMin(b); b.Min > 0 && gap < lo {
+		return p.onCalendarAt(t, src) && p.calendarMin(p.calendar(last, t), lo)
+	}
+	if hi := boundsMax(b); b.Max > 0 && gap > hi {
+		return p.onCalendarAt(t, src) && p.calendarMax(p.calendar(last, t), hi)
+	}
+	return true
 }
 
 // floor guarantees a decision is never in the past and comes at least
@@ -1274,18 +1299,8 @@ func (p *planner) admissible(t time.Time, src Source) bool {
 	case t.Before(last.Add(MinGap)):
 		return false
 	}
-	gap := t.Sub(last)
-	if b := p.spec.Bounds; b != nil && ((b.Min > 0 && gap < boundsMin(b)) || (b.Max > 0 && gap > boundsMax(b))) {
+	if !p.boundsAdmit(t, last, src) || !p.budgetAdmits(t, src) {
 		return false
-	}
-	if b := p.spec.Budget; b != nil && b.MaxRunsPerDay > 0 {
-		spacing := budgetSpacing(b.MaxRunsPerDay)
-		if from, _ := p.paceFrom(spacing); t.Before(from.Add(spacing)) {
-			return false
-		}
-		if free, _ := p.budgetFree(b.MaxRunsPerDay); t.Before(free) {
-			return false
-		}
 	}
 	return p.quietAdmits(t, last, src)
 }
