@@ -11,8 +11,12 @@ import (
 // task's next slot on its cadence (the interval, or the cron expression's
 // next occurrence) has passed too, so two or more slots were missed. It
 // returns that next slot. Only cadence slots are judged (a cadence
-// source, or baseline-cron); a hint, a requeue, a recheck, a retry
-// backoff or a breaker probe asked for its time and runs late.
+// source, baseline-cron, or a slot the budget or quiet hours placed,
+// GapJudged); a hint, a requeue, a recheck, a retry backoff or a breaker
+// probe asked for its time and runs late. A slot the budget or quiet hours
+// placed was judged by neither before 2026-12-02, and ran however late:
+// a */15 task with a budget of 24 a day whose 11:00 slot (source budget)
+// was dispatched five hours late called its target then.
 //
 // gridStep and lastScheduledAt are the fields of the schedule that
 // planned slot (State.GridStep, State.LastScheduledAt), as stored, or zero
@@ -40,7 +44,7 @@ func MissedUnderNone(spec *events.TaskSpec, source Source, gridStep time.Duratio
 	if spec == nil || spec.CatchUp != events.CatchUpNone || !now.After(slot) {
 		return time.Time{}, false
 	}
-	if !source.Cadence() && source != SourceBaselineCron {
+	if !source.Cadence() && source != SourceBaselineCron && !GapJudged(source) {
 		return time.Time{}, false
 	}
 	var next time.Time
@@ -82,4 +86,19 @@ func MissedUnderNone(spec *events.TaskSpec, source Source, gridStep time.Duratio
 		}
 	}
 	return next, !now.Before(next)
+}
+
+// GapJudged reports whether MissedUnderNone judges a slot planned by
+// source by the gap in force when it was planned (its gridStep and
+// lastScheduledAt), when that puts the next slot further out than the
+// spec's cadence: a cadence the governor stretched (adaptive, activity
+// modes, bounds), and a slot the budget or quiet hours placed, whose next
+// one is as far out (the budget's spacing, the quiet interval). An
+// executor reads the stored schedule for it.
+func GapJudged(source Source) bool {
+	switch source {
+	case SourceBudget, SourceQuietHours:
+		return true
+	}
+	return source.Cadence() && source != SourceBaselineInterval
 }

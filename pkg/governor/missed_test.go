@@ -45,6 +45,12 @@ func TestMissedUnderNone(t *testing.T) {
 		{"an older state's dormant slot: judged by its gap from lastScheduledAt", none(intervalSpec(10 * time.Second)), governor.SourceActivityDormant, slot.Add(11 * time.Second), slot.Add(time.Minute), false, 0, slot.Add(-time.Minute)},
 		{"an older state's dormant slot: its next slot passed too", none(intervalSpec(10 * time.Second)), governor.SourceActivityDormant, slot.Add(time.Minute), slot.Add(time.Minute), true, 0, slot.Add(-time.Minute)},
 		{"gridStep wins over the gap from lastScheduledAt", none(intervalSpec(10 * time.Second)), governor.SourceActivityDormant, slot.Add(time.Minute), slot.Add(time.Minute), true, time.Minute, slot.Add(-3 * time.Minute)},
+		{"a budget slot: its next slot passed too", none(cronSpec("*/15 * * * *", "")), governor.SourceBudget, slot.Add(5 * time.Hour), slot.Add(time.Hour), true, 0, slot.Add(-time.Hour)},
+		{"a budget slot: judged by its gap, late by less", none(cronSpec("*/15 * * * *", "")), governor.SourceBudget, slot.Add(30 * time.Minute), slot.Add(time.Hour), false, 0, slot.Add(-time.Hour)},
+		{"a budget slot of an interval task: its next slot passed too", none(intervalSpec(time.Minute)), governor.SourceBudget, slot.Add(time.Hour), slot.Add(time.Hour), true, time.Hour, time.Time{}},
+		{"a quiet-hours slot: its next slot passed too", none(intervalSpec(10 * time.Second)), governor.SourceQuietHours, slot.Add(time.Hour), slot.Add(5 * time.Minute), true, 0, slot.Add(-5 * time.Minute)},
+		{"a quiet-hours slot: judged by its gap, late by less", none(intervalSpec(10 * time.Second)), governor.SourceQuietHours, slot.Add(time.Minute), slot.Add(5 * time.Minute), false, 0, slot.Add(-5 * time.Minute)},
+		{"a quiet-hours cron slot: its next occurrence passed too", none(cronSpec("*/10 * * * * *", "")), governor.SourceQuietHours, slot.Add(time.Minute), slot.Add(10 * time.Second), true, 0, time.Time{}},
 		{"a lastScheduledAt after the slot gives no gap", none(intervalSpec(10 * time.Second)), governor.SourceActivityDormant, slot.Add(10 * time.Second), slot.Add(10 * time.Second), true, 0, slot.Add(time.Minute)},
 	}
 	for _, c := range cases {

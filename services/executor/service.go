@@ -1417,11 +1417,12 @@ func (s *Service) missedUnderNone(ctx context.Context, m jetstream.Msg, md *jets
 	}
 	source := governor.Source(d.Source)
 	next, missed := governor.MissedUnderNone(t.spec, source, 0, time.Time{}, d.ScheduledAt, now)
-	if missed && source.Cadence() && source != governor.SourceBaselineInterval {
+	if missed && governor.GapJudged(source) {
 		// A cadence the governor may have stretched past the spec's
-		// interval: the schedule that planned the slot gives the gap in
-		// force (its gridStep and lastScheduledAt, as stored). Read only
-		// here, on a slot already late by an interval.
+		// interval, or a slot the budget or quiet hours placed: the
+		// schedule that planned the slot gives the gap in force (its
+		// gridStep and lastScheduledAt, as stored). Read only here, on a
+		// slot already late by an interval.
 		if p := s.scheduleOf(ctx, d.TaskID); p.NextRunAt.Equal(d.ScheduledAt) {
 			next, missed = governor.MissedUnderNone(t.spec, source, p.GridStep, p.LastScheduledAt, d.ScheduledAt, now)
 		}

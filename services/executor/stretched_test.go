@@ -22,7 +22,8 @@ import (
 // less than that runs, one late by more is still skipped. Its gridStep,
 // when stored, is that interval: a slot planned after late slots were
 // skipped lies several steps past its previous slot, and judged by the
-// whole distance it ran late although its next slot had passed.
+// whole distance it ran late although its next slot had passed. A slot
+// the budget or quiet hours placed is judged the same way.
 func TestALateSlotOfAStretchedCadenceIsJudgedByItsInterval(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWithStreams(t)
@@ -39,6 +40,12 @@ func TestALateSlotOfAStretchedCadenceIsJudgedByItsInterval(t *testing.T) {
 		{id: "dormant-missed", source: governor.SourceActivityDormant, prev: slot.Add(-5 * time.Second), want: events.OutcomeSkipped},
 		{id: "baseline", source: governor.SourceBaselineInterval, prev: slot.Add(-time.Minute), want: events.OutcomeSkipped},
 		{id: "dormant-steps", source: governor.SourceActivityDormant, prev: slot.Add(-time.Minute), step: 5 * time.Second, want: events.OutcomeSkipped},
+		// A slot the budget or quiet hours placed is judged too, by the
+		// budget's spacing or the quiet interval (its gap): before, it
+		// ran however late.
+		{id: "budget", source: governor.SourceBudget, prev: slot.Add(-time.Minute), want: events.OutcomeSucceeded},
+		{id: "budget-missed", source: governor.SourceBudget, prev: slot.Add(-5 * time.Second), want: events.OutcomeSkipped},
+		{id: "quiet-missed", source: governor.SourceQuietHours, prev: slot.Add(-5 * time.Second), want: events.OutcomeSkipped},
 	}
 	for _, c := range cases {
 		spec := target.spec(c.id)
