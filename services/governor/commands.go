@@ -634,8 +634,8 @@ func (s *Service) resolveRestart(ctx context.Context, step *Step, st *gov.State)
 	case err != nil:
 		if v, ok := jsutil.Refusal(wctx); ok {
 			s.readErrors.Log(s.cfg.Now(), slog.LevelError,
-				"redelivery not judged: the governor service's NATS user needs "+needs+" (docs/security.md lists its subjects); it is tried again, and the task's later messages wait behind it",
-				"task", step.TaskID, "subject", step.Subject, "seq", step.Seq, "err", v)
+				"redelivery not judged: the governor service's NATS user may not read the stream message it needs (docs/security.md lists its subjects); it is tried again, and the task's later messages wait behind it",
+				"needs", needs, "task", step.TaskID, "subject", step.Subject, "seq", step.Seq, "err", v)
 			return fmt.Errorf("read %s sequence %d, the last applied to %s: %w; the governor service's NATS user needs %s (docs/security.md lists its subjects)", name, seq, step.TaskID, v, needs)
 		}
 		return fmt.Errorf("read %s sequence %d, the last applied to %s: %w", name, seq, step.TaskID, err)

@@ -61,7 +61,7 @@ func TestARefusedRedeliveryReadNamesThePermission(t *testing.T) {
 				}
 				var lines []string
 				for l := range strings.SplitSeq(logs.String(), "\n") {
-					if strings.Contains(l, "level=ERROR") && strings.Contains(l, want) {
+					if strings.Contains(l, "level=ERROR") && strings.Contains(l, "redelivery not judged") && strings.Contains(l, "needs="+denied) {
 						lines = append(lines, l)
 					}
 				}
