@@ -72,6 +72,7 @@ func Decide(now time.Time, spec *events.TaskSpec, st State, in Input) Decision {
 	case KindUpdated:
 		s.TaskID = spec.ID
 		p.restartAdaptive(in.Replaced)
+		p.replacesUnreadable = in.ReplacesUnreadable
 	case KindOutcome:
 		o := in.Outcome
 		if o == nil || Applied(o.DispatchID, st) || outdated(o, st) || OtherTask(o.TaskCreatedAt, st) {

@@ -64,6 +64,14 @@ type Input struct {
 	// rest on (AdaptiveRestarts). Nil when it is not known: they
 	// restart.
 	Replaced *events.TaskSpec
+	// ReplacesUnreadable is set, for KindUpdated, when the spec the
+	// update replaces did not decode. The governor terminated the task's
+	// outcomes while it was stored (cannot be applied), so the slot in
+	// flight may have run and its outcome be lost: it is not kept
+	// (inFlight), and the update plans after it. Kept, the task waited
+	// for an outcome that never came, until the sweeper's lost-write
+	// repair 5 minutes later.
+	ReplacesUnreadable bool
 }
 
 // BreakerSignal is a transition of the task's circuit breaker.

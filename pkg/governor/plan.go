@@ -73,6 +73,9 @@ type planner struct {
 	// skip or none): after the outcome's slot when that slot waited behind
 	// it (waitedBehind).
 	waitedUntil time.Time
+	// replacesUnreadable is the update's Input.ReplacesUnreadable: the
+	// slot in flight is not kept (inFlight).
+	replacesUnreadable bool
 }
 
 // choose sets the candidate and starts a trail line naming its source; the
@@ -135,9 +138,11 @@ func (p *planner) plan() {
 // Other inputs re-plan as before: a pause, delete or dead-letter hold
 // stops the task, and a hint, resume or requeue asks for a run (but a slot
 // planned during a run that is still running waits behind it, and is kept:
-// queued).
+// queued). So does an update that replaces a spec that did not decode
+// (Input.ReplacesUnreadable): the slot's outcome may have been terminated,
+// and then it never comes.
 func (p *planner) inFlight() bool {
-	return (p.in == KindBreaker || p.in == KindUpdated) && !p.planned.IsZero()
+	return (p.in == KindBreaker || p.in == KindUpdated && !p.replacesUnreadable) && !p.planned.IsZero()
 }
 
 // slotInFlight is the input state's slot when it is in flight: planned by a

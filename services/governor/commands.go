@@ -455,6 +455,10 @@ func (s *Service) applyCommand(ctx context.Context, step Step) (*events.TaskAcce
 			// when the update changes what it rests on (Step.replacedOf).
 			step.replaced, step.replacedRevision = existing, stored.Revision()
 		}
+		// The outcomes of a task whose spec did not decode were
+		// terminated (signal): the update does not keep its slot in
+		// flight waiting for an outcome that may never come.
+		step.Input.ReplacesUnreadable = step.Input.Kind == gov.KindUpdated && unreadable
 	}
 	dec, err := s.decide(ctx, spec, step)
 	if err != nil {

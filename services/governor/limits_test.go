@@ -17,6 +17,7 @@ import (
 
 	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/executor"
+	"github.com/flyballhq/flyball/services/internal/kvcache"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -250,6 +251,41 @@ func TestUnreadableStoredSpecIsNotRetriedForever(t *testing.T) {
 	}
 	if st.NextRunAt.IsZero() || st.LastCommandID != "update-garbled" {
 		t.Fatalf("after task.updated: state %+v, want the update applied and a next run", st)
+	}
+}
+
+// TestUpdateOfUnreadableSpecDoesNotWaitForALostOutcome: the outcome of
+// a slot dispatched while the task's spec did not decode is terminated
+// (cannot be applied), so that slot's outcome never comes. The
+// task.updated that replaces the spec kept the slot as in flight (its
+// outcome is not in yet), and the task did not run until the sweeper's
+// lost-write repair 5 minutes later. The update now plans after it.
+func TestUpdateOfUnreadableSpecDoesNotWaitForALostOutcome(t *testing.T) {
+	s, js := startGovernor(t)
+	slot := storeTask(t, s, "okt", 2*time.Second)
+	if _, err := s.tasks.Put(t.Context(), "okt", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "the spec view sees the garbled value", func() bool {
+		_, _, err := s.specs.Get(t.Context(), "okt")
+		return errors.Is(err, kvcache.ErrUnreadable)
+	})
+	succeeded(t, js, "okt", slot)
+	if n := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues("cannot be applied")); n != 1 {
+		t.Fatalf("outcome of a task with an unreadable spec: %v messages terminated, want 1", n)
+	}
+
+	spec := *minuteSpec("okt")
+	spec.Schedule.Interval = events.Duration(2 * time.Second)
+	command(t, js, events.VerbUpdated, events.TypeTaskUpdated, "okt", "update-okt", spec)
+	st := storedState(t, s, "okt")
+	if st.LastCommandID != "update-okt" || !st.NextRunAt.After(slot) || st.NextRunAt.After(time.Now().Add(5*time.Second)) {
+		t.Fatalf("after task.updated replaced the unreadable spec: next run %s (%s), want one after the slot %s whose outcome was terminated, within seconds; trail %q",
+			st.NextRunAt, st.Source, slot, st.Trail)
+	}
+	succeeded(t, js, "okt", st.NextRunAt)
+	if got := storedState(t, s, "okt"); !got.LastScheduledAt.Equal(st.NextRunAt) || !got.NextRunAt.After(st.NextRunAt) {
+		t.Fatalf("the run planned by the update: state %+v, want its outcome applied and the next run after it", got)
 	}
 }
 
