@@ -74,14 +74,32 @@ func (p *planner) calendarPaced(from time.Time, spacing time.Duration) bool {
 // calendarFrees reports whether the budget's exhaustion rule admits the
 // candidate t on the cron calendar before free, the hour that frees a
 // run: on the wall clock (wallAt), the latest slot jitter may draw for
-// its occurrence (latestDelay, at most jitter × 24h) is at least a day
-// after the hour whose runs leave the window then (free − 24h). On a day
-// of 23 hours that is an hour sooner than free.
+// its occurrence (latestDelay, at most jitter × 24h), or for the
+// occurrence before it when that is at most a day earlier on the wall
+// clock (prevDelay), is at least a day after the hour whose runs leave
+// the window then (free − 24h). On a day of 23 hours that is an hour
+// sooner than free.
 func (p *planner) calendarFrees(t, free time.Time) (ok bool, o time.Time, delay time.Duration) {
 	o = p.occurrence(t)
-	delay = min(p.latestDelay(o), scale(24*time.Hour, p.spec.Jitter))
+	delay = max(min(p.latestDelay(o), scale(24*time.Hour, p.spec.Jitter)), p.prevDelay(o))
 	day := p.wallAt(free.Add(-24*time.Hour), true).Add(24 * time.Hour)
 	return !p.wallAt(o, false).Add(delay).Before(day), o, delay
+}
+
+// prevDelay is how much later than its occurrence the latest slot jitter
+// may draw for the occurrence before o reads on the wall clock, when that
+// occurrence is at most a day before o there; else zero. Its jitter is
+// drawn over its own gap to o in UTC: on the day the clocks fall back a
+// daily run may be delayed by jitter × 25h, and across the hour they
+// spring forward it reads an hour later, so the hour it frees is later
+// than o's own delay reaches (a daily 09:45 in Berlin, jitter 0.5, ran at
+// 22:07 on 2026-10-24 and lost the next day's run).
+func (p *planner) prevDelay(o time.Time) time.Duration {
+	prev := latestOccurrence(p.sched, p.loc, o.Add(-time.Second), o.Add(-27*time.Hour))
+	if prev.IsZero() || p.wallAt(o, false).Sub(p.wallAt(prev, true)) > 24*time.Hour {
+		return 0
+	}
+	return p.wallAt(prev.Add(p.latestDelay(prev)), true).Sub(p.wallAt(prev, true))
 }
 
 // calendarFreed is calendarFrees for the candidate, said in the trail.

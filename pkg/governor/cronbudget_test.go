@@ -97,7 +97,11 @@ func occurrencesRun(t *testing.T, name, expr, tz string, slots []time.Time, from
 // TestCronBudgetAndBoundsAtItsRateMoveNoOccurrence: a budget, a
 // bounds.min or a bounds.max equal to the cron's own rate runs every
 // occurrence, on its own slot (jittered or not), across both 2026 DST
-// transitions of Berlin and New York.
+// transitions of Berlin, New York, Santiago and Havana. A daily run before
+// the clocks fall back draws its jitter over a gap of 25 hours: the budget
+// is checked over many task ids (their draws) with jitter 0.5 and minutes
+// past the half hour, where that run may end up in a later hour than the
+// next occurrence's jitter reaches.
 func TestCronBudgetAndBoundsAtItsRateMoveNoOccurrence(t *testing.T) {
 	crons := []struct {
 		expr   string
@@ -110,14 +114,25 @@ func TestCronBudgetAndBoundsAtItsRateMoveNoOccurrence(t *testing.T) {
 		{"0 */2 * * *", 12},
 		{"0 * * * *", 24},
 		{"*/30 * * * *", 48},
+		{"45 9 * * *", 1},
+		{"50 9 * * *", 1},
+		{"45 1 * * *", 1},
 	}
-	days := []time.Time{date(2026, 3, 29), date(2026, 10, 25), date(2026, 3, 8), date(2026, 11, 1)}
-	for _, tz := range []string{"Europe/Berlin", "America/New_York"} {
+	for _, z := range []struct {
+		tz   string
+		days []time.Time
+	}{
+		{"Europe/Berlin", []time.Time{date(2026, 3, 29), date(2026, 10, 25)}},
+		{"America/New_York", []time.Time{date(2026, 3, 8), date(2026, 11, 1)}},
+		{"America/Santiago", []time.Time{date(2026, 4, 4), date(2026, 9, 6)}},
+		{"America/Havana", []time.Time{date(2026, 3, 8), date(2026, 11, 1)}},
+	} {
+		tz := z.tz
 		loc, err := time.LoadLocation(tz)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, day := range days {
+		for _, day := range z.days {
 			from := time.Date(day.Year(), day.Month(), day.Day()-4, 12, 0, 0, 0, loc)
 			to := time.Date(day.Year(), day.Month(), day.Day()+4, 12, 0, 0, 0, loc)
 			for _, c := range crons {
@@ -129,16 +144,26 @@ func TestCronBudgetAndBoundsAtItsRateMoveNoOccurrence(t *testing.T) {
 						"bounds.max": withBounds(cronSpec(c.expr, tz), 0, period),
 					} {
 						spec = mustValid(t, withJitter(spec, jitter))
-						// Every occurrence up to a day before the end, its
-						// jittered slot included.
-						slots, ds := simulate(t, spec, from, to, 2*time.Second, succeed)
-						name := c.expr + " " + tz + " " + day.Format(time.DateOnly) + " jitter " + strconv.FormatFloat(jitter, 'g', -1, 64) + " " + rule
-						occurrencesRun(t, name, c.expr, tz, slots, from, to.Add(-24*time.Hour))
-						// Each on its own slot: the cron rule's, not moved.
-						for i, d := range ds[1 : len(ds)-1] {
-							if d.Source != governor.SourceBaselineCron {
-								t.Errorf("%s: run %s by %s, want baseline-cron\ntrail: %q", name, fmtT(slots[i+1]), d.Source, d.Trail)
-								break
+						ids := []string{spec.ID}
+						if rule == "budget" && jitter == 0.5 && c.perDay == 1 {
+							ids = ids[:0]
+							for i := range 300 {
+								ids = append(ids, "task-"+strconv.Itoa(i))
+							}
+						}
+						for _, id := range ids {
+							spec.ID = id
+							// Every occurrence up to a day before the end,
+							// its jittered slot included.
+							slots, ds := simulate(t, spec, from, to, 2*time.Second, succeed)
+							name := c.expr + " " + tz + " " + day.Format(time.DateOnly) + " jitter " + strconv.FormatFloat(jitter, 'g', -1, 64) + " " + rule + " " + id
+							occurrencesRun(t, name, c.expr, tz, slots, from, to.Add(-24*time.Hour))
+							// Each on its own slot: the cron rule's, not moved.
+							for i, d := range ds[1 : len(ds)-1] {
+								if d.Source != governor.SourceBaselineCron {
+									t.Errorf("%s: run %s by %s, want baseline-cron\ntrail: %q", name, fmtT(slots[i+1]), d.Source, d.Trail)
+									break
+								}
 							}
 						}
 					}

@@ -1394,10 +1394,14 @@ func (c *cronCalendar) admitsMax(ref, t time.Time, hi time.Duration) bool {
 
 // frees reports whether the budget's exhaustion rule admits the run t
 // before free: on the wall clock, the latest slot jitter may draw for its
-// occurrence (at most jitter × 24h after it) is at least a day after free
-// − 24h.
+// occurrence (at most jitter × 24h after it), or for the occurrence
+// before it when that is at most a day earlier on the wall clock, is at
+// least a day after free − 24h.
 func (c *cronCalendar) frees(t, free time.Time) bool {
 	o := c.occurrence(t)
 	delay := min(c.latestDelay(o), time.Duration(float64(24*time.Hour)*c.jitter))
+	if prev := c.latest(o.Add(-time.Second)); !prev.IsZero() && c.wallAt(o, false).Sub(c.wallAt(prev, true)) <= 24*time.Hour {
+		delay = max(delay, c.wallAt(prev.Add(c.latestDelay(prev)), true).Sub(c.wallAt(prev, true)))
+	}
 	return !c.wallAt(o, false).Add(delay).Before(c.wallAt(free.Add(-24*time.Hour), true).Add(24 * time.Hour))
 }
