@@ -855,3 +855,74 @@ func TestRuntimeListsASilentInstanceWithItsClockAheadOffline(t *testing.T) {
 		t.Errorf("health's offline list = %+v, want executor.ahead", h.Services.Offline)
 	}
 }
+
+// TestTasksListAValueWhoseIDIsNotItsKeyUnderItsKey: the task's ID is its
+// flyball-tasks key. A value without an id (null) or with another one is
+// listed under its key as unreadable, by Task, Tasks and every page,
+// without failing the listing (it read the schedule of task "": nats:
+// invalid key) or listing it as the task its id names.
+func TestTasksListAValueWhoseIDIsNotItsKeyUnderItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.put(t, streams.BucketTasks, "a", spec("a", "orders", "10s"))
+	b.put(t, streams.BucketTasks, "emptyid", nil)
+	b.put(t, streams.BucketTasks, "mismatch", spec("other", "orders", "10s"))
+	b.put(t, streams.BucketTasks, "noid", spec("", "orders", "10s"))
+	for _, id := range []string{"a", "mismatch", "other"} {
+		b.put(t, streams.BucketSchedules, id, gov.State{TaskID: id, Source: gov.SourceBaselineInterval})
+	}
+	describe := func(list []query.TaskView) []string {
+		var out []string
+		for _, v := range list {
+			s := v.Spec.ID
+			if v.Schedule != nil {
+				s += "+" + v.Schedule.TaskID
+			}
+			if v.Unreadable != "" {
+				s += " unreadable"
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	want := []string{"a+a", "emptyid unreadable", "mismatch+mismatch unreadable", "noid unreadable"}
+	list, err := b.r.Tasks(b.ctx, query.TaskFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(list); !slices.Equal(got, want) {
+		t.Errorf("Tasks: %q, want %q", got, want)
+	}
+	if list, err = b.r.Tasks(b.ctx, query.TaskFilter{Job: "orders"}); err != nil {
+		t.Fatal(err)
+	} else if got := describe(list); !slices.Equal(got, want[:1]) {
+		t.Errorf("Tasks of job orders: %q, want %q", got, want[:1])
+	}
+	for _, limit := range []int{1, 2, 10} {
+		var got []string
+		after := ""
+		for {
+			page, next, err := b.r.TaskPage(b.ctx, query.TaskFilter{}, after, limit)
+			if err != nil {
+				t.Fatalf("page of %d after %q: %v", limit, after, err)
+			}
+			got = append(got, describe(page)...)
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pages of %d: %q, want %q", limit, got, want)
+		}
+	}
+	for _, key := range []string{"emptyid", "mismatch", "noid"} {
+		v, err := b.r.Task(b.ctx, key)
+		if err != nil || v.Spec.ID != key || !strings.Contains(v.Unreadable, query.ErrBadSpec.Error()) {
+			t.Errorf("task %s = %+v, %v; want it unreadable under its key", key, v, err)
+		}
+	}
+	if _, err := b.r.Task(b.ctx, "other"); !errors.Is(err, query.ErrNotFound) {
+		t.Errorf("task other: %v, want ErrNotFound", err)
+	}
+}

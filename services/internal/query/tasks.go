@@ -96,13 +96,26 @@ func (r *Reader) taskSpec(ctx context.Context, id string) (TaskView, error) {
 	if err != nil {
 		return TaskView{}, fmt.Errorf("read task %q: %w", id, err)
 	}
-	var v TaskView
-	if err := json.Unmarshal(ent.Value(), &v.Spec); err != nil {
-		v = TaskView{Spec: events.TaskSpec{ID: id}, Unreadable: unreadable(err)}
-	}
-	v.Spec.UTCStartAt() // a spec stored before the governor wrote it in UTC
+	v := decodeTask(id, ent.Value())
 	v.SpecRevision = ent.Revision()
 	return v, nil
+}
+
+// decodeTask decodes the flyball-tasks value stored under key. The key is
+// the task's ID (its schedule's key, the page cursor): a value that does
+// not decode, or whose id is not its key (null, or written by hand), is
+// returned with only the key as ID and Unreadable set.
+func decodeTask(key string, raw []byte) TaskView {
+	var v TaskView
+	err := json.Unmarshal(raw, &v.Spec)
+	if err == nil && v.Spec.ID != key {
+		err = fmt.Errorf("its id is %q, not its key %q", v.Spec.ID, key)
+	}
+	if err != nil {
+		return TaskView{Spec: events.TaskSpec{ID: key}, Unreadable: unreadable(err)}
+	}
+	v.Spec.UTCStartAt() // a spec stored before the governor wrote it in UTC
+	return v
 }
 
 // addSchedule sets v.Schedule from flyball-schedules. A task without one
@@ -150,16 +163,11 @@ func (r *Reader) tasksAfter(ctx context.Context, f TaskFilter, after string) ([]
 		if e.Key() <= after {
 			return
 		}
-		var v TaskView
-		var keep bool
-		if err := json.Unmarshal(e.Value(), &v.Spec); err != nil {
-			// A spec that does not decode has no job or labels to filter
-			// on, and left out of the list it was nowhere but in its
-			// skipped runs.
-			v = TaskView{Spec: events.TaskSpec{ID: e.Key()}, Unreadable: unreadable(err)}
-			keep = !filtered
-		} else {
-			v.Spec.UTCStartAt() // a spec stored before the governor wrote it in UTC
+		v := decodeTask(e.Key(), e.Value())
+		// A spec that does not decode has no job or labels to filter on,
+		// and left out of the list it was nowhere but in its skipped runs.
+		keep := !filtered
+		if v.Unreadable == "" {
 			keep = f.match(&v.Spec)
 		}
 		i, seen := at[e.Key()]
