@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,5 +201,63 @@ func TestOfflineMarkWaitsForTheFirstSweepPastOfflineAfter(t *testing.T) {
 		if !jsonHas(ent.Value(), `"status":"`+c.want+`"`) {
 			t.Fatalf("a sweep %v after the one that first saw the entry: %s, want status %s", c.at, ent.Value(), c.want)
 		}
+	}
+}
+
+// TestRegistryKeyThatNamesNoInstanceIsSkipped: a flyball-runtime key
+// that is not <kind>.<name> of subject tokens (written by hand: host_x,
+// a.b.c) named no instance, and the sweeper marked it offline and
+// published its runtime.offline to flyball.runtime.offline.. , which
+// timed out (5 s) and was retried at every sweep for good. Such a key is
+// now skipped, with one warning naming it, and the registry's other
+// instances are swept as before.
+func TestRegistryKeyThatNamesNoInstanceIsSkipped(t *testing.T) {
+	srv := natstest.StartWithStreams(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	runtime, err := srv.JS.KeyValue(ctx, streams.BucketRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putOnline(t, runtime, "executor.gone", time.Now())
+	bad := []string{"host_x", "executor.a.b"}
+	for _, key := range bad {
+		if _, err := runtime.Put(ctx, key, []byte("null")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	logs := &records{}
+	s := startHourlyWith(t, svcconf.Common{JS: srv.JS, Now: clock, Logger: slog.New(logs)})
+	ahead.Store(int64(time.Minute)) // silent past OfflineAfter (45 s)
+	for range 2 {
+		if err := s.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := instanceStatus(t, runtime, "executor.gone"); got != "offline" {
+		t.Fatalf("executor.gone is %s, want offline", got)
+	}
+	for _, key := range bad {
+		ent, err := runtime.Get(ctx, key)
+		if err != nil || string(ent.Value()) != "null" || ent.Revision() > uint64(len(bad)+1) {
+			t.Errorf("key %q: %v, %s (revision %d); want it left alone", key, err, ent.Value(), ent.Revision())
+		}
+	}
+	warned := map[string]int{}
+	for _, r := range logs.named(msgBadRegistryKey) {
+		if r.level != slog.LevelWarn {
+			t.Errorf("%q logged at %s, want WARN", r.msg, r.level)
+		}
+		warned[r.attrs["key"]]++
+	}
+	for _, key := range bad {
+		if warned[key] != 1 {
+			t.Errorf("key %q warned %d times over three sweeps, want once: %v", key, warned[key], warned)
+		}
+	}
+	if n := len(logs.named("runtime.offline not published; next sweep retries")); n != 0 {
+		t.Errorf("%d runtime.offline publishes failed, want 0", n)
 	}
 }

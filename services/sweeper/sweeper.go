@@ -121,6 +121,10 @@ type Service struct {
 	// sweep publishes it again while the entry stays so marked. Only the
 	// sweep goroutine touches it.
 	unannounced map[string]offlineMark
+	// badKeys holds the registry keys that name no instance (not
+	// <kind>.<name> of subject tokens), each warned of once while it
+	// stays. Only the sweep goroutine touches it.
+	badKeys map[string]bool
 	// durables are the consumers the backlog report reads (backlog.go),
 	// each with its log. The logs keep a NATS outage from logging every
 	// failed backlog read of every sweep.
@@ -163,7 +167,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	return &Service{
 		cfg: cfg, source: jsutil.Source("sweeper", cfg.Instance), swept: make(chan struct{}, 1), view: newView(), compactCap: maxCompactPerPass,
-		beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{},
+		beats: map[string]beatSeen{}, unannounced: map[string]offlineMark{}, badKeys: map[string]bool{},
 		durables: durables, accountLog: repeatlog.New(cfg.Logger, backlogLogWindow),
 	}, nil
 }
@@ -277,6 +281,16 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 	listed := map[string]bool{}
 	for key := range lister.Keys() {
 		listed[key] = true
+		if kind, name, _ := strings.Cut(key, "."); !events.ValidToken(kind) || !events.ValidToken(name) {
+			// Written by hand: it names no instance, and its offline mark
+			// would go to no valid subject (flyball.runtime.offline.. for
+			// host_x), timing out at every sweep.
+			if !s.badKeys[key] {
+				s.badKeys[key] = true
+				s.cfg.Logger.Warn(msgBadRegistryKey, "key", key)
+			}
+			continue
+		}
 		st, err := s.sweepOne(ctx, key, clock)
 		if err != nil {
 			s.cfg.Logger.Warn("sweeping instance failed", "key", key, "err", err)
@@ -288,6 +302,7 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 	}
 	maps.DeleteFunc(s.beats, func(k string, _ beatSeen) bool { return !listed[k] })
 	maps.DeleteFunc(s.unannounced, func(k string, _ offlineMark) bool { return !listed[k] })
+	maps.DeleteFunc(s.badKeys, func(k string, _ bool) bool { return !listed[k] })
 	// The lister stops itself after the last key; no Stop needed.
 	for _, st := range []events.RuntimeStatus{events.RuntimeOnline, events.RuntimeOffline} {
 		s.cfg.Metrics.RuntimeInstances.WithLabelValues(string(st)).Set(float64(counts[st]))
@@ -335,12 +350,11 @@ func (s *Service) sweepOne(ctx context.Context, key string, clock time.Time) (ev
 	if err != nil {
 		return "", err
 	}
-	// The key, <kind>.<name>, names the instance: a value written by hand
-	// may lack them, and its mark would go to flyball.runtime.offline.. ,
-	// where the publish times out on every sweep.
-	if kind, name, ok := strings.Cut(key, "."); ok {
-		hb.Kind, hb.Name = kind, name
-	}
+	// The key, <kind>.<name> (sweepRuntime skips any other), names the
+	// instance: a value written by hand may lack them, and its mark would
+	// go to flyball.runtime.offline.. , where the publish times out on
+	// every sweep.
+	hb.Kind, hb.Name, _ = strings.Cut(key, ".")
 	// Silent is measured by the sweeper's clock alone: how long since it
 	// first saw this revision of the entry. Comparing its clock with the
 	// lastBeat the instance wrote by its own marked every live instance
@@ -447,6 +461,10 @@ func (s *Service) announceFound(ctx context.Context, key string, hb events.Heart
 	seen.announced = true
 	s.beats[key] = seen
 }
+
+// msgBadRegistryKey is the warning for a flyball-runtime key that names
+// no instance.
+const msgBadRegistryKey = "runtime registry key is not <kind>.<name> of [A-Za-z0-9_-]; not swept: delete it"
 
 // offlineMark is an offline mark the sweeper wrote at at, of the entry
 // whose last beat was lastBeat.
