@@ -420,6 +420,13 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 		s.remove(id)
 		return
 	}
+	if !events.ValidToken(id) {
+		// Written by hand (dot.ted): its dispatch would go to no task's
+		// subject, and be retried every RetryDelay for good.
+		s.log.Error(msgBadScheduleKey, "key", id)
+		s.remove(id)
+		return
+	}
 	sc, err := decodeSchedule(e.Value())
 	if err != nil {
 		s.log.Error("unreadable schedule; task not scheduled until it is rewritten", "task", id, "err", err)
@@ -473,6 +480,10 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 	}
 	s.upsert(id, next, s.intern(sc.source), created, written)
 }
+
+// msgBadScheduleKey is the error for a flyball-schedules key that is not
+// a task ID.
+const msgBadScheduleKey = "schedule key is not a task ID (1-128 characters of [A-Za-z0-9_-]); not scheduled: delete it"
 
 // minSlot is the earliest slot the timer holds: a slot less a lead
 // (at most gov.MaxLead, New refuses more) stays a valid Unix nanosecond.
