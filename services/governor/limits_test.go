@@ -220,6 +220,25 @@ func TestADeadLetterWithAnOverlongReasonIsTerminated(t *testing.T) {
 	}
 }
 
+// TestADeadLetterWithoutItsDispatchIsTerminated: an entry without its
+// dispatch (the repro: {"taskId":"dlt","reason":"permanent"}) was
+// applied, and a healthy task went to deadletter-recheck for 30 minutes,
+// counted nowhere. The dead-letter service writes every entry with the
+// dispatch it gave up on, so one without it is terminated as malformed
+// and counted, and the task is not held.
+func TestADeadLetterWithoutItsDispatchIsTerminated(t *testing.T) {
+	s, js := startGovernor(t)
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, "dlt", "create-dlt", *minuteSpec("dlt"))
+	body := []byte(`{"specversion":"1.0","source":"x","type":"io.flyball.deadlettered","id":"dlx1","data":{"taskId":"dlt","reason":"permanent"}}`)
+	natstest.AwaitAcked(t, js, streams.StreamDeadLetter, streams.ConsumerGovernor, publishRaw(t, js, events.DeadLetterSubject("dlt"), body))
+	if got := testutil.ToFloat64(s.cfg.Metrics.RejectedEvents.WithLabelValues(events.ErrMalformed.Error())); got != 1 {
+		t.Fatalf("dead letter without its dispatch: %v messages terminated as malformed, want 1", got)
+	}
+	if st := storedState(t, s, "dlt"); st.DeadLetter != nil || st.Source == "deadletter-recheck" {
+		t.Fatalf("dead letter without its dispatch held the task: source %s, hold %+v", st.Source, st.DeadLetter)
+	}
+}
+
 // TestUnreadableStoredSpecIsNotRetriedForever: a flyball-tasks value that
 // does not decode (written by hand, or by another version) cannot be
 // mended by a retry. An outcome for the task is terminated and counted

@@ -16,8 +16,8 @@ import (
 
 // ErrNoEffect marks a message that does not change any schedule: a
 // run.started, a run.recovered (a success repeated for the breaker), a
-// non-final run.failed, a breaker transition that names no
-// task (a host breaker's half-open), or the governor's own task.accepted /
+// non-final run.failed, a host breaker's half-open (which names no
+// task), or the governor's own task.accepted /
 // task.rejected answers.
 var ErrNoEffect = errors.New("no effect on the schedule")
 
@@ -223,14 +223,27 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		if string(tr.To) != subj.Action {
 			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "to", Rule: fmt.Sprintf("must be %q on subject %s, got %q", subj.Action, subject, tr.To)}}}
 		}
+		// The breaker service publishes a transition on its key's
+		// subject, naming the key in the data too.
+		if tr.Key != subj.ID {
+			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "key", Rule: fmt.Sprintf("must be the breaker key %q of subject %s, got %q", subj.ID, subject, clip(tr.Key))}}}
+		}
 		// A task's own breaker key is its task ID: a transition of it
 		// naming another task is no breaker's (a host breaker's names the
 		// task whose call moved it).
-		if tr.TaskID != "" && tr.TaskID != subj.ID && !strings.HasPrefix(subj.ID, events.HostKeyPrefix) {
+		host := strings.HasPrefix(subj.ID, events.HostKeyPrefix)
+		if tr.TaskID != "" && tr.TaskID != subj.ID && !host {
 			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "taskId", Rule: fmt.Sprintf("must be the breaker key's task %q on subject %s, got %q", subj.ID, subject, clip(tr.TaskID))}}}
 		}
-		if tr.TaskID == "" || !events.ValidToken(tr.TaskID) {
+		// Only a host breaker's half-open names no task. Any other
+		// transition without one (or with one that is no task ID) is no
+		// breaker service's: acked, it changed nothing and went uncounted.
+		if tr.TaskID == "" && host && tr.To == events.BreakerHalfOpen {
 			return Step{}, ErrNoEffect
+		}
+		if !events.ValidToken(tr.TaskID) {
+			return Step{}, &events.ValidationError{Errors: []events.FieldError{{Field: "taskId", Rule: fmt.Sprintf(
+				"must be a task ID on subject %s (only a host breaker's half-open names none), got %q", subject, clip(tr.TaskID))}}}
 		}
 		// A breaker opens for at most 24h (breaker.maxOpenDelay); nothing
 		// but the breaker service's next transition lifts the hold.
@@ -256,6 +269,14 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		if dl.TaskID != subj.ID {
 			return Step{}, fmt.Errorf("%w: taskId %q does not match the subject", events.ErrMalformed, dl.TaskID)
 		}
+		// The dead-letter service copies into every entry the dispatch it
+		// gave up on (a final run.failed's, or one that exhausted its
+		// deliveries), and terminates a final failure without one. An
+		// entry naming no dispatch of this task is no failure of its runs:
+		// applied, it held a healthy task for a recheck.
+		if err := checkEntryDispatch(subj.ID, &dl.Dispatch); err != nil {
+			return Step{}, err
+		}
 		// The dead-letter service writes one of three short reasons. The
 		// schedule holds it twice (the hold and its trail line): a long
 		// one would make every later write of the task too large to store.
@@ -274,6 +295,27 @@ func Translate(subject string, header map[string][]string, data []byte, at time.
 		return step, nil
 	}
 	return Step{}, ErrNoEffect
+}
+
+// checkEntryDispatch is the error of a dead-letter entry of task id
+// whose dispatch lacks its dispatchId, taskId (id's) or scheduledAt, as
+// every dispatch the timer and the sweeper write carries them; nil when
+// it has them.
+func checkEntryDispatch(id string, d *events.Dispatch) error {
+	var errs []events.FieldError
+	if d.DispatchID == "" {
+		errs = append(errs, events.FieldError{Field: "dispatch.dispatchId", Rule: "required: an entry names the dispatch whose run failed"})
+	}
+	if d.TaskID != id {
+		errs = append(errs, events.FieldError{Field: "dispatch.taskId", Rule: fmt.Sprintf("must be the entry's task %q, got %q", id, clip(d.TaskID))})
+	}
+	if d.ScheduledAt.IsZero() {
+		errs = append(errs, events.FieldError{Field: "dispatch.scheduledAt", Rule: "required: an entry names the slot whose run failed"})
+	}
+	if errs != nil {
+		return &events.ValidationError{Errors: errs}
+	}
+	return nil
 }
 
 // taskSubjectPrefix starts every command subject, and the answers'.

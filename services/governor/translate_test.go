@@ -198,6 +198,104 @@ func TestTranslateSignalTypeMustMatchSubject(t *testing.T) {
 	}
 }
 
+// TestTranslateDeadLetterNeedsItsDispatch: the dead-letter service
+// writes every entry with the dispatch it gave up on. An entry without
+// its dispatch (or whose dispatch names another task, or no slot) was
+// applied: a healthy task was held for a recheck. It is malformed.
+func TestTranslateDeadLetterNeedsItsDispatch(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	slot := now.Add(-time.Minute)
+	ok := events.Dispatch{DispatchID: events.DispatchID("dlt", slot), TaskID: "dlt", ScheduledAt: slot}
+	noID, otherTask, noSlot := ok, ok, ok
+	noID.DispatchID, otherTask.TaskID, noSlot.ScheduledAt = "", "other", time.Time{}
+	for _, c := range []struct {
+		name string
+		data any
+		want string // "" for a valid entry
+	}{
+		{"the repro", json.RawMessage(`{"taskId":"dlt","reason":"permanent"}`), `dispatch.dispatchId: required: an entry names the dispatch whose run failed; dispatch.taskId: must be the entry's task "dlt", got ""; dispatch.scheduledAt: required: an entry names the slot whose run failed`},
+		{"no dispatchId", events.DeadLetter{TaskID: "dlt", Reason: events.DeadLetterPermanent, Dispatch: noID}, `dispatch.dispatchId: required: an entry names the dispatch whose run failed`},
+		{"another task's dispatch", events.DeadLetter{TaskID: "dlt", Reason: events.DeadLetterPermanent, Dispatch: otherTask}, `dispatch.taskId: must be the entry's task "dlt", got "other"`},
+		{"no scheduledAt", events.DeadLetter{TaskID: "dlt", Reason: events.DeadLetterMaxDeliveries, Dispatch: noSlot}, `dispatch.scheduledAt: required: an entry names the slot whose run failed`},
+		{"the dead-letter service's", events.DeadLetter{TaskID: "dlt", Reason: events.DeadLetterMaxDeliveries, Dispatch: ok, Attempts: 3, DeadLetteredAt: now}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body, err := events.Marshal(events.TypeDeadLettered, "test", "dlt", c.data, now, "dlx1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, err := Translate(events.DeadLetterSubject("dlt"), nil, body, now)
+			if c.want == "" {
+				if err != nil || step.Input.DeadLetter == nil || step.Input.DeadLetter.DispatchID != ok.DispatchID {
+					t.Fatalf("Translate = %+v, %v; want the entry applied", step.Input, err)
+				}
+				return
+			}
+			if !errors.Is(err, events.ErrMalformed) || err.Error() != c.want {
+				t.Fatalf("Translate = %+v, %v; want malformed: %s", step.Input, err, c.want)
+			}
+		})
+	}
+}
+
+// TestTranslateBreakerKeyAndTaskMustAgree: a transition's key is its
+// subject's, and only a host breaker's half-open names no task. A
+// half-open on flyball.breaker.half-open.t1 with key "zzz" and no taskId
+// was acked without effect and counted nowhere; such transitions are
+// malformed. The breaker service's own transitions still apply.
+func TestTranslateBreakerKeyAndTaskMustAgree(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	retry := now.Add(time.Minute)
+	const host = events.HostKeyPrefix + "api_example_com"
+	tr := func(key, task string, to events.BreakerState) events.BreakerTransition {
+		from := events.BreakerOpen
+		var r *time.Time
+		if to == events.BreakerOpen {
+			from, r = events.BreakerClosed, &retry
+		}
+		return events.BreakerTransition{Key: key, TaskID: task, From: from, To: to, RetryAt: r, At: now}
+	}
+	for _, c := range []struct {
+		name, key string
+		data      events.BreakerTransition
+		want      string // "" applied, "none" no effect
+	}{
+		{"the repro", "t1", tr("zzz", "", events.BreakerHalfOpen), `key: must be the breaker key "t1" of subject flyball.breaker.half-open.t1, got "zzz"`},
+		{"another key", "t1", tr("t2", "t1", events.BreakerOpen), `key: must be the breaker key "t1" of subject flyball.breaker.open.t1, got "t2"`},
+		{"no key", host, tr("", "t1", events.BreakerClosed), `key: must be the breaker key "host_api_example_com" of subject flyball.breaker.closed.host_api_example_com, got ""`},
+		{"task half-open without taskId", "t1", tr("t1", "", events.BreakerHalfOpen), `taskId: must be a task ID on subject flyball.breaker.half-open.t1 (only a host breaker's half-open names none), got ""`},
+		{"task open without taskId", "t1", tr("t1", "", events.BreakerOpen), `taskId: must be a task ID on subject flyball.breaker.open.t1 (only a host breaker's half-open names none), got ""`},
+		{"host open without taskId", host, tr(host, "", events.BreakerOpen), `taskId: must be a task ID on subject flyball.breaker.open.host_api_example_com (only a host breaker's half-open names none), got ""`},
+		{"host closed naming no task ID", host, tr(host, "a b", events.BreakerClosed), `taskId: must be a task ID on subject flyball.breaker.closed.host_api_example_com (only a host breaker's half-open names none), got "a b"`},
+		{"host half-open", host, tr(host, "", events.BreakerHalfOpen), "none"},
+		{"host open", host, tr(host, "t1", events.BreakerOpen), ""},
+		{"task half-open", "t1", tr("t1", "t1", events.BreakerHalfOpen), ""},
+		{"task closed", "t1", tr("t1", "t1", events.BreakerClosed), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body, err := events.Marshal("io.flyball.breaker."+string(c.data.To), "test", c.key, c.data, now, "br1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, err := Translate(events.BreakerSubject(c.data.To, c.key), nil, body, now)
+			switch c.want {
+			case "":
+				if err != nil || step.TaskID != "t1" || step.Input.Breaker == nil || step.Input.Breaker.Key != c.key {
+					t.Fatalf("Translate = %+v, %v; want the transition applied to t1", step, err)
+				}
+			case "none":
+				if !errors.Is(err, ErrNoEffect) {
+					t.Fatalf("Translate = %+v, %v; want no effect", step.Input, err)
+				}
+			default:
+				if !errors.Is(err, events.ErrMalformed) || err.Error() != c.want {
+					t.Fatalf("Translate = %+v, %v; want malformed: %s", step.Input, err, c.want)
+				}
+			}
+		})
+	}
+}
+
 // TestTranslateReadsTheRequeuesTaskCreatedAt: taskCreatedAt is decoded
 // strictly (a malformed one is rejected naming it), and explain's replay
 // judges a requeue whose answer is not known as the governor does.

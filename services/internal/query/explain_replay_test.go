@@ -177,7 +177,7 @@ func TestExplainReplaysEveryKindOfInput(t *testing.T) {
 		{"task breaker half-open", breaker(id, events.BreakerHalfOpen, nil)},
 		{"dead letter", func() {
 			publishEvent(t, js, events.DeadLetterSubject(id), events.TypeDeadLettered, id, "dl-1", events.DeadLetter{
-				TaskID: id, Reason: "permanent", Dispatch: events.Dispatch{DispatchID: "d2", TaskID: id}, Attempts: 2, DeadLetteredAt: now.Add(time.Minute + 2*time.Second),
+				TaskID: id, Reason: "permanent", Dispatch: events.Dispatch{DispatchID: "d2", TaskID: id, ScheduledAt: now.Add(time.Minute)}, Attempts: 2, DeadLetteredAt: now.Add(time.Minute + 2*time.Second),
 			})
 		}},
 		{"requeue", cmd(events.VerbRequeued, "rq", events.TaskRequeue{ID: id})},
