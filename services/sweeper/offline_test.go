@@ -206,7 +206,7 @@ func TestOfflineMarkWaitsForTheFirstSweepPastOfflineAfter(t *testing.T) {
 
 // TestRegistryKeyThatNamesNoInstanceIsSkipped: a flyball-runtime key
 // that is not <kind>.<name> of subject tokens (written by hand: host_x,
-// a.b.c) named no instance, and the sweeper marked it offline and
+// executor.a=b) named no instance, and the sweeper marked it offline and
 // published its runtime.offline to flyball.runtime.offline.. , which
 // timed out (5 s) and was retried at every sweep for good. Such a key is
 // now skipped, with one warning naming it, and the registry's other
@@ -220,7 +220,7 @@ func TestRegistryKeyThatNamesNoInstanceIsSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	putOnline(t, runtime, "executor.gone", time.Now())
-	bad := []string{"host_x", "executor.a.b"}
+	bad := []string{"host_x", "executor.a=b", "exec/utor.x"}
 	for _, key := range bad {
 		if _, err := runtime.Put(ctx, key, []byte("null")); err != nil {
 			t.Fatal(err)

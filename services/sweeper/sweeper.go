@@ -281,7 +281,7 @@ func (s *Service) sweepRuntime(ctx context.Context) error {
 	listed := map[string]bool{}
 	for key := range lister.Keys() {
 		listed[key] = true
-		if kind, name, _ := strings.Cut(key, "."); !events.ValidToken(kind) || !events.ValidToken(name) {
+		if kind, name, _ := strings.Cut(key, "."); !events.ValidToken(kind) || !validName(name) {
 			// Written by hand: it names no instance, and its offline mark
 			// would go to no valid subject (flyball.runtime.offline.. for
 			// host_x), timing out at every sweep.
@@ -464,7 +464,21 @@ func (s *Service) announceFound(ctx context.Context, key string, hb events.Heart
 
 // msgBadRegistryKey is the warning for a flyball-runtime key that names
 // no instance.
-const msgBadRegistryKey = "runtime registry key is not <kind>.<name> of [A-Za-z0-9_-]; not swept: delete it"
+const msgBadRegistryKey = "runtime registry key is not <kind>.<name> of subject tokens ([A-Za-z0-9_-]); not swept: delete it"
+
+// validName reports whether a registry key's <name> part forms subject
+// tokens: one or more of [A-Za-z0-9_-], separated by dots. Instances
+// write names of one token (heartbeat sanitizes them), but a name of
+// several (a.b, by hand or an older version) is an instance still, and
+// its runtime.offline goes to flyball.runtime.offline.<kind>.a.b.
+func validName(name string) bool {
+	for tok := range strings.SplitSeq(name, ".") {
+		if !events.ValidToken(tok) {
+			return false
+		}
+	}
+	return true
+}
 
 // offlineMark is an offline mark the sweeper wrote at at, of the entry
 // whose last beat was lastBeat.
