@@ -301,7 +301,10 @@ func (st *settler) stop() {
 }
 
 // Ack bodies, in nats.go's wire format.
-var ackBody = []byte("+ACK")
+var (
+	ackBody      = []byte("+ACK")
+	progressBody = []byte("+WPI") // an InProgress (keepWaitersAlive)
+)
 
 // nakBody asks for a redelivery after delay (at once when it is 0).
 func nakBody(delay time.Duration) []byte {

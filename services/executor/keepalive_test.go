@@ -180,9 +180,77 @@ func TestSlowReadsBeforeTheCallAreKeptAlive(t *testing.T) {
 	}
 }
 
+// TestALostInProgressDoesNotRedeliverALongCall: a call outlasts several
+// AckWaits, and the keep-alive's InProgress sent during an eighth of an
+// AckWait (two of its ticks) are lost, as those sent while the DISPATCH
+// consumer elects a leader are (4-9 s of the 30 s AckWait). The dispatch
+// must stay with this executor all the same: one delivery, one call.
+// Before, each InProgress was sent unconfirmed, half an AckWait after the
+// last: after a lost one the next came about a whole AckWait after the
+// last that landed, when the server had redelivered the dispatch, and the
+// second delivery called the target while the first call still ran
+// (attempts [1 1]).
+func TestALostInProgressDoesNotRedeliverALongCall(t *testing.T) {
+	t.Parallel()
+	const ackWait = 2 * time.Second
+	target := newAttemptTarget(t, http.StatusOK)
+	target.gate = make(chan struct{}) // the first call waits for it
+	var (
+		mu       sync.Mutex
+		lostFrom time.Time // the first InProgress's send: the loss begins
+		lost     int
+	)
+	f := newTunedAttemptsFixture(t, target, 3, ackWait, 0, func(s *Service) {
+		s.dropProgress = func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			if lostFrom.IsZero() {
+				lostFrom = now
+			}
+			if now.Sub(lostFrom) < ackWait/8 {
+				lost++
+				return true
+			}
+			return false
+		}
+	})
+	progress := f.watchProgress(t)
+	start := time.Now()
+	f.dispatch(t)
+	natstest.Eventually(t, 10*time.Second, "the call", func() bool { return len(target.attempts()) == 1 })
+	// Three InProgress at the server take an AckWait and more after the
+	// lost one; a redelivery comes one AckWait after the last that landed.
+	// (Within the call's 5 s timeout.)
+	natstest.Eventually(t, 20*time.Second, "three InProgress at the server, or a second call", func() bool {
+		n, _ := progress.between(start, time.Now())
+		return n >= 3 || len(target.attempts()) > 1
+	})
+	close(target.gate)
+	natstest.Eventually(t, 20*time.Second, "a run.succeeded on RUNS, the dispatch settled and no call in flight", func() bool {
+		info := f.dispatchInfo(t)
+		return len(f.stored(t)) >= 1 && info.NumAckPending == 0 && info.NumPending == 0 && len(f.ex.calls) == 0
+	})
+	mu.Lock()
+	n := lost
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("no InProgress was lost: the test lost nothing")
+	}
+	_, longest := progress.between(start, time.Now())
+	if got := target.attempts(); fmt.Sprint(got) != "[1]" {
+		t.Errorf("target called with attempts %v, want [1]: %d lost InProgress let the dispatch be redelivered while its call ran (longest stretch without an InProgress %s)", got, n, longest)
+	}
+	if info := f.dispatchInfo(t); info.Delivered.Consumer != 1 || info.NumRedelivered != 0 {
+		t.Errorf("DISPATCH delivered %d times (%d redelivered), want once", info.Delivered.Consumer, info.NumRedelivered)
+	}
+}
+
 // starved reports whether a redelivery is the machine's doing, not the
-// keep-alive's: keepWaitersAlive sends InProgress at most three quarters
-// of an AckWait apart, so a longer stretch without one that the
+// keep-alive's: keepWaitersAlive sends InProgress at most nine sixteenths
+// of an AckWait apart, and one that went unconfirmed again at most an
+// eighth of an AckWait and a tick later, so a stretch longer than three
+// quarters of an AckWait without one that the
 // keep-alive then ended with an InProgress (longest, from between; seen
 // on the test's connection) means the process was starved, as under CI
 // load, which eats the quarter AckWait the schedule leaves. The one-call

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,10 @@ type Service struct {
 	// tune, set by tests, runs in Start once the buckets and streams are
 	// bound, before the first delivery: it may wrap them (a slow read).
 	tune func(*Service)
+	// dropProgress, set by tests, loses the keep-alive's InProgress it
+	// returns true for, as one sent while the DISPATCH consumer elects a
+	// leader is lost.
+	dropProgress func() bool
 
 	// hosts holds the PerHost slots of each host (canonicalHost) that a
 	// call holds or waits for, and no other: an idle host's entry is
@@ -104,12 +109,20 @@ type Service struct {
 
 	// waiting holds the dispatches waiting for a call, a caller or a host
 	// slot, and those whose call runs or whose run event waits in the
-	// outbox, each with when its next InProgress is due; keepWaitersAlive
-	// sends them. progressMu is held while it sends, so that settle can
-	// wait out an InProgress already on its way (keepWaitersAlive).
-	waitMu     sync.Mutex
-	waiting    map[jetstream.Msg]time.Time
-	progressMu sync.Mutex
+	// outbox, each with its keep-alive: when its next InProgress is due,
+	// and the one awaiting its confirmation; keepWaitersAlive sends them.
+	// progressIDs names the waiter of each InProgress awaiting its
+	// confirmation, by the ID that ends its reply subject (progressTo +
+	// the ID, on progressSub). All under waitMu. progressMu is held while
+	// it sends, so that settle can wait out an InProgress already on its
+	// way (keepWaitersAlive).
+	waitMu       sync.Mutex
+	waiting      map[jetstream.Msg]keepAlive
+	progressIDs  map[uint64]jetstream.Msg
+	progressNext uint64
+	progressTo   string
+	progressSub  *nats.Subscription
+	progressMu   sync.Mutex
 
 	// sent holds the deliveries whose NATS-target request was sent, or
 	// may have been, before the executor's own connection failed
@@ -221,6 +234,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if ackWait := cons.CachedInfo().Config.AckWait; ackWait > 0 {
 		s.cfg.AckWait = ackWait
 	}
+	// Before the outbox: a Start that fails here leaves nothing running.
+	s.progressTo = s.cfg.JS.Conn().NewInbox() + "."
+	if s.progressSub, err = s.cfg.JS.Conn().Subscribe(s.progressTo+"*", s.progressReply); err != nil {
+		return fmt.Errorf("executor: InProgress confirmations: %w", err)
+	}
 	s.out = newOutbox(s.cfg.JS, s.log, outboxPerCall*s.cfg.Concurrency, s.cfg.Metrics, func() bool { return len(s.calls) > 0 })
 	s.out.round, s.out.budget = s.outRound, s.outBudget
 	// The keep-alive outlives the run context: the dispatches whose run
@@ -229,7 +247,8 @@ func (s *Service) Start(ctx context.Context) error {
 	// context it ended before that flush, and a dispatch whose event waited
 	// past its AckWait (RUNS electing a leader at a SIGTERM) was
 	// redelivered to another executor mid-flush: its target called twice.
-	s.waiting = make(map[jetstream.Msg]time.Time)
+	s.waiting = make(map[jetstream.Msg]keepAlive)
+	s.progressIDs = make(map[uint64]jetstream.Msg)
 	aliveCtx, stopAlive := context.WithCancel(context.WithoutCancel(ctx))
 	alive := make(chan struct{})
 	go func() {
@@ -248,6 +267,7 @@ func (s *Service) Start(ctx context.Context) error {
 		s.records.Wait() // their attempt records (each before its settle), released probe claims
 		stopAlive()      // the outbox has settled every dispatch it kept
 		<-alive
+		_ = s.progressSub.Unsubscribe()
 		if s.settles != nil {
 			s.settles.stop()
 		}
@@ -1920,7 +1940,8 @@ func callTimeout(spec *events.TaskSpec) time.Duration {
 // before its call, the call, up to its timeout, and the outbox, which
 // retries a run event for up to outboxBudget while RUNS elects a leader. keepWaitersAlive sends
 // InProgress from half an AckWait after the delivery, then every half
-// AckWait, each within a quarter AckWait of its time. Without it, a wait
+// AckWait, each within a sixteenth of an AckWait of its time, and sends
+// again at once one the consumer leader has not confirmed. Without it, a wait
 // past the AckWait made JetStream redeliver the dispatch, and both copies
 // called the target. Waiters register only once a slot is not free at
 // once; every due dispatch registers, and one settled in a few
@@ -1928,7 +1949,10 @@ func callTimeout(spec *events.TaskSpec) time.Duration {
 // ticker serves every waiter rather than a timer each.
 func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
 	s.waitMu.Lock()
-	s.waiting[m] = arrived.Add(s.cfg.AckWait / 2)
+	if k, ok := s.waiting[m]; ok {
+		delete(s.progressIDs, k.id)
+	}
+	s.waiting[m] = keepAlive{due: arrived.Add(s.cfg.AckWait / 2)}
 	s.waitMu.Unlock()
 }
 
@@ -1936,19 +1960,51 @@ func (s *Service) waitBegin(m jetstream.Msg, arrived time.Time) {
 // alive, and when its next InProgress was due.
 func (s *Service) waitEnd(m jetstream.Msg) (due time.Time, kept bool) {
 	s.waitMu.Lock()
-	due, kept = s.waiting[m]
-	delete(s.waiting, m)
+	k, kept := s.waiting[m]
+	if kept {
+		delete(s.progressIDs, k.id)
+		delete(s.waiting, m)
+	}
 	s.waitMu.Unlock()
-	return due, kept
+	return k.due, kept
+}
+
+// keepAlive is a waiter's keep-alive (waitBegin).
+type keepAlive struct {
+	// due is when its next InProgress is due: half an AckWait after the
+	// last one sent, or after its delivery.
+	due time.Time
+	// id is the reply ID of its InProgress awaiting the consumer leader's
+	// confirmation, 0 for none; unconfirmed at lost, it is taken as lost.
+	id   uint64
+	lost time.Time
 }
 
 // keepWaitersAlive sends InProgress for every waiter whose turn is due,
-// checking every quarter AckWait: a waiter is kept alive at most three
-// quarters of an AckWait after its delivery or its last InProgress.
+// checking every sixteenth of an AckWait: a waiter is kept alive at most
+// nine sixteenths of an AckWait after its delivery or its last InProgress.
+//
+// Each InProgress is a request the consumer leader confirms (as settle's
+// acks are): one sent while the DISPATCH consumer elects a leader (4-9 s)
+// is lost, and sent unconfirmed every half AckWait, the next came about a
+// whole AckWait after the last that landed, when the server had already
+// redelivered the dispatch to another executor, which called the target
+// while this one's call ran. One answered "no responders" (no leader), or
+// not confirmed within progressTry, is sent again at the next tick, while
+// the waiter is kept. A lost one is sent again at most an eighth of an
+// AckWait (2 s at the 30 s AckWait) plus a tick after it, at once after a
+// "no responders", and so on until one lands: with the first sent by nine
+// sixteenths of an AckWait, an election of up to 9 s at the 30 s AckWait,
+// whenever it starts, leaves the dispatch with this executor.
 func (s *Service) keepWaitersAlive(ctx context.Context) {
-	t := time.NewTicker(max(s.cfg.AckWait/4, time.Millisecond))
+	tick, try := max(s.cfg.AckWait/16, time.Millisecond), progressTry(s.cfg.AckWait)
+	t := time.NewTicker(tick)
 	defer t.Stop()
-	var due []jetstream.Msg
+	type send struct {
+		m  jetstream.Msg
+		id uint64
+	}
+	var due []send
 	for {
 		select {
 		case <-ctx.Done():
@@ -1957,19 +2013,70 @@ func (s *Service) keepWaitersAlive(ctx context.Context) {
 			due = due[:0]
 			s.progressMu.Lock()
 			s.waitMu.Lock()
-			for m, at := range s.waiting {
-				if !now.Before(at) {
-					due = append(due, m)
-					s.waiting[m] = now.Add(s.cfg.AckWait / 2)
+			for m, k := range s.waiting {
+				switch {
+				case k.id != 0 && now.Before(k.lost): // awaiting its confirmation
+					continue
+				case k.id != 0: // unconfirmed: taken as lost, sent again
+					delete(s.progressIDs, k.id)
+				case now.Before(k.due):
+					continue
 				}
+				s.progressNext++
+				k.id, k.lost, k.due = s.progressNext, now.Add(try), now.Add(s.cfg.AckWait/2)
+				s.progressIDs[k.id] = m
+				s.waiting[m] = k
+				due = append(due, send{m, k.id})
 			}
 			s.waitMu.Unlock()
-			for _, m := range due {
-				_ = m.InProgress()
+			for _, d := range due {
+				s.sendProgress(d.m, d.id)
 			}
 			s.progressMu.Unlock()
 		}
 	}
+}
+
+// progressTry is how long keepWaitersAlive waits for an InProgress's
+// confirmation before it takes it as lost: a settle's try (ackTry), but
+// an eighth of an AckWait for a shorter one.
+func progressTry(ackWait time.Duration) time.Duration {
+	return max(min(ackTry, ackWait/8), time.Millisecond)
+}
+
+// sendProgress sends m's InProgress as a request, its confirmation to
+// come to progressReply under id. A failed publish (the connection down)
+// goes unconfirmed, and is sent again as a lost one is.
+func (s *Service) sendProgress(m jetstream.Msg, id uint64) {
+	if s.dropProgress != nil && s.dropProgress() {
+		return
+	}
+	_ = s.cfg.JS.Conn().PublishRequest(m.Reply(), s.progressTo+strconv.FormatUint(id, 10), progressBody)
+}
+
+// progressReply handles the consumer leader's confirmation of an
+// InProgress, or the server's "no responders" while the consumer has no
+// leader: that one is sent again at the next tick. An answer to one
+// already taken as lost, or whose waiter has ended, is ignored.
+func (s *Service) progressReply(r *nats.Msg) {
+	id, err := strconv.ParseUint(r.Subject[len(s.progressTo):], 10, 64)
+	if err != nil {
+		return
+	}
+	noResponders := len(r.Data) == 0 && r.Header.Get("Status") == "503"
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	m, ok := s.progressIDs[id]
+	if !ok {
+		return
+	}
+	delete(s.progressIDs, id)
+	k := s.waiting[m] // kept: waitEnd and waitBegin drop the IDs they end
+	k.id = 0
+	if noResponders {
+		k.due = time.Now()
+	}
+	s.waiting[m] = k
 }
 
 // canonicalHost is u's host as the PerHost limit counts it: its name in

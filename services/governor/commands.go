@@ -19,6 +19,7 @@ import (
 	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/kvcache"
+	"github.com/flyballhq/flyball/streams"
 )
 
 // rejection is a refused command; it becomes a task.rejected event.
@@ -800,6 +801,9 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 	if err := s.schedules.Delete(ctx, step.TaskID); err != nil && !jsutil.IsKeyMissing(err) {
 		return nil, fmt.Errorf("delete %s from %s: %w", step.TaskID, s.schedules.Bucket(), err)
 	}
+	if err := s.purgeDispatch(ctx, step.TaskID); err != nil {
+		return nil, err
+	}
 	// A signal decided while the delete was applied may still cache the
 	// state it wrote before the schedule went, whatever is dropped here:
 	// decide checks a cached state against KV, by compare-and-set when
@@ -813,6 +817,55 @@ func (s *Service) applyDelete(ctx context.Context, step Step) (*events.TaskAccep
 		}
 	}
 	return &events.TaskAccepted{ID: step.TaskID, Command: events.TypeTaskDeleted, CommandID: step.CommandID, Source: string(gov.SourceDeleted)}, nil
+}
+
+// purgeDispatch removes the deleted task id's pending run from DISPATCH,
+// which holds one message per task subject. A run waiting for its retry
+// was nakked with its delay, which the server keeps: until it came due
+// (up to retry.maxDelay, plus its jitter) and was skipped as another
+// task's, every dispatch of a task created again under the ID was
+// refused (10077). The commands of a task are applied in order, so the
+// purge, made as the delete is applied, can only remove the deleted
+// task's run, never one of a task created after it; a run a timer
+// publishes from the deleted schedule after the purge is skipped at once.
+// A run the executor holds goes too: its settle then finds nothing to
+// settle. A purge the governor's user may not make is logged, and the
+// delete applies without it (as before).
+func (s *Service) purgeDispatch(ctx context.Context, id string) error {
+	subject := jsutil.APISubject(s.cfg.JS, "STREAM.PURGE."+streams.StreamDispatch)
+	req, err := json.Marshal(struct {
+		Filter string `json:"filter"`
+	}{events.DispatchSubject(id)})
+	if err != nil {
+		return err
+	}
+	// A refused purge draws no reply, only the server's asynchronous -ERR.
+	wctx, unwatch := s.refusals.Watch(ctx, subject)
+	defer unwatch()
+	if _, ok := wctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(wctx, s.cfg.JS.Options().DefaultTimeout)
+		defer cancel()
+	}
+	msg, err := s.cfg.JS.Conn().RequestWithContext(wctx, subject, req)
+	if v, ok := jsutil.Refusal(wctx); ok {
+		s.log.Warn("deleted task's pending run not purged from DISPATCH: the governor's NATS user may not publish to the subject in permission; grant it in accounts.conf, or a task created again under the ID waits for that run's retry to come due",
+			"task", id, "permission", v.Subject)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("purge %s from %s: %w", events.DispatchSubject(id), streams.StreamDispatch, err)
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("purge %s from %s: %w", events.DispatchSubject(id), streams.StreamDispatch, err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("purge %s from %s: %w", events.DispatchSubject(id), streams.StreamDispatch, resp.Error)
+	}
+	return nil
 }
 
 // handleSignal applies a run outcome, a breaker transition or a dead-letter

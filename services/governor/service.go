@@ -105,7 +105,8 @@ type Service struct {
 	health   jetstream.Stream
 	// refusals ends a read of those streams that the governor's NATS
 	// user may not make at the server's refusal (resolveRestart), and
-	// readErrors says so, once per readErrorWindow.
+	// readErrors says so, once per readErrorWindow; and a delete's purge
+	// of DISPATCH (purgeDispatch).
 	refusals   jsutil.PubWatch
 	readErrors *repeatlog.Log
 	// specs is a watch-fed view of flyball-tasks for the outcome path;
@@ -171,7 +172,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.health, err = s.cfg.JS.Stream(ctx, streams.StreamHealth); err != nil {
 		return fmt.Errorf("governor: stream %s: %w", streams.StreamHealth, err)
 	}
-	// Before the consumers: a redelivery's read needs it (resolveRestart).
+	// Before the consumers: a redelivery's read needs it (resolveRestart),
+	// and so does a delete's purge (purgeDispatch).
 	s.refusals.Install(s.cfg.JS.Conn())
 	s.specs = kvcache.Specs(s.tasks, s.log)
 	s.pauseHints = kvcache.Keys(s.pauses, s.log)

@@ -324,7 +324,8 @@ func TestComposeUsersCannotTouchOtherServicesDurables(t *testing.T) {
 // TestOnlyTheProvisionerChangesStreams: in compose, no service may create,
 // update, delete or purge a stream (a lowered limit discards stored
 // data), the governor included, but for the sweeper's purges of the task
-// buckets (sweeperPurges); the provisioner, which made them in
+// buckets (sweeperPurges) and the governor's of DISPATCH (a deleted
+// task's pending run, TestTaskCreatedAgainIsNotHeldBackByTheDeletedTasksRetry); the provisioner, which made them in
 // natstest.StartCompose, may create and update them, and nothing else: it
 // may not delete or purge a stream, pull or delete a durable, write a KV
 // bucket or publish a task command.
@@ -345,6 +346,9 @@ func TestOnlyTheProvisionerChangesStreams(t *testing.T) {
 			for _, op := range []string{"DELETE", "PURGE"} {
 				if op == "PURGE" && user == "sweeper" && sweeperPurges[cfg.Name] {
 					continue // its marker pass (TestSweeperCompactsOldDeleteMarkers)
+				}
+				if op == "PURGE" && user == "governor" && cfg.Name == streams.StreamDispatch {
+					continue // a deleted task's pending run (governor/commands.go purgeDispatch)
 				}
 				attempts = append(attempts, refusal{user, "$JS.API.STREAM." + op + "." + cfg.Name, "{}"})
 			}

@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -104,5 +105,47 @@ func TestTaskCreatedAgainWithinTheLeadRunsAtItsFirstSlot(t *testing.T) {
 	natstest.Eventually(t, 15*time.Second, "the new task's next slot runs", func() bool { return calledAt(now, next) })
 	if got := e.storedSchedule(id).CreatedAt; !got.Equal(created) {
 		t.Errorf("schedule names createdAt %v, want the new task's %v", got, created)
+	}
+}
+
+// TestTaskCreatedAgainIsNotHeldBackByTheDeletedTasksRetry: a task is
+// deleted, and created again under its ID, while its run waits for a
+// retry 30 s away (its dispatch nakked with that delay, which the server
+// keeps). DISPATCH holds one message per task: before, every dispatch of
+// the task created again was refused (10077) until the old retry came
+// due and was skipped as the deleted task's, up to retry.maxDelay (plus
+// its jitter) later: the new task first ran about 30 s after its
+// creation. The governor now purges the deleted task's DISPATCH subject
+// as it applies the delete, and the new task runs at once.
+func TestTaskCreatedAgainIsNotHeldBackByTheDeletedTasksRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "governor", "executor", "timer")
+	const id = "retried"
+	failing, succeeding := newScripted(t, 503), newScripted(t, 200)
+	accepted := e.collect("flyball.task.accepted." + id)
+	failed := e.collect(events.RunSubject(events.OutcomeFailed, id))
+	commands := 0
+	command := func(verb events.Verb, typ, cmdID, data string) {
+		t.Helper()
+		body, err := events.Marshal(typ, "test/user", id, json.RawMessage(data), time.Now(), cmdID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.srv.NC.Publish(events.TaskSubject(verb, id), body); err != nil {
+			t.Fatal(err)
+		}
+		commands++
+		natstest.Eventually(t, 10*time.Second, typ+" accepted", func() bool { return len(accepted()) == commands })
+	}
+	command(events.VerbCreated, events.TypeTaskCreated, "create-1", fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1h"},
+		"retry":{"maxAttempts":3,"initialDelay":"30s","multiplier":1,"maxDelay":"30s","jitter":0}}`, id, failing.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "attempt 1 failed, its retry due in 30 s", func() bool { return len(failed()) == 1 })
+	command(events.VerbDeleted, events.TypeTaskDeleted, "delete-1", fmt.Sprintf(`{"id":%q}`, id))
+	created := time.Now()
+	command(events.VerbCreated, events.TypeTaskCreated, "create-2", fmt.Sprintf(`{"id":%q,"target":{"http":{"url":%q}},"schedule":{"interval":"1h"}}`, id, succeeding.srv.URL))
+	natstest.Eventually(t, 10*time.Second, "the task created again runs (its first slot is due at once)", func() bool { return len(succeeding.Calls()) >= 1 })
+	t.Logf("the task created again ran %s after its creation", time.Since(created).Round(10*time.Millisecond))
+	if n := len(failing.Calls()); n != 1 {
+		t.Errorf("the deleted task's target was called %d times, want once: its retry ran after the delete", n)
 	}
 }
