@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flyballhq/flyball/pkg/events"
+	gov "github.com/flyballhq/flyball/pkg/governor"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
 )
@@ -31,21 +34,10 @@ func TestCommandCopyFromAClockAheadIsIgnored(t *testing.T) {
 	srv := natstest.StartCompose(t)
 	_, gjs := srv.Connect(t, "governor")
 	s := runGovernor(t, gjs)
-	js := srv.JS // admin: publishes the commands, reads the copy
-	const id = "stepped"
-	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
-	command(t, js, events.VerbPaused, events.TypeTaskPaused, id, "pause-1", events.TaskPause{ID: id})
-	command(t, js, events.VerbResumed, events.TypeTaskResumed, id, "resume-2", events.TaskRef{ID: id})
-	before, _, _, err := s.readState(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, step := setUpCommandCopy(t, s, srv.JS) // admin: publishes the commands, reads the copy
 	if before.Paused || before.LastCommandID != "resume-2" || before.LastCommandAt.IsZero() {
 		t.Fatalf("after resume-2: %+v", before)
 	}
-
-	step := stepOf(t, redeliver(t, js, streams.StreamTasks, events.TaskSubject(events.VerbPaused, id)))
-	step.At = before.LastCommandAt.Add(aheadOfTheNextLeader)
 	if !step.Redelivered || step.Seq >= before.LastCommandSeq {
 		t.Fatalf("the copy: redelivered %v, sequence %d (lastCommandSeq %d)", step.Redelivered, step.Seq, before.LastCommandSeq)
 	}
@@ -56,7 +48,7 @@ func TestCommandCopyFromAClockAheadIsIgnored(t *testing.T) {
 	if acc == nil || len(acc.Trail) != 1 || !strings.HasPrefix(acc.Trail[0], "no change: a copy of a command applied before") {
 		t.Fatalf("answer to pause-1's copy: %+v; want it accepted with no change, as a copy", acc)
 	}
-	after, _, _, err := s.readState(t.Context(), id)
+	after, _, _, err := s.readState(t.Context(), step.TaskID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +69,51 @@ func TestBreakerCopyFromAClockAheadIsIgnored(t *testing.T) {
 	srv := natstest.StartCompose(t)
 	_, gjs := srv.Connect(t, "governor")
 	s := runGovernor(t, gjs)
-	js := srv.JS
+	before, step := setUpBreakerCopy(t, s, srv.JS)
+	if !before.BreakerOpenUntil.IsZero() || before.LastBreakerAt.IsZero() {
+		t.Fatalf("after breaker.closed: %+v", before)
+	}
+	spec, err := s.loadSpec(t.Context(), step.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := s.decide(t.Context(), spec, step)
+	if err != nil {
+		t.Fatalf("breaker.open's copy: %v", err)
+	}
+	after, _, _, err := s.readState(t.Context(), step.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dec.Ignored || !after.BreakerOpenUntil.IsZero() || after.LastBreakerSeq != before.LastBreakerSeq {
+		t.Fatalf("breaker.open (sequence %d, stored %s after breaker.closed by the clock) redelivered after breaker.closed (sequence %d): ignored %v, runs held until %s, lastBreakerSeq %d",
+			step.Seq, aheadOfTheNextLeader, before.LastBreakerSeq, dec.Ignored, after.BreakerOpenUntil, after.LastBreakerSeq)
+	}
+}
+
+// setUpCommandCopy applies pause-1 and resume-2 to task "stepped", and
+// returns its state then with pause-1 redelivered, its stored time set
+// aheadOfTheNextLeader after resume-2's.
+func setUpCommandCopy(t *testing.T, s *Service, js jetstream.JetStream) (gov.State, Step) {
+	t.Helper()
+	const id = "stepped"
+	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
+	command(t, js, events.VerbPaused, events.TypeTaskPaused, id, "pause-1", events.TaskPause{ID: id})
+	command(t, js, events.VerbResumed, events.TypeTaskResumed, id, "resume-2", events.TaskRef{ID: id})
+	before, _, _, err := s.readState(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := stepOf(t, redeliver(t, js, streams.StreamTasks, events.TaskSubject(events.VerbPaused, id)))
+	step.At = before.LastCommandAt.Add(aheadOfTheNextLeader)
+	return before, step
+}
+
+// setUpBreakerCopy applies breaker.open and breaker.closed to task
+// "stepped", and returns its state then with the open redelivered, its
+// stored time set aheadOfTheNextLeader after the close's.
+func setUpBreakerCopy(t *testing.T, s *Service, js jetstream.JetStream) (gov.State, Step) {
+	t.Helper()
 	const id = "stepped"
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
 	now := time.Now().UTC()
@@ -90,26 +126,7 @@ func TestBreakerCopyFromAClockAheadIsIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !before.BreakerOpenUntil.IsZero() || before.LastBreakerAt.IsZero() {
-		t.Fatalf("after breaker.closed: %+v", before)
-	}
-
 	step := stepOf(t, redeliver(t, js, streams.StreamHealth, events.BreakerSubject(events.BreakerOpen, id)))
 	step.At = before.LastBreakerAt.Add(aheadOfTheNextLeader)
-	spec, err := s.loadSpec(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := s.decide(t.Context(), spec, step)
-	if err != nil {
-		t.Fatalf("breaker.open's copy: %v", err)
-	}
-	after, _, _, err := s.readState(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !dec.Ignored || !after.BreakerOpenUntil.IsZero() || after.LastBreakerSeq != before.LastBreakerSeq {
-		t.Fatalf("breaker.open (sequence %d, stored %s after breaker.closed by the clock) redelivered after breaker.closed (sequence %d): ignored %v, runs held until %s, lastBreakerSeq %d",
-			step.Seq, aheadOfTheNextLeader, before.LastBreakerSeq, dec.Ignored, after.BreakerOpenUntil, after.LastBreakerSeq)
-	}
+	return before, step
 }

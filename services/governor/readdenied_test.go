@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flyballhq/flyball/pkg/events"
 	"github.com/flyballhq/flyball/services/internal/jsutil"
 	"github.com/flyballhq/flyball/services/internal/natstest"
 	"github.com/flyballhq/flyball/streams"
@@ -78,16 +77,7 @@ func TestARefusedRedeliveryReadNamesThePermission(t *testing.T) {
 // (TestCommandCopyFromAClockAheadIsIgnored).
 func commandCopy(t *testing.T, s *Service, js jetstream.JetStream) func() error {
 	t.Helper()
-	const id = "stepped"
-	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
-	command(t, js, events.VerbPaused, events.TypeTaskPaused, id, "pause-1", events.TaskPause{ID: id})
-	command(t, js, events.VerbResumed, events.TypeTaskResumed, id, "resume-2", events.TaskRef{ID: id})
-	before, _, _, err := s.readState(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	step := stepOf(t, redeliver(t, js, streams.StreamTasks, events.TaskSubject(events.VerbPaused, id)))
-	step.At = before.LastCommandAt.Add(aheadOfTheNextLeader)
+	_, step := setUpCommandCopy(t, s, js)
 	return func() error {
 		_, err := s.applyCommand(t.Context(), step)
 		return err
@@ -99,21 +89,8 @@ func commandCopy(t *testing.T, s *Service, js jetstream.JetStream) func() error 
 // (TestBreakerCopyFromAClockAheadIsIgnored).
 func breakerCopy(t *testing.T, s *Service, js jetstream.JetStream) func() error {
 	t.Helper()
-	const id = "stepped"
-	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
-	now := time.Now().UTC()
-	retryAt := now.Add(10 * time.Minute)
-	open := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: now}
-	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerOpen, open))
-	closed := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerOpen, To: events.BreakerClosed, At: now}
-	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerClosed, closed))
-	before, _, _, err := s.readState(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	step := stepOf(t, redeliver(t, js, streams.StreamHealth, events.BreakerSubject(events.BreakerOpen, id)))
-	step.At = before.LastBreakerAt.Add(aheadOfTheNextLeader)
-	spec, err := s.loadSpec(t.Context(), id)
+	_, step := setUpBreakerCopy(t, s, js)
+	spec, err := s.loadSpec(t.Context(), step.TaskID)
 	if err != nil {
 		t.Fatal(err)
 	}
