@@ -69,11 +69,7 @@ func TestALaggingBreakerClosesOnASuccessAfterTheFailures(t *testing.T) {
 	h.putBreakerTask("1h") // before start: the service's view holds it
 	h.start()
 	t0 := time.Now().UTC().Add(-time.Minute)
-	for i := range 3 {
-		started := t0.Add(time.Duration(i) * time.Second)
-		h.finished = started.Add(100 * time.Millisecond)
-		h.outcomeOf(events.OutcomeFailed, "t1", "t1", started)
-	}
+	h.failedFrom(t0, 3)
 	if b, _, _ := h.record("t1"); b.State != events.BreakerOpen || !b.RetryAt.Equal(h.finished.Add(time.Hour)) {
 		t.Errorf("after 3 failures applied a minute late: %s, retryAt %s; want open, retryAt %s (an hour after the tripping failure)", b.State, b.RetryAt, h.finished.Add(time.Hour))
 	}
@@ -122,11 +118,7 @@ func TestALaggingBreakerWhoseRetryAtPassedTurnsHalfOpen(t *testing.T) {
 	h.putBreakerTask("5s") // before start: the service's view holds it
 	h.start()
 	t0 := time.Now().UTC().Add(-time.Minute)
-	for i := range 3 {
-		started := t0.Add(time.Duration(i) * time.Second)
-		h.finished = started.Add(100 * time.Millisecond)
-		h.outcomeOf(events.OutcomeFailed, "t1", "t1", started)
-	}
+	h.failedFrom(t0, 3)
 	awaitHealthEvent(t, h.js, events.BreakerSubject(events.BreakerHalfOpen, "t1"))
 	if b, _, _ := h.record("t1"); b.State != events.BreakerHalfOpen || !b.RetryAt.Equal(h.finished.Add(5*time.Second)) {
 		t.Fatalf("after 3 failures applied a minute late: %s, retryAt %s; want half-open, retryAt %s", b.State, b.RetryAt, h.finished.Add(5*time.Second))
@@ -171,5 +163,15 @@ func TestAProbeFailingOnAServerClockBehindTheBreakerReopens(t *testing.T) {
 	if b, _, _ := h.record("t1"); b.State != events.BreakerOpen || !b.RetryAt.Equal(h.finished.Add(2*time.Minute)) {
 		t.Fatalf("through RUNS: the probe's failure, stamped %s before retryAt: %s, failures %d, retryAt %s; want open, retryAt %s (the doubled delay after the failure)",
 			retryAt.Sub(h.finished), b.State, b.Failures, b.RetryAt, h.finished.Add(2*time.Minute))
+	}
+}
+
+// failedFrom applies n failures of t1's calls, started a second apart from
+// t0, each finished 100 ms after it started (h.finished ends at the last).
+func (h *harness) failedFrom(t0 time.Time, n int) {
+	for i := range n {
+		started := t0.Add(time.Duration(i) * time.Second)
+		h.finished = started.Add(100 * time.Millisecond)
+		h.outcomeOf(events.OutcomeFailed, "t1", "t1", started)
 	}
 }
