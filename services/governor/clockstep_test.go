@@ -116,11 +116,8 @@ func setUpBreakerCopy(t *testing.T, s *Service, js jetstream.JetStream) (gov.Sta
 	t.Helper()
 	const id = "stepped"
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
-	now := time.Now().UTC()
-	retryAt := now.Add(10 * time.Minute)
-	open := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: now}
-	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerOpen, open))
-	closed := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerOpen, To: events.BreakerClosed, At: now}
+	open := applyOpen(t, js, id)
+	closed := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerOpen, To: events.BreakerClosed, At: open.At}
 	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerClosed, closed))
 	before, _, _, err := s.readState(t.Context(), id)
 	if err != nil {

@@ -119,10 +119,7 @@ func TestBreakerTransitionRedeliveredAfterARestoreIsApplied(t *testing.T) {
 	s, js := startGovernor(t)
 	const id = "restored"
 	command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
-	now := time.Now().UTC()
-	retryAt := now.Add(10 * time.Minute)
-	open := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: now}
-	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerOpen, open))
+	applyOpen(t, js, id)
 	restored := restoredPast(t, s, js, id)
 	if restored.BreakerOpenUntil.IsZero() || restored.LastBreakerSeq == 0 {
 		t.Fatalf("after breaker.open: breakerOpenUntil %s, lastBreakerSeq %d", restored.BreakerOpenUntil, restored.LastBreakerSeq)
@@ -182,10 +179,7 @@ func TestRedeliveredAfterARestoreOverAnotherMessageIsApplied(t *testing.T) {
 		s, js := startGovernor(t)
 		const id = "restored"
 		command(t, js, events.VerbCreated, events.TypeTaskCreated, id, "create", hourly(id))
-		now := time.Now().UTC()
-		retryAt := now.Add(10 * time.Minute)
-		open := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: now}
-		natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerOpen, open))
+		open := applyOpen(t, js, id)
 		holdFirstDeliveries(t, js, streams.StreamHealth)
 		closed := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerOpen, To: events.BreakerClosed, At: time.Now().UTC()}
 		seq := publishTransition(t, js, events.TypeBreakerClosed, closed)
@@ -206,6 +200,18 @@ func TestRedeliveredAfterARestoreOverAnotherMessageIsApplied(t *testing.T) {
 				seq, restored.LastBreakerSeq, st.BreakerOpenUntil, st.LastBreakerSeq)
 		}
 	})
+}
+
+// applyOpen stores a breaker.open of task id's own breaker (3 failures,
+// retryAt 10 minutes on) on HEALTH, waits for the governor to ack it, and
+// returns it.
+func applyOpen(t *testing.T, js jetstream.JetStream, id string) events.BreakerTransition {
+	t.Helper()
+	now := time.Now().UTC()
+	retryAt := now.Add(10 * time.Minute)
+	open := events.BreakerTransition{Key: id, TaskID: id, From: events.BreakerClosed, To: events.BreakerOpen, Failures: 3, RetryAt: &retryAt, At: now}
+	natstest.AwaitAcked(t, js, streams.StreamHealth, streams.ConsumerGovernor, publishTransition(t, js, events.TypeBreakerOpen, open))
+	return open
 }
 
 // publishTransition stores breaker transition tr (of type typ) on HEALTH
