@@ -592,6 +592,14 @@ func TimeInRange(t time.Time) bool {
 	return !t.Before(MinTime) && !t.After(MaxTime)
 }
 
+// UnixNanos returns t in Unix nanoseconds, and false where they cannot
+// hold it (after 2262-04-11T23:47:16Z, before 1677-09-21: UnixNano
+// wraps). A JetStream start time and the timer's slots are in them.
+func UnixNanos(t time.Time) (int64, bool) {
+	n := t.UnixNano()
+	return n, time.Unix(0, n).Equal(t)
+}
+
 // TimeRangeRule is the rule a time outside TimeInRange breaks, for a
 // FieldError.
 func TimeRangeRule(t time.Time) string { return timeRangeRule(t.Format(time.RFC3339)) }

@@ -470,7 +470,7 @@ func (s *Service) apply(e jetstream.KeyValueEntry) {
 	}
 	// 0 where Unix nanoseconds cannot hold it (before 1678 or after 2262,
 	// written by hand): the dispatch then names no createdAt.
-	created, ok := unixNanos(sc.created)
+	created, ok := events.UnixNanos(sc.created)
 	if sc.created.IsZero() || !ok {
 		created = 0
 	}
@@ -500,15 +500,8 @@ const noSlot = math.MinInt64
 // minSlot. Every slot the timer queues passed it, so the arithmetic on
 // slots (less a lead, the wait from now) cannot wrap.
 func slotNanos(t time.Time) (int64, bool) {
-	n, ok := unixNanos(t)
+	n, ok := events.UnixNanos(t)
 	return n, ok && n >= minSlot
-}
-
-// unixNanos returns t in Unix nanoseconds, and false where they cannot
-// hold it (after 2262-04-11, before 1678: UnixNano wraps).
-func unixNanos(t time.Time) (int64, bool) {
-	n := t.UnixNano()
-	return n, time.Unix(0, n).Equal(t)
 }
 
 // lead returns how long before slot at to publish it, given prev, the

@@ -129,7 +129,7 @@ func (f *replayFlags) check(now time.Time) error {
 		// The server reads a start time in Unix nanoseconds, which wrap
 		// outside their range: 3000-01-01 replayed the whole stream (with
 		// --to, republished it), and 1600-01-01 none of it.
-		if !inUnixNanos(f.startTime) {
+		if _, ok := events.UnixNanos(f.startTime); !ok {
 			return fmt.Errorf("--from-time %s: outside the times a stream can be read from, %s to %s",
 				f.fromTime, time.Unix(0, math.MinInt64).UTC().Format(time.RFC3339), time.Unix(0, math.MaxInt64).UTC().Format(time.RFC3339))
 		}
@@ -173,12 +173,6 @@ func (f *replayFlags) check(now time.Time) error {
 		f.republish = !f.dryRun
 	}
 	return nil
-}
-
-// inUnixNanos reports whether Unix nanoseconds hold t (from 1677-09-21
-// to 2262-04-11): past them, UnixNano wraps.
-func inUnixNanos(t time.Time) bool {
-	return time.Unix(0, t.UnixNano()).Equal(t)
 }
 
 // notInSubject reports a rune a concrete subject cannot hold: a wildcard,
